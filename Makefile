@@ -1,0 +1,52 @@
+# dmutex: make (all), make test, make demo, make bench, make fuzz.
+#
+# Package flags are taken from pkg-config when a recipe runs, not when this
+# file is read, so that `make test` and `make demo` can install missing
+# packages first (tools/deps.sh) on a fresh machine.
+
+CC       ?= cc
+CXX      ?= c++
+CFLAGS   ?= -O2 -g
+B        := build
+DM_WARN  := -Wall -Wextra -Werror
+DM_CFLAGS = -std=c11 -D_GNU_SOURCE $(DM_WARN) -pthread $(CFLAGS) \
+            $(shell pkg-config --cflags hiredis libconfig libelf)
+SHIM_LIBS = $(shell pkg-config --libs hiredis libconfig libelf) -ldl -pthread
+CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
+
+SHIM_SRCS := $(wildcard shim/*.c)
+LUA_SRCS  := $(sort $(wildcard shim/lua/*.lua))
+SHIM_OBJS := $(patsubst shim/%.c,$(B)/shim/%.o,$(SHIM_SRCS)) $(B)/shim/lua_scripts.o
+# Everything but the exported pthread_* wrappers: what tests and tools link
+# against to drive config, symbols, cluster and friends without LD_PRELOAD.
+CORE_OBJS := $(filter-out $(B)/shim/preload.o,$(SHIM_OBJS))
+
+.PHONY: all deps test demo bench fuzz clean
+all: $(B)/libdmutex.so $(B)/libdmcore.a
+
+deps:
+	@tools/deps.sh
+
+$(B)/shim/%.o: shim/%.c $(wildcard shim/*.h) | $(B)/shim
+	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -I$(B)/shim -c $< -o $@
+
+$(B)/shim/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim
+	tools/embed-lua.sh $(LUA_SRCS) > $@
+
+$(B)/shim/lua_scripts.o: $(B)/shim/lua_scripts.c
+	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -Ishim -c $< -o $@
+
+$(B)/libdmutex.so: $(SHIM_OBJS)
+	$(CC) -shared -Wl,-z,now -Wl,-z,nodelete -o $@ $^ $(SHIM_LIBS)
+
+$(B)/libdmcore.a: $(CORE_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/shim:
+	mkdir -p $@
+
+clean:
+	rm -rf $(B)
+
+# Each part of the tree brings its own rules.
+include $(wildcard tools/*.mk demo/*.mk tests/*.mk bench/*.mk)

@@ -1,0 +1,78 @@
+/* config: a libconfig file -> a validated struct dm_config. Every error
+ * names FILE:LINE and what is wrong. Knows nothing of pthread or Redis
+ * (it only carries the server's address and credentials). */
+#ifndef DM_CONFIG_H
+#define DM_CONFIG_H
+
+#include <stddef.h>
+
+#define DM_EX_CONFIG              78      /* sysexits.h EX_CONFIG */
+#define DM_LEASE_DEFAULT_MS       30000L
+#define DM_CONNECT_TIMEOUT_MS     1000L
+#define DM_COMMAND_TIMEOUT_MS     1000L
+#define DM_NAMESPACE_DEFAULT      "dmutex"
+#define DM_REDIS_HOST_DEFAULT     "127.0.0.1"
+#define DM_REDIS_PORT_DEFAULT     6379
+#define DM_NAME_MAX               200     /* bytes of a mutex name */
+#define DM_ERR_MAX                512     /* size of an error buffer */
+
+enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
+enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
+
+struct dm_redis_config {
+    char *host;                 /* NULL when unix_path is set */
+    int port;
+    char *unix_path;            /* NULL for TCP */
+    char *username;             /* NULL: AUTH with password only */
+    char *password;             /* NULL: no AUTH (password_env is resolved here) */
+    int db;                     /* SELECT when non-zero */
+    long connect_timeout_ms;
+    long command_timeout_ms;
+};
+
+struct dm_mutex_config {
+    char *symbol;               /* "sym" or "file.c:sym"; NULL for init_site entries */
+    char *object;               /* file name of the executable or library; NULL: the executable */
+    char *init_site;            /* function name; NULL for symbol entries */
+    char *name;                 /* lock name; defaults to symbol (without "file.c:") or init_site */
+    long offset;                /* bytes into the symbol, default 0 */
+    long index;                 /* element of a mutex array, -1 when not given */
+    int required;               /* default 1: not found is an error */
+    int fair;                   /* FIFO handoff, default 0 */
+    int cache;                  /* keep the cluster lock across local cycles, default 0 */
+    int line;                   /* line of the entry in the file */
+};
+
+struct dm_config {
+    char *path;                 /* the file read, for messages */
+    struct dm_redis_config redis;
+    char *ns;                   /* key namespace, default "dmutex" */
+    long lease_ms;              /* default DM_LEASE_DEFAULT_MS */
+    long renew_ms;              /* default lease_ms / 3 */
+    long lease_margin_ms;       /* default lease_ms / 10 */
+    long lock_delay_ms;         /* default 0 */
+    enum dm_on_lease_lost on_lease_lost;    /* default abort */
+    enum dm_on_redis_down on_redis_down;    /* default block */
+    struct dm_mutex_config *mutexes;
+    size_t nmutexes;
+};
+
+/* Fills `cfg` with the defaults (no mutexes, Redis at 127.0.0.1:6379). */
+void dm_config_defaults(struct dm_config *cfg);
+
+/* Reads and validates the file at `path` into `cfg`. Returns 0, or -1 with
+ * `err` holding "FILE:LINE: what is wrong" (NUL-terminated, at most errlen
+ * bytes). On error `cfg` holds nothing that needs freeing. */
+int dm_config_load(const char *path, struct dm_config *cfg, char *err, size_t errlen);
+
+/* Same, from a string (tests, fuzzing); `label` stands for the file name. */
+int dm_config_load_string(const char *text, const char *label,
+                          struct dm_config *cfg, char *err, size_t errlen);
+
+/* Applies DMUTEX_REDIS-style URL: redis://[user:pass@]host[:port][/db] or
+ * unix:///path[?db=N]. Returns 0, or -1 with `err` naming what is wrong. */
+int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen);
+
+void dm_config_free(struct dm_config *cfg);
+
+#endif

@@ -1,0 +1,32 @@
+/* symbols: config names -> addresses in the loaded ELF objects of this
+ * process. Reads .symtab (falling back to .dynsym) of each object's file
+ * with libelf and adds the load bias, so PIE executables and libraries work.
+ * Knows nothing of Redis or of the config syntax. */
+#ifndef DM_SYMBOLS_H
+#define DM_SYMBOLS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Finds the data object `symbol` ("sym", or "file.c:sym" to pick the
+ * file-static of one translation unit) in the loaded object whose file name
+ * (basename) is `object`, or in the main executable when `object` is NULL.
+ * `need` bytes starting `offset` bytes into the symbol must lie inside it.
+ *
+ * Returns 0 and sets *addr; ENOENT when the object is not loaded or has no
+ * such symbol; EINVAL when the symbol is too small or not a data object;
+ * ENOTUNIQ when several file-statics match (err lists them as file.c:sym).
+ * On any error, err holds a sentence naming symbol and object. */
+int dm_symbols_find(const char *object, const char *symbol, long offset,
+                    size_t need, uintptr_t *addr, char *err, size_t errlen);
+
+/* The [start, end) address range of function `func` in `object` (NULL: the
+ * executable), for init_site mapping. Same errors as dm_symbols_find. */
+int dm_symbols_function(const char *object, const char *func,
+                        uintptr_t *start, uintptr_t *end, char *err, size_t errlen);
+
+/* Drops any cached symbol tables (after dlclose, or to free memory once
+ * start-up resolution is done). */
+void dm_symbols_flush(void);
+
+#endif

@@ -1,0 +1,298 @@
+/* harness: real redis-server processes and real child processes for tests.
+ * See harness.h. Every failure to set up aborts with a message: a test that
+ * cannot build its world must not pass. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TH_REDIS_START_MS 5000
+#define TH_PORT_TRIES     8
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "harness: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    abort();
+}
+
+long long th_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static int free_port(const char *addr)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof sa;
+    if (s < 0 || inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+        die("socket for a free port on %s: %s", addr, strerror(errno));
+    if (bind(s, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(s, (struct sockaddr *)&sa, &len) != 0)
+        die("bind for a free port on %s: %s", addr, strerror(errno));
+    close(s);
+    return ntohs(sa.sin_port);
+}
+
+static pid_t spawn_redis(struct th_redis *r, const char *const *extra)
+{
+    char port[16], log[200];
+    snprintf(port, sizeof port, "%d", r->port);
+    snprintf(log, sizeof log, "%s/redis.log", r->dir);
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = "redis-server";
+    argv[n++] = "--port";       argv[n++] = port;
+    argv[n++] = "--bind";       argv[n++] = r->addr;
+    argv[n++] = "--dir";        argv[n++] = r->dir;
+    argv[n++] = "--logfile";    argv[n++] = log;
+    argv[n++] = "--save";       argv[n++] = "";
+    argv[n++] = "--appendonly"; argv[n++] = "no";
+    argv[n++] = "--protected-mode"; argv[n++] = "no";
+    argv[n++] = "--daemonize";  argv[n++] = "no";
+    for (int i = 0; extra && extra[i] && n < 62; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open("/dev/null", O_RDWR);
+        dup2(fd, 0); dup2(fd, 1);
+        unsetenv("LD_PRELOAD");
+        execvp("redis-server", (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_ping(struct th_redis *r)
+{
+    long long end = th_now_ms() + TH_REDIS_START_MS;
+    while (th_now_ms() < end) {
+        int st;
+        if (waitpid(r->pid, &st, WNOHANG) == r->pid)
+            return -1;
+        struct timeval tv = { 0, 200000 };
+        redisContext *c = redisConnectWithTimeout(r->addr, r->port, tv);
+        if (c && !c->err) {
+            redisReply *rep = redisCommand(c, "PING");
+            int ok = rep && rep->type == REDIS_REPLY_STATUS;
+            if (rep) freeReplyObject(rep);
+            redisFree(c);
+            if (ok)
+                return 0;
+        } else if (c) {
+            redisFree(c);
+        }
+        usleep(10000);
+    }
+    return -1;
+}
+
+void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->addr, sizeof r->addr, "%s", bind_addr ? bind_addr : "127.0.0.1");
+    snprintf(r->dir, sizeof r->dir, "/tmp/dmutex-test-redis.XXXXXX");
+    if (!mkdtemp(r->dir))
+        die("mkdtemp: %s", strerror(errno));
+    for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
+        r->port = free_port(r->addr);
+        r->pid = spawn_redis(r, extra);
+        if (wait_ping(r) == 0)
+            return;
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+    }
+    die("redis-server did not start on %s (see %s/redis.log)", r->addr, r->dir);
+}
+
+void th_redis_kill(struct th_redis *r)
+{
+    if (r->pid > 0) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+        r->pid = 0;
+    }
+}
+
+void th_redis_restart(struct th_redis *r, const char *const *extra)
+{
+    for (int tries = 0; tries < 50; tries++) {
+        r->pid = spawn_redis(r, extra);
+        if (wait_ping(r) == 0)
+            return;
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+        usleep(100000);     /* the old socket may linger a moment */
+    }
+    die("redis-server did not restart on port %d", r->port);
+}
+
+void th_redis_stop(struct th_redis *r)
+{
+    if (r->pid > 0) {
+        kill(r->pid, SIGTERM);
+        long long end = th_now_ms() + 1000;
+        int st;
+        while (waitpid(r->pid, &st, WNOHANG) == 0) {
+            if (th_now_ms() > end) {
+                kill(r->pid, SIGKILL);
+                waitpid(r->pid, &st, 0);
+                break;
+            }
+            usleep(5000);
+        }
+        r->pid = 0;
+    }
+    if (r->dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "harness: could not remove %s\n", r->dir);
+        r->dir[0] = 0;
+    }
+}
+
+redisContext *th_redis_connect(const struct th_redis *r)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout(r->addr, r->port, tv);
+    if (!c || c->err)
+        die("connect to redis %s:%d: %s", r->addr, r->port, c ? c->errstr : "out of memory");
+    redisSetTimeout(c, tv);
+    return c;
+}
+
+redisReply *th_cmd(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (!rep)
+        die("redis command '%s': %s", fmt, c->errstr);
+    return rep;
+}
+
+long long th_cmd_int(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (!rep)
+        die("redis command '%s': %s", fmt, c->errstr);
+    long long v;
+    if (rep->type == REDIS_REPLY_INTEGER)
+        v = rep->integer;
+    else if (rep->type == REDIS_REPLY_STRING)
+        v = strtoll(rep->str, NULL, 10);
+    else if (rep->type == REDIS_REPLY_NIL)
+        v = 0;
+    else
+        die("redis command '%s': reply type %d (%s)", fmt, rep->type,
+            rep->type == REDIS_REPLY_ERROR ? rep->str : "");
+    freeReplyObject(rep);
+    return v;
+}
+
+char *th_write_file(const char *suffix, const char *fmt, ...)
+{
+    char *path;
+    if (asprintf(&path, "/tmp/dmutex-test-XXXXXX%s", suffix ? suffix : "") < 0)
+        die("out of memory");
+    int fd = mkstemps(path, suffix ? (int)strlen(suffix) : 0);
+    if (fd < 0)
+        die("mkstemps: %s", strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+    return path;
+}
+
+char *th_read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t n;
+    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len < 2)
+            buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    if (buf)
+        buf[len] = 0;
+    return buf;
+}
+
+pid_t th_spawn(char *const argv[], char *const env[], const char *out_path)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        for (int i = 0; env && env[i]; i++)
+            putenv(env[i]);
+        if (out_path) {
+            int fd = open(out_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+            }
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "harness: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+int th_wait(pid_t pid, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    int st;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            return st;
+        if (w < 0)
+            return -1;
+        if (th_now_ms() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(2000);
+    }
+}

@@ -1,0 +1,62 @@
+/* harness: what every test needs to run real components. Starts its own
+ * redis-server on a free loopback port in a private directory (never the
+ * system service, never a fixed port), writes config files, and spawns
+ * programs with the shim preloaded. Paths are relative to the repository
+ * root, where `make test` runs. */
+#ifndef DM_HARNESS_H
+#define DM_HARNESS_H
+
+#include <hiredis/hiredis.h>
+#include <sys/types.h>
+
+#define TH_BUILD "build"
+#define TH_SHIM  TH_BUILD "/libdmutex.so"
+
+struct th_redis {
+    pid_t pid;
+    int port;
+    char dir[128];              /* private working directory */
+    char addr[64];              /* bind address, default 127.0.0.1 */
+};
+
+/* Starts redis-server on a free port of `bind_addr` (NULL: 127.0.0.1) with
+ * extra "--option value" arguments (NULL-terminated list, or NULL) and
+ * waits until it answers PING. Aborts the test program if it cannot. */
+void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra);
+
+/* Stops it (SIGTERM, then SIGKILL after a second) and removes its directory. */
+void th_redis_stop(struct th_redis *r);
+
+/* SIGKILLs it, keeping its directory (for restart tests); restart reuses port and dir. */
+void th_redis_kill(struct th_redis *r);
+void th_redis_restart(struct th_redis *r, const char *const *extra);
+
+/* A connected context (1 s timeouts); aborts on failure. Free with redisFree. */
+redisContext *th_redis_connect(const struct th_redis *r);
+
+/* Runs one command and returns its reply (caller frees); aborts on I/O error. */
+redisReply *th_cmd(redisContext *c, const char *fmt, ...);
+/* Integer value of a command's reply (integer, or string holding a number). */
+long long th_cmd_int(redisContext *c, const char *fmt, ...);
+
+/* Writes `text` (printf format) to a new temporary file and returns its
+ * path (static storage per call site is not assumed: caller frees). */
+char *th_write_file(const char *suffix, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Spawns argv[0] with the extra environment entries "K=V" (NULL-terminated)
+ * added to this process's environment. stdout/stderr go to `out_path` when
+ * not NULL (appended), else they are inherited. */
+pid_t th_spawn(char *const argv[], char *const env[], const char *out_path);
+
+/* Waits for pid at most timeout_ms; returns its wait status, or -1 after
+ * SIGKILLing it on timeout. */
+int th_wait(pid_t pid, long timeout_ms);
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+long long th_now_ms(void);
+
+/* Reads a whole file into a malloc'ed NUL-terminated string (NULL if none). */
+char *th_read_file(const char *path);
+
+#endif

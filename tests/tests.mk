@@ -1,0 +1,31 @@
+# Tests: every tests/test_*.c is a cmocka program linked with the harness and
+# the shim's core (no LD_PRELOAD needed to drive config, symbols, cluster).
+# tests/progs/*.c are plain programs the tests run, some with the shim
+# preloaded. Areas with special build needs add tests/<area>.mk.
+
+TEST_SRCS  := $(sort $(wildcard tests/test_*.c))
+TEST_BINS  := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRCS))
+PROG_SRCS  := $(sort $(wildcard tests/progs/*.c))
+PROG_BINS  := $(patsubst tests/progs/%.c,$(B)/tests/progs/%,$(PROG_SRCS))
+TEST_CFLAGS = $(DM_CFLAGS) -Ishim -Itests $(shell pkg-config --cflags cmocka)
+
+.PHONY: test test-build
+test:
+	@tools/deps.sh
+	@$(MAKE) --no-print-directory all test-build
+	@tests/run.sh
+
+test-build: $(TEST_BINS) $(PROG_BINS) $(TEST_EXTRA)
+
+$(B)/tests/harness.o: tests/harness.c tests/harness.h | $(B)/tests/progs
+	$(CC) $(TEST_CFLAGS) -c $< -o $@
+
+$(B)/tests/test_%: tests/test_%.c $(B)/tests/harness.o $(B)/libdmcore.a | $(B)/tests/progs
+	$(CC) $(TEST_CFLAGS) $< $(B)/tests/harness.o -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
+
+# Test programs are ordinary programs: no shim headers, no shim objects.
+$(B)/tests/progs/%: tests/progs/%.c | $(B)/tests/progs
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread $< -o $@ $(PROG_LIBS_$*)
+
+$(B)/tests/progs:
+	mkdir -p $@

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Installs what building, testing and the demo need, once, on Debian/Ubuntu.
+# Used by `make test`, `make demo` and `make bench` so that a fresh machine
+# needs nothing but this repository. Not root: says in one line what to run.
+#
+#   tools/deps.sh          build + test + demo packages
+#   tools/deps.sh bench    also the peers' runtimes for `make bench`
+set -e
+
+pkgs="build-essential pkg-config libhiredis-dev libconfig-dev libcmocka-dev
+      libelf-dev libdw-dev redis-server redis-tools iproute2 procps"
+[ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis nodejs npm valgrind"
+
+missing=""
+for p in $pkgs; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "dmutex: missing packages:$missing (install their equivalents; this script knows apt only)" >&2
+    exit 1
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "dmutex: missing packages; run: sudo apt-get install -y$missing" >&2
+    exit 1
+fi
+echo "dmutex: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
+# Debian starts the packaged redis-server as a service; nothing here uses it
+# (tests and the demo start their own on free ports), so leave it stopped.
+if command -v service >/dev/null 2>&1; then service redis-server stop >/dev/null 2>&1 || true; fi
