@@ -1,0 +1,1341 @@
+/* config: reads a libconfig file into a validated struct dm_config. Every
+ * problem becomes one sentence "FILE:LINE: what is wrong" in the caller's
+ * buffer, naming the key and the bad value; nothing is logged and nothing
+ * exits here (the shim decides that). Knows nothing of pthread or Redis: it
+ * only carries the server's address and credentials for others to use.
+ *
+ * Loading is all-or-nothing. The file is checked by a small pre-scan (NUL
+ * bytes, @include, integers libconfig 1.5 would silently truncate), parsed
+ * by libconfig, then walked key by key into a private struct that is only
+ * copied to the caller's on success. Default strings point at static
+ * storage, so a struct holding only defaults needs no freeing. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libconfig.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define DM_CONFIG_FILE_MAX      (4L << 20)  /* bytes; a config is a few kB */
+#define DM_LEASE_MIN_MS         100L
+#define DM_LEASE_MAX_MS         3600000L    /* one hour */
+#define DM_RENEW_MIN_MS         10L
+#define DM_TIMEOUT_MIN_MS       1L
+#define DM_TIMEOUT_MAX_MS       600000L     /* ten minutes */
+#define DM_LOCK_DELAY_MAX_MS    600000L
+#define DM_RENEW_DIVISOR        3           /* renew_ms default: lease / 3 */
+#define DM_MARGIN_DIVISOR       10          /* lease_margin_ms default: lease / 10 */
+#define DM_REDIS_DB_MAX         1000000L
+#define DM_PORT_MAX             65535L
+#define DM_OFFSET_MAX           (1L << 30)
+#define DM_INDEX_MAX            (1L << 24)
+#define DM_SYMBOL_MAX           4096        /* mangled C++ names run long */
+#define DM_FILE_NAME_MAX        255         /* NAME_MAX of Linux file systems */
+#define DM_HOST_MAX             255         /* longest DNS name */
+#define DM_ENV_NAME_MAX         255
+#define DM_UNIX_PATH_MAX        ((int)sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+#define DM_SHOW_MAX             48          /* bytes of a value quoted in a message */
+
+/* Defaults live in static storage: dm_config_free frees a string only when
+ * it is not one of these, so defaults never need allocating or freeing. */
+static char default_host[] = DM_REDIS_HOST_DEFAULT;
+static char default_ns[] = DM_NAMESPACE_DEFAULT;
+
+/* One load in progress: where errors go and what to call the file. */
+struct parse {
+    const char *label;
+    char *err;
+    size_t errlen;
+};
+
+__attribute__((format(printf, 3, 4)))
+static int fail(struct parse *p, unsigned line, const char *fmt, ...)
+{
+    if (!p->err || p->errlen == 0)
+        return -1;
+    int n = snprintf(p->err, p->errlen, "%s:%u: ", p->label, line);
+    if (n < 0 || (size_t)n >= p->errlen)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err + n, p->errlen - n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+__attribute__((format(printf, 3, 4)))
+static int fail_plain(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* A user's string as it should appear in a message: quoted, with control
+ * and non-ASCII bytes escaped, cut after DM_SHOW_MAX bytes with its length
+ * said, so a 10 kB value still gives a readable one-line error. */
+struct shown { char s[DM_SHOW_MAX * 4 + 48]; };
+
+static const char *show(struct shown *out, const char *v)
+{
+    size_t len = strlen(v), o = 0;
+    out->s[o++] = '"';
+    for (size_t i = 0; i < len && i < DM_SHOW_MAX; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '"' || c == '\\')
+            o += sprintf(out->s + o, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            o += sprintf(out->s + o, "\\x%02x", c);
+        else
+            out->s[o++] = (char)c;
+    }
+    out->s[o++] = '"';
+    if (len > DM_SHOW_MAX)
+        o += sprintf(out->s + o, "... (%zu bytes)", len);
+    out->s[o] = '\0';
+    return out->s;
+}
+
+/* One byte for a message: 'c' when printable, else its code. */
+struct shown_byte { char s[16]; };
+
+static const char *show_byte(struct shown_byte *out, unsigned char c)
+{
+    if (c > 0x20 && c < 0x7f && c != '\'')
+        snprintf(out->s, sizeof out->s, "'%c'", c);
+    else if (c == ' ')
+        snprintf(out->s, sizeof out->s, "a space");
+    else
+        snprintf(out->s, sizeof out->s, "byte 0x%02x", c);
+    return out->s;
+}
+
+/* ---- pre-scan ----------------------------------------------------------
+ * libconfig 1.5 reads any integer without an L suffix into an int with no
+ * overflow check (port = 4294973675 arrives as 6379), follows @include to
+ * any file (a fuzzer could name /dev/stdin), and cuts strings at "\x00".
+ * This walk follows libconfig's own tokens (strings, comments, numbers,
+ * names) just far enough to refuse those before libconfig sees them. */
+
+static int is_name_start(int c) { return isalpha(c) || c == '*'; }
+static int is_name_char(int c) { return isalnum(c) || c == '*' || c == '-' || c == '_'; }
+static int is_hex(int c) { return isxdigit(c); }
+static int hex_val(int c) { return isdigit(c) ? c - '0' : (tolower(c) - 'a' + 10); }
+
+/* The key a number belongs to, as far as the pre-scan can tell: the last
+ * name followed by '=' or ':'. Only used to word the message. */
+struct last_key { const char *s; size_t len; };
+
+static int number_out_of_range(struct parse *p, unsigned line, const struct last_key *key,
+                               const char *start, size_t len, const char *limit)
+{
+    char lit[DM_SHOW_MAX + 1];
+    size_t n = len < DM_SHOW_MAX ? len : DM_SHOW_MAX;
+    memcpy(lit, start, n);
+    lit[n] = '\0';
+    if (key->s && key->len < DM_SHOW_MAX)
+        return fail(p, line, "%.*s = %s%s: number out of range (%s)", (int)key->len, key->s, lit,
+                    len > n ? "..." : "", limit);
+    return fail(p, line, "number %s%s is out of range (%s)", lit, len > n ? "..." : "", limit);
+}
+
+/* Scans one number at *pp (sign, digits, hex, L suffix, float) and checks
+ * that libconfig will read it exactly. Advances *pp past it. */
+static int prescan_number(struct parse *p, unsigned line, const struct last_key *key,
+                          const char **pp)
+{
+    const char *s = *pp, *q = s;
+    int neg = 0;
+    if (*q == '+' || *q == '-')
+        neg = *q++ == '-';
+    if (q[0] == '0' && (q[1] == 'x' || q[1] == 'X') && is_hex((unsigned char)q[2])) {
+        uint64_t v = 0;
+        int over = 0;
+        for (q += 2; is_hex((unsigned char)*q); q++) {
+            if (v > (UINT64_MAX >> 4))
+                over = 1;
+            v = v << 4 | (uint64_t)hex_val((unsigned char)*q);
+        }
+        int is64 = *q == 'L';
+        if (is64)
+            q += q[1] == 'L' ? 2 : 1;
+        *pp = q;
+        if (over || v > (is64 ? (uint64_t)INT64_MAX : (uint64_t)INT_MAX))
+            return number_out_of_range(p, line, key, s, (size_t)(q - s),
+                                       is64 ? "the largest is 0x7fffffffffffffffL"
+                                            : "the largest is 0x7fffffff");
+        return 0;
+    }
+    const char *digits = q;
+    while (isdigit((unsigned char)*q))
+        q++;
+    int has_digits = q > digits;
+    if (*q == '.' || (has_digits && (*q == 'e' || *q == 'E'))) {
+        /* A float: libconfig converts it with atof, which cannot overflow
+         * into a wrong value; integer keys refuse floats anyway. */
+        if (*q == '.')
+            for (q++; isdigit((unsigned char)*q); q++)
+                ;
+        if ((*q == 'e' || *q == 'E')) {
+            const char *e = q + 1;
+            if (*e == '+' || *e == '-')
+                e++;
+            if (isdigit((unsigned char)*e))
+                for (q = e; isdigit((unsigned char)*q); q++)
+                    ;
+        }
+        *pp = q > s ? q : s + 1;
+        return 0;
+    }
+    if (!has_digits) {          /* a lone sign: libconfig's syntax error */
+        *pp = s + 1;
+        return 0;
+    }
+    uint64_t v = 0;
+    int over = 0;
+    for (const char *d = digits; d < q; d++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            over = 1;
+        else
+            v = v * 10 + (uint64_t)(*d - '0');
+    }
+    int is64 = *q == 'L';
+    if (is64)
+        q += q[1] == 'L' ? 2 : 1;
+    *pp = q;
+    uint64_t max = is64 ? (uint64_t)INT64_MAX : (uint64_t)INT_MAX;
+    if (over || v > max + (uint64_t)neg)
+        return number_out_of_range(p, line, key, s, (size_t)(q - s),
+                                   is64 ? "64-bit integers run from -9223372036854775808 to 9223372036854775807"
+                                        : "integers run from -2147483648 to 2147483647");
+    return 0;
+}
+
+static int prescan(struct parse *p, const char *text)
+{
+    unsigned line = 1;
+    int bol = 1;
+    struct last_key key = { NULL, 0 };
+    for (const char *s = text; *s;) {
+        if (bol) {
+            const char *t = s;
+            while (*t == ' ' || *t == '\t')
+                t++;
+            if (strncmp(t, "@include", 8) == 0)
+                return fail(p, line, "@include is not supported: keep the whole configuration in one file");
+            bol = 0;
+        }
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n') {
+            line++;
+            bol = 1;
+            s++;
+        } else if (c == '/' && s[1] == '*') {
+            for (s += 2; *s && !(s[0] == '*' && s[1] == '/'); s++)
+                if (*s == '\n')
+                    line++;
+            if (*s)
+                s += 2;
+        } else if (c == '#' || (c == '/' && s[1] == '/')) {
+            while (*s && *s != '\n')
+                s++;
+        } else if (c == '"') {
+            for (s++; *s && *s != '"'; s++) {
+                if (*s == '\n') {
+                    line++;
+                } else if (*s == '\\') {
+                    if ((s[1] == 'x' || s[1] == 'X') && is_hex((unsigned char)s[2])
+                        && is_hex((unsigned char)s[3])
+                        && hex_val((unsigned char)s[2]) == 0 && hex_val((unsigned char)s[3]) == 0)
+                        return fail(p, line, "a string holds \\x00, a NUL byte, which no value may contain");
+                    if (s[1] == '\0')
+                        break;
+                    if (s[1] == '\n')
+                        line++;
+                    s++;
+                }
+            }
+            if (*s)
+                s++;
+        } else if (is_name_start(c)) {
+            const char *name = s;
+            while (is_name_char((unsigned char)*s))
+                s++;
+            const char *t = s;
+            while (*t == ' ' || *t == '\t' || *t == '\r')
+                t++;
+            if (*t == '=' || *t == ':') {
+                key.s = name;
+                key.len = (size_t)(s - name);
+            }
+        } else if (isdigit(c) || c == '.'
+                   || ((c == '-' || c == '+') && (isdigit((unsigned char)s[1]) || s[1] == '.'))) {
+            if (prescan_number(p, line, &key, &s) < 0)
+                return -1;
+        } else {
+            s++;
+        }
+    }
+    return 0;
+}
+
+/* ---- typed access to settings ----------------------------------------- */
+
+static unsigned line_of(const config_setting_t *s)
+{
+    return config_setting_source_line(s);
+}
+
+static const char *type_name(const config_setting_t *s)
+{
+    switch (config_setting_type(s)) {
+    case CONFIG_TYPE_GROUP:  return "a group { ... }";
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:  return "an integer";
+    case CONFIG_TYPE_FLOAT:  return "a floating-point number";
+    case CONFIG_TYPE_STRING: return "a string";
+    case CONFIG_TYPE_BOOL:   return "a boolean";
+    case CONFIG_TYPE_ARRAY:  return "an array [ ... ]";
+    case CONFIG_TYPE_LIST:   return "a list ( ... )";
+    default:                 return "nothing";
+    }
+}
+
+/* The member `key` of `grp` as an integer in [lo, hi]. Returns 1 and sets
+ * *out (and *line), 0 when absent, -1 on error. `qual` prefixes the key in
+ * messages ("redis." for the redis group). */
+static int get_int(struct parse *p, const config_setting_t *grp, const char *qual,
+                   const char *key, long lo, long hi, long *out, unsigned *line)
+{
+    config_setting_t *s = config_setting_get_member(grp, key);
+    if (!s)
+        return 0;
+    long long v;
+    if (config_setting_type(s) == CONFIG_TYPE_INT)
+        v = config_setting_get_int(s);
+    else if (config_setting_type(s) == CONFIG_TYPE_INT64)
+        v = config_setting_get_int64(s);
+    else
+        return fail(p, line_of(s), "%s%s must be an integer, not %s", qual, key, type_name(s));
+    if (v < lo || v > hi)
+        return fail(p, line_of(s), "%s%s = %lld: must be between %ld and %ld", qual, key, v, lo, hi);
+    *out = (long)v;
+    if (line)
+        *line = line_of(s);
+    return 1;
+}
+
+static int get_bool(struct parse *p, const config_setting_t *grp, const char *qual,
+                    const char *key, int *out)
+{
+    config_setting_t *s = config_setting_get_member(grp, key);
+    if (!s)
+        return 0;
+    if (config_setting_type(s) != CONFIG_TYPE_BOOL)
+        return fail(p, line_of(s), "%s%s must be true or false, not %s", qual, key, type_name(s));
+    *out = config_setting_get_bool(s);
+    return 1;
+}
+
+static int get_string(struct parse *p, const config_setting_t *grp, const char *qual,
+                      const char *key, const char **out, unsigned *line)
+{
+    config_setting_t *s = config_setting_get_member(grp, key);
+    if (!s)
+        return 0;
+    if (config_setting_type(s) != CONFIG_TYPE_STRING)
+        return fail(p, line_of(s), "%s%s must be a string, not %s", qual, key, type_name(s));
+    *out = config_setting_get_string(s);
+    *line = line_of(s);
+    return 1;
+}
+
+/* Levenshtein distance of two short strings, for "did you mean". */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (la >= 63 || lb >= 63)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* Refuses any member of `grp` not in `keys` (NULL-terminated). `where`
+ * says which group, for the message. */
+static int check_keys(struct parse *p, const config_setting_t *grp, const char *const *keys,
+                      const char *where)
+{
+    int n = config_setting_length(grp);
+    for (int i = 0; i < n; i++) {
+        config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
+        const char *name = config_setting_name(s);
+        if (!name)
+            continue;
+        const char *guess = NULL;
+        size_t best = 3;
+        int known = 0;
+        for (const char *const *k = keys; *k; k++) {
+            if (strcmp(name, *k) == 0) {
+                known = 1;
+                break;
+            }
+            size_t d = edit_distance(name, *k);
+            if (d < best) {
+                best = d;
+                guess = *k;
+            }
+        }
+        if (known)
+            continue;
+        char list[256];
+        size_t o = 0;
+        for (const char *const *k = keys; *k && o < sizeof list; k++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", k == keys ? "" : ", ", *k);
+        struct shown sn;
+        if (guess)
+            return fail(p, line_of(s), "unknown key %s %s (did you mean %s?); valid keys: %s",
+                        show(&sn, name), where, guess, list);
+        return fail(p, line_of(s), "unknown key %s %s; valid keys: %s", show(&sn, name), where, list);
+    }
+    return 0;
+}
+
+/* ---- value syntax ----------------------------------------------------- */
+
+static int name_char_ok(unsigned char c)
+{
+    return isalnum(c) || (c && strchr("_.:/@-", c));
+}
+
+/* Checks a lock name or namespace: 1..DM_NAME_MAX bytes of
+ * [A-Za-z0-9_.:/@-]. Braces would break the {name} hash tag, spaces and
+ * newlines the keys and the logs. On error writes the reason to `why`. */
+static int name_ok(const char *v, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0)
+        return snprintf(why, n, "must not be empty"), 0;
+    if (len > DM_NAME_MAX)
+        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_NAME_MAX), 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!name_char_ok((unsigned char)v[i])) {
+            struct shown_byte b;
+            snprintf(why, n, "%s at byte %zu is not allowed (use letters, digits and _ . : / @ -)",
+                     show_byte(&b, (unsigned char)v[i]), i + 1);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int ident_start(unsigned char c) { return isalpha(c) || c == '_' || c == '$'; }
+static int ident_char(unsigned char c) { return isalnum(c) || c == '_' || c == '$' || c == '.'; }
+static int qualifier_char(unsigned char c) { return isalnum(c) || (c && strchr("_.+/-", c)); }
+
+/* A C identifier or mangled C++ name ([A-Za-z_$][A-Za-z0-9_$.]*) starting
+ * at v[from]. Positions in `why` count from the start of the whole value. */
+static int ident_ok(const char *v, size_t from, char *why, size_t n)
+{
+    const char *id = v + from;
+    if (!*id)
+        return snprintf(why, n, "has no identifier%s", from ? " after the file qualifier" : ""), 0;
+    for (size_t i = 0; id[i]; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (i == 0 ? !ident_start(c) : !ident_char(c)) {
+            struct shown_byte b;
+            snprintf(why, n, "%s at byte %zu is not allowed in a C or mangled C++ name%s",
+                     show_byte(&b, c), from + i + 1,
+                     i == 0 ? " (it must start with a letter, _ or $)" : "");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* "sym" or "file.c:sym"; returns the offset of the identifier, or -1. */
+static long symbol_ok(const char *v, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0)
+        return snprintf(why, n, "must not be empty"), -1;
+    if (len > DM_SYMBOL_MAX)
+        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_SYMBOL_MAX), -1;
+    const char *colon = strchr(v, ':');
+    size_t from = 0;
+    if (colon) {
+        if (colon == v)
+            return snprintf(why, n, "has an empty file qualifier before ':'"), -1;
+        for (const char *q = v; q < colon; q++) {
+            if (!qualifier_char((unsigned char)*q)) {
+                struct shown_byte b;
+                snprintf(why, n, "%s at byte %zu is not allowed in the file qualifier "
+                         "(use letters, digits and _ . + / -)",
+                         show_byte(&b, (unsigned char)*q), (size_t)(q - v) + 1);
+                return -1;
+            }
+        }
+        from = (size_t)(colon - v) + 1;
+    }
+    return ident_ok(v, from, why, n) ? (long)from : -1;
+}
+
+static int object_ok(const char *v, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0)
+        return snprintf(why, n, "must not be empty"), 0;
+    if (len > DM_FILE_NAME_MAX)
+        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_FILE_NAME_MAX), 0;
+    if (strcmp(v, ".") == 0 || strcmp(v, "..") == 0)
+        return snprintf(why, n, "is not a file name"), 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '/')
+            return snprintf(why, n, "must be a file name like libfoo.so.1, without '/'"), 0;
+        if (c <= 0x20 || c == 0x7f) {
+            struct shown_byte b;
+            snprintf(why, n, "%s at byte %zu is not allowed in a file name", show_byte(&b, c), i + 1);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* No whitespace or control bytes, 1..max bytes (host names, user names). */
+static int token_ok(const char *v, int max, int allow_space, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0)
+        return snprintf(why, n, "must not be empty"), 0;
+    if (len > (size_t)max)
+        return snprintf(why, n, "is %zu bytes, the limit is %d", len, max), 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c < 0x20 || c == 0x7f || (c == ' ' && !allow_space)) {
+            struct shown_byte b;
+            snprintf(why, n, "%s at byte %zu is not allowed", show_byte(&b, c), i + 1);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int env_name_ok(const char *v, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0)
+        return snprintf(why, n, "must not be empty"), 0;
+    if (len > DM_ENV_NAME_MAX)
+        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_ENV_NAME_MAX), 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (!(isalpha(c) || c == '_' || (i > 0 && isdigit(c)))) {
+            struct shown_byte b;
+            snprintf(why, n, "%s at byte %zu is not allowed in an environment variable name",
+                     show_byte(&b, c), i + 1);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
+{
+    char *c = strdup(v);
+    if (!c)
+        return fail(p, line, "out of memory");
+    *dst = c;
+    return 0;
+}
+
+/* ---- the sections ----------------------------------------------------- */
+
+static const char *const top_keys[] = {
+    "redis", "namespace", "lease_ms", "renew_ms", "lease_margin_ms", "lock_delay_ms",
+    "on_lease_lost", "on_redis_down", "mutexes", NULL
+};
+static const char *const redis_keys[] = {
+    "host", "port", "unix", "username", "password", "password_env", "db",
+    "connect_timeout_ms", "command_timeout_ms", NULL
+};
+static const char *const mutex_keys[] = {
+    "symbol", "object", "name", "offset", "index", "init_site", "required", "fair", "cache", NULL
+};
+
+static void free_owned(char *s, const char *dflt)
+{
+    if (s != dflt)
+        free(s);
+}
+
+static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
+{
+    config_setting_t *g = config_setting_get_member(root, "redis");
+    if (!g)
+        return 0;
+    if (!config_setting_is_group(g))
+        return fail(p, line_of(g), "redis must be a group { host = ...; port = ...; }, not %s",
+                    type_name(g));
+    if (check_keys(p, g, redis_keys, "in the redis group") < 0)
+        return -1;
+
+    const char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL, *pass_env = NULL;
+    unsigned host_line = 0, unix_line = 0, user_line = 0, pass_line = 0, env_line = 0, port_line = 0;
+    char why[160];
+    struct shown sv;
+    long v;
+    int rc;
+
+    if (get_string(p, g, "redis.", "host", &host, &host_line) < 0
+        || get_string(p, g, "redis.", "unix", &unix_path, &unix_line) < 0
+        || get_string(p, g, "redis.", "username", &user, &user_line) < 0
+        || get_string(p, g, "redis.", "password", &pass, &pass_line) < 0
+        || get_string(p, g, "redis.", "password_env", &pass_env, &env_line) < 0)
+        return -1;
+
+    if (host && unix_path)
+        return fail(p, host_line > unix_line ? host_line : unix_line,
+                    "redis.host (line %u) and redis.unix (line %u) exclude each other: "
+                    "connect over TCP or over a unix socket, not both", host_line, unix_line);
+    if (pass && pass_env)
+        return fail(p, pass_line > env_line ? pass_line : env_line,
+                    "redis.password (line %u) and redis.password_env (line %u) exclude each other",
+                    pass_line, env_line);
+
+    if (host && !token_ok(host, DM_HOST_MAX, 0, why, sizeof why))
+        return fail(p, host_line, "redis.host = %s: %s", show(&sv, host), why);
+    if (host && strchr(host, '/'))
+        return fail(p, host_line, "redis.host = %s: a host name has no '/'; for a socket use redis.unix",
+                    show(&sv, host));
+    if (unix_path && !token_ok(unix_path, DM_UNIX_PATH_MAX, 1, why, sizeof why))
+        return fail(p, unix_line, "redis.unix = %s: %s", show(&sv, unix_path), why);
+    if (user && !token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
+        return fail(p, user_line, "redis.username = %s: %s", show(&sv, user), why);
+    if (pass && !*pass)
+        return fail(p, pass_line, "redis.password must not be empty (leave it out for no AUTH)");
+    if (pass_env) {
+        if (!env_name_ok(pass_env, why, sizeof why))
+            return fail(p, env_line, "redis.password_env = %s: %s", show(&sv, pass_env), why);
+        const char *val = getenv(pass_env);
+        if (!val)
+            return fail(p, env_line, "redis.password_env = %s: environment variable %s is not set",
+                        show(&sv, pass_env), pass_env);
+        if (!*val)
+            return fail(p, env_line, "redis.password_env = %s: environment variable %s is empty",
+                        show(&sv, pass_env), pass_env);
+        pass = val;
+        pass_line = env_line;
+    }
+    if (user && !pass)
+        return fail(p, user_line, "redis.username needs redis.password or redis.password_env");
+
+    if ((rc = get_int(p, g, "redis.", "port", 1, DM_PORT_MAX, &v, &port_line)) < 0)
+        return -1;
+    if (rc && unix_path)
+        return fail(p, port_line, "redis.port has no meaning with redis.unix (line %u)", unix_line);
+    if (rc)
+        r->port = (int)v;
+    if ((rc = get_int(p, g, "redis.", "db", 0, DM_REDIS_DB_MAX, &v, NULL)) < 0)
+        return -1;
+    if (rc)
+        r->db = (int)v;
+    if (get_int(p, g, "redis.", "connect_timeout_ms", DM_TIMEOUT_MIN_MS, DM_TIMEOUT_MAX_MS,
+                &r->connect_timeout_ms, NULL) < 0
+        || get_int(p, g, "redis.", "command_timeout_ms", DM_TIMEOUT_MIN_MS, DM_TIMEOUT_MAX_MS,
+                   &r->command_timeout_ms, NULL) < 0)
+        return -1;
+
+    if (host && dup_into(p, host_line, &r->host, host) < 0)
+        return -1;
+    if (unix_path) {
+        if (dup_into(p, unix_line, &r->unix_path, unix_path) < 0)
+            return -1;
+        r->host = NULL;          /* still the static default: nothing to free */
+    }
+    if (user && dup_into(p, user_line, &r->username, user) < 0)
+        return -1;
+    if (pass && dup_into(p, pass_line, &r->password, pass) < 0)
+        return -1;
+    return 0;
+}
+
+/* The member `key` of `grp` as an integer, range checked by the caller
+ * (limits that depend on other keys). Same returns as get_int. */
+static int get_int_any(struct parse *p, const config_setting_t *grp, const char *key,
+                       long *out, unsigned *line)
+{
+    return get_int(p, grp, "", key, LONG_MIN, LONG_MAX, out, line);
+}
+
+/* lease_ms first: the defaults and limits of the other three follow it. */
+static int parse_timing(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    long renew = 0, margin = 0, delay = 0;
+    unsigned renew_line = 0, margin_line = 0, delay_line = 0;
+    int has_renew, has_margin, has_delay;
+
+    if (get_int(p, root, "", "lease_ms", DM_LEASE_MIN_MS, DM_LEASE_MAX_MS, &cfg->lease_ms, NULL) < 0)
+        return -1;
+    long lease = cfg->lease_ms;
+
+    if ((has_margin = get_int_any(p, root, "lease_margin_ms", &margin, &margin_line)) < 0)
+        return -1;
+    if (has_margin && (margin < 1 || margin > (lease - 1) / 2))
+        return fail(p, margin_line, "lease_margin_ms = %ld: must be between 1 and %ld "
+                    "(less than half of lease_ms = %ld)", margin, (lease - 1) / 2, lease);
+    if (!has_margin)
+        margin = lease / DM_MARGIN_DIVISOR;
+
+    long renew_max = (lease - margin) / 2;
+    if ((has_renew = get_int_any(p, root, "renew_ms", &renew, &renew_line)) < 0)
+        return -1;
+    if (has_renew && (renew < DM_RENEW_MIN_MS || renew > renew_max))
+        return fail(p, renew_line, "renew_ms = %ld: must be between %ld and %ld, so that two "
+                    "renewals fit in lease_ms - lease_margin_ms = %ld", renew, DM_RENEW_MIN_MS,
+                    renew_max, lease - margin);
+    if (!has_renew) {
+        renew = lease / DM_RENEW_DIVISOR;
+        if (renew > renew_max)   /* only a large explicit margin gets here */
+            return fail(p, margin_line, "lease_margin_ms = %ld leaves too little of lease_ms = %ld "
+                        "for renewals: with renew_ms at its default (lease_ms/3 = %ld), "
+                        "2 * renew_ms must be <= lease_ms - lease_margin_ms = %ld; lower "
+                        "lease_margin_ms or set renew_ms to at most %ld",
+                        margin, lease, renew, lease - margin, renew_max);
+    }
+
+    long delay_max = lease < DM_LOCK_DELAY_MAX_MS ? lease : DM_LOCK_DELAY_MAX_MS;
+    if ((has_delay = get_int_any(p, root, "lock_delay_ms", &delay, &delay_line)) < 0)
+        return -1;
+    if (has_delay && (delay < 0 || delay > delay_max))
+        return fail(p, delay_line, "lock_delay_ms = %ld: must be between 0 and %ld (%s)", delay,
+                    delay_max, delay_max == lease ? "at most lease_ms" : "ten minutes");
+    cfg->renew_ms = renew;
+    cfg->lease_margin_ms = margin;
+    cfg->lock_delay_ms = delay;
+    return 0;
+}
+
+static int parse_policies(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    const char *v;
+    unsigned line;
+    struct shown sv;
+    int rc;
+
+    if ((rc = get_string(p, root, "", "on_lease_lost", &v, &line)) < 0)
+        return -1;
+    if (rc) {
+        if (strcmp(v, "abort") == 0)
+            cfg->on_lease_lost = DM_LOST_ABORT;
+        else if (strcmp(v, "warn") == 0)
+            cfg->on_lease_lost = DM_LOST_WARN;
+        else
+            return fail(p, line, "on_lease_lost = %s: must be \"abort\" or \"warn\"", show(&sv, v));
+    }
+    if ((rc = get_string(p, root, "", "on_redis_down", &v, &line)) < 0)
+        return -1;
+    if (rc) {
+        if (strcmp(v, "block") == 0)
+            cfg->on_redis_down = DM_DOWN_BLOCK;
+        else if (strcmp(v, "error") == 0)
+            cfg->on_redis_down = DM_DOWN_ERROR;
+        else if (strcmp(v, "local") == 0)
+            cfg->on_redis_down = DM_DOWN_LOCAL;
+        else
+            return fail(p, line, "on_redis_down = %s: must be \"block\", \"error\" or \"local\"",
+                        show(&sv, v));
+    }
+    if ((rc = get_string(p, root, "", "namespace", &v, &line)) < 0)
+        return -1;
+    if (rc) {
+        char why[160];
+        if (!name_ok(v, why, sizeof why))
+            return fail(p, line, "namespace = %s: %s", show(&sv, v), why);
+        if (dup_into(p, line, &cfg->ns, v) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void mutex_free(struct dm_mutex_config *m)
+{
+    free(m->symbol);
+    free(m->object);
+    free(m->init_site);
+    free(m->name);
+}
+
+static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mutex_config *m)
+{
+    unsigned line = line_of(e);
+    const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL;
+    unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0, off_line = 0, idx_line = 0;
+    char why[200];
+    struct shown sv, sv2;
+    int has_off, has_idx;
+
+    m->line = (int)line;
+    m->offset = 0;
+    m->index = -1;
+    m->required = 1;
+    if (!config_setting_is_group(e))
+        return fail(p, line, "each entry of mutexes must be a group { symbol = \"...\"; }, not %s",
+                    type_name(e));
+    if (check_keys(p, e, mutex_keys, "in a mutex entry") < 0)
+        return -1;
+    if (get_string(p, e, "", "symbol", &sym, &sym_line) < 0
+        || get_string(p, e, "", "init_site", &site, &site_line) < 0
+        || get_string(p, e, "", "object", &obj, &obj_line) < 0
+        || get_string(p, e, "", "name", &name, &name_line) < 0
+        || (has_off = get_int(p, e, "", "offset", 0, DM_OFFSET_MAX, &m->offset, &off_line)) < 0
+        || (has_idx = get_int(p, e, "", "index", 0, DM_INDEX_MAX, &m->index, &idx_line)) < 0
+        || get_bool(p, e, "", "required", &m->required) < 0
+        || get_bool(p, e, "", "fair", &m->fair) < 0
+        || get_bool(p, e, "", "cache", &m->cache) < 0)
+        return -1;
+
+    if (!sym && !site)
+        return fail(p, line, "mutex entry needs symbol = \"...\" (a variable) or "
+                    "init_site = \"...\" (the function that initialises heap mutexes)");
+    if (sym && site)
+        return fail(p, line, "mutex entry has both symbol (line %u) and init_site (line %u); "
+                    "use one per entry", sym_line, site_line);
+    if (has_off && has_idx)
+        return fail(p, line, "mutex entry has both offset (line %u) and index (line %u); "
+                    "use one", off_line, idx_line);
+    if (site && (has_off || has_idx))
+        return fail(p, has_off ? off_line : idx_line, "%s only applies to symbol entries, "
+                    "not to init_site", has_off ? "offset" : "index");
+
+    const char *dflt_name;
+    if (sym) {
+        long from = symbol_ok(sym, why, sizeof why);
+        if (from < 0)
+            return fail(p, sym_line, "symbol = %s: %s", show(&sv, sym), why);
+        dflt_name = sym + from;
+    } else {
+        if (strlen(site) > DM_SYMBOL_MAX)
+            return fail(p, site_line, "init_site = %s: is %zu bytes, the limit is %d",
+                        show(&sv, site), strlen(site), DM_SYMBOL_MAX);
+        if (!ident_ok(site, 0, why, sizeof why))
+            return fail(p, site_line, "init_site = %s: %s", show(&sv, site), why);
+        dflt_name = site;
+    }
+    if (obj && !object_ok(obj, why, sizeof why))
+        return fail(p, obj_line, "object = %s: %s", show(&sv, obj), why);
+    if (name && !name_ok(name, why, sizeof why))
+        return fail(p, name_line, "name = %s: %s", show(&sv, name), why);
+    if (!name && !name_ok(dflt_name, why, sizeof why))
+        return fail(p, sym ? sym_line : site_line, "%s = %s: the lock name defaults to %s, which is "
+                    "not a valid name: %s; set name = \"...\"", sym ? "symbol" : "init_site",
+                    show(&sv, sym ? sym : site), show(&sv2, dflt_name), why);
+
+    if ((sym && dup_into(p, sym_line, &m->symbol, sym) < 0)
+        || (site && dup_into(p, site_line, &m->init_site, site) < 0)
+        || (obj && dup_into(p, obj_line, &m->object, obj) < 0)
+        || dup_into(p, name ? name_line : line, &m->name, name ? name : dflt_name) < 0)
+        return -1;
+    return 0;
+}
+
+static int strcmp_null(const char *a, const char *b)
+{
+    if (!a || !b)
+        return (a != NULL) - (b != NULL);
+    return strcmp(a, b);
+}
+
+/* Orders entries by what they map, then by line, so duplicates sit side
+ * by side with the earlier one first. */
+static int mutex_cmp(const void *pa, const void *pb)
+{
+    const struct dm_mutex_config *a = *(const struct dm_mutex_config *const *)pa;
+    const struct dm_mutex_config *b = *(const struct dm_mutex_config *const *)pb;
+    int c;
+    if ((c = (a->symbol != NULL) - (b->symbol != NULL)) != 0
+        || (c = strcmp_null(a->object, b->object)) != 0
+        || (c = strcmp_null(a->symbol, b->symbol)) != 0
+        || (c = strcmp_null(a->init_site, b->init_site)) != 0
+        || (c = (a->offset > b->offset) - (a->offset < b->offset)) != 0
+        || (c = (a->index > b->index) - (a->index < b->index)) != 0)
+        return c;
+    return (a->line > b->line) - (a->line < b->line);
+}
+
+static int same_target(const struct dm_mutex_config *a, const struct dm_mutex_config *b)
+{
+    return strcmp_null(a->object, b->object) == 0 && strcmp_null(a->symbol, b->symbol) == 0
+        && strcmp_null(a->init_site, b->init_site) == 0
+        && a->offset == b->offset && a->index == b->index;
+}
+
+/* Two entries mapping the same mutex would register it twice; reports the
+ * first repeat in file order, naming both lines. */
+static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t n)
+{
+    if (n < 2)
+        return 0;
+    struct dm_mutex_config **v = malloc(n * sizeof *v);
+    if (!v)
+        return fail(p, 0, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        v[i] = &ms[i];
+    qsort(v, n, sizeof *v, mutex_cmp);
+    const struct dm_mutex_config *first = NULL, *again = NULL;
+    for (size_t i = 1; i < n; i++) {
+        if (same_target(v[i - 1], v[i]) && (!again || v[i]->line < again->line)) {
+            size_t j = i - 1;
+            while (j > 0 && same_target(v[j - 1], v[i]))
+                j--;
+            first = v[j];
+            again = v[i];
+        }
+    }
+    free(v);
+    if (!again)
+        return 0;
+    struct shown sv;
+    if (again->init_site)
+        return fail(p, (unsigned)again->line, "mutex entry repeats the one at line %d "
+                    "(same object and init_site = %s)", first->line, show(&sv, again->init_site));
+    return fail(p, (unsigned)again->line, "mutex entry repeats the one at line %d "
+                "(same object, symbol = %s, offset and index)", first->line, show(&sv, again->symbol));
+}
+
+static int parse_mutexes(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    config_setting_t *l = config_setting_get_member(root, "mutexes");
+    if (!l)
+        return 0;
+    if (!config_setting_is_list(l) && !config_setting_is_array(l))
+        return fail(p, line_of(l), "mutexes must be a list ( { symbol = \"...\"; }, ... ) of "
+                    "groups, not %s", type_name(l));
+    int n = config_setting_length(l);
+    if (n <= 0)
+        return 0;
+    cfg->mutexes = calloc((size_t)n, sizeof *cfg->mutexes);
+    if (!cfg->mutexes)
+        return fail(p, line_of(l), "out of memory");
+    for (int i = 0; i < n; i++) {
+        struct dm_mutex_config *m = &cfg->mutexes[cfg->nmutexes];
+        int rc = parse_mutex(p, config_setting_get_elem(l, (unsigned)i), m);
+        if (rc < 0) {
+            mutex_free(m);
+            return -1;
+        }
+        cfg->nmutexes++;
+    }
+    return check_duplicates(p, cfg->mutexes, cfg->nmutexes);
+}
+
+/* libconfig's "syntax error" alone is terse: quote the line it points at. */
+static int syntax_error(struct parse *p, const config_t *lc, const char *text)
+{
+    const char *what = config_error_text(lc) ? config_error_text(lc) : "cannot parse";
+    int line = config_error_line(lc);
+    const char *s = text;
+    for (int l = 1; l < line && s; l++) {
+        s = strchr(s, '\n');
+        if (s)
+            s++;
+    }
+    if (line < 1 || !s)
+        return fail(p, line > 0 ? (unsigned)line : 0, "%s", what);
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t len = strcspn(s, "\n");
+    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\r'))
+        len--;
+    if (len == 0)
+        return fail(p, (unsigned)line, "%s", what);
+    char near[DM_SHOW_MAX + 1];
+    size_t n = len < DM_SHOW_MAX ? len : DM_SHOW_MAX;
+    memcpy(near, s, n);
+    near[n] = '\0';
+    struct shown sv;
+    return fail(p, (unsigned)line, "%s in %s", what, show(&sv, near));
+}
+
+static int load_text(const char *text, const char *label, struct dm_config *out,
+                     char *err, size_t errlen)
+{
+    struct parse p = { .label = label ? label : "(string)", .err = err, .errlen = errlen };
+    struct dm_config cfg;
+    config_t lc;
+    int rc = -1;
+
+    dm_config_defaults(out);
+    if (err && errlen)
+        err[0] = '\0';
+    if (!text)
+        return fail(&p, 0, "no configuration text");
+    if (prescan(&p, text) < 0)
+        return -1;
+    config_init(&lc);
+    if (!config_read_string(&lc, text)) {
+        syntax_error(&p, &lc, text);
+        config_destroy(&lc);
+        return -1;
+    }
+    dm_config_defaults(&cfg);
+    config_setting_t *root = config_root_setting(&lc);
+    if (check_keys(&p, root, top_keys, "at the top level") == 0
+        && parse_redis(&p, root, &cfg.redis) == 0
+        && parse_timing(&p, root, &cfg) == 0
+        && parse_policies(&p, root, &cfg) == 0
+        && parse_mutexes(&p, root, &cfg) == 0
+        && dup_into(&p, 0, &cfg.path, p.label) == 0)
+        rc = 0;
+    config_destroy(&lc);
+    if (rc < 0) {
+        dm_config_free(&cfg);
+        return -1;
+    }
+    *out = cfg;
+    return 0;
+}
+
+/* ---- public ----------------------------------------------------------- */
+
+void dm_config_defaults(struct dm_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->redis.host = default_host;
+    cfg->redis.port = DM_REDIS_PORT_DEFAULT;
+    cfg->redis.connect_timeout_ms = DM_CONNECT_TIMEOUT_MS;
+    cfg->redis.command_timeout_ms = DM_COMMAND_TIMEOUT_MS;
+    cfg->ns = default_ns;
+    cfg->lease_ms = DM_LEASE_DEFAULT_MS;
+    cfg->renew_ms = DM_LEASE_DEFAULT_MS / DM_RENEW_DIVISOR;
+    cfg->lease_margin_ms = DM_LEASE_DEFAULT_MS / DM_MARGIN_DIVISOR;
+    cfg->lock_delay_ms = 0;
+    cfg->on_lease_lost = DM_LOST_ABORT;
+    cfg->on_redis_down = DM_DOWN_BLOCK;
+}
+
+int dm_config_load_string(const char *text, const char *label,
+                          struct dm_config *cfg, char *err, size_t errlen)
+{
+    return load_text(text, label, cfg, err, errlen);
+}
+
+/* Reads the file whole (bounded) rather than handing libconfig a FILE, so
+ * that the pre-scan sees exactly what libconfig parses and a NUL byte in
+ * the file is reported instead of silently ending it. Pipes and
+ * /dev/fd/N work too: `dmutex run -c <(...)`. */
+static char *read_file(const char *path, size_t *len_out, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fail_plain(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *text = malloc(cap);
+    while (text) {
+        if (len + 1 == cap) {
+            if (cap > (size_t)DM_CONFIG_FILE_MAX) {
+                fail_plain(err, errlen, "%s: cannot read: larger than %ld bytes, too large for "
+                           "a config file", path, DM_CONFIG_FILE_MAX);
+                free(text);
+                close(fd);
+                return NULL;
+            }
+            char *bigger = realloc(text, cap * 2);
+            if (!bigger)
+                break;
+            text = bigger;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, text + len, cap - 1 - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            fail_plain(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+            free(text);
+            close(fd);
+            return NULL;
+        }
+        if (r == 0) {
+            close(fd);
+            text[len] = '\0';
+            *len_out = len;
+            return text;
+        }
+        len += (size_t)r;
+    }
+    free(text);
+    close(fd);
+    fail_plain(err, errlen, "%s: cannot read: out of memory", path);
+    return NULL;
+}
+
+int dm_config_load(const char *path, struct dm_config *cfg, char *err, size_t errlen)
+{
+    dm_config_defaults(cfg);
+    if (err && errlen)
+        err[0] = '\0';
+    if (!path || !*path)
+        return fail_plain(err, errlen, "config: no file name given");
+    size_t len;
+    char *text = read_file(path, &len, err, errlen);
+    if (!text)
+        return -1;
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        struct parse p = { .label = path, .err = err, .errlen = errlen };
+        unsigned line = 1;
+        for (const char *s = text; s < nul; s++)
+            line += *s == '\n';
+        free(text);
+        return fail(&p, line, "the file holds a NUL byte: a config file is text");
+    }
+    int rc = load_text(text, path, cfg, err, errlen);
+    free(text);
+    return rc;
+}
+
+static int percent_decode(const char *s, size_t len, char **out)
+{
+    char *d = malloc(len + 1);
+    if (!d)
+        return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '%') {
+            if (i + 2 >= len)
+                goto bad;
+            if (!is_hex((unsigned char)s[i + 1]) || !is_hex((unsigned char)s[i + 2]))
+                goto bad;
+            int c = hex_val((unsigned char)s[i + 1]) << 4 | hex_val((unsigned char)s[i + 2]);
+            if (c == 0)
+                goto bad;
+            d[o++] = (char)c;
+            i += 2;
+        } else {
+            d[o++] = s[i];
+        }
+    }
+    d[o] = '\0';
+    *out = d;
+    return 0;
+bad:
+    free(d);
+    return -2;
+}
+
+/* Digits only, value in [lo, hi]. */
+static int parse_url_number(const char *s, size_t len, long lo, long hi, long *out)
+{
+    if (len == 0 || len > 9)
+        return -1;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The URL names the whole endpoint: host and port, or the socket, and the
+ * db. Credentials are replaced only when the URL carries them, so a
+ * password can stay in password_env instead of a URL in the environment. */
+int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen)
+{
+    char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL;
+    long port = DM_REDIS_PORT_DEFAULT, db = 0;
+    int has_cred = 0;
+    struct shown su, sv;
+
+    if (err && errlen)
+        err[0] = '\0';
+    if (!url || !*url)
+        return fail_plain(err, errlen, "redis URL is empty (use redis://host:port/db or unix:///path)");
+    show(&su, url);
+    if (strncasecmp(url, "rediss://", 9) == 0)
+        return fail_plain(err, errlen, "redis URL %s: TLS is not supported by this build", su.s);
+
+    if (strncasecmp(url, "unix://", 7) == 0) {
+        const char *path = url + 7;
+        size_t plen = strcspn(path, "?");
+        if (plen == 0 || path[0] != '/')
+            return fail_plain(err, errlen, "redis URL %s: needs an absolute socket path, as in "
+                              "unix:///run/redis.sock", su.s);
+        if (path[plen] == '?') {
+            const char *q = path + plen + 1;
+            if (strncmp(q, "db=", 3) != 0 || parse_url_number(q + 3, strlen(q + 3), 0,
+                                                              DM_REDIS_DB_MAX, &db) < 0)
+                return fail_plain(err, errlen, "redis URL %s: the only query is ?db=N with N "
+                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
+        }
+        if (plen > (size_t)DM_UNIX_PATH_MAX)
+            return fail_plain(err, errlen, "redis URL %s: the socket path is %zu bytes, the "
+                              "limit is %d", su.s, plen, DM_UNIX_PATH_MAX);
+        for (size_t i = 0; i < plen; i++)
+            if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
+                return fail_plain(err, errlen, "redis URL %s: control character in the socket path",
+                                  su.s);
+        unix_path = strndup(path, plen);
+        if (!unix_path)
+            return fail_plain(err, errlen, "redis URL: out of memory");
+        port = 0;
+    } else if (strncasecmp(url, "redis://", 8) == 0) {
+        const char *a = url + 8;
+        size_t alen = strcspn(a, "/?#");
+        const char *at = NULL;
+        for (const char *q = a; q < a + alen; q++)
+            if (*q == '@')
+                at = q;          /* the last one: a raw '@' may sit in a password */
+        const char *hp = a;
+        if (at) {
+            const char *colon = memchr(a, ':', (size_t)(at - a));
+            const char *pw = colon ? colon + 1 : a;
+            int r = 0;
+            if (colon && colon > a)
+                r = percent_decode(a, (size_t)(colon - a), &user);
+            if (r == 0)
+                r = percent_decode(pw, (size_t)(at - pw), &pass);
+            if (r == -1) {
+                free(user);
+                return fail_plain(err, errlen, "redis URL: out of memory");
+            }
+            if (r == -2) {
+                free(user);
+                return fail_plain(err, errlen, "redis URL: bad %%-escape in the user name or "
+                                  "password (%%XX with two hex digits, not %%00)");
+            }
+            if (!*pass) {
+                free(user);
+                free(pass);
+                return fail_plain(err, errlen, "redis URL: empty password before '@' "
+                                  "(leave out user:password@ for no AUTH)");
+            }
+            has_cred = 1;
+            hp = at + 1;
+        }
+        size_t hlen = (size_t)(a + alen - hp);
+        const char *h = hp, *port_s = NULL;
+        size_t host_len;
+        if (hlen > 0 && hp[0] == '[') {     /* [IPv6]:port */
+            const char *close = memchr(hp, ']', hlen);
+            if (!close)
+                goto bad_host;
+            h = hp + 1;
+            host_len = (size_t)(close - h);
+            if (close + 1 < hp + hlen) {
+                if (close[1] != ':')
+                    goto bad_host;
+                port_s = close + 2;
+            }
+        } else {
+            const char *colon = memchr(hp, ':', hlen);
+            host_len = colon ? (size_t)(colon - hp) : hlen;
+            if (colon)
+                port_s = colon + 1;
+        }
+        if (host_len == 0 || host_len > DM_HOST_MAX)
+            goto bad_host;
+        for (size_t i = 0; i < host_len; i++)
+            if ((unsigned char)h[i] <= 0x20 || h[i] == 0x7f)
+                goto bad_host;
+        if (port_s && parse_url_number(port_s, (size_t)(a + alen - port_s), 1, DM_PORT_MAX, &port) < 0) {
+            free(user);
+            free(pass);
+            return fail_plain(err, errlen, "redis URL %s: the port must be a number from 1 to %ld",
+                              su.s, DM_PORT_MAX);
+        }
+        const char *rest = a + alen;
+        if (*rest == '/' && rest[1]) {
+            if (parse_url_number(rest + 1, strlen(rest + 1), 0, DM_REDIS_DB_MAX, &db) < 0) {
+                free(user);
+                free(pass);
+                return fail_plain(err, errlen, "redis URL %s: the path must be a database number "
+                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
+            }
+        } else if (*rest && strcmp(rest, "/") != 0) {
+            free(user);
+            free(pass);
+            return fail_plain(err, errlen, "redis URL %s: unexpected %s after the host "
+                              "(redis://[user:password@]host[:port][/db])", su.s, show(&sv, rest));
+        }
+        host = strndup(h, host_len);
+        if (!host) {
+            free(user);
+            free(pass);
+            return fail_plain(err, errlen, "redis URL: out of memory");
+        }
+    } else {
+        size_t slen = strcspn(url, ":");
+        if (url[slen] == ':' && slen < 32)
+            return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis:// or "
+                              "unix://)", su.s, (int)slen, url);
+        return fail_plain(err, errlen, "redis URL %s: must start with redis:// or unix://", su.s);
+    }
+
+    free_owned(cfg->redis.host, default_host);
+    free(cfg->redis.unix_path);
+    cfg->redis.host = host;
+    cfg->redis.unix_path = unix_path;
+    cfg->redis.port = (int)port;
+    cfg->redis.db = (int)db;
+    if (has_cred) {
+        free(cfg->redis.username);
+        free(cfg->redis.password);
+        cfg->redis.username = user;
+        cfg->redis.password = pass;
+    }
+    return 0;
+
+bad_host:
+    free(user);
+    free(pass);
+    return fail_plain(err, errlen, "redis URL %s: bad or missing host "
+                      "(redis://[user:password@]host[:port][/db])", su.s);
+}
+
+void dm_config_free(struct dm_config *cfg)
+{
+    if (!cfg)
+        return;
+    free(cfg->path);
+    free_owned(cfg->redis.host, default_host);
+    free(cfg->redis.unix_path);
+    free(cfg->redis.username);
+    free(cfg->redis.password);
+    free_owned(cfg->ns, default_ns);
+    for (size_t i = 0; i < cfg->nmutexes; i++)
+        mutex_free(&cfg->mutexes[i]);
+    free(cfg->mutexes);
+    dm_config_defaults(cfg);
+}
