@@ -582,14 +582,18 @@ static int choose(const struct table *t, const struct object *o, const char *sym
  * x86-64, PIE) program that names it directly gets a copy relocation, and
  * from then on every user, the library included, uses the executable's
  * copy. The dynamic linker knows which copy is live; believe it when its
- * answer is the same size, and our own table otherwise. */
-static uintptr_t live_copy(const struct object *o, const struct sym *s, uintptr_t addr)
+ * answer is the same size, and our own table otherwise. `name` is the
+ * caller's string (a global's name is always written unqualified). Called
+ * without cache_lock: dlsym takes the loader's lock, which a dlopen hook
+ * calling us may already hold. */
+static uintptr_t live_copy(const struct object *o, const char *name, const struct sym *s,
+                           uintptr_t addr)
 {
     int bind = GELF_ST_BIND(s->info);
     if (o->is_exe || (bind != STB_GLOBAL && bind != STB_WEAK) ||
         GELF_ST_VISIBILITY(s->other) != STV_DEFAULT || GELF_ST_TYPE(s->info) == STT_TLS)
         return addr;
-    void *p = dlsym(RTLD_DEFAULT, s->name);
+    void *p = dlsym(RTLD_DEFAULT, name);
     if (!p || (uintptr_t)p == addr)
         return addr;
     Dl_info info;
@@ -621,8 +625,10 @@ static int resolve(const char *object, const char *symbol, enum want want,
     rc = get_table(o, &t, err, errlen);
     if (rc == 0)
         rc = choose(t, o, symbol, want, &s, err, errlen);
-    if (rc == 0)
-        *out = *s;              /* a copy: a flush may free the table */
+    if (rc == 0) {
+        *out = *s;              /* a copy, without pointers into a table */
+        out->name = out->file = NULL;   /* that a flush may free */
+    }
     pthread_mutex_unlock(&cache_lock);
     if (rc != 0)
         return rc;
@@ -659,7 +665,7 @@ int dm_symbols_find(const char *object, const char *symbol, long offset,
         seterr(err, errlen, "%s in %s is %llu bytes, a mutex needs %zu at offset %ld",
                symbol, base_name(o->label), (unsigned long long)s.size, need, offset);
     } else {
-        *addr = live_copy(o, &s, a) + (uintptr_t)offset;
+        *addr = live_copy(o, symbol, &s, a) + (uintptr_t)offset;
         rc = 0;
     }
 out:
