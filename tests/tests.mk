@@ -29,3 +29,5 @@ $(B)/tests/progs/%: tests/progs/%.c | $(B)/tests/progs
 
 $(B)/tests/progs:
 	mkdir -p $@
+
+PROG_LIBS_counter = $(shell pkg-config --libs hiredis)

@@ -1,0 +1,286 @@
+/* cluster: acquire and release as Lua scripts (shim/lua/), waiting through
+ * notify, failures through the on_redis_down policy. A waiter subscribes
+ * before its second attempt, so a release between a failed attempt and the
+ * subscription cannot be missed; after that it sleeps until a notice or the
+ * holder's remaining lease (capped), never on a fixed poll. */
+#include "cluster.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "notify.h"
+#include "redis.h"
+
+#define DM_RELEASE_TRIES 3
+
+static const struct dm_config *ccfg;
+static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dm_cluster_lock *locks;
+static char process_id[33];
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static void new_process_id(void)
+{
+    unsigned char r[16];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n <= 0) {
+            /* getrandom cannot fail on Linux >= 3.17 with a seeded pool;
+             * if it does, mix what identifies this process uniquely. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid() << 40;
+            for (size_t i = got; i < sizeof r; i++, x = x * 6364136223846793005ULL + 1)
+                r[i] = (unsigned char)(x >> 56);
+            break;
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof r; i++)
+        snprintf(process_id + 2 * i, 3, "%02x", r[i]);
+}
+
+void dm_cluster_init(const struct dm_config *cfg)
+{
+    ccfg = cfg;
+    dm_redis_setup(&cfg->redis);
+    new_process_id();
+}
+
+const struct dm_config *dm_cluster_config(void)
+{
+    return ccfg;
+}
+
+const char *dm_cluster_process_id(void)
+{
+    return process_id;
+}
+
+void dm_cluster_owner(char *buf, unsigned long seq)
+{
+    snprintf(buf, DM_OWNER_MAX, "%s:%lu", process_id, seq);
+}
+
+struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
+{
+    pthread_mutex_lock(&locks_mu);
+    struct dm_cluster_lock *l;
+    for (l = locks; l; l = l->next)
+        if (strcmp(l->name, name) == 0)
+            break;
+    if (!l && (l = calloc(1, sizeof *l)) != NULL) {
+        const char *ns = ccfg->ns;
+        if (!(l->name = strdup(name)) ||
+            asprintf(&l->key, "%s:{%s}", ns, name) < 0 ||
+            asprintf(&l->token_key, "%s:{%s}:token", ns, name) < 0 ||
+            asprintf(&l->holder_key, "%s:{%s}:holder", ns, name) < 0 ||
+            asprintf(&l->channel, "%s:{%s}:released", ns, name) < 0 ||
+            !(l->chan = dm_notify_chan(l->channel))) {
+            /* asprintf leaves its pointer undefined on failure: leak rather
+             * than free garbage; this only happens out of memory. */
+            l = NULL;
+        } else {
+            l->next = locks;
+            locks = l;
+        }
+    }
+    pthread_mutex_unlock(&locks_mu);
+    return l;
+}
+
+enum attempt { ATT_GRANTED, ATT_HELD, ATT_DOWN };
+
+/* One acquire script call. ATT_HELD sets *pttl (may be <= 0: unknown). */
+static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, struct dm_grant *g,
+                            long *pttl, char *err, size_t errlen)
+{
+    struct dm_conn *conn = dm_redis_get(err, errlen);
+    if (!conn)
+        return ATT_DOWN;
+    char lease[24], delay[24];
+    snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
+    snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
+    const char *args[] = { l->key, l->token_key, l->holder_key, owner, lease, delay };
+    int broken;
+    redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_ACQUIRE, 3, 6, args, &broken, err, errlen);
+    dm_redis_put(conn, broken);
+    if (!r)
+        return ATT_DOWN;
+    enum attempt res = ATT_DOWN;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
+        if (r->element[0]->integer == 1 && r->elements >= 3) {
+            g->token = (uint64_t)r->element[1]->integer;
+            g->owner_dead = r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 1;
+            g->local_only = 0;
+            res = ATT_GRANTED;
+        } else if (r->element[0]->integer == 0) {
+            *pttl = (long)r->element[1]->integer;
+            res = ATT_HELD;
+        }
+    }
+    if (res == ATT_DOWN)
+        snprintf(err, errlen, "redis at %s: acquire.lua on %s: unexpected reply", dm_redis_addr(), l->key);
+    freeReplyObject(r);
+    return res;
+}
+
+static long remaining_ms(const struct timespec *deadline)
+{
+    if (!deadline)
+        return -1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ms = (deadline->tv_sec - now.tv_sec) * 1000LL +
+                   (deadline->tv_nsec - now.tv_nsec) / 1000000;
+    if (ms <= 0 && (deadline->tv_sec > now.tv_sec ||
+                    (deadline->tv_sec == now.tv_sec && deadline->tv_nsec > now.tv_nsec)))
+        ms = 1;     /* less than a millisecond left: one more short wait */
+    return ms < 0 ? 0 : (long)ms;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
+                       const struct timespec *deadline, int flags, struct dm_grant *g)
+{
+    static long down_logged;
+    char err[DM_ERR_MAX];
+    long backoff = DM_BACKOFF_MIN_MS;
+    int subscribed = 0, was_down = 0;
+    long long down_since = 0;
+
+    for (;;) {
+        unsigned long seen = subscribed ? dm_notify_seq(l->chan) : 0;
+        long pttl = 0;
+        switch (attempt(l, owner, g, &pttl, err, sizeof err)) {
+        case ATT_GRANTED:
+            if (was_down)
+                dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
+                        l->name, dm_redis_addr(), now_ms() - down_since);
+            return 0;
+
+        case ATT_DOWN:
+            if (flags & DM_ACQ_TRY)
+                return EBUSY;
+            if (ccfg->on_redis_down == DM_DOWN_ERROR) {
+                dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                             "lock %s: %s; returning EAGAIN (on_redis_down = \"error\")", l->name, err);
+                return EAGAIN;
+            }
+            if (ccfg->on_redis_down == DM_DOWN_LOCAL) {
+                dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                             "lock %s: %s; locking this process only (on_redis_down = \"local\")",
+                             l->name, err);
+                memset(g, 0, sizeof *g);
+                g->local_only = 1;
+                return 0;
+            }
+            if (!was_down) {
+                was_down = 1;
+                down_since = now_ms();
+            }
+            dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                         "lock %s: %s; waiting for redis (down %lld ms)", l->name, err,
+                         now_ms() - down_since);
+            {
+                long left = remaining_ms(deadline);
+                if (left == 0)
+                    return ETIMEDOUT;
+                long d = backoff / 2 + random() % (backoff / 2 + 1);
+                sleep_ms(left >= 0 && left < d ? left : d);
+                backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
+            }
+            continue;
+
+        case ATT_HELD:
+            break;
+        }
+
+        backoff = DM_BACKOFF_MIN_MS;
+        if (flags & DM_ACQ_TRY)
+            return EBUSY;
+        long left = remaining_ms(deadline);
+        if (left == 0)
+            return ETIMEDOUT;
+        if (!subscribed) {
+            long to = ccfg->redis.command_timeout_ms;
+            if (left >= 0 && left < to)
+                to = left;
+            if (dm_notify_subscribe(l->chan, to) == 0) {
+                subscribed = 1;
+                continue;       /* the second attempt, now that no notice can be missed */
+            }
+        }
+        long wait = pttl > 0 && pttl < DM_WAIT_CAP_MS ? pttl : DM_WAIT_CAP_MS;
+        if (left >= 0 && left < wait)
+            wait = left;
+        if (subscribed)
+            dm_notify_wait(l->chan, seen, wait);
+        else
+            sleep_ms(wait);
+    }
+}
+
+int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+{
+    char err[DM_ERR_MAX], tok[24], keep[24];
+    snprintf(tok, sizeof tok, "%" PRIu64, token);
+    snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
+    const char *args[] = { l->key, l->holder_key, owner, tok, l->channel, keep };
+    for (int i = 0; i < DM_RELEASE_TRIES; i++) {
+        struct dm_conn *conn = dm_redis_get(err, sizeof err);
+        if (!conn) {
+            sleep_ms(DM_BACKOFF_MIN_MS << i);
+            continue;
+        }
+        int broken;
+        redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 2, 6, args, &broken,
+                                        err, sizeof err);
+        dm_redis_put(conn, broken);
+        if (!r) {
+            if (!broken)
+                break;  /* an error reply: retrying will not change it */
+            continue;
+        }
+        long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        freeReplyObject(r);
+        if (v == 1 || v == 2)
+            return 0;
+        if (v == 0)
+            return EPERM;
+        snprintf(err, sizeof err, "redis at %s: release.lua on %s: unexpected reply",
+                 dm_redis_addr(), l->key);
+        break;
+    }
+    dm_error("lock %s: release failed (%s); the lock frees itself when its lease "
+             "(%ld ms) runs out", l->name, err, ccfg->lease_ms);
+    return EIO;
+}
+
+void dm_cluster_atfork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&locks_mu, &fresh, sizeof fresh);
+    new_process_id();
+}

@@ -1,0 +1,74 @@
+/* cluster: the lock protocol of DESIGN.md, over Redis: acquire (reentrant
+ * hash with a lease, fencing token, owner-dead detection), waiting on
+ * release notices, release, and the owner identity of this process.
+ * Independent of pthread_mutex_t: a test drives it with a real Redis and no
+ * LD_PRELOAD. Blocking calls; any thread may call them. */
+#ifndef DM_CLUSTER_H
+#define DM_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "config.h"
+
+#define DM_OWNER_MAX     64
+#define DM_WAIT_CAP_MS   1000   /* longest sleep between attempts without a notice */
+#define DM_BACKOFF_MIN_MS 50    /* first retry after Redis failed us */
+#define DM_BACKOFF_MAX_MS 2000
+#define DM_DOWN_LOG_EVERY_MS 5000
+
+/* One lock name, interned: every caller naming "x" gets the same record,
+ * which lives until the process ends. */
+struct dm_cluster_lock {
+    char *name;
+    char *key;          /* ns:{name}           hash owner -> count, lease */
+    char *token_key;    /* ns:{name}:token     fencing counter */
+    char *holder_key;   /* ns:{name}:holder    how the last grant ended */
+    char *channel;      /* ns:{name}:released  release notices */
+    struct dm_notify_chan *chan;
+    struct dm_cluster_lock *next;
+};
+
+struct dm_grant {
+    uint64_t token;     /* fencing token of this hold */
+    int owner_dead;     /* the previous holder's lease expired unreleased */
+    int local_only;     /* on_redis_down = "local" and Redis was down: no cluster hold */
+};
+
+/* Keeps the config (it must outlive every lock). No I/O. */
+void dm_cluster_init(const struct dm_config *cfg);
+const struct dm_config *dm_cluster_config(void);
+
+/* The interned record for `name`; NULL on ENOMEM. */
+struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
+
+/* This process's random id (32 hex digits), new in every fork child. */
+const char *dm_cluster_process_id(void);
+
+/* Writes "<process id>:<seq>" into buf (DM_OWNER_MAX bytes). */
+void dm_cluster_owner(char *buf, unsigned long seq);
+
+#define DM_ACQ_TRY 1    /* one attempt only */
+
+/* Acquires `l` for `owner`, waiting for releases (notices, or at most
+ * DM_WAIT_CAP_MS / the holder's remaining lease between attempts) until
+ * `deadline` (CLOCK_MONOTONIC, NULL: no limit). Through a Redis outage it
+ * retries with capped exponential backoff and jitter, logging every few
+ * seconds, unless on_redis_down says otherwise.
+ * Returns 0 (g filled), EBUSY (DM_ACQ_TRY and held elsewhere or Redis
+ * unreachable), ETIMEDOUT, or EAGAIN (Redis unreachable and
+ * on_redis_down = "error"). */
+int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
+                       const struct timespec *deadline, int flags, struct dm_grant *g);
+
+/* Ends the hold `owner` got with fencing token `token`. Safe to retry: a
+ * release whose reply was lost is recognised. Returns 0, EPERM when the
+ * hold was no longer there (its lease expired: it was lost), or EIO when
+ * Redis could not be reached within a few command timeouts (the lease will
+ * run out on its own). */
+int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
+
+void dm_cluster_atfork_child(void);
+
+#endif

@@ -1,0 +1,10 @@
+/* The Lua scripts of shim/lua/, embedded at build time by
+ * tools/embed-lua.sh. One constant per file, named dm_lua_<file>. */
+#ifndef DM_LUA_SCRIPTS_H
+#define DM_LUA_SCRIPTS_H
+
+extern const char dm_lua_acquire[];
+extern const char dm_lua_release[];
+extern const char dm_lua_renew[];
+
+#endif

@@ -1,0 +1,62 @@
+/* mapped: what a mapped mutex means (DESIGN.md, "Semantics of a mapped
+ * mutex"). Sits between preload's exported symbols and cluster: the
+ * per-name gate that lets one thread per process talk to Redis for a name,
+ * the order of the two levels, recursion, error checks, robust owners,
+ * condition variables, fork and exit. */
+#ifndef DM_MAPPED_H
+#define DM_MAPPED_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "config.h"
+
+struct dm_name;
+
+/* One mapped address. */
+struct dm_entry {
+    const void *addr;
+    struct dm_name *nm;
+    unsigned long holder;       /* thread seq holding it through the shim, 0: none (atomic) */
+    unsigned long depth;        /* recursive depth of that hold */
+    int robust_state;           /* DM_ROBUST_* */
+    int heap;                   /* made by init_site or dmutex_name: removed by destroy */
+    struct dm_entry *next_free;
+};
+
+enum { DM_ROBUST_OK, DM_ROBUST_INCONSISTENT, DM_ROBUST_NOTRECOVERABLE };
+
+/* Sets up from a loaded config (no I/O, no threads): called by the
+ * constructor. */
+void dm_mapped_init(const struct dm_config *cfg);
+
+/* Maps `addr` under lock name `name` and adds it to the registry. Returns
+ * 0, EEXIST (already mapped under another name), or ENOMEM. */
+int dm_mapped_add(const void *addr, const char *name, int heap);
+
+/* Unmaps a heap entry (pthread_mutex_destroy of an init_site mutex). */
+void dm_mapped_remove(const void *addr);
+
+enum dm_lock_mode { DM_LOCK, DM_TRYLOCK, DM_TIMEDLOCK };
+
+int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mode,
+                   clockid_t clk, const struct timespec *abstime);
+int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m);
+int dm_mapped_consistent(struct dm_entry *e, pthread_mutex_t *m);
+int dm_mapped_destroy(struct dm_entry *e, pthread_mutex_t *m);
+int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_mutexattr_t *a);
+
+/* cond_wait family: `abstime` NULL for pthread_cond_wait. */
+int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *m,
+                        int timed, clockid_t clk, const struct timespec *abstime);
+
+/* Fencing token of the calling thread's hold of e, 0 if it holds none. */
+uint64_t dm_mapped_token(struct dm_entry *e);
+
+void dm_mapped_atfork_child(void);
+
+/* Releases every cluster hold still held (process exit). */
+void dm_mapped_release_all(void);
+
+#endif

@@ -1,0 +1,35 @@
+/* notify: the one subscriber connection and thread of a process. A waiter
+ * subscribes to its lock's release channel (once per name per process; the
+ * subscription is kept), then sleeps until the channel's notice count moves
+ * or its timeout passes. Knows nothing of the scripts or of what a notice
+ * means. */
+#ifndef DM_NOTIFY_H
+#define DM_NOTIFY_H
+
+struct dm_notify_chan;
+
+/* The record of `channel`, made on first use (no I/O). NULL on ENOMEM. */
+struct dm_notify_chan *dm_notify_chan(const char *channel);
+
+/* Makes sure the channel is subscribed, starting the subscriber thread on
+ * first need. Returns 0 once the server has confirmed the subscription, or
+ * ETIMEDOUT after timeout_ms (server unreachable: the caller falls back to
+ * timed retries). */
+int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms);
+
+/* The channel's notice count: read it before an acquire attempt, and wait
+ * for it to move after the attempt fails. */
+unsigned long dm_notify_seq(struct dm_notify_chan *ch);
+
+/* Sleeps until the count differs from `seen` (0) or timeout_ms passes
+ * (ETIMEDOUT). The count also moves when the subscriber connection is lost
+ * and remade, so that no waiter sleeps through a notice it could not get. */
+int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_ms);
+
+/* Notices received by this process (all channels), for tests and stats. */
+unsigned long dm_notify_received(void);
+
+/* In a fork child: no thread, no connection, nothing subscribed. */
+void dm_notify_atfork_child(void);
+
+#endif

@@ -1,0 +1,70 @@
+/* registry: mutex address -> mapped entry. The one question the passthrough
+ * path asks, so a lookup is a few loads: no lock, no malloc, no call. The
+ * table is open-addressed and published through one atomic pointer; writers
+ * (start-up, dlopen, init_site, dmutex_name) serialise among themselves,
+ * insert in place while there is room, and publish a doubled copy when
+ * there is not. Old tables are kept, never freed, because a reader may still
+ * be walking one; their total size is bounded by the current table's.
+ * Knows nothing of Redis, config syntax or what an entry holds. */
+#ifndef DM_REGISTRY_H
+#define DM_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DM_REGISTRY_EMPTY   ((uintptr_t)0)
+#define DM_REGISTRY_DELETED ((uintptr_t)1)
+
+struct dm_registry_slot {
+    uintptr_t key;              /* mutex address, EMPTY or DELETED */
+    void *value;
+};
+
+struct dm_registry_table {
+    size_t mask;                /* capacity - 1; capacity is a power of two */
+    size_t used;                /* live + deleted slots (writer's count) */
+    size_t live;
+    struct dm_registry_table *older;    /* retired tables, for the record */
+    struct dm_registry_slot slots[];
+};
+
+/* NULL while nothing is mapped: the one-load early exit. */
+extern struct dm_registry_table *dm_registry_current;
+
+static inline size_t dm_registry_hash(uintptr_t key)
+{
+    /* Mutexes are at least 8-byte aligned; a Fibonacci multiply spreads the
+     * rest over the high bits, which the shift brings down. */
+    return (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+/* The entry mapped at `addr`, or NULL. Safe from any thread at any time. */
+static inline void *dm_registry_lookup(const void *addr)
+{
+    struct dm_registry_table *t =
+        __atomic_load_n(&dm_registry_current, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(t == NULL, 1))
+        return NULL;
+    uintptr_t key = (uintptr_t)addr;
+    for (size_t i = dm_registry_hash(key) & t->mask;; i = (i + 1) & t->mask) {
+        uintptr_t k = __atomic_load_n(&t->slots[i].key, __ATOMIC_ACQUIRE);
+        if (k == key)
+            return __atomic_load_n(&t->slots[i].value, __ATOMIC_RELAXED);
+        if (k == DM_REGISTRY_EMPTY)
+            return NULL;
+    }
+}
+
+/* Maps addr -> value (replacing any previous value). Returns 0 or ENOMEM. */
+int dm_registry_add(const void *addr, void *value);
+
+/* Unmaps addr; returns the value it had, or NULL. */
+void *dm_registry_remove(const void *addr);
+
+/* Calls fn for every live entry (writers are held off meanwhile). */
+void dm_registry_foreach(void (*fn)(const void *addr, void *value, void *arg), void *arg);
+
+/* Number of live entries. */
+size_t dm_registry_count(void);
+
+#endif

@@ -1,0 +1,310 @@
+/* watchdog: the renewal thread. Each round snapshots the watched holds
+ * (lock key, owner, generation) under the mutex, renews them all in one
+ * pipeline on its own connection, then applies the replies to holds that
+ * are still the same generation. The time of a successful renewal is the
+ * time its round was *sent*, so the client's idea of the lease never runs
+ * past the server's. The wait between rounds is also bounded by the
+ * earliest loss deadline, so a stuck server is noticed in time. */
+#include "watchdog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "redis.h"
+
+static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wcv;
+static int wcv_ready;
+static struct dm_hold *holds;           /* doubly linked, newest first */
+static size_t nholds;
+static int running;
+static unsigned long lost_count;
+
+struct snap {
+    struct dm_hold *h;
+    unsigned gen;
+    char key[512];
+    char owner[DM_OWNER_MAX];
+};
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static void cv_init_locked(void)
+{
+    if (wcv_ready)
+        return;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&wcv, &a);
+    pthread_condattr_destroy(&a);
+    wcv_ready = 1;
+}
+
+/* wmu held. */
+static void declare_lost(struct dm_hold *h, const char *why, long long now)
+{
+    const struct dm_config *cfg = dm_cluster_config();
+    h->lost = 1;
+    lost_count++;
+    dm_error("lost the lease of lock %s (owner %s, fencing token %llu): %s; "
+             "last renewal succeeded %lld ms ago (lease %ld ms)%s",
+             h->lock->name, h->owner, (unsigned long long)h->token, why,
+             now - h->renewed_ms, cfg->lease_ms,
+             cfg->on_lease_lost == DM_LOST_ABORT
+                 ? "; aborting before another process can enter (on_lease_lost = \"abort\")"
+                 : "; continuing (on_lease_lost = \"warn\"): its unlock will return EPERM");
+    if (cfg->on_lease_lost == DM_LOST_ABORT)
+        abort();
+}
+
+static void check_deadlines_locked(long long now)
+{
+    const struct dm_config *cfg = dm_cluster_config();
+    long limit = cfg->lease_ms - cfg->lease_margin_ms;
+    for (struct dm_hold *h = holds; h; h = h->next)
+        if (!h->lost && now - h->renewed_ms > limit)
+            declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
+}
+
+static void apply(struct snap *s, int ok, long long sent)
+{
+    struct dm_hold *h = s->h;
+    if (!h->registered || h->gen != s->gen || h->lost)
+        return;
+    if (ok)
+        h->renewed_ms = sent;
+    else
+        declare_lost(h, "the server no longer has the hold (expired, deleted, or "
+                        "lost by a restart or failover)", now_ms());
+}
+
+static void *watchdog_main(void *arg)
+{
+    (void)arg;
+    const struct dm_config *cfg = dm_cluster_config();
+    redisContext *c = NULL;
+    struct snap *snaps = NULL;
+    size_t cap = 0;
+    char err[DM_ERR_MAX], lease[24];
+    static long log_last;
+    snprintf(lease, sizeof lease, "%ld", cfg->lease_ms);
+    /* A reply must come back well within the margin, or the deadline check
+     * would run late. */
+    long io_ms = cfg->redis.command_timeout_ms;
+    if (io_ms > cfg->lease_margin_ms / 2)
+        io_ms = cfg->lease_margin_ms / 2 > 0 ? cfg->lease_margin_ms / 2 : 1;
+    if (io_ms > cfg->renew_ms)
+        io_ms = cfg->renew_ms;
+    long long next_round = now_ms() + cfg->renew_ms;
+
+    pthread_mutex_lock(&wmu);
+    for (;;) {
+        /* Sleep until the next round or the first loss deadline. */
+        for (;;) {
+            long long now = now_ms();
+            check_deadlines_locked(now);
+            if (now >= next_round)
+                break;
+            long long wake = next_round;
+            long limit = cfg->lease_ms - cfg->lease_margin_ms;
+            for (struct dm_hold *h = holds; h; h = h->next)
+                if (!h->lost && h->renewed_ms + limit + 1 < wake)
+                    wake = h->renewed_ms + limit + 1;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            long long d = wake - now;
+            ts.tv_sec += d / 1000;
+            ts.tv_nsec += (d % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&wcv, &wmu, &ts);
+        }
+        next_round = now_ms() + cfg->renew_ms;
+
+        if (nholds > cap) {
+            size_t ncap = nholds * 2;
+            struct snap *n = realloc(snaps, ncap * sizeof *n);
+            if (!n)
+                continue;
+            snaps = n;
+            cap = ncap;
+        }
+        size_t n = 0;
+        for (struct dm_hold *h = holds; h; h = h->next) {
+            if (h->lost)
+                continue;
+            snaps[n].h = h;
+            snaps[n].gen = h->gen;
+            snprintf(snaps[n].key, sizeof snaps[n].key, "%s", h->lock->key);
+            memcpy(snaps[n].owner, h->owner, sizeof h->owner);
+            n++;
+        }
+        pthread_mutex_unlock(&wmu);
+
+        if (n > 0 && !c) {
+            c = dm_redis_connect(err, sizeof err);
+            if (c) {
+                struct timeval tv = { io_ms / 1000, (io_ms % 1000) * 1000 };
+                redisSetTimeout(c, tv);
+            } else {
+                dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                             "lease renewal: %s; retrying", err);
+            }
+        }
+        long long sent = now_ms();
+        int broken = 0;
+        size_t got = 0;
+        int *ok = NULL;
+        if (n > 0 && c && (ok = calloc(n, sizeof *ok)) != NULL) {
+            for (size_t i = 0; i < n; i++) {
+                const char *args[] = { snaps[i].key, snaps[i].owner, lease };
+                dm_redis_append_script(c, DM_SCRIPT_RENEW, 1, 3, args);
+            }
+            for (got = 0; got < n && !broken; got++) {
+                int noscript;
+                redisReply *r = dm_redis_pipeline_reply(c, DM_SCRIPT_RENEW, &broken, &noscript,
+                                                        err, sizeof err);
+                if (noscript) {
+                    ok[got] = -1;       /* re-run below, after the pipe is drained */
+                } else if (r) {
+                    ok[got] = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? 1 : 0;
+                    freeReplyObject(r);
+                } else if (!broken) {
+                    ok[got] = -2;       /* an error reply: not a verdict on the hold */
+                    dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                                 "lease renewal of %s: %s", snaps[got].key, err);
+                }
+            }
+            if (broken) {
+                got--;
+                dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                             "lease renewal: %s; reconnecting", err);
+                redisFree(c);
+                c = NULL;
+            }
+            for (size_t i = 0; i < got && c; i++) {
+                if (ok[i] != -1)
+                    continue;
+                const char *args[] = { snaps[i].key, snaps[i].owner, lease };
+                int b2;
+                redisReply *r = dm_redis_script(c, DM_SCRIPT_RENEW, 1, 3, args, &b2, err, sizeof err);
+                ok[i] = r && r->type == REDIS_REPLY_INTEGER ? (r->integer == 1) : -2;
+                if (r)
+                    freeReplyObject(r);
+                if (b2) {
+                    redisFree(c);
+                    c = NULL;
+                    got = i;
+                }
+            }
+        }
+
+        pthread_mutex_lock(&wmu);
+        for (size_t i = 0; ok && i < got; i++)
+            if (ok[i] >= 0)
+                apply(&snaps[i], ok[i], sent);
+        free(ok);
+    }
+    return NULL;
+}
+
+int dm_watchdog_add(struct dm_hold *h, long long acquired_ms)
+{
+    int rc = 0;
+    pthread_mutex_lock(&wmu);
+    cv_init_locked();
+    h->renewed_ms = acquired_ms;
+    h->gen++;
+    h->lost = 0;
+    h->registered = 1;
+    h->prev = NULL;
+    h->next = holds;
+    if (holds)
+        holds->prev = h;
+    holds = h;
+    nholds++;
+    if (!running) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&t, &a, watchdog_main, NULL);
+        pthread_attr_destroy(&a);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc == 0)
+            running = 1;
+        else
+            dm_error("cannot start the lease renewal thread: %s", strerror(rc));
+    }
+    pthread_mutex_unlock(&wmu);
+    return rc;
+}
+
+int dm_watchdog_remove(struct dm_hold *h)
+{
+    pthread_mutex_lock(&wmu);
+    int lost = h->lost;
+    if (h->registered) {
+        if (h->prev)
+            h->prev->next = h->next;
+        else
+            holds = h->next;
+        if (h->next)
+            h->next->prev = h->prev;
+        h->registered = 0;
+        nholds--;
+    }
+    pthread_mutex_unlock(&wmu);
+    return lost;
+}
+
+unsigned long dm_watchdog_lost_count(void)
+{
+    return __atomic_load_n(&lost_count, __ATOMIC_RELAXED);
+}
+
+void dm_watchdog_foreach(void (*fn)(struct dm_hold *h))
+{
+    pthread_mutex_lock(&wmu);
+    struct dm_hold *h = holds;
+    pthread_mutex_unlock(&wmu);
+    /* Called at exit: the list is walked without the mutex so a stuck
+     * watchdog round cannot hold the exit up. */
+    for (; h; h = h->next)
+        fn(h);
+}
+
+void dm_watchdog_atfork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&wmu, &fresh, sizeof fresh);
+    wcv_ready = 0;
+    cv_init_locked();
+    /* The parent's holds are the parent's: the child holds nothing. */
+    for (struct dm_hold *h = holds; h;) {
+        struct dm_hold *next = h->next;
+        h->registered = 0;
+        h->prev = h->next = NULL;
+        h = next;
+    }
+    holds = NULL;
+    nholds = 0;
+    running = 0;
+}

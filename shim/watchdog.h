@@ -1,0 +1,47 @@
+/* watchdog: one thread per process that keeps the leases of held cluster
+ * locks alive, renewing all of them every renew_ms in one pipelined batch,
+ * and that decides, on CLOCK_MONOTONIC, when a hold is lost: the server
+ * says it is gone, or no renewal has succeeded for lease - margin. A lost
+ * hold is logged with name, owner and fencing token, counted, and then
+ * on_lease_lost applies: abort (the process ends before the server-side
+ * lease can run out and another machine enter) or warn (the holder's unlock
+ * returns EPERM). Knows nothing of pthread_mutex_t. */
+#ifndef DM_WATCHDOG_H
+#define DM_WATCHDOG_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+
+/* A held cluster lock. The caller owns the memory, which must stay valid
+ * for the life of the process (holds are reused, never freed). */
+struct dm_hold {
+    struct dm_cluster_lock *lock;
+    char owner[DM_OWNER_MAX];
+    uint64_t token;
+    /* watchdog's, under its mutex: */
+    long long renewed_ms;       /* monotonic ms at which the last good renewal was sent */
+    unsigned gen;               /* bumped by every add, so a late reply for an old hold is ignored */
+    int registered;
+    int lost;
+    struct dm_hold *prev, *next;
+};
+
+/* Starts watching `h` (lock, owner, token filled in; renewed_ms is taken
+ * as now, which must be no later than the moment the acquire was sent).
+ * Starts the thread on first use. Returns 0 or an errno from
+ * pthread_create. */
+int dm_watchdog_add(struct dm_hold *h, long long acquired_ms);
+
+/* Stops watching `h`; returns 1 if it had been found lost (warn mode). */
+int dm_watchdog_remove(struct dm_hold *h);
+
+/* Holds found lost since the process started. */
+unsigned long dm_watchdog_lost_count(void);
+
+/* Calls fn on every watched hold (at exit, to release them). */
+void dm_watchdog_foreach(void (*fn)(struct dm_hold *h));
+
+void dm_watchdog_atfork_child(void);
+
+#endif

@@ -1,0 +1,68 @@
+/* counter: the exclusion checker used by the integration tests. T threads
+ * each do N critical sections under the global `counter_lock`; each
+ * section reads a counter from Redis, waits a little, and writes it back
+ * plus one: a lost update shows as a final count below the expected one.
+ * The program knows nothing of dmutex.
+ *
+ *   counter HOST PORT KEY THREADS ITERATIONS [HOLD_US]
+ * Exits 0 when every section ran; prints "done N". */
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+pthread_mutex_t counter_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;    /* never mapped */
+
+static const char *host, *key;
+static int port, iters, hold_us;
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    redisContext *c = redisConnect(host, port);
+    if (!c || c->err) {
+        fprintf(stderr, "counter: connect %s:%d: %s\n", host, port, c ? c->errstr : "oom");
+        exit(1);
+    }
+    for (int i = 0; i < iters; i++) {
+        if (pthread_mutex_lock(&counter_lock) != 0) {
+            fprintf(stderr, "counter: lock failed\n");
+            exit(1);
+        }
+        redisReply *r = redisCommand(c, "GET %s", key);
+        long v = r && r->type == REDIS_REPLY_STRING ? atol(r->str) : 0;
+        freeReplyObject(r);
+        if (hold_us)
+            usleep(hold_us);
+        r = redisCommand(c, "SET %s %ld", key, v + 1);
+        freeReplyObject(r);
+        pthread_mutex_unlock(&counter_lock);
+        pthread_mutex_lock(&other_lock);
+        pthread_mutex_unlock(&other_lock);
+    }
+    redisFree(c);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: counter HOST PORT KEY THREADS ITERATIONS [HOLD_US]\n");
+        return 2;
+    }
+    host = argv[1];
+    port = atoi(argv[2]);
+    key = argv[3];
+    int threads = atoi(argv[4]);
+    iters = atoi(argv[5]);
+    hold_us = argc > 6 ? atoi(argv[6]) : 0;
+    pthread_t t[64];
+    for (int i = 0; i < threads && i < 64; i++)
+        pthread_create(&t[i], NULL, worker, NULL);
+    for (int i = 0; i < threads && i < 64; i++)
+        pthread_join(t[i], NULL);
+    printf("done %d\n", threads * iters);
+    return 0;
+}
