@@ -1297,7 +1297,7 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         }
     } else {
         size_t slen = strcspn(url, ":");
-        if (url[slen] == ':' && slen < 32)
+        if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
             return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis:// or "
                               "unix://)", su.s, (int)slen, url);
         return fail_plain(err, errlen, "redis URL %s: must start with redis:// or unix://", su.s);

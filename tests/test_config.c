@@ -1,0 +1,1283 @@
+/* test_config: the config file contract of shim/config.h, one behaviour per
+ * test. Good files are checked field by field, defaults included; bad ones
+ * by the exact "label:LINE:" prefix and a word naming what is wrong. No
+ * Redis, no preload: config is pure parsing. Runs from the repository root
+ * (tests/run.sh), where the sample configs are. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+static struct dm_config cfg;
+static char err[DM_ERR_MAX];
+
+static int teardown(void **state)
+{
+    (void)state;
+    dm_config_free(&cfg);
+    return 0;
+}
+
+/* Loads `text` as "t.cfg" into cfg and insists that it succeeds. */
+static void load_ok(const char *text)
+{
+    err[0] = '\0';
+    int rc = dm_config_load_string(text, "t.cfg", &cfg, err, sizeof err);
+    if (rc != 0)
+        print_error("unexpected error: %s\n", err);
+    assert_int_equal(rc, 0);
+}
+
+/* Loads `text` and insists on an error starting with `prefix` (e.g.
+ * "t.cfg:3: ") and containing every word of the NULL-terminated list.
+ * Also checks that a failed load leaves nothing behind. */
+static void expect_error_words(const char *text, const char *prefix, ...)
+{
+    err[0] = '\0';
+    int rc = dm_config_load_string(text, "t.cfg", &cfg, err, sizeof err);
+    if (rc != -1) {
+        print_error("expected an error starting %s, got success\n", prefix);
+        fail();
+    }
+    if (strncmp(err, prefix, strlen(prefix)) != 0) {
+        print_error("expected prefix \"%s\", got \"%s\"\n", prefix, err);
+        fail();
+    }
+    va_list ap;
+    va_start(ap, prefix);
+    for (const char *w; (w = va_arg(ap, const char *));) {
+        if (!strstr(err, w)) {
+            print_error("expected \"%s\" in \"%s\"\n", w, err);
+            fail();
+        }
+    }
+    va_end(ap);
+    assert_null(cfg.path);
+    assert_null(cfg.mutexes);
+    assert_int_equal(cfg.nmutexes, 0);
+    assert_null(cfg.redis.unix_path);
+    assert_null(cfg.redis.password);
+    assert_true(strlen(err) < sizeof err);
+}
+#define expect_error(text, prefix, ...) expect_error_words(text, prefix, __VA_ARGS__, (const char *)NULL)
+
+static char *write_temp(const char *data, size_t len)
+{
+    char *path = strdup("/tmp/dmutex-test-config-XXXXXX");
+    assert_non_null(path);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    return path;
+}
+
+static void assert_defaults(const struct dm_config *c)
+{
+    assert_string_equal(c->redis.host, "127.0.0.1");
+    assert_int_equal(c->redis.port, 6379);
+    assert_null(c->redis.unix_path);
+    assert_null(c->redis.username);
+    assert_null(c->redis.password);
+    assert_int_equal(c->redis.db, 0);
+    assert_int_equal(c->redis.connect_timeout_ms, DM_CONNECT_TIMEOUT_MS);
+    assert_int_equal(c->redis.command_timeout_ms, DM_COMMAND_TIMEOUT_MS);
+    assert_string_equal(c->ns, "dmutex");
+    assert_int_equal(c->lease_ms, 30000);
+    assert_int_equal(c->renew_ms, 10000);
+    assert_int_equal(c->lease_margin_ms, 3000);
+    assert_int_equal(c->lock_delay_ms, 0);
+    assert_int_equal(c->on_lease_lost, DM_LOST_ABORT);
+    assert_int_equal(c->on_redis_down, DM_DOWN_BLOCK);
+}
+
+static void assert_mutex(const struct dm_mutex_config *m, const char *symbol, const char *object,
+                         const char *init_site, const char *name, long offset, long index,
+                         int required, int fair, int cache, int line)
+{
+    if (symbol)
+        assert_string_equal(m->symbol, symbol);
+    else
+        assert_null(m->symbol);
+    if (object)
+        assert_string_equal(m->object, object);
+    else
+        assert_null(m->object);
+    if (init_site)
+        assert_string_equal(m->init_site, init_site);
+    else
+        assert_null(m->init_site);
+    assert_string_equal(m->name, name);
+    assert_int_equal(m->offset, offset);
+    assert_int_equal(m->index, index);
+    assert_int_equal(m->required, required);
+    assert_int_equal(m->fair, fair);
+    assert_int_equal(m->cache, cache);
+    assert_int_equal(m->line, line);
+}
+
+/* ---- good configs ------------------------------------------------------ */
+
+static void test_defaults_fill_every_documented_value(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    assert_defaults(&cfg);
+    assert_null(cfg.path);
+    assert_null(cfg.mutexes);
+    assert_int_equal(cfg.nmutexes, 0);
+}
+
+static void test_empty_config_gives_every_default(void **state)
+{
+    (void)state;
+    load_ok("");
+    assert_defaults(&cfg);
+    assert_string_equal(cfg.path, "t.cfg");
+    assert_int_equal(cfg.nmutexes, 0);
+}
+
+static void test_comments_only_config_gives_every_default(void **state)
+{
+    (void)state;
+    load_ok("# nothing\n// here\n/* at\n all */\n");
+    assert_defaults(&cfg);
+}
+
+static void test_minimal_config_maps_one_symbol_with_entry_defaults(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ( { symbol = \"stock_lock\"; } );\n");
+    assert_defaults(&cfg);
+    assert_int_equal(cfg.nmutexes, 1);
+    assert_mutex(&cfg.mutexes[0], "stock_lock", NULL, NULL, "stock_lock", 0, -1, 1, 0, 0, 1);
+}
+
+static const char full_config[] =
+    "redis = { host = \"redis.example\"; port = 6380; username = \"app\"; password = \"pw\";\n"  /* 1 */
+    "          db = 3; connect_timeout_ms = 250; command_timeout_ms = 750; };\n"                /* 2 */
+    "namespace = \"prod:orders\";\n"                                                             /* 3 */
+    "lease_ms = 9000;\n"                                                                         /* 4 */
+    "renew_ms = 2000;\n"                                                                         /* 5 */
+    "lease_margin_ms = 800;\n"                                                                   /* 6 */
+    "lock_delay_ms = 500;\n"                                                                     /* 7 */
+    "on_lease_lost = \"warn\";\n"                                                                /* 8 */
+    "on_redis_down = \"error\";\n"                                                               /* 9 */
+    "mutexes = (\n"                                                                              /* 10 */
+    "  { symbol = \"stock_lock\"; },\n"                                                          /* 11 */
+    "  { symbol = \"ledger_lock\"; object = \"libledger.so\"; name = \"ledger\"; },\n"           /* 12 */
+    "  { symbol = \"slots\"; offset = 80; name = \"slot2\"; },\n"                                /* 13 */
+    "  { symbol = \"locks\"; index = 3; name = \"lock3\"; },\n"                                  /* 14 */
+    "  { symbol = \"util.c:cache_lock\"; name = \"cache\"; },\n"                                 /* 15 */
+    "  { init_site = \"account_new\"; name = \"account\"; },\n"                                  /* 16 */
+    "  { symbol = \"opt_lock\"; required = false; fair = true; cache = true; }\n"                /* 17 */
+    ");\n";
+
+static void test_full_config_reads_every_key(void **state)
+{
+    (void)state;
+    load_ok(full_config);
+    assert_string_equal(cfg.redis.host, "redis.example");
+    assert_int_equal(cfg.redis.port, 6380);
+    assert_null(cfg.redis.unix_path);
+    assert_string_equal(cfg.redis.username, "app");
+    assert_string_equal(cfg.redis.password, "pw");
+    assert_int_equal(cfg.redis.db, 3);
+    assert_int_equal(cfg.redis.connect_timeout_ms, 250);
+    assert_int_equal(cfg.redis.command_timeout_ms, 750);
+    assert_string_equal(cfg.ns, "prod:orders");
+    assert_int_equal(cfg.lease_ms, 9000);
+    assert_int_equal(cfg.renew_ms, 2000);
+    assert_int_equal(cfg.lease_margin_ms, 800);
+    assert_int_equal(cfg.lock_delay_ms, 500);
+    assert_int_equal(cfg.on_lease_lost, DM_LOST_WARN);
+    assert_int_equal(cfg.on_redis_down, DM_DOWN_ERROR);
+    assert_int_equal(cfg.nmutexes, 7);
+    assert_mutex(&cfg.mutexes[0], "stock_lock", NULL, NULL, "stock_lock", 0, -1, 1, 0, 0, 11);
+    assert_mutex(&cfg.mutexes[1], "ledger_lock", "libledger.so", NULL, "ledger", 0, -1, 1, 0, 0, 12);
+    assert_mutex(&cfg.mutexes[2], "slots", NULL, NULL, "slot2", 80, -1, 1, 0, 0, 13);
+    assert_mutex(&cfg.mutexes[3], "locks", NULL, NULL, "lock3", 0, 3, 1, 0, 0, 14);
+    assert_mutex(&cfg.mutexes[4], "util.c:cache_lock", NULL, NULL, "cache", 0, -1, 1, 0, 0, 15);
+    assert_mutex(&cfg.mutexes[5], NULL, NULL, "account_new", "account", 0, -1, 1, 0, 0, 16);
+    assert_mutex(&cfg.mutexes[6], "opt_lock", NULL, NULL, "opt_lock", 0, -1, 0, 1, 1, 17);
+}
+
+static void test_lease_ms_derives_renew_and_margin_defaults(void **state)
+{
+    (void)state;
+    load_ok("lease_ms = 900;\n");
+    assert_int_equal(cfg.lease_ms, 900);
+    assert_int_equal(cfg.renew_ms, 300);
+    assert_int_equal(cfg.lease_margin_ms, 90);
+    assert_int_equal(cfg.lock_delay_ms, 0);
+}
+
+static void test_smallest_lease_keeps_valid_defaults(void **state)
+{
+    (void)state;
+    load_ok("lease_ms = 100;\n");
+    assert_int_equal(cfg.renew_ms, 33);
+    assert_int_equal(cfg.lease_margin_ms, 10);
+}
+
+static void test_largest_values_at_the_limits_are_accepted(void **state)
+{
+    (void)state;
+    load_ok("lease_ms = 3600000; lock_delay_ms = 600000; lease_margin_ms = 1799999; renew_ms = 10;\n"
+            "redis = { port = 65535; db = 1000000; connect_timeout_ms = 600000; command_timeout_ms = 1; };\n"
+            "mutexes = ( { symbol = \"a\"; offset = 1073741824; }, { symbol = \"b\"; index = 16777216; } );\n");
+    assert_int_equal(cfg.lease_margin_ms, 1799999);
+    assert_int_equal(cfg.lock_delay_ms, 600000);
+    assert_int_equal(cfg.redis.port, 65535);
+    assert_int_equal(cfg.redis.db, 1000000);
+    assert_int_equal(cfg.mutexes[0].offset, 1L << 30);
+    assert_int_equal(cfg.mutexes[1].index, 1L << 24);
+}
+
+static void test_int64_and_hex_integers_are_accepted(void **state)
+{
+    (void)state;
+    load_ok("lease_ms = 20000L; redis = { port = 0x18eb; };\n");
+    assert_int_equal(cfg.lease_ms, 20000);
+    assert_int_equal(cfg.redis.port, 6379);
+}
+
+static void test_colon_assignment_and_no_final_semicolon_are_libconfig_syntax(void **state)
+{
+    (void)state;
+    load_ok("lease_ms : 20000\nnamespace = \"x\"");
+    assert_int_equal(cfg.lease_ms, 20000);
+    assert_string_equal(cfg.ns, "x");
+}
+
+static void test_name_defaults_to_symbol_without_file_qualifier(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ( { symbol = \"src/util.c:cache_lock\"; } );\n");
+    assert_string_equal(cfg.mutexes[0].symbol, "src/util.c:cache_lock");
+    assert_string_equal(cfg.mutexes[0].name, "cache_lock");
+}
+
+static void test_name_defaults_to_init_site(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ( { init_site = \"account_new\"; object = \"libacct.so.1\"; } );\n");
+    assert_mutex(&cfg.mutexes[0], NULL, "libacct.so.1", "account_new", "account_new", 0, -1, 1, 0, 0, 1);
+}
+
+static void test_mangled_cpp_and_local_static_symbols_are_accepted(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ( { symbol = \"_ZN5store4lockE\"; },\n"
+            "            { symbol = \"lock.1234\"; },\n"
+            "            { symbol = \"a-b_c+d.cc:_ZL4lock\"; },\n"
+            "            { symbol = \"$weird\"; name = \"weird\"; } );\n");
+    assert_int_equal(cfg.nmutexes, 4);
+    assert_string_equal(cfg.mutexes[1].name, "lock.1234");
+    assert_string_equal(cfg.mutexes[2].name, "_ZL4lock");
+    assert_string_equal(cfg.mutexes[3].name, "weird");
+}
+
+static void test_name_uses_every_allowed_character(void **state)
+{
+    (void)state;
+    load_ok("namespace = \"a-Z_0.9:/@\";\n"
+            "mutexes = ( { symbol = \"a\"; name = \"svc@host:/x.y-z_0\"; } );\n");
+    assert_string_equal(cfg.ns, "a-Z_0.9:/@");
+    assert_string_equal(cfg.mutexes[0].name, "svc@host:/x.y-z_0");
+}
+
+static void test_name_of_200_bytes_is_accepted(void **state)
+{
+    (void)state;
+    char text[400], name[DM_NAME_MAX + 1];
+    memset(name, 'n', DM_NAME_MAX);
+    name[DM_NAME_MAX] = '\0';
+    snprintf(text, sizeof text, "mutexes = ( { symbol = \"s\"; name = \"%s\"; } );", name);
+    load_ok(text);
+    assert_string_equal(cfg.mutexes[0].name, name);
+}
+
+static void test_empty_mutex_list_is_fine(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ();\n");
+    assert_int_equal(cfg.nmutexes, 0);
+    dm_config_free(&cfg);
+    load_ok("mutexes = [];\n");
+    assert_int_equal(cfg.nmutexes, 0);
+}
+
+static void test_same_symbol_with_different_offset_index_or_object_is_not_a_duplicate(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ( { symbol = \"s\"; }, { symbol = \"s\"; offset = 40; name = \"s40\"; },\n"
+            "  { symbol = \"s\"; index = 1; name = \"s1\"; },\n"
+            "  { symbol = \"s\"; object = \"liba.so\"; },\n"
+            "  { init_site = \"s\"; } );\n");
+    assert_int_equal(cfg.nmutexes, 5);
+}
+
+static void test_unix_socket_replaces_host(void **state)
+{
+    (void)state;
+    load_ok("redis = { unix = \"/run/redis/redis.sock\"; db = 2; };\n");
+    assert_null(cfg.redis.host);
+    assert_string_equal(cfg.redis.unix_path, "/run/redis/redis.sock");
+    assert_int_equal(cfg.redis.db, 2);
+}
+
+static void test_password_env_is_resolved_into_password(void **state)
+{
+    (void)state;
+    setenv("DMUTEX_TEST_PW", "s3cret", 1);
+    load_ok("redis = { username = \"u\"; password_env = \"DMUTEX_TEST_PW\"; };\n");
+    unsetenv("DMUTEX_TEST_PW");
+    assert_string_equal(cfg.redis.username, "u");
+    assert_string_equal(cfg.redis.password, "s3cret");
+}
+
+static void test_every_policy_value_is_read(void **state)
+{
+    (void)state;
+    load_ok("on_lease_lost = \"abort\"; on_redis_down = \"block\";");
+    assert_int_equal(cfg.on_lease_lost, DM_LOST_ABORT);
+    assert_int_equal(cfg.on_redis_down, DM_DOWN_BLOCK);
+    dm_config_free(&cfg);
+    load_ok("on_lease_lost = \"warn\"; on_redis_down = \"local\";");
+    assert_int_equal(cfg.on_lease_lost, DM_LOST_WARN);
+    assert_int_equal(cfg.on_redis_down, DM_DOWN_LOCAL);
+}
+
+static void test_null_label_is_named_string(void **state)
+{
+    (void)state;
+    assert_int_equal(dm_config_load_string("x = 1;", NULL, &cfg, err, sizeof err), -1);
+    assert_true(strncmp(err, "(string):1: ", 12) == 0);
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+static void test_demo_cfg_loads(void **state)
+{
+    (void)state;
+    int rc = dm_config_load("config/demo.cfg", &cfg, err, sizeof err);
+    if (rc)
+        print_error("%s\n", err);
+    assert_int_equal(rc, 0);
+    assert_string_equal(cfg.path, "config/demo.cfg");
+    assert_string_equal(cfg.redis.host, "127.0.0.1");
+    assert_int_equal(cfg.redis.port, 6379);
+    assert_int_equal(cfg.nmutexes, 1);
+    assert_string_equal(cfg.mutexes[0].symbol, "stock_lock");
+    assert_string_equal(cfg.mutexes[0].name, "stock_lock");
+}
+
+static void test_example_cfg_loads_with_every_key(void **state)
+{
+    (void)state;
+    int rc = dm_config_load("config/example.cfg", &cfg, err, sizeof err);
+    if (rc)
+        print_error("%s\n", err);
+    assert_int_equal(rc, 0);
+    assert_defaults(&cfg);
+    assert_int_equal(cfg.nmutexes, 7);
+}
+
+static void test_load_from_file_reports_lines_with_its_path(void **state)
+{
+    (void)state;
+    static const char text[] = "# comment\n\nlease_ms = 20;\n";
+    char *path = write_temp(text, sizeof text - 1);
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s:3: lease_ms = 20: must be between 100 and 3600000", path);
+    assert_int_equal(dm_config_load(path, &cfg, err, sizeof err), -1);
+    assert_string_equal(err, prefix);
+    unlink(path);
+    free(path);
+}
+
+static void test_load_from_file_sets_path(void **state)
+{
+    (void)state;
+    static const char text[] = "mutexes = ( { symbol = \"a\"; } );\n";
+    char *path = write_temp(text, sizeof text - 1);
+    assert_int_equal(dm_config_load(path, &cfg, err, sizeof err), 0);
+    assert_string_equal(cfg.path, path);
+    assert_int_equal(cfg.nmutexes, 1);
+    unlink(path);
+    free(path);
+}
+
+static void test_missing_file_says_cannot_read_and_why(void **state)
+{
+    (void)state;
+    assert_int_equal(dm_config_load("/nonexistent/dmutex.cfg", &cfg, err, sizeof err), -1);
+    assert_string_equal(err, "/nonexistent/dmutex.cfg: cannot read: No such file or directory");
+    assert_null(cfg.path);
+}
+
+static void test_directory_says_cannot_read(void **state)
+{
+    (void)state;
+    assert_int_equal(dm_config_load("/tmp", &cfg, err, sizeof err), -1);
+    assert_string_equal(err, "/tmp: cannot read: Is a directory");
+}
+
+static void test_nul_byte_in_file_names_its_line(void **state)
+{
+    (void)state;
+    static const char text[] = "lease_ms = 1000;\nnamespace = \"a\0b\";\n";
+    char *path = write_temp(text, sizeof text - 1);
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s:2: ", path);
+    assert_int_equal(dm_config_load(path, &cfg, err, sizeof err), -1);
+    assert_true(strncmp(err, prefix, strlen(prefix)) == 0);
+    assert_non_null(strstr(err, "NUL"));
+    unlink(path);
+    free(path);
+}
+
+static void test_truncated_file_is_a_syntax_error(void **state)
+{
+    (void)state;
+    static const char text[] = "redis = { host = \"127.0.0.1\";\n  port = 63";
+    char *path = write_temp(text, sizeof text - 1);
+    assert_int_equal(dm_config_load(path, &cfg, err, sizeof err), -1);
+    assert_non_null(strstr(err, "syntax error"));
+    unlink(path);
+    free(path);
+}
+
+/* ---- syntax and structure ---------------------------------------------- */
+
+static void test_syntax_error_names_label_line_and_quotes_it(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\nredis = { port = 1 \n", "t.cfg:", "syntax error");
+    expect_error("lease_ms = 1000;\nmutexes = ( { symbol = \"a\" } } );\n", "t.cfg:2: ",
+                 "syntax error", "mutexes = (");
+}
+
+static void test_duplicate_key_is_an_error_with_its_line(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\nlease_ms = 2000;\n", "t.cfg:2: ", "duplicate");
+}
+
+static void test_unknown_top_level_key_names_key_and_line(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\n\nleese_ms = 5;\n", "t.cfg:3: ",
+                 "unknown key \"leese_ms\"", "top level", "did you mean lease_ms",
+                 "valid keys: redis, namespace, lease_ms");
+}
+
+static void test_unknown_redis_key_lists_valid_keys(void **state)
+{
+    (void)state;
+    expect_error("redis = {\n  host = \"h\";\n  hostname = \"h\";\n};\n", "t.cfg:3: ",
+                 "\"hostname\"", "redis", "host, port, unix, username, password, password_env, db");
+}
+
+static void test_unknown_mutex_key_names_key_and_line(void **state)
+{
+    (void)state;
+    expect_error("mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\";\n   nmae = \"x\"; }\n);\n",
+                 "t.cfg:4: ", "unknown key \"nmae\"", "mutex entry", "did you mean name",
+                 "symbol, object, name, offset, index, init_site, required, fair, cache");
+}
+
+static void test_redis_must_be_a_group(void **state)
+{
+    (void)state;
+    expect_error("redis = \"127.0.0.1:6379\";", "t.cfg:1: ", "redis must be a group", "string");
+}
+
+static void test_mutexes_must_be_a_list(void **state)
+{
+    (void)state;
+    expect_error("mutexes = { symbol = \"a\"; };", "t.cfg:1: ", "mutexes must be a list");
+    expect_error("mutexes = \"a\";", "t.cfg:1: ", "mutexes must be a list");
+}
+
+static void test_mutex_entry_must_be_a_group(void **state)
+{
+    (void)state;
+    /* libconfig dates a scalar by the token after it: keep ")" on its line */
+    expect_error("mutexes = (\n { symbol = \"a\"; },\n \"b\" );", "t.cfg:3: ", "must be a group");
+    expect_error("mutexes = [ \"a\" ];", "t.cfg:1: ", "must be a group");
+}
+
+static void test_include_is_refused(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\n  @include \"/etc/passwd\"\n", "t.cfg:2: ", "@include");
+}
+
+static void test_include_inside_a_string_is_just_text(void **state)
+{
+    (void)state;
+    load_ok("namespace = \"a\";\n# @include \"x\"\n");
+}
+
+static void test_nul_escape_in_a_string_is_refused(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\nnamespace = \"ab\\x00cd\";\n", "t.cfg:2: ", "NUL");
+}
+
+static void test_deep_nesting_is_an_error_not_a_crash(void **state)
+{
+    (void)state;
+    size_t depth = 100000;
+    char *text = malloc(depth * 2 + 16);
+    assert_non_null(text);
+    char *p = text + sprintf(text, "a = ");
+    memset(p, '(', depth);
+    memset(p + depth, ')', depth);
+    strcpy(p + 2 * depth, ";");
+    expect_error(text, "t.cfg:1: ", "memory exhausted");
+    free(text);
+}
+
+static void test_deep_nesting_inside_a_known_key_is_refused(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( ( ( { symbol = \"a\"; } ) ) );", "t.cfg:1: ", "must be a group");
+    expect_error("redis = { host = { a = { b = 1; }; }; };", "t.cfg:1: ", "redis.host must be a string");
+}
+
+/* ---- types ------------------------------------------------------------- */
+
+static void test_port_as_string_must_be_an_integer(void **state)
+{
+    (void)state;
+    expect_error("redis = {\n port = \"6379\"; };", "t.cfg:2: ", "port must be an integer", "string");
+}
+
+static void test_float_for_an_integer_key_is_refused(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1e4;", "t.cfg:1: ", "lease_ms must be an integer", "floating-point");
+}
+
+static void test_booleans_must_be_true_or_false(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"a\";\n required = 1; } );", "t.cfg:2: ",
+                 "required must be true or false", "integer");
+    expect_error("mutexes = ( { symbol = \"a\"; fair = \"yes\"; } );", "t.cfg:1: ",
+                 "fair must be true or false");
+    expect_error("mutexes = ( { symbol = \"a\"; cache = 0; } );", "t.cfg:1: ", "cache must be true or false");
+}
+
+static void test_strings_must_be_strings(void **state)
+{
+    (void)state;
+    expect_error("namespace = 5;", "t.cfg:1: ", "namespace must be a string");
+    expect_error("on_lease_lost = true;", "t.cfg:1: ", "on_lease_lost must be a string", "boolean");
+    expect_error("mutexes = ( { symbol = [ \"a\" ]; } );", "t.cfg:1: ", "symbol must be a string", "array");
+    expect_error("redis = { host = 127; };", "t.cfg:1: ", "redis.host must be a string");
+}
+
+/* ---- numbers ----------------------------------------------------------- */
+
+static void test_lease_ms_out_of_range_names_value_and_limits(void **state)
+{
+    (void)state;
+    expect_error("# demo\n\n\n\n\n\nlease_ms = -5;\n", "t.cfg:7: ",
+                 "lease_ms = -5: must be between 100 and 3600000");
+    expect_error("lease_ms = 99;", "t.cfg:1: ", "lease_ms = 99");
+    expect_error("lease_ms = 3600001;", "t.cfg:1: ", "lease_ms = 3600001");
+}
+
+static void test_port_out_of_range_is_refused(void **state)
+{
+    (void)state;
+    expect_error("redis = { port = 0; };", "t.cfg:1: ", "redis.port = 0: must be between 1 and 65535");
+    expect_error("redis = { port = 65536; };", "t.cfg:1: ", "redis.port = 65536");
+}
+
+static void test_db_out_of_range_is_refused(void **state)
+{
+    (void)state;
+    expect_error("redis = { db = -1; };", "t.cfg:1: ", "redis.db = -1");
+    expect_error("redis = { db = 1000001; };", "t.cfg:1: ", "redis.db = 1000001", "1000000");
+}
+
+static void test_timeouts_out_of_range_are_refused(void **state)
+{
+    (void)state;
+    expect_error("redis = { connect_timeout_ms = 0; };", "t.cfg:1: ",
+                 "redis.connect_timeout_ms = 0: must be between 1 and 600000");
+    expect_error("redis = { command_timeout_ms = 600001; };", "t.cfg:1: ", "redis.command_timeout_ms = 600001");
+}
+
+static void test_renew_ms_below_ten_is_refused(void **state)
+{
+    (void)state;
+    expect_error("renew_ms = 9;", "t.cfg:1: ", "renew_ms = 9: must be between 10 and");
+}
+
+static void test_renew_ms_must_leave_time_for_two_renewals(void **state)
+{
+    (void)state;
+    /* lease 30000 - margin 3000 = 27000: at most 13500 */
+    load_ok("renew_ms = 13500;");
+    dm_config_free(&cfg);
+    expect_error("lease_ms = 30000;\nrenew_ms = 13501;", "t.cfg:2: ",
+                 "renew_ms = 13501", "13500", "two renewals");
+}
+
+static void test_lease_margin_ms_must_be_under_half_the_lease(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\nlease_margin_ms = 500;", "t.cfg:2: ",
+                 "lease_margin_ms = 500: must be between 1 and 499");
+    expect_error("lease_margin_ms = 0;", "t.cfg:1: ", "lease_margin_ms = 0");
+}
+
+static void test_large_margin_with_default_renew_is_explained(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 30000;\nlease_margin_ms = 14000;", "t.cfg:2: ",
+                 "lease_margin_ms = 14000", "renew_ms", "default", "8000");
+}
+
+static void test_lock_delay_ms_out_of_range_is_refused(void **state)
+{
+    (void)state;
+    expect_error("lock_delay_ms = -1;", "t.cfg:1: ", "lock_delay_ms = -1: must be between 0 and 30000");
+    expect_error("lease_ms = 1000; lock_delay_ms = 1001;", "t.cfg:1: ", "lock_delay_ms = 1001", "1000");
+    expect_error("lease_ms = 3600000; lock_delay_ms = 600001;", "t.cfg:1: ", "lock_delay_ms = 600001", "600000");
+}
+
+static void test_offset_and_index_out_of_range_are_refused(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"a\"; offset = -8; } );", "t.cfg:1: ",
+                 "offset = -8: must be between 0 and 1073741824");
+    expect_error("mutexes = ( { symbol = \"a\"; offset = 1073741825; } );", "t.cfg:1: ", "offset = 1073741825");
+    expect_error("mutexes = ( { symbol = \"a\"; index = 16777217; } );", "t.cfg:1: ",
+                 "index = 16777217: must be between 0 and 16777216");
+    expect_error("mutexes = ( { symbol = \"a\"; index = -1; } );", "t.cfg:1: ", "index = -1");
+}
+
+static void test_integer_beyond_int_is_refused_not_truncated(void **state)
+{
+    (void)state;
+    /* libconfig 1.5 would read 4294973675 as 6379 */
+    expect_error("redis = {\n port = 4294973675; };", "t.cfg:2: ", "port = 4294973675", "out of range");
+    expect_error("lease_ms = 0x100007530;", "t.cfg:1: ", "lease_ms = 0x100007530", "out of range");
+}
+
+static void test_huge_integer_literals_are_refused(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 99999999999999999999999999999999999999;", "t.cfg:1: ", "lease_ms", "out of range");
+    expect_error("lease_ms = 99999999999999999999L;", "t.cfg:1: ", "lease_ms", "out of range");
+    expect_error("lease_ms = -99999999999999999999L;", "t.cfg:1: ", "out of range");
+    expect_error("x = [ 1,\n 0xFFFFFFFFFFFFFFFFFFL ];", "t.cfg:2: ", "out of range");
+}
+
+static void test_64_bit_values_beyond_the_range_are_refused(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 5000000000L;", "t.cfg:1: ", "lease_ms = 5000000000: must be between 100");
+    expect_error("mutexes = ( { symbol = \"a\"; offset = 9223372036854775807L; } );", "t.cfg:1: ",
+                 "offset = 9223372036854775807");
+}
+
+/* ---- redis ------------------------------------------------------------- */
+
+static void test_host_and_unix_exclude_each_other(void **state)
+{
+    (void)state;
+    expect_error("redis = {\n host = \"h\";\n unix = \"/s\"; };", "t.cfg:3: ", "redis.host", "redis.unix");
+}
+
+static void test_port_with_unix_is_refused(void **state)
+{
+    (void)state;
+    expect_error("redis = { unix = \"/s\";\n port = 1; };", "t.cfg:2: ", "redis.port", "redis.unix");
+}
+
+static void test_password_and_password_env_exclude_each_other(void **state)
+{
+    (void)state;
+    setenv("DMUTEX_TEST_PW", "x", 1);
+    expect_error("redis = { password = \"a\";\n password_env = \"DMUTEX_TEST_PW\"; };", "t.cfg:2: ",
+                 "redis.password", "password_env");
+    unsetenv("DMUTEX_TEST_PW");
+}
+
+static void test_password_env_naming_an_unset_variable_is_an_error(void **state)
+{
+    (void)state;
+    unsetenv("DMUTEX_TEST_UNSET");
+    expect_error("redis = {\n password_env = \"DMUTEX_TEST_UNSET\"; };", "t.cfg:2: ",
+                 "password_env", "DMUTEX_TEST_UNSET", "not set");
+}
+
+static void test_password_env_naming_an_empty_variable_is_an_error(void **state)
+{
+    (void)state;
+    setenv("DMUTEX_TEST_PW", "", 1);
+    expect_error("redis = { password_env = \"DMUTEX_TEST_PW\"; };", "t.cfg:1: ", "is empty");
+    unsetenv("DMUTEX_TEST_PW");
+}
+
+static void test_password_env_must_be_a_variable_name(void **state)
+{
+    (void)state;
+    expect_error("redis = { password_env = \"MY PW\"; };", "t.cfg:1: ", "password_env", "environment variable");
+}
+
+static void test_username_needs_a_password(void **state)
+{
+    (void)state;
+    expect_error("redis = { username = \"u\"; };", "t.cfg:1: ", "redis.username", "password");
+}
+
+static void test_empty_password_is_refused(void **state)
+{
+    (void)state;
+    expect_error("redis = { password = \"\"; };", "t.cfg:1: ", "redis.password", "empty");
+}
+
+static void test_bad_host_is_refused(void **state)
+{
+    (void)state;
+    expect_error("redis = { host = \"\"; };", "t.cfg:1: ", "redis.host", "empty");
+    expect_error("redis = { host = \"a b\"; };", "t.cfg:1: ", "redis.host = \"a b\"", "space");
+    expect_error("redis = { host = \"/tmp/redis.sock\"; };", "t.cfg:1: ", "redis.host", "redis.unix");
+}
+
+static void test_unix_path_longer_than_sun_path_is_refused(void **state)
+{
+    (void)state;
+    char text[400], path[200];
+    memset(path, 'p', sizeof path - 1);
+    path[0] = '/';
+    path[sizeof path - 1] = '\0';
+    snprintf(text, sizeof text, "redis = { unix = \"%s\"; };", path);
+    expect_error(text, "t.cfg:1: ", "redis.unix", "199 bytes", "107");
+}
+
+/* ---- mutex entries ------------------------------------------------------ */
+
+static void test_mutex_entry_needs_symbol_or_init_site(void **state)
+{
+    (void)state;
+    expect_error("mutexes = (\n { symbol = \"a\"; },\n { name = \"x\";\n   fair = true; }\n);",
+                 "t.cfg:3: ", "symbol", "init_site");
+}
+
+static void test_mutex_entry_with_both_symbol_and_init_site_is_refused(void **state)
+{
+    (void)state;
+    expect_error("mutexes = (\n { symbol = \"a\";\n   init_site = \"f\"; }\n);", "t.cfg:2: ",
+                 "both symbol (line 2) and init_site (line 3)");
+}
+
+static void test_offset_and_index_exclude_each_other(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"a\"; offset = 8;\n index = 1; } );", "t.cfg:1: ",
+                 "offset (line 1) and index (line 2)");
+}
+
+static void test_offset_and_index_only_go_with_symbol(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { init_site = \"f\";\n offset = 8; } );", "t.cfg:2: ", "offset", "init_site");
+    expect_error("mutexes = ( { init_site = \"f\";\n index = 8; } );", "t.cfg:2: ", "index", "init_site");
+}
+
+static void test_name_with_forbidden_characters_is_refused(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"a\";\n name = \"my lock\"; } );", "t.cfg:2: ",
+                 "name = \"my lock\"", "space at byte 3");
+    expect_error("mutexes = ( { symbol = \"a\"; name = \"x{y}\"; } );", "t.cfg:1: ", "name = \"x{y}\"", "'{'");
+    expect_error("mutexes = ( { symbol = \"a\"; name = \"x\ny\"; } );", "t.cfg:1: ", "name = \"x\\x0ay\"", "0x0a");
+    expect_error("mutexes = ( { symbol = \"a\"; name = \"x\\x01\"; } );", "t.cfg:1: ", "byte 0x01");
+    expect_error("mutexes = ( { symbol = \"a\"; name = \"caf\xc3\xa9\"; } );", "t.cfg:1: ", "byte 0xc3");
+}
+
+static void test_empty_name_is_refused(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"a\"; name = \"\"; } );", "t.cfg:1: ", "name = \"\"", "empty");
+}
+
+static void test_name_longer_than_200_bytes_is_refused(void **state)
+{
+    (void)state;
+    char text[400], name[DM_NAME_MAX + 2];
+    memset(name, 'n', DM_NAME_MAX + 1);
+    name[DM_NAME_MAX + 1] = '\0';
+    snprintf(text, sizeof text, "mutexes = ( { symbol = \"s\"; name = \"%s\"; } );", name);
+    expect_error(text, "t.cfg:1: ", "name = \"nnnn", "201 bytes", "200");
+}
+
+static void test_namespace_uses_the_name_character_set(void **state)
+{
+    (void)state;
+    expect_error("namespace = \"my app\";", "t.cfg:1: ", "namespace = \"my app\"", "space");
+    expect_error("namespace = \"{x}\";", "t.cfg:1: ", "namespace", "'{'");
+    expect_error("namespace = \"\";", "t.cfg:1: ", "namespace", "empty");
+}
+
+static void test_symbol_must_be_an_identifier(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"1lock\"; } );", "t.cfg:1: ", "symbol = \"1lock\"", "start");
+    expect_error("mutexes = ( { symbol = \"a b\"; } );", "t.cfg:1: ", "symbol = \"a b\"", "space at byte 2");
+    expect_error("mutexes = ( { symbol = \"\"; } );", "t.cfg:1: ", "symbol", "empty");
+    expect_error("mutexes = ( { symbol = \"ns::lock\"; } );", "t.cfg:1: ", "symbol = \"ns::lock\"", "':'");
+}
+
+static void test_symbol_file_qualifier_is_checked(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \":lock\"; } );", "t.cfg:1: ", "symbol", "empty file qualifier");
+    expect_error("mutexes = ( { symbol = \"util.c:\"; } );", "t.cfg:1: ", "symbol", "no identifier");
+    expect_error("mutexes = ( { symbol = \"my util.c:lock\"; } );", "t.cfg:1: ", "file qualifier", "space");
+}
+
+static void test_init_site_must_be_an_identifier(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { init_site = \"new account\"; } );", "t.cfg:1: ", "init_site", "space");
+    expect_error("mutexes = ( { init_site = \"a.c:f\"; } );", "t.cfg:1: ", "init_site", "':'");
+}
+
+static void test_default_name_that_is_not_a_valid_name_asks_for_one(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"lock$1\"; } );", "t.cfg:1: ", "defaults to \"lock$1\"",
+                 "'$'", "set name");
+}
+
+static void test_object_must_be_a_file_name(void **state)
+{
+    (void)state;
+    expect_error("mutexes = ( { symbol = \"a\"; object = \"/usr/lib/liba.so\"; } );", "t.cfg:1: ",
+                 "object = \"/usr/lib/liba.so\"", "'/'");
+    expect_error("mutexes = ( { symbol = \"a\"; object = \"lib a.so\"; } );", "t.cfg:1: ", "object", "space");
+    expect_error("mutexes = ( { symbol = \"a\"; object = \"lib\\ta.so\"; } );", "t.cfg:1: ", "object", "0x09");
+    expect_error("mutexes = ( { symbol = \"a\"; object = \"\"; } );", "t.cfg:1: ", "object", "empty");
+    expect_error("mutexes = ( { symbol = \"a\"; object = \"..\"; } );", "t.cfg:1: ", "object", "not a file name");
+}
+
+static void test_object_longer_than_255_bytes_is_refused(void **state)
+{
+    (void)state;
+    char text[600], obj[257];
+    memset(obj, 'o', 256);
+    obj[256] = '\0';
+    snprintf(text, sizeof text, "mutexes = ( { symbol = \"a\"; object = \"%s\"; } );", obj);
+    expect_error(text, "t.cfg:1: ", "object", "256 bytes", "255");
+}
+
+/* Each string key with a 10 kB value: a short message, not a crash, not a
+ * value cut silently. */
+static void test_ten_kilobyte_strings_give_a_clear_error(void **state)
+{
+    (void)state;
+    static const char *const forms[] = {
+        "namespace = \"%s\";",
+        "redis = { host = \"%s\"; };",
+        "redis = { unix = \"/%s\"; };",
+        "redis = { username = \"%s\"; password = \"p\"; };",
+        "redis = { password_env = \"%s\"; };",
+        "mutexes = ( { symbol = \"%s\"; } );",
+        "mutexes = ( { symbol = \"f.c:%s\"; } );",
+        "mutexes = ( { init_site = \"%s\"; } );",
+        "mutexes = ( { symbol = \"a\"; object = \"%s\"; } );",
+        "mutexes = ( { symbol = \"a\"; name = \"%s\"; } );",
+        "on_redis_down = \"%s\";",
+        "%s = 1;",
+    };
+    size_t n = 10 * 1024;
+    char *big = malloc(n + 1), *text = malloc(n + 100);
+    assert_non_null(big);
+    assert_non_null(text);
+    memset(big, 'x', n);
+    big[n] = '\0';
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        snprintf(text, n + 100, forms[i], big);
+        expect_error(text, "t.cfg:1: ", "xxxx");
+        if (i < sizeof forms / sizeof forms[0] - 2)
+            assert_non_null(strstr(err, "bytes"));
+    }
+    free(big);
+    free(text);
+}
+
+static void test_duplicate_symbol_entries_name_both_lines(void **state)
+{
+    (void)state;
+    expect_error("mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\"; },\n"
+                 " { symbol = \"a\"; offset = 0; name = \"other\"; }\n);",
+                 "t.cfg:4: ", "repeats the one at line 2", "symbol = \"a\"");
+}
+
+static void test_duplicate_init_site_entries_name_both_lines(void **state)
+{
+    (void)state;
+    expect_error("mutexes = (\n { init_site = \"f\"; object = \"l.so\"; },\n"
+                 " { init_site = \"f\"; object = \"l.so\"; name = \"g\"; }\n);",
+                 "t.cfg:3: ", "repeats the one at line 2", "init_site = \"f\"");
+}
+
+static void test_first_duplicate_in_file_order_is_reported(void **state)
+{
+    (void)state;
+    expect_error("mutexes = (\n { symbol = \"z\"; },\n { symbol = \"a\"; },\n { symbol = \"z\"; },\n"
+                 " { symbol = \"a\"; },\n { symbol = \"a\"; }\n);",
+                 "t.cfg:4: ", "line 2", "\"z\"");
+}
+
+/* ---- policies ---------------------------------------------------------- */
+
+static void test_unknown_on_lease_lost_lists_the_choices(void **state)
+{
+    (void)state;
+    expect_error("on_lease_lost = \"panic\";", "t.cfg:1: ", "on_lease_lost = \"panic\"", "\"abort\"", "\"warn\"");
+}
+
+static void test_unknown_on_redis_down_lists_the_choices(void **state)
+{
+    (void)state;
+    expect_error("\non_redis_down = \"Block\";", "t.cfg:2: ", "on_redis_down = \"Block\"",
+                 "\"block\", \"error\" or \"local\"");
+}
+
+/* ---- the error buffer and ownership ------------------------------------ */
+
+static void test_error_buffer_is_bounded_and_terminated(void **state)
+{
+    (void)state;
+    char small[16];
+    memset(small, 'Z', sizeof small);
+    assert_int_equal(dm_config_load_string("lease_ms = -5;", "t.cfg", &cfg, small, sizeof small), -1);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    assert_true(strncmp(small, "t.cfg:1: ", 9) == 0);
+    assert_int_equal(dm_config_load_string("lease_ms = -5;", "t.cfg", &cfg, NULL, 0), -1);
+}
+
+static void test_failed_load_leaves_defaults_and_free_is_harmless(void **state)
+{
+    (void)state;
+    assert_int_equal(dm_config_load_string(full_config, "t.cfg", &cfg, err, sizeof err), 0);
+    dm_config_free(&cfg);
+    assert_int_equal(dm_config_load_string("mutexes = ( { symbol = \"a\"; }, { symbol = \"1\"; } );",
+                                           "t.cfg", &cfg, err, sizeof err), -1);
+    assert_defaults(&cfg);
+    assert_null(cfg.mutexes);
+    dm_config_free(&cfg);
+    dm_config_free(&cfg);
+    assert_defaults(&cfg);
+}
+
+static void test_free_resets_to_defaults(void **state)
+{
+    (void)state;
+    load_ok(full_config);
+    dm_config_free(&cfg);
+    assert_defaults(&cfg);
+    assert_null(cfg.path);
+    assert_int_equal(cfg.nmutexes, 0);
+}
+
+/* ---- DMUTEX_REDIS URLs -------------------------------------------------- */
+
+static void url_ok(const char *url)
+{
+    err[0] = '\0';
+    int rc = dm_config_set_redis_url(&cfg, url, err, sizeof err);
+    if (rc)
+        print_error("%s: %s\n", url, err);
+    assert_int_equal(rc, 0);
+}
+
+static void url_bad(const char *url, const char *word)
+{
+    dm_config_defaults(&cfg);
+    err[0] = '\0';
+    int rc = dm_config_set_redis_url(&cfg, url, err, sizeof err);
+    if (rc != -1 || !strstr(err, word)) {
+        print_error("%s: expected an error with \"%s\", got rc %d \"%s\"\n", url, word, rc, err);
+        fail();
+    }
+    assert_defaults(&cfg);      /* unchanged */
+}
+
+static void test_url_host_port_and_db(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    url_ok("redis://10.1.2.3:6390/4");
+    assert_string_equal(cfg.redis.host, "10.1.2.3");
+    assert_int_equal(cfg.redis.port, 6390);
+    assert_int_equal(cfg.redis.db, 4);
+    assert_null(cfg.redis.unix_path);
+    assert_null(cfg.redis.password);
+}
+
+static void test_url_host_alone_means_port_6379_db_0(void **state)
+{
+    (void)state;
+    load_ok("redis = { host = \"a\"; port = 7000; db = 5; };");
+    url_ok("redis://cache.local");
+    assert_string_equal(cfg.redis.host, "cache.local");
+    assert_int_equal(cfg.redis.port, 6379);
+    assert_int_equal(cfg.redis.db, 0);
+    url_ok("redis://cache.local:7001/");
+    assert_int_equal(cfg.redis.port, 7001);
+}
+
+static void test_url_user_and_password(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    url_ok("redis://app:pa:ss@h:1/2");
+    assert_string_equal(cfg.redis.username, "app");
+    assert_string_equal(cfg.redis.password, "pa:ss");
+    assert_string_equal(cfg.redis.host, "h");
+}
+
+static void test_url_password_only(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    url_ok("redis://:secret@h");
+    assert_null(cfg.redis.username);
+    assert_string_equal(cfg.redis.password, "secret");
+    url_ok("redis://secret2@h");
+    assert_null(cfg.redis.username);
+    assert_string_equal(cfg.redis.password, "secret2");
+}
+
+static void test_url_credentials_are_percent_decoded(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    url_ok("redis://us%40er:p%2Fw%3a@h");
+    assert_string_equal(cfg.redis.username, "us@er");
+    assert_string_equal(cfg.redis.password, "p/w:");
+}
+
+static void test_url_without_credentials_keeps_the_files(void **state)
+{
+    (void)state;
+    setenv("DMUTEX_TEST_PW", "fromenv", 1);
+    load_ok("redis = { username = \"u\"; password_env = \"DMUTEX_TEST_PW\"; };");
+    unsetenv("DMUTEX_TEST_PW");
+    url_ok("redis://other:6400");
+    assert_string_equal(cfg.redis.username, "u");
+    assert_string_equal(cfg.redis.password, "fromenv");
+    assert_string_equal(cfg.redis.host, "other");
+}
+
+static void test_url_ipv6_host_in_brackets(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    url_ok("redis://[::1]:6381/1");
+    assert_string_equal(cfg.redis.host, "::1");
+    assert_int_equal(cfg.redis.port, 6381);
+    assert_int_equal(cfg.redis.db, 1);
+}
+
+static void test_url_unix_socket_with_and_without_db(void **state)
+{
+    (void)state;
+    load_ok("redis = { host = \"a\"; db = 3; };");
+    url_ok("unix:///run/redis.sock");
+    assert_null(cfg.redis.host);
+    assert_string_equal(cfg.redis.unix_path, "/run/redis.sock");
+    assert_int_equal(cfg.redis.db, 0);
+    url_ok("unix:///tmp/r.sock?db=7");
+    assert_string_equal(cfg.redis.unix_path, "/tmp/r.sock");
+    assert_int_equal(cfg.redis.db, 7);
+    url_ok("redis://back:1");
+    assert_null(cfg.redis.unix_path);
+    assert_string_equal(cfg.redis.host, "back");
+}
+
+static void test_url_scheme_is_case_insensitive(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    url_ok("REDIS://h:2");
+    assert_string_equal(cfg.redis.host, "h");
+}
+
+static void test_url_rediss_says_tls_is_not_supported(void **state)
+{
+    (void)state;
+    url_bad("rediss://h:6380", "TLS is not supported by this build");
+}
+
+static void test_url_bad_ones_say_what_is_wrong(void **state)
+{
+    (void)state;
+    url_bad("", "empty");
+    url_bad("127.0.0.1:6379", "must start with redis:// or unix://");
+    url_bad("http://h", "unknown scheme \"http\"");
+    url_bad("redis://", "host");
+    url_bad("redis://:6379", "host");
+    url_bad("redis://h:0", "port");
+    url_bad("redis://h:65536", "port");
+    url_bad("redis://h:abc", "port");
+    url_bad("redis://h:", "port");
+    url_bad("redis://h/abc", "database number");
+    url_bad("redis://h/1000001", "database number");
+    url_bad("redis://h/1/2", "database number");
+    url_bad("redis://h?x=1", "unexpected");
+    url_bad("redis://u:@h", "empty password");
+    url_bad("redis://u:%zz@h", "%-escape");
+    url_bad("redis://u:%00@h", "%-escape");
+    url_bad("redis://[::1", "host");
+    url_bad("redis://[::1]x", "host");
+    url_bad("redis://h h", "host");
+    url_bad("unix://", "absolute socket path");
+    url_bad("unix://run/redis.sock", "absolute socket path");
+    url_bad("unix:///s?db=x", "?db=N");
+    url_bad("unix:///s?foo=1", "?db=N");
+}
+
+static void test_url_unix_path_longer_than_sun_path_is_refused(void **state)
+{
+    (void)state;
+    char url[300] = "unix:///";
+    memset(url + 8, 'p', 200);
+    url[208] = '\0';
+    url_bad(url, "bytes");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(name) cmocka_unit_test_teardown(name, teardown)
+        T(test_defaults_fill_every_documented_value),
+        T(test_empty_config_gives_every_default),
+        T(test_comments_only_config_gives_every_default),
+        T(test_minimal_config_maps_one_symbol_with_entry_defaults),
+        T(test_full_config_reads_every_key),
+        T(test_lease_ms_derives_renew_and_margin_defaults),
+        T(test_smallest_lease_keeps_valid_defaults),
+        T(test_largest_values_at_the_limits_are_accepted),
+        T(test_int64_and_hex_integers_are_accepted),
+        T(test_colon_assignment_and_no_final_semicolon_are_libconfig_syntax),
+        T(test_name_defaults_to_symbol_without_file_qualifier),
+        T(test_name_defaults_to_init_site),
+        T(test_mangled_cpp_and_local_static_symbols_are_accepted),
+        T(test_name_uses_every_allowed_character),
+        T(test_name_of_200_bytes_is_accepted),
+        T(test_empty_mutex_list_is_fine),
+        T(test_same_symbol_with_different_offset_index_or_object_is_not_a_duplicate),
+        T(test_unix_socket_replaces_host),
+        T(test_password_env_is_resolved_into_password),
+        T(test_every_policy_value_is_read),
+        T(test_null_label_is_named_string),
+        T(test_demo_cfg_loads),
+        T(test_example_cfg_loads_with_every_key),
+        T(test_load_from_file_reports_lines_with_its_path),
+        T(test_load_from_file_sets_path),
+        T(test_missing_file_says_cannot_read_and_why),
+        T(test_directory_says_cannot_read),
+        T(test_nul_byte_in_file_names_its_line),
+        T(test_truncated_file_is_a_syntax_error),
+        T(test_syntax_error_names_label_line_and_quotes_it),
+        T(test_duplicate_key_is_an_error_with_its_line),
+        T(test_unknown_top_level_key_names_key_and_line),
+        T(test_unknown_redis_key_lists_valid_keys),
+        T(test_unknown_mutex_key_names_key_and_line),
+        T(test_redis_must_be_a_group),
+        T(test_mutexes_must_be_a_list),
+        T(test_mutex_entry_must_be_a_group),
+        T(test_include_is_refused),
+        T(test_include_inside_a_string_is_just_text),
+        T(test_nul_escape_in_a_string_is_refused),
+        T(test_deep_nesting_is_an_error_not_a_crash),
+        T(test_deep_nesting_inside_a_known_key_is_refused),
+        T(test_port_as_string_must_be_an_integer),
+        T(test_float_for_an_integer_key_is_refused),
+        T(test_booleans_must_be_true_or_false),
+        T(test_strings_must_be_strings),
+        T(test_lease_ms_out_of_range_names_value_and_limits),
+        T(test_port_out_of_range_is_refused),
+        T(test_db_out_of_range_is_refused),
+        T(test_timeouts_out_of_range_are_refused),
+        T(test_renew_ms_below_ten_is_refused),
+        T(test_renew_ms_must_leave_time_for_two_renewals),
+        T(test_lease_margin_ms_must_be_under_half_the_lease),
+        T(test_large_margin_with_default_renew_is_explained),
+        T(test_lock_delay_ms_out_of_range_is_refused),
+        T(test_offset_and_index_out_of_range_are_refused),
+        T(test_integer_beyond_int_is_refused_not_truncated),
+        T(test_huge_integer_literals_are_refused),
+        T(test_64_bit_values_beyond_the_range_are_refused),
+        T(test_host_and_unix_exclude_each_other),
+        T(test_port_with_unix_is_refused),
+        T(test_password_and_password_env_exclude_each_other),
+        T(test_password_env_naming_an_unset_variable_is_an_error),
+        T(test_password_env_naming_an_empty_variable_is_an_error),
+        T(test_password_env_must_be_a_variable_name),
+        T(test_username_needs_a_password),
+        T(test_empty_password_is_refused),
+        T(test_bad_host_is_refused),
+        T(test_unix_path_longer_than_sun_path_is_refused),
+        T(test_mutex_entry_needs_symbol_or_init_site),
+        T(test_mutex_entry_with_both_symbol_and_init_site_is_refused),
+        T(test_offset_and_index_exclude_each_other),
+        T(test_offset_and_index_only_go_with_symbol),
+        T(test_name_with_forbidden_characters_is_refused),
+        T(test_empty_name_is_refused),
+        T(test_name_longer_than_200_bytes_is_refused),
+        T(test_namespace_uses_the_name_character_set),
+        T(test_symbol_must_be_an_identifier),
+        T(test_symbol_file_qualifier_is_checked),
+        T(test_init_site_must_be_an_identifier),
+        T(test_default_name_that_is_not_a_valid_name_asks_for_one),
+        T(test_object_must_be_a_file_name),
+        T(test_object_longer_than_255_bytes_is_refused),
+        T(test_ten_kilobyte_strings_give_a_clear_error),
+        T(test_duplicate_symbol_entries_name_both_lines),
+        T(test_duplicate_init_site_entries_name_both_lines),
+        T(test_first_duplicate_in_file_order_is_reported),
+        T(test_unknown_on_lease_lost_lists_the_choices),
+        T(test_unknown_on_redis_down_lists_the_choices),
+        T(test_error_buffer_is_bounded_and_terminated),
+        T(test_failed_load_leaves_defaults_and_free_is_harmless),
+        T(test_free_resets_to_defaults),
+        T(test_url_host_port_and_db),
+        T(test_url_host_alone_means_port_6379_db_0),
+        T(test_url_user_and_password),
+        T(test_url_password_only),
+        T(test_url_credentials_are_percent_decoded),
+        T(test_url_without_credentials_keeps_the_files),
+        T(test_url_ipv6_host_in_brackets),
+        T(test_url_unix_socket_with_and_without_db),
+        T(test_url_scheme_is_case_insensitive),
+        T(test_url_rediss_says_tls_is_not_supported),
+        T(test_url_bad_ones_say_what_is_wrong),
+        T(test_url_unix_path_longer_than_sun_path_is_refused),
+#undef T
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
