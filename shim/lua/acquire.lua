@@ -1,5 +1,10 @@
--- acquire: grant the lock KEYS[1] to owner ARGV[1] if it is free or already
--- that owner's (reentrant), else report how long the current lease has left.
+-- acquire: grant the lock KEYS[1] to owner ARGV[1] if it is free, else
+-- report how long the current lease has left. Acquiring a lock the owner
+-- already holds grants it again without counting: the shim counts nested
+-- holds in the process and asks Redis only for the outermost, so a second
+-- acquire by the same owner is a retry whose first reply was lost (or the
+-- claim of a lock handed over by a release), and must not leave a count
+-- that one release would not clear.
 --
 -- KEYS[1] lock hash   dmutex:{NAME}          owner -> hold count, PEXPIRE = lease
 -- KEYS[2] token       dmutex:{NAME}:token    fencing counter, INCR per grant
@@ -48,7 +53,6 @@ elseif kind ~= 'hash' then
 end
 
 if redis.call('hexists', lock, owner) == 1 then
-    redis.call('hincrby', lock, owner, 1)
     redis.call('pexpire', lock, lease)
     return {1, tonumber(redis.call('get', tokenkey)) or 0, 0}
 end
