@@ -1,0 +1,166 @@
+/* dmutex: the command. `dmutex run` starts a program with the shim
+ * preloaded; `ls` shows the locks on a server; `scan` lists the mutexes of
+ * a binary. This file is the dispatcher and `run`. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "config.h"
+
+static const char usage_text[] =
+    "usage: dmutex COMMAND [ARGS]\n"
+    "\n"
+    "Make chosen pthread mutexes of an unmodified program cluster-wide.\n"
+    "\n"
+    "commands:\n"
+    "  run -c CONFIG [-r REDIS_URL] [-l LEVEL] [--] PROGRAM [ARGS...]\n"
+    "        check CONFIG, then run PROGRAM with libdmutex.so preloaded\n"
+    "  ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE]\n"
+    "        list the locks on the server: holder, remaining lease, fencing token\n"
+    "  scan PROGRAM [LIBRARY...]\n"
+    "        list the mutex variables of a binary, with ready config entries\n"
+    "  help  this text\n"
+    "\n"
+    "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
+    "DMUTEX_REDIS (redis://[user:pass@]host:port/db or unix:///path), DMUTEX_LOG\n"
+    "(error|warn|info|debug). See README.md and config/REFERENCE.md.\n";
+
+static const char run_usage[] =
+    "usage: dmutex run -c CONFIG [-r REDIS_URL] [-l LEVEL] [--] PROGRAM [ARGS...]\n"
+    "\n"
+    "Checks CONFIG (syntax, keys, values), then replaces itself with PROGRAM,\n"
+    "run with LD_PRELOAD=libdmutex.so (the one beside this dmutex binary, or\n"
+    "$DMUTEX_LIB) and DMUTEX_CONFIG=CONFIG. The mutexes CONFIG names become\n"
+    "cluster-wide; everything else passes straight through to glibc.\n"
+    "\n"
+    "  -c, --config FILE     the config file (required)\n"
+    "  -r, --redis URL       override the server (sets DMUTEX_REDIS)\n"
+    "  -l, --log LEVEL       error, warn (default), info or debug (DMUTEX_LOG)\n"
+    "  -h, --help            this text\n"
+    "\n"
+    "Exit status: PROGRAM's; 78 if CONFIG is wrong (the message names\n"
+    "FILE:LINE); 2 for a usage error; 127 if PROGRAM cannot be run.\n";
+
+/* The shim beside this executable: build/dmutex -> build/libdmutex.so. */
+static int find_shim(char *out, size_t len)
+{
+    const char *env = getenv("DMUTEX_LIB");
+    if (env && *env) {
+        if (!realpath(env, out)) {
+            fprintf(stderr, "dmutex run: DMUTEX_LIB=%s: %s\n", env, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n < 0) {
+        fprintf(stderr, "dmutex run: /proc/self/exe: %s\n", strerror(errno));
+        return -1;
+    }
+    self[n] = 0;
+    snprintf(out, len, "%s/libdmutex.so", dirname(self));
+    if (access(out, R_OK) != 0) {
+        fprintf(stderr, "dmutex run: %s: %s (set DMUTEX_LIB to the shim's path)\n",
+                out, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int dm_cli_run(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "redis", required_argument, NULL, 'r' },
+        { "log", required_argument, NULL, 'l' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *cfg_path = NULL, *redis = NULL, *level = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "+c:r:l:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': cfg_path = optarg; break;
+        case 'r': redis = optarg; break;
+        case 'l': level = optarg; break;
+        case 'h': fputs(run_usage, stdout); return 0;
+        default: fputs(run_usage, stderr); return 2;
+        }
+    }
+    if (!cfg_path) {
+        fprintf(stderr, "dmutex run: -c CONFIG is required\n\n%s", run_usage);
+        return 2;
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "dmutex run: no PROGRAM given\n\n%s", run_usage);
+        return 2;
+    }
+    if (level && strcmp(level, "error") && strcmp(level, "warn") && strcmp(level, "info") &&
+        strcmp(level, "debug")) {
+        fprintf(stderr, "dmutex run: -l %s: not one of error, warn, info, debug\n", level);
+        return 2;
+    }
+
+    struct dm_config cfg;
+    char err[DM_ERR_MAX];
+    if (dm_config_load(cfg_path, &cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "dmutex: %s\n", err);
+        return DM_EX_CONFIG;
+    }
+    if (redis && dm_config_set_redis_url(&cfg, redis, err, sizeof err) != 0) {
+        fprintf(stderr, "dmutex run: -r %s: %s\n", redis, err);
+        dm_config_free(&cfg);
+        return DM_EX_CONFIG;
+    }
+    dm_config_free(&cfg);
+
+    char shim[PATH_MAX], abs_cfg[PATH_MAX];
+    if (find_shim(shim, sizeof shim) != 0)
+        return 127;
+    if (!realpath(cfg_path, abs_cfg)) {
+        fprintf(stderr, "dmutex run: %s: %s\n", cfg_path, strerror(errno));
+        return DM_EX_CONFIG;
+    }
+    const char *old = getenv("LD_PRELOAD");
+    char *preload;
+    if (asprintf(&preload, "%s%s%s", shim, old && *old ? " " : "", old ? old : "") < 0)
+        return 127;
+    setenv("LD_PRELOAD", preload, 1);
+    setenv("DMUTEX_CONFIG", abs_cfg, 1);
+    if (redis)
+        setenv("DMUTEX_REDIS", redis, 1);
+    if (level)
+        setenv("DMUTEX_LOG", level, 1);
+    execvp(argv[optind], argv + optind);
+    fprintf(stderr, "dmutex run: %s: %s\n", argv[optind], strerror(errno));
+    return 127;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0)
+        return dm_cli_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "ls") == 0)
+        return dm_cli_ls(argc - 1, argv + 1);
+    if (strcmp(cmd, "scan") == 0)
+        return dm_cli_scan(argc - 1, argv + 1);
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    fprintf(stderr, "dmutex: unknown command '%s'\n\n%s", cmd, usage_text);
+    return 2;
+}
