@@ -243,15 +243,18 @@ static int prescan(struct parse *p, const char *text)
             bol = 1;
             s++;
         } else if (c == '/' && s[1] == '*') {
+            unsigned start = line;
             for (s += 2; *s && !(s[0] == '*' && s[1] == '/'); s++)
                 if (*s == '\n')
                     line++;
-            if (*s)
-                s += 2;
+            if (!*s)
+                return fail(p, start, "comment /* is never closed with */");
+            s += 2;
         } else if (c == '#' || (c == '/' && s[1] == '/')) {
             while (*s && *s != '\n')
                 s++;
         } else if (c == '"') {
+            unsigned start = line;
             for (s++; *s && *s != '"'; s++) {
                 if (*s == '\n') {
                     line++;
@@ -260,15 +263,19 @@ static int prescan(struct parse *p, const char *text)
                         && is_hex((unsigned char)s[3])
                         && hex_val((unsigned char)s[2]) == 0 && hex_val((unsigned char)s[3]) == 0)
                         return fail(p, line, "a string holds \\x00, a NUL byte, which no value may contain");
-                    if (s[1] == '\0')
+                    if (s[1] == '\0') {
+                        s++;
                         break;
+                    }
                     if (s[1] == '\n')
                         line++;
                     s++;
                 }
             }
-            if (*s)
-                s++;
+            /* libconfig 1.5 would report this too, but leaks the string */
+            if (!*s)
+                return fail(p, start, "string is never closed with '\"'");
+            s++;
         } else if (is_name_start(c)) {
             const char *name = s;
             while (is_name_char((unsigned char)*s))

@@ -468,6 +468,19 @@ static void test_syntax_error_names_label_line_and_quotes_it(void **state)
                  "syntax error", "mutexes = (");
 }
 
+static void test_unterminated_string_names_the_line_it_starts_on(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\nnamespace = \"abc;\nlease_ms = 2;\n", "t.cfg:2: ", "string", "never closed");
+    expect_error("namespace = \"abc\\", "t.cfg:1: ", "never closed");
+}
+
+static void test_unterminated_comment_names_the_line_it_starts_on(void **state)
+{
+    (void)state;
+    expect_error("lease_ms = 1000;\n/* note\nlease_ms = 2;\n", "t.cfg:2: ", "comment", "never closed");
+}
+
 static void test_duplicate_key_is_an_error_with_its_line(void **state)
 {
     (void)state;
@@ -1203,6 +1216,8 @@ int main(void)
         T(test_nul_byte_in_file_names_its_line),
         T(test_truncated_file_is_a_syntax_error),
         T(test_syntax_error_names_label_line_and_quotes_it),
+        T(test_unterminated_string_names_the_line_it_starts_on),
+        T(test_unterminated_comment_names_the_line_it_starts_on),
         T(test_duplicate_key_is_an_error_with_its_line),
         T(test_unknown_top_level_key_names_key_and_line),
         T(test_unknown_redis_key_lists_valid_keys),
