@@ -8,7 +8,8 @@
 set -e
 
 pkgs="build-essential pkg-config libhiredis-dev libconfig-dev libcmocka-dev
-      libelf-dev libdw-dev redis-server redis-tools iproute2 procps"
+      libelf-dev libdw-dev redis-server redis-tools iproute2 procps
+      clang libclang-rt-14-dev"
 [ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis nodejs npm valgrind"
 
 missing=""
