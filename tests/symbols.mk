@@ -11,7 +11,8 @@ SYM_H      := tests/symdata/sym_data.h
 SYM_LIBS   := $(SYM_D)/libsymlib.so $(SYM_D)/libsymdl.so
 SYM_LINK   = -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN/symdata' \
              $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS) -lstdc++
-SYM_PROGS  := $(SYM_D)/sym_prog $(SYM_D)/sym_prog_nodebug $(SYM_D)/sym_prog_stripped
+SYM_PROGS  := $(SYM_D)/sym_prog $(SYM_D)/sym_prog_nodebug $(SYM_D)/sym_prog_stripped \
+              $(SYM_D)/sym_resolve $(SYM_D)/sym_resolve_nodebug
 
 test-build: $(B)/tests/test_symbols_nopie $(SYM_PROGS)
 
@@ -48,3 +49,14 @@ $(SYM_D)/sym_prog_nodebug: $(SYM_D)/sym_prog
 
 $(SYM_D)/sym_prog_stripped: $(SYM_D)/sym_prog
 	strip -o $@ $<
+
+# For dmutex scan: does the config it writes for a program resolve, with the
+# shim's own config and symbols modules, to that program's variables?
+$(SYM_D)/sym_resolve: tests/symdata/sym_resolve.c $(SYM_C) $(SYM_H) $(SYM_D)/sym_cxx.o \
+		$(SYM_D)/libsymlib.so $(B)/libdmcore.a
+	$(CC) $(DM_CFLAGS) -Ishim -Itests/symdata $< $(SYM_C) $(SYM_D)/sym_cxx.o -o $@ \
+	    -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN' $(B)/libdmcore.a $(SHIM_LIBS) -lstdc++
+
+# The same with debug info and file names gone (strip -g): only guesses.
+$(SYM_D)/sym_resolve_nodebug: $(SYM_D)/sym_resolve
+	strip --strip-debug -o $@ $<

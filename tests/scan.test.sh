@@ -1,0 +1,212 @@
+#!/bin/sh
+# scan.test.sh: `dmutex scan` on the programs of tests/symdata (built by
+# tests/symbols.mk): with debug info every mutex is listed for sure, with
+# its member offset or array index; without it, lock-named 40-byte objects
+# are guesses; a stripped file shows only exported symbols. The config it
+# prints must load with the shim's config module and resolve, with the
+# shim's symbols module, to the very variables (sym_resolve checks).
+# Prints one closing line "N passed, N failed".
+#
+#   sh tests/scan.test.sh            (DMUTEX=path overrides build/dmutex)
+cd "$(dirname "$0")/.." || exit 1
+D=build/tests/symdata
+DMUTEX=${DMUTEX:-build/dmutex}
+T=$(mktemp -d /tmp/scan.test.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT
+passed=0 failed=0
+
+ok()  { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
+
+# Builds what the tests read (a no-op after `make test-build`). When the
+# build fails but an earlier one left every file, test those and say so.
+NEED="$DMUTEX $D/sym_prog $D/sym_prog_nodebug $D/sym_prog_stripped $D/sym_resolve
+      $D/sym_resolve_nodebug $D/libsymlib.so $D/sym_cxx.o"
+if ! make -s $NEED >"$T/make.log" 2>&1; then
+    for f in $NEED; do
+        if [ ! -e "$f" ]; then
+            cat "$T/make.log"
+            echo "0 passed, 1 failed"
+            exit 1
+        fi
+    done
+    echo "note: make failed; testing the files an earlier build left:"
+    sed 's/^/    /' "$T/make.log" | head -n 5
+fi
+
+# scan EXPECTED_RC ARGS...: runs dmutex scan, stdout in $T/out, stderr in $T/err.
+scan() {
+    want=$1; shift
+    "$DMUTEX" scan "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        bad "dmutex scan $* exits $want" "it exited $rc; stderr:" "$(cat "$T/err")"
+        return 1
+    fi
+    return 0
+}
+
+# has TEXT FILE NAME: the file has a line containing TEXT (fixed string).
+has() {
+    if grep -qF -- "$1" "$2"; then ok "$3"; else bad "$3" "no line with: $1" "in:" "$(cat "$2")"; fi
+}
+lacks() {
+    if grep -qF -- "$1" "$2"; then bad "$3" "unexpected line with: $1"; else ok "$3"; fi
+}
+
+# row_re FIELD...: a regular expression for a table row of these cells.
+row_re() {
+    re="^"
+    for cell in "$@"; do
+        esc=$(printf '%s' "$cell" | sed 's/[][\.*^$+?(){}|/]/\\&/g')
+        re="$re$esc +"
+    done
+    printf '%s\n' "${re% +}\$"
+}
+
+# row NAME FIELD...: stdout has a table row of exactly these cells; norow: has not.
+row() {
+    name=$1; shift
+    if grep -qE -- "$(row_re "$@")" "$T/out"; then ok "$name"
+    else bad "$name" "no row: $*" "in:" "$(cat "$T/out")"; fi
+}
+norow() {
+    name=$1; shift
+    if grep -qE -- "$(row_re "$@")" "$T/out"; then bad "$name" "unexpected row: $*"
+    else ok "$name"; fi
+}
+
+# ---- with debug info ----------------------------------------------------
+if scan 0 $D/sym_prog $D/libsymlib.so; then
+    row "global pthread_mutex_t is sure" \
+        sym_global_lock sym_global_lock 0 40 sym_prog - pthread_mutex_t dwarf
+    row "static in sym_a.c names its file" \
+        cache_lock sym_a.c:cache_lock 0 40 sym_prog sym_a.c pthread_mutex_t dwarf
+    row "same static in sym_b.c is its own row" \
+        cache_lock sym_b.c:cache_lock 0 40 sym_prog sym_b.c pthread_mutex_t dwarf
+    row "struct member mutex has its offset" \
+        sym_inventory.lock sym_inventory 8 64 sym_prog - pthread_mutex_t dwarf
+    row "array element mutex has index times size" \
+        "sym_slots[2]" sym_slots 80 160 sym_prog - pthread_mutex_t dwarf
+    row "function-scope static by its source name" \
+        fn_lock sym_a.c:fn_lock 0 40 sym_prog sym_a.c pthread_mutex_t dwarf
+    row "C++ std::mutex global" \
+        sym_cxx_global_lock sym_cxx_global_lock 0 40 sym_prog - std::mutex dwarf
+    row "C++ std::recursive_mutex global" \
+        sym_cxx_recursive sym_cxx_recursive 0 40 sym_prog - std::recursive_mutex dwarf
+    row "C++ namespaced mutex by its mangled symbol" \
+        app::ns_lock _ZN3app7ns_lockE 0 40 sym_prog - std::mutex dwarf
+    row "library global" \
+        symlib_lock symlib_lock 0 40 libsymlib.so - pthread_mutex_t dwarf
+    row "library static" \
+        symlib_static_lock symlib.c:symlib_static_lock 0 40 libsymlib.so symlib.c pthread_mutex_t dwarf
+    has '  { symbol = "sym_global_lock"; },' "$T/out" "config entry for a global"
+    has '  { symbol = "sym_a.c:cache_lock"; name = "sym_a_cache_lock"; },' "$T/out" \
+        "config entry for a static, named uniquely"
+    has '  { symbol = "sym_b.c:cache_lock"; name = "sym_b_cache_lock"; },' "$T/out" \
+        "config entry for the other static"
+    has '  { symbol = "sym_slots"; offset = 80; name = "sym_slots_2"; },' "$T/out" \
+        "config entry for an array element"
+    has '  { symbol = "sym_inventory"; offset = 8; name = "sym_inventory.lock"; },' "$T/out" \
+        "config entry for a struct member"
+    has '  { symbol = "symlib_lock"; object = "libsymlib.so"; }' "$T/out" \
+        "config entry for a library global carries the object"
+    norow "program's copy of a library global is left to the library" \
+        symlib_copied_lock symlib_copied_lock 0 40 sym_prog - "?" guess
+    row "the library lists its copy-relocated global" \
+        symlib_copied_lock symlib_copied_lock 0 40 libsymlib.so - pthread_mutex_t dwarf
+    lacks 'sym_small_lock' "$T/out" "a 4-byte int named like a lock is no mutex"
+    lacks 'sym_tls_lock' "$T/out" "a thread-local mutex cannot be mapped and is not listed"
+fi
+
+if scan 0 $D/sym_prog; then
+    has "holds a copy of the library global symlib_copied_lock" "$T/err" \
+        "copy relocation without its library scanned is pointed out"
+fi
+
+# ---- config output --------------------------------------------------------
+if scan 0 --config $D/sym_prog; then
+    if [ "$(head -n 1 "$T/out")" = "mutexes = (" ] && [ "$(tail -n 1 "$T/out")" = ");" ] &&
+       ! grep -q '^MUTEX' "$T/out"; then
+        ok "--config prints only the mutexes block"
+    else
+        bad "--config prints only the mutexes block" "$(cat "$T/out")"
+    fi
+fi
+
+if scan 0 --config $D/sym_resolve $D/libsymlib.so; then
+    cp "$T/out" "$T/resolve.cfg"
+    if $D/sym_resolve "$T/resolve.cfg" >"$T/res" 2>&1 && grep -q "CHECKED 16$" "$T/res"; then
+        ok "every entry loads and resolves to its variable in the running program"
+    else
+        bad "every entry loads and resolves to its variable in the running program" \
+            "$(cat "$T/resolve.cfg")" "$(cat "$T/res")"
+    fi
+fi
+
+# ---- without debug info ---------------------------------------------------
+if scan 0 $D/sym_prog_nodebug; then
+    row "without debug info a lock-named 40-byte global is a guess" \
+        sym_global_lock sym_global_lock 0 40 sym_prog_nodebug - "?" guess
+    has '  { symbol = "sym_global_lock"; }' "$T/out" "a guess still gets an entry"
+    has '# guess: no debug info' "$T/out" "a guess says so in the config"
+    has '  # { symbol = "cache_lock"; }   # ambiguous' "$T/out" \
+        "statics of one name without file names are commented out as ambiguous"
+    has "has no debug info" "$T/err" "missing debug info is pointed out"
+    lacks 'sym_slots' "$T/out" "an array not named like a lock is left to --all"
+fi
+
+if scan 0 --all $D/sym_prog_nodebug; then
+    row "--all lists a 40-byte multiple without a lock-like name" \
+        "sym_slots[1]" sym_slots 40 160 sym_prog_nodebug - "?" weak
+    has '  # { symbol = "sym_slots"; offset = 40; name = "sym_slots_1"; }' "$T/out" \
+        "weak entries are commented out"
+fi
+
+if scan 0 --config $D/sym_resolve_nodebug; then
+    cp "$T/out" "$T/nodebug.cfg"
+    if $D/sym_resolve_nodebug "$T/nodebug.cfg" >"$T/res" 2>&1 && grep -q "RESOLVED" "$T/res"; then
+        ok "every guessed entry resolves in the program stripped of debug info"
+    else
+        bad "every guessed entry resolves in the program stripped of debug info" \
+            "$(cat "$T/nodebug.cfg")" "$(cat "$T/res")"
+    fi
+fi
+
+if scan 0 $D/sym_prog_stripped; then
+    has "is stripped (no .symtab)" "$T/err" "a stripped file is pointed out"
+    has "no mutex variables found" "$T/err" "nothing exported, nothing found, still success"
+fi
+
+# ---- errors and usage -----------------------------------------------------
+if scan 1 /bin/nope; then
+    has "dmutex scan: /bin/nope: No such file or directory" "$T/err" "missing file named with its cause"
+fi
+if scan 1 /etc/passwd; then
+    has "dmutex scan: /etc/passwd: not an ELF file" "$T/err" "non-ELF file named with its cause"
+fi
+if scan 1 $D; then
+    has "dmutex scan: $D: Is a directory" "$T/err" "directory refused"
+fi
+if scan 1 $D/sym_cxx.o; then
+    has "an object file, not a program or shared library" "$T/err" "object file refused"
+fi
+if scan 1 $D/sym_prog /bin/nope; then
+    lacks "MUTEX" "$T/out" "a bad library fails before any output"
+fi
+if scan 2; then
+    has "dmutex scan: no PROGRAM given" "$T/err" "no program is a usage error"
+fi
+if scan 2 --bogus $D/sym_prog; then
+    has "unknown option '--bogus'" "$T/err" "unknown option is a usage error"
+fi
+if scan 0 --help; then
+    has "Usage: dmutex scan [--all] [--config] PROGRAM [LIBRARY...]" "$T/out" "--help prints usage"
+    has "Exit status" "$T/out" "--help documents the exit status"
+fi
+if scan 0 -h; then
+    has "Usage: dmutex scan" "$T/out" "-h prints usage"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
