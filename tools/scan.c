@@ -891,12 +891,15 @@ static void scan_guesses(struct scan *sc, struct file *f)
         struct hits *h = xmalloc(sizeof *h);
         h->n = 0;
         h->total = 0;
+        /* A guess lists every element; a weak candidate, one row. */
         long n = fits ? (long)(s->size / MUTEX_SIZE) : 1;
-        for (long k = 0; k < n; k++) {
+        if (how == HOW_WEAK)
+            hit(h, fits ? 0 : -1, "", !fits ? "? (struct?)" : n > 1 ? "? (array?)" : "?");
+        for (long k = 0; how == HOW_GUESS && k < n; k++) {
             char p[32] = "";
             if (n > 1)
                 snprintf(p, sizeof p, "[%ld]", k);
-            hit(h, fits ? k * (long)MUTEX_SIZE : -1, p, fits ? "?" : "? (struct?)");
+            hit(h, k * (long)MUTEX_SIZE, p, "?");
         }
         char *src = xprintf("%.*s", (int)numbered_len(s->name), s->name);
         add_hits(sc, f, how, s, s->local ? src : s->name, s->local ? src : s->name,
