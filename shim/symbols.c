@@ -50,6 +50,7 @@ struct table {
     char *strings;              /* copy of the string table */
     struct sym *syms;           /* sorted by name */
     size_t nsyms;
+    int has_files;              /* any STT_FILE: strip -g removes them all */
 };
 
 /* A loaded object as dl_iterate_phdr showed it, copied out of the callback
@@ -295,6 +296,7 @@ static int read_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr, struct ta
         int type = GELF_ST_TYPE(s.st_info);
         if (type == STT_FILE) {
             file = *name ? name : NULL;
+            t->has_files = 1;
             continue;
         }
         if (s.st_shndx == SHN_UNDEF || !*name || type == STT_SECTION)
@@ -557,6 +559,9 @@ static int choose(const struct table *t, const struct object *o, const char *sym
                "write one of ", symbol, o->label, p.n,
                file ? "symbols of that file" : "file-statics");
         list_candidates(&p, err, errlen);
+        if (!t->has_files)
+            append(err, errlen, " (the symbol table has no file names, as after "
+                   "strip -g, so they cannot be told apart)");
         return ENOTUNIQ;
     }
     if (other) {
@@ -574,6 +579,9 @@ static int choose(const struct table *t, const struct object *o, const char *sym
         collect(t, sym, NULL, ONLY_GLOBAL, 0, want, &p, &other);
         if (p.n > 0)
             append(err, errlen, "; %s is a global there: drop the \"%s:\"", sym, file);
+        else if (!t->has_files)
+            append(err, errlen, "; its symbol table has no file names (stripped with "
+                   "strip -g?): write the symbol without \"%s:\"", file);
     }
     return ENOENT;
 }

@@ -8,13 +8,17 @@
 SYM_D      := $(B)/tests/symdata
 SYM_C      := tests/symdata/sym_a.c tests/symdata/sym_b.c
 SYM_H      := tests/symdata/sym_data.h
-SYM_LIBS   := $(SYM_D)/libsymlib.so $(SYM_D)/libsymdl.so
+SYM_LIBS   := $(SYM_D)/libsymlib.so $(SYM_D)/libsymdl.so $(SYM_D)/libsymnofile.so
 SYM_LINK   = -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN/symdata' \
              $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS) -lstdc++
 SYM_PROGS  := $(SYM_D)/sym_prog $(SYM_D)/sym_prog_nodebug $(SYM_D)/sym_prog_stripped \
               $(SYM_D)/sym_resolve $(SYM_D)/sym_resolve_nodebug
 
 test-build: $(B)/tests/test_symbols_nopie $(SYM_PROGS)
+
+# libsymdl.so without debug info, and so without STT_FILE names (strip -g).
+$(SYM_D)/libsymnofile.so: $(SYM_D)/libsymdl.so
+	strip --strip-debug -o $@ $<
 
 $(SYM_D):
 	mkdir -p $@

@@ -339,6 +339,20 @@ static void test_dlopened_library_global_and_static(void **state)
     dlclose(d.handle);
 }
 
+static void test_qualified_static_without_file_names_says_why(void **state)
+{
+    (void)state;
+    struct dl d;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/symdata/libsymnofile.so", exe_dir());
+    dl_open(&d, path);
+    assert_int_equal(find_rc("libsymnofile.so", "symdl.c:symdl_static_lock", 0), ENOENT);
+    assert_err_has("no file names");
+    assert_ptr_equal(find_ok("libsymnofile.so", "symdl_static_lock", 0),
+                     dl_addr(&d, "symdl_static_lock_addr"));
+    dlclose(d.handle);
+}
+
 static void test_unloaded_after_dlclose_is_enoent(void **state)
 {
     (void)state;
@@ -518,6 +532,7 @@ int main(void)
         cmocka_unit_test_teardown(test_library_symbol_is_not_in_the_executable, teardown),
         cmocka_unit_test_teardown(test_library_global_moved_by_copy_relocation_resolves_to_live_copy, teardown),
         cmocka_unit_test_teardown(test_dlopened_library_global_and_static, teardown),
+        cmocka_unit_test_teardown(test_qualified_static_without_file_names_says_why, teardown),
         cmocka_unit_test_teardown(test_unloaded_after_dlclose_is_enoent, teardown),
         cmocka_unit_test_teardown(test_object_given_without_version_matches_versioned_file, teardown),
         cmocka_unit_test_teardown(test_cached_table_answers_after_the_file_is_gone, teardown),
