@@ -5,13 +5,13 @@
  * only carries the server's address and credentials for others to use.
  *
  * Loading is all-or-nothing. The file is checked by a small pre-scan (NUL
- * bytes, @include, integers libconfig 1.5 would silently truncate), parsed
+ * bytes, @include, integers libconfig 1.5 would silently truncate, unclosed
+ * strings and comments), parsed
  * by libconfig, then walked key by key into a private struct that is only
  * copied to the caller's on success. Default strings point at static
  * storage, so a struct holding only defaults needs no freeing. */
 #include "config.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libconfig.h>
@@ -127,12 +127,21 @@ static const char *show_byte(struct shown_byte *out, unsigned char c)
  * overflow check (port = 4294973675 arrives as 6379), follows @include to
  * any file (a fuzzer could name /dev/stdin), and cuts strings at "\x00".
  * This walk follows libconfig's own tokens (strings, comments, numbers,
- * names) just far enough to refuse those before libconfig sees them. */
+ * names) just far enough to refuse those before libconfig sees them, and
+ * reports an unclosed string or comment at the line where it starts
+ * (libconfig would leak the one and silently accept the other). */
 
-static int is_name_start(int c) { return isalpha(c) || c == '*'; }
-static int is_name_char(int c) { return isalnum(c) || c == '*' || c == '-' || c == '_'; }
-static int is_hex(int c) { return isxdigit(c); }
-static int hex_val(int c) { return isdigit(c) ? c - '0' : (tolower(c) - 'a' + 10); }
+/* ASCII only, whatever the locale: the character sets below are the
+ * contract, not what a program's setlocale() makes of byte 0xe9. */
+static int az_alpha(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+static int az_digit(int c) { return c >= '0' && c <= '9'; }
+static int az_alnum(int c) { return az_alpha(c) || az_digit(c); }
+static int az_xdigit(int c) { return az_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+static int is_name_start(int c) { return az_alpha(c) || c == '*'; }
+static int is_name_char(int c) { return az_alnum(c) || c == '*' || c == '-' || c == '_'; }
+static int is_hex(int c) { return az_xdigit(c); }
+static int hex_val(int c) { return az_digit(c) ? c - '0' : ((c | 0x20) - 'a' + 10); }
 
 /* The key a number belongs to, as far as the pre-scan can tell: the last
  * name followed by '=' or ':'. Only used to word the message. */
@@ -179,21 +188,21 @@ static int prescan_number(struct parse *p, unsigned line, const struct last_key 
         return 0;
     }
     const char *digits = q;
-    while (isdigit((unsigned char)*q))
+    while (az_digit((unsigned char)*q))
         q++;
     int has_digits = q > digits;
     if (*q == '.' || (has_digits && (*q == 'e' || *q == 'E'))) {
         /* A float: libconfig converts it with atof, which cannot overflow
          * into a wrong value; integer keys refuse floats anyway. */
         if (*q == '.')
-            for (q++; isdigit((unsigned char)*q); q++)
+            for (q++; az_digit((unsigned char)*q); q++)
                 ;
         if ((*q == 'e' || *q == 'E')) {
             const char *e = q + 1;
             if (*e == '+' || *e == '-')
                 e++;
-            if (isdigit((unsigned char)*e))
-                for (q = e; isdigit((unsigned char)*q); q++)
+            if (az_digit((unsigned char)*e))
+                for (q = e; az_digit((unsigned char)*q); q++)
                     ;
         }
         *pp = q > s ? q : s + 1;
@@ -287,8 +296,8 @@ static int prescan(struct parse *p, const char *text)
                 key.s = name;
                 key.len = (size_t)(s - name);
             }
-        } else if (isdigit(c) || c == '.'
-                   || ((c == '-' || c == '+') && (isdigit((unsigned char)s[1]) || s[1] == '.'))) {
+        } else if (az_digit(c) || c == '.'
+                   || ((c == '-' || c == '+') && (az_digit((unsigned char)s[1]) || s[1] == '.'))) {
             if (prescan_number(p, line, &key, &s) < 0)
                 return -1;
         } else {
@@ -438,7 +447,7 @@ static int check_keys(struct parse *p, const config_setting_t *grp, const char *
 
 static int name_char_ok(unsigned char c)
 {
-    return isalnum(c) || (c && strchr("_.:/@-", c));
+    return az_alnum(c) || (c && strchr("_.:/@-", c));
 }
 
 /* Checks a lock name or namespace: 1..DM_NAME_MAX bytes of
@@ -462,9 +471,9 @@ static int name_ok(const char *v, char *why, size_t n)
     return 1;
 }
 
-static int ident_start(unsigned char c) { return isalpha(c) || c == '_' || c == '$'; }
-static int ident_char(unsigned char c) { return isalnum(c) || c == '_' || c == '$' || c == '.'; }
-static int qualifier_char(unsigned char c) { return isalnum(c) || (c && strchr("_.+/-", c)); }
+static int ident_start(unsigned char c) { return az_alpha(c) || c == '_' || c == '$'; }
+static int ident_char(unsigned char c) { return az_alnum(c) || c == '_' || c == '$' || c == '.'; }
+static int qualifier_char(unsigned char c) { return az_alnum(c) || (c && strchr("_.+/-", c)); }
 
 /* A C identifier or mangled C++ name ([A-Za-z_$][A-Za-z0-9_$.]*) starting
  * at v[from]. Positions in `why` count from the start of the whole value. */
@@ -563,7 +572,7 @@ static int env_name_ok(const char *v, char *why, size_t n)
         return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_ENV_NAME_MAX), 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)v[i];
-        if (!(isalpha(c) || c == '_' || (i > 0 && isdigit(c)))) {
+        if (!(az_alpha(c) || c == '_' || (i > 0 && az_digit(c)))) {
             struct shown_byte b;
             snprintf(why, n, "%s at byte %zu is not allowed in an environment variable name",
                      show_byte(&b, c), i + 1);
@@ -641,6 +650,9 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (host && strchr(host, '/'))
         return fail(p, host_line, "redis.host = %s: a host name has no '/'; for a socket use redis.unix",
                     show(&sv, host));
+    if (host && strpbrk(host, "[]"))
+        return fail(p, host_line, "redis.host = %s: write an IPv6 address without brackets, "
+                    "as in \"::1\"", show(&sv, host));
     if (unix_path && !token_ok(unix_path, DM_UNIX_PATH_MAX, 1, why, sizeof why))
         return fail(p, unix_line, "redis.unix = %s: %s", show(&sv, unix_path), why);
     if (user && !token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
@@ -1165,7 +1177,7 @@ static int parse_url_number(const char *s, size_t len, long lo, long hi, long *o
         return -1;
     long v = 0;
     for (size_t i = 0; i < len; i++) {
-        if (!isdigit((unsigned char)s[i]))
+        if (!az_digit((unsigned char)s[i]))
             return -1;
         v = v * 10 + (s[i] - '0');
     }

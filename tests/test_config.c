@@ -774,6 +774,7 @@ static void test_bad_host_is_refused(void **state)
     expect_error("redis = { host = \"\"; };", "t.cfg:1: ", "redis.host", "empty");
     expect_error("redis = { host = \"a b\"; };", "t.cfg:1: ", "redis.host = \"a b\"", "space");
     expect_error("redis = { host = \"/tmp/redis.sock\"; };", "t.cfg:1: ", "redis.host", "redis.unix");
+    expect_error("redis = { host = \"[::1]\"; };", "t.cfg:1: ", "redis.host", "without brackets");
 }
 
 static void test_unix_path_longer_than_sun_path_is_refused(void **state)
