@@ -17,7 +17,7 @@
  * such symbol; EINVAL when the symbol is too small or not a data object;
  * ENOTUNIQ when several file-statics match (err lists them as file.c:sym).
  * On any error, err holds a sentence naming symbol and object.
- * `object` matches a loaded file's full path or file name; "libfoo.so" also matches "libfoo.so.1.2".
+ * `object` matches a loaded file's full path or file name, "libfoo.so" also "libfoo.so.1.2"; two files: ENOTUNIQ.
  * Unqualified "sym": the one global, else the one file-static (or gcc's function-static "sym.N"). */
 int dm_symbols_find(const char *object, const char *symbol, long offset,
                     size_t need, uintptr_t *addr, char *err, size_t errlen);

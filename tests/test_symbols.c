@@ -367,14 +367,14 @@ static void test_unloaded_after_dlclose_is_enoent(void **state)
     assert_err_has("not loaded");
 }
 
-/* A private copy of libsymdl.so named libsymcopy.so.1 in a fresh directory. */
-static void copy_library(char *dir, size_t dirlen, char *path, size_t pathlen)
+/* A private copy of libsymdl.so named `name` in a fresh directory. */
+static void copy_library(const char *name, char *dir, size_t dirlen, char *path, size_t pathlen)
 {
     char src[PATH_MAX];
     snprintf(src, sizeof src, "%s/symdata/libsymdl.so", exe_dir());
     snprintf(dir, dirlen, "/tmp/test_symbols.XXXXXX");
     assert_non_null(mkdtemp(dir));
-    snprintf(path, pathlen, "%s/libsymcopy.so.1", dir);
+    snprintf(path, pathlen, "%s/%s", dir, name);
     int in = open(src, O_RDONLY), out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0755);
     assert_true(in >= 0 && out >= 0);
     char buf[8192];
@@ -390,7 +390,7 @@ static void test_object_given_without_version_matches_versioned_file(void **stat
     (void)state;
     char dir[64], path[PATH_MAX];
     struct dl d;
-    copy_library(dir, sizeof dir, path, sizeof path);
+    copy_library("libsymcopy.so.1", dir, sizeof dir, path, sizeof path);
     dl_open(&d, path);
     assert_ptr_equal(find_ok("libsymcopy.so", "symdl_lock", 0), dl_addr(&d, "symdl_lock_addr"));
     assert_ptr_equal(find_ok("libsymcopy.so.1", "symdl_lock", 0), dl_addr(&d, "symdl_lock_addr"));
@@ -401,6 +401,26 @@ static void test_object_given_without_version_matches_versioned_file(void **stat
     rmdir(dir);
 }
 
+static void test_two_loaded_files_of_one_name_are_ambiguous(void **state)
+{
+    (void)state;
+    char dir[2][64], path[2][PATH_MAX];
+    struct dl d[2];
+    for (int i = 0; i < 2; i++) {
+        copy_library("libsymtwin.so", dir[i], sizeof dir[i], path[i], sizeof path[i]);
+        dl_open(&d[i], path[i]);
+    }
+    assert_int_equal(find_rc("libsymtwin.so", "symdl_lock", 0), ENOTUNIQ);
+    assert_err_has(path[0]);
+    assert_err_has(path[1]);
+    for (int i = 0; i < 2; i++) {
+        assert_ptr_equal(find_ok(path[i], "symdl_lock", 0), dl_addr(&d[i], "symdl_lock_addr"));
+        dlclose(d[i].handle);
+        unlink(path[i]);
+        rmdir(dir[i]);
+    }
+}
+
 /* The cache is observable: once read, a table answers even after its file
  * is gone; after a flush the file is read again, and its absence is said. */
 static void test_cached_table_answers_after_the_file_is_gone(void **state)
@@ -408,7 +428,7 @@ static void test_cached_table_answers_after_the_file_is_gone(void **state)
     (void)state;
     char dir[64], path[PATH_MAX];
     struct dl d;
-    copy_library(dir, sizeof dir, path, sizeof path);
+    copy_library("libsymcopy.so.1", dir, sizeof dir, path, sizeof path);
     dl_open(&d, path);
     uintptr_t want = dl_addr(&d, "symdl_static_lock_addr");
     assert_ptr_equal(find_ok("libsymcopy.so", "symdl_static_lock", 0), want);
@@ -535,6 +555,7 @@ int main(void)
         cmocka_unit_test_teardown(test_qualified_static_without_file_names_says_why, teardown),
         cmocka_unit_test_teardown(test_unloaded_after_dlclose_is_enoent, teardown),
         cmocka_unit_test_teardown(test_object_given_without_version_matches_versioned_file, teardown),
+        cmocka_unit_test_teardown(test_two_loaded_files_of_one_name_are_ambiguous, teardown),
         cmocka_unit_test_teardown(test_cached_table_answers_after_the_file_is_gone, teardown),
         cmocka_unit_test_teardown(test_function_range_contains_the_function, teardown),
         cmocka_unit_test_teardown(test_function_in_library_range, teardown),
