@@ -27,6 +27,8 @@
 #   Extra server options may be passed in REDIS_TMP_OPTS (word-split), e.g.
 #   REDIS_TMP_OPTS='--requirepass secret --maxclients 20000'.
 #   Call it in the current shell, not in $(...), or the exports are lost.
+#   The server is a child of the calling shell: a bare `wait` waits for it
+#   too (forever), so wait for your own pids by number.
 #   One server per shell at a time; to run several, save the four variables
 #   after each start and restore them before each redis_tmp_stop.
 #
