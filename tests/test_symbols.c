@@ -489,6 +489,16 @@ static void test_function_lookup_rejects_data(void **state)
                                          err, sizeof err), ENOENT);
 }
 
+static void test_indirect_function_is_rejected(void **state)
+{
+    (void)state;
+    uintptr_t start, end;
+    assert_int_equal(sym_ifunc(), 7);
+    assert_int_equal(dm_symbols_function(NULL, "sym_ifunc", &start, &end, err, sizeof err),
+                     EINVAL);
+    assert_err_has("indirect function");
+}
+
 /* ---- concurrency -------------------------------------------------------- */
 
 static void *lookup_many(void *arg)
@@ -560,6 +570,7 @@ int main(void)
         cmocka_unit_test_teardown(test_function_range_contains_the_function, teardown),
         cmocka_unit_test_teardown(test_function_in_library_range, teardown),
         cmocka_unit_test_teardown(test_function_lookup_rejects_data, teardown),
+        cmocka_unit_test_teardown(test_indirect_function_is_rejected, teardown),
         cmocka_unit_test_teardown(test_lookups_from_many_threads_agree, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,3 +36,8 @@ __attribute__((noinline)) int sym_known_function(int x)
 {
     return x * 3 + sym_small_lock;
 }
+
+/* An indirect function: its symbol is the resolver, not the code. */
+static int sym_ifunc_impl(void) { return 7; }
+static int (*sym_ifunc_resolver(void))(void) { return sym_ifunc_impl; }
+int sym_ifunc(void) __attribute__((ifunc("sym_ifunc_resolver")));

@@ -23,6 +23,7 @@ void *sym_b_cache_lock(void);
 void *sym_tls_lock_addr(void);
 void *sym_fn_lock(void);
 int sym_known_function(int x);
+int sym_ifunc(void);
 
 /* sym_cxx.cc */
 void *sym_cxx_lock(void);
