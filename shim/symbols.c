@@ -192,10 +192,8 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *data)
     const char *label;
     if (is_exe)
         label = c->exe_path;
-    else if (info->dlpi_name && info->dlpi_name[0] == '/')
-        label = info->dlpi_name;
     else if (info->dlpi_name && strchr(info->dlpi_name, '/'))
-        label = info->dlpi_name;        /* dlopen("./libx.so"): relative, still a file */
+        label = info->dlpi_name;        /* absolute, or relative as dlopen("./x.so") gave it */
     else
         return 0;                       /* no file behind it */
 
