@@ -76,6 +76,21 @@ void dm_cluster_owner(char *buf, unsigned long seq)
     snprintf(buf, DM_OWNER_MAX, "%s:%lu", process_id, seq);
 }
 
+static int make_wait_channel(struct dm_cluster_lock *l)
+{
+    char *w;
+    if (asprintf(&w, "%s%s", l->wait_prefix, process_id) < 0)
+        return -1;
+    struct dm_notify_chan *ch = dm_notify_chan(w);
+    if (!ch) {
+        free(w);
+        return -1;
+    }
+    l->wait_channel = w;    /* the parent's, in a fork child, is leaked: a few bytes */
+    l->wchan = ch;
+    return 0;
+}
+
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
 {
     pthread_mutex_lock(&locks_mu);
@@ -90,7 +105,13 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
             asprintf(&l->token_key, "%s:{%s}:token", ns, name) < 0 ||
             asprintf(&l->holder_key, "%s:{%s}:holder", ns, name) < 0 ||
             asprintf(&l->channel, "%s:{%s}:released", ns, name) < 0 ||
-            !(l->chan = dm_notify_chan(l->channel))) {
+            asprintf(&l->queue_key, "%s:{%s}:queue", ns, name) < 0 ||
+            asprintf(&l->qtime_key, "%s:{%s}:qtime", ns, name) < 0 ||
+            asprintf(&l->want_channel, "%s:{%s}:want", ns, name) < 0 ||
+            asprintf(&l->wait_prefix, "%s:{%s}:w:", ns, name) < 0 ||
+            !(l->chan = dm_notify_chan(l->channel)) ||
+            !(l->wantchan = dm_notify_chan(l->want_channel)) ||
+            make_wait_channel(l) != 0) {
             /* asprintf leaves its pointer undefined on failure: leak rather
              * than free garbage; this only happens out of memory. */
             l = NULL;
@@ -103,21 +124,39 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
     return l;
 }
 
+void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache)
+{
+    if (fair)
+        l->fair = 1;
+    if (cache)
+        l->cache = 1;
+}
+
+/* The lease a handed-over lock has until its new owner renews it. */
+static long claim_ms(void)
+{
+    return ccfg->renew_ms < ccfg->lease_ms ? ccfg->renew_ms : ccfg->lease_ms;
+}
+
 enum attempt { ATT_GRANTED, ATT_HELD, ATT_DOWN };
 
-/* One acquire script call. ATT_HELD sets *pttl (may be <= 0: unknown). */
-static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, struct dm_grant *g,
-                            long *pttl, char *err, size_t errlen)
+/* One acquire script call. ATT_HELD sets *pttl (may be <= 0: unknown).
+ * `member` non-NULL queues the caller (fair). */
+static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
+                            struct dm_grant *g, long *pttl, char *err, size_t errlen)
 {
     struct dm_conn *conn = dm_redis_get(err, errlen);
     if (!conn)
         return ATT_DOWN;
-    char lease[24], delay[24];
+    char lease[24], delay[24], qttl[24];
     snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
     snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
-    const char *args[] = { l->key, l->token_key, l->holder_key, owner, lease, delay };
+    snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
+    const char *args[] = { l->key, l->token_key, l->holder_key, l->queue_key, l->qtime_key,
+                           owner, lease, delay, member ? "1" : "0", member ? member : "",
+                           qttl, l->cache ? l->want_channel : "" };
     int broken;
-    redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_ACQUIRE, 3, 6, args, &broken, err, errlen);
+    redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_ACQUIRE, 5, 12, args, &broken, err, errlen);
     dm_redis_put(conn, broken);
     if (!r)
         return ATT_DOWN;
@@ -125,9 +164,10 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, struct
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         if (r->element[0]->integer == 1 && r->elements >= 3) {
+            memset(g, 0, sizeof *g);
             g->token = (uint64_t)r->element[1]->integer;
             g->owner_dead = r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 1;
-            g->local_only = 0;
+            g->lease_ms = ccfg->lease_ms;
             res = ATT_GRANTED;
         } else if (r->element[0]->integer == 0) {
             *pttl = (long)r->element[1]->integer;
@@ -138,6 +178,66 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, struct
         snprintf(err, errlen, "redis at %s: acquire.lua on %s: unexpected reply", dm_redis_addr(), l->key);
     freeReplyObject(r);
     return res;
+}
+
+/* A fair waiter gives up: leave the queue. Returns 1 (g->token filled) if
+ * a release had handed it the lock meanwhile. */
+static int cancel_wait(struct dm_cluster_lock *l, const char *owner, const char *member,
+                       struct dm_grant *g)
+{
+    char err[DM_ERR_MAX];
+    for (int i = 0; i < 2; i++) {
+        struct dm_conn *conn = dm_redis_get(err, sizeof err);
+        if (!conn)
+            break;
+        const char *args[] = { l->key, l->queue_key, l->qtime_key, l->token_key, owner, member };
+        int broken;
+        redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_CANCEL, 4, 6, args, &broken,
+                                        err, sizeof err);
+        dm_redis_put(conn, broken);
+        if (!r) {
+            if (broken)
+                continue;
+            break;
+        }
+        int held = 0;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1) {
+            memset(g, 0, sizeof *g);
+            g->token = r->element[1]->type == REDIS_REPLY_INTEGER ? (uint64_t)r->element[1]->integer : 0;
+            held = 1;
+        }
+        freeReplyObject(r);
+        return held;
+    }
+    /* Unreachable: the queue entry dies by its deadline (DM_QUEUE_TTL_MS), a
+     * lock handed over meanwhile by its claim lease. */
+    dm_debug("lock %s: could not leave the wait queue (%s)", l->name, err);
+    return 0;
+}
+
+/* Is there still a safe part of the lease left? A reply or notice that
+ * arrives after lease - margin (a stalled or starved process) must not be
+ * taken for a hold: another process may get the lock any moment. */
+static int fresh(const struct dm_grant *g)
+{
+    return now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
+}
+
+/* Is `msg` the handover of this wait ("<member> <token>")? */
+static int handed_over(const char *msg, const char *member, struct dm_grant *g)
+{
+    size_t n = strlen(member);
+    if (strncmp(msg, member, n) != 0 || msg[n] != ' ')
+        return 0;
+    char *end;
+    unsigned long long tok = strtoull(msg + n + 1, &end, 10);
+    if (*end != 0 || tok == 0)
+        return 0;
+    memset(g, 0, sizeof *g);
+    g->token = tok;
+    g->lease_ms = claim_ms();
+    return 1;
 }
 
 static long remaining_ms(const struct timespec *deadline)
@@ -154,6 +254,24 @@ static long remaining_ms(const struct timespec *deadline)
     return ms < 0 ? 0 : (long)ms;
 }
 
+/* A random number in [0, n), for backoff jitter: per-thread state seeded
+ * from the process id, so that processes retrying together spread out. */
+static __thread uint64_t jitter_state;
+static uint64_t jitter_seed;
+
+static long jitter(long n)
+{
+    if (jitter_state == 0) {
+        if (jitter_seed == 0)
+            jitter_seed = strtoull(process_id + 16, NULL, 16) | 1;
+        jitter_state = __atomic_add_fetch(&jitter_seed, 0x9E3779B97F4A7C15ULL, __ATOMIC_RELAXED) | 1;
+    }
+    jitter_state ^= jitter_state << 13;
+    jitter_state ^= jitter_state >> 7;
+    jitter_state ^= jitter_state << 17;
+    return n > 0 ? (long)(jitter_state % (uint64_t)n) : 0;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -167,14 +285,28 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     static long down_logged;
     char err[DM_ERR_MAX];
     long backoff = DM_BACKOFF_MIN_MS;
-    int subscribed = 0, was_down = 0;
+    int subscribed = 0, was_down = 0, queued = 0;
     long long down_since = 0;
+    /* Fair and caching waiters queue; a trylock never does. */
+    int fair = (l->fair || l->cache) && !(flags & DM_ACQ_TRY);
+    struct dm_notify_chan *ch = fair ? l->wchan : l->chan;
+    char member[DM_OWNER_MAX + 24] = "";
+    if (fair)
+        snprintf(member, sizeof member, "%s|%lu", owner,
+                 __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
 
     for (;;) {
-        unsigned long seen = subscribed ? dm_notify_seq(l->chan) : 0;
+        unsigned long seen = subscribed ? dm_notify_seq(ch) : 0;
         long pttl = 0;
-        switch (attempt(l, owner, g, &pttl, err, sizeof err)) {
+        long long sent = now_ms();
+        switch (attempt(l, owner, fair ? member : NULL, g, &pttl, err, sizeof err)) {
         case ATT_GRANTED:
+            g->sent_ms = sent;
+            if (!fresh(g)) {
+                dm_warn("lock %s: the grant came back too late to trust (%lld ms); asking again",
+                        l->name, now_ms() - sent);
+                continue;       /* acquire is idempotent: the retry renews or re-queues */
+            }
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), now_ms() - down_since);
@@ -207,13 +339,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 long left = remaining_ms(deadline);
                 if (left == 0)
                     return ETIMEDOUT;
-                long d = backoff / 2 + random() % (backoff / 2 + 1);
+                long d = backoff / 2 + jitter(backoff / 2 + 1);
                 sleep_ms(left >= 0 && left < d ? left : d);
                 backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
             }
             continue;
 
         case ATT_HELD:
+            queued = fair;
             break;
         }
 
@@ -222,12 +355,12 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             return EBUSY;
         long left = remaining_ms(deadline);
         if (left == 0)
-            return ETIMEDOUT;
+            break;
         if (!subscribed) {
             long to = ccfg->redis.command_timeout_ms;
             if (left >= 0 && left < to)
                 to = left;
-            if (dm_notify_subscribe(l->chan, to) == 0) {
+            if (dm_notify_subscribe(ch, to) == 0) {
                 subscribed = 1;
                 continue;       /* the second attempt, now that no notice can be missed */
             }
@@ -235,11 +368,28 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         long wait = pttl > 0 && pttl < DM_WAIT_CAP_MS ? pttl : DM_WAIT_CAP_MS;
         if (left >= 0 && left < wait)
             wait = left;
-        if (subscribed)
-            dm_notify_wait(l->chan, seen, wait);
-        else
+        if (!subscribed) {
             sleep_ms(wait);
+            continue;
+        }
+        if (dm_notify_wait(ch, seen, wait) == 0 && fair) {
+            char msg[DM_OWNER_MAX + 48];
+            dm_notify_last(ch, msg, sizeof msg);
+            /* The handover happened after our last attempt was sent, so its
+             * claim lease runs at most from then. A late notice (a stalled
+             * process) is checked by one more attempt instead. */
+            if (handed_over(msg, member, g)) {
+                g->sent_ms = sent;
+                if (fresh(g))
+                    return 0;
+            }
+        }
     }
+    /* Out of time. A queued waiter may have been handed the lock already:
+     * give it back rather than guess how much of its claim lease is left. */
+    if (queued && cancel_wait(l, owner, member, g))
+        dm_cluster_release(l, owner, g->token);
+    return ETIMEDOUT;
 }
 
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
@@ -247,7 +397,10 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char err[DM_ERR_MAX], tok[24], keep[24];
     snprintf(tok, sizeof tok, "%" PRIu64, token);
     snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
-    const char *args[] = { l->key, l->holder_key, owner, tok, l->channel, keep };
+    char claim[24];
+    snprintf(claim, sizeof claim, "%ld", claim_ms());
+    const char *args[] = { l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
+                           owner, tok, l->channel, keep, l->wait_prefix, claim };
     for (int i = 0; i < DM_RELEASE_TRIES; i++) {
         struct dm_conn *conn = dm_redis_get(err, sizeof err);
         if (!conn) {
@@ -255,7 +408,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
             continue;
         }
         int broken;
-        redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 2, 6, args, &broken,
+        redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 5, 11, args, &broken,
                                         err, sizeof err);
         dm_redis_put(conn, broken);
         if (!r) {
@@ -283,4 +436,8 @@ void dm_cluster_atfork_child(void)
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&locks_mu, &fresh, sizeof fresh);
     new_process_id();
+    jitter_seed = 0;
+    for (struct dm_cluster_lock *l = locks; l; l = l->next)
+        if (make_wait_channel(l) != 0)
+            l->wchan = NULL;    /* out of memory in the child: fair waits poll */
 }

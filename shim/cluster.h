@@ -17,6 +17,7 @@
 #define DM_BACKOFF_MIN_MS 50    /* first retry after Redis failed us */
 #define DM_BACKOFF_MAX_MS 2000
 #define DM_DOWN_LOG_EVERY_MS 5000
+#define DM_QUEUE_TTL_MS  (3 * DM_WAIT_CAP_MS)   /* a fair waiter silent this long is dead */
 
 /* One lock name, interned: every caller naming "x" gets the same record,
  * which lives until the process ends. */
@@ -26,7 +27,17 @@ struct dm_cluster_lock {
     char *token_key;    /* ns:{name}:token     fencing counter */
     char *holder_key;   /* ns:{name}:holder    how the last grant ended */
     char *channel;      /* ns:{name}:released  release notices */
-    struct dm_notify_chan *chan;
+    char *queue_key;    /* ns:{name}:queue     fair waiters, oldest first */
+    char *qtime_key;    /* ns:{name}:qtime     their deadlines */
+    char *want_channel; /* ns:{name}:want      "a process wants it" (lock caching) */
+    char *wait_prefix;  /* ns:{name}:w:        + process id: a waiter's own channel */
+    char *wait_channel; /* this process's, remade in a fork child */
+    struct dm_notify_chan *chan;        /* release notices */
+    struct dm_notify_chan *wchan;       /* handovers to this process */
+    struct dm_notify_chan *wantchan;    /* want notices (cache mode) */
+    int fair;           /* queue waiters, hand over on release */
+    int cache;          /* announce wants; the holder keeps the lock until asked */
+    unsigned long wait_ids;
     struct dm_cluster_lock *next;
 };
 
@@ -34,6 +45,10 @@ struct dm_grant {
     uint64_t token;     /* fencing token of this hold */
     int owner_dead;     /* the previous holder's lease expired unreleased */
     int local_only;     /* on_redis_down = "local" and Redis was down: no cluster hold */
+    long lease_ms;      /* lease the server set: the config's, or the short claim
+                           lease of a lock handed over by a release */
+    long long sent_ms;  /* CLOCK_MONOTONIC ms when the request behind the grant was
+                           sent: the lease surely runs no longer than from then */
 };
 
 /* Keeps the config (it must outlive every lock). No I/O. */
@@ -42,6 +57,10 @@ const struct dm_config *dm_cluster_config(void);
 
 /* The interned record for `name`; NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
+
+/* Fair mode (queue, FIFO handover) and lock caching (want notices) for a
+ * name; any entry asking for either turns it on for the process. */
+void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache);
 
 /* This process's random id (32 hex digits), new in every fork child. */
 const char *dm_cluster_process_id(void);

@@ -4,6 +4,7 @@
 #define DM_LUA_SCRIPTS_H
 
 extern const char dm_lua_acquire[];
+extern const char dm_lua_cancel[];
 extern const char dm_lua_release[];
 extern const char dm_lua_renew[];
 

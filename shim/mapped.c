@@ -10,7 +10,10 @@
  * goes straight to glibc, which gives recursion, EDEADLK or a deadlock
  * exactly as without the shim.
  *
- * Unlock releases the cluster hold, then the real mutex. Condition
+ * Unlock releases the cluster hold, then the real mutex; with lock caching
+ * the process keeps the cluster hold (renewed by the watchdog) until
+ * another process announces it wants the lock, and the next local lock
+ * costs no round trip. Condition
  * variables release the name around the real wait and, on wake-up, drop
  * the real mutex again so the name can be re-taken in order. */
 #include "mapped.h"
@@ -21,6 +24,7 @@
 
 #include "cluster.h"
 #include "log.h"
+#include "notify.h"
 #include "preload.h"
 #include "registry.h"
 #include "watchdog.h"
@@ -37,6 +41,9 @@ struct dm_name {
     unsigned long owner;                /* thread seq, 0: none */
     unsigned long depth;                /* address holds by the owner */
     int held;                           /* hold is a cluster hold (not local_only) */
+    int cached;                         /* held, kept after the last unlock (cache mode) */
+    int want;                           /* another process asked for it: release at unlock */
+    int want_subscribed;
     struct dm_hold hold;
     struct dm_name *next;
 };
@@ -54,13 +61,6 @@ static unsigned long self_seq(void)
     if (__builtin_expect(tseq == 0, 0))
         tseq = __atomic_add_fetch(&tseq_next, 1, __ATOMIC_RELAXED);
     return tseq;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
 static void gate_init(struct dm_name *nm)
@@ -102,7 +102,7 @@ static struct dm_name *name_get(const char *name)
     return nm;
 }
 
-int dm_mapped_add(const void *addr, const char *name, int heap)
+int dm_mapped_add(const void *addr, const char *name, int flags)
 {
     struct dm_entry *old = dm_registry_lookup(addr);
     if (old)
@@ -110,6 +110,7 @@ int dm_mapped_add(const void *addr, const char *name, int heap)
     struct dm_name *nm = name_get(name);
     if (!nm)
         return ENOMEM;
+    dm_cluster_lock_mode(nm->cl, flags & DM_MAP_FAIR, flags & DM_MAP_CACHE);
     pthread_mutex_lock(&names_mu);
     struct dm_entry *e = free_entries;
     if (e)
@@ -120,7 +121,7 @@ int dm_mapped_add(const void *addr, const char *name, int heap)
     memset(e, 0, sizeof *e);
     e->addr = addr;
     e->nm = nm;
-    e->heap = heap;
+    e->heap = (flags & DM_MAP_HEAP) != 0;
     int rc = dm_registry_add(addr, e);
     if (rc != 0)
         free(e);
@@ -139,6 +140,9 @@ void dm_mapped_remove(const void *addr)
     free_entries = e;
     pthread_mutex_unlock(&names_mu);
 }
+
+static int release_hold(struct dm_name *nm);
+static void on_want(void *arg, const char *msg, size_t len);
 
 static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timespec *out)
 {
@@ -182,9 +186,17 @@ static int name_enter(struct dm_name *nm, unsigned long me, enum dm_lock_mode mo
     }
     nm->owner = me;
     nm->depth = 1;
-    pthread_mutex_unlock(&nm->gate);
+    if (nm->cached) {
+        nm->cached = 0;
+        pthread_mutex_unlock(&nm->gate);
+        if (!dm_watchdog_is_lost(&nm->hold))
+            return 0;                   /* the process still has it: no round trip */
+        dm_watchdog_remove(&nm->hold);  /* lost while cached (warn mode): start over */
+        nm->held = 0;
+    } else {
+        pthread_mutex_unlock(&nm->gate);
+    }
 
-    long long asked = now_ms();
     struct dm_hold *h = &nm->hold;
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
@@ -201,7 +213,13 @@ static int name_enter(struct dm_name *nm, unsigned long me, enum dm_lock_mode mo
     h->token = g.token;
     nm->held = !g.local_only;
     if (nm->held)
-        dm_watchdog_add(h, asked);
+        dm_watchdog_add(h, g.sent_ms, g.lease_ms);
+    if (nm->held && nm->cl->cache && !nm->want_subscribed) {
+        /* Hear other processes' wants before keeping the lock at unlock. */
+        dm_notify_set_handler(nm->cl->wantchan, on_want, nm);
+        nm->want_subscribed = dm_notify_subscribe(nm->cl->wantchan,
+                                                  mcfg->redis.command_timeout_ms) == 0;
+    }
     *dead = g.owner_dead;
     if (g.owner_dead)
         dm_info("lock %s: the previous holder's lease expired without a release", nm->cl->name);
@@ -221,8 +239,23 @@ static int name_leave(struct dm_name *nm, unsigned long who)
         pthread_mutex_unlock(&nm->gate);
         return 0;
     }
+    if (nm->held && nm->cl->cache && nm->want_subscribed && !nm->want &&
+        !dm_watchdog_is_lost(&nm->hold)) {
+        nm->cached = 1;                 /* keep it until another process asks */
+        nm->owner = 0;
+        pthread_cond_signal(&nm->gate_cv);
+        pthread_mutex_unlock(&nm->gate);
+        return 0;
+    }
+    nm->want = 0;
     pthread_mutex_unlock(&nm->gate);
+    return release_hold(nm);
+}
 
+/* Gives the cluster hold back; the caller owns the name (nm->owner set).
+ * Clears the owner at the end. Returns EPERM if the hold had been lost. */
+static int release_hold(struct dm_name *nm)
+{
     int lost = 0;
     if (nm->held) {
         struct dm_hold *h = &nm->hold;
@@ -246,6 +279,33 @@ static int name_leave(struct dm_name *nm, unsigned long who)
     pthread_cond_signal(&nm->gate_cv);
     pthread_mutex_unlock(&nm->gate);
     return lost ? EPERM : 0;
+}
+
+#define DM_OWNER_RELEASER ((unsigned long)-1)   /* the subscriber thread, giving a cached lock up */
+
+/* Another process wants a lock this process may be keeping (cache mode):
+ * runs in the subscriber thread. If no thread is inside the critical
+ * section, give the lock up now; otherwise at the end of the current one. */
+static void on_want(void *arg, const char *msg, size_t len)
+{
+    struct dm_name *nm = arg;
+    const char *pid = dm_cluster_process_id();
+    size_t n = strlen(pid);
+    if (len > n && memcmp(msg, pid, n) == 0 && msg[n] == ':')
+        return;                         /* our own want */
+    in_shim++;
+    pthread_mutex_lock(&nm->gate);
+    if (nm->owner == 0 && nm->cached) {
+        nm->cached = 0;
+        nm->owner = DM_OWNER_RELEASER;
+        pthread_mutex_unlock(&nm->gate);
+        release_hold(nm);
+    } else {
+        if (nm->owner != 0 && nm->held)
+            nm->want = 1;
+        pthread_mutex_unlock(&nm->gate);
+    }
+    in_shim--;
 }
 
 static int real_lock_mode(pthread_mutex_t *m, enum dm_lock_mode mode, clockid_t clk,
@@ -445,6 +505,9 @@ void dm_mapped_atfork_child(void)
         nm->owner = 0;
         nm->depth = 0;
         nm->held = 0;
+        nm->cached = 0;
+        nm->want = 0;
+        nm->want_subscribed = 0;
     }
     dm_registry_foreach(entry_forget, NULL);
 }

@@ -31,9 +31,14 @@ enum { DM_ROBUST_OK, DM_ROBUST_INCONSISTENT, DM_ROBUST_NOTRECOVERABLE };
  * constructor. */
 void dm_mapped_init(const struct dm_config *cfg);
 
-/* Maps `addr` under lock name `name` and adds it to the registry. Returns
- * 0, EEXIST (already mapped under another name), or ENOMEM. */
-int dm_mapped_add(const void *addr, const char *name, int heap);
+#define DM_MAP_HEAP  1      /* init_site or dmutex_name: destroy unmaps it */
+#define DM_MAP_FAIR  2      /* fair mode for its name */
+#define DM_MAP_CACHE 4      /* lock caching for its name */
+
+/* Maps `addr` under lock name `name` (DM_MAP_* flags) and adds it to the
+ * registry. Returns 0, EEXIST (already mapped under another name), or
+ * ENOMEM. */
+int dm_mapped_add(const void *addr, const char *name, int flags);
 
 /* Unmaps a heap entry (pthread_mutex_destroy of an init_site mutex). */
 void dm_mapped_remove(const void *addr);

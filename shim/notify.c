@@ -26,6 +26,7 @@
 #define DM_NOTIFY_BACKOFF_MIN  50
 #define DM_NOTIFY_BACKOFF_MAX  2000
 #define DM_NOTIFY_LOG_EVERY_MS 5000
+#define DM_NOTIFY_MSG_MAX      160      /* bytes of a message kept per channel */
 
 enum chan_state { CHAN_IDLE, CHAN_WANTED, CHAN_SENT, CHAN_SUBSCRIBED };
 
@@ -34,6 +35,10 @@ struct dm_notify_chan {
     size_t len;
     enum chan_state state;
     unsigned long seq;
+    char last[DM_NOTIFY_MSG_MAX];
+    size_t last_len;
+    dm_notify_fn fn;
+    void *fn_arg;
     struct dm_notify_chan *next;
 };
 
@@ -160,9 +165,25 @@ static void on_reply(redisReply *r)
     struct dm_notify_chan *ch = find_locked(chname->str, chname->len);
     if (!ch)
         return;
-    if (strcmp(kind, "message") == 0) {
+    if (strcmp(kind, "message") == 0 && r->elements >= 3 &&
+        r->element[2]->type == REDIS_REPLY_STRING) {
+        redisReply *m = r->element[2];
+        size_t n = m->len < sizeof ch->last ? m->len : sizeof ch->last - 1;
+        memcpy(ch->last, m->str, n);
+        ch->last[n] = 0;
+        ch->last_len = m->len;
         ch->seq++;
         received++;
+        if (ch->fn) {
+            /* The context is this thread's alone: safe to let go of nmu. */
+            dm_notify_fn fn = ch->fn;
+            void *arg = ch->fn_arg;
+            pthread_cond_broadcast(&ncv);
+            pthread_mutex_unlock(&nmu);
+            fn(arg, m->str, m->len);
+            pthread_mutex_lock(&nmu);
+            return;
+        }
     } else if (strcmp(kind, "subscribe") == 0) {
         ch->state = CHAN_SUBSCRIBED;
     }
@@ -345,6 +366,29 @@ int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_m
     }
     pthread_mutex_unlock(&nmu);
     return rc;
+}
+
+size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len)
+{
+    pthread_mutex_lock(&nmu);
+    size_t n = ch->last_len;
+    if (len > 0) {
+        size_t c = n < len - 1 ? n : len - 1;
+        if (c > sizeof ch->last - 1)
+            c = sizeof ch->last - 1;
+        memcpy(buf, ch->last, c);
+        buf[c] = 0;
+    }
+    pthread_mutex_unlock(&nmu);
+    return n;
+}
+
+void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg)
+{
+    pthread_mutex_lock(&nmu);
+    ch->fn = fn;
+    ch->fn_arg = arg;
+    pthread_mutex_unlock(&nmu);
 }
 
 unsigned long dm_notify_received(void)

@@ -6,6 +6,8 @@
 #ifndef DM_NOTIFY_H
 #define DM_NOTIFY_H
 
+#include <stddef.h>
+
 struct dm_notify_chan;
 
 /* The record of `channel`, made on first use (no I/O). NULL on ENOMEM. */
@@ -25,6 +27,16 @@ unsigned long dm_notify_seq(struct dm_notify_chan *ch);
  * (ETIMEDOUT). The count also moves when the subscriber connection is lost
  * and remade, so that no waiter sleeps through a notice it could not get. */
 int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_ms);
+
+/* Copies the channel's latest message into buf (NUL-terminated, cut to
+ * len - 1 bytes) and returns its full length; 0 if none yet. */
+size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len);
+
+/* Calls fn(arg, message, length) in the subscriber thread for each message
+ * on the channel, without notify's lock held. fn must not block for long:
+ * every other channel waits meanwhile. */
+typedef void (*dm_notify_fn)(void *arg, const char *msg, size_t len);
+void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg);
 
 /* Notices received by this process (all channels), for tests and stats. */
 unsigned long dm_notify_received(void);

@@ -161,6 +161,7 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 struct init_site {
     uintptr_t start, end;
     const char *name;
+    int flags;                  /* DM_MAP_* */
 };
 static struct init_site *init_sites;
 static size_t ninit_sites;
@@ -176,7 +177,7 @@ DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *
     int r = dm_real.mutex_init(m, a);
     for (size_t i = 0; r == 0 && i < ninit_sites; i++)
         if (caller >= init_sites[i].start && caller < init_sites[i].end) {
-            int rc = dm_mapped_add(m, init_sites[i].name, 1);
+            int rc = dm_mapped_add(m, init_sites[i].name, init_sites[i].flags);
             if (rc != 0)
                 dm_error("mutex %p from %s() not mapped: %s", (void *)m,
                          init_sites[i].name, strerror(rc));
@@ -222,7 +223,7 @@ DM_EXPORT int dmutex_name(pthread_mutex_t *m, const char *name)
         return ENOSYS;
     if (!m || !name || !*name || strlen(name) > DM_NAME_MAX || strpbrk(name, "{} \t\r\n"))
         return EINVAL;
-    return dm_mapped_add(m, name, 1);
+    return dm_mapped_add(m, name, DM_MAP_HEAP);
 }
 
 DM_EXPORT uint64_t dmutex_token(pthread_mutex_t *m)
@@ -256,6 +257,11 @@ static int program_selected(const struct dm_config *cfg)
     return 1;
 }
 
+static int entry_flags(const struct dm_mutex_config *mc)
+{
+    return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
+}
+
 static void map_entries(struct dm_config *cfg)
 {
     char err[DM_ERR_MAX];
@@ -279,6 +285,7 @@ static void map_entries(struct dm_config *cfg)
             n[ninit_sites].start = start;
             n[ninit_sites].end = end;
             n[ninit_sites].name = mc->name;
+            n[ninit_sites].flags = DM_MAP_HEAP | entry_flags(mc);
             init_sites = n;
             ninit_sites++;
             continue;
@@ -296,7 +303,7 @@ static void map_entries(struct dm_config *cfg)
             snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
             config_fail("%s: %s", where, err);
         }
-        r = dm_mapped_add((void *)addr, mc->name, 0);
+        r = dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
         if (r == EEXIST) {
             char where[DM_ERR_MAX];
             snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);

@@ -23,9 +23,9 @@ static struct dm_conn *pool_idle;
 static int pool_nidle;
 
 static const char *const script_body[DM_SCRIPT_COUNT] = {
-    dm_lua_acquire, dm_lua_release, dm_lua_renew,
+    dm_lua_acquire, dm_lua_release, dm_lua_renew, dm_lua_cancel,
 };
-static const char *const script_name[DM_SCRIPT_COUNT] = { "acquire", "release", "renew" };
+static const char *const script_name[DM_SCRIPT_COUNT] = { "acquire", "release", "renew", "cancel" };
 /* SHA1 hex of each body as the server reported it; empty until loaded. */
 static char script_sha[DM_SCRIPT_COUNT][41];
 

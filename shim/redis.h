@@ -10,7 +10,8 @@
 
 #include "config.h"
 
-enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_COUNT };
+enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_CANCEL,
+                 DM_SCRIPT_COUNT };
 
 /* A pooled connection. */
 struct dm_conn {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "redis.h"
@@ -24,7 +25,9 @@ static int wcv_ready;
 static struct dm_hold *holds;           /* doubly linked, newest first */
 static size_t nholds;
 static int running;
+static int urgent;                      /* a hold with a short lease is waiting */
 static unsigned long lost_count;
+static redisContext *wd_ctx;            /* the thread's connection, for the fork child */
 
 struct snap {
     struct dm_hold *h;
@@ -72,9 +75,8 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
 static void check_deadlines_locked(long long now)
 {
     const struct dm_config *cfg = dm_cluster_config();
-    long limit = cfg->lease_ms - cfg->lease_margin_ms;
     for (struct dm_hold *h = holds; h; h = h->next)
-        if (!h->lost && now - h->renewed_ms > limit)
+        if (!h->lost && now - h->renewed_ms > h->lease_ms - cfg->lease_margin_ms)
             declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
 }
 
@@ -83,8 +85,10 @@ static void apply(struct snap *s, int ok, long long sent)
     struct dm_hold *h = s->h;
     if (!h->registered || h->gen != s->gen || h->lost)
         return;
-    if (ok)
+    if (ok) {
         h->renewed_ms = sent;
+        h->lease_ms = dm_cluster_config()->lease_ms;
+    }
     else
         declare_lost(h, "the server no longer has the hold (expired, deleted, or "
                         "lost by a restart or failover)", now_ms());
@@ -115,13 +119,14 @@ static void *watchdog_main(void *arg)
         for (;;) {
             long long now = now_ms();
             check_deadlines_locked(now);
-            if (now >= next_round)
+            if (now >= next_round || urgent)
                 break;
             long long wake = next_round;
-            long limit = cfg->lease_ms - cfg->lease_margin_ms;
-            for (struct dm_hold *h = holds; h; h = h->next)
-                if (!h->lost && h->renewed_ms + limit + 1 < wake)
-                    wake = h->renewed_ms + limit + 1;
+            for (struct dm_hold *h = holds; h; h = h->next) {
+                long long dl = h->renewed_ms + h->lease_ms - cfg->lease_margin_ms + 1;
+                if (!h->lost && dl < wake)
+                    wake = dl;
+            }
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             long long d = wake - now;
@@ -134,6 +139,7 @@ static void *watchdog_main(void *arg)
             pthread_cond_timedwait(&wcv, &wmu, &ts);
         }
         next_round = now_ms() + cfg->renew_ms;
+        urgent = 0;
 
         if (nholds > cap) {
             size_t ncap = nholds * 2;
@@ -157,6 +163,7 @@ static void *watchdog_main(void *arg)
 
         if (n > 0 && !c) {
             c = dm_redis_connect(err, sizeof err);
+            __atomic_store_n(&wd_ctx, c, __ATOMIC_RELEASE);
             if (c) {
                 struct timeval tv = { io_ms / 1000, (io_ms % 1000) * 1000 };
                 redisSetTimeout(c, tv);
@@ -193,6 +200,7 @@ static void *watchdog_main(void *arg)
                 got--;
                 dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                              "lease renewal: %s; reconnecting", err);
+                __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
                 redisFree(c);
                 c = NULL;
             }
@@ -206,6 +214,7 @@ static void *watchdog_main(void *arg)
                 if (r)
                     freeReplyObject(r);
                 if (b2) {
+                    __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
                     redisFree(c);
                     c = NULL;
                     got = i;
@@ -222,12 +231,17 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-int dm_watchdog_add(struct dm_hold *h, long long acquired_ms)
+int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
 {
     int rc = 0;
     pthread_mutex_lock(&wmu);
     cv_init_locked();
-    h->renewed_ms = acquired_ms;
+    h->renewed_ms = asked_ms;
+    h->lease_ms = lease_ms;
+    if (lease_ms < dm_cluster_config()->lease_ms) {
+        urgent = 1;
+        pthread_cond_signal(&wcv);
+    }
     h->gen++;
     h->lost = 0;
     h->registered = 1;
@@ -275,6 +289,14 @@ int dm_watchdog_remove(struct dm_hold *h)
     return lost;
 }
 
+int dm_watchdog_is_lost(struct dm_hold *h)
+{
+    pthread_mutex_lock(&wmu);
+    int lost = h->lost;
+    pthread_mutex_unlock(&wmu);
+    return lost;
+}
+
 unsigned long dm_watchdog_lost_count(void)
 {
     return __atomic_load_n(&lost_count, __ATOMIC_RELAXED);
@@ -307,4 +329,9 @@ void dm_watchdog_atfork_child(void)
     holds = NULL;
     nholds = 0;
     running = 0;
+    urgent = 0;
+    if (wd_ctx) {
+        close(wd_ctx->fd);     /* the parent's socket; its memory is left alone */
+        wd_ctx = NULL;
+    }
 }

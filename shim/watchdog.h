@@ -21,20 +21,25 @@ struct dm_hold {
     uint64_t token;
     /* watchdog's, under its mutex: */
     long long renewed_ms;       /* monotonic ms at which the last good renewal was sent */
+    long lease_ms;              /* the lease that renewal set */
     unsigned gen;               /* bumped by every add, so a late reply for an old hold is ignored */
     int registered;
     int lost;
     struct dm_hold *prev, *next;
 };
 
-/* Starts watching `h` (lock, owner, token filled in; renewed_ms is taken
- * as now, which must be no later than the moment the acquire was sent).
- * Starts the thread on first use. Returns 0 or an errno from
- * pthread_create. */
-int dm_watchdog_add(struct dm_hold *h, long long acquired_ms);
+/* Starts watching `h` (lock, owner, token filled in). `asked_ms` is the
+ * monotonic time the acquire that got it was sent (no later), `lease_ms`
+ * the lease the server gave it; a lease shorter than the config's (a lock
+ * handed over by a release) is renewed at once. Starts the thread on first
+ * use. Returns 0 or an errno from pthread_create. */
+int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);
 
 /* Stops watching `h`; returns 1 if it had been found lost (warn mode). */
 int dm_watchdog_remove(struct dm_hold *h);
+
+/* Has the watchdog found `h` lost (warn mode)? */
+int dm_watchdog_is_lost(struct dm_hold *h);
 
 /* Holds found lost since the process started. */
 unsigned long dm_watchdog_lost_count(void);

@@ -1,49 +1,100 @@
--- acquire: grant the lock KEYS[1] to owner ARGV[1] if it is free, else
--- report how long the current lease has left. Acquiring a lock the owner
--- already holds grants it again without counting: the shim counts nested
--- holds in the process and asks Redis only for the outermost, so a second
--- acquire by the same owner is a retry whose first reply was lost (or the
--- claim of a lock handed over by a release), and must not leave a count
--- that one release would not clear.
+-- acquire: grant the lock KEYS[1] to owner ARGV[1] if it is free (and, when
+-- fair waiters queue, if the caller is first in line), else report how long
+-- the current lease has left, queueing the caller in fair mode.
 --
--- KEYS[1] lock hash   dmutex:{NAME}          owner -> hold count, PEXPIRE = lease
--- KEYS[2] token       dmutex:{NAME}:token    fencing counter, INCR per grant
--- KEYS[3] holder      dmutex:{NAME}:holder   how the last grant ended:
---                        "<owner>"  granted and not released (if KEYS[1] is
---                                   gone, its lease expired: owner dead)
---                        "=<token>" released cleanly (kept a lease long, so a
---                                   retried release can recognise itself)
---                        "!<ms>"    expiry noticed at server time ms; no
---                                   grant until lock_delay has passed
+-- Acquiring a lock the owner already holds grants it again without
+-- counting: the shim counts nested holds in the process and asks Redis only
+-- for the outermost, so a second acquire by the same owner is a retry whose
+-- reply was lost, or the claim of a lock a release handed over.
+--
+-- KEYS[1] lock     ns:{NAME}          hash owner -> hold count, PEXPIRE = lease
+-- KEYS[2] token    ns:{NAME}:token    fencing counter, INCR per grant
+-- KEYS[3] holder   ns:{NAME}:holder   how the last grant ended:
+--                    "<owner>"          granted, not released (KEYS[1] gone:
+--                                       its lease expired, owner dead)
+--                    "<owner> =<tok>"   handed to <owner> by the release of <tok>
+--                    "=<tok>"           released cleanly (kept a lease long so
+--                                       a retried release recognises itself)
+--                    "!<ms>"            expiry seen at server time ms; no grant
+--                                       until lock_delay has passed
+-- KEYS[4] queue    ns:{NAME}:queue    fair waiters, "<owner>|<wait id>", oldest first
+-- KEYS[5] qtime    ns:{NAME}:qtime    zset waiter -> deadline (server ms); a waiter
+--                                     past its deadline is dead and skipped
 -- ARGV[1] owner  ARGV[2] lease ms  ARGV[3] lock delay ms after an expiry
+-- ARGV[4] 1: queue the caller if not granted (fair)  ARGV[5] "<owner>|<wait id>"
+-- ARGV[6] queue deadline, ms from now  ARGV[7] channel to announce that the
+--         caller wants the lock (lock caching), or ""
 --
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
 -- lease expired instead of being released (robust mutexes: EOWNERDEAD).
--- Returns {0, pttl}: held by another owner (or delayed) for pttl more ms.
+-- Returns {0, pttl}: not granted; retry within pttl ms (or on a notice).
 --
--- By hand: redis-cli --eval acquire.lua 'dmutex:{x}' 'dmutex:{x}:token' 'dmutex:{x}:holder' , me:1 30000 0
-local lock, tokenkey, holder = KEYS[1], KEYS[2], KEYS[3]
+-- By hand: redis-cli --eval acquire.lua 'dmutex:{x}' 'dmutex:{x}:token' \
+--   'dmutex:{x}:holder' 'dmutex:{x}:queue' 'dmutex:{x}:qtime' , me:1 30000 0 0 me:1\|1 3000 ''
+local lock, tokenkey, holder, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
+
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Drop waiters at the head of the queue that stopped refreshing.
+local head = redis.call('lindex', queue, 0)
+while head do
+    local d = tonumber(redis.call('zscore', qtime, head))
+    if d and d >= now then
+        break
+    end
+    redis.call('lpop', queue)
+    redis.call('zrem', qtime, head)
+    head = redis.call('lindex', queue, 0)
+end
+
+local function leave_queue()
+    if redis.call('zrem', qtime, member) == 1 then
+        redis.call('lrem', queue, 1, member)
+    end
+end
+
+local function not_granted(pttl)
+    if fair then
+        if not redis.call('zscore', qtime, member) then
+            redis.call('rpush', queue, member)
+        end
+        redis.call('zadd', qtime, now + qttl, member)
+        redis.call('pexpire', queue, qttl * 2)
+        redis.call('pexpire', qtime, qttl * 2)
+    end
+    if want ~= '' then
+        redis.call('publish', want, owner)
+    end
+    if pttl <= 0 or pttl > qttl then
+        pttl = qttl
+    end
+    return {0, pttl}
+end
 
 local kind = redis.call('type', lock)['ok']
 if kind == 'none' then
+    if head and head ~= member then
+        return not_granted(0)     -- someone is first in line: its turn
+    end
     local dead = 0
     local last = redis.call('get', holder)
-    if last and string.sub(last, 1, 1) ~= '=' then
+    if last and string.sub(last, 1, 1) ~= '=' and string.match(last, '^[^ ]+') ~= owner then
         dead = 1
         if delay > 0 then
-            local t = redis.call('time')
-            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
             local since = tonumber(string.match(last, '^!(%d+)$'))
             if not since then
                 redis.call('set', holder, '!' .. now)
-                return {0, delay}
+                return not_granted(delay)
             end
             if now - since < delay then
-                return {0, delay - (now - since)}
+                return not_granted(delay - (now - since))
             end
         end
     end
+    leave_queue()
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, lease)
     redis.call('set', holder, owner)
@@ -53,7 +104,8 @@ elseif kind ~= 'hash' then
 end
 
 if redis.call('hexists', lock, owner) == 1 then
+    leave_queue()
     redis.call('pexpire', lock, lease)
     return {1, tonumber(redis.call('get', tokenkey)) or 0, 0}
 end
-return {0, redis.call('pttl', lock)}
+return not_granted(redis.call('pttl', lock))
