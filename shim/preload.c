@@ -12,6 +12,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <libgen.h>
+#include <limits.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,9 +259,194 @@ static int program_selected(const struct dm_config *cfg)
     return 1;
 }
 
+/* Entries naming an `object` that was not loaded at start (or was unloaded
+ * since): mapped when a dlopen brings it in, unmapped when a dlclose takes
+ * it away. Guarded by objects_mu; the dlopen hook only looks when there
+ * are such entries at all. */
+struct object_entry {
+    struct dm_mutex_config *mc;
+    uintptr_t addr;             /* 0 while its object is not loaded */
+};
+static struct object_entry *object_entries;
+static size_t nobject_entries;
+static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *(*real_dlopen)(const char *, int);
+static int (*real_dlclose)(void *);
+
 static int entry_flags(const struct dm_mutex_config *mc)
 {
     return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
+}
+
+/* Resolves and maps one symbol entry. At start (`fatal`) every error that
+ * is not excused by required = false ends the program; after a dlopen the
+ * program is running, so errors are logged and the entry stays unmapped. */
+static int map_symbol(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+                      uintptr_t *out, int fatal)
+{
+    char err[DM_ERR_MAX], where[DM_ERR_MAX];
+    snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
+    long offset = mc->offset + (mc->index > 0 ? mc->index * (long)sizeof(pthread_mutex_t) : 0);
+    uintptr_t addr;
+    int r = dm_symbols_find(mc->object, mc->symbol, offset, sizeof(pthread_mutex_t),
+                            &addr, err, sizeof err);
+    if (r != 0) {
+        if (!mc->required) {
+            dm_info("%s: %s (required = false: skipped)", where, err);
+            return -1;
+        }
+        if (fatal)
+            config_fail("%s: %s", where, err);
+        dm_error("%s: %s: this mutex is NOT cluster-wide", where, err);
+        return -1;
+    }
+    r = dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
+    if (r == EEXIST) {
+        if (fatal)
+            config_fail("%s: %s is already mapped by another entry under another name "
+                        "(one mutex, two lock names)", where, mc->symbol);
+        dm_error("%s: %s is already mapped under another name", where, mc->symbol);
+        return -1;
+    }
+    if (r != 0) {
+        if (fatal)
+            config_fail("%s: cannot map a mutex: %s", where, strerror(r));
+        dm_error("%s: cannot map %s: %s", where, mc->symbol, strerror(r));
+        return -1;
+    }
+    dm_debug("mapped %s%s%s at %p as %s", mc->symbol, mc->object ? " in " : "",
+             mc->object ? mc->object : "", (void *)addr, mc->name);
+    *out = addr;
+    return 0;
+}
+
+/* After dlopen or dlclose: map the entries whose object came, unmap those
+ * whose object went. */
+static void sync_objects(void)
+{
+    pthread_mutex_lock(&objects_mu);
+    int changed = 0;
+    for (size_t i = 0; i < nobject_entries; i++) {
+        struct object_entry *oe = &object_entries[i];
+        int loaded = dm_symbols_loaded(oe->mc->object);
+        if (loaded && !oe->addr) {
+            uintptr_t addr;
+            if (map_symbol(&config, oe->mc, &addr, 0) == 0)
+                oe->addr = addr;
+            changed = 1;
+        } else if (!loaded && oe->addr) {
+            dm_mapped_remove((void *)oe->addr);
+            dm_debug("unmapped %s: %s was unloaded", oe->mc->symbol, oe->mc->object);
+            oe->addr = 0;
+            changed = 1;
+        }
+    }
+    if (changed)
+        dm_symbols_flush();
+    pthread_mutex_unlock(&objects_mu);
+}
+
+/* glibc searches a dlopen'ed bare name along the *caller's* DT_RUNPATH.
+ * Called from here, the caller would be the shim, so a program relying on
+ * its own RUNPATH (e.g. $ORIGIN) would not find its plugin. For a bare name
+ * and a caller with a DT_RUNPATH, search as ld.so would (LD_LIBRARY_PATH,
+ * then that RUNPATH) and hand glibc the path found; otherwise pass the name
+ * through unchanged. */
+static int search_dirs(const char *dirs, const char *origin, const char *file,
+                       char *buf, size_t len)
+{
+    while (dirs && *dirs) {
+        size_t n = strcspn(dirs, ":");
+        char dir[PATH_MAX];
+        if (n >= 7 && strncmp(dirs, "$ORIGIN", 7) == 0 && (n == 7 || dirs[7] == '/'))
+            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(n - 7), dirs + 7);
+        else if (n >= 9 && strncmp(dirs, "${ORIGIN}", 9) == 0)
+            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(n - 9), dirs + 9);
+        else
+            snprintf(dir, sizeof dir, "%.*s", (int)n, dirs);
+        if (dir[0] && snprintf(buf, len, "%s/%s", dir, file) < (int)len && access(buf, F_OK) == 0)
+            return 1;
+        dirs += n;
+        if (*dirs == ':')
+            dirs++;
+    }
+    return 0;
+}
+
+static const char *runpath_of_caller(const char *file, const void *caller, char *buf, size_t len)
+{
+    if (!file || strchr(file, '/'))
+        return file;
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm || !lm->l_ld)
+        return file;
+    uintptr_t strtab = 0, runpath = 0;
+    int has_runpath = 0;
+    for (const ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_STRTAB)
+            strtab = d->d_un.d_ptr;
+        else if (d->d_tag == DT_RUNPATH) {
+            runpath = d->d_un.d_val;
+            has_runpath = 1;
+        }
+    }
+    if (!has_runpath || !strtab)
+        return file;
+    if (strtab < lm->l_addr)
+        strtab += lm->l_addr;   /* not relocated in place by ld.so */
+    char origin[PATH_MAX];
+    if (lm->l_name && lm->l_name[0]) {
+        snprintf(origin, sizeof origin, "%s", lm->l_name);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", origin, sizeof origin - 1);
+        if (n < 0)
+            return file;
+        origin[n] = 0;
+    }
+    char *slash = strrchr(origin, '/');
+    if (!slash)
+        return file;
+    *slash = 0;
+    if (search_dirs(getenv("LD_LIBRARY_PATH"), origin, file, buf, len) ||
+        search_dirs((const char *)(strtab + runpath), origin, file, buf, len))
+        return buf;
+    return file;
+}
+
+DM_EXPORT void *dlopen(const char *file, int flags)
+{
+    if (!real_dlopen)
+        *(void **)&real_dlopen = must_sym("dlopen", NULL);
+    char path[PATH_MAX];
+    const char *f = nobject_entries ? runpath_of_caller(file, __builtin_return_address(0),
+                                                        path, sizeof path) : file;
+    void *h = real_dlopen(f, flags);
+    if (h && nobject_entries)
+        sync_objects();
+    return h;
+}
+
+DM_EXPORT int dlclose(void *handle)
+{
+    if (!real_dlclose)
+        *(void **)&real_dlclose = must_sym("dlclose", NULL);
+    int r = real_dlclose(handle);
+    if (r == 0 && nobject_entries)
+        sync_objects();
+    return r;
+}
+
+static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config *mc,
+                             uintptr_t addr)
+{
+    struct object_entry *n = realloc(object_entries, (nobject_entries + 1) * sizeof *n);
+    if (!n)
+        config_fail("%s%s: out of memory", cfg->path, "");
+    n[nobject_entries].mc = mc;
+    n[nobject_entries].addr = addr;
+    object_entries = n;
+    nobject_entries++;
 }
 
 static void map_entries(struct dm_config *cfg)
@@ -290,30 +477,16 @@ static void map_entries(struct dm_config *cfg)
             ninit_sites++;
             continue;
         }
-        long offset = mc->offset + (mc->index > 0 ? mc->index * (long)sizeof(pthread_mutex_t) : 0);
+        if (mc->object && !dm_symbols_loaded(mc->object)) {
+            /* A plugin, perhaps: mapped when it is loaded. */
+            add_object_entry(cfg, mc, 0);
+            dm_info("%s:%d: %s is not loaded yet: %s is mapped when it is", cfg->path,
+                    mc->line, mc->object, mc->symbol);
+            continue;
+        }
         uintptr_t addr;
-        int r = dm_symbols_find(mc->object, mc->symbol, offset, sizeof(pthread_mutex_t),
-                                &addr, err, sizeof err);
-        if (r != 0) {
-            if (!mc->required) {
-                dm_info("%s:%d: %s (required = false: skipped)", cfg->path, mc->line, err);
-                continue;
-            }
-            char where[DM_ERR_MAX];
-            snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
-            config_fail("%s: %s", where, err);
-        }
-        r = dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
-        if (r == EEXIST) {
-            char where[DM_ERR_MAX];
-            snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
-            config_fail("%s: %s is already mapped by another entry under another name "
-                        "(one mutex, two lock names)", where, mc->symbol);
-        }
-        if (r != 0)
-            config_fail("%s: cannot map a mutex: %s", cfg->path, strerror(r));
-        dm_debug("mapped %s%s%s at %p as %s", mc->symbol, mc->object ? " in " : "",
-                 mc->object ? mc->object : "", (void *)addr, mc->name);
+        if (map_symbol(cfg, mc, &addr, 1) == 0 && mc->object)
+            add_object_entry(cfg, mc, addr);
     }
     dm_symbols_flush();
 }

@@ -643,6 +643,14 @@ static int resolve(const char *object, const char *symbol, enum want want,
     return 0;
 }
 
+int dm_symbols_loaded(const char *object)
+{
+    struct object o;
+    char err[8];
+    int r = find_object(object, &o, err, sizeof err);
+    return r == 0 || r == ENOTUNIQ;
+}
+
 int dm_symbols_find(const char *object, const char *symbol, long offset,
                     size_t need, uintptr_t *addr, char *err, size_t errlen)
 {

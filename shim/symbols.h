@@ -27,6 +27,10 @@ int dm_symbols_find(const char *object, const char *symbol, long offset,
 int dm_symbols_function(const char *object, const char *func,
                         uintptr_t *start, uintptr_t *end, char *err, size_t errlen);
 
+/* Is an object matching `object` (the rules of dm_symbols_find) loaded
+ * now? 1 or 0; an ambiguous name counts as loaded. NULL: the executable. */
+int dm_symbols_loaded(const char *object);
+
 /* Drops any cached symbol tables (after dlclose, or to free memory once
  * start-up resolution is done). */
 void dm_symbols_flush(void);
