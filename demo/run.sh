@@ -1,0 +1,327 @@
+#!/bin/sh
+# demo/run.sh: the dmutex demo, run by `make demo` (see demo/README.md).
+#
+# Starts a private redis-server, makes M simulated machines (network
+# namespaces on a private bridge when root, else plain processes), seeds a
+# stock and runs build/stock on every machine at once: first as it is, where
+# each machine's stock_lock only excludes its own threads and the machines
+# together oversell; then with libdmutex.so preloaded, which maps stock_lock
+# to one Redis lock, and exactly the stock must be sold.
+#
+# Exit status: 0 the shim run sold exactly the stock, 1 it did not or
+# something failed, 2 bad usage. Leaves nothing behind, also on Ctrl-C.
+#
+# Environment: DEMO_CONFIG (default config/demo.cfg), DEMO_TIMEOUT_S (a run
+# taking longer is stopped, default 120), DMUTEX_LOG (default warn).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+. "$ROOT/tools/redis-tmp.sh"
+
+DEMO_MACHINES_MAX=50
+DEMO_THREADS_MAX=1024
+DEMO_SUBNET_PREFIX=10.213        # machines live in 10.213.X.0/24, X free
+DEMO_REACH_WAIT_TENTHS=50        # how long a namespace may take to reach redis
+
+usage() {
+    cat <<EOF
+usage: demo/run.sh [-m MACHINES] [-t THREADS] [-n STOCK]    (make demo DEMO_ARGS="...")
+
+Runs build/stock on MACHINES simulated machines at once, each with THREADS
+threads selling from one stock of STOCK items kept in a private Redis:
+first without dmutex (the machines oversell), then with build/libdmutex.so
+preloaded (exactly STOCK items must be sold).
+
+  -m N   machines (default 2; network namespaces when root, else processes)
+  -t N   threads per machine (default 8)
+  -n N   items in stock (default 1000)
+  -h     this text
+EOF
+}
+
+is_count() {   # value min max
+    case $1 in ''|*[!0-9]*) return 1 ;; esac
+    [ ${#1} -le 9 ] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]
+}
+
+machines=2 threads=8 stock=1000
+while getopts m:t:n:h opt; do
+    case $opt in
+    m) machines=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    n) stock=$OPTARG ;;
+    h) usage; exit 0 ;;
+    *) echo "see demo/run.sh -h" >&2; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+if [ $# -gt 0 ]; then
+    echo "demo: unexpected argument \"$1\" (see demo/run.sh -h)" >&2; exit 2
+fi
+is_count "$machines" 1 "$DEMO_MACHINES_MAX" ||
+    { echo "demo: -m wants 1 to $DEMO_MACHINES_MAX machines, not \"$machines\"" >&2; exit 2; }
+is_count "$threads" 1 "$DEMO_THREADS_MAX" ||
+    { echo "demo: -t wants 1 to $DEMO_THREADS_MAX threads, not \"$threads\"" >&2; exit 2; }
+is_count "$stock" 1 999999999 ||
+    { echo "demo: -n wants a stock of at least 1 item, not \"$stock\"" >&2; exit 2; }
+
+config=${DEMO_CONFIG:-$ROOT/config/demo.cfg}
+timeout_s=${DEMO_TIMEOUT_S:-120}
+for f in "$ROOT/build/stock" "$ROOT/build/libdmutex.so"; do
+    [ -f "$f" ] || { echo "demo: $f is missing: run make first" >&2; exit 1; }
+done
+[ -f "$config" ] || { echo "demo: $config is missing" >&2; exit 1; }
+for c in redis-server redis-cli timeout awk; do
+    command -v "$c" >/dev/null 2>&1 ||
+        { echo "demo: $c is missing: run tools/deps.sh as root" >&2; exit 1; }
+done
+
+# ---- clean-up: everything this script creates is named here -------------
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dmutex-demo.XXXXXX") || exit 1
+seller_pids=""      # running sellers (pids of `timeout`, which forwards TERM)
+netns_made=""       # namespaces created
+veths_made=""       # host ends of veth pairs created
+bridge=""           # the bridge, once created
+
+teardown_machines() {
+    for ns in $netns_made; do
+        # Anything still inside is ours: the namespace is private to this run.
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+        ip netns delete "$ns" 2>/dev/null
+    done
+    # Deleting a namespace deletes its veth end and with it the pair; these
+    # are for pairs made but not yet moved when something failed.
+    for v in $veths_made; do ip link delete "$v" 2>/dev/null; done
+    [ -n "$bridge" ] && ip link delete "$bridge" 2>/dev/null
+    netns_made="" veths_made="" bridge=""
+}
+
+cleanup() {
+    for p in $seller_pids; do kill -TERM "$p" 2>/dev/null; done
+    for p in $seller_pids; do wait "$p" 2>/dev/null; done
+    seller_pids=""
+    teardown_machines
+    redis_tmp_stop
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+# The INT message goes to the stderr we started with: the trap may fire
+# inside a command whose stderr is redirected to a file.
+exec 8>&2
+trap 'echo >&8; echo "demo: interrupted; cleaning up" >&8; exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# ---- machines -------------------------------------------------------------
+
+ns_name() { echo "dmutex-demo-$$-m$1"; }
+
+# A /24 in DEMO_SUBNET_PREFIX that no address or route on this host uses, so
+# that two runs (or anything else) never clash. Starts at a place given by
+# the pid.
+pick_subnet() {
+    used=$(ip -o -4 addr show 2>/dev/null; ip -4 route show table all 2>/dev/null)
+    x=$(( $$ % 254 + 1 )) n=0
+    while [ $n -lt 254 ]; do
+        if ! printf '%s\n' "$used" | grep -q "[^0-9]$DEMO_SUBNET_PREFIX\.$x\.\|^$DEMO_SUBNET_PREFIX\.$x\."; then
+            echo "$DEMO_SUBNET_PREFIX.$x"; return 0
+        fi
+        x=$(( x % 254 + 1 )) n=$((n + 1))
+    done
+    return 1
+}
+
+# Bridge with .1 in the root namespace; machine i is namespace m<i> with a
+# veth to the bridge, address .(i+1), loopback up, and no route anywhere
+# else. Output of failing ip commands goes to $tmp/ip.err.
+make_machines() {
+    # Two runs starting together must not pick the same subnet: choosing and
+    # taking it is one step under a lock.
+    if command -v flock >/dev/null 2>&1 &&
+            { command exec 9>"${DEMO_LOCK:-/run/lock/dmutex-demo.lock}"; } 2>/dev/null; then
+        flock 9
+    fi
+    net=$(pick_subnet) || { exec 9>&-; return 1; }
+    bridge=dmbr$$
+    ip link add "$bridge" type bridge 2>"$tmp/ip.err" || { exec 9>&-; bridge=""; return 1; }
+    ip addr add "$net.1/24" dev "$bridge" 2>"$tmp/ip.err" &&
+        ip link set "$bridge" up 2>"$tmp/ip.err"
+    rc=$?
+    exec 9>&-
+    [ $rc -eq 0 ] || return 1
+    i=1
+    while [ $i -le "$machines" ]; do
+        ns=$(ns_name $i) host=dm$$h$i peer=dm$$n$i
+        ip netns add "$ns" 2>"$tmp/ip.err" || return 1
+        netns_made="$netns_made $ns"
+        ip link add "$host" type veth peer name "$peer" 2>"$tmp/ip.err" || return 1
+        veths_made="$veths_made $host"
+        { ip link set "$peer" netns "$ns" &&
+          ip link set "$host" master "$bridge" up &&
+          ip -n "$ns" link set "$peer" name eth0 &&
+          ip -n "$ns" addr add "$net.$((i + 1))/24" dev eth0 &&
+          ip -n "$ns" link set eth0 up &&
+          ip -n "$ns" link set lo up; } 2>"$tmp/ip.err" || return 1
+        i=$((i + 1))
+    done
+    return 0
+}
+
+# Every machine must answer a PING to redis at the bridge address.
+machines_reach_redis() {
+    i=1
+    while [ $i -le "$machines" ]; do
+        n=0
+        until ip netns exec "$(ns_name $i)" redis-cli -h "$net.1" -p "$REDIS_TMP_PORT" ping \
+                >/dev/null 2>&1; do
+            n=$((n + 1))
+            [ $n -ge "$DEMO_REACH_WAIT_TENTHS" ] && return 1
+            sleep 0.1
+        done
+        i=$((i + 1))
+    done
+    return 0
+}
+
+mode=processes
+why=""
+if [ "$(id -u)" != 0 ]; then
+    why="not root"
+elif ! command -v ip >/dev/null 2>&1; then
+    why="no ip command (iproute2)"
+elif ! make_machines; then
+    why="network namespaces unavailable ($(head -n 1 "$tmp/ip.err" 2>/dev/null))"
+    teardown_machines
+else
+    mode=netns
+fi
+
+if [ $mode = netns ]; then
+    redis_tmp_start 127.0.0.1 "$net.1" || exit 1
+    if ! machines_reach_redis; then
+        why="the namespaces could not reach redis over the bridge (a firewall on bridged traffic?)"
+        teardown_machines
+        mode=processes
+    fi
+else
+    redis_tmp_start 127.0.0.1 || exit 1
+fi
+port=$REDIS_TMP_PORT
+rcli() { redis-cli -p "$port" "$@"; }
+
+addr_of() {   # machine index -> its address; where it finds redis
+    if [ $mode = netns ]; then echo "$net.$(( $1 + 1 ))"; else echo 127.0.0.1; fi
+}
+redis_addr() { if [ $mode = netns ]; then echo "$net.1"; else echo 127.0.0.1; fi; }
+
+echo "dmutex demo: $machines machines x $threads threads selling $stock items"
+if [ $mode = netns ]; then
+    echo "machines: network namespaces $(ns_name 1 | sed 's/m1$//')m1..m$machines on bridge $bridge," \
+         "$net.0/24; redis at $(redis_addr):$port"
+else
+    echo "machines: plain processes on 127.0.0.1 ($why); redis at 127.0.0.1:$port"
+fi
+
+# ---- one run --------------------------------------------------------------
+
+now() { date +%s.%N; }
+
+# spawn INDEX SHIM(0|1): starts machine INDEX's seller in the background.
+spawn() {
+    i=$1
+    if [ "$2" = 1 ]; then
+        set -- LD_PRELOAD="$ROOT/build/libdmutex.so" DMUTEX_CONFIG="$config" \
+               DMUTEX_REDIS="redis://$(redis_addr):$port" DMUTEX_LOG="${DMUTEX_LOG:-warn}"
+    else
+        set -- -u LD_PRELOAD -u DMUTEX_CONFIG -u DMUTEX_REDIS
+    fi
+    set -- env "$@" "$ROOT/build/stock" -h "$(redis_addr)" -p "$port" -t "$threads" -s "machine$i"
+    if [ $mode = netns ]; then set -- ip netns exec "$(ns_name "$i")" "$@"; fi
+    timeout -k 5 "$timeout_s" "$@" >"$tmp/out.$i" 2>"$tmp/err.$i" &
+    seller_pids="$seller_pids $!"
+}
+
+# run NUMBER SHIM(0|1) TITLE: seeds, runs every machine at once, prints the
+# table and verdict. Returns 0 when every seller finished and, with the
+# shim, exactly the stock was sold.
+run() {
+    number=$1 shim=$2 title=$3
+    rcli flushall >/dev/null && rcli set demo:stock "$stock" >/dev/null ||
+        { echo "demo: cannot seed the stock in redis at 127.0.0.1:$port" >&2; return 1; }
+
+    echo
+    echo "$number. $title"
+    t0=$(now)
+    i=1
+    while [ $i -le "$machines" ]; do spawn $i "$shim"; i=$((i + 1)); done
+    failed=0 i=1
+    for p in $seller_pids; do
+        wait "$p"
+        rc=$?
+        [ $rc -ne 0 ] && failed=$((failed + 1)) && echo "$rc" >"$tmp/rc.$i"
+        i=$((i + 1))
+    done
+    seller_pids=""
+    t1=$(now)
+
+    printf '   %-10s %-14s %7s %9s %9s\n' machine address sales time sales/s
+    sold=0 i=1
+    while [ $i -le "$machines" ]; do
+        # "seller machine1: 8 threads, 512 sales in 0.066 s, 7758 sales/s"
+        line=$(grep '^seller ' "$tmp/out.$i")
+        if [ -n "$line" ]; then
+            set -- $line
+            sales=$5 secs=$8 rate=${10}
+            printf '   %-10s %-14s %7d %7.2f s %9d\n' "machine$i" "$(addr_of $i)" \
+                "$sales" "$secs" "$rate"
+            sold=$((sold + sales))
+        else
+            printf '   %-10s %-14s %7s\n' "machine$i" "$(addr_of $i)" "-"
+        fi
+        i=$((i + 1))
+    done
+    left=$(rcli get demo:stock)
+    over=$((sold > stock ? sold - stock : 0))
+    elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+    echo "   stock $stock   sold $sold   oversold $over   left $left   elapsed $elapsed s"
+
+    # What went wrong, from the sellers themselves (and the shim's warnings).
+    i=1
+    while [ $i -le "$machines" ]; do
+        if [ -s "$tmp/err.$i" ] || [ -f "$tmp/rc.$i" ]; then
+            rc=$(cat "$tmp/rc.$i" 2>/dev/null || echo 0)
+            case $rc in
+            0) echo "   machine$i said:" ;;
+            124|137) echo "   machine$i was stopped after ${timeout_s} s (DEMO_TIMEOUT_S); it said:" ;;
+            *) echo "   machine$i failed (exit $rc):" ;;
+            esac
+            head -n 10 "$tmp/err.$i" | sed 's/^/     /'
+        fi
+        i=$((i + 1))
+    done
+    rm -f "$tmp"/out.* "$tmp"/err.* "$tmp"/rc.*
+
+    if [ $failed -ne 0 ]; then
+        echo "   => FAILED: $failed of $machines sellers did not finish"
+        return 1
+    fi
+    if [ "$shim" = 0 ]; then
+        if [ $over -gt 0 ]; then
+            echo "   => OVERSOLD by $over: each stock_lock only excludes its own machine's threads"
+        else
+            echo "   => no oversell this time: the race did not show up (try more -m or -t)"
+        fi
+        return 0
+    fi
+    if [ "$sold" -eq "$stock" ] && [ "$left" = 0 ]; then
+        echo "   => CORRECT: exactly $stock sold; stock_lock excluded every thread on every machine"
+        return 0
+    fi
+    echo "   => WRONG: $sold sold of $stock (oversold $over, left $left) with the shim"
+    return 1
+}
+
+run 1 0 "Without dmutex: each machine's stock_lock is its own" || exit 1
+run 2 1 "With dmutex: LD_PRELOAD=build/libdmutex.so makes stock_lock one Redis lock" || exit 1
+exit 0
