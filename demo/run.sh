@@ -22,6 +22,7 @@ DEMO_MACHINES_MAX=50
 DEMO_THREADS_MAX=1024
 DEMO_SUBNET_PREFIX=10.213        # machines live in 10.213.X.0/24, X free
 DEMO_REACH_WAIT_TENTHS=50        # how long a namespace may take to reach redis
+DEMO_GATE_WAIT_TENTHS=300        # how long sellers may take to start and connect
 
 usage() {
     cat <<EOF
@@ -45,13 +46,14 @@ is_count() {   # value min max
 }
 
 machines=2 threads=8 stock=1000
-while getopts m:t:n:h opt; do
+while getopts :m:t:n:h opt; do
     case $opt in
     m) machines=$OPTARG ;;
     t) threads=$OPTARG ;;
     n) stock=$OPTARG ;;
     h) usage; exit 0 ;;
-    *) echo "see demo/run.sh -h" >&2; exit 2 ;;
+    :) echo "demo: option -$OPTARG needs a value (see demo/run.sh -h)" >&2; exit 2 ;;
+    *) echo "demo: unknown option -$OPTARG (see demo/run.sh -h)" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -236,10 +238,28 @@ spawn() {
     else
         set -- -u LD_PRELOAD -u DMUTEX_CONFIG -u DMUTEX_REDIS
     fi
-    set -- env "$@" "$ROOT/build/stock" -h "$(redis_addr)" -p "$port" -t "$threads" -s "machine$i"
+    set -- env "$@" "$ROOT/build/stock" -h "$(redis_addr)" -p "$port" -t "$threads" \
+        -s "machine$i" -g demo:go
     if [ $mode = netns ]; then set -- ip netns exec "$(ns_name "$i")" "$@"; fi
     timeout -k 5 "$timeout_s" "$@" >"$tmp/out.$i" 2>"$tmp/err.$i" &
     seller_pids="$seller_pids $!"
+}
+
+# Sellers connect, then block on BLPOP demo:go. Once all are there (or one
+# has already quit, or it takes too long), one push starts them together:
+# namespace and process start-up take longer than selling a small stock, so
+# without this the first machine could sell everything alone.
+open_gate() {
+    n=0
+    while [ $n -lt "$DEMO_GATE_WAIT_TENTHS" ]; do
+        blocked=$(rcli info clients | tr -d '\r' | sed -n 's/^blocked_clients://p')
+        [ "${blocked:-0}" -ge "$machines" ] && break
+        for p in $seller_pids; do kill -0 "$p" 2>/dev/null || break 2; done
+        sleep 0.1
+        n=$((n + 1))
+    done
+    t0=$(now)
+    rcli rpush demo:go $(seq "$machines" | sed 's/.*/go/') >/dev/null
 }
 
 # run NUMBER SHIM(0|1) TITLE: seeds, runs every machine at once, prints the
@@ -252,9 +272,9 @@ run() {
 
     echo
     echo "$number. $title"
-    t0=$(now)
     i=1
     while [ $i -le "$machines" ]; do spawn $i "$shim"; i=$((i + 1)); done
+    open_gate
     failed=0 i=1
     for p in $seller_pids; do
         wait "$p"

@@ -9,8 +9,10 @@
  *
  *   LD_PRELOAD=build/libdmutex.so DMUTEX_CONFIG=config/demo.cfg build/stock
  *
- * At the end the seller adds its sales to demo:sold:<seller> and prints one
- * line. Exit status: 0 done, 1 Redis error, 2 usage error.
+ * With -g the seller connects, then waits for an item on a Redis list, so a
+ * driver (demo/run.sh) can start sellers on several machines at the same
+ * moment. At the end the seller adds its sales to demo:sold:<seller> and
+ * prints one line. Exit status: 0 done, 1 Redis error, 2 usage error.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -47,13 +49,14 @@ struct seller {
 static const char *opt_host = STOCK_HOST_DEFAULT;
 static int opt_port = STOCK_PORT_DEFAULT;
 static const char *opt_key = STOCK_KEY_DEFAULT;
+static const char *opt_gate;  /* list to BLPOP before selling, or NULL */
 static atomic_bool failed;  /* one thread failed: the others stop too */
 static pthread_barrier_t start_line;
 
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: stock [-t THREADS] [-h HOST] [-p PORT] [-k KEY] [-s SELLER]\n"
+        "usage: stock [-t THREADS] [-h HOST] [-p PORT] [-k KEY] [-s SELLER] [-g GATE]\n"
         "\n"
         "Sells items from a stock counter in Redis with THREADS threads, each\n"
         "doing: lock stock_lock; GET KEY; stop if <= 0; SET KEY value-1; unlock.\n"
@@ -65,6 +68,9 @@ static void usage(FILE *out)
         "  -p, --port PORT    Redis port (default %d)\n"
         "  -k, --key KEY      stock key (default " STOCK_KEY_DEFAULT ")\n"
         "  -s, --seller NAME  this seller's name (default: the host name)\n"
+        "  -g, --gate LIST    connect, then wait for an item pushed to LIST before\n"
+        "                     selling, so that several sellers start together\n"
+        "                     (redis-cli RPUSH LIST go go ...: one item per seller)\n"
         "      --help         this text (so does -h with no host after it)\n"
         "\n"
         "Exit status: 0 sold out, 1 Redis error, 2 bad usage.\n",
@@ -166,6 +172,24 @@ static redisContext *connect_redis(void)
     return c;
 }
 
+/* Blocks until an item can be popped from the gate list: the caller's start
+ * signal. The command timeout is lifted meanwhile; the start may be far. */
+static void wait_at_gate(redisContext *c)
+{
+    struct timeval none = { 0, 0 }, rt = { STOCK_COMMAND_TIMEOUT_S, 0 };
+
+    redisSetTimeout(c, none);
+    redisReply *r = redisCommand(c, "BLPOP %s 0", opt_gate);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "stock: redis at %s:%d: BLPOP %s: %s\n", opt_host, opt_port, opt_gate,
+                r == NULL ? c->errstr :
+                r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        exit(1);
+    }
+    freeReplyObject(r);
+    redisSetTimeout(c, rt);
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -182,6 +206,7 @@ int main(int argc, char **argv)
         { "port",    required_argument, NULL, 'p' },
         { "key",     required_argument, NULL, 'k' },
         { "seller",  required_argument, NULL, 's' },
+        { "gate",    required_argument, NULL, 'g' },
         { "help",    no_argument,       NULL, 'H' },
         { NULL, 0, NULL, 0 }
     };
@@ -196,7 +221,7 @@ int main(int argc, char **argv)
         return 0;
     }
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":t:h:p:k:s:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":t:h:p:k:s:g:", longopts, NULL)) != -1) {
         switch (opt) {
         case 't':
             if (parse_int(optarg, 1, STOCK_THREADS_MAX, &nthreads)) {
@@ -215,6 +240,7 @@ int main(int argc, char **argv)
             break;
         case 'k': opt_key = optarg; break;
         case 's': seller = optarg; break;
+        case 'g': opt_gate = optarg; break;
         case 'H': usage(stdout); return 0;
         case ':':
             fprintf(stderr, "stock: option %s needs a value (see stock --help)\n",
@@ -247,6 +273,9 @@ int main(int argc, char **argv)
     }
     for (long i = 0; i < nthreads; i++)
         sellers[i].redis = connect_redis();
+
+    if (opt_gate)
+        wait_at_gate(sellers[0].redis);
 
     /* The clock starts when every thread is connected and ready. */
     pthread_barrier_init(&start_line, NULL, (unsigned)nthreads + 1);
