@@ -114,6 +114,8 @@ exec 8>&2
 trap 'echo >&8; echo "demo: interrupted; cleaning up" >&8; exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
+trap 'exit 131' QUIT
+trap 'exit 141' PIPE     # demo/run.sh | head must clean up too
 
 # ---- machines -------------------------------------------------------------
 
@@ -176,7 +178,7 @@ machines_reach_redis() {
     while [ $i -le "$machines" ]; do
         n=0
         until ip netns exec "$(ns_name $i)" redis-cli -h "$net.1" -p "$REDIS_TMP_PORT" ping \
-                >/dev/null 2>&1; do
+                >"$tmp/reach.out" 2>&1 && grep -q PONG "$tmp/reach.out"; do
             n=$((n + 1))
             [ $n -ge "$DEMO_REACH_WAIT_TENTHS" ] && return 1
             sleep 0.1
@@ -202,7 +204,7 @@ fi
 if [ $mode = netns ]; then
     redis_tmp_start 127.0.0.1 "$net.1" || exit 1
     if ! machines_reach_redis; then
-        why="the namespaces could not reach redis over the bridge (a firewall on bridged traffic?)"
+        why="the namespaces could not reach redis at $net.1: $(head -n 1 "$tmp/reach.out")"
         teardown_machines
         mode=processes
     fi

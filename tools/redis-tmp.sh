@@ -4,7 +4,8 @@
 #   . tools/redis-tmp.sh
 #   trap 'redis_tmp_stop' EXIT          # the caller owns the clean-up...
 #   trap 'exit 130' INT; trap 'exit 143' TERM   # ...and dash runs EXIT traps
-#                                               # on signals only this way
+#   trap 'exit 129' HUP; trap 'exit 141' PIPE   # on signals only this way
+#                                       # (PIPE: `script | head` kills it so)
 #   redis_tmp_start || exit 1           # or: redis_tmp_start 127.0.0.1 10.213.0.1
 #   redis-cli -p "$REDIS_TMP_PORT" ping
 #   redis_tmp_stop                      # idempotent; the trap may call it again
