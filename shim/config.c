@@ -39,6 +39,7 @@
 #define DM_INDEX_MAX            (1L << 24)
 #define DM_SYMBOL_MAX           4096        /* mangled C++ names run long */
 #define DM_FILE_NAME_MAX        255         /* NAME_MAX of Linux file systems */
+#define DM_PATH_MAX             4096        /* PATH_MAX */
 #define DM_HOST_MAX             255         /* longest DNS name */
 #define DM_ENV_NAME_MAX         255
 #define DM_UNIX_PATH_MAX        ((int)sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
@@ -527,14 +528,14 @@ static int object_ok(const char *v, char *why, size_t n)
     size_t len = strlen(v);
     if (len == 0)
         return snprintf(why, n, "must not be empty"), 0;
-    if (len > DM_FILE_NAME_MAX)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_FILE_NAME_MAX), 0;
-    if (strcmp(v, ".") == 0 || strcmp(v, "..") == 0)
-        return snprintf(why, n, "is not a file name"), 0;
+    size_t max = strchr(v, '/') ? DM_PATH_MAX : DM_FILE_NAME_MAX;
+    if (len > max)
+        return snprintf(why, n, "is %zu bytes, the limit is %zu", len, max), 0;
+    const char *base = strrchr(v, '/') ? strrchr(v, '/') + 1 : v;
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return snprintf(why, n, "is not a file name or path to a file"), 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)v[i];
-        if (c == '/')
-            return snprintf(why, n, "must be a file name like libfoo.so.1, without '/'"), 0;
         if (c <= 0x20 || c == 0x7f) {
             struct shown_byte b;
             snprintf(why, n, "%s at byte %zu is not allowed in a file name", show_byte(&b, c), i + 1);
@@ -595,7 +596,7 @@ static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
 
 static const char *const top_keys[] = {
     "redis", "namespace", "lease_ms", "renew_ms", "lease_margin_ms", "lock_delay_ms",
-    "on_lease_lost", "on_redis_down", "mutexes", NULL
+    "on_lease_lost", "on_redis_down", "mutexes", "programs", NULL
 };
 static const char *const redis_keys[] = {
     "host", "port", "unix", "username", "password", "password_env", "db",
@@ -948,6 +949,44 @@ static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t 
                 "(same object, symbol = %s, offset and index)", first->line, show(&sv, again->symbol));
 }
 
+/* programs = ["stock", "app"]: the executables the config is for. Other
+ * processes that inherit LD_PRELOAD (a shell from system(), a helper
+ * exec'ed by the program) then run untouched instead of failing on
+ * symbols they do not have. */
+static int parse_programs(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    config_setting_t *l = config_setting_get_member(root, "programs");
+    if (!l)
+        return 0;
+    if (!config_setting_is_list(l) && !config_setting_is_array(l))
+        return fail(p, line_of(l), "programs must be a list of executable file names "
+                    "[\"app\", ...], not %s", type_name(l));
+    int n = config_setting_length(l);
+    if (n <= 0)
+        return fail(p, line_of(l), "programs is empty: the config would apply to no process "
+                    "(leave programs out to apply it to every process)");
+    cfg->programs = calloc((size_t)n, sizeof *cfg->programs);
+    if (!cfg->programs)
+        return fail(p, line_of(l), "out of memory");
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const char *v = config_setting_get_string(e);
+        char why[200];
+        struct shown sv;
+        if (!v)
+            return fail(p, line_of(e), "programs[%d] must be a string, not %s", i, type_name(e));
+        if (strchr(v, '/'))
+            return fail(p, line_of(e), "programs[%d] = %s: must be a file name like \"app\", "
+                        "without '/'", i, show(&sv, v));
+        if (!object_ok(v, why, sizeof why))
+            return fail(p, line_of(e), "programs[%d] = %s: %s", i, show(&sv, v), why);
+        if (dup_into(p, line_of(e), &cfg->programs[cfg->nprograms], v) < 0)
+            return -1;
+        cfg->nprograms++;
+    }
+    return 0;
+}
+
 static int parse_mutexes(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     config_setting_t *l = config_setting_get_member(root, "mutexes");
@@ -1030,6 +1069,7 @@ static int load_text(const char *text, const char *label, struct dm_config *out,
         && parse_timing(&p, root, &cfg) == 0
         && parse_policies(&p, root, &cfg) == 0
         && parse_mutexes(&p, root, &cfg) == 0
+        && parse_programs(&p, root, &cfg) == 0
         && dup_into(&p, 0, &cfg.path, p.label) == 0)
         rc = 0;
     config_destroy(&lc);
@@ -1356,5 +1396,8 @@ void dm_config_free(struct dm_config *cfg)
     for (size_t i = 0; i < cfg->nmutexes; i++)
         mutex_free(&cfg->mutexes[i]);
     free(cfg->mutexes);
+    for (size_t i = 0; i < cfg->nprograms; i++)
+        free(cfg->programs[i]);
+    free(cfg->programs);
     dm_config_defaults(cfg);
 }

@@ -55,6 +55,8 @@ struct dm_config {
     enum dm_on_redis_down on_redis_down;    /* default block */
     struct dm_mutex_config *mutexes;
     size_t nmutexes;
+    char **programs;            /* executables (file names) the config is for; */
+    size_t nprograms;           /* none: every process that loads the shim */
 };
 
 /* Fills `cfg` with the defaults (no mutexes, Redis at 127.0.0.1:6379). */

@@ -253,10 +253,23 @@ static void atfork_child(void)
     dm_mapped_atfork_child();
 }
 
+/* Is this process one of the config's `programs` (all, when none are
+ * listed)? Matched on the executable's file name. */
 static int program_selected(const struct dm_config *cfg)
 {
-    (void)cfg;
-    return 1;
+    if (cfg->nprograms == 0)
+        return 1;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n < 0)
+        return 1;       /* cannot tell: apply the config, and fail loudly if it does not fit */
+    exe[n] = 0;
+    const char *base = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+    for (size_t i = 0; i < cfg->nprograms; i++)
+        if (strcmp(base, cfg->programs[i]) == 0)
+            return 1;
+    dm_debug("%s is not among the config's programs: nothing mapped", base);
+    return 0;
 }
 
 /* Entries naming an `object` that was not loaded at start (or was unloaded
@@ -295,8 +308,13 @@ static int map_symbol(const struct dm_config *cfg, const struct dm_mutex_config 
             dm_info("%s: %s (required = false: skipped)", where, err);
             return -1;
         }
-        if (fatal)
-            config_fail("%s: %s", where, err);
+        if (fatal) {
+            char more[DM_ERR_MAX + 160];
+            snprintf(more, sizeof more, "%s%s", err, cfg->nprograms ? "" :
+                     " (if this process is not the program the config is for, list that "
+                     "program in `programs`)");
+            config_fail("%s: %s", where, more);
+        }
         dm_error("%s: %s: this mutex is NOT cluster-wide", where, err);
         return -1;
     }

@@ -884,15 +884,36 @@ static void test_default_name_that_is_not_a_valid_name_asks_for_one(void **state
                  "'$'", "set name");
 }
 
-static void test_object_must_be_a_file_name(void **state)
+static void test_object_must_be_a_file_name_or_path(void **state)
 {
     (void)state;
-    expect_error("mutexes = ( { symbol = \"a\"; object = \"/usr/lib/liba.so\"; } );", "t.cfg:1: ",
-                 "object = \"/usr/lib/liba.so\"", "'/'");
+    load_ok("mutexes = ( { symbol = \"a\"; object = \"/usr/lib/liba.so\"; } );");
+    assert_string_equal(cfg.mutexes[0].object, "/usr/lib/liba.so");
+    dm_config_free(&cfg);
+    expect_error("mutexes = ( { symbol = \"a\"; object = \"/usr/lib/\"; } );", "t.cfg:1: ",
+                 "object", "not a file name");
     expect_error("mutexes = ( { symbol = \"a\"; object = \"lib a.so\"; } );", "t.cfg:1: ", "object", "space");
     expect_error("mutexes = ( { symbol = \"a\"; object = \"lib\\ta.so\"; } );", "t.cfg:1: ", "object", "0x09");
     expect_error("mutexes = ( { symbol = \"a\"; object = \"\"; } );", "t.cfg:1: ", "object", "empty");
     expect_error("mutexes = ( { symbol = \"a\"; object = \"..\"; } );", "t.cfg:1: ", "object", "not a file name");
+}
+
+static void test_programs_lists_executable_names(void **state)
+{
+    (void)state;
+    load_ok("programs = [\"stock\", \"app\"];\n");
+    assert_int_equal(cfg.nprograms, 2);
+    assert_string_equal(cfg.programs[0], "stock");
+    assert_string_equal(cfg.programs[1], "app");
+}
+
+static void test_programs_must_be_nonempty_names_without_slash(void **state)
+{
+    (void)state;
+    expect_error("programs = [];\n", "t.cfg:1: ", "programs", "empty");
+    expect_error("programs = \"stock\";\n", "t.cfg:1: ", "programs", "list");
+    expect_error("\nprograms = [\"bin/stock\"];\n", "t.cfg:2: ", "programs[0]", "'/'");
+    expect_error("programs = ( \"a\", 3 );\n", "t.cfg:1: ", "programs[1]", "string");
 }
 
 static void test_object_longer_than_255_bytes_is_refused(void **state)
@@ -1270,7 +1291,9 @@ int main(void)
         T(test_symbol_file_qualifier_is_checked),
         T(test_init_site_must_be_an_identifier),
         T(test_default_name_that_is_not_a_valid_name_asks_for_one),
-        T(test_object_must_be_a_file_name),
+        T(test_object_must_be_a_file_name_or_path),
+        T(test_programs_lists_executable_names),
+        T(test_programs_must_be_nonempty_names_without_slash),
         T(test_object_longer_than_255_bytes_is_refused),
         T(test_ten_kilobyte_strings_give_a_clear_error),
         T(test_duplicate_symbol_entries_name_both_lines),
