@@ -50,6 +50,7 @@ static const char *opt_host = STOCK_HOST_DEFAULT;
 static int opt_port = STOCK_PORT_DEFAULT;
 static const char *opt_key = STOCK_KEY_DEFAULT;
 static const char *opt_gate;  /* list to BLPOP before selling, or NULL */
+static const char *opt_password;
 static atomic_bool failed;  /* one thread failed: the others stop too */
 static pthread_barrier_t start_line;
 
@@ -57,6 +58,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
         "usage: stock [-t THREADS] [-h HOST] [-p PORT] [-k KEY] [-s SELLER] [-g GATE]\n"
+        "             [-a PASSWORD]\n"
         "\n"
         "Sells items from a stock counter in Redis with THREADS threads, each\n"
         "doing: lock stock_lock; GET KEY; stop if <= 0; SET KEY value-1; unlock.\n"
@@ -66,6 +68,7 @@ static void usage(FILE *out)
         "  -t, --threads N    selling threads (default %d)\n"
         "  -h, --host HOST    Redis host (default " STOCK_HOST_DEFAULT ")\n"
         "  -p, --port PORT    Redis port (default %d)\n"
+        "  -a, --pass PASS    Redis password (AUTH), as in redis-cli\n"
         "  -k, --key KEY      stock key (default " STOCK_KEY_DEFAULT ")\n"
         "  -s, --seller NAME  this seller's name (default: the host name)\n"
         "  -g, --gate LIST    connect, then wait for an item pushed to LIST before\n"
@@ -169,6 +172,15 @@ static redisContext *connect_redis(void)
         exit(1);
     }
     redisSetTimeout(c, rt);
+    if (opt_password) {
+        redisReply *r = redisCommand(c, "AUTH %s", opt_password);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            fprintf(stderr, "stock: redis at %s:%d: AUTH: %s\n", opt_host, opt_port,
+                    r ? r->str : c->errstr);
+            exit(1);
+        }
+        freeReplyObject(r);
+    }
     return c;
 }
 
@@ -204,6 +216,7 @@ int main(int argc, char **argv)
         { "threads", required_argument, NULL, 't' },
         { "host",    required_argument, NULL, 'h' },
         { "port",    required_argument, NULL, 'p' },
+        { "pass",    required_argument, NULL, 'a' },
         { "key",     required_argument, NULL, 'k' },
         { "seller",  required_argument, NULL, 's' },
         { "gate",    required_argument, NULL, 'g' },
@@ -221,7 +234,7 @@ int main(int argc, char **argv)
         return 0;
     }
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":t:h:p:k:s:g:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":t:h:p:a:k:s:g:", longopts, NULL)) != -1) {
         switch (opt) {
         case 't':
             if (parse_int(optarg, 1, STOCK_THREADS_MAX, &nthreads)) {
@@ -238,6 +251,7 @@ int main(int argc, char **argv)
             }
             opt_port = (int)v;
             break;
+        case 'a': opt_password = optarg; break;
         case 'k': opt_key = optarg; break;
         case 's': seller = optarg; break;
         case 'g': opt_gate = optarg; break;

@@ -15,9 +15,9 @@
 #   (default 127.0.0.1), plus a unix socket, with no persistence, protected
 #   mode off, and its dir and log in a new private temp dir. It never uses a
 #   fixed port or the system service: it picks a random port that nothing
-#   listens on, starts, and checks that the server answering on that port is
-#   the one it started (INFO process_id); if the bind failed it retries with
-#   another port. Returns 0 and exports:
+#   listens on, starts, and waits until the server it started (not another
+#   one that won the port) answers a PING there; if the bind failed it
+#   retries with another port. Returns 0 and exports:
 #     REDIS_TMP_PORT  the TCP port
 #     REDIS_TMP_PID   the server's pid (a child of the calling shell)
 #     REDIS_TMP_DIR   its dir: redis.log, redis.sock
@@ -120,10 +120,14 @@ redis_tmp_start() {
         _rt_n=0
         while [ "$_rt_n" -lt "$REDIS_TMP_READY_WAIT_TENTHS" ]; do
             _redis_tmp_alive "$REDIS_TMP_PID" || break
-            # The pid check makes sure the answer is from our server, not
-            # from another one that won the port.
-            if redis-cli -h "$_rt_ask" -p "$_rt_port" info server 2>/dev/null |
-                    tr -d '\r' | grep -qx "process_id:$REDIS_TMP_PID"; then
+            # Redis listens on TCP before it makes the unix socket and exits
+            # when a TCP bind fails: our socket plus our live pid prove the
+            # port is ours, not another server's that won it. NOAUTH is an
+            # answer too (REDIS_TMP_OPTS may set --requirepass).
+            if [ -S "$REDIS_TMP_SOCK" ] &&
+                    redis-cli -h "$_rt_ask" -p "$_rt_port" ping 2>&1 |
+                    grep -q 'PONG\|NOAUTH' &&
+                    _redis_tmp_alive "$REDIS_TMP_PID"; then
                 REDIS_TMP_PORT=$_rt_port
                 export REDIS_TMP_PORT
                 return 0
