@@ -13,5 +13,5 @@ $(B)/stock: demo/stock.c
 
 demo:
 	@tools/deps.sh
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -s all
 	@demo/run.sh $(DEMO_ARGS)

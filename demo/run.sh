@@ -99,6 +99,7 @@ teardown_machines() {
     netns_made="" veths_made="" bridge=""
 }
 
+# shellcheck disable=SC2317  # called from the EXIT trap
 cleanup() {
     for p in $seller_pids; do kill -TERM "$p" 2>/dev/null; done
     for p in $seller_pids; do wait "$p" 2>/dev/null; done
@@ -261,6 +262,7 @@ open_gate() {
         n=$((n + 1))
     done
     t0=$(now)
+    # shellcheck disable=SC2046  # one word per seller, on purpose
     rcli rpush demo:go $(seq "$machines" | sed 's/.*/go/') >/dev/null
 }
 
@@ -269,8 +271,10 @@ open_gate() {
 # shim, exactly the stock was sold.
 run() {
     number=$1 shim=$2 title=$3
-    rcli flushall >/dev/null && rcli set demo:stock "$stock" >/dev/null ||
-        { echo "demo: cannot seed the stock in redis at 127.0.0.1:$port" >&2; return 1; }
+    if ! rcli flushall >/dev/null || ! rcli set demo:stock "$stock" >/dev/null; then
+        echo "demo: cannot seed the stock in redis at 127.0.0.1:$port" >&2
+        return 1
+    fi
 
     echo
     echo "$number. $title"
@@ -293,6 +297,7 @@ run() {
         # "seller machine1: 8 threads, 512 sales in 0.066 s, 7758 sales/s"
         line=$(grep '^seller ' "$tmp/out.$i")
         if [ -n "$line" ]; then
+            # shellcheck disable=SC2086  # split the line into fields
             set -- $line
             sales=$5 secs=$8 rate=${10}
             printf '   %-10s %-14s %7d %7.2f s %9d\n' "machine$i" "$(addr_of $i)" \

@@ -108,7 +108,8 @@ redis_tmp_start() {
         _rt_port=$(_redis_tmp_random_port)
         _redis_tmp_port_busy "$_rt_port" && continue
         : >"$REDIS_TMP_DIR/redis.log"
-        # shellcheck disable=SC2086  # REDIS_TMP_OPTS is meant to be split
+        # shellcheck disable=SC2086,SC2094  # OPTS is split on purpose; the
+        # server appends to its log, nothing here reads it meanwhile
         redis-server --port "$_rt_port" --bind "$@" \
             --unixsocket "$REDIS_TMP_SOCK" --unixsocketperm 700 \
             --dir "$REDIS_TMP_DIR" --logfile "$REDIS_TMP_DIR/redis.log" \
@@ -137,7 +138,7 @@ redis_tmp_start() {
         done
 
         _redis_tmp_kill "$REDIS_TMP_PID"
-        REDIS_TMP_PID=
+        REDIS_TMP_PID=''
         if grep -q "Address already in use" "$REDIS_TMP_DIR/redis.log"; then
             continue
         fi
@@ -156,6 +157,6 @@ redis_tmp_stop() {
     if [ -n "${REDIS_TMP_DIR:-}" ]; then
         rm -rf "$REDIS_TMP_DIR"
     fi
-    REDIS_TMP_PID= REDIS_TMP_DIR= REDIS_TMP_PORT= REDIS_TMP_SOCK=
+    REDIS_TMP_PID='' REDIS_TMP_DIR='' REDIS_TMP_PORT='' REDIS_TMP_SOCK=''
     return 0
 }
