@@ -16,6 +16,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
+# shellcheck source=tools/redis-tmp.sh
 . "$ROOT/tools/redis-tmp.sh"
 
 DEMO_MACHINES_MAX=50
@@ -336,6 +337,8 @@ run() {
     if [ "$shim" = 0 ]; then
         if [ $over -gt 0 ]; then
             echo "   => OVERSOLD by $over: each stock_lock only excludes its own machine's threads"
+        elif [ "$machines" -eq 1 ]; then
+            echo "   => no oversell: one machine's stock_lock excludes all its threads (try -m 2)"
         else
             echo "   => no oversell this time: the race did not show up (try more -m or -t)"
         fi
