@@ -1,6 +1,8 @@
 # The demo: build/stock, an ordinary pthread program that oversells across
 # machines, and `make demo`, which runs it on simulated machines without and
-# then with the shim (demo/run.sh; options via DEMO_ARGS="-m 3 -t 8 -n 2000").
+# then with the shim, then with the shim in each mode (default, fair, cache)
+# for a table of sales per second (demo/run.sh; options via
+# DEMO_ARGS="-m 3 -t 8 -n 2000", DEMO_ARGS=-q skips the table).
 
 all: $(B)/stock
 

@@ -6,13 +6,16 @@
 # stock and runs build/stock on every machine at once: first as it is, where
 # each machine's stock_lock only excludes its own threads and the machines
 # together oversell; then with libdmutex.so preloaded, which maps stock_lock
-# to one Redis lock, and exactly the stock must be sold.
+# to one Redis lock, and exactly the stock must be sold; then (unless -q)
+# with the shim in each of its modes, default, fair and cache, on a larger
+# stock, and prints sales per second for each.
 #
-# Exit status: 0 the shim run sold exactly the stock, 1 it did not or
+# Exit status: 0 every shim run sold exactly the stock, 1 one did not or
 # something failed, 2 bad usage. Leaves nothing behind, also on Ctrl-C.
 #
-# Environment: DEMO_CONFIG (default config/demo.cfg), DEMO_TIMEOUT_S (a run
-# taking longer is stopped, default 120), DMUTEX_LOG (default warn).
+# Environment: DEMO_CONFIG (default config/demo.cfg: part 2 and the default
+# mode of part 3), DEMO_TIMEOUT_S (a run taking longer is stopped, default
+# 120), DMUTEX_LOG (default warn).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
@@ -24,19 +27,25 @@ DEMO_THREADS_MAX=1024
 DEMO_SUBNET_PREFIX=10.213        # machines live in 10.213.X.0/24, X free
 DEMO_REACH_WAIT_TENTHS=50        # how long a namespace may take to reach redis
 DEMO_GATE_WAIT_TENTHS=300        # how long sellers may take to start and connect
+DEMO_RATE_STOCK=3000             # items per mode in part 3: about 1 s per mode here
 
 usage() {
     cat <<EOF
-usage: demo/run.sh [-m MACHINES] [-t THREADS] [-n STOCK]    (make demo DEMO_ARGS="...")
+usage: demo/run.sh [-q] [-m MACHINES] [-t THREADS] [-n STOCK] [-N STOCK]
+       (make demo DEMO_ARGS="...")
 
 Runs build/stock on MACHINES simulated machines at once, each with THREADS
 threads selling from one stock of STOCK items kept in a private Redis:
-first without dmutex (the machines oversell), then with build/libdmutex.so
-preloaded (exactly STOCK items must be sold).
+1. without dmutex (the machines oversell), 2. with build/libdmutex.so
+preloaded (exactly STOCK items must be sold), 3. with the shim in each mode,
+default, fair and cache, selling the -N stock each time, and a table of
+sales per second.
 
   -m N   machines (default 2; network namespaces when root, else processes)
   -t N   threads per machine (default 8)
-  -n N   items in stock (default 1000)
+  -n N   items in stock in parts 1 and 2 (default 1000)
+  -N N   items in stock for each mode in part 3 (default $DEMO_RATE_STOCK)
+  -q     quick: skip part 3
   -h     this text
 EOF
 }
@@ -46,12 +55,14 @@ is_count() {   # value min max
     [ ${#1} -le 9 ] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]
 }
 
-machines=2 threads=8 stock=1000
-while getopts :m:t:n:h opt; do
+machines=2 threads=8 stock=1000 rate_stock=$DEMO_RATE_STOCK quick=0
+while getopts :m:t:n:N:qh opt; do
     case $opt in
     m) machines=$OPTARG ;;
     t) threads=$OPTARG ;;
     n) stock=$OPTARG ;;
+    N) rate_stock=$OPTARG ;;
+    q) quick=1 ;;
     h) usage; exit 0 ;;
     :) echo "demo: option -$OPTARG needs a value (see demo/run.sh -h)" >&2; exit 2 ;;
     *) echo "demo: unknown option -$OPTARG (see demo/run.sh -h)" >&2; exit 2 ;;
@@ -67,13 +78,21 @@ is_count "$threads" 1 "$DEMO_THREADS_MAX" ||
     { echo "demo: -t wants 1 to $DEMO_THREADS_MAX threads, not \"$threads\"" >&2; exit 2; }
 is_count "$stock" 1 999999999 ||
     { echo "demo: -n wants a stock of at least 1 item, not \"$stock\"" >&2; exit 2; }
+is_count "$rate_stock" 1 999999999 ||
+    { echo "demo: -N wants a stock of at least 1 item, not \"$rate_stock\"" >&2; exit 2; }
 
 config=${DEMO_CONFIG:-$ROOT/config/demo.cfg}
+config_fair=$ROOT/config/demo-fair.cfg      # the same with fair = true
+config_cache=$ROOT/config/demo-cache.cfg    # the same with cache = true
 timeout_s=${DEMO_TIMEOUT_S:-120}
 for f in "$ROOT/build/stock" "$ROOT/build/libdmutex.so"; do
     [ -f "$f" ] || { echo "demo: $f is missing: run make first" >&2; exit 1; }
 done
-[ -f "$config" ] || { echo "demo: $config is missing" >&2; exit 1; }
+configs=$config
+[ $quick = 1 ] || configs="$config $config_fair $config_cache"
+for f in $configs; do
+    [ -f "$f" ] || { echo "demo: $f is missing" >&2; exit 1; }
+done
 for c in redis-server redis-cli timeout awk; do
     command -v "$c" >/dev/null 2>&1 ||
         { echo "demo: $c is missing: run tools/deps.sh as root" >&2; exit 1; }
@@ -221,7 +240,12 @@ addr_of() {   # machine index -> its address; where it finds redis
 }
 redis_addr() { if [ $mode = netns ]; then echo "$net.1"; else echo 127.0.0.1; fi; }
 
-echo "dmutex demo: $machines machines x $threads threads selling $stock items"
+if [ $quick = 1 ]; then
+    echo "dmutex demo: $machines machines x $threads threads selling $stock items"
+else
+    echo "dmutex demo: $machines machines x $threads threads selling $stock items," \
+         "then $rate_stock in each mode"
+fi
 if [ $mode = netns ]; then
     echo "machines: network namespaces $(ns_name 1 | sed 's/m1$//')m1..m$machines on bridge $bridge," \
          "$net.0/24; redis at $(redis_addr):$port"
@@ -233,11 +257,12 @@ fi
 
 now() { date +%s.%N; }
 
-# spawn INDEX SHIM(0|1): starts machine INDEX's seller in the background.
+# spawn INDEX SHIM(0|1) [CONFIG]: starts machine INDEX's seller in the
+# background; with the shim, CONFIG (default $config) says what it maps.
 spawn() {
     i=$1
     if [ "$2" = 1 ]; then
-        set -- LD_PRELOAD="$ROOT/build/libdmutex.so" DMUTEX_CONFIG="$config" \
+        set -- LD_PRELOAD="$ROOT/build/libdmutex.so" DMUTEX_CONFIG="${3:-$config}" \
                DMUTEX_REDIS="redis://$(redis_addr):$port" DMUTEX_LOG="${DMUTEX_LOG:-warn}"
     else
         set -- -u LD_PRELOAD -u DMUTEX_CONFIG -u DMUTEX_REDIS
@@ -267,21 +292,36 @@ open_gate() {
     rcli rpush demo:go $(seq "$machines" | sed 's/.*/go/') >/dev/null
 }
 
-# run NUMBER SHIM(0|1) TITLE: seeds, runs every machine at once, prints the
-# table and verdict. Returns 0 when every seller finished and, with the
-# shim, exactly the stock was sold.
-run() {
-    number=$1 shim=$2 title=$3
-    if ! rcli flushall >/dev/null || ! rcli set demo:stock "$stock" >/dev/null; then
+# seed N: a clean Redis with a stock of N items.
+seed() {
+    if ! rcli flushall >/dev/null || ! rcli set demo:stock "$1" >/dev/null; then
         echo "demo: cannot seed the stock in redis at 127.0.0.1:$port" >&2
         return 1
     fi
+}
 
-    echo
-    echo "$number. $title"
+# sellers_said: under a table, what each seller that failed or wrote to
+# stderr said (its errors, the shim's warnings); then forgets their output.
+sellers_said() {
     i=1
-    while [ $i -le "$machines" ]; do spawn $i "$shim"; i=$((i + 1)); done
-    open_gate
+    while [ $i -le "$machines" ]; do
+        if [ -s "$tmp/err.$i" ] || [ -f "$tmp/rc.$i" ]; then
+            rc=$(cat "$tmp/rc.$i" 2>/dev/null || echo 0)
+            case $rc in
+            0) echo "   machine$i said:" ;;
+            124|137) echo "   machine$i was stopped after ${timeout_s} s (DEMO_TIMEOUT_S); it said:" ;;
+            *) echo "   machine$i failed (exit $rc):" ;;
+            esac
+            head -n 10 "$tmp/err.$i" | sed 's/^/     /'
+        fi
+        i=$((i + 1))
+    done
+    rm -f "$tmp"/out.* "$tmp"/err.* "$tmp"/rc.*
+}
+
+# wait_sellers: waits for every seller; sets failed (how many did not exit 0,
+# each one's status in $tmp/rc.INDEX) and t1 (when the last one was done).
+wait_sellers() {
     failed=0 i=1
     for p in $seller_pids; do
         wait "$p"
@@ -291,6 +331,21 @@ run() {
     done
     seller_pids=""
     t1=$(now)
+}
+
+# run NUMBER SHIM(0|1) TITLE: seeds, runs every machine at once, prints the
+# table and verdict. Returns 0 when every seller finished and, with the
+# shim, exactly the stock was sold.
+run() {
+    number=$1 shim=$2 title=$3
+    seed "$stock" || return 1
+
+    echo
+    echo "$number. $title"
+    i=1
+    while [ $i -le "$machines" ]; do spawn $i "$shim"; i=$((i + 1)); done
+    open_gate
+    wait_sellers
 
     printf '   %-10s %-14s %7s %9s %9s\n' machine address sales time sales/s
     sold=0 i=1
@@ -313,22 +368,7 @@ run() {
     over=$((sold > stock ? sold - stock : 0))
     elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     echo "   stock $stock   sold $sold   oversold $over   left $left   elapsed $elapsed s"
-
-    # What went wrong, from the sellers themselves (and the shim's warnings).
-    i=1
-    while [ $i -le "$machines" ]; do
-        if [ -s "$tmp/err.$i" ] || [ -f "$tmp/rc.$i" ]; then
-            rc=$(cat "$tmp/rc.$i" 2>/dev/null || echo 0)
-            case $rc in
-            0) echo "   machine$i said:" ;;
-            124|137) echo "   machine$i was stopped after ${timeout_s} s (DEMO_TIMEOUT_S); it said:" ;;
-            *) echo "   machine$i failed (exit $rc):" ;;
-            esac
-            head -n 10 "$tmp/err.$i" | sed 's/^/     /'
-        fi
-        i=$((i + 1))
-    done
-    rm -f "$tmp"/out.* "$tmp"/err.* "$tmp"/rc.*
+    sellers_said
 
     if [ $failed -ne 0 ]; then
         echo "   => FAILED: $failed of $machines sellers did not finish"
@@ -352,6 +392,83 @@ run() {
     return 1
 }
 
+# ---- part 3: the modes in numbers -----------------------------------------
+
+base_rate=""     # sales/s of the default mode, for the ratios
+
+relative() {   # a path, relative to the source tree when inside it
+    case $1 in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac
+}
+
+# measure MODE CONFIG: one run of every machine with the shim in that mode,
+# selling $rate_stock items; prints one row of the table (and under it what
+# a failing seller said). Returns 0 when every seller finished and exactly
+# the stock was sold.
+measure() {
+    mname=$1 mconfig=$2
+    seed "$rate_stock" || return 1
+    i=1
+    while [ $i -le "$machines" ]; do spawn $i 1 "$mconfig"; i=$((i + 1)); done
+    open_gate
+    wait_sellers
+
+    # time: the longest seller's own selling time (from its common start
+    # until its threads stopped), i.e. until the last machine was done;
+    # without process start and exit, which are the same in every mode.
+    sold=0 secs=0 i=1 missing=0
+    while [ $i -le "$machines" ]; do
+        line=$(grep '^seller ' "$tmp/out.$i")
+        if [ -n "$line" ]; then
+            # shellcheck disable=SC2086  # split the line into fields
+            set -- $line
+            sold=$((sold + $5))
+            secs=$(awk -v a="$secs" -v b="$8" 'BEGIN { print (b > a ? b : a) }')
+        else
+            missing=$((missing + 1))
+        fi
+        i=$((i + 1))
+    done
+    left=$(rcli get demo:stock)
+    over=$((sold > rate_stock ? sold - rate_stock : 0))
+    ok=1
+    { [ $failed -eq 0 ] && [ $missing -eq 0 ] && [ "$sold" -eq "$rate_stock" ] &&
+      [ "$left" = 0 ]; } || ok=0
+    rate=$(awk -v n="$sold" -v s="$secs" 'BEGIN { if (s > 0) printf "%.0f", n / s; else print 0 }')
+    [ "$mname" = default ] && [ $ok = 1 ] && base_rate=$rate
+    ratio=$(awk -v r="$rate" -v b="${base_rate:-0}" \
+        'BEGIN { if (b > 0) printf "%.2fx", r / b; else print "-" }')
+    printf '   %-9s %6d %9d %7.2f s %9d %10s  %s\n' "$mname" "$sold" "$over" "$secs" "$rate" \
+        "$ratio" "$(relative "$mconfig")"
+    if [ $failed -ne 0 ]; then
+        echo "   <= FAILED: $failed of $machines sellers did not finish"
+    elif [ $ok = 0 ]; then
+        echo "   <= WRONG: $sold sold of $rate_stock (oversold $over, left $left)"
+    fi
+    sellers_said
+    [ $ok = 1 ]
+}
+
+modes() {
+    echo
+    echo "3. In numbers: the same sellers with dmutex in each mode, $rate_stock items each time"
+    printf '   %-9s %6s %9s %9s %9s %10s  %s\n' mode sold oversold time sales/s "vs default" \
+        config
+    bad=""
+    measure default "$config" || bad="$bad default"
+    measure fair "$config_fair" || bad="$bad fair"
+    measure cache "$config_cache" || bad="$bad cache"
+    echo "   default: waiters wake on a release notice and retry"
+    echo "   fair:    the release hands the lock to the next waiter in line, in one round trip"
+    echo "   cache:   a machine keeps the lock while it keeps selling, hands it over when asked"
+    if [ -z "$bad" ]; then
+        echo "   => CORRECT: exactly $rate_stock sold in every mode (rates vary with the load)"
+        return 0
+    fi
+    echo "   => WRONG:$bad did not sell exactly $rate_stock: a dmutex bug, not a demo one"
+    return 1
+}
+
 run 1 0 "Without dmutex: each machine's stock_lock is its own" || exit 1
 run 2 1 "With dmutex: LD_PRELOAD=build/libdmutex.so makes stock_lock one Redis lock" || exit 1
+[ $quick = 1 ] || modes || exit 1
 exit 0
