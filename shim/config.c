@@ -472,6 +472,11 @@ static int name_ok(const char *v, char *why, size_t n)
     return 1;
 }
 
+int dm_config_name_ok(const char *name, char *why, size_t len)
+{
+    return name_ok(name, why, len);
+}
+
 static int ident_start(unsigned char c) { return az_alpha(c) || c == '_' || c == '$'; }
 static int ident_char(unsigned char c) { return az_alnum(c) || c == '_' || c == '$' || c == '.'; }
 static int qualifier_char(unsigned char c) { return az_alnum(c) || (c && strchr("_.+/-", c)); }

@@ -77,4 +77,9 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
 
 void dm_config_free(struct dm_config *cfg);
 
+/* Is `name` a valid lock name (1..DM_NAME_MAX bytes of [A-Za-z0-9_.:/@-])?
+ * 1, or 0 with `why` saying what is wrong. Used for names given at run
+ * time (dmutex_name) too. */
+int dm_config_name_ok(const char *name, char *why, size_t len);
+
 #endif

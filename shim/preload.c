@@ -223,7 +223,8 @@ DM_EXPORT int dmutex_name(pthread_mutex_t *m, const char *name)
 {
     if (!configured)
         return ENOSYS;
-    if (!m || !name || !*name || strlen(name) > DM_NAME_MAX || strpbrk(name, "{} \t\r\n"))
+    char why[160];
+    if (!m || !name || !dm_config_name_ok(name, why, sizeof why))
         return EINVAL;
     return dm_mapped_add(m, name, DM_MAP_HEAP);
 }
