@@ -31,3 +31,6 @@ $(B)/tests/progs:
 	mkdir -p $@
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
+PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis)
+# api_weak includes shim/dmutex.h, the public header, as a user would.
+PROG_LIBS_api_weak = -Ishim $(shell pkg-config --libs hiredis)

@@ -1,0 +1,690 @@
+/* posixprog: the pthread behaviours a real program relies on, one scenario
+ * per run, for tests/test_posix.c, which maps its mutexes by config. It
+ * knows nothing of dmutex: it is what an ordinary program does.
+ *
+ *   posixprog PORT KEY MODE MUTEX [ARGS...]
+ *
+ * PORT is the Redis port of the counter (and of the EXISTS checks); KEY is
+ * the counter key, or for modes that report "exists=" the Redis key of the
+ * lock, which they look at through their own connection. Results are
+ * errno names ("0", "EBUSY"); times are milliseconds on CLOCK_MONOTONIC.
+ *
+ * MUTEX picks the mutex:
+ *   norm rec err       globals set up by PTHREAD_MUTEX_INITIALIZER,
+ *                      PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP and
+ *                      PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP
+ *   anorm arec aerr arobust
+ *                      the global attr_lock, set up by pthread_mutex_init
+ *                      with a mutexattr of that type (robust: a normal robust one)
+ *   shop               shop.lock, a member of a global struct (offset 8)
+ *   slot1 slot2        slots[1], slots[2] of a global array
+ *   heap               a heap mutex set up by account_new(); "heap2" modes use two
+ *   other              other_lock, a second global (fork children use it)
+ *   plain              plain_lock (the tests never map it)
+ *
+ * Modes:
+ *   count M THREADS ITERS HOLD_US     the counter (recursive types nest each lock)
+ *   fork-count M CHILDREN THREADS ITERS HOLD_US
+ *                                     lock and unlock once, fork CHILDREN, then
+ *                                     parent and children all run the counter
+ *   exec-count M CHILDREN THREADS ITERS HOLD_US
+ *                                     the same with children that exec this program
+ *   recursive M DEPTH                 DEPTH nested locks; "recursive LOCK INNER OUTER UNLOCK":
+ *                                     INNER/OUTER = EXISTS of KEY after the inner
+ *                                     unlocks and after the outermost
+ *   errcheck M relock|foreign|unheld  "errcheck OP LOCK OP-RC UNLOCK" ("-": not called)
+ *   destroy M                         lock, destroy, unlock, destroy, init, lock, unlock
+ *   hold M FILE                       lock, "locked RC", wait for FILE, "unlocking", unlock
+ *   lock M                            "locked RC MS", unlock
+ *   trylock M                         "trylock RC", unlock if taken
+ *   robust-hold M                     lock, "locked RC", sleep until killed
+ *   robust-lock M consistent|noconsistent
+ *                                     lock (EOWNERDEAD expected) and recover, or not
+ *   cond M KIND FILE                  lock, wait on a condvar (KIND: wait, timedwait,
+ *                                     clockwait) until a thread sees FILE and
+ *                                     signals (without the mutex); "woke RC exists=E"
+ *   cond-timeout M KIND MS            lock, timed wait of MS nobody signals:
+ *                                     "timeout RC ELAPSED exists=E"
+ *   cond-plain M                      condvars on plain_lock: "cond-plain W T C"
+ *   fork-hold M FILE                  hold M; a child locks other and exits; another
+ *                                     child sleeps; at FILE the parent unlocks
+ *   fork-identity M MS                hold M; a child locks other, holds it MS, unlocks
+ *   exit-hold M HOW FILE              hold M, at FILE end the process holding it:
+ *                                     HOW = exit (exit(0)), return (from main), or
+ *                                     thread (another thread holds it; main returns)
+ *   nested-once heap                  lock a, lock b, unlock b, unlock a: "nested R R R R"
+ *   nested-count heap THREADS ITERS HOLD_US   the counter under a then b
+ *   heap-reuse heap N                 lock an account, free it without destroy, make
+ *                                     another mutex elsewhere in its memory and lock
+ *                                     it N times: "reuse same=S" */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "../posix/pp.h"
+
+pthread_mutex_t norm_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t rec_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+pthread_mutex_t attr_lock;
+pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
+struct shop {
+    int id;
+    pthread_mutex_t lock;
+    long sold;
+} shop = { 1, PTHREAD_MUTEX_INITIALIZER, 0 };
+pthread_mutex_t slots[4] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+                             PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER };
+pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+_Static_assert(offsetof(struct shop, lock) == 8, "test_posix maps shop.lock at offset 8");
+
+struct account {
+    long balance;
+    pthread_mutex_t lock;
+};
+
+/* The init_site of the tests. Not inlined, and the init is no tail call, so
+ * pthread_mutex_init returns into this function. */
+__attribute__((noinline)) struct account *account_new(void)
+{
+    struct account *a = calloc(1, sizeof *a);
+    if (!a || pthread_mutex_init(&a->lock, NULL) != 0)
+        abort();
+    return a;
+}
+
+/* Another function that makes mutexes: never an init_site. */
+__attribute__((noinline)) struct account *other_new(void)
+{
+    struct account *a = malloc(sizeof *a);
+    if (!a || pthread_mutex_init(&a->lock, NULL) != 0)
+        abort();
+    a->balance = 0;
+    return a;
+}
+
+static int port;
+static const char *key, *self_path;
+static pthread_mutex_t *m;
+static int nest = 1;                /* locks per enter: 2 for recursive mutexes */
+static int attr_type = -1, attr_robust;
+static struct account *acct_a, *acct_b;
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: posixprog PORT KEY MODE MUTEX [ARGS...] (see the source)\n");
+    return 2;
+}
+
+static int pick(const char *name)
+{
+    struct { const char *n; pthread_mutex_t *m; int type, robust, nest; } t[] = {
+        { "norm", &norm_lock, -1, 0, 1 },
+        { "rec", &rec_lock, -1, 0, 2 },
+        { "err", &err_lock, -1, 0, 1 },
+        { "anorm", &attr_lock, PTHREAD_MUTEX_NORMAL, 0, 1 },
+        { "arec", &attr_lock, PTHREAD_MUTEX_RECURSIVE, 0, 2 },
+        { "aerr", &attr_lock, PTHREAD_MUTEX_ERRORCHECK, 0, 1 },
+        { "arobust", &attr_lock, PTHREAD_MUTEX_NORMAL, 1, 1 },
+        { "shop", &shop.lock, -1, 0, 1 },
+        { "slot1", &slots[1], -1, 0, 1 },
+        { "slot2", &slots[2], -1, 0, 1 },
+        { "other", &other_lock, -1, 0, 1 },
+        { "plain", &plain_lock, -1, 0, 1 },
+    };
+    if (strcmp(name, "heap") == 0) {
+        acct_a = account_new();
+        acct_b = account_new();
+        m = &acct_a->lock;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(name, t[i].n) == 0) {
+            m = t[i].m;
+            attr_type = t[i].type;
+            attr_robust = t[i].robust;
+            nest = t[i].nest;
+            return 0;
+        }
+    return -1;
+}
+
+/* pthread_mutex_init of attr_lock with the picked type. */
+static int init_attr_lock(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, attr_type);
+    if (attr_robust)
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    int r = pthread_mutex_init(&attr_lock, &a);
+    pthread_mutexattr_destroy(&a);
+    return r;
+}
+
+static int enter(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < nest; i++) {
+        int r = pthread_mutex_lock(m);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+static int leave(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < nest; i++) {
+        int r = pthread_mutex_unlock(m);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+static int enter_nested(void *arg)
+{
+    (void)arg;
+    int r = pthread_mutex_lock(&acct_a->lock);
+    return r ? r : pthread_mutex_lock(&acct_b->lock);
+}
+
+static int leave_nested(void *arg)
+{
+    (void)arg;
+    int r = pthread_mutex_unlock(&acct_b->lock);
+    return r ? r : pthread_mutex_unlock(&acct_a->lock);
+}
+
+static void run_count(char **args, int nested)
+{
+    struct pp_counter k = { port, key, atoi(args[1]), atoi(args[2]),
+                            nested ? enter_nested : enter, nested ? leave_nested : leave, NULL };
+    pp_run_counter(&k, atoi(args[0]));
+}
+
+static int wait_children(pid_t *kids, int n)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int st;
+        if (waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            say("child %d failed (status %d)", (int)kids[i], st);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+/* args: CHILDREN THREADS ITERS HOLD_US */
+static int fork_count(char **args, int do_exec, char *mutex_name)
+{
+    int children = atoi(args[0]);
+    pid_t kids[16];
+    if (children > 16)
+        children = 16;
+    /* The parent has used the mutex (connections, helper threads) before
+     * it forks; no thread holds it at fork time. */
+    int r = enter(NULL);
+    if (r == 0)
+        r = leave(NULL);
+    if (r != 0) {
+        say("warm-up failed: %s", ename(r));
+        return 1;
+    }
+    for (int i = 0; i < children; i++) {
+        kids[i] = fork();
+        if (kids[i] < 0) {
+            say("fork failed");
+            return 1;
+        }
+        if (kids[i] == 0) {
+            if (do_exec) {
+                char portbuf[16];
+                snprintf(portbuf, sizeof portbuf, "%d", port);
+                char *argv[] = { (char *)self_path, portbuf, (char *)key, "count", mutex_name,
+                                 args[1], args[2], args[3], NULL };
+                execv("/proc/self/exe", argv);
+                say("exec failed: %s", strerror(errno));
+                _exit(127);
+            }
+            run_count(args + 1, 0);
+            exit(0);
+        }
+    }
+    run_count(args + 1, 0);
+    int bad = wait_children(kids, children);
+    if (!bad)
+        say("children ok");
+    return bad;
+}
+
+static volatile int ready;
+static const char *signal_file;
+
+static void *signaller(void *arg)
+{
+    (void)arg;
+    wait_file(signal_file);
+    __atomic_store_n(&ready, 1, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&cv);
+    return NULL;
+}
+
+static int cond_wait_kind(const char *kind, const struct timespec *rt, const struct timespec *mono)
+{
+    if (strcmp(kind, "wait") == 0)
+        return pthread_cond_wait(&cv, m);
+    if (strcmp(kind, "timedwait") == 0)
+        return pthread_cond_timedwait(&cv, m, rt);
+    if (strcmp(kind, "clockwait") == 0)
+        return pthread_cond_clockwait(&cv, m, CLOCK_MONOTONIC, mono);
+    if (strcmp(kind, "clockwait-rt") == 0)
+        return pthread_cond_clockwait(&cv, m, CLOCK_REALTIME, rt);
+    say("unknown wait kind %s", kind);
+    exit(2);
+}
+
+static int mode_cond(const char *kind, const char *file)
+{
+    redisContext *c = pp_connect(port);
+    signal_file = file;
+    pthread_t t;
+    int r = pthread_mutex_lock(m);
+    if (r != 0) {
+        say("lock %s", ename(r));
+        return 1;
+    }
+    pthread_create(&t, NULL, signaller, NULL);
+    struct timespec rt = deadline_in(CLOCK_REALTIME, 60000);
+    struct timespec mono = deadline_in(CLOCK_MONOTONIC, 60000);
+    say("waiting");
+    while (!__atomic_load_n(&ready, __ATOMIC_SEQ_CST)) {
+        r = cond_wait_kind(kind, &rt, &mono);
+        if (r != 0)
+            break;
+    }
+    say("woke %s exists=%lld", ename(r), pp_exists(c, key));
+    r = pthread_mutex_unlock(m);
+    say("unlocked %s", ename(r));
+    pthread_join(t, NULL);
+    redisFree(c);
+    return 0;
+}
+
+static int mode_cond_timeout(const char *kind, long ms)
+{
+    redisContext *c = pp_connect(port);
+    int r = pthread_mutex_lock(m);
+    if (r != 0) {
+        say("lock %s", ename(r));
+        return 1;
+    }
+    long long t0 = now_ms();
+    struct timespec rt = deadline_in(CLOCK_REALTIME, ms);
+    struct timespec mono = deadline_in(CLOCK_MONOTONIC, ms);
+    say("waiting");
+    r = cond_wait_kind(kind, &rt, &mono);
+    long long took = now_ms() - t0;
+    say("timeout %s %lld exists=%lld", ename(r), took, pp_exists(c, key));
+    r = pthread_mutex_unlock(m);
+    say("unlocked %s", ename(r));
+    redisFree(c);
+    return 0;
+}
+
+static int plain_ready;
+static pthread_cond_t cv2 = PTHREAD_COND_INITIALIZER;
+
+static void *plain_signaller(void *arg)
+{
+    (void)arg;
+    usleep(50000);
+    pthread_mutex_lock(&plain_lock);
+    plain_ready = 1;
+    pthread_cond_signal(&cv2);
+    pthread_mutex_unlock(&plain_lock);
+    return NULL;
+}
+
+static int mode_cond_plain(void)
+{
+    pthread_t t;
+    pthread_mutex_lock(&plain_lock);
+    pthread_create(&t, NULL, plain_signaller, NULL);
+    int w = 0;
+    while (!plain_ready && w == 0)
+        w = pthread_cond_wait(&cv2, &plain_lock);
+    struct timespec rt = deadline_in(CLOCK_REALTIME, 100);
+    int tw = pthread_cond_timedwait(&cv2, &plain_lock, &rt);
+    struct timespec mono = deadline_in(CLOCK_MONOTONIC, 100);
+    int cw = pthread_cond_clockwait(&cv2, &plain_lock, CLOCK_MONOTONIC, &mono);
+    pthread_mutex_unlock(&plain_lock);
+    pthread_join(t, NULL);
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%s", ename(w));
+    snprintf(b, sizeof b, "%s", ename(tw));
+    say("cond-plain %s %s %s", a, b, ename(cw));
+    return 0;
+}
+
+static struct {
+    pthread_mutex_t *m;
+    int lock_rc, unlock_rc;
+} waiter;
+
+static void *robust_waiter(void *arg)
+{
+    (void)arg;
+    waiter.lock_rc = pthread_mutex_lock(m);
+    if (waiter.lock_rc == 0 || waiter.lock_rc == EOWNERDEAD)
+        waiter.unlock_rc = pthread_mutex_unlock(m);
+    return NULL;
+}
+
+static int mode_robust_lock(const char *how)
+{
+    int r = pthread_mutex_lock(m);
+    say("lock %s", ename(r));
+    if (strcmp(how, "consistent") == 0) {
+        say("consistent %s", ename(pthread_mutex_consistent(m)));
+        say("unlock %s", ename(pthread_mutex_unlock(m)));
+        r = pthread_mutex_lock(m);
+        say("relock %s", ename(r));
+        if (r == 0)
+            say("unlock %s", ename(pthread_mutex_unlock(m)));
+        return 0;
+    }
+    /* Another thread queues for the mutex meanwhile: glibc gives it
+     * ENOTRECOVERABLE too once the mutex is unlocked inconsistent. */
+    pthread_t t;
+    pthread_create(&t, NULL, robust_waiter, NULL);
+    usleep(500000);
+    say("unlock %s", ename(pthread_mutex_unlock(m)));
+    pthread_join(t, NULL);
+    say("waiter %s", ename(waiter.lock_rc));
+    r = pthread_mutex_lock(m);
+    say("relock %s", ename(r));
+    if (r == 0)
+        pthread_mutex_unlock(m);
+    r = pthread_mutex_trylock(m);
+    say("trylock %s", ename(r));
+    if (r == 0)
+        pthread_mutex_unlock(m);
+    /* Destroy and init at the same address start clean. */
+    say("destroy %s", ename(pthread_mutex_destroy(m)));
+    say("init %s", ename(init_attr_lock()));
+    r = pthread_mutex_lock(m);
+    say("reinit-lock %s", ename(r));
+    if (r == 0)
+        say("reinit-unlock %s", ename(pthread_mutex_unlock(m)));
+    return 0;
+}
+
+static void *foreign_unlock(void *arg)
+{
+    (void)arg;
+    return (void *)(long)pthread_mutex_unlock(m);
+}
+
+static int mode_errcheck(const char *op)
+{
+    if (strcmp(op, "unheld") == 0) {
+        say("errcheck unheld - %s -", ename(pthread_mutex_unlock(m)));
+        return 0;
+    }
+    int lk = pthread_mutex_lock(m), rc;
+    if (strcmp(op, "relock") == 0) {
+        rc = pthread_mutex_lock(m);
+    } else {
+        pthread_t t;
+        void *res = NULL;
+        pthread_create(&t, NULL, foreign_unlock, NULL);
+        pthread_join(t, &res);
+        rc = (int)(long)res;
+    }
+    int unl = pthread_mutex_unlock(m);
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%s", ename(lk));
+    snprintf(b, sizeof b, "%s", ename(rc));
+    say("errcheck %s %s %s %s", op, a, b, ename(unl));
+    return 0;
+}
+
+static int mode_destroy(void)
+{
+    int l1 = pthread_mutex_lock(m);
+    int d1 = pthread_mutex_destroy(m);
+    int u1 = pthread_mutex_unlock(m);
+    int d2 = pthread_mutex_destroy(m);
+    int in = attr_type >= 0 ? init_attr_lock() : pthread_mutex_init(m, NULL);
+    int l2 = pthread_mutex_lock(m);
+    int u2 = pthread_mutex_unlock(m);
+    char s[7][32];
+    int v[7] = { l1, d1, u1, d2, in, l2, u2 };
+    for (int i = 0; i < 7; i++)
+        snprintf(s[i], sizeof s[i], "%s", ename(v[i]));
+    say("destroy %s %s %s %s %s %s %s", s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
+    return 0;
+}
+
+static int mode_recursive(int depth)
+{
+    redisContext *c = pp_connect(port);
+    int first = 0, r;
+    for (int i = 0; i < depth; i++)
+        if ((r = pthread_mutex_lock(m)) != 0 && !first)
+            first = r;
+    for (int i = 0; i < depth - 1; i++)
+        if ((r = pthread_mutex_unlock(m)) != 0 && !first)
+            first = r;
+    long long inner = pp_exists(c, key);
+    int last = pthread_mutex_unlock(m);
+    long long outer = pp_exists(c, key);
+    char a[32];
+    snprintf(a, sizeof a, "%s", ename(first));
+    say("recursive %s %lld %lld %s", a, inner, outer, ename(last));
+    redisFree(c);
+    return 0;
+}
+
+static int mode_fork_hold(const char *file)
+{
+    say("parent-locked %s", ename(pthread_mutex_lock(m)));
+    pid_t c1 = fork();
+    if (c1 == 0) {
+        /* A child that uses the shim for a mutex of its own, then exits
+         * normally (the exit handlers run). */
+        int r = pthread_mutex_lock(&other_lock);
+        if (r == 0)
+            r = pthread_mutex_unlock(&other_lock);
+        say("child1 done %s", ename(r));
+        exit(r == 0 ? 0 : 1);
+    }
+    int st = -1;
+    waitpid(c1, &st, 0);
+    say("child1 exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    pid_t parent = getpid();
+    pid_t c2 = fork();
+    if (c2 == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(0);
+        for (;;)
+            pause();
+    }
+    say("child2 %d", (int)c2);
+    say("waiting");
+    wait_file(file);
+    say("parent-unlocked %s", ename(pthread_mutex_unlock(m)));
+    kill(c2, SIGKILL);
+    waitpid(c2, NULL, 0);
+    return 0;
+}
+
+static int mode_fork_identity(long hold_ms)
+{
+    say("parent-locked %s", ename(pthread_mutex_lock(m)));
+    pid_t c = fork();
+    if (c == 0) {
+        int r = pthread_mutex_lock(&other_lock);
+        say("child-locked %s", ename(r));
+        usleep((useconds_t)hold_ms * 1000);
+        say("child-unlocked %s", ename(pthread_mutex_unlock(&other_lock)));
+        exit(0);
+    }
+    int st = -1;
+    waitpid(c, &st, 0);
+    say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    say("parent-unlocked %s", ename(pthread_mutex_unlock(m)));
+    return 0;
+}
+
+static void *hold_forever(void *arg)
+{
+    (void)arg;
+    say("locked %s", ename(pthread_mutex_lock(m)));
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static int mode_exit_hold(const char *how, const char *file)
+{
+    if (strcmp(how, "thread") == 0) {
+        pthread_t t;
+        pthread_create(&t, NULL, hold_forever, NULL);
+        wait_file(file);
+        say("returning");
+        return 0;
+    }
+    say("locked %s", ename(pthread_mutex_lock(m)));
+    wait_file(file);
+    if (strcmp(how, "exit") == 0) {
+        say("exiting");
+        exit(0);
+    }
+    say("returning");
+    return 0;
+}
+
+static int mode_heap_reuse(int n)
+{
+    struct account *a = account_new();
+    int r = pthread_mutex_lock(&a->lock);
+    if (r == 0)
+        r = pthread_mutex_unlock(&a->lock);
+    void *old = a;
+    free(a);        /* without pthread_mutex_destroy, as many programs do */
+    /* Allocate until malloc hands that memory out again (other chunks of
+     * the size may come first); the others are kept. */
+    struct account *b = NULL;
+    for (int i = 0; i < 256 && (void *)b != old; i++)
+        b = other_new();
+    int first = r;
+    for (int i = 0; i < n; i++) {
+        if ((r = pthread_mutex_lock(&b->lock)) != 0 && !first)
+            first = r;
+        pthread_mutex_unlock(&b->lock);
+    }
+    say("reuse same=%d %s", (void *)b == old, ename(first));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5)
+        return usage();
+    self_path = argv[0];
+    port = atoi(argv[1]);
+    key = argv[2];
+    const char *mode = argv[3];
+    char **args = argv + 5;
+    int nargs = argc - 5;
+    if (pick(argv[4]) != 0)
+        return usage();
+    if (attr_type >= 0 && init_attr_lock() != 0) {
+        say("init failed");
+        return 1;
+    }
+
+    if (strcmp(mode, "count") == 0 && nargs >= 3) {
+        run_count(args, 0);
+        return 0;
+    }
+    if (strcmp(mode, "nested-count") == 0 && nargs >= 3) {
+        run_count(args, 1);
+        return 0;
+    }
+    if (strcmp(mode, "fork-count") == 0 && nargs >= 4)
+        return fork_count(args, 0, argv[4]);
+    if (strcmp(mode, "exec-count") == 0 && nargs >= 4)
+        return fork_count(args, 1, argv[4]);
+    if (strcmp(mode, "recursive") == 0 && nargs >= 1)
+        return mode_recursive(atoi(args[0]));
+    if (strcmp(mode, "errcheck") == 0 && nargs >= 1)
+        return mode_errcheck(args[0]);
+    if (strcmp(mode, "destroy") == 0)
+        return mode_destroy();
+    if (strcmp(mode, "hold") == 0 && nargs >= 1) {
+        say("locked %s", ename(pthread_mutex_lock(m)));
+        wait_file(args[0]);
+        say("unlocking");
+        say("unlocked %s", ename(pthread_mutex_unlock(m)));
+        return 0;
+    }
+    if (strcmp(mode, "lock") == 0) {
+        long long t0 = now_ms();
+        int r = pthread_mutex_lock(m);
+        say("locked %s %lld", ename(r), now_ms() - t0);
+        if (r == 0 || r == EOWNERDEAD)
+            pthread_mutex_unlock(m);
+        return 0;
+    }
+    if (strcmp(mode, "trylock") == 0) {
+        int r = pthread_mutex_trylock(m);
+        say("trylock %s", ename(r));
+        if (r == 0)
+            pthread_mutex_unlock(m);
+        return 0;
+    }
+    if (strcmp(mode, "robust-hold") == 0) {
+        say("locked %s", ename(pthread_mutex_lock(m)));
+        for (;;)
+            pause();
+    }
+    if (strcmp(mode, "robust-lock") == 0 && nargs >= 1)
+        return mode_robust_lock(args[0]);
+    if (strcmp(mode, "cond") == 0 && nargs >= 2)
+        return mode_cond(args[0], args[1]);
+    if (strcmp(mode, "cond-timeout") == 0 && nargs >= 2)
+        return mode_cond_timeout(args[0], atol(args[1]));
+    if (strcmp(mode, "cond-plain") == 0)
+        return mode_cond_plain();
+    if (strcmp(mode, "fork-hold") == 0 && nargs >= 1)
+        return mode_fork_hold(args[0]);
+    if (strcmp(mode, "fork-identity") == 0 && nargs >= 1)
+        return mode_fork_identity(atol(args[0]));
+    if (strcmp(mode, "exit-hold") == 0 && nargs >= 2)
+        return mode_exit_hold(args[0], args[1]);
+    if (strcmp(mode, "nested-once") == 0) {
+        int a = pthread_mutex_lock(&acct_a->lock);
+        int b = pthread_mutex_lock(&acct_b->lock);
+        int c = pthread_mutex_unlock(&acct_b->lock);
+        int d = pthread_mutex_unlock(&acct_a->lock);
+        char s[3][32];
+        snprintf(s[0], sizeof s[0], "%s", ename(a));
+        snprintf(s[1], sizeof s[1], "%s", ename(b));
+        snprintf(s[2], sizeof s[2], "%s", ename(c));
+        say("nested %s %s %s %s", s[0], s[1], s[2], ename(d));
+        return 0;
+    }
+    if (strcmp(mode, "heap-reuse") == 0 && nargs >= 1)
+        return mode_heap_reuse(atoi(args[0]));
+    return usage();
+}

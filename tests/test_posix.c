@@ -1,0 +1,1112 @@
+/* test_posix: the pthread behaviours a real program relies on, on mapped
+ * mutexes, shown at process level (issue 3). Every test writes a config of
+ * its own (lock names are unique per test), runs helper programs with
+ * build/libdmutex.so preloaded against a private redis-server, and checks
+ * their output, their exit status and the server's keys and statistics.
+ * The programs know nothing of dmutex: tests/progs/posixprog.c (mutex
+ * types, robust, condvars, fork, exit, init_site, struct members),
+ * tests/posix/psx_host.c (file-statics, a linked library, a dlopen'ed
+ * plugin), tests/posix/psx_cxx.cc (std::mutex) and tests/progs/api_weak.c
+ * (the explicit API, declared weak).
+ *
+ * Exclusion is always shown by a Redis counter that critical sections
+ * update non-atomically (GET, sleep, SET): lost updates show as a short
+ * count, and where practical the same run without the shim (or without the
+ * mapping) is shown to lose updates, so the checker can fail.
+ *
+ * Timing assertions are one-sided or generous (a slow, noisy 2-core
+ * machine); a lease that must run out is short. */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define POSIXPROG       TH_BUILD "/tests/progs/posixprog"
+#define API_WEAK        TH_BUILD "/tests/progs/api_weak"
+#define PSX_HOST        TH_BUILD "/tests/posix/psx_host"
+#define PSX_CXX         TH_BUILD "/tests/posix/psx_cxx"
+#define EX_CONFIG       78
+#define SHORT_LEASE_MS  2000L
+#define LONG_LEASE_MS   30000L
+#define SLACK_MS        2500L   /* how late a timed result may be on a loaded machine */
+#define RUN_MS          30000L  /* longest a program that should finish may run */
+#define QUIET_MS        1000L   /* how long "nothing happens" is watched */
+#define POLL_US         5000
+#define MAX_KIDS        48
+#define MAX_FILES       64
+#define MAX_ARGS        16
+#define SUITE_ALARM_S   420
+
+/* The counter: PROCS processes x THREADS threads x ITERS sections. */
+#define PROCS           3
+#define THREADS         "3"
+#define ITERS           "20"
+#define HOLD_US         "1000"
+#define EXPECTED        (PROCS * 3 * 20)
+#define LOSS_TRIES      3       /* runs without the shim allowed to show a lost update */
+
+static struct th_redis rs;
+static redisContext *rc;
+static char shim_path[PATH_MAX];
+static char port_text[16];
+static pid_t kids[MAX_KIDS];
+static int nkids;
+static char *files[MAX_FILES];
+static int nfiles;
+
+/* ---- children and files ---------------------------------------------------- */
+
+static void kill_kids(void)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] > 0) {
+            kill(kids[i], SIGKILL);
+            waitpid(kids[i], NULL, 0);
+        }
+    nkids = 0;
+}
+
+static void emergency_stop(int sig)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] > 0)
+            kill(kids[i], SIGKILL);
+    if (rs.pid > 0)
+        kill(rs.pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static char *keep_file(char *path)
+{
+    assert_true(nfiles < MAX_FILES);
+    files[nfiles++] = path;
+    return path;
+}
+
+static char *out_file(void)
+{
+    return keep_file(th_write_file(".out", "%s", ""));
+}
+
+/* A path that does not exist yet: a program waits for it to appear. */
+static char *go_file(void)
+{
+    char *p = th_write_file(".go", "%s", "");
+    unlink(p);
+    return keep_file(p);
+}
+
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+/* A config with `lease` and the entries of `mutexes = ( ... )`. */
+static char *config(long lease, const char *mutexes)
+{
+    return keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
+                                   lease, mutexes));
+}
+
+/* The environment of a program under the shim with `cfg` (and DMUTEX_LOG
+ * = `log` when not NULL). Static storage: valid until the next call. */
+static char **shim_env_log(const char *cfg, const char *log)
+{
+    static char preload[PATH_MAX + 16], conf[PATH_MAX + 16], redis[64], lvl[32];
+    static char *env[5];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
+    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
+    snprintf(redis, sizeof redis, "DMUTEX_REDIS=redis://127.0.0.1:%d", rs.port);
+    snprintf(lvl, sizeof lvl, "DMUTEX_LOG=%s", log ? log : "");
+    env[0] = preload;
+    env[1] = conf;
+    env[2] = redis;
+    env[3] = log ? lvl : NULL;
+    env[4] = NULL;
+    return env;
+}
+
+static char **shim_env(const char *cfg)
+{
+    return shim_env_log(cfg, NULL);
+}
+
+static char *no_env[] = { NULL };
+
+/* Spawns the NULL-terminated argument list (program first) with `env`. */
+static pid_t run(char **env, const char *out, ...)
+{
+    char *argv[MAX_ARGS + 1];
+    int n = 0;
+    va_list ap;
+    va_start(ap, out);
+    for (char *a; n < MAX_ARGS && (a = va_arg(ap, char *)) != NULL;)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    assert_true(nkids < MAX_KIDS);
+    pid_t pid = th_spawn(argv, env, out);
+    kids[nkids++] = pid;
+    return pid;
+}
+
+/* posixprog PORT KEY MODE MUTEX [ARGS...] under the shim with `cfg`. */
+#define PP(cfg, out, key, mode, mutex, ...) \
+    run(shim_env(cfg), out, POSIXPROG, port_text, key, mode, mutex, ##__VA_ARGS__, NULL)
+
+static void forget(pid_t pid)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] == pid)
+            kids[i] = -1;
+}
+
+/* Waits for a child that must end by itself with `want_status`; returns
+ * its output. */
+static char *finish(pid_t pid, const char *out, int want_status)
+{
+    int st = th_wait(pid, RUN_MS);
+    forget(pid);
+    char *text = th_read_file(out);
+    assert_non_null(text);
+    if (st == -1)
+        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, RUN_MS, text);
+    if (!WIFEXITED(st))
+        fail_msg("pid %d died of signal %d; output:\n%s", (int)pid,
+                 WIFSIGNALED(st) ? WTERMSIG(st) : -1, text);
+    if (WEXITSTATUS(st) != want_status)
+        fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st),
+                 want_status, text);
+    return text;
+}
+
+static void finish_ok(pid_t pid, const char *out)
+{
+    free(finish(pid, out, 0));
+}
+
+static void stop(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    forget(pid);
+}
+
+/* Polls `out` until it holds `needle`; returns when it was seen (th_now_ms). */
+static long long wait_for(const char *out, const char *needle, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *text = th_read_file(out);
+        int found = text && strstr(text, needle);
+        long long now = th_now_ms();
+        if (found) {
+            free(text);
+            return now;
+        }
+        if (now > end)
+            fail_msg("no \"%s\" after %ld ms; output:\n%s", needle, timeout_ms, text ? text : "");
+        free(text);
+        usleep(POLL_US);
+    }
+}
+
+static int file_has(const char *path, const char *needle)
+{
+    char *text = th_read_file(path);
+    int found = text && strstr(text, needle);
+    free(text);
+    return found;
+}
+
+static void assert_has(const char *text, const char *needle)
+{
+    if (!strstr(text, needle))
+        fail_msg("\"%s\" not in the output:\n%s", needle, text);
+}
+
+/* The number after `prefix` in text. */
+static long long field_after(const char *text, const char *prefix)
+{
+    const char *p = strstr(text, prefix);
+    if (!p)
+        fail_msg("\"%s\" not in the output:\n%s", prefix, text);
+    return strtoll(p + strlen(prefix), NULL, 10);
+}
+
+/* ---- the server ---------------------------------------------------------- */
+
+static long long info_num(const char *section, const char *field)
+{
+    redisReply *r = th_cmd(rc, "INFO %s", section);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, field);
+    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static void reset_stats(void)
+{
+    freeReplyObject(th_cmd(rc, "CONFIG RESETSTAT"));
+}
+
+/* Lock protocol round trips: every acquire, release and renewal is a script. */
+static long long script_calls(void)
+{
+    return info_num("commandstats", "cmdstat_evalsha:calls=") +
+           info_num("commandstats", "cmdstat_eval:calls=");
+}
+
+static long long lock_exists(const char *name)
+{
+    return th_cmd_int(rc, "EXISTS dmutex:{%s}", name);
+}
+
+/* The one owner ("<process id>:<thread seq>") holding lock `name` into
+ * buf; fails unless exactly one holds it. */
+static void lock_owner(const char *name, char *buf, size_t len)
+{
+    redisReply *r = th_cmd(rc, "HKEYS dmutex:{%s}", name);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1)
+        fail_msg("lock %s has %zu owners, expected 1", name,
+                 r->type == REDIS_REPLY_ARRAY ? r->elements : 0);
+    snprintf(buf, len, "%s", r->element[0]->str);
+    freeReplyObject(r);
+}
+
+/* Waits until some process is subscribed to the lock's release channel:
+ * a waiter is then blocked in its cluster acquire. */
+static void wait_subscribed(const char *name)
+{
+    long long end = th_now_ms() + RUN_MS;
+    for (;;) {
+        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB dmutex:{%s}:released", name);
+        long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
+        freeReplyObject(r);
+        if (n > 0)
+            return;
+        if (th_now_ms() > end)
+            fail_msg("nobody waits on lock %s", name);
+        usleep(POLL_US);
+    }
+}
+
+static void wait_lock_gone(const char *name, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    while (lock_exists(name)) {
+        if (th_now_ms() > end)
+            fail_msg("lock %s still held after %ld ms", name, timeout_ms);
+        usleep(POLL_US);
+    }
+}
+
+/* ---- the counter ------------------------------------------------------------ */
+
+/* Runs `procs` copies of argv (whose KEY is `key`) at once with `env`;
+ * each must exit 0 having said "done". Returns the final count. */
+static long long run_counter(int procs, char **env, const char *key, char *const argv[])
+{
+    freeReplyObject(th_cmd(rc, "DEL %s", key));
+    pid_t pid[PROCS + 2];
+    char *out[PROCS + 2];
+    assert_true(procs <= PROCS + 2);
+    for (int i = 0; i < procs; i++) {
+        out[i] = out_file();
+        assert_true(nkids < MAX_KIDS);
+        pid[i] = th_spawn(argv, env, out[i]);
+        kids[nkids++] = pid[i];
+    }
+    for (int i = 0; i < procs; i++) {
+        char *text = finish(pid[i], out[i], 0);
+        assert_has(text, "done ");
+        free(text);
+    }
+    return th_cmd_int(rc, "GET %s", key);
+}
+
+static void assert_exact(int procs, char **env, const char *key, char *const argv[],
+                         long long expected)
+{
+    long long n = run_counter(procs, env, key, argv);
+    if (n != expected)
+        fail_msg("%s %s %s: counted %lld of %lld sections: exclusion failed",
+                 argv[0], argv[3], argv[4], n, expected);
+}
+
+/* The same programs without the shim lose updates: the checker can fail. */
+static void assert_loses(int procs, const char *key, char *const argv[], long long expected)
+{
+    long long n = 0;
+    for (int i = 0; i < LOSS_TRIES; i++) {
+        n = run_counter(procs, no_env, key, argv);
+        if (n < expected)
+            return;
+    }
+    fail_msg("%d runs of %s %s without the shim all counted %lld: the checker sees no race",
+             LOSS_TRIES, argv[3], argv[4], n);
+}
+
+/* posixprog's counter argv on mutex `m`. Static storage per slot. */
+static char **pp_count_argv(int slot, const char *key, const char *m)
+{
+    static char *argv[4][10];
+    char **a = argv[slot];
+    a[0] = POSIXPROG; a[1] = port_text; a[2] = (char *)key; a[3] = "count"; a[4] = (char *)m;
+    a[5] = THREADS; a[6] = ITERS; a[7] = HOLD_US; a[8] = NULL;
+    return a;
+}
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGABRT, emergency_stop);
+    signal(SIGALRM, emergency_stop);
+    alarm(SUITE_ALARM_S);
+    unsetenv("LD_PRELOAD");
+    unsetenv("DMUTEX_CONFIG");
+    unsetenv("DMUTEX_REDIS");
+    unsetenv("DMUTEX_LOG");
+    if (!realpath(TH_SHIM, shim_path)) {
+        fprintf(stderr, "test_posix: %s: %s (make first)\n", TH_SHIM, strerror(errno));
+        return -1;
+    }
+    th_redis_start(&rs, NULL, NULL);
+    rc = th_redis_connect(&rs);
+    snprintf(port_text, sizeof port_text, "%d", rs.port);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    kill_kids();
+    if (rc)
+        redisFree(rc);
+    th_redis_stop(&rs);
+    alarm(0);
+    return 0;
+}
+
+static int cleanup(void **state)
+{
+    (void)state;
+    kill_kids();
+    for (int i = 0; i < nfiles; i++) {
+        unlink(files[i]);
+        free(files[i]);
+    }
+    nfiles = 0;
+    return 0;
+}
+
+/* ==== 1. mutex types ======================================================== */
+
+static void test_normal_mutex_by_static_initializer_and_by_init_excludes(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t1_norm\"; },\n"
+                                       "{ symbol = \"attr_lock\"; name = \"t1_attr\"; }");
+    assert_exact(PROCS, shim_env(cfg), "c1:norm", pp_count_argv(0, "c1:norm", "norm"), EXPECTED);
+    assert_exact(PROCS, shim_env(cfg), "c1:attr", pp_count_argv(0, "c1:attr", "anorm"), EXPECTED);
+    assert_loses(PROCS, "c1:plain", pp_count_argv(0, "c1:plain", "norm"), EXPECTED);
+}
+
+/* Both kinds of recursive mutex: PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP and
+ * pthread_mutex_init with PTHREAD_MUTEX_RECURSIVE. */
+static void test_recursive_nested_locks_cost_no_round_trip_and_hold_ends_with_outermost(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"t2_rec\"; },\n"
+                                      "{ symbol = \"attr_lock\"; name = \"t2_arec\"; }");
+    const char *ms[] = { "rec", "arec" }, *names[] = { "t2_rec", "t2_arec" };
+    for (int i = 0; i < 2; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "dmutex:{%s}", names[i]);
+        char *out = out_file();
+        reset_stats();
+        char *text = finish(PP(cfg, out, key, "recursive", ms[i], "6"), out, 0);
+        /* still held after 5 inner unlocks, free after the outermost */
+        assert_has(text, "recursive 0 1 0 0");
+        free(text);
+        assert_int_equal(script_calls(), 2);        /* one acquire, one release */
+    }
+    /* Sections that lock twice still exclude across processes. */
+    assert_exact(PROCS, shim_env(cfg), "c2:rec", pp_count_argv(0, "c2:rec", "rec"), EXPECTED);
+    assert_exact(PROCS, shim_env(cfg), "c2:arec", pp_count_argv(0, "c2:arec", "arec"), EXPECTED);
+}
+
+static void test_errorcheck_relock_gives_edeadlk_without_redis_traffic(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"t3_err\"; },\n"
+                                      "{ symbol = \"attr_lock\"; name = \"t3_aerr\"; }");
+    const char *ms[] = { "err", "aerr" }, *names[] = { "t3_err", "t3_aerr" };
+    for (int i = 0; i < 2; i++) {
+        char *out = out_file();
+        reset_stats();
+        char *text = finish(PP(cfg, out, "x", "errcheck", ms[i], "relock"), out, 0);
+        assert_has(text, "errcheck relock 0 EDEADLK 0");
+        free(text);
+        assert_int_equal(script_calls(), 2);        /* the outer lock and unlock only */
+        assert_int_equal(lock_exists(names[i]), 0);
+    }
+}
+
+static void test_errorcheck_unlock_by_non_holder_gives_eperm_without_redis_traffic(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"t4_err\"; },\n"
+                                      "{ symbol = \"attr_lock\"; name = \"t4_aerr\"; }");
+    const char *ms[] = { "err", "aerr" }, *names[] = { "t4_err", "t4_aerr" };
+    for (int i = 0; i < 2; i++) {
+        /* another thread unlocks while this one holds it */
+        char *out = out_file();
+        reset_stats();
+        char *text = finish(PP(cfg, out, "x", "errcheck", ms[i], "foreign"), out, 0);
+        assert_has(text, "errcheck foreign 0 EPERM 0");
+        free(text);
+        assert_int_equal(script_calls(), 2);
+        assert_int_equal(lock_exists(names[i]), 0);
+        /* nobody holds it */
+        out = out_file();
+        reset_stats();
+        text = finish(PP(cfg, out, "x", "errcheck", ms[i], "unheld"), out, 0);
+        assert_has(text, "errcheck unheld - EPERM -");
+        free(text);
+        assert_int_equal(script_calls(), 0);
+    }
+}
+
+/* lock, destroy (EBUSY), unlock, destroy, init, lock, unlock: glibc says
+ * EBUSY for a held normal mutex itself, not for a robust one; after
+ * destroy and init the mutex is still mapped and works as new. */
+static void test_destroy_of_held_mapped_mutex_gives_ebusy_and_reinit_starts_clean(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t5_norm\"; },\n"
+                                      "{ symbol = \"attr_lock\"; name = \"t5_attr\"; }");
+    const char *ms[] = { "norm", "aerr", "arobust" };
+    const char *names[] = { "t5_norm", "t5_attr", "t5_attr" };
+    for (int i = 0; i < 3; i++) {
+        char *out = out_file();
+        reset_stats();
+        char *text = finish(PP(cfg, out, "x", "destroy", ms[i]), out, 0);
+        if (!strstr(text, "destroy 0 EBUSY 0 0 0 0 0"))
+            fail_msg("%s: expected \"destroy 0 EBUSY 0 0 0 0 0\", got:\n%s", ms[i], text);
+        free(text);
+        assert_int_equal(script_calls(), 4);        /* two holds: still mapped after init */
+        assert_int_equal(lock_exists(names[i]), 0);
+    }
+}
+
+/* ==== 2. robust owners across machines ========================================= */
+
+/* Starts a process holding the robust attr_lock until it is killed. */
+static pid_t robust_holder(const char *cfg)
+{
+    char *out = out_file();
+    pid_t pid = PP(cfg, out, "x", "robust-hold", "arobust");
+    wait_for(out, "locked 0", RUN_MS);
+    return pid;
+}
+
+static void test_robust_lock_after_sigkilled_holder_gives_eownerdead(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t6_rob\"; },\n"
+                                       "{ symbol = \"norm_lock\"; name = \"t6_norm\"; }");
+    pid_t holder = robust_holder(cfg);
+    /* the control: a normal mutex whose holder dies is just free again */
+    char *nout = out_file(), *never = go_file();
+    pid_t nholder = PP(cfg, nout, "x", "hold", "norm", never);
+    wait_for(nout, "locked 0", RUN_MS);
+
+    char *out = out_file(), *out2 = out_file();
+    pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "consistent");
+    pid_t nwaiter = PP(cfg, out2, "x", "lock", "norm");
+    wait_subscribed("t6_rob");
+    wait_subscribed("t6_norm");
+    stop(holder);
+    stop(nholder);
+
+    char *text = finish(waiter, out, 0);
+    assert_has(text, "lock EOWNERDEAD\nconsistent 0\nunlock 0\nrelock 0\nunlock 0\n");
+    free(text);
+    text = finish(nwaiter, out2, 0);
+    assert_has(text, "locked 0 ");
+    free(text);
+    /* made consistent and released: the next process finds it clean */
+    out = out_file();
+    text = finish(PP(cfg, out, "x", "lock", "arobust"), out, 0);
+    assert_has(text, "locked 0 ");
+    free(text);
+}
+
+static void test_unlock_without_consistent_makes_notrecoverable(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7_rob\"; }");
+    pid_t holder = robust_holder(cfg);
+    char *out = out_file();
+    pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "noconsistent");
+    wait_subscribed("t7_rob");
+    stop(holder);
+    char *text = finish(waiter, out, 0);
+    /* as glibc within one process: the thread that queued meanwhile, a
+     * relock and a trylock all see ENOTRECOVERABLE; destroy and init at
+     * the same address start clean */
+    assert_has(text, "lock EOWNERDEAD\nunlock 0\nwaiter ENOTRECOVERABLE\n"
+                     "relock ENOTRECOVERABLE\ntrylock ENOTRECOVERABLE\n"
+                     "destroy 0\ninit 0\nreinit-lock 0\nreinit-unlock 0\n");
+    free(text);
+    assert_int_equal(lock_exists("t7_rob"), 0);
+}
+
+/* ==== 3. condition variables ================================================ */
+
+/* A waits on a condvar with the mapped norm_lock; meanwhile another
+ * process takes the mutex (A must have released the cluster hold); then C
+ * holds it while A is signalled: A returns only after C unlocks, holding
+ * the cluster lock again. */
+static void cond_scenario(const char *kind, const char *name)
+{
+    char entry[128], key[64];
+    snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
+    snprintf(key, sizeof key, "dmutex:{%s}", name);
+    char *cfg = config(SHORT_LEASE_MS, entry);
+    char *shared = out_file(), *signal_go = go_file();
+    pid_t a = PP(cfg, shared, key, "cond", "norm", (char *)kind, signal_go);
+    wait_for(shared, "waiting", RUN_MS);
+
+    /* A's wait ends in 60 s: B can only finish this soon if A let go. */
+    char *bout = out_file();
+    char *text = finish(PP(cfg, bout, "x", "lock", "norm"), bout, 0);
+    assert_has(text, "locked 0");
+    free(text);
+    if (file_has(shared, "woke"))
+        fail_msg("the waiter woke without a signal");
+
+    char *c_go = go_file();
+    pid_t c = PP(cfg, shared, "x", "hold", "norm", c_go);
+    wait_for(shared, "locked 0", RUN_MS);
+    touch(signal_go);
+    usleep(QUIET_MS * 1000);
+    if (file_has(shared, "woke"))
+        fail_msg("the waiter returned while another process held the mutex:\n%s",
+                 th_read_file(shared));
+    touch(c_go);
+    finish_ok(c, shared);
+    text = finish(a, shared, 0);
+    const char *unlocking = strstr(text, "unlocking"), *woke = strstr(text, "woke 0 exists=1");
+    if (!unlocking || !woke || woke < unlocking)
+        fail_msg("expected \"woke 0 exists=1\" after the holder's \"unlocking\":\n%s", text);
+    assert_has(text, "unlocked 0");
+    free(text);
+    assert_int_equal(lock_exists(name), 0);
+}
+
+static void test_other_process_acquires_while_waiter_in_cond_wait(void **state)
+{
+    (void)state;
+    cond_scenario("wait", "t8_wait");
+}
+
+static void test_other_process_acquires_while_waiter_in_cond_timedwait(void **state)
+{
+    (void)state;
+    cond_scenario("timedwait", "t9_timed");
+}
+
+static void test_other_process_acquires_while_waiter_in_cond_clockwait(void **state)
+{
+    (void)state;
+    cond_scenario("clockwait", "t10_clock");
+}
+
+static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
+{
+    (void)state;
+    const long wait = 1000;
+    char warg[16];
+    snprintf(warg, sizeof warg, "%ld", wait);
+    const char *kinds[] = { "timedwait", "clockwait", "clockwait-rt" };
+    const char *names[] = { "t11_timed", "t11_clock", "t11_clockrt" };
+    pid_t pid[3];
+    char *out[3];
+    for (int i = 0; i < 3; i++) {
+        char entry[128], key[64];
+        snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", names[i]);
+        snprintf(key, sizeof key, "dmutex:{%s}", names[i]);
+        char *cfg = config(SHORT_LEASE_MS, entry);
+        out[i] = out_file();
+        pid[i] = PP(cfg, out[i], key, "cond-timeout", "norm", (char *)kinds[i], warg);
+    }
+    for (int i = 0; i < 3; i++) {
+        char *text = finish(pid[i], out[i], 0);
+        long long took = field_after(text, "timeout ETIMEDOUT ");
+        if (took < wait - 1 || took > wait + SLACK_MS)
+            fail_msg("%s: ETIMEDOUT after %lld ms for a %ld ms deadline:\n%s", kinds[i], took,
+                     wait, text);
+        assert_has(text, "exists=1");       /* returned holding the mutex again */
+        assert_has(text, "unlocked 0");
+        free(text);
+    }
+
+    /* Another process holds the mutex when the deadline passes: the wait
+     * still ends with ETIMEDOUT, after re-acquiring. */
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t11_held\"; }");
+    char *shared = out_file(), *go = go_file();
+    pid_t a = PP(cfg, shared, "dmutex:{t11_held}", "cond-timeout", "norm", "timedwait", warg);
+    wait_for(shared, "waiting", RUN_MS);
+    long long t0 = th_now_ms();
+    pid_t c = PP(cfg, shared, "x", "hold", "norm", go);
+    wait_for(shared, "locked 0", RUN_MS);
+    long long left = t0 + wait + QUIET_MS - th_now_ms();
+    if (left > 0)
+        usleep((useconds_t)left * 1000);
+    if (file_has(shared, "timeout"))
+        fail_msg("the timed wait returned while another process held the mutex:\n%s",
+                 th_read_file(shared));
+    touch(go);
+    finish_ok(c, shared);
+    char *text = finish(a, shared, 0);
+    const char *unlocking = strstr(text, "unlocking"), *to = strstr(text, "timeout ETIMEDOUT");
+    if (!unlocking || !to || to < unlocking)
+        fail_msg("expected ETIMEDOUT after the holder's \"unlocking\":\n%s", text);
+    assert_has(text, "exists=1");
+    free(text);
+}
+
+static void test_cond_on_unmapped_mutex_passes_through(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t12_norm\"; }");
+    char *out = out_file();
+    reset_stats();
+    char *text = finish(PP(cfg, out, "x", "cond-plain", "plain"), out, 0);
+    assert_has(text, "cond-plain 0 ETIMEDOUT ETIMEDOUT");
+    free(text);
+    assert_int_equal(info_num("stats", "total_connections_received:"), 0);
+    assert_int_equal(script_calls(), 0);
+}
+
+/* ==== 4. fork ============================================================== */
+
+static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_fork\"; }");
+    /* one parent, two children: 3 processes of 3 threads */
+    char *argv[] = { POSIXPROG, port_text, "c13:fork", "fork-count", "norm", "2", THREADS, ITERS,
+                     HOLD_US, NULL };
+    assert_exact(1, shim_env(cfg), "c13:fork", argv, EXPECTED);
+    assert_loses(1, "c13:fork", argv, EXPECTED);
+}
+
+static void test_exec_child_with_shim_excludes_like_any_process(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t14_exec\"; }");
+    char *argv[] = { POSIXPROG, port_text, "c14:exec", "exec-count", "norm", "2", THREADS, ITERS,
+                     HOLD_US, NULL };
+    assert_exact(1, shim_env(cfg), "c14:exec", argv, EXPECTED);
+    assert_loses(1, "c14:exec", argv, EXPECTED);
+}
+
+/* The parent holds the lock across two forks. A child that used the shim
+ * and exited normally did not release the parent's hold; with a child
+ * alive, the parent keeps renewing (its hold outlives a lease); and once
+ * the parent is stopped, its hold expires: no child renews it. */
+static void test_child_never_touches_parent_hold(void **state)
+{
+    (void)state;
+    char *cfg_a = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_a\"; },\n"
+                                         "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
+    char *cfg_b = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_b\"; },\n"
+                                         "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
+    char *out_a = out_file(), *out_b = out_file(), *go_a = go_file(), *go_b = go_file();
+    pid_t a = PP(cfg_a, out_a, "x", "fork-hold", "norm", go_a);
+    pid_t b = PP(cfg_b, out_b, "x", "fork-hold", "norm", go_b);
+    wait_for(out_a, "child1 exited 0", RUN_MS);
+    wait_for(out_b, "child1 exited 0", RUN_MS);
+    char owner_a[128], owner_b[128], now[128];
+    lock_owner("t15_a", owner_a, sizeof owner_a);
+    lock_owner("t15_b", owner_b, sizeof owner_b);
+    wait_for(out_a, "waiting", RUN_MS);
+    wait_for(out_b, "waiting", RUN_MS);
+
+    /* b's parent stops: only a child could keep its hold alive now. */
+    long long t0 = th_now_ms();
+    kill(b, SIGSTOP);
+    wait_lock_gone("t15_b", SHORT_LEASE_MS + SLACK_MS);
+    long long left = t0 + SHORT_LEASE_MS + QUIET_MS - th_now_ms();
+    if (left > 0)
+        usleep((useconds_t)left * 1000);
+    /* a's parent runs: its hold has outlived a lease, same owner */
+    lock_owner("t15_a", now, sizeof now);
+    assert_string_equal(now, owner_a);
+    char *text = th_read_file(out_b);
+    long long child2 = field_after(text, "child2 ");
+    free(text);
+    if (child2 > 0)
+        kill((pid_t)child2, SIGKILL);
+    stop(b);
+
+    touch(go_a);
+    text = finish(a, out_a, 0);
+    assert_has(text, "child1 done 0");
+    assert_has(text, "parent-unlocked 0");       /* not EPERM: never lost */
+    free(text);
+    assert_int_equal(lock_exists("t15_a"), 0);
+}
+
+/* A child holds a lock of its own past several lease periods: its hold
+ * has a new process id, and its own watchdog renews it. */
+static void test_forked_child_gets_new_id_and_renews_its_own_hold(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t16_parent\"; },\n"
+                                       "{ symbol = \"other_lock\"; name = \"t16_child\"; }");
+    char *out = out_file(), hold[16];
+    snprintf(hold, sizeof hold, "%ld", 2 * SHORT_LEASE_MS + 500);
+    pid_t pid = PP(cfg, out, "x", "fork-identity", "norm", hold);
+    wait_for(out, "child-locked 0", RUN_MS);
+    char parent[128], child[128];
+    lock_owner("t16_parent", parent, sizeof parent);
+    lock_owner("t16_child", child, sizeof child);
+    const char *pc = strchr(parent, ':'), *cc = strchr(child, ':');
+    assert_non_null(pc);
+    assert_non_null(cc);
+    if (pc - parent == cc - child && strncmp(parent, child, (size_t)(pc - parent)) == 0)
+        fail_msg("child owner %s has the parent's process id (%s)", child, parent);
+    char *text = finish(pid, out, 0);
+    assert_has(text, "child-unlocked 0");       /* renewed, never lost */
+    assert_has(text, "child exited 0");
+    assert_has(text, "parent-unlocked 0");
+    free(text);
+    assert_int_equal(lock_exists("t16_parent"), 0);
+    assert_int_equal(lock_exists("t16_child"), 0);
+}
+
+/* ==== 5. exit ============================================================== */
+
+static void test_exit_releases_waiter_wakes_before_lease(void **state)
+{
+    (void)state;
+    const char *hows[] = { "exit", "return", "thread" };
+    for (int i = 0; i < 3; i++) {
+        char entry[128], name[32];
+        snprintf(name, sizeof name, "t17_%s", hows[i]);
+        snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
+        char *cfg = config(LONG_LEASE_MS, entry);
+        char *hout = out_file(), *go = go_file(), *out = out_file();
+        pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", (char *)hows[i], go);
+        wait_for(hout, "locked 0", RUN_MS);
+        pid_t waiter = PP(cfg, out, "x", "lock", "norm");
+        wait_subscribed(name);
+        long long t0 = th_now_ms();
+        touch(go);
+        long long got = wait_for(out, "locked 0", RUN_MS);
+        if (got - t0 > 5000)
+            fail_msg("%s: the waiter got the lock %lld ms after the holder ended (lease %ld ms)",
+                     hows[i], got - t0, LONG_LEASE_MS);
+        finish_ok(holder, hout);
+        finish_ok(waiter, out);
+    }
+}
+
+/* ==== 6. naming ============================================================ */
+
+static char **host_count_argv(const char *key, const char *which)
+{
+    static char *argv[10];
+    argv[0] = PSX_HOST; argv[1] = port_text; argv[2] = (char *)key; argv[3] = "count";
+    argv[4] = (char *)which; argv[5] = THREADS; argv[6] = ITERS; argv[7] = HOLD_US;
+    argv[8] = NULL;
+    return argv;
+}
+
+static void test_library_global_and_static_exclude(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS,
+                       "{ symbol = \"lib_lock\"; object = \"libpsxlib.so\"; name = \"t18_lib\"; },\n"
+                       "{ symbol = \"lib_static_lock\"; object = \"libpsxlib.so\"; name = \"t18_st\"; }");
+    assert_exact(PROCS, shim_env(cfg), "c18:lib", host_count_argv("c18:lib", "lib"), EXPECTED);
+    assert_exact(PROCS, shim_env(cfg), "c18:st", host_count_argv("c18:st", "lib_static"), EXPECTED);
+    assert_loses(PROCS, "c18:lib", host_count_argv("c18:lib", "lib"), EXPECTED);
+}
+
+static void test_dlopened_plugin_static_mutex_excludes(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"plug_lock\"; object = \"libpsxplug.so\";"
+                                       " name = \"t19_plug\"; }");
+    assert_exact(PROCS, shim_env(cfg), "c19:plug", host_count_argv("c19:plug", "plug"), EXPECTED);
+    assert_loses(PROCS, "c19:plug", host_count_argv("c19:plug", "plug"), EXPECTED);
+}
+
+/* After dlclose, a mutex of the program's own at the address the plugin's
+ * had is no longer mapped; a new dlopen maps the plugin's again. */
+static void test_dlclose_unmaps(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"plug_lock\"; object = \"libpsxplug.so\";"
+                                      " name = \"t20_plug\"; }");
+    char *out = out_file();
+    reset_stats();
+    pid_t pid = run(shim_env_log(cfg, "debug"), out, PSX_HOST, port_text, "x", "dlclose", "20",
+                    NULL);
+    char *text = finish(pid, out, 0);
+    assert_has(text, "dlclose unloaded=1 placed=1 0");
+    assert_has(text, "unmapped plug_lock");
+    free(text);
+    /* one section per load: 2 x (acquire + release); the 20 locks between
+     * made no traffic */
+    assert_int_equal(script_calls(), 4);
+}
+
+static void test_heap_mutex_by_init_site_excludes(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t21_acct\"; }");
+    assert_exact(PROCS, shim_env(cfg), "c21:heap", pp_count_argv(0, "c21:heap", "heap"), EXPECTED);
+    assert_loses(PROCS, "c21:heap", pp_count_argv(0, "c21:heap", "heap"), EXPECTED);
+}
+
+/* Two heap mutexes of one init_site share its name: a thread holding one
+ * that locks the other re-enters the cluster lock (no deadlock, no second
+ * acquire), and sections nesting both exclude across processes. */
+static void test_init_site_nested_holds_are_reentrant(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t22_acct\"; }");
+    char *out = out_file();
+    reset_stats();
+    char *text = finish(PP(cfg, out, "x", "nested-once", "heap"), out, 0);
+    assert_has(text, "nested 0 0 0 0");
+    free(text);
+    assert_int_equal(script_calls(), 2);
+    assert_int_equal(lock_exists("t22_acct"), 0);
+    char *argv[] = { POSIXPROG, port_text, "c22:nest", "nested-count", "heap", THREADS, ITERS,
+                     HOLD_US, NULL };
+    assert_exact(PROCS, shim_env(cfg), "c22:nest", argv, EXPECTED);
+}
+
+/* Many programs free a heap mutex without pthread_mutex_destroy. When
+ * malloc hands that memory to a mutex initialised elsewhere, that one is
+ * not an init_site mutex and must not be mapped. */
+static void test_heap_mutex_reused_by_another_init_is_unmapped(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t23_acct\"; }");
+    char *out = out_file();
+    reset_stats();
+    char *text = finish(PP(cfg, out, "x", "heap-reuse", "heap", "10"), out, 0);
+    assert_has(text, "reuse same=1 0");
+    free(text);
+    assert_int_equal(script_calls(), 2);        /* the account's one section only */
+}
+
+static void test_std_mutex_global_excludes(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS,
+                       "{ symbol = \"counter_mutex\"; name = \"t24_global\"; },\n"
+                       "{ symbol = \"_ZN4shop11stock_mutexE\"; name = \"t24_ns\"; }");
+    const char *which[] = { "global", "ns" };
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = { PSX_CXX, port_text, "c24:cxx", (char *)which[i], THREADS, ITERS, HOLD_US,
+                         NULL };
+        assert_exact(PROCS, shim_env(cfg), "c24:cxx", argv, EXPECTED);
+        if (i == 0)
+            assert_loses(PROCS, "c24:cxx", argv, EXPECTED);
+    }
+}
+
+static void test_struct_offset_and_array_index(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"shop\"; offset = 8; name = \"t25_shop\"; },\n"
+                                       "{ symbol = \"slots\"; index = 2; name = \"t25_slot\"; }");
+    assert_exact(PROCS, shim_env(cfg), "c25:shop", pp_count_argv(0, "c25:shop", "shop"), EXPECTED);
+    assert_exact(PROCS, shim_env(cfg), "c25:slot", pp_count_argv(0, "c25:slot", "slot2"), EXPECTED);
+    /* slots[1], next to the mapped element, is not mapped */
+    char *out = out_file();
+    reset_stats();
+    char *text = finish(PP(cfg, out, "c25:one", "count", "slot1", "1", "5", "0"), out, 0);
+    free(text);
+    assert_int_equal(script_calls(), 0);
+    /* and the checker sees lost updates on it under the shim */
+    long long n = 0;
+    for (int i = 0; i < LOSS_TRIES; i++)
+        if ((n = run_counter(PROCS, shim_env(cfg), "c25:one", pp_count_argv(0, "c25:one", "slot1")))
+            < EXPECTED)
+            break;
+    if (n >= EXPECTED)
+        fail_msg("the unmapped slots[1] counted exactly %lld %d times", n, LOSS_TRIES);
+}
+
+static void test_ambiguous_static_is_an_error_listing_candidates(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"cache_lock\"; }");
+    char *out = out_file();
+    char *text = finish(run(shim_env(cfg), out, PSX_HOST, port_text, "x", "count", "twin_a",
+                            "1", "1", "0", NULL), out, EX_CONFIG);
+    assert_has(text, "ambiguous");
+    assert_has(text, "twin_a.c");
+    assert_has(text, "twin_b.c");
+    if (strstr(text, "done"))
+        fail_msg("the program ran despite the ambiguous name:\n%s", text);
+    free(text);
+}
+
+static void test_file_qualified_static_excludes(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"twin_a.c:cache_lock\"; name = \"t27_a\"; }");
+    assert_exact(PROCS, shim_env(cfg), "c27:a", host_count_argv("c27:a", "twin_a"), EXPECTED);
+    /* twin_b.c's static of the same name stays unmapped */
+    char *out = out_file();
+    reset_stats();
+    free(finish(run(shim_env(cfg), out, PSX_HOST, port_text, "c27:b", "count", "twin_b", "1", "5",
+                    "0", NULL), out, 0));
+    assert_int_equal(script_calls(), 0);
+}
+
+/* ==== 7. explicit API ======================================================= */
+
+static void test_api_weak_runs_without_shim_and_maps_with_it(void **state)
+{
+    (void)state;
+    char *argv[] = { API_WEAK, port_text, "c28:api", THREADS, ITERS, HOLD_US, NULL };
+    /* without the shim: the weak functions are NULL, the program runs */
+    char *out = out_file();
+    char *text = finish(run(no_env, out, API_WEAK, port_text, "c28:one", "1", "3", "0", NULL),
+                        out, 0);
+    assert_has(text, "api absent\n");
+    assert_has(text, "done 3\n");
+    assert_has(text, "after 0\n");
+    free(text);
+    assert_loses(PROCS, "c28:api", argv, EXPECTED);
+    /* with it: dmutex_name maps the heap mutex, with no config entry */
+    char *cfg = config(SHORT_LEASE_MS, "");
+    out = out_file();
+    text = finish(run(shim_env(cfg), out, API_WEAK, port_text, "c28:one", "1", "3", "0", NULL),
+                  out, 0);
+    assert_has(text, "api name=0\n");
+    assert_has(text, "after 0\n");
+    free(text);
+    assert_exact(PROCS, shim_env(cfg), "c28:api", argv, EXPECTED);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = ((const long long *)a)[0], y = ((const long long *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Every section records its fencing token and the count it read: tokens
+ * are distinct, and ordered by token the counts run 0, 1, 2...: the token
+ * grows with every grant, whichever process gets it. */
+static void test_dmutex_token_grows_across_processes(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "");
+    freeReplyObject(th_cmd(rc, "DEL c29:tok"));
+    long long base = th_cmd_int(rc, "GET dmutex:{account}:token");
+    enum { P = 3, T = 2, N = 10 };
+    pid_t pid[P];
+    char *out[P];
+    for (int i = 0; i < P; i++) {
+        out[i] = out_file();
+        pid[i] = run(shim_env(cfg), out[i], API_WEAK, port_text, "c29:tok", "2", "10", "500",
+                     NULL);
+    }
+    long long rec[P * T * N][2];
+    int n = 0;
+    for (int i = 0; i < P; i++) {
+        char *text = finish(pid[i], out[i], 0);
+        assert_has(text, "api name=0\n");
+        for (char *p = text; (p = strstr(p, "tok ")) != NULL; p++) {
+            long long tok, cnt;
+            if (sscanf(p, "tok %lld %lld", &tok, &cnt) == 2 && n < P * T * N) {
+                rec[n][0] = tok;
+                rec[n][1] = cnt;
+                n++;
+            }
+        }
+        free(text);
+    }
+    assert_int_equal(n, P * T * N);
+    qsort(rec, (size_t)n, sizeof rec[0], cmp_ll);
+    for (int i = 0; i < n; i++) {
+        if (rec[i][0] <= base)
+            fail_msg("token %lld is not above the %lld before the run", rec[i][0], base);
+        if (i > 0 && rec[i][0] == rec[i - 1][0])
+            fail_msg("token %lld given twice", rec[i][0]);
+        if (rec[i][1] != i)
+            fail_msg("the section with token %lld read count %lld, expected %d: tokens do "
+                     "not follow the order of the holds", rec[i][0], rec[i][1], i);
+    }
+    assert_true(th_cmd_int(rc, "GET dmutex:{account}:token") >= rec[n - 1][0]);
+}
+
+#define T(f) cmocka_unit_test_teardown(f, cleanup)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_normal_mutex_by_static_initializer_and_by_init_excludes),
+        T(test_recursive_nested_locks_cost_no_round_trip_and_hold_ends_with_outermost),
+        T(test_errorcheck_relock_gives_edeadlk_without_redis_traffic),
+        T(test_errorcheck_unlock_by_non_holder_gives_eperm_without_redis_traffic),
+        T(test_destroy_of_held_mapped_mutex_gives_ebusy_and_reinit_starts_clean),
+        T(test_robust_lock_after_sigkilled_holder_gives_eownerdead),
+        T(test_unlock_without_consistent_makes_notrecoverable),
+        T(test_other_process_acquires_while_waiter_in_cond_wait),
+        T(test_other_process_acquires_while_waiter_in_cond_timedwait),
+        T(test_other_process_acquires_while_waiter_in_cond_clockwait),
+        T(test_cond_timedwait_keeps_deadline_and_etimedout),
+        T(test_cond_on_unmapped_mutex_passes_through),
+        T(test_forked_child_and_parent_exclude_on_shared_counter),
+        T(test_exec_child_with_shim_excludes_like_any_process),
+        T(test_child_never_touches_parent_hold),
+        T(test_forked_child_gets_new_id_and_renews_its_own_hold),
+        T(test_exit_releases_waiter_wakes_before_lease),
+        T(test_library_global_and_static_exclude),
+        T(test_dlopened_plugin_static_mutex_excludes),
+        T(test_dlclose_unmaps),
+        T(test_heap_mutex_by_init_site_excludes),
+        T(test_init_site_nested_holds_are_reentrant),
+        T(test_heap_mutex_reused_by_another_init_is_unmapped),
+        T(test_std_mutex_global_excludes),
+        T(test_struct_offset_and_array_index),
+        T(test_ambiguous_static_is_an_error_listing_candidates),
+        T(test_file_qualified_static_excludes),
+        T(test_api_weak_runs_without_shim_and_maps_with_it),
+        T(test_dmutex_token_grows_across_processes),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
