@@ -353,6 +353,12 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     int r = name_enter(e->nm, me, mode, dlp, &dead);
     if (r == 0) {
         r = real_lock_mode(m, mode, clk, abstime);
+        if (r == 0 && e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+            /* The holder unlocked it inconsistent while this thread
+             * queued: glibc gives its waiters ENOTRECOVERABLE too. */
+            dm_real.mutex_unlock(m);
+            r = ENOTRECOVERABLE;
+        }
         if (r != 0 && r != EOWNERDEAD)
             name_leave(e->nm, me);
     }
