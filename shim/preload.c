@@ -171,8 +171,14 @@ static size_t ninit_sites;
 DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
 {
     struct dm_entry *e = dm_registry_lookup(m);
-    if (e)
-        return dm_mapped_init_mutex(e, m, a);
+    if (e) {
+        if (!e->heap)
+            return dm_mapped_init_mutex(e, m, a);
+        /* A heap mutex freed without pthread_mutex_destroy left its
+         * mapping behind: the mutex made here is a new one, mapped only if
+         * its own init site says so. */
+        dm_mapped_remove(m);
+    }
     if (__builtin_expect(ninit_sites == 0, 1))
         return dm_real.mutex_init(m, a);
     uintptr_t caller = (uintptr_t)__builtin_return_address(0);
