@@ -1,0 +1,231 @@
+/* lockprog: one pthread mutex scenario per run, for the shim's integration
+ * tests (tests/test_shim.c), which map its globals by config. It knows
+ * nothing of dmutex: it is what an ordinary program does with its mutexes.
+ *
+ *   lockprog MODE [ARG]
+ *
+ * Prints "main" as the first thing main does (a test of a config error
+ * checks that main never ran), then one line per step. Every line is one
+ * write(2), so the order in a shared output file is the order of events.
+ * Results are errno names ("0", "EBUSY", ...); times are milliseconds on
+ * CLOCK_MONOTONIC.
+ *
+ * Modes (held_lock unless said):
+ *   hold FILE        lock, "locked RC", wait until FILE exists, unlock, "unlocked RC"
+ *   hold-exit FILE   lock, "locked RC", wait until FILE exists, return from main holding it
+ *   hold-forever     lock, "locked RC", sleep until killed
+ *   lock             lock, "locked RC MS" (MS: how long lock took), unlock
+ *   trylock          trylock, "trylock RC MS", unlock if it succeeded
+ *   timedlock MS     timedlock with a deadline MS from now, "timedlock RC MS"
+ *   recursive N FILE rec_lock (recursive): 1 + N nested locks, N unlocks,
+ *                    "outer", wait until FILE exists, the last unlock,
+ *                    "recursive RC" (the first non-zero result, or 0)
+ *   errcheck OP      err_lock (error-checking): lock, then OP (relock: lock
+ *                    again; foreign: unlock from another thread), then unlock:
+ *                    "errcheck OP LOCK-RC OP-RC UNLOCK-RC"
+ *   destroy-held T   held_lock (T = normal) or robust_lock (T = robust): lock,
+ *                    destroy, unlock, destroy: "destroy-held T DESTROY UNLOCK DESTROY"
+ *   unmapped N       plain_lock only: N lock/unlock, trylock, timedlock:
+ *                    "unmapped RC" */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t rec_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t robust_lock;        /* made robust by main */
+
+#define POLL_US 10000
+
+static void say(const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if (n > (int)sizeof buf - 2)
+        n = (int)sizeof buf - 2;
+    buf[n++] = '\n';
+    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
+    (void)w;
+}
+
+static const char *ename(int rc)
+{
+    static __thread char num[16];
+    if (rc == 0)
+        return "0";
+    const char *s = strerrorname_np(rc);
+    if (s)
+        return s;
+    snprintf(num, sizeof num, "%d", rc);
+    return num;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static void wait_file(const char *path)
+{
+    while (access(path, F_OK) != 0)
+        usleep(POLL_US);
+}
+
+static void *foreign_unlock(void *arg)
+{
+    return (void *)(long)pthread_mutex_unlock((pthread_mutex_t *)arg);
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
+                    " timedlock MS | recursive N FILE | errcheck relock|foreign |"
+                    " destroy-held normal|robust | unmapped N\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    say("main");
+    if (argc < 2)
+        return usage();
+    const char *mode = argv[1], *arg = argc > 2 ? argv[2] : NULL;
+    long long t0 = now_ms();
+    int rc;
+    pthread_mutexattr_t ra;
+    pthread_mutexattr_init(&ra);
+    pthread_mutexattr_setrobust(&ra, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&robust_lock, &ra);
+    pthread_mutexattr_destroy(&ra);
+
+    if ((strcmp(mode, "hold") == 0 || strcmp(mode, "hold-exit") == 0) && arg) {
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        wait_file(arg);
+        if (strcmp(mode, "hold-exit") == 0) {
+            say("returning");
+            return 0;
+        }
+        rc = pthread_mutex_unlock(&held_lock);
+        say("unlocked %s", ename(rc));
+        return 0;
+    }
+    if (strcmp(mode, "hold-forever") == 0) {
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        for (;;)
+            pause();
+    }
+    if (strcmp(mode, "lock") == 0) {
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s %lld", ename(rc), now_ms() - t0);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "trylock") == 0) {
+        rc = pthread_mutex_trylock(&held_lock);
+        say("trylock %s %lld", ename(rc), now_ms() - t0);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "timedlock") == 0 && arg) {
+        long ms = atol(arg);
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += ms / 1000;
+        dl.tv_nsec += (ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        rc = pthread_mutex_timedlock(&held_lock, &dl);
+        say("timedlock %s %lld", ename(rc), now_ms() - t0);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "recursive") == 0 && argc > 3) {
+        int n = atoi(arg), first = 0;
+        for (int i = 0; i <= n; i++)
+            if ((rc = pthread_mutex_lock(&rec_lock)) != 0 && !first)
+                first = rc;
+        for (int i = 0; i < n; i++)
+            if ((rc = pthread_mutex_unlock(&rec_lock)) != 0 && !first)
+                first = rc;
+        say("outer");
+        wait_file(argv[3]);
+        if ((rc = pthread_mutex_unlock(&rec_lock)) != 0 && !first)
+            first = rc;
+        say("recursive %s", ename(first));
+        return 0;
+    }
+    if (strcmp(mode, "errcheck") == 0 && arg) {
+        int lk = pthread_mutex_lock(&err_lock), op;
+        if (strcmp(arg, "relock") == 0) {
+            op = pthread_mutex_lock(&err_lock);
+        } else {
+            pthread_t t;
+            void *res = NULL;
+            pthread_create(&t, NULL, foreign_unlock, &err_lock);
+            pthread_join(t, &res);
+            op = (int)(long)res;
+        }
+        int unl = pthread_mutex_unlock(&err_lock);
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%s", ename(lk));
+        snprintf(b, sizeof b, "%s", ename(op));
+        say("errcheck %s %s %s %s", arg, a, b, ename(unl));
+        return 0;
+    }
+    if (strcmp(mode, "destroy-held") == 0 && arg) {
+        /* glibc itself refuses to destroy a held normal mutex, but not a
+         * held robust one. */
+        pthread_mutex_t *m = strcmp(arg, "robust") == 0 ? &robust_lock : &held_lock;
+        pthread_mutex_lock(m);
+        int d1 = pthread_mutex_destroy(m);
+        int u = pthread_mutex_unlock(m);
+        int d2 = pthread_mutex_destroy(m);
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%s", ename(d1));
+        snprintf(b, sizeof b, "%s", ename(u));
+        say("destroy-held %s %s %s %s", arg, a, b, ename(d2));
+        return 0;
+    }
+    if (strcmp(mode, "unmapped") == 0 && arg) {
+        int n = atoi(arg), first = 0;
+        for (int i = 0; i < n; i++) {
+            if ((rc = pthread_mutex_lock(&plain_lock)) != 0 && !first)
+                first = rc;
+            pthread_mutex_unlock(&plain_lock);
+        }
+        if ((rc = pthread_mutex_trylock(&plain_lock)) != 0 && !first)
+            first = rc;
+        pthread_mutex_unlock(&plain_lock);
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 1;
+        if ((rc = pthread_mutex_timedlock(&plain_lock, &dl)) != 0 && !first)
+            first = rc;
+        pthread_mutex_unlock(&plain_lock);
+        say("unmapped %s", ename(first));
+        return 0;
+    }
+    return usage();
+}

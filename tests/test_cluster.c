@@ -1,0 +1,694 @@
+/* test_cluster: the lock protocol of shim/cluster.h against a real
+ * redis-server, with no LD_PRELOAD: grants and fencing tokens, waiting on
+ * release notices, reentrancy, idempotent and refused releases, owner-dead
+ * detection, deadlines, lock delay, script cache loss, wrong key types and
+ * an unreachable server. Owners are made with dm_cluster_owner and distinct
+ * sequence numbers, as the shim does for distinct threads; every test uses
+ * its own lock name, so one test's leftovers cannot decide another's.
+ *
+ * Timing assertions are one-sided or generous (DESIGN: the suite runs on a
+ * slow, noisy 2-core machine): "not before the deadline, and within
+ * SLACK_MS after it". Leases are short (LEASE_MS) to keep the suite fast. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "harness.h"
+#include "notify.h"
+
+#define LEASE_MS        1000L   /* the lease of most tests */
+#define LONG_LEASE_MS   10000L  /* longer than DM_WAIT_CAP_MS: only a notice wakes early */
+#define SLACK_MS        2000L   /* how late a timed result may be on a loaded machine */
+#define NOTICE_MAX_MS   500L    /* a notice wakes a waiter far sooner than DM_WAIT_CAP_MS */
+#define EXPIRE_WAIT_MS  (LEASE_MS + 3000L)
+#define POLL_MS         5
+#define SUITE_ALARM_S   240     /* a hung test ends the program instead of the CI job */
+
+static struct th_redis rs;
+static redisContext *rc;        /* the test's own connection, for inspection */
+static struct dm_config cfg;    /* dm_cluster_init keeps a pointer: tests adjust fields */
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static void emergency_stop(int sig)
+{
+    if (rs.pid > 0)
+        kill(rs.pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A lease and what the config loader derives from it (renew_ms,
+ * lease_margin_ms), as a config file with only lease_ms would give. */
+static void set_lease(long ms)
+{
+    cfg.lease_ms = ms;
+    cfg.renew_ms = ms / 3;
+    cfg.lease_margin_ms = ms / 10;
+}
+
+static void owner(char *buf, unsigned long seq)
+{
+    dm_cluster_owner(buf, seq);
+}
+
+static struct timespec in_ms(long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+static struct dm_cluster_lock *lock_named(const char *name)
+{
+    struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+    assert_non_null(l);
+    return l;
+}
+
+static uint64_t grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g)
+{
+    struct timespec dl = in_ms(5000);
+    int r = dm_cluster_acquire(l, who, &dl, 0, g);
+    if (r != 0)
+        fail_msg("acquire of %s by %s = %d (%s), expected 0", l->name, who, r, strerror(r));
+    return g->token;
+}
+
+/* Waits until the lock's hash is gone from the server (its lease ran out). */
+static void wait_expired(struct dm_cluster_lock *l)
+{
+    long long end = th_now_ms() + EXPIRE_WAIT_MS;
+    while (th_cmd_int(rc, "EXISTS %s", l->key) != 0) {
+        if (th_now_ms() > end)
+            fail_msg("%s still exists %ld ms after a %ld ms lease", l->key, EXPIRE_WAIT_MS, LEASE_MS);
+        usleep(POLL_MS * 1000);
+    }
+}
+
+/* A number from INFO: the digits after `field` (e.g. "cmdstat_evalsha:calls="),
+ * 0 when the field is absent (a command never called). */
+static long long info_num(const char *section, const char *field)
+{
+    redisReply *r = th_cmd(rc, "INFO %s", section);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, field);
+    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static long long acquire_calls(void)
+{
+    return info_num("commandstats", "cmdstat_evalsha:calls=") +
+           info_num("commandstats", "cmdstat_eval:calls=");
+}
+
+/* Runs a shim/lua script by hand, as its header comment says a user can:
+ * redis-cli --eval FILE KEYS , ARGS. Returns the reply's lines, joined by
+ * spaces ("1 1 0"), in a static buffer. */
+static const char *cli_eval(const char *script, const char *keys, const char *args)
+{
+    static char out[512];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "redis-cli -h %s -p %d --eval shim/lua/%s.lua %s , %s",
+             rs.addr, rs.port, script, keys, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = 0;
+    char line[256];
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        n += (size_t)snprintf(out + n, sizeof out - n, "%s%s", n ? " " : "", line);
+        if (n >= sizeof out)
+            break;
+    }
+    int st = pclose(f);
+    if (st != 0)
+        fail_msg("%s: exit status %d", cmd, st);
+    return out;
+}
+
+/* Starts capturing what the shim logs (fd 2) into a file; returns its path. */
+static char *capture_stderr(int *saved)
+{
+    char *path = th_write_file(".log", "%s", "");
+    int fd = open(path, O_WRONLY | O_APPEND);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    *saved = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    return path;
+}
+
+static char *end_capture(int saved, char *path)
+{
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char *text = th_read_file(path);
+    unlink(path);
+    free(path);
+    assert_non_null(text);
+    return text;
+}
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    /* A harness abort, a hang (SIGALRM), an interrupted run, or a closed
+     * output pipe: leave nothing running behind. */
+    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
+    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
+        signal(fatal[i], emergency_stop);
+    alarm(SUITE_ALARM_S);
+    th_redis_start(&rs, NULL, NULL);
+    rc = th_redis_connect(&rs);
+    dm_config_defaults(&cfg);
+    cfg.redis.host = rs.addr;
+    cfg.redis.port = rs.port;
+    set_lease(LEASE_MS);
+    dm_cluster_init(&cfg);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (rc)
+        redisFree(rc);
+    th_redis_stop(&rs);
+    alarm(0);
+    return 0;
+}
+
+/* Every test starts from the same policy, whatever the last one changed. */
+static int reset_policy(void **state)
+{
+    (void)state;
+    set_lease(LEASE_MS);
+    cfg.lock_delay_ms = 0;
+    cfg.on_redis_down = DM_DOWN_BLOCK;
+    return 0;
+}
+
+/* The server is killed for a test of an unreachable Redis, and back after. */
+static int server_down(void **state)
+{
+    reset_policy(state);
+    th_redis_kill(&rs);
+    return 0;
+}
+
+static int server_back(void **state)
+{
+    reset_policy(state);
+    redisFree(rc);
+    th_redis_restart(&rs, NULL);
+    rc = th_redis_connect(&rs);
+    return 0;
+}
+
+/* ---- grants and fencing --------------------------------------------------- */
+
+static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("grant");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g;
+    uint64_t t1 = grant(l, a, &g);
+    assert_true(t1 > 0);
+    assert_int_equal(g.owner_dead, 0);
+    assert_int_equal(g.local_only, 0);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, a), 1);
+    assert_int_equal(dm_cluster_release(l, a, t1), 0);
+    uint64_t t2 = grant(l, b, &g);
+    assert_int_equal(t2, t1 + 1);
+    assert_int_equal(dm_cluster_release(l, b, t2), 0);
+    uint64_t t3 = grant(l, a, &g);
+    assert_int_equal(t3, t2 + 1);
+    assert_int_equal(dm_cluster_release(l, a, t3), 0);
+}
+
+static void test_try_by_another_owner_is_ebusy_while_held(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("try");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g, g2;
+    uint64_t t = grant(l, a, &g);
+    long long t0 = th_now_ms();
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_true(th_now_ms() - t0 < SLACK_MS);      /* one attempt, no waiting */
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->key, b), 0);
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(dm_cluster_release(l, b, g2.token), 0);
+}
+
+struct waiter {
+    struct dm_cluster_lock *l;
+    char owner[DM_OWNER_MAX];
+    int rc;
+    struct dm_grant g;
+    long long done_ms;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    struct timespec dl = in_ms(LONG_LEASE_MS);
+    w->rc = dm_cluster_acquire(w->l, w->owner, &dl, 0, &w->g);
+    w->done_ms = th_now_ms();
+    return NULL;
+}
+
+/* The release is sent right after the waiter's second attempt failed, when
+ * it has just begun a sleep of DM_WAIT_CAP_MS (the holder's lease is longer
+ * than that): only the release notice can wake it within NOTICE_MAX_MS. */
+static void test_waiter_is_woken_by_the_release_notice(void **state)
+{
+    (void)state;
+    set_lease(LONG_LEASE_MS);
+    struct dm_cluster_lock *l = lock_named("notice");
+    char a[DM_OWNER_MAX];
+    owner(a, 1);
+    struct dm_grant g;
+    uint64_t t = grant(l, a, &g);
+
+    struct waiter w = { .l = l, .rc = -1 };
+    owner(w.owner, 2);
+    long long base = acquire_calls();
+    unsigned long notices = dm_notify_received();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+
+    /* First attempt, subscription, second attempt: then it sleeps. */
+    long long end = th_now_ms() + SLACK_MS * 2;
+    while (acquire_calls() < base + 2) {
+        if (th_now_ms() > end)
+            fail_msg("the waiter made %lld attempts, expected 2", acquire_calls() - base);
+        usleep(1000);
+    }
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", l->channel);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->element[1]->integer, 1);
+    freeReplyObject(r);
+    assert_int_equal(w.rc, -1);                     /* still waiting */
+
+    long long released = th_now_ms();
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    struct timespec jd;
+    clock_gettime(CLOCK_REALTIME, &jd);
+    jd.tv_sec += (LONG_LEASE_MS + SLACK_MS) / 1000;
+    if (pthread_timedjoin_np(th, NULL, &jd) != 0)
+        fail_msg("the waiter did not return");
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(w.g.token, t + 1);
+    long long lat = w.done_ms - released;
+    if (lat > NOTICE_MAX_MS)
+        fail_msg("the waiter got the lock %lld ms after the release (a notice wakes it at once; "
+                 "its sleep was %d ms)", lat, DM_WAIT_CAP_MS);
+    assert_true(dm_notify_received() > notices);
+    assert_int_equal(dm_cluster_release(l, w.owner, w.g.token), 0);
+}
+
+/* The shim counts nested holds in the process and asks Redis only for the
+ * outermost: a second grant to the same owner is a retry (its first reply
+ * was lost), which keeps the hold's token and adds no count that one
+ * release would not clear. */
+static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("reentrant");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g, g2;
+    uint64_t t1 = grant(l, a, &g);
+    uint64_t t2 = grant(l, a, &g2);
+    assert_int_equal(t2, t1);
+    assert_int_equal(g2.owner_dead, 0);
+    assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", l->token_key), t1);
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_cluster_release(l, a, t1), 0);
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(g2.token, t1 + 1);
+    assert_int_equal(dm_cluster_release(l, b, g2.token), 0);
+}
+
+/* ---- release ------------------------------------------------------------ */
+
+static void test_retried_release_of_the_same_hold_returns_0(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("retry");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g;
+    uint64_t t = grant(l, a, &g);
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->key), 0);
+    assert_int_equal(dm_cluster_release(l, a, t), 0);   /* its first reply was "lost" */
+    /* ...and the retry freed nothing that was not its own: a later hold
+     * survives a stale retry, which is refused. */
+    uint64_t tb = grant(l, b, &g);
+    assert_int_equal(dm_cluster_release(l, a, t), EPERM);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, b), 1);
+    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+}
+
+static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("nonowner");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g, g2;
+    uint64_t t = grant(l, a, &g);
+    assert_int_equal(dm_cluster_release(l, b, t), EPERM);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, a), 1);
+    assert_true(th_cmd_int(rc, "PTTL %s", l->key) > 0);
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+}
+
+static void test_release_after_the_lease_expired_is_eperm(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("lost");
+    char a[DM_OWNER_MAX];
+    owner(a, 1);
+    struct dm_grant g;
+    uint64_t t = grant(l, a, &g);
+    wait_expired(l);
+    assert_int_equal(dm_cluster_release(l, a, t), EPERM);
+}
+
+/* ---- owner dead ---------------------------------------------------------- */
+
+static void test_grant_after_a_lease_expired_reports_owner_dead(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("dead");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g;
+    uint64_t t = grant(l, a, &g);
+    wait_expired(l);
+    uint64_t tb = grant(l, b, &g);
+    assert_int_equal(g.owner_dead, 1);
+    assert_int_equal(tb, t + 1);
+    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+}
+
+static void test_grant_after_a_clean_release_reports_no_owner_dead(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("clean");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g;
+    uint64_t t = grant(l, a, &g);
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    g.owner_dead = -1;
+    uint64_t tb = grant(l, b, &g);
+    assert_int_equal(g.owner_dead, 0);
+    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+    /* Also once the memory of that release (kept a lease long) is gone. */
+    usleep((LEASE_MS + 200) * 1000);
+    g.owner_dead = -1;
+    tb = grant(l, a, &g);
+    assert_int_equal(g.owner_dead, 0);
+    assert_int_equal(dm_cluster_release(l, a, tb), 0);
+}
+
+/* ---- deadlines and delays ------------------------------------------------ */
+
+static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("deadline");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g, g2;
+    /* A long lease, so the hold outlives the deadline. */
+    set_lease(LONG_LEASE_MS);
+    uint64_t t = grant(l, a, &g);
+    const long wait = 700;
+    long long t0 = th_now_ms();
+    struct timespec dl = in_ms(wait);
+    assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &g2), ETIMEDOUT);
+    long long took = th_now_ms() - t0;
+    if (took < wait || took > wait + SLACK_MS)
+        fail_msg("ETIMEDOUT after %lld ms, deadline was %ld ms", took, wait);
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->key, b), 0);
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+}
+
+static void test_lock_delay_holds_off_a_grant_after_an_expiry(void **state)
+{
+    (void)state;
+    const long delay = 1500;
+    cfg.lock_delay_ms = delay;
+    struct dm_cluster_lock *l = lock_named("delay");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g;
+    grant(l, a, &g);
+    wait_expired(l);
+    /* The first attempt after the expiry starts the delay... */
+    long long t0 = th_now_ms();
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), EBUSY);
+    /* ...and nobody gets the lock until it has passed. */
+    struct timespec dl = in_ms(delay + SLACK_MS);
+    assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &g), 0);
+    long long took = th_now_ms() - t0;
+    if (took < delay - 50 || took > delay + SLACK_MS)
+        fail_msg("granted %lld ms after the expiry was noticed; lock_delay_ms = %ld", took, delay);
+    assert_int_equal(g.owner_dead, 1);
+    assert_int_equal(dm_cluster_release(l, b, g.token), 0);
+}
+
+static void test_lock_delay_does_not_apply_after_a_clean_release(void **state)
+{
+    (void)state;
+    cfg.lock_delay_ms = 1500;
+    struct dm_cluster_lock *l = lock_named("nodelay");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g;
+    uint64_t t = grant(l, a, &g);
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_cluster_release(l, b, g.token), 0);
+}
+
+/* ---- the server's side ---------------------------------------------------- */
+
+static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state)
+{
+    (void)state;
+    cfg.on_redis_down = DM_DOWN_ERROR;
+    struct dm_cluster_lock *l = lock_named("wrongtype");
+    freeReplyObject(th_cmd(rc, "SET %s not-a-lock", l->key));
+    char a[DM_OWNER_MAX];
+    owner(a, 1);
+    struct dm_grant g;
+    int saved;
+    char *path = capture_stderr(&saved);
+    struct timespec dl = in_ms(5000);
+    int r = dm_cluster_acquire(l, a, &dl, 0, &g);
+    char *log = end_capture(saved, path);
+    assert_int_equal(r, EAGAIN);
+    if (!strstr(log, l->key) || !strstr(log, "WRONGTYPE") || !strstr(log, "wrongtype"))
+        fail_msg("the log does not name the key %s and its type: \"%s\"", l->key, log);
+    free(log);
+    /* The key is the user's: left alone. */
+    redisReply *v = th_cmd(rc, "GET %s", l->key);
+    assert_string_equal(v->str, "not-a-lock");
+    freeReplyObject(v);
+    freeReplyObject(th_cmd(rc, "DEL %s", l->key));
+}
+
+static void test_script_flush_between_calls_is_survived(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("flush");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    owner(a, 1);
+    owner(b, 2);
+    struct dm_grant g;
+    uint64_t t = grant(l, a, &g);
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), EBUSY);
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->key), 0);
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    uint64_t tb = grant(l, b, &g);
+    assert_int_equal(tb, t + 1);
+    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+}
+
+/* The scripts answer as their header comments say, run the way those
+ * comments tell a user to run them by hand (not fair, no lock caching). */
+#define BH_KEYS "'dmutex:{byhand}' 'dmutex:{byhand}:token' 'dmutex:{byhand}:holder' " \
+                "'dmutex:{byhand}:queue' 'dmutex:{byhand}:qtime'"
+#define BH_RELEASE_KEYS "'dmutex:{byhand}' 'dmutex:{byhand}:holder' 'dmutex:{byhand}:token' " \
+                        "'dmutex:{byhand}:queue' 'dmutex:{byhand}:qtime'"
+#define BH_ACQ(who, delay) who " 30000 " delay " 0 '" who "|1' 3000 ''"
+#define BH_REL(who, tok) who " " tok " 'dmutex:{byhand}:released' 30000 'dmutex:{byhand}:w:' 10000"
+
+static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
+{
+    (void)state;
+    const char *lk = "'dmutex:{byhand}'";
+
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 1 0");
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 1 0"); /* again */
+    const char *held = cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0"));
+    long pttl = -1;
+    if (sscanf(held, "0 %ld", &pttl) != 1 || pttl <= 0 || pttl > 30000)
+        fail_msg("acquire by another owner replied \"%s\", expected \"0 <pttl>\"", held);
+
+    assert_string_equal(cli_eval("renew", lk, "me:1 30000"), "1");
+    assert_string_equal(cli_eval("renew", lk, "you:1 30000"), "0");
+
+    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("you:1", "1")), "0");
+    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("me:1", "1")), "1");
+    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("me:1", "1")), "1"); /* retry */
+    assert_string_equal(cli_eval("renew", lk, "me:1 30000"), "0");
+
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0")), "1 2 0");
+
+    /* An expired hold: the next grant reports the owner dead. */
+    freeReplyObject(th_cmd(rc, "DEL dmutex:{byhand}"));
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 3 1");
+    /* With a lock delay, the first attempt after an expiry is held off. */
+    freeReplyObject(th_cmd(rc, "DEL dmutex:{byhand}"));
+    held = cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "5000"));
+    if (sscanf(held, "0 %ld", &pttl) != 1 || pttl <= 0 || pttl > 5000)
+        fail_msg("acquire during the lock delay replied \"%s\", expected \"0 <ms>\"", held);
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{byhand}"), 0);
+}
+
+/* ---- Redis unreachable ----------------------------------------------------- */
+
+static void test_try_is_ebusy_when_redis_is_unreachable(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("down_try");
+    char a[DM_OWNER_MAX];
+    owner(a, 1);
+    struct dm_grant g;
+    long long t0 = th_now_ms();
+    assert_int_equal(dm_cluster_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
+    assert_int_equal(dm_cluster_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
+    assert_true(th_now_ms() - t0 < SLACK_MS);
+}
+
+static void test_deadline_gives_etimedout_when_redis_is_unreachable(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("down_deadline");
+    char a[DM_OWNER_MAX];
+    owner(a, 1);
+    struct dm_grant g;
+    const long wait = 800;
+    long long t0 = th_now_ms();
+    struct timespec dl = in_ms(wait);
+    int saved;
+    char *path = capture_stderr(&saved);
+    int r = dm_cluster_acquire(l, a, &dl, 0, &g);
+    char *log = end_capture(saved, path);
+    free(log);
+    assert_int_equal(r, ETIMEDOUT);
+    long long took = th_now_ms() - t0;
+    if (took < wait || took > wait + SLACK_MS)
+        fail_msg("ETIMEDOUT after %lld ms, deadline was %ld ms", took, wait);
+}
+
+static void test_on_redis_down_error_gives_eagain_when_unreachable(void **state)
+{
+    (void)state;
+    cfg.on_redis_down = DM_DOWN_ERROR;
+    struct dm_cluster_lock *l = lock_named("down_error");
+    char a[DM_OWNER_MAX];
+    owner(a, 1);
+    struct dm_grant g;
+    long long t0 = th_now_ms();
+    int saved;
+    char *path = capture_stderr(&saved);
+    int r = dm_cluster_acquire(l, a, NULL, 0, &g);
+    char *log = end_capture(saved, path);
+    free(log);
+    assert_int_equal(r, EAGAIN);
+    assert_true(th_now_ms() - t0 < SLACK_MS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_grant_gives_a_token_and_each_grant_increments_it, reset_policy),
+        cmocka_unit_test_setup(test_try_by_another_owner_is_ebusy_while_held, reset_policy),
+        cmocka_unit_test_setup(test_waiter_is_woken_by_the_release_notice, reset_policy),
+        cmocka_unit_test_setup(test_reentrant_grant_keeps_the_token_and_one_release_frees_it,
+                               reset_policy),
+        cmocka_unit_test_setup(test_retried_release_of_the_same_hold_returns_0, reset_policy),
+        cmocka_unit_test_setup(test_release_by_a_non_owner_is_eperm_and_keeps_the_lock, reset_policy),
+        cmocka_unit_test_setup(test_release_after_the_lease_expired_is_eperm, reset_policy),
+        cmocka_unit_test_setup(test_grant_after_a_lease_expired_reports_owner_dead, reset_policy),
+        cmocka_unit_test_setup(test_grant_after_a_clean_release_reports_no_owner_dead, reset_policy),
+        cmocka_unit_test_setup(test_acquire_with_a_deadline_times_out_not_before_it, reset_policy),
+        cmocka_unit_test_setup(test_lock_delay_holds_off_a_grant_after_an_expiry, reset_policy),
+        cmocka_unit_test_setup(test_lock_delay_does_not_apply_after_a_clean_release, reset_policy),
+        cmocka_unit_test_setup(test_wrong_key_type_fails_with_a_message_naming_the_key, reset_policy),
+        cmocka_unit_test_setup(test_script_flush_between_calls_is_survived, reset_policy),
+        cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
+        cmocka_unit_test_setup_teardown(test_try_is_ebusy_when_redis_is_unreachable,
+                                        server_down, server_back),
+        cmocka_unit_test_setup_teardown(test_deadline_gives_etimedout_when_redis_is_unreachable,
+                                        server_down, server_back),
+        cmocka_unit_test_setup_teardown(test_on_redis_down_error_gives_eagain_when_unreachable,
+                                        server_down, server_back),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

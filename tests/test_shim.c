@@ -1,0 +1,662 @@
+/* test_shim: whole programs with build/libdmutex.so preloaded, against a
+ * real redis-server: what a user of an unmodified program relies on. The
+ * programs (tests/progs/lockprog.c, tests/progs/counter.c) know nothing of
+ * dmutex; each test writes a config mapping their globals under a lock name
+ * of its own, runs them, and checks their output, their exit status and the
+ * server's statistics. Children still running when a test ends (it failed)
+ * are killed by the teardown.
+ *
+ * Timing assertions are one-sided or generous (the suite runs on a slow,
+ * noisy 2-core machine); leases are short where a test waits for one. */
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
+#define COUNTER         TH_BUILD "/tests/progs/counter"
+#define EX_CONFIG       78
+#define SHORT_LEASE_MS  2000L
+#define LONG_LEASE_MS   30000L
+#define SLACK_MS        2500L   /* how late a timed result may be on a loaded machine */
+#define RUN_MS          20000L  /* longest a program that should finish may run */
+#define POLL_US         5000
+#define MAX_KIDS        32
+#define MAX_FILES       32
+#define SUITE_ALARM_S   300
+
+/* counter: processes x threads x iterations, each section holding HOLD_US */
+#define CNT_PROCS       3
+#define CNT_THREADS     4
+#define CNT_ITERS       25
+#define CNT_HOLD_US     "1000"
+#define CNT_TRIES       3       /* runs without the shim allowed to show a lost update */
+
+static struct th_redis rs;
+static redisContext *rc;
+static char shim_path[PATH_MAX];
+static char port_text[16];
+static pid_t kids[MAX_KIDS];
+static int nkids;
+static char *files[MAX_FILES];
+static int nfiles;
+
+/* ---- children and files ---------------------------------------------------- */
+
+static void kill_kids(void)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] > 0) {
+            kill(kids[i], SIGKILL);
+            waitpid(kids[i], NULL, 0);
+        }
+    nkids = 0;
+}
+
+static void emergency_stop(int sig)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] > 0)
+            kill(kids[i], SIGKILL);
+    if (rs.pid > 0)
+        kill(rs.pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static char *keep_file(char *path)
+{
+    assert_true(nfiles < MAX_FILES);
+    files[nfiles++] = path;
+    return path;
+}
+
+/* An empty file for a child's output. */
+static char *out_file(void)
+{
+    return keep_file(th_write_file(".out", "%s", ""));
+}
+
+/* A path that does not exist yet: a holder waits for it to appear. */
+static char *go_file(void)
+{
+    char *p = th_write_file(".go", "%s", "");
+    unlink(p);
+    return keep_file(p);
+}
+
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+/* A config with `lease` and the given entries of `mutexes = ( ... )`. */
+static char *config(long lease, const char *mutexes)
+{
+    return keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
+                                   lease, mutexes));
+}
+
+/* The environment of a program run under the shim with `cfg`, talking to
+ * the server at `port`. Static storage: valid until the next call. */
+static char **shim_env(const char *cfg, int port)
+{
+    static char preload[PATH_MAX + 16], conf[PATH_MAX + 16], redis[64];
+    static char *env[4];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
+    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
+    snprintf(redis, sizeof redis, "DMUTEX_REDIS=redis://127.0.0.1:%d", port);
+    env[0] = preload;
+    env[1] = conf;
+    env[2] = redis;
+    env[3] = NULL;
+    return env;
+}
+
+static pid_t spawn(char *const argv[], char *const env[], const char *out)
+{
+    assert_true(nkids < MAX_KIDS);
+    pid_t pid = th_spawn(argv, env, out);
+    kids[nkids++] = pid;
+    return pid;
+}
+
+/* lockprog MODE [ARG] under the shim with `cfg`. */
+static pid_t lockprog(const char *cfg, int port, const char *out, const char *mode, const char *arg)
+{
+    char *argv[] = { LOCKPROG, (char *)mode, (char *)arg, NULL };
+    return spawn(argv, shim_env(cfg, port), out);
+}
+
+static void forget(pid_t pid)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] == pid)
+            kids[i] = -1;
+}
+
+/* Waits for a child that must end by itself; fails unless it exits 0... or
+ * with `want_status` when >= 0. Returns its output. */
+static char *finish(pid_t pid, const char *out, int want_status)
+{
+    int st = th_wait(pid, RUN_MS);
+    forget(pid);
+    char *text = th_read_file(out);
+    assert_non_null(text);
+    if (st == -1)
+        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, RUN_MS, text);
+    if (!WIFEXITED(st))
+        fail_msg("pid %d died of signal %d; output:\n%s", (int)pid,
+                 WIFSIGNALED(st) ? WTERMSIG(st) : -1, text);
+    int want = want_status >= 0 ? want_status : 0;
+    if (WEXITSTATUS(st) != want)
+        fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st), want, text);
+    return text;
+}
+
+/* Polls `out` until it holds `needle`; returns the time it was seen
+ * (th_now_ms), or fails after timeout_ms. */
+static long long wait_for(const char *out, const char *needle, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *text = th_read_file(out);
+        int found = text && strstr(text, needle);
+        long long now = th_now_ms();
+        if (found) {
+            free(text);
+            return now;
+        }
+        if (now > end)
+            fail_msg("no \"%s\" after %ld ms; output:\n%s", needle, timeout_ms, text ? text : "");
+        free(text);
+        usleep(POLL_US);
+    }
+}
+
+/* lockprog says "main" on a line of its own as soon as main runs. */
+static int main_ran(const char *text)
+{
+    return strncmp(text, "main\n", 5) == 0 || strstr(text, "\nmain\n") != NULL;
+}
+
+static void assert_has(const char *text, const char *needle)
+{
+    if (!strstr(text, needle))
+        fail_msg("\"%s\" not in the output:\n%s", needle, text);
+}
+
+/* The number after "NAME " in a lockprog line ("trylock EBUSY 3" -> 3). */
+static long long field_after(const char *text, const char *prefix)
+{
+    const char *p = strstr(text, prefix);
+    if (!p)
+        fail_msg("\"%s\" not in the output:\n%s", prefix, text);
+    return strtoll(p + strlen(prefix), NULL, 10);
+}
+
+/* ---- the server's statistics ---------------------------------------------- */
+
+static long long info_num(const char *section, const char *field)
+{
+    redisReply *r = th_cmd(rc, "INFO %s", section);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, field);
+    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static void reset_stats(void)
+{
+    freeReplyObject(th_cmd(rc, "CONFIG RESETSTAT"));
+}
+
+static long long script_calls(void)
+{
+    return info_num("commandstats", "cmdstat_evalsha:calls=") +
+           info_num("commandstats", "cmdstat_eval:calls=");
+}
+
+/* Waits until some process is subscribed to the lock's release channel:
+ * a waiter is then blocked in its cluster acquire. */
+static void wait_subscribed(const char *name)
+{
+    long long end = th_now_ms() + RUN_MS;
+    for (;;) {
+        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB dmutex:{%s}:released", name);
+        long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
+        freeReplyObject(r);
+        if (n > 0)
+            return;
+        if (th_now_ms() > end)
+            fail_msg("nobody waits on lock %s", name);
+        usleep(POLL_US);
+    }
+}
+
+/* A loopback port with nothing listening. */
+static int closed_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof sa;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_true(s >= 0);
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &len), 0);
+    close(s);
+    return ntohs(sa.sin_port);
+}
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    /* A harness abort, a hang (SIGALRM), an interrupted run, or a closed
+     * output pipe: leave nothing running behind. */
+    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
+    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
+        signal(fatal[i], emergency_stop);
+    alarm(SUITE_ALARM_S);
+    /* Children get exactly the environment a test gives them. */
+    unsetenv("LD_PRELOAD");
+    unsetenv("DMUTEX_CONFIG");
+    unsetenv("DMUTEX_REDIS");
+    unsetenv("DMUTEX_LOG");
+    if (!realpath(TH_SHIM, shim_path)) {
+        fprintf(stderr, "test_shim: %s: %s (make first)\n", TH_SHIM, strerror(errno));
+        return -1;
+    }
+    th_redis_start(&rs, NULL, NULL);
+    rc = th_redis_connect(&rs);
+    snprintf(port_text, sizeof port_text, "%d", rs.port);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    kill_kids();
+    if (rc)
+        redisFree(rc);
+    th_redis_stop(&rs);
+    alarm(0);
+    return 0;
+}
+
+static int cleanup(void **state)
+{
+    (void)state;
+    kill_kids();
+    for (int i = 0; i < nfiles; i++) {
+        unlink(files[i]);
+        free(files[i]);
+    }
+    nfiles = 0;
+    return 0;
+}
+
+/* ---- (a) exclusion -------------------------------------------------------- */
+
+/* Runs CNT_PROCS counter processes at once (with `env`, or plain) on `key`
+ * and returns the final count. */
+static long long run_counters(const char *key, char **env)
+{
+    char threads[8], iters[8];
+    snprintf(threads, sizeof threads, "%d", CNT_THREADS);
+    snprintf(iters, sizeof iters, "%d", CNT_ITERS);
+    char *argv[] = { COUNTER, rs.addr, port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
+    freeReplyObject(th_cmd(rc, "DEL %s", key));
+    pid_t pid[CNT_PROCS];
+    char *out[CNT_PROCS];
+    for (int i = 0; i < CNT_PROCS; i++) {
+        out[i] = out_file();
+        pid[i] = spawn(argv, env, out[i]);
+    }
+    for (int i = 0; i < CNT_PROCS; i++) {
+        char *text = finish(pid[i], out[i], 0);
+        char done[32];
+        snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
+        assert_has(text, done);
+        free(text);
+    }
+    return th_cmd_int(rc, "GET %s", key);
+}
+
+static void test_mapped_mutex_keeps_a_counter_exact_across_processes(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"counter_lock\"; name = \"a_counter\"; }");
+    long long n = run_counters("a:count", shim_env(cfg, rs.port));
+    assert_int_equal(n, CNT_PROCS * CNT_THREADS * CNT_ITERS);
+}
+
+/* The checker itself: the same run without the shim loses updates, so an
+ * exact count above means exclusion, not luck. */
+static void test_without_the_shim_the_counter_loses_updates(void **state)
+{
+    (void)state;
+    char *plain[] = { NULL };
+    long long n = 0;
+    for (int i = 0; i < CNT_TRIES; i++) {
+        n = run_counters("a:plain", plain);
+        if (n < CNT_PROCS * CNT_THREADS * CNT_ITERS)
+            return;
+    }
+    fail_msg("%d runs without the shim all counted exactly %lld: the checker cannot see a race",
+             CNT_TRIES, n);
+}
+
+/* ---- (b) unmapped ---------------------------------------------------------- */
+
+static void test_unmapped_mutex_makes_no_redis_traffic(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS,
+                       "{ symbol = \"held_lock\"; name = \"b_held\"; },\n"
+                       "{ symbol = \"no_such_mutex_b\"; required = false; }");
+    char *out = out_file();
+    reset_stats();
+    char *text = finish(lockprog(cfg, rs.port, out, "unmapped", "1000"), out, 0);
+    assert_has(text, "unmapped 0");
+    free(text);
+    assert_int_equal(info_num("stats", "total_connections_received:"), 0);
+    assert_int_equal(script_calls(), 0);
+}
+
+/* ---- (c) (d) contention between processes ------------------------------------- */
+
+static void test_trylock_is_ebusy_while_another_process_holds_the_mutex(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"c_try\"; }");
+    char *hout = out_file(), *go = go_file();
+    pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
+    wait_for(hout, "locked 0", RUN_MS);
+
+    char *out = out_file();
+    char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, 0);
+    assert_has(text, "trylock EBUSY");
+    assert_true(field_after(text, "trylock EBUSY ") < SLACK_MS);   /* no waiting */
+    free(text);
+
+    touch(go);
+    text = finish(holder, hout, 0);
+    assert_has(text, "unlocked 0");
+    free(text);
+    out = out_file();
+    text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, 0);
+    assert_has(text, "trylock 0");
+    free(text);
+}
+
+static void test_timedlock_times_out_at_its_deadline_while_held_elsewhere(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"d_timed\"; }");
+    char *hout = out_file(), *go = go_file();
+    pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
+    wait_for(hout, "locked 0", RUN_MS);
+
+    const long wait = 1000;
+    char arg[16];
+    snprintf(arg, sizeof arg, "%ld", wait);
+    char *out = out_file();
+    char *text = finish(lockprog(cfg, rs.port, out, "timedlock", arg), out, 0);
+    long long took = field_after(text, "timedlock ETIMEDOUT ");
+    /* The program measures on CLOCK_MONOTONIC, its deadline is on
+     * CLOCK_REALTIME: a millisecond of rounding either way. */
+    if (took < wait - 1 || took > wait + SLACK_MS)
+        fail_msg("ETIMEDOUT after %lld ms for a %ld ms deadline", took, wait);
+    free(text);
+    touch(go);
+    free(finish(holder, hout, 0));
+}
+
+/* ---- (e) (f) a holder that dies or exits ---------------------------------------- */
+
+static void test_killed_holder_frees_the_lock_after_its_lease(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"e_killed\"; }");
+    char *hout = out_file();
+    pid_t holder = lockprog(cfg, rs.port, hout, "hold-forever", NULL);
+    wait_for(hout, "locked 0", RUN_MS);
+    char *out = out_file();
+    pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
+    wait_subscribed("e_killed");
+
+    long long killed = th_now_ms();
+    kill(holder, SIGKILL);
+    long long got = wait_for(out, "locked 0", SHORT_LEASE_MS + SLACK_MS + 1000);
+    long long took = got - killed;
+    /* The lease was renewed at most renew_ms (lease / 3) before the kill. */
+    if (took < SHORT_LEASE_MS / 2 || took > SHORT_LEASE_MS + SLACK_MS)
+        fail_msg("the waiter got the lock %lld ms after the holder was killed; lease %ld ms",
+                 took, SHORT_LEASE_MS);
+    free(finish(waiter, out, 0));
+}
+
+static void test_exit_while_holding_releases_the_lock(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"f_exit\"; }");
+    char *hout = out_file(), *go = go_file();
+    pid_t holder = lockprog(cfg, rs.port, hout, "hold-exit", go);
+    wait_for(hout, "locked 0", RUN_MS);
+    char *out = out_file();
+    pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
+    wait_subscribed("f_exit");
+
+    long long t0 = th_now_ms();
+    touch(go);
+    long long got = wait_for(out, "locked 0", 5000);
+    assert_true(got - t0 < 5000);           /* the lease (30 s) did not have to run out */
+    char *text = finish(holder, hout, 0);
+    assert_has(text, "returning");
+    free(text);
+    free(finish(waiter, out, 0));
+}
+
+/* ---- (g) config errors ------------------------------------------------------- */
+
+static void test_bad_config_exits_78_before_main_naming_file_and_line(void **state)
+{
+    (void)state;
+    char *cfg = keep_file(th_write_file(".cfg", "lease_ms = 2000;\nrenew_ms = \"often\";\n"
+                                        "mutexes = ( { symbol = \"held_lock\"; } );\n"));
+    char *out = out_file();
+    char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
+    char where[PATH_MAX + 8];
+    snprintf(where, sizeof where, "%s:2:", cfg);
+    assert_has(text, where);
+    if (main_ran(text))
+        fail_msg("main ran despite the config error:\n%s", text);
+    free(text);
+}
+
+static void test_missing_required_symbol_exits_78_naming_it(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"no_such_mutex_g\"; }");
+    char *out = out_file();
+    char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
+    assert_has(text, "no_such_mutex_g");
+    if (main_ran(text))
+        fail_msg("main ran despite the missing symbol:\n%s", text);
+    free(text);
+}
+
+static void test_unset_dmutex_config_exits_78_with_a_clear_message(void **state)
+{
+    (void)state;
+    char preload[PATH_MAX + 16];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
+    char *env[] = { preload, NULL };
+    char *argv[] = { LOCKPROG, "trylock", NULL };
+    char *out = out_file();
+    char *text = finish(spawn(argv, env, out), out, EX_CONFIG);
+    assert_has(text, "DMUTEX_CONFIG");
+    assert_has(text, "not set");
+    if (main_ran(text))
+        fail_msg("main ran without a config:\n%s", text);
+    free(text);
+}
+
+/* ---- (h) Redis unreachable ---------------------------------------------------- */
+
+static void test_lock_keeps_retrying_and_logs_while_redis_is_unreachable(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_lock\"; }");
+    int port = closed_port();
+    char *out = out_file();
+    pid_t pid = lockprog(cfg, port, out, "lock", NULL);
+    wait_for(out, "waiting for redis", RUN_MS);
+    sleep(2);
+    assert_int_equal(waitpid(pid, NULL, WNOHANG), 0);      /* still trying */
+    char *text = th_read_file(out);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    assert_has(text, addr);
+    assert_has(text, "h_lock");
+    if (strstr(text, "locked"))
+        fail_msg("lock returned with Redis unreachable:\n%s", text);
+    free(text);
+}
+
+static void test_trylock_is_ebusy_while_redis_is_unreachable(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_try\"; }");
+    char *out = out_file();
+    char *text = finish(lockprog(cfg, closed_port(), out, "trylock", NULL), out, 0);
+    assert_has(text, "trylock EBUSY");
+    free(text);
+}
+
+static void test_timedlock_times_out_while_redis_is_unreachable(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_timed\"; }");
+    const long wait = 800;
+    char *out = out_file();
+    char *text = finish(lockprog(cfg, closed_port(), out, "timedlock", "800"), out, 0);
+    long long took = field_after(text, "timedlock ETIMEDOUT ");
+    if (took < wait - 1 || took > wait + SLACK_MS)
+        fail_msg("ETIMEDOUT after %lld ms for a %ld ms deadline:\n%s", took, wait, text);
+    free(text);
+}
+
+/* ---- (i) (j) (k) mutex types ---------------------------------------------------- */
+
+static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"i_rec\"; }");
+    char *out = out_file(), *go = go_file();
+    reset_stats();
+    char *argv[] = { LOCKPROG, "recursive", "10", go, NULL };
+    pid_t pid = spawn(argv, shim_env(cfg, rs.port), out);
+    /* After the 10 inner unlocks the outermost hold is still the cluster's. */
+    wait_for(out, "outer", RUN_MS);
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{i_rec}"), 1);
+    touch(go);
+    char *text = finish(pid, out, 0);
+    assert_has(text, "recursive 0");
+    free(text);
+    assert_int_equal(script_calls(), 2);        /* one acquire, one release */
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{i_rec}"), 0);
+}
+
+static void test_errorcheck_relock_is_edeadlk_without_redis_traffic(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_relock\"; }");
+    char *out = out_file();
+    reset_stats();
+    char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "relock"), out, 0);
+    assert_has(text, "errcheck relock 0 EDEADLK 0");
+    free(text);
+    assert_int_equal(script_calls(), 2);        /* the outer lock and unlock only */
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{j_relock}"), 0);
+}
+
+static void test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traffic(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_foreign\"; }");
+    char *out = out_file();
+    reset_stats();
+    char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "foreign"), out, 0);
+    assert_has(text, "errcheck foreign 0 EPERM 0");
+    free(text);
+    assert_int_equal(script_calls(), 2);
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{j_foreign}"), 0);
+}
+
+/* For a normal mutex glibc already says EBUSY; for a robust one it does
+ * not look, and only the shim knows the mutex is held. */
+static void test_destroy_of_a_held_mapped_mutex_is_ebusy(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"k_normal\"; },\n"
+                                      "{ symbol = \"robust_lock\"; name = \"k_robust\"; }");
+    const char *types[] = { "normal", "robust" };
+    for (int i = 0; i < 2; i++) {
+        char *out = out_file();
+        char *text = finish(lockprog(cfg, rs.port, out, "destroy-held", types[i]), out, 0);
+        char want[64];
+        snprintf(want, sizeof want, "destroy-held %s EBUSY 0 0", types[i]);
+        assert_has(text, want);
+        free(text);
+        /* The refused destroy left the hold intact, and unlock released it. */
+        assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{k_%s}", types[i]), 0);
+    }
+}
+
+#define T(f) cmocka_unit_test_teardown(f, cleanup)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_mapped_mutex_keeps_a_counter_exact_across_processes),
+        T(test_without_the_shim_the_counter_loses_updates),
+        T(test_unmapped_mutex_makes_no_redis_traffic),
+        T(test_trylock_is_ebusy_while_another_process_holds_the_mutex),
+        T(test_timedlock_times_out_at_its_deadline_while_held_elsewhere),
+        T(test_killed_holder_frees_the_lock_after_its_lease),
+        T(test_exit_while_holding_releases_the_lock),
+        T(test_bad_config_exits_78_before_main_naming_file_and_line),
+        T(test_missing_required_symbol_exits_78_naming_it),
+        T(test_unset_dmutex_config_exits_78_with_a_clear_message),
+        T(test_lock_keeps_retrying_and_logs_while_redis_is_unreachable),
+        T(test_trylock_is_ebusy_while_redis_is_unreachable),
+        T(test_timedlock_times_out_while_redis_is_unreachable),
+        T(test_recursive_nested_locks_cost_no_extra_round_trip),
+        T(test_errorcheck_relock_is_edeadlk_without_redis_traffic),
+        T(test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traffic),
+        T(test_destroy_of_a_held_mapped_mutex_is_ebusy),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
