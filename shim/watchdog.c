@@ -62,9 +62,10 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
     h->lost = 1;
     lost_count++;
     dm_error("lost the lease of lock %s (owner %s, fencing token %llu): %s; "
-             "last renewal succeeded %lld ms ago (lease %ld ms)%s",
+             "last renewal succeeded %lld ms ago (lease %ld ms); "
+             "lost leases in this process: %lu%s",
              h->lock->name, h->owner, (unsigned long long)h->token, why,
-             now - h->renewed_ms, cfg->lease_ms,
+             now - h->renewed_ms, cfg->lease_ms, lost_count,
              cfg->on_lease_lost == DM_LOST_ABORT
                  ? "; aborting before another process can enter (on_lease_lost = \"abort\")"
                  : "; continuing (on_lease_lost = \"warn\"): its unlock will return EPERM");
