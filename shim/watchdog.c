@@ -3,8 +3,11 @@
  * pipeline on its own connection, then applies the replies to holds that
  * are still the same generation. The time of a successful renewal is the
  * time its round was *sent*, so the client's idea of the lease never runs
- * past the server's. The wait between rounds is also bounded by the
- * earliest loss deadline, so a stuck server is noticed in time. */
+ * past the server's. Loss deadlines are watched by a second thread that
+ * does no I/O: a renewal round can block for a connect timeout plus
+ * several command timeouts (a server whose packets are dropped), longer
+ * than the margin, and the holder must still stop before the server-side
+ * lease runs out. */
 #include "watchdog.h"
 
 #include <errno.h>
@@ -93,6 +96,37 @@ static void apply(struct snap *s, int ok, long long sent)
     else
         declare_lost(h, "the server no longer has the hold (expired, deleted, or "
                         "lost by a restart or failover)", now_ms());
+}
+
+/* The deadline thread: sleeps until the earliest loss deadline (or a
+ * change to the holds) and declares the late ones lost. Never blocks on
+ * anything but wmu, which nobody holds across I/O. */
+static void *deadline_main(void *arg)
+{
+    (void)arg;
+    const struct dm_config *cfg = dm_cluster_config();
+    pthread_mutex_lock(&wmu);
+    for (;;) {
+        long long now = now_ms();
+        check_deadlines_locked(now);
+        long long wake = now + cfg->renew_ms;
+        for (struct dm_hold *h = holds; h; h = h->next) {
+            long long dl = h->renewed_ms + h->lease_ms - cfg->lease_margin_ms + 1;
+            if (!h->lost && dl < wake)
+                wake = dl;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long d = wake > now ? wake - now : 1;
+        ts.tv_sec += d / 1000;
+        ts.tv_nsec += (d % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&wcv, &wmu, &ts);
+    }
+    return NULL;
 }
 
 static void *watchdog_main(void *arg)
@@ -239,10 +273,9 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     cv_init_locked();
     h->renewed_ms = asked_ms;
     h->lease_ms = lease_ms;
-    if (lease_ms < dm_cluster_config()->lease_ms) {
+    if (lease_ms < dm_cluster_config()->lease_ms)
         urgent = 1;
-        pthread_cond_signal(&wcv);
-    }
+    pthread_cond_broadcast(&wcv);       /* both threads: a new, maybe earlier, deadline */
     h->gen++;
     h->lost = 0;
     h->registered = 1;
@@ -261,12 +294,16 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
         rc = pthread_create(&t, &a, watchdog_main, NULL);
+        if (rc == 0) {
+            running = 1;
+            int r2 = pthread_create(&t, &a, deadline_main, NULL);
+            if (r2 != 0)    /* the renewal thread still checks, between its rounds */
+                dm_error("cannot start the lease deadline thread: %s", strerror(r2));
+        } else {
+            dm_error("cannot start the lease renewal thread: %s", strerror(rc));
+        }
         pthread_attr_destroy(&a);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (rc == 0)
-            running = 1;
-        else
-            dm_error("cannot start the lease renewal thread: %s", strerror(rc));
     }
     pthread_mutex_unlock(&wmu);
     return rc;
