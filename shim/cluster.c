@@ -313,8 +313,13 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             return 0;
 
         case ATT_DOWN:
-            if (flags & DM_ACQ_TRY)
+            if (flags & DM_ACQ_TRY) {
+                /* EBUSY alone would pass a refusing server (NOPERM, READONLY,
+                 * WRONGTYPE...) off as a busy lock, forever. */
+                dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                             "lock %s: %s; trylock returns EBUSY", l->name, err);
                 return EBUSY;
+            }
             if (ccfg->on_redis_down == DM_DOWN_ERROR) {
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; returning EAGAIN (on_redis_down = \"error\")", l->name, err);
