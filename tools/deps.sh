@@ -10,7 +10,7 @@ set -e
 pkgs="build-essential pkg-config libhiredis-dev libconfig-dev libcmocka-dev
       libelf-dev libdw-dev redis-server redis-tools iproute2 procps
       clang libclang-rt-14-dev"
-[ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis nodejs npm valgrind"
+[ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"
 
 missing=""
 for p in $pkgs; do
@@ -18,6 +18,12 @@ for p in $pkgs; do
         missing="$missing $p"
     fi
 done
+# node and npm by command, not by package: a nodejs from another source
+# (nodesource's bundles npm) is as good, and Debian's npm conflicts with it.
+if [ "$1" = bench ]; then
+    command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+    command -v npm >/dev/null 2>&1 || missing="$missing npm"
+fi
 [ -z "$missing" ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
