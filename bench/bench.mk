@@ -1,0 +1,26 @@
+# The benchmark (issue 5): `make bench` measures dmutex against its peers on
+# a private redis-server and writes bench/results.md and bench/throughput.png
+# (bench/README.md says what each figure is). BENCH_QUICK=1 for a short run.
+#
+# The programs are ordinary pthread programs: no shim headers or objects;
+# dmutex is applied to them with LD_PRELOAD and a config, as a user would.
+
+BENCH_BINS := $(B)/bench/cycle $(B)/bench/passthrough $(B)/bench/many
+
+.PHONY: bench-build
+bench-build: $(BENCH_BINS)
+
+bench:
+	@tools/deps.sh bench
+	@$(MAKE) --no-print-directory all bench-build
+	@bench/run.sh
+
+$(B)/bench/cycle: bench/cycle.c | $(B)/bench
+	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $(shell pkg-config --cflags hiredis) \
+	    $< -o $@ $(shell pkg-config --libs hiredis)
+
+$(B)/bench/%: bench/%.c | $(B)/bench
+	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $< -o $@
+
+$(B)/bench:
+	mkdir -p $@

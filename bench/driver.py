@@ -1,0 +1,714 @@
+"""The benchmark of issue 5: runs every figure against one private
+redis-server and reports medians and ratios against the targets.
+
+Run through bench/run.sh (which starts and stops the server), not by hand:
+
+    bench/run.sh                 # what `make bench` runs
+    BENCH_QUICK=1 bench/run.sh   # short run: fewer K, shorter runs
+
+Writes bench/results.md, bench/throughput.png (via gnuplot) and the raw
+numbers in build/bench/results.json; prints the table of targets.
+
+Every contended figure runs K worker processes (bench/cycle.c with the shim
+preloaded, or a peer's worker from bench/peers/) that do the same cycle
+(lock; INCR; hold; unlock) from a common start until a common deadline, and
+report when each lock call was made, returned, and when unlock was called.
+Client requests are counted from INFO commandstats deltas over the window:
+only top-level commands count, so the commands a script runs inside the
+server (which commandstats also counts) are left out, as is the workers' own
+INCR. Which plain (non-script) commands a system sends is learnt per system
+from a short MONITOR run, where a script's commands are marked "lua".
+"""
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import redis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+SHIM = os.path.join(BUILD, "libdmutex.so")
+CYCLE = os.path.join(BUILD, "bench", "cycle")
+PASSTHROUGH = os.path.join(BUILD, "bench", "passthrough")
+MANY = os.path.join(BUILD, "bench", "many")
+NODE_WORKER = os.path.join(ROOT, "bench", "peers", "worker.js")
+PY_WORKER = os.path.join(ROOT, "bench", "peers", "redispy.py")
+PYTHON = "/usr/bin/python3"     # Debian's, which has python3-redis
+
+HOST = "127.0.0.1"
+QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+KS = [1, 2, 4, 32] if QUICK else [1, 2, 4, 8, 16, 32]
+HOLDS_US = [0, 2000]
+RUN_S = 0.6 if QUICK else 2.0
+READY_TIMEOUT_S = 120
+PASS_N = 5_000_000 if QUICK else 20_000_000
+PASS_REPS = 3 if QUICK else 5
+CALLGRIND_N = 200_000
+PAIRS_S = 0.5 if QUICK else 1.0
+PAIRS_REPS = 3
+WATCHDOG_N = 10_000
+WATCHDOG_LEASE_MS = 3000            # renew_ms = lease / 3 = 1 s
+WATCHDOG_HOLD_MS = 3500 if QUICK else 6500
+STATS_POLL_S = 0.02
+
+# Commands no Lua script can run (or that none of the scripts here run):
+# every call of these is a client request.
+TOP_LEVEL = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "script",
+             "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe",
+             "sunsubscribe", "ping", "hello", "client", "info", "auth", "select", "quit",
+             "multi", "exec", "watch", "unwatch", "discard", "readonly"}
+OWN_COMMANDS = {"incr"}             # the workers' own INCR
+DRIVER_INFO_PER_WINDOW = 1          # the "before" INFO shows up in the "after" one
+
+# name -> how to run it. `retry`: the peers' default retry settings, or 1 ms.
+SYSTEMS = {
+    "dmutex":          {"kind": "c", "mode": "default"},
+    "dmutex-fair":     {"kind": "c", "mode": "fair"},
+    "dmutex-cache":    {"kind": "c", "mode": "cache"},
+    "redlock":         {"kind": "node", "lib": "redlock", "retry": "default"},
+    "redlock-1ms":     {"kind": "node", "lib": "redlock", "retry": "1ms"},
+    "semaphore":       {"kind": "node", "lib": "semaphore", "retry": "default"},
+    "semaphore-1ms":   {"kind": "node", "lib": "semaphore", "retry": "1ms"},
+    "redis-py":        {"kind": "py", "retry": "default"},
+    "redis-py-1ms":    {"kind": "py", "retry": "1ms"},
+}
+DMUTEX_MODES = ["dmutex", "dmutex-fair", "dmutex-cache"]
+PEERS = [s for s in SYSTEMS if s not in DMUTEX_MODES]
+PEER_DEFAULTS = [s for s in PEERS if not s.endswith("-1ms")]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def median(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def pct(v, p):
+    if not v:
+        return float("nan")
+    s = sorted(v)
+    return s[min(len(s) - 1, int(len(s) * p / 100))]
+
+
+class Bench:
+    def __init__(self, port):
+        self.port = port
+        self.r = redis.Redis(host=HOST, port=port)
+        self.tmp = tempfile.mkdtemp(prefix="dmutex-bench.")
+        self.run_id = 0
+        self.toplevel = {}          # system -> names counted as requests
+        self.res = {"quick": QUICK, "run_s": RUN_S}
+
+    # ---- helpers ---------------------------------------------------------
+
+    def config(self, name, mode, entries=None, lease_ms=None):
+        path = os.path.join(self.tmp, name + ".cfg")
+        flags = {"fair": " fair = true;", "cache": " cache = true;"}.get(mode, "")
+        with open(path, "w") as f:
+            f.write('redis = { host = "%s"; port = %d; };\n' % (HOST, self.port))
+            if lease_ms:
+                f.write("lease_ms = %d;\n" % lease_ms)
+            f.write("mutexes = (\n")
+            f.write(",\n".join(entries or ['  { symbol = "bench_lock"; name = "%s";%s }'
+                                           % (name, flags)]))
+            f.write("\n);\n")
+        return path
+
+    def shim_env(self, cfg, log_level=None):
+        env = dict(os.environ, LD_PRELOAD=SHIM, DMUTEX_CONFIG=cfg)
+        if log_level:
+            env["DMUTEX_LOG"] = log_level
+        return env
+
+    def commandstats(self):
+        return {k[len("cmdstat_"):]: v["calls"]
+                for k, v in self.r.info("commandstats").items()}
+
+    def requests(self, system, before, after):
+        names = self.toplevel.get(system, TOP_LEVEL)
+        n = 0
+        for cmd, calls in after.items():
+            if cmd.split("|")[0] in names:
+                n += calls - before.get(cmd, 0)
+        return n - DRIVER_INFO_PER_WINDOW
+
+    # ---- the contended cycle ---------------------------------------------
+
+    def worker_cmd(self, system, key, hold_us):
+        s = SYSTEMS[system]
+        if s["kind"] == "c":
+            cfg = self.config(key.replace(":", "_"), s["mode"])
+            return [CYCLE, "run", HOST, str(self.port), key, str(hold_us)], self.shim_env(cfg)
+        if s["kind"] == "node":
+            return ["node", NODE_WORKER, s["lib"], str(self.port), key, str(hold_us),
+                    s["retry"]], None
+        return [PYTHON, PY_WORKER, str(self.port), key, str(hold_us), s["retry"]], None
+
+    def run_cycle(self, system, k, hold_us, seconds, monitor=None):
+        """K processes of `system` from one start to one deadline. Returns
+        the figure's numbers (throughput, waits, handoffs, requests)."""
+        self.run_id += 1
+        key = "bench:%d" % self.run_id
+        cmd, env = self.worker_cmd(system, key, hold_us)
+        procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, cwd=ROOT) for _ in range(k)]
+        try:
+            t_end = time.monotonic() + READY_TIMEOUT_S
+            for p in procs:
+                line = p.stdout.readline()
+                if line.strip() != "ready":
+                    raise RuntimeError("%s worker did not start (exit %s)" % (system, p.poll()))
+                if time.monotonic() > t_end:
+                    raise RuntimeError("%s workers too slow to start" % system)
+            mon = monitor() if monitor else None
+            before = self.commandstats()
+            start = time.monotonic_ns()
+            deadline = start + int(seconds * 1e9)
+            for p in procs:
+                p.stdin.write("go %d\n" % deadline)
+                p.stdin.flush()
+            outs = [json.loads(p.stdout.readline()) for p in procs]
+            after = self.commandstats()
+            if mon:
+                mon.stop()
+        finally:
+            for p in procs:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        return self.summarise(system, k, hold_us, start, deadline, outs, before, after)
+
+    def summarise(self, system, k, hold_us, start, deadline, outs, before, after):
+        acq = [(a[0], a[1], a[2], i) for i, o in enumerate(outs) for a in o["acq"]]
+        waits = [(a[1] - a[0]) / 1e3 for a in acq]
+        waits += [(c[1] - c[0]) / 1e3 for o in outs for c in o.get("censored", [])]
+        in_window = sum(1 for a in acq if a[1] <= deadline)
+        # A handoff: the next holder was already waiting when the previous
+        # one called unlock; from that unlock call to the new lock's return.
+        hand = []
+        by_t1 = sorted(acq, key=lambda a: a[1])
+        for prev, cur in zip(by_t1, by_t1[1:]):
+            if cur[3] != prev[3] and cur[0] < prev[2]:
+                hand.append((cur[1] - prev[2]) / 1e3)
+        req = self.requests(system, before, after)
+        return {
+            "system": system, "k": k, "hold_us": hold_us,
+            "seconds": (deadline - start) / 1e9,
+            "acquisitions": len(acq),
+            "throughput": in_window / ((deadline - start) / 1e9),
+            "wait_p50_us": pct(waits, 50), "wait_p99_us": pct(waits, 99),
+            "hold_us_measured": median([(a[2] - a[1]) / 1e3 for a in acq]),
+            "handoff_p50_us": median(hand), "handoffs": len(hand),
+            "requests": req, "req_per_acq": req / len(acq) if acq else float("nan"),
+            "fail": sum(o.get("fail", 0) for o in outs),
+            "idle_workers": sum(1 for o in outs if not o["acq"]),
+        }
+
+    # ---- which plain commands each system sends --------------------------
+
+    def monitor(self):
+        """A MONITOR session in a thread; .stop() returns the lines."""
+        bench = self
+
+        class Mon:
+            def __init__(self):
+                self.lines = []
+                self.conn = redis.Redis(host=HOST, port=bench.port)
+                self.m = self.conn.monitor().__enter__()
+                self.done = False
+                self.t = threading.Thread(target=self.read, daemon=True)
+                self.t.start()
+
+            def read(self):
+                try:
+                    for ev in self.m.listen():
+                        self.lines.append(ev)
+                        if self.done:
+                            break
+                except Exception:   # the connection closed under it: done
+                    pass
+
+            def stop(self):
+                self.done = True
+                bench.r.ping()      # one more line so that the reader sees `done`
+                self.t.join(timeout=5)
+                try:
+                    self.m.connection.disconnect()
+                except Exception:
+                    pass
+                self.lines = list(self.lines)
+                bench.calibration_lines = self.lines
+
+        return Mon()
+
+    def learn_toplevel(self):
+        """For each system, a short K=2 run under MONITOR: the plain commands
+        its clients send at top level are counted as requests from then on
+        (a script's commands show as "lua" and are not)."""
+        log("requests: learning each system's top-level commands (MONITOR, K=2)")
+        driver = self.r.client_info()["addr"]       # its INFO and PING are not a system's
+        self.toplevel_seen = {}
+        for system in DMUTEX_MODES + PEER_DEFAULTS:
+            self.calibration_lines = []
+            self.run_cycle(system, 2, 0, 0.3, monitor=self.monitor)
+            client, lua = set(), set()
+            for ev in self.calibration_lines:
+                cmd = ev["command"].split(" ")[0].strip('"').lower()
+                src = ev.get("client_type") or ""
+                if src == "lua":
+                    lua.add(cmd)
+                elif "%s:%s" % (ev.get("client_address"), ev.get("client_port")) != driver:
+                    client.add(cmd)
+            plain = client - TOP_LEVEL - OWN_COMMANDS
+            both = plain & lua
+            if both:
+                log("requests: warning: %s sends %s itself and from scripts: "
+                    "commandstats counts both" % (system, ", ".join(sorted(both))))
+            self.toplevel_seen[system] = sorted(client - OWN_COMMANDS)
+            log("  %-13s top-level: %s" % (system, ", ".join(self.toplevel_seen[system])))
+            # The 1 ms variants are the same client with another delay.
+            for s in (system, system + "-1ms"):
+                self.toplevel[s] = TOP_LEVEL | plain
+        self.res["toplevel_commands"] = self.toplevel_seen
+
+    # ---- figures -------------------------------------------------------------
+
+    def fig_passthrough(self):
+        log("passthrough: unmapped lock+unlock, without and with the shim (100 mutexes mapped)")
+        entries = ['  { symbol = "mapped"; index = %d; name = "pt%d"; required = false; }'
+                   % (i, i) for i in range(100)]
+        # required = false: under valgrind the shim is also preloaded into
+        # valgrind's own launcher, which has no `mapped`; the timed runs
+        # check the log for "100 mutexes mapped".
+        cfg = self.config("passthrough", "default", entries)
+        out = {}
+        for t in (1, 2):
+            plain, shim = [], []
+            for _ in range(PASS_REPS):
+                p = subprocess.run([PASSTHROUGH, str(t), str(PASS_N)], capture_output=True,
+                                   text=True, check=True)
+                plain.append(json.loads(p.stdout)["ns_per_pair"])
+                p = subprocess.run([PASSTHROUGH, str(t), str(PASS_N)], capture_output=True,
+                                   text=True, check=True, env=self.shim_env(cfg, "info"))
+                if "100 mutexes mapped" not in p.stderr:
+                    raise RuntimeError("passthrough: the shim did not map the 100 mutexes:\n"
+                                       + p.stderr)
+                shim.append(json.loads(p.stdout)["ns_per_pair"])
+            out["t%d" % t] = {"plain_ns": median(plain), "shim_ns": median(shim),
+                              "ratio": median(shim) / median(plain),
+                              "plain_all": plain, "shim_all": shim}
+            log("  %d thread(s): %.2f ns -> %.2f ns per pair (x%.2f)"
+                % (t, median(plain), median(shim), median(shim) / median(plain)))
+        out["instructions"] = self.instructions(cfg)
+        self.res["passthrough"] = out
+
+    def instructions(self, cfg):
+        """Instructions per pair, plain and preloaded: perf stat if the
+        machine has a hardware counter, else callgrind (only bench_loop and
+        what it calls: --toggle-collect)."""
+        perf = shutil.which("perf")
+        if perf:
+            p = subprocess.run([perf, "stat", "-x,", "-e", "instructions:u", "true"],
+                               capture_output=True, text=True)
+            if p.returncode == 0 and "<not supported>" not in p.stderr \
+                    and "<not counted>" not in p.stderr:
+                return self.instructions_perf(perf, cfg)
+            log("  perf: no hardware instruction counter here: using callgrind")
+        res = {"tool": "callgrind"}
+        for name, env in (("plain", None), ("shim", self.shim_env(cfg))):
+            outf = os.path.join(self.tmp, "callgrind." + name)
+            subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=bench_loop",
+                            "--callgrind-out-file=" + outf, PASSTHROUGH, "1",
+                            str(CALLGRIND_N)], capture_output=True, text=True, check=True,
+                           env=env)
+            with open(outf) as f:
+                total = next(int(l.split()[1]) for l in f if l.startswith("summary:"))
+            res[name] = total / CALLGRIND_N
+        res["extra"] = res["shim"] - res["plain"]
+        log("  instructions per pair (%s): %.1f -> %.1f (+%.1f)"
+            % (res["tool"], res["plain"], res["shim"], res["extra"]))
+        return res
+
+    def instructions_perf(self, perf, cfg):
+        res = {"tool": "perf stat"}
+        for name, env in (("plain", None), ("shim", self.shim_env(cfg))):
+            counts = []
+            for n in (CALLGRIND_N, 10 * CALLGRIND_N):
+                p = subprocess.run([perf, "stat", "-x,", "-e", "instructions:u", PASSTHROUGH,
+                                    "1", str(n)], capture_output=True, text=True, check=True,
+                                   env=env)
+                counts.append(int(p.stderr.strip().splitlines()[-1].split(",")[0]))
+            res[name] = (counts[1] - counts[0]) / (9 * CALLGRIND_N)
+        res["extra"] = res["shim"] - res["plain"]
+        log("  instructions per pair (perf): %.1f -> %.1f (+%.1f)"
+            % (res["plain"], res["shim"], res["extra"]))
+        return res
+
+    def fig_uncontended(self):
+        log("uncontended: lock+unlock pairs of one process, and PING on its own connection")
+        out = {}
+        for system in DMUTEX_MODES:
+            mode = SYSTEMS[system]["mode"]
+            pair, ping, rate = [], [], []
+            for rep in range(PAIRS_REPS):
+                cfg = self.config("pairs_%s_%d" % (mode, rep), mode)
+                p = subprocess.run([CYCLE, "pairs", HOST, str(self.port), str(PAIRS_S), "1"],
+                                   capture_output=True, text=True, check=True,
+                                   env=self.shim_env(cfg))
+                o = json.loads(p.stdout)
+                pair.append(o["median_ns"] / 1e3)
+                ping.append(o["ping_ns"][0] / 1e3)
+                if mode == "cache":
+                    p = subprocess.run([CYCLE, "pairs", HOST, str(self.port), str(PAIRS_S), "0"],
+                                       capture_output=True, text=True, check=True,
+                                       env=self.shim_env(cfg))
+                    o = json.loads(p.stdout)
+                    rate.append(o["n"] / (o["ns"] / 1e9))
+            out[system] = {"pair_us": median(pair), "ping_us": median(ping),
+                           "ratio": median(pair) / median(ping)}
+            if rate:
+                out[system]["pairs_per_s"] = median(rate)
+            log("  %-13s pair %.1f us, PING %.1f us (x%.2f)%s"
+                % (system, median(pair), median(ping), median(pair) / median(ping),
+                   ", untimed %.0f pairs/s" % median(rate) if rate else ""))
+        self.res["uncontended"] = out
+        self.res["rtt_us"] = out["dmutex"]["ping_us"]
+
+    def fig_watchdog(self):
+        log("watchdog: %d held mapped mutexes, lease %d ms, held %d ms"
+            % (WATCHDOG_N, WATCHDOG_LEASE_MS, WATCHDOG_HOLD_MS))
+        entries = ['  { symbol = "many"; index = %d; name = "many%d"; }' % (i, i)
+                   for i in range(WATCHDOG_N)]
+        cfg = self.config("watchdog", "default", entries, lease_ms=WATCHDOG_LEASE_MS)
+        t0 = time.monotonic()
+        p = subprocess.Popen([MANY, str(WATCHDOG_N), str(WATCHDOG_HOLD_MS)], stdout=subprocess.PIPE,
+                             text=True, env=self.shim_env(cfg))
+        locked = json.loads(p.stdout.readline())
+        start_s = time.monotonic() - t0
+        # Poll the renewal count; a burst of increments is one round trip
+        # of the watchdog (it pipelines every renewal of a round).
+        samples = []
+        last = self.r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        first = last
+        hold_end = time.monotonic() + WATCHDOG_HOLD_MS / 1e3 - 0.1
+        while time.monotonic() < hold_end:
+            time.sleep(STATS_POLL_S)
+            cur = self.r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+            samples.append(cur - last)
+            last = cur
+        cpu = json.loads(p.stdout.readline())
+        p.wait()
+        bursts, sizes, run = 0, [], 0
+        for d in samples + [0]:
+            if d:
+                run += d
+            elif run:
+                bursts += 1
+                sizes.append(run)
+                run = 0
+        renewals = last - first
+        out = {"n": WATCHDOG_N, "lease_ms": WATCHDOG_LEASE_MS, "lock_all_ms": locked["locked_ms"],
+               "start_s": start_s, "cpu_ms": cpu["cpu_ms"], "wall_ms": cpu["wall_ms"],
+               "cpu_pct": 100 * cpu["cpu_ms"] / cpu["wall_ms"], "renewals": renewals,
+               "rounds": bursts, "per_round": renewals / bursts if bursts else 0,
+               "round_sizes": sizes}
+        log("  locked all in %.0f ms; %d renewals in %d rounds (%.0f per round trip); "
+            "CPU %.2f%% of a core" % (locked["locked_ms"], renewals, bursts, out["per_round"],
+                                       out["cpu_pct"]))
+        self.res["watchdog"] = out
+
+    def fig_sweep(self):
+        runs = []
+        for hold in HOLDS_US:
+            for k in KS:
+                for system in SYSTEMS:
+                    if k == 1 and system.endswith("-1ms"):
+                        continue    # nothing to retry without contention
+                    r = self.run_cycle(system, k, hold, RUN_S)
+                    runs.append(r)
+                    log("  hold %4d us K=%2d %-13s %8.0f acq/s  p99 wait %9.0f us  "
+                        "%5.2f req/acq%s" % (hold, k, system, r["throughput"], r["wait_p99_us"],
+                                             r["req_per_acq"],
+                                             "  handoff %.0f us" % r["handoff_p50_us"]
+                                             if r["handoffs"] else ""))
+        self.res["sweep"] = runs
+
+
+# ---- report -------------------------------------------------------------------
+
+def find(runs, system, k, hold):
+    for r in runs:
+        if r["system"] == system and r["k"] == k and r["hold_us"] == hold:
+            return r
+    return None
+
+
+def verdict(value, target, higher_is_better):
+    if value != value:      # NaN
+        return "no data"
+    ok = value >= target if higher_is_better else value <= target
+    if ok:
+        return "met"
+    if higher_is_better:
+        return "MISSED by %.0f%%" % (100 * (target - value) / target)
+    return "MISSED by %.0f%%" % (100 * (value - target) / target)
+
+
+def targets(res):
+    rows = []       # (figure, measured text, target text, verdict)
+    pt = res["passthrough"]
+    for t in (1, 2):
+        x = pt["t%d" % t]
+        rows.append(("unmapped lock+unlock, %d thread%s: shim / none" % (t, "s" if t > 1 else ""),
+                     "%.2f / %.2f ns = x%.2f" % (x["shim_ns"], x["plain_ns"], x["ratio"]),
+                     "<= x1.3", verdict(x["ratio"], 1.3, False)))
+    ins = pt["instructions"]
+    rows.append(("unmapped pair: extra instructions (%s)" % ins["tool"],
+                 "%.1f -> %.1f: +%.1f" % (ins["plain"], ins["shim"], ins["extra"]),
+                 "<= 15", verdict(ins["extra"], 15, False)))
+    rtt = res["rtt_us"]
+    un = res["uncontended"]
+    for s in ("dmutex", "dmutex-fair"):
+        rows.append(("uncontended mapped pair / PING (%s)" % s,
+                     "%.1f / %.1f us = x%.2f" % (un[s]["pair_us"], un[s]["ping_us"], un[s]["ratio"]),
+                     "<= x2.2", verdict(un[s]["ratio"], 2.2, False)))
+    runs = res["sweep"]
+    f = find(runs, "dmutex-fair", 2, 2000)
+    rows.append(("handoff, fair (K=2, 2 ms hold): median / RTT",
+                 "%.0f / %.0f us = x%.2f" % (f["handoff_p50_us"], rtt, f["handoff_p50_us"] / rtt),
+                 "<= x1.3", verdict(f["handoff_p50_us"] / rtt, 1.3, False)))
+    kmax, kmin = max(KS), 2
+    for s in DMUTEX_MODES:
+        a, b = find(runs, s, kmax, 0), find(runs, s, kmin, 0)
+        rows.append(("%s: throughput K=%d / K=%d, no hold" % (s, kmax, kmin),
+                     "%.0f / %.0f = x%.2f" % (a["throughput"], b["throughput"],
+                                              a["throughput"] / b["throughput"]),
+                     ">= x0.8", verdict(a["throughput"] / b["throughput"], 0.8, True)))
+    for s in DMUTEX_MODES:
+        worst, wk = None, None
+        for k in KS[1:]:
+            r = find(runs, s, k, 2000)
+            limit = 1e6 / (r["hold_us_measured"] + rtt)
+            frac = r["throughput"] / limit
+            if worst is None or frac < worst:
+                worst, wk, wr, wl = frac, k, r, limit
+        rows.append(("%s: 2 ms hold, worst K (K=%d) / limit" % (s, wk),
+                     "%.0f / %.0f acq/s = %.0f%%" % (wr["throughput"], wl, 100 * worst),
+                     ">= 90%", verdict(worst, 0.9, True)))
+    for s in DMUTEX_MODES:
+        worst = max((r for r in runs if r["system"] == s), key=lambda r: r["req_per_acq"])
+        rows.append(("%s: requests per acquisition, worst (K=%d, hold %d us)"
+                     % (s, worst["k"], worst["hold_us"]),
+                     "%.2f" % worst["req_per_acq"], "<= 2.2",
+                     verdict(worst["req_per_acq"], 2.2, False)))
+    c = un["dmutex-cache"]
+    rows.append(("lock caching, one process", "%.0f pairs/s" % c["pairs_per_s"],
+                 ">= 1,000,000", verdict(c["pairs_per_s"], 1e6, True)))
+    f = find(runs, "dmutex-cache", 2, 2000)
+    rows.append(("lock caching, a second process asks: after the CS ends / RTT",
+                 "%.0f / %.0f us = x%.2f" % (f["handoff_p50_us"], rtt, f["handoff_p50_us"] / rtt),
+                 "<= x1.0", verdict(f["handoff_p50_us"] / rtt, 1.0, False)))
+    w = res["watchdog"]
+    rows.append(("watchdog, %d holds: renewals per round trip" % w["n"],
+                 "%d in %d rounds: %.0f" % (w["renewals"], w["rounds"], w["per_round"]),
+                 ">= 100", verdict(w["per_round"], 100, True)))
+    rows.append(("watchdog, %d holds, lease %d ms: CPU" % (w["n"], w["lease_ms"]),
+                 "%.2f%% of a core" % w["cpu_pct"], "< 1%", verdict(w["cpu_pct"], 1.0, False)))
+
+    def best_peer(k, hold):
+        cands = [find(runs, p, k, hold) for p in PEERS]
+        return max((r for r in cands if r), key=lambda r: r["throughput"])
+    bp = best_peer(1, 0)
+    for s, t in (("dmutex", 1.4), ("dmutex-cache", 2.5)):
+        r = find(runs, s, 1, 0)
+        rows.append(("lock+INCR+unlock, K=1: %s / best peer (%s)" % (s, bp["system"]),
+                     "%.0f / %.0f = x%.2f" % (r["throughput"], bp["throughput"],
+                                              r["throughput"] / bp["throughput"]),
+                     ">= x%.1f" % t, verdict(r["throughput"] / bp["throughput"], t, True)))
+    bp = best_peer(4, 0)
+    for s in DMUTEX_MODES:
+        r = find(runs, s, 4, 0)
+        rows.append(("lock+INCR+unlock, K=4: %s / best peer (%s)" % (s, bp["system"]),
+                     "%.0f / %.0f = x%.2f" % (r["throughput"], bp["throughput"],
+                                              r["throughput"] / bp["throughput"]),
+                     ">= x1.3", verdict(r["throughput"] / bp["throughput"], 1.3, True)))
+    return rows
+
+
+def machine():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    rv = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"v=(\S+)", rv)
+    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
+            "redis": m.group(1) if m else "?", "node": subprocess.run(
+                ["node", "--version"], capture_output=True, text=True).stdout.strip(),
+            "python": platform.python_version(), "redis_py": redis.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "load": open("/proc/loadavg").read().split()[:3]}
+
+
+def table(rows, headers):
+    w = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) + " |"
+    return "\n".join([line(headers), "|" + "|".join("-" * (x + 2) for x in w) + "|"]
+                     + [line(r) for r in rows])
+
+
+def sweep_table(runs, hold):
+    rows = []
+    for s in SYSTEMS:
+        cells = [s]
+        for k in KS:
+            r = find(runs, s, k, hold)
+            cells.append("-" if not r else "%.0f / %s / %.1f" % (
+                r["throughput"], fmt_us(r["wait_p99_us"]), r["req_per_acq"]))
+        rows.append(cells)
+    return table(rows, ["system"] + ["K=%d" % k for k in KS])
+
+
+def fmt_us(us):
+    if us != us:
+        return "-"
+    if us >= 1e6:
+        return "%.1f s" % (us / 1e6)
+    if us >= 1e3:
+        return "%.1f ms" % (us / 1e3)
+    return "%.0f us" % us
+
+
+def plot(res, out_png, tmp):
+    if not shutil.which("gnuplot"):
+        log("plot: gnuplot not found, no %s" % out_png)
+        return
+    runs = res["sweep"]
+    datf = {}
+    for hold in HOLDS_US:
+        for s in SYSTEMS:
+            path = os.path.join(tmp, "plot_%s_%d.dat" % (s, hold))
+            with open(path, "w") as f:
+                for k in KS:
+                    r = find(runs, s, k, hold)
+                    if r:
+                        f.write("%d %f %f\n" % (k, max(r["throughput"], 0.1),
+                                                max(r["wait_p99_us"] / 1e3, 0.001)))
+            datf[(s, hold)] = path
+    styles = {"dmutex": "lw 3 lc rgb '#1f4e9c' pt 7", "dmutex-fair": "lw 3 lc rgb '#2a9d3a' pt 5",
+              "dmutex-cache": "lw 3 lc rgb '#c0392b' pt 9",
+              "redlock": "lw 1.5 lc rgb '#8e44ad' pt 4", "redlock-1ms": "lw 1.5 dt 2 lc rgb '#8e44ad' pt 4",
+              "semaphore": "lw 1.5 lc rgb '#e67e22' pt 6", "semaphore-1ms": "lw 1.5 dt 2 lc rgb '#e67e22' pt 6",
+              "redis-py": "lw 1.5 lc rgb '#7f8c8d' pt 8", "redis-py-1ms": "lw 1.5 dt 2 lc rgb '#7f8c8d' pt 8"}
+    g = ["set terminal pngcairo size 1400,1000 font 'sans,10'",
+         "set output '%s'" % out_png,
+         "set multiplot layout 2,2 title 'dmutex vs peers: one mutex, K processes, "
+         "lock; INCR; hold; unlock (%s)'" % res["machine"]["date"],
+         "set logscale x 2", "set xtics (%s)" % ", ".join(str(k) for k in KS),
+         "set grid", "set key outside right top", "set xlabel 'K processes'"]
+    for hold in HOLDS_US:
+        hn = "no hold" if hold == 0 else "%d ms hold" % (hold // 1000)
+        for col, ylabel, title in ((2, "acquisitions/s", "throughput, %s" % hn),
+                                   (3, "p99 wait (ms)", "p99 wait for the lock, %s" % hn)):
+            g += ["set logscale y", "set ylabel '%s'" % ylabel, "set title '%s'" % title,
+                  "plot " + ", ".join("'%s' using 1:%d with linespoints %s title '%s'"
+                                      % (datf[(s, hold)], col, styles[s], s) for s in SYSTEMS)]
+    g.append("unset multiplot")
+    gp = os.path.join(tmp, "plot.gp")
+    with open(gp, "w") as f:
+        f.write("\n".join(g) + "\n")
+    subprocess.run(["gnuplot", gp], check=True)
+
+
+def report(res, out_dir, tmp):
+    rows = targets(res)
+    m = res["machine"]
+    tgt = table(rows, ["figure", "measured (median)", "target", "verdict"])
+    print()
+    print("dmutex benchmark%s: %s, %d cores (%s), kernel %s, redis %s; load %s"
+          % (" (BENCH_QUICK)" if QUICK else "", m["date"], m["nproc"], m["cpu"], m["kernel"],
+             m["redis"], " ".join(m["load"])))
+    print("RTT (PING, C client): %.1f us\n" % res["rtt_us"])
+    print(tgt)
+    missed = sum(1 for r in rows if r[3].startswith("MISSED"))
+    print("\n%d of %d targets met" % (len(rows) - missed, len(rows)))
+    md = ["# dmutex benchmark results", "",
+          "Generated by `make bench`%s on %s." % (" with BENCH_QUICK=1" if QUICK else "", m["date"]),
+          "",
+          "Machine: %d cores (`nproc`), %s, Linux %s, redis-server %s, node %s, "
+          "python %s with redis-py %s; load average at the end %s."
+          % (m["nproc"], m["cpu"], m["kernel"], m["redis"], m["node"], m["python"],
+             m["redis_py"], " ".join(m["load"])),
+          "",
+          "One round trip (PING from a C hiredis client, median): **%.1f us**. "
+          "Contended runs: %.1f s each, every figure one run; waits and handoffs are "
+          "medians or p99 over all acquisitions of the run." % (res["rtt_us"], RUN_S),
+          "", "## Targets", "", tgt, "",
+          "%d of %d targets met." % (len(rows) - missed, len(rows)), ""]
+    for hold in HOLDS_US:
+        md += ["## K processes, %s: throughput (acq/s) / p99 wait / requests per acquisition"
+               % ("no hold" if hold == 0 else "%d ms hold" % (hold // 1000)), "",
+               sweep_table(res["sweep"], hold), ""]
+    md += ["## Top-level commands each system sends (learnt under MONITOR)", ""]
+    for s, cmds in res.get("toplevel_commands", {}).items():
+        md.append("- %s: %s" % (s, ", ".join(cmds)))
+    w = res["watchdog"]
+    md += ["", "## Watchdog", "",
+           "%d mapped mutexes held by one process, lease %d ms (renewal every %d ms), "
+           "held %.0f ms: %d renewals in %d rounds (sizes %s); process CPU %.1f ms (%.2f%% "
+           "of a core). Locking them all took %.0f ms."
+           % (w["n"], w["lease_ms"], w["lease_ms"] // 3, w["wall_ms"], w["renewals"], w["rounds"],
+              ", ".join(str(x) for x in w["round_sizes"]), w["cpu_ms"], w["cpu_pct"],
+              w["lock_all_ms"]), "",
+           "![throughput and p99 wait against K](throughput.png)", ""]
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write("\n".join(md))
+    plot(res, os.path.join(out_dir, "throughput.png"), tmp)
+    log("wrote bench/results.md and bench/throughput.png")
+
+
+def main():
+    port = int(os.environ["REDIS_TMP_PORT"])
+    b = Bench(port)
+    t0 = time.monotonic()
+    try:
+        b.res["machine"] = machine()
+        b.fig_passthrough()
+        b.fig_uncontended()
+        b.fig_watchdog()
+        b.learn_toplevel()
+        log("K processes on one mutex: %s, %.1f s each" % (", ".join(map(str, KS)), RUN_S))
+        b.fig_sweep()
+        b.res["machine"]["load"] = open("/proc/loadavg").read().split()[:3]
+        b.res["elapsed_s"] = time.monotonic() - t0
+        os.makedirs(os.path.join(BUILD, "bench"), exist_ok=True)
+        with open(os.path.join(BUILD, "bench", "results.json"), "w") as f:
+            json.dump(b.res, f, indent=1)
+        report(b.res, os.path.join(ROOT, "bench"), b.tmp)
+        log("make bench took %.0f s" % (time.monotonic() - t0))
+    finally:
+        shutil.rmtree(b.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
