@@ -1,0 +1,257 @@
+/* faultserver: a misbehaving "Redis" for the fault-injection suite. It
+ * listens on a free loopback port, writes that port to PORTFILE once it
+ * listens, and serves one connection at a time until killed.
+ *
+ *   faultserver half-load PORTFILE
+ *       reads a request, writes the first half of a SCRIPT LOAD reply,
+ *       closes: the connection dies before the client's scripts are known.
+ *   faultserver half-eval PORTFILE
+ *       answers SCRIPT LOAD with a made-up SHA1, PING/AUTH/SELECT with +OK;
+ *       to EVAL/EVALSHA it writes the first half of a grant
+ *       ("*3\r\n:1\r\n:7\r\n:0\r\n") and closes the connection.
+ *   faultserver drop-release PORTFILE HOST PORT
+ *       a proxy to the real server at HOST:PORT that passes everything
+ *       through, except that the reply to the first EVAL/EVALSHA carrying a
+ *       ":released" channel (the release script) is swallowed and the
+ *       client's connection closed: the release happened, its answer was
+ *       lost.
+ * Prints one line per event ("half-reply EVALSHA", "dropped release reply")
+ * on stdout. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define BUF_MAX 65536
+#define MAX_CONN 64
+
+static void say(const char *s)
+{
+    char buf[256];
+    int n = snprintf(buf, sizeof buf, "%s\n", s);
+    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
+    (void)w;
+}
+
+static int listen_any(const char *portfile)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (bind(s, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(s, 64) != 0 ||
+        getsockname(s, (struct sockaddr *)&sa, &len) != 0) {
+        perror("faultserver: listen");
+        exit(1);
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", portfile);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%d\n", ntohs(sa.sin_port)) < 0 || fclose(f) != 0 ||
+        rename(tmp, portfile) != 0) {
+        perror("faultserver: port file");
+        exit(1);
+    }
+    return s;
+}
+
+/* Parses one RESP request ("*N\r\n$L\r\n...") at buf; returns its length,
+ * 0 if incomplete, -1 if malformed. Copies the first two arguments
+ * (truncated) into a0 and a1. */
+static long parse_request(const char *buf, size_t len, char *a0, char *a1, size_t alen)
+{
+    a0[0] = a1[0] = 0;
+    if (len < 1)
+        return 0;
+    if (buf[0] != '*')
+        return -1;
+    const char *p = buf + 1, *end = buf + len;
+    char *e;
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl)
+        return 0;
+    long n = strtol(p, &e, 10);
+    p = nl + 1;
+    for (long i = 0; i < n; i++) {
+        if (p >= end)
+            return 0;
+        if (*p != '$')
+            return -1;
+        nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            return 0;
+        long l = strtol(p + 1, &e, 10);
+        p = nl + 1;
+        if (end - p < l + 2)
+            return 0;
+        char *dst = i == 0 ? a0 : i == 1 ? a1 : NULL;
+        if (dst) {
+            size_t c = (size_t)l < alen - 1 ? (size_t)l : alen - 1;
+            memcpy(dst, p, c);
+            dst[c] = 0;
+        }
+        p += l + 2;
+    }
+    return p - buf;
+}
+
+static void write_all(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* half-load and half-eval: one client at a time. */
+static void serve_fake(int ls, int eval_only)
+{
+    static const char sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+    static const char grant[] = "*3\r\n:1\r\n:7\r\n:0\r\n";
+    for (;;) {
+        int c = accept(ls, NULL, NULL);
+        if (c < 0)
+            continue;
+        char buf[BUF_MAX];
+        size_t have = 0;
+        int open = 1;
+        while (open) {
+            ssize_t r = read(c, buf + have, sizeof buf - have);
+            if (r <= 0)
+                break;
+            have += (size_t)r;
+            for (;;) {
+                char a0[32], a1[32];
+                long used = parse_request(buf, have, a0, a1, sizeof a0);
+                if (used <= 0) {
+                    if (used < 0)
+                        open = 0;
+                    break;
+                }
+                memmove(buf, buf + used, have - (size_t)used);
+                have -= (size_t)used;
+                int is_eval = strcasecmp(a0, "EVALSHA") == 0 || strcasecmp(a0, "EVAL") == 0;
+                if (!eval_only || is_eval) {
+                    const char *full = is_eval ? grant : sha;
+                    write_all(c, full, strlen(full) / 2);
+                    say(is_eval ? "half-reply EVAL" : "half-reply SCRIPT");
+                    open = 0;
+                    break;
+                }
+                if (strcasecmp(a0, "SCRIPT") == 0)
+                    write_all(c, sha, sizeof sha - 1);
+                else
+                    write_all(c, "+OK\r\n", 5);
+            }
+        }
+        close(c);
+    }
+}
+
+static int connect_to(const char *host, int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+/* drop-release: a poll loop over client/server pairs. */
+static void serve_proxy(int ls, const char *host, int port)
+{
+    struct pollfd pf[1 + 2 * MAX_CONN];
+    int peer_of[1 + 2 * MAX_CONN];
+    int n = 1, dropped = 0;
+    pf[0] = (struct pollfd){ ls, POLLIN, 0 };
+    for (;;) {
+        if (poll(pf, (nfds_t)n, -1) < 0 && errno != EINTR)
+            exit(1);
+        if ((pf[0].revents & POLLIN) && n + 2 <= 1 + 2 * MAX_CONN) {
+            int c = accept(ls, NULL, NULL);
+            int s = c >= 0 ? connect_to(host, port) : -1;
+            if (c >= 0 && s < 0)
+                close(c);
+            if (c >= 0 && s >= 0) {
+                pf[n] = (struct pollfd){ c, POLLIN, 0 };
+                pf[n + 1] = (struct pollfd){ s, POLLIN, 0 };
+                peer_of[n] = n + 1;
+                peer_of[n + 1] = n;
+                n += 2;
+            }
+        }
+        for (int i = 1; i < n; i++) {
+            if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            int j = peer_of[i];
+            char buf[BUF_MAX];
+            ssize_t r = read(pf[i].fd, buf, sizeof buf);
+            int close_pair = r <= 0;
+            if (!close_pair) {
+                int client_side = (i % 2) == 1;
+                if (client_side && !dropped && memmem(buf, (size_t)r, "EVAL", 4) &&
+                    memmem(buf, (size_t)r, ":released", 9)) {
+                    /* Let the release run, swallow its answer. */
+                    write_all(pf[j].fd, buf, (size_t)r);
+                    struct pollfd w = { pf[j].fd, POLLIN, 0 };
+                    if (poll(&w, 1, 2000) > 0) {
+                        ssize_t g = read(pf[j].fd, buf, sizeof buf);
+                        (void)g;
+                    }
+                    dropped = 1;
+                    say("dropped release reply");
+                    close_pair = 1;
+                } else {
+                    write_all(pf[j].fd, buf, (size_t)r);
+                }
+            }
+            if (close_pair) {
+                close(pf[i].fd);
+                close(pf[j].fd);
+                pf[i].fd = pf[j].fd = -1;
+            }
+        }
+        /* Compact the closed pairs away. */
+        int m = 1;
+        for (int i = 1; i < n; i += 2) {
+            if (pf[i].fd < 0)
+                continue;
+            pf[m] = pf[i];
+            pf[m + 1] = pf[i + 1];
+            peer_of[m] = m + 1;
+            peer_of[m + 1] = m;
+            m += 2;
+        }
+        n = m;
+        for (int i = 0; i < n; i++)
+            pf[i].revents = 0;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && strcmp(argv[1], "half-load") == 0)
+        serve_fake(listen_any(argv[2]), 0);
+    else if (argc >= 3 && strcmp(argv[1], "half-eval") == 0)
+        serve_fake(listen_any(argv[2]), 1);
+    else if (argc >= 5 && strcmp(argv[1], "drop-release") == 0)
+        serve_proxy(listen_any(argv[2]), argv[3], atoi(argv[4]));
+    fprintf(stderr, "usage: faultserver half-load|half-eval PORTFILE | "
+                    "drop-release PORTFILE HOST PORT\n");
+    return 2;
+}

@@ -1,0 +1,397 @@
+/* faultworker: the program the fault-injection suite (tests/test_faults.c)
+ * runs on its "machines". It is an ordinary pthread program: its global
+ * mutexes become cluster-wide only through the config the suite writes.
+ *
+ * The exclusion checker. Every critical section reports itself to a
+ * separate *checker* redis-server (a unix socket, so that cutting a
+ * "machine" off the lock server's network does not cut it off from the
+ * checker), in one Lua call on entry and one on exit:
+ *   entry  SADD P:L:inside ID; n = SCARD; n > 1 -> INCR P:L:overlaps;
+ *          P:L:maxin = max(n); INCR P:L:sections; HINCRBY P:L:byproc PID 1
+ *   write  the guarded "resource": accepted only if the section's fencing
+ *          token >= the highest seen (P:L:hi), else INCR P:L:rejects
+ *   exit   SREM P:L:inside ID
+ * ID is "<pid>.<thread>"; a section whose process is killed inside never
+ * exits, and the suite removes the dead process's IDs itself. The fencing
+ * token comes from dmutex_token(), looked up with dlsym(RTLD_DEFAULT) so
+ * that the same binary runs without the shim (token 0: every write is
+ * accepted, and the checker sees the races).
+ *
+ *   faultworker MODE [options]
+ *   modes:
+ *     loop      each thread runs sections until -d MS or -n N; prints
+ *               "done SECTIONS LOCKERR UNLOCKERR" and exits 0
+ *     once OP   one section in thread 0: OP is lock, try, or timed:MS;
+ *               prints "OP RC MS" when the lock call returns, "inside TOKEN
+ *               MONO_MS REAL_MS", "fenced ok|rejected TOKEN" and "unlocked RC"
+ *     cycles N  N lock/unlock of the first lock, no checker; prints
+ *               "rss KB_AT_10% KB_AT_END MS"
+ *     idle      prints "main" and exits 0 (bad-config tests)
+ *   options:
+ *     -s SOCK   checker unix socket     -k PREFIX  checker key prefix
+ *     -t N      threads (loop)          -n N       sections per thread (loop)
+ *     -d MS     run time (loop)         -u US      time inside each section
+ *     -g FILE   (once) stay inside until FILE exists
+ *     -l N      use the first N locks of fault_lock, fair_lock, cache_lock,
+ *               picked at random per section (loop; default 1)
+ *     -r        make fault_lock robust: EOWNERDEAD is reported as "ownerdead"
+ *
+ * Every line is one write(2), so lines of several processes appended to one
+ * file keep their order. Times: MONO_MS CLOCK_MONOTONIC, REAL_MS
+ * CLOCK_REALTIME (to compare with the server's PEXPIRETIME). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_THREADS 64
+#define NLOCKS 3
+#define POLL_US 2000
+#define RETRY_US 20000          /* after a failed lock call, in loop mode */
+
+pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t fair_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Bad-input targets: an object too small to be a mutex, a second name for
+ * fault_lock, and an array whose elements can be named two ways. */
+char tiny_obj[8];
+extern pthread_mutex_t alias_lock __attribute__((alias("fault_lock")));
+pthread_mutex_t lock_array[2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER };
+
+static pthread_mutex_t *const locks[NLOCKS] = { &fault_lock, &fair_lock, &cache_lock };
+
+static const char *sock_path, *prefix = "chk", *gofile;
+static int nthreads = 1, nlocks = 1, robust;
+static long per_thread, run_ms, hold_us = 1000;
+static long long stop_at;
+static uint64_t (*token_fn)(pthread_mutex_t *);
+
+static const char enter_lua[] =
+    "redis.call('sadd', KEYS[1], ARGV[1]) "
+    "local n = redis.call('scard', KEYS[1]) "
+    "if n > 1 then redis.call('incr', KEYS[2]) end "
+    "if n > tonumber(redis.call('get', KEYS[3]) or '0') then redis.call('set', KEYS[3], n) end "
+    "redis.call('incr', KEYS[4]) "
+    "redis.call('hincrby', KEYS[5], ARGV[2], 1) "
+    "return n";
+static const char fence_lua[] =
+    "local t = tonumber(ARGV[1]) "
+    "if t < tonumber(redis.call('get', KEYS[1]) or '0') then "
+    "  redis.call('incr', KEYS[2]) return 0 end "
+    "redis.call('set', KEYS[1], ARGV[1]) "
+    "redis.call('incr', KEYS[3]) "
+    "return 1";
+
+static void say(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if (n > (int)sizeof buf - 2)
+        n = (int)sizeof buf - 2;
+    buf[n++] = '\n';
+    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
+    (void)w;
+}
+
+static long long clock_ms(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static const char *ename(int rc)
+{
+    static __thread char num[16];
+    if (rc == 0)
+        return "0";
+    const char *s = strerrorname_np(rc);
+    if (s)
+        return s;
+    snprintf(num, sizeof num, "%d", rc);
+    return num;
+}
+
+static redisContext *checker(void)
+{
+    redisContext *c = redisConnectUnix(sock_path);
+    if (!c || c->err) {
+        say("faultworker: checker %s: %s", sock_path, c ? c->errstr : "out of memory");
+        exit(3);
+    }
+    return c;
+}
+
+static long long eval(redisContext *c, const char *script, int nkeys, const char **keys,
+                      int nargs, const char **args)
+{
+    const char *argv[16];
+    int n = 0;
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[n++] = "EVAL";
+    argv[n++] = script;
+    argv[n++] = nk;
+    for (int i = 0; i < nkeys; i++)
+        argv[n++] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        argv[n++] = args[i];
+    redisReply *r = redisCommandArgv(c, n, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        say("faultworker: checker: %s", r ? (r->type == REDIS_REPLY_ERROR ? r->str : "bad reply")
+                                          : c->errstr);
+        exit(3);
+    }
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+struct keys {
+    char inside[128], overlaps[128], maxin[128], sections[128], byproc[128];
+    char hi[128], rejects[128], writes[128], unlockerr[128];
+};
+
+static void make_keys(struct keys *k, int lock)
+{
+    snprintf(k->inside, sizeof k->inside, "%s:%d:inside", prefix, lock);
+    snprintf(k->overlaps, sizeof k->overlaps, "%s:%d:overlaps", prefix, lock);
+    snprintf(k->maxin, sizeof k->maxin, "%s:%d:maxin", prefix, lock);
+    snprintf(k->sections, sizeof k->sections, "%s:%d:sections", prefix, lock);
+    snprintf(k->byproc, sizeof k->byproc, "%s:%d:byproc", prefix, lock);
+    snprintf(k->hi, sizeof k->hi, "%s:%d:hi", prefix, lock);
+    snprintf(k->rejects, sizeof k->rejects, "%s:%d:rejects", prefix, lock);
+    snprintf(k->writes, sizeof k->writes, "%s:%d:writes", prefix, lock);
+    snprintf(k->unlockerr, sizeof k->unlockerr, "%s:%d:unlockerr", prefix, lock);
+}
+
+static int wait_gofile(void)
+{
+    while (access(gofile, F_OK) != 0)
+        usleep(POLL_US);
+    return 0;
+}
+
+/* The body of one critical section, the lock already held. Returns the
+ * unlock's result. `loud`: print each step (once mode). */
+static int section(redisContext *c, int lock, const char *id, int loud)
+{
+    pthread_mutex_t *m = locks[lock];
+    struct keys k;
+    make_keys(&k, lock);
+    uint64_t tok = token_fn ? token_fn(m) : 0;
+    char pid[16], tokbuf[24];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(tokbuf, sizeof tokbuf, "%llu", (unsigned long long)tok);
+    const char *ek[] = { k.inside, k.overlaps, k.maxin, k.sections, k.byproc };
+    const char *ea[] = { id, pid };
+    eval(c, enter_lua, 5, ek, 2, ea);
+    if (loud)
+        say("inside %s %lld %lld", tokbuf, clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_REALTIME));
+    if (gofile)
+        wait_gofile();
+    else if (hold_us)
+        usleep((useconds_t)hold_us);
+    const char *fk[] = { k.hi, k.rejects, k.writes };
+    const char *fa[] = { tokbuf };
+    long long ok = eval(c, fence_lua, 3, fk, 1, fa);
+    if (loud)
+        say("fenced %s %s", ok ? "ok" : "rejected", tokbuf);
+    freeReplyObject(redisCommand(c, "SREM %s %s", k.inside, id));
+    int rc = pthread_mutex_unlock(m);
+    if (rc != 0) {
+        say("unlock %s token %s", ename(rc), tokbuf);
+        freeReplyObject(redisCommand(c, "INCR %s", k.unlockerr));
+    }
+    if (loud)
+        say("unlocked %s %lld", ename(rc), clock_ms(CLOCK_MONOTONIC));
+    return rc;
+}
+
+static int take(pthread_mutex_t *m, const char *op)
+{
+    if (strcmp(op, "try") == 0)
+        return pthread_mutex_trylock(m);
+    if (strncmp(op, "timed:", 6) == 0) {
+        long ms = atol(op + 6);
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += ms / 1000;
+        dl.tv_nsec += (ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        return pthread_mutex_timedlock(m, &dl);
+    }
+    return pthread_mutex_lock(m);
+}
+
+/* A lock result the section may go on with; EOWNERDEAD is made consistent. */
+static int usable(pthread_mutex_t *m, int rc, int loud)
+{
+    if (rc == EOWNERDEAD) {
+        if (loud)
+            say("ownerdead");
+        pthread_mutex_consistent(m);
+        return 1;
+    }
+    return rc == 0;
+}
+
+struct tstate {
+    int index;
+    long sections, lockerr, unlockerr;
+};
+
+static void *loop_thread(void *arg)
+{
+    struct tstate *ts = arg;
+    redisContext *c = checker();
+    char id[32];
+    snprintf(id, sizeof id, "%d.%d", (int)getpid(), ts->index);
+    unsigned seed = (unsigned)getpid() * 31u + (unsigned)ts->index;
+    while ((per_thread == 0 || ts->sections < per_thread) &&
+           (run_ms == 0 || clock_ms(CLOCK_MONOTONIC) < stop_at)) {
+        int lock = nlocks > 1 ? (int)(rand_r(&seed) % (unsigned)nlocks) : 0;
+        int rc = pthread_mutex_lock(locks[lock]);
+        if (!usable(locks[lock], rc, 0)) {
+            if (ts->lockerr++ == 0)
+                say("lock %s", ename(rc));
+            usleep(RETRY_US);
+            continue;
+        }
+        if (section(c, lock, id, 0) != 0)
+            ts->unlockerr++;
+        ts->sections++;
+    }
+    redisFree(c);
+    return NULL;
+}
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: faultworker loop|once OP|cycles N|idle [-s SOCK] [-k PREFIX] [-t N]"
+                    " [-n N] [-d MS] [-u US] [-g FILE] [-l N] [-r]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage();
+    const char *mode = argv[1], *marg = NULL;
+    int first = 2;
+    if (strcmp(mode, "once") == 0 || strcmp(mode, "cycles") == 0) {
+        if (argc < 3)
+            return usage();
+        marg = argv[2];
+        first = 3;
+    }
+    optind = first;
+    int ch;
+    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:l:r")) != -1) {
+        switch (ch) {
+        case 's': sock_path = optarg; break;
+        case 'k': prefix = optarg; break;
+        case 't': nthreads = atoi(optarg); break;
+        case 'n': per_thread = atol(optarg); break;
+        case 'd': run_ms = atol(optarg); break;
+        case 'u': hold_us = atol(optarg); break;
+        case 'g': gofile = optarg; break;
+        case 'l': nlocks = atoi(optarg); break;
+        case 'r': robust = 1; break;
+        default: return usage();
+        }
+    }
+    if (nthreads < 1 || nthreads > MAX_THREADS || nlocks < 1 || nlocks > NLOCKS)
+        return usage();
+    say("main");
+    *(void **)&token_fn = dlsym(RTLD_DEFAULT, "dmutex_token");
+    if (robust) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+        pthread_mutex_init(&fault_lock, &a);
+        pthread_mutexattr_destroy(&a);
+    }
+
+    if (strcmp(mode, "idle") == 0)
+        return 0;
+    if (strcmp(mode, "cycles") == 0) {
+        long n = atol(marg), tenth = n / 10, at10 = 0;
+        long long t0 = clock_ms(CLOCK_MONOTONIC);
+        for (long i = 0; i < n; i++) {
+            if (i == tenth)
+                at10 = rss_kb();
+            int rc = pthread_mutex_lock(&fault_lock);
+            if (rc != 0) {
+                say("lock %s at %ld", ename(rc), i);
+                return 1;
+            }
+            if ((rc = pthread_mutex_unlock(&fault_lock)) != 0) {
+                say("unlock %s at %ld", ename(rc), i);
+                return 1;
+            }
+        }
+        say("rss %ld %ld %lld", at10, rss_kb(), clock_ms(CLOCK_MONOTONIC) - t0);
+        return 0;
+    }
+    if (!sock_path)
+        return usage();
+    if (strcmp(mode, "once") == 0) {
+        redisContext *c = checker();
+        char id[32];
+        snprintf(id, sizeof id, "%d.0", (int)getpid());
+        long long t0 = clock_ms(CLOCK_MONOTONIC);
+        int rc = take(&fault_lock, marg);
+        say("%s %s %lld", marg, ename(rc), clock_ms(CLOCK_MONOTONIC) - t0);
+        if (usable(&fault_lock, rc, 1))
+            section(c, 0, id, 1);
+        redisFree(c);
+        return 0;
+    }
+    if (strcmp(mode, "loop") != 0)
+        return usage();
+    stop_at = clock_ms(CLOCK_MONOTONIC) + run_ms;
+    pthread_t t[MAX_THREADS];
+    struct tstate ts[MAX_THREADS];
+    for (int i = 0; i < nthreads; i++) {
+        ts[i] = (struct tstate){ .index = i };
+        pthread_create(&t[i], NULL, loop_thread, &ts[i]);
+    }
+    long sections = 0, lockerr = 0, unlockerr = 0;
+    for (int i = 0; i < nthreads; i++) {
+        pthread_join(t[i], NULL);
+        sections += ts[i].sections;
+        lockerr += ts[i].lockerr;
+        unlockerr += ts[i].unlockerr;
+    }
+    say("done %ld %ld %ld", sections, lockerr, unlockerr);
+    return 0;
+}

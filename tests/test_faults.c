@@ -1,0 +1,1859 @@
+/* test_faults: "nothing lost when things break". Real processes
+ * (tests/progs/faultworker.c, an ordinary pthread program) run with the
+ * shim preloaded against a real redis-server, and faults are injected on
+ * purpose: the server killed, restarted with and without its AOF, stopped,
+ * paused, answering with errors or half replies; a holder killed, stopped
+ * past its lease, or cut off from the network in its own network namespace
+ * (a "machine": veth pair to a bridge on a private /24 this test creates
+ * and always removes); the subscriber connections killed; 16 processes x 4
+ * threads hammering three locks.
+ *
+ * The invariant is checked, not just "no crash": every critical section
+ * reports its entry and exit and its fencing token to a separate checker
+ * redis-server (on a unix socket, unaffected by the faults), which counts
+ * overlapping sections and rejects writes whose token is lower than the
+ * highest seen (see faultworker.c). Each scenario prints what it measured
+ * on lines starting with "measured:" (overlaps, times to detect and to
+ * recover); `make test-faults` keeps them in build/faults-report.txt and
+ * docs/failures.md reports them.
+ *
+ * Timing: bounds are one-sided where the contract is one-sided (never
+ * before a lease expires, never after it) and generous elsewhere: the
+ * suite runs on a slow, noisy 2-core machine next to other test runs.
+ * DM_FAULTS_STRESS_MS sets the length of the stress run (default 10 s;
+ * `make test-faults` gives it a minute). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define WORKER          TH_BUILD "/tests/progs/faultworker"
+#define FSERVER         TH_BUILD "/tests/progs/faultserver"
+#define DMUTEX_CLI      TH_BUILD "/dmutex"
+#define EX_CONFIG       78
+
+#define LEASE_MS        2000L   /* renew 666, margin 200 */
+#define SLACK_MS        2500L   /* how late an event may be on a loaded machine */
+#define RUN_MS          30000L  /* longest a program that should finish may run */
+#define POLL_US         2000
+#define WAIT_CAP_MS     1000L   /* the shim's longest sleep between attempts (DM_WAIT_CAP_MS) */
+#define MAX_KIDS        96
+#define MAX_FILES       128
+#define SUITE_ALARM_S   900
+#define STRESS_MS_DEFAULT 10000L
+#define STRESS_PROCS    16
+#define STRESS_THREADS  "4"
+#define NET_PREFIX      "10.231"   /* our /24 is NET_PREFIX.K.0/24, K picked free */
+
+static struct th_redis chk;             /* the checker */
+static redisContext *cc;
+static char chk_sock[128];
+static struct th_redis rs;              /* the lock server of the current test */
+static redisContext *rc;
+static char shim_path[PATH_MAX], worker_path[PATH_MAX], ip_path[PATH_MAX];
+static char pfx[32];                    /* checker key prefix of the current test */
+static int test_seq;
+static pid_t kids[MAX_KIDS];
+static int nkids;
+static char *files[MAX_FILES];
+static int nfiles;
+
+/* ---- reporting ------------------------------------------------------------ */
+
+static void measured(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void measured(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    printf("measured: %s\n", buf);
+    fflush(stdout);
+}
+
+/* ---- network namespaces: two "machines" on a bridge ------------------------- */
+
+static struct {
+    int up;
+    int k;                      /* third octet of our /24 */
+    char bridge[16], ns[2][16], veth[2][16];
+    char host_ip[24], ip[2][24];
+} net;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void net_down(void)
+{
+    if (!net.bridge[0])
+        return;
+    for (int i = 0; i < 2; i++) {
+        sh("ip link del %s 2>/dev/null", net.veth[i]);
+        sh("ip netns del %s 2>/dev/null", net.ns[i]);
+    }
+    sh("ip link del %s 2>/dev/null", net.bridge);
+    net.up = 0;
+}
+
+/* Namespaces and links left by an earlier run of this suite that died
+ * without cleaning up (its pid is in their names). */
+static void net_sweep_stale(void)
+{
+    sh("for n in $(ip netns list 2>/dev/null | sed -n 's/^\\(dmf[0-9]*[ab]\\).*/\\1/p'); do"
+       "  p=${n#dmf}; p=${p%%[ab]};"
+       "  [ -d /proc/$p ] || { ip netns del $n; ip link del dmfv$p${n#dmf$p} 2>/dev/null;"
+       "                       ip link del dmfbr$p 2>/dev/null; }; done");
+}
+
+static int net_setup(void)
+{
+    if (geteuid() != 0 || !ip_path[0])
+        return -1;
+    net_sweep_stale();
+    int pid = (int)getpid();
+    snprintf(net.bridge, sizeof net.bridge, "dmfbr%d", pid);
+    for (int k = 20 + pid % 200, tries = 0; tries < 200; tries++, k = 20 + (k - 19) % 200) {
+        if (sh("ip -4 addr show | grep -q ' %s\\.%d\\.'", NET_PREFIX, k) != 0 &&
+            sh("ip -4 route show | grep -q '^%s\\.%d\\.'", NET_PREFIX, k) != 0) {
+            net.k = k;
+            break;
+        }
+    }
+    if (!net.k)
+        return -1;
+    snprintf(net.host_ip, sizeof net.host_ip, "%s.%d.1", NET_PREFIX, net.k);
+    if (sh("ip link add %s type bridge && ip addr add %s/24 dev %s && ip link set %s up",
+           net.bridge, net.host_ip, net.bridge, net.bridge) != 0)
+        goto fail;
+    for (int i = 0; i < 2; i++) {
+        char c = (char)('a' + i);
+        snprintf(net.ns[i], sizeof net.ns[i], "dmf%d%c", pid, c);
+        snprintf(net.veth[i], sizeof net.veth[i], "dmfv%d%c", pid, c);
+        snprintf(net.ip[i], sizeof net.ip[i], "%s.%d.%d", NET_PREFIX, net.k, 2 + i);
+        if (sh("ip netns add %s && ip link add %s type veth peer name %sp &&"
+               " ip link set %sp netns %s && ip -n %s link set %sp name eth0 &&"
+               " ip -n %s addr add %s/24 dev eth0 && ip -n %s link set eth0 up &&"
+               " ip -n %s link set lo up && ip link set %s master %s && ip link set %s up",
+               net.ns[i], net.veth[i], net.veth[i], net.veth[i], net.ns[i], net.ns[i],
+               net.veth[i], net.ns[i], net.ip[i], net.ns[i], net.ns[i], net.veth[i],
+               net.bridge, net.veth[i]) != 0)
+            goto fail;
+    }
+    net.up = 1;
+    return 0;
+fail:
+    net_down();
+    return -1;
+}
+
+/* ---- children and files ---------------------------------------------------- */
+
+static void kill_kids(void)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] > 0) {
+            kill(kids[i], SIGCONT);
+            kill(kids[i], SIGKILL);
+            waitpid(kids[i], NULL, 0);
+        }
+    nkids = 0;
+}
+
+static void emergency_stop(int sig)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] > 0)
+            kill(kids[i], SIGKILL);
+    if (rs.pid > 0) {
+        kill(rs.pid, SIGCONT);
+        kill(rs.pid, SIGKILL);
+    }
+    if (chk.pid > 0)
+        kill(chk.pid, SIGKILL);
+    net_down();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static char *keep_file(char *path)
+{
+    assert_true(nfiles < MAX_FILES);
+    files[nfiles++] = path;
+    return path;
+}
+
+static char *out_file(void)
+{
+    return keep_file(th_write_file(".out", "%s", ""));
+}
+
+/* A path that does not exist yet: a holder stays inside until it appears. */
+static char *go_file(void)
+{
+    char *p = th_write_file(".go", "%s", "");
+    unlink(p);
+    return keep_file(p);
+}
+
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+/* A config: `settings` (top-level lines) and fault_lock mapped as `name`. */
+static char *config(const char *settings, const char *name)
+{
+    return keep_file(th_write_file(".cfg", "%s\nmutexes = ( { symbol = \"fault_lock\"; "
+                                   "name = \"%s\"; } );\n", settings, name));
+}
+
+static char *config_raw(const char *text)
+{
+    return keep_file(th_write_file(".cfg", "%s", text));
+}
+
+static void forget(pid_t pid)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] == pid)
+            kids[i] = -1;
+}
+
+struct run {
+    const char *netns;          /* NULL: this machine */
+    const char *cfg;            /* NULL: without the shim */
+    const char *url;            /* DMUTEX_REDIS; NULL: the lock server rs */
+    const char *out;
+    const char *prefix;         /* checker key prefix; NULL: the test's */
+};
+
+/* faultworker ARGS... (NULL-terminated) as `r` says. The environment is set
+ * by env(1) at the end of the exec chain so that ip(8) itself does not
+ * load the shim. */
+static pid_t worker(const struct run *r, ...)
+{
+    char *argv[64];
+    int n = 0;
+    static char url[96], preload[PATH_MAX + 16], conf[PATH_MAX + 16];
+    if (r->netns) {
+        argv[n++] = ip_path;
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = (char *)r->netns;
+    }
+    argv[n++] = "/usr/bin/env";
+    if (r->cfg) {
+        snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
+        snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", r->cfg);
+        if (r->url)
+            snprintf(url, sizeof url, "DMUTEX_REDIS=%s", r->url);
+        else
+            snprintf(url, sizeof url, "DMUTEX_REDIS=redis://%s:%d", rs.addr, rs.port);
+        argv[n++] = preload;
+        argv[n++] = conf;
+        argv[n++] = url;
+    }
+    argv[n++] = worker_path;
+    va_list ap;
+    va_start(ap, r);
+    char *a;
+    while ((a = va_arg(ap, char *)) != NULL && n < 60)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n++] = "-s";
+    argv[n++] = chk_sock;
+    argv[n++] = "-k";
+    argv[n++] = (char *)(r->prefix ? r->prefix : pfx);
+    argv[n] = NULL;
+    assert_true(nkids < MAX_KIDS);
+    pid_t pid = th_spawn(argv, NULL, r->out);
+    kids[nkids++] = pid;
+    return pid;
+}
+
+static long long real_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Waits for pid to end by itself within timeout_ms; returns its status
+ * (-1 if it had to be killed) and when it was seen gone (either clock may
+ * be NULL). Polls every millisecond: a death time is at most that late. */
+static int wait_end(pid_t pid, long timeout_ms, long long *mono, long long *real)
+{
+    long long end = th_now_ms() + timeout_ms;
+    int st;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) {
+            if (mono)
+                *mono = th_now_ms();
+            if (real)
+                *real = real_ms();
+            forget(pid);
+            return st;
+        }
+        if (th_now_ms() > end) {
+            kill(pid, SIGCONT);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            forget(pid);
+            return -1;
+        }
+        usleep(1000);
+    }
+}
+
+static char *slurp(const char *out)
+{
+    char *t = th_read_file(out);
+    assert_non_null(t);
+    return t;
+}
+
+/* Waits for a child that must exit 0 by itself; returns its output. */
+static char *finish(pid_t pid, const char *out)
+{
+    int st = wait_end(pid, RUN_MS, NULL, NULL);
+    char *text = slurp(out);
+    if (st == -1)
+        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, RUN_MS, text);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("pid %d ended with status 0x%x (signal %d); output:\n%s", (int)pid, st,
+                 WIFSIGNALED(st) ? WTERMSIG(st) : 0, text);
+    return text;
+}
+
+/* Polls `out` until it holds `needle`; returns when it was seen (th_now_ms). */
+static long long wait_for(const char *out, const char *needle, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *text = th_read_file(out);
+        int found = text && strstr(text, needle);
+        long long now = th_now_ms();
+        if (found) {
+            free(text);
+            return now;
+        }
+        if (now > end)
+            fail_msg("no \"%s\" after %ld ms; output:\n%s", needle, timeout_ms, text ? text : "");
+        free(text);
+        usleep(POLL_US);
+    }
+}
+
+static void assert_has(const char *text, const char *needle)
+{
+    if (!strstr(text, needle))
+        fail_msg("\"%s\" not in the output:\n%s", needle, text);
+}
+
+static void assert_lacks(const char *text, const char *needle)
+{
+    if (strstr(text, needle))
+        fail_msg("\"%s\" unexpectedly in the output:\n%s", needle, text);
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* The number after `prefix` in text ("inside 7 ..." -> 7). */
+static long long after(const char *text, const char *prefix)
+{
+    const char *p = strstr(text, prefix);
+    if (!p)
+        fail_msg("\"%s\" not in the output:\n%s", prefix, text);
+    return strtoll(p + strlen(prefix), NULL, 10);
+}
+
+/* "inside TOKEN MONO REAL": field 0, 1 or 2. */
+static long long inside_field(const char *text, int field)
+{
+    const char *p = strstr(text, "inside ");
+    if (!p)
+        fail_msg("no critical section in the output:\n%s", text);
+    p += 7;
+    char *e;
+    long long v = strtoll(p, &e, 10);
+    for (int i = 0; i < field; i++)
+        v = strtoll(e, &e, 10);
+    return v;
+}
+
+/* ---- the checker and the lock server ----------------------------------------- */
+
+static long long chk_get(int lock, const char *what)
+{
+    return th_cmd_int(cc, "GET %s:%d:%s", pfx, lock, what);
+}
+
+/* A process that died inside its critical section never said it left. */
+static void chk_forget(pid_t pid)
+{
+    char p[24];
+    int n = snprintf(p, sizeof p, "%d.", (int)pid);
+    for (int lock = 0; lock < 3; lock++) {
+        redisReply *r = th_cmd(cc, "SMEMBERS %s:%d:inside", pfx, lock);
+        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+            if (strncmp(r->element[i]->str, p, (size_t)n) == 0)
+                freeReplyObject(th_cmd(cc, "SREM %s:%d:inside %s", pfx, lock, r->element[i]->str));
+        freeReplyObject(r);
+    }
+}
+
+static void lock_server(const char *bind, const char *const *extra)
+{
+    th_redis_start(&rs, bind, extra);
+    rc = th_redis_connect(&rs);
+}
+
+static void lock_server_kill(void)
+{
+    if (rc) {
+        redisFree(rc);
+        rc = NULL;
+    }
+    th_redis_kill(&rs);
+}
+
+static void lock_server_restart(const char *const *extra)
+{
+    th_redis_restart(&rs, extra);
+    rc = th_redis_connect(&rs);
+}
+
+static long long numsub(const char *channel)
+{
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
+    long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Waits until `n` processes listen for releases of `name`: they are
+ * blocked in their cluster acquire. Returns when (th_now_ms). */
+static long long wait_waiters(const char *name, long long n)
+{
+    char ch[256];
+    snprintf(ch, sizeof ch, "dmutex:{%s}:released", name);
+    long long end = th_now_ms() + RUN_MS;
+    for (;;) {
+        if (numsub(ch) >= n)
+            return th_now_ms();
+        if (th_now_ms() > end)
+            fail_msg("%lld waiters expected on lock %s, %lld seen", n, name, numsub(ch));
+        usleep(POLL_US);
+    }
+}
+
+/* Key expiry as unix ms (PEXPIRETIME), -2: no key, -1: no expiry. */
+static long long pexpiretime(const char *key)
+{
+    return th_cmd_int(rc, "PEXPIRETIME %s", key);
+}
+
+/* The owner field of the hold on `name` (the server's), into buf. */
+static void holder_of(const char *name, char *buf, size_t len)
+{
+    redisReply *r = th_cmd(rc, "HKEYS dmutex:{%s}", name);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1)
+        fail_msg("lock %s is not held by one owner", name);
+    snprintf(buf, len, "%s", r->element[0]->str);
+    freeReplyObject(r);
+}
+
+static long long info_num(redisContext *c, const char *section, const char *field)
+{
+    redisReply *r = th_cmd(c, "INFO %s", section);
+    const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, field) : NULL;
+    long long v = p ? strtoll(p + strlen(field), NULL, 10) : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGABRT, emergency_stop);
+    signal(SIGSEGV, emergency_stop);
+    signal(SIGALRM, emergency_stop);
+    signal(SIGTERM, emergency_stop);
+    signal(SIGINT, emergency_stop);
+    alarm(SUITE_ALARM_S);
+    /* Children get exactly the environment a test gives them, and an
+     * aborting child (on_lease_lost = "abort") writes no core. */
+    unsetenv("LD_PRELOAD");
+    unsetenv("DMUTEX_CONFIG");
+    unsetenv("DMUTEX_REDIS");
+    unsetenv("DMUTEX_LOG");
+    struct rlimit nocore = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &nocore);
+    if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
+        fprintf(stderr, "test_faults: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
+        return -1;
+    }
+    if (access("/usr/sbin/ip", X_OK) == 0)
+        snprintf(ip_path, sizeof ip_path, "/usr/sbin/ip");
+    else if (access("/sbin/ip", X_OK) == 0)
+        snprintf(ip_path, sizeof ip_path, "/sbin/ip");
+    snprintf(chk_sock, sizeof chk_sock, "/tmp/dmutex-faults-%d.sock", (int)getpid());
+    const char *extra[] = { "--unixsocket", chk_sock, "--unixsocketperm", "700", NULL };
+    th_redis_start(&chk, NULL, extra);
+    cc = th_redis_connect(&chk);
+    if (net_setup() != 0)
+        printf("test_faults: no network namespaces (not root, or ip(8) failed): "
+               "the cut-off scenarios are skipped\n");
+    atexit(net_down);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    kill_kids();
+    if (cc)
+        redisFree(cc);
+    th_redis_stop(&chk);
+    unlink(chk_sock);
+    net_down();
+    alarm(0);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(pfx, sizeof pfx, "t%d", ++test_seq);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    kill_kids();
+    if (rs.pid > 0)
+        kill(rs.pid, SIGCONT);
+    if (rc) {
+        redisFree(rc);
+        rc = NULL;
+    }
+    th_redis_stop(&rs);
+    memset(&rs, 0, sizeof rs);
+    for (int i = 0; i < nfiles; i++) {
+        unlink(files[i]);
+        free(files[i]);
+    }
+    nfiles = 0;
+    if (net.up)
+        for (int i = 0; i < 2; i++)
+            sh("ip link set %s up", net.veth[i]);
+    return 0;
+}
+
+#define SECTION_INVARIANT(lock)                                                   \
+    do {                                                                          \
+        long long ov_ = chk_get(lock, "overlaps");                               \
+        if (ov_ != 0)                                                             \
+            fail_msg("%lld overlapping critical sections on lock %d", ov_, lock); \
+    } while (0)
+
+/* ==== 1. lost leases ========================================================= */
+
+#define WARN_2S "lease_ms = 2000; on_lease_lost = \"warn\";"
+#define ABORT_2S "lease_ms = 2000; on_lease_lost = \"abort\";"
+
+/* The server says the hold is gone (DEL): the next renewal finds out. */
+static void test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock_is_eperm(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(WARN_2S, "l_del"), *out = out_file(), *go = go_file();
+    struct run r = { .cfg = cfg, .out = out };
+    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
+    wait_for(out, "inside ", RUN_MS);
+    char owner[128], *text = slurp(out);
+    long long token = inside_field(text, 0);
+    free(text);
+    holder_of("l_del", owner, sizeof owner);
+
+    long long t0 = th_now_ms();
+    freeReplyObject(th_cmd(rc, "DEL dmutex:{l_del}"));
+    long long seen = wait_for(out, "lost the lease", LEASE_MS + SLACK_MS);
+    measured("DEL of a hold: detected by the holder after %lld ms (renew_ms %ld)",
+             seen - t0, LEASE_MS / 3);
+    if (seen - t0 > LEASE_MS / 3 + SLACK_MS)
+        fail_msg("the loss was seen %lld ms after the DEL; renewals run every %ld ms",
+                 seen - t0, LEASE_MS / 3);
+    touch(go);
+    text = finish(h, out);
+    char want[256];
+    snprintf(want, sizeof want, "lost the lease of lock l_del (owner %s, fencing token %lld)",
+             owner, token);
+    assert_has(text, want);
+    assert_has(text, "server no longer has the hold");
+    assert_has(text, " ms ago");
+    assert_has(text, "lost leases in this process: 1");
+    assert_has(text, "unlocked EPERM");
+    assert_int_equal(count_of(text, "lost the lease"), 1);
+    free(text);
+}
+
+static void test_deleted_hold_aborts_the_holder(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(ABORT_2S, "l_delabort"), *out = out_file(), *go = go_file();
+    struct run r = { .cfg = cfg, .out = out };
+    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
+    wait_for(out, "inside ", RUN_MS);
+    long long t0 = th_now_ms(), died;
+    freeReplyObject(th_cmd(rc, "DEL dmutex:{l_delabort}"));
+    int st = wait_end(h, LEASE_MS + SLACK_MS, &died, NULL);
+    char *text = slurp(out);
+    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the holder did not abort (status 0x%x); output:\n%s", st, text);
+    measured("DEL of a hold, on_lease_lost=abort: holder dead %lld ms after the DEL", died - t0);
+    assert_has(text, "lost the lease of lock l_delabort");
+    assert_has(text, "aborting");
+    assert_lacks(text, "fenced ");
+    free(text);
+}
+
+/* No renewal for lease - margin (the server stopped): the loss is declared
+ * then, not before, and not much later. */
+static void test_stopped_server_is_a_lost_lease_after_lease_minus_margin(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(WARN_2S, "l_stop"), *out = out_file(), *go = go_file();
+    struct run r = { .cfg = cfg, .out = out };
+    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
+    wait_for(out, "inside ", RUN_MS);
+    usleep(300000);
+    long long t0 = th_now_ms();
+    kill(rs.pid, SIGSTOP);
+    long long seen = wait_for(out, "lost the lease", LEASE_MS + SLACK_MS);
+    kill(rs.pid, SIGCONT);
+    long long d = seen - t0, lo = LEASE_MS - LEASE_MS / 10 - LEASE_MS / 3;
+    measured("redis-server SIGSTOPped under a holder: loss declared after %lld ms "
+             "(lease %ld, margin %ld, renew %ld)", d, LEASE_MS, LEASE_MS / 10, LEASE_MS / 3);
+    if (d < lo - 50)
+        fail_msg("loss declared %lld ms after the stop: before lease - margin - renew (%lld)", d, lo);
+    if (d > LEASE_MS - LEASE_MS / 10 + SLACK_MS)
+        fail_msg("loss declared only %lld ms after the stop", d);
+    touch(go);
+    char *text = finish(h, out);
+    assert_has(text, "no renewal succeeded in time");
+    assert_has(text, "lost leases in this process: 1");
+    assert_has(text, "unlocked EPERM");
+    free(text);
+}
+
+/* CLIENT PAUSE WRITE blocks renewals but not reads, and stops expiry: the
+ * server's lease end stays readable while the holder must die. */
+static void test_abort_ends_the_holder_before_the_server_lease_expires(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(ABORT_2S, "l_pause"), *out = out_file(), *go = go_file();
+    struct run r = { .cfg = cfg, .out = out };
+    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
+    wait_for(out, "inside ", RUN_MS);
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", 3 * LEASE_MS));
+    long long died_real, died_mono, t0 = th_now_ms();
+    int st = wait_end(h, 3 * LEASE_MS, &died_mono, &died_real);
+    long long exp = pexpiretime("dmutex:{l_pause}");
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    char *text = slurp(out);
+    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the holder did not abort (status 0x%x); output:\n%s", st, text);
+    if (exp < 0)
+        fail_msg("the hold was gone from the server (%lld) before the holder died", exp);
+    measured("CLIENT PAUSE WRITE, on_lease_lost=abort: holder died %lld ms after the pause, "
+             "%lld ms before its server-side lease would expire (margin %ld)",
+             died_mono - t0, exp - died_real, LEASE_MS / 10);
+    if (died_real >= exp)
+        fail_msg("the holder died %lld ms after its lease expired on the server",
+                 died_real - exp);
+    assert_has(text, "lost the lease of lock l_pause");
+    free(text);
+}
+
+/* ==== 2. outages ============================================================= */
+
+#define BLOCK_2S "lease_ms = 2000; on_lease_lost = \"warn\"; " \
+                 "redis = { connect_timeout_ms = 500; command_timeout_ms = 500; };"
+#define ERROR_2S "lease_ms = 2000; on_redis_down = \"error\"; " \
+                 "redis = { connect_timeout_ms = 500; command_timeout_ms = 500; };"
+
+/* A server that dies (connections refused): lock blocks and resumes by
+ * itself when the server is back; trylock, timedlock and "error" answer. */
+static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_answer(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(BLOCK_2S, "o_kill"), *ecfg = config(ERROR_2S, "o_kill");
+    /* A first lock in each mode so that the processes have live pooled
+     * connections when the server dies. */
+    char *warm = out_file();
+    struct run wr = { .cfg = cfg, .out = warm };
+    free(finish(worker(&wr, "once", "lock", "-u", "0", NULL), warm));
+    lock_server_kill();
+
+    enum { NW = 3 };
+    char *wout[NW];
+    pid_t w[NW];
+    for (int i = 0; i < NW; i++) {
+        wout[i] = out_file();
+        struct run r = { .cfg = cfg, .out = wout[i] };
+        w[i] = worker(&r, "once", "lock", "-u", "100000", NULL);
+    }
+    char *tout = out_file(), *dout = out_file(), *eout = out_file();
+    struct run tr = { .cfg = cfg, .out = tout }, dr = { .cfg = cfg, .out = dout },
+               er = { .cfg = ecfg, .out = eout };
+    char *text = finish(worker(&tr, "once", "try", NULL), tout);
+    assert_has(text, "try EBUSY");
+    measured("server killed: trylock EBUSY after %lld ms", after(text, "try EBUSY "));
+    free(text);
+    text = finish(worker(&dr, "once", "timed:800", NULL), dout);
+    long long took = after(text, "timed:800 ETIMEDOUT ");
+    measured("server killed: timedlock(800 ms) ETIMEDOUT after %lld ms", took);
+    if (took < 799 || took > 800 + SLACK_MS)
+        fail_msg("ETIMEDOUT after %lld ms for an 800 ms deadline", took);
+    free(text);
+    text = finish(worker(&er, "once", "lock", NULL), eout);
+    assert_has(text, "lock EAGAIN");
+    assert_has(text, "on_redis_down = \"error\"");
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", rs.port);
+    assert_has(text, addr);
+    measured("server killed: on_redis_down=error lock EAGAIN after %lld ms",
+             after(text, "lock EAGAIN "));
+    free(text);
+
+    sleep(2);
+    for (int i = 0; i < NW; i++) {
+        assert_int_equal(waitpid(w[i], NULL, WNOHANG), 0);
+        text = slurp(wout[i]);
+        assert_lacks(text, "inside");
+        assert_has(text, "waiting for redis");
+        assert_has(text, addr);
+        free(text);
+    }
+    long long back = th_now_ms();
+    lock_server_restart(NULL);
+    long long first = -1;
+    for (int i = 0; i < NW; i++) {
+        long long at = wait_for(wout[i], "inside ", RUN_MS);
+        if (first < 0 || at < first)
+            first = at;
+    }
+    measured("server killed for ~2 s under 3 blocked lock() callers: first entered %lld ms "
+             "after the restart (backoff cap %d ms)", first - back, 2000);
+    if (first - back > 2000 + SLACK_MS)
+        fail_msg("the first waiter resumed %lld ms after the server came back", first - back);
+    SECTION_INVARIANT(0);
+}
+
+/* A server that stops answering (SIGSTOP: connections hang rather than
+ * fail): every call still answers within its bound, and a blocked lock
+ * resumes when the server does. */
+static void test_stuck_server_trylock_timed_and_error_answer_in_bounded_time(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(BLOCK_2S, "o_stuck"), *ecfg = config(ERROR_2S, "o_stuck");
+    char *wout = out_file(), *tout = out_file(), *dout = out_file(), *eout = out_file();
+    struct run wr = { .cfg = cfg, .out = wout }, tr = { .cfg = cfg, .out = tout },
+               dr = { .cfg = cfg, .out = dout }, er = { .cfg = ecfg, .out = eout };
+    kill(rs.pid, SIGSTOP);
+    long long stopped = th_now_ms();
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    pid_t t = worker(&tr, "once", "try", NULL);
+    pid_t d = worker(&dr, "once", "timed:800", NULL);
+    pid_t e = worker(&er, "once", "lock", NULL);
+    char *text = finish(t, tout);
+    long long took = after(text, "try EBUSY ");
+    measured("server stopped: trylock EBUSY after %lld ms (command timeout 500 ms)", took);
+    free(text);
+    text = finish(d, dout);
+    took = after(text, "timed:800 ETIMEDOUT ");
+    measured("server stopped: timedlock(800 ms) ETIMEDOUT after %lld ms (connect and command "
+             "timeouts 500 ms)", took);
+    if (took < 799 || took > 800 + 1000 + SLACK_MS)
+        fail_msg("ETIMEDOUT after %lld ms for an 800 ms deadline", took);
+    free(text);
+    text = finish(e, eout);
+    took = after(text, "lock EAGAIN ");
+    measured("server stopped: on_redis_down=error lock EAGAIN after %lld ms", took);
+    if (took > 1000 + SLACK_MS)
+        fail_msg("EAGAIN only after %lld ms", took);
+    free(text);
+    long long left = 2500 - (th_now_ms() - stopped);
+    if (left > 0)
+        usleep((useconds_t)left * 1000);
+    text = slurp(wout);
+    assert_lacks(text, "inside");
+    free(text);
+    long long back = th_now_ms();
+    kill(rs.pid, SIGCONT);
+    long long at = wait_for(wout, "inside ", RUN_MS);
+    measured("server stopped ~2.5 s under a blocked lock(): it entered %lld ms after SIGCONT",
+             at - back);
+    free(finish(w, wout));
+    SECTION_INVARIANT(0);
+}
+
+/* CLIENT KILL TYPE pubsub while processes wait: the subscribers come back
+ * and resubscribe, and a release right after the kill wakes everyone. */
+static void test_killed_subscribers_resubscribe_and_nobody_sleeps_through_a_release(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config("lease_ms = 30000; on_lease_lost = \"warn\";", "o_sub");
+    for (int round = 0; round < 2; round++) {
+        char *hout = out_file(), *go = go_file();
+        struct run hr = { .cfg = cfg, .out = hout };
+        pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
+        wait_for(hout, "inside ", RUN_MS);
+        enum { NW = 3 };
+        char *wout[NW];
+        pid_t w[NW];
+        for (int i = 0; i < NW; i++) {
+            wout[i] = out_file();
+            struct run r = { .cfg = cfg, .out = wout[i] };
+            w[i] = worker(&r, "once", "lock", "-u", "50000", NULL);
+        }
+        wait_waiters("o_sub", NW);
+        long long killed = th_cmd_int(rc, "CLIENT KILL TYPE pubsub");
+        long long t0 = th_now_ms();
+        if (killed < NW)
+            fail_msg("CLIENT KILL TYPE pubsub killed %lld connections, %d expected", killed, NW);
+        if (round == 0) {
+            long long back = wait_waiters("o_sub", NW);
+            measured("CLIENT KILL TYPE pubsub: %d waiters resubscribed within %lld ms",
+                     NW, back - t0);
+        }
+        long long rel = th_now_ms();
+        touch(go);
+        free(finish(h, hout));
+        long long last = 0;
+        for (int i = 0; i < NW; i++) {
+            long long at = wait_for(wout[i], "inside ", 3 * WAIT_CAP_MS + SLACK_MS);
+            if (at > last)
+                last = at;
+            free(finish(w[i], wout[i]));
+        }
+        measured("CLIENT KILL TYPE pubsub, release %s: %d waiters (50 ms each) all through "
+                 "%lld ms after the release (lease 30000 ms)",
+                 round == 0 ? "after they resubscribed" : "right after the kill", NW, last - rel);
+    }
+    SECTION_INVARIANT(0);
+}
+
+/* ==== 3. an unlock whose release reply is lost ================================ */
+
+static void test_unlock_whose_release_reply_was_lost_returns_0(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *portfile = keep_file(th_write_file(".port", "%s", ""));
+    unlink(portfile);
+    char port[16], *pout = out_file();
+    snprintf(port, sizeof port, "%d", rs.port);
+    char *pargv[] = { FSERVER, "drop-release", portfile, rs.addr, port, NULL };
+    pid_t proxy = th_spawn(pargv, NULL, pout);
+    kids[nkids++] = proxy;
+    wait_for(portfile, "\n", RUN_MS);
+    char *pt = slurp(portfile), url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", atoi(pt));
+    free(pt);
+    char *cfg = config(WARN_2S, "u_idem"), *out = out_file();
+    struct run r = { .cfg = cfg, .out = out, .url = url };
+    char *text = finish(worker(&r, "once", "lock", "-u", "0", NULL), out);
+    char *ptext = slurp(pout);
+    assert_has(ptext, "dropped release reply");
+    free(ptext);
+    assert_has(text, "unlocked 0");
+    assert_lacks(text, "lost");
+    free(text);
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{u_idem}"), 0);
+    redisReply *m = th_cmd(rc, "GET dmutex:{u_idem}:holder");
+    assert_int_equal(m->type, REDIS_REPLY_STRING);
+    assert_true(m->str[0] == '=');      /* released cleanly, by the first try */
+    freeReplyObject(m);
+}
+
+/* ==== 4. lock_delay_ms after an expiry ======================================== */
+
+static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    const long delay = 1500;
+    char settings[128];
+    snprintf(settings, sizeof settings, "%s lock_delay_ms = %ld;", WARN_2S, delay);
+    char *cfg = config(settings, "d_delay"), *hout = out_file(), *wout = out_file();
+    struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
+    pid_t h = worker(&hr, "once", "lock", "-g", "/nonexistent", NULL);
+    wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    wait_waiters("d_delay", 1);
+    kill(h, SIGKILL);
+    wait_end(h, RUN_MS, NULL, NULL);
+    chk_forget(h);
+    usleep(100000);             /* a renewal in flight lands */
+    long long exp = pexpiretime("dmutex:{d_delay}");
+    assert_true(exp > 0);
+    wait_for(wout, "inside ", LEASE_MS + delay + SLACK_MS);
+    char *text = finish(w, wout);
+    long long entered = inside_field(text, 2);
+    measured("lock_delay_ms=%ld: the next holder entered %lld ms after the dead holder's "
+             "lease expired", delay, entered - exp);
+    if (entered < exp + delay - 2)
+        fail_msg("entered %lld ms after the expiry, before lock_delay_ms = %ld", entered - exp, delay);
+    if (entered > exp + delay + SLACK_MS)
+        fail_msg("entered only %lld ms after the expiry", entered - exp);
+    free(text);
+    SECTION_INVARIANT(0);
+}
+
+/* ==== 5. fencing tokens reach the user ======================================= */
+
+static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config("lease_ms = 30000;", "f_ls"), *out = out_file(), *go = go_file();
+    struct run r = { .cfg = cfg, .out = out };
+    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
+    wait_for(out, "inside ", RUN_MS);
+    char *text = slurp(out), owner[128];
+    long long token = inside_field(text, 0);
+    free(text);
+    assert_true(token > 0);
+    holder_of("f_ls", owner, sizeof owner);
+    assert_int_equal(th_cmd_int(rc, "GET dmutex:{f_ls}:token"), token);
+
+    char url[64], *lout = out_file();
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
+    char *largv[] = { DMUTEX_CLI, "ls", "-r", url, NULL };
+    text = finish(th_spawn(largv, NULL, lout), lout);
+    const char *row = strstr(text, "\nf_ls ");
+    if (!row)
+        fail_msg("no row for f_ls in dmutex ls:\n%s", text);
+    char name[64], state[16], hold[128], x[16];
+    long long lease = 0, tok = 0;
+    if (sscanf(row + 1, "%63s %15s %127s %15s %lld %lld", name, state, hold, x, &lease, &tok) != 6)
+        fail_msg("cannot read the f_ls row of dmutex ls:\n%s", text);
+    assert_string_equal(state, "held");
+    assert_string_equal(hold, owner);
+    assert_true(lease > 0 && lease <= 30000);
+    assert_int_equal(tok, token);
+    measured("dmutex ls: %.*s", (int)strcspn(row + 1, "\n"), row + 1);
+    free(text);
+    touch(go);
+    free(finish(h, out));
+}
+
+/* ==== 6. bad input =========================================================== */
+
+/* Waits for a child that must exit with `want`; returns its output. */
+static char *finish_status(pid_t pid, const char *out, int want)
+{
+    int st = wait_end(pid, RUN_MS, NULL, NULL);
+    char *text = slurp(out);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != want)
+        fail_msg("pid %d ended with status 0x%x, exit %d expected; output:\n%s", (int)pid, st,
+                 want, text);
+    return text;
+}
+
+static int main_ran(const char *text)
+{
+    return strncmp(text, "main\n", 5) == 0 || strstr(text, "\nmain\n") != NULL;
+}
+
+static void test_symbol_smaller_than_a_mutex_exits_78_naming_it(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config_raw("mutexes = ( { symbol = \"tiny_obj\"; } );\n"), *out = out_file();
+    struct run r = { .cfg = cfg, .out = out };
+    char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
+    assert_has(text, "tiny_obj");
+    assert_has(text, ":1:");
+    if (main_ran(text))
+        fail_msg("main ran with a mutex entry that is not a mutex:\n%s", text);
+    free(text);
+}
+
+/* One address under two lock names would make one mutex two locks: each
+ * name's holders would exclude only their own. */
+static void test_one_mutex_under_two_names_exits_78(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    const char *cases[][2] = {
+        { "{ symbol = \"fault_lock\"; name = \"two_a\"; },\n"
+          "{ symbol = \"alias_lock\"; name = \"two_b\"; }", "alias_lock" },
+        { "{ symbol = \"lock_array\"; index = 1; name = \"two_a\"; },\n"
+          "{ symbol = \"lock_array\"; offset = 40; name = \"two_b\"; }", "lock_array" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text0[1024];
+        snprintf(text0, sizeof text0, "mutexes = (\n%s\n);\n", cases[i][0]);
+        char *cfg = config_raw(text0), *out = out_file();
+        struct run r = { .cfg = cfg, .out = out };
+        char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
+        assert_has(text, cases[i][1]);
+        assert_has(text, "another name");
+        assert_has(text, ":3:");
+        if (main_ran(text))
+            fail_msg("main ran with one mutex under two names:\n%s", text);
+        free(text);
+    }
+    /* The same address twice under one name is one lock: harmless. */
+    char *cfg = config_raw("mutexes = ( { symbol = \"fault_lock\"; name = \"two_same\"; },\n"
+                           "{ symbol = \"alias_lock\"; name = \"two_same\"; } );\n");
+    char *out = out_file();
+    struct run r = { .cfg = cfg, .out = out };
+    free(finish(worker(&r, "once", "lock", "-u", "0", NULL), out));
+}
+
+/* A server that answers the lock script with an error: trylock is EBUSY,
+ * "error" lock is EAGAIN, a blocking lock waits; each says why in words
+ * containing `cause`. Returns the blocked locker (pid, its output in *outp):
+ * the caller repairs the server and sees it enter. */
+static pid_t never_grants(const char *settings, const char *name, const char *url,
+                          const char *cause, char **outp)
+{
+    char bset[512], eset[512];
+    snprintf(bset, sizeof bset, "%s on_redis_down = \"block\";", settings);
+    snprintf(eset, sizeof eset, "%s on_redis_down = \"error\";", settings);
+    char *bcfg = config(bset, name), *ecfg = config(eset, name);
+    char *tout = out_file(), *eout = out_file(), *bout = out_file();
+    struct run tr = { .cfg = bcfg, .out = tout, .url = url }, er = { .cfg = ecfg, .out = eout, .url = url },
+               br = { .cfg = bcfg, .out = bout, .url = url };
+    pid_t b = worker(&br, "once", "lock", "-u", "0", NULL);
+    char *text = finish(worker(&tr, "once", "try", NULL), tout);
+    assert_has(text, "try EBUSY");
+    assert_has(text, cause);
+    assert_lacks(text, "inside");
+    free(text);
+    text = finish(worker(&er, "once", "lock", NULL), eout);
+    assert_has(text, "lock EAGAIN");
+    assert_has(text, cause);
+    assert_lacks(text, "inside");
+    measured("%s: trylock EBUSY, lock EAGAIN (on_redis_down=error), message: %.*s", cause,
+             (int)strcspn(strstr(text, "dmutex["), "\n"), strstr(text, "dmutex["));
+    free(text);
+    wait_for(bout, cause, RUN_MS);
+    usleep(500000);
+    text = slurp(bout);
+    assert_lacks(text, "inside");
+    assert_int_equal(waitpid(b, NULL, WNOHANG), 0);
+    free(text);
+    *outp = bout;
+    return b;
+}
+
+static void test_wrong_key_type_at_the_lock_name_never_grants(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    freeReplyObject(th_cmd(rc, "SET dmutex:{b_type} not-a-lock"));
+    char *bout;
+    pid_t b = never_grants(WARN_2S, "b_type", NULL, "WRONGTYPE dmutex:{b_type} holds a string", &bout);
+    freeReplyObject(th_cmd(rc, "DEL dmutex:{b_type}"));
+    wait_for(bout, "inside ", RUN_MS);
+    free(finish(b, bout));
+}
+
+static void test_acl_without_evalsha_never_grants(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    freeReplyObject(th_cmd(rc, "ACL SETUSER dmf on >pw ~* &* +@all -evalsha"));
+    char *bout;
+    pid_t b = never_grants(WARN_2S " redis = { username = \"dmf\"; password = \"pw\"; };",
+                           "b_acl", NULL, "NOPERM", &bout);
+    freeReplyObject(th_cmd(rc, "ACL SETUSER dmf +evalsha"));
+    wait_for(bout, "inside ", RUN_MS);
+    free(finish(b, bout));
+}
+
+/* A holder whose renewals are refused must count its lease as lost. */
+static pid_t holder_then(const char *name, char **outp, char **gop)
+{
+    char *cfg = config(WARN_2S, name), *out = out_file(), *go = go_file();
+    struct run r = { .cfg = cfg, .out = out };
+    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
+    wait_for(out, "inside ", RUN_MS);
+    *outp = out;
+    *gop = go;
+    return h;
+}
+
+/* maxmemory reached with noeviction. Redis refuses a script's first
+ * deny-oom write (HSET, SET, RPUSH) but lets a script finish once it has
+ * written (ZREM, DEL, PEXPIRE are not deny-oom): so a grant (ZREM first),
+ * a release (DEL first) and a renewal (PEXPIRE) still go through, while a
+ * fair waiter's queueing (RPUSH first) is refused. Whatever goes through,
+ * exclusion must hold, and what is refused must say OOM. */
+static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *hout, *go;
+    pid_t h = holder_then("b_oom", &hout, &go);
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory-policy noeviction"));
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 1"));
+
+    char *cfg = config(WARN_2S, "b_oom"), *tout = out_file();
+    struct run tr = { .cfg = cfg, .out = tout };
+    char *text = finish(worker(&tr, "once", "try", NULL), tout);
+    assert_has(text, "try EBUSY");
+    free(text);
+    char *fcfg = config_raw(WARN_2S "\nmutexes = ( { symbol = \"fault_lock\"; name = \"b_oom\"; "
+                            "fair = true; } );\n");
+    char *fout = out_file();
+    struct run fr = { .cfg = fcfg, .out = fout };
+    pid_t f = worker(&fr, "once", "lock", "-u", "0", NULL);
+    wait_for(fout, "OOM command not allowed", RUN_MS);
+
+    /* A free lock asked for under OOM. */
+    char *ncfg = config(WARN_2S, "b_oom_free"), *nout = out_file(), *go2 = go_file(), npfx[40];
+    snprintf(npfx, sizeof npfx, "%sf", pfx);
+    struct run nr = { .cfg = ncfg, .out = nout, .prefix = npfx };
+    pid_t n = worker(&nr, "once", "try", "-g", go2, NULL);
+    wait_for(nout, "try ", RUN_MS);
+    usleep(100000);
+    text = slurp(nout);
+    int granted = strstr(text, "try 0") != NULL;
+    if (granted) {
+        char owner[128];
+        wait_for(nout, "inside ", RUN_MS);
+        holder_of("b_oom_free", owner, sizeof owner);   /* a real hold, on the server */
+    } else {
+        assert_has(text, "OOM");
+    }
+    free(text);
+    touch(go2);
+    free(finish(n, nout));
+
+    usleep((useconds_t)LEASE_MS * 1000);     /* a lease's worth of renewals under OOM */
+    text = slurp(hout);
+    int lost = strstr(text, "lost the lease") != NULL;
+    free(text);
+    text = slurp(fout);
+    assert_lacks(text, "inside");
+    free(text);
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
+    touch(go);
+    text = finish(h, hout);
+    assert_has(text, lost ? "unlocked EPERM" : "unlocked 0");
+    free(text);
+    wait_for(fout, "inside ", RUN_MS);
+    text = finish(f, fout);
+    measured("maxmemory 1, noeviction: a held lock stayed exclusive (trylock EBUSY); its "
+             "holder %s; a fair waiter was refused (\"OOM command not allowed\") until memory "
+             "was freed, then entered; a free lock was %s; 0 overlaps",
+             lost ? "lost its lease (renewals refused)" : "kept its lease (PEXPIRE is not deny-oom)",
+             granted ? "granted (the script's first write, ZREM, is not deny-oom)" : "refused");
+    free(text);
+    SECTION_INVARIANT(0);
+}
+
+static void test_readonly_replica_never_grants_and_its_holder_loses_the_lease(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    struct th_redis master;
+    th_redis_start(&master, NULL, NULL);
+    char *hout, *go;
+    pid_t h = holder_then("b_ro_h", &hout, &go);
+    freeReplyObject(th_cmd(rc, "REPLICAOF 127.0.0.1 %d", master.port));
+    char *bout;
+    pid_t b = never_grants(WARN_2S, "b_ro", NULL, "READONLY", &bout);
+    wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
+    freeReplyObject(th_cmd(rc, "REPLICAOF NO ONE"));
+    th_redis_stop(&master);
+    wait_for(bout, "inside ", RUN_MS);
+    free(finish(b, bout));
+    touch(go);
+    char *text = finish(h, hout);
+    assert_has(text, "unlocked EPERM");
+    free(text);
+}
+
+/* SCRIPT FLUSH under running holders and waiters: every call falls back to
+ * EVAL, the watchdog's pipelined renewals included; nothing is lost. */
+static void test_script_flush_under_load_loses_nothing(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(WARN_2S, "b_flush");
+    char *hcfg = config(WARN_2S, "b_flush_h"), *hout = out_file(), *go = go_file();
+    char hpfx[40];
+    snprintf(hpfx, sizeof hpfx, "%sh", pfx);
+    struct run hr = { .cfg = hcfg, .out = hout, .prefix = hpfx };
+    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
+    enum { NP = 3 };
+    char *out[NP];
+    pid_t p[NP];
+    for (int i = 0; i < NP; i++) {
+        out[i] = out_file();
+        struct run r = { .cfg = cfg, .out = out[i] };
+        p[i] = worker(&r, "loop", "-t", "2", "-d", "4000", "-u", "1000", NULL);
+    }
+    long long end = th_now_ms() + 4000;
+    int flushes = 0;
+    while (th_now_ms() < end) {
+        freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+        flushes++;
+        usleep(100000);
+    }
+    touch(go);
+    char *text = finish(h, hout);
+    assert_has(text, "unlocked 0");
+    assert_lacks(text, "lost");
+    free(text);
+    long long total = 0;
+    for (int i = 0; i < NP; i++) {
+        text = finish(p[i], out[i]);
+        assert_lacks(text, "lost");
+        total += after(text, "done ");
+        assert_has(text, " 0 0\n");
+        free(text);
+    }
+    measured("SCRIPT FLUSH x%d during 4 s: %lld sections, 0 lost leases, %lld overlaps",
+             flushes, total, chk_get(0, "overlaps"));
+    assert_true(total > 0);
+    SECTION_INVARIANT(0);
+}
+
+static void test_server_closing_mid_reply_never_grants(void **s)
+{
+    (void)s;
+    const char *modes[] = { "half-load", "half-eval" };
+    for (int i = 0; i < 2; i++) {
+        char *portfile = keep_file(th_write_file(".port", "%s", ""));
+        unlink(portfile);
+        char *fout = out_file();
+        char *argv[] = { FSERVER, (char *)modes[i], portfile, NULL };
+        pid_t f = th_spawn(argv, NULL, fout);
+        kids[nkids++] = f;
+        wait_for(portfile, "\n", RUN_MS);
+        char *pt = slurp(portfile), url[64], name[32];
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", atoi(pt));
+        free(pt);
+        snprintf(name, sizeof name, "b_%s", modes[i]);
+        char *bout;
+        pid_t b = never_grants(WARN_2S " redis = { connect_timeout_ms = 500; "
+                               "command_timeout_ms = 500; };", name, url,
+                               "Server closed the connection", &bout);
+        kill(b, SIGKILL);
+        wait_end(b, RUN_MS, NULL, NULL);
+        char *ft = slurp(fout);
+        assert_has(ft, "half-reply");
+        free(ft);
+    }
+}
+
+/* ==== 7. scenarios under the exclusion checker =============================== */
+
+/* The checker itself: without the shim the same workers overlap, so zero
+ * overlaps elsewhere means exclusion, not luck. */
+static void test_checker_sees_overlaps_without_the_shim(void **s)
+{
+    (void)s;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        char *out[3];
+        pid_t p[3];
+        for (int i = 0; i < 3; i++) {
+            out[i] = out_file();
+            struct run r = { .out = out[i] };
+            p[i] = worker(&r, "loop", "-t", "2", "-d", "1500", "-u", "2000", NULL);
+        }
+        for (int i = 0; i < 3; i++)
+            free(finish(p[i], out[i]));
+        long long ov = chk_get(0, "overlaps");
+        if (ov > 0) {
+            measured("without the shim: %lld overlapping sections of %lld (max %lld inside at once)",
+                     ov, chk_get(0, "sections"), chk_get(0, "maxin"));
+            return;
+        }
+    }
+    fail_msg("three runs without the shim showed no overlap: the checker cannot see a race");
+}
+
+static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(WARN_2S, "s_kill"), *hout = out_file(), *wout = out_file();
+    struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
+    pid_t h = worker(&hr, "once", "lock", "-r", "-g", "/nonexistent", NULL);
+    wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(&wr, "once", "lock", "-r", "-u", "0", NULL);
+    wait_waiters("s_kill", 1);
+    long long killed = th_now_ms();
+    kill(h, SIGKILL);
+    wait_end(h, RUN_MS, NULL, NULL);
+    chk_forget(h);
+    long long at = wait_for(wout, "inside ", LEASE_MS + 1000);
+    measured("holder SIGKILLed: the waiter entered %lld ms later (lease %ld ms), 0 overlaps",
+             at - killed, LEASE_MS);
+    char *text = finish(w, wout);
+    assert_has(text, "ownerdead");
+    assert_has(text, "unlocked 0");
+    free(text);
+    SECTION_INVARIANT(0);
+}
+
+/* No lease can stop a stopped process from running on when it is resumed:
+ * the overlap is measured, the resumed holder learns of its loss at its
+ * unlock at the latest, and its late write is refused by the fencing token. */
+static void test_stopped_holder_overlap_is_measured_reported_and_fenced_off(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(WARN_2S, "s_stop"), *hout = out_file(), *wout = out_file(), *go = go_file();
+    struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
+    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
+    wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    wait_waiters("s_stop", 1);
+    long long stopped = th_now_ms();
+    kill(h, SIGSTOP);
+    long long at = wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
+    char *wt = finish(w, wout);
+    assert_has(wt, "fenced ok");
+    long long t2 = inside_field(wt, 0);
+    free(wt);
+    touch(go);
+    kill(h, SIGCONT);
+    char *text = finish(h, hout);
+    long long t1 = inside_field(text, 0);
+    assert_true(t2 > t1);
+    assert_has(text, "lost the lease of lock s_stop");
+    assert_has(text, "fenced rejected");
+    assert_has(text, "unlocked EPERM");
+    free(text);
+    long long ov = chk_get(0, "overlaps"), rej = chk_get(0, "rejects");
+    measured("holder SIGSTOPped past its lease (warn): the next holder entered %lld ms after "
+             "the stop; %lld overlap, %lld stale write rejected by the fencing token "
+             "(%lld < %lld), unlock EPERM", at - stopped, ov, rej, t1, t2);
+    assert_int_equal(ov, 1);
+    assert_int_equal(rej, 1);
+}
+
+static void test_stopped_holder_in_abort_mode_dies_when_resumed(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config(ABORT_2S, "s_stopab"), *hout = out_file(), *wout = out_file(),
+         *go = go_file();
+    struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
+    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
+    wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    wait_waiters("s_stopab", 1);
+    kill(h, SIGSTOP);
+    wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
+    free(finish(w, wout));
+    long long resumed = th_now_ms(), died;
+    kill(h, SIGCONT);
+    int st = wait_end(h, SLACK_MS, &died, NULL);
+    char *text = slurp(hout);
+    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the resumed holder did not abort (status 0x%x):\n%s", st, text);
+    assert_has(text, "lost the lease of lock s_stopab");
+    assert_lacks(text, "fenced ok");
+    measured("holder SIGSTOPped past its lease (abort): died %lld ms after SIGCONT, "
+             "before any write", died - resumed);
+    free(text);
+}
+
+/* Loop workers on `name` for `ms`, NP processes x 2 threads, in `settings`. */
+static void start_loop(const char *settings, const char *name, int np, const char *ms,
+                       const char *hold_us, char **out, pid_t *p)
+{
+    char *cfg = config(settings, name);
+    for (int i = 0; i < np; i++) {
+        out[i] = out_file();
+        struct run r = { .cfg = cfg, .out = out[i] };
+        p[i] = worker(&r, "loop", "-t", "2", "-d", ms, "-u", hold_us, NULL);
+    }
+}
+
+/* Sum of "done" sections; checks that none failed a lock or an unlock. */
+static long long finish_loop(int np, char **out, pid_t *p, int *lost)
+{
+    long long total = 0;
+    *lost = 0;
+    for (int i = 0; i < np; i++) {
+        char *text = finish(p[i], out[i]);
+        /* The watchdog's word for it, or the release's when the server
+         * lost the hold before the next renewal could tell. */
+        *lost += count_of(text, "lost the lease") + count_of(text, "was lost before unlock");
+        total += after(text, "done ");
+        free(text);
+    }
+    return total;
+}
+
+/* Polls the checker's section count until it passes `from`; returns when. */
+static long long wait_progress(long long from, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    while (chk_get(0, "sections") <= from) {
+        if (th_now_ms() > end)
+            fail_msg("no critical section for %ld ms", timeout_ms);
+        usleep(POLL_US);
+    }
+    return th_now_ms();
+}
+
+static void restart_scenario(int aof)
+{
+    const char *aof_opts[] = { "--appendonly", "yes", "--appendfsync", "always", NULL };
+    const char *const *extra = aof ? aof_opts : NULL;
+    lock_server(NULL, extra);
+    const char *name = aof ? "r_aof" : "r_mem";
+    char hname[32], hpfx[40];
+    snprintf(hname, sizeof hname, "%s_h", name);
+    snprintf(hpfx, sizeof hpfx, "%sh", pfx);
+    /* A holder inside its section across the restart, a waiter for it, and
+     * loop workers on another name. */
+    char *hcfg = config(WARN_2S, hname), *hout = out_file(), *wout = out_file(), *go = go_file();
+    struct run hr = { .cfg = hcfg, .out = hout, .prefix = hpfx },
+               wr = { .cfg = hcfg, .out = wout, .prefix = hpfx };
+    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
+    wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    wait_waiters(hname, 1);
+    enum { NP = 3 };
+    char *out[NP];
+    pid_t p[NP];
+    start_loop(WARN_2S, name, NP, "6000", "2000", out, p);
+    wait_progress(10, RUN_MS);
+
+    long long before = chk_get(0, "sections");
+    lock_server_kill();
+    long long t0 = th_now_ms();
+    lock_server_restart(extra);
+    long long up = th_now_ms();
+    long long resumed = wait_progress(before, RUN_MS);
+    if (aof) {
+        char owner[128];
+        holder_of(hname, owner, sizeof owner);      /* the hold survived */
+    } else {
+        wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
+    }
+    usleep(1000000);
+    touch(go);
+    char *text = finish(h, hout);
+    char *wt = finish(w, wout);
+    int lost;
+    long long total = finish_loop(NP, out, p, &lost);
+    long long hov = th_cmd_int(cc, "GET %s:0:overlaps", hpfx);
+    long long hrej = th_cmd_int(cc, "GET %s:0:rejects", hpfx);
+    if (aof) {
+        assert_has(text, "unlocked 0");
+        assert_lacks(text, "lost");
+        assert_int_equal(lost, 0);
+        assert_int_equal(hov, 0);
+        SECTION_INVARIANT(0);
+        measured("redis-server SIGKILLed and restarted with appendonly yes, appendfsync always "
+                 "(down %lld ms): holds kept, 0 lost leases, 0 overlaps; sections resumed %lld ms "
+                 "after the restart (%lld in all)", up - t0, resumed - up, total);
+    } else {
+        assert_has(text, "server no longer has the hold");
+        assert_has(text, "unlocked EPERM");
+        long long ov = chk_get(0, "overlaps");
+        measured("redis-server SIGKILLed and restarted without persistence (down %lld ms): "
+                 "the holder detected the loss; %d more lost leases among loop workers; "
+                 "overlaps: %lld holder/waiter, %lld among loop workers; the restarted token "
+                 "counter let %lld stale write through the fence (tokens %lld then %lld); "
+                 "sections resumed %lld ms after the restart",
+                 up - t0, lost, hov, ov, 1 - hrej, inside_field(text, 0), inside_field(wt, 0),
+                 resumed - up);
+        /* Each loss a loop worker saw is also its unlock's EPERM. */
+        assert_int_equal(chk_get(0, "unlockerr"), lost);
+    }
+    free(text);
+    free(wt);
+}
+
+static void test_server_restart_with_aof_always_keeps_every_hold(void **s)
+{
+    (void)s;
+    restart_scenario(1);
+}
+
+static void test_server_restart_without_persistence_holders_detect_the_loss(void **s)
+{
+    (void)s;
+    restart_scenario(0);
+}
+
+/* CLIENT PAUSE longer than a command timeout but shorter than lease -
+ * margin: calls time out and retry, nobody loses a lease (abort mode would
+ * kill the worker), nobody overlaps. */
+static void test_client_pause_longer_than_a_command_timeout_is_ridden_out(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    enum { NP = 4 };
+    char *out[NP];
+    pid_t p[NP];
+    start_loop("lease_ms = 6000; on_lease_lost = \"abort\"; "
+               "redis = { connect_timeout_ms = 500; command_timeout_ms = 500; };",
+               "p_pause", NP, "6000", "2000", out, p);
+    wait_progress(10, RUN_MS);
+    usleep(500000);
+    const long pause = 2000;
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld ALL", pause));
+    long long t0 = th_now_ms();
+    usleep(100000);
+    long long before = chk_get(0, "sections");
+    long long resumed = wait_progress(before, RUN_MS);
+    int lost;
+    long long total = finish_loop(NP, out, p, &lost);
+    assert_int_equal(lost, 0);
+    SECTION_INVARIANT(0);
+    measured("CLIENT PAUSE %ld ALL (command timeout 500 ms, lease 6000 ms): sections resumed "
+             "%lld ms after the pause began; 0 lost leases, 0 overlaps, %lld sections",
+             pause, resumed - t0, total);
+}
+
+/* The holder's machine loses its network: it must stop before the server
+ * lets the waiter on the other machine in. */
+static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
+{
+    (void)s;
+    if (!net.up)
+        skip();
+    lock_server(net.host_ip, NULL);
+    char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "n_cut");
+    char *hout = out_file(), *wout = out_file();
+    struct run hr = { .netns = net.ns[0], .cfg = cfg, .out = hout },
+               wr = { .netns = net.ns[1], .cfg = cfg, .out = wout };
+    pid_t h = worker(&hr, "once", "lock", "-g", "/nonexistent", NULL);
+    wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    wait_waiters("n_cut", 1);
+    usleep(200000);
+    long long cut = th_now_ms(), died_mono, died_real;
+    assert_int_equal(sh("ip link set %s down", net.veth[0]), 0);
+    int st = wait_end(h, 3000 + SLACK_MS, &died_mono, &died_real);
+    long long exp = pexpiretime("dmutex:{n_cut}");
+    chk_forget(h);
+    char *text = slurp(hout);
+    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the cut-off holder did not abort (status 0x%x):\n%s", st, text);
+    assert_has(text, "lost the lease of lock n_cut");
+    free(text);
+    wait_for(wout, "inside ", 3000 + SLACK_MS);
+    char *wt = finish(w, wout);
+    long long entered = inside_field(wt, 2);
+    free(wt);
+    measured("holder's machine cut off (veth down), abort: died %lld ms after the cut, "
+             "%lld ms before its lease expired on the server (margin 300 ms); the other "
+             "machine entered %lld ms after the death; 0 overlaps",
+             died_mono - cut, exp > 0 ? exp - died_real : -1, entered - died_real);
+    if (exp < 0)
+        fail_msg("the lease had expired on the server (%lld) before the holder died", exp);
+    assert_true(died_real < exp);
+    assert_true(entered >= died_real);
+    SECTION_INVARIANT(0);
+}
+
+static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)
+{
+    (void)s;
+    if (!net.up)
+        skip();
+    lock_server(net.host_ip, NULL);
+    char *cfg = config("lease_ms = 3000; on_lease_lost = \"warn\";", "n_warn");
+    char *hout = out_file(), *wout = out_file(), *go = go_file();
+    struct run hr = { .netns = net.ns[0], .cfg = cfg, .out = hout },
+               wr = { .netns = net.ns[1], .cfg = cfg, .out = wout };
+    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
+    wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    wait_waiters("n_warn", 1);
+    long long cut = th_now_ms();
+    assert_int_equal(sh("ip link set %s down", net.veth[0]), 0);
+    long long lost = wait_for(hout, "lost the lease", 3000 + SLACK_MS);
+    long long at = wait_for(wout, "inside ", 3000 + SLACK_MS);
+    free(finish(w, wout));
+    assert_int_equal(sh("ip link set %s up", net.veth[0]), 0);
+    touch(go);
+    char *text = finish(h, hout);
+    assert_has(text, "fenced rejected");
+    assert_has(text, "unlocked EPERM");
+    free(text);
+    measured("holder's machine cut off (veth down), warn: loss logged %lld ms after the cut, "
+             "the other machine entered %lld ms after the cut; %lld overlap, %lld stale write "
+             "rejected by the fencing token", lost - cut, at - cut, chk_get(0, "overlaps"),
+             chk_get(0, "rejects"));
+    assert_true(lost < at);
+    assert_int_equal(chk_get(0, "rejects"), 1);
+}
+
+#define THREE_LOCKS(p)                                                        \
+    "mutexes = ( { symbol = \"fault_lock\"; name = \"" p "_plain\"; },\n"     \
+    "  { symbol = \"fair_lock\"; name = \"" p "_fair\"; fair = true; },\n"    \
+    "  { symbol = \"cache_lock\"; name = \"" p "_cache\"; cache = true; } );\n"
+
+static void test_subscribers_killed_again_and_again_during_a_run(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config_raw("lease_ms = 2000; on_lease_lost = \"warn\";\n" THREE_LOCKS("k"));
+    enum { NP = 4 };
+    char *out[NP];
+    pid_t p[NP];
+    for (int i = 0; i < NP; i++) {
+        out[i] = out_file();
+        struct run r = { .cfg = cfg, .out = out[i] };
+        p[i] = worker(&r, "loop", "-t", "2", "-d", "5000", "-u", "1000", "-l", "3", NULL);
+    }
+    long long end = th_now_ms() + 5000, kills = 0;
+    int rounds = 0;
+    while (th_now_ms() < end) {
+        usleep(300000);
+        kills += th_cmd_int(rc, "CLIENT KILL TYPE pubsub");
+        rounds++;
+    }
+    int lost;
+    long long total = finish_loop(NP, out, p, &lost);
+    assert_int_equal(lost, 0);
+    for (int l = 0; l < 3; l++)
+        SECTION_INVARIANT(l);
+    measured("CLIENT KILL TYPE pubsub every 300 ms for 5 s (%d rounds, %lld connections "
+             "killed), plain, fair and cached locks: %lld sections (%lld/%lld/%lld), 0 overlaps",
+             rounds, kills, total, chk_get(0, "sections"), chk_get(1, "sections"),
+             chk_get(2, "sections"));
+    for (int l = 0; l < 3; l++)
+        assert_true(chk_get(l, "sections") > 0);
+}
+
+static long stress_ms(void)
+{
+    const char *v = getenv("DM_FAULTS_STRESS_MS");
+    long ms = v && *v ? atol(v) : STRESS_MS_DEFAULT;
+    return ms > 0 ? ms : STRESS_MS_DEFAULT;
+}
+
+/* Every key left on the server, sorted, one per line (static buffer). */
+static const char *all_keys(int *n)
+{
+    static char buf[8192];
+    redisReply *r = th_cmd(rc, "KEYS *");
+    buf[0] = 0;
+    *n = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        long long ttl = th_cmd_int(rc, "PTTL %s", r->element[i]->str);
+        size_t used = strlen(buf);
+        snprintf(buf + used, sizeof buf - used, "  %s (pttl %lld)\n", r->element[i]->str, ttl);
+        (*n)++;
+    }
+    freeReplyObject(r);
+    return buf;
+}
+
+static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    long ms = stress_ms();
+    char dur[24];
+    snprintf(dur, sizeof dur, "%ld", ms);
+    char *cfg = config_raw("lease_ms = 5000; on_lease_lost = \"warn\";\n" THREE_LOCKS("x"));
+    char *out[STRESS_PROCS];
+    pid_t p[STRESS_PROCS];
+    for (int i = 0; i < STRESS_PROCS; i++) {
+        out[i] = out_file();
+        struct run r = { .cfg = cfg, .out = out[i] };
+        p[i] = worker(&r, "loop", "-t", STRESS_THREADS, "-d", dur, "-u", "200", "-l", "3", NULL);
+    }
+    long long total = 0, least = -1;
+    int lost = 0;
+    for (int i = 0; i < STRESS_PROCS; i++) {
+        int st = wait_end(p[i], ms + RUN_MS, NULL, NULL);
+        char *text = slurp(out[i]);
+        if (st != 0)
+            fail_msg("stress worker %d ended with status 0x%x:\n%s", i, st, text);
+        assert_has(text, " 0 0\n");         /* no lock or unlock error */
+        lost += count_of(text, "lost the lease");
+        long long n = after(text, "done ");
+        total += n;
+        if (least < 0 || n < least)
+            least = n;
+        free(text);
+    }
+    long long ended = th_now_ms();
+    for (int l = 0; l < 3; l++)
+        SECTION_INVARIANT(l);
+    assert_int_equal(lost, 0);
+    assert_true(least > 0);
+    int nk;
+    const char *left = all_keys(&nk);
+    printf("keys right after the run (%d):\n%s", nk, left);
+    /* What may stay: the fencing counters, forever by design. What may stay
+     * a while: release markers (:holder "=token", a lease long) and fair
+     * queues (3 * DM_WAIT_CAP_MS x 2). Nothing else, and nothing for long. */
+    long long settle_end = th_now_ms() + 5000 + 6000 + SLACK_MS;
+    for (;;) {
+        left = all_keys(&nk);
+        if (nk == 3 && strstr(left, "dmutex:{x_plain}:token (pttl -1)") &&
+            strstr(left, "dmutex:{x_fair}:token (pttl -1)") &&
+            strstr(left, "dmutex:{x_cache}:token (pttl -1)"))
+            break;
+        if (th_now_ms() > settle_end)
+            fail_msg("keys left %lld ms after the run:\n%s", th_now_ms() - ended, left);
+        usleep(100000);
+    }
+    long long settled = th_now_ms() - ended;
+    redisReply *ch = th_cmd(rc, "PUBSUB CHANNELS *");
+    assert_int_equal(ch->type, REDIS_REPLY_ARRAY);
+    if (ch->elements != 0)
+        fail_msg("%zu channels still subscribed, first %s", ch->elements, ch->element[0]->str);
+    freeReplyObject(ch);
+    long long clients = info_num(rc, "clients", "connected_clients:");
+    assert_int_equal(clients, 1);           /* this test's own */
+    measured("stress: %d processes x %s threads x 3 locks (plain, fair, cached) for %ld ms: "
+             "%lld sections (%lld/%lld/%lld; the least busy process %lld), 0 overlaps, "
+             "0 lost leases; %lld ms later only the 3 :token keys remained, 0 channels, "
+             "0 client connections",
+             STRESS_PROCS, STRESS_THREADS, ms, total, chk_get(0, "sections"),
+             chk_get(1, "sections"), chk_get(2, "sections"), least, settled);
+}
+
+/* ==== 8. memory =============================================================== */
+
+static void rss_check(const char *cfgtext, const char *cycles, const char *what)
+{
+    lock_server(NULL, NULL);
+    char *cfg = config_raw(cfgtext), *out = out_file();
+    struct run r = { .cfg = cfg, .out = out };
+    char *text = finish(worker(&r, "cycles", cycles, NULL), out);
+    const char *p = strstr(text, "rss ");
+    if (!p)
+        fail_msg("no rss line:\n%s", text);
+    long at10, end;
+    long long ms;
+    assert_int_equal(sscanf(p, "rss %ld %ld %lld", &at10, &end, &ms), 3);
+    measured("%s: %s lock/unlock cycles in %lld ms; RSS %ld kB after 10%%, %ld kB at the end "
+             "(%+ld kB)", what, cycles, ms, at10, end, end - at10);
+    if (end - at10 >= 2048)
+        fail_msg("RSS grew by %ld kB over %s cycles", end - at10, cycles);
+    free(text);
+}
+
+static void test_rss_stays_flat_over_a_million_cached_cycles(void **s)
+{
+    (void)s;
+    rss_check("lease_ms = 30000; mutexes = ( { symbol = \"fault_lock\"; name = \"m_rss\"; "
+              "cache = true; } );\n", "1000000", "cache = true");
+}
+
+static void test_rss_stays_flat_over_uncached_cycles(void **s)
+{
+    (void)s;
+    rss_check("lease_ms = 30000; mutexes = ( { symbol = \"fault_lock\"; name = \"m_rss2\"; } );\n",
+              "20000", "no caching (two round trips each)");
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_checker_sees_overlaps_without_the_shim),
+        /* 1. lost leases */
+        T(test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock_is_eperm),
+        T(test_deleted_hold_aborts_the_holder),
+        T(test_stopped_server_is_a_lost_lease_after_lease_minus_margin),
+        T(test_abort_ends_the_holder_before_the_server_lease_expires),
+        /* 2. outages */
+        T(test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_answer),
+        T(test_stuck_server_trylock_timed_and_error_answer_in_bounded_time),
+        T(test_killed_subscribers_resubscribe_and_nobody_sleeps_through_a_release),
+        /* 3, 4, 5 */
+        T(test_unlock_whose_release_reply_was_lost_returns_0),
+        T(test_lock_delay_holds_the_next_holder_off_after_an_expiry),
+        T(test_token_of_dmutex_token_is_shown_by_dmutex_ls),
+        /* 6. bad input */
+        T(test_symbol_smaller_than_a_mutex_exits_78_naming_it),
+        T(test_one_mutex_under_two_names_exits_78),
+        T(test_wrong_key_type_at_the_lock_name_never_grants),
+        T(test_acl_without_evalsha_never_grants),
+        T(test_oom_server_keeps_exclusion_and_says_oom),
+        T(test_readonly_replica_never_grants_and_its_holder_loses_the_lease),
+        T(test_script_flush_under_load_loses_nothing),
+        T(test_server_closing_mid_reply_never_grants),
+        /* 7. scenarios */
+        T(test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead),
+        T(test_stopped_holder_overlap_is_measured_reported_and_fenced_off),
+        T(test_stopped_holder_in_abort_mode_dies_when_resumed),
+        T(test_server_restart_with_aof_always_keeps_every_hold),
+        T(test_server_restart_without_persistence_holders_detect_the_loss),
+        T(test_client_pause_longer_than_a_command_timeout_is_ridden_out),
+        T(test_cut_off_holder_aborts_before_its_lease_expires),
+        T(test_cut_off_holder_in_warn_mode_is_fenced_off),
+        T(test_subscribers_killed_again_and_again_during_a_run),
+        T(test_stress_16x4_on_three_locks_then_nothing_is_left_behind),
+        /* 8. memory */
+        T(test_rss_stays_flat_over_a_million_cached_cycles),
+        T(test_rss_stays_flat_over_uncached_cycles),
+    };
+    const char *only = getenv("DM_FAULTS_FILTER");     /* e.g. "*restart*" while debugging */
+    if (only && *only)
+        cmocka_set_test_filter(only);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
