@@ -37,7 +37,7 @@
 #define NOTICE_MAX_MS   500L    /* a notice wakes a waiter far sooner than DM_WAIT_CAP_MS */
 #define EXPIRE_WAIT_MS  (LEASE_MS + 3000L)
 #define POLL_MS         5
-#define SUITE_ALARM_S   240     /* a hung test ends the program instead of the CI job */
+#define SUITE_ALARM_S   120     /* a hung test ends the program instead of the CI job */
 
 static struct th_redis rs;
 static redisContext *rc;        /* the test's own connection, for inspection */
