@@ -108,4 +108,11 @@ if redis.call('hexists', lock, owner) == 1 then
     redis.call('pexpire', lock, lease)
     return {1, tonumber(redis.call('get', tokenkey)) or 0, 0}
 end
-return not_granted(redis.call('pttl', lock))
+-- PTTL is 0 in the last millisecond of a lease: a waiter that slept until
+-- the lease's end arrives just then, and must retry at once, not after
+-- the "unknown" wait that not_granted gives a pttl of 0.
+local pttl = redis.call('pttl', lock)
+if pttl == 0 then
+    pttl = 1
+end
+return not_granted(pttl)
