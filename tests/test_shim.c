@@ -32,8 +32,8 @@
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
 #define COUNTER         TH_BUILD "/tests/progs/counter"
 #define EX_CONFIG       78
-#define SHORT_LEASE_MS  2000L
-#define LONG_LEASE_MS   30000L
+#define SHORT_LEASE_MS  2000L   /* for tests that wait for a lease to run out */
+#define LONG_LEASE_MS   30000L  /* for holders that must not lose theirs on a slow machine */
 #define SLACK_MS        2500L   /* how late a timed result may be on a loaded machine */
 #define RUN_MS          20000L  /* longest a program that should finish may run */
 #define POLL_US         5000
@@ -393,7 +393,7 @@ static void test_unmapped_mutex_makes_no_redis_traffic(void **state)
 static void test_trylock_is_ebusy_while_another_process_holds_the_mutex(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"c_try\"; }");
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"c_try\"; }");
     char *hout = out_file(), *go = go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
     wait_for(hout, "locked 0", RUN_MS);
@@ -417,7 +417,7 @@ static void test_trylock_is_ebusy_while_another_process_holds_the_mutex(void **s
 static void test_timedlock_times_out_at_its_deadline_while_held_elsewhere(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"d_timed\"; }");
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"d_timed\"; }");
     char *hout = out_file(), *go = go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
     wait_for(hout, "locked 0", RUN_MS);
@@ -529,6 +529,22 @@ static void test_unset_dmutex_config_exits_78_with_a_clear_message(void **state)
     assert_has(text, "not set");
     if (main_ran(text))
         fail_msg("main ran without a config:\n%s", text);
+    free(text);
+}
+
+static void test_bad_dmutex_redis_url_exits_78_naming_it(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_url\"; }");
+    char **env = shim_env(cfg, rs.port);
+    static char bad[] = "DMUTEX_REDIS=http://127.0.0.1:1/";
+    env[2] = bad;
+    char *argv[] = { LOCKPROG, "trylock", NULL };
+    char *out = out_file();
+    char *text = finish(spawn(argv, env, out), out, EX_CONFIG);
+    assert_has(text, "DMUTEX_REDIS=http://127.0.0.1:1/");
+    if (main_ran(text))
+        fail_msg("main ran with a bad DMUTEX_REDIS:\n%s", text);
     free(text);
 }
 
@@ -678,6 +694,7 @@ int main(void)
         T(test_bad_config_exits_78_before_main_naming_file_and_line),
         T(test_missing_required_symbol_exits_78_naming_it),
         T(test_unset_dmutex_config_exits_78_with_a_clear_message),
+        T(test_bad_dmutex_redis_url_exits_78_naming_it),
         T(test_lock_keeps_retrying_and_logs_while_redis_is_unreachable),
         T(test_lock_blocked_by_an_outage_succeeds_once_redis_answers),
         T(test_trylock_is_ebusy_while_redis_is_unreachable),
