@@ -29,6 +29,11 @@
  *                                     parent and children all run the counter
  *   exec-count M CHILDREN THREADS ITERS HOLD_US
  *                                     the same with children that exec this program
+ *   atfork-count M CHILDREN THREADS ITERS HOLD_US
+ *                                     with pthread_atfork handlers that lock M before
+ *                                     fork and unlock it in parent and child, fork
+ *                                     CHILDREN while the parent's threads run the
+ *                                     counter; the children run it too
  *   recursive M DEPTH                 DEPTH nested locks; "recursive LOCK INNER OUTER UNLOCK":
  *                                     INNER/OUTER = EXISTS of KEY after the inner
  *                                     unlocks and after the outermost
@@ -259,6 +264,71 @@ static int fork_count(char **args, int do_exec, char *mutex_name)
     }
     run_count(args + 1, 0);
     int bad = wait_children(kids, children);
+    if (!bad)
+        say("children ok");
+    return bad;
+}
+
+/* The usual way to fork safely while other threads use a mutex. */
+static int atfork_failed;
+
+static void atfork_prepare(void)
+{
+    if (pthread_mutex_lock(m) != 0)
+        atfork_failed = 1;
+}
+
+static void atfork_parent(void)
+{
+    if (pthread_mutex_unlock(m) != 0)
+        atfork_failed = 1;
+}
+
+static void atfork_child(void)
+{
+    if (pthread_mutex_unlock(m) != 0)
+        atfork_failed = 1;
+}
+
+struct count_args {
+    char **args;
+};
+
+static void *count_thread(void *p)
+{
+    run_count(((struct count_args *)p)->args, 0);
+    return NULL;
+}
+
+/* args: CHILDREN THREADS ITERS HOLD_US */
+static int atfork_count(char **args)
+{
+    int children = atoi(args[0]);
+    pid_t kids[16];
+    if (children > 16)
+        children = 16;
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    struct count_args ca = { args + 1 };
+    pthread_t t;
+    pthread_create(&t, NULL, count_thread, &ca);
+    for (int i = 0; i < children; i++) {
+        usleep(20000);
+        kids[i] = fork();
+        if (kids[i] < 0) {
+            say("fork failed");
+            return 1;
+        }
+        if (kids[i] == 0) {
+            if (atfork_failed) {
+                say("child: atfork handler failed");
+                exit(1);
+            }
+            run_count(args + 1, 0);
+            exit(0);
+        }
+    }
+    pthread_join(t, NULL);
+    int bad = wait_children(kids, children) || atfork_failed;
     if (!bad)
         say("children ok");
     return bad;
@@ -625,6 +695,8 @@ int main(int argc, char **argv)
         return fork_count(args, 0, argv[4]);
     if (strcmp(mode, "exec-count") == 0 && nargs >= 4)
         return fork_count(args, 1, argv[4]);
+    if (strcmp(mode, "atfork-count") == 0 && nargs >= 4)
+        return atfork_count(args);
     if (strcmp(mode, "recursive") == 0 && nargs >= 1)
         return mode_recursive(atoi(args[0]));
     if (strcmp(mode, "errcheck") == 0 && nargs >= 1)
