@@ -139,11 +139,9 @@ static void *watchdog_main(void *arg)
     char err[DM_ERR_MAX], lease[24];
     static long log_last;
     snprintf(lease, sizeof lease, "%ld", cfg->lease_ms);
-    /* A reply must come back well within the margin, or the deadline check
-     * would run late. */
+    /* Loss deadlines are the deadline thread's; a slow reply only has to
+     * come back before the next round is due. */
     long io_ms = cfg->redis.command_timeout_ms;
-    if (io_ms > cfg->lease_margin_ms / 2)
-        io_ms = cfg->lease_margin_ms / 2 > 0 ? cfg->lease_margin_ms / 2 : 1;
     if (io_ms > cfg->renew_ms)
         io_ms = cfg->renew_ms;
     long long next_round = now_ms() + cfg->renew_ms;
