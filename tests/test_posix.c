@@ -588,6 +588,25 @@ static void test_unlock_without_consistent_makes_notrecoverable(void **state)
     assert_int_equal(lock_exists("t7_rob"), 0);
 }
 
+/* glibc's own robust case within one process: a thread ends holding the
+ * mutex. The next locker gets EOWNERDEAD (once the dead thread's lease has
+ * run out, as for a dead process), and other processes find the mutex
+ * clean after it is made consistent. */
+static void test_thread_exiting_with_robust_mutex_gives_eownerdead_to_next_locker(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7b_rob\"; }");
+    char *out = out_file();
+    char *text = finish(PP(cfg, out, "x", "robust-thread-exit", "arobust"), out, 0);
+    assert_has(text, "thread locked 0\nthread gone\nlock EOWNERDEAD\nconsistent 0\nunlock 0\n");
+    free(text);
+    assert_int_equal(lock_exists("t7b_rob"), 0);
+    out = out_file();
+    text = finish(PP(cfg, out, "x", "lock", "arobust"), out, 0);
+    assert_has(text, "locked 0 ");
+    free(text);
+}
+
 /* ==== 3. condition variables ================================================ */
 
 /* A waits on a condvar with the mapped norm_lock; meanwhile another
@@ -1105,6 +1124,7 @@ int main(void)
         T(test_destroy_of_held_mapped_mutex_gives_ebusy_and_reinit_starts_clean),
         T(test_robust_lock_after_sigkilled_holder_gives_eownerdead),
         T(test_unlock_without_consistent_makes_notrecoverable),
+        T(test_thread_exiting_with_robust_mutex_gives_eownerdead_to_next_locker),
         T(test_other_process_acquires_while_waiter_in_cond_wait),
         T(test_other_process_acquires_while_waiter_in_cond_timedwait),
         T(test_other_process_acquires_while_waiter_in_cond_clockwait),

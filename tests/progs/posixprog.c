@@ -45,6 +45,9 @@
  *   robust-hold M                     lock, "locked RC", sleep until killed
  *   robust-lock M consistent|noconsistent
  *                                     lock (EOWNERDEAD expected) and recover, or not
+ *   robust-thread-exit M              a thread locks M and returns holding it; then
+ *                                     main locks (EOWNERDEAD expected), makes it
+ *                                     consistent and unlocks
  *   cond M KIND FILE                  lock, wait on a condvar (KIND: wait, timedwait,
  *                                     clockwait) until a thread sees FILE and
  *                                     signals (without the mutex); "woke RC exists=E"
@@ -496,6 +499,29 @@ static int mode_robust_lock(const char *how)
     return 0;
 }
 
+static void *lock_and_return(void *arg)
+{
+    (void)arg;
+    say("thread locked %s", ename(pthread_mutex_lock(m)));
+    return NULL;
+}
+
+static int mode_robust_thread_exit(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, lock_and_return, NULL);
+    pthread_join(t, NULL);
+    say("thread gone");
+    struct timespec dl = deadline_in(CLOCK_REALTIME, 20000);
+    int r = pthread_mutex_timedlock(m, &dl);
+    say("lock %s", ename(r));
+    if (r == EOWNERDEAD)
+        say("consistent %s", ename(pthread_mutex_consistent(m)));
+    if (r == 0 || r == EOWNERDEAD)
+        say("unlock %s", ename(pthread_mutex_unlock(m)));
+    return 0;
+}
+
 static void *foreign_unlock(void *arg)
 {
     (void)arg;
@@ -732,6 +758,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "robust-lock") == 0 && nargs >= 1)
         return mode_robust_lock(args[0]);
+    if (strcmp(mode, "robust-thread-exit") == 0)
+        return mode_robust_thread_exit();
     if (strcmp(mode, "cond") == 0 && nargs >= 2)
         return mode_cond(args[0], args[1]);
     if (strcmp(mode, "cond-timeout") == 0 && nargs >= 2)
