@@ -327,6 +327,60 @@ static int is_robust(const pthread_mutex_t *m)
     return (m->__data.__kind & DM_GLIBC_KIND_ROBUST) != 0;
 }
 
+/* A thread that ends holding a robust mutex: glibc gives the next locker
+ * EOWNERDEAD. Here the name gate would stay owned by a thread that is gone
+ * (every later lock in the process blocks) and the watchdog would renew
+ * its cluster hold for ever (every other process too). So the end of a
+ * thread that locked robust mapped mutexes hands back what it still holds
+ * of them: the gate to the process, and the cluster hold to its lease,
+ * unreleased, so that the next locker anywhere gets EOWNERDEAD once the
+ * lease has run out, as after a process that died. */
+static pthread_key_t robust_key;
+static pthread_once_t robust_once = PTHREAD_ONCE_INIT;
+
+static void drop_dead_hold(const void *addr, void *value, void *arg)
+{
+    struct dm_entry *e = value;
+    unsigned long me = *(const unsigned long *)arg;
+    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != me || !is_robust(addr))
+        return;
+    __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
+    e->depth = 0;
+    struct dm_name *nm = e->nm;
+    pthread_mutex_lock(&nm->gate);
+    if (nm->owner == me && nm->depth > 0 && --nm->depth == 0) {
+        if (nm->held) {
+            dm_watchdog_remove(&nm->hold);
+            nm->held = 0;
+        }
+        nm->owner = 0;
+        pthread_cond_signal(&nm->gate_cv);
+    }
+    pthread_mutex_unlock(&nm->gate);
+}
+
+static void robust_thread_end(void *arg)
+{
+    (void)arg;
+    unsigned long me = self_seq();
+    in_shim++;
+    dm_registry_foreach(drop_dead_hold, &me);
+    in_shim--;
+}
+
+static void robust_key_create(void)
+{
+    if (pthread_key_create(&robust_key, robust_thread_end) != 0)
+        dm_error("no thread-exit hook for robust mutexes: a thread that ends holding "
+                 "one leaves it locked");
+}
+
+static void watch_thread_end(void)
+{
+    pthread_once(&robust_once, robust_key_create);
+    pthread_setspecific(robust_key, (void *)1);
+}
+
 int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mode,
                    clockid_t clk, const struct timespec *abstime)
 {
@@ -367,6 +421,8 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return r;
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
+    if (is_robust(m))
+        watch_thread_end();
     if (r == 0 && dead && is_robust(m)) {
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
