@@ -66,12 +66,18 @@ static void check_loaded(const struct dm_config *c)
     check(c->on_lease_lost == DM_LOST_ABORT || c->on_lease_lost == DM_LOST_WARN, "on_lease_lost");
     check(c->on_redis_down <= DM_DOWN_LOCAL, "on_redis_down");
     check((c->nmutexes == 0) == (c->mutexes == NULL), "mutex array matches its count");
+    check((c->nprograms == 0) == (c->programs == NULL), "programs array matches its count");
+    for (size_t i = 0; i < c->nprograms; i++)
+        check(c->programs[i] && *c->programs[i] && !strchr(c->programs[i], '/'),
+              "programs are file names");
     for (size_t i = 0; i < c->nmutexes; i++) {
         const struct dm_mutex_config *m = &c->mutexes[i];
         check((m->symbol == NULL) != (m->init_site == NULL), "symbol xor init_site");
         check(m->name && name_ok(m->name), "lock name characters");
-        check(!m->object || (*m->object && !strchr(m->object, '/') && strlen(m->object) <= 255),
-              "object is a file name");
+        check(!m->object || (*m->object && *(strrchr(m->object, '/') ? strrchr(m->object, '/') + 1
+                                                                     : m->object) &&
+                             strlen(m->object) <= (strchr(m->object, '/') ? 4096u : 255u)),
+              "object is a file name or a path to a file");
         check(m->offset >= 0 && m->offset <= (1L << 30), "offset range");
         check(m->index == -1 || (m->index >= 0 && m->index <= (1L << 24)), "index range");
         check(m->offset == 0 || m->index == -1, "offset xor index");
