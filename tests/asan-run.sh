@@ -8,13 +8,17 @@
 # TH_BUILD), so they run from a staging root, ASAN_BUILD/root, whose
 # entries link to the repository's and whose build/ is ASAN_BUILD.
 #
-# The shim is linked with -fsanitize=address, so the ASan runtime comes in
-# as a dependency of the preloaded libdmutex.so rather than first in the
-# library list; verify_asan_link_order=0 lets it start that way, and as it
-# is still loaded before libc it gets malloc and free. Children inherit
-# ASAN_OPTIONS. A child with a memory error or a leak (LeakSanitizer runs
-# at exit) exits non-zero with the report in its output, which fails the
-# test that ran it. Each test group is itself instrumented.
+# The shim is linked with -fsanitize=address. The ASan runtime must come
+# first in the library list, or libc's malloc is the one everybody calls
+# and neither heap errors nor leaks are seen: tests that honour
+# DM_TEST_PRELOAD (test_faults) put it before the shim in their children's
+# LD_PRELOAD. Children of the other groups get the shim alone; with
+# verify_asan_link_order=0 the runtime then starts as the shim's dependency
+# (instrumented shim code, libc's allocator). Each test group is itself
+# instrumented and checked for leaks at exit. A child with a memory error or
+# a leak exits non-zero with the report in its output, which fails the test
+# that ran it. tests/asan.supp lists what LeakSanitizer cannot see is still
+# reachable.
 cd "$(dirname "$0")/.." || exit 1
 repo=$PWD
 b=${1:-build/asan}
@@ -30,12 +34,11 @@ for e in "$repo"/* "$repo"/.[!.]*; do
 done
 ln -s "$(cd "$b" && pwd)" "$root/build"
 
+DM_TEST_PRELOAD=$(ldd "$b/libdmutex.so" | awk '/libasan/ { print $3; exit }')
+[ -n "$DM_TEST_PRELOAD" ] || { echo "asan-run: $b/libdmutex.so is not linked with ASan" >&2; exit 1; }
 ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=1:abort_on_error=0:halt_on_error=1
-export ASAN_OPTIONS
-if [ -f "$repo/tests/fuzz/lsan.supp" ]; then
-    LSAN_OPTIONS=suppressions=$repo/tests/fuzz/lsan.supp
-    export LSAN_OPTIONS
-fi
+LSAN_OPTIONS=suppressions=$repo/tests/asan.supp:print_suppressions=0
+export DM_TEST_PRELOAD ASAN_OPTIONS LSAN_OPTIONS
 cd "$root" || exit 1
 echo "asan-run: $(pwd -P), groups: ${*:-all}"
 # run.sh cds to "$(dirname "$0")/..", which the shell resolves logically:
