@@ -5,7 +5,7 @@
 # The programs are ordinary pthread programs: no shim headers or objects;
 # dmutex is applied to them with LD_PRELOAD and a config, as a user would.
 
-BENCH_BINS := $(B)/bench/cycle $(B)/bench/passthrough $(B)/bench/many
+BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many
 
 .PHONY: bench-build
 bench-build: $(BENCH_BINS)
@@ -15,7 +15,7 @@ bench:
 	@$(MAKE) --no-print-directory all bench-build
 	@bench/run.sh
 
-$(B)/bench/cycle: bench/cycle.c | $(B)/bench
+$(B)/bench/cycle $(B)/bench/rtt: $(B)/bench/%: bench/%.c | $(B)/bench
 	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $(shell pkg-config --cflags hiredis) \
 	    $< -o $@ $(shell pkg-config --libs hiredis)
 

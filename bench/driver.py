@@ -40,6 +40,7 @@ SHIM = os.path.join(BUILD, "libdmutex.so")
 CYCLE = os.path.join(BUILD, "bench", "cycle")
 PASSTHROUGH = os.path.join(BUILD, "bench", "passthrough")
 MANY = os.path.join(BUILD, "bench", "many")
+RTT = os.path.join(BUILD, "bench", "rtt")
 NODE_WORKER = os.path.join(ROOT, "bench", "peers", "worker.js")
 PY_WORKER = os.path.join(ROOT, "bench", "peers", "redispy.py")
 PYTHON = "/usr/bin/python3"     # Debian's, which has python3-redis
@@ -56,9 +57,13 @@ CALLGRIND_N = 200_000
 PAIRS_S = 0.5 if QUICK else 1.0
 PAIRS_REPS = 3
 WATCHDOG_N = 10_000
-WATCHDOG_LEASE_MS = 3000            # renew_ms = lease / 3 = 1 s
-WATCHDOG_HOLD_MS = 3500 if QUICK else 6500
+# (lease_ms, hold_ms): a short lease (a renewal round every second) to see
+# several rounds quickly, and the default lease (every 10 s) that users run.
+WATCHDOG_RUNS = [(3000, 3500)] if QUICK else [(3000, 6500), (30000, 21000)]
 STATS_POLL_S = 0.02
+RTT_N = 2000
+GAP_US = 2000                       # as the 2 ms hold: a waiter sleeps that long
+WINDOWS = 4                         # throughput: median over this many slices of a run
 
 # Commands no Lua script can run (or that none of the scripts here run):
 # every call of these is a client request.
@@ -66,7 +71,7 @@ TOP_LEVEL = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "s
              "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe",
              "sunsubscribe", "ping", "hello", "client", "info", "auth", "select", "quit",
              "multi", "exec", "watch", "unwatch", "discard", "readonly"}
-OWN_COMMANDS = {"incr"}             # the workers' own INCR
+OWN_COMMANDS = {"incr", "incrby"}   # the workers' own INCR (redis-py sends INCRBY key 1)
 DRIVER_INFO_PER_WINDOW = 1          # the "before" INFO shows up in the "after" one
 
 # name -> how to run it. `retry`: the peers' default retry settings, or 1 ms.
@@ -200,7 +205,14 @@ class Bench:
         acq = [(a[0], a[1], a[2], i) for i, o in enumerate(outs) for a in o["acq"]]
         waits = [(a[1] - a[0]) / 1e3 for a in acq]
         waits += [(c[1] - c[0]) / 1e3 for o in outs for c in o.get("censored", [])]
-        in_window = sum(1 for a in acq if a[1] <= deadline)
+        # Throughput: the median over WINDOWS slices of the run, so that a
+        # burst of load from elsewhere on the machine moves it less.
+        span = (deadline - start) / WINDOWS
+        per_slice = [0] * WINDOWS
+        for a in acq:
+            if start <= a[1] <= deadline:
+                per_slice[min(WINDOWS - 1, int((a[1] - start) / span))] += 1
+        starved = sum(1 for i in range(k) if not any(a[3] == i and a[1] <= deadline for a in acq))
         # A handoff: the next holder was already waiting when the previous
         # one called unlock; from that unlock call to the new lock's return.
         hand = []
@@ -213,13 +225,15 @@ class Bench:
             "system": system, "k": k, "hold_us": hold_us,
             "seconds": (deadline - start) / 1e9,
             "acquisitions": len(acq),
-            "throughput": in_window / ((deadline - start) / 1e9),
+            "throughput": median(per_slice) / (span / 1e9),
+            "throughput_slices": [n / (span / 1e9) for n in per_slice],
             "wait_p50_us": pct(waits, 50), "wait_p99_us": pct(waits, 99),
+            "wait_max_us": max(waits) if waits else float("nan"),
+            "starved": starved,
             "hold_us_measured": median([(a[2] - a[1]) / 1e3 for a in acq]),
             "handoff_p50_us": median(hand), "handoffs": len(hand),
             "requests": req, "req_per_acq": req / len(acq) if acq else float("nan"),
             "fail": sum(o.get("fail", 0) for o in outs),
-            "idle_workers": sum(1 for o in outs if not o["acq"]),
         }
 
     # ---- which plain commands each system sends --------------------------
@@ -390,28 +404,28 @@ class Bench:
                 % (system, median(pair), median(ping), median(pair) / median(ping),
                    ", untimed %.0f pairs/s" % median(rate) if rate else ""))
         self.res["uncontended"] = out
-        self.res["rtt_us"] = out["dmutex"]["ping_us"]
 
     def fig_watchdog(self):
+        self.res["watchdog"] = [self.watchdog(lease, hold) for lease, hold in WATCHDOG_RUNS]
+
+    def watchdog(self, lease_ms, hold_ms):
         log("watchdog: %d held mapped mutexes, lease %d ms, held %d ms"
-            % (WATCHDOG_N, WATCHDOG_LEASE_MS, WATCHDOG_HOLD_MS))
+            % (WATCHDOG_N, lease_ms, hold_ms))
         entries = ['  { symbol = "many"; index = %d; name = "many%d"; }' % (i, i)
                    for i in range(WATCHDOG_N)]
-        cfg = self.config("watchdog", "default", entries, lease_ms=WATCHDOG_LEASE_MS)
-        t0 = time.monotonic()
-        p = subprocess.Popen([MANY, str(WATCHDOG_N), str(WATCHDOG_HOLD_MS)], stdout=subprocess.PIPE,
+        cfg = self.config("watchdog%d" % lease_ms, "default", entries, lease_ms=lease_ms)
+        p = subprocess.Popen([MANY, str(WATCHDOG_N), str(hold_ms)], stdout=subprocess.PIPE,
                              text=True, env=self.shim_env(cfg))
         locked = json.loads(p.stdout.readline())
-        start_s = time.monotonic() - t0
         # Poll the renewal count; a burst of increments is one round trip
         # of the watchdog (it pipelines every renewal of a round).
         samples = []
-        last = self.r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-        first = last
-        hold_end = time.monotonic() + WATCHDOG_HOLD_MS / 1e3 - 0.1
+        calls = lambda: self.r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        first = last = calls()
+        hold_end = time.monotonic() + hold_ms / 1e3 - 0.1
         while time.monotonic() < hold_end:
             time.sleep(STATS_POLL_S)
-            cur = self.r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+            cur = calls()
             samples.append(cur - last)
             last = cur
         cpu = json.loads(p.stdout.readline())
@@ -425,17 +439,34 @@ class Bench:
                 sizes.append(run)
                 run = 0
         renewals = last - first
-        out = {"n": WATCHDOG_N, "lease_ms": WATCHDOG_LEASE_MS, "lock_all_ms": locked["locked_ms"],
-               "start_s": start_s, "cpu_ms": cpu["cpu_ms"], "wall_ms": cpu["wall_ms"],
+        out = {"n": WATCHDOG_N, "lease_ms": lease_ms, "lock_all_ms": locked["locked_ms"],
+               "cpu_ms": cpu["cpu_ms"], "wall_ms": cpu["wall_ms"],
                "cpu_pct": 100 * cpu["cpu_ms"] / cpu["wall_ms"], "renewals": renewals,
                "rounds": bursts, "per_round": renewals / bursts if bursts else 0,
                "round_sizes": sizes}
         log("  locked all in %.0f ms; %d renewals in %d rounds (%.0f per round trip); "
             "CPU %.2f%% of a core" % (locked["locked_ms"], renewals, bursts, out["per_round"],
                                        out["cpu_pct"]))
-        self.res["watchdog"] = out
+        return out
+
+    def fig_rtt(self):
+        """The round trips: back to back (the usual meaning), after a 2 ms
+        sleep (as a lock waiter wakes), and a notice's delivery to a blocked
+        subscriber after 2 ms (the floor of a handoff)."""
+        out = {}
+        for name, mode, gap in (("ping", "ping", 0), ("ping_idle", "ping", GAP_US),
+                                ("notice_idle", "notice", GAP_US)):
+            p = subprocess.run([RTT, mode, HOST, str(self.port), str(RTT_N), str(gap)],
+                               capture_output=True, text=True, check=True)
+            out[name] = json.loads(p.stdout)
+        log("round trips: PING %.1f us back to back, %.1f us after 2 ms idle; "
+            "notice to a blocked subscriber after 2 ms idle %.1f us (p50)"
+            % (out["ping"]["p50_us"], out["ping_idle"]["p50_us"], out["notice_idle"]["p50_us"]))
+        return out
 
     def fig_sweep(self):
+        self.res["rtt"] = self.fig_rtt()
+        self.res["rtt_us"] = self.res["rtt"]["ping"]["p50_us"]
         runs = []
         for hold in HOLDS_US:
             for k in KS:
@@ -444,11 +475,13 @@ class Bench:
                         continue    # nothing to retry without contention
                     r = self.run_cycle(system, k, hold, RUN_S)
                     runs.append(r)
-                    log("  hold %4d us K=%2d %-13s %8.0f acq/s  p99 wait %9.0f us  "
-                        "%5.2f req/acq%s" % (hold, k, system, r["throughput"], r["wait_p99_us"],
-                                             r["req_per_acq"],
-                                             "  handoff %.0f us" % r["handoff_p50_us"]
-                                             if r["handoffs"] else ""))
+                    log("  hold %4d us K=%2d %-13s %8.0f acq/s  p99 wait %9s  max %9s  "
+                        "%5.2f req/acq%s%s" % (hold, k, system, r["throughput"],
+                                               fmt_us(r["wait_p99_us"]), fmt_us(r["wait_max_us"]),
+                                               r["req_per_acq"],
+                                               "  handoff %.0f us" % r["handoff_p50_us"]
+                                               if r["handoffs"] else "",
+                                               "  %d starved" % r["starved"] if r["starved"] else ""))
         self.res["sweep"] = runs
 
 
@@ -526,12 +559,14 @@ def targets(res):
     rows.append(("lock caching, a second process asks: after the CS ends / RTT",
                  "%.0f / %.0f us = x%.2f" % (f["handoff_p50_us"], rtt, f["handoff_p50_us"] / rtt),
                  "<= x1.0", verdict(f["handoff_p50_us"] / rtt, 1.0, False)))
-    w = res["watchdog"]
-    rows.append(("watchdog, %d holds: renewals per round trip" % w["n"],
-                 "%d in %d rounds: %.0f" % (w["renewals"], w["rounds"], w["per_round"]),
-                 ">= 100", verdict(w["per_round"], 100, True)))
-    rows.append(("watchdog, %d holds, lease %d ms: CPU" % (w["n"], w["lease_ms"]),
-                 "%.2f%% of a core" % w["cpu_pct"], "< 1%", verdict(w["cpu_pct"], 1.0, False)))
+    for w in res["watchdog"]:
+        rows.append(("watchdog, %d holds, lease %d ms: renewals per round trip"
+                     % (w["n"], w["lease_ms"]),
+                     "%d in %d rounds: %.0f" % (w["renewals"], w["rounds"], w["per_round"]),
+                     ">= 100", verdict(w["per_round"], 100, True)))
+        rows.append(("watchdog, %d holds, lease %d ms (renewal every %d s): CPU"
+                     % (w["n"], w["lease_ms"], w["lease_ms"] // 3000),
+                     "%.2f%% of a core" % w["cpu_pct"], "< 1%", verdict(w["cpu_pct"], 1.0, False)))
 
     def best_peer(k, hold):
         cands = [find(runs, p, k, hold) for p in PEERS]
@@ -551,6 +586,20 @@ def targets(res):
                                               r["throughput"] / bp["throughput"]),
                      ">= x1.3", verdict(r["throughput"] / bp["throughput"], 1.3, True)))
     return rows
+
+
+def context(res):
+    """Lines that help read the targets: handoffs against the notice floor."""
+    runs, rt = res["sweep"], res["rtt"]
+    floor = rt["notice_idle"]["p50_us"]
+    out = []
+    for s in ("dmutex-fair", "dmutex-cache"):
+        r = find(runs, s, 2, 2000)
+        out.append("%s handoff (K=2, 2 ms hold): %.0f us = x%.2f the back-to-back PING, "
+                   "x%.2f the PING after 2 ms idle, x%.2f the notice floor"
+                   % (s, r["handoff_p50_us"], r["handoff_p50_us"] / rt["ping"]["p50_us"],
+                      r["handoff_p50_us"] / rt["ping_idle"]["p50_us"], r["handoff_p50_us"] / floor))
+    return out
 
 
 def machine():
@@ -583,8 +632,9 @@ def sweep_table(runs, hold):
         cells = [s]
         for k in KS:
             r = find(runs, s, k, hold)
-            cells.append("-" if not r else "%.0f / %s / %.1f" % (
-                r["throughput"], fmt_us(r["wait_p99_us"]), r["req_per_acq"]))
+            cells.append("-" if not r else "%.0f / %s / %s / %.1f%s" % (
+                r["throughput"], fmt_us(r["wait_p99_us"]), fmt_us(r["wait_max_us"]),
+                r["req_per_acq"], " (%d starved)" % r["starved"] if r["starved"] else ""))
         rows.append(cells)
     return table(rows, ["system"] + ["K=%d" % k for k in KS])
 
@@ -648,10 +698,17 @@ def report(res, out_dir, tmp):
     print("dmutex benchmark%s: %s, %d cores (%s), kernel %s, redis %s; load %s"
           % (" (BENCH_QUICK)" if QUICK else "", m["date"], m["nproc"], m["cpu"], m["kernel"],
              m["redis"], " ".join(m["load"])))
-    print("RTT (PING, C client): %.1f us\n" % res["rtt_us"])
+    rt = res["rtt"]
+    rtt_line = ("Round trip (C hiredis client, p50): PING %.1f us back to back (the RTT of "
+                "every ratio), %.1f us after 2 ms idle; a PUBLISH reaching a subscriber "
+                "blocked for 2 ms: %.1f us (the floor of a notice handoff on this machine)."
+                % (rt["ping"]["p50_us"], rt["ping_idle"]["p50_us"], rt["notice_idle"]["p50_us"]))
+    print(rtt_line + "\n")
     print(tgt)
     missed = sum(1 for r in rows if r[3].startswith("MISSED"))
     print("\n%d of %d targets met" % (len(rows) - missed, len(rows)))
+    ctx = context(res)
+    print("\n".join(ctx))
     md = ["# dmutex benchmark results", "",
           "Generated by `make bench`%s on %s." % (" with BENCH_QUICK=1" if QUICK else "", m["date"]),
           "",
@@ -660,27 +717,32 @@ def report(res, out_dir, tmp):
           % (m["nproc"], m["cpu"], m["kernel"], m["redis"], m["node"], m["python"],
              m["redis_py"], " ".join(m["load"])),
           "",
-          "One round trip (PING from a C hiredis client, median): **%.1f us**. "
-          "Contended runs: %.1f s each, every figure one run; waits and handoffs are "
-          "medians or p99 over all acquisitions of the run." % (res["rtt_us"], RUN_S),
+          rtt_line, "",
+          "Contended runs: %.1f s each, one run per point; throughput is the median over %d "
+          "slices of the run, waits and handoffs the p50/p99/max over all its acquisitions. "
+          "A handoff is timed from the holder's call of unlock to the return of lock in the "
+          "process that was waiting." % (RUN_S, WINDOWS),
           "", "## Targets", "", tgt, "",
           "%d of %d targets met." % (len(rows) - missed, len(rows)), ""]
+    md += ["- " + c for c in ctx] + [""]
     for hold in HOLDS_US:
-        md += ["## K processes, %s: throughput (acq/s) / p99 wait / requests per acquisition"
-               % ("no hold" if hold == 0 else "%d ms hold" % (hold // 1000)), "",
+        md += ["## K processes, %s" % ("no hold" if hold == 0 else "%d ms hold" % (hold // 1000)),
+               "", "Each cell: throughput (acquisitions/s) / p99 wait / longest wait / client "
+               "requests per acquisition; `(n starved)`: n processes never got the lock "
+               "within the run.", "",
                sweep_table(res["sweep"], hold), ""]
     md += ["## Top-level commands each system sends (learnt under MONITOR)", ""]
     for s, cmds in res.get("toplevel_commands", {}).items():
         md.append("- %s: %s" % (s, ", ".join(cmds)))
-    w = res["watchdog"]
-    md += ["", "## Watchdog", "",
-           "%d mapped mutexes held by one process, lease %d ms (renewal every %d ms), "
-           "held %.0f ms: %d renewals in %d rounds (sizes %s); process CPU %.1f ms (%.2f%% "
-           "of a core). Locking them all took %.0f ms."
-           % (w["n"], w["lease_ms"], w["lease_ms"] // 3, w["wall_ms"], w["renewals"], w["rounds"],
-              ", ".join(str(x) for x in w["round_sizes"]), w["cpu_ms"], w["cpu_pct"],
-              w["lock_all_ms"]), "",
-           "![throughput and p99 wait against K](throughput.png)", ""]
+    md += ["", "## Watchdog", ""]
+    for w in res["watchdog"]:
+        md += ["- %d mapped mutexes held by one process, lease %d ms (renewal every %d ms), "
+               "held %.0f ms: %d renewals in %d rounds (sizes %s); process CPU %.1f ms (%.2f%% "
+               "of a core). Locking them all took %.0f ms."
+               % (w["n"], w["lease_ms"], w["lease_ms"] // 3, w["wall_ms"], w["renewals"],
+                  w["rounds"], ", ".join(str(x) for x in w["round_sizes"]), w["cpu_ms"],
+                  w["cpu_pct"], w["lock_all_ms"])]
+    md += ["", "![throughput and p99 wait against K](throughput.png)", ""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(md))
     plot(res, os.path.join(out_dir, "throughput.png"), tmp)
