@@ -650,6 +650,8 @@ static void test_deleted_hold_aborts_the_holder(void **s)
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
     wait_for(out, "inside ", RUN_MS);
+    char owner[128];
+    holder_of("l_delabort", owner, sizeof owner);
     long long t0 = th_now_ms(), died;
     freeReplyObject(th_cmd(rc, "DEL dmutex:{l_delabort}"));
     int st = wait_end(h, LEASE_MS + SLACK_MS, &died, NULL);
@@ -661,6 +663,14 @@ static void test_deleted_hold_aborts_the_holder(void **s)
     assert_has(text, "aborting");
     assert_lacks(text, "fenced ");
     free(text);
+    /* What a hold that ended without a release leaves: its :holder marker,
+     * without a TTL, until the next grant reads it to report owner-dead. */
+    redisReply *m = th_cmd(rc, "GET dmutex:{l_delabort}:holder");
+    assert_int_equal(m->type, REDIS_REPLY_STRING);
+    assert_string_equal(m->str, owner);
+    freeReplyObject(m);
+    assert_int_equal(th_cmd_int(rc, "PTTL dmutex:{l_delabort}:holder"), -1);
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{l_delabort}"), 0);
 }
 
 /* No renewal for lease - margin (the server stopped): the loss is declared
