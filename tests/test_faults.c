@@ -1489,12 +1489,16 @@ static long long wait_progress(long long from, long timeout_ms)
     return th_now_ms();
 }
 
-static void restart_scenario(int aof)
+/* fsync: the AOF's appendfsync ("always", "everysec"), or NULL for no
+ * persistence. SIGKILL loses what the server had not written to the kernel
+ * (an OS crash would also lose what was not fsynced). */
+static void restart_scenario(const char *fsync)
 {
-    const char *aof_opts[] = { "--appendonly", "yes", "--appendfsync", "always", NULL };
-    const char *const *extra = aof ? aof_opts : NULL;
+    const char *aof_opts[] = { "--appendonly", "yes", "--appendfsync", fsync, NULL };
+    const char *const *extra = fsync ? aof_opts : NULL;
+    int aof = fsync != NULL;
     lock_server(NULL, extra);
-    const char *name = aof ? "r_aof" : "r_mem";
+    const char *name = !aof ? "r_mem" : strcmp(fsync, "always") == 0 ? "r_aof" : "r_aofsec";
     char hname[32], hpfx[40];
     snprintf(hname, sizeof hname, "%s_h", name);
     snprintf(hpfx, sizeof hpfx, "%sh", pfx);
@@ -1539,9 +1543,9 @@ static void restart_scenario(int aof)
         assert_int_equal(lost, 0);
         assert_int_equal(hov, 0);
         SECTION_INVARIANT(0);
-        measured("redis-server SIGKILLed and restarted with appendonly yes, appendfsync always "
+        measured("redis-server SIGKILLed and restarted with appendonly yes, appendfsync %s "
                  "(down %lld ms): holds kept, 0 lost leases, 0 overlaps; sections resumed %lld ms "
-                 "after the restart (%lld in all)", up - t0, resumed - up, total);
+                 "after the restart (%lld in all)", fsync, up - t0, resumed - up, total);
     } else {
         assert_has(text, "server no longer has the hold");
         assert_has(text, "unlocked EPERM");
@@ -1563,13 +1567,58 @@ static void restart_scenario(int aof)
 static void test_server_restart_with_aof_always_keeps_every_hold(void **s)
 {
     (void)s;
-    restart_scenario(1);
+    restart_scenario("always");
+}
+
+static void test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash(void **s)
+{
+    (void)s;
+    restart_scenario("everysec");
 }
 
 static void test_server_restart_without_persistence_holders_detect_the_loss(void **s)
 {
     (void)s;
-    restart_scenario(0);
+    restart_scenario(NULL);
+}
+
+/* An evicting maxmemory policy. Lock keys carry a TTL, so a volatile-*
+ * policy picks them first: volatile-ttl takes the shortest. The hold
+ * vanishes like a DEL; the holder finds out at its next renewal, and a
+ * waiter may enter before that. */
+static void test_eviction_takes_a_held_lock_and_its_holder_finds_out(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *hout, *go;
+    pid_t h = holder_then("e_evict", &hout, &go);
+    char *wcfg = config(WARN_2S, "e_evict"), *wout = out_file();
+    struct run wr = { .cfg = wcfg, .out = wout };
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    wait_waiters("e_evict", 1);
+    long long used = info_num(rc, "memory", "used_memory:");
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory-policy volatile-ttl"));
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory %lld", used + 512 * 1024));
+    long long t0 = th_now_ms();
+    static char filler[16384];
+    memset(filler, 'f', sizeof filler - 1);
+    for (int i = 0; i < 4096 && th_cmd_int(rc, "EXISTS dmutex:{e_evict}") == 1; i++)
+        freeReplyObject(th_cmd(rc, "SET filler:%d %s EX 3600", i, filler));
+    long long evicted = info_num(rc, "stats", "evicted_keys:");
+    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{e_evict}"), 0);
+    long long seen = wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
+    long long at = wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
+    touch(go);
+    char *text = finish(h, hout);
+    assert_has(text, "server no longer has the hold");
+    assert_has(text, "unlocked EPERM");
+    free(text);
+    free(finish(w, wout));
+    measured("maxmemory-policy volatile-ttl under memory pressure: the held lock's key was "
+             "evicted (%lld keys evicted); the holder noticed %lld ms later, the waiter had "
+             "entered %lld ms after the eviction; %lld overlap",
+             evicted, seen - t0, at - t0, chk_get(0, "overlaps"));
 }
 
 /* CLIENT PAUSE longer than a command timeout but shorter than lease -
@@ -1882,6 +1931,7 @@ int main(void)
         T(test_wrong_key_type_at_the_lock_name_never_grants),
         T(test_acl_without_evalsha_never_grants),
         T(test_oom_server_keeps_exclusion_and_says_oom),
+        T(test_eviction_takes_a_held_lock_and_its_holder_finds_out),
         T(test_readonly_replica_never_grants_and_its_holder_loses_the_lease),
         T(test_script_flush_under_load_loses_nothing),
         T(test_server_closing_mid_reply_never_grants),
@@ -1890,6 +1940,7 @@ int main(void)
         T(test_stopped_holder_overlap_is_measured_reported_and_fenced_off),
         T(test_stopped_holder_in_abort_mode_dies_when_resumed),
         T(test_server_restart_with_aof_always_keeps_every_hold),
+        T(test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash),
         T(test_server_restart_without_persistence_holders_detect_the_loss),
         T(test_client_pause_longer_than_a_command_timeout_is_ridden_out),
         T(test_cut_off_holder_aborts_before_its_lease_expires),
