@@ -294,6 +294,10 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     if (fair)
         snprintf(member, sizeof member, "%s|%lu", owner,
                  __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
+    /* Already subscribed (from an earlier wait): a notice sent after the
+     * first attempt cannot be missed, so that attempt is enough. */
+    if (!(flags & DM_ACQ_TRY))
+        subscribed = dm_notify_is_subscribed(ch);
 
     for (;;) {
         unsigned long seen = subscribed ? dm_notify_seq(ch) : 0;
@@ -397,6 +401,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     return ETIMEDOUT;
 }
 
+/* A release is retried, with backoff, for DM_RELEASE_TRIES command
+ * timeouts rather than a number of tries: a server restart leaves every
+ * pooled connection stale (each fails at once) and refuses connections for
+ * a while, and a release given up leaves the lock held for the rest of its
+ * lease. Any failure is retried (the release recognises its own retry);
+ * never for longer than the hold surely has left of its lease when it is
+ * released (its last renewal was at most a round ago), so that a release
+ * that gets through does not find its own hold expired. */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
     char err[DM_ERR_MAX], tok[24], keep[24];
@@ -406,19 +418,31 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     const char *args[] = { l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
                            owner, tok, l->channel, keep, l->wait_prefix, claim };
-    for (int i = 0; i < DM_RELEASE_TRIES; i++) {
+    long long start = now_ms();
+    long budget = DM_RELEASE_TRIES * ccfg->redis.command_timeout_ms;
+    long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
+    if (budget > safe)
+        budget = safe;
+    long backoff = DM_BACKOFF_MIN_MS;
+    for (int i = 0;; i++) {
+        long left = budget - (long)(now_ms() - start);
+        if (i > 0 && left <= 0)
+            break;
         struct dm_conn *conn = dm_redis_get(err, sizeof err);
-        if (!conn) {
-            sleep_ms(DM_BACKOFF_MIN_MS << i);
-            continue;
+        int broken = 1;
+        redisReply *r = NULL;
+        if (conn) {
+            r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 5, 11, args, &broken,
+                                err, sizeof err);
+            dm_redis_put(conn, broken);
         }
-        int broken;
-        redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 5, 11, args, &broken,
-                                        err, sizeof err);
-        dm_redis_put(conn, broken);
         if (!r) {
-            if (!broken)
-                break;  /* an error reply: retrying will not change it */
+            /* A stale connection fails at once: straight on to the next.
+             * No connection, or an error reply (LOADING...): wait a bit. */
+            if (!conn || !broken) {
+                sleep_ms(left > 0 && left < backoff ? left : backoff);
+                backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
+            }
             continue;
         }
         long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
@@ -431,8 +455,8 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
                  dm_redis_addr(), l->key);
         break;
     }
-    dm_error("lock %s: release failed (%s); the lock frees itself when its lease "
-             "(%ld ms) runs out", l->name, err, ccfg->lease_ms);
+    dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
+             "lease (%ld ms) runs out", l->name, now_ms() - start, err, ccfg->lease_ms);
     return EIO;
 }
 

@@ -344,6 +344,14 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
     return rc;
 }
 
+int dm_notify_is_subscribed(struct dm_notify_chan *ch)
+{
+    pthread_mutex_lock(&nmu);
+    int yes = ch->state == CHAN_SUBSCRIBED;
+    pthread_mutex_unlock(&nmu);
+    return yes;
+}
+
 unsigned long dm_notify_seq(struct dm_notify_chan *ch)
 {
     pthread_mutex_lock(&nmu);

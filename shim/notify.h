@@ -19,6 +19,10 @@ struct dm_notify_chan *dm_notify_chan(const char *channel);
  * timed retries). */
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms);
 
+/* Is the channel subscribed right now (a waiter may then skip the extra
+ * attempt that covers the time before its subscription)? */
+int dm_notify_is_subscribed(struct dm_notify_chan *ch);
+
 /* The channel's notice count: read it before an acquire attempt, and wait
  * for it to move after the attempt fails. */
 unsigned long dm_notify_seq(struct dm_notify_chan *ch);

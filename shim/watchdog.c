@@ -23,8 +23,10 @@
 #include "redis.h"
 
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wcv;
+static pthread_cond_t wcv;              /* the renewal thread waits here */
+static pthread_cond_t dcv;              /* the deadline thread waits here */
 static int wcv_ready;
+static long long deadline_wake_ms;      /* when the deadline thread will look next */
 static struct dm_hold *holds;           /* doubly linked, newest first */
 static size_t nholds;
 static int running;
@@ -54,6 +56,7 @@ static void cv_init_locked(void)
     pthread_condattr_init(&a);
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
     pthread_cond_init(&wcv, &a);
+    pthread_cond_init(&dcv, &a);
     pthread_condattr_destroy(&a);
     wcv_ready = 1;
 }
@@ -124,7 +127,8 @@ static void *deadline_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&wcv, &wmu, &ts);
+        deadline_wake_ms = now + d;
+        pthread_cond_timedwait(&dcv, &wmu, &ts);
     }
     return NULL;
 }
@@ -271,9 +275,15 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     cv_init_locked();
     h->renewed_ms = asked_ms;
     h->lease_ms = lease_ms;
-    if (lease_ms < dm_cluster_config()->lease_ms)
-        urgent = 1;
-    pthread_cond_broadcast(&wcv);       /* both threads: a new, maybe earlier, deadline */
+    /* Wake a thread only when this hold needs it sooner than it will look
+     * anyway: a lock/unlock cycle must not cost two context switches. */
+    const struct dm_config *cfg = dm_cluster_config();
+    if (lease_ms < cfg->lease_ms) {
+        urgent = 1;                     /* a short claim lease: renew it now */
+        pthread_cond_signal(&wcv);
+    }
+    if (asked_ms + lease_ms - cfg->lease_margin_ms < deadline_wake_ms)
+        pthread_cond_signal(&dcv);
     h->gen++;
     h->lost = 0;
     h->registered = 1;
