@@ -11,6 +11,7 @@
 #define DM_REGISTRY_MIN_SLOTS 64
 
 struct dm_registry_table *dm_registry_current;
+unsigned char dm_registry_filter[DM_REGISTRY_FILTER_SIZE];
 
 static int writer_lock_word;
 
@@ -48,6 +49,7 @@ static void slot_put(struct dm_registry_table *t, uintptr_t key, void *value)
     /* A reused DELETED slot can only be found by readers once the key is
      * stored, and the value is stored before it. */
     uintptr_t old = t->slots[i].key;
+    __atomic_store_n(&dm_registry_filter[dm_registry_filter_index(key)], 1, __ATOMIC_RELEASE);
     __atomic_store_n(&t->slots[i].value, value, __ATOMIC_RELAXED);
     __atomic_store_n(&t->slots[i].key, key, __ATOMIC_RELEASE);
     if (old != key) {
@@ -76,6 +78,8 @@ int dm_registry_add(const void *addr, void *value)
             return ENOMEM;
         }
         if (t) {
+            /* Bytes of removed addresses stay set (a reader may be between
+             * the filter and the table): they only cost a table probe. */
             for (size_t i = 0; i <= t->mask; i++)
                 if (t->slots[i].key > DM_REGISTRY_DELETED)
                     slot_put(nt, t->slots[i].key, t->slots[i].value);
