@@ -18,7 +18,7 @@
 #include "notify.h"
 #include "redis.h"
 
-#define DM_RELEASE_TRIES 3
+#define DM_RELEASE_TIMEOUTS 3  /* a release keeps trying for this many command timeouts */
 
 static const struct dm_config *ccfg;
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -401,7 +401,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     return ETIMEDOUT;
 }
 
-/* A release is retried, with backoff, for DM_RELEASE_TRIES command
+/* A release is retried, with backoff, for DM_RELEASE_TIMEOUTS command
  * timeouts rather than a number of tries: a server restart leaves every
  * pooled connection stale (each fails at once) and refuses connections for
  * a while, and a release given up leaves the lock held for the rest of its
@@ -419,7 +419,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     const char *args[] = { l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
                            owner, tok, l->channel, keep, l->wait_prefix, claim };
     long long start = now_ms();
-    long budget = DM_RELEASE_TRIES * ccfg->redis.command_timeout_ms;
+    long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
     if (budget > safe)
         budget = safe;
