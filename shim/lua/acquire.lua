@@ -35,14 +35,22 @@ local lock, tokenkey, holder, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Server time in ms, read only when a deadline is involved (TIME is one
+-- more call on the uncontended path otherwise).
+local now
+local function clock()
+    if not now then
+        local t = redis.call('time')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    return now
+end
 
 -- Drop waiters at the head of the queue that stopped refreshing.
 local head = redis.call('lindex', queue, 0)
 while head do
     local d = tonumber(redis.call('zscore', qtime, head))
-    if d and d >= now then
+    if d and d >= clock() then
         break
     end
     redis.call('lpop', queue)
@@ -61,7 +69,7 @@ local function not_granted(pttl)
         if not redis.call('zscore', qtime, member) then
             redis.call('rpush', queue, member)
         end
-        redis.call('zadd', qtime, now + qttl, member)
+        redis.call('zadd', qtime, clock() + qttl, member)
         redis.call('pexpire', queue, qttl * 2)
         redis.call('pexpire', qtime, qttl * 2)
     end
@@ -80,24 +88,26 @@ if kind == 'none' then
         return not_granted(0)     -- someone is first in line: its turn
     end
     local dead = 0
-    local last = redis.call('get', holder)
+    local last = redis.call('set', holder, owner, 'get')
     if last and string.sub(last, 1, 1) ~= '=' and string.match(last, '^[^ ]+') ~= owner then
         dead = 1
         if delay > 0 then
             local since = tonumber(string.match(last, '^!(%d+)$'))
             if not since then
-                redis.call('set', holder, '!' .. now)
+                redis.call('set', holder, '!' .. clock())
                 return not_granted(delay)
             end
-            if now - since < delay then
-                return not_granted(delay - (now - since))
+            if clock() - since < delay then
+                redis.call('set', holder, last)
+                return not_granted(delay - (clock() - since))
             end
         end
     end
-    leave_queue()
+    if head then
+        leave_queue()
+    end
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, lease)
-    redis.call('set', holder, owner)
     return {1, redis.call('incr', tokenkey), dead}
 elseif kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a dmutex lock')

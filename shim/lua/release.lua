@@ -28,9 +28,12 @@ if kind == 'hash' then
     end
     if n then
         redis.call('del', lock)
-        local t = redis.call('time')
-        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         local head = redis.call('lpop', queue)
+        local now
+        if head then
+            local t = redis.call('time')
+            now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
         while head do
             local d = tonumber(redis.call('zscore', qtime, head))
             redis.call('zrem', qtime, head)
