@@ -7,7 +7,7 @@
 # each machine's stock_lock only excludes its own threads and the machines
 # together oversell; then with libdmutex.so preloaded, which maps stock_lock
 # to one Redis lock, and exactly the stock must be sold; then (unless -q)
-# with the shim in each of its modes, default, fair and cache, on a larger
+# with the shim in each of its modes, fair (the default), notices and cache, on a larger
 # stock, and prints sales per second for each.
 #
 # Exit status: 0 every shim run sold exactly the stock, 1 one did not or
@@ -38,7 +38,7 @@ Runs build/stock on MACHINES simulated machines at once, each with THREADS
 threads selling from one stock of STOCK items kept in a private Redis:
 1. without dmutex (the machines oversell), 2. with build/libdmutex.so
 preloaded (exactly STOCK items must be sold), 3. with the shim in each mode,
-default, fair and cache, selling the -N stock each time, and a table of
+fair (the default), notices and cache, selling the -N stock each time, and a table of
 sales per second.
 
   -m N   machines (default 2; network namespaces when root, else processes)
@@ -82,14 +82,14 @@ is_count "$rate_stock" 1 999999999 ||
     { echo "demo: -N wants a stock of at least 1 item, not \"$rate_stock\"" >&2; exit 2; }
 
 config=${DEMO_CONFIG:-$ROOT/config/demo.cfg}
-config_fair=$ROOT/config/demo-fair.cfg      # the same with fair = true
+config_notices=$ROOT/config/demo-notices.cfg  # the same with fair = false
 config_cache=$ROOT/config/demo-cache.cfg    # the same with cache = true
 timeout_s=${DEMO_TIMEOUT_S:-120}
 for f in "$ROOT/build/stock" "$ROOT/build/libdmutex.so"; do
     [ -f "$f" ] || { echo "demo: $f is missing: run make first" >&2; exit 1; }
 done
 configs=$config
-[ $quick = 1 ] || configs="$config $config_fair $config_cache"
+[ $quick = 1 ] || configs="$config $config_notices $config_cache"
 for f in $configs; do
     [ -f "$f" ] || { echo "demo: $f is missing" >&2; exit 1; }
 done
@@ -394,7 +394,7 @@ run() {
 
 # ---- part 3: the modes in numbers -----------------------------------------
 
-base_rate=""     # sales/s of the default mode, for the ratios
+base_rate=""     # sales/s of fair mode (the default), for the ratios
 
 relative() {   # a path, relative to the source tree when inside it
     case $1 in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac
@@ -434,7 +434,7 @@ measure() {
     { [ $failed -eq 0 ] && [ $missing -eq 0 ] && [ "$sold" -eq "$rate_stock" ] &&
       [ "$left" = 0 ]; } || ok=0
     rate=$(awk -v n="$sold" -v s="$secs" 'BEGIN { if (s > 0) printf "%.0f", n / s; else print 0 }')
-    [ "$mname" = default ] && [ $ok = 1 ] && base_rate=$rate
+    [ "$mname" = fair ] && [ $ok = 1 ] && base_rate=$rate
     ratio=$(awk -v r="$rate" -v b="${base_rate:-0}" \
         'BEGIN { if (b > 0) printf "%.2fx", r / b; else print "-" }')
     printf '   %-9s %6d %9d %7.2f s %9d %10s  %s\n' "$mname" "$sold" "$over" "$secs" "$rate" \
@@ -451,14 +451,14 @@ measure() {
 modes() {
     echo
     echo "3. In numbers: the same sellers with dmutex in each mode, $rate_stock items each time"
-    printf '   %-9s %6s %9s %9s %9s %10s  %s\n' mode sold oversold time sales/s "vs default" \
+    printf '   %-9s %6s %9s %9s %9s %10s  %s\n' mode sold oversold time sales/s "vs fair" \
         config
     bad=""
-    measure default "$config" || bad="$bad default"
-    measure fair "$config_fair" || bad="$bad fair"
+    measure fair "$config" || bad="$bad fair"
+    measure notices "$config_notices" || bad="$bad notices"
     measure cache "$config_cache" || bad="$bad cache"
-    echo "   default: waiters wake on a release notice and retry"
-    echo "   fair:    the release hands the lock to the next waiter in line, in one round trip"
+    echo "   fair:    (the default) the release hands the lock to the next waiter in line, in one round trip"
+    echo "   notices: (fair = false) waiters wake on a release notice and race to retry"
     echo "   cache:   a machine keeps the lock while it keeps selling, hands it over when asked"
     if [ -z "$bad" ]; then
         echo "   => CORRECT: exactly $rate_stock sold in every mode (rates vary with the load)"

@@ -830,6 +830,7 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
     m->offset = 0;
     m->index = -1;
     m->required = 1;
+    m->fair = DM_FAIR_DEFAULT;
     if (!config_setting_is_group(e))
         return fail(p, line, "each entry of mutexes must be a group { symbol = \"...\"; }, not %s",
                     type_name(e));

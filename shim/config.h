@@ -15,6 +15,7 @@
 #define DM_REDIS_PORT_DEFAULT     6379
 #define DM_NAME_MAX               200     /* bytes of a mutex name */
 #define DM_ERR_MAX                512     /* size of an error buffer */
+#define DM_FAIR_DEFAULT           1       /* FIFO handover unless fair = false */
 
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
@@ -38,7 +39,7 @@ struct dm_mutex_config {
     long offset;                /* bytes into the symbol, default 0 */
     long index;                 /* element of a mutex array, -1 when not given */
     int required;               /* default 1: not found is an error */
-    int fair;                   /* FIFO handoff, default 0 */
+    int fair;                   /* FIFO handover, default DM_FAIR_DEFAULT (on) */
     int cache;                  /* keep the cluster lock across local cycles, default 0 */
     int line;                   /* line of the entry in the file */
 };

@@ -232,7 +232,7 @@ DM_EXPORT int dmutex_name(pthread_mutex_t *m, const char *name)
     char why[160];
     if (!m || !name || !dm_config_name_ok(name, why, sizeof why))
         return EINVAL;
-    return dm_mapped_add(m, name, DM_MAP_HEAP);
+    return dm_mapped_add(m, name, DM_MAP_HEAP | (DM_FAIR_DEFAULT ? DM_MAP_FAIR : 0));
 }
 
 DM_EXPORT uint64_t dmutex_token(pthread_mutex_t *m)

@@ -159,7 +159,7 @@ static void test_minimal_config_maps_one_symbol_with_entry_defaults(void **state
     load_ok("mutexes = ( { symbol = \"stock_lock\"; } );\n");
     assert_defaults(&cfg);
     assert_int_equal(cfg.nmutexes, 1);
-    assert_mutex(&cfg.mutexes[0], "stock_lock", NULL, NULL, "stock_lock", 0, -1, 1, 0, 0, 1);
+    assert_mutex(&cfg.mutexes[0], "stock_lock", NULL, NULL, "stock_lock", 0, -1, 1, 1, 0, 1);
 }
 
 static const char full_config[] =
@@ -179,7 +179,7 @@ static const char full_config[] =
     "  { symbol = \"locks\"; index = 3; name = \"lock3\"; },\n"                                  /* 14 */
     "  { symbol = \"util.c:cache_lock\"; name = \"cache\"; },\n"                                 /* 15 */
     "  { init_site = \"account_new\"; name = \"account\"; },\n"                                  /* 16 */
-    "  { symbol = \"opt_lock\"; required = false; fair = true; cache = true; }\n"                /* 17 */
+    "  { symbol = \"opt_lock\"; required = false; fair = false; cache = true; }\n"               /* 17 */
     ");\n";
 
 static void test_full_config_reads_every_key(void **state)
@@ -202,13 +202,13 @@ static void test_full_config_reads_every_key(void **state)
     assert_int_equal(cfg.on_lease_lost, DM_LOST_WARN);
     assert_int_equal(cfg.on_redis_down, DM_DOWN_ERROR);
     assert_int_equal(cfg.nmutexes, 7);
-    assert_mutex(&cfg.mutexes[0], "stock_lock", NULL, NULL, "stock_lock", 0, -1, 1, 0, 0, 11);
-    assert_mutex(&cfg.mutexes[1], "ledger_lock", "libledger.so", NULL, "ledger", 0, -1, 1, 0, 0, 12);
-    assert_mutex(&cfg.mutexes[2], "slots", NULL, NULL, "slot2", 80, -1, 1, 0, 0, 13);
-    assert_mutex(&cfg.mutexes[3], "locks", NULL, NULL, "lock3", 0, 3, 1, 0, 0, 14);
-    assert_mutex(&cfg.mutexes[4], "util.c:cache_lock", NULL, NULL, "cache", 0, -1, 1, 0, 0, 15);
-    assert_mutex(&cfg.mutexes[5], NULL, NULL, "account_new", "account", 0, -1, 1, 0, 0, 16);
-    assert_mutex(&cfg.mutexes[6], "opt_lock", NULL, NULL, "opt_lock", 0, -1, 0, 1, 1, 17);
+    assert_mutex(&cfg.mutexes[0], "stock_lock", NULL, NULL, "stock_lock", 0, -1, 1, 1, 0, 11);
+    assert_mutex(&cfg.mutexes[1], "ledger_lock", "libledger.so", NULL, "ledger", 0, -1, 1, 1, 0, 12);
+    assert_mutex(&cfg.mutexes[2], "slots", NULL, NULL, "slot2", 80, -1, 1, 1, 0, 13);
+    assert_mutex(&cfg.mutexes[3], "locks", NULL, NULL, "lock3", 0, 3, 1, 1, 0, 14);
+    assert_mutex(&cfg.mutexes[4], "util.c:cache_lock", NULL, NULL, "cache", 0, -1, 1, 1, 0, 15);
+    assert_mutex(&cfg.mutexes[5], NULL, NULL, "account_new", "account", 0, -1, 1, 1, 0, 16);
+    assert_mutex(&cfg.mutexes[6], "opt_lock", NULL, NULL, "opt_lock", 0, -1, 0, 0, 1, 17);
 }
 
 static void test_lease_ms_derives_renew_and_margin_defaults(void **state)
@@ -271,7 +271,7 @@ static void test_name_defaults_to_init_site(void **state)
 {
     (void)state;
     load_ok("mutexes = ( { init_site = \"account_new\"; object = \"libacct.so.1\"; } );\n");
-    assert_mutex(&cfg.mutexes[0], NULL, "libacct.so.1", "account_new", "account_new", 0, -1, 1, 0, 0, 1);
+    assert_mutex(&cfg.mutexes[0], NULL, "libacct.so.1", "account_new", "account_new", 0, -1, 1, 1, 0, 1);
 }
 
 static void test_mangled_cpp_and_local_static_symbols_are_accepted(void **state)

@@ -238,8 +238,9 @@ static long long script_calls(void)
            info_num("commandstats", "cmdstat_eval:calls=");
 }
 
-/* Waits until some process is subscribed to the lock's release channel:
- * a waiter is then blocked in its cluster acquire. */
+/* Waits until a waiter is blocked in its cluster acquire: queued in Redis
+ * (fair mode, the default) or subscribed to the lock's release channel
+ * (fair = false). */
 static void wait_subscribed(const char *name)
 {
     long long end = th_now_ms() + RUN_MS;
@@ -247,6 +248,7 @@ static void wait_subscribed(const char *name)
         redisReply *r = th_cmd(rc, "PUBSUB NUMSUB dmutex:{%s}:released", name);
         long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
         freeReplyObject(r);
+        n += th_cmd_int(rc, "LLEN dmutex:{%s}:queue", name);
         if (n > 0)
             return;
         if (th_now_ms() > end)
