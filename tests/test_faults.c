@@ -133,6 +133,16 @@ static void net_sweep_stale(void)
        "                       ip link del dmfbr$p 2>/dev/null; }; done");
 }
 
+/* A checker server left by an earlier run that was killed outright (its
+ * pid, in the socket's name, is gone): shut it down. */
+static void chk_sweep_stale(void)
+{
+    sh("for s in /tmp/dmutex-faults-*.sock; do [ -S \"$s\" ] || continue;"
+       "  p=${s#/tmp/dmutex-faults-}; p=${p%%.sock};"
+       "  [ -d /proc/$p ] || { redis-cli -s \"$s\" shutdown nosave >/dev/null 2>&1; rm -f \"$s\"; };"
+       " done");
+}
+
 static int net_setup(void)
 {
     if (geteuid() != 0 || !ip_path[0])
@@ -553,6 +563,7 @@ static int group_setup(void **state)
         snprintf(ip_path, sizeof ip_path, "/usr/sbin/ip");
     else if (access("/sbin/ip", X_OK) == 0)
         snprintf(ip_path, sizeof ip_path, "/sbin/ip");
+    chk_sweep_stale();
     snprintf(chk_sock, sizeof chk_sock, "/tmp/dmutex-faults-%d.sock", (int)getpid());
     const char *extra[] = { "--unixsocket", chk_sock, "--unixsocketperm", "700", NULL };
     th_redis_start(&chk, NULL, extra);
