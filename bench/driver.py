@@ -77,7 +77,7 @@ DRIVER_INFO_PER_WINDOW = 1          # the "before" INFO shows up in the "after" 
 
 # name -> how to run it. `retry`: the peers' default retry settings, or 1 ms.
 SYSTEMS = {
-    "dmutex":          {"kind": "c", "mode": "default"},
+    "dmutex-notice":   {"kind": "c", "mode": "notice"},
     "dmutex-fair":     {"kind": "c", "mode": "fair"},
     "dmutex-cache":    {"kind": "c", "mode": "cache"},
     "redlock":         {"kind": "node", "lib": "redlock", "retry": "default"},
@@ -87,7 +87,9 @@ SYSTEMS = {
     "redis-py":        {"kind": "py", "retry": "default"},
     "redis-py-1ms":    {"kind": "py", "retry": "1ms"},
 }
-DMUTEX_MODES = ["dmutex", "dmutex-fair", "dmutex-cache"]
+# notice: fair = false (Redisson-style: a release notice, waiters race);
+# fair: the default (FIFO handover in the release script); cache: + lock caching.
+DMUTEX_MODES = ["dmutex-notice", "dmutex-fair", "dmutex-cache"]
 PEERS = [s for s in SYSTEMS if s not in DMUTEX_MODES]
 PEER_DEFAULTS = [s for s in PEERS if not s.endswith("-1ms")]
 
@@ -120,7 +122,8 @@ class Bench:
 
     def config(self, name, mode, entries=None, lease_ms=None):
         path = os.path.join(self.tmp, name + ".cfg")
-        flags = {"fair": " fair = true;", "cache": " cache = true;"}.get(mode, "")
+        flags = {"notice": " fair = false;", "fair": " fair = true;",
+                 "cache": " cache = true;"}.get(mode, "")
         with open(path, "w") as f:
             f.write('redis = { host = "%s"; port = %d; };\n' % (HOST, self.port))
             if lease_ms:
@@ -313,7 +316,7 @@ class Bench:
         # required = false: under valgrind the shim is also preloaded into
         # valgrind's own launcher, which has no `mapped`; the timed runs
         # check the log for "100 mutexes mapped".
-        cfg = self.config("passthrough", "default", entries)
+        cfg = self.config("passthrough", None, entries)
         out = {}
         for t in (1, 2):
             plain, shim = [], []
@@ -414,7 +417,7 @@ class Bench:
             % (WATCHDOG_N, lease_ms, hold_ms))
         entries = ['  { symbol = "many"; index = %d; name = "many%d"; }' % (i, i)
                    for i in range(WATCHDOG_N)]
-        cfg = self.config("watchdog%d" % lease_ms, "default", entries, lease_ms=lease_ms)
+        cfg = self.config("watchdog%d" % lease_ms, None, entries, lease_ms=lease_ms)
         p = subprocess.Popen([MANY, str(WATCHDOG_N), str(hold_ms)], stdout=subprocess.PIPE,
                              text=True, env=self.shim_env(cfg))
         locked = json.loads(p.stdout.readline())
@@ -520,7 +523,7 @@ def targets(res):
                  "<= 15", verdict(ins["extra"], 15, False)))
     rtt = res["rtt_us"]
     un = res["uncontended"]
-    for s in ("dmutex", "dmutex-fair"):
+    for s in ("dmutex-notice", "dmutex-fair"):
         rows.append(("uncontended mapped pair / PING (%s)" % s,
                      "%.1f / %.1f us = x%.2f" % (un[s]["pair_us"], un[s]["ping_us"], un[s]["ratio"]),
                      "<= x2.2", verdict(un[s]["ratio"], 2.2, False)))
@@ -573,7 +576,7 @@ def targets(res):
         cands = [find(runs, p, k, hold) for p in PEERS]
         return max((r for r in cands if r), key=lambda r: r["throughput"])
     bp = best_peer(1, 0)
-    for s, t in (("dmutex", 1.4), ("dmutex-cache", 2.5)):
+    for s, t in (("dmutex-fair", 1.4), ("dmutex-cache", 2.5)):
         r = find(runs, s, 1, 0)
         rows.append(("lock+INCR+unlock, K=1: %s / best peer (%s)" % (s, bp["system"]),
                      "%.0f / %.0f = x%.2f" % (r["throughput"], bp["throughput"],
@@ -671,7 +674,7 @@ def plot(res, out_png, tmp):
                         f.write("%d %f %f\n" % (k, max(r["throughput"], 0.1),
                                                 max(r["wait_p99_us"] / 1e3, WAIT_FLOOR_MS)))
             datf[(s, hold)] = path
-    styles = {"dmutex": "lw 3 lc rgb '#1f4e9c' pt 7", "dmutex-fair": "lw 3 lc rgb '#2a9d3a' pt 5",
+    styles = {"dmutex-notice": "lw 3 lc rgb '#1f4e9c' pt 7", "dmutex-fair": "lw 3 lc rgb '#2a9d3a' pt 5",
               "dmutex-cache": "lw 3 lc rgb '#c0392b' pt 9",
               "redlock": "lw 1.5 lc rgb '#8e44ad' pt 4", "redlock-1ms": "lw 1.5 dt 2 lc rgb '#8e44ad' pt 4",
               "semaphore": "lw 1.5 lc rgb '#e67e22' pt 6", "semaphore-1ms": "lw 1.5 dt 2 lc rgb '#e67e22' pt 6",
@@ -774,7 +777,11 @@ def snapshot_shim(tmp):
     head = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %cd",
                            "--date=format:%Y-%m-%d %H:%M"], capture_output=True,
                           text=True).stdout.strip()
-    return head or "unknown"
+    # The tree is shared: the build may hold someone's edits not yet committed.
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "shim"],
+                           capture_output=True, text=True).stdout.split("\n")
+    dirty = [l[3:] for l in dirty if l.strip()]
+    return (head or "unknown") + (" + uncommitted " + ", ".join(dirty) if dirty else "")
 
 
 def main():
