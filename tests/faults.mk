@@ -4,7 +4,9 @@
 #   make test-faults   the suite alone, with the long stress run (a minute of
 #                      16 processes x 4 threads); measured numbers are kept in
 #                      build/faults-report.txt. `make test` runs the same group
-#                      with a 10 s stress run.
+#                      with a 10 s stress run. One scenario, while working on
+#                      it: DM_FAULTS_FILTER='*cut_off*' build/tests/test_faults
+#                      (a cmocka glob on the test names).
 #   make test-asan     the shim, its core and the tests built with
 #                      -fsanitize=address into build/asan (build/ is left
 #                      alone), then the integration groups run against that
@@ -26,7 +28,7 @@ test-faults:
 	@$(MAKE) --no-print-directory all $(B)/tests/test_faults \
 	    $(B)/tests/progs/faultworker $(B)/tests/progs/faultserver
 	@DM_FAULTS_STRESS_MS=$(FAULTS_STRESS_MS) $(B)/tests/test_faults 2>&1 | \
-	    tee $(B)/faults-report.txt; status=$$?; \
+	    tee $(B)/faults-report.txt; \
 	    echo "measured numbers: $(B)/faults-report.txt (grep measured)"; \
 	    grep -q '^\[  PASSED  \]' $(B)/faults-report.txt && \
 	    ! grep -q '^\[  FAILED  \]' $(B)/faults-report.txt
