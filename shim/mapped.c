@@ -265,6 +265,7 @@ static int release_hold(struct dm_name *nm)
             /* The server let the hold expire before the watchdog saw it
              * (the process was stopped, or the clock jumped). */
             lost = 1;
+            dm_watchdog_note_lost();
             dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
                      "unlock: its lease expired, another process may have entered%s",
                      nm->cl->name, h->owner, (unsigned long long)h->token,

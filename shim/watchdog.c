@@ -66,7 +66,7 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
 {
     const struct dm_config *cfg = dm_cluster_config();
     h->lost = 1;
-    lost_count++;
+    __atomic_add_fetch(&lost_count, 1, __ATOMIC_RELAXED);
     dm_error("lost the lease of lock %s (owner %s, fencing token %llu): %s; "
              "last renewal succeeded %lld ms ago (lease %ld ms); "
              "lost leases in this process: %lu%s",
@@ -341,6 +341,11 @@ int dm_watchdog_is_lost(struct dm_hold *h)
     int lost = h->lost;
     pthread_mutex_unlock(&wmu);
     return lost;
+}
+
+void dm_watchdog_note_lost(void)
+{
+    __atomic_add_fetch(&lost_count, 1, __ATOMIC_RELAXED);
 }
 
 unsigned long dm_watchdog_lost_count(void)

@@ -41,6 +41,9 @@ int dm_watchdog_remove(struct dm_hold *h);
 /* Has the watchdog found `h` lost (warn mode)? */
 int dm_watchdog_is_lost(struct dm_hold *h);
 
+/* Counts a hold found lost by someone else (its release was refused). */
+void dm_watchdog_note_lost(void);
+
 /* Holds found lost since the process started. */
 unsigned long dm_watchdog_lost_count(void);
 

@@ -10,11 +10,9 @@
 #
 # The shim is linked with -fsanitize=address. The ASan runtime must come
 # first in the library list, or libc's malloc is the one everybody calls
-# and neither heap errors nor leaks are seen: tests that honour
-# DM_TEST_PRELOAD (test_faults) put it before the shim in their children's
-# LD_PRELOAD. Children of the other groups get the shim alone; with
-# verify_asan_link_order=0 the runtime then starts as the shim's dependency
-# (instrumented shim code, libc's allocator). Each test group is itself
+# and neither heap errors nor leaks are seen: the harness (th_spawn) puts
+# DM_TEST_PRELOAD before the shim in every child's LD_PRELOAD, and
+# test_faults does the same for the children it starts itself. Each test group is itself
 # instrumented and checked for leaks at exit. A child with a memory error or
 # a leak exits non-zero with the report in its output, which fails the test
 # that ran it. tests/asan.supp lists what LeakSanitizer cannot see is still

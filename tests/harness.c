@@ -263,6 +263,15 @@ pid_t th_spawn(char *const argv[], char *const env[], const char *out_path)
     if (pid == 0) {
         for (int i = 0; env && env[i]; i++)
             putenv(env[i]);
+        /* make test-asan: the ASan runtime must come first in LD_PRELOAD,
+         * also for the children whose LD_PRELOAD a test sets itself. */
+        const char *first = getenv("DM_TEST_PRELOAD");
+        const char *pre = getenv("LD_PRELOAD");
+        if (first && *first && pre && *pre && !strstr(pre, first)) {
+            char *both;
+            if (asprintf(&both, "%s %s", first, pre) >= 0)
+                setenv("LD_PRELOAD", both, 1);
+        }
         if (out_path) {
             int fd = open(out_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) {

@@ -258,6 +258,31 @@ static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
     assert_int_equal(dm_cluster_release(l, a, t3), 0);
 }
 
+/* A restart without persistence loses the counter: the next token must
+ * still be larger than every token handed out before (fencing). */
+static void test_token_counter_lost_restarts_from_server_time(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("tokenlost");
+    char a[DM_OWNER_MAX];
+    owner(a, 1);
+    struct dm_grant g;
+    uint64_t t1 = grant(l, a, &g);
+    assert_int_equal(dm_cluster_release(l, a, t1), 0);
+    redisReply *r = th_cmd(rc, "TIME");
+    uint64_t now_us = (uint64_t)strtoull(r->element[0]->str, NULL, 10) * 1000000 +
+                      strtoull(r->element[1]->str, NULL, 10);
+    freeReplyObject(r);
+    assert_true(t1 <= now_us);                    /* the first grant seeded from the clock */
+    freeReplyObject(th_cmd(rc, "SET %s 0", l->token_key));
+    freeReplyObject(th_cmd(rc, "DEL %s", l->token_key));     /* what a restart loses */
+    usleep(2000);
+    uint64_t t2 = grant(l, a, &g);
+    assert_true(t2 > t1);
+    assert_int_equal(th_cmd_int(rc, "GET %s", l->token_key), (long long)t2);
+    assert_int_equal(dm_cluster_release(l, a, t2), 0);
+}
+
 static void test_try_by_another_owner_is_ebusy_while_held(void **state)
 {
     (void)state;
@@ -582,8 +607,11 @@ static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
     (void)state;
     const char *lk = "'dmutex:{byhand}'";
 
-    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 1 0");
-    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 1 0"); /* again */
+    /* An existing counter counts on by one (a missing one starts from the
+     * server clock: test_token_counter_lost_restarts_from_server_time). */
+    freeReplyObject(th_cmd(rc, "SET dmutex:{byhand}:token 100"));
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 101 0");
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 101 0"); /* again */
     const char *held = cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0"));
     long pttl = -1;
     if (sscanf(held, "0 %ld", &pttl) != 1 || pttl <= 0 || pttl > 30000)
@@ -592,16 +620,16 @@ static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
     assert_string_equal(cli_eval("renew", lk, "me:1 30000"), "1");
     assert_string_equal(cli_eval("renew", lk, "you:1 30000"), "0");
 
-    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("you:1", "1")), "0");
-    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("me:1", "1")), "1");
-    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("me:1", "1")), "1"); /* retry */
+    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("you:1", "101")), "0");
+    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("me:1", "101")), "1");
+    assert_string_equal(cli_eval("release", BH_RELEASE_KEYS, BH_REL("me:1", "101")), "1"); /* retry */
     assert_string_equal(cli_eval("renew", lk, "me:1 30000"), "0");
 
-    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0")), "1 2 0");
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0")), "1 102 0");
 
     /* An expired hold: the next grant reports the owner dead. */
     freeReplyObject(th_cmd(rc, "DEL dmutex:{byhand}"));
-    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 3 1");
+    assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 103 1");
     /* With a lock delay, the first attempt after an expiry is held off. */
     freeReplyObject(th_cmd(rc, "DEL dmutex:{byhand}"));
     held = cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "5000"));
@@ -683,6 +711,7 @@ int main(void)
         cmocka_unit_test_setup(test_wrong_key_type_fails_with_a_message_naming_the_key, reset_policy),
         cmocka_unit_test_setup(test_script_flush_between_calls_is_survived, reset_policy),
         cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
+        cmocka_unit_test_setup(test_token_counter_lost_restarts_from_server_time, reset_policy),
         cmocka_unit_test_setup_teardown(test_try_is_ebusy_when_redis_is_unreachable,
                                         server_down, server_back),
         cmocka_unit_test_setup_teardown(test_deadline_gives_etimedout_when_redis_is_unreachable,

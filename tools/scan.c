@@ -629,12 +629,14 @@ static void find_in_array(Dwarf_Die *array, long base, const char *path, struct 
             char one[32], tmp[PATH_LEN];
             snprintf(one, sizeof one, "[%ld]", rest % dims[d]);
             rest /= dims[d];
-            snprintf(tmp, sizeof tmp, "%s%s", one, idx);
+            if (snprintf(tmp, sizeof tmp, "%s%s", one, idx) >= (int)sizeof tmp)
+                break;          /* absurdly deep: keep the indexes that fit */
             memcpy(idx, tmp, sizeof idx);
         }
         for (size_t k = 0; k < inner->n; k++) {
             char p[PATH_LEN];
-            snprintf(p, sizeof p, "%s%s%s", path, idx, inner->v[k].path);
+            if (snprintf(p, sizeof p, "%s%s%s", path, idx, inner->v[k].path) >= (int)sizeof p)
+                continue;       /* a member path longer than PATH_LEN: not listed */
             hit(h, base + i * (long)elem_size + inner->v[k].offset, p, inner->v[k].type);
         }
         h->total += inner->total - (long)inner->n;

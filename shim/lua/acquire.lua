@@ -8,7 +8,10 @@
 -- reply was lost, or the claim of a lock a release handed over.
 --
 -- KEYS[1] lock     ns:{NAME}          hash owner -> hold count, PEXPIRE = lease
--- KEYS[2] token    ns:{NAME}:token    fencing counter, INCR per grant
+-- KEYS[2] token    ns:{NAME}:token    fencing counter, INCR per grant; a missing
+--                                     counter starts from the server's clock in
+--                                     microseconds, so tokens keep growing even
+--                                     across a restart that lost the counter
 -- KEYS[3] holder   ns:{NAME}:holder   how the last grant ended:
 --                    "<owner>"          granted, not released (KEYS[1] gone:
 --                                       its lease expired, owner dead)
@@ -64,6 +67,17 @@ local function leave_queue()
     end
 end
 
+-- The next fencing token.
+local function next_token()
+    local tok = redis.call('incr', tokenkey)
+    if tok == 1 then
+        local t = redis.call('time')
+        tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        redis.call('set', tokenkey, tok)
+    end
+    return tok
+end
+
 local function not_granted(pttl)
     if fair then
         if not redis.call('zscore', qtime, member) then
@@ -108,7 +122,7 @@ if kind == 'none' then
     end
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, lease)
-    return {1, redis.call('incr', tokenkey), dead}
+    return {1, next_token(), dead}
 elseif kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a dmutex lock')
 end

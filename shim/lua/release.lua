@@ -47,7 +47,7 @@ if kind == 'hash' then
             redis.call('hset', lock, next_owner, 1)
             redis.call('pexpire', lock, claim)
             redis.call('set', holder, next_owner .. ' =' .. token)
-            local granted = redis.call('incr', tokenkey)
+            local granted = redis.call('incr', tokenkey)    -- exists: the releaser's grant made it
             redis.call('publish', wprefix .. string.match(next_owner, '^[^:]+'),
                        head .. ' ' .. granted)
         else
