@@ -49,7 +49,7 @@ if kind == 'hash' then
             redis.call('set', holder, next_owner .. ' =' .. token)
             local granted = redis.call('incr', tokenkey)    -- exists: the releaser's grant made it
             redis.call('publish', wprefix .. string.match(next_owner, '^[^:]+'),
-                       head .. ' ' .. granted)
+                       head .. ' ' .. string.format('%d', granted))
         else
             redis.call('set', holder, '=' .. token, 'px', keep)
             redis.call('publish', channel, token)
