@@ -11,6 +11,7 @@
 #include "watchdog.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ static long long deadline_wake_ms;      /* when the deadline thread will look ne
 static struct dm_hold *holds;           /* doubly linked, newest first */
 static size_t nholds;
 static int running;
-static int urgent;                      /* a hold with a short lease is waiting */
+static long long wd_wake_ms = LLONG_MAX; /* when the renewal thread will look next */
 static unsigned long lost_count;
 static redisContext *wd_ctx;            /* the thread's connection, for the fork child */
 
@@ -133,6 +134,16 @@ static void *deadline_main(void *arg)
     return NULL;
 }
 
+/* When `h` should be renewed: a renewal period after the last good one;
+ * a hold with a short lease (a lock handed over by a release, whose claim
+ * lease is one renewal period) at a third of that lease, so that a hold
+ * released sooner never costs a renewal at all. */
+static long long due_ms(const struct dm_hold *h, const struct dm_config *cfg)
+{
+    long period = h->lease_ms < cfg->lease_ms ? h->lease_ms / 3 : cfg->renew_ms;
+    return h->renewed_ms + period;
+}
+
 static void *watchdog_main(void *arg)
 {
     (void)arg;
@@ -148,25 +159,29 @@ static void *watchdog_main(void *arg)
     long io_ms = cfg->redis.command_timeout_ms;
     if (io_ms > cfg->renew_ms)
         io_ms = cfg->renew_ms;
-    long long next_round = now_ms() + cfg->renew_ms;
+    /* After a round, the next one waits at least this long, so a server
+     * that fails every renewal is not hammered. */
+    long min_gap = cfg->renew_ms / 4 > 0 ? cfg->renew_ms / 4 : 1;
+    long long last_round = 0;
 
     pthread_mutex_lock(&wmu);
     for (;;) {
-        /* Sleep until the next round or the first loss deadline. */
+        /* Sleep until the first hold is due (one round renews them all). */
         for (;;) {
             long long now = now_ms();
             check_deadlines_locked(now);
-            if (now >= next_round || urgent)
+            long long wake = LLONG_MAX;
+            for (struct dm_hold *h = holds; h; h = h->next)
+                if (!h->lost && due_ms(h, cfg) < wake)
+                    wake = due_ms(h, cfg);
+            if (wake != LLONG_MAX && wake < last_round + min_gap)
+                wake = last_round + min_gap;
+            if (now >= wake)
                 break;
-            long long wake = next_round;
-            for (struct dm_hold *h = holds; h; h = h->next) {
-                long long dl = h->renewed_ms + h->lease_ms - cfg->lease_margin_ms + 1;
-                if (!h->lost && dl < wake)
-                    wake = dl;
-            }
+            wd_wake_ms = wake;
+            long long d = wake - now < cfg->renew_ms ? wake - now : cfg->renew_ms;
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            long long d = wake - now;
             ts.tv_sec += d / 1000;
             ts.tv_nsec += (d % 1000) * 1000000L;
             if (ts.tv_nsec >= 1000000000L) {
@@ -175,8 +190,8 @@ static void *watchdog_main(void *arg)
             }
             pthread_cond_timedwait(&wcv, &wmu, &ts);
         }
-        next_round = now_ms() + cfg->renew_ms;
-        urgent = 0;
+        wd_wake_ms = LLONG_MAX;
+        last_round = now_ms();
 
         if (nholds > cap) {
             size_t ncap = nholds * 2;
@@ -278,10 +293,8 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     /* Wake a thread only when this hold needs it sooner than it will look
      * anyway: a lock/unlock cycle must not cost two context switches. */
     const struct dm_config *cfg = dm_cluster_config();
-    if (lease_ms < cfg->lease_ms) {
-        urgent = 1;                     /* a short claim lease: renew it now */
+    if (due_ms(h, cfg) < wd_wake_ms)
         pthread_cond_signal(&wcv);
-    }
     if (asked_ms + lease_ms - cfg->lease_margin_ms < deadline_wake_ms)
         pthread_cond_signal(&dcv);
     h->gen++;
@@ -380,7 +393,7 @@ void dm_watchdog_atfork_child(void)
     holds = NULL;
     nholds = 0;
     running = 0;
-    urgent = 0;
+    wd_wake_ms = LLONG_MAX;
     if (wd_ctx) {
         close(wd_ctx->fd);     /* the parent's socket; its memory is left alone */
         wd_ctx = NULL;
