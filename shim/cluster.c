@@ -224,7 +224,7 @@ static int fresh(const struct dm_grant *g)
     return now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
 }
 
-/* Is `msg` the handover of this wait ("<member> <token>")? */
+/* Is `msg` the handover of this wait ("<member> <token>[ +]")? */
 static int handed_over(const char *msg, const char *member, struct dm_grant *g)
 {
     size_t n = strlen(member);
@@ -232,10 +232,12 @@ static int handed_over(const char *msg, const char *member, struct dm_grant *g)
         return 0;
     char *end;
     unsigned long long tok = strtoull(msg + n + 1, &end, 10);
-    if (*end != 0 || tok == 0)
+    int more = strcmp(end, " +") == 0;
+    if ((*end != 0 && !more) || tok == 0)
         return 0;
     memset(g, 0, sizeof *g);
     g->token = tok;
+    g->more_waiters = more;
     g->lease_ms = claim_ms();
     return 1;
 }

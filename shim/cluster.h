@@ -47,6 +47,7 @@ struct dm_grant {
     int local_only;     /* on_redis_down = "local" and Redis was down: no cluster hold */
     long lease_ms;      /* lease the server set: the config's, or the short claim
                            lease of a lock handed over by a release */
+    int more_waiters;   /* handed over with other waiters queued behind */
     long long sent_ms;  /* CLOCK_MONOTONIC ms when the request behind the grant was
                            sent: the lease surely runs no longer than from then */
 };

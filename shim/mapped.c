@@ -212,6 +212,13 @@ static int name_enter(struct dm_name *nm, unsigned long me, enum dm_lock_mode mo
     }
     h->token = g.token;
     nm->held = !g.local_only;
+    if (g.more_waiters) {
+        /* Others queue behind us: their wants went to the previous holder.
+         * A caching process gives the lock up after this hold. */
+        pthread_mutex_lock(&nm->gate);
+        nm->want = 1;
+        pthread_mutex_unlock(&nm->gate);
+    }
     if (nm->held)
         dm_watchdog_add(h, g.sent_ms, g.lease_ms);
     if (nm->held && nm->cl->cache && !nm->want_subscribed) {

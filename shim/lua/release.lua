@@ -9,7 +9,8 @@
 -- ARGV[1] owner  ARGV[2] fencing token of the hold  ARGV[3] release channel
 -- ARGV[4] how long to remember the release, ms (the lease)
 -- ARGV[5] waiter channel prefix: a waiter "<pid>:<seq>|<id>" is told on
---         ARGV[5] .. "<pid>" with the message "<pid>:<seq>|<id> <token>"
+--         ARGV[5] .. "<pid>" with the message "<pid>:<seq>|<id> <token>",
+--         followed by " +" when more waiters queue behind it
 -- ARGV[6] lease of a handed-over lock until its new owner renews it, ms
 --
 -- Returns 1: released (or already released by this same hold: a retry
@@ -48,8 +49,11 @@ if kind == 'hash' then
             redis.call('pexpire', lock, claim)
             redis.call('set', holder, next_owner .. ' =' .. token)
             local granted = redis.call('incr', tokenkey)    -- exists: the releaser's grant made it
+            -- " +": more waiters queue behind it (a caching holder then
+            -- gives the lock up after its critical section, not when asked).
+            local more = redis.call('llen', queue) > 0 and ' +' or ''
             redis.call('publish', wprefix .. string.match(next_owner, '^[^:]+'),
-                       head .. ' ' .. string.format('%d', granted))
+                       head .. ' ' .. string.format('%d', granted) .. more)
         else
             redis.call('set', holder, '=' .. token, 'px', keep)
             redis.call('publish', channel, token)
