@@ -87,7 +87,10 @@ local function not_granted(pttl)
         redis.call('pexpire', queue, qttl * 2)
         redis.call('pexpire', qtime, qttl * 2)
     end
-    if want ~= '' then
+    -- Only the first in line (or a trylock, which does not queue) asks the
+    -- caching holder to let go: the others are announced by the handover
+    -- itself (" +"), and K waiters must not wake every holder K times.
+    if want ~= '' and (not fair or redis.call('lindex', queue, 0) == member) then
         redis.call('publish', want, owner)
     end
     if pttl <= 0 or pttl > qttl then
