@@ -22,8 +22,9 @@ static const char ls_usage[] =
     "  HOLDER     owner id <process id>:<thread seq> and its hold count\n"
     "  LEASE_MS   milliseconds left on the holder's lease\n"
     "  TOKEN      fencing token of the latest grant\n"
-    "  LISTENING  processes subscribed to its release notices (waiting now,\n"
-    "             or having waited before)\n"
+    "  WAITERS    processes queued for it (fair and cache modes)\n"
+    "  LISTENING  processes subscribed to its release notices (fair = false:\n"
+    "             waiting now, or having waited before)\n"
     "\n"
     "  -c, --config FILE   take the server and namespace from FILE\n"
     "  -r, --redis URL     redis://[user:pass@]host[:port][/db] or unix:///path\n"
@@ -130,8 +131,8 @@ int dm_cli_ls(int argc, char **argv)
     } while (strcmp(cursor, "0") != 0);
     qsort(names, n, sizeof *names, by_name);
 
-    printf("%-24s %-8s %-44s %9s %8s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS", "TOKEN",
-           "LISTENING");
+    printf("%-24s %-8s %-44s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS", "TOKEN",
+           "WAITERS", "LISTENING");
     for (size_t i = 0; i < n; i++) {
         const char *nm = names[i];
         redisReply *hold = cmd(c, "HGETALL %s:{%s}", ns, nm);
@@ -139,7 +140,8 @@ int dm_cli_ls(int argc, char **argv)
         redisReply *tok = cmd(c, "GET %s:{%s}:token", ns, nm);
         redisReply *last = cmd(c, "GET %s:{%s}:holder", ns, nm);
         redisReply *subs = cmd(c, "PUBSUB NUMSUB %s:{%s}:released", ns, nm);
-        if (!hold || !pttl || !tok || !last || !subs) {
+        redisReply *queue = cmd(c, "LLEN %s:{%s}:queue", ns, nm);
+        if (!hold || !pttl || !tok || !last || !subs || !queue) {
             fprintf(stderr, "dmutex ls: %s\n", c->errstr);
             return 1;
         }
@@ -158,13 +160,15 @@ int dm_cli_ls(int argc, char **argv)
             snprintf(lease, sizeof lease, "%lld", pttl->integer);
         long long listening = subs->type == REDIS_REPLY_ARRAY && subs->elements == 2
                                   ? subs->element[1]->integer : 0;
-        printf("%-24s %-8s %-44s %9s %8s %9lld\n", nm, state, holder, lease,
-               tok->type == REDIS_REPLY_STRING ? tok->str : "-", listening);
+        long long waiters = queue->type == REDIS_REPLY_INTEGER ? queue->integer : 0;
+        printf("%-24s %-8s %-44s %9s %16s %7lld %9lld\n", nm, state, holder, lease,
+               tok->type == REDIS_REPLY_STRING ? tok->str : "-", waiters, listening);
         freeReplyObject(hold);
         freeReplyObject(pttl);
         freeReplyObject(tok);
         freeReplyObject(last);
         freeReplyObject(subs);
+        freeReplyObject(queue);
         free(names[i]);
     }
     if (n == 0)
