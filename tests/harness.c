@@ -3,6 +3,11 @@
  * cannot build its world must not pass. */
 #include "harness.h"
 
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +26,9 @@
 extern char **environ;
 
 #define TH_REDIS_START_MS 5000
+#define TH_MAX_CHILDREN   128
+#define TH_MAX_FILES      256
+#define TH_POLL_US        5000
 #define TH_PORT_TRIES     8
 
 static void die(const char *fmt, ...)
@@ -303,5 +311,104 @@ int th_wait(pid_t pid, long timeout_ms)
             return -1;
         }
         usleep(2000);
+    }
+}
+
+/* ---- children and files a test group makes ------------------------------- */
+
+static pid_t children[TH_MAX_CHILDREN];
+static int nchildren;
+static char *kept[TH_MAX_FILES];
+static int nkept;
+
+void th_remember(pid_t pid)
+{
+    assert_true(nchildren < TH_MAX_CHILDREN);
+    children[nchildren++] = pid;
+}
+
+pid_t th_child(char *const argv[], char *const env[], const char *out_path)
+{
+    assert_true(nchildren < TH_MAX_CHILDREN);
+    pid_t pid = th_spawn(argv, env, out_path);
+    th_remember(pid);
+    return pid;
+}
+
+void th_forget(pid_t pid)
+{
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] == pid)
+            children[i] = -1;
+}
+
+void th_kill_children(void)
+{
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] > 0) {
+            kill(children[i], SIGCONT);
+            kill(children[i], SIGKILL);
+            waitpid(children[i], NULL, 0);
+        }
+    nchildren = 0;
+}
+
+void th_kill_children_now(void)
+{
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] > 0)
+            kill(children[i], SIGKILL);
+}
+
+char *th_keep_file(char *path)
+{
+    assert_true(nkept < TH_MAX_FILES);
+    kept[nkept++] = path;
+    return path;
+}
+
+char *th_out_file(void)
+{
+    return th_keep_file(th_write_file(".out", "%s", ""));
+}
+
+char *th_go_file(void)
+{
+    char *p = th_write_file(".go", "%s", "");
+    unlink(p);
+    return th_keep_file(p);
+}
+
+void th_touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+void th_remove_files(void)
+{
+    for (int i = 0; i < nkept; i++) {
+        unlink(kept[i]);
+        free(kept[i]);
+    }
+    nkept = 0;
+}
+
+long long th_wait_for(const char *out, const char *needle, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *text = th_read_file(out);
+        int found = text && strstr(text, needle);
+        long long now = th_now_ms();
+        if (found) {
+            free(text);
+            return now;
+        }
+        if (now > end)
+            fail_msg("no \"%s\" after %ld ms; output:\n%s", needle, timeout_ms, text ? text : "");
+        free(text);
+        usleep(TH_POLL_US);
     }
 }

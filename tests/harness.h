@@ -53,6 +53,36 @@ pid_t th_spawn(char *const argv[], char *const env[], const char *out_path);
  * SIGKILLing it on timeout. */
 int th_wait(pid_t pid, long timeout_ms);
 
+/* ---- children and files a test group makes --------------------------------
+ * Remembered so that a test's teardown (or a fatal signal) leaves nothing
+ * behind: no process, no temporary file. Overflowing the lists fails the
+ * test. */
+
+/* th_spawn, and remember the child. */
+pid_t th_child(char *const argv[], char *const env[], const char *out_path);
+/* Remember a child started some other way; forget one that has ended. */
+void th_remember(pid_t pid);
+void th_forget(pid_t pid);
+/* SIGCONT (a stopped child must die too), SIGKILL and reap every child. */
+void th_kill_children(void);
+/* SIGKILL every child, nothing else: for fatal-signal handlers. */
+void th_kill_children_now(void);
+
+/* Remember `path` (malloc'ed) for th_remove_files; returns it. */
+char *th_keep_file(char *path);
+/* An empty file for a child's output. */
+char *th_out_file(void);
+/* A path that does not exist yet: a child waits for it to appear. */
+char *th_go_file(void);
+/* Creates `path` (the go signal). */
+void th_touch(const char *path);
+/* Unlinks and frees every remembered file. */
+void th_remove_files(void);
+
+/* Polls the file `out` until it holds `needle`; returns when it was seen
+ * (th_now_ms), or fails the test after timeout_ms, showing the file. */
+long long th_wait_for(const char *out, const char *needle, long timeout_ms);
+
 /* Milliseconds on CLOCK_MONOTONIC. */
 long long th_now_ms(void);
 

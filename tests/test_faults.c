@@ -55,8 +55,6 @@
 #define RUN_MS          30000L  /* longest a program that should finish may run */
 #define POLL_US         2000
 #define WAIT_CAP_MS     1000L   /* the shim's longest sleep between attempts (DM_WAIT_CAP_MS) */
-#define MAX_KIDS        96
-#define MAX_FILES       128
 #define SUITE_ALARM_S   900
 #define STRESS_MS_DEFAULT 10000L
 #define STRESS_PROCS    16
@@ -71,10 +69,6 @@ static redisContext *rc;
 static char shim_path[PATH_MAX], worker_path[PATH_MAX], ip_path[PATH_MAX];
 static char pfx[32];                    /* checker key prefix of the current test */
 static int test_seq;
-static pid_t kids[MAX_KIDS];
-static int nkids;
-static char *files[MAX_FILES];
-static int nfiles;
 
 /* ---- reporting ------------------------------------------------------------ */
 
@@ -184,24 +178,9 @@ fail:
     return -1;
 }
 
-/* ---- children and files ---------------------------------------------------- */
-
-static void kill_kids(void)
-{
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] > 0) {
-            kill(kids[i], SIGCONT);
-            kill(kids[i], SIGKILL);
-            waitpid(kids[i], NULL, 0);
-        }
-    nkids = 0;
-}
-
 static void emergency_stop(int sig)
 {
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] > 0)
-            kill(kids[i], SIGKILL);
+    th_kill_children_now();
     if (rs.pid > 0) {
         kill(rs.pid, SIGCONT);
         kill(rs.pid, SIGKILL);
@@ -213,50 +192,16 @@ static void emergency_stop(int sig)
     raise(sig);
 }
 
-static char *keep_file(char *path)
-{
-    assert_true(nfiles < MAX_FILES);
-    files[nfiles++] = path;
-    return path;
-}
-
-static char *out_file(void)
-{
-    return keep_file(th_write_file(".out", "%s", ""));
-}
-
-/* A path that does not exist yet: a holder stays inside until it appears. */
-static char *go_file(void)
-{
-    char *p = th_write_file(".go", "%s", "");
-    unlink(p);
-    return keep_file(p);
-}
-
-static void touch(const char *path)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
-}
-
 /* A config: `settings` (top-level lines) and fault_lock mapped as `name`. */
 static char *config(const char *settings, const char *name)
 {
-    return keep_file(th_write_file(".cfg", "%s\nmutexes = ( { symbol = \"fault_lock\"; "
+    return th_keep_file(th_write_file(".cfg", "%s\nmutexes = ( { symbol = \"fault_lock\"; "
                                    "name = \"%s\"; } );\n", settings, name));
 }
 
 static char *config_raw(const char *text)
 {
-    return keep_file(th_write_file(".cfg", "%s", text));
-}
-
-static void forget(pid_t pid)
-{
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] == pid)
-            kids[i] = -1;
+    return th_keep_file(th_write_file(".cfg", "%s", text));
 }
 
 struct run {
@@ -309,9 +254,7 @@ static pid_t worker(const struct run *r, ...)
     argv[n++] = "-k";
     argv[n++] = (char *)(r->prefix ? r->prefix : pfx);
     argv[n] = NULL;
-    assert_true(nkids < MAX_KIDS);
-    pid_t pid = th_spawn(argv, NULL, r->out);
-    kids[nkids++] = pid;
+    pid_t pid = th_child(argv, NULL, r->out);
     return pid;
 }
 
@@ -336,14 +279,14 @@ static int wait_end(pid_t pid, long timeout_ms, long long *mono, long long *real
                 *mono = th_now_ms();
             if (real)
                 *real = real_ms();
-            forget(pid);
+            th_forget(pid);
             return st;
         }
         if (th_now_ms() > end) {
             kill(pid, SIGCONT);
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
-            forget(pid);
+            th_forget(pid);
             return -1;
         }
         usleep(1000);
@@ -368,25 +311,6 @@ static char *finish(pid_t pid, const char *out)
         fail_msg("pid %d ended with status 0x%x (signal %d); output:\n%s", (int)pid, st,
                  WIFSIGNALED(st) ? WTERMSIG(st) : 0, text);
     return text;
-}
-
-/* Polls `out` until it holds `needle`; returns when it was seen (th_now_ms). */
-static long long wait_for(const char *out, const char *needle, long timeout_ms)
-{
-    long long end = th_now_ms() + timeout_ms;
-    for (;;) {
-        char *text = th_read_file(out);
-        int found = text && strstr(text, needle);
-        long long now = th_now_ms();
-        if (found) {
-            free(text);
-            return now;
-        }
-        if (now > end)
-            fail_msg("no \"%s\" after %ld ms; output:\n%s", needle, timeout_ms, text ? text : "");
-        free(text);
-        usleep(POLL_US);
-    }
 }
 
 static void assert_has(const char *text, const char *needle)
@@ -578,7 +502,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    kill_kids();
+    th_kill_children();
     if (cc)
         redisFree(cc);
     th_redis_stop(&chk);
@@ -598,7 +522,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    kill_kids();
+    th_kill_children();
     if (rs.pid > 0)
         kill(rs.pid, SIGCONT);
     if (rc) {
@@ -607,11 +531,7 @@ static int teardown(void **state)
     }
     th_redis_stop(&rs);
     memset(&rs, 0, sizeof rs);
-    for (int i = 0; i < nfiles; i++) {
-        unlink(files[i]);
-        free(files[i]);
-    }
-    nfiles = 0;
+    th_remove_files();
     if (net.up)
         for (int i = 0; i < 2; i++)
             sh("ip link set %s up", net.veth[i]);
@@ -635,10 +555,10 @@ static void test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(WARN_2S, "l_del"), *out = out_file(), *go = go_file();
+    char *cfg = config(WARN_2S, "l_del"), *out = th_out_file(), *go = th_go_file();
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    wait_for(out, "inside ", RUN_MS);
+    th_wait_for(out, "inside ", RUN_MS);
     char owner[128], *text = slurp(out);
     long long token = inside_field(text, 0);
     free(text);
@@ -646,13 +566,13 @@ static void test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock
 
     long long t0 = th_now_ms();
     freeReplyObject(th_cmd(rc, "DEL dmutex:{l_del}"));
-    long long seen = wait_for(out, "lost the lease", LEASE_MS + SLACK_MS);
+    long long seen = th_wait_for(out, "lost the lease", LEASE_MS + SLACK_MS);
     measured("DEL of a hold: detected by the holder after %lld ms (renew_ms %ld)",
              seen - t0, LEASE_MS / 3);
     if (seen - t0 > LEASE_MS / 3 + SLACK_MS)
         fail_msg("the loss was seen %lld ms after the DEL; renewals run every %ld ms",
                  seen - t0, LEASE_MS / 3);
-    touch(go);
+    th_touch(go);
     text = finish(h, out);
     char want[256];
     snprintf(want, sizeof want, "lost the lease of lock l_del (owner %s, fencing token %lld)",
@@ -670,10 +590,10 @@ static void test_deleted_hold_aborts_the_holder(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(ABORT_2S, "l_delabort"), *out = out_file(), *go = go_file();
+    char *cfg = config(ABORT_2S, "l_delabort"), *out = th_out_file(), *go = th_go_file();
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    wait_for(out, "inside ", RUN_MS);
+    th_wait_for(out, "inside ", RUN_MS);
     char owner[128];
     holder_of("l_delabort", owner, sizeof owner);
     long long t0 = th_now_ms(), died;
@@ -703,14 +623,14 @@ static void test_stopped_server_is_a_lost_lease_after_lease_minus_margin(void **
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(WARN_2S, "l_stop"), *out = out_file(), *go = go_file();
+    char *cfg = config(WARN_2S, "l_stop"), *out = th_out_file(), *go = th_go_file();
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    wait_for(out, "inside ", RUN_MS);
+    th_wait_for(out, "inside ", RUN_MS);
     usleep(300000);
     long long t0 = th_now_ms();
     kill(rs.pid, SIGSTOP);
-    long long seen = wait_for(out, "lost the lease", LEASE_MS + SLACK_MS);
+    long long seen = th_wait_for(out, "lost the lease", LEASE_MS + SLACK_MS);
     kill(rs.pid, SIGCONT);
     long long d = seen - t0, lo = LEASE_MS - LEASE_MS / 10 - LEASE_MS / 3;
     measured("redis-server SIGSTOPped under a holder: loss declared after %lld ms "
@@ -719,7 +639,7 @@ static void test_stopped_server_is_a_lost_lease_after_lease_minus_margin(void **
         fail_msg("loss declared %lld ms after the stop: before lease - margin - renew (%lld)", d, lo);
     if (d > LEASE_MS - LEASE_MS / 10 + SLACK_MS)
         fail_msg("loss declared only %lld ms after the stop", d);
-    touch(go);
+    th_touch(go);
     char *text = finish(h, out);
     assert_has(text, "no renewal succeeded in time");
     assert_has(text, "lost leases in this process: 1");
@@ -733,10 +653,10 @@ static void test_abort_ends_the_holder_before_the_server_lease_expires(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(ABORT_2S, "l_pause"), *out = out_file(), *go = go_file();
+    char *cfg = config(ABORT_2S, "l_pause"), *out = th_out_file(), *go = th_go_file();
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    wait_for(out, "inside ", RUN_MS);
+    th_wait_for(out, "inside ", RUN_MS);
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", 3 * LEASE_MS));
     long long died_real, died_mono, t0 = th_now_ms();
     int st = wait_end(h, 3 * LEASE_MS, &died_mono, &died_real);
@@ -773,7 +693,7 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
     char *cfg = config(BLOCK_2S, "o_kill"), *ecfg = config(ERROR_2S, "o_kill");
     /* A first lock in each mode so that the processes have live pooled
      * connections when the server dies. */
-    char *warm = out_file();
+    char *warm = th_out_file();
     struct run wr = { .cfg = cfg, .out = warm };
     free(finish(worker(&wr, "once", "lock", "-u", "0", NULL), warm));
     lock_server_kill();
@@ -782,11 +702,11 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
     char *wout[NW];
     pid_t w[NW];
     for (int i = 0; i < NW; i++) {
-        wout[i] = out_file();
+        wout[i] = th_out_file();
         struct run r = { .cfg = cfg, .out = wout[i] };
         w[i] = worker(&r, "once", "lock", "-u", "100000", NULL);
     }
-    char *tout = out_file(), *dout = out_file(), *eout = out_file();
+    char *tout = th_out_file(), *dout = th_out_file(), *eout = th_out_file();
     struct run tr = { .cfg = cfg, .out = tout }, dr = { .cfg = cfg, .out = dout },
                er = { .cfg = ecfg, .out = eout };
     char *text = finish(worker(&tr, "once", "try", NULL), tout);
@@ -822,7 +742,7 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
     lock_server_restart(NULL);
     long long first = -1;
     for (int i = 0; i < NW; i++) {
-        long long at = wait_for(wout[i], "inside ", RUN_MS);
+        long long at = th_wait_for(wout[i], "inside ", RUN_MS);
         if (first < 0 || at < first)
             first = at;
     }
@@ -841,7 +761,7 @@ static void test_stuck_server_trylock_timed_and_error_answer_in_bounded_time(voi
     (void)s;
     lock_server(NULL, NULL);
     char *cfg = config(BLOCK_2S, "o_stuck"), *ecfg = config(ERROR_2S, "o_stuck");
-    char *wout = out_file(), *tout = out_file(), *dout = out_file(), *eout = out_file();
+    char *wout = th_out_file(), *tout = th_out_file(), *dout = th_out_file(), *eout = th_out_file();
     struct run wr = { .cfg = cfg, .out = wout }, tr = { .cfg = cfg, .out = tout },
                dr = { .cfg = cfg, .out = dout }, er = { .cfg = ecfg, .out = eout };
     kill(rs.pid, SIGSTOP);
@@ -875,7 +795,7 @@ static void test_stuck_server_trylock_timed_and_error_answer_in_bounded_time(voi
     free(text);
     long long back = th_now_ms();
     kill(rs.pid, SIGCONT);
-    long long at = wait_for(wout, "inside ", RUN_MS);
+    long long at = th_wait_for(wout, "inside ", RUN_MS);
     measured("server stopped ~2.5 s under a blocked lock(): it entered %lld ms after SIGCONT",
              at - back);
     free(finish(w, wout));
@@ -890,15 +810,15 @@ static void test_killed_subscribers_resubscribe_and_nobody_sleeps_through_a_rele
     lock_server(NULL, NULL);
     char *cfg = config("lease_ms = 30000; on_lease_lost = \"warn\";", "o_sub");
     for (int round = 0; round < 2; round++) {
-        char *hout = out_file(), *go = go_file();
+        char *hout = th_out_file(), *go = th_go_file();
         struct run hr = { .cfg = cfg, .out = hout };
         pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-        wait_for(hout, "inside ", RUN_MS);
+        th_wait_for(hout, "inside ", RUN_MS);
         enum { NW = 3 };
         char *wout[NW];
         pid_t w[NW];
         for (int i = 0; i < NW; i++) {
-            wout[i] = out_file();
+            wout[i] = th_out_file();
             struct run r = { .cfg = cfg, .out = wout[i] };
             w[i] = worker(&r, "once", "lock", "-u", "50000", NULL);
         }
@@ -913,11 +833,11 @@ static void test_killed_subscribers_resubscribe_and_nobody_sleeps_through_a_rele
                      NW, back - t0);
         }
         long long rel = th_now_ms();
-        touch(go);
+        th_touch(go);
         free(finish(h, hout));
         long long last = 0;
         for (int i = 0; i < NW; i++) {
-            long long at = wait_for(wout[i], "inside ", 3 * WAIT_CAP_MS + SLACK_MS);
+            long long at = th_wait_for(wout[i], "inside ", 3 * WAIT_CAP_MS + SLACK_MS);
             if (at > last)
                 last = at;
             free(finish(w[i], wout[i]));
@@ -935,18 +855,17 @@ static void test_unlock_whose_release_reply_was_lost_returns_0(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *portfile = keep_file(th_write_file(".port", "%s", ""));
+    char *portfile = th_keep_file(th_write_file(".port", "%s", ""));
     unlink(portfile);
-    char port[16], *pout = out_file();
+    char port[16], *pout = th_out_file();
     snprintf(port, sizeof port, "%d", rs.port);
     char *pargv[] = { FSERVER, "drop-release", portfile, rs.addr, port, NULL };
-    pid_t proxy = th_spawn(pargv, NULL, pout);
-    kids[nkids++] = proxy;
-    wait_for(portfile, "\n", RUN_MS);
+    th_child(pargv, NULL, pout);     /* killed in teardown */
+    th_wait_for(portfile, "\n", RUN_MS);
     char *pt = slurp(portfile), url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", atoi(pt));
     free(pt);
-    char *cfg = config(WARN_2S, "u_idem"), *out = out_file();
+    char *cfg = config(WARN_2S, "u_idem"), *out = th_out_file();
     struct run r = { .cfg = cfg, .out = out, .url = url };
     char *text = finish(worker(&r, "once", "lock", "-u", "0", NULL), out);
     char *ptext = slurp(pout);
@@ -971,10 +890,10 @@ static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
     const long delay = 1500;
     char settings[128];
     snprintf(settings, sizeof settings, "%s lock_delay_ms = %ld;", WARN_2S, delay);
-    char *cfg = config(settings, "d_delay"), *hout = out_file(), *wout = out_file();
+    char *cfg = config(settings, "d_delay"), *hout = th_out_file(), *wout = th_out_file();
     struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
     pid_t h = worker(&hr, "once", "lock", "-g", "/nonexistent", NULL);
-    wait_for(hout, "inside ", RUN_MS);
+    th_wait_for(hout, "inside ", RUN_MS);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("d_delay", 1);
     kill(h, SIGKILL);
@@ -983,7 +902,7 @@ static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
     usleep(100000);             /* a renewal in flight lands */
     long long exp = pexpiretime("dmutex:{d_delay}");
     assert_true(exp > 0);
-    wait_for(wout, "inside ", LEASE_MS + delay + SLACK_MS);
+    th_wait_for(wout, "inside ", LEASE_MS + delay + SLACK_MS);
     char *text = finish(w, wout);
     long long entered = inside_field(text, 2);
     measured("lock_delay_ms=%ld: the next holder entered %lld ms after the dead holder's "
@@ -1002,10 +921,10 @@ static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config("lease_ms = 30000;", "f_ls"), *out = out_file(), *go = go_file();
+    char *cfg = config("lease_ms = 30000;", "f_ls"), *out = th_out_file(), *go = th_go_file();
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    wait_for(out, "inside ", RUN_MS);
+    th_wait_for(out, "inside ", RUN_MS);
     char *text = slurp(out), owner[128];
     long long token = inside_field(text, 0);
     free(text);
@@ -1013,7 +932,7 @@ static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
     holder_of("f_ls", owner, sizeof owner);
     assert_int_equal(th_cmd_int(rc, "GET dmutex:{f_ls}:token"), token);
 
-    char url[64], *lout = out_file();
+    char url[64], *lout = th_out_file();
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
     char *largv[] = { DMUTEX_CLI, "ls", "-r", url, NULL };
     text = finish(th_spawn(largv, NULL, lout), lout);
@@ -1030,7 +949,7 @@ static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
     assert_int_equal(tok, token);
     measured("dmutex ls: %.*s", (int)strcspn(row + 1, "\n"), row + 1);
     free(text);
-    touch(go);
+    th_touch(go);
     free(finish(h, out));
 }
 
@@ -1056,7 +975,7 @@ static void test_symbol_smaller_than_a_mutex_exits_78_naming_it(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config_raw("mutexes = ( { symbol = \"tiny_obj\"; } );\n"), *out = out_file();
+    char *cfg = config_raw("mutexes = ( { symbol = \"tiny_obj\"; } );\n"), *out = th_out_file();
     struct run r = { .cfg = cfg, .out = out };
     char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
     assert_has(text, "tiny_obj");
@@ -1081,7 +1000,7 @@ static void test_one_mutex_under_two_names_exits_78(void **s)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text0[1024];
         snprintf(text0, sizeof text0, "mutexes = (\n%s\n);\n", cases[i][0]);
-        char *cfg = config_raw(text0), *out = out_file();
+        char *cfg = config_raw(text0), *out = th_out_file();
         struct run r = { .cfg = cfg, .out = out };
         char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
         assert_has(text, cases[i][1]);
@@ -1094,7 +1013,7 @@ static void test_one_mutex_under_two_names_exits_78(void **s)
     /* The same address twice under one name is one lock: harmless. */
     char *cfg = config_raw("mutexes = ( { symbol = \"fault_lock\"; name = \"two_same\"; },\n"
                            "{ symbol = \"alias_lock\"; name = \"two_same\"; } );\n");
-    char *out = out_file();
+    char *out = th_out_file();
     struct run r = { .cfg = cfg, .out = out };
     free(finish(worker(&r, "once", "lock", "-u", "0", NULL), out));
 }
@@ -1110,7 +1029,7 @@ static pid_t never_grants(const char *settings, const char *name, const char *ur
     snprintf(bset, sizeof bset, "%s on_redis_down = \"block\";", settings);
     snprintf(eset, sizeof eset, "%s on_redis_down = \"error\";", settings);
     char *bcfg = config(bset, name), *ecfg = config(eset, name);
-    char *tout = out_file(), *eout = out_file(), *bout = out_file();
+    char *tout = th_out_file(), *eout = th_out_file(), *bout = th_out_file();
     struct run tr = { .cfg = bcfg, .out = tout, .url = url }, er = { .cfg = ecfg, .out = eout, .url = url },
                br = { .cfg = bcfg, .out = bout, .url = url };
     pid_t b = worker(&br, "once", "lock", "-u", "0", NULL);
@@ -1126,7 +1045,7 @@ static pid_t never_grants(const char *settings, const char *name, const char *ur
     measured("%s: trylock EBUSY, lock EAGAIN (on_redis_down=error), message: %.*s", cause,
              (int)strcspn(strstr(text, "dmutex["), "\n"), strstr(text, "dmutex["));
     free(text);
-    wait_for(bout, cause, RUN_MS);
+    th_wait_for(bout, cause, RUN_MS);
     usleep(500000);
     text = slurp(bout);
     assert_lacks(text, "inside");
@@ -1144,7 +1063,7 @@ static void test_wrong_key_type_at_the_lock_name_never_grants(void **s)
     char *bout;
     pid_t b = never_grants(WARN_2S, "b_type", NULL, "WRONGTYPE dmutex:{b_type} holds a string", &bout);
     freeReplyObject(th_cmd(rc, "DEL dmutex:{b_type}"));
-    wait_for(bout, "inside ", RUN_MS);
+    th_wait_for(bout, "inside ", RUN_MS);
     free(finish(b, bout));
 }
 
@@ -1157,17 +1076,17 @@ static void test_acl_without_evalsha_never_grants(void **s)
     pid_t b = never_grants(WARN_2S " redis = { username = \"dmf\"; password = \"pw\"; };",
                            "b_acl", NULL, "NOPERM", &bout);
     freeReplyObject(th_cmd(rc, "ACL SETUSER dmf +evalsha"));
-    wait_for(bout, "inside ", RUN_MS);
+    th_wait_for(bout, "inside ", RUN_MS);
     free(finish(b, bout));
 }
 
 /* A holder whose renewals are refused must count its lease as lost. */
 static pid_t holder_then(const char *name, char **outp, char **gop)
 {
-    char *cfg = config(WARN_2S, name), *out = out_file(), *go = go_file();
+    char *cfg = config(WARN_2S, name), *out = th_out_file(), *go = th_go_file();
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    wait_for(out, "inside ", RUN_MS);
+    th_wait_for(out, "inside ", RUN_MS);
     *outp = out;
     *gop = go;
     return h;
@@ -1188,36 +1107,36 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory-policy noeviction"));
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 1"));
 
-    char *cfg = config(WARN_2S, "b_oom"), *tout = out_file();
+    char *cfg = config(WARN_2S, "b_oom"), *tout = th_out_file();
     struct run tr = { .cfg = cfg, .out = tout };
     char *text = finish(worker(&tr, "once", "try", NULL), tout);
     assert_has(text, "try EBUSY");
     free(text);
     char *fcfg = config_raw(WARN_2S "\nmutexes = ( { symbol = \"fault_lock\"; name = \"b_oom\"; "
                             "fair = true; } );\n");
-    char *fout = out_file();
+    char *fout = th_out_file();
     struct run fr = { .cfg = fcfg, .out = fout };
     pid_t f = worker(&fr, "once", "lock", "-u", "0", NULL);
-    wait_for(fout, "OOM command not allowed", RUN_MS);
+    th_wait_for(fout, "OOM command not allowed", RUN_MS);
 
     /* A free lock asked for under OOM. */
-    char *ncfg = config(WARN_2S, "b_oom_free"), *nout = out_file(), *go2 = go_file(), npfx[40];
+    char *ncfg = config(WARN_2S, "b_oom_free"), *nout = th_out_file(), *go2 = th_go_file(), npfx[40];
     snprintf(npfx, sizeof npfx, "%sf", pfx);
     struct run nr = { .cfg = ncfg, .out = nout, .prefix = npfx };
     pid_t n = worker(&nr, "once", "try", "-g", go2, NULL);
-    wait_for(nout, "try ", RUN_MS);
+    th_wait_for(nout, "try ", RUN_MS);
     usleep(100000);
     text = slurp(nout);
     int granted = strstr(text, "try 0") != NULL;
     if (granted) {
         char owner[128];
-        wait_for(nout, "inside ", RUN_MS);
+        th_wait_for(nout, "inside ", RUN_MS);
         holder_of("b_oom_free", owner, sizeof owner);   /* a real hold, on the server */
     } else {
         assert_has(text, "OOM");
     }
     free(text);
-    touch(go2);
+    th_touch(go2);
     free(finish(n, nout));
 
     usleep((useconds_t)LEASE_MS * 1000);     /* a lease's worth of renewals under OOM */
@@ -1228,11 +1147,11 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
     assert_lacks(text, "inside");
     free(text);
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
-    touch(go);
+    th_touch(go);
     text = finish(h, hout);
     assert_has(text, lost ? "unlocked EPERM" : "unlocked 0");
     free(text);
-    wait_for(fout, "inside ", RUN_MS);
+    th_wait_for(fout, "inside ", RUN_MS);
     text = finish(f, fout);
     measured("maxmemory 1, noeviction: a held lock stayed exclusive (trylock EBUSY); its "
              "holder %s; a fair waiter was refused (\"OOM command not allowed\") until memory "
@@ -1254,12 +1173,12 @@ static void test_readonly_replica_never_grants_and_its_holder_loses_the_lease(vo
     freeReplyObject(th_cmd(rc, "REPLICAOF 127.0.0.1 %d", master.port));
     char *bout;
     pid_t b = never_grants(WARN_2S, "b_ro", NULL, "READONLY", &bout);
-    wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
+    th_wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
     freeReplyObject(th_cmd(rc, "REPLICAOF NO ONE"));
     th_redis_stop(&master);
-    wait_for(bout, "inside ", RUN_MS);
+    th_wait_for(bout, "inside ", RUN_MS);
     free(finish(b, bout));
-    touch(go);
+    th_touch(go);
     char *text = finish(h, hout);
     assert_has(text, "unlocked EPERM");
     free(text);
@@ -1272,7 +1191,7 @@ static void test_script_flush_under_load_loses_nothing(void **s)
     (void)s;
     lock_server(NULL, NULL);
     char *cfg = config(WARN_2S, "b_flush");
-    char *hcfg = config(WARN_2S, "b_flush_h"), *hout = out_file(), *go = go_file();
+    char *hcfg = config(WARN_2S, "b_flush_h"), *hout = th_out_file(), *go = th_go_file();
     char hpfx[40];
     snprintf(hpfx, sizeof hpfx, "%sh", pfx);
     struct run hr = { .cfg = hcfg, .out = hout, .prefix = hpfx };
@@ -1281,7 +1200,7 @@ static void test_script_flush_under_load_loses_nothing(void **s)
     char *out[NP];
     pid_t p[NP];
     for (int i = 0; i < NP; i++) {
-        out[i] = out_file();
+        out[i] = th_out_file();
         struct run r = { .cfg = cfg, .out = out[i] };
         p[i] = worker(&r, "loop", "-t", "2", "-d", "4000", "-u", "1000", NULL);
     }
@@ -1292,7 +1211,7 @@ static void test_script_flush_under_load_loses_nothing(void **s)
         flushes++;
         usleep(100000);
     }
-    touch(go);
+    th_touch(go);
     char *text = finish(h, hout);
     assert_has(text, "unlocked 0");
     assert_lacks(text, "lost");
@@ -1316,13 +1235,12 @@ static void test_server_closing_mid_reply_never_grants(void **s)
     (void)s;
     const char *modes[] = { "half-load", "half-eval" };
     for (int i = 0; i < 2; i++) {
-        char *portfile = keep_file(th_write_file(".port", "%s", ""));
+        char *portfile = th_keep_file(th_write_file(".port", "%s", ""));
         unlink(portfile);
-        char *fout = out_file();
+        char *fout = th_out_file();
         char *argv[] = { FSERVER, (char *)modes[i], portfile, NULL };
-        pid_t f = th_spawn(argv, NULL, fout);
-        kids[nkids++] = f;
-        wait_for(portfile, "\n", RUN_MS);
+        th_child(argv, NULL, fout);  /* killed in teardown */
+        th_wait_for(portfile, "\n", RUN_MS);
         char *pt = slurp(portfile), url[64], name[32];
         snprintf(url, sizeof url, "redis://127.0.0.1:%d", atoi(pt));
         free(pt);
@@ -1350,7 +1268,7 @@ static void test_checker_sees_overlaps_without_the_shim(void **s)
         char *out[3];
         pid_t p[3];
         for (int i = 0; i < 3; i++) {
-            out[i] = out_file();
+            out[i] = th_out_file();
             struct run r = { .out = out[i] };
             p[i] = worker(&r, "loop", "-t", "2", "-d", "1500", "-u", "2000", NULL);
         }
@@ -1377,10 +1295,10 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
     long long worst_kill = 0, worst_exp = 0;
     enum { ROUNDS = 3 };
     for (int round = 0; round < ROUNDS; round++) {
-        char *hout = out_file(), *wout = out_file();
+        char *hout = th_out_file(), *wout = th_out_file();
         struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
         pid_t h = worker(&hr, "once", "lock", "-r", "-g", "/nonexistent", NULL);
-        wait_for(hout, "inside ", RUN_MS);
+        th_wait_for(hout, "inside ", RUN_MS);
         pid_t w = worker(&wr, "once", "lock", "-r", "-u", "0", NULL);
         wait_waiters("s_kill", 1);
         usleep(100000 * (useconds_t)round);     /* kill at different points of a renewal period */
@@ -1390,7 +1308,7 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
         chk_forget(h);
         usleep(50000);                          /* a renewal in flight lands */
         long long exp = pexpiretime("dmutex:{s_kill}");
-        long long at = wait_for(wout, "inside ", LEASE_MS + 1000);
+        long long at = th_wait_for(wout, "inside ", LEASE_MS + 1000);
         char *text = finish(w, wout);
         assert_has(text, "ownerdead");
         assert_has(text, "unlocked 0");
@@ -1416,20 +1334,20 @@ static void test_stopped_holder_overlap_is_measured_reported_and_fenced_off(void
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(WARN_2S, "s_stop"), *hout = out_file(), *wout = out_file(), *go = go_file();
+    char *cfg = config(WARN_2S, "s_stop"), *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
     struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
     pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    wait_for(hout, "inside ", RUN_MS);
+    th_wait_for(hout, "inside ", RUN_MS);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("s_stop", 1);
     long long stopped = th_now_ms();
     kill(h, SIGSTOP);
-    long long at = wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
+    long long at = th_wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
     char *wt = finish(w, wout);
     assert_has(wt, "fenced ok");
     long long t2 = inside_field(wt, 0);
     free(wt);
-    touch(go);
+    th_touch(go);
     kill(h, SIGCONT);
     char *text = finish(h, hout);
     long long t1 = inside_field(text, 0);
@@ -1450,15 +1368,15 @@ static void test_stopped_holder_in_abort_mode_dies_when_resumed(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(ABORT_2S, "s_stopab"), *hout = out_file(), *wout = out_file(),
-         *go = go_file();
+    char *cfg = config(ABORT_2S, "s_stopab"), *hout = th_out_file(), *wout = th_out_file(),
+         *go = th_go_file();
     struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
     pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    wait_for(hout, "inside ", RUN_MS);
+    th_wait_for(hout, "inside ", RUN_MS);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("s_stopab", 1);
     kill(h, SIGSTOP);
-    wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
+    th_wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
     free(finish(w, wout));
     long long resumed = th_now_ms(), died;
     kill(h, SIGCONT);
@@ -1479,7 +1397,7 @@ static void start_loop(const char *settings, const char *name, int np, const cha
 {
     char *cfg = config(settings, name);
     for (int i = 0; i < np; i++) {
-        out[i] = out_file();
+        out[i] = th_out_file();
         struct run r = { .cfg = cfg, .out = out[i] };
         p[i] = worker(&r, "loop", "-t", "2", "-d", ms, "-u", hold_us, NULL);
     }
@@ -1528,11 +1446,11 @@ static void restart_scenario(const char *fsync)
     snprintf(hpfx, sizeof hpfx, "%sh", pfx);
     /* A holder inside its section across the restart, a waiter for it, and
      * loop workers on another name. */
-    char *hcfg = config(WARN_2S, hname), *hout = out_file(), *wout = out_file(), *go = go_file();
+    char *hcfg = config(WARN_2S, hname), *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
     struct run hr = { .cfg = hcfg, .out = hout, .prefix = hpfx },
                wr = { .cfg = hcfg, .out = wout, .prefix = hpfx };
     pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    wait_for(hout, "inside ", RUN_MS);
+    th_wait_for(hout, "inside ", RUN_MS);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters(hname, 1);
     enum { NP = 3 };
@@ -1551,10 +1469,10 @@ static void restart_scenario(const char *fsync)
         char owner[128];
         holder_of(hname, owner, sizeof owner);      /* the hold survived */
     } else {
-        wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
+        th_wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
     }
     usleep(1000000);
-    touch(go);
+    th_touch(go);
     char *text = finish(h, hout);
     char *wt = finish(w, wout);
     int lost;
@@ -1633,7 +1551,7 @@ static void test_eviction_takes_a_held_lock_and_its_holder_finds_out(void **s)
     lock_server(NULL, NULL);
     char *hout, *go;
     pid_t h = holder_then("e_evict", &hout, &go);
-    char *wcfg = config(WARN_2S, "e_evict"), *wout = out_file();
+    char *wcfg = config(WARN_2S, "e_evict"), *wout = th_out_file();
     struct run wr = { .cfg = wcfg, .out = wout };
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("e_evict", 1);
@@ -1647,10 +1565,10 @@ static void test_eviction_takes_a_held_lock_and_its_holder_finds_out(void **s)
         freeReplyObject(th_cmd(rc, "SET filler:%d %s EX 3600", i, filler));
     long long evicted = info_num(rc, "stats", "evicted_keys:");
     assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{e_evict}"), 0);
-    long long seen = wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
-    long long at = wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
+    long long seen = th_wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
+    long long at = th_wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
-    touch(go);
+    th_touch(go);
     char *text = finish(h, hout);
     assert_has(text, "server no longer has the hold");
     assert_has(text, "unlocked EPERM");
@@ -1710,11 +1628,11 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
         skip();
     lock_server(net.host_ip, NULL);
     char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "n_cut");
-    char *hout = out_file(), *wout = out_file();
+    char *hout = th_out_file(), *wout = th_out_file();
     struct run hr = { .netns = net.ns[0], .cfg = cfg, .out = hout },
                wr = { .netns = net.ns[1], .cfg = cfg, .out = wout };
     pid_t h = worker(&hr, "once", "lock", "-g", "/nonexistent", NULL);
-    wait_for(hout, "inside ", RUN_MS);
+    th_wait_for(hout, "inside ", RUN_MS);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("n_cut", 1);
     usleep(200000);
@@ -1728,7 +1646,7 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
         fail_msg("the cut-off holder did not abort (status 0x%x):\n%s", st, text);
     assert_has(text, "lost the lease of lock n_cut");
     free(text);
-    wait_for(wout, "inside ", 3000 + SLACK_MS);
+    th_wait_for(wout, "inside ", 3000 + SLACK_MS);
     char *wt = finish(w, wout);
     long long entered = inside_field(wt, 2);
     free(wt);
@@ -1750,20 +1668,20 @@ static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)
         skip();
     lock_server(net.host_ip, NULL);
     char *cfg = config("lease_ms = 3000; on_lease_lost = \"warn\";", "n_warn");
-    char *hout = out_file(), *wout = out_file(), *go = go_file();
+    char *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
     struct run hr = { .netns = net.ns[0], .cfg = cfg, .out = hout },
                wr = { .netns = net.ns[1], .cfg = cfg, .out = wout };
     pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    wait_for(hout, "inside ", RUN_MS);
+    th_wait_for(hout, "inside ", RUN_MS);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("n_warn", 1);
     long long cut = th_now_ms();
     assert_int_equal(sh("ip link set %s down", net.veth[0]), 0);
-    long long lost = wait_for(hout, "lost the lease", 3000 + SLACK_MS);
-    long long at = wait_for(wout, "inside ", 3000 + SLACK_MS);
+    long long lost = th_wait_for(hout, "lost the lease", 3000 + SLACK_MS);
+    long long at = th_wait_for(wout, "inside ", 3000 + SLACK_MS);
     free(finish(w, wout));
     assert_int_equal(sh("ip link set %s up", net.veth[0]), 0);
-    touch(go);
+    th_touch(go);
     char *text = finish(h, hout);
     assert_has(text, "fenced rejected");
     assert_has(text, "unlocked EPERM");
@@ -1790,7 +1708,7 @@ static void test_subscribers_killed_again_and_again_during_a_run(void **s)
     char *out[NP];
     pid_t p[NP];
     for (int i = 0; i < NP; i++) {
-        out[i] = out_file();
+        out[i] = th_out_file();
         struct run r = { .cfg = cfg, .out = out[i] };
         p[i] = worker(&r, "loop", "-t", "2", "-d", "5000", "-u", "1000", "-l", "3", NULL);
     }
@@ -1849,7 +1767,7 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
     char *out[STRESS_PROCS];
     pid_t p[STRESS_PROCS];
     for (int i = 0; i < STRESS_PROCS; i++) {
-        out[i] = out_file();
+        out[i] = th_out_file();
         struct run r = { .cfg = cfg, .out = out[i] };
         p[i] = worker(&r, "loop", "-t", STRESS_THREADS, "-d", dur, "-u", "200", "-l", "3", NULL);
     }
@@ -1917,7 +1835,7 @@ static void rss_check(const char *cfgtext, const char *cycles, const char *what)
         skip();
     }
     lock_server(NULL, NULL);
-    char *cfg = config_raw(cfgtext), *out = out_file();
+    char *cfg = config_raw(cfgtext), *out = th_out_file();
     struct run r = { .cfg = cfg, .out = out };
     char *text = finish(worker(&r, "cycles", cycles, NULL), out);
     const char *p = strstr(text, "rss ");

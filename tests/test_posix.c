@@ -45,8 +45,6 @@
 #define RUN_MS          30000L  /* longest a program that should finish may run */
 #define QUIET_MS        1000L   /* how long "nothing happens" is watched */
 #define POLL_US         5000
-#define MAX_KIDS        48
-#define MAX_FILES       64
 #define MAX_ARGS        16
 #define SUITE_ALARM_S   420
 
@@ -63,65 +61,20 @@ static struct th_redis rs;
 static redisContext *rc;
 static char shim_path[PATH_MAX];
 static char port_text[16];
-static pid_t kids[MAX_KIDS];
-static int nkids;
-static char *files[MAX_FILES];
-static int nfiles;
-
-/* ---- children and files ---------------------------------------------------- */
-
-static void kill_kids(void)
-{
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] > 0) {
-            kill(kids[i], SIGKILL);
-            waitpid(kids[i], NULL, 0);
-        }
-    nkids = 0;
-}
 
 static void emergency_stop(int sig)
 {
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] > 0)
-            kill(kids[i], SIGKILL);
+    th_kill_children_now();
     if (rs.pid > 0)
         kill(rs.pid, SIGKILL);
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
-static char *keep_file(char *path)
-{
-    assert_true(nfiles < MAX_FILES);
-    files[nfiles++] = path;
-    return path;
-}
-
-static char *out_file(void)
-{
-    return keep_file(th_write_file(".out", "%s", ""));
-}
-
-/* A path that does not exist yet: a program waits for it to appear. */
-static char *go_file(void)
-{
-    char *p = th_write_file(".go", "%s", "");
-    unlink(p);
-    return keep_file(p);
-}
-
-static void touch(const char *path)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
-}
-
 /* A config with `lease` and the entries of `mutexes = ( ... )`. */
 static char *config(long lease, const char *mutexes)
 {
-    return keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
+    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
                                    lease, mutexes));
 }
 
@@ -161,9 +114,7 @@ static pid_t run(char **env, const char *out, ...)
         argv[n++] = a;
     va_end(ap);
     argv[n] = NULL;
-    assert_true(nkids < MAX_KIDS);
-    pid_t pid = th_spawn(argv, env, out);
-    kids[nkids++] = pid;
+    pid_t pid = th_child(argv, env, out);
     return pid;
 }
 
@@ -171,19 +122,12 @@ static pid_t run(char **env, const char *out, ...)
 #define PP(cfg, out, key, mode, mutex, ...) \
     run(shim_env(cfg), out, POSIXPROG, port_text, key, mode, mutex, ##__VA_ARGS__, NULL)
 
-static void forget(pid_t pid)
-{
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] == pid)
-            kids[i] = -1;
-}
-
 /* Waits for a child that must end by itself with `want_status`; returns
  * its output. */
 static char *finish(pid_t pid, const char *out, int want_status)
 {
     int st = th_wait(pid, RUN_MS);
-    forget(pid);
+    th_forget(pid);
     char *text = th_read_file(out);
     assert_non_null(text);
     if (st == -1)
@@ -206,26 +150,7 @@ static void stop(pid_t pid)
 {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    forget(pid);
-}
-
-/* Polls `out` until it holds `needle`; returns when it was seen (th_now_ms). */
-static long long wait_for(const char *out, const char *needle, long timeout_ms)
-{
-    long long end = th_now_ms() + timeout_ms;
-    for (;;) {
-        char *text = th_read_file(out);
-        int found = text && strstr(text, needle);
-        long long now = th_now_ms();
-        if (found) {
-            free(text);
-            return now;
-        }
-        if (now > end)
-            fail_msg("no \"%s\" after %ld ms; output:\n%s", needle, timeout_ms, text ? text : "");
-        free(text);
-        usleep(POLL_US);
-    }
+    th_forget(pid);
 }
 
 static int file_has(const char *path, const char *needle)
@@ -332,10 +257,8 @@ static long long run_counter(int procs, char **env, const char *key, char *const
     char *out[PROCS + 2];
     assert_true(procs <= PROCS + 2);
     for (int i = 0; i < procs; i++) {
-        out[i] = out_file();
-        assert_true(nkids < MAX_KIDS);
-        pid[i] = th_spawn(argv, env, out[i]);
-        kids[nkids++] = pid[i];
+        out[i] = th_out_file();
+        pid[i] = th_child(argv, env, out[i]);
     }
     for (int i = 0; i < procs; i++) {
         char *text = finish(pid[i], out[i], 0);
@@ -407,7 +330,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    kill_kids();
+    th_kill_children();
     if (rc)
         redisFree(rc);
     th_redis_stop(&rs);
@@ -418,12 +341,8 @@ static int group_teardown(void **state)
 static int cleanup(void **state)
 {
     (void)state;
-    kill_kids();
-    for (int i = 0; i < nfiles; i++) {
-        unlink(files[i]);
-        free(files[i]);
-    }
-    nfiles = 0;
+    th_kill_children();
+    th_remove_files();
     return 0;
 }
 
@@ -450,7 +369,7 @@ static void test_recursive_nested_locks_cost_no_round_trip_and_hold_ends_with_ou
     for (int i = 0; i < 2; i++) {
         char key[64];
         snprintf(key, sizeof key, "dmutex:{%s}", names[i]);
-        char *out = out_file();
+        char *out = th_out_file();
         reset_stats();
         char *text = finish(PP(cfg, out, key, "recursive", ms[i], "6"), out, 0);
         /* still held after 5 inner unlocks, free after the outermost */
@@ -470,7 +389,7 @@ static void test_errorcheck_relock_gives_edeadlk_without_redis_traffic(void **st
                                       "{ symbol = \"attr_lock\"; name = \"t3_aerr\"; }");
     const char *ms[] = { "err", "aerr" }, *names[] = { "t3_err", "t3_aerr" };
     for (int i = 0; i < 2; i++) {
-        char *out = out_file();
+        char *out = th_out_file();
         reset_stats();
         char *text = finish(PP(cfg, out, "x", "errcheck", ms[i], "relock"), out, 0);
         assert_has(text, "errcheck relock 0 EDEADLK 0");
@@ -488,7 +407,7 @@ static void test_errorcheck_unlock_by_non_holder_gives_eperm_without_redis_traff
     const char *ms[] = { "err", "aerr" }, *names[] = { "t4_err", "t4_aerr" };
     for (int i = 0; i < 2; i++) {
         /* another thread unlocks while this one holds it */
-        char *out = out_file();
+        char *out = th_out_file();
         reset_stats();
         char *text = finish(PP(cfg, out, "x", "errcheck", ms[i], "foreign"), out, 0);
         assert_has(text, "errcheck foreign 0 EPERM 0");
@@ -496,7 +415,7 @@ static void test_errorcheck_unlock_by_non_holder_gives_eperm_without_redis_traff
         assert_int_equal(script_calls(), 2);
         assert_int_equal(lock_exists(names[i]), 0);
         /* nobody holds it */
-        out = out_file();
+        out = th_out_file();
         reset_stats();
         text = finish(PP(cfg, out, "x", "errcheck", ms[i], "unheld"), out, 0);
         assert_has(text, "errcheck unheld - EPERM -");
@@ -516,7 +435,7 @@ static void test_destroy_of_held_mapped_mutex_gives_ebusy_and_reinit_starts_clea
     const char *ms[] = { "norm", "aerr", "arobust" };
     const char *names[] = { "t5_norm", "t5_attr", "t5_attr" };
     for (int i = 0; i < 3; i++) {
-        char *out = out_file();
+        char *out = th_out_file();
         reset_stats();
         char *text = finish(PP(cfg, out, "x", "destroy", ms[i]), out, 0);
         if (!strstr(text, "destroy 0 EBUSY 0 0 0 0 0"))
@@ -532,9 +451,9 @@ static void test_destroy_of_held_mapped_mutex_gives_ebusy_and_reinit_starts_clea
 /* Starts a process holding the robust attr_lock until it is killed. */
 static pid_t robust_holder(const char *cfg)
 {
-    char *out = out_file();
+    char *out = th_out_file();
     pid_t pid = PP(cfg, out, "x", "robust-hold", "arobust");
-    wait_for(out, "locked 0", RUN_MS);
+    th_wait_for(out, "locked 0", RUN_MS);
     return pid;
 }
 
@@ -545,11 +464,11 @@ static void test_robust_lock_after_sigkilled_holder_gives_eownerdead(void **stat
                                        "{ symbol = \"norm_lock\"; name = \"t6_norm\"; }");
     pid_t holder = robust_holder(cfg);
     /* the control: a normal mutex whose holder dies is just free again */
-    char *nout = out_file(), *never = go_file();
+    char *nout = th_out_file(), *never = th_go_file();
     pid_t nholder = PP(cfg, nout, "x", "hold", "norm", never);
-    wait_for(nout, "locked 0", RUN_MS);
+    th_wait_for(nout, "locked 0", RUN_MS);
 
-    char *out = out_file(), *out2 = out_file();
+    char *out = th_out_file(), *out2 = th_out_file();
     pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "consistent");
     pid_t nwaiter = PP(cfg, out2, "x", "lock", "norm");
     wait_subscribed("t6_rob");
@@ -564,7 +483,7 @@ static void test_robust_lock_after_sigkilled_holder_gives_eownerdead(void **stat
     assert_has(text, "locked 0 ");
     free(text);
     /* made consistent and released: the next process finds it clean */
-    out = out_file();
+    out = th_out_file();
     text = finish(PP(cfg, out, "x", "lock", "arobust"), out, 0);
     assert_has(text, "locked 0 ");
     free(text);
@@ -575,7 +494,7 @@ static void test_unlock_without_consistent_makes_notrecoverable(void **state)
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7_rob\"; }");
     pid_t holder = robust_holder(cfg);
-    char *out = out_file();
+    char *out = th_out_file();
     pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "noconsistent");
     wait_subscribed("t7_rob");
     stop(holder);
@@ -598,12 +517,12 @@ static void test_thread_exiting_with_robust_mutex_gives_eownerdead_to_next_locke
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7b_rob\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(PP(cfg, out, "x", "robust-thread-exit", "arobust"), out, 0);
     assert_has(text, "thread locked 0\nthread gone\nlock EOWNERDEAD\nconsistent 0\nunlock 0\n");
     free(text);
     assert_int_equal(lock_exists("t7b_rob"), 0);
-    out = out_file();
+    out = th_out_file();
     text = finish(PP(cfg, out, "x", "lock", "arobust"), out, 0);
     assert_has(text, "locked 0 ");
     free(text);
@@ -621,27 +540,27 @@ static void cond_scenario(const char *kind, const char *name)
     snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
     snprintf(key, sizeof key, "dmutex:{%s}", name);
     char *cfg = config(SHORT_LEASE_MS, entry);
-    char *shared = out_file(), *signal_go = go_file();
+    char *shared = th_out_file(), *signal_go = th_go_file();
     pid_t a = PP(cfg, shared, key, "cond", "norm", (char *)kind, signal_go);
-    wait_for(shared, "waiting", RUN_MS);
+    th_wait_for(shared, "waiting", RUN_MS);
 
     /* A's wait ends in 60 s: B can only finish this soon if A let go. */
-    char *bout = out_file();
+    char *bout = th_out_file();
     char *text = finish(PP(cfg, bout, "x", "lock", "norm"), bout, 0);
     assert_has(text, "locked 0");
     free(text);
     if (file_has(shared, "woke"))
         fail_msg("the waiter woke without a signal");
 
-    char *c_go = go_file();
+    char *c_go = th_go_file();
     pid_t c = PP(cfg, shared, "x", "hold", "norm", c_go);
-    wait_for(shared, "locked 0", RUN_MS);
-    touch(signal_go);
+    th_wait_for(shared, "locked 0", RUN_MS);
+    th_touch(signal_go);
     usleep(QUIET_MS * 1000);
     if (file_has(shared, "woke"))
         fail_msg("the waiter returned while another process held the mutex:\n%s",
                  th_read_file(shared));
-    touch(c_go);
+    th_touch(c_go);
     finish_ok(c, shared);
     text = finish(a, shared, 0);
     const char *unlocking = strstr(text, "unlocking"), *woke = strstr(text, "woke 0 exists=1");
@@ -685,7 +604,7 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
         snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", names[i]);
         snprintf(key, sizeof key, "dmutex:{%s}", names[i]);
         char *cfg = config(SHORT_LEASE_MS, entry);
-        out[i] = out_file();
+        out[i] = th_out_file();
         pid[i] = PP(cfg, out[i], key, "cond-timeout", "norm", (char *)kinds[i], warg);
     }
     for (int i = 0; i < 3; i++) {
@@ -702,19 +621,19 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
     /* Another process holds the mutex when the deadline passes: the wait
      * still ends with ETIMEDOUT, after re-acquiring. */
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t11_held\"; }");
-    char *shared = out_file(), *go = go_file();
+    char *shared = th_out_file(), *go = th_go_file();
     pid_t a = PP(cfg, shared, "dmutex:{t11_held}", "cond-timeout", "norm", "timedwait", warg);
-    wait_for(shared, "waiting", RUN_MS);
+    th_wait_for(shared, "waiting", RUN_MS);
     long long t0 = th_now_ms();
     pid_t c = PP(cfg, shared, "x", "hold", "norm", go);
-    wait_for(shared, "locked 0", RUN_MS);
+    th_wait_for(shared, "locked 0", RUN_MS);
     long long left = t0 + wait + QUIET_MS - th_now_ms();
     if (left > 0)
         usleep((useconds_t)left * 1000);
     if (file_has(shared, "timeout"))
         fail_msg("the timed wait returned while another process held the mutex:\n%s",
                  th_read_file(shared));
-    touch(go);
+    th_touch(go);
     finish_ok(c, shared);
     char *text = finish(a, shared, 0);
     const char *unlocking = strstr(text, "unlocking"), *to = strstr(text, "timeout ETIMEDOUT");
@@ -728,7 +647,7 @@ static void test_cond_on_unmapped_mutex_passes_through(void **state)
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t12_norm\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     char *text = finish(PP(cfg, out, "x", "cond-plain", "plain"), out, 0);
     assert_has(text, "cond-plain 0 ETIMEDOUT ETIMEDOUT");
@@ -785,16 +704,16 @@ static void test_child_never_touches_parent_hold(void **state)
                                          "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
     char *cfg_b = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_b\"; },\n"
                                          "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
-    char *out_a = out_file(), *out_b = out_file(), *go_a = go_file(), *go_b = go_file();
+    char *out_a = th_out_file(), *out_b = th_out_file(), *go_a = th_go_file(), *go_b = th_go_file();
     pid_t a = PP(cfg_a, out_a, "x", "fork-hold", "norm", go_a);
     pid_t b = PP(cfg_b, out_b, "x", "fork-hold", "norm", go_b);
-    wait_for(out_a, "child1 exited 0", RUN_MS);
-    wait_for(out_b, "child1 exited 0", RUN_MS);
+    th_wait_for(out_a, "child1 exited 0", RUN_MS);
+    th_wait_for(out_b, "child1 exited 0", RUN_MS);
     char owner_a[128], owner_b[128], now[128];
     lock_owner("t15_a", owner_a, sizeof owner_a);
     lock_owner("t15_b", owner_b, sizeof owner_b);
-    wait_for(out_a, "waiting", RUN_MS);
-    wait_for(out_b, "waiting", RUN_MS);
+    th_wait_for(out_a, "waiting", RUN_MS);
+    th_wait_for(out_b, "waiting", RUN_MS);
 
     /* b's parent stops: only a child could keep its hold alive now. */
     long long t0 = th_now_ms();
@@ -813,7 +732,7 @@ static void test_child_never_touches_parent_hold(void **state)
         kill((pid_t)child2, SIGKILL);
     stop(b);
 
-    touch(go_a);
+    th_touch(go_a);
     text = finish(a, out_a, 0);
     assert_has(text, "child1 done 0");
     assert_has(text, "parent-unlocked 0");       /* not EPERM: never lost */
@@ -828,10 +747,10 @@ static void test_forked_child_gets_new_id_and_renews_its_own_hold(void **state)
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t16_parent\"; },\n"
                                        "{ symbol = \"other_lock\"; name = \"t16_child\"; }");
-    char *out = out_file(), hold[16];
+    char *out = th_out_file(), hold[16];
     snprintf(hold, sizeof hold, "%ld", 2 * SHORT_LEASE_MS + 500);
     pid_t pid = PP(cfg, out, "x", "fork-identity", "norm", hold);
-    wait_for(out, "child-locked 0", RUN_MS);
+    th_wait_for(out, "child-locked 0", RUN_MS);
     char parent[128], child[128];
     lock_owner("t16_parent", parent, sizeof parent);
     lock_owner("t16_child", child, sizeof child);
@@ -860,14 +779,14 @@ static void test_exit_releases_waiter_wakes_before_lease(void **state)
         snprintf(name, sizeof name, "t17_%s", hows[i]);
         snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
         char *cfg = config(LONG_LEASE_MS, entry);
-        char *hout = out_file(), *go = go_file(), *out = out_file();
+        char *hout = th_out_file(), *go = th_go_file(), *out = th_out_file();
         pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", (char *)hows[i], go);
-        wait_for(hout, "locked 0", RUN_MS);
+        th_wait_for(hout, "locked 0", RUN_MS);
         pid_t waiter = PP(cfg, out, "x", "lock", "norm");
         wait_subscribed(name);
         long long t0 = th_now_ms();
-        touch(go);
-        long long got = wait_for(out, "locked 0", RUN_MS);
+        th_touch(go);
+        long long got = th_wait_for(out, "locked 0", RUN_MS);
         if (got - t0 > 5000)
             fail_msg("%s: the waiter got the lock %lld ms after the holder ended (lease %ld ms)",
                      hows[i], got - t0, LONG_LEASE_MS);
@@ -914,7 +833,7 @@ static void test_dlclose_unmaps(void **state)
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"plug_lock\"; object = \"libpsxplug.so\";"
                                       " name = \"t20_plug\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     pid_t pid = run(shim_env_log(cfg, "debug"), out, PSX_HOST, port_text, "x", "dlclose", "20",
                     NULL);
@@ -942,7 +861,7 @@ static void test_init_site_nested_holds_are_reentrant(void **state)
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t22_acct\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     char *text = finish(PP(cfg, out, "x", "nested-once", "heap"), out, 0);
     assert_has(text, "nested 0 0 0 0");
@@ -961,7 +880,7 @@ static void test_heap_mutex_reused_by_another_init_is_unmapped(void **state)
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t23_acct\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     char *text = finish(PP(cfg, out, "x", "heap-reuse", "heap", "10"), out, 0);
     assert_has(text, "reuse same=1 0");
@@ -993,7 +912,7 @@ static void test_struct_offset_and_array_index(void **state)
     assert_exact(PROCS, shim_env(cfg), "c25:shop", pp_count_argv(0, "c25:shop", "shop"), EXPECTED);
     assert_exact(PROCS, shim_env(cfg), "c25:slot", pp_count_argv(0, "c25:slot", "slot2"), EXPECTED);
     /* slots[1], next to the mapped element, is not mapped */
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     char *text = finish(PP(cfg, out, "c25:one", "count", "slot1", "1", "5", "0"), out, 0);
     free(text);
@@ -1012,7 +931,7 @@ static void test_ambiguous_static_is_an_error_listing_candidates(void **state)
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"cache_lock\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(run(shim_env(cfg), out, PSX_HOST, port_text, "x", "count", "twin_a",
                             "1", "1", "0", NULL), out, EX_CONFIG);
     assert_has(text, "ambiguous");
@@ -1029,7 +948,7 @@ static void test_file_qualified_static_excludes(void **state)
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"twin_a.c:cache_lock\"; name = \"t27_a\"; }");
     assert_exact(PROCS, shim_env(cfg), "c27:a", host_count_argv("c27:a", "twin_a"), EXPECTED);
     /* twin_b.c's static of the same name stays unmapped */
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     free(finish(run(shim_env(cfg), out, PSX_HOST, port_text, "c27:b", "count", "twin_b", "1", "5",
                     "0", NULL), out, 0));
@@ -1043,7 +962,7 @@ static void test_api_weak_runs_without_shim_and_maps_with_it(void **state)
     (void)state;
     char *argv[] = { API_WEAK, port_text, "c28:api", THREADS, ITERS, HOLD_US, NULL };
     /* without the shim: the weak functions are NULL, the program runs */
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(run(no_env, out, API_WEAK, port_text, "c28:one", "1", "3", "0", NULL),
                         out, 0);
     assert_has(text, "api absent\n");
@@ -1053,7 +972,7 @@ static void test_api_weak_runs_without_shim_and_maps_with_it(void **state)
     assert_loses(PROCS, "c28:api", argv, EXPECTED);
     /* with it: dmutex_name maps the heap mutex, with no config entry */
     char *cfg = config(SHORT_LEASE_MS, "");
-    out = out_file();
+    out = th_out_file();
     text = finish(run(shim_env(cfg), out, API_WEAK, port_text, "c28:one", "1", "3", "0", NULL),
                   out, 0);
     assert_has(text, "api name=0\n");
@@ -1081,7 +1000,7 @@ static void test_dmutex_token_grows_across_processes(void **state)
     pid_t pid[P];
     char *out[P];
     for (int i = 0; i < P; i++) {
-        out[i] = out_file();
+        out[i] = th_out_file();
         pid[i] = run(shim_env(cfg), out[i], API_WEAK, port_text, "c29:tok", "2", "10", "500",
                      NULL);
     }

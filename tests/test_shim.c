@@ -37,8 +37,6 @@
 #define SLACK_MS        2500L   /* how late a timed result may be on a loaded machine */
 #define RUN_MS          20000L  /* longest a program that should finish may run */
 #define POLL_US         5000
-#define MAX_KIDS        32
-#define MAX_FILES       32
 #define SUITE_ALARM_S   180     /* a hung test ends the program instead of the CI job */
 
 /* counter: processes x threads x iterations, each section holding HOLD_US */
@@ -53,28 +51,10 @@ static struct th_redis late;    /* a second server, for a test that starts it la
 static redisContext *rc;
 static char shim_path[PATH_MAX];
 static char port_text[16];
-static pid_t kids[MAX_KIDS];
-static int nkids;
-static char *files[MAX_FILES];
-static int nfiles;
-
-/* ---- children and files ---------------------------------------------------- */
-
-static void kill_kids(void)
-{
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] > 0) {
-            kill(kids[i], SIGKILL);
-            waitpid(kids[i], NULL, 0);
-        }
-    nkids = 0;
-}
 
 static void emergency_stop(int sig)
 {
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] > 0)
-            kill(kids[i], SIGKILL);
+    th_kill_children_now();
     if (rs.pid > 0)
         kill(rs.pid, SIGKILL);
     if (late.pid > 0)
@@ -83,38 +63,10 @@ static void emergency_stop(int sig)
     raise(sig);
 }
 
-static char *keep_file(char *path)
-{
-    assert_true(nfiles < MAX_FILES);
-    files[nfiles++] = path;
-    return path;
-}
-
-/* An empty file for a child's output. */
-static char *out_file(void)
-{
-    return keep_file(th_write_file(".out", "%s", ""));
-}
-
-/* A path that does not exist yet: a holder waits for it to appear. */
-static char *go_file(void)
-{
-    char *p = th_write_file(".go", "%s", "");
-    unlink(p);
-    return keep_file(p);
-}
-
-static void touch(const char *path)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
-}
-
 /* A config with `lease` and the given entries of `mutexes = ( ... )`. */
 static char *config(long lease, const char *mutexes)
 {
-    return keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
+    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
                                    lease, mutexes));
 }
 
@@ -134,26 +86,11 @@ static char **shim_env(const char *cfg, int port)
     return env;
 }
 
-static pid_t spawn(char *const argv[], char *const env[], const char *out)
-{
-    assert_true(nkids < MAX_KIDS);
-    pid_t pid = th_spawn(argv, env, out);
-    kids[nkids++] = pid;
-    return pid;
-}
-
 /* lockprog MODE [ARG] under the shim with `cfg`. */
 static pid_t lockprog(const char *cfg, int port, const char *out, const char *mode, const char *arg)
 {
     char *argv[] = { LOCKPROG, (char *)mode, (char *)arg, NULL };
-    return spawn(argv, shim_env(cfg, port), out);
-}
-
-static void forget(pid_t pid)
-{
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] == pid)
-            kids[i] = -1;
+    return th_child(argv, shim_env(cfg, port), out);
 }
 
 /* Waits for a child that must end by itself within RUN_MS and exit with
@@ -161,7 +98,7 @@ static void forget(pid_t pid)
 static char *finish(pid_t pid, const char *out, int want)
 {
     int st = th_wait(pid, RUN_MS);
-    forget(pid);
+    th_forget(pid);
     char *text = th_read_file(out);
     assert_non_null(text);
     if (st == -1)
@@ -172,26 +109,6 @@ static char *finish(pid_t pid, const char *out, int want)
     if (WEXITSTATUS(st) != want)
         fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st), want, text);
     return text;
-}
-
-/* Polls `out` until it holds `needle`; returns the time it was seen
- * (th_now_ms), or fails after timeout_ms. */
-static long long wait_for(const char *out, const char *needle, long timeout_ms)
-{
-    long long end = th_now_ms() + timeout_ms;
-    for (;;) {
-        char *text = th_read_file(out);
-        int found = text && strstr(text, needle);
-        long long now = th_now_ms();
-        if (found) {
-            free(text);
-            return now;
-        }
-        if (now > end)
-            fail_msg("no \"%s\" after %ld ms; output:\n%s", needle, timeout_ms, text ? text : "");
-        free(text);
-        usleep(POLL_US);
-    }
 }
 
 /* lockprog says "main" on a line of its own as soon as main runs. */
@@ -300,7 +217,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    kill_kids();
+    th_kill_children();
     if (rc)
         redisFree(rc);
     th_redis_stop(&rs);
@@ -311,14 +228,10 @@ static int group_teardown(void **state)
 static int cleanup(void **state)
 {
     (void)state;
-    kill_kids();
+    th_kill_children();
     if (late.dir[0])
         th_redis_stop(&late);
-    for (int i = 0; i < nfiles; i++) {
-        unlink(files[i]);
-        free(files[i]);
-    }
-    nfiles = 0;
+    th_remove_files();
     return 0;
 }
 
@@ -336,8 +249,8 @@ static long long run_counters(const char *key, char **env)
     pid_t pid[CNT_PROCS];
     char *out[CNT_PROCS];
     for (int i = 0; i < CNT_PROCS; i++) {
-        out[i] = out_file();
-        pid[i] = spawn(argv, env, out[i]);
+        out[i] = th_out_file();
+        pid[i] = th_child(argv, env, out[i]);
     }
     for (int i = 0; i < CNT_PROCS; i++) {
         char *text = finish(pid[i], out[i], 0);
@@ -381,7 +294,7 @@ static void test_unmapped_mutex_makes_no_redis_traffic(void **state)
     char *cfg = config(SHORT_LEASE_MS,
                        "{ symbol = \"held_lock\"; name = \"b_held\"; },\n"
                        "{ symbol = \"no_such_mutex_b\"; required = false; }");
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     char *text = finish(lockprog(cfg, rs.port, out, "unmapped", "1000"), out, 0);
     assert_has(text, "unmapped 0");
@@ -396,21 +309,21 @@ static void test_trylock_is_ebusy_while_another_process_holds_the_mutex(void **s
 {
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"c_try\"; }");
-    char *hout = out_file(), *go = go_file();
+    char *hout = th_out_file(), *go = th_go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
-    wait_for(hout, "locked 0", RUN_MS);
+    th_wait_for(hout, "locked 0", RUN_MS);
 
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, 0);
     assert_has(text, "trylock EBUSY");
     assert_true(field_after(text, "trylock EBUSY ") < SLACK_MS);   /* no waiting */
     free(text);
 
-    touch(go);
+    th_touch(go);
     text = finish(holder, hout, 0);
     assert_has(text, "unlocked 0");
     free(text);
-    out = out_file();
+    out = th_out_file();
     text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, 0);
     assert_has(text, "trylock 0");
     free(text);
@@ -420,14 +333,14 @@ static void test_timedlock_times_out_at_its_deadline_while_held_elsewhere(void *
 {
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"d_timed\"; }");
-    char *hout = out_file(), *go = go_file();
+    char *hout = th_out_file(), *go = th_go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
-    wait_for(hout, "locked 0", RUN_MS);
+    th_wait_for(hout, "locked 0", RUN_MS);
 
     const long wait = 1000;
     char arg[16];
     snprintf(arg, sizeof arg, "%ld", wait);
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "timedlock", arg), out, 0);
     long long took = field_after(text, "timedlock ETIMEDOUT ");
     /* The program measures on CLOCK_MONOTONIC, its deadline is on
@@ -435,7 +348,7 @@ static void test_timedlock_times_out_at_its_deadline_while_held_elsewhere(void *
     if (took < wait - 1 || took > wait + SLACK_MS)
         fail_msg("ETIMEDOUT after %lld ms for a %ld ms deadline", took, wait);
     free(text);
-    touch(go);
+    th_touch(go);
     free(finish(holder, hout, 0));
 }
 
@@ -445,22 +358,22 @@ static void test_killed_holder_frees_the_lock_after_its_lease(void **state)
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"e_killed\"; }");
-    char *hout = out_file();
+    char *hout = th_out_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold-forever", NULL);
-    wait_for(hout, "locked 0", RUN_MS);
-    char *out = out_file();
+    th_wait_for(hout, "locked 0", RUN_MS);
+    char *out = th_out_file();
     pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
     wait_subscribed("e_killed");
 
     long long killed = th_now_ms();
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
-    forget(holder);
+    th_forget(holder);
     /* Nobody renews the lease now: what is left of it is exact. */
     long long left = th_cmd_int(rc, "PTTL dmutex:{e_killed}");
     if (left <= 0)
         fail_msg("the killed holder's lock has no lease left (PTTL %lld): it was not held", left);
-    long long got = wait_for(out, "locked 0", SHORT_LEASE_MS + SLACK_MS);
+    long long got = th_wait_for(out, "locked 0", SHORT_LEASE_MS + SLACK_MS);
     long long took = got - killed;
     if (took < left - 5 || took > left + SLACK_MS)      /* 5 ms: rounding to ms */
         fail_msg("the waiter got the lock %lld ms after the holder was killed; "
@@ -472,16 +385,16 @@ static void test_exit_while_holding_releases_the_lock(void **state)
 {
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"f_exit\"; }");
-    char *hout = out_file(), *go = go_file();
+    char *hout = th_out_file(), *go = th_go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold-exit", go);
-    wait_for(hout, "locked 0", RUN_MS);
-    char *out = out_file();
+    th_wait_for(hout, "locked 0", RUN_MS);
+    char *out = th_out_file();
     pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
     wait_subscribed("f_exit");
 
     long long t0 = th_now_ms();
-    touch(go);
-    long long got = wait_for(out, "locked 0", 5000);
+    th_touch(go);
+    long long got = th_wait_for(out, "locked 0", 5000);
     assert_true(got - t0 < 5000);           /* the lease (30 s) did not have to run out */
     char *text = finish(holder, hout, 0);
     assert_has(text, "returning");
@@ -494,9 +407,9 @@ static void test_exit_while_holding_releases_the_lock(void **state)
 static void test_bad_config_exits_78_before_main_naming_file_and_line(void **state)
 {
     (void)state;
-    char *cfg = keep_file(th_write_file(".cfg", "lease_ms = 2000;\nrenew_ms = \"often\";\n"
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = 2000;\nrenew_ms = \"often\";\n"
                                         "mutexes = ( { symbol = \"held_lock\"; } );\n"));
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
     char where[PATH_MAX + 8];
     snprintf(where, sizeof where, "%s:2:", cfg);
@@ -510,7 +423,7 @@ static void test_missing_required_symbol_exits_78_naming_it(void **state)
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"no_such_mutex_g\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
     assert_has(text, "no_such_mutex_g");
     if (main_ran(text))
@@ -525,8 +438,8 @@ static void test_unset_dmutex_config_exits_78_with_a_clear_message(void **state)
     snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
     char *env[] = { preload, NULL };
     char *argv[] = { LOCKPROG, "trylock", NULL };
-    char *out = out_file();
-    char *text = finish(spawn(argv, env, out), out, EX_CONFIG);
+    char *out = th_out_file();
+    char *text = finish(th_child(argv, env, out), out, EX_CONFIG);
     assert_has(text, "DMUTEX_CONFIG");
     assert_has(text, "not set");
     if (main_ran(text))
@@ -542,8 +455,8 @@ static void test_bad_dmutex_redis_url_exits_78_naming_it(void **state)
     static char bad[] = "DMUTEX_REDIS=http://127.0.0.1:1/";
     env[2] = bad;
     char *argv[] = { LOCKPROG, "trylock", NULL };
-    char *out = out_file();
-    char *text = finish(spawn(argv, env, out), out, EX_CONFIG);
+    char *out = th_out_file();
+    char *text = finish(th_child(argv, env, out), out, EX_CONFIG);
     assert_has(text, "DMUTEX_REDIS=http://127.0.0.1:1/");
     if (main_ran(text))
         fail_msg("main ran with a bad DMUTEX_REDIS:\n%s", text);
@@ -557,9 +470,9 @@ static void test_lock_keeps_retrying_and_logs_while_redis_is_unreachable(void **
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_lock\"; }");
     int port = closed_port();
-    char *out = out_file();
+    char *out = th_out_file();
     pid_t pid = lockprog(cfg, port, out, "lock", NULL);
-    wait_for(out, "waiting for redis", RUN_MS);
+    th_wait_for(out, "waiting for redis", RUN_MS);
     sleep(2);
     assert_int_equal(waitpid(pid, NULL, WNOHANG), 0);      /* still trying */
     char *text = th_read_file(out);
@@ -580,13 +493,13 @@ static void test_lock_blocked_by_an_outage_succeeds_once_redis_answers(void **st
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_back\"; }");
     th_redis_start(&late, NULL, NULL);
     th_redis_kill(&late);                   /* its port is now closed */
-    char *out = out_file();
+    char *out = th_out_file();
     pid_t pid = lockprog(cfg, late.port, out, "lock", NULL);
-    wait_for(out, "waiting for redis", RUN_MS);
+    th_wait_for(out, "waiting for redis", RUN_MS);
     th_redis_restart(&late, NULL);
     long long up = th_now_ms();
     /* Retries back off to at most DM_BACKOFF_MAX_MS (2 s). */
-    long long got = wait_for(out, "locked 0", 2000 + SLACK_MS);
+    long long got = th_wait_for(out, "locked 0", 2000 + SLACK_MS);
     assert_true(got - up <= 2000 + SLACK_MS);
     free(finish(pid, out, 0));
 }
@@ -595,7 +508,7 @@ static void test_trylock_is_ebusy_while_redis_is_unreachable(void **state)
 {
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_try\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(lockprog(cfg, closed_port(), out, "trylock", NULL), out, 0);
     assert_has(text, "trylock EBUSY");
     free(text);
@@ -606,7 +519,7 @@ static void test_timedlock_times_out_while_redis_is_unreachable(void **state)
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_timed\"; }");
     const long wait = 800;
-    char *out = out_file();
+    char *out = th_out_file();
     char *text = finish(lockprog(cfg, closed_port(), out, "timedlock", "800"), out, 0);
     long long took = field_after(text, "timedlock ETIMEDOUT ");
     if (took < wait - 1 || took > wait + SLACK_MS)
@@ -620,14 +533,14 @@ static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
 {
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"i_rec\"; }");
-    char *out = out_file(), *go = go_file();
+    char *out = th_out_file(), *go = th_go_file();
     reset_stats();
     char *argv[] = { LOCKPROG, "recursive", "10", go, NULL };
-    pid_t pid = spawn(argv, shim_env(cfg, rs.port), out);
+    pid_t pid = th_child(argv, shim_env(cfg, rs.port), out);
     /* After the 10 inner unlocks the outermost hold is still the cluster's. */
-    wait_for(out, "outer", RUN_MS);
+    th_wait_for(out, "outer", RUN_MS);
     assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{i_rec}"), 1);
-    touch(go);
+    th_touch(go);
     char *text = finish(pid, out, 0);
     assert_has(text, "recursive 0");
     free(text);
@@ -639,7 +552,7 @@ static void test_errorcheck_relock_is_edeadlk_without_redis_traffic(void **state
 {
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_relock\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "relock"), out, 0);
     assert_has(text, "errcheck relock 0 EDEADLK 0");
@@ -652,7 +565,7 @@ static void test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traf
 {
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_foreign\"; }");
-    char *out = out_file();
+    char *out = th_out_file();
     reset_stats();
     char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "foreign"), out, 0);
     assert_has(text, "errcheck foreign 0 EPERM 0");
@@ -670,7 +583,7 @@ static void test_destroy_of_a_held_mapped_mutex_is_ebusy(void **state)
                                       "{ symbol = \"robust_lock\"; name = \"k_robust\"; }");
     const char *types[] = { "normal", "robust" };
     for (int i = 0; i < 2; i++) {
-        char *out = out_file();
+        char *out = th_out_file();
         char *text = finish(lockprog(cfg, rs.port, out, "destroy-held", types[i]), out, 0);
         char want[64];
         snprintf(want, sizeof want, "destroy-held %s EBUSY 0 0", types[i]);
