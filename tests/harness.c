@@ -412,3 +412,40 @@ long long th_wait_for(const char *out, const char *needle, long timeout_ms)
         usleep(TH_POLL_US);
     }
 }
+
+/* ---- reading outputs and the server's statistics ------------------------- */
+
+void th_assert_has(const char *text, const char *needle)
+{
+    if (!strstr(text, needle))
+        fail_msg("\"%s\" not in the output:\n%s", needle, text);
+}
+
+long long th_field_after(const char *text, const char *prefix)
+{
+    const char *p = strstr(text, prefix);
+    if (!p)
+        fail_msg("\"%s\" not in the output:\n%s", prefix, text);
+    return strtoll(p + strlen(prefix), NULL, 10);
+}
+
+long long th_info_num(redisContext *c, const char *section, const char *field)
+{
+    redisReply *r = th_cmd(c, "INFO %s", section);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, field);
+    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+void th_reset_stats(redisContext *c)
+{
+    freeReplyObject(th_cmd(c, "CONFIG RESETSTAT"));
+}
+
+long long th_script_calls(redisContext *c)
+{
+    return th_info_num(c, "commandstats", "cmdstat_evalsha:calls=") +
+           th_info_num(c, "commandstats", "cmdstat_eval:calls=");
+}

@@ -83,6 +83,19 @@ void th_remove_files(void);
  * (th_now_ms), or fails the test after timeout_ms, showing the file. */
 long long th_wait_for(const char *out, const char *needle, long timeout_ms);
 
+/* Fails the test, showing `text`, unless it contains `needle`. */
+void th_assert_has(const char *text, const char *needle);
+/* The number right after `prefix` in text ("trylock EBUSY 3" -> 3); fails
+ * the test when prefix is not there. */
+long long th_field_after(const char *text, const char *prefix);
+
+/* A number from INFO `section` ("cmdstat_evalsha:calls=" -> N), 0 if absent. */
+long long th_info_num(redisContext *c, const char *section, const char *field);
+/* CONFIG RESETSTAT, and the lock protocol's calls since (every acquire,
+ * release and renewal is one EVALSHA or EVAL). */
+void th_reset_stats(redisContext *c);
+long long th_script_calls(redisContext *c);
+
 /* Milliseconds on CLOCK_MONOTONIC. */
 long long th_now_ms(void);
 

@@ -313,12 +313,6 @@ static char *finish(pid_t pid, const char *out)
     return text;
 }
 
-static void assert_has(const char *text, const char *needle)
-{
-    if (!strstr(text, needle))
-        fail_msg("\"%s\" not in the output:\n%s", needle, text);
-}
-
 static void assert_lacks(const char *text, const char *needle)
 {
     if (strstr(text, needle))
@@ -577,11 +571,11 @@ static void test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock
     char want[256];
     snprintf(want, sizeof want, "lost the lease of lock l_del (owner %s, fencing token %lld)",
              owner, token);
-    assert_has(text, want);
-    assert_has(text, "server no longer has the hold");
-    assert_has(text, " ms ago");
-    assert_has(text, "lost leases in this process: 1");
-    assert_has(text, "unlocked EPERM");
+    th_assert_has(text, want);
+    th_assert_has(text, "server no longer has the hold");
+    th_assert_has(text, " ms ago");
+    th_assert_has(text, "lost leases in this process: 1");
+    th_assert_has(text, "unlocked EPERM");
     assert_int_equal(count_of(text, "lost the lease"), 1);
     free(text);
 }
@@ -603,8 +597,8 @@ static void test_deleted_hold_aborts_the_holder(void **s)
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the holder did not abort (status 0x%x); output:\n%s", st, text);
     measured("DEL of a hold, on_lease_lost=abort: holder dead %lld ms after the DEL", died - t0);
-    assert_has(text, "lost the lease of lock l_delabort");
-    assert_has(text, "aborting");
+    th_assert_has(text, "lost the lease of lock l_delabort");
+    th_assert_has(text, "aborting");
     assert_lacks(text, "fenced ");
     free(text);
     /* What a hold that ended without a release leaves: its :holder marker,
@@ -641,9 +635,9 @@ static void test_stopped_server_is_a_lost_lease_after_lease_minus_margin(void **
         fail_msg("loss declared only %lld ms after the stop", d);
     th_touch(go);
     char *text = finish(h, out);
-    assert_has(text, "no renewal succeeded in time");
-    assert_has(text, "lost leases in this process: 1");
-    assert_has(text, "unlocked EPERM");
+    th_assert_has(text, "no renewal succeeded in time");
+    th_assert_has(text, "lost leases in this process: 1");
+    th_assert_has(text, "unlocked EPERM");
     free(text);
 }
 
@@ -673,7 +667,7 @@ static void test_abort_ends_the_holder_before_the_server_lease_expires(void **s)
     if (died_real >= exp)
         fail_msg("the holder died %lld ms after its lease expired on the server",
                  died_real - exp);
-    assert_has(text, "lost the lease of lock l_pause");
+    th_assert_has(text, "lost the lease of lock l_pause");
     free(text);
 }
 
@@ -710,7 +704,7 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
     struct run tr = { .cfg = cfg, .out = tout }, dr = { .cfg = cfg, .out = dout },
                er = { .cfg = ecfg, .out = eout };
     char *text = finish(worker(&tr, "once", "try", NULL), tout);
-    assert_has(text, "try EBUSY");
+    th_assert_has(text, "try EBUSY");
     measured("server killed: trylock EBUSY after %lld ms", after(text, "try EBUSY "));
     free(text);
     text = finish(worker(&dr, "once", "timed:800", NULL), dout);
@@ -720,11 +714,11 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
         fail_msg("ETIMEDOUT after %lld ms for an 800 ms deadline", took);
     free(text);
     text = finish(worker(&er, "once", "lock", NULL), eout);
-    assert_has(text, "lock EAGAIN");
-    assert_has(text, "on_redis_down = \"error\"");
+    th_assert_has(text, "lock EAGAIN");
+    th_assert_has(text, "on_redis_down = \"error\"");
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", rs.port);
-    assert_has(text, addr);
+    th_assert_has(text, addr);
     measured("server killed: on_redis_down=error lock EAGAIN after %lld ms",
              after(text, "lock EAGAIN "));
     free(text);
@@ -734,8 +728,8 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
         assert_int_equal(waitpid(w[i], NULL, WNOHANG), 0);
         text = slurp(wout[i]);
         assert_lacks(text, "inside");
-        assert_has(text, "waiting for redis");
-        assert_has(text, addr);
+        th_assert_has(text, "waiting for redis");
+        th_assert_has(text, addr);
         free(text);
     }
     long long back = th_now_ms();
@@ -869,9 +863,9 @@ static void test_unlock_whose_release_reply_was_lost_returns_0(void **s)
     struct run r = { .cfg = cfg, .out = out, .url = url };
     char *text = finish(worker(&r, "once", "lock", "-u", "0", NULL), out);
     char *ptext = slurp(pout);
-    assert_has(ptext, "dropped release reply");
+    th_assert_has(ptext, "dropped release reply");
     free(ptext);
-    assert_has(text, "unlocked 0");
+    th_assert_has(text, "unlocked 0");
     assert_lacks(text, "lost");
     free(text);
     assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{u_idem}"), 0);
@@ -978,8 +972,8 @@ static void test_symbol_smaller_than_a_mutex_exits_78_naming_it(void **s)
     char *cfg = config_raw("mutexes = ( { symbol = \"tiny_obj\"; } );\n"), *out = th_out_file();
     struct run r = { .cfg = cfg, .out = out };
     char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
-    assert_has(text, "tiny_obj");
-    assert_has(text, ":1:");
+    th_assert_has(text, "tiny_obj");
+    th_assert_has(text, ":1:");
     if (main_ran(text))
         fail_msg("main ran with a mutex entry that is not a mutex:\n%s", text);
     free(text);
@@ -1003,9 +997,9 @@ static void test_one_mutex_under_two_names_exits_78(void **s)
         char *cfg = config_raw(text0), *out = th_out_file();
         struct run r = { .cfg = cfg, .out = out };
         char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
-        assert_has(text, cases[i][1]);
-        assert_has(text, "another name");
-        assert_has(text, ":3:");
+        th_assert_has(text, cases[i][1]);
+        th_assert_has(text, "another name");
+        th_assert_has(text, ":3:");
         if (main_ran(text))
             fail_msg("main ran with one mutex under two names:\n%s", text);
         free(text);
@@ -1034,13 +1028,13 @@ static pid_t never_grants(const char *settings, const char *name, const char *ur
                br = { .cfg = bcfg, .out = bout, .url = url };
     pid_t b = worker(&br, "once", "lock", "-u", "0", NULL);
     char *text = finish(worker(&tr, "once", "try", NULL), tout);
-    assert_has(text, "try EBUSY");
-    assert_has(text, cause);
+    th_assert_has(text, "try EBUSY");
+    th_assert_has(text, cause);
     assert_lacks(text, "inside");
     free(text);
     text = finish(worker(&er, "once", "lock", NULL), eout);
-    assert_has(text, "lock EAGAIN");
-    assert_has(text, cause);
+    th_assert_has(text, "lock EAGAIN");
+    th_assert_has(text, cause);
     assert_lacks(text, "inside");
     measured("%s: trylock EBUSY, lock EAGAIN (on_redis_down=error), message: %.*s", cause,
              (int)strcspn(strstr(text, "dmutex["), "\n"), strstr(text, "dmutex["));
@@ -1110,7 +1104,7 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
     char *cfg = config(WARN_2S, "b_oom"), *tout = th_out_file();
     struct run tr = { .cfg = cfg, .out = tout };
     char *text = finish(worker(&tr, "once", "try", NULL), tout);
-    assert_has(text, "try EBUSY");
+    th_assert_has(text, "try EBUSY");
     free(text);
     char *fcfg = config_raw(WARN_2S "\nmutexes = ( { symbol = \"fault_lock\"; name = \"b_oom\"; "
                             "fair = true; } );\n");
@@ -1133,7 +1127,7 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
         th_wait_for(nout, "inside ", RUN_MS);
         holder_of("b_oom_free", owner, sizeof owner);   /* a real hold, on the server */
     } else {
-        assert_has(text, "OOM");
+        th_assert_has(text, "OOM");
     }
     free(text);
     th_touch(go2);
@@ -1149,7 +1143,7 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
     th_touch(go);
     text = finish(h, hout);
-    assert_has(text, lost ? "unlocked EPERM" : "unlocked 0");
+    th_assert_has(text, lost ? "unlocked EPERM" : "unlocked 0");
     free(text);
     th_wait_for(fout, "inside ", RUN_MS);
     text = finish(f, fout);
@@ -1180,7 +1174,7 @@ static void test_readonly_replica_never_grants_and_its_holder_loses_the_lease(vo
     free(finish(b, bout));
     th_touch(go);
     char *text = finish(h, hout);
-    assert_has(text, "unlocked EPERM");
+    th_assert_has(text, "unlocked EPERM");
     free(text);
 }
 
@@ -1213,7 +1207,7 @@ static void test_script_flush_under_load_loses_nothing(void **s)
     }
     th_touch(go);
     char *text = finish(h, hout);
-    assert_has(text, "unlocked 0");
+    th_assert_has(text, "unlocked 0");
     assert_lacks(text, "lost");
     free(text);
     long long total = 0;
@@ -1221,7 +1215,7 @@ static void test_script_flush_under_load_loses_nothing(void **s)
         text = finish(p[i], out[i]);
         assert_lacks(text, "lost");
         total += after(text, "done ");
-        assert_has(text, " 0 0\n");
+        th_assert_has(text, " 0 0\n");
         free(text);
     }
     measured("SCRIPT FLUSH x%d during 4 s: %lld sections, 0 lost leases, %lld overlaps",
@@ -1252,7 +1246,7 @@ static void test_server_closing_mid_reply_never_grants(void **s)
         kill(b, SIGKILL);
         wait_end(b, RUN_MS, NULL, NULL);
         char *ft = slurp(fout);
-        assert_has(ft, "half-reply");
+        th_assert_has(ft, "half-reply");
         free(ft);
     }
 }
@@ -1310,8 +1304,8 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
         long long exp = pexpiretime("dmutex:{s_kill}");
         long long at = th_wait_for(wout, "inside ", LEASE_MS + 1000);
         char *text = finish(w, wout);
-        assert_has(text, "ownerdead");
-        assert_has(text, "unlocked 0");
+        th_assert_has(text, "ownerdead");
+        th_assert_has(text, "unlocked 0");
         long long late = exp > 0 ? inside_field(text, 2) - exp : 0;
         free(text);
         if (at - killed > worst_kill)
@@ -1344,7 +1338,7 @@ static void test_stopped_holder_overlap_is_measured_reported_and_fenced_off(void
     kill(h, SIGSTOP);
     long long at = th_wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
     char *wt = finish(w, wout);
-    assert_has(wt, "fenced ok");
+    th_assert_has(wt, "fenced ok");
     long long t2 = inside_field(wt, 0);
     free(wt);
     th_touch(go);
@@ -1352,9 +1346,9 @@ static void test_stopped_holder_overlap_is_measured_reported_and_fenced_off(void
     char *text = finish(h, hout);
     long long t1 = inside_field(text, 0);
     assert_true(t2 > t1);
-    assert_has(text, "lost the lease of lock s_stop");
-    assert_has(text, "fenced rejected");
-    assert_has(text, "unlocked EPERM");
+    th_assert_has(text, "lost the lease of lock s_stop");
+    th_assert_has(text, "fenced rejected");
+    th_assert_has(text, "unlocked EPERM");
     free(text);
     long long ov = chk_get(0, "overlaps"), rej = chk_get(0, "rejects");
     measured("holder SIGSTOPped past its lease (warn): the next holder entered %lld ms after "
@@ -1384,7 +1378,7 @@ static void test_stopped_holder_in_abort_mode_dies_when_resumed(void **s)
     char *text = slurp(hout);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the resumed holder did not abort (status 0x%x):\n%s", st, text);
-    assert_has(text, "lost the lease of lock s_stopab");
+    th_assert_has(text, "lost the lease of lock s_stopab");
     assert_lacks(text, "fenced ok");
     measured("holder SIGSTOPped past its lease (abort): died %lld ms after SIGCONT, "
              "before any write", died - resumed);
@@ -1489,7 +1483,7 @@ static void restart_scenario(const char *fsync)
     long long hov = th_cmd_int(cc, "GET %s:0:overlaps", hpfx);
     long long hrej = th_cmd_int(cc, "GET %s:0:rejects", hpfx);
     if (aof) {
-        assert_has(text, "unlocked 0");
+        th_assert_has(text, "unlocked 0");
         assert_lacks(text, "lost");
         assert_int_equal(lost, 0);
         assert_int_equal(hov, 0);
@@ -1502,8 +1496,8 @@ static void restart_scenario(const char *fsync)
                  "(down %lld ms): holds kept, 0 lost leases, 0 overlaps; sections resumed %lld ms "
                  "after the restart (%lld in all)", fsync, up - t0, resumed - up, total);
     } else {
-        assert_has(text, "server no longer has the hold");
-        assert_has(text, "unlocked EPERM");
+        th_assert_has(text, "server no longer has the hold");
+        th_assert_has(text, "unlocked EPERM");
         long long ov = chk_get(0, "overlaps");
         measured("redis-server SIGKILLed and restarted without persistence (down %lld ms): "
                  "the holder detected the loss; %d more lost leases among loop workers; "
@@ -1570,8 +1564,8 @@ static void test_eviction_takes_a_held_lock_and_its_holder_finds_out(void **s)
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
     th_touch(go);
     char *text = finish(h, hout);
-    assert_has(text, "server no longer has the hold");
-    assert_has(text, "unlocked EPERM");
+    th_assert_has(text, "server no longer has the hold");
+    th_assert_has(text, "unlocked EPERM");
     free(text);
     free(finish(w, wout));
     measured("maxmemory-policy volatile-ttl under memory pressure: the held lock's key was "
@@ -1644,7 +1638,7 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
     char *text = slurp(hout);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the cut-off holder did not abort (status 0x%x):\n%s", st, text);
-    assert_has(text, "lost the lease of lock n_cut");
+    th_assert_has(text, "lost the lease of lock n_cut");
     free(text);
     th_wait_for(wout, "inside ", 3000 + SLACK_MS);
     char *wt = finish(w, wout);
@@ -1683,8 +1677,8 @@ static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)
     assert_int_equal(sh("ip link set %s up", net.veth[0]), 0);
     th_touch(go);
     char *text = finish(h, hout);
-    assert_has(text, "fenced rejected");
-    assert_has(text, "unlocked EPERM");
+    th_assert_has(text, "fenced rejected");
+    th_assert_has(text, "unlocked EPERM");
     free(text);
     measured("holder's machine cut off (veth down), warn: loss logged %lld ms after the cut, "
              "the other machine entered %lld ms after the cut; %lld overlap, %lld stale write "
@@ -1778,7 +1772,7 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
         char *text = slurp(out[i]);
         if (st != 0)
             fail_msg("stress worker %d ended with status 0x%x:\n%s", i, st, text);
-        assert_has(text, " 0 0\n");         /* no lock or unlock error */
+        th_assert_has(text, " 0 0\n");         /* no lock or unlock error */
         lost += count_of(text, "lost the lease");
         long long n = after(text, "done ");
         total += n;

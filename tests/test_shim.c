@@ -117,44 +117,6 @@ static int main_ran(const char *text)
     return strncmp(text, "main\n", 5) == 0 || strstr(text, "\nmain\n") != NULL;
 }
 
-static void assert_has(const char *text, const char *needle)
-{
-    if (!strstr(text, needle))
-        fail_msg("\"%s\" not in the output:\n%s", needle, text);
-}
-
-/* The number after "NAME " in a lockprog line ("trylock EBUSY 3" -> 3). */
-static long long field_after(const char *text, const char *prefix)
-{
-    const char *p = strstr(text, prefix);
-    if (!p)
-        fail_msg("\"%s\" not in the output:\n%s", prefix, text);
-    return strtoll(p + strlen(prefix), NULL, 10);
-}
-
-/* ---- the server's statistics ---------------------------------------------- */
-
-static long long info_num(const char *section, const char *field)
-{
-    redisReply *r = th_cmd(rc, "INFO %s", section);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    const char *p = strstr(r->str, field);
-    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
-    freeReplyObject(r);
-    return v;
-}
-
-static void reset_stats(void)
-{
-    freeReplyObject(th_cmd(rc, "CONFIG RESETSTAT"));
-}
-
-static long long script_calls(void)
-{
-    return info_num("commandstats", "cmdstat_evalsha:calls=") +
-           info_num("commandstats", "cmdstat_eval:calls=");
-}
-
 /* Waits until a waiter is blocked in its cluster acquire: queued in Redis
  * (fair mode, the default) or subscribed to the lock's release channel
  * (fair = false). */
@@ -256,7 +218,7 @@ static long long run_counters(const char *key, char **env)
         char *text = finish(pid[i], out[i], 0);
         char done[32];
         snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
-        assert_has(text, done);
+        th_assert_has(text, done);
         free(text);
     }
     return th_cmd_int(rc, "GET %s", key);
@@ -295,12 +257,12 @@ static void test_unmapped_mutex_makes_no_redis_traffic(void **state)
                        "{ symbol = \"held_lock\"; name = \"b_held\"; },\n"
                        "{ symbol = \"no_such_mutex_b\"; required = false; }");
     char *out = th_out_file();
-    reset_stats();
+    th_reset_stats(rc);
     char *text = finish(lockprog(cfg, rs.port, out, "unmapped", "1000"), out, 0);
-    assert_has(text, "unmapped 0");
+    th_assert_has(text, "unmapped 0");
     free(text);
-    assert_int_equal(info_num("stats", "total_connections_received:"), 0);
-    assert_int_equal(script_calls(), 0);
+    assert_int_equal(th_info_num(rc, "stats", "total_connections_received:"), 0);
+    assert_int_equal(th_script_calls(rc), 0);
 }
 
 /* ---- (c) (d) contention between processes ------------------------------------- */
@@ -315,17 +277,17 @@ static void test_trylock_is_ebusy_while_another_process_holds_the_mutex(void **s
 
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, 0);
-    assert_has(text, "trylock EBUSY");
-    assert_true(field_after(text, "trylock EBUSY ") < SLACK_MS);   /* no waiting */
+    th_assert_has(text, "trylock EBUSY");
+    assert_true(th_field_after(text, "trylock EBUSY ") < SLACK_MS);   /* no waiting */
     free(text);
 
     th_touch(go);
     text = finish(holder, hout, 0);
-    assert_has(text, "unlocked 0");
+    th_assert_has(text, "unlocked 0");
     free(text);
     out = th_out_file();
     text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, 0);
-    assert_has(text, "trylock 0");
+    th_assert_has(text, "trylock 0");
     free(text);
 }
 
@@ -342,7 +304,7 @@ static void test_timedlock_times_out_at_its_deadline_while_held_elsewhere(void *
     snprintf(arg, sizeof arg, "%ld", wait);
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "timedlock", arg), out, 0);
-    long long took = field_after(text, "timedlock ETIMEDOUT ");
+    long long took = th_field_after(text, "timedlock ETIMEDOUT ");
     /* The program measures on CLOCK_MONOTONIC, its deadline is on
      * CLOCK_REALTIME: a millisecond of rounding either way. */
     if (took < wait - 1 || took > wait + SLACK_MS)
@@ -397,7 +359,7 @@ static void test_exit_while_holding_releases_the_lock(void **state)
     long long got = th_wait_for(out, "locked 0", 5000);
     assert_true(got - t0 < 5000);           /* the lease (30 s) did not have to run out */
     char *text = finish(holder, hout, 0);
-    assert_has(text, "returning");
+    th_assert_has(text, "returning");
     free(text);
     free(finish(waiter, out, 0));
 }
@@ -413,7 +375,7 @@ static void test_bad_config_exits_78_before_main_naming_file_and_line(void **sta
     char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
     char where[PATH_MAX + 8];
     snprintf(where, sizeof where, "%s:2:", cfg);
-    assert_has(text, where);
+    th_assert_has(text, where);
     if (main_ran(text))
         fail_msg("main ran despite the config error:\n%s", text);
     free(text);
@@ -425,7 +387,7 @@ static void test_missing_required_symbol_exits_78_naming_it(void **state)
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"no_such_mutex_g\"; }");
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
-    assert_has(text, "no_such_mutex_g");
+    th_assert_has(text, "no_such_mutex_g");
     if (main_ran(text))
         fail_msg("main ran despite the missing symbol:\n%s", text);
     free(text);
@@ -440,8 +402,8 @@ static void test_unset_dmutex_config_exits_78_with_a_clear_message(void **state)
     char *argv[] = { LOCKPROG, "trylock", NULL };
     char *out = th_out_file();
     char *text = finish(th_child(argv, env, out), out, EX_CONFIG);
-    assert_has(text, "DMUTEX_CONFIG");
-    assert_has(text, "not set");
+    th_assert_has(text, "DMUTEX_CONFIG");
+    th_assert_has(text, "not set");
     if (main_ran(text))
         fail_msg("main ran without a config:\n%s", text);
     free(text);
@@ -457,7 +419,7 @@ static void test_bad_dmutex_redis_url_exits_78_naming_it(void **state)
     char *argv[] = { LOCKPROG, "trylock", NULL };
     char *out = th_out_file();
     char *text = finish(th_child(argv, env, out), out, EX_CONFIG);
-    assert_has(text, "DMUTEX_REDIS=http://127.0.0.1:1/");
+    th_assert_has(text, "DMUTEX_REDIS=http://127.0.0.1:1/");
     if (main_ran(text))
         fail_msg("main ran with a bad DMUTEX_REDIS:\n%s", text);
     free(text);
@@ -478,8 +440,8 @@ static void test_lock_keeps_retrying_and_logs_while_redis_is_unreachable(void **
     char *text = th_read_file(out);
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    assert_has(text, addr);
-    assert_has(text, "h_lock");
+    th_assert_has(text, addr);
+    th_assert_has(text, "h_lock");
     if (strstr(text, "locked"))
         fail_msg("lock returned with Redis unreachable:\n%s", text);
     free(text);
@@ -510,7 +472,7 @@ static void test_trylock_is_ebusy_while_redis_is_unreachable(void **state)
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_try\"; }");
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, closed_port(), out, "trylock", NULL), out, 0);
-    assert_has(text, "trylock EBUSY");
+    th_assert_has(text, "trylock EBUSY");
     free(text);
 }
 
@@ -521,7 +483,7 @@ static void test_timedlock_times_out_while_redis_is_unreachable(void **state)
     const long wait = 800;
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, closed_port(), out, "timedlock", "800"), out, 0);
-    long long took = field_after(text, "timedlock ETIMEDOUT ");
+    long long took = th_field_after(text, "timedlock ETIMEDOUT ");
     if (took < wait - 1 || took > wait + SLACK_MS)
         fail_msg("ETIMEDOUT after %lld ms for a %ld ms deadline:\n%s", took, wait, text);
     free(text);
@@ -534,7 +496,7 @@ static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"i_rec\"; }");
     char *out = th_out_file(), *go = th_go_file();
-    reset_stats();
+    th_reset_stats(rc);
     char *argv[] = { LOCKPROG, "recursive", "10", go, NULL };
     pid_t pid = th_child(argv, shim_env(cfg, rs.port), out);
     /* After the 10 inner unlocks the outermost hold is still the cluster's. */
@@ -542,9 +504,9 @@ static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
     assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{i_rec}"), 1);
     th_touch(go);
     char *text = finish(pid, out, 0);
-    assert_has(text, "recursive 0");
+    th_assert_has(text, "recursive 0");
     free(text);
-    assert_int_equal(script_calls(), 2);        /* one acquire, one release */
+    assert_int_equal(th_script_calls(rc), 2);        /* one acquire, one release */
     assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{i_rec}"), 0);
 }
 
@@ -553,11 +515,11 @@ static void test_errorcheck_relock_is_edeadlk_without_redis_traffic(void **state
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_relock\"; }");
     char *out = th_out_file();
-    reset_stats();
+    th_reset_stats(rc);
     char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "relock"), out, 0);
-    assert_has(text, "errcheck relock 0 EDEADLK 0");
+    th_assert_has(text, "errcheck relock 0 EDEADLK 0");
     free(text);
-    assert_int_equal(script_calls(), 2);        /* the outer lock and unlock only */
+    assert_int_equal(th_script_calls(rc), 2);        /* the outer lock and unlock only */
     assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{j_relock}"), 0);
 }
 
@@ -566,11 +528,11 @@ static void test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traf
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_foreign\"; }");
     char *out = th_out_file();
-    reset_stats();
+    th_reset_stats(rc);
     char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "foreign"), out, 0);
-    assert_has(text, "errcheck foreign 0 EPERM 0");
+    th_assert_has(text, "errcheck foreign 0 EPERM 0");
     free(text);
-    assert_int_equal(script_calls(), 2);
+    assert_int_equal(th_script_calls(rc), 2);
     assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{j_foreign}"), 0);
 }
 
@@ -587,7 +549,7 @@ static void test_destroy_of_a_held_mapped_mutex_is_ebusy(void **state)
         char *text = finish(lockprog(cfg, rs.port, out, "destroy-held", types[i]), out, 0);
         char want[64];
         snprintf(want, sizeof want, "destroy-held %s EBUSY 0 0", types[i]);
-        assert_has(text, want);
+        th_assert_has(text, want);
         free(text);
         /* The refused destroy left the hold intact, and unlock released it. */
         assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{k_%s}", types[i]), 0);
