@@ -393,6 +393,28 @@ static void test_missing_required_symbol_exits_78_naming_it(void **state)
     free(text);
 }
 
+/* A program the config is for runs other programs (a shell, a helper):
+ * they inherit LD_PRELOAD and DMUTEX_CONFIG, lack the program's symbols,
+ * and must run untouched when `programs` names only the program. */
+static void test_process_not_in_programs_runs_untouched(void **state)
+{
+    (void)state;
+    char *argv[] = { "/bin/sh", "-c", "echo child-ran", NULL };
+    char *cfg = th_keep_file(th_write_file(".cfg", "programs = [\"lockprog\"];\n"
+                                           "mutexes = ( { symbol = \"counter_lock\"; } );\n"));
+    char *out = th_out_file();
+    char *text = finish(th_child(argv, shim_env(cfg, rs.port), out), out, 0);
+    th_assert_has(text, "child-ran");
+    free(text);
+    /* The same config without `programs` stops the shell: the check is real. */
+    char *strict = config(SHORT_LEASE_MS, "{ symbol = \"counter_lock\"; }");
+    out = th_out_file();
+    text = finish(th_child(argv, shim_env(strict, rs.port), out), out, EX_CONFIG);
+    th_assert_has(text, "counter_lock");
+    th_assert_has(text, "programs");
+    free(text);
+}
+
 static void test_unset_dmutex_config_exits_78_with_a_clear_message(void **state)
 {
     (void)state;
@@ -570,6 +592,7 @@ int main(void)
         T(test_exit_while_holding_releases_the_lock),
         T(test_bad_config_exits_78_before_main_naming_file_and_line),
         T(test_missing_required_symbol_exits_78_naming_it),
+        T(test_process_not_in_programs_runs_untouched),
         T(test_unset_dmutex_config_exits_78_with_a_clear_message),
         T(test_bad_dmutex_redis_url_exits_78_naming_it),
         T(test_lock_keeps_retrying_and_logs_while_redis_is_unreachable),
