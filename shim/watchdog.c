@@ -30,7 +30,8 @@ static int wcv_ready;
 static long long deadline_wake_ms;      /* when the deadline thread will look next */
 static struct dm_hold *holds;           /* doubly linked, newest first */
 static size_t nholds;
-static int running;
+static int running;                     /* the renewal thread */
+static int deadline_running;            /* the deadline thread */
 static long long wd_wake_ms = LLONG_MAX; /* when the renewal thread will look next */
 static unsigned long lost_count;
 static redisContext *wd_ctx;            /* the thread's connection, for the fork child */
@@ -283,6 +284,21 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* wmu held. */
+static void unlink_locked(struct dm_hold *h)
+{
+    if (!h->registered)
+        return;
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        holds = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    h->registered = 0;
+    nholds--;
+}
+
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
 {
     int rc = 0;
@@ -306,7 +322,10 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
         holds->prev = h;
     holds = h;
     nholds++;
-    if (!running) {
+    if (!running || !deadline_running) {
+        /* Both threads or no hold: without the renewal thread the lease
+         * runs out under the critical section, and without the deadline
+         * thread a stuck renewal round hides the loss past the lease. */
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -314,17 +333,18 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        rc = pthread_create(&t, &a, watchdog_main, NULL);
-        if (rc == 0) {
+        if (!running && (rc = pthread_create(&t, &a, watchdog_main, NULL)) == 0)
             running = 1;
-            int r2 = pthread_create(&t, &a, deadline_main, NULL);
-            if (r2 != 0)    /* the renewal thread still checks, between its rounds */
-                dm_error("cannot start the lease deadline thread: %s", strerror(r2));
-        } else {
-            dm_error("cannot start the lease renewal thread: %s", strerror(rc));
-        }
+        if (rc == 0 && !deadline_running &&
+            (rc = pthread_create(&t, &a, deadline_main, NULL)) == 0)
+            deadline_running = 1;
         pthread_attr_destroy(&a);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
+            unlink_locked(h);
+            dm_error("cannot start the lease %s thread: %s", running ? "deadline" : "renewal",
+                     strerror(rc));
+        }
     }
     pthread_mutex_unlock(&wmu);
     return rc;
@@ -334,16 +354,7 @@ int dm_watchdog_remove(struct dm_hold *h)
 {
     pthread_mutex_lock(&wmu);
     int lost = h->lost;
-    if (h->registered) {
-        if (h->prev)
-            h->prev->next = h->next;
-        else
-            holds = h->next;
-        if (h->next)
-            h->next->prev = h->prev;
-        h->registered = 0;
-        nholds--;
-    }
+    unlink_locked(h);
     pthread_mutex_unlock(&wmu);
     return lost;
 }
@@ -393,6 +404,7 @@ void dm_watchdog_atfork_child(void)
     holds = NULL;
     nholds = 0;
     running = 0;
+    deadline_running = 0;
     wd_wake_ms = LLONG_MAX;
     if (wd_ctx) {
         close(wd_ctx->fd);     /* the parent's socket; its memory is left alone */

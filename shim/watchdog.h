@@ -32,7 +32,8 @@ struct dm_hold {
  * monotonic time the acquire that got it was sent (no later), `lease_ms`
  * the lease the server gave it; a lease shorter than the config's (a lock
  * handed over by a release) is renewed at once. Starts the thread on first
- * use. Returns 0 or an errno from pthread_create. */
+ * use. Returns 0, or an errno from pthread_create when either thread
+ * cannot start: then `h` is not watched, and must not be held. */
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);
 
 /* Stops watching `h`; returns 1 if it had been found lost (warn mode). */
