@@ -124,12 +124,14 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
     return l;
 }
 
-void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache)
+void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants)
 {
     if (fair)
         l->fair = 1;
     if (cache)
         l->cache = 1;
+    if (cache || wants)
+        l->wants = 1;
 }
 
 /* The lease a handed-over lock has until its new owner renews it. */
@@ -154,7 +156,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
     const char *args[] = { l->key, l->token_key, l->holder_key, l->queue_key, l->qtime_key,
                            owner, lease, delay, member ? "1" : "0", member ? member : "",
-                           qttl, l->cache ? l->want_channel : "" };
+                           qttl, l->wants ? l->want_channel : "" };
     int broken;
     redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_ACQUIRE, 5, 12, args, &broken, err, errlen);
     dm_redis_put(conn, broken);

@@ -36,7 +36,9 @@ struct dm_cluster_lock {
     struct dm_notify_chan *wchan;       /* handovers to this process */
     struct dm_notify_chan *wantchan;    /* want notices (cache mode) */
     int fair;           /* queue waiters, hand over on release */
-    int cache;          /* announce wants; the holder keeps the lock until asked */
+    int cache;          /* the holder keeps the lock until asked */
+    int wants;          /* waiters announce wants (cache mode, or several mutexes
+                           share the name and the holder's threads may keep it busy) */
     unsigned long wait_ids;
     struct dm_cluster_lock *next;
 };
@@ -59,9 +61,10 @@ const struct dm_config *dm_cluster_config(void);
 /* The interned record for `name`; NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
 
-/* Fair mode (queue, FIFO handover) and lock caching (want notices) for a
- * name; any entry asking for either turns it on for the process. */
-void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache);
+/* Fair mode (queue, FIFO handover), lock caching, and want notices for a
+ * name; any entry asking for one turns it on for the process. Caching
+ * implies wants. */
+void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants);
 
 /* This process's random id (32 hex digits), new in every fork child. */
 const char *dm_cluster_process_id(void);

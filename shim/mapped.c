@@ -1,21 +1,41 @@
 /* mapped: the two levels of a mapped mutex.
  *
- * Lock order is name first, then the real mutex: a thread takes its
- * process's gate for the lock name (so at most one thread per process per
- * name talks to Redis, and the others queue locally), then the cluster
- * lock, then the real mutex. Taking the name first matters when several
- * mutexes share one name (init_site): were the real mutex first, thread A
- * holding X and the name could block on Y while thread B held Y and waited
- * for the name. A thread that already holds the mutex (holder == self)
- * goes straight to glibc, which gives recursion, EDEADLK or a deadlock
- * exactly as without the shim.
+ * A lock *name*'s cluster hold belongs to the process, not to a thread:
+ * every thread of the process that holds any mutex mapped to the name
+ * shares it (counted in `users`), and local exclusion stays with the real
+ * mutexes. The hold is taken by the first user (state FREE -> ACQUIRING ->
+ * HELD) and given back by the last (HELD -> RELEASING -> FREE); threads
+ * arriving during a transition wait for it. With lock caching the last user
+ * may leave it HELD with no user until another process asks for it.
  *
- * Unlock releases the cluster hold, then the real mutex; with lock caching
- * the process keeps the cluster hold (renewed by the watchdog) until
- * another process announces it wants the lock, and the next local lock
- * costs no round trip. Condition
- * variables release the name around the real wait and, on wake-up, drop
- * the real mutex again so the name can be re-taken in order. */
+ * Lock order is the real mutex first, then the name. A thread never waits
+ * for another thread of its process through the name (only for a round
+ * trip that another thread has in flight), so program-level lock orders
+ * that work without the shim work with it, even when several mutexes share
+ * one name (init_site families): thread A holding X of name N and wanting
+ * Y, while thread B holds Y of N and waits on X's condition variable, only
+ * ever wait on the real mutexes, as they would without the shim.
+ *
+ * Other processes must not starve while the threads of this one keep the
+ * shared hold busy. When another process wants the lock (a want notice; a
+ * grant that says others queue), threads that hold nothing of the name
+ * step aside: they give their real mutex back and wait until the hold has
+ * gone round, so the users drain and the release hands the lock over.
+ * Threads that already hold a mutex of the name still join (they keep the
+ * hold anyway). Stepping aside is bounded (DM_YIELD_MAX_MS): a thread that
+ * steps aside may hold a lock that a user needs, which the program alone
+ * would not have made a deadlock.
+ *
+ * The shim's own waits (condition variables, sleeps, socket I/O) run with
+ * cancellation disabled: pthread_mutex_lock is no cancellation point, and a
+ * thread cancelled in the middle of the shim's bookkeeping would leave a
+ * name or a connection locked. pthread_cond_wait is one: the real wait
+ * stays cancellable, and a cleanup handler takes the name back before the
+ * program's handlers run, as POSIX wants the mutex held then.
+ *
+ * At exit only holds that no thread is inside are released: a thread that
+ * is still inside its critical section keeps the hold until the process is
+ * gone (the lease then ends it). */
 #include "mapped.h"
 
 #include <errno.h>
@@ -33,28 +53,47 @@
  * in nptl's internal headers); __kind is part of the public struct. */
 #define DM_GLIBC_KIND_ROBUST 16
 #define DM_CONDWAIT_RETRY_MS 100
+#define DM_YIELD_MAX_MS      1000       /* longest a thread steps aside for another process */
+#define DM_TL_NAMES          8          /* names a thread tracks its holds of */
+#define DM_FAR_FUTURE_S      (1LL << 31) /* a deadline this far ahead is no deadline */
+#define DM_NAMES_MIN_BUCKETS 64
+#define DM_YIELD             (-1)       /* name_join: step aside (internal) */
+
+enum name_state { NAME_FREE, NAME_ACQUIRING, NAME_HELD, NAME_RELEASING };
 
 struct dm_name {
     struct dm_cluster_lock *cl;
-    pthread_mutex_t gate;               /* guards owner, depth, held */
-    pthread_cond_t gate_cv;
-    unsigned long owner;                /* thread seq, 0: none */
-    unsigned long depth;                /* address holds by the owner */
-    int held;                           /* hold is a cluster hold (not local_only) */
-    int cached;                         /* held, kept after the last unlock (cache mode) */
-    int want;                           /* another process asked for it: release at unlock */
+    pthread_mutex_t mu;                 /* guards what follows; never held across I/O */
+    pthread_cond_t cv;                  /* every state change (CLOCK_MONOTONIC) */
+    enum name_state state;
+    unsigned long users;                /* mutexes of the name held through the shim */
+    int held;                           /* HELD with a cluster hold (not on_redis_down = "local") */
+    int want;                           /* another process waits: release when users reach 0 */
+    long long want_ms;                  /* since when (CLOCK_MONOTONIC ms) */
     int want_subscribed;
-    struct dm_hold hold;
-    struct dm_name *next;
+    int yield_logged;
+    unsigned long refs;                 /* entries mapped to the name */
+    unsigned long exiting;              /* at exit: users that are the exiting thread's */
+    int fair, cache;                    /* what the entries asked for */
+    struct dm_hold hold;                /* the process's hold, while HELD */
+    struct dm_name *next;               /* hash chain */
 };
 
 static const struct dm_config *mcfg;
-static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct dm_name *names;
+static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
+static struct dm_name **name_buckets;
+static size_t name_nbuckets, name_count;
 static struct dm_entry *free_entries;
+static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
 static __thread unsigned long tseq;
 static __thread int in_shim;            /* the re-entrancy guard */
+
+/* The names this thread holds mutexes of, to tell a thread that keeps the
+ * hold anyway from one that may step aside. Past DM_TL_NAMES the thread
+ * counts as holding every name (it never steps aside: safe, if less fair). */
+static __thread struct { struct dm_name *nm; unsigned long n; } tl_names[DM_TL_NAMES];
+static __thread unsigned long tl_overflow;
 
 static unsigned long self_seq(void)
 {
@@ -63,14 +102,52 @@ static unsigned long self_seq(void)
     return tseq;
 }
 
-static void gate_init(struct dm_name *nm)
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static void tl_note(struct dm_name *nm, int delta)
+{
+    int free_slot = -1;
+    for (int i = 0; i < DM_TL_NAMES; i++) {
+        if (tl_names[i].nm == nm && tl_names[i].n > 0) {
+            tl_names[i].n += delta;
+            return;
+        }
+        if (tl_names[i].n == 0 && free_slot < 0)
+            free_slot = i;
+    }
+    if (delta > 0 && free_slot >= 0) {
+        tl_names[free_slot].nm = nm;
+        tl_names[free_slot].n = 1;
+    } else if (delta > 0) {
+        tl_overflow++;
+    } else if (tl_overflow > 0) {
+        tl_overflow--;
+    }
+}
+
+static int tl_holds(struct dm_name *nm)
+{
+    if (tl_overflow)
+        return 1;
+    for (int i = 0; i < DM_TL_NAMES; i++)
+        if (tl_names[i].nm == nm && tl_names[i].n > 0)
+            return 1;
+    return 0;
+}
+
+static void name_sync_init(struct dm_name *nm)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    memcpy(&nm->gate, &fresh, sizeof fresh);
+    memcpy(&nm->mu, &fresh, sizeof fresh);
     pthread_condattr_t a;
     pthread_condattr_init(&a);
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&nm->gate_cv, &a);
+    pthread_cond_init(&nm->cv, &a);
     pthread_condattr_destroy(&a);
 }
 
@@ -79,27 +156,97 @@ void dm_mapped_init(const struct dm_config *cfg)
     mcfg = cfg;
 }
 
+/* ---- the name table ------------------------------------------------------ */
+
+static size_t name_hash(const char *s)
+{
+    size_t h = 5381;
+    while (*s)
+        h = h * 33 + (unsigned char)*s++;
+    return h;
+}
+
+/* names_mu held. Doubles the bucket array when it gets crowded; keeps the
+ * old one when out of memory (lookups only get slower). */
+static void names_grow_locked(void)
+{
+    if (name_count < name_nbuckets)
+        return;
+    size_t n = name_nbuckets ? name_nbuckets * 2 : DM_NAMES_MIN_BUCKETS;
+    struct dm_name **b = calloc(n, sizeof *b);
+    if (!b)
+        return;
+    for (size_t i = 0; i < name_nbuckets; i++)
+        for (struct dm_name *nm = name_buckets[i], *next; nm; nm = next) {
+            next = nm->next;
+            size_t k = name_hash(nm->cl->name) & (n - 1);
+            nm->next = b[k];
+            b[k] = nm;
+        }
+    free(name_buckets);
+    name_buckets = b;
+    name_nbuckets = n;
+}
+
+/* The record of `name`, with one more reference; NULL on ENOMEM. */
 static struct dm_name *name_get(const char *name)
 {
     pthread_mutex_lock(&names_mu);
-    struct dm_name *nm;
-    for (nm = names; nm; nm = nm->next)
-        if (strcmp(nm->cl->name, name) == 0)
-            break;
-    if (!nm && (nm = calloc(1, sizeof *nm)) != NULL) {
-        nm->cl = dm_cluster_lock_get(name);
-        if (!nm->cl) {
-            free(nm);
-            nm = NULL;
-        } else {
-            gate_init(nm);
-            nm->hold.lock = nm->cl;
-            nm->next = names;
-            names = nm;
+    names_grow_locked();
+    struct dm_name *nm = NULL;
+    if (name_nbuckets) {
+        size_t k = name_hash(name) & (name_nbuckets - 1);
+        for (nm = name_buckets[k]; nm; nm = nm->next)
+            if (strcmp(nm->cl->name, name) == 0)
+                break;
+        if (!nm && (nm = calloc(1, sizeof *nm)) != NULL) {
+            nm->cl = dm_cluster_lock_get(name);
+            if (!nm->cl) {
+                free(nm);
+                nm = NULL;
+            } else {
+                name_sync_init(nm);
+                nm->hold.lock = nm->cl;
+                nm->next = name_buckets[k];
+                name_buckets[k] = nm;
+                name_count++;
+            }
         }
     }
+    if (nm)
+        nm->refs++;
     pthread_mutex_unlock(&names_mu);
     return nm;
+}
+
+/* Drops a reference; the last one (the name's last mutex destroyed) frees
+ * the record once no hold is left, so per-object names cost nothing after
+ * their objects are gone. A name whose want handler is installed is kept:
+ * the subscriber thread may be calling it. */
+static void name_put(struct dm_name *nm)
+{
+    pthread_mutex_lock(&names_mu);
+    int gone = 0;
+    if (--nm->refs == 0) {
+        pthread_mutex_lock(&nm->mu);
+        gone = nm->state == NAME_FREE && nm->users == 0 && !nm->want_subscribed;
+        pthread_mutex_unlock(&nm->mu);
+    }
+    if (gone) {
+        size_t k = name_hash(nm->cl->name) & (name_nbuckets - 1);
+        for (struct dm_name **p = &name_buckets[k]; *p; p = &(*p)->next)
+            if (*p == nm) {
+                *p = nm->next;
+                break;
+            }
+        name_count--;
+    }
+    pthread_mutex_unlock(&names_mu);
+    if (gone) {
+        pthread_mutex_destroy(&nm->mu);
+        pthread_cond_destroy(&nm->cv);
+        free(nm);
+    }
 }
 
 int dm_mapped_add(const void *addr, const char *name, int flags)
@@ -110,21 +257,30 @@ int dm_mapped_add(const void *addr, const char *name, int flags)
     struct dm_name *nm = name_get(name);
     if (!nm)
         return ENOMEM;
-    dm_cluster_lock_mode(nm->cl, flags & DM_MAP_FAIR, flags & DM_MAP_CACHE);
     pthread_mutex_lock(&names_mu);
+    nm->fair |= (flags & DM_MAP_FAIR) != 0;
+    nm->cache |= (flags & DM_MAP_CACHE) != 0;
+    /* Several mutexes share the name: its holder listens for other
+     * processes' wants, so that threads keeping the shared hold busy let
+     * them in. */
+    dm_cluster_lock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
     struct dm_entry *e = free_entries;
     if (e)
         free_entries = e->next_free;
     pthread_mutex_unlock(&names_mu);
-    if (!e && !(e = malloc(sizeof *e)))
+    if (!e && !(e = malloc(sizeof *e))) {
+        name_put(nm);
         return ENOMEM;
+    }
     memset(e, 0, sizeof *e);
     e->addr = addr;
     e->nm = nm;
     e->heap = (flags & DM_MAP_HEAP) != 0;
     int rc = dm_registry_add(addr, e);
-    if (rc != 0)
+    if (rc != 0) {
         free(e);
+        name_put(nm);
+    }
     return rc;
 }
 
@@ -133,25 +289,37 @@ void dm_mapped_remove(const void *addr)
     struct dm_entry *e = dm_registry_remove(addr);
     if (!e)
         return;
+    struct dm_name *nm = e->nm;
     /* A reader that looked it up just now may still read it: recycle the
      * memory for another entry rather than give it back to malloc. */
     pthread_mutex_lock(&names_mu);
     e->next_free = free_entries;
     free_entries = e;
     pthread_mutex_unlock(&names_mu);
+    name_put(nm);
 }
 
-static int release_hold(struct dm_name *nm);
+/* ---- the process's hold of a name -------------------------------------- */
+
 static void on_want(void *arg, const char *msg, size_t len);
 
-static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timespec *out)
+/* clk's absolute time -> a CLOCK_MONOTONIC deadline. *none is set for a
+ * deadline too far ahead to compute with (glibc waits for those). */
+static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timespec *out, int *none)
 {
+    *none = 0;
     if (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L)
         return EINVAL;
     struct timespec now;
     if (clock_gettime(clk, &now) != 0)
         return EINVAL;
-    long long rem = (abs->tv_sec - now.tv_sec) * 1000000000LL + (abs->tv_nsec - now.tv_nsec);
+    long long rem = 0;
+    if (abs->tv_sec > now.tv_sec && abs->tv_sec - now.tv_sec >= DM_FAR_FUTURE_S) {
+        *none = 1;
+        return 0;
+    }
+    if (abs->tv_sec >= now.tv_sec)
+        rem = (abs->tv_sec - now.tv_sec) * 1000000000LL + (abs->tv_nsec - now.tv_nsec);
     clock_gettime(CLOCK_MONOTONIC, out);
     long long t = out->tv_sec * 1000000000LL + out->tv_nsec + (rem > 0 ? rem : 0);
     out->tv_sec = t / 1000000000LL;
@@ -159,109 +327,58 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
     return 0;
 }
 
-/* Takes the name for thread `me`: the local gate, then (outermost) the
- * cluster lock. */
-static int name_enter(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
-                      const struct timespec *deadline, int *dead)
+static void ms_deadline(struct timespec *ts, long long at_ms)
 {
-    *dead = 0;
-    pthread_mutex_lock(&nm->gate);
-    if (nm->owner == me) {
-        nm->depth++;
-        pthread_mutex_unlock(&nm->gate);
-        return 0;
-    }
-    while (nm->owner != 0) {
-        int r = 0;
-        if (mode == DM_TRYLOCK)
-            r = EBUSY;
-        else if (deadline)
-            r = pthread_cond_timedwait(&nm->gate_cv, &nm->gate, deadline);
-        else
-            pthread_cond_wait(&nm->gate_cv, &nm->gate);
-        if (r != 0 && nm->owner != 0) {
-            pthread_mutex_unlock(&nm->gate);
-            return r;
-        }
-    }
-    nm->owner = me;
-    nm->depth = 1;
-    if (nm->cached) {
-        nm->cached = 0;
-        pthread_mutex_unlock(&nm->gate);
-        if (!dm_watchdog_is_lost(&nm->hold))
-            return 0;                   /* the process still has it: no round trip */
-        dm_watchdog_remove(&nm->hold);  /* lost while cached (warn mode): start over */
-        nm->held = 0;
-    } else {
-        pthread_mutex_unlock(&nm->gate);
-    }
+    ts->tv_sec = at_ms / 1000;
+    ts->tv_nsec = (at_ms % 1000) * 1000000L;
+}
 
+/* Takes the cluster lock for the process; the caller has moved the name to
+ * ACQUIRING, so the hold's fields are its own until it publishes HELD. A
+ * hold that cannot be watched is not granted: nothing would renew it and
+ * it would expire under the critical section. */
+static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
+                        const struct timespec *deadline, int *dead, int *more, int *held)
+{
     struct dm_hold *h = &nm->hold;
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
     int r = dm_cluster_acquire(nm->cl, h->owner, deadline,
                                mode == DM_TRYLOCK ? DM_ACQ_TRY : 0, &g);
-    if (r != 0) {
-        pthread_mutex_lock(&nm->gate);
-        nm->owner = 0;
-        nm->depth = 0;
-        pthread_cond_signal(&nm->gate_cv);
-        pthread_mutex_unlock(&nm->gate);
+    if (r != 0)
         return r;
-    }
     h->token = g.token;
-    nm->held = !g.local_only;
-    if (g.more_waiters) {
-        /* Others queue behind us: their wants went to the previous holder.
-         * A caching process gives the lock up after this hold. */
-        pthread_mutex_lock(&nm->gate);
-        nm->want = 1;
-        pthread_mutex_unlock(&nm->gate);
-    }
-    if (nm->held)
-        dm_watchdog_add(h, g.sent_ms, g.lease_ms);
-    if (nm->held && nm->cl->cache && !nm->want_subscribed) {
-        /* Hear other processes' wants before keeping the lock at unlock. */
-        dm_notify_set_handler(nm->cl->wantchan, on_want, nm);
-        nm->want_subscribed = dm_notify_subscribe(nm->cl->wantchan,
-                                                  mcfg->redis.command_timeout_ms) == 0;
-    }
+    *held = !g.local_only;
+    *more = g.more_waiters;
     *dead = g.owner_dead;
+    if (!*held)
+        return 0;
+    int rc = dm_watchdog_add(h, g.sent_ms, g.lease_ms);
+    if (rc != 0) {
+        dm_error("lock %s: the lease watchdog cannot run (%s); giving the lock back and "
+                 "returning EAGAIN: nothing would renew the lease, and it would expire "
+                 "under the critical section", nm->cl->name, strerror(rc));
+        dm_cluster_release(nm->cl, h->owner, h->token);
+        return EAGAIN;
+    }
+    if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
+        /* Hear other processes' wants: before keeping the lock at unlock
+         * (cache mode), and to let them in while threads keep it busy. */
+        dm_notify_set_handler(nm->cl->wantchan, on_want, nm);
+        int ok = dm_notify_subscribe(nm->cl->wantchan, mcfg->redis.command_timeout_ms) == 0;
+        pthread_mutex_lock(&nm->mu);
+        nm->want_subscribed = ok;
+        pthread_mutex_unlock(&nm->mu);
+    }
     if (g.owner_dead)
         dm_info("lock %s: the previous holder's lease expired without a release", nm->cl->name);
     return 0;
 }
 
-/* Ends one hold of the name by `who`; the outermost releases the cluster
- * lock. Returns EPERM when the cluster hold had been lost meanwhile. */
-static int name_leave(struct dm_name *nm, unsigned long who)
-{
-    pthread_mutex_lock(&nm->gate);
-    if (nm->owner != who || nm->depth == 0) {
-        pthread_mutex_unlock(&nm->gate);
-        return 0;
-    }
-    if (--nm->depth > 0) {
-        pthread_mutex_unlock(&nm->gate);
-        return 0;
-    }
-    if (nm->held && nm->cl->cache && nm->want_subscribed && !nm->want &&
-        !dm_watchdog_is_lost(&nm->hold)) {
-        nm->cached = 1;                 /* keep it until another process asks */
-        nm->owner = 0;
-        pthread_cond_signal(&nm->gate_cv);
-        pthread_mutex_unlock(&nm->gate);
-        return 0;
-    }
-    nm->want = 0;
-    pthread_mutex_unlock(&nm->gate);
-    return release_hold(nm);
-}
-
-/* Gives the cluster hold back; the caller owns the name (nm->owner set).
- * Clears the owner at the end. Returns EPERM if the hold had been lost. */
-static int release_hold(struct dm_name *nm)
+/* Gives the cluster hold back. The caller moved the name to RELEASING (it
+ * alone touches the hold now); it is FREE on return. EPERM if the hold had
+ * been lost. */
+static int hold_release(struct dm_name *nm)
 {
     int lost = 0;
     if (nm->held) {
@@ -280,20 +397,182 @@ static int release_hold(struct dm_name *nm)
             if (mcfg->on_lease_lost == DM_LOST_ABORT)
                 abort();
         }
-        nm->held = 0;
     }
-    pthread_mutex_lock(&nm->gate);
-    nm->owner = 0;
-    pthread_cond_signal(&nm->gate_cv);
-    pthread_mutex_unlock(&nm->gate);
+    pthread_mutex_lock(&nm->mu);
+    nm->held = 0;
+    nm->want = 0;
+    nm->yield_logged = 0;
+    nm->state = NAME_FREE;
+    pthread_cond_broadcast(&nm->cv);
+    pthread_mutex_unlock(&nm->mu);
     return lost ? EPERM : 0;
 }
 
-#define DM_OWNER_RELEASER ((unsigned long)-1)   /* the subscriber thread, giving a cached lock up */
+/* nm->mu held, state HELD: has the watchdog found the hold lost (warn
+ * mode)? Nobody may join a lost hold: it excludes nobody. */
+static int hold_lost_locked(struct dm_name *nm)
+{
+    return nm->held && dm_watchdog_is_lost(&nm->hold);
+}
 
-/* Another process wants a lock this process may be keeping (cache mode):
- * runs in the subscriber thread. If no thread is inside the critical
- * section, give the lock up now; otherwise at the end of the current one. */
+/* Joins the process's hold of the name for a thread that holds the real
+ * mutex now, taking the cluster lock when the process has none. Returns 0,
+ * EBUSY, ETIMEDOUT, EAGAIN, or DM_YIELD: another process waits and this
+ * thread should step aside (give its real mutex back and name_wait_turn).
+ * `no_yield`: the thread may not give its mutex back (a robust mutex it got
+ * with EOWNERDEAD). */
+static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
+                     const struct timespec *deadline, int *dead, int no_yield)
+{
+    *dead = 0;
+    pthread_mutex_lock(&nm->mu);
+    for (;;) {
+        if (nm->state == NAME_HELD) {
+            int lost = hold_lost_locked(nm);
+            if (nm->users == 0 && (nm->want || lost)) {
+                /* Kept after its last unlock (cache mode), but another
+                 * process asked, or it was lost: go round. */
+                nm->state = NAME_RELEASING;
+                pthread_mutex_unlock(&nm->mu);
+                hold_release(nm);
+                pthread_mutex_lock(&nm->mu);
+                continue;
+            }
+            if ((nm->want || lost) && !no_yield && !tl_holds(nm)) {
+                if (lost && !nm->want) {
+                    nm->want = 1;       /* drain the users, then take it anew */
+                    nm->want_ms = now_ms();
+                }
+                if (now_ms() - nm->want_ms < DM_YIELD_MAX_MS) {
+                    pthread_mutex_unlock(&nm->mu);
+                    return mode == DM_TRYLOCK ? EBUSY : DM_YIELD;
+                }
+                if (!nm->yield_logged) {
+                    nm->yield_logged = 1;
+                    dm_warn("lock %s: another process has waited %d ms while threads of this "
+                            "process keep the lock busy; letting new threads in rather than "
+                            "risk a deadlock (a thread that steps aside may hold what the "
+                            "others need)", nm->cl->name, DM_YIELD_MAX_MS);
+                }
+            }
+            nm->users++;
+            pthread_mutex_unlock(&nm->mu);
+            tl_note(nm, 1);
+            return 0;
+        }
+        if (nm->state == NAME_FREE) {
+            nm->state = NAME_ACQUIRING;
+            pthread_mutex_unlock(&nm->mu);
+            int more = 0, held = 0;
+            int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held);
+            pthread_mutex_lock(&nm->mu);
+            if (r == 0) {
+                nm->state = NAME_HELD;
+                nm->held = held;
+                nm->users = 1;
+                if (more && !nm->want) {
+                    /* Others queue behind this grant: their wants went to
+                     * the previous holder. */
+                    nm->want = 1;
+                    nm->want_ms = now_ms();
+                }
+            } else {
+                nm->state = NAME_FREE;
+            }
+            pthread_cond_broadcast(&nm->cv);
+            pthread_mutex_unlock(&nm->mu);
+            if (r == 0)
+                tl_note(nm, 1);
+            return r;
+        }
+        /* Another thread has a round trip in flight for the name. */
+        if (mode == DM_TRYLOCK) {
+            pthread_mutex_unlock(&nm->mu);
+            return EBUSY;
+        }
+        if (deadline) {
+            if (pthread_cond_timedwait(&nm->cv, &nm->mu, deadline) == ETIMEDOUT &&
+                (nm->state == NAME_ACQUIRING || nm->state == NAME_RELEASING)) {
+                pthread_mutex_unlock(&nm->mu);
+                return ETIMEDOUT;
+            }
+        } else {
+            pthread_cond_wait(&nm->cv, &nm->mu);
+        }
+    }
+}
+
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+static int ts_passed(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return !ts_before(&now, deadline);
+}
+
+/* A thread that stepped aside waits until the hold has gone round (or the
+ * yield bound passed). Returns 0 or ETIMEDOUT. */
+static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
+{
+    int r = 0;
+    pthread_mutex_lock(&nm->mu);
+    while (nm->state == NAME_HELD && nm->want && nm->users > 0 &&
+           now_ms() < nm->want_ms + DM_YIELD_MAX_MS) {
+        if (deadline && ts_passed(deadline)) {
+            r = ETIMEDOUT;
+            break;
+        }
+        struct timespec ts;
+        ms_deadline(&ts, nm->want_ms + DM_YIELD_MAX_MS);
+        if (deadline && ts_before(deadline, &ts))
+            ts = *deadline;
+        pthread_cond_timedwait(&nm->cv, &nm->mu, &ts);
+    }
+    pthread_mutex_unlock(&nm->mu);
+    return r;
+}
+
+/* Ends one thread's hold of one mutex of the name; the last user releases
+ * the cluster lock (or, caching, keeps it). Returns EPERM when the hold
+ * had been lost meanwhile. */
+static int name_leave(struct dm_name *nm)
+{
+    pthread_mutex_lock(&nm->mu);
+    if (nm->state != NAME_HELD || nm->users == 0) {
+        pthread_mutex_unlock(&nm->mu);
+        return 0;
+    }
+    tl_note(nm, -1);
+    if (--nm->users > 0) {
+        int lost = hold_lost_locked(nm);
+        pthread_cond_broadcast(&nm->cv);
+        pthread_mutex_unlock(&nm->mu);
+        return lost ? EPERM : 0;
+    }
+    if (!nm->held) {
+        nm->state = NAME_FREE;          /* a local-only hold (on_redis_down = "local") */
+        pthread_cond_broadcast(&nm->cv);
+        pthread_mutex_unlock(&nm->mu);
+        return 0;
+    }
+    if (nm->cl->cache && nm->want_subscribed && !nm->want && !torn_down &&
+        !hold_lost_locked(nm)) {
+        pthread_cond_broadcast(&nm->cv);
+        pthread_mutex_unlock(&nm->mu);
+        return 0;                       /* cached: kept until another process asks */
+    }
+    nm->state = NAME_RELEASING;
+    pthread_mutex_unlock(&nm->mu);
+    return hold_release(nm);
+}
+
+/* Another process wants a lock this process holds or keeps (a want
+ * notice, in the subscriber thread). A kept hold nobody is inside is given
+ * up now; otherwise when its last user leaves. */
 static void on_want(void *arg, const char *msg, size_t len)
 {
     struct dm_name *nm = arg;
@@ -302,19 +581,23 @@ static void on_want(void *arg, const char *msg, size_t len)
     if (len > n && memcmp(msg, pid, n) == 0 && msg[n] == ':')
         return;                         /* our own want */
     in_shim++;
-    pthread_mutex_lock(&nm->gate);
-    if (nm->owner == 0 && nm->cached) {
-        nm->cached = 0;
-        nm->owner = DM_OWNER_RELEASER;
-        pthread_mutex_unlock(&nm->gate);
-        release_hold(nm);
+    pthread_mutex_lock(&nm->mu);
+    if (nm->state == NAME_HELD && nm->users == 0) {
+        nm->state = NAME_RELEASING;
+        pthread_mutex_unlock(&nm->mu);
+        hold_release(nm);
     } else {
-        if (nm->owner != 0 && nm->held)
+        if (nm->state != NAME_FREE && !nm->want) {
             nm->want = 1;
-        pthread_mutex_unlock(&nm->gate);
+            nm->want_ms = now_ms();
+            pthread_cond_broadcast(&nm->cv);
+        }
+        pthread_mutex_unlock(&nm->mu);
     }
     in_shim--;
 }
+
+/* ---- the entry points ------------------------------------------------------ */
 
 static int real_lock_mode(pthread_mutex_t *m, enum dm_lock_mode mode, clockid_t clk,
                           const struct timespec *abstime)
@@ -335,14 +618,20 @@ static int is_robust(const pthread_mutex_t *m)
     return (m->__data.__kind & DM_GLIBC_KIND_ROBUST) != 0;
 }
 
+/* The clocks glibc's clocklock and clockwait accept. */
+static int clock_ok(clockid_t clk)
+{
+    return clk == CLOCK_REALTIME || clk == CLOCK_MONOTONIC;
+}
+
 /* A thread that ends holding a robust mutex: glibc gives the next locker
- * EOWNERDEAD. Here the name gate would stay owned by a thread that is gone
- * (every later lock in the process blocks) and the watchdog would renew
- * its cluster hold for ever (every other process too). So the end of a
- * thread that locked robust mapped mutexes hands back what it still holds
- * of them: the gate to the process, and the cluster hold to its lease,
- * unreleased, so that the next locker anywhere gets EOWNERDEAD once the
- * lease has run out, as after a process that died. */
+ * EOWNERDEAD. Here its share of the name's hold would stay counted (the
+ * process would keep the cluster lock for ever). So the end of a thread
+ * that locked robust mapped mutexes hands back what it still holds of
+ * them: its share to the process and, if it was the last user, the
+ * cluster hold to its lease, unreleased, so that the next locker anywhere
+ * gets EOWNERDEAD once the lease has run out, as after a process that
+ * died. */
 static pthread_key_t robust_key;
 static pthread_once_t robust_once = PTHREAD_ONCE_INIT;
 
@@ -355,16 +644,16 @@ static void drop_dead_hold(const void *addr, void *value, void *arg)
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     struct dm_name *nm = e->nm;
-    pthread_mutex_lock(&nm->gate);
-    if (nm->owner == me && nm->depth > 0 && --nm->depth == 0) {
-        if (nm->held) {
+    pthread_mutex_lock(&nm->mu);
+    if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
+        if (nm->held)
             dm_watchdog_remove(&nm->hold);
-            nm->held = 0;
-        }
-        nm->owner = 0;
-        pthread_cond_signal(&nm->gate_cv);
+        nm->held = 0;
+        nm->want = 0;
+        nm->state = NAME_FREE;
+        pthread_cond_broadcast(&nm->cv);
     }
-    pthread_mutex_unlock(&nm->gate);
+    pthread_mutex_unlock(&nm->mu);
 }
 
 static void robust_thread_end(void *arg)
@@ -389,6 +678,40 @@ static void watch_thread_end(void)
     pthread_setspecific(robust_key, (void *)1);
 }
 
+/* Real mutex, then the name; a thread asked to step aside gives the real
+ * mutex back and starts over once the hold has gone round. Returns the
+ * real lock's result (0 or EOWNERDEAD) or an error, holding nothing. */
+static int lock_both(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mode,
+                     clockid_t clk, const struct timespec *abstime,
+                     const struct timespec *deadline, unsigned long me, int *dead)
+{
+    for (;;) {
+        int r = real_lock_mode(m, mode, clk, abstime);
+        if (r != 0 && r != EOWNERDEAD)
+            return r;
+        if (e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+            /* The holder unlocked it inconsistent while this thread
+             * queued: glibc gives its waiters ENOTRECOVERABLE too. */
+            dm_real.mutex_unlock(m);
+            return ENOTRECOVERABLE;
+        }
+        int j = name_join(e->nm, me, mode, deadline, dead, r == EOWNERDEAD);
+        if (j == 0)
+            return r;
+        if (r == EOWNERDEAD) {
+            /* Giving an EOWNERDEAD mutex back unrepaired would make it
+             * unrecoverable: repair it, and tell its next locker. */
+            dm_real.mutex_consistent(m);
+            e->dead_pending = 1;
+        }
+        dm_real.mutex_unlock(m);
+        if (j != DM_YIELD)
+            return j;
+        if ((j = name_wait_turn(e->nm, deadline)) != 0)
+            return j;
+    }
+}
+
 int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mode,
                    clockid_t clk, const struct timespec *abstime)
 {
@@ -401,40 +724,48 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
             e->depth++;
         return r;
     }
+    if (mode == DM_TIMEDLOCK && !clock_ok(clk))
+        return EINVAL;
     if (e->robust_state == DM_ROBUST_NOTRECOVERABLE)
         return ENOTRECOVERABLE;
     struct timespec dl, *dlp = NULL;
     if (mode == DM_TIMEDLOCK) {
-        int r = to_monotonic(clk, abstime, &dl);
+        int none, r = to_monotonic(clk, abstime, &dl, &none);
         if (r != 0)
             return r;
-        dlp = &dl;
+        if (!none)
+            dlp = &dl;
     }
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
-    int dead;
-    int r = name_enter(e->nm, me, mode, dlp, &dead);
-    if (r == 0) {
-        r = real_lock_mode(m, mode, clk, abstime);
-        if (r == 0 && e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
-            /* The holder unlocked it inconsistent while this thread
-             * queued: glibc gives its waiters ENOTRECOVERABLE too. */
-            dm_real.mutex_unlock(m);
-            r = ENOTRECOVERABLE;
-        }
-        if (r != 0 && r != EOWNERDEAD)
-            name_leave(e->nm, me);
-    }
+    int dead = 0;
+    int r = lock_both(e, m, mode, clk, abstime, dlp, me, &dead);
     in_shim--;
+    pthread_setcancelstate(cs, NULL);
     if (r != 0 && r != EOWNERDEAD)
         return r;
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
     if (is_robust(m))
         watch_thread_end();
-    if (r == 0 && dead && is_robust(m)) {
+    if (r == 0 && (dead || e->dead_pending) && is_robust(m)) {
+        e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
     }
+    return r;
+}
+
+/* Ends the calling thread's share of the name, cancellation off. */
+static int leave_quietly(struct dm_name *nm)
+{
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+    in_shim++;
+    int r = name_leave(nm);
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
     return r;
 }
 
@@ -455,24 +786,19 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
     if (h != me) {
         /* glibc refuses this for error-checking, recursive and robust
          * mutexes (EPERM) and allows it for normal ones: then the unlocking
-         * thread ends the holder's hold on its behalf. */
+         * thread ends the holder's share on its behalf. */
         int r = dm_real.mutex_unlock(m);
         if (r != 0)
             return r;
         __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
         e->depth = 0;
-        in_shim++;
-        r = name_leave(e->nm, h);
-        in_shim--;
-        return r;
+        return leave_quietly(e->nm);
     }
     if (e->robust_state == DM_ROBUST_INCONSISTENT)
         e->robust_state = DM_ROBUST_NOTRECOVERABLE;
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
-    in_shim++;
-    int lost = name_leave(e->nm, me);
-    in_shim--;
+    int lost = leave_quietly(e->nm);
     int r = dm_real.mutex_unlock(m);
     return r ? r : lost;
 }
@@ -494,6 +820,7 @@ int dm_mapped_destroy(struct dm_entry *e, pthread_mutex_t *m)
     int r = dm_real.mutex_destroy(m);
     if (r == 0) {
         e->robust_state = DM_ROBUST_OK;
+        e->dead_pending = 0;
         if (e->heap)
             dm_mapped_remove(m);
     }
@@ -505,7 +832,52 @@ int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_m
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     e->robust_state = DM_ROBUST_OK;
+    e->dead_pending = 0;
     return dm_real.mutex_init(m, a);
+}
+
+/* ---- condition variables ------------------------------------------------- */
+
+struct cond_wait {
+    struct dm_entry *e;
+    pthread_mutex_t *m;
+    unsigned long me, depth;
+    int dead;                   /* the cluster grant found its last holder dead */
+    int real_dead;              /* the real mutex came back EOWNERDEAD */
+};
+
+/* Back into the name with the real mutex held (after the real wait, or in
+ * the cancellation cleanup, where glibc has re-taken the mutex). A condition
+ * wait has no way to return without its mutex: failures (on_redis_down =
+ * "error") are retried. Cancellation is off and in_shim set by the caller. */
+static void cond_rejoin(struct cond_wait *w)
+{
+    for (;;) {
+        int j = name_join(w->e->nm, w->me, DM_LOCK, NULL, &w->dead, w->real_dead);
+        if (j == 0)
+            break;
+        if (j == DM_YIELD) {
+            dm_real.mutex_unlock(w->m);
+            name_wait_turn(w->e->nm, NULL);
+            if (dm_real.mutex_lock(w->m) == EOWNERDEAD)
+                w->real_dead = 1;
+            continue;
+        }
+        struct timespec ts = { 0, DM_CONDWAIT_RETRY_MS * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    __atomic_store_n(&w->e->holder, w->me, __ATOMIC_RELAXED);
+    w->e->depth = w->depth;
+}
+
+static void cond_cancelled(void *arg)
+{
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+    in_shim++;
+    cond_rejoin(arg);
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
 }
 
 int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *m,
@@ -518,44 +890,52 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
         return clk == CLOCK_REALTIME ? dm_real.cond_timedwait(c, m, abstime)
                                      : dm_real.cond_clockwait(c, m, clk, abstime);
     }
-    unsigned long depth = e->depth;
+    /* glibc's own checks, before anything is let go. */
+    if (timed && (!clock_ok(clk) || abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
+        return EINVAL;
+    struct cond_wait w = { e, m, me, e->depth, 0, 0 };
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
-    in_shim++;
-    int lost = name_leave(e->nm, me);
-    in_shim--;
+    leave_quietly(e->nm);   /* a hold lost meanwhile was reported; cond_wait has no EPERM */
 
     int r;
+    pthread_cleanup_push(cond_cancelled, &w);
     if (!timed)
         r = dm_real.cond_wait(c, m);
     else if (clk == CLOCK_REALTIME)
         r = dm_real.cond_timedwait(c, m, abstime);
     else
         r = dm_real.cond_clockwait(c, m, clk, abstime);
+    pthread_cleanup_pop(0);
 
-    /* Back in the lock order: name, then the real mutex. */
-    dm_real.mutex_unlock(m);
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
-    int dead;
-    while (name_enter(e->nm, me, DM_LOCK, NULL, &dead) != 0) {
-        /* on_redis_down = "error": a condition wait has no way to return
-         * without the mutex, so it keeps trying. */
-        struct timespec ts = { 0, DM_CONDWAIT_RETRY_MS * 1000000L };
-        nanosleep(&ts, NULL);
-    }
-    dm_real.mutex_lock(m);
+    w.real_dead = r == EOWNERDEAD;
+    cond_rejoin(&w);
     in_shim--;
-    __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
-    e->depth = depth;
-    return r ? r : lost;
+    pthread_setcancelstate(cs, NULL);
+    if (w.real_dead)
+        return EOWNERDEAD;
+    if (w.dead && is_robust(m)) {
+        e->robust_state = DM_ROBUST_INCONSISTENT;
+        return EOWNERDEAD;
+    }
+    return r;
 }
 
 uint64_t dm_mapped_token(struct dm_entry *e)
 {
-    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != self_seq() || !e->nm->held)
+    struct dm_name *nm = e->nm;
+    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != self_seq())
         return 0;
-    return e->nm->hold.token;
+    pthread_mutex_lock(&nm->mu);
+    uint64_t t = nm->state == NAME_HELD && nm->held ? nm->hold.token : 0;
+    pthread_mutex_unlock(&nm->mu);
+    return t;
 }
+
+/* ---- fork and exit ---------------------------------------------------------- */
 
 static void entry_forget(const void *addr, void *value, void *arg)
 {
@@ -566,32 +946,96 @@ static void entry_forget(const void *addr, void *value, void *arg)
     e->depth = 0;
 }
 
+void dm_mapped_atfork_prepare(void)
+{
+    pthread_mutex_lock(&names_mu);
+}
+
+void dm_mapped_atfork_parent(void)
+{
+    pthread_mutex_unlock(&names_mu);
+}
+
 void dm_mapped_atfork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&names_mu, &fresh, sizeof fresh);
-    for (struct dm_name *nm = names; nm; nm = nm->next) {
-        gate_init(nm);
-        nm->owner = 0;
-        nm->depth = 0;
-        nm->held = 0;
-        nm->cached = 0;
-        nm->want = 0;
-        nm->want_subscribed = 0;
-    }
+    /* The parent's holds are the parent's: the child holds nothing, and a
+     * name's mutex may have been held by a thread that is not here. */
+    for (size_t i = 0; i < name_nbuckets; i++)
+        for (struct dm_name *nm = name_buckets[i]; nm; nm = nm->next) {
+            name_sync_init(nm);
+            nm->state = NAME_FREE;
+            nm->users = 0;
+            nm->held = 0;
+            nm->want = 0;
+            nm->want_subscribed = 0;
+            nm->yield_logged = 0;
+        }
+    memset(tl_names, 0, sizeof tl_names);
+    tl_overflow = 0;
     dm_registry_foreach(entry_forget, NULL);
 }
 
+/* Counts, per name, the mutexes the exiting thread holds. */
+static void count_exiting(const void *addr, void *value, void *arg)
+{
+    (void)addr;
+    struct dm_entry *e = value;
+    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg)
+        return;
+    pthread_mutex_lock(&e->nm->mu);
+    e->nm->exiting++;
+    pthread_mutex_unlock(&e->nm->mu);
+}
+
+/* Process exit: give back the holds that no thread is inside any more:
+ * those kept by lock caching, and those of the thread that is running
+ * exit() itself (it runs no more critical sections). A hold with another
+ * thread still inside stays: that thread may go on writing until the
+ * process is really gone, and releasing it would let another machine in
+ * beside it. Its lease ends it once the process (and its watchdog) is gone. */
 void dm_mapped_release_all(void)
 {
     in_shim++;
-    for (struct dm_name *nm = names; nm; nm = nm->next) {
-        if (!nm->held)
-            continue;
-        struct dm_hold *h = &nm->hold;
-        dm_watchdog_remove(h);
-        nm->held = 0;
-        dm_cluster_release(nm->cl, h->owner, h->token);
+    unsigned long me = self_seq();
+    dm_registry_foreach(count_exiting, &me);
+    /* Pin the holds to give back (a reference each) and release them
+     * outside names_mu: a release is a round trip. */
+    struct dm_name **gone = NULL;
+    size_t ngone = 0;
+    pthread_mutex_lock(&names_mu);
+    torn_down = 1;
+    gone = calloc(name_count ? name_count : 1, sizeof *gone);
+    for (size_t i = 0; gone && i < name_nbuckets; i++)
+        for (struct dm_name *nm = name_buckets[i]; nm; nm = nm->next) {
+            pthread_mutex_lock(&nm->mu);
+            if (nm->state == NAME_HELD && nm->held && nm->users <= nm->exiting) {
+                nm->refs++;
+                gone[ngone++] = nm;
+            } else if (nm->state == NAME_HELD && nm->users > nm->exiting) {
+                dm_info("exit: lock %s stays held until this process is gone: %lu thread(s) "
+                        "still inside", nm->cl->name, nm->users - nm->exiting);
+            }
+            nm->exiting = 0;
+            pthread_mutex_unlock(&nm->mu);
+        }
+    pthread_mutex_unlock(&names_mu);
+    if (!gone)
+        dm_warn("out of memory at exit: held locks end with their lease");
+    for (size_t i = 0; i < ngone; i++) {
+        struct dm_name *nm = gone[i];
+        pthread_mutex_lock(&nm->mu);
+        if (nm->state == NAME_HELD && nm->held) {
+            nm->state = NAME_RELEASING;
+            nm->users = 0;      /* the exiting thread's holds end here */
+            pthread_mutex_unlock(&nm->mu);
+            hold_release(nm);
+        } else {
+            pthread_mutex_unlock(&nm->mu);
+        }
+        name_put(nm);
     }
+    free(gone);
     in_shim--;
 }

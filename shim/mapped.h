@@ -1,8 +1,9 @@
 /* mapped: what a mapped mutex means (DESIGN.md, "Semantics of a mapped
  * mutex"). Sits between preload's exported symbols and cluster: the
- * per-name gate that lets one thread per process talk to Redis for a name,
- * the order of the two levels, recursion, error checks, robust owners,
- * condition variables, fork and exit. */
+ * process's shared hold of each lock name (one cluster lock per name and
+ * process, whatever number of its threads hold mutexes of the name), the
+ * order of the two levels, recursion, error checks, robust owners,
+ * condition variables, cancellation, fork and exit. */
 #ifndef DM_MAPPED_H
 #define DM_MAPPED_H
 
@@ -22,6 +23,7 @@ struct dm_entry {
     unsigned long depth;        /* recursive depth of that hold */
     int robust_state;           /* DM_ROBUST_* */
     int heap;                   /* made by init_site or dmutex_name: removed by destroy */
+    int dead_pending;           /* robust: an EOWNERDEAD to report at the next lock */
     struct dm_entry *next_free;
 };
 
@@ -40,7 +42,8 @@ void dm_mapped_init(const struct dm_config *cfg);
  * ENOMEM. */
 int dm_mapped_add(const void *addr, const char *name, int flags);
 
-/* Unmaps a heap entry (pthread_mutex_destroy of an init_site mutex). */
+/* Unmaps an entry (pthread_mutex_destroy of a heap mutex, dlclose); the
+ * name's record is freed with its last mutex. */
 void dm_mapped_remove(const void *addr);
 
 enum dm_lock_mode { DM_LOCK, DM_TRYLOCK, DM_TIMEDLOCK };
@@ -59,9 +62,15 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
 /* Fencing token of the calling thread's hold of e, 0 if it holds none. */
 uint64_t dm_mapped_token(struct dm_entry *e);
 
+/* fork: prepare takes the name table's lock, parent and child let go (the
+ * child also forgets every hold: they are the parent's). */
+void dm_mapped_atfork_prepare(void);
+void dm_mapped_atfork_parent(void);
 void dm_mapped_atfork_child(void);
 
-/* Releases every cluster hold still held (process exit). */
+/* Process exit: releases the cluster holds that no thread is inside (kept
+ * by lock caching) and stops caching. Holds with a thread inside stay until
+ * the process is gone and their lease ends them. */
 void dm_mapped_release_all(void);
 
 #endif

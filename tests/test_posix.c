@@ -731,11 +731,13 @@ static void test_forked_child_gets_new_id_and_renews_its_own_hold(void **state)
 
 /* ==== 5. exit ============================================================== */
 
+/* exit() or a return from main by the thread that holds the mutex ends
+ * its critical section: the hold is released at once. */
 static void test_exit_releases_waiter_wakes_before_lease(void **state)
 {
     (void)state;
-    const char *hows[] = { "exit", "return", "thread" };
-    for (int i = 0; i < 3; i++) {
+    const char *hows[] = { "exit", "return" };
+    for (int i = 0; i < 2; i++) {
         char entry[128], name[32];
         snprintf(name, sizeof name, "t17_%s", hows[i]);
         snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
@@ -754,6 +756,35 @@ static void test_exit_releases_waiter_wakes_before_lease(void **state)
         finish_ok(holder, hout);
         finish_ok(waiter, out);
     }
+}
+
+/* Main returns while another thread is inside its critical section: that
+ * thread runs until the process is really gone, so the hold is not
+ * released at exit; the lease ends it after the process is gone. */
+static void test_exit_with_another_thread_inside_keeps_the_hold_until_the_process_is_gone(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t17_thread\"; }");
+    char *hout = th_out_file(), *go = th_go_file(), *out = th_out_file();
+    pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", "thread", go);
+    th_wait_for(hout, "locked 0", RUN_MS);
+    pid_t waiter = PP(cfg, out, "x", "lock", "norm");
+    wait_subscribed("t17_thread");
+    th_touch(go);
+    int st = th_wait(holder, RUN_MS);
+    th_forget(holder);
+    long long gone = th_now_ms();
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    long long got = th_wait_for(out, "locked 0", RUN_MS);
+    /* The last renewal was at most a renewal period (lease / 3) before the
+     * process ended: the lease runs at least the rest. */
+    if (got - gone < SHORT_LEASE_MS / 2)
+        fail_msg("the waiter got the lock %lld ms after the holder's process ended: its "
+                 "thread inside was not waited for (lease %ld ms)", got - gone, SHORT_LEASE_MS);
+    if (got - gone > SHORT_LEASE_MS + SLACK_MS)
+        fail_msg("the waiter got the lock %lld ms after the holder's process ended "
+                 "(lease %ld ms)", got - gone, SHORT_LEASE_MS);
+    finish_ok(waiter, out);
 }
 
 /* ==== 6. naming ============================================================ */
@@ -994,6 +1025,80 @@ static void test_dmutex_token_grows_across_processes(void **state)
     assert_true(th_cmd_int(rc, "GET dmutex:{account}:token") >= rec[n - 1][0]);
 }
 
+/* ==== 8. edges of the calls ================================================== */
+
+/* Two mutexes mapped under one name: a thread holding both waits on one's
+ * condition variable, and another thread of the process must be able to
+ * lock that mutex to signal it, as without the shim. */
+static void test_mutexes_sharing_a_name_let_a_cond_waiter_be_signalled(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t40_fam\"; },\n"
+                                      "{ symbol = \"other_lock\"; name = \"t40_fam\"; }");
+    char *out = th_out_file();
+    pid_t p = PP(cfg, out, "x", "shared-cond", "norm");
+    int st = th_wait(p, 10000);
+    th_forget(p);
+    char *text = th_read_file(out);
+    if (st == -1)
+        fail_msg("deadlock: the signaller never got the mutex the waiter waits on:\n%s", text);
+    th_assert_has(text, "shared-cond 0 0");
+    free(text);
+    assert_int_equal(lock_exists("t40_fam"), 0);
+}
+
+/* glibc waits for a deadline too far ahead to compute with; so must the
+ * shim (it overflowed to "already past"). */
+static void test_timedlock_with_a_far_future_deadline_waits_like_glibc(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t41_far\"; }");
+    char *hout = th_out_file(), *go = th_go_file(), *out = th_out_file();
+    pid_t holder = PP(cfg, hout, "x", "hold", "norm", go);
+    th_wait_for(hout, "locked 0", RUN_MS);
+    pid_t waiter = PP(cfg, out, "x", "far-timedlock", "norm");
+    wait_subscribed("t41_far");
+    usleep(QUIET_MS * 1000);
+    th_touch(go);
+    char *text = finish(waiter, out, 0);
+    th_assert_has(text, "far 0 ");
+    if (th_field_after(text, "far 0 ") < QUIET_MS)
+        fail_msg("timedlock returned before the holder let go:\n%s", text);
+    free(text);
+    finish_ok(holder, hout);
+}
+
+static void test_clocklock_with_an_unsupported_clock_is_einval_without_a_round_trip(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t42_clk\"; }");
+    char *out = th_out_file();
+    th_reset_stats(rc);
+    char *text = finish(PP(cfg, out, "x", "clocklock-bad", "norm"), out, 0);
+    th_assert_has(text, "clocklock-bad EINVAL");
+    free(text);
+    assert_int_equal(th_script_calls(rc), 0);
+}
+
+/* A robust mutex whose cluster holder died while this process waited on a
+ * condition variable: the re-acquire reports EOWNERDEAD, as glibc's
+ * pthread_cond_timedwait does for a holder that died locally. */
+static void test_cond_wait_reacquire_reports_eownerdead_of_a_dead_holder(void **state)
+{
+    (void)state;
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t43_rob\"; }");
+    char *wout = th_out_file(), *hout = th_out_file();
+    pid_t waiter = PP(cfg, wout, "x", "cond-robust", "arobust", "1500");
+    th_wait_for(wout, "waiting", RUN_MS);
+    pid_t holder = PP(cfg, hout, "x", "robust-hold", "arobust");
+    th_wait_for(hout, "locked 0", RUN_MS);
+    stop(holder);
+    char *text = finish(waiter, wout, 0);
+    th_assert_has(text, "cond-robust EOWNERDEAD\nconsistent 0\nunlock 0\n");
+    free(text);
+    assert_int_equal(lock_exists("t43_rob"), 0);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -1018,6 +1123,7 @@ int main(void)
         T(test_child_never_touches_parent_hold),
         T(test_forked_child_gets_new_id_and_renews_its_own_hold),
         T(test_exit_releases_waiter_wakes_before_lease),
+        T(test_exit_with_another_thread_inside_keeps_the_hold_until_the_process_is_gone),
         T(test_library_global_and_static_exclude),
         T(test_dlopened_plugin_static_mutex_excludes),
         T(test_dlclose_unmaps),
@@ -1030,6 +1136,10 @@ int main(void)
         T(test_file_qualified_static_excludes),
         T(test_api_weak_runs_without_shim_and_maps_with_it),
         T(test_dmutex_token_grows_across_processes),
+        T(test_mutexes_sharing_a_name_let_a_cond_waiter_be_signalled),
+        T(test_timedlock_with_a_far_future_deadline_waits_like_glibc),
+        T(test_clocklock_with_an_unsupported_clock_is_einval_without_a_round_trip),
+        T(test_cond_wait_reacquire_reports_eownerdead_of_a_dead_holder),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

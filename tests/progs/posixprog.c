@@ -60,12 +60,21 @@
  *   exit-hold M HOW FILE              hold M, at FILE end the process holding it:
  *                                     HOW = exit (exit(0)), return (from main), or
  *                                     thread (another thread holds it; main returns)
+ *   shared-cond M                     a thread locks other, then M, and waits on a condvar
+ *                                     with M; main locks M, signals, unlocks (config maps
+ *                                     other and M under one name): "shared-cond LOCK WAIT"
+ *   far-timedlock M                   timedlock with the deadline {LONG_MAX, 0}:
+ *                                     "far RC MS", unlock if taken
+ *   clocklock-bad M                   clocklock on CLOCK_PROCESS_CPUTIME_ID: "clocklock-bad RC"
+ *   cond-robust M MS                  lock M (robust), timed condvar wait of MS nobody
+ *                                     signals: "cond-robust RC"; consistent if EOWNERDEAD
  *   nested-once heap                  lock a, lock b, unlock b, unlock a: "nested R R R R"
  *   nested-count heap THREADS ITERS HOLD_US   the counter under a then b
  *   heap-reuse heap N                 lock an account, free it without destroy, make
  *                                     another mutex elsewhere in its memory and lock
  *                                     it N times: "reuse same=S" */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -650,6 +659,82 @@ static void *hold_forever(void *arg)
     return NULL;
 }
 
+static volatile int shared_ready;
+
+static void *shared_waiter(void *arg)
+{
+    (void)arg;
+    int r = pthread_mutex_lock(&other_lock);
+    if (r == 0)
+        r = pthread_mutex_lock(m);
+    say("waiter locked %s", ename(r));
+    int w = 0;
+    while (r == 0 && w == 0 && !__atomic_load_n(&shared_ready, __ATOMIC_SEQ_CST))
+        w = pthread_cond_wait(&cv, m);
+    say("waiter woke %s", ename(w));
+    pthread_mutex_unlock(m);
+    pthread_mutex_unlock(&other_lock);
+    return (void *)(long)w;
+}
+
+/* Two mutexes of one name: a thread holding both waits on one's condvar;
+ * the signaller must be able to lock that one (its cluster hold is the
+ * process's, shared). */
+static int mode_shared_cond(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, shared_waiter, NULL);
+    usleep(200000);
+    int r = pthread_mutex_lock(m);
+    if (r == 0) {
+        __atomic_store_n(&shared_ready, 1, __ATOMIC_SEQ_CST);
+        pthread_cond_broadcast(&cv);
+        pthread_mutex_unlock(m);
+    }
+    void *w;
+    pthread_join(t, &w);
+    say("shared-cond %s %s", ename(r), ename((int)(long)w));
+    return 0;
+}
+
+static int mode_far_timedlock(void)
+{
+    struct timespec far = { LONG_MAX, 0 };
+    long long t0 = now_ms();
+    int r = pthread_mutex_timedlock(m, &far);
+    say("far %s %lld", ename(r), now_ms() - t0);
+    if (r == 0)
+        pthread_mutex_unlock(m);
+    return 0;
+}
+
+static int mode_clocklock_bad(void)
+{
+    struct timespec t = deadline_in(CLOCK_REALTIME, 1000);
+    int r = pthread_mutex_clocklock(m, CLOCK_PROCESS_CPUTIME_ID, &t);
+    say("clocklock-bad %s", ename(r));
+    if (r == 0)
+        pthread_mutex_unlock(m);
+    return 0;
+}
+
+static int mode_cond_robust(long ms)
+{
+    int r = pthread_mutex_lock(m);
+    if (r != 0) {
+        say("lock %s", ename(r));
+        return 1;
+    }
+    struct timespec rt = deadline_in(CLOCK_REALTIME, ms);
+    say("waiting");
+    r = pthread_cond_timedwait(&cv, m, &rt);
+    say("cond-robust %s", ename(r));
+    if (r == EOWNERDEAD)
+        say("consistent %s", ename(pthread_mutex_consistent(m)));
+    say("unlock %s", ename(pthread_mutex_unlock(m)));
+    return 0;
+}
+
 static int mode_exit_hold(const char *how, const char *file)
 {
     if (strcmp(how, "thread") == 0) {
@@ -770,6 +855,14 @@ int main(int argc, char **argv)
         return mode_fork_hold(args[0]);
     if (strcmp(mode, "fork-identity") == 0 && nargs >= 1)
         return mode_fork_identity(atol(args[0]));
+    if (strcmp(mode, "shared-cond") == 0)
+        return mode_shared_cond();
+    if (strcmp(mode, "far-timedlock") == 0)
+        return mode_far_timedlock();
+    if (strcmp(mode, "clocklock-bad") == 0)
+        return mode_clocklock_bad();
+    if (strcmp(mode, "cond-robust") == 0 && nargs >= 1)
+        return mode_cond_robust(atol(args[0]));
     if (strcmp(mode, "exit-hold") == 0 && nargs >= 2)
         return mode_exit_hold(args[0], args[1]);
     if (strcmp(mode, "nested-once") == 0) {
