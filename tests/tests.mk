@@ -42,3 +42,11 @@ PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis)
 # api_weak includes shim/dmutex.h, the public header, as a user would.
 PROG_LIBS_api_weak = -Ishim $(shell pkg-config --libs hiredis)
+
+# test_lifecycle: lifeprog and the plugin it dlopens (not a program, so
+# outside tests/progs/*.c).
+PROG_LIBS_lifeprog = $(shell pkg-config --libs hiredis) -ldl
+test-build: $(B)/tests/progs/liblifeplug.so
+
+$(B)/tests/progs/liblifeplug.so: tests/progs/plugin/liblifeplug.c | $(B)/tests/progs
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@
