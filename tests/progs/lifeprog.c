@@ -10,7 +10,8 @@
  *     STATE  held     T is inside its section, reporting to the checker
  *                     every few ms until it is told to leave or the process
  *                     ends ("inside")
- *            lock     T waits in pthread_mutex_lock ("locking")
+ *            lock     T waits in pthread_mutex_lock ("locking", then
+ *                     "lock returned RC MONO_MS")
  *            timed    T waits in pthread_mutex_timedlock, a minute away
  *            cond     T waits in pthread_cond_wait ("waiting")
  *            cached   T locked and unlocked (config cache = true): the
@@ -330,7 +331,7 @@ static void *t_main(void *arg)
             rc = pthread_mutex_timedlock(s->m, &dl);
         }
         s->locked = rc == 0;
-        say("locked %s %lld", ename(rc), mono_ms());
+        say("lock returned %s %lld", ename(rc), mono_ms());
         if (rc != 0)
             break;
         sect_enter(s);
