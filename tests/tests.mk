@@ -1,5 +1,6 @@
-# Tests: every tests/test_*.c is a cmocka program linked with the harness and
-# the shim's core (no LD_PRELOAD needed to drive config, symbols, cluster).
+# Tests: every tests/test_*.c is a cmocka program linked with the shared
+# helpers (tests/harness.c, tests/checker.c) and the shim's core (no
+# LD_PRELOAD needed to drive config, symbols, cluster).
 # tests/progs/*.c are plain programs the tests run, some with the shim
 # preloaded. Areas with special build needs add tests/<area>.mk.
 
