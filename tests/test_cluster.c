@@ -11,6 +11,7 @@
  * SLACK_MS after it". Leases are short (LEASE_MS) to keep the suite fast. */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -30,6 +31,7 @@
 #include "config.h"
 #include "harness.h"
 #include "notify.h"
+#include "redis.h"
 
 #define LEASE_MS        1000L   /* the lease of most tests */
 #define LONG_LEASE_MS   10000L  /* longer than DM_WAIT_CAP_MS: only a notice wakes early */
@@ -692,6 +694,301 @@ static void test_on_redis_down_error_gives_eagain_when_unreachable(void **state)
     assert_true(th_now_ms() - t0 < SLACK_MS);
 }
 
+/* ---- names: interned, reference counted, freed -------------------------- */
+
+#define MANY_NAMES      100000  /* the performance issue's "100,000 names" */
+#define CHURN_SUB_EVERY 100     /* of the cycles, these subscribe channels too */
+#define CHURN_SLACK_B   (256 * 1024L)   /* heap growth allowed over all cycles:
+                                           a leak of even 8 bytes a name is 800 KB */
+#define MAX_AVG_PROBES  3       /* chain steps per lookup at most, on average */
+#define UNSUB_WAIT_MS   5000L   /* for the subscriber thread's UNSUBSCRIBEs to land */
+
+static size_t heap_in_use(void)
+{
+    return mallinfo2().uordblks;
+}
+
+/* Channels of the server whose name matches `pattern`. */
+static long long server_channels(const char *pattern)
+{
+    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s", pattern);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+static void wait_no_channels(const char *pattern)
+{
+    long long end = th_now_ms() + UNSUB_WAIT_MS;
+    long long n;
+    while ((n = server_channels(pattern)) != 0) {
+        if (th_now_ms() > end)
+            fail_msg("%lld channels matching %s still subscribed %ld ms after their last put",
+                     n, pattern, UNSUB_WAIT_MS);
+        usleep(POLL_MS * 1000);
+    }
+}
+
+static long long numsub(const char *channel)
+{
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* One name used and dropped: made, its channels subscribed now and then
+ * (as a waiter would), put. */
+static void churn_one(int i)
+{
+    char name[32];
+    snprintf(name, sizeof name, "churn%d", i);
+    struct dm_cluster_lock *l = lock_named(name);
+    if (i % CHURN_SUB_EVERY == 0) {
+        struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+        ch = dm_cluster_lock_wchan(l);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+    }
+    dm_cluster_lock_put(l);
+}
+
+/* A program that names each object's mutex (dmutex_name, heap mutexes)
+ * makes and drops names all its life: the records, their key strings, their
+ * channels and the server's subscriptions must go with the last put. */
+static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat(void **state)
+{
+    (void)state;
+    size_t locks0 = dm_cluster_lock_count(), chans0 = dm_notify_count();
+    for (int i = 0; i < CHURN_SUB_EVERY * 10; i++)        /* tables and pools warmed */
+        churn_one(i);
+    size_t before = heap_in_use();
+    for (int i = CHURN_SUB_EVERY * 10; i < MANY_NAMES; i++)
+        churn_one(i);
+    size_t after = heap_in_use();
+    if (after > before + CHURN_SLACK_B)
+        fail_msg("the heap grew by %zu bytes over %d names made and dropped",
+                 after - before, MANY_NAMES);
+    assert_int_equal(dm_cluster_lock_count(), locks0);
+    assert_int_equal(dm_notify_count(), chans0);
+    wait_no_channels("dmutex:{churn*");
+}
+
+/* Lookups by name cost the same with 100,000 live names as with one:
+ * counted in chain steps, not time (the machine is noisy). */
+static void test_get_of_many_live_names_takes_constant_probe_steps(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock **ls = calloc(MANY_NAMES, sizeof *ls);
+    struct dm_notify_chan **cs = calloc(MANY_NAMES, sizeof *cs);
+    assert_non_null(ls);
+    assert_non_null(cs);
+    char name[40];
+    for (int i = 0; i < MANY_NAMES; i++) {
+        snprintf(name, sizeof name, "live%d", i);
+        ls[i] = lock_named(name);
+        snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
+        assert_non_null(cs[i] = dm_notify_chan(name));
+    }
+    unsigned long lp = dm_cluster_lock_probes(), np = dm_notify_probes();
+    for (int i = 0; i < MANY_NAMES; i++) {
+        snprintf(name, sizeof name, "live%d", i);
+        assert_ptr_equal(dm_cluster_lock_get(name), ls[i]);
+        snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
+        assert_ptr_equal(dm_notify_chan(name), cs[i]);
+    }
+    unsigned long lsteps = dm_cluster_lock_probes() - lp, nsteps = dm_notify_probes() - np;
+    if (lsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES ||
+        nsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES)
+        fail_msg("%d lookups among %d live names took %lu (locks) and %lu (channels) chain "
+                 "steps; expected at most %d each on average",
+                 MANY_NAMES, MANY_NAMES, lsteps, nsteps, MAX_AVG_PROBES);
+    size_t locks = dm_cluster_lock_count();
+    for (int i = 0; i < MANY_NAMES; i++) {
+        dm_cluster_lock_put(ls[i]);                     /* one of two references */
+        dm_notify_chan_put(cs[i]);
+    }
+    assert_int_equal(dm_cluster_lock_count(), locks);   /* still referenced */
+    for (int i = 0; i < MANY_NAMES; i++) {
+        dm_cluster_lock_put(ls[i]);
+        dm_notify_chan_put(cs[i]);
+    }
+    assert_int_equal(dm_cluster_lock_count(), locks - MANY_NAMES);
+    free(ls);
+    free(cs);
+}
+
+/* A name dropped and made again at once: the old record's UNSUBSCRIBE must
+ * not undo the new record's SUBSCRIBE of the same channel. */
+static void test_name_made_again_after_put_stays_subscribed(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 50; i++) {
+        struct dm_cluster_lock *l = lock_named("again");
+        struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+        dm_cluster_lock_put(l);
+    }
+    struct dm_cluster_lock *l = lock_named("again");
+    assert_int_equal(dm_notify_subscribe(dm_cluster_lock_chan(l), SLACK_MS), 0);
+    /* Replies come in order: a PING answered after the subscription means
+     * every earlier UNSUBSCRIBE of it has been applied by the server. */
+    usleep(100 * 1000);
+    assert_int_equal(numsub(l->channel), 1);
+    unsigned long seq = dm_notify_seq(l->chan);
+    freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->channel));
+    assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
+    dm_cluster_lock_put(l);
+    wait_no_channels("dmutex:{again}*");
+}
+
+#define HANDLER_ROUNDS  40
+#define HANDLER_HOLD_US 300     /* a handler call long enough to be caught in */
+#define PUBLISH_EVERY_US 1000
+
+struct hstate {
+    int closed;                 /* set right after the put returned */
+    int calls;
+    int late;                   /* calls that began after closed */
+};
+
+static void stress_handler(void *arg, const char *msg, size_t len)
+{
+    (void)msg;
+    (void)len;
+    struct hstate *st = arg;
+    if (__atomic_load_n(&st->closed, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&st->late, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&st->calls, 1, __ATOMIC_RELAXED);
+    usleep(HANDLER_HOLD_US);
+    if (__atomic_load_n(&st->closed, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&st->late, 1, __ATOMIC_RELAXED);  /* still running after put */
+}
+
+struct publisher {
+    const char *channel;
+    int stop;
+};
+
+static void *publisher_main(void *arg)
+{
+    struct publisher *p = arg;
+    redisContext *c = th_redis_connect(&rs);
+    /* Slower than the handler: a backlog would delay the subscriptions. */
+    while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+        freeReplyObject(th_cmd(c, "PUBLISH %s x", p->channel));
+        usleep(PUBLISH_EVERY_US);
+    }
+    redisFree(c);
+    return NULL;
+}
+
+/* A handler's argument may be freed as soon as put returns: no call may be
+ * in progress then or begin afterwards, with messages pouring in. */
+static void test_handler_is_never_called_after_put_returns(void **state)
+{
+    (void)state;
+    struct publisher pub = { "dmutex:{hstress}:x", 0 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, publisher_main, &pub), 0);
+    static struct hstate st[HANDLER_ROUNDS];
+    int total = 0;
+    for (int i = 0; i < HANDLER_ROUNDS; i++) {
+        struct dm_notify_chan *ch = dm_notify_chan(pub.channel);
+        assert_non_null(ch);
+        dm_notify_set_handler(ch, stress_handler, &st[i]);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+        long long end = th_now_ms() + SLACK_MS;
+        while (__atomic_load_n(&st[i].calls, __ATOMIC_ACQUIRE) < 3 && th_now_ms() < end)
+            usleep(200);
+        dm_notify_chan_put(ch);
+        __atomic_store_n(&st[i].closed, 1, __ATOMIC_RELEASE);
+        total += st[i].calls;
+    }
+    usleep(50 * 1000);          /* time for any late call to show */
+    __atomic_store_n(&pub.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    for (int i = 0; i < HANDLER_ROUNDS; i++)
+        if (st[i].late)
+            fail_msg("round %d: the handler ran %d times after its channel's put returned",
+                     i, st[i].late);
+    assert_true(total >= HANDLER_ROUNDS);   /* the stress did call handlers */
+    wait_no_channels("dmutex:{hstress}*");
+}
+
+static struct dm_notify_chan *self_ch;
+static int self_puts;
+
+static void self_put_handler(void *arg, const char *msg, size_t len)
+{
+    (void)arg;
+    (void)msg;
+    (void)len;
+    if (__atomic_add_fetch(&self_puts, 1, __ATOMIC_ACQ_REL) == 1)
+        dm_notify_chan_put(self_ch);        /* must not wait for itself */
+}
+
+/* A handler may drop its own channel (as a name destroyed from a want
+ * handler would): no deadlock, and the channel is unsubscribed. */
+static void test_handler_may_put_its_own_channel(void **state)
+{
+    (void)state;
+    const char *name = "dmutex:{selfput}:x";
+    self_ch = dm_notify_chan(name);
+    assert_non_null(self_ch);
+    dm_notify_set_handler(self_ch, self_put_handler, NULL);
+    assert_int_equal(dm_notify_subscribe(self_ch, SLACK_MS), 0);
+    freeReplyObject(th_cmd(rc, "PUBLISH %s a", name));
+    wait_no_channels("dmutex:{selfput}*");
+    assert_int_equal(__atomic_load_n(&self_puts, __ATOMIC_ACQUIRE), 1);
+    /* The subscriber thread still serves others. */
+    struct dm_notify_chan *ch = dm_notify_chan("dmutex:{selfput2}:x");
+    assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+    dm_notify_chan_put(ch);
+}
+
+/* A fork child has a new process id, hence a new wait channel: it must be
+ * made under the child's id and work, and names still come and go. */
+static void test_fork_child_waits_on_its_own_channel(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("forked");
+    assert_int_equal(dm_notify_subscribe(dm_cluster_lock_wchan(l), SLACK_MS), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork_child();
+        dm_notify_atfork_child();
+        dm_cluster_atfork_child();
+        int bad = 0;
+        if (!strstr(l->wait_channel, dm_cluster_process_id()) || l->wchan)
+            bad |= 1;
+        struct dm_notify_chan *w = dm_cluster_lock_wchan(l);
+        if (!w || dm_notify_subscribe(w, SLACK_MS) != 0)
+            bad |= 2;
+        struct dm_cluster_lock *o = dm_cluster_lock_get("forked-child");
+        if (!o || dm_notify_subscribe(dm_cluster_lock_chan(o), SLACK_MS) != 0)
+            bad |= 4;
+        dm_cluster_lock_put(o);
+        _exit(bad);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("fork child: %s%s%s", WEXITSTATUS(st) & 1 ? "the wait channel was not remade " : "",
+                 WEXITSTATUS(st) & 2 ? "its wait channel did not subscribe " : "",
+                 WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
+    assert_int_equal(numsub(l->wait_channel), 1);       /* the parent's is untouched */
+    dm_cluster_lock_put(l);
+    wait_no_channels("dmutex:{forked}*");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -712,6 +1009,13 @@ int main(void)
         cmocka_unit_test_setup(test_script_flush_between_calls_is_survived, reset_policy),
         cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
         cmocka_unit_test_setup(test_token_counter_lost_restarts_from_server_time, reset_policy),
+        cmocka_unit_test_setup(test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat,
+                               reset_policy),
+        cmocka_unit_test_setup(test_get_of_many_live_names_takes_constant_probe_steps, reset_policy),
+        cmocka_unit_test_setup(test_name_made_again_after_put_stays_subscribed, reset_policy),
+        cmocka_unit_test_setup(test_handler_is_never_called_after_put_returns, reset_policy),
+        cmocka_unit_test_setup(test_handler_may_put_its_own_channel, reset_policy),
+        cmocka_unit_test_setup(test_fork_child_waits_on_its_own_channel, reset_policy),
         cmocka_unit_test_setup_teardown(test_try_is_ebusy_when_redis_is_unreachable,
                                         server_down, server_back),
         cmocka_unit_test_setup_teardown(test_deadline_gives_etimedout_when_redis_is_unreachable,
