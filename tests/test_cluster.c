@@ -966,10 +966,14 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
         dm_notify_atfork_child();
         dm_cluster_atfork_child();
         int bad = 0;
-        if (!strstr(l->wait_channel, dm_cluster_process_id()) || l->wchan)
+        if (!strstr(l->wait_channel, dm_cluster_process_id()))
             bad |= 1;
         struct dm_notify_chan *w = dm_cluster_lock_wchan(l);
-        if (!w || dm_notify_subscribe(w, SLACK_MS) != 0)
+        redisContext *c = redisConnect(rs.addr, rs.port);
+        redisReply *r = NULL;
+        if (!w || dm_notify_subscribe(w, SLACK_MS) != 0 || !c || c->err ||
+            !(r = redisCommand(c, "PUBSUB NUMSUB %s", l->wait_channel)) ||
+            r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->integer != 1)
             bad |= 2;
         struct dm_cluster_lock *o = dm_cluster_lock_get("forked-child");
         if (!o || dm_notify_subscribe(dm_cluster_lock_chan(o), SLACK_MS) != 0)
@@ -982,7 +986,7 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
     assert_true(WIFEXITED(st));
     if (WEXITSTATUS(st) != 0)
         fail_msg("fork child: %s%s%s", WEXITSTATUS(st) & 1 ? "the wait channel was not remade " : "",
-                 WEXITSTATUS(st) & 2 ? "its wait channel did not subscribe " : "",
+                 WEXITSTATUS(st) & 2 ? "its own wait channel is not subscribed " : "",
                  WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
     assert_int_equal(numsub(l->wait_channel), 1);       /* the parent's is untouched */
     dm_cluster_lock_put(l);
