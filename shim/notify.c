@@ -36,12 +36,16 @@
 #define DM_NOTIFY_LOG_EVERY_MS 5000
 #define DM_NOTIFY_MSG_MAX      160      /* bytes of a message kept per channel */
 
-enum chan_state { CHAN_IDLE, CHAN_WANTED, CHAN_SENT, CHAN_SUBSCRIBED };
+/* UNSUBSCRIBING: an UNSUBSCRIBE was sent and its reply is awaited; until
+ * then a "subscribe" reply of the name is an old one. */
+enum chan_state { CHAN_IDLE, CHAN_WANTED, CHAN_SENT, CHAN_SUBSCRIBED, CHAN_UNSUBSCRIBING };
 
-/* A channel is in the table while it has references; at the last put it
- * leaves the table (a new dm_notify_chan of the name makes a new record)
- * and, if the server may know it, goes on the work list as `dead` for the
- * subscriber thread to UNSUBSCRIBE and free. */
+/* A channel without references is `dead`: if the server may know it, it
+ * stays in the table until the subscriber thread has sent its UNSUBSCRIBE
+ * and seen the reply, then the thread frees it. So there is never more
+ * than one record of a name, and replies to a dropped record's commands
+ * cannot be taken for a new one's; a dm_notify_chan of the name meanwhile
+ * takes the dead record back. */
 struct dm_notify_chan {
     struct dm_notify_chan *next;        /* hash chain */
     struct dm_notify_chan *work_next;   /* the work list, when on_work */
@@ -56,6 +60,7 @@ struct dm_notify_chan {
     unsigned char state;                /* enum chan_state */
     unsigned char on_work;
     unsigned char dead;
+    unsigned char resubscribe;          /* wanted again while UNSUBSCRIBING */
     char name[];
 };
 
@@ -64,6 +69,7 @@ static pthread_cond_t ncv;
 static int ncv_ready;
 static struct dm_notify_chan **buckets;
 static size_t nbuckets, nchans;
+static int hold_size;                   /* no shrinking: a walk of the table is on */
 static unsigned long nprobes;           /* chain steps of all lookups, for tests */
 static struct dm_notify_chan *work, **work_tail = &work;
 static struct dm_notify_chan *calling;  /* whose handler the thread is running */
@@ -154,6 +160,7 @@ struct dm_notify_chan *dm_notify_chan(const char *channel)
     struct dm_notify_chan *ch = buckets ? find_locked(channel, len, h) : NULL;
     if (ch) {
         ch->refs++;
+        ch->dead = 0;
     } else if (buckets && (ch = calloc(1, sizeof *ch + len + 1)) != NULL) {
         memcpy(ch->name, channel, len + 1);
         ch->len = len;
@@ -176,7 +183,7 @@ static void unlink_locked(struct dm_notify_chan *ch)
         p = &(*p)->next;
     *p = ch->next;
     nchans--;
-    if (nbuckets > DM_NOTIFY_BUCKETS_MIN && nchans < nbuckets / DM_NOTIFY_SHRINK_AT)
+    if (!hold_size && nbuckets > DM_NOTIFY_BUCKETS_MIN && nchans < nbuckets / DM_NOTIFY_SHRINK_AT)
         resize_locked(nbuckets / 2);
 }
 
@@ -216,49 +223,69 @@ void dm_notify_chan_put(struct dm_notify_chan *ch)
     if (!ch)
         return;
     pthread_mutex_lock(&nmu);
+    if (ch->refs == 1) {
+        /* Ours is the last reference: it keeps the record alive while a
+         * call of the handler in progress ends. */
+        ch->fn = NULL;
+        ch->fn_arg = NULL;
+        handler_quiesce_locked(ch);
+    }
     if (--ch->refs > 0) {
         pthread_mutex_unlock(&nmu);
         return;
     }
-    ch->fn = NULL;
-    ch->fn_arg = NULL;
-    handler_quiesce_locked(ch);
-    unlink_locked(ch);
     ch->dead = 1;
-    if (ch->on_work) {
-        /* Queued for a SUBSCRIBE not sent yet: the thread drops it. */
-        ch->state = CHAN_IDLE;
+    ch->resubscribe = 0;
+    if (ch->on_work || ch->state == CHAN_UNSUBSCRIBING) {
+        /* The thread will see it dead: when popping it, or at the reply. */
     } else if (ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED) {
         work_push_locked(ch);
         wake_thread();
     } else {
+        unlink_locked(ch);
         chan_free(ch);
     }
     pthread_mutex_unlock(&nmu);
 }
 
-static void for_each_chan(void (*fn)(struct dm_notify_chan *))
-{
-    for (size_t b = 0; b < nbuckets; b++)
-        for (struct dm_notify_chan *ch = buckets[b]; ch; ch = ch->next)
-            fn(ch);
-}
-
-/* The connection is gone, and every subscription with it. */
+/* The connection is gone, and every subscription with it: a dead record
+ * needs no UNSUBSCRIBE any more, a live one is subscribed again if it was
+ * or is wanted. nmu held; frees dead records off the work list. */
 static void chan_reset(struct dm_notify_chan *ch)
 {
+    ch->seq++;
+    if (ch->dead) {
+        ch->state = CHAN_IDLE;
+        if (!ch->on_work) {
+            unlink_locked(ch);
+            chan_free(ch);
+        }
+        return;
+    }
+    if (ch->state == CHAN_UNSUBSCRIBING && !ch->resubscribe)
+        ch->state = CHAN_IDLE;
+    ch->resubscribe = 0;
     if (ch->state != CHAN_IDLE) {
         ch->state = CHAN_WANTED;
         work_push_locked(ch);
     }
-    ch->seq++;
+}
+
+/* fn on every record; fn may unlink and free the one it is given (the
+ * table keeps its size meanwhile). nmu held. */
+static void for_each_chan(void (*fn)(struct dm_notify_chan *))
+{
+    hold_size = 1;
+    for (size_t b = 0; b < nbuckets; b++)
+        for (struct dm_notify_chan *ch = buckets[b], *nx; ch; ch = nx) {
+            nx = ch->next;
+            fn(ch);
+        }
+    hold_size = 0;
 }
 
 /* Appends the SUBSCRIBEs and UNSUBSCRIBEs the work list asks for, and
- * frees the dropped channels: past this point the thread no longer knows
- * them (replies are matched through the table, which they left). An
- * UNSUBSCRIBE is appended before the SUBSCRIBE of a new record of the same
- * name, as the old record was dropped before the new one was made. */
+ * frees the dead records the server never knew. */
 static void do_work_locked(redisContext *c)
 {
     struct dm_notify_chan *ch;
@@ -270,9 +297,13 @@ static void do_work_locked(redisContext *c)
         const char *argv[2] = { ch->dead ? "UNSUBSCRIBE" : "SUBSCRIBE", ch->name };
         size_t lens[2] = { ch->dead ? 11 : 9, ch->len };
         if (ch->dead) {
-            if (ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED)
+            if (ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED) {
                 redisAppendCommandArgv(c, 2, argv, lens);
-            chan_free(ch);
+                ch->state = CHAN_UNSUBSCRIBING;
+            } else if (ch->state != CHAN_UNSUBSCRIBING) {
+                unlink_locked(ch);
+                chan_free(ch);
+            }
         } else if (ch->state == CHAN_WANTED) {
             redisAppendCommandArgv(c, 2, argv, lens);
             ch->state = CHAN_SENT;
@@ -324,6 +355,17 @@ static void on_reply(redisReply *r)
     } else if (strcmp(kind, "subscribe") == 0) {
         if (ch->state == CHAN_SENT)
             ch->state = CHAN_SUBSCRIBED;
+    } else if (strcmp(kind, "unsubscribe") == 0 && ch->state == CHAN_UNSUBSCRIBING) {
+        if (ch->dead) {
+            unlink_locked(ch);
+            chan_free(ch);
+        } else if (ch->resubscribe) {
+            ch->resubscribe = 0;
+            ch->state = CHAN_WANTED;
+            work_push_locked(ch);       /* sent at the top of the thread's loop */
+        } else {
+            ch->state = CHAN_IDLE;
+        }
     }
     pthread_cond_broadcast(&ncv);
 }
@@ -347,12 +389,6 @@ static void *notify_main(void *arg)
                 struct pollfd p = { wake_fd, POLLIN, 0 };
                 poll(&p, 1, (int)(backoff / 2 + random() % (backoff / 2 + 1)));
                 backoff = backoff * 2 > DM_NOTIFY_BACKOFF_MAX ? DM_NOTIFY_BACKOFF_MAX : backoff * 2;
-                /* Nothing is subscribed: dropped channels need no UNSUBSCRIBE. */
-                pthread_mutex_lock(&nmu);
-                for (struct dm_notify_chan *ch = work; ch; ch = ch->work_next)
-                    if (ch->dead)
-                        ch->state = CHAN_IDLE;
-                pthread_mutex_unlock(&nmu);
                 continue;
             }
             backoff = DM_NOTIFY_BACKOFF_MIN;
@@ -424,9 +460,6 @@ static void *notify_main(void *arg)
             redisFree(c);
             c = NULL;
             connected = 0;
-            for (struct dm_notify_chan *ch = work; ch; ch = ch->work_next)
-                if (ch->dead)
-                    ch->state = CHAN_IDLE;
             for_each_chan(chan_reset);      /* wake everyone: a notice may be lost */
             pthread_cond_broadcast(&ncv);
             pthread_mutex_unlock(&nmu);
@@ -472,6 +505,8 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
     if (ch->state == CHAN_IDLE) {
         ch->state = CHAN_WANTED;
         work_push_locked(ch);
+    } else if (ch->state == CHAN_UNSUBSCRIBING) {
+        ch->resubscribe = 1;
     }
     wake_thread();
     struct timespec dl;
@@ -565,8 +600,13 @@ unsigned long dm_notify_probes(void)
 
 static void chan_forget(struct dm_notify_chan *ch)
 {
-    ch->state = CHAN_IDLE;
     ch->on_work = 0;
+    ch->resubscribe = 0;
+    ch->state = CHAN_IDLE;
+    if (ch->dead) {
+        unlink_locked(ch);
+        chan_free(ch);
+    }
 }
 
 void dm_notify_atfork_child(void)
@@ -589,14 +629,8 @@ void dm_notify_atfork_child(void)
         close(wake_fd);
         wake_fd = -1;
     }
-    /* Dropped channels waiting for the parent's thread: nothing is
-     * subscribed in the child, so they are simply freed. */
-    for (struct dm_notify_chan *ch = work, *nx; ch; ch = nx) {
-        nx = ch->work_next;
-        ch->on_work = 0;
-        if (ch->dead)
-            chan_free(ch);
-    }
+    /* Nothing is subscribed in the child: dead records are freed, the
+     * others wait to be wanted. */
     work = NULL;
     work_tail = &work;
     for_each_chan(chan_forget);

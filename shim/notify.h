@@ -59,7 +59,8 @@ void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg
 /* Notices received by this process (all channels), for tests and stats. */
 unsigned long dm_notify_received(void);
 
-/* Channels with references, and the chain steps all lookups took so far:
+/* Channel records (those dropped but not yet unsubscribed included), and
+ * the chain steps all lookups took so far:
  * for tests (no channel leaks, lookups stay O(1)). */
 size_t dm_notify_count(void);
 unsigned long dm_notify_probes(void);
