@@ -20,10 +20,10 @@
 
 #define DM_RELEASE_TIMEOUTS 3  /* a release keeps trying for this many command timeouts */
 
-static const struct dm_config *ccfg;
 #define DM_LOCK_BUCKETS_MIN 64  /* the table never shrinks below this */
 #define DM_LOCK_SHRINK_AT   8   /* halve the table below 1/8 full */
 
+static const struct dm_config *ccfg;
 /* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dm_cluster_lock **lock_buckets;
