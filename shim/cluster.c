@@ -597,6 +597,16 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     return EIO;
 }
 
+void dm_cluster_atfork_prepare(void)
+{
+    pthread_mutex_lock(&locks_mu);
+}
+
+void dm_cluster_atfork_parent(void)
+{
+    pthread_mutex_unlock(&locks_mu);
+}
+
 /* The child has a new process id, so a new wait channel: rewritten in
  * place, its old notify record dropped (notify's own fork handling ran
  * first: nothing is subscribed) and made again when a waiter needs it. */

@@ -609,6 +609,16 @@ static void chan_forget(struct dm_notify_chan *ch)
     }
 }
 
+void dm_notify_atfork_prepare(void)
+{
+    pthread_mutex_lock(&nmu);
+}
+
+void dm_notify_atfork_parent(void)
+{
+    pthread_mutex_unlock(&nmu);
+}
+
 void dm_notify_atfork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

@@ -65,7 +65,11 @@ unsigned long dm_notify_received(void);
 size_t dm_notify_count(void);
 unsigned long dm_notify_probes(void);
 
-/* In a fork child: no thread, no connection, nothing subscribed. */
+/* Around fork (pthread_atfork): prepare takes notify's lock, so that the
+ * child never sees the channel table half rebuilt; parent gives it back.
+ * In a fork child: no thread, no connection, nothing subscribed. */
+void dm_notify_atfork_prepare(void);
+void dm_notify_atfork_parent(void);
 void dm_notify_atfork_child(void);
 
 #endif
