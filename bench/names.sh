@@ -36,15 +36,18 @@ import json, sys
 live = [json.loads(l) for l in open(sys.argv[1])]
 churn = [json.loads(l) for l in open(sys.argv[2])]
 base = live[0]
-print("\nnames: lock+unlock median (also over a PING's, same moment) and RSS per idle name")
+print("\nnames: lock+unlock median: wall, in PINGs timed just before, and the thread's CPU;"
+      " RSS per idle name")
 print("  targets: pair at most x1.2 that with N=%d; RSS per name at most 1 KB (for N >= 1000:"
       " RSS moves in pages)" % base["names"])
 for r in live:
     ratio = r["pair_per_ping"] / base["pair_per_ping"]
-    print("  N=%-7d pair %7.1f us = %5.2f PINGs (x%.2f of N=%d%s)  map %6.2f s  RSS/name %6.0f B%s"
-          "  kept after destroy %6.0f B/name"
-          % (r["names"], r["pair_median_us"], r["pair_per_ping"], ratio, base["names"],
-             "" if ratio <= 1.2 else ", MISSED", r["map_s"], r["rss_per_name_b"],
+    cratio = r["pair_cpu_median_us"] / base["pair_cpu_median_us"]
+    print("  N=%-7d pair %6.1f us = %5.2f PINGs (x%.2f%s), cpu %5.1f us (x%.2f%s)  map %6.2f s"
+          "  RSS/name %5.0f B%s  kept after destroy %5.0f B/name"
+          % (r["names"], r["pair_median_us"], r["pair_per_ping"], ratio,
+             "" if ratio <= 1.2 else " MISSED", r["pair_cpu_median_us"], cratio,
+             "" if cratio <= 1.2 else " MISSED", r["map_s"], r["rss_per_name_b"],
              "" if r["names"] < 1000 or r["rss_per_name_b"] <= 1024 else " MISSED",
              r["rss_kept_after_destroy_per_name_b"]))
 last = churn[-1]
