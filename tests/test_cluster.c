@@ -1098,6 +1098,50 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
     }
 }
 
+#define RC_DROPPED      200     /* channels dropped just before the connection is killed */
+
+/* The subscriber connection is lost while dropped channels wait for their
+ * UNSUBSCRIBE to be sent or confirmed: they are freed (the server forgot
+ * them with the connection), and the channel still in use is subscribed
+ * again on the new one. */
+static void test_connection_lost_while_dropping_channels_frees_them_and_resubscribes(void **state)
+{
+    (void)state;
+    size_t base = dm_notify_count();
+    struct dm_notify_chan *keep = dm_notify_chan("dmutex:{rc}:keep");
+    assert_non_null(keep);
+    assert_int_equal(dm_notify_subscribe(keep, SLACK_MS), 0);
+    unsigned long seq = dm_notify_seq(keep);
+    char name[48];
+    for (int i = 0; i < RC_DROPPED; i++) {
+        snprintf(name, sizeof name, "dmutex:{rc}:drop%d", i);
+        struct dm_notify_chan *ch = dm_notify_chan(name);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+    }
+    for (int i = 0; i < RC_DROPPED; i++) {
+        snprintf(name, sizeof name, "dmutex:{rc}:drop%d", i);
+        struct dm_notify_chan *ch = dm_notify_chan(name);     /* a second reference... */
+        dm_notify_chan_put(ch);
+        dm_notify_chan_put(ch);                               /* ...and the last */
+    }
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE pubsub"));
+    long long end = th_now_ms() + UNSUB_WAIT_MS + SLACK_MS;
+    while (dm_notify_count() != base + 1 || numsub("dmutex:{rc}:keep") != 1 ||
+           !dm_notify_is_subscribed(keep)) {
+        if (th_now_ms() > end)
+            fail_msg("after the connection was lost: %zu channel records (expected %zu), "
+                     "keep subscribed %lld times on the server, %s here",
+                     dm_notify_count(), base + 1, numsub("dmutex:{rc}:keep"),
+                     dm_notify_is_subscribed(keep) ? "subscribed" : "not subscribed");
+        usleep(POLL_MS * 1000);
+    }
+    assert_true(dm_notify_seq(keep) != seq);     /* waiters were woken: a notice may be lost */
+    assert_int_equal(server_channels("dmutex:{rc}:drop*"), 0);
+    dm_notify_chan_put(keep);
+    wait_no_channels("dmutex:{rc}*");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1126,6 +1170,8 @@ int main(void)
         cmocka_unit_test_setup(test_handler_may_put_its_own_channel, reset_policy),
         cmocka_unit_test_setup(test_fork_child_waits_on_its_own_channel, reset_policy),
         cmocka_unit_test_setup(test_fork_during_table_resizes_leaves_the_child_consistent,
+                               reset_policy),
+        cmocka_unit_test_setup(test_connection_lost_while_dropping_channels_frees_them_and_resubscribes,
                                reset_policy),
         cmocka_unit_test_setup_teardown(test_try_is_ebusy_when_redis_is_unreachable,
                                         server_down, server_back),
