@@ -7,8 +7,19 @@
 
 BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many
 
-.PHONY: bench-build
+.PHONY: bench-build bench-names
 bench-build: $(BENCH_BINS)
+
+# Issue 14 (memory per name): lock+unlock cost and RSS with 10 to 100,000
+# live names, and RSS over names made and destroyed (bench/names.sh).
+bench-names:
+	@$(MAKE) --no-print-directory all $(B)/bench/names
+	@bench/names.sh
+
+# names uses the public API header, shim/dmutex.h, as a user program would.
+$(B)/bench/names: bench/names.c shim/dmutex.h | $(B)/bench
+	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) -Ishim $(shell pkg-config --cflags hiredis) \
+	    $< -o $@ $(shell pkg-config --libs hiredis)
 
 bench:
 	@tools/deps.sh bench

@@ -20,9 +20,15 @@
 
 #define DM_RELEASE_TIMEOUTS 3  /* a release keeps trying for this many command timeouts */
 
+#define DM_LOCK_BUCKETS_MIN 64  /* the table never shrinks below this */
+#define DM_LOCK_SHRINK_AT   8   /* halve the table below 1/8 full */
+
 static const struct dm_config *ccfg;
+/* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct dm_cluster_lock *locks;
+static struct dm_cluster_lock **lock_buckets;
+static size_t nlock_buckets, nlocks;
+static unsigned long lock_probes;       /* chain steps of all lookups, for tests */
 static char process_id[33];
 
 static long long now_ms(void)
@@ -76,62 +82,187 @@ void dm_cluster_owner(char *buf, unsigned long seq)
     snprintf(buf, DM_OWNER_MAX, "%s:%lu", process_id, seq);
 }
 
-static int make_wait_channel(struct dm_cluster_lock *l)
+/* Writes this process's wait channel into l->wait_channel, whose room was
+ * sized for a process id (they all have the same length). */
+static void make_wait_channel(struct dm_cluster_lock *l)
 {
-    char *w;
-    if (asprintf(&w, "%s%s", l->wait_prefix, process_id) < 0)
-        return -1;
-    struct dm_notify_chan *ch = dm_notify_chan(w);
-    if (!ch) {
-        free(w);
-        return -1;
+    size_t n = strlen(l->wait_prefix);
+    memcpy(l->wait_channel, l->wait_prefix, n);
+    memcpy(l->wait_channel + n, process_id, sizeof process_id);
+}
+
+/* Rebuilds the table with n buckets (a power of two); locks_mu held. Out
+ * of memory it keeps the old one: chains get longer, nothing breaks. */
+static void locks_resize(size_t n)
+{
+    struct dm_cluster_lock **nb = calloc(n, sizeof *nb);
+    if (!nb)
+        return;
+    for (size_t b = 0; b < nlock_buckets; b++)
+        for (struct dm_cluster_lock *l = lock_buckets[b], *nx; l; l = nx) {
+            nx = l->next;
+            l->next = nb[l->hash & (n - 1)];
+            nb[l->hash & (n - 1)] = l;
+        }
+    free(lock_buckets);
+    lock_buckets = nb;
+    nlock_buckets = n;
+}
+
+static size_t name_hash(const char *s)
+{
+    size_t h = 5381;
+    for (; *s; s++)
+        h = h * 33 + (unsigned char)*s;
+    return h ^ (h >> 17);
+}
+
+/* The record and all its strings in one allocation: per name a few hundred
+ * bytes, not nine small allocations and three channels. */
+static struct dm_cluster_lock *lock_new(const char *name, size_t h)
+{
+    static const char *const suffix[] = { ":token", ":holder", ":released", ":queue",
+                                          ":qtime", ":want", ":w:" };
+    const char *ns = ccfg->ns;
+    size_t nl = strlen(name), kl = strlen(ns) + nl + 3;     /* ns:{name} */
+    size_t size = nl + 1 + kl + 1;
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++)
+        size += kl + strlen(suffix[i]) + 1;
+    size += kl + 3 + sizeof process_id;                     /* wait_channel */
+    struct dm_cluster_lock *l = calloc(1, sizeof *l + size);
+    if (!l)
+        return NULL;
+    char *p = l->strs;
+    char **field[] = { &l->token_key, &l->holder_key, &l->channel, &l->queue_key,
+                       &l->qtime_key, &l->want_channel, &l->wait_prefix };
+    l->name = p;
+    p += sprintf(p, "%s", name) + 1;
+    l->key = p;
+    p += sprintf(p, "%s:{%s}", ns, name) + 1;
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+        *field[i] = p;
+        p += sprintf(p, "%s%s", l->key, suffix[i]) + 1;
     }
-    l->wait_channel = w;    /* the parent's, in a fork child, is leaked: a few bytes */
-    l->wchan = ch;
-    return 0;
+    l->wait_channel = p;
+    make_wait_channel(l);
+    l->hash = h;
+    l->refs = 1;
+    return l;
 }
 
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
 {
+    size_t h = name_hash(name);
     pthread_mutex_lock(&locks_mu);
-    struct dm_cluster_lock *l;
-    for (l = locks; l; l = l->next)
-        if (strcmp(l->name, name) == 0)
-            break;
-    if (!l && (l = calloc(1, sizeof *l)) != NULL) {
-        const char *ns = ccfg->ns;
-        if (!(l->name = strdup(name)) ||
-            asprintf(&l->key, "%s:{%s}", ns, name) < 0 ||
-            asprintf(&l->token_key, "%s:{%s}:token", ns, name) < 0 ||
-            asprintf(&l->holder_key, "%s:{%s}:holder", ns, name) < 0 ||
-            asprintf(&l->channel, "%s:{%s}:released", ns, name) < 0 ||
-            asprintf(&l->queue_key, "%s:{%s}:queue", ns, name) < 0 ||
-            asprintf(&l->qtime_key, "%s:{%s}:qtime", ns, name) < 0 ||
-            asprintf(&l->want_channel, "%s:{%s}:want", ns, name) < 0 ||
-            asprintf(&l->wait_prefix, "%s:{%s}:w:", ns, name) < 0 ||
-            !(l->chan = dm_notify_chan(l->channel)) ||
-            !(l->wantchan = dm_notify_chan(l->want_channel)) ||
-            make_wait_channel(l) != 0) {
-            /* asprintf leaves its pointer undefined on failure: leak rather
-             * than free garbage; this only happens out of memory. */
-            l = NULL;
-        } else {
-            l->next = locks;
-            locks = l;
+    if (!lock_buckets)
+        locks_resize(DM_LOCK_BUCKETS_MIN);
+    struct dm_cluster_lock *l = NULL;
+    if (lock_buckets) {
+        for (l = lock_buckets[h & (nlock_buckets - 1)]; l; l = l->next) {
+            lock_probes++;
+            if (l->hash == h && strcmp(l->name, name) == 0)
+                break;
         }
+    }
+    if (l) {
+        l->refs++;
+    } else if (lock_buckets && (l = lock_new(name, h)) != NULL) {
+        if (nlocks + 1 > nlock_buckets)
+            locks_resize(nlock_buckets * 2);
+        l->next = lock_buckets[h & (nlock_buckets - 1)];
+        lock_buckets[h & (nlock_buckets - 1)] = l;
+        nlocks++;
     }
     pthread_mutex_unlock(&locks_mu);
     return l;
+}
+
+void dm_cluster_lock_put(struct dm_cluster_lock *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&locks_mu);
+    if (--l->refs > 0) {
+        pthread_mutex_unlock(&locks_mu);
+        return;
+    }
+    struct dm_cluster_lock **p = &lock_buckets[l->hash & (nlock_buckets - 1)];
+    while (*p != l)
+        p = &(*p)->next;
+    *p = l->next;
+    nlocks--;
+    if (nlock_buckets > DM_LOCK_BUCKETS_MIN && nlocks < nlock_buckets / DM_LOCK_SHRINK_AT)
+        locks_resize(nlock_buckets / 2);
+    pthread_mutex_unlock(&locks_mu);
+    /* Out of the table: no one else can reach it. notify may wait for a
+     * handler here, so locks_mu is not held. */
+    dm_notify_chan_put(l->chan);
+    dm_notify_chan_put(l->wchan);
+    dm_notify_chan_put(l->wantchan);
+    free(l);
+}
+
+size_t dm_cluster_lock_count(void)
+{
+    pthread_mutex_lock(&locks_mu);
+    size_t n = nlocks;
+    pthread_mutex_unlock(&locks_mu);
+    return n;
+}
+
+unsigned long dm_cluster_lock_probes(void)
+{
+    pthread_mutex_lock(&locks_mu);
+    unsigned long n = lock_probes;
+    pthread_mutex_unlock(&locks_mu);
+    return n;
+}
+
+/* *slot, made from `channel` on first need. Two threads racing make one
+ * each; the loser drops its reference. */
+static struct dm_notify_chan *lazy_chan(struct dm_notify_chan **slot, const char *channel)
+{
+    struct dm_notify_chan *ch = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (ch)
+        return ch;
+    struct dm_notify_chan *mine = dm_notify_chan(channel);
+    if (!mine)
+        return NULL;
+    if (__atomic_compare_exchange_n(slot, &ch, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return mine;
+    dm_notify_chan_put(mine);
+    return ch;
+}
+
+struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l)
+{
+    return lazy_chan(&l->chan, l->channel);
+}
+
+struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l)
+{
+    return lazy_chan(&l->wchan, l->wait_channel);
+}
+
+struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l)
+{
+    return l->wants ? lazy_chan(&l->wantchan, l->want_channel) : NULL;
 }
 
 void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants)
 {
     if (fair)
         l->fair = 1;
-    if (cache)
+    if ((cache || wants) && !l->wants) {
+        /* Made now: mapped.c uses l->wantchan directly once wants are on. */
+        if (lazy_chan(&l->wantchan, l->want_channel))
+            l->wants = 1;
+        else
+            dm_error("lock %s: out of memory for its want channel; lock caching and "
+                     "want notices stay off", l->name);
+    }
+    if (cache && l->wants)
         l->cache = 1;
-    if (cache || wants)
-        l->wants = 1;
 }
 
 /* The lease a handed-over lock has until its new owner renews it. */
@@ -293,14 +424,16 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     long long down_since = 0;
     /* Fair and caching waiters queue; a trylock never does. */
     int fair = (l->fair || l->cache) && !(flags & DM_ACQ_TRY);
-    struct dm_notify_chan *ch = fair ? l->wchan : l->chan;
+    /* The channel is made when a wait first needs it (NULL until then, and
+     * out of memory: the wait then polls). */
+    struct dm_notify_chan *ch = __atomic_load_n(fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
     char member[DM_OWNER_MAX + 24] = "";
     if (fair)
         snprintf(member, sizeof member, "%s|%lu", owner,
                  __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
     /* Already subscribed (from an earlier wait): a notice sent after the
      * first attempt cannot be missed, so that attempt is enough. */
-    if (!(flags & DM_ACQ_TRY))
+    if (!(flags & DM_ACQ_TRY) && ch)
         subscribed = dm_notify_is_subscribed(ch);
 
     for (;;) {
@@ -373,7 +506,9 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             long to = ccfg->redis.command_timeout_ms;
             if (left >= 0 && left < to)
                 to = left;
-            if (dm_notify_subscribe(ch, to) == 0) {
+            if (!ch)
+                ch = fair ? dm_cluster_lock_wchan(l) : dm_cluster_lock_chan(l);
+            if (ch && dm_notify_subscribe(ch, to) == 0) {
                 subscribed = 1;
                 continue;       /* the second attempt, now that no notice can be missed */
             }
@@ -464,13 +599,29 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     return EIO;
 }
 
+void dm_cluster_atfork_prepare(void)
+{
+    pthread_mutex_lock(&locks_mu);
+}
+
+void dm_cluster_atfork_parent(void)
+{
+    pthread_mutex_unlock(&locks_mu);
+}
+
+/* The child has a new process id, so a new wait channel: rewritten in
+ * place, its old notify record dropped (notify's own fork handling ran
+ * first: nothing is subscribed) and made again when a waiter needs it. */
 void dm_cluster_atfork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&locks_mu, &fresh, sizeof fresh);
     new_process_id();
     jitter_seed = 0;
-    for (struct dm_cluster_lock *l = locks; l; l = l->next)
-        if (make_wait_channel(l) != 0)
-            l->wchan = NULL;    /* out of memory in the child: fair waits poll */
+    for (size_t b = 0; b < nlock_buckets; b++)
+        for (struct dm_cluster_lock *l = lock_buckets[b]; l; l = l->next) {
+            make_wait_channel(l);
+            dm_notify_chan_put(l->wchan);
+            l->wchan = NULL;
+        }
 }

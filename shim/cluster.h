@@ -19,8 +19,10 @@
 #define DM_DOWN_LOG_EVERY_MS 5000
 #define DM_QUEUE_TTL_MS  (3 * DM_WAIT_CAP_MS)   /* a fair waiter silent this long is dead */
 
-/* One lock name, interned: every caller naming "x" gets the same record,
- * which lives until the process ends. */
+/* One lock name, interned: every caller naming "x" gets the same record
+ * while anyone holds a reference to it (dm_cluster_lock_get/put). The key
+ * strings share one allocation with the record; the notify channels are
+ * made when first needed, through the accessors below (NULL until then). */
 struct dm_cluster_lock {
     char *name;
     char *key;          /* ns:{name}           hash owner -> count, lease */
@@ -31,16 +33,19 @@ struct dm_cluster_lock {
     char *qtime_key;    /* ns:{name}:qtime     their deadlines */
     char *want_channel; /* ns:{name}:want      "a process wants it" (lock caching) */
     char *wait_prefix;  /* ns:{name}:w:        + process id: a waiter's own channel */
-    char *wait_channel; /* this process's, remade in a fork child */
-    struct dm_notify_chan *chan;        /* release notices */
-    struct dm_notify_chan *wchan;       /* handovers to this process */
-    struct dm_notify_chan *wantchan;    /* want notices (cache mode) */
+    char *wait_channel; /* this process's, rewritten in place in a fork child */
+    struct dm_notify_chan *chan;        /* release notices: dm_cluster_lock_chan */
+    struct dm_notify_chan *wchan;       /* handovers to this process: dm_cluster_lock_wchan */
+    struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
     int fair;           /* queue waiters, hand over on release */
     int cache;          /* the holder keeps the lock until asked */
     int wants;          /* waiters announce wants (cache mode, or several mutexes
                            share the name and the holder's threads may keep it busy) */
     unsigned long wait_ids;
+    unsigned refs;      /* under the table's mutex */
+    size_t hash;
     struct dm_cluster_lock *next;
+    char strs[];        /* the strings above */
 };
 
 struct dm_grant {
@@ -58,12 +63,35 @@ struct dm_grant {
 void dm_cluster_init(const struct dm_config *cfg);
 const struct dm_config *dm_cluster_config(void);
 
-/* The interned record for `name`; NULL on ENOMEM. */
+/* The interned record for `name`, with one more reference (O(1), no I/O);
+ * NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
 
-/* Fair mode (queue, FIFO handover), lock caching, and want notices for a
- * name; any entry asking for one turns it on for the process. Caching
- * implies wants. */
+/* Drops a reference. The last one frees the record and drops its notify
+ * channels (unsubscribed by the subscriber thread). The caller must be the
+ * last user: no acquire or release of `l` in progress or to come, no hold
+ * of it with the watchdog, and no handler of its channels that uses memory
+ * about to go (dm_notify_set_handler(ch, NULL, NULL) first: it waits for a
+ * call in progress). Must not be called holding a lock a handler takes.
+ * NULL is ignored. */
+void dm_cluster_lock_put(struct dm_cluster_lock *l);
+
+/* The lock's notify channels, made (and held until the last put) on first
+ * call; NULL out of memory (waits then poll). The want channel exists once
+ * dm_cluster_lock_mode turned wants on. */
+struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l);
+struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
+struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l);
+
+/* Records alive, and the chain steps all lookups took so far: for tests. */
+size_t dm_cluster_lock_count(void);
+unsigned long dm_cluster_lock_probes(void);
+
+/* Fair mode (queue, FIFO handover), lock caching, and want notices (cache
+ * mode, or a name several mutexes share) for a name; any entry asking for
+ * one turns it on for the process, for as long as the record lives.
+ * Caching implies wants; turning wants on makes the want channel now; out
+ * of memory both stay off (logged). */
 void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants);
 
 /* This process's random id (32 hex digits), new in every fork child. */
@@ -92,6 +120,13 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
+/* Around fork (pthread_atfork): prepare takes the lock table's mutex, so
+ * that the child never sees the table half rebuilt (take it before
+ * notify's: dm_cluster_atfork_prepare, then dm_notify_atfork_prepare);
+ * parent gives it back. The child handler runs after notify's: it gives
+ * each record this process's new wait channel. */
+void dm_cluster_atfork_prepare(void);
+void dm_cluster_atfork_parent(void);
 void dm_cluster_atfork_child(void);
 
 #endif

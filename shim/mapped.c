@@ -219,19 +219,36 @@ static struct dm_name *name_get(const char *name)
     return nm;
 }
 
-/* Drops a reference; the last one (the name's last mutex destroyed) frees
- * the record once no hold is left, so per-object names cost nothing after
- * their objects are gone. A name whose want handler is installed is kept:
- * the subscriber thread may be calling it. */
+static int hold_release(struct dm_name *nm);
+
+/* Drops a reference; the last one (the name's last mutex destroyed, or its
+ * library unloaded) gives back a hold kept by caching and frees the name's
+ * record, its cluster record and its notify channels, so per-object names
+ * cost nothing once their objects are gone. */
 static void name_put(struct dm_name *nm)
 {
     pthread_mutex_lock(&names_mu);
-    int gone = 0;
-    if (--nm->refs == 0) {
-        pthread_mutex_lock(&nm->mu);
-        gone = nm->state == NAME_FREE && nm->users == 0 && !nm->want_subscribed;
+    int last = --nm->refs == 0;
+    pthread_mutex_unlock(&names_mu);
+    if (!last)
+        return;
+    pthread_mutex_lock(&nm->mu);
+    if (nm->state == NAME_HELD && nm->users == 0) {
+        nm->state = NAME_RELEASING;
+        pthread_mutex_unlock(&nm->mu);
+        in_shim++;
+        hold_release(nm);
+        in_shim--;
+    } else {
         pthread_mutex_unlock(&nm->mu);
     }
+    /* Under names_mu, so that no new record of the name can install its
+     * want handler before this one's is gone. The handler (on_want) takes
+     * nm->mu only, never names_mu. */
+    pthread_mutex_lock(&names_mu);
+    pthread_mutex_lock(&nm->mu);
+    int gone = nm->refs == 0 && nm->state == NAME_FREE && nm->users == 0;
+    pthread_mutex_unlock(&nm->mu);
     if (gone) {
         size_t k = name_hash(nm->cl->name) & (name_nbuckets - 1);
         for (struct dm_name **p = &name_buckets[k]; *p; p = &(*p)->next)
@@ -240,13 +257,14 @@ static void name_put(struct dm_name *nm)
                 break;
             }
         name_count--;
-    }
-    pthread_mutex_unlock(&names_mu);
-    if (gone) {
+        if (nm->cl->wantchan)
+            dm_notify_set_handler(nm->cl->wantchan, NULL, NULL);   /* waits for a call in progress */
+        dm_cluster_lock_put(nm->cl);
         pthread_mutex_destroy(&nm->mu);
         pthread_cond_destroy(&nm->cv);
         free(nm);
     }
+    pthread_mutex_unlock(&names_mu);
 }
 
 int dm_mapped_add(const void *addr, const char *name, int flags)

@@ -1,10 +1,17 @@
 /* notify: one thread reads the subscriber connection with poll(2) and is
- * woken through an eventfd when a waiter wants a new channel; hiredis is
- * used as a parser over that socket (redisBufferRead/Write), so one thread
- * alone ever touches the context. Every state change is announced on one
- * condition variable (CLOCK_MONOTONIC); waiters check their own channel's
- * count. A lost connection bumps every count, is remade with backoff, and
- * every wanted channel is subscribed again. */
+ * woken through an eventfd when a waiter wants a new channel or a channel
+ * is dropped; hiredis is used as a parser over that socket
+ * (redisBufferRead/Write), so one thread alone ever touches the context.
+ * Every state change is announced on one condition variable
+ * (CLOCK_MONOTONIC); waiters check their own channel's count. A lost
+ * connection bumps every count, is remade with backoff, and every wanted
+ * channel is subscribed again.
+ *
+ * Channels are reference counted and live in a hash table that grows and
+ * shrinks with their number, so a process with many short-lived names
+ * neither leaks them nor scans long chains. Work for the subscriber thread
+ * (a SUBSCRIBE to send, a dropped channel to UNSUBSCRIBE and free) goes on
+ * one list, so that a wake-up costs what changed, not the table's size. */
 #include "notify.h"
 
 #include <errno.h>
@@ -21,31 +28,52 @@
 #include "log.h"
 #include "redis.h"
 
-#define DM_NOTIFY_BUCKETS      256
+#define DM_NOTIFY_BUCKETS_MIN  64       /* the table never shrinks below this */
+#define DM_NOTIFY_SHRINK_AT    8        /* halve the table below 1/8 full */
 #define DM_NOTIFY_PING_MS      5000     /* idle time before a PING checks the link */
 #define DM_NOTIFY_BACKOFF_MIN  50
 #define DM_NOTIFY_BACKOFF_MAX  2000
 #define DM_NOTIFY_LOG_EVERY_MS 5000
 #define DM_NOTIFY_MSG_MAX      160      /* bytes of a message kept per channel */
 
-enum chan_state { CHAN_IDLE, CHAN_WANTED, CHAN_SENT, CHAN_SUBSCRIBED };
+/* UNSUBSCRIBING: an UNSUBSCRIBE was sent and its reply is awaited; until
+ * then a "subscribe" reply of the name is an old one. */
+enum chan_state { CHAN_IDLE, CHAN_WANTED, CHAN_SENT, CHAN_SUBSCRIBED, CHAN_UNSUBSCRIBING };
 
+/* A channel without references is `dead`: if the server may know it, it
+ * stays in the table until the subscriber thread has sent its UNSUBSCRIBE
+ * and seen the reply, then the thread frees it. So there is never more
+ * than one record of a name, and replies to a dropped record's commands
+ * cannot be taken for a new one's; a dm_notify_chan of the name meanwhile
+ * takes the dead record back. */
 struct dm_notify_chan {
-    char *name;
-    size_t len;
-    enum chan_state state;
-    unsigned long seq;
-    char last[DM_NOTIFY_MSG_MAX];
+    struct dm_notify_chan *next;        /* hash chain */
+    struct dm_notify_chan *work_next;   /* the work list, when on_work */
+    char *last;                         /* made at the first message */
     size_t last_len;
+    unsigned long seq;
     dm_notify_fn fn;
     void *fn_arg;
-    struct dm_notify_chan *next;
+    size_t hash;
+    size_t len;
+    unsigned refs;
+    unsigned char state;                /* enum chan_state */
+    unsigned char on_work;
+    unsigned char dead;
+    unsigned char resubscribe;          /* wanted again while UNSUBSCRIBING */
+    char name[];
 };
 
 static pthread_mutex_t nmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ncv;
 static int ncv_ready;
-static struct dm_notify_chan *buckets[DM_NOTIFY_BUCKETS];
+static struct dm_notify_chan **buckets;
+static size_t nbuckets, nchans;
+static int hold_size;                   /* no shrinking: a walk of the table is on */
+static unsigned long nprobes;           /* chain steps of all lookups, for tests */
+static struct dm_notify_chan *work, **work_tail = &work;
+static struct dm_notify_chan *calling;  /* whose handler the thread is running */
+static pthread_t sub_thread;
 static int thread_running;
 static int wake_fd = -1;
 static unsigned long received;
@@ -75,7 +103,7 @@ static size_t hash(const char *s, size_t len)
     size_t h = 5381;
     for (size_t i = 0; i < len; i++)
         h = h * 33 + (unsigned char)s[i];
-    return h % DM_NOTIFY_BUCKETS;
+    return h ^ (h >> 17);
 }
 
 /* Call with nmu held. */
@@ -91,65 +119,196 @@ static void cv_init_locked(void)
     ncv_ready = 1;
 }
 
+/* Rebuilds the table with n buckets (a power of two); nmu held. Out of
+ * memory it keeps the old one: chains get longer, nothing breaks. */
+static void resize_locked(size_t n)
+{
+    struct dm_notify_chan **nb = calloc(n, sizeof *nb);
+    if (!nb)
+        return;
+    for (size_t b = 0; b < nbuckets; b++)
+        for (struct dm_notify_chan *ch = buckets[b], *nx; ch; ch = nx) {
+            nx = ch->next;
+            ch->next = nb[ch->hash & (n - 1)];
+            nb[ch->hash & (n - 1)] = ch;
+        }
+    free(buckets);
+    buckets = nb;
+    nbuckets = n;
+}
+
+static struct dm_notify_chan *find_locked(const char *s, size_t len, size_t h)
+{
+    if (!buckets)
+        return NULL;
+    for (struct dm_notify_chan *ch = buckets[h & (nbuckets - 1)]; ch; ch = ch->next) {
+        nprobes++;
+        if (ch->hash == h && ch->len == len && memcmp(ch->name, s, len) == 0)
+            return ch;
+    }
+    return NULL;
+}
+
 struct dm_notify_chan *dm_notify_chan(const char *channel)
 {
     size_t len = strlen(channel);
-    size_t b = hash(channel, len);
+    size_t h = hash(channel, len);
     pthread_mutex_lock(&nmu);
     cv_init_locked();
-    struct dm_notify_chan *ch;
-    for (ch = buckets[b]; ch; ch = ch->next)
-        if (ch->len == len && memcmp(ch->name, channel, len) == 0)
-            break;
-    if (!ch && (ch = calloc(1, sizeof *ch)) != NULL) {
-        if ((ch->name = strdup(channel)) == NULL) {
-            free(ch);
-            ch = NULL;
-        } else {
-            ch->len = len;
-            ch->next = buckets[b];
-            buckets[b] = ch;
-        }
+    if (!buckets)
+        resize_locked(DM_NOTIFY_BUCKETS_MIN);
+    struct dm_notify_chan *ch = buckets ? find_locked(channel, len, h) : NULL;
+    if (ch) {
+        ch->refs++;
+        ch->dead = 0;
+    } else if (buckets && (ch = calloc(1, sizeof *ch + len + 1)) != NULL) {
+        memcpy(ch->name, channel, len + 1);
+        ch->len = len;
+        ch->hash = h;
+        ch->refs = 1;
+        if (nchans + 1 > nbuckets)
+            resize_locked(nbuckets * 2);
+        ch->next = buckets[h & (nbuckets - 1)];
+        buckets[h & (nbuckets - 1)] = ch;
+        nchans++;
     }
     pthread_mutex_unlock(&nmu);
     return ch;
 }
 
-static void for_each_chan(void (*fn)(struct dm_notify_chan *))
+static void unlink_locked(struct dm_notify_chan *ch)
 {
-    for (int b = 0; b < DM_NOTIFY_BUCKETS; b++)
-        for (struct dm_notify_chan *ch = buckets[b]; ch; ch = ch->next)
-            fn(ch);
+    struct dm_notify_chan **p = &buckets[ch->hash & (nbuckets - 1)];
+    while (*p != ch)
+        p = &(*p)->next;
+    *p = ch->next;
+    nchans--;
+    if (!hold_size && nbuckets > DM_NOTIFY_BUCKETS_MIN && nchans < nbuckets / DM_NOTIFY_SHRINK_AT)
+        resize_locked(nbuckets / 2);
 }
 
+static void chan_free(struct dm_notify_chan *ch)
+{
+    free(ch->last);
+    free(ch);
+}
+
+static void work_push_locked(struct dm_notify_chan *ch)
+{
+    if (ch->on_work)
+        return;
+    ch->on_work = 1;
+    ch->work_next = NULL;
+    *work_tail = ch;
+    work_tail = &ch->work_next;
+}
+
+static void wake_thread(void)
+{
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd, &one, sizeof one);
+    (void)n;
+}
+
+/* Waits until the subscriber thread is not inside ch's handler, unless the
+ * caller is that very thread (a handler dropping its own channel). */
+static void handler_quiesce_locked(struct dm_notify_chan *ch)
+{
+    while (calling == ch && !(thread_running && pthread_equal(pthread_self(), sub_thread)))
+        pthread_cond_wait(&ncv, &nmu);
+}
+
+void dm_notify_chan_put(struct dm_notify_chan *ch)
+{
+    if (!ch)
+        return;
+    pthread_mutex_lock(&nmu);
+    if (ch->refs == 1) {
+        /* Ours is the last reference: it keeps the record alive while a
+         * call of the handler in progress ends. */
+        ch->fn = NULL;
+        ch->fn_arg = NULL;
+        handler_quiesce_locked(ch);
+    }
+    if (--ch->refs > 0) {
+        pthread_mutex_unlock(&nmu);
+        return;
+    }
+    ch->dead = 1;
+    ch->resubscribe = 0;
+    if (ch->on_work || ch->state == CHAN_UNSUBSCRIBING) {
+        /* The thread will see it dead: when popping it, or at the reply. */
+    } else if (ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED) {
+        work_push_locked(ch);
+        wake_thread();
+    } else {
+        unlink_locked(ch);
+        chan_free(ch);
+    }
+    pthread_mutex_unlock(&nmu);
+}
+
+/* The connection is gone, and every subscription with it: a dead record
+ * needs no UNSUBSCRIBE any more, a live one is subscribed again if it was
+ * or is wanted. nmu held; frees dead records off the work list. */
 static void chan_reset(struct dm_notify_chan *ch)
 {
-    if (ch->state != CHAN_IDLE)
-        ch->state = CHAN_WANTED;
     ch->seq++;
+    if (ch->dead) {
+        ch->state = CHAN_IDLE;
+        if (!ch->on_work) {
+            unlink_locked(ch);
+            chan_free(ch);
+        }
+        return;
+    }
+    if (ch->state == CHAN_UNSUBSCRIBING && !ch->resubscribe)
+        ch->state = CHAN_IDLE;
+    ch->resubscribe = 0;
+    if (ch->state != CHAN_IDLE) {
+        ch->state = CHAN_WANTED;
+        work_push_locked(ch);
+    }
 }
 
-static struct dm_notify_chan *find_locked(const char *s, size_t len)
+/* fn on every record; fn may unlink and free the one it is given (the
+ * table keeps its size meanwhile). nmu held. */
+static void for_each_chan(void (*fn)(struct dm_notify_chan *))
 {
-    for (struct dm_notify_chan *ch = buckets[hash(s, len)]; ch; ch = ch->next)
-        if (ch->len == len && memcmp(ch->name, s, len) == 0)
-            return ch;
-    return NULL;
+    hold_size = 1;
+    for (size_t b = 0; b < nbuckets; b++)
+        for (struct dm_notify_chan *ch = buckets[b], *nx; ch; ch = nx) {
+            nx = ch->next;
+            fn(ch);
+        }
+    hold_size = 0;
 }
 
-static int send_wanted(redisContext *c)
+/* Appends the SUBSCRIBEs and UNSUBSCRIBEs the work list asks for, and
+ * frees the dead records the server never knew. */
+static void do_work_locked(redisContext *c)
 {
-    int n = 0;
-    for (int b = 0; b < DM_NOTIFY_BUCKETS; b++)
-        for (struct dm_notify_chan *ch = buckets[b]; ch; ch = ch->next)
-            if (ch->state == CHAN_WANTED) {
-                const char *argv[2] = { "SUBSCRIBE", ch->name };
-                size_t lens[2] = { 9, ch->len };
+    struct dm_notify_chan *ch;
+    while ((ch = work) != NULL) {
+        work = ch->work_next;
+        if (!work)
+            work_tail = &work;
+        ch->on_work = 0;
+        const char *argv[2] = { ch->dead ? "UNSUBSCRIBE" : "SUBSCRIBE", ch->name };
+        size_t lens[2] = { ch->dead ? 11 : 9, ch->len };
+        if (ch->dead) {
+            if (ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED) {
                 redisAppendCommandArgv(c, 2, argv, lens);
-                ch->state = CHAN_SENT;
-                n++;
+                ch->state = CHAN_UNSUBSCRIBING;
+            } else if (ch->state != CHAN_UNSUBSCRIBING) {
+                unlink_locked(ch);
+                chan_free(ch);
             }
-    return n;
+        } else if (ch->state == CHAN_WANTED) {
+            redisAppendCommandArgv(c, 2, argv, lens);
+            ch->state = CHAN_SENT;
+        }
+    }
 }
 
 /* Handles one pushed reply; nmu held. */
@@ -162,30 +321,51 @@ static void on_reply(redisReply *r)
     redisReply *chname = r->element[1];
     if (chname->type != REDIS_REPLY_STRING)
         return;
-    struct dm_notify_chan *ch = find_locked(chname->str, chname->len);
+    struct dm_notify_chan *ch = find_locked(chname->str, chname->len,
+                                            hash(chname->str, chname->len));
     if (!ch)
         return;
     if (strcmp(kind, "message") == 0 && r->elements >= 3 &&
         r->element[2]->type == REDIS_REPLY_STRING) {
         redisReply *m = r->element[2];
-        size_t n = m->len < sizeof ch->last ? m->len : sizeof ch->last - 1;
-        memcpy(ch->last, m->str, n);
-        ch->last[n] = 0;
-        ch->last_len = m->len;
+        if (!ch->last)
+            ch->last = malloc(DM_NOTIFY_MSG_MAX);
+        if (ch->last) {
+            size_t n = m->len < DM_NOTIFY_MSG_MAX ? m->len : DM_NOTIFY_MSG_MAX - 1;
+            memcpy(ch->last, m->str, n);
+            ch->last[n] = 0;
+            ch->last_len = m->len;
+        }
         ch->seq++;
         received++;
         if (ch->fn) {
-            /* The context is this thread's alone: safe to let go of nmu. */
+            /* The context is this thread's alone: safe to let go of nmu.
+             * `calling` makes a put or set_handler of this channel from
+             * another thread wait for the call; the handler may drop its
+             * own channel, so ch is not touched after the call. */
             dm_notify_fn fn = ch->fn;
             void *arg = ch->fn_arg;
+            calling = ch;
             pthread_cond_broadcast(&ncv);
             pthread_mutex_unlock(&nmu);
             fn(arg, m->str, m->len);
             pthread_mutex_lock(&nmu);
-            return;
+            calling = NULL;
         }
     } else if (strcmp(kind, "subscribe") == 0) {
-        ch->state = CHAN_SUBSCRIBED;
+        if (ch->state == CHAN_SENT)
+            ch->state = CHAN_SUBSCRIBED;
+    } else if (strcmp(kind, "unsubscribe") == 0 && ch->state == CHAN_UNSUBSCRIBING) {
+        if (ch->dead) {
+            unlink_locked(ch);
+            chan_free(ch);
+        } else if (ch->resubscribe) {
+            ch->resubscribe = 0;
+            ch->state = CHAN_WANTED;
+            work_push_locked(ch);       /* sent at the top of the thread's loop */
+        } else {
+            ch->state = CHAN_IDLE;
+        }
     }
     pthread_cond_broadcast(&ncv);
 }
@@ -221,7 +401,7 @@ static void *notify_main(void *arg)
         }
 
         pthread_mutex_lock(&nmu);
-        send_wanted(c);
+        do_work_locked(c);
         pthread_mutex_unlock(&nmu);
         int done = 0, broken = 0;
         while (!done && !broken)
@@ -298,23 +478,15 @@ static int start_thread_locked(void)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);   /* signals are the program's */
-    pthread_t t;
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&t, &a, notify_main, NULL);
+    int rc = pthread_create(&sub_thread, &a, notify_main, NULL);
     pthread_attr_destroy(&a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0)
         thread_running = 1;
     return rc;
-}
-
-static void wake_thread(void)
-{
-    uint64_t one = 1;
-    ssize_t n = write(wake_fd, &one, sizeof one);
-    (void)n;
 }
 
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
@@ -330,8 +502,12 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
         dm_warn("cannot start the subscriber thread: %s", strerror(rc));
         return rc;
     }
-    if (ch->state == CHAN_IDLE)
+    if (ch->state == CHAN_IDLE) {
         ch->state = CHAN_WANTED;
+        work_push_locked(ch);
+    } else if (ch->state == CHAN_UNSUBSCRIBING) {
+        ch->resubscribe = 1;
+    }
     wake_thread();
     struct timespec dl;
     deadline_ts(&dl, timeout_ms);
@@ -379,12 +555,13 @@ int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_m
 size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len)
 {
     pthread_mutex_lock(&nmu);
-    size_t n = ch->last_len;
+    size_t n = ch->last ? ch->last_len : 0;
     if (len > 0) {
         size_t c = n < len - 1 ? n : len - 1;
-        if (c > sizeof ch->last - 1)
-            c = sizeof ch->last - 1;
-        memcpy(buf, ch->last, c);
+        if (c > DM_NOTIFY_MSG_MAX - 1)
+            c = DM_NOTIFY_MSG_MAX - 1;
+        if (c)
+            memcpy(buf, ch->last, c);
         buf[c] = 0;
     }
     pthread_mutex_unlock(&nmu);
@@ -396,6 +573,7 @@ void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg
     pthread_mutex_lock(&nmu);
     ch->fn = fn;
     ch->fn_arg = arg;
+    handler_quiesce_locked(ch);
     pthread_mutex_unlock(&nmu);
 }
 
@@ -404,9 +582,41 @@ unsigned long dm_notify_received(void)
     return __atomic_load_n(&received, __ATOMIC_RELAXED);
 }
 
+size_t dm_notify_count(void)
+{
+    pthread_mutex_lock(&nmu);
+    size_t n = nchans;
+    pthread_mutex_unlock(&nmu);
+    return n;
+}
+
+unsigned long dm_notify_probes(void)
+{
+    pthread_mutex_lock(&nmu);
+    unsigned long n = nprobes;
+    pthread_mutex_unlock(&nmu);
+    return n;
+}
+
 static void chan_forget(struct dm_notify_chan *ch)
 {
+    ch->on_work = 0;
+    ch->resubscribe = 0;
     ch->state = CHAN_IDLE;
+    if (ch->dead) {
+        unlink_locked(ch);
+        chan_free(ch);
+    }
+}
+
+void dm_notify_atfork_prepare(void)
+{
+    pthread_mutex_lock(&nmu);
+}
+
+void dm_notify_atfork_parent(void)
+{
+    pthread_mutex_unlock(&nmu);
 }
 
 void dm_notify_atfork_child(void)
@@ -417,6 +627,7 @@ void dm_notify_atfork_child(void)
     cv_init_locked();
     thread_running = 0;
     connected = 0;
+    calling = NULL;     /* the thread that ran it is not in the child */
     /* The parent's subscriber socket and eventfd are shared with the child:
      * close them here (the context's memory belonged to a thread that does
      * not exist in the child and is left alone). */
@@ -428,5 +639,9 @@ void dm_notify_atfork_child(void)
         close(wake_fd);
         wake_fd = -1;
     }
+    /* Nothing is subscribed in the child: dead records are freed, the
+     * others wait to be wanted. */
+    work = NULL;
+    work_tail = &work;
     for_each_chan(chan_forget);
 }

@@ -1,8 +1,8 @@
 /* notify: the one subscriber connection and thread of a process. A waiter
  * subscribes to its lock's release channel (once per name per process; the
- * subscription is kept), then sleeps until the channel's notice count moves
- * or its timeout passes. Knows nothing of the scripts or of what a notice
- * means. */
+ * subscription is kept while the channel has references), then sleeps until
+ * the channel's notice count moves or its timeout passes. Knows nothing of
+ * the scripts or of what a notice means. */
 #ifndef DM_NOTIFY_H
 #define DM_NOTIFY_H
 
@@ -10,8 +10,18 @@
 
 struct dm_notify_chan;
 
-/* The record of `channel`, made on first use (no I/O). NULL on ENOMEM. */
+/* The record of `channel`, made on first use (no I/O), with one more
+ * reference: every call is matched by one dm_notify_chan_put. NULL on
+ * ENOMEM. */
 struct dm_notify_chan *dm_notify_chan(const char *channel);
+
+/* Drops a reference. The last one clears the handler, waits for a call of
+ * it in progress in the subscriber thread (not when called from inside that
+ * very handler), and forgets the channel: the subscriber thread sends
+ * UNSUBSCRIBE and frees it. Past this call the handler is never called
+ * again and `ch` must not be used. Must not be called holding a lock the
+ * handler takes. NULL is ignored. */
+void dm_notify_chan_put(struct dm_notify_chan *ch);
 
 /* Makes sure the channel is subscribed, starting the subscriber thread on
  * first need. Returns 0 once the server has confirmed the subscription, or
@@ -38,14 +48,28 @@ size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len);
 
 /* Calls fn(arg, message, length) in the subscriber thread for each message
  * on the channel, without notify's lock held. fn must not block for long:
- * every other channel waits meanwhile. */
+ * every other channel waits meanwhile. The handler is the channel's, not
+ * the caller's reference's. On return, a call of the previous handler in
+ * progress in another thread has ended: after set_handler(ch, NULL, NULL)
+ * the old handler is never called again. Must not be called holding a lock
+ * the handler takes. */
 typedef void (*dm_notify_fn)(void *arg, const char *msg, size_t len);
 void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg);
 
 /* Notices received by this process (all channels), for tests and stats. */
 unsigned long dm_notify_received(void);
 
-/* In a fork child: no thread, no connection, nothing subscribed. */
+/* Channel records (those dropped but not yet unsubscribed included), and
+ * the chain steps all lookups took so far:
+ * for tests (no channel leaks, lookups stay O(1)). */
+size_t dm_notify_count(void);
+unsigned long dm_notify_probes(void);
+
+/* Around fork (pthread_atfork): prepare takes notify's lock, so that the
+ * child never sees the channel table half rebuilt; parent gives it back.
+ * In a fork child: no thread, no connection, nothing subscribed. */
+void dm_notify_atfork_prepare(void);
+void dm_notify_atfork_parent(void);
 void dm_notify_atfork_child(void);
 
 #endif

@@ -11,6 +11,7 @@
  * SLACK_MS after it". Leases are short (LEASE_MS) to keep the suite fast. */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -30,6 +31,7 @@
 #include "config.h"
 #include "harness.h"
 #include "notify.h"
+#include "redis.h"
 
 #define LEASE_MS        1000L   /* the lease of most tests */
 #define LONG_LEASE_MS   10000L  /* longer than DM_WAIT_CAP_MS: only a notice wakes early */
@@ -692,6 +694,454 @@ static void test_on_redis_down_error_gives_eagain_when_unreachable(void **state)
     assert_true(th_now_ms() - t0 < SLACK_MS);
 }
 
+/* ---- names: interned, reference counted, freed -------------------------- */
+
+#define MANY_NAMES      100000  /* the performance issue's "100,000 names" */
+#define CHURN_SUB_EVERY 100     /* of the cycles, these subscribe channels too */
+#define CHURN_SLACK_B   (256 * 1024L)   /* heap growth allowed over all cycles:
+                                           a leak of even 8 bytes a name is 800 KB */
+#define MAX_AVG_PROBES  3       /* chain steps per lookup at most, on average */
+#define UNSUB_WAIT_MS   5000L   /* for the subscriber thread's UNSUBSCRIBEs to land */
+
+static size_t heap_in_use(void)
+{
+    return mallinfo2().uordblks;
+}
+
+/* Channels of the server whose name matches `pattern`. */
+static long long server_channels(const char *pattern)
+{
+    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s", pattern);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+static void wait_no_channels(const char *pattern)
+{
+    long long end = th_now_ms() + UNSUB_WAIT_MS;
+    long long n;
+    while ((n = server_channels(pattern)) != 0) {
+        if (th_now_ms() > end)
+            fail_msg("%lld channels matching %s still subscribed %ld ms after their last put",
+                     n, pattern, UNSUB_WAIT_MS);
+        usleep(POLL_MS * 1000);
+    }
+}
+
+static long long numsub(const char *channel)
+{
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* One name used and dropped: made, its channels subscribed now and then
+ * (as a waiter would), put. */
+static void churn_one(int i)
+{
+    char name[32];
+    snprintf(name, sizeof name, "churn%d", i);
+    struct dm_cluster_lock *l = lock_named(name);
+    if (i % CHURN_SUB_EVERY == 0) {
+        struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+        ch = dm_cluster_lock_wchan(l);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+    }
+    dm_cluster_lock_put(l);
+}
+
+/* A program that names each object's mutex (dmutex_name, heap mutexes)
+ * makes and drops names all its life: the records, their key strings, their
+ * channels and the server's subscriptions must go with the last put. */
+static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat(void **state)
+{
+    (void)state;
+    size_t locks0 = dm_cluster_lock_count(), chans0 = dm_notify_count();
+    for (int i = 0; i < CHURN_SUB_EVERY * 10; i++)        /* tables and pools warmed */
+        churn_one(i);
+    size_t before = heap_in_use();
+    for (int i = CHURN_SUB_EVERY * 10; i < MANY_NAMES; i++)
+        churn_one(i);
+    size_t after = heap_in_use();
+    if (after > before + CHURN_SLACK_B)
+        fail_msg("the heap grew by %zu bytes over %d names made and dropped",
+                 after - before, MANY_NAMES);
+    assert_int_equal(dm_cluster_lock_count(), locks0);
+    wait_no_channels("dmutex:{churn*");
+    /* Dropped channels are freed once the server confirmed their UNSUBSCRIBE. */
+    long long end = th_now_ms() + UNSUB_WAIT_MS;
+    while (dm_notify_count() != chans0) {
+        if (th_now_ms() > end)
+            fail_msg("%zu channel records left, expected %zu", dm_notify_count(), chans0);
+        usleep(POLL_MS * 1000);
+    }
+}
+
+/* Lookups by name cost the same with 100,000 live names as with one:
+ * counted in chain steps, not time (the machine is noisy). */
+static void test_get_of_many_live_names_takes_constant_probe_steps(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock **ls = calloc(MANY_NAMES, sizeof *ls);
+    struct dm_notify_chan **cs = calloc(MANY_NAMES, sizeof *cs);
+    assert_non_null(ls);
+    assert_non_null(cs);
+    char name[40];
+    for (int i = 0; i < MANY_NAMES; i++) {
+        snprintf(name, sizeof name, "live%d", i);
+        ls[i] = lock_named(name);
+        snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
+        assert_non_null(cs[i] = dm_notify_chan(name));
+    }
+    unsigned long lp = dm_cluster_lock_probes(), np = dm_notify_probes();
+    for (int i = 0; i < MANY_NAMES; i++) {
+        snprintf(name, sizeof name, "live%d", i);
+        assert_ptr_equal(dm_cluster_lock_get(name), ls[i]);
+        snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
+        assert_ptr_equal(dm_notify_chan(name), cs[i]);
+    }
+    unsigned long lsteps = dm_cluster_lock_probes() - lp, nsteps = dm_notify_probes() - np;
+    if (lsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES ||
+        nsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES)
+        fail_msg("%d lookups among %d live names took %lu (locks) and %lu (channels) chain "
+                 "steps; expected at most %d each on average",
+                 MANY_NAMES, MANY_NAMES, lsteps, nsteps, MAX_AVG_PROBES);
+    size_t locks = dm_cluster_lock_count();
+    for (int i = 0; i < MANY_NAMES; i++) {
+        dm_cluster_lock_put(ls[i]);                     /* one of two references */
+        dm_notify_chan_put(cs[i]);
+    }
+    assert_int_equal(dm_cluster_lock_count(), locks);   /* still referenced */
+    for (int i = 0; i < MANY_NAMES; i++) {
+        dm_cluster_lock_put(ls[i]);
+        dm_notify_chan_put(cs[i]);
+    }
+    assert_int_equal(dm_cluster_lock_count(), locks - MANY_NAMES);
+    free(ls);
+    free(cs);
+}
+
+/* A name dropped and made again at once: the old record's UNSUBSCRIBE must
+ * not undo the new record's SUBSCRIBE of the same channel. */
+static void test_name_made_again_after_put_stays_subscribed(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 50; i++) {
+        struct dm_cluster_lock *l = lock_named("again");
+        struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+        dm_cluster_lock_put(l);
+    }
+    struct dm_cluster_lock *l = lock_named("again");
+    assert_int_equal(dm_notify_subscribe(dm_cluster_lock_chan(l), SLACK_MS), 0);
+    /* Replies come in order: a PING answered after the subscription means
+     * every earlier UNSUBSCRIBE of it has been applied by the server. */
+    usleep(100 * 1000);
+    assert_int_equal(numsub(l->channel), 1);
+    unsigned long seq = dm_notify_seq(l->chan);
+    freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->channel));
+    assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
+    dm_cluster_lock_put(l);
+    wait_no_channels("dmutex:{again}*");
+}
+
+#define HANDLER_ROUNDS  40
+#define HANDLER_HOLD_US 300     /* a handler call long enough to be caught in */
+#define PUBLISH_EVERY_US 1000
+
+struct hstate {
+    int closed;                 /* set right after the put returned */
+    int calls;
+    int late;                   /* calls that began after closed */
+};
+
+static void stress_handler(void *arg, const char *msg, size_t len)
+{
+    (void)msg;
+    (void)len;
+    struct hstate *st = arg;
+    if (__atomic_load_n(&st->closed, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&st->late, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&st->calls, 1, __ATOMIC_RELAXED);
+    usleep(HANDLER_HOLD_US);
+    if (__atomic_load_n(&st->closed, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&st->late, 1, __ATOMIC_RELAXED);  /* still running after put */
+}
+
+struct publisher {
+    const char *channel;
+    int stop;
+};
+
+static void *publisher_main(void *arg)
+{
+    struct publisher *p = arg;
+    redisContext *c = th_redis_connect(&rs);
+    /* Slower than the handler: a backlog would delay the subscriptions. */
+    while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+        freeReplyObject(th_cmd(c, "PUBLISH %s x", p->channel));
+        usleep(PUBLISH_EVERY_US);
+    }
+    redisFree(c);
+    return NULL;
+}
+
+/* A handler's argument may be freed as soon as put (or set_handler(NULL))
+ * returns: no call may be in progress then or begin afterwards, with
+ * messages pouring in. */
+static void test_handler_is_never_called_after_put_returns(void **state)
+{
+    (void)state;
+    struct publisher pub = { "dmutex:{hstress}:x", 0 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, publisher_main, &pub), 0);
+    static struct hstate st[HANDLER_ROUNDS];
+    int total = 0;
+    for (int i = 0; i < HANDLER_ROUNDS; i++) {
+        struct dm_notify_chan *ch = dm_notify_chan(pub.channel);
+        assert_non_null(ch);
+        dm_notify_set_handler(ch, stress_handler, &st[i]);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+        long long end = th_now_ms() + SLACK_MS;
+        while (__atomic_load_n(&st[i].calls, __ATOMIC_ACQUIRE) < 3 && th_now_ms() < end)
+            usleep(200);
+        if (i % 2) {
+            /* set_handler(NULL) waits the same way; the put then has none. */
+            dm_notify_set_handler(ch, NULL, NULL);
+            __atomic_store_n(&st[i].closed, 1, __ATOMIC_RELEASE);
+            dm_notify_chan_put(ch);
+        } else {
+            dm_notify_chan_put(ch);
+            __atomic_store_n(&st[i].closed, 1, __ATOMIC_RELEASE);
+        }
+        total += st[i].calls;
+    }
+    usleep(50 * 1000);          /* time for any late call to show */
+    __atomic_store_n(&pub.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    for (int i = 0; i < HANDLER_ROUNDS; i++)
+        if (st[i].late)
+            fail_msg("round %d: the handler ran %d times after %s returned", i, st[i].late,
+                     i % 2 ? "set_handler(NULL)" : "its channel's put");
+    assert_true(total >= HANDLER_ROUNDS);   /* the stress did call handlers */
+    wait_no_channels("dmutex:{hstress}*");
+}
+
+static struct dm_notify_chan *self_ch;
+static int self_puts;
+
+static void self_put_handler(void *arg, const char *msg, size_t len)
+{
+    (void)arg;
+    (void)msg;
+    (void)len;
+    if (__atomic_add_fetch(&self_puts, 1, __ATOMIC_ACQ_REL) == 1)
+        dm_notify_chan_put(self_ch);        /* must not wait for itself */
+}
+
+/* A handler may drop its own channel (as a name destroyed from a want
+ * handler would): no deadlock, and the channel is unsubscribed. */
+static void test_handler_may_put_its_own_channel(void **state)
+{
+    (void)state;
+    const char *name = "dmutex:{selfput}:x";
+    self_ch = dm_notify_chan(name);
+    assert_non_null(self_ch);
+    dm_notify_set_handler(self_ch, self_put_handler, NULL);
+    assert_int_equal(dm_notify_subscribe(self_ch, SLACK_MS), 0);
+    freeReplyObject(th_cmd(rc, "PUBLISH %s a", name));
+    wait_no_channels("dmutex:{selfput}*");
+    assert_int_equal(__atomic_load_n(&self_puts, __ATOMIC_ACQUIRE), 1);
+    /* The subscriber thread still serves others. */
+    struct dm_notify_chan *ch = dm_notify_chan("dmutex:{selfput2}:x");
+    assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+    dm_notify_chan_put(ch);
+}
+
+/* A fork child has a new process id, hence a new wait channel: it must be
+ * made under the child's id and work, and names still come and go. */
+static void test_fork_child_waits_on_its_own_channel(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("forked");
+    assert_int_equal(dm_notify_subscribe(dm_cluster_lock_wchan(l), SLACK_MS), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork_child();
+        dm_notify_atfork_child();
+        dm_cluster_atfork_child();
+        int bad = 0;
+        if (!strstr(l->wait_channel, dm_cluster_process_id()))
+            bad |= 1;
+        struct dm_notify_chan *w = dm_cluster_lock_wchan(l);
+        redisContext *c = redisConnect(rs.addr, rs.port);
+        redisReply *r = NULL;
+        if (!w || dm_notify_subscribe(w, SLACK_MS) != 0 || !c || c->err ||
+            !(r = redisCommand(c, "PUBSUB NUMSUB %s", l->wait_channel)) ||
+            r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->integer != 1)
+            bad |= 2;
+        struct dm_cluster_lock *o = dm_cluster_lock_get("forked-child");
+        if (!o || dm_notify_subscribe(dm_cluster_lock_chan(o), SLACK_MS) != 0)
+            bad |= 4;
+        dm_cluster_lock_put(o);
+        _exit(bad);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("fork child: %s%s%s", WEXITSTATUS(st) & 1 ? "the wait channel was not remade " : "",
+                 WEXITSTATUS(st) & 2 ? "its own wait channel is not subscribed " : "",
+                 WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
+    assert_int_equal(numsub(l->wait_channel), 1);       /* the parent's is untouched */
+    dm_cluster_lock_put(l);
+    wait_no_channels("dmutex:{forked}*");
+}
+
+#define FORK_LIVE       1000    /* names the parent keeps */
+#define FORK_CHURN      5000    /* names a thread makes and drops, growing and shrinking the tables */
+#define FORK_ROUNDS     100
+
+struct fork_churn {
+    int stop;
+    unsigned long cycles;
+};
+
+static void *fork_churn_main(void *arg)
+{
+    struct fork_churn *fc = arg;
+    static struct dm_cluster_lock *ls[FORK_CHURN];
+    static struct dm_notify_chan *cs[FORK_CHURN];
+    char name[48];
+    while (!__atomic_load_n(&fc->stop, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < FORK_CHURN; i++) {
+            snprintf(name, sizeof name, "fchurn%d", i);
+            ls[i] = dm_cluster_lock_get(name);
+            snprintf(name, sizeof name, "dmutex:{fchurn%d}:x", i);
+            cs[i] = dm_notify_chan(name);
+        }
+        for (int i = 0; i < FORK_CHURN; i++) {
+            dm_cluster_lock_put(ls[i]);
+            dm_notify_chan_put(cs[i]);
+        }
+        __atomic_add_fetch(&fc->cycles, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* A fork while another thread grows or shrinks the tables: the child must
+ * find every record the parent had (the shim's pthread_atfork handlers
+ * hold the tables' locks across fork; called here by hand, in the same
+ * order). */
+static void test_fork_during_table_resizes_leaves_the_child_consistent(void **state)
+{
+    (void)state;
+    static struct dm_cluster_lock *live[FORK_LIVE];
+    static struct dm_notify_chan *chans[FORK_LIVE];
+    char name[48];
+    for (int i = 0; i < FORK_LIVE; i++) {
+        snprintf(name, sizeof name, "flive%d", i);
+        live[i] = lock_named(name);
+        snprintf(name, sizeof name, "dmutex:{flive%d}:x", i);
+        assert_non_null(chans[i] = dm_notify_chan(name));
+    }
+    struct fork_churn fc = { 0, 0 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fork_churn_main, &fc), 0);
+    int failed = 0;
+    for (int r = 0; r < FORK_ROUNDS && !failed; r++) {
+        usleep(1000 + (r % 7) * 300);
+        dm_cluster_atfork_prepare();
+        dm_notify_atfork_prepare();
+        pid_t pid = fork();
+        if (pid == 0) {
+            dm_redis_atfork_child();
+            dm_notify_atfork_child();
+            dm_cluster_atfork_child();
+            int bad = 0;
+            for (int i = 0; i < FORK_LIVE; i++) {
+                snprintf(name, sizeof name, "flive%d", i);
+                struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+                bad |= l != live[i];
+                dm_cluster_lock_put(l);
+                snprintf(name, sizeof name, "dmutex:{flive%d}:x", i);
+                struct dm_notify_chan *c = dm_notify_chan(name);
+                bad |= c != chans[i];
+                dm_notify_chan_put(c);
+            }
+            _exit(bad);
+        }
+        dm_notify_atfork_parent();
+        dm_cluster_atfork_parent();
+        assert_true(pid > 0);
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        failed = !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    __atomic_store_n(&fc.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    if (failed)
+        fail_msg("a fork child did not find the records its parent had");
+    assert_true(fc.cycles > 0);
+    for (int i = 0; i < FORK_LIVE; i++) {
+        dm_cluster_lock_put(live[i]);
+        dm_notify_chan_put(chans[i]);
+    }
+}
+
+#define RC_DROPPED      200     /* channels dropped just before the connection is killed */
+
+/* The subscriber connection is lost while dropped channels wait for their
+ * UNSUBSCRIBE to be sent or confirmed: they are freed (the server forgot
+ * them with the connection), and the channel still in use is subscribed
+ * again on the new one. */
+static void test_connection_lost_while_dropping_channels_frees_them_and_resubscribes(void **state)
+{
+    (void)state;
+    size_t base = dm_notify_count();
+    struct dm_notify_chan *keep = dm_notify_chan("dmutex:{rc}:keep");
+    assert_non_null(keep);
+    assert_int_equal(dm_notify_subscribe(keep, SLACK_MS), 0);
+    unsigned long seq = dm_notify_seq(keep);
+    char name[48];
+    for (int i = 0; i < RC_DROPPED; i++) {
+        snprintf(name, sizeof name, "dmutex:{rc}:drop%d", i);
+        struct dm_notify_chan *ch = dm_notify_chan(name);
+        assert_non_null(ch);
+        assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+    }
+    for (int i = 0; i < RC_DROPPED; i++) {
+        snprintf(name, sizeof name, "dmutex:{rc}:drop%d", i);
+        struct dm_notify_chan *ch = dm_notify_chan(name);     /* a second reference... */
+        dm_notify_chan_put(ch);
+        dm_notify_chan_put(ch);                               /* ...and the last */
+    }
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE pubsub"));
+    long long end = th_now_ms() + UNSUB_WAIT_MS + SLACK_MS;
+    while (dm_notify_count() != base + 1 || numsub("dmutex:{rc}:keep") != 1 ||
+           !dm_notify_is_subscribed(keep)) {
+        if (th_now_ms() > end)
+            fail_msg("after the connection was lost: %zu channel records (expected %zu), "
+                     "keep subscribed %lld times on the server, %s here",
+                     dm_notify_count(), base + 1, numsub("dmutex:{rc}:keep"),
+                     dm_notify_is_subscribed(keep) ? "subscribed" : "not subscribed");
+        usleep(POLL_MS * 1000);
+    }
+    assert_true(dm_notify_seq(keep) != seq);     /* waiters were woken: a notice may be lost */
+    assert_int_equal(server_channels("dmutex:{rc}:drop*"), 0);
+    dm_notify_chan_put(keep);
+    wait_no_channels("dmutex:{rc}*");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -712,6 +1162,17 @@ int main(void)
         cmocka_unit_test_setup(test_script_flush_between_calls_is_survived, reset_policy),
         cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
         cmocka_unit_test_setup(test_token_counter_lost_restarts_from_server_time, reset_policy),
+        cmocka_unit_test_setup(test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat,
+                               reset_policy),
+        cmocka_unit_test_setup(test_get_of_many_live_names_takes_constant_probe_steps, reset_policy),
+        cmocka_unit_test_setup(test_name_made_again_after_put_stays_subscribed, reset_policy),
+        cmocka_unit_test_setup(test_handler_is_never_called_after_put_returns, reset_policy),
+        cmocka_unit_test_setup(test_handler_may_put_its_own_channel, reset_policy),
+        cmocka_unit_test_setup(test_fork_child_waits_on_its_own_channel, reset_policy),
+        cmocka_unit_test_setup(test_fork_during_table_resizes_leaves_the_child_consistent,
+                               reset_policy),
+        cmocka_unit_test_setup(test_connection_lost_while_dropping_channels_frees_them_and_resubscribes,
+                               reset_policy),
         cmocka_unit_test_setup_teardown(test_try_is_ebusy_when_redis_is_unreachable,
                                         server_down, server_back),
         cmocka_unit_test_setup_teardown(test_deadline_gives_etimedout_when_redis_is_unreachable,
