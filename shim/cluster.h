@@ -89,6 +89,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
+void dm_cluster_atfork_prepare(void);
+void dm_cluster_atfork_parent(void);
 void dm_cluster_atfork_child(void);
 
 #endif

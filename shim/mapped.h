@@ -59,6 +59,8 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
 /* Fencing token of the calling thread's hold of e, 0 if it holds none. */
 uint64_t dm_mapped_token(struct dm_entry *e);
 
+void dm_mapped_atfork_prepare(void);
+void dm_mapped_atfork_parent(void);
 void dm_mapped_atfork_child(void);
 
 /* Releases every cluster hold still held (process exit). */

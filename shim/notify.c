@@ -409,6 +409,18 @@ static void chan_forget(struct dm_notify_chan *ch)
     ch->state = CHAN_IDLE;
 }
 
+/* Fork: preload's prepare handler holds nmu across fork() (see the lock
+ * order in preload.c); the parent lets go, the child makes it anew. */
+void dm_notify_atfork_prepare(void)
+{
+    pthread_mutex_lock(&nmu);
+}
+
+void dm_notify_atfork_parent(void)
+{
+    pthread_mutex_unlock(&nmu);
+}
+
 void dm_notify_atfork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

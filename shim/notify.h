@@ -46,6 +46,8 @@ void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg
 unsigned long dm_notify_received(void);
 
 /* In a fork child: no thread, no connection, nothing subscribed. */
+void dm_notify_atfork_prepare(void);
+void dm_notify_atfork_parent(void);
 void dm_notify_atfork_child(void);
 
 #endif
