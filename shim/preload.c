@@ -289,19 +289,22 @@ static int entry_flags(const struct dm_mutex_config *mc)
  * shim held). At start (`fatal`) every error that is not excused by
  * required = false ends the program; after a dlopen the program is
  * running, so errors are logged and the entry stays unmapped. */
-static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_config *mc,
-                          uintptr_t *out, int fatal)
+static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
+                         char *err, size_t errlen)
 {
-    char err[DM_ERR_MAX], where[DM_ERR_MAX];
-    snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     long offset = mc->offset + (mc->index > 0 ? mc->index * (long)sizeof(pthread_mutex_t) : 0);
-    int r = dm_symbols_find(mc->object, mc->symbol, offset, sizeof(pthread_mutex_t),
-                            out, err, sizeof err);
-    if (r == 0)
-        return 0;
+    return dm_symbols_find(mc->object, mc->symbol, offset, sizeof(pthread_mutex_t),
+                           out, err, errlen);
+}
+
+static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+                          const char *err, int fatal)
+{
+    char where[DM_ERR_MAX];
+    snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     if (!mc->required) {
         dm_info("%s: %s (required = false: skipped)", where, err);
-        return -1;
+        return;
     }
     if (fatal) {
         char more[DM_ERR_MAX + 160];
@@ -311,6 +314,15 @@ static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_con
         config_fail("%s: %s", where, more);
     }
     dm_error("%s: %s: this mutex is NOT cluster-wide", where, err);
+}
+
+static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+                          uintptr_t *out, int fatal)
+{
+    char err[DM_ERR_MAX];
+    if (lookup_symbol(mc, out, err, sizeof err) == 0)
+        return 0;
+    lookup_failed(cfg, mc, err, fatal);
     return -1;
 }
 
@@ -373,11 +385,19 @@ static void sync_objects(void)
             int need = loaded && !(oe->addr && oe->bias == bias) && !resolved && !failed;
             if (need) {
                 pthread_mutex_unlock(&objects_mu);
-                /* A failed lookup is not retried: logged once per sync. */
-                if (resolve_symbol(&config, oe->mc, &addr, 0) == 0)
+                /* A failed lookup is not retried. It is only reported
+                 * when the object is still there as observed: else it
+                 * was unloaded meanwhile, and that dlclose's sync says
+                 * what is true now. */
+                char err[DM_ERR_MAX];
+                uintptr_t again = 0;
+                if (lookup_symbol(oe->mc, &addr, err, sizeof err) == 0) {
                     resolved = 1;
-                else
+                } else {
                     failed = 1;
+                    if (dm_symbols_bias(oe->mc->object, &again) && again == bias)
+                        lookup_failed(&config, oe->mc, err, 0);
+                }
                 continue;
             }
             if (oe->addr && (!loaded || oe->bias != bias)) {
