@@ -14,3 +14,4 @@ $(DLP_D)/lib%.so: tests/progs/plugins/%.c | $(DLP_D)
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@
 
 PROG_LIBS_dlprog = -ldl
+PROG_LIBS_secureprog = -ldl

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,8 @@
 #define DLPROG          TH_BUILD "/tests/progs/dlprog"
 #define PLUGINS         TH_BUILD "/tests/progs/plugins"
 #define DMUTEX_CLI      TH_BUILD "/dmutex"
+#define SECUREPROG      TH_BUILD "/tests/progs/secureprog"
+#define NOBODY_ID       "65534"
 #define EX_CONFIG       78
 #define SHORT_LEASE_MS  2000L   /* for tests that wait for a lease to run out */
 #define LONG_LEASE_MS   30000L  /* for holders that must not lose theirs on a slow machine */
@@ -45,7 +48,7 @@
  * fork on the old code nearly every run */
 #define FORK_THREADS    "3"
 #define FORK_COUNT      "3000"
-#define DL_ITERS        "150"   /* dlprog: plugin loads while another thread loads */
+#define DL_ITERS        "10000" /* dlprog: plugin loads while another thread loads */
 #define SECRET_PW       "s3cretPw0rd"
 #define POLL_US         5000
 #define SUITE_ALARM_S   180     /* a hung test ends the program instead of the CI job */
@@ -751,6 +754,70 @@ static void test_bad_redis_url_messages_hide_the_password(void **state)
     free(text);
 }
 
+/* Runs `prog` as user nobody (real and effective, unless `prog` is
+ * set-user-ID) with the shim's environment for `cfg`; returns its output. */
+static char *run_as_nobody(const char *prog, const char *cfg, const char *shim, int want)
+{
+    char *argv[] = { "/usr/bin/setpriv", "--reuid=" NOBODY_ID, "--regid=" NOBODY_ID,
+                     "--clear-groups", (char *)prog, (char *)shim, NULL };
+    static char conf[PATH_MAX + 16], pw[] = "DM_TEST_SECURE_PW=frompath", info[] = "DMUTEX_LOG=info";
+    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
+    char *env[] = { conf, pw, info, NULL };
+    char *out = th_out_file();
+    chmod(out, 0666);
+    return finish(th_child(argv, env, out), out, want);
+}
+
+/* In a set-user-ID process (AT_SECURE) the environment belongs to whoever
+ * started it: DMUTEX_CONFIG (and every DMUTEX_* and password_env variable)
+ * is ignored, and the program is stopped rather than run unprotected. The
+ * same program without the set-user-ID bit reads the same config. Needs
+ * root (to make a set-user-ID-root copy), setpriv, and a temp directory
+ * that allows set-user-ID; skipped otherwise. */
+static void test_set_user_id_process_ignores_the_environment(void **state)
+{
+    (void)state;
+    if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+        skip();
+    char dir[] = "/tmp/dm-secure-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    chmod(dir, 0755);
+    char prog[PATH_MAX], plain[PATH_MAX], shim[PATH_MAX], cfgp[PATH_MAX], cmd[PATH_MAX * 8];
+    snprintf(prog, sizeof prog, "%s/secureprog", dir);
+    snprintf(plain, sizeof plain, "%s/plainprog", dir);
+    snprintf(shim, sizeof shim, "%s/libdmutex.so", dir);
+    snprintf(cfgp, sizeof cfgp, "%s/secure.cfg", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s && cp %s %s && cp %s %s && chmod 4755 %s && chmod 755 %s",
+             SECUREPROG, prog, SECUREPROG, plain, shim_path, shim, prog, plain);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(cfgp, "w");
+    assert_non_null(f);
+    fprintf(f, "redis = { password_env = \"DM_TEST_SECURE_PW\"; };\nmutexes = ();\n");
+    fclose(f);
+    chmod(cfgp, 0644);
+
+    char *text = run_as_nobody(plain, cfgp, shim, 0);
+    th_assert_has(text, "secure 0");
+    th_assert_has(text, "nothing mapped");
+    th_assert_has(text, "loaded");
+    free(text);
+
+    text = run_as_nobody(prog, cfgp, shim, EX_CONFIG);
+    if (strstr(text, "secure 1") == NULL) {
+        free(text);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        assert_int_equal(system(cmd), 0);
+        skip();                 /* a nosuid file system: cannot be tested here */
+    }
+    th_assert_has(text, "AT_SECURE");
+    th_assert_has(text, "ignored");
+    if (strstr(text, "loaded") || strstr(text, "secure.cfg"))
+        fail_msg("the set-user-ID process read the config its environment named:\n%s", text);
+    free(text);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -782,6 +849,7 @@ int main(void)
         T(test_helper_without_the_password_variable_runs_untouched),
         T(test_config_without_mutexes_exits_78_unless_mutexes_is_written_empty),
         T(test_bad_redis_url_messages_hide_the_password),
+        T(test_set_user_id_process_ignores_the_environment),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
