@@ -55,6 +55,9 @@ struct parse {
     const char *label;
     char *err;
     size_t errlen;
+    int number_error;           /* the pre-scan found a number out of range: */
+    unsigned number_line;       /* where */
+    const char *number_limit;   /* and what the limit is */
 };
 
 __attribute__((format(printf, 3, 4)))
@@ -148,17 +151,29 @@ static int hex_val(int c) { return az_digit(c) ? c - '0' : ((c | 0x20) - 'a' + 1
  * name followed by '=' or ':'. Only used to word the message. */
 struct last_key { const char *s; size_t len; };
 
+/* Quotes the key and the number, so the message is only given once the
+ * file has parsed as libconfig (load_text): a file that does not parse
+ * may be no config file at all, and none of its bytes may be shown. The
+ * first one is kept; the scan goes on for the errors that must stop it
+ * before libconfig reads the text (@include). */
 static int number_out_of_range(struct parse *p, unsigned line, const struct last_key *key,
                                const char *start, size_t len, const char *limit)
 {
+    if (p->number_error)
+        return 0;
+    p->number_error = 1;
+    p->number_line = line;
+    p->number_limit = limit;
     char lit[DM_SHOW_MAX + 1];
     size_t n = len < DM_SHOW_MAX ? len : DM_SHOW_MAX;
     memcpy(lit, start, n);
     lit[n] = '\0';
     if (key->s && key->len < DM_SHOW_MAX)
-        return fail(p, line, "%.*s = %s%s: number out of range (%s)", (int)key->len, key->s, lit,
-                    len > n ? "..." : "", limit);
-    return fail(p, line, "number %s%s is out of range (%s)", lit, len > n ? "..." : "", limit);
+        fail(p, line, "%.*s = %s%s: number out of range (%s)", (int)key->len, key->s, lit,
+             len > n ? "..." : "", limit);
+    else
+        fail(p, line, "number %s%s is out of range (%s)", lit, len > n ? "..." : "", limit);
+    return 0;
 }
 
 /* Scans one number at *pp (sign, digits, hex, L suffix, float) and checks
@@ -1065,7 +1080,16 @@ static int load_text(const char *text, const char *label, const char *program,
         return -1;
     config_init(&lc);
     if (!config_read_string(&lc, text)) {
-        syntax_error(&p, &lc);
+        /* libconfig may trip over the very number (an int among int64s
+         * of an array): say so, still without quoting the file. */
+        if (p.number_error)
+            fail(&p, p.number_line, "a number is out of range (%s)", p.number_limit);
+        else
+            syntax_error(&p, &lc);
+        config_destroy(&lc);
+        return -1;
+    }
+    if (p.number_error) {       /* the pre-scan's message, now that the file parsed */
         config_destroy(&lc);
         return -1;
     }

@@ -699,7 +699,10 @@ __attribute__((constructor)) static void dm_preload_start(void)
     dm_cluster_init(&config);
     dm_mapped_init(&config);
     map_entries(&config);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    int fr = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (fr != 0)
+        config_fail("cannot register the fork handlers: %s%s (a fork child could inherit a "
+                    "held lock of the shim)", strerror(fr), "");
     configured = 1;
     if (config.nmutexes == 0)
         dm_info("%s: mutexes = (): nothing mapped, redis at %s", config.path, dm_redis_addr());

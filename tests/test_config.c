@@ -486,6 +486,10 @@ static void test_syntax_error_echoes_no_bytes_of_the_file(void **state)
     free(path);
     expect_error("root:$6$saltsalt$S3CRETHASH:19000:0:99999:7:::\n", "t.cfg:1: ", "syntax error");
     assert_null(strstr(err, "S3CRET"));
+    /* A long number in garbage: the pre-scan's range check names neither. */
+    expect_error("card pin = 12345678901234567890 KEEPOUT\n", "t.cfg:1: ", "out of range");
+    if (strstr(err, "1234567890") || strstr(err, "pin"))
+        fail_msg("the message shows bytes of the file: %s", err);
 }
 
 /* ---- mutexes must be written, even empty ---------------------------------- */
