@@ -606,6 +606,11 @@ static void test_destroy_of_a_held_mapped_mutex_is_ebusy(void **state)
 static void test_fork_while_threads_map_heap_mutexes_never_hangs_the_child(void **state)
 {
     (void)state;
+    /* Under ASan (DM_TEST_PRELOAD) the child can hang in ASan's own
+     * allocator lock, which gcc 12's runtime does not take across fork()
+     * as glibc's malloc does: that would be no finding about the shim. */
+    if (getenv("DM_TEST_PRELOAD"))
+        skip();
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"fork_lock\"; name = \"i_fork\"; },\n"
                                       "{ init_site = \"heap_mutex_new\"; name = \"i_heap\"; }");
     char *argv[] = { FORKPROG, FORK_THREADS, FORK_COUNT, NULL };
