@@ -120,11 +120,10 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
-/* Around fork (pthread_atfork): prepare takes the lock table's mutex, so
- * that the child never sees the table half rebuilt (take it before
- * notify's: dm_cluster_atfork_prepare, then dm_notify_atfork_prepare);
- * parent gives it back. The child handler runs after notify's: it gives
- * each record this process's new wait channel. */
+/* Around fork (preload's one pthread_atfork, in its lock order): prepare
+ * takes the lock table's mutex, so that the child never sees the table
+ * half rebuilt; parent gives it back. The child handler runs after
+ * notify's: it gives each record this process's new wait channel. */
 void dm_cluster_atfork_prepare(void);
 void dm_cluster_atfork_parent(void);
 void dm_cluster_atfork_child(void);

@@ -55,6 +55,9 @@ struct parse {
     const char *label;
     char *err;
     size_t errlen;
+    int number_error;           /* the pre-scan found a number out of range: */
+    unsigned number_line;       /* where */
+    const char *number_limit;   /* and what the limit is */
 };
 
 __attribute__((format(printf, 3, 4)))
@@ -148,17 +151,29 @@ static int hex_val(int c) { return az_digit(c) ? c - '0' : ((c | 0x20) - 'a' + 1
  * name followed by '=' or ':'. Only used to word the message. */
 struct last_key { const char *s; size_t len; };
 
+/* Quotes the key and the number, so the message is only given once the
+ * file has parsed as libconfig (load_text): a file that does not parse
+ * may be no config file at all, and none of its bytes may be shown. The
+ * first one is kept; the scan goes on for the errors that must stop it
+ * before libconfig reads the text (@include). */
 static int number_out_of_range(struct parse *p, unsigned line, const struct last_key *key,
                                const char *start, size_t len, const char *limit)
 {
+    if (p->number_error)
+        return 0;
+    p->number_error = 1;
+    p->number_line = line;
+    p->number_limit = limit;
     char lit[DM_SHOW_MAX + 1];
     size_t n = len < DM_SHOW_MAX ? len : DM_SHOW_MAX;
     memcpy(lit, start, n);
     lit[n] = '\0';
     if (key->s && key->len < DM_SHOW_MAX)
-        return fail(p, line, "%.*s = %s%s: number out of range (%s)", (int)key->len, key->s, lit,
-                    len > n ? "..." : "", limit);
-    return fail(p, line, "number %s%s is out of range (%s)", lit, len > n ? "..." : "", limit);
+        fail(p, line, "%.*s = %s%s: number out of range (%s)", (int)key->len, key->s, lit,
+             len > n ? "..." : "", limit);
+    else
+        fail(p, line, "number %s%s is out of range (%s)", lit, len > n ? "..." : "", limit);
+    return 0;
 }
 
 /* Scans one number at *pp (sign, digits, hex, L suffix, float) and checks
@@ -668,7 +683,13 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (pass_env) {
         if (!env_name_ok(pass_env, why, sizeof why))
             return fail(p, env_line, "redis.password_env = %s: %s", show(&sv, pass_env), why);
-        const char *val = getenv(pass_env);
+        /* secure_getenv: a set-user-ID process takes no secret from the
+         * environment of whoever started it. */
+        const char *val = secure_getenv(pass_env);
+        if (!val && getenv(pass_env))
+            return fail(p, env_line, "redis.password_env = %s: environment variable %s is "
+                        "ignored in a set-user-ID or set-group-ID process (AT_SECURE)",
+                        show(&sv, pass_env), pass_env);
         if (!val)
             return fail(p, env_line, "redis.password_env = %s: environment variable %s is not set",
                         show(&sv, pass_env), pass_env);
@@ -1019,36 +1040,31 @@ static int parse_mutexes(struct parse *p, const config_setting_t *root, struct d
     return check_duplicates(p, cfg->mutexes, cfg->nmutexes);
 }
 
-/* libconfig's "syntax error" alone is terse: quote the line it points at. */
-static int syntax_error(struct parse *p, const config_t *lc, const char *text)
+/* libconfig's message and line. The line itself is not quoted: a file that
+ * does not parse may not be a config file at all (a wrong DMUTEX_CONFIG
+ * naming a key file, a binary), and its bytes must not end up in a log. */
+static int syntax_error(struct parse *p, const config_t *lc)
 {
     const char *what = config_error_text(lc) ? config_error_text(lc) : "cannot parse";
     int line = config_error_line(lc);
-    const char *s = text;
-    for (int l = 1; l < line && s; l++) {
-        s = strchr(s, '\n');
-        if (s)
-            s++;
-    }
-    if (line < 1 || !s)
-        return fail(p, line > 0 ? (unsigned)line : 0, "%s", what);
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t len = strcspn(s, "\n");
-    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\r'))
-        len--;
-    if (len == 0)
-        return fail(p, (unsigned)line, "%s", what);
-    char near[DM_SHOW_MAX + 1];
-    size_t n = len < DM_SHOW_MAX ? len : DM_SHOW_MAX;
-    memcpy(near, s, n);
-    near[n] = '\0';
-    struct shown sv;
-    return fail(p, (unsigned)line, "%s in %s", what, show(&sv, near));
+    return fail(p, line > 0 ? (unsigned)line : 0, "%s (this file is not valid libconfig syntax)",
+                what);
 }
 
-static int load_text(const char *text, const char *label, struct dm_config *out,
-                     char *err, size_t errlen)
+/* Is `program` among cfg->programs (always, when none are listed or the
+ * program is unknown)? */
+static int program_listed(const struct dm_config *cfg, const char *program)
+{
+    if (cfg->nprograms == 0 || !program)
+        return 1;
+    for (size_t i = 0; i < cfg->nprograms; i++)
+        if (strcmp(program, cfg->programs[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static int load_text(const char *text, const char *label, const char *program,
+                     struct dm_config *out, char *err, size_t errlen)
 {
     struct parse p = { .label = label ? label : "(string)", .err = err, .errlen = errlen };
     struct dm_config cfg;
@@ -1064,27 +1080,44 @@ static int load_text(const char *text, const char *label, struct dm_config *out,
         return -1;
     config_init(&lc);
     if (!config_read_string(&lc, text)) {
-        syntax_error(&p, &lc, text);
+        /* libconfig may trip over the very number (an int among int64s
+         * of an array): say so, still without quoting the file. */
+        if (p.number_error)
+            fail(&p, p.number_line, "a number is out of range (%s)", p.number_limit);
+        else
+            syntax_error(&p, &lc);
+        config_destroy(&lc);
+        return -1;
+    }
+    if (p.number_error) {       /* the pre-scan's message, now that the file parsed */
         config_destroy(&lc);
         return -1;
     }
     dm_config_defaults(&cfg);
     config_setting_t *root = config_root_setting(&lc);
-    if (check_keys(&p, root, top_keys, "at the top level") == 0
-        && parse_redis(&p, root, &cfg.redis) == 0
-        && parse_timing(&p, root, &cfg) == 0
-        && parse_policies(&p, root, &cfg) == 0
-        && parse_mutexes(&p, root, &cfg) == 0
-        && parse_programs(&p, root, &cfg) == 0
-        && dup_into(&p, 0, &cfg.path, p.label) == 0)
-        rc = 0;
+    /* `programs` first: a process the config is not for must not be
+     * stopped by anything else in it (see dm_config_load_for). */
+    if (parse_programs(&p, root, &cfg) == 0 && dup_into(&p, 0, &cfg.path, p.label) == 0) {
+        if (!program_listed(&cfg, program)) {
+            rc = DM_CONFIG_NOT_FOR;
+        } else if (check_keys(&p, root, top_keys, "at the top level") == 0
+                   && parse_redis(&p, root, &cfg.redis) == 0
+                   && parse_timing(&p, root, &cfg) == 0
+                   && parse_policies(&p, root, &cfg) == 0
+                   && parse_mutexes(&p, root, &cfg) == 0) {
+            cfg.settings = config_setting_length(root);
+            cfg.mutexes_line = config_setting_get_member(root, "mutexes") ?
+                (int)line_of(config_setting_get_member(root, "mutexes")) : 0;
+            rc = 0;
+        }
+    }
     config_destroy(&lc);
     if (rc < 0) {
         dm_config_free(&cfg);
         return -1;
     }
     *out = cfg;
-    return 0;
+    return rc;
 }
 
 /* ---- public ----------------------------------------------------------- */
@@ -1108,7 +1141,7 @@ void dm_config_defaults(struct dm_config *cfg)
 int dm_config_load_string(const char *text, const char *label,
                           struct dm_config *cfg, char *err, size_t errlen)
 {
-    return load_text(text, label, cfg, err, errlen);
+    return load_text(text, label, NULL, cfg, err, errlen);
 }
 
 /* Reads the file whole (bounded) rather than handing libconfig a FILE, so
@@ -1162,7 +1195,8 @@ static char *read_file(const char *path, size_t *len_out, char *err, size_t errl
     return NULL;
 }
 
-int dm_config_load(const char *path, struct dm_config *cfg, char *err, size_t errlen)
+int dm_config_load_for(const char *path, const char *program, struct dm_config *cfg,
+                       char *err, size_t errlen)
 {
     dm_config_defaults(cfg);
     if (err && errlen)
@@ -1182,9 +1216,59 @@ int dm_config_load(const char *path, struct dm_config *cfg, char *err, size_t er
         free(text);
         return fail(&p, line, "the file holds a NUL byte: a config file is text");
     }
-    int rc = load_text(text, path, cfg, err, errlen);
+    int rc = load_text(text, path, program, cfg, err, errlen);
     free(text);
     return rc;
+}
+
+int dm_config_load(const char *path, struct dm_config *cfg, char *err, size_t errlen)
+{
+    return dm_config_load_for(path, NULL, cfg, err, errlen);
+}
+
+/* An empty file, or one without `mutexes`, is almost always a truncated or
+ * wrong file: running the program with nothing mapped and no word would
+ * leave it unprotected in silence. */
+int dm_config_check_mutexes(const struct dm_config *cfg, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (cfg->mutexes_line > 0)
+        return 0;
+    const char *path = cfg->path ? cfg->path : "(string)";
+    if (cfg->settings == 0)
+        return fail_plain(err, errlen, "%s: the file has no settings (empty, or only comments): "
+                          "it may be truncated or the wrong file, and no mutex would be "
+                          "cluster-wide; write mutexes = (); to run with nothing mapped", path);
+    return fail_plain(err, errlen, "%s: no mutexes list: no mutex would be cluster-wide (a "
+                      "truncated or wrong file?); write mutexes = (); to run with nothing mapped",
+                      path);
+}
+
+/* The password of user:password@ becomes ***: in any scheme, and in a URL
+ * without one ("user:pw@host"), since a mistyped URL is still a secret. */
+void dm_config_redact_url(const char *url, char *out, size_t len)
+{
+    if (!out || len == 0)
+        return;
+    if (!url) {
+        snprintf(out, len, "(none)");
+        return;
+    }
+    const char *sep = strstr(url, "://");
+    const char *a = sep ? sep + 3 : url;
+    size_t alen = strcspn(a, "/?#");
+    const char *at = NULL;
+    for (const char *q = a; q < a + alen; q++)
+        if (*q == '@')
+            at = q;
+    if (!at) {
+        snprintf(out, len, "%s", url);
+        return;
+    }
+    const char *colon = memchr(a, ':', (size_t)(at - a));
+    const char *keep = colon ? colon + 1 : a;   /* "pw@host" is all password */
+    snprintf(out, len, "%.*s***%s", (int)(keep - url), url, at);
 }
 
 static int percent_decode(const char *s, size_t len, char **out)
@@ -1247,7 +1331,9 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         err[0] = '\0';
     if (!url || !*url)
         return fail_plain(err, errlen, "redis URL is empty (use redis://host:port/db or unix:///path)");
-    show(&su, url);
+    char redacted[DM_SHOW_MAX * 2 + 8];
+    dm_config_redact_url(url, redacted, sizeof redacted);
+    show(&su, redacted);
     if (strncasecmp(url, "rediss://", 9) == 0)
         return fail_plain(err, errlen, "redis URL %s: TLS is not supported by this build", su.s);
 

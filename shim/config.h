@@ -58,7 +58,12 @@ struct dm_config {
     size_t nmutexes;
     char **programs;            /* executables (file names) the config is for; */
     size_t nprograms;           /* none: every process that loads the shim */
+    int mutexes_line;           /* line of the `mutexes` key, 0: not written */
+    int settings;               /* top-level settings in the file, 0: empty */
 };
+
+/* What dm_config_load_for returns for a program `programs` does not list. */
+#define DM_CONFIG_NOT_FOR         1
 
 /* Fills `cfg` with the defaults (no mutexes, Redis at 127.0.0.1:6379). */
 void dm_config_defaults(struct dm_config *cfg);
@@ -67,6 +72,25 @@ void dm_config_defaults(struct dm_config *cfg);
  * `err` holding "FILE:LINE: what is wrong" (NUL-terminated, at most errlen
  * bytes). On error `cfg` holds nothing that needs freeing. */
 int dm_config_load(const char *path, struct dm_config *cfg, char *err, size_t errlen);
+
+/* Same, for the process whose executable's file name is `program` (NULL:
+ * unknown, as if listed). `programs` is read before anything else: when it
+ * does not list `program`, returns DM_CONFIG_NOT_FOR with nothing else
+ * validated or resolved (not even password_env), cfg holding the defaults,
+ * path and programs (free it with dm_config_free). So a helper the program
+ * runs is never stopped by what only the program needs. Syntax errors and
+ * a malformed `programs` still return -1. */
+int dm_config_load_for(const char *path, const char *program, struct dm_config *cfg,
+                       char *err, size_t errlen);
+
+/* 0 when the config has a `mutexes` key (even `mutexes = ();`); else -1,
+ * `err` saying that an empty file or one without `mutexes` is taken for a
+ * truncated or wrong one, and how to map nothing on purpose. */
+int dm_config_check_mutexes(const struct dm_config *cfg, char *err, size_t errlen);
+
+/* `url` for a message: the password of user:password@ replaced by ***.
+ * Every message that shows a redis URL shows it through this. */
+void dm_config_redact_url(const char *url, char *out, size_t len);
 
 /* Same, from a string (tests, fuzzing); `label` stands for the file name. */
 int dm_config_load_string(const char *text, const char *label,

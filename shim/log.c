@@ -18,7 +18,8 @@ static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
 void dm_log_init(void)
 {
-    const char *v = getenv("DMUTEX_LOG");
+    /* secure_getenv: a set-user-ID process ignores its starter's environment. */
+    const char *v = secure_getenv("DMUTEX_LOG");
     if (!v || !*v)
         return;
     for (int i = 0; i <= DM_LOG_DEBUG; i++) {

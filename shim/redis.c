@@ -260,6 +260,18 @@ redisReply *dm_redis_pipeline_reply(redisContext *c, enum dm_script s, int *brok
     return check_reply(c, r, s, broken, err, errlen);
 }
 
+/* Fork: preload's prepare handler holds pool_mu across fork() (see the lock
+ * order in preload.c); the parent lets go, the child makes it anew. */
+void dm_redis_atfork_prepare(void)
+{
+    pthread_mutex_lock(&pool_mu);
+}
+
+void dm_redis_atfork_parent(void)
+{
+    pthread_mutex_unlock(&pool_mu);
+}
+
 void dm_redis_atfork_child(void)
 {
     /* The pool mutex may have been held by a parent thread at fork. */

@@ -57,6 +57,8 @@ redisReply *dm_redis_pipeline_reply(redisContext *c, enum dm_script s, int *brok
 
 /* In a fork child: forget the parent's connections without talking on
  * them (their sockets are closed, the server keeps the parent's). */
+void dm_redis_atfork_prepare(void);
+void dm_redis_atfork_parent(void);
 void dm_redis_atfork_child(void);
 
 #endif

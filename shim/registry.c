@@ -27,6 +27,18 @@ static void writer_unlock(void)
     __atomic_store_n(&writer_lock_word, 0, __ATOMIC_RELEASE);
 }
 
+/* Fork: preload's prepare handler holds the writer lock across fork(), so
+ * neither side inherits it held by a thread that is not there. */
+void dm_registry_atfork_prepare(void)
+{
+    writer_lock();
+}
+
+void dm_registry_atfork_release(void)
+{
+    writer_unlock();
+}
+
 /* mmap rather than malloc: tables may be made from inside malloc-sensitive
  * contexts (fork handlers, early constructors), and they are never freed. */
 static struct dm_registry_table *table_new(size_t nslots)

@@ -109,14 +109,15 @@ static const char *base_name(const char *path)
 }
 
 /* A fork while another thread reads a symbol table must not leave the
- * child with cache_lock held by a thread that does not exist there. */
-static void before_fork(void) { pthread_mutex_lock(&cache_lock); }
-static void after_fork(void)  { pthread_mutex_unlock(&cache_lock); }
+ * child with cache_lock held by a thread that does not exist there:
+ * preload's fork handlers (the one place fork handling is registered, in
+ * the one lock order) call these. */
+void dm_symbols_atfork_prepare(void) { pthread_mutex_lock(&cache_lock); }
+void dm_symbols_atfork_release(void) { pthread_mutex_unlock(&cache_lock); }
 
 static void init(void)
 {
     elf_ok = elf_version(EV_CURRENT) != EV_NONE;
-    pthread_atfork(before_fork, after_fork, after_fork);
 }
 
 static void free_table(struct table *t)
@@ -645,9 +646,19 @@ static int resolve(const char *object, const char *symbol, enum want want,
 
 int dm_symbols_loaded(const char *object)
 {
-    struct object o;
+    uintptr_t bias;
+    return dm_symbols_bias(object, &bias);
+}
+
+int dm_symbols_bias(const char *object, uintptr_t *bias)
+{
+    struct object *o = malloc(sizeof *o);
+    if (!o)
+        return 1;       /* cannot tell: the caller's lookup will say why */
     char err[8];
-    int r = find_object(object, &o, err, sizeof err);
+    int r = find_object(object, o, err, sizeof err);
+    *bias = r == 0 ? o->bias : 0;
+    free(o);
     return r == 0 || r == ENOTUNIQ;
 }
 

@@ -31,6 +31,15 @@ int dm_symbols_function(const char *object, const char *func,
  * now? 1 or 0; an ambiguous name counts as loaded. NULL: the executable. */
 int dm_symbols_loaded(const char *object);
 
+/* The same, and when it is loaded, its load bias (0 when ambiguous): a
+ * changed bias means it was unloaded and loaded again elsewhere. */
+int dm_symbols_bias(const char *object, uintptr_t *bias);
+
+/* Fork, for preload's handlers only: hold the cache lock across fork(),
+ * release it in parent and child. */
+void dm_symbols_atfork_prepare(void);
+void dm_symbols_atfork_release(void);
+
 /* Drops any cached symbol tables (after dlclose, or to free memory once
  * start-up resolution is done). */
 void dm_symbols_flush(void);

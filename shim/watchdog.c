@@ -388,6 +388,18 @@ void dm_watchdog_foreach(void (*fn)(struct dm_hold *h))
         fn(h);
 }
 
+/* Fork: preload's prepare handler holds wmu across fork() (see the lock
+ * order in preload.c); the parent lets go, the child makes it anew. */
+void dm_watchdog_atfork_prepare(void)
+{
+    pthread_mutex_lock(&wmu);
+}
+
+void dm_watchdog_atfork_parent(void)
+{
+    pthread_mutex_unlock(&wmu);
+}
+
 void dm_watchdog_atfork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

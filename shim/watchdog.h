@@ -51,6 +51,8 @@ unsigned long dm_watchdog_lost_count(void);
 /* Calls fn on every watched hold (at exit, to release them). */
 void dm_watchdog_foreach(void (*fn)(struct dm_hold *h));
 
+void dm_watchdog_atfork_prepare(void);
+void dm_watchdog_atfork_parent(void);
 void dm_watchdog_atfork_child(void);
 
 #endif

@@ -460,12 +460,155 @@ static void test_truncated_file_is_a_syntax_error(void **state)
 
 /* ---- syntax and structure ---------------------------------------------- */
 
-static void test_syntax_error_names_label_line_and_quotes_it(void **state)
+static void test_syntax_error_names_label_and_line(void **state)
 {
     (void)state;
     expect_error("lease_ms = 1000;\nredis = { port = 1 \n", "t.cfg:", "syntax error");
     expect_error("lease_ms = 1000;\nmutexes = ( { symbol = \"a\" } } );\n", "t.cfg:2: ",
-                 "syntax error", "mutexes = (");
+                 "syntax error", "not valid libconfig syntax");
+}
+
+/* A wrong DMUTEX_CONFIG may name a key file or a binary: its bytes must
+ * not end up in a log. */
+static void test_syntax_error_echoes_no_bytes_of_the_file(void **state)
+{
+    (void)state;
+    static const char text[] = "\x7f" "ELF\x02\x01 secretline-one KEEPOUT\n"
+                               "root:$6$saltsalt$S3CRETHASH:19000:0:99999:7:::\n";
+    char *path = write_temp(text, sizeof text - 1);
+    assert_int_equal(dm_config_load(path, &cfg, err, sizeof err), -1);
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s:1: ", path);
+    if (strncmp(err, prefix, strlen(prefix)) != 0 || strstr(err, "KEEPOUT") ||
+        strstr(err, "secretline") || strstr(err, "ELF") || strstr(err, "S3CRET"))
+        fail_msg("the message names the file and line and shows none of its bytes: %s", err);
+    unlink(path);
+    free(path);
+    expect_error("root:$6$saltsalt$S3CRETHASH:19000:0:99999:7:::\n", "t.cfg:1: ", "syntax error");
+    assert_null(strstr(err, "S3CRET"));
+    /* A long number in garbage: the pre-scan's range check names neither. */
+    expect_error("card pin = 12345678901234567890 KEEPOUT\n", "t.cfg:1: ", "out of range");
+    if (strstr(err, "1234567890") || strstr(err, "pin"))
+        fail_msg("the message shows bytes of the file: %s", err);
+}
+
+/* ---- mutexes must be written, even empty ---------------------------------- */
+
+static void test_empty_file_fails_the_mutexes_check(void **state)
+{
+    (void)state;
+    load_ok("");
+    assert_int_equal(dm_config_check_mutexes(&cfg, err, sizeof err), -1);
+    assert_non_null(strstr(err, "t.cfg: "));
+    assert_non_null(strstr(err, "no settings"));
+    assert_non_null(strstr(err, "mutexes = ();"));
+    dm_config_free(&cfg);
+    load_ok("# only a comment\n");
+    assert_int_equal(dm_config_check_mutexes(&cfg, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no settings"));
+}
+
+static void test_config_without_mutexes_fails_the_mutexes_check(void **state)
+{
+    (void)state;
+    load_ok("lease_ms = 5000;\nredis = { port = 7000; };\n");
+    assert_int_equal(dm_config_check_mutexes(&cfg, err, sizeof err), -1);
+    assert_non_null(strstr(err, "t.cfg: no mutexes list"));
+    assert_non_null(strstr(err, "mutexes = ();"));
+}
+
+static void test_explicitly_empty_mutexes_passes_the_mutexes_check(void **state)
+{
+    (void)state;
+    load_ok("lease_ms = 5000;\nmutexes = ();\n");
+    assert_int_equal(cfg.nmutexes, 0);
+    assert_int_equal(dm_config_check_mutexes(&cfg, err, sizeof err), 0);
+    dm_config_free(&cfg);
+    load_ok("mutexes = ( { symbol = \"a\"; } );\n");
+    assert_int_equal(dm_config_check_mutexes(&cfg, err, sizeof err), 0);
+}
+
+/* ---- programs first ---------------------------------------------------------- */
+
+/* A process `programs` does not list is told so before anything else is
+ * checked: here a password_env naming an unset variable and a bad key. */
+static void test_programs_decide_before_anything_else_is_checked(void **state)
+{
+    (void)state;
+    static const char text[] = "programs = [\"app\"];\n"
+                               "redis = { password_env = \"DM_TEST_UNSET_PW_VAR\"; };\n"
+                               "lease_ms = 1;\nno_such_key = 1;\n";
+    unsetenv("DM_TEST_UNSET_PW_VAR");
+    char *path = write_temp(text, sizeof text - 1);
+    assert_int_equal(dm_config_load_for(path, "helper", &cfg, err, sizeof err), DM_CONFIG_NOT_FOR);
+    assert_int_equal(cfg.nprograms, 1);
+    assert_string_equal(cfg.path, path);
+    dm_config_free(&cfg);
+    /* The program itself gets every error. */
+    assert_int_equal(dm_config_load_for(path, "app", &cfg, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no_such_key"));
+    /* Unknown program (NULL): as if listed. */
+    assert_int_equal(dm_config_load_for(path, NULL, &cfg, err, sizeof err), -1);
+    unlink(path);
+    free(path);
+}
+
+static void test_programs_listing_the_program_loads_the_rest(void **state)
+{
+    (void)state;
+    static const char text[] = "programs = [\"app\", \"other\"];\nmutexes = ( { symbol = \"a\"; } );\n";
+    char *path = write_temp(text, sizeof text - 1);
+    assert_int_equal(dm_config_load_for(path, "other", &cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.nmutexes, 1);
+    dm_config_free(&cfg);
+    /* Without programs, every process is one the config is for. */
+    assert_int_equal(dm_config_load_string("mutexes = ();", "t.cfg", &cfg, err, sizeof err), 0);
+    unlink(path);
+    free(path);
+}
+
+/* ---- secrets in URLs ------------------------------------------------------------ */
+
+static void test_redact_url_hides_the_password_only(void **state)
+{
+    (void)state;
+    char out[256];
+    dm_config_redact_url("redis://app:s3cret@db.example:6380/2", out, sizeof out);
+    assert_string_equal(out, "redis://app:***@db.example:6380/2");
+    dm_config_redact_url("redis://s3cret@db.example", out, sizeof out);
+    assert_string_equal(out, "redis://***@db.example");
+    dm_config_redact_url("redis://a:p@ss:w@rd@h:1", out, sizeof out);
+    assert_string_equal(out, "redis://a:***@h:1");
+    dm_config_redact_url("http://u:s3cret@h/", out, sizeof out);
+    assert_string_equal(out, "http://u:***@h/");
+    dm_config_redact_url("u:s3cret@h:6379", out, sizeof out);
+    assert_string_equal(out, "u:***@h:6379");
+    dm_config_redact_url("redis://h:6379/0", out, sizeof out);
+    assert_string_equal(out, "redis://h:6379/0");
+    dm_config_redact_url("unix:///run/redis.sock?db=1", out, sizeof out);
+    assert_string_equal(out, "unix:///run/redis.sock?db=1");
+}
+
+/* Every URL error that quotes the URL quotes it without its password. */
+static void test_url_errors_never_show_the_password(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "redis://app:s3cretPW@127.0.0.1:99999/",
+        "redis://app:s3cretPW@127.0.0.1:6379/x",
+        "redis://app:s3cretPW@/",
+        "rediss://app:s3cretPW@h:6379",
+        "http://app:s3cretPW@h:6379",
+        "app:s3cretPW@h:6379",
+        "redis://app:s3cretPW@h:6379/0#frag",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dm_config_defaults(&cfg);
+        assert_int_equal(dm_config_set_redis_url(&cfg, bad[i], err, sizeof err), -1);
+        if (strstr(err, "s3cretPW"))
+            fail_msg("%s: the message shows the password: %s", bad[i], err);
+        dm_config_free(&cfg);
+    }
 }
 
 static void test_unterminated_string_names_the_line_it_starts_on(void **state)
@@ -1237,7 +1380,15 @@ int main(void)
         T(test_directory_says_cannot_read),
         T(test_nul_byte_in_file_names_its_line),
         T(test_truncated_file_is_a_syntax_error),
-        T(test_syntax_error_names_label_line_and_quotes_it),
+        T(test_syntax_error_names_label_and_line),
+        T(test_syntax_error_echoes_no_bytes_of_the_file),
+        T(test_empty_file_fails_the_mutexes_check),
+        T(test_config_without_mutexes_fails_the_mutexes_check),
+        T(test_explicitly_empty_mutexes_passes_the_mutexes_check),
+        T(test_programs_decide_before_anything_else_is_checked),
+        T(test_programs_listing_the_program_loads_the_rest),
+        T(test_redact_url_hides_the_password_only),
+        T(test_url_errors_never_show_the_password),
         T(test_unterminated_string_names_the_line_it_starts_on),
         T(test_unterminated_comment_names_the_line_it_starts_on),
         T(test_duplicate_key_is_an_error_with_its_line),

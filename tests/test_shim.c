@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,11 +32,24 @@
 
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
 #define COUNTER         TH_BUILD "/tests/progs/counter"
+#define FORKPROG        TH_BUILD "/tests/progs/forkprog"
+#define DLPROG          TH_BUILD "/tests/progs/dlprog"
+#define PLUGINS         TH_BUILD "/tests/progs/plugins"
+#define DMUTEX_CLI      TH_BUILD "/dmutex"
+#define SECUREPROG      TH_BUILD "/tests/progs/secureprog"
+#define NOBODY_ID       "65534"
 #define EX_CONFIG       78
 #define SHORT_LEASE_MS  2000L   /* for tests that wait for a lease to run out */
 #define LONG_LEASE_MS   30000L  /* for holders that must not lose theirs on a slow machine */
 #define SLACK_MS        2500L   /* how late a timed result may be on a loaded machine */
 #define RUN_MS          20000L  /* longest a program that should finish may run */
+#define LOOP_RUN_MS     90000L  /* the same for the fork and dlopen loops */
+/* forkprog: churning threads x forks; enough forks to catch a lock held at
+ * fork on the old code nearly every run */
+#define FORK_THREADS    "3"
+#define FORK_COUNT      "3000"
+#define DL_ITERS        "10000" /* dlprog: plugin loads while another thread loads */
+#define SECRET_PW       "s3cretPw0rd"
 #define POLL_US         5000
 #define SUITE_ALARM_S   180     /* a hung test ends the program instead of the CI job */
 
@@ -95,20 +109,25 @@ static pid_t lockprog(const char *cfg, int port, const char *out, const char *mo
 
 /* Waits for a child that must end by itself within RUN_MS and exit with
  * `want` (0, or 78 for a config error); returns its output (caller frees). */
-static char *finish(pid_t pid, const char *out, int want)
+static char *finish_within(pid_t pid, const char *out, int want, long ms)
 {
-    int st = th_wait(pid, RUN_MS);
+    int st = th_wait(pid, ms);
     th_forget(pid);
     char *text = th_read_file(out);
     assert_non_null(text);
     if (st == -1)
-        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, RUN_MS, text);
+        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, ms, text);
     if (!WIFEXITED(st))
         fail_msg("pid %d died of signal %d; output:\n%s", (int)pid,
                  WIFSIGNALED(st) ? WTERMSIG(st) : -1, text);
     if (WEXITSTATUS(st) != want)
         fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st), want, text);
     return text;
+}
+
+static char *finish(pid_t pid, const char *out, int want)
+{
+    return finish_within(pid, out, want, RUN_MS);
 }
 
 /* lockprog says "main" on a line of its own as soon as main runs. */
@@ -578,6 +597,234 @@ static void test_destroy_of_a_held_mapped_mutex_is_ebusy(void **state)
     }
 }
 
+/* ---- (i) fork and dlopen against the shim's own locks -------------------------- */
+
+/* A fork while other threads map and unmap init_site heap mutexes: the
+ * child must not inherit the registry's writer lock (or any other lock of
+ * the shim) held by a thread that does not exist in the child. Every child
+ * locks a mapped mutex and exits; forkprog reports a child that hangs. */
+static void test_fork_while_threads_map_heap_mutexes_never_hangs_the_child(void **state)
+{
+    (void)state;
+    /* Under ASan (DM_TEST_PRELOAD) the child can hang in ASan's own
+     * allocator lock, which gcc 12's runtime does not take across fork()
+     * as glibc's malloc does: that would be no finding about the shim. */
+    if (getenv("DM_TEST_PRELOAD"))
+        skip();
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"fork_lock\"; name = \"i_fork\"; },\n"
+                                      "{ init_site = \"heap_mutex_new\"; name = \"i_heap\"; }");
+    char *argv[] = { FORKPROG, FORK_THREADS, FORK_COUNT, NULL };
+    char *out = th_out_file();
+    char *text = finish_within(th_child(argv, shim_env(cfg, rs.port), out), out, 0, LOOP_RUN_MS);
+    th_assert_has(text, "forks " FORK_COUNT " ok");
+    free(text);
+}
+
+/* One thread loads a plugin whose mutex the config maps (the shim resolves
+ * it after each load) while another loads a plugin whose constructor, run
+ * under the loader's lock, loads a third: the shim must never wait for the
+ * loader while holding a lock the constructor's dlopen needs. */
+static void test_dlopen_from_a_constructor_while_another_thread_maps_a_plugin(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX];
+    assert_non_null(realpath(PLUGINS, dir));
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"target_lock\"; object = \"libdltarget.so\"; "
+                                      "name = \"i_plugin\"; }");
+    char *argv[] = { DLPROG, dir, DL_ITERS, NULL };
+    char *out = th_out_file();
+    char *text = finish_within(th_child(argv, shim_env(cfg, rs.port), out), out, 0, LOOP_RUN_MS);
+    th_assert_has(text, "dlprog done " DL_ITERS);
+    free(text);
+    /* The plugin's mutex was mapped: its lock name was granted. */
+    assert_true(th_cmd_int(rc, "GET dmutex:{i_plugin}:token") >= 1);
+}
+
+/* ---- (j) start-up: which process, which file, what is said ------------------- */
+
+/* A program the config is for (or a shell it runs) changes directory and
+ * then runs a helper: the helper inherits a relative DMUTEX_CONFIG that no
+ * longer names the file. The first process makes it absolute, so the helper
+ * reads the same file and, not being among `programs`, runs untouched. */
+static void test_helper_after_chdir_finds_a_relative_config(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "programs = [\"lockprog\"];\n"
+                                           "mutexes = ( { symbol = \"counter_lock\"; } );\n"));
+    char dir[PATH_MAX], script[PATH_MAX * 2 + 64];
+    snprintf(dir, sizeof dir, "%s", cfg);
+    *strrchr(dir, '/') = 0;
+    snprintf(script, sizeof script, "cd / && /bin/echo helper-ran");
+    char *argv[] = { "/bin/sh", "-c", script, NULL };
+    char **env = shim_env(strrchr(cfg, '/') + 1, rs.port);     /* relative to dir */
+    char *out = th_out_file();
+    char here[PATH_MAX];
+    assert_non_null(getcwd(here, sizeof here));
+    assert_int_equal(chdir(dir), 0);
+    pid_t pid = th_child(argv, env, out);
+    assert_int_equal(chdir(here), 0);
+    char *text = finish(pid, out, 0);
+    th_assert_has(text, "helper-ran");
+    free(text);
+}
+
+/* A helper the config is not for must not be stopped by what only the
+ * program needs: here the variable password_env names, which the program
+ * took out of its children's environment. The program itself still is. */
+static void test_helper_without_the_password_variable_runs_untouched(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "programs = [\"lockprog\"];\n"
+                                           "redis = { password_env = \"DM_TEST_NO_SUCH_PW\"; };\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; } );\n"));
+    char *argv[] = { "/bin/echo", "helper-ran", NULL };
+    char *out = th_out_file();
+    char *text = finish(th_child(argv, shim_env(cfg, rs.port), out), out, 0);
+    th_assert_has(text, "helper-ran");
+    free(text);
+    out = th_out_file();
+    text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
+    th_assert_has(text, "DM_TEST_NO_SUCH_PW");
+    if (main_ran(text))
+        fail_msg("main ran without the password:\n%s", text);
+    free(text);
+}
+
+/* An empty (or truncated) file maps nothing: almost always a mistake, so
+ * the program is stopped; `mutexes = ();` says it is meant, and runs. */
+static void test_config_without_mutexes_exits_78_unless_mutexes_is_written_empty(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "%s", ""));
+    char *out = th_out_file();
+    char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
+    th_assert_has(text, cfg);
+    th_assert_has(text, "mutexes = ();");
+    if (main_ran(text))
+        fail_msg("main ran with an empty config:\n%s", text);
+    free(text);
+
+    cfg = th_keep_file(th_write_file(".cfg", "lease_ms = 5000;\n"));
+    out = th_out_file();
+    text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
+    th_assert_has(text, "no mutexes");
+    free(text);
+
+    cfg = th_keep_file(th_write_file(".cfg", "mutexes = ();\n"));
+    char **env = shim_env(cfg, rs.port);
+    static char info[] = "DMUTEX_LOG=info";
+    char *envi[] = { env[0], env[1], env[2], info, NULL };
+    char *argv[] = { LOCKPROG, "trylock", NULL };
+    out = th_out_file();
+    text = finish(th_child(argv, envi, out), out, 0);
+    th_assert_has(text, "nothing mapped");
+    if (!main_ran(text))
+        fail_msg("main did not run with mutexes = ();:\n%s", text);
+    free(text);
+}
+
+/* A password in a redis URL never reaches a message: not the shim's, not
+ * `dmutex run -r`'s, not `dmutex ls -r`'s. */
+static void test_bad_redis_url_messages_hide_the_password(void **state)
+{
+    (void)state;
+    static char bad[] = "DMUTEX_REDIS=redis://app:" SECRET_PW "@127.0.0.1:99999/";
+    const char *url = bad + strlen("DMUTEX_REDIS=");
+    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"j_url\"; }");
+    char **env = shim_env(cfg, rs.port);
+    env[2] = bad;
+    char *argv[] = { LOCKPROG, "trylock", NULL };
+    char *out = th_out_file();
+    char *text = finish(th_child(argv, env, out), out, EX_CONFIG);
+    th_assert_has(text, "app:***@");
+    if (strstr(text, SECRET_PW))
+        fail_msg("the shim's message shows the password:\n%s", text);
+    free(text);
+
+    char *run[] = { DMUTEX_CLI, "run", "-c", cfg, "-r", (char *)url, "--", LOCKPROG, "trylock", NULL };
+    char *plain[] = { NULL };
+    out = th_out_file();
+    text = finish(th_child(run, plain, out), out, EX_CONFIG);
+    th_assert_has(text, "app:***@");
+    if (strstr(text, SECRET_PW))
+        fail_msg("dmutex run's message shows the password:\n%s", text);
+    free(text);
+
+    char *ls[] = { DMUTEX_CLI, "ls", "-r", (char *)url, NULL };
+    out = th_out_file();
+    text = finish(th_child(ls, plain, out), out, 2);
+    th_assert_has(text, "app:***@");
+    if (strstr(text, SECRET_PW))
+        fail_msg("dmutex ls's message shows the password:\n%s", text);
+    free(text);
+}
+
+/* Runs `prog` as user nobody (real and effective, unless `prog` is
+ * set-user-ID) with the shim's environment for `cfg`; returns its output. */
+static char *run_as_nobody(const char *prog, const char *cfg, const char *shim, int want)
+{
+    char *argv[] = { "/usr/bin/setpriv", "--reuid=" NOBODY_ID, "--regid=" NOBODY_ID,
+                     "--clear-groups", (char *)prog, (char *)shim, NULL };
+    static char conf[PATH_MAX + 16], pw[] = "DM_TEST_SECURE_PW=frompath", info[] = "DMUTEX_LOG=info";
+    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
+    char *env[] = { conf, pw, info, NULL };
+    char *out = th_out_file();
+    chmod(out, 0666);
+    return finish(th_child(argv, env, out), out, want);
+}
+
+/* In a set-user-ID process (AT_SECURE) the environment belongs to whoever
+ * started it: DMUTEX_CONFIG (and every DMUTEX_* and password_env variable)
+ * is ignored, and the program is stopped rather than run unprotected. The
+ * same program without the set-user-ID bit reads the same config. Needs
+ * root (to make a set-user-ID-root copy), setpriv, and a temp directory
+ * that allows set-user-ID; skipped otherwise. */
+static void test_set_user_id_process_ignores_the_environment(void **state)
+{
+    (void)state;
+    /* Under ASan (DM_TEST_PRELOAD) the runtime must be preloaded first,
+     * which the loader refuses a set-user-ID process. */
+    if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0 || getenv("DM_TEST_PRELOAD"))
+        skip();
+    char dir[] = "/tmp/dm-secure-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    chmod(dir, 0755);
+    char prog[PATH_MAX], plain[PATH_MAX], shim[PATH_MAX], cfgp[PATH_MAX], cmd[PATH_MAX * 8];
+    snprintf(prog, sizeof prog, "%s/secureprog", dir);
+    snprintf(plain, sizeof plain, "%s/plainprog", dir);
+    snprintf(shim, sizeof shim, "%s/libdmutex.so", dir);
+    snprintf(cfgp, sizeof cfgp, "%s/secure.cfg", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s && cp %s %s && cp %s %s && chmod 4755 %s && chmod 755 %s",
+             SECUREPROG, prog, SECUREPROG, plain, shim_path, shim, prog, plain);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(cfgp, "w");
+    assert_non_null(f);
+    fprintf(f, "redis = { password_env = \"DM_TEST_SECURE_PW\"; };\nmutexes = ();\n");
+    fclose(f);
+    chmod(cfgp, 0644);
+
+    char *text = run_as_nobody(plain, cfgp, shim, 0);
+    th_assert_has(text, "secure 0");
+    th_assert_has(text, "nothing mapped");
+    th_assert_has(text, "loaded");
+    free(text);
+
+    text = run_as_nobody(prog, cfgp, shim, EX_CONFIG);
+    if (strstr(text, "secure 1") == NULL) {
+        free(text);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        assert_int_equal(system(cmd), 0);
+        skip();                 /* a nosuid file system: cannot be tested here */
+    }
+    th_assert_has(text, "AT_SECURE");
+    th_assert_has(text, "ignored");
+    if (strstr(text, "loaded") || strstr(text, "secure.cfg"))
+        fail_msg("the set-user-ID process read the config its environment named:\n%s", text);
+    free(text);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -603,6 +850,13 @@ int main(void)
         T(test_errorcheck_relock_is_edeadlk_without_redis_traffic),
         T(test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traffic),
         T(test_destroy_of_a_held_mapped_mutex_is_ebusy),
+        T(test_fork_while_threads_map_heap_mutexes_never_hangs_the_child),
+        T(test_dlopen_from_a_constructor_while_another_thread_maps_a_plugin),
+        T(test_helper_after_chdir_finds_a_relative_config),
+        T(test_helper_without_the_password_variable_runs_untouched),
+        T(test_config_without_mutexes_exits_78_unless_mutexes_is_written_empty),
+        T(test_bad_redis_url_messages_hide_the_password),
+        T(test_set_user_id_process_ignores_the_environment),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

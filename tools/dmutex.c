@@ -115,8 +115,15 @@ int dm_cli_run(int argc, char **argv)
         fprintf(stderr, "dmutex: %s\n", err);
         return DM_EX_CONFIG;
     }
+    if (dm_config_check_mutexes(&cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "dmutex: %s\n", err);
+        dm_config_free(&cfg);
+        return DM_EX_CONFIG;
+    }
     if (redis && dm_config_set_redis_url(&cfg, redis, err, sizeof err) != 0) {
-        fprintf(stderr, "dmutex run: -r %s: %s\n", redis, err);
+        char shown[DM_ERR_MAX];
+        dm_config_redact_url(redis, shown, sizeof shown);
+        fprintf(stderr, "dmutex run: -r %s: %s\n", shown, err);
         dm_config_free(&cfg);
         return DM_EX_CONFIG;
     }

@@ -85,7 +85,9 @@ int dm_cli_ls(int argc, char **argv)
         dm_config_defaults(&cfg);
     }
     if (url && *url && dm_config_set_redis_url(&cfg, url, err, sizeof err) != 0) {
-        fprintf(stderr, "dmutex ls: %s: %s\n", url, err);
+        char shown[DM_ERR_MAX];
+        dm_config_redact_url(url, shown, sizeof shown);
+        fprintf(stderr, "dmutex ls: %s: %s\n", shown, err);
         dm_config_free(&cfg);
         return 2;
     }
