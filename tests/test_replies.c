@@ -201,7 +201,10 @@ static void test_error_reply_never_locks_locally_next_to_the_holder(void **state
     dm_cluster_owner(a, 1);
     struct dm_grant g;
     struct timespec dl = in_ms(800);
+    long long t0 = th_now_ms();
     int r = dm_cluster_acquire(l, a, &dl, 0, &g);
+    print_message("measured: error reply, on_redis_down = \"local\", timed lock (800 ms) "
+                  "while held elsewhere: %s after %lld ms\n", strerror(r), th_now_ms() - t0);
     if (r == 0)
         fail_msg("acquire returned 0 (local_only %d) while another process holds the lock",
                  g.local_only);
@@ -331,6 +334,10 @@ static void pause_then(struct dm_cluster_lock *l, int flags, long deadline_ms, i
     int r = dm_cluster_acquire(l, a, &dl, flags, &g);
     long long took = th_now_ms() - t0;
     assert_int_equal(r, expect);
+    print_message("measured: CLIENT PAUSE %ld WRITE, %s (deadline %ld ms, command timeout "
+                  "%ld ms): returned %s after %lld ms\n", PAUSE_MS,
+                  flags & DM_ACQ_TRY ? "trylock" : "timed lock", deadline_ms, CMD_TIMEOUT_MS,
+                  strerror(r), took);
     if (took > deadline_ms + 3 * CMD_TIMEOUT_MS + SLACK_MS)
         fail_msg("the call returned after %lld ms (deadline %ld ms)", took, deadline_ms);
     while (th_now_ms() - t0 < PAUSE_MS + 500)
@@ -373,6 +380,8 @@ static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
     struct dm_grant g;
     long long t0 = th_now_ms();
     assert_int_equal(dm_cluster_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
+    print_message("measured: trylock whose acquire reached the server %ld ms late: EBUSY "
+                  "after %lld ms\n", LATE_MS, th_now_ms() - t0);
     th_wait_for(out, "reply: delay sent", LATE_MS + SLACK_MS);
     usleep(200000);
     assert_true(th_now_ms() - t0 >= LATE_MS);
@@ -466,7 +475,7 @@ static void matrix(const char *script, const char *action, int fair)
     char *text = th_read_file(out);
     int acted = strstr(text, "reply: ") != NULL;
     free(text);
-    print_message("%s %s fair=%d: %d+%d sections, %d timeouts, %lld ms\n", script, action, fair,
+    print_message("measured: %s %s fair=%d: %d+%d sections, %d timeouts, %lld ms\n", script, action, fair,
                   r[0].sections, r[1].sections, r[1].timeouts, took);
     if (!acted)
         fail_msg("the proxy never saw a %s call to act on", script);

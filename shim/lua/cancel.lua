@@ -10,11 +10,22 @@
 -- run late cannot take a newer hold of the same owner: the holder marker
 -- names the request each hold came through.
 --
--- KEYS[1] lock  KEYS[2] queue  KEYS[3] qtime  KEYS[4] token  KEYS[5] holder
+-- KEYS[1] lock  KEYS[2] queue  KEYS[3] qtime  KEYS[4] token (unused)  KEYS[5] holder
 -- KEYS[6] void  (see acquire.lua)
 -- ARGV[1] owner  ARGV[2] "<owner>|<wait id>"  ARGV[3] void for ms, 0: do not
 local lock, queue, qtime, holder, void = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 local owner, member, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- The queue first: ZREM and LREM are allowed under maxmemory, ZADD is not.
+if redis.call('zrem', qtime, member) == 1 then
+    redis.call('lrem', queue, 1, member)
+end
+local res = {0, 0}
+if redis.call('hexists', lock, owner) == 1 then
+    local m, tok = string.match(redis.call('get', holder) or '', '^(.*) #(%d+)$')
+    if m == member then
+        res = {1, tonumber(tok)}
+    end
+end
 if ttl > 0 then
     local t = redis.call('time')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -22,13 +33,4 @@ if ttl > 0 then
     redis.call('zadd', void, now + ttl, member)
     redis.call('pexpire', void, ttl)
 end
-if redis.call('zrem', qtime, member) == 1 then
-    redis.call('lrem', queue, 1, member)
-end
-if redis.call('hexists', lock, owner) == 1 then
-    local m, tok = string.match(redis.call('get', holder) or '', '^(.*) #(%d+)$')
-    if m == member then
-        return {1, tonumber(tok)}
-    end
-end
-return {0, 0}
+return res
