@@ -43,6 +43,7 @@
 
 #include <cmocka.h>
 
+#include "checker.h"
 #include "harness.h"
 
 #define WORKER          TH_BUILD "/tests/progs/faultworker"
@@ -59,16 +60,12 @@
 #define STRESS_MS_DEFAULT 10000L
 #define STRESS_PROCS    16
 #define STRESS_THREADS  "4"
-#define NET_PREFIX      "10.231"   /* our /24 is NET_PREFIX.K.0/24, K picked free */
 
-static struct th_redis chk;             /* the checker */
-static redisContext *cc;
-static char chk_sock[128];
+static struct th_checker chk;           /* the exclusion checker */
+static struct th_net net;               /* the two "machines" */
 static struct th_redis rs;              /* the lock server of the current test */
 static redisContext *rc;
-static char shim_path[PATH_MAX], worker_path[PATH_MAX], ip_path[PATH_MAX];
-static char pfx[32];                    /* checker key prefix of the current test */
-static int test_seq;
+static char shim_path[PATH_MAX], worker_path[PATH_MAX];
 
 /* ---- reporting ------------------------------------------------------------ */
 
@@ -84,100 +81,6 @@ static void measured(const char *fmt, ...)
     fflush(stdout);
 }
 
-/* ---- network namespaces: two "machines" on a bridge ------------------------- */
-
-static struct {
-    int up;
-    int k;                      /* third octet of our /24 */
-    char bridge[16], ns[2][16], veth[2][16];
-    char host_ip[24], ip[2][24];
-} net;
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void net_down(void)
-{
-    if (!net.bridge[0])
-        return;
-    for (int i = 0; i < 2; i++) {
-        sh("ip link del %s 2>/dev/null", net.veth[i]);
-        sh("ip netns del %s 2>/dev/null", net.ns[i]);
-    }
-    sh("ip link del %s 2>/dev/null", net.bridge);
-    net.up = 0;
-}
-
-/* Namespaces and links left by an earlier run of this suite that died
- * without cleaning up (its pid is in their names). */
-static void net_sweep_stale(void)
-{
-    sh("for n in $(ip netns list 2>/dev/null | sed -n 's/^\\(dmf[0-9]*[ab]\\).*/\\1/p'); do"
-       "  p=${n#dmf}; p=${p%%[ab]};"
-       "  [ -d /proc/$p ] || { ip netns del $n; ip link del dmfv$p${n#dmf$p} 2>/dev/null;"
-       "                       ip link del dmfbr$p 2>/dev/null; }; done");
-}
-
-/* A checker server left by an earlier run that was killed outright (its
- * pid, in the socket's name, is gone): shut it down. */
-static void chk_sweep_stale(void)
-{
-    sh("for s in /tmp/dmutex-faults-*.sock; do [ -S \"$s\" ] || continue;"
-       "  p=${s#/tmp/dmutex-faults-}; p=${p%%.sock};"
-       "  [ -d /proc/$p ] || { redis-cli -s \"$s\" shutdown nosave >/dev/null 2>&1; rm -f \"$s\"; };"
-       " done");
-}
-
-static int net_setup(void)
-{
-    if (geteuid() != 0 || !ip_path[0])
-        return -1;
-    net_sweep_stale();
-    int pid = (int)getpid();
-    snprintf(net.bridge, sizeof net.bridge, "dmfbr%d", pid);
-    for (int k = 20 + pid % 200, tries = 0; tries < 200; tries++, k = 20 + (k - 19) % 200) {
-        if (sh("ip -4 addr show | grep -q ' %s\\.%d\\.'", NET_PREFIX, k) != 0 &&
-            sh("ip -4 route show | grep -q '^%s\\.%d\\.'", NET_PREFIX, k) != 0) {
-            net.k = k;
-            break;
-        }
-    }
-    if (!net.k)
-        return -1;
-    snprintf(net.host_ip, sizeof net.host_ip, "%s.%d.1", NET_PREFIX, net.k);
-    if (sh("ip link add %s type bridge && ip addr add %s/24 dev %s && ip link set %s up",
-           net.bridge, net.host_ip, net.bridge, net.bridge) != 0)
-        goto fail;
-    for (int i = 0; i < 2; i++) {
-        char c = (char)('a' + i);
-        snprintf(net.ns[i], sizeof net.ns[i], "dmf%d%c", pid, c);
-        snprintf(net.veth[i], sizeof net.veth[i], "dmfv%d%c", pid, c);
-        snprintf(net.ip[i], sizeof net.ip[i], "%s.%d.%d", NET_PREFIX, net.k, 2 + i);
-        if (sh("ip netns add %s && ip link add %s type veth peer name %sp &&"
-               " ip link set %sp netns %s && ip -n %s link set %sp name eth0 &&"
-               " ip -n %s addr add %s/24 dev eth0 && ip -n %s link set eth0 up &&"
-               " ip -n %s link set lo up && ip link set %s master %s && ip link set %s up",
-               net.ns[i], net.veth[i], net.veth[i], net.veth[i], net.ns[i], net.ns[i],
-               net.veth[i], net.ns[i], net.ip[i], net.ns[i], net.ns[i], net.veth[i],
-               net.bridge, net.veth[i]) != 0)
-            goto fail;
-    }
-    net.up = 1;
-    return 0;
-fail:
-    net_down();
-    return -1;
-}
-
 static void emergency_stop(int sig)
 {
     th_kill_children_now();
@@ -185,9 +88,8 @@ static void emergency_stop(int sig)
         kill(rs.pid, SIGCONT);
         kill(rs.pid, SIGKILL);
     }
-    if (chk.pid > 0)
-        kill(chk.pid, SIGKILL);
-    net_down();
+    th_checker_kill_now(&chk);
+    th_net_down(&net);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -221,7 +123,7 @@ static pid_t worker(const struct run *r, ...)
     int n = 0;
     static char url[96], preload[PATH_MAX + 16], conf[PATH_MAX + 16];
     if (r->netns) {
-        argv[n++] = ip_path;
+        argv[n++] = net.ip_cmd;
         argv[n++] = "netns";
         argv[n++] = "exec";
         argv[n++] = (char *)r->netns;
@@ -250,9 +152,9 @@ static pid_t worker(const struct run *r, ...)
         argv[n++] = a;
     va_end(ap);
     argv[n++] = "-s";
-    argv[n++] = chk_sock;
+    argv[n++] = chk.sock;
     argv[n++] = "-k";
-    argv[n++] = (char *)(r->prefix ? r->prefix : pfx);
+    argv[n++] = (char *)(r->prefix ? r->prefix : chk.prefix);
     argv[n] = NULL;
     pid_t pid = th_child(argv, NULL, r->out);
     return pid;
@@ -351,25 +253,6 @@ static long long inside_field(const char *text, int field)
 }
 
 /* ---- the checker and the lock server ----------------------------------------- */
-
-static long long chk_get(int lock, const char *what)
-{
-    return th_cmd_int(cc, "GET %s:%d:%s", pfx, lock, what);
-}
-
-/* A process that died inside its critical section never said it left. */
-static void chk_forget(pid_t pid)
-{
-    char p[24];
-    int n = snprintf(p, sizeof p, "%d.", (int)pid);
-    for (int lock = 0; lock < 3; lock++) {
-        redisReply *r = th_cmd(cc, "SMEMBERS %s:%d:inside", pfx, lock);
-        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
-            if (strncmp(r->element[i]->str, p, (size_t)n) == 0)
-                freeReplyObject(th_cmd(cc, "SREM %s:%d:inside %s", pfx, lock, r->element[i]->str));
-        freeReplyObject(r);
-    }
-}
 
 static void lock_server(const char *bind, const char *const *extra)
 {
@@ -477,19 +360,10 @@ static int group_setup(void **state)
         fprintf(stderr, "test_faults: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
         return -1;
     }
-    if (access("/usr/sbin/ip", X_OK) == 0)
-        snprintf(ip_path, sizeof ip_path, "/usr/sbin/ip");
-    else if (access("/sbin/ip", X_OK) == 0)
-        snprintf(ip_path, sizeof ip_path, "/sbin/ip");
-    chk_sweep_stale();
-    snprintf(chk_sock, sizeof chk_sock, "/tmp/dmutex-faults-%d.sock", (int)getpid());
-    const char *extra[] = { "--unixsocket", chk_sock, "--unixsocketperm", "700", NULL };
-    th_redis_start(&chk, NULL, extra);
-    cc = th_redis_connect(&chk);
-    if (net_setup() != 0)
+    th_checker_start(&chk);
+    if (th_net_setup(&net) != 0)
         printf("test_faults: no network namespaces (not root, or ip(8) failed): "
                "the cut-off scenarios are skipped\n");
-    atexit(net_down);
     return 0;
 }
 
@@ -497,11 +371,8 @@ static int group_teardown(void **state)
 {
     (void)state;
     th_kill_children();
-    if (cc)
-        redisFree(cc);
-    th_redis_stop(&chk);
-    unlink(chk_sock);
-    net_down();
+    th_checker_stop(&chk);
+    th_net_down(&net);
     alarm(0);
     return 0;
 }
@@ -509,7 +380,7 @@ static int group_teardown(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(pfx, sizeof pfx, "t%d", ++test_seq);
+    th_checker_next(&chk);
     return 0;
 }
 
@@ -526,18 +397,9 @@ static int teardown(void **state)
     th_redis_stop(&rs);
     memset(&rs, 0, sizeof rs);
     th_remove_files();
-    if (net.up)
-        for (int i = 0; i < 2; i++)
-            sh("ip link set %s up", net.veth[i]);
+    th_net_reconnect(&net);
     return 0;
 }
-
-#define SECTION_INVARIANT(lock)                                                   \
-    do {                                                                          \
-        long long ov_ = chk_get(lock, "overlaps");                               \
-        if (ov_ != 0)                                                             \
-            fail_msg("%lld overlapping critical sections on lock %d", ov_, lock); \
-    } while (0)
 
 /* ==== 1. lost leases ========================================================= */
 
@@ -747,7 +609,7 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
              "after the restart (backoff cap %d ms)", first - back, 2000);
     if (first - back > 2000 + SLACK_MS)
         fail_msg("the first waiter resumed %lld ms after the server came back", first - back);
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 /* A server that stops answering (SIGSTOP: connections hang rather than
@@ -796,7 +658,7 @@ static void test_stuck_server_trylock_timed_and_error_answer_in_bounded_time(voi
     measured("server stopped ~2.5 s under a blocked lock(): it entered %lld ms after SIGCONT",
              at - back);
     free(finish(w, wout));
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 /* CLIENT KILL TYPE pubsub while processes wait: the subscribers come back
@@ -843,7 +705,7 @@ static void test_killed_subscribers_resubscribe_and_nobody_sleeps_through_a_rele
                  "%lld ms after the release (lease 30000 ms)",
                  round == 0 ? "after they resubscribed" : "right after the kill", NW, last - rel);
     }
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 /* ==== 3. an unlock whose release reply is lost ================================ */
@@ -895,7 +757,7 @@ static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
     wait_waiters("d_delay", 1);
     kill(h, SIGKILL);
     wait_end(h, RUN_MS, NULL, NULL);
-    chk_forget(h);
+    th_checker_forget(&chk, h);
     usleep(100000);             /* a renewal in flight lands */
     long long exp = pexpiretime("dmutex:{d_delay}");
     assert_true(exp > 0);
@@ -909,7 +771,7 @@ static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
     if (entered > exp + delay + SLACK_MS)
         fail_msg("entered only %lld ms after the expiry", entered - exp);
     free(text);
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 /* ==== 5. fencing tokens reach the user ======================================= */
@@ -1118,7 +980,7 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
 
     /* A free lock asked for under OOM. */
     char *ncfg = config(WARN_2S, "b_oom_free"), *nout = th_out_file(), *go2 = th_go_file(), npfx[40];
-    snprintf(npfx, sizeof npfx, "%sf", pfx);
+    snprintf(npfx, sizeof npfx, "%sf", chk.prefix);
     struct run nr = { .cfg = ncfg, .out = nout, .prefix = npfx };
     pid_t n = worker(&nr, "once", "try", "-g", go2, NULL);
     th_wait_for(nout, "try ", RUN_MS);
@@ -1156,7 +1018,7 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
              lost ? "lost its lease (renewals refused)" : "kept its lease (PEXPIRE is not deny-oom)",
              granted ? "granted (the script's first write, ZREM, is not deny-oom)" : "refused");
     free(text);
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 static void test_readonly_replica_never_grants_and_its_holder_loses_the_lease(void **s)
@@ -1190,7 +1052,7 @@ static void test_script_flush_under_load_loses_nothing(void **s)
     char *cfg = config(WARN_2S, "b_flush");
     char *hcfg = config(WARN_2S, "b_flush_h"), *hout = th_out_file(), *go = th_go_file();
     char hpfx[40];
-    snprintf(hpfx, sizeof hpfx, "%sh", pfx);
+    snprintf(hpfx, sizeof hpfx, "%sh", chk.prefix);
     struct run hr = { .cfg = hcfg, .out = hout, .prefix = hpfx };
     pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
     enum { NP = 3 };
@@ -1222,9 +1084,9 @@ static void test_script_flush_under_load_loses_nothing(void **s)
         free(text);
     }
     measured("SCRIPT FLUSH x%d during 4 s: %lld sections, 0 lost leases, %lld overlaps",
-             flushes, total, chk_get(0, "overlaps"));
+             flushes, total, th_checker_get(&chk, 0, "overlaps"));
     assert_true(total > 0);
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 static void test_server_closing_mid_reply_never_grants(void **s)
@@ -1271,10 +1133,10 @@ static void test_checker_sees_overlaps_without_the_shim(void **s)
         }
         for (int i = 0; i < 3; i++)
             free(finish(p[i], out[i]));
-        long long ov = chk_get(0, "overlaps");
+        long long ov = th_checker_get(&chk, 0, "overlaps");
         if (ov > 0) {
             measured("without the shim: %lld overlapping sections of %lld (max %lld inside at once)",
-                     ov, chk_get(0, "sections"), chk_get(0, "maxin"));
+                     ov, th_checker_get(&chk, 0, "sections"), th_checker_get(&chk, 0, "maxin"));
             return;
         }
     }
@@ -1302,7 +1164,7 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
         long long killed = th_now_ms();
         kill(h, SIGKILL);
         wait_end(h, RUN_MS, NULL, NULL);
-        chk_forget(h);
+        th_checker_forget(&chk, h);
         usleep(50000);                          /* a renewal in flight lands */
         long long exp = pexpiretime("dmutex:{s_kill}");
         long long at = th_wait_for(wout, "inside ", LEASE_MS + 1000);
@@ -1321,7 +1183,7 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
     measured("holder SIGKILLed (%d rounds): the waiter entered at most %lld ms after the kill "
              "(lease %ld ms) and %lld ms after the lease expired on the server; EOWNERDEAD; "
              "0 overlaps", ROUNDS, worst_kill, LEASE_MS, worst_exp);
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 /* No lease can stop a stopped process from running on when it is resumed:
@@ -1353,7 +1215,7 @@ static void test_stopped_holder_overlap_is_measured_reported_and_fenced_off(void
     th_assert_has(text, "fenced rejected");
     th_assert_has(text, "unlocked EPERM");
     free(text);
-    long long ov = chk_get(0, "overlaps"), rej = chk_get(0, "rejects");
+    long long ov = th_checker_get(&chk, 0, "overlaps"), rej = th_checker_get(&chk, 0, "rejects");
     measured("holder SIGSTOPped past its lease (warn): the next holder entered %lld ms after "
              "the stop; %lld overlap, %lld stale write rejected by the fencing token "
              "(%lld < %lld), unlock EPERM", at - stopped, ov, rej, t1, t2);
@@ -1420,7 +1282,7 @@ static long long finish_loop(int np, char **out, pid_t *p, int *lost)
 static long long wait_progress(long long from, long timeout_ms)
 {
     long long end = th_now_ms() + timeout_ms;
-    while (chk_get(0, "sections") <= from) {
+    while (th_checker_get(&chk, 0, "sections") <= from) {
         if (th_now_ms() > end)
             fail_msg("no critical section for %ld ms", timeout_ms);
         usleep(POLL_US);
@@ -1440,7 +1302,7 @@ static void restart_scenario(const char *fsync)
     const char *name = !aof ? "r_mem" : strcmp(fsync, "always") == 0 ? "r_aof" : "r_aofsec";
     char hname[32], hpfx[40];
     snprintf(hname, sizeof hname, "%s_h", name);
-    snprintf(hpfx, sizeof hpfx, "%sh", pfx);
+    snprintf(hpfx, sizeof hpfx, "%sh", chk.prefix);
     /* A holder inside its section across the restart, a waiter for it, and
      * loop workers on another name. */
     char *hcfg = config(WARN_2S, hname), *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
@@ -1456,7 +1318,7 @@ static void restart_scenario(const char *fsync)
     start_loop(WARN_2S, name, NP, "6000", "2000", out, p);
     wait_progress(10, RUN_MS);
 
-    long long before = chk_get(0, "sections");
+    long long before = th_checker_get(&chk, 0, "sections");
     lock_server_kill();
     long long t0 = th_now_ms();
     lock_server_restart(extra);
@@ -1483,14 +1345,14 @@ static void restart_scenario(const char *fsync)
         free(lt);
     }
     long long total = finish_loop(NP, out, p, &lost);
-    long long hov = th_cmd_int(cc, "GET %s:0:overlaps", hpfx);
-    long long hrej = th_cmd_int(cc, "GET %s:0:rejects", hpfx);
+    long long hov = th_cmd_int(chk.c, "GET %s:0:overlaps", hpfx);
+    long long hrej = th_cmd_int(chk.c, "GET %s:0:rejects", hpfx);
     if (aof) {
         th_assert_has(text, "unlocked 0");
         assert_lacks(text, "lost");
         assert_int_equal(lost, 0);
         assert_int_equal(hov, 0);
-        SECTION_INVARIANT(0);
+        th_checker_assert_no_overlap(&chk, 0);
         /* A release that gives up leaves its lock held for a lease. */
         if (abandoned)
             fail_msg("%d releases given up across a %lld ms restart, e.g.: %s", abandoned,
@@ -1501,7 +1363,7 @@ static void restart_scenario(const char *fsync)
     } else {
         th_assert_has(text, "server no longer has the hold");
         th_assert_has(text, "unlocked EPERM");
-        long long ov = chk_get(0, "overlaps");
+        long long ov = th_checker_get(&chk, 0, "overlaps");
         measured("redis-server SIGKILLed and restarted without persistence (down %lld ms): "
                  "the holder detected the loss; %d more lost leases among loop workers; "
                  "overlaps: %lld holder/waiter, %lld among loop workers; the token counter, "
@@ -1511,7 +1373,7 @@ static void restart_scenario(const char *fsync)
                  up - t0, lost, hov, ov, 1 - hrej, inside_field(text, 0), inside_field(wt, 0),
                  resumed - up);
         /* Each loss a loop worker saw is also its unlock's EPERM. */
-        assert_int_equal(chk_get(0, "unlockerr"), lost);
+        assert_int_equal(th_checker_get(&chk, 0, "unlockerr"), lost);
         /* The lost :token counter restarts from the server clock, so the
          * stale holder's token is below the new one: its write is fenced. */
         assert_int_equal(hrej, 1);
@@ -1574,7 +1436,7 @@ static void test_eviction_takes_a_held_lock_and_its_holder_finds_out(void **s)
     measured("maxmemory-policy volatile-ttl under memory pressure: the held lock's key was "
              "evicted (%lld keys evicted); the holder noticed %lld ms later, the waiter had "
              "entered %lld ms after the eviction; %lld overlap",
-             evicted, seen - t0, at - t0, chk_get(0, "overlaps"));
+             evicted, seen - t0, at - t0, th_checker_get(&chk, 0, "overlaps"));
 }
 
 /* CLIENT PAUSE longer than a command timeout but shorter than lease -
@@ -1595,11 +1457,11 @@ static void test_client_pause_longer_than_a_command_timeout_is_ridden_out(void *
                "p_pause", NP, "16000", "2000", out, p);
     long long resumed[2];
     for (int i = 0; i < 2; i++) {
-        wait_progress(chk_get(0, "sections") + 10, RUN_MS);
+        wait_progress(th_checker_get(&chk, 0, "sections") + 10, RUN_MS);
         freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld ALL", pauses[i]));
         long long t0 = th_now_ms();
         usleep(100000);
-        resumed[i] = wait_progress(chk_get(0, "sections"), pauses[i] + lease + SLACK_MS) - t0;
+        resumed[i] = wait_progress(th_checker_get(&chk, 0, "sections"), pauses[i] + lease + SLACK_MS) - t0;
     }
     int lost, abandoned = 0;
     for (int i = 0; i < NP; i++) {
@@ -1609,7 +1471,7 @@ static void test_client_pause_longer_than_a_command_timeout_is_ridden_out(void *
     }
     long long total = finish_loop(NP, out, p, &lost);
     assert_int_equal(lost, 0);
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
     measured("CLIENT PAUSE ALL, command timeout 500 ms, lease %ld ms: sections resumed %lld ms "
              "after a %ld ms pause and %lld ms after a %ld ms pause (%d releases given up after "
              "3 command timeouts: those locks freed at their lease's end); 0 lost leases, 0 overlaps, "
@@ -1634,10 +1496,10 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
     wait_waiters("n_cut", 1);
     usleep(200000);
     long long cut = th_now_ms(), died_mono, died_real;
-    assert_int_equal(sh("ip link set %s down", net.veth[0]), 0);
+    assert_int_equal(th_sh("ip link set %s down", net.veth[0]), 0);
     int st = wait_end(h, 3000 + SLACK_MS, &died_mono, &died_real);
     long long exp = pexpiretime("dmutex:{n_cut}");
-    chk_forget(h);
+    th_checker_forget(&chk, h);
     char *text = slurp(hout);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the cut-off holder did not abort (status 0x%x):\n%s", st, text);
@@ -1655,7 +1517,7 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
         fail_msg("the lease had expired on the server (%lld) before the holder died", exp);
     assert_true(died_real < exp);
     assert_true(entered >= died_real);
-    SECTION_INVARIANT(0);
+    th_checker_assert_no_overlap(&chk, 0);
 }
 
 static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)
@@ -1673,11 +1535,11 @@ static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("n_warn", 1);
     long long cut = th_now_ms();
-    assert_int_equal(sh("ip link set %s down", net.veth[0]), 0);
+    assert_int_equal(th_sh("ip link set %s down", net.veth[0]), 0);
     long long lost = th_wait_for(hout, "lost the lease", 3000 + SLACK_MS);
     long long at = th_wait_for(wout, "inside ", 3000 + SLACK_MS);
     free(finish(w, wout));
-    assert_int_equal(sh("ip link set %s up", net.veth[0]), 0);
+    assert_int_equal(th_sh("ip link set %s up", net.veth[0]), 0);
     th_touch(go);
     char *text = finish(h, hout);
     th_assert_has(text, "fenced rejected");
@@ -1685,10 +1547,10 @@ static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)
     free(text);
     measured("holder's machine cut off (veth down), warn: loss logged %lld ms after the cut, "
              "the other machine entered %lld ms after the cut; %lld overlap, %lld stale write "
-             "rejected by the fencing token", lost - cut, at - cut, chk_get(0, "overlaps"),
-             chk_get(0, "rejects"));
+             "rejected by the fencing token", lost - cut, at - cut, th_checker_get(&chk, 0, "overlaps"),
+             th_checker_get(&chk, 0, "rejects"));
     assert_true(lost < at);
-    assert_int_equal(chk_get(0, "rejects"), 1);
+    assert_int_equal(th_checker_get(&chk, 0, "rejects"), 1);
 }
 
 #define THREE_LOCKS(p)                                                        \
@@ -1720,13 +1582,13 @@ static void test_subscribers_killed_again_and_again_during_a_run(void **s)
     long long total = finish_loop(NP, out, p, &lost);
     assert_int_equal(lost, 0);
     for (int l = 0; l < 3; l++)
-        SECTION_INVARIANT(l);
+        th_checker_assert_no_overlap(&chk, l);
     measured("CLIENT KILL TYPE pubsub every 300 ms for 5 s (%d rounds, %lld connections "
              "killed), plain, fair and cached locks: %lld sections (%lld/%lld/%lld), 0 overlaps",
-             rounds, kills, total, chk_get(0, "sections"), chk_get(1, "sections"),
-             chk_get(2, "sections"));
+             rounds, kills, total, th_checker_get(&chk, 0, "sections"), th_checker_get(&chk, 1, "sections"),
+             th_checker_get(&chk, 2, "sections"));
     for (int l = 0; l < 3; l++)
-        assert_true(chk_get(l, "sections") > 0);
+        assert_true(th_checker_get(&chk, l, "sections") > 0);
 }
 
 static long stress_ms(void)
@@ -1785,7 +1647,7 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
     }
     long long ended = th_now_ms();
     for (int l = 0; l < 3; l++)
-        SECTION_INVARIANT(l);
+        th_checker_assert_no_overlap(&chk, l);
     assert_int_equal(lost, 0);
     assert_true(least > 0);
     int nk;
@@ -1817,8 +1679,8 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
              "%lld sections (%lld/%lld/%lld; the least busy process %lld), 0 overlaps, "
              "0 lost leases; %lld ms later only the 3 :token keys remained, 0 channels, "
              "0 client connections",
-             STRESS_PROCS, STRESS_THREADS, ms, total, chk_get(0, "sections"),
-             chk_get(1, "sections"), chk_get(2, "sections"), least, settled);
+             STRESS_PROCS, STRESS_THREADS, ms, total, th_checker_get(&chk, 0, "sections"),
+             th_checker_get(&chk, 1, "sections"), th_checker_get(&chk, 2, "sections"), least, settled);
 }
 
 /* ==== 8. memory =============================================================== */

@@ -17,14 +17,22 @@ test:
 
 test-build: $(TEST_BINS) $(PROG_BINS) $(TEST_EXTRA)
 
+# The shared helpers every test links: the harness (servers, children,
+# files) and the exclusion checker with the network "machines".
+TEST_HELPERS := $(B)/tests/harness.o $(B)/tests/checker.o
+
 $(B)/tests/harness.o: tests/harness.c tests/harness.h | $(B)/tests/progs
 	$(CC) $(TEST_CFLAGS) -c $< -o $@
 
-$(B)/tests/test_%: tests/test_%.c $(B)/tests/harness.o $(B)/libdmcore.a | $(B)/tests/progs
-	$(CC) $(TEST_CFLAGS) $< $(B)/tests/harness.o -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
+$(B)/tests/checker.o: tests/checker.c tests/checker.h tests/harness.h | $(B)/tests/progs
+	$(CC) $(TEST_CFLAGS) -c $< -o $@
 
-# Test programs are ordinary programs: no shim headers, no shim objects.
-$(B)/tests/progs/%: tests/progs/%.c | $(B)/tests/progs
+$(B)/tests/test_%: tests/test_%.c tests/harness.h tests/checker.h $(TEST_HELPERS) $(B)/libdmcore.a | $(B)/tests/progs
+	$(CC) $(TEST_CFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
+
+# Test programs are ordinary programs: no shim headers, no shim objects
+# (checkclient.h is the test programs' own header).
+$(B)/tests/progs/%: tests/progs/%.c tests/progs/checkclient.h | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread $< -o $@ $(PROG_LIBS_$*)
 
 $(B)/tests/progs:
@@ -34,3 +42,11 @@ PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis)
 # api_weak includes shim/dmutex.h, the public header, as a user would.
 PROG_LIBS_api_weak = -Ishim $(shell pkg-config --libs hiredis)
+
+# test_lifecycle: lifeprog and the plugin it dlopens (not a program, so
+# outside tests/progs/*.c).
+PROG_LIBS_lifeprog = $(shell pkg-config --libs hiredis) -ldl
+test-build: $(B)/tests/progs/liblifeplug.so
+
+$(B)/tests/progs/liblifeplug.so: tests/progs/plugin/liblifeplug.c | $(B)/tests/progs
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@

@@ -2,20 +2,11 @@
  * runs on its "machines". It is an ordinary pthread program: its global
  * mutexes become cluster-wide only through the config the suite writes.
  *
- * The exclusion checker. Every critical section reports itself to a
- * separate *checker* redis-server (a unix socket, so that cutting a
- * "machine" off the lock server's network does not cut it off from the
- * checker), in one Lua call on entry and one on exit:
- *   entry  SADD P:L:inside ID; n = SCARD; n > 1 -> INCR P:L:overlaps;
- *          P:L:maxin = max(n); INCR P:L:sections; HINCRBY P:L:byproc PID 1
- *   write  the guarded "resource": accepted only if the section's fencing
- *          token >= the highest seen (P:L:hi), else INCR P:L:rejects
- *   exit   SREM P:L:inside ID
- * ID is "<pid>.<thread>"; a section whose process is killed inside never
- * exits, and the suite removes the dead process's IDs itself. The fencing
- * token comes from dmutex_token(), looked up with dlsym(RTLD_DEFAULT) so
- * that the same binary runs without the shim (token 0: every write is
- * accepted, and the checker sees the races).
+ * Every critical section reports itself to the exclusion checker
+ * (checkclient.h: entry, a write fenced by the section's token, exit). The
+ * fencing token comes from dmutex_token(), looked up with
+ * dlsym(RTLD_DEFAULT) so that the same binary runs without the shim (token
+ * 0: every write is accepted, and the checker sees the races).
  *
  *   faultworker MODE [options]
  *   modes:
@@ -52,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkclient.h"
+
 #define MAX_THREADS 64
 #define NLOCKS 3
 #define POLL_US 2000
@@ -73,22 +66,6 @@ static int nthreads = 1, nlocks = 1, robust;
 static long per_thread, run_ms, hold_us = 1000;
 static long long stop_at;
 static uint64_t (*token_fn)(pthread_mutex_t *);
-
-static const char enter_lua[] =
-    "redis.call('sadd', KEYS[1], ARGV[1]) "
-    "local n = redis.call('scard', KEYS[1]) "
-    "if n > 1 then redis.call('incr', KEYS[2]) end "
-    "if n > tonumber(redis.call('get', KEYS[3]) or '0') then redis.call('set', KEYS[3], n) end "
-    "redis.call('incr', KEYS[4]) "
-    "redis.call('hincrby', KEYS[5], ARGV[2], 1) "
-    "return n";
-static const char fence_lua[] =
-    "local t = tonumber(ARGV[1]) "
-    "if t < tonumber(redis.call('get', KEYS[1]) or '0') then "
-    "  redis.call('incr', KEYS[2]) return 0 end "
-    "redis.call('set', KEYS[1], ARGV[1]) "
-    "redis.call('incr', KEYS[3]) "
-    "return 1";
 
 static void say(const char *fmt, ...)
 {
@@ -127,55 +104,7 @@ static const char *ename(int rc)
 
 static redisContext *checker(void)
 {
-    redisContext *c = redisConnectUnix(sock_path);
-    if (!c || c->err) {
-        say("faultworker: checker %s: %s", sock_path, c ? c->errstr : "out of memory");
-        exit(3);
-    }
-    return c;
-}
-
-static long long eval(redisContext *c, const char *script, int nkeys, const char **keys,
-                      int nargs, const char **args)
-{
-    const char *argv[16];
-    int n = 0;
-    char nk[8];
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    argv[n++] = "EVAL";
-    argv[n++] = script;
-    argv[n++] = nk;
-    for (int i = 0; i < nkeys; i++)
-        argv[n++] = keys[i];
-    for (int i = 0; i < nargs; i++)
-        argv[n++] = args[i];
-    redisReply *r = redisCommandArgv(c, n, argv, NULL);
-    if (!r || r->type != REDIS_REPLY_INTEGER) {
-        say("faultworker: checker: %s", r ? (r->type == REDIS_REPLY_ERROR ? r->str : "bad reply")
-                                          : c->errstr);
-        exit(3);
-    }
-    long long v = r->integer;
-    freeReplyObject(r);
-    return v;
-}
-
-struct keys {
-    char inside[128], overlaps[128], maxin[128], sections[128], byproc[128];
-    char hi[128], rejects[128], writes[128], unlockerr[128];
-};
-
-static void make_keys(struct keys *k, int lock)
-{
-    snprintf(k->inside, sizeof k->inside, "%s:%d:inside", prefix, lock);
-    snprintf(k->overlaps, sizeof k->overlaps, "%s:%d:overlaps", prefix, lock);
-    snprintf(k->maxin, sizeof k->maxin, "%s:%d:maxin", prefix, lock);
-    snprintf(k->sections, sizeof k->sections, "%s:%d:sections", prefix, lock);
-    snprintf(k->byproc, sizeof k->byproc, "%s:%d:byproc", prefix, lock);
-    snprintf(k->hi, sizeof k->hi, "%s:%d:hi", prefix, lock);
-    snprintf(k->rejects, sizeof k->rejects, "%s:%d:rejects", prefix, lock);
-    snprintf(k->writes, sizeof k->writes, "%s:%d:writes", prefix, lock);
-    snprintf(k->unlockerr, sizeof k->unlockerr, "%s:%d:unlockerr", prefix, lock);
+    return chk_connect(sock_path);
 }
 
 static int wait_gofile(void)
@@ -190,31 +119,26 @@ static int wait_gofile(void)
 static int section(redisContext *c, int lock, const char *id, int loud)
 {
     pthread_mutex_t *m = locks[lock];
-    struct keys k;
-    make_keys(&k, lock);
+    struct chk_keys k;
+    chk_keys_make(&k, prefix, lock);
     uint64_t tok = token_fn ? token_fn(m) : 0;
-    char pid[16], tokbuf[24];
-    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    char tokbuf[24];
     snprintf(tokbuf, sizeof tokbuf, "%llu", (unsigned long long)tok);
-    const char *ek[] = { k.inside, k.overlaps, k.maxin, k.sections, k.byproc };
-    const char *ea[] = { id, pid };
-    eval(c, enter_lua, 5, ek, 2, ea);
+    chk_enter(c, &k, id);
     if (loud)
         say("inside %s %lld %lld", tokbuf, clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_REALTIME));
     if (gofile)
         wait_gofile();
     else if (hold_us)
         usleep((useconds_t)hold_us);
-    const char *fk[] = { k.hi, k.rejects, k.writes };
-    const char *fa[] = { tokbuf };
-    long long ok = eval(c, fence_lua, 3, fk, 1, fa);
+    long long ok = chk_fence(c, &k, tok);
     if (loud)
         say("fenced %s %s", ok ? "ok" : "rejected", tokbuf);
-    freeReplyObject(redisCommand(c, "SREM %s %s", k.inside, id));
+    chk_leave(c, &k, id);
     int rc = pthread_mutex_unlock(m);
     if (rc != 0) {
         say("unlock %s token %s", ename(rc), tokbuf);
-        freeReplyObject(redisCommand(c, "INCR %s", k.unlockerr));
+        chk_count_unlock_error(c, &k);
     }
     if (loud)
         say("unlocked %s %lld", ename(rc), clock_ms(CLOCK_MONOTONIC));
