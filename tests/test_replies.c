@@ -11,12 +11,14 @@
  *
  * Faults come from tests/progs/faultserver in "reply" mode, a proxy in
  * front of a real redis-server that acts on the Nth call of one script.
- * The cluster API is driven in this process (no LD_PRELOAD), contention
- * from a second thread with its own owner, exclusion checked with a counter
- * of owners inside; renewals by the watchdog (shim/watchdog.c) of a hold
- * this process keeps past two renewal periods while the other owner waits.
- * (A shared exclusion checker across processes is being extracted on
- * another branch; this group keeps its own minimal one.) */
+ * Two layers. The cluster API driven in this process (no LD_PRELOAD):
+ * contention from a second thread with its own owner, exclusion checked
+ * with a counter of owners inside; renewals by the watchdog
+ * (shim/watchdog.c) of a hold kept past a renewal period while the other
+ * owner waits. And real processes: two tests/progs/faultworker processes
+ * with the shim preloaded and on_lease_lost = "abort", each section
+ * reported to the exclusion checker (tests/checker.h), for acquire, release
+ * and renew (a plain lock never sends a cancel: that one is in-process). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -33,6 +35,10 @@
 
 #include <cmocka.h>
 
+#include <limits.h>
+#include <sys/wait.h>
+
+#include "checker.h"
 #include "cluster.h"
 #include "config.h"
 #include "harness.h"
@@ -41,6 +47,8 @@
 #include "watchdog.h"
 
 #define FSERVER         TH_BUILD "/tests/progs/faultserver"
+#define WORKER          TH_BUILD "/tests/progs/faultworker"
+#define RUN_MS          30000L  /* longest a worker that should finish may run */
 #define LEASE_MS        2000L
 #define CMD_TIMEOUT_MS  300L    /* the shim's command timeout in this group */
 #define LATE_MS         1200L   /* a delayed call reaches the server this late */
@@ -54,12 +62,15 @@ static struct th_redis rs;
 static redisContext *rc;
 static struct dm_config cfg;
 static int proxy_port;
+static struct th_checker chk;
+static char shim_path[PATH_MAX], worker_path[PATH_MAX];
 
 static void emergency_stop(int sig)
 {
     th_kill_children_now();
     if (rs.pid > 0)
         kill(rs.pid, SIGKILL);
+    th_checker_kill_now(&chk);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -144,6 +155,14 @@ static int group_setup(void **state)
     for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
         signal(fatal[i], emergency_stop);
     alarm(SUITE_ALARM_S);
+    unsetenv("LD_PRELOAD");
+    unsetenv("DMUTEX_CONFIG");
+    unsetenv("DMUTEX_REDIS");
+    if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
+        fprintf(stderr, "test_replies: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
+        return -1;
+    }
+    th_checker_start(&chk);
     th_redis_start(&rs, NULL, NULL);
     rc = th_redis_connect(&rs);
     dm_config_defaults(&cfg);
@@ -164,6 +183,7 @@ static int group_teardown(void **state)
     th_remove_files();
     redisFree(rc);
     th_redis_stop(&rs);
+    th_checker_stop(&chk);
     alarm(0);
     return 0;
 }
@@ -173,6 +193,7 @@ static int setup(void **state)
     (void)state;
     cfg.on_redis_down = DM_DOWN_BLOCK;
     cfg.on_lease_lost = DM_LOST_ABORT;
+    th_checker_next(&chk);
     direct();
     return 0;
 }
@@ -572,6 +593,86 @@ MX(cancel, drop, 1)
 MX(cancel, delay, 1)
 MX(cancel, error, 1)
 
+/* ---- the same between processes, with the exclusion checker ---------------- */
+
+/* Two faultworker processes through the proxy, `n` sections each of
+ * `hold_us`, on a lease of LEASE_MS and on_lease_lost = "abort": none may
+ * fail a lock or an unlock or abort (a release taken for a lost hold would),
+ * the checker must see no overlap, and the lock must be left free. */
+static void procs(const char *script, const char *action, int nth, const char *n,
+                  const char *hold_us)
+{
+    char name[64];
+    snprintf(name, sizeof name, "px_%s_%.5s", script, action);
+    char *out;
+    proxy(script, action, nth, &out);
+    char *cfgf = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld; on_lease_lost = \"abort\";\n"
+        "redis = { connect_timeout_ms = 500; command_timeout_ms = %ld; };\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"%s\"; } );\n",
+        LEASE_MS, CMD_TIMEOUT_MS, name));
+    char preload[PATH_MAX + 32], conf[PATH_MAX + 32], url[64];
+    const char *first = getenv("DM_TEST_PRELOAD");     /* e.g. the ASan runtime */
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s%s%s", first ? first : "",
+             first && *first ? ":" : "", shim_path);
+    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfgf);
+    snprintf(url, sizeof url, "DMUTEX_REDIS=redis://127.0.0.1:%d", proxy_port);
+    char *env[] = { preload, conf, url, NULL };
+    char *argv[] = { worker_path, "loop", "-t", "1", "-n", (char *)n, "-u", (char *)hold_us,
+                     "-s", chk.sock, "-k", chk.prefix, NULL };
+    pid_t p[2];
+    char *o[2];
+    long long t0 = th_now_ms();
+    for (int i = 0; i < 2; i++) {
+        o[i] = th_out_file();
+        p[i] = th_child(argv, env, o[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        int st = th_wait(p[i], RUN_MS);
+        th_forget(p[i]);
+        char *text = th_read_file(o[i]);
+        if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("worker %d ended with status 0x%x (%s); output:\n%s", i, st,
+                     st == -1 ? "hung" : WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "exit",
+                     text);
+        char want[64];
+        snprintf(want, sizeof want, "done %s 0 0", n);
+        th_assert_has(text, want);
+        free(text);
+    }
+    long long took = th_now_ms() - t0;
+    char *ptext = th_read_file(out);
+    int acted = strstr(ptext, "reply: ") != NULL;
+    free(ptext);
+    print_message("measured: 2 processes, %s reply %s: %lld sections, %lld overlaps, %lld ms\n",
+                  script, action, th_checker_get(&chk, 0, "sections"),
+                  th_checker_get(&chk, 0, "overlaps"), took);
+    if (!acted)
+        fail_msg("the proxy never saw a %s call to act on", script);
+    th_checker_assert_no_overlap(&chk, 0);
+    assert_int_equal(th_checker_get(&chk, 0, "sections"), 2 * atol(n));
+    direct();
+    assert_free_and_clean(lock_named(name));
+}
+
+#define PX(script, action, nth, n, hold_us)                                     \
+    static void test_procs_##script##_##action(void **state)                    \
+    {                                                                           \
+        (void)state;                                                            \
+        procs(#script, action##_ACT, nth, n, hold_us);                          \
+    }
+/* The 5th acquire or release: both processes are running by then. A
+ * section of 900 ms outlasts a renewal period (666 ms): the 1st renewal. */
+PX(acquire, drop, 5, "15", "2000")
+PX(acquire, delay, 5, "15", "2000")
+PX(acquire, error, 5, "15", "2000")
+PX(release, drop, 5, "15", "2000")
+PX(release, delay, 5, "15", "2000")
+PX(release, error, 5, "15", "2000")
+PX(renew, drop, 1, "2", "900000")
+PX(renew, delay, 1, "2", "900000")
+PX(renew, error, 1, "2", "900000")
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 int main(void)
 {
@@ -598,6 +699,15 @@ int main(void)
         T(test_cancel_drop_under_contention),
         T(test_cancel_delay_under_contention),
         T(test_cancel_error_under_contention),
+        T(test_procs_acquire_drop),
+        T(test_procs_acquire_delay),
+        T(test_procs_acquire_error),
+        T(test_procs_release_drop),
+        T(test_procs_release_delay),
+        T(test_procs_release_error),
+        T(test_procs_renew_drop),
+        T(test_procs_renew_delay),
+        T(test_procs_renew_error),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
