@@ -13,6 +13,10 @@
 -- KEYS[1] lock  KEYS[2] queue  KEYS[3] qtime  KEYS[4] token (unused)  KEYS[5] holder
 -- KEYS[6] void  (see acquire.lua)
 -- ARGV[1] owner  ARGV[2] "<owner>|<wait id>"  ARGV[3] void for ms, 0: do not
+--
+-- By hand: redis-cli --eval cancel.lua 'dmutex:{x}' 'dmutex:{x}:queue' \
+--   'dmutex:{x}:qtime' 'dmutex:{x}:token' 'dmutex:{x}:holder' 'dmutex:{x}:void' , \
+--   me:1 me:1\|1 0
 local lock, queue, qtime, holder, void = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 local owner, member, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 -- The queue first: ZREM and LREM are allowed under maxmemory, ZADD is not.
