@@ -249,6 +249,13 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
     return res;
 }
 
+static void warn_unwithdrawn(struct dm_cluster_lock *l, const char *err)
+{
+    dm_warn("lock %s: could not withdraw an unanswered request (%s); if the server "
+            "still runs it, the lock stays held by nobody for up to its lease (%ld ms)",
+            l->name, err, ccfg->lease_ms);
+}
+
 /* Leaves before a grant: gives `member` up if it may have had an effect
  * (queued, or refused with an error reply, which a script can return after
  * some of its writes), voided if it may still run (unanswered), logging the
@@ -262,9 +269,7 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
     if (abandon(l, owner, member, unanswered, err, sizeof err) == ATT_GRANTED)
         return;
     if (unanswered)
-        dm_warn("lock %s: could not withdraw an unanswered request (%s); if the server "
-                "still runs it, the lock stays held by nobody for up to its lease (%ld ms)",
-                l->name, err, ccfg->lease_ms);
+        warn_unwithdrawn(l, err);
     else    /* the queue entry dies by its deadline, a handover by its claim lease */
         dm_debug("lock %s: could not leave the wait queue (%s)", l->name, err);
 }
@@ -444,7 +449,12 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             {
                 long left = remaining_ms(deadline);
                 if (left == 0) {
-                    give_up(l, owner, member, queued || refused, unanswered);
+                    /* A withdrawal that just failed is not tried again:
+                     * the deadline is already past. */
+                    if (from_abandon)
+                        warn_unwithdrawn(l, err);
+                    else
+                        give_up(l, owner, member, queued || refused, unanswered);
                     return ETIMEDOUT;
                 }
                 if (res == ATT_AMBIG && !from_abandon)
