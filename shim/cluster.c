@@ -144,9 +144,10 @@ static long claim_ms(void)
  * nothing reached the server; an error reply is the server refusing (OOM,
  * NOPERM, READONLY...), and a request that got no reply (timeout, closed
  * connection) may have run or may still run later. */
-enum attempt { ATT_GRANTED, ATT_HELD, ATT_NOCONN, ATT_ERROR, ATT_AMBIG };
+enum attempt { ATT_GRANTED, ATT_HELD, ATT_NOCONN, ATT_ERROR, ATT_AMBIG,
+               ATT_REPLIED /* a reply came (run_script, abandon) */ };
 
-#define DM_VOID_LEASES 2        /* an abandoned request is void this many leases */
+#define DM_VOID_LEASES 1        /* an abandoned request is void this many leases */
 
 /* A new request id "<owner>|<wait id>" for one acquire call of `owner`. */
 static void new_member(struct dm_cluster_lock *l, const char *owner, char *member, size_t len)
@@ -166,7 +167,7 @@ static enum attempt run_script(enum dm_script s, int nkeys, int nargs, const cha
     *out = dm_redis_script(conn->c, s, nkeys, nargs, args, &broken, err, errlen);
     dm_redis_put(conn, broken);
     if (*out)
-        return ATT_GRANTED;
+        return ATT_REPLIED;
     return broken ? ATT_AMBIG : ATT_ERROR;
 }
 
@@ -212,7 +213,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
  * run) void for DM_VOID_LEASES leases; a hold that came through it
  * released with the normal handover. Tries for about one command timeout
  * (a stale pooled connection fails at once, so a second connection is
- * tried). Returns ATT_GRANTED when the server confirmed it, else what
+ * tried). Returns ATT_REPLIED when the server confirmed it, else what
  * went wrong. */
 static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
                             int void_it, char *err, size_t errlen)
@@ -244,7 +245,7 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
                      l->name, member, tok);
             dm_cluster_release(l, owner, tok);
         }
-        return ATT_GRANTED;
+        return ATT_REPLIED;
     }
     return res;
 }
@@ -266,7 +267,7 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
     if (!queued && !unanswered)
         return;
     char err[DM_ERR_MAX];
-    if (abandon(l, owner, member, unanswered, err, sizeof err) == ATT_GRANTED)
+    if (abandon(l, owner, member, unanswered, err, sizeof err) == ATT_REPLIED)
         return;
     if (unanswered)
         warn_unwithdrawn(l, err);
@@ -383,7 +384,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         if (unanswered) {
             /* No new request while an unanswered one could still run. */
             res = abandon(l, owner, member, 1, err, sizeof err);
-            if (res == ATT_GRANTED) {
+            if (res == ATT_REPLIED) {
                 unanswered = 0;
                 queued = 0;
                 refused = 0;
@@ -409,6 +410,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         case ATT_AMBIG:
         case ATT_NOCONN:
         case ATT_ERROR:
+        case ATT_REPLIED:       /* not from attempt() */
             if (res == ATT_AMBIG)
                 unanswered = 1;
             if (res == ATT_ERROR && !from_abandon)

@@ -316,11 +316,11 @@ static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(vo
     assert_int_equal(dm_cluster_release(l, a, g.token), EPERM);
     assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
     assert_int_equal(dm_cluster_release(l, a, g.token), EPERM);
-    /* Bounded: the lost list keeps a few dozen tokens for two leases. */
+    /* Bounded: the lost list keeps a few dozen tokens for a lease. */
     long long n = th_cmd_int(rc, "LLEN %s", l->lost_key);
     assert_true(n >= 1 && n <= 48);
     long long ttl = th_cmd_int(rc, "PTTL %s", l->lost_key);
-    assert_true(ttl > 0 && ttl <= 2 * LEASE_MS);
+    assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
 /* A late copy of an old release (its connection was stalled) must not end
@@ -408,10 +408,10 @@ static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
     assert_true(th_now_ms() - t0 >= LATE_MS);
     direct();
     assert_free_and_clean(l);
-    /* The void entry is bounded: one member, gone after two leases. */
+    /* The void entry is bounded: one member, gone after a lease. */
     assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->void_key), 1);
     long long ttl = th_cmd_int(rc, "PTTL %s", l->void_key);
-    assert_true(ttl > 0 && ttl <= 2 * LEASE_MS);
+    assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
 static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant(void **state)
@@ -506,14 +506,14 @@ static void matrix(const char *script, const char *action, int fair)
     if (took > ROUNDS * 2 * 500L + 2 * LEASE_MS + SLACK_MS)
         fail_msg("%lld ms for %d sections: something waited for a lease", took, 2 * ROUNDS);
     /* Nothing left beyond one lease: the lock is free now and no key of it
-     * outlives two leases (or the fair queue's own two deadlines). */
+     * outlives a lease (or the fair queue's own two deadlines). */
     direct();
     assert_free_and_clean(l);
     const char *const keys[] = { l->key, l->holder_key, l->queue_key, l->qtime_key,
                                  l->lost_key, l->void_key };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         long long ttl = th_cmd_int(rc, "PTTL %s", keys[i]);
-        if (ttl == -1 || ttl > 2 * (LEASE_MS > DM_QUEUE_TTL_MS ? LEASE_MS : DM_QUEUE_TTL_MS))
+        if (ttl == -1 || ttl > (LEASE_MS > 2 * DM_QUEUE_TTL_MS ? LEASE_MS : 2 * DM_QUEUE_TTL_MS))
             fail_msg("%s has a TTL of %lld ms", keys[i], ttl);
     }
 }

@@ -30,7 +30,7 @@
 -- KEYS[5] qtime    ns:{NAME}:qtime    zset waiter -> deadline (server ms); a waiter
 --                                     past its deadline is dead and skipped
 -- KEYS[6] lost     ns:{NAME}:lost     list of the last LOST_KEEP tokens whose grant
---                                     ended by expiry (found here), PEXPIRE 2 leases
+--                                     ended by expiry (found here), PEXPIRE a lease
 -- KEYS[7] void     ns:{NAME}:void     zset abandoned request -> until (server ms);
 --                                     written by abandon.lua only
 -- ARGV[1] owner  ARGV[2] lease ms  ARGV[3] lock delay ms after an expiry
@@ -46,8 +46,11 @@
 -- or the next grant. So from "my hold expired" to "marker overwritten"
 -- every path passes through this script recording the loss; until then the
 -- marker itself still names the unreleased grant. Expiries are at most a
--- few per lease, so LOST_KEEP entries kept for 2 leases outlast any release
--- retry (the shim retries for less than a lease).
+-- few per lease, so LOST_KEEP entries are plenty, and a lease covers the
+-- release that matters: one the holder's watchdog has not already found
+-- lost starts within a renewal period of the loss (renewals would have
+-- heard it) and retries for less than lease - margin - renew_ms, so it
+-- ends within lease - margin of the loss, which is before its recording.
 --
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
 -- lease expired instead of being released (robust mutexes: EOWNERDEAD).
@@ -141,7 +144,7 @@ if kind == 'none' then
             -- release that may still come (see above), then overwrite.
             redis.call('lpush', lostkey, lost)
             redis.call('ltrim', lostkey, 0, LOST_KEEP - 1)
-            redis.call('pexpire', lostkey, 2 * lease)
+            redis.call('pexpire', lostkey, lease)
         end
         dead = string.match(last, '^[^ |]+') ~= owner and 1 or 0
         if dead == 1 and delay > 0 then
