@@ -20,8 +20,9 @@
 --                                     across a restart that lost the counter
 -- KEYS[3] holder   ns:{NAME}:holder   how the last grant ended:
 --                    "<req> #<tok>"     grant <tok> to request <req> (its owner is
---                                       the part before '|'), not released; with
---                                       KEYS[1] gone its lease expired (owner dead)
+--                                       the part before '|'), here or by a release's
+--                                       handover; not released; with KEYS[1] gone
+--                                       its lease expired (owner dead)
 --                    "=<tok>"           released cleanly (kept a lease long so
 --                                       a retried release recognises itself)
 --                    "!<ms>"            expiry seen at server time ms; no grant
