@@ -429,6 +429,31 @@ static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant
     assert_free_and_clean(l);
 }
 
+/* A fair waiter already queued whose next attempt gets no reply, under
+ * on_redis_down = "error": it returns EAGAIN out of the queue, so that the
+ * holder's release cannot hand the lock to nobody. */
+static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void **state)
+{
+    (void)state;
+    struct dm_cluster_lock *l = lock_named("fair_eagain");
+    dm_cluster_lock_mode(l, 1, 0);
+    held_elsewhere(l, 10 * LEASE_MS);
+    char *out;
+    proxy("acquire", "drop", 2, &out);      /* the 1st queues it, the 2nd is lost */
+    cfg.on_redis_down = DM_DOWN_ERROR;
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    struct dm_grant g;
+    struct timespec dl = in_ms(SLACK_MS);
+    assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), EAGAIN);
+    char *text = th_read_file(out);
+    th_assert_has(text, "reply: dropped");
+    free(text);
+    assert_int_equal(th_cmd_int(rc, "LLEN %s", l->queue_key), 0);
+    assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->qtime_key), 0);
+    freeReplyObject(th_cmd(rc, "DEL %s", l->key));
+}
+
 /* ---- the matrix: each script's reply dropped, late, or an error ------------ */
 
 struct runner {
@@ -687,6 +712,7 @@ int main(void)
         T(test_fair_timedlock_during_client_pause_leaves_the_lock_free),
         T(test_late_copy_of_an_abandoned_acquire_grants_nothing),
         T(test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant),
+        T(test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue),
         T(test_acquire_drop_under_contention),
         T(test_acquire_delay_under_contention),
         T(test_acquire_error_under_contention),
