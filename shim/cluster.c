@@ -121,8 +121,8 @@ static size_t name_hash(const char *s)
  * bytes, not nine small allocations and three channels. */
 static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 {
-    static const char *const suffix[] = { ":token", ":holder", ":released", ":queue",
-                                          ":qtime", ":want", ":w:" };
+    static const char *const suffix[] = { ":token", ":holder", ":lost", ":void", ":released",
+                                          ":queue", ":qtime", ":want", ":w:" };
     const char *ns = ccfg->ns;
     size_t nl = strlen(name), kl = strlen(ns) + nl + 3;     /* ns:{name} */
     size_t size = nl + 1 + kl + 1;
@@ -133,8 +133,8 @@ static struct dm_cluster_lock *lock_new(const char *name, size_t h)
     if (!l)
         return NULL;
     char *p = l->strs;
-    char **field[] = { &l->token_key, &l->holder_key, &l->channel, &l->queue_key,
-                       &l->qtime_key, &l->want_channel, &l->wait_prefix };
+    char **field[] = { &l->token_key, &l->holder_key, &l->lost_key, &l->void_key, &l->channel,
+                       &l->queue_key, &l->qtime_key, &l->want_channel, &l->wait_prefix };
     l->name = p;
     p += sprintf(p, "%s", name) + 1;
     l->key = p;
@@ -271,29 +271,55 @@ static long claim_ms(void)
     return ccfg->renew_ms < ccfg->lease_ms ? ccfg->renew_ms : ccfg->lease_ms;
 }
 
-enum attempt { ATT_GRANTED, ATT_HELD, ATT_DOWN };
+/* What became of one script call. Only ATT_NOCONN says for sure that
+ * nothing reached the server; an error reply is the server refusing (OOM,
+ * NOPERM, READONLY...), and a request that got no reply (timeout, closed
+ * connection) may have run or may still run later. */
+enum attempt { ATT_GRANTED, ATT_HELD, ATT_NOCONN, ATT_ERROR, ATT_AMBIG,
+               ATT_REPLIED /* a reply came (run_script, abandon) */ };
 
-/* One acquire script call. ATT_HELD sets *pttl (may be <= 0: unknown).
- * `member` non-NULL queues the caller (fair). */
-static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            struct dm_grant *g, long *pttl, char *err, size_t errlen)
+#define DM_VOID_LEASES 1        /* an abandoned request is void this many leases */
+
+/* A new request id "<owner>|<wait id>" for one acquire call of `owner`. */
+static void new_member(struct dm_cluster_lock *l, const char *owner, char *member, size_t len)
 {
+    snprintf(member, len, "%s|%lu", owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
+}
+
+/* Runs one script on a pooled connection and classifies the failure. */
+static enum attempt run_script(enum dm_script s, int nkeys, int nargs, const char *const *args,
+                               redisReply **out, char *err, size_t errlen)
+{
+    *out = NULL;
     struct dm_conn *conn = dm_redis_get(err, errlen);
     if (!conn)
-        return ATT_DOWN;
+        return ATT_NOCONN;
+    int broken;
+    *out = dm_redis_script(conn->c, s, nkeys, nargs, args, &broken, err, errlen);
+    dm_redis_put(conn, broken);
+    if (*out)
+        return ATT_REPLIED;
+    return broken ? ATT_AMBIG : ATT_ERROR;
+}
+
+/* One acquire script call for request `member`. ATT_HELD sets *pttl (may
+ * be <= 0: unknown). `queue` asks to be queued (fair). */
+static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
+                            int queue, struct dm_grant *g, long *pttl, char *err, size_t errlen)
+{
     char lease[24], delay[24], qttl[24];
     snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
     snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
     snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
     const char *args[] = { l->key, l->token_key, l->holder_key, l->queue_key, l->qtime_key,
-                           owner, lease, delay, member ? "1" : "0", member ? member : "",
+                           l->lost_key, l->void_key,
+                           owner, lease, delay, queue ? "1" : "0", member,
                            qttl, l->wants ? l->want_channel : "" };
-    int broken;
-    redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_ACQUIRE, 5, 12, args, &broken, err, errlen);
-    dm_redis_put(conn, broken);
+    redisReply *r;
+    enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, err, errlen);
     if (!r)
-        return ATT_DOWN;
-    enum attempt res = ATT_DOWN;
+        return res;
+    res = ATT_ERROR;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         if (r->element[0]->integer == 1 && r->elements >= 3) {
@@ -307,46 +333,77 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
             res = ATT_HELD;
         }
     }
-    if (res == ATT_DOWN)
+    if (res == ATT_ERROR)
         snprintf(err, errlen, "redis at %s: acquire.lua on %s: unexpected reply", dm_redis_addr(), l->key);
     freeReplyObject(r);
     return res;
 }
 
-/* A fair waiter gives up: leave the queue. Returns 1 (g->token filled) if
- * a release had handed it the lock meanwhile. */
-static int cancel_wait(struct dm_cluster_lock *l, const char *owner, const char *member,
-                       struct dm_grant *g)
+/* Gives up the acquire request `member` (cancel.lua): out of the fair
+ * queue; with `void_it` (a request whose reply never came, which may still
+ * run) void for DM_VOID_LEASES leases; a hold that came through it
+ * released with the normal handover. Tries for about one command timeout
+ * (a stale pooled connection fails at once, so a second connection is
+ * tried). Returns ATT_REPLIED when the server confirmed it, else what
+ * went wrong. */
+static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
+                            int void_it, char *err, size_t errlen)
 {
-    char err[DM_ERR_MAX];
-    for (int i = 0; i < 2; i++) {
-        struct dm_conn *conn = dm_redis_get(err, sizeof err);
-        if (!conn)
+    char ttl[24];
+    snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
+    const char *args[] = { l->key, l->queue_key, l->qtime_key, l->token_key, l->holder_key,
+                           l->void_key, owner, member, ttl };
+    long long start = now_ms();
+    enum attempt res = ATT_NOCONN;
+    for (int i = 0; i < 3; i++) {
+        if (i > 0 && now_ms() - start >= ccfg->redis.command_timeout_ms)
             break;
-        const char *args[] = { l->key, l->queue_key, l->qtime_key, l->token_key, owner, member };
-        int broken;
-        redisReply *r = dm_redis_script(conn->c, DM_SCRIPT_CANCEL, 4, 6, args, &broken,
-                                        err, sizeof err);
-        dm_redis_put(conn, broken);
+        redisReply *r;
+        res = run_script(DM_SCRIPT_CANCEL, 6, 9, args, &r, err, errlen);
         if (!r) {
-            if (broken)
-                continue;
+            if (res == ATT_AMBIG)
+                continue;       /* void is idempotent: say it again */
             break;
         }
-        int held = 0;
+        uint64_t tok = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1) {
-            memset(g, 0, sizeof *g);
-            g->token = r->element[1]->type == REDIS_REPLY_INTEGER ? (uint64_t)r->element[1]->integer : 0;
-            held = 1;
-        }
+            r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1 &&
+            r->element[1]->type == REDIS_REPLY_INTEGER)
+            tok = (uint64_t)r->element[1]->integer;
         freeReplyObject(r);
-        return held;
+        if (tok) {
+            dm_debug("lock %s: request %s had been granted (token %" PRIu64 "); handing it on",
+                     l->name, member, tok);
+            dm_cluster_release(l, owner, tok);
+        }
+        return ATT_REPLIED;
     }
-    /* Unreachable: the queue entry dies by its deadline (DM_QUEUE_TTL_MS), a
-     * lock handed over meanwhile by its claim lease. */
-    dm_debug("lock %s: could not leave the wait queue (%s)", l->name, err);
-    return 0;
+    return res;
+}
+
+static void warn_unwithdrawn(struct dm_cluster_lock *l, const char *err)
+{
+    dm_warn("lock %s: could not withdraw an unanswered request (%s); if the server "
+            "still runs it, the lock stays held by nobody for up to its lease (%ld ms)",
+            l->name, err, ccfg->lease_ms);
+}
+
+/* Leaves before a grant: gives `member` up if it may have had an effect
+ * (queued, or refused with an error reply, which a script can return after
+ * some of its writes), voided if it may still run (unanswered), logging the
+ * window left when even that could not get through. */
+static void give_up(struct dm_cluster_lock *l, const char *owner, const char *member,
+                    int queued, int unanswered)
+{
+    if (!queued && !unanswered)
+        return;
+    char err[DM_ERR_MAX];
+    if (abandon(l, owner, member, unanswered, err, sizeof err) == ATT_REPLIED)
+        return;
+    if (unanswered)
+        warn_unwithdrawn(l, err);
+    else    /* the queue entry dies by its deadline, a handover by its claim lease */
+        dm_debug("lock %s: could not leave the wait queue (%s)", l->name, err);
 }
 
 /* Is there still a safe part of the lease left? A reply or notice that
@@ -414,6 +471,21 @@ static void sleep_ms(long ms)
         ;
 }
 
+static const char *down_policy(void)
+{
+    return ccfg->on_redis_down == DM_DOWN_ERROR ? "error"
+         : ccfg->on_redis_down == DM_DOWN_LOCAL ? "local" : "block";
+}
+
+/* Failures, by what is known of them. No connection could be made:
+ * on_redis_down decides (block, EAGAIN, or this process only). An error
+ * reply is the server refusing, not absent: never a reason to lock
+ * locally; "error" returns EAGAIN, "block" and "local" retry with backoff.
+ * No reply to a sent request: it may have run, or may run later (a paused
+ * server runs it when the pause ends, perhaps after anything sent since on
+ * another connection), so the request is given up (abandon: left, voided,
+ * and a grant it got handed on) before a new one is sent or the call
+ * returns. A trylock returns EBUSY on any failure, as it always has. */
 int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g)
 {
@@ -421,16 +493,16 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     char err[DM_ERR_MAX];
     long backoff = DM_BACKOFF_MIN_MS;
     int subscribed = 0, was_down = 0, queued = 0;
+    int unanswered = 0;     /* a request of `member` got no reply: it may still run */
+    int refused = 0;        /* one got an error reply: it may have run in part */
     long long down_since = 0;
     /* Fair and caching waiters queue; a trylock never does. */
     int fair = (l->fair || l->cache) && !(flags & DM_ACQ_TRY);
     /* The channel is made when a wait first needs it (NULL until then, and
      * out of memory: the wait then polls). */
     struct dm_notify_chan *ch = __atomic_load_n(fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
-    char member[DM_OWNER_MAX + 24] = "";
-    if (fair)
-        snprintf(member, sizeof member, "%s|%lu", owner,
-                 __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
+    char member[DM_OWNER_MAX + 24];
+    new_member(l, owner, member, sizeof member);
     /* Already subscribed (from an earlier wait): a notice sent after the
      * first attempt cannot be missed, so that attempt is enough. */
     if (!(flags & DM_ACQ_TRY) && ch)
@@ -440,7 +512,22 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         unsigned long seen = subscribed ? dm_notify_seq(ch) : 0;
         long pttl = 0;
         long long sent = now_ms();
-        switch (attempt(l, owner, fair ? member : NULL, g, &pttl, err, sizeof err)) {
+        enum attempt res;
+        int from_abandon = unanswered;
+        if (unanswered) {
+            /* No new request while an unanswered one could still run. */
+            res = abandon(l, owner, member, 1, err, sizeof err);
+            if (res == ATT_REPLIED) {
+                unanswered = 0;
+                queued = 0;
+                refused = 0;
+                new_member(l, owner, member, sizeof member);
+                continue;
+            }
+        } else {
+            res = attempt(l, owner, member, fair, g, &pttl, err, sizeof err);
+        }
+        switch (res) {
         case ATT_GRANTED:
             g->sent_ms = sent;
             if (!fresh(g)) {
@@ -453,23 +540,33 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                         l->name, dm_redis_addr(), now_ms() - down_since);
             return 0;
 
-        case ATT_DOWN:
+        case ATT_AMBIG:
+        case ATT_NOCONN:
+        case ATT_ERROR:
+        case ATT_REPLIED:       /* not from attempt() */
+            if (res == ATT_AMBIG)
+                unanswered = 1;
+            if (res == ATT_ERROR && !from_abandon)
+                refused = 1;
             if (flags & DM_ACQ_TRY) {
                 /* EBUSY alone would pass a refusing server (NOPERM, READONLY,
                  * WRONGTYPE...) off as a busy lock, forever. */
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; trylock returns EBUSY", l->name, err);
+                give_up(l, owner, member, queued || refused, unanswered);
                 return EBUSY;
             }
             if (ccfg->on_redis_down == DM_DOWN_ERROR) {
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; returning EAGAIN (on_redis_down = \"error\")", l->name, err);
+                give_up(l, owner, member, queued || refused, unanswered);
                 return EAGAIN;
             }
-            if (ccfg->on_redis_down == DM_DOWN_LOCAL) {
+            if (ccfg->on_redis_down == DM_DOWN_LOCAL && res == ATT_NOCONN) {
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; locking this process only (on_redis_down = \"local\")",
                              l->name, err);
+                give_up(l, owner, member, queued || refused, unanswered);
                 memset(g, 0, sizeof *g);
                 g->local_only = 1;
                 return 0;
@@ -479,12 +576,24 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 down_since = now_ms();
             }
             dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
-                         "lock %s: %s; waiting for redis (down %lld ms)", l->name, err,
-                         now_ms() - down_since);
+                         "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
+                         res == ATT_ERROR ? "the server refuses, retrying"
+                         : res == ATT_AMBIG ? "no reply, withdrawing the request and retrying"
+                                            : "waiting for redis",
+                         now_ms() - down_since, down_policy());
             {
                 long left = remaining_ms(deadline);
-                if (left == 0)
+                if (left == 0) {
+                    /* A withdrawal that just failed is not tried again:
+                     * the deadline is already past. */
+                    if (from_abandon)
+                        warn_unwithdrawn(l, err);
+                    else
+                        give_up(l, owner, member, queued || refused, unanswered);
                     return ETIMEDOUT;
+                }
+                if (res == ATT_AMBIG && !from_abandon)
+                    continue;   /* withdraw it at once: a stale connection fails fast */
                 long d = backoff / 2 + jitter(backoff / 2 + 1);
                 sleep_ms(left >= 0 && left < d ? left : d);
                 backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
@@ -535,8 +644,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     }
     /* Out of time. A queued waiter may have been handed the lock already:
      * give it back rather than guess how much of its claim lease is left. */
-    if (queued && cancel_wait(l, owner, member, g))
-        dm_cluster_release(l, owner, g->token);
+    give_up(l, owner, member, queued, 0);
     return ETIMEDOUT;
 }
 
@@ -556,7 +664,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     const char *args[] = { l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
-                           owner, tok, l->channel, keep, l->wait_prefix, claim };
+                           l->lost_key, owner, tok, l->channel, keep, l->wait_prefix, claim };
     long long start = now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -571,7 +679,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         int broken = 1;
         redisReply *r = NULL;
         if (conn) {
-            r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 5, 11, args, &broken,
+            r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 6, 12, args, &broken,
                                 err, sizeof err);
             dm_redis_put(conn, broken);
         }

@@ -28,6 +28,8 @@ struct dm_cluster_lock {
     char *key;          /* ns:{name}           hash owner -> count, lease */
     char *token_key;    /* ns:{name}:token     fencing counter */
     char *holder_key;   /* ns:{name}:holder    how the last grant ended */
+    char *lost_key;     /* ns:{name}:lost      tokens of grants that expired */
+    char *void_key;     /* ns:{name}:void      abandoned acquire requests */
     char *channel;      /* ns:{name}:released  release notices */
     char *queue_key;    /* ns:{name}:queue     fair waiters, oldest first */
     char *qtime_key;    /* ns:{name}:qtime     their deadlines */
@@ -106,15 +108,19 @@ void dm_cluster_owner(char *buf, unsigned long seq);
  * DM_WAIT_CAP_MS / the holder's remaining lease between attempts) until
  * `deadline` (CLOCK_MONOTONIC, NULL: no limit). Through a Redis outage it
  * retries with capped exponential backoff and jitter, logging every few
- * seconds, unless on_redis_down says otherwise.
- * Returns 0 (g filled), EBUSY (DM_ACQ_TRY and held elsewhere or Redis
- * unreachable), ETIMEDOUT, or EAGAIN (Redis unreachable and
- * on_redis_down = "error"). */
+ * seconds, unless on_redis_down says otherwise; "local" applies only when
+ * no connection could be made (an error reply is retried, or EAGAIN under
+ * "error"). A request whose reply never came is withdrawn (and voided, in
+ * case the server runs it later) before another is sent or the call
+ * returns, so no failed call leaves a grant behind.
+ * Returns 0 (g filled), EBUSY (DM_ACQ_TRY and held elsewhere, or any Redis
+ * failure), ETIMEDOUT, or EAGAIN (Redis failed and on_redis_down = "error"). */
 int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g);
 
 /* Ends the hold `owner` got with fencing token `token`. Safe to retry: a
- * release whose reply was lost is recognised. Returns 0, EPERM when the
+ * release whose reply was lost is recognised, even after the lock has
+ * passed to others since (release.lua). Returns 0, EPERM when the
  * hold was no longer there (its lease expired: it was lost), or EIO when
  * Redis could not be reached within a few command timeouts (the lease will
  * run out on its own). */

@@ -7,15 +7,22 @@
 -- for the outermost, so a second acquire by the same owner is a retry whose
 -- reply was lost, or the claim of a lock a release handed over.
 --
+-- Every call carries a request id, "<owner>|<wait id>" (ARGV[5]), new for
+-- each lock call of a thread. A request the caller gave up (abandon.lua, on
+-- a reply that never came: the request may still sit unexecuted in the
+-- server, e.g. behind a CLIENT PAUSE, and run after the abandon) is in
+-- KEYS[7] and does nothing here.
+--
 -- KEYS[1] lock     ns:{NAME}          hash owner -> hold count, PEXPIRE = lease
 -- KEYS[2] token    ns:{NAME}:token    fencing counter, INCR per grant; a missing
 --                                     counter starts from the server's clock in
 --                                     microseconds, so tokens keep growing even
 --                                     across a restart that lost the counter
 -- KEYS[3] holder   ns:{NAME}:holder   how the last grant ended:
---                    "<owner>"          granted, not released (KEYS[1] gone:
---                                       its lease expired, owner dead)
---                    "<owner> =<tok>"   handed to <owner> by the release of <tok>
+--                    "<req> #<tok>"     grant <tok> to request <req> (its owner is
+--                                       the part before '|'), here or by a release's
+--                                       handover; not released; with KEYS[1] gone
+--                                       its lease expired (owner dead)
 --                    "=<tok>"           released cleanly (kept a lease long so
 --                                       a retried release recognises itself)
 --                    "!<ms>"            expiry seen at server time ms; no grant
@@ -23,20 +30,45 @@
 -- KEYS[4] queue    ns:{NAME}:queue    fair waiters, "<owner>|<wait id>", oldest first
 -- KEYS[5] qtime    ns:{NAME}:qtime    zset waiter -> deadline (server ms); a waiter
 --                                     past its deadline is dead and skipped
+-- KEYS[6] lost     ns:{NAME}:lost     list of the last LOST_KEEP tokens whose grant
+--                                     ended by expiry (found here), PEXPIRE a lease
+-- KEYS[7] void     ns:{NAME}:void     zset abandoned request -> until (server ms);
+--                                     written by abandon.lua only
 -- ARGV[1] owner  ARGV[2] lease ms  ARGV[3] lock delay ms after an expiry
 -- ARGV[4] 1: queue the caller if not granted (fair)  ARGV[5] "<owner>|<wait id>"
 -- ARGV[6] queue deadline, ms from now  ARGV[7] channel to announce that the
 --         caller wants the lock (lock caching), or ""
+--
+-- Why a retried release can trust KEYS[6] (release.lua): a grant that
+-- expires leaves the marker "<req> #<tok>" with KEYS[1] gone. The marker is
+-- only ever rewritten (1) by a release, which runs only for an owner still
+-- in KEYS[1], i.e. for a grant that did not expire, or (2) here, on the
+-- "lock is free" path, which pushes <tok> to KEYS[6] before it writes "!"
+-- or the next grant. So from "my hold expired" to "marker overwritten"
+-- every path passes through this script recording the loss; until then the
+-- marker itself still names the unreleased grant. Expiries are at most a
+-- few per lease, so LOST_KEEP entries are plenty, and a lease covers the
+-- release that matters: one the holder's watchdog has not already found
+-- lost starts within a renewal period of the loss (renewals would have
+-- heard it) and retries for less than lease - margin - renew_ms, so it
+-- ends within lease - margin of the loss, which is before its recording.
 --
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
 -- lease expired instead of being released (robust mutexes: EOWNERDEAD).
 -- Returns {0, pttl}: not granted; retry within pttl ms (or on a notice).
 --
 -- By hand: redis-cli --eval acquire.lua 'dmutex:{x}' 'dmutex:{x}:token' \
---   'dmutex:{x}:holder' 'dmutex:{x}:queue' 'dmutex:{x}:qtime' , me:1 30000 0 0 me:1\|1 3000 ''
+--   'dmutex:{x}:holder' 'dmutex:{x}:queue' 'dmutex:{x}:qtime' 'dmutex:{x}:lost' \
+--   'dmutex:{x}:void' , me:1 30000 0 0 me:1\|1 3000 ''
 local lock, tokenkey, holder, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lostkey, void = KEYS[6], KEYS[7]
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local LOST_KEEP = 48
+
+if redis.call('zscore', void, member) then
+    return {0, qttl}        -- abandoned: a late copy of a request nobody waits for
+end
 
 -- Server time in ms, read only when a deadline is involved (TIME is one
 -- more call on the uncontended path otherwise).
@@ -105,17 +137,24 @@ if kind == 'none' then
         return not_granted(0)     -- someone is first in line: its turn
     end
     local dead = 0
-    local last = redis.call('set', holder, owner, 'get')
-    if last and string.sub(last, 1, 1) ~= '=' and string.match(last, '^[^ ]+') ~= owner then
-        dead = 1
-        if delay > 0 then
+    local last = redis.call('get', holder)
+    if last and string.sub(last, 1, 1) ~= '=' then
+        local lost = string.match(last, ' #(%d+)$')
+        if lost then
+            -- A grant that ended without a release: remember it for the
+            -- release that may still come (see above), then overwrite.
+            redis.call('lpush', lostkey, lost)
+            redis.call('ltrim', lostkey, 0, LOST_KEEP - 1)
+            redis.call('pexpire', lostkey, lease)
+        end
+        dead = string.match(last, '^[^ |]+') ~= owner and 1 or 0
+        if dead == 1 and delay > 0 then
             local since = tonumber(string.match(last, '^!(%d+)$'))
             if not since then
                 redis.call('set', holder, '!' .. clock())
                 return not_granted(delay)
             end
             if clock() - since < delay then
-                redis.call('set', holder, last)
                 return not_granted(delay - (clock() - since))
             end
         end
@@ -123,9 +162,11 @@ if kind == 'none' then
     if head then
         leave_queue()
     end
+    local tok = next_token()
+    redis.call('set', holder, member .. ' #' .. string.format('%d', tok))
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, lease)
-    return {1, next_token(), dead}
+    return {1, tok, dead}
 elseif kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a dmutex lock')
 end
@@ -133,7 +174,11 @@ end
 if redis.call('hexists', lock, owner) == 1 then
     leave_queue()
     redis.call('pexpire', lock, lease)
-    return {1, tonumber(redis.call('get', tokenkey)) or 0, 0}
+    local tok = tonumber(redis.call('get', tokenkey)) or 0
+    -- The hold is this request's now: an abandon of an older request of
+    -- the same owner, run late, must not release it.
+    redis.call('set', holder, member .. ' #' .. string.format('%d', tok))
+    return {1, tok, 0}
 end
 -- PTTL is 0 in the last millisecond of a lease: a waiter that slept until
 -- the lease's end arrives just then, and must retry at once, not after

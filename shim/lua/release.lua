@@ -5,7 +5,7 @@
 -- published to everyone waiting.
 --
 -- KEYS[1] lock  KEYS[2] holder  KEYS[3] token  KEYS[4] queue  KEYS[5] qtime
--- (see acquire.lua)
+-- KEYS[6] lost  (see acquire.lua)
 -- ARGV[1] owner  ARGV[2] fencing token of the hold  ARGV[3] release channel
 -- ARGV[4] how long to remember the release, ms (the lease)
 -- ARGV[5] waiter channel prefix: a waiter "<pid>:<seq>|<id>" is told on
@@ -13,15 +13,31 @@
 --         followed by " +" when more waiters queue behind it
 -- ARGV[6] lease of a handed-over lock until its new owner renews it, ms
 --
+-- A release is retried when its reply is lost or late, and meanwhile the
+-- lock may have passed to others. So a release of token T by an owner that
+-- does not hold T answers from what the grant of T became (acquire.lua
+-- explains why this is complete): lost while the holder marker still names
+-- T unreleased or T is in the lost list; released if any later state
+-- exists (T is not above the counter). A late copy of an old release by an
+-- owner that holds a newer grant (the marker names the owner with another
+-- token) is such a retry too and leaves the newer hold alone.
+--
 -- Returns 1: released (or already released by this same hold: a retry
 -- whose first reply was lost); 2: still held (a nested count from another
 -- client); 0: not held by this owner (its lease expired: the hold was lost).
 local lock, holder, tokenkey, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lostkey = KEYS[6]
 local owner, token, channel, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wprefix, claim = ARGV[5], tonumber(ARGV[6])
 
+local last = redis.call('get', holder)
+local mowner, mtok
+if last then
+    mowner, mtok = string.match(last, '^([^ |]+)|[^ ]* #(%d+)$')
+end
+
 local kind = redis.call('type', lock)['ok']
-if kind == 'hash' then
+if kind == 'hash' and not (mowner == owner and mtok ~= token) then
     local n = tonumber(redis.call('hget', lock, owner))
     if n and n > 1 then
         redis.call('hset', lock, owner, n - 1)
@@ -47,8 +63,8 @@ if kind == 'hash' then
             local next_owner = string.match(head, '^[^|]+')
             redis.call('hset', lock, next_owner, 1)
             redis.call('pexpire', lock, claim)
-            redis.call('set', holder, next_owner .. ' =' .. token)
             local granted = redis.call('incr', tokenkey)    -- exists: the releaser's grant made it
+            redis.call('set', holder, head .. ' #' .. string.format('%d', granted))
             -- " +": more waiters queue behind it (a caching holder then
             -- gives the lock up after its critical section, not when asked).
             local more = redis.call('llen', queue) > 0 and ' +' or ''
@@ -60,11 +76,20 @@ if kind == 'hash' then
         end
         return 1
     end
-elseif kind ~= 'none' then
+elseif kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a dmutex lock')
 end
-local last = redis.call('get', holder)
-if last and (last == '=' .. token or string.sub(last, -(#token + 2)) == ' =' .. token) then
+-- Not held by this owner: a retry, a late copy, or a lost hold.
+if not last or mtok == token or string.match(last, ' #(%d+)$') == token then
+    return 0
+end
+for _, t in ipairs(redis.call('lrange', lostkey, 0, -1)) do
+    if t == token then
+        return 0
+    end
+end
+local counter = tonumber(redis.call('get', tokenkey))
+if counter and tonumber(token) and tonumber(token) <= counter then
     return 1
 end
 return 0

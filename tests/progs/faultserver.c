@@ -15,8 +15,18 @@
  *       ":released" channel (the release script) is swallowed and the
  *       client's connection closed: the release happened, its answer was
  *       lost.
- * Prints one line per event ("half-reply EVALSHA", "dropped release reply")
- * on stdout. */
+ *   faultserver reply PORTFILE HOST PORT SCRIPT ACTION [N]
+ *       a proxy to HOST:PORT that passes everything through except the Nth
+ *       (default 1st) call of SCRIPT (acquire, release, renew or cancel, told
+ *       apart by their key arguments), to which it does ACTION:
+ *         drop       the call runs; its reply is swallowed and the client's
+ *                    connection closed
+ *         delay:MS   the call reaches the server MS ms late, even if the
+ *                    client has closed meanwhile (a late copy, as after a
+ *                    CLIENT PAUSE); its reply, if anyone still listens
+ *         error:TEXT the call runs; the client gets "-TEXT" instead
+ * Prints one line per event ("half-reply EVALSHA", "dropped release reply",
+ * "reply: acquire drop", "reply: acquire delay sent") on stdout. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +37,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUF_MAX 65536
@@ -243,6 +254,198 @@ static void serve_proxy(int ls, const char *host, int port)
     }
 }
 
+/* ---- reply: one call's reply dropped, delayed or replaced ------------------ */
+
+struct pair {
+    int cfd, sfd;               /* client, server; -1 when closed */
+    char in[BUF_MAX];           /* client bytes not yet parsed */
+    size_t nin;
+    char held[BUF_MAX];         /* a delayed call and whatever followed it */
+    size_t nheld;
+    long long due;              /* when to send held (0: nothing held) */
+    int swallow;                /* 1: drop the next reply; 2: replace it */
+};
+
+static const char *f_script, *f_action;
+static long f_nth = 1, f_seen;
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Which script a request calls, from its arguments (EVALSHA SHA NKEYS K1
+ * K2...): renew has one key; the others are told apart by their second key,
+ * which every version of the scripts has kept. */
+static const char *script_of(const char *buf, size_t len)
+{
+    char a[6][128];
+    memset(a, 0, sizeof a);
+    const char *p = buf + 1, *end = buf + len;
+    long n = strtol(p, NULL, 10);
+    p = memchr(p, '\n', (size_t)(end - p)) + 1;
+    for (long i = 0; i < n && i < 6; i++) {
+        long l = strtol(p + 1, NULL, 10);
+        p = memchr(p, '\n', (size_t)(end - p)) + 1;
+        size_t c = (size_t)l < sizeof a[i] - 1 ? (size_t)l : sizeof a[i] - 1;
+        memcpy(a[i], p, c);
+        p += l + 2;
+    }
+    if (strncasecmp(a[0], "EVAL", 4) != 0)
+        return NULL;
+    long nk = atol(a[2]);
+    size_t k2 = strlen(a[4]);
+    static const struct { const char *suffix, *script; } by_key2[] = {
+        { ":token", "acquire" }, { ":holder", "release" }, { ":queue", "cancel" },
+    };
+    if (nk == 1)
+        return "renew";
+    for (size_t i = 0; nk > 1 && i < sizeof by_key2 / sizeof by_key2[0]; i++) {
+        size_t n = strlen(by_key2[i].suffix);
+        if (k2 >= n && strcmp(a[4] + k2 - n, by_key2[i].suffix) == 0)
+            return by_key2[i].script;
+    }
+    return NULL;
+}
+
+static void close_pair(struct pair *p)
+{
+    if (p->cfd >= 0)
+        close(p->cfd);
+    if (p->sfd >= 0 && !p->due)
+        close(p->sfd), p->sfd = -1;
+    p->cfd = -1;
+}
+
+/* Client bytes: forward whole requests, acting on the chosen one. */
+static void from_client(struct pair *p)
+{
+    for (;;) {
+        char a0[8], a1[8];
+        long used = parse_request(p->in, p->nin, a0, a1, sizeof a0);
+        if (used <= 0)
+            break;
+        const char *sc = script_of(p->in, (size_t)used);
+        int act = sc && strcmp(sc, f_script) == 0 && ++f_seen == f_nth;
+        if (p->due) {
+            memcpy(p->held + p->nheld, p->in, (size_t)used);    /* keep the order */
+            p->nheld += (size_t)used;
+        } else if (act && strncmp(f_action, "delay:", 6) == 0) {
+            memcpy(p->held, p->in, (size_t)used);
+            p->nheld = (size_t)used;
+            p->due = mono_ms() + atol(f_action + 6);
+            say("reply: delay held");
+        } else {
+            if (act)
+                p->swallow = strcmp(f_action, "drop") == 0 ? 1 : 2;
+            write_all(p->sfd, p->in, (size_t)used);
+        }
+        memmove(p->in, p->in + used, p->nin - (size_t)used);
+        p->nin -= (size_t)used;
+    }
+}
+
+static void serve_reply(int ls, const char *host, int port)
+{
+    static struct pair pairs[MAX_CONN];
+    for (int i = 0; i < MAX_CONN; i++)
+        pairs[i].cfd = pairs[i].sfd = -1;
+    for (;;) {
+        struct pollfd pf[1 + 2 * MAX_CONN];
+        int who[1 + 2 * MAX_CONN], n = 1;
+        long long now = mono_ms(), wait = 1000;
+        pf[0] = (struct pollfd){ ls, POLLIN, 0 };
+        for (int i = 0; i < MAX_CONN; i++) {
+            struct pair *p = &pairs[i];
+            if (p->due && p->due <= now) {
+                write_all(p->sfd, p->held, p->nheld);
+                p->due = 0;
+                p->nheld = 0;
+                say("reply: delay sent");
+            }
+            if (p->due && p->due - now < wait)
+                wait = p->due - now;
+            if (p->cfd >= 0) {
+                pf[n] = (struct pollfd){ p->cfd, POLLIN, 0 };
+                who[n++] = i;
+            }
+            if (p->sfd >= 0) {
+                pf[n] = (struct pollfd){ p->sfd, POLLIN, 0 };
+                who[n++] = i + MAX_CONN;
+            }
+        }
+        if (poll(pf, (nfds_t)n, (int)wait) < 0 && errno != EINTR)
+            exit(1);
+        if (pf[0].revents & POLLIN) {
+            int c = accept(ls, NULL, NULL);
+            int s = c >= 0 ? connect_to(host, port) : -1;
+            int slot = -1;
+            for (int i = 0; i < MAX_CONN && slot < 0; i++)
+                if (pairs[i].cfd < 0 && pairs[i].sfd < 0)
+                    slot = i;
+            if (c >= 0 && (s < 0 || slot < 0)) {
+                close(c);
+                if (s >= 0)
+                    close(s);
+            } else if (c >= 0) {
+                memset(&pairs[slot], 0, sizeof pairs[slot]);
+                pairs[slot].cfd = c;
+                pairs[slot].sfd = s;
+            }
+        }
+        for (int k = 1; k < n; k++) {
+            if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            struct pair *p = &pairs[who[k] % MAX_CONN];
+            int client = who[k] < MAX_CONN;
+            if (client && p->cfd < 0)
+                continue;
+            if (!client && p->sfd < 0)
+                continue;
+            char buf[BUF_MAX];
+            if (client) {
+                ssize_t r = read(p->cfd, p->in + p->nin, sizeof p->in - p->nin);
+                if (r <= 0) {
+                    close_pair(p);      /* a held call still goes out when due */
+                    continue;
+                }
+                p->nin += (size_t)r;
+                from_client(p);
+                continue;
+            }
+            ssize_t r = read(p->sfd, buf, sizeof buf);
+            if (r <= 0) {
+                if (p->cfd >= 0)
+                    close(p->cfd);
+                close(p->sfd);
+                p->cfd = p->sfd = -1;
+                continue;
+            }
+            if (p->swallow == 1) {
+                say("reply: dropped");
+                p->swallow = 0;
+                close(p->cfd);
+                close(p->sfd);
+                p->cfd = p->sfd = -1;
+            } else if (p->swallow == 2) {
+                char e[300];
+                int m = snprintf(e, sizeof e, "-%s\r\n", f_action + 6);
+                p->swallow = 0;
+                if (p->cfd >= 0)
+                    write_all(p->cfd, e, (size_t)m);
+                say("reply: replaced by an error");
+            } else if (p->cfd >= 0) {
+                write_all(p->cfd, buf, (size_t)r);
+            } else if (!p->due) {
+                close(p->sfd);          /* the late call's reply: nobody listens */
+                p->sfd = -1;
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "half-load") == 0)
@@ -251,7 +454,15 @@ int main(int argc, char **argv)
         serve_fake(listen_any(argv[2]), 1);
     else if (argc >= 5 && strcmp(argv[1], "drop-release") == 0)
         serve_proxy(listen_any(argv[2]), argv[3], atoi(argv[4]));
+    else if (argc >= 7 && strcmp(argv[1], "reply") == 0) {
+        f_script = argv[5];
+        f_action = argv[6];
+        f_nth = argc >= 8 ? atol(argv[7]) : 1;
+        serve_reply(listen_any(argv[2]), argv[3], atoi(argv[4]));
+    }
     fprintf(stderr, "usage: faultserver half-load|half-eval PORTFILE | "
-                    "drop-release PORTFILE HOST PORT\n");
+                    "drop-release PORTFILE HOST PORT | "
+                    "reply PORTFILE HOST PORT acquire|release|renew|cancel "
+                    "drop|delay:MS|error:TEXT [N]\n");
     return 2;
 }
