@@ -382,7 +382,7 @@ static void test_fair_timedlock_during_client_pause_leaves_the_lock_free(void **
 {
     (void)state;
     struct dm_cluster_lock *l = lock_named("pause_fair");
-    dm_cluster_lock_mode(l, 1, 0);
+    dm_cluster_lock_mode(l, 1, 0, 0);
     pause_then(l, 0, 500, ETIMEDOUT);
 }
 
@@ -436,7 +436,7 @@ static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void 
 {
     (void)state;
     struct dm_cluster_lock *l = lock_named("fair_eagain");
-    dm_cluster_lock_mode(l, 1, 0);
+    dm_cluster_lock_mode(l, 1, 0, 0);
     held_elsewhere(l, 10 * LEASE_MS);
     char *out;
     proxy("acquire", "drop", 2, &out);      /* the 1st queues it, the 2nd is lost */
@@ -501,7 +501,7 @@ static void matrix(const char *script, const char *action, int fair)
     char name[64];
     snprintf(name, sizeof name, "mx_%s_%.5s_%d", script, action, fair);
     struct dm_cluster_lock *l = lock_named(name);
-    dm_cluster_lock_mode(l, fair, 0);
+    dm_cluster_lock_mode(l, fair, 0, 0);
     char *out;
     /* The 3rd call of a script both threads send: after both have started
      * contending. A cancel is rarer (a fair waiter timing out): the first. */
