@@ -27,8 +27,8 @@ all: $(B)/libdmutex.so $(B)/libdmcore.a
 deps:
 	@tools/deps.sh
 
-$(B)/shim/%.o: shim/%.c $(wildcard shim/*.h) | $(B)/shim
-	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -I$(B)/shim -c $< -o $@
+$(B)/shim/%.o: shim/%.c $(wildcard shim/*.h include/*.h) | $(B)/shim
+	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Iinclude -I$(B)/shim -c $< -o $@
 
 $(B)/shim/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim
 	tools/embed-lua.sh $(LUA_SRCS) > $@

@@ -16,9 +16,9 @@ bench-names:
 	@$(MAKE) --no-print-directory all $(B)/bench/names
 	@bench/names.sh
 
-# names uses the public API header, shim/dmutex.h, as a user program would.
-$(B)/bench/names: bench/names.c shim/dmutex.h | $(B)/bench
-	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) -Ishim $(shell pkg-config --cflags hiredis) \
+# names uses the public API header, include/dmutex.h, as a user program would.
+$(B)/bench/names: bench/names.c include/dmutex.h | $(B)/bench
+	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) -Iinclude $(shell pkg-config --cflags hiredis) \
 	    $< -o $@ $(shell pkg-config --libs hiredis)
 
 bench:

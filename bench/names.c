@@ -1,6 +1,6 @@
 /* names: the cost of many mapped names (issue 14, memory per name). An
  * ordinary pthread program that names each object's heap mutex with the
- * public dmutex_name() (shim/dmutex.h), as a program with per-object locks
+ * public dmutex_name() (include/dmutex.h), as a program with per-object locks
  * would; run it with libdmutex.so preloaded (bench/names.sh does).
  *
  * Each timed pair is preceded by a PING on the program's own hiredis

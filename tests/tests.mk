@@ -41,8 +41,8 @@ $(B)/tests/progs:
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis)
-# api_weak includes shim/dmutex.h, the public header, as a user would.
-PROG_LIBS_api_weak = -Ishim $(shell pkg-config --libs hiredis)
+# api_weak includes include/dmutex.h, the public header, as a user would.
+PROG_LIBS_api_weak = -Iinclude $(shell pkg-config --libs hiredis)
 
 # test_lifecycle: lifeprog and the plugin it dlopens (not a program, so
 # outside tests/progs/*.c).

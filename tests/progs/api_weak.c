@@ -1,4 +1,4 @@
-/* api_weak: how a program uses the explicit API of shim/dmutex.h and still
+/* api_weak: how a program uses the explicit API of include/dmutex.h and still
  * runs without the shim. The two functions are declared weak: without
  * libdmutex.so preloaded they are NULL and the program uses its mutexes as
  * ordinary local ones; with it, dmutex_name makes a heap mutex cluster-wide
@@ -12,7 +12,7 @@
  * Prints "api absent" or "api name=RC" first, then for every section
  * "tok TOKEN COUNT" (COUNT: the value it read), then "done N" and
  * "after TOKEN" (dmutex_token once nothing is held; 0 with the shim).
- * Built with -Ishim (tests/tests.mk), as a user would point at dmutex.h. */
+ * Built with -Iinclude (tests/tests.mk), as a user would point at dmutex.h. */
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <pthread.h>
