@@ -74,6 +74,7 @@ struct dm_name {
     int yield_logged;
     unsigned long refs;                 /* entries mapped to the name */
     unsigned long exiting;              /* at exit: users that are the exiting thread's */
+    int exit_released;                  /* at exit: released on the exiting thread's behalf */
     int fair, cache;                    /* what the entries asked for */
     struct dm_hold hold;                /* the process's hold, while HELD */
     struct dm_name *next;               /* hash chain */
@@ -1009,6 +1010,20 @@ static void count_exiting(const void *addr, void *value, void *arg)
     pthread_mutex_unlock(&e->nm->mu);
 }
 
+/* The exiting thread's mutexes of a name exit released: its share is gone,
+ * so a later unlock (a library destructor that runs after the shim's) goes
+ * straight to glibc instead of ending another thread's new hold. */
+static void forget_exiting(const void *addr, void *value, void *arg)
+{
+    (void)addr;
+    struct dm_entry *e = value;
+    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg ||
+        !__atomic_load_n(&e->nm->exit_released, __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
+    e->depth = 0;
+}
+
 /* Process exit: give back the holds that no thread is inside any more:
  * those kept by lock caching, and those of the thread that is running
  * exit() itself (it runs no more critical sections). A hold with another
@@ -1049,13 +1064,16 @@ void dm_mapped_release_all(void)
         if (nm->state == NAME_HELD && nm->held) {
             nm->state = NAME_RELEASING;
             nm->users = 0;      /* the exiting thread's holds end here */
+            __atomic_store_n(&nm->exit_released, 1, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&nm->mu);
             hold_release(nm);
         } else {
             pthread_mutex_unlock(&nm->mu);
         }
-        name_put(nm);
     }
+    dm_registry_foreach(forget_exiting, &me);
+    for (size_t i = 0; i < ngone; i++)
+        name_put(gone[i]);
     free(gone);
     in_shim--;
 }
