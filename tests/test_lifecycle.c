@@ -386,6 +386,9 @@ static void run_ending_cell(const char *state, const char *event)
         fail_msg("overlap: exit() from main while T was inside released lock %s: B entered "
                  "%lld ms before A's process was gone", name, gone - in);
     th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: %s in state %s: the contender entered %lld ms after A %s\n", event, state,
+           in - let_go, let_go > gone ? "and B let go" : "was gone");
+    fflush(stdout);
     assert_no_leftover_keys(name, gone > in ? gone : in);
 }
 
