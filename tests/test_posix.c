@@ -1047,6 +1047,35 @@ static void test_mutexes_sharing_a_name_let_a_cond_waiter_be_signalled(void **st
     assert_int_equal(lock_exists("t40_fam"), 0);
 }
 
+/* Threads of one process keep a shared name busy with overlapping holds
+ * (the process's hold never has zero users by itself): another process
+ * that wants the name must still get it, within the shim's step-aside
+ * bound, not when the first process stops. */
+static void test_threads_sharing_a_name_do_not_starve_another_process(void **state)
+{
+    (void)state;
+    const long hammer_ms = 12000;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"slots\"; index = 0; name = \"t44_fam\"; },\n"
+                                      "{ symbol = \"slots\"; index = 1; name = \"t44_fam\"; },\n"
+                                      "{ symbol = \"slots\"; index = 2; name = \"t44_fam\"; },\n"
+                                      "{ symbol = \"slots\"; index = 3; name = \"t44_fam\"; }");
+    char *hout = th_out_file(), *out = th_out_file();
+    pid_t hammer = PP(cfg, hout, "x", "family-hammer", "slot1", "12000");
+    th_wait_for(hout, "hammering", RUN_MS);
+    usleep(500 * 1000);     /* the threads are at it */
+    long long t0 = th_now_ms();
+    pid_t other = PP(cfg, out, "x", "lock", "slot1");
+    long long got = th_wait_for(out, "locked 0", RUN_MS);
+    printf("measured: another process got a name 4 threads keep busy after %lld ms\n", got - t0);
+    if (got - t0 > hammer_ms / 2)
+        fail_msg("the other process waited %lld ms: it starved while the hammering process "
+                 "kept the name (it stops after %ld ms)", got - t0, hammer_ms);
+    finish_ok(other, out);
+    char *text = finish(hammer, hout, 0);
+    th_assert_has(text, "hammered ");
+    free(text);
+}
+
 /* glibc waits for a deadline too far ahead to compute with; so must the
  * shim (it overflowed to "already past"). */
 static void test_timedlock_with_a_far_future_deadline_waits_like_glibc(void **state)
@@ -1137,6 +1166,7 @@ int main(void)
         T(test_api_weak_runs_without_shim_and_maps_with_it),
         T(test_dmutex_token_grows_across_processes),
         T(test_mutexes_sharing_a_name_let_a_cond_waiter_be_signalled),
+        T(test_threads_sharing_a_name_do_not_starve_another_process),
         T(test_timedlock_with_a_far_future_deadline_waits_like_glibc),
         T(test_clocklock_with_an_unsupported_clock_is_einval_without_a_round_trip),
         T(test_cond_wait_reacquire_reports_eownerdead_of_a_dead_holder),

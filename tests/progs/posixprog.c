@@ -63,6 +63,10 @@
  *   shared-cond M                     a thread locks other, then M, and waits on a condvar
  *                                     with M; main locks M, signals, unlocks (config maps
  *                                     other and M under one name): "shared-cond LOCK WAIT"
+ *   family-hammer MS                  thread i of 4 locks slots[i] (all mapped under one
+ *                                     name) again and again for MS, 5 ms inside each, so
+ *                                     that the process always has a thread inside some
+ *                                     mutex of the name: "hammered N" (sections)
  *   far-timedlock M                   timedlock with the deadline {LONG_MAX, 0}:
  *                                     "far RC MS", unlock if taken
  *   clocklock-bad M                   clocklock on CLOCK_PROCESS_CPUTIME_ID: "clocklock-bad RC"
@@ -697,6 +701,39 @@ static int mode_shared_cond(void)
     return 0;
 }
 
+static long long hammer_until;
+
+static void *hammer(void *arg)
+{
+    long i = (long)arg, n = 0;
+    while (now_ms() < hammer_until) {
+        pthread_mutex_t *x = &slots[i];
+        if (pthread_mutex_lock(x) != 0)
+            break;
+        usleep(5000);
+        pthread_mutex_unlock(x);
+        n++;
+    }
+    return (void *)n;
+}
+
+static int mode_family_hammer(long ms)
+{
+    pthread_t t[4];
+    hammer_until = now_ms() + ms;
+    say("hammering");
+    for (long i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, hammer, (void *)i);
+    long total = 0;
+    for (int i = 0; i < 4; i++) {
+        void *n;
+        pthread_join(t[i], &n);
+        total += (long)n;
+    }
+    say("hammered %ld", total);
+    return 0;
+}
+
 static int mode_far_timedlock(void)
 {
     struct timespec far = { LONG_MAX, 0 };
@@ -857,6 +894,8 @@ int main(int argc, char **argv)
         return mode_fork_identity(atol(args[0]));
     if (strcmp(mode, "shared-cond") == 0)
         return mode_shared_cond();
+    if (strcmp(mode, "family-hammer") == 0 && nargs >= 1)
+        return mode_family_hammer(atol(args[0]));
     if (strcmp(mode, "far-timedlock") == 0)
         return mode_far_timedlock();
     if (strcmp(mode, "clocklock-bad") == 0)
