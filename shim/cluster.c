@@ -17,6 +17,7 @@
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
+#include "util.h"
 
 #define DM_RELEASE_TIMEOUTS 3  /* a release keeps trying for this many command timeouts */
 
@@ -30,13 +31,6 @@ static struct dm_cluster_lock **lock_buckets;
 static size_t nlock_buckets, nlocks;
 static unsigned long lock_probes;       /* chain steps of all lookups, for tests */
 static char process_id[33];
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
 
 static void new_process_id(void)
 {
@@ -58,6 +52,8 @@ static void new_process_id(void)
     }
     for (size_t i = 0; i < sizeof r; i++)
         snprintf(process_id + 2 * i, 3, "%02x", r[i]);
+    /* Processes retrying together spread out by their own ids. */
+    dm_jitter_seed(strtoull(process_id + 16, NULL, 16));
 }
 
 void dm_cluster_init(const struct dm_config *cfg)
@@ -353,10 +349,10 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
     snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
     const char *args[] = { l->key, l->queue_key, l->qtime_key, l->token_key, l->holder_key,
                            l->void_key, owner, member, ttl };
-    long long start = now_ms();
+    long long start = dm_now_ms();
     enum attempt res = ATT_NOCONN;
     for (int i = 0; i < 3; i++) {
-        if (i > 0 && now_ms() - start >= ccfg->redis.command_timeout_ms)
+        if (i > 0 && dm_now_ms() - start >= ccfg->redis.command_timeout_ms)
             break;
         redisReply *r;
         res = run_script(DM_SCRIPT_CANCEL, 6, 9, args, &r, err, errlen);
@@ -411,7 +407,7 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
  * taken for a hold: another process may get the lock any moment. */
 static int fresh(const struct dm_grant *g)
 {
-    return now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
+    return dm_now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
 }
 
 /* Is `msg` the handover of this wait ("<member> <token>[ +]")? */
@@ -430,45 +426,6 @@ static int handed_over(const char *msg, const char *member, struct dm_grant *g)
     g->more_waiters = more;
     g->lease_ms = claim_ms();
     return 1;
-}
-
-static long remaining_ms(const struct timespec *deadline)
-{
-    if (!deadline)
-        return -1;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long long ms = (deadline->tv_sec - now.tv_sec) * 1000LL +
-                   (deadline->tv_nsec - now.tv_nsec) / 1000000;
-    if (ms <= 0 && (deadline->tv_sec > now.tv_sec ||
-                    (deadline->tv_sec == now.tv_sec && deadline->tv_nsec > now.tv_nsec)))
-        ms = 1;     /* less than a millisecond left: one more short wait */
-    return ms < 0 ? 0 : (long)ms;
-}
-
-/* A random number in [0, n), for backoff jitter: per-thread state seeded
- * from the process id, so that processes retrying together spread out. */
-static __thread uint64_t jitter_state;
-static uint64_t jitter_seed;
-
-static long jitter(long n)
-{
-    if (jitter_state == 0) {
-        if (jitter_seed == 0)
-            jitter_seed = strtoull(process_id + 16, NULL, 16) | 1;
-        jitter_state = __atomic_add_fetch(&jitter_seed, 0x9E3779B97F4A7C15ULL, __ATOMIC_RELAXED) | 1;
-    }
-    jitter_state ^= jitter_state << 13;
-    jitter_state ^= jitter_state >> 7;
-    jitter_state ^= jitter_state << 17;
-    return n > 0 ? (long)(jitter_state % (uint64_t)n) : 0;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 static const char *down_policy(void)
@@ -491,7 +448,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
 {
     static long down_logged;
     char err[DM_ERR_MAX];
-    long backoff = DM_BACKOFF_MIN_MS;
+    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     int subscribed = 0, was_down = 0, queued = 0;
     int unanswered = 0;     /* a request of `member` got no reply: it may still run */
     int refused = 0;        /* one got an error reply: it may have run in part */
@@ -511,7 +468,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     for (;;) {
         unsigned long seen = subscribed ? dm_notify_seq(ch) : 0;
         long pttl = 0;
-        long long sent = now_ms();
+        long long sent = dm_now_ms();
         enum attempt res;
         int from_abandon = unanswered;
         if (unanswered) {
@@ -532,12 +489,12 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             g->sent_ms = sent;
             if (!fresh(g)) {
                 dm_warn("lock %s: the grant came back too late to trust (%lld ms); asking again",
-                        l->name, now_ms() - sent);
+                        l->name, dm_now_ms() - sent);
                 continue;       /* acquire is idempotent: the retry renews or re-queues */
             }
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
-                        l->name, dm_redis_addr(), now_ms() - down_since);
+                        l->name, dm_redis_addr(), dm_now_ms() - down_since);
             return 0;
 
         case ATT_AMBIG:
@@ -573,16 +530,16 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             }
             if (!was_down) {
                 was_down = 1;
-                down_since = now_ms();
+                down_since = dm_now_ms();
             }
             dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                          "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
                          res == ATT_ERROR ? "the server refuses, retrying"
                          : res == ATT_AMBIG ? "no reply, withdrawing the request and retrying"
                                             : "waiting for redis",
-                         now_ms() - down_since, down_policy());
+                         dm_now_ms() - down_since, down_policy());
             {
-                long left = remaining_ms(deadline);
+                long left = dm_remaining_ms(deadline);
                 if (left == 0) {
                     /* A withdrawal that just failed is not tried again:
                      * the deadline is already past. */
@@ -594,9 +551,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 }
                 if (res == ATT_AMBIG && !from_abandon)
                     continue;   /* withdraw it at once: a stale connection fails fast */
-                long d = backoff / 2 + jitter(backoff / 2 + 1);
-                sleep_ms(left >= 0 && left < d ? left : d);
-                backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
+                long d = dm_backoff_next(&backoff);
+                dm_sleep_ms(left >= 0 && left < d ? left : d);
             }
             continue;
 
@@ -605,10 +561,10 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             break;
         }
 
-        backoff = DM_BACKOFF_MIN_MS;
+        dm_backoff_reset(&backoff);
         if (flags & DM_ACQ_TRY)
             return EBUSY;
-        long left = remaining_ms(deadline);
+        long left = dm_remaining_ms(deadline);
         if (left == 0)
             break;
         if (!subscribed) {
@@ -626,7 +582,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         if (left >= 0 && left < wait)
             wait = left;
         if (!subscribed) {
-            sleep_ms(wait);
+            dm_sleep_ms(wait);
             continue;
         }
         if (dm_notify_wait(ch, seen, wait) == 0 && fair) {
@@ -665,14 +621,14 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     const char *args[] = { l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
                            l->lost_key, owner, tok, l->channel, keep, l->wait_prefix, claim };
-    long long start = now_ms();
+    long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
     if (budget > safe)
         budget = safe;
-    long backoff = DM_BACKOFF_MIN_MS;
+    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     for (int i = 0;; i++) {
-        long left = budget - (long)(now_ms() - start);
+        long left = budget - (long)(dm_now_ms() - start);
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get(err, sizeof err);
@@ -687,8 +643,8 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
             /* A stale connection fails at once: straight on to the next.
              * No connection, or an error reply (LOADING...): wait a bit. */
             if (!conn || !broken) {
-                sleep_ms(left > 0 && left < backoff ? left : backoff);
-                backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
+                dm_sleep_ms(left > 0 && left < backoff.cur_ms ? left : backoff.cur_ms);
+                dm_backoff_grow(&backoff);
             }
             continue;
         }
@@ -703,7 +659,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         break;
     }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
-             "lease (%ld ms) runs out", l->name, now_ms() - start, err, ccfg->lease_ms);
+             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, err, ccfg->lease_ms);
     return EIO;
 }
 
@@ -727,7 +683,6 @@ void dm_cluster_atfork_child(void)
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&locks_mu, &fresh, sizeof fresh);
     new_process_id();
-    jitter_seed = 0;
     for (size_t b = 0; b < nlock_buckets; b++)
         for (struct dm_cluster_lock *l = lock_buckets[b]; l; l = l->next) {
             make_wait_channel(l);

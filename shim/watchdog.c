@@ -22,6 +22,7 @@
 
 #include "log.h"
 #include "redis.h"
+#include "util.h"
 
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcv;              /* the renewal thread waits here */
@@ -43,23 +44,12 @@ struct snap {
     char owner[DM_OWNER_MAX];
 };
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 static void cv_init_locked(void)
 {
     if (wcv_ready)
         return;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&wcv, &a);
-    pthread_cond_init(&dcv, &a);
-    pthread_condattr_destroy(&a);
+    dm_cond_init_monotonic(&wcv);
+    dm_cond_init_monotonic(&dcv);
     wcv_ready = 1;
 }
 
@@ -100,7 +90,7 @@ static void apply(struct snap *s, int ok, long long sent)
     }
     else
         declare_lost(h, "the server no longer has the hold (expired, deleted, or "
-                        "lost by a restart or failover)", now_ms());
+                        "lost by a restart or failover)", dm_now_ms());
 }
 
 /* The deadline thread: sleeps until the earliest loss deadline (or a
@@ -112,7 +102,7 @@ static void *deadline_main(void *arg)
     const struct dm_config *cfg = dm_cluster_config();
     pthread_mutex_lock(&wmu);
     for (;;) {
-        long long now = now_ms();
+        long long now = dm_now_ms();
         check_deadlines_locked(now);
         long long wake = now + cfg->renew_ms;
         for (struct dm_hold *h = holds; h; h = h->next) {
@@ -121,14 +111,8 @@ static void *deadline_main(void *arg)
                 wake = dl;
         }
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
         long long d = wake > now ? wake - now : 1;
-        ts.tv_sec += d / 1000;
-        ts.tv_nsec += (d % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        dm_deadline_in(&ts, (long)d);
         deadline_wake_ms = now + d;
         pthread_cond_timedwait(&dcv, &wmu, &ts);
     }
@@ -169,7 +153,7 @@ static void *watchdog_main(void *arg)
     for (;;) {
         /* Sleep until the first hold is due (one round renews them all). */
         for (;;) {
-            long long now = now_ms();
+            long long now = dm_now_ms();
             check_deadlines_locked(now);
             long long wake = LLONG_MAX;
             for (struct dm_hold *h = holds; h; h = h->next)
@@ -182,17 +166,11 @@ static void *watchdog_main(void *arg)
             wd_wake_ms = wake;
             long long d = wake - now < cfg->renew_ms ? wake - now : cfg->renew_ms;
             struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += d / 1000;
-            ts.tv_nsec += (d % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            dm_deadline_in(&ts, (long)d);
             pthread_cond_timedwait(&wcv, &wmu, &ts);
         }
         wd_wake_ms = LLONG_MAX;
-        last_round = now_ms();
+        last_round = dm_now_ms();
 
         if (nholds > cap) {
             size_t ncap = nholds * 2;
@@ -225,7 +203,7 @@ static void *watchdog_main(void *arg)
                              "lease renewal: %s; retrying", err);
             }
         }
-        long long sent = now_ms();
+        long long sent = dm_now_ms();
         int broken = 0;
         size_t got = 0;
         int *ok = NULL;
