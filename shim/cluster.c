@@ -267,12 +267,27 @@ static long claim_ms(void)
     return ccfg->renew_ms < ccfg->lease_ms ? ccfg->renew_ms : ccfg->lease_ms;
 }
 
-/* What became of one script call. Only ATT_NOCONN says for sure that
- * nothing reached the server; an error reply is the server refusing (OOM,
- * NOPERM, READONLY...), and a request that got no reply (timeout, closed
- * connection) may have run or may still run later. */
-enum attempt { ATT_GRANTED, ATT_HELD, ATT_NOCONN, ATT_ERROR, ATT_AMBIG,
-               ATT_REPLIED /* a reply came (run_script, abandon) */ };
+/* What became of one script call. ATT_FAILED leaves the cause in a
+ * struct dm_redis_error: only DM_REDIS_NOCONN says for sure that nothing
+ * reached the server; an error reply (DM_REDIS_REPLY_ERROR, or a reply of
+ * the wrong shape) is the server refusing (OOM, NOPERM, READONLY...), and a
+ * request that got no reply (DM_REDIS_IO: timeout, closed connection) may
+ * have run or may still run later. */
+enum attempt { ATT_GRANTED, ATT_HELD,
+               ATT_REPLIED,     /* a reply came (run_script, abandon) */
+               ATT_FAILED };
+
+/* What release.lua answers. */
+enum release_reply { RELEASE_NOT_HELD = 0,      /* the hold was lost (lease expired) */
+                     RELEASE_DONE = 1,          /* released, or already by this hold */
+                     RELEASE_STILL_HELD = 2 };  /* a nested count of another client */
+
+/* An error reply, or a reply that is not what the script returns: the
+ * server refuses, it is not absent. */
+static int refused_by_server(enum dm_redis_err e)
+{
+    return e == DM_REDIS_REPLY_ERROR || e == DM_REDIS_BAD_REPLY;
+}
 
 #define DM_VOID_LEASES 1        /* an abandoned request is void this many leases */
 
@@ -282,26 +297,23 @@ static void new_member(struct dm_cluster_lock *l, const char *owner, char *membe
     snprintf(member, len, "%s|%lu", owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
 }
 
-/* Runs one script on a pooled connection and classifies the failure. */
+/* Runs one script on a pooled connection: ATT_REPLIED with *out, or
+ * ATT_FAILED with the connection's error kept in *why. */
 static enum attempt run_script(enum dm_script s, int nkeys, int nargs, const char *const *args,
-                               redisReply **out, char *err, size_t errlen)
+                               redisReply **out, struct dm_redis_error *why)
 {
-    *out = NULL;
-    struct dm_conn *conn = dm_redis_get(err, errlen);
-    if (!conn)
-        return ATT_NOCONN;
-    int broken;
-    *out = dm_redis_script(conn->c, s, nkeys, nargs, args, &broken, err, errlen);
-    dm_redis_put(conn, broken);
-    if (*out)
-        return ATT_REPLIED;
-    return broken ? ATT_AMBIG : ATT_ERROR;
+    struct dm_conn *conn = dm_redis_get();
+    *out = dm_redis_script(conn, s, nkeys, nargs, args);
+    if (!*out)
+        dm_redis_error_keep(why, conn);
+    dm_redis_put(conn);
+    return *out ? ATT_REPLIED : ATT_FAILED;
 }
 
 /* One acquire script call for request `member`. ATT_HELD sets *pttl (may
  * be <= 0: unknown). `queue` asks to be queued (fair). */
 static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            int queue, struct dm_grant *g, long *pttl, char *err, size_t errlen)
+                            int queue, struct dm_grant *g, long *pttl, struct dm_redis_error *why)
 {
     char lease[24], delay[24], qttl[24];
     snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
@@ -312,10 +324,10 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                            owner, lease, delay, queue ? "1" : "0", member,
                            qttl, l->wants ? l->want_channel : "" };
     redisReply *r;
-    enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, err, errlen);
+    enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, why);
     if (!r)
         return res;
-    res = ATT_ERROR;
+    res = ATT_FAILED;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         if (r->element[0]->integer == 1 && r->elements >= 3) {
@@ -329,8 +341,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
             res = ATT_HELD;
         }
     }
-    if (res == ATT_ERROR)
-        snprintf(err, errlen, "redis at %s: acquire.lua on %s: unexpected reply", dm_redis_addr(), l->key);
+    if (res == ATT_FAILED) {
+        why->err = DM_REDIS_BAD_REPLY;
+        snprintf(why->errstr, sizeof why->errstr, "redis at %s: acquire.lua on %s: unexpected reply",
+                 dm_redis_addr(), l->key);
+    }
     freeReplyObject(r);
     return res;
 }
@@ -340,24 +355,24 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
  * run) void for DM_VOID_LEASES leases; a hold that came through it
  * released with the normal handover. Tries for about one command timeout
  * (a stale pooled connection fails at once, so a second connection is
- * tried). Returns ATT_REPLIED when the server confirmed it, else what
- * went wrong. */
+ * tried). Returns ATT_REPLIED when the server confirmed it, else
+ * ATT_FAILED with what went wrong in *why. */
 static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            int void_it, char *err, size_t errlen)
+                            int void_it, struct dm_redis_error *why)
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
     const char *args[] = { l->key, l->queue_key, l->qtime_key, l->token_key, l->holder_key,
                            l->void_key, owner, member, ttl };
     long long start = dm_now_ms();
-    enum attempt res = ATT_NOCONN;
+    enum attempt res = ATT_FAILED;
     for (int i = 0; i < 3; i++) {
         if (i > 0 && dm_now_ms() - start >= ccfg->redis.command_timeout_ms)
             break;
         redisReply *r;
-        res = run_script(DM_SCRIPT_CANCEL, 6, 9, args, &r, err, errlen);
+        res = run_script(DM_SCRIPT_CANCEL, 6, 9, args, &r, why);
         if (!r) {
-            if (res == ATT_AMBIG)
+            if (why->err == DM_REDIS_IO)
                 continue;       /* void is idempotent: say it again */
             break;
         }
@@ -393,13 +408,13 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
 {
     if (!queued && !unanswered)
         return;
-    char err[DM_ERR_MAX];
-    if (abandon(l, owner, member, unanswered, err, sizeof err) == ATT_REPLIED)
+    struct dm_redis_error why;
+    if (abandon(l, owner, member, unanswered, &why) == ATT_REPLIED)
         return;
     if (unanswered)
-        warn_unwithdrawn(l, err);
+        warn_unwithdrawn(l, why.errstr);
     else    /* the queue entry dies by its deadline, a handover by its claim lease */
-        dm_debug("lock %s: could not leave the wait queue (%s)", l->name, err);
+        dm_debug("lock %s: could not leave the wait queue (%s)", l->name, why.errstr);
 }
 
 /* Is there still a safe part of the lease left? A reply or notice that
@@ -447,7 +462,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g)
 {
     static long down_logged;
-    char err[DM_ERR_MAX];
+    struct dm_redis_error why;
+    const char *err = why.errstr;
     struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     int subscribed = 0, was_down = 0, queued = 0;
     int unanswered = 0;     /* a request of `member` got no reply: it may still run */
@@ -473,7 +489,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         int from_abandon = unanswered;
         if (unanswered) {
             /* No new request while an unanswered one could still run. */
-            res = abandon(l, owner, member, 1, err, sizeof err);
+            res = abandon(l, owner, member, 1, &why);
             if (res == ATT_REPLIED) {
                 unanswered = 0;
                 queued = 0;
@@ -482,7 +498,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 continue;
             }
         } else {
-            res = attempt(l, owner, member, fair, g, &pttl, err, sizeof err);
+            res = attempt(l, owner, member, fair, g, &pttl, &why);
         }
         switch (res) {
         case ATT_GRANTED:
@@ -497,13 +513,11 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
             return 0;
 
-        case ATT_AMBIG:
-        case ATT_NOCONN:
-        case ATT_ERROR:
-        case ATT_REPLIED:       /* not from attempt() */
-            if (res == ATT_AMBIG)
+        case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
+        case ATT_FAILED:
+            if (why.err == DM_REDIS_IO)
                 unanswered = 1;
-            if (res == ATT_ERROR && !from_abandon)
+            if (refused_by_server(why.err) && !from_abandon)
                 refused = 1;
             if (flags & DM_ACQ_TRY) {
                 /* EBUSY alone would pass a refusing server (NOPERM, READONLY,
@@ -519,7 +533,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 give_up(l, owner, member, queued || refused, unanswered);
                 return EAGAIN;
             }
-            if (ccfg->on_redis_down == DM_DOWN_LOCAL && res == ATT_NOCONN) {
+            if (ccfg->on_redis_down == DM_DOWN_LOCAL && why.err == DM_REDIS_NOCONN) {
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; locking this process only (on_redis_down = \"local\")",
                              l->name, err);
@@ -534,8 +548,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             }
             dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                          "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
-                         res == ATT_ERROR ? "the server refuses, retrying"
-                         : res == ATT_AMBIG ? "no reply, withdrawing the request and retrying"
+                         refused_by_server(why.err) ? "the server refuses, retrying"
+                         : why.err == DM_REDIS_IO ? "no reply, withdrawing the request and retrying"
                                             : "waiting for redis",
                          dm_now_ms() - down_since, down_policy());
             {
@@ -549,7 +563,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                         give_up(l, owner, member, queued || refused, unanswered);
                     return ETIMEDOUT;
                 }
-                if (res == ATT_AMBIG && !from_abandon)
+                if (why.err == DM_REDIS_IO && !from_abandon)
                     continue;   /* withdraw it at once: a stale connection fails fast */
                 long d = dm_backoff_next(&backoff);
                 dm_sleep_ms(left >= 0 && left < d ? left : d);
@@ -614,7 +628,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * that gets through does not find its own hold expired. */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
-    char err[DM_ERR_MAX], tok[24], keep[24];
+    struct dm_redis_error why = { DM_REDIS_OK, "" };
+    char tok[24], keep[24];
     snprintf(tok, sizeof tok, "%" PRIu64, token);
     snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
     char claim[24];
@@ -631,18 +646,15 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         long left = budget - (long)(dm_now_ms() - start);
         if (i > 0 && left <= 0)
             break;
-        struct dm_conn *conn = dm_redis_get(err, sizeof err);
-        int broken = 1;
-        redisReply *r = NULL;
-        if (conn) {
-            r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 6, 12, args, &broken,
-                                err, sizeof err);
-            dm_redis_put(conn, broken);
-        }
+        struct dm_conn *conn = dm_redis_get();
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, 6, 12, args);
+        if (!r)
+            dm_redis_error_keep(&why, conn);
+        dm_redis_put(conn);
         if (!r) {
             /* A stale connection fails at once: straight on to the next.
              * No connection, or an error reply (LOADING...): wait a bit. */
-            if (!conn || !broken) {
+            if (why.err != DM_REDIS_IO) {
                 dm_sleep_ms(left > 0 && left < backoff.cur_ms ? left : backoff.cur_ms);
                 dm_backoff_grow(&backoff);
             }
@@ -650,16 +662,17 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         }
         long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         freeReplyObject(r);
-        if (v == 1 || v == 2)
+        if (v == RELEASE_DONE || v == RELEASE_STILL_HELD)
             return 0;
-        if (v == 0)
+        if (v == RELEASE_NOT_HELD)
             return EPERM;
-        snprintf(err, sizeof err, "redis at %s: release.lua on %s: unexpected reply",
+        why.err = DM_REDIS_BAD_REPLY;
+        snprintf(why.errstr, sizeof why.errstr, "redis at %s: release.lua on %s: unexpected reply",
                  dm_redis_addr(), l->key);
         break;
     }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
-             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, err, ccfg->lease_ms);
+             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, ccfg->lease_ms);
     return EIO;
 }
 

@@ -352,23 +352,24 @@ static void on_reply(redisReply *r)
 static void *notify_main(void *arg)
 {
     (void)arg;
+    struct dm_conn conn = { 0 };    /* the thread's own, never pooled */
     redisContext *c = NULL;
     struct dm_backoff backoff = DM_BACKOFF_INIT(DM_NOTIFY_BACKOFF_MIN, DM_NOTIFY_BACKOFF_MAX);
     static long log_last;
     long long last_rx = 0;
     int ping_out = 0;
-    char err[DM_ERR_MAX];
 
     for (;;) {
         if (!c) {
-            c = dm_redis_connect(err, sizeof err);
-            if (!c) {
+            if (dm_redis_connect(&conn) != 0) {
                 dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
-                             "release notices unavailable (%s); waiters retry on their own", err);
+                             "release notices unavailable (%s); waiters retry on their own",
+                             conn.errstr);
                 struct pollfd p = { wake_fd, POLLIN, 0 };
                 poll(&p, 1, (int)dm_backoff_next(&backoff));
                 continue;
             }
+            c = conn.c;
             dm_backoff_reset(&backoff);
             last_rx = dm_now_ms();
             ping_out = 0;
@@ -435,7 +436,7 @@ static void *notify_main(void *arg)
                          dm_redis_addr(), c->errstr[0] ? c->errstr : "closed");
             pthread_mutex_lock(&nmu);
             sub_ctx = NULL;
-            redisFree(c);
+            dm_redis_close(&conn);
             c = NULL;
             connected = 0;
             for_each_chan(chan_reset);      /* wake everyone: a notice may be lost */
