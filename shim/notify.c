@@ -397,7 +397,8 @@ static void *notify_main(void *arg)
             ping_out = 1;
         }
         if (!broken && ping_out && idle >= DM_NOTIFY_PING_MS + 2 * DM_COMMAND_TIMEOUT_MS) {
-            snprintf(c->errstr, sizeof c->errstr, "no answer to PING");
+            conn.err = DM_REDIS_IO;
+            snprintf(conn.errstr, sizeof conn.errstr, "no answer to PING");
             broken = 1;
         }
 
@@ -431,9 +432,15 @@ static void *notify_main(void *arg)
         }
 
         if (broken) {
+            /* The cause goes on the connection (hiredis's own words, or
+             * ours for a PING that went unanswered). */
+            if (conn.err != DM_REDIS_IO) {
+                conn.err = DM_REDIS_IO;
+                snprintf(conn.errstr, sizeof conn.errstr, "%s", c->errstr[0] ? c->errstr : "closed");
+            }
             dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
                          "subscriber connection to redis at %s lost (%s); reconnecting",
-                         dm_redis_addr(), c->errstr[0] ? c->errstr : "closed");
+                         dm_redis_addr(), conn.errstr);
             pthread_mutex_lock(&nmu);
             sub_ctx = NULL;
             dm_redis_close(&conn);
