@@ -17,6 +17,7 @@
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
+#include "util.h"
 
 #define DM_RELEASE_TIMEOUTS 3  /* a release keeps trying for this many command timeouts */
 
@@ -30,13 +31,6 @@ static struct dm_cluster_lock **lock_buckets;
 static size_t nlock_buckets, nlocks;
 static unsigned long lock_probes;       /* chain steps of all lookups, for tests */
 static char process_id[33];
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
 
 static void new_process_id(void)
 {
@@ -58,6 +52,8 @@ static void new_process_id(void)
     }
     for (size_t i = 0; i < sizeof r; i++)
         snprintf(process_id + 2 * i, 3, "%02x", r[i]);
+    /* Processes retrying together spread out by their own ids. */
+    dm_jitter_seed(strtoull(process_id + 16, NULL, 16));
 }
 
 void dm_cluster_init(const struct dm_config *cfg)
@@ -271,12 +267,27 @@ static long claim_ms(void)
     return ccfg->renew_ms < ccfg->lease_ms ? ccfg->renew_ms : ccfg->lease_ms;
 }
 
-/* What became of one script call. Only ATT_NOCONN says for sure that
- * nothing reached the server; an error reply is the server refusing (OOM,
- * NOPERM, READONLY...), and a request that got no reply (timeout, closed
- * connection) may have run or may still run later. */
-enum attempt { ATT_GRANTED, ATT_HELD, ATT_NOCONN, ATT_ERROR, ATT_AMBIG,
-               ATT_REPLIED /* a reply came (run_script, abandon) */ };
+/* What became of one script call. ATT_FAILED leaves the cause in a
+ * struct dm_redis_error: only DM_REDIS_NOCONN says for sure that nothing
+ * reached the server; an error reply (DM_REDIS_REPLY_ERROR, or a reply of
+ * the wrong shape) is the server refusing (OOM, NOPERM, READONLY...), and a
+ * request that got no reply (DM_REDIS_IO: timeout, closed connection) may
+ * have run or may still run later. */
+enum attempt { ATT_GRANTED, ATT_HELD,
+               ATT_REPLIED,     /* a reply came (run_script, abandon) */
+               ATT_FAILED };
+
+/* What release.lua answers. */
+enum release_reply { RELEASE_NOT_HELD = 0,      /* the hold was lost (lease expired) */
+                     RELEASE_DONE = 1,          /* released, or already by this hold */
+                     RELEASE_STILL_HELD = 2 };  /* a nested count of another client */
+
+/* An error reply, or a reply that is not what the script returns: the
+ * server refuses, it is not absent. */
+static int refused_by_server(enum dm_redis_err e)
+{
+    return e == DM_REDIS_REPLY_ERROR || e == DM_REDIS_BAD_REPLY;
+}
 
 #define DM_VOID_LEASES 1        /* an abandoned request is void this many leases */
 
@@ -286,26 +297,23 @@ static void new_member(struct dm_cluster_lock *l, const char *owner, char *membe
     snprintf(member, len, "%s|%lu", owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
 }
 
-/* Runs one script on a pooled connection and classifies the failure. */
+/* Runs one script on a pooled connection: ATT_REPLIED with *out, or
+ * ATT_FAILED with the connection's error kept in *why. */
 static enum attempt run_script(enum dm_script s, int nkeys, int nargs, const char *const *args,
-                               redisReply **out, char *err, size_t errlen)
+                               redisReply **out, struct dm_redis_error *why)
 {
-    *out = NULL;
-    struct dm_conn *conn = dm_redis_get(err, errlen);
-    if (!conn)
-        return ATT_NOCONN;
-    int broken;
-    *out = dm_redis_script(conn->c, s, nkeys, nargs, args, &broken, err, errlen);
-    dm_redis_put(conn, broken);
-    if (*out)
-        return ATT_REPLIED;
-    return broken ? ATT_AMBIG : ATT_ERROR;
+    struct dm_conn *conn = dm_redis_get();
+    *out = dm_redis_script(conn, s, nkeys, nargs, args);
+    if (!*out)
+        dm_redis_error_keep(why, conn);
+    dm_redis_put(conn);
+    return *out ? ATT_REPLIED : ATT_FAILED;
 }
 
 /* One acquire script call for request `member`. ATT_HELD sets *pttl (may
  * be <= 0: unknown). `queue` asks to be queued (fair). */
 static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            int queue, struct dm_grant *g, long *pttl, char *err, size_t errlen)
+                            int queue, struct dm_grant *g, long *pttl, struct dm_redis_error *why)
 {
     char lease[24], delay[24], qttl[24];
     snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
@@ -316,10 +324,10 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                            owner, lease, delay, queue ? "1" : "0", member,
                            qttl, l->wants ? l->want_channel : "" };
     redisReply *r;
-    enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, err, errlen);
+    enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, why);
     if (!r)
         return res;
-    res = ATT_ERROR;
+    res = ATT_FAILED;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         if (r->element[0]->integer == 1 && r->elements >= 3) {
@@ -333,8 +341,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
             res = ATT_HELD;
         }
     }
-    if (res == ATT_ERROR)
-        snprintf(err, errlen, "redis at %s: acquire.lua on %s: unexpected reply", dm_redis_addr(), l->key);
+    if (res == ATT_FAILED) {
+        why->err = DM_REDIS_BAD_REPLY;
+        snprintf(why->errstr, sizeof why->errstr, "redis at %s: acquire.lua on %s: unexpected reply",
+                 dm_redis_addr(), l->key);
+    }
     freeReplyObject(r);
     return res;
 }
@@ -344,24 +355,24 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
  * run) void for DM_VOID_LEASES leases; a hold that came through it
  * released with the normal handover. Tries for about one command timeout
  * (a stale pooled connection fails at once, so a second connection is
- * tried). Returns ATT_REPLIED when the server confirmed it, else what
- * went wrong. */
+ * tried). Returns ATT_REPLIED when the server confirmed it, else
+ * ATT_FAILED with what went wrong in *why. */
 static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            int void_it, char *err, size_t errlen)
+                            int void_it, struct dm_redis_error *why)
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
     const char *args[] = { l->key, l->queue_key, l->qtime_key, l->token_key, l->holder_key,
                            l->void_key, owner, member, ttl };
-    long long start = now_ms();
-    enum attempt res = ATT_NOCONN;
+    long long start = dm_now_ms();
+    enum attempt res = ATT_FAILED;
     for (int i = 0; i < 3; i++) {
-        if (i > 0 && now_ms() - start >= ccfg->redis.command_timeout_ms)
+        if (i > 0 && dm_now_ms() - start >= ccfg->redis.command_timeout_ms)
             break;
         redisReply *r;
-        res = run_script(DM_SCRIPT_CANCEL, 6, 9, args, &r, err, errlen);
+        res = run_script(DM_SCRIPT_CANCEL, 6, 9, args, &r, why);
         if (!r) {
-            if (res == ATT_AMBIG)
+            if (why->err == DM_REDIS_IO)
                 continue;       /* void is idempotent: say it again */
             break;
         }
@@ -397,13 +408,13 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
 {
     if (!queued && !unanswered)
         return;
-    char err[DM_ERR_MAX];
-    if (abandon(l, owner, member, unanswered, err, sizeof err) == ATT_REPLIED)
+    struct dm_redis_error why;
+    if (abandon(l, owner, member, unanswered, &why) == ATT_REPLIED)
         return;
     if (unanswered)
-        warn_unwithdrawn(l, err);
+        warn_unwithdrawn(l, why.errstr);
     else    /* the queue entry dies by its deadline, a handover by its claim lease */
-        dm_debug("lock %s: could not leave the wait queue (%s)", l->name, err);
+        dm_debug("lock %s: could not leave the wait queue (%s)", l->name, why.errstr);
 }
 
 /* Is there still a safe part of the lease left? A reply or notice that
@@ -411,7 +422,7 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
  * taken for a hold: another process may get the lock any moment. */
 static int fresh(const struct dm_grant *g)
 {
-    return now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
+    return dm_now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
 }
 
 /* Is `msg` the handover of this wait ("<member> <token>[ +]")? */
@@ -430,45 +441,6 @@ static int handed_over(const char *msg, const char *member, struct dm_grant *g)
     g->more_waiters = more;
     g->lease_ms = claim_ms();
     return 1;
-}
-
-static long remaining_ms(const struct timespec *deadline)
-{
-    if (!deadline)
-        return -1;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long long ms = (deadline->tv_sec - now.tv_sec) * 1000LL +
-                   (deadline->tv_nsec - now.tv_nsec) / 1000000;
-    if (ms <= 0 && (deadline->tv_sec > now.tv_sec ||
-                    (deadline->tv_sec == now.tv_sec && deadline->tv_nsec > now.tv_nsec)))
-        ms = 1;     /* less than a millisecond left: one more short wait */
-    return ms < 0 ? 0 : (long)ms;
-}
-
-/* A random number in [0, n), for backoff jitter: per-thread state seeded
- * from the process id, so that processes retrying together spread out. */
-static __thread uint64_t jitter_state;
-static uint64_t jitter_seed;
-
-static long jitter(long n)
-{
-    if (jitter_state == 0) {
-        if (jitter_seed == 0)
-            jitter_seed = strtoull(process_id + 16, NULL, 16) | 1;
-        jitter_state = __atomic_add_fetch(&jitter_seed, 0x9E3779B97F4A7C15ULL, __ATOMIC_RELAXED) | 1;
-    }
-    jitter_state ^= jitter_state << 13;
-    jitter_state ^= jitter_state >> 7;
-    jitter_state ^= jitter_state << 17;
-    return n > 0 ? (long)(jitter_state % (uint64_t)n) : 0;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 static const char *down_policy(void)
@@ -490,8 +462,9 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g)
 {
     static long down_logged;
-    char err[DM_ERR_MAX];
-    long backoff = DM_BACKOFF_MIN_MS;
+    struct dm_redis_error why;
+    const char *err = why.errstr;
+    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     int subscribed = 0, was_down = 0, queued = 0;
     int unanswered = 0;     /* a request of `member` got no reply: it may still run */
     int refused = 0;        /* one got an error reply: it may have run in part */
@@ -511,12 +484,12 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     for (;;) {
         unsigned long seen = subscribed ? dm_notify_seq(ch) : 0;
         long pttl = 0;
-        long long sent = now_ms();
+        long long sent = dm_now_ms();
         enum attempt res;
         int from_abandon = unanswered;
         if (unanswered) {
             /* No new request while an unanswered one could still run. */
-            res = abandon(l, owner, member, 1, err, sizeof err);
+            res = abandon(l, owner, member, 1, &why);
             if (res == ATT_REPLIED) {
                 unanswered = 0;
                 queued = 0;
@@ -525,28 +498,26 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 continue;
             }
         } else {
-            res = attempt(l, owner, member, fair, g, &pttl, err, sizeof err);
+            res = attempt(l, owner, member, fair, g, &pttl, &why);
         }
         switch (res) {
         case ATT_GRANTED:
             g->sent_ms = sent;
             if (!fresh(g)) {
                 dm_warn("lock %s: the grant came back too late to trust (%lld ms); asking again",
-                        l->name, now_ms() - sent);
+                        l->name, dm_now_ms() - sent);
                 continue;       /* acquire is idempotent: the retry renews or re-queues */
             }
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
-                        l->name, dm_redis_addr(), now_ms() - down_since);
+                        l->name, dm_redis_addr(), dm_now_ms() - down_since);
             return 0;
 
-        case ATT_AMBIG:
-        case ATT_NOCONN:
-        case ATT_ERROR:
-        case ATT_REPLIED:       /* not from attempt() */
-            if (res == ATT_AMBIG)
+        case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
+        case ATT_FAILED:
+            if (why.err == DM_REDIS_IO)
                 unanswered = 1;
-            if (res == ATT_ERROR && !from_abandon)
+            if (refused_by_server(why.err) && !from_abandon)
                 refused = 1;
             if (flags & DM_ACQ_TRY) {
                 /* EBUSY alone would pass a refusing server (NOPERM, READONLY,
@@ -562,7 +533,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 give_up(l, owner, member, queued || refused, unanswered);
                 return EAGAIN;
             }
-            if (ccfg->on_redis_down == DM_DOWN_LOCAL && res == ATT_NOCONN) {
+            if (ccfg->on_redis_down == DM_DOWN_LOCAL && why.err == DM_REDIS_NOCONN) {
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; locking this process only (on_redis_down = \"local\")",
                              l->name, err);
@@ -573,16 +544,16 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             }
             if (!was_down) {
                 was_down = 1;
-                down_since = now_ms();
+                down_since = dm_now_ms();
             }
             dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                          "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
-                         res == ATT_ERROR ? "the server refuses, retrying"
-                         : res == ATT_AMBIG ? "no reply, withdrawing the request and retrying"
+                         refused_by_server(why.err) ? "the server refuses, retrying"
+                         : why.err == DM_REDIS_IO ? "no reply, withdrawing the request and retrying"
                                             : "waiting for redis",
-                         now_ms() - down_since, down_policy());
+                         dm_now_ms() - down_since, down_policy());
             {
-                long left = remaining_ms(deadline);
+                long left = dm_remaining_ms(deadline);
                 if (left == 0) {
                     /* A withdrawal that just failed is not tried again:
                      * the deadline is already past. */
@@ -592,11 +563,10 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                         give_up(l, owner, member, queued || refused, unanswered);
                     return ETIMEDOUT;
                 }
-                if (res == ATT_AMBIG && !from_abandon)
+                if (why.err == DM_REDIS_IO && !from_abandon)
                     continue;   /* withdraw it at once: a stale connection fails fast */
-                long d = backoff / 2 + jitter(backoff / 2 + 1);
-                sleep_ms(left >= 0 && left < d ? left : d);
-                backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
+                long d = dm_backoff_next(&backoff);
+                dm_sleep_ms(left >= 0 && left < d ? left : d);
             }
             continue;
 
@@ -605,10 +575,10 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             break;
         }
 
-        backoff = DM_BACKOFF_MIN_MS;
+        dm_backoff_reset(&backoff);
         if (flags & DM_ACQ_TRY)
             return EBUSY;
-        long left = remaining_ms(deadline);
+        long left = dm_remaining_ms(deadline);
         if (left == 0)
             break;
         if (!subscribed) {
@@ -626,7 +596,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         if (left >= 0 && left < wait)
             wait = left;
         if (!subscribed) {
-            sleep_ms(wait);
+            dm_sleep_ms(wait);
             continue;
         }
         if (dm_notify_wait(ch, seen, wait) == 0 && fair) {
@@ -658,52 +628,51 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * that gets through does not find its own hold expired. */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
-    char err[DM_ERR_MAX], tok[24], keep[24];
+    struct dm_redis_error why = { DM_REDIS_OK, "" };
+    char tok[24], keep[24];
     snprintf(tok, sizeof tok, "%" PRIu64, token);
     snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     const char *args[] = { l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
                            l->lost_key, owner, tok, l->channel, keep, l->wait_prefix, claim };
-    long long start = now_ms();
+    long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
     if (budget > safe)
         budget = safe;
-    long backoff = DM_BACKOFF_MIN_MS;
+    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     for (int i = 0;; i++) {
-        long left = budget - (long)(now_ms() - start);
+        long left = budget - (long)(dm_now_ms() - start);
         if (i > 0 && left <= 0)
             break;
-        struct dm_conn *conn = dm_redis_get(err, sizeof err);
-        int broken = 1;
-        redisReply *r = NULL;
-        if (conn) {
-            r = dm_redis_script(conn->c, DM_SCRIPT_RELEASE, 6, 12, args, &broken,
-                                err, sizeof err);
-            dm_redis_put(conn, broken);
-        }
+        struct dm_conn *conn = dm_redis_get();
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, 6, 12, args);
+        if (!r)
+            dm_redis_error_keep(&why, conn);
+        dm_redis_put(conn);
         if (!r) {
             /* A stale connection fails at once: straight on to the next.
              * No connection, or an error reply (LOADING...): wait a bit. */
-            if (!conn || !broken) {
-                sleep_ms(left > 0 && left < backoff ? left : backoff);
-                backoff = backoff * 2 > DM_BACKOFF_MAX_MS ? DM_BACKOFF_MAX_MS : backoff * 2;
+            if (why.err != DM_REDIS_IO) {
+                dm_sleep_ms(left > 0 && left < backoff.cur_ms ? left : backoff.cur_ms);
+                dm_backoff_grow(&backoff);
             }
             continue;
         }
         long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         freeReplyObject(r);
-        if (v == 1 || v == 2)
+        if (v == RELEASE_DONE || v == RELEASE_STILL_HELD)
             return 0;
-        if (v == 0)
+        if (v == RELEASE_NOT_HELD)
             return EPERM;
-        snprintf(err, sizeof err, "redis at %s: release.lua on %s: unexpected reply",
+        why.err = DM_REDIS_BAD_REPLY;
+        snprintf(why.errstr, sizeof why.errstr, "redis at %s: release.lua on %s: unexpected reply",
                  dm_redis_addr(), l->key);
         break;
     }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
-             "lease (%ld ms) runs out", l->name, now_ms() - start, err, ccfg->lease_ms);
+             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, ccfg->lease_ms);
     return EIO;
 }
 
@@ -727,7 +696,6 @@ void dm_cluster_atfork_child(void)
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&locks_mu, &fresh, sizeof fresh);
     new_process_id();
-    jitter_seed = 0;
     for (size_t b = 0; b < nlock_buckets; b++)
         for (struct dm_cluster_lock *l = lock_buckets[b]; l; l = l->next) {
             make_wait_channel(l);

@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "util.h"
 
 #define DM_LOG_LINE_MAX 1024
 
@@ -65,9 +66,7 @@ int dm_log_every(long *last_ms, long every_ms, enum dm_log_level level,
 {
     if ((int)level > dm_log_level)
         return 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long now = ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+    long now = (long)dm_now_ms();
     long last = __atomic_load_n(last_ms, __ATOMIC_RELAXED);
     if (last != 0 && now - last < every_ms)
         return 0;

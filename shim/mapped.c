@@ -47,6 +47,7 @@
 #include "notify.h"
 #include "preload.h"
 #include "registry.h"
+#include "util.h"
 #include "watchdog.h"
 
 /* glibc's mutex kind bit for robust mutexes (PTHREAD_MUTEX_ROBUST_NORMAL_NP
@@ -103,13 +104,6 @@ static unsigned long self_seq(void)
     return tseq;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 static void tl_note(struct dm_name *nm, int delta)
 {
     int free_slot = -1;
@@ -145,11 +139,7 @@ static void name_sync_init(struct dm_name *nm)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&nm->mu, &fresh, sizeof fresh);
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&nm->cv, &a);
-    pthread_condattr_destroy(&a);
+    dm_cond_init_monotonic(&nm->cv);
 }
 
 void dm_mapped_init(const struct dm_config *cfg)
@@ -346,12 +336,6 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
     return 0;
 }
 
-static void ms_deadline(struct timespec *ts, long long at_ms)
-{
-    ts->tv_sec = at_ms / 1000;
-    ts->tv_nsec = (at_ms % 1000) * 1000000L;
-}
-
 /* Takes the cluster lock for the process; the caller has moved the name to
  * ACQUIRING, so the hold's fields are its own until it publishes HELD. A
  * hold that cannot be watched is not granted: nothing would renew it and
@@ -460,9 +444,9 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
             if ((nm->want || lost) && !no_yield && !tl_holds(nm)) {
                 if (lost && !nm->want) {
                     nm->want = 1;       /* drain the users, then take it anew */
-                    nm->want_ms = now_ms();
+                    nm->want_ms = dm_now_ms();
                 }
-                if (now_ms() - nm->want_ms < DM_YIELD_MAX_MS) {
+                if (dm_now_ms() - nm->want_ms < DM_YIELD_MAX_MS) {
                     pthread_mutex_unlock(&nm->mu);
                     return mode == DM_TRYLOCK ? EBUSY : DM_YIELD;
                 }
@@ -493,7 +477,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                     /* Others queue behind this grant: their wants went to
                      * the previous holder. */
                     nm->want = 1;
-                    nm->want_ms = now_ms();
+                    nm->want_ms = dm_now_ms();
                 }
             } else {
                 nm->state = NAME_FREE;
@@ -521,18 +505,6 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
     }
 }
 
-static int ts_before(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-static int ts_passed(const struct timespec *deadline)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return !ts_before(&now, deadline);
-}
-
 /* A thread that stepped aside waits until the hold has gone round (or the
  * yield bound passed). Returns 0 or ETIMEDOUT. */
 static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
@@ -540,14 +512,14 @@ static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
     int r = 0;
     pthread_mutex_lock(&nm->mu);
     while (nm->state == NAME_HELD && nm->want && nm->users > 0 &&
-           now_ms() < nm->want_ms + DM_YIELD_MAX_MS) {
-        if (deadline && ts_passed(deadline)) {
+           dm_now_ms() < nm->want_ms + DM_YIELD_MAX_MS) {
+        if (deadline && dm_ts_passed(deadline)) {
             r = ETIMEDOUT;
             break;
         }
         struct timespec ts;
-        ms_deadline(&ts, nm->want_ms + DM_YIELD_MAX_MS);
-        if (deadline && ts_before(deadline, &ts))
+        dm_deadline_at(&ts, nm->want_ms + DM_YIELD_MAX_MS);
+        if (deadline && dm_ts_before(deadline, &ts))
             ts = *deadline;
         pthread_cond_timedwait(&nm->cv, &nm->mu, &ts);
     }
@@ -608,7 +580,7 @@ static void on_want(void *arg, const char *msg, size_t len)
     } else {
         if (nm->state != NAME_FREE && !nm->want) {
             nm->want = 1;
-            nm->want_ms = now_ms();
+            nm->want_ms = dm_now_ms();
             pthread_cond_broadcast(&nm->cv);
         }
         pthread_mutex_unlock(&nm->mu);

@@ -27,6 +27,7 @@
 
 #include "log.h"
 #include "redis.h"
+#include "util.h"
 
 #define DM_NOTIFY_BUCKETS_MIN  64       /* the table never shrinks below this */
 #define DM_NOTIFY_SHRINK_AT    8        /* halve the table below 1/8 full */
@@ -80,24 +81,6 @@ static unsigned long received;
 static int connected;
 static redisContext *sub_ctx;     /* the subscriber thread's, for the fork child */
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static void deadline_ts(struct timespec *ts, long ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 static size_t hash(const char *s, size_t len)
 {
     size_t h = 5381;
@@ -111,11 +94,7 @@ static void cv_init_locked(void)
 {
     if (ncv_ready)
         return;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&ncv, &a);
-    pthread_condattr_destroy(&a);
+    dm_cond_init_monotonic(&ncv);
     ncv_ready = 1;
 }
 
@@ -373,26 +352,26 @@ static void on_reply(redisReply *r)
 static void *notify_main(void *arg)
 {
     (void)arg;
+    struct dm_conn conn = { 0 };    /* the thread's own, never pooled */
     redisContext *c = NULL;
-    long backoff = DM_NOTIFY_BACKOFF_MIN;
+    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_NOTIFY_BACKOFF_MIN, DM_NOTIFY_BACKOFF_MAX);
     static long log_last;
     long long last_rx = 0;
     int ping_out = 0;
-    char err[DM_ERR_MAX];
 
     for (;;) {
         if (!c) {
-            c = dm_redis_connect(err, sizeof err);
-            if (!c) {
+            if (dm_redis_connect(&conn) != 0) {
                 dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
-                             "release notices unavailable (%s); waiters retry on their own", err);
+                             "release notices unavailable (%s); waiters retry on their own",
+                             conn.errstr);
                 struct pollfd p = { wake_fd, POLLIN, 0 };
-                poll(&p, 1, (int)(backoff / 2 + random() % (backoff / 2 + 1)));
-                backoff = backoff * 2 > DM_NOTIFY_BACKOFF_MAX ? DM_NOTIFY_BACKOFF_MAX : backoff * 2;
+                poll(&p, 1, (int)dm_backoff_next(&backoff));
                 continue;
             }
-            backoff = DM_NOTIFY_BACKOFF_MIN;
-            last_rx = now_ms();
+            c = conn.c;
+            dm_backoff_reset(&backoff);
+            last_rx = dm_now_ms();
             ping_out = 0;
             pthread_mutex_lock(&nmu);
             sub_ctx = c;
@@ -408,7 +387,7 @@ static void *notify_main(void *arg)
             if (redisBufferWrite(c, &done) != REDIS_OK)
                 broken = 1;
 
-        long long idle = now_ms() - last_rx;
+        long long idle = dm_now_ms() - last_rx;
         if (!broken && idle >= DM_NOTIFY_PING_MS && !ping_out) {
             redisAppendCommand(c, "PING");
             done = 0;
@@ -418,7 +397,8 @@ static void *notify_main(void *arg)
             ping_out = 1;
         }
         if (!broken && ping_out && idle >= DM_NOTIFY_PING_MS + 2 * DM_COMMAND_TIMEOUT_MS) {
-            snprintf(c->errstr, sizeof c->errstr, "no answer to PING");
+            conn.err = DM_REDIS_IO;
+            snprintf(conn.errstr, sizeof conn.errstr, "no answer to PING");
             broken = 1;
         }
 
@@ -436,7 +416,7 @@ static void *notify_main(void *arg)
                 if (redisBufferRead(c) != REDIS_OK) {
                     broken = 1;
                 } else {
-                    last_rx = now_ms();
+                    last_rx = dm_now_ms();
                     ping_out = 0;
                     redisReply *r;
                     pthread_mutex_lock(&nmu);
@@ -452,12 +432,18 @@ static void *notify_main(void *arg)
         }
 
         if (broken) {
+            /* The cause goes on the connection (hiredis's own words, or
+             * ours for a PING that went unanswered). */
+            if (conn.err != DM_REDIS_IO) {
+                conn.err = DM_REDIS_IO;
+                snprintf(conn.errstr, sizeof conn.errstr, "%s", c->errstr[0] ? c->errstr : "closed");
+            }
             dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
                          "subscriber connection to redis at %s lost (%s); reconnecting",
-                         dm_redis_addr(), c->errstr[0] ? c->errstr : "closed");
+                         dm_redis_addr(), conn.errstr);
             pthread_mutex_lock(&nmu);
             sub_ctx = NULL;
-            redisFree(c);
+            dm_redis_close(&conn);
             c = NULL;
             connected = 0;
             for_each_chan(chan_reset);      /* wake everyone: a notice may be lost */
@@ -510,7 +496,7 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
     }
     wake_thread();
     struct timespec dl;
-    deadline_ts(&dl, timeout_ms);
+    dm_deadline_in(&dl, timeout_ms);
     while (ch->state != CHAN_SUBSCRIBED) {
         if (pthread_cond_timedwait(&ncv, &nmu, &dl) == ETIMEDOUT)
             break;
@@ -539,7 +525,7 @@ unsigned long dm_notify_seq(struct dm_notify_chan *ch)
 int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_ms)
 {
     struct timespec dl;
-    deadline_ts(&dl, timeout_ms);
+    dm_deadline_in(&dl, timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&nmu);
     while (ch->seq == seen) {

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,19 +98,32 @@ static int simple_command(redisContext *c, char *err, size_t errlen, const char 
     return bad ? -1 : 0;
 }
 
-redisContext *dm_redis_connect(char *err, size_t errlen)
+__attribute__((format(printf, 3, 4)))
+static void set_err(struct dm_conn *conn, enum dm_redis_err kind, const char *fmt, ...)
 {
+    conn->err = kind;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(conn->errstr, sizeof conn->errstr, fmt, ap);
+    va_end(ap);
+}
+
+int dm_redis_connect(struct dm_conn *conn)
+{
+    conn->c = NULL;
+    conn->err = DM_REDIS_OK;
+    conn->errstr[0] = 0;
     struct timeval cto = ms_tv(rcfg->connect_timeout_ms);
     redisContext *c = rcfg->unix_path ? redisConnectUnixWithTimeout(rcfg->unix_path, cto)
                                       : redisConnectWithTimeout(rcfg->host, rcfg->port, cto);
     if (!c) {
-        snprintf(err, errlen, "cannot connect to redis at %s: out of memory", addr_text);
-        return NULL;
+        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: out of memory", addr_text);
+        return -1;
     }
     if (c->err) {
-        snprintf(err, errlen, "cannot connect to redis at %s: %s", addr_text, c->errstr);
+        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: %s", addr_text, c->errstr);
         redisFree(c);
-        return NULL;
+        return -1;
     }
     redisSetTimeout(c, ms_tv(rcfg->command_timeout_ms));
     if (!rcfg->unix_path)
@@ -130,14 +144,34 @@ redisContext *dm_redis_connect(char *err, size_t errlen)
     }
     if (load_scripts(c, why, sizeof why) != 0)
         goto fail;
-    return c;
+    conn->c = c;
+    return 0;
 fail:
-    snprintf(err, errlen, "redis at %s: %s", addr_text, why);
+    set_err(conn, DM_REDIS_NOCONN, "redis at %s: %s", addr_text, why);
     redisFree(c);
-    return NULL;
+    return -1;
 }
 
-struct dm_conn *dm_redis_get(char *err, size_t errlen)
+void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn)
+{
+    e->err = conn->err;
+    memcpy(e->errstr, conn->errstr, sizeof e->errstr);
+}
+
+void dm_redis_close(struct dm_conn *conn)
+{
+    if (conn->c)
+        redisFree(conn->c);
+    conn->c = NULL;
+}
+
+/* What dm_redis_get hands out when it cannot even allocate a connection:
+ * never written (every call returns at once on a conn without a context)
+ * and never freed. */
+static struct dm_conn no_memory = { .c = NULL, .err = DM_REDIS_NOCONN,
+                                    .errstr = "out of memory" };
+
+struct dm_conn *dm_redis_get(void)
 {
     pthread_mutex_lock(&pool_mu);
     struct dm_conn *conn = pool_idle;
@@ -146,26 +180,23 @@ struct dm_conn *dm_redis_get(char *err, size_t errlen)
         pool_nidle--;
     }
     pthread_mutex_unlock(&pool_mu);
-    if (conn)
+    if (conn) {
+        conn->err = DM_REDIS_OK;
+        conn->errstr[0] = 0;
         return conn;
-    redisContext *c = dm_redis_connect(err, errlen);
-    if (!c)
-        return NULL;
-    conn = calloc(1, sizeof *conn);
-    if (!conn) {
-        redisFree(c);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
     }
-    conn->c = c;
+    conn = calloc(1, sizeof *conn);
+    if (!conn)
+        return &no_memory;
+    dm_redis_connect(conn);
     return conn;
 }
 
-void dm_redis_put(struct dm_conn *conn, int broken)
+void dm_redis_put(struct dm_conn *conn)
 {
-    if (!conn)
+    if (!conn || conn == &no_memory)
         return;
-    if (!broken) {
+    if (conn->c && conn->err != DM_REDIS_IO) {
         pthread_mutex_lock(&pool_mu);
         if (pool_nidle < DM_POOL_IDLE_MAX) {
             conn->next = pool_idle;
@@ -176,7 +207,7 @@ void dm_redis_put(struct dm_conn *conn, int broken)
         pthread_mutex_unlock(&pool_mu);
     }
     if (conn) {
-        redisFree(conn->c);
+        dm_redis_close(conn);
         free(conn);
     }
 }
@@ -196,20 +227,21 @@ static int build_argv(const char **argv, enum dm_script s, int use_body, int nke
     return n;
 }
 
-static redisReply *check_reply(redisContext *c, redisReply *r, enum dm_script s, int *broken,
-                               char *err, size_t errlen)
+static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_script s)
 {
     if (!r) {
-        *broken = 1;
-        snprintf(err, errlen, "redis at %s: %s", addr_text,
-                 c->err ? c->errstr : "no reply");
+        set_err(conn, DM_REDIS_IO, "redis at %s: %s", addr_text,
+                conn->c->err ? conn->c->errstr : "no reply");
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "redis at %s: %s.lua: %s", addr_text, script_name[s], r->str);
+        set_err(conn, DM_REDIS_REPLY_ERROR, "redis at %s: %s.lua: %s", addr_text,
+                script_name[s], r->str);
         freeReplyObject(r);
         return NULL;
     }
+    conn->err = DM_REDIS_OK;
+    conn->errstr[0] = 0;
     return r;
 }
 
@@ -218,46 +250,47 @@ static int is_noscript(const redisReply *r)
     return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-redisReply *dm_redis_script(redisContext *c, enum dm_script s, int nkeys, int nargs,
-                            const char *const *args, int *broken, char *err, size_t errlen)
+redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
+                            const char *const *args)
 {
+    if (!conn->c)
+        return NULL;    /* not connected: its DM_REDIS_NOCONN stays */
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
-    *broken = 0;
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    redisReply *r = redisCommandArgv(conn->c, argc, argv, NULL);
     if (is_noscript(r)) {
         freeReplyObject(r);
         argc = build_argv(argv, s, 1, nkeys, nargs, args, nk);
-        r = redisCommandArgv(c, argc, argv, NULL);
+        r = redisCommandArgv(conn->c, argc, argv, NULL);
     }
-    return check_reply(c, r, s, broken, err, errlen);
+    return check_reply(conn, r, s);
 }
 
-int dm_redis_append_script(redisContext *c, enum dm_script s, int nkeys, int nargs,
+int dm_redis_append_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                            const char *const *args)
 {
+    if (!conn->c)
+        return -1;
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    return redisAppendCommandArgv(c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
+    return redisAppendCommandArgv(conn->c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
 }
 
-redisReply *dm_redis_pipeline_reply(redisContext *c, enum dm_script s, int *broken,
-                                    int *noscript, char *err, size_t errlen)
+redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
 {
+    if (!conn->c)
+        return NULL;
     redisReply *r = NULL;
-    *broken = 0;
-    *noscript = 0;
-    if (redisGetReply(c, (void **)&r) != REDIS_OK)
+    if (redisGetReply(conn->c, (void **)&r) != REDIS_OK)
         r = NULL;
     if (is_noscript(r)) {
         freeReplyObject(r);
-        *noscript = 1;
-        snprintf(err, errlen, "NOSCRIPT");
+        set_err(conn, DM_REDIS_NOSCRIPT, "NOSCRIPT");
         return NULL;
     }
-    return check_reply(c, r, s, broken, err, errlen);
+    return check_reply(conn, r, s);
 }
 
 /* Fork: preload's prepare handler holds pool_mu across fork() (see the lock

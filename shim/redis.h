@@ -13,11 +13,38 @@
 enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_CANCEL,
                  DM_SCRIPT_COUNT };
 
-/* A pooled connection. */
-struct dm_conn {
-    redisContext *c;
-    struct dm_conn *next;
+/* What became of the last call on a connection, as in hiredis's
+ * err/errstr: a call returns its reply or NULL, and the cause stays on the
+ * connection until its next call. Only DM_REDIS_NOCONN says for sure that
+ * nothing reached the server; after DM_REDIS_IO a request was sent and no
+ * reply came (a timeout, a closed connection): it may have run, or may
+ * still run later. */
+enum dm_redis_err {
+    DM_REDIS_OK,
+    DM_REDIS_NOCONN,        /* no connection could be made (refused, timeout, AUTH...) */
+    DM_REDIS_IO,            /* request sent, no reply: ambiguous; the connection is dead */
+    DM_REDIS_REPLY_ERROR,   /* the server answered an error (WRONGTYPE, OOM, NOPERM...) */
+    DM_REDIS_NOSCRIPT,      /* a pipelined EVALSHA the server does not know */
+    DM_REDIS_BAD_REPLY,     /* a reply of a shape the caller does not expect */
 };
+
+/* A connection: pooled (dm_redis_get/put) or a thread's own (the watchdog's
+ * and the subscriber's: dm_redis_connect/close). `errstr` names the Redis
+ * address and, when the server answered, its words. */
+struct dm_conn {
+    redisContext *c;                /* NULL: not connected */
+    enum dm_redis_err err;
+    char errstr[DM_ERR_MAX];
+    struct dm_conn *next;           /* the pool's idle stack */
+};
+
+/* A connection's error kept past dm_redis_put, for a caller that reports
+ * it later (a pooled connection is another thread's once it is back). */
+struct dm_redis_error {
+    enum dm_redis_err err;
+    char errstr[DM_ERR_MAX];
+};
+void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn);
 
 /* Remembers the server's settings (the config outlives every connection). */
 void dm_redis_setup(const struct dm_redis_config *cfg);
@@ -25,35 +52,44 @@ void dm_redis_setup(const struct dm_redis_config *cfg);
 /* "host:port" or the unix socket path, for messages. */
 const char *dm_redis_addr(void);
 
-/* A new connection with connect and command timeouts set, authenticated
- * and on the configured db. NULL with `err` saying why. Blocking, bounded
- * by the connect timeout plus two command timeouts. */
-redisContext *dm_redis_connect(char *err, size_t errlen);
+/* Connects `conn` (not pooled: the caller owns it): connect and command
+ * timeouts set, authenticated, on the configured db, scripts loaded.
+ * Returns 0, or -1 with conn->c NULL and conn->err = DM_REDIS_NOCONN
+ * (even when the server answered AUTH or SELECT with an error: no usable
+ * connection was made). Blocking, bounded by the connect timeout plus two
+ * command timeouts. */
+int dm_redis_connect(struct dm_conn *conn);
 
-/* A connection from the process's pool, connecting if none is idle. NULL
- * with `err` when the server cannot be reached. Give it back with
- * dm_redis_put; `broken` (an I/O error happened on it) closes it instead. */
-struct dm_conn *dm_redis_get(char *err, size_t errlen);
-void dm_redis_put(struct dm_conn *conn, int broken);
+/* Closes conn's context (sending nothing) and sets conn->c to NULL; the
+ * error stays. A closed or never connected conn is fine. */
+void dm_redis_close(struct dm_conn *conn);
+
+/* A connection from the process's pool, connecting if none is idle. Never
+ * NULL: when the server cannot be reached its c is NULL and err is
+ * DM_REDIS_NOCONN. Give it back with dm_redis_put in every case: one
+ * whose last call ended in DM_REDIS_IO, or that never connected, is
+ * closed and freed instead of pooled. */
+struct dm_conn *dm_redis_get(void);
+void dm_redis_put(struct dm_conn *conn);
 
 /* Runs one script: EVALSHA, falling back to EVAL with the body when the
  * server does not know it (NOSCRIPT: restarted, flushed, failed over).
- * Returns the reply (caller frees) or NULL with `err` set; *broken is set
- * when the connection can no longer be used (I/O error or timeout). An
- * error reply (WRONGTYPE, OOM, NOPERM, READONLY...) is NULL with the
- * server's words in `err` and *broken = 0. */
-redisReply *dm_redis_script(redisContext *c, enum dm_script s, int nkeys, int nargs,
-                            const char *const *args, int *broken, char *err, size_t errlen);
+ * Returns the reply (caller frees) or NULL with conn->err set: DM_REDIS_IO
+ * (the connection can no longer be used), DM_REDIS_REPLY_ERROR (the
+ * server's words in errstr), or the DM_REDIS_NOCONN of a conn that is not
+ * connected. */
+redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
+                            const char *const *args);
 
-/* Pipelining: queue a script call without reading its reply... */
-int dm_redis_append_script(redisContext *c, enum dm_script s, int nkeys, int nargs,
+/* Pipelining: queue a script call without reading its reply (0, or -1
+ * out of memory)... */
+int dm_redis_append_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                            const char *const *args);
-/* ...and read one queued reply. Same return convention as dm_redis_script,
- * except that NOSCRIPT is not retried here (later replies are still in the
- * pipe): *noscript is set, and the caller re-runs that call on its own with
- * dm_redis_script once the pipe is drained. */
-redisReply *dm_redis_pipeline_reply(redisContext *c, enum dm_script s, int *broken,
-                                    int *noscript, char *err, size_t errlen);
+/* ...and read one queued reply. Same convention as dm_redis_script, except
+ * that NOSCRIPT is not retried here (later replies are still in the pipe):
+ * conn->err is DM_REDIS_NOSCRIPT, and the caller re-runs that call on its
+ * own with dm_redis_script once the pipe is drained. */
+redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s);
 
 /* In a fork child: forget the parent's connections without talking on
  * them (their sockets are closed, the server keeps the parent's). */

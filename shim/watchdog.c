@@ -22,6 +22,7 @@
 
 #include "log.h"
 #include "redis.h"
+#include "util.h"
 
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcv;              /* the renewal thread waits here */
@@ -36,6 +37,12 @@ static long long wd_wake_ms = LLONG_MAX; /* when the renewal thread will look ne
 static unsigned long lost_count;
 static redisContext *wd_ctx;            /* the thread's connection, for the fork child */
 
+/* What a round learnt of one hold. */
+enum renewal { RENEW_UNKNOWN,     /* no verdict: an error reply, or no reply at all */
+               RENEW_LOST,        /* the server no longer has the hold */
+               RENEW_OK,          /* renewed */
+               RENEW_NOSCRIPT };  /* to be re-run once the pipe is drained */
+
 struct snap {
     struct dm_hold *h;
     unsigned gen;
@@ -43,23 +50,12 @@ struct snap {
     char owner[DM_OWNER_MAX];
 };
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 static void cv_init_locked(void)
 {
     if (wcv_ready)
         return;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&wcv, &a);
-    pthread_cond_init(&dcv, &a);
-    pthread_condattr_destroy(&a);
+    dm_cond_init_monotonic(&wcv);
+    dm_cond_init_monotonic(&dcv);
     wcv_ready = 1;
 }
 
@@ -89,18 +85,20 @@ static void check_deadlines_locked(long long now)
             declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
 }
 
-static void apply(struct snap *s, int ok, long long sent)
+static void apply(struct snap *s, enum renewal res, long long sent)
 {
     struct dm_hold *h = s->h;
+    if (res != RENEW_OK && res != RENEW_LOST)
+        return;     /* not a verdict on the hold */
     if (!h->registered || h->gen != s->gen || h->lost)
         return;
-    if (ok) {
+    if (res == RENEW_OK) {
         h->renewed_ms = sent;
         h->lease_ms = dm_cluster_config()->lease_ms;
     }
     else
         declare_lost(h, "the server no longer has the hold (expired, deleted, or "
-                        "lost by a restart or failover)", now_ms());
+                        "lost by a restart or failover)", dm_now_ms());
 }
 
 /* The deadline thread: sleeps until the earliest loss deadline (or a
@@ -112,7 +110,7 @@ static void *deadline_main(void *arg)
     const struct dm_config *cfg = dm_cluster_config();
     pthread_mutex_lock(&wmu);
     for (;;) {
-        long long now = now_ms();
+        long long now = dm_now_ms();
         check_deadlines_locked(now);
         long long wake = now + cfg->renew_ms;
         for (struct dm_hold *h = holds; h; h = h->next) {
@@ -121,14 +119,8 @@ static void *deadline_main(void *arg)
                 wake = dl;
         }
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
         long long d = wake > now ? wake - now : 1;
-        ts.tv_sec += d / 1000;
-        ts.tv_nsec += (d % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        dm_deadline_in(&ts, (long)d);
         deadline_wake_ms = now + d;
         pthread_cond_timedwait(&dcv, &wmu, &ts);
     }
@@ -149,10 +141,10 @@ static void *watchdog_main(void *arg)
 {
     (void)arg;
     const struct dm_config *cfg = dm_cluster_config();
-    redisContext *c = NULL;
+    struct dm_conn conn = { 0 };    /* the thread's own, never pooled */
     struct snap *snaps = NULL;
     size_t cap = 0;
-    char err[DM_ERR_MAX], lease[24];
+    char lease[24];
     static long log_last;
     snprintf(lease, sizeof lease, "%ld", cfg->lease_ms);
     /* Loss deadlines are the deadline thread's; a slow reply only has to
@@ -169,7 +161,7 @@ static void *watchdog_main(void *arg)
     for (;;) {
         /* Sleep until the first hold is due (one round renews them all). */
         for (;;) {
-            long long now = now_ms();
+            long long now = dm_now_ms();
             check_deadlines_locked(now);
             long long wake = LLONG_MAX;
             for (struct dm_hold *h = holds; h; h = h->next)
@@ -182,17 +174,11 @@ static void *watchdog_main(void *arg)
             wd_wake_ms = wake;
             long long d = wake - now < cfg->renew_ms ? wake - now : cfg->renew_ms;
             struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += d / 1000;
-            ts.tv_nsec += (d % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            dm_deadline_in(&ts, (long)d);
             pthread_cond_timedwait(&wcv, &wmu, &ts);
         }
         wd_wake_ms = LLONG_MAX;
-        last_round = now_ms();
+        last_round = dm_now_ms();
 
         if (nholds > cap) {
             size_t ncap = nholds * 2;
@@ -214,72 +200,70 @@ static void *watchdog_main(void *arg)
         }
         pthread_mutex_unlock(&wmu);
 
-        if (n > 0 && !c) {
-            c = dm_redis_connect(err, sizeof err);
-            __atomic_store_n(&wd_ctx, c, __ATOMIC_RELEASE);
-            if (c) {
+        if (n > 0 && !conn.c) {
+            dm_redis_connect(&conn);
+            __atomic_store_n(&wd_ctx, conn.c, __ATOMIC_RELEASE);
+            if (conn.c) {
                 struct timeval tv = { io_ms / 1000, (io_ms % 1000) * 1000 };
-                redisSetTimeout(c, tv);
+                redisSetTimeout(conn.c, tv);
             } else {
                 dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                             "lease renewal: %s; retrying", err);
+                             "lease renewal: %s; retrying", conn.errstr);
             }
         }
-        long long sent = now_ms();
-        int broken = 0;
+        long long sent = dm_now_ms();
         size_t got = 0;
-        int *ok = NULL;
-        if (n > 0 && c && (ok = calloc(n, sizeof *ok)) != NULL) {
+        enum renewal *res = NULL;
+        if (n > 0 && conn.c && (res = calloc(n, sizeof *res)) != NULL) {
             for (size_t i = 0; i < n; i++) {
                 const char *args[] = { snaps[i].key, snaps[i].owner, lease };
-                dm_redis_append_script(c, DM_SCRIPT_RENEW, 1, 3, args);
+                dm_redis_append_script(&conn, DM_SCRIPT_RENEW, 1, 3, args);
             }
+            int broken = 0;
             for (got = 0; got < n && !broken; got++) {
-                int noscript;
-                redisReply *r = dm_redis_pipeline_reply(c, DM_SCRIPT_RENEW, &broken, &noscript,
-                                                        err, sizeof err);
-                if (noscript) {
-                    ok[got] = -1;       /* re-run below, after the pipe is drained */
-                } else if (r) {
-                    ok[got] = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? 1 : 0;
+                redisReply *r = dm_redis_pipeline_reply(&conn, DM_SCRIPT_RENEW);
+                if (r) {
+                    res[got] = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? RENEW_OK
+                                                                                : RENEW_LOST;
                     freeReplyObject(r);
-                } else if (!broken) {
-                    ok[got] = -2;       /* an error reply: not a verdict on the hold */
+                } else if (conn.err == DM_REDIS_NOSCRIPT) {
+                    res[got] = RENEW_NOSCRIPT;
+                } else if (conn.err == DM_REDIS_IO) {
+                    broken = 1;
+                } else {
+                    res[got] = RENEW_UNKNOWN;
                     dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                                 "lease renewal of %s: %s", snaps[got].key, err);
+                                 "lease renewal of %s: %s", snaps[got].key, conn.errstr);
                 }
             }
             if (broken) {
                 got--;
                 dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                             "lease renewal: %s; reconnecting", err);
+                             "lease renewal: %s; reconnecting", conn.errstr);
                 __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
-                redisFree(c);
-                c = NULL;
+                dm_redis_close(&conn);
             }
-            for (size_t i = 0; i < got && c; i++) {
-                if (ok[i] != -1)
+            for (size_t i = 0; i < got && conn.c; i++) {
+                if (res[i] != RENEW_NOSCRIPT)
                     continue;
                 const char *args[] = { snaps[i].key, snaps[i].owner, lease };
-                int b2;
-                redisReply *r = dm_redis_script(c, DM_SCRIPT_RENEW, 1, 3, args, &b2, err, sizeof err);
-                ok[i] = r && r->type == REDIS_REPLY_INTEGER ? (r->integer == 1) : -2;
+                redisReply *r = dm_redis_script(&conn, DM_SCRIPT_RENEW, 1, 3, args);
+                res[i] = !r || r->type != REDIS_REPLY_INTEGER ? RENEW_UNKNOWN
+                       : r->integer == 1 ? RENEW_OK : RENEW_LOST;
                 if (r)
                     freeReplyObject(r);
-                if (b2) {
+                if (conn.err == DM_REDIS_IO) {
                     __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
-                    redisFree(c);
-                    c = NULL;
+                    dm_redis_close(&conn);
                     got = i;
                 }
             }
         }
 
         pthread_mutex_lock(&wmu);
-        for (size_t i = 0; ok && i < got; i++)
-            if (ok[i] >= 0)
-                apply(&snaps[i], ok[i], sent);
-        free(ok);
+        for (size_t i = 0; res && i < got; i++)
+            apply(&snaps[i], res[i], sent);
+        free(res);
     }
     return NULL;
 }

@@ -94,12 +94,13 @@ int dm_cli_ls(int argc, char **argv)
     if (!ns)
         ns = cfg.ns;
     dm_redis_setup(&cfg.redis);
-    redisContext *c = dm_redis_connect(err, sizeof err);
-    if (!c) {
-        fprintf(stderr, "dmutex ls: %s\n", err);
+    struct dm_conn conn;
+    if (dm_redis_connect(&conn) != 0) {
+        fprintf(stderr, "dmutex ls: %s\n", conn.errstr);
         dm_config_free(&cfg);
         return 1;
     }
+    redisContext *c = conn.c;
 
     /* Every name ever granted has a token key: ns:{NAME}:token. */
     char **names = NULL;
@@ -111,7 +112,7 @@ int dm_cli_ls(int argc, char **argv)
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
             fprintf(stderr, "dmutex ls: SCAN: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
             if (r) freeReplyObject(r);
-            redisFree(c);
+            dm_redis_close(&conn);
             dm_config_free(&cfg);
             return 1;
         }
@@ -176,7 +177,7 @@ int dm_cli_ls(int argc, char **argv)
     if (n == 0)
         printf("(no locks in namespace %s at %s)\n", ns, dm_redis_addr());
     free(names);
-    redisFree(c);
+    dm_redis_close(&conn);
     dm_config_free(&cfg);
     return 0;
 }

@@ -1,0 +1,124 @@
+/* util: monotonic time, deadlines, sleep, backoff and monotonic condition
+ * variables. Every wait in the shim is measured on CLOCK_MONOTONIC, so
+ * these are the only place that converts between milliseconds and
+ * timespecs. */
+#include "util.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#define DM_NS_PER_S  1000000000L
+#define DM_NS_PER_MS 1000000L
+
+long long dm_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / DM_NS_PER_MS;
+}
+
+void dm_deadline_in(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * DM_NS_PER_MS;
+    if (ts->tv_nsec >= DM_NS_PER_S) {
+        ts->tv_sec++;
+        ts->tv_nsec -= DM_NS_PER_S;
+    }
+}
+
+void dm_deadline_at(struct timespec *ts, long long at_ms)
+{
+    ts->tv_sec = at_ms / 1000;
+    ts->tv_nsec = (at_ms % 1000) * DM_NS_PER_MS;
+}
+
+int dm_ts_before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+int dm_ts_passed(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return !dm_ts_before(&now, deadline);
+}
+
+long dm_remaining_ms(const struct timespec *deadline)
+{
+    if (!deadline)
+        return -1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ms = (deadline->tv_sec - now.tv_sec) * 1000LL +
+                   (deadline->tv_nsec - now.tv_nsec) / DM_NS_PER_MS;
+    if (ms <= 0 && dm_ts_before(&now, deadline))
+        ms = 1;     /* less than a millisecond left: one more short wait */
+    return ms < 0 ? 0 : (long)ms;
+}
+
+void dm_sleep_ms(long ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = { ms / 1000, (ms % 1000) * DM_NS_PER_MS };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+int dm_cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int rc = pthread_condattr_init(&a);
+    if (rc != 0)
+        return rc;
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
+static __thread uint64_t jitter_state;
+static uint64_t jitter_base;
+
+void dm_jitter_seed(uint64_t seed)
+{
+    __atomic_store_n(&jitter_base, seed | 1, __ATOMIC_RELAXED);
+}
+
+long dm_jitter(long n)
+{
+    if (jitter_state == 0) {
+        if (__atomic_load_n(&jitter_base, __ATOMIC_RELAXED) == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            dm_jitter_seed((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+                           ((uint64_t)getpid() << 40));
+        }
+        jitter_state = __atomic_add_fetch(&jitter_base, 0x9E3779B97F4A7C15ULL,
+                                          __ATOMIC_RELAXED) | 1;
+    }
+    jitter_state ^= jitter_state << 13;
+    jitter_state ^= jitter_state >> 7;
+    jitter_state ^= jitter_state << 17;
+    return n > 0 ? (long)(jitter_state % (uint64_t)n) : 0;
+}
+
+void dm_backoff_grow(struct dm_backoff *b)
+{
+    b->cur_ms = b->cur_ms * 2 > b->max_ms ? b->max_ms : b->cur_ms * 2;
+}
+
+long dm_backoff_next(struct dm_backoff *b)
+{
+    long d = b->cur_ms / 2 + dm_jitter(b->cur_ms / 2 + 1);
+    dm_backoff_grow(b);
+    return d;
+}
+
+void dm_backoff_reset(struct dm_backoff *b)
+{
+    b->cur_ms = b->min_ms;
+}
