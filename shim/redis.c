@@ -52,30 +52,32 @@ static struct timeval ms_tv(long ms)
 
 /* Loads the scripts (one pipelined round trip) the first time any
  * connection of this process is made. */
-static int load_scripts(redisContext *c, char *err, size_t errlen)
+/* The connection's set-up steps answer with one of these: the server
+ * answered with an error, or a request got no reply (sent, perhaps run). */
+static enum dm_redis_err load_scripts(redisContext *c, char *err, size_t errlen)
 {
     if (__atomic_load_n(&script_sha[DM_SCRIPT_COUNT - 1][0], __ATOMIC_ACQUIRE))
-        return 0;
+        return DM_REDIS_OK;
     for (int i = 0; i < DM_SCRIPT_COUNT; i++)
         redisAppendCommand(c, "SCRIPT LOAD %s", script_body[i]);
     char sha[DM_SCRIPT_COUNT][41];
-    int rc = 0;
+    enum dm_redis_err rc = DM_REDIS_OK;
     for (int i = 0; i < DM_SCRIPT_COUNT; i++) {
         redisReply *r = NULL;
         if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
             snprintf(err, errlen, "loading scripts: %s", c->errstr);
-            return -1;
+            return DM_REDIS_IO;
         }
         if (r->type == REDIS_REPLY_STRING && r->len == 40) {
             memcpy(sha[i], r->str, 41);
-        } else if (!rc) {
+        } else if (rc == DM_REDIS_OK) {
             snprintf(err, errlen, "SCRIPT LOAD %s.lua: %s", script_name[i],
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-            rc = -1;
+            rc = r->type == REDIS_REPLY_ERROR ? DM_REDIS_REPLY_ERROR : DM_REDIS_BAD_REPLY;
         }
         freeReplyObject(r);
     }
-    if (rc == 0) {
+    if (rc == DM_REDIS_OK) {
         for (int i = 0; i < DM_SCRIPT_COUNT; i++)
             memcpy(script_sha[i], sha[i], 41);
         __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -83,19 +85,19 @@ static int load_scripts(redisContext *c, char *err, size_t errlen)
     return rc;
 }
 
-static int simple_command(redisContext *c, char *err, size_t errlen, const char *what,
-                          int argc, const char **argv)
+static enum dm_redis_err simple_command(redisContext *c, char *err, size_t errlen,
+                                        const char *what, int argc, const char **argv)
 {
     redisReply *r = redisCommandArgv(c, argc, argv, NULL);
     if (!r) {
         snprintf(err, errlen, "%s: %s", what, c->errstr);
-        return -1;
+        return DM_REDIS_IO;
     }
-    int bad = r->type == REDIS_REPLY_ERROR;
-    if (bad)
+    enum dm_redis_err rc = r->type == REDIS_REPLY_ERROR ? DM_REDIS_REPLY_ERROR : DM_REDIS_OK;
+    if (rc != DM_REDIS_OK)
         snprintf(err, errlen, "%s: %s", what, r->str);
     freeReplyObject(r);
-    return bad ? -1 : 0;
+    return rc;
 }
 
 __attribute__((format(printf, 3, 4)))
@@ -128,26 +130,30 @@ int dm_redis_connect(struct dm_conn *conn)
     redisSetTimeout(c, ms_tv(rcfg->command_timeout_ms));
     if (!rcfg->unix_path)
         redisEnableKeepAlive(c);
+    /* From here on the server is there: an error it answers (WRONGPASS,
+     * NOPERM, "max number of clients reached", LOADING...) or a request it
+     * does not answer in time is not "no connection could be made", the
+     * one case on_redis_down = "local" may lock this process alone. */
     char why[400];
+    enum dm_redis_err rc = DM_REDIS_OK;
     if (rcfg->password) {
         const char *argv[3] = { "AUTH", rcfg->username ? rcfg->username : rcfg->password,
                                 rcfg->password };
-        if (simple_command(c, why, sizeof why, "AUTH", rcfg->username ? 3 : 2, argv) != 0)
-            goto fail;
+        rc = simple_command(c, why, sizeof why, "AUTH", rcfg->username ? 3 : 2, argv);
     }
-    if (rcfg->db) {
+    if (rc == DM_REDIS_OK && rcfg->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", rcfg->db);
         const char *argv[2] = { "SELECT", db };
-        if (simple_command(c, why, sizeof why, "SELECT", 2, argv) != 0)
-            goto fail;
+        rc = simple_command(c, why, sizeof why, "SELECT", 2, argv);
     }
-    if (load_scripts(c, why, sizeof why) != 0)
-        goto fail;
-    conn->c = c;
-    return 0;
-fail:
-    set_err(conn, DM_REDIS_NOCONN, "redis at %s: %s", addr_text, why);
+    if (rc == DM_REDIS_OK)
+        rc = load_scripts(c, why, sizeof why);
+    if (rc == DM_REDIS_OK) {
+        conn->c = c;
+        return 0;
+    }
+    set_err(conn, rc, "redis at %s: %s", addr_text, why);
     redisFree(c);
     return -1;
 }

@@ -21,7 +21,7 @@ enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIP
  * still run later. */
 enum dm_redis_err {
     DM_REDIS_OK,
-    DM_REDIS_NOCONN,        /* no connection could be made (refused, timeout, AUTH...) */
+    DM_REDIS_NOCONN,        /* no connection could be made (refused, unreachable, connect timeout) */
     DM_REDIS_IO,            /* request sent, no reply: ambiguous; the connection is dead */
     DM_REDIS_REPLY_ERROR,   /* the server answered an error (WRONGTYPE, OOM, NOPERM...) */
     DM_REDIS_NOSCRIPT,      /* a pipelined EVALSHA the server does not know */
@@ -54,10 +54,12 @@ const char *dm_redis_addr(void);
 
 /* Connects `conn` (not pooled: the caller owns it): connect and command
  * timeouts set, authenticated, on the configured db, scripts loaded.
- * Returns 0, or -1 with conn->c NULL and conn->err = DM_REDIS_NOCONN
- * (even when the server answered AUTH or SELECT with an error: no usable
- * connection was made). Blocking, bounded by the connect timeout plus two
- * command timeouts. */
+ * Returns 0, or -1 with conn->c NULL and conn->err saying why:
+ * DM_REDIS_NOCONN only when the socket could not be connected; once it is,
+ * the server is there, and an error it answers to AUTH, SELECT or SCRIPT
+ * LOAD (WRONGPASS, NOPERM, max clients, LOADING) is DM_REDIS_REPLY_ERROR,
+ * and one of them left unanswered past the command timeout DM_REDIS_IO.
+ * Blocking, bounded by the connect timeout plus three command timeouts. */
 int dm_redis_connect(struct dm_conn *conn);
 
 /* Closes conn's context (sending nothing) and sets conn->c to NULL; the
@@ -65,8 +67,8 @@ int dm_redis_connect(struct dm_conn *conn);
 void dm_redis_close(struct dm_conn *conn);
 
 /* A connection from the process's pool, connecting if none is idle. Never
- * NULL: when the server cannot be reached its c is NULL and err is
- * DM_REDIS_NOCONN. Give it back with dm_redis_put in every case: one
+ * NULL: when no usable connection could be made its c is NULL and err
+ * says why (see dm_redis_connect). Give it back with dm_redis_put in every case: one
  * whose last call ended in DM_REDIS_IO, or that never connected, is
  * closed and freed instead of pooled. */
 struct dm_conn *dm_redis_get(void);
@@ -76,8 +78,8 @@ void dm_redis_put(struct dm_conn *conn);
  * server does not know it (NOSCRIPT: restarted, flushed, failed over).
  * Returns the reply (caller frees) or NULL with conn->err set: DM_REDIS_IO
  * (the connection can no longer be used), DM_REDIS_REPLY_ERROR (the
- * server's words in errstr), or the DM_REDIS_NOCONN of a conn that is not
- * connected. */
+ * server's words in errstr), or, on a conn that is not connected, the
+ * error its connect left. */
 redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                             const char *const *args);
 

@@ -939,6 +939,33 @@ static void test_acl_without_evalsha_never_grants(void **s)
     free(finish(b, bout));
 }
 
+/* on_redis_down = "local" is for "no connection could be made". A server
+ * that answers while a connection is set up (an error to AUTH, NOPERM to
+ * SCRIPT LOAD) is there: refusing is an error, never an outage, so the
+ * lock is not taken locally (it may be held elsewhere). */
+static void test_refused_connection_set_up_never_locks_locally(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    freeReplyObject(th_cmd(rc, "ACL SETUSER dmnoscript on >pw ~* &* +@all -script"));
+    const char *settings[] = {
+        "lease_ms = 2000; on_redis_down = \"local\"; redis = { password = \"wrong\"; };",
+        "lease_ms = 2000; on_redis_down = \"local\"; redis = { username = \"dmnoscript\"; password = \"pw\"; };",
+    };
+    const char *cause[] = { "AUTH: ", "NOPERM" };
+    for (int i = 0; i < 2; i++) {
+        char *cfg = config(settings[i], "b_setup"), *out = th_out_file();
+        struct run r = { .cfg = cfg, .out = out };
+        char *text = finish(worker(&r, "once", "timed:800", NULL), out);
+        th_assert_has(text, "timed:800 ETIMEDOUT");
+        th_assert_has(text, cause[i]);
+        measured("%s while connecting, on_redis_down = \"local\": %.*s", cause[i],
+                 (int)strcspn(strstr(text, "timed:800"), "\n"), strstr(text, "timed:800"));
+        assert_lacks(text, "inside");
+        free(text);
+    }
+}
+
 /* A holder whose renewals are refused must count its lease as lost. */
 static pid_t holder_then(const char *name, char **outp, char **gop)
 {
@@ -1748,6 +1775,7 @@ int main(void)
         T(test_one_mutex_under_two_names_exits_78),
         T(test_wrong_key_type_at_the_lock_name_never_grants),
         T(test_acl_without_evalsha_never_grants),
+        T(test_refused_connection_set_up_never_locks_locally),
         T(test_oom_server_keeps_exclusion_and_says_oom),
         T(test_eviction_takes_a_held_lock_and_its_holder_finds_out),
         T(test_readonly_replica_never_grants_and_its_holder_loses_the_lease),

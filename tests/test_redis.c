@@ -147,7 +147,9 @@ static void test_connect_without_a_server_is_noconn_naming_the_address(void **st
     dm_redis_put(p);
 }
 
-static void test_auth_refused_is_noconn_with_the_servers_words(void **state)
+/* The server answered: an error, not "no connection could be made", which
+ * alone lets on_redis_down = "local" lock a process by itself. */
+static void test_auth_refused_is_a_reply_error_with_the_servers_words(void **state)
 {
     (void)state;
     cfg.redis.password = "not-the-password";    /* the server has none */
@@ -155,7 +157,7 @@ static void test_auth_refused_is_noconn_with_the_servers_words(void **state)
     struct dm_conn conn;
     assert_int_equal(dm_redis_connect(&conn), -1);
     assert_null(conn.c);
-    assert_int_equal(conn.err, DM_REDIS_NOCONN);
+    assert_int_equal(conn.err, DM_REDIS_REPLY_ERROR);
     assert_has(conn.errstr, addr);
     assert_has(conn.errstr, "AUTH: ");
     /* Past "AUTH: " come the server's own words, not ours. */
@@ -301,7 +303,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_connect_without_a_server_is_noconn_naming_the_address),
-        T(test_auth_refused_is_noconn_with_the_servers_words),
+        T(test_auth_refused_is_a_reply_error_with_the_servers_words),
         T(test_error_reply_is_reply_error_with_the_servers_words),
         T(test_flushed_script_falls_back_to_eval),
         T(test_stopped_server_is_io_after_the_command_timeout),
