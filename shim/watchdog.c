@@ -31,6 +31,8 @@ static int wcv_ready;
 static long long deadline_wake_ms;      /* when the deadline thread will look next */
 static struct dm_hold *holds;           /* doubly linked, newest first */
 static size_t nholds;
+static pthread_cond_t round_cv;         /* a renewal round has been applied */
+static unsigned long rounds_started, rounds_done;
 static int running;                     /* the renewal thread */
 static int deadline_running;            /* the deadline thread */
 static long long wd_wake_ms = LLONG_MAX; /* when the renewal thread will look next */
@@ -56,6 +58,7 @@ static void cv_init_locked(void)
         return;
     dm_cond_init_monotonic(&wcv);
     dm_cond_init_monotonic(&dcv);
+    dm_cond_init_monotonic(&round_cv);
     wcv_ready = 1;
 }
 
@@ -189,9 +192,11 @@ static void *watchdog_main(void *arg)
             cap = ncap;
         }
         size_t n = 0;
+        unsigned long round = ++rounds_started;
         for (struct dm_hold *h = holds; h; h = h->next) {
             if (h->lost)
                 continue;
+            h->snap_round = round;  /* its memory must outlive this round */
             snaps[n].h = h;
             snaps[n].gen = h->gen;
             snprintf(snaps[n].key, sizeof snaps[n].key, "%s", h->lock->key);
@@ -264,6 +269,8 @@ static void *watchdog_main(void *arg)
         for (size_t i = 0; res && i < got; i++)
             apply(&snaps[i], res[i], sent);
         free(res);
+        rounds_done = round;
+        pthread_cond_broadcast(&round_cv);
     }
     return NULL;
 }
@@ -334,6 +341,15 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     return rc;
 }
 
+void dm_watchdog_forget(struct dm_hold *h)
+{
+    pthread_mutex_lock(&wmu);
+    cv_init_locked();
+    while (h->snap_round > rounds_done)
+        pthread_cond_wait(&round_cv, &wmu);
+    pthread_mutex_unlock(&wmu);
+}
+
 int dm_watchdog_remove(struct dm_hold *h)
 {
     pthread_mutex_lock(&wmu);
@@ -390,6 +406,9 @@ void dm_watchdog_atfork_child(void)
     memcpy(&wmu, &fresh, sizeof fresh);
     wcv_ready = 0;
     cv_init_locked();
+    /* No round is in flight in the child: the renewal thread is the
+     * parent's. */
+    rounds_done = rounds_started;
     /* The parent's holds are the parent's: the child holds nothing. */
     for (struct dm_hold *h = holds; h;) {
         struct dm_hold *next = h->next;

@@ -25,6 +25,7 @@ struct dm_hold {
     unsigned gen;               /* bumped by every add, so a late reply for an old hold is ignored */
     int registered;
     int lost;
+    unsigned long snap_round;   /* the last renewal round that read it */
     struct dm_hold *prev, *next;
 };
 
@@ -35,6 +36,11 @@ struct dm_hold {
  * use. Returns 0, or an errno from pthread_create when either thread
  * cannot start: then `h` is not watched, and must not be held. */
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);
+
+/* Waits until no renewal round in flight still reads `h` (a round works on
+ * a snapshot of the holds, outside the mutex): call it, after
+ * dm_watchdog_remove, before the memory of `h` is freed or reused. */
+void dm_watchdog_forget(struct dm_hold *h);
 
 /* Stops watching `h`; returns 1 if it had been found lost (warn mode). */
 int dm_watchdog_remove(struct dm_hold *h);
