@@ -322,7 +322,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     const char *args[] = { l->key, l->token_key, l->holder_key, l->queue_key, l->qtime_key,
                            l->lost_key, l->void_key,
                            owner, lease, delay, queue ? "1" : "0", member,
-                           qttl, l->wants ? l->want_channel : "" };
+                           qttl, l->want_channel };
     redisReply *r;
     enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, why);
     if (!r)

@@ -215,32 +215,36 @@ static int hold_release(struct dm_name *nm);
 /* Drops a reference; the last one (the name's last mutex destroyed, or its
  * library unloaded) gives back a hold kept by caching and frees the name's
  * record, its cluster record and its notify channels, so per-object names
- * cost nothing once their objects are gone. */
+ * cost nothing once their objects are gone.
+ *
+ * Everything is decided under names_mu, where name_get revives a record:
+ * while a kept hold goes back (a round trip, names_mu let go) the record
+ * is pinned by a reference of its own, so that a name_get and name_put of
+ * another thread meanwhile cannot free it twice. The unlink happens under
+ * names_mu too, so that no new record of the name can install its want
+ * handler before this one's is gone (on_want takes nm->mu only, never
+ * names_mu). */
 static void name_put(struct dm_name *nm)
 {
+    int idle = 0;
     pthread_mutex_lock(&names_mu);
-    int last = --nm->refs == 0;
-    pthread_mutex_unlock(&names_mu);
-    if (!last)
-        return;
-    pthread_mutex_lock(&nm->mu);
-    if (nm->state == NAME_HELD && nm->users == 0) {
-        nm->state = NAME_RELEASING;
+    while (--nm->refs == 0) {
+        pthread_mutex_lock(&nm->mu);
+        int kept = nm->state == NAME_HELD && nm->users == 0;
+        idle = nm->state == NAME_FREE && nm->users == 0;
+        if (kept)
+            nm->state = NAME_RELEASING;
         pthread_mutex_unlock(&nm->mu);
+        if (!kept)
+            break;
+        nm->refs++;                     /* the pin, dropped by the loop */
+        pthread_mutex_unlock(&names_mu);
         in_shim++;
         hold_release(nm);
         in_shim--;
-    } else {
-        pthread_mutex_unlock(&nm->mu);
+        pthread_mutex_lock(&names_mu);
     }
-    /* Under names_mu, so that no new record of the name can install its
-     * want handler before this one's is gone. The handler (on_want) takes
-     * nm->mu only, never names_mu. */
-    pthread_mutex_lock(&names_mu);
-    pthread_mutex_lock(&nm->mu);
-    int gone = nm->refs == 0 && nm->state == NAME_FREE && nm->users == 0;
-    pthread_mutex_unlock(&nm->mu);
-    if (gone) {
+    if (nm->refs == 0 && idle) {
         size_t k = name_hash(nm->cl->name) & (name_nbuckets - 1);
         for (struct dm_name **p = &name_buckets[k]; *p; p = &(*p)->next)
             if (*p == nm) {
@@ -250,6 +254,7 @@ static void name_put(struct dm_name *nm)
         name_count--;
         if (nm->cl->wantchan)
             dm_notify_set_handler(nm->cl->wantchan, NULL, NULL);   /* waits for a call in progress */
+        dm_watchdog_forget(&nm->hold);  /* a renewal round may still read it */
         dm_cluster_lock_put(nm->cl);
         pthread_mutex_destroy(&nm->mu);
         pthread_cond_destroy(&nm->cv);
@@ -446,7 +451,9 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                     nm->want = 1;       /* drain the users, then take it anew */
                     nm->want_ms = dm_now_ms();
                 }
-                if (dm_now_ms() - nm->want_ms < DM_YIELD_MAX_MS) {
+                /* A lost hold excludes nobody: no new thread joins it,
+                 * however long its users take to drain. */
+                if (lost || dm_now_ms() - nm->want_ms < DM_YIELD_MAX_MS) {
                     pthread_mutex_unlock(&nm->mu);
                     return mode == DM_TRYLOCK ? EBUSY : DM_YIELD;
                 }
@@ -473,6 +480,13 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                 nm->state = NAME_HELD;
                 nm->held = held;
                 nm->users = 1;
+                if (!held) {
+                    /* A local-only hold (on_redis_down = "local", no
+                     * connection) is for the outage: new threads step
+                     * aside so that it drains and the next lock asks
+                     * Redis again. */
+                    more = 1;
+                }
                 if (more && !nm->want) {
                     /* Others queue behind this grant: their wants went to
                      * the previous holder. */
@@ -511,14 +525,20 @@ static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
 {
     int r = 0;
     pthread_mutex_lock(&nm->mu);
-    while (nm->state == NAME_HELD && nm->want && nm->users > 0 &&
-           dm_now_ms() < nm->want_ms + DM_YIELD_MAX_MS) {
+    for (;;) {
+        if (nm->state != NAME_HELD || nm->users == 0)
+            break;
+        int lost = hold_lost_locked(nm);
+        if (!lost && (!nm->want || dm_now_ms() >= nm->want_ms + DM_YIELD_MAX_MS))
+            break;
         if (deadline && dm_ts_passed(deadline)) {
             r = ETIMEDOUT;
             break;
         }
+        /* A lost hold is waited out (users leaving wake us); a wanted one
+         * for the step-aside bound at most. */
         struct timespec ts;
-        dm_deadline_at(&ts, nm->want_ms + DM_YIELD_MAX_MS);
+        dm_deadline_at(&ts, lost ? dm_now_ms() + DM_YIELD_MAX_MS : nm->want_ms + DM_YIELD_MAX_MS);
         if (deadline && dm_ts_before(deadline, &ts))
             ts = *deadline;
         pthread_cond_timedwait(&nm->cv, &nm->mu, &ts);
@@ -607,6 +627,23 @@ static int real_lock_mode(pthread_mutex_t *m, enum dm_lock_mode mode, clockid_t 
 static int is_robust(const pthread_mutex_t *m)
 {
     return (m->__data.__kind & DM_GLIBC_KIND_ROBUST) != 0;
+}
+
+/* Does glibc let a thread that does not own `m` unlock it? Only for the
+ * normal kinds (PTHREAD_MUTEX_TIMED_NP, ADAPTIVE_NP) without the robust,
+ * priority-inheritance or priority-protect bits (nptl's pthreadP.h). */
+#define DM_GLIBC_KIND_TYPE_MASK 3
+#define DM_GLIBC_KIND_ERRCHECK  2
+#define DM_GLIBC_KIND_RECURSIVE 1
+#define DM_GLIBC_KIND_PI        32
+#define DM_GLIBC_KIND_PP        64
+
+static int foreign_unlock_ok(const pthread_mutex_t *m)
+{
+    int kind = m->__data.__kind;
+    int type = kind & DM_GLIBC_KIND_TYPE_MASK;
+    return type != DM_GLIBC_KIND_ERRCHECK && type != DM_GLIBC_KIND_RECURSIVE &&
+           !(kind & (DM_GLIBC_KIND_ROBUST | DM_GLIBC_KIND_PI | DM_GLIBC_KIND_PP));
 }
 
 /* The clocks glibc's clocklock and clockwait accept. */
@@ -775,15 +812,18 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
         return r;
     }
     if (h != me) {
-        /* glibc refuses this for error-checking, recursive and robust
-         * mutexes (EPERM) and allows it for normal ones: then the unlocking
-         * thread ends the holder's share on its behalf. */
-        int r = dm_real.mutex_unlock(m);
-        if (r != 0)
-            return r;
+        /* glibc refuses this for error-checking, recursive, robust and
+         * priority mutexes (EPERM) and allows it for normal ones: then the
+         * unlocking thread ends the holder's share on its behalf, before
+         * the real unlock, as the holder would (once the real mutex is
+         * free, a third thread may lock it and become the holder). */
+        if (!foreign_unlock_ok(m))
+            return dm_real.mutex_unlock(m);
         __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
         e->depth = 0;
-        return leave_quietly(e->nm);
+        int lost = leave_quietly(e->nm);
+        int r = dm_real.mutex_unlock(m);
+        return r ? r : lost;
     }
     if (e->robust_state == DM_ROBUST_INCONSISTENT)
         e->robust_state = DM_ROBUST_NOTRECOVERABLE;
@@ -1019,12 +1059,13 @@ void dm_mapped_release_all(void)
             pthread_mutex_lock(&nm->mu);
             if (nm->state == NAME_HELD && nm->held && nm->users <= nm->exiting) {
                 nm->refs++;
-                gone[ngone++] = nm;
-            } else if (nm->state == NAME_HELD && nm->users > nm->exiting) {
-                dm_info("exit: lock %s stays held until this process is gone: %lu thread(s) "
-                        "still inside", nm->cl->name, nm->users - nm->exiting);
+                gone[ngone++] = nm;     /* its `exiting` is read again below */
+            } else {
+                if (nm->state == NAME_HELD && nm->users > nm->exiting)
+                    dm_info("exit: lock %s stays held until this process is gone: %lu "
+                            "thread(s) still inside", nm->cl->name, nm->users - nm->exiting);
+                nm->exiting = 0;
             }
-            nm->exiting = 0;
             pthread_mutex_unlock(&nm->mu);
         }
     pthread_mutex_unlock(&names_mu);
@@ -1033,7 +1074,11 @@ void dm_mapped_release_all(void)
     for (size_t i = 0; i < ngone; i++) {
         struct dm_name *nm = gone[i];
         pthread_mutex_lock(&nm->mu);
-        if (nm->state == NAME_HELD && nm->held) {
+        /* Again: a thread may have joined a kept hold meanwhile (no round
+         * trip needed), and is inside now. */
+        int release = nm->state == NAME_HELD && nm->held && nm->users <= nm->exiting;
+        nm->exiting = 0;
+        if (release) {
             nm->state = NAME_RELEASING;
             nm->users = 0;      /* the exiting thread's holds end here */
             __atomic_store_n(&nm->exit_released, 1, __ATOMIC_RELAXED);

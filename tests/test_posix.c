@@ -1063,8 +1063,11 @@ static void test_threads_sharing_a_name_do_not_starve_another_process(void **sta
     pid_t hammer = PP(cfg, hout, "x", "family-hammer", "slot1", "12000");
     th_wait_for(hout, "hammering", RUN_MS);
     usleep(500 * 1000);     /* the threads are at it */
+    /* The other process maps one mutex of the name only: a plain waiter,
+     * which must announce its want all the same. */
+    char *one = config(LONG_LEASE_MS, "{ symbol = \"slots\"; index = 0; name = \"t44_fam\"; }");
     long long t0 = th_now_ms();
-    pid_t other = PP(cfg, out, "x", "lock", "slot1");
+    pid_t other = PP(one, out, "x", "lock", "slot0");
     long long got = th_wait_for(out, "locked 0", RUN_MS);
     printf("measured: another process got a name 4 threads keep busy after %lld ms\n", got - t0);
     if (got - t0 > hammer_ms / 2)
@@ -1073,6 +1076,65 @@ static void test_threads_sharing_a_name_do_not_starve_another_process(void **sta
     finish_ok(other, out);
     char *text = finish(hammer, hout, 0);
     th_assert_has(text, "hammered ");
+    free(text);
+}
+
+/* Heap mutexes of one init_site name made and destroyed by several threads
+ * at once: the name's record is freed with its last mutex and made again
+ * with the next, while other threads take and drop references. Cached too,
+ * so the last destroy also gives a kept hold back. */
+static void test_heap_mutexes_of_one_name_made_and_destroyed_by_many_threads(void **state)
+{
+    (void)state;
+    const char *entries[] = {
+        "{ init_site = \"account_new\"; name = \"t45_churn\"; }",
+        "{ init_site = \"account_new\"; name = \"t45_cached\"; cache = true; }",
+    };
+    for (int i = 0; i < 2; i++) {
+        char *cfg = config(LONG_LEASE_MS, entries[i]);
+        char *out = th_out_file();
+        char *text = finish(PP(cfg, out, "x", "heap-churn", "plain", "3000"), out, 0);
+        th_assert_has(text, "churned ");
+        free(text);
+    }
+    assert_int_equal(lock_exists("t45_churn"), 0);
+    assert_int_equal(lock_exists("t45_cached"), 0);
+}
+
+/* Per-object names (dmutex_name), each held about a renewal period and
+ * freed with its mutex: the watchdog may have a renewal round in flight that
+ * read the freed name's hold. A short lease and on_lease_lost = "abort":
+ * a stale verdict landing on another name's hold would abort a healthy
+ * process. */
+static void test_per_object_names_freed_while_their_renewal_is_in_flight(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = 150; renew_ms = 30; "
+                                           "lease_margin_ms = 20; on_lease_lost = \"abort\";\n"
+                                           "mutexes = ();\n"));
+    /* 32 threads x 100 names, held up to 60 ms against a 30 ms renewal
+     * period: the shim before the fix aborted in every one of 3 runs. */
+    for (int round = 0; round < 2; round++) {
+        char *out = th_out_file();
+        char *text = finish(PP(cfg, out, "x", "name-churn", "plain", "32", "100", "60000"), out, 0);
+        th_assert_has(text, "name-churn 0");
+        if (strstr(text, "lost the lease"))
+            fail_msg("a healthy hold was declared lost:\n%s", text);
+        free(text);
+    }
+}
+
+/* glibc lets another thread unlock a normal mutex. That thread ends the
+ * holder's share before the real unlock: a third thread that takes the
+ * mutex at once must not lose its own share (the process would keep the
+ * cluster lock for ever). */
+static void test_unlock_by_another_thread_racing_a_third_locker_leaves_the_lock_free(void **state)
+{
+    (void)state;
+    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t46_xu\"; }");
+    char *out = th_out_file();
+    char *text = finish(PP(cfg, out, "dmutex:{t46_xu}", "xunlock", "norm", "20000"), out, 0);
+    th_assert_has(text, "xunlock exists=0");
     free(text);
 }
 
@@ -1167,6 +1229,9 @@ int main(void)
         T(test_dmutex_token_grows_across_processes),
         T(test_mutexes_sharing_a_name_let_a_cond_waiter_be_signalled),
         T(test_threads_sharing_a_name_do_not_starve_another_process),
+        T(test_heap_mutexes_of_one_name_made_and_destroyed_by_many_threads),
+        T(test_per_object_names_freed_while_their_renewal_is_in_flight),
+        T(test_unlock_by_another_thread_racing_a_third_locker_leaves_the_lock_free),
         T(test_timedlock_with_a_far_future_deadline_waits_like_glibc),
         T(test_clocklock_with_an_unsupported_clock_is_einval_without_a_round_trip),
         T(test_cond_wait_reacquire_reports_eownerdead_of_a_dead_holder),

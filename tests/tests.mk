@@ -40,7 +40,7 @@ $(B)/tests/progs:
 	mkdir -p $@
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
-PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis)
+PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl
 # api_weak includes include/dmutex.h, the public header, as a user would.
 PROG_LIBS_api_weak = -Iinclude $(shell pkg-config --libs hiredis)
 

@@ -17,7 +17,7 @@
  *                      the global attr_lock, set up by pthread_mutex_init
  *                      with a mutexattr of that type (robust: a normal robust one)
  *   shop               shop.lock, a member of a global struct (offset 8)
- *   slot1 slot2        slots[1], slots[2] of a global array
+ *   slot0 slot1 slot2  slots[0], slots[1], slots[2] of a global array
  *   heap               a heap mutex set up by account_new(); "heap2" modes use two
  *   other              other_lock, a second global (fork children use it)
  *   plain              plain_lock (the tests never map it)
@@ -67,6 +67,17 @@
  *                                     name) again and again for MS, 5 ms inside each, so
  *                                     that the process always has a thread inside some
  *                                     mutex of the name: "hammered N" (sections)
+ *   heap-churn MS                     4 threads make heap mutexes with account_new() (all
+ *                                     one name), lock, unlock, destroy and free them,
+ *                                     for MS: "churned N"
+ *   name-churn THREADS ITERS HOLD_US  each thread ITERS times: a heap mutex named with
+ *                                     dmutex_name (found with dlsym) by a name of its own,
+ *                                     locked for up to HOLD_US, unlocked, destroyed:
+ *                                     "name-churn N" (N: dmutex_name failures)
+ *   xunlock M ITERS                   thread A locks M (normal), thread B unlocks it (glibc
+ *                                     allows it), ITERS times, while a third thread locks
+ *                                     and unlocks M in a loop; then "xunlock exists=E"
+ *                                     (E: EXISTS of KEY once nobody holds M)
  *   far-timedlock M                   timedlock with the deadline {LONG_MAX, 0}:
  *                                     "far RC MS", unlock if taken
  *   clocklock-bad M                   clocklock on CLOCK_PROCESS_CPUTIME_ID: "clocklock-bad RC"
@@ -78,7 +89,9 @@
  *                                     another mutex elsewhere in its memory and lock
  *                                     it N times: "reuse same=S" */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <limits.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -151,6 +164,7 @@ static int pick(const char *name)
         { "aerr", &attr_lock, PTHREAD_MUTEX_ERRORCHECK, 0, 1 },
         { "arobust", &attr_lock, PTHREAD_MUTEX_NORMAL, 1, 1 },
         { "shop", &shop.lock, -1, 0, 1 },
+        { "slot0", &slots[0], -1, 0, 1 },
         { "slot1", &slots[1], -1, 0, 1 },
         { "slot2", &slots[2], -1, 0, 1 },
         { "other", &other_lock, -1, 0, 1 },
@@ -734,6 +748,144 @@ static int mode_family_hammer(long ms)
     return 0;
 }
 
+static void *churner(void *arg)
+{
+    (void)arg;
+    long n = 0;
+    while (now_ms() < hammer_until) {
+        struct account *a = account_new();
+        if (pthread_mutex_lock(&a->lock) != 0 || pthread_mutex_unlock(&a->lock) != 0)
+            return (void *)-1L;
+        pthread_mutex_destroy(&a->lock);
+        free(a);
+        n++;
+    }
+    return (void *)n;
+}
+
+static int mode_heap_churn(long ms)
+{
+    pthread_t t[4];
+    hammer_until = now_ms() + ms;
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, churner, NULL);
+    long total = 0;
+    for (int i = 0; i < 4; i++) {
+        void *n;
+        pthread_join(t[i], &n);
+        if ((long)n < 0) {
+            say("churn lock failed");
+            return 1;
+        }
+        total += (long)n;
+    }
+    say("churned %ld", total);
+    return 0;
+}
+
+static int (*name_fn)(pthread_mutex_t *, const char *);
+static long churn_iters, churn_hold_us;
+
+static void *name_churner(void *arg)
+{
+    long id = (long)arg, failed = 0;
+    unsigned seed = (unsigned)id * 7919u + 1;
+    for (long i = 0; i < churn_iters; i++) {
+        pthread_mutex_t *x = malloc(sizeof *x);
+        pthread_mutex_init(x, NULL);
+        char name[64];
+        snprintf(name, sizeof name, "nc-%ld-%ld", id, i);
+        if (name_fn(x, name) != 0)
+            failed++;
+        pthread_mutex_lock(x);
+        usleep(rand_r(&seed) % (unsigned)churn_hold_us);
+        pthread_mutex_unlock(x);
+        pthread_mutex_destroy(x);
+        free(x);
+    }
+    return (void *)failed;
+}
+
+/* Per-object names whose holds last about a renewal period: a name is
+ * freed with its mutex while the watchdog may be renewing its hold. */
+static int mode_name_churn(int threads, long iters, long hold_us)
+{
+    *(void **)&name_fn = dlsym(RTLD_DEFAULT, "dmutex_name");
+    if (!name_fn || threads > PP_MAX_THREADS) {
+        say("name-churn: no dmutex_name (run it under the shim)");
+        return 1;
+    }
+    churn_iters = iters;
+    churn_hold_us = hold_us > 0 ? hold_us : 1;
+    pthread_t t[PP_MAX_THREADS];
+    for (long i = 0; i < threads; i++)
+        pthread_create(&t[i], NULL, name_churner, (void *)i);
+    long failed = 0;
+    for (int i = 0; i < threads; i++) {
+        void *f;
+        pthread_join(t[i], &f);
+        failed += (long)f;
+    }
+    say("name-churn %ld", failed);
+    return 0;
+}
+
+static sem_t xu_to_b, xu_to_a;
+static long xu_iters;
+static volatile int xu_stop;
+
+static void *xu_locker(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < xu_iters; i++) {
+        pthread_mutex_lock(m);
+        sem_post(&xu_to_b);
+        sem_wait(&xu_to_a);
+    }
+    return NULL;
+}
+
+static void *xu_unlocker(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < xu_iters; i++) {
+        sem_wait(&xu_to_b);
+        pthread_mutex_unlock(m);
+        sem_post(&xu_to_a);
+    }
+    return NULL;
+}
+
+static void *xu_third(void *arg)
+{
+    (void)arg;
+    while (!xu_stop) {
+        pthread_mutex_lock(m);
+        pthread_mutex_unlock(m);
+    }
+    return NULL;
+}
+
+static int mode_xunlock(long iters)
+{
+    redisContext *c = pp_connect(port);
+    xu_iters = iters;
+    sem_init(&xu_to_b, 0, 0);
+    sem_init(&xu_to_a, 0, 0);
+    pthread_t a, b, t;
+    pthread_create(&t, NULL, xu_third, NULL);
+    pthread_create(&a, NULL, xu_locker, NULL);
+    pthread_create(&b, NULL, xu_unlocker, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    xu_stop = 1;
+    pthread_join(t, NULL);
+    usleep(200000);
+    say("xunlock exists=%lld", pp_exists(c, key));
+    redisFree(c);
+    return 0;
+}
+
 static int mode_far_timedlock(void)
 {
     struct timespec far = { LONG_MAX, 0 };
@@ -896,6 +1048,12 @@ int main(int argc, char **argv)
         return mode_shared_cond();
     if (strcmp(mode, "family-hammer") == 0 && nargs >= 1)
         return mode_family_hammer(atol(args[0]));
+    if (strcmp(mode, "heap-churn") == 0 && nargs >= 1)
+        return mode_heap_churn(atol(args[0]));
+    if (strcmp(mode, "name-churn") == 0 && nargs >= 3)
+        return mode_name_churn(atoi(args[0]), atol(args[1]), atol(args[2]));
+    if (strcmp(mode, "xunlock") == 0 && nargs >= 1)
+        return mode_xunlock(atol(args[0]));
     if (strcmp(mode, "far-timedlock") == 0)
         return mode_far_timedlock();
     if (strcmp(mode, "clocklock-bad") == 0)
