@@ -45,7 +45,7 @@
 #include "cluster.h"
 #include "log.h"
 #include "notify.h"
-#include "preload.h"
+#include "real.h"
 #include "registry.h"
 #include "watchdog.h"
 

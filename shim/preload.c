@@ -1,14 +1,13 @@
 /* preload: the exported pthread_* entry points. Each is a few lines: probe
  * the registry; on a miss (every unmapped mutex) tail-call glibc; on a hit
- * hand off to mapped. The real functions are resolved once, in one place
- * (resolve_real), by the first call of any of them or by the constructor.
+ * hand off to mapped. The real functions are glibc's, from the table in
+ * real.c, resolved there by the first call of any of them or by the
+ * constructor.
  *
  * The constructor reads the config and resolves symbols (file I/O only):
  * no threads, no network. A config error stops the program with status 78
  * before main: a program must never run believing it is protected when it
  * is not. Knows nothing of Redis. */
-#include "preload.h"
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <libgen.h>
@@ -26,6 +25,7 @@
 #include "log.h"
 #include "mapped.h"
 #include "notify.h"
+#include "real.h"
 #include "redis.h"
 #include "registry.h"
 #include "symbols.h"
@@ -33,73 +33,8 @@
 
 #define DM_EXPORT __attribute__((visibility("default")))
 
-static void resolve_real(void);
-
-/* The resolvers that the table starts with. */
-static int first_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
-{ resolve_real(); return dm_real.mutex_init(m, a); }
-static int first_mutex_destroy(pthread_mutex_t *m)
-{ resolve_real(); return dm_real.mutex_destroy(m); }
-static int first_mutex_lock(pthread_mutex_t *m)
-{ resolve_real(); return dm_real.mutex_lock(m); }
-static int first_mutex_trylock(pthread_mutex_t *m)
-{ resolve_real(); return dm_real.mutex_trylock(m); }
-static int first_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
-{ resolve_real(); return dm_real.mutex_timedlock(m, t); }
-static int first_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
-{ resolve_real(); return dm_real.mutex_clocklock(m, c, t); }
-static int first_mutex_unlock(pthread_mutex_t *m)
-{ resolve_real(); return dm_real.mutex_unlock(m); }
-static int first_mutex_consistent(pthread_mutex_t *m)
-{ resolve_real(); return dm_real.mutex_consistent(m); }
-static int first_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
-{ resolve_real(); return dm_real.cond_wait(c, m); }
-static int first_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
-{ resolve_real(); return dm_real.cond_timedwait(c, m, t); }
-static int first_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
-                                const struct timespec *t)
-{ resolve_real(); return dm_real.cond_clockwait(c, m, k, t); }
-
-struct dm_real dm_real = {
-    first_mutex_init, first_mutex_destroy, first_mutex_lock, first_mutex_trylock,
-    first_mutex_timedlock, first_mutex_clocklock, first_mutex_unlock,
-    first_mutex_consistent, first_cond_wait, first_cond_timedwait, first_cond_clockwait,
-};
-
-static void *must_sym(const char *name, const char *version)
-{
-    void *p = version ? dlvsym(RTLD_NEXT, name, version) : NULL;
-    if (!p)
-        p = dlsym(RTLD_NEXT, name);
-    if (!p) {
-        dm_error("cannot find the real %s: %s", name, dlerror());
-        _exit(DM_EX_CONFIG);
-    }
-    return p;
-}
-
-static void resolve_real(void)
-{
-    /* Racing resolvers store the same values: no lock needed. */
-    struct dm_real r;
-    *(void **)&r.mutex_init = must_sym("pthread_mutex_init", NULL);
-    *(void **)&r.mutex_destroy = must_sym("pthread_mutex_destroy", NULL);
-    *(void **)&r.mutex_lock = must_sym("pthread_mutex_lock", NULL);
-    *(void **)&r.mutex_trylock = must_sym("pthread_mutex_trylock", NULL);
-    *(void **)&r.mutex_timedlock = must_sym("pthread_mutex_timedlock", NULL);
-    *(void **)&r.mutex_clocklock = must_sym("pthread_mutex_clocklock", NULL);
-    *(void **)&r.mutex_unlock = must_sym("pthread_mutex_unlock", NULL);
-    *(void **)&r.mutex_consistent = must_sym("pthread_mutex_consistent", NULL);
-    /* The condvar functions exist in two ABIs on x86_64; a plain dlsym may
-     * hand back the old GLIBC_2.2.5 one, which uses another layout. */
-    *(void **)&r.cond_wait = must_sym("pthread_cond_wait", "GLIBC_2.3.2");
-    *(void **)&r.cond_timedwait = must_sym("pthread_cond_timedwait", "GLIBC_2.3.2");
-    *(void **)&r.cond_clockwait = must_sym("pthread_cond_clockwait", NULL);
-    void **dst = (void **)&dm_real;
-    void **src = (void **)&r;
-    for (size_t i = 0; i < sizeof r / sizeof(void *); i++)
-        __atomic_store_n(&dst[i], src[i], __ATOMIC_RELEASE);
-}
+_Static_assert(DM_REAL_EX_MISSING == DM_EX_CONFIG,
+               "a missing glibc function stops the program as a config error does");
 
 /* ---- the exported entry points ---------------------------------------- */
 
@@ -277,8 +212,6 @@ static struct object_entry *object_entries;
 static size_t nobject_entries;
 static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long objects_gen;       /* syncs started; under objects_mu */
-static void *(*real_dlopen)(const char *, int);
-static int (*real_dlclose)(void *);
 
 static int entry_flags(const struct dm_mutex_config *mc)
 {
@@ -497,12 +430,10 @@ static const char *runpath_of_caller(const char *file, const void *caller, char 
 
 DM_EXPORT void *dlopen(const char *file, int flags)
 {
-    if (!real_dlopen)
-        *(void **)&real_dlopen = must_sym("dlopen", NULL);
     char path[PATH_MAX];
     const char *f = nobject_entries ? runpath_of_caller(file, __builtin_return_address(0),
                                                         path, sizeof path) : file;
-    void *h = real_dlopen(f, flags);
+    void *h = dm_real.dlopen(f, flags);
     if (h && nobject_entries)
         sync_objects();
     return h;
@@ -510,9 +441,7 @@ DM_EXPORT void *dlopen(const char *file, int flags)
 
 DM_EXPORT int dlclose(void *handle)
 {
-    if (!real_dlclose)
-        *(void **)&real_dlclose = must_sym("dlclose", NULL);
-    int r = real_dlclose(handle);
+    int r = dm_real.dlclose(handle);
     if (r == 0 && nobject_entries)
         sync_objects();
     return r;
@@ -664,7 +593,7 @@ static const char *absolute_config(const char *path, char *buf, size_t len)
 __attribute__((constructor)) static void dm_preload_start(void)
 {
     dm_log_init();
-    resolve_real();
+    dm_real_resolve();
     /* secure_getenv: in a set-user-ID or set-group-ID process (AT_SECURE)
      * the environment belongs to whoever started it and is ignored. */
     const char *path = secure_getenv("DMUTEX_CONFIG");

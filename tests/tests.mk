@@ -51,3 +51,12 @@ test-build: $(B)/tests/progs/liblifeplug.so
 
 $(B)/tests/progs/liblifeplug.so: tests/progs/plugin/liblifeplug.c | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@
+
+# The core archive links on its own: every object in it, with nothing from
+# the exported entry points (a module reaching up to preload would leave an
+# undefined symbol here).
+test-build: $(B)/tests/core_links
+
+$(B)/tests/core_links: $(B)/libdmcore.a | $(B)/tests/progs
+	printf 'int main(void) { return 0; }\n' > $@.c
+	$(CC) $@.c -o $@ -Wl,--whole-archive $(B)/libdmcore.a -Wl,--no-whole-archive $(SHIM_LIBS)
