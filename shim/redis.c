@@ -260,8 +260,8 @@ redisReply *dm_redis_pipeline_reply(redisContext *c, enum dm_script s, int *brok
     return check_reply(c, r, s, broken, err, errlen);
 }
 
-/* Fork: preload's prepare handler holds pool_mu across fork() (see the lock
- * order in preload.c); the parent lets go, the child makes it anew. */
+/* Fork: startup's prepare handler holds pool_mu across fork() (see the lock
+ * order in startup.c); the parent lets go, the child makes it anew. */
 void dm_redis_atfork_prepare(void)
 {
     pthread_mutex_lock(&pool_mu);
