@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -30,6 +31,7 @@ extern char **environ;
 #define TH_MAX_FILES      256
 #define TH_POLL_US        5000
 #define TH_PORT_TRIES     8
+#define TH_MAX_SERVERS    16
 
 static void die(const char *fmt, ...)
 {
@@ -119,6 +121,26 @@ static int wait_ping(struct th_redis *r)
     return -1;
 }
 
+/* The pids of the servers running now, for the fatal-signal handler. */
+static volatile pid_t servers[TH_MAX_SERVERS];
+
+static void server_up(pid_t pid)
+{
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (servers[i] <= 0) {
+            servers[i] = pid;
+            return;
+        }
+    die("more than %d redis-servers at once", TH_MAX_SERVERS);
+}
+
+static void server_down(pid_t pid)
+{
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (servers[i] == pid)
+            servers[i] = 0;
+}
+
 void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra)
 {
     memset(r, 0, sizeof *r);
@@ -129,8 +151,10 @@ void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const
     for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
         r->port = free_port(r->addr);
         r->pid = spawn_redis(r, extra);
-        if (wait_ping(r) == 0)
+        if (wait_ping(r) == 0) {
+            server_up(r->pid);
             return;
+        }
         kill(r->pid, SIGKILL);
         waitpid(r->pid, NULL, 0);
     }
@@ -140,6 +164,7 @@ void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const
 void th_redis_kill(struct th_redis *r)
 {
     if (r->pid > 0) {
+        server_down(r->pid);
         kill(r->pid, SIGKILL);
         waitpid(r->pid, NULL, 0);
         r->pid = 0;
@@ -150,8 +175,10 @@ void th_redis_restart(struct th_redis *r, const char *const *extra)
 {
     for (int tries = 0; tries < 50; tries++) {
         r->pid = spawn_redis(r, extra);
-        if (wait_ping(r) == 0)
+        if (wait_ping(r) == 0) {
+            server_up(r->pid);
             return;
+        }
         kill(r->pid, SIGKILL);
         waitpid(r->pid, NULL, 0);
         usleep(100000);     /* the old socket may linger a moment */
@@ -162,6 +189,7 @@ void th_redis_restart(struct th_redis *r, const char *const *extra)
 void th_redis_stop(struct th_redis *r)
 {
     if (r->pid > 0) {
+        server_down(r->pid);
         kill(r->pid, SIGTERM);
         long long end = th_now_ms() + 1000;
         int st;
@@ -393,6 +421,69 @@ void th_remove_files(void)
         free(kept[i]);
     }
     nkept = 0;
+}
+
+/* ---- a test group's fixtures --------------------------------------------- */
+
+static void (*group_on_fatal)(void);
+
+static void emergency_stop(int sig)
+{
+    th_kill_children_now();
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (servers[i] > 0) {
+            kill(servers[i], SIGCONT);      /* a paused server must die too */
+            kill(servers[i], SIGKILL);
+        }
+    if (group_on_fatal)
+        group_on_fatal();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void th_group_start(struct th_redis *server, unsigned alarm_s, void (*on_fatal)(void))
+{
+    static const int fatal[] = { SIGABRT, SIGSEGV, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
+    group_on_fatal = on_fatal;
+    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
+        signal(fatal[i], emergency_stop);
+    alarm(alarm_s);
+    unsetenv("LD_PRELOAD");
+    unsetenv("DMUTEX_CONFIG");
+    unsetenv("DMUTEX_REDIS");
+    unsetenv("DMUTEX_LOG");
+    struct rlimit nocore = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &nocore);
+    if (server)
+        th_redis_start(server, NULL, NULL);
+}
+
+void th_test_cleanup(void)
+{
+    th_kill_children();
+    th_remove_files();
+}
+
+void th_group_stop(struct th_redis *server)
+{
+    th_test_cleanup();
+    if (server)
+        th_redis_stop(server);
+    alarm(0);
+}
+
+int th_group_setup(void **state)
+{
+    (void)state;
+    th_group_start(NULL, TH_GROUP_ALARM_S, NULL);
+    return 0;
+}
+
+int th_group_teardown(void **state)
+{
+    (void)state;
+    th_group_stop(NULL);
+    return 0;
 }
 
 long long th_wait_for(const char *out, const char *needle, long timeout_ms)

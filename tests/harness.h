@@ -19,6 +19,9 @@ struct th_redis {
     char addr[64];              /* bind address, default 127.0.0.1 */
 };
 
+/* Every server started here and not yet stopped or killed is remembered,
+ * so that a fatal signal (th_group_start) kills it too. */
+
 /* Starts redis-server on a free port of `bind_addr` (NULL: 127.0.0.1) with
  * extra "--option value" arguments (NULL-terminated list, or NULL) and
  * waits until it answers PING. Aborts the test program if it cannot. */
@@ -52,6 +55,36 @@ pid_t th_spawn(char *const argv[], char *const env[], const char *out_path);
 /* Waits for pid at most timeout_ms; returns its wait status, or -1 after
  * SIGKILLing it on timeout. */
 int th_wait(pid_t pid, long timeout_ms);
+
+/* ---- a test group's fixtures ---------------------------------------------
+ * What every group's setup and teardown repeat. */
+
+/* Group setup: a fatal signal (abort, crash, the alarm of a hung test, an
+ * interrupt, a closed output pipe) kills every remembered child and every
+ * running server, calls `on_fatal` (NULL: nothing more; only
+ * async-signal-safe work, e.g. taking network "machines" down) and dies of
+ * the signal, leaving nothing running behind. Arms alarm(alarm_s) so a hung
+ * test ends the program instead of the CI job. Children get exactly the
+ * environment a test gives them (LD_PRELOAD, DMUTEX_CONFIG, DMUTEX_REDIS
+ * and DMUTEX_LOG removed) and write no core (RLIMIT_CORE 0: the cells that
+ * abort on purpose). When `server` is not NULL, starts it as the group's
+ * redis-server (127.0.0.1, no extra options). */
+void th_group_start(struct th_redis *server, unsigned alarm_s, void (*on_fatal)(void));
+
+/* Group teardown: th_test_cleanup, stops `server` (NULL, or not running:
+ * nothing) and disarms the alarm. */
+void th_group_stop(struct th_redis *server);
+
+/* For groups that need nothing else: th_group_start(NULL,
+ * TH_GROUP_ALARM_S, NULL) and th_group_stop(NULL) as cmocka group
+ * fixtures. */
+#define TH_GROUP_ALARM_S 300
+int th_group_setup(void **state);
+int th_group_teardown(void **state);
+
+/* The part of every test's teardown: kill and reap the remembered
+ * children, remove the remembered files. */
+void th_test_cleanup(void);
 
 /* ---- children and files a test group makes --------------------------------
  * Remembered so that a test's teardown (or a fatal signal) leaves nothing

@@ -47,14 +47,6 @@ static struct dm_config cfg;    /* dm_cluster_init keeps a pointer: tests adjust
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static void emergency_stop(int sig)
-{
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 /* A lease and what the config loader derives from it (renew_ms,
  * lease_margin_ms), as a config file with only lease_ms would give. */
 static void set_lease(long ms)
@@ -183,13 +175,7 @@ static char *end_capture(int saved, char *path)
 static int group_setup(void **state)
 {
     (void)state;
-    /* A harness abort, a hang (SIGALRM), an interrupted run, or a closed
-     * output pipe: leave nothing running behind. */
-    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-        signal(fatal[i], emergency_stop);
-    alarm(SUITE_ALARM_S);
-    th_redis_start(&rs, NULL, NULL);
+    th_group_start(&rs, SUITE_ALARM_S, NULL);
     rc = th_redis_connect(&rs);
     dm_config_defaults(&cfg);
     cfg.redis.host = rs.addr;
@@ -204,8 +190,7 @@ static int group_teardown(void **state)
     (void)state;
     if (rc)
         redisFree(rc);
-    th_redis_stop(&rs);
-    alarm(0);
+    th_group_stop(&rs);
     return 0;
 }
 

@@ -81,17 +81,11 @@ static void measured(const char *fmt, ...)
     fflush(stdout);
 }
 
-static void emergency_stop(int sig)
+/* A fatal signal: the harness kills children and servers; the network
+ * "machines" go too. */
+static void net_down_now(void)
 {
-    th_kill_children_now();
-    if (rs.pid > 0) {
-        kill(rs.pid, SIGCONT);
-        kill(rs.pid, SIGKILL);
-    }
-    th_checker_kill_now(&chk);
     th_net_down(&net);
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 /* A config: `settings` (top-level lines) and fault_lock mapped as `name`. */
@@ -342,20 +336,8 @@ static long long info_num(redisContext *c, const char *section, const char *fiel
 static int group_setup(void **state)
 {
     (void)state;
-    signal(SIGABRT, emergency_stop);
-    signal(SIGSEGV, emergency_stop);
-    signal(SIGALRM, emergency_stop);
-    signal(SIGTERM, emergency_stop);
-    signal(SIGINT, emergency_stop);
-    alarm(SUITE_ALARM_S);
-    /* Children get exactly the environment a test gives them, and an
-     * aborting child (on_lease_lost = "abort") writes no core. */
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
-    struct rlimit nocore = { 0, 0 };
-    setrlimit(RLIMIT_CORE, &nocore);
+    /* The lock server is the test's (lock_server), not the group's. */
+    th_group_start(NULL, SUITE_ALARM_S, net_down_now);
     if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
         fprintf(stderr, "test_faults: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
         return -1;
@@ -370,10 +352,9 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_group_stop(NULL);
     th_checker_stop(&chk);
     th_net_down(&net);
-    alarm(0);
     return 0;
 }
 
@@ -387,7 +368,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_test_cleanup();
     if (rs.pid > 0)
         kill(rs.pid, SIGCONT);
     if (rc) {
@@ -396,7 +377,6 @@ static int teardown(void **state)
     }
     th_redis_stop(&rs);
     memset(&rs, 0, sizeof rs);
-    th_remove_files();
     th_net_reconnect(&net);
     return 0;
 }

@@ -788,33 +788,19 @@ static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(vo
 
 /* ---- fixtures ------------------------------------------------------------------ */
 
-static void emergency_stop(int sig)
+/* A fatal signal: the harness kills children and servers; the test's
+ * cgroup goes too. */
+static void cgroup_remove_now(void)
 {
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    th_checker_kill_now(&chk);
     if (cgroup_dir[0])
         rmdir(cgroup_dir);
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 static int group_setup(void **state)
 {
     (void)state;
-    signal(SIGABRT, emergency_stop);
-    signal(SIGSEGV, emergency_stop);
-    signal(SIGALRM, emergency_stop);
-    signal(SIGTERM, emergency_stop);
-    signal(SIGINT, emergency_stop);
-    alarm(SUITE_ALARM_S);
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
-    struct rlimit nocore = { 0, 0 };        /* the abort cells write no core */
-    setrlimit(RLIMIT_CORE, &nocore);
+    /* The lock server is each test's (setup), not the group's. */
+    th_group_start(NULL, SUITE_ALARM_S, cgroup_remove_now);
     if (!realpath(TH_SHIM, shim_path) || !realpath(LIFE, life_path) ||
         !realpath(PLUGIN, plugin_path)) {
         fprintf(stderr, "test_lifecycle: %s, %s or %s missing (make test-build first)\n",
@@ -828,9 +814,8 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_group_stop(NULL);
     th_checker_stop(&chk);
-    alarm(0);
     return 0;
 }
 
@@ -848,14 +833,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_test_cleanup();
     cgroup_remove();
     if (rc)
         redisFree(rc);
     rc = NULL;
     th_redis_stop(&rs);
     memset(&rs, 0, sizeof rs);
-    th_remove_files();
     return 0;
 }
 

@@ -62,15 +62,6 @@ static redisContext *rc;
 static char shim_path[PATH_MAX];
 static char port_text[16];
 
-static void emergency_stop(int sig)
-{
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 /* A config with `lease` and the entries of `mutexes = ( ... )`. */
 static char *config(long lease, const char *mutexes)
 {
@@ -271,18 +262,11 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 static int group_setup(void **state)
 {
     (void)state;
-    signal(SIGABRT, emergency_stop);
-    signal(SIGALRM, emergency_stop);
-    alarm(SUITE_ALARM_S);
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
     if (!realpath(TH_SHIM, shim_path)) {
         fprintf(stderr, "test_posix: %s: %s (make first)\n", TH_SHIM, strerror(errno));
         return -1;
     }
-    th_redis_start(&rs, NULL, NULL);
+    th_group_start(&rs, SUITE_ALARM_S, NULL);
     rc = th_redis_connect(&rs);
     snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
@@ -291,11 +275,9 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
     if (rc)
         redisFree(rc);
-    th_redis_stop(&rs);
-    alarm(0);
+    th_group_stop(&rs);
     return 0;
 }
 

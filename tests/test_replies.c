@@ -65,15 +65,6 @@ static int proxy_port;
 static struct th_checker chk;
 static char shim_path[PATH_MAX], worker_path[PATH_MAX];
 
-static void emergency_stop(int sig)
-{
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    th_checker_kill_now(&chk);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
 
 static struct timespec in_ms(long ms)
 {
@@ -151,19 +142,12 @@ static void held_elsewhere(struct dm_cluster_lock *l, long ms)
 static int group_setup(void **state)
 {
     (void)state;
-    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-        signal(fatal[i], emergency_stop);
-    alarm(SUITE_ALARM_S);
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
     if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
         fprintf(stderr, "test_replies: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
         return -1;
     }
+    th_group_start(&rs, SUITE_ALARM_S, NULL);
     th_checker_start(&chk);
-    th_redis_start(&rs, NULL, NULL);
     rc = th_redis_connect(&rs);
     dm_config_defaults(&cfg);
     cfg.redis.host = rs.addr;
@@ -179,12 +163,9 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
-    th_remove_files();
     redisFree(rc);
-    th_redis_stop(&rs);
+    th_group_stop(&rs);
     th_checker_stop(&chk);
-    alarm(0);
     return 0;
 }
 
@@ -202,8 +183,7 @@ static int teardown(void **state)
 {
     (void)state;
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
-    th_kill_children();
-    th_remove_files();
+    th_test_cleanup();
     direct();
     return 0;
 }

@@ -66,17 +66,6 @@ static redisContext *rc;
 static char shim_path[PATH_MAX];
 static char port_text[16];
 
-static void emergency_stop(int sig)
-{
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    if (late.pid > 0)
-        kill(late.pid, SIGKILL);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 /* A config with `lease` and the given entries of `mutexes = ( ... )`. */
 static char *config(long lease, const char *mutexes)
 {
@@ -174,22 +163,11 @@ static int closed_port(void)
 static int group_setup(void **state)
 {
     (void)state;
-    /* A harness abort, a hang (SIGALRM), an interrupted run, or a closed
-     * output pipe: leave nothing running behind. */
-    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-        signal(fatal[i], emergency_stop);
-    alarm(SUITE_ALARM_S);
-    /* Children get exactly the environment a test gives them. */
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
     if (!realpath(TH_SHIM, shim_path)) {
         fprintf(stderr, "test_shim: %s: %s (make first)\n", TH_SHIM, strerror(errno));
         return -1;
     }
-    th_redis_start(&rs, NULL, NULL);
+    th_group_start(&rs, SUITE_ALARM_S, NULL);
     rc = th_redis_connect(&rs);
     snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
@@ -198,21 +176,18 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
     if (rc)
         redisFree(rc);
-    th_redis_stop(&rs);
-    alarm(0);
+    th_group_stop(&rs);
     return 0;
 }
 
 static int cleanup(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_test_cleanup();
     if (late.dir[0])
         th_redis_stop(&late);
-    th_remove_files();
     return 0;
 }
 
