@@ -32,8 +32,8 @@ $(B)/tests/test_%: tests/test_%.c tests/harness.h tests/checker.h $(TEST_HELPERS
 	$(CC) $(TEST_CFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
 
 # Test programs are ordinary programs: no shim headers, no shim objects
-# (checkclient.h is the test programs' own header).
-$(B)/tests/progs/%: tests/progs/%.c tests/progs/checkclient.h | $(B)/tests/progs
+# (tests/progs/prog.h and checkclient.h are the test programs' own headers).
+$(B)/tests/progs/%: tests/progs/%.c tests/progs/checkclient.h tests/progs/prog.h | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread $< -o $@ $(PROG_LIBS_$*)
 
 $(B)/tests/progs:

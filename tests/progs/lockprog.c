@@ -37,54 +37,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prog.h"
+
 pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t rec_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
 pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t robust_lock;        /* made robust by main */
-
-#define POLL_US 10000
-
-static void say(const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if (n > (int)sizeof buf - 2)
-        n = (int)sizeof buf - 2;
-    buf[n++] = '\n';
-    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
-    (void)w;
-}
-
-static const char *ename(int rc)
-{
-    static __thread char num[16];
-    if (rc == 0)
-        return "0";
-    const char *s = strerrorname_np(rc);
-    if (s)
-        return s;
-    snprintf(num, sizeof num, "%d", rc);
-    return num;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static void wait_file(const char *path)
-{
-    while (access(path, F_OK) != 0)
-        usleep(POLL_US);
-}
 
 static void *foreign_unlock(void *arg)
 {
