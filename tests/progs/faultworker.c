@@ -109,14 +109,7 @@ static int take(pthread_mutex_t *m, const char *op)
         return pthread_mutex_trylock(m);
     if (strncmp(op, "timed:", 6) == 0) {
         long ms = atol(op + 6);
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += ms / 1000;
-        dl.tv_nsec += (ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
         return pthread_mutex_timedlock(m, &dl);
     }
     return pthread_mutex_lock(m);

@@ -106,14 +106,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "timedlock") == 0 && arg) {
         long ms = atol(arg);
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += ms / 1000;
-        dl.tv_nsec += (ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
         rc = pthread_mutex_timedlock(&held_lock, &dl);
         say("timedlock %s %lld", ename(rc), now_ms() - t0);
         if (rc == 0)
