@@ -73,18 +73,8 @@ static char *config(long lease, const char *mutexes)
  * = `log` when not NULL). Static storage: valid until the next call. */
 static char **shim_env_log(const char *cfg, const char *log)
 {
-    static char preload[PATH_MAX + 16], conf[PATH_MAX + 16], redis[64], lvl[32];
-    static char *env[5];
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
-    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
-    snprintf(redis, sizeof redis, "DMUTEX_REDIS=redis://127.0.0.1:%d", rs.port);
-    snprintf(lvl, sizeof lvl, "DMUTEX_LOG=%s", log ? log : "");
-    env[0] = preload;
-    env[1] = conf;
-    env[2] = redis;
-    env[3] = log ? lvl : NULL;
-    env[4] = NULL;
-    return env;
+    static struct th_shim_env e;
+    return th_shim_env(&e, cfg, rs.url, log);
 }
 
 static char **shim_env(const char *cfg)
@@ -117,19 +107,7 @@ static pid_t run(char **env, const char *out, ...)
  * its output. */
 static char *finish(pid_t pid, const char *out, int want_status)
 {
-    int st = th_wait(pid, RUN_MS);
-    th_forget(pid);
-    char *text = th_read_file(out);
-    assert_non_null(text);
-    if (st == -1)
-        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, RUN_MS, text);
-    if (!WIFEXITED(st))
-        fail_msg("pid %d died of signal %d; output:\n%s", (int)pid,
-                 WIFSIGNALED(st) ? WTERMSIG(st) : -1, text);
-    if (WEXITSTATUS(st) != want_status)
-        fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st),
-                 want_status, text);
-    return text;
+    return th_finish(pid, out, want_status, RUN_MS);
 }
 
 static void finish_ok(pid_t pid, const char *out)
@@ -266,8 +244,7 @@ static int group_setup(void **state)
         fprintf(stderr, "test_posix: %s: %s (make first)\n", TH_SHIM, strerror(errno));
         return -1;
     }
-    th_group_start(&rs, SUITE_ALARM_S, NULL);
-    rc = th_redis_connect(&rs);
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
 }
@@ -275,17 +252,14 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    if (rc)
-        redisFree(rc);
-    th_group_stop(&rs);
+    th_group_stop(&rs, &rc);
     return 0;
 }
 
 static int cleanup(void **state)
 {
     (void)state;
-    th_kill_children();
-    th_remove_files();
+    th_test_cleanup();
     return 0;
 }
 
