@@ -17,9 +17,12 @@ CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
 SHIM_SRCS := $(wildcard shim/*.c)
 LUA_SRCS  := $(sort $(wildcard shim/lua/*.lua))
 SHIM_OBJS := $(patsubst shim/%.c,$(B)/shim/%.o,$(SHIM_SRCS)) $(B)/shim/lua_scripts.o
-# Everything but the exported pthread_* wrappers: what tests and tools link
-# against to drive config, symbols, cluster and friends without LD_PRELOAD.
-CORE_OBJS := $(filter-out $(B)/shim/preload.o,$(SHIM_OBJS))
+# Everything but the exported entry points (preload) and the process's
+# start-up (startup: a constructor that would configure whatever links it):
+# what tests and tools link against to drive config, symbols, cluster and
+# friends without LD_PRELOAD. Every object in it links without those two
+# (tests/tests.mk builds build/tests/core_links to keep it so).
+CORE_OBJS := $(filter-out $(B)/shim/preload.o $(B)/shim/startup.o,$(SHIM_OBJS))
 
 .PHONY: all deps test demo bench fuzz clean
 all: $(B)/libdmutex.so $(B)/libdmcore.a

@@ -676,8 +676,8 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     return EIO;
 }
 
-/* Fork: preload's prepare handler holds locks_mu across fork() (see the lock
- * order in preload.c); the parent lets go, the child makes it anew. */
+/* Fork: startup's prepare handler holds locks_mu across fork() (see the lock
+ * order in startup.c); the parent lets go, the child makes it anew. */
 void dm_cluster_atfork_prepare(void)
 {
     pthread_mutex_lock(&locks_mu);

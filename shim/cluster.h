@@ -126,7 +126,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
-/* Around fork (preload's one pthread_atfork, in its lock order): prepare
+/* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes the lock table's mutex, so that the child never sees the table
  * half rebuilt; parent gives it back. The child handler runs after
  * notify's: it gives each record this process's new wait channel. */

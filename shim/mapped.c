@@ -45,7 +45,7 @@
 #include "cluster.h"
 #include "log.h"
 #include "notify.h"
-#include "preload.h"
+#include "real.h"
 #include "registry.h"
 #include "util.h"
 #include "watchdog.h"
@@ -977,8 +977,8 @@ static void entry_forget(const void *addr, void *value, void *arg)
     e->depth = 0;
 }
 
-/* Fork: preload's prepare handler holds names_mu across fork() (see the lock
- * order in preload.c); the parent lets go, the child makes it anew. */
+/* Fork: startup's prepare handler holds names_mu across fork() (see the lock
+ * order in startup.c); the parent lets go, the child makes it anew. */
 void dm_mapped_atfork_prepare(void)
 {
     pthread_mutex_lock(&names_mu);

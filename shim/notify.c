@@ -595,8 +595,8 @@ static void chan_forget(struct dm_notify_chan *ch)
     }
 }
 
-/* Fork: preload's prepare handler holds nmu across fork() (see the lock
- * order in preload.c); the parent lets go, the child makes it anew. */
+/* Fork: startup's prepare handler holds nmu across fork() (see the lock
+ * order in startup.c); the parent lets go, the child makes it anew. */
 void dm_notify_atfork_prepare(void)
 {
     pthread_mutex_lock(&nmu);

@@ -65,7 +65,7 @@ unsigned long dm_notify_received(void);
 size_t dm_notify_count(void);
 unsigned long dm_notify_probes(void);
 
-/* Around fork (preload's one pthread_atfork, in its lock order): prepare
+/* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes notify's lock, so that the child never sees the channel table half
  * rebuilt; parent gives it back.
  * In a fork child: no thread, no connection, nothing subscribed. */

@@ -299,8 +299,8 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
     return check_reply(conn, r, s);
 }
 
-/* Fork: preload's prepare handler holds pool_mu across fork() (see the lock
- * order in preload.c); the parent lets go, the child makes it anew. */
+/* Fork: startup's prepare handler holds pool_mu across fork() (see the lock
+ * order in startup.c); the parent lets go, the child makes it anew. */
 void dm_redis_atfork_prepare(void)
 {
     pthread_mutex_lock(&pool_mu);

@@ -27,7 +27,7 @@ static void writer_unlock(void)
     __atomic_store_n(&writer_lock_word, 0, __ATOMIC_RELEASE);
 }
 
-/* Fork: preload's prepare handler holds the writer lock across fork(), so
+/* Fork: startup's prepare handler holds the writer lock across fork(), so
  * neither side inherits it held by a thread that is not there. */
 void dm_registry_atfork_prepare(void)
 {

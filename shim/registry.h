@@ -88,7 +88,7 @@ void dm_registry_foreach(void (*fn)(const void *addr, void *value, void *arg), v
 /* Number of live entries. */
 size_t dm_registry_count(void);
 
-/* Fork (called only by preload's handlers, in their lock order): take the
+/* Fork (called only by startup's handlers, in their lock order): take the
  * writer lock before fork(); release it after, in parent and child. */
 void dm_registry_atfork_prepare(void);
 void dm_registry_atfork_release(void);

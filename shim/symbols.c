@@ -110,7 +110,7 @@ static const char *base_name(const char *path)
 
 /* A fork while another thread reads a symbol table must not leave the
  * child with cache_lock held by a thread that does not exist there:
- * preload's fork handlers (the one place fork handling is registered, in
+ * startup's fork handlers (the one place fork handling is registered, in
  * the one lock order) call these. */
 void dm_symbols_atfork_prepare(void) { pthread_mutex_lock(&cache_lock); }
 void dm_symbols_atfork_release(void) { pthread_mutex_unlock(&cache_lock); }

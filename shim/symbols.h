@@ -35,7 +35,7 @@ int dm_symbols_loaded(const char *object);
  * changed bias means it was unloaded and loaded again elsewhere. */
 int dm_symbols_bias(const char *object, uintptr_t *bias);
 
-/* Fork, for preload's handlers only: hold the cache lock across fork(),
+/* Fork, for startup's handlers only: hold the cache lock across fork(),
  * release it in parent and child. */
 void dm_symbols_atfork_prepare(void);
 void dm_symbols_atfork_release(void);

@@ -388,8 +388,8 @@ void dm_watchdog_foreach(void (*fn)(struct dm_hold *h))
         fn(h);
 }
 
-/* Fork: preload's prepare handler holds wmu across fork() (see the lock
- * order in preload.c); the parent lets go, the child makes it anew. */
+/* Fork: startup's prepare handler holds wmu across fork() (see the lock
+ * order in startup.c); the parent lets go, the child makes it anew. */
 void dm_watchdog_atfork_prepare(void)
 {
     pthread_mutex_lock(&wmu);

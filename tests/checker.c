@@ -60,12 +60,6 @@ void th_checker_stop(struct th_checker *k)
         unlink(k->sock);
 }
 
-void th_checker_kill_now(struct th_checker *k)
-{
-    if (k->server.pid > 0)
-        kill(k->server.pid, SIGKILL);
-}
-
 void th_checker_next(struct th_checker *k)
 {
     snprintf(k->prefix, sizeof k->prefix, "t%d", ++k->seq);

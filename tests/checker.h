@@ -30,12 +30,11 @@ struct th_checker {
 
 /* Starts the checker server on /tmp/dmutex-chk-<pid>.sock (shutting down
  * any checker whose test process is gone) and connects to it. Aborts the
- * test program if it cannot. */
+ * test program if it cannot. A th_redis server: a fatal signal after
+ * th_group_start kills it with the others. */
 void th_checker_start(struct th_checker *k);
 /* Stops it and removes its socket. */
 void th_checker_stop(struct th_checker *k);
-/* SIGKILLs it and nothing else: for fatal-signal handlers. */
-void th_checker_kill_now(struct th_checker *k);
 
 /* A fresh key prefix ("t1", "t2", ...) for the next test. */
 void th_checker_next(struct th_checker *k);

@@ -11,12 +11,14 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -30,6 +32,7 @@ extern char **environ;
 #define TH_MAX_FILES      256
 #define TH_POLL_US        5000
 #define TH_PORT_TRIES     8
+#define TH_MAX_SERVERS    16
 
 static void die(const char *fmt, ...)
 {
@@ -42,11 +45,29 @@ static void die(const char *fmt, ...)
     abort();
 }
 
-long long th_now_ms(void)
+static long long clock_ms(clockid_t clk)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clk, &ts);
     return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+long long th_now_ms(void)
+{
+    return clock_ms(CLOCK_MONOTONIC);
+}
+
+struct timespec th_deadline_in(clockid_t clk, long ms)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
 }
 
 static int free_port(const char *addr)
@@ -119,6 +140,40 @@ static int wait_ping(struct th_redis *r)
     return -1;
 }
 
+/* The pids of the servers running now, for the fatal-signal handler. */
+static volatile pid_t servers[TH_MAX_SERVERS];
+
+static void server_up(pid_t pid)
+{
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (servers[i] <= 0) {
+            servers[i] = pid;
+            return;
+        }
+    die("more than %d redis-servers at once", TH_MAX_SERVERS);
+}
+
+static void server_down(pid_t pid)
+{
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (servers[i] == pid)
+            servers[i] = 0;
+}
+
+/* One start of r's server on r's port: 0 once it answers, else -1 with
+ * nothing left running. */
+static int try_spawn(struct th_redis *r, const char *const *extra)
+{
+    r->pid = spawn_redis(r, extra);
+    if (wait_ping(r) == 0) {
+        server_up(r->pid);
+        return 0;
+    }
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    return -1;
+}
+
 void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra)
 {
     memset(r, 0, sizeof *r);
@@ -128,11 +183,9 @@ void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const
         die("mkdtemp: %s", strerror(errno));
     for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
         r->port = free_port(r->addr);
-        r->pid = spawn_redis(r, extra);
-        if (wait_ping(r) == 0)
+        snprintf(r->url, sizeof r->url, "redis://%s:%d", r->addr, r->port);
+        if (try_spawn(r, extra) == 0)
             return;
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, NULL, 0);
     }
     die("redis-server did not start on %s (see %s/redis.log)", r->addr, r->dir);
 }
@@ -140,6 +193,7 @@ void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const
 void th_redis_kill(struct th_redis *r)
 {
     if (r->pid > 0) {
+        server_down(r->pid);
         kill(r->pid, SIGKILL);
         waitpid(r->pid, NULL, 0);
         r->pid = 0;
@@ -149,11 +203,8 @@ void th_redis_kill(struct th_redis *r)
 void th_redis_restart(struct th_redis *r, const char *const *extra)
 {
     for (int tries = 0; tries < 50; tries++) {
-        r->pid = spawn_redis(r, extra);
-        if (wait_ping(r) == 0)
+        if (try_spawn(r, extra) == 0)
             return;
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, NULL, 0);
         usleep(100000);     /* the old socket may linger a moment */
     }
     die("redis-server did not restart on port %d", r->port);
@@ -162,6 +213,7 @@ void th_redis_restart(struct th_redis *r, const char *const *extra)
 void th_redis_stop(struct th_redis *r)
 {
     if (r->pid > 0) {
+        server_down(r->pid);
         kill(r->pid, SIGTERM);
         long long end = th_now_ms() + 1000;
         int st;
@@ -182,6 +234,16 @@ void th_redis_stop(struct th_redis *r)
             fprintf(stderr, "harness: could not remove %s\n", r->dir);
         r->dir[0] = 0;
     }
+}
+
+void th_redis_drop(struct th_redis *r, redisContext **c)
+{
+    if (c && *c) {
+        redisFree(*c);
+        *c = NULL;
+    }
+    th_redis_stop(r);
+    memset(r, 0, sizeof *r);
 }
 
 redisContext *th_redis_connect(const struct th_redis *r)
@@ -263,6 +325,14 @@ char *th_read_file(const char *path)
     return buf;
 }
 
+char *th_read_output(const char *path)
+{
+    char *text = th_read_file(path);
+    if (!text)
+        fail_msg("cannot read %s: %s", path, strerror(errno));
+    return text;
+}
+
 pid_t th_spawn(char *const argv[], char *const env[], const char *out_path)
 {
     pid_t pid = fork();
@@ -293,6 +363,46 @@ pid_t th_spawn(char *const argv[], char *const env[], const char *out_path)
         _exit(127);
     }
     return pid;
+}
+
+char *th_finish(pid_t pid, const char *out, int want, long timeout_ms)
+{
+    int st = th_wait_end(pid, timeout_ms, NULL, NULL);
+    char *text = th_read_output(out);
+    if (st == -1)
+        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, timeout_ms, text);
+    if (!WIFEXITED(st))
+        fail_msg("pid %d died of signal %d; output:\n%s", (int)pid,
+                 WIFSIGNALED(st) ? WTERMSIG(st) : -1, text);
+    if (WEXITSTATUS(st) != want)
+        fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st), want,
+                 text);
+    return text;
+}
+
+int th_wait_end(pid_t pid, long timeout_ms, long long *mono, long long *real)
+{
+    long long end = th_now_ms() + timeout_ms;
+    int st;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) {
+            if (mono)
+                *mono = th_now_ms();
+            if (real)
+                *real = clock_ms(CLOCK_REALTIME);
+            th_forget(pid);
+            return st;
+        }
+        if (th_now_ms() > end) {
+            kill(pid, SIGCONT);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            th_forget(pid);
+            return -1;
+        }
+        usleep(1000);
+    }
 }
 
 int th_wait(pid_t pid, long timeout_ms)
@@ -393,6 +503,101 @@ void th_remove_files(void)
         free(kept[i]);
     }
     nkept = 0;
+}
+
+/* ---- programs under the shim ---------------------------------------------- */
+
+char **th_shim_env(struct th_shim_env *e, const char *cfg, const char *url, const char *log)
+{
+    static char shim[PATH_MAX];
+    if (!shim[0] && !realpath(TH_SHIM, shim))
+        die("%s: %s (make first)", TH_SHIM, strerror(errno));
+    const char *first = getenv("DM_TEST_PRELOAD");
+    int n = 0;
+    snprintf(e->preload, sizeof e->preload, "LD_PRELOAD=%s%s%s", first ? first : "",
+             first && *first ? ":" : "", shim);
+    e->env[n++] = e->preload;
+    if (cfg) {
+        snprintf(e->config, sizeof e->config, "DMUTEX_CONFIG=%s", cfg);
+        e->env[n++] = e->config;
+    }
+    if (url) {
+        snprintf(e->redis, sizeof e->redis, "DMUTEX_REDIS=%s", url);
+        e->env[n++] = e->redis;
+    }
+    if (log) {
+        snprintf(e->log, sizeof e->log, "DMUTEX_LOG=%s", log);
+        e->env[n++] = e->log;
+    }
+    e->env[n] = NULL;
+    return e->env;
+}
+
+/* ---- a test group's fixtures --------------------------------------------- */
+
+static void (*group_on_fatal)(void);
+
+static void emergency_stop(int sig)
+{
+    th_kill_children_now();
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (servers[i] > 0) {
+            kill(servers[i], SIGCONT);      /* a paused server must die too */
+            kill(servers[i], SIGKILL);
+        }
+    if (group_on_fatal)
+        group_on_fatal();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void th_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
+                    void (*on_fatal)(void))
+{
+    static const int fatal[] = { SIGABRT, SIGSEGV, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
+    group_on_fatal = on_fatal;
+    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
+        signal(fatal[i], emergency_stop);
+    alarm(alarm_s);
+    unsetenv("LD_PRELOAD");
+    unsetenv("DMUTEX_CONFIG");
+    unsetenv("DMUTEX_REDIS");
+    unsetenv("DMUTEX_LOG");
+    struct rlimit nocore = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &nocore);
+    if (server) {
+        th_redis_start(server, NULL, NULL);
+        if (conn)
+            *conn = th_redis_connect(server);
+    }
+}
+
+void th_test_cleanup(void)
+{
+    th_kill_children();
+    th_remove_files();
+}
+
+void th_group_stop(struct th_redis *server, redisContext **conn)
+{
+    th_test_cleanup();
+    if (server)
+        th_redis_drop(server, conn);
+    alarm(0);
+}
+
+int th_group_setup(void **state)
+{
+    (void)state;
+    th_group_start(NULL, NULL, TH_GROUP_ALARM_S, NULL);
+    return 0;
+}
+
+int th_group_teardown(void **state)
+{
+    (void)state;
+    th_group_stop(NULL, NULL);
+    return 0;
 }
 
 long long th_wait_for(const char *out, const char *needle, long timeout_ms)

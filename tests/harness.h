@@ -8,6 +8,7 @@
 
 #include <hiredis/hiredis.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define TH_BUILD "build"
 #define TH_SHIM  TH_BUILD "/libdmutex.so"
@@ -17,7 +18,11 @@ struct th_redis {
     int port;
     char dir[128];              /* private working directory */
     char addr[64];              /* bind address, default 127.0.0.1 */
+    char url[96];               /* redis://addr:port, for DMUTEX_REDIS */
 };
+
+/* Every server started here and not yet stopped or killed is remembered,
+ * so that a fatal signal (th_group_start) kills it too. */
 
 /* Starts redis-server on a free port of `bind_addr` (NULL: 127.0.0.1) with
  * extra "--option value" arguments (NULL-terminated list, or NULL) and
@@ -26,6 +31,9 @@ void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const
 
 /* Stops it (SIGTERM, then SIGKILL after a second) and removes its directory. */
 void th_redis_stop(struct th_redis *r);
+/* Frees the connection *c to it (NULL: none) and sets *c to NULL, stops
+ * it, and zeroes *r: ready for the next th_redis_start. */
+void th_redis_drop(struct th_redis *r, redisContext **c);
 
 /* SIGKILLs it, keeping its directory (for restart tests); restart reuses port and dir. */
 void th_redis_kill(struct th_redis *r);
@@ -52,6 +60,64 @@ pid_t th_spawn(char *const argv[], char *const env[], const char *out_path);
 /* Waits for pid at most timeout_ms; returns its wait status, or -1 after
  * SIGKILLing it on timeout. */
 int th_wait(pid_t pid, long timeout_ms);
+
+/* Waits for a child that must end by itself within timeout_ms with exit
+ * status `want`; returns its output (caller frees). Fails the test,
+ * showing the output, on a hang, a signal or another status. */
+char *th_finish(pid_t pid, const char *out, int want, long timeout_ms);
+
+/* Waits for a remembered child to end by itself within timeout_ms and
+ * forgets it; returns its wait status (-1 if it had to be killed: a hang)
+ * and when it was seen gone, on CLOCK_MONOTONIC and CLOCK_REALTIME in ms
+ * (either may be NULL). Polls every millisecond: a death time is at most
+ * that late. */
+int th_wait_end(pid_t pid, long timeout_ms, long long *mono, long long *real);
+
+/* ---- programs under the shim ---------------------------------------------- */
+
+/* The environment entries of a program run under the shim: LD_PRELOAD
+ * (after the libraries of DM_TEST_PRELOAD, e.g. the ASan runtime of make
+ * test-asan), then DMUTEX_CONFIG=cfg, DMUTEX_REDIS=url and DMUTEX_LOG=log,
+ * each left out when NULL. The strings live in *e; env is the
+ * NULL-terminated list to hand to th_child. The shim is TH_SHIM as an
+ * absolute path (a child may chdir); a missing one aborts. */
+struct th_shim_env {
+    char preload[4096 + 64], config[4096 + 32], redis[160], log[48];
+    char *env[5];
+};
+char **th_shim_env(struct th_shim_env *e, const char *cfg, const char *url, const char *log);
+
+/* ---- a test group's fixtures ---------------------------------------------
+ * What every group's setup and teardown repeat. */
+
+/* Group setup: a fatal signal (abort, crash, the alarm of a hung test, an
+ * interrupt, a closed output pipe) kills every remembered child and every
+ * running server, calls `on_fatal` (NULL: nothing more; only
+ * async-signal-safe work, e.g. taking network "machines" down) and dies of
+ * the signal, leaving nothing running behind. Arms alarm(alarm_s) so a hung
+ * test ends the program instead of the CI job. Children get exactly the
+ * environment a test gives them (LD_PRELOAD, DMUTEX_CONFIG, DMUTEX_REDIS
+ * and DMUTEX_LOG removed) and write no core (RLIMIT_CORE 0: the cells that
+ * abort on purpose). When `server` is not NULL, starts it as the group's
+ * redis-server (127.0.0.1, no extra options), and when `conn` is not NULL
+ * connects *conn to it (the test's own connection, for inspection). */
+void th_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
+                    void (*on_fatal)(void));
+
+/* Group teardown: th_test_cleanup, th_redis_drop(server, conn) (NULL, or
+ * not running: nothing) and disarms the alarm. */
+void th_group_stop(struct th_redis *server, redisContext **conn);
+
+/* For groups that need nothing else: th_group_start(NULL,
+ * TH_GROUP_ALARM_S, NULL) and th_group_stop(NULL) as cmocka group
+ * fixtures. */
+#define TH_GROUP_ALARM_S 300
+int th_group_setup(void **state);
+int th_group_teardown(void **state);
+
+/* The part of every test's teardown: kill and reap the remembered
+ * children, remove the remembered files. */
+void th_test_cleanup(void);
 
 /* ---- children and files a test group makes --------------------------------
  * Remembered so that a test's teardown (or a fatal signal) leaves nothing
@@ -98,8 +164,12 @@ long long th_script_calls(redisContext *c);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 long long th_now_ms(void);
+/* An absolute time `ms` from now on `clk` (for timed waits). */
+struct timespec th_deadline_in(clockid_t clk, long ms);
 
 /* Reads a whole file into a malloc'ed NUL-terminated string (NULL if none). */
 char *th_read_file(const char *path);
+/* th_read_file of a child's output, which must exist (fails the test). */
+char *th_read_output(const char *path);
 
 #endif

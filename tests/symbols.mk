@@ -33,13 +33,14 @@ $(SYM_D)/sym_cxx_nopie.o: tests/symdata/sym_cxx.cc | $(SYM_D)
 	$(CXX) -std=c++17 -O1 -g -fno-pie -Wall -Wextra -Werror -c $< -o $@
 
 $(B)/tests/test_symbols: tests/test_symbols.c $(SYM_C) $(SYM_H) $(SYM_D)/sym_cxx.o \
-		$(SYM_LIBS) $(B)/libdmcore.a
-	$(CC) $(TEST_CFLAGS) -Itests/symdata $< $(SYM_C) $(SYM_D)/sym_cxx.o -o $@ $(SYM_LINK)
+		$(SYM_LIBS) $(B)/tests/harness.o $(B)/libdmcore.a
+	$(CC) $(TEST_CFLAGS) -Itests/symdata $< $(SYM_C) $(SYM_D)/sym_cxx.o $(B)/tests/harness.o \
+	    -o $@ $(SYM_LINK)
 
 $(B)/tests/test_symbols_nopie: tests/test_symbols.c $(SYM_C) $(SYM_H) \
-		$(SYM_D)/sym_cxx_nopie.o $(SYM_LIBS) $(B)/libdmcore.a
+		$(SYM_D)/sym_cxx_nopie.o $(SYM_LIBS) $(B)/tests/harness.o $(B)/libdmcore.a
 	$(CC) $(TEST_CFLAGS) -Itests/symdata -fno-pie -no-pie $< $(SYM_C) \
-	    $(SYM_D)/sym_cxx_nopie.o -o $@ $(SYM_LINK)
+	    $(SYM_D)/sym_cxx_nopie.o $(B)/tests/harness.o -o $@ $(SYM_LINK)
 
 # For dmutex scan: the same variables in an ordinary program with debug
 # info, the same without it (symbols kept), and one with .symtab gone too.

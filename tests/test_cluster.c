@@ -47,14 +47,6 @@ static struct dm_config cfg;    /* dm_cluster_init keeps a pointer: tests adjust
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static void emergency_stop(int sig)
-{
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 /* A lease and what the config loader derives from it (renew_ms,
  * lease_margin_ms), as a config file with only lease_ms would give. */
 static void set_lease(long ms)
@@ -69,19 +61,6 @@ static void owner(char *buf, unsigned long seq)
     dm_cluster_owner(buf, seq);
 }
 
-static struct timespec in_ms(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 static struct dm_cluster_lock *lock_named(const char *name)
 {
     struct dm_cluster_lock *l = dm_cluster_lock_get(name);
@@ -91,7 +70,7 @@ static struct dm_cluster_lock *lock_named(const char *name)
 
 static uint64_t grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g)
 {
-    struct timespec dl = in_ms(5000);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 5000);
     int r = dm_cluster_acquire(l, who, &dl, 0, g);
     if (r != 0)
         fail_msg("acquire of %s by %s = %d (%s), expected 0", l->name, who, r, strerror(r));
@@ -183,14 +162,7 @@ static char *end_capture(int saved, char *path)
 static int group_setup(void **state)
 {
     (void)state;
-    /* A harness abort, a hang (SIGALRM), an interrupted run, or a closed
-     * output pipe: leave nothing running behind. */
-    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-        signal(fatal[i], emergency_stop);
-    alarm(SUITE_ALARM_S);
-    th_redis_start(&rs, NULL, NULL);
-    rc = th_redis_connect(&rs);
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     dm_config_defaults(&cfg);
     cfg.redis.host = rs.addr;
     cfg.redis.port = rs.port;
@@ -202,10 +174,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    if (rc)
-        redisFree(rc);
-    th_redis_stop(&rs);
-    alarm(0);
+    th_group_stop(&rs, &rc);
     return 0;
 }
 
@@ -314,7 +283,7 @@ struct waiter {
 static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
-    struct timespec dl = in_ms(LONG_LEASE_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, LONG_LEASE_MS);
     w->rc = dm_cluster_acquire(w->l, w->owner, &dl, 0, &w->g);
     w->done_ms = th_now_ms();
     return NULL;
@@ -500,7 +469,7 @@ static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
     uint64_t t = grant(l, a, &g);
     const long wait = 700;
     long long t0 = th_now_ms();
-    struct timespec dl = in_ms(wait);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, wait);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &g2), ETIMEDOUT);
     long long took = th_now_ms() - t0;
     if (took < wait || took > wait + SLACK_MS)
@@ -525,7 +494,7 @@ static void test_lock_delay_holds_off_a_grant_after_an_expiry(void **state)
     long long t0 = th_now_ms();
     assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), EBUSY);
     /* ...and nobody gets the lock until it has passed. */
-    struct timespec dl = in_ms(delay + SLACK_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, delay + SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &g), 0);
     long long took = th_now_ms() - t0;
     if (took < delay - 50 || took > delay + SLACK_MS)
@@ -562,7 +531,7 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
     struct dm_grant g;
     int saved;
     char *path = capture_stderr(&saved);
-    struct timespec dl = in_ms(5000);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 5000);
     int r = dm_cluster_acquire(l, a, &dl, 0, &g);
     char *log = end_capture(saved, path);
     assert_int_equal(r, EAGAIN);
@@ -681,7 +650,7 @@ static void test_deadline_gives_etimedout_when_redis_is_unreachable(void **state
     struct dm_grant g;
     const long wait = 800;
     long long t0 = th_now_ms();
-    struct timespec dl = in_ms(wait);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, wait);
     int saved;
     char *path = capture_stderr(&saved);
     int r = dm_cluster_acquire(l, a, &dl, 0, &g);

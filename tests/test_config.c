@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "harness.h"
 
 static struct dm_config cfg;
 static char err[DM_ERR_MAX];
@@ -1469,5 +1470,5 @@ int main(void)
         T(test_url_unix_path_longer_than_sun_path_is_refused),
 #undef T
     };
-    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("config", tests, th_group_setup, th_group_teardown);
 }

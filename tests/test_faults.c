@@ -81,17 +81,11 @@ static void measured(const char *fmt, ...)
     fflush(stdout);
 }
 
-static void emergency_stop(int sig)
+/* A fatal signal: the harness kills children and servers; the network
+ * "machines" go too. */
+static void net_down_now(void)
 {
-    th_kill_children_now();
-    if (rs.pid > 0) {
-        kill(rs.pid, SIGCONT);
-        kill(rs.pid, SIGKILL);
-    }
-    th_checker_kill_now(&chk);
     th_net_down(&net);
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 /* A config: `settings` (top-level lines) and fault_lock mapped as `name`. */
@@ -121,7 +115,7 @@ static pid_t worker(const struct run *r, ...)
 {
     char *argv[64];
     int n = 0;
-    static char url[96], preload[PATH_MAX + 16], conf[PATH_MAX + 16];
+    static struct th_shim_env e;
     if (r->netns) {
         argv[n++] = net.ip_cmd;
         argv[n++] = "netns";
@@ -129,21 +123,9 @@ static pid_t worker(const struct run *r, ...)
         argv[n++] = (char *)r->netns;
     }
     argv[n++] = "/usr/bin/env";
-    if (r->cfg) {
-        /* DM_TEST_PRELOAD: libraries that must come before the shim, such
-         * as the ASan runtime of an instrumented shim (tests/asan-run.sh). */
-        const char *first = getenv("DM_TEST_PRELOAD");
-        snprintf(preload, sizeof preload, "LD_PRELOAD=%s%s%s", first ? first : "",
-                 first && *first ? ":" : "", shim_path);
-        snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", r->cfg);
-        if (r->url)
-            snprintf(url, sizeof url, "DMUTEX_REDIS=%s", r->url);
-        else
-            snprintf(url, sizeof url, "DMUTEX_REDIS=redis://%s:%d", rs.addr, rs.port);
-        argv[n++] = preload;
-        argv[n++] = conf;
-        argv[n++] = url;
-    }
+    if (r->cfg)
+        for (char **env = th_shim_env(&e, r->cfg, r->url ? r->url : rs.url, NULL); *env; env++)
+            argv[n++] = *env;
     argv[n++] = worker_path;
     va_list ap;
     va_start(ap, r);
@@ -160,59 +142,10 @@ static pid_t worker(const struct run *r, ...)
     return pid;
 }
 
-static long long real_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-/* Waits for pid to end by itself within timeout_ms; returns its status
- * (-1 if it had to be killed) and when it was seen gone (either clock may
- * be NULL). Polls every millisecond: a death time is at most that late. */
-static int wait_end(pid_t pid, long timeout_ms, long long *mono, long long *real)
-{
-    long long end = th_now_ms() + timeout_ms;
-    int st;
-    for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid) {
-            if (mono)
-                *mono = th_now_ms();
-            if (real)
-                *real = real_ms();
-            th_forget(pid);
-            return st;
-        }
-        if (th_now_ms() > end) {
-            kill(pid, SIGCONT);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            th_forget(pid);
-            return -1;
-        }
-        usleep(1000);
-    }
-}
-
-static char *slurp(const char *out)
-{
-    char *t = th_read_file(out);
-    assert_non_null(t);
-    return t;
-}
-
 /* Waits for a child that must exit 0 by itself; returns its output. */
 static char *finish(pid_t pid, const char *out)
 {
-    int st = wait_end(pid, RUN_MS, NULL, NULL);
-    char *text = slurp(out);
-    if (st == -1)
-        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, RUN_MS, text);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("pid %d ended with status 0x%x (signal %d); output:\n%s", (int)pid, st,
-                 WIFSIGNALED(st) ? WTERMSIG(st) : 0, text);
-    return text;
+    return th_finish(pid, out, 0, RUN_MS);
 }
 
 static void assert_lacks(const char *text, const char *needle)
@@ -342,20 +275,8 @@ static long long info_num(redisContext *c, const char *section, const char *fiel
 static int group_setup(void **state)
 {
     (void)state;
-    signal(SIGABRT, emergency_stop);
-    signal(SIGSEGV, emergency_stop);
-    signal(SIGALRM, emergency_stop);
-    signal(SIGTERM, emergency_stop);
-    signal(SIGINT, emergency_stop);
-    alarm(SUITE_ALARM_S);
-    /* Children get exactly the environment a test gives them, and an
-     * aborting child (on_lease_lost = "abort") writes no core. */
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
-    struct rlimit nocore = { 0, 0 };
-    setrlimit(RLIMIT_CORE, &nocore);
+    /* The lock server is the test's (lock_server), not the group's. */
+    th_group_start(NULL, NULL, SUITE_ALARM_S, net_down_now);
     if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
         fprintf(stderr, "test_faults: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
         return -1;
@@ -370,10 +291,9 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_group_stop(NULL, NULL);
     th_checker_stop(&chk);
     th_net_down(&net);
-    alarm(0);
     return 0;
 }
 
@@ -387,16 +307,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_test_cleanup();
     if (rs.pid > 0)
-        kill(rs.pid, SIGCONT);
-    if (rc) {
-        redisFree(rc);
-        rc = NULL;
-    }
-    th_redis_stop(&rs);
-    memset(&rs, 0, sizeof rs);
-    th_remove_files();
+        kill(rs.pid, SIGCONT);      /* a paused server stops as any other */
+    th_redis_drop(&rs, &rc);
     th_net_reconnect(&net);
     return 0;
 }
@@ -415,7 +329,7 @@ static void test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
     th_wait_for(out, "inside ", RUN_MS);
-    char owner[128], *text = slurp(out);
+    char owner[128], *text = th_read_output(out);
     long long token = inside_field(text, 0);
     free(text);
     holder_of("l_del", owner, sizeof owner);
@@ -454,8 +368,8 @@ static void test_deleted_hold_aborts_the_holder(void **s)
     holder_of("l_delabort", owner, sizeof owner);
     long long t0 = th_now_ms(), died;
     freeReplyObject(th_cmd(rc, "DEL dmutex:{l_delabort}"));
-    int st = wait_end(h, LEASE_MS + SLACK_MS, &died, NULL);
-    char *text = slurp(out);
+    int st = th_wait_end(h, LEASE_MS + SLACK_MS, &died, NULL);
+    char *text = th_read_output(out);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the holder did not abort (status 0x%x); output:\n%s", st, text);
     measured("DEL of a hold, on_lease_lost=abort: holder dead %lld ms after the DEL", died - t0);
@@ -518,10 +432,10 @@ static void test_abort_ends_the_holder_before_the_server_lease_expires(void **s)
     th_wait_for(out, "inside ", RUN_MS);
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", 3 * LEASE_MS));
     long long died_real, died_mono, t0 = th_now_ms();
-    int st = wait_end(h, 3 * LEASE_MS, &died_mono, &died_real);
+    int st = th_wait_end(h, 3 * LEASE_MS, &died_mono, &died_real);
     long long exp = pexpiretime("dmutex:{l_pause}");
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
-    char *text = slurp(out);
+    char *text = th_read_output(out);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the holder did not abort (status 0x%x); output:\n%s", st, text);
     if (exp < 0)
@@ -591,7 +505,7 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
     sleep(2);
     for (int i = 0; i < NW; i++) {
         assert_int_equal(waitpid(w[i], NULL, WNOHANG), 0);
-        text = slurp(wout[i]);
+        text = th_read_output(wout[i]);
         assert_lacks(text, "inside");
         th_assert_has(text, "waiting for redis");
         th_assert_has(text, addr);
@@ -649,7 +563,7 @@ static void test_stuck_server_trylock_timed_and_error_answer_in_bounded_time(voi
     long long left = 2500 - (th_now_ms() - stopped);
     if (left > 0)
         usleep((useconds_t)left * 1000);
-    text = slurp(wout);
+    text = th_read_output(wout);
     assert_lacks(text, "inside");
     free(text);
     long long back = th_now_ms();
@@ -721,13 +635,13 @@ static void test_unlock_whose_release_reply_was_lost_returns_0(void **s)
     char *pargv[] = { FSERVER, "drop-release", portfile, rs.addr, port, NULL };
     th_child(pargv, NULL, pout);     /* killed in teardown */
     th_wait_for(portfile, "\n", RUN_MS);
-    char *pt = slurp(portfile), url[64];
+    char *pt = th_read_output(portfile), url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", atoi(pt));
     free(pt);
     char *cfg = config(WARN_2S, "u_idem"), *out = th_out_file();
     struct run r = { .cfg = cfg, .out = out, .url = url };
     char *text = finish(worker(&r, "once", "lock", "-u", "0", NULL), out);
-    char *ptext = slurp(pout);
+    char *ptext = th_read_output(pout);
     th_assert_has(ptext, "dropped release reply");
     free(ptext);
     th_assert_has(text, "unlocked 0");
@@ -756,7 +670,7 @@ static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
     wait_waiters("d_delay", 1);
     kill(h, SIGKILL);
-    wait_end(h, RUN_MS, NULL, NULL);
+    th_wait_end(h, RUN_MS, NULL, NULL);
     th_checker_forget(&chk, h);
     usleep(100000);             /* a renewal in flight lands */
     long long exp = pexpiretime("dmutex:{d_delay}");
@@ -784,7 +698,7 @@ static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
     struct run r = { .cfg = cfg, .out = out };
     pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
     th_wait_for(out, "inside ", RUN_MS);
-    char *text = slurp(out), owner[128];
+    char *text = th_read_output(out), owner[128];
     long long token = inside_field(text, 0);
     free(text);
     assert_true(token > 0);
@@ -814,17 +728,6 @@ static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
 
 /* ==== 6. bad input =========================================================== */
 
-/* Waits for a child that must exit with `want`; returns its output. */
-static char *finish_status(pid_t pid, const char *out, int want)
-{
-    int st = wait_end(pid, RUN_MS, NULL, NULL);
-    char *text = slurp(out);
-    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != want)
-        fail_msg("pid %d ended with status 0x%x, exit %d expected; output:\n%s", (int)pid, st,
-                 want, text);
-    return text;
-}
-
 static int main_ran(const char *text)
 {
     return strncmp(text, "main\n", 5) == 0 || strstr(text, "\nmain\n") != NULL;
@@ -836,7 +739,7 @@ static void test_symbol_smaller_than_a_mutex_exits_78_naming_it(void **s)
     lock_server(NULL, NULL);
     char *cfg = config_raw("mutexes = ( { symbol = \"tiny_obj\"; } );\n"), *out = th_out_file();
     struct run r = { .cfg = cfg, .out = out };
-    char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
+    char *text = th_finish(worker(&r, "idle", NULL), out, EX_CONFIG, RUN_MS);
     th_assert_has(text, "tiny_obj");
     th_assert_has(text, ":1:");
     if (main_ran(text))
@@ -861,7 +764,7 @@ static void test_one_mutex_under_two_names_exits_78(void **s)
         snprintf(text0, sizeof text0, "mutexes = (\n%s\n);\n", cases[i][0]);
         char *cfg = config_raw(text0), *out = th_out_file();
         struct run r = { .cfg = cfg, .out = out };
-        char *text = finish_status(worker(&r, "idle", NULL), out, EX_CONFIG);
+        char *text = th_finish(worker(&r, "idle", NULL), out, EX_CONFIG, RUN_MS);
         th_assert_has(text, cases[i][1]);
         th_assert_has(text, "another name");
         th_assert_has(text, ":3:");
@@ -906,7 +809,7 @@ static pid_t never_grants(const char *settings, const char *name, const char *ur
     free(text);
     th_wait_for(bout, cause, RUN_MS);
     usleep(500000);
-    text = slurp(bout);
+    text = th_read_output(bout);
     assert_lacks(text, "inside");
     assert_int_equal(waitpid(b, NULL, WNOHANG), 0);
     free(text);
@@ -1012,7 +915,7 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
     pid_t n = worker(&nr, "once", "try", "-g", go2, NULL);
     th_wait_for(nout, "try ", RUN_MS);
     usleep(100000);
-    text = slurp(nout);
+    text = th_read_output(nout);
     int granted = strstr(text, "try 0") != NULL;
     if (granted) {
         char owner[128];
@@ -1026,10 +929,10 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
     free(finish(n, nout));
 
     usleep((useconds_t)LEASE_MS * 1000);     /* a lease's worth of renewals under OOM */
-    text = slurp(hout);
+    text = th_read_output(hout);
     int lost = strstr(text, "lost the lease") != NULL;
     free(text);
-    text = slurp(fout);
+    text = th_read_output(fout);
     assert_lacks(text, "inside");
     free(text);
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
@@ -1127,7 +1030,7 @@ static void test_server_closing_mid_reply_never_grants(void **s)
         char *argv[] = { FSERVER, (char *)modes[i], portfile, NULL };
         th_child(argv, NULL, fout);  /* killed in teardown */
         th_wait_for(portfile, "\n", RUN_MS);
-        char *pt = slurp(portfile), url[64], name[32];
+        char *pt = th_read_output(portfile), url[64], name[32];
         snprintf(url, sizeof url, "redis://127.0.0.1:%d", atoi(pt));
         free(pt);
         snprintf(name, sizeof name, "b_%s", modes[i]);
@@ -1136,8 +1039,8 @@ static void test_server_closing_mid_reply_never_grants(void **s)
                                "command_timeout_ms = 500; };", name, url,
                                "Server closed the connection", &bout);
         kill(b, SIGKILL);
-        wait_end(b, RUN_MS, NULL, NULL);
-        char *ft = slurp(fout);
+        th_wait_end(b, RUN_MS, NULL, NULL);
+        char *ft = th_read_output(fout);
         th_assert_has(ft, "half-reply");
         free(ft);
     }
@@ -1190,7 +1093,7 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
         usleep(100000 * (useconds_t)round);     /* kill at different points of a renewal period */
         long long killed = th_now_ms();
         kill(h, SIGKILL);
-        wait_end(h, RUN_MS, NULL, NULL);
+        th_wait_end(h, RUN_MS, NULL, NULL);
         th_checker_forget(&chk, h);
         usleep(50000);                          /* a renewal in flight lands */
         long long exp = pexpiretime("dmutex:{s_kill}");
@@ -1266,8 +1169,8 @@ static void test_stopped_holder_in_abort_mode_dies_when_resumed(void **s)
     free(finish(w, wout));
     long long resumed = th_now_ms(), died;
     kill(h, SIGCONT);
-    int st = wait_end(h, SLACK_MS, &died, NULL);
-    char *text = slurp(hout);
+    int st = th_wait_end(h, SLACK_MS, &died, NULL);
+    char *text = th_read_output(hout);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the resumed holder did not abort (status 0x%x):\n%s", st, text);
     th_assert_has(text, "lost the lease of lock s_stopab");
@@ -1365,7 +1268,7 @@ static void restart_scenario(const char *fsync)
     char given_up[512] = "";
     int abandoned = 0;
     for (int k = 0; k < NP; k++) {
-        char *lt = slurp(out[k]), *rf = strstr(lt, "release failed");
+        char *lt = th_read_output(out[k]), *rf = strstr(lt, "release failed");
         abandoned += count_of(lt, "release failed");
         if (rf && !given_up[0])
             snprintf(given_up, sizeof given_up, "%.*s", (int)strcspn(rf, "\n"), rf);
@@ -1492,7 +1395,7 @@ static void test_client_pause_longer_than_a_command_timeout_is_ridden_out(void *
     }
     int lost, abandoned = 0;
     for (int i = 0; i < NP; i++) {
-        char *text = slurp(out[i]);
+        char *text = th_read_output(out[i]);
         abandoned += count_of(text, "release failed");
         free(text);
     }
@@ -1524,10 +1427,10 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
     usleep(200000);
     long long cut = th_now_ms(), died_mono, died_real;
     assert_int_equal(th_sh("ip link set %s down", net.veth[0]), 0);
-    int st = wait_end(h, 3000 + SLACK_MS, &died_mono, &died_real);
+    int st = th_wait_end(h, 3000 + SLACK_MS, &died_mono, &died_real);
     long long exp = pexpiretime("dmutex:{n_cut}");
     th_checker_forget(&chk, h);
-    char *text = slurp(hout);
+    char *text = th_read_output(hout);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the cut-off holder did not abort (status 0x%x):\n%s", st, text);
     th_assert_has(text, "lost the lease of lock n_cut");
@@ -1660,8 +1563,8 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
     long long total = 0, least = -1;
     int lost = 0;
     for (int i = 0; i < STRESS_PROCS; i++) {
-        int st = wait_end(p[i], ms + RUN_MS, NULL, NULL);
-        char *text = slurp(out[i]);
+        int st = th_wait_end(p[i], ms + RUN_MS, NULL, NULL);
+        char *text = th_read_output(out[i]);
         if (st != 0)
             fail_msg("stress worker %d ended with status 0x%x:\n%s", i, st, text);
         th_assert_has(text, " 0 0\n");         /* no lock or unlock error */

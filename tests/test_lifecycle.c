@@ -86,13 +86,8 @@ static char *config(const char *extra, long lease_ms)
  * `out`, reporting to the checker under the test's prefix. */
 static pid_t life(const char *cfg, const char *out, ...)
 {
-    static char preload[PATH_MAX + 32], conf[PATH_MAX + 32], url[96];
-    const char *first = getenv("DM_TEST_PRELOAD");
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s%s%s", first ? first : "",
-             first && *first ? ":" : "", shim_path);
-    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
-    snprintf(url, sizeof url, "DMUTEX_REDIS=redis://%s:%d", rs.addr, rs.port);
-    char *env[] = { preload, conf, url, NULL };
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfg, rs.url, NULL);
     char *argv[40];
     int n = 0;
     argv[n++] = life_path;
@@ -110,44 +105,12 @@ static pid_t life(const char *cfg, const char *out, ...)
     return th_child(argv, env, out);
 }
 
-/* Waits for pid to end by itself within timeout_ms; returns its status
- * (-1 if it had to be killed: a hang) and when it was seen gone. */
-static int wait_end(pid_t pid, long timeout_ms, long long *gone)
-{
-    long long end = th_now_ms() + timeout_ms;
-    int st;
-    for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid) {
-            if (gone)
-                *gone = th_now_ms();
-            th_forget(pid);
-            return st;
-        }
-        if (th_now_ms() > end) {
-            kill(pid, SIGCONT);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            th_forget(pid);
-            return -1;
-        }
-        usleep(1000);
-    }
-}
-
-static char *slurp(const char *out)
-{
-    char *t = th_read_file(out);
-    assert_non_null(t);
-    return t;
-}
-
 /* A must end by itself with exit status `code` (or by signal `sig`). */
 static long long expect_end(pid_t pid, const char *out, const char *what, int code, int sig)
 {
     long long gone = 0;
-    int st = wait_end(pid, RUN_MS, &gone);
-    char *text = slurp(out);
+    int st = th_wait_end(pid, RUN_MS, &gone, NULL);
+    char *text = th_read_output(out);
     if (st == -1)
         fail_msg("hang: %s: pid %d still running %ld ms later; output:\n%s", what, (int)pid,
                  RUN_MS, text);
@@ -165,7 +128,7 @@ static long long expect_end(pid_t pid, const char *out, const char *what, int co
 static long long wait_num(const char *out, const char *needle, long timeout_ms)
 {
     th_wait_for(out, needle, timeout_ms);
-    char *text = slurp(out);
+    char *text = th_read_output(out);
     long long v = th_field_after(text, needle);
     free(text);
     return v;
@@ -178,7 +141,7 @@ static long long expect_line(const char *out, const char *needle, long timeout_m
 {
     long long end = th_now_ms() + timeout_ms;
     for (;;) {
-        char *t = slurp(out);
+        char *t = th_read_output(out);
         if (strstr(t, needle)) {
             free(t);
             return th_now_ms();
@@ -474,7 +437,7 @@ static void cancel_while_waiting(const char *state)
     th_touch(goa);
     th_wait_for(aout, "event cancel", RUN_MS);
     usleep(SETTLE_MS * 1000);
-    char *text = slurp(aout);
+    char *text = th_read_output(aout);
     if (strstr(text, "lock returned 0"))
         fail_msg("overlap: the lock call returned while B held the lock, after a cancel:\n%s",
                  text);
@@ -496,14 +459,14 @@ static void cancel_while_waiting(const char *state)
     };
     long long end = th_now_ms() + LEASE_MS + SLACK_MS;
     for (;;) {
-        text = slurp(aout);
+        text = th_read_output(aout);
         int done = strstr(text, "reunlocked ") != NULL;
         free(text);
         if (done || th_now_ms() > end)
             break;
         usleep(POLL_US);
     }
-    text = slurp(aout);
+    text = th_read_output(aout);
     char why[1024] = "";
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
         if (!strstr(text, steps[i].line))
@@ -545,7 +508,7 @@ static void test_cancel_in_cond_wait_runs_the_cleanup_with_the_lock_held_cluster
     th_touch(goa);
     th_wait_for(aout, "event cancel", RUN_MS);
     usleep(SETTLE_MS * 1000);
-    char *text = slurp(aout);
+    char *text = th_read_output(aout);
     if (strstr(text, "cleanup inside"))
         fail_msg("overlap: the cancelled cond_wait's cleanup handler ran while B held lock %s "
                  "(%lld overlaps):\n%s", name, th_checker_get(&chk, 0, "overlaps"), text);
@@ -601,7 +564,7 @@ static void ended_holding(const char *event)
     th_touch(goa);
     th_wait_for(aout, "joined", RUN_MS);
     long long gone = expect_end(a, aout, "A after T ended holding", 0, 0);
-    char *text = slurp(aout);
+    char *text = th_read_output(aout);
     th_assert_has(text, strcmp(event, "cancel") == 0 ? "cleanup keeps the mutex locked"
                                                       : "pthread_exit inside");
     free(text);
@@ -645,7 +608,7 @@ static void test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps
     wait_waiters(name, 1);
     th_touch(goa);
     th_wait_for(aout, "child status ", RUN_MS);
-    char *text = slurp(aout);
+    char *text = th_read_output(aout);
     th_assert_has(text, "child timedlock ETIMEDOUT");
     th_assert_has(text, "child status 0");
     free(text);
@@ -655,7 +618,7 @@ static void test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps
         fail_msg("after the fork child ended, lock %s is no longer held by the parent (%s)",
                  name, owner);
     freeReplyObject(r);
-    text = slurp(bout);
+    text = th_read_output(bout);
     if (strstr(text, "inside "))
         fail_msg("overlap: B entered while the parent held lock %s:\n%s", name, text);
     free(text);
@@ -705,7 +668,7 @@ static void test_dlclose_then_dlopen_again_maps_the_plugin_mutex_again(void **s)
     char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file(), *go2 = th_go_file();
     pid_t a = life(cfg, aout, "dlagain", "-p", plugin_path, "-g", goa, "-G", go2, NULL);
     th_wait_for(aout, "reloaded", RUN_MS);
-    char *text = slurp(aout);
+    char *text = th_read_output(aout);
     th_assert_has(text, "unloaded 0 gone");
     free(text);
     assert_int_equal(owners(pname), 0);
@@ -765,16 +728,13 @@ static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(vo
     char script[PATH_MAX * 3];
     snprintf(script, sizeof script, "echo $$ > %s/cgroup.procs && exec %s once -g %s",
              cgroup_dir, life_path, go);
-    static char preload[PATH_MAX + 32], conf[PATH_MAX + 32], url[96];
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
-    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
-    snprintf(url, sizeof url, "DMUTEX_REDIS=redis://%s:%d", rs.addr, rs.port);
-    char *env[] = { preload, conf, url, NULL };
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfg, rs.url, NULL);
     char *argv[] = { "/bin/sh", "-c", script, NULL };
     pid_t a = th_child(argv, env, out);
     th_wait_for(out, "lock ", RUN_MS);
     long long held = owners(name);
-    char *text = slurp(out);
+    char *text = th_read_output(out);
     th_touch(go);
     expect_end(a, out, "lifeprog once", 0, 0);
     cgroup_remove();
@@ -791,33 +751,19 @@ static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(vo
 
 /* ---- fixtures ------------------------------------------------------------------ */
 
-static void emergency_stop(int sig)
+/* A fatal signal: the harness kills children and servers; the test's
+ * cgroup goes too. */
+static void cgroup_remove_now(void)
 {
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    th_checker_kill_now(&chk);
     if (cgroup_dir[0])
         rmdir(cgroup_dir);
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 static int group_setup(void **state)
 {
     (void)state;
-    signal(SIGABRT, emergency_stop);
-    signal(SIGSEGV, emergency_stop);
-    signal(SIGALRM, emergency_stop);
-    signal(SIGTERM, emergency_stop);
-    signal(SIGINT, emergency_stop);
-    alarm(SUITE_ALARM_S);
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
-    struct rlimit nocore = { 0, 0 };        /* the abort cells write no core */
-    setrlimit(RLIMIT_CORE, &nocore);
+    /* The lock server is each test's (setup), not the group's. */
+    th_group_start(NULL, NULL, SUITE_ALARM_S, cgroup_remove_now);
     if (!realpath(TH_SHIM, shim_path) || !realpath(LIFE, life_path) ||
         !realpath(PLUGIN, plugin_path)) {
         fprintf(stderr, "test_lifecycle: %s, %s or %s missing (make test-build first)\n",
@@ -831,9 +777,8 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_group_stop(NULL, NULL);
     th_checker_stop(&chk);
-    alarm(0);
     return 0;
 }
 
@@ -851,14 +796,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_test_cleanup();
     cgroup_remove();
-    if (rc)
-        redisFree(rc);
-    rc = NULL;
-    th_redis_stop(&rs);
-    memset(&rs, 0, sizeof rs);
-    th_remove_files();
+    th_redis_drop(&rs, &rc);
     return 0;
 }
 

@@ -62,15 +62,6 @@ static redisContext *rc;
 static char shim_path[PATH_MAX];
 static char port_text[16];
 
-static void emergency_stop(int sig)
-{
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 /* A config with `lease` and the entries of `mutexes = ( ... )`. */
 static char *config(long lease, const char *mutexes)
 {
@@ -82,18 +73,8 @@ static char *config(long lease, const char *mutexes)
  * = `log` when not NULL). Static storage: valid until the next call. */
 static char **shim_env_log(const char *cfg, const char *log)
 {
-    static char preload[PATH_MAX + 16], conf[PATH_MAX + 16], redis[64], lvl[32];
-    static char *env[5];
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
-    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
-    snprintf(redis, sizeof redis, "DMUTEX_REDIS=redis://127.0.0.1:%d", rs.port);
-    snprintf(lvl, sizeof lvl, "DMUTEX_LOG=%s", log ? log : "");
-    env[0] = preload;
-    env[1] = conf;
-    env[2] = redis;
-    env[3] = log ? lvl : NULL;
-    env[4] = NULL;
-    return env;
+    static struct th_shim_env e;
+    return th_shim_env(&e, cfg, rs.url, log);
 }
 
 static char **shim_env(const char *cfg)
@@ -126,19 +107,7 @@ static pid_t run(char **env, const char *out, ...)
  * its output. */
 static char *finish(pid_t pid, const char *out, int want_status)
 {
-    int st = th_wait(pid, RUN_MS);
-    th_forget(pid);
-    char *text = th_read_file(out);
-    assert_non_null(text);
-    if (st == -1)
-        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, RUN_MS, text);
-    if (!WIFEXITED(st))
-        fail_msg("pid %d died of signal %d; output:\n%s", (int)pid,
-                 WIFSIGNALED(st) ? WTERMSIG(st) : -1, text);
-    if (WEXITSTATUS(st) != want_status)
-        fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st),
-                 want_status, text);
-    return text;
+    return th_finish(pid, out, want_status, RUN_MS);
 }
 
 static void finish_ok(pid_t pid, const char *out)
@@ -271,19 +240,11 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 static int group_setup(void **state)
 {
     (void)state;
-    signal(SIGABRT, emergency_stop);
-    signal(SIGALRM, emergency_stop);
-    alarm(SUITE_ALARM_S);
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
     if (!realpath(TH_SHIM, shim_path)) {
         fprintf(stderr, "test_posix: %s: %s (make first)\n", TH_SHIM, strerror(errno));
         return -1;
     }
-    th_redis_start(&rs, NULL, NULL);
-    rc = th_redis_connect(&rs);
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
 }
@@ -291,19 +252,14 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
-    if (rc)
-        redisFree(rc);
-    th_redis_stop(&rs);
-    alarm(0);
+    th_group_stop(&rs, &rc);
     return 0;
 }
 
 static int cleanup(void **state)
 {
     (void)state;
-    th_kill_children();
-    th_remove_files();
+    th_test_cleanup();
     return 0;
 }
 

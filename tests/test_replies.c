@@ -65,29 +65,6 @@ static int proxy_port;
 static struct th_checker chk;
 static char shim_path[PATH_MAX], worker_path[PATH_MAX];
 
-static void emergency_stop(int sig)
-{
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    th_checker_kill_now(&chk);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static struct timespec in_ms(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* The shim talks to the real server from now on (a fresh pool). */
 static void direct(void)
 {
@@ -133,7 +110,7 @@ static void assert_free_and_clean(struct dm_cluster_lock *l)
     char b[DM_OWNER_MAX];
     dm_cluster_owner(b, 900);
     struct dm_grant g;
-    struct timespec dl = in_ms(SLACK_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, DM_ACQ_TRY, &g), 0);
     assert_int_equal(g.owner_dead, 0);
     assert_int_equal(dm_cluster_release(l, b, g.token), 0);
@@ -151,20 +128,12 @@ static void held_elsewhere(struct dm_cluster_lock *l, long ms)
 static int group_setup(void **state)
 {
     (void)state;
-    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-        signal(fatal[i], emergency_stop);
-    alarm(SUITE_ALARM_S);
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
     if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
         fprintf(stderr, "test_replies: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
         return -1;
     }
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_checker_start(&chk);
-    th_redis_start(&rs, NULL, NULL);
-    rc = th_redis_connect(&rs);
     dm_config_defaults(&cfg);
     cfg.redis.host = rs.addr;
     cfg.redis.port = rs.port;
@@ -179,12 +148,8 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
-    th_remove_files();
-    redisFree(rc);
-    th_redis_stop(&rs);
+    th_group_stop(&rs, &rc);
     th_checker_stop(&chk);
-    alarm(0);
     return 0;
 }
 
@@ -202,8 +167,7 @@ static int teardown(void **state)
 {
     (void)state;
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
-    th_kill_children();
-    th_remove_files();
+    th_test_cleanup();
     direct();
     return 0;
 }
@@ -221,7 +185,7 @@ static void test_error_reply_never_locks_locally_next_to_the_holder(void **state
     char a[DM_OWNER_MAX];
     dm_cluster_owner(a, 1);
     struct dm_grant g;
-    struct timespec dl = in_ms(800);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 800);
     long long t0 = th_now_ms();
     int r = dm_cluster_acquire(l, a, &dl, 0, &g);
     print_message("measured: error reply, on_redis_down = \"local\", timed lock (800 ms) "
@@ -284,16 +248,16 @@ static void test_retried_release_after_the_next_grant_is_not_a_lost_hold(void **
     dm_cluster_owner(a, 1);
     dm_cluster_owner(b, 2);
     struct dm_grant g, gb;
-    struct timespec dl = in_ms(SLACK_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), 0);
     assert_int_equal(release_by_hand(l, a, g.token), 1);   /* ran; reply lost */
-    dl = in_ms(SLACK_MS);
+    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);     /* the next owner */
     assert_int_equal(dm_cluster_release(l, a, g.token), 0);         /* the retry */
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, b), 1);   /* b's hold intact */
     assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
     /* ...and after a third grant, and its release, still. */
-    dl = in_ms(SLACK_MS);
+    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);
     assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
     assert_int_equal(dm_cluster_release(l, a, g.token), 0);
@@ -307,10 +271,10 @@ static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(vo
     dm_cluster_owner(a, 1);
     dm_cluster_owner(b, 2);
     struct dm_grant g, gb;
-    struct timespec dl = in_ms(SLACK_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), 0);
     freeReplyObject(th_cmd(rc, "DEL %s", l->key));     /* its lease ran out */
-    dl = in_ms(SLACK_MS);
+    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);
     assert_int_equal(gb.owner_dead, 1);
     assert_int_equal(dm_cluster_release(l, a, g.token), EPERM);
@@ -332,10 +296,10 @@ static void test_late_copy_of_an_old_release_leaves_a_newer_hold_alone(void **st
     char a[DM_OWNER_MAX];
     dm_cluster_owner(a, 1);
     struct dm_grant g1, g2;
-    struct timespec dl = in_ms(SLACK_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g1), 0);
     assert_int_equal(dm_cluster_release(l, a, g1.token), 0);
-    dl = in_ms(SLACK_MS);
+    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g2), 0);
     assert_int_equal(release_by_hand(l, a, g1.token), 1);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, a), 1);
@@ -351,7 +315,7 @@ static void pause_then(struct dm_cluster_lock *l, int flags, long deadline_ms, i
     struct dm_grant g;
     long long t0 = th_now_ms();
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", PAUSE_MS));
-    struct timespec dl = in_ms(deadline_ms);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, deadline_ms);
     int r = dm_cluster_acquire(l, a, &dl, flags, &g);
     long long took = th_now_ms() - t0;
     assert_int_equal(r, expect);
@@ -444,7 +408,7 @@ static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void 
     char a[DM_OWNER_MAX];
     dm_cluster_owner(a, 1);
     struct dm_grant g;
-    struct timespec dl = in_ms(SLACK_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), EAGAIN);
     char *text = th_read_file(out);
     th_assert_has(text, "reply: dropped");
@@ -472,7 +436,7 @@ static void *run(void *arg)
     dm_cluster_owner(who, r->seq);
     for (int i = 0; i < ROUNDS; i++) {
         struct dm_grant g;
-        struct timespec dl = in_ms(r->wait_ms);
+        struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, r->wait_ms);
         int rc2 = dm_cluster_acquire(r->l, who, &dl, 0, &g);
         if (rc2 == ETIMEDOUT) {
             r->timeouts++;
@@ -559,14 +523,14 @@ static void renew_matrix(const char *action)
     h.lock = l;
     dm_cluster_owner(h.owner, 1);
     struct dm_grant g;
-    struct timespec dl = in_ms(SLACK_MS);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, h.owner, &dl, 0, &g), 0);
     h.token = g.token;
     assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
     char b[DM_OWNER_MAX];
     dm_cluster_owner(b, 2);
     struct dm_grant gb;
-    dl = in_ms(LEASE_MS + LEASE_MS / 2);    /* past the lease the hold started with */
+    dl = th_deadline_in(CLOCK_MONOTONIC, LEASE_MS + LEASE_MS / 2);    /* past the lease the hold started with */
     int r = dm_cluster_acquire(l, b, &dl, 0, &gb);
     if (r == 0)
         fail_msg("a waiter got the lock while its holder renewed it (token %llu)",
@@ -636,13 +600,10 @@ static void procs(const char *script, const char *action, int nth, const char *n
         "redis = { connect_timeout_ms = 500; command_timeout_ms = %ld; };\n"
         "mutexes = ( { symbol = \"fault_lock\"; name = \"%s\"; } );\n",
         LEASE_MS, CMD_TIMEOUT_MS, name));
-    char preload[PATH_MAX + 32], conf[PATH_MAX + 32], url[64];
-    const char *first = getenv("DM_TEST_PRELOAD");     /* e.g. the ASan runtime */
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s%s%s", first ? first : "",
-             first && *first ? ":" : "", shim_path);
-    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfgf);
-    snprintf(url, sizeof url, "DMUTEX_REDIS=redis://127.0.0.1:%d", proxy_port);
-    char *env[] = { preload, conf, url, NULL };
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", proxy_port);
+    struct th_shim_env e;
+    char **env = th_shim_env(&e, cfgf, url, NULL);
     char *argv[] = { worker_path, "loop", "-t", "1", "-n", (char *)n, "-u", (char *)hold_us,
                      "-s", chk.sock, "-k", chk.prefix, NULL };
     pid_t p[2];

@@ -66,17 +66,6 @@ static redisContext *rc;
 static char shim_path[PATH_MAX];
 static char port_text[16];
 
-static void emergency_stop(int sig)
-{
-    th_kill_children_now();
-    if (rs.pid > 0)
-        kill(rs.pid, SIGKILL);
-    if (late.pid > 0)
-        kill(late.pid, SIGKILL);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 /* A config with `lease` and the given entries of `mutexes = ( ... )`. */
 static char *config(long lease, const char *mutexes)
 {
@@ -88,16 +77,10 @@ static char *config(long lease, const char *mutexes)
  * the server at `port`. Static storage: valid until the next call. */
 static char **shim_env(const char *cfg, int port)
 {
-    static char preload[PATH_MAX + 16], conf[PATH_MAX + 16], redis[64];
-    static char *env[4];
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
-    snprintf(conf, sizeof conf, "DMUTEX_CONFIG=%s", cfg);
-    snprintf(redis, sizeof redis, "DMUTEX_REDIS=redis://127.0.0.1:%d", port);
-    env[0] = preload;
-    env[1] = conf;
-    env[2] = redis;
-    env[3] = NULL;
-    return env;
+    static struct th_shim_env e;
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    return th_shim_env(&e, cfg, url, NULL);
 }
 
 /* lockprog MODE [ARG] under the shim with `cfg`. */
@@ -109,25 +92,9 @@ static pid_t lockprog(const char *cfg, int port, const char *out, const char *mo
 
 /* Waits for a child that must end by itself within RUN_MS and exit with
  * `want` (0, or 78 for a config error); returns its output (caller frees). */
-static char *finish_within(pid_t pid, const char *out, int want, long ms)
-{
-    int st = th_wait(pid, ms);
-    th_forget(pid);
-    char *text = th_read_file(out);
-    assert_non_null(text);
-    if (st == -1)
-        fail_msg("pid %d still running after %ld ms; output:\n%s", (int)pid, ms, text);
-    if (!WIFEXITED(st))
-        fail_msg("pid %d died of signal %d; output:\n%s", (int)pid,
-                 WIFSIGNALED(st) ? WTERMSIG(st) : -1, text);
-    if (WEXITSTATUS(st) != want)
-        fail_msg("pid %d exited %d, expected %d; output:\n%s", (int)pid, WEXITSTATUS(st), want, text);
-    return text;
-}
-
 static char *finish(pid_t pid, const char *out, int want)
 {
-    return finish_within(pid, out, want, RUN_MS);
+    return th_finish(pid, out, want, RUN_MS);
 }
 
 /* lockprog says "main" on a line of its own as soon as main runs. */
@@ -174,23 +141,11 @@ static int closed_port(void)
 static int group_setup(void **state)
 {
     (void)state;
-    /* A harness abort, a hang (SIGALRM), an interrupted run, or a closed
-     * output pipe: leave nothing running behind. */
-    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-        signal(fatal[i], emergency_stop);
-    alarm(SUITE_ALARM_S);
-    /* Children get exactly the environment a test gives them. */
-    unsetenv("LD_PRELOAD");
-    unsetenv("DMUTEX_CONFIG");
-    unsetenv("DMUTEX_REDIS");
-    unsetenv("DMUTEX_LOG");
     if (!realpath(TH_SHIM, shim_path)) {
         fprintf(stderr, "test_shim: %s: %s (make first)\n", TH_SHIM, strerror(errno));
         return -1;
     }
-    th_redis_start(&rs, NULL, NULL);
-    rc = th_redis_connect(&rs);
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
 }
@@ -198,21 +153,16 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    th_kill_children();
-    if (rc)
-        redisFree(rc);
-    th_redis_stop(&rs);
-    alarm(0);
+    th_group_stop(&rs, &rc);
     return 0;
 }
 
 static int cleanup(void **state)
 {
     (void)state;
-    th_kill_children();
+    th_test_cleanup();
     if (late.dir[0])
         th_redis_stop(&late);
-    th_remove_files();
     return 0;
 }
 
@@ -437,9 +387,8 @@ static void test_process_not_in_programs_runs_untouched(void **state)
 static void test_unset_dmutex_config_exits_78_with_a_clear_message(void **state)
 {
     (void)state;
-    char preload[PATH_MAX + 16];
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim_path);
-    char *env[] = { preload, NULL };
+    struct th_shim_env e;
+    char **env = th_shim_env(&e, NULL, NULL, NULL);
     char *argv[] = { LOCKPROG, "trylock", NULL };
     char *out = th_out_file();
     char *text = finish(th_child(argv, env, out), out, EX_CONFIG);
@@ -615,7 +564,7 @@ static void test_fork_while_threads_map_heap_mutexes_never_hangs_the_child(void 
                                       "{ init_site = \"heap_mutex_new\"; name = \"i_heap\"; }");
     char *argv[] = { FORKPROG, FORK_THREADS, FORK_COUNT, NULL };
     char *out = th_out_file();
-    char *text = finish_within(th_child(argv, shim_env(cfg, rs.port), out), out, 0, LOOP_RUN_MS);
+    char *text = th_finish(th_child(argv, shim_env(cfg, rs.port), out), out, 0, LOOP_RUN_MS);
     th_assert_has(text, "forks " FORK_COUNT " ok");
     free(text);
 }
@@ -633,7 +582,7 @@ static void test_dlopen_from_a_constructor_while_another_thread_maps_a_plugin(vo
                                       "name = \"i_plugin\"; }");
     char *argv[] = { DLPROG, dir, DL_ITERS, NULL };
     char *out = th_out_file();
-    char *text = finish_within(th_child(argv, shim_env(cfg, rs.port), out), out, 0, LOOP_RUN_MS);
+    char *text = th_finish(th_child(argv, shim_env(cfg, rs.port), out), out, 0, LOOP_RUN_MS);
     th_assert_has(text, "dlprog done " DL_ITERS);
     free(text);
     /* The plugin's mutex was mapped: its lock name was granted. */

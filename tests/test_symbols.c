@@ -24,6 +24,7 @@
 
 #include "sym_data.h"
 #include "symbols.h"
+#include "harness.h"
 
 #define MUTEX_SIZE sizeof(pthread_mutex_t)
 #define ERR_LEN    512
@@ -573,5 +574,5 @@ int main(void)
         cmocka_unit_test_teardown(test_indirect_function_is_rejected, teardown),
         cmocka_unit_test_teardown(test_lookups_from_many_threads_agree, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, th_group_setup, th_group_teardown);
 }

@@ -32,8 +32,8 @@ $(B)/tests/test_%: tests/test_%.c tests/harness.h tests/checker.h $(TEST_HELPERS
 	$(CC) $(TEST_CFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
 
 # Test programs are ordinary programs: no shim headers, no shim objects
-# (checkclient.h is the test programs' own header).
-$(B)/tests/progs/%: tests/progs/%.c tests/progs/checkclient.h | $(B)/tests/progs
+# (tests/progs/prog.h and checkclient.h are the test programs' own headers).
+$(B)/tests/progs/%: tests/progs/%.c tests/progs/checkclient.h tests/progs/prog.h | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread $< -o $@ $(PROG_LIBS_$*)
 
 $(B)/tests/progs:
@@ -51,3 +51,12 @@ test-build: $(B)/tests/progs/liblifeplug.so
 
 $(B)/tests/progs/liblifeplug.so: tests/progs/plugin/liblifeplug.c | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@
+
+# The core archive links on its own: every object in it, with nothing from
+# the exported entry points (a module reaching up to preload would leave an
+# undefined symbol here).
+test-build: $(B)/tests/core_links
+
+$(B)/tests/core_links: $(B)/libdmcore.a | $(B)/tests/progs
+	printf 'int main(void) { return 0; }\n' > $@.c
+	$(CC) $@.c -o $@ -Wl,--whole-archive $(B)/libdmcore.a -Wl,--no-whole-archive $(SHIM_LIBS)

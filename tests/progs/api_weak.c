@@ -13,6 +13,7 @@
  * "tok TOKEN COUNT" (COUNT: the value it read), then "done N" and
  * "after TOKEN" (dmutex_token once nothing is held; 0 with the shim).
  * Built with -Iinclude (tests/tests.mk), as a user would point at dmutex.h. */
+#define _GNU_SOURCE
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "dmutex.h"
+#include "prog.h"
 
 #pragma weak dmutex_name
 #pragma weak dmutex_token
@@ -36,40 +38,16 @@ static struct account *account;
 static int port, iters, hold_us;
 static const char *key;
 
-static void line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void line(const char *fmt, ...)
-{
-    /* One write per line: processes share an output file. */
-    char buf[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n > 0 && n < (int)sizeof buf) {
-        ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
-        (void)w;
-    }
-}
-
 static void *worker(void *arg)
 {
     (void)arg;
-    redisContext *c = redisConnect("127.0.0.1", port);
-    if (!c || c->err) {
-        fprintf(stderr, "api_weak: cannot connect to redis\n");
-        exit(1);
-    }
+    redisContext *c = prog_connect("127.0.0.1", port);
     for (int i = 0; i < iters; i++) {
         pthread_mutex_lock(&account->lock);
         uint64_t token = dmutex_token ? dmutex_token(&account->lock) : 0;
-        redisReply *r = redisCommand(c, "GET %s", key);
-        long v = r && r->type == REDIS_REPLY_STRING ? atol(r->str) : 0;
-        freeReplyObject(r);
-        if (hold_us)
-            usleep((useconds_t)hold_us);
-        freeReplyObject(redisCommand(c, "SET %s %ld", key, v + 1));
+        long v = prog_count_once(c, key, hold_us);
         pthread_mutex_unlock(&account->lock);
-        line("tok %" PRIu64 " %ld\n", token, v);
+        say("tok %" PRIu64 " %ld", token, v);
     }
     redisFree(c);
     return NULL;
@@ -90,9 +68,9 @@ int main(int argc, char **argv)
     account = calloc(1, sizeof *account);
     pthread_mutex_init(&account->lock, NULL);
     if (dmutex_name)
-        line("api name=%d\n", dmutex_name(&account->lock, "account"));
+        say("api name=%d", dmutex_name(&account->lock, "account"));
     else
-        line("api absent\n");
+        say("api absent");
 
     pthread_t t[16];
     if (threads > 16)
@@ -101,8 +79,8 @@ int main(int argc, char **argv)
         pthread_create(&t[i], NULL, worker, NULL);
     for (int i = 0; i < threads; i++)
         pthread_join(t[i], NULL);
-    line("done %d\n", threads * iters);
-    line("after %" PRIu64 "\n", dmutex_token ? dmutex_token(&account->lock) : 0);
+    say("done %d", threads * iters);
+    say("after %" PRIu64, dmutex_token ? dmutex_token(&account->lock) : 0);
     pthread_mutex_destroy(&account->lock);
     free(account);
     return 0;

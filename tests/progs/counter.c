@@ -6,11 +6,14 @@
  *
  *   counter HOST PORT KEY THREADS ITERATIONS [HOLD_US]
  * Exits 0 when every section ran; prints "done N". */
+#define _GNU_SOURCE
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "prog.h"
 
 pthread_mutex_t counter_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;    /* never mapped */
@@ -21,23 +24,13 @@ static int port, iters, hold_us;
 static void *worker(void *arg)
 {
     (void)arg;
-    redisContext *c = redisConnect(host, port);
-    if (!c || c->err) {
-        fprintf(stderr, "counter: connect %s:%d: %s\n", host, port, c ? c->errstr : "oom");
-        exit(1);
-    }
+    redisContext *c = prog_connect(host, port);
     for (int i = 0; i < iters; i++) {
         if (pthread_mutex_lock(&counter_lock) != 0) {
             fprintf(stderr, "counter: lock failed\n");
             exit(1);
         }
-        redisReply *r = redisCommand(c, "GET %s", key);
-        long v = r && r->type == REDIS_REPLY_STRING ? atol(r->str) : 0;
-        freeReplyObject(r);
-        if (hold_us)
-            usleep(hold_us);
-        r = redisCommand(c, "SET %s %ld", key, v + 1);
-        freeReplyObject(r);
+        prog_count_once(c, key, hold_us);
         pthread_mutex_unlock(&counter_lock);
         pthread_mutex_lock(&other_lock);
         pthread_mutex_unlock(&other_lock);

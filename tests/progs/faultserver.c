@@ -40,16 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prog.h"
+
 #define BUF_MAX 65536
 #define MAX_CONN 64
-
-static void say(const char *s)
-{
-    char buf[256];
-    int n = snprintf(buf, sizeof buf, "%s\n", s);
-    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
-    (void)w;
-}
 
 static int listen_any(const char *portfile)
 {
@@ -269,13 +263,6 @@ struct pair {
 static const char *f_script, *f_action;
 static long f_nth = 1, f_seen;
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 /* Which script a request calls, from its arguments (EVALSHA SHA NKEYS K1
  * K2...): renew has one key; the others are told apart by their second key,
  * which every version of the scripts has kept. */
@@ -335,7 +322,7 @@ static void from_client(struct pair *p)
         } else if (act && strncmp(f_action, "delay:", 6) == 0) {
             memcpy(p->held, p->in, (size_t)used);
             p->nheld = (size_t)used;
-            p->due = mono_ms() + atol(f_action + 6);
+            p->due = now_ms() + atol(f_action + 6);
             say("reply: delay held");
         } else {
             if (act)
@@ -355,7 +342,7 @@ static void serve_reply(int ls, const char *host, int port)
     for (;;) {
         struct pollfd pf[1 + 2 * MAX_CONN];
         int who[1 + 2 * MAX_CONN], n = 1;
-        long long now = mono_ms(), wait = 1000;
+        long long now = now_ms(), wait = 1000;
         pf[0] = (struct pollfd){ ls, POLLIN, 0 };
         for (int i = 0; i < MAX_CONN; i++) {
             struct pair *p = &pairs[i];

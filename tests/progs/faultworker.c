@@ -44,10 +44,10 @@
 #include <unistd.h>
 
 #include "checkclient.h"
+#include "prog.h"
 
 #define MAX_THREADS 64
 #define NLOCKS 3
-#define POLL_US 2000
 #define RETRY_US 20000          /* after a failed lock call, in loop mode */
 
 pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -67,51 +67,9 @@ static long per_thread, run_ms, hold_us = 1000;
 static long long stop_at;
 static uint64_t (*token_fn)(pthread_mutex_t *);
 
-static void say(const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if (n > (int)sizeof buf - 2)
-        n = (int)sizeof buf - 2;
-    buf[n++] = '\n';
-    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
-    (void)w;
-}
-
-static long long clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static const char *ename(int rc)
-{
-    static __thread char num[16];
-    if (rc == 0)
-        return "0";
-    const char *s = strerrorname_np(rc);
-    if (s)
-        return s;
-    snprintf(num, sizeof num, "%d", rc);
-    return num;
-}
-
 static redisContext *checker(void)
 {
     return chk_connect(sock_path);
-}
-
-static int wait_gofile(void)
-{
-    while (access(gofile, F_OK) != 0)
-        usleep(POLL_US);
-    return 0;
 }
 
 /* The body of one critical section, the lock already held. Returns the
@@ -128,7 +86,7 @@ static int section(redisContext *c, int lock, const char *id, int loud)
     if (loud)
         say("inside %s %lld %lld", tokbuf, clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_REALTIME));
     if (gofile)
-        wait_gofile();
+        wait_file(gofile);
     else if (hold_us)
         usleep((useconds_t)hold_us);
     long long ok = chk_fence(c, &k, tok);
@@ -151,14 +109,7 @@ static int take(pthread_mutex_t *m, const char *op)
         return pthread_mutex_trylock(m);
     if (strncmp(op, "timed:", 6) == 0) {
         long ms = atol(op + 6);
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += ms / 1000;
-        dl.tv_nsec += (ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
         return pthread_mutex_timedlock(m, &dl);
     }
     return pthread_mutex_lock(m);

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prog.h"
+
 #define CHILD_MS     15000      /* a child locks once: far longer means it hangs */
 #define LOCK_EVERY   16         /* one in this many heap mutexes is locked too */
 #define MAX_THREADS  16
@@ -51,13 +53,6 @@ static void *churn(void *arg)
         free(m);
     }
     return NULL;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
 int main(int argc, char **argv)

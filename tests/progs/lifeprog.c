@@ -62,8 +62,8 @@
 #include <unistd.h>
 
 #include "checkclient.h"
+#include "prog.h"
 
-#define LIFE_POLL_US        2000
 #define LIFE_BEAT_US        5000        /* how often a section inside reports itself */
 #define LIFE_SHORT_HOLD_US  10000       /* a contender's section without -g */
 #define LIFE_CLEANUP_HOLD_US 50000      /* the cleanup handler's section */
@@ -76,67 +76,6 @@ pthread_cond_t life_cv = PTHREAD_COND_INITIALIZER;
 
 static const char *sock_path, *prefix = "chk", *gofile, *gofile2, *plugin;
 static int no_cleanup_unlock;
-
-/* ---- output, time, files ------------------------------------------------ */
-
-static void say(const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if (n > (int)sizeof buf - 2)
-        n = (int)sizeof buf - 2;
-    buf[n++] = '\n';
-    /* write(2) is a cancellation point: a pending cancel must land where
-     * the test expects it (in the section's sleeps), not in a report. */
-    int oc;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &oc);
-    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
-    (void)w;
-    pthread_setcancelstate(oc, NULL);
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static const char *ename(int rc)
-{
-    static __thread char num[16];
-    if (rc == 0)
-        return "0";
-    const char *s = strerrorname_np(rc);
-    if (s)
-        return s;
-    snprintf(num, sizeof num, "%d", rc);
-    return num;
-}
-
-static void wait_file(const char *path)
-{
-    while (path && access(path, F_OK) != 0)
-        usleep(LIFE_POLL_US);
-}
-
-static struct timespec in_ms(long ms)
-{
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    return dl;
-}
 
 /* ---- one section's reporting ---------------------------------------------
  * A section's checker calls are made with cancellation off and SIGUSR1/2
@@ -229,7 +168,7 @@ static void sect_unlock(struct sect *s, const char *what)
     s->locked = 0;
     if (rc != 0)
         chk_count_unlock_error(s->c, &s->k);
-    say("%s %s %lld", what, ename(rc), mono_ms());
+    say("%s %s %lld", what, ename(rc), now_ms());
 }
 
 /* ---- process A ------------------------------------------------------------ */
@@ -286,7 +225,7 @@ static void t_cleanup(void *arg)
      * handler's section must exclude like any other. */
     if (!s->inside)
         sect_enter(s);
-    say("cleanup inside %lld", mono_ms());
+    say("cleanup inside %lld", now_ms());
     int oc;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &oc);
     for (long done = 0; done < LIFE_CLEANUP_HOLD_US; done += LIFE_BEAT_US) {
@@ -313,7 +252,7 @@ static void *t_main(void *arg)
             break;
         }
         sect_enter(s);
-        say("inside %lld", mono_ms());
+        say("inside %lld", now_ms());
         while (!atomic_load(&stop_t)) {
             if (atomic_load(&pexit_t)) {
                 sect_leave(s);
@@ -332,11 +271,11 @@ static void *t_main(void *arg)
         if (state == ST_LOCK) {
             rc = pthread_mutex_lock(s->m);
         } else {
-            struct timespec dl = in_ms(LIFE_TIMED_WAIT_S * 1000L);
+            struct timespec dl = deadline_in(CLOCK_REALTIME, LIFE_TIMED_WAIT_S * 1000L);
             rc = pthread_mutex_timedlock(s->m, &dl);
         }
         s->locked = rc == 0;
-        say("lock returned %s %lld", ename(rc), mono_ms());
+        say("lock returned %s %lld", ename(rc), now_ms());
         if (rc != 0)
             break;
         sect_enter(s);
@@ -355,7 +294,7 @@ static void *t_main(void *arg)
         while (!atomic_load(&stop_t))
             pthread_cond_wait(&life_cv, s->m);
         sect_enter(s);
-        say("woke inside %lld", mono_ms());
+        say("woke inside %lld", now_ms());
         sect_stay(s, LIFE_SHORT_HOLD_US);
         sect_leave(s);
         sect_unlock(s, "unlocked");
@@ -372,7 +311,7 @@ static void *t_main(void *arg)
         sect_unlock(s, "unlocked");
         say("cached");
         while (!atomic_load(&stop_t))
-            usleep(LIFE_POLL_US);
+            usleep(PROG_POLL_US);
         break;
     }
     pthread_cleanup_pop(0);
@@ -384,16 +323,16 @@ static void *t_main(void *arg)
 static int after_t(pthread_t t)
 {
     pthread_join(t, NULL);
-    say("joined %lld", mono_ms());
+    say("joined %lld", now_ms());
     if (no_cleanup_unlock) {
         usleep(LIFE_PEXIT_LINGER_US);
-        say("exiting %lld", mono_ms());
+        say("exiting %lld", now_ms());
         return 0;
     }
     struct sect s;
     sect_init(&s, &life_lock, 0, 2);
     int rc = pthread_mutex_lock(&life_lock);
-    say("relocked %s %lld", ename(rc), mono_ms());
+    say("relocked %s %lld", ename(rc), now_ms());
     if (rc != 0)
         return 1;
     s.locked = 1;
@@ -415,7 +354,7 @@ static int fork_event(pthread_t t)
         /* The child has T's mutex memory but not T, nor its cluster hold:
          * its own attempt must wait for the parent's hold. */
         say("child forked");
-        struct timespec dl = in_ms(LIFE_CHILD_WAIT_MS);
+        struct timespec dl = deadline_in(CLOCK_REALTIME, LIFE_CHILD_WAIT_MS);
         int rc = pthread_mutex_timedlock(&life_lock, &dl);
         say("child timedlock %s", ename(rc));
         exit(0);
@@ -452,7 +391,7 @@ static int life(const char *st, const char *ev)
         return 1;
     }
     wait_file(gofile);
-    say("event %s %lld", ev, mono_ms());
+    say("event %s %lld", ev, now_ms());
     switch (event) {
     case EV_EXIT:
         exit(0);
@@ -510,7 +449,7 @@ static int hold(void)
     }
     s.locked = 1;
     sect_enter(&s);
-    say("inside %lld", mono_ms());
+    say("inside %lld", now_ms());
     if (gofile) {
         while (access(gofile, F_OK) != 0) {
             sect_beat(&s);
@@ -534,7 +473,7 @@ static int plug_section(struct sect *s, const char *what, const char *until)
     }
     s->locked = 1;
     sect_enter(s);
-    say("%s %lld", what, mono_ms());
+    say("%s %lld", what, now_ms());
     while (until && access(until, F_OK) != 0) {
         sect_beat(s);
         usleep(LIFE_BEAT_US);
@@ -558,7 +497,7 @@ static int dlkeep(void)
     }
     s.locked = 1;
     sect_enter(&s);
-    say("inside %lld", mono_ms());
+    say("inside %lld", now_ms());
     say("dlclosed %d", dlclose(h2));
     while (access(gofile, F_OK) != 0) {
         sect_beat(&s);
@@ -611,7 +550,7 @@ int main(int argc, char **argv)
         return usage();
     const char *mode = argv[1], *st = NULL, *ev = NULL;
     if (strcmp(mode, "noop") == 0) {
-        say("exec'd %lld", mono_ms());
+        say("exec'd %lld", now_ms());
         return 0;
     }
     optind = 2;

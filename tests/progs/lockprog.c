@@ -37,54 +37,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prog.h"
+
 pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t rec_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
 pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t robust_lock;        /* made robust by main */
-
-#define POLL_US 10000
-
-static void say(const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if (n > (int)sizeof buf - 2)
-        n = (int)sizeof buf - 2;
-    buf[n++] = '\n';
-    ssize_t w = write(STDOUT_FILENO, buf, (size_t)n);
-    (void)w;
-}
-
-static const char *ename(int rc)
-{
-    static __thread char num[16];
-    if (rc == 0)
-        return "0";
-    const char *s = strerrorname_np(rc);
-    if (s)
-        return s;
-    snprintf(num, sizeof num, "%d", rc);
-    return num;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static void wait_file(const char *path)
-{
-    while (access(path, F_OK) != 0)
-        usleep(POLL_US);
-}
 
 static void *foreign_unlock(void *arg)
 {
@@ -147,14 +106,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "timedlock") == 0 && arg) {
         long ms = atol(arg);
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += ms / 1000;
-        dl.tv_nsec += (ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
         rc = pthread_mutex_timedlock(&held_lock, &dl);
         say("timedlock %s %lld", ename(rc), now_ms() - t0);
         if (rc == 0)

@@ -392,7 +392,7 @@ static int cond_wait_kind(const char *kind, const struct timespec *rt, const str
 
 static int mode_cond(const char *kind, const char *file)
 {
-    redisContext *c = pp_connect(port);
+    redisContext *c = prog_connect("127.0.0.1", port);
     signal_file = file;
     pthread_t t;
     int r = pthread_mutex_lock(m);
@@ -419,7 +419,7 @@ static int mode_cond(const char *kind, const char *file)
 
 static int mode_cond_timeout(const char *kind, long ms)
 {
-    redisContext *c = pp_connect(port);
+    redisContext *c = prog_connect("127.0.0.1", port);
     int r = pthread_mutex_lock(m);
     if (r != 0) {
         say("lock %s", ename(r));
@@ -598,7 +598,7 @@ static int mode_destroy(void)
 
 static int mode_recursive(int depth)
 {
-    redisContext *c = pp_connect(port);
+    redisContext *c = prog_connect("127.0.0.1", port);
     int first = 0, r;
     for (int i = 0; i < depth; i++)
         if ((r = pthread_mutex_lock(m)) != 0 && !first)

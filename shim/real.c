@@ -1,0 +1,82 @@
+/* real: resolves the table of glibc's functions (see real.h). Runs from
+ * inside interposed calls, possibly before any constructor of the shim:
+ * no allocation, no lock, no other module but log. */
+#include "real.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* The resolvers that the table starts with. */
+static int first_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{ dm_real_resolve(); return dm_real.mutex_init(m, a); }
+static int first_mutex_destroy(pthread_mutex_t *m)
+{ dm_real_resolve(); return dm_real.mutex_destroy(m); }
+static int first_mutex_lock(pthread_mutex_t *m)
+{ dm_real_resolve(); return dm_real.mutex_lock(m); }
+static int first_mutex_trylock(pthread_mutex_t *m)
+{ dm_real_resolve(); return dm_real.mutex_trylock(m); }
+static int first_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.mutex_timedlock(m, t); }
+static int first_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.mutex_clocklock(m, c, t); }
+static int first_mutex_unlock(pthread_mutex_t *m)
+{ dm_real_resolve(); return dm_real.mutex_unlock(m); }
+static int first_mutex_consistent(pthread_mutex_t *m)
+{ dm_real_resolve(); return dm_real.mutex_consistent(m); }
+static int first_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{ dm_real_resolve(); return dm_real.cond_wait(c, m); }
+static int first_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.cond_timedwait(c, m, t); }
+static int first_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
+                                const struct timespec *t)
+{ dm_real_resolve(); return dm_real.cond_clockwait(c, m, k, t); }
+static void *first_dlopen(const char *file, int flags)
+{ dm_real_resolve(); return dm_real.dlopen(file, flags); }
+static int first_dlclose(void *handle)
+{ dm_real_resolve(); return dm_real.dlclose(handle); }
+
+struct dm_real dm_real = {
+    first_mutex_init, first_mutex_destroy, first_mutex_lock, first_mutex_trylock,
+    first_mutex_timedlock, first_mutex_clocklock, first_mutex_unlock,
+    first_mutex_consistent, first_cond_wait, first_cond_timedwait, first_cond_clockwait,
+    first_dlopen, first_dlclose,
+};
+
+static void *must_sym(const char *name, const char *version)
+{
+    void *p = version ? dlvsym(RTLD_NEXT, name, version) : NULL;
+    if (!p)
+        p = dlsym(RTLD_NEXT, name);
+    if (!p) {
+        dm_error("cannot find the real %s: %s", name, dlerror());
+        _exit(DM_REAL_EX_MISSING);
+    }
+    return p;
+}
+
+void dm_real_resolve(void)
+{
+    /* Racing resolvers store the same values: no lock needed. */
+    struct dm_real r;
+    *(void **)&r.mutex_init = must_sym("pthread_mutex_init", NULL);
+    *(void **)&r.mutex_destroy = must_sym("pthread_mutex_destroy", NULL);
+    *(void **)&r.mutex_lock = must_sym("pthread_mutex_lock", NULL);
+    *(void **)&r.mutex_trylock = must_sym("pthread_mutex_trylock", NULL);
+    *(void **)&r.mutex_timedlock = must_sym("pthread_mutex_timedlock", NULL);
+    *(void **)&r.mutex_clocklock = must_sym("pthread_mutex_clocklock", NULL);
+    *(void **)&r.mutex_unlock = must_sym("pthread_mutex_unlock", NULL);
+    *(void **)&r.mutex_consistent = must_sym("pthread_mutex_consistent", NULL);
+    /* The condvar functions exist in two ABIs on x86_64; a plain dlsym may
+     * hand back the old GLIBC_2.2.5 one, which uses another layout. */
+    *(void **)&r.cond_wait = must_sym("pthread_cond_wait", "GLIBC_2.3.2");
+    *(void **)&r.cond_timedwait = must_sym("pthread_cond_timedwait", "GLIBC_2.3.2");
+    *(void **)&r.cond_clockwait = must_sym("pthread_cond_clockwait", NULL);
+    *(void **)&r.dlopen = must_sym("dlopen", NULL);
+    *(void **)&r.dlclose = must_sym("dlclose", NULL);
+    void **dst = (void **)&dm_real;
+    void **src = (void **)&r;
+    for (size_t i = 0; i < sizeof r / sizeof(void *); i++)
+        __atomic_store_n(&dst[i], src[i], __ATOMIC_RELEASE);
+}

@@ -1,0 +1,46 @@
+/* real: the table of glibc's own functions behind the interposed ones, and
+ * their resolution. The bottom of the shim: it includes nothing of the shim
+ * but log.h, and every module that must call glibc underneath the exported
+ * symbols (preload's passthrough, mapped's real locks, startup's loader
+ * calls) goes through dm_real. */
+#ifndef DM_REAL_H
+#define DM_REAL_H
+
+#include <pthread.h>
+#include <time.h>
+
+struct dm_real {
+    int (*mutex_init)(pthread_mutex_t *, const pthread_mutexattr_t *);
+    int (*mutex_destroy)(pthread_mutex_t *);
+    int (*mutex_lock)(pthread_mutex_t *);
+    int (*mutex_trylock)(pthread_mutex_t *);
+    int (*mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
+    int (*mutex_clocklock)(pthread_mutex_t *, clockid_t, const struct timespec *);
+    int (*mutex_unlock)(pthread_mutex_t *);
+    int (*mutex_consistent)(pthread_mutex_t *);
+    int (*cond_wait)(pthread_cond_t *, pthread_mutex_t *);
+    int (*cond_timedwait)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
+    int (*cond_clockwait)(pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *);
+    void *(*dlopen)(const char *, int);
+    int (*dlclose)(void *);
+};
+
+/* Each member starts as a resolver that fills the whole table with
+ * dlsym(RTLD_NEXT) / dlvsym and then calls through, so a pthread call that
+ * comes before the shim's constructor (another library's constructor)
+ * still works, and the fast path never tests for NULL. Hidden, so that the
+ * passthrough path reaches it with one PC-relative load, not through the
+ * GOT. */
+extern struct dm_real dm_real __attribute__((visibility("hidden")));
+
+/* Fills the table now (the constructor calls it; racing callers store the
+ * same values). A function glibc does not have ends the process with
+ * DM_REAL_EX_MISSING before anything could run unprotected. */
+void dm_real_resolve(void);
+
+/* The exit status of a process whose glibc lacks one of the functions:
+ * the same as a config error (config.h's DM_EX_CONFIG, sysexits.h
+ * EX_CONFIG), checked where both are known (startup.c). */
+#define DM_REAL_EX_MISSING 78
+
+#endif

@@ -1,0 +1,528 @@
+/* startup: the shim's configuration of a process (see startup.h).
+ *
+ * The constructor reads the config and resolves symbols (file I/O only):
+ * no threads, no network. A config error stops the program with status 78
+ * before main: a program must never run believing it is protected when it
+ * is not. Whether this process is meant is decided from `programs` alone,
+ * first. Entries of objects loaded later are mapped and unmapped as
+ * dlopen/dlclose bring and take them; init_site functions are listed for
+ * preload's pthread_mutex_init. This is the one place fork handlers are
+ * registered, with the one order of the shim's internal locks.
+ *
+ * Talks to Redis only through what it configures (cluster, mapped): it
+ * sends nothing itself, and registers nothing but the fork handlers. */
+#include "startup.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "log.h"
+#include "mapped.h"
+#include "notify.h"
+#include "real.h"
+#include "redis.h"
+#include "registry.h"
+#include "symbols.h"
+#include "watchdog.h"
+
+_Static_assert(DM_REAL_EX_MISSING == DM_EX_CONFIG,
+               "a missing glibc function stops the program as a config error does");
+
+static struct dm_config config;
+static int configured;
+
+/* init_site functions: [start, end) of each, filled by the constructor,
+ * read without a lock (they never change afterwards). */
+static struct dm_init_site *init_sites;
+size_t dm_startup_ninit_sites;
+
+const struct dm_init_site *dm_startup_init_site(uintptr_t caller)
+{
+    for (size_t i = 0; i < dm_startup_ninit_sites; i++)
+        if (caller >= init_sites[i].start && caller < init_sites[i].end)
+            return &init_sites[i];
+    return NULL;
+}
+
+int dm_startup_configured(void)
+{
+    return configured;
+}
+
+static void config_fail(const char *fmt, const char *a, const char *b)
+{
+    char line[DM_ERR_MAX * 2];
+    snprintf(line, sizeof line, fmt, a, b);
+    dm_error("%s", line);
+    _exit(DM_EX_CONFIG);
+}
+
+/* The executable's file name, or NULL when it cannot be told (then the
+ * config applies, and fails loudly if it does not fit). */
+static const char *exe_name(char *buf, size_t len)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+    if (n < 0)
+        return NULL;
+    buf[n] = 0;
+    return strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
+}
+
+/* Entries naming an `object` that was not loaded at start (or was unloaded
+ * since): mapped when a dlopen brings it in, unmapped when a dlclose takes
+ * it away. Their state is guarded by objects_mu; the dlopen hook only looks
+ * when there are such entries at all (the list is fixed at start). */
+struct object_entry {
+    struct dm_mutex_config *mc;
+    uintptr_t addr;             /* 0 while its object is not loaded */
+    uintptr_t bias;             /* load bias of the object `addr` was found in */
+    unsigned long gen;          /* the sync whose view was applied last */
+};
+static struct object_entry *object_entries;
+static size_t nobject_entries;
+static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long objects_gen;       /* syncs started; under objects_mu */
+
+static int entry_flags(const struct dm_mutex_config *mc)
+{
+    return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
+}
+
+/* Resolves one symbol entry (calls the loader: never with a lock of the
+ * shim held). At start (`fatal`) every error that is not excused by
+ * required = false ends the program; after a dlopen the program is
+ * running, so errors are logged and the entry stays unmapped. */
+static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
+                         char *err, size_t errlen)
+{
+    long offset = mc->offset + (mc->index > 0 ? mc->index * (long)sizeof(pthread_mutex_t) : 0);
+    return dm_symbols_find(mc->object, mc->symbol, offset, sizeof(pthread_mutex_t),
+                           out, err, errlen);
+}
+
+static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+                          const char *err, int fatal)
+{
+    char where[DM_ERR_MAX];
+    snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
+    if (!mc->required) {
+        dm_info("%s: %s (required = false: skipped)", where, err);
+        return;
+    }
+    if (fatal) {
+        char more[DM_ERR_MAX + 160];
+        snprintf(more, sizeof more, "%s%s", err, cfg->nprograms ? "" :
+                 " (if this process is not the program the config is for, list that "
+                 "program in `programs`)");
+        config_fail("%s: %s", where, more);
+    }
+    dm_error("%s: %s: this mutex is NOT cluster-wide", where, err);
+}
+
+static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+                          uintptr_t *out, int fatal)
+{
+    char err[DM_ERR_MAX];
+    if (lookup_symbol(mc, out, err, sizeof err) == 0)
+        return 0;
+    lookup_failed(cfg, mc, err, fatal);
+    return -1;
+}
+
+/* Maps an entry resolved to `addr`. No loader calls: may run under
+ * objects_mu. */
+static int map_address(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+                       uintptr_t addr, int fatal)
+{
+    char where[DM_ERR_MAX];
+    snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
+    int r = dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
+    if (r == EEXIST) {
+        if (fatal)
+            config_fail("%s: %s is already mapped by another entry under another name "
+                        "(one mutex, two lock names)", where, mc->symbol);
+        dm_error("%s: %s is already mapped under another name", where, mc->symbol);
+        return -1;
+    }
+    if (r != 0) {
+        if (fatal)
+            config_fail("%s: cannot map a mutex: %s", where, strerror(r));
+        dm_error("%s: cannot map %s: %s", where, mc->symbol, strerror(r));
+        return -1;
+    }
+    dm_debug("mapped %s%s%s at %p as %s", mc->symbol, mc->object ? " in " : "",
+             mc->object ? mc->object : "", (void *)addr, mc->name);
+    return 0;
+}
+
+/* After dlopen or dlclose: map the entries whose object came, unmap those
+ * whose object went.
+ *
+ * The loader is asked (dl_iterate_phdr, dlsym, dladdr: they take the
+ * loader's lock) with no lock of the shim held: a library constructor runs
+ * under the loader's lock, and if it calls dlopen (or anything that gets
+ * here) while another thread held objects_mu and waited for the loader,
+ * both would wait forever. So each sync observes without the lock and
+ * applies under it. Syncs may overlap; each takes a number when it starts,
+ * after its own dlopen/dlclose, and an entry only takes a view from a sync
+ * that started later than the one it last took: a slow sync's older view
+ * never undoes a newer one, and when dlopen returns, every entry shows a
+ * view taken after that dlopen. */
+static void sync_objects(void)
+{
+    pthread_mutex_lock(&objects_mu);
+    unsigned long gen = ++objects_gen;
+    pthread_mutex_unlock(&objects_mu);
+    int changed = 0;
+    for (size_t i = 0; i < nobject_entries; i++) {
+        struct object_entry *oe = &object_entries[i];
+        uintptr_t bias = 0, addr = 0;
+        int loaded = dm_symbols_bias(oe->mc->object, &bias);
+        int resolved = 0, failed = 0;
+        for (;;) {
+            pthread_mutex_lock(&objects_mu);
+            if (oe->gen >= gen) {
+                pthread_mutex_unlock(&objects_mu);
+                break;          /* a later sync has applied a newer view */
+            }
+            int need = loaded && !(oe->addr && oe->bias == bias) && !resolved && !failed;
+            if (need) {
+                pthread_mutex_unlock(&objects_mu);
+                /* A failed lookup is not retried. It is only reported
+                 * when the object is still there as observed: else it
+                 * was unloaded meanwhile, and that dlclose's sync says
+                 * what is true now. */
+                char err[DM_ERR_MAX];
+                uintptr_t again = 0;
+                if (lookup_symbol(oe->mc, &addr, err, sizeof err) == 0) {
+                    resolved = 1;
+                } else {
+                    failed = 1;
+                    if (dm_symbols_bias(oe->mc->object, &again) && again == bias)
+                        lookup_failed(&config, oe->mc, err, 0);
+                }
+                continue;
+            }
+            if (oe->addr && (!loaded || oe->bias != bias)) {
+                dm_mapped_remove((void *)oe->addr);
+                dm_debug("unmapped %s: %s was unloaded", oe->mc->symbol, oe->mc->object);
+                oe->addr = 0;
+                changed = 1;
+            }
+            if (loaded && !oe->addr && resolved &&
+                map_address(&config, oe->mc, addr, 0) == 0) {
+                oe->addr = addr;
+                oe->bias = bias;
+                changed = 1;
+            }
+            oe->gen = gen;
+            pthread_mutex_unlock(&objects_mu);
+            break;
+        }
+    }
+    if (changed)
+        dm_symbols_flush();
+}
+
+/* glibc searches a dlopen'ed bare name along the *caller's* DT_RUNPATH.
+ * Called from here, the caller would be the shim, so a program relying on
+ * its own RUNPATH (e.g. $ORIGIN) would not find its plugin. For a bare name
+ * and a caller with a DT_RUNPATH, search as ld.so would (LD_LIBRARY_PATH,
+ * then that RUNPATH) and hand glibc the path found; otherwise pass the name
+ * through unchanged. */
+static int search_dirs(const char *dirs, const char *origin, const char *file,
+                       char *buf, size_t len)
+{
+    while (dirs && *dirs) {
+        size_t n = strcspn(dirs, ":");
+        char dir[PATH_MAX];
+        if (!origin && memchr(dirs, '$', n))
+            dir[0] = 0;         /* set-user-ID: ld.so would not expand it either */
+        else if (n >= 7 && strncmp(dirs, "$ORIGIN", 7) == 0 && (n == 7 || dirs[7] == '/'))
+            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(n - 7), dirs + 7);
+        else if (n >= 9 && strncmp(dirs, "${ORIGIN}", 9) == 0)
+            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(n - 9), dirs + 9);
+        else
+            snprintf(dir, sizeof dir, "%.*s", (int)n, dirs);
+        if (dir[0] && snprintf(buf, len, "%s/%s", dir, file) < (int)len && access(buf, F_OK) == 0)
+            return 1;
+        dirs += n;
+        if (*dirs == ':')
+            dirs++;
+    }
+    return 0;
+}
+
+static const char *runpath_of_caller(const char *file, const void *caller, char *buf, size_t len)
+{
+    if (!file || strchr(file, '/'))
+        return file;
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm || !lm->l_ld)
+        return file;
+    uintptr_t strtab = 0, runpath = 0;
+    int has_runpath = 0;
+    for (const ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_STRTAB)
+            strtab = d->d_un.d_ptr;
+        else if (d->d_tag == DT_RUNPATH) {
+            runpath = d->d_un.d_val;
+            has_runpath = 1;
+        }
+    }
+    if (!has_runpath || !strtab)
+        return file;
+    if (strtab < lm->l_addr)
+        strtab += lm->l_addr;   /* not relocated in place by ld.so */
+    char origin[PATH_MAX];
+    if (lm->l_name && lm->l_name[0]) {
+        snprintf(origin, sizeof origin, "%s", lm->l_name);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", origin, sizeof origin - 1);
+        if (n < 0)
+            return file;
+        origin[n] = 0;
+    }
+    char *slash = strrchr(origin, '/');
+    if (!slash)
+        return file;
+    *slash = 0;
+    /* A set-user-ID (AT_SECURE) process: ld.so ignores LD_LIBRARY_PATH
+     * and $ORIGIN there, and so must we, or the environment would choose
+     * the code a privileged program runs. */
+    int secure = getauxval(AT_SECURE) != 0;
+    if ((!secure && search_dirs(getenv("LD_LIBRARY_PATH"), origin, file, buf, len)) ||
+        search_dirs((const char *)(strtab + runpath), secure ? NULL : origin, file, buf, len))
+        return buf;
+    return file;
+}
+
+void *dm_startup_dlopen(const char *file, int flags, const void *caller)
+{
+    char path[PATH_MAX];
+    const char *f = nobject_entries ? runpath_of_caller(file, caller, path, sizeof path) : file;
+    void *h = dm_real.dlopen(f, flags);
+    if (h && nobject_entries)
+        sync_objects();
+    return h;
+}
+
+int dm_startup_dlclose(void *handle)
+{
+    int r = dm_real.dlclose(handle);
+    if (r == 0 && nobject_entries)
+        sync_objects();
+    return r;
+}
+
+static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config *mc,
+                             uintptr_t addr, uintptr_t bias)
+{
+    struct object_entry *n = realloc(object_entries, (nobject_entries + 1) * sizeof *n);
+    if (!n)
+        config_fail("%s%s: out of memory", cfg->path, "");
+    n[nobject_entries].mc = mc;
+    n[nobject_entries].addr = addr;
+    n[nobject_entries].bias = bias;
+    n[nobject_entries].gen = 0;
+    object_entries = n;
+    nobject_entries++;
+}
+
+static void map_entries(struct dm_config *cfg)
+{
+    char err[DM_ERR_MAX];
+    for (size_t i = 0; i < cfg->nmutexes; i++) {
+        struct dm_mutex_config *mc = &cfg->mutexes[i];
+        if (mc->init_site) {
+            uintptr_t start, end;
+            int r = dm_symbols_function(mc->object, mc->init_site, &start, &end, err, sizeof err);
+            if (r != 0) {
+                if (!mc->required) {
+                    dm_info("%s:%d: %s (required = false: skipped)", cfg->path, mc->line, err);
+                    continue;
+                }
+                char where[DM_ERR_MAX];
+                snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
+                config_fail("%s: %s", where, err);
+            }
+            struct dm_init_site *n = realloc(init_sites, (dm_startup_ninit_sites + 1) * sizeof *n);
+            if (!n)
+                config_fail("%s%s: out of memory", cfg->path, "");
+            n[dm_startup_ninit_sites].start = start;
+            n[dm_startup_ninit_sites].end = end;
+            n[dm_startup_ninit_sites].name = mc->name;
+            n[dm_startup_ninit_sites].flags = DM_MAP_HEAP | entry_flags(mc);
+            init_sites = n;
+            dm_startup_ninit_sites++;
+            continue;
+        }
+        uintptr_t bias = 0;
+        if (mc->object && !dm_symbols_bias(mc->object, &bias)) {
+            /* A plugin, perhaps: mapped when it is loaded. */
+            add_object_entry(cfg, mc, 0, 0);
+            dm_info("%s:%d: %s is not loaded yet: %s is mapped when it is", cfg->path,
+                    mc->line, mc->object, mc->symbol);
+            continue;
+        }
+        uintptr_t addr;
+        if (resolve_symbol(cfg, mc, &addr, 1) == 0 && map_address(cfg, mc, addr, 1) == 0 &&
+            mc->object)
+            add_object_entry(cfg, mc, addr, bias);
+    }
+    dm_symbols_flush();
+}
+
+/* ---- fork --------------------------------------------------------------
+ * A fork copies the shim's internal locks in whatever state other threads
+ * left them; a lock held by a thread that does not exist in the child is
+ * held there forever. So, as glibc does for malloc, the forking thread
+ * takes every internal lock before the fork (prepare) and lets go of them
+ * after it, in the parent and in the child; the data they guard is then
+ * consistent on both sides. This is the one place fork handling is
+ * registered, and this is the one order of the internal locks:
+ *
+ *   startup objects_mu -> symbols cache_lock -> mapped names_mu
+ *     -> registry writer lock -> cluster locks_mu -> notify nmu
+ *     -> redis pool_mu -> watchdog wmu
+ *
+ * It is the order the code nests them: sync_objects maps (names_mu, the
+ * registry) under objects_mu; mapped's name_get makes the cluster lock
+ * (locks_mu) under names_mu, which registers its channels (nmu) under
+ * locks_mu; mapped walks the registry (dm_registry_foreach holds its writer
+ * lock) to count or drop holds, taking a name's mutex and, through the
+ * watchdog, wmu; cache_lock, pool_mu and wmu hold nothing else (the
+ * watchdog and notify threads let go of theirs before any I/O). A lock may
+ * only be taken while holding locks to its left. Logging takes no lock.
+ * Not included: the per-name mutexes of mapped (never held across I/O,
+ * taken under names_mu and the registry lock, and taking wmu themselves);
+ * the child makes them anew (dm_mapped_atfork_child).
+ *
+ * The child lets go in the reverse order, so that each module's child
+ * handler, which may take the locks to its right (cluster's registers
+ * channels, nmu; mapped's walks the registry), finds them free. Handlers
+ * that make a mutex anew in the child instead of unlocking it are
+ * equivalent: the prepare handler held it, so nothing it guards is half
+ * changed. */
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&objects_mu);
+    dm_symbols_atfork_prepare();
+    dm_mapped_atfork_prepare();
+    dm_registry_atfork_prepare();
+    dm_cluster_atfork_prepare();
+    dm_notify_atfork_prepare();
+    dm_redis_atfork_prepare();
+    dm_watchdog_atfork_prepare();
+}
+
+static void atfork_parent(void)
+{
+    dm_watchdog_atfork_parent();
+    dm_redis_atfork_parent();
+    dm_notify_atfork_parent();
+    dm_cluster_atfork_parent();
+    dm_registry_atfork_release();
+    dm_mapped_atfork_parent();
+    dm_symbols_atfork_release();
+    pthread_mutex_unlock(&objects_mu);
+}
+
+static void atfork_child(void)
+{
+    dm_registry_atfork_release();
+    dm_watchdog_atfork_child();
+    dm_redis_atfork_child();
+    dm_notify_atfork_child();
+    dm_cluster_atfork_child();
+    dm_mapped_atfork_child();
+    dm_symbols_atfork_release();
+    /* A normal mutex: unlocked by the thread that is now the child's. */
+    pthread_mutex_unlock(&objects_mu);
+}
+
+/* ---- start ------------------------------------------------------------- */
+
+/* The config file as an absolute path, also in this process's environment:
+ * a helper this process starts after a chdir() must find the same file
+ * (and learn from its `programs` that it is not meant), not fail to read a
+ * relative name. Left alone when it cannot be resolved: reading it fails
+ * with a message then. */
+static const char *absolute_config(const char *path, char *buf, size_t len)
+{
+    if (path[0] == '/' || len < PATH_MAX || !realpath(path, buf))
+        return path;
+    if (setenv("DMUTEX_CONFIG", buf, 1) != 0)
+        dm_warn("cannot make DMUTEX_CONFIG=%s absolute for child processes: %s", path,
+                strerror(errno));
+    return buf;
+}
+
+__attribute__((constructor)) static void dm_startup_start(void)
+{
+    dm_log_init();
+    dm_real_resolve();
+    /* secure_getenv: in a set-user-ID or set-group-ID process (AT_SECURE)
+     * the environment belongs to whoever started it and is ignored. */
+    const char *path = secure_getenv("DMUTEX_CONFIG");
+    if ((!path || !*path) && getauxval(AT_SECURE) && getenv("DMUTEX_CONFIG"))
+        config_fail("this is a set-user-ID or set-group-ID process (AT_SECURE): DMUTEX_CONFIG "
+                    "and every other DMUTEX_* variable of the environment are ignored%s%s, so "
+                    "no mutex would be cluster-wide (take libdmutex.so out of its preload)",
+                    "", "");
+    if (!path || !*path)
+        config_fail("DMUTEX_CONFIG is not set: no mutex would be cluster-wide%s%s "
+                    "(set it to a config file, or take libdmutex.so out of LD_PRELOAD)", "", "");
+    char abs[PATH_MAX], exe[PATH_MAX], err[DM_ERR_MAX];
+    path = absolute_config(path, abs, sizeof abs);
+    /* Whether this process is one the config is for is decided from
+     * `programs` alone, before anything that only the program needs
+     * (password_env, DMUTEX_REDIS, symbols) can stop a helper. */
+    const char *prog = exe_name(exe, sizeof exe);
+    int r = dm_config_load_for(path, prog, &config, err, sizeof err);
+    if (r < 0)
+        config_fail("%s%s", err, "");
+    if (r == DM_CONFIG_NOT_FOR) {
+        dm_debug("%s is not among the programs of %s: nothing mapped", prog, path);
+        dm_config_free(&config);
+        return;
+    }
+    if (dm_config_check_mutexes(&config, err, sizeof err) != 0)
+        config_fail("%s%s", err, "");
+    const char *url = secure_getenv("DMUTEX_REDIS");
+    if (url && *url && dm_config_set_redis_url(&config, url, err, sizeof err) != 0) {
+        char shown[DM_ERR_MAX];
+        dm_config_redact_url(url, shown, sizeof shown);
+        config_fail("DMUTEX_REDIS=%s: %s", shown, err);
+    }
+    dm_cluster_init(&config);
+    dm_mapped_init(&config);
+    map_entries(&config);
+    int fr = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (fr != 0)
+        config_fail("cannot register the fork handlers: %s%s (a fork child could inherit a "
+                    "held lock of the shim)", strerror(fr), "");
+    configured = 1;
+    if (config.nmutexes == 0)
+        dm_info("%s: mutexes = (): nothing mapped, redis at %s", config.path, dm_redis_addr());
+    else
+        dm_info("%zu mutexes mapped, redis at %s, namespace %s", dm_registry_count(),
+                dm_redis_addr(), config.ns);
+}
+
+__attribute__((destructor)) static void dm_startup_stop(void)
+{
+    if (configured)
+        dm_mapped_release_all();
+}
