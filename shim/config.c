@@ -16,21 +16,13 @@
 #include <fcntl.h>
 #include <libconfig.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 #include <unistd.h>
-
-/* Defaults live in static storage: dm_config_free frees a string only when
- * it is not one of these, so defaults never need allocating or freeing. */
-static char default_host[] = DM_REDIS_HOST_DEFAULT;
-static char default_ns[] = DM_NAMESPACE_DEFAULT;
-
-int dm_config_is_default(const char *s)
-{
-    return s == default_host || s == default_ns;
-}
 
 /* ---- typed access to settings ----------------------------------------- */
 
@@ -128,11 +120,17 @@ static size_t edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-/* Refuses any member of `grp` not in `keys` (NULL-terminated). `where`
- * says which group, for the message. */
-static int check_keys(struct parse *p, const config_setting_t *grp, const char *const *keys,
+/* Refuses any member of `grp` that is not a key of `group` in the table.
+ * `where` says which group, for the message. */
+static int check_keys(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
                       const char *where)
 {
+    char list[256];
+    size_t o = 0;
+    for (int id = 0; id < DM_NKEYS && o < sizeof list; id++)
+        if (dm_config_keys[id].group == group)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
+                                  dm_config_keys[id].name);
     int n = config_setting_length(grp);
     for (int i = 0; i < n; i++) {
         config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
@@ -142,28 +140,25 @@ static int check_keys(struct parse *p, const config_setting_t *grp, const char *
         const char *guess = NULL;
         size_t best = 3;
         int known = 0;
-        for (const char *const *k = keys; *k; k++) {
-            if (strcmp(name, *k) == 0) {
-                known = 1;
-                break;
-            }
-            size_t d = edit_distance(name, *k);
+        for (int id = 0; id < DM_NKEYS && !known; id++) {
+            const char *k = dm_config_keys[id].name;
+            if (dm_config_keys[id].group != group)
+                continue;
+            known = strcmp(name, k) == 0;
+            size_t d = edit_distance(name, k);
             if (d < best) {
                 best = d;
-                guess = *k;
+                guess = k;
             }
         }
         if (known)
             continue;
-        char list[256];
-        size_t o = 0;
-        for (const char *const *k = keys; *k && o < sizeof list; k++)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", k == keys ? "" : ", ", *k);
         struct shown sn;
         if (guess)
-            return fail(p, line_of(s), "unknown key %s %s (did you mean %s?); valid keys: %s",
-                        show(&sn, name), where, guess, list);
-        return fail(p, line_of(s), "unknown key %s %s; valid keys: %s", show(&sn, name), where, list);
+            return fail(p, line_of(s), "unknown key %s %s (did you mean %s?); valid "
+                        "keys: %s", show(&sn, name), where, guess, list);
+        return fail(p, line_of(s), "unknown key %s %s; valid keys: %s",
+                    show(&sn, name), where, list);
     }
     return 0;
 }
@@ -323,22 +318,89 @@ static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
 
 /* ---- the sections ----------------------------------------------------- */
 
-static const char *const top_keys[] = {
-    "redis", "namespace", "lease_ms", "renew_ms", "lease_margin_ms", "lock_delay_ms",
-    "on_lease_lost", "on_redis_down", "mutexes", "programs", NULL
-};
-static const char *const redis_keys[] = {
-    "host", "port", "unix", "username", "password", "password_env", "db",
-    "connect_timeout_ms", "command_timeout_ms", NULL
-};
-static const char *const mutex_keys[] = {
-    "symbol", "object", "name", "offset", "index", "init_site", "required", "fair", "cache", NULL
-};
-
-static void free_owned(char *s, const char *dflt)
+/* What `qual` prefixes a key with in messages. */
+static const char *qualifier(enum dm_key_group group)
 {
-    if (s != dflt)
-        free(s);
+    return group == DM_GROUP_REDIS ? "redis." : "";
+}
+
+/* Reads every key of `group` the table parses (all but DM_KEY_HAND), in
+ * table order, into the struct at `base`: type, bounds, the value's own
+ * rules. Keys with cross bounds are only read here; their bounds are
+ * checked by hand once every key is known. lines[id] gets the line of each
+ * key present (0: absent). */
+static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
+                         void *base, unsigned lines[DM_NKEYS])
+{
+    const char *qual = qualifier(group);
+    for (int id = 0; id < DM_NKEYS; id++) {
+        const struct dm_config_key *k = &dm_config_keys[id];
+        if (k->group != group || k->type == DM_KEY_HAND)
+            continue;
+        const config_setting_t *s = config_setting_get_member(grp, k->name);
+        if (!s)
+            continue;
+        lines[id] = line_of(s);
+        char *field = (char *)base + k->offset;
+        const char *v;
+        unsigned line;
+        struct shown sv;
+        long n = 0;
+        switch (k->type) {
+        case DM_KEY_INT:
+        case DM_KEY_LONG:
+            if (get_int(p, grp, qual, k->name, k->cross ? LONG_MIN : k->lo,
+                        k->cross ? LONG_MAX : k->hi, &n, NULL) < 0)
+                return -1;
+            if (k->type == DM_KEY_INT)
+                *(int *)field = (int)n;
+            else
+                *(long *)field = n;
+            break;
+        case DM_KEY_BOOL:
+            if (get_bool(p, grp, qual, k->name, (int *)field) < 0)
+                return -1;
+            break;
+        case DM_KEY_ENUM: {
+            if (get_string(p, grp, qual, k->name, &v, &line) < 0)
+                return -1;
+            int i = 0;
+            while (k->values[i] && strcmp(v, k->values[i]) != 0)
+                i++;
+            if (!k->values[i]) {
+                char list[128];
+                size_t o = 0;
+                for (int j = 0; k->values[j] && o < sizeof list; j++)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s\"%s\"",
+                                          j == 0 ? "" : k->values[j + 1] ? ", " : " or ",
+                                          k->values[j]);
+                return fail(p, line, "%s%s = %s: must be %s", qual, k->name,
+                            show(&sv, v), list);
+            }
+            *(int *)field = i;
+            break;
+        }
+        case DM_KEY_NAME: {
+            char why[160];
+            if (get_string(p, grp, qual, k->name, &v, &line) < 0)
+                return -1;
+            if (!name_ok(v, why, sizeof why))
+                return fail(p, line, "%s%s = %s: %s", qual, k->name,
+                            show(&sv, v), why);
+            if (dup_into(p, line, (char **)field, v) < 0)
+                return -1;
+            break;
+        }
+        case DM_KEY_HAND:
+            break;
+        }
+        const config_setting_t *other = k->not_with ? config_setting_get_member(grp, k->not_with)
+                                                    : NULL;
+        if (other)
+            return fail(p, lines[id], "%s%s has no meaning with %s%s (line %u)", qual,
+                        k->name, qual, k->not_with, line_of(other));
+    }
+    return 0;
 }
 
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
@@ -349,15 +411,13 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (!config_setting_is_group(g))
         return fail(p, line_of(g), "redis must be a group { host = ...; port = ...; }, not %s",
                     type_name(g));
-    if (check_keys(p, g, redis_keys, "in the redis group") < 0)
+    if (check_keys(p, g, DM_GROUP_REDIS, "in the redis group") < 0)
         return -1;
 
     const char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL, *pass_env = NULL;
-    unsigned host_line = 0, unix_line = 0, user_line = 0, pass_line = 0, env_line = 0, port_line = 0;
+    unsigned host_line = 0, unix_line = 0, user_line = 0, pass_line = 0, env_line = 0;
     char why[160];
     struct shown sv;
-    long v;
-    int rc;
 
     if (get_string(p, g, "redis.", "host", &host, &host_line) < 0
         || get_string(p, g, "redis.", "unix", &unix_path, &unix_line) < 0
@@ -411,20 +471,8 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (user && !pass)
         return fail(p, user_line, "redis.username needs redis.password or redis.password_env");
 
-    if ((rc = get_int(p, g, "redis.", "port", 1, DM_PORT_MAX, &v, &port_line)) < 0)
-        return -1;
-    if (rc && unix_path)
-        return fail(p, port_line, "redis.port has no meaning with redis.unix (line %u)", unix_line);
-    if (rc)
-        r->port = (int)v;
-    if ((rc = get_int(p, g, "redis.", "db", 0, DM_REDIS_DB_MAX, &v, NULL)) < 0)
-        return -1;
-    if (rc)
-        r->db = (int)v;
-    if (get_int(p, g, "redis.", "connect_timeout_ms", DM_TIMEOUT_MIN_MS, DM_TIMEOUT_MAX_MS,
-                &r->connect_timeout_ms, NULL) < 0
-        || get_int(p, g, "redis.", "command_timeout_ms", DM_TIMEOUT_MIN_MS, DM_TIMEOUT_MAX_MS,
-                   &r->command_timeout_ms, NULL) < 0)
+    unsigned lines[DM_NKEYS] = { 0 };
+    if (parse_scalars(p, g, DM_GROUP_REDIS, r, lines) < 0)
         return -1;
 
     if (host && dup_into(p, host_line, &r->host, host) < 0)
@@ -441,102 +489,59 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     return 0;
 }
 
-/* The member `key` of `grp` as an integer, range checked by the caller
- * (limits that depend on other keys). Same returns as get_int. */
-static int get_int_any(struct parse *p, const config_setting_t *grp, const char *key,
-                       long *out, unsigned *line)
+/* The rules between the lease keys, once parse_scalars has read them all
+ * (lines[id] != 0: written in the file): lease_margin_ms and renew_ms must
+ * leave two renewals inside the lease, lock_delay_ms at most the lease.
+ * The derived defaults are the table's (lease_ms / dflt_div). */
+static int check_timing(struct parse *p, struct dm_config *cfg, const unsigned lines[DM_NKEYS])
 {
-    return get_int(p, grp, "", key, LONG_MIN, LONG_MAX, out, line);
-}
-
-/* lease_ms first: the defaults and limits of the other three follow it. */
-static int parse_timing(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
-{
-    long renew = 0, margin = 0, delay = 0;
-    unsigned renew_line = 0, margin_line = 0, delay_line = 0;
-    int has_renew, has_margin, has_delay;
-
-    if (get_int(p, root, "", "lease_ms", DM_LEASE_MIN_MS, DM_LEASE_MAX_MS, &cfg->lease_ms, NULL) < 0)
-        return -1;
+    const struct dm_config_key *kr = &dm_config_keys[DM_K_RENEW];
+    const struct dm_config_key *km = &dm_config_keys[DM_K_MARGIN];
+    const struct dm_config_key *kd = &dm_config_keys[DM_K_LOCK_DELAY];
     long lease = cfg->lease_ms;
+    long margin = cfg->lease_margin_ms, renew = cfg->renew_ms, delay = cfg->lock_delay_ms;
 
-    if ((has_margin = get_int_any(p, root, "lease_margin_ms", &margin, &margin_line)) < 0)
-        return -1;
-    if (has_margin && (margin < 1 || margin > (lease - 1) / 2))
-        return fail(p, margin_line, "lease_margin_ms = %ld: must be between 1 and %ld "
-                    "(less than half of lease_ms = %ld)", margin, (lease - 1) / 2, lease);
-    if (!has_margin)
-        margin = lease / DM_MARGIN_DIVISOR;
+    if (lines[DM_K_MARGIN] && (margin < km->lo || margin > (lease - 1) / 2))
+        return fail(p, lines[DM_K_MARGIN], "lease_margin_ms = %ld: must be between "
+                    "%ld and %ld (less than half of lease_ms = %ld)", margin, km->lo,
+                    (lease - 1) / 2, lease);
+    if (!lines[DM_K_MARGIN])
+        margin = lease / km->dflt_div;
 
     long renew_max = (lease - margin) / 2;
-    if ((has_renew = get_int_any(p, root, "renew_ms", &renew, &renew_line)) < 0)
-        return -1;
-    if (has_renew && (renew < DM_RENEW_MIN_MS || renew > renew_max))
-        return fail(p, renew_line, "renew_ms = %ld: must be between %ld and %ld, so that two "
-                    "renewals fit in lease_ms - lease_margin_ms = %ld", renew, DM_RENEW_MIN_MS,
-                    renew_max, lease - margin);
-    if (!has_renew) {
-        renew = lease / DM_RENEW_DIVISOR;
+    if (lines[DM_K_RENEW] && (renew < kr->lo || renew > renew_max))
+        return fail(p, lines[DM_K_RENEW], "renew_ms = %ld: must be between %ld and %ld, "
+                    "so that two renewals fit in lease_ms - lease_margin_ms = %ld",
+                    renew, kr->lo, renew_max, lease - margin);
+    if (!lines[DM_K_RENEW]) {
+        renew = lease / kr->dflt_div;
         if (renew > renew_max)   /* only a large explicit margin gets here */
-            return fail(p, margin_line, "lease_margin_ms = %ld leaves too little of lease_ms = %ld "
-                        "for renewals: with renew_ms at its default (lease_ms/3 = %ld), "
-                        "2 * renew_ms must be <= lease_ms - lease_margin_ms = %ld; lower "
-                        "lease_margin_ms or set renew_ms to at most %ld",
-                        margin, lease, renew, lease - margin, renew_max);
+            return fail(p, lines[DM_K_MARGIN], "lease_margin_ms = %ld leaves too little "
+                        "of lease_ms = %ld for renewals: with renew_ms at its default "
+                        "(lease_ms/%ld = %ld), 2 * renew_ms must be <= lease_ms - "
+                        "lease_margin_ms = %ld; lower lease_margin_ms or set renew_ms "
+                        "to at most %ld", margin, lease, kr->dflt_div, renew,
+                        lease - margin, renew_max);
     }
 
-    long delay_max = lease < DM_LOCK_DELAY_MAX_MS ? lease : DM_LOCK_DELAY_MAX_MS;
-    if ((has_delay = get_int_any(p, root, "lock_delay_ms", &delay, &delay_line)) < 0)
-        return -1;
-    if (has_delay && (delay < 0 || delay > delay_max))
-        return fail(p, delay_line, "lock_delay_ms = %ld: must be between 0 and %ld (%s)", delay,
-                    delay_max, delay_max == lease ? "at most lease_ms" : "ten minutes");
+    long delay_max = lease < kd->hi ? lease : kd->hi;
+    if (lines[DM_K_LOCK_DELAY] && (delay < kd->lo || delay > delay_max))
+        return fail(p, lines[DM_K_LOCK_DELAY], "lock_delay_ms = %ld: must be between "
+                    "%ld and %ld (%s)", delay, kd->lo, delay_max,
+                    delay_max == lease ? "at most lease_ms" : "ten minutes");
     cfg->renew_ms = renew;
     cfg->lease_margin_ms = margin;
     cfg->lock_delay_ms = delay;
     return 0;
 }
 
-static int parse_policies(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+/* Every top-level key but the hand-written groups and lists. */
+static int parse_top(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
-    const char *v;
-    unsigned line;
-    struct shown sv;
-    int rc;
-
-    if ((rc = get_string(p, root, "", "on_lease_lost", &v, &line)) < 0)
+    unsigned lines[DM_NKEYS] = { 0 };
+    if (parse_scalars(p, root, DM_GROUP_TOP, cfg, lines) < 0)
         return -1;
-    if (rc) {
-        if (strcmp(v, "abort") == 0)
-            cfg->on_lease_lost = DM_LOST_ABORT;
-        else if (strcmp(v, "warn") == 0)
-            cfg->on_lease_lost = DM_LOST_WARN;
-        else
-            return fail(p, line, "on_lease_lost = %s: must be \"abort\" or \"warn\"", show(&sv, v));
-    }
-    if ((rc = get_string(p, root, "", "on_redis_down", &v, &line)) < 0)
-        return -1;
-    if (rc) {
-        if (strcmp(v, "block") == 0)
-            cfg->on_redis_down = DM_DOWN_BLOCK;
-        else if (strcmp(v, "error") == 0)
-            cfg->on_redis_down = DM_DOWN_ERROR;
-        else if (strcmp(v, "local") == 0)
-            cfg->on_redis_down = DM_DOWN_LOCAL;
-        else
-            return fail(p, line, "on_redis_down = %s: must be \"block\", \"error\" or \"local\"",
-                        show(&sv, v));
-    }
-    if ((rc = get_string(p, root, "", "namespace", &v, &line)) < 0)
-        return -1;
-    if (rc) {
-        char why[160];
-        if (!name_ok(v, why, sizeof why))
-            return fail(p, line, "namespace = %s: %s", show(&sv, v), why);
-        if (dup_into(p, line, &cfg->ns, v) < 0)
-            return -1;
-    }
-    return 0;
+    return check_timing(p, cfg, lines);
 }
 
 static void mutex_free(struct dm_mutex_config *m)
@@ -551,31 +556,26 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
 {
     unsigned line = line_of(e);
     const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL;
-    unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0, off_line = 0, idx_line = 0;
+    unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0;
     char why[200];
     struct shown sv, sv2;
-    int has_off, has_idx;
+    unsigned lines[DM_NKEYS] = { 0 };
 
+    dm_config_keys_defaults(DM_GROUP_MUTEX, m, NULL);
     m->line = (int)line;
-    m->offset = 0;
-    m->index = -1;
-    m->required = 1;
-    m->fair = DM_FAIR_DEFAULT;
     if (!config_setting_is_group(e))
         return fail(p, line, "each entry of mutexes must be a group { symbol = \"...\"; }, not %s",
                     type_name(e));
-    if (check_keys(p, e, mutex_keys, "in a mutex entry") < 0)
+    if (check_keys(p, e, DM_GROUP_MUTEX, "in a mutex entry") < 0)
         return -1;
     if (get_string(p, e, "", "symbol", &sym, &sym_line) < 0
         || get_string(p, e, "", "init_site", &site, &site_line) < 0
         || get_string(p, e, "", "object", &obj, &obj_line) < 0
         || get_string(p, e, "", "name", &name, &name_line) < 0
-        || (has_off = get_int(p, e, "", "offset", 0, DM_OFFSET_MAX, &m->offset, &off_line)) < 0
-        || (has_idx = get_int(p, e, "", "index", 0, DM_INDEX_MAX, &m->index, &idx_line)) < 0
-        || get_bool(p, e, "", "required", &m->required) < 0
-        || get_bool(p, e, "", "fair", &m->fair) < 0
-        || get_bool(p, e, "", "cache", &m->cache) < 0)
+        || parse_scalars(p, e, DM_GROUP_MUTEX, m, lines) < 0)
         return -1;
+    unsigned off_line = lines[DM_K_OFFSET], idx_line = lines[DM_K_INDEX];
+    int has_off = off_line != 0, has_idx = idx_line != 0;
 
     if (!sym && !site)
         return fail(p, line, "mutex entry needs symbol = \"...\" (a variable) or "
@@ -809,10 +809,9 @@ static int load_text(const char *text, const char *label, const char *program,
     if (parse_programs(&p, root, &cfg) == 0 && dup_into(&p, 0, &cfg.path, p.label) == 0) {
         if (!program_listed(&cfg, program)) {
             rc = DM_CONFIG_NOT_FOR;
-        } else if (check_keys(&p, root, top_keys, "at the top level") == 0
+        } else if (check_keys(&p, root, DM_GROUP_TOP, "at the top level") == 0
                    && parse_redis(&p, root, &cfg.redis) == 0
-                   && parse_timing(&p, root, &cfg) == 0
-                   && parse_policies(&p, root, &cfg) == 0
+                   && parse_top(&p, root, &cfg) == 0
                    && parse_mutexes(&p, root, &cfg) == 0) {
             cfg.settings = config_setting_length(root);
             cfg.mutexes_line = config_setting_get_member(root, "mutexes") ?
@@ -831,20 +830,12 @@ static int load_text(const char *text, const char *label, const char *program,
 
 /* ---- public ----------------------------------------------------------- */
 
+/* The table's defaults; no string is allocated (see dm_config_is_default). */
 void dm_config_defaults(struct dm_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->redis.host = default_host;
-    cfg->redis.port = DM_REDIS_PORT_DEFAULT;
-    cfg->redis.connect_timeout_ms = DM_CONNECT_TIMEOUT_MS;
-    cfg->redis.command_timeout_ms = DM_COMMAND_TIMEOUT_MS;
-    cfg->ns = default_ns;
-    cfg->lease_ms = DM_LEASE_DEFAULT_MS;
-    cfg->renew_ms = DM_LEASE_DEFAULT_MS / DM_RENEW_DIVISOR;
-    cfg->lease_margin_ms = DM_LEASE_DEFAULT_MS / DM_MARGIN_DIVISOR;
-    cfg->lock_delay_ms = 0;
-    cfg->on_lease_lost = DM_LOST_ABORT;
-    cfg->on_redis_down = DM_DOWN_BLOCK;
+    dm_config_keys_defaults(DM_GROUP_TOP, cfg, cfg);
+    dm_config_keys_defaults(DM_GROUP_REDIS, &cfg->redis, cfg);
 }
 
 int dm_config_load_string(const char *text, const char *label,
@@ -960,11 +951,13 @@ void dm_config_free(struct dm_config *cfg)
     if (!cfg)
         return;
     free(cfg->path);
-    free_owned(cfg->redis.host, default_host);
+    if (!dm_config_is_default(cfg->redis.host))
+        free(cfg->redis.host);
     free(cfg->redis.unix_path);
     free(cfg->redis.username);
     free(cfg->redis.password);
-    free_owned(cfg->ns, default_ns);
+    if (!dm_config_is_default(cfg->ns))
+        free(cfg->ns);
     for (size_t i = 0; i < cfg->nmutexes; i++)
         mutex_free(&cfg->mutexes[i]);
     free(cfg->mutexes);

@@ -1,9 +1,10 @@
 /* config_impl.h: what the config module's files share, below config.h;
  * only shim/config*.c include it. config.c walks a file into a struct,
  * config_scan.c checks the raw text before libconfig reads it,
- * config_url.c reads DMUTEX_REDIS URLs. The helpers here are static
- * inline so that each file keeps their short names (fail, show) without
- * exporting them. */
+ * config_url.c reads DMUTEX_REDIS URLs, config_keys.c declares every key
+ * once (config_keys.h, which the config tests and `dmutex config-keys`
+ * include too). The helpers here are static inline so that each file
+ * keeps their short names (fail, show) without exporting them. */
 #ifndef DM_CONFIG_IMPL_H
 #define DM_CONFIG_IMPL_H
 
@@ -14,7 +15,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "config.h"
+#include "config_keys.h"
 
 #define DM_CONFIG_FILE_MAX      (4L << 20)  /* bytes; a config is a few kB */
 #define DM_LEASE_MIN_MS         100L
