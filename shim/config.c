@@ -374,8 +374,7 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
                     o += (size_t)snprintf(list + o, sizeof list - o, "%s\"%s\"",
                                           j == 0 ? "" : k->values[j + 1] ? ", " : " or ",
                                           k->values[j]);
-                return fail(p, line, "%s%s = %s: must be %s", qual, k->name,
-                            show(&sv, v), list);
+                return fail(p, line, "%s%s = %s: must be %s", qual, k->name, show(&sv, v), list);
             }
             *(int *)field = i;
             break;
@@ -385,8 +384,7 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
             if (get_string(p, grp, qual, k->name, &v, &line) < 0)
                 return -1;
             if (!name_ok(v, why, sizeof why))
-                return fail(p, line, "%s%s = %s: %s", qual, k->name,
-                            show(&sv, v), why);
+                return fail(p, line, "%s%s = %s: %s", qual, k->name, show(&sv, v), why);
             if (dup_into(p, line, (char **)field, v) < 0)
                 return -1;
             break;
@@ -397,8 +395,8 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
         const config_setting_t *other = k->not_with ? config_setting_get_member(grp, k->not_with)
                                                     : NULL;
         if (other)
-            return fail(p, lines[id], "%s%s has no meaning with %s%s (line %u)", qual,
-                        k->name, qual, k->not_with, line_of(other));
+            return fail(p, lines[id], "%s%s has no meaning with %s%s (line %u)", qual, k->name,
+                        qual, k->not_with, line_of(other));
     }
     return 0;
 }
