@@ -1,7 +1,8 @@
 /* config_scan: the pre-scan of a config file's raw text, before libconfig
- * reads it. libconfig 1.5 reads any integer without an L suffix into an int with no
- * overflow check (port = 4294973675 arrives as 6379), follows @include to
- * any file (a fuzzer could name /dev/stdin), and cuts strings at "\x00".
+ * reads it. libconfig 1.5 reads any integer without an L suffix into an
+ * int with no overflow check (port = 4294973675 arrives as 6379), follows
+ * @include to any file (a fuzzer could name /dev/stdin), and cuts strings
+ * at "\x00".
  * This walk follows libconfig's own tokens (strings, comments, numbers,
  * names) just far enough to refuse those before libconfig sees them, and
  * reports an unclosed string or comment at the line where it starts
@@ -22,8 +23,9 @@ static int is_name_char(int c) { return az_alnum(c) || c == '*' || c == '-' || c
 struct last_key { const char *s; size_t len; };
 
 /* Quotes the key and the number, so the message is only given once the
- * file has parsed as libconfig (config.c's load_text): a file that does not parse
- * may be no config file at all, and none of its bytes may be shown. The
+ * file has parsed as libconfig (config.c's load_text): a file that does
+ * not parse may be no config file at all, and none of its bytes may be
+ * shown. The
  * first one is kept; the scan goes on for the errors that must stop it
  * before libconfig reads the text (@include). */
 static int number_out_of_range(struct parse *p, unsigned line, const struct last_key *key,
