@@ -4,13 +4,13 @@
  * exits here (the shim decides that). Knows nothing of pthread or Redis: it
  * only carries the server's address and credentials for others to use.
  *
- * Loading is all-or-nothing. The file is checked by a small pre-scan (NUL
- * bytes, @include, integers libconfig 1.5 would silently truncate, unclosed
- * strings and comments), parsed
- * by libconfig, then walked key by key into a private struct that is only
- * copied to the caller's on success. Default strings point at static
+ * Loading is all-or-nothing. The file is checked by a small pre-scan
+ * (config_scan.c: NUL bytes, @include, integers libconfig 1.5 would
+ * silently truncate, unclosed strings and comments), parsed by libconfig,
+ * then walked key by key into a private struct that is only copied to the
+ * caller's on success. DMUTEX_REDIS URLs are config_url.c's. Default strings point at static
  * storage, so a struct holding only defaults needs no freeing. */
-#include "config.h"
+#include "config_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,305 +23,6 @@
 #include <string.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#define DM_CONFIG_FILE_MAX      (4L << 20)  /* bytes; a config is a few kB */
-#define DM_LEASE_MIN_MS         100L
-#define DM_LEASE_MAX_MS         3600000L    /* one hour */
-#define DM_RENEW_MIN_MS         10L
-#define DM_TIMEOUT_MIN_MS       1L
-#define DM_TIMEOUT_MAX_MS       600000L     /* ten minutes */
-#define DM_LOCK_DELAY_MAX_MS    600000L
-#define DM_RENEW_DIVISOR        3           /* renew_ms default: lease / 3 */
-#define DM_MARGIN_DIVISOR       10          /* lease_margin_ms default: lease / 10 */
-#define DM_REDIS_DB_MAX         1000000L
-#define DM_PORT_MAX             65535L
-#define DM_OFFSET_MAX           (1L << 30)
-#define DM_INDEX_MAX            (1L << 24)
-#define DM_SYMBOL_MAX           4096        /* mangled C++ names run long */
-#define DM_FILE_NAME_MAX        255         /* NAME_MAX of Linux file systems */
-#define DM_PATH_MAX             4096        /* PATH_MAX */
-#define DM_HOST_MAX             255         /* longest DNS name */
-#define DM_ENV_NAME_MAX         255
-#define DM_UNIX_PATH_MAX        ((int)sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
-#define DM_SHOW_MAX             48          /* bytes of a value quoted in a message */
-
-/* Defaults live in static storage: dm_config_free frees a string only when
- * it is not one of these, so defaults never need allocating or freeing. */
-static char default_host[] = DM_REDIS_HOST_DEFAULT;
-static char default_ns[] = DM_NAMESPACE_DEFAULT;
-
-/* One load in progress: where errors go and what to call the file. */
-struct parse {
-    const char *label;
-    char *err;
-    size_t errlen;
-    int number_error;           /* the pre-scan found a number out of range: */
-    unsigned number_line;       /* where */
-    const char *number_limit;   /* and what the limit is */
-};
-
-__attribute__((format(printf, 3, 4)))
-static int fail(struct parse *p, unsigned line, const char *fmt, ...)
-{
-    if (!p->err || p->errlen == 0)
-        return -1;
-    int n = snprintf(p->err, p->errlen, "%s:%u: ", p->label, line);
-    if (n < 0 || (size_t)n >= p->errlen)
-        return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->err + n, p->errlen - n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-__attribute__((format(printf, 3, 4)))
-static int fail_plain(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-/* A user's string as it should appear in a message: quoted, with control
- * and non-ASCII bytes escaped, cut after DM_SHOW_MAX bytes with its length
- * said, so a 10 kB value still gives a readable one-line error. */
-struct shown { char s[DM_SHOW_MAX * 4 + 48]; };
-
-static const char *show(struct shown *out, const char *v)
-{
-    size_t len = strlen(v), o = 0;
-    out->s[o++] = '"';
-    for (size_t i = 0; i < len && i < DM_SHOW_MAX; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c == '"' || c == '\\')
-            o += sprintf(out->s + o, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f)
-            o += sprintf(out->s + o, "\\x%02x", c);
-        else
-            out->s[o++] = (char)c;
-    }
-    out->s[o++] = '"';
-    if (len > DM_SHOW_MAX)
-        o += sprintf(out->s + o, "... (%zu bytes)", len);
-    out->s[o] = '\0';
-    return out->s;
-}
-
-/* One byte for a message: 'c' when printable, else its code. */
-struct shown_byte { char s[16]; };
-
-static const char *show_byte(struct shown_byte *out, unsigned char c)
-{
-    if (c > 0x20 && c < 0x7f && c != '\'')
-        snprintf(out->s, sizeof out->s, "'%c'", c);
-    else if (c == ' ')
-        snprintf(out->s, sizeof out->s, "a space");
-    else
-        snprintf(out->s, sizeof out->s, "byte 0x%02x", c);
-    return out->s;
-}
-
-/* ---- pre-scan ----------------------------------------------------------
- * libconfig 1.5 reads any integer without an L suffix into an int with no
- * overflow check (port = 4294973675 arrives as 6379), follows @include to
- * any file (a fuzzer could name /dev/stdin), and cuts strings at "\x00".
- * This walk follows libconfig's own tokens (strings, comments, numbers,
- * names) just far enough to refuse those before libconfig sees them, and
- * reports an unclosed string or comment at the line where it starts
- * (libconfig would leak the one and silently accept the other). */
-
-/* ASCII only, whatever the locale: the character sets below are the
- * contract, not what a program's setlocale() makes of byte 0xe9. */
-static int az_alpha(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-static int az_digit(int c) { return c >= '0' && c <= '9'; }
-static int az_alnum(int c) { return az_alpha(c) || az_digit(c); }
-static int az_xdigit(int c) { return az_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-static int is_name_start(int c) { return az_alpha(c) || c == '*'; }
-static int is_name_char(int c) { return az_alnum(c) || c == '*' || c == '-' || c == '_'; }
-static int is_hex(int c) { return az_xdigit(c); }
-static int hex_val(int c) { return az_digit(c) ? c - '0' : ((c | 0x20) - 'a' + 10); }
-
-/* The key a number belongs to, as far as the pre-scan can tell: the last
- * name followed by '=' or ':'. Only used to word the message. */
-struct last_key { const char *s; size_t len; };
-
-/* Quotes the key and the number, so the message is only given once the
- * file has parsed as libconfig (load_text): a file that does not parse
- * may be no config file at all, and none of its bytes may be shown. The
- * first one is kept; the scan goes on for the errors that must stop it
- * before libconfig reads the text (@include). */
-static int number_out_of_range(struct parse *p, unsigned line, const struct last_key *key,
-                               const char *start, size_t len, const char *limit)
-{
-    if (p->number_error)
-        return 0;
-    p->number_error = 1;
-    p->number_line = line;
-    p->number_limit = limit;
-    char lit[DM_SHOW_MAX + 1];
-    size_t n = len < DM_SHOW_MAX ? len : DM_SHOW_MAX;
-    memcpy(lit, start, n);
-    lit[n] = '\0';
-    if (key->s && key->len < DM_SHOW_MAX)
-        fail(p, line, "%.*s = %s%s: number out of range (%s)", (int)key->len, key->s, lit,
-             len > n ? "..." : "", limit);
-    else
-        fail(p, line, "number %s%s is out of range (%s)", lit, len > n ? "..." : "", limit);
-    return 0;
-}
-
-/* Scans one number at *pp (sign, digits, hex, L suffix, float) and checks
- * that libconfig will read it exactly. Advances *pp past it. */
-static int prescan_number(struct parse *p, unsigned line, const struct last_key *key,
-                          const char **pp)
-{
-    const char *s = *pp, *q = s;
-    int neg = 0;
-    if (*q == '+' || *q == '-')
-        neg = *q++ == '-';
-    if (q[0] == '0' && (q[1] == 'x' || q[1] == 'X') && is_hex((unsigned char)q[2])) {
-        uint64_t v = 0;
-        int over = 0;
-        for (q += 2; is_hex((unsigned char)*q); q++) {
-            if (v > (UINT64_MAX >> 4))
-                over = 1;
-            v = v << 4 | (uint64_t)hex_val((unsigned char)*q);
-        }
-        int is64 = *q == 'L';
-        if (is64)
-            q += q[1] == 'L' ? 2 : 1;
-        *pp = q;
-        if (over || v > (is64 ? (uint64_t)INT64_MAX : (uint64_t)INT_MAX))
-            return number_out_of_range(p, line, key, s, (size_t)(q - s),
-                                       is64 ? "the largest is 0x7fffffffffffffffL"
-                                            : "the largest is 0x7fffffff");
-        return 0;
-    }
-    const char *digits = q;
-    while (az_digit((unsigned char)*q))
-        q++;
-    int has_digits = q > digits;
-    if (*q == '.' || (has_digits && (*q == 'e' || *q == 'E'))) {
-        /* A float: libconfig converts it with atof, which cannot overflow
-         * into a wrong value; integer keys refuse floats anyway. */
-        if (*q == '.')
-            for (q++; az_digit((unsigned char)*q); q++)
-                ;
-        if ((*q == 'e' || *q == 'E')) {
-            const char *e = q + 1;
-            if (*e == '+' || *e == '-')
-                e++;
-            if (az_digit((unsigned char)*e))
-                for (q = e; az_digit((unsigned char)*q); q++)
-                    ;
-        }
-        *pp = q > s ? q : s + 1;
-        return 0;
-    }
-    if (!has_digits) {          /* a lone sign: libconfig's syntax error */
-        *pp = s + 1;
-        return 0;
-    }
-    uint64_t v = 0;
-    int over = 0;
-    for (const char *d = digits; d < q; d++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            over = 1;
-        else
-            v = v * 10 + (uint64_t)(*d - '0');
-    }
-    int is64 = *q == 'L';
-    if (is64)
-        q += q[1] == 'L' ? 2 : 1;
-    *pp = q;
-    uint64_t max = is64 ? (uint64_t)INT64_MAX : (uint64_t)INT_MAX;
-    if (over || v > max + (uint64_t)neg)
-        return number_out_of_range(p, line, key, s, (size_t)(q - s),
-                                   is64 ? "64-bit integers run from -9223372036854775808 to 9223372036854775807"
-                                        : "integers run from -2147483648 to 2147483647");
-    return 0;
-}
-
-static int prescan(struct parse *p, const char *text)
-{
-    unsigned line = 1;
-    int bol = 1;
-    struct last_key key = { NULL, 0 };
-    for (const char *s = text; *s;) {
-        if (bol) {
-            const char *t = s;
-            while (*t == ' ' || *t == '\t')
-                t++;
-            if (strncmp(t, "@include", 8) == 0)
-                return fail(p, line, "@include is not supported: keep the whole configuration in one file");
-            bol = 0;
-        }
-        unsigned char c = (unsigned char)*s;
-        if (c == '\n') {
-            line++;
-            bol = 1;
-            s++;
-        } else if (c == '/' && s[1] == '*') {
-            unsigned start = line;
-            for (s += 2; *s && !(s[0] == '*' && s[1] == '/'); s++)
-                if (*s == '\n')
-                    line++;
-            if (!*s)
-                return fail(p, start, "comment /* is never closed with */");
-            s += 2;
-        } else if (c == '#' || (c == '/' && s[1] == '/')) {
-            while (*s && *s != '\n')
-                s++;
-        } else if (c == '"') {
-            unsigned start = line;
-            for (s++; *s && *s != '"'; s++) {
-                if (*s == '\n') {
-                    line++;
-                } else if (*s == '\\') {
-                    if ((s[1] == 'x' || s[1] == 'X') && is_hex((unsigned char)s[2])
-                        && is_hex((unsigned char)s[3])
-                        && hex_val((unsigned char)s[2]) == 0 && hex_val((unsigned char)s[3]) == 0)
-                        return fail(p, line, "a string holds \\x00, a NUL byte, which no value may contain");
-                    if (s[1] == '\0') {
-                        s++;
-                        break;
-                    }
-                    if (s[1] == '\n')
-                        line++;
-                    s++;
-                }
-            }
-            /* libconfig 1.5 would report this too, but leaks the string */
-            if (!*s)
-                return fail(p, start, "string is never closed with '\"'");
-            s++;
-        } else if (is_name_start(c)) {
-            const char *name = s;
-            while (is_name_char((unsigned char)*s))
-                s++;
-            const char *t = s;
-            while (*t == ' ' || *t == '\t' || *t == '\r')
-                t++;
-            if (*t == '=' || *t == ':') {
-                key.s = name;
-                key.len = (size_t)(s - name);
-            }
-        } else if (az_digit(c) || c == '.'
-                   || ((c == '-' || c == '+') && (az_digit((unsigned char)s[1]) || s[1] == '.'))) {
-            if (prescan_number(p, line, &key, &s) < 0)
-                return -1;
-        } else {
-            s++;
-        }
-    }
-    return 0;
-}
 
 /* ---- typed access to settings ----------------------------------------- */
 
@@ -419,11 +120,17 @@ static size_t edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-/* Refuses any member of `grp` not in `keys` (NULL-terminated). `where`
- * says which group, for the message. */
-static int check_keys(struct parse *p, const config_setting_t *grp, const char *const *keys,
+/* Refuses any member of `grp` that is not a key of `group` in the table.
+ * `where` says which group, for the message. */
+static int check_keys(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
                       const char *where)
 {
+    char list[256];
+    size_t o = 0;
+    for (int id = 0; id < DM_NKEYS && o < sizeof list; id++)
+        if (dm_config_keys[id].group == group)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
+                                  dm_config_keys[id].name);
     int n = config_setting_length(grp);
     for (int i = 0; i < n; i++) {
         config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
@@ -433,28 +140,25 @@ static int check_keys(struct parse *p, const config_setting_t *grp, const char *
         const char *guess = NULL;
         size_t best = 3;
         int known = 0;
-        for (const char *const *k = keys; *k; k++) {
-            if (strcmp(name, *k) == 0) {
-                known = 1;
-                break;
-            }
-            size_t d = edit_distance(name, *k);
+        for (int id = 0; id < DM_NKEYS && !known; id++) {
+            const char *k = dm_config_keys[id].name;
+            if (dm_config_keys[id].group != group)
+                continue;
+            known = strcmp(name, k) == 0;
+            size_t d = edit_distance(name, k);
             if (d < best) {
                 best = d;
-                guess = *k;
+                guess = k;
             }
         }
         if (known)
             continue;
-        char list[256];
-        size_t o = 0;
-        for (const char *const *k = keys; *k && o < sizeof list; k++)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", k == keys ? "" : ", ", *k);
         struct shown sn;
         if (guess)
-            return fail(p, line_of(s), "unknown key %s %s (did you mean %s?); valid keys: %s",
-                        show(&sn, name), where, guess, list);
-        return fail(p, line_of(s), "unknown key %s %s; valid keys: %s", show(&sn, name), where, list);
+            return fail(p, line_of(s), "unknown key %s %s (did you mean %s?); valid "
+                        "keys: %s", show(&sn, name), where, guess, list);
+        return fail(p, line_of(s), "unknown key %s %s; valid keys: %s",
+                    show(&sn, name), where, list);
     }
     return 0;
 }
@@ -614,22 +318,87 @@ static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
 
 /* ---- the sections ----------------------------------------------------- */
 
-static const char *const top_keys[] = {
-    "redis", "namespace", "lease_ms", "renew_ms", "lease_margin_ms", "lock_delay_ms",
-    "on_lease_lost", "on_redis_down", "mutexes", "programs", NULL
-};
-static const char *const redis_keys[] = {
-    "host", "port", "unix", "username", "password", "password_env", "db",
-    "connect_timeout_ms", "command_timeout_ms", NULL
-};
-static const char *const mutex_keys[] = {
-    "symbol", "object", "name", "offset", "index", "init_site", "required", "fair", "cache", NULL
-};
-
-static void free_owned(char *s, const char *dflt)
+/* What `qual` prefixes a key with in messages. */
+static const char *qualifier(enum dm_key_group group)
 {
-    if (s != dflt)
-        free(s);
+    return group == DM_GROUP_REDIS ? "redis." : "";
+}
+
+/* Reads every key of `group` the table parses (all but DM_KEY_HAND), in
+ * table order, into the struct at `base`: type, bounds, the value's own
+ * rules. Keys with cross bounds are only read here; their bounds are
+ * checked by hand once every key is known. lines[id] gets the line of each
+ * key present (0: absent). */
+static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
+                         void *base, unsigned lines[DM_NKEYS])
+{
+    const char *qual = qualifier(group);
+    for (int id = 0; id < DM_NKEYS; id++) {
+        const struct dm_config_key *k = &dm_config_keys[id];
+        if (k->group != group || k->type == DM_KEY_HAND)
+            continue;
+        const config_setting_t *s = config_setting_get_member(grp, k->name);
+        if (!s)
+            continue;
+        lines[id] = line_of(s);
+        char *field = (char *)base + k->offset;
+        const char *v;
+        unsigned line;
+        struct shown sv;
+        long n = 0;
+        switch (k->type) {
+        case DM_KEY_INT:
+        case DM_KEY_LONG:
+            if (get_int(p, grp, qual, k->name, k->cross ? LONG_MIN : k->lo,
+                        k->cross ? LONG_MAX : k->hi, &n, NULL) < 0)
+                return -1;
+            if (k->type == DM_KEY_INT)
+                *(int *)field = (int)n;
+            else
+                *(long *)field = n;
+            break;
+        case DM_KEY_BOOL:
+            if (get_bool(p, grp, qual, k->name, (int *)field) < 0)
+                return -1;
+            break;
+        case DM_KEY_ENUM: {
+            if (get_string(p, grp, qual, k->name, &v, &line) < 0)
+                return -1;
+            int i = 0;
+            while (k->values[i] && strcmp(v, k->values[i]) != 0)
+                i++;
+            if (!k->values[i]) {
+                char list[128];
+                size_t o = 0;
+                for (int j = 0; k->values[j] && o < sizeof list; j++)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s\"%s\"",
+                                          j == 0 ? "" : k->values[j + 1] ? ", " : " or ",
+                                          k->values[j]);
+                return fail(p, line, "%s%s = %s: must be %s", qual, k->name, show(&sv, v), list);
+            }
+            *(int *)field = i;
+            break;
+        }
+        case DM_KEY_NAME: {
+            char why[160];
+            if (get_string(p, grp, qual, k->name, &v, &line) < 0)
+                return -1;
+            if (!name_ok(v, why, sizeof why))
+                return fail(p, line, "%s%s = %s: %s", qual, k->name, show(&sv, v), why);
+            if (dup_into(p, line, (char **)field, v) < 0)
+                return -1;
+            break;
+        }
+        case DM_KEY_HAND:
+            break;
+        }
+        const config_setting_t *other = k->not_with ? config_setting_get_member(grp, k->not_with)
+                                                    : NULL;
+        if (other)
+            return fail(p, lines[id], "%s%s has no meaning with %s%s (line %u)", qual, k->name,
+                        qual, k->not_with, line_of(other));
+    }
+    return 0;
 }
 
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
@@ -640,15 +409,13 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (!config_setting_is_group(g))
         return fail(p, line_of(g), "redis must be a group { host = ...; port = ...; }, not %s",
                     type_name(g));
-    if (check_keys(p, g, redis_keys, "in the redis group") < 0)
+    if (check_keys(p, g, DM_GROUP_REDIS, "in the redis group") < 0)
         return -1;
 
     const char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL, *pass_env = NULL;
-    unsigned host_line = 0, unix_line = 0, user_line = 0, pass_line = 0, env_line = 0, port_line = 0;
+    unsigned host_line = 0, unix_line = 0, user_line = 0, pass_line = 0, env_line = 0;
     char why[160];
     struct shown sv;
-    long v;
-    int rc;
 
     if (get_string(p, g, "redis.", "host", &host, &host_line) < 0
         || get_string(p, g, "redis.", "unix", &unix_path, &unix_line) < 0
@@ -702,20 +469,8 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (user && !pass)
         return fail(p, user_line, "redis.username needs redis.password or redis.password_env");
 
-    if ((rc = get_int(p, g, "redis.", "port", 1, DM_PORT_MAX, &v, &port_line)) < 0)
-        return -1;
-    if (rc && unix_path)
-        return fail(p, port_line, "redis.port has no meaning with redis.unix (line %u)", unix_line);
-    if (rc)
-        r->port = (int)v;
-    if ((rc = get_int(p, g, "redis.", "db", 0, DM_REDIS_DB_MAX, &v, NULL)) < 0)
-        return -1;
-    if (rc)
-        r->db = (int)v;
-    if (get_int(p, g, "redis.", "connect_timeout_ms", DM_TIMEOUT_MIN_MS, DM_TIMEOUT_MAX_MS,
-                &r->connect_timeout_ms, NULL) < 0
-        || get_int(p, g, "redis.", "command_timeout_ms", DM_TIMEOUT_MIN_MS, DM_TIMEOUT_MAX_MS,
-                   &r->command_timeout_ms, NULL) < 0)
+    unsigned lines[DM_NKEYS] = { 0 };
+    if (parse_scalars(p, g, DM_GROUP_REDIS, r, lines) < 0)
         return -1;
 
     if (host && dup_into(p, host_line, &r->host, host) < 0)
@@ -732,102 +487,59 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     return 0;
 }
 
-/* The member `key` of `grp` as an integer, range checked by the caller
- * (limits that depend on other keys). Same returns as get_int. */
-static int get_int_any(struct parse *p, const config_setting_t *grp, const char *key,
-                       long *out, unsigned *line)
+/* The rules between the lease keys, once parse_scalars has read them all
+ * (lines[id] != 0: written in the file): lease_margin_ms and renew_ms must
+ * leave two renewals inside the lease, lock_delay_ms at most the lease.
+ * The derived defaults are the table's (lease_ms / dflt_div). */
+static int check_timing(struct parse *p, struct dm_config *cfg, const unsigned lines[DM_NKEYS])
 {
-    return get_int(p, grp, "", key, LONG_MIN, LONG_MAX, out, line);
-}
-
-/* lease_ms first: the defaults and limits of the other three follow it. */
-static int parse_timing(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
-{
-    long renew = 0, margin = 0, delay = 0;
-    unsigned renew_line = 0, margin_line = 0, delay_line = 0;
-    int has_renew, has_margin, has_delay;
-
-    if (get_int(p, root, "", "lease_ms", DM_LEASE_MIN_MS, DM_LEASE_MAX_MS, &cfg->lease_ms, NULL) < 0)
-        return -1;
+    const struct dm_config_key *kr = &dm_config_keys[DM_K_RENEW];
+    const struct dm_config_key *km = &dm_config_keys[DM_K_MARGIN];
+    const struct dm_config_key *kd = &dm_config_keys[DM_K_LOCK_DELAY];
     long lease = cfg->lease_ms;
+    long margin = cfg->lease_margin_ms, renew = cfg->renew_ms, delay = cfg->lock_delay_ms;
 
-    if ((has_margin = get_int_any(p, root, "lease_margin_ms", &margin, &margin_line)) < 0)
-        return -1;
-    if (has_margin && (margin < 1 || margin > (lease - 1) / 2))
-        return fail(p, margin_line, "lease_margin_ms = %ld: must be between 1 and %ld "
-                    "(less than half of lease_ms = %ld)", margin, (lease - 1) / 2, lease);
-    if (!has_margin)
-        margin = lease / DM_MARGIN_DIVISOR;
+    if (lines[DM_K_MARGIN] && (margin < km->lo || margin > (lease - 1) / 2))
+        return fail(p, lines[DM_K_MARGIN], "lease_margin_ms = %ld: must be between "
+                    "%ld and %ld (less than half of lease_ms = %ld)", margin, km->lo,
+                    (lease - 1) / 2, lease);
+    if (!lines[DM_K_MARGIN])
+        margin = lease / km->dflt_div;
 
     long renew_max = (lease - margin) / 2;
-    if ((has_renew = get_int_any(p, root, "renew_ms", &renew, &renew_line)) < 0)
-        return -1;
-    if (has_renew && (renew < DM_RENEW_MIN_MS || renew > renew_max))
-        return fail(p, renew_line, "renew_ms = %ld: must be between %ld and %ld, so that two "
-                    "renewals fit in lease_ms - lease_margin_ms = %ld", renew, DM_RENEW_MIN_MS,
-                    renew_max, lease - margin);
-    if (!has_renew) {
-        renew = lease / DM_RENEW_DIVISOR;
+    if (lines[DM_K_RENEW] && (renew < kr->lo || renew > renew_max))
+        return fail(p, lines[DM_K_RENEW], "renew_ms = %ld: must be between %ld and %ld, "
+                    "so that two renewals fit in lease_ms - lease_margin_ms = %ld",
+                    renew, kr->lo, renew_max, lease - margin);
+    if (!lines[DM_K_RENEW]) {
+        renew = lease / kr->dflt_div;
         if (renew > renew_max)   /* only a large explicit margin gets here */
-            return fail(p, margin_line, "lease_margin_ms = %ld leaves too little of lease_ms = %ld "
-                        "for renewals: with renew_ms at its default (lease_ms/3 = %ld), "
-                        "2 * renew_ms must be <= lease_ms - lease_margin_ms = %ld; lower "
-                        "lease_margin_ms or set renew_ms to at most %ld",
-                        margin, lease, renew, lease - margin, renew_max);
+            return fail(p, lines[DM_K_MARGIN], "lease_margin_ms = %ld leaves too little "
+                        "of lease_ms = %ld for renewals: with renew_ms at its default "
+                        "(lease_ms/%ld = %ld), 2 * renew_ms must be <= lease_ms - "
+                        "lease_margin_ms = %ld; lower lease_margin_ms or set renew_ms "
+                        "to at most %ld", margin, lease, kr->dflt_div, renew,
+                        lease - margin, renew_max);
     }
 
-    long delay_max = lease < DM_LOCK_DELAY_MAX_MS ? lease : DM_LOCK_DELAY_MAX_MS;
-    if ((has_delay = get_int_any(p, root, "lock_delay_ms", &delay, &delay_line)) < 0)
-        return -1;
-    if (has_delay && (delay < 0 || delay > delay_max))
-        return fail(p, delay_line, "lock_delay_ms = %ld: must be between 0 and %ld (%s)", delay,
-                    delay_max, delay_max == lease ? "at most lease_ms" : "ten minutes");
+    long delay_max = lease < kd->hi ? lease : kd->hi;
+    if (lines[DM_K_LOCK_DELAY] && (delay < kd->lo || delay > delay_max))
+        return fail(p, lines[DM_K_LOCK_DELAY], "lock_delay_ms = %ld: must be between "
+                    "%ld and %ld (%s)", delay, kd->lo, delay_max,
+                    delay_max == lease ? "at most lease_ms" : "ten minutes");
     cfg->renew_ms = renew;
     cfg->lease_margin_ms = margin;
     cfg->lock_delay_ms = delay;
     return 0;
 }
 
-static int parse_policies(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+/* Every top-level key but the hand-written groups and lists. */
+static int parse_top(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
-    const char *v;
-    unsigned line;
-    struct shown sv;
-    int rc;
-
-    if ((rc = get_string(p, root, "", "on_lease_lost", &v, &line)) < 0)
+    unsigned lines[DM_NKEYS] = { 0 };
+    if (parse_scalars(p, root, DM_GROUP_TOP, cfg, lines) < 0)
         return -1;
-    if (rc) {
-        if (strcmp(v, "abort") == 0)
-            cfg->on_lease_lost = DM_LOST_ABORT;
-        else if (strcmp(v, "warn") == 0)
-            cfg->on_lease_lost = DM_LOST_WARN;
-        else
-            return fail(p, line, "on_lease_lost = %s: must be \"abort\" or \"warn\"", show(&sv, v));
-    }
-    if ((rc = get_string(p, root, "", "on_redis_down", &v, &line)) < 0)
-        return -1;
-    if (rc) {
-        if (strcmp(v, "block") == 0)
-            cfg->on_redis_down = DM_DOWN_BLOCK;
-        else if (strcmp(v, "error") == 0)
-            cfg->on_redis_down = DM_DOWN_ERROR;
-        else if (strcmp(v, "local") == 0)
-            cfg->on_redis_down = DM_DOWN_LOCAL;
-        else
-            return fail(p, line, "on_redis_down = %s: must be \"block\", \"error\" or \"local\"",
-                        show(&sv, v));
-    }
-    if ((rc = get_string(p, root, "", "namespace", &v, &line)) < 0)
-        return -1;
-    if (rc) {
-        char why[160];
-        if (!name_ok(v, why, sizeof why))
-            return fail(p, line, "namespace = %s: %s", show(&sv, v), why);
-        if (dup_into(p, line, &cfg->ns, v) < 0)
-            return -1;
-    }
-    return 0;
+    return check_timing(p, cfg, lines);
 }
 
 static void mutex_free(struct dm_mutex_config *m)
@@ -842,31 +554,26 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
 {
     unsigned line = line_of(e);
     const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL;
-    unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0, off_line = 0, idx_line = 0;
+    unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0;
     char why[200];
     struct shown sv, sv2;
-    int has_off, has_idx;
+    unsigned lines[DM_NKEYS] = { 0 };
 
+    dm_config_keys_defaults(DM_GROUP_MUTEX, m, NULL);
     m->line = (int)line;
-    m->offset = 0;
-    m->index = -1;
-    m->required = 1;
-    m->fair = DM_FAIR_DEFAULT;
     if (!config_setting_is_group(e))
         return fail(p, line, "each entry of mutexes must be a group { symbol = \"...\"; }, not %s",
                     type_name(e));
-    if (check_keys(p, e, mutex_keys, "in a mutex entry") < 0)
+    if (check_keys(p, e, DM_GROUP_MUTEX, "in a mutex entry") < 0)
         return -1;
     if (get_string(p, e, "", "symbol", &sym, &sym_line) < 0
         || get_string(p, e, "", "init_site", &site, &site_line) < 0
         || get_string(p, e, "", "object", &obj, &obj_line) < 0
         || get_string(p, e, "", "name", &name, &name_line) < 0
-        || (has_off = get_int(p, e, "", "offset", 0, DM_OFFSET_MAX, &m->offset, &off_line)) < 0
-        || (has_idx = get_int(p, e, "", "index", 0, DM_INDEX_MAX, &m->index, &idx_line)) < 0
-        || get_bool(p, e, "", "required", &m->required) < 0
-        || get_bool(p, e, "", "fair", &m->fair) < 0
-        || get_bool(p, e, "", "cache", &m->cache) < 0)
+        || parse_scalars(p, e, DM_GROUP_MUTEX, m, lines) < 0)
         return -1;
+    unsigned off_line = lines[DM_K_OFFSET], idx_line = lines[DM_K_INDEX];
+    int has_off = off_line != 0, has_idx = idx_line != 0;
 
     if (!sym && !site)
         return fail(p, line, "mutex entry needs symbol = \"...\" (a variable) or "
@@ -1076,7 +783,7 @@ static int load_text(const char *text, const char *label, const char *program,
         err[0] = '\0';
     if (!text)
         return fail(&p, 0, "no configuration text");
-    if (prescan(&p, text) < 0)
+    if (dm_config_prescan(&p, text) < 0)
         return -1;
     config_init(&lc);
     if (!config_read_string(&lc, text)) {
@@ -1100,10 +807,9 @@ static int load_text(const char *text, const char *label, const char *program,
     if (parse_programs(&p, root, &cfg) == 0 && dup_into(&p, 0, &cfg.path, p.label) == 0) {
         if (!program_listed(&cfg, program)) {
             rc = DM_CONFIG_NOT_FOR;
-        } else if (check_keys(&p, root, top_keys, "at the top level") == 0
+        } else if (check_keys(&p, root, DM_GROUP_TOP, "at the top level") == 0
                    && parse_redis(&p, root, &cfg.redis) == 0
-                   && parse_timing(&p, root, &cfg) == 0
-                   && parse_policies(&p, root, &cfg) == 0
+                   && parse_top(&p, root, &cfg) == 0
                    && parse_mutexes(&p, root, &cfg) == 0) {
             cfg.settings = config_setting_length(root);
             cfg.mutexes_line = config_setting_get_member(root, "mutexes") ?
@@ -1122,20 +828,12 @@ static int load_text(const char *text, const char *label, const char *program,
 
 /* ---- public ----------------------------------------------------------- */
 
+/* The table's defaults; no string is allocated (see dm_config_is_default). */
 void dm_config_defaults(struct dm_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->redis.host = default_host;
-    cfg->redis.port = DM_REDIS_PORT_DEFAULT;
-    cfg->redis.connect_timeout_ms = DM_CONNECT_TIMEOUT_MS;
-    cfg->redis.command_timeout_ms = DM_COMMAND_TIMEOUT_MS;
-    cfg->ns = default_ns;
-    cfg->lease_ms = DM_LEASE_DEFAULT_MS;
-    cfg->renew_ms = DM_LEASE_DEFAULT_MS / DM_RENEW_DIVISOR;
-    cfg->lease_margin_ms = DM_LEASE_DEFAULT_MS / DM_MARGIN_DIVISOR;
-    cfg->lock_delay_ms = 0;
-    cfg->on_lease_lost = DM_LOST_ABORT;
-    cfg->on_redis_down = DM_DOWN_BLOCK;
+    dm_config_keys_defaults(DM_GROUP_TOP, cfg, cfg);
+    dm_config_keys_defaults(DM_GROUP_REDIS, &cfg->redis, cfg);
 }
 
 int dm_config_load_string(const char *text, const char *label,
@@ -1245,246 +943,19 @@ int dm_config_check_mutexes(const struct dm_config *cfg, char *err, size_t errle
                       path);
 }
 
-/* The password of user:password@ becomes ***: in any scheme, and in a URL
- * without one ("user:pw@host"), since a mistyped URL is still a secret. */
-void dm_config_redact_url(const char *url, char *out, size_t len)
-{
-    if (!out || len == 0)
-        return;
-    if (!url) {
-        snprintf(out, len, "(none)");
-        return;
-    }
-    const char *sep = strstr(url, "://");
-    const char *a = sep ? sep + 3 : url;
-    size_t alen = strcspn(a, "/?#");
-    const char *at = NULL;
-    for (const char *q = a; q < a + alen; q++)
-        if (*q == '@')
-            at = q;
-    if (!at) {
-        snprintf(out, len, "%s", url);
-        return;
-    }
-    const char *colon = memchr(a, ':', (size_t)(at - a));
-    const char *keep = colon ? colon + 1 : a;   /* "pw@host" is all password */
-    snprintf(out, len, "%.*s***%s", (int)(keep - url), url, at);
-}
-
-static int percent_decode(const char *s, size_t len, char **out)
-{
-    char *d = malloc(len + 1);
-    if (!d)
-        return -1;
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] == '%') {
-            if (i + 2 >= len)
-                goto bad;
-            if (!is_hex((unsigned char)s[i + 1]) || !is_hex((unsigned char)s[i + 2]))
-                goto bad;
-            int c = hex_val((unsigned char)s[i + 1]) << 4 | hex_val((unsigned char)s[i + 2]);
-            if (c == 0)
-                goto bad;
-            d[o++] = (char)c;
-            i += 2;
-        } else {
-            d[o++] = s[i];
-        }
-    }
-    d[o] = '\0';
-    *out = d;
-    return 0;
-bad:
-    free(d);
-    return -2;
-}
-
-/* Digits only, value in [lo, hi]. */
-static int parse_url_number(const char *s, size_t len, long lo, long hi, long *out)
-{
-    if (len == 0 || len > 9)
-        return -1;
-    long v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!az_digit((unsigned char)s[i]))
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* The URL names the whole endpoint: host and port, or the socket, and the
- * db. Credentials are replaced only when the URL carries them, so a
- * password can stay in password_env instead of a URL in the environment. */
-int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen)
-{
-    char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL;
-    long port = DM_REDIS_PORT_DEFAULT, db = 0;
-    int has_cred = 0;
-    struct shown su, sv;
-
-    if (err && errlen)
-        err[0] = '\0';
-    if (!url || !*url)
-        return fail_plain(err, errlen, "redis URL is empty (use redis://host:port/db or unix:///path)");
-    char redacted[DM_SHOW_MAX * 2 + 8];
-    dm_config_redact_url(url, redacted, sizeof redacted);
-    show(&su, redacted);
-    if (strncasecmp(url, "rediss://", 9) == 0)
-        return fail_plain(err, errlen, "redis URL %s: TLS is not supported by this build", su.s);
-
-    if (strncasecmp(url, "unix://", 7) == 0) {
-        const char *path = url + 7;
-        size_t plen = strcspn(path, "?");
-        if (plen == 0 || path[0] != '/')
-            return fail_plain(err, errlen, "redis URL %s: needs an absolute socket path, as in "
-                              "unix:///run/redis.sock", su.s);
-        if (path[plen] == '?') {
-            const char *q = path + plen + 1;
-            if (strncmp(q, "db=", 3) != 0 || parse_url_number(q + 3, strlen(q + 3), 0,
-                                                              DM_REDIS_DB_MAX, &db) < 0)
-                return fail_plain(err, errlen, "redis URL %s: the only query is ?db=N with N "
-                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
-        }
-        if (plen > (size_t)DM_UNIX_PATH_MAX)
-            return fail_plain(err, errlen, "redis URL %s: the socket path is %zu bytes, the "
-                              "limit is %d", su.s, plen, DM_UNIX_PATH_MAX);
-        for (size_t i = 0; i < plen; i++)
-            if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
-                return fail_plain(err, errlen, "redis URL %s: control character in the socket path",
-                                  su.s);
-        unix_path = strndup(path, plen);
-        if (!unix_path)
-            return fail_plain(err, errlen, "redis URL: out of memory");
-        port = 0;
-    } else if (strncasecmp(url, "redis://", 8) == 0) {
-        const char *a = url + 8;
-        size_t alen = strcspn(a, "/?#");
-        const char *at = NULL;
-        for (const char *q = a; q < a + alen; q++)
-            if (*q == '@')
-                at = q;          /* the last one: a raw '@' may sit in a password */
-        const char *hp = a;
-        if (at) {
-            const char *colon = memchr(a, ':', (size_t)(at - a));
-            const char *pw = colon ? colon + 1 : a;
-            int r = 0;
-            if (colon && colon > a)
-                r = percent_decode(a, (size_t)(colon - a), &user);
-            if (r == 0)
-                r = percent_decode(pw, (size_t)(at - pw), &pass);
-            if (r == -1) {
-                free(user);
-                return fail_plain(err, errlen, "redis URL: out of memory");
-            }
-            if (r == -2) {
-                free(user);
-                return fail_plain(err, errlen, "redis URL: bad %%-escape in the user name or "
-                                  "password (%%XX with two hex digits, not %%00)");
-            }
-            if (!*pass) {
-                free(user);
-                free(pass);
-                return fail_plain(err, errlen, "redis URL: empty password before '@' "
-                                  "(leave out user:password@ for no AUTH)");
-            }
-            has_cred = 1;
-            hp = at + 1;
-        }
-        size_t hlen = (size_t)(a + alen - hp);
-        const char *h = hp, *port_s = NULL;
-        size_t host_len;
-        if (hlen > 0 && hp[0] == '[') {     /* [IPv6]:port */
-            const char *close = memchr(hp, ']', hlen);
-            if (!close)
-                goto bad_host;
-            h = hp + 1;
-            host_len = (size_t)(close - h);
-            if (close + 1 < hp + hlen) {
-                if (close[1] != ':')
-                    goto bad_host;
-                port_s = close + 2;
-            }
-        } else {
-            const char *colon = memchr(hp, ':', hlen);
-            host_len = colon ? (size_t)(colon - hp) : hlen;
-            if (colon)
-                port_s = colon + 1;
-        }
-        if (host_len == 0 || host_len > DM_HOST_MAX)
-            goto bad_host;
-        for (size_t i = 0; i < host_len; i++)
-            if ((unsigned char)h[i] <= 0x20 || h[i] == 0x7f)
-                goto bad_host;
-        if (port_s && parse_url_number(port_s, (size_t)(a + alen - port_s), 1, DM_PORT_MAX, &port) < 0) {
-            free(user);
-            free(pass);
-            return fail_plain(err, errlen, "redis URL %s: the port must be a number from 1 to %ld",
-                              su.s, DM_PORT_MAX);
-        }
-        const char *rest = a + alen;
-        if (*rest == '/' && rest[1]) {
-            if (parse_url_number(rest + 1, strlen(rest + 1), 0, DM_REDIS_DB_MAX, &db) < 0) {
-                free(user);
-                free(pass);
-                return fail_plain(err, errlen, "redis URL %s: the path must be a database number "
-                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
-            }
-        } else if (*rest && strcmp(rest, "/") != 0) {
-            free(user);
-            free(pass);
-            return fail_plain(err, errlen, "redis URL %s: unexpected %s after the host "
-                              "(redis://[user:password@]host[:port][/db])", su.s, show(&sv, rest));
-        }
-        host = strndup(h, host_len);
-        if (!host) {
-            free(user);
-            free(pass);
-            return fail_plain(err, errlen, "redis URL: out of memory");
-        }
-    } else {
-        size_t slen = strcspn(url, ":");
-        if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
-            return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis:// or "
-                              "unix://)", su.s, (int)slen, url);
-        return fail_plain(err, errlen, "redis URL %s: must start with redis:// or unix://", su.s);
-    }
-
-    free_owned(cfg->redis.host, default_host);
-    free(cfg->redis.unix_path);
-    cfg->redis.host = host;
-    cfg->redis.unix_path = unix_path;
-    cfg->redis.port = (int)port;
-    cfg->redis.db = (int)db;
-    if (has_cred) {
-        free(cfg->redis.username);
-        free(cfg->redis.password);
-        cfg->redis.username = user;
-        cfg->redis.password = pass;
-    }
-    return 0;
-
-bad_host:
-    free(user);
-    free(pass);
-    return fail_plain(err, errlen, "redis URL %s: bad or missing host "
-                      "(redis://[user:password@]host[:port][/db])", su.s);
-}
 
 void dm_config_free(struct dm_config *cfg)
 {
     if (!cfg)
         return;
     free(cfg->path);
-    free_owned(cfg->redis.host, default_host);
+    if (!dm_config_is_default(cfg->redis.host))
+        free(cfg->redis.host);
     free(cfg->redis.unix_path);
     free(cfg->redis.username);
     free(cfg->redis.password);
-    free_owned(cfg->ns, default_ns);
+    if (!dm_config_is_default(cfg->ns))
+        free(cfg->ns);
     for (size_t i = 0; i < cfg->nmutexes; i++)
         mutex_free(&cfg->mutexes[i]);
     free(cfg->mutexes);

@@ -4,8 +4,8 @@
 #   make fuzz                 build and fuzz for FUZZ_SECONDS (default 180)
 #   make fuzz-short           the same for 20 seconds (tests/fuzz_config.test.sh)
 #
-# config.c is compiled into the fuzzer itself with coverage and ASan+UBSan;
-# any UB aborts. Leaks inside libconfig itself are suppressed by
+# The config module (shim/config*.c) is compiled into the fuzzer itself with
+# coverage and ASan+UBSan; any UB aborts. Leaks inside libconfig itself are suppressed by
 # tests/fuzz/lsan.supp (one known libconfig 1.5 bug). The corpus grows in build/fuzz/corpus across runs, seeded
 # from config/*.cfg and tests/fuzz/seeds/; crashes land in build/fuzz/crashes/
 # (replay one with: LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp
@@ -25,9 +25,11 @@ fuzz-build:
 	@tools/deps.sh
 	@$(MAKE) --no-print-directory $(FUZZ_DIR)/fuzz_config
 
-$(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c shim/config.c shim/config.h
+CONFIG_SRCS := $(sort $(wildcard shim/config*.c))
+
+$(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c $(CONFIG_SRCS) $(wildcard shim/config*.h)
 	@mkdir -p $(FUZZ_DIR)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_config.c shim/config.c -o $@ \
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_config.c $(CONFIG_SRCS) -o $@ \
 	    $(shell pkg-config --libs libconfig)
 
 # $(1): seconds to run.

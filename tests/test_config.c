@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "config_keys.h"
 #include "harness.h"
 
 static struct dm_config cfg;
@@ -392,6 +393,68 @@ static void test_example_cfg_loads_with_every_key(void **state)
     assert_int_equal(rc, 0);
     assert_defaults(&cfg);
     assert_int_equal(cfg.nmutexes, 7);
+}
+
+/* config/example.cfg is "every key, with its default": each key of the
+ * loader's table (shim/config_keys.c) is written in it (as `key =`, maybe
+ * commented out), and every scalar top-level and redis key it sets holds
+ * the table's default. */
+static void test_example_cfg_names_every_key_of_the_table_at_its_default(void **state)
+{
+    (void)state;
+    FILE *f = fopen("config/example.cfg", "r");
+    assert_non_null(f);
+    static char text[64 * 1024];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    for (int id = 0; id < DM_NKEYS; id++) {
+        const char *name = dm_config_keys[id].name;
+        int found = 0;
+        for (const char *s = strstr(text, name); s && !found; s = strstr(s + 1, name)) {
+            const char *e = s + strlen(name);
+            while (*e == ' ')
+                e++;
+            found = (s == text || strchr(" \t\n{#", s[-1])) && *e == '=';
+        }
+        if (!found)
+            print_error("config/example.cfg does not write key %s\n", name);
+        assert_true(found);
+    }
+
+    struct dm_config dflt;
+    dm_config_defaults(&dflt);
+    assert_int_equal(dm_config_load("config/example.cfg", &cfg, err, sizeof err), 0);
+    for (int id = 0; id < DM_NKEYS; id++) {
+        const struct dm_config_key *k = &dm_config_keys[id];
+        if (k->group == DM_GROUP_MUTEX || k->offset == DM_KEY_NO_FIELD)
+            continue;
+        const char *got = k->group == DM_GROUP_TOP ? (const char *)&cfg : (const char *)&cfg.redis;
+        const char *want = k->group == DM_GROUP_TOP ? (const char *)&dflt : (const char *)&dflt.redis;
+        got += k->offset;
+        want += k->offset;
+        switch (k->type) {
+        case DM_KEY_INT:
+        case DM_KEY_BOOL:
+        case DM_KEY_ENUM:
+            if (*(const int *)got != *(const int *)want)
+                print_error("config/example.cfg: %s = %d, the default is %d\n", k->name,
+                            *(const int *)got, *(const int *)want);
+            assert_int_equal(*(const int *)got, *(const int *)want);
+            break;
+        case DM_KEY_LONG:
+            if (*(const long *)got != *(const long *)want)
+                print_error("config/example.cfg: %s = %ld, the default is %ld\n", k->name,
+                            *(const long *)got, *(const long *)want);
+            assert_int_equal(*(const long *)got, *(const long *)want);
+            break;
+        case DM_KEY_NAME:
+        case DM_KEY_HAND:
+            if (k->dflt_str)
+                assert_string_equal(*(char *const *)got, k->dflt_str);
+            break;
+        }
+    }
 }
 
 static void test_load_from_file_reports_lines_with_its_path(void **state)
@@ -1375,6 +1438,7 @@ int main(void)
         T(test_null_label_is_named_string),
         T(test_demo_cfg_loads),
         T(test_example_cfg_loads_with_every_key),
+        T(test_example_cfg_names_every_key_of_the_table_at_its_default),
         T(test_load_from_file_reports_lines_with_its_path),
         T(test_load_from_file_sets_path),
         T(test_missing_file_says_cannot_read_and_why),

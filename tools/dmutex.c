@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "config_keys.h"
 
 static const char usage_text[] =
     "usage: dmutex COMMAND [ARGS]\n"
@@ -151,6 +152,25 @@ int dm_cli_run(int argc, char **argv)
     return 127;
 }
 
+/* `dmutex config-keys top|redis|mutex` (not in the usage text): the key
+ * table of config/REFERENCE.md for that group, printed from the table the
+ * loader itself uses, so that tests/config_reference.test.sh can hold the
+ * reference to it. */
+static int config_keys(int argc, char **argv)
+{
+    static const char *const groups[] = {
+        [DM_GROUP_TOP] = "top", [DM_GROUP_REDIS] = "redis", [DM_GROUP_MUTEX] = "mutex",
+    };
+    for (size_t g = 0; argc == 2 && g < sizeof groups / sizeof groups[0]; g++) {
+        if (strcmp(argv[1], groups[g]) == 0) {
+            dm_config_keys_print(stdout, (enum dm_key_group)g);
+            return fflush(stdout) == 0 ? 0 : 1;
+        }
+    }
+    fputs("usage: dmutex config-keys top|redis|mutex\n", stderr);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -164,6 +184,8 @@ int main(int argc, char **argv)
         return dm_cli_ls(argc - 1, argv + 1);
     if (strcmp(cmd, "scan") == 0)
         return dm_cli_scan(argc - 1, argv + 1);
+    if (strcmp(cmd, "config-keys") == 0)
+        return config_keys(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -1,0 +1,238 @@
+/* config_keys: every key of a config file, declared once. The table says
+ * what config.c parses and how, what dm_config_defaults sets, and what
+ * config/REFERENCE.md's key tables say (tests/config_reference.test.sh
+ * compares them with `dmutex config-keys`). Only the keys whose rules
+ * reach beyond one value are DM_KEY_HAND: config.c reads those by hand.
+ *
+ * A derived default is written as dflt_div: renew_ms = lease_ms / 3 is
+ * { .dflt_div = DM_RENEW_DIVISOR }, applied after lease_ms (which comes
+ * first in the table) and printed as `lease_ms / 3`. */
+#include "config_impl.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Defaults live in static storage: dm_config_free frees a string only when
+ * it is not one of these, so defaults never need allocating or freeing. */
+static char default_host[] = DM_REDIS_HOST_DEFAULT;
+static char default_ns[] = DM_NAMESPACE_DEFAULT;
+
+static const char *const lease_lost_values[] = { "abort", "warn", NULL };
+static const char *const redis_down_values[] = { "block", "error", "local", NULL };
+
+/* An ENUM key writes its value as an int. */
+static_assert(sizeof(enum dm_on_lease_lost) == sizeof(int), "enum is an int");
+static_assert(sizeof(enum dm_on_redis_down) == sizeof(int), "enum is an int");
+static_assert(DM_LOST_ABORT == 0 && DM_LOST_WARN == 1, "lease_lost_values order");
+static_assert(DM_DOWN_BLOCK == 0 && DM_DOWN_ERROR == 1 && DM_DOWN_LOCAL == 2,
+              "redis_down_values order");
+
+#define TOP(f)      DM_GROUP_TOP, .offset = offsetof(struct dm_config, f)
+#define REDIS(f)    DM_GROUP_REDIS, .offset = offsetof(struct dm_redis_config, f)
+#define MUTEX(f)    DM_GROUP_MUTEX, .offset = offsetof(struct dm_mutex_config, f)
+#define NO_FIELD(g) g, .offset = DM_KEY_NO_FIELD
+
+const struct dm_config_key dm_config_keys[DM_NKEYS] = {
+    /* ---- top level ---- */
+    [DM_K_REDIS] = { "redis", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
+        .doc_type = "group", .doc_default = "see below", .doc_range = "",
+        .doc = "the Redis server" },
+    [DM_K_NAMESPACE] = { "namespace", TOP(ns), .type = DM_KEY_NAME, .dflt_str = default_ns,
+        .doc = "first part of every Redis key" },
+    [DM_K_LEASE] = { "lease_ms", TOP(lease_ms), .type = DM_KEY_LONG,
+        .lo = DM_LEASE_MIN_MS, .hi = DM_LEASE_MAX_MS, .dflt = DM_LEASE_DEFAULT_MS,
+        .doc = "how long a held lock survives on the server without renewal" },
+    [DM_K_RENEW] = { "renew_ms", TOP(renew_ms), .type = DM_KEY_LONG, .cross = 1,
+        .lo = DM_RENEW_MIN_MS, .dflt_div = DM_RENEW_DIVISOR,
+        .doc_range = ">= 10, and `2 * renew_ms <= lease_ms - lease_margin_ms`",
+        .doc = "how often a holder renews its lease" },
+    [DM_K_MARGIN] = { "lease_margin_ms", TOP(lease_margin_ms), .type = DM_KEY_LONG, .cross = 1,
+        .lo = 1, .dflt_div = DM_MARGIN_DIVISOR,
+        .doc_range = "1 .. less than `lease_ms / 2`",
+        .doc = "safety margin before the server-side expiry" },
+    [DM_K_LOCK_DELAY] = { "lock_delay_ms", TOP(lock_delay_ms), .type = DM_KEY_LONG, .cross = 1,
+        .lo = 0, .hi = DM_LOCK_DELAY_MAX_MS, .dflt = 0,
+        .doc_range = "0..`lease_ms`, at most 600000",
+        .doc = "wait after an expired lease before granting the lock again" },
+    [DM_K_ON_LEASE_LOST] = { "on_lease_lost", TOP(on_lease_lost), .type = DM_KEY_ENUM,
+        .values = lease_lost_values, .dflt = DM_LOST_ABORT,
+        .doc = "what a holder does when its lease may be lost" },
+    [DM_K_ON_REDIS_DOWN] = { "on_redis_down", TOP(on_redis_down), .type = DM_KEY_ENUM,
+        .values = redis_down_values, .dflt = DM_DOWN_BLOCK,
+        .doc = "what lock does while Redis is unreachable" },
+    [DM_K_MUTEXES] = { "mutexes", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
+        .doc_type = "list of groups", .doc_default = "`()`", .doc_range = "",
+        .doc = "the mutexes to make cluster-wide" },
+    [DM_K_PROGRAMS] = { "programs", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
+        .doc_type = "list of strings", .doc_default = "every process",
+        .doc_range = "executable file names, no `/`",
+        .doc = "the programs the config is for; any other process that loads the shim (a "
+               "shell started by `system()`, a helper the program execs, which inherit "
+               "`LD_PRELOAD`) maps nothing and runs untouched" },
+
+    /* ---- the redis group ---- */
+    [DM_K_HOST] = { "host", REDIS(host), .type = DM_KEY_HAND, .dflt_str = default_host,
+        .doc_type = "string", .doc_range = "1..255 bytes, no whitespace, control characters or `/`",
+        .doc = "host name or IP address (IPv6 without brackets: `\"::1\"`)" },
+    [DM_K_PORT] = { "port", REDIS(port), .type = DM_KEY_INT, .lo = 1, .hi = DM_PORT_MAX,
+        .dflt = DM_REDIS_PORT_DEFAULT, .not_with = "unix", .doc = "TCP port" },
+    [DM_K_UNIX] = { "unix", REDIS(unix_path), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "1..107 bytes, no control characters",
+        .doc = "path of a unix socket, instead of host and port" },
+    [DM_K_USERNAME] = { "username", REDIS(username), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "1..255 bytes, no whitespace",
+        .doc = "ACL user for `AUTH user password` (Redis 6+)" },
+    [DM_K_PASSWORD] = { "password", REDIS(password), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "not empty",
+        .doc = "password for `AUTH`" },
+    [DM_K_PASSWORD_ENV] = { "password_env", NO_FIELD(DM_GROUP_REDIS), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none",
+        .doc_range = "an environment variable name `[A-Za-z_][A-Za-z0-9_]*`",
+        .doc = "read the password from this variable" },
+    [DM_K_DB] = { "db", REDIS(db), .type = DM_KEY_INT, .lo = 0, .hi = DM_REDIS_DB_MAX, .dflt = 0,
+        .doc = "database to `SELECT` (when not 0)" },
+    [DM_K_CONNECT_TIMEOUT] = { "connect_timeout_ms", REDIS(connect_timeout_ms), .type = DM_KEY_LONG,
+        .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_CONNECT_TIMEOUT_MS,
+        .doc = "time allowed to connect" },
+    [DM_K_COMMAND_TIMEOUT] = { "command_timeout_ms", REDIS(command_timeout_ms), .type = DM_KEY_LONG,
+        .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_COMMAND_TIMEOUT_MS,
+        .doc = "time allowed for one command's reply" },
+
+    /* ---- a mutex entry ---- */
+    [DM_K_SYMBOL] = { "symbol", MUTEX(symbol), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "", .doc_range = "see below",
+        .doc = "a global or file-static variable: a `pthread_mutex_t`, or a struct or array "
+               "holding one" },
+    [DM_K_OBJECT] = { "object", MUTEX(object), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "the executable", .doc_range = "see below",
+        .doc = "file name or full path of the executable or library that holds it, e.g. "
+               "`\"libledger.so\"`" },
+    [DM_K_NAME] = { "name", MUTEX(name), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "see below",
+        .doc_range = "1..200 bytes of `[A-Za-z0-9_.:/@-]`",
+        .doc = "the cluster-wide lock name" },
+    [DM_K_OFFSET] = { "offset", MUTEX(offset), .type = DM_KEY_LONG, .lo = 0, .hi = DM_OFFSET_MAX,
+        .dflt = 0, .doc = "bytes into the symbol where the mutex is (symbol entries only)" },
+    [DM_K_INDEX] = { "index", MUTEX(index), .type = DM_KEY_LONG, .lo = 0, .hi = DM_INDEX_MAX,
+        .dflt = -1, .doc_default = "none",
+        .doc = "element of an array of mutexes (symbol entries only; not with `offset`)" },
+    [DM_K_INIT_SITE] = { "init_site", MUTEX(init_site), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "", .doc_range = "see below",
+        .doc = "a function: every mutex `pthread_mutex_init` is called on from inside it "
+               "(heap mutexes)" },
+    [DM_K_REQUIRED] = { "required", MUTEX(required), .type = DM_KEY_BOOL, .dflt = 1,
+        .doc = "a symbol or function that is not found stops the program; `false`: skip it" },
+    [DM_K_FAIR] = { "fair", MUTEX(fair), .type = DM_KEY_BOOL, .dflt = DM_FAIR_DEFAULT,
+        .doc = "hand the lock to waiters in arrival order, across machines (one round trip "
+               "from release to the next holder, no herd, no starvation); `false`: waiters "
+               "wake on a release notice and race, as Redisson's RLock (faster when one "
+               "process takes the lock in bursts, but it can starve the others)" },
+    [DM_K_CACHE] = { "cache", MUTEX(cache), .type = DM_KEY_BOOL, .dflt = 0,
+        .doc = "keep the cluster lock across local lock/unlock cycles until another process "
+               "asks for it" },
+};
+
+int dm_config_is_default(const char *s)
+{
+    return s == default_host || s == default_ns;
+}
+
+void dm_config_keys_defaults(enum dm_key_group group, void *base, const struct dm_config *cfg)
+{
+    for (int id = 0; id < DM_NKEYS; id++) {
+        const struct dm_config_key *k = &dm_config_keys[id];
+        if (k->group != group || k->offset == DM_KEY_NO_FIELD)
+            continue;
+        char *field = (char *)base + k->offset;
+        long lease = cfg ? cfg->lease_ms : DM_LEASE_DEFAULT_MS;
+        long v = k->dflt_div ? lease / k->dflt_div : k->dflt;
+        switch (k->type) {
+        case DM_KEY_INT:
+        case DM_KEY_BOOL:
+        case DM_KEY_ENUM:
+            *(int *)field = (int)v;
+            break;
+        case DM_KEY_LONG:
+            *(long *)field = v;
+            break;
+        case DM_KEY_NAME:
+        case DM_KEY_HAND:
+            if (k->dflt_str)
+                *(char **)field = (char *)k->dflt_str;
+            break;
+        }
+    }
+}
+
+static const char *type_words(const struct dm_config_key *k)
+{
+    switch (k->type) {
+    case DM_KEY_INT:
+    case DM_KEY_LONG: return "integer";
+    case DM_KEY_BOOL: return "boolean";
+    case DM_KEY_ENUM:
+    case DM_KEY_NAME: return "string";
+    case DM_KEY_HAND: break;
+    }
+    return k->doc_type;
+}
+
+/* The reference table's default cell of `k`. */
+static void default_words(const struct dm_config_key *k, char *out, size_t len)
+{
+    if (k->doc_default)
+        snprintf(out, len, "%s", k->doc_default);
+    else if (k->dflt_div)
+        snprintf(out, len, "`%s / %ld`", dm_config_keys[DM_K_LEASE].name, k->dflt_div);
+    else if (k->type == DM_KEY_BOOL)
+        snprintf(out, len, "%s", k->dflt ? "`true`" : "`false`");
+    else if (k->type == DM_KEY_ENUM)
+        snprintf(out, len, "`\"%s\"`", k->values[k->dflt]);
+    else if (k->dflt_str)
+        snprintf(out, len, "`\"%s\"`", k->dflt_str);
+    else
+        snprintf(out, len, "%ld", k->dflt);
+}
+
+/* The reference table's range cell of `k`. */
+static void range_words(const struct dm_config_key *k, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (k->doc_range) {
+        snprintf(out, len, "%s", k->doc_range);
+    } else if (k->type == DM_KEY_ENUM) {
+        size_t o = 0;
+        for (const char *const *v = k->values; *v && o < len; v++)
+            o += (size_t)snprintf(out + o, len - o, "%s`\"%s\"`", v == k->values ? "" : ", ", *v);
+    } else if (k->type == DM_KEY_NAME) {
+        snprintf(out, len, "1..%d bytes of `[A-Za-z0-9_.:/@-]`", DM_NAME_MAX);
+    } else if (k->type == DM_KEY_INT || k->type == DM_KEY_LONG) {
+        snprintf(out, len, "%ld..%ld", k->lo, k->hi);
+    }
+}
+
+/* One cell and the bar after it; an empty cell is just "| |". */
+static void cell(FILE *out, const char *s)
+{
+    fprintf(out, "%s%s |", *s ? " " : "", s);
+}
+
+void dm_config_keys_print(FILE *out, enum dm_key_group group)
+{
+    fputs("| key | type | default | range | meaning |\n|---|---|---|---|---|\n", out);
+    for (int id = 0; id < DM_NKEYS; id++) {
+        const struct dm_config_key *k = &dm_config_keys[id];
+        char dflt[128], range[128];
+        if (k->group != group)
+            continue;
+        default_words(k, dflt, sizeof dflt);
+        range_words(k, range, sizeof range);
+        fprintf(out, "| `%s` |", k->name);
+        cell(out, type_words(k));
+        cell(out, dflt);
+        cell(out, range);
+        cell(out, k->doc);
+        fputc('\n', out);
+    }
+}

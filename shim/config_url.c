@@ -1,0 +1,240 @@
+/* config_url: DMUTEX_REDIS URLs (redis://[user:pass@]host[:port][/db],
+ * unix:///path[?db=N]) into the redis part of a struct dm_config, and the
+ * redaction every message showing such a URL goes through. A URL's bytes
+ * are shown only redacted and quoted (dm_config_show). */
+#include "config_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* The password of user:password@ becomes ***: in any scheme, and in a URL
+ * without one ("user:pw@host"), since a mistyped URL is still a secret. */
+void dm_config_redact_url(const char *url, char *out, size_t len)
+{
+    if (!out || len == 0)
+        return;
+    if (!url) {
+        snprintf(out, len, "(none)");
+        return;
+    }
+    const char *sep = strstr(url, "://");
+    const char *a = sep ? sep + 3 : url;
+    size_t alen = strcspn(a, "/?#");
+    const char *at = NULL;
+    for (const char *q = a; q < a + alen; q++)
+        if (*q == '@')
+            at = q;
+    if (!at) {
+        snprintf(out, len, "%s", url);
+        return;
+    }
+    const char *colon = memchr(a, ':', (size_t)(at - a));
+    const char *keep = colon ? colon + 1 : a;   /* "pw@host" is all password */
+    snprintf(out, len, "%.*s***%s", (int)(keep - url), url, at);
+}
+
+static int percent_decode(const char *s, size_t len, char **out)
+{
+    char *d = malloc(len + 1);
+    if (!d)
+        return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '%') {
+            if (i + 2 >= len)
+                goto bad;
+            if (!is_hex((unsigned char)s[i + 1]) || !is_hex((unsigned char)s[i + 2]))
+                goto bad;
+            int c = hex_val((unsigned char)s[i + 1]) << 4 | hex_val((unsigned char)s[i + 2]);
+            if (c == 0)
+                goto bad;
+            d[o++] = (char)c;
+            i += 2;
+        } else {
+            d[o++] = s[i];
+        }
+    }
+    d[o] = '\0';
+    *out = d;
+    return 0;
+bad:
+    free(d);
+    return -2;
+}
+
+/* Digits only, value in [lo, hi]. */
+static int parse_url_number(const char *s, size_t len, long lo, long hi, long *out)
+{
+    if (len == 0 || len > 9)
+        return -1;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!az_digit((unsigned char)s[i]))
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The URL names the whole endpoint: host and port, or the socket, and the
+ * db. Credentials are replaced only when the URL carries them, so a
+ * password can stay in password_env instead of a URL in the environment. */
+int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen)
+{
+    char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL;
+    long port = DM_REDIS_PORT_DEFAULT, db = 0;
+    int has_cred = 0;
+    struct shown su, sv;
+
+    if (err && errlen)
+        err[0] = '\0';
+    if (!url || !*url)
+        return fail_plain(err, errlen, "redis URL is empty (use redis://host:port/db or unix:///path)");
+    char redacted[DM_SHOW_MAX * 2 + 8];
+    dm_config_redact_url(url, redacted, sizeof redacted);
+    show(&su, redacted);
+    if (strncasecmp(url, "rediss://", 9) == 0)
+        return fail_plain(err, errlen, "redis URL %s: TLS is not supported by this build", su.s);
+
+    if (strncasecmp(url, "unix://", 7) == 0) {
+        const char *path = url + 7;
+        size_t plen = strcspn(path, "?");
+        if (plen == 0 || path[0] != '/')
+            return fail_plain(err, errlen, "redis URL %s: needs an absolute socket path, as in "
+                              "unix:///run/redis.sock", su.s);
+        if (path[plen] == '?') {
+            const char *q = path + plen + 1;
+            if (strncmp(q, "db=", 3) != 0 || parse_url_number(q + 3, strlen(q + 3), 0,
+                                                              DM_REDIS_DB_MAX, &db) < 0)
+                return fail_plain(err, errlen, "redis URL %s: the only query is ?db=N with N "
+                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
+        }
+        if (plen > (size_t)DM_UNIX_PATH_MAX)
+            return fail_plain(err, errlen, "redis URL %s: the socket path is %zu bytes, the "
+                              "limit is %d", su.s, plen, DM_UNIX_PATH_MAX);
+        for (size_t i = 0; i < plen; i++)
+            if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
+                return fail_plain(err, errlen, "redis URL %s: control character in the socket path",
+                                  su.s);
+        unix_path = strndup(path, plen);
+        if (!unix_path)
+            return fail_plain(err, errlen, "redis URL: out of memory");
+        port = 0;
+    } else if (strncasecmp(url, "redis://", 8) == 0) {
+        const char *a = url + 8;
+        size_t alen = strcspn(a, "/?#");
+        const char *at = NULL;
+        for (const char *q = a; q < a + alen; q++)
+            if (*q == '@')
+                at = q;          /* the last one: a raw '@' may sit in a password */
+        const char *hp = a;
+        if (at) {
+            const char *colon = memchr(a, ':', (size_t)(at - a));
+            const char *pw = colon ? colon + 1 : a;
+            int r = 0;
+            if (colon && colon > a)
+                r = percent_decode(a, (size_t)(colon - a), &user);
+            if (r == 0)
+                r = percent_decode(pw, (size_t)(at - pw), &pass);
+            if (r == -1) {
+                free(user);
+                return fail_plain(err, errlen, "redis URL: out of memory");
+            }
+            if (r == -2) {
+                free(user);
+                return fail_plain(err, errlen, "redis URL: bad %%-escape in the user name or "
+                                  "password (%%XX with two hex digits, not %%00)");
+            }
+            if (!*pass) {
+                free(user);
+                free(pass);
+                return fail_plain(err, errlen, "redis URL: empty password before '@' "
+                                  "(leave out user:password@ for no AUTH)");
+            }
+            has_cred = 1;
+            hp = at + 1;
+        }
+        size_t hlen = (size_t)(a + alen - hp);
+        const char *h = hp, *port_s = NULL;
+        size_t host_len;
+        if (hlen > 0 && hp[0] == '[') {     /* [IPv6]:port */
+            const char *close = memchr(hp, ']', hlen);
+            if (!close)
+                goto bad_host;
+            h = hp + 1;
+            host_len = (size_t)(close - h);
+            if (close + 1 < hp + hlen) {
+                if (close[1] != ':')
+                    goto bad_host;
+                port_s = close + 2;
+            }
+        } else {
+            const char *colon = memchr(hp, ':', hlen);
+            host_len = colon ? (size_t)(colon - hp) : hlen;
+            if (colon)
+                port_s = colon + 1;
+        }
+        if (host_len == 0 || host_len > DM_HOST_MAX)
+            goto bad_host;
+        for (size_t i = 0; i < host_len; i++)
+            if ((unsigned char)h[i] <= 0x20 || h[i] == 0x7f)
+                goto bad_host;
+        if (port_s && parse_url_number(port_s, (size_t)(a + alen - port_s), 1, DM_PORT_MAX, &port) < 0) {
+            free(user);
+            free(pass);
+            return fail_plain(err, errlen, "redis URL %s: the port must be a number from 1 to %ld",
+                              su.s, DM_PORT_MAX);
+        }
+        const char *rest = a + alen;
+        if (*rest == '/' && rest[1]) {
+            if (parse_url_number(rest + 1, strlen(rest + 1), 0, DM_REDIS_DB_MAX, &db) < 0) {
+                free(user);
+                free(pass);
+                return fail_plain(err, errlen, "redis URL %s: the path must be a database number "
+                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
+            }
+        } else if (*rest && strcmp(rest, "/") != 0) {
+            free(user);
+            free(pass);
+            return fail_plain(err, errlen, "redis URL %s: unexpected %s after the host "
+                              "(redis://[user:password@]host[:port][/db])", su.s, show(&sv, rest));
+        }
+        host = strndup(h, host_len);
+        if (!host) {
+            free(user);
+            free(pass);
+            return fail_plain(err, errlen, "redis URL: out of memory");
+        }
+    } else {
+        size_t slen = strcspn(url, ":");
+        if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
+            return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis:// or "
+                              "unix://)", su.s, (int)slen, url);
+        return fail_plain(err, errlen, "redis URL %s: must start with redis:// or unix://", su.s);
+    }
+
+    if (!dm_config_is_default(cfg->redis.host))
+        free(cfg->redis.host);
+    free(cfg->redis.unix_path);
+    cfg->redis.host = host;
+    cfg->redis.unix_path = unix_path;
+    cfg->redis.port = (int)port;
+    cfg->redis.db = (int)db;
+    if (has_cred) {
+        free(cfg->redis.username);
+        free(cfg->redis.password);
+        cfg->redis.username = user;
+        cfg->redis.password = pass;
+    }
+    return 0;
+
+bad_host:
+    free(user);
+    free(pass);
+    return fail_plain(err, errlen, "redis URL %s: bad or missing host "
+                      "(redis://[user:password@]host[:port][/db])", su.s);
+}
