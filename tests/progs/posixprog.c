@@ -868,7 +868,7 @@ static void *xu_third(void *arg)
 
 static int mode_xunlock(long iters)
 {
-    redisContext *c = pp_connect(port);
+    redisContext *c = prog_connect("127.0.0.1", port);
     xu_iters = iters;
     sem_init(&xu_to_b, 0, 0);
     sem_init(&xu_to_a, 0, 0);
