@@ -18,13 +18,14 @@ void dm_config_redact_url(const char *url, char *out, size_t len)
         snprintf(out, len, "(none)");
         return;
     }
+    /* A password may hold '/', '?', '#' or '@' unescaped: a mistyped URL is
+     * exactly what gets printed. So the userinfo ends at the *last* '@'
+     * anywhere after the scheme (a redis URL has none elsewhere; a path that
+     * did would only be hidden too), not at the end of a well-formed
+     * authority. unix:// URLs carry no userinfo. */
     const char *sep = strstr(url, "://");
     const char *a = sep ? sep + 3 : url;
-    size_t alen = strcspn(a, "/?#");
-    const char *at = NULL;
-    for (const char *q = a; q < a + alen; q++)
-        if (*q == '@')
-            at = q;
+    const char *at = strncasecmp(url, "unix://", 7) == 0 ? NULL : strrchr(a, '@');
     if (!at) {
         snprintf(out, len, "%s", url);
         return;

@@ -651,6 +651,13 @@ static void test_redact_url_hides_the_password_only(void **state)
     assert_string_equal(out, "redis://h:6379/0");
     dm_config_redact_url("unix:///run/redis.sock?db=1", out, sizeof out);
     assert_string_equal(out, "unix:///run/redis.sock?db=1");
+    /* Unescaped '/', '?' and '#' in a password end no authority early. */
+    dm_config_redact_url("redis://u:se/cret@h:1/0", out, sizeof out);
+    assert_string_equal(out, "redis://u:***@h:1/0");
+    dm_config_redact_url("redis://u:se?cr#et@h", out, sizeof out);
+    assert_string_equal(out, "redis://u:***@h");
+    dm_config_redact_url("redis://:a/b@h", out, sizeof out);
+    assert_string_equal(out, "redis://:***@h");
 }
 
 /* Every URL error that quotes the URL quotes it without its password. */
