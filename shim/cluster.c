@@ -425,6 +425,17 @@ static int fresh(const struct dm_grant *g)
     return dm_now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
 }
 
+/* A handover's claim lease is short and counted from our last attempt: one
+ * noticed late in it would leave the watchdog no time for the renewal it
+ * makes at once, and the deadline thread would declare a healthy hold lost.
+ * So it is taken only with half of its safe part left; later, one more
+ * attempt confirms it (the owner holds it: the attempt renews it to a full
+ * lease). */
+static int fresh_handover(const struct dm_grant *g)
+{
+    return dm_now_ms() - g->sent_ms < (g->lease_ms - ccfg->lease_margin_ms) / 2;
+}
+
 /* Is `msg` the handover of this wait ("<member> <token>[ +]")? */
 static int handed_over(const char *msg, const char *member, struct dm_grant *g)
 {
@@ -607,7 +618,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
              * process) is checked by one more attempt instead. */
             if (handed_over(msg, member, g)) {
                 g->sent_ms = sent;
-                if (fresh(g))
+                if (fresh_handover(g))
                     return 0;
             }
         }
