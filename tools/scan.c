@@ -10,6 +10,7 @@
  * name symbols the way shim/symbols.c resolves them: "sym", or
  * "file.c:sym" for a file-static, plus offset and object. */
 #include "cli.h"
+#include "elfsyms.h"
 
 #include <ctype.h>
 #include <dwarf.h>
@@ -48,8 +49,7 @@ struct file {
     const char *path;           /* as given */
     const char *label;          /* file name, for the table */
     const char *object;         /* config object, NULL for the program */
-    int fd;
-    Elf *elf;
+    struct dm_elf e;
     Dwarf *dw;                  /* NULL: no debug info */
     const char *section;        /* ".symtab", ".dynsym" or NULL */
     struct esym *syms;          /* data objects, sorted by address */
@@ -214,52 +214,25 @@ static int cmp_addr(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static Elf_Scn *find_section(Elf *elf, GElf_Word type, GElf_Shdr *shdr)
-{
-    Elf_Scn *scn = NULL;
-    while ((scn = elf_nextscn(elf, scn)) != NULL)
-        if (gelf_getshdr(scn, shdr) && shdr->sh_type == type)
-            return scn;
-    return NULL;
-}
-
+/* The data objects of the file's symbol table, sorted by address. */
 static void read_symbols(struct file *f)
 {
-    GElf_Shdr shdr;
-    Elf_Scn *scn = find_section(f->elf, SHT_SYMTAB, &shdr);
-    f->section = ".symtab";
-    if (!scn) {
-        scn = find_section(f->elf, SHT_DYNSYM, &shdr);
-        f->section = ".dynsym";
-    }
-    Elf_Data *data = scn ? elf_getdata(scn, NULL) : NULL;
-    if (!data || shdr.sh_entsize == 0) {
-        f->section = NULL;
-        return;
-    }
-    size_t count = shdr.sh_size / shdr.sh_entsize;
-    f->syms = xmalloc(count * sizeof *f->syms);
-    const char *file = NULL;
-    for (size_t i = 1; i < count; i++) {
-        GElf_Sym s;
-        if (!gelf_getsym(data, (int)i, &s))
+    struct dm_elf_syms w;
+    if (dm_elf_syms_begin(f->e.elf, &w) != 0)
+        return;                 /* f->section stays NULL: nothing to map */
+    f->section = w.section;
+    f->syms = xmalloc(w.count * sizeof *f->syms);
+    struct dm_elf_sym s;
+    while (f->nsyms < w.count && dm_elf_syms_next(&w, &s)) {
+        int type = GELF_ST_TYPE(s.info);
+        if (s.shndx == SHN_ABS || (type != STT_OBJECT && type != STT_COMMON))
             continue;
-        const char *name = elf_strptr(f->elf, shdr.sh_link, s.st_name);
-        int type = GELF_ST_TYPE(s.st_info);
-        if (type == STT_FILE) {
-            file = name && *name ? name : NULL;
-            f->has_files = 1;
-            continue;
-        }
-        if (!name || !*name || s.st_shndx == SHN_UNDEF || s.st_shndx == SHN_ABS ||
-            (type != STT_OBJECT && type != STT_COMMON))
-            continue;
-        int local = GELF_ST_BIND(s.st_info) == STB_LOCAL;
         f->syms[f->nsyms++] = (struct esym){
-            .name = name, .file = local ? file : NULL, .value = s.st_value,
-            .size = s.st_size, .local = local,
+            .name = s.name, .file = s.file, .value = s.value, .size = s.size,
+            .local = GELF_ST_BIND(s.info) == STB_LOCAL,
         };
     }
+    f->has_files = w.has_files;
     qsort(f->syms, f->nsyms, sizeof *f->syms, by_addr);
 }
 
@@ -286,7 +259,7 @@ static void read_copies(struct file *f, GElf_Half machine)
     Elf_Scn *scn = NULL;
     GElf_Shdr shdr;
     size_t cap = 0;
-    while (copy && (scn = elf_nextscn(f->elf, scn)) != NULL) {
+    while (copy && (scn = elf_nextscn(f->e.elf, scn)) != NULL) {
         if (!gelf_getshdr(scn, &shdr) || shdr.sh_entsize == 0 ||
             (shdr.sh_type != SHT_RELA && shdr.sh_type != SHT_REL))
             continue;
@@ -325,7 +298,7 @@ static void read_copies(struct file *f, GElf_Half machine)
 static const char *soname(Elf *elf)
 {
     GElf_Shdr shdr;
-    Elf_Scn *scn = find_section(elf, SHT_DYNAMIC, &shdr);
+    Elf_Scn *scn = dm_elf_section(elf, SHT_DYNAMIC, &shdr);
     Elf_Data *data = scn ? elf_getdata(scn, NULL) : NULL;
     if (!data || shdr.sh_entsize == 0)
         return NULL;
@@ -354,20 +327,22 @@ static int open_file(struct file *f, const char *path, int is_program)
 {
     f->path = path;
     f->label = base_name(path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        fprintf(stderr, "dmutex scan: %s: %s\n", path, strerror(errno));
+    switch (dm_elf_open(&f->e, path)) {
+    case DM_ELF_OPENED:
+        break;
+    case DM_ELF_SYSTEM:
+        fprintf(stderr, "dmutex scan: %s: %s\n", path, strerror(f->e.err));
+        return -1;
+    case DM_ELF_NOT_REGULAR:
+        fprintf(stderr, "dmutex scan: %s: not a regular file\n", path);
+        return -1;
+    case DM_ELF_NOT_ELF:
+    case DM_ELF_LIBELF:
+        fprintf(stderr, "dmutex scan: %s: not an ELF file\n", path);
         return -1;
     }
-    struct stat st;
-    if (fstat(f->fd, &st) == 0 && !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "dmutex scan: %s: %s\n", path,
-                S_ISDIR(st.st_mode) ? strerror(EISDIR) : "not a regular file");
-        return -1;
-    }
-    f->elf = elf_begin(f->fd, ELF_C_READ_MMAP, NULL);
     GElf_Ehdr eh;
-    if (!f->elf || elf_kind(f->elf) != ELF_K_ELF || !gelf_getehdr(f->elf, &eh)) {
+    if (!gelf_getehdr(f->e.elf, &eh)) {
         fprintf(stderr, "dmutex scan: %s: not an ELF file\n", path);
         return -1;
     }
@@ -379,14 +354,14 @@ static int open_file(struct file *f, const char *path, int is_program)
         return -1;
     }
     /* The program is the first file, unless it is a library scanned alone. */
-    int library = !is_program || (eh.e_type == ET_DYN && !has_interp(f->elf));
+    int library = !is_program || (eh.e_type == ET_DYN && !has_interp(f->e.elf));
     if (library) {
-        const char *so = soname(f->elf);
+        const char *so = soname(f->e.elf);
         f->object = so && *so ? so : f->label;
     }
     read_symbols(f);
     read_copies(f, eh.e_machine);
-    f->dw = dwarf_begin_elf(f->elf, DWARF_C_READ, NULL);
+    f->dw = dwarf_begin_elf(f->e.elf, DWARF_C_READ, NULL);
     return 0;
 }
 
@@ -394,10 +369,7 @@ static void close_file(struct file *f)
 {
     if (f->dw)
         dwarf_end(f->dw);
-    if (f->elf)
-        elf_end(f->elf);
-    if (f->fd >= 0)
-        close(f->fd);
+    dm_elf_close(&f->e);
     free(f->syms);
     free(f->known);
     free(f->copies);
@@ -1112,7 +1084,7 @@ int dm_cli_scan(int argc, char **argv)
     int rc = 0;
     for (size_t i = 0; i < sc.nfiles; i++) {
         memset(&sc.files[i], 0, sizeof sc.files[i]);
-        sc.files[i].fd = -1;
+        sc.files[i].e.fd = -1;
     }
     for (size_t i = 0; i < sc.nfiles && rc == 0; i++)
         if (open_file(&sc.files[i], argv[optind + (int)i], i == 0) != 0)
