@@ -1,7 +1,7 @@
 /* keys: builds every key and channel name of a lock from (namespace, name)
  * and decodes the holder marker; see keys.h. The layout itself is the
- * table below and the "NS:{NAME}" of lock_key: nothing else in the tree
- * spells it. Must not know Redis commands, the scripts' logic or any state. */
+ * table below and the "NS:{NAME}" of dm_keys_build: nothing else in the
+ * tree spells it. Must not know Redis commands, the scripts' logic or any state. */
 #include "keys.h"
 
 #include <errno.h>
@@ -29,27 +29,20 @@ const char *dm_keys_suffix(enum dm_key k)
 
 /* snprintf's result as a size: a negative one (an encoding error, which
  * "%s" cannot have) counts as nothing written. */
-static size_t put(char *buf, size_t len, const char *ns, const char *name, const char *tail)
-{
-    int n = snprintf(buf, len, "%s:{%s}%s", ns, name, tail);
-    return n < 0 ? 0 : (size_t)n;
-}
-
 size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, enum dm_key k)
 {
-    return put(buf, len, ns, name, dm_keys_suffix(k));
+    int n = snprintf(buf, len, "%s:{%s}%s", ns, name, dm_keys_suffix(k));
+    return n < 0 ? 0 : (size_t)n;
 }
 
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
                             const char *process_id)
 {
-    int n = snprintf(buf, len, "%s:{%s}%s%s", ns, name, suffixes[DM_KEY_WAIT], process_id);
-    return n < 0 ? 0 : (size_t)n;
-}
-
-size_t dm_keys_pattern(char *buf, size_t len, const char *ns, enum dm_key k)
-{
-    return put(buf, len, ns, "*", dm_keys_suffix(k));
+    size_t n = dm_keys_build(buf, len, ns, name, DM_KEY_WAIT);
+    size_t m = strlen(process_id);
+    if (n < len)
+        snprintf(buf + n, len - n, "%s", process_id);
+    return n + m;
 }
 
 int dm_keys_name(const char *key, size_t klen, const char *ns, enum dm_key k,

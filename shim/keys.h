@@ -41,9 +41,8 @@ size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, en
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
                             const char *process_id);
 
-/* A glob matching key `k` of every lock of namespace `ns` (for SCAN MATCH,
- * KEYS, PUBSUB CHANNELS): "NS:{*}:token". Same conventions. */
-size_t dm_keys_pattern(char *buf, size_t len, const char *ns, enum dm_key k);
+/* (The name "*" makes a glob of key `k` of every lock: "NS:{*}:token",
+ * for SCAN MATCH, KEYS, PUBSUB CHANNELS.) */
 
 /* Is `key` (klen bytes, need not be NUL-terminated) key `k` of a lock of
  * namespace `ns`? Then 1, with *name / *namelen the lock name inside

@@ -60,9 +60,9 @@ static void test_pattern_matches_one_key_of_every_lock(void **s)
 {
     (void)s;
     char buf[64];
-    dm_keys_pattern(buf, sizeof buf, "dmutex", DM_KEY_TOKEN);
+    dm_keys_build(buf, sizeof buf, "dmutex", "*", DM_KEY_TOKEN);
     assert_string_equal(buf, "dmutex:{*}:token");
-    dm_keys_pattern(buf, sizeof buf, "ns", DM_KEY_LOCK);
+    dm_keys_build(buf, sizeof buf, "ns", "*", DM_KEY_LOCK);
     assert_string_equal(buf, "ns:{*}");
 }
 

@@ -45,17 +45,23 @@ static redisReply *cmd(redisContext *c, const char *fmt, ...)
     return r;
 }
 
+/* Key `k` of lock `nm`, malloc'ed (NULL out of memory). */
+static char *key_of(const char *ns, const char *nm, enum dm_key k)
+{
+    size_t n = dm_keys_build(NULL, 0, ns, nm, k) + 1;
+    char *key = malloc(n);
+    if (key)
+        dm_keys_build(key, n, ns, nm, k);
+    return key;
+}
+
 /* Runs `fmt` (one %s) on key `k` of lock `nm`; NULL out of memory or on
  * a connection error (c->errstr). */
 static redisReply *key_cmd(redisContext *c, const char *fmt, const char *ns, const char *nm,
                            enum dm_key k)
 {
-    size_t n = dm_keys_build(NULL, 0, ns, nm, k) + 1;
-    char *key = malloc(n);
-    if (!key)
-        return NULL;
-    dm_keys_build(key, n, ns, nm, k);
-    redisReply *r = cmd(c, fmt, key);
+    char *key = key_of(ns, nm, k);
+    redisReply *r = key ? cmd(c, fmt, key) : NULL;
     free(key);
     return r;
 }
@@ -117,23 +123,16 @@ int dm_cli_ls(int argc, char **argv)
         return 1;
     }
 
-    /* Every name ever granted has a token key. */
+    /* Every name ever granted has a token key: SCAN for ns:{*}:token. */
     char **names = NULL;
     size_t n = 0, cap = 0;
     char cursor[32] = "0";
-    size_t matchlen = dm_keys_pattern(NULL, 0, ns, DM_KEY_TOKEN) + 1;
-    char *match = malloc(matchlen);
-    if (!match) {
-        fprintf(stderr, "dmutex ls: out of memory\n");
-        redisFree(c);
-        dm_config_free(&cfg);
-        return 1;
-    }
-    dm_keys_pattern(match, matchlen, ns, DM_KEY_TOKEN);
+    char *match = key_of(ns, "*", DM_KEY_TOKEN);
     do {
-        redisReply *r = cmd(c, "SCAN %s MATCH %s COUNT 1000", cursor, match);
+        redisReply *r = match ? cmd(c, "SCAN %s MATCH %s COUNT 1000", cursor, match) : NULL;
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            fprintf(stderr, "dmutex ls: SCAN: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+            fprintf(stderr, "dmutex ls: SCAN: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str :
+                    match ? c->errstr : "out of memory");
             if (r) freeReplyObject(r);
             free(match);
             redisFree(c);
