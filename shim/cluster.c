@@ -139,8 +139,10 @@ static struct dm_cluster_lock *lock_new(const char *name, size_t h)
     const char *ns = ccfg->ns;
     size_t nl = strlen(name), size = nl + 1;
     for (int k = 0; k < DM_KEY_COUNT; k++)
-        size += dm_keys_build(NULL, 0, ns, name, (enum dm_key)k) + 1;
-    size += dm_keys_wait_channel(NULL, 0, ns, name, process_id) + 1;    /* wait_channel */
+        size += dm_keys_len(ns, name, (enum dm_key)k) + 1;
+    /* wait_channel: the prefix and a whole process_id, as make_wait_channel
+     * copies it (in a fork child too) */
+    size += dm_keys_len(ns, name, DM_KEY_WAIT) + sizeof process_id;
     struct dm_cluster_lock *l = calloc(1, sizeof *l + size);
     if (!l)
         return NULL;

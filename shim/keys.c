@@ -35,6 +35,11 @@ size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, en
     return n < 0 ? 0 : (size_t)n;
 }
 
+size_t dm_keys_len(const char *ns, const char *name, enum dm_key k)
+{
+    return strlen(ns) + strlen(name) + strlen(":{}") + strlen(dm_keys_suffix(k));
+}
+
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
                             const char *process_id)
 {

@@ -36,6 +36,10 @@ const char *dm_keys_suffix(enum dm_key k);
  * when len is 0). Returns the length of the whole key, without its NUL. */
 size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, enum dm_key k);
 
+/* dm_keys_build(NULL, 0, ns, name, k) without formatting: the length of
+ * key `k`, for a caller that sizes many keys at once (cluster's records). */
+size_t dm_keys_len(const char *ns, const char *name, enum dm_key k);
+
 /* The handover channel of process `process_id` for lock `name`: the
  * DM_KEY_WAIT prefix followed by the id. Same conventions. */
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,

@@ -36,6 +36,7 @@ static void test_every_key_of_a_lock_carries_the_name_as_hash_tag(void **s)
         assert_string_equal(buf, want[k]);
         assert_int_equal(n, strlen(want[k]));
         assert_int_equal(dm_keys_build(NULL, 0, "ns", "a b", (enum dm_key)k), n);
+        assert_int_equal(dm_keys_len("ns", "a b", (enum dm_key)k), n);
     }
 }
 
