@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
@@ -114,30 +116,39 @@ static size_t name_hash(const char *s)
 }
 
 /* The record and all its strings in one allocation: per name a few hundred
- * bytes, not nine small allocations and three channels. */
+ * bytes, not nine small allocations and three channels. keys.c says what
+ * the strings are; this only lays them out. */
 static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 {
-    static const char *const suffix[] = { ":token", ":holder", ":lost", ":void", ":released",
-                                          ":queue", ":qtime", ":want", ":w:" };
+    static const size_t field[DM_KEY_COUNT] = {
+        [DM_KEY_LOCK] = offsetof(struct dm_cluster_lock, key),
+        [DM_KEY_TOKEN] = offsetof(struct dm_cluster_lock, token_key),
+        [DM_KEY_HOLDER] = offsetof(struct dm_cluster_lock, holder_key),
+        [DM_KEY_LOST] = offsetof(struct dm_cluster_lock, lost_key),
+        [DM_KEY_VOID] = offsetof(struct dm_cluster_lock, void_key),
+        [DM_KEY_RELEASED] = offsetof(struct dm_cluster_lock, channel),
+        [DM_KEY_QUEUE] = offsetof(struct dm_cluster_lock, queue_key),
+        [DM_KEY_QTIME] = offsetof(struct dm_cluster_lock, qtime_key),
+        [DM_KEY_WANT] = offsetof(struct dm_cluster_lock, want_channel),
+        [DM_KEY_WAIT] = offsetof(struct dm_cluster_lock, wait_prefix),
+    };
     const char *ns = ccfg->ns;
-    size_t nl = strlen(name), kl = strlen(ns) + nl + 3;     /* ns:{name} */
-    size_t size = nl + 1 + kl + 1;
-    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++)
-        size += kl + strlen(suffix[i]) + 1;
-    size += kl + 3 + sizeof process_id;                     /* wait_channel */
+    size_t nl = strlen(name), size = nl + 1;
+    for (int k = 0; k < DM_KEY_COUNT; k++)
+        size += dm_keys_len(ns, name, (enum dm_key)k) + 1;
+    /* wait_channel: the prefix and a whole process_id, as make_wait_channel
+     * copies it (in a fork child too) */
+    size += dm_keys_len(ns, name, DM_KEY_WAIT) + sizeof process_id;
     struct dm_cluster_lock *l = calloc(1, sizeof *l + size);
     if (!l)
         return NULL;
-    char *p = l->strs;
-    char **field[] = { &l->token_key, &l->holder_key, &l->lost_key, &l->void_key, &l->channel,
-                       &l->queue_key, &l->qtime_key, &l->want_channel, &l->wait_prefix };
+    char *p = l->strs, *end = l->strs + size;
     l->name = p;
-    p += sprintf(p, "%s", name) + 1;
-    l->key = p;
-    p += sprintf(p, "%s:{%s}", ns, name) + 1;
-    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
-        *field[i] = p;
-        p += sprintf(p, "%s%s", l->key, suffix[i]) + 1;
+    memcpy(p, name, nl + 1);
+    p += nl + 1;
+    for (int k = 0; k < DM_KEY_COUNT; k++) {
+        *(char **)((char *)l + field[k]) = p;
+        p += dm_keys_build(p, (size_t)(end - p), ns, name, (enum dm_key)k) + 1;
     }
     l->wait_channel = p;
     make_wait_channel(l);

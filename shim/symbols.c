@@ -1,6 +1,6 @@
 /* symbols: config names -> addresses in the ELF objects loaded in this
  * process. dl_iterate_phdr says which objects are loaded and where (load
- * bias); libelf reads each one's symbol table from its file (.symtab, or
+ * bias); elfsyms reads each one's symbol table from its file (.symtab, or
  * .dynsym when the file is stripped). Symbol tables are read once per
  * object and cached, sorted by name, until dm_symbols_flush(), because the
  * shim may resolve a hundred names at start and more on every dlopen.
@@ -11,9 +11,10 @@
  * a sentence in the caller's err buffer. */
 #include "symbols.h"
 
+#include "elfsyms.h"
+
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <gelf.h>
 #include <limits.h>
 #include <link.h>
@@ -257,57 +258,29 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const struct sym *)a)->name, ((const struct sym *)b)->name);
 }
 
-static Elf_Scn *find_section(Elf *elf, GElf_Word type, GElf_Shdr *shdr)
+/* Copies the defined symbols the walk yields, and its string table, into
+ * `t`: the file is closed once the table is read. */
+static int read_symbols(struct dm_elf_syms *w, struct table *t)
 {
-    Elf_Scn *scn = NULL;
-    while ((scn = elf_nextscn(elf, scn)) != NULL) {
-        if (gelf_getshdr(scn, shdr) && shdr->sh_type == type)
-            return scn;
-    }
-    return NULL;
-}
-
-/* Copies the defined symbols of `scn` and its string table into `t`. */
-static int read_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr, struct table *t)
-{
-    Elf_Scn *strscn = elf_getscn(elf, shdr->sh_link);
-    Elf_Data *strdata = strscn ? elf_getdata(strscn, NULL) : NULL;
-    Elf_Data *data = elf_getdata(scn, NULL);
-    if (!strdata || !data || shdr->sh_entsize == 0)
-        return EIO;
-
-    size_t slen = strdata->d_size;
-    t->strings = malloc(slen + 1);
-    size_t count = shdr->sh_size / shdr->sh_entsize;
-    t->syms = calloc(count ? count : 1, sizeof *t->syms);
+    t->strings = malloc(w->strsize + 1);
+    t->syms = calloc(w->count ? w->count : 1, sizeof *t->syms);
     if (!t->strings || !t->syms)
         return ENOMEM;
-    memcpy(t->strings, strdata->d_buf, slen);
-    t->strings[slen] = '\0';
+    memcpy(t->strings, w->strings, w->strsize);
+    t->strings[w->strsize] = '\0';
 
-    const char *file = NULL;
+    struct dm_elf_sym s;
     size_t n = 0;
-    for (size_t i = 1; i < count; i++) {
-        GElf_Sym s;
-        if (!gelf_getsym(data, (int)i, &s) || s.st_name >= slen)
-            continue;
-        const char *name = t->strings + s.st_name;
-        int type = GELF_ST_TYPE(s.st_info);
-        if (type == STT_FILE) {
-            file = *name ? name : NULL;
-            t->has_files = 1;
-            continue;
-        }
-        if (s.st_shndx == SHN_UNDEF || !*name || type == STT_SECTION)
-            continue;
-        int local = GELF_ST_BIND(s.st_info) == STB_LOCAL;
+    while (n < w->count && dm_elf_syms_next(w, &s)) {
         t->syms[n++] = (struct sym){
-            .name = name, .file = local ? file : NULL, .value = s.st_value,
-            .size = s.st_size, .info = s.st_info, .other = s.st_other,
-            .absolute = s.st_shndx == SHN_ABS,
+            .name = t->strings + (s.name - w->strings),
+            .file = s.file ? t->strings + (s.file - w->strings) : NULL,
+            .value = s.value, .size = s.size, .info = s.info, .other = s.other,
+            .absolute = s.shndx == SHN_ABS,
         };
     }
     t->nsyms = n;
+    t->has_files = w->has_files;
     qsort(t->syms, n, sizeof *t->syms, by_name);
     return 0;
 }
@@ -318,34 +291,32 @@ static int load_table(const struct object *o, struct table **out, char *err, siz
         seterr(err, errlen, "cannot read %s: libelf is older than this program", o->label);
         return EIO;
     }
-    int fd = open(o->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        seterr(err, errlen, "cannot read the symbols of %s: %s", o->label, strerror(e));
-        return e;
-    }
+    struct dm_elf e;
+    enum dm_elf_open_result opened = dm_elf_open(&e, o->path);
     int rc = EIO;
-    struct table *t = calloc(1, sizeof *t);
-    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-    if (!t || !elf || elf_kind(elf) != ELF_K_ELF) {
-        rc = t ? EIO : ENOMEM;
-        seterr(err, errlen, "cannot read the symbols of %s: %s", o->label,
-               t ? (elf ? "not an ELF file" : elf_errmsg(-1)) : strerror(ENOMEM));
+    struct table *t = NULL;
+    if (opened == DM_ELF_SYSTEM) {
+        rc = e.err;
+        seterr(err, errlen, "cannot read the symbols of %s: %s", o->label, strerror(rc));
         goto out;
     }
-    GElf_Shdr shdr;
-    Elf_Scn *scn = find_section(elf, SHT_SYMTAB, &shdr);
-    t->section = ".symtab";
-    if (!scn) {
-        scn = find_section(elf, SHT_DYNSYM, &shdr);
-        t->section = ".dynsym";
+    t = calloc(1, sizeof *t);
+    if (!t || opened != DM_ELF_OPENED) {
+        rc = t ? EIO : ENOMEM;
+        seterr(err, errlen, "cannot read the symbols of %s: %s", o->label,
+               !t ? strerror(ENOMEM) : opened == DM_ELF_LIBELF ? elf_errmsg(-1) :
+               opened == DM_ELF_NOT_REGULAR ? "not a regular file" : "not an ELF file");
+        goto out;
     }
-    if (!scn) {
-        rc = ENOENT;
+    struct dm_elf_syms w;
+    rc = dm_elf_syms_begin(e.elf, &w);
+    t->section = w.section;
+    if (rc == ENOENT) {
         seterr(err, errlen, "%s has no symbol table (neither .symtab nor .dynsym)", o->label);
         goto out;
     }
-    rc = read_symbols(elf, scn, &shdr, t);
+    if (rc == 0)
+        rc = read_symbols(&w, t);
     if (rc != 0) {
         seterr(err, errlen, "cannot read the %s of %s: %s", t->section, o->label,
                rc == ENOMEM ? strerror(rc) : elf_errmsg(-1));
@@ -362,9 +333,7 @@ static int load_table(const struct object *o, struct table **out, char *err, siz
     t = NULL;
     rc = 0;
 out:
-    if (elf)
-        elf_end(elf);
-    close(fd);
+    dm_elf_close(&e);
     if (t)
         free_table(t);
     return rc;

@@ -2,6 +2,7 @@
  * See harness.h. Every failure to set up aborts with a message: a test that
  * cannot build its world must not pass. */
 #include "harness.h"
+#include "config.h"
 
 #include <setjmp.h>
 #include <stddef.h>
@@ -653,4 +654,16 @@ long long th_script_calls(redisContext *c)
 {
     return th_info_num(c, "commandstats", "cmdstat_evalsha:calls=") +
            th_info_num(c, "commandstats", "cmdstat_eval:calls=");
+}
+
+const char *th_key(const char *name, enum dm_key k)
+{
+    static _Thread_local char slot[TH_KEY_SLOTS][TH_KEY_MAX];
+    static _Thread_local unsigned next;
+    char *buf = slot[next++ % TH_KEY_SLOTS];
+    if (dm_keys_build(buf, TH_KEY_MAX, DM_NAMESPACE_DEFAULT, name, k) >= TH_KEY_MAX) {
+        fprintf(stderr, "th_key: the key of lock %s is longer than %d bytes\n", name, TH_KEY_MAX);
+        abort();
+    }
+    return buf;
 }

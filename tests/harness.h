@@ -10,6 +10,8 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "keys.h"
+
 #define TH_BUILD "build"
 #define TH_SHIM  TH_BUILD "/libdmutex.so"
 
@@ -171,5 +173,14 @@ struct timespec th_deadline_in(clockid_t clk, long ms);
 char *th_read_file(const char *path);
 /* th_read_file of a child's output, which must exist (fails the test). */
 char *th_read_output(const char *path);
+
+/* Key or channel `k` of lock `name` in the default namespace ("dmutex"),
+ * as shim/keys.c builds it: th_key("x", DM_KEY_TOKEN) is "dmutex:{x}:token".
+ * The string lives in one of TH_KEY_SLOTS buffers of the calling thread,
+ * reused round robin, so one call may use that many; aborts if it does not
+ * fit TH_KEY_MAX. */
+#define TH_KEY_SLOTS 8
+#define TH_KEY_MAX   512
+const char *th_key(const char *name, enum dm_key k);
 
 #endif

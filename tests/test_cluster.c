@@ -567,24 +567,48 @@ static void test_script_flush_between_calls_is_survived(void **state)
 
 /* The scripts answer as their header comments say, run the way those
  * comments tell a user to run them by hand (not fair, no lock caching). */
-#define BH_KEYS "'dmutex:{byhand}' 'dmutex:{byhand}:token' 'dmutex:{byhand}:holder' " \
-                "'dmutex:{byhand}:queue' 'dmutex:{byhand}:qtime' 'dmutex:{byhand}:lost' " \
-                "'dmutex:{byhand}:void'"
-#define BH_RELEASE_KEYS "'dmutex:{byhand}' 'dmutex:{byhand}:holder' 'dmutex:{byhand}:token' " \
-                        "'dmutex:{byhand}:queue' 'dmutex:{byhand}:qtime' 'dmutex:{byhand}:lost'"
-#define BH_CANCEL_KEYS "'dmutex:{byhand}' 'dmutex:{byhand}:queue' 'dmutex:{byhand}:qtime' " \
-                       "'dmutex:{byhand}:token' 'dmutex:{byhand}:holder' 'dmutex:{byhand}:void'"
+/* The KEYS[] of lock "byhand" as a script's header lists them, quoted for
+ * the shell; and release's ARGV, which names two of its channels. */
+static const char *bh_keys(const enum dm_key *k, size_t n)
+{
+    static char out[4][512];
+    static unsigned next;
+    char *buf = out[next++ % 4];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used < sizeof out[0]; i++)
+        used += (size_t)snprintf(buf + used, sizeof out[0] - used, "%s'%s'", i ? " " : "",
+                                 th_key("byhand", k[i]));
+    return buf;
+}
+#define BH_LIST(...) bh_keys((const enum dm_key[]){ __VA_ARGS__ }, \
+                             sizeof (const enum dm_key[]){ __VA_ARGS__ } / sizeof (enum dm_key))
+#define BH_KEYS BH_LIST(DM_KEY_LOCK, DM_KEY_TOKEN, DM_KEY_HOLDER, DM_KEY_QUEUE, DM_KEY_QTIME, \
+                        DM_KEY_LOST, DM_KEY_VOID)
+#define BH_RELEASE_KEYS BH_LIST(DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN, DM_KEY_QUEUE, \
+                                DM_KEY_QTIME, DM_KEY_LOST)
+#define BH_CANCEL_KEYS BH_LIST(DM_KEY_LOCK, DM_KEY_QUEUE, DM_KEY_QTIME, DM_KEY_TOKEN, \
+                               DM_KEY_HOLDER, DM_KEY_VOID)
 #define BH_ACQ(who, delay) who " 30000 " delay " 0 '" who "|1' 3000 ''"
-#define BH_REL(who, tok) who " " tok " 'dmutex:{byhand}:released' 30000 'dmutex:{byhand}:w:' 10000"
+
+static const char *bh_rel(const char *who, const char *tok)
+{
+    static char out[512];
+    snprintf(out, sizeof out, "%s %s '%s' 30000 '%s' 10000", who, tok,
+             th_key("byhand", DM_KEY_RELEASED), th_key("byhand", DM_KEY_WAIT));
+    return out;
+}
+#define BH_REL(who, tok) bh_rel(who, tok)
 
 static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
 {
     (void)state;
-    const char *lk = "'dmutex:{byhand}'";
+    char lk[128];
+    snprintf(lk, sizeof lk, "'%s'", th_key("byhand", DM_KEY_LOCK));
 
     /* An existing counter counts on by one (a missing one starts from the
      * server clock: test_token_counter_lost_restarts_from_server_time). */
-    freeReplyObject(th_cmd(rc, "SET dmutex:{byhand}:token 100"));
+    freeReplyObject(th_cmd(rc, "SET %s 100", th_key("byhand", DM_KEY_TOKEN)));
     assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 101 0");
     assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 101 0"); /* again */
     const char *held = cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0"));
@@ -603,18 +627,18 @@ static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
     assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0")), "1 102 0");
 
     /* An expired hold: the next grant reports the owner dead. */
-    freeReplyObject(th_cmd(rc, "DEL dmutex:{byhand}"));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key("byhand", DM_KEY_LOCK)));
     assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 103 1");
     /* With a lock delay, the first attempt after an expiry is held off. */
-    freeReplyObject(th_cmd(rc, "DEL dmutex:{byhand}"));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key("byhand", DM_KEY_LOCK)));
     held = cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "5000"));
     if (sscanf(held, "0 %ld", &pttl) != 1 || pttl <= 0 || pttl > 5000)
         fail_msg("acquire during the lock delay replied \"%s\", expected \"0 <ms>\"", held);
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{byhand}"), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("byhand", DM_KEY_LOCK)), 0);
 
     /* cancel (abandon): a request that got the hold reports it; another
      * request of the same owner does not; a voided request grants nothing. */
-    freeReplyObject(th_cmd(rc, "DEL dmutex:{byhand}:holder"));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key("byhand", DM_KEY_HOLDER)));
     assert_string_equal(cli_eval("acquire", BH_KEYS, BH_ACQ("me:1", "0")), "1 104 0");
     assert_string_equal(cli_eval("cancel", BH_CANCEL_KEYS, "me:1 'me:1|9' 0"), "0 0");
     assert_string_equal(cli_eval("cancel", BH_CANCEL_KEYS, "me:1 'me:1|1' 0"), "1 104");
@@ -623,7 +647,7 @@ static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
     held = cli_eval("acquire", BH_KEYS, BH_ACQ("you:1", "0"));
     if (sscanf(held, "0 %ld", &pttl) != 1)
         fail_msg("acquire of a voided request replied \"%s\", expected \"0 <ms>\"", held);
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{byhand}"), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("byhand", DM_KEY_LOCK)), 0);
 }
 
 /* ---- Redis unreachable ----------------------------------------------------- */
@@ -760,7 +784,9 @@ static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_
         fail_msg("the heap grew by %zu bytes over %d names made and dropped",
                  after - before, MANY_NAMES);
     assert_int_equal(dm_cluster_lock_count(), locks0);
-    wait_no_channels("dmutex:{churn*");
+    char pat[128];
+    snprintf(pat, sizeof pat, "%s*", th_key("churn*", DM_KEY_LOCK));
+    wait_no_channels(pat);
     /* Dropped channels are freed once the server confirmed their UNSUBSCRIBE. */
     long long end = th_now_ms() + UNSUB_WAIT_MS;
     while (dm_notify_count() != chans0) {
@@ -836,7 +862,9 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
     freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->channel));
     assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
     dm_cluster_lock_put(l);
-    wait_no_channels("dmutex:{again}*");
+    char pat[128];
+    snprintf(pat, sizeof pat, "%s*", th_key("again", DM_KEY_LOCK));
+    wait_no_channels(pat);
 }
 
 #define HANDLER_ROUNDS  40
@@ -990,7 +1018,9 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
                  WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
     assert_int_equal(numsub(l->wait_channel), 1);       /* the parent's is untouched */
     dm_cluster_lock_put(l);
-    wait_no_channels("dmutex:{forked}*");
+    char pat[128];
+    snprintf(pat, sizeof pat, "%s*", th_key("forked", DM_KEY_LOCK));
+    wait_no_channels(pat);
 }
 
 #define FORK_LIVE       1000    /* names the parent keeps */

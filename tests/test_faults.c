@@ -221,10 +221,8 @@ static long long numsub(const char *channel)
  * caching waiters). A waiter subscribes after its first attempt failed. */
 static long long listeners(const char *name)
 {
-    char ch[256];
-    snprintf(ch, sizeof ch, "dmutex:{%s}:released", name);
-    long long n = numsub(ch);
-    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS dmutex:{%s}:w:*", name);
+    long long n = numsub(th_key(name, DM_KEY_RELEASED));
+    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s*", th_key(name, DM_KEY_WAIT));
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
         n += numsub(r->element[i]->str);
     freeReplyObject(r);
@@ -254,7 +252,7 @@ static long long pexpiretime(const char *key)
 /* The owner field of the hold on `name` (the server's), into buf. */
 static void holder_of(const char *name, char *buf, size_t len)
 {
-    redisReply *r = th_cmd(rc, "HKEYS dmutex:{%s}", name);
+    redisReply *r = th_cmd(rc, "HKEYS %s", th_key(name, DM_KEY_LOCK));
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 1)
         fail_msg("lock %s is not held by one owner", name);
     snprintf(buf, len, "%s", r->element[0]->str);
@@ -335,7 +333,7 @@ static void test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock
     holder_of("l_del", owner, sizeof owner);
 
     long long t0 = th_now_ms();
-    freeReplyObject(th_cmd(rc, "DEL dmutex:{l_del}"));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key("l_del", DM_KEY_LOCK)));
     long long seen = th_wait_for(out, "lost the lease", LEASE_MS + SLACK_MS);
     measured("DEL of a hold: detected by the holder after %lld ms (renew_ms %ld)",
              seen - t0, LEASE_MS / 3);
@@ -367,7 +365,7 @@ static void test_deleted_hold_aborts_the_holder(void **s)
     char owner[128];
     holder_of("l_delabort", owner, sizeof owner);
     long long t0 = th_now_ms(), died;
-    freeReplyObject(th_cmd(rc, "DEL dmutex:{l_delabort}"));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key("l_delabort", DM_KEY_LOCK)));
     int st = th_wait_end(h, LEASE_MS + SLACK_MS, &died, NULL);
     char *text = th_read_output(out);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
@@ -380,14 +378,16 @@ static void test_deleted_hold_aborts_the_holder(void **s)
     /* What a hold that ended without a release leaves: its :holder marker
      * ("<owner>|<request> #<token>", acquire.lua), without a TTL, until the
      * next grant reads it to report owner-dead. */
-    redisReply *m = th_cmd(rc, "GET dmutex:{l_delabort}:holder");
+    redisReply *m = th_cmd(rc, "GET %s", th_key("l_delabort", DM_KEY_HOLDER));
     assert_int_equal(m->type, REDIS_REPLY_STRING);
     size_t on = strlen(owner);
-    if (strncmp(m->str, owner, on) != 0 || m->str[on] != '|' || !strstr(m->str, " #"))
+    struct dm_holder hm;
+    if (dm_keys_holder_decode(m->str, &hm) != 0 || hm.state != DM_HOLDER_GRANTED ||
+        hm.owner_len != on || strncmp(hm.request, owner, on) != 0 || hm.request_len <= on)
         fail_msg("holder marker \"%s\", expected \"%s|<request> #<token>\"", m->str, owner);
     freeReplyObject(m);
-    assert_int_equal(th_cmd_int(rc, "PTTL dmutex:{l_delabort}:holder"), -1);
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{l_delabort}"), 0);
+    assert_int_equal(th_cmd_int(rc, "PTTL %s", th_key("l_delabort", DM_KEY_HOLDER)), -1);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("l_delabort", DM_KEY_LOCK)), 0);
 }
 
 /* No renewal for lease - margin (the server stopped): the loss is declared
@@ -433,7 +433,7 @@ static void test_abort_ends_the_holder_before_the_server_lease_expires(void **s)
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", 3 * LEASE_MS));
     long long died_real, died_mono, t0 = th_now_ms();
     int st = th_wait_end(h, 3 * LEASE_MS, &died_mono, &died_real);
-    long long exp = pexpiretime("dmutex:{l_pause}");
+    long long exp = pexpiretime(th_key("l_pause", DM_KEY_LOCK));
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     char *text = th_read_output(out);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
@@ -647,10 +647,12 @@ static void test_unlock_whose_release_reply_was_lost_returns_0(void **s)
     th_assert_has(text, "unlocked 0");
     assert_lacks(text, "lost");
     free(text);
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{u_idem}"), 0);
-    redisReply *m = th_cmd(rc, "GET dmutex:{u_idem}:holder");
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("u_idem", DM_KEY_LOCK)), 0);
+    redisReply *m = th_cmd(rc, "GET %s", th_key("u_idem", DM_KEY_HOLDER));
     assert_int_equal(m->type, REDIS_REPLY_STRING);
-    assert_true(m->str[0] == '=');      /* released cleanly, by the first try */
+    struct dm_holder hm;
+    assert_int_equal(dm_keys_holder_decode(m->str, &hm), 0);
+    assert_int_equal(hm.state, DM_HOLDER_RELEASED);     /* released cleanly, by the first try */
     freeReplyObject(m);
 }
 
@@ -673,7 +675,7 @@ static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
     th_wait_end(h, RUN_MS, NULL, NULL);
     th_checker_forget(&chk, h);
     usleep(100000);             /* a renewal in flight lands */
-    long long exp = pexpiretime("dmutex:{d_delay}");
+    long long exp = pexpiretime(th_key("d_delay", DM_KEY_LOCK));
     assert_true(exp > 0);
     th_wait_for(wout, "inside ", LEASE_MS + delay + SLACK_MS);
     char *text = finish(w, wout);
@@ -703,7 +705,7 @@ static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
     free(text);
     assert_true(token > 0);
     holder_of("f_ls", owner, sizeof owner);
-    assert_int_equal(th_cmd_int(rc, "GET dmutex:{f_ls}:token"), token);
+    assert_int_equal(th_cmd_int(rc, "GET %s", th_key("f_ls", DM_KEY_TOKEN)), token);
 
     char url[64], *lout = th_out_file();
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
@@ -821,10 +823,12 @@ static void test_wrong_key_type_at_the_lock_name_never_grants(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    freeReplyObject(th_cmd(rc, "SET dmutex:{b_type} not-a-lock"));
+    freeReplyObject(th_cmd(rc, "SET %s not-a-lock", th_key("b_type", DM_KEY_LOCK)));
     char *bout;
-    pid_t b = never_grants(WARN_2S, "b_type", NULL, "WRONGTYPE dmutex:{b_type} holds a string", &bout);
-    freeReplyObject(th_cmd(rc, "DEL dmutex:{b_type}"));
+    char why[256];
+    snprintf(why, sizeof why, "WRONGTYPE %s holds a string", th_key("b_type", DM_KEY_LOCK));
+    pid_t b = never_grants(WARN_2S, "b_type", NULL, why, &bout);
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key("b_type", DM_KEY_LOCK)));
     th_wait_for(bout, "inside ", RUN_MS);
     free(finish(b, bout));
 }
@@ -1096,7 +1100,7 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
         th_wait_end(h, RUN_MS, NULL, NULL);
         th_checker_forget(&chk, h);
         usleep(50000);                          /* a renewal in flight lands */
-        long long exp = pexpiretime("dmutex:{s_kill}");
+        long long exp = pexpiretime(th_key("s_kill", DM_KEY_LOCK));
         long long at = th_wait_for(wout, "inside ", LEASE_MS + 1000);
         char *text = finish(w, wout);
         th_assert_has(text, "ownerdead");
@@ -1350,10 +1354,10 @@ static void test_eviction_takes_a_held_lock_and_its_holder_finds_out(void **s)
     long long t0 = th_now_ms();
     static char filler[16384];
     memset(filler, 'f', sizeof filler - 1);
-    for (int i = 0; i < 4096 && th_cmd_int(rc, "EXISTS dmutex:{e_evict}") == 1; i++)
+    for (int i = 0; i < 4096 && th_cmd_int(rc, "EXISTS %s", th_key("e_evict", DM_KEY_LOCK)) == 1; i++)
         freeReplyObject(th_cmd(rc, "SET filler:%d %s EX 3600", i, filler));
     long long evicted = info_num(rc, "stats", "evicted_keys:");
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{e_evict}"), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("e_evict", DM_KEY_LOCK)), 0);
     long long seen = th_wait_for(hout, "lost the lease", LEASE_MS + SLACK_MS);
     long long at = th_wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 0"));
@@ -1428,7 +1432,7 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
     long long cut = th_now_ms(), died_mono, died_real;
     assert_int_equal(th_sh("ip link set %s down", net.veth[0]), 0);
     int st = th_wait_end(h, 3000 + SLACK_MS, &died_mono, &died_real);
-    long long exp = pexpiretime("dmutex:{n_cut}");
+    long long exp = pexpiretime(th_key("n_cut", DM_KEY_LOCK));
     th_checker_forget(&chk, h);
     char *text = th_read_output(hout);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
@@ -1589,9 +1593,14 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
     long long settle_end = th_now_ms() + 5000 + 6000 + SLACK_MS;
     for (;;) {
         left = all_keys(&nk);
-        if (nk == 3 && strstr(left, "dmutex:{x_plain}:token (pttl -1)") &&
-            strstr(left, "dmutex:{x_fair}:token (pttl -1)") &&
-            strstr(left, "dmutex:{x_cache}:token (pttl -1)"))
+        int counters = 0;
+        for (int i = 0; i < 3; i++) {
+            char want[128];
+            snprintf(want, sizeof want, "%s (pttl -1)",
+                     th_key(i == 0 ? "x_plain" : i == 1 ? "x_fair" : "x_cache", DM_KEY_TOKEN));
+            counters += strstr(left, want) != NULL;
+        }
+        if (nk == 3 && counters == 3)
             break;
         if (th_now_ms() > settle_end)
             fail_msg("keys left %lld ms after the run:\n%s", th_now_ms() - ended, left);

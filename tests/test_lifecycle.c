@@ -167,10 +167,8 @@ static long long numsub(const char *channel)
  * handover channel. A waiter subscribes after its first attempt failed. */
 static long long listeners(const char *lname)
 {
-    char ch[128];
-    snprintf(ch, sizeof ch, "dmutex:{%s}:released", lname);
-    long long n = numsub(ch);
-    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS dmutex:{%s}:w:*", lname);
+    long long n = numsub(th_key(lname, DM_KEY_RELEASED));
+    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s*", th_key(lname, DM_KEY_WAIT));
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
         n += numsub(r->element[i]->str);
     freeReplyObject(r);
@@ -189,7 +187,7 @@ static void wait_waiters(const char *lname, long long n)
 
 static long long owners(const char *lname)
 {
-    return th_cmd_int(rc, "HLEN dmutex:{%s}", lname);
+    return th_cmd_int(rc, "HLEN %s", th_key(lname, DM_KEY_LOCK));
 }
 
 /* One lease after the end, only the fencing counter may be left (and a
@@ -199,11 +197,9 @@ static void assert_no_leftover_keys(const char *lname, long long ended)
     long long wait = ended + LEASE_MS + KEY_MARGIN_MS - th_now_ms();
     if (wait > 0)
         usleep((useconds_t)wait * 1000);
-    redisReply *r = th_cmd(rc, "KEYS dmutex:{%s}*", lname);
+    redisReply *r = th_cmd(rc, "KEYS %s*", th_key(lname, DM_KEY_LOCK));
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    char token[96], holder[96];
-    snprintf(token, sizeof token, "dmutex:{%s}:token", lname);
-    snprintf(holder, sizeof holder, "dmutex:{%s}:holder", lname);
+    const char *token = th_key(lname, DM_KEY_TOKEN), *holder = th_key(lname, DM_KEY_HOLDER);
     for (size_t i = 0; i < r->elements; i++) {
         const char *k = r->element[i]->str;
         if (strcmp(k, token) == 0)
@@ -283,7 +279,7 @@ static void run_ending_cell(const char *state, const char *event)
     char a_owner[128] = "";
     if (held) {
         th_wait_for(aout, "inside ", RUN_MS);
-        redisReply *r = th_cmd(rc, "HKEYS dmutex:{%s}", name);
+        redisReply *r = th_cmd(rc, "HKEYS %s", th_key(name, DM_KEY_LOCK));
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 1)
             snprintf(a_owner, sizeof a_owner, "%s", r->element[0]->str);
         freeReplyObject(r);
@@ -320,7 +316,7 @@ static void run_ending_cell(const char *state, const char *event)
         break;
     }
     if (held && strcmp(event, "exit") == 0 &&
-        th_cmd_int(rc, "HEXISTS dmutex:{%s} %s", name, a_owner) == 0)
+        th_cmd_int(rc, "HEXISTS %s %s", th_key(name, DM_KEY_LOCK), a_owner) == 0)
         fail_msg("overlap: exit() from main released lock %s (owner %s) while thread T was "
                  "still inside its section (the checker counts %lld overlaps)", name, a_owner,
                  th_checker_get(&chk, 0, "overlaps"));
@@ -599,7 +595,7 @@ static void test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps
     pid_t a = life(cfg, aout, "life", "-S", "held", "-E", "fork", "-g", goa, "-G", go2, NULL);
     th_wait_for(aout, "inside ", RUN_MS);
     char owner[128];
-    redisReply *r = th_cmd(rc, "HKEYS dmutex:{%s}", name);
+    redisReply *r = th_cmd(rc, "HKEYS %s", th_key(name, DM_KEY_LOCK));
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 1);
     snprintf(owner, sizeof owner, "%s", r->element[0]->str);
@@ -613,7 +609,7 @@ static void test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps
     th_assert_has(text, "child status 0");
     free(text);
     /* The child's exit gave nothing back: the parent still holds, B waits. */
-    r = th_cmd(rc, "HKEYS dmutex:{%s}", name);
+    r = th_cmd(rc, "HKEYS %s", th_key(name, DM_KEY_LOCK));
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 || strcmp(r->element[0]->str, owner))
         fail_msg("after the fork child ended, lock %s is no longer held by the parent (%s)",
                  name, owner);

@@ -132,14 +132,14 @@ static int file_has(const char *path, const char *needle)
 
 static long long lock_exists(const char *name)
 {
-    return th_cmd_int(rc, "EXISTS dmutex:{%s}", name);
+    return th_cmd_int(rc, "EXISTS %s", th_key(name, DM_KEY_LOCK));
 }
 
 /* The one owner ("<process id>:<thread seq>") holding lock `name` into
  * buf; fails unless exactly one holds it. */
 static void lock_owner(const char *name, char *buf, size_t len)
 {
-    redisReply *r = th_cmd(rc, "HKEYS dmutex:{%s}", name);
+    redisReply *r = th_cmd(rc, "HKEYS %s", th_key(name, DM_KEY_LOCK));
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 1)
         fail_msg("lock %s has %zu owners, expected 1", name,
                  r->type == REDIS_REPLY_ARRAY ? r->elements : 0);
@@ -154,10 +154,10 @@ static void wait_subscribed(const char *name)
 {
     long long end = th_now_ms() + RUN_MS;
     for (;;) {
-        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB dmutex:{%s}:released", name);
+        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", th_key(name, DM_KEY_RELEASED));
         long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
         freeReplyObject(r);
-        n += th_cmd_int(rc, "LLEN dmutex:{%s}:queue", name);
+        n += th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE));
         if (n > 0)
             return;
         if (th_now_ms() > end)
@@ -284,8 +284,7 @@ static void test_recursive_nested_locks_cost_no_round_trip_and_hold_ends_with_ou
                                       "{ symbol = \"attr_lock\"; name = \"t2_arec\"; }");
     const char *ms[] = { "rec", "arec" }, *names[] = { "t2_rec", "t2_arec" };
     for (int i = 0; i < 2; i++) {
-        char key[64];
-        snprintf(key, sizeof key, "dmutex:{%s}", names[i]);
+        const char *key = th_key(names[i], DM_KEY_LOCK);
         char *out = th_out_file();
         th_reset_stats(rc);
         char *text = finish(PP(cfg, out, key, "recursive", ms[i], "6"), out, 0);
@@ -453,9 +452,9 @@ static void test_thread_exiting_with_robust_mutex_gives_eownerdead_to_next_locke
  * the cluster lock again. */
 static void cond_scenario(const char *kind, const char *name)
 {
-    char entry[128], key[64];
+    char entry[128];
     snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
-    snprintf(key, sizeof key, "dmutex:{%s}", name);
+    const char *key = th_key(name, DM_KEY_LOCK);
     char *cfg = config(SHORT_LEASE_MS, entry);
     char *shared = th_out_file(), *signal_go = th_go_file();
     pid_t a = PP(cfg, shared, key, "cond", "norm", (char *)kind, signal_go);
@@ -517,9 +516,9 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
     pid_t pid[3];
     char *out[3];
     for (int i = 0; i < 3; i++) {
-        char entry[128], key[64];
+        char entry[128];
         snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", names[i]);
-        snprintf(key, sizeof key, "dmutex:{%s}", names[i]);
+        const char *key = th_key(names[i], DM_KEY_LOCK);
         char *cfg = config(SHORT_LEASE_MS, entry);
         out[i] = th_out_file();
         pid[i] = PP(cfg, out[i], key, "cond-timeout", "norm", (char *)kinds[i], warg);
@@ -539,7 +538,7 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
      * still ends with ETIMEDOUT, after re-acquiring. */
     char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t11_held\"; }");
     char *shared = th_out_file(), *go = th_go_file();
-    pid_t a = PP(cfg, shared, "dmutex:{t11_held}", "cond-timeout", "norm", "timedwait", warg);
+    pid_t a = PP(cfg, shared, th_key("t11_held", DM_KEY_LOCK), "cond-timeout", "norm", "timedwait", warg);
     th_wait_for(shared, "waiting", RUN_MS);
     long long t0 = th_now_ms();
     pid_t c = PP(cfg, shared, "x", "hold", "norm", go);
@@ -943,7 +942,7 @@ static void test_dmutex_token_grows_across_processes(void **state)
     (void)state;
     char *cfg = config(SHORT_LEASE_MS, "");
     freeReplyObject(th_cmd(rc, "DEL c29:tok"));
-    long long base = th_cmd_int(rc, "GET dmutex:{account}:token");
+    long long base = th_cmd_int(rc, "GET %s", th_key("account", DM_KEY_TOKEN));
     enum { P = 3, T = 2, N = 10 };
     pid_t pid[P];
     char *out[P];
@@ -978,7 +977,7 @@ static void test_dmutex_token_grows_across_processes(void **state)
             fail_msg("the section with token %lld read count %lld, expected %d: tokens do "
                      "not follow the order of the holds", rec[i][0], rec[i][1], i);
     }
-    assert_true(th_cmd_int(rc, "GET dmutex:{account}:token") >= rec[n - 1][0]);
+    assert_true(th_cmd_int(rc, "GET %s", th_key("account", DM_KEY_TOKEN)) >= rec[n - 1][0]);
 }
 
 /* ==== 8. edges of the calls ================================================== */

@@ -110,10 +110,10 @@ static void wait_subscribed(const char *name)
 {
     long long end = th_now_ms() + RUN_MS;
     for (;;) {
-        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB dmutex:{%s}:released", name);
+        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", th_key(name, DM_KEY_RELEASED));
         long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
         freeReplyObject(r);
-        n += th_cmd_int(rc, "LLEN dmutex:{%s}:queue", name);
+        n += th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE));
         if (n > 0)
             return;
         if (th_now_ms() > end)
@@ -301,7 +301,7 @@ static void test_killed_holder_frees_the_lock_after_its_lease(void **state)
     waitpid(holder, NULL, 0);
     th_forget(holder);
     /* Nobody renews the lease now: what is left of it is exact. */
-    long long left = th_cmd_int(rc, "PTTL dmutex:{e_killed}");
+    long long left = th_cmd_int(rc, "PTTL %s", th_key("e_killed", DM_KEY_LOCK));
     if (left <= 0)
         fail_msg("the killed holder's lock has no lease left (PTTL %lld): it was not held", left);
     long long got = th_wait_for(out, "locked 0", SHORT_LEASE_MS + SLACK_MS);
@@ -491,13 +491,13 @@ static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
     pid_t pid = th_child(argv, shim_env(cfg, rs.port), out);
     /* After the 10 inner unlocks the outermost hold is still the cluster's. */
     th_wait_for(out, "outer", RUN_MS);
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{i_rec}"), 1);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("i_rec", DM_KEY_LOCK)), 1);
     th_touch(go);
     char *text = finish(pid, out, 0);
     th_assert_has(text, "recursive 0");
     free(text);
     assert_int_equal(th_script_calls(rc), 2);        /* one acquire, one release */
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{i_rec}"), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("i_rec", DM_KEY_LOCK)), 0);
 }
 
 static void test_errorcheck_relock_is_edeadlk_without_redis_traffic(void **state)
@@ -510,7 +510,7 @@ static void test_errorcheck_relock_is_edeadlk_without_redis_traffic(void **state
     th_assert_has(text, "errcheck relock 0 EDEADLK 0");
     free(text);
     assert_int_equal(th_script_calls(rc), 2);        /* the outer lock and unlock only */
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{j_relock}"), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("j_relock", DM_KEY_LOCK)), 0);
 }
 
 static void test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traffic(void **state)
@@ -523,7 +523,7 @@ static void test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traf
     th_assert_has(text, "errcheck foreign 0 EPERM 0");
     free(text);
     assert_int_equal(th_script_calls(rc), 2);
-    assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{j_foreign}"), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("j_foreign", DM_KEY_LOCK)), 0);
 }
 
 /* For a normal mutex glibc already says EBUSY; for a robust one it does
@@ -542,7 +542,9 @@ static void test_destroy_of_a_held_mapped_mutex_is_ebusy(void **state)
         th_assert_has(text, want);
         free(text);
         /* The refused destroy left the hold intact, and unlock released it. */
-        assert_int_equal(th_cmd_int(rc, "EXISTS dmutex:{k_%s}", types[i]), 0);
+        char lname[64];
+        snprintf(lname, sizeof lname, "k_%s", types[i]);
+        assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(lname, DM_KEY_LOCK)), 0);
     }
 }
 
@@ -586,7 +588,7 @@ static void test_dlopen_from_a_constructor_while_another_thread_maps_a_plugin(vo
     th_assert_has(text, "dlprog done " DL_ITERS);
     free(text);
     /* The plugin's mutex was mapped: its lock name was granted. */
-    assert_true(th_cmd_int(rc, "GET dmutex:{i_plugin}:token") >= 1);
+    assert_true(th_cmd_int(rc, "GET %s", th_key("i_plugin", DM_KEY_TOKEN)) >= 1);
 }
 
 /* ---- (j) start-up: which process, which file, what is said ------------------- */

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "keys.h"
 #include "redis.h"
 
 static const char ls_usage[] =
@@ -41,6 +42,27 @@ static redisReply *cmd(redisContext *c, const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
     va_end(ap);
+    return r;
+}
+
+/* Key `k` of lock `nm`, malloc'ed (NULL out of memory). */
+static char *key_of(const char *ns, const char *nm, enum dm_key k)
+{
+    size_t n = dm_keys_build(NULL, 0, ns, nm, k) + 1;
+    char *key = malloc(n);
+    if (key)
+        dm_keys_build(key, n, ns, nm, k);
+    return key;
+}
+
+/* Runs `fmt` (one %s) on key `k` of lock `nm`; NULL out of memory or on
+ * a connection error (c->errstr). */
+static redisReply *key_cmd(redisContext *c, const char *fmt, const char *ns, const char *nm,
+                           enum dm_key k)
+{
+    char *key = key_of(ns, nm, k);
+    redisReply *r = key ? cmd(c, fmt, key) : NULL;
+    free(key);
     return r;
 }
 
@@ -102,16 +124,18 @@ int dm_cli_ls(int argc, char **argv)
     }
     redisContext *c = conn.c;
 
-    /* Every name ever granted has a token key: ns:{NAME}:token. */
+    /* Every name ever granted has a token key: SCAN for ns:{*}:token. */
     char **names = NULL;
     size_t n = 0, cap = 0;
     char cursor[32] = "0";
-    size_t nslen = strlen(ns);
+    char *match = key_of(ns, "*", DM_KEY_TOKEN);
     do {
-        redisReply *r = cmd(c, "SCAN %s MATCH %s:{*}:token COUNT 1000", cursor, ns);
+        redisReply *r = match ? cmd(c, "SCAN %s MATCH %s COUNT 1000", cursor, match) : NULL;
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            fprintf(stderr, "dmutex ls: SCAN: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+            fprintf(stderr, "dmutex ls: SCAN: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str :
+                    match ? c->errstr : "out of memory");
             if (r) freeReplyObject(r);
+            free(match);
             dm_redis_close(&conn);
             dm_config_free(&cfg);
             return 1;
@@ -119,31 +143,32 @@ int dm_cli_ls(int argc, char **argv)
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         redisReply *keys = r->element[1];
         for (size_t i = 0; i < keys->elements; i++) {
-            const char *k = keys->element[i]->str;
-            size_t kl = keys->element[i]->len;
-            if (kl < nslen + 9 || strncmp(k + nslen, ":{", 2) != 0)
+            const char *name;
+            size_t namelen;
+            if (!dm_keys_name(keys->element[i]->str, keys->element[i]->len, ns, DM_KEY_TOKEN,
+                              &name, &namelen))
                 continue;
-            size_t namelen = kl - nslen - 2 - 7;    /* minus ":{" and "}:token" */
             if (n == cap) {
                 cap = cap ? cap * 2 : 64;
                 names = realloc(names, cap * sizeof *names);
             }
-            names[n++] = strndup(k + nslen + 2, namelen);
+            names[n++] = strndup(name, namelen);
         }
         freeReplyObject(r);
     } while (strcmp(cursor, "0") != 0);
+    free(match);
     qsort(names, n, sizeof *names, by_name);
 
     printf("%-24s %-8s %-44s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS", "TOKEN",
            "WAITERS", "LISTENING");
     for (size_t i = 0; i < n; i++) {
         const char *nm = names[i];
-        redisReply *hold = cmd(c, "HGETALL %s:{%s}", ns, nm);
-        redisReply *pttl = cmd(c, "PTTL %s:{%s}", ns, nm);
-        redisReply *tok = cmd(c, "GET %s:{%s}:token", ns, nm);
-        redisReply *last = cmd(c, "GET %s:{%s}:holder", ns, nm);
-        redisReply *subs = cmd(c, "PUBSUB NUMSUB %s:{%s}:released", ns, nm);
-        redisReply *queue = cmd(c, "LLEN %s:{%s}:queue", ns, nm);
+        redisReply *hold = key_cmd(c, "HGETALL %s", ns, nm, DM_KEY_LOCK);
+        redisReply *pttl = key_cmd(c, "PTTL %s", ns, nm, DM_KEY_LOCK);
+        redisReply *tok = key_cmd(c, "GET %s", ns, nm, DM_KEY_TOKEN);
+        redisReply *last = key_cmd(c, "GET %s", ns, nm, DM_KEY_HOLDER);
+        redisReply *subs = key_cmd(c, "PUBSUB NUMSUB %s", ns, nm, DM_KEY_RELEASED);
+        redisReply *queue = key_cmd(c, "LLEN %s", ns, nm, DM_KEY_QUEUE);
         if (!hold || !pttl || !tok || !last || !subs || !queue) {
             fprintf(stderr, "dmutex ls: %s\n", c->errstr);
             return 1;
@@ -153,10 +178,14 @@ int dm_cli_ls(int argc, char **argv)
         if (hold->type == REDIS_REPLY_ARRAY && hold->elements >= 2) {
             snprintf(holder, sizeof holder, "%s x%s", hold->element[0]->str, hold->element[1]->str);
             state = "held";
-        } else if (last->type == REDIS_REPLY_STRING && last->str[0] == '!') {
-            state = "delayed";
-        } else if (last->type == REDIS_REPLY_STRING && last->str[0] != '=') {
-            state = "expired";
+        } else if (last->type == REDIS_REPLY_STRING) {
+            /* the marker says how the last grant ended */
+            struct dm_holder m;
+            dm_keys_holder_decode(last->str, &m);
+            if (m.state == DM_HOLDER_EXPIRY_SEEN)
+                state = "delayed";
+            else if (m.state == DM_HOLDER_GRANTED)
+                state = "expired";
         }
         char lease[24] = "-";
         if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)

@@ -13,6 +13,10 @@
 -- server, e.g. behind a CLIENT PAUSE, and run after the abandon) is in
 -- KEYS[7] and does nothing here.
 --
+-- The key and channel names are built by shim/keys.c (enum dm_key in
+-- shim/keys.h), the one source of the layout; docs/design.md maps them. This
+-- header documents what the script does with each.
+--
 -- KEYS[1] lock     ns:{NAME}          hash owner -> hold count, PEXPIRE = lease
 -- KEYS[2] token    ns:{NAME}:token    fencing counter, INCR per grant; a missing
 --                                     counter starts from the server's clock in

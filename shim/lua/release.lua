@@ -5,7 +5,7 @@
 -- published to everyone waiting.
 --
 -- KEYS[1] lock  KEYS[2] holder  KEYS[3] token  KEYS[4] queue  KEYS[5] qtime
--- KEYS[6] lost  (see acquire.lua)
+-- KEYS[6] lost  (see acquire.lua; names built by shim/keys.c)
 -- ARGV[1] owner  ARGV[2] fencing token of the hold  ARGV[3] release channel
 -- ARGV[4] how long to remember the release, ms (the lease)
 -- ARGV[5] waiter channel prefix: a waiter "<pid>:<seq>|<id>" is told on

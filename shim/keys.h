@@ -1,0 +1,80 @@
+/* keys: the one source of the Redis key layout of a lock. Every key and
+ * channel of lock NAME in namespace NS is built here from (NS, NAME), and
+ * the holder marker the scripts leave in NS:{NAME}:holder is decoded here.
+ * The shim (cluster.c), `dmutex ls` and the tests use it; the scripts
+ * (shim/lua/) document their KEYS[] against it and docs/design.md maps it.
+ * No I/O, no allocation, no state: any thread, any time, also in a fork
+ * child. */
+#ifndef DM_KEYS_H
+#define DM_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every name a lock has. All carry the hash tag {NAME}: one Redis Cluster
+ * slot per lock, as the scripts need. */
+enum dm_key {
+    DM_KEY_LOCK,        /* NS:{NAME}           hash owner -> hold count, PEXPIRE = lease */
+    DM_KEY_TOKEN,       /* NS:{NAME}:token     fencing counter, INCR per grant */
+    DM_KEY_HOLDER,      /* NS:{NAME}:holder    how the last grant ended (dm_keys_holder_decode) */
+    DM_KEY_LOST,        /* NS:{NAME}:lost      tokens of grants that expired */
+    DM_KEY_VOID,        /* NS:{NAME}:void      acquire requests given up */
+    DM_KEY_RELEASED,    /* NS:{NAME}:released  channel: release notices */
+    DM_KEY_QUEUE,       /* NS:{NAME}:queue     fair waiters, oldest first */
+    DM_KEY_QTIME,       /* NS:{NAME}:qtime     their deadlines */
+    DM_KEY_WANT,        /* NS:{NAME}:want      channel: "a process wants it" */
+    DM_KEY_WAIT,        /* NS:{NAME}:w:        channel prefix: + process id, a fair
+                           handover to that process (dm_keys_wait_channel) */
+    DM_KEY_COUNT
+};
+
+/* What follows "NS:{NAME}" in key `k` ("" for the lock itself). */
+const char *dm_keys_suffix(enum dm_key k);
+
+/* Writes key `k` of lock `name` in namespace `ns` into buf, snprintf-style
+ * (truncated but NUL-terminated when len is too small; buf may be NULL
+ * when len is 0). Returns the length of the whole key, without its NUL. */
+size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, enum dm_key k);
+
+/* dm_keys_build(NULL, 0, ns, name, k) without formatting: the length of
+ * key `k`, for a caller that sizes many keys at once (cluster's records). */
+size_t dm_keys_len(const char *ns, const char *name, enum dm_key k);
+
+/* The handover channel of process `process_id` for lock `name`: the
+ * DM_KEY_WAIT prefix followed by the id. Same conventions. */
+size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
+                            const char *process_id);
+
+/* (The name "*" makes a glob of key `k` of every lock: "NS:{*}:token",
+ * for SCAN MATCH, KEYS, PUBSUB CHANNELS.) */
+
+/* Is `key` (klen bytes, need not be NUL-terminated) key `k` of a lock of
+ * namespace `ns`? Then 1, with *name / *namelen the lock name inside
+ * `key`; else 0. */
+int dm_keys_name(const char *key, size_t klen, const char *ns, enum dm_key k,
+                 const char **name, size_t *namelen);
+
+/* The holder marker NS:{NAME}:holder, as acquire.lua documents it. */
+enum dm_holder_state {
+    DM_HOLDER_GRANTED,      /* "<req> #<tok>": granted to request <req>, not released;
+                               with the lock hash gone its lease expired */
+    DM_HOLDER_RELEASED,     /* "=<tok>": released cleanly */
+    DM_HOLDER_EXPIRY_SEEN,  /* "!<ms>": an expiry seen at server time <ms> (lock delay) */
+};
+
+struct dm_holder {
+    enum dm_holder_state state;
+    const char *request;    /* GRANTED: "<owner>|<wait id>", inside the marker */
+    size_t request_len;
+    size_t owner_len;       /* GRANTED: the owner, the request up to '|' */
+    uint64_t token;         /* GRANTED and RELEASED */
+    long long seen_ms;      /* EXPIRY_SEEN */
+};
+
+/* Decodes `marker` (NUL-terminated) into *h, which points into it. The
+ * state follows the first character, so *h->state is always set; returns
+ * 0 when the rest is well formed, -1 when not (the other fields are then
+ * zero or partial). */
+int dm_keys_holder_decode(const char *marker, struct dm_holder *h);
+
+#endif

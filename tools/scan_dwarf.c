@@ -1,0 +1,312 @@
+/* scan_dwarf: the debug-info walk of `dmutex scan` (libdw). Every
+ * variable with a static address whose type is, or contains, a
+ * pthread_mutex_t or a std:: mutex becomes rows (dm_scan_add_hits), one per
+ * mutex with its offset and member path; the addresses it saw go to
+ * f->known so the symbol-table guesses skip them. Prints nothing. */
+#include "scan.h"
+
+#include <dwarf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int type_of(Dwarf_Die *die, Dwarf_Die *type)
+{
+    Dwarf_Attribute attr;
+    return dwarf_attr_integrate(die, DW_AT_type, &attr) && dwarf_formref_die(&attr, type) ? 0 : -1;
+}
+
+static const char *const std_mutexes[][2] = {
+    { "mutex", "std::mutex" },
+    { "recursive_mutex", "std::recursive_mutex" },
+    { "timed_mutex", "std::timed_mutex" },
+    { "recursive_timed_mutex", "std::recursive_timed_mutex" },
+};
+
+/* "std::mutex" when `die` is one of the std:: mutex classes (directly in
+ * std, or in an inline namespace of it), else NULL. */
+static const char *std_mutex(Dwarf_Die *die)
+{
+    const char *name = dwarf_diename(die);
+    const char *which = NULL;
+    for (size_t i = 0; name && i < sizeof std_mutexes / sizeof std_mutexes[0]; i++)
+        if (strcmp(name, std_mutexes[i][0]) == 0)
+            which = std_mutexes[i][1];
+    if (!which)
+        return NULL;
+    Dwarf_Die *scopes = NULL;
+    int n = dwarf_getscopes_die(die, &scopes);
+    int in_std = 0;
+    for (int i = 1; i < n && i <= 2 && !in_std; i++) {
+        const char *ns = dwarf_diename(&scopes[i]);
+        if (dwarf_tag(&scopes[i]) != DW_TAG_namespace)
+            break;
+        in_std = ns && strcmp(ns, "std") == 0;
+    }
+    free(scopes);
+    return in_std ? which : NULL;
+}
+
+static long member_offset(Dwarf_Die *member)
+{
+    Dwarf_Attribute attr;
+    Dwarf_Word off = 0;
+    if (!dwarf_attr(member, DW_AT_data_member_location, &attr))
+        return 0;               /* a union member */
+    if (dwarf_formudata(&attr, &off) == 0)
+        return (long)off;
+    Dwarf_Op *ops;
+    size_t n;
+    if (dwarf_getlocation(&attr, &ops, &n) == 0 && n == 1 && ops[0].atom == DW_OP_plus_uconst)
+        return (long)ops[0].number;
+    return -1;
+}
+
+static void find_mutexes(Dwarf_Die *type, long base, const char *path, struct hits *h,
+                         int depth);
+
+static void find_in_array(Dwarf_Die *array, long base, const char *path, struct hits *h,
+                          int depth)
+{
+    Dwarf_Die elem, child;
+    Dwarf_Word elem_size;
+    if (type_of(array, &elem) != 0 || dwarf_aggregate_size(&elem, &elem_size) != 0 ||
+        elem_size == 0)
+        return;
+    long dims[8];
+    int ndims = 0;
+    long count = 1;
+    if (dwarf_child(array, &child) == 0) {
+        do {
+            if (dwarf_tag(&child) != DW_TAG_subrange_type || ndims == 8)
+                continue;
+            Dwarf_Attribute attr;
+            Dwarf_Word v;
+            long d = 0;
+            if (dwarf_attr(&child, DW_AT_count, &attr) && dwarf_formudata(&attr, &v) == 0)
+                d = (long)v;
+            else if (dwarf_attr(&child, DW_AT_upper_bound, &attr) &&
+                     dwarf_formudata(&attr, &v) == 0 && (Dwarf_Sword)v >= 0)
+                d = (long)v + 1;
+            dims[ndims++] = d;
+            count *= d;
+        } while (dwarf_siblingof(&child, &child) == 0);
+    }
+    if (ndims == 0 || count <= 0)
+        return;                 /* flexible or unknown bound */
+
+    /* Rows of one element (elements of an inner dimension are whole
+     * arrays here, so the element type is the innermost one). */
+    struct hits *inner = dm_scan_xmalloc(sizeof *inner);
+    inner->n = 0;
+    inner->total = 0;
+    find_mutexes(&elem, 0, "", inner, depth + 1);
+    for (long i = 0; i < count && inner->total > 0; i++) {
+        char idx[PATH_LEN] = "";
+        long rest = i;
+        for (int d = ndims - 1; d >= 0; d--) {
+            char one[32], tmp[PATH_LEN];
+            snprintf(one, sizeof one, "[%ld]", rest % dims[d]);
+            rest /= dims[d];
+            if (snprintf(tmp, sizeof tmp, "%s%s", one, idx) >= (int)sizeof tmp)
+                break;          /* absurdly deep: keep the indexes that fit */
+            memcpy(idx, tmp, sizeof idx);
+        }
+        for (size_t k = 0; k < inner->n; k++) {
+            char p[PATH_LEN];
+            if (snprintf(p, sizeof p, "%s%s%s", path, idx, inner->v[k].path) >= (int)sizeof p)
+                continue;       /* a member path longer than PATH_LEN: not listed */
+            dm_scan_hit(h, base + i * (long)elem_size + inner->v[k].offset, p, inner->v[k].type);
+        }
+        h->total += inner->total - (long)inner->n;
+    }
+    free(inner);
+}
+
+/* Adds every mutex that a value of type `type` at `base` holds. */
+static void find_mutexes(Dwarf_Die *type, long base, const char *path, struct hits *h,
+                         int depth)
+{
+    Dwarf_Die die = *type, next, child;
+    for (int hops = 0; depth < MAX_DEPTH && hops < MAX_DEPTH; hops++) {
+        const char *name = dwarf_diename(&die);
+        const char *std;
+        switch (dwarf_tag(&die)) {
+        case DW_TAG_typedef:
+            if (name && strcmp(name, "pthread_mutex_t") == 0) {
+                dm_scan_hit(h, base, path, "pthread_mutex_t");
+                return;
+            }
+            /* fall through */
+        case DW_TAG_const_type:
+        case DW_TAG_volatile_type:
+        case DW_TAG_atomic_type:
+            if (type_of(&die, &next) != 0)
+                return;
+            die = next;
+            continue;
+        case DW_TAG_array_type:
+            find_in_array(&die, base, path, h, depth);
+            return;
+        case DW_TAG_structure_type:
+        case DW_TAG_class_type:
+        case DW_TAG_union_type:
+            if ((std = std_mutex(&die)) != NULL) {
+                dm_scan_hit(h, base, path, std);
+                return;
+            }
+            if (dwarf_child(&die, &child) != 0)
+                return;
+            do {
+                int tag = dwarf_tag(&child);
+                if ((tag != DW_TAG_member && tag != DW_TAG_inheritance) ||
+                    dwarf_hasattr(&child, DW_AT_declaration))
+                    continue;           /* a static member lives elsewhere */
+                long off = member_offset(&child);
+                if (off < 0 || type_of(&child, &next) != 0)
+                    continue;
+                char p[PATH_LEN];
+                const char *mname = dwarf_diename(&child);
+                if (tag == DW_TAG_member && mname)
+                    snprintf(p, sizeof p, "%s.%s", path, mname);
+                else
+                    snprintf(p, sizeof p, "%s", path);      /* base class, anonymous */
+                find_mutexes(&next, base + off, p, h, depth + 1);
+            } while (dwarf_siblingof(&child, &child) == 0);
+            return;
+        default:
+            return;             /* scalars, pointers, enums, functions */
+        }
+    }
+}
+
+/* The static address of a variable, from a location that is just that. */
+static int static_address(Dwarf_Die *var, GElf_Addr *addr)
+{
+    Dwarf_Attribute attr;
+    Dwarf_Op *ops;
+    size_t n;
+    if (!dwarf_attr(var, DW_AT_location, &attr) || dwarf_getlocation(&attr, &ops, &n) != 0 ||
+        n != 1)
+        return -1;
+    if (ops[0].atom == DW_OP_addr) {
+        *addr = ops[0].number;
+        return 0;
+    }
+    if (ops[0].atom == DW_OP_addrx || ops[0].atom == DW_OP_GNU_addr_index) {
+        Dwarf_Attribute res;
+        Dwarf_Addr a;
+        if (dwarf_getlocation_attr(&attr, &ops[0], &res) == 0 && dwarf_formaddr(&res, &a) == 0) {
+            *addr = a;
+            return 0;
+        }
+    }
+    return -1;                  /* on the stack, thread-local, or computed */
+}
+
+/* "app::ns_lock" for a C++ variable in a namespace, else its plain name. */
+static char *qualified_name(Dwarf_Die *var)
+{
+    Dwarf_Die decl = *var, *scopes = NULL;
+    Dwarf_Attribute attr;
+    if (dwarf_attr(var, DW_AT_specification, &attr))
+        dwarf_formref_die(&attr, &decl);
+    const char *name = dwarf_diename(&decl);
+    if (!name)
+        return NULL;
+    int n = dwarf_getscopes_die(&decl, &scopes);
+    char *q = dm_scan_xstrdup(name);
+    for (int i = 1; i < n; i++) {
+        int tag = dwarf_tag(&scopes[i]);
+        const char *s = dwarf_diename(&scopes[i]);
+        if (!s || (tag != DW_TAG_namespace && tag != DW_TAG_structure_type &&
+                   tag != DW_TAG_class_type))
+            continue;
+        char *nq = dm_scan_xprintf("%s::%s", s, q);
+        free(q);
+        q = nq;
+    }
+    free(scopes);
+    return q;
+}
+
+static void remember(struct file *f, GElf_Addr addr)
+{
+    if (f->nknown == f->capknown) {
+        f->capknown = f->capknown ? 2 * f->capknown : 256;
+        GElf_Addr *k = realloc(f->known, f->capknown * sizeof *k);
+        if (!k) {
+            fprintf(stderr, "dmutex scan: out of memory\n");
+            exit(1);
+        }
+        f->known = k;
+    }
+    f->known[f->nknown++] = addr;
+}
+
+static void variable(struct scan *sc, struct file *f, Dwarf_Die *var)
+{
+    GElf_Addr addr;
+    Dwarf_Die type;
+    if (static_address(var, &addr) != 0)
+        return;
+    for (size_t i = 0; i < f->nknown; i++)
+        if (f->known[i] == addr)
+            return;             /* the same variable, seen again (inlined) */
+    remember(f, addr);
+    if (type_of(var, &type) != 0)
+        return;
+    struct hits *h = dm_scan_xmalloc(sizeof *h);
+    h->n = 0;
+    h->total = 0;
+    find_mutexes(&type, 0, "", h, 0);
+    if (h->total > 0) {
+        const struct esym *s = dm_scan_symbol_at(f, addr);
+        char *qname = qualified_name(var);
+        const char *display = qname ? qname : s ? s->name : "?";
+        Dwarf_Word size = s ? s->size : 0;
+        if (!s)
+            dwarf_aggregate_size(&type, &size);
+        /* A static's lock name is its source name; a C++ global's, its
+         * qualified name; a C global's, the symbol. */
+        dm_scan_add_hits(sc, f, HOW_DWARF, s, display, display, size, h, NULL);
+        free(qname);
+    }
+    free(h);
+}
+
+static void walk(struct scan *sc, struct file *f, Dwarf_Die *die, int depth)
+{
+    Dwarf_Die child;
+    if (depth > MAX_DEPTH || dwarf_child(die, &child) != 0)
+        return;
+    do {
+        switch (dwarf_tag(&child)) {
+        case DW_TAG_variable:
+            variable(sc, f, &child);
+            break;
+        case DW_TAG_subprogram:         /* function-scope statics */
+        case DW_TAG_lexical_block:
+        case DW_TAG_namespace:
+        case DW_TAG_module:
+            walk(sc, f, &child, depth + 1);
+            break;
+        default:
+            break;
+        }
+    } while (dwarf_siblingof(&child, &child) == 0);
+}
+
+void dm_scan_dwarf(struct scan *sc, struct file *f)
+{
+    Dwarf_Off off = 0, next;
+    size_t hsize;
+    while (dwarf_nextcu(f->dw, off, &next, &hsize, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cu;
+        if (dwarf_offdie(f->dw, off + hsize, &cu))
+            walk(sc, f, &cu, 0);
+        off = next;
+    }
+    qsort(f->known, f->nknown, sizeof *f->known, dm_scan_cmp_addr);
+}
+
