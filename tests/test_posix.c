@@ -1088,7 +1088,7 @@ static void test_unlock_by_another_thread_racing_a_third_locker_leaves_the_lock_
     (void)state;
     char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t46_xu\"; }");
     char *out = th_out_file();
-    char *text = finish(PP(cfg, out, "dmutex:{t46_xu}", "xunlock", "norm", "20000"), out, 0);
+    char *text = finish(PP(cfg, out, th_key("t46_xu", DM_KEY_LOCK), "xunlock", "norm", "20000"), out, 0);
     th_assert_has(text, "xunlock exists=0");
     free(text);
 }
