@@ -23,14 +23,11 @@
 
 #define DM_RELEASE_TIMEOUTS 3  /* a release keeps trying for this many command timeouts */
 
-#define DM_LOCK_BUCKETS_MIN 64  /* the table never shrinks below this */
-#define DM_LOCK_SHRINK_AT   8   /* halve the table below 1/8 full */
 
 static const struct dm_config *ccfg;
 /* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct dm_cluster_lock **lock_buckets;
-static size_t nlock_buckets, nlocks;
+static struct dm_htab locks;
 static unsigned long lock_probes;       /* chain steps of all lookups, for tests */
 static char process_id[33];
 
@@ -89,36 +86,10 @@ static void make_wait_channel(struct dm_cluster_lock *l)
     memcpy(l->wait_channel + n, process_id, sizeof process_id);
 }
 
-/* Rebuilds the table with n buckets (a power of two); locks_mu held. Out
- * of memory it keeps the old one: chains get longer, nothing breaks. */
-static void locks_resize(size_t n)
-{
-    struct dm_cluster_lock **nb = calloc(n, sizeof *nb);
-    if (!nb)
-        return;
-    for (size_t b = 0; b < nlock_buckets; b++)
-        for (struct dm_cluster_lock *l = lock_buckets[b], *nx; l; l = nx) {
-            nx = l->next;
-            l->next = nb[l->hash & (n - 1)];
-            nb[l->hash & (n - 1)] = l;
-        }
-    free(lock_buckets);
-    lock_buckets = nb;
-    nlock_buckets = n;
-}
-
-static size_t name_hash(const char *s)
-{
-    size_t h = 5381;
-    for (; *s; s++)
-        h = h * 33 + (unsigned char)*s;
-    return h ^ (h >> 17);
-}
-
 /* The record and all its strings in one allocation: per name a few hundred
  * bytes, not nine small allocations and three channels. keys.c says what
  * the strings are; this only lays them out. */
-static struct dm_cluster_lock *lock_new(const char *name, size_t h)
+static struct dm_cluster_lock *lock_new(const char *name)
 {
     static const size_t field[DM_KEY_COUNT] = {
         [DM_KEY_LOCK] = offsetof(struct dm_cluster_lock, key),
@@ -152,33 +123,27 @@ static struct dm_cluster_lock *lock_new(const char *name, size_t h)
     }
     l->wait_channel = p;
     make_wait_channel(l);
-    l->hash = h;
     l->refs = 1;
     return l;
 }
 
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
 {
-    size_t h = name_hash(name);
+    size_t h = dm_hash_bytes(name, strlen(name));
     pthread_mutex_lock(&locks_mu);
-    if (!lock_buckets)
-        locks_resize(DM_LOCK_BUCKETS_MIN);
     struct dm_cluster_lock *l = NULL;
-    if (lock_buckets) {
-        for (l = lock_buckets[h & (nlock_buckets - 1)]; l; l = l->next) {
-            lock_probes++;
-            if (l->hash == h && strcmp(l->name, name) == 0)
-                break;
+    for (struct dm_hnode *x = dm_htab_chain(&locks, h); x; x = x->next) {
+        lock_probes++;
+        if (x->hash == h && strcmp(((struct dm_cluster_lock *)x)->name, name) == 0) {
+            l = (struct dm_cluster_lock *)x;
+            break;
         }
     }
     if (l) {
         l->refs++;
-    } else if (lock_buckets && (l = lock_new(name, h)) != NULL) {
-        if (nlocks + 1 > nlock_buckets)
-            locks_resize(nlock_buckets * 2);
-        l->next = lock_buckets[h & (nlock_buckets - 1)];
-        lock_buckets[h & (nlock_buckets - 1)] = l;
-        nlocks++;
+    } else if ((l = lock_new(name)) != NULL && dm_htab_add(&locks, &l->node, h) != 0) {
+        free(l);
+        l = NULL;
     }
     pthread_mutex_unlock(&locks_mu);
     return l;
@@ -193,13 +158,7 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
         pthread_mutex_unlock(&locks_mu);
         return;
     }
-    struct dm_cluster_lock **p = &lock_buckets[l->hash & (nlock_buckets - 1)];
-    while (*p != l)
-        p = &(*p)->next;
-    *p = l->next;
-    nlocks--;
-    if (nlock_buckets > DM_LOCK_BUCKETS_MIN && nlocks < nlock_buckets / DM_LOCK_SHRINK_AT)
-        locks_resize(nlock_buckets / 2);
+    dm_htab_del(&locks, &l->node);
     pthread_mutex_unlock(&locks_mu);
     /* Out of the table: no one else can reach it. notify may wait for a
      * handler here, so locks_mu is not held. */
@@ -212,7 +171,7 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
 size_t dm_cluster_lock_count(void)
 {
     pthread_mutex_lock(&locks_mu);
-    size_t n = nlocks;
+    size_t n = locks.count;
     pthread_mutex_unlock(&locks_mu);
     return n;
 }
@@ -718,8 +677,9 @@ void dm_cluster_atfork_child(void)
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&locks_mu, &fresh, sizeof fresh);
     new_process_id();
-    for (size_t b = 0; b < nlock_buckets; b++)
-        for (struct dm_cluster_lock *l = lock_buckets[b]; l; l = l->next) {
+    for (size_t b = 0; b < locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+             l = (struct dm_cluster_lock *)l->node.next) {
             make_wait_channel(l);
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;

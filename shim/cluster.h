@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "util.h"
 
 #define DM_OWNER_MAX     64
 #define DM_WAIT_CAP_MS   1000   /* longest sleep between attempts without a notice */
@@ -24,6 +25,7 @@
  * strings share one allocation with the record; the notify channels are
  * made when first needed, through the accessors below (NULL until then). */
 struct dm_cluster_lock {
+    struct dm_hnode node;       /* first: the table of records (util.h) */
     char *name;
     char *key;          /* ns:{name}           hash owner -> count, lease */
     char *token_key;    /* ns:{name}:token     fencing counter */
@@ -45,8 +47,6 @@ struct dm_cluster_lock {
                            share the name and the holder's threads may keep it busy) */
     unsigned long wait_ids;
     unsigned refs;      /* under the table's mutex */
-    size_t hash;
-    struct dm_cluster_lock *next;
     char strs[];        /* the strings above */
 };
 

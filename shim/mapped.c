@@ -57,12 +57,12 @@
 #define DM_YIELD_MAX_MS      1000       /* longest a thread steps aside for another process */
 #define DM_TL_NAMES          8          /* names a thread tracks its holds of */
 #define DM_FAR_FUTURE_S      (1LL << 31) /* a deadline this far ahead is no deadline */
-#define DM_NAMES_MIN_BUCKETS 64
 #define DM_YIELD             (-1)       /* name_join: step aside (internal) */
 
 enum name_state { NAME_FREE, NAME_ACQUIRING, NAME_HELD, NAME_RELEASING };
 
 struct dm_name {
+    struct dm_hnode node;               /* first: the table of names (util.h) */
     struct dm_cluster_lock *cl;
     pthread_mutex_t mu;                 /* guards what follows; never held across I/O */
     pthread_cond_t cv;                  /* every state change (CLOCK_MONOTONIC) */
@@ -78,13 +78,11 @@ struct dm_name {
     int exit_released;                  /* at exit: released on the exiting thread's behalf */
     int fair, cache;                    /* what the entries asked for */
     struct dm_hold hold;                /* the process's hold, while HELD */
-    struct dm_name *next;               /* hash chain */
 };
 
 static const struct dm_config *mcfg;
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
-static struct dm_name **name_buckets;
-static size_t name_nbuckets, name_count;
+static struct dm_htab names;
 static struct dm_entry *free_entries;
 static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
@@ -149,59 +147,26 @@ void dm_mapped_init(const struct dm_config *cfg)
 
 /* ---- the name table ------------------------------------------------------ */
 
-static size_t name_hash(const char *s)
-{
-    size_t h = 5381;
-    while (*s)
-        h = h * 33 + (unsigned char)*s++;
-    return h;
-}
-
-/* names_mu held. Doubles the bucket array when it gets crowded; keeps the
- * old one when out of memory (lookups only get slower). */
-static void names_grow_locked(void)
-{
-    if (name_count < name_nbuckets)
-        return;
-    size_t n = name_nbuckets ? name_nbuckets * 2 : DM_NAMES_MIN_BUCKETS;
-    struct dm_name **b = calloc(n, sizeof *b);
-    if (!b)
-        return;
-    for (size_t i = 0; i < name_nbuckets; i++)
-        for (struct dm_name *nm = name_buckets[i], *next; nm; nm = next) {
-            next = nm->next;
-            size_t k = name_hash(nm->cl->name) & (n - 1);
-            nm->next = b[k];
-            b[k] = nm;
-        }
-    free(name_buckets);
-    name_buckets = b;
-    name_nbuckets = n;
-}
-
 /* The record of `name`, with one more reference; NULL on ENOMEM. */
 static struct dm_name *name_get(const char *name)
 {
+    size_t h = dm_hash_bytes(name, strlen(name));
     pthread_mutex_lock(&names_mu);
-    names_grow_locked();
     struct dm_name *nm = NULL;
-    if (name_nbuckets) {
-        size_t k = name_hash(name) & (name_nbuckets - 1);
-        for (nm = name_buckets[k]; nm; nm = nm->next)
-            if (strcmp(nm->cl->name, name) == 0)
-                break;
-        if (!nm && (nm = calloc(1, sizeof *nm)) != NULL) {
-            nm->cl = dm_cluster_lock_get(name);
-            if (!nm->cl) {
-                free(nm);
-                nm = NULL;
-            } else {
-                name_sync_init(nm);
-                nm->hold.lock = nm->cl;
-                nm->next = name_buckets[k];
-                name_buckets[k] = nm;
-                name_count++;
-            }
+    for (struct dm_hnode *x = dm_htab_chain(&names, h); x; x = x->next)
+        if (x->hash == h && strcmp(((struct dm_name *)x)->cl->name, name) == 0) {
+            nm = (struct dm_name *)x;
+            break;
+        }
+    if (!nm && (nm = calloc(1, sizeof *nm)) != NULL) {
+        nm->cl = dm_cluster_lock_get(name);
+        if (!nm->cl || dm_htab_add(&names, &nm->node, h) != 0) {
+            dm_cluster_lock_put(nm->cl);
+            free(nm);
+            nm = NULL;
+        } else {
+            name_sync_init(nm);
+            nm->hold.lock = nm->cl;
         }
     }
     if (nm)
@@ -245,13 +210,7 @@ static void name_put(struct dm_name *nm)
         pthread_mutex_lock(&names_mu);
     }
     if (nm->refs == 0 && idle) {
-        size_t k = name_hash(nm->cl->name) & (name_nbuckets - 1);
-        for (struct dm_name **p = &name_buckets[k]; *p; p = &(*p)->next)
-            if (*p == nm) {
-                *p = nm->next;
-                break;
-            }
-        name_count--;
+        dm_htab_del(&names, &nm->node);
         if (nm->cl->wantchan)
             dm_notify_set_handler(nm->cl->wantchan, NULL, NULL);   /* waits for a call in progress */
         dm_watchdog_forget(&nm->hold);  /* a renewal round may still read it */
@@ -995,8 +954,9 @@ void dm_mapped_atfork_child(void)
     memcpy(&names_mu, &fresh, sizeof fresh);
     /* The parent's holds are the parent's: the child holds nothing, and a
      * name's mutex may have been held by a thread that is not here. */
-    for (size_t i = 0; i < name_nbuckets; i++)
-        for (struct dm_name *nm = name_buckets[i]; nm; nm = nm->next) {
+    for (size_t i = 0; i < names.n; i++)
+        for (struct dm_name *nm = (struct dm_name *)names.b[i]; nm;
+             nm = (struct dm_name *)nm->node.next) {
             name_sync_init(nm);
             nm->state = NAME_FREE;
             nm->users = 0;
@@ -1053,9 +1013,10 @@ void dm_mapped_release_all(void)
     size_t ngone = 0;
     pthread_mutex_lock(&names_mu);
     torn_down = 1;
-    gone = calloc(name_count ? name_count : 1, sizeof *gone);
-    for (size_t i = 0; gone && i < name_nbuckets; i++)
-        for (struct dm_name *nm = name_buckets[i]; nm; nm = nm->next) {
+    gone = calloc(names.count ? names.count : 1, sizeof *gone);
+    for (size_t i = 0; gone && i < names.n; i++)
+        for (struct dm_name *nm = (struct dm_name *)names.b[i]; nm;
+             nm = (struct dm_name *)nm->node.next) {
             pthread_mutex_lock(&nm->mu);
             if (nm->state == NAME_HELD && nm->held && nm->users <= nm->exiting) {
                 nm->refs++;

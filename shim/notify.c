@@ -29,8 +29,6 @@
 #include "redis.h"
 #include "util.h"
 
-#define DM_NOTIFY_BUCKETS_MIN  64       /* the table never shrinks below this */
-#define DM_NOTIFY_SHRINK_AT    8        /* halve the table below 1/8 full */
 #define DM_NOTIFY_PING_MS      5000     /* idle time before a PING checks the link */
 #define DM_NOTIFY_BACKOFF_MIN  50
 #define DM_NOTIFY_BACKOFF_MAX  2000
@@ -48,14 +46,13 @@ enum chan_state { CHAN_IDLE, CHAN_WANTED, CHAN_SENT, CHAN_SUBSCRIBED, CHAN_UNSUB
  * cannot be taken for a new one's; a dm_notify_chan of the name meanwhile
  * takes the dead record back. */
 struct dm_notify_chan {
-    struct dm_notify_chan *next;        /* hash chain */
+    struct dm_hnode node;               /* first: the table of channels (util.h) */
     struct dm_notify_chan *work_next;   /* the work list, when on_work */
     char *last;                         /* made at the first message */
     size_t last_len;
     unsigned long seq;
     dm_notify_fn fn;
     void *fn_arg;
-    size_t hash;
     size_t len;
     unsigned refs;
     unsigned char state;                /* enum chan_state */
@@ -68,9 +65,7 @@ struct dm_notify_chan {
 static pthread_mutex_t nmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ncv;
 static int ncv_ready;
-static struct dm_notify_chan **buckets;
-static size_t nbuckets, nchans;
-static int hold_size;                   /* no shrinking: a walk of the table is on */
+static struct dm_htab chans;
 static unsigned long nprobes;           /* chain steps of all lookups, for tests */
 static struct dm_notify_chan *work, **work_tail = &work;
 static struct dm_notify_chan *calling;  /* whose handler the thread is running */
@@ -81,14 +76,6 @@ static unsigned long received;
 static int connected;
 static redisContext *sub_ctx;     /* the subscriber thread's, for the fork child */
 
-static size_t hash(const char *s, size_t len)
-{
-    size_t h = 5381;
-    for (size_t i = 0; i < len; i++)
-        h = h * 33 + (unsigned char)s[i];
-    return h ^ (h >> 17);
-}
-
 /* Call with nmu held. */
 static void cv_init_locked(void)
 {
@@ -98,31 +85,12 @@ static void cv_init_locked(void)
     ncv_ready = 1;
 }
 
-/* Rebuilds the table with n buckets (a power of two); nmu held. Out of
- * memory it keeps the old one: chains get longer, nothing breaks. */
-static void resize_locked(size_t n)
-{
-    struct dm_notify_chan **nb = calloc(n, sizeof *nb);
-    if (!nb)
-        return;
-    for (size_t b = 0; b < nbuckets; b++)
-        for (struct dm_notify_chan *ch = buckets[b], *nx; ch; ch = nx) {
-            nx = ch->next;
-            ch->next = nb[ch->hash & (n - 1)];
-            nb[ch->hash & (n - 1)] = ch;
-        }
-    free(buckets);
-    buckets = nb;
-    nbuckets = n;
-}
-
 static struct dm_notify_chan *find_locked(const char *s, size_t len, size_t h)
 {
-    if (!buckets)
-        return NULL;
-    for (struct dm_notify_chan *ch = buckets[h & (nbuckets - 1)]; ch; ch = ch->next) {
+    for (struct dm_hnode *x = dm_htab_chain(&chans, h); x; x = x->next) {
+        struct dm_notify_chan *ch = (struct dm_notify_chan *)x;
         nprobes++;
-        if (ch->hash == h && ch->len == len && memcmp(ch->name, s, len) == 0)
+        if (x->hash == h && ch->len == len && memcmp(ch->name, s, len) == 0)
             return ch;
     }
     return NULL;
@@ -131,25 +99,21 @@ static struct dm_notify_chan *find_locked(const char *s, size_t len, size_t h)
 struct dm_notify_chan *dm_notify_chan(const char *channel)
 {
     size_t len = strlen(channel);
-    size_t h = hash(channel, len);
+    size_t h = dm_hash_bytes(channel, len);
     pthread_mutex_lock(&nmu);
     cv_init_locked();
-    if (!buckets)
-        resize_locked(DM_NOTIFY_BUCKETS_MIN);
-    struct dm_notify_chan *ch = buckets ? find_locked(channel, len, h) : NULL;
+    struct dm_notify_chan *ch = find_locked(channel, len, h);
     if (ch) {
         ch->refs++;
         ch->dead = 0;
-    } else if (buckets && (ch = calloc(1, sizeof *ch + len + 1)) != NULL) {
+    } else if ((ch = calloc(1, sizeof *ch + len + 1)) != NULL) {
         memcpy(ch->name, channel, len + 1);
         ch->len = len;
-        ch->hash = h;
         ch->refs = 1;
-        if (nchans + 1 > nbuckets)
-            resize_locked(nbuckets * 2);
-        ch->next = buckets[h & (nbuckets - 1)];
-        buckets[h & (nbuckets - 1)] = ch;
-        nchans++;
+        if (dm_htab_add(&chans, &ch->node, h) != 0) {
+            free(ch);
+            ch = NULL;
+        }
     }
     pthread_mutex_unlock(&nmu);
     return ch;
@@ -157,13 +121,7 @@ struct dm_notify_chan *dm_notify_chan(const char *channel)
 
 static void unlink_locked(struct dm_notify_chan *ch)
 {
-    struct dm_notify_chan **p = &buckets[ch->hash & (nbuckets - 1)];
-    while (*p != ch)
-        p = &(*p)->next;
-    *p = ch->next;
-    nchans--;
-    if (!hold_size && nbuckets > DM_NOTIFY_BUCKETS_MIN && nchans < nbuckets / DM_NOTIFY_SHRINK_AT)
-        resize_locked(nbuckets / 2);
+    dm_htab_del(&chans, &ch->node);
 }
 
 static void chan_free(struct dm_notify_chan *ch)
@@ -254,13 +212,13 @@ static void chan_reset(struct dm_notify_chan *ch)
  * table keeps its size meanwhile). nmu held. */
 static void for_each_chan(void (*fn)(struct dm_notify_chan *))
 {
-    hold_size = 1;
-    for (size_t b = 0; b < nbuckets; b++)
-        for (struct dm_notify_chan *ch = buckets[b], *nx; ch; ch = nx) {
-            nx = ch->next;
-            fn(ch);
+    chans.no_shrink = 1;
+    for (size_t b = 0; b < chans.n; b++)
+        for (struct dm_hnode *x = chans.b[b], *nx; x; x = nx) {
+            nx = x->next;
+            fn((struct dm_notify_chan *)x);
         }
-    hold_size = 0;
+    chans.no_shrink = 0;
 }
 
 /* Appends the SUBSCRIBEs and UNSUBSCRIBEs the work list asks for, and
@@ -301,7 +259,7 @@ static void on_reply(redisReply *r)
     if (chname->type != REDIS_REPLY_STRING)
         return;
     struct dm_notify_chan *ch = find_locked(chname->str, chname->len,
-                                            hash(chname->str, chname->len));
+                                            dm_hash_bytes(chname->str, chname->len));
     if (!ch)
         return;
     if (strcmp(kind, "message") == 0 && r->elements >= 3 &&
@@ -571,7 +529,7 @@ unsigned long dm_notify_received(void)
 size_t dm_notify_count(void)
 {
     pthread_mutex_lock(&nmu);
-    size_t n = nchans;
+    size_t n = chans.count;
     pthread_mutex_unlock(&nmu);
     return n;
 }

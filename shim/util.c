@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #define DM_NS_PER_S  1000000000L
@@ -121,4 +122,66 @@ long dm_backoff_next(struct dm_backoff *b)
 void dm_backoff_reset(struct dm_backoff *b)
 {
     b->cur_ms = b->min_ms;
+}
+
+size_t dm_hash_bytes(const char *s, size_t len)
+{
+    size_t h = 5381;
+    for (size_t i = 0; i < len; i++)
+        h = h * 33 + (unsigned char)s[i];
+    return h ^ (h >> 17);
+}
+
+struct dm_hnode *dm_htab_chain(const struct dm_htab *t, size_t hash)
+{
+    return t->n ? t->b[hash & (t->n - 1)] : NULL;
+}
+
+/* Rebuilds with n buckets; keeps the old ones out of memory. */
+static int htab_resize(struct dm_htab *t, size_t n)
+{
+    struct dm_hnode **nb = calloc(n, sizeof *nb);
+    if (!nb)
+        return -1;
+    for (size_t i = 0; i < t->n; i++)
+        for (struct dm_hnode *x = t->b[i], *nx; x; x = nx) {
+            nx = x->next;
+            x->next = nb[x->hash & (n - 1)];
+            nb[x->hash & (n - 1)] = x;
+        }
+    free(t->b);
+    t->b = nb;
+    t->n = n;
+    return 0;
+}
+
+int dm_htab_add(struct dm_htab *t, struct dm_hnode *x, size_t hash)
+{
+    if (!t->n && htab_resize(t, DM_HTAB_MIN) != 0)
+        return -1;
+    if (t->count + 1 > t->n)
+        htab_resize(t, t->n * 2);
+    x->hash = hash;
+    x->next = t->b[hash & (t->n - 1)];
+    t->b[hash & (t->n - 1)] = x;
+    t->count++;
+    return 0;
+}
+
+void dm_htab_del(struct dm_htab *t, struct dm_hnode *x)
+{
+    struct dm_hnode **p = &t->b[x->hash & (t->n - 1)];
+    while (*p != x)
+        p = &(*p)->next;
+    *p = x->next;
+    t->count--;
+    if (!t->no_shrink && t->n > DM_HTAB_MIN && t->count < t->n / DM_HTAB_SHRINK_AT)
+        htab_resize(t, t->n / 2);
+}
+
+void dm_htab_clear(struct dm_htab *t)
+{
+    free(t->b);
+    t->b = NULL;
+    t->n = t->count = 0;
 }

@@ -56,4 +56,36 @@ long dm_backoff_next(struct dm_backoff *b);
 void dm_backoff_grow(struct dm_backoff *b);
 void dm_backoff_reset(struct dm_backoff *b);
 
+/* An intrusive chained hash table, for the records a process keeps by name
+ * (cluster's locks, notify's channels, mapped's names). A record embeds a
+ * struct dm_hnode as its FIRST member (so a node is the record); the
+ * caller locks, walks a chain to compare its own keys, and frees. The
+ * table grows by doubling when it is full and halves below 1/8 full, never
+ * under DM_HTAB_MIN buckets; out of memory it keeps its size (chains get
+ * longer, nothing breaks). */
+struct dm_hnode {
+    struct dm_hnode *next;
+    size_t hash;
+};
+struct dm_htab {
+    struct dm_hnode **b;
+    size_t n;                   /* buckets, a power of two; 0 before the first add */
+    size_t count;
+    int no_shrink;              /* a walk that may remove is on */
+};
+#define DM_HTAB_MIN      64
+#define DM_HTAB_SHRINK_AT 8
+
+/* djb2 of the bytes, with the high bits folded in. */
+size_t dm_hash_bytes(const char *s, size_t len);
+/* The chain of `hash` (NULL for an empty table). */
+struct dm_hnode *dm_htab_chain(const struct dm_htab *t, size_t hash);
+/* Adds x with `hash` at the head of its chain: 0, or -1 out of memory
+ * (nothing added). */
+int dm_htab_add(struct dm_htab *t, struct dm_hnode *x, size_t hash);
+/* Unlinks x (it must be in the table). */
+void dm_htab_del(struct dm_htab *t, struct dm_hnode *x);
+/* Forgets every record without freeing them (a fork child that rebuilds). */
+void dm_htab_clear(struct dm_htab *t);
+
 #endif
