@@ -667,3 +667,21 @@ const char *th_key(const char *name, enum dm_key k)
     }
     return buf;
 }
+
+char *th_config(long lease_ms, const char *mutexes)
+{
+    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
+                                      lease_ms, mutexes));
+}
+
+void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
+                       long command_timeout_ms, long lease_ms)
+{
+    dm_config_defaults(cfg);
+    cfg->redis.host = (char *)server->addr;
+    cfg->redis.port = server->port;
+    cfg->redis.command_timeout_ms = command_timeout_ms;
+    cfg->lease_ms = lease_ms;
+    cfg->renew_ms = lease_ms / 3;
+    cfg->lease_margin_ms = lease_ms / 10;
+}

@@ -117,6 +117,18 @@ void th_group_stop(struct th_redis *server, redisContext **conn);
 int th_group_setup(void **state);
 int th_group_teardown(void **state);
 
+/* A config file (remembered, removed by th_test_cleanup) with `lease_ms`
+ * and the entries of `mutexes = ( ... );`. */
+char *th_config(long lease_ms, const char *mutexes);
+
+/* For groups that drive the cluster layer in process (no LD_PRELOAD): the
+ * config's defaults, pointed at `server`, with this command timeout and
+ * lease (renewal lease/3, margin lease/10). The caller then
+ * dm_cluster_init()s it. */
+struct dm_config;
+void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
+                       long command_timeout_ms, long lease_ms);
+
 /* The part of every test's teardown: kill and reap the remembered
  * children, remove the remembered files. */
 void th_test_cleanup(void);

@@ -63,12 +63,6 @@ static char shim_path[PATH_MAX];
 static char port_text[16];
 
 /* A config with `lease` and the entries of `mutexes = ( ... )`. */
-static char *config(long lease, const char *mutexes)
-{
-    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
-                                   lease, mutexes));
-}
-
 /* The environment of a program under the shim with `cfg` (and DMUTEX_LOG
  * = `log` when not NULL). Static storage: valid until the next call. */
 static char **shim_env_log(const char *cfg, const char *log)
@@ -268,7 +262,7 @@ static int cleanup(void **state)
 static void test_normal_mutex_by_static_initializer_and_by_init_excludes(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t1_norm\"; },\n"
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t1_norm\"; },\n"
                                        "{ symbol = \"attr_lock\"; name = \"t1_attr\"; }");
     assert_exact(PROCS, shim_env(cfg), "c1:norm", pp_count_argv(0, "c1:norm", "norm"), EXPECTED);
     assert_exact(PROCS, shim_env(cfg), "c1:attr", pp_count_argv(0, "c1:attr", "anorm"), EXPECTED);
@@ -280,7 +274,7 @@ static void test_normal_mutex_by_static_initializer_and_by_init_excludes(void **
 static void test_recursive_nested_locks_cost_no_round_trip_and_hold_ends_with_outermost(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"t2_rec\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"t2_rec\"; },\n"
                                       "{ symbol = \"attr_lock\"; name = \"t2_arec\"; }");
     const char *ms[] = { "rec", "arec" }, *names[] = { "t2_rec", "t2_arec" };
     for (int i = 0; i < 2; i++) {
@@ -301,7 +295,7 @@ static void test_recursive_nested_locks_cost_no_round_trip_and_hold_ends_with_ou
 static void test_errorcheck_relock_gives_edeadlk_without_redis_traffic(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"t3_err\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"t3_err\"; },\n"
                                       "{ symbol = \"attr_lock\"; name = \"t3_aerr\"; }");
     const char *ms[] = { "err", "aerr" }, *names[] = { "t3_err", "t3_aerr" };
     for (int i = 0; i < 2; i++) {
@@ -318,7 +312,7 @@ static void test_errorcheck_relock_gives_edeadlk_without_redis_traffic(void **st
 static void test_errorcheck_unlock_by_non_holder_gives_eperm_without_redis_traffic(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"t4_err\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"t4_err\"; },\n"
                                       "{ symbol = \"attr_lock\"; name = \"t4_aerr\"; }");
     const char *ms[] = { "err", "aerr" }, *names[] = { "t4_err", "t4_aerr" };
     for (int i = 0; i < 2; i++) {
@@ -346,7 +340,7 @@ static void test_errorcheck_unlock_by_non_holder_gives_eperm_without_redis_traff
 static void test_destroy_of_held_mapped_mutex_gives_ebusy_and_reinit_starts_clean(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t5_norm\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t5_norm\"; },\n"
                                       "{ symbol = \"attr_lock\"; name = \"t5_attr\"; }");
     const char *ms[] = { "norm", "aerr", "arobust" };
     const char *names[] = { "t5_norm", "t5_attr", "t5_attr" };
@@ -376,7 +370,7 @@ static pid_t robust_holder(const char *cfg)
 static void test_robust_lock_after_sigkilled_holder_gives_eownerdead(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t6_rob\"; },\n"
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t6_rob\"; },\n"
                                        "{ symbol = \"norm_lock\"; name = \"t6_norm\"; }");
     pid_t holder = robust_holder(cfg);
     /* the control: a normal mutex whose holder dies is just free again */
@@ -408,7 +402,7 @@ static void test_robust_lock_after_sigkilled_holder_gives_eownerdead(void **stat
 static void test_unlock_without_consistent_makes_notrecoverable(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7_rob\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7_rob\"; }");
     pid_t holder = robust_holder(cfg);
     char *out = th_out_file();
     pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "noconsistent");
@@ -432,7 +426,7 @@ static void test_unlock_without_consistent_makes_notrecoverable(void **state)
 static void test_thread_exiting_with_robust_mutex_gives_eownerdead_to_next_locker(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7b_rob\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t7b_rob\"; }");
     char *out = th_out_file();
     char *text = finish(PP(cfg, out, "x", "robust-thread-exit", "arobust"), out, 0);
     th_assert_has(text, "thread locked 0\nthread gone\nlock EOWNERDEAD\nconsistent 0\nunlock 0\n");
@@ -455,7 +449,7 @@ static void cond_scenario(const char *kind, const char *name)
     char entry[128];
     snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
     const char *key = th_key(name, DM_KEY_LOCK);
-    char *cfg = config(SHORT_LEASE_MS, entry);
+    char *cfg = th_config(SHORT_LEASE_MS, entry);
     char *shared = th_out_file(), *signal_go = th_go_file();
     pid_t a = PP(cfg, shared, key, "cond", "norm", (char *)kind, signal_go);
     th_wait_for(shared, "waiting", RUN_MS);
@@ -519,7 +513,7 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
         char entry[128];
         snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", names[i]);
         const char *key = th_key(names[i], DM_KEY_LOCK);
-        char *cfg = config(SHORT_LEASE_MS, entry);
+        char *cfg = th_config(SHORT_LEASE_MS, entry);
         out[i] = th_out_file();
         pid[i] = PP(cfg, out[i], key, "cond-timeout", "norm", (char *)kinds[i], warg);
     }
@@ -536,7 +530,7 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
 
     /* Another process holds the mutex when the deadline passes: the wait
      * still ends with ETIMEDOUT, after re-acquiring. */
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t11_held\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t11_held\"; }");
     char *shared = th_out_file(), *go = th_go_file();
     pid_t a = PP(cfg, shared, th_key("t11_held", DM_KEY_LOCK), "cond-timeout", "norm", "timedwait", warg);
     th_wait_for(shared, "waiting", RUN_MS);
@@ -562,7 +556,7 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
 static void test_cond_on_unmapped_mutex_passes_through(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t12_norm\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t12_norm\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
     char *text = finish(PP(cfg, out, "x", "cond-plain", "plain"), out, 0);
@@ -577,7 +571,7 @@ static void test_cond_on_unmapped_mutex_passes_through(void **state)
 static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_fork\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_fork\"; }");
     /* one parent, two children: 3 processes of 3 threads */
     char *argv[] = { POSIXPROG, port_text, "c13:fork", "fork-count", "norm", "2", THREADS, ITERS,
                      HOLD_US, NULL };
@@ -592,7 +586,7 @@ static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
 static void test_atfork_handlers_fork_while_threads_hold_the_mutex(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_atfork\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_atfork\"; }");
     char *argv[] = { POSIXPROG, port_text, "c13:atfork", "atfork-count", "norm", "2", THREADS,
                      ITERS, HOLD_US, NULL };
     assert_exact(1, shim_env(cfg), "c13:atfork", argv, EXPECTED);
@@ -602,7 +596,7 @@ static void test_atfork_handlers_fork_while_threads_hold_the_mutex(void **state)
 static void test_exec_child_with_shim_excludes_like_any_process(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t14_exec\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t14_exec\"; }");
     char *argv[] = { POSIXPROG, port_text, "c14:exec", "exec-count", "norm", "2", THREADS, ITERS,
                      HOLD_US, NULL };
     assert_exact(1, shim_env(cfg), "c14:exec", argv, EXPECTED);
@@ -616,9 +610,9 @@ static void test_exec_child_with_shim_excludes_like_any_process(void **state)
 static void test_child_never_touches_parent_hold(void **state)
 {
     (void)state;
-    char *cfg_a = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_a\"; },\n"
+    char *cfg_a = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_a\"; },\n"
                                          "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
-    char *cfg_b = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_b\"; },\n"
+    char *cfg_b = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_b\"; },\n"
                                          "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
     char *out_a = th_out_file(), *out_b = th_out_file(), *go_a = th_go_file(), *go_b = th_go_file();
     pid_t a = PP(cfg_a, out_a, "x", "fork-hold", "norm", go_a);
@@ -661,7 +655,7 @@ static void test_child_never_touches_parent_hold(void **state)
 static void test_forked_child_gets_new_id_and_renews_its_own_hold(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t16_parent\"; },\n"
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t16_parent\"; },\n"
                                        "{ symbol = \"other_lock\"; name = \"t16_child\"; }");
     char *out = th_out_file(), hold[16];
     snprintf(hold, sizeof hold, "%ld", 2 * SHORT_LEASE_MS + 500);
@@ -696,7 +690,7 @@ static void test_exit_releases_waiter_wakes_before_lease(void **state)
         char entry[128], name[32];
         snprintf(name, sizeof name, "t17_%s", hows[i]);
         snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
-        char *cfg = config(LONG_LEASE_MS, entry);
+        char *cfg = th_config(LONG_LEASE_MS, entry);
         char *hout = th_out_file(), *go = th_go_file(), *out = th_out_file();
         pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", (char *)hows[i], go);
         th_wait_for(hout, "locked 0", RUN_MS);
@@ -719,7 +713,7 @@ static void test_exit_releases_waiter_wakes_before_lease(void **state)
 static void test_exit_with_another_thread_inside_keeps_the_hold_until_the_process_is_gone(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t17_thread\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t17_thread\"; }");
     char *hout = th_out_file(), *go = th_go_file(), *out = th_out_file();
     pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", "thread", go);
     th_wait_for(hout, "locked 0", RUN_MS);
@@ -756,7 +750,7 @@ static char **host_count_argv(const char *key, const char *which)
 static void test_library_global_and_static_exclude(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS,
+    char *cfg = th_config(SHORT_LEASE_MS,
                        "{ symbol = \"lib_lock\"; object = \"libpsxlib.so\"; name = \"t18_lib\"; },\n"
                        "{ symbol = \"lib_static_lock\"; object = \"libpsxlib.so\"; name = \"t18_st\"; }");
     assert_exact(PROCS, shim_env(cfg), "c18:lib", host_count_argv("c18:lib", "lib"), EXPECTED);
@@ -767,7 +761,7 @@ static void test_library_global_and_static_exclude(void **state)
 static void test_dlopened_plugin_static_mutex_excludes(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"plug_lock\"; object = \"libpsxplug.so\";"
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"plug_lock\"; object = \"libpsxplug.so\";"
                                        " name = \"t19_plug\"; }");
     assert_exact(PROCS, shim_env(cfg), "c19:plug", host_count_argv("c19:plug", "plug"), EXPECTED);
     assert_loses(PROCS, "c19:plug", host_count_argv("c19:plug", "plug"), EXPECTED);
@@ -778,7 +772,7 @@ static void test_dlopened_plugin_static_mutex_excludes(void **state)
 static void test_dlclose_unmaps(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"plug_lock\"; object = \"libpsxplug.so\";"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"plug_lock\"; object = \"libpsxplug.so\";"
                                       " name = \"t20_plug\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
@@ -796,7 +790,7 @@ static void test_dlclose_unmaps(void **state)
 static void test_heap_mutex_by_init_site_excludes(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t21_acct\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t21_acct\"; }");
     assert_exact(PROCS, shim_env(cfg), "c21:heap", pp_count_argv(0, "c21:heap", "heap"), EXPECTED);
     assert_loses(PROCS, "c21:heap", pp_count_argv(0, "c21:heap", "heap"), EXPECTED);
 }
@@ -807,7 +801,7 @@ static void test_heap_mutex_by_init_site_excludes(void **state)
 static void test_init_site_nested_holds_are_reentrant(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t22_acct\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t22_acct\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
     char *text = finish(PP(cfg, out, "x", "nested-once", "heap"), out, 0);
@@ -826,7 +820,7 @@ static void test_init_site_nested_holds_are_reentrant(void **state)
 static void test_heap_mutex_reused_by_another_init_is_unmapped(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t23_acct\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t23_acct\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
     char *text = finish(PP(cfg, out, "x", "heap-reuse", "heap", "10"), out, 0);
@@ -838,7 +832,7 @@ static void test_heap_mutex_reused_by_another_init_is_unmapped(void **state)
 static void test_std_mutex_global_excludes(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS,
+    char *cfg = th_config(SHORT_LEASE_MS,
                        "{ symbol = \"counter_mutex\"; name = \"t24_global\"; },\n"
                        "{ symbol = \"_ZN4shop11stock_mutexE\"; name = \"t24_ns\"; }");
     const char *which[] = { "global", "ns" };
@@ -854,7 +848,7 @@ static void test_std_mutex_global_excludes(void **state)
 static void test_struct_offset_and_array_index(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"shop\"; offset = 8; name = \"t25_shop\"; },\n"
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"shop\"; offset = 8; name = \"t25_shop\"; },\n"
                                        "{ symbol = \"slots\"; index = 2; name = \"t25_slot\"; }");
     assert_exact(PROCS, shim_env(cfg), "c25:shop", pp_count_argv(0, "c25:shop", "shop"), EXPECTED);
     assert_exact(PROCS, shim_env(cfg), "c25:slot", pp_count_argv(0, "c25:slot", "slot2"), EXPECTED);
@@ -877,7 +871,7 @@ static void test_struct_offset_and_array_index(void **state)
 static void test_ambiguous_static_is_an_error_listing_candidates(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"cache_lock\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"cache_lock\"; }");
     char *out = th_out_file();
     char *text = finish(run(shim_env(cfg), out, PSX_HOST, port_text, "x", "count", "twin_a",
                             "1", "1", "0", NULL), out, EX_CONFIG);
@@ -892,7 +886,7 @@ static void test_ambiguous_static_is_an_error_listing_candidates(void **state)
 static void test_file_qualified_static_excludes(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"twin_a.c:cache_lock\"; name = \"t27_a\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"twin_a.c:cache_lock\"; name = \"t27_a\"; }");
     assert_exact(PROCS, shim_env(cfg), "c27:a", host_count_argv("c27:a", "twin_a"), EXPECTED);
     /* twin_b.c's static of the same name stays unmapped */
     char *out = th_out_file();
@@ -918,7 +912,7 @@ static void test_api_weak_runs_without_shim_and_maps_with_it(void **state)
     free(text);
     assert_loses(PROCS, "c28:api", argv, EXPECTED);
     /* with it: dmutex_name maps the heap mutex, with no config entry */
-    char *cfg = config(SHORT_LEASE_MS, "");
+    char *cfg = th_config(SHORT_LEASE_MS, "");
     out = th_out_file();
     text = finish(run(shim_env(cfg), out, API_WEAK, port_text, "c28:one", "1", "3", "0", NULL),
                   out, 0);
@@ -940,7 +934,7 @@ static int cmp_ll(const void *a, const void *b)
 static void test_dmutex_token_grows_across_processes(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "");
+    char *cfg = th_config(SHORT_LEASE_MS, "");
     freeReplyObject(th_cmd(rc, "DEL c29:tok"));
     long long base = th_cmd_int(rc, "GET %s", th_key("account", DM_KEY_TOKEN));
     enum { P = 3, T = 2, N = 10 };
@@ -988,7 +982,7 @@ static void test_dmutex_token_grows_across_processes(void **state)
 static void test_mutexes_sharing_a_name_let_a_cond_waiter_be_signalled(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t40_fam\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t40_fam\"; },\n"
                                       "{ symbol = \"other_lock\"; name = \"t40_fam\"; }");
     char *out = th_out_file();
     pid_t p = PP(cfg, out, "x", "shared-cond", "norm");
@@ -1010,7 +1004,7 @@ static void test_threads_sharing_a_name_do_not_starve_another_process(void **sta
 {
     (void)state;
     const long hammer_ms = 12000;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"slots\"; index = 0; name = \"t44_fam\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"slots\"; index = 0; name = \"t44_fam\"; },\n"
                                       "{ symbol = \"slots\"; index = 1; name = \"t44_fam\"; },\n"
                                       "{ symbol = \"slots\"; index = 2; name = \"t44_fam\"; },\n"
                                       "{ symbol = \"slots\"; index = 3; name = \"t44_fam\"; }");
@@ -1020,7 +1014,7 @@ static void test_threads_sharing_a_name_do_not_starve_another_process(void **sta
     usleep(500 * 1000);     /* the threads are at it */
     /* The other process maps one mutex of the name only: a plain waiter,
      * which must announce its want all the same. */
-    char *one = config(LONG_LEASE_MS, "{ symbol = \"slots\"; index = 0; name = \"t44_fam\"; }");
+    char *one = th_config(LONG_LEASE_MS, "{ symbol = \"slots\"; index = 0; name = \"t44_fam\"; }");
     long long t0 = th_now_ms();
     pid_t other = PP(one, out, "x", "lock", "slot0");
     long long got = th_wait_for(out, "locked 0", RUN_MS);
@@ -1046,7 +1040,7 @@ static void test_heap_mutexes_of_one_name_made_and_destroyed_by_many_threads(voi
         "{ init_site = \"account_new\"; name = \"t45_cached\"; cache = true; }",
     };
     for (int i = 0; i < 2; i++) {
-        char *cfg = config(LONG_LEASE_MS, entries[i]);
+        char *cfg = th_config(LONG_LEASE_MS, entries[i]);
         char *out = th_out_file();
         char *text = finish(PP(cfg, out, "x", "heap-churn", "plain", "3000"), out, 0);
         th_assert_has(text, "churned ");
@@ -1086,7 +1080,7 @@ static void test_per_object_names_freed_while_their_renewal_is_in_flight(void **
 static void test_unlock_by_another_thread_racing_a_third_locker_leaves_the_lock_free(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t46_xu\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t46_xu\"; }");
     char *out = th_out_file();
     char *text = finish(PP(cfg, out, th_key("t46_xu", DM_KEY_LOCK), "xunlock", "norm", "20000"), out, 0);
     th_assert_has(text, "xunlock exists=0");
@@ -1098,7 +1092,7 @@ static void test_unlock_by_another_thread_racing_a_third_locker_leaves_the_lock_
 static void test_timedlock_with_a_far_future_deadline_waits_like_glibc(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t41_far\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t41_far\"; }");
     char *hout = th_out_file(), *go = th_go_file(), *out = th_out_file();
     pid_t holder = PP(cfg, hout, "x", "hold", "norm", go);
     th_wait_for(hout, "locked 0", RUN_MS);
@@ -1117,7 +1111,7 @@ static void test_timedlock_with_a_far_future_deadline_waits_like_glibc(void **st
 static void test_clocklock_with_an_unsupported_clock_is_einval_without_a_round_trip(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t42_clk\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t42_clk\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
     char *text = finish(PP(cfg, out, "x", "clocklock-bad", "norm"), out, 0);
@@ -1132,7 +1126,7 @@ static void test_clocklock_with_an_unsupported_clock_is_einval_without_a_round_t
 static void test_cond_wait_reacquire_reports_eownerdead_of_a_dead_holder(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t43_rob\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"attr_lock\"; name = \"t43_rob\"; }");
     char *wout = th_out_file(), *hout = th_out_file();
     pid_t waiter = PP(cfg, wout, "x", "cond-robust", "arobust", "1500");
     th_wait_for(wout, "waiting", RUN_MS);

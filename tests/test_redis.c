@@ -40,16 +40,6 @@ static redisContext *rc;
 static struct dm_config cfg;
 static char addr[80];
 
-static void emergency_stop(int sig)
-{
-    if (rs.pid > 0) {
-        kill(rs.pid, SIGCONT);
-        kill(rs.pid, SIGKILL);
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 /* Points the layer at port `port` of the test's server address, with an
  * empty pool. */
 static void point_at(int port)
@@ -83,19 +73,8 @@ static void assert_has(const char *text, const char *needle)
 static int group_setup(void **state)
 {
     (void)state;
-    const int fatal[] = { SIGABRT, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-        signal(fatal[i], emergency_stop);
-    alarm(SUITE_ALARM_S);
-    th_redis_start(&rs, NULL, NULL);
-    rc = th_redis_connect(&rs);
-    dm_config_defaults(&cfg);
-    cfg.redis.host = rs.addr;
-    cfg.redis.port = rs.port;
-    cfg.redis.command_timeout_ms = CMD_TIMEOUT_MS;
-    cfg.lease_ms = LEASE_MS;
-    cfg.renew_ms = LEASE_MS / 3;
-    cfg.lease_margin_ms = LEASE_MS / 10;
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
+    th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
     cfg.on_lease_lost = DM_LOST_WARN;
     dm_cluster_init(&cfg);
     return 0;
@@ -104,8 +83,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    redisFree(rc);
-    th_redis_stop(&rs);
+    th_group_stop(&rs, &rc);
     return 0;
 }
 

@@ -134,13 +134,7 @@ static int group_setup(void **state)
     }
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_checker_start(&chk);
-    dm_config_defaults(&cfg);
-    cfg.redis.host = rs.addr;
-    cfg.redis.port = rs.port;
-    cfg.redis.command_timeout_ms = CMD_TIMEOUT_MS;
-    cfg.lease_ms = LEASE_MS;
-    cfg.renew_ms = LEASE_MS / 3;
-    cfg.lease_margin_ms = LEASE_MS / 10;
+    th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
     dm_cluster_init(&cfg);
     return 0;
 }

@@ -67,12 +67,6 @@ static char shim_path[PATH_MAX];
 static char port_text[16];
 
 /* A config with `lease` and the given entries of `mutexes = ( ... )`. */
-static char *config(long lease, const char *mutexes)
-{
-    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
-                                   lease, mutexes));
-}
-
 /* The environment of a program run under the shim with `cfg`, talking to
  * the server at `port`. Static storage: valid until the next call. */
 static char **shim_env(const char *cfg, int port)
@@ -196,7 +190,7 @@ static long long run_counters(const char *key, char **env)
 static void test_mapped_mutex_keeps_a_counter_exact_across_processes(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"counter_lock\"; name = \"a_counter\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"counter_lock\"; name = \"a_counter\"; }");
     long long n = run_counters("a:count", shim_env(cfg, rs.port));
     assert_int_equal(n, CNT_PROCS * CNT_THREADS * CNT_ITERS);
 }
@@ -222,7 +216,7 @@ static void test_without_the_shim_the_counter_loses_updates(void **state)
 static void test_unmapped_mutex_makes_no_redis_traffic(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS,
+    char *cfg = th_config(SHORT_LEASE_MS,
                        "{ symbol = \"held_lock\"; name = \"b_held\"; },\n"
                        "{ symbol = \"no_such_mutex_b\"; required = false; }");
     char *out = th_out_file();
@@ -239,7 +233,7 @@ static void test_unmapped_mutex_makes_no_redis_traffic(void **state)
 static void test_trylock_is_ebusy_while_another_process_holds_the_mutex(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"c_try\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"c_try\"; }");
     char *hout = th_out_file(), *go = th_go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
     th_wait_for(hout, "locked 0", RUN_MS);
@@ -263,7 +257,7 @@ static void test_trylock_is_ebusy_while_another_process_holds_the_mutex(void **s
 static void test_timedlock_times_out_at_its_deadline_while_held_elsewhere(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"d_timed\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"d_timed\"; }");
     char *hout = th_out_file(), *go = th_go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold", go);
     th_wait_for(hout, "locked 0", RUN_MS);
@@ -288,7 +282,7 @@ static void test_timedlock_times_out_at_its_deadline_while_held_elsewhere(void *
 static void test_killed_holder_frees_the_lock_after_its_lease(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"e_killed\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"e_killed\"; }");
     char *hout = th_out_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold-forever", NULL);
     th_wait_for(hout, "locked 0", RUN_MS);
@@ -315,7 +309,7 @@ static void test_killed_holder_frees_the_lock_after_its_lease(void **state)
 static void test_exit_while_holding_releases_the_lock(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"f_exit\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"f_exit\"; }");
     char *hout = th_out_file(), *go = th_go_file();
     pid_t holder = lockprog(cfg, rs.port, hout, "hold-exit", go);
     th_wait_for(hout, "locked 0", RUN_MS);
@@ -353,7 +347,7 @@ static void test_bad_config_exits_78_before_main_naming_file_and_line(void **sta
 static void test_missing_required_symbol_exits_78_naming_it(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"no_such_mutex_g\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"no_such_mutex_g\"; }");
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, EX_CONFIG);
     th_assert_has(text, "no_such_mutex_g");
@@ -376,7 +370,7 @@ static void test_process_not_in_programs_runs_untouched(void **state)
     th_assert_has(text, "child-ran");
     free(text);
     /* The same config without `programs` stops the shell: the check is real. */
-    char *strict = config(SHORT_LEASE_MS, "{ symbol = \"counter_lock\"; }");
+    char *strict = th_config(SHORT_LEASE_MS, "{ symbol = \"counter_lock\"; }");
     out = th_out_file();
     text = finish(th_child(argv, shim_env(strict, rs.port), out), out, EX_CONFIG);
     th_assert_has(text, "counter_lock");
@@ -402,7 +396,7 @@ static void test_unset_dmutex_config_exits_78_with_a_clear_message(void **state)
 static void test_bad_dmutex_redis_url_exits_78_naming_it(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_url\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_url\"; }");
     char **env = shim_env(cfg, rs.port);
     static char bad[] = "DMUTEX_REDIS=http://127.0.0.1:1/";
     env[2] = bad;
@@ -420,7 +414,7 @@ static void test_bad_dmutex_redis_url_exits_78_naming_it(void **state)
 static void test_lock_keeps_retrying_and_logs_while_redis_is_unreachable(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_lock\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_lock\"; }");
     int port = closed_port();
     char *out = th_out_file();
     pid_t pid = lockprog(cfg, port, out, "lock", NULL);
@@ -442,7 +436,7 @@ static void test_lock_keeps_retrying_and_logs_while_redis_is_unreachable(void **
 static void test_lock_blocked_by_an_outage_succeeds_once_redis_answers(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_back\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_back\"; }");
     th_redis_start(&late, NULL, NULL);
     th_redis_kill(&late);                   /* its port is now closed */
     char *out = th_out_file();
@@ -459,7 +453,7 @@ static void test_lock_blocked_by_an_outage_succeeds_once_redis_answers(void **st
 static void test_trylock_is_ebusy_while_redis_is_unreachable(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_try\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_try\"; }");
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, closed_port(), out, "trylock", NULL), out, 0);
     th_assert_has(text, "trylock EBUSY");
@@ -469,7 +463,7 @@ static void test_trylock_is_ebusy_while_redis_is_unreachable(void **state)
 static void test_timedlock_times_out_while_redis_is_unreachable(void **state)
 {
     (void)state;
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_timed\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"h_timed\"; }");
     const long wait = 800;
     char *out = th_out_file();
     char *text = finish(lockprog(cfg, closed_port(), out, "timedlock", "800"), out, 0);
@@ -484,7 +478,7 @@ static void test_timedlock_times_out_while_redis_is_unreachable(void **state)
 static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"i_rec\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"rec_lock\"; name = \"i_rec\"; }");
     char *out = th_out_file(), *go = th_go_file();
     th_reset_stats(rc);
     char *argv[] = { LOCKPROG, "recursive", "10", go, NULL };
@@ -503,7 +497,7 @@ static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
 static void test_errorcheck_relock_is_edeadlk_without_redis_traffic(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_relock\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_relock\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
     char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "relock"), out, 0);
@@ -516,7 +510,7 @@ static void test_errorcheck_relock_is_edeadlk_without_redis_traffic(void **state
 static void test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traffic(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_foreign\"; }");
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"err_lock\"; name = \"j_foreign\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
     char *text = finish(lockprog(cfg, rs.port, out, "errcheck", "foreign"), out, 0);
@@ -531,7 +525,7 @@ static void test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traf
 static void test_destroy_of_a_held_mapped_mutex_is_ebusy(void **state)
 {
     (void)state;
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"k_normal\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"k_normal\"; },\n"
                                       "{ symbol = \"robust_lock\"; name = \"k_robust\"; }");
     const char *types[] = { "normal", "robust" };
     for (int i = 0; i < 2; i++) {
@@ -562,7 +556,7 @@ static void test_fork_while_threads_map_heap_mutexes_never_hangs_the_child(void 
      * as glibc's malloc does: that would be no finding about the shim. */
     if (getenv("DM_TEST_PRELOAD"))
         skip();
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"fork_lock\"; name = \"i_fork\"; },\n"
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"fork_lock\"; name = \"i_fork\"; },\n"
                                       "{ init_site = \"heap_mutex_new\"; name = \"i_heap\"; }");
     char *argv[] = { FORKPROG, FORK_THREADS, FORK_COUNT, NULL };
     char *out = th_out_file();
@@ -580,7 +574,7 @@ static void test_dlopen_from_a_constructor_while_another_thread_maps_a_plugin(vo
     (void)state;
     char dir[PATH_MAX];
     assert_non_null(realpath(PLUGINS, dir));
-    char *cfg = config(LONG_LEASE_MS, "{ symbol = \"target_lock\"; object = \"libdltarget.so\"; "
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"target_lock\"; object = \"libdltarget.so\"; "
                                       "name = \"i_plugin\"; }");
     char *argv[] = { DLPROG, dir, DL_ITERS, NULL };
     char *out = th_out_file();
@@ -681,7 +675,7 @@ static void test_bad_redis_url_messages_hide_the_password(void **state)
     (void)state;
     static char bad[] = "DMUTEX_REDIS=redis://app:" SECRET_PW "@127.0.0.1:99999/";
     const char *url = bad + strlen("DMUTEX_REDIS=");
-    char *cfg = config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"j_url\"; }");
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"j_url\"; }");
     char **env = shim_env(cfg, rs.port);
     env[2] = bad;
     char *argv[] = { LOCKPROG, "trylock", NULL };
