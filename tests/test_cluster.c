@@ -163,9 +163,7 @@ static int group_setup(void **state)
 {
     (void)state;
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
-    dm_config_defaults(&cfg);
-    cfg.redis.host = rs.addr;
-    cfg.redis.port = rs.port;
+    th_cluster_config(&cfg, &rs, DM_COMMAND_TIMEOUT_MS, LEASE_MS);
     set_lease(LEASE_MS);
     dm_cluster_init(&cfg);
     return 0;

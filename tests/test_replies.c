@@ -99,6 +99,17 @@ static struct dm_cluster_lock *lock_named(const char *name)
     return l;
 }
 
+/* One lock call of owner 1 under on_redis_down = "error", which must end
+ * in EAGAIN (deadline NULL: no limit). */
+static void assert_eagain(struct dm_cluster_lock *l, const struct timespec *deadline)
+{
+    cfg.on_redis_down = DM_DOWN_ERROR;
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    struct dm_grant g;
+    assert_int_equal(dm_cluster_acquire(l, a, deadline, 0, &g), EAGAIN);
+}
+
 /* The lock is free on the server, and a new locker sees no dead owner. */
 static void assert_free_and_clean(struct dm_cluster_lock *l)
 {
@@ -200,11 +211,7 @@ static void test_error_reply_gives_eagain_under_on_redis_down_error(void **state
     char *out;
     proxy("acquire", "error:NOPERM this user has no permissions to run the 'evalsha' command", 1,
           &out);
-    cfg.on_redis_down = DM_DOWN_ERROR;
-    char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    struct dm_grant g;
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), EAGAIN);
+    assert_eagain(l, NULL);
     /* The call ran on the server (the proxy replaced its answer): the
      * grant it made is given back, not left for a lease. */
     direct();
@@ -378,11 +385,7 @@ static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant
     struct dm_cluster_lock *l = lock_named("drop_eagain");
     char *out;
     proxy("acquire", "drop", 1, &out);
-    cfg.on_redis_down = DM_DOWN_ERROR;
-    char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    struct dm_grant g;
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), EAGAIN);
+    assert_eagain(l, NULL);
     direct();
     assert_free_and_clean(l);
 }
@@ -398,12 +401,8 @@ static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void 
     held_elsewhere(l, 10 * LEASE_MS);
     char *out;
     proxy("acquire", "drop", 2, &out);      /* the 1st queues it, the 2nd is lost */
-    cfg.on_redis_down = DM_DOWN_ERROR;
-    char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), EAGAIN);
+    assert_eagain(l, &dl);
     char *text = th_read_file(out);
     th_assert_has(text, "reply: dropped");
     free(text);
