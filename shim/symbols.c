@@ -631,17 +631,27 @@ int dm_symbols_bias(const char *object, uintptr_t *bias)
     return r == 0 || r == ENOTUNIQ;
 }
 
-int dm_symbols_find(const char *object, const char *symbol, long offset,
-                    size_t need, uintptr_t *addr, char *err, size_t errlen)
+/* resolve() with its object record on the heap (it is large): *o is
+ * set whatever the result (NULL out of memory) and the caller frees it. */
+static int resolve_new(const char *object, const char *symbol, enum want want,
+                       struct object **o, struct sym *s, uintptr_t *addr,
+                       char *err, size_t errlen)
 {
-    struct object *o = malloc(sizeof *o);
-    if (!o) {
+    *o = malloc(sizeof **o);
+    if (!*o) {
         seterr(err, errlen, "cannot look up %s: %s", symbol ? symbol : "", strerror(ENOMEM));
         return ENOMEM;
     }
+    return resolve(object, symbol, want, *o, s, addr, err, errlen);
+}
+
+int dm_symbols_find(const char *object, const char *symbol, long offset,
+                    size_t need, uintptr_t *addr, char *err, size_t errlen)
+{
+    struct object *o;
     struct sym s;
     uintptr_t a;
-    int rc = resolve(object, symbol, WANT_DATA, o, &s, &a, err, errlen);
+    int rc = resolve_new(object, symbol, WANT_DATA, &o, &s, &a, err, errlen);
     if (rc != 0)
         goto out;
     rc = EINVAL;
@@ -670,14 +680,10 @@ out:
 int dm_symbols_function(const char *object, const char *func,
                         uintptr_t *start, uintptr_t *end, char *err, size_t errlen)
 {
-    struct object *o = malloc(sizeof *o);
-    if (!o) {
-        seterr(err, errlen, "cannot look up %s: %s", func ? func : "", strerror(ENOMEM));
-        return ENOMEM;
-    }
+    struct object *o;
     struct sym s;
     uintptr_t a;
-    int rc = resolve(object, func, WANT_FUNC, o, &s, &a, err, errlen);
+    int rc = resolve_new(object, func, WANT_FUNC, &o, &s, &a, err, errlen);
     if (rc != 0)
         goto out;
     rc = EINVAL;
