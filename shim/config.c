@@ -683,25 +683,44 @@ static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t 
                 "(same object, symbol = %s, offset and index)", first->line, show(&sv, again->symbol));
 }
 
+/* The list (or array) `key` of root, with an array of its length
+ * allocated in *items: returns its length (0 and *l NULL when it is
+ * absent; nothing allocated when it is empty), or -1 after saying that it
+ * must be `shape` or that memory ran out. */
+static int list_member(struct parse *p, const config_setting_t *root, const char *key,
+                       const char *shape, size_t item_size, void **items,
+                       config_setting_t **l)
+{
+    *l = config_setting_get_member(root, key);
+    if (!*l)
+        return 0;
+    if (!config_setting_is_list(*l) && !config_setting_is_array(*l))
+        return fail(p, line_of(*l), "%s must be %s, not %s", key, shape, type_name(*l));
+    int n = config_setting_length(*l);
+    if (n <= 0)
+        return 0;
+    *items = calloc((size_t)n, item_size);
+    if (!*items)
+        return fail(p, line_of(*l), "out of memory");
+    return n;
+}
+
 /* programs = ["stock", "app"]: the executables the config is for. Other
  * processes that inherit LD_PRELOAD (a shell from system(), a helper
  * exec'ed by the program) then run untouched instead of failing on
  * symbols they do not have. */
 static int parse_programs(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
-    config_setting_t *l = config_setting_get_member(root, "programs");
+    config_setting_t *l;
+    int n = list_member(p, root, "programs", "a list of executable file names [\"app\", ...]",
+                        sizeof *cfg->programs, (void **)&cfg->programs, &l);
+    if (n < 0)
+        return -1;
     if (!l)
         return 0;
-    if (!config_setting_is_list(l) && !config_setting_is_array(l))
-        return fail(p, line_of(l), "programs must be a list of executable file names "
-                    "[\"app\", ...], not %s", type_name(l));
-    int n = config_setting_length(l);
-    if (n <= 0)
+    if (n == 0)
         return fail(p, line_of(l), "programs is empty: the config would apply to no process "
                     "(leave programs out to apply it to every process)");
-    cfg->programs = calloc((size_t)n, sizeof *cfg->programs);
-    if (!cfg->programs)
-        return fail(p, line_of(l), "out of memory");
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         const char *v = config_setting_get_string(e);
@@ -723,18 +742,11 @@ static int parse_programs(struct parse *p, const config_setting_t *root, struct 
 
 static int parse_mutexes(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
-    config_setting_t *l = config_setting_get_member(root, "mutexes");
-    if (!l)
-        return 0;
-    if (!config_setting_is_list(l) && !config_setting_is_array(l))
-        return fail(p, line_of(l), "mutexes must be a list ( { symbol = \"...\"; }, ... ) of "
-                    "groups, not %s", type_name(l));
-    int n = config_setting_length(l);
+    config_setting_t *l;
+    int n = list_member(p, root, "mutexes", "a list ( { symbol = \"...\"; }, ... ) of groups",
+                        sizeof *cfg->mutexes, (void **)&cfg->mutexes, &l);
     if (n <= 0)
-        return 0;
-    cfg->mutexes = calloc((size_t)n, sizeof *cfg->mutexes);
-    if (!cfg->mutexes)
-        return fail(p, line_of(l), "out of memory");
+        return n;
     for (int i = 0; i < n; i++) {
         struct dm_mutex_config *m = &cfg->mutexes[cfg->nmutexes];
         int rc = parse_mutex(p, config_setting_get_elem(l, (unsigned)i), m);
