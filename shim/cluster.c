@@ -28,7 +28,6 @@ static const struct dm_config *ccfg;
 /* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dm_htab locks;
-static unsigned long lock_probes;       /* chain steps of all lookups, for tests */
 static char process_id[33];
 
 static void new_process_id(void)
@@ -81,8 +80,8 @@ void dm_cluster_owner(char *buf, unsigned long seq)
  * sized for a process id (they all have the same length). */
 static void make_wait_channel(struct dm_cluster_lock *l)
 {
-    size_t n = strlen(l->wait_prefix);
-    memcpy(l->wait_channel, l->wait_prefix, n);
+    size_t n = strlen(l->keys[DM_KEY_WAIT]);
+    memcpy(l->wait_channel, l->keys[DM_KEY_WAIT], n);
     memcpy(l->wait_channel + n, process_id, sizeof process_id);
 }
 
@@ -91,18 +90,6 @@ static void make_wait_channel(struct dm_cluster_lock *l)
  * the strings are; this only lays them out. */
 static struct dm_cluster_lock *lock_new(const char *name)
 {
-    static const size_t field[DM_KEY_COUNT] = {
-        [DM_KEY_LOCK] = offsetof(struct dm_cluster_lock, key),
-        [DM_KEY_TOKEN] = offsetof(struct dm_cluster_lock, token_key),
-        [DM_KEY_HOLDER] = offsetof(struct dm_cluster_lock, holder_key),
-        [DM_KEY_LOST] = offsetof(struct dm_cluster_lock, lost_key),
-        [DM_KEY_VOID] = offsetof(struct dm_cluster_lock, void_key),
-        [DM_KEY_RELEASED] = offsetof(struct dm_cluster_lock, channel),
-        [DM_KEY_QUEUE] = offsetof(struct dm_cluster_lock, queue_key),
-        [DM_KEY_QTIME] = offsetof(struct dm_cluster_lock, qtime_key),
-        [DM_KEY_WANT] = offsetof(struct dm_cluster_lock, want_channel),
-        [DM_KEY_WAIT] = offsetof(struct dm_cluster_lock, wait_prefix),
-    };
     const char *ns = ccfg->ns;
     size_t nl = strlen(name), size = nl + 1;
     for (int k = 0; k < DM_KEY_COUNT; k++)
@@ -118,7 +105,7 @@ static struct dm_cluster_lock *lock_new(const char *name)
     memcpy(p, name, nl + 1);
     p += nl + 1;
     for (int k = 0; k < DM_KEY_COUNT; k++) {
-        *(char **)((char *)l + field[k]) = p;
+        l->keys[k] = p;
         p += dm_keys_build(p, (size_t)(end - p), ns, name, (enum dm_key)k) + 1;
     }
     l->wait_channel = p;
@@ -133,7 +120,7 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
     pthread_mutex_lock(&locks_mu);
     struct dm_cluster_lock *l = NULL;
     for (struct dm_hnode *x = dm_htab_chain(&locks, h); x; x = x->next) {
-        lock_probes++;
+        locks.probes++;
         if (x->hash == h && strcmp(((struct dm_cluster_lock *)x)->name, name) == 0) {
             l = (struct dm_cluster_lock *)x;
             break;
@@ -168,20 +155,9 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
     free(l);
 }
 
-size_t dm_cluster_lock_count(void)
+struct dm_htab_stats dm_cluster_lock_stats(void)
 {
-    pthread_mutex_lock(&locks_mu);
-    size_t n = locks.count;
-    pthread_mutex_unlock(&locks_mu);
-    return n;
-}
-
-unsigned long dm_cluster_lock_probes(void)
-{
-    pthread_mutex_lock(&locks_mu);
-    unsigned long n = lock_probes;
-    pthread_mutex_unlock(&locks_mu);
-    return n;
+    return dm_htab_stats(&locks, &locks_mu);
 }
 
 /* *slot, made from `channel` on first need. Two threads racing make one
@@ -202,7 +178,7 @@ static struct dm_notify_chan *lazy_chan(struct dm_notify_chan **slot, const char
 
 struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l)
 {
-    return lazy_chan(&l->chan, l->channel);
+    return lazy_chan(&l->chan, l->keys[DM_KEY_RELEASED]);
 }
 
 struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l)
@@ -212,7 +188,7 @@ struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l)
 
 struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l)
 {
-    return l->wants ? lazy_chan(&l->wantchan, l->want_channel) : NULL;
+    return l->wants ? lazy_chan(&l->wantchan, l->keys[DM_KEY_WANT]) : NULL;
 }
 
 void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants)
@@ -221,7 +197,7 @@ void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wa
         l->fair = 1;
     if ((cache || wants) && !l->wants) {
         /* Made now: mapped.c uses l->wantchan directly once wants are on. */
-        if (lazy_chan(&l->wantchan, l->want_channel))
+        if (lazy_chan(&l->wantchan, l->keys[DM_KEY_WANT]))
             l->wants = 1;
         else
             dm_error("lock %s: out of memory for its want channel; lock caching and "
@@ -289,10 +265,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
     snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
     snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
-    const char *args[] = { l->key, l->token_key, l->holder_key, l->queue_key, l->qtime_key,
-                           l->lost_key, l->void_key,
+    char *const *k = l->keys;
+    const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
+                           k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID],
                            owner, lease, delay, queue ? "1" : "0", member,
-                           qttl, l->want_channel };
+                           qttl, k[DM_KEY_WANT] };
     redisReply *r;
     enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, why);
     if (!r)
@@ -314,7 +291,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     if (res == ATT_FAILED) {
         why->err = DM_REDIS_BAD_REPLY;
         snprintf(why->errstr, sizeof why->errstr, "redis at %s: acquire.lua on %s: unexpected reply",
-                 dm_redis_addr(), l->key);
+                 dm_redis_addr(), l->keys[DM_KEY_LOCK]);
     }
     freeReplyObject(r);
     return res;
@@ -332,8 +309,9 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
-    const char *args[] = { l->key, l->queue_key, l->qtime_key, l->token_key, l->holder_key,
-                           l->void_key, owner, member, ttl };
+    char *const *k = l->keys;
+    const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_QUEUE], k[DM_KEY_QTIME], k[DM_KEY_TOKEN],
+                           k[DM_KEY_HOLDER], k[DM_KEY_VOID], owner, member, ttl };
     long long start = dm_now_ms();
     enum attempt res = ATT_FAILED;
     for (int i = 0; i < 3; i++) {
@@ -615,8 +593,10 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
-    const char *args[] = { l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
-                           l->lost_key, owner, tok, l->channel, keep, l->wait_prefix, claim };
+    char *const *k = l->keys;
+    const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_HOLDER], k[DM_KEY_TOKEN], k[DM_KEY_QUEUE],
+                           k[DM_KEY_QTIME], k[DM_KEY_LOST], owner, tok, k[DM_KEY_RELEASED], keep,
+                           k[DM_KEY_WAIT], claim };
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -649,7 +629,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
             return EPERM;
         why.err = DM_REDIS_BAD_REPLY;
         snprintf(why.errstr, sizeof why.errstr, "redis at %s: release.lua on %s: unexpected reply",
-                 dm_redis_addr(), l->key);
+                 dm_redis_addr(), l->keys[DM_KEY_LOCK]);
         break;
     }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
@@ -657,25 +637,15 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     return EIO;
 }
 
-/* Fork: startup's prepare handler holds locks_mu across fork() (see the lock
- * order in startup.c); the parent lets go, the child makes it anew. */
-void dm_cluster_atfork_prepare(void)
-{
-    pthread_mutex_lock(&locks_mu);
-}
-
-void dm_cluster_atfork_parent(void)
-{
-    pthread_mutex_unlock(&locks_mu);
-}
-
-/* The child has a new process id, so a new wait channel: rewritten in
+/* Fork: locks_mu is held across fork() (see the lock order in startup.c).
+ * The child has a new process id, so a new wait channel: rewritten in
  * place, its old notify record dropped (notify's own fork handling ran
  * first: nothing is subscribed) and made again when a waiter needs it. */
-void dm_cluster_atfork_child(void)
+void dm_cluster_atfork(enum dm_fork_phase phase)
 {
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    memcpy(&locks_mu, &fresh, sizeof fresh);
+    dm_fork_mutex(&locks_mu, phase);
+    if (phase != DM_FORK_CHILD)
+        return;
     new_process_id();
     for (size_t b = 0; b < locks.n; b++)
         for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;

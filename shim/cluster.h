@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "keys.h"
 #include "util.h"
 
 #define DM_OWNER_MAX     64
@@ -27,16 +28,9 @@
 struct dm_cluster_lock {
     struct dm_hnode node;       /* first: the table of records (util.h) */
     char *name;
-    char *key;          /* ns:{name}           hash owner -> count, lease */
-    char *token_key;    /* ns:{name}:token     fencing counter */
-    char *holder_key;   /* ns:{name}:holder    how the last grant ended */
-    char *lost_key;     /* ns:{name}:lost      tokens of grants that expired */
-    char *void_key;     /* ns:{name}:void      abandoned acquire requests */
-    char *channel;      /* ns:{name}:released  release notices */
-    char *queue_key;    /* ns:{name}:queue     fair waiters, oldest first */
-    char *qtime_key;    /* ns:{name}:qtime     their deadlines */
-    char *want_channel; /* ns:{name}:want      "a process wants it" (lock caching) */
-    char *wait_prefix;  /* ns:{name}:w:        + process id: a waiter's own channel */
+    char *keys[DM_KEY_COUNT];   /* every key and channel of the name, by enum dm_key
+                                 * (keys.h has the layout; DM_KEY_WAIT is the prefix
+                                 * of a waiter's own channel) */
     char *wait_channel; /* this process's, rewritten in place in a fork child */
     struct dm_notify_chan *chan;        /* release notices: dm_cluster_lock_chan */
     struct dm_notify_chan *wchan;       /* handovers to this process: dm_cluster_lock_wchan */
@@ -86,8 +80,7 @@ struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
-size_t dm_cluster_lock_count(void);
-unsigned long dm_cluster_lock_probes(void);
+struct dm_htab_stats dm_cluster_lock_stats(void);
 
 /* Fair mode (queue, FIFO handover), lock caching, and want notices (cache
  * mode, or a name several mutexes share) for a name; any entry asking for
@@ -130,8 +123,6 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
  * takes the lock table's mutex, so that the child never sees the table
  * half rebuilt; parent gives it back. The child handler runs after
  * notify's: it gives each record this process's new wait channel. */
-void dm_cluster_atfork_prepare(void);
-void dm_cluster_atfork_parent(void);
-void dm_cluster_atfork_child(void);
+void dm_cluster_atfork(enum dm_fork_phase phase);
 
 #endif

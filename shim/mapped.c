@@ -938,20 +938,11 @@ static void entry_forget(const void *addr, void *value, void *arg)
 
 /* Fork: startup's prepare handler holds names_mu across fork() (see the lock
  * order in startup.c); the parent lets go, the child makes it anew. */
-void dm_mapped_atfork_prepare(void)
+void dm_mapped_atfork(enum dm_fork_phase phase)
 {
-    pthread_mutex_lock(&names_mu);
-}
-
-void dm_mapped_atfork_parent(void)
-{
-    pthread_mutex_unlock(&names_mu);
-}
-
-void dm_mapped_atfork_child(void)
-{
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    memcpy(&names_mu, &fresh, sizeof fresh);
+    dm_fork_mutex(&names_mu, phase);
+    if (phase != DM_FORK_CHILD)
+        return;
     /* The parent's holds are the parent's: the child holds nothing, and a
      * name's mutex may have been held by a thread that is not here. */
     for (size_t i = 0; i < names.n; i++)

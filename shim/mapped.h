@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "util.h"
 
 struct dm_name;
 
@@ -65,9 +66,7 @@ uint64_t dm_mapped_token(struct dm_entry *e);
 
 /* fork: prepare takes the name table's lock, parent and child let go (the
  * child also forgets every hold: they are the parent's). */
-void dm_mapped_atfork_prepare(void);
-void dm_mapped_atfork_parent(void);
-void dm_mapped_atfork_child(void);
+void dm_mapped_atfork(enum dm_fork_phase phase);
 
 /* Process exit: releases the cluster holds that no thread is inside (kept
  * by lock caching) and stops caching. Holds with a thread inside stay until

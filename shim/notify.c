@@ -66,7 +66,6 @@ static pthread_mutex_t nmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ncv;
 static int ncv_ready;
 static struct dm_htab chans;
-static unsigned long nprobes;           /* chain steps of all lookups, for tests */
 static struct dm_notify_chan *work, **work_tail = &work;
 static struct dm_notify_chan *calling;  /* whose handler the thread is running */
 static pthread_t sub_thread;
@@ -89,7 +88,7 @@ static struct dm_notify_chan *find_locked(const char *s, size_t len, size_t h)
 {
     for (struct dm_hnode *x = dm_htab_chain(&chans, h); x; x = x->next) {
         struct dm_notify_chan *ch = (struct dm_notify_chan *)x;
-        nprobes++;
+        chans.probes++;
         if (x->hash == h && ch->len == len && memcmp(ch->name, s, len) == 0)
             return ch;
     }
@@ -526,20 +525,9 @@ unsigned long dm_notify_received(void)
     return __atomic_load_n(&received, __ATOMIC_RELAXED);
 }
 
-size_t dm_notify_count(void)
+struct dm_htab_stats dm_notify_stats(void)
 {
-    pthread_mutex_lock(&nmu);
-    size_t n = chans.count;
-    pthread_mutex_unlock(&nmu);
-    return n;
-}
-
-unsigned long dm_notify_probes(void)
-{
-    pthread_mutex_lock(&nmu);
-    unsigned long n = nprobes;
-    pthread_mutex_unlock(&nmu);
-    return n;
+    return dm_htab_stats(&chans, &nmu);
 }
 
 static void chan_forget(struct dm_notify_chan *ch)
@@ -555,20 +543,11 @@ static void chan_forget(struct dm_notify_chan *ch)
 
 /* Fork: startup's prepare handler holds nmu across fork() (see the lock
  * order in startup.c); the parent lets go, the child makes it anew. */
-void dm_notify_atfork_prepare(void)
+void dm_notify_atfork(enum dm_fork_phase phase)
 {
-    pthread_mutex_lock(&nmu);
-}
-
-void dm_notify_atfork_parent(void)
-{
-    pthread_mutex_unlock(&nmu);
-}
-
-void dm_notify_atfork_child(void)
-{
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    memcpy(&nmu, &fresh, sizeof fresh);
+    dm_fork_mutex(&nmu, phase);
+    if (phase != DM_FORK_CHILD)
+        return;
     ncv_ready = 0;
     cv_init_locked();
     thread_running = 0;

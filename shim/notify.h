@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "util.h"
+
 struct dm_notify_chan;
 
 /* The record of `channel`, made on first use (no I/O), with one more
@@ -62,15 +64,12 @@ unsigned long dm_notify_received(void);
 /* Channel records (those dropped but not yet unsubscribed included), and
  * the chain steps all lookups took so far:
  * for tests (no channel leaks, lookups stay O(1)). */
-size_t dm_notify_count(void);
-unsigned long dm_notify_probes(void);
+struct dm_htab_stats dm_notify_stats(void);
 
 /* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes notify's lock, so that the child never sees the channel table half
  * rebuilt; parent gives it back.
  * In a fork child: no thread, no connection, nothing subscribed. */
-void dm_notify_atfork_prepare(void);
-void dm_notify_atfork_parent(void);
-void dm_notify_atfork_child(void);
+void dm_notify_atfork(enum dm_fork_phase phase);
 
 #endif

@@ -301,21 +301,11 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
 
 /* Fork: startup's prepare handler holds pool_mu across fork() (see the lock
  * order in startup.c); the parent lets go, the child makes it anew. */
-void dm_redis_atfork_prepare(void)
+void dm_redis_atfork(enum dm_fork_phase phase)
 {
-    pthread_mutex_lock(&pool_mu);
-}
-
-void dm_redis_atfork_parent(void)
-{
-    pthread_mutex_unlock(&pool_mu);
-}
-
-void dm_redis_atfork_child(void)
-{
-    /* The pool mutex may have been held by a parent thread at fork. */
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    memcpy(&pool_mu, &fresh, sizeof fresh);
+    dm_fork_mutex(&pool_mu, phase);
+    if (phase != DM_FORK_CHILD)
+        return;
     while (pool_idle) {
         struct dm_conn *next = pool_idle->next;
         redisFree(pool_idle->c);    /* close(2) only: nothing is sent */

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "util.h"
 
 enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_CANCEL,
                  DM_SCRIPT_COUNT };
@@ -95,8 +96,6 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s);
 
 /* In a fork child: forget the parent's connections without talking on
  * them (their sockets are closed, the server keeps the parent's). */
-void dm_redis_atfork_prepare(void);
-void dm_redis_atfork_parent(void);
-void dm_redis_atfork_child(void);
+void dm_redis_atfork(enum dm_fork_phase phase);
 
 #endif

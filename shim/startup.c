@@ -407,7 +407,7 @@ static void map_entries(struct dm_config *cfg)
  * only be taken while holding locks to its left. Logging takes no lock.
  * Not included: the per-name mutexes of mapped (never held across I/O,
  * taken under names_mu and the registry lock, and taking wmu themselves);
- * the child makes them anew (dm_mapped_atfork_child).
+ * the child makes them anew (dm_mapped_atfork).
  *
  * The child lets go in the reverse order, so that each module's child
  * handler, which may take the locks to its right (cluster's registers
@@ -415,41 +415,54 @@ static void map_entries(struct dm_config *cfg)
  * that make a mutex anew in the child instead of unlocking it are
  * equivalent: the prepare handler held it, so nothing it guards is half
  * changed. */
+static void symbols_atfork(enum dm_fork_phase phase)
+{
+    if (phase == DM_FORK_PREPARE)
+        dm_symbols_atfork_prepare();
+    else
+        dm_symbols_atfork_release();
+}
+
+static void registry_atfork(enum dm_fork_phase phase)
+{
+    if (phase == DM_FORK_PREPARE)
+        dm_registry_atfork_prepare();
+    else
+        dm_registry_atfork_release();
+}
+
+/* The lock order above, after objects_mu: prepare walks it forward,
+ * parent and child backward. */
+static void (*const fork_order[])(enum dm_fork_phase) = {
+    symbols_atfork, dm_mapped_atfork, registry_atfork, dm_cluster_atfork,
+    dm_notify_atfork, dm_redis_atfork, dm_watchdog_atfork,
+};
+#define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
+
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&objects_mu);
-    dm_symbols_atfork_prepare();
-    dm_mapped_atfork_prepare();
-    dm_registry_atfork_prepare();
-    dm_cluster_atfork_prepare();
-    dm_notify_atfork_prepare();
-    dm_redis_atfork_prepare();
-    dm_watchdog_atfork_prepare();
+    for (size_t i = 0; i < FORK_MODULES; i++)
+        fork_order[i](DM_FORK_PREPARE);
+}
+
+static void atfork_after(enum dm_fork_phase phase)
+{
+    for (size_t i = FORK_MODULES; i-- > 0;)
+        fork_order[i](phase);
+    /* A normal mutex: in the child, unlocked by the thread that is now the
+     * child's. */
+    pthread_mutex_unlock(&objects_mu);
 }
 
 static void atfork_parent(void)
 {
-    dm_watchdog_atfork_parent();
-    dm_redis_atfork_parent();
-    dm_notify_atfork_parent();
-    dm_cluster_atfork_parent();
-    dm_registry_atfork_release();
-    dm_mapped_atfork_parent();
-    dm_symbols_atfork_release();
-    pthread_mutex_unlock(&objects_mu);
+    atfork_after(DM_FORK_PARENT);
 }
 
 static void atfork_child(void)
 {
-    dm_registry_atfork_release();
-    dm_watchdog_atfork_child();
-    dm_redis_atfork_child();
-    dm_notify_atfork_child();
-    dm_cluster_atfork_child();
-    dm_mapped_atfork_child();
-    dm_symbols_atfork_release();
-    /* A normal mutex: unlocked by the thread that is now the child's. */
-    pthread_mutex_unlock(&objects_mu);
+    atfork_after(DM_FORK_CHILD);
 }
 
 /* ---- start ------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define DM_NS_PER_S  1000000000L
@@ -184,4 +185,24 @@ void dm_htab_clear(struct dm_htab *t)
     free(t->b);
     t->b = NULL;
     t->n = t->count = 0;
+}
+
+struct dm_htab_stats dm_htab_stats(const struct dm_htab *t, pthread_mutex_t *mu)
+{
+    pthread_mutex_lock(mu);
+    struct dm_htab_stats st = { t->count, t->probes };
+    pthread_mutex_unlock(mu);
+    return st;
+}
+
+void dm_fork_mutex(pthread_mutex_t *mu, enum dm_fork_phase phase)
+{
+    if (phase == DM_FORK_PREPARE) {
+        pthread_mutex_lock(mu);
+    } else if (phase == DM_FORK_PARENT) {
+        pthread_mutex_unlock(mu);
+    } else {
+        pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+        memcpy(mu, &fresh, sizeof fresh);
+    }
 }

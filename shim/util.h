@@ -56,6 +56,16 @@ long dm_backoff_next(struct dm_backoff *b);
 void dm_backoff_grow(struct dm_backoff *b);
 void dm_backoff_reset(struct dm_backoff *b);
 
+/* The three moments of fork() for a module's state (startup's one
+ * pthread_atfork calls each module in its lock order). */
+enum dm_fork_phase { DM_FORK_PREPARE, DM_FORK_PARENT, DM_FORK_CHILD };
+
+/* The usual handling of a module's mutex around fork(): prepare takes it
+ * (so the child never sees what it guards half changed), the parent lets
+ * go, the child makes it anew (the thread that took it is the child's,
+ * but a fresh mutex needs no owner). */
+void dm_fork_mutex(pthread_mutex_t *mu, enum dm_fork_phase phase);
+
 /* An intrusive chained hash table, for the records a process keeps by name
  * (cluster's locks, notify's channels, mapped's names). A record embeds a
  * struct dm_hnode as its FIRST member (so a node is the record); the
@@ -71,6 +81,7 @@ struct dm_htab {
     struct dm_hnode **b;
     size_t n;                   /* buckets, a power of two; 0 before the first add */
     size_t count;
+    unsigned long probes;       /* chain steps of all lookups (the caller counts), for tests */
     int no_shrink;              /* a walk that may remove is on */
 };
 #define DM_HTAB_MIN      64
@@ -87,5 +98,12 @@ int dm_htab_add(struct dm_htab *t, struct dm_hnode *x, size_t hash);
 void dm_htab_del(struct dm_htab *t, struct dm_hnode *x);
 /* Forgets every record without freeing them (a fork child that rebuilds). */
 void dm_htab_clear(struct dm_htab *t);
+/* A table's record count and lookup steps so far, read under its mutex
+ * (tests check that records are freed and chains stay short). */
+struct dm_htab_stats {
+    size_t count;
+    unsigned long probes;
+};
+struct dm_htab_stats dm_htab_stats(const struct dm_htab *t, pthread_mutex_t *mu);
 
 #endif

@@ -199,7 +199,7 @@ static void *watchdog_main(void *arg)
             h->snap_round = round;  /* its memory must outlive this round */
             snaps[n].h = h;
             snaps[n].gen = h->gen;
-            snprintf(snaps[n].key, sizeof snaps[n].key, "%s", h->lock->key);
+            snprintf(snaps[n].key, sizeof snaps[n].key, "%s", h->lock->keys[DM_KEY_LOCK]);
             memcpy(snaps[n].owner, h->owner, sizeof h->owner);
             n++;
         }
@@ -390,20 +390,11 @@ void dm_watchdog_foreach(void (*fn)(struct dm_hold *h))
 
 /* Fork: startup's prepare handler holds wmu across fork() (see the lock
  * order in startup.c); the parent lets go, the child makes it anew. */
-void dm_watchdog_atfork_prepare(void)
+void dm_watchdog_atfork(enum dm_fork_phase phase)
 {
-    pthread_mutex_lock(&wmu);
-}
-
-void dm_watchdog_atfork_parent(void)
-{
-    pthread_mutex_unlock(&wmu);
-}
-
-void dm_watchdog_atfork_child(void)
-{
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    memcpy(&wmu, &fresh, sizeof fresh);
+    dm_fork_mutex(&wmu, phase);
+    if (phase != DM_FORK_CHILD)
+        return;
     wcv_ready = 0;
     cv_init_locked();
     /* No round is in flight in the child: the renewal thread is the

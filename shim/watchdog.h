@@ -57,8 +57,8 @@ unsigned long dm_watchdog_lost_count(void);
 /* Calls fn on every watched hold (at exit, to release them). */
 void dm_watchdog_foreach(void (*fn)(struct dm_hold *h));
 
-void dm_watchdog_atfork_prepare(void);
-void dm_watchdog_atfork_parent(void);
-void dm_watchdog_atfork_child(void);
+/* Fork: wmu is held across fork(); the child watches nothing (the holds
+ * and both threads are the parent's). */
+void dm_watchdog_atfork(enum dm_fork_phase phase);
 
 #endif

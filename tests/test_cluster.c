@@ -81,9 +81,9 @@ static uint64_t grant(struct dm_cluster_lock *l, const char *who, struct dm_gran
 static void wait_expired(struct dm_cluster_lock *l)
 {
     long long end = th_now_ms() + EXPIRE_WAIT_MS;
-    while (th_cmd_int(rc, "EXISTS %s", l->key) != 0) {
+    while (th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]) != 0) {
         if (th_now_ms() > end)
-            fail_msg("%s still exists %ld ms after a %ld ms lease", l->key, EXPIRE_WAIT_MS, LEASE_MS);
+            fail_msg("%s still exists %ld ms after a %ld ms lease", l->keys[DM_KEY_LOCK], EXPIRE_WAIT_MS, LEASE_MS);
         usleep(POLL_MS * 1000);
     }
 }
@@ -217,7 +217,7 @@ static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
     assert_true(t1 > 0);
     assert_int_equal(g.owner_dead, 0);
     assert_int_equal(g.local_only, 0);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, a), 1);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], a), 1);
     assert_int_equal(dm_cluster_release(l, a, t1), 0);
     uint64_t t2 = grant(l, b, &g);
     assert_int_equal(t2, t1 + 1);
@@ -243,12 +243,12 @@ static void test_token_counter_lost_restarts_from_server_time(void **state)
                       strtoull(r->element[1]->str, NULL, 10);
     freeReplyObject(r);
     assert_true(t1 <= now_us);                    /* the first grant seeded from the clock */
-    freeReplyObject(th_cmd(rc, "SET %s 0", l->token_key));
-    freeReplyObject(th_cmd(rc, "DEL %s", l->token_key));     /* what a restart loses */
+    freeReplyObject(th_cmd(rc, "SET %s 0", l->keys[DM_KEY_TOKEN]));
+    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_TOKEN]));     /* what a restart loses */
     usleep(2000);
     uint64_t t2 = grant(l, a, &g);
     assert_true(t2 > t1);
-    assert_int_equal(th_cmd_int(rc, "GET %s", l->token_key), (long long)t2);
+    assert_int_equal(th_cmd_int(rc, "GET %s", l->keys[DM_KEY_TOKEN]), (long long)t2);
     assert_int_equal(dm_cluster_release(l, a, t2), 0);
 }
 
@@ -264,7 +264,7 @@ static void test_try_by_another_owner_is_ebusy_while_held(void **state)
     long long t0 = th_now_ms();
     assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_true(th_now_ms() - t0 < SLACK_MS);      /* one attempt, no waiting */
-    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->key, b), 0);
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->keys[DM_KEY_LOCK], b), 0);
     assert_int_equal(dm_cluster_release(l, a, t), 0);
     assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), 0);
     assert_int_equal(dm_cluster_release(l, b, g2.token), 0);
@@ -314,7 +314,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
             fail_msg("the waiter made %lld attempts, expected 2", acquire_calls() - base);
         usleep(1000);
     }
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", l->channel);
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", l->keys[DM_KEY_RELEASED]);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->element[1]->integer, 1);
     freeReplyObject(r);
@@ -353,7 +353,7 @@ static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void *
     uint64_t t2 = grant(l, a, &g2);
     assert_int_equal(t2, t1);
     assert_int_equal(g2.owner_dead, 0);
-    assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", l->token_key), t1);
+    assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", l->keys[DM_KEY_TOKEN]), t1);
     assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_int_equal(dm_cluster_release(l, a, t1), 0);
     assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), 0);
@@ -373,14 +373,14 @@ static void test_retried_release_of_the_same_hold_returns_0(void **state)
     struct dm_grant g;
     uint64_t t = grant(l, a, &g);
     assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->key), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]), 0);
     assert_int_equal(dm_cluster_release(l, a, t), 0);   /* its first reply was "lost" */
     /* ...and the retry freed nothing that was not its own: a later hold
      * survives a late retry, which still knows its own release (it was not
      * a lost hold: test_replies covers the cases). */
     uint64_t tb = grant(l, b, &g);
     assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, b), 1);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], b), 1);
     assert_int_equal(dm_cluster_release(l, b, tb), 0);
 }
 
@@ -394,8 +394,8 @@ static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state
     struct dm_grant g, g2;
     uint64_t t = grant(l, a, &g);
     assert_int_equal(dm_cluster_release(l, b, t), EPERM);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, a), 1);
-    assert_true(th_cmd_int(rc, "PTTL %s", l->key) > 0);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], a), 1);
+    assert_true(th_cmd_int(rc, "PTTL %s", l->keys[DM_KEY_LOCK]) > 0);
     assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_int_equal(dm_cluster_release(l, a, t), 0);
 }
@@ -472,7 +472,7 @@ static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
     long long took = th_now_ms() - t0;
     if (took < wait || took > wait + SLACK_MS)
         fail_msg("ETIMEDOUT after %lld ms, deadline was %ld ms", took, wait);
-    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->key, b), 0);
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->keys[DM_KEY_LOCK], b), 0);
     assert_int_equal(dm_cluster_release(l, a, t), 0);
 }
 
@@ -523,7 +523,7 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
     (void)state;
     cfg.on_redis_down = DM_DOWN_ERROR;
     struct dm_cluster_lock *l = lock_named("wrongtype");
-    freeReplyObject(th_cmd(rc, "SET %s not-a-lock", l->key));
+    freeReplyObject(th_cmd(rc, "SET %s not-a-lock", l->keys[DM_KEY_LOCK]));
     char a[DM_OWNER_MAX];
     owner(a, 1);
     struct dm_grant g;
@@ -533,14 +533,14 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
     int r = dm_cluster_acquire(l, a, &dl, 0, &g);
     char *log = end_capture(saved, path);
     assert_int_equal(r, EAGAIN);
-    if (!strstr(log, l->key) || !strstr(log, "WRONGTYPE") || !strstr(log, "wrongtype"))
-        fail_msg("the log does not name the key %s and its type: \"%s\"", l->key, log);
+    if (!strstr(log, l->keys[DM_KEY_LOCK]) || !strstr(log, "WRONGTYPE") || !strstr(log, "wrongtype"))
+        fail_msg("the log does not name the key %s and its type: \"%s\"", l->keys[DM_KEY_LOCK], log);
     free(log);
     /* The key is the user's: left alone. */
-    redisReply *v = th_cmd(rc, "GET %s", l->key);
+    redisReply *v = th_cmd(rc, "GET %s", l->keys[DM_KEY_LOCK]);
     assert_string_equal(v->str, "not-a-lock");
     freeReplyObject(v);
-    freeReplyObject(th_cmd(rc, "DEL %s", l->key));
+    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_LOCK]));
 }
 
 static void test_script_flush_between_calls_is_survived(void **state)
@@ -556,7 +556,7 @@ static void test_script_flush_between_calls_is_survived(void **state)
     assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), EBUSY);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->key), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]), 0);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     uint64_t tb = grant(l, b, &g);
     assert_int_equal(tb, t + 1);
@@ -771,7 +771,7 @@ static void churn_one(int i)
 static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat(void **state)
 {
     (void)state;
-    size_t locks0 = dm_cluster_lock_count(), chans0 = dm_notify_count();
+    size_t locks0 = dm_cluster_lock_stats().count, chans0 = dm_notify_stats().count;
     for (int i = 0; i < CHURN_SUB_EVERY * 10; i++)        /* tables and pools warmed */
         churn_one(i);
     size_t before = heap_in_use();
@@ -781,15 +781,15 @@ static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_
     if (after > before + CHURN_SLACK_B)
         fail_msg("the heap grew by %zu bytes over %d names made and dropped",
                  after - before, MANY_NAMES);
-    assert_int_equal(dm_cluster_lock_count(), locks0);
+    assert_int_equal(dm_cluster_lock_stats().count, locks0);
     char pat[128];
     snprintf(pat, sizeof pat, "%s*", th_key("churn*", DM_KEY_LOCK));
     wait_no_channels(pat);
     /* Dropped channels are freed once the server confirmed their UNSUBSCRIBE. */
     long long end = th_now_ms() + UNSUB_WAIT_MS;
-    while (dm_notify_count() != chans0) {
+    while (dm_notify_stats().count != chans0) {
         if (th_now_ms() > end)
-            fail_msg("%zu channel records left, expected %zu", dm_notify_count(), chans0);
+            fail_msg("%zu channel records left, expected %zu", dm_notify_stats().count, chans0);
         usleep(POLL_MS * 1000);
     }
 }
@@ -810,30 +810,30 @@ static void test_get_of_many_live_names_takes_constant_probe_steps(void **state)
         snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
         assert_non_null(cs[i] = dm_notify_chan(name));
     }
-    unsigned long lp = dm_cluster_lock_probes(), np = dm_notify_probes();
+    unsigned long lp = dm_cluster_lock_stats().probes, np = dm_notify_stats().probes;
     for (int i = 0; i < MANY_NAMES; i++) {
         snprintf(name, sizeof name, "live%d", i);
         assert_ptr_equal(dm_cluster_lock_get(name), ls[i]);
         snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
         assert_ptr_equal(dm_notify_chan(name), cs[i]);
     }
-    unsigned long lsteps = dm_cluster_lock_probes() - lp, nsteps = dm_notify_probes() - np;
+    unsigned long lsteps = dm_cluster_lock_stats().probes - lp, nsteps = dm_notify_stats().probes - np;
     if (lsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES ||
         nsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES)
         fail_msg("%d lookups among %d live names took %lu (locks) and %lu (channels) chain "
                  "steps; expected at most %d each on average",
                  MANY_NAMES, MANY_NAMES, lsteps, nsteps, MAX_AVG_PROBES);
-    size_t locks = dm_cluster_lock_count();
+    size_t locks = dm_cluster_lock_stats().count;
     for (int i = 0; i < MANY_NAMES; i++) {
         dm_cluster_lock_put(ls[i]);                     /* one of two references */
         dm_notify_chan_put(cs[i]);
     }
-    assert_int_equal(dm_cluster_lock_count(), locks);   /* still referenced */
+    assert_int_equal(dm_cluster_lock_stats().count, locks);   /* still referenced */
     for (int i = 0; i < MANY_NAMES; i++) {
         dm_cluster_lock_put(ls[i]);
         dm_notify_chan_put(cs[i]);
     }
-    assert_int_equal(dm_cluster_lock_count(), locks - MANY_NAMES);
+    assert_int_equal(dm_cluster_lock_stats().count, locks - MANY_NAMES);
     free(ls);
     free(cs);
 }
@@ -855,9 +855,9 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
     /* Replies come in order: a PING answered after the subscription means
      * every earlier UNSUBSCRIBE of it has been applied by the server. */
     usleep(100 * 1000);
-    assert_int_equal(numsub(l->channel), 1);
+    assert_int_equal(numsub(l->keys[DM_KEY_RELEASED]), 1);
     unsigned long seq = dm_notify_seq(l->chan);
-    freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->channel));
+    freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->keys[DM_KEY_RELEASED]));
     assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
     dm_cluster_lock_put(l);
     char pat[128];
@@ -988,9 +988,9 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        dm_redis_atfork_child();
-        dm_notify_atfork_child();
-        dm_cluster_atfork_child();
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_notify_atfork(DM_FORK_CHILD);
+        dm_cluster_atfork(DM_FORK_CHILD);
         int bad = 0;
         if (!strstr(l->wait_channel, dm_cluster_process_id()))
             bad |= 1;
@@ -1074,13 +1074,13 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
     int failed = 0;
     for (int r = 0; r < FORK_ROUNDS && !failed; r++) {
         usleep(1000 + (r % 7) * 300);
-        dm_cluster_atfork_prepare();
-        dm_notify_atfork_prepare();
+        dm_cluster_atfork(DM_FORK_PREPARE);
+        dm_notify_atfork(DM_FORK_PREPARE);
         pid_t pid = fork();
         if (pid == 0) {
-            dm_redis_atfork_child();
-            dm_notify_atfork_child();
-            dm_cluster_atfork_child();
+            dm_redis_atfork(DM_FORK_CHILD);
+            dm_notify_atfork(DM_FORK_CHILD);
+            dm_cluster_atfork(DM_FORK_CHILD);
             int bad = 0;
             for (int i = 0; i < FORK_LIVE; i++) {
                 snprintf(name, sizeof name, "flive%d", i);
@@ -1094,8 +1094,8 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
             }
             _exit(bad);
         }
-        dm_notify_atfork_parent();
-        dm_cluster_atfork_parent();
+        dm_notify_atfork(DM_FORK_PARENT);
+        dm_cluster_atfork(DM_FORK_PARENT);
         assert_true(pid > 0);
         int st;
         assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -1121,7 +1121,7 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
 static void test_connection_lost_while_dropping_channels_frees_them_and_resubscribes(void **state)
 {
     (void)state;
-    size_t base = dm_notify_count();
+    size_t base = dm_notify_stats().count;
     struct dm_notify_chan *keep = dm_notify_chan("dmutex:{rc}:keep");
     assert_non_null(keep);
     assert_int_equal(dm_notify_subscribe(keep, SLACK_MS), 0);
@@ -1141,12 +1141,12 @@ static void test_connection_lost_while_dropping_channels_frees_them_and_resubscr
     }
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE pubsub"));
     long long end = th_now_ms() + UNSUB_WAIT_MS + SLACK_MS;
-    while (dm_notify_count() != base + 1 || numsub("dmutex:{rc}:keep") != 1 ||
+    while (dm_notify_stats().count != base + 1 || numsub("dmutex:{rc}:keep") != 1 ||
            !dm_notify_is_subscribed(keep)) {
         if (th_now_ms() > end)
             fail_msg("after the connection was lost: %zu channel records (expected %zu), "
                      "keep subscribed %lld times on the server, %s here",
-                     dm_notify_count(), base + 1, numsub("dmutex:{rc}:keep"),
+                     dm_notify_stats().count, base + 1, numsub("dmutex:{rc}:keep"),
                      dm_notify_is_subscribed(keep) ? "subscribed" : "not subscribed");
         usleep(POLL_MS * 1000);
     }

@@ -44,7 +44,7 @@ static char addr[80];
  * empty pool. */
 static void point_at(int port)
 {
-    dm_redis_atfork_child();        /* forgets pooled connections, sends nothing */
+    dm_redis_atfork(DM_FORK_CHILD);        /* forgets pooled connections, sends nothing */
     cfg.redis.port = port;
     dm_redis_setup(&cfg.redis);
     snprintf(addr, sizeof addr, "%s:%d", rs.addr, port);
@@ -255,12 +255,12 @@ static void test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost(void
     usleep(2 * LEASE_MS * 1000);
     for (int i = 0; i < NHOLDS; i++) {
         assert_int_equal(dm_watchdog_is_lost(&h[i]), 0);
-        if (th_cmd_int(rc, "EXISTS %s", l[i]->key) != 1)
-            fail_msg("%s expired: the watchdog did not renew it", l[i]->key);
+        if (th_cmd_int(rc, "EXISTS %s", l[i]->keys[DM_KEY_LOCK]) != 1)
+            fail_msg("%s expired: the watchdog did not renew it", l[i]->keys[DM_KEY_LOCK]);
     }
 
     /* The server loses one: the next round says so, for that one only. */
-    freeReplyObject(th_cmd(rc, "DEL %s", l[1]->key));
+    freeReplyObject(th_cmd(rc, "DEL %s", l[1]->keys[DM_KEY_LOCK]));
     long long t0 = th_now_ms();
     while (!dm_watchdog_is_lost(&h[1]) && th_now_ms() - t0 < LEASE_MS + SLACK_MS)
         usleep(20 * 1000);

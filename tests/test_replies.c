@@ -68,7 +68,7 @@ static char shim_path[PATH_MAX], worker_path[PATH_MAX];
 /* The shim talks to the real server from now on (a fresh pool). */
 static void direct(void)
 {
-    dm_redis_atfork_child();        /* forgets pooled connections, sends nothing */
+    dm_redis_atfork(DM_FORK_CHILD);        /* forgets pooled connections, sends nothing */
     cfg.redis.port = rs.port;
 }
 
@@ -88,7 +88,7 @@ static void proxy(const char *script, const char *action, int nth, char **outp)
     char *pt = th_read_file(portfile);
     proxy_port = atoi(pt);
     free(pt);
-    dm_redis_atfork_child();
+    dm_redis_atfork(DM_FORK_CHILD);
     cfg.redis.port = proxy_port;
 }
 
@@ -113,9 +113,9 @@ static void assert_eagain(struct dm_cluster_lock *l, const struct timespec *dead
 /* The lock is free on the server, and a new locker sees no dead owner. */
 static void assert_free_and_clean(struct dm_cluster_lock *l)
 {
-    if (th_cmd_int(rc, "EXISTS %s", l->key) != 0) {
-        redisReply *r = th_cmd(rc, "GET %s", l->holder_key);
-        fail_msg("%s is still held (holder marker %s)", l->key,
+    if (th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]) != 0) {
+        redisReply *r = th_cmd(rc, "GET %s", l->keys[DM_KEY_HOLDER]);
+        fail_msg("%s is still held (holder marker %s)", l->keys[DM_KEY_LOCK],
                  r->type == REDIS_REPLY_STRING ? r->str : "none");
     }
     char b[DM_OWNER_MAX];
@@ -130,8 +130,8 @@ static void assert_free_and_clean(struct dm_cluster_lock *l)
 /* A hold by another process, made by hand. */
 static void held_elsewhere(struct dm_cluster_lock *l, long ms)
 {
-    freeReplyObject(th_cmd(rc, "HSET %s elsewhere:1 1", l->key));
-    freeReplyObject(th_cmd(rc, "PEXPIRE %s %ld", l->key, ms));
+    freeReplyObject(th_cmd(rc, "HSET %s elsewhere:1 1", l->keys[DM_KEY_LOCK]));
+    freeReplyObject(th_cmd(rc, "PEXPIRE %s %ld", l->keys[DM_KEY_LOCK], ms));
 }
 
 /* ---- fixtures ------------------------------------------------------------- */
@@ -226,14 +226,15 @@ static long long release_by_hand(struct dm_cluster_lock *l, const char *who, uin
 {
     char t[24];
     snprintf(t, sizeof t, "%llu", (unsigned long long)tok);
+    char *const *k = l->keys;
 #ifdef DM_TEST_OLD_RELEASE    /* the release.lua of before the lost list */
     redisReply *r = th_cmd(rc, "EVAL %s 5 %s %s %s %s %s %s %s %s %ld %s %ld", dm_lua_release,
-                           l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
-                           who, t, l->channel, LEASE_MS, l->wait_prefix, LEASE_MS / 3);
+                           k[DM_KEY_LOCK], k[DM_KEY_HOLDER], k[DM_KEY_TOKEN], k[DM_KEY_QUEUE], k[DM_KEY_QTIME],
+                           who, t, k[DM_KEY_RELEASED], LEASE_MS, k[DM_KEY_WAIT], LEASE_MS / 3);
 #else
     redisReply *r = th_cmd(rc, "EVAL %s 6 %s %s %s %s %s %s %s %s %s %ld %s %ld", dm_lua_release,
-                           l->key, l->holder_key, l->token_key, l->queue_key, l->qtime_key,
-                           l->lost_key, who, t, l->channel, LEASE_MS, l->wait_prefix,
+                           k[DM_KEY_LOCK], k[DM_KEY_HOLDER], k[DM_KEY_TOKEN], k[DM_KEY_QUEUE], k[DM_KEY_QTIME],
+                           k[DM_KEY_LOST], who, t, k[DM_KEY_RELEASED], LEASE_MS, k[DM_KEY_WAIT],
                            LEASE_MS / 3);
 #endif
     long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
@@ -255,7 +256,7 @@ static void test_retried_release_after_the_next_grant_is_not_a_lost_hold(void **
     dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);     /* the next owner */
     assert_int_equal(dm_cluster_release(l, a, g.token), 0);         /* the retry */
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, b), 1);   /* b's hold intact */
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], b), 1);   /* b's hold intact */
     assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
     /* ...and after a third grant, and its release, still. */
     dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
@@ -274,7 +275,7 @@ static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(vo
     struct dm_grant g, gb;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), 0);
-    freeReplyObject(th_cmd(rc, "DEL %s", l->key));     /* its lease ran out */
+    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_LOCK]));     /* its lease ran out */
     dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);
     assert_int_equal(gb.owner_dead, 1);
@@ -282,9 +283,9 @@ static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(vo
     assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
     assert_int_equal(dm_cluster_release(l, a, g.token), EPERM);
     /* Bounded: the lost list keeps a few dozen tokens for a lease. */
-    long long n = th_cmd_int(rc, "LLEN %s", l->lost_key);
+    long long n = th_cmd_int(rc, "LLEN %s", l->keys[DM_KEY_LOST]);
     assert_true(n >= 1 && n <= 48);
-    long long ttl = th_cmd_int(rc, "PTTL %s", l->lost_key);
+    long long ttl = th_cmd_int(rc, "PTTL %s", l->keys[DM_KEY_LOST]);
     assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
@@ -303,7 +304,7 @@ static void test_late_copy_of_an_old_release_leaves_a_newer_hold_alone(void **st
     dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g2), 0);
     assert_int_equal(release_by_hand(l, a, g1.token), 1);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->key, a), 1);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], a), 1);
     assert_int_equal(dm_cluster_release(l, a, g2.token), 0);
 }
 
@@ -374,8 +375,8 @@ static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
     direct();
     assert_free_and_clean(l);
     /* The void entry is bounded: one member, gone after a lease. */
-    assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->void_key), 1);
-    long long ttl = th_cmd_int(rc, "PTTL %s", l->void_key);
+    assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->keys[DM_KEY_VOID]), 1);
+    long long ttl = th_cmd_int(rc, "PTTL %s", l->keys[DM_KEY_VOID]);
     assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
@@ -406,9 +407,9 @@ static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void 
     char *text = th_read_file(out);
     th_assert_has(text, "reply: dropped");
     free(text);
-    assert_int_equal(th_cmd_int(rc, "LLEN %s", l->queue_key), 0);
-    assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->qtime_key), 0);
-    freeReplyObject(th_cmd(rc, "DEL %s", l->key));
+    assert_int_equal(th_cmd_int(rc, "LLEN %s", l->keys[DM_KEY_QUEUE]), 0);
+    assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->keys[DM_KEY_QTIME]), 0);
+    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_LOCK]));
 }
 
 /* ---- the matrix: each script's reply dropped, late, or an error ------------ */
@@ -491,8 +492,9 @@ static void matrix(const char *script, const char *action, int fair)
      * outlives a lease (or the fair queue's own two deadlines). */
     direct();
     assert_free_and_clean(l);
-    const char *const keys[] = { l->key, l->holder_key, l->queue_key, l->qtime_key,
-                                 l->lost_key, l->void_key };
+    const char *const keys[] = { l->keys[DM_KEY_LOCK], l->keys[DM_KEY_HOLDER],
+                                 l->keys[DM_KEY_QUEUE], l->keys[DM_KEY_QTIME],
+                                 l->keys[DM_KEY_LOST], l->keys[DM_KEY_VOID] };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         long long ttl = th_cmd_int(rc, "PTTL %s", keys[i]);
         if (ttl == -1 || ttl > (LEASE_MS > 2 * DM_QUEUE_TTL_MS ? LEASE_MS : 2 * DM_QUEUE_TTL_MS))
