@@ -66,7 +66,7 @@ static void cv_init_locked(void)
 static void declare_lost(struct dm_hold *h, const char *why, long long now)
 {
     const struct dm_config *cfg = dm_cluster_config();
-    h->lost = 1;
+    __atomic_store_n(&h->lost, 1, __ATOMIC_RELEASE);   /* read without wmu: is_lost */
     __atomic_add_fetch(&lost_count, 1, __ATOMIC_RELAXED);
     dm_error("lost the lease of lock %s (owner %s, fencing token %llu): %s; "
              "last renewal succeeded %lld ms ago (lease %ld ms); "
@@ -305,7 +305,7 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     if (asked_ms + lease_ms - cfg->lease_margin_ms < deadline_wake_ms)
         pthread_cond_signal(&dcv);
     h->gen++;
-    h->lost = 0;
+    __atomic_store_n(&h->lost, 0, __ATOMIC_RELEASE);
     h->registered = 1;
     h->prev = NULL;
     h->next = holds;
@@ -359,12 +359,13 @@ int dm_watchdog_remove(struct dm_hold *h)
     return lost;
 }
 
+/* Without wmu: asked on every lock and unlock of a held name (cache mode),
+ * it must not serialise them on the watchdog's mutex. The flag is written
+ * under wmu with release stores; a loss declared a moment later is seen by
+ * the next call, as it would be with the mutex. */
 int dm_watchdog_is_lost(struct dm_hold *h)
 {
-    pthread_mutex_lock(&wmu);
-    int lost = h->lost;
-    pthread_mutex_unlock(&wmu);
-    return lost;
+    return __atomic_load_n(&h->lost, __ATOMIC_ACQUIRE);
 }
 
 void dm_watchdog_note_lost(void)
