@@ -23,7 +23,7 @@ static const char usage_text[] =
     "commands:\n"
     "  run -c CONFIG [-r REDIS_URL] [-l LEVEL] [--] PROGRAM [ARGS...]\n"
     "        check CONFIG, then run PROGRAM with libdmutex.so preloaded\n"
-    "  ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE]\n"
+    "  ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [--json]\n"
     "        list the locks on the server: holder, remaining lease, fencing token\n"
     "  scan PROGRAM [LIBRARY...]\n"
     "        list the mutex variables of a binary, with ready config entries\n"
