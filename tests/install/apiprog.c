@@ -1,5 +1,5 @@
 /* apiprog: a user's program of the explicit API, built by
- * tests/install.test.sh and tests/ls.test.sh against an installed
+ * tests/install.test.sh and tests/ls_json.test.sh against an installed
  * dmutex.h with the flags of `pkg-config --cflags --libs dmutex`.
  *
  *   apiprog                  prints "version V absent" or "version V present"

@@ -1,12 +1,12 @@
 #!/bin/sh
-# ls.test.sh: `dmutex ls --json` against a redis-server of its own (free
+# ls_json.test.sh: `dmutex ls --json` against a redis-server of its own (free
 # port, tools/redis-tmp.sh) while a program under the shim holds one lock
 # and has released another: the document parses and says what the server
 # holds (state, holder, hold count, lease, token), a name from the server
 # with quotes, a control byte and invalid UTF-8 is escaped, and an empty
 # namespace is an empty list. Prints one closing line "N passed, N failed".
 #
-#   sh tests/ls.test.sh            (DMUTEX=path overrides build/dmutex)
+#   sh tests/ls_json.test.sh            (DMUTEX=path overrides build/dmutex)
 cd "$(dirname "$0")/.." || exit 1
 DMUTEX=${DMUTEX:-build/dmutex}
 T=$(mktemp -d /tmp/ls.test.XXXXXX) || exit 1
