@@ -143,8 +143,10 @@ keys_missing() {   # page: the keys of `dmutex config-keys` it has no entry for
     for g in top redis mutex; do
         "$U/bin/dmutex" config-keys "$g" | sed -n 's/^| `\([^`]*\)` |.*/\1/p'
     done | while read -r k; do
-        awk -v k="\\\\fB$k\\\\fR" 'prev == ".TP" && $0 == k { f = 1 } { prev = $0 }
-            END { exit !f }' "$1" || printf ' %s' "$k"
+        # the tag line of a .TP entry: \fBKEY\fR (\% keeps it whole)
+        awk -v k="\\\\fB$k\\\\fR" '{ t = $0; gsub(/\\%/, "", t) }
+            prev == ".TP" && t == k { f = 1 } { prev = $0 } END { exit !f }' "$1" ||
+            printf ' %s' "$k"
     done
 }
 n=$(for g in top redis mutex; do "$U/bin/dmutex" config-keys "$g"; done | grep -c '^| `')

@@ -36,6 +36,8 @@ function inline(s,    out, i, n, c, code, bold, m, k, url) {
             code = !code
             if (!bold)
                 out = out (code ? "\\fB" : "\\fR")
+            if (code)
+                out = out "\\%"      # not hyphenated
         } else if (!code && substr(s, i, 2) == "**") {
             bold = !bold
             if (!code)
