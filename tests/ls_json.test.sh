@@ -89,8 +89,8 @@ assert isinstance(f['token'], int) and f['token'] > 0, f"
 "$DMUTEX" ls -r "$URL" -n lstest >"$T/table"
 held_row=$(grep '^json.held ' "$T/table")
 holder_id=$(python3 -c "import json,sys; print([l for l in json.load(open(sys.argv[1]))['locks'] if l['name']=='json.held'][0]['holder'])" "$T/json")
-case "$held_row" in
-    *" held "*"$holder_id x1 "*" $token "*) ok "the table shows the same holder and token" ;;
+case "$holder_id:$held_row" in
+    ?*:*" held "*" $holder_id x1 "*" $token "*) ok "the table shows the same holder and token" ;;
     *) bad "the table shows the same holder and token" "$held_row" "json holder: $holder_id" ;;
 esac
 
