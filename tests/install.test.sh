@@ -64,6 +64,7 @@ cat >"$T/expected" <<LIST
 -rw-r--r-- usr/share/doc/dmutex/examples/example.cfg
 -rw-r--r-- usr/share/doc/dmutex/examples/demo.cfg
 -rw-r--r-- usr/share/doc/dmutex/examples/dmutex-preload.conf
+-rw-r--r-- usr/share/bash-completion/completions/dmutex
 LIST
 while read -r mode a b; do
     if [ "$mode" = "->" ]; then
@@ -176,6 +177,24 @@ for w in dmutex_name dmutex_token DMUTEX_VERSION LD_PRELOAD 78 password_env \
 done
 if [ -z "$missing" ]; then ok "libdmutex(3) has the API, exit status 78 and every variable the shim reads"
 else bad "libdmutex(3) has the API, exit status 78 and every variable the shim reads" "missing:$missing"; fi
+
+# ---- bash completion: commands and options from the installed command ------
+if command -v bash >/dev/null 2>&1; then
+    comp() {   # words...: what completing the last word offers
+        bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _dmutex
+            echo "${COMPREPLY[*]}"' - "$U/share/bash-completion/completions/dmutex" "$@"
+    }
+    c1=$(comp "$U/bin/dmutex" "") c2=$(comp "$U/bin/dmutex" ls --j) c3=$(comp "$U/bin/dmutex" run -l d)
+    missing=""
+    for w in $(cat "$T/commands") help --version; do
+        case " $c1 " in *" $w "*) ;; *) missing="$missing $w" ;; esac
+    done
+    if [ -z "$missing" ] && [ "$c2" = "--json" ] && [ "$c3" = "debug" ]; then
+        ok "bash completion offers the commands and each one's options"
+    else
+        bad "bash completion offers the commands and each one's options" "'$c1'" "'$c2'" "'$c3'"
+    fi
+fi
 
 # ---- pkg-config and a user's program ---------------------------------------
 export PKG_CONFIG_SYSROOT_DIR="$S" PKG_CONFIG_LIBDIR="$U/lib/pkgconfig"

@@ -19,6 +19,7 @@ INCLUDEDIR  ?= $(PREFIX)/include
 DATAROOTDIR ?= $(PREFIX)/share
 MANDIR      ?= $(DATAROOTDIR)/man
 DOCDIR      ?= $(DATAROOTDIR)/doc/dmutex
+BASHCOMPDIR ?= $(DATAROOTDIR)/bash-completion/completions
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 INST_B     := $(B)/install
@@ -35,7 +36,8 @@ INSTALL_FILES := $(BINDIR)/dmutex \
     $(INCLUDEDIR)/dmutex.h $(PKGCONFIGDIR)/dmutex.pc \
     $(MANDIR)/man1/dmutex.1 $(MANDIR)/man5/dmutex.conf.5 $(MANDIR)/man3/libdmutex.3 \
     $(addprefix $(DOCDIR)/,$(notdir $(INST_DOCS))) \
-    $(addprefix $(DOCDIR)/examples/,$(notdir $(INST_EXAMPLES)) dmutex-preload.conf)
+    $(addprefix $(DOCDIR)/examples/,$(notdir $(INST_EXAMPLES)) dmutex-preload.conf) \
+    $(BASHCOMPDIR)/dmutex
 # The directories that are dmutex's own: uninstall removes them when empty.
 INSTALL_OWN_DIRS := $(DOCDIR)/examples $(DOCDIR)
 
@@ -72,7 +74,7 @@ install-files: all $(INST_GEN)
 install: install-files
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 	    $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
-	    $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(DOCDIR)/examples
+	    $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(BASHCOMPDIR)
 	install -m 755 $(B)/dmutex $(DESTDIR)$(BINDIR)/dmutex
 	install -m 644 $(B)/libdmutex.so $(DESTDIR)$(LIBDIR)/$(DM_LIBFILE)
 	ln -sf $(DM_LIBFILE) $(DESTDIR)$(LIBDIR)/$(DM_SONAME)
@@ -84,6 +86,7 @@ install: install-files
 	install -m 644 $(INST_B)/dmutex.conf.5 $(DESTDIR)$(MANDIR)/man5/dmutex.conf.5
 	install -m 644 $(INST_DOCS) $(DESTDIR)$(DOCDIR)/
 	install -m 644 $(INST_EXAMPLES) $(INST_B)/dmutex-preload.conf $(DESTDIR)$(DOCDIR)/examples/
+	install -m 644 tools/dmutex.bash $(DESTDIR)$(BASHCOMPDIR)/dmutex
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALL_FILES))
