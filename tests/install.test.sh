@@ -258,5 +258,20 @@ else
     bad "PREFIX defaults to /usr/local" "$(cat "$T/make.log")" "$(find "$T/local")"
 fi
 
+# A LIBDIR of its own (Debian's multiarch one): the installed dmutex run
+# still finds the shim there.
+make -s install DESTDIR="$T/multi" PREFIX=/usr LIBDIR=/usr/lib/x86_64-linux-gnu >"$T/make.log" 2>&1
+out=$(env -u DMUTEX_LIB "$T/multi/usr/bin/dmutex" run -c "$T/app.cfg" -- "$T/apiprog" 2>&1)
+if [ "$out" = "version $V present" ] &&
+   [ -L "$T/multi/usr/lib/x86_64-linux-gnu/libdmutex.so.$MAJOR" ] &&
+   grep -qxF 'libdir=/usr/lib/x86_64-linux-gnu' "$T/multi/usr/lib/x86_64-linux-gnu/pkgconfig/dmutex.pc" &&
+   make -s uninstall DESTDIR="$T/multi" PREFIX=/usr LIBDIR=/usr/lib/x86_64-linux-gnu >>"$T/make.log" 2>&1 &&
+   [ -z "$(find "$T/multi" \( -type f -o -type l \))" ]; then
+    ok "with LIBDIR=/usr/lib/x86_64-linux-gnu dmutex run finds the shim there"
+else
+    bad "with LIBDIR=/usr/lib/x86_64-linux-gnu dmutex run finds the shim there" "$out" \
+        "$(cat "$T/make.log")" "$(find "$T/multi")"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -15,6 +15,12 @@
 #include "config_keys.h"
 #include "dmutex.h"
 
+/* Where `make install` puts the shim, from the directory it puts dmutex
+ * in (tools/install.mk builds the installed dmutex with its LIBDIR). */
+#ifndef DM_LIBDIR_FROM_BINDIR
+#define DM_LIBDIR_FROM_BINDIR "../lib"
+#endif
+
 static const char usage_text[] =
     "usage: dmutex COMMAND [ARGS]\n"
     "\n"
@@ -40,9 +46,9 @@ static const char run_usage[] =
     "\n"
     "Checks CONFIG (syntax, keys, values), then replaces itself with PROGRAM,\n"
     "run with LD_PRELOAD=libdmutex.so (the one beside this dmutex binary, else\n"
-    "../lib/libdmutex.so.MAJOR from it, or $DMUTEX_LIB) and DMUTEX_CONFIG=CONFIG.\n"
-    "The mutexes CONFIG names become cluster-wide; everything else passes\n"
-    "straight through to glibc.\n"
+    "the installed " DM_LIBDIR_FROM_BINDIR "/libdmutex.so.MAJOR from it, or $DMUTEX_LIB)\n"
+    "and DMUTEX_CONFIG=CONFIG. The mutexes CONFIG names become cluster-wide;\n"
+    "everything else passes straight through to glibc.\n"
     "\n"
     "  -c, --config FILE     the config file (required)\n"
     "  -r, --redis URL       override the server (sets DMUTEX_REDIS)\n"
@@ -76,9 +82,10 @@ static int find_shim(char *out, size_t len)
     if (access(out, R_OK) == 0)
         return 0;
     int beside_errno = errno;
-    /* Installed (make install): PREFIX/bin/dmutex -> PREFIX/lib/SONAME. */
+    /* Installed (make install): BINDIR/dmutex -> LIBDIR/SONAME. */
     char installed[PATH_MAX];
-    snprintf(installed, sizeof installed, "%s/../lib/libdmutex.so.%d", dir, DMUTEX_VERSION_MAJOR);
+    snprintf(installed, sizeof installed, "%s/%s/libdmutex.so.%d", dir, DM_LIBDIR_FROM_BINDIR,
+             DMUTEX_VERSION_MAJOR);
     if (access(installed, R_OK) == 0 && realpath(installed, out))
         return 0;
     fprintf(stderr, "dmutex run: %s: %s, nor %s (set DMUTEX_LIB to the shim's path)\n", out,

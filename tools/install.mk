@@ -6,8 +6,9 @@
 # The library is installed as libdmutex.so.X.Y.Z with its soname link
 # (libdmutex.so.X, the one to preload) and the dev link libdmutex.so;
 # build/libdmutex.so keeps its plain name for the tests and the demo.
-# `dmutex run` finds the installed shim at ../lib/SONAME from its own
-# directory: with a LIBDIR elsewhere than $(PREFIX)/lib it needs DMUTEX_LIB.
+# The installed dmutex is build/install/dmutex: build/dmutex with the path
+# from BINDIR to LIBDIR compiled in, where `dmutex run` finds the shim
+# (relative, so a staged or moved tree works too).
 # The man pages are made by tools/mkman.sh from the usage texts of
 # build/dmutex, config/REFERENCE.md and the key table of the code;
 # tests/install.test.sh stages an install and checks every file.
@@ -24,7 +25,7 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 INST_B     := $(B)/install
 INST_MAN   := $(INST_B)/dmutex.1 $(INST_B)/dmutex.conf.5 $(INST_B)/libdmutex.3
-INST_GEN   := $(INST_MAN) $(INST_B)/dmutex.pc $(INST_B)/dmutex-preload.conf
+INST_GEN   := $(INST_MAN) $(INST_B)/dmutex.pc $(INST_B)/dmutex-preload.conf $(INST_B)/dmutex
 INST_DOCS  := README.md docs/semantics.md docs/failures.md
 INST_EXAMPLES := config/example.cfg config/demo.cfg
 DM_LIBFILE := libdmutex.so.$(DM_VERSION)
@@ -46,15 +47,19 @@ INSTALL_OWN_DIRS := $(DOCDIR)/examples $(DOCDIR)
 # The generated files name the install paths: remade when one changes.
 INST_VARS = VERSION=$(DM_VERSION) PREFIX=$(PREFIX) BINDIR=$(BINDIR) LIBDIR=$(LIBDIR) \
     INCLUDEDIR=$(INCLUDEDIR) DOCDIR=$(DOCDIR) SONAME=$(DM_SONAME)
+DM_LIB_REL = $(shell realpath -m --relative-to=$(BINDIR) $(LIBDIR))
 $(INST_B)/vars: FORCE
 	@mkdir -p $(INST_B)
 	@echo '$(INST_VARS)' | cmp -s - $@ || echo '$(INST_VARS)' > $@
 FORCE:
 
+$(INST_B)/dmutex: $(B)/dmutex $(INST_B)/vars
+	$(call dm_cli_link,-DDM_LIBDIR_FROM_BINDIR='"$(DM_LIB_REL)"')
+
 $(INST_B)/dmutex.1 $(INST_B)/dmutex.conf.5 $(INST_B)/libdmutex.3: $(INST_B)/%: man/%.in \
-		$(B)/dmutex config/REFERENCE.md tools/mkman.sh tools/md2man.awk tools/usage2man.awk \
+		$(INST_B)/dmutex config/REFERENCE.md tools/mkman.sh tools/md2man.awk tools/usage2man.awk \
 		$(INST_B)/vars
-	tools/mkman.sh $< $(B)/dmutex config/REFERENCE.md $(INST_VARS) > $@.tmp && mv $@.tmp $@
+	tools/mkman.sh $< $(INST_B)/dmutex config/REFERENCE.md $(INST_VARS) > $@.tmp && mv $@.tmp $@
 
 $(INST_B)/dmutex-preload.conf: config/dmutex-preload.conf.in $(INST_B)/vars
 	sed 's|@LIBDIR@|$(LIBDIR)|g; s|@SONAME@|$(DM_SONAME)|g' $< > $@
@@ -75,7 +80,7 @@ install: install-files
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 	    $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
 	    $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(BASHCOMPDIR)
-	install -m 755 $(B)/dmutex $(DESTDIR)$(BINDIR)/dmutex
+	install -m 755 $(INST_B)/dmutex $(DESTDIR)$(BINDIR)/dmutex
 	install -m 644 $(B)/libdmutex.so $(DESTDIR)$(LIBDIR)/$(DM_LIBFILE)
 	ln -sf $(DM_LIBFILE) $(DESTDIR)$(LIBDIR)/$(DM_SONAME)
 	ln -sf $(DM_SONAME) $(DESTDIR)$(LIBDIR)/libdmutex.so
