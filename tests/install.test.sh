@@ -237,6 +237,12 @@ else bad "dmutex --version prints $V" "$("$U/bin/dmutex" --version 2>&1)"; fi
 out=$(env -u DMUTEX_LIB "$U/bin/dmutex" run -c "$T/app.cfg" -- "$T/apiprog" 2>&1)
 if [ "$out" = "version $V present" ]; then ok "installed dmutex run preloads the installed library"
 else bad "installed dmutex run preloads the installed library" "$out"; fi
+out=$(env -u DMUTEX_LIB -u LD_PRELOAD "$U/bin/dmutex" run -c "$T/app.cfg" -- "$T/apiprog" --preload 2>&1)
+if [ "$out" = "$U/bin/../lib/libdmutex.so.$MAJOR" ]; then
+    ok "dmutex run preloads the soname link (an upgrade's children find the new file)"
+else
+    bad "dmutex run preloads the soname link (an upgrade's children find the new file)" "$out"
+fi
 
 # ---- uninstall --------------------------------------------------------------
 make -s uninstall DESTDIR="$S" PREFIX=/usr >"$T/make.log" 2>&1 ||

@@ -82,12 +82,17 @@ static int find_shim(char *out, size_t len)
     if (access(out, R_OK) == 0)
         return 0;
     int beside_errno = errno;
-    /* Installed (make install): BINDIR/dmutex -> LIBDIR/SONAME. */
+    /* Installed (make install): BINDIR/dmutex -> LIBDIR/SONAME. The soname
+     * link, not the file it points to: a child that inherits LD_PRELOAD
+     * after an upgrade must find the new library, not a removed file (ld.so
+     * would run it without the shim, only warning). */
     char installed[PATH_MAX];
     snprintf(installed, sizeof installed, "%s/%s/libdmutex.so.%d", dir, DM_LIBDIR_FROM_BINDIR,
              DMUTEX_VERSION_MAJOR);
-    if (access(installed, R_OK) == 0 && realpath(installed, out))
+    if (access(installed, R_OK) == 0) {
+        snprintf(out, len, "%s", installed);
         return 0;
+    }
     fprintf(stderr, "dmutex run: %s: %s, nor %s (set DMUTEX_LIB to the shim's path)\n", out,
             strerror(beside_errno), installed);
     return -1;

@@ -3,6 +3,7 @@
  * dmutex.h with the flags of `pkg-config --cflags --libs dmutex`.
  *
  *   apiprog                  prints "version V absent" or "version V present"
+ *   apiprog --preload        prints $LD_PRELOAD
  *   apiprog HELD FREE        maps two mutexes under the lock names HELD and
  *                            FREE, takes and releases FREE, takes HELD and
  *                            prints "held TOKEN", keeps it until stdin ends,
@@ -11,6 +12,8 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #pragma weak dmutex_name
@@ -20,6 +23,11 @@ static pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER, freed = PTHREAD_MUTEX_I
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--preload") == 0) {
+        const char *p = getenv("LD_PRELOAD");
+        printf("%s\n", p ? p : "");
+        return 0;
+    }
     printf("version %s %s\n", DMUTEX_VERSION, dmutex_name ? "present" : "absent");
     fflush(stdout);
     if (argc < 3)
