@@ -14,6 +14,12 @@ DM_CFLAGS = -std=c11 -D_GNU_SOURCE $(DM_WARN) -pthread $(CFLAGS) \
 SHIM_LIBS = $(shell pkg-config --libs hiredis libconfig libelf) -ldl -pthread
 CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
 
+# The version is written once, in include/dmutex.h (DMUTEX_VERSION_*).
+dm_version_part = $(shell sed -n 's/^\#define DMUTEX_VERSION_$(1) \([0-9][0-9]*\)$$/\1/p' include/dmutex.h)
+DM_MAJOR   := $(call dm_version_part,MAJOR)
+DM_VERSION := $(DM_MAJOR).$(call dm_version_part,MINOR).$(call dm_version_part,PATCH)
+DM_SONAME  := libdmutex.so.$(DM_MAJOR)
+
 SHIM_SRCS := $(wildcard shim/*.c)
 LUA_SRCS  := $(sort $(wildcard shim/lua/*.lua))
 SHIM_OBJS := $(patsubst shim/%.c,$(B)/shim/%.o,$(SHIM_SRCS)) $(B)/shim/lua_scripts.o
@@ -39,8 +45,11 @@ $(B)/shim/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim
 $(B)/shim/lua_scripts.o: $(B)/shim/lua_scripts.c
 	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -Ishim -c $< -o $@
 
+# build/libdmutex.so keeps its plain name (tests, the demo and LD_PRELOAD
+# lines use it); `make install` gives it the versioned file name its soname
+# and dev link point to (tools/install.mk).
 $(B)/libdmutex.so: $(SHIM_OBJS)
-	$(CC) -shared -Wl,-z,now -Wl,-z,nodelete -o $@ $^ $(SHIM_LIBS)
+	$(CC) -shared -Wl,-z,now -Wl,-z,nodelete -Wl,-soname,$(DM_SONAME) -o $@ $^ $(SHIM_LIBS)
 
 $(B)/libdmcore.a: $(CORE_OBJS)
 	rm -f $@ && ar rcs $@ $^

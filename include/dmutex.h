@@ -17,6 +17,20 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* The version of dmutex: of this header, the library (whose soname is
+ * libdmutex.so.MAJOR) and the dmutex command. The one place it is written:
+ * the Makefile reads these three lines for the soname and dmutex.pc. 0.x:
+ * the config file, the command and this API may still change between
+ * minor versions (MAJOR moves to 1 once they are promised stable). */
+#define DMUTEX_VERSION_MAJOR 0
+#define DMUTEX_VERSION_MINOR 9
+#define DMUTEX_VERSION_PATCH 0
+#define DMUTEX_VERSION_STR_(x) #x
+#define DMUTEX_VERSION_STR(x) DMUTEX_VERSION_STR_(x)
+/* "MAJOR.MINOR.PATCH" */
+#define DMUTEX_VERSION DMUTEX_VERSION_STR(DMUTEX_VERSION_MAJOR) "." \
+    DMUTEX_VERSION_STR(DMUTEX_VERSION_MINOR) "." DMUTEX_VERSION_STR(DMUTEX_VERSION_PATCH)
+
 #ifdef __cplusplus
 extern "C" {
 #endif

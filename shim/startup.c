@@ -26,6 +26,7 @@
 
 #include "cluster.h"
 #include "config.h"
+#include "dmutex.h"
 #include "log.h"
 #include "mapped.h"
 #include "notify.h"
@@ -528,10 +529,11 @@ __attribute__((constructor)) static void dm_startup_start(void)
                     "held lock of the shim)", strerror(fr), "");
     configured = 1;
     if (config.nmutexes == 0)
-        dm_info("%s: mutexes = (): nothing mapped, redis at %s", config.path, dm_redis_addr());
+        dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
+                config.path, dm_redis_addr());
     else
-        dm_info("%zu mutexes mapped, redis at %s, namespace %s", dm_registry_count(),
-                dm_redis_addr(), config.ns);
+        dm_info("libdmutex %s: %zu mutexes mapped, redis at %s, namespace %s", DMUTEX_VERSION,
+                dm_registry_count(), dm_redis_addr(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

@@ -13,6 +13,13 @@
 #include "cli.h"
 #include "config.h"
 #include "config_keys.h"
+#include "dmutex.h"
+
+/* Where `make install` puts the shim, from the directory it puts dmutex
+ * in (tools/install.mk builds the installed dmutex with its LIBDIR). */
+#ifndef DM_LIBDIR_FROM_BINDIR
+#define DM_LIBDIR_FROM_BINDIR "../lib"
+#endif
 
 static const char usage_text[] =
     "usage: dmutex COMMAND [ARGS]\n"
@@ -22,11 +29,13 @@ static const char usage_text[] =
     "commands:\n"
     "  run -c CONFIG [-r REDIS_URL] [-l LEVEL] [--] PROGRAM [ARGS...]\n"
     "        check CONFIG, then run PROGRAM with libdmutex.so preloaded\n"
-    "  ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE]\n"
+    "  ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [--json]\n"
     "        list the locks on the server: holder, remaining lease, fencing token\n"
     "  scan PROGRAM [LIBRARY...]\n"
     "        list the mutex variables of a binary, with ready config entries\n"
     "  help  this text\n"
+    "  --version\n"
+    "        print the version of dmutex\n"
     "\n"
     "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
     "DMUTEX_REDIS (redis://[user:pass@]host:port/db or unix:///path), DMUTEX_LOG\n"
@@ -36,9 +45,10 @@ static const char run_usage[] =
     "usage: dmutex run -c CONFIG [-r REDIS_URL] [-l LEVEL] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Checks CONFIG (syntax, keys, values), then replaces itself with PROGRAM,\n"
-    "run with LD_PRELOAD=libdmutex.so (the one beside this dmutex binary, or\n"
-    "$DMUTEX_LIB) and DMUTEX_CONFIG=CONFIG. The mutexes CONFIG names become\n"
-    "cluster-wide; everything else passes straight through to glibc.\n"
+    "run with LD_PRELOAD=libdmutex.so (the one beside this dmutex binary, else\n"
+    "the installed " DM_LIBDIR_FROM_BINDIR "/libdmutex.so.MAJOR from it, or $DMUTEX_LIB)\n"
+    "and DMUTEX_CONFIG=CONFIG. The mutexes CONFIG names become cluster-wide;\n"
+    "everything else passes straight through to glibc.\n"
     "\n"
     "  -c, --config FILE     the config file (required)\n"
     "  -r, --redis URL       override the server (sets DMUTEX_REDIS)\n"
@@ -48,7 +58,8 @@ static const char run_usage[] =
     "Exit status: PROGRAM's; 78 if CONFIG is wrong (the message names\n"
     "FILE:LINE); 2 for a usage error; 127 if PROGRAM cannot be run.\n";
 
-/* The shim beside this executable: build/dmutex -> build/libdmutex.so. */
+/* The shim beside this executable (build/dmutex -> build/libdmutex.so),
+ * else where `make install` put it relative to the executable. */
 static int find_shim(char *out, size_t len)
 {
     const char *env = getenv("DMUTEX_LIB");
@@ -66,13 +77,25 @@ static int find_shim(char *out, size_t len)
         return -1;
     }
     self[n] = 0;
-    snprintf(out, len, "%s/libdmutex.so", dirname(self));
-    if (access(out, R_OK) != 0) {
-        fprintf(stderr, "dmutex run: %s: %s (set DMUTEX_LIB to the shim's path)\n",
-                out, strerror(errno));
-        return -1;
+    const char *dir = dirname(self);
+    snprintf(out, len, "%s/libdmutex.so", dir);
+    if (access(out, R_OK) == 0)
+        return 0;
+    int beside_errno = errno;
+    /* Installed (make install): BINDIR/dmutex -> LIBDIR/SONAME. The soname
+     * link, not the file it points to: a child that inherits LD_PRELOAD
+     * after an upgrade must find the new library, not a removed file (ld.so
+     * would run it without the shim, only warning). */
+    char installed[PATH_MAX];
+    snprintf(installed, sizeof installed, "%s/%s/libdmutex.so.%d", dir, DM_LIBDIR_FROM_BINDIR,
+             DMUTEX_VERSION_MAJOR);
+    if (access(installed, R_OK) == 0) {
+        snprintf(out, len, "%s", installed);
+        return 0;
     }
-    return 0;
+    fprintf(stderr, "dmutex run: %s: %s, nor %s (set DMUTEX_LIB to the shim's path)\n", out,
+            strerror(beside_errno), installed);
+    return -1;
 }
 
 int dm_cli_run(int argc, char **argv)
@@ -186,6 +209,10 @@ int main(int argc, char **argv)
         return dm_cli_scan(argc - 1, argv + 1);
     if (strcmp(cmd, "config-keys") == 0)
         return config_keys(argc - 1, argv + 1);
+    if (strcmp(cmd, "--version") == 0) {
+        printf("dmutex %s\n", DMUTEX_VERSION);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -14,7 +14,7 @@
 #include "redis.h"
 
 static const char ls_usage[] =
-    "usage: dmutex ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE]\n"
+    "usage: dmutex ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [--json]\n"
     "\n"
     "Lists the cluster locks of NAMESPACE (default: the config's, or \"dmutex\"):\n"
     "  NAME       the lock name (config `name`, default the symbol)\n"
@@ -32,6 +32,10 @@ static const char ls_usage[] =
     "                      (default: $DMUTEX_REDIS, else the config's, else\n"
     "                      127.0.0.1:6379)\n"
     "  -n, --namespace NS  key namespace\n"
+    "      --json          print one JSON document instead of the table:\n"
+    "                      {\"namespace\", \"redis\", \"locks\": [{\"name\", \"state\",\n"
+    "                      \"holder\", \"holds\", \"lease_ms\", \"token\", \"waiters\",\n"
+    "                      \"listening\"}]}, null where the table shows -\n"
     "  -h, --help          this text\n"
     "\n"
     "Exit status 0; 1 if the server cannot be reached; 2 usage; 78 bad config.\n";
@@ -66,6 +70,56 @@ static redisReply *key_cmd(redisContext *c, const char *fmt, const char *ns, con
     return r;
 }
 
+/* `s` as a JSON string: quotes, backslashes and control characters
+ * escaped; a byte that is not part of valid UTF-8 (key names come from the
+ * server, which stores any bytes) becomes U+FFFD, so the document always
+ * parses. */
+static void json_str(FILE *out, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    putc('"', out);
+    while (*p) {
+        unsigned char b = *p;
+        if (b == '"' || b == '\\') {
+            fprintf(out, "\\%c", b);
+            p++;
+        } else if (b < 0x20 || b == 0x7f) {
+            fprintf(out, "\\u%04x", b);
+            p++;
+        } else if (b < 0x80) {
+            putc(b, out);
+            p++;
+        } else {
+            /* length of the sequence b starts, and the least code point it
+             * may encode (overlong forms are invalid) */
+            int n = b >= 0xc2 && b <= 0xdf ? 2 : (b & 0xf0) == 0xe0 ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+            unsigned long cp = n == 2 ? b & 0x1f : n == 3 ? b & 0x0f : b & 0x07;
+            int i = 1;
+            for (; i < n && (p[i] & 0xc0) == 0x80; i++)
+                cp = cp << 6 | (p[i] & 0x3f);
+            if (n == 0 || i < n || (n == 3 && cp < 0x800) || (n == 3 && cp >= 0xd800 && cp <= 0xdfff) ||
+                (n == 4 && (cp < 0x10000 || cp > 0x10ffff))) {
+                fputs("\\ufffd", out);
+                p++;
+            } else {
+                fwrite(p, 1, (size_t)n, out);
+                p += n;
+            }
+        }
+    }
+    putc('"', out);
+}
+
+/* A decimal integer reply as a JSON number, anything else as null. */
+static void json_int_or_null(FILE *out, const char *s)
+{
+    size_t n = s ? strspn(s, "0123456789") : 0;
+    if (n > 0 && s[n] == 0 && n < 20)
+        fputs(s, out);
+    else
+        fputs("null", out);
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -77,17 +131,19 @@ int dm_cli_ls(int argc, char **argv)
         { "config", required_argument, NULL, 'c' },
         { "redis", required_argument, NULL, 'r' },
         { "namespace", required_argument, NULL, 'n' },
+        { "json", no_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     const char *cfg_path = NULL, *url = getenv("DMUTEX_REDIS"), *ns = NULL;
-    int ch;
+    int ch, json = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "c:r:n:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'c': cfg_path = optarg; break;
         case 'r': url = optarg; break;
         case 'n': ns = optarg; break;
+        case 'j': json = 1; break;
         case 'h': fputs(ls_usage, stdout); return 0;
         default: fputs(ls_usage, stderr); return 2;
         }
@@ -159,8 +215,16 @@ int dm_cli_ls(int argc, char **argv)
     free(match);
     qsort(names, n, sizeof *names, by_name);
 
-    printf("%-24s %-8s %-44s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS", "TOKEN",
-           "WAITERS", "LISTENING");
+    if (json) {
+        fputs("{\"namespace\": ", stdout);
+        json_str(stdout, ns);
+        fputs(", \"redis\": ", stdout);
+        json_str(stdout, dm_redis_addr());
+        fputs(", \"locks\": [", stdout);
+    } else {
+        printf("%-24s %-8s %-44s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
+               "TOKEN", "WAITERS", "LISTENING");
+    }
     for (size_t i = 0; i < n; i++) {
         const char *nm = names[i];
         redisReply *hold = key_cmd(c, "HGETALL %s", ns, nm, DM_KEY_LOCK);
@@ -193,8 +257,27 @@ int dm_cli_ls(int argc, char **argv)
         long long listening = subs->type == REDIS_REPLY_ARRAY && subs->elements == 2
                                   ? subs->element[1]->integer : 0;
         long long waiters = queue->type == REDIS_REPLY_INTEGER ? queue->integer : 0;
-        printf("%-24s %-8s %-44s %9s %16s %7lld %9lld\n", nm, state, holder, lease,
-               tok->type == REDIS_REPLY_STRING ? tok->str : "-", waiters, listening);
+        const char *token = tok->type == REDIS_REPLY_STRING ? tok->str : NULL;
+        if (json) {
+            int held = state[0] == 'h';
+            fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", stdout);
+            json_str(stdout, nm);
+            printf(", \"state\": \"%s\", \"holder\": ", state);
+            if (held)
+                json_str(stdout, hold->element[0]->str);
+            else
+                fputs("null", stdout);
+            fputs(", \"holds\": ", stdout);
+            json_int_or_null(stdout, held ? hold->element[1]->str : NULL);
+            fputs(", \"lease_ms\": ", stdout);
+            json_int_or_null(stdout, lease[0] == '-' ? NULL : lease);
+            fputs(", \"token\": ", stdout);
+            json_int_or_null(stdout, token);
+            printf(", \"waiters\": %lld, \"listening\": %lld}", waiters, listening);
+        } else {
+            printf("%-24s %-8s %-44s %9s %16s %7lld %9lld\n", nm, state, holder, lease,
+                   token ? token : "-", waiters, listening);
+        }
         freeReplyObject(hold);
         freeReplyObject(pttl);
         freeReplyObject(tok);
@@ -203,7 +286,9 @@ int dm_cli_ls(int argc, char **argv)
         freeReplyObject(queue);
         free(names[i]);
     }
-    if (n == 0)
+    if (json)
+        fputs(n ? "\n]}\n" : "]}\n", stdout);
+    else if (n == 0)
         printf("(no locks in namespace %s at %s)\n", ns, dm_redis_addr());
     free(names);
     dm_redis_close(&conn);
