@@ -160,6 +160,7 @@ static int config_keys(int argc, char **argv)
 {
     static const char *const groups[] = {
         [DM_GROUP_TOP] = "top", [DM_GROUP_REDIS] = "redis", [DM_GROUP_MUTEX] = "mutex",
+        [DM_GROUP_TLS] = "tls",
     };
     for (size_t g = 0; argc == 2 && g < sizeof groups / sizeof groups[0]; g++) {
         if (strcmp(argv[1], groups[g]) == 0) {
@@ -167,7 +168,7 @@ static int config_keys(int argc, char **argv)
             return fflush(stdout) == 0 ? 0 : 1;
         }
     }
-    fputs("usage: dmutex config-keys top|redis|mutex\n", stderr);
+    fputs("usage: dmutex config-keys top|redis|mutex|tls\n", stderr);
     return 2;
 }
 

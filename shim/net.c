@@ -1,0 +1,577 @@
+/* net: moves a connection's bytes. A plain connection is hiredis's own
+ * (redisGetReply, redisBufferRead/Write on a blocking socket with
+ * SO_RCVTIMEO): every call here starts with `if (!t)` and hands it over,
+ * so plain TCP and unix sockets run exactly as before.
+ *
+ * A TLS connection keeps hiredis for the protocol only: commands are
+ * formatted into c->obuf by redisAppendCommand*, replies parsed by
+ * c->reader. Its socket is non-blocking from the handshake on, and every
+ * wait is a poll(2) bounded by the session's deadline, so the handshake
+ * gets what is left of the connect timeout and each reply the command
+ * timeout, as a plain connection does. Failures land in c->err/errstr like
+ * hiredis's; a TLS failure (an alert, a certificate) also in t->why, long
+ * enough to name the cause, the file and the address.
+ *
+ * OpenSSL is initialised once, at the first TLS session (a program that
+ * never uses TLS never initialises it from here), without an atexit
+ * handler: the shim's destructor runs after atexit handlers and may still
+ * release holds over TLS. A program that uses the same libssl itself may
+ * have registered OpenSSL's cleanup at exit; OPENSSL_atexit tells us when
+ * that ran, and from then on a TLS call fails with words instead of
+ * touching freed state. */
+#include "net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/sds.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define DM_NET_READ_CHUNK 16384     /* one TLS record's worth */
+#define DM_NET_WHY_MAX    400
+
+struct dm_net {
+    SSL *ssl;
+    long timeout_ms;                /* one reply */
+    int failed;                     /* the last failure was a TLS one: why says it */
+    char why[DM_NET_WHY_MAX];
+    const char *addr;               /* static: redis's address text */
+};
+
+static pthread_once_t ssl_once = PTHREAD_ONCE_INIT;
+static int ssl_ready;
+static int ssl_gone;                /* OpenSSL's cleanup ran (a program's exit) */
+
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static const struct dm_tls_config *tcfg;
+static SSL_CTX *ctx;                /* made from tcfg at the first session */
+
+static void on_openssl_cleanup(void)
+{
+    __atomic_store_n(&ssl_gone, 1, __ATOMIC_RELEASE);
+}
+
+static void ssl_init(void)
+{
+    if (OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT | OPENSSL_INIT_LOAD_SSL_STRINGS |
+                         OPENSSL_INIT_LOAD_CRYPTO_STRINGS, NULL) != 1)
+        return;
+    OPENSSL_atexit(on_openssl_cleanup);
+    ssl_ready = 1;
+}
+
+void dm_net_setup(const struct dm_tls_config *tls)
+{
+    pthread_mutex_lock(&ctx_mu);
+    tcfg = tls && tls->enabled ? tls : NULL;
+    if (ctx && !__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE))
+        SSL_CTX_free(ctx);      /* sessions hold their own reference */
+    ctx = NULL;
+    pthread_mutex_unlock(&ctx_mu);
+}
+
+/* OpenSSL's words for the oldest error of this thread's queue. */
+static const char *ssl_words(char *buf, size_t len)
+{
+    unsigned long e = ERR_peek_error();
+    if (!e)
+        return "no further detail";
+    const char *r = ERR_reason_error_string(e);
+    if (r)
+        snprintf(buf, len, "%s", r);
+    else
+        ERR_error_string_n(e, buf, len);
+    return buf;
+}
+
+static SSL_CTX *ctx_make(const struct dm_tls_config *tc, char *why, size_t len)
+{
+    char w[200];
+    SSL_CTX *x = SSL_CTX_new(TLS_client_method());
+    if (!x) {
+        snprintf(why, len, "cannot make a TLS context: %s", ssl_words(w, sizeof w));
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(x, TLS1_2_VERSION);
+    SSL_CTX_set_mode(x, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (tc->verify) {
+        SSL_CTX_set_verify(x, SSL_VERIFY_PEER, NULL);
+        struct stat st;
+        int ok;
+        if (tc->ca && stat(tc->ca, &st) == 0 && S_ISDIR(st.st_mode))
+            ok = SSL_CTX_load_verify_locations(x, NULL, tc->ca);
+        else if (tc->ca)
+            ok = SSL_CTX_load_verify_locations(x, tc->ca, NULL);
+        else
+            ok = SSL_CTX_set_default_verify_paths(x);
+        if (ok != 1) {
+            snprintf(why, len, "cannot read the CA certificates redis.tls.ca = \"%s\": %s",
+                     tc->ca ? tc->ca : "(the system's)", ssl_words(w, sizeof w));
+            goto fail;
+        }
+    } else {
+        SSL_CTX_set_verify(x, SSL_VERIFY_NONE, NULL);
+    }
+    if (tc->cert) {
+        const char *key = tc->key ? tc->key : tc->cert;
+        if (SSL_CTX_use_certificate_chain_file(x, tc->cert) != 1) {
+            snprintf(why, len, "cannot read the client certificate redis.tls.cert = \"%s\": %s",
+                     tc->cert, ssl_words(w, sizeof w));
+            goto fail;
+        }
+        if (SSL_CTX_use_PrivateKey_file(x, key, SSL_FILETYPE_PEM) != 1) {
+            snprintf(why, len, "cannot read the client key redis.tls.key = \"%s\": %s",
+                     key, ssl_words(w, sizeof w));
+            goto fail;
+        }
+        if (SSL_CTX_check_private_key(x) != 1) {
+            snprintf(why, len, "redis.tls.key = \"%s\" is not the key of redis.tls.cert = "
+                     "\"%s\": %s", key, tc->cert, ssl_words(w, sizeof w));
+            goto fail;
+        }
+    }
+    return x;
+fail:
+    SSL_CTX_free(x);
+    return NULL;
+}
+
+/* The context for a new session, with a reference of its own. */
+static SSL_CTX *ctx_get(char *why, size_t len)
+{
+    pthread_mutex_lock(&ctx_mu);
+    SSL_CTX *x = NULL;
+    if (!tcfg)
+        snprintf(why, len, "TLS is not configured");
+    else if (!ctx)
+        ctx = ctx_make(tcfg, why, len);
+    if (ctx && SSL_CTX_up_ref(ctx) == 1)
+        x = ctx;
+    pthread_mutex_unlock(&ctx_mu);
+    return x;
+}
+
+static int is_ip_literal(const char *s)
+{
+    return strchr(s, ':') != NULL || strspn(s, "0123456789.") == strlen(s);
+}
+
+/* c->err/errstr as hiredis sets them, for callers that read the context. */
+static void set_ctx_err(redisContext *c, int type, const char *what)
+{
+    c->err = type;
+    snprintf(c->errstr, sizeof c->errstr, "%.*s", (int)sizeof c->errstr - 1, what);
+}
+
+/* Waits for `events` on the socket until the deadline. 1 ready, 0 timed
+ * out, -1 error (errno). */
+static int wait_fd(int fd, short events, long long deadline_ms)
+{
+    for (;;) {
+        long long left = deadline_ms - dm_now_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd p = { fd, events, 0 };
+        int n = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+/* Words for a failed TLS call (an alert, a protocol error, a
+ * certificate): t->why and, shortened, c->errstr. Consumes the thread's
+ * OpenSSL error queue. */
+static void tls_fail(redisContext *c, struct dm_net *t, const char *during)
+{
+    char w[200];
+    unsigned long e = ERR_peek_error();
+    int reason = e ? ERR_GET_REASON(e) : 0;
+    long vr = SSL_get_verify_result(t->ssl);
+    const char *cause;
+    const struct dm_tls_config *tc = tcfg;
+    char detail[DM_NET_WHY_MAX];
+
+    if (vr != X509_V_OK && e && reason == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+        const char *vs = X509_verify_cert_error_string(vr);
+        switch (vr) {
+        case X509_V_ERR_CERT_HAS_EXPIRED:
+            cause = "the server's certificate has expired";
+            break;
+        case X509_V_ERR_CERT_NOT_YET_VALID:
+            cause = "the server's certificate is not valid yet (check the clocks)";
+            break;
+        case X509_V_ERR_HOSTNAME_MISMATCH:
+        case X509_V_ERR_IP_ADDRESS_MISMATCH:
+            cause = "the server's certificate is not for the name dmutex checks "
+                    "(the host, or redis.tls.server_name)";
+            break;
+        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+        case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+        case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+        case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+        case X509_V_ERR_CERT_SIGNATURE_FAILURE:
+            cause = "the server's certificate is not signed by a trusted CA";
+            break;
+        default:
+            cause = "the server's certificate does not verify";
+            break;
+        }
+        if (vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH)
+            snprintf(detail, sizeof detail, "%s: %s (checked \"%s\")", cause, vs,
+                     SSL_get0_peername(t->ssl) ? SSL_get0_peername(t->ssl)
+                     : tc && tc->server_name ? tc->server_name : "the host address");
+        else if (strstr(cause, "trusted CA"))
+            snprintf(detail, sizeof detail, "%s (redis.tls.ca = %s%s%s): %s", cause,
+                     tc && tc->ca ? "\"" : "", tc && tc->ca ? tc->ca : "the system's CAs",
+                     tc && tc->ca ? "\"" : "", vs);
+        else
+            snprintf(detail, sizeof detail, "%s: %s", cause, vs);
+    } else if (reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED ||
+               reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE ||
+               reason == SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN ||
+               reason == SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE ||
+               reason == SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED ||
+               reason == SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED ||
+               reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA ||
+               reason == SSL_R_TLSV1_ALERT_ACCESS_DENIED ||
+               reason == SSL_R_TLSV1_ALERT_DECRYPT_ERROR) {
+        snprintf(detail, sizeof detail, "the server refused the client certificate "
+                 "(redis.tls.cert = %s%s%s): %s", tc && tc->cert ? "\"" : "",
+                 tc && tc->cert ? tc->cert : "none given", tc && tc->cert ? "\"" : "",
+                 ssl_words(w, sizeof w));
+    } else if (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
+               reason == SSL_R_UNKNOWN_PROTOCOL) {
+        snprintf(detail, sizeof detail, "the server does not speak TLS on this port "
+                 "(a plain-TCP Redis?): %s", ssl_words(w, sizeof w));
+    } else {
+        snprintf(detail, sizeof detail, "%s", e ? ssl_words(w, sizeof w) : "protocol error");
+    }
+    ERR_clear_error();
+    snprintf(t->why, sizeof t->why, "TLS %s with redis at %.60s failed: %.300s", during, t->addr, detail);
+    t->failed = 1;
+    set_ctx_err(c, REDIS_ERR_IO, detail);
+}
+
+/* After an SSL call returned ret <= 0: 1 to wait for `*events` and call
+ * again, 0 when the peer closed, -1 on an error (c->errstr set). */
+static int ssl_retry(redisContext *c, struct dm_net *t, int ret, short *events,
+                     const char *during)
+{
+    int saved = errno;
+    switch (SSL_get_error(t->ssl, ret)) {
+    case SSL_ERROR_WANT_READ:
+        *events = POLLIN;
+        return 1;
+    case SSL_ERROR_WANT_WRITE:
+        *events = POLLOUT;
+        return 1;
+    case SSL_ERROR_ZERO_RETURN:
+        set_ctx_err(c, REDIS_ERR_EOF, "Server closed the connection");
+        return 0;
+    case SSL_ERROR_SYSCALL:
+        if (ERR_peek_error()) {
+            tls_fail(c, t, during);
+            return -1;
+        }
+        if (ret == 0 || saved == 0) {
+            set_ctx_err(c, REDIS_ERR_EOF, "Server closed the connection");
+            return 0;
+        }
+        set_ctx_err(c, REDIS_ERR_IO, strerror(saved));
+        return -1;
+    default:
+        tls_fail(c, t, during);
+        return -1;
+    }
+}
+
+static int usable(redisContext *c)
+{
+    if (__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE)) {
+        set_ctx_err(c, REDIS_ERR_IO, "OpenSSL was shut down (the program is exiting)");
+        return 0;
+    }
+    return 1;
+}
+
+static void timed_out(redisContext *c, long ms)
+{
+    char m[80];
+    snprintf(m, sizeof m, "no reply within %ld ms (TLS)", ms);
+    set_ctx_err(c, REDIS_ERR_IO, m);
+}
+
+struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *addr,
+                                long long deadline_ms, long timeout_ms, char *why, size_t len)
+{
+    pthread_once(&ssl_once, ssl_init);
+    if (!ssl_ready) {
+        snprintf(why, len, "TLS to redis at %s: OpenSSL cannot be initialised", addr);
+        return NULL;
+    }
+    if (!usable(c)) {
+        snprintf(why, len, "TLS to redis at %s: %s", addr, c->errstr);
+        return NULL;
+    }
+    char cwhy[DM_NET_WHY_MAX];
+    ERR_clear_error();
+    SSL_CTX *x = ctx_get(cwhy, sizeof cwhy);
+    if (!x) {
+        ERR_clear_error();
+        snprintf(why, len, "TLS to redis at %s: %s", addr, cwhy);
+        return NULL;
+    }
+    struct dm_net *t = calloc(1, sizeof *t);
+    SSL *ssl = t ? SSL_new(x) : NULL;
+    SSL_CTX_free(x);            /* the session keeps its own reference */
+    if (!ssl) {
+        free(t);
+        ERR_clear_error();
+        snprintf(why, len, "TLS to redis at %s: out of memory", addr);
+        return NULL;
+    }
+    t->ssl = ssl;
+    t->timeout_ms = timeout_ms;
+    t->addr = addr;
+    const struct dm_tls_config *tc = tcfg;
+    const char *name = tc && tc->server_name ? tc->server_name : host;
+    if (!is_ip_literal(name))
+        SSL_set_tlsext_host_name(ssl, name);    /* SNI is for names only */
+    if (tc && tc->verify) {
+        if (is_ip_literal(name))
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name);
+        else
+            SSL_set1_host(ssl, name);
+    }
+    int fl = fcntl(c->fd, F_GETFL);
+    if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0 || SSL_set_fd(ssl, c->fd) != 1) {
+        snprintf(why, len, "TLS to redis at %s: cannot set up the socket: %s", addr,
+                 strerror(errno));
+        goto fail;
+    }
+    for (;;) {
+        ERR_clear_error();
+        int r = SSL_connect(ssl);
+        if (r == 1)
+            break;
+        short ev = 0;
+        int k = ssl_retry(c, t, r, &ev, "handshake");
+        if (k == 0) {
+            snprintf(why, len, "TLS handshake with redis at %s failed: the server closed the "
+                     "connection (not a TLS port, or it refused this client)", addr);
+            goto fail;
+        }
+        if (k < 0) {
+            snprintf(why, len, "%s", t->failed ? t->why : c->errstr);
+            if (!t->failed)
+                snprintf(why, len, "TLS handshake with redis at %s failed: %s", addr, c->errstr);
+            goto fail;
+        }
+        int w = wait_fd(c->fd, ev, deadline_ms);
+        if (w <= 0) {
+            if (w == 0)
+                snprintf(why, len, "TLS handshake with redis at %s failed: no answer within the "
+                         "connect timeout (is it a TLS port? a plain-TCP Redis waits in "
+                         "silence)", addr);
+            else
+                snprintf(why, len, "TLS handshake with redis at %s failed: %s", addr,
+                         strerror(errno));
+            goto fail;
+        }
+    }
+    c->err = 0;
+    c->errstr[0] = 0;
+    return t;
+fail:
+    ERR_clear_error();
+    SSL_free(ssl);
+    free(t);
+    c->err = 0;
+    c->errstr[0] = 0;
+    return NULL;
+}
+
+void dm_net_set_timeout(redisContext *c, struct dm_net *t, long ms)
+{
+    if (t) {
+        t->timeout_ms = ms;
+        return;
+    }
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    redisSetTimeout(c, tv);
+}
+
+/* Writes all of c->obuf by the deadline. REDIS_OK or REDIS_ERR. */
+static int tls_flush(redisContext *c, struct dm_net *t, long long deadline_ms)
+{
+    while (sdslen(c->obuf) > 0) {
+        ERR_clear_error();
+        int n = SSL_write(t->ssl, c->obuf, (int)sdslen(c->obuf));
+        if (n > 0) {
+            sdsrange(c->obuf, n, -1);
+            continue;
+        }
+        short ev = 0;
+        int k = ssl_retry(c, t, n, &ev, "write");
+        if (k <= 0)
+            return REDIS_ERR;
+        int w = wait_fd(c->fd, ev, deadline_ms);
+        if (w <= 0) {
+            if (w == 0)
+                timed_out(c, t->timeout_ms);
+            else
+                set_ctx_err(c, REDIS_ERR_IO, strerror(errno));
+            return REDIS_ERR;
+        }
+    }
+    return REDIS_OK;
+}
+
+/* Reads what the session has now (one call of SSL_read), feeding the
+ * reader. 1 bytes fed, 0 nothing yet (*events: what to wait for), -1 on
+ * an error or a closed connection. */
+static int tls_read_once(redisContext *c, struct dm_net *t, short *events)
+{
+    char buf[DM_NET_READ_CHUNK];
+    ERR_clear_error();
+    int n = SSL_read(t->ssl, buf, sizeof buf);
+    if (n > 0) {
+        if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+            set_ctx_err(c, c->reader->err, c->reader->errstr);
+            return -1;
+        }
+        return 1;
+    }
+    int k = ssl_retry(c, t, n, events, "read");
+    return k > 0 ? 0 : -1;
+}
+
+int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply)
+{
+    if (!t)
+        return redisGetReply(c, reply);
+    void *r = NULL;
+    if (!usable(c) || redisGetReplyFromReader(c, &r) != REDIS_OK)
+        return REDIS_ERR;
+    long long deadline = dm_now_ms() + t->timeout_ms;
+    if (!r && tls_flush(c, t, deadline) != REDIS_OK)
+        return REDIS_ERR;
+    while (!r) {
+        short ev = 0;
+        int k = tls_read_once(c, t, &ev);
+        if (k < 0)
+            return REDIS_ERR;
+        if (k == 0) {
+            int w = wait_fd(c->fd, ev, deadline);
+            if (w <= 0) {
+                if (w == 0)
+                    timed_out(c, t->timeout_ms);
+                else
+                    set_ctx_err(c, REDIS_ERR_IO, strerror(errno));
+                return REDIS_ERR;
+            }
+        }
+        if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+            return REDIS_ERR;
+    }
+    if (reply)
+        *reply = r;
+    else
+        freeReplyObject(r);
+    return REDIS_OK;
+}
+
+void *dm_net_command_argv(redisContext *c, struct dm_net *t, int argc, const char **argv,
+                          const size_t *lens)
+{
+    if (!t)
+        return redisCommandArgv(c, argc, argv, lens);
+    void *r = NULL;
+    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
+        return NULL;
+    return dm_net_get_reply(c, t, &r) == REDIS_OK ? r : NULL;
+}
+
+void *dm_net_vcommand(redisContext *c, struct dm_net *t, const char *fmt, va_list ap)
+{
+    if (!t)
+        return redisvCommand(c, fmt, ap);
+    void *r = NULL;
+    if (redisvAppendCommand(c, fmt, ap) != REDIS_OK)
+        return NULL;
+    return dm_net_get_reply(c, t, &r) == REDIS_OK ? r : NULL;
+}
+
+int dm_net_write(redisContext *c, struct dm_net *t, int *done)
+{
+    if (!t)
+        return redisBufferWrite(c, done);
+    if (!usable(c) || tls_flush(c, t, dm_now_ms() + t->timeout_ms) != REDIS_OK)
+        return REDIS_ERR;
+    if (done)
+        *done = 1;
+    return REDIS_OK;
+}
+
+int dm_net_read(redisContext *c, struct dm_net *t)
+{
+    if (!t)
+        return redisBufferRead(c);
+    if (!usable(c))
+        return REDIS_ERR;
+    /* Until the session has nothing more: a record read from the socket
+     * may hold several replies, and poll(2) would not see the rest. A
+     * wait for a write (a key update) is left to the next call. */
+    short ev;
+    int k;
+    while ((k = tls_read_once(c, t, &ev)) > 0)
+        ;
+    return k < 0 ? REDIS_ERR : REDIS_OK;
+}
+
+int dm_net_buffered(const struct dm_net *t)
+{
+    return t && SSL_pending(t->ssl) > 0;
+}
+
+int dm_net_tls_failed(const struct dm_net *t)
+{
+    return t && t->failed;
+}
+
+const char *dm_net_tls_why(const struct dm_net *t)
+{
+    return t ? t->why : "";
+}
+
+void dm_net_close(redisContext *c, struct dm_net *t)
+{
+    if (t) {
+        if (!__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE))
+            SSL_free(t->ssl);
+        free(t);
+    }
+    if (c)
+        redisFree(c);
+}
+
+void dm_net_atfork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&ctx_mu, &fresh, sizeof fresh);
+    ctx = NULL;     /* the parent's; its memory is left alone (see net.h) */
+}
