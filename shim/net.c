@@ -47,6 +47,7 @@ struct dm_net {
     int failed;                     /* the last failure was a TLS one: why says it */
     char why[DM_NET_WHY_MAX];
     const char *addr;               /* static: redis's address text */
+    char name[256];                 /* the name the certificate must be for */
 };
 
 static pthread_once_t ssl_once = PTHREAD_ONCE_INIT;
@@ -231,9 +232,7 @@ static void tls_fail(redisContext *c, struct dm_net *t, const char *during)
             break;
         }
         if (vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH)
-            snprintf(detail, sizeof detail, "%s: %s (checked \"%s\")", cause, vs,
-                     SSL_get0_peername(t->ssl) ? SSL_get0_peername(t->ssl)
-                     : tc && tc->server_name ? tc->server_name : "the host address");
+            snprintf(detail, sizeof detail, "%s: %s (checked \"%s\")", cause, vs, t->name);
         else if (strstr(cause, "trusted CA"))
             snprintf(detail, sizeof detail, "%s (redis.tls.ca = %s%s%s): %s", cause,
                      tc && tc->ca ? "\"" : "", tc && tc->ca ? tc->ca : "the system's CAs",
@@ -349,6 +348,7 @@ struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *a
     t->addr = addr;
     const struct dm_tls_config *tc = tcfg;
     const char *name = tc && tc->server_name ? tc->server_name : host;
+    snprintf(t->name, sizeof t->name, "%s", name);
     if (!is_ip_literal(name))
         SSL_set_tlsext_host_name(ssl, name);    /* SNI is for names only */
     if (tc && tc->verify) {

@@ -149,7 +149,7 @@ static int tls_start(struct dm_conn *conn, redisContext *c, long long started,
          * its alert could be read (TLS 1.3 checks the client's certificate
          * after the client's handshake is done): only the PING was sent. */
         set_err(conn, DM_REDIS_TLS, "TLS session with redis at %s ended by the server right "
-                "after the handshake: it does not accept this client's certificate "
+                "after the handshake: did it refuse the client certificate "
                 "(redis.tls.cert = %s%s%s)? %s", addr_text, rcfg->tls.cert ? "\"" : "",
                 rcfg->tls.cert ? rcfg->tls.cert : "none given", rcfg->tls.cert ? "\"" : "",
                 c->errstr);
