@@ -313,8 +313,10 @@ static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_scri
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        set_err(conn, DM_REDIS_REPLY_ERROR, "redis at %s: %s.lua: %s", addr_text,
-                script_name[s], r->str);
+        /* NOPERM: the ACL user lacks a command, key or channel. */
+        set_err(conn, DM_REDIS_REPLY_ERROR, "redis at %s: %s.lua: %s%s", addr_text,
+                script_name[s], r->str, strncmp(r->str, "NOPERM", 6) == 0 ?
+                " (`dmutex acl -c CONFIG` prints the rights a config needs)" : "");
         freeReplyObject(r);
         return NULL;
     }

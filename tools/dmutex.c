@@ -26,6 +26,8 @@ static const char usage_text[] =
     "        list the locks on the server: holder, remaining lease, fencing token\n"
     "  scan PROGRAM [LIBRARY...]\n"
     "        list the mutex variables of a binary, with ready config entries\n"
+    "  acl -c CONFIG [--user NAME]\n"
+    "        print the ACL SETUSER line of the least-privilege Redis user CONFIG needs\n"
     "  help  this text\n"
     "\n"
     "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
@@ -185,6 +187,8 @@ int main(int argc, char **argv)
         return dm_cli_ls(argc - 1, argv + 1);
     if (strcmp(cmd, "scan") == 0)
         return dm_cli_scan(argc - 1, argv + 1);
+    if (strcmp(cmd, "acl") == 0)
+        return dm_cli_acl(argc - 1, argv + 1);
     if (strcmp(cmd, "config-keys") == 0)
         return config_keys(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
