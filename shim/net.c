@@ -21,8 +21,10 @@
  * touching freed state. */
 #include "net.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <hiredis/sds.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -54,6 +56,36 @@ static pthread_once_t ssl_once = PTHREAD_ONCE_INIT;
 static int ssl_ready;
 static int ssl_gone;                /* OpenSSL's cleanup ran (a program's exit) */
 
+/* Every OpenSSL call of the shim's threads runs between ssl_enter() and
+ * ssl_leave() (read side; the calls are short: the socket is non-blocking
+ * and every wait is a poll(2) outside). The fork prepare handler takes the
+ * write side, so no thread of the shim is inside OpenSSL at fork, holding
+ * one of its internal locks that a child's first handshake would wait for
+ * forever. Writers are preferred: a steady stream of readers cannot keep a
+ * fork waiting; no thread takes the read side twice. */
+static pthread_rwlock_t ssl_rw;
+static pthread_once_t ssl_rw_once = PTHREAD_ONCE_INIT;
+
+static void ssl_rw_init(void)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&ssl_rw, &a);
+    pthread_rwlockattr_destroy(&a);
+}
+
+static void ssl_enter(void)
+{
+    pthread_once(&ssl_rw_once, ssl_rw_init);
+    pthread_rwlock_rdlock(&ssl_rw);
+}
+
+static void ssl_leave(void)
+{
+    pthread_rwlock_unlock(&ssl_rw);
+}
+
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static const struct dm_tls_config *tcfg;
 static SSL_CTX *ctx;                /* made from tcfg at the first session */
@@ -74,12 +106,14 @@ static void ssl_init(void)
 
 void dm_net_setup(const struct dm_tls_config *tls)
 {
+    ssl_enter();
     pthread_mutex_lock(&ctx_mu);
     tcfg = tls && tls->enabled ? tls : NULL;
     if (ctx && !__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE))
         SSL_CTX_free(ctx);      /* sessions hold their own reference */
     ctx = NULL;
     pthread_mutex_unlock(&ctx_mu);
+    ssl_leave();
 }
 
 /* OpenSSL's words for the oldest error of this thread's queue. */
@@ -163,9 +197,11 @@ static SSL_CTX *ctx_get(char *why, size_t len)
     return x;
 }
 
+/* An IPv4 or IPv6 address: checked as an address, never sent as SNI. */
 static int is_ip_literal(const char *s)
 {
-    return strchr(s, ':') != NULL || strspn(s, "0123456789.") == strlen(s);
+    unsigned char a[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, s, a) == 1 || inet_pton(AF_INET6, s, a) == 1;
 }
 
 /* c->err/errstr as hiredis sets them, for callers that read the context. */
@@ -314,8 +350,10 @@ static void timed_out(redisContext *c, long ms)
     set_ctx_err(c, REDIS_ERR_IO, m);
 }
 
-struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *addr,
-                                long long deadline_ms, long timeout_ms, char *why, size_t len)
+/* The session for `c`, ready for its handshake. NULL with `why`. Called
+ * inside ssl_enter(). */
+static struct dm_net *session_new(redisContext *c, const char *host, const char *addr,
+                                  long timeout_ms, char *why, size_t len)
 {
     pthread_once(&ssl_once, ssl_init);
     if (!ssl_ready) {
@@ -361,23 +399,40 @@ struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *a
     if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0 || SSL_set_fd(ssl, c->fd) != 1) {
         snprintf(why, len, "TLS to redis at %s: cannot set up the socket: %s", addr,
                  strerror(errno));
-        goto fail;
-    }
-    for (;;) {
         ERR_clear_error();
-        int r = SSL_connect(ssl);
-        if (r == 1)
-            break;
+        SSL_free(ssl);
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *addr,
+                                long long deadline_ms, long timeout_ms, char *why, size_t len)
+{
+    ssl_enter();
+    struct dm_net *t = session_new(c, host, addr, timeout_ms, why, len);
+    ssl_leave();
+    if (!t)
+        return NULL;
+    for (;;) {
+        ssl_enter();
+        ERR_clear_error();
+        int r = SSL_connect(t->ssl);
         short ev = 0;
-        int k = ssl_retry(c, t, r, &ev, "handshake");
+        int k = r == 1 ? 2 : ssl_retry(c, t, r, &ev, "handshake");
+        ssl_leave();
+        if (k == 2)
+            break;
         if (k == 0) {
             snprintf(why, len, "TLS handshake with redis at %s failed: the server closed the "
                      "connection (not a TLS port, or it refused this client)", addr);
             goto fail;
         }
         if (k < 0) {
-            snprintf(why, len, "%s", t->failed ? t->why : c->errstr);
-            if (!t->failed)
+            if (t->failed)
+                snprintf(why, len, "%s", t->why);
+            else
                 snprintf(why, len, "TLS handshake with redis at %s failed: %s", addr, c->errstr);
             goto fail;
         }
@@ -397,9 +452,7 @@ struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *a
     c->errstr[0] = 0;
     return t;
 fail:
-    ERR_clear_error();
-    SSL_free(ssl);
-    free(t);
+    dm_net_close(NULL, t);
     c->err = 0;
     c->errstr[0] = 0;
     return NULL;
@@ -419,14 +472,16 @@ void dm_net_set_timeout(redisContext *c, struct dm_net *t, long ms)
 static int tls_flush(redisContext *c, struct dm_net *t, long long deadline_ms)
 {
     while (sdslen(c->obuf) > 0) {
+        ssl_enter();
         ERR_clear_error();
         int n = SSL_write(t->ssl, c->obuf, (int)sdslen(c->obuf));
+        short ev = 0;
+        int k = n > 0 ? 1 : ssl_retry(c, t, n, &ev, "write");
+        ssl_leave();
         if (n > 0) {
             sdsrange(c->obuf, n, -1);
             continue;
         }
-        short ev = 0;
-        int k = ssl_retry(c, t, n, &ev, "write");
         if (k <= 0)
             return REDIS_ERR;
         int w = wait_fd(c->fd, ev, deadline_ms);
@@ -447,8 +502,11 @@ static int tls_flush(redisContext *c, struct dm_net *t, long long deadline_ms)
 static int tls_read_once(redisContext *c, struct dm_net *t, short *events)
 {
     char buf[DM_NET_READ_CHUNK];
+    ssl_enter();
     ERR_clear_error();
     int n = SSL_read(t->ssl, buf, sizeof buf);
+    int k = n > 0 ? 1 : ssl_retry(c, t, n, events, "read");
+    ssl_leave();
     if (n > 0) {
         if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
             set_ctx_err(c, c->reader->err, c->reader->errstr);
@@ -456,7 +514,6 @@ static int tls_read_once(redisContext *c, struct dm_net *t, short *events)
         }
         return 1;
     }
-    int k = ssl_retry(c, t, n, events, "read");
     return k > 0 ? 0 : -1;
 }
 
@@ -533,19 +590,26 @@ int dm_net_read(redisContext *c, struct dm_net *t)
         return redisBufferRead(c);
     if (!usable(c))
         return REDIS_ERR;
-    /* Until the session has nothing more: a record read from the socket
-     * may hold several replies, and poll(2) would not see the rest. A
+    /* One record from the socket, then what the session still holds of
+     * it (which poll(2) cannot see); the socket itself is polled again by
+     * the caller, so a flood of messages cannot keep this loop going. A
      * wait for a write (a key update) is left to the next call. */
     short ev;
     int k;
-    while ((k = tls_read_once(c, t, &ev)) > 0)
-        ;
+    do
+        k = tls_read_once(c, t, &ev);
+    while (k > 0 && dm_net_buffered(t));
     return k < 0 ? REDIS_ERR : REDIS_OK;
 }
 
 int dm_net_buffered(const struct dm_net *t)
 {
-    return t && SSL_pending(t->ssl) > 0;
+    if (!t)
+        return 0;
+    ssl_enter();
+    int n = SSL_pending(t->ssl);
+    ssl_leave();
+    return n > 0;
 }
 
 int dm_net_tls_failed(const struct dm_net *t)
@@ -561,16 +625,30 @@ const char *dm_net_tls_why(const struct dm_net *t)
 void dm_net_close(redisContext *c, struct dm_net *t)
 {
     if (t) {
+        ssl_enter();
         if (!__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE))
             SSL_free(t->ssl);
+        ssl_leave();
         free(t);
     }
     if (c)
         redisFree(c);
 }
 
+void dm_net_atfork_prepare(void)
+{
+    pthread_once(&ssl_rw_once, ssl_rw_init);
+    pthread_rwlock_wrlock(&ssl_rw);
+}
+
+void dm_net_atfork_parent(void)
+{
+    pthread_rwlock_unlock(&ssl_rw);
+}
+
 void dm_net_atfork_child(void)
 {
+    ssl_rw_init();      /* held by the prepare handler: made anew */
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&ctx_mu, &fresh, sizeof fresh);
     ctx = NULL;     /* the parent's; its memory is left alone (see net.h) */

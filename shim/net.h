@@ -69,11 +69,15 @@ const char *dm_net_tls_why(const struct dm_net *t);
  * close_notify is sent). Either may be NULL. */
 void dm_net_close(redisContext *c, struct dm_net *t);
 
-/* In a fork child: the session belongs to the parent, which still uses
- * the socket. The child never writes to it and never calls OpenSSL on it
- * (a lock of OpenSSL may be held by a parent thread that is not in the
- * child): the socket is closed by the caller, the session's memory is left
- * alone. The TLS settings are read anew at the child's first session. */
+/* Fork (called by redis's handlers): prepare waits until no thread of
+ * the shim is inside OpenSSL and keeps it so across fork(), so the child
+ * inherits none of OpenSSL's internal locks held. In the child, a session
+ * belongs to the parent, which still uses the socket: the child never
+ * writes to it or shuts it down; the socket is closed by the caller, the
+ * session's memory is left alone. The TLS settings are read anew at the
+ * child's first session. */
+void dm_net_atfork_prepare(void);
+void dm_net_atfork_parent(void);
 void dm_net_atfork_child(void);
 
 #endif

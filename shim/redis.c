@@ -378,10 +378,12 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
 void dm_redis_atfork_prepare(void)
 {
     pthread_mutex_lock(&pool_mu);
+    dm_net_atfork_prepare();    /* no SSL call is made under pool_mu */
 }
 
 void dm_redis_atfork_parent(void)
 {
+    dm_net_atfork_parent();
     pthread_mutex_unlock(&pool_mu);
 }
 

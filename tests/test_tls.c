@@ -25,6 +25,13 @@
 
 #define COUNTER         TH_BUILD "/tests/progs/counter"
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
+#define FORKPROG        TH_BUILD "/tests/progs/forkprog"
+#define FORK_THREADS    "3"
+#define FORK_COUNT      "30"    /* each child makes its own TLS session */
+#define FORK_RUNS       20      /* the parents' first handshakes are where a fork
+                                 * could catch a lock of OpenSSL held: ~1 run in 7
+                                 * without the fork handler's guard */
+#define EXIT_LEASE_MS   60000L  /* a hold released at exit, not expired */
 #define DMUTEX_CLI      TH_BUILD "/dmutex"
 #define SUITE_ALARM_S   240
 #define RUN_MS          60000L  /* a run that must end by itself */
@@ -357,6 +364,68 @@ static void test_renewals_keep_a_long_hold_over_tls(void **state)
     free(text);
 }
 
+/* The key `k` of lock `name` on the TLS server (NULL: no such key). */
+static char *tls_get(const char *name, enum dm_key k)
+{
+    point_at(&mtls, cert("ca.crt"), cert("client.crt"), cert("client.key"), NULL);
+    struct dm_conn *conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("%s", conn->errstr);
+    redisReply *r = dm_redis_command(conn, "GET %s", th_key(name, k));
+    assert_non_null(r);
+    char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    freeReplyObject(r);
+    dm_redis_put(conn);
+    return v;
+}
+
+/* A process that returns from main holding a lock releases it from the
+ * shim's destructor, over TLS: OpenSSL is still usable then (the shim
+ * initialises it without an atexit cleanup). */
+static void test_exit_releases_a_hold_over_tls(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_exit\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
+    char *go = th_go_file();
+    char *out = th_out_file();
+    char *argv[] = { LOCKPROG, "hold-exit", go, NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    th_touch(go);
+    free(th_finish(pid, out, 0, RUN_MS));
+    char *holder = tls_get("tls_exit", DM_KEY_HOLDER);
+    if (!holder || holder[0] != '=')
+        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
+    free(holder);
+}
+
+/* Fork children of a process whose threads lock over TLS make their own
+ * sessions and never use (or shut down) the parent's: every child locks
+ * and exits, none hangs on a lock of OpenSSL that a parent thread held at
+ * the fork. */
+static void test_fork_children_lock_over_their_own_tls_sessions(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"fork_lock\"; name = \"tls_fork\"; },\n"
+        "            { init_site = \"heap_mutex_new\"; name = \"tls_heap\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
+    char *argv[] = { FORKPROG, FORK_THREADS, FORK_COUNT, NULL };
+    struct th_shim_env e;
+    for (int i = 0; i < FORK_RUNS; i++) {
+        char *out = th_out_file();
+        char *text = th_finish(th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out), out, 0,
+                               RUN_MS);
+        th_assert_has(text, "forks " FORK_COUNT " ok");
+        free(text);
+    }
+}
+
 /* on_redis_down = "local" locks alone only when no connection can be
  * made: a certificate that does not verify is not that. The process keeps
  * retrying (and says why) instead of entering without exclusion. */
@@ -397,6 +466,8 @@ int main(void)
         T(test_counter_is_exact_with_a_rediss_url_and_the_environment),
         T(test_renewals_keep_a_long_hold_over_tls),
         T(test_bad_certificate_never_locks_locally),
+        T(test_exit_releases_a_hold_over_tls),
+        T(test_fork_children_lock_over_their_own_tls_sessions),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
