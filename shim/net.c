@@ -12,13 +12,16 @@
  * hiredis's; a TLS failure (an alert, a certificate) also in t->why, long
  * enough to name the cause, the file and the address.
  *
- * OpenSSL is initialised once, at the first TLS session (a program that
- * never uses TLS never initialises it from here), without an atexit
- * handler: the shim's destructor runs after atexit handlers and may still
- * release holds over TLS. A program that uses the same libssl itself may
- * have registered OpenSSL's cleanup at exit; OPENSSL_atexit tells us when
- * that ran, and from then on a TLS call fails with words instead of
- * touching freed state. */
+ * OpenSSL is initialised once, when a config with TLS is set up (at the
+ * process's start; a process without TLS never initialises it), without
+ * an atexit handler: the shim's destructor runs after atexit handlers and
+ * may still release holds over TLS. The first initialisation of a process
+ * decides that for everyone, so a program that uses the same libssl
+ * itself then gets no cleanup at exit either (memory a leak checker
+ * reports as still reachable, nothing else). Had the program initialised
+ * OpenSSL before the shim (in a constructor of its own), its cleanup may
+ * run first: OPENSSL_atexit tells us, and from then on a TLS call fails
+ * with words instead of touching freed state. */
 #include "net.h"
 
 #include <arpa/inet.h>
@@ -107,6 +110,12 @@ static void ssl_init(void)
 void dm_net_setup(const struct dm_tls_config *tls)
 {
     ssl_enter();
+    /* With TLS configured, OpenSSL is initialised now, at the process's
+     * start, before the program's own use of it: the first initialisation
+     * decides whether OpenSSL's cleanup runs at exit, and it must not run
+     * before the shim's destructor releases holds over TLS. */
+    if (tls && tls->enabled)
+        pthread_once(&ssl_once, ssl_init);
     pthread_mutex_lock(&ctx_mu);
     tcfg = tls && tls->enabled ? tls : NULL;
     if (ctx && !__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE))

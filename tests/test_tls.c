@@ -26,6 +26,7 @@
 #define COUNTER         TH_BUILD "/tests/progs/counter"
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
 #define FORKPROG        TH_BUILD "/tests/progs/forkprog"
+#define SSLPROG         TH_BUILD "/tests/progs/sslprog"
 #define FORK_THREADS    "3"
 #define FORK_COUNT      "30"    /* each child makes its own TLS session */
 #define FORK_RUNS       20      /* the parents' first handshakes are where a fork
@@ -403,6 +404,33 @@ static void test_exit_releases_a_hold_over_tls(void **state)
     free(holder);
 }
 
+/* A program that initialises the same OpenSSL itself, the default way
+ * (which registers OpenSSL's cleanup at exit), and exits holding a lock:
+ * the shim's destructor still releases it over TLS (the shim initialised
+ * OpenSSL first, at start, without that cleanup). */
+static void test_exit_release_survives_the_programs_own_openssl(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_sslprog\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
+    char *go = th_go_file();
+    char *out = th_out_file();
+    char *argv[] = { SSLPROG, go, NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "own SSL_CTX made");
+    free(text);
+    char *holder = tls_get("tls_sslprog", DM_KEY_HOLDER);
+    if (!holder || holder[0] != '=')
+        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
+    free(holder);
+}
+
 /* Fork children of a process whose threads lock over TLS make their own
  * sessions and never use (or shut down) the parent's: every child locks
  * and exits, none hangs on a lock of OpenSSL that a parent thread held at
@@ -467,6 +495,7 @@ int main(void)
         T(test_renewals_keep_a_long_hold_over_tls),
         T(test_bad_certificate_never_locks_locally),
         T(test_exit_releases_a_hold_over_tls),
+        T(test_exit_release_survives_the_programs_own_openssl),
         T(test_fork_children_lock_over_their_own_tls_sessions),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
