@@ -25,6 +25,7 @@
 #include "net.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -41,7 +42,67 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "real.h"
 #include "util.h"
+
+/* OpenSSL is loaded with dlopen when a config with TLS is set up, not
+ * linked: a process without TLS (most, and every program the shim is
+ * preloaded into by inheritance) does not pay for loading and relocating
+ * libcrypto at its start. A program that uses the same libssl gets the
+ * copy it already has. Every OpenSSL function net.c calls is in this list;
+ * below it, each name stands for the loaded pointer, so the code reads as
+ * plain OpenSSL (the headers' macros, SSL_CTX_set_mode and the like,
+ * expand to SSL_CTX_ctrl, which is in the list too). */
+#define DM_OSSL_FUNCS(X) \
+    X(OPENSSL_init_ssl) X(OPENSSL_atexit) X(ERR_peek_error) X(ERR_reason_error_string) \
+    X(ERR_error_string_n) X(ERR_clear_error) X(TLS_client_method) X(SSL_CTX_new) \
+    X(SSL_CTX_free) X(SSL_CTX_up_ref) X(SSL_CTX_ctrl) X(SSL_CTX_set_verify) \
+    X(SSL_CTX_load_verify_locations) X(SSL_CTX_set_default_verify_paths) \
+    X(SSL_CTX_use_certificate_chain_file) X(SSL_CTX_use_PrivateKey_file) \
+    X(SSL_CTX_check_private_key) X(SSL_new) X(SSL_free) X(SSL_ctrl) X(SSL_set1_host) \
+    X(SSL_get0_param) X(X509_VERIFY_PARAM_set1_ip_asc) X(SSL_set_fd) X(SSL_connect) \
+    X(SSL_read) X(SSL_write) X(SSL_pending) X(SSL_get_error) X(SSL_get_verify_result) \
+    X(X509_verify_cert_error_string)
+
+#define DM_OSSL_SONAME "libssl.so." DM_STR(OPENSSL_SHLIB_VERSION)
+#define DM_STR(x) DM_STR2(x)
+#define DM_STR2(x) #x
+
+#define DM_OSSL_FIELD(f) __typeof__(&f) p_##f;
+static struct { DM_OSSL_FUNCS(DM_OSSL_FIELD) } ossl;
+#undef DM_OSSL_FIELD
+
+#define OPENSSL_init_ssl ossl.p_OPENSSL_init_ssl
+#define OPENSSL_atexit ossl.p_OPENSSL_atexit
+#define ERR_peek_error ossl.p_ERR_peek_error
+#define ERR_reason_error_string ossl.p_ERR_reason_error_string
+#define ERR_error_string_n ossl.p_ERR_error_string_n
+#define ERR_clear_error ossl.p_ERR_clear_error
+#define TLS_client_method ossl.p_TLS_client_method
+#define SSL_CTX_new ossl.p_SSL_CTX_new
+#define SSL_CTX_free ossl.p_SSL_CTX_free
+#define SSL_CTX_up_ref ossl.p_SSL_CTX_up_ref
+#define SSL_CTX_ctrl ossl.p_SSL_CTX_ctrl
+#define SSL_CTX_set_verify ossl.p_SSL_CTX_set_verify
+#define SSL_CTX_load_verify_locations ossl.p_SSL_CTX_load_verify_locations
+#define SSL_CTX_set_default_verify_paths ossl.p_SSL_CTX_set_default_verify_paths
+#define SSL_CTX_use_certificate_chain_file ossl.p_SSL_CTX_use_certificate_chain_file
+#define SSL_CTX_use_PrivateKey_file ossl.p_SSL_CTX_use_PrivateKey_file
+#define SSL_CTX_check_private_key ossl.p_SSL_CTX_check_private_key
+#define SSL_new ossl.p_SSL_new
+#define SSL_free ossl.p_SSL_free
+#define SSL_ctrl ossl.p_SSL_ctrl
+#define SSL_set1_host ossl.p_SSL_set1_host
+#define SSL_get0_param ossl.p_SSL_get0_param
+#define X509_VERIFY_PARAM_set1_ip_asc ossl.p_X509_VERIFY_PARAM_set1_ip_asc
+#define SSL_set_fd ossl.p_SSL_set_fd
+#define SSL_connect ossl.p_SSL_connect
+#define SSL_read ossl.p_SSL_read
+#define SSL_write ossl.p_SSL_write
+#define SSL_pending ossl.p_SSL_pending
+#define SSL_get_error ossl.p_SSL_get_error
+#define SSL_get_verify_result ossl.p_SSL_get_verify_result
+#define X509_verify_cert_error_string ossl.p_X509_verify_cert_error_string
 
 #define DM_NET_READ_CHUNK 16384     /* one TLS record's worth */
 #define DM_NET_WHY_MAX    400
@@ -57,6 +118,7 @@ struct dm_net {
 
 static pthread_once_t ssl_once = PTHREAD_ONCE_INIT;
 static int ssl_ready;
+static char ssl_load_error[200];    /* why OpenSSL could not be loaded */
 static int ssl_gone;                /* OpenSSL's cleanup ran (a program's exit) */
 
 /* Every OpenSSL call of the shim's threads runs between ssl_enter() and
@@ -98,8 +160,32 @@ static void on_openssl_cleanup(void)
     __atomic_store_n(&ssl_gone, 1, __ATOMIC_RELEASE);
 }
 
+/* Loads libssl (and with it libcrypto) and every function of the list.
+ * dm_real's dlopen: the loader's own, not the shim's export (which
+ * re-maps config entries). 0, or -1 with ssl_load_error set. */
+static int ssl_load(void)
+{
+    void *h = dm_real.dlopen(DM_OSSL_SONAME, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(ssl_load_error, sizeof ssl_load_error, "cannot load %s (install libssl3): %s",
+                 DM_OSSL_SONAME, e ? e : "unknown error");
+        return -1;
+    }
+#define DM_OSSL_LOAD(f) \
+    if (!(*(void **)&ossl.p_##f = dlsym(h, #f))) { \
+        snprintf(ssl_load_error, sizeof ssl_load_error, "%s has no %s", DM_OSSL_SONAME, #f); \
+        return -1; \
+    }
+    DM_OSSL_FUNCS(DM_OSSL_LOAD)
+#undef DM_OSSL_LOAD
+    return 0;
+}
+
 static void ssl_init(void)
 {
+    if (ssl_load() != 0)
+        return;
     if (OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT | OPENSSL_INIT_LOAD_SSL_STRINGS |
                          OPENSSL_INIT_LOAD_CRYPTO_STRINGS, NULL) != 1)
         return;
@@ -366,7 +452,8 @@ static struct dm_net *session_new(redisContext *c, const char *host, const char 
 {
     pthread_once(&ssl_once, ssl_init);
     if (!ssl_ready) {
-        snprintf(why, len, "TLS to redis at %s: OpenSSL cannot be initialised", addr);
+        snprintf(why, len, "TLS to redis at %s: %s", addr,
+                 ssl_load_error[0] ? ssl_load_error : "OpenSSL cannot be initialised");
         return NULL;
     }
     if (!usable(c)) {
