@@ -623,9 +623,14 @@ int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply)
     long long deadline = dm_now_ms() + t->timeout_ms;
     if (!r && tls_flush(c, t, deadline) != REDIS_OK)
         return REDIS_ERR;
+    /* A request just sent is not answered yet: wait for the socket before
+     * the first read (a read now would only say EAGAIN), unless the
+     * session holds bytes already. */
+    int fresh = !r && !dm_net_buffered(t);
     while (!r) {
-        short ev = 0;
-        int k = tls_read_once(c, t, &ev);
+        short ev = POLLIN;
+        int k = fresh ? 0 : tls_read_once(c, t, &ev);
+        fresh = 0;
         if (k < 0)
             return REDIS_ERR;
         if (k == 0) {
