@@ -31,7 +31,8 @@ static const char usage_text[] =
     "  help  this text\n"
     "\n"
     "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
-    "DMUTEX_REDIS (redis://[user:pass@]host:port/db or unix:///path), DMUTEX_LOG\n"
+    "DMUTEX_REDIS (redis://[user:pass@]host:port/db, rediss://... for TLS, or\n"
+    "unix:///path), DMUTEX_TLS_CA/CERT/KEY (with rediss://), DMUTEX_LOG\n"
     "(error|warn|info|debug). See README.md and config/REFERENCE.md.\n";
 
 static const char run_usage[] =
