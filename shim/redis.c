@@ -117,16 +117,18 @@ static void set_err(struct dm_conn *conn, enum dm_redis_err kind, const char *fm
  * handshake (within what is left of the connect timeout), then a PING, so
  * that a server that ends the session after the handshake (TLS 1.3 checks
  * the client's certificate only then) is told apart here, as DM_REDIS_TLS,
- * not taken for a lost reply to the first script. 0 (with *out: NULL for a
- * plain connection), or -1 with conn's error set and c freed. */
-static int tls_start(struct dm_conn *conn, redisContext *c, long long started,
-                     struct dm_net **out)
+ * not taken for a lost reply to the first script. `host` is the name or
+ * address c was connected to: the certificate must be for it (unless
+ * redis.tls.server_name says otherwise). 0 (with *out: NULL for a plain
+ * connection), or -1 with conn's error set and c freed. */
+static int tls_start(struct dm_conn *conn, redisContext *c, const char *host,
+                     long long started, struct dm_net **out)
 {
     *out = NULL;
     if (!rcfg->tls.enabled)
         return 0;
     char why[DM_ERR_MAX];
-    struct dm_net *t = dm_net_tls_start(c, rcfg->host, addr_text,
+    struct dm_net *t = dm_net_tls_start(c, host, addr_text,
                                         started + rcfg->connect_timeout_ms,
                                         rcfg->command_timeout_ms, why, sizeof why);
     if (!t) {
@@ -182,7 +184,7 @@ int dm_redis_connect(struct dm_conn *conn)
     if (!rcfg->unix_path)
         redisEnableKeepAlive(c);
     struct dm_net *t = NULL;
-    if (tls_start(conn, c, started, &t) != 0)
+    if (tls_start(conn, c, rcfg->host, started, &t) != 0)
         return -1;
     /* From here on the server is there: an error it answers (WRONGPASS,
      * NOPERM, "max number of clients reached", LOADING...) or a request it
