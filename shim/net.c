@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,9 +61,14 @@
     X(SSL_CTX_load_verify_locations) X(SSL_CTX_set_default_verify_paths) \
     X(SSL_CTX_use_certificate_chain_file) X(SSL_CTX_use_PrivateKey_file) \
     X(SSL_CTX_check_private_key) X(SSL_new) X(SSL_free) X(SSL_ctrl) X(SSL_set1_host) \
-    X(SSL_get0_param) X(X509_VERIFY_PARAM_set1_ip_asc) X(SSL_set_fd) X(SSL_connect) \
+    X(SSL_get0_param) X(X509_VERIFY_PARAM_set1_ip_asc) X(SSL_connect) \
     X(SSL_read) X(SSL_write) X(SSL_pending) X(SSL_get_error) X(SSL_get_verify_result) \
-    X(X509_verify_cert_error_string)
+    X(X509_verify_cert_error_string) \
+    X(BIO_meth_new) X(BIO_get_new_index) X(BIO_s_socket) X(BIO_meth_set_write) \
+    X(BIO_meth_set_read) X(BIO_meth_set_puts) X(BIO_meth_set_ctrl) X(BIO_meth_set_create) \
+    X(BIO_meth_set_destroy) X(BIO_meth_get_read) X(BIO_meth_get_puts) X(BIO_meth_get_ctrl) \
+    X(BIO_meth_get_create) X(BIO_meth_get_destroy) X(BIO_new) X(BIO_int_ctrl) X(BIO_ctrl) \
+    X(BIO_clear_flags) X(BIO_set_flags) X(SSL_set_bio)
 
 #define DM_OSSL_SONAME "libssl.so." DM_STR(OPENSSL_SHLIB_VERSION)
 #define DM_STR(x) DM_STR2(x)
@@ -95,7 +101,6 @@ static struct { DM_OSSL_FUNCS(DM_OSSL_FIELD) } ossl;
 #define SSL_set1_host ossl.p_SSL_set1_host
 #define SSL_get0_param ossl.p_SSL_get0_param
 #define X509_VERIFY_PARAM_set1_ip_asc ossl.p_X509_VERIFY_PARAM_set1_ip_asc
-#define SSL_set_fd ossl.p_SSL_set_fd
 #define SSL_connect ossl.p_SSL_connect
 #define SSL_read ossl.p_SSL_read
 #define SSL_write ossl.p_SSL_write
@@ -103,6 +108,26 @@ static struct { DM_OSSL_FUNCS(DM_OSSL_FIELD) } ossl;
 #define SSL_get_error ossl.p_SSL_get_error
 #define SSL_get_verify_result ossl.p_SSL_get_verify_result
 #define X509_verify_cert_error_string ossl.p_X509_verify_cert_error_string
+#define BIO_meth_new ossl.p_BIO_meth_new
+#define BIO_get_new_index ossl.p_BIO_get_new_index
+#define BIO_s_socket ossl.p_BIO_s_socket
+#define BIO_meth_set_write ossl.p_BIO_meth_set_write
+#define BIO_meth_set_read ossl.p_BIO_meth_set_read
+#define BIO_meth_set_puts ossl.p_BIO_meth_set_puts
+#define BIO_meth_set_ctrl ossl.p_BIO_meth_set_ctrl
+#define BIO_meth_set_create ossl.p_BIO_meth_set_create
+#define BIO_meth_set_destroy ossl.p_BIO_meth_set_destroy
+#define BIO_meth_get_read ossl.p_BIO_meth_get_read
+#define BIO_meth_get_puts ossl.p_BIO_meth_get_puts
+#define BIO_meth_get_ctrl ossl.p_BIO_meth_get_ctrl
+#define BIO_meth_get_create ossl.p_BIO_meth_get_create
+#define BIO_meth_get_destroy ossl.p_BIO_meth_get_destroy
+#define BIO_new ossl.p_BIO_new
+#define BIO_int_ctrl ossl.p_BIO_int_ctrl
+#define BIO_ctrl ossl.p_BIO_ctrl
+#define BIO_clear_flags ossl.p_BIO_clear_flags
+#define BIO_set_flags ossl.p_BIO_set_flags
+#define SSL_set_bio ossl.p_SSL_set_bio
 
 #define DM_NET_READ_CHUNK 16384     /* one TLS record's worth */
 #define DM_NET_WHY_MAX    400
@@ -182,6 +207,41 @@ static int ssl_load(void)
     return 0;
 }
 
+/* The socket BIO with its write made by send(MSG_NOSIGNAL): OpenSSL's
+ * own writes with write(2), and a write to a connection the server has
+ * reset (a request, or the alert OpenSSL sends when a read fails) would
+ * raise SIGPIPE, which kills a program that does not ignore it. */
+static BIO_METHOD *nosig_method;
+
+static int nosig_write(BIO *b, const char *buf, int len)
+{
+    int fd = -1;
+    BIO_get_fd(b, &fd);
+    BIO_clear_retry_flags(b);
+    ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static int nosig_make(void)
+{
+    const BIO_METHOD *sock = BIO_s_socket();
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK |
+                                 BIO_TYPE_DESCRIPTOR, "dmutex socket");
+    if (!m || BIO_meth_set_write(m, nosig_write) != 1 ||
+        BIO_meth_set_read(m, BIO_meth_get_read(sock)) != 1 ||
+        BIO_meth_set_puts(m, BIO_meth_get_puts(sock)) != 1 ||
+        BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(sock)) != 1 ||
+        BIO_meth_set_create(m, BIO_meth_get_create(sock)) != 1 ||
+        BIO_meth_set_destroy(m, BIO_meth_get_destroy(sock)) != 1) {
+        snprintf(ssl_load_error, sizeof ssl_load_error, "cannot make a socket BIO");
+        return -1;
+    }
+    nosig_method = m;
+    return 0;
+}
+
 static void ssl_init(void)
 {
     if (ssl_load() != 0)
@@ -190,6 +250,8 @@ static void ssl_init(void)
                          OPENSSL_INIT_LOAD_CRYPTO_STRINGS, NULL) != 1)
         return;
     OPENSSL_atexit(on_openssl_cleanup);
+    if (nosig_make() != 0)
+        return;
     ssl_ready = 1;
 }
 
@@ -492,7 +554,12 @@ static struct dm_net *session_new(redisContext *c, const char *host, const char 
             SSL_set1_host(ssl, name);
     }
     int fl = fcntl(c->fd, F_GETFL);
-    if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0 || SSL_set_fd(ssl, c->fd) != 1) {
+    BIO *bio = NULL;
+    if (fl >= 0 && fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) == 0 && (bio = BIO_new(nosig_method))) {
+        BIO_set_fd(bio, c->fd, BIO_NOCLOSE);
+        SSL_set_bio(ssl, bio, bio);         /* the session owns it now */
+    }
+    if (!bio) {
         snprintf(why, len, "TLS to redis at %s: cannot set up the socket: %s", addr,
                  strerror(errno));
         ERR_clear_error();

@@ -178,6 +178,38 @@ static void test_mutual_tls_connects_and_runs_commands(void **state)
     dm_redis_put(conn);
 }
 
+/* A pooled TLS connection whose server was restarted: the next command
+ * on it fails as a lost reply (DM_REDIS_IO), the connection is dropped,
+ * and the one after that is a new session that works. */
+static void test_restarted_server_is_a_lost_reply_then_a_new_session(void **state)
+{
+    (void)state;
+    point_at(&mtls, cert("ca.crt"), cert("client.crt"), cert("client.key"), NULL);
+    struct dm_conn *conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("%s", conn->errstr);
+    dm_redis_put(conn);
+    th_redis_kill(&mtls);
+    const char *extra[] = { "--tls-cert-file", cert("server.crt"), "--tls-key-file",
+                            cert("server.key"), "--tls-ca-cert-file", cert("ca.crt"),
+                            "--tls-auth-clients", "yes", NULL };
+    th_redis_restart(&mtls, extra);
+    conn = dm_redis_get();
+    assert_non_null(conn->c);           /* the pooled one, its server gone */
+    redisReply *r = dm_redis_command(conn, "PING");
+    assert_null(r);
+    conn->err = DM_REDIS_IO;            /* as dm_redis_script sets it: not pooled again */
+    dm_redis_put(conn);
+    conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("after the restart: %s", conn->errstr);
+    r = dm_redis_command(conn, "PING");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    dm_redis_put(conn);
+}
+
 static void test_wrong_ca_says_the_certificate_is_not_trusted(void **state)
 {
     (void)state;
@@ -346,6 +378,28 @@ static void test_counter_is_exact_with_a_rediss_url_and_the_environment(void **s
     free(text);
 }
 
+/* dmutex run -r rediss://... passes the URL on (the files from
+ * DMUTEX_TLS_*): the program locks over TLS. */
+static void test_dmutex_run_takes_a_rediss_url(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nmutexes = ( { symbol = \"held_lock\"; name = \"tls_run\"; } );\n",
+        LEASE_MS));
+    static char ca[300], crt[300], key[300];
+    snprintf(ca, sizeof ca, "DMUTEX_TLS_CA=%s", cert("ca.crt"));
+    snprintf(crt, sizeof crt, "DMUTEX_TLS_CERT=%s", cert("client.crt"));
+    snprintf(key, sizeof key, "DMUTEX_TLS_KEY=%s", cert("client.key"));
+    char *env[] = { ca, crt, key, NULL };
+    long long before = tls_token("tls_run");
+    char *out = th_out_file();
+    char *argv[] = { DMUTEX_CLI, "run", "-c", cfgfile, "-r", mtls.url, "--", LOCKPROG, "lock", NULL };
+    char *text = th_finish(th_child(argv, env, out), out, 0, RUN_MS);
+    th_assert_has(text, "locked 0");
+    free(text);
+    assert_true(tls_token("tls_run") > before);
+}
+
 /* A hold longer than three leases survives on renewals sent over TLS
  * (on_lease_lost = "abort": a failed renewal would kill the holder). */
 static void test_renewals_keep_a_long_hold_over_tls(void **state)
@@ -484,6 +538,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_mutual_tls_connects_and_runs_commands),
+        T(test_restarted_server_is_a_lost_reply_then_a_new_session),
         T(test_wrong_ca_says_the_certificate_is_not_trusted),
         T(test_wrong_name_says_the_certificate_is_for_another_name),
         T(test_expired_certificate_says_expired),
@@ -492,6 +547,7 @@ int main(void)
         T(test_unreadable_certificate_file_is_named),
         T(test_counter_is_exact_over_mutual_tls),
         T(test_counter_is_exact_with_a_rediss_url_and_the_environment),
+        T(test_dmutex_run_takes_a_rediss_url),
         T(test_renewals_keep_a_long_hold_over_tls),
         T(test_bad_certificate_never_locks_locally),
         T(test_exit_releases_a_hold_over_tls),
