@@ -10,7 +10,7 @@ CFLAGS   ?= -O2 -g
 B        := build
 DM_WARN  := -Wall -Wextra -Werror
 DM_CFLAGS = -std=c11 -D_GNU_SOURCE $(DM_WARN) -pthread $(CFLAGS) \
-            $(shell pkg-config --cflags hiredis libconfig libelf)
+            $(shell pkg-config --cflags hiredis libconfig libelf libssl)
 SHIM_LIBS = $(shell pkg-config --libs hiredis libconfig libelf) -ldl -pthread
 CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
 

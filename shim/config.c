@@ -321,7 +321,7 @@ static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
 /* What `qual` prefixes a key with in messages. */
 static const char *qualifier(enum dm_key_group group)
 {
-    return group == DM_GROUP_REDIS ? "redis." : "";
+    return group == DM_GROUP_REDIS ? "redis." : group == DM_GROUP_TLS ? "redis.tls." : "";
 }
 
 /* Reads every key of `group` the table parses (all but DM_KEY_HAND), in
@@ -398,6 +398,51 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
             return fail(p, lines[id], "%s%s has no meaning with %s%s (line %u)", qual, k->name,
                         qual, k->not_with, line_of(other));
     }
+    return 0;
+}
+
+/* redis.tls = { ca; cert; key; server_name; verify; }: present (even
+ * empty) means TLS. Paths are only checked for form here; the files are
+ * read at the first connection, whose error names them. */
+static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_redis_config *r)
+{
+    config_setting_t *g = config_setting_get_member(redis, "tls");
+    if (!g)
+        return 0;
+    if (!config_setting_is_group(g))
+        return fail(p, line_of(g), "redis.tls must be a group { ca = ...; cert = ...; }, not %s",
+                    type_name(g));
+    if (check_keys(p, g, DM_GROUP_TLS, "in the redis.tls group") < 0)
+        return -1;
+    if (r->unix_path)
+        return fail(p, line_of(g), "redis.tls has no meaning with redis.unix: TLS is for TCP");
+    struct { int id; int max; int space; char **dst; } s[] = {
+        { DM_K_TLS_CA, DM_PATH_MAX, 1, &r->tls.ca },
+        { DM_K_TLS_CERT, DM_PATH_MAX, 1, &r->tls.cert },
+        { DM_K_TLS_KEY, DM_PATH_MAX, 1, &r->tls.key },
+        { DM_K_TLS_SERVER_NAME, DM_HOST_MAX, 0, &r->tls.server_name },
+    };
+    const char *v[4] = { NULL };
+    unsigned line[4] = { 0 };
+    char why[160];
+    struct shown sv;
+    for (int i = 0; i < 4; i++) {
+        const char *name = dm_config_keys[s[i].id].name;
+        if (get_string(p, g, "redis.tls.", name, &v[i], &line[i]) < 0)
+            return -1;
+        if (v[i] && !token_ok(v[i], s[i].max, s[i].space, why, sizeof why))
+            return fail(p, line[i], "redis.tls.%s = %s: %s", name, show(&sv, v[i]), why);
+    }
+    if (v[2] && !v[1])
+        return fail(p, line[2], "redis.tls.key needs redis.tls.cert (the certificate it is "
+                    "the key of)");
+    unsigned lines[DM_NKEYS] = { 0 };
+    if (parse_scalars(p, g, DM_GROUP_TLS, &r->tls, lines) < 0)
+        return -1;
+    for (int i = 0; i < 4; i++)
+        if (v[i] && dup_into(p, line[i], s[i].dst, v[i]) < 0)
+            return -1;
+    r->tls.enabled = 1;
     return 0;
 }
 
@@ -484,7 +529,7 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
         return -1;
     if (pass && dup_into(p, pass_line, &r->password, pass) < 0)
         return -1;
-    return 0;
+    return parse_tls(p, g, r);
 }
 
 /* The rules between the lease keys, once parse_scalars has read them all
@@ -846,6 +891,7 @@ void dm_config_defaults(struct dm_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     dm_config_keys_defaults(DM_GROUP_TOP, cfg, cfg);
     dm_config_keys_defaults(DM_GROUP_REDIS, &cfg->redis, cfg);
+    dm_config_keys_defaults(DM_GROUP_TLS, &cfg->redis.tls, cfg);
 }
 
 int dm_config_load_string(const char *text, const char *label,
@@ -966,6 +1012,10 @@ void dm_config_free(struct dm_config *cfg)
     free(cfg->redis.unix_path);
     free(cfg->redis.username);
     free(cfg->redis.password);
+    free(cfg->redis.tls.ca);
+    free(cfg->redis.tls.cert);
+    free(cfg->redis.tls.key);
+    free(cfg->redis.tls.server_name);
     if (!dm_config_is_default(cfg->ns))
         free(cfg->ns);
     for (size_t i = 0; i < cfg->nmutexes; i++)

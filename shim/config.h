@@ -20,6 +20,16 @@
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
 
+/* TLS to the server (redis.tls, or a rediss:// URL). */
+struct dm_tls_config {
+    int enabled;                /* 0: plain TCP */
+    char *ca;                   /* CA file or directory (PEM); NULL: the system's CAs */
+    char *cert;                 /* client certificate chain (PEM); NULL: none */
+    char *key;                  /* its private key (PEM); NULL: in the cert file */
+    char *server_name;          /* the name checked and sent (SNI); NULL: the host */
+    int verify;                 /* check the server's certificate and name, default 1 */
+};
+
 struct dm_redis_config {
     char *host;                 /* NULL when unix_path is set */
     int port;
@@ -29,6 +39,7 @@ struct dm_redis_config {
     int db;                     /* SELECT when non-zero */
     long connect_timeout_ms;
     long command_timeout_ms;
+    struct dm_tls_config tls;
 };
 
 struct dm_mutex_config {

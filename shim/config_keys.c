@@ -31,6 +31,7 @@ static_assert(DM_DOWN_BLOCK == 0 && DM_DOWN_ERROR == 1 && DM_DOWN_LOCAL == 2,
 #define TOP(f)      DM_GROUP_TOP, .offset = offsetof(struct dm_config, f)
 #define REDIS(f)    DM_GROUP_REDIS, .offset = offsetof(struct dm_redis_config, f)
 #define MUTEX(f)    DM_GROUP_MUTEX, .offset = offsetof(struct dm_mutex_config, f)
+#define TLS(f)      DM_GROUP_TLS, .offset = offsetof(struct dm_tls_config, f)
 #define NO_FIELD(g) g, .offset = DM_KEY_NO_FIELD
 
 const struct dm_config_key dm_config_keys[DM_NKEYS] = {
@@ -131,6 +132,26 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_CACHE] = { "cache", MUTEX(cache), .type = DM_KEY_BOOL, .dflt = 0,
         .doc = "keep the cluster lock across local lock/unlock cycles until another process "
                "asks for it" },
+
+    /* ---- TLS: redis.tls, a group of the redis group ---- */
+    [DM_K_TLS] = { "tls", NO_FIELD(DM_GROUP_REDIS), .type = DM_KEY_HAND,
+        .doc_type = "group", .doc_default = "none: plain TCP", .doc_range = "see below",
+        .doc = "connect with TLS (OpenSSL); `tls = {};` trusts the system's CAs" },
+    [DM_K_TLS_CA] = { "ca", TLS(ca), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "the system's CAs", .doc_range = "a file or directory path",
+        .doc = "CA certificates (PEM) the server's certificate must be signed by" },
+    [DM_K_TLS_CERT] = { "cert", TLS(cert), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "a file path",
+        .doc = "client certificate chain (PEM), for servers with `tls-auth-clients yes`" },
+    [DM_K_TLS_KEY] = { "key", TLS(key), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "the `cert` file", .doc_range = "a file path; needs `cert`",
+        .doc = "the client certificate's private key (PEM, not encrypted)" },
+    [DM_K_TLS_SERVER_NAME] = { "server_name", TLS(server_name), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "`redis.host`", .doc_range = "1..255 bytes, no whitespace",
+        .doc = "the name (or IP address) the server's certificate must be for; also sent as SNI" },
+    [DM_K_TLS_VERIFY] = { "verify", TLS(verify), .type = DM_KEY_BOOL, .dflt = 1,
+        .doc = "check the server's certificate and name; `false` encrypts without knowing "
+               "who the server is (tests only)" },
 };
 
 int dm_config_is_default(const char *s)

@@ -16,7 +16,8 @@
  * (`dmutex config-keys`, checked against config/REFERENCE.md). Keys of type
  * DM_KEY_HAND are only named and documented here; config.c reads them by
  * hand because their rules involve other keys or more than a value. */
-enum dm_key_group { DM_GROUP_TOP, DM_GROUP_REDIS, DM_GROUP_MUTEX };
+enum dm_key_group { DM_GROUP_TOP, DM_GROUP_REDIS, DM_GROUP_MUTEX,
+                    DM_GROUP_TLS };     /* redis.tls: struct dm_tls_config */
 
 enum dm_key_type {
     DM_KEY_INT,         /* int field, lo..hi */
@@ -57,6 +58,7 @@ enum dm_key_id {
     DM_K_DB, DM_K_CONNECT_TIMEOUT, DM_K_COMMAND_TIMEOUT,
     DM_K_SYMBOL, DM_K_OBJECT, DM_K_NAME, DM_K_OFFSET, DM_K_INDEX, DM_K_INIT_SITE,
     DM_K_REQUIRED, DM_K_FAIR, DM_K_CACHE,
+    DM_K_TLS, DM_K_TLS_CA, DM_K_TLS_CERT, DM_K_TLS_KEY, DM_K_TLS_SERVER_NAME, DM_K_TLS_VERIFY,
     DM_NKEYS
 };
 

@@ -81,6 +81,32 @@ static int parse_url_number(const char *s, size_t len, long lo, long hi, long *o
     return 0;
 }
 
+/* A rediss:// URL's CA, client certificate and key: DMUTEX_TLS_CA,
+ * DMUTEX_TLS_CERT, DMUTEX_TLS_KEY when set (secure_getenv: not in a
+ * set-user-ID process), malloc'ed into files[0..2]; NULL: not set. */
+static int tls_env(char *files[3], char *err, size_t errlen)
+{
+    static const char *const vars[3] = { "DMUTEX_TLS_CA", "DMUTEX_TLS_CERT", "DMUTEX_TLS_KEY" };
+    for (int i = 0; i < 3; i++) {
+        const char *v = secure_getenv(vars[i]);
+        if (!v || !*v)
+            continue;
+        size_t len = strlen(v);
+        if (len > DM_PATH_MAX || strpbrk(v, "\n\r\t")) {
+            for (int j = 0; j < i; j++)
+                free(files[j]);
+            return fail_plain(err, errlen, "%s: not a file path (at most %d bytes, no control "
+                              "characters)", vars[i], DM_PATH_MAX);
+        }
+        if (!(files[i] = strdup(v))) {
+            for (int j = 0; j < i; j++)
+                free(files[j]);
+            return fail_plain(err, errlen, "redis URL: out of memory");
+        }
+    }
+    return 0;
+}
+
 /* The URL names the whole endpoint: host and port, or the socket, and the
  * db. Credentials are replaced only when the URL carries them, so a
  * password can stay in password_env instead of a URL in the environment. */
@@ -98,8 +124,7 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     char redacted[DM_SHOW_MAX * 2 + 8];
     dm_config_redact_url(url, redacted, sizeof redacted);
     show(&su, redacted);
-    if (strncasecmp(url, "rediss://", 9) == 0)
-        return fail_plain(err, errlen, "redis URL %s: TLS is not supported by this build", su.s);
+    int tls = strncasecmp(url, "rediss://", 9) == 0;
 
     if (strncasecmp(url, "unix://", 7) == 0) {
         const char *path = url + 7;
@@ -125,8 +150,8 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         if (!unix_path)
             return fail_plain(err, errlen, "redis URL: out of memory");
         port = 0;
-    } else if (strncasecmp(url, "redis://", 8) == 0) {
-        const char *a = url + 8;
+    } else if (tls || strncasecmp(url, "redis://", 8) == 0) {
+        const char *a = url + (tls ? 9 : 8);
         size_t alen = strcspn(a, "/?#");
         const char *at = NULL;
         for (const char *q = a; q < a + alen; q++)
@@ -213,9 +238,18 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     } else {
         size_t slen = strcspn(url, ":");
         if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
-            return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis:// or "
-                              "unix://)", su.s, (int)slen, url);
-        return fail_plain(err, errlen, "redis URL %s: must start with redis:// or unix://", su.s);
+            return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis://, "
+                              "rediss:// or unix://)", su.s, (int)slen, url);
+        return fail_plain(err, errlen, "redis URL %s: must start with redis://, rediss:// or "
+                          "unix://", su.s);
+    }
+    char *tls_files[3] = { NULL, NULL, NULL };
+    if (tls && tls_env(tls_files, err, errlen) < 0) {
+        free(host);
+        free(unix_path);
+        free(user);
+        free(pass);
+        return -1;
     }
 
     if (!dm_config_is_default(cfg->redis.host))
@@ -225,6 +259,15 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     cfg->redis.unix_path = unix_path;
     cfg->redis.port = (int)port;
     cfg->redis.db = (int)db;
+    /* The scheme says whether TLS is on; the files come from DMUTEX_TLS_*
+     * or else stay the config's. */
+    cfg->redis.tls.enabled = tls;
+    char **slot[3] = { &cfg->redis.tls.ca, &cfg->redis.tls.cert, &cfg->redis.tls.key };
+    for (int i = 0; i < 3; i++)
+        if (tls_files[i]) {
+            free(*slot[i]);
+            *slot[i] = tls_files[i];
+        }
     if (has_cred) {
         free(cfg->redis.username);
         free(cfg->redis.password);

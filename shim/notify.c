@@ -1,7 +1,8 @@
 /* notify: one thread reads the subscriber connection with poll(2) and is
  * woken through an eventfd when a waiter wants a new channel or a channel
- * is dropped; hiredis is used as a parser over that socket
- * (redisBufferRead/Write), so one thread alone ever touches the context.
+ * is dropped; hiredis is used as a parser over that socket, its bytes
+ * moved by net (dm_net_read/write: hiredis's own calls, or TLS), so one
+ * thread alone ever touches the context.
  * Every state change is announced on one condition variable
  * (CLOCK_MONOTONIC); waiters check their own channel's count. A lost
  * connection bumps every count, is remade with backoff, and every wanted
@@ -341,7 +342,7 @@ static void *notify_main(void *arg)
         pthread_mutex_unlock(&nmu);
         int done = 0, broken = 0;
         while (!done && !broken)
-            if (redisBufferWrite(c, &done) != REDIS_OK)
+            if (dm_net_write(c, conn.tls, &done) != REDIS_OK)
                 broken = 1;
 
         long long idle = dm_now_ms() - last_rx;
@@ -349,7 +350,7 @@ static void *notify_main(void *arg)
             redisAppendCommand(c, "PING");
             done = 0;
             while (!done && !broken)
-                if (redisBufferWrite(c, &done) != REDIS_OK)
+                if (dm_net_write(c, conn.tls, &done) != REDIS_OK)
                     broken = 1;
             ping_out = 1;
         }
@@ -361,16 +362,20 @@ static void *notify_main(void *arg)
 
         if (!broken) {
             struct pollfd p[2] = { { c->fd, POLLIN, 0 }, { wake_fd, POLLIN, 0 } };
-            int timeout = DM_NOTIFY_PING_MS / 2;
+            /* Bytes a TLS session already holds are not on the socket:
+             * poll(2) would sleep on them. */
+            int timeout = dm_net_buffered(conn.tls) ? 0 : DM_NOTIFY_PING_MS / 2;
             if (poll(p, 2, timeout) < 0 && errno != EINTR)
                 broken = 1;
+            if (timeout == 0)
+                p[0].revents |= POLLIN;
             if (p[1].revents & POLLIN) {
                 uint64_t v;
                 ssize_t n = read(wake_fd, &v, sizeof v);
                 (void)n;
             }
             if (!broken && (p[0].revents & (POLLIN | POLLERR | POLLHUP))) {
-                if (redisBufferRead(c) != REDIS_OK) {
+                if (dm_net_read(c, conn.tls) != REDIS_OK) {
                     broken = 1;
                 } else {
                     last_rx = dm_now_ms();

@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "lua_scripts.h"
+#include "util.h"
 
 #define DM_POOL_IDLE_MAX 64     /* idle connections kept; the rest are closed */
 
@@ -33,6 +34,7 @@ static char script_sha[DM_SCRIPT_COUNT][41];
 void dm_redis_setup(const struct dm_redis_config *cfg)
 {
     rcfg = cfg;
+    dm_net_setup(&cfg->tls);
     if (cfg->unix_path)
         snprintf(addr_text, sizeof addr_text, "%s", cfg->unix_path);
     else
@@ -54,7 +56,7 @@ static struct timeval ms_tv(long ms)
  * connection of this process is made. */
 /* The connection's set-up steps answer with one of these: the server
  * answered with an error, or a request got no reply (sent, perhaps run). */
-static enum dm_redis_err load_scripts(redisContext *c, char *err, size_t errlen)
+static enum dm_redis_err load_scripts(redisContext *c, struct dm_net *t, char *err, size_t errlen)
 {
     if (__atomic_load_n(&script_sha[DM_SCRIPT_COUNT - 1][0], __ATOMIC_ACQUIRE))
         return DM_REDIS_OK;
@@ -64,7 +66,7 @@ static enum dm_redis_err load_scripts(redisContext *c, char *err, size_t errlen)
     enum dm_redis_err rc = DM_REDIS_OK;
     for (int i = 0; i < DM_SCRIPT_COUNT; i++) {
         redisReply *r = NULL;
-        if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
+        if (dm_net_get_reply(c, t, (void **)&r) != REDIS_OK || !r) {
             snprintf(err, errlen, "loading scripts: %s", c->errstr);
             return DM_REDIS_IO;
         }
@@ -85,10 +87,11 @@ static enum dm_redis_err load_scripts(redisContext *c, char *err, size_t errlen)
     return rc;
 }
 
-static enum dm_redis_err simple_command(redisContext *c, char *err, size_t errlen,
-                                        const char *what, int argc, const char **argv)
+static enum dm_redis_err simple_command(redisContext *c, struct dm_net *t, char *err,
+                                        size_t errlen, const char *what, int argc,
+                                        const char **argv)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    redisReply *r = dm_net_command_argv(c, t, argc, argv, NULL);
     if (!r) {
         snprintf(err, errlen, "%s: %s", what, c->errstr);
         return DM_REDIS_IO;
@@ -110,11 +113,61 @@ static void set_err(struct dm_conn *conn, enum dm_redis_err kind, const char *fm
     va_end(ap);
 }
 
+/* The TLS step of a connect, once the TCP connection is made: the
+ * handshake (within what is left of the connect timeout), then a PING, so
+ * that a server that ends the session after the handshake (TLS 1.3 checks
+ * the client's certificate only then) is told apart here, as DM_REDIS_TLS,
+ * not taken for a lost reply to the first script. `host` is the name or
+ * address c was connected to: the certificate must be for it (unless
+ * redis.tls.server_name says otherwise). 0 (with *out: NULL for a plain
+ * connection), or -1 with conn's error set and c freed. */
+static int tls_start(struct dm_conn *conn, redisContext *c, const char *host,
+                     long long started, struct dm_net **out)
+{
+    *out = NULL;
+    if (!rcfg->tls.enabled)
+        return 0;
+    char why[DM_ERR_MAX];
+    struct dm_net *t = dm_net_tls_start(c, host, addr_text,
+                                        started + rcfg->connect_timeout_ms,
+                                        rcfg->command_timeout_ms, why, sizeof why);
+    if (!t) {
+        set_err(conn, DM_REDIS_TLS, "%s", why);
+        redisFree(c);
+        return -1;
+    }
+    const char *argv[1] = { "PING" };
+    enum dm_redis_err rc = simple_command(c, t, why, sizeof why, "PING", 1, argv);
+    /* An error reply (NOAUTH before the AUTH that follows) is an answer:
+     * the session works. */
+    if (rc == DM_REDIS_OK || rc == DM_REDIS_REPLY_ERROR) {
+        *out = t;
+        return 0;
+    }
+    if (dm_net_tls_failed(t))
+        set_err(conn, DM_REDIS_TLS, "%s", dm_net_tls_why(t));
+    else if (c->err == REDIS_ERR_EOF || strstr(c->errstr, "reset"))
+        /* A server that ends the session right after the handshake, before
+         * its alert could be read (TLS 1.3 checks the client's certificate
+         * after the client's handshake is done): only the PING was sent. */
+        set_err(conn, DM_REDIS_TLS, "TLS session with redis at %s ended by the server right "
+                "after the handshake: did it refuse the client certificate "
+                "(redis.tls.cert = %s%s%s)? %s", addr_text, rcfg->tls.cert ? "\"" : "",
+                rcfg->tls.cert ? rcfg->tls.cert : "none given", rcfg->tls.cert ? "\"" : "",
+                c->errstr);
+    else
+        set_err(conn, rc, "redis at %s: %s", addr_text, why);
+    dm_net_close(c, t);
+    return -1;
+}
+
 int dm_redis_connect(struct dm_conn *conn)
 {
     conn->c = NULL;
+    conn->tls = NULL;
     conn->err = DM_REDIS_OK;
     conn->errstr[0] = 0;
+    long long started = dm_now_ms();
     struct timeval cto = ms_tv(rcfg->connect_timeout_ms);
     redisContext *c = rcfg->unix_path ? redisConnectUnixWithTimeout(rcfg->unix_path, cto)
                                       : redisConnectWithTimeout(rcfg->host, rcfg->port, cto);
@@ -130,6 +183,9 @@ int dm_redis_connect(struct dm_conn *conn)
     redisSetTimeout(c, ms_tv(rcfg->command_timeout_ms));
     if (!rcfg->unix_path)
         redisEnableKeepAlive(c);
+    struct dm_net *t = NULL;
+    if (tls_start(conn, c, rcfg->host, started, &t) != 0)
+        return -1;
     /* From here on the server is there: an error it answers (WRONGPASS,
      * NOPERM, "max number of clients reached", LOADING...) or a request it
      * does not answer in time is not "no connection could be made", the
@@ -139,22 +195,23 @@ int dm_redis_connect(struct dm_conn *conn)
     if (rcfg->password) {
         const char *argv[3] = { "AUTH", rcfg->username ? rcfg->username : rcfg->password,
                                 rcfg->password };
-        rc = simple_command(c, why, sizeof why, "AUTH", rcfg->username ? 3 : 2, argv);
+        rc = simple_command(c, t, why, sizeof why, "AUTH", rcfg->username ? 3 : 2, argv);
     }
     if (rc == DM_REDIS_OK && rcfg->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", rcfg->db);
         const char *argv[2] = { "SELECT", db };
-        rc = simple_command(c, why, sizeof why, "SELECT", 2, argv);
+        rc = simple_command(c, t, why, sizeof why, "SELECT", 2, argv);
     }
     if (rc == DM_REDIS_OK)
-        rc = load_scripts(c, why, sizeof why);
+        rc = load_scripts(c, t, why, sizeof why);
     if (rc == DM_REDIS_OK) {
         conn->c = c;
+        conn->tls = t;
         return 0;
     }
     set_err(conn, rc, "redis at %s: %s", addr_text, why);
-    redisFree(c);
+    dm_net_close(c, t);
     return -1;
 }
 
@@ -166,9 +223,26 @@ void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn)
 
 void dm_redis_close(struct dm_conn *conn)
 {
-    if (conn->c)
-        redisFree(conn->c);
+    dm_net_close(conn->c, conn->tls);
     conn->c = NULL;
+    conn->tls = NULL;
+}
+
+void dm_redis_set_timeout(struct dm_conn *conn, long ms)
+{
+    if (conn->c)
+        dm_net_set_timeout(conn->c, conn->tls, ms);
+}
+
+redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
+{
+    if (!conn->c)
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = dm_net_vcommand(conn->c, conn->tls, fmt, ap);
+    va_end(ap);
+    return r;
 }
 
 /* What dm_redis_get hands out when it cannot even allocate a connection:
@@ -241,8 +315,10 @@ static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_scri
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        set_err(conn, DM_REDIS_REPLY_ERROR, "redis at %s: %s.lua: %s", addr_text,
-                script_name[s], r->str);
+        /* NOPERM: the ACL user lacks a command, key or channel. */
+        set_err(conn, DM_REDIS_REPLY_ERROR, "redis at %s: %s.lua: %s%s", addr_text,
+                script_name[s], r->str, strncmp(r->str, "NOPERM", 6) == 0 ?
+                " (`dmutex acl -c CONFIG` prints the rights a config needs)" : "");
         freeReplyObject(r);
         return NULL;
     }
@@ -264,11 +340,11 @@ redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, i
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    redisReply *r = redisCommandArgv(conn->c, argc, argv, NULL);
+    redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
     if (is_noscript(r)) {
         freeReplyObject(r);
         argc = build_argv(argv, s, 1, nkeys, nargs, args, nk);
-        r = redisCommandArgv(conn->c, argc, argv, NULL);
+        r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
     }
     return check_reply(conn, r, s);
 }
@@ -289,7 +365,7 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
     if (!conn->c)
         return NULL;
     redisReply *r = NULL;
-    if (redisGetReply(conn->c, (void **)&r) != REDIS_OK)
+    if (dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK)
         r = NULL;
     if (is_noscript(r)) {
         freeReplyObject(r);
@@ -308,7 +384,9 @@ void dm_redis_atfork(enum dm_fork_phase phase)
         return;
     while (pool_idle) {
         struct dm_conn *next = pool_idle->next;
-        redisFree(pool_idle->c);    /* close(2) only: nothing is sent */
+        /* close(2) only: nothing is sent. A TLS session's memory is left
+         * alone (dm_net_atfork_child). */
+        redisFree(pool_idle->c);
         free(pool_idle);
         pool_idle = next;
     }

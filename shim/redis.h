@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "net.h"
 #include "util.h"
 
 enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_CANCEL,
@@ -27,6 +28,11 @@ enum dm_redis_err {
     DM_REDIS_REPLY_ERROR,   /* the server answered an error (WRONGTYPE, OOM, NOPERM...) */
     DM_REDIS_NOSCRIPT,      /* a pipelined EVALSHA the server does not know */
     DM_REDIS_BAD_REPLY,     /* a reply of a shape the caller does not expect */
+    DM_REDIS_TLS,           /* the TCP connection was made, TLS failed: a certificate
+                             * not trusted, expired or for another name, a client
+                             * certificate refused, not a TLS port. Nothing was sent;
+                             * never "no connection" (on_redis_down = "local" does not
+                             * lock alone because of a bad certificate) */
 };
 
 /* A connection: pooled (dm_redis_get/put) or a thread's own (the watchdog's
@@ -34,6 +40,7 @@ enum dm_redis_err {
  * address and, when the server answered, its words. */
 struct dm_conn {
     redisContext *c;                /* NULL: not connected */
+    struct dm_net *tls;             /* the TLS session on c; NULL: plain */
     enum dm_redis_err err;
     char errstr[DM_ERR_MAX];
     struct dm_conn *next;           /* the pool's idle stack */
@@ -60,12 +67,23 @@ const char *dm_redis_addr(void);
  * the server is there, and an error it answers to AUTH, SELECT or SCRIPT
  * LOAD (WRONGPASS, NOPERM, max clients, LOADING) is DM_REDIS_REPLY_ERROR,
  * and one of them left unanswered past the command timeout DM_REDIS_IO.
- * Blocking, bounded by the connect timeout plus three command timeouts. */
+ * With TLS, a handshake that fails or a session the server ends at once
+ * (a refused client certificate) is DM_REDIS_TLS, the cause in errstr.
+ * Blocking, bounded by the connect timeout (TCP and the TLS handshake)
+ * plus four command timeouts. */
 int dm_redis_connect(struct dm_conn *conn);
 
 /* Closes conn's context (sending nothing) and sets conn->c to NULL; the
  * error stays. A closed or never connected conn is fine. */
 void dm_redis_close(struct dm_conn *conn);
+
+/* The time one reply may take on conn, instead of the configured command
+ * timeout (the watchdog's rounds must end before the next is due). */
+void dm_redis_set_timeout(struct dm_conn *conn, long ms);
+
+/* One command of the caller's own (dmutex ls), hiredis's format: the
+ * reply (caller frees) or NULL, the cause in conn->c->errstr. */
+redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...);
 
 /* A connection from the process's pool, connecting if none is idle. Never
  * NULL: when no usable connection could be made its c is NULL and err

@@ -29,6 +29,7 @@
 #include "dmutex.h"
 #include "log.h"
 #include "mapped.h"
+#include "net.h"
 #include "notify.h"
 #include "real.h"
 #include "redis.h"
@@ -396,7 +397,7 @@ static void map_entries(struct dm_config *cfg)
  *
  *   startup objects_mu -> symbols cache_lock -> mapped names_mu
  *     -> registry writer lock -> cluster locks_mu -> notify nmu
- *     -> redis pool_mu -> watchdog wmu
+ *     -> redis pool_mu -> net ssl_rw (write side) -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
  * registry) under objects_mu; mapped's name_get makes the cluster lock
@@ -404,7 +405,8 @@ static void map_entries(struct dm_config *cfg)
  * locks_mu; mapped walks the registry (dm_registry_foreach holds its writer
  * lock) to count or drop holds, taking a name's mutex and, through the
  * watchdog, wmu; cache_lock, pool_mu and wmu hold nothing else (the
- * watchdog and notify threads let go of theirs before any I/O). A lock may
+ * watchdog and notify threads let go of theirs before any I/O); ssl_rw's
+ * read side is held only inside OpenSSL calls, which take no shim lock. A lock may
  * only be taken while holding locks to its left. Logging takes no lock.
  * Not included: the per-name mutexes of mapped (never held across I/O,
  * taken under names_mu and the registry lock, and taking wmu themselves);
@@ -436,7 +438,7 @@ static void registry_atfork(enum dm_fork_phase phase)
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
     symbols_atfork, dm_mapped_atfork, registry_atfork, dm_cluster_atfork,
-    dm_notify_atfork, dm_redis_atfork, dm_watchdog_atfork,
+    dm_notify_atfork, dm_redis_atfork, dm_net_atfork, dm_watchdog_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
 

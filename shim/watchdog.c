@@ -209,8 +209,7 @@ static void *watchdog_main(void *arg)
             dm_redis_connect(&conn);
             __atomic_store_n(&wd_ctx, conn.c, __ATOMIC_RELEASE);
             if (conn.c) {
-                struct timeval tv = { io_ms / 1000, (io_ms % 1000) * 1000 };
-                redisSetTimeout(conn.c, tv);
+                dm_redis_set_timeout(&conn, io_ms);
             } else {
                 dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                              "lease renewal: %s; retrying", conn.errstr);

@@ -20,7 +20,8 @@ struct th_redis {
     int port;
     char dir[128];              /* private working directory */
     char addr[64];              /* bind address, default 127.0.0.1 */
-    char url[96];               /* redis://addr:port, for DMUTEX_REDIS */
+    char url[96];               /* redis://addr:port (rediss:// with TLS), for DMUTEX_REDIS */
+    int tls;                    /* port is a TLS port, the only one (--port 0) */
 };
 
 /* Every server started here and not yet stopped or killed is remembered,
@@ -30,6 +31,11 @@ struct th_redis {
  * extra "--option value" arguments (NULL-terminated list, or NULL) and
  * waits until it answers PING. Aborts the test program if it cannot. */
 void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra);
+
+/* Same, with TLS only: `port` is --tls-port (plain --port 0); `extra`
+ * brings the certificate options (--tls-cert-file ...). It is up once its
+ * TLS port accepts connections (the harness speaks no TLS). */
+void th_redis_start_tls(struct th_redis *r, const char *const *extra);
 
 /* Stops it (SIGTERM, then SIGKILL after a second) and removes its directory. */
 void th_redis_stop(struct th_redis *r);

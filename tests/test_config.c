@@ -429,8 +429,12 @@ static void test_example_cfg_names_every_key_of_the_table_at_its_default(void **
         const struct dm_config_key *k = &dm_config_keys[id];
         if (k->group == DM_GROUP_MUTEX || k->offset == DM_KEY_NO_FIELD)
             continue;
-        const char *got = k->group == DM_GROUP_TOP ? (const char *)&cfg : (const char *)&cfg.redis;
-        const char *want = k->group == DM_GROUP_TOP ? (const char *)&dflt : (const char *)&dflt.redis;
+        const char *got = k->group == DM_GROUP_TOP ? (const char *)&cfg
+                        : k->group == DM_GROUP_TLS ? (const char *)&cfg.redis.tls
+                                                   : (const char *)&cfg.redis;
+        const char *want = k->group == DM_GROUP_TOP ? (const char *)&dflt
+                         : k->group == DM_GROUP_TLS ? (const char *)&dflt.redis.tls
+                                                    : (const char *)&dflt.redis;
         got += k->offset;
         want += k->offset;
         switch (k->type) {
@@ -668,7 +672,7 @@ static void test_url_errors_never_show_the_password(void **state)
         "redis://app:s3cretPW@127.0.0.1:99999/",
         "redis://app:s3cretPW@127.0.0.1:6379/x",
         "redis://app:s3cretPW@/",
-        "rediss://app:s3cretPW@h:6379",
+        "rediss://app:s3cretPW@h:99999",
         "http://app:s3cretPW@h:6379",
         "app:s3cretPW@h:6379",
         "redis://app:s3cretPW@h:6379/0#frag",
@@ -1375,17 +1379,81 @@ static void test_url_scheme_is_case_insensitive(void **state)
     assert_string_equal(cfg.redis.host, "h");
 }
 
-static void test_url_rediss_says_tls_is_not_supported(void **state)
+/* rediss:// is redis:// with TLS on; the files come from DMUTEX_TLS_*,
+ * else stay the config's; redis:// turns TLS off again. */
+static void test_url_rediss_turns_tls_on_with_files_from_the_environment(void **state)
 {
     (void)state;
-    url_bad("rediss://h:6380", "TLS is not supported by this build");
+    unsetenv("DMUTEX_TLS_CA");
+    unsetenv("DMUTEX_TLS_CERT");
+    unsetenv("DMUTEX_TLS_KEY");
+    load_ok("redis = { tls = { ca = \"/etc/file-ca.pem\"; }; };\nmutexes = ();\n");
+    url_ok("rediss://app:pw@h:6380/2");
+    assert_int_equal(cfg.redis.tls.enabled, 1);
+    assert_string_equal(cfg.redis.host, "h");
+    assert_int_equal(cfg.redis.port, 6380);
+    assert_int_equal(cfg.redis.db, 2);
+    assert_string_equal(cfg.redis.password, "pw");
+    assert_string_equal(cfg.redis.tls.ca, "/etc/file-ca.pem");
+    assert_null(cfg.redis.tls.cert);
+    setenv("DMUTEX_TLS_CA", "/env/ca.pem", 1);
+    setenv("DMUTEX_TLS_CERT", "/env/client.pem", 1);
+    setenv("DMUTEX_TLS_KEY", "/env/client.key", 1);
+    url_ok("REDISS://h");
+    assert_int_equal(cfg.redis.port, 6379);
+    assert_string_equal(cfg.redis.tls.ca, "/env/ca.pem");
+    assert_string_equal(cfg.redis.tls.cert, "/env/client.pem");
+    assert_string_equal(cfg.redis.tls.key, "/env/client.key");
+    url_ok("redis://h");
+    assert_int_equal(cfg.redis.tls.enabled, 0);
+    unsetenv("DMUTEX_TLS_CA");
+    unsetenv("DMUTEX_TLS_CERT");
+    unsetenv("DMUTEX_TLS_KEY");
+    dm_config_free(&cfg);
+}
+
+/* redis.tls: present means TLS, verify on by default; its rules. */
+static void test_redis_tls_group_and_its_rules(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ();\n");
+    assert_int_equal(cfg.redis.tls.enabled, 0);
+    assert_int_equal(cfg.redis.tls.verify, 1);
+    dm_config_free(&cfg);
+    load_ok("redis = { tls = {}; };\nmutexes = ();\n");
+    assert_int_equal(cfg.redis.tls.enabled, 1);
+    assert_int_equal(cfg.redis.tls.verify, 1);
+    assert_null(cfg.redis.tls.ca);
+    dm_config_free(&cfg);
+    load_ok("redis = { host = \"r.internal\"; tls = { ca = \"/a/ca.pem\"; cert = \"/a/c.pem\";\n"
+            "  key = \"/a/c.key\"; server_name = \"redis.internal\"; verify = false; }; };\n"
+            "mutexes = ();\n");
+    assert_int_equal(cfg.redis.tls.enabled, 1);
+    assert_int_equal(cfg.redis.tls.verify, 0);
+    assert_string_equal(cfg.redis.tls.ca, "/a/ca.pem");
+    assert_string_equal(cfg.redis.tls.cert, "/a/c.pem");
+    assert_string_equal(cfg.redis.tls.key, "/a/c.key");
+    assert_string_equal(cfg.redis.tls.server_name, "redis.internal");
+    dm_config_free(&cfg);
+    expect_error("redis = {\n tls = { cafile = \"x\"; }; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "unknown key \"cafile\" in the redis.tls group", "valid keys: ca, cert, key");
+    expect_error("redis = { tls = {\n key = \"k\"; }; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "redis.tls.key needs redis.tls.cert");
+    expect_error("redis = { unix = \"/r.sock\";\n tls = {}; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "redis.tls has no meaning with redis.unix");
+    expect_error("redis = { tls = {\n verify = 1; }; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "redis.tls.verify must be true or false");
+    expect_error("redis = {\n tls = true; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "redis.tls must be a group");
+    expect_error("redis = { tls = {\n server_name = \"a b\"; }; };\nmutexes = ();\n",
+                 "t.cfg:2: ", "redis.tls.server_name", "not allowed");
 }
 
 static void test_url_bad_ones_say_what_is_wrong(void **state)
 {
     (void)state;
     url_bad("", "empty");
-    url_bad("127.0.0.1:6379", "must start with redis:// or unix://");
+    url_bad("127.0.0.1:6379", "must start with redis://, rediss:// or unix://");
     url_bad("http://h", "unknown scheme \"http\"");
     url_bad("redis://", "host");
     url_bad("redis://:6379", "host");
@@ -1536,7 +1604,8 @@ int main(void)
         T(test_url_ipv6_host_in_brackets),
         T(test_url_unix_socket_with_and_without_db),
         T(test_url_scheme_is_case_insensitive),
-        T(test_url_rediss_says_tls_is_not_supported),
+        T(test_url_rediss_turns_tls_on_with_files_from_the_environment),
+        T(test_redis_tls_group_and_its_rules),
         T(test_url_bad_ones_say_what_is_wrong),
         T(test_url_unix_path_longer_than_sun_path_is_refused),
 #undef T

@@ -41,6 +41,8 @@ $(B)/tests/progs:
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl
+# sslprog is a program with an OpenSSL of its own (test_tls).
+PROG_LIBS_sslprog = $(shell pkg-config --libs libssl libcrypto)
 # api_weak includes include/dmutex.h, the public header, as a user would.
 PROG_LIBS_api_weak = -Iinclude $(shell pkg-config --libs hiredis)
 

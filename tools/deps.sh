@@ -9,7 +9,7 @@ set -e
 
 pkgs="build-essential pkg-config libhiredis-dev libconfig-dev libcmocka-dev
       libelf-dev libdw-dev redis-server redis-tools iproute2 procps
-      clang libclang-rt-14-dev man-db groff-base"
+      clang libclang-rt-14-dev man-db groff-base libssl-dev openssl"
 [ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"
 
 missing=""

@@ -33,12 +33,15 @@ static const char usage_text[] =
     "        list the locks on the server: holder, remaining lease, fencing token\n"
     "  scan PROGRAM [LIBRARY...]\n"
     "        list the mutex variables of a binary, with ready config entries\n"
+    "  acl -c CONFIG [--user NAME]\n"
+    "        print the ACL SETUSER line of the least-privilege Redis user CONFIG needs\n"
     "  help  this text\n"
     "  --version\n"
     "        print the version of dmutex\n"
     "\n"
     "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
-    "DMUTEX_REDIS (redis://[user:pass@]host:port/db or unix:///path), DMUTEX_LOG\n"
+    "DMUTEX_REDIS (redis://[user:pass@]host:port/db, rediss://... for TLS, or\n"
+    "unix:///path), DMUTEX_TLS_CA/CERT/KEY (with rediss://), DMUTEX_LOG\n"
     "(error|warn|info|debug). See README.md and config/REFERENCE.md.\n";
 
 static const char run_usage[] =
@@ -183,6 +186,7 @@ static int config_keys(int argc, char **argv)
 {
     static const char *const groups[] = {
         [DM_GROUP_TOP] = "top", [DM_GROUP_REDIS] = "redis", [DM_GROUP_MUTEX] = "mutex",
+        [DM_GROUP_TLS] = "tls",
     };
     for (size_t g = 0; argc == 2 && g < sizeof groups / sizeof groups[0]; g++) {
         if (strcmp(argv[1], groups[g]) == 0) {
@@ -190,7 +194,7 @@ static int config_keys(int argc, char **argv)
             return fflush(stdout) == 0 ? 0 : 1;
         }
     }
-    fputs("usage: dmutex config-keys top|redis|mutex\n", stderr);
+    fputs("usage: dmutex config-keys top|redis|mutex|tls\n", stderr);
     return 2;
 }
 
@@ -207,6 +211,8 @@ int main(int argc, char **argv)
         return dm_cli_ls(argc - 1, argv + 1);
     if (strcmp(cmd, "scan") == 0)
         return dm_cli_scan(argc - 1, argv + 1);
+    if (strcmp(cmd, "acl") == 0)
+        return dm_cli_acl(argc - 1, argv + 1);
     if (strcmp(cmd, "config-keys") == 0)
         return config_keys(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {

@@ -28,7 +28,8 @@ static const char ls_usage[] =
     "             waiting now, or having waited before)\n"
     "\n"
     "  -c, --config FILE   take the server and namespace from FILE\n"
-    "  -r, --redis URL     redis://[user:pass@]host[:port][/db] or unix:///path\n"
+    "  -r, --redis URL     redis://[user:pass@]host[:port][/db], rediss://... (TLS)\n"
+    "                      or unix:///path\n"
     "                      (default: $DMUTEX_REDIS, else the config's, else\n"
     "                      127.0.0.1:6379)\n"
     "  -n, --namespace NS  key namespace\n"
@@ -40,11 +41,11 @@ static const char ls_usage[] =
     "\n"
     "Exit status 0; 1 if the server cannot be reached; 2 usage; 78 bad config.\n";
 
-static redisReply *cmd(redisContext *c, const char *fmt, ...)
+static redisReply *cmd(struct dm_conn *conn, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
+    redisReply *r = dm_net_vcommand(conn->c, conn->tls, fmt, ap);
     va_end(ap);
     return r;
 }
@@ -61,11 +62,11 @@ static char *key_of(const char *ns, const char *nm, enum dm_key k)
 
 /* Runs `fmt` (one %s) on key `k` of lock `nm`; NULL out of memory or on
  * a connection error (c->errstr). */
-static redisReply *key_cmd(redisContext *c, const char *fmt, const char *ns, const char *nm,
+static redisReply *key_cmd(struct dm_conn *conn, const char *fmt, const char *ns, const char *nm,
                            enum dm_key k)
 {
     char *key = key_of(ns, nm, k);
-    redisReply *r = key ? cmd(c, fmt, key) : NULL;
+    redisReply *r = key ? cmd(conn, fmt, key) : NULL;
     free(key);
     return r;
 }
@@ -186,7 +187,7 @@ int dm_cli_ls(int argc, char **argv)
     char cursor[32] = "0";
     char *match = key_of(ns, "*", DM_KEY_TOKEN);
     do {
-        redisReply *r = match ? cmd(c, "SCAN %s MATCH %s COUNT 1000", cursor, match) : NULL;
+        redisReply *r = match ? cmd(&conn, "SCAN %s MATCH %s COUNT 1000", cursor, match) : NULL;
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
             fprintf(stderr, "dmutex ls: SCAN: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str :
                     match ? c->errstr : "out of memory");
@@ -227,12 +228,12 @@ int dm_cli_ls(int argc, char **argv)
     }
     for (size_t i = 0; i < n; i++) {
         const char *nm = names[i];
-        redisReply *hold = key_cmd(c, "HGETALL %s", ns, nm, DM_KEY_LOCK);
-        redisReply *pttl = key_cmd(c, "PTTL %s", ns, nm, DM_KEY_LOCK);
-        redisReply *tok = key_cmd(c, "GET %s", ns, nm, DM_KEY_TOKEN);
-        redisReply *last = key_cmd(c, "GET %s", ns, nm, DM_KEY_HOLDER);
-        redisReply *subs = key_cmd(c, "PUBSUB NUMSUB %s", ns, nm, DM_KEY_RELEASED);
-        redisReply *queue = key_cmd(c, "LLEN %s", ns, nm, DM_KEY_QUEUE);
+        redisReply *hold = key_cmd(&conn, "HGETALL %s", ns, nm, DM_KEY_LOCK);
+        redisReply *pttl = key_cmd(&conn, "PTTL %s", ns, nm, DM_KEY_LOCK);
+        redisReply *tok = key_cmd(&conn, "GET %s", ns, nm, DM_KEY_TOKEN);
+        redisReply *last = key_cmd(&conn, "GET %s", ns, nm, DM_KEY_HOLDER);
+        redisReply *subs = key_cmd(&conn, "PUBSUB NUMSUB %s", ns, nm, DM_KEY_RELEASED);
+        redisReply *queue = key_cmd(&conn, "LLEN %s", ns, nm, DM_KEY_QUEUE);
         if (!hold || !pttl || !tok || !last || !subs || !queue) {
             fprintf(stderr, "dmutex ls: %s\n", c->errstr);
             return 1;

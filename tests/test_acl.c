@@ -1,0 +1,278 @@
+/* test_acl: `dmutex acl` prints the ACL SETUSER line of the least-privilege
+ * user a config needs. A user made from exactly that line (run by the
+ * test on its own server) keeps a counter exact across processes under
+ * the shim, including the SELECT of a db and the EVAL that follows a
+ * flushed script cache; it is refused a key outside the namespace and
+ * FLUSHALL. A user missing one right of the line gets NOPERM naming what
+ * is missing, and the lock call fails: never a lock without exclusion. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "harness.h"
+#include "redis.h"
+
+#define COUNTER         TH_BUILD "/tests/progs/counter"
+#define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
+#define DMUTEX_CLI      TH_BUILD "/dmutex"
+#define SUITE_ALARM_S   180
+#define RUN_MS          60000L
+#define LEASE_MS        3000L
+#define NS              "aclapp"
+#define USER            "lockuser"
+#define PASSWORD        "acl-Pw0rd"
+#define DB              "1"
+#define WORDS_MAX       80
+
+#define CNT_PROCS       3
+#define CNT_THREADS     3
+#define CNT_ITERS       20
+#define CNT_HOLD_US     "500"
+
+static struct th_redis rs;
+static redisContext *rc;
+static char port_text[16];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
+    snprintf(port_text, sizeof port_text, "%d", rs.port);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    th_group_stop(&rs, &rc);
+    return 0;
+}
+
+static int cleanup(void **state)
+{
+    (void)state;
+    th_test_cleanup();
+    freeReplyObject(th_cmd(rc, "ACL DELUSER %s", USER));
+    return 0;
+}
+
+/* The application's config: user and password, a namespace, db 1. */
+static char *app_config(const char *extra)
+{
+    return th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; username = \"%s\"; password = \"%s\"; db = %s; };\n"
+        "namespace = \"%s\";\nlease_ms = %ld;\n%s\n"
+        "mutexes = ( { symbol = \"counter_lock\"; name = \"acl_counter\"; required = false; },\n"
+        "            { symbol = \"held_lock\"; name = \"acl_held\"; required = false; } );\n",
+        rs.addr, rs.port, USER, PASSWORD, DB, NS, LEASE_MS, extra ? extra : ""));
+}
+
+/* `dmutex acl -c cfg` (plus `opt`, or NULL): its one line, malloc'ed. */
+static char *acl_line(const char *cfg, const char *opt)
+{
+    char *out = th_out_file();
+    char *argv[] = { DMUTEX_CLI, "acl", "-c", (char *)cfg, (char *)opt, NULL };
+    char *text = th_finish(th_child(argv, NULL, out), out, 0, RUN_MS);
+    char *nl = strchr(text, '\n');
+    assert_non_null(nl);
+    *nl = 0;
+    assert_true(strncmp(text, "ACL SETUSER ", 12) == 0);
+    return text;
+}
+
+/* Runs the line's words on the test's admin connection,
+ * leaving out the word `drop` (NULL: none) and replacing `from` by `to`. */
+static void run_acl_line(char *line, const char *drop, const char *from, const char *to)
+{
+    const char *argv[WORDS_MAX];
+    int argc = 0;
+    for (char *w = strtok(line, " "); w && argc < WORDS_MAX; w = strtok(NULL, " ")) {
+        if (drop && strcmp(w, drop) == 0)
+            continue;
+        argv[argc++] = from && strcmp(w, from) == 0 ? to : w;
+    }
+    redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_STATUS)
+        fail_msg("ACL SETUSER: %s", r->type == REDIS_REPLY_ERROR ? r->str : "not OK");
+    freeReplyObject(r);
+}
+
+/* A connection as the user. */
+static redisContext *as_user(void)
+{
+    redisContext *c = th_redis_connect(&rs);
+    redisReply *r = th_cmd(c, "AUTH %s %s", USER, PASSWORD);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    return c;
+}
+
+static void assert_noperm(redisContext *c, const char *cmd, const char *word)
+{
+    redisReply *r = th_cmd(c, cmd);
+    if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOPERM", 6) != 0 || !strstr(r->str, word))
+        fail_msg("%s as %s: expected NOPERM about %s, got %s", cmd, USER, word,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "a reply");
+    freeReplyObject(r);
+}
+
+static long long run_counters(const char *cfg, const char *key)
+{
+    char threads[8], iters[8];
+    snprintf(threads, sizeof threads, "%d", CNT_THREADS);
+    snprintf(iters, sizeof iters, "%d", CNT_ITERS);
+    char *argv[] = { COUNTER, rs.addr, port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
+    freeReplyObject(th_cmd(rc, "DEL %s", key));
+    struct th_shim_env e;
+    char **env = th_shim_env(&e, cfg, NULL, NULL);
+    pid_t pid[CNT_PROCS];
+    char *out[CNT_PROCS];
+    for (int i = 0; i < CNT_PROCS; i++) {
+        out[i] = th_out_file();
+        pid[i] = th_child(argv, env, out[i]);
+    }
+    for (int i = 0; i < CNT_PROCS; i++) {
+        char *text = th_finish(pid[i], out[i], 0, RUN_MS);
+        char done[32];
+        snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
+        th_assert_has(text, done);
+        if (strstr(text, "NOPERM"))
+            fail_msg("a process was refused something:\n%s", text);
+        free(text);
+    }
+    return th_cmd_int(rc, "GET %s", key);
+}
+
+/* The line names exactly the namespace's keys and channels, the hashed
+ * password (no secret), and no command class wider than it needs. */
+static void test_acl_line_has_the_namespace_and_no_secret(void **state)
+{
+    (void)state;
+    char *line = acl_line(app_config(NULL), NULL);
+    th_assert_has(line, "ACL SETUSER " USER " reset on #");
+    th_assert_has(line, " ~" NS ":* &" NS ":* -@all ");
+    th_assert_has(line, " +evalsha ");
+    th_assert_has(line, " +subscribe ");
+    if (strstr(line, PASSWORD) || strstr(line, "+@") || strstr(line, "allkeys") ||
+        strstr(line, "allchannels") || strstr(line, "+flushall") || strstr(line, "+keys"))
+        fail_msg("too wide or shows the password: %s", line);
+    free(line);
+    line = acl_line(app_config(NULL), "--plain-password");
+    th_assert_has(line, " on >" PASSWORD " ~");
+    free(line);
+}
+
+/* The user of the line runs the whole scenario: counter exact (db 1:
+ * SELECT; scripts; notices), and the EVAL fallback after SCRIPT FLUSH. */
+static void test_user_from_the_acl_line_keeps_the_counter_exact(void **state)
+{
+    (void)state;
+    char *cfg = app_config(NULL);
+    char *line = acl_line(cfg, NULL);
+    run_acl_line(line, NULL, NULL, NULL);
+    free(line);
+    long long n = run_counters(cfg, "aclcount");
+    assert_int_equal(n, CNT_PROCS * CNT_THREADS * CNT_ITERS);
+
+    /* In process, as the same user: a script the server forgot comes back
+     * through EVAL, which the user may run too. */
+    struct dm_config c;
+    char err[DM_ERR_MAX];
+    assert_int_equal(dm_config_load(cfg, &c, err, sizeof err), 0);
+    dm_cluster_init(&c);
+    struct dm_conn *conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("%s", conn->errstr);
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    char key[128];
+    snprintf(key, sizeof key, "%s:{acl_probe}", NS);
+    const char *args[] = { key, "owner-x", "1000" };
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
+    if (!r)
+        fail_msg("renew.lua after SCRIPT FLUSH: %s", conn->errstr);
+    freeReplyObject(r);
+    dm_redis_put(conn);
+    dm_redis_atfork(DM_FORK_CHILD);    /* forget the pool: the config goes away */
+    dm_config_free(&c);
+}
+
+static void test_user_from_the_acl_line_is_refused_the_rest(void **state)
+{
+    (void)state;
+    char *line = acl_line(app_config(NULL), NULL);
+    run_acl_line(line, NULL, NULL, NULL);
+    free(line);
+    freeReplyObject(th_cmd(rc, "SET outside:key secret"));
+    redisContext *c = as_user();
+    assert_noperm(c, "GET outside:key", "key");
+    assert_noperm(c, "FLUSHALL", "flushall");
+    assert_noperm(c, "KEYS *", "keys");
+    assert_noperm(c, "PUBLISH outside:chan x", "channel");
+    redisFree(c);
+    assert_int_equal(th_cmd_int(rc, "EXISTS outside:key"), 1);
+}
+
+/* lockprog `lock` under the shim with on_redis_down = "error": the
+ * refused lock returns EAGAIN, and the log has the server's words. */
+static char *refused_lock(const char *cfg)
+{
+    char *out = th_out_file();
+    char *argv[] = { LOCKPROG, "lock", NULL };
+    struct th_shim_env e;
+    char *text = th_finish(th_child(argv, th_shim_env(&e, cfg, NULL, NULL), out), out, 0, RUN_MS);
+    th_assert_has(text, "locked EAGAIN");
+    return text;
+}
+
+static void test_user_without_evalsha_gets_noperm_and_no_lock(void **state)
+{
+    (void)state;
+    char *cfg = app_config("on_redis_down = \"error\";");
+    char *line = acl_line(cfg, NULL);
+    run_acl_line(line, "+evalsha", NULL, NULL);
+    free(line);
+    char *text = refused_lock(cfg);
+    th_assert_has(text, "NOPERM");
+    th_assert_has(text, "evalsha");
+    th_assert_has(text, "acl_held");
+    free(text);
+}
+
+static void test_user_without_the_key_pattern_gets_noperm_and_no_lock(void **state)
+{
+    (void)state;
+    char *cfg = app_config("on_redis_down = \"error\";");
+    char *line = acl_line(cfg, NULL);
+    run_acl_line(line, NULL, "~" NS ":*", "~other:*");
+    free(line);
+    char *text = refused_lock(cfg);
+    th_assert_has(text, "NOPERM");
+    th_assert_has(text, "key");
+    free(text);
+}
+
+#define T(f) cmocka_unit_test_teardown(f, cleanup)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_acl_line_has_the_namespace_and_no_secret),
+        T(test_user_from_the_acl_line_keeps_the_counter_exact),
+        T(test_user_from_the_acl_line_is_refused_the_rest),
+        T(test_user_without_evalsha_gets_noperm_and_no_lock),
+        T(test_user_without_the_key_pattern_gets_noperm_and_no_lock),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,558 @@
+/* test_tls: dmutex over TLS (shim/net.c) against redis-servers started
+ * with --tls-port only, using certificates the group makes with the
+ * openssl command (tests/tls-certs.sh): mutual TLS keeps a counter exact
+ * across processes (locks, notices and renewals all over TLS); every way a
+ * certificate can be wrong is its own error naming the cause and the
+ * address, is DM_REDIS_TLS and never "no connection", so
+ * on_redis_down = "local" never locks alone because of it. The counter
+ * itself is kept on a plain server (the group's). */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "harness.h"
+#include "redis.h"
+
+#define COUNTER         TH_BUILD "/tests/progs/counter"
+#define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
+#define FORKPROG        TH_BUILD "/tests/progs/forkprog"
+#define SSLPROG         TH_BUILD "/tests/progs/sslprog"
+#define FORK_THREADS    "3"
+#define FORK_COUNT      "30"    /* each child makes its own TLS session */
+#define FORK_RUNS       20      /* the parents' first handshakes are where a fork
+                                 * could catch a lock of OpenSSL held: ~1 run in 7
+                                 * without the fork handler's guard */
+#define EXIT_LEASE_MS   60000L  /* a hold released at exit, not expired */
+#define DMUTEX_CLI      TH_BUILD "/dmutex"
+#define SUITE_ALARM_S   240
+#define RUN_MS          60000L  /* a run that must end by itself */
+#define CMD_TIMEOUT_MS  2000L
+#define LEASE_MS        900L    /* renewals every 300 ms: a hold of 3 s renews ~10 times */
+#define HOLD_MS         3000L
+#define BLOCKED_MS      2500L   /* how long a process must stay without a local grant */
+
+/* counter: processes x threads x iterations, each section holding HOLD_US */
+#define CNT_PROCS       3
+#define CNT_THREADS     3
+#define CNT_ITERS       20
+#define CNT_HOLD_US     "500"
+
+static struct th_redis data;    /* plain: the counter's value */
+static redisContext *rc;
+static struct th_redis mtls;    /* TLS, client certificates required */
+static struct th_redis other;   /* TLS, a certificate for other.example */
+static struct th_redis expired; /* TLS, a certificate that expired in 2020 */
+static char certs[128];
+static char data_port[16];
+
+static const char *cert(const char *file)
+{
+    static char path[8][256];
+    static unsigned next;
+    char *p = path[next++ % 8];
+    snprintf(p, sizeof path[0], "%s/%s", certs, file);
+    return p;
+}
+
+static void start_tls(struct th_redis *r, const char *crt, const char *key, const char *auth)
+{
+    const char *extra[] = { "--tls-cert-file", cert(crt), "--tls-key-file", cert(key),
+                            "--tls-ca-cert-file", cert("ca.crt"), "--tls-auth-clients", auth,
+                            NULL };
+    th_redis_start_tls(r, extra);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    th_group_start(&data, &rc, SUITE_ALARM_S, NULL);
+    snprintf(data_port, sizeof data_port, "%d", data.port);
+    snprintf(certs, sizeof certs, "/tmp/dmutex-test-tls.XXXXXX");
+    if (!mkdtemp(certs))
+        fail_msg("mkdtemp: %s", strerror(errno));
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "tests/tls-certs.sh %s", certs);
+    if (system(cmd) != 0)
+        fail_msg("%s failed", cmd);
+    start_tls(&mtls, "server.crt", "server.key", "yes");
+    start_tls(&other, "other.crt", "other.key", "no");
+    start_tls(&expired, "expired.crt", "expired.key", "no");
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&mtls);
+    th_redis_stop(&other);
+    th_redis_stop(&expired);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", certs);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_tls: could not remove %s\n", certs);
+    th_group_stop(&data, &rc);
+    return 0;
+}
+
+static int cleanup(void **state)
+{
+    (void)state;
+    th_test_cleanup();
+    return 0;
+}
+
+/* ---- in process: the connection layer's errors ---------------------------- */
+
+static struct dm_config cfg;
+static char addr[80];
+
+/* The layer pointed at TLS server `r` with these files (NULL: none),
+ * an empty pool. */
+static void point_at(const struct th_redis *r, const char *ca, const char *crt, const char *key,
+                     const char *server_name)
+{
+    dm_redis_atfork(DM_FORK_CHILD);        /* forgets pooled connections, sends nothing */
+    dm_config_free(&cfg);
+    dm_config_defaults(&cfg);
+    cfg.redis.host = strdup(r->addr);
+    cfg.redis.port = r->port;
+    cfg.redis.connect_timeout_ms = CMD_TIMEOUT_MS;
+    cfg.redis.command_timeout_ms = CMD_TIMEOUT_MS;
+    cfg.redis.tls.enabled = 1;
+    cfg.redis.tls.ca = ca ? strdup(ca) : NULL;
+    cfg.redis.tls.cert = crt ? strdup(crt) : NULL;
+    cfg.redis.tls.key = key ? strdup(key) : NULL;
+    cfg.redis.tls.server_name = server_name ? strdup(server_name) : NULL;
+    dm_redis_setup(&cfg.redis);
+    snprintf(addr, sizeof addr, "%s:%d", r->addr, r->port);
+}
+
+static void assert_has(const char *text, const char *needle)
+{
+    if (!strstr(text, needle))
+        fail_msg("\"%s\" does not say \"%s\"", text, needle);
+}
+
+/* Connects and insists on a TLS error whose message has `cause` and the
+ * address. */
+static void expect_tls_error(const char *cause)
+{
+    struct dm_conn conn;
+    int rc1 = dm_redis_connect(&conn);
+    if (rc1 == 0)
+        fail_msg("connected to %s, expected \"%s\"", addr, cause);
+    if (conn.err != DM_REDIS_TLS)
+        fail_msg("error kind %d (want DM_REDIS_TLS %d): %s", conn.err, DM_REDIS_TLS, conn.errstr);
+    assert_null(conn.c);
+    assert_has(conn.errstr, cause);
+    assert_has(conn.errstr, addr);
+}
+
+/* The right CA, name and client certificate: a working connection, and a
+ * command over it. */
+static void test_mutual_tls_connects_and_runs_commands(void **state)
+{
+    (void)state;
+    point_at(&mtls, cert("ca.crt"), cert("client.crt"), cert("client.key"), NULL);
+    struct dm_conn *conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("%s", conn->errstr);
+    redisReply *r = dm_redis_command(conn, "SET %s %s", "tls:probe", "v");
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = dm_redis_command(conn, "GET %s", "tls:probe");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "v");
+    freeReplyObject(r);
+    dm_redis_put(conn);
+}
+
+/* A pooled TLS connection whose server was restarted: the next command
+ * on it fails as a lost reply (DM_REDIS_IO), the connection is dropped,
+ * and the one after that is a new session that works. */
+static void test_restarted_server_is_a_lost_reply_then_a_new_session(void **state)
+{
+    (void)state;
+    point_at(&mtls, cert("ca.crt"), cert("client.crt"), cert("client.key"), NULL);
+    struct dm_conn *conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("%s", conn->errstr);
+    dm_redis_put(conn);
+    th_redis_kill(&mtls);
+    const char *extra[] = { "--tls-cert-file", cert("server.crt"), "--tls-key-file",
+                            cert("server.key"), "--tls-ca-cert-file", cert("ca.crt"),
+                            "--tls-auth-clients", "yes", NULL };
+    th_redis_restart(&mtls, extra);
+    conn = dm_redis_get();
+    assert_non_null(conn->c);           /* the pooled one, its server gone */
+    redisReply *r = dm_redis_command(conn, "PING");
+    assert_null(r);
+    conn->err = DM_REDIS_IO;            /* as dm_redis_script sets it: not pooled again */
+    dm_redis_put(conn);
+    conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("after the restart: %s", conn->errstr);
+    r = dm_redis_command(conn, "PING");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    dm_redis_put(conn);
+}
+
+static void test_wrong_ca_says_the_certificate_is_not_trusted(void **state)
+{
+    (void)state;
+    point_at(&mtls, cert("ca2.crt"), cert("client.crt"), cert("client.key"), NULL);
+    expect_tls_error("the server's certificate is not signed by a trusted CA");
+    expect_tls_error("ca2.crt");
+}
+
+static void test_wrong_name_says_the_certificate_is_for_another_name(void **state)
+{
+    (void)state;
+    point_at(&other, cert("ca.crt"), NULL, NULL, NULL);
+    expect_tls_error("the server's certificate is not for the name");
+    expect_tls_error("checked \"127.0.0.1\"");
+    /* server_name says which name the certificate must be for. */
+    point_at(&other, cert("ca.crt"), NULL, NULL, "other.example");
+    struct dm_conn conn;
+    if (dm_redis_connect(&conn) != 0)
+        fail_msg("with server_name = other.example: %s", conn.errstr);
+    dm_redis_close(&conn);
+    point_at(&mtls, cert("ca.crt"), cert("client.crt"), cert("client.key"), "other.example");
+    expect_tls_error("checked \"other.example\"");
+}
+
+static void test_expired_certificate_says_expired(void **state)
+{
+    (void)state;
+    point_at(&expired, cert("ca.crt"), NULL, NULL, NULL);
+    expect_tls_error("the server's certificate has expired");
+}
+
+static void test_client_certificate_refused_says_so(void **state)
+{
+    (void)state;
+    point_at(&mtls, cert("ca.crt"), NULL, NULL, NULL);
+    expect_tls_error("client certificate");
+    expect_tls_error("none given");
+    point_at(&mtls, cert("ca.crt"), cert("client2.crt"), cert("client2.key"), NULL);
+    expect_tls_error("client certificate");
+    expect_tls_error("client2.crt");
+}
+
+/* A plain-TCP server where TLS is configured: an error, never a silent
+ * plain-text connection. */
+static void test_plain_server_is_not_taken_for_a_tls_one(void **state)
+{
+    (void)state;
+    point_at(&data, cert("ca.crt"), NULL, NULL, NULL);
+    cfg.redis.connect_timeout_ms = 500;     /* it waits in silence until then */
+    expect_tls_error("TLS port");
+}
+
+static void test_unreadable_certificate_file_is_named(void **state)
+{
+    (void)state;
+    point_at(&mtls, cert("ca.crt"), cert("nonexistent.crt"), cert("client.key"), NULL);
+    expect_tls_error("nonexistent.crt");
+}
+
+/* ---- processes under the shim --------------------------------------------- */
+
+/* A config for TLS server `r` with the given tls group body. */
+static char *tls_config(const struct th_redis *r, const char *tls, const char *more)
+{
+    return th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; command_timeout_ms = %ld;\n"
+        "          tls = { %s }; };\n"
+        "lease_ms = %ld;\n%s\n"
+        "mutexes = ( { symbol = \"counter_lock\"; name = \"tls_counter\"; required = false; },\n"
+        "            { symbol = \"held_lock\"; name = \"tls_held\"; required = false; } );\n",
+        r->addr, r->port, CMD_TIMEOUT_MS, tls, LEASE_MS, more ? more : ""));
+}
+
+static const char *mutual(void)
+{
+    static char body[1024];
+    snprintf(body, sizeof body, "ca = \"%s\"; cert = \"%s\"; key = \"%s\";", cert("ca.crt"),
+             cert("client.crt"), cert("client.key"));
+    return body;
+}
+
+/* CNT_PROCS counter processes at once under the shim with `cfg`; returns
+ * the final count. */
+static long long run_counters(const char *cfgfile, const char *key, char *const *more_env)
+{
+    char threads[8], iters[8];
+    snprintf(threads, sizeof threads, "%d", CNT_THREADS);
+    snprintf(iters, sizeof iters, "%d", CNT_ITERS);
+    char *argv[] = { COUNTER, data.addr, data_port, (char *)key, threads, iters, CNT_HOLD_US,
+                     NULL };
+    freeReplyObject(th_cmd(rc, "DEL %s", key));
+    struct th_shim_env e;
+    char **base = th_shim_env(&e, cfgfile, NULL, NULL);
+    char *env[16];
+    int n = 0;
+    for (int i = 0; base[i]; i++)
+        env[n++] = base[i];
+    for (int i = 0; more_env && more_env[i] && n < 15; i++)
+        env[n++] = more_env[i];
+    env[n] = NULL;
+    pid_t pid[CNT_PROCS];
+    char *out[CNT_PROCS];
+    for (int i = 0; i < CNT_PROCS; i++) {
+        out[i] = th_out_file();
+        pid[i] = th_child(argv, env, out[i]);
+    }
+    for (int i = 0; i < CNT_PROCS; i++) {
+        char *text = th_finish(pid[i], out[i], 0, RUN_MS);
+        char done[32];
+        snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
+        th_assert_has(text, done);
+        free(text);
+    }
+    return th_cmd_int(rc, "GET %s", key);
+}
+
+/* The lock's fencing counter on the TLS server: grants made there. */
+static long long tls_token(const char *name)
+{
+    point_at(&mtls, cert("ca.crt"), cert("client.crt"), cert("client.key"), NULL);
+    struct dm_conn *conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("%s", conn->errstr);
+    redisReply *r = dm_redis_command(conn, "GET %s", th_key(name, DM_KEY_TOKEN));
+    assert_non_null(r);
+    long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    freeReplyObject(r);
+    dm_redis_put(conn);
+    return v;
+}
+
+static void test_counter_is_exact_over_mutual_tls(void **state)
+{
+    (void)state;
+    long long before = tls_token("tls_counter");
+    char *cfgfile = tls_config(&mtls, mutual(), NULL);
+    long long n = run_counters(cfgfile, "tls:count", NULL);
+    assert_int_equal(n, CNT_PROCS * CNT_THREADS * CNT_ITERS);
+    /* The grants were made by the TLS server: its fencing counter moved. */
+    assert_true(tls_token("tls_counter") > before);
+}
+
+/* DMUTEX_REDIS=rediss://... with the files from DMUTEX_TLS_*, over a
+ * config without a tls group. */
+static void test_counter_is_exact_with_a_rediss_url_and_the_environment(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nmutexes = ( { symbol = \"counter_lock\"; name = \"tls_counter2\"; } );\n",
+        LEASE_MS));
+    static char url[128], ca[300], crt[300], key[300];
+    snprintf(url, sizeof url, "DMUTEX_REDIS=%s", mtls.url);
+    snprintf(ca, sizeof ca, "DMUTEX_TLS_CA=%s", cert("ca.crt"));
+    snprintf(crt, sizeof crt, "DMUTEX_TLS_CERT=%s", cert("client.crt"));
+    snprintf(key, sizeof key, "DMUTEX_TLS_KEY=%s", cert("client.key"));
+    char *more[] = { url, ca, crt, key, NULL };
+    long long n = run_counters(cfgfile, "tls:count2", more);
+    assert_int_equal(n, CNT_PROCS * CNT_THREADS * CNT_ITERS);
+
+    /* dmutex ls reads the same URL and files. */
+    char *out = th_out_file();
+    char *argv[] = { DMUTEX_CLI, "ls", "-r", mtls.url, NULL };
+    char *env[] = { ca, crt, key, NULL };
+    char *text = th_finish(th_child(argv, env, out), out, 0, RUN_MS);
+    th_assert_has(text, "tls_counter2");
+    free(text);
+}
+
+/* dmutex run -r rediss://... passes the URL on (the files from
+ * DMUTEX_TLS_*): the program locks over TLS. */
+static void test_dmutex_run_takes_a_rediss_url(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nmutexes = ( { symbol = \"held_lock\"; name = \"tls_run\"; } );\n",
+        LEASE_MS));
+    static char ca[300], crt[300], key[300];
+    snprintf(ca, sizeof ca, "DMUTEX_TLS_CA=%s", cert("ca.crt"));
+    snprintf(crt, sizeof crt, "DMUTEX_TLS_CERT=%s", cert("client.crt"));
+    snprintf(key, sizeof key, "DMUTEX_TLS_KEY=%s", cert("client.key"));
+    char *env[] = { ca, crt, key, NULL };
+    long long before = tls_token("tls_run");
+    char *out = th_out_file();
+    char *argv[] = { DMUTEX_CLI, "run", "-c", cfgfile, "-r", mtls.url, "--", LOCKPROG, "lock", NULL };
+    char *text = th_finish(th_child(argv, env, out), out, 0, RUN_MS);
+    th_assert_has(text, "locked 0");
+    free(text);
+    assert_true(tls_token("tls_run") > before);
+}
+
+/* A hold longer than three leases survives on renewals sent over TLS
+ * (on_lease_lost = "abort": a failed renewal would kill the holder). */
+static void test_renewals_keep_a_long_hold_over_tls(void **state)
+{
+    (void)state;
+    char *cfgfile = tls_config(&mtls, mutual(), NULL);
+    char *go = th_go_file();
+    char *out = th_out_file();
+    char *argv[] = { LOCKPROG, "hold", go, NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    usleep(HOLD_MS * 1000);
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "unlocked 0");
+    free(text);
+}
+
+/* The key `k` of lock `name` on the TLS server (NULL: no such key). */
+static char *tls_get(const char *name, enum dm_key k)
+{
+    point_at(&mtls, cert("ca.crt"), cert("client.crt"), cert("client.key"), NULL);
+    struct dm_conn *conn = dm_redis_get();
+    if (!conn->c)
+        fail_msg("%s", conn->errstr);
+    redisReply *r = dm_redis_command(conn, "GET %s", th_key(name, k));
+    assert_non_null(r);
+    char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    freeReplyObject(r);
+    dm_redis_put(conn);
+    return v;
+}
+
+/* A process that returns from main holding a lock releases it from the
+ * shim's destructor, over TLS: OpenSSL is still usable then (the shim
+ * initialises it without an atexit cleanup). */
+static void test_exit_releases_a_hold_over_tls(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_exit\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
+    char *go = th_go_file();
+    char *out = th_out_file();
+    char *argv[] = { LOCKPROG, "hold-exit", go, NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    th_touch(go);
+    free(th_finish(pid, out, 0, RUN_MS));
+    char *holder = tls_get("tls_exit", DM_KEY_HOLDER);
+    if (!holder || holder[0] != '=')
+        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
+    free(holder);
+}
+
+/* A program that initialises the same OpenSSL itself, the default way
+ * (which registers OpenSSL's cleanup at exit), and exits holding a lock:
+ * the shim's destructor still releases it over TLS (the shim initialised
+ * OpenSSL first, at start, without that cleanup). */
+static void test_exit_release_survives_the_programs_own_openssl(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_sslprog\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
+    char *go = th_go_file();
+    char *out = th_out_file();
+    char *argv[] = { SSLPROG, go, NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "own SSL_CTX made");
+    free(text);
+    char *holder = tls_get("tls_sslprog", DM_KEY_HOLDER);
+    if (!holder || holder[0] != '=')
+        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
+    free(holder);
+}
+
+/* Fork children of a process whose threads lock over TLS make their own
+ * sessions and never use (or shut down) the parent's: every child locks
+ * and exits, none hangs on a lock of OpenSSL that a parent thread held at
+ * the fork. */
+static void test_fork_children_lock_over_their_own_tls_sessions(void **state)
+{
+    (void)state;
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"fork_lock\"; name = \"tls_fork\"; },\n"
+        "            { init_site = \"heap_mutex_new\"; name = \"tls_heap\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
+    char *argv[] = { FORKPROG, FORK_THREADS, FORK_COUNT, NULL };
+    struct th_shim_env e;
+    for (int i = 0; i < FORK_RUNS; i++) {
+        char *out = th_out_file();
+        char *text = th_finish(th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out), out, 0,
+                               RUN_MS);
+        th_assert_has(text, "forks " FORK_COUNT " ok");
+        free(text);
+    }
+}
+
+/* on_redis_down = "local" locks alone only when no connection can be
+ * made: a certificate that does not verify is not that. The process keeps
+ * retrying (and says why) instead of entering without exclusion. */
+static void test_bad_certificate_never_locks_locally(void **state)
+{
+    (void)state;
+    static char body[512];
+    snprintf(body, sizeof body, "ca = \"%s\";", cert("ca2.crt"));
+    char *cfgfile = tls_config(&other, body, "on_redis_down = \"local\";");
+    char *out = th_out_file();
+    char *argv[] = { LOCKPROG, "lock", NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, "warn"), out);
+    long long waited = th_wait_for(out, "not signed by a trusted CA", RUN_MS);
+    assert_true(waited >= 0);
+    usleep(BLOCKED_MS * 1000);
+    char *text = th_read_output(out);
+    if (strstr(text, "locked "))
+        fail_msg("locked with a certificate that does not verify:\n%s", text);
+    th_assert_has(text, "ca2.crt");
+    free(text);
+    kill(pid, SIGKILL);
+}
+
+#define T(f) cmocka_unit_test_teardown(f, cleanup)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_mutual_tls_connects_and_runs_commands),
+        T(test_restarted_server_is_a_lost_reply_then_a_new_session),
+        T(test_wrong_ca_says_the_certificate_is_not_trusted),
+        T(test_wrong_name_says_the_certificate_is_for_another_name),
+        T(test_expired_certificate_says_expired),
+        T(test_client_certificate_refused_says_so),
+        T(test_plain_server_is_not_taken_for_a_tls_one),
+        T(test_unreadable_certificate_file_is_named),
+        T(test_counter_is_exact_over_mutual_tls),
+        T(test_counter_is_exact_with_a_rediss_url_and_the_environment),
+        T(test_dmutex_run_takes_a_rediss_url),
+        T(test_renewals_keep_a_long_hold_over_tls),
+        T(test_bad_certificate_never_locks_locally),
+        T(test_exit_releases_a_hold_over_tls),
+        T(test_exit_release_survives_the_programs_own_openssl),
+        T(test_fork_children_lock_over_their_own_tls_sessions),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
