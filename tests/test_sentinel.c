@@ -9,7 +9,8 @@
  *   primary.
  * - `dmutex ls -r redis-sentinel://...` with a master name no sentinel
  *   knows fails with a message naming the name and each sentinel, and a
- *   program's trylock refuses the same way (EBUSY, the words logged).
+ *   program's trylock refuses the same way (EBUSY, the words logged);
+ *   with the right name `dmutex ls` and `dmutex run -r` work.
  * - Processes on two network-namespace "machines" (tests/checker.h; on
  *   loopback when namespaces cannot be made) increment a non-atomic
  *   counter kept on the checker server under one mapped mutex while the
@@ -63,7 +64,8 @@
 #define NTHREAD         "2"
 #define SECTIONS        "120"   /* per thread */
 #define HOLD_US         "2000"
-#define STALL_MS        300     /* replicas stopped before the kill (< DOWN_AFTER_MS) */
+#define STALL_MS        700     /* replicas stopped before the kill: longer than
+                                   replica_timeout_ms, shorter than DOWN_AFTER_MS */
 
 static struct th_checker chk;
 static struct th_net net;
@@ -468,6 +470,16 @@ static void test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock(void *
     text = th_finish(th_child(wargv, env, wout), wout, 0, RUN_MS);
     th_assert_has(text, "try EBUSY");
     th_assert_has(text, "does not know master \"nosuchmaster\"");
+    free(text);
+
+    /* dmutex run -r with the right name overrides the file's: locked. */
+    char *rout = th_out_file();
+    char *rargv[] = { DMUTEX_CLI, "run", "-c", cfgf, "-r", url, "--", worker_path, "once", "lock",
+                      "-s", chk.sock, "-k", chk.prefix, NULL };
+    text = th_finish(th_child(rargv, NULL, rout), rout, 0, RUN_MS);
+    th_assert_has(text, "lock 0 ");
+    th_assert_has(text, "fenced ok");
+    th_assert_has(text, "unlocked 0 ");
     free(text);
     topo_stop(t);
 }
