@@ -29,7 +29,8 @@ static const char usage_text[] =
     "  help  this text\n"
     "\n"
     "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
-    "DMUTEX_REDIS (redis://[user:pass@]host:port/db or unix:///path), DMUTEX_LOG\n"
+    "DMUTEX_REDIS (redis://[user:pass@]host:port/db, unix:///path or\n"
+    "redis-sentinel://[user:pass@]host:port[,host:port...]/master[/db]), DMUTEX_LOG\n"
     "(error|warn|info|debug). See README.md and config/REFERENCE.md.\n";
 
 static const char run_usage[] =
