@@ -14,10 +14,14 @@
  * - Processes on two network-namespace "machines" (tests/checker.h; on
  *   loopback when namespaces cannot be made) increment a non-atomic
  *   counter kept on the checker server under one mapped mutex while the
- *   primary is SIGKILLed mid-run. min_replicas = 1: no overlap, counter
- *   exact, every fenced write accepted (tokens monotonic), every process
- *   done. min_replicas = 0: the same run, its overlaps and lost grants
- *   measured and printed ("measured:"), not asserted away.
+ *   primary is SIGKILLed mid-run, right after both replicas were stalled
+ *   and cut off for a moment (so that the last grants surely reached no
+ *   replica), and a long holder asked for the lock during that moment and
+ *   stays inside across the failover. min_replicas = 1: no overlap,
+ *   counter exact, every fenced write accepted (tokens monotonic), every
+ *   process done. min_replicas = 0: the same run, its overlaps, lost
+ *   updates, stale tokens and the long holder's window measured and
+ *   printed ("measured:"), not asserted away.
  *
  * The sentinels and the data nodes bind the bridge's host address when
  * the machines exist (both machines and this process reach it, and the
@@ -64,6 +68,8 @@
 #define NTHREAD         "2"
 #define SECTIONS        "120"   /* per thread */
 #define HOLD_US         "2000"
+#define HOLD_ACROSS_MS  15000L  /* the long holder stays inside this long after the kill:
+                                   past the 10 s lease of a hold the new primary kept */
 #define STALL_MS        700     /* replicas stopped before the kill: longer than
                                    replica_timeout_ms, shorter than DOWN_AFTER_MS */
 
@@ -489,10 +495,15 @@ static void test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock(void *
 struct run_result {
     long long sections, counter, overlaps, rejects, unlockerr, lost, not_acked, done;
     long long kill_to_switch, kill_to_resume;
+    long long holder_inside, holder_lost, first_overlap;  /* ms after the kill, -1: never */
+    int holder_fenced;      /* the long holder's write: 1 accepted, 0 rejected */
     int finished;
 };
 
-static pid_t start_worker(int i, const char *cfgf, const char *out)
+/* faultworker on machine i % 2 (this one without namespaces) with the
+ * shim and `cfgf`, running `rest` (NULL-terminated) then the checker's
+ * options. */
+static pid_t start_prog(int i, const char *cfgf, const char *out, const char *const *rest)
 {
     static struct th_shim_env e;
     char *argv[40];
@@ -507,12 +518,20 @@ static pid_t start_worker(int i, const char *cfgf, const char *out)
     for (char **env = th_shim_env(&e, cfgf, NULL, NULL); *env; env++)
         argv[n++] = *env;
     argv[n++] = worker_path;
-    const char *rest[] = { "loop", "-c", "-t", NTHREAD, "-n", SECTIONS, "-u", HOLD_US, "-s",
-                           chk.sock, "-k", chk.prefix, NULL };
-    for (int k = 0; rest[k]; k++)
+    for (int k = 0; rest[k] && n < 32; k++)
         argv[n++] = (char *)rest[k];
+    argv[n++] = "-s";
+    argv[n++] = chk.sock;
+    argv[n++] = "-k";
+    argv[n++] = chk.prefix;
     argv[n] = NULL;
     return th_child(argv, NULL, out);
+}
+
+static pid_t start_worker(int i, const char *cfgf, const char *out)
+{
+    const char *rest[] = { "loop", "-c", "-t", NTHREAD, "-n", SECTIONS, "-u", HOLD_US, NULL };
+    return start_prog(i, cfgf, out, rest);
 }
 
 static int count_of(const char *text, const char *needle)
@@ -571,26 +590,56 @@ static void failover_run(int min_replicas, struct run_result *res)
     long long dropped = th_cmd_int(pc, "CLIENT KILL TYPE replica");
     redisFree(pc);
     long long before_stall = th_checker_get(&chk, 0, "sections");
+    /* A long holder asks for the lock now: without min_replicas its grant
+     * reaches no replica, and it stays inside across the failover. */
+    char *lout = th_out_file(), *go = th_go_file();
+    const char *lrest[] = { "once", "lock", "-c", "-g", go, NULL };
+    pid_t lp = start_prog(0, cfgf, lout, lrest);
     usleep(STALL_MS * 1000);
     long long at_kill = th_checker_get(&chk, 0, "sections");
     long long killed = th_now_ms();
     th_redis_kill(&t->primary);
     for (int i = 0; i < 2; i++)
         kill(t->replica[i].pid, SIGCONT);
-    /* The sentinels' switch, and the first section after the kill. */
-    long long switched = 0, resumed = 0;
-    while ((!switched || !resumed) && th_now_ms() < end) {
+    /* Until the long holder lets go: the sentinels' switch, the first
+     * sections after the kill, and when the long holder is inside, when
+     * its renewal finds its grant gone, and when another process enters
+     * beside it. */
+    long long switched = 0, resumed = 0, lost_at = 0, overlap_at = 0, inside_at = 0;
+    while (th_now_ms() < killed + HOLD_ACROSS_MS) {
         if (!switched) {
             sentinel_says(&t->sentinel[1], after, sizeof after);
             if (strcmp(after, before) != 0 && strcmp(after, "?") != 0)
                 switched = th_now_ms();
         }
-        if (!resumed && th_checker_get(&chk, 0, "sections") > at_kill + NPROC * 2)
+        if (!resumed && th_checker_get(&chk, 0, "sections") > at_kill)
             resumed = th_now_ms();
+        char *lt = th_read_output(lout);
+        if (!inside_at && strstr(lt, "inside "))
+            inside_at = th_now_ms();
+        if (!lost_at && strstr(lt, "lost the lease"))
+            lost_at = th_now_ms();
+        free(lt);
+        if (!overlap_at && th_checker_get(&chk, 0, "overlaps") > 0)
+            overlap_at = th_now_ms();
         usleep(POLL_US);
     }
     res->kill_to_switch = switched ? switched - killed : -1;
     res->kill_to_resume = resumed ? resumed - killed : -1;
+    th_touch(go);
+    res->holder_lost = lost_at ? lost_at - killed : -1;
+    res->first_overlap = overlap_at ? overlap_at - killed : -1;
+    res->holder_inside = inside_at ? inside_at - killed : -1;
+    int lst = th_wait_end(lp, RUN_MS, NULL, NULL);
+    char *ltext = th_read_output(lout);
+    if (lst == -1 || !WIFEXITED(lst) || WEXITSTATUS(lst) != 0) {
+        res->finished = 0;
+        printf("long holder (status 0x%x):\n%s\n", lst, ltext);
+    }
+    res->holder_fenced = strstr(ltext, "fenced ok") ? 1 : strstr(ltext, "fenced rejected") ? 0 : -1;
+    res->lost += count_of(ltext, "lost the lease") ? 1 : 0;
+    res->done += strstr(ltext, "inside ") ? 1 : 0;
+    free(ltext);
     res->finished = 1;
     for (int i = 0; i < NPROC; i++) {
         int st = th_wait_end(p[i], RUN_MS, NULL, NULL);
@@ -617,11 +666,17 @@ static void failover_run(int min_replicas, struct run_result *res)
              "x %s threads on %s: sentinels switched %s -> %s %lld ms after the kill; sections "
              "resumed %lld ms after it; %lld sections, counter %lld, %lld overlaps, %lld stale "
              "writes rejected by the fence, %lld lost holds, %lld grants released unacknowledged, "
-             "every process finished: %s", dropped, STALL_MS, at_kill - before_stall, at_kill, total,
+             "every process finished: %s; the long holder (asked during the stall, inside "
+             "until %ld ms after the kill) was inside %lld ms after the kill, its hold found "
+             "lost %lld ms after it, another process entered beside it %lld ms after it (-1: "
+             "never), its fenced write %s",
+             dropped, STALL_MS, at_kill - before_stall, at_kill, total,
              net.up ? "workers on two namespace machines" : "loopback", min_replicas, NPROC,
              NTHREAD, t->bind, before, after, res->kill_to_switch, res->kill_to_resume,
              res->sections, res->counter, res->overlaps, res->rejects, res->lost,
-             res->not_acked, res->finished ? "yes" : "no");
+             res->not_acked, res->finished ? "yes" : "no", HOLD_ACROSS_MS, res->holder_inside,
+             res->holder_lost, res->first_overlap,
+             res->holder_fenced == 1 ? "accepted" : res->holder_fenced == 0 ? "rejected" : "not made");
     topo_stop(t);
 }
 
@@ -630,7 +685,7 @@ static void test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens
     (void)s;
     struct run_result r;
     failover_run(1, &r);
-    long long total = (long long)NPROC * atoi(NTHREAD) * atoi(SECTIONS);
+    long long total = (long long)NPROC * atoi(NTHREAD) * atoi(SECTIONS) + 1;   /* + the long holder */
     assert_true(r.finished);
     assert_true(r.kill_to_switch > 0);
     assert_int_equal(r.done, total);
