@@ -598,6 +598,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         case ATT_HELD:
             queued = fair;
             rediscovered = 0;
+            handover_more = 0;  /* a handover being confirmed is not ours after all */
             break;
         }
 
