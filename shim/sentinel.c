@@ -165,8 +165,11 @@ static void switched(const struct dm_primary *p, const char *how)
     pthread_mutex_unlock(&smu);
     if (!changed)
         return;
-    dm_warn("redis: the primary of %s moved from %s to %s:%d (%s); connections follow it",
-            scfg->master, old, p->host, p->port, how);
+    if (strcmp(old, ":0") == 0)     /* the first answer: nothing moved */
+        dm_info("redis: the primary of %s is %s:%d (%s)", scfg->master, p->host, p->port, how);
+    else
+        dm_warn("redis: the primary of %s moved from %s to %s:%d (%s); connections follow it",
+                scfg->master, old, p->host, p->port, how);
     if (hook)
         hook();
 }
