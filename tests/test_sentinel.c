@@ -7,6 +7,9 @@
  *   behind the shim's back answers READONLY; the shim asks the sentinels
  *   again and the lock call, and a hold's renewals, go on on the new
  *   primary.
+ * - min_replicas without Sentinel: with no replica to acknowledge, a lock
+ *   call never returns a grant and leaves the lock free; a fair handover
+ *   made while the only replica is cut off is not entered until it is back.
  * - `dmutex ls -r redis-sentinel://...` with a master name no sentinel
  *   knows fails with a message naming the name and each sentinel, and a
  *   program's trylock refuses the same way (EBUSY, the words logged);
@@ -490,6 +493,104 @@ static void test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock(void *
     topo_stop(t);
 }
 
+/* ==== min_replicas without Sentinel ========================================== */
+
+/* faultworker `rest` (NULL-terminated) on this machine with the shim,
+ * `cfgf` and the lock server `url`; its output in *out. */
+static pid_t local_prog(const char *cfgf, const char *url, char **out, const char *const *rest)
+{
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfgf, url, NULL);
+    char *argv[24];
+    int n = 0;
+    argv[n++] = worker_path;
+    for (int k = 0; rest[k] && n < 18; k++)
+        argv[n++] = (char *)rest[k];
+    argv[n++] = "-s";
+    argv[n++] = chk.sock;
+    argv[n++] = "-k";
+    argv[n++] = chk.prefix;
+    argv[n] = NULL;
+    *out = th_out_file();
+    return th_child(argv, env, *out);
+}
+
+/* No replica can acknowledge: a lock call never returns a grant; each one
+ * it got was given back (the lock is free after), and the words say why. */
+static void test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free(void **s)
+{
+    (void)s;
+    th_redis_start(&cur.primary, NULL, NULL);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "lease_ms = 3000; min_replicas = 1; "
+                                            "replica_timeout_ms = 300;\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"mr_none\"; } );\n"));
+    char *out;
+    const char *timed[] = { "once", "timed:1500", NULL };
+    pid_t w = local_prog(cfgf, cur.primary.url, &out, timed);
+    char *text = th_finish(w, out, 0, RUN_MS);
+    th_assert_has(text, "timed:1500 ETIMEDOUT");
+    th_assert_has(text, "only 0 of min_replicas = 1 replicas acknowledged the grant");
+    free(text);
+    const char *try[] = { "once", "try", NULL };
+    w = local_prog(cfgf, cur.primary.url, &out, try);
+    text = th_finish(w, out, 0, RUN_MS);
+    th_assert_has(text, "try EBUSY");
+    free(text);
+    redisContext *c = th_redis_connect(&cur.primary);
+    assert_int_equal(th_cmd_int(c, "EXISTS %s", th_key("mr_none", DM_KEY_LOCK)), 0);
+    redisFree(c);
+}
+
+/* A fair handover is written by the releaser; the receiver may enter only
+ * once a replica has it too. With the replica cut off, the waiter is
+ * handed the lock but must not enter until the replica is back. */
+static void test_a_handover_counts_only_once_a_replica_has_it(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 0);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "lease_ms = 6000; min_replicas = 1; "
+                                            "replica_timeout_ms = 300;\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"mr_hand\"; } );\n"));
+    char *aout, *bout, *go = th_go_file();
+    const char *hold[] = { "once", "lock", "-g", go, NULL };
+    pid_t a = local_prog(cfgf, t->primary.url, &aout, hold);
+    th_wait_for(aout, "inside ", RUN_MS);
+    const char *wait[] = { "once", "lock", NULL };
+    pid_t b = local_prog(cfgf, t->primary.url, &bout, wait);
+    redisContext *c = th_redis_connect(&t->primary);
+    long long end = th_now_ms() + RUN_MS;
+    while (th_cmd_int(c, "LLEN %s", th_key("mr_hand", DM_KEY_QUEUE)) < 1) {
+        if (th_now_ms() > end)
+            fail_msg("the waiter never queued");
+        usleep(POLL_US);
+    }
+    kill(t->replica[0].pid, SIGSTOP);
+    th_cmd_int(c, "CLIENT KILL TYPE replica");
+    th_touch(go);                        /* A releases: the handover to B */
+    char *at = th_finish(a, aout, 0, RUN_MS);
+    th_assert_has(at, "unlocked 0");
+    free(at);
+    usleep(1500 * 1000);
+    char *bt = th_read_output(bout);
+    if (strstr(bt, "inside "))
+        fail_msg("the waiter entered on a handover no replica had:\n%s", bt);
+    free(bt);
+    long long back = th_now_ms();
+    kill(t->replica[0].pid, SIGCONT);
+    long long entered = th_wait_for(bout, "inside ", RUN_MS);
+    bt = th_finish(b, bout, 0, RUN_MS);
+    th_assert_has(bt, "unlocked 0");
+    free(bt);
+    redisFree(c);
+    measured("a handover while the only replica was cut off: the waiter did not enter for the "
+             "1500 ms of the cut; it entered %lld ms after the replica came back",
+             entered - back);
+    topo_stop(t);
+}
+
 /* ==== failover under load ==================================================== */
 
 struct run_result {
@@ -715,6 +816,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_new_one),
         T(test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock),
+        T(test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free),
+        T(test_a_handover_counts_only_once_a_replica_has_it),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
     };
