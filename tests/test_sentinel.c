@@ -61,7 +61,7 @@
 #define DMUTEX_CLI      TH_BUILD "/dmutex"
 #define MASTER          "mymaster"
 #define DOWN_AFTER_MS   1000L   /* sentinel down-after-milliseconds */
-#define FAILOVER_MS     5000L   /* sentinel failover-timeout */
+#define FAILOVER_MS     3000L   /* sentinel failover-timeout: a failed election is retried after twice this */
 #define QUORUM_WAIT_MS  30000L  /* sentinels finding each other and the replicas */
 #define SYNC_WAIT_MS    15000L
 #define RUN_MS          120000L /* longest a worker that must finish may run */
