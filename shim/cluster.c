@@ -256,6 +256,34 @@ static enum attempt run_script(enum dm_script s, int nkeys, int nargs, const cha
     return *out ? ATT_REPLIED : ATT_FAILED;
 }
 
+/* min_replicas: a grant counts once that many replicas have it. WAIT
+ * counts the writes of this connection only, so it runs on the connection
+ * that ran the grant; the replication stream is ordered, so it covers
+ * everything before the grant too (a handover's confirming attempt relies
+ * on that). Not acknowledged in time: the grant is released (it may still
+ * reach a replica: then it is a released grant there too) and the attempt
+ * fails like a refusing server, with the words why. No reply to the WAIT:
+ * the grant may have reached them or not: ambiguous, as a lost reply (the
+ * caller withdraws the request, which hands back a grant it got). */
+static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
+                                 struct dm_conn *conn, const struct dm_grant *g,
+                                 struct dm_redis_error *why)
+{
+    long acks = dm_redis_wait(conn, ccfg->min_replicas, ccfg->replica_timeout_ms);
+    if (acks >= ccfg->min_replicas)
+        return ATT_GRANTED;
+    if (acks < 0) {
+        dm_redis_error_keep(why, conn);
+        return ATT_FAILED;
+    }
+    why->err = DM_REDIS_REPLY_ERROR;
+    snprintf(why->errstr, sizeof why->errstr, "redis at %s: only %ld of min_replicas = %d "
+             "replicas acknowledged the grant (token %" PRIu64 ") within %ld ms; released it",
+             dm_redis_addr(), acks, ccfg->min_replicas, g->token, ccfg->replica_timeout_ms);
+    dm_cluster_release(l, owner, g->token);
+    return ATT_FAILED;
+}
+
 /* One acquire script call for request `member`. ATT_HELD sets *pttl (may
  * be <= 0: unknown). `queue` asks to be queued (fair). */
 static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
@@ -270,11 +298,14 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                            k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID],
                            owner, lease, delay, queue ? "1" : "0", member,
                            qttl, k[DM_KEY_WANT] };
-    redisReply *r;
-    enum attempt res = run_script(DM_SCRIPT_ACQUIRE, 7, 14, args, &r, why);
-    if (!r)
-        return res;
-    res = ATT_FAILED;
+    struct dm_conn *conn = dm_redis_get();
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, 14, args);
+    if (!r) {
+        dm_redis_error_keep(why, conn);
+        dm_redis_put(conn);
+        return ATT_FAILED;
+    }
+    enum attempt res = ATT_FAILED;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         if (r->element[0]->integer == 1 && r->elements >= 3) {
@@ -294,6 +325,9 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                  dm_redis_addr(), l->keys[DM_KEY_LOCK]);
     }
     freeReplyObject(r);
+    if (res == ATT_GRANTED && ccfg->min_replicas > 0)
+        res = acknowledged(l, owner, conn, g, why);
+    dm_redis_put(conn);
     return res;
 }
 
@@ -427,6 +461,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     int subscribed = 0, was_down = 0, queued = 0;
     int unanswered = 0;     /* a request of `member` got no reply: it may still run */
     int refused = 0;        /* one got an error reply: it may have run in part */
+    int rediscovered = 0;   /* a wrong node (Sentinel) was retried at once */
+    int handover_more = 0;  /* a handover being confirmed said others queue */
     long long down_since = 0;
     /* Fair and caching waiters queue; a trylock never does. */
     int fair = (l->fair || l->cache) && !(flags & DM_ACQ_TRY);
@@ -470,6 +506,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
+            g->more_waiters |= handover_more;
             return 0;
 
         case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
@@ -478,6 +515,12 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 unanswered = 1;
             if (refused_by_server(why.err) && !from_abandon)
                 refused = 1;
+            if (why.err == DM_REDIS_WRONG_NODE && !rediscovered) {
+                /* Not the primary (any more): nothing ran; the next
+                 * connection asks the sentinels, so try again at once. */
+                rediscovered = 1;
+                continue;
+            }
             if (flags & DM_ACQ_TRY) {
                 /* EBUSY alone would pass a refusing server (NOPERM, READONLY,
                  * WRONGTYPE...) off as a busy lock, forever. */
@@ -509,6 +552,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                          "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
                          refused_by_server(why.err) ? "the server refuses, retrying"
                          : why.err == DM_REDIS_IO ? "no reply, withdrawing the request and retrying"
+                         : why.err == DM_REDIS_WRONG_NODE ? "not the primary, asking the sentinels again"
                                             : "waiting for redis",
                          dm_now_ms() - down_since, down_policy());
             {
@@ -531,6 +575,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
 
         case ATT_HELD:
             queued = fair;
+            rediscovered = 0;
+            handover_more = 0;  /* a handover being confirmed is not ours after all */
             break;
         }
 
@@ -566,8 +612,13 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
              * process) is checked by one more attempt instead. */
             if (handed_over(msg, member, g)) {
                 g->sent_ms = sent;
-                if (fresh_handover(g))
+                /* With min_replicas the handover counts once replicas have
+                 * it: WAIT counts only our own writes, so one more attempt
+                 * (we hold it: a renewal to a full lease) is our write
+                 * after the handover, and its WAIT covers both. */
+                if (fresh_handover(g) && ccfg->min_replicas == 0)
                     return 0;
+                handover_more = g->more_waiters;
             }
         }
     }
@@ -600,22 +651,36 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
-    if (budget > safe)
+    /* A Sentinel failover takes the sentinels' down-after time and an
+     * election, seconds rather than command timeouts: a release given up
+     * meanwhile would keep the lock from everyone for the rest of its lease
+     * on the new primary. */
+    if (ccfg->redis.nsentinels > 0 || budget > safe)
         budget = safe;
     struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
+    int rediscovered = 0;   /* a wrong node (Sentinel) is retried at once, once */
     for (int i = 0;; i++) {
         long left = budget - (long)(dm_now_ms() - start);
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get();
         redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, 6, 12, args);
+        /* Sentinel: "not held" only from the primary (a demoted one may
+         * have lost its data to a resync); no round trip otherwise. */
+        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&
+            dm_redis_is_primary(conn) != 1) {
+            freeReplyObject(r);
+            r = NULL;
+        }
         if (!r)
             dm_redis_error_keep(&why, conn);
         dm_redis_put(conn);
         if (!r) {
             /* A stale connection fails at once: straight on to the next.
              * No connection, or an error reply (LOADING...): wait a bit. */
-            if (why.err != DM_REDIS_IO) {
+            int again = why.err == DM_REDIS_IO || (why.err == DM_REDIS_WRONG_NODE && !rediscovered);
+            rediscovered |= why.err == DM_REDIS_WRONG_NODE;
+            if (!again) {
                 dm_sleep_ms(left > 0 && left < backoff.cur_ms ? left : backoff.cur_ms);
                 dm_backoff_grow(&backoff);
             }

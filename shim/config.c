@@ -446,6 +446,171 @@ static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_r
     return 0;
 }
 
+/* ---- Sentinel ---------------------------------------------------------- */
+
+/* The value of the environment variable `name` that `key` (on `line`)
+ * names, as password_env reads it: secure_getenv, set and not empty. */
+static int env_secret(struct parse *p, const char *key, const char *name, unsigned line,
+                      const char **out)
+{
+    char why[160];
+    struct shown sv;
+    if (!env_name_ok(name, why, sizeof why))
+        return fail(p, line, "redis.%s = %s: %s", key, show(&sv, name), why);
+    const char *val = secure_getenv(name);
+    if (!val && getenv(name))
+        return fail(p, line, "redis.%s = %s: environment variable %s is ignored in a "
+                    "set-user-ID or set-group-ID process (AT_SECURE)", key, show(&sv, name), name);
+    if (!val)
+        return fail(p, line, "redis.%s = %s: environment variable %s is not set", key,
+                    show(&sv, name), name);
+    if (!*val)
+        return fail(p, line, "redis.%s = %s: environment variable %s is empty", key,
+                    show(&sv, name), name);
+    *out = val;
+    return 0;
+}
+
+int dm_config_endpoint(const char *v, size_t len, int dflt_port, struct dm_endpoint *e,
+                       char *why, size_t n)
+{
+    const char *h = v, *port_s = NULL;
+    size_t hlen;
+    if (len > 0 && v[0] == '[') {
+        const char *close = memchr(v, ']', len);
+        if (!close)
+            return snprintf(why, n, "an IPv6 address in [ ] has no ']'"), -1;
+        h = v + 1;
+        hlen = (size_t)(close - h);
+        if (close + 1 < v + len) {
+            if (close[1] != ':')
+                return snprintf(why, n, "expected ':PORT' after ']'"), -1;
+            port_s = close + 2;
+        }
+    } else {
+        const char *colon = memchr(v, ':', len);
+        if (colon && memchr(colon + 1, ':', (size_t)(v + len - colon - 1)))
+            return snprintf(why, n, "write an IPv6 address in brackets: \"[::1]:%d\"",
+                            dflt_port), -1;
+        hlen = colon ? (size_t)(colon - v) : len;
+        port_s = colon ? colon + 1 : NULL;
+    }
+    if (hlen == 0 || hlen > DM_HOST_MAX)
+        return snprintf(why, n, "needs a host (1..%d bytes) as in \"10.0.0.1:%d\"", DM_HOST_MAX,
+                        dflt_port), -1;
+    for (size_t i = 0; i < hlen; i++)
+        if ((unsigned char)h[i] <= 0x20 || h[i] == 0x7f || h[i] == '/' || h[i] == ',')
+            return snprintf(why, n, "the host holds a space, a control character, '/' or ','"), -1;
+    long port = dflt_port;
+    if (port_s) {
+        size_t plen = (size_t)(v + len - port_s);
+        port = 0;
+        for (size_t i = 0; i < plen && port <= DM_PORT_MAX; i++)
+            port = az_digit((unsigned char)port_s[i]) ? port * 10 + (port_s[i] - '0') : -1;
+        if (plen == 0 || port < 1 || port > DM_PORT_MAX)
+            return snprintf(why, n, "the port must be a number from 1 to %ld", DM_PORT_MAX), -1;
+    }
+    e->host = strndup(h, hlen);
+    if (!e->host)
+        return snprintf(why, n, "out of memory"), -1;
+    e->port = (int)port;
+    return 0;
+}
+
+void dm_config_free_sentinels(struct dm_redis_config *r)
+{
+    for (size_t i = 0; i < r->nsentinels; i++)
+        free(r->sentinels[i].host);
+    free(r->sentinels);
+    free(r->master);
+    free(r->sentinel_username);
+    free(r->sentinel_password);
+    r->sentinels = NULL;
+    r->nsentinels = 0;
+    r->master = r->sentinel_username = r->sentinel_password = NULL;
+}
+
+/* sentinels, master and the sentinels' credentials. With sentinels the
+ * address of the data node is the sentinels' answer, so host, port and
+ * unix have no meaning; master is what to ask them for. */
+static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struct dm_redis_config *r,
+                               const unsigned lines[DM_NKEYS])
+{
+    const char *master = NULL, *user = NULL, *pass = NULL, *pass_env = NULL;
+    unsigned master_line = 0, user_line = 0, pass_line = 0, env_line = 0;
+    char why[160];
+    struct shown sv;
+    config_setting_t *l = config_setting_get_member(g, "sentinels");
+    if (get_string(p, g, "redis.", "master", &master, &master_line) < 0
+        || get_string(p, g, "redis.", "sentinel_username", &user, &user_line) < 0
+        || get_string(p, g, "redis.", "sentinel_password", &pass, &pass_line) < 0
+        || get_string(p, g, "redis.", "sentinel_password_env", &pass_env, &env_line) < 0)
+        return -1;
+    if (!l) {
+        unsigned line = master_line ? master_line : user_line ? user_line
+                      : pass_line ? pass_line : env_line;
+        const char *key = master_line ? "master" : user_line ? "sentinel_username"
+                        : pass_line ? "sentinel_password" : "sentinel_password_env";
+        if (line)
+            return fail(p, line, "redis.%s has no meaning without redis.sentinels", key);
+        return 0;
+    }
+    unsigned line = line_of(l);
+    config_setting_t *other = config_setting_get_member(g, "host");
+    if (!other)
+        other = config_setting_get_member(g, "unix");
+    if (other || lines[DM_K_PORT])
+        return fail(p, line, "redis.sentinels and redis.%s (line %u) exclude each other: with "
+                    "Sentinel the primary's address is the sentinels' answer",
+                    other ? config_setting_name(other) : "port",
+                    other ? line_of(other) : lines[DM_K_PORT]);
+    if (!config_setting_is_list(l) && !config_setting_is_array(l))
+        return fail(p, line, "redis.sentinels must be a list ( \"host:port\", ... ), not %s",
+                    type_name(l));
+    int n = config_setting_length(l);
+    if (n <= 0 || n > DM_SENTINELS_MAX)
+        return fail(p, line, "redis.sentinels must name 1 to %d sentinels, not %d",
+                    DM_SENTINELS_MAX, n);
+    if (!master)
+        return fail(p, line, "redis.sentinels needs redis.master, the name the sentinels "
+                    "monitor (sentinel monitor NAME ...)");
+    if (!token_ok(master, DM_HOST_MAX, 0, why, sizeof why))
+        return fail(p, master_line, "redis.master = %s: %s", show(&sv, master), why);
+    if (user && !token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
+        return fail(p, user_line, "redis.sentinel_username = %s: %s", show(&sv, user), why);
+    if (pass && pass_env)
+        return fail(p, pass_line > env_line ? pass_line : env_line, "redis.sentinel_password "
+                    "(line %u) and redis.sentinel_password_env (line %u) exclude each other",
+                    pass_line, env_line);
+    if (pass && !*pass)
+        return fail(p, pass_line, "redis.sentinel_password must not be empty (leave it out "
+                    "for no AUTH)");
+    if (pass_env && env_secret(p, "sentinel_password_env", pass_env, env_line, &pass) < 0)
+        return -1;
+    if (user && !pass)
+        return fail(p, user_line, "redis.sentinel_username needs redis.sentinel_password or "
+                    "redis.sentinel_password_env");
+    r->sentinels = calloc((size_t)n, sizeof *r->sentinels);
+    if (!r->sentinels)
+        return fail(p, line, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const char *v = config_setting_get_string(e);
+        if (!v)
+            return fail(p, line_of(e), "redis.sentinels[%d] must be a string \"host:port\", "
+                        "not %s", i, type_name(e));
+        if (dm_config_endpoint(v, strlen(v), DM_SENTINEL_PORT_DEFAULT, &r->sentinels[i], why,
+                               sizeof why) < 0)
+            return fail(p, line_of(e), "redis.sentinels[%d] = %s: %s", i, show(&sv, v), why);
+        r->nsentinels++;
+    }
+    if (dup_into(p, master_line, &r->master, master) < 0
+        || (user && dup_into(p, user_line, &r->sentinel_username, user) < 0)
+        || (pass && dup_into(p, pass_line ? pass_line : env_line, &r->sentinel_password, pass) < 0))
+        return -1;
+    return 0;
+}
+
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
 {
     config_setting_t *g = config_setting_get_member(root, "redis");
@@ -529,7 +694,9 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
         return -1;
     if (pass && dup_into(p, pass_line, &r->password, pass) < 0)
         return -1;
-    return parse_tls(p, g, r);
+    if (parse_tls(p, g, r) < 0)
+        return -1;
+    return parse_sentinel_keys(p, g, r, lines);
 }
 
 /* The rules between the lease keys, once parse_scalars has read them all
@@ -575,6 +742,21 @@ static int check_timing(struct parse *p, struct dm_config *cfg, const unsigned l
     cfg->renew_ms = renew;
     cfg->lease_margin_ms = margin;
     cfg->lock_delay_ms = delay;
+
+    /* A grant waits for its replicas before it counts, and a renewal round
+     * before its verdict: longer than a renewal period and the next round
+     * would be late. Without min_replicas the key means nothing. */
+    const struct dm_config_key *kt = &dm_config_keys[DM_K_REPLICA_TIMEOUT];
+    long rt = cfg->replica_timeout_ms;
+    if (lines[DM_K_REPLICA_TIMEOUT] && (rt < kt->lo || rt > kt->hi))
+        return fail(p, lines[DM_K_REPLICA_TIMEOUT], "replica_timeout_ms = %ld: must be between "
+                    "%ld and %ld", rt, kt->lo, kt->hi);
+    if (lines[DM_K_REPLICA_TIMEOUT] && cfg->min_replicas > 0 && rt > renew)
+        return fail(p, lines[DM_K_REPLICA_TIMEOUT], "replica_timeout_ms = %ld: must be at most "
+                    "renew_ms = %ld, so that a renewal round ends before the next one is due",
+                    rt, renew);
+    if (!lines[DM_K_REPLICA_TIMEOUT] && rt > renew)
+        cfg->replica_timeout_ms = renew;
     return 0;
 }
 
@@ -1016,6 +1198,7 @@ void dm_config_free(struct dm_config *cfg)
     free(cfg->redis.tls.cert);
     free(cfg->redis.tls.key);
     free(cfg->redis.tls.server_name);
+    dm_config_free_sentinels(&cfg->redis);
     if (!dm_config_is_default(cfg->ns))
         free(cfg->ns);
     for (size_t i = 0; i < cfg->nmutexes; i++)

@@ -16,6 +16,9 @@
 #define DM_NAME_MAX               200     /* bytes of a mutex name */
 #define DM_ERR_MAX                512     /* size of an error buffer */
 #define DM_FAIR_DEFAULT           1       /* FIFO handover unless fair = false */
+#define DM_SENTINEL_PORT_DEFAULT  26379
+#define DM_SENTINELS_MAX          16      /* addresses in redis.sentinels */
+#define DM_REPLICA_TIMEOUT_MS     1000L   /* replica_timeout_ms default (at most renew_ms) */
 
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
@@ -30,6 +33,12 @@ struct dm_tls_config {
     int verify;                 /* check the server's certificate and name, default 1 */
 };
 
+/* One sentinel's address. */
+struct dm_endpoint {
+    char *host;
+    int port;
+};
+
 struct dm_redis_config {
     char *host;                 /* NULL when unix_path is set */
     int port;
@@ -40,6 +49,13 @@ struct dm_redis_config {
     long connect_timeout_ms;
     long command_timeout_ms;
     struct dm_tls_config tls;
+    /* Sentinel (shim/sentinel.c): with sentinels, host/port/unix are unused
+     * and the primary of `master` is asked of the sentinels. */
+    struct dm_endpoint *sentinels;
+    size_t nsentinels;          /* 0: no Sentinel, host/port or unix as given */
+    char *master;               /* the name the sentinels monitor */
+    char *sentinel_username;    /* NULL: AUTH the sentinels with the password only */
+    char *sentinel_password;    /* NULL: no AUTH to the sentinels */
 };
 
 struct dm_mutex_config {
@@ -65,6 +81,8 @@ struct dm_config {
     long lock_delay_ms;         /* default 0 */
     enum dm_on_lease_lost on_lease_lost;    /* default abort */
     enum dm_on_redis_down on_redis_down;    /* default block */
+    int min_replicas;           /* a grant counts once this many replicas have it (WAIT) */
+    long replica_timeout_ms;    /* how long WAIT waits for them */
     struct dm_mutex_config *mutexes;
     size_t nmutexes;
     char **programs;            /* executables (file names) the config is for; */
@@ -107,8 +125,9 @@ void dm_config_redact_url(const char *url, char *out, size_t len);
 int dm_config_load_string(const char *text, const char *label,
                           struct dm_config *cfg, char *err, size_t errlen);
 
-/* Applies DMUTEX_REDIS-style URL: redis://[user:pass@]host[:port][/db] or
- * unix:///path[?db=N]. Returns 0, or -1 with `err` naming what is wrong. */
+/* Applies DMUTEX_REDIS-style URL: redis://[user:pass@]host[:port][/db],
+ * unix:///path[?db=N] or redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master[/db].
+ * Returns 0, or -1 with `err` naming what is wrong. */
 int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen);
 
 void dm_config_free(struct dm_config *cfg);

@@ -37,6 +37,7 @@
 #define DM_ENV_NAME_MAX         255
 #define DM_UNIX_PATH_MAX        ((int)sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 #define DM_SHOW_MAX             48          /* bytes of a value quoted in a message */
+#define DM_MIN_REPLICAS_MAX     100L        /* replicas a grant may wait for */
 
 /* One load in progress: where errors go and what to call the file. */
 struct parse {
@@ -128,6 +129,15 @@ static inline int hex_val(int c) { return az_digit(c) ? c - '0' : ((c | 0x20) - 
  * "\x00", unclosed strings and comments) and notes, without failing yet,
  * an integer it would silently truncate (p->number_error). 0 or -1. */
 int dm_config_prescan(struct parse *p, const char *text);
+
+/* config.c: "host[:port]" or "[v6][:port]" (len bytes of v) into *e (host
+ * malloc'ed), dflt_port when none is given; 0, or -1 with `why`. */
+struct dm_endpoint;
+int dm_config_endpoint(const char *v, size_t len, int dflt_port, struct dm_endpoint *e,
+                       char *why, size_t n);
+/* Frees the sentinels, master and sentinel credentials of r, leaving none. */
+struct dm_redis_config;
+void dm_config_free_sentinels(struct dm_redis_config *r);
 
 /* Is `s` one of the static default strings (never freed)? */
 int dm_config_is_default(const char *s);

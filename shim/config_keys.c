@@ -71,6 +71,15 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc = "the programs the config is for; any other process that loads the shim (a "
                "shell started by `system()`, a helper the program execs, which inherit "
                "`LD_PRELOAD`) maps nothing and runs untouched" },
+    [DM_K_MIN_REPLICAS] = { "min_replicas", TOP(min_replicas), .type = DM_KEY_INT,
+        .lo = 0, .hi = DM_MIN_REPLICAS_MAX, .dflt = 0,
+        .doc = "a grant (and a handover, and a renewal) counts only once this many replicas "
+               "acknowledged it (`WAIT`); one that is not acknowledged in time is released "
+               "and retried. 0: replication is asynchronous, a failover can lose a grant" },
+    [DM_K_REPLICA_TIMEOUT] = { "replica_timeout_ms", TOP(replica_timeout_ms), .type = DM_KEY_LONG,
+        .cross = 1, .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_REPLICA_TIMEOUT_MS,
+        .doc_default = "1000, at most `renew_ms`", .doc_range = "1..`renew_ms`",
+        .doc = "how long a grant or renewal waits for `min_replicas` acknowledgements" },
 
     /* ---- the redis group ---- */
     [DM_K_HOST] = { "host", REDIS(host), .type = DM_KEY_HAND, .dflt_str = default_host,
@@ -99,6 +108,25 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_COMMAND_TIMEOUT] = { "command_timeout_ms", REDIS(command_timeout_ms), .type = DM_KEY_LONG,
         .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_COMMAND_TIMEOUT_MS,
         .doc = "time allowed for one command's reply" },
+    [DM_K_SENTINELS] = { "sentinels", NO_FIELD(DM_GROUP_REDIS), .type = DM_KEY_HAND,
+        .doc_type = "list of strings", .doc_default = "none",
+        .doc_range = "1..16 of `\"host:port\"` (port default 26379; IPv6 as `\"[::1]:26379\"`)",
+        .doc = "Redis Sentinel: ask these for the primary of `master` instead of using "
+               "host/port/unix (which it excludes)" },
+    [DM_K_MASTER] = { "master", REDIS(master), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "1..255 bytes, no whitespace",
+        .doc = "the name the sentinels monitor (`sentinel monitor NAME ...`); required with "
+               "`sentinels`" },
+    [DM_K_SENTINEL_USERNAME] = { "sentinel_username", REDIS(sentinel_username), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "1..255 bytes, no whitespace",
+        .doc = "ACL user for `AUTH` to the sentinels; needs a sentinel password" },
+    [DM_K_SENTINEL_PASSWORD] = { "sentinel_password", REDIS(sentinel_password), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "not empty",
+        .doc = "password for `AUTH` to the sentinels (the data nodes use `password`)" },
+    [DM_K_SENTINEL_PASSWORD_ENV] = { "sentinel_password_env", NO_FIELD(DM_GROUP_REDIS),
+        .type = DM_KEY_HAND, .doc_type = "string", .doc_default = "none",
+        .doc_range = "an environment variable name `[A-Za-z_][A-Za-z0-9_]*`",
+        .doc = "read the sentinels' password from this variable; not with `sentinel_password`" },
 
     /* ---- a mutex entry ---- */
     [DM_K_SYMBOL] = { "symbol", MUTEX(symbol), .type = DM_KEY_HAND,

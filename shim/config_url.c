@@ -1,5 +1,5 @@
 /* config_url: DMUTEX_REDIS URLs (redis://[user:pass@]host[:port][/db],
- * unix:///path[?db=N]) into the redis part of a struct dm_config, and the
+ * unix:///path[?db=N], redis-sentinel://[user:pass@]host:port,.../master[/db]) into the redis part of a struct dm_config, and the
  * redaction every message showing such a URL goes through. A URL's bytes
  * are shown only redacted and quoted (dm_config_show). */
 #include "config_impl.h"
@@ -107,6 +107,122 @@ static int tls_env(char *files[3], char *err, size_t errlen)
     return 0;
 }
 
+/* redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master[/db]:
+ * the sentinels to ask, the name they monitor, the db; user:pass are the
+ * data nodes' (as in redis://), the sentinels' own come from the file.
+ * `su` is the redacted URL for messages. */
+static int set_sentinel_url(struct dm_config *cfg, const char *url, const char *su,
+                            char *err, size_t errlen)
+{
+    const char *a = url + strlen("redis-sentinel://");
+    size_t alen = strcspn(a, "/?#");
+    const char *at = NULL;
+    char *user = NULL, *pass = NULL, *master = NULL;
+    struct dm_endpoint *eps = NULL;
+    size_t neps = 0;
+    long db = 0;
+    char why[160];
+    for (const char *q = a; q < a + alen; q++)
+        if (*q == '@')
+            at = q;
+    const char *hp = a;
+    if (at) {
+        const char *colon = memchr(a, ':', (size_t)(at - a));
+        const char *pw = colon ? colon + 1 : a;
+        int r = 0;
+        if (colon && colon > a)
+            r = percent_decode(a, (size_t)(colon - a), &user);
+        if (r == 0)
+            r = percent_decode(pw, (size_t)(at - pw), &pass);
+        if (r != 0 || !*pass) {
+            free(user);
+            free(pass);
+            return fail_plain(err, errlen, r == -1 ? "redis URL: out of memory"
+                              : r == -2 ? "redis URL: bad %%-escape in the user name or password "
+                                          "(%%XX with two hex digits, not %%00)"
+                              : "redis URL: empty password before '@' (leave out "
+                                "user:password@ for no AUTH)");
+        }
+        hp = at + 1;
+    }
+    const char *end = a + alen;
+    eps = calloc(DM_SENTINELS_MAX, sizeof *eps);
+    if (!eps)
+        goto oom;
+    for (const char *h = hp; h <= end; ) {
+        const char *comma = memchr(h, ',', (size_t)(end - h));
+        const char *e = comma ? comma : end;
+        if (neps == DM_SENTINELS_MAX) {
+            fail_plain(err, errlen, "redis URL %s: more than %d sentinels", su, DM_SENTINELS_MAX);
+            goto fail;
+        }
+        if (dm_config_endpoint(h, (size_t)(e - h), DM_SENTINEL_PORT_DEFAULT, &eps[neps], why,
+                               sizeof why) < 0) {
+            fail_plain(err, errlen, "redis URL %s: sentinel %zu: %s "
+                       "(redis-sentinel://[user:password@]host[:port][,host[:port]...]/master[/db])",
+                       su, neps + 1, why);
+            goto fail;
+        }
+        neps++;
+        if (!comma)
+            break;
+        h = comma + 1;
+    }
+    const char *path = end;
+    if (*path != '/' || !path[1] || path[1] == '/') {
+        fail_plain(err, errlen, "redis URL %s: the path must name the master the sentinels "
+                   "monitor: redis-sentinel://host:port[,host:port...]/master[/db]", su);
+        goto fail;
+    }
+    path++;
+    size_t mlen = strcspn(path, "/");
+    for (size_t i = 0; i < mlen; i++)
+        if ((unsigned char)path[i] <= 0x20 || path[i] == 0x7f || path[i] == '?' || path[i] == '#') {
+            fail_plain(err, errlen, "redis URL %s: the master name holds a space, a control "
+                       "character, '?' or '#'", su);
+            goto fail;
+        }
+    if (mlen > DM_HOST_MAX) {
+        fail_plain(err, errlen, "redis URL %s: the master name is longer than %d bytes", su,
+                   DM_HOST_MAX);
+        goto fail;
+    }
+    const char *rest = path + mlen;
+    if (*rest == '/' && rest[1] && parse_url_number(rest + 1, strlen(rest + 1), 0,
+                                                    DM_REDIS_DB_MAX, &db) < 0) {
+        fail_plain(err, errlen, "redis URL %s: after the master name the path must be a "
+                   "database number from 0 to %ld", su, DM_REDIS_DB_MAX);
+        goto fail;
+    }
+    if ((master = strndup(path, mlen)) == NULL)
+        goto oom;
+
+    dm_config_free_sentinels(&cfg->redis);
+    free(cfg->redis.unix_path);
+    cfg->redis.unix_path = NULL;
+    cfg->redis.sentinels = eps;
+    cfg->redis.nsentinels = neps;
+    cfg->redis.master = master;
+    cfg->redis.db = (int)db;
+    if (at) {
+        free(cfg->redis.username);
+        free(cfg->redis.password);
+        cfg->redis.username = user;
+        cfg->redis.password = pass;
+    }
+    return 0;
+oom:
+    fail_plain(err, errlen, "redis URL: out of memory");
+fail:
+    for (size_t i = 0; i < neps; i++)
+        free(eps[i].host);
+    free(eps);
+    free(user);
+    free(pass);
+    free(master);
+    return -1;
+}
+
 /* The URL names the whole endpoint: host and port, or the socket, and the
  * db. Credentials are replaced only when the URL carries them, so a
  * password can stay in password_env instead of a URL in the environment. */
@@ -124,6 +240,8 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     char redacted[DM_SHOW_MAX * 2 + 8];
     dm_config_redact_url(url, redacted, sizeof redacted);
     show(&su, redacted);
+    if (strncasecmp(url, "redis-sentinel://", 17) == 0)
+        return set_sentinel_url(cfg, url, su.s, err, errlen);
     int tls = strncasecmp(url, "rediss://", 9) == 0;
 
     if (strncasecmp(url, "unix://", 7) == 0) {
@@ -239,9 +357,9 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         size_t slen = strcspn(url, ":");
         if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
             return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis://, "
-                              "rediss:// or unix://)", su.s, (int)slen, url);
-        return fail_plain(err, errlen, "redis URL %s: must start with redis://, rediss:// or "
-                          "unix://", su.s);
+                              "rediss://, unix:// or redis-sentinel://)", su.s, (int)slen, url);
+        return fail_plain(err, errlen, "redis URL %s: must start with redis://, rediss://, "
+                          "unix:// or redis-sentinel://", su.s);
     }
     char *tls_files[3] = { NULL, NULL, NULL };
     if (tls && tls_env(tls_files, err, errlen) < 0) {
@@ -255,6 +373,7 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     if (!dm_config_is_default(cfg->redis.host))
         free(cfg->redis.host);
     free(cfg->redis.unix_path);
+    dm_config_free_sentinels(&cfg->redis);     /* the URL names the node itself */
     cfg->redis.host = host;
     cfg->redis.unix_path = unix_path;
     cfg->redis.port = (int)port;

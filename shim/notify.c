@@ -337,10 +337,17 @@ static void *notify_main(void *arg)
             pthread_mutex_unlock(&nmu);
         }
 
-        pthread_mutex_lock(&nmu);
-        do_work_locked(c);
-        pthread_mutex_unlock(&nmu);
         int done = 0, broken = 0;
+        if (dm_redis_conn_stale(&conn)) {
+            /* Sentinel: the primary moved; subscribe on the new one. */
+            conn.err = DM_REDIS_IO;
+            snprintf(conn.errstr, sizeof conn.errstr, "the sentinels named a new primary");
+            broken = 1;
+        } else {
+            pthread_mutex_lock(&nmu);
+            do_work_locked(c);
+            pthread_mutex_unlock(&nmu);
+        }
         while (!done && !broken)
             if (dm_net_write(c, conn.tls, &done) != REDIS_OK)
                 broken = 1;
@@ -432,8 +439,10 @@ static int start_thread_locked(void)
     int rc = pthread_create(&sub_thread, &a, notify_main, NULL);
     pthread_attr_destroy(&a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc == 0)
+    if (rc == 0) {
         thread_running = 1;
+        dm_redis_on_switch(wake_thread);    /* Sentinel: a new primary wakes the thread */
+    }
     return rc;
 }
 

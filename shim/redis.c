@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "lua_scripts.h"
+#include "sentinel.h"
 #include "util.h"
 
 #define DM_POOL_IDLE_MAX 64     /* idle connections kept; the rest are closed */
@@ -35,6 +36,7 @@ void dm_redis_setup(const struct dm_redis_config *cfg)
 {
     rcfg = cfg;
     dm_net_setup(&cfg->tls);
+    dm_sentinel_setup(cfg);
     if (cfg->unix_path)
         snprintf(addr_text, sizeof addr_text, "%s", cfg->unix_path);
     else
@@ -43,7 +45,50 @@ void dm_redis_setup(const struct dm_redis_config *cfg)
 
 const char *dm_redis_addr(void)
 {
+    if (dm_sentinel_enabled()) {
+        /* The primary moves: each thread gets its own copy of the words. */
+        static __thread char primary_text[sizeof addr_text + 64];
+        dm_sentinel_describe(primary_text, sizeof primary_text);
+        return primary_text;
+    }
     return addr_text;
+}
+
+/* Sentinel: does this error reply say "not the primary" (a demoted
+ * primary, a replica still loading or cut off from its primary)? Nothing
+ * ran: the caller re-discovers and retries. Without Sentinel these stay
+ * plain error replies, as they always were. */
+static int wrong_node_reply(const char *msg)
+{
+    return dm_sentinel_enabled() && (strncmp(msg, "READONLY", 8) == 0 ||
+                                     strncmp(msg, "LOADING", 7) == 0 ||
+                                     strncmp(msg, "MASTERDOWN", 10) == 0);
+}
+
+/* Sentinel: the node must say ROLE master before anything is sent to it;
+ * a sentinel's answer can be a moment old. */
+static enum dm_redis_err check_role(redisContext *c, struct dm_net *t, char *err, size_t errlen)
+{
+    const char *argv[1] = { "ROLE" };
+    redisReply *r = dm_net_command_argv(c, t, 1, argv, NULL);
+    if (!r) {
+        snprintf(err, errlen, "ROLE: %s", c->errstr);
+        return DM_REDIS_IO;
+    }
+    enum dm_redis_err rc = DM_REDIS_OK;
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "ROLE: %s", r->str);
+        rc = wrong_node_reply(r->str) ? DM_REDIS_WRONG_NODE : DM_REDIS_REPLY_ERROR;
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+               r->element[0]->type != REDIS_REPLY_STRING ||
+               strcmp(r->element[0]->str, "master") != 0) {
+        snprintf(err, errlen, "the sentinels named it the primary of %s, but its ROLE is %s",
+                 rcfg->master, r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+                 r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str : "unknown");
+        rc = DM_REDIS_WRONG_NODE;
+    }
+    freeReplyObject(r);
+    return rc;
 }
 
 static struct timeval ms_tv(long ms)
@@ -122,13 +167,13 @@ static void set_err(struct dm_conn *conn, enum dm_redis_err kind, const char *fm
  * redis.tls.server_name says otherwise). 0 (with *out: NULL for a plain
  * connection), or -1 with conn's error set and c freed. */
 static int tls_start(struct dm_conn *conn, redisContext *c, const char *host,
-                     long long started, struct dm_net **out)
+                     const char *addr, long long started, struct dm_net **out)
 {
     *out = NULL;
     if (!rcfg->tls.enabled)
         return 0;
     char why[DM_ERR_MAX];
-    struct dm_net *t = dm_net_tls_start(c, host, addr_text,
+    struct dm_net *t = dm_net_tls_start(c, host, addr,
                                         started + rcfg->connect_timeout_ms,
                                         rcfg->command_timeout_ms, why, sizeof why);
     if (!t) {
@@ -152,11 +197,11 @@ static int tls_start(struct dm_conn *conn, redisContext *c, const char *host,
          * after the client's handshake is done): only the PING was sent. */
         set_err(conn, DM_REDIS_TLS, "TLS session with redis at %s ended by the server right "
                 "after the handshake: did it refuse the client certificate "
-                "(redis.tls.cert = %s%s%s)? %s", addr_text, rcfg->tls.cert ? "\"" : "",
+                "(redis.tls.cert = %s%s%s)? %s", addr, rcfg->tls.cert ? "\"" : "",
                 rcfg->tls.cert ? rcfg->tls.cert : "none given", rcfg->tls.cert ? "\"" : "",
                 c->errstr);
     else
-        set_err(conn, rc, "redis at %s: %s", addr_text, why);
+        set_err(conn, rc, "redis at %s: %s", addr, why);
     dm_net_close(c, t);
     return -1;
 }
@@ -167,24 +212,50 @@ int dm_redis_connect(struct dm_conn *conn)
     conn->tls = NULL;
     conn->err = DM_REDIS_OK;
     conn->errstr[0] = 0;
+    conn->gen = 0;
     long long started = dm_now_ms();
     struct timeval cto = ms_tv(rcfg->connect_timeout_ms);
-    redisContext *c = rcfg->unix_path ? redisConnectUnixWithTimeout(rcfg->unix_path, cto)
-                                      : redisConnectWithTimeout(rcfg->host, rcfg->port, cto);
+    /* With Sentinel the address is the sentinels' answer; it is all that
+     * changes here (sentinel.c). */
+    const char *host = rcfg->host, *addr = addr_text;
+    int port = rcfg->port;
+    struct dm_primary primary;
+    char primary_text[sizeof addr_text + 64];
+    if (dm_sentinel_enabled()) {
+        char why[DM_ERR_MAX];
+        int answered;
+        if (dm_sentinel_primary(&primary, why, sizeof why, &answered) != 0) {
+            /* No sentinel could be reached: no connection could be made.
+             * One answered without an address: a wrong master name, not
+             * an outage. */
+            set_err(conn, answered ? DM_REDIS_REPLY_ERROR : DM_REDIS_NOCONN, "redis: %s", why);
+            return -1;
+        }
+        host = primary.host;
+        port = primary.port;
+        conn->gen = primary.gen;
+        snprintf(primary_text, sizeof primary_text, "%s:%d (primary of %s)", host, port,
+                 rcfg->master);
+        addr = primary_text;
+    }
+    redisContext *c = rcfg->unix_path && !dm_sentinel_enabled()
+                          ? redisConnectUnixWithTimeout(rcfg->unix_path, cto)
+                          : redisConnectWithTimeout(host, port, cto);
     if (!c) {
-        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: out of memory", addr_text);
+        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: out of memory", addr);
         return -1;
     }
     if (c->err) {
-        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: %s", addr_text, c->errstr);
+        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: %s", addr, c->errstr);
         redisFree(c);
+        dm_sentinel_stale(conn->gen);
         return -1;
     }
     redisSetTimeout(c, ms_tv(rcfg->command_timeout_ms));
     if (!rcfg->unix_path)
         redisEnableKeepAlive(c);
     struct dm_net *t = NULL;
-    if (tls_start(conn, c, rcfg->host, started, &t) != 0)
+    if (tls_start(conn, c, host, addr, started, &t) != 0)
         return -1;
     /* From here on the server is there: an error it answers (WRONGPASS,
      * NOPERM, "max number of clients reached", LOADING...) or a request it
@@ -203,15 +274,21 @@ int dm_redis_connect(struct dm_conn *conn)
         const char *argv[2] = { "SELECT", db };
         rc = simple_command(c, t, why, sizeof why, "SELECT", 2, argv);
     }
+    if (rc == DM_REDIS_OK && dm_sentinel_enabled())
+        rc = check_role(c, t, why, sizeof why);
     if (rc == DM_REDIS_OK)
         rc = load_scripts(c, t, why, sizeof why);
+    if (rc == DM_REDIS_REPLY_ERROR && strstr(why, ": ") && wrong_node_reply(strstr(why, ": ") + 2))
+        rc = DM_REDIS_WRONG_NODE;       /* "AUTH: LOADING ...", "SCRIPT LOAD x.lua: ..." */
     if (rc == DM_REDIS_OK) {
         conn->c = c;
         conn->tls = t;
         return 0;
     }
-    set_err(conn, rc, "redis at %s: %s", addr_text, why);
+    set_err(conn, rc, "redis at %s: %s", addr, why);
     dm_net_close(c, t);
+    if (rc == DM_REDIS_WRONG_NODE || rc == DM_REDIS_IO)
+        dm_sentinel_stale(conn->gen);
     return -1;
 }
 
@@ -223,6 +300,8 @@ void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn)
 
 void dm_redis_close(struct dm_conn *conn)
 {
+    if (conn->c && (conn->err == DM_REDIS_IO || conn->err == DM_REDIS_WRONG_NODE))
+        dm_sentinel_stale(conn->gen);
     dm_net_close(conn->c, conn->tls);
     conn->c = NULL;
     conn->tls = NULL;
@@ -245,6 +324,16 @@ redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
     return r;
 }
 
+int dm_redis_conn_stale(const struct dm_conn *conn)
+{
+    return dm_sentinel_enabled() && conn->c && conn->gen != dm_sentinel_gen();
+}
+
+void dm_redis_on_switch(void (*fn)(void))
+{
+    dm_sentinel_on_switch(fn);
+}
+
 /* What dm_redis_get hands out when it cannot even allocate a connection:
  * never written (every call returns at once on a conn without a context)
  * and never freed. */
@@ -253,13 +342,20 @@ static struct dm_conn no_memory = { .c = NULL, .err = DM_REDIS_NOCONN,
 
 struct dm_conn *dm_redis_get(void)
 {
-    pthread_mutex_lock(&pool_mu);
-    struct dm_conn *conn = pool_idle;
-    if (conn) {
-        pool_idle = conn->next;
-        pool_nidle--;
+    struct dm_conn *conn;
+    for (;;) {
+        pthread_mutex_lock(&pool_mu);
+        conn = pool_idle;
+        if (conn) {
+            pool_idle = conn->next;
+            pool_nidle--;
+        }
+        pthread_mutex_unlock(&pool_mu);
+        if (!conn || !dm_redis_conn_stale(conn))
+            break;
+        dm_redis_close(conn);   /* to a node that is no longer the primary */
+        free(conn);
     }
-    pthread_mutex_unlock(&pool_mu);
     if (conn) {
         conn->err = DM_REDIS_OK;
         conn->errstr[0] = 0;
@@ -276,7 +372,7 @@ void dm_redis_put(struct dm_conn *conn)
 {
     if (!conn || conn == &no_memory)
         return;
-    if (conn->c && conn->err != DM_REDIS_IO) {
+    if (conn->c && conn->err != DM_REDIS_IO && conn->err != DM_REDIS_WRONG_NODE) {
         pthread_mutex_lock(&pool_mu);
         if (pool_nidle < DM_POOL_IDLE_MAX) {
             conn->next = pool_idle;
@@ -310,14 +406,15 @@ static int build_argv(const char **argv, enum dm_script s, int use_body, int nke
 static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_script s)
 {
     if (!r) {
-        set_err(conn, DM_REDIS_IO, "redis at %s: %s", addr_text,
+        set_err(conn, DM_REDIS_IO, "redis at %s: %s", dm_redis_addr(),
                 conn->c->err ? conn->c->errstr : "no reply");
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
         /* NOPERM: the ACL user lacks a command, key or channel. */
-        set_err(conn, DM_REDIS_REPLY_ERROR, "redis at %s: %s.lua: %s%s", addr_text,
-                script_name[s], r->str, strncmp(r->str, "NOPERM", 6) == 0 ?
+        set_err(conn, wrong_node_reply(r->str) ? DM_REDIS_WRONG_NODE : DM_REDIS_REPLY_ERROR,
+                "redis at %s: %s.lua: %s%s", dm_redis_addr(), script_name[s], r->str,
+                strncmp(r->str, "NOPERM", 6) == 0 ?
                 " (`dmutex acl -c CONFIG` prints the rights a config needs)" : "");
         freeReplyObject(r);
         return NULL;
@@ -373,6 +470,53 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
         return NULL;
     }
     return check_reply(conn, r, s);
+}
+
+int dm_redis_is_primary(struct dm_conn *conn)
+{
+    if (!dm_sentinel_enabled())
+        return 1;
+    if (!conn->c)
+        return -1;
+    char why[400];
+    enum dm_redis_err rc = check_role(conn->c, conn->tls, why, sizeof why);
+    if (rc == DM_REDIS_OK)
+        return 1;
+    set_err(conn, rc, "redis at %s: %s", dm_redis_addr(), why);
+    if (rc == DM_REDIS_WRONG_NODE)
+        dm_sentinel_stale(conn->gen);
+    return rc == DM_REDIS_WRONG_NODE ? 0 : -1;
+}
+
+long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms)
+{
+    if (!conn->c)
+        return -1;
+    /* The server answers WAIT after up to timeout_ms: the reply may come
+     * that much later than a command's. */
+    dm_net_set_timeout(conn->c, conn->tls, timeout_ms + rcfg->command_timeout_ms);
+    char nbuf[24], tbuf[24];
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    snprintf(tbuf, sizeof tbuf, "%ld", timeout_ms);
+    const char *argv[3] = { "WAIT", nbuf, tbuf };
+    redisReply *r = dm_net_command_argv(conn->c, conn->tls, 3, argv, NULL);
+    if (!conn->c->err)
+        dm_net_set_timeout(conn->c, conn->tls, rcfg->command_timeout_ms);
+    if (!r) {
+        set_err(conn, DM_REDIS_IO, "redis at %s: WAIT: %s", dm_redis_addr(),
+                conn->c->err ? conn->c->errstr : "no reply");
+        return -1;
+    }
+    long v = -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        v = (long)r->integer;
+    else
+        set_err(conn, r->type == REDIS_REPLY_ERROR && wrong_node_reply(r->str) ? DM_REDIS_WRONG_NODE
+                      : r->type == REDIS_REPLY_ERROR ? DM_REDIS_REPLY_ERROR : DM_REDIS_BAD_REPLY,
+                "redis at %s: WAIT: %s", dm_redis_addr(),
+                r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    return v;
 }
 
 /* Fork: startup's prepare handler holds pool_mu across fork() (see the lock

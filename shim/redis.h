@@ -1,5 +1,6 @@
-/* redis: connections to the server (hiredis), AUTH and SELECT, timeouts,
- * the scripts (SCRIPT LOAD once, EVALSHA, EVAL on NOSCRIPT), and turning
+/* redis: connections to the server (hiredis; with Sentinel, to the primary
+ * sentinel.c names), AUTH and SELECT, timeouts, the scripts (SCRIPT LOAD
+ * once, EVALSHA, EVAL on NOSCRIPT), and turning
  * replies into errors with words. Knows nothing of pthread_mutex_t or of
  * what the scripts mean. */
 #ifndef DM_REDIS_H
@@ -33,6 +34,9 @@ enum dm_redis_err {
                              * certificate refused, not a TLS port. Nothing was sent;
                              * never "no connection" (on_redis_down = "local" does not
                              * lock alone because of a bad certificate) */
+    DM_REDIS_WRONG_NODE,    /* Sentinel only: the node is not the primary (READONLY,
+                               LOADING, MASTERDOWN, or ROLE): nothing ran; the
+                               primary is asked of the sentinels again */
 };
 
 /* A connection: pooled (dm_redis_get/put) or a thread's own (the watchdog's
@@ -44,6 +48,7 @@ struct dm_conn {
     enum dm_redis_err err;
     char errstr[DM_ERR_MAX];
     struct dm_conn *next;           /* the pool's idle stack */
+    unsigned long gen;              /* Sentinel: the primary's generation at connect */
 };
 
 /* A connection's error kept past dm_redis_put, for a caller that reports
@@ -74,7 +79,9 @@ const char *dm_redis_addr(void);
 int dm_redis_connect(struct dm_conn *conn);
 
 /* Closes conn's context (sending nothing) and sets conn->c to NULL; the
- * error stays. A closed or never connected conn is fine. */
+ * error stays. A closed or never connected conn is fine. With Sentinel, a
+ * connection closed after DM_REDIS_IO or DM_REDIS_WRONG_NODE makes the
+ * next connect ask the sentinels again. */
 void dm_redis_close(struct dm_conn *conn);
 
 /* The time one reply may take on conn, instead of the configured command
@@ -84,6 +91,29 @@ void dm_redis_set_timeout(struct dm_conn *conn, long ms);
 /* One command of the caller's own (dmutex ls), hiredis's format: the
  * reply (caller frees) or NULL, the cause in conn->c->errstr. */
 redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...);
+/* Sentinel: is conn connected to a node that the sentinels have replaced
+ * as the primary since (a long-lived connection drops and remakes it)?
+ * Always 0 without Sentinel. */
+int dm_redis_conn_stale(const struct dm_conn *conn);
+
+/* Sentinel: fn() is called (from another thread, no lock held) when the
+ * primary's address changes; see dm_sentinel_on_switch. */
+void dm_redis_on_switch(void (*fn)(void));
+
+/* Sentinel: is conn's node still the primary (ROLE)? A script that only
+ * reads answers from whatever data a node has, and a demoted primary may
+ * have none while it resyncs: a verdict such as "the hold is gone" is
+ * trusted only once the same connection says ROLE master after it.
+ * 1: yes (always without Sentinel, with no round trip); 0: no (conn->err
+ * DM_REDIS_WRONG_NODE, the primary is asked of the sentinels again); -1:
+ * no answer or an error (conn->err says which). */
+int dm_redis_is_primary(struct dm_conn *conn);
+
+/* WAIT n timeout_ms on conn: how many replicas acknowledged every write
+ * this connection made so far (>= 0), or -1 with conn->err set (no reply:
+ * DM_REDIS_IO; an error reply). Blocks up to timeout_ms plus a command
+ * timeout. */
+long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms);
 
 /* A connection from the process's pool, connecting if none is idle. Never
  * NULL: when no usable connection could be made its c is NULL and err

@@ -34,6 +34,7 @@
 #include "real.h"
 #include "redis.h"
 #include "registry.h"
+#include "sentinel.h"
 #include "symbols.h"
 #include "watchdog.h"
 
@@ -397,7 +398,7 @@ static void map_entries(struct dm_config *cfg)
  *
  *   startup objects_mu -> symbols cache_lock -> mapped names_mu
  *     -> registry writer lock -> cluster locks_mu -> notify nmu
- *     -> redis pool_mu -> net ssl_rw (write side) -> watchdog wmu
+ *     -> redis pool_mu -> sentinel smu -> net ssl_rw (write side) -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
  * registry) under objects_mu; mapped's name_get makes the cluster lock
@@ -438,7 +439,8 @@ static void registry_atfork(enum dm_fork_phase phase)
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
     symbols_atfork, dm_mapped_atfork, registry_atfork, dm_cluster_atfork,
-    dm_notify_atfork, dm_redis_atfork, dm_net_atfork, dm_watchdog_atfork,
+    dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_net_atfork,
+    dm_watchdog_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
 

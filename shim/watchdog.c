@@ -140,6 +140,63 @@ static long long due_ms(const struct dm_hold *h, const struct dm_config *cfg)
     return h->renewed_ms + period;
 }
 
+/* Sentinel: "the hold is gone" counts only from the primary. A demoted
+ * primary answers renew.lua from its data, which a resync may have emptied
+ * (the script writes nothing when the hold is missing, so no READONLY
+ * comes): ROLE on the same connection, after the renewals, must still say
+ * master. Otherwise the round's losses are no verdict, and the next round
+ * renews on the new primary. No round trip without Sentinel. */
+static void confirm_losses(struct dm_conn *conn, enum renewal *res, size_t got)
+{
+    size_t lost = 0;
+    for (size_t i = 0; i < got; i++)
+        lost += res[i] == RENEW_LOST;
+    if (lost == 0 || !conn->c || dm_redis_is_primary(conn) == 1)
+        return;
+    for (size_t i = 0; i < got; i++)
+        if (res[i] == RENEW_LOST)
+            res[i] = RENEW_UNKNOWN;
+    __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+    dm_redis_close(conn);
+}
+
+/* min_replicas: a renewal counts once that many replicas have it, as a
+ * grant does (cluster.c), so the holder's idea of its lease never runs
+ * past what a promoted replica would enforce. One WAIT covers the whole
+ * round (it counts every write of this connection so far). Not
+ * acknowledged: the round's renewals are no verdict (the deadline thread
+ * then declares the hold lost at lease - margin after the last
+ * acknowledged renewal, before a promoted replica would expire it). */
+static void acknowledge_round(struct dm_conn *conn, enum renewal *res, size_t got, long io_ms,
+                              long *log_last)
+{
+    const struct dm_config *cfg = dm_cluster_config();
+    size_t ok = 0;
+    for (size_t i = 0; i < got; i++)
+        ok += res[i] == RENEW_OK;
+    if (ok == 0)
+        return;
+    long acks = conn->c ? dm_redis_wait(conn, cfg->min_replicas, cfg->replica_timeout_ms) : -1;
+    if (conn->c)
+        dm_redis_set_timeout(conn, io_ms);
+    if (acks >= cfg->min_replicas)
+        return;
+    for (size_t i = 0; i < got; i++)
+        if (res[i] == RENEW_OK)
+            res[i] = RENEW_UNKNOWN;
+    if (acks < 0)
+        dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN, "lease renewal: %s; the "
+                     "round's renewals do not count", conn->c ? conn->errstr : "not connected");
+    else
+        dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN, "lease renewal at %s: only "
+                     "%ld of min_replicas = %d replicas acknowledged it within %ld ms; it does "
+                     "not count", dm_redis_addr(), acks, cfg->min_replicas, cfg->replica_timeout_ms);
+    if (acks < 0 && conn->c && conn->err == DM_REDIS_IO) {
+        __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+        dm_redis_close(conn);
+    }
+}
+
 static void *watchdog_main(void *arg)
 {
     (void)arg;
@@ -205,6 +262,11 @@ static void *watchdog_main(void *arg)
         }
         pthread_mutex_unlock(&wmu);
 
+        if (conn.c && dm_redis_conn_stale(&conn)) {
+            /* Sentinel: the primary moved; renew on the new one. */
+            __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+            dm_redis_close(&conn);
+        }
         if (n > 0 && !conn.c) {
             dm_redis_connect(&conn);
             __atomic_store_n(&wd_ctx, conn.c, __ATOMIC_RELEASE);
@@ -223,7 +285,7 @@ static void *watchdog_main(void *arg)
                 const char *args[] = { snaps[i].key, snaps[i].owner, lease };
                 dm_redis_append_script(&conn, DM_SCRIPT_RENEW, 1, 3, args);
             }
-            int broken = 0;
+            int broken = 0, wrong_node = 0;
             for (got = 0; got < n && !broken; got++) {
                 redisReply *r = dm_redis_pipeline_reply(&conn, DM_SCRIPT_RENEW);
                 if (r) {
@@ -234,11 +296,20 @@ static void *watchdog_main(void *arg)
                     res[got] = RENEW_NOSCRIPT;
                 } else if (conn.err == DM_REDIS_IO) {
                     broken = 1;
+                } else if (conn.err == DM_REDIS_WRONG_NODE) {
+                    res[got] = RENEW_UNKNOWN;   /* not a verdict; reconnect below */
+                    wrong_node = 1;
                 } else {
                     res[got] = RENEW_UNKNOWN;
                     dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                                  "lease renewal of %s: %s", snaps[got].key, conn.errstr);
                 }
+            }
+            if (wrong_node && !broken) {
+                dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                             "lease renewal: %s; asking the sentinels for the primary", conn.errstr);
+                __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+                dm_redis_close(&conn);
             }
             if (broken) {
                 got--;
@@ -262,6 +333,9 @@ static void *watchdog_main(void *arg)
                     got = i;
                 }
             }
+            confirm_losses(&conn, res, got);
+            if (cfg->min_replicas > 0)
+                acknowledge_round(&conn, res, got, io_ms, &log_last);
         }
 
         pthread_mutex_lock(&wmu);

@@ -212,6 +212,62 @@ void th_redis_start_tls(struct th_redis *r, const char *const *extra)
     start(r, NULL, extra, 1);
 }
 
+/* redis-server in sentinel mode: its config file (which it rewrites) in
+ * r->dir, the options that every server here gets, then `sentinel`
+ * lines. */
+static pid_t spawn_sentinel(struct th_redis *r, const char *master, const char *mhost, int mport,
+                            int quorum, long down_ms, long failover_ms)
+{
+    char conf[200];
+    snprintf(conf, sizeof conf, "%s/sentinel.conf", r->dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        die("cannot write %s: %s", conf, strerror(errno));
+    fprintf(f, "port %d\nbind %s\ndir %s\nlogfile %s/redis.log\ndaemonize no\n"
+            "protected-mode no\n"
+            "sentinel monitor %s %s %d %d\n"
+            "sentinel down-after-milliseconds %s %ld\n"
+            "sentinel failover-timeout %s %ld\n"
+            "sentinel parallel-syncs %s 2\n",
+            r->port, r->addr, r->dir, r->dir, master, mhost, mport, quorum,
+            master, down_ms, master, failover_ms, master);
+    fclose(f);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open("/dev/null", O_RDWR);
+        dup2(fd, 0); dup2(fd, 1);
+        unsetenv("LD_PRELOAD");
+        execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+void th_sentinel_start(struct th_redis *r, const char *bind_addr, const char *master,
+                       const char *mhost, int mport, int quorum, long down_ms, long failover_ms)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->addr, sizeof r->addr, "%s", bind_addr ? bind_addr : "127.0.0.1");
+    snprintf(r->dir, sizeof r->dir, "/tmp/dmutex-test-sentinel.XXXXXX");
+    if (!mkdtemp(r->dir))
+        die("mkdtemp: %s", strerror(errno));
+    for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
+        r->port = free_port(r->addr);
+        snprintf(r->url, sizeof r->url, "%s:%d", r->addr, r->port);
+        r->pid = spawn_sentinel(r, master, mhost, mport, quorum, down_ms, failover_ms);
+        if (wait_ping(r) == 0) {
+            server_up(r->pid);
+            return;
+        }
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+    }
+    die("redis-server --sentinel did not start on %s (is redis-sentinel installed? see "
+        "%s/redis.log)", r->addr, r->dir);
+}
+
 void th_redis_kill(struct th_redis *r)
 {
     if (r->pid > 0) {

@@ -43,6 +43,14 @@ void th_redis_stop(struct th_redis *r);
  * it, and zeroes *r: ready for the next th_redis_start. */
 void th_redis_drop(struct th_redis *r, redisContext **c);
 
+/* Starts a Redis Sentinel (redis-server --sentinel, Debian's redis-sentinel
+ * package) on a free port of `bind_addr` (NULL: 127.0.0.1), monitoring
+ * `master` at mhost:mport with this quorum, down-after-milliseconds and
+ * failover-timeout; waits until it answers PING. r->url is "addr:port",
+ * as redis.sentinels lists it. Stop or kill it as any server. */
+void th_sentinel_start(struct th_redis *r, const char *bind_addr, const char *master,
+                       const char *mhost, int mport, int quorum, long down_ms, long failover_ms);
+
 /* SIGKILLs it, keeping its directory (for restart tests); restart reuses port and dir. */
 void th_redis_kill(struct th_redis *r);
 void th_redis_restart(struct th_redis *r, const char *const *extra);

@@ -1449,6 +1449,112 @@ static void test_redis_tls_group_and_its_rules(void **state)
                  "t.cfg:2: ", "redis.tls.server_name", "not allowed");
 }
 
+/* ---- Sentinel and replica acknowledgements ------------------------------ */
+
+static void test_sentinel_keys_load_with_default_port_and_credentials(void **state)
+{
+    (void)state;
+    setenv("DM_TEST_SENTINEL_PW", "sentinel-secret", 1);
+    load_ok("redis = { sentinels = ( \"10.0.0.1:26380\", \"s2\", \"[::1]:26381\" );\n"
+            "  master = \"mymaster\"; sentinel_username = \"watch\";\n"
+            "  sentinel_password_env = \"DM_TEST_SENTINEL_PW\"; password = \"data\"; db = 2; };\n"
+            "min_replicas = 1; replica_timeout_ms = 400;");
+    assert_int_equal(cfg.redis.nsentinels, 3);
+    assert_string_equal(cfg.redis.sentinels[0].host, "10.0.0.1");
+    assert_int_equal(cfg.redis.sentinels[0].port, 26380);
+    assert_string_equal(cfg.redis.sentinels[1].host, "s2");
+    assert_int_equal(cfg.redis.sentinels[1].port, 26379);
+    assert_string_equal(cfg.redis.sentinels[2].host, "::1");
+    assert_int_equal(cfg.redis.sentinels[2].port, 26381);
+    assert_string_equal(cfg.redis.master, "mymaster");
+    assert_string_equal(cfg.redis.sentinel_username, "watch");
+    assert_string_equal(cfg.redis.sentinel_password, "sentinel-secret");
+    assert_string_equal(cfg.redis.password, "data");
+    assert_int_equal(cfg.redis.db, 2);
+    assert_int_equal(cfg.min_replicas, 1);
+    assert_int_equal(cfg.replica_timeout_ms, 400);
+    unsetenv("DM_TEST_SENTINEL_PW");
+}
+
+static void test_min_replicas_defaults_to_0_and_its_timeout_to_at_most_renew_ms(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ();");
+    assert_int_equal(cfg.min_replicas, 0);
+    assert_int_equal(cfg.replica_timeout_ms, DM_REPLICA_TIMEOUT_MS);
+    assert_int_equal(cfg.redis.nsentinels, 0);
+    assert_null(cfg.redis.master);
+    dm_config_free(&cfg);
+    load_ok("lease_ms = 2000; min_replicas = 1;");
+    assert_int_equal(cfg.replica_timeout_ms, 666);
+}
+
+static void test_sentinel_config_errors_name_the_key_and_line(void **state)
+{
+    (void)state;
+    expect_error_words("redis = {\n sentinels = ( \"a:1\" ); host = \"h\"; master = \"m\"; };",
+                       "t.cfg:2: ", "sentinels", "host", "exclude", NULL);
+    expect_error_words("redis = {\n port = 7000;\n sentinels = ( \"a:1\" ); master = \"m\"; };",
+                       "t.cfg:3: ", "sentinels", "port", "exclude", NULL);
+    expect_error_words("redis = {\n sentinels = ( \"a:1\" ); };", "t.cfg:2: ", "needs redis.master",
+                       NULL);
+    expect_error_words("redis = {\n master = \"m\"; };", "t.cfg:2: ", "redis.master",
+                       "without redis.sentinels", NULL);
+    expect_error_words("redis = { master = \"m\";\n sentinels = ( \"a:0\" ); };", "t.cfg:2: ",
+                       "sentinels[0]", "port", NULL);
+    expect_error_words("redis = { master = \"m\";\n sentinels = ( \"::1\" ); };", "t.cfg:2: ",
+                       "sentinels[0]", "brackets", NULL);
+    expect_error_words("redis = { master = \"m\";\n sentinels = ( 26379 ); };", "t.cfg:2: ",
+                       "sentinels[0]", "string", NULL);
+    expect_error_words("redis = { master = \"m\";\n sentinels = (); };", "t.cfg:2: ",
+                       "1 to 16", NULL);
+    expect_error_words("redis = { master = \"m\"; sentinels = ( \"a\" );\n "
+                       "sentinel_username = \"u\"; };", "t.cfg:2: ", "sentinel_username",
+                       "sentinel_password", NULL);
+    expect_error_words("redis = { master = \"m\"; sentinels = ( \"a\" );\n "
+                       "sentinel_password_env = \"DM_TEST_UNSET_PW\"; };", "t.cfg:2: ",
+                       "DM_TEST_UNSET_PW", "not set", NULL);
+    expect_error_words("lease_ms = 2000; min_replicas = 1;\nreplica_timeout_ms = 700;", "t.cfg:2: ",
+                       "replica_timeout_ms = 700", "renew_ms = 666", NULL);
+    expect_error_words("min_replicas = -1;", "t.cfg:1: ", "min_replicas", NULL);
+}
+
+static void test_url_sentinel_names_sentinels_master_db_and_credentials(void **state)
+{
+    (void)state;
+    load_ok("redis = { host = \"a\"; port = 7000; password = \"file\"; };");
+    url_ok("redis-sentinel://app:p%40ss@10.0.0.1:26380,10.0.0.2,[::1]:1/mymaster/3");
+    assert_int_equal(cfg.redis.nsentinels, 3);
+    assert_string_equal(cfg.redis.sentinels[0].host, "10.0.0.1");
+    assert_int_equal(cfg.redis.sentinels[0].port, 26380);
+    assert_int_equal(cfg.redis.sentinels[1].port, 26379);
+    assert_string_equal(cfg.redis.sentinels[2].host, "::1");
+    assert_string_equal(cfg.redis.master, "mymaster");
+    assert_int_equal(cfg.redis.db, 3);
+    assert_string_equal(cfg.redis.username, "app");
+    assert_string_equal(cfg.redis.password, "p@ss");
+    /* A plain URL afterwards names one node again: no sentinels left. */
+    url_ok("redis://h:1");
+    assert_int_equal(cfg.redis.nsentinels, 0);
+    assert_null(cfg.redis.master);
+    char shown[256];
+    dm_config_redact_url("redis-sentinel://app:secret@h1:1,h2:2/m", shown, sizeof shown);
+    assert_string_equal(shown, "redis-sentinel://app:***@h1:1,h2:2/m");
+}
+
+static void test_url_sentinel_bad_ones_say_what_is_wrong(void **state)
+{
+    (void)state;
+    url_bad("redis-sentinel://h:26379", "master");
+    url_bad("redis-sentinel://h:26379/", "master");
+    url_bad("redis-sentinel://h:26379//1", "master");
+    url_bad("redis-sentinel://h:0/m", "port");
+    url_bad("redis-sentinel://h1,,h2/m", "sentinel 2");
+    url_bad("redis-sentinel:///m", "sentinel 1");
+    url_bad("redis-sentinel://h/m/x", "database number");
+    url_bad("redis-sentinel://u:@h/m", "empty password");
+}
+
 static void test_url_bad_ones_say_what_is_wrong(void **state)
 {
     (void)state;
@@ -1607,6 +1713,11 @@ int main(void)
         T(test_url_rediss_turns_tls_on_with_files_from_the_environment),
         T(test_redis_tls_group_and_its_rules),
         T(test_url_bad_ones_say_what_is_wrong),
+        T(test_sentinel_keys_load_with_default_port_and_credentials),
+        T(test_min_replicas_defaults_to_0_and_its_timeout_to_at_most_renew_ms),
+        T(test_sentinel_config_errors_name_the_key_and_line),
+        T(test_url_sentinel_names_sentinels_master_db_and_credentials),
+        T(test_url_sentinel_bad_ones_say_what_is_wrong),
         T(test_url_unix_path_longer_than_sun_path_is_refused),
 #undef T
     };

@@ -8,7 +8,7 @@
 set -e
 
 pkgs="build-essential pkg-config libhiredis-dev libconfig-dev libcmocka-dev
-      libelf-dev libdw-dev redis-server redis-tools iproute2 procps
+      libelf-dev libdw-dev redis-server redis-tools redis-sentinel iproute2 procps
       clang libclang-rt-14-dev man-db groff-base libssl-dev openssl"
 [ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"
 
@@ -40,4 +40,8 @@ apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
 # Debian starts the packaged redis-server as a service; nothing here uses it
 # (tests and the demo start their own on free ports), so leave it stopped.
-if command -v service >/dev/null 2>&1; then service redis-server stop >/dev/null 2>&1 || true; fi
+# The same for redis-sentinel's service (tests start their own sentinels).
+if command -v service >/dev/null 2>&1; then
+    service redis-server stop >/dev/null 2>&1 || true
+    service redis-sentinel stop >/dev/null 2>&1 || true
+fi

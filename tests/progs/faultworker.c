@@ -26,6 +26,9 @@
  *     -l N      use the first N locks of fault_lock, fair_lock, cache_lock,
  *               picked at random per section (loop; default 1)
  *     -r        make fault_lock robust: EOWNERDEAD is reported as "ownerdead"
+ *     -c        also count: each section reads PREFIX:L:counter from the
+ *               checker, waits, and writes it back plus one (a non-atomic
+ *               increment: a lost update shows as a count below the sections)
  *
  * Every line is one write(2), so lines of several processes appended to one
  * file keep their order. Times: MONO_MS CLOCK_MONOTONIC, REAL_MS
@@ -62,7 +65,7 @@ pthread_mutex_t lock_array[2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITI
 static pthread_mutex_t *const locks[NLOCKS] = { &fault_lock, &fair_lock, &cache_lock };
 
 static const char *sock_path, *prefix = "chk", *gofile;
-static int nthreads = 1, nlocks = 1, robust;
+static int nthreads = 1, nlocks = 1, robust, count;
 static long per_thread, run_ms, hold_us = 1000;
 static long long stop_at;
 static uint64_t (*token_fn)(pthread_mutex_t *);
@@ -83,12 +86,28 @@ static int section(redisContext *c, int lock, const char *id, int loud)
     char tokbuf[24];
     snprintf(tokbuf, sizeof tokbuf, "%llu", (unsigned long long)tok);
     chk_enter(c, &k, id);
+    long long seen = -1;
+    char counter[160];
+    snprintf(counter, sizeof counter, "%s:%d:counter", prefix, lock);
+    if (count) {
+        redisReply *r = redisCommand(c, "GET %s", counter);
+        if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL))
+            chk_fail("GET counter", r ? "bad reply" : c->errstr);
+        seen = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+        freeReplyObject(r);
+    }
     if (loud)
         say("inside %s %lld %lld", tokbuf, clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_REALTIME));
     if (gofile)
         wait_file(gofile);
     else if (hold_us)
         usleep((useconds_t)hold_us);
+    if (count) {
+        redisReply *r = redisCommand(c, "SET %s %lld", counter, seen + 1);
+        if (!r || r->type != REDIS_REPLY_STATUS)
+            chk_fail("SET counter", r ? "bad reply" : c->errstr);
+        freeReplyObject(r);
+    }
     long long ok = chk_fence(c, &k, tok);
     if (loud)
         say("fenced %s %s", ok ? "ok" : "rejected", tokbuf);
@@ -172,7 +191,7 @@ static long rss_kb(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: faultworker loop|once OP|cycles N|idle [-s SOCK] [-k PREFIX] [-t N]"
-                    " [-n N] [-d MS] [-u US] [-g FILE] [-l N] [-r]\n");
+                    " [-n N] [-d MS] [-u US] [-g FILE] [-l N] [-r] [-c]\n");
     return 2;
 }
 
@@ -190,7 +209,7 @@ int main(int argc, char **argv)
     }
     optind = first;
     int ch;
-    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:l:r")) != -1) {
+    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:l:rc")) != -1) {
         switch (ch) {
         case 's': sock_path = optarg; break;
         case 'k': prefix = optarg; break;
@@ -201,6 +220,7 @@ int main(int argc, char **argv)
         case 'g': gofile = optarg; break;
         case 'l': nlocks = atoi(optarg); break;
         case 'r': robust = 1; break;
+        case 'c': count = 1; break;
         default: return usage();
         }
     }

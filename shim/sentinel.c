@@ -1,0 +1,396 @@
+/* sentinel: the primary's address, from Redis Sentinel. The known address
+ * and its generation sit under one leaf mutex (smu), never held across
+ * I/O. Asking the sentinels is serialised by a second mutex (ask_mu) that
+ * guards no data, only the round of questions: threads that find the
+ * address stale wait for one round instead of each asking every sentinel.
+ *
+ * The +switch-master thread keeps one connection to a sentinel (the next
+ * one in turn when it fails), subscribed to +switch-master; it reads it
+ * with poll(2) and hiredis's reader, as notify does, and PINGs an idle
+ * link. A notice for our master moves the address at once, before any
+ * command has to fail on the old primary. Before each subscription it asks
+ * that sentinel for the primary, so a switch it missed while disconnected
+ * is caught too.
+ *
+ * Connections to sentinels are made here (sentinel_connect) and nowhere
+ * else: the sentinels' own credentials, timeouts from the redis group. */
+#include "sentinel.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define DM_SENTINEL_PING_MS       2000  /* idle time before a PING checks the link */
+#define DM_SENTINEL_BACKOFF_MIN   50
+#define DM_SENTINEL_BACKOFF_MAX   2000
+#define DM_SENTINEL_LOG_EVERY_MS  5000
+#define DM_SENTINEL_CHANNEL       "+switch-master"
+
+static const struct dm_redis_config *scfg;
+
+static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;       /* leaf: the state below */
+static pthread_mutex_t ask_mu = PTHREAD_MUTEX_INITIALIZER;    /* one round of questions */
+static struct dm_primary known;         /* the address; gen counts its changes */
+static int known_ok;                    /* 0: unknown or stale, ask again */
+static size_t next_sentinel;            /* who to ask first: the last that answered */
+static unsigned long gen_now;           /* known.gen, readable without smu */
+static void (*switch_hook)(void);
+static int watch_running;
+static redisContext *watch_ctx;         /* the thread's, for the fork child */
+
+void dm_sentinel_setup(const struct dm_redis_config *cfg)
+{
+    scfg = cfg;
+}
+
+int dm_sentinel_enabled(void)
+{
+    return scfg && scfg->nsentinels > 0;
+}
+
+unsigned long dm_sentinel_gen(void)
+{
+    return __atomic_load_n(&gen_now, __ATOMIC_ACQUIRE);
+}
+
+void dm_sentinel_on_switch(void (*fn)(void))
+{
+    pthread_mutex_lock(&smu);
+    switch_hook = fn;
+    pthread_mutex_unlock(&smu);
+}
+
+static struct timeval ms_tv(long ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    return tv;
+}
+
+/* A connection to sentinel i, authenticated when the config says so.
+ * NULL with `why` filled on failure; *answered set when the sentinel
+ * answered (an AUTH error). */
+static redisContext *sentinel_connect(size_t i, char *why, size_t len, int *answered)
+{
+    const struct dm_endpoint *e = &scfg->sentinels[i];
+    redisContext *c = redisConnectWithTimeout(e->host, e->port, ms_tv(scfg->connect_timeout_ms));
+    if (!c || c->err) {
+        snprintf(why, len, "%s", c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, ms_tv(scfg->command_timeout_ms));
+    redisEnableKeepAlive(c);
+    if (scfg->sentinel_password) {
+        const char *argv[3] = { "AUTH", scfg->sentinel_username ? scfg->sentinel_username
+                                                                : scfg->sentinel_password,
+                                scfg->sentinel_password };
+        redisReply *r = redisCommandArgv(c, scfg->sentinel_username ? 3 : 2, argv, NULL);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            snprintf(why, len, "AUTH: %s", r ? r->str : c->errstr);
+            if (r)
+                *answered = 1;
+            if (r)
+                freeReplyObject(r);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+/* SENTINEL get-master-addr-by-name on c: 0 and *out filled, or -1 with
+ * `why` (*answered set when the sentinel answered, e.g. with nil). */
+static int ask_one(redisContext *c, struct dm_primary *out, char *why, size_t len, int *answered)
+{
+    redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", scfg->master);
+    if (!r) {
+        snprintf(why, len, "%s", c->errstr[0] ? c->errstr : "no reply");
+        return -1;
+    }
+    *answered = 1;
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[0]->len < sizeof out->host) {
+        memcpy(out->host, r->element[0]->str, r->element[0]->len + 1);
+        out->port = atoi(r->element[1]->str);
+        rc = out->port > 0 ? 0 : -1;
+        if (rc != 0)
+            snprintf(why, len, "named a primary with port \"%s\"", r->element[1]->str);
+    } else if (r->type == REDIS_REPLY_NIL) {
+        snprintf(why, len, "does not know master \"%s\" (not in its sentinel monitor lines)",
+                 scfg->master);
+    } else {
+        snprintf(why, len, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* smu held: the primary is now `p` (as a sentinel said). A new address is
+ * a new generation. Returns 1 if it changed. */
+static int set_known_locked(const struct dm_primary *p)
+{
+    int changed = strcmp(known.host, p->host) != 0 || known.port != p->port;
+    if (changed) {
+        snprintf(known.host, sizeof known.host, "%s", p->host);
+        known.port = p->port;
+        known.gen++;
+        __atomic_store_n(&gen_now, known.gen, __ATOMIC_RELEASE);
+    }
+    known_ok = 1;
+    return changed;
+}
+
+/* The address changed from outside a connect (a +switch-master notice, or
+ * the thread's own question): log it and wake the hook's owner. */
+static void switched(const struct dm_primary *p, const char *how)
+{
+    pthread_mutex_lock(&smu);
+    char old[DM_SENTINEL_HOST_MAX + 16];
+    snprintf(old, sizeof old, "%s:%d", known.host, known.port);
+    int changed = set_known_locked(p);
+    void (*hook)(void) = switch_hook;
+    pthread_mutex_unlock(&smu);
+    if (!changed)
+        return;
+    if (strcmp(old, ":0") == 0)     /* the first answer: nothing moved */
+        dm_info("redis: the primary of %s is %s:%d (%s)", scfg->master, p->host, p->port, how);
+    else
+        dm_warn("redis: the primary of %s moved from %s to %s:%d (%s); connections follow it",
+                scfg->master, old, p->host, p->port, how);
+    if (hook)
+        hook();
+}
+
+/* ---- the +switch-master thread ---------------------------------------- */
+
+/* "<name> <old ip> <old port> <new ip> <new port>" for our master? */
+static int parse_switch(const char *msg, struct dm_primary *p)
+{
+    char name[DM_SENTINEL_HOST_MAX], oh[DM_SENTINEL_HOST_MAX], nh[DM_SENTINEL_HOST_MAX];
+    int op, np;
+    if (sscanf(msg, "%255s %255s %d %255s %d", name, oh, &op, nh, &np) != 5)
+        return 0;
+    if (strcmp(name, scfg->master) != 0 || np <= 0)
+        return 0;
+    snprintf(p->host, sizeof p->host, "%s", nh);
+    p->port = np;
+    return 1;
+}
+
+static int flush_out(redisContext *c)
+{
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK)
+            return -1;
+    return 0;
+}
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_SENTINEL_BACKOFF_MIN, DM_SENTINEL_BACKOFF_MAX);
+    static long log_last;
+    size_t i = 0;
+    for (;; i = (i + 1) % scfg->nsentinels) {
+        char why[DM_ERR_MAX] = "";
+        int answered = 0;
+        redisContext *c = sentinel_connect(i, why, sizeof why, &answered);
+        struct dm_primary p;
+        if (c && ask_one(c, &p, why, sizeof why, &answered) == 0)
+            switched(&p, "as a sentinel answered");
+        if (c && redisAppendCommand(c, "SUBSCRIBE %s", DM_SENTINEL_CHANNEL) == REDIS_OK &&
+            flush_out(c) == 0) {
+            __atomic_store_n(&watch_ctx, c, __ATOMIC_RELEASE);
+            long long last_rx = dm_now_ms();
+            int ping_out = 0, subscribed = 0;
+            for (;;) {
+                struct pollfd pf = { c->fd, POLLIN, 0 };
+                int n = poll(&pf, 1, DM_SENTINEL_PING_MS / 2);
+                if (n < 0 && errno != EINTR)
+                    break;
+                if (n > 0) {
+                    if (redisBufferRead(c) != REDIS_OK)
+                        break;
+                    last_rx = dm_now_ms();
+                    ping_out = 0;
+                    redisReply *r;
+                    while (redisGetReplyFromReader(c, (void **)&r) == REDIS_OK && r) {
+                        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                            r->element[0]->type == REDIS_REPLY_STRING &&
+                            r->element[2]->type == REDIS_REPLY_STRING) {
+                            if (strcmp(r->element[0]->str, "message") == 0 &&
+                                parse_switch(r->element[2]->str, &p))
+                                switched(&p, "+switch-master");
+                            else if (strcmp(r->element[0]->str, "subscribe") == 0 && !subscribed) {
+                                subscribed = 1;
+                                dm_backoff_reset(&backoff);
+                            }
+                        }
+                        freeReplyObject(r);
+                    }
+                    if (c->err)
+                        break;
+                }
+                long long idle = dm_now_ms() - last_rx;
+                if (idle >= DM_SENTINEL_PING_MS && !ping_out) {
+                    if (redisAppendCommand(c, "PING") != REDIS_OK || flush_out(c) != 0)
+                        break;
+                    ping_out = 1;
+                }
+                if (ping_out && idle >= DM_SENTINEL_PING_MS + 2 * scfg->command_timeout_ms) {
+                    snprintf(why, sizeof why, "no answer to PING");
+                    break;
+                }
+            }
+            if (c->err)
+                snprintf(why, sizeof why, "%s", c->errstr);
+        }
+        const struct dm_endpoint *e = &scfg->sentinels[i];
+        dm_log_every(&log_last, DM_SENTINEL_LOG_EVERY_MS, DM_LOG_WARN,
+                     "redis: +switch-master notices from sentinel %s:%d lost (%s); trying the "
+                     "next sentinel (a failover is still found by the next error)",
+                     e->host, e->port, c && !why[0] ? "closed" : why);
+        __atomic_store_n(&watch_ctx, NULL, __ATOMIC_RELEASE);
+        if (c)
+            redisFree(c);
+        dm_sleep_ms(dm_backoff_next(&backoff));
+    }
+    return NULL;
+}
+
+/* Starts the thread once (smu held). */
+static void start_watch_locked(void)
+{
+    if (watch_running)
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* signals are the program's */
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &a, watch_main, NULL);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        watch_running = 1;
+    else
+        dm_warn("redis: cannot start the thread that hears +switch-master from the sentinels "
+                "(%s); a failover is found by the first error on the old primary instead",
+                strerror(rc));
+}
+
+/* ---- discovery ------------------------------------------------------- */
+
+int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *answered)
+{
+    *answered = 0;
+    pthread_mutex_lock(&smu);
+    start_watch_locked();
+    if (known_ok) {
+        *out = known;
+        pthread_mutex_unlock(&smu);
+        return 0;
+    }
+    pthread_mutex_unlock(&smu);
+
+    pthread_mutex_lock(&ask_mu);
+    pthread_mutex_lock(&smu);
+    int ok = known_ok;      /* another thread's round may have answered meanwhile */
+    if (ok)
+        *out = known;
+    size_t first = next_sentinel;
+    pthread_mutex_unlock(&smu);
+    if (ok) {
+        pthread_mutex_unlock(&ask_mu);
+        return 0;
+    }
+    size_t o = (size_t)snprintf(err, errlen, "no sentinel named the primary of \"%s\":",
+                                scfg->master);
+    for (size_t k = 0; k < scfg->nsentinels; k++) {
+        size_t i = (first + k) % scfg->nsentinels;
+        const struct dm_endpoint *e = &scfg->sentinels[i];
+        char why[DM_ERR_MAX];
+        struct dm_primary p;
+        int said = 0;
+        redisContext *c = sentinel_connect(i, why, sizeof why, &said);
+        int rc = c ? ask_one(c, &p, why, sizeof why, &said) : -1;
+        if (c)
+            redisFree(c);
+        *answered |= said;
+        if (rc == 0) {
+            pthread_mutex_lock(&smu);
+            set_known_locked(&p);
+            next_sentinel = i;
+            *out = known;
+            pthread_mutex_unlock(&smu);
+            pthread_mutex_unlock(&ask_mu);
+            return 0;
+        }
+        if (o < errlen)
+            o += (size_t)snprintf(err + o, errlen - o, "%s sentinel %s:%d: %s", k ? ";" : "",
+                                  e->host, e->port, why);
+    }
+    pthread_mutex_unlock(&ask_mu);
+    return -1;
+}
+
+void dm_sentinel_stale(unsigned long gen)
+{
+    if (!dm_sentinel_enabled())
+        return;
+    pthread_mutex_lock(&smu);
+    if (gen == known.gen)
+        known_ok = 0;
+    pthread_mutex_unlock(&smu);
+}
+
+void dm_sentinel_describe(char *buf, size_t len)
+{
+    pthread_mutex_lock(&smu);
+    if (known.port > 0) {
+        snprintf(buf, len, "%s:%d (primary of %s)", known.host, known.port, scfg->master);
+        pthread_mutex_unlock(&smu);
+        return;
+    }
+    pthread_mutex_unlock(&smu);
+    size_t o = (size_t)snprintf(buf, len, "primary of %s (sentinels", scfg->master);
+    for (size_t i = 0; i < scfg->nsentinels && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s:%d", i ? "," : " ",
+                              scfg->sentinels[i].host, scfg->sentinels[i].port);
+    if (o < len)
+        snprintf(buf + o, len - o, ")");
+}
+
+/* Fork: smu is a leaf, held across fork() by the prepare handler. ask_mu
+ * guards no data (only a round of questions in flight, whose thread is not
+ * in the child), so the child makes it anew without the parent holding it:
+ * prepare must not wait for a round of network questions. */
+void dm_sentinel_atfork(enum dm_fork_phase phase)
+{
+    dm_fork_mutex(&smu, phase);
+    if (phase != DM_FORK_CHILD)
+        return;
+    /* A parent thread may have been asking the sentinels. */
+    dm_fork_mutex(&ask_mu, phase);
+    watch_running = 0;
+    if (watch_ctx) {
+        close(watch_ctx->fd);   /* the parent's socket; its memory is left alone */
+        watch_ctx = NULL;
+    }
+}
