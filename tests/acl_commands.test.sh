@@ -39,7 +39,9 @@ if [ -z "$dyn" ]; then ok scripts_name_every_command_literally; else
 # shim's C code ("PING", "SCRIPT LOAD %s", argv[0] of a command) is taken
 # for a command, but for the words of error replies and prose listed here.
 not_commands='NOSCRIPT|NOPERM|OOM|TLS|TCP|ACL|LOADING|READONLY|MOVED|ASK|WRONGPASS|NOAUTH|ERR|MASTERDOWN|BUSY'
-c_side=$(grep -ohE '"[A-Z]{3,}( [A-Z]{3,})?["| %]' shim/*.c |
+# sentinel.c talks to the sentinels, which have users of their own
+# (redis.sentinel_username), not to the data nodes this ACL is for.
+c_side=$(ls shim/*.c | grep -v '^shim/sentinel\.c$' | xargs grep -ohE '"[A-Z]{3,}( [A-Z]{3,})?["| %]' |
          sed -E 's/^"//; s/["| %]$//' | grep -vxE "$not_commands" |
          sed -E 's/^([A-Z]+) ([A-Z]+)$/\1|\2/' | tr 'A-Z' 'a-z' | sort -u)
 check shim_commands_are_listed "$c_side"

@@ -21,6 +21,9 @@ static const char *const shim_commands[] = {
     "auth", "select", "ping", "script|load",
     /* redis.c: the scripts (EVAL when the server lost the loaded one) */
     "evalsha", "eval",
+    /* redis.c: with Sentinel, ROLE of the primary; with min_replicas, WAIT
+     * (the sentinels themselves are asked by sentinel.c with their own user) */
+    "role", "wait",
     /* notify.c: the subscriber connection (and its PING) */
     "subscribe", "unsubscribe",
     /* shim/lua/: what the scripts call */
