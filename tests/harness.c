@@ -3,6 +3,7 @@
  * cannot build its world must not pass. */
 #include "harness.h"
 #include "config.h"
+#include "progs/clock.h"
 
 #include <setjmp.h>
 #include <stddef.h>
@@ -46,29 +47,14 @@ static void die(const char *fmt, ...)
     abort();
 }
 
-static long long clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 long long th_now_ms(void)
 {
-    return clock_ms(CLOCK_MONOTONIC);
+    return now_ms();
 }
 
 struct timespec th_deadline_in(clockid_t clk, long ms)
 {
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
+    return deadline_in(clk, ms);
 }
 
 static int free_port(const char *addr)

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"     /* clock_ms, now_ms, deadline_in */
+
 #define PROG_POLL_US 2000       /* how often a waiting program looks again */
 
 /* One line to stdout, newline added, one write(2). write(2) is a
@@ -60,34 +62,6 @@ static inline const char *ename(int rc)
         return s;
     snprintf(num, sizeof num, "%d", rc);
     return num;
-}
-
-/* Milliseconds on `clk`. */
-static inline long long clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-/* Milliseconds on CLOCK_MONOTONIC. */
-static inline long long now_ms(void)
-{
-    return clock_ms(CLOCK_MONOTONIC);
-}
-
-/* An absolute time `ms` from now on `clk` (for timedlock, cond waits). */
-static inline struct timespec deadline_in(clockid_t clk, long ms)
-{
-    struct timespec t;
-    clock_gettime(clk, &t);
-    t.tv_sec += ms / 1000;
-    t.tv_nsec += (ms % 1000) * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
 }
 
 /* Waits until `path` exists (a test's go signal); NULL: no wait. */
