@@ -56,51 +56,6 @@ static void set_lease(long ms)
     cfg.lease_margin_ms = ms / 10;
 }
 
-static void owner(char *buf, unsigned long seq)
-{
-    dm_cluster_owner(buf, seq);
-}
-
-static struct dm_cluster_lock *lock_named(const char *name)
-{
-    struct dm_cluster_lock *l = dm_cluster_lock_get(name);
-    assert_non_null(l);
-    return l;
-}
-
-static uint64_t grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g)
-{
-    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 5000);
-    int r = dm_cluster_acquire(l, who, &dl, 0, g);
-    if (r != 0)
-        fail_msg("acquire of %s by %s = %d (%s), expected 0", l->name, who, r, strerror(r));
-    return g->token;
-}
-
-/* What most tests start from: lock `name`, two owners a and b (as two
- * threads of this process are), and for hold_by_a a first grant to a. */
-struct hold {
-    struct dm_cluster_lock *l;
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    struct dm_grant g;          /* a's grant (hold_by_a), or scratch */
-    uint64_t t;                 /* its token */
-};
-
-static struct hold owners_of(const char *name)
-{
-    struct hold h = { .l = lock_named(name) };
-    owner(h.a, 1);
-    owner(h.b, 2);
-    return h;
-}
-
-static struct hold hold_by_a(const char *name)
-{
-    struct hold h = owners_of(name);
-    h.t = grant(h.l, h.a, &h.g);
-    return h;
-}
-
 /* Waits until the lock's hash is gone from the server (its lease ran out). */
 static void wait_expired(struct dm_cluster_lock *l)
 {
@@ -110,24 +65,6 @@ static void wait_expired(struct dm_cluster_lock *l)
             fail_msg("%s still exists %ld ms after a %ld ms lease", l->key, EXPIRE_WAIT_MS, LEASE_MS);
         usleep(POLL_MS * 1000);
     }
-}
-
-/* A number from INFO: the digits after `field` (e.g. "cmdstat_evalsha:calls="),
- * 0 when the field is absent (a command never called). */
-static long long info_num(const char *section, const char *field)
-{
-    redisReply *r = th_cmd(rc, "INFO %s", section);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    const char *p = strstr(r->str, field);
-    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
-    freeReplyObject(r);
-    return v;
-}
-
-static long long acquire_calls(void)
-{
-    return info_num("commandstats", "cmdstat_evalsha:calls=") +
-           info_num("commandstats", "cmdstat_eval:calls=");
 }
 
 /* Runs a shim/lua script by hand, as its header comment says a user can:
@@ -183,7 +120,7 @@ static char *end_capture(int saved, char *path)
 
 /* An acquire by h->a whose log (an unreachable server's messages) is
  * captured and dropped, so that the test's output stays readable. */
-static int acquire_quietly(struct hold *h, const struct timespec *dl, int flags)
+static int acquire_quietly(struct th_hold *h, const struct timespec *dl, int flags)
 {
     int saved;
     char *path = capture_stderr(&saved);
@@ -243,16 +180,16 @@ static int server_back(void **state)
 static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
 {
     (void)state;
-    struct hold h = hold_by_a("grant");
+    struct th_hold h = th_hold_by_a("grant");
     assert_true(h.t > 0);
     assert_int_equal(h.g.owner_dead, 0);
     assert_int_equal(h.g.local_only, 0);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->key, h.a), 1);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    uint64_t t2 = grant(h.l, h.b, &h.g);
+    uint64_t t2 = th_grant(h.l, h.b, &h.g);
     assert_int_equal(t2, h.t + 1);
     assert_int_equal(dm_cluster_release(h.l, h.b, t2), 0);
-    uint64_t t3 = grant(h.l, h.a, &h.g);
+    uint64_t t3 = th_grant(h.l, h.a, &h.g);
     assert_int_equal(t3, t2 + 1);
     assert_int_equal(dm_cluster_release(h.l, h.a, t3), 0);
 }
@@ -262,7 +199,7 @@ static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
 static void test_token_counter_lost_restarts_from_server_time(void **state)
 {
     (void)state;
-    struct hold h = hold_by_a("tokenlost");
+    struct th_hold h = th_hold_by_a("tokenlost");
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     redisReply *r = th_cmd(rc, "TIME");
     uint64_t now_us = (uint64_t)strtoull(r->element[0]->str, NULL, 10) * 1000000 +
@@ -272,7 +209,7 @@ static void test_token_counter_lost_restarts_from_server_time(void **state)
     freeReplyObject(th_cmd(rc, "SET %s 0", h.l->token_key));
     freeReplyObject(th_cmd(rc, "DEL %s", h.l->token_key));     /* what a restart loses */
     usleep(2000);
-    uint64_t t2 = grant(h.l, h.a, &h.g);
+    uint64_t t2 = th_grant(h.l, h.a, &h.g);
     assert_true(t2 > h.t);
     assert_int_equal(th_cmd_int(rc, "GET %s", h.l->token_key), (long long)t2);
     assert_int_equal(dm_cluster_release(h.l, h.a, t2), 0);
@@ -282,7 +219,7 @@ static void test_try_by_another_owner_is_ebusy_while_held(void **state)
 {
     (void)state;
     struct dm_grant g2;
-    struct hold h = hold_by_a("try");
+    struct th_hold h = th_hold_by_a("try");
     long long t0 = th_now_ms();
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_true(th_now_ms() - t0 < SLACK_MS);      /* one attempt, no waiting */
@@ -316,20 +253,20 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
 {
     (void)state;
     set_lease(LONG_LEASE_MS);
-    struct hold h = hold_by_a("notice");
+    struct th_hold h = th_hold_by_a("notice");
 
     struct waiter w = { .l = h.l, .rc = -1 };
-    owner(w.owner, 2);
-    long long base = acquire_calls();
+    dm_cluster_owner(w.owner, 2);
+    long long base = th_script_calls(rc);
     unsigned long notices = dm_notify_received();
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
 
     /* First attempt, subscription, second attempt: then it sleeps. */
     long long end = th_now_ms() + SLACK_MS * 2;
-    while (acquire_calls() < base + 2) {
+    while (th_script_calls(rc) < base + 2) {
         if (th_now_ms() > end)
-            fail_msg("the waiter made %lld attempts, expected 2", acquire_calls() - base);
+            fail_msg("the waiter made %lld attempts, expected 2", th_script_calls(rc) - base);
         usleep(1000);
     }
     redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", h.l->channel);
@@ -363,8 +300,8 @@ static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void *
 {
     (void)state;
     struct dm_grant g2;
-    struct hold h = hold_by_a("reentrant");
-    uint64_t t2 = grant(h.l, h.a, &g2);
+    struct th_hold h = th_hold_by_a("reentrant");
+    uint64_t t2 = th_grant(h.l, h.a, &g2);
     assert_int_equal(t2, h.t);
     assert_int_equal(g2.owner_dead, 0);
     assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", h.l->token_key), h.t);
@@ -380,14 +317,14 @@ static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void *
 static void test_retried_release_of_the_same_hold_returns_0(void **state)
 {
     (void)state;
-    struct hold h = hold_by_a("retry");
+    struct th_hold h = th_hold_by_a("retry");
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->key), 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);   /* its first reply was "lost" */
     /* ...and the retry freed nothing that was not its own: a later hold
      * survives a late retry, which still knows its own release (it was not
      * a lost hold: test_replies covers the cases). */
-    uint64_t tb = grant(h.l, h.b, &h.g);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->key, h.b), 1);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
@@ -397,7 +334,7 @@ static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state
 {
     (void)state;
     struct dm_grant g2;
-    struct hold h = hold_by_a("nonowner");
+    struct th_hold h = th_hold_by_a("nonowner");
     assert_int_equal(dm_cluster_release(h.l, h.b, h.t), EPERM);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->key, h.a), 1);
     assert_true(th_cmd_int(rc, "PTTL %s", h.l->key) > 0);
@@ -408,7 +345,7 @@ static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state
 static void test_release_after_the_lease_expired_is_eperm(void **state)
 {
     (void)state;
-    struct hold h = hold_by_a("lost");
+    struct th_hold h = th_hold_by_a("lost");
     wait_expired(h.l);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
 }
@@ -418,9 +355,9 @@ static void test_release_after_the_lease_expired_is_eperm(void **state)
 static void test_grant_after_a_lease_expired_reports_owner_dead(void **state)
 {
     (void)state;
-    struct hold h = hold_by_a("dead");
+    struct th_hold h = th_hold_by_a("dead");
     wait_expired(h.l);
-    uint64_t tb = grant(h.l, h.b, &h.g);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(h.g.owner_dead, 1);
     assert_int_equal(tb, h.t + 1);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
@@ -429,16 +366,16 @@ static void test_grant_after_a_lease_expired_reports_owner_dead(void **state)
 static void test_grant_after_a_clean_release_reports_no_owner_dead(void **state)
 {
     (void)state;
-    struct hold h = hold_by_a("clean");
+    struct th_hold h = th_hold_by_a("clean");
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     h.g.owner_dead = -1;
-    uint64_t tb = grant(h.l, h.b, &h.g);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(h.g.owner_dead, 0);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
     /* Also once the memory of that release (kept a lease long) is gone. */
     usleep((LEASE_MS + 200) * 1000);
     h.g.owner_dead = -1;
-    tb = grant(h.l, h.a, &h.g);
+    tb = th_grant(h.l, h.a, &h.g);
     assert_int_equal(h.g.owner_dead, 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, tb), 0);
 }
@@ -451,7 +388,7 @@ static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
     struct dm_grant g2;
     /* A long lease, so the hold outlives the deadline. */
     set_lease(LONG_LEASE_MS);
-    struct hold h = hold_by_a("deadline");
+    struct th_hold h = th_hold_by_a("deadline");
     const long wait = 700;
     long long t0 = th_now_ms();
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, wait);
@@ -468,7 +405,7 @@ static void test_lock_delay_holds_off_a_grant_after_an_expiry(void **state)
     (void)state;
     const long delay = 1500;
     cfg.lock_delay_ms = delay;
-    struct hold h = hold_by_a("delay");
+    struct th_hold h = th_hold_by_a("delay");
     wait_expired(h.l);
     /* The first attempt after the expiry starts the delay... */
     long long t0 = th_now_ms();
@@ -487,7 +424,7 @@ static void test_lock_delay_does_not_apply_after_a_clean_release(void **state)
 {
     (void)state;
     cfg.lock_delay_ms = 1500;
-    struct hold h = hold_by_a("nodelay");
+    struct th_hold h = th_hold_by_a("nodelay");
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
     assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
@@ -499,10 +436,10 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
 {
     (void)state;
     cfg.on_redis_down = DM_DOWN_ERROR;
-    struct dm_cluster_lock *l = lock_named("wrongtype");
+    struct dm_cluster_lock *l = th_lock_get("wrongtype");
     freeReplyObject(th_cmd(rc, "SET %s not-a-lock", l->key));
     char a[DM_OWNER_MAX];
-    owner(a, 1);
+    dm_cluster_owner(a, 1);
     struct dm_grant g;
     int saved;
     char *path = capture_stderr(&saved);
@@ -523,14 +460,14 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
 static void test_script_flush_between_calls_is_survived(void **state)
 {
     (void)state;
-    struct hold h = hold_by_a("flush");
+    struct th_hold h = th_hold_by_a("flush");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->key), 0);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    uint64_t tb = grant(h.l, h.b, &h.g);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(tb, h.t + 1);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
 }
@@ -625,7 +562,7 @@ static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
 static void test_try_is_ebusy_when_redis_is_unreachable(void **state)
 {
     (void)state;
-    struct hold h = owners_of("down_try");
+    struct th_hold h = th_owners("down_try");
     long long t0 = th_now_ms();
     assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
@@ -635,7 +572,7 @@ static void test_try_is_ebusy_when_redis_is_unreachable(void **state)
 static void test_deadline_gives_etimedout_when_redis_is_unreachable(void **state)
 {
     (void)state;
-    struct hold h = owners_of("down_deadline");
+    struct th_hold h = th_owners("down_deadline");
     const long wait = 800;
     long long t0 = th_now_ms();
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, wait);
@@ -649,7 +586,7 @@ static void test_deadline_gives_etimedout_when_redis_is_unreachable(void **state
 static void test_on_redis_down_error_gives_eagain_when_unreachable(void **state)
 {
     (void)state;
-    struct hold h = owners_of("down_error");
+    struct th_hold h = th_owners("down_error");
     cfg.on_redis_down = DM_DOWN_ERROR;
     long long t0 = th_now_ms();
     int r = acquire_quietly(&h, NULL, 0);
@@ -693,15 +630,6 @@ static void wait_no_channels(const char *pattern)
     }
 }
 
-static long long numsub(const char *channel)
-{
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    long long n = r->element[1]->integer;
-    freeReplyObject(r);
-    return n;
-}
-
 /* Names PREFIX0..PREFIX<n-1>: a lock record each (ls) and a channel
  * "dmutex:{PREFIXi}:x" each (cs), as many live names; names_put drops one
  * reference of each. */
@@ -711,7 +639,7 @@ static void names_get(const char *prefix, int n, struct dm_cluster_lock **ls,
     char name[48];
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "%s%d", prefix, i);
-        ls[i] = lock_named(name);
+        ls[i] = th_lock_get(name);
         snprintf(name, sizeof name, "dmutex:{%s%d}:x", prefix, i);
         assert_non_null(cs[i] = dm_notify_chan(name));
     }
@@ -731,7 +659,7 @@ static void churn_one(int i)
 {
     char name[32];
     snprintf(name, sizeof name, "churn%d", i);
-    struct dm_cluster_lock *l = lock_named(name);
+    struct dm_cluster_lock *l = th_lock_get(name);
     if (i % CHURN_SUB_EVERY == 0) {
         struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
         assert_non_null(ch);
@@ -811,18 +739,18 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
 {
     (void)state;
     for (int i = 0; i < 50; i++) {
-        struct dm_cluster_lock *l = lock_named("again");
+        struct dm_cluster_lock *l = th_lock_get("again");
         struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
         dm_cluster_lock_put(l);
     }
-    struct dm_cluster_lock *l = lock_named("again");
+    struct dm_cluster_lock *l = th_lock_get("again");
     assert_int_equal(dm_notify_subscribe(dm_cluster_lock_chan(l), SLACK_MS), 0);
     /* Replies come in order: a PING answered after the subscription means
      * every earlier UNSUBSCRIBE of it has been applied by the server. */
     usleep(100 * 1000);
-    assert_int_equal(numsub(l->channel), 1);
+    assert_int_equal(th_numsub(rc, l->channel), 1);
     unsigned long seq = dm_notify_seq(l->chan);
     freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->channel));
     assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
@@ -950,7 +878,7 @@ static void test_handler_may_put_its_own_channel(void **state)
 static void test_fork_child_waits_on_its_own_channel(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("forked");
+    struct dm_cluster_lock *l = th_lock_get("forked");
     assert_int_equal(dm_notify_subscribe(dm_cluster_lock_wchan(l), SLACK_MS), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -981,7 +909,7 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
         fail_msg("fork child: %s%s%s", WEXITSTATUS(st) & 1 ? "the wait channel was not remade " : "",
                  WEXITSTATUS(st) & 2 ? "its own wait channel is not subscribed " : "",
                  WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
-    assert_int_equal(numsub(l->wait_channel), 1);       /* the parent's is untouched */
+    assert_int_equal(th_numsub(rc, l->wait_channel), 1);       /* the parent's is untouched */
     dm_cluster_lock_put(l);
     char pat[128];
     snprintf(pat, sizeof pat, "%s*", th_key("forked", DM_KEY_LOCK));
@@ -1100,12 +1028,12 @@ static void test_connection_lost_while_dropping_channels_frees_them_and_resubscr
     }
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE pubsub"));
     long long end = th_now_ms() + UNSUB_WAIT_MS + SLACK_MS;
-    while (dm_notify_count() != base + 1 || numsub("dmutex:{rc}:keep") != 1 ||
+    while (dm_notify_count() != base + 1 || th_numsub(rc, "dmutex:{rc}:keep") != 1 ||
            !dm_notify_is_subscribed(keep)) {
         if (th_now_ms() > end)
             fail_msg("after the connection was lost: %zu channel records (expected %zu), "
                      "keep subscribed %lld times on the server, %s here",
-                     dm_notify_count(), base + 1, numsub("dmutex:{rc}:keep"),
+                     dm_notify_count(), base + 1, th_numsub(rc, "dmutex:{rc}:keep"),
                      dm_notify_is_subscribed(keep) ? "subscribed" : "not subscribed");
         usleep(POLL_MS * 1000);
     }

@@ -155,36 +155,6 @@ static long long expect_line(const char *out, const char *needle, long timeout_m
 
 /* ---- the lock server ------------------------------------------------------ */
 
-static long long numsub(const char *channel)
-{
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
-    freeReplyObject(r);
-    return n;
-}
-
-/* Processes waiting for lock `lname`, on its release channel or their own
- * handover channel. A waiter subscribes after its first attempt failed. */
-static long long listeners(const char *lname)
-{
-    long long n = numsub(th_key(lname, DM_KEY_RELEASED));
-    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s*", th_key(lname, DM_KEY_WAIT));
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
-        n += numsub(r->element[i]->str);
-    freeReplyObject(r);
-    return n;
-}
-
-static void wait_waiters(const char *lname, long long n)
-{
-    long long end = th_now_ms() + RUN_MS;
-    while (listeners(lname) < n) {
-        if (th_now_ms() > end)
-            fail_msg("%lld waiters expected on lock %s, %lld seen", n, lname, listeners(lname));
-        usleep(POLL_US);
-    }
-}
-
 static long long owners(const char *lname)
 {
     return th_cmd_int(rc, "HLEN %s", th_key(lname, DM_KEY_LOCK));
@@ -285,10 +255,10 @@ static void run_ending_cell(const char *state, const char *event)
         freeReplyObject(r);
         next = b = life(cfg, bout, "hold", NULL);
         next_out = bout;
-        wait_waiters(name, 1);
+        th_wait_listeners(rc, name, 1, RUN_MS);
     } else if (waits) {
         th_wait_for(aout, "locking", RUN_MS);
-        wait_waiters(name, 1);
+        th_wait_listeners(rc, name, 1, RUN_MS);
     } else if (cond) {
         th_wait_for(aout, "waiting", RUN_MS);
         b = life(cfg, bout, "hold", "-g", gob, NULL);
@@ -429,7 +399,7 @@ static void cancel_while_waiting(const char *state)
     th_wait_for(bout, "inside ", RUN_MS);
     pid_t a = life(cfg, aout, "life", "-S", state, "-E", "cancel", "-g", goa, NULL);
     th_wait_for(aout, "locking", RUN_MS);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     th_wait_for(aout, "event cancel", RUN_MS);
     usleep(SETTLE_MS * 1000);
@@ -532,7 +502,7 @@ static void test_cancel_inside_with_a_cleanup_handler_unlocks_and_the_mutex_stil
     pid_t a = life(cfg, aout, "life", "-S", "held", "-E", "cancel", "-g", goa, NULL);
     th_wait_for(aout, "inside ", RUN_MS);
     pid_t b = life(cfg, bout, "hold", NULL);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     long long out = wait_num(aout, "cleanup unlocked 0 ", RUN_MS);
     long long in = wait_num(bout, "inside ", LONG_LEASE_MS + SLACK_MS);
@@ -556,7 +526,7 @@ static void ended_holding(const char *event)
     pid_t a = life(cfg, aout, "life", "-S", "held", "-E", event, "-n", "-g", goa, NULL);
     th_wait_for(aout, "inside ", RUN_MS);
     pid_t b = life(cfg, bout, "hold", NULL);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     th_wait_for(aout, "joined", RUN_MS);
     long long gone = expect_end(a, aout, "A after T ended holding", 0, 0);
@@ -601,7 +571,7 @@ static void test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps
     snprintf(owner, sizeof owner, "%s", r->element[0]->str);
     freeReplyObject(r);
     pid_t b = life(cfg, bout, "hold", NULL);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     th_wait_for(aout, "child status ", RUN_MS);
     char *text = th_read_output(aout);
@@ -642,7 +612,7 @@ static void test_dlclose_of_a_plugin_opened_twice_keeps_its_mutex_mapped_while_h
     th_wait_for(aout, "dlclosed 0", RUN_MS);
     assert_int_equal(owners(pname), 1);
     pid_t b = life(cfg, bout, "hold", "-p", plugin_path, NULL);
-    wait_waiters(pname, 1);
+    th_wait_listeners(rc, pname, 1, RUN_MS);
     th_touch(goa);
     long long out = wait_num(aout, "unlocked 0 ", RUN_MS);
     long long in = wait_num(bout, "inside ", LONG_LEASE_MS + SLACK_MS);
@@ -673,7 +643,7 @@ static void test_dlclose_then_dlopen_again_maps_the_plugin_mutex_again(void **s)
     if (owners(pname) != 1)
         fail_msg("after a new dlopen, locking plug_lock took no cluster lock %s", pname);
     pid_t b = life(cfg, bout, "hold", "-p", plugin_path, NULL);
-    wait_waiters(pname, 1);
+    th_wait_listeners(rc, pname, 1, RUN_MS);
     th_touch(go2);
     long long out = wait_num(aout, "unlocked 0 ", RUN_MS);
     long long in = wait_num(bout, "inside ", LONG_LEASE_MS + SLACK_MS);
@@ -760,12 +730,8 @@ static int group_setup(void **state)
     (void)state;
     /* The lock server is each test's (setup), not the group's. */
     th_group_start(NULL, NULL, SUITE_ALARM_S, cgroup_remove_now);
-    if (!realpath(TH_SHIM, shim_path) || !realpath(LIFE, life_path) ||
-        !realpath(PLUGIN, plugin_path)) {
-        fprintf(stderr, "test_lifecycle: %s, %s or %s missing (make test-build first)\n",
-                TH_SHIM, LIFE, PLUGIN);
+    if (th_built_paths(TH_SHIM, shim_path, LIFE, life_path, PLUGIN, plugin_path, NULL) != 0)
         return -1;
-    }
     th_checker_start(&chk);
     return 0;
 }

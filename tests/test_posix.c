@@ -141,25 +141,6 @@ static void lock_owner(const char *name, char *buf, size_t len)
     freeReplyObject(r);
 }
 
-/* Waits until a waiter is blocked in its cluster acquire: queued in Redis
- * (fair mode, the default) or subscribed to the lock's release channel
- * (fair = false). */
-static void wait_subscribed(const char *name)
-{
-    long long end = th_now_ms() + RUN_MS;
-    for (;;) {
-        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", th_key(name, DM_KEY_RELEASED));
-        long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
-        freeReplyObject(r);
-        n += th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE));
-        if (n > 0)
-            return;
-        if (th_now_ms() > end)
-            fail_msg("nobody waits on lock %s", name);
-        usleep(POLL_US);
-    }
-}
-
 static void wait_lock_gone(const char *name, long timeout_ms)
 {
     long long end = th_now_ms() + timeout_ms;
@@ -234,10 +215,8 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 static int group_setup(void **state)
 {
     (void)state;
-    if (!realpath(TH_SHIM, shim_path)) {
-        fprintf(stderr, "test_posix: %s: %s (make first)\n", TH_SHIM, strerror(errno));
+    if (th_built_paths(TH_SHIM, shim_path, NULL) != 0)
         return -1;
-    }
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
@@ -381,8 +360,8 @@ static void test_robust_lock_after_sigkilled_holder_gives_eownerdead(void **stat
     char *out = th_out_file(), *out2 = th_out_file();
     pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "consistent");
     pid_t nwaiter = PP(cfg, out2, "x", "lock", "norm");
-    wait_subscribed("t6_rob");
-    wait_subscribed("t6_norm");
+    th_wait_blocked(rc, "t6_rob", RUN_MS);
+    th_wait_blocked(rc, "t6_norm", RUN_MS);
     stop(holder);
     stop(nholder);
 
@@ -406,7 +385,7 @@ static void test_unlock_without_consistent_makes_notrecoverable(void **state)
     pid_t holder = robust_holder(cfg);
     char *out = th_out_file();
     pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "noconsistent");
-    wait_subscribed("t7_rob");
+    th_wait_blocked(rc, "t7_rob", RUN_MS);
     stop(holder);
     char *text = finish(waiter, out, 0);
     /* as glibc within one process: the thread that queued meanwhile, a
@@ -695,7 +674,7 @@ static void test_exit_releases_waiter_wakes_before_lease(void **state)
         pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", (char *)hows[i], go);
         th_wait_for(hout, "locked 0", RUN_MS);
         pid_t waiter = PP(cfg, out, "x", "lock", "norm");
-        wait_subscribed(name);
+        th_wait_blocked(rc, name, RUN_MS);
         long long t0 = th_now_ms();
         th_touch(go);
         long long got = th_wait_for(out, "locked 0", RUN_MS);
@@ -718,7 +697,7 @@ static void test_exit_with_another_thread_inside_keeps_the_hold_until_the_proces
     pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", "thread", go);
     th_wait_for(hout, "locked 0", RUN_MS);
     pid_t waiter = PP(cfg, out, "x", "lock", "norm");
-    wait_subscribed("t17_thread");
+    th_wait_blocked(rc, "t17_thread", RUN_MS);
     th_touch(go);
     int st = th_wait(holder, RUN_MS);
     th_forget(holder);
@@ -1097,7 +1076,7 @@ static void test_timedlock_with_a_far_future_deadline_waits_like_glibc(void **st
     pid_t holder = PP(cfg, hout, "x", "hold", "norm", go);
     th_wait_for(hout, "locked 0", RUN_MS);
     pid_t waiter = PP(cfg, out, "x", "far-timedlock", "norm");
-    wait_subscribed("t41_far");
+    th_wait_blocked(rc, "t41_far", RUN_MS);
     usleep(QUIET_MS * 1000);
     th_touch(go);
     char *text = finish(waiter, out, 0);

@@ -97,25 +97,6 @@ static int main_ran(const char *text)
     return strncmp(text, "main\n", 5) == 0 || strstr(text, "\nmain\n") != NULL;
 }
 
-/* Waits until a waiter is blocked in its cluster acquire: queued in Redis
- * (fair mode, the default) or subscribed to the lock's release channel
- * (fair = false). */
-static void wait_subscribed(const char *name)
-{
-    long long end = th_now_ms() + RUN_MS;
-    for (;;) {
-        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", th_key(name, DM_KEY_RELEASED));
-        long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
-        freeReplyObject(r);
-        n += th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE));
-        if (n > 0)
-            return;
-        if (th_now_ms() > end)
-            fail_msg("nobody waits on lock %s", name);
-        usleep(POLL_US);
-    }
-}
-
 /* A loopback port with nothing listening. */
 static int closed_port(void)
 {
@@ -135,10 +116,8 @@ static int closed_port(void)
 static int group_setup(void **state)
 {
     (void)state;
-    if (!realpath(TH_SHIM, shim_path)) {
-        fprintf(stderr, "test_shim: %s: %s (make first)\n", TH_SHIM, strerror(errno));
+    if (th_built_paths(TH_SHIM, shim_path, NULL) != 0)
         return -1;
-    }
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
@@ -288,7 +267,7 @@ static void test_killed_holder_frees_the_lock_after_its_lease(void **state)
     th_wait_for(hout, "locked 0", RUN_MS);
     char *out = th_out_file();
     pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
-    wait_subscribed("e_killed");
+    th_wait_blocked(rc, "e_killed", RUN_MS);
 
     long long killed = th_now_ms();
     kill(holder, SIGKILL);
@@ -315,7 +294,7 @@ static void test_exit_while_holding_releases_the_lock(void **state)
     th_wait_for(hout, "locked 0", RUN_MS);
     char *out = th_out_file();
     pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
-    wait_subscribed("f_exit");
+    th_wait_blocked(rc, "f_exit", RUN_MS);
 
     long long t0 = th_now_ms();
     th_touch(go);
