@@ -466,10 +466,7 @@ static int mode_cond_plain(void)
     int cw = pthread_cond_clockwait(&cv2, &plain_lock, CLOCK_MONOTONIC, &mono);
     pthread_mutex_unlock(&plain_lock);
     pthread_join(t, NULL);
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%s", ename(w));
-    snprintf(b, sizeof b, "%s", ename(tw));
-    say("cond-plain %s %s %s", a, b, ename(cw));
+    say("cond-plain %s %s %s", ename(w), ename(tw), ename(cw));
     return 0;
 }
 
@@ -549,33 +546,16 @@ static int mode_robust_thread_exit(void)
     return 0;
 }
 
-static void *foreign_unlock(void *arg)
-{
-    (void)arg;
-    return (void *)(long)pthread_mutex_unlock(m);
-}
-
 static int mode_errcheck(const char *op)
 {
     if (strcmp(op, "unheld") == 0) {
         say("errcheck unheld - %s -", ename(pthread_mutex_unlock(m)));
         return 0;
     }
-    int lk = pthread_mutex_lock(m), rc;
-    if (strcmp(op, "relock") == 0) {
-        rc = pthread_mutex_lock(m);
-    } else {
-        pthread_t t;
-        void *res = NULL;
-        pthread_create(&t, NULL, foreign_unlock, NULL);
-        pthread_join(t, &res);
-        rc = (int)(long)res;
-    }
+    int lk = pthread_mutex_lock(m);
+    int rc = strcmp(op, "relock") == 0 ? pthread_mutex_lock(m) : prog_unlock_elsewhere(m);
     int unl = pthread_mutex_unlock(m);
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%s", ename(lk));
-    snprintf(b, sizeof b, "%s", ename(rc));
-    say("errcheck %s %s %s %s", op, a, b, ename(unl));
+    say("errcheck %s %s %s %s", op, ename(lk), ename(rc), ename(unl));
     return 0;
 }
 
@@ -609,9 +589,7 @@ static int mode_recursive(int depth)
     long long inner = pp_exists(c, key);
     int last = pthread_mutex_unlock(m);
     long long outer = pp_exists(c, key);
-    char a[32];
-    snprintf(a, sizeof a, "%s", ename(first));
-    say("recursive %s %lld %lld %s", a, inner, outer, ename(last));
+    say("recursive %s %lld %lld %s", ename(first), inner, outer, ename(last));
     redisFree(c);
     return 0;
 }
