@@ -111,6 +111,10 @@ void th_group_start(struct th_redis *server, redisContext **conn, unsigned alarm
  * not running: nothing) and disarms the alarm. */
 void th_group_stop(struct th_redis *server, redisContext **conn);
 
+/* A cmocka test named `f` that runs the scenario `run` with *state = arg:
+ * one scenario function, a named test for each of its settings. */
+#define TH_CASE(f, run, arg, setup, teardown) { #f, run, setup, teardown, (void *)(arg) }
+
 /* For a group setup: the absolute path of each built file the group runs,
  * given as pairs (path relative to the repository, char[PATH_MAX] to fill)
  * ending with NULL. When one is missing, says which on stderr and returns

@@ -1182,8 +1182,9 @@ static long long wait_progress(long long from, long timeout_ms)
 /* fsync: the AOF's appendfsync ("always", "everysec"), or NULL for no
  * persistence. SIGKILL loses what the server had not written to the kernel
  * (an OS crash would also lose what was not fsynced). */
-static void restart_scenario(const char *fsync)
+static void restart_scenario(void **s)
 {
+    const char *fsync = *s;         /* the setting main gives (TH_CASE) */
     const char *aof_opts[] = { "--appendonly", "yes", "--appendfsync", fsync, NULL };
     const char *const *extra = fsync ? aof_opts : NULL;
     int aof = fsync != NULL;
@@ -1268,24 +1269,6 @@ static void restart_scenario(const char *fsync)
     }
     free(text);
     free(wt);
-}
-
-static void test_server_restart_with_aof_always_keeps_every_hold(void **s)
-{
-    (void)s;
-    restart_scenario("always");
-}
-
-static void test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash(void **s)
-{
-    (void)s;
-    restart_scenario("everysec");
-}
-
-static void test_server_restart_without_persistence_holders_detect_the_loss(void **s)
-{
-    (void)s;
-    restart_scenario(NULL);
 }
 
 /* An evicting maxmemory policy. Lock keys carry a TTL, so a volatile-*
@@ -1649,9 +1632,12 @@ int main(void)
         T(test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead),
         T(test_stopped_holder_overlap_is_measured_reported_and_fenced_off),
         T(test_stopped_holder_in_abort_mode_dies_when_resumed),
-        T(test_server_restart_with_aof_always_keeps_every_hold),
-        T(test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash),
-        T(test_server_restart_without_persistence_holders_detect_the_loss),
+        TH_CASE(test_server_restart_with_aof_always_keeps_every_hold,
+                restart_scenario, "always", setup, teardown),
+        TH_CASE(test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash,
+                restart_scenario, "everysec", setup, teardown),
+        TH_CASE(test_server_restart_without_persistence_holders_detect_the_loss,
+                restart_scenario, NULL, setup, teardown),
         T(test_client_pause_longer_than_a_command_timeout_is_ridden_out),
         T(test_cut_off_holder_aborts_before_its_lease_expires),
         T(test_cut_off_holder_in_warn_mode_is_fenced_off),

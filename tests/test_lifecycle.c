@@ -391,8 +391,9 @@ static void test_checker_sees_overlaps_when_the_mutex_is_not_mapped(void **s)
  * the call completes when B lets go, T is cancelled at its next
  * cancellation point inside the section, its cleanup handler unlocks, and
  * the mutex still works in A afterwards. */
-static void cancel_while_waiting(const char *state)
+static void cancel_while_waiting(void **s)
 {
+    const char *state = *s;         /* the setting main gives (TH_CASE) */
     char *cfg = config("", LEASE_MS);
     char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file(), *gob = th_go_file();
     pid_t b = life(cfg, bout, "hold", "-g", gob, NULL);
@@ -446,18 +447,6 @@ static void cancel_while_waiting(const char *state)
     long long in = next_contender(cfg, gone);
     th_checker_assert_no_overlap(&chk, 0);
     assert_no_leftover_keys(name, in);
-}
-
-static void test_cancel_while_blocked_in_lock_completes_the_lock_and_the_mutex_still_works(void **s)
-{
-    (void)s;
-    cancel_while_waiting("lock");
-}
-
-static void test_cancel_while_blocked_in_timedlock_completes_the_lock_and_the_mutex_still_works(void **s)
-{
-    (void)s;
-    cancel_while_waiting("timed");
 }
 
 /* pthread_cancel in pthread_cond_wait: glibc takes the mutex again before
@@ -519,8 +508,9 @@ static void test_cancel_inside_with_a_cleanup_handler_unlocks_and_the_mutex_stil
 /* A thread that ends holding a normal mutex without a cleanup that
  * unlocks (pthread_exit, or a cancel): the mutex stays locked in A as in
  * glibc, and the cluster hold ends one lease after A exits at the latest. */
-static void ended_holding(const char *event)
+static void ended_holding(void **s)
 {
+    const char *event = *s;         /* the setting main gives (TH_CASE) */
     char *cfg = config("", LEASE_MS);
     char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file();
     pid_t a = life(cfg, aout, "life", "-S", "held", "-E", event, "-n", "-g", goa, NULL);
@@ -541,18 +531,6 @@ static void ended_holding(const char *event)
     expect_end(b, bout, "B", 0, 0);
     th_checker_assert_no_overlap(&chk, 0);
     assert_no_leftover_keys(name, in);
-}
-
-static void test_pthread_exit_holding_without_cleanup_ends_the_hold_a_lease_after_exit(void **s)
-{
-    (void)s;
-    ended_holding("pthread_exit");
-}
-
-static void test_cancel_holding_without_cleanup_ends_the_hold_a_lease_after_exit(void **s)
-{
-    (void)s;
-    ended_holding("cancel");
 }
 
 /* ---- fork ------------------------------------------------------------------ */
@@ -800,12 +778,16 @@ int main(void)
         T(test_signal_handler__exit_while_waiting_in_timedlock_leaves_nothing_behind),
         T(test_signal_handler__exit_while_waiting_in_cond_wait_leaves_nothing_behind),
         T(test_signal_handler__exit_with_a_cached_hold_lets_it_expire),
-        T(test_cancel_while_blocked_in_lock_completes_the_lock_and_the_mutex_still_works),
-        T(test_cancel_while_blocked_in_timedlock_completes_the_lock_and_the_mutex_still_works),
+        TH_CASE(test_cancel_while_blocked_in_lock_completes_the_lock_and_the_mutex_still_works,
+                cancel_while_waiting, "lock", setup, teardown),
+        TH_CASE(test_cancel_while_blocked_in_timedlock_completes_the_lock_and_the_mutex_still_works,
+                cancel_while_waiting, "timed", setup, teardown),
         T(test_cancel_in_cond_wait_runs_the_cleanup_with_the_lock_held_cluster_wide),
         T(test_cancel_inside_with_a_cleanup_handler_unlocks_and_the_mutex_still_works),
-        T(test_pthread_exit_holding_without_cleanup_ends_the_hold_a_lease_after_exit),
-        T(test_cancel_holding_without_cleanup_ends_the_hold_a_lease_after_exit),
+        TH_CASE(test_pthread_exit_holding_without_cleanup_ends_the_hold_a_lease_after_exit,
+                ended_holding, "pthread_exit", setup, teardown),
+        TH_CASE(test_cancel_holding_without_cleanup_ends_the_hold_a_lease_after_exit,
+                ended_holding, "cancel", setup, teardown),
         T(test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps_the_hold),
         T(test_dlclose_of_a_plugin_opened_twice_keeps_its_mutex_mapped_while_held),
         T(test_dlclose_then_dlopen_again_maps_the_plugin_mutex_again),

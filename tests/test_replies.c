@@ -476,8 +476,9 @@ static void matrix(const char *script, const char *action, int fair)
 /* A hold kept past several renewals, one of whose replies is dropped, late
  * or an error, while another owner waits for the lock: the waiter must not
  * get in, the hold must not be taken for lost, and its release must work. */
-static void renew_matrix(const char *action)
+static void renew_matrix(void **s)
 {
+    const char *action = *s;         /* the setting main gives (TH_CASE) */
     char name[64];
     snprintf(name, sizeof name, "mx_renew_%.5s", action);
     struct dm_cluster_lock *l = th_lock_get(name);
@@ -509,24 +510,6 @@ static void renew_matrix(const char *action)
     assert_int_equal(dm_cluster_release(l, h.owner, h.token), 0);
     direct();
     assert_free_and_clean(l);
-}
-
-static void test_renew_drop_under_contention(void **state)
-{
-    (void)state;
-    renew_matrix("drop");
-}
-
-static void test_renew_delay_under_contention(void **state)
-{
-    (void)state;
-    renew_matrix("delay:600");
-}
-
-static void test_renew_error_under_contention(void **state)
-{
-    (void)state;
-    renew_matrix("error:ERR injected by faultserver");
 }
 
 #define MX(script, action, fair)                                                \
@@ -646,9 +629,12 @@ int main(void)
         T(test_release_drop_under_contention),
         T(test_release_delay_under_contention),
         T(test_release_error_under_contention),
-        T(test_renew_drop_under_contention),
-        T(test_renew_delay_under_contention),
-        T(test_renew_error_under_contention),
+        TH_CASE(test_renew_drop_under_contention,
+                renew_matrix, "drop", setup, teardown),
+        TH_CASE(test_renew_delay_under_contention,
+                renew_matrix, "delay:600", setup, teardown),
+        TH_CASE(test_renew_error_under_contention,
+                renew_matrix, "error:ERR injected by faultserver", setup, teardown),
         T(test_cancel_drop_under_contention),
         T(test_cancel_delay_under_contention),
         T(test_cancel_error_under_contention),
