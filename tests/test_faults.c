@@ -133,10 +133,7 @@ static pid_t worker(const struct run *r, ...)
     while ((a = va_arg(ap, char *)) != NULL && n < 60)
         argv[n++] = a;
     va_end(ap);
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = (char *)(r->prefix ? r->prefix : chk.prefix);
+    n = th_checker_argv(&chk, argv, n, r->prefix);
     argv[n] = NULL;
     pid_t pid = th_child(argv, NULL, r->out);
     return pid;

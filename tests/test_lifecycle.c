@@ -97,10 +97,7 @@ static pid_t life(const char *cfg, const char *out, ...)
     while ((a = va_arg(ap, char *)) != NULL && n < 34)
         argv[n++] = a;
     va_end(ap);
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = chk.prefix;
+    n = th_checker_argv(&chk, argv, n, NULL);
     argv[n] = NULL;
     return th_child(argv, env, out);
 }
