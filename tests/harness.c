@@ -762,6 +762,11 @@ void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
     cfg->redis.host = (char *)server->addr;
     cfg->redis.port = server->port;
     cfg->redis.command_timeout_ms = command_timeout_ms;
+    th_cluster_lease(cfg, lease_ms);
+}
+
+void th_cluster_lease(struct dm_config *cfg, long lease_ms)
+{
     cfg->lease_ms = lease_ms;
     cfg->renew_ms = lease_ms / 3;
     cfg->lease_margin_ms = lease_ms / 10;

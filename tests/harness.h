@@ -139,6 +139,9 @@ char *th_config(long lease_ms, const char *mutexes);
 struct dm_config;
 void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
                        long command_timeout_ms, long lease_ms);
+/* Sets cfg's lease and what the config loader derives from it (renewal
+ * lease/3, margin lease/10), as a config file with only lease_ms gives. */
+void th_cluster_lease(struct dm_config *cfg, long lease_ms);
 
 /* The lock protocol in process: a lock record of `name` (fails the test
  * when there is none); and a grant to `who` within TH_GRANT_MS, failing

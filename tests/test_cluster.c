@@ -47,15 +47,6 @@ static struct dm_config cfg;    /* dm_cluster_init keeps a pointer: tests adjust
 
 /* ---- helpers -------------------------------------------------------------- */
 
-/* A lease and what the config loader derives from it (renew_ms,
- * lease_margin_ms), as a config file with only lease_ms would give. */
-static void set_lease(long ms)
-{
-    cfg.lease_ms = ms;
-    cfg.renew_ms = ms / 3;
-    cfg.lease_margin_ms = ms / 10;
-}
-
 /* Waits until the lock's hash is gone from the server (its lease ran out). */
 static void wait_expired(struct dm_cluster_lock *l)
 {
@@ -136,7 +127,6 @@ static int group_setup(void **state)
     (void)state;
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_cluster_config(&cfg, &rs, DM_COMMAND_TIMEOUT_MS, LEASE_MS);
-    set_lease(LEASE_MS);
     dm_cluster_init(&cfg);
     return 0;
 }
@@ -152,7 +142,7 @@ static int group_teardown(void **state)
 static int reset_policy(void **state)
 {
     (void)state;
-    set_lease(LEASE_MS);
+    th_cluster_lease(&cfg, LEASE_MS);
     cfg.lock_delay_ms = 0;
     cfg.on_redis_down = DM_DOWN_BLOCK;
     return 0;
@@ -252,7 +242,7 @@ static void *waiter_main(void *arg)
 static void test_waiter_is_woken_by_the_release_notice(void **state)
 {
     (void)state;
-    set_lease(LONG_LEASE_MS);
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_hold_by_a("notice");
 
     struct waiter w = { .l = h.l, .rc = -1 };
@@ -387,7 +377,7 @@ static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
     (void)state;
     struct dm_grant g2;
     /* A long lease, so the hold outlives the deadline. */
-    set_lease(LONG_LEASE_MS);
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_hold_by_a("deadline");
     const long wait = 700;
     long long t0 = th_now_ms();
