@@ -85,25 +85,15 @@ int main(int argc, char **argv)
         for (;;)
             pause();
     }
-    if (strcmp(mode, "lock") == 0) {
-        rc = pthread_mutex_lock(&held_lock);
-        say("locked %s %lld", ename(rc), now_ms() - t0);
-        if (rc == 0)
-            pthread_mutex_unlock(&held_lock);
-        return 0;
-    }
-    if (strcmp(mode, "trylock") == 0) {
-        rc = pthread_mutex_trylock(&held_lock);
-        say("trylock %s %lld", ename(rc), now_ms() - t0);
-        if (rc == 0)
-            pthread_mutex_unlock(&held_lock);
-        return 0;
-    }
-    if (strcmp(mode, "timedlock") == 0 && arg) {
-        long ms = atol(arg);
-        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
-        rc = pthread_mutex_timedlock(&held_lock, &dl);
-        say("timedlock %s %lld", ename(rc), now_ms() - t0);
+    /* One attempt on held_lock: what it returned and when, then let go. */
+    int lock = strcmp(mode, "lock") == 0, try = strcmp(mode, "trylock") == 0;
+    int timed = strcmp(mode, "timedlock") == 0 && arg;
+    if (lock || try || timed) {
+        struct timespec dl = deadline_in(CLOCK_REALTIME, timed ? atol(arg) : 0);
+        rc = lock  ? pthread_mutex_lock(&held_lock)
+           : try   ? pthread_mutex_trylock(&held_lock)
+                   : pthread_mutex_timedlock(&held_lock, &dl);
+        say("%s %s %lld", lock ? "locked" : mode, ename(rc), now_ms() - t0);
         if (rc == 0)
             pthread_mutex_unlock(&held_lock);
         return 0;

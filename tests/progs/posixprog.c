@@ -200,26 +200,27 @@ static int init_attr_lock(void)
     return r;
 }
 
-static int enter(void *arg)
+/* op (lock or unlock) on m `nest` times: 0, or the first error. */
+static int each_level(int (*op)(pthread_mutex_t *))
 {
-    (void)arg;
     for (int i = 0; i < nest; i++) {
-        int r = pthread_mutex_lock(m);
+        int r = op(m);
         if (r != 0)
             return r;
     }
     return 0;
 }
 
+static int enter(void *arg)
+{
+    (void)arg;
+    return each_level(pthread_mutex_lock);
+}
+
 static int leave(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < nest; i++) {
-        int r = pthread_mutex_unlock(m);
-        if (r != 0)
-            return r;
-    }
-    return 0;
+    return each_level(pthread_mutex_unlock);
 }
 
 static int enter_nested(void *arg)
