@@ -628,28 +628,26 @@ static void test_programs_listing_the_program_loads_the_rest(void **state)
 static void test_redact_url_hides_the_password_only(void **state)
 {
     (void)state;
+    static const struct {
+        const char *url, *shown;
+    } cases[] = {
+        { "redis://app:s3cret@db.example:6380/2", "redis://app:***@db.example:6380/2" },
+        { "redis://s3cret@db.example", "redis://***@db.example" },
+        { "redis://a:p@ss:w@rd@h:1", "redis://a:***@h:1" },
+        { "http://u:s3cret@h/", "http://u:***@h/" },
+        { "u:s3cret@h:6379", "u:***@h:6379" },
+        { "redis://h:6379/0", "redis://h:6379/0" },
+        { "unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1" },
+        /* Unescaped '/', '?' and '#' in a password end no authority early. */
+        { "redis://u:se/cret@h:1/0", "redis://u:***@h:1/0" },
+        { "redis://u:se?cr#et@h", "redis://u:***@h" },
+        { "redis://:a/b@h", "redis://:***@h" },
+    };
     char out[256];
-    dm_config_redact_url("redis://app:s3cret@db.example:6380/2", out, sizeof out);
-    assert_string_equal(out, "redis://app:***@db.example:6380/2");
-    dm_config_redact_url("redis://s3cret@db.example", out, sizeof out);
-    assert_string_equal(out, "redis://***@db.example");
-    dm_config_redact_url("redis://a:p@ss:w@rd@h:1", out, sizeof out);
-    assert_string_equal(out, "redis://a:***@h:1");
-    dm_config_redact_url("http://u:s3cret@h/", out, sizeof out);
-    assert_string_equal(out, "http://u:***@h/");
-    dm_config_redact_url("u:s3cret@h:6379", out, sizeof out);
-    assert_string_equal(out, "u:***@h:6379");
-    dm_config_redact_url("redis://h:6379/0", out, sizeof out);
-    assert_string_equal(out, "redis://h:6379/0");
-    dm_config_redact_url("unix:///run/redis.sock?db=1", out, sizeof out);
-    assert_string_equal(out, "unix:///run/redis.sock?db=1");
-    /* Unescaped '/', '?' and '#' in a password end no authority early. */
-    dm_config_redact_url("redis://u:se/cret@h:1/0", out, sizeof out);
-    assert_string_equal(out, "redis://u:***@h:1/0");
-    dm_config_redact_url("redis://u:se?cr#et@h", out, sizeof out);
-    assert_string_equal(out, "redis://u:***@h");
-    dm_config_redact_url("redis://:a/b@h", out, sizeof out);
-    assert_string_equal(out, "redis://:***@h");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dm_config_redact_url(cases[i].url, out, sizeof out);
+        assert_string_equal(out, cases[i].shown);
+    }
 }
 
 /* Every URL error that quotes the URL quotes it without its password. */
