@@ -696,6 +696,30 @@ static int mode_shared_cond(void)
 
 static long long hammer_until;
 
+#define HAMMER_THREADS 4
+
+/* Runs fn on HAMMER_THREADS threads (arg: the thread's index) that stop at
+ * hammer_until, `ms` from now; returns the sum of what they return, or -1
+ * when one of them returned -1 (it failed). */
+static long run_hammers(void *(*fn)(void *), long ms)
+{
+    pthread_t t[HAMMER_THREADS];
+    hammer_until = now_ms() + ms;
+    for (long i = 0; i < HAMMER_THREADS; i++)
+        pthread_create(&t[i], NULL, fn, (void *)i);
+    long total = 0;
+    int failed = 0;
+    for (int i = 0; i < HAMMER_THREADS; i++) {
+        void *n;
+        pthread_join(t[i], &n);
+        if ((long)n < 0)
+            failed = 1;
+        else
+            total += (long)n;
+    }
+    return failed ? -1 : total;
+}
+
 static void *hammer(void *arg)
 {
     long i = (long)arg, n = 0;
@@ -712,18 +736,8 @@ static void *hammer(void *arg)
 
 static int mode_family_hammer(long ms)
 {
-    pthread_t t[4];
-    hammer_until = now_ms() + ms;
     say("hammering");
-    for (long i = 0; i < 4; i++)
-        pthread_create(&t[i], NULL, hammer, (void *)i);
-    long total = 0;
-    for (int i = 0; i < 4; i++) {
-        void *n;
-        pthread_join(t[i], &n);
-        total += (long)n;
-    }
-    say("hammered %ld", total);
+    say("hammered %ld", run_hammers(hammer, ms));
     return 0;
 }
 
@@ -744,19 +758,10 @@ static void *churner(void *arg)
 
 static int mode_heap_churn(long ms)
 {
-    pthread_t t[4];
-    hammer_until = now_ms() + ms;
-    for (int i = 0; i < 4; i++)
-        pthread_create(&t[i], NULL, churner, NULL);
-    long total = 0;
-    for (int i = 0; i < 4; i++) {
-        void *n;
-        pthread_join(t[i], &n);
-        if ((long)n < 0) {
-            say("churn lock failed");
-            return 1;
-        }
-        total += (long)n;
+    long total = run_hammers(churner, ms);
+    if (total < 0) {
+        say("churn lock failed");
+        return 1;
     }
     say("churned %ld", total);
     return 0;
