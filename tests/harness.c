@@ -171,6 +171,7 @@ void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const
     for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
         r->port = free_port(r->addr);
         snprintf(r->url, sizeof r->url, "redis://%s:%d", r->addr, r->port);
+        snprintf(r->port_text, sizeof r->port_text, "%d", r->port);
         if (try_spawn(r, extra) == 0)
             return;
     }
@@ -560,9 +561,15 @@ static void emergency_stop(int sig)
     raise(sig);
 }
 
+/* What th_group_start started, for th_group_teardown. */
+static struct th_redis *group_server;
+static redisContext **group_conn;
+
 void th_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
                     void (*on_fatal)(void))
 {
+    group_server = server;
+    group_conn = conn;
     static const int fatal[] = { SIGABRT, SIGSEGV, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
     group_on_fatal = on_fatal;
     for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
@@ -605,7 +612,14 @@ int th_group_setup(void **state)
 int th_group_teardown(void **state)
 {
     (void)state;
-    th_group_stop(NULL, NULL);
+    th_group_stop(group_server, group_conn);
+    return 0;
+}
+
+int th_test_teardown(void **state)
+{
+    (void)state;
+    th_test_cleanup();
     return 0;
 }
 

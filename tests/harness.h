@@ -22,6 +22,7 @@ struct th_redis {
     char dir[128];              /* private working directory */
     char addr[64];              /* bind address, default 127.0.0.1 */
     char url[96];               /* redis://addr:port, for DMUTEX_REDIS */
+    char port_text[8];          /* the port in decimal, for a program's argv */
 };
 
 /* Every server started here and not yet stopped or killed is remembered,
@@ -121,12 +122,16 @@ void th_group_stop(struct th_redis *server, redisContext **conn);
  * -1 (the setup fails: "make test-build first"). */
 int th_built_paths(const char *path, char *abs, ...);
 
-/* For groups that need nothing else: th_group_start(NULL,
- * TH_GROUP_ALARM_S, NULL) and th_group_stop(NULL) as cmocka group
- * fixtures. */
+/* cmocka fixtures. th_group_setup: th_group_start(NULL, NULL,
+ * TH_GROUP_ALARM_S, NULL), for groups that need nothing else.
+ * th_group_teardown: th_group_stop of what the last th_group_start started
+ * (its server and connection, if any), for every group whose teardown
+ * needs nothing else. th_test_teardown: th_test_cleanup, as a test's
+ * teardown. */
 #define TH_GROUP_ALARM_S 300
 int th_group_setup(void **state);
 int th_group_teardown(void **state);
+int th_test_teardown(void **state);
 
 /* A config file (remembered, removed by th_test_cleanup) with `lease_ms`
  * and the entries of `mutexes = ( ... );`. */

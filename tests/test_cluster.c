@@ -131,13 +131,6 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(&rs, &rc);
-    return 0;
-}
-
 /* Every test starts from the same policy, whatever the last one changed. */
 static int reset_policy(void **state)
 {
@@ -1071,5 +1064,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_on_redis_down_error_gives_eagain_when_unreachable,
                                         server_down, server_back),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

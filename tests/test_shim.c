@@ -64,7 +64,6 @@ static struct th_redis rs;
 static struct th_redis late;    /* a second server, for a test that starts it late */
 static redisContext *rc;
 static char shim_path[PATH_MAX];
-static char port_text[16];
 
 /* A config with `lease` and the given entries of `mutexes = ( ... )`. */
 /* The environment of a program run under the shim with `cfg`, talking to
@@ -119,14 +118,6 @@ static int group_setup(void **state)
     if (th_built_paths(TH_SHIM, shim_path, NULL) != 0)
         return -1;
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
-    snprintf(port_text, sizeof port_text, "%d", rs.port);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(&rs, &rc);
     return 0;
 }
 
@@ -148,7 +139,7 @@ static long long run_counters(const char *key, char **env)
     char threads[8], iters[8];
     snprintf(threads, sizeof threads, "%d", CNT_THREADS);
     snprintf(iters, sizeof iters, "%d", CNT_ITERS);
-    char *argv[] = { COUNTER, rs.addr, port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
+    char *argv[] = { COUNTER, rs.addr, rs.port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
     freeReplyObject(th_cmd(rc, "DEL %s", key));
     pid_t pid[CNT_PROCS];
     char *out[CNT_PROCS];
@@ -782,5 +773,5 @@ int main(void)
         T(test_bad_redis_url_messages_hide_the_password),
         T(test_set_user_id_process_ignores_the_environment),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }
