@@ -609,6 +609,15 @@ int th_group_setup(void **state)
     return 0;
 }
 
+int th_shim_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
+                        char *shim_path)
+{
+    if (th_built_paths(TH_SHIM, shim_path, NULL) != 0)
+        return -1;
+    th_group_start(server, conn, alarm_s, NULL);
+    return 0;
+}
+
 int th_group_teardown(void **state)
 {
     (void)state;

@@ -122,6 +122,13 @@ void th_group_stop(struct th_redis *server, redisContext **conn);
  * -1 (the setup fails: "make test-build first"). */
 int th_built_paths(const char *path, char *abs, ...);
 
+/* The group setup of a group that runs programs under the shim against
+ * its own server: the shim's absolute path into shim_path (PATH_MAX; -1
+ * when it is not built, see th_built_paths), then th_group_start(server,
+ * conn, alarm_s, NULL). */
+int th_shim_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
+                        char *shim_path);
+
 /* cmocka fixtures. th_group_setup: th_group_start(NULL, NULL,
  * TH_GROUP_ALARM_S, NULL), for groups that need nothing else.
  * th_group_teardown: th_group_stop of what the last th_group_start started

@@ -214,10 +214,7 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 static int group_setup(void **state)
 {
     (void)state;
-    if (th_built_paths(TH_SHIM, shim_path, NULL) != 0)
-        return -1;
-    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
-    return 0;
+    return th_shim_group_start(&rs, &rc, SUITE_ALARM_S, shim_path);
 }
 
 /* ==== 1. mutex types ======================================================== */

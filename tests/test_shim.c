@@ -115,10 +115,7 @@ static int closed_port(void)
 static int group_setup(void **state)
 {
     (void)state;
-    if (th_built_paths(TH_SHIM, shim_path, NULL) != 0)
-        return -1;
-    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
-    return 0;
+    return th_shim_group_start(&rs, &rc, SUITE_ALARM_S, shim_path);
 }
 
 static int cleanup(void **state)
