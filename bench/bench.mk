@@ -2,8 +2,9 @@
 # a private redis-server and writes bench/results.md and bench/throughput.png
 # (bench/README.md says what each figure is). BENCH_QUICK=1 for a short run.
 #
-# The programs are ordinary pthread programs: no shim headers or objects;
-# dmutex is applied to them with LD_PRELOAD and a config, as a user would.
+# The programs are ordinary pthread programs: no shim headers or objects
+# (bench/bench.h is their own); dmutex is applied to them with LD_PRELOAD
+# and a config, as a user would.
 
 BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many
 
@@ -26,11 +27,11 @@ bench:
 	@$(MAKE) --no-print-directory all bench-build
 	@bench/run.sh
 
-$(B)/bench/cycle $(B)/bench/rtt: $(B)/bench/%: bench/%.c | $(B)/bench
+$(B)/bench/cycle $(B)/bench/rtt: $(B)/bench/%: bench/%.c bench/bench.h | $(B)/bench
 	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $(shell pkg-config --cflags hiredis) \
 	    $< -o $@ $(shell pkg-config --libs hiredis)
 
-$(B)/bench/%: bench/%.c | $(B)/bench
+$(B)/bench/%: bench/%.c bench/bench.h | $(B)/bench
 	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $< -o $@
 
 $(B)/bench:

@@ -29,38 +29,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+
 #define CHECK_EVERY 1024        /* untimed pairs between two clock reads */
 #define WARMUP_NS 300000000LL   /* warm-up cycles before "ready", as the peers' workers */
 
 pthread_mutex_t bench_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void die(const char *what)
 {
     fprintf(stderr, "cycle: %s\n", what);
     exit(1);
-}
-
-static redisContext *connect_or_die(const char *host, int port)
-{
-    redisContext *c = redisConnect(host, port);
-    if (!c || c->err) {
-        fprintf(stderr, "cycle: connect %s:%d: %s\n", host, port, c ? c->errstr : "out of memory");
-        exit(1);
-    }
-    return c;
-}
-
-static int cmp_ll(const void *a, const void *b)
-{
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return x < y ? -1 : x > y;
 }
 
 static long long median(long long *v, size_t n)
@@ -96,7 +75,7 @@ static long long ping_once(redisContext *c)
 
 static int cmd_ping(const char *host, int port, long n)
 {
-    redisContext *c = connect_or_die(host, port);
+    redisContext *c = connect_or_die("cycle", host, port);
     long long *d = malloc((size_t)n * sizeof *d), sum = 0;
     if (!d)
         die("out of memory");
@@ -109,7 +88,7 @@ static int cmd_ping(const char *host, int port, long n)
 
 static int cmd_pairs(const char *host, int port, double seconds, int timed)
 {
-    redisContext *c = timed ? connect_or_die(host, port) : NULL;
+    redisContext *c = timed ? connect_or_die("cycle", host, port) : NULL;
     lock_or_die();              /* warm-up: connections, scripts, a cached lock */
     unlock_or_die();
     size_t cap = timed ? 1 << 16 : 0, n = 0;
@@ -165,7 +144,7 @@ static void one_cycle(redisContext *c, const char *key, long hold_us, struct acq
 
 static int cmd_run(const char *host, int port, const char *key, long hold_us)
 {
-    redisContext *c = connect_or_die(host, port);
+    redisContext *c = connect_or_die("cycle", host, port);
     struct acq warm;
     long long warm_end = now_ns() + WARMUP_NS;
     do

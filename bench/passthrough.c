@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench.h"
+
 #define MAX_THREADS 16
 #define MAPPED 100
 
@@ -32,13 +34,6 @@ __attribute__((noinline)) void bench_loop(pthread_mutex_t *m, long n)
         pthread_mutex_lock(m);
         pthread_mutex_unlock(m);
     }
-}
-
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static void *worker(void *arg)

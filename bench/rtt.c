@@ -22,15 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 #define CHANNEL "dmutex-bench:rtt"
 #define SUBSCRIBER_SETTLE_US 200000
-
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void sleep_us(long us)
 {
@@ -38,22 +33,6 @@ static void sleep_us(long us)
         return;
     struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
     nanosleep(&ts, NULL);
-}
-
-static redisContext *connect_or_die(const char *host, int port)
-{
-    redisContext *c = redisConnect(host, port);
-    if (!c || c->err) {
-        fprintf(stderr, "rtt: connect %s:%d: %s\n", host, port, c ? c->errstr : "out of memory");
-        exit(1);
-    }
-    return c;
-}
-
-static int cmp_ll(const void *a, const void *b)
-{
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void print_stats(long long *d, int n)
@@ -91,7 +70,7 @@ int main(int argc, char **argv)
         return 1;
 
     if (strcmp(argv[1], "ping") == 0) {
-        redisContext *c = connect_or_die(host, port);
+        redisContext *c = connect_or_die("rtt", host, port);
         for (int i = 0; i < n; i++) {
             sleep_us(gap);
             long long t = now_ns();
@@ -107,7 +86,7 @@ int main(int argc, char **argv)
         return 1;
     pid_t pid = fork();
     if (pid == 0) {
-        redisContext *c = connect_or_die(host, port);
+        redisContext *c = connect_or_die("rtt", host, port);
         command_or_die(c, "SUBSCRIBE %s", CHANNEL);
         for (int i = 0; i < n; i++) {
             redisReply *r;
@@ -122,7 +101,7 @@ int main(int argc, char **argv)
             _exit(1);
         _exit(0);
     }
-    redisContext *c = connect_or_die(host, port);
+    redisContext *c = connect_or_die("rtt", host, port);
     sleep_us(SUBSCRIBER_SETTLE_US);
     for (int i = 0; i < n; i++) {
         sleep_us(gap);

@@ -50,6 +50,15 @@ void th_checker_start(struct th_checker *k)
     k->c = th_redis_connect(&k->server);
 }
 
+int th_checker_argv(const struct th_checker *k, char **argv, int n, const char *prefix)
+{
+    argv[n++] = "-s";
+    argv[n++] = (char *)k->sock;
+    argv[n++] = "-k";
+    argv[n++] = (char *)(prefix ? prefix : k->prefix);
+    return n;
+}
+
 void th_checker_stop(struct th_checker *k)
 {
     if (k->c)

@@ -36,6 +36,11 @@ void th_checker_start(struct th_checker *k);
 /* Stops it and removes its socket. */
 void th_checker_stop(struct th_checker *k);
 
+/* How a test program finds the checker: appends "-s SOCK -k PREFIX" to
+ * argv at index n (PREFIX NULL: the current test's) and returns the new n.
+ * The caller leaves room for the four words. */
+int th_checker_argv(const struct th_checker *k, char **argv, int n, const char *prefix);
+
 /* A fresh key prefix ("t1", "t2", ...) for the next test. */
 void th_checker_next(struct th_checker *k);
 

@@ -3,6 +3,7 @@
  * cannot build its world must not pass. */
 #include "harness.h"
 #include "config.h"
+#include "progs/clock.h"
 
 #include <setjmp.h>
 #include <stddef.h>
@@ -46,29 +47,14 @@ static void die(const char *fmt, ...)
     abort();
 }
 
-static long long clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 long long th_now_ms(void)
 {
-    return clock_ms(CLOCK_MONOTONIC);
+    return now_ms();
 }
 
 struct timespec th_deadline_in(clockid_t clk, long ms)
 {
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
+    return deadline_in(clk, ms);
 }
 
 static int free_port(const char *addr)
@@ -196,6 +182,7 @@ static void start(struct th_redis *r, const char *bind_addr, const char *const *
     for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
         r->port = free_port(r->addr);
         snprintf(r->url, sizeof r->url, "%s://%s:%d", tls ? "rediss" : "redis", r->addr, r->port);
+        snprintf(r->port_text, sizeof r->port_text, "%d", r->port);
         if (try_spawn(r, extra) == 0)
             return;
     }
@@ -334,14 +321,20 @@ redisContext *th_redis_connect(const struct th_redis *r)
     return c;
 }
 
+static redisReply *cmd_v(redisContext *c, const char *fmt, va_list ap)
+{
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    if (!rep)
+        die("redis command '%s': %s", fmt, c->errstr);
+    return rep;
+}
+
 redisReply *th_cmd(redisContext *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisReply *rep = cmd_v(c, fmt, ap);
     va_end(ap);
-    if (!rep)
-        die("redis command '%s': %s", fmt, c->errstr);
     return rep;
 }
 
@@ -349,10 +342,8 @@ long long th_cmd_int(redisContext *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisReply *rep = cmd_v(c, fmt, ap);
     va_end(ap);
-    if (!rep)
-        die("redis command '%s': %s", fmt, c->errstr);
     long long v;
     if (rep->type == REDIS_REPLY_INTEGER)
         v = rep->integer;
@@ -583,6 +574,24 @@ void th_remove_files(void)
     nkept = 0;
 }
 
+int th_built_paths(const char *path, char *abs, ...)
+{
+    va_list ap;
+    va_start(ap, abs);
+    int rc = 0;
+    while (path) {
+        if (!realpath(path, abs)) {
+            fprintf(stderr, "harness: %s: %s (make test-build first)\n", path, strerror(errno));
+            rc = -1;
+            break;
+        }
+        path = va_arg(ap, const char *);
+        abs = path ? va_arg(ap, char *) : NULL;
+    }
+    va_end(ap);
+    return rc;
+}
+
 /* ---- programs under the shim ---------------------------------------------- */
 
 char **th_shim_env(struct th_shim_env *e, const char *cfg, const char *url, const char *log)
@@ -629,9 +638,15 @@ static void emergency_stop(int sig)
     raise(sig);
 }
 
+/* What th_group_start started, for th_group_teardown. */
+static struct th_redis *group_server;
+static redisContext **group_conn;
+
 void th_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
                     void (*on_fatal)(void))
 {
+    group_server = server;
+    group_conn = conn;
     static const int fatal[] = { SIGABRT, SIGSEGV, SIGALRM, SIGPIPE, SIGTERM, SIGINT, SIGHUP };
     group_on_fatal = on_fatal;
     for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
@@ -671,10 +686,26 @@ int th_group_setup(void **state)
     return 0;
 }
 
+int th_shim_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
+                        char *shim_path)
+{
+    if (th_built_paths(TH_SHIM, shim_path, NULL) != 0)
+        return -1;
+    th_group_start(server, conn, alarm_s, NULL);
+    return 0;
+}
+
 int th_group_teardown(void **state)
 {
     (void)state;
-    th_group_stop(NULL, NULL);
+    th_group_stop(group_server, group_conn);
+    return 0;
+}
+
+int th_test_teardown(void **state)
+{
+    (void)state;
+    th_test_cleanup();
     return 0;
 }
 
@@ -733,6 +764,48 @@ long long th_script_calls(redisContext *c)
            th_info_num(c, "commandstats", "cmdstat_eval:calls=");
 }
 
+long long th_numsub(redisContext *c, const char *channel)
+{
+    redisReply *r = th_cmd(c, "PUBSUB NUMSUB %s", channel);
+    long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Processes waiting for lock `name` (th_wait_listeners). */
+static long long listeners(redisContext *c, const char *name)
+{
+    long long n = th_numsub(c, th_key(name, DM_KEY_RELEASED));
+    redisReply *r = th_cmd(c, "PUBSUB CHANNELS %s*", th_key(name, DM_KEY_WAIT));
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+        n += th_numsub(c, r->element[i]->str);
+    freeReplyObject(r);
+    return n;
+}
+
+long long th_wait_listeners(redisContext *c, const char *name, long long n, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        if (listeners(c, name) >= n)
+            return th_now_ms();
+        if (th_now_ms() > end)
+            fail_msg("%lld waiters expected on lock %s, %lld seen", n, name, listeners(c, name));
+        usleep(TH_POLL_US);
+    }
+}
+
+void th_wait_blocked(redisContext *c, const char *name, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    while (th_numsub(c, th_key(name, DM_KEY_RELEASED)) +
+           th_cmd_int(c, "LLEN %s", th_key(name, DM_KEY_QUEUE)) == 0) {
+        if (th_now_ms() > end)
+            fail_msg("nobody waits on lock %s", name);
+        usleep(TH_POLL_US);
+    }
+}
+
 const char *th_key(const char *name, enum dm_key k)
 {
     static _Thread_local char slot[TH_KEY_SLOTS][TH_KEY_MAX];
@@ -751,6 +824,37 @@ char *th_config(long lease_ms, const char *mutexes)
                                       lease_ms, mutexes));
 }
 
+struct dm_cluster_lock *th_lock_get(const char *name)
+{
+    struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+    assert_non_null(l);
+    return l;
+}
+
+uint64_t th_grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g)
+{
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, TH_GRANT_MS);
+    int r = dm_cluster_acquire(l, who, &dl, 0, g);
+    if (r != 0)
+        fail_msg("acquire of %s by %s = %d (%s), expected 0", l->name, who, r, strerror(r));
+    return g->token;
+}
+
+struct th_hold th_owners(const char *name)
+{
+    struct th_hold h = { .l = th_lock_get(name) };
+    dm_cluster_owner(h.a, 1);
+    dm_cluster_owner(h.b, 2);
+    return h;
+}
+
+struct th_hold th_hold_by_a(const char *name)
+{
+    struct th_hold h = th_owners(name);
+    h.t = th_grant(h.l, h.a, &h.g);
+    return h;
+}
+
 void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
                        long command_timeout_ms, long lease_ms)
 {
@@ -758,6 +862,11 @@ void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
     cfg->redis.host = (char *)server->addr;
     cfg->redis.port = server->port;
     cfg->redis.command_timeout_ms = command_timeout_ms;
+    th_cluster_lease(cfg, lease_ms);
+}
+
+void th_cluster_lease(struct dm_config *cfg, long lease_ms)
+{
     cfg->lease_ms = lease_ms;
     cfg->renew_ms = lease_ms / 3;
     cfg->lease_margin_ms = lease_ms / 10;

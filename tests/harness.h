@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "cluster.h"
 #include "keys.h"
 
 #define TH_BUILD "build"
@@ -22,6 +23,7 @@ struct th_redis {
     char addr[64];              /* bind address, default 127.0.0.1 */
     char url[96];               /* redis://addr:port (rediss:// with TLS), for DMUTEX_REDIS */
     int tls;                    /* port is a TLS port, the only one (--port 0) */
+    char port_text[8];          /* the port in decimal, for a program's argv */
 };
 
 /* Every server started here and not yet stopped or killed is remembered,
@@ -124,12 +126,33 @@ void th_group_start(struct th_redis *server, redisContext **conn, unsigned alarm
  * not running: nothing) and disarms the alarm. */
 void th_group_stop(struct th_redis *server, redisContext **conn);
 
-/* For groups that need nothing else: th_group_start(NULL,
- * TH_GROUP_ALARM_S, NULL) and th_group_stop(NULL) as cmocka group
- * fixtures. */
+/* A cmocka test named `f` that runs the scenario `run` with *state = arg:
+ * one scenario function, a named test for each of its settings. */
+#define TH_CASE(f, run, arg, setup, teardown) { #f, run, setup, teardown, (void *)(arg) }
+
+/* For a group setup: the absolute path of each built file the group runs,
+ * given as pairs (path relative to the repository, char[PATH_MAX] to fill)
+ * ending with NULL. When one is missing, says which on stderr and returns
+ * -1 (the setup fails: "make test-build first"). */
+int th_built_paths(const char *path, char *abs, ...);
+
+/* The group setup of a group that runs programs under the shim against
+ * its own server: the shim's absolute path into shim_path (PATH_MAX; -1
+ * when it is not built, see th_built_paths), then th_group_start(server,
+ * conn, alarm_s, NULL). */
+int th_shim_group_start(struct th_redis *server, redisContext **conn, unsigned alarm_s,
+                        char *shim_path);
+
+/* cmocka fixtures. th_group_setup: th_group_start(NULL, NULL,
+ * TH_GROUP_ALARM_S, NULL), for groups that need nothing else.
+ * th_group_teardown: th_group_stop of what the last th_group_start started
+ * (its server and connection, if any), for every group whose teardown
+ * needs nothing else. th_test_teardown: th_test_cleanup, as a test's
+ * teardown. */
 #define TH_GROUP_ALARM_S 300
 int th_group_setup(void **state);
 int th_group_teardown(void **state);
+int th_test_teardown(void **state);
 
 /* A config file (remembered, removed by th_test_cleanup) with `lease_ms`
  * and the entries of `mutexes = ( ... );`. */
@@ -142,6 +165,28 @@ char *th_config(long lease_ms, const char *mutexes);
 struct dm_config;
 void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
                        long command_timeout_ms, long lease_ms);
+/* Sets cfg's lease and what the config loader derives from it (renewal
+ * lease/3, margin lease/10), as a config file with only lease_ms gives. */
+void th_cluster_lease(struct dm_config *cfg, long lease_ms);
+
+/* The lock protocol in process: a lock record of `name` (fails the test
+ * when there is none); and a grant to `who` within TH_GRANT_MS, failing
+ * the test otherwise, returning its token. */
+#define TH_GRANT_MS 5000L
+struct dm_cluster_lock *th_lock_get(const char *name);
+uint64_t th_grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g);
+
+/* What most protocol tests start from: lock `name` and two owners a and b
+ * (as two threads of this process are); th_hold_by_a also grants it to a
+ * (th_grant). */
+struct th_hold {
+    struct dm_cluster_lock *l;
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
+    struct dm_grant g;          /* a's grant (th_hold_by_a), or scratch */
+    uint64_t t;                 /* its token */
+};
+struct th_hold th_owners(const char *name);
+struct th_hold th_hold_by_a(const char *name);
 
 /* The part of every test's teardown: kill and reap the remembered
  * children, remove the remembered files. */
@@ -189,6 +234,19 @@ long long th_info_num(redisContext *c, const char *section, const char *field);
  * release and renewal is one EVALSHA or EVAL). */
 void th_reset_stats(redisContext *c);
 long long th_script_calls(redisContext *c);
+
+/* Subscribers of `channel` (0 when the server does not say). */
+long long th_numsub(redisContext *c, const char *channel);
+/* Waits until `n` processes wait for lock `name` (default namespace): they
+ * listen on its release channel (plain waiters) or on their own handover
+ * channel (fair and caching waiters), as a waiter does once its first
+ * attempt failed. Returns when (th_now_ms); fails the test after
+ * timeout_ms. */
+long long th_wait_listeners(redisContext *c, const char *name, long long n, long timeout_ms);
+/* Waits until somebody is blocked in a cluster acquire of lock `name`:
+ * queued in Redis (fair mode, the default) or subscribed to its release
+ * channel (fair = false); fails the test after timeout_ms. */
+void th_wait_blocked(redisContext *c, const char *name, long timeout_ms);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 long long th_now_ms(void);

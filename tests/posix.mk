@@ -12,7 +12,7 @@ PSX_BINS  := $(PSX_D)/psx_host $(PSX_D)/libpsxlib.so $(PSX_D)/plugins/libpsxplug
 
 test-build: $(PSX_BINS)
 
-$(B)/tests/progs/posixprog: tests/posix/pp.h tests/progs/prog.h
+$(B)/tests/progs/posixprog: tests/posix/pp.h tests/progs/prog.h tests/progs/clock.h
 
 $(PSX_D) $(PSX_D)/plugins:
 	mkdir -p $@
@@ -24,7 +24,7 @@ $(PSX_D)/plugins/libpsxplug.so: tests/posix/psxplug.c | $(PSX_D)/plugins
 	$(CC) $(PSX_CFLAGS) -fPIC -shared $< -o $@
 
 $(PSX_D)/psx_host: tests/posix/psx_host.c tests/posix/twin_a.c tests/posix/twin_b.c \
-		tests/posix/pp.h tests/progs/prog.h $(PSX_D)/libpsxlib.so | $(PSX_D)
+		tests/posix/pp.h tests/progs/prog.h tests/progs/clock.h $(PSX_D)/libpsxlib.so | $(PSX_D)
 	$(CC) $(PSX_CFLAGS) $(filter %.c,$^) -o $@ -L$(PSX_D) -lpsxlib \
 	    -Wl,--enable-new-dtags,-rpath,'$$ORIGIN:$$ORIGIN/plugins' \
 	    $(shell pkg-config --libs hiredis) -ldl

@@ -54,6 +54,17 @@ lacks() {
     if grep -qF -- "$1" "$2"; then bad "$3" "unexpected line with: $1"; else ok "$3"; fi
 }
 
+# resolves PROG PATTERN NAME: the config scan just printed ($T/out), loaded
+# and resolved by tests/symdata's PROG, gives output matching PATTERN.
+resolves() {
+    cp "$T/out" "$T/$1.cfg"
+    if $D/$1 "$T/$1.cfg" >"$T/res" 2>&1 && grep -q "$2" "$T/res"; then
+        ok "$3"
+    else
+        bad "$3" "$(cat "$T/$1.cfg")" "$(cat "$T/res")"
+    fi
+}
+
 # row_re FIELD...: a regular expression for a table row of these cells.
 row_re() {
     re="^"
@@ -135,13 +146,8 @@ if scan 0 --config $D/sym_prog; then
 fi
 
 if scan 0 --config $D/sym_resolve $D/libsymlib.so; then
-    cp "$T/out" "$T/resolve.cfg"
-    if $D/sym_resolve "$T/resolve.cfg" >"$T/res" 2>&1 && grep -q "CHECKED 16$" "$T/res"; then
-        ok "every entry loads and resolves to its variable in the running program"
-    else
-        bad "every entry loads and resolves to its variable in the running program" \
-            "$(cat "$T/resolve.cfg")" "$(cat "$T/res")"
-    fi
+    resolves sym_resolve "CHECKED 16$" \
+        "every entry loads and resolves to its variable in the running program"
 fi
 
 # ---- without debug info ---------------------------------------------------
@@ -165,13 +171,8 @@ if scan 0 --all $D/sym_prog_nodebug; then
 fi
 
 if scan 0 --config $D/sym_resolve_nodebug; then
-    cp "$T/out" "$T/nodebug.cfg"
-    if $D/sym_resolve_nodebug "$T/nodebug.cfg" >"$T/res" 2>&1 && grep -q "RESOLVED" "$T/res"; then
-        ok "every guessed entry resolves in the program stripped of debug info"
-    else
-        bad "every guessed entry resolves in the program stripped of debug info" \
-            "$(cat "$T/nodebug.cfg")" "$(cat "$T/res")"
-    fi
+    resolves sym_resolve_nodebug "RESOLVED" \
+        "every guessed entry resolves in the program stripped of debug info"
 fi
 
 if scan 0 $D/sym_prog_stripped; then

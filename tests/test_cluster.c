@@ -47,36 +47,6 @@ static struct dm_config cfg;    /* dm_cluster_init keeps a pointer: tests adjust
 
 /* ---- helpers -------------------------------------------------------------- */
 
-/* A lease and what the config loader derives from it (renew_ms,
- * lease_margin_ms), as a config file with only lease_ms would give. */
-static void set_lease(long ms)
-{
-    cfg.lease_ms = ms;
-    cfg.renew_ms = ms / 3;
-    cfg.lease_margin_ms = ms / 10;
-}
-
-static void owner(char *buf, unsigned long seq)
-{
-    dm_cluster_owner(buf, seq);
-}
-
-static struct dm_cluster_lock *lock_named(const char *name)
-{
-    struct dm_cluster_lock *l = dm_cluster_lock_get(name);
-    assert_non_null(l);
-    return l;
-}
-
-static uint64_t grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g)
-{
-    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 5000);
-    int r = dm_cluster_acquire(l, who, &dl, 0, g);
-    if (r != 0)
-        fail_msg("acquire of %s by %s = %d (%s), expected 0", l->name, who, r, strerror(r));
-    return g->token;
-}
-
 /* Waits until the lock's hash is gone from the server (its lease ran out). */
 static void wait_expired(struct dm_cluster_lock *l)
 {
@@ -86,24 +56,6 @@ static void wait_expired(struct dm_cluster_lock *l)
             fail_msg("%s still exists %ld ms after a %ld ms lease", l->keys[DM_KEY_LOCK], EXPIRE_WAIT_MS, LEASE_MS);
         usleep(POLL_MS * 1000);
     }
-}
-
-/* A number from INFO: the digits after `field` (e.g. "cmdstat_evalsha:calls="),
- * 0 when the field is absent (a command never called). */
-static long long info_num(const char *section, const char *field)
-{
-    redisReply *r = th_cmd(rc, "INFO %s", section);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    const char *p = strstr(r->str, field);
-    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
-    freeReplyObject(r);
-    return v;
-}
-
-static long long acquire_calls(void)
-{
-    return info_num("commandstats", "cmdstat_evalsha:calls=") +
-           info_num("commandstats", "cmdstat_eval:calls=");
 }
 
 /* Runs a shim/lua script by hand, as its header comment says a user can:
@@ -157,6 +109,17 @@ static char *end_capture(int saved, char *path)
     return text;
 }
 
+/* An acquire by h->a whose log (an unreachable server's messages) is
+ * captured and dropped, so that the test's output stays readable. */
+static int acquire_quietly(struct th_hold *h, const struct timespec *dl, int flags)
+{
+    int saved;
+    char *path = capture_stderr(&saved);
+    int r = dm_cluster_acquire(h->l, h->a, dl, flags, &h->g);
+    free(end_capture(saved, path));
+    return r;
+}
+
 /* ---- fixtures ------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -164,15 +127,7 @@ static int group_setup(void **state)
     (void)state;
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_cluster_config(&cfg, &rs, DM_COMMAND_TIMEOUT_MS, LEASE_MS);
-    set_lease(LEASE_MS);
     dm_cluster_init(&cfg);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(&rs, &rc);
     return 0;
 }
 
@@ -180,7 +135,7 @@ static int group_teardown(void **state)
 static int reset_policy(void **state)
 {
     (void)state;
-    set_lease(LEASE_MS);
+    th_cluster_lease(&cfg, LEASE_MS);
     cfg.lock_delay_ms = 0;
     cfg.on_redis_down = DM_DOWN_BLOCK;
     return 0;
@@ -208,23 +163,18 @@ static int server_back(void **state)
 static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("grant");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g;
-    uint64_t t1 = grant(l, a, &g);
-    assert_true(t1 > 0);
-    assert_int_equal(g.owner_dead, 0);
-    assert_int_equal(g.local_only, 0);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], a), 1);
-    assert_int_equal(dm_cluster_release(l, a, t1), 0);
-    uint64_t t2 = grant(l, b, &g);
-    assert_int_equal(t2, t1 + 1);
-    assert_int_equal(dm_cluster_release(l, b, t2), 0);
-    uint64_t t3 = grant(l, a, &g);
+    struct th_hold h = th_hold_by_a("grant");
+    assert_true(h.t > 0);
+    assert_int_equal(h.g.owner_dead, 0);
+    assert_int_equal(h.g.local_only, 0);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    uint64_t t2 = th_grant(h.l, h.b, &h.g);
+    assert_int_equal(t2, h.t + 1);
+    assert_int_equal(dm_cluster_release(h.l, h.b, t2), 0);
+    uint64_t t3 = th_grant(h.l, h.a, &h.g);
     assert_int_equal(t3, t2 + 1);
-    assert_int_equal(dm_cluster_release(l, a, t3), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, t3), 0);
 }
 
 /* A restart without persistence loses the counter: the next token must
@@ -232,42 +182,34 @@ static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
 static void test_token_counter_lost_restarts_from_server_time(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("tokenlost");
-    char a[DM_OWNER_MAX];
-    owner(a, 1);
-    struct dm_grant g;
-    uint64_t t1 = grant(l, a, &g);
-    assert_int_equal(dm_cluster_release(l, a, t1), 0);
+    struct th_hold h = th_hold_by_a("tokenlost");
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     redisReply *r = th_cmd(rc, "TIME");
     uint64_t now_us = (uint64_t)strtoull(r->element[0]->str, NULL, 10) * 1000000 +
                       strtoull(r->element[1]->str, NULL, 10);
     freeReplyObject(r);
-    assert_true(t1 <= now_us);                    /* the first grant seeded from the clock */
-    freeReplyObject(th_cmd(rc, "SET %s 0", l->keys[DM_KEY_TOKEN]));
-    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_TOKEN]));     /* what a restart loses */
+    assert_true(h.t <= now_us);                    /* the first grant seeded from the clock */
+    freeReplyObject(th_cmd(rc, "SET %s 0", h.l->keys[DM_KEY_TOKEN]));
+    freeReplyObject(th_cmd(rc, "DEL %s", h.l->keys[DM_KEY_TOKEN]));     /* what a restart loses */
     usleep(2000);
-    uint64_t t2 = grant(l, a, &g);
-    assert_true(t2 > t1);
-    assert_int_equal(th_cmd_int(rc, "GET %s", l->keys[DM_KEY_TOKEN]), (long long)t2);
-    assert_int_equal(dm_cluster_release(l, a, t2), 0);
+    uint64_t t2 = th_grant(h.l, h.a, &h.g);
+    assert_true(t2 > h.t);
+    assert_int_equal(th_cmd_int(rc, "GET %s", h.l->keys[DM_KEY_TOKEN]), (long long)t2);
+    assert_int_equal(dm_cluster_release(h.l, h.a, t2), 0);
 }
 
 static void test_try_by_another_owner_is_ebusy_while_held(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("try");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g, g2;
-    uint64_t t = grant(l, a, &g);
+    struct dm_grant g2;
+    struct th_hold h = th_hold_by_a("try");
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_true(th_now_ms() - t0 < SLACK_MS);      /* one attempt, no waiting */
-    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->keys[DM_KEY_LOCK], b), 0);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), 0);
-    assert_int_equal(dm_cluster_release(l, b, g2.token), 0);
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", h.l->keys[DM_KEY_LOCK], h.b), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.b, g2.token), 0);
 }
 
 struct waiter {
@@ -293,48 +235,44 @@ static void *waiter_main(void *arg)
 static void test_waiter_is_woken_by_the_release_notice(void **state)
 {
     (void)state;
-    set_lease(LONG_LEASE_MS);
-    struct dm_cluster_lock *l = lock_named("notice");
-    char a[DM_OWNER_MAX];
-    owner(a, 1);
-    struct dm_grant g;
-    uint64_t t = grant(l, a, &g);
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_hold_by_a("notice");
 
-    struct waiter w = { .l = l, .rc = -1 };
-    owner(w.owner, 2);
-    long long base = acquire_calls();
+    struct waiter w = { .l = h.l, .rc = -1 };
+    dm_cluster_owner(w.owner, 2);
+    long long base = th_script_calls(rc);
     unsigned long notices = dm_notify_received();
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
 
     /* First attempt, subscription, second attempt: then it sleeps. */
     long long end = th_now_ms() + SLACK_MS * 2;
-    while (acquire_calls() < base + 2) {
+    while (th_script_calls(rc) < base + 2) {
         if (th_now_ms() > end)
-            fail_msg("the waiter made %lld attempts, expected 2", acquire_calls() - base);
+            fail_msg("the waiter made %lld attempts, expected 2", th_script_calls(rc) - base);
         usleep(1000);
     }
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", l->keys[DM_KEY_RELEASED]);
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", h.l->keys[DM_KEY_RELEASED]);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->element[1]->integer, 1);
     freeReplyObject(r);
     assert_int_equal(w.rc, -1);                     /* still waiting */
 
     long long released = th_now_ms();
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     struct timespec jd;
     clock_gettime(CLOCK_REALTIME, &jd);
     jd.tv_sec += (LONG_LEASE_MS + SLACK_MS) / 1000;
     if (pthread_timedjoin_np(th, NULL, &jd) != 0)
         fail_msg("the waiter did not return");
     assert_int_equal(w.rc, 0);
-    assert_int_equal(w.g.token, t + 1);
+    assert_int_equal(w.g.token, h.t + 1);
     long long lat = w.done_ms - released;
     if (lat > NOTICE_MAX_MS)
         fail_msg("the waiter got the lock %lld ms after the release (a notice wakes it at once; "
                  "its sleep was %d ms)", lat, DM_WAIT_CAP_MS);
     assert_true(dm_notify_received() > notices);
-    assert_int_equal(dm_cluster_release(l, w.owner, w.g.token), 0);
+    assert_int_equal(dm_cluster_release(h.l, w.owner, w.g.token), 0);
 }
 
 /* The shim counts nested holds in the process and asks Redis only for the
@@ -344,21 +282,17 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
 static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("reentrant");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g, g2;
-    uint64_t t1 = grant(l, a, &g);
-    uint64_t t2 = grant(l, a, &g2);
-    assert_int_equal(t2, t1);
+    struct dm_grant g2;
+    struct th_hold h = th_hold_by_a("reentrant");
+    uint64_t t2 = th_grant(h.l, h.a, &g2);
+    assert_int_equal(t2, h.t);
     assert_int_equal(g2.owner_dead, 0);
-    assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", l->keys[DM_KEY_TOKEN]), t1);
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
-    assert_int_equal(dm_cluster_release(l, a, t1), 0);
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), 0);
-    assert_int_equal(g2.token, t1 + 1);
-    assert_int_equal(dm_cluster_release(l, b, g2.token), 0);
+    assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", h.l->keys[DM_KEY_TOKEN]), h.t);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(g2.token, h.t + 1);
+    assert_int_equal(dm_cluster_release(h.l, h.b, g2.token), 0);
 }
 
 /* ---- release ------------------------------------------------------------ */
@@ -366,50 +300,37 @@ static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void *
 static void test_retried_release_of_the_same_hold_returns_0(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("retry");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g;
-    uint64_t t = grant(l, a, &g);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]), 0);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);   /* its first reply was "lost" */
+    struct th_hold h = th_hold_by_a("retry");
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);   /* its first reply was "lost" */
     /* ...and the retry freed nothing that was not its own: a later hold
      * survives a late retry, which still knows its own release (it was not
      * a lost hold: test_replies covers the cases). */
-    uint64_t tb = grant(l, b, &g);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], b), 1);
-    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.b), 1);
+    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
 }
 
 static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("nonowner");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g, g2;
-    uint64_t t = grant(l, a, &g);
-    assert_int_equal(dm_cluster_release(l, b, t), EPERM);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], a), 1);
-    assert_true(th_cmd_int(rc, "PTTL %s", l->keys[DM_KEY_LOCK]) > 0);
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g2), EBUSY);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    struct dm_grant g2;
+    struct th_hold h = th_hold_by_a("nonowner");
+    assert_int_equal(dm_cluster_release(h.l, h.b, h.t), EPERM);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
+    assert_true(th_cmd_int(rc, "PTTL %s", h.l->keys[DM_KEY_LOCK]) > 0);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
 }
 
 static void test_release_after_the_lease_expired_is_eperm(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("lost");
-    char a[DM_OWNER_MAX];
-    owner(a, 1);
-    struct dm_grant g;
-    uint64_t t = grant(l, a, &g);
-    wait_expired(l);
-    assert_int_equal(dm_cluster_release(l, a, t), EPERM);
+    struct th_hold h = th_hold_by_a("lost");
+    wait_expired(h.l);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
 }
 
 /* ---- owner dead ---------------------------------------------------------- */
@@ -417,39 +338,29 @@ static void test_release_after_the_lease_expired_is_eperm(void **state)
 static void test_grant_after_a_lease_expired_reports_owner_dead(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("dead");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g;
-    uint64_t t = grant(l, a, &g);
-    wait_expired(l);
-    uint64_t tb = grant(l, b, &g);
-    assert_int_equal(g.owner_dead, 1);
-    assert_int_equal(tb, t + 1);
-    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+    struct th_hold h = th_hold_by_a("dead");
+    wait_expired(h.l);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
+    assert_int_equal(h.g.owner_dead, 1);
+    assert_int_equal(tb, h.t + 1);
+    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
 }
 
 static void test_grant_after_a_clean_release_reports_no_owner_dead(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("clean");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g;
-    uint64_t t = grant(l, a, &g);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
-    g.owner_dead = -1;
-    uint64_t tb = grant(l, b, &g);
-    assert_int_equal(g.owner_dead, 0);
-    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+    struct th_hold h = th_hold_by_a("clean");
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    h.g.owner_dead = -1;
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
+    assert_int_equal(h.g.owner_dead, 0);
+    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
     /* Also once the memory of that release (kept a lease long) is gone. */
     usleep((LEASE_MS + 200) * 1000);
-    g.owner_dead = -1;
-    tb = grant(l, a, &g);
-    assert_int_equal(g.owner_dead, 0);
-    assert_int_equal(dm_cluster_release(l, a, tb), 0);
+    h.g.owner_dead = -1;
+    tb = th_grant(h.l, h.a, &h.g);
+    assert_int_equal(h.g.owner_dead, 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, tb), 0);
 }
 
 /* ---- deadlines and delays ------------------------------------------------ */
@@ -457,23 +368,19 @@ static void test_grant_after_a_clean_release_reports_no_owner_dead(void **state)
 static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("deadline");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g, g2;
+    struct dm_grant g2;
     /* A long lease, so the hold outlives the deadline. */
-    set_lease(LONG_LEASE_MS);
-    uint64_t t = grant(l, a, &g);
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_hold_by_a("deadline");
     const long wait = 700;
     long long t0 = th_now_ms();
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, wait);
-    assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &g2), ETIMEDOUT);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, &dl, 0, &g2), ETIMEDOUT);
     long long took = th_now_ms() - t0;
     if (took < wait || took > wait + SLACK_MS)
         fail_msg("ETIMEDOUT after %lld ms, deadline was %ld ms", took, wait);
-    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", l->keys[DM_KEY_LOCK], b), 0);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", h.l->keys[DM_KEY_LOCK], h.b), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
 }
 
 static void test_lock_delay_holds_off_a_grant_after_an_expiry(void **state)
@@ -481,39 +388,29 @@ static void test_lock_delay_holds_off_a_grant_after_an_expiry(void **state)
     (void)state;
     const long delay = 1500;
     cfg.lock_delay_ms = delay;
-    struct dm_cluster_lock *l = lock_named("delay");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g;
-    grant(l, a, &g);
-    wait_expired(l);
+    struct th_hold h = th_hold_by_a("delay");
+    wait_expired(h.l);
     /* The first attempt after the expiry starts the delay... */
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), EBUSY);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     /* ...and nobody gets the lock until it has passed. */
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, delay + SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &g), 0);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, &dl, 0, &h.g), 0);
     long long took = th_now_ms() - t0;
     if (took < delay - 50 || took > delay + SLACK_MS)
         fail_msg("granted %lld ms after the expiry was noticed; lock_delay_ms = %ld", took, delay);
-    assert_int_equal(g.owner_dead, 1);
-    assert_int_equal(dm_cluster_release(l, b, g.token), 0);
+    assert_int_equal(h.g.owner_dead, 1);
+    assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
 }
 
 static void test_lock_delay_does_not_apply_after_a_clean_release(void **state)
 {
     (void)state;
     cfg.lock_delay_ms = 1500;
-    struct dm_cluster_lock *l = lock_named("nodelay");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g;
-    uint64_t t = grant(l, a, &g);
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), 0);
-    assert_int_equal(dm_cluster_release(l, b, g.token), 0);
+    struct th_hold h = th_hold_by_a("nodelay");
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
 }
 
 /* ---- the server's side ---------------------------------------------------- */
@@ -522,10 +419,10 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
 {
     (void)state;
     cfg.on_redis_down = DM_DOWN_ERROR;
-    struct dm_cluster_lock *l = lock_named("wrongtype");
+    struct dm_cluster_lock *l = th_lock_get("wrongtype");
     freeReplyObject(th_cmd(rc, "SET %s not-a-lock", l->keys[DM_KEY_LOCK]));
     char a[DM_OWNER_MAX];
-    owner(a, 1);
+    dm_cluster_owner(a, 1);
     struct dm_grant g;
     int saved;
     char *path = capture_stderr(&saved);
@@ -546,21 +443,16 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
 static void test_script_flush_between_calls_is_survived(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("flush");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    owner(a, 1);
-    owner(b, 2);
-    struct dm_grant g;
-    uint64_t t = grant(l, a, &g);
+    struct th_hold h = th_hold_by_a("flush");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, DM_ACQ_TRY, &g), EBUSY);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    assert_int_equal(dm_cluster_release(l, a, t), 0);
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    uint64_t tb = grant(l, b, &g);
-    assert_int_equal(tb, t + 1);
-    assert_int_equal(dm_cluster_release(l, b, tb), 0);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
+    assert_int_equal(tb, h.t + 1);
+    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
 }
 
 /* The scripts answer as their header comments say, run the way those
@@ -653,31 +545,21 @@ static void test_lua_scripts_run_by_hand_reply_as_documented(void **state)
 static void test_try_is_ebusy_when_redis_is_unreachable(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("down_try");
-    char a[DM_OWNER_MAX];
-    owner(a, 1);
-    struct dm_grant g;
+    struct th_hold h = th_owners("down_try");
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
+    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     assert_true(th_now_ms() - t0 < SLACK_MS);
 }
 
 static void test_deadline_gives_etimedout_when_redis_is_unreachable(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("down_deadline");
-    char a[DM_OWNER_MAX];
-    owner(a, 1);
-    struct dm_grant g;
+    struct th_hold h = th_owners("down_deadline");
     const long wait = 800;
     long long t0 = th_now_ms();
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, wait);
-    int saved;
-    char *path = capture_stderr(&saved);
-    int r = dm_cluster_acquire(l, a, &dl, 0, &g);
-    char *log = end_capture(saved, path);
-    free(log);
+    int r = acquire_quietly(&h, &dl, 0);
     assert_int_equal(r, ETIMEDOUT);
     long long took = th_now_ms() - t0;
     if (took < wait || took > wait + SLACK_MS)
@@ -687,17 +569,10 @@ static void test_deadline_gives_etimedout_when_redis_is_unreachable(void **state
 static void test_on_redis_down_error_gives_eagain_when_unreachable(void **state)
 {
     (void)state;
+    struct th_hold h = th_owners("down_error");
     cfg.on_redis_down = DM_DOWN_ERROR;
-    struct dm_cluster_lock *l = lock_named("down_error");
-    char a[DM_OWNER_MAX];
-    owner(a, 1);
-    struct dm_grant g;
     long long t0 = th_now_ms();
-    int saved;
-    char *path = capture_stderr(&saved);
-    int r = dm_cluster_acquire(l, a, NULL, 0, &g);
-    char *log = end_capture(saved, path);
-    free(log);
+    int r = acquire_quietly(&h, NULL, 0);
     assert_int_equal(r, EAGAIN);
     assert_true(th_now_ms() - t0 < SLACK_MS);
 }
@@ -738,13 +613,27 @@ static void wait_no_channels(const char *pattern)
     }
 }
 
-static long long numsub(const char *channel)
+/* Names PREFIX0..PREFIX<n-1>: a lock record each (ls) and a channel
+ * "dmutex:{PREFIXi}:x" each (cs), as many live names; names_put drops one
+ * reference of each. */
+static void names_get(const char *prefix, int n, struct dm_cluster_lock **ls,
+                      struct dm_notify_chan **cs)
 {
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    long long n = r->element[1]->integer;
-    freeReplyObject(r);
-    return n;
+    char name[48];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s%d", prefix, i);
+        ls[i] = th_lock_get(name);
+        snprintf(name, sizeof name, "dmutex:{%s%d}:x", prefix, i);
+        assert_non_null(cs[i] = dm_notify_chan(name));
+    }
+}
+
+static void names_put(int n, struct dm_cluster_lock **ls, struct dm_notify_chan **cs)
+{
+    for (int i = 0; i < n; i++) {
+        dm_cluster_lock_put(ls[i]);
+        dm_notify_chan_put(cs[i]);
+    }
 }
 
 /* One name used and dropped: made, its channels subscribed now and then
@@ -753,7 +642,7 @@ static void churn_one(int i)
 {
     char name[32];
     snprintf(name, sizeof name, "churn%d", i);
-    struct dm_cluster_lock *l = lock_named(name);
+    struct dm_cluster_lock *l = th_lock_get(name);
     if (i % CHURN_SUB_EVERY == 0) {
         struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
         assert_non_null(ch);
@@ -803,13 +692,8 @@ static void test_get_of_many_live_names_takes_constant_probe_steps(void **state)
     struct dm_notify_chan **cs = calloc(MANY_NAMES, sizeof *cs);
     assert_non_null(ls);
     assert_non_null(cs);
+    names_get("live", MANY_NAMES, ls, cs);
     char name[40];
-    for (int i = 0; i < MANY_NAMES; i++) {
-        snprintf(name, sizeof name, "live%d", i);
-        ls[i] = lock_named(name);
-        snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
-        assert_non_null(cs[i] = dm_notify_chan(name));
-    }
     unsigned long lp = dm_cluster_lock_stats().probes, np = dm_notify_stats().probes;
     for (int i = 0; i < MANY_NAMES; i++) {
         snprintf(name, sizeof name, "live%d", i);
@@ -824,15 +708,9 @@ static void test_get_of_many_live_names_takes_constant_probe_steps(void **state)
                  "steps; expected at most %d each on average",
                  MANY_NAMES, MANY_NAMES, lsteps, nsteps, MAX_AVG_PROBES);
     size_t locks = dm_cluster_lock_stats().count;
-    for (int i = 0; i < MANY_NAMES; i++) {
-        dm_cluster_lock_put(ls[i]);                     /* one of two references */
-        dm_notify_chan_put(cs[i]);
-    }
+    names_put(MANY_NAMES, ls, cs);                      /* one of two references */
     assert_int_equal(dm_cluster_lock_stats().count, locks);   /* still referenced */
-    for (int i = 0; i < MANY_NAMES; i++) {
-        dm_cluster_lock_put(ls[i]);
-        dm_notify_chan_put(cs[i]);
-    }
+    names_put(MANY_NAMES, ls, cs);
     assert_int_equal(dm_cluster_lock_stats().count, locks - MANY_NAMES);
     free(ls);
     free(cs);
@@ -844,18 +722,18 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
 {
     (void)state;
     for (int i = 0; i < 50; i++) {
-        struct dm_cluster_lock *l = lock_named("again");
+        struct dm_cluster_lock *l = th_lock_get("again");
         struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
         dm_cluster_lock_put(l);
     }
-    struct dm_cluster_lock *l = lock_named("again");
+    struct dm_cluster_lock *l = th_lock_get("again");
     assert_int_equal(dm_notify_subscribe(dm_cluster_lock_chan(l), SLACK_MS), 0);
     /* Replies come in order: a PING answered after the subscription means
      * every earlier UNSUBSCRIBE of it has been applied by the server. */
     usleep(100 * 1000);
-    assert_int_equal(numsub(l->keys[DM_KEY_RELEASED]), 1);
+    assert_int_equal(th_numsub(rc, l->keys[DM_KEY_RELEASED]), 1);
     unsigned long seq = dm_notify_seq(l->chan);
     freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->keys[DM_KEY_RELEASED]));
     assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
@@ -983,7 +861,7 @@ static void test_handler_may_put_its_own_channel(void **state)
 static void test_fork_child_waits_on_its_own_channel(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("forked");
+    struct dm_cluster_lock *l = th_lock_get("forked");
     assert_int_equal(dm_notify_subscribe(dm_cluster_lock_wchan(l), SLACK_MS), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -1014,7 +892,7 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
         fail_msg("fork child: %s%s%s", WEXITSTATUS(st) & 1 ? "the wait channel was not remade " : "",
                  WEXITSTATUS(st) & 2 ? "its own wait channel is not subscribed " : "",
                  WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
-    assert_int_equal(numsub(l->wait_channel), 1);       /* the parent's is untouched */
+    assert_int_equal(th_numsub(rc, l->wait_channel), 1);       /* the parent's is untouched */
     dm_cluster_lock_put(l);
     char pat[128];
     snprintf(pat, sizeof pat, "%s*", th_key("forked", DM_KEY_LOCK));
@@ -1061,13 +939,8 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
     (void)state;
     static struct dm_cluster_lock *live[FORK_LIVE];
     static struct dm_notify_chan *chans[FORK_LIVE];
+    names_get("flive", FORK_LIVE, live, chans);
     char name[48];
-    for (int i = 0; i < FORK_LIVE; i++) {
-        snprintf(name, sizeof name, "flive%d", i);
-        live[i] = lock_named(name);
-        snprintf(name, sizeof name, "dmutex:{flive%d}:x", i);
-        assert_non_null(chans[i] = dm_notify_chan(name));
-    }
     struct fork_churn fc = { 0, 0 };
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, fork_churn_main, &fc), 0);
@@ -1106,10 +979,7 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
     if (failed)
         fail_msg("a fork child did not find the records its parent had");
     assert_true(fc.cycles > 0);
-    for (int i = 0; i < FORK_LIVE; i++) {
-        dm_cluster_lock_put(live[i]);
-        dm_notify_chan_put(chans[i]);
-    }
+    names_put(FORK_LIVE, live, chans);
 }
 
 #define RC_DROPPED      200     /* channels dropped just before the connection is killed */
@@ -1141,12 +1011,12 @@ static void test_connection_lost_while_dropping_channels_frees_them_and_resubscr
     }
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE pubsub"));
     long long end = th_now_ms() + UNSUB_WAIT_MS + SLACK_MS;
-    while (dm_notify_stats().count != base + 1 || numsub("dmutex:{rc}:keep") != 1 ||
+    while (dm_notify_stats().count != base + 1 || th_numsub(rc, "dmutex:{rc}:keep") != 1 ||
            !dm_notify_is_subscribed(keep)) {
         if (th_now_ms() > end)
             fail_msg("after the connection was lost: %zu channel records (expected %zu), "
                      "keep subscribed %lld times on the server, %s here",
-                     dm_notify_stats().count, base + 1, numsub("dmutex:{rc}:keep"),
+                     dm_notify_stats().count, base + 1, th_numsub(rc, "dmutex:{rc}:keep"),
                      dm_notify_is_subscribed(keep) ? "subscribed" : "not subscribed");
         usleep(POLL_MS * 1000);
     }
@@ -1194,5 +1064,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_on_redis_down_error_gives_eagain_when_unreachable,
                                         server_down, server_back),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -528,14 +528,6 @@ static void test_truncated_file_is_a_syntax_error(void **state)
 
 /* ---- syntax and structure ---------------------------------------------- */
 
-static void test_syntax_error_names_label_and_line(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\nredis = { port = 1 \n", "t.cfg:", "syntax error");
-    expect_error("lease_ms = 1000;\nmutexes = ( { symbol = \"a\" } } );\n", "t.cfg:2: ",
-                 "syntax error", "not valid libconfig syntax");
-}
-
 /* A wrong DMUTEX_CONFIG may name a key file or a binary: its bytes must
  * not end up in a log. */
 static void test_syntax_error_echoes_no_bytes_of_the_file(void **state)
@@ -640,28 +632,26 @@ static void test_programs_listing_the_program_loads_the_rest(void **state)
 static void test_redact_url_hides_the_password_only(void **state)
 {
     (void)state;
+    static const struct {
+        const char *url, *shown;
+    } cases[] = {
+        { "redis://app:s3cret@db.example:6380/2", "redis://app:***@db.example:6380/2" },
+        { "redis://s3cret@db.example", "redis://***@db.example" },
+        { "redis://a:p@ss:w@rd@h:1", "redis://a:***@h:1" },
+        { "http://u:s3cret@h/", "http://u:***@h/" },
+        { "u:s3cret@h:6379", "u:***@h:6379" },
+        { "redis://h:6379/0", "redis://h:6379/0" },
+        { "unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1" },
+        /* Unescaped '/', '?' and '#' in a password end no authority early. */
+        { "redis://u:se/cret@h:1/0", "redis://u:***@h:1/0" },
+        { "redis://u:se?cr#et@h", "redis://u:***@h" },
+        { "redis://:a/b@h", "redis://:***@h" },
+    };
     char out[256];
-    dm_config_redact_url("redis://app:s3cret@db.example:6380/2", out, sizeof out);
-    assert_string_equal(out, "redis://app:***@db.example:6380/2");
-    dm_config_redact_url("redis://s3cret@db.example", out, sizeof out);
-    assert_string_equal(out, "redis://***@db.example");
-    dm_config_redact_url("redis://a:p@ss:w@rd@h:1", out, sizeof out);
-    assert_string_equal(out, "redis://a:***@h:1");
-    dm_config_redact_url("http://u:s3cret@h/", out, sizeof out);
-    assert_string_equal(out, "http://u:***@h/");
-    dm_config_redact_url("u:s3cret@h:6379", out, sizeof out);
-    assert_string_equal(out, "u:***@h:6379");
-    dm_config_redact_url("redis://h:6379/0", out, sizeof out);
-    assert_string_equal(out, "redis://h:6379/0");
-    dm_config_redact_url("unix:///run/redis.sock?db=1", out, sizeof out);
-    assert_string_equal(out, "unix:///run/redis.sock?db=1");
-    /* Unescaped '/', '?' and '#' in a password end no authority early. */
-    dm_config_redact_url("redis://u:se/cret@h:1/0", out, sizeof out);
-    assert_string_equal(out, "redis://u:***@h:1/0");
-    dm_config_redact_url("redis://u:se?cr#et@h", out, sizeof out);
-    assert_string_equal(out, "redis://u:***@h");
-    dm_config_redact_url("redis://:a/b@h", out, sizeof out);
-    assert_string_equal(out, "redis://:***@h");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dm_config_redact_url(cases[i].url, out, sizeof out);
+        assert_string_equal(out, cases[i].shown);
+    }
 }
 
 /* Every URL error that quotes the URL quotes it without its password. */
@@ -686,85 +676,10 @@ static void test_url_errors_never_show_the_password(void **state)
     }
 }
 
-static void test_unterminated_string_names_the_line_it_starts_on(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\nnamespace = \"abc;\nlease_ms = 2;\n", "t.cfg:2: ", "string", "never closed");
-    expect_error("namespace = \"abc\\", "t.cfg:1: ", "never closed");
-}
-
-static void test_unterminated_comment_names_the_line_it_starts_on(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\n/* note\nlease_ms = 2;\n", "t.cfg:2: ", "comment", "never closed");
-}
-
-static void test_duplicate_key_is_an_error_with_its_line(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\nlease_ms = 2000;\n", "t.cfg:2: ", "duplicate");
-}
-
-static void test_unknown_top_level_key_names_key_and_line(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\n\nleese_ms = 5;\n", "t.cfg:3: ",
-                 "unknown key \"leese_ms\"", "top level", "did you mean lease_ms",
-                 "valid keys: redis, namespace, lease_ms");
-}
-
-static void test_unknown_redis_key_lists_valid_keys(void **state)
-{
-    (void)state;
-    expect_error("redis = {\n  host = \"h\";\n  hostname = \"h\";\n};\n", "t.cfg:3: ",
-                 "\"hostname\"", "redis", "host, port, unix, username, password, password_env, db");
-}
-
-static void test_unknown_mutex_key_names_key_and_line(void **state)
-{
-    (void)state;
-    expect_error("mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\";\n   nmae = \"x\"; }\n);\n",
-                 "t.cfg:4: ", "unknown key \"nmae\"", "mutex entry", "did you mean name",
-                 "symbol, object, name, offset, index, init_site, required, fair, cache");
-}
-
-static void test_redis_must_be_a_group(void **state)
-{
-    (void)state;
-    expect_error("redis = \"127.0.0.1:6379\";", "t.cfg:1: ", "redis must be a group", "string");
-}
-
-static void test_mutexes_must_be_a_list(void **state)
-{
-    (void)state;
-    expect_error("mutexes = { symbol = \"a\"; };", "t.cfg:1: ", "mutexes must be a list");
-    expect_error("mutexes = \"a\";", "t.cfg:1: ", "mutexes must be a list");
-}
-
-static void test_mutex_entry_must_be_a_group(void **state)
-{
-    (void)state;
-    /* libconfig dates a scalar by the token after it: keep ")" on its line */
-    expect_error("mutexes = (\n { symbol = \"a\"; },\n \"b\" );", "t.cfg:3: ", "must be a group");
-    expect_error("mutexes = [ \"a\" ];", "t.cfg:1: ", "must be a group");
-}
-
-static void test_include_is_refused(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\n  @include \"/etc/passwd\"\n", "t.cfg:2: ", "@include");
-}
-
 static void test_include_inside_a_string_is_just_text(void **state)
 {
     (void)state;
     load_ok("namespace = \"a\";\n# @include \"x\"\n");
-}
-
-static void test_nul_escape_in_a_string_is_refused(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\nnamespace = \"ab\\x00cd\";\n", "t.cfg:2: ", "NUL");
 }
 
 static void test_deep_nesting_is_an_error_not_a_crash(void **state)
@@ -781,84 +696,7 @@ static void test_deep_nesting_is_an_error_not_a_crash(void **state)
     free(text);
 }
 
-static void test_deep_nesting_inside_a_known_key_is_refused(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( ( ( { symbol = \"a\"; } ) ) );", "t.cfg:1: ", "must be a group");
-    expect_error("redis = { host = { a = { b = 1; }; }; };", "t.cfg:1: ", "redis.host must be a string");
-}
-
-/* ---- types ------------------------------------------------------------- */
-
-static void test_port_as_string_must_be_an_integer(void **state)
-{
-    (void)state;
-    expect_error("redis = {\n port = \"6379\"; };", "t.cfg:2: ", "port must be an integer", "string");
-}
-
-static void test_float_for_an_integer_key_is_refused(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1e4;", "t.cfg:1: ", "lease_ms must be an integer", "floating-point");
-}
-
-static void test_booleans_must_be_true_or_false(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \"a\";\n required = 1; } );", "t.cfg:2: ",
-                 "required must be true or false", "integer");
-    expect_error("mutexes = ( { symbol = \"a\"; fair = \"yes\"; } );", "t.cfg:1: ",
-                 "fair must be true or false");
-    expect_error("mutexes = ( { symbol = \"a\"; cache = 0; } );", "t.cfg:1: ", "cache must be true or false");
-}
-
-static void test_strings_must_be_strings(void **state)
-{
-    (void)state;
-    expect_error("namespace = 5;", "t.cfg:1: ", "namespace must be a string");
-    expect_error("on_lease_lost = true;", "t.cfg:1: ", "on_lease_lost must be a string", "boolean");
-    expect_error("mutexes = ( { symbol = [ \"a\" ]; } );", "t.cfg:1: ", "symbol must be a string", "array");
-    expect_error("redis = { host = 127; };", "t.cfg:1: ", "redis.host must be a string");
-}
-
 /* ---- numbers ----------------------------------------------------------- */
-
-static void test_lease_ms_out_of_range_names_value_and_limits(void **state)
-{
-    (void)state;
-    expect_error("# demo\n\n\n\n\n\nlease_ms = -5;\n", "t.cfg:7: ",
-                 "lease_ms = -5: must be between 100 and 3600000");
-    expect_error("lease_ms = 99;", "t.cfg:1: ", "lease_ms = 99");
-    expect_error("lease_ms = 3600001;", "t.cfg:1: ", "lease_ms = 3600001");
-}
-
-static void test_port_out_of_range_is_refused(void **state)
-{
-    (void)state;
-    expect_error("redis = { port = 0; };", "t.cfg:1: ", "redis.port = 0: must be between 1 and 65535");
-    expect_error("redis = { port = 65536; };", "t.cfg:1: ", "redis.port = 65536");
-}
-
-static void test_db_out_of_range_is_refused(void **state)
-{
-    (void)state;
-    expect_error("redis = { db = -1; };", "t.cfg:1: ", "redis.db = -1");
-    expect_error("redis = { db = 1000001; };", "t.cfg:1: ", "redis.db = 1000001", "1000000");
-}
-
-static void test_timeouts_out_of_range_are_refused(void **state)
-{
-    (void)state;
-    expect_error("redis = { connect_timeout_ms = 0; };", "t.cfg:1: ",
-                 "redis.connect_timeout_ms = 0: must be between 1 and 600000");
-    expect_error("redis = { command_timeout_ms = 600001; };", "t.cfg:1: ", "redis.command_timeout_ms = 600001");
-}
-
-static void test_renew_ms_below_ten_is_refused(void **state)
-{
-    (void)state;
-    expect_error("renew_ms = 9;", "t.cfg:1: ", "renew_ms = 9: must be between 10 and");
-}
 
 static void test_renew_ms_must_leave_time_for_two_renewals(void **state)
 {
@@ -870,78 +708,7 @@ static void test_renew_ms_must_leave_time_for_two_renewals(void **state)
                  "renew_ms = 13501", "13500", "two renewals");
 }
 
-static void test_lease_margin_ms_must_be_under_half_the_lease(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 1000;\nlease_margin_ms = 500;", "t.cfg:2: ",
-                 "lease_margin_ms = 500: must be between 1 and 499");
-    expect_error("lease_margin_ms = 0;", "t.cfg:1: ", "lease_margin_ms = 0");
-}
-
-static void test_large_margin_with_default_renew_is_explained(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 30000;\nlease_margin_ms = 14000;", "t.cfg:2: ",
-                 "lease_margin_ms = 14000", "renew_ms", "default", "8000");
-}
-
-static void test_lock_delay_ms_out_of_range_is_refused(void **state)
-{
-    (void)state;
-    expect_error("lock_delay_ms = -1;", "t.cfg:1: ", "lock_delay_ms = -1: must be between 0 and 30000");
-    expect_error("lease_ms = 1000; lock_delay_ms = 1001;", "t.cfg:1: ", "lock_delay_ms = 1001", "1000");
-    expect_error("lease_ms = 3600000; lock_delay_ms = 600001;", "t.cfg:1: ", "lock_delay_ms = 600001", "600000");
-}
-
-static void test_offset_and_index_out_of_range_are_refused(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \"a\"; offset = -8; } );", "t.cfg:1: ",
-                 "offset = -8: must be between 0 and 1073741824");
-    expect_error("mutexes = ( { symbol = \"a\"; offset = 1073741825; } );", "t.cfg:1: ", "offset = 1073741825");
-    expect_error("mutexes = ( { symbol = \"a\"; index = 16777217; } );", "t.cfg:1: ",
-                 "index = 16777217: must be between 0 and 16777216");
-    expect_error("mutexes = ( { symbol = \"a\"; index = -1; } );", "t.cfg:1: ", "index = -1");
-}
-
-static void test_integer_beyond_int_is_refused_not_truncated(void **state)
-{
-    (void)state;
-    /* libconfig 1.5 would read 4294973675 as 6379 */
-    expect_error("redis = {\n port = 4294973675; };", "t.cfg:2: ", "port = 4294973675", "out of range");
-    expect_error("lease_ms = 0x100007530;", "t.cfg:1: ", "lease_ms = 0x100007530", "out of range");
-}
-
-static void test_huge_integer_literals_are_refused(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 99999999999999999999999999999999999999;", "t.cfg:1: ", "lease_ms", "out of range");
-    expect_error("lease_ms = 99999999999999999999L;", "t.cfg:1: ", "lease_ms", "out of range");
-    expect_error("lease_ms = -99999999999999999999L;", "t.cfg:1: ", "out of range");
-    expect_error("x = [ 1,\n 0xFFFFFFFFFFFFFFFFFFL ];", "t.cfg:2: ", "out of range");
-}
-
-static void test_64_bit_values_beyond_the_range_are_refused(void **state)
-{
-    (void)state;
-    expect_error("lease_ms = 5000000000L;", "t.cfg:1: ", "lease_ms = 5000000000: must be between 100");
-    expect_error("mutexes = ( { symbol = \"a\"; offset = 9223372036854775807L; } );", "t.cfg:1: ",
-                 "offset = 9223372036854775807");
-}
-
 /* ---- redis ------------------------------------------------------------- */
-
-static void test_host_and_unix_exclude_each_other(void **state)
-{
-    (void)state;
-    expect_error("redis = {\n host = \"h\";\n unix = \"/s\"; };", "t.cfg:3: ", "redis.host", "redis.unix");
-}
-
-static void test_port_with_unix_is_refused(void **state)
-{
-    (void)state;
-    expect_error("redis = { unix = \"/s\";\n port = 1; };", "t.cfg:2: ", "redis.port", "redis.unix");
-}
 
 static void test_password_and_password_env_exclude_each_other(void **state)
 {
@@ -968,33 +735,6 @@ static void test_password_env_naming_an_empty_variable_is_an_error(void **state)
     unsetenv("DMUTEX_TEST_PW");
 }
 
-static void test_password_env_must_be_a_variable_name(void **state)
-{
-    (void)state;
-    expect_error("redis = { password_env = \"MY PW\"; };", "t.cfg:1: ", "password_env", "environment variable");
-}
-
-static void test_username_needs_a_password(void **state)
-{
-    (void)state;
-    expect_error("redis = { username = \"u\"; };", "t.cfg:1: ", "redis.username", "password");
-}
-
-static void test_empty_password_is_refused(void **state)
-{
-    (void)state;
-    expect_error("redis = { password = \"\"; };", "t.cfg:1: ", "redis.password", "empty");
-}
-
-static void test_bad_host_is_refused(void **state)
-{
-    (void)state;
-    expect_error("redis = { host = \"\"; };", "t.cfg:1: ", "redis.host", "empty");
-    expect_error("redis = { host = \"a b\"; };", "t.cfg:1: ", "redis.host = \"a b\"", "space");
-    expect_error("redis = { host = \"/tmp/redis.sock\"; };", "t.cfg:1: ", "redis.host", "redis.unix");
-    expect_error("redis = { host = \"[::1]\"; };", "t.cfg:1: ", "redis.host", "without brackets");
-}
-
 static void test_unix_path_longer_than_sun_path_is_refused(void **state)
 {
     (void)state;
@@ -1008,51 +748,6 @@ static void test_unix_path_longer_than_sun_path_is_refused(void **state)
 
 /* ---- mutex entries ------------------------------------------------------ */
 
-static void test_mutex_entry_needs_symbol_or_init_site(void **state)
-{
-    (void)state;
-    expect_error("mutexes = (\n { symbol = \"a\"; },\n { name = \"x\";\n   fair = true; }\n);",
-                 "t.cfg:3: ", "symbol", "init_site");
-}
-
-static void test_mutex_entry_with_both_symbol_and_init_site_is_refused(void **state)
-{
-    (void)state;
-    expect_error("mutexes = (\n { symbol = \"a\";\n   init_site = \"f\"; }\n);", "t.cfg:2: ",
-                 "both symbol (line 2) and init_site (line 3)");
-}
-
-static void test_offset_and_index_exclude_each_other(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \"a\"; offset = 8;\n index = 1; } );", "t.cfg:1: ",
-                 "offset (line 1) and index (line 2)");
-}
-
-static void test_offset_and_index_only_go_with_symbol(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { init_site = \"f\";\n offset = 8; } );", "t.cfg:2: ", "offset", "init_site");
-    expect_error("mutexes = ( { init_site = \"f\";\n index = 8; } );", "t.cfg:2: ", "index", "init_site");
-}
-
-static void test_name_with_forbidden_characters_is_refused(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \"a\";\n name = \"my lock\"; } );", "t.cfg:2: ",
-                 "name = \"my lock\"", "space at byte 3");
-    expect_error("mutexes = ( { symbol = \"a\"; name = \"x{y}\"; } );", "t.cfg:1: ", "name = \"x{y}\"", "'{'");
-    expect_error("mutexes = ( { symbol = \"a\"; name = \"x\ny\"; } );", "t.cfg:1: ", "name = \"x\\x0ay\"", "0x0a");
-    expect_error("mutexes = ( { symbol = \"a\"; name = \"x\\x01\"; } );", "t.cfg:1: ", "byte 0x01");
-    expect_error("mutexes = ( { symbol = \"a\"; name = \"caf\xc3\xa9\"; } );", "t.cfg:1: ", "byte 0xc3");
-}
-
-static void test_empty_name_is_refused(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \"a\"; name = \"\"; } );", "t.cfg:1: ", "name = \"\"", "empty");
-}
-
 static void test_name_longer_than_200_bytes_is_refused(void **state)
 {
     (void)state;
@@ -1061,45 +756,6 @@ static void test_name_longer_than_200_bytes_is_refused(void **state)
     name[DM_NAME_MAX + 1] = '\0';
     snprintf(text, sizeof text, "mutexes = ( { symbol = \"s\"; name = \"%s\"; } );", name);
     expect_error(text, "t.cfg:1: ", "name = \"nnnn", "201 bytes", "200");
-}
-
-static void test_namespace_uses_the_name_character_set(void **state)
-{
-    (void)state;
-    expect_error("namespace = \"my app\";", "t.cfg:1: ", "namespace = \"my app\"", "space");
-    expect_error("namespace = \"{x}\";", "t.cfg:1: ", "namespace", "'{'");
-    expect_error("namespace = \"\";", "t.cfg:1: ", "namespace", "empty");
-}
-
-static void test_symbol_must_be_an_identifier(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \"1lock\"; } );", "t.cfg:1: ", "symbol = \"1lock\"", "start");
-    expect_error("mutexes = ( { symbol = \"a b\"; } );", "t.cfg:1: ", "symbol = \"a b\"", "space at byte 2");
-    expect_error("mutexes = ( { symbol = \"\"; } );", "t.cfg:1: ", "symbol", "empty");
-    expect_error("mutexes = ( { symbol = \"ns::lock\"; } );", "t.cfg:1: ", "symbol = \"ns::lock\"", "':'");
-}
-
-static void test_symbol_file_qualifier_is_checked(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \":lock\"; } );", "t.cfg:1: ", "symbol", "empty file qualifier");
-    expect_error("mutexes = ( { symbol = \"util.c:\"; } );", "t.cfg:1: ", "symbol", "no identifier");
-    expect_error("mutexes = ( { symbol = \"my util.c:lock\"; } );", "t.cfg:1: ", "file qualifier", "space");
-}
-
-static void test_init_site_must_be_an_identifier(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { init_site = \"new account\"; } );", "t.cfg:1: ", "init_site", "space");
-    expect_error("mutexes = ( { init_site = \"a.c:f\"; } );", "t.cfg:1: ", "init_site", "':'");
-}
-
-static void test_default_name_that_is_not_a_valid_name_asks_for_one(void **state)
-{
-    (void)state;
-    expect_error("mutexes = ( { symbol = \"lock$1\"; } );", "t.cfg:1: ", "defaults to \"lock$1\"",
-                 "'$'", "set name");
 }
 
 static void test_object_must_be_a_file_name_or_path(void **state)
@@ -1123,15 +779,6 @@ static void test_programs_lists_executable_names(void **state)
     assert_int_equal(cfg.nprograms, 2);
     assert_string_equal(cfg.programs[0], "stock");
     assert_string_equal(cfg.programs[1], "app");
-}
-
-static void test_programs_must_be_nonempty_names_without_slash(void **state)
-{
-    (void)state;
-    expect_error("programs = [];\n", "t.cfg:1: ", "programs", "empty");
-    expect_error("programs = \"stock\";\n", "t.cfg:1: ", "programs", "list");
-    expect_error("\nprograms = [\"bin/stock\"];\n", "t.cfg:2: ", "programs[0]", "'/'");
-    expect_error("programs = ( \"a\", 3 );\n", "t.cfg:1: ", "programs[1]", "string");
 }
 
 static void test_object_longer_than_255_bytes_is_refused(void **state)
@@ -1177,45 +824,6 @@ static void test_ten_kilobyte_strings_give_a_clear_error(void **state)
     }
     free(big);
     free(text);
-}
-
-static void test_duplicate_symbol_entries_name_both_lines(void **state)
-{
-    (void)state;
-    expect_error("mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\"; },\n"
-                 " { symbol = \"a\"; offset = 0; name = \"other\"; }\n);",
-                 "t.cfg:4: ", "repeats the one at line 2", "symbol = \"a\"");
-}
-
-static void test_duplicate_init_site_entries_name_both_lines(void **state)
-{
-    (void)state;
-    expect_error("mutexes = (\n { init_site = \"f\"; object = \"l.so\"; },\n"
-                 " { init_site = \"f\"; object = \"l.so\"; name = \"g\"; }\n);",
-                 "t.cfg:3: ", "repeats the one at line 2", "init_site = \"f\"");
-}
-
-static void test_first_duplicate_in_file_order_is_reported(void **state)
-{
-    (void)state;
-    expect_error("mutexes = (\n { symbol = \"z\"; },\n { symbol = \"a\"; },\n { symbol = \"z\"; },\n"
-                 " { symbol = \"a\"; },\n { symbol = \"a\"; }\n);",
-                 "t.cfg:4: ", "line 2", "\"z\"");
-}
-
-/* ---- policies ---------------------------------------------------------- */
-
-static void test_unknown_on_lease_lost_lists_the_choices(void **state)
-{
-    (void)state;
-    expect_error("on_lease_lost = \"panic\";", "t.cfg:1: ", "on_lease_lost = \"panic\"", "\"abort\"", "\"warn\"");
-}
-
-static void test_unknown_on_redis_down_lists_the_choices(void **state)
-{
-    (void)state;
-    expect_error("\non_redis_down = \"Block\";", "t.cfg:2: ", "on_redis_down = \"Block\"",
-                 "\"block\", \"error\" or \"local\"");
 }
 
 /* ---- the error buffer and ownership ------------------------------------ */
@@ -1592,10 +1200,353 @@ static void test_url_unix_path_longer_than_sun_path_is_refused(void **state)
     url_bad(url, "bytes");
 }
 
+/* ---- configs refused ----------------------------------------------------
+ * One row a config that must not load: the test it belongs to, the text,
+ * the start of the error ("file:line: ") and words the message must hold.
+ * Each test named here runs its rows in order (test_refused); main lists
+ * the names with R(). */
+struct refusal {
+    const char *test;
+    const char *text, *prefix;
+    const char *words[4];
+};
+
+static const struct refusal refusals[] = {
+    /* syntax and structure */
+    { "test_syntax_error_names_label_and_line",
+      "lease_ms = 1000;\nredis = { port = 1 \n", "t.cfg:",
+      { "syntax error" } },
+    { "test_syntax_error_names_label_and_line",
+      "lease_ms = 1000;\nmutexes = ( { symbol = \"a\" } } );\n", "t.cfg:2: ",
+      { "syntax error", "not valid libconfig syntax" } },
+    { "test_unterminated_string_names_the_line_it_starts_on",
+      "lease_ms = 1000;\nnamespace = \"abc;\nlease_ms = 2;\n", "t.cfg:2: ",
+      { "string", "never closed" } },
+    { "test_unterminated_string_names_the_line_it_starts_on",
+      "namespace = \"abc\\", "t.cfg:1: ",
+      { "never closed" } },
+    { "test_unterminated_comment_names_the_line_it_starts_on",
+      "lease_ms = 1000;\n/* note\nlease_ms = 2;\n", "t.cfg:2: ",
+      { "comment", "never closed" } },
+    { "test_duplicate_key_is_an_error_with_its_line",
+      "lease_ms = 1000;\nlease_ms = 2000;\n", "t.cfg:2: ",
+      { "duplicate" } },
+    { "test_unknown_top_level_key_names_key_and_line",
+      "lease_ms = 1000;\n\nleese_ms = 5;\n", "t.cfg:3: ",
+      { "unknown key \"leese_ms\"",
+        "top level",
+        "did you mean lease_ms",
+        "valid keys: redis, namespace, lease_ms" } },
+    { "test_unknown_redis_key_lists_valid_keys",
+      "redis = {\n  host = \"h\";\n  hostname = \"h\";\n};\n", "t.cfg:3: ",
+      { "\"hostname\"", "redis", "host, port, unix, username, password, password_env, db" } },
+    { "test_unknown_mutex_key_names_key_and_line",
+      "mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\";\n   nmae = \"x\"; }\n);\n", "t.cfg:4: ",
+      { "unknown key \"nmae\"",
+        "mutex entry",
+        "did you mean name",
+        "symbol, object, name, offset, index, init_site, required, fair, cache" } },
+    { "test_redis_must_be_a_group",
+      "redis = \"127.0.0.1:6379\";", "t.cfg:1: ",
+      { "redis must be a group", "string" } },
+    { "test_mutexes_must_be_a_list",
+      "mutexes = { symbol = \"a\"; };", "t.cfg:1: ",
+      { "mutexes must be a list" } },
+    { "test_mutexes_must_be_a_list",
+      "mutexes = \"a\";", "t.cfg:1: ",
+      { "mutexes must be a list" } },
+    /* libconfig dates a scalar by the token after it: keep ")" on its line */
+    { "test_mutex_entry_must_be_a_group",
+      "mutexes = (\n { symbol = \"a\"; },\n \"b\" );", "t.cfg:3: ",
+      { "must be a group" } },
+    { "test_mutex_entry_must_be_a_group",
+      "mutexes = [ \"a\" ];", "t.cfg:1: ",
+      { "must be a group" } },
+    { "test_include_is_refused",
+      "lease_ms = 1000;\n  @include \"/etc/passwd\"\n", "t.cfg:2: ",
+      { "@include" } },
+    { "test_nul_escape_in_a_string_is_refused",
+      "lease_ms = 1000;\nnamespace = \"ab\\x00cd\";\n", "t.cfg:2: ",
+      { "NUL" } },
+    { "test_deep_nesting_inside_a_known_key_is_refused",
+      "mutexes = ( ( ( { symbol = \"a\"; } ) ) );", "t.cfg:1: ",
+      { "must be a group" } },
+    { "test_deep_nesting_inside_a_known_key_is_refused",
+      "redis = { host = { a = { b = 1; }; }; };", "t.cfg:1: ",
+      { "redis.host must be a string" } },
+
+    /* types */
+    { "test_port_as_string_must_be_an_integer",
+      "redis = {\n port = \"6379\"; };", "t.cfg:2: ",
+      { "port must be an integer", "string" } },
+    { "test_float_for_an_integer_key_is_refused",
+      "lease_ms = 1e4;", "t.cfg:1: ",
+      { "lease_ms must be an integer", "floating-point" } },
+    { "test_booleans_must_be_true_or_false",
+      "mutexes = ( { symbol = \"a\";\n required = 1; } );", "t.cfg:2: ",
+      { "required must be true or false", "integer" } },
+    { "test_booleans_must_be_true_or_false",
+      "mutexes = ( { symbol = \"a\"; fair = \"yes\"; } );", "t.cfg:1: ",
+      { "fair must be true or false" } },
+    { "test_booleans_must_be_true_or_false",
+      "mutexes = ( { symbol = \"a\"; cache = 0; } );", "t.cfg:1: ",
+      { "cache must be true or false" } },
+    { "test_strings_must_be_strings",
+      "namespace = 5;", "t.cfg:1: ",
+      { "namespace must be a string" } },
+    { "test_strings_must_be_strings",
+      "on_lease_lost = true;", "t.cfg:1: ",
+      { "on_lease_lost must be a string", "boolean" } },
+    { "test_strings_must_be_strings",
+      "mutexes = ( { symbol = [ \"a\" ]; } );", "t.cfg:1: ",
+      { "symbol must be a string", "array" } },
+    { "test_strings_must_be_strings",
+      "redis = { host = 127; };", "t.cfg:1: ",
+      { "redis.host must be a string" } },
+
+    /* numbers */
+    { "test_lease_ms_out_of_range_names_value_and_limits",
+      "# demo\n\n\n\n\n\nlease_ms = -5;\n", "t.cfg:7: ",
+      { "lease_ms = -5: must be between 100 and 3600000" } },
+    { "test_lease_ms_out_of_range_names_value_and_limits",
+      "lease_ms = 99;", "t.cfg:1: ",
+      { "lease_ms = 99" } },
+    { "test_lease_ms_out_of_range_names_value_and_limits",
+      "lease_ms = 3600001;", "t.cfg:1: ",
+      { "lease_ms = 3600001" } },
+    { "test_port_out_of_range_is_refused",
+      "redis = { port = 0; };", "t.cfg:1: ",
+      { "redis.port = 0: must be between 1 and 65535" } },
+    { "test_port_out_of_range_is_refused",
+      "redis = { port = 65536; };", "t.cfg:1: ",
+      { "redis.port = 65536" } },
+    { "test_db_out_of_range_is_refused",
+      "redis = { db = -1; };", "t.cfg:1: ",
+      { "redis.db = -1" } },
+    { "test_db_out_of_range_is_refused",
+      "redis = { db = 1000001; };", "t.cfg:1: ",
+      { "redis.db = 1000001", "1000000" } },
+    { "test_timeouts_out_of_range_are_refused",
+      "redis = { connect_timeout_ms = 0; };", "t.cfg:1: ",
+      { "redis.connect_timeout_ms = 0: must be between 1 and 600000" } },
+    { "test_timeouts_out_of_range_are_refused",
+      "redis = { command_timeout_ms = 600001; };", "t.cfg:1: ",
+      { "redis.command_timeout_ms = 600001" } },
+    { "test_renew_ms_below_ten_is_refused",
+      "renew_ms = 9;", "t.cfg:1: ",
+      { "renew_ms = 9: must be between 10 and" } },
+    { "test_lease_margin_ms_must_be_under_half_the_lease",
+      "lease_ms = 1000;\nlease_margin_ms = 500;", "t.cfg:2: ",
+      { "lease_margin_ms = 500: must be between 1 and 499" } },
+    { "test_lease_margin_ms_must_be_under_half_the_lease",
+      "lease_margin_ms = 0;", "t.cfg:1: ",
+      { "lease_margin_ms = 0" } },
+    { "test_large_margin_with_default_renew_is_explained",
+      "lease_ms = 30000;\nlease_margin_ms = 14000;", "t.cfg:2: ",
+      { "lease_margin_ms = 14000", "renew_ms", "default", "8000" } },
+    { "test_lock_delay_ms_out_of_range_is_refused",
+      "lock_delay_ms = -1;", "t.cfg:1: ",
+      { "lock_delay_ms = -1: must be between 0 and 30000" } },
+    { "test_lock_delay_ms_out_of_range_is_refused",
+      "lease_ms = 1000; lock_delay_ms = 1001;", "t.cfg:1: ",
+      { "lock_delay_ms = 1001", "1000" } },
+    { "test_lock_delay_ms_out_of_range_is_refused",
+      "lease_ms = 3600000; lock_delay_ms = 600001;", "t.cfg:1: ",
+      { "lock_delay_ms = 600001", "600000" } },
+    { "test_offset_and_index_out_of_range_are_refused",
+      "mutexes = ( { symbol = \"a\"; offset = -8; } );", "t.cfg:1: ",
+      { "offset = -8: must be between 0 and 1073741824" } },
+    { "test_offset_and_index_out_of_range_are_refused",
+      "mutexes = ( { symbol = \"a\"; offset = 1073741825; } );", "t.cfg:1: ",
+      { "offset = 1073741825" } },
+    { "test_offset_and_index_out_of_range_are_refused",
+      "mutexes = ( { symbol = \"a\"; index = 16777217; } );", "t.cfg:1: ",
+      { "index = 16777217: must be between 0 and 16777216" } },
+    { "test_offset_and_index_out_of_range_are_refused",
+      "mutexes = ( { symbol = \"a\"; index = -1; } );", "t.cfg:1: ",
+      { "index = -1" } },
+    /* libconfig 1.5 would read 4294973675 as 6379 */
+    { "test_integer_beyond_int_is_refused_not_truncated",
+      "redis = {\n port = 4294973675; };", "t.cfg:2: ",
+      { "port = 4294973675", "out of range" } },
+    { "test_integer_beyond_int_is_refused_not_truncated",
+      "lease_ms = 0x100007530;", "t.cfg:1: ",
+      { "lease_ms = 0x100007530", "out of range" } },
+    { "test_huge_integer_literals_are_refused",
+      "lease_ms = 99999999999999999999999999999999999999;", "t.cfg:1: ",
+      { "lease_ms", "out of range" } },
+    { "test_huge_integer_literals_are_refused",
+      "lease_ms = 99999999999999999999L;", "t.cfg:1: ",
+      { "lease_ms", "out of range" } },
+    { "test_huge_integer_literals_are_refused",
+      "lease_ms = -99999999999999999999L;", "t.cfg:1: ",
+      { "out of range" } },
+    { "test_huge_integer_literals_are_refused",
+      "x = [ 1,\n 0xFFFFFFFFFFFFFFFFFFL ];", "t.cfg:2: ",
+      { "out of range" } },
+    { "test_64_bit_values_beyond_the_range_are_refused",
+      "lease_ms = 5000000000L;", "t.cfg:1: ",
+      { "lease_ms = 5000000000: must be between 100" } },
+    { "test_64_bit_values_beyond_the_range_are_refused",
+      "mutexes = ( { symbol = \"a\"; offset = 9223372036854775807L; } );", "t.cfg:1: ",
+      { "offset = 9223372036854775807" } },
+
+    /* redis */
+    { "test_host_and_unix_exclude_each_other",
+      "redis = {\n host = \"h\";\n unix = \"/s\"; };", "t.cfg:3: ",
+      { "redis.host", "redis.unix" } },
+    { "test_port_with_unix_is_refused",
+      "redis = { unix = \"/s\";\n port = 1; };", "t.cfg:2: ",
+      { "redis.port", "redis.unix" } },
+    { "test_password_env_must_be_a_variable_name",
+      "redis = { password_env = \"MY PW\"; };", "t.cfg:1: ",
+      { "password_env", "environment variable" } },
+    { "test_username_needs_a_password",
+      "redis = { username = \"u\"; };", "t.cfg:1: ",
+      { "redis.username", "password" } },
+    { "test_empty_password_is_refused",
+      "redis = { password = \"\"; };", "t.cfg:1: ",
+      { "redis.password", "empty" } },
+    { "test_bad_host_is_refused",
+      "redis = { host = \"\"; };", "t.cfg:1: ",
+      { "redis.host", "empty" } },
+    { "test_bad_host_is_refused",
+      "redis = { host = \"a b\"; };", "t.cfg:1: ",
+      { "redis.host = \"a b\"", "space" } },
+    { "test_bad_host_is_refused",
+      "redis = { host = \"/tmp/redis.sock\"; };", "t.cfg:1: ",
+      { "redis.host", "redis.unix" } },
+    { "test_bad_host_is_refused",
+      "redis = { host = \"[::1]\"; };", "t.cfg:1: ",
+      { "redis.host", "without brackets" } },
+
+    /* mutex entries */
+    { "test_mutex_entry_needs_symbol_or_init_site",
+      "mutexes = (\n { symbol = \"a\"; },\n { name = \"x\";\n   fair = true; }\n);", "t.cfg:3: ",
+      { "symbol", "init_site" } },
+    { "test_mutex_entry_with_both_symbol_and_init_site_is_refused",
+      "mutexes = (\n { symbol = \"a\";\n   init_site = \"f\"; }\n);", "t.cfg:2: ",
+      { "both symbol (line 2) and init_site (line 3)" } },
+    { "test_offset_and_index_exclude_each_other",
+      "mutexes = ( { symbol = \"a\"; offset = 8;\n index = 1; } );", "t.cfg:1: ",
+      { "offset (line 1) and index (line 2)" } },
+    { "test_offset_and_index_only_go_with_symbol",
+      "mutexes = ( { init_site = \"f\";\n offset = 8; } );", "t.cfg:2: ",
+      { "offset", "init_site" } },
+    { "test_offset_and_index_only_go_with_symbol",
+      "mutexes = ( { init_site = \"f\";\n index = 8; } );", "t.cfg:2: ",
+      { "index", "init_site" } },
+    { "test_name_with_forbidden_characters_is_refused",
+      "mutexes = ( { symbol = \"a\";\n name = \"my lock\"; } );", "t.cfg:2: ",
+      { "name = \"my lock\"", "space at byte 3" } },
+    { "test_name_with_forbidden_characters_is_refused",
+      "mutexes = ( { symbol = \"a\"; name = \"x{y}\"; } );", "t.cfg:1: ",
+      { "name = \"x{y}\"", "'{'" } },
+    { "test_name_with_forbidden_characters_is_refused",
+      "mutexes = ( { symbol = \"a\"; name = \"x\ny\"; } );", "t.cfg:1: ",
+      { "name = \"x\\x0ay\"", "0x0a" } },
+    { "test_name_with_forbidden_characters_is_refused",
+      "mutexes = ( { symbol = \"a\"; name = \"x\\x01\"; } );", "t.cfg:1: ",
+      { "byte 0x01" } },
+    { "test_name_with_forbidden_characters_is_refused",
+      "mutexes = ( { symbol = \"a\"; name = \"caf\xc3\xa9\"; } );", "t.cfg:1: ",
+      { "byte 0xc3" } },
+    { "test_empty_name_is_refused",
+      "mutexes = ( { symbol = \"a\"; name = \"\"; } );", "t.cfg:1: ",
+      { "name = \"\"", "empty" } },
+    { "test_namespace_uses_the_name_character_set",
+      "namespace = \"my app\";", "t.cfg:1: ",
+      { "namespace = \"my app\"", "space" } },
+    { "test_namespace_uses_the_name_character_set",
+      "namespace = \"{x}\";", "t.cfg:1: ",
+      { "namespace", "'{'" } },
+    { "test_namespace_uses_the_name_character_set",
+      "namespace = \"\";", "t.cfg:1: ",
+      { "namespace", "empty" } },
+    { "test_symbol_must_be_an_identifier",
+      "mutexes = ( { symbol = \"1lock\"; } );", "t.cfg:1: ",
+      { "symbol = \"1lock\"", "start" } },
+    { "test_symbol_must_be_an_identifier",
+      "mutexes = ( { symbol = \"a b\"; } );", "t.cfg:1: ",
+      { "symbol = \"a b\"", "space at byte 2" } },
+    { "test_symbol_must_be_an_identifier",
+      "mutexes = ( { symbol = \"\"; } );", "t.cfg:1: ",
+      { "symbol", "empty" } },
+    { "test_symbol_must_be_an_identifier",
+      "mutexes = ( { symbol = \"ns::lock\"; } );", "t.cfg:1: ",
+      { "symbol = \"ns::lock\"", "':'" } },
+    { "test_symbol_file_qualifier_is_checked",
+      "mutexes = ( { symbol = \":lock\"; } );", "t.cfg:1: ",
+      { "symbol", "empty file qualifier" } },
+    { "test_symbol_file_qualifier_is_checked",
+      "mutexes = ( { symbol = \"util.c:\"; } );", "t.cfg:1: ",
+      { "symbol", "no identifier" } },
+    { "test_symbol_file_qualifier_is_checked",
+      "mutexes = ( { symbol = \"my util.c:lock\"; } );", "t.cfg:1: ",
+      { "file qualifier", "space" } },
+    { "test_init_site_must_be_an_identifier",
+      "mutexes = ( { init_site = \"new account\"; } );", "t.cfg:1: ",
+      { "init_site", "space" } },
+    { "test_init_site_must_be_an_identifier",
+      "mutexes = ( { init_site = \"a.c:f\"; } );", "t.cfg:1: ",
+      { "init_site", "':'" } },
+    { "test_default_name_that_is_not_a_valid_name_asks_for_one",
+      "mutexes = ( { symbol = \"lock$1\"; } );", "t.cfg:1: ",
+      { "defaults to \"lock$1\"", "'$'", "set name" } },
+    { "test_programs_must_be_nonempty_names_without_slash",
+      "programs = [];\n", "t.cfg:1: ",
+      { "programs", "empty" } },
+    { "test_programs_must_be_nonempty_names_without_slash",
+      "programs = \"stock\";\n", "t.cfg:1: ",
+      { "programs", "list" } },
+    { "test_programs_must_be_nonempty_names_without_slash",
+      "\nprograms = [\"bin/stock\"];\n", "t.cfg:2: ",
+      { "programs[0]", "'/'" } },
+    { "test_programs_must_be_nonempty_names_without_slash",
+      "programs = ( \"a\", 3 );\n", "t.cfg:1: ",
+      { "programs[1]", "string" } },
+    { "test_duplicate_symbol_entries_name_both_lines",
+      "mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\"; },\n"
+                 " { symbol = \"a\"; offset = 0; name = \"other\"; }\n);", "t.cfg:4: ",
+      { "repeats the one at line 2", "symbol = \"a\"" } },
+    { "test_duplicate_init_site_entries_name_both_lines",
+      "mutexes = (\n { init_site = \"f\"; object = \"l.so\"; },\n"
+                 " { init_site = \"f\"; object = \"l.so\"; name = \"g\"; }\n);", "t.cfg:3: ",
+      { "repeats the one at line 2", "init_site = \"f\"" } },
+    { "test_first_duplicate_in_file_order_is_reported",
+      "mutexes = (\n { symbol = \"z\"; },\n { symbol = \"a\"; },\n { symbol = \"z\"; },\n"
+                 " { symbol = \"a\"; },\n { symbol = \"a\"; }\n);", "t.cfg:4: ",
+      { "line 2", "\"z\"" } },
+
+    /* policies */
+    { "test_unknown_on_lease_lost_lists_the_choices",
+      "on_lease_lost = \"panic\";", "t.cfg:1: ",
+      { "on_lease_lost = \"panic\"", "\"abort\"", "\"warn\"" } },
+    { "test_unknown_on_redis_down_lists_the_choices",
+      "\non_redis_down = \"Block\";", "t.cfg:2: ",
+      { "on_redis_down = \"Block\"", "\"block\", \"error\" or \"local\"" } },
+};
+
+static void test_refused(void **state)
+{
+    const char *test = *state;
+    int rows = 0;
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        const struct refusal *r = &refusals[i];
+        if (strcmp(r->test, test) != 0)
+            continue;
+        expect_error_words(r->text, r->prefix, r->words[0], r->words[1], r->words[2], r->words[3], (const char *)NULL);
+        rows++;
+    }
+    if (rows == 0)
+        fail_msg("no refusals[] row belongs to %s", test);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_teardown(name, teardown)
+#define R(name) { #name, test_refused, NULL, teardown, (void *)#name }
         T(test_defaults_fill_every_documented_value),
         T(test_empty_config_gives_every_default),
         T(test_comments_only_config_gives_every_default),
@@ -1626,7 +1577,7 @@ int main(void)
         T(test_directory_says_cannot_read),
         T(test_nul_byte_in_file_names_its_line),
         T(test_truncated_file_is_a_syntax_error),
-        T(test_syntax_error_names_label_and_line),
+        R(test_syntax_error_names_label_and_line),
         T(test_syntax_error_echoes_no_bytes_of_the_file),
         T(test_empty_file_fails_the_mutexes_check),
         T(test_config_without_mutexes_fails_the_mutexes_check),
@@ -1635,69 +1586,69 @@ int main(void)
         T(test_programs_listing_the_program_loads_the_rest),
         T(test_redact_url_hides_the_password_only),
         T(test_url_errors_never_show_the_password),
-        T(test_unterminated_string_names_the_line_it_starts_on),
-        T(test_unterminated_comment_names_the_line_it_starts_on),
-        T(test_duplicate_key_is_an_error_with_its_line),
-        T(test_unknown_top_level_key_names_key_and_line),
-        T(test_unknown_redis_key_lists_valid_keys),
-        T(test_unknown_mutex_key_names_key_and_line),
-        T(test_redis_must_be_a_group),
-        T(test_mutexes_must_be_a_list),
-        T(test_mutex_entry_must_be_a_group),
-        T(test_include_is_refused),
+        R(test_unterminated_string_names_the_line_it_starts_on),
+        R(test_unterminated_comment_names_the_line_it_starts_on),
+        R(test_duplicate_key_is_an_error_with_its_line),
+        R(test_unknown_top_level_key_names_key_and_line),
+        R(test_unknown_redis_key_lists_valid_keys),
+        R(test_unknown_mutex_key_names_key_and_line),
+        R(test_redis_must_be_a_group),
+        R(test_mutexes_must_be_a_list),
+        R(test_mutex_entry_must_be_a_group),
+        R(test_include_is_refused),
         T(test_include_inside_a_string_is_just_text),
-        T(test_nul_escape_in_a_string_is_refused),
+        R(test_nul_escape_in_a_string_is_refused),
         T(test_deep_nesting_is_an_error_not_a_crash),
-        T(test_deep_nesting_inside_a_known_key_is_refused),
-        T(test_port_as_string_must_be_an_integer),
-        T(test_float_for_an_integer_key_is_refused),
-        T(test_booleans_must_be_true_or_false),
-        T(test_strings_must_be_strings),
-        T(test_lease_ms_out_of_range_names_value_and_limits),
-        T(test_port_out_of_range_is_refused),
-        T(test_db_out_of_range_is_refused),
-        T(test_timeouts_out_of_range_are_refused),
-        T(test_renew_ms_below_ten_is_refused),
+        R(test_deep_nesting_inside_a_known_key_is_refused),
+        R(test_port_as_string_must_be_an_integer),
+        R(test_float_for_an_integer_key_is_refused),
+        R(test_booleans_must_be_true_or_false),
+        R(test_strings_must_be_strings),
+        R(test_lease_ms_out_of_range_names_value_and_limits),
+        R(test_port_out_of_range_is_refused),
+        R(test_db_out_of_range_is_refused),
+        R(test_timeouts_out_of_range_are_refused),
+        R(test_renew_ms_below_ten_is_refused),
         T(test_renew_ms_must_leave_time_for_two_renewals),
-        T(test_lease_margin_ms_must_be_under_half_the_lease),
-        T(test_large_margin_with_default_renew_is_explained),
-        T(test_lock_delay_ms_out_of_range_is_refused),
-        T(test_offset_and_index_out_of_range_are_refused),
-        T(test_integer_beyond_int_is_refused_not_truncated),
-        T(test_huge_integer_literals_are_refused),
-        T(test_64_bit_values_beyond_the_range_are_refused),
-        T(test_host_and_unix_exclude_each_other),
-        T(test_port_with_unix_is_refused),
+        R(test_lease_margin_ms_must_be_under_half_the_lease),
+        R(test_large_margin_with_default_renew_is_explained),
+        R(test_lock_delay_ms_out_of_range_is_refused),
+        R(test_offset_and_index_out_of_range_are_refused),
+        R(test_integer_beyond_int_is_refused_not_truncated),
+        R(test_huge_integer_literals_are_refused),
+        R(test_64_bit_values_beyond_the_range_are_refused),
+        R(test_host_and_unix_exclude_each_other),
+        R(test_port_with_unix_is_refused),
         T(test_password_and_password_env_exclude_each_other),
         T(test_password_env_naming_an_unset_variable_is_an_error),
         T(test_password_env_naming_an_empty_variable_is_an_error),
-        T(test_password_env_must_be_a_variable_name),
-        T(test_username_needs_a_password),
-        T(test_empty_password_is_refused),
-        T(test_bad_host_is_refused),
+        R(test_password_env_must_be_a_variable_name),
+        R(test_username_needs_a_password),
+        R(test_empty_password_is_refused),
+        R(test_bad_host_is_refused),
         T(test_unix_path_longer_than_sun_path_is_refused),
-        T(test_mutex_entry_needs_symbol_or_init_site),
-        T(test_mutex_entry_with_both_symbol_and_init_site_is_refused),
-        T(test_offset_and_index_exclude_each_other),
-        T(test_offset_and_index_only_go_with_symbol),
-        T(test_name_with_forbidden_characters_is_refused),
-        T(test_empty_name_is_refused),
+        R(test_mutex_entry_needs_symbol_or_init_site),
+        R(test_mutex_entry_with_both_symbol_and_init_site_is_refused),
+        R(test_offset_and_index_exclude_each_other),
+        R(test_offset_and_index_only_go_with_symbol),
+        R(test_name_with_forbidden_characters_is_refused),
+        R(test_empty_name_is_refused),
         T(test_name_longer_than_200_bytes_is_refused),
-        T(test_namespace_uses_the_name_character_set),
-        T(test_symbol_must_be_an_identifier),
-        T(test_symbol_file_qualifier_is_checked),
-        T(test_init_site_must_be_an_identifier),
-        T(test_default_name_that_is_not_a_valid_name_asks_for_one),
+        R(test_namespace_uses_the_name_character_set),
+        R(test_symbol_must_be_an_identifier),
+        R(test_symbol_file_qualifier_is_checked),
+        R(test_init_site_must_be_an_identifier),
+        R(test_default_name_that_is_not_a_valid_name_asks_for_one),
         T(test_object_must_be_a_file_name_or_path),
         T(test_programs_lists_executable_names),
-        T(test_programs_must_be_nonempty_names_without_slash),
+        R(test_programs_must_be_nonempty_names_without_slash),
         T(test_object_longer_than_255_bytes_is_refused),
         T(test_ten_kilobyte_strings_give_a_clear_error),
-        T(test_duplicate_symbol_entries_name_both_lines),
-        T(test_duplicate_init_site_entries_name_both_lines),
-        T(test_first_duplicate_in_file_order_is_reported),
-        T(test_unknown_on_lease_lost_lists_the_choices),
-        T(test_unknown_on_redis_down_lists_the_choices),
+        R(test_duplicate_symbol_entries_name_both_lines),
+        R(test_duplicate_init_site_entries_name_both_lines),
+        R(test_first_duplicate_in_file_order_is_reported),
+        R(test_unknown_on_lease_lost_lists_the_choices),
+        R(test_unknown_on_redis_down_lists_the_choices),
         T(test_error_buffer_is_bounded_and_terminated),
         T(test_failed_load_leaves_defaults_and_free_is_harmless),
         T(test_free_resets_to_defaults),

@@ -133,13 +133,53 @@ static pid_t worker(const struct run *r, ...)
     while ((a = va_arg(ap, char *)) != NULL && n < 60)
         argv[n++] = a;
     va_end(ap);
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = (char *)(r->prefix ? r->prefix : chk.prefix);
+    n = th_checker_argv(&chk, argv, n, r->prefix);
     argv[n] = NULL;
     pid_t pid = th_child(argv, NULL, r->out);
     return pid;
+}
+
+/* A faultworker, as `r` says, that holds its lock until `go` appears:
+ * returns once it is inside (its "inside" line in r->out). */
+static pid_t holder(const struct run *r, const char *go)
+{
+    pid_t h = worker(r, "once", "lock", "-g", go, NULL);
+    th_wait_for(r->out, "inside ", RUN_MS);
+    return h;
+}
+
+/* Loop workers on `name` for `ms`, NP processes x 2 threads, in `settings`. */
+static void start_loop(const char *settings, const char *name, int np, const char *ms,
+                       const char *hold_us, char **out, pid_t *p)
+{
+    char *cfg = config(settings, name);
+    for (int i = 0; i < np; i++) {
+        out[i] = th_out_file();
+        struct run r = { .cfg = cfg, .out = out[i] };
+        p[i] = worker(&r, "loop", "-t", "2", "-d", ms, "-u", hold_us, NULL);
+    }
+}
+
+/* holder() of lock `name` under `settings`, with a new output file and go
+ * signal (*outp, *gop). */
+static pid_t holder_then(const char *settings, const char *name, char **outp, char **gop)
+{
+    char *cfg = config(settings, name), *out = th_out_file(), *go = th_go_file();
+    struct run r = { .cfg = cfg, .out = out };
+    pid_t h = holder(&r, go);
+    *outp = out;
+    *gop = go;
+    return h;
+}
+
+/* n faultworkers under `cfg` that each lock once, then hold hold_us. */
+static void start_waiters(const char *cfg, int n, const char *hold_us, char **out, pid_t *p)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = th_out_file();
+        struct run r = { .cfg = cfg, .out = out[i] };
+        p[i] = worker(&r, "once", "lock", "-u", hold_us, NULL);
+    }
 }
 
 /* Waits for a child that must exit 0 by itself; returns its output. */
@@ -208,41 +248,6 @@ static void lock_server_restart(const char *const *extra)
     rc = th_redis_connect(&rs);
 }
 
-static long long numsub(const char *channel)
-{
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
-    freeReplyObject(r);
-    return n;
-}
-
-/* Processes listening for `name`: on its release channel (plain waiters)
- * or on their own handover channel ns:{name}:w:<process> (fair and
- * caching waiters). A waiter subscribes after its first attempt failed. */
-static long long listeners(const char *name)
-{
-    long long n = numsub(th_key(name, DM_KEY_RELEASED));
-    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s*", th_key(name, DM_KEY_WAIT));
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
-        n += numsub(r->element[i]->str);
-    freeReplyObject(r);
-    return n;
-}
-
-/* Waits until `n` processes wait for `name`: they are blocked in their
- * cluster acquire. Returns when (th_now_ms). */
-static long long wait_waiters(const char *name, long long n)
-{
-    long long end = th_now_ms() + RUN_MS;
-    for (;;) {
-        if (listeners(name) >= n)
-            return th_now_ms();
-        if (th_now_ms() > end)
-            fail_msg("%lld waiters expected on lock %s, %lld seen", n, name, listeners(name));
-        usleep(POLL_US);
-    }
-}
-
 /* Key expiry as unix ms (PEXPIRETIME), -2: no key, -1: no expiry. */
 static long long pexpiretime(const char *key)
 {
@@ -275,10 +280,8 @@ static int group_setup(void **state)
     (void)state;
     /* The lock server is the test's (lock_server), not the group's. */
     th_group_start(NULL, NULL, SUITE_ALARM_S, net_down_now);
-    if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
-        fprintf(stderr, "test_faults: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
+    if (th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, NULL) != 0)
         return -1;
-    }
     th_checker_start(&chk);
     if (th_net_setup(&net) != 0)
         printf("test_faults: no network namespaces (not root, or ip(8) failed): "
@@ -323,10 +326,8 @@ static void test_deleted_hold_is_logged_with_name_owner_token_and_age_and_unlock
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(WARN_2S, "l_del"), *out = th_out_file(), *go = th_go_file();
-    struct run r = { .cfg = cfg, .out = out };
-    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    th_wait_for(out, "inside ", RUN_MS);
+    char *out, *go;
+    pid_t h = holder_then(WARN_2S, "l_del", &out, &go);
     char owner[128], *text = th_read_output(out);
     long long token = inside_field(text, 0);
     free(text);
@@ -358,10 +359,8 @@ static void test_deleted_hold_aborts_the_holder(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(ABORT_2S, "l_delabort"), *out = th_out_file(), *go = th_go_file();
-    struct run r = { .cfg = cfg, .out = out };
-    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    th_wait_for(out, "inside ", RUN_MS);
+    char *out, *go;
+    pid_t h = holder_then(ABORT_2S, "l_delabort", &out, &go);
     char owner[128];
     holder_of("l_delabort", owner, sizeof owner);
     long long t0 = th_now_ms(), died;
@@ -396,10 +395,8 @@ static void test_stopped_server_is_a_lost_lease_after_lease_minus_margin(void **
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(WARN_2S, "l_stop"), *out = th_out_file(), *go = th_go_file();
-    struct run r = { .cfg = cfg, .out = out };
-    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    th_wait_for(out, "inside ", RUN_MS);
+    char *out, *go;
+    pid_t h = holder_then(WARN_2S, "l_stop", &out, &go);
     usleep(300000);
     long long t0 = th_now_ms();
     kill(rs.pid, SIGSTOP);
@@ -426,10 +423,8 @@ static void test_abort_ends_the_holder_before_the_server_lease_expires(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(ABORT_2S, "l_pause"), *out = th_out_file(), *go = th_go_file();
-    struct run r = { .cfg = cfg, .out = out };
-    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    th_wait_for(out, "inside ", RUN_MS);
+    char *out, *go;
+    pid_t h = holder_then(ABORT_2S, "l_pause", &out, &go);
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", 3 * LEASE_MS));
     long long died_real, died_mono, t0 = th_now_ms();
     int st = th_wait_end(h, 3 * LEASE_MS, &died_mono, &died_real);
@@ -474,11 +469,7 @@ static void test_killed_server_lock_blocks_then_resumes_trylock_timed_and_error_
     enum { NW = 3 };
     char *wout[NW];
     pid_t w[NW];
-    for (int i = 0; i < NW; i++) {
-        wout[i] = th_out_file();
-        struct run r = { .cfg = cfg, .out = wout[i] };
-        w[i] = worker(&r, "once", "lock", "-u", "100000", NULL);
-    }
+    start_waiters(cfg, NW, "100000", wout, w);
     char *tout = th_out_file(), *dout = th_out_file(), *eout = th_out_file();
     struct run tr = { .cfg = cfg, .out = tout }, dr = { .cfg = cfg, .out = dout },
                er = { .cfg = ecfg, .out = eout };
@@ -585,23 +576,18 @@ static void test_killed_subscribers_resubscribe_and_nobody_sleeps_through_a_rele
     for (int round = 0; round < 2; round++) {
         char *hout = th_out_file(), *go = th_go_file();
         struct run hr = { .cfg = cfg, .out = hout };
-        pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-        th_wait_for(hout, "inside ", RUN_MS);
+        pid_t h = holder(&hr, go);
         enum { NW = 3 };
         char *wout[NW];
         pid_t w[NW];
-        for (int i = 0; i < NW; i++) {
-            wout[i] = th_out_file();
-            struct run r = { .cfg = cfg, .out = wout[i] };
-            w[i] = worker(&r, "once", "lock", "-u", "50000", NULL);
-        }
-        wait_waiters("o_sub", NW);
+        start_waiters(cfg, NW, "50000", wout, w);
+        th_wait_listeners(rc, "o_sub", NW, RUN_MS);
         long long killed = th_cmd_int(rc, "CLIENT KILL TYPE pubsub");
         long long t0 = th_now_ms();
         if (killed < NW)
             fail_msg("CLIENT KILL TYPE pubsub killed %lld connections, %d expected", killed, NW);
         if (round == 0) {
-            long long back = wait_waiters("o_sub", NW);
+            long long back = th_wait_listeners(rc, "o_sub", NW, RUN_MS);
             measured("CLIENT KILL TYPE pubsub: %d waiters resubscribed within %lld ms",
                      NW, back - t0);
         }
@@ -667,10 +653,9 @@ static void test_lock_delay_holds_the_next_holder_off_after_an_expiry(void **s)
     snprintf(settings, sizeof settings, "%s lock_delay_ms = %ld;", WARN_2S, delay);
     char *cfg = config(settings, "d_delay"), *hout = th_out_file(), *wout = th_out_file();
     struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
-    pid_t h = worker(&hr, "once", "lock", "-g", "/nonexistent", NULL);
-    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t h = holder(&hr, "/nonexistent");
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
-    wait_waiters("d_delay", 1);
+    th_wait_listeners(rc, "d_delay", 1, RUN_MS);
     kill(h, SIGKILL);
     th_wait_end(h, RUN_MS, NULL, NULL);
     th_checker_forget(&chk, h);
@@ -696,10 +681,8 @@ static void test_token_of_dmutex_token_is_shown_by_dmutex_ls(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config("lease_ms = 30000;", "f_ls"), *out = th_out_file(), *go = th_go_file();
-    struct run r = { .cfg = cfg, .out = out };
-    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    th_wait_for(out, "inside ", RUN_MS);
+    char *out, *go;
+    pid_t h = holder_then("lease_ms = 30000;", "f_ls", &out, &go);
     char *text = th_read_output(out), owner[128];
     long long token = inside_field(text, 0);
     free(text);
@@ -873,18 +856,6 @@ static void test_refused_connection_set_up_never_locks_locally(void **s)
     }
 }
 
-/* A holder whose renewals are refused must count its lease as lost. */
-static pid_t holder_then(const char *name, char **outp, char **gop)
-{
-    char *cfg = config(WARN_2S, name), *out = th_out_file(), *go = th_go_file();
-    struct run r = { .cfg = cfg, .out = out };
-    pid_t h = worker(&r, "once", "lock", "-g", go, NULL);
-    th_wait_for(out, "inside ", RUN_MS);
-    *outp = out;
-    *gop = go;
-    return h;
-}
-
 /* maxmemory reached with noeviction. Redis refuses a script's first
  * deny-oom write (HSET, SET, RPUSH) but lets a script finish once it has
  * written (ZREM, DEL, PEXPIRE are not deny-oom): so a grant (ZREM first),
@@ -896,7 +867,7 @@ static void test_oom_server_keeps_exclusion_and_says_oom(void **s)
     (void)s;
     lock_server(NULL, NULL);
     char *hout, *go;
-    pid_t h = holder_then("b_oom", &hout, &go);
+    pid_t h = holder_then(WARN_2S, "b_oom", &hout, &go);
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory-policy noeviction"));
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory 1"));
 
@@ -962,7 +933,7 @@ static void test_readonly_replica_never_grants_and_its_holder_loses_the_lease(vo
     struct th_redis master;
     th_redis_start(&master, NULL, NULL);
     char *hout, *go;
-    pid_t h = holder_then("b_ro_h", &hout, &go);
+    pid_t h = holder_then(WARN_2S, "b_ro_h", &hout, &go);
     freeReplyObject(th_cmd(rc, "REPLICAOF 127.0.0.1 %d", master.port));
     char *bout;
     pid_t b = never_grants(WARN_2S, "b_ro", NULL, "READONLY", &bout);
@@ -983,7 +954,6 @@ static void test_script_flush_under_load_loses_nothing(void **s)
 {
     (void)s;
     lock_server(NULL, NULL);
-    char *cfg = config(WARN_2S, "b_flush");
     char *hcfg = config(WARN_2S, "b_flush_h"), *hout = th_out_file(), *go = th_go_file();
     char hpfx[40];
     snprintf(hpfx, sizeof hpfx, "%sh", chk.prefix);
@@ -992,11 +962,7 @@ static void test_script_flush_under_load_loses_nothing(void **s)
     enum { NP = 3 };
     char *out[NP];
     pid_t p[NP];
-    for (int i = 0; i < NP; i++) {
-        out[i] = th_out_file();
-        struct run r = { .cfg = cfg, .out = out[i] };
-        p[i] = worker(&r, "loop", "-t", "2", "-d", "4000", "-u", "1000", NULL);
-    }
+    start_loop(WARN_2S, "b_flush", NP, "4000", "1000", out, p);
     long long end = th_now_ms() + 4000;
     int flushes = 0;
     while (th_now_ms() < end) {
@@ -1093,7 +1059,7 @@ static void test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead(
         pid_t h = worker(&hr, "once", "lock", "-r", "-g", "/nonexistent", NULL);
         th_wait_for(hout, "inside ", RUN_MS);
         pid_t w = worker(&wr, "once", "lock", "-r", "-u", "0", NULL);
-        wait_waiters("s_kill", 1);
+        th_wait_listeners(rc, "s_kill", 1, RUN_MS);
         usleep(100000 * (useconds_t)round);     /* kill at different points of a renewal period */
         long long killed = th_now_ms();
         kill(h, SIGKILL);
@@ -1129,10 +1095,9 @@ static void test_stopped_holder_overlap_is_measured_reported_and_fenced_off(void
     lock_server(NULL, NULL);
     char *cfg = config(WARN_2S, "s_stop"), *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
     struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
-    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t h = holder(&hr, go);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
-    wait_waiters("s_stop", 1);
+    th_wait_listeners(rc, "s_stop", 1, RUN_MS);
     long long stopped = th_now_ms();
     kill(h, SIGSTOP);
     long long at = th_wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
@@ -1164,10 +1129,9 @@ static void test_stopped_holder_in_abort_mode_dies_when_resumed(void **s)
     char *cfg = config(ABORT_2S, "s_stopab"), *hout = th_out_file(), *wout = th_out_file(),
          *go = th_go_file();
     struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
-    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t h = holder(&hr, go);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
-    wait_waiters("s_stopab", 1);
+    th_wait_listeners(rc, "s_stopab", 1, RUN_MS);
     kill(h, SIGSTOP);
     th_wait_for(wout, "inside ", LEASE_MS + SLACK_MS);
     free(finish(w, wout));
@@ -1182,18 +1146,6 @@ static void test_stopped_holder_in_abort_mode_dies_when_resumed(void **s)
     measured("holder SIGSTOPped past its lease (abort): died %lld ms after SIGCONT, "
              "before any write", died - resumed);
     free(text);
-}
-
-/* Loop workers on `name` for `ms`, NP processes x 2 threads, in `settings`. */
-static void start_loop(const char *settings, const char *name, int np, const char *ms,
-                       const char *hold_us, char **out, pid_t *p)
-{
-    char *cfg = config(settings, name);
-    for (int i = 0; i < np; i++) {
-        out[i] = th_out_file();
-        struct run r = { .cfg = cfg, .out = out[i] };
-        p[i] = worker(&r, "loop", "-t", "2", "-d", ms, "-u", hold_us, NULL);
-    }
 }
 
 /* Sum of "done" sections; checks that none failed a lock or an unlock. */
@@ -1227,8 +1179,9 @@ static long long wait_progress(long long from, long timeout_ms)
 /* fsync: the AOF's appendfsync ("always", "everysec"), or NULL for no
  * persistence. SIGKILL loses what the server had not written to the kernel
  * (an OS crash would also lose what was not fsynced). */
-static void restart_scenario(const char *fsync)
+static void restart_scenario(void **s)
 {
+    const char *fsync = *s;         /* the setting main gives (TH_CASE) */
     const char *aof_opts[] = { "--appendonly", "yes", "--appendfsync", fsync, NULL };
     const char *const *extra = fsync ? aof_opts : NULL;
     int aof = fsync != NULL;
@@ -1242,10 +1195,9 @@ static void restart_scenario(const char *fsync)
     char *hcfg = config(WARN_2S, hname), *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
     struct run hr = { .cfg = hcfg, .out = hout, .prefix = hpfx },
                wr = { .cfg = hcfg, .out = wout, .prefix = hpfx };
-    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t h = holder(&hr, go);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
-    wait_waiters(hname, 1);
+    th_wait_listeners(rc, hname, 1, RUN_MS);
     enum { NP = 3 };
     char *out[NP];
     pid_t p[NP];
@@ -1316,24 +1268,6 @@ static void restart_scenario(const char *fsync)
     free(wt);
 }
 
-static void test_server_restart_with_aof_always_keeps_every_hold(void **s)
-{
-    (void)s;
-    restart_scenario("always");
-}
-
-static void test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash(void **s)
-{
-    (void)s;
-    restart_scenario("everysec");
-}
-
-static void test_server_restart_without_persistence_holders_detect_the_loss(void **s)
-{
-    (void)s;
-    restart_scenario(NULL);
-}
-
 /* An evicting maxmemory policy. Lock keys carry a TTL, so a volatile-*
  * policy picks them first: volatile-ttl takes the shortest. The hold
  * vanishes like a DEL; the holder finds out at its next renewal, and a
@@ -1343,11 +1277,11 @@ static void test_eviction_takes_a_held_lock_and_its_holder_finds_out(void **s)
     (void)s;
     lock_server(NULL, NULL);
     char *hout, *go;
-    pid_t h = holder_then("e_evict", &hout, &go);
+    pid_t h = holder_then(WARN_2S, "e_evict", &hout, &go);
     char *wcfg = config(WARN_2S, "e_evict"), *wout = th_out_file();
     struct run wr = { .cfg = wcfg, .out = wout };
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
-    wait_waiters("e_evict", 1);
+    th_wait_listeners(rc, "e_evict", 1, RUN_MS);
     long long used = info_num(rc, "memory", "used_memory:");
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory-policy volatile-ttl"));
     freeReplyObject(th_cmd(rc, "CONFIG SET maxmemory %lld", used + 512 * 1024));
@@ -1424,10 +1358,9 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
     char *hout = th_out_file(), *wout = th_out_file();
     struct run hr = { .netns = net.ns[0], .cfg = cfg, .out = hout },
                wr = { .netns = net.ns[1], .cfg = cfg, .out = wout };
-    pid_t h = worker(&hr, "once", "lock", "-g", "/nonexistent", NULL);
-    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t h = holder(&hr, "/nonexistent");
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
-    wait_waiters("n_cut", 1);
+    th_wait_listeners(rc, "n_cut", 1, RUN_MS);
     usleep(200000);
     long long cut = th_now_ms(), died_mono, died_real;
     assert_int_equal(th_sh("ip link set %s down", net.veth[0]), 0);
@@ -1464,10 +1397,9 @@ static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)
     char *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
     struct run hr = { .netns = net.ns[0], .cfg = cfg, .out = hout },
                wr = { .netns = net.ns[1], .cfg = cfg, .out = wout };
-    pid_t h = worker(&hr, "once", "lock", "-g", go, NULL);
-    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t h = holder(&hr, go);
     pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
-    wait_waiters("n_warn", 1);
+    th_wait_listeners(rc, "n_warn", 1, RUN_MS);
     long long cut = th_now_ms();
     assert_int_equal(th_sh("ip link set %s down", net.veth[0]), 0);
     long long lost = th_wait_for(hout, "lost the lease", 3000 + SLACK_MS);
@@ -1697,9 +1629,12 @@ int main(void)
         T(test_killed_holder_next_enters_within_lease_plus_1s_with_eownerdead),
         T(test_stopped_holder_overlap_is_measured_reported_and_fenced_off),
         T(test_stopped_holder_in_abort_mode_dies_when_resumed),
-        T(test_server_restart_with_aof_always_keeps_every_hold),
-        T(test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash),
-        T(test_server_restart_without_persistence_holders_detect_the_loss),
+        TH_CASE(test_server_restart_with_aof_always_keeps_every_hold,
+                restart_scenario, "always", setup, teardown),
+        TH_CASE(test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash,
+                restart_scenario, "everysec", setup, teardown),
+        TH_CASE(test_server_restart_without_persistence_holders_detect_the_loss,
+                restart_scenario, NULL, setup, teardown),
         T(test_client_pause_longer_than_a_command_timeout_is_ridden_out),
         T(test_cut_off_holder_aborts_before_its_lease_expires),
         T(test_cut_off_holder_in_warn_mode_is_fenced_off),

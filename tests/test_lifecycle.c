@@ -97,10 +97,7 @@ static pid_t life(const char *cfg, const char *out, ...)
     while ((a = va_arg(ap, char *)) != NULL && n < 34)
         argv[n++] = a;
     va_end(ap);
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = chk.prefix;
+    n = th_checker_argv(&chk, argv, n, NULL);
     argv[n] = NULL;
     return th_child(argv, env, out);
 }
@@ -154,36 +151,6 @@ static long long expect_line(const char *out, const char *needle, long timeout_m
 }
 
 /* ---- the lock server ------------------------------------------------------ */
-
-static long long numsub(const char *channel)
-{
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
-    freeReplyObject(r);
-    return n;
-}
-
-/* Processes waiting for lock `lname`, on its release channel or their own
- * handover channel. A waiter subscribes after its first attempt failed. */
-static long long listeners(const char *lname)
-{
-    long long n = numsub(th_key(lname, DM_KEY_RELEASED));
-    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s*", th_key(lname, DM_KEY_WAIT));
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
-        n += numsub(r->element[i]->str);
-    freeReplyObject(r);
-    return n;
-}
-
-static void wait_waiters(const char *lname, long long n)
-{
-    long long end = th_now_ms() + RUN_MS;
-    while (listeners(lname) < n) {
-        if (th_now_ms() > end)
-            fail_msg("%lld waiters expected on lock %s, %lld seen", n, lname, listeners(lname));
-        usleep(POLL_US);
-    }
-}
 
 static long long owners(const char *lname)
 {
@@ -285,10 +252,10 @@ static void run_ending_cell(const char *state, const char *event)
         freeReplyObject(r);
         next = b = life(cfg, bout, "hold", NULL);
         next_out = bout;
-        wait_waiters(name, 1);
+        th_wait_listeners(rc, name, 1, RUN_MS);
     } else if (waits) {
         th_wait_for(aout, "locking", RUN_MS);
-        wait_waiters(name, 1);
+        th_wait_listeners(rc, name, 1, RUN_MS);
     } else if (cond) {
         th_wait_for(aout, "waiting", RUN_MS);
         b = life(cfg, bout, "hold", "-g", gob, NULL);
@@ -421,15 +388,16 @@ static void test_checker_sees_overlaps_when_the_mutex_is_not_mapped(void **s)
  * the call completes when B lets go, T is cancelled at its next
  * cancellation point inside the section, its cleanup handler unlocks, and
  * the mutex still works in A afterwards. */
-static void cancel_while_waiting(const char *state)
+static void cancel_while_waiting(void **s)
 {
+    const char *state = *s;         /* the setting main gives (TH_CASE) */
     char *cfg = config("", LEASE_MS);
     char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file(), *gob = th_go_file();
     pid_t b = life(cfg, bout, "hold", "-g", gob, NULL);
     th_wait_for(bout, "inside ", RUN_MS);
     pid_t a = life(cfg, aout, "life", "-S", state, "-E", "cancel", "-g", goa, NULL);
     th_wait_for(aout, "locking", RUN_MS);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     th_wait_for(aout, "event cancel", RUN_MS);
     usleep(SETTLE_MS * 1000);
@@ -478,18 +446,6 @@ static void cancel_while_waiting(const char *state)
     assert_no_leftover_keys(name, in);
 }
 
-static void test_cancel_while_blocked_in_lock_completes_the_lock_and_the_mutex_still_works(void **s)
-{
-    (void)s;
-    cancel_while_waiting("lock");
-}
-
-static void test_cancel_while_blocked_in_timedlock_completes_the_lock_and_the_mutex_still_works(void **s)
-{
-    (void)s;
-    cancel_while_waiting("timed");
-}
-
 /* pthread_cancel in pthread_cond_wait: glibc takes the mutex again before
  * the cleanup handler runs; it must be the cluster lock too (B holds it). */
 static void test_cancel_in_cond_wait_runs_the_cleanup_with_the_lock_held_cluster_wide(void **s)
@@ -532,7 +488,7 @@ static void test_cancel_inside_with_a_cleanup_handler_unlocks_and_the_mutex_stil
     pid_t a = life(cfg, aout, "life", "-S", "held", "-E", "cancel", "-g", goa, NULL);
     th_wait_for(aout, "inside ", RUN_MS);
     pid_t b = life(cfg, bout, "hold", NULL);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     long long out = wait_num(aout, "cleanup unlocked 0 ", RUN_MS);
     long long in = wait_num(bout, "inside ", LONG_LEASE_MS + SLACK_MS);
@@ -549,14 +505,15 @@ static void test_cancel_inside_with_a_cleanup_handler_unlocks_and_the_mutex_stil
 /* A thread that ends holding a normal mutex without a cleanup that
  * unlocks (pthread_exit, or a cancel): the mutex stays locked in A as in
  * glibc, and the cluster hold ends one lease after A exits at the latest. */
-static void ended_holding(const char *event)
+static void ended_holding(void **s)
 {
+    const char *event = *s;         /* the setting main gives (TH_CASE) */
     char *cfg = config("", LEASE_MS);
     char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file();
     pid_t a = life(cfg, aout, "life", "-S", "held", "-E", event, "-n", "-g", goa, NULL);
     th_wait_for(aout, "inside ", RUN_MS);
     pid_t b = life(cfg, bout, "hold", NULL);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     th_wait_for(aout, "joined", RUN_MS);
     long long gone = expect_end(a, aout, "A after T ended holding", 0, 0);
@@ -571,18 +528,6 @@ static void ended_holding(const char *event)
     expect_end(b, bout, "B", 0, 0);
     th_checker_assert_no_overlap(&chk, 0);
     assert_no_leftover_keys(name, in);
-}
-
-static void test_pthread_exit_holding_without_cleanup_ends_the_hold_a_lease_after_exit(void **s)
-{
-    (void)s;
-    ended_holding("pthread_exit");
-}
-
-static void test_cancel_holding_without_cleanup_ends_the_hold_a_lease_after_exit(void **s)
-{
-    (void)s;
-    ended_holding("cancel");
 }
 
 /* ---- fork ------------------------------------------------------------------ */
@@ -601,7 +546,7 @@ static void test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps
     snprintf(owner, sizeof owner, "%s", r->element[0]->str);
     freeReplyObject(r);
     pid_t b = life(cfg, bout, "hold", NULL);
-    wait_waiters(name, 1);
+    th_wait_listeners(rc, name, 1, RUN_MS);
     th_touch(goa);
     th_wait_for(aout, "child status ", RUN_MS);
     char *text = th_read_output(aout);
@@ -642,7 +587,7 @@ static void test_dlclose_of_a_plugin_opened_twice_keeps_its_mutex_mapped_while_h
     th_wait_for(aout, "dlclosed 0", RUN_MS);
     assert_int_equal(owners(pname), 1);
     pid_t b = life(cfg, bout, "hold", "-p", plugin_path, NULL);
-    wait_waiters(pname, 1);
+    th_wait_listeners(rc, pname, 1, RUN_MS);
     th_touch(goa);
     long long out = wait_num(aout, "unlocked 0 ", RUN_MS);
     long long in = wait_num(bout, "inside ", LONG_LEASE_MS + SLACK_MS);
@@ -673,7 +618,7 @@ static void test_dlclose_then_dlopen_again_maps_the_plugin_mutex_again(void **s)
     if (owners(pname) != 1)
         fail_msg("after a new dlopen, locking plug_lock took no cluster lock %s", pname);
     pid_t b = life(cfg, bout, "hold", "-p", plugin_path, NULL);
-    wait_waiters(pname, 1);
+    th_wait_listeners(rc, pname, 1, RUN_MS);
     th_touch(go2);
     long long out = wait_num(aout, "unlocked 0 ", RUN_MS);
     long long in = wait_num(bout, "inside ", LONG_LEASE_MS + SLACK_MS);
@@ -760,12 +705,8 @@ static int group_setup(void **state)
     (void)state;
     /* The lock server is each test's (setup), not the group's. */
     th_group_start(NULL, NULL, SUITE_ALARM_S, cgroup_remove_now);
-    if (!realpath(TH_SHIM, shim_path) || !realpath(LIFE, life_path) ||
-        !realpath(PLUGIN, plugin_path)) {
-        fprintf(stderr, "test_lifecycle: %s, %s or %s missing (make test-build first)\n",
-                TH_SHIM, LIFE, PLUGIN);
+    if (th_built_paths(TH_SHIM, shim_path, LIFE, life_path, PLUGIN, plugin_path, NULL) != 0)
         return -1;
-    }
     th_checker_start(&chk);
     return 0;
 }
@@ -834,12 +775,16 @@ int main(void)
         T(test_signal_handler__exit_while_waiting_in_timedlock_leaves_nothing_behind),
         T(test_signal_handler__exit_while_waiting_in_cond_wait_leaves_nothing_behind),
         T(test_signal_handler__exit_with_a_cached_hold_lets_it_expire),
-        T(test_cancel_while_blocked_in_lock_completes_the_lock_and_the_mutex_still_works),
-        T(test_cancel_while_blocked_in_timedlock_completes_the_lock_and_the_mutex_still_works),
+        TH_CASE(test_cancel_while_blocked_in_lock_completes_the_lock_and_the_mutex_still_works,
+                cancel_while_waiting, "lock", setup, teardown),
+        TH_CASE(test_cancel_while_blocked_in_timedlock_completes_the_lock_and_the_mutex_still_works,
+                cancel_while_waiting, "timed", setup, teardown),
         T(test_cancel_in_cond_wait_runs_the_cleanup_with_the_lock_held_cluster_wide),
         T(test_cancel_inside_with_a_cleanup_handler_unlocks_and_the_mutex_still_works),
-        T(test_pthread_exit_holding_without_cleanup_ends_the_hold_a_lease_after_exit),
-        T(test_cancel_holding_without_cleanup_ends_the_hold_a_lease_after_exit),
+        TH_CASE(test_pthread_exit_holding_without_cleanup_ends_the_hold_a_lease_after_exit,
+                ended_holding, "pthread_exit", setup, teardown),
+        TH_CASE(test_cancel_holding_without_cleanup_ends_the_hold_a_lease_after_exit,
+                ended_holding, "cancel", setup, teardown),
         T(test_fork_while_holding_the_child_holds_nothing_and_the_parent_keeps_the_hold),
         T(test_dlclose_of_a_plugin_opened_twice_keeps_its_mutex_mapped_while_held),
         T(test_dlclose_then_dlopen_again_maps_the_plugin_mutex_again),

@@ -60,7 +60,6 @@
 static struct th_redis rs;
 static redisContext *rc;
 static char shim_path[PATH_MAX];
-static char port_text[16];
 
 /* A config with `lease` and the entries of `mutexes = ( ... )`. */
 /* The environment of a program under the shim with `cfg` (and DMUTEX_LOG
@@ -95,7 +94,7 @@ static pid_t run(char **env, const char *out, ...)
 
 /* posixprog PORT KEY MODE MUTEX [ARGS...] under the shim with `cfg`. */
 #define PP(cfg, out, key, mode, mutex, ...) \
-    run(shim_env(cfg), out, POSIXPROG, port_text, key, mode, mutex, ##__VA_ARGS__, NULL)
+    run(shim_env(cfg), out, POSIXPROG, rs.port_text, key, mode, mutex, ##__VA_ARGS__, NULL)
 
 /* Waits for a child that must end by itself with `want_status`; returns
  * its output. */
@@ -139,25 +138,6 @@ static void lock_owner(const char *name, char *buf, size_t len)
                  r->type == REDIS_REPLY_ARRAY ? r->elements : 0);
     snprintf(buf, len, "%s", r->element[0]->str);
     freeReplyObject(r);
-}
-
-/* Waits until a waiter is blocked in its cluster acquire: queued in Redis
- * (fair mode, the default) or subscribed to the lock's release channel
- * (fair = false). */
-static void wait_subscribed(const char *name)
-{
-    long long end = th_now_ms() + RUN_MS;
-    for (;;) {
-        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", th_key(name, DM_KEY_RELEASED));
-        long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
-        freeReplyObject(r);
-        n += th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE));
-        if (n > 0)
-            return;
-        if (th_now_ms() > end)
-            fail_msg("nobody waits on lock %s", name);
-        usleep(POLL_US);
-    }
 }
 
 static void wait_lock_gone(const char *name, long timeout_ms)
@@ -224,7 +204,7 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 {
     static char *argv[4][10];
     char **a = argv[slot];
-    a[0] = POSIXPROG; a[1] = port_text; a[2] = (char *)key; a[3] = "count"; a[4] = (char *)m;
+    a[0] = POSIXPROG; a[1] = rs.port_text; a[2] = (char *)key; a[3] = "count"; a[4] = (char *)m;
     a[5] = THREADS; a[6] = ITERS; a[7] = HOLD_US; a[8] = NULL;
     return a;
 }
@@ -234,27 +214,7 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 static int group_setup(void **state)
 {
     (void)state;
-    if (!realpath(TH_SHIM, shim_path)) {
-        fprintf(stderr, "test_posix: %s: %s (make first)\n", TH_SHIM, strerror(errno));
-        return -1;
-    }
-    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
-    snprintf(port_text, sizeof port_text, "%d", rs.port);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(&rs, &rc);
-    return 0;
-}
-
-static int cleanup(void **state)
-{
-    (void)state;
-    th_test_cleanup();
-    return 0;
+    return th_shim_group_start(&rs, &rc, SUITE_ALARM_S, shim_path);
 }
 
 /* ==== 1. mutex types ======================================================== */
@@ -381,8 +341,8 @@ static void test_robust_lock_after_sigkilled_holder_gives_eownerdead(void **stat
     char *out = th_out_file(), *out2 = th_out_file();
     pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "consistent");
     pid_t nwaiter = PP(cfg, out2, "x", "lock", "norm");
-    wait_subscribed("t6_rob");
-    wait_subscribed("t6_norm");
+    th_wait_blocked(rc, "t6_rob", RUN_MS);
+    th_wait_blocked(rc, "t6_norm", RUN_MS);
     stop(holder);
     stop(nholder);
 
@@ -406,7 +366,7 @@ static void test_unlock_without_consistent_makes_notrecoverable(void **state)
     pid_t holder = robust_holder(cfg);
     char *out = th_out_file();
     pid_t waiter = PP(cfg, out, "x", "robust-lock", "arobust", "noconsistent");
-    wait_subscribed("t7_rob");
+    th_wait_blocked(rc, "t7_rob", RUN_MS);
     stop(holder);
     char *text = finish(waiter, out, 0);
     /* as glibc within one process: the thread that queued meanwhile, a
@@ -573,7 +533,7 @@ static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
     (void)state;
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_fork\"; }");
     /* one parent, two children: 3 processes of 3 threads */
-    char *argv[] = { POSIXPROG, port_text, "c13:fork", "fork-count", "norm", "2", THREADS, ITERS,
+    char *argv[] = { POSIXPROG, rs.port_text, "c13:fork", "fork-count", "norm", "2", THREADS, ITERS,
                      HOLD_US, NULL };
     assert_exact(1, shim_env(cfg), "c13:fork", argv, EXPECTED);
     assert_loses(1, "c13:fork", argv, EXPECTED);
@@ -587,7 +547,7 @@ static void test_atfork_handlers_fork_while_threads_hold_the_mutex(void **state)
 {
     (void)state;
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_atfork\"; }");
-    char *argv[] = { POSIXPROG, port_text, "c13:atfork", "atfork-count", "norm", "2", THREADS,
+    char *argv[] = { POSIXPROG, rs.port_text, "c13:atfork", "atfork-count", "norm", "2", THREADS,
                      ITERS, HOLD_US, NULL };
     assert_exact(1, shim_env(cfg), "c13:atfork", argv, EXPECTED);
     assert_loses(1, "c13:atfork", argv, EXPECTED);
@@ -597,7 +557,7 @@ static void test_exec_child_with_shim_excludes_like_any_process(void **state)
 {
     (void)state;
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t14_exec\"; }");
-    char *argv[] = { POSIXPROG, port_text, "c14:exec", "exec-count", "norm", "2", THREADS, ITERS,
+    char *argv[] = { POSIXPROG, rs.port_text, "c14:exec", "exec-count", "norm", "2", THREADS, ITERS,
                      HOLD_US, NULL };
     assert_exact(1, shim_env(cfg), "c14:exec", argv, EXPECTED);
     assert_loses(1, "c14:exec", argv, EXPECTED);
@@ -695,7 +655,7 @@ static void test_exit_releases_waiter_wakes_before_lease(void **state)
         pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", (char *)hows[i], go);
         th_wait_for(hout, "locked 0", RUN_MS);
         pid_t waiter = PP(cfg, out, "x", "lock", "norm");
-        wait_subscribed(name);
+        th_wait_blocked(rc, name, RUN_MS);
         long long t0 = th_now_ms();
         th_touch(go);
         long long got = th_wait_for(out, "locked 0", RUN_MS);
@@ -718,7 +678,7 @@ static void test_exit_with_another_thread_inside_keeps_the_hold_until_the_proces
     pid_t holder = PP(cfg, hout, "x", "exit-hold", "norm", "thread", go);
     th_wait_for(hout, "locked 0", RUN_MS);
     pid_t waiter = PP(cfg, out, "x", "lock", "norm");
-    wait_subscribed("t17_thread");
+    th_wait_blocked(rc, "t17_thread", RUN_MS);
     th_touch(go);
     int st = th_wait(holder, RUN_MS);
     th_forget(holder);
@@ -741,7 +701,7 @@ static void test_exit_with_another_thread_inside_keeps_the_hold_until_the_proces
 static char **host_count_argv(const char *key, const char *which)
 {
     static char *argv[10];
-    argv[0] = PSX_HOST; argv[1] = port_text; argv[2] = (char *)key; argv[3] = "count";
+    argv[0] = PSX_HOST; argv[1] = rs.port_text; argv[2] = (char *)key; argv[3] = "count";
     argv[4] = (char *)which; argv[5] = THREADS; argv[6] = ITERS; argv[7] = HOLD_US;
     argv[8] = NULL;
     return argv;
@@ -776,7 +736,7 @@ static void test_dlclose_unmaps(void **state)
                                       " name = \"t20_plug\"; }");
     char *out = th_out_file();
     th_reset_stats(rc);
-    pid_t pid = run(shim_env_log(cfg, "debug"), out, PSX_HOST, port_text, "x", "dlclose", "20",
+    pid_t pid = run(shim_env_log(cfg, "debug"), out, PSX_HOST, rs.port_text, "x", "dlclose", "20",
                     NULL);
     char *text = finish(pid, out, 0);
     th_assert_has(text, "dlclose unloaded=1 placed=1 0");
@@ -809,7 +769,7 @@ static void test_init_site_nested_holds_are_reentrant(void **state)
     free(text);
     assert_int_equal(th_script_calls(rc), 2);
     assert_int_equal(lock_exists("t22_acct"), 0);
-    char *argv[] = { POSIXPROG, port_text, "c22:nest", "nested-count", "heap", THREADS, ITERS,
+    char *argv[] = { POSIXPROG, rs.port_text, "c22:nest", "nested-count", "heap", THREADS, ITERS,
                      HOLD_US, NULL };
     assert_exact(PROCS, shim_env(cfg), "c22:nest", argv, EXPECTED);
 }
@@ -837,7 +797,7 @@ static void test_std_mutex_global_excludes(void **state)
                        "{ symbol = \"_ZN4shop11stock_mutexE\"; name = \"t24_ns\"; }");
     const char *which[] = { "global", "ns" };
     for (int i = 0; i < 2; i++) {
-        char *argv[] = { PSX_CXX, port_text, "c24:cxx", (char *)which[i], THREADS, ITERS, HOLD_US,
+        char *argv[] = { PSX_CXX, rs.port_text, "c24:cxx", (char *)which[i], THREADS, ITERS, HOLD_US,
                          NULL };
         assert_exact(PROCS, shim_env(cfg), "c24:cxx", argv, EXPECTED);
         if (i == 0)
@@ -873,7 +833,7 @@ static void test_ambiguous_static_is_an_error_listing_candidates(void **state)
     (void)state;
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"cache_lock\"; }");
     char *out = th_out_file();
-    char *text = finish(run(shim_env(cfg), out, PSX_HOST, port_text, "x", "count", "twin_a",
+    char *text = finish(run(shim_env(cfg), out, PSX_HOST, rs.port_text, "x", "count", "twin_a",
                             "1", "1", "0", NULL), out, EX_CONFIG);
     th_assert_has(text, "ambiguous");
     th_assert_has(text, "twin_a.c");
@@ -891,7 +851,7 @@ static void test_file_qualified_static_excludes(void **state)
     /* twin_b.c's static of the same name stays unmapped */
     char *out = th_out_file();
     th_reset_stats(rc);
-    free(finish(run(shim_env(cfg), out, PSX_HOST, port_text, "c27:b", "count", "twin_b", "1", "5",
+    free(finish(run(shim_env(cfg), out, PSX_HOST, rs.port_text, "c27:b", "count", "twin_b", "1", "5",
                     "0", NULL), out, 0));
     assert_int_equal(th_script_calls(rc), 0);
 }
@@ -901,10 +861,10 @@ static void test_file_qualified_static_excludes(void **state)
 static void test_api_weak_runs_without_shim_and_maps_with_it(void **state)
 {
     (void)state;
-    char *argv[] = { API_WEAK, port_text, "c28:api", THREADS, ITERS, HOLD_US, NULL };
+    char *argv[] = { API_WEAK, rs.port_text, "c28:api", THREADS, ITERS, HOLD_US, NULL };
     /* without the shim: the weak functions are NULL, the program runs */
     char *out = th_out_file();
-    char *text = finish(run(no_env, out, API_WEAK, port_text, "c28:one", "1", "3", "0", NULL),
+    char *text = finish(run(no_env, out, API_WEAK, rs.port_text, "c28:one", "1", "3", "0", NULL),
                         out, 0);
     th_assert_has(text, "api absent\n");
     th_assert_has(text, "done 3\n");
@@ -914,7 +874,7 @@ static void test_api_weak_runs_without_shim_and_maps_with_it(void **state)
     /* with it: dmutex_name maps the heap mutex, with no config entry */
     char *cfg = th_config(SHORT_LEASE_MS, "");
     out = th_out_file();
-    text = finish(run(shim_env(cfg), out, API_WEAK, port_text, "c28:one", "1", "3", "0", NULL),
+    text = finish(run(shim_env(cfg), out, API_WEAK, rs.port_text, "c28:one", "1", "3", "0", NULL),
                   out, 0);
     th_assert_has(text, "api name=0\n");
     th_assert_has(text, "after 0\n");
@@ -942,7 +902,7 @@ static void test_dmutex_token_grows_across_processes(void **state)
     char *out[P];
     for (int i = 0; i < P; i++) {
         out[i] = th_out_file();
-        pid[i] = run(shim_env(cfg), out[i], API_WEAK, port_text, "c29:tok", "2", "10", "500",
+        pid[i] = run(shim_env(cfg), out[i], API_WEAK, rs.port_text, "c29:tok", "2", "10", "500",
                      NULL);
     }
     long long rec[P * T * N][2];
@@ -1097,7 +1057,7 @@ static void test_timedlock_with_a_far_future_deadline_waits_like_glibc(void **st
     pid_t holder = PP(cfg, hout, "x", "hold", "norm", go);
     th_wait_for(hout, "locked 0", RUN_MS);
     pid_t waiter = PP(cfg, out, "x", "far-timedlock", "norm");
-    wait_subscribed("t41_far");
+    th_wait_blocked(rc, "t41_far", RUN_MS);
     usleep(QUIET_MS * 1000);
     th_touch(go);
     char *text = finish(waiter, out, 0);
@@ -1139,7 +1099,7 @@ static void test_cond_wait_reacquire_reports_eownerdead_of_a_dead_holder(void **
     assert_int_equal(lock_exists("t43_rob"), 0);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, cleanup)
+#define T(f) cmocka_unit_test_teardown(f, th_test_teardown)
 
 int main(void)
 {
@@ -1185,5 +1145,5 @@ int main(void)
         T(test_clocklock_with_an_unsupported_clock_is_einval_without_a_round_trip),
         T(test_cond_wait_reacquire_reports_eownerdead_of_a_dead_holder),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

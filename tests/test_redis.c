@@ -80,13 +80,6 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(&rs, &rc);
-    return 0;
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -287,5 +280,5 @@ int main(void)
         T(test_stopped_server_is_io_after_the_command_timeout),
         T(test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -92,13 +92,6 @@ static void proxy(const char *script, const char *action, int nth, char **outp)
     cfg.redis.port = proxy_port;
 }
 
-static struct dm_cluster_lock *lock_named(const char *name)
-{
-    struct dm_cluster_lock *l = dm_cluster_lock_get(name);
-    assert_non_null(l);
-    return l;
-}
-
 /* One lock call of owner 1 under on_redis_down = "error", which must end
  * in EAGAIN (deadline NULL: no limit). */
 static void assert_eagain(struct dm_cluster_lock *l, const struct timespec *deadline)
@@ -139,10 +132,8 @@ static void held_elsewhere(struct dm_cluster_lock *l, long ms)
 static int group_setup(void **state)
 {
     (void)state;
-    if (!realpath(TH_SHIM, shim_path) || !realpath(WORKER, worker_path)) {
-        fprintf(stderr, "test_replies: %s or %s missing (make test-build first)\n", TH_SHIM, WORKER);
+    if (th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, NULL) != 0)
         return -1;
-    }
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_checker_start(&chk);
     th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
@@ -182,7 +173,7 @@ static int teardown(void **state)
 static void test_error_reply_never_locks_locally_next_to_the_holder(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("err_local");
+    struct dm_cluster_lock *l = th_lock_get("err_local");
     held_elsewhere(l, 10 * LEASE_MS);
     char *out;
     proxy("acquire", "error:OOM command not allowed when used memory > 'maxmemory'.", 1, &out);
@@ -207,7 +198,7 @@ static void test_error_reply_never_locks_locally_next_to_the_holder(void **state
 static void test_error_reply_gives_eagain_under_on_redis_down_error(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("err_eagain");
+    struct dm_cluster_lock *l = th_lock_get("err_eagain");
     char *out;
     proxy("acquire", "error:NOPERM this user has no permissions to run the 'evalsha' command", 1,
           &out);
@@ -245,47 +236,34 @@ static long long release_by_hand(struct dm_cluster_lock *l, const char *who, uin
 static void test_retried_release_after_the_next_grant_is_not_a_lost_hold(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("rel_retry");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(b, 2);
-    struct dm_grant g, gb;
-    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), 0);
-    assert_int_equal(release_by_hand(l, a, g.token), 1);   /* ran; reply lost */
-    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);     /* the next owner */
-    assert_int_equal(dm_cluster_release(l, a, g.token), 0);         /* the retry */
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], b), 1);   /* b's hold intact */
-    assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
+    struct th_hold h = th_hold_by_a("rel_retry");
+    struct dm_grant gb;
+    assert_int_equal(release_by_hand(h.l, h.a, h.t), 1);         /* ran; reply lost */
+    th_grant(h.l, h.b, &gb);                                     /* the next owner */
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);      /* the retry */
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.b), 1);   /* b's hold intact */
+    assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
     /* ...and after a third grant, and its release, still. */
-    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);
-    assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
-    assert_int_equal(dm_cluster_release(l, a, g.token), 0);
+    th_grant(h.l, h.b, &gb);
+    assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
 }
 
 static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("rel_lost");
-    char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(b, 2);
-    struct dm_grant g, gb;
-    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g), 0);
-    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_LOCK]));     /* its lease ran out */
-    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, b, &dl, 0, &gb), 0);
+    struct th_hold h = th_hold_by_a("rel_lost");
+    struct dm_grant gb;
+    freeReplyObject(th_cmd(rc, "DEL %s", h.l->keys[DM_KEY_LOCK]));     /* its lease ran out */
+    th_grant(h.l, h.b, &gb);
     assert_int_equal(gb.owner_dead, 1);
-    assert_int_equal(dm_cluster_release(l, a, g.token), EPERM);
-    assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
-    assert_int_equal(dm_cluster_release(l, a, g.token), EPERM);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
+    assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
     /* Bounded: the lost list keeps a few dozen tokens for a lease. */
-    long long n = th_cmd_int(rc, "LLEN %s", l->keys[DM_KEY_LOST]);
+    long long n = th_cmd_int(rc, "LLEN %s", h.l->keys[DM_KEY_LOST]);
     assert_true(n >= 1 && n <= 48);
-    long long ttl = th_cmd_int(rc, "PTTL %s", l->keys[DM_KEY_LOST]);
+    long long ttl = th_cmd_int(rc, "PTTL %s", h.l->keys[DM_KEY_LOST]);
     assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
@@ -294,18 +272,13 @@ static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(vo
 static void test_late_copy_of_an_old_release_leaves_a_newer_hold_alone(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("rel_late");
-    char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    struct dm_grant g1, g2;
-    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g1), 0);
-    assert_int_equal(dm_cluster_release(l, a, g1.token), 0);
-    dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, a, &dl, 0, &g2), 0);
-    assert_int_equal(release_by_hand(l, a, g1.token), 1);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", l->keys[DM_KEY_LOCK], a), 1);
-    assert_int_equal(dm_cluster_release(l, a, g2.token), 0);
+    struct th_hold h = th_hold_by_a("rel_late");
+    struct dm_grant g2;
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    th_grant(h.l, h.a, &g2);
+    assert_int_equal(release_by_hand(h.l, h.a, h.t), 1);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
+    assert_int_equal(dm_cluster_release(h.l, h.a, g2.token), 0);
 }
 
 /* ---- an abandoned acquire leaves no grant ---------------------------------- */
@@ -335,19 +308,19 @@ static void pause_then(struct dm_cluster_lock *l, int flags, long deadline_ms, i
 static void test_trylock_during_client_pause_leaves_the_lock_free(void **state)
 {
     (void)state;
-    pause_then(lock_named("pause_try"), DM_ACQ_TRY, 500, EBUSY);
+    pause_then(th_lock_get("pause_try"), DM_ACQ_TRY, 500, EBUSY);
 }
 
 static void test_timedlock_during_client_pause_leaves_the_lock_free(void **state)
 {
     (void)state;
-    pause_then(lock_named("pause_timed"), 0, 500, ETIMEDOUT);
+    pause_then(th_lock_get("pause_timed"), 0, 500, ETIMEDOUT);
 }
 
 static void test_fair_timedlock_during_client_pause_leaves_the_lock_free(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("pause_fair");
+    struct dm_cluster_lock *l = th_lock_get("pause_fair");
     dm_cluster_lock_mode(l, 1, 0, 0);
     pause_then(l, 0, 500, ETIMEDOUT);
 }
@@ -357,7 +330,7 @@ static void test_fair_timedlock_during_client_pause_leaves_the_lock_free(void **
 static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("late_acq");
+    struct dm_cluster_lock *l = th_lock_get("late_acq");
     char *out;
     char act[32];
     snprintf(act, sizeof act, "delay:%ld", LATE_MS);
@@ -383,7 +356,7 @@ static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
 static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("drop_eagain");
+    struct dm_cluster_lock *l = th_lock_get("drop_eagain");
     char *out;
     proxy("acquire", "drop", 1, &out);
     assert_eagain(l, NULL);
@@ -397,7 +370,7 @@ static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant
 static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = lock_named("fair_eagain");
+    struct dm_cluster_lock *l = th_lock_get("fair_eagain");
     dm_cluster_lock_mode(l, 1, 0, 0);
     held_elsewhere(l, 10 * LEASE_MS);
     char *out;
@@ -458,7 +431,7 @@ static void matrix(const char *script, const char *action, int fair)
 {
     char name[64];
     snprintf(name, sizeof name, "mx_%s_%.5s_%d", script, action, fair);
-    struct dm_cluster_lock *l = lock_named(name);
+    struct dm_cluster_lock *l = th_lock_get(name);
     dm_cluster_lock_mode(l, fair, 0, 0);
     char *out;
     /* The 3rd call of a script both threads send: after both have started
@@ -505,11 +478,12 @@ static void matrix(const char *script, const char *action, int fair)
 /* A hold kept past several renewals, one of whose replies is dropped, late
  * or an error, while another owner waits for the lock: the waiter must not
  * get in, the hold must not be taken for lost, and its release must work. */
-static void renew_matrix(const char *action)
+static void renew_matrix(void **s)
 {
+    const char *action = *s;         /* the setting main gives (TH_CASE) */
     char name[64];
     snprintf(name, sizeof name, "mx_renew_%.5s", action);
-    struct dm_cluster_lock *l = lock_named(name);
+    struct dm_cluster_lock *l = th_lock_get(name);
     char *out;
     proxy("renew", action, 1, &out);
     cfg.on_lease_lost = DM_LOST_WARN;
@@ -538,24 +512,6 @@ static void renew_matrix(const char *action)
     assert_int_equal(dm_cluster_release(l, h.owner, h.token), 0);
     direct();
     assert_free_and_clean(l);
-}
-
-static void test_renew_drop_under_contention(void **state)
-{
-    (void)state;
-    renew_matrix("drop");
-}
-
-static void test_renew_delay_under_contention(void **state)
-{
-    (void)state;
-    renew_matrix("delay:600");
-}
-
-static void test_renew_error_under_contention(void **state)
-{
-    (void)state;
-    renew_matrix("error:ERR injected by faultserver");
 }
 
 #define MX(script, action, fair)                                                \
@@ -633,7 +589,7 @@ static void procs(const char *script, const char *action, int nth, const char *n
     th_checker_assert_no_overlap(&chk, 0);
     assert_int_equal(th_checker_get(&chk, 0, "sections"), 2 * atol(n));
     direct();
-    assert_free_and_clean(lock_named(name));
+    assert_free_and_clean(th_lock_get(name));
 }
 
 #define PX(script, action, nth, n, hold_us)                                     \
@@ -675,9 +631,12 @@ int main(void)
         T(test_release_drop_under_contention),
         T(test_release_delay_under_contention),
         T(test_release_error_under_contention),
-        T(test_renew_drop_under_contention),
-        T(test_renew_delay_under_contention),
-        T(test_renew_error_under_contention),
+        TH_CASE(test_renew_drop_under_contention,
+                renew_matrix, "drop", setup, teardown),
+        TH_CASE(test_renew_delay_under_contention,
+                renew_matrix, "delay:600", setup, teardown),
+        TH_CASE(test_renew_error_under_contention,
+                renew_matrix, "error:ERR injected by faultserver", setup, teardown),
         T(test_cancel_drop_under_contention),
         T(test_cancel_delay_under_contention),
         T(test_cancel_error_under_contention),

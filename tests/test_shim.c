@@ -64,7 +64,6 @@ static struct th_redis rs;
 static struct th_redis late;    /* a second server, for a test that starts it late */
 static redisContext *rc;
 static char shim_path[PATH_MAX];
-static char port_text[16];
 
 /* A config with `lease` and the given entries of `mutexes = ( ... )`. */
 /* The environment of a program run under the shim with `cfg`, talking to
@@ -97,25 +96,6 @@ static int main_ran(const char *text)
     return strncmp(text, "main\n", 5) == 0 || strstr(text, "\nmain\n") != NULL;
 }
 
-/* Waits until a waiter is blocked in its cluster acquire: queued in Redis
- * (fair mode, the default) or subscribed to the lock's release channel
- * (fair = false). */
-static void wait_subscribed(const char *name)
-{
-    long long end = th_now_ms() + RUN_MS;
-    for (;;) {
-        redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", th_key(name, DM_KEY_RELEASED));
-        long long n = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
-        freeReplyObject(r);
-        n += th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE));
-        if (n > 0)
-            return;
-        if (th_now_ms() > end)
-            fail_msg("nobody waits on lock %s", name);
-        usleep(POLL_US);
-    }
-}
-
 /* A loopback port with nothing listening. */
 static int closed_port(void)
 {
@@ -135,20 +115,7 @@ static int closed_port(void)
 static int group_setup(void **state)
 {
     (void)state;
-    if (!realpath(TH_SHIM, shim_path)) {
-        fprintf(stderr, "test_shim: %s: %s (make first)\n", TH_SHIM, strerror(errno));
-        return -1;
-    }
-    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
-    snprintf(port_text, sizeof port_text, "%d", rs.port);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(&rs, &rc);
-    return 0;
+    return th_shim_group_start(&rs, &rc, SUITE_ALARM_S, shim_path);
 }
 
 static int cleanup(void **state)
@@ -169,7 +136,7 @@ static long long run_counters(const char *key, char **env)
     char threads[8], iters[8];
     snprintf(threads, sizeof threads, "%d", CNT_THREADS);
     snprintf(iters, sizeof iters, "%d", CNT_ITERS);
-    char *argv[] = { COUNTER, rs.addr, port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
+    char *argv[] = { COUNTER, rs.addr, rs.port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
     freeReplyObject(th_cmd(rc, "DEL %s", key));
     pid_t pid[CNT_PROCS];
     char *out[CNT_PROCS];
@@ -288,7 +255,7 @@ static void test_killed_holder_frees_the_lock_after_its_lease(void **state)
     th_wait_for(hout, "locked 0", RUN_MS);
     char *out = th_out_file();
     pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
-    wait_subscribed("e_killed");
+    th_wait_blocked(rc, "e_killed", RUN_MS);
 
     long long killed = th_now_ms();
     kill(holder, SIGKILL);
@@ -315,7 +282,7 @@ static void test_exit_while_holding_releases_the_lock(void **state)
     th_wait_for(hout, "locked 0", RUN_MS);
     char *out = th_out_file();
     pid_t waiter = lockprog(cfg, rs.port, out, "lock", NULL);
-    wait_subscribed("f_exit");
+    th_wait_blocked(rc, "f_exit", RUN_MS);
 
     long long t0 = th_now_ms();
     th_touch(go);
@@ -803,5 +770,5 @@ int main(void)
         T(test_bad_redis_url_messages_hide_the_password),
         T(test_set_user_id_process_ignores_the_environment),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -22,7 +22,7 @@ test-build: $(TEST_BINS) $(PROG_BINS) $(TEST_EXTRA)
 # files) and the exclusion checker with the network "machines".
 TEST_HELPERS := $(B)/tests/harness.o $(B)/tests/checker.o
 
-$(B)/tests/harness.o: tests/harness.c tests/harness.h | $(B)/tests/progs
+$(B)/tests/harness.o: tests/harness.c tests/harness.h tests/progs/clock.h | $(B)/tests/progs
 	$(CC) $(TEST_CFLAGS) -c $< -o $@
 
 $(B)/tests/checker.o: tests/checker.c tests/checker.h tests/harness.h | $(B)/tests/progs
@@ -32,12 +32,20 @@ $(B)/tests/test_%: tests/test_%.c tests/harness.h tests/checker.h $(TEST_HELPERS
 	$(CC) $(TEST_CFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
 
 # Test programs are ordinary programs: no shim headers, no shim objects
-# (tests/progs/prog.h and checkclient.h are the test programs' own headers).
-$(B)/tests/progs/%: tests/progs/%.c tests/progs/checkclient.h tests/progs/prog.h | $(B)/tests/progs
+# (tests/progs/prog.h, clock.h and checkclient.h are the test programs' own
+# headers; clock.h is the harness's too), except the fake server
+# faultserver, which never runs under the shim.
+PROG_HEADERS := tests/progs/prog.h tests/progs/clock.h tests/progs/checkclient.h
+$(B)/tests/progs/%: tests/progs/%.c $(PROG_HEADERS) | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread $< -o $@ $(PROG_LIBS_$*)
 
 $(B)/tests/progs:
 	mkdir -p $@
+
+# faultserver tells the scripts apart by their keys: the layout comes from
+# the keys module (shim/keys.c, no state, no I/O) in the core archive.
+PROG_LIBS_faultserver = -Ishim $(B)/libdmcore.a
+$(B)/tests/progs/faultserver: $(B)/libdmcore.a shim/keys.h
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl

@@ -9,4 +9,10 @@ int dm_cli_ls(int argc, char **argv);      /* tools/ls.c */
 int dm_cli_scan(int argc, char **argv);    /* tools/scan.c */
 int dm_cli_acl(int argc, char **argv);     /* tools/acl.c */
 
+/* Shared by the verbs (tools/cli.c). Points cfg at the Redis URL `url`
+ * (DMUTEX_REDIS syntax); when it cannot, says "<what><url with its
+ * password hidden>: <why>" on stderr and returns -1. */
+struct dm_config;
+int dm_cli_set_redis_url(struct dm_config *cfg, const char *what, const char *url);
+
 #endif

@@ -148,10 +148,7 @@ int dm_cli_run(int argc, char **argv)
         dm_config_free(&cfg);
         return DM_EX_CONFIG;
     }
-    if (redis && dm_config_set_redis_url(&cfg, redis, err, sizeof err) != 0) {
-        char shown[DM_ERR_MAX];
-        dm_config_redact_url(redis, shown, sizeof shown);
-        fprintf(stderr, "dmutex run: -r %s: %s\n", shown, err);
+    if (redis && dm_cli_set_redis_url(&cfg, "dmutex run: -r ", redis) != 0) {
         dm_config_free(&cfg);
         return DM_EX_CONFIG;
     }

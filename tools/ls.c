@@ -164,10 +164,7 @@ int dm_cli_ls(int argc, char **argv)
     } else {
         dm_config_defaults(&cfg);
     }
-    if (url && *url && dm_config_set_redis_url(&cfg, url, err, sizeof err) != 0) {
-        char shown[DM_ERR_MAX];
-        dm_config_redact_url(url, shown, sizeof shown);
-        fprintf(stderr, "dmutex ls: %s: %s\n", shown, err);
+    if (url && *url && dm_cli_set_redis_url(&cfg, "dmutex ls: ", url) != 0) {
         dm_config_free(&cfg);
         return 2;
     }

@@ -56,17 +56,9 @@ static inline void *pp_worker(void *p)
 /* Runs `threads` workers to the end; says "done N" (sections run). */
 static inline void pp_run_counter(struct pp_counter *k, int threads)
 {
-    pthread_t t[PP_MAX_THREADS];
     if (threads > PP_MAX_THREADS)
         threads = PP_MAX_THREADS;
-    for (int i = 0; i < threads; i++)
-        if (pthread_create(&t[i], NULL, pp_worker, k) != 0) {
-            say("pthread_create failed");
-            exit(1);
-        }
-    for (int i = 0; i < threads; i++)
-        pthread_join(t[i], NULL);
-    say("done %d", threads * k->iters);
+    say("done %d", prog_run_threads(threads, pp_worker, k) * k->iters);
 }
 
 #endif

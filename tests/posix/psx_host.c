@@ -122,25 +122,28 @@ int main(int argc, char **argv)
         return mode_dlclose(atoi(argv[4]));
     if (strcmp(mode, "count") != 0 || argc < 8)
         return 2;
+    /* WHICH: whose mutex the sections lock (the plugin's is loaded). */
+    static const struct {
+        const char *which;
+        int (*enter)(void *), (*leave)(void *);
+    } sections[] = {
+        { "twin_a", twin_a_enter, twin_a_leave },
+        { "twin_b", twin_b_enter, twin_b_leave },
+        { "lib", psxlib_enter, psxlib_leave },
+        { "lib_static", psxlib_static_enter, psxlib_static_leave },
+        { "plug", NULL, NULL },
+    };
     const char *which = argv[4];
     struct pp_counter k = { port, key, atoi(argv[6]), atoi(argv[7]), NULL, NULL, NULL };
-    if (strcmp(which, "twin_a") == 0) {
-        k.enter = twin_a_enter;
-        k.leave = twin_a_leave;
-    } else if (strcmp(which, "twin_b") == 0) {
-        k.enter = twin_b_enter;
-        k.leave = twin_b_leave;
-    } else if (strcmp(which, "lib") == 0) {
-        k.enter = psxlib_enter;
-        k.leave = psxlib_leave;
-    } else if (strcmp(which, "lib_static") == 0) {
-        k.enter = psxlib_static_enter;
-        k.leave = psxlib_static_leave;
-    } else if (strcmp(which, "plug") == 0) {
-        load_plugin(&k.enter, &k.leave);
-    } else {
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+        if (strcmp(which, sections[i].which) == 0) {
+            k.enter = sections[i].enter;
+            k.leave = sections[i].leave;
+            if (!k.enter)
+                load_plugin(&k.enter, &k.leave);
+        }
+    if (!k.enter)
         return 2;
-    }
     pp_run_counter(&k, atoi(argv[5]));
     return 0;
 }

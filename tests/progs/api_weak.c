@@ -72,14 +72,9 @@ int main(int argc, char **argv)
     else
         say("api absent");
 
-    pthread_t t[16];
     if (threads > 16)
         threads = 16;
-    for (int i = 0; i < threads; i++)
-        pthread_create(&t[i], NULL, worker, NULL);
-    for (int i = 0; i < threads; i++)
-        pthread_join(t[i], NULL);
-    say("done %d", threads * iters);
+    say("done %d", prog_run_threads(threads, worker, NULL) * iters);
     say("after %" PRIu64, dmutex_token ? dmutex_token(&account->lock) : 0);
     pthread_mutex_destroy(&account->lock);
     free(account);

@@ -51,11 +51,7 @@ int main(int argc, char **argv)
     int threads = atoi(argv[4]);
     iters = atoi(argv[5]);
     hold_us = argc > 6 ? atoi(argv[6]) : 0;
-    pthread_t t[64];
-    for (int i = 0; i < threads && i < 64; i++)
-        pthread_create(&t[i], NULL, worker, NULL);
-    for (int i = 0; i < threads && i < 64; i++)
-        pthread_join(t[i], NULL);
+    prog_run_threads(threads, worker, NULL);
     printf("done %d\n", threads * iters);
     return 0;
 }

@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "prog.h"
 
 #define BUF_MAX 65536
@@ -209,8 +210,9 @@ static void serve_proxy(int ls, const char *host, int port)
             int close_pair = r <= 0;
             if (!close_pair) {
                 int client_side = (i % 2) == 1;
+                const char *rel = dm_keys_suffix(DM_KEY_RELEASED);
                 if (client_side && !dropped && memmem(buf, (size_t)r, "EVAL", 4) &&
-                    memmem(buf, (size_t)r, ":released", 9)) {
+                    memmem(buf, (size_t)r, rel, strlen(rel))) {
                     /* Let the release run, swallow its answer. */
                     write_all(pf[j].fd, buf, (size_t)r);
                     struct pollfd w = { pf[j].fd, POLLIN, 0 };
@@ -265,7 +267,8 @@ static long f_nth = 1, f_seen;
 
 /* Which script a request calls, from its arguments (EVALSHA SHA NKEYS K1
  * K2...): renew has one key; the others are told apart by their second key,
- * which every version of the scripts has kept. */
+ * which every version of the scripts has kept (the key names come from
+ * shim/keys.c, the one source of the layout). */
 static const char *script_of(const char *buf, size_t len)
 {
     char a[6][128];
@@ -284,14 +287,15 @@ static const char *script_of(const char *buf, size_t len)
         return NULL;
     long nk = atol(a[2]);
     size_t k2 = strlen(a[4]);
-    static const struct { const char *suffix, *script; } by_key2[] = {
-        { ":token", "acquire" }, { ":holder", "release" }, { ":queue", "cancel" },
+    static const struct { enum dm_key key; const char *script; } by_key2[] = {
+        { DM_KEY_TOKEN, "acquire" }, { DM_KEY_HOLDER, "release" }, { DM_KEY_QUEUE, "cancel" },
     };
     if (nk == 1)
         return "renew";
     for (size_t i = 0; nk > 1 && i < sizeof by_key2 / sizeof by_key2[0]; i++) {
-        size_t n = strlen(by_key2[i].suffix);
-        if (k2 >= n && strcmp(a[4] + k2 - n, by_key2[i].suffix) == 0)
+        const char *suffix = dm_keys_suffix(by_key2[i].key);
+        size_t n = strlen(suffix);
+        if (k2 >= n && strcmp(a[4] + k2 - n, suffix) == 0)
             return by_key2[i].script;
     }
     return NULL;

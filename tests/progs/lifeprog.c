@@ -171,6 +171,30 @@ static void sect_unlock(struct sect *s, const char *what)
     say("%s %s %lld", what, ename(rc), now_ms());
 }
 
+/* Locks s->m, entering the section, and says "WHAT <now>"; 1 (said why)
+ * when the lock failed. */
+static int sect_lock(struct sect *s, const char *what)
+{
+    int rc = pthread_mutex_lock(s->m);
+    if (rc != 0) {
+        say("lock %s", ename(rc));
+        return 1;
+    }
+    s->locked = 1;
+    sect_enter(s);
+    say("%s %lld", what, now_ms());
+    return 0;
+}
+
+/* Stays inside until `until` exists (NULL: not at all), reporting. */
+static void sect_stay_until(struct sect *s, const char *until)
+{
+    while (until && access(until, F_OK) != 0) {
+        sect_beat(s);
+        usleep(LIFE_BEAT_US);
+    }
+}
+
 /* ---- process A ------------------------------------------------------------ */
 
 enum state { ST_HELD, ST_LOCK, ST_TIMED, ST_COND, ST_CACHED };
@@ -245,14 +269,8 @@ static void *t_main(void *arg)
     pthread_cleanup_push(t_cleanup, s);
     switch (state) {
     case ST_HELD:
-        rc = pthread_mutex_lock(s->m);
-        s->locked = rc == 0;
-        if (rc != 0) {
-            say("lock %s", ename(rc));
+        if (sect_lock(s, "inside") != 0)
             break;
-        }
-        sect_enter(s);
-        say("inside %lld", now_ms());
         while (!atomic_load(&stop_t)) {
             if (atomic_load(&pexit_t)) {
                 sect_leave(s);
@@ -442,22 +460,12 @@ static int hold(void)
     struct sect s;
     sect_init(&s, m, plugin ? 1 : 0, 0);
     say("locking");
-    int rc = pthread_mutex_lock(m);
-    if (rc != 0) {
-        say("lock %s", ename(rc));
+    if (sect_lock(&s, "inside") != 0)
         return 1;
-    }
-    s.locked = 1;
-    sect_enter(&s);
-    say("inside %lld", now_ms());
-    if (gofile) {
-        while (access(gofile, F_OK) != 0) {
-            sect_beat(&s);
-            usleep(LIFE_BEAT_US);
-        }
-    } else {
+    if (gofile)
+        sect_stay_until(&s, gofile);
+    else
         sect_stay(&s, LIFE_SHORT_HOLD_US);
-    }
     sect_leave(&s);
     sect_unlock(&s, "unlocked");
     return 0;
@@ -466,18 +474,9 @@ static int hold(void)
 /* A section on m that stays until `until` exists. */
 static int plug_section(struct sect *s, const char *what, const char *until)
 {
-    int rc = pthread_mutex_lock(s->m);
-    if (rc != 0) {
-        say("lock %s", ename(rc));
+    if (sect_lock(s, what) != 0)
         return 1;
-    }
-    s->locked = 1;
-    sect_enter(s);
-    say("%s %lld", what, now_ms());
-    while (until && access(until, F_OK) != 0) {
-        sect_beat(s);
-        usleep(LIFE_BEAT_US);
-    }
+    sect_stay_until(s, until);
     sect_leave(s);
     sect_unlock(s, "unlocked");
     return 0;
@@ -490,19 +489,10 @@ static int dlkeep(void)
     plugin_lock(&h2);
     struct sect s;
     sect_init(&s, m, 1, 0);
-    int rc = pthread_mutex_lock(m);
-    if (rc != 0) {
-        say("lock %s", ename(rc));
+    if (sect_lock(&s, "inside") != 0)
         return 1;
-    }
-    s.locked = 1;
-    sect_enter(&s);
-    say("inside %lld", now_ms());
     say("dlclosed %d", dlclose(h2));
-    while (access(gofile, F_OK) != 0) {
-        sect_beat(&s);
-        usleep(LIFE_BEAT_US);
-    }
+    sect_stay_until(&s, gofile);
     sect_leave(&s);
     sect_unlock(&s, "unlocked");
     return 0;

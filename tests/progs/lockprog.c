@@ -45,11 +45,6 @@ pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
 pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t robust_lock;        /* made robust by main */
 
-static void *foreign_unlock(void *arg)
-{
-    return (void *)(long)pthread_mutex_unlock((pthread_mutex_t *)arg);
-}
-
 static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
@@ -90,25 +85,15 @@ int main(int argc, char **argv)
         for (;;)
             pause();
     }
-    if (strcmp(mode, "lock") == 0) {
-        rc = pthread_mutex_lock(&held_lock);
-        say("locked %s %lld", ename(rc), now_ms() - t0);
-        if (rc == 0)
-            pthread_mutex_unlock(&held_lock);
-        return 0;
-    }
-    if (strcmp(mode, "trylock") == 0) {
-        rc = pthread_mutex_trylock(&held_lock);
-        say("trylock %s %lld", ename(rc), now_ms() - t0);
-        if (rc == 0)
-            pthread_mutex_unlock(&held_lock);
-        return 0;
-    }
-    if (strcmp(mode, "timedlock") == 0 && arg) {
-        long ms = atol(arg);
-        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
-        rc = pthread_mutex_timedlock(&held_lock, &dl);
-        say("timedlock %s %lld", ename(rc), now_ms() - t0);
+    /* One attempt on held_lock: what it returned and when, then let go. */
+    int lock = strcmp(mode, "lock") == 0, try = strcmp(mode, "trylock") == 0;
+    int timed = strcmp(mode, "timedlock") == 0 && arg;
+    if (lock || try || timed) {
+        struct timespec dl = deadline_in(CLOCK_REALTIME, timed ? atol(arg) : 0);
+        rc = lock  ? pthread_mutex_lock(&held_lock)
+           : try   ? pthread_mutex_trylock(&held_lock)
+                   : pthread_mutex_timedlock(&held_lock, &dl);
+        say("%s %s %lld", lock ? "locked" : mode, ename(rc), now_ms() - t0);
         if (rc == 0)
             pthread_mutex_unlock(&held_lock);
         return 0;
@@ -129,21 +114,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(mode, "errcheck") == 0 && arg) {
-        int lk = pthread_mutex_lock(&err_lock), op;
-        if (strcmp(arg, "relock") == 0) {
-            op = pthread_mutex_lock(&err_lock);
-        } else {
-            pthread_t t;
-            void *res = NULL;
-            pthread_create(&t, NULL, foreign_unlock, &err_lock);
-            pthread_join(t, &res);
-            op = (int)(long)res;
-        }
+        int lk = pthread_mutex_lock(&err_lock);
+        int op = strcmp(arg, "relock") == 0 ? pthread_mutex_lock(&err_lock)
+                                            : prog_unlock_elsewhere(&err_lock);
         int unl = pthread_mutex_unlock(&err_lock);
-        char a[32], b[32];
-        snprintf(a, sizeof a, "%s", ename(lk));
-        snprintf(b, sizeof b, "%s", ename(op));
-        say("errcheck %s %s %s %s", arg, a, b, ename(unl));
+        say("errcheck %s %s %s %s", arg, ename(lk), ename(op), ename(unl));
         return 0;
     }
     if (strcmp(mode, "destroy-held") == 0 && arg) {
@@ -154,10 +129,7 @@ int main(int argc, char **argv)
         int d1 = pthread_mutex_destroy(m);
         int u = pthread_mutex_unlock(m);
         int d2 = pthread_mutex_destroy(m);
-        char a[32], b[32];
-        snprintf(a, sizeof a, "%s", ename(d1));
-        snprintf(b, sizeof b, "%s", ename(u));
-        say("destroy-held %s %s %s %s", arg, a, b, ename(d2));
+        say("destroy-held %s %s %s %s", arg, ename(d1), ename(u), ename(d2));
         return 0;
     }
     if (strcmp(mode, "unmapped") == 0 && arg) {

@@ -200,26 +200,27 @@ static int init_attr_lock(void)
     return r;
 }
 
-static int enter(void *arg)
+/* op (lock or unlock) on m `nest` times: 0, or the first error. */
+static int each_level(int (*op)(pthread_mutex_t *))
 {
-    (void)arg;
     for (int i = 0; i < nest; i++) {
-        int r = pthread_mutex_lock(m);
+        int r = op(m);
         if (r != 0)
             return r;
     }
     return 0;
 }
 
+static int enter(void *arg)
+{
+    (void)arg;
+    return each_level(pthread_mutex_lock);
+}
+
 static int leave(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < nest; i++) {
-        int r = pthread_mutex_unlock(m);
-        if (r != 0)
-            return r;
-    }
-    return 0;
+    return each_level(pthread_mutex_unlock);
 }
 
 static int enter_nested(void *arg)
@@ -466,10 +467,7 @@ static int mode_cond_plain(void)
     int cw = pthread_cond_clockwait(&cv2, &plain_lock, CLOCK_MONOTONIC, &mono);
     pthread_mutex_unlock(&plain_lock);
     pthread_join(t, NULL);
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%s", ename(w));
-    snprintf(b, sizeof b, "%s", ename(tw));
-    say("cond-plain %s %s %s", a, b, ename(cw));
+    say("cond-plain %s %s %s", ename(w), ename(tw), ename(cw));
     return 0;
 }
 
@@ -549,33 +547,16 @@ static int mode_robust_thread_exit(void)
     return 0;
 }
 
-static void *foreign_unlock(void *arg)
-{
-    (void)arg;
-    return (void *)(long)pthread_mutex_unlock(m);
-}
-
 static int mode_errcheck(const char *op)
 {
     if (strcmp(op, "unheld") == 0) {
         say("errcheck unheld - %s -", ename(pthread_mutex_unlock(m)));
         return 0;
     }
-    int lk = pthread_mutex_lock(m), rc;
-    if (strcmp(op, "relock") == 0) {
-        rc = pthread_mutex_lock(m);
-    } else {
-        pthread_t t;
-        void *res = NULL;
-        pthread_create(&t, NULL, foreign_unlock, NULL);
-        pthread_join(t, &res);
-        rc = (int)(long)res;
-    }
+    int lk = pthread_mutex_lock(m);
+    int rc = strcmp(op, "relock") == 0 ? pthread_mutex_lock(m) : prog_unlock_elsewhere(m);
     int unl = pthread_mutex_unlock(m);
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%s", ename(lk));
-    snprintf(b, sizeof b, "%s", ename(rc));
-    say("errcheck %s %s %s %s", op, a, b, ename(unl));
+    say("errcheck %s %s %s %s", op, ename(lk), ename(rc), ename(unl));
     return 0;
 }
 
@@ -609,9 +590,7 @@ static int mode_recursive(int depth)
     long long inner = pp_exists(c, key);
     int last = pthread_mutex_unlock(m);
     long long outer = pp_exists(c, key);
-    char a[32];
-    snprintf(a, sizeof a, "%s", ename(first));
-    say("recursive %s %lld %lld %s", a, inner, outer, ename(last));
+    say("recursive %s %lld %lld %s", ename(first), inner, outer, ename(last));
     redisFree(c);
     return 0;
 }
@@ -717,6 +696,30 @@ static int mode_shared_cond(void)
 
 static long long hammer_until;
 
+#define HAMMER_THREADS 4
+
+/* Runs fn on HAMMER_THREADS threads (arg: the thread's index) that stop at
+ * hammer_until, `ms` from now; returns the sum of what they return, or -1
+ * when one of them returned -1 (it failed). */
+static long run_hammers(void *(*fn)(void *), long ms)
+{
+    pthread_t t[HAMMER_THREADS];
+    hammer_until = now_ms() + ms;
+    for (long i = 0; i < HAMMER_THREADS; i++)
+        pthread_create(&t[i], NULL, fn, (void *)i);
+    long total = 0;
+    int failed = 0;
+    for (int i = 0; i < HAMMER_THREADS; i++) {
+        void *n;
+        pthread_join(t[i], &n);
+        if ((long)n < 0)
+            failed = 1;
+        else
+            total += (long)n;
+    }
+    return failed ? -1 : total;
+}
+
 static void *hammer(void *arg)
 {
     long i = (long)arg, n = 0;
@@ -733,18 +736,8 @@ static void *hammer(void *arg)
 
 static int mode_family_hammer(long ms)
 {
-    pthread_t t[4];
-    hammer_until = now_ms() + ms;
     say("hammering");
-    for (long i = 0; i < 4; i++)
-        pthread_create(&t[i], NULL, hammer, (void *)i);
-    long total = 0;
-    for (int i = 0; i < 4; i++) {
-        void *n;
-        pthread_join(t[i], &n);
-        total += (long)n;
-    }
-    say("hammered %ld", total);
+    say("hammered %ld", run_hammers(hammer, ms));
     return 0;
 }
 
@@ -765,19 +758,10 @@ static void *churner(void *arg)
 
 static int mode_heap_churn(long ms)
 {
-    pthread_t t[4];
-    hammer_until = now_ms() + ms;
-    for (int i = 0; i < 4; i++)
-        pthread_create(&t[i], NULL, churner, NULL);
-    long total = 0;
-    for (int i = 0; i < 4; i++) {
-        void *n;
-        pthread_join(t[i], &n);
-        if ((long)n < 0) {
-            say("churn lock failed");
-            return 1;
-        }
-        total += (long)n;
+    long total = run_hammers(churner, ms);
+    if (total < 0) {
+        say("churn lock failed");
+        return 1;
     }
     say("churned %ld", total);
     return 0;

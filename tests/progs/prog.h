@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"     /* clock_ms, now_ms, deadline_in */
+
 #define PROG_POLL_US 2000       /* how often a waiting program looks again */
 
 /* One line to stdout, newline added, one write(2). write(2) is a
@@ -49,45 +51,58 @@ static inline void say(const char *fmt, ...)
     pthread_setcancelstate(oc, NULL);
 }
 
-/* "0", or the errno's name ("EBUSY"). Thread-local buffer for numbers. */
+/* "0", or the errno's name ("EBUSY"). A number without a name is written
+ * into one of PROG_ENAME_SLOTS thread-local buffers, reused round robin,
+ * so that one say() may show that many results. */
+#define PROG_ENAME_SLOTS 4
 static inline const char *ename(int rc)
 {
-    static __thread char num[16];
+    static __thread char num[PROG_ENAME_SLOTS][16];
+    static __thread unsigned next;
     if (rc == 0)
         return "0";
     const char *s = strerrorname_np(rc);
     if (s)
         return s;
-    snprintf(num, sizeof num, "%d", rc);
-    return num;
+    char *buf = num[next++ % PROG_ENAME_SLOTS];
+    snprintf(buf, sizeof num[0], "%d", rc);
+    return buf;
 }
 
-/* Milliseconds on `clk`. */
-static inline long long clock_ms(clockid_t clk)
+static inline void *prog_unlock_main(void *m)
 {
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+    return (void *)(long)pthread_mutex_unlock(m);
 }
 
-/* Milliseconds on CLOCK_MONOTONIC. */
-static inline long long now_ms(void)
+/* pthread_mutex_unlock(m) called by another thread than its owner (an
+ * ownership check's subject): its result. */
+static inline int prog_unlock_elsewhere(pthread_mutex_t *m)
 {
-    return clock_ms(CLOCK_MONOTONIC);
+    pthread_t t;
+    void *res = (void *)(long)EAGAIN;
+    if (pthread_create(&t, NULL, prog_unlock_main, m) == 0)
+        pthread_join(t, &res);
+    return (int)(long)res;
 }
 
-/* An absolute time `ms` from now on `clk` (for timedlock, cond waits). */
-static inline struct timespec deadline_in(clockid_t clk, long ms)
+#define PROG_MAX_THREADS 64
+
+/* Runs fn(arg) on `n` threads at once (at most PROG_MAX_THREADS) and waits
+ * for them all; returns how many ran. A thread that cannot start ends the
+ * program: it says so and exits 1 (a test must not count on it). */
+static inline int prog_run_threads(int n, void *(*fn)(void *), void *arg)
 {
-    struct timespec t;
-    clock_gettime(clk, &t);
-    t.tv_sec += ms / 1000;
-    t.tv_nsec += (ms % 1000) * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
+    pthread_t t[PROG_MAX_THREADS];
+    if (n > PROG_MAX_THREADS)
+        n = PROG_MAX_THREADS;
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&t[i], NULL, fn, arg) != 0) {
+            say("pthread_create failed");
+            exit(1);
+        }
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    return n;
 }
 
 /* Waits until `path` exists (a test's go signal); NULL: no wait. */

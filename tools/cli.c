@@ -1,0 +1,16 @@
+/* What the verbs of the dmutex command share (tools/cli.h). */
+#include <stdio.h>
+
+#include "cli.h"
+#include "config.h"
+
+int dm_cli_set_redis_url(struct dm_config *cfg, const char *what, const char *url)
+{
+    char err[DM_ERR_MAX];
+    if (dm_config_set_redis_url(cfg, url, err, sizeof err) == 0)
+        return 0;
+    char shown[DM_ERR_MAX];
+    dm_config_redact_url(url, shown, sizeof shown);
+    fprintf(stderr, "%s%s: %s\n", what, shown, err);
+    return -1;
+}
