@@ -10,7 +10,7 @@
 #   @COMMANDS@   a subsection per command with its `-h` text (usage2man.awk)
 #   @REFERENCE@  REFERENCE (config/REFERENCE.md) from SYNOPSIS to before
 #                FILES (md2man.awk), with its key tables from
-#                `DMUTEX config-keys top|redis|mutex`, not from the file
+#                `DMUTEX config-keys GROUP` for each GROUP REFERENCE.md has, not from the file
 # The commands are those that `DMUTEX help` lists under "commands:".
 # Repository paths in the reference are rewritten to installed ones
 # (config/X.cfg -> DOCDIR/examples/X.cfg, docs/X.md -> DOCDIR/X.md).
@@ -50,7 +50,8 @@ while read -r cmd; do
 done <"$T/commands"
 
 mkdir "$T/keys"
-for g in top redis mutex; do
+# Every group REFERENCE.md has a table for (top, redis, tls, mutex, ...).
+for g in $(sed -n 's/^<!-- config-keys \([a-z]*\):.*/\1/p' "$ref"); do
     "$dmutex" config-keys "$g" >"$T/keys/$g"
 done
 awk -v keys="$T/keys" -v from=SYNOPSIS -v until=FILES -f "$here/md2man.awk" "$ref" |
