@@ -89,6 +89,22 @@ static void entry_fail(const char *fmt, const char *a, const char *b)
     check_errors++;
 }
 
+/* Checking: "ADDR (FILE+OFFSET)", the object that holds `addr` as the
+ * loader says (not always the entry's `object`: a library's variable that
+ * the executable refers to lives in the executable, by a copy relocation). */
+static void check_where(uintptr_t addr, char *out, size_t len)
+{
+    Dl_info info;
+    if (dladdr((void *)addr, &info) && info.dli_fbase) {
+        const char *f = info.dli_fname && *info.dli_fname ? info.dli_fname : "?";
+        snprintf(out, len, "%#lx (%s+%#lx)", (unsigned long)addr,
+                 strrchr(f, '/') ? strrchr(f, '/') + 1 : f,
+                 (unsigned long)(addr - (uintptr_t)info.dli_fbase));
+    } else {
+        snprintf(out, len, "%#lx", (unsigned long)addr);
+    }
+}
+
 /* Checking: one line per entry on stdout, "NAME<TAB>OBJECT<TAB>WHAT<TAB>
  * WHERE" (OBJECT "-" for the executable; WHERE the address and its offset
  * in the object, or why nothing is there yet). */
@@ -149,6 +165,7 @@ static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_con
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     if (!mc->required) {
         dm_info("%s: %s (required = false: skipped)", where, err);
+        check_print(mc, mc->symbol, "not found: skipped (required = false)");
         return;
     }
     if (fatal) {
@@ -388,6 +405,7 @@ static void map_entries(struct dm_config *cfg)
             if (r != 0) {
                 if (!mc->required) {
                     dm_info("%s:%d: %s (required = false: skipped)", cfg->path, mc->line, err);
+                    check_print(mc, mc->init_site, "not found: skipped (required = false)");
                     continue;
                 }
                 char where[DM_ERR_MAX];
@@ -396,12 +414,10 @@ static void map_entries(struct dm_config *cfg)
                 continue;
             }
             if (check_mode) {
-                uintptr_t bias = 0;
-                dm_symbols_bias(mc->object, &bias);
-                char what[DM_ERR_MAX], where[96];
+                char what[DM_ERR_MAX], where[PATH_MAX + 128], at[PATH_MAX + 64];
                 snprintf(what, sizeof what, "init_site %s", mc->init_site);
-                snprintf(where, sizeof where, "%#lx-%#lx (+%#lx)", (unsigned long)start,
-                         (unsigned long)end, (unsigned long)(start - bias));
+                check_where(start, at, sizeof at);
+                snprintf(where, sizeof where, "%s, %lu bytes", at, (unsigned long)(end - start));
                 check_print(mc, what, where);
             }
             struct dm_init_site *n = realloc(init_sites, (dm_startup_ninit_sites + 1) * sizeof *n);
@@ -430,16 +446,13 @@ static void map_entries(struct dm_config *cfg)
         if (mc->object)
             add_object_entry(cfg, mc, addr, bias);
         if (check_mode) {
-            if (!mc->object)
-                dm_symbols_bias(NULL, &bias);
-            char what[DM_ERR_MAX], where[64];
+            char what[DM_ERR_MAX], where[PATH_MAX + 64];
             int n = snprintf(what, sizeof what, "%s", mc->symbol);
             if (mc->offset && n >= 0 && (size_t)n < sizeof what)
                 n += snprintf(what + n, sizeof what - n, "+%ld", mc->offset);
             if (mc->index >= 0 && n >= 0 && (size_t)n < sizeof what)
                 snprintf(what + n, sizeof what - n, "[%ld]", mc->index);
-            snprintf(where, sizeof where, "%#lx (+%#lx)", (unsigned long)addr,
-                     (unsigned long)(addr - bias));
+            check_where(addr, where, sizeof where);
             check_print(mc, what, where);
         }
     }

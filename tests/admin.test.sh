@@ -46,7 +46,7 @@ wait_for() {
 
 P=build/tests/posix
 NEED="$DMUTEX build/libdmutex.so $P/psx_host $P/libpsxlib.so $P/plugins/libpsxplug.so
-      build/tests/progs/lockprog build/tests/progs/counter"
+      build/tests/progs/lockprog build/tests/progs/counter build/tests/progs/posixprog"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 cc -std=gnu11 -Wall -Wextra -Werror -pthread -Iinclude tests/install/apiprog.c -o "$T/apiprog" \
     >"$T/cc.log" 2>&1 || fail_setup "$(cat "$T/cc.log")"
@@ -66,15 +66,28 @@ CFG
 rc=$?
 if [ "$rc" -eq 0 ]; then ok "check: a good config exits 0"
 else bad "check: a good config exits 0" "exit $rc" "$(cat "$T/out" "$T/err")"; fi
-if grep -qE "^c\.lib	libpsxlib\.so	lib_lock	0x[0-9a-f]+ \(\+0x[0-9a-f]+\)$" "$T/out"; then
+if grep -qE "^c\.lib	libpsxlib\.so	lib_lock	0x[0-9a-f]+ \(libpsxlib\.so\+0x[0-9a-f]+\)$" "$T/out"; then
     ok "check: the library's symbol is found, with its address and offset"
 else bad "check: the library's symbol is found, with its address and offset" "$(cat "$T/out")"; fi
-if grep -qE "^c\.exe	-	twin_a\.c:cache_lock	0x[0-9a-f]+ \(\+0x[0-9a-f]+\)$" "$T/out"; then
+if grep -qE "^c\.exe	-	twin_a\.c:cache_lock	0x[0-9a-f]+ \(psx_host\+0x[0-9a-f]+\)$" "$T/out"; then
     ok "check: the executable's file-static is found"
 else bad "check: the executable's file-static is found" "$(cat "$T/out")"; fi
 has "c.plug	libpsxplug.so	plug_lock	not loaded at start" "$T/out" \
     "check: a plugin's entry is reported as mapped when dlopen loads it"
 has "2 mutexes would be mapped" "$T/out" "check: the summary counts the mapped entries"
+cat >"$T/heap.cfg" <<'CFG'
+mutexes = (
+  { init_site = "account_new"; name = "c.heap"; },
+  { symbol = "no_such_mutex"; required = false; }
+);
+CFG
+"$DMUTEX" check -c "$T/heap.cfg" build/tests/progs/posixprog >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qE "^c\.heap	-	init_site account_new	0x[0-9a-f]+ \(posixprog\+0x[0-9a-f]+\), [0-9]+ bytes$" "$T/out"; then
+    ok "check: an init_site function is found, with its range"
+else bad "check: an init_site function is found, with its range" "exit $rc" "$(cat "$T/out" "$T/err")"; fi
+has "no_such_mutex	-	no_such_mutex	not found: skipped (required = false)" "$T/out" \
+    "check: an optional entry that is missing is shown as skipped"
 
 # A missing symbol: the same line a real start prints, and 78.
 cat >"$T/bad.cfg" <<'CFG'
