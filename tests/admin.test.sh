@@ -116,6 +116,13 @@ has "$T/bad.cfg:4: symbol nor_this_one not found" "$T/err" \
     "check: every error is reported, not only the first"
 if grep -q '^main' "$T/out"; then bad "check: main never ran" "$(cat "$T/out")"
 else ok "check: main never ran"; fi
+# A program the loader would not preload the shim into is not started.
+cp build/tests/progs/lockprog "$T/suid" && chmod u+s "$T/suid"
+"$DMUTEX" check -c "$T/bad.cfg" "$T/suid" lock >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 1 ] && ! grep -q '^main' "$T/out" && grep -qF "set-user-ID" "$T/err"; then
+    ok "check: a set-user-ID program is refused, not run"
+else bad "check: a set-user-ID program is refused, not run" "exit $rc" "$(cat "$T/out" "$T/err")"; fi
 "$DMUTEX" run -c "$T/bad.cfg" -r "$URL" build/tests/progs/lockprog lock >"$T/out" 2>"$T/err"
 rc=$?
 if [ "$rc" -eq 78 ] && ! grep -q '^main' "$T/out" && grep -qF "$T/bad.cfg:4:" "$T/err"; then

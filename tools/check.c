@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -44,7 +45,9 @@ static const char check_usage[] =
     "\n"
     "Exit status: 0 if PROGRAM would start with every entry mapped; 78 if a\n"
     "real start would stop (config or entry errors); 2 usage; 127 if PROGRAM\n"
-    "cannot be run; 1 if it cannot be checked (statically linked: no preload).\n";
+    "cannot be run; 1 if it cannot be checked: statically linked, or set-user-ID,\n"
+    "set-group-ID or with file capabilities (the loader would not preload the\n"
+    "shim, so PROGRAM would run for real; it is not started).\n";
 
 /* The file execvp would run for `prog` (PATH search for a bare name). */
 static int which(const char *prog, char *out, size_t len)
@@ -72,6 +75,20 @@ static int which(const char *prog, char *out, size_t len)
  * says so); -1: cannot tell (execve will say why). */
 static int preloadable(const char *file, char *why, size_t len, int depth)
 {
+    /* A set-user-ID or set-group-ID file, or one with file capabilities,
+     * runs with AT_SECURE: ld.so ignores a preload given as a path, so the
+     * shim would not be there to stop it, and the check would run it. */
+    struct stat st;
+    if (stat(file, &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID))) {
+        snprintf(why, len, "%s: set-user-ID or set-group-ID: the loader does not preload "
+                 "libdmutex.so by path into it (AT_SECURE), so it cannot be checked", file);
+        return 0;
+    }
+    if (getxattr(file, "security.capability", NULL, 0) >= 0) {
+        snprintf(why, len, "%s: has file capabilities: the loader does not preload "
+                 "libdmutex.so by path into it (AT_SECURE), so it cannot be checked", file);
+        return 0;
+    }
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
