@@ -19,6 +19,7 @@ static const char *const suffixes[DM_KEY_COUNT] = {
     [DM_KEY_QUEUE] = ":queue",
     [DM_KEY_QTIME] = ":qtime",
     [DM_KEY_WANT] = ":want",
+    [DM_KEY_FORCED] = ":forced",
     [DM_KEY_WAIT] = ":w:",
 };
 
@@ -92,6 +93,21 @@ int dm_keys_holder_decode(const char *marker, struct dm_holder *h)
             return -1;
         h->seen_ms = (long long)v;
         return 0;
+    case '~': {
+        h->state = DM_HOLDER_FORCED;
+        const char *sp = strchr(marker + 1, ' ');
+        char num[24];
+        size_t len = sp ? (size_t)(sp - marker - 1) : strlen(marker + 1);
+        if (len >= sizeof num)
+            return -1;
+        memcpy(num, marker + 1, len);
+        num[len] = 0;
+        if (whole_number(num, &v) != 0)
+            return -1;
+        h->token = v;
+        h->by = sp ? sp + 1 : "";
+        return 0;
+    }
     default: {
         h->state = DM_HOLDER_GRANTED;
         /* a request id has no " #": the last one ends it */

@@ -23,6 +23,8 @@ enum dm_key {
     DM_KEY_QUEUE,       /* NS:{NAME}:queue     fair waiters, oldest first */
     DM_KEY_QTIME,       /* NS:{NAME}:qtime     their deadlines */
     DM_KEY_WANT,        /* NS:{NAME}:want      channel: "a process wants it" */
+    DM_KEY_FORCED,      /* NS:{NAME}:forced    the last forced release (dmutex unlock
+                           --force): who, when, whose hold, which tokens */
     DM_KEY_WAIT,        /* NS:{NAME}:w:        channel prefix: + process id, a fair
                            handover to that process (dm_keys_wait_channel) */
     DM_KEY_COUNT
@@ -60,6 +62,8 @@ enum dm_holder_state {
                                with the lock hash gone its lease expired */
     DM_HOLDER_RELEASED,     /* "=<tok>": released cleanly */
     DM_HOLDER_EXPIRY_SEEN,  /* "!<ms>": an expiry seen at server time <ms> (lock delay) */
+    DM_HOLDER_FORCED,       /* "~<tok> <who>": released by `dmutex unlock --force`,
+                               which drew token <tok>; taken next as after an expiry */
 };
 
 struct dm_holder {
@@ -67,8 +71,9 @@ struct dm_holder {
     const char *request;    /* GRANTED: "<owner>|<wait id>", inside the marker */
     size_t request_len;
     size_t owner_len;       /* GRANTED: the owner, the request up to '|' */
-    uint64_t token;         /* GRANTED and RELEASED */
+    uint64_t token;         /* GRANTED, RELEASED and FORCED */
     long long seen_ms;      /* EXPIRY_SEEN */
+    const char *by;         /* FORCED: who forced it, inside the marker */
 };
 
 /* Decodes `marker` (NUL-terminated) into *h, which points into it. The

@@ -44,6 +44,15 @@ _Static_assert(DM_REAL_EX_MISSING == DM_EX_CONFIG,
 static struct dm_config config;
 static int configured;
 
+/* DMUTEX_CHECK (`dmutex check`, and `dmutex run` before it starts the
+ * program): the constructor resolves the config exactly as below, prints
+ * what it would map (unless "quiet"), reports every entry's error rather
+ * than stopping at the first, and ends the process before main with 0 or
+ * DM_EX_CONFIG. 0: a normal run. */
+enum { CHECK_OFF, CHECK_PRINT, CHECK_QUIET };
+static int check_mode;
+static int check_errors;
+
 /* init_site functions: [start, end) of each, filled by the constructor,
  * read without a lock (they never change afterwards). */
 static struct dm_init_site *init_sites;
@@ -68,6 +77,44 @@ static void config_fail(const char *fmt, const char *a, const char *b)
     snprintf(line, sizeof line, fmt, a, b);
     dm_error("%s", line);
     _exit(DM_EX_CONFIG);
+}
+
+/* An error of one entry at start: the end of the program, or, checking,
+ * one more error to report before the check's verdict. */
+static void entry_fail(const char *fmt, const char *a, const char *b)
+{
+    if (!check_mode)
+        config_fail(fmt, a, b);
+    char line[DM_ERR_MAX * 2];
+    snprintf(line, sizeof line, fmt, a, b);
+    dm_error("%s", line);
+    check_errors++;
+}
+
+/* Checking: "ADDR (FILE+OFFSET)", the object that holds `addr` as the
+ * loader says (not always the entry's `object`: a library's variable that
+ * the executable refers to lives in the executable, by a copy relocation). */
+static void check_where(uintptr_t addr, char *out, size_t len)
+{
+    Dl_info info;
+    if (dladdr((void *)addr, &info) && info.dli_fbase) {
+        const char *f = info.dli_fname && *info.dli_fname ? info.dli_fname : "?";
+        snprintf(out, len, "%#lx (%s+%#lx)", (unsigned long)addr,
+                 strrchr(f, '/') ? strrchr(f, '/') + 1 : f,
+                 (unsigned long)(addr - (uintptr_t)info.dli_fbase));
+    } else {
+        snprintf(out, len, "%#lx", (unsigned long)addr);
+    }
+}
+
+/* Checking: one line per entry on stdout, "NAME<TAB>OBJECT<TAB>WHAT<TAB>
+ * WHERE" (OBJECT "-" for the executable; WHERE the address and its offset
+ * in the object, or why nothing is there yet). */
+static void check_print(const struct dm_mutex_config *mc, const char *what, const char *where)
+{
+    if (check_mode != CHECK_PRINT)
+        return;
+    printf("%s\t%s\t%s\t%s\n", mc->name, mc->object ? mc->object : "-", what, where);
 }
 
 /* The executable's file name, or NULL when it cannot be told (then the
@@ -120,6 +167,7 @@ static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_con
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     if (!mc->required) {
         dm_info("%s: %s (required = false: skipped)", where, err);
+        check_print(mc, mc->symbol, "not found: skipped (required = false)");
         return;
     }
     if (fatal) {
@@ -127,7 +175,8 @@ static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_con
         snprintf(more, sizeof more, "%s%s", err, cfg->nprograms ? "" :
                  " (if this process is not the program the config is for, list that "
                  "program in `programs`)");
-        config_fail("%s: %s", where, more);
+        entry_fail("%s: %s", where, more);
+        return;
     }
     dm_error("%s: %s: this mutex is NOT cluster-wide", where, err);
 }
@@ -151,15 +200,19 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     int r = dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
     if (r == EEXIST) {
-        if (fatal)
-            config_fail("%s: %s is already mapped by another entry under another name "
-                        "(one mutex, two lock names)", where, mc->symbol);
+        if (fatal) {
+            entry_fail("%s: %s is already mapped by another entry under another name "
+                       "(one mutex, two lock names)", where, mc->symbol);
+            return -1;
+        }
         dm_error("%s: %s is already mapped under another name", where, mc->symbol);
         return -1;
     }
     if (r != 0) {
-        if (fatal)
-            config_fail("%s: cannot map a mutex: %s", where, strerror(r));
+        if (fatal) {
+            entry_fail("%s: cannot map a mutex: %s", where, strerror(r));
+            return -1;
+        }
         dm_error("%s: cannot map %s: %s", where, mc->symbol, strerror(r));
         return -1;
     }
@@ -354,11 +407,20 @@ static void map_entries(struct dm_config *cfg)
             if (r != 0) {
                 if (!mc->required) {
                     dm_info("%s:%d: %s (required = false: skipped)", cfg->path, mc->line, err);
+                    check_print(mc, mc->init_site, "not found: skipped (required = false)");
                     continue;
                 }
                 char where[DM_ERR_MAX];
                 snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
-                config_fail("%s: %s", where, err);
+                entry_fail("%s: %s", where, err);
+                continue;
+            }
+            if (check_mode) {
+                char what[DM_ERR_MAX], where[PATH_MAX + 128], at[PATH_MAX + 64];
+                snprintf(what, sizeof what, "init_site %s", mc->init_site);
+                check_where(start, at, sizeof at);
+                snprintf(where, sizeof where, "%s, %lu bytes", at, (unsigned long)(end - start));
+                check_print(mc, what, where);
             }
             struct dm_init_site *n = realloc(init_sites, (dm_startup_ninit_sites + 1) * sizeof *n);
             if (!n)
@@ -375,14 +437,26 @@ static void map_entries(struct dm_config *cfg)
         if (mc->object && !dm_symbols_bias(mc->object, &bias)) {
             /* A plugin, perhaps: mapped when it is loaded. */
             add_object_entry(cfg, mc, 0, 0);
+            check_print(mc, mc->symbol, "not loaded at start: mapped when dlopen loads it");
             dm_info("%s:%d: %s is not loaded yet: %s is mapped when it is", cfg->path,
                     mc->line, mc->object, mc->symbol);
             continue;
         }
         uintptr_t addr;
-        if (resolve_symbol(cfg, mc, &addr, 1) == 0 && map_address(cfg, mc, addr, 1) == 0 &&
-            mc->object)
+        if (resolve_symbol(cfg, mc, &addr, 1) != 0 || map_address(cfg, mc, addr, 1) != 0)
+            continue;
+        if (mc->object)
             add_object_entry(cfg, mc, addr, bias);
+        if (check_mode) {
+            char what[DM_ERR_MAX], where[PATH_MAX + 64];
+            int n = snprintf(what, sizeof what, "%s", mc->symbol);
+            if (mc->offset && n >= 0 && (size_t)n < sizeof what)
+                n += snprintf(what + n, sizeof what - n, "+%ld", mc->offset);
+            if (mc->index >= 0 && n >= 0 && (size_t)n < sizeof what)
+                snprintf(what + n, sizeof what - n, "[%ld]", mc->index);
+            check_where(addr, where, sizeof where);
+            check_print(mc, what, where);
+        }
     }
     dm_symbols_flush();
 }
@@ -487,6 +561,21 @@ static const char *absolute_config(const char *path, char *buf, size_t len)
     return buf;
 }
 
+/* The end of a check, before main: its verdict as the exit status. No
+ * destructor runs (nothing is held: no lock was taken, no thread made). */
+static void check_exit(int summary)
+{
+    if (summary && check_mode == CHECK_PRINT && check_errors == 0)
+        printf("%s: %zu mutexes would be mapped (%zu init_site functions), redis at %s, "
+               "namespace %s\n", config.path ? config.path : "config", dm_registry_count(),
+               dm_startup_ninit_sites, dm_redis_addr(), config.ns ? config.ns : "-");
+    if (check_errors)
+        dm_error("%d error%s: the program would not start", check_errors,
+                 check_errors == 1 ? "" : "s");
+    fflush(stdout);
+    _exit(check_errors ? DM_EX_CONFIG : 0);
+}
+
 __attribute__((constructor)) static void dm_startup_start(void)
 {
     dm_log_init();
@@ -494,6 +583,9 @@ __attribute__((constructor)) static void dm_startup_start(void)
     /* secure_getenv: in a set-user-ID or set-group-ID process (AT_SECURE)
      * the environment belongs to whoever started it and is ignored. */
     const char *path = secure_getenv("DMUTEX_CONFIG");
+    const char *check = secure_getenv("DMUTEX_CHECK");
+    if (check && *check)
+        check_mode = strcmp(check, "quiet") == 0 ? CHECK_QUIET : CHECK_PRINT;
     if ((!path || !*path) && getauxval(AT_SECURE) && getenv("DMUTEX_CONFIG"))
         config_fail("this is a set-user-ID or set-group-ID process (AT_SECURE): DMUTEX_CONFIG "
                     "and every other DMUTEX_* variable of the environment are ignored%s%s, so "
@@ -513,7 +605,11 @@ __attribute__((constructor)) static void dm_startup_start(void)
         config_fail("%s%s", err, "");
     if (r == DM_CONFIG_NOT_FOR) {
         dm_debug("%s is not among the programs of %s: nothing mapped", prog, path);
+        if (check_mode == CHECK_PRINT)
+            printf("%s is not among the programs of %s: nothing would be mapped\n", prog, path);
         dm_config_free(&config);
+        if (check_mode)
+            check_exit(0);
         return;
     }
     if (dm_config_check_mutexes(&config, err, sizeof err) != 0)
@@ -527,6 +623,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
     dm_cluster_init(&config);
     dm_mapped_init(&config);
     map_entries(&config);
+    if (check_mode)
+        check_exit(1);
     int fr = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     if (fr != 0)
         config_fail("cannot register the fork handlers: %s%s (a fork child could inherit a "

@@ -27,6 +27,7 @@ static void test_every_key_of_a_lock_carries_the_name_as_hash_tag(void **s)
         [DM_KEY_QUEUE] = "ns:{a b}:queue",
         [DM_KEY_QTIME] = "ns:{a b}:qtime",
         [DM_KEY_WANT] = "ns:{a b}:want",
+        [DM_KEY_FORCED] = "ns:{a b}:forced",
         [DM_KEY_WAIT] = "ns:{a b}:w:",
     };
     char buf[64];
@@ -112,6 +113,18 @@ static void test_holder_marker_of_a_release_and_of_a_seen_expiry(void **s)
     assert_true(h.seen_ms == 1700000000123LL);
 }
 
+static void test_holder_marker_of_a_forced_release_names_token_and_who(void **s)
+{
+    (void)s;
+    struct dm_holder h;
+    assert_int_equal(dm_keys_holder_decode("~58 ops@host pid 9", &h), 0);
+    assert_int_equal(h.state, DM_HOLDER_FORCED);
+    assert_true(h.token == 58);
+    assert_string_equal(h.by, "ops@host pid 9");
+    assert_int_equal(dm_keys_holder_decode("~x ops", &h), -1);
+    assert_int_equal(h.state, DM_HOLDER_FORCED);
+}
+
 static void test_malformed_markers_keep_the_state_of_their_first_character(void **s)
 {
     (void)s;
@@ -137,6 +150,7 @@ int main(void)
         T(test_pattern_matches_one_key_of_every_lock),
         T(test_name_is_read_back_from_a_key_of_its_namespace_only),
         T(test_holder_marker_of_a_grant_names_request_owner_and_token),
+        T(test_holder_marker_of_a_forced_release_names_token_and_who),
         T(test_holder_marker_of_a_release_and_of_a_seen_expiry),
         T(test_malformed_markers_keep_the_state_of_their_first_character),
 #undef T

@@ -1,8 +1,11 @@
-/* The dmutex command: one binary, a few verbs (dmutex run | ls | scan | acl).
+/* The dmutex command: one binary, a few verbs (dmutex run | check | ls |
+ * top | unlock | scan | acl).
  * Each verb is a function taking the arguments after the verb name
  * (argv[0] is the verb) and returning the process exit status. */
 #ifndef DM_CLI_H
 #define DM_CLI_H
+
+#include <stddef.h>
 
 int dm_cli_run(int argc, char **argv);     /* tools/dmutex.c */
 int dm_cli_ls(int argc, char **argv);      /* tools/ls.c */
@@ -14,5 +17,24 @@ int dm_cli_acl(int argc, char **argv);     /* tools/acl.c */
  * password hidden>: <why>" on stderr and returns -1. */
 struct dm_config;
 int dm_cli_set_redis_url(struct dm_config *cfg, const char *what, const char *url);
+int dm_cli_check(int argc, char **argv);   /* tools/check.c */
+int dm_cli_unlock(int argc, char **argv);  /* tools/unlock.c */
+int dm_cli_top(int argc, char **argv);     /* tools/top.c */
+
+/* tools/dmutex.c: the shim to preload (0, or -1 with a message). */
+int dm_cli_find_shim(char *out, size_t len);
+
+/* tools/dmutex.c: checks CONFIG (syntax, keys, values, -r URL) and sets
+ * the environment a program under the shim needs (LD_PRELOAD,
+ * DMUTEX_CONFIG, DMUTEX_REDIS, DMUTEX_LOG; NULL: left alone). 0, or the
+ * exit status with a message printed; `cmd` names the command in it. */
+int dm_cli_preload_env(const char *cmd, const char *cfg_path, const char *redis,
+                       const char *level);
+
+/* tools/check.c: runs PROGRAM (argv[0] searched in PATH) with DMUTEX_CHECK
+ * = mode ("1" prints the mapping, "quiet" only errors) in the environment
+ * dm_cli_preload_env set, and returns 0 (would start), 78 (would stop:
+ * the shim printed why), 127 (cannot be run) or 1 (cannot be checked). */
+int dm_cli_check_child(const char *mode, char **prog_argv, const char *cmd);
 
 #endif

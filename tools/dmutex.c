@@ -29,8 +29,14 @@ static const char usage_text[] =
     "commands:\n"
     "  run -c CONFIG [-r REDIS_URL] [-l LEVEL] [--] PROGRAM [ARGS...]\n"
     "        check CONFIG, then run PROGRAM with libdmutex.so preloaded\n"
+    "  check -c CONFIG [-r REDIS_URL] [--] PROGRAM [ARGS...]\n"
+    "        resolve CONFIG against PROGRAM and its libraries without running it\n"
     "  ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [--json]\n"
     "        list the locks on the server: holder, remaining lease, fencing token\n"
+    "  top [-c CONFIG | -r REDIS_URL] [--namespace NS] [-d SECONDS] [-n ITERATIONS]\n"
+    "        live view of the locks: holder, waiters, lease, token, acquisitions/s\n"
+    "  unlock -c CONFIG [-r REDIS_URL] [--force] NAME\n"
+    "        release a lock whose holder is dead; --force: even while its lease lives\n"
     "  scan PROGRAM [LIBRARY...]\n"
     "        list the mutex variables of a binary, with ready config entries\n"
     "  acl -c CONFIG [--user NAME]\n"
@@ -48,7 +54,9 @@ static const char usage_text[] =
 static const char run_usage[] =
     "usage: dmutex run -c CONFIG [-r REDIS_URL] [-l LEVEL] [--] PROGRAM [ARGS...]\n"
     "\n"
-    "Checks CONFIG (syntax, keys, values), then replaces itself with PROGRAM,\n"
+    "Checks CONFIG (syntax, keys, values) and, as `dmutex check` does, against\n"
+    "PROGRAM and its libraries (quietly: only errors are printed, all of them),\n"
+    "then replaces itself with PROGRAM,\n"
     "run with LD_PRELOAD=libdmutex.so (the one beside this dmutex binary, else\n"
     "the installed " DM_LIBDIR_FROM_BINDIR "/libdmutex.so.MAJOR from it, or $DMUTEX_LIB)\n"
     "and DMUTEX_CONFIG=CONFIG. The mutexes CONFIG names become cluster-wide;\n"
@@ -64,7 +72,7 @@ static const char run_usage[] =
 
 /* The shim beside this executable (build/dmutex -> build/libdmutex.so),
  * else where `make install` put it relative to the executable. */
-static int find_shim(char *out, size_t len)
+int dm_cli_find_shim(char *out, size_t len)
 {
     const char *env = getenv("DMUTEX_LIB");
     if (env && *env) {
@@ -102,6 +110,49 @@ static int find_shim(char *out, size_t len)
     return -1;
 }
 
+int dm_cli_preload_env(const char *cmd, const char *cfg_path, const char *redis,
+                       const char *level)
+{
+    struct dm_config cfg;
+    char err[DM_ERR_MAX];
+    if (dm_config_load(cfg_path, &cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "dmutex: %s\n", err);
+        return DM_EX_CONFIG;
+    }
+    if (dm_config_check_mutexes(&cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "dmutex: %s\n", err);
+        dm_config_free(&cfg);
+        return DM_EX_CONFIG;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "dmutex %s: -r ", cmd);
+    if (redis && dm_cli_set_redis_url(&cfg, what, redis) != 0) {
+        dm_config_free(&cfg);
+        return DM_EX_CONFIG;
+    }
+    dm_config_free(&cfg);
+
+    char shim[PATH_MAX], abs_cfg[PATH_MAX];
+    if (dm_cli_find_shim(shim, sizeof shim) != 0)
+        return 127;
+    if (!realpath(cfg_path, abs_cfg)) {
+        fprintf(stderr, "dmutex %s: %s: %s\n", cmd, cfg_path, strerror(errno));
+        return DM_EX_CONFIG;
+    }
+    const char *old = getenv("LD_PRELOAD");
+    char *preload;
+    if (asprintf(&preload, "%s%s%s", shim, old && *old ? " " : "", old ? old : "") < 0)
+        return 127;
+    setenv("LD_PRELOAD", preload, 1);
+    free(preload);
+    setenv("DMUTEX_CONFIG", abs_cfg, 1);
+    if (redis)
+        setenv("DMUTEX_REDIS", redis, 1);
+    if (level)
+        setenv("DMUTEX_LOG", level, 1);
+    return 0;
+}
+
 int dm_cli_run(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -137,40 +188,18 @@ int dm_cli_run(int argc, char **argv)
         return 2;
     }
 
-    struct dm_config cfg;
-    char err[DM_ERR_MAX];
-    if (dm_config_load(cfg_path, &cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "dmutex: %s\n", err);
-        return DM_EX_CONFIG;
-    }
-    if (dm_config_check_mutexes(&cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "dmutex: %s\n", err);
-        dm_config_free(&cfg);
-        return DM_EX_CONFIG;
-    }
-    if (redis && dm_cli_set_redis_url(&cfg, "dmutex run: -r ", redis) != 0) {
-        dm_config_free(&cfg);
-        return DM_EX_CONFIG;
-    }
-    dm_config_free(&cfg);
-
-    char shim[PATH_MAX], abs_cfg[PATH_MAX];
-    if (find_shim(shim, sizeof shim) != 0)
-        return 127;
-    if (!realpath(cfg_path, abs_cfg)) {
-        fprintf(stderr, "dmutex run: %s: %s\n", cfg_path, strerror(errno));
-        return DM_EX_CONFIG;
-    }
-    const char *old = getenv("LD_PRELOAD");
-    char *preload;
-    if (asprintf(&preload, "%s%s%s", shim, old && *old ? " " : "", old ? old : "") < 0)
-        return 127;
-    setenv("LD_PRELOAD", preload, 1);
-    setenv("DMUTEX_CONFIG", abs_cfg, 1);
-    if (redis)
-        setenv("DMUTEX_REDIS", redis, 1);
-    if (level)
-        setenv("DMUTEX_LOG", level, 1);
+    int r = dm_cli_preload_env("run", cfg_path, redis, level);
+    if (r != 0)
+        return r;
+    /* The check of `dmutex check`, quiet: every error of the config
+     * against this program at once, before it runs (a real start stops at
+     * the first). It costs one start of the program up to the shim's
+     * constructor. A statically linked program cannot be checked (nor
+     * reached by the shim): it runs as before. */
+    r = dm_cli_check_child("quiet", argv + optind, "run");
+    if (r == DM_EX_CONFIG || r == 127)
+        return r;
+    unsetenv("DMUTEX_CHECK");
     execvp(argv[optind], argv + optind);
     fprintf(stderr, "dmutex run: %s: %s\n", argv[optind], strerror(errno));
     return 127;
@@ -207,6 +236,12 @@ int main(int argc, char **argv)
         return dm_cli_run(argc - 1, argv + 1);
     if (strcmp(cmd, "ls") == 0)
         return dm_cli_ls(argc - 1, argv + 1);
+    if (strcmp(cmd, "check") == 0)
+        return dm_cli_check(argc - 1, argv + 1);
+    if (strcmp(cmd, "unlock") == 0)
+        return dm_cli_unlock(argc - 1, argv + 1);
+    if (strcmp(cmd, "top") == 0)
+        return dm_cli_top(argc - 1, argv + 1);
     if (strcmp(cmd, "scan") == 0)
         return dm_cli_scan(argc - 1, argv + 1);
     if (strcmp(cmd, "acl") == 0)

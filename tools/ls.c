@@ -3,14 +3,13 @@
  * lease, fencing token, how its last hold ended, and the processes
  * subscribed to its release notices. Read-only: never changes a key. */
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "config.h"
-#include "keys.h"
+#include "locks.h"
 #include "redis.h"
 
 static const char ls_usage[] =
@@ -19,7 +18,8 @@ static const char ls_usage[] =
     "Lists the cluster locks of NAMESPACE (default: the config's, or \"dmutex\"):\n"
     "  NAME       the lock name (config `name`, default the symbol)\n"
     "  STATE      held, free, expired (last holder's lease ran out unreleased),\n"
-    "             or delayed (lock_delay_ms after an expiry)\n"
+    "             delayed (lock_delay_ms after an expiry), or forced (dmutex\n"
+    "             unlock --force freed it)\n"
     "  HOLDER     owner id <process id>:<thread seq> and its hold count\n"
     "  LEASE_MS   milliseconds left on the holder's lease\n"
     "  TOKEN      fencing token of the latest grant\n"
@@ -41,36 +41,6 @@ static const char ls_usage[] =
     "  -h, --help          this text\n"
     "\n"
     "Exit status 0; 1 if the server cannot be reached; 2 usage; 78 bad config.\n";
-
-static redisReply *cmd(struct dm_conn *conn, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = dm_net_vcommand(conn->c, conn->tls, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-/* Key `k` of lock `nm`, malloc'ed (NULL out of memory). */
-static char *key_of(const char *ns, const char *nm, enum dm_key k)
-{
-    size_t n = dm_keys_build(NULL, 0, ns, nm, k) + 1;
-    char *key = malloc(n);
-    if (key)
-        dm_keys_build(key, n, ns, nm, k);
-    return key;
-}
-
-/* Runs `fmt` (one %s) on key `k` of lock `nm`; NULL out of memory or on
- * a connection error (c->errstr). */
-static redisReply *key_cmd(struct dm_conn *conn, const char *fmt, const char *ns, const char *nm,
-                           enum dm_key k)
-{
-    char *key = key_of(ns, nm, k);
-    redisReply *r = key ? cmd(conn, fmt, key) : NULL;
-    free(key);
-    return r;
-}
 
 /* `s` as a JSON string: quotes, backslashes and control characters
  * escaped; a byte that is not part of valid UTF-8 (key names come from the
@@ -122,11 +92,6 @@ static void json_int_or_null(FILE *out, const char *s)
         fputs("null", out);
 }
 
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int dm_cli_ls(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -154,65 +119,19 @@ int dm_cli_ls(int argc, char **argv)
         fprintf(stderr, "dmutex ls: unexpected argument '%s'\n\n%s", argv[optind], ls_usage);
         return 2;
     }
-    struct dm_config cfg;
+    struct dm_locks_conn *lc;
+    int rc = dm_locks_connect("ls", cfg_path, url, ns, &lc);
+    if (rc != 0)
+        return rc;
+    ns = dm_locks_ns(lc);
+    struct dm_lock_row *rows;
+    size_t n;
     char err[DM_ERR_MAX];
-    if (cfg_path) {
-        if (dm_config_load(cfg_path, &cfg, err, sizeof err) != 0) {
-            fprintf(stderr, "dmutex: %s\n", err);
-            return DM_EX_CONFIG;
-        }
-    } else {
-        dm_config_defaults(&cfg);
-    }
-    if (url && *url && dm_cli_set_redis_url(&cfg, "dmutex ls: ", url) != 0) {
-        dm_config_free(&cfg);
-        return 2;
-    }
-    if (!ns)
-        ns = cfg.ns;
-    dm_redis_setup(&cfg.redis);
-    struct dm_conn conn;
-    if (dm_redis_connect(&conn) != 0) {
-        fprintf(stderr, "dmutex ls: %s\n", conn.errstr);
-        dm_config_free(&cfg);
+    if (dm_locks_read(dm_locks_conn(lc), ns, &rows, &n, err, sizeof err) != 0) {
+        fprintf(stderr, "dmutex ls: %s: %s\n", dm_redis_addr(), err);
+        dm_locks_disconnect(lc);
         return 1;
     }
-    redisContext *c = conn.c;
-
-    /* Every name ever granted has a token key: SCAN for ns:{*}:token. */
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    char cursor[32] = "0";
-    char *match = key_of(ns, "*", DM_KEY_TOKEN);
-    do {
-        redisReply *r = match ? cmd(&conn, "SCAN %s MATCH %s COUNT 1000", cursor, match) : NULL;
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            fprintf(stderr, "dmutex ls: SCAN: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str :
-                    match ? c->errstr : "out of memory");
-            if (r) freeReplyObject(r);
-            free(match);
-            dm_redis_close(&conn);
-            dm_config_free(&cfg);
-            return 1;
-        }
-        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        redisReply *keys = r->element[1];
-        for (size_t i = 0; i < keys->elements; i++) {
-            const char *name;
-            size_t namelen;
-            if (!dm_keys_name(keys->element[i]->str, keys->element[i]->len, ns, DM_KEY_TOKEN,
-                              &name, &namelen))
-                continue;
-            if (n == cap) {
-                cap = cap ? cap * 2 : 64;
-                names = realloc(names, cap * sizeof *names);
-            }
-            names[n++] = strndup(name, namelen);
-        }
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0") != 0);
-    free(match);
-    qsort(names, n, sizeof *names, by_name);
 
     if (json) {
         fputs("{\"namespace\": ", stdout);
@@ -225,72 +144,38 @@ int dm_cli_ls(int argc, char **argv)
                "TOKEN", "WAITERS", "LISTENING");
     }
     for (size_t i = 0; i < n; i++) {
-        const char *nm = names[i];
-        redisReply *hold = key_cmd(&conn, "HGETALL %s", ns, nm, DM_KEY_LOCK);
-        redisReply *pttl = key_cmd(&conn, "PTTL %s", ns, nm, DM_KEY_LOCK);
-        redisReply *tok = key_cmd(&conn, "GET %s", ns, nm, DM_KEY_TOKEN);
-        redisReply *last = key_cmd(&conn, "GET %s", ns, nm, DM_KEY_HOLDER);
-        redisReply *subs = key_cmd(&conn, "PUBSUB NUMSUB %s", ns, nm, DM_KEY_RELEASED);
-        redisReply *queue = key_cmd(&conn, "LLEN %s", ns, nm, DM_KEY_QUEUE);
-        if (!hold || !pttl || !tok || !last || !subs || !queue) {
-            fprintf(stderr, "dmutex ls: %s\n", c->errstr);
-            return 1;
-        }
-        char holder[128] = "-";
-        const char *state = "free";
-        if (hold->type == REDIS_REPLY_ARRAY && hold->elements >= 2) {
-            snprintf(holder, sizeof holder, "%s x%s", hold->element[0]->str, hold->element[1]->str);
-            state = "held";
-        } else if (last->type == REDIS_REPLY_STRING) {
-            /* the marker says how the last grant ended */
-            struct dm_holder m;
-            dm_keys_holder_decode(last->str, &m);
-            if (m.state == DM_HOLDER_EXPIRY_SEEN)
-                state = "delayed";
-            else if (m.state == DM_HOLDER_GRANTED)
-                state = "expired";
-        }
+        const struct dm_lock_row *l = &rows[i];
         char lease[24] = "-";
-        if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
-            snprintf(lease, sizeof lease, "%lld", pttl->integer);
-        long long listening = subs->type == REDIS_REPLY_ARRAY && subs->elements == 2
-                                  ? subs->element[1]->integer : 0;
-        long long waiters = queue->type == REDIS_REPLY_INTEGER ? queue->integer : 0;
-        const char *token = tok->type == REDIS_REPLY_STRING ? tok->str : NULL;
+        if (l->lease_ms >= 0)
+            snprintf(lease, sizeof lease, "%lld", l->lease_ms);
         if (json) {
-            int held = state[0] == 'h';
             fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", stdout);
-            json_str(stdout, nm);
-            printf(", \"state\": \"%s\", \"holder\": ", state);
-            if (held)
-                json_str(stdout, hold->element[0]->str);
+            json_str(stdout, l->name);
+            printf(", \"state\": \"%s\", \"holder\": ", l->state);
+            if (l->owner)
+                json_str(stdout, l->owner);
             else
                 fputs("null", stdout);
             fputs(", \"holds\": ", stdout);
-            json_int_or_null(stdout, held ? hold->element[1]->str : NULL);
+            json_int_or_null(stdout, l->holds);
             fputs(", \"lease_ms\": ", stdout);
             json_int_or_null(stdout, lease[0] == '-' ? NULL : lease);
             fputs(", \"token\": ", stdout);
-            json_int_or_null(stdout, token);
-            printf(", \"waiters\": %lld, \"listening\": %lld}", waiters, listening);
+            json_int_or_null(stdout, l->token);
+            printf(", \"waiters\": %lld, \"listening\": %lld}", l->waiters, l->listening);
         } else {
-            printf("%-24s %-8s %-44s %9s %16s %7lld %9lld\n", nm, state, holder, lease,
-                   token ? token : "-", waiters, listening);
+            char holder[128] = "-";
+            if (l->owner)
+                snprintf(holder, sizeof holder, "%s x%s", l->owner, l->holds);
+            printf("%-24s %-8s %-44s %9s %16s %7lld %9lld\n", l->name, l->state, holder, lease,
+                   l->token ? l->token : "-", l->waiters, l->listening);
         }
-        freeReplyObject(hold);
-        freeReplyObject(pttl);
-        freeReplyObject(tok);
-        freeReplyObject(last);
-        freeReplyObject(subs);
-        freeReplyObject(queue);
-        free(names[i]);
     }
     if (json)
         fputs(n ? "\n]}\n" : "]}\n", stdout);
     else if (n == 0)
         printf("(no locks in namespace %s at %s)\n", ns, dm_redis_addr());
-    free(names);
-    dm_redis_close(&conn);
-    dm_config_free(&cfg);
-    return 0;
+    dm_locks_free(rows, n);
+    dm_locks_disconnect(lc);
+    return fflush(stdout) == 0 ? 0 : 1;
 }
