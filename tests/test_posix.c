@@ -1019,16 +1019,23 @@ static void test_per_object_names_freed_while_their_renewal_is_in_flight(void **
 {
     (void)state;
     char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = 150; renew_ms = 30; "
-                                           "lease_margin_ms = 20; on_lease_lost = \"abort\";\n"
+                                           "lease_margin_ms = 20; on_lease_lost = \"warn\";\n"
                                            "mutexes = ();\n"));
     /* 32 threads x 100 names, held up to 60 ms against a 30 ms renewal
-     * period: the shim before the fix aborted in every one of 3 runs. */
-    for (int round = 0; round < 2; round++) {
+     * period. The defect: a renewal round's "the server no longer has it"
+     * for a freed name landing on the hold that reused its memory (the
+     * shim before the fix said so in 2 of 3 runs). A loaded machine may
+     * also miss a renewal deadline (lease - margin): that loss says "no
+     * renewal succeeded in time", is real, and is not this defect; warn
+     * mode lets the run go on to tell the two apart. */
+    for (int round = 0; round < 3; round++) {
         char *out = th_out_file();
         char *text = finish(PP(cfg, out, "x", "name-churn", "plain", "32", "100", "60000"), out, 0);
         th_assert_has(text, "name-churn 0");
-        if (strstr(text, "lost the lease"))
+        if (strstr(text, "the server no longer has the hold"))
             fail_msg("a healthy hold was declared lost:\n%s", text);
+        if (strstr(text, "lost the lease"))
+            print_message("measured: a renewal deadline missed under load (not a failure)\n");
         free(text);
     }
 }
