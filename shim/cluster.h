@@ -1,4 +1,4 @@
-/* cluster: the lock protocol of DESIGN.md, over Redis: acquire (reentrant
+/* cluster: the lock protocol (docs/design.md, "One lock call"), over Redis: acquire (reentrant
  * hash with a lease, fencing token, owner-dead detection), waiting on
  * release notices, release, and the owner identity of this process.
  * Independent of pthread_mutex_t: a test drives it with a real Redis and no

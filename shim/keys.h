@@ -56,7 +56,7 @@ size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *n
 int dm_keys_name(const char *key, size_t klen, const char *ns, enum dm_key k,
                  const char **name, size_t *namelen);
 
-/* The holder marker NS:{NAME}:holder, as acquire.lua documents it. */
+/* The holder marker NS:{NAME}:holder, as acquire.lua's header documents it. */
 enum dm_holder_state {
     DM_HOLDER_GRANTED,      /* "<req> #<tok>": granted to request <req>, not released;
                                with the lock hash gone its lease expired */

@@ -1,6 +1,5 @@
-/* mapped: what a mapped mutex means (DESIGN.md, "Semantics of a mapped
- * mutex"). Sits under the exported symbols (preload) and the start-up
- * (startup), over cluster: the
+/* mapped: what a mapped mutex means (docs/semantics.md). Sits under the
+ * exported symbols (preload) and the start-up (startup), over cluster: the
  * process's shared hold of each lock name (one cluster lock per name and
  * process, whatever number of its threads hold mutexes of the name), the
  * order of the two levels, recursion, error checks, robust owners,

@@ -4,7 +4,8 @@
  * hiredis's own calls unchanged (one test of a NULL pointer); a TLS
  * connection (hiredis 0.14 has no TLS) through OpenSSL on the context's
  * socket, with the same timeouts and hiredis's err/errstr on the context.
- * Every read or write of a connection's socket goes through here. Knows
+ * Every read or write of a data node's connection goes through here (the
+ * sentinels are asked over plain hiredis, by sentinel.c). Knows
  * nothing of scripts, pooling or what a command means. */
 #ifndef DM_NET_H
 #define DM_NET_H

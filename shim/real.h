@@ -2,7 +2,7 @@
  * their resolution. The bottom of the shim: it includes nothing of the shim
  * but log.h, and every module that must call glibc underneath the exported
  * symbols (preload's passthrough, mapped's real locks, startup's loader
- * calls) goes through dm_real. */
+ * calls, net's dlopen of libssl) goes through dm_real. */
 #ifndef DM_REAL_H
 #define DM_REAL_H
 

@@ -484,8 +484,10 @@ static void map_entries(struct dm_config *cfg)
  * read side is held only inside OpenSSL calls, which take no shim lock. A lock may
  * only be taken while holding locks to its left. Logging takes no lock.
  * Not included: the per-name mutexes of mapped (never held across I/O,
- * taken under names_mu and the registry lock, and taking wmu themselves);
- * the child makes them anew (dm_mapped_atfork).
+ * taken under names_mu and the registry lock, and taking wmu themselves),
+ * net's ctx_mu (the TLS context, made once) and sentinel's ask_mu (held
+ * while the sentinels are asked, taking nothing else); the child makes
+ * them anew (dm_mapped_atfork, dm_net_atfork, dm_sentinel_atfork).
  *
  * The child lets go in the reverse order, so that each module's child
  * handler, which may take the locks to its right (cluster's registers

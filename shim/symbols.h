@@ -1,7 +1,7 @@
 /* symbols: config names -> addresses in the loaded ELF objects of this
- * process. Reads .symtab (falling back to .dynsym) of each object's file
- * with libelf and adds the load bias, so PIE executables and libraries work.
- * Knows nothing of Redis or of the config syntax. */
+ * process: which object a name means, the rules that pick one symbol, the
+ * load bias (PIE executables and libraries), the cache. Reading a symbol
+ * table is elfsyms'. Knows nothing of Redis or of the config syntax. */
 #ifndef DM_SYMBOLS_H
 #define DM_SYMBOLS_H
 

@@ -1,7 +1,6 @@
-/* util: monotonic time, deadlines, sleep, backoff and monotonic condition
- * variables. Every wait in the shim is measured on CLOCK_MONOTONIC, so
- * these are the only place that converts between milliseconds and
- * timespecs. */
+/* util: monotonic time, deadlines, sleep, backoff, monotonic condition
+ * variables, fork handling of a mutex, the hash table (util.h says what
+ * each does). Every wait in the shim is measured on CLOCK_MONOTONIC. */
 #include "util.h"
 
 #include <errno.h>

@@ -1,8 +1,9 @@
 /* util: the small helpers every threaded module needs, defined once:
  * monotonic time in milliseconds, deadlines on CLOCK_MONOTONIC, sleeping,
- * capped exponential backoff with jitter, and condition variables that
- * wait on CLOCK_MONOTONIC. The bottom layer: includes no shim header, does
- * no I/O, never allocates, never logs. */
+ * capped exponential backoff with jitter, condition variables that wait on
+ * CLOCK_MONOTONIC, a module mutex's fork handling, and the intrusive hash
+ * table of named records. The bottom layer: includes no shim header, does
+ * no I/O, never logs; only the hash table allocates (its buckets). */
 #ifndef DM_UTIL_H
 #define DM_UTIL_H
 

@@ -1,6 +1,7 @@
-/* watchdog: one thread per process that keeps the leases of held cluster
- * locks alive, renewing all of them every renew_ms in one pipelined batch,
- * and that decides, on CLOCK_MONOTONIC, when a hold is lost: the server
+/* watchdog: two threads per process. The renewal thread keeps the leases
+ * of held cluster locks alive: when a hold is due (renew_ms after its last
+ * renewal) it renews every due hold in one pipelined round. The deadline
+ * thread (no I/O) decides, on CLOCK_MONOTONIC, when a hold is lost: the server
  * says it is gone, or no renewal has succeeded for lease - margin. A lost
  * hold is logged with name, owner and fencing token, counted, and then
  * on_lease_lost applies: abort (the process ends before the server-side

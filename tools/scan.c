@@ -14,7 +14,6 @@
  * finding the candidates is scan_files.c (files, symbol tables, guesses)
  * and scan_dwarf.c (debug info), through scan.h. */
 #include "cli.h"
-#include "cli.h"
 #include "scan.h"
 
 #include <getopt.h>

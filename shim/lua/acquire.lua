@@ -8,7 +8,7 @@
 -- reply was lost, or the claim of a lock a release handed over.
 --
 -- Every call carries a request id, "<owner>|<wait id>" (ARGV[5]), new for
--- each lock call of a thread. A request the caller gave up (abandon.lua, on
+-- each lock call of a thread. A request the caller gave up (cancel.lua, on
 -- a reply that never came: the request may still sit unexecuted in the
 -- server, e.g. behind a CLIENT PAUSE, and run after the abandon) is in
 -- KEYS[7] and does nothing here.
@@ -31,13 +31,16 @@
 --                                       a retried release recognises itself)
 --                    "!<ms>"            expiry seen at server time ms; no grant
 --                                       until lock_delay has passed
+--                    "~<tok> <who>"     released by `dmutex unlock --force`
+--                                       (force.lua), which drew token <tok>;
+--                                       taken next as after an expiry
 -- KEYS[4] queue    ns:{NAME}:queue    fair waiters, "<owner>|<wait id>", oldest first
 -- KEYS[5] qtime    ns:{NAME}:qtime    zset waiter -> deadline (server ms); a waiter
 --                                     past its deadline is dead and skipped
 -- KEYS[6] lost     ns:{NAME}:lost     list of the last LOST_KEEP tokens whose grant
 --                                     ended by expiry (found here), PEXPIRE a lease
 -- KEYS[7] void     ns:{NAME}:void     zset abandoned request -> until (server ms);
---                                     written by abandon.lua only
+--                                     written by cancel.lua only
 -- ARGV[1] owner  ARGV[2] lease ms  ARGV[3] lock delay ms after an expiry
 -- ARGV[4] 1: queue the caller if not granted (fair)  ARGV[5] "<owner>|<wait id>"
 -- ARGV[6] queue deadline, ms from now  ARGV[7] channel to announce that the
