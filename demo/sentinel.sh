@@ -75,27 +75,42 @@ wait_for() {
     done
 }
 pong() { redis-cli -p "$1" ping | grep -q PONG; }
+# up PORT PID: the server answers, or (1) it is gone (the port was taken
+# between the check and its bind: the caller tries another) or too slow.
+up() {
+    n=0
+    until pong "$1"; do
+        kill -0 "$2" 2>/dev/null || return 1
+        n=$((n + 1))
+        [ $n -ge "$DEMO_READY_WAIT_TENTHS" ] && return 1
+        sleep 0.1
+    done
+}
 
 # node NAME ARGS...: a redis-server on a free port in $tmp/NAME; sets port.
 node() {
     name=$1
     shift
-    port=$(free_port)
     mkdir -p "$tmp/$name"
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp/$name" \
-        --logfile "$tmp/$name/redis.log" --save '' --appendonly no --protected-mode no \
-        --repl-diskless-sync-delay 0 "$@" >/dev/null 2>&1 &
-    last_pid=$!
-    server_pids="$server_pids $last_pid"
-    wait_for "$DEMO_READY_WAIT_TENTHS" pong "$port" ||
-        { echo "demo: redis-server $name did not start (see $tmp/$name/redis.log)" >&2; exit 1; }
+    for try in 1 2 3 4 5; do
+        port=$(free_port)
+        redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp/$name" \
+            --logfile "$tmp/$name/redis.log" --save '' --appendonly no --protected-mode no \
+            --repl-diskless-sync-delay 0 "$@" >/dev/null 2>&1 &
+        last_pid=$!
+        server_pids="$server_pids $last_pid"
+        up "$port" "$last_pid" && return 0
+    done
+    echo "demo: redis-server $name did not start (see $tmp/$name/redis.log)" >&2
+    exit 1
 }
 
 sentinel() {
     name=$1 mport=$2
-    port=$(free_port)
     mkdir -p "$tmp/$name"
-    cat >"$tmp/$name/sentinel.conf" <<EOF
+    for try in 1 2 3 4 5; do
+        port=$(free_port)
+        cat >"$tmp/$name/sentinel.conf" <<EOF
 port $port
 bind 127.0.0.1
 dir $tmp/$name
@@ -105,10 +120,12 @@ sentinel monitor $DEMO_MASTER 127.0.0.1 $mport 2
 sentinel down-after-milliseconds $DEMO_MASTER $DEMO_DOWN_AFTER_MS
 sentinel failover-timeout $DEMO_MASTER 5000
 EOF
-    redis-server "$tmp/$name/sentinel.conf" --sentinel >/dev/null 2>&1 &
-    server_pids="$server_pids $!"
-    wait_for "$DEMO_READY_WAIT_TENTHS" pong "$port" ||
-        { echo "demo: sentinel $name did not start (see $tmp/$name/redis.log)" >&2; exit 1; }
+        redis-server "$tmp/$name/sentinel.conf" --sentinel >/dev/null 2>&1 &
+        server_pids="$server_pids $!"
+        up "$port" "$!" && return 0
+    done
+    echo "demo: sentinel $name did not start (see $tmp/$name/redis.log)" >&2
+    exit 1
 }
 
 replicas_online() { [ "$(redis-cli -p "$1" info replication | grep -c state=online)" -ge 2 ]; }
