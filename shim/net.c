@@ -56,7 +56,8 @@
  * expand to SSL_CTX_ctrl, which is in the list too). */
 #define DM_OSSL_FUNCS(X) \
     X(OPENSSL_init_ssl) X(OPENSSL_atexit) X(ERR_peek_error) X(ERR_reason_error_string) \
-    X(ERR_error_string_n) X(ERR_clear_error) X(TLS_client_method) X(SSL_CTX_new) \
+    X(ERR_error_string_n) X(ERR_clear_error) X(ERR_get_error_all) X(ERR_new) X(ERR_set_debug) \
+    X(ERR_set_error) X(TLS_client_method) X(SSL_CTX_new) \
     X(SSL_CTX_free) X(SSL_CTX_up_ref) X(SSL_CTX_ctrl) X(SSL_CTX_set_verify) \
     X(SSL_CTX_load_verify_locations) X(SSL_CTX_set_default_verify_paths) \
     X(SSL_CTX_use_certificate_chain_file) X(SSL_CTX_use_PrivateKey_file) \
@@ -84,6 +85,10 @@ static struct { DM_OSSL_FUNCS(DM_OSSL_FIELD) } ossl;
 #define ERR_reason_error_string ossl.p_ERR_reason_error_string
 #define ERR_error_string_n ossl.p_ERR_error_string_n
 #define ERR_clear_error ossl.p_ERR_clear_error
+#define ERR_get_error_all ossl.p_ERR_get_error_all
+#define ERR_new ossl.p_ERR_new
+#define ERR_set_debug ossl.p_ERR_set_debug
+#define ERR_set_error ossl.p_ERR_set_error
 #define TLS_client_method ossl.p_TLS_client_method
 #define SSL_CTX_new ossl.p_SSL_CTX_new
 #define SSL_CTX_free ossl.p_SSL_CTX_free
@@ -165,14 +170,65 @@ static void ssl_rw_init(void)
     pthread_rwlockattr_destroy(&a);
 }
 
-static void ssl_enter(void)
+/* The calling thread's OpenSSL error queue is the program's: errors it
+ * queued before a lock call (and has not read yet) are set aside while the
+ * shim works (SSL_get_error needs an empty queue) and put back after, and
+ * the shim's own errors never stay behind. On the caller's stack. */
+#define DM_OSSL_SAVED 16                /* OpenSSL's queue holds 16 */
+#define DM_OSSL_DATA  160
+struct ossl_errs {
+    int n;
+    struct {
+        unsigned long code;
+        const char *file, *func;        /* OpenSSL's static strings */
+        int line;
+        char data[DM_OSSL_DATA];        /* "" when none */
+    } e[DM_OSSL_SAVED];
+};
+
+static int ossl_usable(void)
+{
+    return __atomic_load_n(&ssl_ready, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE);
+}
+
+static void ssl_enter(struct ossl_errs *oe)
 {
     pthread_once(&ssl_rw_once, ssl_rw_init);
     pthread_rwlock_rdlock(&ssl_rw);
+    oe->n = 0;
+    if (!ossl_usable() || !ERR_peek_error())
+        return;
+    const char *file, *func, *data;
+    int line, flags;
+    unsigned long e;
+    while ((e = ERR_get_error_all(&file, &line, &func, &data, &flags)) != 0) {
+        if (oe->n == DM_OSSL_SAVED)
+            continue;                   /* cannot happen: the queue holds 16 */
+        oe->e[oe->n].code = e;
+        oe->e[oe->n].file = file;
+        oe->e[oe->n].func = func;
+        oe->e[oe->n].line = line;
+        snprintf(oe->e[oe->n].data, DM_OSSL_DATA, "%s",
+                 data && (flags & ERR_TXT_STRING) ? data : "");
+        oe->n++;
+    }
 }
 
-static void ssl_leave(void)
+static void ssl_leave(struct ossl_errs *oe)
 {
+    if (ossl_usable()) {
+        ERR_clear_error();
+        for (int i = 0; i < oe->n; i++) {
+            ERR_new();
+            ERR_set_debug(oe->e[i].file, oe->e[i].line, oe->e[i].func);
+            if (oe->e[i].data[0])
+                ERR_set_error(ERR_GET_LIB(oe->e[i].code), ERR_GET_REASON(oe->e[i].code), "%s",
+                              oe->e[i].data);
+            else
+                ERR_set_error(ERR_GET_LIB(oe->e[i].code), ERR_GET_REASON(oe->e[i].code), NULL);
+        }
+    }
     pthread_rwlock_unlock(&ssl_rw);
 }
 
@@ -257,7 +313,8 @@ static void ssl_init(void)
 
 void dm_net_setup(const struct dm_tls_config *tls)
 {
-    ssl_enter();
+    struct ossl_errs oe;
+    ssl_enter(&oe);
     /* With TLS configured, OpenSSL is initialised now, at the process's
      * start, before the program's own use of it: the first initialisation
      * decides whether OpenSSL's cleanup runs at exit, and it must not run
@@ -270,7 +327,7 @@ void dm_net_setup(const struct dm_tls_config *tls)
         SSL_CTX_free(ctx);      /* sessions hold their own reference */
     ctx = NULL;
     pthread_mutex_unlock(&ctx_mu);
-    ssl_leave();
+    ssl_leave(&oe);
 }
 
 /* OpenSSL's words for the oldest error of this thread's queue. */
@@ -573,18 +630,19 @@ static struct dm_net *session_new(redisContext *c, const char *host, const char 
 struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *addr,
                                 long long deadline_ms, long timeout_ms, char *why, size_t len)
 {
-    ssl_enter();
+    struct ossl_errs oe;
+    ssl_enter(&oe);
     struct dm_net *t = session_new(c, host, addr, timeout_ms, why, len);
-    ssl_leave();
+    ssl_leave(&oe);
     if (!t)
         return NULL;
     for (;;) {
-        ssl_enter();
+        ssl_enter(&oe);
         ERR_clear_error();
         int r = SSL_connect(t->ssl);
         short ev = 0;
         int k = r == 1 ? 2 : ssl_retry(c, t, r, &ev, "handshake");
-        ssl_leave();
+        ssl_leave(&oe);
         if (k == 2)
             break;
         if (k == 0) {
@@ -634,13 +692,14 @@ void dm_net_set_timeout(redisContext *c, struct dm_net *t, long ms)
 /* Writes all of c->obuf by the deadline. REDIS_OK or REDIS_ERR. */
 static int tls_flush(redisContext *c, struct dm_net *t, long long deadline_ms)
 {
+    struct ossl_errs oe;
     while (sdslen(c->obuf) > 0) {
-        ssl_enter();
+        ssl_enter(&oe);
         ERR_clear_error();
         int n = SSL_write(t->ssl, c->obuf, (int)sdslen(c->obuf));
         short ev = 0;
         int k = n > 0 ? 1 : ssl_retry(c, t, n, &ev, "write");
-        ssl_leave();
+        ssl_leave(&oe);
         if (n > 0) {
             sdsrange(c->obuf, n, -1);
             continue;
@@ -664,12 +723,13 @@ static int tls_flush(redisContext *c, struct dm_net *t, long long deadline_ms)
  * an error or a closed connection. */
 static int tls_read_once(redisContext *c, struct dm_net *t, short *events)
 {
+    struct ossl_errs oe;
     char buf[DM_NET_READ_CHUNK];
-    ssl_enter();
+    ssl_enter(&oe);
     ERR_clear_error();
     int n = SSL_read(t->ssl, buf, sizeof buf);
     int k = n > 0 ? 1 : ssl_retry(c, t, n, events, "read");
-    ssl_leave();
+    ssl_leave(&oe);
     if (n > 0) {
         if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
             set_ctx_err(c, c->reader->err, c->reader->errstr);
@@ -772,11 +832,12 @@ int dm_net_read(redisContext *c, struct dm_net *t)
 
 int dm_net_buffered(const struct dm_net *t)
 {
+    struct ossl_errs oe;
     if (!t)
         return 0;
-    ssl_enter();
+    ssl_enter(&oe);
     int n = SSL_pending(t->ssl);
-    ssl_leave();
+    ssl_leave(&oe);
     return n > 0;
 }
 
@@ -792,11 +853,12 @@ const char *dm_net_tls_why(const struct dm_net *t)
 
 void dm_net_close(redisContext *c, struct dm_net *t)
 {
+    struct ossl_errs oe;
     if (t) {
-        ssl_enter();
+        ssl_enter(&oe);
         if (!__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE))
             SSL_free(t->ssl);
-        ssl_leave();
+        ssl_leave(&oe);
         free(t);
     }
     if (c)

@@ -459,7 +459,10 @@ static void test_exit_releases_a_hold_over_tls(void **state)
 }
 
 /* A program that initialises the same OpenSSL itself, the default way
- * (which registers OpenSSL's cleanup at exit), and exits holding a lock:
+ * (which registers OpenSSL's cleanup at exit), has an error of its own on
+ * its thread's OpenSSL error queue when it locks (the lock's connection
+ * and handshake run on that thread: the error must still be there after),
+ * and exits holding a lock:
  * the shim's destructor still releases it over TLS (the shim initialised
  * OpenSSL first, at start, without that cleanup). */
 static void test_exit_release_survives_the_programs_own_openssl(void **state)
@@ -477,6 +480,7 @@ static void test_exit_release_survives_the_programs_own_openssl(void **state)
     th_wait_for(out, "locked 0", RUN_MS);
     th_touch(go);
     char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "own error queue kept");   /* the lock's handshake left it alone */
     th_assert_has(text, "own SSL_CTX made");
     free(text);
     char *holder = tls_get("tls_sslprog", DM_KEY_HOLDER);
