@@ -403,6 +403,22 @@ static int build_argv(const char **argv, enum dm_script s, int use_body, int nke
     return n;
 }
 
+/* The words to add to an ACL refusal: NOPERM (the user lacks EVALSHA, a
+ * key or a channel), or a command a script calls, which Redis 7.0 refuses
+ * without naming it ("The user executing the script can't run this
+ * command...", "...can't publish to the channel..."). "" otherwise. */
+static const char *acl_refusal_hint(const char *msg)
+{
+    static const char script_words[] = "The user executing the script can't";
+    if (strncmp(msg, "NOPERM", 6) == 0)
+        return " (an ACL refusal: `dmutex acl -c CONFIG` prints the rights a config needs)";
+    if (strstr(msg, script_words))
+        return " (an ACL refusal of a command the script calls; Redis does not say which: "
+               "`ACL LOG` on the server does, and `dmutex acl -c CONFIG` prints the rights "
+               "a config needs)";
+    return "";
+}
+
 static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_script s)
 {
     if (!r) {
@@ -411,11 +427,9 @@ static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_scri
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        /* NOPERM: the ACL user lacks a command, key or channel. */
         set_err(conn, wrong_node_reply(r->str) ? DM_REDIS_WRONG_NODE : DM_REDIS_REPLY_ERROR,
                 "redis at %s: %s.lua: %s%s", dm_redis_addr(), script_name[s], r->str,
-                strncmp(r->str, "NOPERM", 6) == 0 ?
-                " (`dmutex acl -c CONFIG` prints the rights a config needs)" : "");
+                acl_refusal_hint(r->str));
         freeReplyObject(r);
         return NULL;
     }

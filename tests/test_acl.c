@@ -250,6 +250,23 @@ static void test_user_without_evalsha_gets_noperm_and_no_lock(void **state)
     free(text);
 }
 
+/* A command a script calls (acquire.lua's HSET): Redis 7.0 refuses it
+ * inside the script without NOPERM and without naming it; the log says
+ * it is an ACL refusal and where to look. */
+static void test_user_without_a_scripts_command_is_told_it_is_an_acl_refusal(void **state)
+{
+    (void)state;
+    char *cfg = app_config("on_redis_down = \"error\";");
+    char *line = acl_line(cfg, NULL);
+    run_acl_line(line, "+hset", NULL, NULL);
+    free(line);
+    char *text = refused_lock(cfg);
+    th_assert_has(text, "acl_held");
+    th_assert_has(text, "an ACL refusal of a command the script calls");
+    th_assert_has(text, "ACL LOG");
+    free(text);
+}
+
 static void test_user_without_the_key_pattern_gets_noperm_and_no_lock(void **state)
 {
     (void)state;
@@ -273,6 +290,7 @@ int main(void)
         T(test_user_from_the_acl_line_is_refused_the_rest),
         T(test_user_without_evalsha_gets_noperm_and_no_lock),
         T(test_user_without_the_key_pattern_gets_noperm_and_no_lock),
+        T(test_user_without_a_scripts_command_is_told_it_is_an_acl_refusal),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
