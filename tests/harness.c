@@ -725,6 +725,34 @@ long long th_wait_for(const char *out, const char *needle, long timeout_ms)
 
 /* ---- reading outputs and the server's statistics ------------------------- */
 
+long long th_run_counters(redisContext *c, const struct th_redis *server, const char *key,
+                          char *const *env, const struct th_counters *how, const char *never)
+{
+    if (how->procs > TH_COUNTER_PROCS_MAX)
+        fail_msg("%d counter processes: at most %d", how->procs, TH_COUNTER_PROCS_MAX);
+    char threads[16], iters[16], done[48];
+    snprintf(threads, sizeof threads, "%d", how->threads);
+    snprintf(iters, sizeof iters, "%d", how->iters);
+    snprintf(done, sizeof done, "done %d", how->threads * how->iters);
+    char *argv[] = { TH_COUNTER, (char *)server->addr, (char *)server->port_text, (char *)key,
+                     threads, iters, (char *)how->hold_us, NULL };
+    freeReplyObject(th_cmd(c, "DEL %s", key));
+    pid_t pid[TH_COUNTER_PROCS_MAX];
+    char *out[TH_COUNTER_PROCS_MAX];
+    for (int i = 0; i < how->procs; i++) {
+        out[i] = th_out_file();
+        pid[i] = th_child(argv, env, out[i]);
+    }
+    for (int i = 0; i < how->procs; i++) {
+        char *text = th_finish(pid[i], out[i], 0, how->run_ms);
+        th_assert_has(text, done);
+        if (never && strstr(text, never))
+            fail_msg("a counter process said %s:\n%s", never, text);
+        free(text);
+    }
+    return th_cmd_int(c, "GET %s", key);
+}
+
 void th_assert_has(const char *text, const char *needle)
 {
     if (!strstr(text, needle))

@@ -23,7 +23,6 @@
 #include "harness.h"
 #include "redis.h"
 
-#define COUNTER         TH_BUILD "/tests/progs/counter"
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
 #define FORKPROG        TH_BUILD "/tests/progs/forkprog"
 #define SSLPROG         TH_BUILD "/tests/progs/sslprog"
@@ -53,7 +52,6 @@ static struct th_redis mtls;    /* TLS, client certificates required */
 static struct th_redis other;   /* TLS, a certificate for other.example */
 static struct th_redis expired; /* TLS, a certificate that expired in 2020 */
 static char certs[128];
-static char data_port[16];
 
 static const char *cert(const char *file)
 {
@@ -76,7 +74,6 @@ static int group_setup(void **state)
 {
     (void)state;
     th_group_start(&data, &rc, SUITE_ALARM_S, NULL);
-    snprintf(data_port, sizeof data_port, "%d", data.port);
     snprintf(certs, sizeof certs, "/tmp/dmutex-test-tls.XXXXXX");
     if (!mkdtemp(certs))
         fail_msg("mkdtemp: %s", strerror(errno));
@@ -295,12 +292,8 @@ static const char *mutual(void)
  * the final count. */
 static long long run_counters(const char *cfgfile, const char *key, char *const *more_env)
 {
-    char threads[8], iters[8];
-    snprintf(threads, sizeof threads, "%d", CNT_THREADS);
-    snprintf(iters, sizeof iters, "%d", CNT_ITERS);
-    char *argv[] = { COUNTER, data.addr, data_port, (char *)key, threads, iters, CNT_HOLD_US,
-                     NULL };
-    freeReplyObject(th_cmd(rc, "DEL %s", key));
+    static const struct th_counters counters = { CNT_PROCS, CNT_THREADS, CNT_ITERS, CNT_HOLD_US,
+                                                 RUN_MS };
     struct th_shim_env e;
     char **base = th_shim_env(&e, cfgfile, NULL, NULL);
     char *env[16];
@@ -310,20 +303,7 @@ static long long run_counters(const char *cfgfile, const char *key, char *const 
     for (int i = 0; more_env && more_env[i] && n < 15; i++)
         env[n++] = more_env[i];
     env[n] = NULL;
-    pid_t pid[CNT_PROCS];
-    char *out[CNT_PROCS];
-    for (int i = 0; i < CNT_PROCS; i++) {
-        out[i] = th_out_file();
-        pid[i] = th_child(argv, env, out[i]);
-    }
-    for (int i = 0; i < CNT_PROCS; i++) {
-        char *text = th_finish(pid[i], out[i], 0, RUN_MS);
-        char done[32];
-        snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
-        th_assert_has(text, done);
-        free(text);
-    }
-    return th_cmd_int(rc, "GET %s", key);
+    return th_run_counters(rc, &data, key, env, &counters, NULL);
 }
 
 /* The lock's fencing counter on the TLS server: grants made there. */
