@@ -189,3 +189,30 @@ void th_net_reconnect(struct th_net *n)
         for (int i = 0; i < 2; i++)
             th_sh("ip link set %s up", n->veth[i]);
 }
+
+/* ---- the group fixture --------------------------------------------------- */
+
+static struct th_net *fatal_net;
+
+/* A fatal signal: the harness kills children and servers; the machines go too. */
+static void machines_down_now(void)
+{
+    th_net_down(fatal_net);
+}
+
+void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned alarm_s,
+                             const char *group, const char *without)
+{
+    fatal_net = n;
+    th_group_start(NULL, NULL, alarm_s, machines_down_now);
+    th_checker_start(k);
+    if (th_net_setup(n) != 0)
+        printf("%s: no network namespaces (not root, or ip(8) failed): %s\n", group, without);
+}
+
+void th_machines_group_stop(struct th_checker *k, struct th_net *n)
+{
+    th_group_stop(NULL, NULL);
+    th_checker_stop(k);
+    th_net_down(n);
+}

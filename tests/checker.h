@@ -81,4 +81,14 @@ void th_net_reconnect(struct th_net *n);
  * fatal-signal handler. */
 void th_net_down(struct th_net *n);
 
+/* ---- the group fixture of the groups that use both ------------------------ */
+/* Group setup: th_group_start(NULL, NULL, alarm_s, ...) whose fatal-signal
+ * handler also takes the machines down, then the checker started and the
+ * machines set up; without network namespaces prints "<group>: no network
+ * namespaces (not root, or ip(8) failed): <without>" and goes on (n->up is
+ * 0). Group teardown: th_group_stop, the checker stopped, the machines
+ * removed. */
+void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned alarm_s,
+                             const char *group, const char *without);
+void th_machines_group_stop(struct th_checker *k, struct th_net *n);
 #endif

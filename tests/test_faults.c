@@ -81,13 +81,6 @@ static void measured(const char *fmt, ...)
     fflush(stdout);
 }
 
-/* A fatal signal: the harness kills children and servers; the network
- * "machines" go too. */
-static void net_down_now(void)
-{
-    th_net_down(&net);
-}
-
 /* A config: `settings` (top-level lines) and fault_lock mapped as `name`. */
 static char *config(const char *settings, const char *name)
 {
@@ -278,23 +271,18 @@ static long long info_num(redisContext *c, const char *section, const char *fiel
 static int group_setup(void **state)
 {
     (void)state;
-    /* The lock server is the test's (lock_server), not the group's. */
-    th_group_start(NULL, NULL, SUITE_ALARM_S, net_down_now);
     if (th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, NULL) != 0)
         return -1;
-    th_checker_start(&chk);
-    if (th_net_setup(&net) != 0)
-        printf("test_faults: no network namespaces (not root, or ip(8) failed): "
-               "the cut-off scenarios are skipped\n");
+    /* The lock server is the test's (lock_server), not the group's. */
+    th_machines_group_start(&chk, &net, SUITE_ALARM_S, "test_faults",
+                            "the cut-off scenarios are skipped");
     return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    th_group_stop(NULL, NULL);
-    th_checker_stop(&chk);
-    th_net_down(&net);
+    th_machines_group_stop(&chk, &net);
     return 0;
 }
 

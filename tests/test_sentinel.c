@@ -98,11 +98,6 @@ static void measured(const char *fmt, ...)
     fflush(stdout);
 }
 
-static void net_down_now(void)
-{
-    th_net_down(&net);
-}
-
 static const char *bind_addr(void)
 {
     return net.up ? net.host_ip : "127.0.0.1";
@@ -211,24 +206,17 @@ static void sentinel_says(const struct th_redis *s, char *buf, size_t len)
 static int group_setup(void **state)
 {
     (void)state;
-    th_group_start(NULL, NULL, SUITE_ALARM_S, net_down_now);
-    if (!realpath(WORKER, worker_path)) {
-        fprintf(stderr, "test_sentinel: %s missing (make test-build first)\n", WORKER);
+    if (th_built_paths(WORKER, worker_path, NULL) != 0)
         return -1;
-    }
-    th_checker_start(&chk);
-    if (th_net_setup(&net) != 0)
-        printf("test_sentinel: no network namespaces (not root, or ip(8) failed): the "
-               "failover runs on loopback\n");
+    th_machines_group_start(&chk, &net, SUITE_ALARM_S, "test_sentinel",
+                            "the failover runs on loopback");
     return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    th_group_stop(NULL, NULL);
-    th_checker_stop(&chk);
-    th_net_down(&net);
+    th_machines_group_stop(&chk, &net);
     return 0;
 }
 
