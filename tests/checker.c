@@ -193,6 +193,7 @@ void th_net_reconnect(struct th_net *n)
 /* ---- the group fixture --------------------------------------------------- */
 
 static struct th_net *fatal_net;
+static struct th_checker *group_chk;
 
 /* A fatal signal: the harness kills children and servers; the machines go too. */
 static void machines_down_now(void)
@@ -204,6 +205,7 @@ void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned al
                              const char *group, const char *without)
 {
     fatal_net = n;
+    group_chk = k;
     th_group_start(NULL, NULL, alarm_s, machines_down_now);
     th_checker_start(k);
     if (th_net_setup(n) != 0)
@@ -215,4 +217,18 @@ void th_machines_group_stop(struct th_checker *k, struct th_net *n)
     th_group_stop(NULL, NULL);
     th_checker_stop(k);
     th_net_down(n);
+}
+
+int th_machines_group_teardown(void **state)
+{
+    (void)state;
+    th_machines_group_stop(group_chk, fatal_net);
+    return 0;
+}
+
+int th_machines_test_setup(void **state)
+{
+    (void)state;
+    th_checker_next(group_chk);
+    return 0;
 }

@@ -91,4 +91,9 @@ void th_net_down(struct th_net *n);
 void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned alarm_s,
                              const char *group, const char *without);
 void th_machines_group_stop(struct th_checker *k, struct th_net *n);
+/* cmocka fixtures of such a group: th_machines_group_stop of what
+ * th_machines_group_start started, as its group teardown; the checker's
+ * next key prefix (th_checker_next), as a test's setup. */
+int th_machines_group_teardown(void **state);
+int th_machines_test_setup(void **state);
 #endif

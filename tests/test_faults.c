@@ -279,20 +279,6 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_machines_group_stop(&chk, &net);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    th_checker_next(&chk);
-    return 0;
-}
-
 static int teardown(void **state)
 {
     (void)state;
@@ -1583,7 +1569,7 @@ static void test_rss_stays_flat_over_uncached_cycles(void **s)
               "20000", "no caching (two round trips each)");
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, th_machines_test_setup, teardown)
 
 int main(void)
 {
@@ -1618,11 +1604,11 @@ int main(void)
         T(test_stopped_holder_overlap_is_measured_reported_and_fenced_off),
         T(test_stopped_holder_in_abort_mode_dies_when_resumed),
         TH_CASE(test_server_restart_with_aof_always_keeps_every_hold,
-                restart_scenario, "always", setup, teardown),
+                restart_scenario, "always", th_machines_test_setup, teardown),
         TH_CASE(test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash,
-                restart_scenario, "everysec", setup, teardown),
+                restart_scenario, "everysec", th_machines_test_setup, teardown),
         TH_CASE(test_server_restart_without_persistence_holders_detect_the_loss,
-                restart_scenario, NULL, setup, teardown),
+                restart_scenario, NULL, th_machines_test_setup, teardown),
         T(test_client_pause_longer_than_a_command_timeout_is_ridden_out),
         T(test_cut_off_holder_aborts_before_its_lease_expires),
         T(test_cut_off_holder_in_warn_mode_is_fenced_off),
@@ -1635,5 +1621,5 @@ int main(void)
     const char *only = getenv("DM_FAULTS_FILTER");     /* e.g. "*restart*" while debugging */
     if (only && *only)
         cmocka_set_test_filter(only);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_machines_group_teardown);
 }

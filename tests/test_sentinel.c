@@ -213,20 +213,6 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_machines_group_stop(&chk, &net);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    th_checker_next(&chk);
-    return 0;
-}
-
 static struct topo cur;          /* the current test's servers: teardown stops them */
 
 static int teardown(void **state)
@@ -797,7 +783,7 @@ static void test_failover_with_min_replicas_0_is_measured(void **s)
     assert_true(r.sections > 0);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, th_machines_test_setup, teardown)
 
 int main(void)
 {
@@ -812,5 +798,5 @@ int main(void)
     const char *only = getenv("DM_SENTINEL_FILTER");
     if (only && *only)
         cmocka_set_test_filter(only);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_machines_group_teardown);
 }
