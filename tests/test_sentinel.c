@@ -54,6 +54,7 @@
 #include "cluster.h"
 #include "config.h"
 #include "harness.h"
+#include "progs/fdio.h"
 #include "redis.h"
 #include "watchdog.h"
 
@@ -236,14 +237,7 @@ static int fake_port, fake_listen_fd = -1, fake_listen_port;
 
 static void fake_send(int fd, const char *s)
 {
-    size_t n = strlen(s);
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w <= 0)
-            return;
-        s += w;
-        n -= (size_t)w;
-    }
+    fd_write_all(fd, s, strlen(s));
 }
 
 static void *fake_conn_main(void *arg)
