@@ -1,9 +1,9 @@
 /* util: the small helpers every threaded module needs, defined once:
  * monotonic time in milliseconds, deadlines on CLOCK_MONOTONIC, sleeping,
  * capped exponential backoff with jitter, condition variables that
- * wait on CLOCK_MONOTONIC, and the start of the shim's own threads. The bottom layer: includes no shim header, does
- * no I/O, never allocates (but for the stacks of the threads it starts),
- * never logs. */
+ * wait on CLOCK_MONOTONIC, and the start of the shim's own threads. The
+ * bottom layer: includes no shim header, does no I/O, never allocates
+ * (but for the stacks of the threads it starts), never logs. */
 #ifndef DM_UTIL_H
 #define DM_UTIL_H
 
