@@ -119,6 +119,15 @@ static int parse_userinfo(const char *a, size_t alen, char **user, char **pass, 
     return 1;
 }
 
+/* A URL's user:password@ replaces the config's (parse_userinfo's strings). */
+static void take_credentials(struct dm_redis_config *r, char *user, char *pass)
+{
+    free(r->username);
+    free(r->password);
+    r->username = user;
+    r->password = pass;
+}
+
 /* A rediss:// URL's CA, client certificate and key: DMUTEX_TLS_CA,
  * DMUTEX_TLS_CERT, DMUTEX_TLS_KEY when set (secure_getenv: not in a
  * set-user-ID process), malloc'ed into files[0..2]; NULL: not set. */
@@ -222,12 +231,8 @@ static int set_sentinel_url(struct dm_config *cfg, const char *url, const char *
     cfg->redis.nsentinels = neps;
     cfg->redis.master = master;
     cfg->redis.db = (int)db;
-    if (has_cred) {
-        free(cfg->redis.username);
-        free(cfg->redis.password);
-        cfg->redis.username = user;
-        cfg->redis.password = pass;
-    }
+    if (has_cred)
+        take_credentials(&cfg->redis, user, pass);
     return 0;
 oom:
     fail_plain(err, errlen, "redis URL: out of memory");
@@ -377,12 +382,8 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
             free(*slot[i]);
             *slot[i] = tls_files[i];
         }
-    if (has_cred) {
-        free(cfg->redis.username);
-        free(cfg->redis.password);
-        cfg->redis.username = user;
-        cfg->redis.password = pass;
-    }
+    if (has_cred)
+        take_credentials(&cfg->redis, user, pass);
     return 0;
 
 bad_host:
