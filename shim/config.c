@@ -530,6 +530,29 @@ void dm_config_free_sentinels(struct dm_redis_config *r)
     r->master = r->sentinel_username = r->sentinel_password = NULL;
 }
 
+/* The list (or array) `key` of group g (qual: its name for messages,
+ * "redis." or ""), with an array of its length allocated in *items:
+ * returns its length (0 and *l NULL when it is absent; nothing allocated
+ * when it is empty), or -1 after saying that it must be `shape` or that
+ * memory ran out. */
+static int list_member(struct parse *p, const config_setting_t *g, const char *qual,
+                       const char *key, const char *shape, size_t item_size, void **items,
+                       config_setting_t **l)
+{
+    *l = config_setting_get_member(g, key);
+    if (!*l)
+        return 0;
+    if (!config_setting_is_list(*l) && !config_setting_is_array(*l))
+        return fail(p, line_of(*l), "%s%s must be %s, not %s", qual, key, shape, type_name(*l));
+    int n = config_setting_length(*l);
+    if (n <= 0)
+        return 0;
+    *items = calloc((size_t)n, item_size);
+    if (!*items)
+        return fail(p, line_of(*l), "out of memory");
+    return n;
+}
+
 /* sentinels, master and the sentinels' credentials. With sentinels the
  * address of the data node is the sentinels' answer, so host, port and
  * unix have no meaning; master is what to ask them for. */
@@ -564,11 +587,11 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
                     "Sentinel the primary's address is the sentinels' answer",
                     other ? config_setting_name(other) : "port",
                     other ? line_of(other) : lines[DM_K_PORT]);
-    if (!config_setting_is_list(l) && !config_setting_is_array(l))
-        return fail(p, line, "redis.sentinels must be a list ( \"host:port\", ... ), not %s",
-                    type_name(l));
-    int n = config_setting_length(l);
-    if (n <= 0 || n > DM_SENTINELS_MAX)
+    int n = list_member(p, g, "redis.", "sentinels", "a list ( \"host:port\", ... )",
+                        sizeof *r->sentinels, (void **)&r->sentinels, &l);
+    if (n < 0)
+        return -1;
+    if (n == 0 || n > DM_SENTINELS_MAX)
         return fail(p, line, "redis.sentinels must name 1 to %d sentinels, not %d",
                     DM_SENTINELS_MAX, n);
     if (!master)
@@ -590,9 +613,6 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
     if (user && !pass)
         return fail(p, user_line, "redis.sentinel_username needs redis.sentinel_password or "
                     "redis.sentinel_password_env");
-    r->sentinels = calloc((size_t)n, sizeof *r->sentinels);
-    if (!r->sentinels)
-        return fail(p, line, "out of memory");
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         const char *v = config_setting_get_string(e);
@@ -910,28 +930,6 @@ static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t 
                 "(same object, symbol = %s, offset and index)", first->line, show(&sv, again->symbol));
 }
 
-/* The list (or array) `key` of root, with an array of its length
- * allocated in *items: returns its length (0 and *l NULL when it is
- * absent; nothing allocated when it is empty), or -1 after saying that it
- * must be `shape` or that memory ran out. */
-static int list_member(struct parse *p, const config_setting_t *root, const char *key,
-                       const char *shape, size_t item_size, void **items,
-                       config_setting_t **l)
-{
-    *l = config_setting_get_member(root, key);
-    if (!*l)
-        return 0;
-    if (!config_setting_is_list(*l) && !config_setting_is_array(*l))
-        return fail(p, line_of(*l), "%s must be %s, not %s", key, shape, type_name(*l));
-    int n = config_setting_length(*l);
-    if (n <= 0)
-        return 0;
-    *items = calloc((size_t)n, item_size);
-    if (!*items)
-        return fail(p, line_of(*l), "out of memory");
-    return n;
-}
-
 /* programs = ["stock", "app"]: the executables the config is for. Other
  * processes that inherit LD_PRELOAD (a shell from system(), a helper
  * exec'ed by the program) then run untouched instead of failing on
@@ -939,7 +937,7 @@ static int list_member(struct parse *p, const config_setting_t *root, const char
 static int parse_programs(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     config_setting_t *l;
-    int n = list_member(p, root, "programs", "a list of executable file names [\"app\", ...]",
+    int n = list_member(p, root, "", "programs", "a list of executable file names [\"app\", ...]",
                         sizeof *cfg->programs, (void **)&cfg->programs, &l);
     if (n < 0)
         return -1;
@@ -970,7 +968,7 @@ static int parse_programs(struct parse *p, const config_setting_t *root, struct 
 static int parse_mutexes(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     config_setting_t *l;
-    int n = list_member(p, root, "mutexes", "a list ( { symbol = \"...\"; }, ... ) of groups",
+    int n = list_member(p, root, "", "mutexes", "a list ( { symbol = \"...\"; }, ... ) of groups",
                         sizeof *cfg->mutexes, (void **)&cfg->mutexes, &l);
     if (n <= 0)
         return n;
