@@ -15,4 +15,8 @@ int dm_cli_acl(int argc, char **argv);     /* tools/acl.c */
 struct dm_config;
 int dm_cli_set_redis_url(struct dm_config *cfg, const char *what, const char *url);
 
+/* Loads the config file `path` into cfg; when it cannot, says
+ * "dmutex: <why>" on stderr and returns -1 (exit with DM_EX_CONFIG). */
+int dm_cli_load_config(const char *path, struct dm_config *cfg);
+
 #endif

@@ -155,12 +155,9 @@ int dm_cli_ls(int argc, char **argv)
         return 2;
     }
     struct dm_config cfg;
-    char err[DM_ERR_MAX];
     if (cfg_path) {
-        if (dm_config_load(cfg_path, &cfg, err, sizeof err) != 0) {
-            fprintf(stderr, "dmutex: %s\n", err);
+        if (dm_cli_load_config(cfg_path, &cfg) != 0)
             return DM_EX_CONFIG;
-        }
     } else {
         dm_config_defaults(&cfg);
     }
