@@ -212,17 +212,12 @@ void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned al
         printf("%s: no network namespaces (not root, or ip(8) failed): %s\n", group, without);
 }
 
-void th_machines_group_stop(struct th_checker *k, struct th_net *n)
-{
-    th_group_stop(NULL, NULL);
-    th_checker_stop(k);
-    th_net_down(n);
-}
-
 int th_machines_group_teardown(void **state)
 {
     (void)state;
-    th_machines_group_stop(group_chk, fatal_net);
+    th_group_stop(NULL, NULL);
+    th_checker_stop(group_chk);
+    th_net_down(fatal_net);
     return 0;
 }
 

@@ -86,14 +86,13 @@ void th_net_down(struct th_net *n);
  * handler also takes the machines down, then the checker started and the
  * machines set up; without network namespaces prints "<group>: no network
  * namespaces (not root, or ip(8) failed): <without>" and goes on (n->up is
- * 0). Group teardown: th_group_stop, the checker stopped, the machines
- * removed. */
+ * 0). */
 void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned alarm_s,
                              const char *group, const char *without);
-void th_machines_group_stop(struct th_checker *k, struct th_net *n);
-/* cmocka fixtures of such a group: th_machines_group_stop of what
- * th_machines_group_start started, as its group teardown; the checker's
- * next key prefix (th_checker_next), as a test's setup. */
+/* cmocka fixtures of such a group: as its group teardown, th_group_stop,
+ * the checker stopped and the machines removed (what
+ * th_machines_group_start started); as a test's setup, the checker's next
+ * key prefix (th_checker_next). */
 int th_machines_group_teardown(void **state);
 int th_machines_test_setup(void **state);
 #endif
