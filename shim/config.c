@@ -401,19 +401,35 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
     return 0;
 }
 
+/* The group `key` of `parent` (qual: the parent's name for messages,
+ * "redis." or ""), its keys checked against `group`: 1 and *g when it is
+ * there, 0 when it is absent, -1 after saying that it must be a group
+ * `shape` or which key does not belong. */
+static int config_group(struct parse *p, const config_setting_t *parent, const char *qual,
+                        const char *key, const char *shape, enum dm_key_group group,
+                        config_setting_t **g)
+{
+    *g = config_setting_get_member(parent, key);
+    if (!*g)
+        return 0;
+    if (!config_setting_is_group(*g))
+        return fail(p, line_of(*g), "%s%s must be a group %s, not %s", qual, key, shape,
+                    type_name(*g));
+    char where[64];
+    snprintf(where, sizeof where, "in the %s%s group", qual, key);
+    return check_keys(p, *g, group, where) < 0 ? -1 : 1;
+}
+
 /* redis.tls = { ca; cert; key; server_name; verify; }: present (even
  * empty) means TLS. Paths are only checked for form here; the files are
  * read at the first connection, whose error names them. */
 static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_redis_config *r)
 {
-    config_setting_t *g = config_setting_get_member(redis, "tls");
-    if (!g)
-        return 0;
-    if (!config_setting_is_group(g))
-        return fail(p, line_of(g), "redis.tls must be a group { ca = ...; cert = ...; }, not %s",
-                    type_name(g));
-    if (check_keys(p, g, DM_GROUP_TLS, "in the redis.tls group") < 0)
-        return -1;
+    config_setting_t *g;
+    int has = config_group(p, redis, "redis.", "tls", "{ ca = ...; cert = ...; }", DM_GROUP_TLS,
+                           &g);
+    if (has <= 0)
+        return has;
     if (r->unix_path)
         return fail(p, line_of(g), "redis.tls has no meaning with redis.unix: TLS is for TCP");
     struct { int id; int max; int space; char **dst; } s[] = {
@@ -633,14 +649,11 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
 
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
 {
-    config_setting_t *g = config_setting_get_member(root, "redis");
-    if (!g)
-        return 0;
-    if (!config_setting_is_group(g))
-        return fail(p, line_of(g), "redis must be a group { host = ...; port = ...; }, not %s",
-                    type_name(g));
-    if (check_keys(p, g, DM_GROUP_REDIS, "in the redis group") < 0)
-        return -1;
+    config_setting_t *g;
+    int has = config_group(p, root, "", "redis", "{ host = ...; port = ...; }", DM_GROUP_REDIS,
+                           &g);
+    if (has <= 0)
+        return has;
 
     const char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL, *pass_env = NULL;
     unsigned host_line = 0, unix_line = 0, user_line = 0, pass_line = 0, env_line = 0;
