@@ -414,28 +414,38 @@ static char *tls_get(const char *name, enum dm_key k)
     return v;
 }
 
+/* Runs prog [arg] go under the shim, held_lock mapped as `name` over
+ * mutual TLS: it locks, and returns from main holding the lock once told
+ * to. Fails the test unless it ends by itself and the shim released the
+ * hold at exit; returns its output. */
+static char *exit_holding(const char *prog, const char *arg, const char *name)
+{
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"held_lock\"; name = \"%s\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS, name));
+    char *go = th_go_file();
+    char *out = th_out_file();
+    char *argv[] = { (char *)prog, (char *)(arg ? arg : go), arg ? go : NULL, NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    char *holder = tls_get(name, DM_KEY_HOLDER);
+    if (!holder || holder[0] != '=')
+        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
+    free(holder);
+    return text;
+}
+
 /* A process that returns from main holding a lock releases it from the
  * shim's destructor, over TLS: OpenSSL is still usable then (the shim
  * initialises it without an atexit cleanup). */
 static void test_exit_releases_a_hold_over_tls(void **state)
 {
     (void)state;
-    char *cfgfile = th_keep_file(th_write_file(".cfg",
-        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
-        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_exit\"; } );\n",
-        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
-    char *go = th_go_file();
-    char *out = th_out_file();
-    char *argv[] = { LOCKPROG, "hold-exit", go, NULL };
-    struct th_shim_env e;
-    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
-    th_wait_for(out, "locked 0", RUN_MS);
-    th_touch(go);
-    free(th_finish(pid, out, 0, RUN_MS));
-    char *holder = tls_get("tls_exit", DM_KEY_HOLDER);
-    if (!holder || holder[0] != '=')
-        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
-    free(holder);
+    free(exit_holding(LOCKPROG, "hold-exit", "tls_exit"));
 }
 
 /* A program that initialises the same OpenSSL itself, the default way
@@ -445,24 +455,9 @@ static void test_exit_releases_a_hold_over_tls(void **state)
 static void test_exit_release_survives_the_programs_own_openssl(void **state)
 {
     (void)state;
-    char *cfgfile = th_keep_file(th_write_file(".cfg",
-        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
-        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_sslprog\"; } );\n",
-        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
-    char *go = th_go_file();
-    char *out = th_out_file();
-    char *argv[] = { SSLPROG, go, NULL };
-    struct th_shim_env e;
-    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
-    th_wait_for(out, "locked 0", RUN_MS);
-    th_touch(go);
-    char *text = th_finish(pid, out, 0, RUN_MS);
+    char *text = exit_holding(SSLPROG, NULL, "tls_sslprog");
     th_assert_has(text, "own SSL_CTX made");
     free(text);
-    char *holder = tls_get("tls_sslprog", DM_KEY_HOLDER);
-    if (!holder || holder[0] != '=')
-        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
-    free(holder);
 }
 
 /* Fork children of a process whose threads lock over TLS make their own
