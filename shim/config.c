@@ -165,9 +165,42 @@ static int check_keys(struct parse *p, const config_setting_t *grp, enum dm_key_
 
 /* ---- value syntax ----------------------------------------------------- */
 
+/* 1..max bytes: 1, else 0 with the reason in `why`. */
+static int length_ok(const char *v, size_t max, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0)
+        return snprintf(why, n, "must not be empty"), 0;
+    if (len > max)
+        return snprintf(why, n, "is %zu bytes, the limit is %zu", len, max), 0;
+    return 1;
+}
+
+/* Every byte c at position i of v passes ok(c, i): 1, else 0 with the
+ * first one that does not in `why`, "... is not allowed<what>". */
+static int bytes_ok(const char *v, int (*ok)(unsigned char c, size_t i), const char *what,
+                    char *why, size_t n)
+{
+    for (size_t i = 0; v[i]; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (!ok(c, i)) {
+            struct shown_byte b;
+            snprintf(why, n, "%s at byte %zu is not allowed%s", show_byte(&b, c), i + 1, what);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int name_char_ok(unsigned char c)
 {
     return az_alnum(c) || (c && strchr("_.:/@-", c));
+}
+
+static int name_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return name_char_ok(c);
 }
 
 /* Checks a lock name or namespace: 1..DM_NAME_MAX bytes of
@@ -175,20 +208,8 @@ static int name_char_ok(unsigned char c)
  * newlines the keys and the logs. On error writes the reason to `why`. */
 static int name_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    if (len > DM_NAME_MAX)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_NAME_MAX), 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!name_char_ok((unsigned char)v[i])) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed (use letters, digits and _ . : / @ -)",
-                     show_byte(&b, (unsigned char)v[i]), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return length_ok(v, DM_NAME_MAX, why, n)
+        && bytes_ok(v, name_byte_ok, " (use letters, digits and _ . : / @ -)", why, n);
 }
 
 int dm_config_name_ok(const char *name, char *why, size_t len)
@@ -223,11 +244,8 @@ static int ident_ok(const char *v, size_t from, char *why, size_t n)
 /* "sym" or "file.c:sym"; returns the offset of the identifier, or -1. */
 static long symbol_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), -1;
-    if (len > DM_SYMBOL_MAX)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_SYMBOL_MAX), -1;
+    if (!length_ok(v, DM_SYMBOL_MAX, why, n))
+        return -1;
     const char *colon = strchr(v, ':');
     size_t from = 0;
     if (colon) {
@@ -247,64 +265,50 @@ static long symbol_ok(const char *v, char *why, size_t n)
     return ident_ok(v, from, why, n) ? (long)from : -1;
 }
 
+static int file_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return c > 0x20 && c != 0x7f;
+}
+
 static int object_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    size_t max = strchr(v, '/') ? DM_PATH_MAX : DM_FILE_NAME_MAX;
-    if (len > max)
-        return snprintf(why, n, "is %zu bytes, the limit is %zu", len, max), 0;
+    if (!length_ok(v, strchr(v, '/') ? DM_PATH_MAX : DM_FILE_NAME_MAX, why, n))
+        return 0;
     const char *base = strrchr(v, '/') ? strrchr(v, '/') + 1 : v;
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
         return snprintf(why, n, "is not a file name or path to a file"), 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c <= 0x20 || c == 0x7f) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed in a file name", show_byte(&b, c), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return bytes_ok(v, file_byte_ok, " in a file name", why, n);
+}
+
+static int token_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return c >= 0x20 && c != 0x7f && c != ' ';
+}
+
+static int spaced_token_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return c >= 0x20 && c != 0x7f;
 }
 
 /* No whitespace or control bytes, 1..max bytes (host names, user names). */
 static int token_ok(const char *v, int max, int allow_space, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    if (len > (size_t)max)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, max), 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c < 0x20 || c == 0x7f || (c == ' ' && !allow_space)) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed", show_byte(&b, c), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return length_ok(v, (size_t)max, why, n)
+        && bytes_ok(v, allow_space ? spaced_token_byte_ok : token_byte_ok, "", why, n);
+}
+
+static int env_byte_ok(unsigned char c, size_t i)
+{
+    return az_alpha(c) || c == '_' || (i > 0 && az_digit(c));
 }
 
 static int env_name_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    if (len > DM_ENV_NAME_MAX)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_ENV_NAME_MAX), 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (!(az_alpha(c) || c == '_' || (i > 0 && az_digit(c)))) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed in an environment variable name",
-                     show_byte(&b, c), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return length_ok(v, DM_ENV_NAME_MAX, why, n)
+        && bytes_ok(v, env_byte_ok, " in an environment variable name", why, n);
 }
 
 static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
