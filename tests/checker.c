@@ -59,6 +59,35 @@ int th_checker_argv(const struct th_checker *k, char **argv, int n, const char *
     return n;
 }
 
+#define PROG_ARGV_MAX 64
+
+pid_t th_checker_prog(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                      const char *ns, char *const *env, const char *prog,
+                      const char *const *args, const char *out)
+{
+    char *argv[PROG_ARGV_MAX];
+    int n = 0;
+    const int room = PROG_ARGV_MAX - 5;     /* the checker's four words and NULL */
+    if (ns) {
+        argv[n++] = (char *)net->ip_cmd;
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = (char *)ns;
+        argv[n++] = "/usr/bin/env";
+        for (; env && *env && n < room; env++)
+            argv[n++] = *env;
+        env = NULL;
+    }
+    argv[n++] = (char *)prog;
+    for (; args && *args && n < room; args++)
+        argv[n++] = (char *)*args;
+    if (args && *args)
+        fail_msg("%s: more than %d arguments", prog, room);
+    n = th_checker_argv(k, argv, n, prefix);
+    argv[n] = NULL;
+    return th_child(argv, env, out);
+}
+
 void th_checker_stop(struct th_checker *k)
 {
     if (k->c)

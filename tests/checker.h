@@ -41,6 +41,17 @@ void th_checker_stop(struct th_checker *k);
  * The caller leaves room for the four words. */
 int th_checker_argv(const struct th_checker *k, char **argv, int n, const char *prefix);
 
+/* A program that reports to the checker: prog, args (NULL-terminated),
+ * then th_checker_argv's "-s SOCK -k PREFIX" (prefix NULL: the current
+ * test's), remembered (th_child) with its output to `out`. On the machine
+ * `ns` (a name in net->ns, run through "ip netns exec", the environment
+ * `env` then set by env(1) at the end of the exec chain so that ip(8)
+ * itself does not load the shim), or on this one (ns NULL: net unused, env
+ * given to th_child). env: th_shim_env's list, or NULL for none. */
+struct th_net;
+pid_t th_checker_prog(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                      const char *ns, char *const *env, const char *prog,
+                      const char *const *args, const char *out);
 /* A fresh key prefix ("t1", "t2", ...) for the next test. */
 void th_checker_next(struct th_checker *k);
 

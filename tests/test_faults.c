@@ -101,35 +101,21 @@ struct run {
     const char *prefix;         /* checker key prefix; NULL: the test's */
 };
 
-/* faultworker ARGS... (NULL-terminated) as `r` says. The environment is set
- * by env(1) at the end of the exec chain so that ip(8) itself does not
- * load the shim. */
+/* faultworker ARGS... (NULL-terminated) as `r` says (th_checker_prog). */
 static pid_t worker(const struct run *r, ...)
 {
-    char *argv[64];
+    const char *args[60];
     int n = 0;
-    static struct th_shim_env e;
-    if (r->netns) {
-        argv[n++] = net.ip_cmd;
-        argv[n++] = "netns";
-        argv[n++] = "exec";
-        argv[n++] = (char *)r->netns;
-    }
-    argv[n++] = "/usr/bin/env";
-    if (r->cfg)
-        for (char **env = th_shim_env(&e, r->cfg, r->url ? r->url : rs.url, NULL); *env; env++)
-            argv[n++] = *env;
-    argv[n++] = worker_path;
     va_list ap;
     va_start(ap, r);
-    char *a;
-    while ((a = va_arg(ap, char *)) != NULL && n < 60)
-        argv[n++] = a;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 59)
+        args[n++] = a;
     va_end(ap);
-    n = th_checker_argv(&chk, argv, n, r->prefix);
-    argv[n] = NULL;
-    pid_t pid = th_child(argv, NULL, r->out);
-    return pid;
+    args[n] = NULL;
+    static struct th_shim_env e;
+    char **env = r->cfg ? th_shim_env(&e, r->cfg, r->url ? r->url : rs.url, NULL) : NULL;
+    return th_checker_prog(&chk, r->prefix, &net, r->netns, env, worker_path, args, r->out);
 }
 
 /* A faultworker, as `r` says, that holds its lock until `go` appears:

@@ -86,20 +86,18 @@ static char *config(const char *extra, long lease_ms)
  * `out`, reporting to the checker under the test's prefix. */
 static pid_t life(const char *cfg, const char *out, ...)
 {
-    static struct th_shim_env e;
-    char **env = th_shim_env(&e, cfg, rs.url, NULL);
-    char *argv[40];
+    const char *args[34];
     int n = 0;
-    argv[n++] = life_path;
     va_list ap;
     va_start(ap, out);
-    char *a;
-    while ((a = va_arg(ap, char *)) != NULL && n < 34)
-        argv[n++] = a;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 33)
+        args[n++] = a;
     va_end(ap);
-    n = th_checker_argv(&chk, argv, n, NULL);
-    argv[n] = NULL;
-    return th_child(argv, env, out);
+    args[n] = NULL;
+    static struct th_shim_env e;
+    return th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e, cfg, rs.url, NULL), life_path,
+                           args, out);
 }
 
 /* A must end by itself with exit status `code` (or by signal `sig`). */

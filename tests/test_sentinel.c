@@ -468,19 +468,9 @@ static void test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock(void *
 static pid_t local_prog(const char *cfgf, const char *url, char **out, const char *const *rest)
 {
     static struct th_shim_env e;
-    char **env = th_shim_env(&e, cfgf, url, NULL);
-    char *argv[24];
-    int n = 0;
-    argv[n++] = worker_path;
-    for (int k = 0; rest[k] && n < 18; k++)
-        argv[n++] = (char *)rest[k];
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = chk.prefix;
-    argv[n] = NULL;
     *out = th_out_file();
-    return th_child(argv, env, *out);
+    return th_checker_prog(&chk, NULL, &net, NULL, th_shim_env(&e, cfgf, url, NULL), worker_path,
+                           rest, *out);
 }
 
 /* No replica can acknowledge: a lock call never returns a grant; each one
@@ -575,26 +565,8 @@ struct run_result {
 static pid_t start_prog(int i, const char *cfgf, const char *out, const char *const *rest)
 {
     static struct th_shim_env e;
-    char *argv[40];
-    int n = 0;
-    if (net.up) {
-        argv[n++] = net.ip_cmd;
-        argv[n++] = "netns";
-        argv[n++] = "exec";
-        argv[n++] = net.ns[i % 2];
-    }
-    argv[n++] = "/usr/bin/env";
-    for (char **env = th_shim_env(&e, cfgf, NULL, NULL); *env; env++)
-        argv[n++] = *env;
-    argv[n++] = worker_path;
-    for (int k = 0; rest[k] && n < 32; k++)
-        argv[n++] = (char *)rest[k];
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = chk.prefix;
-    argv[n] = NULL;
-    return th_child(argv, NULL, out);
+    return th_checker_prog(&chk, NULL, &net, net.up ? net.ns[i % 2] : NULL,
+                           th_shim_env(&e, cfgf, NULL, NULL), worker_path, rest, out);
 }
 
 static pid_t start_worker(int i, const char *cfgf, const char *out)
