@@ -88,6 +88,21 @@ pid_t th_checker_prog(const struct th_checker *k, const char *prefix, const stru
     return th_child(argv, env, out);
 }
 
+pid_t th_checker_progv(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                       const char *ns, char *const *env, const char *prog, const char *out,
+                       va_list ap)
+{
+    const char *args[PROG_ARGV_MAX];
+    int n = 0;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < PROG_ARGV_MAX - 1)
+        args[n++] = a;
+    if (a)
+        fail_msg("%s: more than %d arguments", prog, PROG_ARGV_MAX - 1);
+    args[n] = NULL;
+    return th_checker_prog(k, prefix, net, ns, env, prog, args, out);
+}
+
 void th_checker_stop(struct th_checker *k)
 {
     if (k->c)

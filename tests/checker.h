@@ -16,6 +16,7 @@
 
 #include <hiredis/hiredis.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <sys/types.h>
 
 #include "harness.h"
@@ -52,6 +53,11 @@ struct th_net;
 pid_t th_checker_prog(const struct th_checker *k, const char *prefix, const struct th_net *net,
                       const char *ns, char *const *env, const char *prog,
                       const char *const *args, const char *out);
+/* The same with the arguments as a va_list of strings ending with NULL,
+ * for a group's own variadic "program ARGS..., NULL" helper. */
+pid_t th_checker_progv(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                       const char *ns, char *const *env, const char *prog, const char *out,
+                       va_list ap);
 /* A fresh key prefix ("t1", "t2", ...) for the next test. */
 void th_checker_next(struct th_checker *k);
 

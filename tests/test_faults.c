@@ -104,18 +104,13 @@ struct run {
 /* faultworker ARGS... (NULL-terminated) as `r` says (th_checker_prog). */
 static pid_t worker(const struct run *r, ...)
 {
-    const char *args[60];
-    int n = 0;
-    va_list ap;
-    va_start(ap, r);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 59)
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
     static struct th_shim_env e;
     char **env = r->cfg ? th_shim_env(&e, r->cfg, r->url ? r->url : rs.url, NULL) : NULL;
-    return th_checker_prog(&chk, r->prefix, &net, r->netns, env, worker_path, args, r->out);
+    va_list ap;
+    va_start(ap, r);
+    pid_t pid = th_checker_progv(&chk, r->prefix, &net, r->netns, env, worker_path, r->out, ap);
+    va_end(ap);
+    return pid;
 }
 
 /* A faultworker, as `r` says, that holds its lock until `go` appears:

@@ -86,18 +86,13 @@ static char *config(const char *extra, long lease_ms)
  * `out`, reporting to the checker under the test's prefix. */
 static pid_t life(const char *cfg, const char *out, ...)
 {
-    const char *args[34];
-    int n = 0;
+    static struct th_shim_env e;
     va_list ap;
     va_start(ap, out);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 33)
-        args[n++] = a;
+    pid_t pid = th_checker_progv(&chk, NULL, NULL, NULL, th_shim_env(&e, cfg, rs.url, NULL),
+                                 life_path, out, ap);
     va_end(ap);
-    args[n] = NULL;
-    static struct th_shim_env e;
-    return th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e, cfg, rs.url, NULL), life_path,
-                           args, out);
+    return pid;
 }
 
 /* A must end by itself with exit status `code` (or by signal `sig`). */
