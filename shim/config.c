@@ -165,9 +165,42 @@ static int check_keys(struct parse *p, const config_setting_t *grp, enum dm_key_
 
 /* ---- value syntax ----------------------------------------------------- */
 
+/* 1..max bytes: 1, else 0 with the reason in `why`. */
+static int length_ok(const char *v, size_t max, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0)
+        return snprintf(why, n, "must not be empty"), 0;
+    if (len > max)
+        return snprintf(why, n, "is %zu bytes, the limit is %zu", len, max), 0;
+    return 1;
+}
+
+/* Every byte c at position i of v passes ok(c, i): 1, else 0 with the
+ * first one that does not in `why`, "... is not allowed<what>". */
+static int bytes_ok(const char *v, int (*ok)(unsigned char c, size_t i), const char *what,
+                    char *why, size_t n)
+{
+    for (size_t i = 0; v[i]; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (!ok(c, i)) {
+            struct shown_byte b;
+            snprintf(why, n, "%s at byte %zu is not allowed%s", show_byte(&b, c), i + 1, what);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int name_char_ok(unsigned char c)
 {
     return az_alnum(c) || (c && strchr("_.:/@-", c));
+}
+
+static int name_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return name_char_ok(c);
 }
 
 /* Checks a lock name or namespace: 1..DM_NAME_MAX bytes of
@@ -175,20 +208,8 @@ static int name_char_ok(unsigned char c)
  * newlines the keys and the logs. On error writes the reason to `why`. */
 static int name_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    if (len > DM_NAME_MAX)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_NAME_MAX), 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!name_char_ok((unsigned char)v[i])) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed (use letters, digits and _ . : / @ -)",
-                     show_byte(&b, (unsigned char)v[i]), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return length_ok(v, DM_NAME_MAX, why, n)
+        && bytes_ok(v, name_byte_ok, " (use letters, digits and _ . : / @ -)", why, n);
 }
 
 int dm_config_name_ok(const char *name, char *why, size_t len)
@@ -223,11 +244,8 @@ static int ident_ok(const char *v, size_t from, char *why, size_t n)
 /* "sym" or "file.c:sym"; returns the offset of the identifier, or -1. */
 static long symbol_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), -1;
-    if (len > DM_SYMBOL_MAX)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_SYMBOL_MAX), -1;
+    if (!length_ok(v, DM_SYMBOL_MAX, why, n))
+        return -1;
     const char *colon = strchr(v, ':');
     size_t from = 0;
     if (colon) {
@@ -247,64 +265,50 @@ static long symbol_ok(const char *v, char *why, size_t n)
     return ident_ok(v, from, why, n) ? (long)from : -1;
 }
 
+static int file_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return c > 0x20 && c != 0x7f;
+}
+
 static int object_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    size_t max = strchr(v, '/') ? DM_PATH_MAX : DM_FILE_NAME_MAX;
-    if (len > max)
-        return snprintf(why, n, "is %zu bytes, the limit is %zu", len, max), 0;
+    if (!length_ok(v, strchr(v, '/') ? DM_PATH_MAX : DM_FILE_NAME_MAX, why, n))
+        return 0;
     const char *base = strrchr(v, '/') ? strrchr(v, '/') + 1 : v;
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
         return snprintf(why, n, "is not a file name or path to a file"), 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c <= 0x20 || c == 0x7f) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed in a file name", show_byte(&b, c), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return bytes_ok(v, file_byte_ok, " in a file name", why, n);
+}
+
+static int token_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return c >= 0x20 && c != 0x7f && c != ' ';
+}
+
+static int spaced_token_byte_ok(unsigned char c, size_t i)
+{
+    (void)i;
+    return c >= 0x20 && c != 0x7f;
 }
 
 /* No whitespace or control bytes, 1..max bytes (host names, user names). */
 static int token_ok(const char *v, int max, int allow_space, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    if (len > (size_t)max)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, max), 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c < 0x20 || c == 0x7f || (c == ' ' && !allow_space)) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed", show_byte(&b, c), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return length_ok(v, (size_t)max, why, n)
+        && bytes_ok(v, allow_space ? spaced_token_byte_ok : token_byte_ok, "", why, n);
+}
+
+static int env_byte_ok(unsigned char c, size_t i)
+{
+    return az_alpha(c) || c == '_' || (i > 0 && az_digit(c));
 }
 
 static int env_name_ok(const char *v, char *why, size_t n)
 {
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    if (len > DM_ENV_NAME_MAX)
-        return snprintf(why, n, "is %zu bytes, the limit is %d", len, DM_ENV_NAME_MAX), 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (!(az_alpha(c) || c == '_' || (i > 0 && az_digit(c)))) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed in an environment variable name",
-                     show_byte(&b, c), i + 1);
-            return 0;
-        }
-    }
-    return 1;
+    return length_ok(v, DM_ENV_NAME_MAX, why, n)
+        && bytes_ok(v, env_byte_ok, " in an environment variable name", why, n);
 }
 
 static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
@@ -401,19 +405,35 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
     return 0;
 }
 
+/* The group `key` of `parent` (qual: the parent's name for messages,
+ * "redis." or ""), its keys checked against `group`: 1 and *g when it is
+ * there, 0 when it is absent, -1 after saying that it must be a group
+ * `shape` or which key does not belong. */
+static int config_group(struct parse *p, const config_setting_t *parent, const char *qual,
+                        const char *key, const char *shape, enum dm_key_group group,
+                        config_setting_t **g)
+{
+    *g = config_setting_get_member(parent, key);
+    if (!*g)
+        return 0;
+    if (!config_setting_is_group(*g))
+        return fail(p, line_of(*g), "%s%s must be a group %s, not %s", qual, key, shape,
+                    type_name(*g));
+    char where[64];
+    snprintf(where, sizeof where, "in the %s%s group", qual, key);
+    return check_keys(p, *g, group, where) < 0 ? -1 : 1;
+}
+
 /* redis.tls = { ca; cert; key; server_name; verify; }: present (even
  * empty) means TLS. Paths are only checked for form here; the files are
  * read at the first connection, whose error names them. */
 static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_redis_config *r)
 {
-    config_setting_t *g = config_setting_get_member(redis, "tls");
-    if (!g)
-        return 0;
-    if (!config_setting_is_group(g))
-        return fail(p, line_of(g), "redis.tls must be a group { ca = ...; cert = ...; }, not %s",
-                    type_name(g));
-    if (check_keys(p, g, DM_GROUP_TLS, "in the redis.tls group") < 0)
-        return -1;
+    config_setting_t *g;
+    int has = config_group(p, redis, "redis.", "tls", "{ ca = ...; cert = ...; }", DM_GROUP_TLS,
+                           &g);
+    if (has <= 0)
+        return has;
     if (r->unix_path)
         return fail(p, line_of(g), "redis.tls has no meaning with redis.unix: TLS is for TCP");
     struct { int id; int max; int space; char **dst; } s[] = {
@@ -530,6 +550,29 @@ void dm_config_free_sentinels(struct dm_redis_config *r)
     r->master = r->sentinel_username = r->sentinel_password = NULL;
 }
 
+/* The list (or array) `key` of group g (qual: its name for messages,
+ * "redis." or ""), with an array of its length allocated in *items:
+ * returns its length (0 and *l NULL when it is absent; nothing allocated
+ * when it is empty), or -1 after saying that it must be `shape` or that
+ * memory ran out. */
+static int list_member(struct parse *p, const config_setting_t *g, const char *qual,
+                       const char *key, const char *shape, size_t item_size, void **items,
+                       config_setting_t **l)
+{
+    *l = config_setting_get_member(g, key);
+    if (!*l)
+        return 0;
+    if (!config_setting_is_list(*l) && !config_setting_is_array(*l))
+        return fail(p, line_of(*l), "%s%s must be %s, not %s", qual, key, shape, type_name(*l));
+    int n = config_setting_length(*l);
+    if (n <= 0)
+        return 0;
+    *items = calloc((size_t)n, item_size);
+    if (!*items)
+        return fail(p, line_of(*l), "out of memory");
+    return n;
+}
+
 /* sentinels, master and the sentinels' credentials. With sentinels the
  * address of the data node is the sentinels' answer, so host, port and
  * unix have no meaning; master is what to ask them for. */
@@ -564,11 +607,11 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
                     "Sentinel the primary's address is the sentinels' answer",
                     other ? config_setting_name(other) : "port",
                     other ? line_of(other) : lines[DM_K_PORT]);
-    if (!config_setting_is_list(l) && !config_setting_is_array(l))
-        return fail(p, line, "redis.sentinels must be a list ( \"host:port\", ... ), not %s",
-                    type_name(l));
-    int n = config_setting_length(l);
-    if (n <= 0 || n > DM_SENTINELS_MAX)
+    int n = list_member(p, g, "redis.", "sentinels", "a list ( \"host:port\", ... )",
+                        sizeof *r->sentinels, (void **)&r->sentinels, &l);
+    if (n < 0)
+        return -1;
+    if (n == 0 || n > DM_SENTINELS_MAX)
         return fail(p, line, "redis.sentinels must name 1 to %d sentinels, not %d",
                     DM_SENTINELS_MAX, n);
     if (!master)
@@ -590,9 +633,6 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
     if (user && !pass)
         return fail(p, user_line, "redis.sentinel_username needs redis.sentinel_password or "
                     "redis.sentinel_password_env");
-    r->sentinels = calloc((size_t)n, sizeof *r->sentinels);
-    if (!r->sentinels)
-        return fail(p, line, "out of memory");
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         const char *v = config_setting_get_string(e);
@@ -613,14 +653,11 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
 
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
 {
-    config_setting_t *g = config_setting_get_member(root, "redis");
-    if (!g)
-        return 0;
-    if (!config_setting_is_group(g))
-        return fail(p, line_of(g), "redis must be a group { host = ...; port = ...; }, not %s",
-                    type_name(g));
-    if (check_keys(p, g, DM_GROUP_REDIS, "in the redis group") < 0)
-        return -1;
+    config_setting_t *g;
+    int has = config_group(p, root, "", "redis", "{ host = ...; port = ...; }", DM_GROUP_REDIS,
+                           &g);
+    if (has <= 0)
+        return has;
 
     const char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL, *pass_env = NULL;
     unsigned host_line = 0, unix_line = 0, user_line = 0, pass_line = 0, env_line = 0;
@@ -910,28 +947,6 @@ static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t 
                 "(same object, symbol = %s, offset and index)", first->line, show(&sv, again->symbol));
 }
 
-/* The list (or array) `key` of root, with an array of its length
- * allocated in *items: returns its length (0 and *l NULL when it is
- * absent; nothing allocated when it is empty), or -1 after saying that it
- * must be `shape` or that memory ran out. */
-static int list_member(struct parse *p, const config_setting_t *root, const char *key,
-                       const char *shape, size_t item_size, void **items,
-                       config_setting_t **l)
-{
-    *l = config_setting_get_member(root, key);
-    if (!*l)
-        return 0;
-    if (!config_setting_is_list(*l) && !config_setting_is_array(*l))
-        return fail(p, line_of(*l), "%s must be %s, not %s", key, shape, type_name(*l));
-    int n = config_setting_length(*l);
-    if (n <= 0)
-        return 0;
-    *items = calloc((size_t)n, item_size);
-    if (!*items)
-        return fail(p, line_of(*l), "out of memory");
-    return n;
-}
-
 /* programs = ["stock", "app"]: the executables the config is for. Other
  * processes that inherit LD_PRELOAD (a shell from system(), a helper
  * exec'ed by the program) then run untouched instead of failing on
@@ -939,7 +954,7 @@ static int list_member(struct parse *p, const config_setting_t *root, const char
 static int parse_programs(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     config_setting_t *l;
-    int n = list_member(p, root, "programs", "a list of executable file names [\"app\", ...]",
+    int n = list_member(p, root, "", "programs", "a list of executable file names [\"app\", ...]",
                         sizeof *cfg->programs, (void **)&cfg->programs, &l);
     if (n < 0)
         return -1;
@@ -970,7 +985,7 @@ static int parse_programs(struct parse *p, const config_setting_t *root, struct 
 static int parse_mutexes(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     config_setting_t *l;
-    int n = list_member(p, root, "mutexes", "a list ( { symbol = \"...\"; }, ... ) of groups",
+    int n = list_member(p, root, "", "mutexes", "a list ( { symbol = \"...\"; }, ... ) of groups",
                         sizeof *cfg->mutexes, (void **)&cfg->mutexes, &l);
     if (n <= 0)
         return n;

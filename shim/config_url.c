@@ -81,6 +81,53 @@ static int parse_url_number(const char *s, size_t len, long lo, long hi, long *o
     return 0;
 }
 
+/* The user:password@ that may open the authority a[0..alen) of a redis://,
+ * rediss:// or redis-sentinel:// URL, up to the last '@' (a raw '@' may
+ * sit in a password): *user (NULL for "password@" and ":password@") and
+ * *pass, %-decoded and malloc'ed, and *hp where host[:port] starts. 1 with
+ * credentials, 0 without (*hp = a, nothing set), -1 with err set and
+ * nothing allocated. */
+static int parse_userinfo(const char *a, size_t alen, char **user, char **pass, const char **hp,
+                          char *err, size_t errlen)
+{
+    const char *at = NULL;
+    for (const char *q = a; q < a + alen; q++)
+        if (*q == '@')
+            at = q;
+    *hp = a;
+    if (!at)
+        return 0;
+    const char *colon = memchr(a, ':', (size_t)(at - a));
+    const char *pw = colon ? colon + 1 : a;
+    int r = 0;
+    *user = *pass = NULL;
+    if (colon && colon > a)
+        r = percent_decode(a, (size_t)(colon - a), user);
+    if (r == 0)
+        r = percent_decode(pw, (size_t)(at - pw), pass);
+    if (r != 0 || !**pass) {
+        free(*user);
+        free(*pass);
+        *user = *pass = NULL;
+        return fail_plain(err, errlen, r == -1 ? "redis URL: out of memory"
+                          : r == -2 ? "redis URL: bad %%-escape in the user name or password "
+                                      "(%%XX with two hex digits, not %%00)"
+                          : "redis URL: empty password before '@' (leave out "
+                            "user:password@ for no AUTH)");
+    }
+    *hp = at + 1;
+    return 1;
+}
+
+/* A URL's user:password@ replaces the config's (parse_userinfo's strings). */
+static void take_credentials(struct dm_redis_config *r, char *user, char *pass)
+{
+    free(r->username);
+    free(r->password);
+    r->username = user;
+    r->password = pass;
+}
+
 /* A rediss:// URL's CA, client certificate and key: DMUTEX_TLS_CA,
  * DMUTEX_TLS_CERT, DMUTEX_TLS_KEY when set (secure_getenv: not in a
  * set-user-ID process), malloc'ed into files[0..2]; NULL: not set. */
@@ -116,35 +163,15 @@ static int set_sentinel_url(struct dm_config *cfg, const char *url, const char *
 {
     const char *a = url + strlen("redis-sentinel://");
     size_t alen = strcspn(a, "/?#");
-    const char *at = NULL;
     char *user = NULL, *pass = NULL, *master = NULL;
     struct dm_endpoint *eps = NULL;
     size_t neps = 0;
     long db = 0;
     char why[160];
-    for (const char *q = a; q < a + alen; q++)
-        if (*q == '@')
-            at = q;
-    const char *hp = a;
-    if (at) {
-        const char *colon = memchr(a, ':', (size_t)(at - a));
-        const char *pw = colon ? colon + 1 : a;
-        int r = 0;
-        if (colon && colon > a)
-            r = percent_decode(a, (size_t)(colon - a), &user);
-        if (r == 0)
-            r = percent_decode(pw, (size_t)(at - pw), &pass);
-        if (r != 0 || !*pass) {
-            free(user);
-            free(pass);
-            return fail_plain(err, errlen, r == -1 ? "redis URL: out of memory"
-                              : r == -2 ? "redis URL: bad %%-escape in the user name or password "
-                                          "(%%XX with two hex digits, not %%00)"
-                              : "redis URL: empty password before '@' (leave out "
-                                "user:password@ for no AUTH)");
-        }
-        hp = at + 1;
-    }
+    const char *hp;
+    int has_cred = parse_userinfo(a, alen, &user, &pass, &hp, err, errlen);
+    if (has_cred < 0)
+        return -1;
     const char *end = a + alen;
     eps = calloc(DM_SENTINELS_MAX, sizeof *eps);
     if (!eps)
@@ -204,12 +231,8 @@ static int set_sentinel_url(struct dm_config *cfg, const char *url, const char *
     cfg->redis.nsentinels = neps;
     cfg->redis.master = master;
     cfg->redis.db = (int)db;
-    if (at) {
-        free(cfg->redis.username);
-        free(cfg->redis.password);
-        cfg->redis.username = user;
-        cfg->redis.password = pass;
-    }
+    if (has_cred)
+        take_credentials(&cfg->redis, user, pass);
     return 0;
 oom:
     fail_plain(err, errlen, "redis URL: out of memory");
@@ -271,37 +294,9 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     } else if (tls || strncasecmp(url, "redis://", 8) == 0) {
         const char *a = url + (tls ? 9 : 8);
         size_t alen = strcspn(a, "/?#");
-        const char *at = NULL;
-        for (const char *q = a; q < a + alen; q++)
-            if (*q == '@')
-                at = q;          /* the last one: a raw '@' may sit in a password */
-        const char *hp = a;
-        if (at) {
-            const char *colon = memchr(a, ':', (size_t)(at - a));
-            const char *pw = colon ? colon + 1 : a;
-            int r = 0;
-            if (colon && colon > a)
-                r = percent_decode(a, (size_t)(colon - a), &user);
-            if (r == 0)
-                r = percent_decode(pw, (size_t)(at - pw), &pass);
-            if (r == -1) {
-                free(user);
-                return fail_plain(err, errlen, "redis URL: out of memory");
-            }
-            if (r == -2) {
-                free(user);
-                return fail_plain(err, errlen, "redis URL: bad %%-escape in the user name or "
-                                  "password (%%XX with two hex digits, not %%00)");
-            }
-            if (!*pass) {
-                free(user);
-                free(pass);
-                return fail_plain(err, errlen, "redis URL: empty password before '@' "
-                                  "(leave out user:password@ for no AUTH)");
-            }
-            has_cred = 1;
-            hp = at + 1;
-        }
+        const char *hp;
+        if ((has_cred = parse_userinfo(a, alen, &user, &pass, &hp, err, errlen)) < 0)
+            return -1;
         size_t hlen = (size_t)(a + alen - hp);
         const char *h = hp, *port_s = NULL;
         size_t host_len;
@@ -387,12 +382,8 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
             free(*slot[i]);
             *slot[i] = tls_files[i];
         }
-    if (has_cred) {
-        free(cfg->redis.username);
-        free(cfg->redis.password);
-        cfg->redis.username = user;
-        cfg->redis.password = pass;
-    }
+    if (has_cred)
+        take_credentials(&cfg->redis, user, pass);
     return 0;
 
 bad_host:

@@ -557,11 +557,21 @@ static int usable(redisContext *c)
     return 1;
 }
 
-static void timed_out(redisContext *c, long ms)
+/* wait_fd for a command's write or read: REDIS_OK once the socket is
+ * ready, else REDIS_ERR with the timeout or the poll error on c. */
+static int wait_io(redisContext *c, const struct dm_net *t, short events, long long deadline_ms)
 {
-    char m[80];
-    snprintf(m, sizeof m, "no reply within %ld ms (TLS)", ms);
-    set_ctx_err(c, REDIS_ERR_IO, m);
+    int w = wait_fd(c->fd, events, deadline_ms);
+    if (w > 0)
+        return REDIS_OK;
+    if (w == 0) {
+        char m[80];
+        snprintf(m, sizeof m, "no reply within %ld ms (TLS)", t->timeout_ms);
+        set_ctx_err(c, REDIS_ERR_IO, m);
+    } else {
+        set_ctx_err(c, REDIS_ERR_IO, strerror(errno));
+    }
+    return REDIS_ERR;
 }
 
 /* The session for `c`, ready for its handshake. NULL with `why`. Called
@@ -704,16 +714,8 @@ static int tls_flush(redisContext *c, struct dm_net *t, long long deadline_ms)
             sdsrange(c->obuf, n, -1);
             continue;
         }
-        if (k <= 0)
+        if (k <= 0 || wait_io(c, t, ev, deadline_ms) != REDIS_OK)
             return REDIS_ERR;
-        int w = wait_fd(c->fd, ev, deadline_ms);
-        if (w <= 0) {
-            if (w == 0)
-                timed_out(c, t->timeout_ms);
-            else
-                set_ctx_err(c, REDIS_ERR_IO, strerror(errno));
-            return REDIS_ERR;
-        }
     }
     return REDIS_OK;
 }
@@ -760,16 +762,8 @@ int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply)
         fresh = 0;
         if (k < 0)
             return REDIS_ERR;
-        if (k == 0) {
-            int w = wait_fd(c->fd, ev, deadline);
-            if (w <= 0) {
-                if (w == 0)
-                    timed_out(c, t->timeout_ms);
-                else
-                    set_ctx_err(c, REDIS_ERR_IO, strerror(errno));
-                return REDIS_ERR;
-            }
-        }
+        if (k == 0 && wait_io(c, t, ev, deadline) != REDIS_OK)
+            return REDIS_ERR;
         if (redisGetReplyFromReader(c, &r) != REDIS_OK)
             return REDIS_ERR;
     }

@@ -430,15 +430,7 @@ static int start_thread_locked(void)
         return 0;
     if (wake_fd < 0 && (wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         return errno;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);   /* signals are the program's */
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&sub_thread, &a, notify_main, NULL);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = dm_thread_start(&sub_thread, notify_main, NULL);
     if (rc == 0) {
         thread_running = 1;
         dm_redis_on_switch(wake_thread);    /* Sentinel: a new primary wakes the thread */

@@ -277,16 +277,7 @@ static void start_watch_locked(void)
 {
     if (watch_running)
         return;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);   /* signals are the program's */
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &a, watch_main, NULL);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = dm_thread_start(NULL, watch_main, NULL);
     if (rc == 0)
         watch_running = 1;
     else

@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -67,6 +68,21 @@ void dm_sleep_ms(long ms)
     struct timespec ts = { ms / 1000, (ms % 1000) * DM_NS_PER_MS };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+int dm_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_t dummy;
+    int rc = pthread_create(t ? t : &dummy, &a, fn, arg);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 int dm_cond_init_monotonic(pthread_cond_t *cv)

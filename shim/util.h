@@ -1,9 +1,10 @@
 /* util: the small helpers every threaded module needs, defined once:
  * monotonic time in milliseconds, deadlines on CLOCK_MONOTONIC, sleeping,
  * capped exponential backoff with jitter, condition variables that wait on
- * CLOCK_MONOTONIC, a module mutex's fork handling, and the intrusive hash
- * table of named records. The bottom layer: includes no shim header, does
- * no I/O, never logs; only the hash table allocates (its buckets). */
+ * CLOCK_MONOTONIC, a module mutex's fork handling, the start of the shim's
+ * own threads, and the intrusive hash table of named records. The bottom
+ * layer: includes no shim header, does no I/O, never logs; it allocates
+ * only the hash table's buckets (and the stacks of the threads it starts). */
 #ifndef DM_UTIL_H
 #define DM_UTIL_H
 
@@ -34,6 +35,12 @@ int dm_ts_passed(const struct timespec *deadline);
 /* Sleeps `ms` in full: a signal handler interrupting it does not cut it
  * short. ms <= 0 returns at once. */
 void dm_sleep_ms(long ms);
+
+/* Starts fn(arg) on a detached thread with every signal blocked in it
+ * (signals are the program's: they must reach its own threads, never
+ * the shim's), the caller's mask left as it was; *t (NULL: not wanted)
+ * is the thread. Returns pthread_create's result. */
+int dm_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* pthread_cond_init with a CLOCK_MONOTONIC condattr; returns its result. */
 int dm_cond_init_monotonic(pthread_cond_t *cv);

@@ -390,20 +390,11 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
         /* Both threads or no hold: without the renewal thread the lease
          * runs out under the critical section, and without the deadline
          * thread a stuck renewal round hides the loss past the lease. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        pthread_t t;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        if (!running && (rc = pthread_create(&t, &a, watchdog_main, NULL)) == 0)
+        if (!running && (rc = dm_thread_start(NULL, watchdog_main, NULL)) == 0)
             running = 1;
         if (rc == 0 && !deadline_running &&
-            (rc = pthread_create(&t, &a, deadline_main, NULL)) == 0)
+            (rc = dm_thread_start(NULL, deadline_main, NULL)) == 0)
             deadline_running = 1;
-        pthread_attr_destroy(&a);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc != 0) {
             unlink_locked(h);
             dm_error("cannot start the lease %s thread: %s", running ? "deadline" : "renewal",

@@ -59,6 +59,50 @@ int th_checker_argv(const struct th_checker *k, char **argv, int n, const char *
     return n;
 }
 
+#define PROG_ARGV_MAX 64
+
+pid_t th_checker_prog(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                      const char *ns, char *const *env, const char *prog,
+                      const char *const *args, const char *out)
+{
+    char *argv[PROG_ARGV_MAX];
+    int n = 0;
+    const int room = PROG_ARGV_MAX - 5;     /* the checker's four words and NULL */
+    if (ns) {
+        argv[n++] = (char *)net->ip_cmd;
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = (char *)ns;
+        argv[n++] = "/usr/bin/env";
+        for (; env && *env && n < room; env++)
+            argv[n++] = *env;
+        env = NULL;
+    }
+    argv[n++] = (char *)prog;
+    for (; args && *args && n < room; args++)
+        argv[n++] = (char *)*args;
+    if (args && *args)
+        fail_msg("%s: more than %d arguments", prog, room);
+    n = th_checker_argv(k, argv, n, prefix);
+    argv[n] = NULL;
+    return th_child(argv, env, out);
+}
+
+pid_t th_checker_progv(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                       const char *ns, char *const *env, const char *prog, const char *out,
+                       va_list ap)
+{
+    const char *args[PROG_ARGV_MAX];
+    int n = 0;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < PROG_ARGV_MAX - 1)
+        args[n++] = a;
+    if (a)
+        fail_msg("%s: more than %d arguments", prog, PROG_ARGV_MAX - 1);
+    args[n] = NULL;
+    return th_checker_prog(k, prefix, net, ns, env, prog, args, out);
+}
+
 void th_checker_stop(struct th_checker *k)
 {
     if (k->c)
@@ -188,4 +232,42 @@ void th_net_reconnect(struct th_net *n)
     if (n->up)
         for (int i = 0; i < 2; i++)
             th_sh("ip link set %s up", n->veth[i]);
+}
+
+/* ---- the group fixture --------------------------------------------------- */
+
+static struct th_net *fatal_net;
+static struct th_checker *group_chk;
+
+/* A fatal signal: the harness kills children and servers; the machines go too. */
+static void machines_down_now(void)
+{
+    th_net_down(fatal_net);
+}
+
+void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned alarm_s,
+                             const char *group, const char *without)
+{
+    fatal_net = n;
+    group_chk = k;
+    th_group_start(NULL, NULL, alarm_s, machines_down_now);
+    th_checker_start(k);
+    if (th_net_setup(n) != 0)
+        printf("%s: no network namespaces (not root, or ip(8) failed): %s\n", group, without);
+}
+
+int th_machines_group_teardown(void **state)
+{
+    (void)state;
+    th_group_stop(NULL, NULL);
+    th_checker_stop(group_chk);
+    th_net_down(fatal_net);
+    return 0;
+}
+
+int th_machines_test_setup(void **state)
+{
+    (void)state;
+    th_checker_next(group_chk);
+    return 0;
 }

@@ -16,6 +16,7 @@
 
 #include <hiredis/hiredis.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <sys/types.h>
 
 #include "harness.h"
@@ -41,6 +42,22 @@ void th_checker_stop(struct th_checker *k);
  * The caller leaves room for the four words. */
 int th_checker_argv(const struct th_checker *k, char **argv, int n, const char *prefix);
 
+/* A program that reports to the checker: prog, args (NULL-terminated),
+ * then th_checker_argv's "-s SOCK -k PREFIX" (prefix NULL: the current
+ * test's), remembered (th_child) with its output to `out`. On the machine
+ * `ns` (a name in net->ns, run through "ip netns exec", the environment
+ * `env` then set by env(1) at the end of the exec chain so that ip(8)
+ * itself does not load the shim), or on this one (ns NULL: net unused, env
+ * given to th_child). env: th_shim_env's list, or NULL for none. */
+struct th_net;
+pid_t th_checker_prog(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                      const char *ns, char *const *env, const char *prog,
+                      const char *const *args, const char *out);
+/* The same with the arguments as a va_list of strings ending with NULL,
+ * for a group's own variadic "program ARGS..., NULL" helper. */
+pid_t th_checker_progv(const struct th_checker *k, const char *prefix, const struct th_net *net,
+                       const char *ns, char *const *env, const char *prog, const char *out,
+                       va_list ap);
 /* A fresh key prefix ("t1", "t2", ...) for the next test. */
 void th_checker_next(struct th_checker *k);
 
@@ -81,4 +98,18 @@ void th_net_reconnect(struct th_net *n);
  * fatal-signal handler. */
 void th_net_down(struct th_net *n);
 
+/* ---- the group fixture of the groups that use both ------------------------ */
+/* Group setup: th_group_start(NULL, NULL, alarm_s, ...) whose fatal-signal
+ * handler also takes the machines down, then the checker started and the
+ * machines set up; without network namespaces prints "<group>: no network
+ * namespaces (not root, or ip(8) failed): <without>" and goes on (n->up is
+ * 0). */
+void th_machines_group_start(struct th_checker *k, struct th_net *n, unsigned alarm_s,
+                             const char *group, const char *without);
+/* cmocka fixtures of such a group: as its group teardown, th_group_stop,
+ * the checker stopped and the machines removed (what
+ * th_machines_group_start started); as a test's setup, the checker's next
+ * key prefix (th_checker_next). */
+int th_machines_group_teardown(void **state);
+int th_machines_test_setup(void **state);
 #endif

@@ -71,6 +71,23 @@ static int free_port(const char *addr)
     return ntohs(sa.sin_port);
 }
 
+/* redis-server with `argv` (argv[0] "redis-server"): stdin and stdout on
+ * /dev/null, and without the shim. */
+static pid_t exec_server(const char *const *argv)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open("/dev/null", O_RDWR);
+        dup2(fd, 0); dup2(fd, 1);
+        unsetenv("LD_PRELOAD");
+        execvp("redis-server", (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
 static pid_t spawn_redis(struct th_redis *r, const char *const *extra)
 {
     char port[16], log[200];
@@ -96,17 +113,7 @@ static pid_t spawn_redis(struct th_redis *r, const char *const *extra)
     for (int i = 0; extra && extra[i] && n < 62; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fd = open("/dev/null", O_RDWR);
-        dup2(fd, 0); dup2(fd, 1);
-        unsetenv("LD_PRELOAD");
-        execvp("redis-server", (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+    return exec_server(argv);
 }
 
 static int wait_ping(struct th_redis *r)
@@ -157,53 +164,17 @@ static void server_down(pid_t pid)
             servers[i] = 0;
 }
 
-/* One start of r's server on r's port: 0 once it answers, else -1 with
- * nothing left running. */
-static int try_spawn(struct th_redis *r, const char *const *extra)
-{
-    r->pid = spawn_redis(r, extra);
-    if (wait_ping(r) == 0) {
-        server_up(r->pid);
-        return 0;
-    }
-    kill(r->pid, SIGKILL);
-    waitpid(r->pid, NULL, 0);
-    return -1;
-}
-
-static void start(struct th_redis *r, const char *bind_addr, const char *const *extra, int tls)
-{
-    memset(r, 0, sizeof *r);
-    r->tls = tls;
-    snprintf(r->addr, sizeof r->addr, "%s", bind_addr ? bind_addr : "127.0.0.1");
-    snprintf(r->dir, sizeof r->dir, "/tmp/dmutex-test-redis.XXXXXX");
-    if (!mkdtemp(r->dir))
-        die("mkdtemp: %s", strerror(errno));
-    for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
-        r->port = free_port(r->addr);
-        snprintf(r->url, sizeof r->url, "%s://%s:%d", tls ? "rediss" : "redis", r->addr, r->port);
-        snprintf(r->port_text, sizeof r->port_text, "%d", r->port);
-        if (try_spawn(r, extra) == 0)
-            return;
-    }
-    die("redis-server did not start on %s (see %s/redis.log)", r->addr, r->dir);
-}
-
-void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra)
-{
-    start(r, bind_addr, extra, 0);
-}
-
-void th_redis_start_tls(struct th_redis *r, const char *const *extra)
-{
-    start(r, NULL, extra, 1);
-}
-
 /* redis-server in sentinel mode: its config file (which it rewrites) in
  * r->dir, the options that every server here gets, then `sentinel`
  * lines. */
-static pid_t spawn_sentinel(struct th_redis *r, const char *master, const char *mhost, int mport,
-                            int quorum, long down_ms, long failover_ms)
+/* What a sentinel monitors, and how fast it fails over. */
+struct sentinel_spec {
+    const char *master, *mhost;
+    int mport, quorum;
+    long down_ms, failover_ms;
+};
+
+static pid_t spawn_sentinel(struct th_redis *r, const struct sentinel_spec *m)
 {
     char conf[200];
     snprintf(conf, sizeof conf, "%s/sentinel.conf", r->dir);
@@ -216,43 +187,68 @@ static pid_t spawn_sentinel(struct th_redis *r, const char *master, const char *
             "sentinel down-after-milliseconds %s %ld\n"
             "sentinel failover-timeout %s %ld\n"
             "sentinel parallel-syncs %s 2\n",
-            r->port, r->addr, r->dir, r->dir, master, mhost, mport, quorum,
-            master, down_ms, master, failover_ms, master);
+            r->port, r->addr, r->dir, r->dir, m->master, m->mhost, m->mport, m->quorum,
+            m->master, m->down_ms, m->master, m->failover_ms, m->master);
     fclose(f);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fd = open("/dev/null", O_RDWR);
-        dup2(fd, 0); dup2(fd, 1);
-        unsetenv("LD_PRELOAD");
-        execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
-        _exit(127);
+    const char *argv[] = { "redis-server", conf, "--sentinel", NULL };
+    return exec_server(argv);
+}
+
+/* One start of r's server on r's port (a sentinel when `sen` is not NULL):
+ * 0 once it answers, else -1 with nothing left running. */
+static int try_spawn(struct th_redis *r, const char *const *extra, const struct sentinel_spec *sen)
+{
+    r->pid = sen ? spawn_sentinel(r, sen) : spawn_redis(r, extra);
+    if (wait_ping(r) == 0) {
+        server_up(r->pid);
+        return 0;
     }
-    return pid;
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    return -1;
+}
+
+static void start(struct th_redis *r, const char *bind_addr, const char *const *extra, int tls,
+                  const struct sentinel_spec *sen)
+{
+    memset(r, 0, sizeof *r);
+    r->tls = tls;
+    snprintf(r->addr, sizeof r->addr, "%s", bind_addr ? bind_addr : "127.0.0.1");
+    snprintf(r->dir, sizeof r->dir, "/tmp/dmutex-test-%s.XXXXXX", sen ? "sentinel" : "redis");
+    if (!mkdtemp(r->dir))
+        die("mkdtemp: %s", strerror(errno));
+    for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
+        r->port = free_port(r->addr);
+        if (sen)    /* as redis.sentinels lists it */
+            snprintf(r->url, sizeof r->url, "%s:%d", r->addr, r->port);
+        else
+            snprintf(r->url, sizeof r->url, "%s://%s:%d", tls ? "rediss" : "redis", r->addr,
+                     r->port);
+        snprintf(r->port_text, sizeof r->port_text, "%d", r->port);
+        if (try_spawn(r, extra, sen) == 0)
+            return;
+    }
+    if (sen)
+        die("redis-server --sentinel did not start on %s (is redis-sentinel installed? see "
+            "%s/redis.log)", r->addr, r->dir);
+    die("redis-server did not start on %s (see %s/redis.log)", r->addr, r->dir);
+}
+
+void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra)
+{
+    start(r, bind_addr, extra, 0, NULL);
+}
+
+void th_redis_start_tls(struct th_redis *r, const char *const *extra)
+{
+    start(r, NULL, extra, 1, NULL);
 }
 
 void th_sentinel_start(struct th_redis *r, const char *bind_addr, const char *master,
                        const char *mhost, int mport, int quorum, long down_ms, long failover_ms)
 {
-    memset(r, 0, sizeof *r);
-    snprintf(r->addr, sizeof r->addr, "%s", bind_addr ? bind_addr : "127.0.0.1");
-    snprintf(r->dir, sizeof r->dir, "/tmp/dmutex-test-sentinel.XXXXXX");
-    if (!mkdtemp(r->dir))
-        die("mkdtemp: %s", strerror(errno));
-    for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
-        r->port = free_port(r->addr);
-        snprintf(r->url, sizeof r->url, "%s:%d", r->addr, r->port);
-        r->pid = spawn_sentinel(r, master, mhost, mport, quorum, down_ms, failover_ms);
-        if (wait_ping(r) == 0) {
-            server_up(r->pid);
-            return;
-        }
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, NULL, 0);
-    }
-    die("redis-server --sentinel did not start on %s (is redis-sentinel installed? see "
-        "%s/redis.log)", r->addr, r->dir);
+    const struct sentinel_spec sen = { master, mhost, mport, quorum, down_ms, failover_ms };
+    start(r, bind_addr, NULL, 0, &sen);
 }
 
 void th_redis_kill(struct th_redis *r)
@@ -268,7 +264,7 @@ void th_redis_kill(struct th_redis *r)
 void th_redis_restart(struct th_redis *r, const char *const *extra)
 {
     for (int tries = 0; tries < 50; tries++) {
-        if (try_spawn(r, extra) == 0)
+        if (try_spawn(r, extra, NULL) == 0)
             return;
         usleep(100000);     /* the old socket may linger a moment */
     }
@@ -728,6 +724,34 @@ long long th_wait_for(const char *out, const char *needle, long timeout_ms)
 }
 
 /* ---- reading outputs and the server's statistics ------------------------- */
+
+long long th_run_counters(redisContext *c, const struct th_redis *server, const char *key,
+                          char *const *env, const struct th_counters *how, const char *never)
+{
+    if (how->procs > TH_COUNTER_PROCS_MAX)
+        fail_msg("%d counter processes: at most %d", how->procs, TH_COUNTER_PROCS_MAX);
+    char threads[16], iters[16], done[48];
+    snprintf(threads, sizeof threads, "%d", how->threads);
+    snprintf(iters, sizeof iters, "%d", how->iters);
+    snprintf(done, sizeof done, "done %d", how->threads * how->iters);
+    char *argv[] = { TH_COUNTER, (char *)server->addr, (char *)server->port_text, (char *)key,
+                     threads, iters, (char *)how->hold_us, NULL };
+    freeReplyObject(th_cmd(c, "DEL %s", key));
+    pid_t pid[TH_COUNTER_PROCS_MAX];
+    char *out[TH_COUNTER_PROCS_MAX];
+    for (int i = 0; i < how->procs; i++) {
+        out[i] = th_out_file();
+        pid[i] = th_child(argv, env, out[i]);
+    }
+    for (int i = 0; i < how->procs; i++) {
+        char *text = th_finish(pid[i], out[i], 0, how->run_ms);
+        th_assert_has(text, done);
+        if (never && strstr(text, never))
+            fail_msg("a counter process said %s:\n%s", never, text);
+        free(text);
+    }
+    return th_cmd_int(c, "GET %s", key);
+}
 
 void th_assert_has(const char *text, const char *needle)
 {

@@ -105,6 +105,24 @@ struct th_shim_env {
 };
 char **th_shim_env(struct th_shim_env *e, const char *cfg, const char *url, const char *log);
 
+/* ---- the counter program ---------------------------------------------------
+ * tests/progs/counter: threads that each increment a Redis key `iters`
+ * times inside a mapped mutex (held hold_us), read-modify-write, so that
+ * an exact final count means the processes excluded each other. */
+#define TH_COUNTER TH_BUILD "/tests/progs/counter"
+#define TH_COUNTER_PROCS_MAX 16
+struct th_counters {
+    int procs, threads, iters;
+    const char *hold_us;        /* microseconds, as its argument */
+    long run_ms;                /* each must end by itself within this */
+};
+/* DELs `key` through c, runs how->procs counters at once on it at `server`
+ * with the environment env (th_child), and fails the test unless each
+ * ends with status 0 within how->run_ms saying "done <threads x iters>"
+ * and, when `never` is not NULL, without `never` in its output. Returns
+ * the key's final value (GET through c). */
+long long th_run_counters(redisContext *c, const struct th_redis *server, const char *key,
+                          char *const *env, const struct th_counters *how, const char *never);
 /* ---- a test group's fixtures ---------------------------------------------
  * What every group's setup and teardown repeat. */
 

@@ -23,7 +23,6 @@
 #include "harness.h"
 #include "redis.h"
 
-#define COUNTER         TH_BUILD "/tests/progs/counter"
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
 #define DMUTEX_CLI      TH_BUILD "/dmutex"
 #define SUITE_ALARM_S   180
@@ -42,13 +41,11 @@
 
 static struct th_redis rs;
 static redisContext *rc;
-static char port_text[16];
 
 static int group_setup(void **state)
 {
     (void)state;
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
-    snprintf(port_text, sizeof port_text, "%d", rs.port);
     return 0;
 }
 
@@ -128,31 +125,15 @@ static void assert_noperm(redisContext *c, const char *cmd, const char *word)
     freeReplyObject(r);
 }
 
+static const struct th_counters counters = { CNT_PROCS, CNT_THREADS, CNT_ITERS, CNT_HOLD_US,
+                                              RUN_MS };
+
+/* CNT_PROCS counter processes at once under the shim with `cfg`, none
+ * refused anything; returns the final count. */
 static long long run_counters(const char *cfg, const char *key)
 {
-    char threads[8], iters[8];
-    snprintf(threads, sizeof threads, "%d", CNT_THREADS);
-    snprintf(iters, sizeof iters, "%d", CNT_ITERS);
-    char *argv[] = { COUNTER, rs.addr, port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
-    freeReplyObject(th_cmd(rc, "DEL %s", key));
     struct th_shim_env e;
-    char **env = th_shim_env(&e, cfg, NULL, NULL);
-    pid_t pid[CNT_PROCS];
-    char *out[CNT_PROCS];
-    for (int i = 0; i < CNT_PROCS; i++) {
-        out[i] = th_out_file();
-        pid[i] = th_child(argv, env, out[i]);
-    }
-    for (int i = 0; i < CNT_PROCS; i++) {
-        char *text = th_finish(pid[i], out[i], 0, RUN_MS);
-        char done[32];
-        snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
-        th_assert_has(text, done);
-        if (strstr(text, "NOPERM"))
-            fail_msg("a process was refused something:\n%s", text);
-        free(text);
-    }
-    return th_cmd_int(rc, "GET %s", key);
+    return th_run_counters(rc, &rs, key, th_shim_env(&e, cfg, NULL, NULL), &counters, "NOPERM");
 }
 
 /* The line names exactly the namespace's keys and channels, the hashed

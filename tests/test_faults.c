@@ -81,13 +81,6 @@ static void measured(const char *fmt, ...)
     fflush(stdout);
 }
 
-/* A fatal signal: the harness kills children and servers; the network
- * "machines" go too. */
-static void net_down_now(void)
-{
-    th_net_down(&net);
-}
-
 /* A config: `settings` (top-level lines) and fault_lock mapped as `name`. */
 static char *config(const char *settings, const char *name)
 {
@@ -108,34 +101,15 @@ struct run {
     const char *prefix;         /* checker key prefix; NULL: the test's */
 };
 
-/* faultworker ARGS... (NULL-terminated) as `r` says. The environment is set
- * by env(1) at the end of the exec chain so that ip(8) itself does not
- * load the shim. */
+/* faultworker ARGS... (NULL-terminated) as `r` says (th_checker_prog). */
 static pid_t worker(const struct run *r, ...)
 {
-    char *argv[64];
-    int n = 0;
     static struct th_shim_env e;
-    if (r->netns) {
-        argv[n++] = net.ip_cmd;
-        argv[n++] = "netns";
-        argv[n++] = "exec";
-        argv[n++] = (char *)r->netns;
-    }
-    argv[n++] = "/usr/bin/env";
-    if (r->cfg)
-        for (char **env = th_shim_env(&e, r->cfg, r->url ? r->url : rs.url, NULL); *env; env++)
-            argv[n++] = *env;
-    argv[n++] = worker_path;
+    char **env = r->cfg ? th_shim_env(&e, r->cfg, r->url ? r->url : rs.url, NULL) : NULL;
     va_list ap;
     va_start(ap, r);
-    char *a;
-    while ((a = va_arg(ap, char *)) != NULL && n < 60)
-        argv[n++] = a;
+    pid_t pid = th_checker_progv(&chk, r->prefix, &net, r->netns, env, worker_path, r->out, ap);
     va_end(ap);
-    n = th_checker_argv(&chk, argv, n, r->prefix);
-    argv[n] = NULL;
-    pid_t pid = th_child(argv, NULL, r->out);
     return pid;
 }
 
@@ -278,30 +252,11 @@ static long long info_num(redisContext *c, const char *section, const char *fiel
 static int group_setup(void **state)
 {
     (void)state;
-    /* The lock server is the test's (lock_server), not the group's. */
-    th_group_start(NULL, NULL, SUITE_ALARM_S, net_down_now);
     if (th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, NULL) != 0)
         return -1;
-    th_checker_start(&chk);
-    if (th_net_setup(&net) != 0)
-        printf("test_faults: no network namespaces (not root, or ip(8) failed): "
-               "the cut-off scenarios are skipped\n");
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(NULL, NULL);
-    th_checker_stop(&chk);
-    th_net_down(&net);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    th_checker_next(&chk);
+    /* The lock server is the test's (lock_server), not the group's. */
+    th_machines_group_start(&chk, &net, SUITE_ALARM_S, "test_faults",
+                            "the cut-off scenarios are skipped");
     return 0;
 }
 
@@ -1595,7 +1550,7 @@ static void test_rss_stays_flat_over_uncached_cycles(void **s)
               "20000", "no caching (two round trips each)");
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, th_machines_test_setup, teardown)
 
 int main(void)
 {
@@ -1630,11 +1585,11 @@ int main(void)
         T(test_stopped_holder_overlap_is_measured_reported_and_fenced_off),
         T(test_stopped_holder_in_abort_mode_dies_when_resumed),
         TH_CASE(test_server_restart_with_aof_always_keeps_every_hold,
-                restart_scenario, "always", setup, teardown),
+                restart_scenario, "always", th_machines_test_setup, teardown),
         TH_CASE(test_server_restart_with_aof_everysec_keeps_every_hold_of_a_process_crash,
-                restart_scenario, "everysec", setup, teardown),
+                restart_scenario, "everysec", th_machines_test_setup, teardown),
         TH_CASE(test_server_restart_without_persistence_holders_detect_the_loss,
-                restart_scenario, NULL, setup, teardown),
+                restart_scenario, NULL, th_machines_test_setup, teardown),
         T(test_client_pause_longer_than_a_command_timeout_is_ridden_out),
         T(test_cut_off_holder_aborts_before_its_lease_expires),
         T(test_cut_off_holder_in_warn_mode_is_fenced_off),
@@ -1647,5 +1602,5 @@ int main(void)
     const char *only = getenv("DM_FAULTS_FILTER");     /* e.g. "*restart*" while debugging */
     if (only && *only)
         cmocka_set_test_filter(only);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_machines_group_teardown);
 }

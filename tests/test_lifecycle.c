@@ -87,19 +87,12 @@ static char *config(const char *extra, long lease_ms)
 static pid_t life(const char *cfg, const char *out, ...)
 {
     static struct th_shim_env e;
-    char **env = th_shim_env(&e, cfg, rs.url, NULL);
-    char *argv[40];
-    int n = 0;
-    argv[n++] = life_path;
     va_list ap;
     va_start(ap, out);
-    char *a;
-    while ((a = va_arg(ap, char *)) != NULL && n < 34)
-        argv[n++] = a;
+    pid_t pid = th_checker_progv(&chk, NULL, NULL, NULL, th_shim_env(&e, cfg, rs.url, NULL),
+                                 life_path, out, ap);
     va_end(ap);
-    n = th_checker_argv(&chk, argv, n, NULL);
-    argv[n] = NULL;
-    return th_child(argv, env, out);
+    return pid;
 }
 
 /* A must end by itself with exit status `code` (or by signal `sig`). */

@@ -54,6 +54,7 @@
 #include "cluster.h"
 #include "config.h"
 #include "harness.h"
+#include "progs/fdio.h"
 #include "redis.h"
 #include "watchdog.h"
 
@@ -96,11 +97,6 @@ static void measured(const char *fmt, ...)
     printf("\n");
     va_end(ap);
     fflush(stdout);
-}
-
-static void net_down_now(void)
-{
-    th_net_down(&net);
 }
 
 static const char *bind_addr(void)
@@ -211,31 +207,10 @@ static void sentinel_says(const struct th_redis *s, char *buf, size_t len)
 static int group_setup(void **state)
 {
     (void)state;
-    th_group_start(NULL, NULL, SUITE_ALARM_S, net_down_now);
-    if (!realpath(WORKER, worker_path)) {
-        fprintf(stderr, "test_sentinel: %s missing (make test-build first)\n", WORKER);
+    if (th_built_paths(WORKER, worker_path, NULL) != 0)
         return -1;
-    }
-    th_checker_start(&chk);
-    if (th_net_setup(&net) != 0)
-        printf("test_sentinel: no network namespaces (not root, or ip(8) failed): the "
-               "failover runs on loopback\n");
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    th_group_stop(NULL, NULL);
-    th_checker_stop(&chk);
-    th_net_down(&net);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    th_checker_next(&chk);
+    th_machines_group_start(&chk, &net, SUITE_ALARM_S, "test_sentinel",
+                            "the failover runs on loopback");
     return 0;
 }
 
@@ -262,14 +237,7 @@ static int fake_port, fake_listen_fd = -1, fake_listen_port;
 
 static void fake_send(int fd, const char *s)
 {
-    size_t n = strlen(s);
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w <= 0)
-            return;
-        s += w;
-        n -= (size_t)w;
-    }
+    fd_write_all(fd, s, strlen(s));
 }
 
 static void *fake_conn_main(void *arg)
@@ -500,19 +468,9 @@ static void test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock(void *
 static pid_t local_prog(const char *cfgf, const char *url, char **out, const char *const *rest)
 {
     static struct th_shim_env e;
-    char **env = th_shim_env(&e, cfgf, url, NULL);
-    char *argv[24];
-    int n = 0;
-    argv[n++] = worker_path;
-    for (int k = 0; rest[k] && n < 18; k++)
-        argv[n++] = (char *)rest[k];
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = chk.prefix;
-    argv[n] = NULL;
     *out = th_out_file();
-    return th_child(argv, env, *out);
+    return th_checker_prog(&chk, NULL, &net, NULL, th_shim_env(&e, cfgf, url, NULL), worker_path,
+                           rest, *out);
 }
 
 /* No replica can acknowledge: a lock call never returns a grant; each one
@@ -607,26 +565,8 @@ struct run_result {
 static pid_t start_prog(int i, const char *cfgf, const char *out, const char *const *rest)
 {
     static struct th_shim_env e;
-    char *argv[40];
-    int n = 0;
-    if (net.up) {
-        argv[n++] = net.ip_cmd;
-        argv[n++] = "netns";
-        argv[n++] = "exec";
-        argv[n++] = net.ns[i % 2];
-    }
-    argv[n++] = "/usr/bin/env";
-    for (char **env = th_shim_env(&e, cfgf, NULL, NULL); *env; env++)
-        argv[n++] = *env;
-    argv[n++] = worker_path;
-    for (int k = 0; rest[k] && n < 32; k++)
-        argv[n++] = (char *)rest[k];
-    argv[n++] = "-s";
-    argv[n++] = chk.sock;
-    argv[n++] = "-k";
-    argv[n++] = chk.prefix;
-    argv[n] = NULL;
-    return th_child(argv, NULL, out);
+    return th_checker_prog(&chk, NULL, &net, net.up ? net.ns[i % 2] : NULL,
+                           th_shim_env(&e, cfgf, NULL, NULL), worker_path, rest, out);
 }
 
 static pid_t start_worker(int i, const char *cfgf, const char *out)
@@ -809,7 +749,7 @@ static void test_failover_with_min_replicas_0_is_measured(void **s)
     assert_true(r.sections > 0);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, th_machines_test_setup, teardown)
 
 int main(void)
 {
@@ -824,5 +764,5 @@ int main(void)
     const char *only = getenv("DM_SENTINEL_FILTER");
     if (only && *only)
         cmocka_set_test_filter(only);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, th_machines_group_teardown);
 }

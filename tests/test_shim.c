@@ -31,7 +31,6 @@
 #include "harness.h"
 
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
-#define COUNTER         TH_BUILD "/tests/progs/counter"
 #define FORKPROG        TH_BUILD "/tests/progs/forkprog"
 #define DLPROG          TH_BUILD "/tests/progs/dlprog"
 #define PLUGINS         TH_BUILD "/tests/progs/plugins"
@@ -133,25 +132,9 @@ static int cleanup(void **state)
  * and returns the final count. */
 static long long run_counters(const char *key, char **env)
 {
-    char threads[8], iters[8];
-    snprintf(threads, sizeof threads, "%d", CNT_THREADS);
-    snprintf(iters, sizeof iters, "%d", CNT_ITERS);
-    char *argv[] = { COUNTER, rs.addr, rs.port_text, (char *)key, threads, iters, CNT_HOLD_US, NULL };
-    freeReplyObject(th_cmd(rc, "DEL %s", key));
-    pid_t pid[CNT_PROCS];
-    char *out[CNT_PROCS];
-    for (int i = 0; i < CNT_PROCS; i++) {
-        out[i] = th_out_file();
-        pid[i] = th_child(argv, env, out[i]);
-    }
-    for (int i = 0; i < CNT_PROCS; i++) {
-        char *text = finish(pid[i], out[i], 0);
-        char done[32];
-        snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
-        th_assert_has(text, done);
-        free(text);
-    }
-    return th_cmd_int(rc, "GET %s", key);
+    static const struct th_counters counters = { CNT_PROCS, CNT_THREADS, CNT_ITERS, CNT_HOLD_US,
+                                                 RUN_MS };
+    return th_run_counters(rc, &rs, key, env, &counters, NULL);
 }
 
 static void test_mapped_mutex_keeps_a_counter_exact_across_processes(void **state)

@@ -23,7 +23,6 @@
 #include "harness.h"
 #include "redis.h"
 
-#define COUNTER         TH_BUILD "/tests/progs/counter"
 #define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
 #define FORKPROG        TH_BUILD "/tests/progs/forkprog"
 #define SSLPROG         TH_BUILD "/tests/progs/sslprog"
@@ -53,7 +52,6 @@ static struct th_redis mtls;    /* TLS, client certificates required */
 static struct th_redis other;   /* TLS, a certificate for other.example */
 static struct th_redis expired; /* TLS, a certificate that expired in 2020 */
 static char certs[128];
-static char data_port[16];
 
 static const char *cert(const char *file)
 {
@@ -76,7 +74,6 @@ static int group_setup(void **state)
 {
     (void)state;
     th_group_start(&data, &rc, SUITE_ALARM_S, NULL);
-    snprintf(data_port, sizeof data_port, "%d", data.port);
     snprintf(certs, sizeof certs, "/tmp/dmutex-test-tls.XXXXXX");
     if (!mkdtemp(certs))
         fail_msg("mkdtemp: %s", strerror(errno));
@@ -295,12 +292,8 @@ static const char *mutual(void)
  * the final count. */
 static long long run_counters(const char *cfgfile, const char *key, char *const *more_env)
 {
-    char threads[8], iters[8];
-    snprintf(threads, sizeof threads, "%d", CNT_THREADS);
-    snprintf(iters, sizeof iters, "%d", CNT_ITERS);
-    char *argv[] = { COUNTER, data.addr, data_port, (char *)key, threads, iters, CNT_HOLD_US,
-                     NULL };
-    freeReplyObject(th_cmd(rc, "DEL %s", key));
+    static const struct th_counters counters = { CNT_PROCS, CNT_THREADS, CNT_ITERS, CNT_HOLD_US,
+                                                 RUN_MS };
     struct th_shim_env e;
     char **base = th_shim_env(&e, cfgfile, NULL, NULL);
     char *env[16];
@@ -310,20 +303,7 @@ static long long run_counters(const char *cfgfile, const char *key, char *const 
     for (int i = 0; more_env && more_env[i] && n < 15; i++)
         env[n++] = more_env[i];
     env[n] = NULL;
-    pid_t pid[CNT_PROCS];
-    char *out[CNT_PROCS];
-    for (int i = 0; i < CNT_PROCS; i++) {
-        out[i] = th_out_file();
-        pid[i] = th_child(argv, env, out[i]);
-    }
-    for (int i = 0; i < CNT_PROCS; i++) {
-        char *text = th_finish(pid[i], out[i], 0, RUN_MS);
-        char done[32];
-        snprintf(done, sizeof done, "done %d", CNT_THREADS * CNT_ITERS);
-        th_assert_has(text, done);
-        free(text);
-    }
-    return th_cmd_int(rc, "GET %s", key);
+    return th_run_counters(rc, &data, key, env, &counters, NULL);
 }
 
 /* The lock's fencing counter on the TLS server: grants made there. */
@@ -434,28 +414,38 @@ static char *tls_get(const char *name, enum dm_key k)
     return v;
 }
 
+/* Runs prog [arg] go under the shim, held_lock mapped as `name` over
+ * mutual TLS: it locks, and returns from main holding the lock once told
+ * to. Fails the test unless it ends by itself and the shim released the
+ * hold at exit; returns its output. */
+static char *exit_holding(const char *prog, const char *arg, const char *name)
+{
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"held_lock\"; name = \"%s\"; } );\n",
+        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS, name));
+    char *go = th_go_file();
+    char *out = th_out_file();
+    char *argv[] = { (char *)prog, (char *)(arg ? arg : go), arg ? go : NULL, NULL };
+    struct th_shim_env e;
+    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    char *holder = tls_get(name, DM_KEY_HOLDER);
+    if (!holder || holder[0] != '=')
+        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
+    free(holder);
+    return text;
+}
+
 /* A process that returns from main holding a lock releases it from the
  * shim's destructor, over TLS: OpenSSL is still usable then (the shim
  * initialises it without an atexit cleanup). */
 static void test_exit_releases_a_hold_over_tls(void **state)
 {
     (void)state;
-    char *cfgfile = th_keep_file(th_write_file(".cfg",
-        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
-        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_exit\"; } );\n",
-        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
-    char *go = th_go_file();
-    char *out = th_out_file();
-    char *argv[] = { LOCKPROG, "hold-exit", go, NULL };
-    struct th_shim_env e;
-    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
-    th_wait_for(out, "locked 0", RUN_MS);
-    th_touch(go);
-    free(th_finish(pid, out, 0, RUN_MS));
-    char *holder = tls_get("tls_exit", DM_KEY_HOLDER);
-    if (!holder || holder[0] != '=')
-        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
-    free(holder);
+    free(exit_holding(LOCKPROG, "hold-exit", "tls_exit"));
 }
 
 /* A program that initialises the same OpenSSL itself, the default way
@@ -468,25 +458,10 @@ static void test_exit_releases_a_hold_over_tls(void **state)
 static void test_exit_release_survives_the_programs_own_openssl(void **state)
 {
     (void)state;
-    char *cfgfile = th_keep_file(th_write_file(".cfg",
-        "redis = { host = \"%s\"; port = %d; tls = { %s }; };\nlease_ms = %ld;\n"
-        "mutexes = ( { symbol = \"held_lock\"; name = \"tls_sslprog\"; } );\n",
-        mtls.addr, mtls.port, mutual(), EXIT_LEASE_MS));
-    char *go = th_go_file();
-    char *out = th_out_file();
-    char *argv[] = { SSLPROG, go, NULL };
-    struct th_shim_env e;
-    pid_t pid = th_child(argv, th_shim_env(&e, cfgfile, NULL, NULL), out);
-    th_wait_for(out, "locked 0", RUN_MS);
-    th_touch(go);
-    char *text = th_finish(pid, out, 0, RUN_MS);
+    char *text = exit_holding(SSLPROG, NULL, "tls_sslprog");
     th_assert_has(text, "own error queue kept");   /* the lock's handshake left it alone */
     th_assert_has(text, "own SSL_CTX made");
     free(text);
-    char *holder = tls_get("tls_sslprog", DM_KEY_HOLDER);
-    if (!holder || holder[0] != '=')
-        fail_msg("the hold was not released at exit: holder \"%s\"", holder ? holder : "(none)");
-    free(holder);
 }
 
 /* Fork children of a process whose threads lock over TLS make their own

@@ -28,14 +28,15 @@ $(B)/tests/harness.o: tests/harness.c tests/harness.h tests/progs/clock.h | $(B)
 $(B)/tests/checker.o: tests/checker.c tests/checker.h tests/harness.h | $(B)/tests/progs
 	$(CC) $(TEST_CFLAGS) -c $< -o $@
 
-$(B)/tests/test_%: tests/test_%.c tests/harness.h tests/checker.h $(TEST_HELPERS) $(B)/libdmcore.a | $(B)/tests/progs
+$(B)/tests/test_%: tests/test_%.c tests/harness.h tests/checker.h tests/progs/fdio.h $(TEST_HELPERS) $(B)/libdmcore.a | $(B)/tests/progs
 	$(CC) $(TEST_CFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
 
 # Test programs are ordinary programs: no shim headers, no shim objects
-# (tests/progs/prog.h, clock.h and checkclient.h are the test programs' own
-# headers; clock.h is the harness's too), except the fake server
+# (tests/progs/prog.h, clock.h, checkclient.h and fdio.h are the test
+# programs' own headers; clock.h is the harness's too, fdio.h test_sentinel's),
+# except the fake server
 # faultserver, which never runs under the shim.
-PROG_HEADERS := tests/progs/prog.h tests/progs/clock.h tests/progs/checkclient.h
+PROG_HEADERS := tests/progs/prog.h tests/progs/clock.h tests/progs/checkclient.h tests/progs/fdio.h
 $(B)/tests/progs/%: tests/progs/%.c $(PROG_HEADERS) | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread $< -o $@ $(PROG_LIBS_$*)
 

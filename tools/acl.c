@@ -117,11 +117,8 @@ int dm_cli_acl(int argc, char **argv)
         return 2;
     }
     struct dm_config cfg;
-    char err[DM_ERR_MAX];
-    if (dm_config_load(cfg_path, &cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "dmutex: %s\n", err);
+    if (dm_cli_load_config(cfg_path, &cfg) != 0)
         return DM_EX_CONFIG;
-    }
     char why[160];
     if (ns && !dm_config_name_ok(ns, why, sizeof why)) {
         fprintf(stderr, "dmutex acl: --namespace: %s\n", why);

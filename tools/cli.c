@@ -14,3 +14,12 @@ int dm_cli_set_redis_url(struct dm_config *cfg, const char *what, const char *ur
     fprintf(stderr, "%s%s: %s\n", what, shown, err);
     return -1;
 }
+
+int dm_cli_load_config(const char *path, struct dm_config *cfg)
+{
+    char err[DM_ERR_MAX];
+    if (dm_config_load(path, cfg, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "dmutex: %s\n", err);
+    return -1;
+}

@@ -37,4 +37,8 @@ int dm_cli_preload_env(const char *cmd, const char *cfg_path, const char *redis,
  * the shim printed why), 127 (cannot be run) or 1 (cannot be checked). */
 int dm_cli_check_child(const char *mode, char **prog_argv, const char *cmd);
 
+/* Loads the config file `path` into cfg; when it cannot, says
+ * "dmutex: <why>" on stderr and returns -1 (exit with DM_EX_CONFIG). */
+int dm_cli_load_config(const char *path, struct dm_config *cfg);
+
 #endif

@@ -115,10 +115,8 @@ int dm_cli_preload_env(const char *cmd, const char *cfg_path, const char *redis,
 {
     struct dm_config cfg;
     char err[DM_ERR_MAX];
-    if (dm_config_load(cfg_path, &cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "dmutex: %s\n", err);
+    if (dm_cli_load_config(cfg_path, &cfg) != 0)
         return DM_EX_CONFIG;
-    }
     if (dm_config_check_mutexes(&cfg, err, sizeof err) != 0) {
         fprintf(stderr, "dmutex: %s\n", err);
         dm_config_free(&cfg);

@@ -32,14 +32,12 @@ int dm_locks_connect(const char *cmd, const char *cfg_path, const char *url, con
                      struct dm_locks_conn **out)
 {
     struct dm_locks_conn *lc = calloc(1, sizeof *lc);
-    char err[DM_ERR_MAX];
     if (!lc) {
         fprintf(stderr, "dmutex %s: out of memory\n", cmd);
         return 1;
     }
     if (cfg_path) {
-        if (dm_config_load(cfg_path, &lc->cfg, err, sizeof err) != 0) {
-            fprintf(stderr, "dmutex: %s\n", err);
+        if (dm_cli_load_config(cfg_path, &lc->cfg) != 0) {
             free(lc);
             return DM_EX_CONFIG;
         }

@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "keys.h"
 #include "prog.h"
 
@@ -110,17 +111,6 @@ static long parse_request(const char *buf, size_t len, char *a0, char *a1, size_
     return p - buf;
 }
 
-static void write_all(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w <= 0)
-            return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
 /* half-load and half-eval: one client at a time. */
 static void serve_fake(int ls, int eval_only)
 {
@@ -151,15 +141,15 @@ static void serve_fake(int ls, int eval_only)
                 int is_eval = strcasecmp(a0, "EVALSHA") == 0 || strcasecmp(a0, "EVAL") == 0;
                 if (!eval_only || is_eval) {
                     const char *full = is_eval ? grant : sha;
-                    write_all(c, full, strlen(full) / 2);
+                    fd_write_all(c, full, strlen(full) / 2);
                     say(is_eval ? "half-reply EVAL" : "half-reply SCRIPT");
                     open = 0;
                     break;
                 }
                 if (strcasecmp(a0, "SCRIPT") == 0)
-                    write_all(c, sha, sizeof sha - 1);
+                    fd_write_all(c, sha, sizeof sha - 1);
                 else
-                    write_all(c, "+OK\r\n", 5);
+                    fd_write_all(c, "+OK\r\n", 5);
             }
         }
         close(c);
@@ -214,7 +204,7 @@ static void serve_proxy(int ls, const char *host, int port)
                 if (client_side && !dropped && memmem(buf, (size_t)r, "EVAL", 4) &&
                     memmem(buf, (size_t)r, rel, strlen(rel))) {
                     /* Let the release run, swallow its answer. */
-                    write_all(pf[j].fd, buf, (size_t)r);
+                    fd_write_all(pf[j].fd, buf, (size_t)r);
                     struct pollfd w = { pf[j].fd, POLLIN, 0 };
                     if (poll(&w, 1, 2000) > 0) {
                         ssize_t g = read(pf[j].fd, buf, sizeof buf);
@@ -224,7 +214,7 @@ static void serve_proxy(int ls, const char *host, int port)
                     say("dropped release reply");
                     close_pair = 1;
                 } else {
-                    write_all(pf[j].fd, buf, (size_t)r);
+                    fd_write_all(pf[j].fd, buf, (size_t)r);
                 }
             }
             if (close_pair) {
@@ -331,7 +321,7 @@ static void from_client(struct pair *p)
         } else {
             if (act)
                 p->swallow = strcmp(f_action, "drop") == 0 ? 1 : 2;
-            write_all(p->sfd, p->in, (size_t)used);
+            fd_write_all(p->sfd, p->in, (size_t)used);
         }
         memmove(p->in, p->in + used, p->nin - (size_t)used);
         p->nin -= (size_t)used;
@@ -351,7 +341,7 @@ static void serve_reply(int ls, const char *host, int port)
         for (int i = 0; i < MAX_CONN; i++) {
             struct pair *p = &pairs[i];
             if (p->due && p->due <= now) {
-                write_all(p->sfd, p->held, p->nheld);
+                fd_write_all(p->sfd, p->held, p->nheld);
                 p->due = 0;
                 p->nheld = 0;
                 say("reply: delay sent");
@@ -425,10 +415,10 @@ static void serve_reply(int ls, const char *host, int port)
                 int m = snprintf(e, sizeof e, "-%s\r\n", f_action + 6);
                 p->swallow = 0;
                 if (p->cfd >= 0)
-                    write_all(p->cfd, e, (size_t)m);
+                    fd_write_all(p->cfd, e, (size_t)m);
                 say("reply: replaced by an error");
             } else if (p->cfd >= 0) {
-                write_all(p->cfd, buf, (size_t)r);
+                fd_write_all(p->cfd, buf, (size_t)r);
             } else if (!p->due) {
                 close(p->sfd);          /* the late call's reply: nobody listens */
                 p->sfd = -1;
