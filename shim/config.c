@@ -525,7 +525,8 @@ int dm_config_endpoint(const char *v, size_t len, int dflt_port, struct dm_endpo
     if (port_s) {
         size_t plen = (size_t)(v + len - port_s);
         port = 0;
-        for (size_t i = 0; i < plen && port <= DM_PORT_MAX; i++)
+        /* Stops at the first non-digit (-1) or once past the range. */
+        for (size_t i = 0; i < plen && port >= 0 && port <= DM_PORT_MAX; i++)
             port = az_digit((unsigned char)port_s[i]) ? port * 10 + (port_s[i] - '0') : -1;
         if (plen == 0 || port < 1 || port > DM_PORT_MAX)
             return snprintf(why, n, "the port must be a number from 1 to %ld", DM_PORT_MAX), -1;
