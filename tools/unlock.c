@@ -13,7 +13,6 @@
 #include "config.h"
 #include "keys.h"
 #include "locks.h"
-#include "net.h"
 #include "lua_scripts.h"
 #include "redis.h"
 
@@ -127,18 +126,22 @@ int dm_cli_unlock(int argc, char **argv)
         const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], claim };
         memcpy(args + 3 + NK, av, sizeof av);
         struct dm_conn *conn = dm_locks_conn(lc);
-        rep = dm_net_command_argv(conn->c, conn->tls, (int)(sizeof args / sizeof args[0]), args,
-                                  NULL);
+        int argn = (int)(sizeof args / sizeof args[0]);
+        rep = dm_redis_command_argv(conn, "force.lua", argn, args);
+        if (!rep && conn->err == DM_REDIS_WRONG_NODE) {
+            /* Sentinel: the node is no longer the primary and nothing ran.
+             * Closing it makes the next connect ask the sentinels again:
+             * one more try on the primary they name now. */
+            dm_redis_close(conn);
+            if (dm_redis_connect(conn) == 0)
+                rep = dm_redis_command_argv(conn, "force.lua", argn, args);
+        }
     }
     int rc = 1;
     if (oom) {
         fprintf(stderr, "dmutex unlock: out of memory\n");
     } else if (!rep) {
-        fprintf(stderr, "dmutex unlock: lock %s at %s: %s\n", name, dm_redis_addr(),
-                dm_locks_conn(lc)->c->errstr);
-    } else if (rep->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "dmutex unlock: lock %s at %s: %s\n", name, dm_redis_addr(),
-                rep->str);
+        fprintf(stderr, "dmutex unlock: lock %s: %s\n", name, dm_locks_conn(lc)->errstr);
     } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
         fprintf(stderr, "dmutex unlock: lock %s at %s: unexpected reply from force.lua\n", name,
                 dm_redis_addr());
