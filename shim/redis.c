@@ -529,20 +529,20 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
     return check_script_reply(conn, r, s);
 }
 
-int dm_redis_is_primary(struct dm_conn *conn)
+enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
 {
     if (!dm_sentinel_enabled())
-        return 1;
+        return DM_PRIMARY_YES;
     if (!conn->c)
-        return -1;
+        return DM_PRIMARY_UNKNOWN;
     char why[400];
     enum dm_redis_err rc = check_role(conn->c, conn->tls, why, sizeof why);
     if (rc == DM_REDIS_OK)
-        return 1;
+        return DM_PRIMARY_YES;
     set_err(conn, rc, "redis at %s: %s", dm_redis_addr(), why);
     if (rc == DM_REDIS_WRONG_NODE)
         dm_sentinel_stale(conn->gen);
-    return rc == DM_REDIS_WRONG_NODE ? 0 : -1;
+    return rc == DM_REDIS_WRONG_NODE ? DM_PRIMARY_NO : DM_PRIMARY_UNKNOWN;
 }
 
 long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms)

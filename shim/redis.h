@@ -123,10 +123,13 @@ void dm_redis_on_switch(void (*fn)(void));
  * reads answers from whatever data a node has, and a demoted primary may
  * have none while it resyncs: a verdict such as "the hold is gone" is
  * trusted only once the same connection says ROLE master after it. */
-/* 1: yes (always without Sentinel, with no round trip); 0: no (conn->err
- * DM_REDIS_WRONG_NODE, the primary is asked of the sentinels again); -1:
- * no answer or an error (conn->err says which). */
-int dm_redis_is_primary(struct dm_conn *conn);
+enum dm_is_primary {
+    DM_PRIMARY_YES,         /* always without Sentinel, with no round trip */
+    DM_PRIMARY_NO,          /* conn->err DM_REDIS_WRONG_NODE; the primary is asked of
+                             * the sentinels again */
+    DM_PRIMARY_UNKNOWN,     /* no answer or an error (conn->err says which) */
+};
+enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn);
 
 /* WAIT n timeout_ms on conn: how many replicas acknowledged every write
  * this connection made so far (>= 0), or -1 with conn->err set (no reply:

@@ -47,6 +47,11 @@ static const char unlock_usage[] =
     "Exit status: 0 released, or not held; 1 refused (held, no --force) or the\n"
     "server cannot be reached; 2 usage; 78 bad config.\n";
 
+/* force.lua's first element. */
+enum force_reply { FORCE_REFUSED = 0,   /* {0, owner, pttl, token}: the lease is alive */
+                   FORCE_RELEASED = 1,  /* {1, owner, old token, new token, next waiter, its token} */
+                   FORCE_NOT_HELD = 2   /* {2, holder marker} */ };
+
 /* "user@host pid N": who forced, for the server's log. No '#' and no
  * newline (the marker and the record are parsed). */
 static void who_am_i(char *out, size_t len)
@@ -145,14 +150,14 @@ int dm_cli_unlock(int argc, char **argv)
     } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
         fprintf(stderr, "dmutex unlock: lock %s at %s: unexpected reply from force.lua\n", name,
                 dm_redis_addr());
-    } else if (rep->element[0]->integer == 0 && rep->elements == 4) {
+    } else if (rep->element[0]->integer == FORCE_REFUSED && rep->elements == 4) {
         fprintf(stderr, "dmutex unlock: lock %s (namespace %s at %s) is held by %s, fencing "
                 "token %s, its lease alive for %lld ms more: a live holder renews it, so it "
                 "is not released; a dead holder's lease runs out by itself (then the next "
                 "locker takes it). --force releases it now.\n", name, ns,
                 dm_redis_addr(), rep->element[1]->str, rep->element[3]->str,
                 rep->element[2]->integer);
-    } else if (rep->element[0]->integer == 2) {
+    } else if (rep->element[0]->integer == FORCE_NOT_HELD) {
         struct dm_holder m;
         const char *marker = rep->element[1]->str;
         const char *how = "never granted, or its last holder released it";
@@ -166,7 +171,7 @@ int dm_cli_unlock(int argc, char **argv)
         }
         printf("lock %s is not held (%s): nothing to release\n", name, how);
         rc = 0;
-    } else if (rep->element[0]->integer == 1 && rep->elements == 6) {
+    } else if (rep->element[0]->integer == FORCE_RELEASED && rep->elements == 6) {
         printf("lock %s: forced release of %s's hold (fencing token %s); token now %lld; ", name,
                rep->element[1]->str, *rep->element[2]->str ? rep->element[2]->str : "?",
                rep->element[3]->integer);
