@@ -18,7 +18,7 @@
 cd "$(dirname "$0")/.." || exit 1
 DMUTEX=${DMUTEX:-build/dmutex}
 T=$(mktemp -d /tmp/admin.test.XXXXXX) || exit 1
-passed=0 failed=0
+. tests/lib.sh
 . tools/redis-tmp.sh
 pids=""
 cleanup() {
@@ -30,9 +30,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' PIPE
 
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
-fail_setup() { echo "$1"; echo "$passed passed, $((failed + 1)) failed"; exit 1; }
 # has TEXT FILE NAME: the file has a line containing TEXT (fixed string).
 has() {
     if grep -qF -- "$1" "$2"; then ok "$3"; else bad "$3" "no line with: $1" "in:" "$(cat "$2")"; fi
