@@ -91,12 +91,6 @@ static enum dm_redis_err check_role(redisContext *c, struct dm_net *t, char *err
     return rc;
 }
 
-static struct timeval ms_tv(long ms)
-{
-    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-    return tv;
-}
-
 /* Loads the scripts (one pipelined round trip) the first time any
  * connection of this process is made. */
 /* The connection's set-up steps answer with one of these: the server
@@ -214,7 +208,7 @@ int dm_redis_connect(struct dm_conn *conn)
     conn->errstr[0] = 0;
     conn->gen = 0;
     long long started = dm_now_ms();
-    struct timeval cto = ms_tv(rcfg->connect_timeout_ms);
+    struct timeval cto = dm_ms_timeval(rcfg->connect_timeout_ms);
     /* With Sentinel the address is the sentinels' answer; it is all that
      * changes here (sentinel.c). */
     const char *host = rcfg->host, *addr = addr_text;
@@ -251,7 +245,7 @@ int dm_redis_connect(struct dm_conn *conn)
         dm_sentinel_stale(conn->gen);
         return -1;
     }
-    redisSetTimeout(c, ms_tv(rcfg->command_timeout_ms));
+    redisSetTimeout(c, dm_ms_timeval(rcfg->command_timeout_ms));
     if (!rcfg->unix_path)
         redisEnableKeepAlive(c);
     struct dm_net *t = NULL;
