@@ -260,9 +260,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
 
     long long released = th_now_ms();
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    struct timespec jd;
-    clock_gettime(CLOCK_REALTIME, &jd);
-    jd.tv_sec += (LONG_LEASE_MS + SLACK_MS) / 1000;
+    struct timespec jd = th_deadline_in(CLOCK_REALTIME, LONG_LEASE_MS + SLACK_MS);
     if (pthread_timedjoin_np(th, NULL, &jd) != 0)
         fail_msg("the waiter did not return");
     assert_int_equal(w.rc, 0);
