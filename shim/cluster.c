@@ -652,9 +652,11 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     char *const *k = l->keys;
-    const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_HOLDER], k[DM_KEY_TOKEN], k[DM_KEY_QUEUE],
-                           k[DM_KEY_QTIME], k[DM_KEY_LOST], owner, tok, k[DM_KEY_RELEASED], keep,
-                           k[DM_KEY_WAIT], claim };
+    const char *args[DM_KEYS_RELEASE_N + 6];
+    for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
+        args[i] = k[dm_keys_release[i]];
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim };
+    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -671,7 +673,8 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get();
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, 6, 12, args);
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
+                                        DM_KEYS_RELEASE_N + 6, args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&

@@ -31,6 +31,8 @@ trap cleanup EXIT
 trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' PIPE
 
 # has TEXT FILE NAME: the file has a line containing TEXT (fixed string).
+# key NS NAME KIND...: lock NAME's keys as shim/keys.c builds them.
+key() { "$DMUTEX" keys "$@"; }
 has() {
     if grep -qF -- "$1" "$2"; then ok "$3"; else bad "$3" "no line with: $1" "in:" "$(cat "$2")"; fi
 }
@@ -165,15 +167,16 @@ if [ "$rc" -eq 1 ] && grep -qF "held by $owner1, fencing token $tok1, its lease 
     ok "unlock: a live holder is refused (exit 1), naming holder, token and lease left"
 else bad "unlock: a live holder is refused (exit 1), naming holder, token and lease left" \
     "exit $rc" "$(cat "$T/out" "$T/err")"; fi
-if [ "$($CLI HEXISTS "admintest:{u.live}" "$owner1")" = 1 ]; then ok "unlock: refused, the hold stays"
+if [ "$($CLI HEXISTS "$(key admintest u.live lock)" "$owner1")" = 1 ]; then ok "unlock: refused, the hold stays"
 else bad "unlock: refused, the hold stays"; fi
 
 start_api waiter u.live u.free2
 waiter=$last_pid
 exec 4>"$T/waiter.in"
+Q=$(key admintest u.live queue)
 n=0
-while [ "$($CLI LLEN "admintest:{u.live}:queue")" != 1 ] && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
-[ "$($CLI LLEN "admintest:{u.live}:queue")" = 1 ] || fail_setup "the waiter did not queue: $(cat "$T/waiter.err")"
+while [ "$($CLI LLEN "$Q")" != 1 ] && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+[ "$($CLI LLEN "$Q")" = 1 ] || fail_setup "the waiter did not queue: $(cat "$T/waiter.err")"
 
 "$DMUTEX" unlock -c "$T/u.cfg" -r "$URL" --force u.live >"$T/out" 2>"$T/err"
 rc=$?
@@ -190,14 +193,17 @@ if wait_for "lost the lease of lock u.live" "$T/holder.err"; then
     ok "unlock --force: the live holder logs its lost lease (on_lease_lost = warn)"
 else bad "unlock --force: the live holder logs its lost lease (on_lease_lost = warn)" "$(cat "$T/holder.err")"; fi
 # The old hold, released or renewed by its owner now, answers lost (0).
-K="admintest:{u.live}"
-rel=$($CLI --eval shim/lua/release.lua "$K" "$K:holder" "$K:token" "$K:queue" "$K:qtime" "$K:lost" , \
-      "$owner1" "$tok1" "$K:released" 3000 "$K:w:" 1000)
+K=$(key admintest u.live lock)
+# release.lua's KEYS in the order the shim passes them (no name has a space)
+# shellcheck disable=SC2046
+rel=$($CLI --eval shim/lua/release.lua $(key --release admintest u.live) , \
+      "$owner1" "$tok1" "$(key admintest u.live released)" 3000 "$(key admintest u.live w)" 1000)
 ren=$($CLI --eval shim/lua/renew.lua "$K" , "$owner1" 3000)
 if [ "$rel" = 0 ] && [ "$ren" = 0 ]; then ok "unlock --force: the old holder's release and renewal answer lost"
 else bad "unlock --force: the old holder's release and renewal answer lost" "release $rel renew $ren"; fi
-if $CLI GET "$K:forced" | grep -qF "$owner1 #$tok1 -> #"; then ok "unlock --force: :forced records who and whose hold"
-else bad "unlock --force: :forced records who and whose hold" "$($CLI GET "$K:forced")"; fi
+F=$(key admintest u.live forced)
+if $CLI GET "$F" | grep -qF "$owner1 #$tok1 -> #"; then ok "unlock --force: :forced records who and whose hold"
+else bad "unlock --force: :forced records who and whose hold" "$($CLI GET "$F")"; fi
 if grep -qF "dmutex: forced release of $K by " "$REDIS_TMP_DIR/redis.log"; then
     ok "unlock --force: the server's log says who did it"
 else bad "unlock --force: the server's log says who did it" "$(tail -n 5 "$REDIS_TMP_DIR/redis.log")"; fi
@@ -238,13 +244,13 @@ exec 3>&-
 
 # ---- top -----------------------------------------------------------------
 printf 'namespace = "toptest";\nmutexes = ({ symbol = "counter_lock"; name = "top.busy"; });\n' >"$T/top.cfg"
-$CLI SET "toptest:{top.idle}:token" 7 >/dev/null
+$CLI SET "$(key toptest top.idle token)" 7 >/dev/null
 LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/top.cfg DMUTEX_REDIS=$URL \
     build/tests/progs/counter 127.0.0.1 "$REDIS_TMP_PORT" top.count 2 1000000 >"$T/counter.out" 2>&1 &
 counter=$!
 pids="$pids $counter"
 n=0
-while [ -z "$($CLI GET "toptest:{top.busy}:token")" ] && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+while [ -z "$($CLI GET "$(key toptest top.busy token)")" ] && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
 "$DMUTEX" top -c "$T/top.cfg" -r "$URL" -n 2 -d 0.5 >"$T/top" 2>"$T/err"
 rc=$?
 kill -9 "$counter"; wait "$counter" 2>/dev/null
