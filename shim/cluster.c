@@ -304,9 +304,9 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                            k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID],
                            owner, lease, delay, queue ? "1" : "0", member,
-                           qttl, k[DM_KEY_WANT] };
+                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP };
     struct dm_conn *conn = dm_redis_get();
-    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, 14, args);
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, 15, args);
     if (!r) {
         dm_redis_error_keep(why, conn);
         dm_redis_put(conn);

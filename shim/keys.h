@@ -33,6 +33,11 @@ enum dm_key {
 /* What follows "NS:{NAME}" in key `k` ("" for the lock itself). */
 const char *dm_keys_suffix(enum dm_key k);
 
+/* How many tokens of expired grants NS:{NAME}:lost keeps: acquire.lua
+ * and force.lua are given it. Expiries are at most a few per lease (see
+ * acquire.lua), so this many are plenty. */
+#define DM_KEYS_LOST_KEEP "48"     /* a script argument: decimal text */
+
 /* The short name of key `k` ("lock", "token", ..., "w" for the handover
  * channel prefix), as `dmutex keys` takes it; dm_keys_kind_parse is the
  * reverse: 0 with *k set, or -1 for no such name. */

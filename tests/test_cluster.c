@@ -477,7 +477,7 @@ static const char *bh_keys(const enum dm_key *k, size_t n)
                                 DM_KEY_QTIME, DM_KEY_LOST)
 #define BH_CANCEL_KEYS BH_LIST(DM_KEY_LOCK, DM_KEY_QUEUE, DM_KEY_QTIME, DM_KEY_TOKEN, \
                                DM_KEY_HOLDER, DM_KEY_VOID)
-#define BH_ACQ(who, delay) who " 30000 " delay " 0 '" who "|1' 3000 ''"
+#define BH_ACQ(who, delay) who " 30000 " delay " 0 '" who "|1' 3000 '' " DM_KEYS_LOST_KEEP
 
 static const char *bh_rel(const char *who, const char *tok)
 {

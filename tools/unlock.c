@@ -125,10 +125,11 @@ int dm_cli_unlock(int argc, char **argv)
     snprintf(nkeys, sizeof nkeys, "%d", NK);
     redisReply *rep = NULL;
     if (!oom) {
-        const char *args[3 + NK + 6] = { "EVAL", dm_lua_force, nkeys };
+        const char *args[3 + NK + 7] = { "EVAL", dm_lua_force, nkeys };
         for (int i = 0; i < NK; i++)
             args[3 + i] = keys[i];
-        const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], claim };
+        const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], claim,
+                             DM_KEYS_LOST_KEEP };
         memcpy(args + 3 + NK, av, sizeof av);
         struct dm_conn *conn = dm_locks_conn(lc);
         int argn = (int)(sizeof args / sizeof args[0]);
