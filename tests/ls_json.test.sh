@@ -44,7 +44,8 @@ done
 grep -q '^held' "$T/out" || fail_setup "the holder did not take its lock: $(cat "$T/out" "$T/err")"
 token=$(sed -n 's/^held //p' "$T/out")
 # A name no shim would write, put there by something else on the server.
-printf 'SET "lstest:{q\\"\\\\\\x01\\xff}:token" 3\r\n' | redis-cli -p "$REDIS_TMP_PORT" >/dev/null
+weird=$(printf 'q"\\\001\377')
+redis-cli -p "$REDIS_TMP_PORT" SET "$("$DMUTEX" keys lstest "$weird" token)" 3 >/dev/null
 
 if "$DMUTEX" ls -c "$T/app.cfg" -r "$URL" --json >"$T/json" 2>"$T/jerr"; then
     ok "dmutex ls --json succeeds"
