@@ -242,6 +242,26 @@ if wait_for "held " "$T/next.out" && [ "$(sed -n 's/^held //p' "$T/next.out")" -
 else bad "unlock --force: the next locker gets it with a token past the forced one" "$(cat "$T/next.out" "$T/next.err")"; fi
 exec 3>&-
 
+# ---- errors of the tools' own commands ------------------------------------
+# A user without SCAN: ls and unlock say what the server refused, where, and
+# how to find the rights a config needs (the NOPERM hint the shim gives).
+$CLI ACL SETUSER admnoscan on '>pw' '~*' '&*' '+@all' '-scan' '-eval' >/dev/null
+NOPERM_URL=redis://admnoscan:pw@127.0.0.1:$REDIS_TMP_PORT
+"$DMUTEX" ls -c "$T/u.cfg" -r "$NOPERM_URL" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -qF "redis at 127.0.0.1:$REDIS_TMP_PORT: SCAN: NOPERM" "$T/err" &&
+    grep -qF "dmutex acl -c CONFIG" "$T/err"; then
+    ok "ls: a refused SCAN names the server, the command and the rights hint"
+else bad "ls: a refused SCAN names the server, the command and the rights hint" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
+"$DMUTEX" unlock -c "$T/u.cfg" -r "$NOPERM_URL" u.any >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -qF "lock u.any: redis at 127.0.0.1:$REDIS_TMP_PORT: force.lua: NOPERM" "$T/err" &&
+    grep -qF "dmutex acl -c CONFIG" "$T/err"; then
+    ok "unlock: a refused script names the lock, the server, force.lua and the rights hint"
+else bad "unlock: a refused script names the lock, the server, force.lua and the rights hint" \
+    "exit $rc" "$(cat "$T/out" "$T/err")"; fi
+
 # ---- top -----------------------------------------------------------------
 printf 'namespace = "toptest";\nmutexes = ({ symbol = "counter_lock"; name = "top.busy"; });\n' >"$T/top.cfg"
 $CLI SET "$(key toptest top.idle token)" 7 >/dev/null

@@ -96,8 +96,12 @@ static int scan_names(struct dm_conn *conn, const char *ns, char ***out, size_t 
                                                  match)
                               : NULL;
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            snprintf(err, errlen, "%s", !match ? "out of memory" : !r ? conn->errstr :
-                     "SCAN: unexpected reply");
+            if (!match)
+                snprintf(err, errlen, "out of memory");
+            else if (!r)
+                snprintf(err, errlen, "%s", conn->errstr);
+            else
+                snprintf(err, errlen, "redis at %s: SCAN: unexpected reply", dm_redis_addr());
             if (r)
                 freeReplyObject(r);
             rc = -1;
@@ -171,7 +175,7 @@ static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lo
         if (!r[i] && conn->err == DM_REDIS_REPLY_ERROR) {
             /* the pipe is still in step: read the rest */
             if (rc == 0)
-                snprintf(err, errlen, "%s: %s", nm, conn->errstr);
+                snprintf(err, errlen, "lock %s: %s", nm, conn->errstr);
             rc = -1;
         } else if (!r[i]) {
             snprintf(err, errlen, "%s", conn->errstr);

@@ -177,7 +177,7 @@ int dm_cli_top(int argc, char **argv)
         char err[DM_ERR_MAX];
         double t = (double)dm_now_ms() / 1000;
         if (dm_locks_read(dm_locks_conn(lc), ns, &rows, &n, err, sizeof err) != 0) {
-            fprintf(stderr, "dmutex top: %s: %s\n", dm_redis_addr(), err);
+            fprintf(stderr, "dmutex top: %s\n", err);
             rc = 1;
             break;
         }
