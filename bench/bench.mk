@@ -18,7 +18,7 @@ bench-names:
 	@bench/names.sh
 
 # names uses the public API header, include/dmutex.h, as a user program would.
-$(B)/bench/names: bench/names.c include/dmutex.h | $(B)/bench
+$(B)/bench/names: bench/names.c bench/bench.h include/dmutex.h | $(B)/bench
 	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) -Iinclude $(shell pkg-config --cflags hiredis) \
 	    $< -o $@ $(shell pkg-config --libs hiredis)
 

@@ -13,15 +13,15 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench.h"
+
 #define MANY 10000
 
 pthread_mutex_t many[MANY];
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return (double)now_ns() / 1e6;
 }
 
 static double cpu_ms(void)
@@ -49,9 +49,7 @@ int main(int argc, char **argv)
     printf("{\"locked_ms\": %.1f}\n", now_ms() - t);
     fflush(stdout);
     double c0 = cpu_ms(), w0 = now_ms();
-    struct timespec ts = { hold_ms / 1000, (hold_ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    sleep_ms(hold_ms);
     printf("{\"cpu_ms\": %.2f, \"wall_ms\": %.1f}\n", cpu_ms() - c0, now_ms() - w0);
     fflush(stdout);
     for (int i = 0; i < n; i++)

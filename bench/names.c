@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "dmutex.h"
 
 #pragma weak dmutex_name
@@ -46,9 +47,7 @@ struct object {
 
 static double clock_us(clockid_t clk)
 {
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+    return (double)clock_ns(clk) / 1e3;
 }
 
 static double now_us(void)
@@ -80,12 +79,6 @@ static long rss_bytes(void)
     if (f)
         fclose(f);
     return resident * sysconf(_SC_PAGESIZE);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static unsigned long long rnd_state = 88172645463325252ULL;
@@ -215,11 +208,7 @@ int main(int argc, char **argv)
     }
     int port = argc >= 2 ? atoi(argv[1]) : 0;
     if (argc >= 4 && port > 0 && strcmp(argv[2], "live") == 0) {
-        ping_ctx = redisConnect("127.0.0.1", port);
-        if (!ping_ctx || ping_ctx->err) {
-            fprintf(stderr, "names: cannot reach redis at 127.0.0.1:%d\n", port);
-            return 1;
-        }
+        ping_ctx = connect_or_die("names", "127.0.0.1", port);
         live(WARMUP_NAMES, 0);          /* connections, threads, pools: not reported */
         for (int i = 3; i < argc; i++) {
             long n = atol(argv[i]);

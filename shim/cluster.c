@@ -227,6 +227,13 @@ enum attempt { ATT_GRANTED, ATT_HELD,
 enum release_reply { RELEASE_NOT_HELD = 0,      /* the hold was lost (lease expired) */
                      RELEASE_DONE = 1,          /* released, or already by this hold */
                      RELEASE_STILL_HELD = 2 };  /* a nested count of another client */
+/* acquire.lua's first element: {1, token, owner_dead} or {0, pttl}. */
+enum acquire_reply { ACQUIRE_NOT_GRANTED = 0,   /* {0, ms to wait}: held, or not our turn */
+                     ACQUIRE_GRANTED = 1 };     /* {1, fencing token, 1 if the last
+                                                 * holder's lease ran out} */
+/* cancel.lua: {1, token} when the request had been granted (the hold is
+ * handed on), {0, 0} when not. */
+enum cancel_reply { CANCEL_NOT_GRANTED = 0, CANCEL_WAS_GRANTED = 1 };
 
 /* An error reply, or a reply that is not what the script returns: the
  * server refuses, it is not absent. */
@@ -297,9 +304,9 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                            k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID],
                            owner, lease, delay, queue ? "1" : "0", member,
-                           qttl, k[DM_KEY_WANT] };
+                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP };
     struct dm_conn *conn = dm_redis_get();
-    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, 14, args);
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, 15, args);
     if (!r) {
         dm_redis_error_keep(why, conn);
         dm_redis_put(conn);
@@ -308,13 +315,13 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     enum attempt res = ATT_FAILED;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
-        if (r->element[0]->integer == 1 && r->elements >= 3) {
+        if (r->element[0]->integer == ACQUIRE_GRANTED && r->elements >= 3) {
             memset(g, 0, sizeof *g);
             g->token = (uint64_t)r->element[1]->integer;
             g->owner_dead = r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 1;
             g->lease_ms = ccfg->lease_ms;
             res = ATT_GRANTED;
-        } else if (r->element[0]->integer == 0) {
+        } else if (r->element[0]->integer == ACQUIRE_NOT_GRANTED) {
             *pttl = (long)r->element[1]->integer;
             res = ATT_HELD;
         }
@@ -360,7 +367,7 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
         }
         uint64_t tok = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1 &&
+            r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == CANCEL_WAS_GRANTED &&
             r->element[1]->type == REDIS_REPLY_INTEGER)
             tok = (uint64_t)r->element[1]->integer;
         freeReplyObject(r);
@@ -645,9 +652,11 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     char *const *k = l->keys;
-    const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_HOLDER], k[DM_KEY_TOKEN], k[DM_KEY_QUEUE],
-                           k[DM_KEY_QTIME], k[DM_KEY_LOST], owner, tok, k[DM_KEY_RELEASED], keep,
-                           k[DM_KEY_WAIT], claim };
+    const char *args[DM_KEYS_RELEASE_N + 6];
+    for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
+        args[i] = k[dm_keys_release[i]];
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim };
+    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -664,11 +673,12 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get();
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, 6, 12, args);
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
+                                        DM_KEYS_RELEASE_N + 6, args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&
-            dm_redis_is_primary(conn) != 1) {
+            dm_redis_is_primary(conn) != DM_PRIMARY_YES) {
             freeReplyObject(r);
             r = NULL;
         }

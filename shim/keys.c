@@ -28,6 +28,33 @@ const char *dm_keys_suffix(enum dm_key k)
     return (unsigned)k < DM_KEY_COUNT ? suffixes[k] : "";
 }
 
+static const char *const kinds[DM_KEY_COUNT] = {
+    [DM_KEY_LOCK] = "lock", [DM_KEY_TOKEN] = "token", [DM_KEY_HOLDER] = "holder",
+    [DM_KEY_LOST] = "lost", [DM_KEY_VOID] = "void", [DM_KEY_RELEASED] = "released",
+    [DM_KEY_QUEUE] = "queue", [DM_KEY_QTIME] = "qtime", [DM_KEY_WANT] = "want",
+    [DM_KEY_FORCED] = "forced", [DM_KEY_WAIT] = "w",
+};
+
+const char *dm_keys_kind(enum dm_key k)
+{
+    return (unsigned)k < DM_KEY_COUNT ? kinds[k] : "";
+}
+
+int dm_keys_kind_parse(const char *s, enum dm_key *k)
+{
+    for (int i = 0; i < DM_KEY_COUNT; i++) {
+        if (strcmp(s, kinds[i]) == 0) {
+            *k = (enum dm_key)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const enum dm_key dm_keys_release[DM_KEYS_RELEASE_N] = {
+    DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN, DM_KEY_QUEUE, DM_KEY_QTIME, DM_KEY_LOST,
+};
+
 /* snprintf's result as a size: a negative one (an encoding error, which
  * "%s" cannot have) counts as nothing written. */
 size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, enum dm_key k)

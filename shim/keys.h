@@ -33,6 +33,22 @@ enum dm_key {
 /* What follows "NS:{NAME}" in key `k` ("" for the lock itself). */
 const char *dm_keys_suffix(enum dm_key k);
 
+/* How many tokens of expired grants NS:{NAME}:lost keeps: acquire.lua
+ * and force.lua are given it. Expiries are at most a few per lease (see
+ * acquire.lua), so this many are plenty. */
+#define DM_KEYS_LOST_KEEP "48"     /* a script argument: decimal text */
+
+/* The short name of key `k` ("lock", "token", ..., "w" for the handover
+ * channel prefix), as `dmutex keys` takes it; dm_keys_kind_parse is the
+ * reverse: 0 with *k set, or -1 for no such name. */
+const char *dm_keys_kind(enum dm_key k);
+int dm_keys_kind_parse(const char *s, enum dm_key *k);
+
+/* release.lua's KEYS[1..6], in its order: cluster.c passes them so, and
+ * `dmutex keys --release` prints them so for the shell tests. */
+enum { DM_KEYS_RELEASE_N = 6 };
+extern const enum dm_key dm_keys_release[DM_KEYS_RELEASE_N];
+
 /* Writes key `k` of lock `name` in namespace `ns` into buf, snprintf-style
  * (truncated but NUL-terminated when len is too small; buf may be NULL
  * when len is 0). Returns the length of the whole key, without its NUL. */

@@ -887,8 +887,7 @@ static void cond_rejoin(struct cond_wait *w)
                 w->real_dead = 1;
             continue;
         }
-        struct timespec ts = { 0, DM_CONDWAIT_RETRY_MS * 1000000L };
-        nanosleep(&ts, NULL);
+        dm_sleep_ms(DM_CONDWAIT_RETRY_MS);
     }
     __atomic_store_n(&w->e->holder, w->me, __ATOMIC_RELAXED);
     w->e->depth = w->depth;

@@ -695,8 +695,7 @@ void dm_net_set_timeout(redisContext *c, struct dm_net *t, long ms)
         t->timeout_ms = ms;
         return;
     }
-    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-    redisSetTimeout(c, tv);
+    redisSetTimeout(c, dm_ms_timeval(ms));
 }
 
 /* Writes all of c->obuf by the deadline. REDIS_OK or REDIS_ERR. */

@@ -91,12 +91,6 @@ static enum dm_redis_err check_role(redisContext *c, struct dm_net *t, char *err
     return rc;
 }
 
-static struct timeval ms_tv(long ms)
-{
-    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-    return tv;
-}
-
 /* Loads the scripts (one pipelined round trip) the first time any
  * connection of this process is made. */
 /* The connection's set-up steps answer with one of these: the server
@@ -214,7 +208,7 @@ int dm_redis_connect(struct dm_conn *conn)
     conn->errstr[0] = 0;
     conn->gen = 0;
     long long started = dm_now_ms();
-    struct timeval cto = ms_tv(rcfg->connect_timeout_ms);
+    struct timeval cto = dm_ms_timeval(rcfg->connect_timeout_ms);
     /* With Sentinel the address is the sentinels' answer; it is all that
      * changes here (sentinel.c). */
     const char *host = rcfg->host, *addr = addr_text;
@@ -251,7 +245,7 @@ int dm_redis_connect(struct dm_conn *conn)
         dm_sentinel_stale(conn->gen);
         return -1;
     }
-    redisSetTimeout(c, ms_tv(rcfg->command_timeout_ms));
+    redisSetTimeout(c, dm_ms_timeval(rcfg->command_timeout_ms));
     if (!rcfg->unix_path)
         redisEnableKeepAlive(c);
     struct dm_net *t = NULL;
@@ -311,17 +305,6 @@ void dm_redis_set_timeout(struct dm_conn *conn, long ms)
 {
     if (conn->c)
         dm_net_set_timeout(conn->c, conn->tls, ms);
-}
-
-redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
-{
-    if (!conn->c)
-        return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = dm_net_vcommand(conn->c, conn->tls, fmt, ap);
-    va_end(ap);
-    return r;
 }
 
 int dm_redis_conn_stale(const struct dm_conn *conn)
@@ -419,16 +402,21 @@ static const char *acl_refusal_hint(const char *msg)
     return "";
 }
 
-static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_script s)
+/* A reply, or its absence, on conn's error state: NULL (no reply) is
+ * DM_REDIS_IO; an error reply is freed and is DM_REDIS_REPLY_ERROR (with
+ * Sentinel, READONLY/LOADING/MASTERDOWN: DM_REDIS_WRONG_NODE), `what` and
+ * the server's words in errstr; anything else clears the error and is
+ * returned. */
+static redisReply *check_reply(struct dm_conn *conn, redisReply *r, const char *what)
 {
     if (!r) {
-        set_err(conn, DM_REDIS_IO, "redis at %s: %s", dm_redis_addr(),
-                conn->c->err ? conn->c->errstr : "no reply");
+        set_err(conn, DM_REDIS_IO, "redis at %s: %s%s%s", dm_redis_addr(), what,
+                *what ? ": " : "", conn->c->err ? conn->c->errstr : "no reply");
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
         set_err(conn, wrong_node_reply(r->str) ? DM_REDIS_WRONG_NODE : DM_REDIS_REPLY_ERROR,
-                "redis at %s: %s.lua: %s%s", dm_redis_addr(), script_name[s], r->str,
+                "redis at %s: %s%s%s%s", dm_redis_addr(), what, *what ? ": " : "", r->str,
                 acl_refusal_hint(r->str));
         freeReplyObject(r);
         return NULL;
@@ -436,6 +424,69 @@ static redisReply *check_reply(struct dm_conn *conn, redisReply *r, enum dm_scri
     conn->err = DM_REDIS_OK;
     conn->errstr[0] = 0;
     return r;
+}
+
+static redisReply *check_script_reply(struct dm_conn *conn, redisReply *r, enum dm_script s)
+{
+    char what[32];
+    snprintf(what, sizeof what, "%s.lua", script_name[s]);
+    return check_reply(conn, r, what);
+}
+
+/* The command's name in a hiredis format (its first word), for
+ * errstr. */
+static void fmt_name(char *out, size_t len, const char *fmt)
+{
+    size_t n = strcspn(fmt, " %");
+    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), fmt);
+}
+
+redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
+{
+    if (!conn->c)
+        return NULL;    /* not connected: the connect's error stays */
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = dm_net_vcommand(conn->c, conn->tls, fmt, ap);
+    va_end(ap);
+    char what[32];
+    fmt_name(what, sizeof what, fmt);
+    return check_reply(conn, r, what);
+}
+
+redisReply *dm_redis_command_argv(struct dm_conn *conn, const char *what, int argc,
+                                  const char **argv)
+{
+    if (!conn->c)
+        return NULL;
+    redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+    return check_reply(conn, r, what ? what : argv[0]);
+}
+
+int dm_redis_append_command(struct dm_conn *conn, const char *fmt, ...)
+{
+    if (!conn->c)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = redisvAppendCommand(conn->c, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK) {
+        /* what was queued before can no longer be matched to its replies */
+        set_err(conn, DM_REDIS_IO, "redis at %s: out of memory", dm_redis_addr());
+        return -1;
+    }
+    return 0;
+}
+
+redisReply *dm_redis_pipeline_next(struct dm_conn *conn)
+{
+    if (!conn->c)
+        return NULL;
+    redisReply *r = NULL;
+    if (dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK)
+        r = NULL;
+    return check_reply(conn, r, "");
 }
 
 static int is_noscript(const redisReply *r)
@@ -457,7 +508,7 @@ redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, i
         argc = build_argv(argv, s, 1, nkeys, nargs, args, nk);
         r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
     }
-    return check_reply(conn, r, s);
+    return check_script_reply(conn, r, s);
 }
 
 int dm_redis_append_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
@@ -483,23 +534,23 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
         set_err(conn, DM_REDIS_NOSCRIPT, "NOSCRIPT");
         return NULL;
     }
-    return check_reply(conn, r, s);
+    return check_script_reply(conn, r, s);
 }
 
-int dm_redis_is_primary(struct dm_conn *conn)
+enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
 {
     if (!dm_sentinel_enabled())
-        return 1;
+        return DM_PRIMARY_YES;
     if (!conn->c)
-        return -1;
+        return DM_PRIMARY_UNKNOWN;
     char why[400];
     enum dm_redis_err rc = check_role(conn->c, conn->tls, why, sizeof why);
     if (rc == DM_REDIS_OK)
-        return 1;
+        return DM_PRIMARY_YES;
     set_err(conn, rc, "redis at %s: %s", dm_redis_addr(), why);
     if (rc == DM_REDIS_WRONG_NODE)
         dm_sentinel_stale(conn->gen);
-    return rc == DM_REDIS_WRONG_NODE ? 0 : -1;
+    return rc == DM_REDIS_WRONG_NODE ? DM_PRIMARY_NO : DM_PRIMARY_UNKNOWN;
 }
 
 long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms)

@@ -88,9 +88,28 @@ void dm_redis_close(struct dm_conn *conn);
  * timeout (the watchdog's rounds must end before the next is due). */
 void dm_redis_set_timeout(struct dm_conn *conn, long ms);
 
-/* One command of the caller's own (dmutex ls), hiredis's format: the
- * reply (caller frees) or NULL, the cause in conn->c->errstr. */
-redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...);
+/* One command of the caller's own (dmutex ls, unlock), hiredis's format:
+ * the reply (caller frees), or NULL with conn->err set as dm_redis_script
+ * sets it: DM_REDIS_IO (no reply), DM_REDIS_REPLY_ERROR (the error reply,
+ * freed; the command's name and the server's words in errstr, a NOPERM
+ * with a hint), DM_REDIS_WRONG_NODE (Sentinel: READONLY, LOADING,
+ * MASTERDOWN: nothing ran), or on a conn that is not connected the error
+ * its connect left. */
+redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The same with an argument vector (binary-safe: a script body); `what`
+ * names the command in errstr (NULL: argv[0]). */
+redisReply *dm_redis_command_argv(struct dm_conn *conn, const char *what, int argc,
+                                  const char **argv);
+/* Pipelining a caller's own commands: queue one without reading its
+ * reply (0, or -1: not connected, or out of memory, conn->err DM_REDIS_IO:
+ * the pipe can no longer be used)... */
+int dm_redis_append_command(struct dm_conn *conn, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* ...and read the next queued reply, with dm_redis_command's convention.
+ * After DM_REDIS_REPLY_ERROR the pipe is still in step (read the rest);
+ * after DM_REDIS_IO it is not. */
+redisReply *dm_redis_pipeline_next(struct dm_conn *conn);
 /* Sentinel: is conn connected to a node that the sentinels have replaced
  * as the primary since (a long-lived connection drops and remakes it)?
  * Always 0 without Sentinel. */
@@ -103,11 +122,14 @@ void dm_redis_on_switch(void (*fn)(void));
 /* Sentinel: is conn's node still the primary (ROLE)? A script that only
  * reads answers from whatever data a node has, and a demoted primary may
  * have none while it resyncs: a verdict such as "the hold is gone" is
- * trusted only once the same connection says ROLE master after it.
- * 1: yes (always without Sentinel, with no round trip); 0: no (conn->err
- * DM_REDIS_WRONG_NODE, the primary is asked of the sentinels again); -1:
- * no answer or an error (conn->err says which). */
-int dm_redis_is_primary(struct dm_conn *conn);
+ * trusted only once the same connection says ROLE master after it. */
+enum dm_is_primary {
+    DM_PRIMARY_YES,         /* always without Sentinel, with no round trip */
+    DM_PRIMARY_NO,          /* conn->err DM_REDIS_WRONG_NODE; the primary is asked of
+                             * the sentinels again */
+    DM_PRIMARY_UNKNOWN,     /* no answer or an error (conn->err says which) */
+};
+enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn);
 
 /* WAIT n timeout_ms on conn: how many replicas acknowledged every write
  * this connection made so far (>= 0), or -1 with conn->err set (no reply:

@@ -69,26 +69,20 @@ void dm_sentinel_on_switch(void (*fn)(void))
     pthread_mutex_unlock(&smu);
 }
 
-static struct timeval ms_tv(long ms)
-{
-    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-    return tv;
-}
-
 /* A connection to sentinel i, authenticated when the config says so.
  * NULL with `why` filled on failure; *answered set when the sentinel
  * answered (an AUTH error). */
 static redisContext *sentinel_connect(size_t i, char *why, size_t len, int *answered)
 {
     const struct dm_endpoint *e = &scfg->sentinels[i];
-    redisContext *c = redisConnectWithTimeout(e->host, e->port, ms_tv(scfg->connect_timeout_ms));
+    redisContext *c = redisConnectWithTimeout(e->host, e->port, dm_ms_timeval(scfg->connect_timeout_ms));
     if (!c || c->err) {
         snprintf(why, len, "%s", c ? c->errstr : "out of memory");
         if (c)
             redisFree(c);
         return NULL;
     }
-    redisSetTimeout(c, ms_tv(scfg->command_timeout_ms));
+    redisSetTimeout(c, dm_ms_timeval(scfg->command_timeout_ms));
     redisEnableKeepAlive(c);
     if (scfg->sentinel_password) {
         const char *argv[3] = { "AUTH", scfg->sentinel_username ? scfg->sentinel_username

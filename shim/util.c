@@ -61,6 +61,12 @@ long dm_remaining_ms(const struct timespec *deadline)
     return ms < 0 ? 0 : (long)ms;
 }
 
+struct timeval dm_ms_timeval(long ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    return tv;
+}
+
 void dm_sleep_ms(long ms)
 {
     if (ms <= 0)

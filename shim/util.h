@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/time.h>
 #include <time.h>
 
 /* Milliseconds on CLOCK_MONOTONIC (not wall time: a clock step never
@@ -31,6 +32,9 @@ long dm_remaining_ms(const struct timespec *deadline);
 /* Is a strictly earlier than b? Has `deadline` (CLOCK_MONOTONIC) passed? */
 int dm_ts_before(const struct timespec *a, const struct timespec *b);
 int dm_ts_passed(const struct timespec *deadline);
+
+/* `ms` as a struct timeval (hiredis's connect and command timeouts). */
+struct timeval dm_ms_timeval(long ms);
 
 /* Sleeps `ms` in full: a signal handler interrupting it does not cut it
  * short. ms <= 0 returns at once. */

@@ -45,6 +45,10 @@ enum renewal { RENEW_UNKNOWN,     /* no verdict: an error reply, or no reply at 
                RENEW_OK,          /* renewed */
                RENEW_NOSCRIPT };  /* to be re-run once the pipe is drained */
 
+/* renew.lua's answer. */
+enum renew_reply { RENEW_REPLY_GONE = 0,        /* the server no longer has the hold */
+                   RENEW_REPLY_RENEWED = 1 };
+
 struct snap {
     struct dm_hold *h;
     unsigned gen;
@@ -151,7 +155,7 @@ static void confirm_losses(struct dm_conn *conn, enum renewal *res, size_t got)
     size_t lost = 0;
     for (size_t i = 0; i < got; i++)
         lost += res[i] == RENEW_LOST;
-    if (lost == 0 || !conn->c || dm_redis_is_primary(conn) == 1)
+    if (lost == 0 || !conn->c || dm_redis_is_primary(conn) == DM_PRIMARY_YES)
         return;
     for (size_t i = 0; i < got; i++)
         if (res[i] == RENEW_LOST)
@@ -289,7 +293,7 @@ static void *watchdog_main(void *arg)
             for (got = 0; got < n && !broken; got++) {
                 redisReply *r = dm_redis_pipeline_reply(&conn, DM_SCRIPT_RENEW);
                 if (r) {
-                    res[got] = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? RENEW_OK
+                    res[got] = r->type == REDIS_REPLY_INTEGER && r->integer == RENEW_REPLY_RENEWED ? RENEW_OK
                                                                                 : RENEW_LOST;
                     freeReplyObject(r);
                 } else if (conn.err == DM_REDIS_NOSCRIPT) {
@@ -324,7 +328,7 @@ static void *watchdog_main(void *arg)
                 const char *args[] = { snaps[i].key, snaps[i].owner, lease };
                 redisReply *r = dm_redis_script(&conn, DM_SCRIPT_RENEW, 1, 3, args);
                 res[i] = !r || r->type != REDIS_REPLY_INTEGER ? RENEW_UNKNOWN
-                       : r->integer == 1 ? RENEW_OK : RENEW_LOST;
+                       : r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
                 if (r)
                     freeReplyObject(r);
                 if (conn.err == DM_REDIS_IO) {

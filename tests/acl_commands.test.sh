@@ -7,9 +7,7 @@
 # commands against the calling user's ACL. Prints "N passed, N failed".
 cd "$(dirname "$0")/.." || exit 1
 DMUTEX=${DMUTEX:-build/dmutex}
-passed=0 failed=0
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
+. tests/lib.sh
 
 if ! make -s "$DMUTEX" >/dev/null 2>&1 && [ ! -x "$DMUTEX" ]; then
     echo "0 passed, 1 failed"

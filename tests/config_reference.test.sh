@@ -13,10 +13,8 @@ DMUTEX=${DMUTEX:-build/dmutex}
 REFERENCE=${REFERENCE:-config/REFERENCE.md}
 T=$(mktemp -d /tmp/config_reference.test.XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
-passed=0 failed=0
+. tests/lib.sh
 
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
 
 if ! make -s "$DMUTEX" >"$T/make.log" 2>&1 && [ ! -x "$DMUTEX" ]; then
     cat "$T/make.log"

@@ -13,10 +13,8 @@
 cd "$(dirname "$0")/.." || exit 1
 T=$(mktemp -d /tmp/install.test.XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
-passed=0 failed=0
+. tests/lib.sh
 
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
 check() {   # name, command...: ok when the command succeeds
     name=$1; shift
     if "$@" >"$T/check.out" 2>&1; then ok "$name"; else bad "$name" "$(cat "$T/check.out")"; fi

@@ -10,7 +10,7 @@
 cd "$(dirname "$0")/.." || exit 1
 DMUTEX=${DMUTEX:-build/dmutex}
 T=$(mktemp -d /tmp/ls.test.XXXXXX) || exit 1
-passed=0 failed=0
+. tests/lib.sh
 . tools/redis-tmp.sh
 holder=""
 cleanup() {
@@ -22,9 +22,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' PIPE
 
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
-fail_setup() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
 
 make -s "$DMUTEX" build/libdmutex.so >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 cc -std=gnu11 -Wall -Wextra -Werror -pthread -Iinclude tests/install/apiprog.c -o "$T/apiprog" \
@@ -47,7 +44,8 @@ done
 grep -q '^held' "$T/out" || fail_setup "the holder did not take its lock: $(cat "$T/out" "$T/err")"
 token=$(sed -n 's/^held //p' "$T/out")
 # A name no shim would write, put there by something else on the server.
-printf 'SET "lstest:{q\\"\\\\\\x01\\xff}:token" 3\r\n' | redis-cli -p "$REDIS_TMP_PORT" >/dev/null
+weird=$(printf 'q"\\\001\377')
+redis-cli -p "$REDIS_TMP_PORT" SET "$("$DMUTEX" keys lstest "$weird" token)" 3 >/dev/null
 
 if "$DMUTEX" ls -c "$T/app.cfg" -r "$URL" --json >"$T/json" 2>"$T/jerr"; then
     ok "dmutex ls --json succeeds"

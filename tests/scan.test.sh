@@ -13,10 +13,8 @@ D=build/tests/symdata
 DMUTEX=${DMUTEX:-build/dmutex}
 T=$(mktemp -d /tmp/scan.test.XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
-passed=0 failed=0
+. tests/lib.sh
 
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
 
 # Builds what the tests read (a no-op after `make test-build`). When the
 # build fails but an earlier one left every file, test those and say so.

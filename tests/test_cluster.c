@@ -260,9 +260,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
 
     long long released = th_now_ms();
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    struct timespec jd;
-    clock_gettime(CLOCK_REALTIME, &jd);
-    jd.tv_sec += (LONG_LEASE_MS + SLACK_MS) / 1000;
+    struct timespec jd = th_deadline_in(CLOCK_REALTIME, LONG_LEASE_MS + SLACK_MS);
     if (pthread_timedjoin_np(th, NULL, &jd) != 0)
         fail_msg("the waiter did not return");
     assert_int_equal(w.rc, 0);
@@ -479,7 +477,7 @@ static const char *bh_keys(const enum dm_key *k, size_t n)
                                 DM_KEY_QTIME, DM_KEY_LOST)
 #define BH_CANCEL_KEYS BH_LIST(DM_KEY_LOCK, DM_KEY_QUEUE, DM_KEY_QTIME, DM_KEY_TOKEN, \
                                DM_KEY_HOLDER, DM_KEY_VOID)
-#define BH_ACQ(who, delay) who " 30000 " delay " 0 '" who "|1' 3000 ''"
+#define BH_ACQ(who, delay) who " 30000 " delay " 0 '" who "|1' 3000 '' " DM_KEYS_LOST_KEEP
 
 static const char *bh_rel(const char *who, const char *tok)
 {

@@ -140,6 +140,36 @@ static void test_malformed_markers_keep_the_state_of_their_first_character(void 
     }
 }
 
+/* Every kind has a distinct short name (dmutex keys) that reads back to
+ * it, and its key ends with ":" + that name (the lock itself excepted). */
+static void test_every_kind_has_a_name_that_reads_back(void **s)
+{
+    (void)s;
+    for (int i = 0; i < DM_KEY_COUNT; i++) {
+        enum dm_key k = DM_KEY_COUNT;
+        assert_int_equal(dm_keys_kind_parse(dm_keys_kind((enum dm_key)i), &k), 0);
+        assert_int_equal(k, i);
+        if (i != DM_KEY_LOCK)
+            assert_int_equal(strncmp(dm_keys_suffix(k) + 1, dm_keys_kind(k),
+                                     strlen(dm_keys_kind(k))), 0);
+    }
+    enum dm_key k;
+    assert_int_equal(dm_keys_kind_parse("tokens", &k), -1);
+    assert_int_equal(dm_keys_kind_parse("", &k), -1);
+}
+
+/* release.lua's header: KEYS[1] lock, [2] holder, [3] token, [4] queue,
+ * [5] qtime, [6] lost. */
+static void test_release_keys_are_in_the_scripts_order(void **s)
+{
+    (void)s;
+    static const enum dm_key want[] = { DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN,
+                                        DM_KEY_QUEUE, DM_KEY_QTIME, DM_KEY_LOST };
+    assert_int_equal(DM_KEYS_RELEASE_N, sizeof want / sizeof want[0]);
+    for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
+        assert_int_equal(dm_keys_release[i], want[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -153,6 +183,8 @@ int main(void)
         T(test_holder_marker_of_a_forced_release_names_token_and_who),
         T(test_holder_marker_of_a_release_and_of_a_seen_expiry),
         T(test_malformed_markers_keep_the_state_of_their_first_character),
+        T(test_every_kind_has_a_name_that_reads_back),
+        T(test_release_keys_are_in_the_scripts_order),
 #undef T
     };
     return cmocka_run_group_tests_name("keys", tests, NULL, NULL);

@@ -195,7 +195,7 @@ static void test_restarted_server_is_a_lost_reply_then_a_new_session(void **stat
     assert_non_null(conn->c);           /* the pooled one, its server gone */
     redisReply *r = dm_redis_command(conn, "PING");
     assert_null(r);
-    conn->err = DM_REDIS_IO;            /* as dm_redis_script sets it: not pooled again */
+    assert_int_equal(conn->err, DM_REDIS_IO);   /* on the connection: not pooled again */
     dm_redis_put(conn);
     conn = dm_redis_get();
     if (!conn->c)

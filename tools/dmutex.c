@@ -14,6 +14,7 @@
 #include "config.h"
 #include "config_keys.h"
 #include "dmutex.h"
+#include "keys.h"
 
 /* Where `make install` puts the shim, from the directory it puts dmutex
  * in (tools/install.mk builds the installed dmutex with its LIBDIR). */
@@ -223,6 +224,39 @@ static int config_keys(int argc, char **argv)
     return 2;
 }
 
+/* `dmutex keys NS NAME KIND...` and `dmutex keys --release NS NAME` (not
+ * in the usage text): lock NAME's keys of those kinds (lock, token,
+ * holder...), or release.lua's KEYS in its order, one per line, built by
+ * shim/keys.c, so that the shell tests spell no key by hand. */
+static int keys_verb(int argc, char **argv)
+{
+    int release = argc >= 2 && strcmp(argv[1], "--release") == 0;
+    argc -= release;
+    argv += release;
+    int n = release ? DM_KEYS_RELEASE_N : argc - 3;
+    if (argc < 3 || (release ? argc != 3 : n < 1)) {
+        fputs("usage: dmutex keys NS NAME KIND... | dmutex keys --release NS NAME\n", stderr);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        enum dm_key k = release ? dm_keys_release[i] : DM_KEY_LOCK;
+        if (!release && dm_keys_kind_parse(argv[3 + i], &k) != 0) {
+            fprintf(stderr, "dmutex keys: no key kind '%s'\n", argv[3 + i]);
+            return 2;
+        }
+        size_t len = dm_keys_build(NULL, 0, argv[1], argv[2], k) + 1;
+        char *key = malloc(len);
+        if (!key) {
+            fputs("dmutex keys: out of memory\n", stderr);
+            return 1;
+        }
+        dm_keys_build(key, len, argv[1], argv[2], k);
+        puts(key);
+        free(key);
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -246,6 +280,8 @@ int main(int argc, char **argv)
         return dm_cli_acl(argc - 1, argv + 1);
     if (strcmp(cmd, "config-keys") == 0)
         return config_keys(argc - 1, argv + 1);
+    if (strcmp(cmd, "keys") == 0)
+        return keys_verb(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dmutex %s\n", DMUTEX_VERSION);
         return fflush(stdout) == 0 ? 0 : 1;

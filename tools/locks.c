@@ -10,7 +10,6 @@
 #include "cli.h"
 #include "config.h"
 #include "keys.h"
-#include "net.h"
 #include "redis.h"
 
 struct dm_locks_conn {
@@ -95,8 +94,12 @@ static int scan_names(struct dm_conn *conn, const char *ns, char ***out, size_t 
                                                  match)
                               : NULL;
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            snprintf(err, errlen, "SCAN: %s", r && r->type == REDIS_REPLY_ERROR ? r->str :
-                     match ? conn->c->errstr : "out of memory");
+            if (!match)
+                snprintf(err, errlen, "out of memory");
+            else if (!r)
+                snprintf(err, errlen, "%s", conn->errstr);
+            else
+                snprintf(err, errlen, "redis at %s: SCAN: unexpected reply", dm_redis_addr());
             if (r)
                 freeReplyObject(r);
             rc = -1;
@@ -158,24 +161,24 @@ static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lo
     int rc = 0;
     for (int i = 0; i < Q_COUNT; i++) {
         char *key = dm_locks_key(ns, nm, q[i].k);
-        int a = key ? redisAppendCommand(conn->c, q[i].fmt, key) : REDIS_ERR;
+        int a = key ? dm_redis_append_command(conn, q[i].fmt, key) : -1;
         free(key);
-        if (a != REDIS_OK) {
-            snprintf(err, errlen, "%s", key ? conn->c->errstr : "out of memory");
+        if (a != 0) {
+            snprintf(err, errlen, "%s", key ? conn->errstr : "out of memory");
             return -1;
         }
     }
     for (int i = 0; i < Q_COUNT; i++) {
-        void *rep = NULL;
-        if (dm_net_get_reply(conn->c, conn->tls, &rep) != REDIS_OK) {
-            snprintf(err, errlen, "%s", conn->c->errstr);
+        r[i] = dm_redis_pipeline_next(conn);
+        if (!r[i] && conn->err == DM_REDIS_REPLY_ERROR) {
+            /* the pipe is still in step: read the rest */
+            if (rc == 0)
+                snprintf(err, errlen, "lock %s: %s", nm, conn->errstr);
+            rc = -1;
+        } else if (!r[i]) {
+            snprintf(err, errlen, "%s", conn->errstr);
             rc = -1;
             break;
-        }
-        r[i] = rep;
-        if (r[i]->type == REDIS_REPLY_ERROR) {
-            snprintf(err, errlen, "%s: %s", nm, r[i]->str);
-            rc = -1;
         }
     }
     if (rc == 0) {

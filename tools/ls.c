@@ -128,7 +128,7 @@ int dm_cli_ls(int argc, char **argv)
     size_t n;
     char err[DM_ERR_MAX];
     if (dm_locks_read(dm_locks_conn(lc), ns, &rows, &n, err, sizeof err) != 0) {
-        fprintf(stderr, "dmutex ls: %s: %s\n", dm_redis_addr(), err);
+        fprintf(stderr, "dmutex ls: %s\n", err);
         dm_locks_disconnect(lc);
         return 1;
     }

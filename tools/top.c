@@ -14,6 +14,7 @@
 #include "config.h"
 #include "locks.h"
 #include "redis.h"
+#include "util.h"
 
 #define TOP_DEFAULT_DELAY_S 2.0
 #define TOP_MIN_DELAY_S 0.05
@@ -45,20 +46,6 @@ static const char top_usage[] =
     "  -h, --help            this text\n"
     "\n"
     "Exit status 0; 1 if the server cannot be reached; 2 usage; 78 bad config.\n";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 static const struct dm_lock_row *find(const struct dm_lock_row *rows, size_t n, const char *name)
 {
@@ -184,13 +171,13 @@ int dm_cli_top(int argc, char **argv)
     rc = 0;
     for (long i = 0; iterations == 0 || i < iterations; i++) {
         if (i > 0)
-            sleep_s(delay);
+            dm_sleep_ms((long)(delay * 1000));
         struct dm_lock_row *rows;
         size_t n;
         char err[DM_ERR_MAX];
-        double t = now_s();
+        double t = (double)dm_now_ms() / 1000;
         if (dm_locks_read(dm_locks_conn(lc), ns, &rows, &n, err, sizeof err) != 0) {
-            fprintf(stderr, "dmutex top: %s: %s\n", dm_redis_addr(), err);
+            fprintf(stderr, "dmutex top: %s\n", err);
             rc = 1;
             break;
         }

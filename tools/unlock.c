@@ -13,7 +13,6 @@
 #include "config.h"
 #include "keys.h"
 #include "locks.h"
-#include "net.h"
 #include "lua_scripts.h"
 #include "redis.h"
 
@@ -47,6 +46,11 @@ static const char unlock_usage[] =
     "\n"
     "Exit status: 0 released, or not held; 1 refused (held, no --force) or the\n"
     "server cannot be reached; 2 usage; 78 bad config.\n";
+
+/* force.lua's first element. */
+enum force_reply { FORCE_REFUSED = 0,   /* {0, owner, pttl, token}: the lease is alive */
+                   FORCE_RELEASED = 1,  /* {1, owner, old token, new token, next waiter, its token} */
+                   FORCE_NOT_HELD = 2   /* {2, holder marker} */ };
 
 /* "user@host pid N": who forced, for the server's log. No '#' and no
  * newline (the marker and the record are parsed). */
@@ -121,35 +125,40 @@ int dm_cli_unlock(int argc, char **argv)
     snprintf(nkeys, sizeof nkeys, "%d", NK);
     redisReply *rep = NULL;
     if (!oom) {
-        const char *args[3 + NK + 6] = { "EVAL", dm_lua_force, nkeys };
+        const char *args[3 + NK + 7] = { "EVAL", dm_lua_force, nkeys };
         for (int i = 0; i < NK; i++)
             args[3 + i] = keys[i];
-        const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], claim };
+        const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], claim,
+                             DM_KEYS_LOST_KEEP };
         memcpy(args + 3 + NK, av, sizeof av);
         struct dm_conn *conn = dm_locks_conn(lc);
-        rep = dm_net_command_argv(conn->c, conn->tls, (int)(sizeof args / sizeof args[0]), args,
-                                  NULL);
+        int argn = (int)(sizeof args / sizeof args[0]);
+        rep = dm_redis_command_argv(conn, "force.lua", argn, args);
+        if (!rep && conn->err == DM_REDIS_WRONG_NODE) {
+            /* Sentinel: the node is no longer the primary and nothing ran.
+             * Closing it makes the next connect ask the sentinels again:
+             * one more try on the primary they name now. */
+            dm_redis_close(conn);
+            if (dm_redis_connect(conn) == 0)
+                rep = dm_redis_command_argv(conn, "force.lua", argn, args);
+        }
     }
     int rc = 1;
     if (oom) {
         fprintf(stderr, "dmutex unlock: out of memory\n");
     } else if (!rep) {
-        fprintf(stderr, "dmutex unlock: lock %s at %s: %s\n", name, dm_redis_addr(),
-                dm_locks_conn(lc)->c->errstr);
-    } else if (rep->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "dmutex unlock: lock %s at %s: %s\n", name, dm_redis_addr(),
-                rep->str);
+        fprintf(stderr, "dmutex unlock: lock %s: %s\n", name, dm_locks_conn(lc)->errstr);
     } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
         fprintf(stderr, "dmutex unlock: lock %s at %s: unexpected reply from force.lua\n", name,
                 dm_redis_addr());
-    } else if (rep->element[0]->integer == 0 && rep->elements == 4) {
+    } else if (rep->element[0]->integer == FORCE_REFUSED && rep->elements == 4) {
         fprintf(stderr, "dmutex unlock: lock %s (namespace %s at %s) is held by %s, fencing "
                 "token %s, its lease alive for %lld ms more: a live holder renews it, so it "
                 "is not released; a dead holder's lease runs out by itself (then the next "
                 "locker takes it). --force releases it now.\n", name, ns,
                 dm_redis_addr(), rep->element[1]->str, rep->element[3]->str,
                 rep->element[2]->integer);
-    } else if (rep->element[0]->integer == 2) {
+    } else if (rep->element[0]->integer == FORCE_NOT_HELD) {
         struct dm_holder m;
         const char *marker = rep->element[1]->str;
         const char *how = "never granted, or its last holder released it";
@@ -163,7 +172,7 @@ int dm_cli_unlock(int argc, char **argv)
         }
         printf("lock %s is not held (%s): nothing to release\n", name, how);
         rc = 0;
-    } else if (rep->element[0]->integer == 1 && rep->elements == 6) {
+    } else if (rep->element[0]->integer == FORCE_RELEASED && rep->elements == 6) {
         printf("lock %s: forced release of %s's hold (fencing token %s); token now %lld; ", name,
                rep->element[1]->str, *rep->element[2]->str ? rep->element[2]->str : "?",
                rep->element[3]->integer);

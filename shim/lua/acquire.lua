@@ -45,6 +45,8 @@
 -- ARGV[4] 1: queue the caller if not granted (fair)  ARGV[5] "<owner>|<wait id>"
 -- ARGV[6] queue deadline, ms from now  ARGV[7] channel to announce that the
 --         caller wants the lock (lock caching), or ""
+-- ARGV[8] LOST_KEEP: how many lost tokens KEYS[6] keeps (DM_KEYS_LOST_KEEP
+--         in shim/keys.h; force.lua is given the same)
 --
 -- Why a retried release can trust KEYS[6] (release.lua): a grant that
 -- expires leaves the marker "<req> #<tok>" with KEYS[1] gone. The marker is
@@ -66,12 +68,12 @@
 --
 -- By hand: redis-cli --eval acquire.lua 'dmutex:{x}' 'dmutex:{x}:token' \
 --   'dmutex:{x}:holder' 'dmutex:{x}:queue' 'dmutex:{x}:qtime' 'dmutex:{x}:lost' \
---   'dmutex:{x}:void' , me:1 30000 0 0 me:1\|1 3000 ''
+--   'dmutex:{x}:void' , me:1 30000 0 0 me:1\|1 3000 '' 48
 local lock, tokenkey, holder, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lostkey, void = KEYS[6], KEYS[7]
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local LOST_KEEP = 48
+local LOST_KEEP = tonumber(ARGV[8])
 
 if redis.call('zscore', void, member) then
     return {0, qttl}        -- abandoned: a late copy of a request nobody waits for

@@ -23,6 +23,8 @@
 -- ARGV[3] release channel  ARGV[4] how long to keep the lost token, ms
 -- ARGV[5] waiter channel prefix  ARGV[6] lease of a handed-over lock until
 --         its new owner renews it, ms (as release.lua)
+-- ARGV[7] LOST_KEEP: how many lost tokens KEYS[6] keeps (as acquire.lua's
+--         ARGV[8], DM_KEYS_LOST_KEEP in shim/keys.h)
 --
 -- Returns {0, owner, pttl, token}: held, not forced (refused).
 -- Returns {1, owner, old token, forced token, next request or '', its token}.
@@ -30,12 +32,12 @@
 --
 -- By hand: redis-cli --eval force.lua 'dmutex:{x}' 'dmutex:{x}:holder' \
 --   'dmutex:{x}:token' 'dmutex:{x}:queue' 'dmutex:{x}:qtime' 'dmutex:{x}:lost' \
---   'dmutex:{x}:forced' , 1 me@host 'dmutex:{x}:released' 30000 'dmutex:{x}:w:' 30000
+--   'dmutex:{x}:forced' , 1 me@host 'dmutex:{x}:released' 30000 'dmutex:{x}:w:' 30000 48
 local lock, holder, tokenkey, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lostkey, forcedkey = KEYS[6], KEYS[7]
 local force, who, channel, keep = ARGV[1] == '1', ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wprefix, claim = ARGV[5], tonumber(ARGV[6])
-local LOST_KEEP = 48    -- as acquire.lua
+local LOST_KEEP = tonumber(ARGV[7])
 
 local kind = redis.call('type', lock)['ok']
 if kind == 'none' then

@@ -142,9 +142,7 @@ int main(int argc, char **argv)
         if ((rc = pthread_mutex_trylock(&plain_lock)) != 0 && !first)
             first = rc;
         pthread_mutex_unlock(&plain_lock);
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += 1;
+        struct timespec dl = deadline_in(CLOCK_REALTIME, 1000);
         if ((rc = pthread_mutex_timedlock(&plain_lock, &dl)) != 0 && !first)
             first = rc;
         pthread_mutex_unlock(&plain_lock);
