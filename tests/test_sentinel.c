@@ -9,7 +9,9 @@
  *   primary.
  * - min_replicas without Sentinel: with no replica to acknowledge, a lock
  *   call never returns a grant and leaves the lock free; a fair handover
- *   made while the only replica is cut off is not entered until it is back.
+ *   made while the only replica is cut off is not entered until it is back;
+ *   a timed lock and a trylock do not wait replica_timeout_ms past their
+ *   deadline (the grant's WAIT is cut to it).
  * - `dmutex ls -r redis-sentinel://...` with a master name no sentinel
  *   knows fails with a message naming the name and each sentinel, and a
  *   program's trylock refuses the same way (EBUSY, the words logged);
@@ -542,6 +544,53 @@ static void test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock
     redisFree(c);
 }
 
+/* The process's own measure of a "once" call: "<op> <errno name> <ms>". */
+static long once_ms(const char *text, const char *op_err)
+{
+    const char *p = strstr(text, op_err);
+    if (!p)
+        fail_msg("no \"%s\" in:\n%s", op_err, text);
+    return atol(p + strlen(op_err));
+}
+
+#define LONG_ACK_MS     9000L   /* replica_timeout_ms far past the deadline */
+#define TIMED_MS        1500L
+#define ACK_SLACK_MS    4500L   /* a loaded machine; still well under LONG_ACK_MS */
+
+/* A grant's WAIT is cut to the caller's deadline: a timed lock returns
+ * ETIMEDOUT by it, and a trylock EBUSY soon, not after replica_timeout_ms. */
+static void test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline(void **s)
+{
+    (void)s;
+    th_redis_start(&cur.primary, NULL, NULL);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "lease_ms = 30000; min_replicas = 1; "
+                                            "replica_timeout_ms = %ld;\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"mr_dl\"; } );\n", LONG_ACK_MS));
+    char *out, op[32];
+    snprintf(op, sizeof op, "timed:%ld", TIMED_MS);
+    const char *timed[] = { "once", op, NULL };
+    pid_t w = local_prog(cfgf, cur.primary.url, &out, timed);
+    char *text = th_finish(w, out, 0, RUN_MS);
+    char key[48];
+    snprintf(key, sizeof key, "%s ETIMEDOUT ", op);
+    long took = once_ms(text, key);
+    if (took > TIMED_MS + ACK_SLACK_MS)
+        fail_msg("timedlock of %ld ms with replica_timeout_ms = %ld returned after %ld ms",
+                 TIMED_MS, LONG_ACK_MS, took);
+    free(text);
+    const char *try[] = { "once", "try", NULL };
+    w = local_prog(cfgf, cur.primary.url, &out, try);
+    text = th_finish(w, out, 0, RUN_MS);
+    took = once_ms(text, "try EBUSY ");
+    if (took > ACK_SLACK_MS)
+        fail_msg("trylock with replica_timeout_ms = %ld returned after %ld ms", LONG_ACK_MS, took);
+    free(text);
+    redisContext *c = th_redis_connect(&cur.primary);
+    assert_int_equal(th_cmd_int(c, "EXISTS %s", th_key("mr_dl", DM_KEY_LOCK)), 0);
+    redisFree(c);
+}
+
 /* A fair handover is written by the releaser; the receiver may enter only
  * once a replica has it too. With the replica cut off, the waiter is
  * handed the lock but must not enter until the replica is back. */
@@ -817,6 +866,7 @@ int main(void)
         T(test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_new_one),
         T(test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock),
         T(test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free),
+        T(test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline),
         T(test_a_handover_counts_only_once_a_replica_has_it),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
