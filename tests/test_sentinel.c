@@ -16,6 +16,8 @@
  *   knows fails with a message naming the name and each sentinel, and a
  *   program's trylock refuses the same way (EBUSY, the words logged);
  *   with the right name `dmutex ls` and `dmutex run -r` work.
+ * - A first sentinel that names a replica (a stale view) does not hold a
+ *   lock call back: the next sentinel is asked.
  * - Processes on two network-namespace "machines" (tests/checker.h; on
  *   loopback when namespaces cannot be made) increment a non-atomic
  *   counter kept on the checker server under one mapped mutex while the
@@ -517,6 +519,31 @@ static pid_t local_prog(const char *cfgf, const char *url, char **out, const cha
     return th_child(argv, env, *out);
 }
 
+/* The first sentinel of the list names a replica (a stale view), the
+ * second the real primary. The node named turns out not to be the primary,
+ * so the shim must ask the next sentinel, not the same one again: a lock
+ * call gets in (before: the first was asked forever, ETIMEDOUT). */
+static void test_a_sentinel_that_names_a_replica_does_not_hold_the_process_back(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 1);
+    fake_sentinel_start();
+    fake_sentinel_names(&t->replica[0]);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "redis = { sentinels = ( "
+                                            "\"127.0.0.1:%d\", \"%s\" ); master = \"%s\"; };\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"stale_s\"; } );\n",
+                                            fake_listen_port, t->sentinel[0].url, MASTER));
+    char *out;
+    const char *timed[] = { "once", "timed:20000", NULL };
+    pid_t w = local_prog(cfgf, NULL, &out, timed);
+    char *text = th_finish(w, out, 0, RUN_MS);
+    th_assert_has(text, "timed:20000 0 ");
+    th_assert_has(text, "fenced ok");
+    free(text);
+}
+
 /* No replica can acknowledge: a lock call never returns a grant; each one
  * it got was given back (the lock is free after), and the words say why. */
 static void test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free(void **s)
@@ -865,6 +892,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_new_one),
         T(test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock),
+        T(test_a_sentinel_that_names_a_replica_does_not_hold_the_process_back),
         T(test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free),
         T(test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline),
         T(test_a_handover_counts_only_once_a_replica_has_it),
