@@ -271,6 +271,21 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
                                  struct dm_redis_error *why)
 {
     long acks = dm_redis_wait(conn, ccfg->min_replicas, wait_ms);
+    if (acks >= ccfg->min_replicas && dm_redis_conn_stale(conn)) {
+        /* The sentinels moved the primary while the WAIT was pending: the
+         * acks may come from a replica still attached to the old primary
+         * (cut off from the sentinels), and the new primary may not have
+         * the grant: it does not count. Given back as a grant not
+         * acknowledged in time; WRONG_NODE makes the caller ask again at
+         * once, on the new primary. A switch not yet heard of when the
+         * WAIT returns is not caught here. */
+        why->err = DM_REDIS_WRONG_NODE;
+        snprintf(why->errstr, sizeof why->errstr, "redis at %s: the primary changed while "
+                 "replicas acknowledged the grant (token %" PRIu64 "); released it",
+                 dm_redis_addr(), g->token);
+        dm_cluster_release(l, owner, g->token);
+        return ATT_FAILED;
+    }
     if (acks >= ccfg->min_replicas)
         return ATT_GRANTED;
     if (acks < 0) {
