@@ -11,7 +11,8 @@
  *   call never returns a grant and leaves the lock free; a fair handover
  *   made while the only replica is cut off is not entered until it is back;
  *   a timed lock and a trylock do not wait replica_timeout_ms past their
- *   deadline (the grant's WAIT is cut to it).
+ *   deadline (the grant's WAIT is cut to it); a grant whose WAIT is
+ *   answered after the sentinels moved the primary does not count.
  * - `dmutex ls -r redis-sentinel://...` with a master name no sentinel
  *   knows fails with a message naming the name and each sentinel, and a
  *   program's trylock refuses the same way (EBUSY, the words logged);
@@ -85,7 +86,7 @@ static struct th_net net;
 static char worker_path[PATH_MAX];
 
 struct topo {
-    struct th_redis primary, replica[2], sentinel[3];
+    struct th_redis primary, replica[3], sentinel[3];
     int nsentinels;
     const char *bind;
 };
@@ -184,7 +185,7 @@ static void topo_stop(struct topo *t)
 {
     for (int i = 0; i < 3; i++)
         th_redis_stop(&t->sentinel[i]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         th_redis_stop(&t->replica[i]);
     th_redis_stop(&t->primary);
 }
@@ -618,6 +619,96 @@ static void test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadlin
     redisFree(c);
 }
 
+#define ACROSS_ACK_MS   8000L   /* replica_timeout_ms: the WAIT outlives the failover */
+#define ACROSS_OUT_MS   3000L   /* A must stay out this long after P is back */
+#define NOBODY_PORT     "1"     /* an announced port nobody listens on */
+
+/* A grant's WAIT still pending on the old primary when the sentinels move
+ * it: a replica they cannot reach (it announces a port nobody listens on:
+ * on the old primary's side of a partition) re-attaches to the old primary
+ * when it is back and acknowledges the grant. The new primary never had
+ * it and has granted the lock to B: A must not enter while B is inside
+ * (before: WAIT 1 answered 1, both inside). */
+static void test_a_wait_answered_after_the_failover_does_not_count(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    memset(t, 0, sizeof *t);
+    t->bind = bind_addr();
+    const char *fast[] = { "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+                           NULL };
+    th_redis_start(&t->primary, t->bind, fast);
+    char port[16];
+    snprintf(port, sizeof port, "%d", t->primary.port);
+    const char *rep[] = { "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+                          "--replicaof", t->primary.addr, port, NULL };
+    const char *hidden[] = { "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+                             "--replicaof", t->primary.addr, port,
+                             "--replica-announce-port", NOBODY_PORT, NULL };
+    th_redis_start(&t->replica[0], t->bind, rep);
+    th_redis_start(&t->replica[1], t->bind, hidden);
+    th_redis_start(&t->replica[2], t->bind, rep);   /* the new primary's replica */
+    wait_replicas(&t->primary, 3);
+    t->nsentinels = 3;
+    for (int i = 0; i < 3; i++)
+        th_sentinel_start(&t->sentinel[i], t->bind, MASTER, t->primary.addr, t->primary.port, 2,
+                          DOWN_AFTER_MS, FAILOVER_MS);
+    long long end = th_now_ms() + QUORUM_WAIT_MS;
+    for (int i = 0; i < 3; i++)
+        while (!sentinel_ready(&t->sentinel[i], 2)) {
+            if (th_now_ms() > end)
+                fail_msg("sentinel %d not ready in %ld ms", i, QUORUM_WAIT_MS);
+            usleep(POLL_US * 20);
+        }
+    char list[256];
+    sentinel_list(t, list, sizeof list);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_lease_lost = \"warn\"; min_replicas = 1; "
+                                            "replica_timeout_ms = %ld;\n"
+                                            "redis = { sentinels = ( %s ); master = \"%s\"; "
+                                            "connect_timeout_ms = 500; command_timeout_ms = 500; };\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"wx\"; } );\n", ACROSS_ACK_MS, list, MASTER));
+    for (int i = 0; i < 3; i++)
+        kill(t->replica[i].pid, SIGSTOP);
+    redisContext *c = th_redis_connect(&t->primary);
+    th_cmd_int(c, "CLIENT KILL TYPE replica");
+    redisFree(c);
+    char *aout, *bout, *goa = th_go_file(), *gob = th_go_file();
+    const char *ha[] = { "once", "lock", "-g", goa, NULL };
+    pid_t a = local_prog(cfgf, NULL, &aout, ha);
+    usleep(500 * 1000);                 /* A's grant is made, its WAIT pending */
+    kill(t->primary.pid, SIGSTOP);
+    kill(t->replica[0].pid, SIGCONT);
+    kill(t->replica[2].pid, SIGCONT);
+    char was[2048], now[2048];
+    snprintf(was, sizeof was, "%s:%d", t->primary.addr, t->primary.port);
+    end = th_now_ms() + RUN_MS;
+    do {
+        if (th_now_ms() > end)
+            fail_msg("the sentinels did not move the primary from %s", was);
+        usleep(POLL_US * 10);
+        sentinel_says(&t->sentinel[0], now, sizeof now);
+    } while (strcmp(now, was) == 0 || strcmp(now, "?") == 0);
+    const char *hb[] = { "once", "lock", "-g", gob, NULL };
+    pid_t b = local_prog(cfgf, NULL, &bout, hb);
+    th_wait_for(bout, "inside ", RUN_MS);
+    kill(t->primary.pid, SIGCONT);
+    kill(t->replica[1].pid, SIGCONT);
+    usleep(ACROSS_OUT_MS * 1000);
+    char *at = th_read_output(aout);
+    if (strstr(at, "inside "))
+        fail_msg("A entered on a grant the old primary's replica acknowledged after the "
+                 "failover, while B holds the lock on the new primary:\n%s", at);
+    free(at);
+    th_touch(gob);
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_wait_for(aout, "inside ", RUN_MS);
+    th_touch(goa);
+    free(th_finish(a, aout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    assert_int_equal(th_checker_get(&chk, 0, "rejects"), 0);
+}
+
 /* A fair handover is written by the releaser; the receiver may enter only
  * once a replica has it too. With the replica cut off, the waiter is
  * handed the lock but must not enter until the replica is back. */
@@ -896,6 +987,7 @@ int main(void)
         T(test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free),
         T(test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline),
         T(test_a_handover_counts_only_once_a_replica_has_it),
+        T(test_a_wait_answered_after_the_failover_does_not_count),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
     };
