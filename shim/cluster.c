@@ -271,12 +271,28 @@ static enum attempt run_script(enum dm_script s, int nkeys, int nargs, const cha
  * reach a replica: then it is a released grant there too) and the attempt
  * fails like a refusing server, with the words why. No reply to the WAIT:
  * the grant may have reached them or not: ambiguous, as a lost reply (the
- * caller withdraws the request, which hands back a grant it got). */
+ * caller withdraws the request, which hands back a grant it got). The WAIT
+ * lasts wait_ms (ack_wait_ms: never past the caller's deadline). */
 static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
-                                 struct dm_conn *conn, const struct dm_grant *g,
+                                 struct dm_conn *conn, const struct dm_grant *g, long wait_ms,
                                  struct dm_redis_error *why)
 {
-    long acks = dm_redis_wait(conn, ccfg->min_replicas, ccfg->replica_timeout_ms);
+    long acks = dm_redis_wait(conn, ccfg->min_replicas, wait_ms);
+    if (acks >= ccfg->min_replicas && dm_redis_conn_stale(conn)) {
+        /* The sentinels moved the primary while the WAIT was pending: the
+         * acks may come from a replica still attached to the old primary
+         * (cut off from the sentinels), and the new primary may not have
+         * the grant: it does not count. Given back as a grant not
+         * acknowledged in time; WRONG_NODE makes the caller ask again at
+         * once, on the new primary. A switch not yet heard of when the
+         * WAIT returns is not caught here. */
+        why->err = DM_REDIS_WRONG_NODE;
+        snprintf(why->errstr, sizeof why->errstr, "redis at %s: the primary changed while "
+                 "replicas acknowledged the grant (token %" PRIu64 "); released it",
+                 dm_redis_addr(), g->token);
+        dm_cluster_release(l, owner, g->token);
+        return ATT_FAILED;
+    }
     if (acks >= ccfg->min_replicas)
         return ATT_GRANTED;
     if (acks < 0) {
@@ -286,15 +302,36 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
     why->err = DM_REDIS_REPLY_ERROR;
     snprintf(why->errstr, sizeof why->errstr, "redis at %s: only %ld of min_replicas = %d "
              "replicas acknowledged the grant (token %" PRIu64 ") within %ld ms; released it",
-             dm_redis_addr(), acks, ccfg->min_replicas, g->token, ccfg->replica_timeout_ms);
+             dm_redis_addr(), acks, ccfg->min_replicas, g->token, wait_ms);
     dm_cluster_release(l, owner, g->token);
     return ATT_FAILED;
 }
 
+#define DM_ACK_WAIT_MIN_MS 1    /* WAIT's shortest bound: WAIT with 0 waits forever */
+
+/* How long a grant's WAIT (min_replicas) may last: replica_timeout_ms, but
+ * never past the caller's deadline (a timed lock returns by it, plus at
+ * most the one command timeout the WAIT's reply may take), and for a
+ * trylock, which has no deadline but must not block, at most one command
+ * timeout. A bound cut short only makes the grant fail sooner: it is
+ * released as any grant not acknowledged in time. */
+static long ack_wait_ms(const struct timespec *deadline, int flags)
+{
+    long t = ccfg->replica_timeout_ms;
+    if ((flags & DM_ACQ_TRY) && ccfg->redis.command_timeout_ms < t)
+        t = ccfg->redis.command_timeout_ms;
+    long left = dm_remaining_ms(deadline);
+    if (left >= 0 && left < t)
+        t = left;
+    return t >= DM_ACK_WAIT_MIN_MS ? t : DM_ACK_WAIT_MIN_MS;
+}
+
 /* One acquire script call for request `member`. ATT_HELD sets *pttl (may
- * be <= 0: unknown). `queue` asks to be queued (fair). */
+ * be <= 0: unknown). `queue` asks to be queued (fair). With min_replicas
+ * a grant waits up to ack_ms for its replicas. */
 static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            int queue, struct dm_grant *g, long *pttl, struct dm_redis_error *why)
+                            int queue, long ack_ms, struct dm_grant *g, long *pttl,
+                            struct dm_redis_error *why)
 {
     char lease[24], delay[24], qttl[24];
     snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
@@ -333,7 +370,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     }
     freeReplyObject(r);
     if (res == ATT_GRANTED && ccfg->min_replicas > 0)
-        res = acknowledged(l, owner, conn, g, why);
+        res = acknowledged(l, owner, conn, g, ack_ms, why);
     dm_redis_put(conn);
     return res;
 }
@@ -500,7 +537,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 continue;
             }
         } else {
-            res = attempt(l, owner, member, fair, g, &pttl, &why);
+            res = attempt(l, owner, member, fair, ack_wait_ms(deadline, flags), g, &pttl, &why);
         }
         switch (res) {
         case ATT_GRANTED:

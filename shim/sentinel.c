@@ -41,7 +41,8 @@ static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;       /* leaf: the state
 static pthread_mutex_t ask_mu = PTHREAD_MUTEX_INITIALIZER;    /* one round of questions */
 static struct dm_primary known;         /* the address; gen counts its changes */
 static int known_ok;                    /* 0: unknown or stale, ask again */
-static size_t next_sentinel;            /* who to ask first: the last that answered */
+static size_t next_sentinel;            /* who to ask first: the last that answered,
+                                           or the one after it once its answer failed */
 static unsigned long gen_now;           /* known.gen, readable without smu */
 static void (*switch_hook)(void);
 static int watch_running;
@@ -340,8 +341,13 @@ void dm_sentinel_stale(unsigned long gen)
     if (!dm_sentinel_enabled())
         return;
     pthread_mutex_lock(&smu);
-    if (gen == known.gen)
+    if (gen == known.gen && known_ok) {
         known_ok = 0;
+        /* The next round starts at the next sentinel: the one that named
+         * this node may have a stale view (it still names a demoted
+         * primary, or a replica) and would name it again, forever. */
+        next_sentinel = (next_sentinel + 1) % scfg->nsentinels;
+    }
     pthread_mutex_unlock(&smu);
 }
 

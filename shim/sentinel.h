@@ -43,8 +43,10 @@ int dm_sentinel_enabled(void);
 int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *answered);
 
 /* The node of generation `gen` is not the primary (any more), or could not
- * be reached: the next dm_sentinel_primary asks the sentinels again. A
- * generation older than the current one is ignored (already re-discovered). */
+ * be reached: the next dm_sentinel_primary asks the sentinels again,
+ * starting with the one after the sentinel that named it (a sentinel with
+ * a stale view cannot hold the process back). A generation older than the
+ * current one is ignored (already re-discovered). */
 void dm_sentinel_stale(unsigned long gen);
 
 /* The current generation (no lock, no I/O). */

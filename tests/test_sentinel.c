@@ -9,11 +9,16 @@
  *   primary.
  * - min_replicas without Sentinel: with no replica to acknowledge, a lock
  *   call never returns a grant and leaves the lock free; a fair handover
- *   made while the only replica is cut off is not entered until it is back.
+ *   made while the only replica is cut off is not entered until it is back;
+ *   a timed lock and a trylock do not wait replica_timeout_ms past their
+ *   deadline (the grant's WAIT is cut to it); a grant whose WAIT is
+ *   answered after the sentinels moved the primary does not count.
  * - `dmutex ls -r redis-sentinel://...` with a master name no sentinel
  *   knows fails with a message naming the name and each sentinel, and a
  *   program's trylock refuses the same way (EBUSY, the words logged);
  *   with the right name `dmutex ls` and `dmutex run -r` work.
+ * - A first sentinel that names a replica (a stale view) does not hold a
+ *   lock call back: the next sentinel is asked.
  * - Processes on two network-namespace "machines" (tests/checker.h; on
  *   loopback when namespaces cannot be made) increment a non-atomic
  *   counter kept on the checker server under one mapped mutex while the
@@ -82,7 +87,7 @@ static struct th_net net;
 static char worker_path[PATH_MAX];
 
 struct topo {
-    struct th_redis primary, replica[2], sentinel[3];
+    struct th_redis primary, replica[3], sentinel[3];
     int nsentinels;
     const char *bind;
 };
@@ -176,7 +181,7 @@ static void topo_stop(struct topo *t)
 {
     for (int i = 0; i < 3; i++)
         th_redis_stop(&t->sentinel[i]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         th_redis_stop(&t->replica[i]);
     th_redis_stop(&t->primary);
 }
@@ -473,6 +478,31 @@ static pid_t local_prog(const char *cfgf, const char *url, char **out, const cha
                            rest, *out);
 }
 
+/* The first sentinel of the list names a replica (a stale view), the
+ * second the real primary. The node named turns out not to be the primary,
+ * so the shim must ask the next sentinel, not the same one again: a lock
+ * call gets in (before: the first was asked forever, ETIMEDOUT). */
+static void test_a_sentinel_that_names_a_replica_does_not_hold_the_process_back(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 1);
+    fake_sentinel_start();
+    fake_sentinel_names(&t->replica[0]);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "redis = { sentinels = ( "
+                                            "\"127.0.0.1:%d\", \"%s\" ); master = \"%s\"; };\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"stale_s\"; } );\n",
+                                            fake_listen_port, t->sentinel[0].url, MASTER));
+    char *out;
+    const char *timed[] = { "once", "timed:20000", NULL };
+    pid_t w = local_prog(cfgf, NULL, &out, timed);
+    char *text = th_finish(w, out, 0, RUN_MS);
+    th_assert_has(text, "timed:20000 0 ");
+    th_assert_has(text, "fenced ok");
+    free(text);
+}
+
 /* No replica can acknowledge: a lock call never returns a grant; each one
  * it got was given back (the lock is free after), and the words say why. */
 static void test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free(void **s)
@@ -498,6 +528,143 @@ static void test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock
     redisContext *c = th_redis_connect(&cur.primary);
     assert_int_equal(th_cmd_int(c, "EXISTS %s", th_key("mr_none", DM_KEY_LOCK)), 0);
     redisFree(c);
+}
+
+/* The process's own measure of a "once" call: "<op> <errno name> <ms>". */
+static long once_ms(const char *text, const char *op_err)
+{
+    const char *p = strstr(text, op_err);
+    if (!p)
+        fail_msg("no \"%s\" in:\n%s", op_err, text);
+    return atol(p + strlen(op_err));
+}
+
+#define LONG_ACK_MS     9000L   /* replica_timeout_ms far past the deadline */
+#define TIMED_MS        1500L
+#define ACK_SLACK_MS    4500L   /* a loaded machine; still well under LONG_ACK_MS */
+
+/* A grant's WAIT is cut to the caller's deadline: a timed lock returns
+ * ETIMEDOUT by it, and a trylock EBUSY soon, not after replica_timeout_ms. */
+static void test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline(void **s)
+{
+    (void)s;
+    th_redis_start(&cur.primary, NULL, NULL);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "lease_ms = 30000; min_replicas = 1; "
+                                            "replica_timeout_ms = %ld;\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"mr_dl\"; } );\n", LONG_ACK_MS));
+    char *out, op[32];
+    snprintf(op, sizeof op, "timed:%ld", TIMED_MS);
+    const char *timed[] = { "once", op, NULL };
+    pid_t w = local_prog(cfgf, cur.primary.url, &out, timed);
+    char *text = th_finish(w, out, 0, RUN_MS);
+    char key[48];
+    snprintf(key, sizeof key, "%s ETIMEDOUT ", op);
+    long took = once_ms(text, key);
+    if (took > TIMED_MS + ACK_SLACK_MS)
+        fail_msg("timedlock of %ld ms with replica_timeout_ms = %ld returned after %ld ms",
+                 TIMED_MS, LONG_ACK_MS, took);
+    free(text);
+    const char *try[] = { "once", "try", NULL };
+    w = local_prog(cfgf, cur.primary.url, &out, try);
+    text = th_finish(w, out, 0, RUN_MS);
+    took = once_ms(text, "try EBUSY ");
+    if (took > ACK_SLACK_MS)
+        fail_msg("trylock with replica_timeout_ms = %ld returned after %ld ms", LONG_ACK_MS, took);
+    free(text);
+    redisContext *c = th_redis_connect(&cur.primary);
+    assert_int_equal(th_cmd_int(c, "EXISTS %s", th_key("mr_dl", DM_KEY_LOCK)), 0);
+    redisFree(c);
+}
+
+#define ACROSS_ACK_MS   8000L   /* replica_timeout_ms: the WAIT outlives the failover */
+#define ACROSS_OUT_MS   3000L   /* A must stay out this long after P is back */
+#define NOBODY_PORT     "1"     /* an announced port nobody listens on */
+
+/* A grant's WAIT still pending on the old primary when the sentinels move
+ * it: a replica they cannot reach (it announces a port nobody listens on:
+ * on the old primary's side of a partition) re-attaches to the old primary
+ * when it is back and acknowledges the grant. The new primary never had
+ * it and has granted the lock to B: A must not enter while B is inside
+ * (before: WAIT 1 answered 1, both inside). */
+static void test_a_wait_answered_after_the_failover_does_not_count(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    memset(t, 0, sizeof *t);
+    t->bind = bind_addr();
+    const char *fast[] = { "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+                           NULL };
+    th_redis_start(&t->primary, t->bind, fast);
+    char port[16];
+    snprintf(port, sizeof port, "%d", t->primary.port);
+    const char *rep[] = { "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+                          "--replicaof", t->primary.addr, port, NULL };
+    const char *hidden[] = { "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+                             "--replicaof", t->primary.addr, port,
+                             "--replica-announce-port", NOBODY_PORT, NULL };
+    th_redis_start(&t->replica[0], t->bind, rep);
+    th_redis_start(&t->replica[1], t->bind, hidden);
+    th_redis_start(&t->replica[2], t->bind, rep);   /* the new primary's replica */
+    wait_replicas(&t->primary, 3);
+    t->nsentinels = 3;
+    for (int i = 0; i < 3; i++)
+        th_sentinel_start(&t->sentinel[i], t->bind, MASTER, t->primary.addr, t->primary.port, 2,
+                          DOWN_AFTER_MS, FAILOVER_MS);
+    long long end = th_now_ms() + QUORUM_WAIT_MS;
+    for (int i = 0; i < 3; i++)
+        while (!sentinel_ready(&t->sentinel[i], 2)) {
+            if (th_now_ms() > end)
+                fail_msg("sentinel %d not ready in %ld ms", i, QUORUM_WAIT_MS);
+            usleep(POLL_US * 20);
+        }
+    char list[256];
+    sentinel_list(t, list, sizeof list);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_lease_lost = \"warn\"; min_replicas = 1; "
+                                            "replica_timeout_ms = %ld;\n"
+                                            "redis = { sentinels = ( %s ); master = \"%s\"; "
+                                            "connect_timeout_ms = 500; command_timeout_ms = 500; };\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"wx\"; } );\n", ACROSS_ACK_MS, list, MASTER));
+    for (int i = 0; i < 3; i++)
+        kill(t->replica[i].pid, SIGSTOP);
+    redisContext *c = th_redis_connect(&t->primary);
+    th_cmd_int(c, "CLIENT KILL TYPE replica");
+    redisFree(c);
+    char *aout, *bout, *goa = th_go_file(), *gob = th_go_file();
+    const char *ha[] = { "once", "lock", "-g", goa, NULL };
+    pid_t a = local_prog(cfgf, NULL, &aout, ha);
+    usleep(500 * 1000);                 /* A's grant is made, its WAIT pending */
+    kill(t->primary.pid, SIGSTOP);
+    kill(t->replica[0].pid, SIGCONT);
+    kill(t->replica[2].pid, SIGCONT);
+    char was[2048], now[2048];
+    snprintf(was, sizeof was, "%s:%d", t->primary.addr, t->primary.port);
+    end = th_now_ms() + RUN_MS;
+    do {
+        if (th_now_ms() > end)
+            fail_msg("the sentinels did not move the primary from %s", was);
+        usleep(POLL_US * 10);
+        sentinel_says(&t->sentinel[0], now, sizeof now);
+    } while (strcmp(now, was) == 0 || strcmp(now, "?") == 0);
+    const char *hb[] = { "once", "lock", "-g", gob, NULL };
+    pid_t b = local_prog(cfgf, NULL, &bout, hb);
+    th_wait_for(bout, "inside ", RUN_MS);
+    kill(t->primary.pid, SIGCONT);
+    kill(t->replica[1].pid, SIGCONT);
+    usleep(ACROSS_OUT_MS * 1000);
+    char *at = th_read_output(aout);
+    if (strstr(at, "inside "))
+        fail_msg("A entered on a grant the old primary's replica acknowledged after the "
+                 "failover, while B holds the lock on the new primary:\n%s", at);
+    free(at);
+    th_touch(gob);
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_wait_for(aout, "inside ", RUN_MS);
+    th_touch(goa);
+    free(th_finish(a, aout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    assert_int_equal(th_checker_get(&chk, 0, "rejects"), 0);
 }
 
 /* A fair handover is written by the releaser; the receiver may enter only
@@ -756,8 +923,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_new_one),
         T(test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock),
+        T(test_a_sentinel_that_names_a_replica_does_not_hold_the_process_back),
         T(test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free),
+        T(test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline),
         T(test_a_handover_counts_only_once_a_replica_has_it),
+        T(test_a_wait_answered_after_the_failover_does_not_count),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
     };
