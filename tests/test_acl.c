@@ -217,18 +217,27 @@ static char *refused_lock(const char *cfg)
     return text;
 }
 
+/* The lock refused (EAGAIN, on_redis_down = "error") to a user made from
+ * the printed line less `drop` (a right) or with key pattern `from`
+ * replaced by `to`; the program's output, with each of `words` in it. */
+static void refused_with(const char *drop, const char *from, const char *to,
+                         const char *const *words)
+{
+    char *cfg = app_config("on_redis_down = \"error\";");
+    char *line = acl_line(cfg, NULL);
+    run_acl_line(line, drop, from, to);
+    free(line);
+    char *text = refused_lock(cfg);
+    for (; *words; words++)
+        th_assert_has(text, *words);
+    free(text);
+}
+
 static void test_user_without_evalsha_gets_noperm_and_no_lock(void **state)
 {
     (void)state;
-    char *cfg = app_config("on_redis_down = \"error\";");
-    char *line = acl_line(cfg, NULL);
-    run_acl_line(line, "+evalsha", NULL, NULL);
-    free(line);
-    char *text = refused_lock(cfg);
-    th_assert_has(text, "NOPERM");
-    th_assert_has(text, "evalsha");
-    th_assert_has(text, "acl_held");
-    free(text);
+    static const char *const words[] = { "NOPERM", "evalsha", "acl_held", NULL };
+    refused_with("+evalsha", NULL, NULL, words);
 }
 
 /* A command a script calls (acquire.lua's HSET): Redis 7.0 refuses it
@@ -237,28 +246,16 @@ static void test_user_without_evalsha_gets_noperm_and_no_lock(void **state)
 static void test_user_without_a_scripts_command_is_told_it_is_an_acl_refusal(void **state)
 {
     (void)state;
-    char *cfg = app_config("on_redis_down = \"error\";");
-    char *line = acl_line(cfg, NULL);
-    run_acl_line(line, "+hset", NULL, NULL);
-    free(line);
-    char *text = refused_lock(cfg);
-    th_assert_has(text, "acl_held");
-    th_assert_has(text, "an ACL refusal of a command the script calls");
-    th_assert_has(text, "ACL LOG");
-    free(text);
+    static const char *const words[] = {
+        "acl_held", "an ACL refusal of a command the script calls", "ACL LOG", NULL };
+    refused_with("+hset", NULL, NULL, words);
 }
 
 static void test_user_without_the_key_pattern_gets_noperm_and_no_lock(void **state)
 {
     (void)state;
-    char *cfg = app_config("on_redis_down = \"error\";");
-    char *line = acl_line(cfg, NULL);
-    run_acl_line(line, NULL, "~" NS ":*", "~other:*");
-    free(line);
-    char *text = refused_lock(cfg);
-    th_assert_has(text, "NOPERM");
-    th_assert_has(text, "key");
-    free(text);
+    static const char *const words[] = { "NOPERM", "key", NULL };
+    refused_with(NULL, "~" NS ":*", "~other:*", words);
 }
 
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
