@@ -153,6 +153,18 @@ static void test_acl_line_has_the_namespace_and_no_secret(void **state)
     line = acl_line(app_config(NULL), "--plain-password");
     th_assert_has(line, " on >" PASSWORD " ~");
     free(line);
+    /* SELECT is the one command a config decides: needed for db 1 (the
+     * app config's), not given for db 0 (it would reach every database). */
+    line = acl_line(app_config(NULL), NULL);
+    th_assert_has(line, " +select ");
+    free(line);
+    char *db0 = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; username = \"%s\"; password = \"%s\"; };\n"
+        "namespace = \"%s\";\nmutexes = ();\n", rs.addr, rs.port, USER, PASSWORD, NS));
+    line = acl_line(db0, NULL);
+    if (strstr(line, "+select"))
+        fail_msg("db 0 needs no SELECT, the line grants it: %s", line);
+    free(line);
 }
 
 /* The user of the line runs the whole scenario: counter exact (db 1:

@@ -167,7 +167,8 @@ int dm_cli_acl(int argc, char **argv)
         printf(plain ? " >%s" : " %s", plain ? pass : pw);
     printf(" ~%s:* &%s:* -@all", ns, ns);
     for (int i = 0; shim_commands[i]; i++)
-        printf(" +%s", shim_commands[i]);
+        if (cfg.redis.db != 0 || strcmp(shim_commands[i], "select") != 0)
+            printf(" +%s", shim_commands[i]);       /* SELECT is sent for db != 0 only */
     for (int i = 0; with_ls && ls_commands[i]; i++)
         printf(" +%s", ls_commands[i]);
     printf("\n");
