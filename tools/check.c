@@ -198,14 +198,8 @@ int dm_cli_check(int argc, char **argv)
         default: fputs(check_usage, stderr); return 2;
         }
     }
-    if (!cfg_path) {
-        fprintf(stderr, "dmutex check: -c CONFIG is required\n\n%s", check_usage);
+    if (dm_cli_need_config_and_program("check", cfg_path, optind < argc, check_usage) != 0)
         return 2;
-    }
-    if (optind >= argc) {
-        fprintf(stderr, "dmutex check: no PROGRAM given\n\n%s", check_usage);
-        return 2;
-    }
     int r = dm_cli_preload_env("check", cfg_path, redis, NULL);
     if (r != 0)
         return r;

@@ -15,6 +15,20 @@ int dm_cli_set_redis_url(struct dm_config *cfg, const char *what, const char *ur
     return -1;
 }
 
+int dm_cli_need_config_and_program(const char *cmd, const char *cfg_path, int has_program,
+                                   const char *usage)
+{
+    if (!cfg_path) {
+        fprintf(stderr, "dmutex %s: -c CONFIG is required\n\n%s", cmd, usage);
+        return -1;
+    }
+    if (!has_program) {
+        fprintf(stderr, "dmutex %s: no PROGRAM given\n\n%s", cmd, usage);
+        return -1;
+    }
+    return 0;
+}
+
 int dm_cli_load_config(const char *path, struct dm_config *cfg)
 {
     char err[DM_ERR_MAX];

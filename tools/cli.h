@@ -37,6 +37,11 @@ int dm_cli_preload_env(const char *cmd, const char *cfg_path, const char *redis,
  * the shim printed why), 127 (cannot be run) or 1 (cannot be checked). */
 int dm_cli_check_child(const char *mode, char **prog_argv, const char *cmd);
 
+/* The verbs that run a PROGRAM under a config (run, check): says which of
+ * the two is missing, with the verb's usage, on stderr; 0 or -1. */
+int dm_cli_need_config_and_program(const char *cmd, const char *cfg_path, int has_program,
+                                   const char *usage);
+
 /* Loads the config file `path` into cfg; when it cannot, says
  * "dmutex: <why>" on stderr and returns -1 (exit with DM_EX_CONFIG). */
 int dm_cli_load_config(const char *path, struct dm_config *cfg);

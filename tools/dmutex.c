@@ -173,14 +173,8 @@ int dm_cli_run(int argc, char **argv)
         default: fputs(run_usage, stderr); return 2;
         }
     }
-    if (!cfg_path) {
-        fprintf(stderr, "dmutex run: -c CONFIG is required\n\n%s", run_usage);
+    if (dm_cli_need_config_and_program("run", cfg_path, optind < argc, run_usage) != 0)
         return 2;
-    }
-    if (optind >= argc) {
-        fprintf(stderr, "dmutex run: no PROGRAM given\n\n%s", run_usage);
-        return 2;
-    }
     if (level && strcmp(level, "error") && strcmp(level, "warn") && strcmp(level, "info") &&
         strcmp(level, "debug")) {
         fprintf(stderr, "dmutex run: -l %s: not one of error, warn, info, debug\n", level);
