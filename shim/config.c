@@ -325,7 +325,8 @@ static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
 /* What `qual` prefixes a key with in messages. */
 static const char *qualifier(enum dm_key_group group)
 {
-    return group == DM_GROUP_REDIS ? "redis." : group == DM_GROUP_TLS ? "redis.tls." : "";
+    return group == DM_GROUP_REDIS ? "redis." : group == DM_GROUP_TLS ? "redis.tls." :
+           group == DM_GROUP_METRICS ? "metrics." : "";
 }
 
 /* Reads every key of `group` the table parses (all but DM_KEY_HAND), in
@@ -798,11 +799,76 @@ static int check_timing(struct parse *p, struct dm_config *cfg, const unsigned l
     return 0;
 }
 
+/* The metrics file's path (metrics.file, DMUTEX_METRICS): absolute (the
+ * shim must not write somewhere else after the program's chdir), a file
+ * name after the last '/', and no '%' but "%p" (the pid). 1, or 0 with
+ * `why`. */
+static int metrics_path_ok(const char *v, char *why, size_t n)
+{
+    if (!token_ok(v, DM_PATH_MAX, 1, why, n))
+        return 0;
+    if (v[0] != '/')
+        return snprintf(why, n, "must be an absolute path"), 0;
+    if (v[strlen(v) - 1] == '/')
+        return snprintf(why, n, "names a directory, not a file"), 0;
+    for (const char *c = strchr(v, '%'); c; c = strchr(c + 2, '%'))
+        if (c[1] != 'p')
+            return snprintf(why, n, "has %%%c: the only %% sequence is %%p (the process id)",
+                            c[1] ? c[1] : ' '), 0;
+    return 1;
+}
+
+/* metrics = { file; interval_ms; }: present means metrics; `file` is
+ * required in it. */
+static int parse_metrics(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    config_setting_t *g;
+    int has = config_group(p, root, "", "metrics",
+                           "{ file = \"/run/app/dmutex.prom\"; interval_ms = 10000; }",
+                           DM_GROUP_METRICS, &g);
+    if (has <= 0)
+        return has;
+    const char *file = NULL;
+    unsigned line = 0;
+    char why[160];
+    struct shown sv;
+    if (get_string(p, g, "metrics.", "file", &file, &line) < 0)
+        return -1;
+    if (!file)
+        return fail(p, line_of(g), "metrics needs file = \"/path/name.prom\" (the file "
+                    "written)");
+    if (!metrics_path_ok(file, why, sizeof why))
+        return fail(p, line, "metrics.file = %s: %s", show(&sv, file), why);
+    unsigned lines[DM_NKEYS] = { 0 };
+    if (parse_scalars(p, g, DM_GROUP_METRICS, &cfg->metrics, lines) < 0)
+        return -1;
+    return dup_into(p, line, &cfg->metrics.file, file);
+}
+
+int dm_config_set_metrics_file(struct dm_config *cfg, const char *path, char *err, size_t errlen)
+{
+    char why[160];
+    if (!metrics_path_ok(path, why, sizeof why)) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    char *c = strdup(path);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    free(cfg->metrics.file);
+    cfg->metrics.file = c;
+    return 0;
+}
+
 /* Every top-level key but the hand-written groups and lists. */
 static int parse_top(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     unsigned lines[DM_NKEYS] = { 0 };
     if (parse_scalars(p, root, DM_GROUP_TOP, cfg, lines) < 0)
+        return -1;
+    if (parse_metrics(p, root, cfg) < 0)
         return -1;
     return check_timing(p, cfg, lines);
 }
@@ -1090,6 +1156,7 @@ void dm_config_defaults(struct dm_config *cfg)
     dm_config_keys_defaults(DM_GROUP_TOP, cfg, cfg);
     dm_config_keys_defaults(DM_GROUP_REDIS, &cfg->redis, cfg);
     dm_config_keys_defaults(DM_GROUP_TLS, &cfg->redis.tls, cfg);
+    dm_config_keys_defaults(DM_GROUP_METRICS, &cfg->metrics, cfg);
 }
 
 int dm_config_load_string(const char *text, const char *label,
@@ -1214,6 +1281,7 @@ void dm_config_free(struct dm_config *cfg)
     free(cfg->redis.tls.cert);
     free(cfg->redis.tls.key);
     free(cfg->redis.tls.server_name);
+    free(cfg->metrics.file);
     dm_config_free_sentinels(&cfg->redis);
     if (!dm_config_is_default(cfg->ns))
         free(cfg->ns);

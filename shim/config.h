@@ -19,6 +19,9 @@
 #define DM_SENTINEL_PORT_DEFAULT  26379
 #define DM_SENTINELS_MAX          16      /* addresses in redis.sentinels */
 #define DM_REPLICA_TIMEOUT_MS     1000L   /* replica_timeout_ms default (at most renew_ms) */
+#define DM_METRICS_INTERVAL_MS    10000L  /* metrics.interval_ms default */
+#define DM_METRICS_INTERVAL_MIN_MS 10L
+#define DM_METRICS_INTERVAL_MAX_MS 3600000L /* an hour */
 
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
@@ -58,6 +61,12 @@ struct dm_redis_config {
     char *sentinel_password;    /* NULL: no AUTH to the sentinels */
 };
 
+/* metrics = { file; interval_ms; } (shim/metrics.c). */
+struct dm_metrics_config {
+    char *file;                 /* the .prom file; "%p" is the pid; NULL: no metrics file */
+    long interval_ms;           /* rewritten this often, and at exit */
+};
+
 struct dm_mutex_config {
     char *symbol;               /* "sym" or "file.c:sym"; NULL for init_site entries */
     char *object;               /* file name of the executable or library; NULL: the executable */
@@ -83,6 +92,7 @@ struct dm_config {
     enum dm_on_redis_down on_redis_down;    /* default block */
     int min_replicas;           /* a grant counts once this many replicas have it (WAIT) */
     long replica_timeout_ms;    /* how long WAIT waits for them */
+    struct dm_metrics_config metrics;
     struct dm_mutex_config *mutexes;
     size_t nmutexes;
     char **programs;            /* executables (file names) the config is for; */
@@ -129,6 +139,10 @@ int dm_config_load_string(const char *text, const char *label,
  * unix:///path[?db=N] or redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master[/db].
  * Returns 0, or -1 with `err` naming what is wrong. */
 int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen);
+
+/* Applies DMUTEX_METRICS: the metrics file's path (as metrics.file).
+ * Returns 0, or -1 with `err` naming what is wrong. */
+int dm_config_set_metrics_file(struct dm_config *cfg, const char *path, char *err, size_t errlen);
 
 void dm_config_free(struct dm_config *cfg);
 

@@ -32,6 +32,7 @@ static_assert(DM_DOWN_BLOCK == 0 && DM_DOWN_ERROR == 1 && DM_DOWN_LOCAL == 2,
 #define REDIS(f)    DM_GROUP_REDIS, .offset = offsetof(struct dm_redis_config, f)
 #define MUTEX(f)    DM_GROUP_MUTEX, .offset = offsetof(struct dm_mutex_config, f)
 #define TLS(f)      DM_GROUP_TLS, .offset = offsetof(struct dm_tls_config, f)
+#define METRICS(f)  DM_GROUP_METRICS, .offset = offsetof(struct dm_metrics_config, f)
 #define NO_FIELD(g) g, .offset = DM_KEY_NO_FIELD
 
 const struct dm_config_key dm_config_keys[DM_NKEYS] = {
@@ -80,6 +81,10 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .cross = 1, .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_REPLICA_TIMEOUT_MS,
         .doc_default = "1000, at most `renew_ms`", .doc_range = "1..`renew_ms`",
         .doc = "how long a grant or renewal waits for `min_replicas` acknowledgements" },
+    [DM_K_METRICS] = { "metrics", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
+        .doc_type = "group", .doc_default = "none: no metrics file", .doc_range = "see below",
+        .doc = "write per-lock metrics (Prometheus text format) to a file, for node_exporter's "
+               "textfile collector" },
 
     /* ---- the redis group ---- */
     [DM_K_HOST] = { "host", REDIS(host), .type = DM_KEY_HAND, .dflt_str = default_host,
@@ -180,6 +185,18 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_TLS_VERIFY] = { "verify", TLS(verify), .type = DM_KEY_BOOL, .dflt = 1,
         .doc = "check the server's certificate and name; `false` encrypts without knowing "
                "who the server is (tests only)" },
+
+    /* ---- metrics ---- */
+    [DM_K_METRICS_FILE] = { "file", METRICS(file), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "", .doc_range = "an absolute path; `%p`: the pid",
+        .doc = "the file written (replaced by a rename: a reader never sees half of it); a "
+               "`%p` in it is the process id, so processes of one program (and fork children) "
+               "each write their own: without `%p` a fork child writes none. "
+               "`DMUTEX_METRICS` overrides it" },
+    [DM_K_METRICS_INTERVAL] = { "interval_ms", METRICS(interval_ms), .type = DM_KEY_LONG,
+        .lo = DM_METRICS_INTERVAL_MIN_MS, .hi = DM_METRICS_INTERVAL_MAX_MS,
+        .dflt = DM_METRICS_INTERVAL_MS,
+        .doc = "how often the file is rewritten (and once more at exit)" },
 };
 
 int dm_config_is_default(const char *s)

@@ -17,7 +17,8 @@
  * DM_KEY_HAND are only named and documented here; config.c reads them by
  * hand because their rules involve other keys or more than a value. */
 enum dm_key_group { DM_GROUP_TOP, DM_GROUP_REDIS, DM_GROUP_MUTEX,
-                    DM_GROUP_TLS };     /* redis.tls: struct dm_tls_config */
+                    DM_GROUP_TLS,       /* redis.tls: struct dm_tls_config */
+                    DM_GROUP_METRICS }; /* metrics: struct dm_metrics_config */
 
 enum dm_key_type {
     DM_KEY_INT,         /* int field, lo..hi */
@@ -54,7 +55,7 @@ struct dm_config_key {
 enum dm_key_id {
     DM_K_REDIS, DM_K_NAMESPACE, DM_K_LEASE, DM_K_RENEW, DM_K_MARGIN, DM_K_LOCK_DELAY,
     DM_K_ON_LEASE_LOST, DM_K_ON_REDIS_DOWN, DM_K_MUTEXES, DM_K_PROGRAMS,
-    DM_K_MIN_REPLICAS, DM_K_REPLICA_TIMEOUT,
+    DM_K_MIN_REPLICAS, DM_K_REPLICA_TIMEOUT, DM_K_METRICS,
     DM_K_HOST, DM_K_PORT, DM_K_UNIX, DM_K_USERNAME, DM_K_PASSWORD, DM_K_PASSWORD_ENV,
     DM_K_DB, DM_K_CONNECT_TIMEOUT, DM_K_COMMAND_TIMEOUT,
     DM_K_SENTINELS, DM_K_MASTER, DM_K_SENTINEL_USERNAME, DM_K_SENTINEL_PASSWORD,
@@ -62,6 +63,7 @@ enum dm_key_id {
     DM_K_SYMBOL, DM_K_OBJECT, DM_K_NAME, DM_K_OFFSET, DM_K_INDEX, DM_K_INIT_SITE,
     DM_K_REQUIRED, DM_K_FAIR, DM_K_CACHE,
     DM_K_TLS, DM_K_TLS_CA, DM_K_TLS_CERT, DM_K_TLS_KEY, DM_K_TLS_SERVER_NAME, DM_K_TLS_VERIFY,
+    DM_K_METRICS_FILE, DM_K_METRICS_INTERVAL,
     DM_NKEYS
 };
 

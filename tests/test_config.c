@@ -431,9 +431,11 @@ static void test_example_cfg_names_every_key_of_the_table_at_its_default(void **
             continue;
         const char *got = k->group == DM_GROUP_TOP ? (const char *)&cfg
                         : k->group == DM_GROUP_TLS ? (const char *)&cfg.redis.tls
+                        : k->group == DM_GROUP_METRICS ? (const char *)&cfg.metrics
                                                    : (const char *)&cfg.redis;
         const char *want = k->group == DM_GROUP_TOP ? (const char *)&dflt
                          : k->group == DM_GROUP_TLS ? (const char *)&dflt.redis.tls
+                         : k->group == DM_GROUP_METRICS ? (const char *)&dflt.metrics
                                                     : (const char *)&dflt.redis;
         got += k->offset;
         want += k->offset;
@@ -1057,6 +1059,46 @@ static void test_redis_tls_group_and_its_rules(void **state)
                  "t.cfg:2: ", "redis.tls.server_name", "not allowed");
 }
 
+/* metrics = { file; interval_ms; }: present needs a file; the path's rules
+ * (absolute, a file name, only %p); DMUTEX_METRICS's path by the same rules. */
+static void test_metrics_group_and_its_rules(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ();\n");
+    assert_null(cfg.metrics.file);
+    assert_int_equal(cfg.metrics.interval_ms, DM_METRICS_INTERVAL_MS);
+    dm_config_free(&cfg);
+    load_ok("metrics = { file = \"/run/app/dmutex-%p.prom\"; interval_ms = 250; };\n"
+            "mutexes = ();\n");
+    assert_string_equal(cfg.metrics.file, "/run/app/dmutex-%p.prom");
+    assert_int_equal(cfg.metrics.interval_ms, 250);
+    assert_int_equal(dm_config_set_metrics_file(&cfg, "/tmp/m.prom", err, sizeof err), 0);
+    assert_string_equal(cfg.metrics.file, "/tmp/m.prom");
+    assert_int_equal(dm_config_set_metrics_file(&cfg, "m.prom", err, sizeof err), -1);
+    assert_non_null(strstr(err, "must be an absolute path"));
+    assert_int_equal(dm_config_set_metrics_file(&cfg, "/tmp/m-%d.prom", err, sizeof err), -1);
+    assert_non_null(strstr(err, "the only % sequence is %p"));
+    assert_string_equal(cfg.metrics.file, "/tmp/m.prom");
+    dm_config_free(&cfg);
+    expect_error("\nmetrics = { interval_ms = 100; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "metrics needs file");
+    expect_error("metrics = { file = \"/a.prom\";\n period = 100; };\nmutexes = ();\n",
+                 "t.cfg:2: ", "unknown key \"period\" in the metrics group",
+                 "valid keys: file, interval_ms");
+    expect_error("metrics = { file = \"/a.prom\";\n interval_ms = 5; };\nmutexes = ();\n",
+                 "t.cfg:2: ", "metrics.interval_ms = 5: must be between 10 and 3600000");
+    expect_error("metrics = {\n file = \"run/a.prom\"; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "metrics.file = \"run/a.prom\": must be an absolute path");
+    expect_error("metrics = {\n file = \"/run/app/\"; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "names a directory");
+    expect_error("metrics = {\n file = \"/run/%s.prom\"; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "the only % sequence is %p");
+    expect_error("metrics = {\n file = 3; };\nmutexes = ();\n", "t.cfg:2: ",
+                 "metrics.file must be a string");
+    expect_error("\nmetrics = \"/a.prom\";\nmutexes = ();\n", "t.cfg:2: ",
+                 "metrics must be a group");
+}
+
 /* ---- Sentinel and replica acknowledgements ------------------------------ */
 
 static void test_sentinel_keys_load_with_default_port_and_credentials(void **state)
@@ -1549,6 +1591,7 @@ int main(void)
 #define R(name) { #name, test_refused, NULL, teardown, (void *)#name }
         T(test_defaults_fill_every_documented_value),
         T(test_empty_config_gives_every_default),
+        T(test_metrics_group_and_its_rules),
         T(test_comments_only_config_gives_every_default),
         T(test_minimal_config_maps_one_symbol_with_entry_defaults),
         T(test_full_config_reads_every_key),
