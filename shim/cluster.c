@@ -507,6 +507,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     int refused = 0;        /* one got an error reply: it may have run in part */
     int rediscovered = 0;   /* a wrong node (Sentinel) was retried at once */
     int handover_more = 0;  /* a handover being confirmed said others queue */
+    int handed = 0;         /* a handover is being confirmed */
+    int waited = 0;         /* another holder had it: contended */
     long long down_since = 0;
     /* Fair and caching waiters queue; a trylock never does. */
     int fair = (l->fair || l->cache) && !(flags & DM_ACQ_TRY);
@@ -551,10 +553,15 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
             g->more_waiters |= handover_more;
+            g->waited = waited;
+            dm_stats_add(&l->stats.acquisitions, 1);
+            if (handed)
+                dm_stats_add(&l->stats.handoffs, 1);
             return 0;
 
         case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
         case ATT_FAILED:
+            dm_stats_add(&l->stats.redis_errors, 1);
             if (why.err == DM_REDIS_IO)
                 unanswered = 1;
             if (refused_by_server(why.err) && !from_abandon)
@@ -621,6 +628,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             queued = fair;
             rediscovered = 0;
             handover_more = 0;  /* a handover being confirmed is not ours after all */
+            handed = 0;
+            waited = 1;
             break;
         }
 
@@ -660,9 +669,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                  * it: WAIT counts only our own writes, so one more attempt
                  * (we hold it: a renewal to a full lease) is our write
                  * after the handover, and its WAIT covers both. */
-                if (fresh_handover(g) && ccfg->min_replicas == 0)
+                if (fresh_handover(g) && ccfg->min_replicas == 0) {
+                    g->waited = 1;
+                    dm_stats_add(&l->stats.acquisitions, 1);
+                    dm_stats_add(&l->stats.handoffs, 1);
                     return 0;
+                }
                 handover_more = g->more_waiters;
+                handed = 1;
             }
         }
     }
@@ -719,8 +733,10 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
             freeReplyObject(r);
             r = NULL;
         }
-        if (!r)
+        if (!r) {
             dm_redis_error_keep(&why, conn);
+            dm_stats_add(&l->stats.redis_errors, 1);
+        }
         dm_redis_put(conn);
         if (!r) {
             /* A stale connection fails at once: straight on to the next.
@@ -749,6 +765,16 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     return EIO;
 }
 
+void dm_cluster_lock_foreach(void (*fn)(const struct dm_cluster_lock *l, void *arg), void *arg)
+{
+    pthread_mutex_lock(&locks_mu);
+    for (size_t b = 0; b < locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+             l = (struct dm_cluster_lock *)l->node.next)
+            fn(l, arg);
+    pthread_mutex_unlock(&locks_mu);
+}
+
 /* Fork: locks_mu is held across fork() (see the lock order in startup.c).
  * The child has a new process id, so a new wait channel: rewritten in
  * place, its old notify record dropped (notify's own fork handling ran
@@ -765,5 +791,6 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             make_wait_channel(l);
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
+            dm_stats_reset(&l->stats);
         }
 }

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "keys.h"
+#include "stats.h"
 #include "util.h"
 
 #define DM_OWNER_MAX     64
@@ -41,6 +42,7 @@ struct dm_cluster_lock {
                            share the name and the holder's threads may keep it busy) */
     unsigned long wait_ids;
     unsigned refs;      /* under the table's mutex */
+    struct dm_stats stats;      /* the name's counters (stats.h); zero in a fork child */
     char strs[];        /* the strings above */
 };
 
@@ -53,6 +55,7 @@ struct dm_grant {
     int more_waiters;   /* handed over with other waiters queued behind */
     long long sent_ms;  /* CLOCK_MONOTONIC ms when the request behind the grant was
                            sent: the lease surely runs no longer than from then */
+    int waited;         /* another holder had it first: the call waited (contended) */
 };
 
 /* Keeps the config (it must outlive every lock). No I/O. */
@@ -78,6 +81,11 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l);
+
+/* Calls fn(l, arg) on every record alive, under the table's mutex (fn
+ * must not take a reference, do I/O or take another shim lock; it reads
+ * l->name and l->stats): the metrics file and the exit summary. */
+void dm_cluster_lock_foreach(void (*fn)(const struct dm_cluster_lock *l, void *arg), void *arg);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);

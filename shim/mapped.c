@@ -44,6 +44,7 @@
 
 #include "cluster.h"
 #include "log.h"
+#include "metrics.h"
 #include "notify.h"
 #include "real.h"
 #include "registry.h"
@@ -88,6 +89,7 @@ static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
 static __thread unsigned long tseq;
 static __thread int in_shim;            /* the re-entrancy guard */
+static __thread int tl_contended;       /* this lock call found the mutex or the lock taken */
 
 /* The names this thread holds mutexes of, to tell a thread that keeps the
  * hold anyway from one that may step aside. Past DM_TL_NAMES the thread
@@ -308,12 +310,15 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
                         const struct timespec *deadline, int *dead, int *more, int *held)
 {
     struct dm_hold *h = &nm->hold;
+    dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
     int r = dm_cluster_acquire(nm->cl, h->owner, deadline,
                                mode == DM_TRYLOCK ? DM_ACQ_TRY : 0, &g);
     if (r != 0)
         return r;
+    if (g.waited)
+        tl_contended = 1;
     h->token = g.token;
     *held = !g.local_only;
     *more = g.more_waiters;
@@ -328,6 +333,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         dm_cluster_release(nm->cl, h->owner, h->token);
         return EAGAIN;
     }
+    dm_stats_set(&nm->cl->stats.held, 1);
     if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
         /* Hear other processes' wants: before keeping the lock at unlock
          * (cache mode), and to let them in while threads keep it busy. */
@@ -357,6 +363,7 @@ static int hold_release(struct dm_name *nm)
              * (the process was stopped, or the clock jumped). */
             lost = 1;
             dm_watchdog_note_lost();
+            dm_stats_add(&nm->cl->stats.leases_lost, 1);
             dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
                      "unlock: its lease expired, another process may have entered%s",
                      nm->cl->name, h->owner, (unsigned long long)h->token,
@@ -365,6 +372,7 @@ static int hold_release(struct dm_name *nm)
                 abort();
         }
     }
+    dm_stats_set(&nm->cl->stats.held, 0);
     pthread_mutex_lock(&nm->mu);
     nm->held = 0;
     nm->want = 0;
@@ -431,6 +439,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                  * however long its users take to drain. */
                 if (lost || dm_now_ms() - nm->want_ms < DM_YIELD_MAX_MS) {
                     pthread_mutex_unlock(&nm->mu);
+                    tl_contended = 1;
                     return mode == DM_TRYLOCK ? EBUSY : DM_YIELD;
                 }
                 if (!nm->yield_logged) {
@@ -479,6 +488,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
             return r;
         }
         /* Another thread has a round trip in flight for the name. */
+        tl_contended = 1;
         if (mode == DM_TRYLOCK) {
             pthread_mutex_unlock(&nm->mu);
             return EBUSY;
@@ -658,6 +668,7 @@ static void drop_dead_hold(const void *addr, void *value, void *arg)
     if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
         if (nm->held)
             dm_watchdog_remove(&nm->hold);
+        dm_stats_set(&nm->cl->stats.held, 0);
         nm->held = 0;
         nm->want = 0;
         nm->state = NAME_FREE;
@@ -741,6 +752,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return EINVAL;
     if (e->robust_state == DM_ROBUST_NOTRECOVERABLE)
         return ENOTRECOVERABLE;
+    uint64_t t0 = dm_stats_now_ns();
     struct timespec dl, *dlp = NULL;
     if (mode == DM_TIMEDLOCK) {
         int none, r = to_monotonic(clk, abstime, &dl, &none);
@@ -752,9 +764,15 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     in_shim++;
     /* Neither the real lock nor a join of a hold the process has is a
      * cancellation point; the rest (waits, round trips) runs with
-     * cancellation off. */
+     * cancellation off. A trylock first tells a mutex another thread
+     * holds (contended) at the price of the lock's own first step. */
     int dead = 0;
-    int r = real_lock_mode(m, mode, clk, abstime);
+    tl_contended = 0;
+    int r = dm_real.mutex_trylock(m);
+    if (r == EBUSY && mode != DM_TRYLOCK) {
+        tl_contended = 1;
+        r = real_lock_mode(m, mode, clk, abstime);
+    }
     if (r != 0 && r != EOWNERDEAD) {
         in_shim--;
         return r;
@@ -770,6 +788,13 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return r;
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
+    uint64_t t1 = dm_stats_now_ns();
+    struct dm_stats *st = &e->nm->cl->stats;
+    dm_stats_add(&st->lock_calls, 1);
+    if (tl_contended)
+        dm_stats_add(&st->contended, 1);
+    dm_stats_observe(&st->wait, t1 - t0);
+    __atomic_store_n(&e->since_ns, t1, __ATOMIC_RELAXED);
     if (is_robust(m))
         watch_thread_end();
     if (r == 0 && (dead || e->dead_pending) && is_robust(m)) {
@@ -778,6 +803,14 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return EOWNERDEAD;
     }
     return r;
+}
+
+/* The end of a hold of e (outermost unlock, or a condition wait): its
+ * time into the name's hold histogram. */
+static void hold_observe(struct dm_entry *e)
+{
+    dm_stats_observe(&e->nm->cl->stats.hold,
+                     dm_stats_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
 }
 
 /* Ends the calling thread's share of the name (name_leave turns
@@ -812,6 +845,7 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
          * free, a third thread may lock it and become the holder). */
         if (!foreign_unlock_ok(m))
             return dm_real.mutex_unlock(m);
+        hold_observe(e);
         __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
         e->depth = 0;
         int lost = leave_quietly(e->nm);
@@ -820,6 +854,7 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
     }
     if (e->robust_state == DM_ROBUST_INCONSISTENT)
         e->robust_state = DM_ROBUST_NOTRECOVERABLE;
+    hold_observe(e);
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     int lost = leave_quietly(e->nm);
@@ -891,6 +926,7 @@ static void cond_rejoin(struct cond_wait *w)
     }
     __atomic_store_n(&w->e->holder, w->me, __ATOMIC_RELAXED);
     w->e->depth = w->depth;
+    __atomic_store_n(&w->e->since_ns, dm_stats_now_ns(), __ATOMIC_RELAXED);
 }
 
 static void cond_cancelled(void *arg)
@@ -917,6 +953,7 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
     if (timed && (!clock_ok(clk) || abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
         return EINVAL;
     struct cond_wait w = { e, m, me, e->depth, 0, 0 };
+    hold_observe(e);
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     leave_quietly(e->nm);   /* a hold lost meanwhile was reported; cond_wait has no EPERM */

@@ -25,6 +25,7 @@ struct dm_entry {
     int robust_state;           /* DM_ROBUST_* */
     int heap;                   /* made by init_site or dmutex_name: removed by destroy */
     int dead_pending;           /* robust: an EOWNERDEAD to report at the next lock */
+    uint64_t since_ns;          /* when the holder got it (stats: hold time; atomic) */
     struct dm_entry *next_free;
 };
 

@@ -29,6 +29,7 @@
 #include "dmutex.h"
 #include "log.h"
 #include "mapped.h"
+#include "metrics.h"
 #include "net.h"
 #include "notify.h"
 #include "real.h"
@@ -471,7 +472,7 @@ static void map_entries(struct dm_config *cfg)
  * registered, and this is the one order of the internal locks:
  *
  *   startup objects_mu -> symbols cache_lock -> mapped names_mu
- *     -> registry writer lock -> cluster locks_mu -> notify nmu
+ *     -> registry writer lock -> metrics mu -> cluster locks_mu -> notify nmu
  *     -> redis pool_mu -> sentinel smu -> net ssl_rw (write side) -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
@@ -480,7 +481,9 @@ static void map_entries(struct dm_config *cfg)
  * locks_mu; mapped walks the registry (dm_registry_foreach holds its writer
  * lock) to count or drop holds, taking a name's mutex and, through the
  * watchdog, wmu; cache_lock, pool_mu and wmu hold nothing else (the
- * watchdog and notify threads let go of theirs before any I/O); ssl_rw's
+ * watchdog and notify threads let go of theirs before any I/O); metrics's
+ * mu is held across a write of the metrics file and takes locks_mu (the
+ * snapshot of the counters), nothing else; ssl_rw's
  * read side is held only inside OpenSSL calls, which take no shim lock. A lock may
  * only be taken while holding locks to its left. Logging takes no lock.
  * Not included: the per-name mutexes of mapped (never held across I/O,
@@ -514,7 +517,7 @@ static void registry_atfork(enum dm_fork_phase phase)
 /* The lock order above, after objects_mu: prepare walks it forward,
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
-    symbols_atfork, dm_mapped_atfork, registry_atfork, dm_cluster_atfork,
+    symbols_atfork, dm_mapped_atfork, registry_atfork, dm_metrics_atfork, dm_cluster_atfork,
     dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_net_atfork,
     dm_watchdog_atfork,
 };
@@ -622,7 +625,11 @@ __attribute__((constructor)) static void dm_startup_start(void)
         dm_config_redact_url(url, shown, sizeof shown);
         config_fail("DMUTEX_REDIS=%s: %s", shown, err);
     }
+    const char *metrics = secure_getenv("DMUTEX_METRICS");
+    if (metrics && *metrics && dm_config_set_metrics_file(&config, metrics, err, sizeof err) != 0)
+        config_fail("DMUTEX_METRICS=%s: %s", metrics, err);
     dm_cluster_init(&config);
+    dm_metrics_init(&config);
     dm_mapped_init(&config);
     map_entries(&config);
     if (check_mode)
@@ -642,6 +649,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
 
 __attribute__((destructor)) static void dm_startup_stop(void)
 {
-    if (configured)
+    if (configured) {
         dm_mapped_release_all();
+        dm_metrics_exit();      /* after the releases: the held gauges say what stays held */
+    }
 }
