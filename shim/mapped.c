@@ -752,7 +752,6 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return EINVAL;
     if (e->robust_state == DM_ROBUST_NOTRECOVERABLE)
         return ENOTRECOVERABLE;
-    uint64_t t0 = dm_stats_now_ns();
     struct timespec dl, *dlp = NULL;
     if (mode == DM_TIMEDLOCK) {
         int none, r = to_monotonic(clk, abstime, &dl, &none);
@@ -765,12 +764,17 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     /* Neither the real lock nor a join of a hold the process has is a
      * cancellation point; the rest (waits, round trips) runs with
      * cancellation off. A trylock first tells a mutex another thread
-     * holds (contended) at the price of the lock's own first step. */
+     * holds (contended) at the price of the lock's own first step. The
+     * wait's clock starts only when there is something to wait for (the
+     * mutex is busy, or the name needs a round trip): a lock call that
+     * waits for nothing reads the clock once, and counts as a wait of 0. */
     int dead = 0;
+    uint64_t t0 = 0;
     tl_contended = 0;
     int r = dm_real.mutex_trylock(m);
     if (r == EBUSY && mode != DM_TRYLOCK) {
         tl_contended = 1;
+        t0 = dm_stats_now_ns();
         r = real_lock_mode(m, mode, clk, abstime);
     }
     if (r != 0 && r != EOWNERDEAD) {
@@ -778,6 +782,8 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return r;
     }
     if (r != 0 || e->robust_state == DM_ROBUST_NOTRECOVERABLE || !name_join_fast(e->nm)) {
+        if (t0 == 0)
+            t0 = dm_stats_now_ns();
         int cs;
         pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
         r = lock_both(e, m, mode, clk, abstime, dlp, me, &dead, r);
@@ -790,10 +796,9 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     e->depth = 1;
     uint64_t t1 = dm_stats_now_ns();
     struct dm_stats *st = &e->nm->cl->stats;
-    dm_stats_add(&st->lock_calls, 1);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
-    dm_stats_observe(&st->wait, t1 - t0);
+    dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
     __atomic_store_n(&e->since_ns, t1, __ATOMIC_RELAXED);
     if (is_robust(m))
         watch_thread_end();

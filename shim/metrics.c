@@ -57,6 +57,7 @@ void dm_metrics_init(const struct dm_config *cfg)
 struct row {
     char name[DM_NAME_MAX + 1];
     struct dm_stats st;
+    uint64_t lock_calls;        /* the wait histogram's count */
 };
 
 struct snapshot {
@@ -83,6 +84,7 @@ static void take_row(const struct dm_cluster_lock *l, void *arg)
     struct row *r = &s->rows[s->n++];
     snprintf(r->name, sizeof r->name, "%s", l->name);
     dm_stats_copy(&r->st, &l->stats);
+    r->lock_calls = dm_stats_count(&r->st.wait);
 }
 
 static int by_name(const void *a, const void *b)
@@ -180,30 +182,30 @@ static void put_family(struct buf *b, const char *metric, const char *type, cons
  * the file lists them; docs/deploying.md ("Metrics") explains each. */
 static const struct {
     const char *metric, *type, *help;
-    size_t off;
+    size_t off;                 /* into struct row */
 } scalars[] = {
     { "dmutex_lock_calls_total", "counter",
       "Lock calls of the program that returned holding a mutex of the name (outermost, not "
-      "recursive re-locks).", offsetof(struct dm_stats, lock_calls) },
+      "recursive re-locks).", offsetof(struct row, lock_calls) },
     { "dmutex_contended_total", "counter",
       "Lock calls that found the mutex held by another thread or the lock by another process.",
-      offsetof(struct dm_stats, contended) },
+      offsetof(struct row, st.contended) },
     { "dmutex_acquisitions_total", "counter",
       "Grants of the cluster lock to this process (a lock call joining a hold the process has "
-      "already, or a cached one, is none).", offsetof(struct dm_stats, acquisitions) },
+      "already, or a cached one, is none).", offsetof(struct row, st.acquisitions) },
     { "dmutex_handoffs_total", "counter",
       "Grants received by a fair handover from the releasing holder.",
-      offsetof(struct dm_stats, handoffs) },
+      offsetof(struct row, st.handoffs) },
     { "dmutex_lease_renewals_total", "counter", "Lease renewals that succeeded.",
-      offsetof(struct dm_stats, renewals) },
+      offsetof(struct row, st.renewals) },
     { "dmutex_leases_lost_total", "counter",
       "Holds found lost (no renewal in time, or the server no longer had them).",
-      offsetof(struct dm_stats, leases_lost) },
+      offsetof(struct row, st.leases_lost) },
     { "dmutex_redis_errors_total", "counter",
       "Redis calls for the lock that failed (no connection, no reply, an error reply): acquire "
-      "attempts, releases, renewals.", offsetof(struct dm_stats, redis_errors) },
+      "attempts, releases, renewals.", offsetof(struct row, st.redis_errors) },
     { "dmutex_held", "gauge", "1 while this process holds the cluster lock, else 0.",
-      offsetof(struct dm_stats, held) },
+      offsetof(struct row, st.held) },
 };
 
 static void put_hist(struct buf *b, const char *metric, const struct dm_hist *h, const char *name,
@@ -241,7 +243,7 @@ static void format(struct buf *b, const struct snapshot *s, const char *pid)
             put(b, "%s", scalars[k].metric);
             put_labels(b, s->rows[i].name, pid);
             put(b, "} %llu\n", (unsigned long long)*(const uint64_t *)
-                ((const char *)&s->rows[i].st + scalars[k].off));
+                ((const char *)&s->rows[i] + scalars[k].off));
         }
     }
     put_family(b, "dmutex_wait_seconds", "histogram",
@@ -422,7 +424,7 @@ static void summary(const struct snapshot *s)
         dm_log(DM_LOG_INFO, "exit: lock %s: %llu lock calls, %llu cluster acquisitions "
                "(%llu handed over), %llu contended, wait p50 %s max %.3fms, hold max %.3fms, "
                "%llu renewals, %llu leases lost, %llu redis errors", s->rows[i].name,
-               (unsigned long long)st->lock_calls, (unsigned long long)st->acquisitions,
+               (unsigned long long)s->rows[i].lock_calls, (unsigned long long)st->acquisitions,
                (unsigned long long)st->handoffs, (unsigned long long)st->contended, p50,
                (double)st->wait.max_ns / 1e6, (double)st->hold.max_ns / 1e6,
                (unsigned long long)st->renewals, (unsigned long long)st->leases_lost,

@@ -39,17 +39,27 @@ struct dm_hist {
 };
 
 struct dm_stats {
-    uint64_t lock_calls;        /* mapped: lock calls that returned holding the mutex */
-    uint64_t contended;         /* mapped: of those, the ones that found it taken */
+    uint64_t contended;         /* mapped: lock calls that found the mutex or the lock taken */
     uint64_t acquisitions;      /* cluster: grants of the cluster lock to this process */
     uint64_t handoffs;          /* cluster: of those, fair handovers from a releasing holder */
     uint64_t redis_errors;      /* cluster, watchdog: Redis calls that failed for the name */
     uint64_t renewals;          /* watchdog: lease renewals that succeeded */
     uint64_t leases_lost;       /* watchdog, mapped: holds found lost */
     uint64_t held;              /* mapped: 1 while the process holds the cluster lock */
-    struct dm_hist wait;        /* mapped: lock call -> holding the mutex */
+    struct dm_hist wait;        /* mapped: lock call -> holding the mutex; its count is
+                                   the lock calls that returned holding it (one add less
+                                   on the mapped path than a counter of their own) */
     struct dm_hist hold;        /* mapped: holding -> unlock (or a condition wait) */
 };
+
+/* The number of observations of h. */
+static inline uint64_t dm_stats_count(const struct dm_hist *h)
+{
+    uint64_t n = 0;
+    for (int i = 0; i <= DM_STATS_BUCKETS; i++)
+        n += __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED);
+    return n;
+}
 
 /* CLOCK_MONOTONIC in ns (vDSO: no system call). */
 static inline uint64_t dm_stats_now_ns(void)
