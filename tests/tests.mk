@@ -71,3 +71,6 @@ test-build: $(B)/tests/core_links
 $(B)/tests/core_links: $(B)/libdmcore.a | $(B)/tests/progs
 	printf 'int main(void) { return 0; }\n' > $@.c
 	$(CC) $@.c -o $@ -Wl,--whole-archive $(B)/libdmcore.a -Wl,--no-whole-archive $(SHIM_LIBS)
+
+# test_metrics checks the version the file reports against include/dmutex.h.
+$(B)/tests/test_metrics: TEST_CFLAGS += -Iinclude

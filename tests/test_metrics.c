@@ -1,0 +1,553 @@
+/* test_metrics: the metrics file (shim/metrics.c) and the exit summary,
+ * from the outside: tests/progs/metricsprog runs a known workload under
+ * the shim against the group's own redis-server, maps lock_a as "A" and
+ * lock_b as "B", and the test reads the Prometheus text file it leaves:
+ * exact lock and acquisition counts, histograms that agree with them, the
+ * held gauge, every read of a file being replaced a whole file, writes at
+ * every interval, a fork child that does not replace its parent's file, a
+ * lease loss counted, DMUTEX_METRICS over metrics.file, an unwritable
+ * directory reported once while the program runs on, and the one summary
+ * line per name with DMUTEX_LOG=info.
+ *
+ * The file is parsed here by the text format's rules (0.0.4): # HELP and
+ * # TYPE lines, samples `metric{label="value",...} number`, and the
+ * shim's closing "# EOF" line, so a file cut short anywhere fails. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dmutex.h"
+#include "harness.h"
+#include "keys.h"
+#include "metrics.h"
+
+#define PROG            TH_BUILD "/tests/progs/metricsprog"
+#define RUN_MS          30000L  /* longest a run that should end may take (a slow machine) */
+#define LEASE_MS        3000L
+#define LONG_INTERVAL   3600000L        /* only the exit write happens */
+#define SHORT_INTERVAL  20L
+#define LOSS_LEASE_MS   1000L   /* the lease-loss run: renew 333, margin 100 */
+#define GROUP_ALARM_S   300
+
+static struct th_redis rs;
+static redisContext *conn;
+static char prog_path[PATH_MAX], shim_path[PATH_MAX];
+static char dir[64];            /* each test's directory for metrics files */
+
+/* ---- the text format --------------------------------------------------- */
+
+static int metric_name_ok(const char **p)
+{
+    const char *s = *p;
+    if (!(*s == '_' || *s == ':' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+        return 0;
+    while (*s == '_' || *s == ':' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+           (*s >= '0' && *s <= '9'))
+        s++;
+    *p = s;
+    return 1;
+}
+
+/* 1 when `t` is a whole file: every line a HELP, a TYPE or a sample, the
+ * last one "# EOF". Else 0 with the reason in why. */
+static int prom_parses(const char *t, char *why, size_t n)
+{
+    size_t len = strlen(t);
+    if (len < 6 || strcmp(t + len - 6, "# EOF\n") != 0)
+        return snprintf(why, n, "does not end with \"# EOF\\n\""), 0;
+    int lineno = 0;
+    for (const char *l = t; *l; l = strchr(l, '\n') + 1) {
+        lineno++;
+        const char *e = strchr(l, '\n');
+        if (!e)
+            return snprintf(why, n, "line %d has no newline", lineno), 0;
+        if (strncmp(l, "# EOF\n", 6) == 0) {
+            if (e[1] != '\0')
+                return snprintf(why, n, "# EOF before the end (line %d)", lineno), 0;
+            continue;
+        }
+        const char *s = l;
+        if (strncmp(l, "# HELP ", 7) == 0 || strncmp(l, "# TYPE ", 7) == 0) {
+            s += 7;
+            if (!metric_name_ok(&s) || *s != ' ')
+                return snprintf(why, n, "line %d: bad metric name", lineno), 0;
+            if (l[2] == 'T' && strncmp(s, " counter\n", 9) != 0 && strncmp(s, " gauge\n", 7) != 0 &&
+                strncmp(s, " histogram\n", 11) != 0)
+                return snprintf(why, n, "line %d: bad type", lineno), 0;
+            continue;
+        }
+        if (!metric_name_ok(&s))
+            return snprintf(why, n, "line %d: bad sample name", lineno), 0;
+        if (*s == '{') {
+            s++;
+            for (;;) {
+                if (!metric_name_ok(&s) || strncmp(s, "=\"", 2) != 0)
+                    return snprintf(why, n, "line %d: bad label", lineno), 0;
+                for (s += 2; *s != '"'; s++) {
+                    if (*s == '\n' || *s == '\0')
+                        return snprintf(why, n, "line %d: open label value", lineno), 0;
+                    if (*s == '\\' && (s[1] == '\\' || s[1] == '"' || s[1] == 'n'))
+                        s++;
+                    else if (*s == '\\')
+                        return snprintf(why, n, "line %d: bad escape", lineno), 0;
+                }
+                s++;
+                if (*s == '}')
+                    break;
+                if (*s != ',')
+                    return snprintf(why, n, "line %d: labels not closed", lineno), 0;
+                s++;
+            }
+            s++;
+        }
+        char *end;
+        if (*s != ' ' || (strtod(s + 1, &end), end == s + 1) || end != e)
+            return snprintf(why, n, "line %d: bad value", lineno), 0;
+    }
+    return 1;
+}
+
+/* The value of the sample `series` (its name and labels, exactly as
+ * written), or -1 when the file has none. */
+static double prom_get(const char *t, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *l = t; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+            return strtod(l + n + 1, NULL);
+    return -1;
+}
+
+static double metric(const char *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static double metric(const char *t, const char *fmt, ...)
+{
+    char series[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(series, sizeof series, fmt, ap);
+    va_end(ap);
+    double v = prom_get(t, series);
+    if (v < 0)
+        fail_msg("no sample %s in the metrics file:\n%s", series, t);
+    return v;
+}
+
+/* Reads the metrics file at `path`, which must exist and parse. */
+static char *read_prom(const char *path)
+{
+    char *t = th_read_file(path);
+    if (!t)
+        fail_msg("no metrics file %s", path);
+    char why[128];
+    if (!prom_parses(t, why, sizeof why))
+        fail_msg("%s: %s:\n%s", path, why, t);
+    return t;
+}
+
+/* ---- runs ---------------------------------------------------------------- */
+
+/* A config mapping lock_a as A and lock_b as B, with `extra` (the metrics
+ * group, policies) at the top. */
+static char *config(long lease_ms, const char *extra)
+{
+    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\n%s\nmutexes = (\n"
+                                      "  { symbol = \"lock_a\"; name = \"A\"; },\n"
+                                      "  { symbol = \"lock_b\"; name = \"B\"; }\n);\n",
+                                      lease_ms, extra));
+}
+
+static char *metrics_group(const char *file, long interval_ms)
+{
+    static char g[PATH_MAX + 64];
+    snprintf(g, sizeof g, "metrics = { file = \"%s\"; interval_ms = %ld; };", file, interval_ms);
+    return g;
+}
+
+/* Starts metricsprog with args under the shim (config cfg, log level log,
+ * DMUTEX_METRICS=env_metrics when not NULL). */
+static pid_t start(const char *cfg, const char *log, const char *env_metrics, char **args,
+                   const char *out)
+{
+    static struct th_shim_env e;
+    static char metrics_var[PATH_MAX + 32];
+    char **base = th_shim_env(&e, cfg, rs.url, log);
+    static char *env[8];
+    int n = 0;
+    while (base[n])
+        env[n] = base[n], n++;
+    if (env_metrics) {
+        snprintf(metrics_var, sizeof metrics_var, "DMUTEX_METRICS=%s", env_metrics);
+        env[n++] = metrics_var;
+    }
+    env[n] = NULL;
+    char *argv[8] = { prog_path };
+    for (int i = 0; args[i] && i < 6; i++)
+        argv[i + 1] = args[i];
+    return th_child(argv, env, out);
+}
+
+static char *path_in_dir(const char *name)
+{
+    char *p = malloc(PATH_MAX);
+    assert_non_null(p);
+    snprintf(p, PATH_MAX, "%s/%s", dir, name);
+    return p;
+}
+
+/* Files in the test's directory (a temporary one left behind counts). */
+static int files_in_dir(void)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* The known workload: two threads, each N locks of A and M of B. */
+#define WORK_N 150
+#define WORK_M 100
+
+static char *run_work(const char *path, const char *log, char **out_text)
+{
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file();
+    char *args[] = { "work", "150", "100", NULL };
+    pid_t pid = start(cfg, log, NULL, args, out);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "done 300 200");
+    if (out_text)
+        *out_text = text;
+    else
+        free(text);
+    return read_prom(path);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_file_counts_a_known_workload_exactly(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *t = run_work(path, NULL, NULL);
+    const char *names[] = { "A", "B" };
+    const int calls[] = { 2 * WORK_N, 2 * WORK_M };
+    for (int i = 0; i < 2; i++) {
+        const char *nm = names[i];
+        double n = calls[i];
+        assert_true(metric(t, "dmutex_lock_calls_total{name=\"%s\"}", nm) == n);
+        /* One mutex per name, no caching: every lock call is a grant. */
+        assert_true(metric(t, "dmutex_acquisitions_total{name=\"%s\"}", nm) == n);
+        assert_true(metric(t, "dmutex_wait_seconds_count{name=\"%s\"}", nm) == n);
+        assert_true(metric(t, "dmutex_wait_seconds_bucket{name=\"%s\",le=\"+Inf\"}", nm) == n);
+        assert_true(metric(t, "dmutex_hold_seconds_count{name=\"%s\"}", nm) == n);
+        assert_true(metric(t, "dmutex_hold_seconds_bucket{name=\"%s\",le=\"+Inf\"}", nm) == n);
+        assert_true(metric(t, "dmutex_wait_seconds_bucket{name=\"%s\",le=\"0.0001\"}", nm) <=
+                    metric(t, "dmutex_wait_seconds_bucket{name=\"%s\",le=\"10\"}", nm));
+        assert_true(metric(t, "dmutex_wait_seconds_sum{name=\"%s\"}", nm) > 0);
+        assert_true(metric(t, "dmutex_contended_total{name=\"%s\"}", nm) <= n);
+        assert_true(metric(t, "dmutex_handoffs_total{name=\"%s\"}", nm) <= n);
+        assert_true(metric(t, "dmutex_held{name=\"%s\"}", nm) == 0);
+        assert_true(metric(t, "dmutex_leases_lost_total{name=\"%s\"}", nm) == 0);
+        assert_true(metric(t, "dmutex_redis_errors_total{name=\"%s\"}", nm) == 0);
+        assert_true(metric(t, "dmutex_lease_renewals_total{name=\"%s\"}", nm) >= 0);
+    }
+    assert_true(metric(t, "dmutex_info{version=\"%s\"}", DMUTEX_VERSION) == 1);
+    static const char *const families[] = {
+        "dmutex_lock_calls_total counter", "dmutex_contended_total counter",
+        "dmutex_acquisitions_total counter", "dmutex_handoffs_total counter",
+        "dmutex_lease_renewals_total counter", "dmutex_leases_lost_total counter",
+        "dmutex_redis_errors_total counter", "dmutex_held gauge",
+        "dmutex_wait_seconds histogram", "dmutex_hold_seconds histogram", "dmutex_info gauge",
+    };
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "# TYPE %s\n", families[i]);
+        th_assert_has(t, line);
+    }
+    assert_int_equal(files_in_dir(), 1);    /* no temporary file left */
+    free(t);
+    free(path);
+}
+
+static void test_summary_at_exit_has_one_line_per_name_with_log_info(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *out;
+    free(run_work(path, "info", &out));
+    static const char la[] = "exit: lock A: 300 lock calls, 300 cluster acquisitions";
+    static const char lb[] = "exit: lock B: 200 lock calls, 200 cluster acquisitions";
+    int a = 0, b = 0;
+    for (const char *l = out; (l = strstr(l, "exit: lock ")) != NULL; l++) {
+        a += strncmp(l, la, sizeof la - 1) == 0;
+        b += strncmp(l, lb, sizeof lb - 1) == 0;
+        if (strncmp(l + 11, "A:", 2) != 0 && strncmp(l + 11, "B:", 2) != 0)
+            fail_msg("a summary line of another name:\n%s", out);
+    }
+    if (a != 1 || b != 1)
+        fail_msg("expected one summary line each for A (300 calls) and B (200), got %d and %d:\n%s",
+                 a, b, out);
+    th_assert_has(out, "wait p50 ");
+    th_assert_has(out, " leases lost, 0 redis errors");
+    free(out);
+    /* Without info, no summary. */
+    free(run_work(path, NULL, &out));
+    if (strstr(out, "exit: lock "))
+        fail_msg("a summary line at the default log level:\n%s", out);
+    free(out);
+    free(path);
+}
+
+/* A reader polling the file while it is rewritten every 20 ms sees whole
+ * files only, and new ones (a rename gives each a new inode) keep coming. */
+static void test_file_is_replaced_whole_at_every_interval(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, SHORT_INTERVAL));
+    char *out = th_out_file();
+    char *args[] = { "work", "1500", "1000", "600", NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    ino_t seen[64];
+    int nseen = 0, reads = 0;
+    double last_calls = 0;
+    long long end = th_now_ms() + RUN_MS;
+    while (waitpid(pid, NULL, WNOHANG) == 0 && th_now_ms() < end) {
+        struct stat st;
+        char *t = th_read_file(path);
+        if (t && stat(path, &st) == 0) {
+            reads++;
+            char why[128];
+            if (!prom_parses(t, why, sizeof why))
+                fail_msg("read %d of %s is not a whole file: %s:\n%s", reads, path, why, t);
+            double calls = prom_get(t, "dmutex_lock_calls_total{name=\"A\"}");
+            if (calls >= 0) {
+                assert_true(calls >= last_calls);
+                last_calls = calls;
+            }
+            int known = 0;
+            for (int i = 0; i < nseen; i++)
+                known |= seen[i] == st.st_ino;
+            if (!known && nseen < 64)
+                seen[nseen++] = st.st_ino;
+        }
+        free(t);
+        usleep(1000);
+    }
+    th_forget(pid);
+    if (nseen < 3)
+        fail_msg("only %d versions of the file seen in %d reads (interval %ld ms)", nseen, reads,
+                 SHORT_INTERVAL);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 3000);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"B\"}") == 2000);
+    free(t);
+    free(path);
+}
+
+/* Without %p a fork child writes no file: the parent's stays the parent's. */
+static void test_fork_child_does_not_write_the_parents_file(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file(), *go = th_go_file();
+    char *args[] = { "fork", "5", "3", go, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    th_wait_for(out, "parent waits", RUN_MS);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        fail_msg("the fork child wrote the parent's metrics file:\n%s", th_read_file(path));
+    th_touch(go);
+    free(th_finish(pid, out, 0, RUN_MS));
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 5);
+    free(t);
+    free(path);
+}
+
+/* With %p each process writes its own file, with a pid label; the child
+ * counts its own calls only. */
+static void test_fork_child_with_pid_in_the_path_writes_its_own_file(void **state)
+{
+    (void)state;
+    char *tmpl = path_in_dir("app-%p.prom");
+    char *cfg = config(LEASE_MS, metrics_group(tmpl, LONG_INTERVAL));
+    char *out = th_out_file(), *go = th_go_file();
+    char *args[] = { "fork", "5", "3", go, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    th_wait_for(out, "parent waits", RUN_MS);
+    char *text = th_read_output(out);
+    long long child = th_field_after(text, "child done ");
+    free(text);
+    char name[64];
+    snprintf(name, sizeof name, "app-%lld.prom", child);
+    char *cpath = path_in_dir(name);
+    char *t = read_prom(cpath);
+    assert_true(metric(t, "dmutex_lock_calls_total{pid=\"%lld\",name=\"A\"}", child) == 3);
+    assert_true(metric(t, "dmutex_info{pid=\"%lld\",version=\"%s\"}", child, DMUTEX_VERSION) == 1);
+    free(t);
+    th_touch(go);
+    free(th_finish(pid, out, 0, RUN_MS));
+    snprintf(name, sizeof name, "app-%d.prom", (int)pid);
+    char *ppath = path_in_dir(name);
+    t = read_prom(ppath);
+    assert_true(metric(t, "dmutex_lock_calls_total{pid=\"%d\",name=\"A\"}", (int)pid) == 5);
+    free(t);
+    assert_int_equal(files_in_dir(), 2);
+    free(cpath);
+    free(ppath);
+    free(tmpl);
+}
+
+/* A hold whose key is deleted under it is lost (on_lease_lost = "warn"):
+ * counted once, and the held gauge is 0 at exit. */
+static void test_a_lost_lease_is_counted(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char extra[PATH_MAX + 128];
+    snprintf(extra, sizeof extra, "on_lease_lost = \"warn\";\n%s",
+             metrics_group(path, LONG_INTERVAL));
+    char *cfg = config(LOSS_LEASE_MS, extra);
+    char *out = th_out_file(), *go = th_go_file();
+    char *args[] = { "hold", go, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    th_wait_for(out, "locked", RUN_MS);
+    th_cmd_int(conn, "DEL %s", th_key("A", DM_KEY_LOCK));
+    th_wait_for(out, "lost the lease of lock A", RUN_MS);
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "unlocked EPERM");
+    free(text);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_leases_lost_total{name=\"A\"}") == 1);
+    assert_true(metric(t, "dmutex_held{name=\"A\"}") == 0);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 1);
+    free(t);
+    free(path);
+}
+
+static void test_dmutex_metrics_overrides_the_config_file(void **state)
+{
+    (void)state;
+    char *cfg_path = path_in_dir("from-config.prom"), *env_path = path_in_dir("from-env.prom");
+    char *cfg = config(LEASE_MS, metrics_group(cfg_path, LONG_INTERVAL));
+    char *out = th_out_file();
+    char *args[] = { "work", "3", "2", NULL };
+    free(th_finish(start(cfg, NULL, env_path, args, out), out, 0, RUN_MS));
+    char *t = read_prom(env_path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 6);
+    free(t);
+    struct stat st;
+    assert_int_not_equal(stat(cfg_path, &st), 0);
+    /* And with no metrics group at all. */
+    unlink(env_path);
+    cfg = config(LEASE_MS, "");
+    free(th_finish(start(cfg, NULL, env_path, args, out), out, 0, RUN_MS));
+    t = read_prom(env_path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"B\"}") == 4);
+    free(t);
+    /* A bad one stops the program before main, as a bad config does. */
+    char *bad = th_out_file();
+    char *text = th_finish(start(cfg, NULL, "relative.prom", args, bad), bad, 78, RUN_MS);
+    th_assert_has(text, "DMUTEX_METRICS=relative.prom: must be an absolute path");
+    free(text);
+    free(cfg_path);
+    free(env_path);
+}
+
+/* A file that cannot be written: one error, not one per interval, and the
+ * program's own work goes on to its end. */
+static void test_unwritable_directory_is_reported_once_and_the_program_runs_on(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("missing-dir/app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, SHORT_INTERVAL));
+    char *out = th_out_file();
+    char *args[] = { "work", "50", "50", "400", NULL };
+    char *text = th_finish(start(cfg, NULL, NULL, args, out), out, 0, RUN_MS);
+    th_assert_has(text, "done 100 100");
+    int n = 0;
+    for (const char *l = text; (l = strstr(l, "metrics: ")) != NULL; l++)
+        n++;
+    if (n != 1)
+        fail_msg("expected one metrics error, got %d:\n%s", n, text);
+    th_assert_has(text, path);
+    th_assert_has(text, strerror(ENOENT));
+    free(text);
+    free(path);
+}
+
+static void test_label_values_are_escaped(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_int_equal(dm_metrics_escape("a\\b\"c\nd", out, sizeof out), 10);
+    assert_string_equal(out, "a\\\\b\\\"c\\nd");
+    assert_int_equal(dm_metrics_escape("plain:name/1", out, sizeof out), 12);
+    assert_string_equal(out, "plain:name/1");
+    char small[4];
+    assert_int_equal(dm_metrics_escape("\"\"\"", small, sizeof small), 6);
+    assert_string_equal(small, "\\\"\\");
+}
+
+/* ---- fixtures -------------------------------------------------------------- */
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dmutex-metrics-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    th_test_cleanup();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    int r = system(cmd);
+    (void)r;
+    (void)state;
+    return 0;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (th_built_paths(PROG, prog_path, NULL) != 0)
+        return -1;
+    return th_shim_group_start(&rs, &conn, GROUP_ALARM_S, shim_path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+        T(test_label_values_are_escaped),
+        T(test_file_counts_a_known_workload_exactly),
+        T(test_summary_at_exit_has_one_line_per_name_with_log_info),
+        T(test_file_is_replaced_whole_at_every_interval),
+        T(test_fork_child_does_not_write_the_parents_file),
+        T(test_fork_child_with_pid_in_the_path_writes_its_own_file),
+        T(test_a_lost_lease_is_counted),
+        T(test_dmutex_metrics_overrides_the_config_file),
+        T(test_unwritable_directory_is_reported_once_and_the_program_runs_on),
+    };
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
+}
