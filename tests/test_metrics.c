@@ -4,7 +4,7 @@
  * lock_b as "B", and the test reads the Prometheus text file it leaves:
  * exact lock and acquisition counts, histograms that agree with them, the
  * held gauge, every read of a file being replaced a whole file, writes at
- * every interval, a fork child that does not replace its parent's file, a
+ * every interval, the exit write with a thread still locking, a fork child that does not replace its parent's file, a
  * lease loss counted, DMUTEX_METRICS over metrics.file, an unwritable
  * directory reported once while the program runs on, and the one summary
  * line per name with DMUTEX_LOG=info.
@@ -360,6 +360,25 @@ static void test_file_is_replaced_whole_at_every_interval(void **state)
     free(path);
 }
 
+/* exit() while another thread keeps locking: the last write still
+ * happens, whole, with the calls done so far. */
+static void test_exit_with_a_thread_still_locking_writes_the_file(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file();
+    char *args[] = { "exit-busy", "50", NULL };
+    char *text = th_finish(start(cfg, NULL, NULL, args, out), out, 0, RUN_MS);
+    th_assert_has(text, "exiting 50");
+    free(text);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") >= 50);
+    assert_true(metric(t, "dmutex_held{name=\"A\"}") <= 1);
+    free(t);
+    free(path);
+}
+
 /* Without %p a fork child writes no file: the parent's stays the parent's. */
 static void test_fork_child_does_not_write_the_parents_file(void **state)
 {
@@ -543,6 +562,7 @@ int main(void)
         T(test_file_counts_a_known_workload_exactly),
         T(test_summary_at_exit_has_one_line_per_name_with_log_info),
         T(test_file_is_replaced_whole_at_every_interval),
+        T(test_exit_with_a_thread_still_locking_writes_the_file),
         T(test_fork_child_does_not_write_the_parents_file),
         T(test_fork_child_with_pid_in_the_path_writes_its_own_file),
         T(test_a_lost_lease_is_counted),

@@ -10,7 +10,10 @@
  *       exit()s ("child done PID"); the parent waits for it, says
  *       "parent waits", waits until the file GO exists, returns from main
  *   metricsprog hold GO
- *       lock lock_a, "locked", wait until GO exists, unlock: "unlocked RC" */
+ *       lock lock_a, "locked", wait until GO exists, unlock: "unlocked RC"
+ *   metricsprog exit-busy N
+ *       a thread locks and unlocks lock_a without end; main calls exit(0)
+ *       once it has done N of them ("exiting N") */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -54,8 +57,28 @@ static int lock_n(long n)
     return 0;
 }
 
+static void *busy(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&lock_a);
+        shared_a++;
+        pthread_mutex_unlock(&lock_a);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "exit-busy") == 0) {
+        long n = atol(argv[2]);
+        pthread_t t;
+        pthread_create(&t, NULL, busy, NULL);
+        while (shared_a < n)
+            usleep(PROG_POLL_US);
+        say("exiting %ld", n);
+        exit(0);
+    }
     if (argc >= 4 && strcmp(argv[1], "work") == 0) {
         n_a = atol(argv[2]);
         n_b = atol(argv[3]);
@@ -90,6 +113,7 @@ int main(int argc, char **argv)
         say("unlocked %s", ename(pthread_mutex_unlock(&lock_a)));
         return 0;
     }
-    fprintf(stderr, "usage: metricsprog work N M [SLEEP_MS] | fork N K GO | hold GO\n");
+    fprintf(stderr, "usage: metricsprog work N M [SLEEP_MS] | fork N K GO | hold GO | "
+                    "exit-busy N\n");
     return 2;
 }
