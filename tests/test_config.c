@@ -1059,8 +1059,8 @@ static void test_redis_tls_group_and_its_rules(void **state)
                  "t.cfg:2: ", "redis.tls.server_name", "not allowed");
 }
 
-/* metrics = { file; interval_ms; }: present needs a file; the path's rules
- * (absolute, a file name, only %p); DMUTEX_METRICS's path by the same rules. */
+/* metrics = { file; interval_ms; }: read, and DMUTEX_METRICS's path by
+ * the rules of metrics.file (its refusals are rows of refusals[]). */
 static void test_metrics_group_and_its_rules(void **state)
 {
     (void)state;
@@ -1080,23 +1080,6 @@ static void test_metrics_group_and_its_rules(void **state)
     assert_non_null(strstr(err, "the only % sequence is %p"));
     assert_string_equal(cfg.metrics.file, "/tmp/m.prom");
     dm_config_free(&cfg);
-    expect_error("\nmetrics = { interval_ms = 100; };\nmutexes = ();\n", "t.cfg:2: ",
-                 "metrics needs file");
-    expect_error("metrics = { file = \"/a.prom\";\n period = 100; };\nmutexes = ();\n",
-                 "t.cfg:2: ", "unknown key \"period\" in the metrics group",
-                 "valid keys: file, interval_ms");
-    expect_error("metrics = { file = \"/a.prom\";\n interval_ms = 5; };\nmutexes = ();\n",
-                 "t.cfg:2: ", "metrics.interval_ms = 5: must be between 10 and 3600000");
-    expect_error("metrics = {\n file = \"run/a.prom\"; };\nmutexes = ();\n", "t.cfg:2: ",
-                 "metrics.file = \"run/a.prom\": must be an absolute path");
-    expect_error("metrics = {\n file = \"/run/app/\"; };\nmutexes = ();\n", "t.cfg:2: ",
-                 "names a directory");
-    expect_error("metrics = {\n file = \"/run/%s.prom\"; };\nmutexes = ();\n", "t.cfg:2: ",
-                 "the only % sequence is %p");
-    expect_error("metrics = {\n file = 3; };\nmutexes = ();\n", "t.cfg:2: ",
-                 "metrics.file must be a string");
-    expect_error("\nmetrics = \"/a.prom\";\nmutexes = ();\n", "t.cfg:2: ",
-                 "metrics must be a group");
 }
 
 /* ---- Sentinel and replica acknowledgements ------------------------------ */
@@ -1547,6 +1530,30 @@ static const struct refusal refusals[] = {
     { "test_programs_must_be_nonempty_names_without_slash",
       "programs = ( \"a\", 3 );\n", "t.cfg:1: ",
       { "programs[1]", "string" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "\nmetrics = { interval_ms = 100; };\nmutexes = ();\n", "t.cfg:2: ",
+      { "metrics needs file" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "metrics = { file = \"/a.prom\";\n period = 100; };\nmutexes = ();\n", "t.cfg:2: ",
+      { "unknown key \"period\" in the metrics group", "valid keys: file, interval_ms" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "metrics = { file = \"/a.prom\";\n interval_ms = 5; };\nmutexes = ();\n", "t.cfg:2: ",
+      { "metrics.interval_ms = 5: must be between 10 and 3600000" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "metrics = {\n file = \"run/a.prom\"; };\nmutexes = ();\n", "t.cfg:2: ",
+      { "metrics.file = \"run/a.prom\": must be an absolute path" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "metrics = {\n file = \"/run/app/\"; };\nmutexes = ();\n", "t.cfg:2: ",
+      { "names a directory" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "metrics = {\n file = \"/run/%s.prom\"; };\nmutexes = ();\n", "t.cfg:2: ",
+      { "the only % sequence is %p" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "metrics = {\n file = 3; };\nmutexes = ();\n", "t.cfg:2: ",
+      { "metrics.file must be a string" } },
+    { "test_metrics_refusals_name_the_key_and_line",
+      "\nmetrics = \"/a.prom\";\nmutexes = ();\n", "t.cfg:2: ",
+      { "metrics must be a group" } },
     { "test_duplicate_symbol_entries_name_both_lines",
       "mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\"; },\n"
                  " { symbol = \"a\"; offset = 0; name = \"other\"; }\n);", "t.cfg:4: ",
@@ -1692,6 +1699,7 @@ int main(void)
         R(test_first_duplicate_in_file_order_is_reported),
         R(test_unknown_on_lease_lost_lists_the_choices),
         R(test_unknown_on_redis_down_lists_the_choices),
+        R(test_metrics_refusals_name_the_key_and_line),
         T(test_error_buffer_is_bounded_and_terminated),
         T(test_failed_load_leaves_defaults_and_free_is_harmless),
         T(test_free_resets_to_defaults),
