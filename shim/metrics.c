@@ -432,9 +432,26 @@ static void summary(const struct snapshot *s)
     }
 }
 
+/* At exit mu may never come free: exit() called from a signal handler
+ * that interrupted dm_metrics_start in this very thread, or a write stuck
+ * on a hung file system. The exit does not wait longer than this for it:
+ * no last write then (the previous interval's file stays). */
+#define DM_METRICS_EXIT_WAIT_MS 2000
+
 void dm_metrics_exit(void)
 {
-    pthread_mutex_lock(&mu);
+    struct timespec dl;
+    dm_deadline_in(&dl, DM_METRICS_EXIT_WAIT_MS);
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);    /* write(2) is a cancellation point */
+    int r = pthread_mutex_clocklock(&mu, CLOCK_MONOTONIC, &dl);
+    if (r != 0) {
+        dm_warn("metrics: exit: the writer did not let go within %d ms (%s): no last write%s%s",
+                DM_METRICS_EXIT_WAIT_MS, strerror(r), path_tmpl ? " of " : "",
+                path_tmpl ? path_tmpl : "");
+        pthread_setcancelstate(cs, NULL);
+        return;
+    }
     stopping = 1;
     if (cv_ready)
         pthread_cond_broadcast(&cv);
@@ -446,6 +463,7 @@ void dm_metrics_exit(void)
     }
     write_locked();
     pthread_mutex_unlock(&mu);
+    pthread_setcancelstate(cs, NULL);
 }
 
 void dm_metrics_atfork(enum dm_fork_phase phase)
