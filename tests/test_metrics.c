@@ -434,20 +434,36 @@ static void test_fork_child_with_pid_in_the_path_writes_its_own_file(void **stat
     free(tmpl);
 }
 
-/* A hold whose key is deleted under it is lost (on_lease_lost = "warn"):
- * counted once, and the held gauge is 0 at exit. */
+/* A held lock's renewals are counted, and show in the interval writes
+ * with the held gauge at 1; a hold whose key is deleted under it is lost
+ * (on_lease_lost = "warn"): counted once, and the held gauge is 0 at exit. */
 static void test_a_lost_lease_is_counted(void **state)
 {
     (void)state;
     char *path = path_in_dir("app.prom");
     char extra[PATH_MAX + 128];
     snprintf(extra, sizeof extra, "on_lease_lost = \"warn\";\n%s",
-             metrics_group(path, LONG_INTERVAL));
+             metrics_group(path, SHORT_INTERVAL));
     char *cfg = config(LOSS_LEASE_MS, extra);
     char *out = th_out_file(), *go = th_go_file();
     char *args[] = { "hold", go, NULL };
     pid_t pid = start(cfg, NULL, NULL, args, out);
     th_wait_for(out, "locked", RUN_MS);
+    long long end = th_now_ms() + RUN_MS;
+    double renewals = 0, held = 0;
+    while (renewals < 1 && th_now_ms() < end) {
+        char *t = th_read_file(path);
+        char why[128];
+        if (t && prom_parses(t, why, sizeof why)) {
+            renewals = prom_get(t, "dmutex_lease_renewals_total{name=\"A\"}");
+            held = prom_get(t, "dmutex_held{name=\"A\"}");
+        }
+        free(t);
+        usleep(10000);
+    }
+    if (renewals < 1)
+        fail_msg("no renewal of the held lock counted within %ld ms", RUN_MS);
+    assert_true(held == 1);
     th_cmd_int(conn, "DEL %s", th_key("A", DM_KEY_LOCK));
     th_wait_for(out, "lost the lease of lock A", RUN_MS);
     th_touch(go);
