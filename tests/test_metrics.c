@@ -4,8 +4,9 @@
  * lock_b as "B", and the test reads the Prometheus text file it leaves:
  * exact lock and acquisition counts, histograms that agree with them, the
  * held gauge, every read of a file being replaced a whole file, writes at
- * every interval, the exit write with a thread still locking, a fork child that does not replace its parent's file, a
- * lease loss counted, DMUTEX_METRICS over metrics.file, an unwritable
+ * every interval, the exit write with a thread still locking, a fork
+ * child that does not replace its parent's file, renewals and a lease
+ * loss counted, a handover counted, DMUTEX_METRICS over metrics.file, an unwritable
  * directory reported once while the program runs on, and the one summary
  * line per name with DMUTEX_LOG=info.
  *
@@ -478,6 +479,37 @@ static void test_a_lost_lease_is_counted(void **state)
     free(path);
 }
 
+/* A process that queues behind another's hold (fair mode, the default)
+ * gets the lock handed over: counted as contended, as a grant and as a
+ * handover, in its own file (%p). */
+static void test_a_handover_counts_as_contended_grant_and_handoff(void **state)
+{
+    (void)state;
+    char *tmpl = path_in_dir("app-%p.prom");
+    char *cfg = config(LEASE_MS, metrics_group(tmpl, LONG_INTERVAL));
+    char *out1 = th_out_file(), *out2 = th_out_file(), *go = th_go_file();
+    char *hold[] = { "hold", go, NULL };
+    pid_t holder = start(cfg, NULL, NULL, hold, out1);
+    th_wait_for(out1, "locked", RUN_MS);
+    char *work[] = { "work", "1", "0", NULL };     /* two threads, one lock of A each */
+    pid_t waiter = start(cfg, NULL, NULL, work, out2);
+    th_wait_blocked(conn, "A", RUN_MS);
+    th_touch(go);
+    free(th_finish(holder, out1, 0, RUN_MS));
+    free(th_finish(waiter, out2, 0, RUN_MS));
+    char name[64];
+    snprintf(name, sizeof name, "app-%d.prom", (int)waiter);
+    char *path = path_in_dir(name);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{pid=\"%d\",name=\"A\"}", (int)waiter) == 2);
+    assert_true(metric(t, "dmutex_acquisitions_total{pid=\"%d\",name=\"A\"}", (int)waiter) == 2);
+    assert_true(metric(t, "dmutex_handoffs_total{pid=\"%d\",name=\"A\"}", (int)waiter) >= 1);
+    assert_true(metric(t, "dmutex_contended_total{pid=\"%d\",name=\"A\"}", (int)waiter) >= 1);
+    free(t);
+    free(path);
+    free(tmpl);
+}
+
 static void test_dmutex_metrics_overrides_the_config_file(void **state)
 {
     (void)state;
@@ -582,6 +614,7 @@ int main(void)
         T(test_fork_child_does_not_write_the_parents_file),
         T(test_fork_child_with_pid_in_the_path_writes_its_own_file),
         T(test_a_lost_lease_is_counted),
+        T(test_a_handover_counts_as_contended_grant_and_handoff),
         T(test_dmutex_metrics_overrides_the_config_file),
         T(test_unwritable_directory_is_reported_once_and_the_program_runs_on),
     };
