@@ -6,7 +6,8 @@
  * held gauge, every read of a file being replaced a whole file, writes at
  * every interval, the exit write with a thread still locking, a fork
  * child that does not replace its parent's file, renewals and a lease
- * loss counted, a handover counted, DMUTEX_METRICS over metrics.file, an unwritable
+ * loss counted, a handover counted, a failed Redis call counted,
+ * DMUTEX_METRICS over metrics.file, an unwritable
  * directory reported once while the program runs on, and the one summary
  * line per name with DMUTEX_LOG=info.
  *
@@ -178,12 +179,14 @@ static char *metrics_group(const char *file, long interval_ms)
 
 /* Starts metricsprog with args under the shim (config cfg, log level log,
  * DMUTEX_METRICS=env_metrics when not NULL). */
+static const char *redis_url;          /* NULL: the group's server */
+
 static pid_t start(const char *cfg, const char *log, const char *env_metrics, char **args,
                    const char *out)
 {
     static struct th_shim_env e;
     static char metrics_var[PATH_MAX + 32];
-    char **base = th_shim_env(&e, cfg, rs.url, log);
+    char **base = th_shim_env(&e, cfg, redis_url ? redis_url : rs.url, log);
     static char *env[8];
     int n = 0;
     while (base[n])
@@ -510,6 +513,33 @@ static void test_a_handover_counts_as_contended_grant_and_handoff(void **state)
     free(tmpl);
 }
 
+/* A server nobody answers at (on_redis_down = "error": the lock returns
+ * EAGAIN): the failed attempt is a Redis error of the name. */
+static void test_a_failed_redis_call_is_counted(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char extra[PATH_MAX + 128];
+    snprintf(extra, sizeof extra, "on_redis_down = \"error\";\n%s",
+             metrics_group(path, LONG_INTERVAL));
+    char *cfg = config(LEASE_MS, extra);
+    char *out = th_out_file();
+    char *args[] = { "lock-once", NULL };
+    redis_url = "redis://127.0.0.1:1";     /* nothing listens on port 1 */
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    redis_url = NULL;
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "lock EAGAIN");
+    free(text);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_redis_errors_total{name=\"A\"}") >= 1);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 0);
+    assert_true(metric(t, "dmutex_acquisitions_total{name=\"A\"}") == 0);
+    assert_true(metric(t, "dmutex_held{name=\"A\"}") == 0);
+    free(t);
+    free(path);
+}
+
 static void test_dmutex_metrics_overrides_the_config_file(void **state)
 {
     (void)state;
@@ -615,6 +645,7 @@ int main(void)
         T(test_fork_child_with_pid_in_the_path_writes_its_own_file),
         T(test_a_lost_lease_is_counted),
         T(test_a_handover_counts_as_contended_grant_and_handoff),
+        T(test_a_failed_redis_call_is_counted),
         T(test_dmutex_metrics_overrides_the_config_file),
         T(test_unwritable_directory_is_reported_once_and_the_program_runs_on),
     };

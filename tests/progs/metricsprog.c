@@ -11,6 +11,8 @@
  *       "parent waits", waits until the file GO exists, returns from main
  *   metricsprog hold GO
  *       lock lock_a, "locked", wait until GO exists, unlock: "unlocked RC"
+ *   metricsprog lock-once
+ *       lock lock_a: "lock RC", unlock if it succeeded
  *   metricsprog exit-busy N
  *       a thread locks and unlocks lock_a without end; main calls exit(0)
  *       once it has done N of them ("exiting N") */
@@ -70,6 +72,13 @@ static void *busy(void *arg)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "lock-once") == 0) {
+        int r = pthread_mutex_lock(&lock_a);
+        say("lock %s", ename(r));
+        if (r == 0)
+            pthread_mutex_unlock(&lock_a);
+        return 0;
+    }
     if (argc == 3 && strcmp(argv[1], "exit-busy") == 0) {
         long n = atol(argv[2]);
         pthread_t t;
@@ -114,6 +123,6 @@ int main(int argc, char **argv)
         return 0;
     }
     fprintf(stderr, "usage: metricsprog work N M [SLEEP_MS] | fork N K GO | hold GO | "
-                    "exit-busy N\n");
+                    "lock-once | exit-busy N\n");
     return 2;
 }
