@@ -263,6 +263,20 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     char redacted[DM_SHOW_MAX * 2 + 8];
     dm_config_redact_url(url, redacted, sizeof redacted);
     show(&su, redacted);
+    /* A config that asks for TLS is not turned to plain text by a URL in
+     * the environment (dmutex run -r, a unit file): the two disagree, and
+     * the user decides which is right. */
+    static const struct { const char *scheme, *instead; } plain[] = {
+        { "redis://", "rediss://" },
+        { "redis-sentinel://", "rediss-sentinel://" },
+        { "unix://", "a rediss:// URL (a unix socket carries no TLS)" },
+    };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (cfg->redis.tls.enabled && strncasecmp(url, plain[i].scheme, strlen(plain[i].scheme)) == 0)
+            return fail_plain(err, errlen, "redis URL %s is plain text, but the config asks for "
+                              "TLS (its redis.tls group): use %s, or take redis.tls out of the "
+                              "config; dmutex never falls back to plain text", su.s,
+                              plain[i].instead);
     if (strncasecmp(url, "redis-sentinel://", 17) == 0)
         return set_sentinel_url(cfg, url, su.s, err, errlen);
     int tls = strncasecmp(url, "rediss://", 9) == 0;

@@ -988,7 +988,7 @@ static void test_url_scheme_is_case_insensitive(void **state)
 }
 
 /* rediss:// is redis:// with TLS on; the files come from DMUTEX_TLS_*,
- * else stay the config's; redis:// turns TLS off again. */
+ * else stay the config's. */
 static void test_url_rediss_turns_tls_on_with_files_from_the_environment(void **state)
 {
     (void)state;
@@ -1012,12 +1012,40 @@ static void test_url_rediss_turns_tls_on_with_files_from_the_environment(void **
     assert_string_equal(cfg.redis.tls.ca, "/env/ca.pem");
     assert_string_equal(cfg.redis.tls.cert, "/env/client.pem");
     assert_string_equal(cfg.redis.tls.key, "/env/client.key");
-    url_ok("redis://h");
-    assert_int_equal(cfg.redis.tls.enabled, 0);
     unsetenv("DMUTEX_TLS_CA");
     unsetenv("DMUTEX_TLS_CERT");
     unsetenv("DMUTEX_TLS_KEY");
     dm_config_free(&cfg);
+}
+
+/* A plain URL (redis://, unix://, redis-sentinel://) over a config whose
+ * redis.tls group asks for TLS is an error naming both, and leaves the
+ * config as it was: before, DMUTEX_REDIS=redis://... silently turned TLS
+ * off, and a systems library must not downgrade to plain text because of
+ * an environment variable. */
+static void test_plain_url_over_a_tls_config_is_an_error_naming_both(void **state)
+{
+    (void)state;
+    static const char *const plain[] = { "redis://app:s3cretPW@h:6380/2", "unix:///run/r.sock",
+                                         "redis-sentinel://s1:26379,s2:26379/mymaster" };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        load_ok("redis = { host = \"tls.internal\"; tls = { ca = \"/etc/ca.pem\"; }; };\n"
+                "mutexes = ();\n");
+        err[0] = '\0';
+        if (dm_config_set_redis_url(&cfg, plain[i], err, sizeof err) != -1)
+            fail_msg("%s over a config with redis.tls was accepted", plain[i]);
+        const char *words[] = { "redis.tls", "plain text",
+                                i == 2 ? "rediss-sentinel://" : i == 1 ? "unix" : "rediss://" };
+        for (size_t w = 0; w < 3; w++)
+            if (!strstr(err, words[w]))
+                fail_msg("\"%s\" does not say \"%s\"", err, words[w]);
+        if (strstr(err, "s3cretPW"))
+            fail_msg("the password shows: %s", err);
+        assert_int_equal(cfg.redis.tls.enabled, 1);
+        assert_string_equal(cfg.redis.host, "tls.internal");
+        assert_int_equal(cfg.redis.nsentinels, 0);
+        dm_config_free(&cfg);
+    }
 }
 
 /* redis.tls: present means TLS, verify on by default; its rules. */
@@ -1663,6 +1691,7 @@ int main(void)
         T(test_url_scheme_is_case_insensitive),
         T(test_url_rediss_turns_tls_on_with_files_from_the_environment),
         T(test_redis_tls_group_and_its_rules),
+        T(test_plain_url_over_a_tls_config_is_an_error_naming_both),
         T(test_url_bad_ones_say_what_is_wrong),
         T(test_sentinel_keys_load_with_default_port_and_credentials),
         T(test_min_replicas_defaults_to_0_and_its_timeout_to_at_most_renew_ms),
