@@ -782,7 +782,9 @@ static int plain_flush(redisContext *c)
         ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), MSG_NOSIGNAL);
         if (n > 0) {
             sdsrange(c->obuf, n, -1);
-        } else if (n < 0 && errno != EINTR) {
+        } else if (n == 0 || errno != EINTR) {
+            if (n == 0)
+                errno = EIO;        /* cannot happen on a stream socket: never spin */
             plain_fail(c, SO_SNDTIMEO, "the request could not be sent");
             return REDIS_ERR;
         }
