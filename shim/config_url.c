@@ -1,5 +1,6 @@
 /* config_url: DMUTEX_REDIS URLs (redis://[user:pass@]host[:port][/db],
- * unix:///path[?db=N], redis-sentinel://[user:pass@]host:port,.../master[/db]) into the redis part of a struct dm_config, and the
+ * unix:///path[?db=N], redis-sentinel://[user:pass@]host:port,.../master[/db],
+ * and rediss:// and rediss-sentinel:// for TLS) into the redis part of a struct dm_config, and the
  * redaction every message showing such a URL goes through. A URL's bytes
  * are shown only redacted and quoted (dm_config_show). */
 #include "config_impl.h"
@@ -157,11 +158,13 @@ static int tls_env(char *files[3], char *err, size_t errlen)
 /* redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master[/db]:
  * the sentinels to ask, the name they monitor, the db; user:pass are the
  * data nodes' (as in redis://), the sentinels' own come from the file.
+ * rediss-sentinel://...: the same over TLS, to the sentinels and to the
+ * data nodes alike (one redis.tls for both; the files as for rediss://).
  * `su` is the redacted URL for messages. */
-static int set_sentinel_url(struct dm_config *cfg, const char *url, const char *su,
+static int set_sentinel_url(struct dm_config *cfg, const char *url, int tls, const char *su,
                             char *err, size_t errlen)
 {
-    const char *a = url + strlen("redis-sentinel://");
+    const char *a = url + strlen(tls ? "rediss-sentinel://" : "redis-sentinel://");
     size_t alen = strcspn(a, "/?#");
     char *user = NULL, *pass = NULL, *master = NULL;
     struct dm_endpoint *eps = NULL;
@@ -223,6 +226,9 @@ static int set_sentinel_url(struct dm_config *cfg, const char *url, const char *
     }
     if ((master = strndup(path, mlen)) == NULL)
         goto oom;
+    char *tls_files[3] = { NULL, NULL, NULL };
+    if (tls && tls_env(tls_files, err, errlen) < 0)
+        goto fail;
 
     dm_config_free_sentinels(&cfg->redis);
     free(cfg->redis.unix_path);
@@ -231,6 +237,15 @@ static int set_sentinel_url(struct dm_config *cfg, const char *url, const char *
     cfg->redis.nsentinels = neps;
     cfg->redis.master = master;
     cfg->redis.db = (int)db;
+    if (tls) {
+        cfg->redis.tls.enabled = 1;
+        char **slot[3] = { &cfg->redis.tls.ca, &cfg->redis.tls.cert, &cfg->redis.tls.key };
+        for (int i = 0; i < 3; i++)
+            if (tls_files[i]) {
+                free(*slot[i]);
+                *slot[i] = tls_files[i];
+            }
+    }
     if (has_cred)
         take_credentials(&cfg->redis, user, pass);
     return 0;
@@ -263,8 +278,24 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     char redacted[DM_SHOW_MAX * 2 + 8];
     dm_config_redact_url(url, redacted, sizeof redacted);
     show(&su, redacted);
+    /* A config that asks for TLS is not turned to plain text by a URL in
+     * the environment (dmutex run -r, a unit file): the two disagree, and
+     * the user decides which is right. */
+    static const struct { const char *scheme, *instead; } plain[] = {
+        { "redis://", "rediss://" },
+        { "redis-sentinel://", "rediss-sentinel://" },
+        { "unix://", "a rediss:// URL (a unix socket carries no TLS)" },
+    };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (cfg->redis.tls.enabled && strncasecmp(url, plain[i].scheme, strlen(plain[i].scheme)) == 0)
+            return fail_plain(err, errlen, "redis URL %s is plain text, but the config asks for "
+                              "TLS (its redis.tls group): use %s, or take redis.tls out of the "
+                              "config; dmutex never falls back to plain text", su.s,
+                              plain[i].instead);
     if (strncasecmp(url, "redis-sentinel://", 17) == 0)
-        return set_sentinel_url(cfg, url, su.s, err, errlen);
+        return set_sentinel_url(cfg, url, 0, su.s, err, errlen);
+    if (strncasecmp(url, "rediss-sentinel://", 18) == 0)
+        return set_sentinel_url(cfg, url, 1, su.s, err, errlen);
     int tls = strncasecmp(url, "rediss://", 9) == 0;
 
     if (strncasecmp(url, "unix://", 7) == 0) {
@@ -352,9 +383,9 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         size_t slen = strcspn(url, ":");
         if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
             return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis://, "
-                              "rediss://, unix:// or redis-sentinel://)", su.s, (int)slen, url);
+                              "rediss://, unix:// or redis-sentinel://; rediss-sentinel:// with TLS)", su.s, (int)slen, url);
         return fail_plain(err, errlen, "redis URL %s: must start with redis://, rediss://, "
-                          "unix:// or redis-sentinel://", su.s);
+                          "unix:// or redis-sentinel:// (rediss-sentinel:// with TLS)", su.s);
     }
     char *tls_files[3] = { NULL, NULL, NULL };
     if (tls && tls_env(tls_files, err, errlen) < 0) {

@@ -1,7 +1,10 @@
-/* net: moves a connection's bytes. A plain connection is hiredis's own
- * (redisGetReply, redisBufferRead/Write on a blocking socket with
- * SO_RCVTIMEO): every call here starts with `if (!t)` and hands it over,
- * so plain TCP and unix sockets run exactly as before.
+/* net: moves a connection's bytes. A plain connection (t == NULL) keeps
+ * the blocking socket hiredis connected, with its SO_RCVTIMEO/SO_SNDTIMEO,
+ * but never hiredis's write(2): a write to a connection the server closed
+ * or reset raises SIGPIPE, which kills a program that does not ignore it
+ * (an interposer must never do that). Its bytes go out with
+ * send(MSG_NOSIGNAL) and come in with recv(2), one call each way per
+ * request as hiredis made them (plain_flush, plain_read).
  *
  * A TLS connection keeps hiredis for the protocol only: commands are
  * formatted into c->obuf by redisAppendCommand*, replies parsed by
@@ -741,10 +744,103 @@ static int tls_read_once(redisContext *c, struct dm_net *t, short *events)
     return k > 0 ? 0 : -1;
 }
 
+/* ---- plain TCP and unix sockets -------------------------------------------
+ * hiredis formats and parses; the bytes move here, so that no write of
+ * the shim raises SIGPIPE (hiredis writes with write(2): a connection the
+ * server closed or reset kills a program that does not ignore SIGPIPE, at
+ * once on a unix socket). The socket stays blocking with the timeouts
+ * hiredis set on it (SO_RCVTIMEO/SO_SNDTIMEO: the connect's, then
+ * dm_net_set_timeout's), which bound every send and recv as a poll(2)
+ * would, at one system call each way per request, as before. */
+
+/* The socket's timeout for `opt` in ms, for a message. */
+static long sock_timeout_ms(int fd, int opt)
+{
+    struct timeval tv = { 0, 0 };
+    socklen_t len = sizeof tv;
+    if (getsockopt(fd, SOL_SOCKET, opt, &tv, &len) != 0)
+        return 0;
+    return (long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* errno of a failed send/recv on c, as words on c: a timeout says so. */
+static void plain_fail(redisContext *c, int opt, const char *what)
+{
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        char m[80];
+        snprintf(m, sizeof m, "%s within %ld ms", what, sock_timeout_ms(c->fd, opt));
+        set_ctx_err(c, REDIS_ERR_IO, m);
+    } else {
+        set_ctx_err(c, REDIS_ERR_IO, strerror(errno));
+    }
+}
+
+/* Writes all of c->obuf. REDIS_OK, or REDIS_ERR with c->errstr. */
+static int plain_flush(redisContext *c)
+{
+    while (sdslen(c->obuf) > 0) {
+        ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), MSG_NOSIGNAL);
+        if (n > 0) {
+            sdsrange(c->obuf, n, -1);
+        } else if (n == 0 || errno != EINTR) {
+            if (n == 0)
+                errno = EIO;        /* cannot happen on a stream socket: never spin */
+            plain_fail(c, SO_SNDTIMEO, "the request could not be sent");
+            return REDIS_ERR;
+        }
+    }
+    return REDIS_OK;
+}
+
+/* One recv(2) into the reader (blocking up to the socket's timeout; the
+ * subscriber calls it only once poll(2) said there is something).
+ * REDIS_OK (an EINTR feeds nothing), or REDIS_ERR with c->errstr. */
+static int plain_read(redisContext *c)
+{
+    char buf[DM_NET_READ_CHUNK];
+    ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR)
+        return REDIS_OK;
+    if (n < 0) {
+        plain_fail(c, SO_RCVTIMEO, "no reply");
+        return REDIS_ERR;
+    }
+    if (n == 0) {
+        set_ctx_err(c, REDIS_ERR_EOF, "Server closed the connection");
+        return REDIS_ERR;
+    }
+    if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+        set_ctx_err(c, c->reader->err, c->reader->errstr);
+        return REDIS_ERR;
+    }
+    return REDIS_OK;
+}
+
+/* As redisGetReply, with the bytes moved above. */
+static int plain_get_reply(redisContext *c, void **reply)
+{
+    void *r = NULL;
+    if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+        return REDIS_ERR;
+    if (!r) {
+        if (plain_flush(c) != REDIS_OK)
+            return REDIS_ERR;
+        do {
+            if (plain_read(c) != REDIS_OK || redisGetReplyFromReader(c, &r) != REDIS_OK)
+                return REDIS_ERR;
+        } while (!r);
+    }
+    if (reply)
+        *reply = r;
+    else
+        freeReplyObject(r);
+    return REDIS_OK;
+}
+
 int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply)
 {
     if (!t)
-        return redisGetReply(c, reply);
+        return plain_get_reply(c, reply);
     void *r = NULL;
     if (!usable(c) || redisGetReplyFromReader(c, &r) != REDIS_OK)
         return REDIS_ERR;
@@ -776,8 +872,6 @@ int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply)
 void *dm_net_command_argv(redisContext *c, struct dm_net *t, int argc, const char **argv,
                           const size_t *lens)
 {
-    if (!t)
-        return redisCommandArgv(c, argc, argv, lens);
     void *r = NULL;
     if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
         return NULL;
@@ -786,8 +880,6 @@ void *dm_net_command_argv(redisContext *c, struct dm_net *t, int argc, const cha
 
 void *dm_net_vcommand(redisContext *c, struct dm_net *t, const char *fmt, va_list ap)
 {
-    if (!t)
-        return redisvCommand(c, fmt, ap);
     void *r = NULL;
     if (redisvAppendCommand(c, fmt, ap) != REDIS_OK)
         return NULL;
@@ -796,10 +888,12 @@ void *dm_net_vcommand(redisContext *c, struct dm_net *t, const char *fmt, va_lis
 
 int dm_net_write(redisContext *c, struct dm_net *t, int *done)
 {
-    if (!t)
-        return redisBufferWrite(c, done);
-    if (!usable(c) || tls_flush(c, t, dm_now_ms() + t->timeout_ms) != REDIS_OK)
+    if (!t) {
+        if (plain_flush(c) != REDIS_OK)
+            return REDIS_ERR;
+    } else if (!usable(c) || tls_flush(c, t, dm_now_ms() + t->timeout_ms) != REDIS_OK) {
         return REDIS_ERR;
+    }
     if (done)
         *done = 1;
     return REDIS_OK;
@@ -808,7 +902,7 @@ int dm_net_write(redisContext *c, struct dm_net *t, int *done)
 int dm_net_read(redisContext *c, struct dm_net *t)
 {
     if (!t)
-        return redisBufferRead(c);
+        return plain_read(c);
     if (!usable(c))
         return REDIS_ERR;
     /* One record from the socket, then what the session still holds of

@@ -1,12 +1,14 @@
 /* net: the transport under hiredis. hiredis formats commands into the
  * context's output buffer and parses replies with its reader; this module
- * moves the bytes. A plain connection (TCP or unix socket) goes through
- * hiredis's own calls unchanged (one test of a NULL pointer); a TLS
- * connection (hiredis 0.14 has no TLS) through OpenSSL on the context's
- * socket, with the same timeouts and hiredis's err/errstr on the context.
- * Every read or write of a data node's connection goes through here (the
- * sentinels are asked over plain hiredis, by sentinel.c). Knows
- * nothing of scripts, pooling or what a command means. */
+ * moves the bytes. A plain connection (TCP or unix socket) with send(2)
+ * (MSG_NOSIGNAL: a connection the server closed never raises SIGPIPE in
+ * the program) and recv(2) on its blocking socket, bounded by the socket's
+ * timeouts; a TLS connection (hiredis 0.14 has no TLS) through OpenSSL on
+ * the context's socket, with the same timeouts and hiredis's err/errstr on
+ * the context. Every read or write of a connection goes through here:
+ * the data nodes' (redis, notify, watchdog) and the sentinels'
+ * (sentinel.c), with the same TLS settings. Knows nothing of scripts,
+ * pooling or what a command means. */
 #ifndef DM_NET_H
 #define DM_NET_H
 

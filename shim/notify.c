@@ -1,7 +1,7 @@
 /* notify: one thread reads the subscriber connection with poll(2) and is
  * woken through an eventfd when a waiter wants a new channel or a channel
  * is dropped; hiredis is used as a parser over that socket, its bytes
- * moved by net (dm_net_read/write: hiredis's own calls, or TLS), so one
+ * moved by net (dm_net_read/write: plain send/recv, or TLS), so one
  * thread alone ever touches the context.
  * Every state change is announced on one condition variable
  * (CLOCK_MONOTONIC); waiters check their own channel's count. A lost

@@ -221,8 +221,10 @@ int dm_redis_connect(struct dm_conn *conn)
         if (dm_sentinel_primary(&primary, why, sizeof why, &answered) != 0) {
             /* No sentinel could be reached: no connection could be made.
              * One answered without an address: a wrong master name, not
-             * an outage. */
-            set_err(conn, answered ? DM_REDIS_REPLY_ERROR : DM_REDIS_NOCONN, "redis: %s", why);
+             * an outage; nor is a sentinel's certificate that fails. */
+            set_err(conn, answered & DM_SENTINEL_ANSWERED ? DM_REDIS_REPLY_ERROR
+                          : answered & DM_SENTINEL_TLS_FAILED ? DM_REDIS_TLS : DM_REDIS_NOCONN,
+                    "redis: %s", why);
             return -1;
         }
         host = primary.host;

@@ -13,7 +13,12 @@
  * is caught too.
  *
  * Connections to sentinels are made here (sentinel_connect) and nowhere
- * else: the sentinels' own credentials, timeouts from the redis group. */
+ * else: the sentinels' own credentials, timeouts from the redis group.
+ * Their bytes move through net, as a data node's do: send(MSG_NOSIGNAL)
+ * on a plain connection, and with redis.tls (or a rediss-sentinel:// URL)
+ * TLS with the same settings (verify, ca, cert/key, server_name): a
+ * sentinel that fails the certificate check is a TLS error naming its
+ * address, never asked in plain text instead. */
 #include "sentinel.h"
 
 #include <errno.h>
@@ -27,6 +32,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "net.h"
 #include "util.h"
 
 #define DM_SENTINEL_PING_MS       2000  /* idle time before a PING checks the link */
@@ -47,6 +53,43 @@ static unsigned long gen_now;           /* known.gen, readable without smu */
 static void (*switch_hook)(void);
 static int watch_running;
 static redisContext *watch_ctx;         /* the thread's, for the fork child */
+
+/* A connection to one sentinel: hiredis's context, its TLS session (NULL:
+ * plain) and the address text the session's messages point at (so it
+ * lives as long as the session). */
+struct sconn {
+    redisContext *c;
+    struct dm_net *t;
+    char addr[DM_SENTINEL_HOST_MAX + 32];
+};
+
+static void sconn_close(struct sconn *s)
+{
+    dm_net_close(s->c, s->t);
+    s->c = NULL;
+    s->t = NULL;
+}
+
+/* After a command on s got no reply: was it TLS that failed (an alert,
+ * or a sentinel that ended the session right after the handshake: a
+ * refused client certificate under TLS 1.3)? Then `why` says so and
+ * *answered gets DM_SENTINEL_TLS_FAILED: not "no sentinel reachable". */
+static void sconn_no_reply(struct sconn *s, int first, char *why, size_t len, int *answered)
+{
+    if (s->t && dm_net_tls_failed(s->t)) {
+        snprintf(why, len, "%s", dm_net_tls_why(s->t));
+        *answered |= DM_SENTINEL_TLS_FAILED;
+    } else if (s->t && first && (s->c->err == REDIS_ERR_EOF || strstr(s->c->errstr, "reset"))) {
+        const struct dm_tls_config *tc = &scfg->tls;
+        snprintf(why, len, "TLS session with %.80s ended by it right after the handshake: did "
+                 "it refuse the client certificate (redis.tls.cert = %s%.160s%s)? %.60s", s->addr,
+                 tc->cert ? "\"" : "", tc->cert ? tc->cert : "none given", tc->cert ? "\"" : "",
+                 s->c->errstr);
+        *answered |= DM_SENTINEL_TLS_FAILED;
+    } else {
+        snprintf(why, len, "%s", s->c->errstr[0] ? s->c->errstr : "no reply");
+    }
+}
 
 void dm_sentinel_setup(const struct dm_redis_config *cfg)
 {
@@ -70,50 +113,70 @@ void dm_sentinel_on_switch(void (*fn)(void))
     pthread_mutex_unlock(&smu);
 }
 
-/* A connection to sentinel i, authenticated when the config says so.
- * NULL with `why` filled on failure; *answered set when the sentinel
- * answered (an AUTH error). */
-static redisContext *sentinel_connect(size_t i, char *why, size_t len, int *answered)
+/* A connection to sentinel i, authenticated when the config says so, over
+ * TLS when the config has it. 0, or -1 with `why` filled (*answered gets
+ * DM_SENTINEL_ANSWERED when the sentinel answered an AUTH error,
+ * DM_SENTINEL_TLS_FAILED when TLS failed) and nothing left open. */
+static int sentinel_connect(size_t i, struct sconn *s, char *why, size_t len, int *answered)
 {
     const struct dm_endpoint *e = &scfg->sentinels[i];
-    redisContext *c = redisConnectWithTimeout(e->host, e->port, dm_ms_timeval(scfg->connect_timeout_ms));
-    if (!c || c->err) {
-        snprintf(why, len, "%s", c ? c->errstr : "out of memory");
-        if (c)
-            redisFree(c);
-        return NULL;
+    long long started = dm_now_ms();
+    s->t = NULL;
+    snprintf(s->addr, sizeof s->addr, "sentinel %s:%d", e->host, e->port);
+    s->c = redisConnectWithTimeout(e->host, e->port, dm_ms_timeval(scfg->connect_timeout_ms));
+    if (!s->c || s->c->err) {
+        snprintf(why, len, "%s", s->c ? s->c->errstr : "out of memory");
+        sconn_close(s);
+        return -1;
     }
-    redisSetTimeout(c, dm_ms_timeval(scfg->command_timeout_ms));
-    redisEnableKeepAlive(c);
+    redisSetTimeout(s->c, dm_ms_timeval(scfg->command_timeout_ms));
+    redisEnableKeepAlive(s->c);
+    if (scfg->tls.enabled) {
+        s->t = dm_net_tls_start(s->c, e->host, s->addr, started + scfg->connect_timeout_ms,
+                                scfg->command_timeout_ms, why, len);
+        if (!s->t) {
+            *answered |= DM_SENTINEL_TLS_FAILED;
+            sconn_close(s);
+            return -1;
+        }
+    }
     if (scfg->sentinel_password) {
         const char *argv[3] = { "AUTH", scfg->sentinel_username ? scfg->sentinel_username
                                                                 : scfg->sentinel_password,
                                 scfg->sentinel_password };
-        redisReply *r = redisCommandArgv(c, scfg->sentinel_username ? 3 : 2, argv, NULL);
+        redisReply *r = dm_net_command_argv(s->c, s->t, scfg->sentinel_username ? 3 : 2, argv,
+                                            NULL);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(why, len, "AUTH: %s", r ? r->str : c->errstr);
-            if (r)
-                *answered = 1;
-            if (r)
+            if (r) {
+                snprintf(why, len, "AUTH: %s", r->str);
+                *answered |= DM_SENTINEL_ANSWERED;
                 freeReplyObject(r);
-            redisFree(c);
-            return NULL;
+            } else {
+                char w[DM_ERR_MAX];
+                sconn_no_reply(s, 1, w, sizeof w, answered);
+                snprintf(why, len, "AUTH: %.*s", (int)(len > 7 ? len - 7 : 0), w);
+            }
+            sconn_close(s);
+            return -1;
         }
         freeReplyObject(r);
     }
-    return c;
+    return 0;
 }
 
-/* SENTINEL get-master-addr-by-name on c: 0 and *out filled, or -1 with
- * `why` (*answered set when the sentinel answered, e.g. with nil). */
-static int ask_one(redisContext *c, struct dm_primary *out, char *why, size_t len, int *answered)
+/* SENTINEL get-master-addr-by-name on s: 0 and *out filled, or -1 with
+ * `why` (*answered gets DM_SENTINEL_ANSWERED when the sentinel answered,
+ * e.g. with nil). `first`: the first command after the handshake. */
+static int ask_one(struct sconn *s, int first, struct dm_primary *out, char *why, size_t len,
+                   int *answered)
 {
-    redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", scfg->master);
+    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name", scfg->master };
+    redisReply *r = dm_net_command_argv(s->c, s->t, 3, argv, NULL);
     if (!r) {
-        snprintf(why, len, "%s", c->errstr[0] ? c->errstr : "no reply");
+        sconn_no_reply(s, first, why, len, answered);
         return -1;
     }
-    *answered = 1;
+    *answered |= DM_SENTINEL_ANSWERED;
     int rc = -1;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
@@ -185,11 +248,11 @@ static int parse_switch(const char *msg, struct dm_primary *p)
     return 1;
 }
 
-static int flush_out(redisContext *c)
+static int flush_out(struct sconn *s)
 {
     int done = 0;
     while (!done)
-        if (redisBufferWrite(c, &done) != REDIS_OK)
+        if (dm_net_write(s->c, s->t, &done) != REDIS_OK)
             return -1;
     return 0;
 }
@@ -203,22 +266,26 @@ static void *watch_main(void *arg)
     for (;; i = (i + 1) % scfg->nsentinels) {
         char why[DM_ERR_MAX] = "";
         int answered = 0;
-        redisContext *c = sentinel_connect(i, why, sizeof why, &answered);
+        struct sconn sc;
+        int up = sentinel_connect(i, &sc, why, sizeof why, &answered) == 0;
         struct dm_primary p;
-        if (c && ask_one(c, &p, why, sizeof why, &answered) == 0)
+        if (up && ask_one(&sc, !scfg->sentinel_password, &p, why, sizeof why, &answered) == 0)
             switched(&p, "as a sentinel answered");
-        if (c && redisAppendCommand(c, "SUBSCRIBE %s", DM_SENTINEL_CHANNEL) == REDIS_OK &&
-            flush_out(c) == 0) {
+        redisContext *c = up ? sc.c : NULL;
+        if (c && !c->err && redisAppendCommand(c, "SUBSCRIBE %s", DM_SENTINEL_CHANNEL) == REDIS_OK &&
+            flush_out(&sc) == 0) {
             __atomic_store_n(&watch_ctx, c, __ATOMIC_RELEASE);
             long long last_rx = dm_now_ms();
             int ping_out = 0, subscribed = 0;
             for (;;) {
+                /* Bytes a TLS session already holds are invisible to poll(2). */
+                int held = dm_net_buffered(sc.t);
                 struct pollfd pf = { c->fd, POLLIN, 0 };
-                int n = poll(&pf, 1, DM_SENTINEL_PING_MS / 2);
+                int n = held ? 1 : poll(&pf, 1, DM_SENTINEL_PING_MS / 2);
                 if (n < 0 && errno != EINTR)
                     break;
                 if (n > 0) {
-                    if (redisBufferRead(c) != REDIS_OK)
+                    if (dm_net_read(c, sc.t) != REDIS_OK)
                         break;
                     last_rx = dm_now_ms();
                     ping_out = 0;
@@ -242,7 +309,7 @@ static void *watch_main(void *arg)
                 }
                 long long idle = dm_now_ms() - last_rx;
                 if (idle >= DM_SENTINEL_PING_MS && !ping_out) {
-                    if (redisAppendCommand(c, "PING") != REDIS_OK || flush_out(c) != 0)
+                    if (redisAppendCommand(c, "PING") != REDIS_OK || flush_out(&sc) != 0)
                         break;
                     ping_out = 1;
                 }
@@ -251,7 +318,9 @@ static void *watch_main(void *arg)
                     break;
                 }
             }
-            if (c->err)
+            if (sc.t && dm_net_tls_failed(sc.t))
+                snprintf(why, sizeof why, "%s", dm_net_tls_why(sc.t));
+            else if (c->err)
                 snprintf(why, sizeof why, "%s", c->errstr);
         }
         const struct dm_endpoint *e = &scfg->sentinels[i];
@@ -260,8 +329,8 @@ static void *watch_main(void *arg)
                      "next sentinel (a failover is still found by the next error)",
                      e->host, e->port, c && !why[0] ? "closed" : why);
         __atomic_store_n(&watch_ctx, NULL, __ATOMIC_RELEASE);
-        if (c)
-            redisFree(c);
+        if (up)
+            sconn_close(&sc);
         dm_sleep_ms(dm_backoff_next(&backoff));
     }
     return NULL;
@@ -314,10 +383,12 @@ int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *a
         char why[DM_ERR_MAX];
         struct dm_primary p;
         int said = 0;
-        redisContext *c = sentinel_connect(i, why, sizeof why, &said);
-        int rc = c ? ask_one(c, &p, why, sizeof why, &said) : -1;
-        if (c)
-            redisFree(c);
+        struct sconn sc;
+        int rc = sentinel_connect(i, &sc, why, sizeof why, &said);
+        if (rc == 0) {
+            rc = ask_one(&sc, !scfg->sentinel_password, &p, why, sizeof why, &said);
+            sconn_close(&sc);
+        }
         *answered |= said;
         if (rc == 0) {
             pthread_mutex_lock(&smu);

@@ -5,7 +5,8 @@
  * LOADING or MASTERDOWN reply, a node whose ROLE is not master), and hears
  * the sentinels' +switch-master notice in a small thread of its own.
  * Knows nothing of the scripts, the pool or pthread_mutex_t: redis.c asks
- * it for an address and tells it when an address turned out wrong. */
+ * it for an address and tells it when an address turned out wrong. Its
+ * connections' bytes move through net (TLS when the config has it). */
 #ifndef DM_SENTINEL_H
 #define DM_SENTINEL_H
 
@@ -38,8 +39,12 @@ int dm_sentinel_enabled(void);
  * time wait for one round of questions. Starts the +switch-master thread
  * on first use (a failure to start it is logged; the address is still
  * re-discovered on errors). Returns 0, or -1 with `err` naming each
- * sentinel asked and what it said; *answered is 1 when at least one
- * sentinel answered (the master is unknown to it: not an outage). */
+ * sentinel asked and what it said; *answered has DM_SENTINEL_ANSWERED when
+ * at least one sentinel answered (the master is unknown to it: not an
+ * outage), DM_SENTINEL_TLS_FAILED when TLS failed with at least one (a
+ * certificate: not an outage either). */
+#define DM_SENTINEL_ANSWERED    1
+#define DM_SENTINEL_TLS_FAILED  2
 int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *answered);
 
 /* The node of generation `gen` is not the primary (any more), or could not

@@ -174,7 +174,11 @@ static void confirm_losses(struct dm_conn *conn, enum renewal *res, size_t got)
  * round (it counts every write of this connection so far). Not
  * acknowledged: the round's renewals are no verdict (the deadline thread
  * then declares the hold lost at lease - margin after the last
- * acknowledged renewal, before a promoted replica would expire it). */
+ * acknowledged renewal, before a promoted replica would expire it). A
+ * WAIT answered after the sentinels moved the primary is no verdict
+ * either, as for a grant: its acks may come from a replica still
+ * attached to the old primary, and the new one may not have the renewals;
+ * the connection is dropped, the next round renews on the new primary. */
 static void acknowledge_round(struct dm_conn *conn, enum renewal *res, size_t got, long io_ms,
                               long *log_last)
 {
@@ -187,19 +191,24 @@ static void acknowledge_round(struct dm_conn *conn, enum renewal *res, size_t go
     long acks = conn->c ? dm_redis_wait(conn, cfg->min_replicas, cfg->replica_timeout_ms) : -1;
     if (conn->c)
         dm_redis_set_timeout(conn, io_ms);
-    if (acks >= cfg->min_replicas)
+    int moved = acks >= cfg->min_replicas && dm_redis_conn_stale(conn);
+    if (acks >= cfg->min_replicas && !moved)
         return;
     for (size_t i = 0; i < got; i++)
         if (res[i] == RENEW_OK)
             res[i] = RENEW_UNKNOWN;
-    if (acks < 0)
+    if (moved)
+        dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN, "lease renewal: the primary "
+                     "moved (now %s) while replicas acknowledged the round; it does not count",
+                     dm_redis_addr());
+    else if (acks < 0)
         dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN, "lease renewal: %s; the "
                      "round's renewals do not count", conn->c ? conn->errstr : "not connected");
     else
         dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN, "lease renewal at %s: only "
                      "%ld of min_replicas = %d replicas acknowledged it within %ld ms; it does "
                      "not count", dm_redis_addr(), acks, cfg->min_replicas, cfg->replica_timeout_ms);
-    if (acks < 0 && conn->c && conn->err == DM_REDIS_IO) {
+    if (conn->c && (moved || (acks < 0 && conn->err == DM_REDIS_IO))) {
         __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
         dm_redis_close(conn);
     }

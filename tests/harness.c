@@ -172,6 +172,7 @@ struct sentinel_spec {
     const char *master, *mhost;
     int mport, quorum;
     long down_ms, failover_ms;
+    const char *const *tls;     /* TLS only: "directive value" lines (tls-cert-file ...) */
 };
 
 static pid_t spawn_sentinel(struct th_redis *r, const struct sentinel_spec *m)
@@ -181,13 +182,20 @@ static pid_t spawn_sentinel(struct th_redis *r, const struct sentinel_spec *m)
     FILE *f = fopen(conf, "w");
     if (!f)
         die("cannot write %s: %s", conf, strerror(errno));
-    fprintf(f, "port %d\nbind %s\ndir %s\nlogfile %s/redis.log\ndaemonize no\n"
+    if (m->tls) {
+        fprintf(f, "port 0\ntls-port %d\n", r->port);
+        for (int i = 0; m->tls[i]; i++)
+            fprintf(f, "%s\n", m->tls[i]);
+    } else {
+        fprintf(f, "port %d\n", r->port);
+    }
+    fprintf(f, "bind %s\ndir %s\nlogfile %s/redis.log\ndaemonize no\n"
             "protected-mode no\n"
             "sentinel monitor %s %s %d %d\n"
             "sentinel down-after-milliseconds %s %ld\n"
             "sentinel failover-timeout %s %ld\n"
             "sentinel parallel-syncs %s 2\n",
-            r->port, r->addr, r->dir, r->dir, m->master, m->mhost, m->mport, m->quorum,
+            r->addr, r->dir, r->dir, m->master, m->mhost, m->mport, m->quorum,
             m->master, m->down_ms, m->master, m->failover_ms, m->master);
     fclose(f);
     const char *argv[] = { "redis-server", conf, "--sentinel", NULL };
@@ -247,8 +255,15 @@ void th_redis_start_tls(struct th_redis *r, const char *const *extra)
 void th_sentinel_start(struct th_redis *r, const char *bind_addr, const char *master,
                        const char *mhost, int mport, int quorum, long down_ms, long failover_ms)
 {
-    const struct sentinel_spec sen = { master, mhost, mport, quorum, down_ms, failover_ms };
+    const struct sentinel_spec sen = { master, mhost, mport, quorum, down_ms, failover_ms, NULL };
     start(r, bind_addr, NULL, 0, &sen);
+}
+
+void th_sentinel_start_tls(struct th_redis *r, const char *master, const char *mhost, int mport,
+                           int quorum, long down_ms, long failover_ms, const char *const *tls)
+{
+    const struct sentinel_spec sen = { master, mhost, mport, quorum, down_ms, failover_ms, tls };
+    start(r, NULL, NULL, 1, &sen);
 }
 
 void th_redis_kill(struct th_redis *r)

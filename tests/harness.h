@@ -53,6 +53,13 @@ void th_redis_drop(struct th_redis *r, redisContext **c);
 void th_sentinel_start(struct th_redis *r, const char *bind_addr, const char *master,
                        const char *mhost, int mport, int quorum, long down_ms, long failover_ms);
 
+/* The same on 127.0.0.1 with TLS only: `port 0`, the port is its
+ * tls-port, `tls` the config lines that go with it ("tls-cert-file F",
+ * "tls-replication yes": how it reaches the data nodes...; NULL-terminated).
+ * Up once the port accepts connections (the harness speaks no TLS). */
+void th_sentinel_start_tls(struct th_redis *r, const char *master, const char *mhost, int mport,
+                           int quorum, long down_ms, long failover_ms, const char *const *tls);
+
 /* SIGKILLs it, keeping its directory (for restart tests); restart reuses port and dir. */
 void th_redis_kill(struct th_redis *r);
 void th_redis_restart(struct th_redis *r, const char *const *extra);

@@ -990,7 +990,7 @@ static void test_url_scheme_is_case_insensitive(void **state)
 }
 
 /* rediss:// is redis:// with TLS on; the files come from DMUTEX_TLS_*,
- * else stay the config's; redis:// turns TLS off again. */
+ * else stay the config's. */
 static void test_url_rediss_turns_tls_on_with_files_from_the_environment(void **state)
 {
     (void)state;
@@ -1014,12 +1014,40 @@ static void test_url_rediss_turns_tls_on_with_files_from_the_environment(void **
     assert_string_equal(cfg.redis.tls.ca, "/env/ca.pem");
     assert_string_equal(cfg.redis.tls.cert, "/env/client.pem");
     assert_string_equal(cfg.redis.tls.key, "/env/client.key");
-    url_ok("redis://h");
-    assert_int_equal(cfg.redis.tls.enabled, 0);
     unsetenv("DMUTEX_TLS_CA");
     unsetenv("DMUTEX_TLS_CERT");
     unsetenv("DMUTEX_TLS_KEY");
     dm_config_free(&cfg);
+}
+
+/* A plain URL (redis://, unix://, redis-sentinel://) over a config whose
+ * redis.tls group asks for TLS is an error naming both, and leaves the
+ * config as it was: before, DMUTEX_REDIS=redis://... silently turned TLS
+ * off, and a systems library must not downgrade to plain text because of
+ * an environment variable. */
+static void test_plain_url_over_a_tls_config_is_an_error_naming_both(void **state)
+{
+    (void)state;
+    static const char *const plain[] = { "redis://app:s3cretPW@h:6380/2", "unix:///run/r.sock",
+                                         "redis-sentinel://s1:26379,s2:26379/mymaster" };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        load_ok("redis = { host = \"tls.internal\"; tls = { ca = \"/etc/ca.pem\"; }; };\n"
+                "mutexes = ();\n");
+        err[0] = '\0';
+        if (dm_config_set_redis_url(&cfg, plain[i], err, sizeof err) != -1)
+            fail_msg("%s over a config with redis.tls was accepted", plain[i]);
+        const char *words[] = { "redis.tls", "plain text",
+                                i == 2 ? "rediss-sentinel://" : i == 1 ? "unix" : "rediss://" };
+        for (size_t w = 0; w < 3; w++)
+            if (!strstr(err, words[w]))
+                fail_msg("\"%s\" does not say \"%s\"", err, words[w]);
+        if (strstr(err, "s3cretPW"))
+            fail_msg("the password shows: %s", err);
+        assert_int_equal(cfg.redis.tls.enabled, 1);
+        assert_string_equal(cfg.redis.host, "tls.internal");
+        assert_int_equal(cfg.redis.nsentinels, 0);
+        dm_config_free(&cfg);
+    }
 }
 
 /* redis.tls: present means TLS, verify on by default; its rules. */
@@ -1173,6 +1201,39 @@ static void test_url_sentinel_names_sentinels_master_db_and_credentials(void **s
     char shown[256];
     dm_config_redact_url("redis-sentinel://app:secret@h1:1,h2:2/m", shown, sizeof shown);
     assert_string_equal(shown, "redis-sentinel://app:***@h1:1,h2:2/m");
+}
+
+/* rediss-sentinel:// is redis-sentinel:// with TLS on (to the sentinels
+ * and the data nodes): the files from DMUTEX_TLS_*, else the config's;
+ * the config's TLS group is kept, so its verify and server_name apply. */
+static void test_url_rediss_sentinel_turns_tls_on_for_sentinels_and_nodes(void **state)
+{
+    (void)state;
+    unsetenv("DMUTEX_TLS_CA");
+    unsetenv("DMUTEX_TLS_CERT");
+    unsetenv("DMUTEX_TLS_KEY");
+    load_ok("redis = { host = \"a\"; };");
+    url_ok("rediss-sentinel://app:pw@s1:26380,s2/mymaster/1");
+    assert_int_equal(cfg.redis.tls.enabled, 1);
+    assert_int_equal(cfg.redis.tls.verify, 1);
+    assert_int_equal(cfg.redis.nsentinels, 2);
+    assert_string_equal(cfg.redis.sentinels[0].host, "s1");
+    assert_int_equal(cfg.redis.sentinels[1].port, 26379);
+    assert_string_equal(cfg.redis.master, "mymaster");
+    assert_int_equal(cfg.redis.db, 1);
+    assert_null(cfg.redis.tls.ca);
+    dm_config_free(&cfg);
+    load_ok("redis = { tls = { ca = \"/file/ca.pem\"; server_name = \"sentinels.internal\"; }; };");
+    setenv("DMUTEX_TLS_CERT", "/env/client.pem", 1);
+    url_ok("REDISS-SENTINEL://s1/m");
+    assert_string_equal(cfg.redis.tls.ca, "/file/ca.pem");
+    assert_string_equal(cfg.redis.tls.cert, "/env/client.pem");
+    assert_string_equal(cfg.redis.tls.server_name, "sentinels.internal");
+    unsetenv("DMUTEX_TLS_CERT");
+    char shown[256];
+    dm_config_redact_url("rediss-sentinel://app:secret@h1:1/m", shown, sizeof shown);
+    assert_string_equal(shown, "rediss-sentinel://app:***@h1:1/m");
+    dm_config_free(&cfg);
 }
 
 static void test_url_sentinel_bad_ones_say_what_is_wrong(void **state)
@@ -1714,6 +1775,8 @@ int main(void)
         T(test_url_scheme_is_case_insensitive),
         T(test_url_rediss_turns_tls_on_with_files_from_the_environment),
         T(test_redis_tls_group_and_its_rules),
+        T(test_plain_url_over_a_tls_config_is_an_error_naming_both),
+        T(test_url_rediss_sentinel_turns_tls_on_for_sentinels_and_nodes),
         T(test_url_bad_ones_say_what_is_wrong),
         T(test_sentinel_keys_load_with_default_port_and_credentials),
         T(test_min_replicas_defaults_to_0_and_its_timeout_to_at_most_renew_ms),

@@ -61,6 +61,7 @@
 #include "harness.h"
 #include "progs/fdio.h"
 #include "redis.h"
+#include "sentinel.h"
 #include "watchdog.h"
 
 #define WORKER          TH_BUILD "/tests/progs/faultworker"
@@ -409,6 +410,101 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
     dm_cluster_lock_put(l2);
     redisFree(old);
     redisFree(neu);
+    topo_stop(t);
+}
+
+/* ==== in process: a renewal's WAIT answered after the primary moved ========== */
+
+#define RENEW_ACK_MS    6000L   /* replica_timeout_ms: the renewal's WAIT outlives the move */
+
+/* How many clients of r are blocked in a WAIT now (CLIENT LIST: flags
+ * with b, cmd=wait; cmd= alone is the last command, done or not). */
+static long long blocked_clients(const struct th_redis *r)
+{
+    redisContext *c = th_redis_connect(r);
+    redisReply *rep = th_cmd(c, "CLIENT LIST");
+    long long n = 0;
+    for (char *line = strtok(rep->str, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *f = strstr(line, " flags=");
+        if (f && strstr(line, " cmd=wait") && strcspn(f + 7, " b") < strcspn(f + 7, " "))
+            n++;
+    }
+    freeReplyObject(rep);
+    redisFree(c);
+    return n;
+}
+
+/* The watchdog's round WAITs once for its renewals (min_replicas). A WAIT
+ * that the old primary's replica answers after the sentinels moved the
+ * primary must not count, as for a grant (cluster.c): the new primary may
+ * not have the renewal, and the holder's loss deadline must not run from
+ * it. Here the replica is stopped while the first round's WAIT is pending,
+ * the sentinel then names the replica (the process learns of the move:
+ * generation + 1; as a replica it never takes the renewals either, so no
+ * later round counts), and the replica resumes and acknowledges. The hold's
+ * last good renewal must stay the grant (before: the stale round counted,
+ * moving it forward by a renewal period). */
+static void test_a_renewal_wait_answered_after_the_primary_moved_does_not_count(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 0);
+    fake_sentinel_start();
+    fake_sentinel_names(&t->primary);
+    const long lease = 3000;        /* as the READONLY test's: one watchdog thread per process */
+    dm_redis_atfork(DM_FORK_CHILD); /* no pooled connection of an earlier test */
+    th_cluster_config(&cfg, &t->primary, 500, lease);
+    one_sentinel.host = "127.0.0.1";
+    one_sentinel.port = fake_listen_port;
+    cfg.redis.sentinels = &one_sentinel;
+    cfg.redis.nsentinels = 1;
+    cfg.redis.master = (char *)MASTER;
+    cfg.on_lease_lost = DM_LOST_WARN;
+    cfg.min_replicas = 1;
+    cfg.replica_timeout_ms = RENEW_ACK_MS;
+    dm_cluster_init(&cfg);
+
+    static struct dm_hold h;
+    struct dm_cluster_lock *l = dm_cluster_lock_get("rw_held");
+    struct dm_grant g;
+    h.lock = l;
+    dm_cluster_owner(h.owner, 1);
+    assert_int_equal(dm_cluster_acquire(l, h.owner, NULL, 0, &g), 0);
+    h.token = g.token;
+    kill(t->replica[0].pid, SIGSTOP);
+    assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
+    long long end = th_now_ms() + lease;
+    while (blocked_clients(&t->primary) < 1) {  /* the first round's WAIT */
+        if (th_now_ms() > end)
+            fail_msg("no renewal WAIT pending on the primary within %ld ms", lease);
+        usleep(POLL_US);
+    }
+    long long before = __atomic_load_n(&h.renewed_ms, __ATOMIC_ACQUIRE);
+    unsigned long gen = dm_sentinel_gen();
+    fake_sentinel_names(&t->replica[0]);
+    dm_sentinel_stale(gen);
+    struct dm_primary p;
+    char why[DM_ERR_MAX];
+    int answered;
+    assert_int_equal(dm_sentinel_primary(&p, why, sizeof why, &answered), 0);
+    assert_int_equal(p.port, t->replica[0].port);
+    assert_true(dm_sentinel_gen() != gen);
+    kill(t->replica[0].pid, SIGCONT);
+    end = th_now_ms() + RENEW_ACK_MS;
+    while (blocked_clients(&t->primary) > 0) {
+        if (th_now_ms() > end)
+            fail_msg("the renewal's WAIT still pending %ld ms after the replica resumed",
+                     RENEW_ACK_MS);
+        usleep(POLL_US);
+    }
+    usleep(200 * 1000);             /* the round takes in its WAIT's answer */
+    long long after = __atomic_load_n(&h.renewed_ms, __ATOMIC_ACQUIRE);
+    if (after != before)
+        fail_msg("a renewal acknowledged after the primary moved counted: the last good "
+                 "renewal moved from %lld to %lld", before, after);
+    dm_watchdog_remove(&h);
+    dm_watchdog_forget(&h);
+    dm_cluster_lock_put(l);
     topo_stop(t);
 }
 
@@ -922,6 +1018,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_new_one),
+        T(test_a_renewal_wait_answered_after_the_primary_moved_does_not_count),
         T(test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock),
         T(test_a_sentinel_that_names_a_replica_does_not_hold_the_process_back),
         T(test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free),

@@ -423,6 +423,74 @@ static void test_timedlock_times_out_while_redis_is_unreachable(void **state)
     free(text);
 }
 
+/* ---- (h2) connections the server closes: never SIGPIPE ------------------------ */
+
+#define CHURN_KILLS     60      /* rounds of CLIENT KILL while the program locks */
+#define CHURN_GAP_US    15000   /* between two rounds: the pool is refilled meanwhile */
+
+/* lockprog churn (SIGPIPE at its default disposition) on a unix socket
+ * while the test closes its connections, the pooled ones and the
+ * subscriber's, over and over, then restarts the server: on a unix socket
+ * the shim's next write to a connection the server closed fails with
+ * EPIPE at once, which write(2) turns into a SIGPIPE that kills the
+ * program (hiredis's own write, before). The program must live, every
+ * lock call must follow on_redis_down: "block" returns 0 every time,
+ * "error" 0 or EAGAIN. The restarted server has lost the hold a lock
+ * cycle may have had at the kill: on_lease_lost = "warn" (an abort there
+ * is the shim doing its job, not this test's subject). */
+static void churn_under_kills(const char *policy)
+{
+    char sock[80];
+    snprintf(sock, sizeof sock, "/tmp/dmutex-test-sigpipe-%d.sock", (int)getpid());
+    const char *extra[] = { "--unixsocket", sock, "--unixsocketperm", "700", NULL };
+    th_redis_start(&late, NULL, extra);
+    redisContext *k = th_redis_connect(&late);
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\non_redis_down = \"%s\";\n"
+                                           "on_lease_lost = \"warn\";\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; "
+                                           "name = \"h_pipe\"; } );\n", LONG_LEASE_MS, policy));
+    static struct th_shim_env e;
+    char url[120];
+    snprintf(url, sizeof url, "unix://%s", sock);
+    char *out = th_out_file(), *go = th_go_file();
+    char *argv[] = { LOCKPROG, "churn", go, NULL };
+    pid_t pid = th_child(argv, th_shim_env(&e, cfg, url, NULL), out);
+    th_wait_for(out, "main", RUN_MS);
+    for (int i = 0; i < CHURN_KILLS; i++) {
+        freeReplyObject(th_cmd(k, "CLIENT KILL TYPE normal"));
+        freeReplyObject(th_cmd(k, "CLIENT KILL TYPE pubsub"));
+        usleep(CHURN_GAP_US);
+    }
+    redisFree(k);
+    th_redis_kill(&late);
+    usleep(CHURN_GAP_US * 10);      /* lock calls meet the closed socket */
+    th_redis_restart(&late, extra);
+    usleep(CHURN_GAP_US * 10);
+    th_touch(go);
+    char *text = finish(pid, out, 0);     /* a SIGPIPE fails here, with the output */
+    long long n = th_field_after(text, "churn ");
+    if (n < CHURN_KILLS)
+        fail_msg("only %lld lock cycles during %d rounds of kills:\n%s", n, CHURN_KILLS, text);
+    if (strcmp(policy, "block") == 0)
+        th_assert_has(text, " 0 0\n");                  /* no lock call failed */
+    else if (!strstr(text, " 0 0\n") && !strstr(text, " EAGAIN\n"))
+        fail_msg("a lock call failed with something else than EAGAIN:\n%s", text);
+    free(text);
+    unlink(sock);
+}
+
+static void test_server_closing_connections_never_kills_the_program_block(void **state)
+{
+    (void)state;
+    churn_under_kills("block");
+}
+
+static void test_server_closing_connections_never_kills_the_program_error(void **state)
+{
+    (void)state;
+    churn_under_kills("error");
+}
+
 /* ---- (i) (j) (k) mutex types ---------------------------------------------------- */
 
 static void test_recursive_nested_locks_cost_no_extra_round_trip(void **state)
@@ -741,6 +809,8 @@ int main(void)
         T(test_lock_blocked_by_an_outage_succeeds_once_redis_answers),
         T(test_trylock_is_ebusy_while_redis_is_unreachable),
         T(test_timedlock_times_out_while_redis_is_unreachable),
+        T(test_server_closing_connections_never_kills_the_program_block),
+        T(test_server_closing_connections_never_kills_the_program_error),
         T(test_recursive_nested_locks_cost_no_extra_round_trip),
         T(test_errorcheck_relock_is_edeadlk_without_redis_traffic),
         T(test_errorcheck_unlock_by_another_thread_is_eperm_without_redis_traffic),

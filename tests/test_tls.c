@@ -513,6 +513,242 @@ static void test_bad_certificate_never_locks_locally(void **state)
 
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
+/* ---- Sentinel over TLS ------------------------------------------------------
+ * A primary, two replicas and three sentinels, every one on a TLS port only
+ * (port 0; the replicas and the sentinels reach the data nodes with
+ * tls-replication yes): the shim asks the sentinels, hears +switch-master
+ * and reaches the data nodes over TLS with the one redis.tls group. */
+
+#define MASTER          "mymaster"
+#define SEN_DOWN_MS     1000L   /* down-after-milliseconds: a failover takes seconds */
+#define SEN_FAILOVER_MS 3000L
+#define SEN_READY_MS    30000L  /* replicas synced, sentinels seeing their quorum */
+#define SEN_PROCS       3
+#define SEN_THREADS     "2"
+#define SEN_ITERS       "100"
+#define SEN_HOLD_US     "5000"
+#define SEN_KILL_AT     30      /* sections counted before the primary is killed */
+#define SEN_RUN_MS      150000L
+
+struct tls_topo {
+    struct th_redis primary, replica[2], sentinel[3];
+};
+static struct tls_topo st;
+
+/* redis-cli over TLS to r (the client certificate, the group's CA):
+ * its --raw output, in a static buffer ("" when it failed). */
+static const char *tls_cli(const struct th_redis *r, const char *args)
+{
+    static char out[8192];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "redis-cli --tls --cacert '%s' --cert '%s' --key '%s' -h %s -p %d "
+             "--raw %s 2>&1", cert("ca.crt"), cert("client.crt"), cert("client.key"), r->addr,
+             r->port, args);
+    out[0] = 0;
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return out;
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    pclose(f);
+    return out;
+}
+
+/* The server options of a TLS data node; `replicaof` its primary or NULL. */
+static void start_tls_node(struct th_redis *r, const struct th_redis *replicaof)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", replicaof ? replicaof->port : 0);
+    const char *extra[] = { "--tls-cert-file", cert("server.crt"), "--tls-key-file",
+                            cert("server.key"), "--tls-ca-cert-file", cert("ca.crt"),
+                            "--tls-auth-clients", "no", "--tls-replication", "yes",
+                            "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+                            replicaof ? "--replicaof" : NULL, replicaof ? replicaof->addr : NULL,
+                            port, NULL };
+    th_redis_start_tls(r, extra);
+}
+
+/* A TLS-only sentinel monitoring `m`, its certificate `crt`/`key`. */
+static void start_tls_sentinel(struct th_redis *r, const struct th_redis *m, const char *crt,
+                               const char *key)
+{
+    static char lines[4][300];
+    snprintf(lines[0], sizeof lines[0], "tls-cert-file %s", cert(crt));
+    snprintf(lines[1], sizeof lines[1], "tls-key-file %s", cert(key));
+    snprintf(lines[2], sizeof lines[2], "tls-ca-cert-file %s", cert("ca.crt"));
+    snprintf(lines[3], sizeof lines[3], "tls-auth-clients no");
+    const char *tls[] = { lines[0], lines[1], lines[2], lines[3], "tls-replication yes", NULL };
+    th_sentinel_start_tls(r, MASTER, m->addr, m->port, 2, SEN_DOWN_MS, SEN_FAILOVER_MS, tls);
+}
+
+static void tls_topo_start(void)
+{
+    memset(&st, 0, sizeof st);
+    start_tls_node(&st.primary, NULL);
+    for (int i = 0; i < 2; i++)
+        start_tls_node(&st.replica[i], &st.primary);
+    long long end = th_now_ms() + SEN_READY_MS;
+    while (!strstr(tls_cli(&st.primary, "INFO replication"), "connected_slaves:2")) {
+        if (th_now_ms() > end)
+            fail_msg("the TLS replicas did not attach: %s", tls_cli(&st.primary, "INFO replication"));
+        usleep(100000);
+    }
+    for (int i = 0; i < 3; i++)
+        start_tls_sentinel(&st.sentinel[i], &st.primary, "server.crt", "server.key");
+    for (int i = 0; i < 3; i++) {
+        for (;;) {
+            char q[200];
+            snprintf(q, sizeof q, "%s", tls_cli(&st.sentinel[i], "SENTINEL CKQUORUM " MASTER));
+            const char *m = tls_cli(&st.sentinel[i], "SENTINEL master " MASTER);
+            const char *ns = strstr(m, "num-slaves\n");
+            if (strncmp(q, "OK", 2) == 0 && ns && atoi(ns + strlen("num-slaves\n")) >= 2)
+                break;
+            if (th_now_ms() > end)
+                fail_msg("TLS sentinel %d not ready: %s", i, q);
+            usleep(100000);
+        }
+    }
+}
+
+static void tls_topo_stop(void)
+{
+    for (int i = 0; i < 3; i++)
+        th_redis_stop(&st.sentinel[i]);
+    for (int i = 0; i < 2; i++)
+        th_redis_stop(&st.replica[i]);
+    th_redis_stop(&st.primary);
+}
+
+static int tls_topo_teardown(void **state)
+{
+    cleanup(state);
+    tls_topo_stop();
+    return 0;
+}
+
+/* The sentinels, the replication and the data nodes all on TLS ports only:
+ * SEN_PROCS counter processes keep the count exact while the primary is
+ * SIGKILLed mid-run, and follow the failover (min_replicas = 1). Before:
+ * the sentinels were asked in plain text, which a TLS port never answers:
+ * no lock. Then dmutex run -r rediss-sentinel://... (the files from
+ * DMUTEX_TLS_*, over a config without a tls group) locks on the new
+ * primary. */
+static void test_sentinels_replication_and_nodes_all_on_tls_survive_a_failover(void **state)
+{
+    (void)state;
+    tls_topo_start();
+    char list[512];
+    size_t o = 0;
+    for (int i = 0; i < 3; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s\"%s\"", i ? ", " : "",
+                              st.sentinel[i].url);
+    char *cfgfile = th_keep_file(th_write_file(".cfg",
+        "lease_ms = 3000; min_replicas = 1; replica_timeout_ms = 1000;\n"
+        "redis = { sentinels = ( %s ); master = \"%s\";\n"
+        "          connect_timeout_ms = 1000; command_timeout_ms = 1000;\n"
+        "          tls = { %s }; };\n"
+        "mutexes = ( { symbol = \"counter_lock\"; name = \"tls_sen\"; } );\n",
+        list, MASTER, mutual()));
+    const char *key = "tls:sen";
+    freeReplyObject(th_cmd(rc, "DEL %s", key));
+    struct th_shim_env e;
+    char **env = th_shim_env(&e, cfgfile, NULL, NULL);
+    char port[16];
+    snprintf(port, sizeof port, "%d", data.port);
+    char *argv[] = { TH_COUNTER, data.addr, port, (char *)key, SEN_THREADS, SEN_ITERS,
+                     SEN_HOLD_US, NULL };
+    pid_t pid[SEN_PROCS];
+    char *out[SEN_PROCS];
+    for (int i = 0; i < SEN_PROCS; i++) {
+        out[i] = th_out_file();
+        pid[i] = th_child(argv, env, out[i]);
+    }
+    long long end = th_now_ms() + SEN_RUN_MS, n;
+    for (;;) {
+        redisReply *r = th_cmd(rc, "GET %s", key);
+        n = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+        freeReplyObject(r);
+        if (n >= SEN_KILL_AT)
+            break;
+        if (th_now_ms() > end) {
+            char *text = th_read_output(out[0]);
+            fail_msg("only %lld sections over the TLS sentinels' primary:\n%s", n, text);
+        }
+        usleep(20000);
+    }
+    char was[80];
+    snprintf(was, sizeof was, "%d", st.primary.port);
+    th_redis_kill(&st.primary);
+    const int total = SEN_PROCS * atoi(SEN_THREADS) * atoi(SEN_ITERS);
+    char done[32];
+    snprintf(done, sizeof done, "done %d", atoi(SEN_THREADS) * atoi(SEN_ITERS));
+    if (n >= total)
+        fail_msg("the run was over (%lld sections) before the primary was killed", n);
+    for (int i = 0; i < SEN_PROCS; i++) {
+        char *text = th_finish(pid[i], out[i], 0, SEN_RUN_MS);
+        th_assert_has(text, done);
+        free(text);
+    }
+    /* The sections after the kill were granted by the new primary. */
+    assert_int_equal(th_cmd_int(rc, "GET %s", key), total);
+    const char *now = tls_cli(&st.sentinel[0], "SENTINEL get-master-addr-by-name " MASTER);
+    if (strstr(now, was))
+        fail_msg("the sentinels still name the killed primary: %s", now);
+
+    /* dmutex run -r rediss-sentinel://... */
+    char *plaincfg = th_keep_file(th_write_file(".cfg",
+        "lease_ms = 3000;\nmutexes = ( { symbol = \"held_lock\"; name = \"tls_sen_run\"; } );\n"));
+    char url[600];
+    snprintf(url, sizeof url, "rediss-sentinel://%s,%s,%s/%s", st.sentinel[0].url,
+             st.sentinel[1].url, st.sentinel[2].url, MASTER);
+    static char ca[300], crt[300], ck[300];
+    snprintf(ca, sizeof ca, "DMUTEX_TLS_CA=%s", cert("ca.crt"));
+    snprintf(crt, sizeof crt, "DMUTEX_TLS_CERT=%s", cert("client.crt"));
+    snprintf(ck, sizeof ck, "DMUTEX_TLS_KEY=%s", cert("client.key"));
+    char *renv[] = { ca, crt, ck, NULL };
+    char *rout = th_out_file();
+    char *rargv[] = { DMUTEX_CLI, "run", "-c", plaincfg, "-r", url, "--", LOCKPROG, "lock", NULL };
+    char *text = th_finish(th_child(rargv, renv, rout), rout, 0, RUN_MS);
+    th_assert_has(text, "locked 0");
+    free(text);
+}
+
+/* A sentinel whose certificate the client does not trust (a CA it does not
+ * know): a TLS error naming the cause and the sentinel's address, kind
+ * DM_REDIS_TLS (never "no connection": on_redis_down = "local" does not
+ * lock alone because of it), and never a question in plain text. */
+static void test_untrusted_sentinel_is_a_tls_error_naming_it(void **state)
+{
+    (void)state;
+    memset(&st, 0, sizeof st);
+    start_tls_sentinel(&st.sentinel[0], &mtls, "server.crt", "server.key");
+    static struct dm_endpoint one;
+    dm_redis_atfork(DM_FORK_CHILD);
+    dm_config_free(&cfg);
+    dm_config_defaults(&cfg);
+    cfg.redis.connect_timeout_ms = CMD_TIMEOUT_MS;
+    cfg.redis.command_timeout_ms = CMD_TIMEOUT_MS;
+    cfg.redis.tls.enabled = 1;
+    cfg.redis.tls.ca = strdup(cert("ca2.crt"));
+    one.host = strdup(st.sentinel[0].addr);    /* the +switch-master thread's from now on */
+    one.port = st.sentinel[0].port;
+    cfg.redis.sentinels = &one;
+    cfg.redis.nsentinels = 1;
+    cfg.redis.master = (char *)MASTER;
+    dm_redis_setup(&cfg.redis);
+    struct dm_conn conn;
+    assert_int_equal(dm_redis_connect(&conn), -1);
+    if (conn.err != DM_REDIS_TLS)
+        fail_msg("error kind %d (want DM_REDIS_TLS %d): %s", conn.err, DM_REDIS_TLS, conn.errstr);
+    char where[80];
+    snprintf(where, sizeof where, "sentinel %s:%d", one.host, one.port);
+    assert_has(conn.errstr, where);
+    assert_has(conn.errstr, "not signed by a trusted CA");
+    assert_has(conn.errstr, "ca2.crt");
+    /* The +switch-master thread started here reads cfg.redis for the rest
+     * of the program: this test runs last, and leaves cfg alone. */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +768,14 @@ int main(void)
         T(test_exit_releases_a_hold_over_tls),
         T(test_exit_release_survives_the_programs_own_openssl),
         T(test_fork_children_lock_over_their_own_tls_sessions),
+        cmocka_unit_test_teardown(test_sentinels_replication_and_nodes_all_on_tls_survive_a_failover,
+                                  tls_topo_teardown),
+        /* last: its +switch-master thread keeps the in-process config */
+        cmocka_unit_test_teardown(test_untrusted_sentinel_is_a_tls_error_naming_it,
+                                  tls_topo_teardown),
     };
+    const char *only = getenv("DM_TLS_FILTER");     /* a cmocka glob on the names */
+    if (only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -48,8 +48,8 @@ static const char usage_text[] =
     "\n"
     "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
     "DMUTEX_REDIS (redis://[user:pass@]host:port/db, rediss://... for TLS,\n"
-    "unix:///path or redis-sentinel://[user:pass@]host:port[,host:port...]/master[/db]),\n"
-    "DMUTEX_TLS_CA/CERT/KEY (with rediss://), DMUTEX_LOG\n"
+    "unix:///path or redis-sentinel://[user:pass@]host:port[,host:port...]/master[/db],\n"
+    "rediss-sentinel://... for TLS), DMUTEX_TLS_CA/CERT/KEY (with rediss://), DMUTEX_LOG\n"
     "(error|warn|info|debug). See README.md and config/REFERENCE.md.\n";
 
 static const char run_usage[] =

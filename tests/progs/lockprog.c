@@ -26,10 +26,15 @@
  *   destroy-held T   held_lock (T = normal) or robust_lock (T = robust): lock,
  *                    destroy, unlock, destroy: "destroy-held T DESTROY UNLOCK DESTROY"
  *   unmapped N       plain_lock only: N lock/unlock, trylock, timedlock:
- *                    "unmapped RC" */
+ *                    "unmapped RC"
+ *   churn FILE       SIGPIPE at its default disposition (death), then lock and
+ *                    unlock held_lock until FILE exists: "churn N FAILED FIRST"
+ *                    (cycles, lock calls that did not return 0, the first such
+ *                    result) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +54,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
-                    " destroy-held normal|robust | unmapped N\n");
+                    " destroy-held normal|robust | unmapped N | churn FILE\n");
     return 2;
 }
 
@@ -147,6 +152,25 @@ int main(int argc, char **argv)
             first = rc;
         pthread_mutex_unlock(&plain_lock);
         say("unmapped %s", ename(first));
+        return 0;
+    }
+    if (strcmp(mode, "churn") == 0 && arg) {
+        /* A program that never heard of SIGPIPE: a write of the shim's to a
+         * socket the server closed must not kill it. */
+        signal(SIGPIPE, SIG_DFL);
+        long n = 0, failed = 0;
+        int first = 0;
+        while (access(arg, F_OK) != 0) {
+            if ((rc = pthread_mutex_lock(&held_lock)) == 0) {
+                pthread_mutex_unlock(&held_lock);
+            } else {
+                failed++;
+                if (!first)
+                    first = rc;
+            }
+            n++;
+        }
+        say("churn %ld %ld %s", n, failed, ename(first));
         return 0;
     }
     return usage();
