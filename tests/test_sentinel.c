@@ -392,7 +392,17 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
     assert_int_equal(dm_cluster_acquire(l1, h.owner, NULL, 0, &g), 0);
     h.token = g.token;
     assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
-    usleep(200000);         /* the hold reaches the replica */
+    /* The hold reaches the replica (the old primary, now replicating the
+     * new one) before the switch back: a fixed sleep was too short under
+     * load, and the replica was promoted without the hold. */
+    redisContext *rep = th_redis_connect(&t->primary);
+    long long until = th_now_ms() + RUN_MS;
+    while (th_cmd_int(rep, "HEXISTS %s %s", th_key("ro_held", DM_KEY_LOCK), h.owner) != 1) {
+        if (th_now_ms() > until)
+            fail_msg("the hold never reached the replica");
+        usleep(10000);
+    }
+    redisFree(rep);
     switch_behind_the_back(&t->replica[0], &t->primary);
     /* Two renewal periods later it is neither lost nor expired there. */
     usleep((useconds_t)(2 * (lease / 3) + 500) * 1000);
