@@ -740,7 +740,14 @@ static void test_a_wait_answered_after_the_failover_does_not_count(void **s)
     char *aout, *bout, *goa = th_go_file(), *gob = th_go_file();
     const char *ha[] = { "once", "lock", "-g", goa, NULL };
     pid_t a = local_prog(cfgf, NULL, &aout, ha);
-    usleep(500 * 1000);                 /* A's grant is made, its WAIT pending */
+    /* A's grant is made and its WAIT pending (a fixed 500 ms was too
+     * short for a slow start under load: A then asked after the move). */
+    end = th_now_ms() + RUN_MS;
+    while (blocked_clients(&t->primary) < 1) {
+        if (th_now_ms() > end)
+            fail_msg("A's grant never reached its WAIT");
+        usleep(POLL_US);
+    }
     kill(t->primary.pid, SIGSTOP);
     kill(t->replica[0].pid, SIGCONT);
     kill(t->replica[2].pid, SIGCONT);
