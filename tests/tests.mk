@@ -47,7 +47,8 @@ $(B)/tests/progs:
 
 # faultserver tells the scripts apart by their keys: the layout comes from
 # the keys module (shim/keys.c, no state, no I/O) in the core archive.
-PROG_LIBS_faultserver = -Ishim $(B)/libdmcore.a
+# Under `make test-asan` the archive is instrumented: link the runtime too.
+PROG_LIBS_faultserver = -Ishim $(B)/libdmcore.a $(filter -fsanitize=%,$(SHIM_LIBS))
 $(B)/tests/progs/faultserver: $(B)/libdmcore.a shim/keys.h
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
