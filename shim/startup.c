@@ -58,6 +58,17 @@ static int check_errors;
 static struct dm_init_site *init_sites;
 size_t dm_startup_ninit_sites;
 
+static struct dm_init_site *cond_sites;
+size_t dm_startup_ncond_sites;
+
+const struct dm_init_site *dm_startup_cond_site(uintptr_t caller)
+{
+    for (size_t i = 0; i < dm_startup_ncond_sites; i++)
+        if (caller >= cond_sites[i].start && caller < cond_sites[i].end)
+            return &cond_sites[i];
+    return NULL;
+}
+
 const struct dm_init_site *dm_startup_init_site(uintptr_t caller)
 {
     for (size_t i = 0; i < dm_startup_ninit_sites; i++)
@@ -155,9 +166,9 @@ static int entry_flags(const struct dm_mutex_config *mc)
 static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
                          char *err, size_t errlen)
 {
-    long offset = mc->offset + (mc->index > 0 ? mc->index * (long)sizeof(pthread_mutex_t) : 0);
-    return dm_symbols_find(mc->object, mc->symbol, offset, sizeof(pthread_mutex_t),
-                           out, err, errlen);
+    long size = mc->cond ? (long)sizeof(pthread_cond_t) : (long)sizeof(pthread_mutex_t);
+    long offset = mc->offset + (mc->index > 0 ? mc->index * size : 0);
+    return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, out, err, errlen);
 }
 
 static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_config *mc,
@@ -198,10 +209,13 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
 {
     char where[DM_ERR_MAX];
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
-    int r = dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
+    int r = mc->cond ? dm_mapped_add_cond((void *)addr, mc->name, 0)
+                     : dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
     if (r == EEXIST) {
         if (fatal) {
-            entry_fail("%s: %s is already mapped by another entry under another name "
+            entry_fail(mc->cond ? "%s: %s is already mapped by another entry (one variable, "
+                       "two names, or a mutex and a cond)"
+                       : "%s: %s is already mapped by another entry under another name "
                        "(one mutex, two lock names)", where, mc->symbol);
             return -1;
         }
@@ -399,8 +413,9 @@ static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config
 static void map_entries(struct dm_config *cfg)
 {
     char err[DM_ERR_MAX];
-    for (size_t i = 0; i < cfg->nmutexes; i++) {
-        struct dm_mutex_config *mc = &cfg->mutexes[i];
+    for (size_t i = 0; i < cfg->nmutexes + cfg->nconds; i++) {
+        struct dm_mutex_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
+                                                       : &cfg->conds[i - cfg->nmutexes];
         if (mc->init_site) {
             uintptr_t start, end;
             int r = dm_symbols_function(mc->object, mc->init_site, &start, &end, err, sizeof err);
@@ -422,15 +437,17 @@ static void map_entries(struct dm_config *cfg)
                 snprintf(where, sizeof where, "%s, %lu bytes", at, (unsigned long)(end - start));
                 check_print(mc, what, where);
             }
-            struct dm_init_site *n = realloc(init_sites, (dm_startup_ninit_sites + 1) * sizeof *n);
+            struct dm_init_site **sites = mc->cond ? &cond_sites : &init_sites;
+            size_t *nsites = mc->cond ? &dm_startup_ncond_sites : &dm_startup_ninit_sites;
+            struct dm_init_site *n = realloc(*sites, (*nsites + 1) * sizeof *n);
             if (!n)
                 config_fail("%s%s: out of memory", cfg->path, "");
-            n[dm_startup_ninit_sites].start = start;
-            n[dm_startup_ninit_sites].end = end;
-            n[dm_startup_ninit_sites].name = mc->name;
-            n[dm_startup_ninit_sites].flags = DM_MAP_HEAP | entry_flags(mc);
-            init_sites = n;
-            dm_startup_ninit_sites++;
+            n[*nsites].start = start;
+            n[*nsites].end = end;
+            n[*nsites].name = mc->name;
+            n[*nsites].flags = DM_MAP_HEAP | entry_flags(mc);
+            *sites = n;
+            (*nsites)++;
             continue;
         }
         uintptr_t bias = 0;
