@@ -140,7 +140,7 @@ DM_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, cloc
 {
     struct dm_cond_entry *ce = dm_mapped_find_cond(c);
     if (__builtin_expect(ce != NULL, 0))
-        return dm_mapped_cond_cluster_wait(ce, c, m, 1, DM_COND_CLOCK_OF_COND, t);
+        return dm_mapped_cond_cluster_wait(ce, c, m, 1, k, t);
     struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.cond_clockwait(c, m, k, t);
