@@ -487,14 +487,15 @@ static void map_entries(struct dm_config *cfg)
  * consistent on both sides. This is the one place fork handling is
  * registered, and this is the one order of the internal locks:
  *
- *   startup objects_mu -> symbols cache_lock -> mapped names_mu
+ *   startup objects_mu -> symbols cache_lock -> mapped names_mu -> mapped conds_mu
  *     -> registry writer lock -> cluster locks_mu -> notify nmu
  *     -> redis pool_mu -> sentinel smu -> net ssl_rw (write side) -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
  * registry) under objects_mu; mapped's name_get makes the cluster lock
  * (locks_mu) under names_mu, which registers its channels (nmu) under
- * locks_mu; mapped walks the registry (dm_registry_foreach holds its writer
+ * locks_mu; a cond name's record (conds_mu) takes the cluster record and a
+ * channel the same way; mapped walks the registry (dm_registry_foreach holds its writer
  * lock) to count or drop holds, taking a name's mutex and, through the
  * watchdog, wmu; cache_lock, pool_mu and wmu hold nothing else (the
  * watchdog and notify threads let go of theirs before any I/O); ssl_rw's
