@@ -154,6 +154,8 @@ static size_t nobject_entries;
 static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long objects_gen;       /* syncs started; under objects_mu */
 
+static size_t conds_mapped;     /* of the registry's entries, conds (for the summaries) */
+
 static int entry_flags(const struct dm_mutex_config *mc)
 {
     return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
@@ -230,6 +232,8 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
         dm_error("%s: cannot map %s: %s", where, mc->symbol, strerror(r));
         return -1;
     }
+    if (mc->cond)
+        conds_mapped++;
     dm_debug("mapped %s%s%s at %p as %s", mc->symbol, mc->object ? " in " : "",
              mc->object ? mc->object : "", (void *)addr, mc->name);
     return 0;
@@ -581,14 +585,26 @@ static const char *absolute_config(const char *path, char *buf, size_t len)
     return buf;
 }
 
+/* ", N conds (M init_site functions)" when the config lists conds. */
+static const char *conds_summary(void)
+{
+    static char buf[96];
+    buf[0] = 0;
+    if (config.nconds)
+        snprintf(buf, sizeof buf, ", %zu conds (%zu init_site functions)", conds_mapped,
+                 dm_startup_ncond_sites);
+    return buf;
+}
+
 /* The end of a check, before main: its verdict as the exit status. No
  * destructor runs (nothing is held: no lock was taken, no thread made). */
 static void check_exit(int summary)
 {
     if (summary && check_mode == CHECK_PRINT && check_errors == 0)
-        printf("%s: %zu mutexes would be mapped (%zu init_site functions), redis at %s, "
-               "namespace %s\n", config.path ? config.path : "config", dm_registry_count(),
-               dm_startup_ninit_sites, dm_redis_addr(), config.ns ? config.ns : "-");
+        printf("%s: %zu mutexes would be mapped (%zu init_site functions)%s, redis at %s, "
+               "namespace %s\n", config.path ? config.path : "config",
+               dm_registry_count() - conds_mapped, dm_startup_ninit_sites,
+               conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
     if (check_errors)
         dm_error("%d error%s: the program would not start", check_errors,
                  check_errors == 1 ? "" : "s");
@@ -650,12 +666,12 @@ __attribute__((constructor)) static void dm_startup_start(void)
         config_fail("cannot register the fork handlers: %s%s (a fork child could inherit a "
                     "held lock of the shim)", strerror(fr), "");
     configured = 1;
-    if (config.nmutexes == 0)
+    if (config.nmutexes == 0 && config.nconds == 0)
         dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
                 config.path, dm_redis_addr());
     else
-        dm_info("libdmutex %s: %zu mutexes mapped, redis at %s, namespace %s", DMUTEX_VERSION,
-                dm_registry_count(), dm_redis_addr(), config.ns);
+        dm_info("libdmutex %s: %zu mutexes mapped%s, redis at %s, namespace %s", DMUTEX_VERSION,
+                dm_registry_count() - conds_mapped, conds_summary(), dm_redis_addr(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

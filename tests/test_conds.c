@@ -49,7 +49,8 @@ static const char cfg_text[] =
     "conds = (\n"
     "  { symbol = \"not_empty\"; name = \"cq_ne\"; },\n"
     "  { symbol = \"not_full\"; name = \"cq_nf\"; },\n"
-    "  { symbol = \"mono_cond\"; name = \"cq_mono\"; }\n"
+    "  { symbol = \"mono_cond\"; name = \"cq_mono\"; },\n"
+    "  { init_site = \"chan_new\"; name = \"cq_chan\"; }\n"
     ");\n";
 
 static void measured(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -350,6 +351,52 @@ static void test_unlisted_cond_with_a_mapped_mutex_stays_local(void **s)
     redisFree(sub);
 }
 
+/* Waits until `channel` has `n` subscribers on the lock server. */
+static void wait_numsub(const char *channel, long long n)
+{
+    long long t0 = th_now_ms();
+    while (th_numsub(lc, channel) != n) {
+        if (th_now_ms() - t0 > RUN_MS)
+            fail_msg("%s never had %lld subscribers (%lld)", channel, n, th_numsub(lc, channel));
+        usleep(10000);
+    }
+}
+
+/* A fork child of a process whose waiter was subscribed has no
+ * subscription of its own: its first wait subscribes, and a signal from
+ * another process wakes it. */
+static void test_fork_child_waits_with_its_own_subscription(void **s)
+{
+    (void)s;
+    char *out = th_out_file(), *gout = th_out_file();
+    pid_t p = prog(NULL, out, NULL, "fork-waitgo", NULL);
+    pid_t g = prog(NULL, gout, NULL, "go", "1", "signal", NULL);
+    free(finish(g, gout));
+    char *text = finish(p, out);
+    th_assert_has(text, "parent wait ETIMEDOUT");
+    th_assert_has(text, "woken ");
+    th_assert_has(text, "child 0");
+    free(text);
+}
+
+/* Heap conds of an init_site: a broadcast from another process's heap
+ * cond of the same name wakes the waiter; destroying the waiter's cond
+ * (its name's last) unsubscribes the channel. */
+static void test_init_site_conds_are_cluster_wide_and_destroy_unsubscribes(void **s)
+{
+    (void)s;
+    char *out = th_out_file(), *gout = th_out_file(), *go = th_go_file();
+    pid_t p = prog(machine(0), out, NULL, "heap-waitgo", go, NULL);
+    pid_t g = prog(machine(1), gout, NULL, "go", "1", "heap", NULL);
+    free(finish(g, gout));
+    th_wait_for(out, "destroyed 0", RUN_MS);
+    wait_numsub(th_key("cq_chan", DM_KEY_COND), 0);
+    th_touch(go);
+    char *text = finish(p, out);
+    th_assert_has(text, "woken ");
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +413,8 @@ int main(void)
         T(test_cancel_in_a_cluster_wait_runs_the_cleanup_holding_the_mutex),
         T(test_waiters_wake_after_the_subscriber_reconnects),
         T(test_unlisted_cond_with_a_mapped_mutex_stays_local),
+        T(test_fork_child_waits_with_its_own_subscription),
+        T(test_init_site_conds_are_cluster_wide_and_destroy_unsubscribes),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -37,6 +37,12 @@
  *                        "relocked RC"
  *   spurious             wait on not_empty (never signalled) until one
  *                        wait returns 0: "wake RC MS"
+ *   fork-waitgo          one timed wait on not_empty (subscribed), then
+ *                        fork: the child does waitgo; "child STATUS"
+ *   heap-waitgo FILE     waitgo on the cond of a struct chan from
+ *                        chan_new() (an init_site), then destroys it:
+ *                        "destroyed RC", and waits for FILE before exit
+ *   go N heap            as go, broadcasting a chan_new() cond of its own
  *
  * Latency: a signaller SETs PREFIX:sig "<pid>:<us>" (CLOCK_REALTIME) just
  * before it signals; a waiter that returns to a value another process set
@@ -49,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "prog.h"
@@ -63,10 +70,31 @@ pthread_cond_t mono_cond;
 pthread_cond_t local_cond = PTHREAD_COND_INITIALIZER;
 
 #define WAIT_MS_DEFAULT 30000
+#define SUBSCRIBE_WAIT_MS 300   /* fork-waitgo's first wait, nobody signals it */
+
+/* A heap object with its own condition variable, made by chan_new (an
+ * init_site of the test's config). */
+struct chan {
+    pthread_cond_t cond;
+    int id;
+};
 
 static redisContext *rc;
+static const char *data_host;
+static int data_port;
 static const char *prefix;
 static long wait_ms = WAIT_MS_DEFAULT;
+
+/* Not inlined, and not ending in a tail call of pthread_cond_init: the
+ * init's return address must be inside this function. */
+__attribute__((noinline)) struct chan *chan_new(int id)
+{
+    struct chan *ch = calloc(1, sizeof *ch);
+    if (!ch || pthread_cond_init(&ch->cond, NULL) != 0)
+        exit(1);
+    ch->id = id;
+    return ch;
+}
 
 static long long cmd_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static long long cmd_int(const char *fmt, ...)
@@ -199,6 +227,7 @@ static void waitgo(pthread_cond_t *c)
 
 static void go(long n, const char *mode)
 {
+    struct chan *ch = strcmp(mode, "heap") == 0 ? chan_new(0) : NULL;
     for (;;) {
         pthread_mutex_lock(&q_lock);
         if (cmd_int("GET %s:waiting", prefix) >= n)
@@ -213,10 +242,41 @@ static void go(long n, const char *mode)
         pthread_cond_broadcast(&not_empty);
     else if (strcmp(mode, "signal-local") == 0)
         pthread_cond_signal(&local_cond);
+    else if (ch)
+        pthread_cond_broadcast(&ch->cond);
     else
         pthread_cond_signal(&not_empty);
     pthread_mutex_unlock(&q_lock);
     say("sent %lld", t);
+}
+
+static void fork_waitgo(void)
+{
+    pthread_mutex_lock(&q_lock);
+    struct timespec dl = deadline_in(CLOCK_REALTIME, SUBSCRIBE_WAIT_MS);
+    int r = pthread_cond_timedwait(&not_empty, &q_lock, &dl);
+    pthread_mutex_unlock(&q_lock);
+    say("parent wait %s", ename(r));
+    pid_t p = fork();
+    if (p < 0)
+        exit(1);
+    if (p == 0) {
+        rc = prog_connect(data_host, data_port);    /* the parent's stays the parent's */
+        waitgo(&not_empty);
+        exit(0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    say("child %d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
+static void heap_waitgo(const char *file)
+{
+    struct chan *ch = chan_new(1);
+    waitgo(&ch->cond);
+    say("destroyed %s", ename(pthread_cond_destroy(&ch->cond)));
+    free(ch);
+    wait_file(file);
 }
 
 static void timeout(long ms, const char *clk)
@@ -308,7 +368,9 @@ int main(int argc, char **argv)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&mono_cond, &ca);
-    rc = prog_connect(argv[2], atoi(argv[3]));
+    data_host = argv[2];
+    data_port = atoi(argv[3]);
+    rc = prog_connect(data_host, data_port);
     say("main");
     srand((unsigned)getpid());
     if (strcmp(mode, "produce") == 0 && argc > 7)
@@ -327,6 +389,10 @@ int main(int argc, char **argv)
         cancel_scenario();
     else if (strcmp(mode, "spurious") == 0)
         spurious();
+    else if (strcmp(mode, "fork-waitgo") == 0)
+        fork_waitgo();
+    else if (strcmp(mode, "heap-waitgo") == 0 && argc > 5)
+        heap_waitgo(argv[5]);
     else {
         fprintf(stderr, "condprog: unknown mode or missing arguments: %s\n", mode);
         return 2;
