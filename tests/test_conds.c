@@ -122,6 +122,17 @@ static void collect_lat(const char *text, long long *lat, int *n)
             lat[(*n)++] = atoll(p + 4);
 }
 
+/* Waits until `channel` has `n` subscribers on the lock server. */
+static void wait_numsub(const char *channel, long long n)
+{
+    long long t0 = th_now_ms();
+    while (th_numsub(lc, channel) != n) {
+        if (th_now_ms() - t0 > RUN_MS)
+            fail_msg("%s never had %lld subscribers (%lld)", channel, n, th_numsub(lc, channel));
+        usleep(10000);
+    }
+}
+
 /* ---- fixtures ------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -309,13 +320,9 @@ static void test_waiters_wake_after_the_subscriber_reconnects(void **s)
     pid_t p = prog(NULL, out, NULL, "spurious", NULL);
     th_wait_for(out, "waiting", RUN_MS);
     /* Subscribed before it let go of the mutex: the channel is there. */
-    long long t0 = th_now_ms();
-    while (th_numsub(lc, th_key("cq_ne", DM_KEY_COND)) < 1) {
-        if (th_now_ms() - t0 > RUN_MS)
-            fail_msg("the waiter never subscribed to %s", th_key("cq_ne", DM_KEY_COND));
-        usleep(10000);
-    }
+    wait_numsub(th_key("cq_ne", DM_KEY_COND), 1);
     usleep(200000);
+    long long t0 = th_now_ms();
     freeReplyObject(th_cmd(lc, "CLIENT KILL TYPE pubsub"));
     char *text = finish(p, out);
     th_assert_has(text, "wake 0 ");
@@ -351,15 +358,23 @@ static void test_unlisted_cond_with_a_mapped_mutex_stays_local(void **s)
     redisFree(sub);
 }
 
-/* Waits until `channel` has `n` subscribers on the lock server. */
-static void wait_numsub(const char *channel, long long n)
+/* A listed cond waited on with an unmapped mutex still wakes on another
+ * process's signal (the mutex itself stays process-local). */
+static void test_listed_cond_with_an_unmapped_mutex_is_woken_from_another_process(void **s)
 {
-    long long t0 = th_now_ms();
-    while (th_numsub(lc, channel) != n) {
-        if (th_now_ms() - t0 > RUN_MS)
-            fail_msg("%s never had %lld subscribers (%lld)", channel, n, th_numsub(lc, channel));
-        usleep(10000);
-    }
+    (void)s;
+    char *out = th_out_file(), *gout = th_out_file();
+    pid_t p = prog(machine(0), out, NULL, "waitgo-plain", NULL);
+    th_wait_for(out, "waiting", RUN_MS);
+    /* The mutex does not exclude the signaller: let the waiter reach its
+     * sleep (subscribed, then counted) before the signal. */
+    wait_numsub(th_key("cq_ne", DM_KEY_COND), 1);
+    usleep(300000);
+    pid_t g = prog(machine(1), gout, NULL, "go", "1", "signal", NULL);
+    free(finish(g, gout));
+    char *text = finish(p, out);
+    th_assert_has(text, "woken ");
+    free(text);
 }
 
 /* A fork child of a process whose waiter was subscribed has no
@@ -413,6 +428,7 @@ int main(void)
         T(test_cancel_in_a_cluster_wait_runs_the_cleanup_holding_the_mutex),
         T(test_waiters_wake_after_the_subscriber_reconnects),
         T(test_unlisted_cond_with_a_mapped_mutex_stays_local),
+        T(test_listed_cond_with_an_unmapped_mutex_is_woken_from_another_process),
         T(test_fork_child_waits_with_its_own_subscription),
         T(test_init_site_conds_are_cluster_wide_and_destroy_unsubscribes),
     };

@@ -23,6 +23,7 @@
  *   waitgo               INCR PREFIX:waiting, wait on not_empty until
  *                        PREFIX:go is set: "woken MS" (CLOCK_REALTIME)
  *   waitgo-local         the same on local_cond (unlisted)
+ *   waitgo-plain         the same on not_empty with plain_lock (unmapped)
  *   go N MODE            when PREFIX:waiting reaches N, SET PREFIX:go and
  *                        MODE (signal | broadcast | signal-local) under
  *                        q_lock: "sent MS" (CLOCK_REALTIME)
@@ -64,6 +65,7 @@ uint64_t dmutex_token(pthread_mutex_t *m);
 #pragma weak dmutex_token
 
 pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t not_empty = PTHREAD_COND_INITIALIZER;
 pthread_cond_t not_full = PTHREAD_COND_INITIALIZER;
 pthread_cond_t mono_cond;
@@ -140,14 +142,21 @@ static void mark_signal(void)
  * process's signal came since it began. Exits 3 on a timeout. */
 static long waits;
 
+static void wait_once_on(pthread_cond_t *c, pthread_mutex_t *m, const char *what);
+
 static void wait_once(pthread_cond_t *c, const char *what)
+{
+    wait_once_on(c, &q_lock, what);
+}
+
+static void wait_once_on(pthread_cond_t *c, pthread_mutex_t *m, const char *what)
 {
     waits++;
     long pid0;
     long long us0;
     last_signal(&pid0, &us0);
     struct timespec dl = deadline_in(CLOCK_REALTIME, wait_ms);
-    int r = pthread_cond_timedwait(c, &q_lock, &dl);
+    int r = pthread_cond_timedwait(c, m, &dl);
     if (r == ETIMEDOUT) {
         say("timeout %s after %ld ms", what, wait_ms);
         exit(3);
@@ -215,13 +224,14 @@ static void consume(long total, long us)
     say("consumed %ld waits %ld", mine, waits);
 }
 
-static void waitgo(pthread_cond_t *c)
+static void waitgo(pthread_cond_t *c, pthread_mutex_t *m)
 {
-    pthread_mutex_lock(&q_lock);
+    pthread_mutex_lock(m);
     cmd_int("INCR %s:waiting", prefix);
+    say("waiting");
     while (cmd_int("GET %s:go", prefix) == 0)
-        wait_once(c, "go");
-    pthread_mutex_unlock(&q_lock);
+        wait_once_on(c, m, "go");
+    pthread_mutex_unlock(m);
     say("woken %lld", clock_ms(CLOCK_REALTIME));
 }
 
@@ -262,7 +272,7 @@ static void fork_waitgo(void)
         exit(1);
     if (p == 0) {
         rc = prog_connect(data_host, data_port);    /* the parent's stays the parent's */
-        waitgo(&not_empty);
+        waitgo(&not_empty, &q_lock);
         exit(0);
     }
     int st = 0;
@@ -273,7 +283,7 @@ static void fork_waitgo(void)
 static void heap_waitgo(const char *file)
 {
     struct chan *ch = chan_new(1);
-    waitgo(&ch->cond);
+    waitgo(&ch->cond, &q_lock);
     say("destroyed %s", ename(pthread_cond_destroy(&ch->cond)));
     free(ch);
     wait_file(file);
@@ -378,9 +388,11 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "consume") == 0 && argc > 6)
         consume(atol(argv[5]), atol(argv[6]));
     else if (strcmp(mode, "waitgo") == 0)
-        waitgo(&not_empty);
+        waitgo(&not_empty, &q_lock);
     else if (strcmp(mode, "waitgo-local") == 0)
-        waitgo(&local_cond);
+        waitgo(&local_cond, &q_lock);
+    else if (strcmp(mode, "waitgo-plain") == 0)
+        waitgo(&not_empty, &plain_lock);
     else if (strcmp(mode, "go") == 0 && argc > 6)
         go(atol(argv[5]), argv[6]);
     else if (strcmp(mode, "timeout") == 0 && argc > 6)
