@@ -34,6 +34,8 @@
 #define SHORT_WAIT_MS 2000      /* the unlisted cond's wait, which must time out */
 #define TIMEOUT_MS    700       /* the timed waits nobody signals */
 #define SLACK_MS      5000      /* how late a timed wait may return on a busy machine */
+#define QUIET_WAIT    "4000"    /* the sleeping waiter's timed wait (ms) */
+#define QUIET_MS      2000      /* how long it is watched for traffic */
 #define LAT_MAX       4096
 
 static struct th_checker chk;
@@ -290,6 +292,27 @@ static void timed_scenario(void **s)
     free(text);
 }
 
+/* A waiter asleep sends nothing: no poll of any kind reaches the server
+ * while it sleeps (its subscription is one idle connection). */
+static void test_a_sleeping_waiter_sends_no_command(void **s)
+{
+    (void)s;
+    char *out = th_out_file();
+    pid_t p = prog(NULL, out, NULL, "timeout", QUIET_WAIT, "realtime", NULL);
+    wait_numsub(th_key("cq_ne", DM_KEY_COND), 1);
+    usleep(200000);
+    long long before = th_info_num(lc, "stats", "total_commands_processed:");
+    usleep(QUIET_MS * 1000);
+    long long after = th_info_num(lc, "stats", "total_commands_processed:");
+    /* The first INFO counts itself once processed. */
+    measured("commands from a sleeping waiter in %d ms: %lld", QUIET_MS, after - before - 1);
+    if (after - before > 1)
+        fail_msg("%lld commands reached the server while the waiter slept", after - before - 1);
+    char *text = finish(p, out);
+    th_assert_has(text, "rc ETIMEDOUT ");
+    free(text);
+}
+
 /* A thread cancelled inside a cluster cond wait runs its cleanup handler
  * holding the mutex, cluster hold included, and the handler's unlock
  * releases both: the process locks it again afterwards. */
@@ -425,6 +448,7 @@ int main(void)
                 "monotonic", test_setup, th_test_teardown),
         TH_CASE(test_clockwait_monotonic_returns_etimedout_by_its_deadline, timed_scenario,
                 "clockwait", test_setup, th_test_teardown),
+        T(test_a_sleeping_waiter_sends_no_command),
         T(test_cancel_in_a_cluster_wait_runs_the_cleanup_holding_the_mutex),
         T(test_waiters_wake_after_the_subscriber_reconnects),
         T(test_unlisted_cond_with_a_mapped_mutex_stays_local),
