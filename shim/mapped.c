@@ -1183,7 +1183,11 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     /* Subscribed and counted before anything is let go: from here on no
      * signal of any process can be missed. */
     struct dm_notify_chan *ch = ce->cn->ch;
-    int subscribed = dm_notify_subscribe(ch, mcfg->redis.command_timeout_ms) == 0;
+    long sub_ms = mcfg->redis.command_timeout_ms;   /* cut to the deadline: a timed wait */
+    long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
+    if (left >= 0 && left < sub_ms)
+        sub_ms = left;
+    int subscribed = dm_notify_subscribe(ch, sub_ms) == 0;
     unsigned long seen = dm_notify_seq(ch);
     if (cw.mapped) {
         cw.w.depth = e->depth;

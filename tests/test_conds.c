@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -34,6 +37,7 @@
 #define SHORT_WAIT_MS 2000      /* the unlisted cond's wait, which must time out */
 #define TIMEOUT_MS    700       /* the timed waits nobody signals */
 #define SLACK_MS      5000      /* how late a timed wait may return on a busy machine */
+#define MUTE_TIMEOUT_MS 4000L   /* command_timeout_ms against the server that never answers */
 #define QUIET_WAIT    "4000"    /* the sleeping waiter's timed wait (ms) */
 #define QUIET_MS      2000      /* how long it is watched for traffic */
 #define LAT_MAX       4096
@@ -70,13 +74,17 @@ static void measured(const char *fmt, ...)
 /* condprog MODE ARGS... (NULL-terminated) on machine `ns` (NULL: here),
  * under the shim with the group's config, output to `out`, with extra
  * environment entries `extra` (NULL-terminated, or NULL). */
+static const char *cfg_path;    /* NULL: the group's config */
+static const char *redis_url;   /* NULL: the lock server */
+
 static pid_t prog(const char *ns, const char *out, const char *const *extra, const char *mode, ...)
 {
     static char *cfg;
     if (!cfg)
         cfg = th_write_file(".cfg", "%s", cfg_text);    /* the group's: removed at its end */
     static struct th_shim_env e;
-    char **base = th_shim_env(&e, cfg, ls.url, "info");
+    char **base = th_shim_env(&e, cfg_path ? cfg_path : cfg, redis_url ? redis_url : ls.url,
+                              "info");
     static char *env[16];
     int n = 0;
     for (; base[n]; n++)
@@ -292,6 +300,40 @@ static void timed_scenario(void **s)
     free(text);
 }
 
+/* A timed wait whose subscription cannot be made (a server that accepts
+ * connections and never answers, command timeout 4 s) still returns by its
+ * deadline: the subscription is cut to the time the wait has. */
+static void test_timedwait_returns_by_its_deadline_when_redis_does_not_answer(void **s)
+{
+    (void)s;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 16), 0);   /* never accepted: connects succeed, replies never come */
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    char url[64], ms[16];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(ms, sizeof ms, "%d", TIMEOUT_MS);
+    cfg_path = th_keep_file(th_write_file(".cfg", "redis = { command_timeout_ms = %ld; };\n%s",
+                                          MUTE_TIMEOUT_MS, cfg_text));
+    redis_url = url;
+    char *out = th_out_file();
+    pid_t p = prog(NULL, out, NULL, "timeout", ms, "plain", NULL);
+    cfg_path = NULL;
+    redis_url = NULL;
+    char *text = finish(p, out);
+    close(fd);
+    th_assert_has(text, "rc ETIMEDOUT ");
+    long long el = th_field_after(text, "elapsed ");
+    measured("a %d ms timed wait, Redis silent (command timeout %ld ms): returned after %lld ms",
+             TIMEOUT_MS, MUTE_TIMEOUT_MS, el);
+    if (el >= MUTE_TIMEOUT_MS)
+        fail_msg("the wait returned after %lld ms, the command timeout, not its %d ms deadline",
+                 el, TIMEOUT_MS);
+    free(text);
+}
+
 /* A waiter asleep sends nothing: no poll of any kind reaches the server
  * while it sleeps (its subscription is one idle connection). */
 static void test_a_sleeping_waiter_sends_no_command(void **s)
@@ -448,6 +490,7 @@ int main(void)
                 "monotonic", test_setup, th_test_teardown),
         TH_CASE(test_clockwait_monotonic_returns_etimedout_by_its_deadline, timed_scenario,
                 "clockwait", test_setup, th_test_teardown),
+        T(test_timedwait_returns_by_its_deadline_when_redis_does_not_answer),
         T(test_a_sleeping_waiter_sends_no_command),
         T(test_cancel_in_a_cluster_wait_runs_the_cleanup_holding_the_mutex),
         T(test_waiters_wake_after_the_subscriber_reconnects),

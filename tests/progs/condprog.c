@@ -30,7 +30,9 @@
  *   timeout MS CLOCK     one timed wait of MS with no signal: timedwait on
  *                        not_empty (CLOCK realtime), on mono_cond (CLOCK
  *                        monotonic: a CLOCK_MONOTONIC condattr), or
- *                        clockwait on not_empty (CLOCK clockwait):
+ *                        clockwait on not_empty (CLOCK clockwait), or
+ *                        timedwait on not_empty with plain_lock (CLOCK
+ *                        plain: an unmapped mutex, no lock round trip):
  *                        "rc RC elapsed MS token T" (T: dmutex_token after)
  *   cancel               a thread waits on not_empty untimed and is
  *                        cancelled: its cleanup handler says "cleanup
@@ -299,10 +301,14 @@ static void heap_waitgo(const char *file)
 
 static void timeout(long ms, const char *clk)
 {
-    pthread_mutex_lock(&q_lock);
+    pthread_mutex_t *m = strcmp(clk, "plain") == 0 ? &plain_lock : &q_lock;
+    pthread_mutex_lock(m);
     long long t0 = now_ms();
     int r;
-    if (strcmp(clk, "monotonic") == 0) {
+    if (m == &plain_lock) {
+        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
+        r = pthread_cond_timedwait(&not_empty, m, &dl);
+    } else if (strcmp(clk, "monotonic") == 0) {
         struct timespec dl = deadline_in(CLOCK_MONOTONIC, ms);
         r = pthread_cond_timedwait(&mono_cond, &q_lock, &dl);
     } else if (strcmp(clk, "clockwait") == 0) {
@@ -313,8 +319,8 @@ static void timeout(long ms, const char *clk)
         r = pthread_cond_timedwait(&not_empty, &q_lock, &dl);
     }
     long long t = now_ms() - t0;
-    unsigned long long tok = dmutex_token ? (unsigned long long)dmutex_token(&q_lock) : 0;
-    pthread_mutex_unlock(&q_lock);
+    unsigned long long tok = dmutex_token ? (unsigned long long)dmutex_token(m) : 0;
+    pthread_mutex_unlock(m);
     say("rc %s elapsed %lld token %llu", ename(r), t, tok);
 }
 
