@@ -794,3 +794,28 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             dm_stats_reset(&l->stats);
         }
 }
+
+long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
+{
+    static long publish_logged;
+    char msg[sizeof process_id + 16];
+    snprintf(msg, sizeof msg, "%s %s", process_id, broadcast ? "broadcast" : "signal");
+    struct dm_conn *conn = dm_redis_get();
+    redisReply *r = dm_redis_command(conn, "PUBLISH %s %s", l->keys[DM_KEY_COND], msg);
+    struct dm_redis_error why;
+    long n = -1;
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        n = (long)r->integer;
+    else
+        dm_redis_error_keep(&why, conn);
+    dm_redis_put(conn);
+    if (r)
+        freeReplyObject(r);
+    if (n < 0)
+        dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                     "condition variable %s: the %s reached no other process (redis at %s: "
+                     "%s); their waiters wake at their deadline or after their reconnect",
+                     l->name, broadcast ? "broadcast" : "signal", dm_redis_addr(),
+                     r ? "unexpected reply" : why.errstr);
+    return n;
+}

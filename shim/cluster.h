@@ -127,6 +127,15 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
+/* A condition variable's signal (broadcast = 0) or broadcast to every
+ * process: one PUBLISH of "<process id> signal|broadcast" on l's
+ * NS:{NAME}:cond channel (l is the record of the cond's name), awaited
+ * on a pooled connection. Returns how many subscribers got it (>= 0), or
+ * -1 when Redis could not be reached or refused (logged every few
+ * seconds with the name, the address and the cause): remote waiters then
+ * wake at their deadline or their subscriber's reconnect. */
+long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast);
+
 /* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes the lock table's mutex, so that the child never sees the table
  * half rebuilt; parent gives it back. The child handler runs after

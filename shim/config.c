@@ -881,8 +881,12 @@ static void mutex_free(struct dm_mutex_config *m)
     free(m->name);
 }
 
+/* One entry of `mutexes`, or of `conds` (m->cond set by the caller): the
+ * same keys, but a condition variable has no lock mode (fair, cache). */
 static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mutex_config *m)
 {
+    int cond = m->cond;
+    const char *what = cond ? "cond entry" : "mutex entry";
     unsigned line = line_of(e);
     const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL;
     unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0;
@@ -892,11 +896,18 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
 
     dm_config_keys_defaults(DM_GROUP_MUTEX, m, NULL);
     m->line = (int)line;
+    m->cond = cond;
     if (!config_setting_is_group(e))
-        return fail(p, line, "each entry of mutexes must be a group { symbol = \"...\"; }, not %s",
-                    type_name(e));
-    if (check_keys(p, e, DM_GROUP_MUTEX, "in a mutex entry") < 0)
+        return fail(p, line, "each entry of %s must be a group { symbol = \"...\"; }, not %s",
+                    cond ? "conds" : "mutexes", type_name(e));
+    if (check_keys(p, e, DM_GROUP_MUTEX, cond ? "in a cond entry" : "in a mutex entry") < 0)
         return -1;
+    for (int id = DM_K_FAIR; cond && id <= DM_K_CACHE; id++) {
+        const config_setting_t *s = config_setting_get_member(e, dm_config_keys[id].name);
+        if (s)
+            return fail(p, line_of(s), "%s only applies to mutex entries: a condition variable "
+                        "has no lock mode (its mutex's entry has)", dm_config_keys[id].name);
+    }
     if (get_string(p, e, "", "symbol", &sym, &sym_line) < 0
         || get_string(p, e, "", "init_site", &site, &site_line) < 0
         || get_string(p, e, "", "object", &obj, &obj_line) < 0
@@ -907,14 +918,15 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
     int has_off = off_line != 0, has_idx = idx_line != 0;
 
     if (!sym && !site)
-        return fail(p, line, "mutex entry needs symbol = \"...\" (a variable) or "
-                    "init_site = \"...\" (the function that initialises heap mutexes)");
+        return fail(p, line, "%s needs symbol = \"...\" (a variable) or "
+                    "init_site = \"...\" (the function that initialises heap %s)", what,
+                    cond ? "condition variables" : "mutexes");
     if (sym && site)
-        return fail(p, line, "mutex entry has both symbol (line %u) and init_site (line %u); "
-                    "use one per entry", sym_line, site_line);
+        return fail(p, line, "%s has both symbol (line %u) and init_site (line %u); "
+                    "use one per entry", what, sym_line, site_line);
     if (has_off && has_idx)
-        return fail(p, line, "mutex entry has both offset (line %u) and index (line %u); "
-                    "use one", off_line, idx_line);
+        return fail(p, line, "%s has both offset (line %u) and index (line %u); "
+                    "use one", what, off_line, idx_line);
     if (site && (has_off || has_idx))
         return fail(p, has_off ? off_line : idx_line, "%s only applies to symbol entries, "
                     "not to init_site", has_off ? "offset" : "index");
@@ -1007,11 +1019,14 @@ static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t 
     if (!again)
         return 0;
     struct shown sv;
+    const char *what = again->cond ? "cond entry" : "mutex entry";
     if (again->init_site)
-        return fail(p, (unsigned)again->line, "mutex entry repeats the one at line %d "
-                    "(same object and init_site = %s)", first->line, show(&sv, again->init_site));
-    return fail(p, (unsigned)again->line, "mutex entry repeats the one at line %d "
-                "(same object, symbol = %s, offset and index)", first->line, show(&sv, again->symbol));
+        return fail(p, (unsigned)again->line, "%s repeats the one at line %d "
+                    "(same object and init_site = %s)", what, first->line,
+                    show(&sv, again->init_site));
+    return fail(p, (unsigned)again->line, "%s repeats the one at line %d "
+                "(same object, symbol = %s, offset and index)", what, first->line,
+                show(&sv, again->symbol));
 }
 
 /* programs = ["stock", "app"]: the executables the config is for. Other
@@ -1066,6 +1081,41 @@ static int parse_mutexes(struct parse *p, const config_setting_t *root, struct d
         cfg->nmutexes++;
     }
     return check_duplicates(p, cfg->mutexes, cfg->nmutexes);
+}
+
+/* conds = ( { symbol = "not_empty"; name = "queue"; }, ... ): the entries
+ * of mutexes, for pthread_cond_t. A symbol named in both lists would be
+ * one object taken for a mutex and a condition variable: refused. */
+static int parse_conds(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    config_setting_t *l;
+    int n = list_member(p, root, "", "conds", "a list ( { symbol = \"...\"; }, ... ) of groups",
+                        sizeof *cfg->conds, (void **)&cfg->conds, &l);
+    if (n <= 0)
+        return n;
+    for (int i = 0; i < n; i++) {
+        struct dm_mutex_config *m = &cfg->conds[cfg->nconds];
+        m->cond = 1;
+        int rc = parse_mutex(p, config_setting_get_elem(l, (unsigned)i), m);
+        if (rc < 0) {
+            mutex_free(m);
+            return -1;
+        }
+        cfg->nconds++;
+    }
+    if (check_duplicates(p, cfg->conds, cfg->nconds) < 0)
+        return -1;
+    for (size_t i = 0; i < cfg->nconds; i++)
+        for (size_t j = 0; j < cfg->nmutexes; j++) {
+            const struct dm_mutex_config *c = &cfg->conds[i], *m = &cfg->mutexes[j];
+            if (same_target(c, m) && !c->init_site) {
+                struct shown sv;
+                return fail(p, (unsigned)c->line, "cond entry names the mutex of the mutex "
+                            "entry at line %d (same object, symbol = %s, offset and index): "
+                            "one variable cannot be both", m->line, show(&sv, c->symbol));
+            }
+        }
+    return 0;
 }
 
 /* libconfig's message and line. The line itself is not quoted: a file that
@@ -1131,7 +1181,8 @@ static int load_text(const char *text, const char *label, const char *program,
         } else if (check_keys(&p, root, DM_GROUP_TOP, "at the top level") == 0
                    && parse_redis(&p, root, &cfg.redis) == 0
                    && parse_top(&p, root, &cfg) == 0
-                   && parse_mutexes(&p, root, &cfg) == 0) {
+                   && parse_mutexes(&p, root, &cfg) == 0
+                   && parse_conds(&p, root, &cfg) == 0) {
             cfg.settings = config_setting_length(root);
             cfg.mutexes_line = config_setting_get_member(root, "mutexes") ?
                 (int)line_of(config_setting_get_member(root, "mutexes")) : 0;
@@ -1288,6 +1339,9 @@ void dm_config_free(struct dm_config *cfg)
     for (size_t i = 0; i < cfg->nmutexes; i++)
         mutex_free(&cfg->mutexes[i]);
     free(cfg->mutexes);
+    for (size_t i = 0; i < cfg->nconds; i++)
+        mutex_free(&cfg->conds[i]);
+    free(cfg->conds);
     for (size_t i = 0; i < cfg->nprograms; i++)
         free(cfg->programs[i]);
     free(cfg->programs);

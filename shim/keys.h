@@ -25,6 +25,8 @@ enum dm_key {
     DM_KEY_WANT,        /* NS:{NAME}:want      channel: "a process wants it" */
     DM_KEY_FORCED,      /* NS:{NAME}:forced    the last forced release (dmutex unlock
                            --force): who, when, whose hold, which tokens */
+    DM_KEY_COND,        /* NS:{NAME}:cond      channel: a condition variable's signal or
+                           broadcast (conds entries; NAME is the cond's name) */
     DM_KEY_WAIT,        /* NS:{NAME}:w:        channel prefix: + process id, a fair
                            handover to that process (dm_keys_wait_channel) */
     DM_KEY_COUNT

@@ -85,6 +85,7 @@ static const struct dm_config *mcfg;
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
 static struct dm_htab names;
 static struct dm_entry *free_entries;
+static long cond_gap_ms;                /* DMUTEX_TEST_COND_GAP_MS (see dm_mapped_init) */
 static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
 static __thread unsigned long tseq;
@@ -145,6 +146,10 @@ static void name_sync_init(struct dm_name *nm)
 void dm_mapped_init(const struct dm_config *cfg)
 {
     mcfg = cfg;
+    /* Tests only: a cluster cond waiter pauses this long between letting
+     * go of its mutex and its sleep, so that a signal lands in that gap. */
+    const char *gap = getenv("DMUTEX_TEST_COND_GAP_MS");
+    cond_gap_ms = gap ? atol(gap) : 0;
 }
 
 /* ---- the name table ------------------------------------------------------ */
@@ -228,7 +233,7 @@ int dm_mapped_add(const void *addr, const char *name, int flags)
 {
     struct dm_entry *old = dm_registry_lookup(addr);
     if (old)
-        return strcmp(old->nm->cl->name, name) == 0 ? 0 : EEXIST;
+        return old->kind == DM_ENTRY_MUTEX && strcmp(old->nm->cl->name, name) == 0 ? 0 : EEXIST;
     struct dm_name *nm = name_get(name);
     if (!nm)
         return ENOMEM;
@@ -248,6 +253,7 @@ int dm_mapped_add(const void *addr, const char *name, int flags)
         return ENOMEM;
     }
     memset(e, 0, sizeof *e);
+    e->kind = DM_ENTRY_MUTEX;
     e->addr = addr;
     e->nm = nm;
     e->heap = (flags & DM_MAP_HEAP) != 0;
@@ -259,11 +265,17 @@ int dm_mapped_add(const void *addr, const char *name, int flags)
     return rc;
 }
 
+static void cond_remove(struct dm_cond_entry *ce);
+
 void dm_mapped_remove(const void *addr)
 {
     struct dm_entry *e = dm_registry_remove(addr);
     if (!e)
         return;
+    if (e->kind == DM_ENTRY_COND) {
+        cond_remove((struct dm_cond_entry *)e);
+        return;
+    }
     struct dm_name *nm = e->nm;
     /* A reader that looked it up just now may still read it: recycle the
      * memory for another entry rather than give it back to malloc. */
@@ -659,7 +671,8 @@ static void drop_dead_hold(const void *addr, void *value, void *arg)
 {
     struct dm_entry *e = value;
     unsigned long me = *(const unsigned long *)arg;
-    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != me || !is_robust(addr))
+    if (e->kind != DM_ENTRY_MUTEX || __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != me ||
+        !is_robust(addr))
         return;
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
@@ -934,6 +947,8 @@ static void cond_rejoin(struct cond_wait *w)
     __atomic_store_n(&w->e->since_ns, dm_stats_now_ns(), __ATOMIC_RELAXED);
 }
 
+static int unlisted_logged;             /* the info line of a mapped mutex's unlisted cond */
+
 static void cond_cancelled(void *arg)
 {
     int cs;
@@ -957,6 +972,10 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
     /* glibc's own checks, before anything is let go. */
     if (timed && (!clock_ok(clk) || abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
         return EINVAL;
+    if (!__atomic_exchange_n(&unlisted_logged, 1, __ATOMIC_RELAXED))
+        dm_info("lock %s: condition variable %p is not in conds: its signals wake this "
+                "process's waiters only (list it in conds for cluster-wide wake-ups)",
+                e->nm->cl->name, (void *)c);
     struct cond_wait w = { e, m, me, e->depth, 0, 0 };
     hold_observe(e);
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
@@ -1000,6 +1019,272 @@ uint64_t dm_mapped_token(struct dm_entry *e)
     return t;
 }
 
+/* ---- cluster-wide condition variables ------------------------------------
+ * A listed cond (conds) has a name and a channel, NS:{NAME}:cond. Its
+ * waiters do not sleep on the program's pthread_cond_t: they sleep on the
+ * channel's count in notify, which moves on every message, on every local
+ * signal (dm_notify_bump) and when the subscriber connection is remade.
+ * A waiter subscribes and reads the count *before* it lets go of anything,
+ * so a signal from anywhere after that moment moves the count it compares
+ * against: none falls into the gap between the cluster release and the
+ * sleep (a broadcast of the program's cond from the subscriber thread,
+ * without the mutex, would). Every wake-up wakes every waiter of the name
+ * in the process: a signal may wake more than one (POSIX allows it), a
+ * broadcast wakes all. */
+
+#define DM_COND_UNSUBSCRIBED_MS 1000    /* longest sleep while the channel is not subscribed */
+#define DM_GLIBC_COND_CLOCK_MONOTONIC 2 /* __wrefs bit: condattr clock (nptl's pthread_cond_init) */
+
+struct dm_cond_name {
+    struct dm_cond_name *next;          /* conds_mu */
+    struct dm_cluster_lock *cl;         /* the name's keys: the channel's name */
+    struct dm_notify_chan *ch;
+    unsigned long refs;                 /* conds_mu */
+};
+
+static pthread_mutex_t conds_mu = PTHREAD_MUTEX_INITIALIZER;   /* cond_names, refs, free list */
+static struct dm_cond_name *cond_names;
+static struct dm_cond_entry *free_conds;
+
+/* The record of cond name `name`, one more reference; NULL on ENOMEM. The
+ * calls into cluster and notify take their own locks after conds_mu (the
+ * fork order: mapped, then cluster, then notify). */
+static struct dm_cond_name *cond_name_get(const char *name)
+{
+    pthread_mutex_lock(&conds_mu);
+    struct dm_cond_name *cn = cond_names;
+    while (cn && strcmp(cn->cl->name, name) != 0)
+        cn = cn->next;
+    if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
+        cn->cl = dm_cluster_lock_get(name);
+        cn->ch = cn->cl ? dm_notify_chan(cn->cl->keys[DM_KEY_COND]) : NULL;
+        if (!cn->ch) {
+            dm_cluster_lock_put(cn->cl);
+            free(cn);
+            cn = NULL;
+        } else {
+            cn->next = cond_names;
+            cond_names = cn;
+        }
+    }
+    if (cn)
+        cn->refs++;
+    pthread_mutex_unlock(&conds_mu);
+    return cn;
+}
+
+/* Drops a reference; the last one unsubscribes the channel and frees. */
+static void cond_name_put(struct dm_cond_name *cn)
+{
+    pthread_mutex_lock(&conds_mu);
+    int last = --cn->refs == 0;
+    if (last) {
+        struct dm_cond_name **p = &cond_names;
+        while (*p != cn)
+            p = &(*p)->next;
+        *p = cn->next;
+    }
+    pthread_mutex_unlock(&conds_mu);
+    if (!last)
+        return;
+    dm_notify_chan_put(cn->ch);
+    dm_cluster_lock_put(cn->cl);
+    free(cn);
+}
+
+int dm_mapped_add_cond(const void *addr, const char *name, int flags)
+{
+    struct dm_cond_entry *old = dm_registry_lookup(addr);
+    if (old)
+        return old->kind == DM_ENTRY_COND && strcmp(old->cn->cl->name, name) == 0 ? 0 : EEXIST;
+    struct dm_cond_name *cn = cond_name_get(name);
+    if (!cn)
+        return ENOMEM;
+    pthread_mutex_lock(&conds_mu);
+    struct dm_cond_entry *ce = free_conds;
+    if (ce)
+        free_conds = ce->next_free;
+    pthread_mutex_unlock(&conds_mu);
+    if (!ce && !(ce = malloc(sizeof *ce))) {
+        cond_name_put(cn);
+        return ENOMEM;
+    }
+    memset(ce, 0, sizeof *ce);
+    ce->kind = DM_ENTRY_COND;
+    ce->addr = addr;
+    ce->cn = cn;
+    ce->heap = (flags & DM_MAP_HEAP) != 0;
+    int rc = dm_registry_add(addr, ce);
+    if (rc != 0) {
+        free(ce);
+        cond_name_put(cn);
+    }
+    return rc;
+}
+
+/* An entry already out of the registry: its memory is recycled (a reader
+ * may still be looking at it), its name dropped. */
+static void cond_remove(struct dm_cond_entry *ce)
+{
+    struct dm_cond_name *cn = ce->cn;
+    pthread_mutex_lock(&conds_mu);
+    ce->next_free = free_conds;
+    free_conds = ce;
+    pthread_mutex_unlock(&conds_mu);
+    cond_name_put(cn);
+}
+
+int dm_mapped_cond_destroy(struct dm_cond_entry *ce, pthread_cond_t *c)
+{
+    int r = dm_real.cond_destroy(c);
+    if (r == 0 && ce->heap)
+        dm_mapped_remove(c);
+    return r;
+}
+
+int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broadcast)
+{
+    /* Waiters that went through glibc (a wait from inside the shim) wait
+     * on c itself; ours on the channel's count. */
+    int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
+    if (in_shim)
+        return r;
+    dm_notify_bump(ce->cn->ch);
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+    in_shim++;
+    dm_cluster_cond_publish(ce->cn->cl, broadcast);
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
+    return r;
+}
+
+/* The mutex's way back, in the cancellation cleanup of a cluster cond
+ * wait: glibc's cancelled waiter owns its mutex when the program's
+ * handlers run, so this one does too, cluster hold included. */
+struct cond_cluster_wait {
+    struct cond_wait w;
+    int mapped;                 /* w.e is a mapped mutex whose hold was given back */
+};
+
+static void cond_cluster_retake(struct cond_cluster_wait *cw)
+{
+    if (dm_real.mutex_lock(cw->w.m) == EOWNERDEAD)
+        cw->w.real_dead = 1;
+    if (cw->mapped)
+        cond_rejoin(&cw->w);
+}
+
+static void cond_cluster_cancelled(void *arg)
+{
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+    in_shim++;
+    cond_cluster_retake(arg);
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
+}
+
+/* The clock of a timedwait: the cond's condattr clock, which glibc keeps
+ * in the cond itself (so a cond made before the shim's constructor, or
+ * statically, is read right too). */
+static clockid_t cond_clock(const pthread_cond_t *c)
+{
+    unsigned int wrefs = __atomic_load_n(&c->__data.__wrefs, __ATOMIC_RELAXED);
+    return (wrefs & DM_GLIBC_COND_CLOCK_MONOTONIC) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
+}
+
+int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pthread_mutex_t *m,
+                                int timed, clockid_t clk, const struct timespec *abstime)
+{
+    if (timed && clk == DM_COND_CLOCK_OF_COND)
+        clk = cond_clock(c);
+    if (in_shim) {
+        if (!timed)
+            return dm_real.cond_wait(c, m);
+        return dm_real.cond_clockwait(c, m, clk, abstime);
+    }
+    if (timed && (!clock_ok(clk) || abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
+        return EINVAL;
+    struct timespec dl, *dlp = NULL;
+    if (timed) {
+        int none;
+        if (to_monotonic(clk, abstime, &dl, &none) != 0)
+            return EINVAL;
+        if (!none)
+            dlp = &dl;
+    }
+    unsigned long me = self_seq();
+    struct dm_entry *e = dm_mapped_find(m);
+    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0 };
+    cw.mapped = e && __atomic_load_n(&e->holder, __ATOMIC_RELAXED) == me;
+
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+    in_shim++;
+    /* Subscribed and counted before anything is let go: from here on no
+     * signal of any process can be missed. */
+    struct dm_notify_chan *ch = ce->cn->ch;
+    long sub_ms = mcfg->redis.command_timeout_ms;   /* cut to the deadline: a timed wait */
+    long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
+    if (left >= 0 && left < sub_ms)
+        sub_ms = left;
+    int subscribed = dm_notify_subscribe(ch, sub_ms) == 0;
+    unsigned long seen = dm_notify_seq(ch);
+    if (cw.mapped) {
+        cw.w.depth = e->depth;
+        __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
+        e->depth = 0;
+        name_leave(e->nm);      /* a hold lost meanwhile was reported; no EPERM here */
+    }
+    dm_real.mutex_unlock(m);
+    if (cond_gap_ms > 0)
+        dm_sleep_ms(cond_gap_ms);
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
+
+    /* Not subscribed (Redis unreachable): a remote signal could not reach
+     * us, so the sleep is cut short and the caller re-checks (a spurious
+     * wake-up) rather than sleep past it. */
+    struct timespec cap;
+    int capped = 0;
+    if (!subscribed) {
+        dm_deadline_in(&cap, DM_COND_UNSUBSCRIBED_MS);
+        if (!dlp || dm_ts_before(&cap, dlp)) {
+            dlp = &cap;
+            capped = 1;
+        }
+    }
+    int r;
+    pthread_cleanup_push(cond_cluster_cancelled, &cw);
+    r = dm_notify_wait_until(ch, seen, dlp);
+    pthread_cleanup_pop(0);
+    if (capped && r == ETIMEDOUT)
+        r = 0;
+
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+    in_shim++;
+    cond_cluster_retake(&cw);
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
+    if (cw.w.real_dead)
+        return EOWNERDEAD;
+    if (cw.mapped && cw.w.dead && is_robust(m)) {
+        e->robust_state = DM_ROBUST_INCONSISTENT;
+        return EOWNERDEAD;
+    }
+    return r;
+}
+
+/* Fork: prepare takes conds_mu (after names_mu, before cluster's and
+ * notify's locks); the child's subscriptions are gone with notify's, and
+ * the first wait there subscribes again. The parent's waiters are not in
+ * the child. */
+static void cond_atfork(enum dm_fork_phase phase)
+{
+    dm_fork_mutex(&conds_mu, phase);
+}
+
 /* ---- fork and exit ---------------------------------------------------------- */
 
 static void entry_forget(const void *addr, void *value, void *arg)
@@ -1007,6 +1292,8 @@ static void entry_forget(const void *addr, void *value, void *arg)
     (void)addr;
     (void)arg;
     struct dm_entry *e = value;
+    if (e->kind != DM_ENTRY_MUTEX)
+        return;
     e->holder = 0;
     e->depth = 0;
 }
@@ -1016,6 +1303,7 @@ static void entry_forget(const void *addr, void *value, void *arg)
 void dm_mapped_atfork(enum dm_fork_phase phase)
 {
     dm_fork_mutex(&names_mu, phase);
+    cond_atfork(phase);
     if (phase != DM_FORK_CHILD)
         return;
     /* The parent's holds are the parent's: the child holds nothing, and a
@@ -1041,7 +1329,8 @@ static void count_exiting(const void *addr, void *value, void *arg)
 {
     (void)addr;
     struct dm_entry *e = value;
-    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg)
+    if (e->kind != DM_ENTRY_MUTEX ||
+        __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg)
         return;
     pthread_mutex_lock(&e->nm->mu);
     e->nm->exiting++;
@@ -1055,7 +1344,8 @@ static void forget_exiting(const void *addr, void *value, void *arg)
 {
     (void)addr;
     struct dm_entry *e = value;
-    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg ||
+    if (e->kind != DM_ENTRY_MUTEX ||
+        __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg ||
         !__atomic_load_n(&e->nm->exit_released, __ATOMIC_RELAXED))
         return;
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);

@@ -12,12 +12,19 @@
 #include <time.h>
 
 #include "config.h"
+#include "registry.h"
 #include "util.h"
 
 struct dm_name;
+struct dm_cond_name;
+
+/* What a registry entry maps: every entry starts with its kind, so that a
+ * condition variable's address is never taken for a mutex's. */
+enum dm_entry_kind { DM_ENTRY_MUTEX, DM_ENTRY_COND };
 
 /* One mapped address. */
 struct dm_entry {
+    int kind;                   /* DM_ENTRY_MUTEX */
     const void *addr;
     struct dm_name *nm;
     unsigned long holder;       /* thread seq holding it through the shim, 0: none (atomic) */
@@ -30,6 +37,30 @@ struct dm_entry {
 };
 
 enum { DM_ROBUST_OK, DM_ROBUST_INCONSISTENT, DM_ROBUST_NOTRECOVERABLE };
+
+/* One listed condition variable (conds). */
+struct dm_cond_entry {
+    int kind;                   /* DM_ENTRY_COND */
+    const void *addr;
+    struct dm_cond_name *cn;    /* its name: channel, subscription */
+    int heap;                   /* made by init_site: removed by destroy */
+    struct dm_cond_entry *next_free;
+};
+
+/* The mapped mutex at `m`, or NULL (unmapped, or a condition variable's
+ * address): one filter load for every unmapped one. */
+static inline struct dm_entry *dm_mapped_find(const void *m)
+{
+    struct dm_entry *e = dm_registry_lookup(m);
+    return __builtin_expect(e == NULL, 1) || e->kind != DM_ENTRY_MUTEX ? NULL : e;
+}
+
+/* The listed condition variable at `c`, or NULL. */
+static inline struct dm_cond_entry *dm_mapped_find_cond(const void *c)
+{
+    struct dm_cond_entry *e = dm_registry_lookup(c);
+    return __builtin_expect(e == NULL, 1) || e->kind != DM_ENTRY_COND ? NULL : e;
+}
 
 /* Sets up from a loaded config (no I/O, no threads): called by the
  * constructor. */
@@ -44,8 +75,14 @@ void dm_mapped_init(const struct dm_config *cfg);
  * ENOMEM. */
 int dm_mapped_add(const void *addr, const char *name, int flags);
 
-/* Unmaps an entry (pthread_mutex_destroy of a heap mutex, dlclose); the
- * name's record is freed with its last mutex. */
+/* Maps condition variable `addr` under cond name `name` (DM_MAP_HEAP or
+ * 0). Returns 0, EEXIST (the address is mapped otherwise), or ENOMEM. No
+ * I/O: the cond's channel is subscribed at its first wait. */
+int dm_mapped_add_cond(const void *addr, const char *name, int flags);
+
+/* Unmaps an entry, mutex or condition variable (pthread_mutex_destroy or
+ * pthread_cond_destroy of a heap one, dlclose); the name's record is freed
+ * with its last entry. */
 void dm_mapped_remove(const void *addr);
 
 enum dm_lock_mode { DM_LOCK, DM_TRYLOCK, DM_TIMEDLOCK };
@@ -60,6 +97,28 @@ int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_m
 /* cond_wait family: `abstime` NULL for pthread_cond_wait. */
 int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *m,
                         int timed, clockid_t clk, const struct timespec *abstime);
+
+/* A listed condition variable (docs/semantics.md). A wait subscribes to
+ * the cond's channel (once), notes its count, gives back the mutex's
+ * cluster hold (a mapped m) and the real mutex, sleeps until the count
+ * moves (a local signal, a message, the subscriber's reconnect) or the
+ * deadline passes, then takes the real mutex and the hold back. `m` may
+ * be mapped or not. `timed` with clockwait: clk is the caller's clock;
+ * timedwait passes DM_COND_CLOCK_OF_COND (the cond's own, from glibc's
+ * layout). Cancellable as glibc's: the mutex and its hold are taken back
+ * before the program's cleanup handlers run. */
+#define DM_COND_CLOCK_OF_COND ((clockid_t)-1)
+int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pthread_mutex_t *m,
+                                int timed, clockid_t clk, const struct timespec *abstime);
+
+/* Signal (broadcast = 0) or broadcast: glibc's own for waiters that went
+ * through glibc, the cond's local waiters at once, then one PUBLISH on
+ * the cond's channel for every other process. */
+int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broadcast);
+
+/* pthread_cond_destroy of a listed cond: glibc's, and a heap one is
+ * unmapped (its name's channel unsubscribed with the last). */
+int dm_mapped_cond_destroy(struct dm_cond_entry *ce, pthread_cond_t *c);
 
 /* Fencing token of the calling thread's hold of e, 0 if it holds none. */
 uint64_t dm_mapped_token(struct dm_entry *e);

@@ -501,6 +501,40 @@ int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_m
     return rc;
 }
 
+void dm_notify_bump(struct dm_notify_chan *ch)
+{
+    pthread_mutex_lock(&nmu);
+    ch->seq++;
+    cv_init_locked();
+    pthread_cond_broadcast(&ncv);
+    pthread_mutex_unlock(&nmu);
+}
+
+static void wait_cancelled(void *arg)
+{
+    (void)arg;
+    pthread_mutex_unlock(&nmu);
+}
+
+int dm_notify_wait_until(struct dm_notify_chan *ch, unsigned long seen,
+                         const struct timespec *deadline)
+{
+    volatile int rc = 0;        /* set between the cleanup's setjmp and its pop */
+    pthread_mutex_lock(&nmu);
+    cv_init_locked();
+    pthread_cleanup_push(wait_cancelled, NULL);
+    while (ch->seq == seen) {
+        if (!deadline) {
+            pthread_cond_wait(&ncv, &nmu);
+        } else if (pthread_cond_timedwait(&ncv, &nmu, deadline) == ETIMEDOUT) {
+            rc = ch->seq == seen ? ETIMEDOUT : 0;
+            break;
+        }
+    }
+    pthread_cleanup_pop(1);
+    return rc;
+}
+
 size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len)
 {
     pthread_mutex_lock(&nmu);

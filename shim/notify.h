@@ -44,6 +44,18 @@ unsigned long dm_notify_seq(struct dm_notify_chan *ch);
  * and remade, so that no waiter sleeps through a notice it could not get. */
 int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_ms);
 
+/* Moves the channel's count and wakes its waiters, as a message on it
+ * would: a local signal of a condition variable (no I/O). */
+void dm_notify_bump(struct dm_notify_chan *ch);
+
+/* Sleeps until the count differs from `seen` (0) or the CLOCK_MONOTONIC
+ * `deadline` passes (ETIMEDOUT); NULL: no deadline. Unlike dm_notify_wait
+ * it is a cancellation point, as the program's pthread_cond_wait it
+ * stands for: a thread cancelled in it leaves with notify's lock given
+ * back, and its cleanup handlers run as usual. */
+int dm_notify_wait_until(struct dm_notify_chan *ch, unsigned long seen,
+                         const struct timespec *deadline);
+
 /* Copies the channel's latest message into buf (NUL-terminated, cut to
  * len - 1 bytes) and returns its full length; 0 if none yet. */
 size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len);

@@ -1,8 +1,11 @@
 /* preload: the exported symbols and nothing else. Each pthread_* entry
  * point is a few lines: probe the registry; on a miss (every unmapped
- * mutex) tail-call glibc through the table in real.c; on a hit hand off to
- * mapped. pthread_mutex_init also asks startup whether its caller is an
- * init_site function (one load when there are none). dlopen/dlclose and the
+ * mutex, every unlisted condition variable) tail-call glibc through the
+ * table in real.c; on a hit hand off to mapped. pthread_mutex_init and
+ * pthread_cond_init also ask startup whether their caller is an init_site
+ * function (one load when there are none). A cond wait probes the cond
+ * first (a listed one is cluster-wide, whatever its mutex), then the
+ * mutex. dlopen/dlclose and the
  * explicit API (dmutex_name, dmutex_token) are thin exports over startup
  * and mapped. Nothing includes this module: it has no header. Does no I/O
  * and knows nothing of Redis, of the program's symbols or of the config
@@ -26,7 +29,7 @@
 
 DM_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.mutex_lock(m);
     return dm_mapped_lock(e, m, DM_LOCK, CLOCK_REALTIME, NULL);
@@ -34,7 +37,7 @@ DM_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 
 DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.mutex_unlock(m);
     return dm_mapped_unlock(e, m);
@@ -42,7 +45,7 @@ DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 
 DM_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.mutex_trylock(m);
     return dm_mapped_lock(e, m, DM_TRYLOCK, CLOCK_REALTIME, NULL);
@@ -50,7 +53,7 @@ DM_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
 
 DM_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.mutex_timedlock(m, t);
     return dm_mapped_lock(e, m, DM_TIMEDLOCK, CLOCK_REALTIME, t);
@@ -58,7 +61,7 @@ DM_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec 
 
 DM_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.mutex_clocklock(m, c, t);
     return dm_mapped_lock(e, m, DM_TIMEDLOCK, c, t);
@@ -66,7 +69,7 @@ DM_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const str
 
 DM_EXPORT int pthread_mutex_consistent(pthread_mutex_t *m)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.mutex_consistent(m);
     return dm_mapped_consistent(e, m);
@@ -74,7 +77,7 @@ DM_EXPORT int pthread_mutex_consistent(pthread_mutex_t *m)
 
 DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.mutex_destroy(m);
     return dm_mapped_destroy(e, m);
@@ -83,6 +86,11 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
 {
     struct dm_entry *e = dm_registry_lookup(m);
+    if (e && e->kind == DM_ENTRY_COND) {
+        if (((struct dm_cond_entry *)e)->heap)
+            dm_mapped_remove(m);    /* a freed heap cond's memory, now a mutex */
+        e = NULL;
+    }
     if (e) {
         if (!e->heap)
             return dm_mapped_init_mutex(e, m, a);
@@ -106,7 +114,10 @@ DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *
 
 DM_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce != NULL, 0))
+        return dm_mapped_cond_cluster_wait(ce, c, m, 0, CLOCK_REALTIME, NULL);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.cond_wait(c, m);
     return dm_mapped_cond_wait(e, c, m, 0, CLOCK_REALTIME, NULL);
@@ -115,7 +126,10 @@ DM_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 DM_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
                                      const struct timespec *t)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce != NULL, 0))
+        return dm_mapped_cond_cluster_wait(ce, c, m, 1, DM_COND_CLOCK_OF_COND, t);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.cond_timedwait(c, m, t);
     return dm_mapped_cond_wait(e, c, m, 1, CLOCK_REALTIME, t);
@@ -124,10 +138,57 @@ DM_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
 DM_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
                                      const struct timespec *t)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce != NULL, 0))
+        return dm_mapped_cond_cluster_wait(ce, c, m, 1, k, t);
+    struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
         return dm_real.cond_clockwait(c, m, k, t);
     return dm_mapped_cond_wait(e, c, m, 1, k, t);
+}
+
+DM_EXPORT int pthread_cond_signal(pthread_cond_t *c)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce == NULL, 1))
+        return dm_real.cond_signal(c);
+    return dm_mapped_cond_signal(ce, c, 0);
+}
+
+DM_EXPORT int pthread_cond_broadcast(pthread_cond_t *c)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce == NULL, 1))
+        return dm_real.cond_broadcast(c);
+    return dm_mapped_cond_signal(ce, c, 1);
+}
+
+DM_EXPORT int pthread_cond_destroy(pthread_cond_t *c)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce == NULL, 1))
+        return dm_real.cond_destroy(c);
+    return dm_mapped_cond_destroy(ce, c);
+}
+
+DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+    struct dm_entry *e = dm_registry_lookup(c);
+    if (__builtin_expect(e != NULL, 0) &&
+        (e->kind == DM_ENTRY_COND ? ((struct dm_cond_entry *)e)->heap : e->heap))
+        dm_mapped_remove(c);    /* a heap one freed without destroy: decided afresh below */
+    if (__builtin_expect(dm_startup_ncond_sites == 0, 1))
+        return dm_real.cond_init(c, a);
+    uintptr_t caller = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.cond_init(c, a);
+    const struct dm_init_site *site = r == 0 ? dm_startup_cond_site(caller) : NULL;
+    if (site) {
+        int rc = dm_mapped_add_cond(c, site->name, DM_MAP_HEAP);
+        if (rc != 0)
+            dm_error("condition variable %p from %s() not mapped: %s", (void *)c, site->name,
+                     strerror(rc));
+    }
+    return r;
 }
 
 /* ---- the explicit API --------------------------------------------------- */
@@ -144,7 +205,7 @@ DM_EXPORT int dmutex_name(pthread_mutex_t *m, const char *name)
 
 DM_EXPORT uint64_t dmutex_token(pthread_mutex_t *m)
 {
-    struct dm_entry *e = dm_registry_lookup(m);
+    struct dm_entry *e = dm_mapped_find(m);
     return e ? dm_mapped_token(e) : 0;
 }
 

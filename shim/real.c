@@ -32,6 +32,14 @@ static int first_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const str
 static int first_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
                                 const struct timespec *t)
 { dm_real_resolve(); return dm_real.cond_clockwait(c, m, k, t); }
+static int first_cond_signal(pthread_cond_t *c)
+{ dm_real_resolve(); return dm_real.cond_signal(c); }
+static int first_cond_broadcast(pthread_cond_t *c)
+{ dm_real_resolve(); return dm_real.cond_broadcast(c); }
+static int first_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{ dm_real_resolve(); return dm_real.cond_init(c, a); }
+static int first_cond_destroy(pthread_cond_t *c)
+{ dm_real_resolve(); return dm_real.cond_destroy(c); }
 static void *first_dlopen(const char *file, int flags)
 { dm_real_resolve(); return dm_real.dlopen(file, flags); }
 static int first_dlclose(void *handle)
@@ -41,6 +49,7 @@ struct dm_real dm_real = {
     first_mutex_init, first_mutex_destroy, first_mutex_lock, first_mutex_trylock,
     first_mutex_timedlock, first_mutex_clocklock, first_mutex_unlock,
     first_mutex_consistent, first_cond_wait, first_cond_timedwait, first_cond_clockwait,
+    first_cond_signal, first_cond_broadcast, first_cond_init, first_cond_destroy,
     first_dlopen, first_dlclose,
 };
 
@@ -73,6 +82,10 @@ void dm_real_resolve(void)
     *(void **)&r.cond_wait = must_sym("pthread_cond_wait", "GLIBC_2.3.2");
     *(void **)&r.cond_timedwait = must_sym("pthread_cond_timedwait", "GLIBC_2.3.2");
     *(void **)&r.cond_clockwait = must_sym("pthread_cond_clockwait", NULL);
+    *(void **)&r.cond_signal = must_sym("pthread_cond_signal", "GLIBC_2.3.2");
+    *(void **)&r.cond_broadcast = must_sym("pthread_cond_broadcast", "GLIBC_2.3.2");
+    *(void **)&r.cond_init = must_sym("pthread_cond_init", "GLIBC_2.3.2");
+    *(void **)&r.cond_destroy = must_sym("pthread_cond_destroy", "GLIBC_2.3.2");
     *(void **)&r.dlopen = must_sym("dlopen", NULL);
     *(void **)&r.dlclose = must_sym("dlclose", NULL);
     void **dst = (void **)&dm_real;

@@ -21,6 +21,10 @@ struct dm_real {
     int (*cond_wait)(pthread_cond_t *, pthread_mutex_t *);
     int (*cond_timedwait)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
     int (*cond_clockwait)(pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *);
+    int (*cond_signal)(pthread_cond_t *);
+    int (*cond_broadcast)(pthread_cond_t *);
+    int (*cond_init)(pthread_cond_t *, const pthread_condattr_t *);
+    int (*cond_destroy)(pthread_cond_t *);
     void *(*dlopen)(const char *, int);
     int (*dlclose)(void *);
 };

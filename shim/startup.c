@@ -59,6 +59,17 @@ static int check_errors;
 static struct dm_init_site *init_sites;
 size_t dm_startup_ninit_sites;
 
+static struct dm_init_site *cond_sites;
+size_t dm_startup_ncond_sites;
+
+const struct dm_init_site *dm_startup_cond_site(uintptr_t caller)
+{
+    for (size_t i = 0; i < dm_startup_ncond_sites; i++)
+        if (caller >= cond_sites[i].start && caller < cond_sites[i].end)
+            return &cond_sites[i];
+    return NULL;
+}
+
 const struct dm_init_site *dm_startup_init_site(uintptr_t caller)
 {
     for (size_t i = 0; i < dm_startup_ninit_sites; i++)
@@ -144,6 +155,8 @@ static size_t nobject_entries;
 static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long objects_gen;       /* syncs started; under objects_mu */
 
+static size_t conds_mapped;     /* of the registry's entries, conds (for the summaries) */
+
 static int entry_flags(const struct dm_mutex_config *mc)
 {
     return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
@@ -156,9 +169,9 @@ static int entry_flags(const struct dm_mutex_config *mc)
 static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
                          char *err, size_t errlen)
 {
-    long offset = mc->offset + (mc->index > 0 ? mc->index * (long)sizeof(pthread_mutex_t) : 0);
-    return dm_symbols_find(mc->object, mc->symbol, offset, sizeof(pthread_mutex_t),
-                           out, err, errlen);
+    long size = mc->cond ? (long)sizeof(pthread_cond_t) : (long)sizeof(pthread_mutex_t);
+    long offset = mc->offset + (mc->index > 0 ? mc->index * size : 0);
+    return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, out, err, errlen);
 }
 
 static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_config *mc,
@@ -199,10 +212,13 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
 {
     char where[DM_ERR_MAX];
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
-    int r = dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
+    int r = mc->cond ? dm_mapped_add_cond((void *)addr, mc->name, 0)
+                     : dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
     if (r == EEXIST) {
         if (fatal) {
-            entry_fail("%s: %s is already mapped by another entry under another name "
+            entry_fail(mc->cond ? "%s: %s is already mapped by another entry (one variable, "
+                       "two names, or a mutex and a cond)"
+                       : "%s: %s is already mapped by another entry under another name "
                        "(one mutex, two lock names)", where, mc->symbol);
             return -1;
         }
@@ -217,6 +233,8 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
         dm_error("%s: cannot map %s: %s", where, mc->symbol, strerror(r));
         return -1;
     }
+    if (mc->cond)
+        conds_mapped++;
     dm_debug("mapped %s%s%s at %p as %s", mc->symbol, mc->object ? " in " : "",
              mc->object ? mc->object : "", (void *)addr, mc->name);
     return 0;
@@ -400,8 +418,9 @@ static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config
 static void map_entries(struct dm_config *cfg)
 {
     char err[DM_ERR_MAX];
-    for (size_t i = 0; i < cfg->nmutexes; i++) {
-        struct dm_mutex_config *mc = &cfg->mutexes[i];
+    for (size_t i = 0; i < cfg->nmutexes + cfg->nconds; i++) {
+        struct dm_mutex_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
+                                                       : &cfg->conds[i - cfg->nmutexes];
         if (mc->init_site) {
             uintptr_t start, end;
             int r = dm_symbols_function(mc->object, mc->init_site, &start, &end, err, sizeof err);
@@ -423,15 +442,17 @@ static void map_entries(struct dm_config *cfg)
                 snprintf(where, sizeof where, "%s, %lu bytes", at, (unsigned long)(end - start));
                 check_print(mc, what, where);
             }
-            struct dm_init_site *n = realloc(init_sites, (dm_startup_ninit_sites + 1) * sizeof *n);
+            struct dm_init_site **sites = mc->cond ? &cond_sites : &init_sites;
+            size_t *nsites = mc->cond ? &dm_startup_ncond_sites : &dm_startup_ninit_sites;
+            struct dm_init_site *n = realloc(*sites, (*nsites + 1) * sizeof *n);
             if (!n)
                 config_fail("%s%s: out of memory", cfg->path, "");
-            n[dm_startup_ninit_sites].start = start;
-            n[dm_startup_ninit_sites].end = end;
-            n[dm_startup_ninit_sites].name = mc->name;
-            n[dm_startup_ninit_sites].flags = DM_MAP_HEAP | entry_flags(mc);
-            init_sites = n;
-            dm_startup_ninit_sites++;
+            n[*nsites].start = start;
+            n[*nsites].end = end;
+            n[*nsites].name = mc->name;
+            n[*nsites].flags = DM_MAP_HEAP | entry_flags(mc);
+            *sites = n;
+            (*nsites)++;
             continue;
         }
         uintptr_t bias = 0;
@@ -471,14 +492,15 @@ static void map_entries(struct dm_config *cfg)
  * consistent on both sides. This is the one place fork handling is
  * registered, and this is the one order of the internal locks:
  *
- *   startup objects_mu -> symbols cache_lock -> mapped names_mu
+ *   startup objects_mu -> symbols cache_lock -> mapped names_mu -> mapped conds_mu
  *     -> registry writer lock -> metrics mu -> cluster locks_mu -> notify nmu
  *     -> redis pool_mu -> sentinel smu -> net ssl_rw (write side) -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
  * registry) under objects_mu; mapped's name_get makes the cluster lock
  * (locks_mu) under names_mu, which registers its channels (nmu) under
- * locks_mu; mapped walks the registry (dm_registry_foreach holds its writer
+ * locks_mu; a cond name's record (conds_mu) takes the cluster record and a
+ * channel the same way; mapped walks the registry (dm_registry_foreach holds its writer
  * lock) to count or drop holds, taking a name's mutex and, through the
  * watchdog, wmu; cache_lock, pool_mu and wmu hold nothing else (the
  * watchdog and notify threads let go of theirs before any I/O); metrics's
@@ -566,14 +588,26 @@ static const char *absolute_config(const char *path, char *buf, size_t len)
     return buf;
 }
 
+/* ", N conds (M init_site functions)" when the config lists conds. */
+static const char *conds_summary(void)
+{
+    static char buf[96];
+    buf[0] = 0;
+    if (config.nconds)
+        snprintf(buf, sizeof buf, ", %zu conds (%zu init_site functions)", conds_mapped,
+                 dm_startup_ncond_sites);
+    return buf;
+}
+
 /* The end of a check, before main: its verdict as the exit status. No
  * destructor runs (nothing is held: no lock was taken, no thread made). */
 static void check_exit(int summary)
 {
     if (summary && check_mode == CHECK_PRINT && check_errors == 0)
-        printf("%s: %zu mutexes would be mapped (%zu init_site functions), redis at %s, "
-               "namespace %s\n", config.path ? config.path : "config", dm_registry_count(),
-               dm_startup_ninit_sites, dm_redis_addr(), config.ns ? config.ns : "-");
+        printf("%s: %zu mutexes would be mapped (%zu init_site functions)%s, redis at %s, "
+               "namespace %s\n", config.path ? config.path : "config",
+               dm_registry_count() - conds_mapped, dm_startup_ninit_sites,
+               conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
     if (check_errors)
         dm_error("%d error%s: the program would not start", check_errors,
                  check_errors == 1 ? "" : "s");
@@ -639,12 +673,12 @@ __attribute__((constructor)) static void dm_startup_start(void)
         config_fail("cannot register the fork handlers: %s%s (a fork child could inherit a "
                     "held lock of the shim)", strerror(fr), "");
     configured = 1;
-    if (config.nmutexes == 0)
+    if (config.nmutexes == 0 && config.nconds == 0)
         dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
                 config.path, dm_redis_addr());
     else
-        dm_info("libdmutex %s: %zu mutexes mapped, redis at %s, namespace %s", DMUTEX_VERSION,
-                dm_registry_count(), dm_redis_addr(), config.ns);
+        dm_info("libdmutex %s: %zu mutexes mapped%s, redis at %s, namespace %s", DMUTEX_VERSION,
+                dm_registry_count() - conds_mapped, conds_summary(), dm_redis_addr(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

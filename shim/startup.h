@@ -27,6 +27,10 @@ extern size_t dm_startup_ninit_sites __attribute__((visibility("hidden")));
 /* The init_site function whose code contains `caller`, or NULL. */
 const struct dm_init_site *dm_startup_init_site(uintptr_t caller);
 
+/* The same for pthread_cond_init and the init_site entries of conds. */
+extern size_t dm_startup_ncond_sites __attribute__((visibility("hidden")));
+const struct dm_init_site *dm_startup_cond_site(uintptr_t caller);
+
 /* 1 once the constructor has configured the shim for this program (it is
  * among the config's `programs`), 0 before or when it is not. */
 int dm_startup_configured(void);

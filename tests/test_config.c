@@ -164,6 +164,26 @@ static void test_minimal_config_maps_one_symbol_with_entry_defaults(void **state
     assert_mutex(&cfg.mutexes[0], "stock_lock", NULL, NULL, "stock_lock", 0, -1, 1, 1, 0, 1);
 }
 
+/* conds: the keys of a mutex entry, kept apart from the mutexes. */
+static void test_conds_read_symbol_and_init_site_entries(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ( { symbol = \"q_lock\"; name = \"queue\"; } );\n"
+            "conds = (\n"
+            "  { symbol = \"not_empty\"; name = \"queue\"; },\n"
+            "  { symbol = \"conds\"; index = 2; object = \"libq.so\"; required = false; },\n"
+            "  { init_site = \"chan_new\"; name = \"chan\"; }\n"
+            ");\n");
+    assert_int_equal(cfg.nmutexes, 1);
+    assert_int_equal(cfg.mutexes[0].cond, 0);
+    assert_int_equal(cfg.nconds, 3);
+    assert_mutex(&cfg.conds[0], "not_empty", NULL, NULL, "queue", 0, -1, 1, 1, 0, 3);
+    assert_mutex(&cfg.conds[1], "conds", "libq.so", NULL, "conds", 0, 2, 0, 1, 0, 4);
+    assert_mutex(&cfg.conds[2], NULL, NULL, "chan_new", "chan", 0, -1, 1, 1, 0, 5);
+    for (size_t i = 0; i < cfg.nconds; i++)
+        assert_int_equal(cfg.conds[i].cond, 1);
+}
+
 static const char full_config[] =
     "redis = { host = \"redis.example\"; port = 6380; username = \"app\"; password = \"pw\";\n"  /* 1 */
     "          db = 3; connect_timeout_ms = 250; command_timeout_ms = 750; };\n"                /* 2 */
@@ -1628,6 +1648,35 @@ static const struct refusal refusals[] = {
                  " { symbol = \"a\"; },\n { symbol = \"a\"; }\n);", "t.cfg:4: ",
       { "line 2", "\"z\"" } },
 
+    /* conds */
+    { "test_cond_entry_refuses_fair_and_cache",
+      "conds = (\n { symbol = \"c\";\n   fair = true; }\n);", "t.cfg:3: ",
+      { "fair only applies to mutex entries" } },
+    { "test_cond_entry_refuses_fair_and_cache",
+      "conds = ( { symbol = \"c\"; cache = false; } );", "t.cfg:1: ",
+      { "cache only applies to mutex entries" } },
+    { "test_cond_entry_refuses_unknown_keys",
+      "conds = (\n { symbol = \"c\"; nmae = \"x\"; }\n);", "t.cfg:2: ",
+      { "unknown key \"nmae\"", "in a cond entry", "did you mean name" } },
+    { "test_cond_entry_needs_symbol_or_init_site",
+      "conds = (\n { name = \"x\"; }\n);", "t.cfg:2: ",
+      { "cond entry needs symbol", "condition variables" } },
+    { "test_cond_entry_needs_symbol_or_init_site",
+      "conds = ( { symbol = \"c\"; init_site = \"f\"; } );", "t.cfg:1: ",
+      { "cond entry has both symbol" } },
+    { "test_conds_must_be_a_list_of_groups",
+      "conds = \"c\";", "t.cfg:1: ",
+      { "conds must be a list" } },
+    { "test_conds_must_be_a_list_of_groups",
+      "conds = ( \"c\" );", "t.cfg:1: ",
+      { "each entry of conds must be a group" } },
+    { "test_duplicate_cond_entries_name_both_lines",
+      "conds = (\n { symbol = \"c\"; },\n { symbol = \"c\"; name = \"d\"; }\n);", "t.cfg:3: ",
+      { "cond entry repeats the one at line 2", "symbol = \"c\"" } },
+    { "test_one_variable_cannot_be_a_mutex_and_a_cond",
+      "mutexes = (\n { symbol = \"x\"; }\n);\nconds = (\n { symbol = \"x\"; }\n);", "t.cfg:5: ",
+      { "line 2", "cannot be both" } },
+
     /* policies */
     { "test_unknown_on_lease_lost_lists_the_choices",
       "on_lease_lost = \"panic\";", "t.cfg:1: ",
@@ -1663,6 +1712,13 @@ int main(void)
         T(test_comments_only_config_gives_every_default),
         T(test_minimal_config_maps_one_symbol_with_entry_defaults),
         T(test_full_config_reads_every_key),
+        T(test_conds_read_symbol_and_init_site_entries),
+        R(test_cond_entry_refuses_fair_and_cache),
+        R(test_cond_entry_refuses_unknown_keys),
+        R(test_cond_entry_needs_symbol_or_init_site),
+        R(test_conds_must_be_a_list_of_groups),
+        R(test_duplicate_cond_entries_name_both_lines),
+        R(test_one_variable_cannot_be_a_mutex_and_a_cond),
         T(test_lease_ms_derives_renew_and_margin_defaults),
         T(test_smallest_lease_keeps_valid_defaults),
         T(test_largest_values_at_the_limits_are_accepted),

@@ -28,6 +28,7 @@ static void test_every_key_of_a_lock_carries_the_name_as_hash_tag(void **s)
         [DM_KEY_QTIME] = "ns:{a b}:qtime",
         [DM_KEY_WANT] = "ns:{a b}:want",
         [DM_KEY_FORCED] = "ns:{a b}:forced",
+        [DM_KEY_COND] = "ns:{a b}:cond",
         [DM_KEY_WAIT] = "ns:{a b}:w:",
     };
     char buf[64];
