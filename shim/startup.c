@@ -35,6 +35,7 @@
 #include "redis.h"
 #include "registry.h"
 #include "sentinel.h"
+#include "slots.h"
 #include "symbols.h"
 #include "watchdog.h"
 
@@ -515,7 +516,7 @@ static void registry_atfork(enum dm_fork_phase phase)
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
     symbols_atfork, dm_mapped_atfork, registry_atfork, dm_cluster_atfork,
-    dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_net_atfork,
+    dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_slots_atfork, dm_net_atfork,
     dm_watchdog_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
