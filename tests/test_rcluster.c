@@ -1,0 +1,431 @@
+/* test_rcluster: the shim against a real Redis Cluster (issue 10, part 2).
+ *
+ * The group starts its own cluster (th_rcluster_start: 3 primaries, each
+ * with a replica, on free loopback ports, a short cluster-node-timeout) and
+ * the exclusion checker (a separate redis-server that keeps each name's
+ * counter and sees overlapping sections). Processes of faultworker, the
+ * shim preloaded, each map 200 elements of one array under 200 names
+ * (spread over every shard), and each section increments its name's
+ * counter non-atomically: an exact counter per name and no overlap mean
+ * every lock excluded, wherever its slot lived meanwhile.
+ *
+ * - the slot of a key is the server's (CLUSTER KEYSLOT), MOVED/ASK parse;
+ * - 200 names over every shard, several processes: counters exact;
+ * - the same while slots of busy names migrate to another primary
+ *   (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE: ASK, then MOVED);
+ * - the same while a replica takes over its primary (CLUSTER FAILOVER),
+ *   with min_replicas = 1;
+ * - the same when a primary is SIGKILLed (its replica promoted after the
+ *   node timeout) and comes back, with min_replicas = 1.
+ * Bounds are one-sided and generous (a slow, noisy 2-core machine). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checker.h"
+#include "harness.h"
+#include "slots.h"
+
+#define WORKER        TH_BUILD "/tests/progs/faultworker"
+#define NAMES         200
+#define PROCS         3
+#define THREADS       "3"
+#define HOLD_US       "300"
+#define RUN_MS        "9000"        /* each worker's loop */
+#define FINISH_MS     120000L       /* each worker must be done within this */
+#define NODE_TIMEOUT  1000L         /* cluster-node-timeout: a dead primary's replica takes over */
+#define OK_MS         60000L        /* the cluster says ok again within this */
+#define BUSY_SECTIONS 100           /* sections done before a fault is injected */
+#define MOVE_NAMES    12            /* names whose slots migrate */
+#define SUITE_ALARM_S 600
+
+static struct th_rcluster rc;
+static struct th_checker chk;
+static char worker_path[PATH_MAX];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    th_group_start(NULL, NULL, SUITE_ALARM_S, NULL);
+    if (th_built_paths(WORKER, worker_path, NULL) != 0)
+        return -1;
+    th_checker_start(&chk);
+    th_rcluster_start(&rc, NODE_TIMEOUT);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    th_group_stop(NULL, NULL);
+    th_rcluster_stop(&rc);
+    th_checker_stop(&chk);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    th_checker_next(&chk);
+    if (th_rcluster_wait_ok(&rc, OK_MS) != 0)
+        fail_msg("the cluster is not ok before the test");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_test_cleanup();
+    return 0;
+}
+
+/* ---- slots ------------------------------------------------------------- */
+
+static void test_keyslot_of_known_keys_is_the_servers(void **s)
+{
+    (void)s;
+    /* Redis's own reference value: CRC16("123456789") = 0x31C3. */
+    assert_int_equal(dm_slots_keyslot("123456789", 9), 0x31C3 % DM_SLOTS_COUNT);
+    static const char *const keys[] = {
+        "dmutex:{rc0}", "dmutex:{rc0}:token", "dmutex:{rc199}:w:0123abcd", "foo",
+        "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}", "a{b",
+        "ns:{x.y/z@w-1}:queue",
+    };
+    redisContext *c = th_redis_connect(&rc.node[0]);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        long long want = th_cmd_int(c, "CLUSTER KEYSLOT %s", keys[i]);
+        if ((long long)dm_slots_keyslot(keys[i], strlen(keys[i])) != want)
+            fail_msg("slot of %s: %u, the server says %lld", keys[i],
+                     dm_slots_keyslot(keys[i], strlen(keys[i])), want);
+    }
+    /* every key of a lock shares one slot */
+    assert_int_equal(dm_slots_keyslot("dmutex:{rc5}", 12),
+                     dm_slots_keyslot("dmutex:{rc5}:released", 21));
+    redisFree(c);
+}
+
+static void test_moved_and_ask_replies_parse(void **s)
+{
+    (void)s;
+    int ask, port;
+    unsigned slot;
+    char host[64];
+    assert_int_equal(dm_slots_parse_redirect("MOVED 3999 127.0.0.1:6381", &ask, &slot, host,
+                                             sizeof host, &port), 1);
+    assert_int_equal(ask, 0);
+    assert_int_equal(slot, 3999);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 6381);
+    assert_int_equal(dm_slots_parse_redirect("ASK 16383 [::1]:7000", &ask, &slot, host,
+                                             sizeof host, &port), 1);
+    assert_int_equal(ask, 1);
+    assert_int_equal(slot, 16383);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 7000);
+    assert_int_equal(dm_slots_parse_redirect("ASK 1 node.internal:1", &ask, &slot, host,
+                                             sizeof host, &port), 1);
+    assert_string_equal(host, "node.internal");
+    static const char *const bad[] = {
+        "MOVED", "MOVED 3999", "MOVED 16384 h:1", "MOVED x h:1", "MOVED 1 h", "MOVED 1 :1",
+        "MOVED 1 h:0", "MOVED 1 h:70000", "ASK -1 h:1", "TRYAGAIN Multiple keys", "moved 1 h:1",
+        "CLUSTERDOWN The cluster is down",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (dm_slots_parse_redirect(bad[i], &ask, &slot, host, sizeof host, &port))
+            fail_msg("\"%s\" parsed as a redirection", bad[i]);
+}
+
+/* ---- the counters -------------------------------------------------------- */
+
+static int slot_of_name(int i)
+{
+    char key[64];
+    snprintf(key, sizeof key, "dmutex:{rc%d}", i);
+    return (int)dm_slots_keyslot(key, strlen(key));
+}
+
+/* A config mapping named_lock[i] as "rc<i>" for every i < NAMES. */
+static char *names_config(int min_replicas)
+{
+    size_t cap = 64 * NAMES + 256, n = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    n += (size_t)snprintf(text + n, cap - n, "lease_ms = 6000; min_replicas = %d;\n"
+                          "replica_timeout_ms = 1500;\nmutexes = (\n", min_replicas);
+    for (int i = 0; i < NAMES; i++)
+        n += (size_t)snprintf(text + n, cap - n, "  { symbol = \"named_lock\"; index = %d; "
+                              "name = \"rc%d\"; }%s\n", i, i, i + 1 < NAMES ? "," : "");
+    snprintf(text + n, cap - n, ");\n");
+    char *path = th_write_file(".cfg", "%s", text);
+    free(text);
+    return path;
+}
+
+struct run {
+    pid_t pid[PROCS];
+    char *out[PROCS];
+};
+
+static void run_start(struct run *r, const char *cfgf)
+{
+    static struct th_shim_env e[PROCS];
+    const char *args[] = { "loop", "-t", THREADS, "-d", RUN_MS, "-a", "200", "-c", "-u", HOLD_US,
+                           NULL };
+    for (int i = 0; i < PROCS; i++) {
+        r->out[i] = th_out_file();
+        r->pid[i] = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e[i], cfgf, rc.url, NULL),
+                                    worker_path, args, r->out[i]);
+    }
+}
+
+static long long total(const char *what)
+{
+    long long n = 0;
+    for (int i = 0; i < NAMES; i++)
+        n += th_checker_get(&chk, i, what);
+    return n;
+}
+
+static void wait_busy(void)
+{
+    long long end = th_now_ms() + FINISH_MS;
+    while (total("sections") < BUSY_SECTIONS) {
+        if (th_now_ms() > end)
+            fail_msg("the workers did not get %d sections done in %ld ms", BUSY_SECTIONS,
+                     FINISH_MS);
+        usleep(100000);
+    }
+}
+
+/* Every worker ends by itself, each name's counter equals its sections, no
+ * section overlapped another of its name, and no unlock failed. */
+static void run_check(struct run *r, const char *what)
+{
+    for (int i = 0; i < PROCS; i++) {
+        char *text = th_finish(r->pid[i], r->out[i], 0, FINISH_MS);
+        th_assert_has(text, "done ");
+        free(text);
+    }
+    long long sections = 0;
+    for (int i = 0; i < NAMES; i++) {
+        long long n = th_checker_get(&chk, i, "sections");
+        long long cnt = th_checker_get(&chk, i, "counter");
+        if (n != cnt)
+            fail_msg("%s: rc%d: counter %lld after %lld sections", what, i, cnt, n);
+        th_checker_assert_no_overlap(&chk, i);
+        assert_int_equal(th_checker_get(&chk, i, "unlockerr"), 0);
+        sections += n;
+    }
+    print_message("%s: %lld sections over %d names, every counter exact\n", what, sections, NAMES);
+    assert_true(sections > BUSY_SECTIONS);
+}
+
+static void test_200_names_over_every_shard_count_exactly(void **s)
+{
+    (void)s;
+    int per_node[TH_RCLUSTER_NODES] = { 0 };
+    for (int i = 0; i < NAMES; i++) {
+        int o = th_rcluster_owner(&rc, slot_of_name(i));
+        assert_true(o >= 0);
+        per_node[o]++;
+    }
+    int shards = 0;
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++)
+        shards += per_node[i] > 0;
+    assert_int_equal(shards, TH_RCLUSTER_PRIMARIES);
+    char *cfgf = names_config(0);
+    struct run r;
+    run_start(&r, cfgf);
+    run_check(&r, "no fault");
+}
+
+/* Moves `slot` from node index `from` to `to` while it is in use:
+ * IMPORTING/MIGRATING (scripts see ASK or TRYAGAIN), its keys moved by
+ * MIGRATE, then every primary told the new owner (MOVED). */
+static void migrate_slot(int slot, int from, int to)
+{
+    char idf[41], idt[41];
+    th_rcluster_id(&rc.node[from], idf);
+    th_rcluster_id(&rc.node[to], idt);
+    redisContext *cf = th_redis_connect(&rc.node[from]);
+    redisContext *ct = th_redis_connect(&rc.node[to]);
+    freeReplyObject(th_cmd(ct, "CLUSTER SETSLOT %d IMPORTING %s", slot, idf));
+    freeReplyObject(th_cmd(cf, "CLUSTER SETSLOT %d MIGRATING %s", slot, idt));
+    usleep(200000);     /* a while with the slot half moved */
+    for (;;) {
+        redisReply *keys = th_cmd(cf, "CLUSTER GETKEYSINSLOT %d 100", slot);
+        if (keys->type != REDIS_REPLY_ARRAY || keys->elements == 0) {
+            freeReplyObject(keys);
+            break;
+        }
+        for (size_t i = 0; i < keys->elements; i++) {
+            redisReply *m = redisCommand(cf, "MIGRATE %s %d %s 0 5000", rc.node[to].addr,
+                                         rc.node[to].port, keys->element[i]->str);
+            if (!m || (m->type == REDIS_REPLY_ERROR && !strstr(m->str, "NOKEY")))
+                fail_msg("MIGRATE %s: %s", keys->element[i]->str, m ? m->str : cf->errstr);
+            freeReplyObject(m);
+            usleep(20000);
+        }
+        freeReplyObject(keys);
+    }
+    freeReplyObject(th_cmd(ct, "CLUSTER SETSLOT %d NODE %s", slot, idt));
+    freeReplyObject(th_cmd(cf, "CLUSTER SETSLOT %d NODE %s", slot, idt));
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (i == from || i == to || rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        redisReply *role = th_cmd(c, "ROLE");
+        if (role->type == REDIS_REPLY_ARRAY && strcmp(role->element[0]->str, "master") == 0)
+            freeReplyObject(th_cmd(c, "CLUSTER SETSLOT %d NODE %s", slot, idt));
+        freeReplyObject(role);
+        redisFree(c);
+    }
+    redisFree(cf);
+    redisFree(ct);
+}
+
+/* How many error replies of kind `what` (MOVED, ASK, TRYAGAIN) every
+ * running node has sent since its start (INFO errorstats). */
+static long long redirections(const char *what)
+{
+    char field[64];
+    snprintf(field, sizeof field, "errorstat_%s:count=", what);
+    long long n = 0;
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        n += th_info_num(c, "errorstats", field);
+        redisFree(c);
+    }
+    return n;
+}
+
+static void test_live_resharding_keeps_every_counter_exact(void **s)
+{
+    (void)s;
+    char *cfgf = names_config(0);
+    long long moved0 = redirections("MOVED"), ask0 = redirections("ASK");
+    long long again0 = redirections("TRYAGAIN");
+    struct run r;
+    run_start(&r, cfgf);
+    wait_busy();
+    int moved = 0;
+    for (int i = 0; i < NAMES && moved < MOVE_NAMES; i++) {
+        int slot = slot_of_name(i);
+        int from = th_rcluster_owner(&rc, slot);
+        int to = -1;
+        for (int j = 0; j < TH_RCLUSTER_PRIMARIES * 2 && to < 0; j++) {
+            int cand = th_rcluster_owner(&rc, slot_of_name((i + 1 + j) % NAMES));
+            if (cand >= 0 && cand != from)
+                to = cand;
+        }
+        assert_true(from >= 0 && to >= 0);
+        migrate_slot(slot, from, to);
+        assert_int_equal(th_rcluster_owner(&rc, slot), to);
+        moved++;
+    }
+    print_message("moved the slots of %d busy names while they were in use\n", moved);
+    run_check(&r, "live resharding");
+    long long m = redirections("MOVED") - moved0, a = redirections("ASK") - ask0;
+    long long t = redirections("TRYAGAIN") - again0;
+    print_message("the nodes answered %lld MOVED, %lld ASK, %lld TRYAGAIN meanwhile\n", m, a, t);
+    /* the redirections were really met and followed */
+    assert_true(m > 0);
+    assert_true(a + t > 0);
+}
+
+/* The replica of the primary that owns rc0's slot. */
+static int replica_of(int primary)
+{
+    char id[41];
+    th_rcluster_id(&rc.node[primary], id);
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (i == primary || rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        redisReply *r = th_cmd(c, "ROLE");
+        int is = r->type == REDIS_REPLY_ARRAY && strcmp(r->element[0]->str, "slave") == 0 &&
+                 r->element[2]->type == REDIS_REPLY_INTEGER &&
+                 r->element[2]->integer == rc.node[primary].port;
+        freeReplyObject(r);
+        redisFree(c);
+        if (is)
+            return i;
+    }
+    return -1;
+}
+
+static void test_manual_failover_with_min_replicas_keeps_every_counter_exact(void **s)
+{
+    (void)s;
+    char *cfgf = names_config(1);
+    struct run r;
+    run_start(&r, cfgf);
+    wait_busy();
+    int p = th_rcluster_owner(&rc, slot_of_name(0));
+    int q = replica_of(p);
+    assert_true(p >= 0 && q >= 0);
+    redisContext *c = th_redis_connect(&rc.node[q]);
+    freeReplyObject(th_cmd(c, "CLUSTER FAILOVER"));
+    redisFree(c);
+    long long end = th_now_ms() + OK_MS;
+    while (th_rcluster_owner(&rc, slot_of_name(0)) != q) {
+        if (th_now_ms() > end)
+            fail_msg("the replica %s never took over", rc.node[q].url);
+        usleep(100000);
+    }
+    run_check(&r, "manual failover");
+}
+
+static void test_killed_primary_with_min_replicas_keeps_every_counter_exact(void **s)
+{
+    (void)s;
+    char *cfgf = names_config(1);
+    struct run r;
+    run_start(&r, cfgf);
+    wait_busy();
+    int p = th_rcluster_owner(&rc, slot_of_name(1));
+    int q = replica_of(p);
+    assert_true(p >= 0 && q >= 0);
+    long long killed = th_now_ms();
+    th_redis_kill(&rc.node[p]);
+    long long end = th_now_ms() + OK_MS;
+    while (th_rcluster_owner(&rc, slot_of_name(1)) != q) {
+        if (th_now_ms() > end)
+            fail_msg("the replica %s never took over", rc.node[q].url);
+        usleep(100000);
+    }
+    print_message("the replica took over %lld ms after the kill\n", th_now_ms() - killed);
+    /* back as a replica of the new primary: min_replicas = 1 can be met again */
+    const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-node-timeout", "1000", NULL };
+    th_redis_restart(&rc.node[p], extra);
+    run_check(&r, "killed primary");
+    if (th_rcluster_wait_ok(&rc, OK_MS) != 0)
+        fail_msg("the cluster is not ok after the restart");
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_keyslot_of_known_keys_is_the_servers),
+        T(test_moved_and_ask_replies_parse),
+        T(test_200_names_over_every_shard_count_exactly),
+        T(test_live_resharding_keeps_every_counter_exact),
+        T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
+        T(test_killed_primary_with_min_replicas_keeps_every_counter_exact),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
