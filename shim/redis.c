@@ -435,7 +435,7 @@ int dm_redis_refresh_slots(char *err, size_t errlen)
         int ok = r && dm_slots_update(r) == 0;
         if (!ok)
             snprintf(err, errlen, "%s", conn->errstr[0] ? conn->errstr
-                                                        : "CLUSTER SLOTS: unexpected reply");
+                                                        : "unexpected reply to CLUSTER SLOTS");
         if (r)
             freeReplyObject(r);
         dm_redis_put(conn);
