@@ -353,6 +353,8 @@ void dm_redis_close(struct dm_conn *conn)
 {
     if (conn->c && (conn->err == DM_REDIS_IO || conn->err == DM_REDIS_WRONG_NODE))
         dm_sentinel_stale(conn->gen);
+    if (conn->c && conn->err == DM_REDIS_IO && dm_slots_enabled())
+        dm_slots_stale();       /* the node may be gone: its slots may have moved */
     dm_net_close(conn->c, conn->tls);
     conn->c = NULL;
     conn->tls = NULL;
@@ -412,6 +414,8 @@ static struct dm_conn *pool_get(int node, int any)
         dm_redis_connect(conn);
     else
         connect_node(conn);
+    if (!conn->c && dm_slots_enabled())
+        dm_slots_stale();       /* a failover may have moved its slots */
     return conn;
 }
 

@@ -105,6 +105,13 @@ int dm_slots_want_refresh(void)
     return yes;
 }
 
+void dm_slots_stale(void)
+{
+    pthread_mutex_lock(&smu);
+    want_refresh = 1;
+    pthread_mutex_unlock(&smu);
+}
+
 int dm_slots_update(const redisReply *r)
 {
     if (!r || r->type != REDIS_REPLY_ARRAY)

@@ -37,6 +37,11 @@ int dm_slots_node_of(unsigned slot);
  * never asked)? Rate-limited: at most once per DM_SLOTS_REFRESH_MIN_MS. */
 int dm_slots_want_refresh(void);
 
+/* A node could not be reached or stopped answering: its slots may have a
+ * new primary (a failover), which no node would tell with a MOVED while
+ * the old one is gone: the next dm_slots_want_refresh says yes. */
+void dm_slots_stale(void);
+
 /* Replaces the map with a CLUSTER SLOTS reply. 0, or -1 (a reply of
  * another shape: the map is kept). The map's generation moves when an
  * owner changes. */

@@ -16,7 +16,7 @@
  * - the same while a replica takes over its primary (CLUSTER FAILOVER),
  *   with min_replicas = 1;
  * - the same when a primary is SIGKILLed (its replica promoted after the
- *   node timeout) and comes back, with min_replicas = 1.
+ *   node timeout): its names go on before it comes back.
  * Bounds are one-sided and generous (a slow, noisy 2-core machine). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -154,13 +154,14 @@ static int slot_of_name(int i)
 }
 
 /* A config mapping named_lock[i] as "rc<i>" for every i < NAMES. */
-static char *names_config(int min_replicas)
+static char *names_config(int min_replicas, const char *on_lease_lost)
 {
     size_t cap = 64 * NAMES + 256, n = 0;
     char *text = malloc(cap);
     assert_non_null(text);
     n += (size_t)snprintf(text + n, cap - n, "lease_ms = 6000; min_replicas = %d;\n"
-                          "replica_timeout_ms = 1500;\nmutexes = (\n", min_replicas);
+                          "replica_timeout_ms = 1500; on_lease_lost = \"%s\";\n"
+                          "mutexes = (\n", min_replicas, on_lease_lost);
     for (int i = 0; i < NAMES; i++)
         n += (size_t)snprintf(text + n, cap - n, "  { symbol = \"named_lock\"; index = %d; "
                               "name = \"rc%d\"; }%s\n", i, i, i + 1 < NAMES ? "," : "");
@@ -207,8 +208,9 @@ static void wait_busy(void)
 }
 
 /* Every worker ends by itself, each name's counter equals its sections, no
- * section overlapped another of its name, and no unlock failed. */
-static void run_check(struct run *r, const char *what)
+ * section overlapped another of its name, and no unlock failed (unless
+ * `lost_ok`: then their number is reported). */
+static void run_check_lost(struct run *r, const char *what, int lost_ok)
 {
     for (int i = 0; i < PROCS; i++) {
         char *text = th_finish(r->pid[i], r->out[i], 0, FINISH_MS);
@@ -222,11 +224,18 @@ static void run_check(struct run *r, const char *what)
         if (n != cnt)
             fail_msg("%s: rc%d: counter %lld after %lld sections", what, i, cnt, n);
         th_checker_assert_no_overlap(&chk, i);
-        assert_int_equal(th_checker_get(&chk, i, "unlockerr"), 0);
+        if (!lost_ok)
+            assert_int_equal(th_checker_get(&chk, i, "unlockerr"), 0);
         sections += n;
     }
-    print_message("%s: %lld sections over %d names, every counter exact\n", what, sections, NAMES);
+    print_message("%s: %lld sections over %d names, every counter exact, %lld holds found "
+                  "lost at unlock\n", what, sections, NAMES, total("unlockerr"));
     assert_true(sections > BUSY_SECTIONS);
+}
+
+static void run_check(struct run *r, const char *what)
+{
+    run_check_lost(r, what, 0);
 }
 
 static void test_200_names_over_every_shard_count_exactly(void **s)
@@ -242,7 +251,7 @@ static void test_200_names_over_every_shard_count_exactly(void **s)
     for (int i = 0; i < TH_RCLUSTER_NODES; i++)
         shards += per_node[i] > 0;
     assert_int_equal(shards, TH_RCLUSTER_PRIMARIES);
-    char *cfgf = names_config(0);
+    char *cfgf = names_config(0, "abort");
     struct run r;
     run_start(&r, cfgf);
     run_check(&r, "no fault");
@@ -313,7 +322,7 @@ static long long redirections(const char *what)
 static void test_live_resharding_keeps_every_counter_exact(void **s)
 {
     (void)s;
-    char *cfgf = names_config(0);
+    char *cfgf = names_config(0, "abort");
     long long moved0 = redirections("MOVED"), ask0 = redirections("ASK");
     long long again0 = redirections("TRYAGAIN");
     struct run r;
@@ -368,7 +377,7 @@ static int replica_of(int primary)
 static void test_manual_failover_with_min_replicas_keeps_every_counter_exact(void **s)
 {
     (void)s;
-    char *cfgf = names_config(1);
+    char *cfgf = names_config(1, "abort");
     struct run r;
     run_start(&r, cfgf);
     wait_busy();
@@ -387,10 +396,28 @@ static void test_manual_failover_with_min_replicas_keeps_every_counter_exact(voi
     run_check(&r, "manual failover");
 }
 
-static void test_killed_primary_with_min_replicas_keeps_every_counter_exact(void **s)
+/* The sections so far of the names whose slot node index `node` owns. */
+static long long sections_on(int node)
+{
+    long long n = 0;
+    for (int i = 0; i < NAMES; i++)
+        if (th_rcluster_owner(&rc, slot_of_name(i)) == node)
+            n += th_checker_get(&chk, i, "sections");
+    return n;
+}
+
+/* A primary SIGKILLed: nothing answers MOVED for its slots, so the shim
+ * must ask the map again on its own when the node cannot be reached; the
+ * names of the shard go on on the promoted replica before the dead node
+ * is back (before: they waited for it). min_replicas = 0 (the promoted
+ * replica has no replica of its own until the dead node returns), so a
+ * grant the kill kept from the replica is lost: on_lease_lost = "warn",
+ * and such holds are counted, not hidden (their sections, 300 us, ended
+ * long before the replica took over: the counters stay exact). */
+static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s)
 {
     (void)s;
-    char *cfgf = names_config(1);
+    char *cfgf = names_config(0, "warn");
     struct run r;
     run_start(&r, cfgf);
     wait_busy();
@@ -405,12 +432,21 @@ static void test_killed_primary_with_min_replicas_keeps_every_counter_exact(void
             fail_msg("the replica %s never took over", rc.node[q].url);
         usleep(100000);
     }
-    print_message("the replica took over %lld ms after the kill\n", th_now_ms() - killed);
-    /* back as a replica of the new primary: min_replicas = 1 can be met again */
+    long long took = th_now_ms() - killed;
+    long long before = sections_on(q);
+    while (sections_on(q) <= before) {
+        if (th_now_ms() > end)
+            fail_msg("no section of a name of the killed primary's shard in %ld ms after "
+                     "its replica took over", OK_MS);
+        usleep(100000);
+    }
+    print_message("the replica took over %lld ms after the kill; its names went on %lld ms "
+                  "after the kill\n", took, th_now_ms() - killed);
+    run_check_lost(&r, "killed primary (min_replicas = 0)", 1);
+    /* back, as a replica of the new primary, for the tests after this one */
     const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                             "--cluster-node-timeout", "1000", NULL };
     th_redis_restart(&rc.node[p], extra);
-    run_check(&r, "killed primary");
     if (th_rcluster_wait_ok(&rc, OK_MS) != 0)
         fail_msg("the cluster is not ok after the restart");
 }
@@ -425,7 +461,7 @@ int main(void)
         T(test_200_names_over_every_shard_count_exactly),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
-        T(test_killed_primary_with_min_replicas_keeps_every_counter_exact),
+        T(test_killed_primary_its_names_go_on_on_the_promoted_replica),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
