@@ -343,9 +343,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                            k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID],
                            owner, lease, delay, queue ? "1" : "0", member,
-                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP };
+                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP, "spublish" };
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
-    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, 15, args);
+    /* Redis Cluster: the notices on the lock's shard (sharded pub/sub, the
+     * last argument); otherwise PUBLISH, which Redis < 7 has. */
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, l->slot >= 0 ? 16 : 15, args);
     if (!r) {
         dm_redis_error_keep(why, conn);
         dm_redis_put(conn);
@@ -691,10 +693,12 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     char *const *k = l->keys;
-    const char *args[DM_KEYS_RELEASE_N + 6];
+    const char *args[DM_KEYS_RELEASE_N + 7];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
-    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim };
+    /* the last: Redis Cluster's sharded pub/sub (see attempt) */
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim,
+                           "spublish" };
     memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
@@ -713,7 +717,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
             break;
         struct dm_conn *conn = dm_redis_get_slot(l->slot);
         redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
-                                        DM_KEYS_RELEASE_N + 6, args);
+                                        DM_KEYS_RELEASE_N + (l->slot >= 0 ? 7 : 6), args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&

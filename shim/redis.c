@@ -19,6 +19,8 @@
 
 #define DM_POOL_IDLE_MAX 64     /* idle connections kept; the rest are closed */
 
+_Static_assert(DM_REDIS_NODES_MAX == DM_SLOTS_NODES_MAX, "one number of nodes");
+
 static const struct dm_redis_config *rcfg;
 static char addr_text[300];
 
@@ -488,6 +490,47 @@ int dm_redis_node_of(int slot)
     if (node < 0 && dm_redis_refresh_slots(why, sizeof why) == 0)
         node = dm_slots_node_of((unsigned)slot);
     return node;
+}
+
+int dm_redis_connect_node(struct dm_conn *conn, int node)
+{
+    conn->node = node;
+    int rc = connect_node(conn);
+    if (rc != 0 && dm_slots_enabled())
+        dm_slots_stale();
+    return rc;
+}
+
+void dm_redis_refresh_if_wanted(void)
+{
+    char why[DM_ERR_MAX];
+    if (dm_slots_enabled() && dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
+        dm_debug("redis cluster: slot map not refreshed: %s", why);
+}
+
+int dm_redis_node_cached(int slot)
+{
+    if (!dm_slots_enabled() || slot < 0)
+        return 0;
+    return dm_slots_node_of((unsigned)slot);
+}
+
+int dm_redis_redirected(const char *msg)
+{
+    int ask, node;
+    unsigned slot;
+    return dm_slots_enabled() && dm_slots_redirect(msg, &ask, &slot, &node);
+}
+
+void dm_redis_slots_stale(void)
+{
+    if (dm_slots_enabled())
+        dm_slots_stale();
+}
+
+unsigned long dm_redis_slots_gen(void)
+{
+    return dm_slots_gen();
 }
 
 int dm_redis_slot(const char *key)

@@ -13,6 +13,8 @@
 #include "net.h"
 #include "util.h"
 
+#define DM_REDIS_NODES_MAX 64    /* Redis Cluster: nodes a process keeps (slots.h) */
+
 enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_CANCEL,
                  DM_SCRIPT_COUNT };
 
@@ -167,6 +169,18 @@ struct dm_conn *dm_redis_get_node(int node);
 int dm_redis_node_of(int slot);
 /* Is this a cluster config? */
 int dm_redis_cluster(void);
+/* Redis Cluster, for a long-lived connection per node (notify): connects
+ * conn to node `node` itself (dm_redis_connect's conventions); the node
+ * that owns `slot` in the map as it is (no I/O; -1: unknown, 0 without a
+ * cluster); is `msg` (an error reply) a MOVED or ASK (a MOVED moves the
+ * slot in the map)?; a node was lost (the map is asked for again); the
+ * map's generation (moves when a slot changes owner). */
+int dm_redis_connect_node(struct dm_conn *conn, int node);
+void dm_redis_refresh_if_wanted(void);
+int dm_redis_node_cached(int slot);
+int dm_redis_redirected(const char *msg);
+void dm_redis_slots_stale(void);
+unsigned long dm_redis_slots_gen(void);
 /* The slot of a key (dm_slots_keyslot), or -1 without a cluster. */
 int dm_redis_slot(const char *key);
 /* Redis Cluster: asks the nodes for the slot map now (CLUSTER SLOTS), one

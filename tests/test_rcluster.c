@@ -238,6 +238,23 @@ static void run_check(struct run *r, const char *what)
     run_check_lost(r, what, 0);
 }
 
+/* Calls of a command on every running node since its start (INFO
+ * commandstats; a script's calls count too). */
+static long long calls(const char *cmd)
+{
+    char field[64];
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+    long long n = 0;
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        n += th_info_num(c, "commandstats", field);
+        redisFree(c);
+    }
+    return n;
+}
+
 static void test_200_names_over_every_shard_count_exactly(void **s)
 {
     (void)s;
@@ -255,6 +272,15 @@ static void test_200_names_over_every_shard_count_exactly(void **s)
     struct run r;
     run_start(&r, cfgf);
     run_check(&r, "no fault");
+    /* The notices went by sharded pub/sub, to the shard of each lock
+     * (plain PUBLISH would reach every node of the cluster). */
+    long long spub = calls("spublish"), ssub = calls("ssubscribe");
+    print_message("SPUBLISH %lld, SSUBSCRIBE %lld, PUBLISH %lld, SUBSCRIBE %lld calls\n", spub,
+                  ssub, calls("publish"), calls("subscribe"));
+    assert_true(spub > 0);
+    assert_true(ssub > 0);
+    assert_int_equal(calls("publish"), 0);
+    assert_int_equal(calls("subscribe"), 0);
 }
 
 /* Moves `slot` from node index `from` to `to` while it is in use:

@@ -36,10 +36,11 @@ static const char *const shim_commands[] = {
 };
 
 /* What the shim sends besides with redis.cluster (Redis Cluster): the
- * slot map (redis.c asks any node), and ASKING before a command an ASK
- * redirection sent to a node importing the slot. */
+ * slot map (redis.c asks any node), ASKING before a command an ASK
+ * redirection sent to a node importing the slot, and sharded pub/sub (the
+ * scripts' SPUBLISH, notify's SSUBSCRIBE/SUNSUBSCRIBE). */
 static const char *const cluster_commands[] = {
-    "cluster|slots", "asking", NULL,
+    "cluster|slots", "asking", "ssubscribe", "sunsubscribe", "spublish", NULL,
 };
 
 /* What `dmutex ls` sends besides (--ls; its GET, PTTL and LLEN are in the
