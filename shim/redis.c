@@ -508,6 +508,13 @@ void dm_redis_refresh_if_wanted(void)
         dm_debug("redis cluster: slot map not refreshed: %s", why);
 }
 
+int dm_redis_primaries(int *out, int max, char *err, size_t errlen)
+{
+    if (dm_redis_refresh_slots(err, errlen) != 0)
+        return -1;
+    return dm_slots_primaries(out, max);
+}
+
 int dm_redis_node_cached(int slot)
 {
     if (!dm_slots_enabled() || slot < 0)

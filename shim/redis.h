@@ -177,6 +177,9 @@ int dm_redis_cluster(void);
  * map's generation (moves when a slot changes owner). */
 int dm_redis_connect_node(struct dm_conn *conn, int node);
 void dm_redis_refresh_if_wanted(void);
+/* Redis Cluster: the nodes the map names as primaries (out[0..max)), after
+ * asking the nodes for the map; how many, or -1 with err set. */
+int dm_redis_primaries(int *out, int max, char *err, size_t errlen);
 int dm_redis_node_cached(int slot);
 int dm_redis_redirected(const char *msg);
 void dm_redis_slots_stale(void);

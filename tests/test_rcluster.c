@@ -36,6 +36,7 @@
 #include "slots.h"
 
 #define WORKER        TH_BUILD "/tests/progs/faultworker"
+#define DMUTEX_CLI    TH_BUILD "/dmutex"
 #define NAMES         200
 #define PROCS         3
 #define THREADS       "3"
@@ -283,6 +284,73 @@ static void test_200_names_over_every_shard_count_exactly(void **s)
     assert_int_equal(calls("subscribe"), 0);
 }
 
+/* dmutex run -r redis-cluster://... runs a program whose lock is held on
+ * the cluster; meanwhile `dmutex ls` (every primary scanned) shows it held
+ * with the node of its slot, in the table and in --json, and lists the
+ * names the counters used on every shard; `dmutex acl` gives a cluster
+ * config the cluster's commands. */
+static void test_run_ls_and_acl_work_against_the_cluster(void **s)
+{
+    (void)s;
+    char *cfgf = th_keep_file(th_write_file(".cfg", "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"rc_ls\"; } );\n"));
+    char *go = th_go_file(), *out = th_out_file();
+    char *rargv[] = { DMUTEX_CLI, "run", "-c", cfgf, "-r", rc.url, "--", worker_path, "once",
+                      "lock", "-g", go, "-s", chk.sock, "-k", chk.prefix, NULL };
+    pid_t w = th_child(rargv, NULL, out);
+    th_wait_for(out, "inside ", FINISH_MS);
+
+    char key[64];
+    snprintf(key, sizeof key, "dmutex:{rc_ls}");
+    int owner = th_rcluster_owner(&rc, (int)dm_slots_keyslot(key, strlen(key)));
+    assert_true(owner >= 0);
+    char node[96], row[160];
+    snprintf(node, sizeof node, "%s:%d", rc.node[owner].addr, rc.node[owner].port);
+    char *lout = th_out_file();
+    char *largv[] = { DMUTEX_CLI, "ls", "-r", rc.url, NULL };
+    char *text = th_finish(th_child(largv, NULL, lout), lout, 0, FINISH_MS);
+    th_assert_has(text, "NODE");
+    th_assert_has(text, node);
+    for (const char *l = strstr(text, "rc_ls "); l; l = NULL) {
+        snprintf(row, sizeof row, "%.*s", (int)strcspn(l, "\n"), l);
+        th_assert_has(row, " held ");
+        th_assert_has(row, node);
+    }
+    if (!strstr(text, "rc_ls "))
+        fail_msg("dmutex ls does not list rc_ls:\n%s", text);
+    /* the counters' names, from every shard */
+    for (int i = 0; i < NAMES; i += 37) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "\nrc%d ", i);
+        th_assert_has(text, nm);
+    }
+    free(text);
+    char *jargv[] = { DMUTEX_CLI, "ls", "--json", "-r", rc.url, NULL };
+    char *jout = th_out_file();
+    text = th_finish(th_child(jargv, NULL, jout), jout, 0, FINISH_MS);
+    char field[128];
+    snprintf(field, sizeof field, "\"node\": \"%s\"", node);
+    th_assert_has(text, "{\"name\": \"rc_ls\", \"state\": \"held\"");
+    th_assert_has(text, field);
+    free(text);
+
+    th_touch(go);
+    text = th_finish(w, out, 0, FINISH_MS);
+    th_assert_has(text, "lock 0 ");
+    th_assert_has(text, "unlocked 0 ");
+    free(text);
+
+    char *acfg = th_keep_file(th_write_file(".cfg", "redis = { cluster = ( \"%s:%d\" ); "
+                                            "username = \"app\"; password = \"pw\"; };\n"
+                                            "mutexes = ();\n", rc.node[0].addr,
+                                            rc.node[0].port));
+    char *aargv[] = { DMUTEX_CLI, "acl", "-c", acfg, NULL };
+    char *aout = th_out_file();
+    text = th_finish(th_child(aargv, NULL, aout), aout, 0, FINISH_MS);
+    th_assert_has(text, " +cluster|slots +asking +ssubscribe +sunsubscribe +spublish");
+    free(text);
+}
+
 /* Moves `slot` from node index `from` to `to` while it is in use:
  * IMPORTING/MIGRATING (scripts see ASK or TRYAGAIN), its keys moved by
  * MIGRATE, then every primary told the new owner (MOVED). */
@@ -485,6 +553,7 @@ int main(void)
         T(test_keyslot_of_known_keys_is_the_servers),
         T(test_moved_and_ask_replies_parse),
         T(test_200_names_over_every_shard_count_exactly),
+        T(test_run_ls_and_acl_work_against_the_cluster),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
         T(test_killed_primary_its_names_go_on_on_the_promoted_replica),

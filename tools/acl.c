@@ -120,6 +120,8 @@ int dm_cli_acl(int argc, char **argv)
             printf("%s\n", cluster_commands[i]);
         for (int i = 0; with_ls && ls_commands[i]; i++)
             printf("%s\n", ls_commands[i]);
+        if (with_ls)
+            printf("pubsub|shardnumsub\n");
         return 0;
     }
     if (!cfg_path) {
@@ -184,6 +186,8 @@ int dm_cli_acl(int argc, char **argv)
         printf(" +%s", cluster_commands[i]);
     for (int i = 0; with_ls && ls_commands[i]; i++)
         printf(" +%s", ls_commands[i]);
+    if (with_ls && cfg.redis.ncluster)
+        printf(" +pubsub|shardnumsub");     /* ls counts a cluster's sharded subscribers */
     printf("\n");
     dm_config_free(&cfg);
     return fflush(stdout) == 0 ? 0 : 1;
