@@ -334,6 +334,14 @@ static void test_run_ls_and_acl_work_against_the_cluster(void **s)
     th_assert_has(text, field);
     free(text);
 
+    /* dmutex unlock runs force.lua on the node of the lock's slot: it
+     * finds the live holder and refuses (exit 1) */
+    char *uargv[] = { DMUTEX_CLI, "unlock", "-c", cfgf, "-r", rc.url, "rc_ls", NULL };
+    char *uout = th_out_file();
+    text = th_finish(th_child(uargv, NULL, uout), uout, 1, FINISH_MS);
+    th_assert_has(text, "is held by");
+    free(text);
+
     th_touch(go);
     text = th_finish(w, out, 0, FINISH_MS);
     th_assert_has(text, "lock 0 ");
