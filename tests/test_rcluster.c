@@ -37,6 +37,7 @@
 
 #define WORKER        TH_BUILD "/tests/progs/faultworker"
 #define DMUTEX_CLI    TH_BUILD "/dmutex"
+#define FORKPROG      TH_BUILD "/tests/progs/forkprog"
 #define NAMES         200
 #define PROCS         3
 #define THREADS       "3"
@@ -359,6 +360,28 @@ static void test_run_ls_and_acl_work_against_the_cluster(void **s)
     free(text);
 }
 
+/* Forks while threads lock mapped heap mutexes on the cluster (pools of
+ * several nodes, subscriber connections per node, the slot map's mutex):
+ * every child forgets its parent's connections, locks on its own and
+ * exits; none hangs (forkprog reports and kills a hung child). */
+static void test_fork_children_lock_on_the_cluster_on_their_own(void **s)
+{
+    (void)s;
+    if (getenv("DM_TEST_PRELOAD"))
+        skip();     /* ASan's allocator lock across fork(): see test_shim */
+    char *cfgf = th_keep_file(th_write_file(".cfg", "lease_ms = 6000;\nmutexes = (\n"
+                                            "  { symbol = \"fork_lock\"; name = \"rc_fork\"; },\n"
+                                            "  { init_site = \"heap_mutex_new\"; name = \"rc_heap\"; }\n"
+                                            ");\n"));
+    static struct th_shim_env e;
+    char *argv[] = { FORKPROG, "4", "20", NULL };
+    char *out = th_out_file();
+    char *text = th_finish(th_child(argv, th_shim_env(&e, cfgf, rc.url, NULL), out), out, 0,
+                           FINISH_MS);
+    th_assert_has(text, "forks 20 ok");
+    free(text);
+}
+
 /* Moves `slot` from node index `from` to `to` while it is in use:
  * IMPORTING/MIGRATING (scripts see ASK or TRYAGAIN), its keys moved by
  * MIGRATE, then every primary told the new owner (MOVED). */
@@ -562,6 +585,7 @@ int main(void)
         T(test_moved_and_ask_replies_parse),
         T(test_200_names_over_every_shard_count_exactly),
         T(test_run_ls_and_acl_work_against_the_cluster),
+        T(test_fork_children_lock_on_the_cluster_on_their_own),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
         T(test_killed_primary_its_names_go_on_on_the_promoted_replica),
