@@ -258,6 +258,13 @@ static size_t renew_pipeline(struct dm_conn *conn, struct snap *snaps, size_t n,
     for (size_t i = 0; i < got && conn->c; i++) {
         if (res[i] != RENEW_NOSCRIPT)
             continue;
+        if (dm_redis_cluster()) {
+            /* Re-run alone (renew_cluster), with its own WAIT: a script
+             * run here could be redirected to another node, and this
+             * connection's WAIT would no longer cover it. */
+            res[i] = RENEW_MOVED;
+            continue;
+        }
         const char *args[] = { snaps[i].key, snaps[i].owner, lease };
         redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
         res[i] = !r || r->type != REDIS_REPLY_INTEGER ? RENEW_UNKNOWN

@@ -452,6 +452,25 @@ static void test_live_resharding_keeps_every_counter_exact(void **s)
     long long again0 = redirections("TRYAGAIN");
     struct run r;
     run_start(&r, cfgf);
+    /* A long holder whose slot migrates under it: its renewals (every
+     * second) meet ASK/TRYAGAIN, then MOVED, and must keep the hold. */
+    char *lcfg = th_keep_file(th_write_file(".cfg", "lease_ms = 3000;\nmutexes = ( { symbol = "
+                                            "\"fault_lock\"; name = \"rc_long\"; } );\n"));
+    char *go = th_go_file(), *lout = th_out_file();
+    const char *largs[] = { "once", "lock", "-g", go, NULL };
+    static struct th_shim_env le;
+    pid_t holder = th_checker_prog(&chk, "long", NULL, NULL, th_shim_env(&le, lcfg, rc.url, NULL),
+                                   worker_path, largs, lout);
+    th_wait_for(lout, "inside ", FINISH_MS);
+    int lslot = (int)dm_slots_keyslot("dmutex:{rc_long}", 16);
+    int lfrom = th_rcluster_owner(&rc, lslot);
+    int lto = th_rcluster_owner(&rc, slot_of_name(0)) == lfrom ? th_rcluster_owner(&rc, slot_of_name(1))
+                                                               : th_rcluster_owner(&rc, slot_of_name(0));
+    if (lto == lfrom)
+        for (int i = 2; i < NAMES && lto == lfrom; i++)
+            lto = th_rcluster_owner(&rc, slot_of_name(i));
+    assert_true(lfrom >= 0 && lto >= 0 && lto != lfrom);
+    migrate_slot(lslot, lfrom, lto);
     wait_busy();
     int moved = 0;
     for (int i = 0; i < NAMES && moved < MOVE_NAMES; i++) {
@@ -469,6 +488,13 @@ static void test_live_resharding_keeps_every_counter_exact(void **s)
         moved++;
     }
     print_message("moved the slots of %d busy names while they were in use\n", moved);
+    usleep(3500 * 1000);    /* more than a lease of the long holder's after its slot moved */
+    th_touch(go);
+    char *text = th_finish(holder, lout, 0, FINISH_MS);
+    th_assert_has(text, "unlocked 0 ");
+    if (strstr(text, "lost"))
+        fail_msg("the long holder lost its hold while its slot moved:\n%s", text);
+    free(text);
     run_check(&r, "live resharding");
     long long m = redirections("MOVED") - moved0, a = redirections("ASK") - ask0;
     long long t = redirections("TRYAGAIN") - again0;
