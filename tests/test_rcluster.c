@@ -178,16 +178,21 @@ struct run {
     char *out[PROCS];
 };
 
-static void run_start(struct run *r, const char *cfgf)
+static void run_start_url(struct run *r, const char *cfgf, const char *url)
 {
     static struct th_shim_env e[PROCS];
     const char *args[] = { "loop", "-t", THREADS, "-d", RUN_MS, "-a", "200", "-c", "-u", HOLD_US,
                            NULL };
     for (int i = 0; i < PROCS; i++) {
         r->out[i] = th_out_file();
-        r->pid[i] = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e[i], cfgf, rc.url, NULL),
+        r->pid[i] = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e[i], cfgf, url, NULL),
                                     worker_path, args, r->out[i]);
     }
+}
+
+static void run_start(struct run *r, const char *cfgf)
+{
+    run_start_url(r, cfgf, rc.url);
 }
 
 static long long total(const char *what)
@@ -358,6 +363,65 @@ static void test_run_ls_and_acl_work_against_the_cluster(void **s)
     text = th_finish(th_child(aargv, NULL, aout), aout, 0, FINISH_MS);
     th_assert_has(text, " +cluster|slots +asking +ssubscribe +sunsubscribe +spublish");
     free(text);
+}
+
+#define ACL_USER "rcapp"
+#define ACL_PW   "rc-secret"
+#define WORDS_MAX 96
+
+/* Runs one ACL command (its words in `line`, split on spaces) on every
+ * running node: a cluster's ACLs are each node's own. */
+static void acl_everywhere(const char *line)
+{
+    for (int n = 0; n < TH_RCLUSTER_NODES; n++) {
+        if (rc.node[n].pid <= 0)
+            continue;
+        char *copy = strdup(line);
+        const char *argv[WORDS_MAX];
+        int argc = 0;
+        for (char *w = strtok(copy, " "); w && argc < WORDS_MAX; w = strtok(NULL, " "))
+            argv[argc++] = w;
+        redisContext *c = th_redis_connect(&rc.node[n]);
+        redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+        if (!r || r->type == REDIS_REPLY_ERROR)
+            fail_msg("%s on %s: %s", line, rc.node[n].url, r ? r->str : c->errstr);
+        freeReplyObject(r);
+        redisFree(c);
+        free(copy);
+    }
+}
+
+/* The user `dmutex acl` prints for a cluster config, made on every node,
+ * runs the counters on the cluster: every command the shim sends there
+ * (CLUSTER SLOTS, ASKING, SSUBSCRIBE, SPUBLISH from the scripts...) is in
+ * its line. */
+static void test_the_acl_user_of_a_cluster_config_runs_the_counters(void **s)
+{
+    (void)s;
+    char *acfg = th_keep_file(th_write_file(".cfg", "redis = { cluster = ( \"%s:%d\" ); "
+                                            "username = \"" ACL_USER "\"; password = \""
+                                            ACL_PW "\"; };\nmutexes = ();\n",
+                                            rc.node[0].addr, rc.node[0].port));
+    char *argv[] = { DMUTEX_CLI, "acl", "-c", acfg, NULL };
+    char *out = th_out_file();
+    char *line = th_finish(th_child(argv, NULL, out), out, 0, FINISH_MS);
+    line[strcspn(line, "\n")] = 0;
+    acl_everywhere(line);
+    free(line);
+    char url[sizeof rc.url + 64];
+    snprintf(url, sizeof url, "redis-cluster://" ACL_USER ":" ACL_PW "@%s",
+             rc.url + strlen("redis-cluster://"));
+    char *cfgf = names_config(0, "abort");
+    struct run r;
+    run_start_url(&r, cfgf, url);
+    for (int i = 0; i < PROCS; i++) {
+        char *text = th_read_output(r.out[i]);
+        if (text && strstr(text, "NOPERM"))
+            fail_msg("a worker was refused a command:\n%s", text);
+        free(text);
+    }
+    run_check(&r, "least-privilege user");
+    acl_everywhere("ACL DELUSER " ACL_USER);
 }
 
 /* Forks while threads lock mapped heap mutexes on the cluster (pools of
@@ -612,6 +676,7 @@ int main(void)
         T(test_200_names_over_every_shard_count_exactly),
         T(test_run_ls_and_acl_work_against_the_cluster),
         T(test_fork_children_lock_on_the_cluster_on_their_own),
+        T(test_the_acl_user_of_a_cluster_config_runs_the_counters),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
         T(test_killed_primary_its_names_go_on_on_the_promoted_replica),
