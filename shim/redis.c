@@ -431,11 +431,17 @@ struct dm_conn *dm_redis_get_node(int node)
     return pool_get(node, 0);
 }
 
+/* The map is asked first of the node that answered last: a dead node
+ * (refused, or a connect timeout away) is not tried first every time. */
+static int refresh_from;
+
 int dm_redis_refresh_slots(char *err, size_t errlen)
 {
     int n = dm_slots_nnodes();
+    int first = __atomic_load_n(&refresh_from, __ATOMIC_RELAXED);
     snprintf(err, errlen, "redis cluster: no node known");
-    for (int i = 0; i < n; i++) {
+    for (int k = 0; k < n; k++) {
+        int i = (first + k) % n;
         struct dm_conn *conn = pool_get(i, 0);
         redisReply *r = dm_redis_command(conn, "CLUSTER SLOTS");
         int ok = r && dm_slots_update(r) == 0;
@@ -445,8 +451,10 @@ int dm_redis_refresh_slots(char *err, size_t errlen)
         if (r)
             freeReplyObject(r);
         dm_redis_put(conn);
-        if (ok)
+        if (ok) {
+            __atomic_store_n(&refresh_from, i, __ATOMIC_RELAXED);
             return 0;
+        }
     }
     return -1;
 }

@@ -414,13 +414,15 @@ static void test_the_acl_user_of_a_cluster_config_runs_the_counters(void **s)
     char *cfgf = names_config(0, "abort");
     struct run r;
     run_start_url(&r, cfgf, url);
+    run_check(&r, "least-privilege user");
+    /* Refused nowhere: a script's refused command (Redis 7.0 does not say
+     * NOPERM there) is logged with the shim's "ACL refusal" hint. */
     for (int i = 0; i < PROCS; i++) {
         char *text = th_read_output(r.out[i]);
-        if (text && strstr(text, "NOPERM"))
+        if (text && (strstr(text, "NOPERM") || strstr(text, "ACL refusal")))
             fail_msg("a worker was refused a command:\n%s", text);
         free(text);
     }
-    run_check(&r, "least-privilege user");
     acl_everywhere("ACL DELUSER " ACL_USER);
 }
 
