@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DM_SLOTS_REFRESH_MIN_MS 100     /* a storm of MOVED asks once per this */
 
 struct node {
     char host[DM_SLOTS_HOST_MAX];

@@ -16,6 +16,7 @@
 #define DM_SLOTS_COUNT      16384   /* Redis Cluster's hash slots */
 #define DM_SLOTS_NODES_MAX  64      /* distinct node addresses a process keeps */
 #define DM_SLOTS_HOST_MAX   256     /* bytes of a node's host, with the NUL */
+#define DM_SLOTS_REFRESH_MIN_MS 100 /* a storm of MOVED asks for the map once per this */
 
 /* Remembers the config (the seeds become nodes 0..n-1); no I/O. */
 void dm_slots_setup(const struct dm_redis_config *cfg);

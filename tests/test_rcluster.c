@@ -146,6 +146,58 @@ static void test_moved_and_ask_replies_parse(void **s)
             fail_msg("\"%s\" parsed as a redirection", bad[i]);
 }
 
+/* The map from a real CLUSTER SLOTS reply names the primaries the
+ * cluster names; a MOVED moves its slot (and the generation), an ASK
+ * does not; the nodes table only grows. */
+static void test_slot_map_follows_moved_but_not_ask(void **s)
+{
+    (void)s;
+    struct dm_redis_config cfg = { 0 };
+    struct dm_endpoint seed = { rc.node[0].addr, rc.node[0].port };
+    cfg.cluster = &seed;
+    cfg.ncluster = 1;
+    dm_slots_setup(&cfg);
+    assert_true(dm_slots_enabled());
+    assert_int_equal(dm_slots_node_of(0), -1);      /* never asked */
+    redisContext *c = th_redis_connect(&rc.node[0]);
+    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
+    unsigned long g0 = dm_slots_gen();
+    assert_int_equal(dm_slots_update(r), 0);
+    freeReplyObject(r);
+    redisFree(c);
+    assert_true(dm_slots_gen() != g0);
+    int prim[DM_SLOTS_NODES_MAX];
+    assert_int_equal(dm_slots_primaries(prim, DM_SLOTS_NODES_MAX), TH_RCLUSTER_PRIMARIES);
+    for (int slot = 0; slot < DM_SLOTS_COUNT; slot += 997) {
+        char host[64];
+        int port;
+        assert_int_equal(dm_slots_node_addr(dm_slots_node_of((unsigned)slot), host, sizeof host,
+                                            &port), 0);
+        int o = th_rcluster_owner(&rc, slot);
+        assert_true(o >= 0);
+        assert_int_equal(port, rc.node[o].port);
+    }
+    int before = dm_slots_node_of(42), nodes = dm_slots_nnodes();
+    int ask, node;
+    unsigned slot;
+    unsigned long g1 = dm_slots_gen();
+    assert_int_equal(dm_slots_redirect("ASK 42 10.9.9.9:7000", &ask, &slot, &node), 1);
+    assert_int_equal(ask, 1);
+    assert_int_equal(dm_slots_node_of(42), before);  /* ASK: the map stays */
+    assert_int_equal(dm_slots_gen(), g1);
+    assert_int_equal(dm_slots_nnodes(), nodes + 1);  /* but the node is known */
+    assert_int_equal(dm_slots_redirect("MOVED 42 10.9.9.9:7000", &ask, &slot, &node), 1);
+    assert_int_equal(dm_slots_node_of(42), node);
+    assert_int_equal(dm_slots_nnodes(), nodes + 1);  /* the same node, not a new one */
+    assert_true(dm_slots_gen() != g1);
+    /* other slots may have moved too: the map is wanted again, once the
+     * rate limit since the last update has passed */
+    usleep((DM_SLOTS_REFRESH_MIN_MS + 50) * 1000);
+    assert_int_equal(dm_slots_want_refresh(), 1);
+    assert_int_equal(dm_slots_want_refresh(), 0);    /* one asker at a time */
+    assert_int_equal(dm_slots_redirect("ERR nope", &ask, &slot, &node), 0);
+}
+
 /* ---- the counters -------------------------------------------------------- */
 
 static int slot_of_name(int i)
@@ -675,6 +727,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_keyslot_of_known_keys_is_the_servers),
         T(test_moved_and_ask_replies_parse),
+        T(test_slot_map_follows_moved_but_not_ask),
         T(test_200_names_over_every_shard_count_exactly),
         T(test_run_ls_and_acl_work_against_the_cluster),
         T(test_fork_children_lock_on_the_cluster_on_their_own),
