@@ -478,6 +478,49 @@ static void test_the_acl_user_of_a_cluster_config_runs_the_counters(void **s)
     acl_everywhere("ACL DELUSER " ACL_USER);
 }
 
+/* dmutex unlock --force of a held lock with a fair waiter: the handover
+ * notice goes by sharded pub/sub (SPUBLISH), which the waiter's SSUBSCRIBE
+ * hears (a plain PUBLISH would reach no sharded subscriber); the waiter
+ * enters, the old holder finds its hold lost (warn mode). */
+static void test_a_forced_unlock_hands_over_by_sharded_notice(void **s)
+{
+    (void)s;
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_lease_lost = \"warn\";\nmutexes = ( "
+                                            "{ symbol = \"fault_lock\"; name = \"rc_force\"; } );\n"));
+    static struct th_shim_env e1, e2;
+    char *go = th_go_file(), *hout = th_out_file(), *wout = th_out_file();
+    const char *hold[] = { "once", "lock", "-g", go, NULL };
+    const char *wait[] = { "once", "lock", NULL };
+    pid_t h = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e1, cfgf, rc.url, NULL),
+                              worker_path, hold, hout);
+    th_wait_for(hout, "inside ", FINISH_MS);
+    pid_t w = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e2, cfgf, rc.url, NULL),
+                              worker_path, wait, wout);
+    /* the waiter queued: the lock's queue on its node has one entry */
+    int owner = th_rcluster_owner(&rc, (int)dm_slots_keyslot("dmutex:{rc_force}", 18));
+    assert_true(owner >= 0);
+    redisContext *c = th_redis_connect(&rc.node[owner]);
+    long long end = th_now_ms() + FINISH_MS;
+    while (th_cmd_int(c, "LLEN dmutex:{rc_force}:queue") < 1) {
+        if (th_now_ms() > end)
+            fail_msg("the waiter never queued");
+        usleep(20000);
+    }
+    redisFree(c);
+    long long pub = calls("publish"), spub = calls("spublish");
+    char *uargv[] = { DMUTEX_CLI, "unlock", "-c", cfgf, "-r", rc.url, "--force", "rc_force",
+                      NULL };
+    char *uout = th_out_file();
+    free(th_finish(th_child(uargv, NULL, uout), uout, 0, FINISH_MS));
+    char *text = th_finish(w, wout, 0, FINISH_MS);
+    th_assert_has(text, "inside ");
+    free(text);
+    assert_int_equal(calls("publish"), pub);
+    assert_true(calls("spublish") > spub);
+    th_touch(go);
+    free(th_finish(h, hout, 0, FINISH_MS));
+}
+
 /* Forks while threads lock mapped heap mutexes on the cluster (pools of
  * several nodes, subscriber connections per node, the slot map's mutex):
  * every child forgets its parent's connections, locks on its own and
@@ -731,6 +774,7 @@ int main(void)
         T(test_200_names_over_every_shard_count_exactly),
         T(test_run_ls_and_acl_work_against_the_cluster),
         T(test_fork_children_lock_on_the_cluster_on_their_own),
+        T(test_a_forced_unlock_hands_over_by_sharded_notice),
         T(test_the_acl_user_of_a_cluster_config_runs_the_counters),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
