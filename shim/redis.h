@@ -1,5 +1,6 @@
 /* redis: connections to the server (hiredis; with Sentinel, to the primary
- * sentinel.c names), AUTH and SELECT, timeouts, the scripts (SCRIPT LOAD
+ * sentinel.c names; with Redis Cluster, a pool per node and each lock's
+ * calls on the primary of its slot, MOVED/ASK followed: slots.c), AUTH and SELECT, timeouts, the scripts (SCRIPT LOAD
  * once, EVALSHA, EVAL on NOSCRIPT), and turning
  * replies into errors with words. Knows nothing of pthread_mutex_t or of
  * what the scripts mean. */
