@@ -110,6 +110,7 @@ static struct dm_cluster_lock *lock_new(const char *name)
     }
     l->wait_channel = p;
     make_wait_channel(l);
+    l->slot = dm_redis_slot(l->keys[DM_KEY_LOCK]);
     l->refs = 1;
     return l;
 }
@@ -252,10 +253,11 @@ static void new_member(struct dm_cluster_lock *l, const char *owner, char *membe
 
 /* Runs one script on a pooled connection: ATT_REPLIED with *out, or
  * ATT_FAILED with the connection's error kept in *why. */
-static enum attempt run_script(enum dm_script s, int nkeys, int nargs, const char *const *args,
-                               redisReply **out, struct dm_redis_error *why)
+static enum attempt run_script(const struct dm_cluster_lock *l, enum dm_script s, int nkeys,
+                               int nargs, const char *const *args, redisReply **out,
+                               struct dm_redis_error *why)
 {
-    struct dm_conn *conn = dm_redis_get();
+    struct dm_conn *conn = dm_redis_get_slot(l->slot);
     *out = dm_redis_script(conn, s, nkeys, nargs, args);
     if (!*out)
         dm_redis_error_keep(why, conn);
@@ -341,9 +343,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                            k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID],
                            owner, lease, delay, queue ? "1" : "0", member,
-                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP };
-    struct dm_conn *conn = dm_redis_get();
-    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, 15, args);
+                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP, "spublish" };
+    struct dm_conn *conn = dm_redis_get_slot(l->slot);
+    /* Redis Cluster: the notices on the lock's shard (sharded pub/sub, the
+     * last argument); otherwise PUBLISH, which Redis < 7 has. */
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, l->slot >= 0 ? 16 : 15, args);
     if (!r) {
         dm_redis_error_keep(why, conn);
         dm_redis_put(conn);
@@ -396,7 +400,7 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
         if (i > 0 && dm_now_ms() - start >= ccfg->redis.command_timeout_ms)
             break;
         redisReply *r;
-        res = run_script(DM_SCRIPT_CANCEL, 6, 9, args, &r, why);
+        res = run_script(l, DM_SCRIPT_CANCEL, 6, 9, args, &r, why);
         if (!r) {
             if (why->err == DM_REDIS_IO)
                 continue;       /* void is idempotent: say it again */
@@ -703,10 +707,12 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     char *const *k = l->keys;
-    const char *args[DM_KEYS_RELEASE_N + 6];
+    const char *args[DM_KEYS_RELEASE_N + 7];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
-    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim };
+    /* the last: Redis Cluster's sharded pub/sub (see attempt) */
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim,
+                           "spublish" };
     memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
@@ -715,7 +721,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
      * election, seconds rather than command timeouts: a release given up
      * meanwhile would keep the lock from everyone for the rest of its lease
      * on the new primary. */
-    if (ccfg->redis.nsentinels > 0 || budget > safe)
+    if (ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || budget > safe)
         budget = safe;
     struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     int rediscovered = 0;   /* a wrong node (Sentinel) is retried at once, once */
@@ -723,9 +729,9 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         long left = budget - (long)(dm_now_ms() - start);
         if (i > 0 && left <= 0)
             break;
-        struct dm_conn *conn = dm_redis_get();
+        struct dm_conn *conn = dm_redis_get_slot(l->slot);
         redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
-                                        DM_KEYS_RELEASE_N + 6, args);
+                                        DM_KEYS_RELEASE_N + (l->slot >= 0 ? 7 : 6), args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&

@@ -41,6 +41,7 @@ struct dm_cluster_lock {
     int wants;          /* waiters announce wants (cache mode, or several mutexes
                            share the name and the holder's threads may keep it busy) */
     unsigned long wait_ids;
+    int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
     struct dm_stats stats;      /* the name's counters (stats.h); zero in a fork child */
     char strs[];        /* the strings above */

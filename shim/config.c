@@ -552,6 +552,15 @@ void dm_config_free_sentinels(struct dm_redis_config *r)
     r->master = r->sentinel_username = r->sentinel_password = NULL;
 }
 
+void dm_config_free_cluster(struct dm_redis_config *r)
+{
+    for (size_t i = 0; i < r->ncluster; i++)
+        free(r->cluster[i].host);
+    free(r->cluster);
+    r->cluster = NULL;
+    r->ncluster = 0;
+}
+
 /* The list (or array) `key` of group g (qual: its name for messages,
  * "redis." or ""), with an array of its length allocated in *items:
  * returns its length (0 and *l NULL when it is absent; nothing allocated
@@ -653,6 +662,53 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
     return 0;
 }
 
+/* cluster: the seed nodes of a Redis Cluster. The nodes' addresses are
+ * the slot map's, so host, port, unix and sentinels have no meaning; a
+ * cluster has database 0 only (SELECT of another is refused by every
+ * node), so a db is an error here rather than at the first connection. */
+static int parse_cluster_keys(struct parse *p, const config_setting_t *g, struct dm_redis_config *r,
+                              const unsigned lines[DM_NKEYS])
+{
+    char why[160];
+    struct shown sv;
+    config_setting_t *l = config_setting_get_member(g, "cluster");
+    if (!l)
+        return 0;
+    unsigned line = line_of(l);
+    static const char *const others[] = { "host", "unix", "sentinels", "master" };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        config_setting_t *o = config_setting_get_member(g, others[i]);
+        if (o)
+            return fail(p, line, "redis.cluster and redis.%s (line %u) exclude each other: in "
+                        "a cluster the nodes' addresses are the slot map's", others[i], line_of(o));
+    }
+    if (lines[DM_K_PORT])
+        return fail(p, line, "redis.cluster and redis.port (line %u) exclude each other: give "
+                    "each seed as \"host:port\"", lines[DM_K_PORT]);
+    if (r->db != 0)
+        return fail(p, lines[DM_K_DB] ? lines[DM_K_DB] : line, "redis.db = %d with "
+                    "redis.cluster: a Redis Cluster has database 0 only", r->db);
+    int n = list_member(p, g, "redis.", "cluster", "a list ( \"host:port\", ... )",
+                        sizeof *r->cluster, (void **)&r->cluster, &l);
+    if (n < 0)
+        return -1;
+    if (n == 0 || n > DM_CLUSTER_SEEDS_MAX)
+        return fail(p, line, "redis.cluster must name 1 to %d seed nodes, not %d",
+                    DM_CLUSTER_SEEDS_MAX, n);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const char *v = config_setting_get_string(e);
+        if (!v)
+            return fail(p, line_of(e), "redis.cluster[%d] must be a string \"host:port\", "
+                        "not %s", i, type_name(e));
+        if (dm_config_endpoint(v, strlen(v), DM_REDIS_PORT_DEFAULT, &r->cluster[i], why,
+                               sizeof why) < 0)
+            return fail(p, line_of(e), "redis.cluster[%d] = %s: %s", i, show(&sv, v), why);
+        r->ncluster++;
+    }
+    return 0;
+}
+
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
 {
     config_setting_t *g;
@@ -735,7 +791,9 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
         return -1;
     if (parse_tls(p, g, r) < 0)
         return -1;
-    return parse_sentinel_keys(p, g, r, lines);
+    if (parse_sentinel_keys(p, g, r, lines) < 0)
+        return -1;
+    return parse_cluster_keys(p, g, r, lines);
 }
 
 /* The rules between the lease keys, once parse_scalars has read them all
@@ -1334,6 +1392,7 @@ void dm_config_free(struct dm_config *cfg)
     free(cfg->redis.tls.server_name);
     free(cfg->metrics.file);
     dm_config_free_sentinels(&cfg->redis);
+    dm_config_free_cluster(&cfg->redis);
     if (!dm_config_is_default(cfg->ns))
         free(cfg->ns);
     for (size_t i = 0; i < cfg->nmutexes; i++)

@@ -18,6 +18,7 @@
 #define DM_FAIR_DEFAULT           1       /* FIFO handover unless fair = false */
 #define DM_SENTINEL_PORT_DEFAULT  26379
 #define DM_SENTINELS_MAX          16      /* addresses in redis.sentinels */
+#define DM_CLUSTER_SEEDS_MAX      16      /* addresses in redis.cluster */
 #define DM_REPLICA_TIMEOUT_MS     1000L   /* replica_timeout_ms default (at most renew_ms) */
 #define DM_METRICS_INTERVAL_MS    10000L  /* metrics.interval_ms default */
 #define DM_METRICS_INTERVAL_MIN_MS 10L
@@ -59,6 +60,11 @@ struct dm_redis_config {
     char *master;               /* the name the sentinels monitor */
     char *sentinel_username;    /* NULL: AUTH the sentinels with the password only */
     char *sentinel_password;    /* NULL: no AUTH to the sentinels */
+    /* Redis Cluster (shim/slots.c): with seeds, host/port/unix are unused;
+     * the slot map is asked of the seeds and every node it names gets the
+     * same credentials and TLS settings; db is 0. */
+    struct dm_endpoint *cluster;
+    size_t ncluster;            /* 0: not a cluster */
 };
 
 /* metrics = { file; interval_ms; } (shim/metrics.c). */
@@ -139,7 +145,8 @@ int dm_config_load_string(const char *text, const char *label,
                           struct dm_config *cfg, char *err, size_t errlen);
 
 /* Applies DMUTEX_REDIS-style URL: redis://[user:pass@]host[:port][/db],
- * unix:///path[?db=N] or redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master[/db].
+ * unix:///path[?db=N], redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master[/db]
+ * or redis-cluster://[user:pass@]host[:port][,host[:port]...].
  * Returns 0, or -1 with `err` naming what is wrong. */
 int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen);
 

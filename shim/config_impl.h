@@ -138,6 +138,8 @@ int dm_config_endpoint(const char *v, size_t len, int dflt_port, struct dm_endpo
 /* Frees the sentinels, master and sentinel credentials of r, leaving none. */
 struct dm_redis_config;
 void dm_config_free_sentinels(struct dm_redis_config *r);
+/* Frees the cluster seeds of r, leaving none. */
+void dm_config_free_cluster(struct dm_redis_config *r);
 
 /* Is `s` one of the static default strings (never freed)? */
 int dm_config_is_default(const char *s);

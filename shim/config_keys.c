@@ -136,6 +136,12 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .type = DM_KEY_HAND, .doc_type = "string", .doc_default = "none",
         .doc_range = "an environment variable name `[A-Za-z_][A-Za-z0-9_]*`",
         .doc = "read the sentinels' password from this variable; not with `sentinel_password`" },
+    [DM_K_CLUSTER] = { "cluster", NO_FIELD(DM_GROUP_REDIS), .type = DM_KEY_HAND,
+        .doc_type = "list of strings", .doc_default = "none",
+        .doc_range = "1..16 of `\"host:port\"` (port default 6379; IPv6 as `\"[::1]:7000\"`)",
+        .doc = "Redis Cluster: seed nodes to ask for the slot map (`CLUSTER SLOTS`); each "
+               "lock goes to the primary of its slot. Excludes host/port/unix/sentinels; "
+               "`db` must be 0" },
 
     /* ---- a mutex entry ---- */
     [DM_K_SYMBOL] = { "symbol", MUTEX(symbol), .type = DM_KEY_HAND,

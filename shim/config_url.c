@@ -1,6 +1,7 @@
 /* config_url: DMUTEX_REDIS URLs (redis://[user:pass@]host[:port][/db],
  * unix:///path[?db=N], redis-sentinel://[user:pass@]host:port,.../master[/db],
- * and rediss:// and rediss-sentinel:// for TLS) into the redis part of a struct dm_config, and the
+ * rediss:// and rediss-sentinel:// for TLS, redis-cluster://[user:pass@]host:port,...)
+ * into the redis part of a struct dm_config, and the
  * redaction every message showing such a URL goes through. A URL's bytes
  * are shown only redacted and quoted (dm_config_show). */
 #include "config_impl.h"
@@ -231,6 +232,7 @@ static int set_sentinel_url(struct dm_config *cfg, const char *url, int tls, con
         goto fail;
 
     dm_config_free_sentinels(&cfg->redis);
+    dm_config_free_cluster(&cfg->redis);
     free(cfg->redis.unix_path);
     cfg->redis.unix_path = NULL;
     cfg->redis.sentinels = eps;
@@ -258,6 +260,72 @@ fail:
     free(user);
     free(pass);
     free(master);
+    return -1;
+}
+
+/* redis-cluster://[user:pass@]host[:port][,host[:port]...][/]: the seed
+ * nodes of a Redis Cluster (db 0, the only one a cluster has); user:pass
+ * are every node's. `su` is the redacted URL for messages. */
+static int set_cluster_url(struct dm_config *cfg, const char *url, const char *su,
+                           char *err, size_t errlen)
+{
+    const char *a = url + strlen("redis-cluster://");
+    size_t alen = strcspn(a, "/?#");
+    char *user = NULL, *pass = NULL;
+    struct dm_endpoint *eps = NULL;
+    size_t neps = 0;
+    char why[160];
+    const char *hp;
+    int has_cred = parse_userinfo(a, alen, &user, &pass, &hp, err, errlen);
+    if (has_cred < 0)
+        return -1;
+    const char *end = a + alen;
+    if (*end && strcmp(end, "/") != 0) {
+        fail_plain(err, errlen, "redis URL %s: a cluster URL has no path or query (a Redis "
+                   "Cluster has database 0 only): redis-cluster://host:port[,host:port...]", su);
+        goto fail;
+    }
+    eps = calloc(DM_CLUSTER_SEEDS_MAX, sizeof *eps);
+    if (!eps)
+        goto oom;
+    for (const char *h = hp; h <= end; ) {
+        const char *comma = memchr(h, ',', (size_t)(end - h));
+        const char *e = comma ? comma : end;
+        if (neps == DM_CLUSTER_SEEDS_MAX) {
+            fail_plain(err, errlen, "redis URL %s: more than %d seed nodes", su,
+                       DM_CLUSTER_SEEDS_MAX);
+            goto fail;
+        }
+        if (dm_config_endpoint(h, (size_t)(e - h), DM_REDIS_PORT_DEFAULT, &eps[neps], why,
+                               sizeof why) < 0) {
+            fail_plain(err, errlen, "redis URL %s: node %zu: %s "
+                       "(redis-cluster://[user:password@]host[:port][,host[:port]...])",
+                       su, neps + 1, why);
+            goto fail;
+        }
+        neps++;
+        if (!comma)
+            break;
+        h = comma + 1;
+    }
+    dm_config_free_sentinels(&cfg->redis);
+    dm_config_free_cluster(&cfg->redis);
+    free(cfg->redis.unix_path);
+    cfg->redis.unix_path = NULL;
+    cfg->redis.cluster = eps;
+    cfg->redis.ncluster = neps;
+    cfg->redis.db = 0;
+    if (has_cred)
+        take_credentials(&cfg->redis, user, pass);
+    return 0;
+oom:
+    fail_plain(err, errlen, "redis URL: out of memory");
+fail:
+    for (size_t i = 0; i < neps; i++)
+        free(eps[i].host);
+    free(eps);
+    free(user);
+    free(pass);
     return -1;
 }
 
@@ -296,6 +364,8 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         return set_sentinel_url(cfg, url, 0, su.s, err, errlen);
     if (strncasecmp(url, "rediss-sentinel://", 18) == 0)
         return set_sentinel_url(cfg, url, 1, su.s, err, errlen);
+    if (strncasecmp(url, "redis-cluster://", 16) == 0)
+        return set_cluster_url(cfg, url, su.s, err, errlen);
     int tls = strncasecmp(url, "rediss://", 9) == 0;
 
     if (strncasecmp(url, "unix://", 7) == 0) {
@@ -383,9 +453,10 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         size_t slen = strcspn(url, ":");
         if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
             return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis://, "
-                              "rediss://, unix:// or redis-sentinel://; rediss-sentinel:// with TLS)", su.s, (int)slen, url);
+                              "rediss://, unix://, redis-sentinel://, rediss-sentinel:// or "
+                              "redis-cluster://)", su.s, (int)slen, url);
         return fail_plain(err, errlen, "redis URL %s: must start with redis://, rediss://, "
-                          "unix:// or redis-sentinel:// (rediss-sentinel:// with TLS)", su.s);
+                          "unix://, redis-sentinel://, rediss-sentinel:// or redis-cluster://", su.s);
     }
     char *tls_files[3] = { NULL, NULL, NULL };
     if (tls && tls_env(tls_files, err, errlen) < 0) {
@@ -400,6 +471,7 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         free(cfg->redis.host);
     free(cfg->redis.unix_path);
     dm_config_free_sentinels(&cfg->redis);     /* the URL names the node itself */
+    dm_config_free_cluster(&cfg->redis);
     cfg->redis.host = host;
     cfg->redis.unix_path = unix_path;
     cfg->redis.port = (int)port;

@@ -60,6 +60,8 @@ struct dm_notify_chan {
     unsigned char on_work;
     unsigned char dead;
     unsigned char resubscribe;          /* wanted again while UNSUBSCRIBING */
+    int slot;                           /* Redis Cluster: the slot of the name; -1 otherwise */
+    int sub_node;                       /* the connection (S)SUBSCRIBE went on (0 without a cluster) */
     char name[];
 };
 
@@ -73,8 +75,7 @@ static pthread_t sub_thread;
 static int thread_running;
 static int wake_fd = -1;
 static unsigned long received;
-static int connected;
-static redisContext *sub_ctx;     /* the subscriber thread's, for the fork child */
+static redisContext *sub_ctx[DM_REDIS_NODES_MAX];  /* the thread's, for the fork child */
 
 /* Call with nmu held. */
 static void cv_init_locked(void)
@@ -109,6 +110,7 @@ struct dm_notify_chan *dm_notify_chan(const char *channel)
     } else if ((ch = calloc(1, sizeof *ch + len + 1)) != NULL) {
         memcpy(ch->name, channel, len + 1);
         ch->len = len;
+        ch->slot = dm_redis_slot(channel);
         ch->refs = 1;
         if (dm_htab_add(&chans, &ch->node, h) != 0) {
             free(ch);
@@ -221,40 +223,161 @@ static void for_each_chan(void (*fn)(struct dm_notify_chan *))
     chans.no_shrink = 0;
 }
 
-/* Appends the SUBSCRIBEs and UNSUBSCRIBEs the work list asks for, and
- * frees the dead records the server never knew. */
-static void do_work_locked(redisContext *c)
+/* Redis Cluster: sharded pub/sub. A lock's notices go to the shard that
+ * owns its slot (SPUBLISH), so each channel is subscribed (SSUBSCRIBE) on
+ * the connection to the primary of its slot: one connection per node this
+ * thread needs, all polled by this one thread. Without a cluster there is
+ * one connection (node 0) and plain SUBSCRIBE, as there always was. */
+struct sub {
+    struct dm_conn conn;        /* conn.c NULL: not connected */
+    long long last_rx;
+    int ping_out;
+    int wanted;                 /* a channel waits for this connection */
+    long long retry_ms;         /* no connect before this (backoff) */
+    struct dm_backoff backoff;
+};
+static struct sub subs[DM_REDIS_NODES_MAX];     /* the subscriber thread's */
+static long long resend_ms;     /* cluster: no (S)SUBSCRIBE before this (after a redirection) */
+
+#define DM_NOTIFY_RESEND_MS 100 /* a SSUBSCRIBE refused (MOVED, TRYAGAIN) is sent again after this */
+
+static const char *sub_cmd(int dead)
 {
-    struct dm_notify_chan *ch;
+    if (dm_redis_cluster())
+        return dead ? "SUNSUBSCRIBE" : "SSUBSCRIBE";
+    return dead ? "UNSUBSCRIBE" : "SUBSCRIBE";
+}
+
+/* Appends the SUBSCRIBEs and UNSUBSCRIBEs the work list asks for, each on
+ * the connection of its channel's node, and frees the dead records the
+ * server never knew. A channel whose node is not connected (or not known
+ * yet) stays on the list, its node marked wanted. */
+static void do_work_locked(void)
+{
+    struct dm_notify_chan *ch, *later = NULL, **later_tail = &later;
+    int cluster = dm_redis_cluster();
+    long long now = dm_now_ms();
     while ((ch = work) != NULL) {
         work = ch->work_next;
         if (!work)
             work_tail = &work;
         ch->on_work = 0;
-        const char *argv[2] = { ch->dead ? "UNSUBSCRIBE" : "SUBSCRIBE", ch->name };
-        size_t lens[2] = { ch->dead ? 11 : 9, ch->len };
         if (ch->dead) {
-            if (ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED) {
+            redisContext *c = subs[ch->sub_node].conn.c;
+            if ((ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED) && c) {
+                const char *argv[2] = { sub_cmd(1), ch->name };
+                size_t lens[2] = { strlen(argv[0]), ch->len };
                 redisAppendCommandArgv(c, 2, argv, lens);
                 ch->state = CHAN_UNSUBSCRIBING;
             } else if (ch->state != CHAN_UNSUBSCRIBING) {
                 unlink_locked(ch);
                 chan_free(ch);
             }
-        } else if (ch->state == CHAN_WANTED) {
-            redisAppendCommandArgv(c, 2, argv, lens);
-            ch->state = CHAN_SENT;
+            continue;
         }
+        if (ch->state != CHAN_WANTED)
+            continue;
+        int node = cluster ? dm_redis_node_cached(ch->slot) : 0;
+        if (node >= 0 && subs[node].conn.c && !(cluster && now < resend_ms)) {
+            const char *argv[2] = { sub_cmd(0), ch->name };
+            size_t lens[2] = { strlen(argv[0]), ch->len };
+            redisAppendCommandArgv(subs[node].conn.c, 2, argv, lens);
+            ch->sub_node = node;
+            ch->state = CHAN_SENT;
+            continue;
+        }
+        if (node >= 0)
+            subs[node].wanted = 1;
+        else
+            dm_redis_slots_stale();     /* no node known for its slot: ask the map */
+        ch->on_work = 1;
+        ch->work_next = NULL;
+        *later_tail = ch;
+        later_tail = &ch->work_next;
+    }
+    if (later) {
+        *work_tail = later;
+        work_tail = later_tail;
     }
 }
 
-/* Handles one pushed reply; nmu held. */
-static void on_reply(redisReply *r)
+/* Cluster: a refusal of a SSUBSCRIBE sent on node's connection (MOVED,
+ * ASK, TRYAGAIN, CLUSTERDOWN: the replies do not say which channel), or
+ * the node telling that a channel's slot left it (an sunsubscribe nobody
+ * asked for): those channels are subscribed again where the map says,
+ * after a short while, and their waiters woken (a notice may have gone to
+ * the new owner meanwhile). nmu held. */
+static void resubscribe_locked(struct dm_notify_chan *ch)
 {
+    ch->seq++;
+    ch->state = CHAN_WANTED;
+    work_push_locked(ch);
+    resend_ms = dm_now_ms() + DM_NOTIFY_RESEND_MS;
+}
+
+static void refused_locked(int node, const char *msg)
+{
+    if (!dm_redis_redirected(msg))
+        dm_redis_slots_stale();
+    dm_debug("subscriber connection to node %d: %s; subscribing again", node, msg);
+    chans.no_shrink = 1;
+    for (size_t b = 0; b < chans.n; b++)
+        for (struct dm_hnode *x = chans.b[b]; x; x = x->next) {
+            struct dm_notify_chan *ch = (struct dm_notify_chan *)x;
+            if (!ch->dead && ch->sub_node == node && ch->state == CHAN_SENT)
+                resubscribe_locked(ch);
+        }
+    chans.no_shrink = 0;
+}
+
+/* Cluster: the map changed: a channel subscribed on a node that no longer
+ * owns its slot is subscribed again on the new owner (its old
+ * subscription is left to the old node, whose replies for it are ignored
+ * from now on). nmu held. */
+static void follow_map_locked(void)
+{
+    chans.no_shrink = 1;
+    for (size_t b = 0; b < chans.n; b++)
+        for (struct dm_hnode *x = chans.b[b], *nx; x; x = nx) {
+            nx = x->next;
+            struct dm_notify_chan *ch = (struct dm_notify_chan *)x;
+            if (ch->state != CHAN_SENT && ch->state != CHAN_SUBSCRIBED &&
+                ch->state != CHAN_UNSUBSCRIBING)
+                continue;
+            int owner = dm_redis_node_cached(ch->slot);
+            if (owner < 0 || owner == ch->sub_node)
+                continue;
+            if (ch->dead || (ch->state == CHAN_UNSUBSCRIBING && !ch->resubscribe)) {
+                ch->state = CHAN_IDLE;
+                if (ch->dead && !ch->on_work) {
+                    unlink_locked(ch);
+                    chan_free(ch);
+                }
+                continue;
+            }
+            ch->resubscribe = 0;
+            ch->seq++;
+            ch->state = CHAN_WANTED;
+            work_push_locked(ch);
+        }
+    chans.no_shrink = 0;
+}
+
+/* Handles one pushed reply from node's connection; nmu held. */
+static void on_reply(redisReply *r, int node)
+{
+    int cluster = dm_redis_cluster();
+    if (r->type == REDIS_REPLY_ERROR && cluster) {
+        refused_locked(node, r->str);
+        pthread_cond_broadcast(&ncv);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
         r->element[0]->type != REDIS_REPLY_STRING)
         return;
     const char *kind = r->element[0]->str;
+    if (kind[0] == 's' && cluster)
+        kind++;     /* smessage, ssubscribe, sunsubscribe: as their plain forms */
     redisReply *chname = r->element[1];
     if (chname->type != REDIS_REPLY_STRING)
         return;
@@ -276,7 +399,7 @@ static void on_reply(redisReply *r)
         ch->seq++;
         received++;
         if (ch->fn) {
-            /* The context is this thread's alone: safe to let go of nmu.
+            /* The contexts are this thread's alone: safe to let go of nmu.
              * `calling` makes a put or set_handler of this channel from
              * another thread wait for the call; the handler may drop its
              * own channel, so ch is not touched after the call. */
@@ -289,6 +412,8 @@ static void on_reply(redisReply *r)
             pthread_mutex_lock(&nmu);
             calling = NULL;
         }
+    } else if (ch->sub_node != node) {
+        /* a reply about a subscription left on a node the slot moved from */
     } else if (strcmp(kind, "subscribe") == 0) {
         if (ch->state == CHAN_SENT)
             ch->state = CHAN_SUBSCRIBED;
@@ -303,121 +428,209 @@ static void on_reply(redisReply *r)
         } else {
             ch->state = CHAN_IDLE;
         }
+    } else if (strcmp(kind, "unsubscribe") == 0 && cluster &&
+               (ch->state == CHAN_SUBSCRIBED || ch->state == CHAN_SENT)) {
+        /* The node unsubscribed us itself: the slot was migrated away. */
+        dm_redis_slots_stale();
+        if (ch->dead) {
+            ch->state = CHAN_IDLE;
+            if (!ch->on_work) {
+                unlink_locked(ch);
+                chan_free(ch);
+            }
+        } else {
+            resubscribe_locked(ch);
+        }
     }
     pthread_cond_broadcast(&ncv);
+}
+
+/* The connection of `node` is gone, and every subscription on it: its
+ * channels are reset (chan_reset), the others stay. nmu held. */
+static int reset_node;
+static void chan_reset_node(struct dm_notify_chan *ch)
+{
+    if (ch->sub_node == reset_node)
+        chan_reset(ch);
+}
+
+static void sub_lost(int node)
+{
+    struct sub *s = &subs[node];
+    static long log_last;
+    if (s->conn.err != DM_REDIS_IO) {
+        s->conn.err = DM_REDIS_IO;
+        snprintf(s->conn.errstr, sizeof s->conn.errstr, "%s",
+                 s->conn.c->errstr[0] ? s->conn.c->errstr : "closed");
+    }
+    dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
+                 "subscriber connection to redis at %s lost (%s); reconnecting",
+                 dm_redis_conn_addr(&s->conn), s->conn.errstr);
+    pthread_mutex_lock(&nmu);
+    sub_ctx[node] = NULL;
+    dm_redis_close(&s->conn);
+    reset_node = node;
+    for_each_chan(chan_reset_node);     /* wake everyone: a notice may be lost */
+    pthread_cond_broadcast(&ncv);
+    pthread_mutex_unlock(&nmu);
+}
+
+/* Connects node's connection, unless its backoff says wait. 0 or -1. */
+static int sub_connect(int node)
+{
+    struct sub *s = &subs[node];
+    static long log_last;
+    if (dm_now_ms() < s->retry_ms)
+        return -1;
+    int rc = dm_redis_cluster() ? dm_redis_connect_node(&s->conn, node)
+                                : dm_redis_connect(&s->conn);
+    if (rc != 0) {
+        dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
+                     "release notices unavailable (%s); waiters retry on their own",
+                     s->conn.errstr);
+        s->retry_ms = dm_now_ms() + dm_backoff_next(&s->backoff);
+        return -1;
+    }
+    dm_backoff_reset(&s->backoff);
+    s->last_rx = dm_now_ms();
+    s->ping_out = 0;
+    s->wanted = 0;
+    pthread_mutex_lock(&nmu);
+    sub_ctx[node] = s->conn.c;
+    pthread_mutex_unlock(&nmu);
+    return 0;
+}
+
+/* Writes what is queued on node's connection, and a PING after a quiet
+ * while; 0, or -1: the connection is broken (the cause on it). */
+static int sub_flush(struct sub *s)
+{
+    redisContext *c = s->conn.c;
+    int done = 0;
+    while (!done)
+        if (dm_net_write(c, s->conn.tls, &done) != REDIS_OK)
+            return -1;
+    long long idle = dm_now_ms() - s->last_rx;
+    if (idle >= DM_NOTIFY_PING_MS && !s->ping_out) {
+        redisAppendCommand(c, "PING");
+        done = 0;
+        while (!done)
+            if (dm_net_write(c, s->conn.tls, &done) != REDIS_OK)
+                return -1;
+        s->ping_out = 1;
+    }
+    if (s->ping_out && idle >= DM_NOTIFY_PING_MS + 2 * DM_COMMAND_TIMEOUT_MS) {
+        s->conn.err = DM_REDIS_IO;
+        snprintf(s->conn.errstr, sizeof s->conn.errstr, "no answer to PING");
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads what node's connection has and handles every reply; 0 or -1. */
+static int sub_read(int node)
+{
+    struct sub *s = &subs[node];
+    redisContext *c = s->conn.c;
+    if (dm_net_read(c, s->conn.tls) != REDIS_OK)
+        return -1;
+    s->last_rx = dm_now_ms();
+    s->ping_out = 0;
+    redisReply *r;
+    pthread_mutex_lock(&nmu);
+    while (redisGetReplyFromReader(c, (void **)&r) == REDIS_OK && r) {
+        on_reply(r, node);
+        freeReplyObject(r);
+    }
+    pthread_mutex_unlock(&nmu);
+    return c->err ? -1 : 0;
 }
 
 static void *notify_main(void *arg)
 {
     (void)arg;
-    struct dm_conn conn = { 0 };    /* the thread's own, never pooled */
-    redisContext *c = NULL;
-    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_NOTIFY_BACKOFF_MIN, DM_NOTIFY_BACKOFF_MAX);
-    static long log_last;
-    long long last_rx = 0;
-    int ping_out = 0;
+    int cluster = dm_redis_cluster();
+    unsigned long map_gen = dm_redis_slots_gen();
+    for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
+        subs[i].backoff = (struct dm_backoff)DM_BACKOFF_INIT(DM_NOTIFY_BACKOFF_MIN,
+                                                              DM_NOTIFY_BACKOFF_MAX);
+    if (!cluster)
+        subs[0].wanted = 1;     /* the one connection, made at once and kept */
 
     for (;;) {
-        if (!c) {
-            if (dm_redis_connect(&conn) != 0) {
-                dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
-                             "release notices unavailable (%s); waiters retry on their own",
-                             conn.errstr);
-                struct pollfd p = { wake_fd, POLLIN, 0 };
-                poll(&p, 1, (int)dm_backoff_next(&backoff));
+        /* Connections a channel waits for (without a cluster: the one). */
+        for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
+            if ((subs[i].wanted || (!cluster && i == 0)) && !subs[i].conn.c)
+                sub_connect(i);
+        if (cluster) {
+            dm_redis_refresh_if_wanted();
+            unsigned long g = dm_redis_slots_gen();
+            if (g != map_gen) {
+                map_gen = g;
+                pthread_mutex_lock(&nmu);
+                follow_map_locked();
+                pthread_cond_broadcast(&ncv);
+                pthread_mutex_unlock(&nmu);
+            }
+        }
+        if (!cluster && subs[0].conn.c && dm_redis_conn_stale(&subs[0].conn)) {
+            /* Sentinel: the primary moved; subscribe on the new one. */
+            subs[0].conn.err = DM_REDIS_IO;
+            snprintf(subs[0].conn.errstr, sizeof subs[0].conn.errstr,
+                     "the sentinels named a new primary");
+            sub_lost(0);
+            continue;
+        }
+        pthread_mutex_lock(&nmu);
+        do_work_locked();
+        int pending = work != NULL;
+        pthread_mutex_unlock(&nmu);
+
+        struct pollfd p[DM_REDIS_NODES_MAX + 1];
+        int who[DM_REDIS_NODES_MAX + 1], np = 0, buffered = 0;
+        p[np] = (struct pollfd){ wake_fd, POLLIN, 0 };
+        who[np++] = -1;
+        for (int i = 0; i < DM_REDIS_NODES_MAX; i++) {
+            if (!subs[i].conn.c)
+                continue;
+            if (sub_flush(&subs[i]) != 0) {
+                sub_lost(i);
                 continue;
             }
-            c = conn.c;
-            dm_backoff_reset(&backoff);
-            last_rx = dm_now_ms();
-            ping_out = 0;
-            pthread_mutex_lock(&nmu);
-            sub_ctx = c;
-            connected = 1;
-            pthread_mutex_unlock(&nmu);
-        }
-
-        int done = 0, broken = 0;
-        if (dm_redis_conn_stale(&conn)) {
-            /* Sentinel: the primary moved; subscribe on the new one. */
-            conn.err = DM_REDIS_IO;
-            snprintf(conn.errstr, sizeof conn.errstr, "the sentinels named a new primary");
-            broken = 1;
-        } else {
-            pthread_mutex_lock(&nmu);
-            do_work_locked(c);
-            pthread_mutex_unlock(&nmu);
-        }
-        while (!done && !broken)
-            if (dm_net_write(c, conn.tls, &done) != REDIS_OK)
-                broken = 1;
-
-        long long idle = dm_now_ms() - last_rx;
-        if (!broken && idle >= DM_NOTIFY_PING_MS && !ping_out) {
-            redisAppendCommand(c, "PING");
-            done = 0;
-            while (!done && !broken)
-                if (dm_net_write(c, conn.tls, &done) != REDIS_OK)
-                    broken = 1;
-            ping_out = 1;
-        }
-        if (!broken && ping_out && idle >= DM_NOTIFY_PING_MS + 2 * DM_COMMAND_TIMEOUT_MS) {
-            conn.err = DM_REDIS_IO;
-            snprintf(conn.errstr, sizeof conn.errstr, "no answer to PING");
-            broken = 1;
-        }
-
-        if (!broken) {
-            struct pollfd p[2] = { { c->fd, POLLIN, 0 }, { wake_fd, POLLIN, 0 } };
             /* Bytes a TLS session already holds are not on the socket:
              * poll(2) would sleep on them. */
-            int timeout = dm_net_buffered(conn.tls) ? 0 : DM_NOTIFY_PING_MS / 2;
-            if (poll(p, 2, timeout) < 0 && errno != EINTR)
-                broken = 1;
-            if (timeout == 0)
-                p[0].revents |= POLLIN;
-            if (p[1].revents & POLLIN) {
-                uint64_t v;
-                ssize_t n = read(wake_fd, &v, sizeof v);
-                (void)n;
-            }
-            if (!broken && (p[0].revents & (POLLIN | POLLERR | POLLHUP))) {
-                if (dm_net_read(c, conn.tls) != REDIS_OK) {
-                    broken = 1;
-                } else {
-                    last_rx = dm_now_ms();
-                    ping_out = 0;
-                    redisReply *r;
-                    pthread_mutex_lock(&nmu);
-                    while (redisGetReplyFromReader(c, (void **)&r) == REDIS_OK && r) {
-                        on_reply(r);
-                        freeReplyObject(r);
-                    }
-                    pthread_mutex_unlock(&nmu);
-                    if (c->err)
-                        broken = 1;
-                }
-            }
+            buffered |= dm_net_buffered(subs[i].conn.tls);
+            p[np] = (struct pollfd){ subs[i].conn.c->fd, POLLIN, 0 };
+            who[np++] = i;
         }
-
-        if (broken) {
-            /* The cause goes on the connection (hiredis's own words, or
-             * ours for a PING that went unanswered). */
-            if (conn.err != DM_REDIS_IO) {
-                conn.err = DM_REDIS_IO;
-                snprintf(conn.errstr, sizeof conn.errstr, "%s", c->errstr[0] ? c->errstr : "closed");
+        int timeout = buffered ? 0 : DM_NOTIFY_PING_MS / 2;
+        /* Work that waits (a node to connect, a refused SSUBSCRIBE, the
+         * backoff of a failed connect) is looked at again soon. */
+        if (pending && timeout > DM_NOTIFY_RESEND_MS)
+            timeout = DM_NOTIFY_RESEND_MS;
+        for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
+            if ((subs[i].wanted || (!cluster && i == 0)) && !subs[i].conn.c) {
+                long long w = subs[i].retry_ms - dm_now_ms();
+                if (w < 0)
+                    w = 0;
+                if (w < timeout)
+                    timeout = (int)w;
             }
-            dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
-                         "subscriber connection to redis at %s lost (%s); reconnecting",
-                         dm_redis_addr(), conn.errstr);
-            pthread_mutex_lock(&nmu);
-            sub_ctx = NULL;
-            dm_redis_close(&conn);
-            c = NULL;
-            connected = 0;
-            for_each_chan(chan_reset);      /* wake everyone: a notice may be lost */
-            pthread_cond_broadcast(&ncv);
-            pthread_mutex_unlock(&nmu);
+        if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR)
+            continue;
+        if (p[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t n = read(wake_fd, &v, sizeof v);
+            (void)n;
+        }
+        for (int k = 1; k < np; k++) {
+            int i = who[k];
+            if (!subs[i].conn.c)
+                continue;
+            if (buffered && dm_net_buffered(subs[i].conn.tls))
+                p[k].revents |= POLLIN;
+            if ((p[k].revents & (POLLIN | POLLERR | POLLHUP)) && sub_read(i) != 0)
+                sub_lost(i);
         }
     }
     return NULL;
@@ -591,15 +804,17 @@ void dm_notify_atfork(enum dm_fork_phase phase)
     ncv_ready = 0;
     cv_init_locked();
     thread_running = 0;
-    connected = 0;
     calling = NULL;     /* the thread that ran it is not in the child */
     /* The parent's subscriber socket and eventfd are shared with the child:
      * close them here (the context's memory belonged to a thread that does
      * not exist in the child and is left alone). */
-    if (sub_ctx) {
-        close(sub_ctx->fd);
-        sub_ctx = NULL;
+    for (int i = 0; i < DM_REDIS_NODES_MAX; i++) {
+        if (sub_ctx[i])
+            close(sub_ctx[i]->fd);
+        sub_ctx[i] = NULL;
+        memset(&subs[i], 0, sizeof subs[i]);     /* the contexts' memory is left alone */
     }
+    resend_ms = 0;
     if (wake_fd >= 0) {
         close(wake_fd);
         wake_fd = -1;

@@ -1,4 +1,5 @@
-/* notify: the one subscriber connection and thread of a process. A waiter
+/* notify: the one subscriber thread of a process and its connection (with
+ * Redis Cluster, one per node: sharded pub/sub). A waiter
  * subscribes to its lock's release channel (once per name per process; the
  * subscription is kept while the channel has references), then sleeps until
  * the channel's notice count moves or its timeout passes. Knows nothing of

@@ -14,16 +14,23 @@
 #include "log.h"
 #include "lua_scripts.h"
 #include "sentinel.h"
+#include "slots.h"
 #include "util.h"
 
 #define DM_POOL_IDLE_MAX 64     /* idle connections kept; the rest are closed */
 
+_Static_assert(DM_REDIS_NODES_MAX == DM_SLOTS_NODES_MAX, "one number of nodes");
+
 static const struct dm_redis_config *rcfg;
 static char addr_text[300];
 
+/* One pool per node: index 0 is the only one without a cluster; with one,
+ * slots.c's node index (which never changes for an address). */
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct dm_conn *pool_idle;
-static int pool_nidle;
+static struct pool {
+    struct dm_conn *idle;
+    int nidle;
+} pools[DM_SLOTS_NODES_MAX];
 
 static const char *const script_body[DM_SCRIPT_COUNT] = {
     dm_lua_acquire, dm_lua_release, dm_lua_renew, dm_lua_cancel,
@@ -37,7 +44,15 @@ void dm_redis_setup(const struct dm_redis_config *cfg)
     rcfg = cfg;
     dm_net_setup(&cfg->tls);
     dm_sentinel_setup(cfg);
-    if (cfg->unix_path)
+    dm_slots_setup(cfg);
+    if (cfg->ncluster) {
+        int n = snprintf(addr_text, sizeof addr_text, "redis cluster (");
+        for (size_t i = 0; i < cfg->ncluster && n < (int)sizeof addr_text; i++)
+            n += snprintf(addr_text + n, sizeof addr_text - (size_t)n, "%s%s:%d",
+                          i ? "," : "", cfg->cluster[i].host, cfg->cluster[i].port);
+        if (n < (int)sizeof addr_text - 1)
+            snprintf(addr_text + n, sizeof addr_text - (size_t)n, ")");
+    } else if (cfg->unix_path)
         snprintf(addr_text, sizeof addr_text, "%s", cfg->unix_path);
     else
         snprintf(addr_text, sizeof addr_text, "%s:%d", cfg->host, cfg->port);
@@ -60,9 +75,27 @@ const char *dm_redis_addr(void)
  * plain error replies, as they always were. */
 static int wrong_node_reply(const char *msg)
 {
-    return dm_sentinel_enabled() && (strncmp(msg, "READONLY", 8) == 0 ||
-                                     strncmp(msg, "LOADING", 7) == 0 ||
-                                     strncmp(msg, "MASTERDOWN", 10) == 0);
+    if (dm_slots_enabled() && (strncmp(msg, "MOVED ", 6) == 0 || strncmp(msg, "ASK ", 4) == 0 ||
+                               strncmp(msg, "TRYAGAIN", 8) == 0 ||
+                               strncmp(msg, "CLUSTERDOWN", 11) == 0))
+        return 1;
+    return (dm_sentinel_enabled() || dm_slots_enabled()) &&
+           (strncmp(msg, "READONLY", 8) == 0 || strncmp(msg, "LOADING", 7) == 0 ||
+            strncmp(msg, "MASTERDOWN", 10) == 0);
+}
+
+const char *dm_redis_conn_addr(const struct dm_conn *conn)
+{
+    if (!dm_slots_enabled())
+        return dm_redis_addr();
+    static __thread char text[sizeof addr_text + 32];
+    char host[DM_SLOTS_HOST_MAX];
+    int port;
+    if (dm_slots_node_addr(conn->node, host, sizeof host, &port) == 0)
+        snprintf(text, sizeof text, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    else
+        snprintf(text, sizeof text, "%s", addr_text);
+    return text;
 }
 
 /* Sentinel: the node must say ROLE master before anything is sent to it;
@@ -200,7 +233,24 @@ static int tls_start(struct dm_conn *conn, redisContext *c, const char *host,
     return -1;
 }
 
+static int connect_node(struct dm_conn *conn);
+
+/* With a cluster, any node will do for a caller that is not about one
+ * lock (the subscriber, a tool): conn->node first, then the others. */
 int dm_redis_connect(struct dm_conn *conn)
+{
+    if (!dm_slots_enabled())
+        return connect_node(conn);
+    int n = dm_slots_nnodes(), first = conn->node;
+    for (int i = 0; i < n; i++) {
+        conn->node = (first + i) % n;
+        if (connect_node(conn) == 0 || conn->err != DM_REDIS_NOCONN)
+            return conn->c ? 0 : -1;
+    }
+    return -1;
+}
+
+static int connect_node(struct dm_conn *conn)
 {
     conn->c = NULL;
     conn->tls = NULL;
@@ -215,7 +265,16 @@ int dm_redis_connect(struct dm_conn *conn)
     int port = rcfg->port;
     struct dm_primary primary;
     char primary_text[sizeof addr_text + 64];
-    if (dm_sentinel_enabled()) {
+    char node_host[DM_SLOTS_HOST_MAX];
+    if (dm_slots_enabled()) {
+        if (dm_slots_node_addr(conn->node, node_host, sizeof node_host, &port) != 0) {
+            set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node %d known", conn->node);
+            return -1;
+        }
+        host = node_host;
+        snprintf(primary_text, sizeof primary_text, "%s:%d", host, port);
+        addr = primary_text;
+    } else if (dm_sentinel_enabled()) {
         char why[DM_ERR_MAX];
         int answered;
         if (dm_sentinel_primary(&primary, why, sizeof why, &answered) != 0) {
@@ -234,7 +293,7 @@ int dm_redis_connect(struct dm_conn *conn)
                  rcfg->master);
         addr = primary_text;
     }
-    redisContext *c = rcfg->unix_path && !dm_sentinel_enabled()
+    redisContext *c = rcfg->unix_path && !dm_sentinel_enabled() && !dm_slots_enabled()
                           ? redisConnectUnixWithTimeout(rcfg->unix_path, cto)
                           : redisConnectWithTimeout(host, port, cto);
     if (!c) {
@@ -264,7 +323,7 @@ int dm_redis_connect(struct dm_conn *conn)
                                 rcfg->password };
         rc = simple_command(c, t, why, sizeof why, "AUTH", rcfg->username ? 3 : 2, argv);
     }
-    if (rc == DM_REDIS_OK && rcfg->db) {
+    if (rc == DM_REDIS_OK && rcfg->db && !dm_slots_enabled()) {
         char db[16];
         snprintf(db, sizeof db, "%d", rcfg->db);
         const char *argv[2] = { "SELECT", db };
@@ -298,6 +357,8 @@ void dm_redis_close(struct dm_conn *conn)
 {
     if (conn->c && (conn->err == DM_REDIS_IO || conn->err == DM_REDIS_WRONG_NODE))
         dm_sentinel_stale(conn->gen);
+    if (conn->c && conn->err == DM_REDIS_IO && dm_slots_enabled())
+        dm_slots_stale();       /* the node may be gone: its slots may have moved */
     dm_net_close(conn->c, conn->tls);
     conn->c = NULL;
     conn->tls = NULL;
@@ -325,15 +386,18 @@ void dm_redis_on_switch(void (*fn)(void))
 static struct dm_conn no_memory = { .c = NULL, .err = DM_REDIS_NOCONN,
                                     .errstr = "out of memory" };
 
-struct dm_conn *dm_redis_get(void)
+/* A pooled connection to node `node` (0 without a cluster); `any`: with
+ * a cluster, another node will do when that one cannot be reached. */
+static struct dm_conn *pool_get(int node, int any)
 {
     struct dm_conn *conn;
+    struct pool *pl = &pools[node >= 0 && node < DM_SLOTS_NODES_MAX ? node : 0];
     for (;;) {
         pthread_mutex_lock(&pool_mu);
-        conn = pool_idle;
+        conn = pl->idle;
         if (conn) {
-            pool_idle = conn->next;
-            pool_nidle--;
+            pl->idle = conn->next;
+            pl->nidle--;
         }
         pthread_mutex_unlock(&pool_mu);
         if (!conn || !dm_redis_conn_stale(conn))
@@ -349,8 +413,151 @@ struct dm_conn *dm_redis_get(void)
     conn = calloc(1, sizeof *conn);
     if (!conn)
         return &no_memory;
-    dm_redis_connect(conn);
+    conn->node = (int)(pl - pools);
+    if (any)
+        dm_redis_connect(conn);
+    else
+        connect_node(conn);
+    if (!conn->c && dm_slots_enabled())
+        dm_slots_stale();       /* a failover may have moved its slots */
     return conn;
+}
+
+struct dm_conn *dm_redis_get(void)
+{
+    return pool_get(0, 1);
+}
+
+struct dm_conn *dm_redis_get_node(int node)
+{
+    return pool_get(node, 0);
+}
+
+/* The map is asked first of the node that answered last: a dead node
+ * (refused, or a connect timeout away) is not tried first every time. */
+static int refresh_from;
+
+int dm_redis_refresh_slots(char *err, size_t errlen)
+{
+    int n = dm_slots_nnodes();
+    int first = __atomic_load_n(&refresh_from, __ATOMIC_RELAXED);
+    snprintf(err, errlen, "redis cluster: no node known");
+    for (int k = 0; k < n; k++) {
+        int i = (first + k) % n;
+        struct dm_conn *conn = pool_get(i, 0);
+        redisReply *r = dm_redis_command(conn, "CLUSTER SLOTS");
+        int ok = r && dm_slots_update(r) == 0;
+        if (!ok)
+            snprintf(err, errlen, "%s", conn->errstr[0] ? conn->errstr
+                                                        : "unexpected reply to CLUSTER SLOTS");
+        if (r)
+            freeReplyObject(r);
+        dm_redis_put(conn);
+        if (ok) {
+            __atomic_store_n(&refresh_from, i, __ATOMIC_RELAXED);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+struct dm_conn *dm_redis_get_slot(int slot)
+{
+    if (!dm_slots_enabled() || slot < 0)
+        return dm_redis_get();
+    char why[DM_ERR_MAX];
+    if (dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
+        dm_debug("redis cluster: slot map not refreshed: %s", why);
+    int node = dm_slots_node_of((unsigned)slot);
+    if (node < 0) {
+        if (dm_redis_refresh_slots(why, sizeof why) == 0)
+            node = dm_slots_node_of((unsigned)slot);
+        if (node < 0) {
+            struct dm_conn *conn = calloc(1, sizeof *conn);
+            if (!conn)
+                return &no_memory;
+            set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node owns slot %d (%s)", slot,
+                    why);
+            return conn;
+        }
+    }
+    return pool_get(node, 0);
+}
+
+int dm_redis_cluster(void)
+{
+    return dm_slots_enabled();
+}
+
+int dm_redis_node_of(int slot)
+{
+    if (!dm_slots_enabled() || slot < 0)
+        return 0;
+    char why[DM_ERR_MAX];
+    if (dm_slots_want_refresh())
+        dm_redis_refresh_slots(why, sizeof why);
+    int node = dm_slots_node_of((unsigned)slot);
+    if (node < 0 && dm_redis_refresh_slots(why, sizeof why) == 0)
+        node = dm_slots_node_of((unsigned)slot);
+    return node;
+}
+
+int dm_redis_connect_node(struct dm_conn *conn, int node)
+{
+    conn->node = node;
+    int rc = connect_node(conn);
+    if (rc != 0 && dm_slots_enabled())
+        dm_slots_stale();
+    return rc;
+}
+
+void dm_redis_refresh_if_wanted(void)
+{
+    char why[DM_ERR_MAX];
+    if (dm_slots_enabled() && dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
+        dm_debug("redis cluster: slot map not refreshed: %s", why);
+}
+
+int dm_redis_primaries(int *out, int max, char *err, size_t errlen)
+{
+    if (dm_redis_refresh_slots(err, errlen) != 0)
+        return -1;
+    return dm_slots_primaries(out, max);
+}
+
+int dm_redis_node_cached(int slot)
+{
+    if (!dm_slots_enabled() || slot < 0)
+        return 0;
+    return dm_slots_node_of((unsigned)slot);
+}
+
+int dm_redis_redirected(const char *msg)
+{
+    int ask, node;
+    unsigned slot;
+    return dm_slots_enabled() && dm_slots_redirect(msg, &ask, &slot, &node);
+}
+
+void dm_redis_slots_stale(void)
+{
+    if (dm_slots_enabled())
+        dm_slots_stale();
+}
+
+unsigned long dm_redis_slots_gen(void)
+{
+    return dm_slots_gen();
+}
+
+int dm_redis_slot(const char *key)
+{
+    return dm_slots_enabled() ? (int)dm_slots_keyslot(key, strlen(key)) : -1;
+}
+
+struct dm_conn *dm_redis_get_key(const char *key)
+{
+    return dm_redis_get_slot(dm_redis_slot(key));
 }
 
 void dm_redis_put(struct dm_conn *conn)
@@ -358,11 +565,12 @@ void dm_redis_put(struct dm_conn *conn)
     if (!conn || conn == &no_memory)
         return;
     if (conn->c && conn->err != DM_REDIS_IO && conn->err != DM_REDIS_WRONG_NODE) {
+        struct pool *pl = &pools[conn->node >= 0 && conn->node < DM_SLOTS_NODES_MAX ? conn->node : 0];
         pthread_mutex_lock(&pool_mu);
-        if (pool_nidle < DM_POOL_IDLE_MAX) {
-            conn->next = pool_idle;
-            pool_idle = conn;
-            pool_nidle++;
+        if (pl->nidle < DM_POOL_IDLE_MAX) {
+            conn->next = pl->idle;
+            pl->idle = conn;
+            pl->nidle++;
             conn = NULL;
         }
         pthread_mutex_unlock(&pool_mu);
@@ -412,13 +620,17 @@ static const char *acl_refusal_hint(const char *msg)
 static redisReply *check_reply(struct dm_conn *conn, redisReply *r, const char *what)
 {
     if (!r) {
-        set_err(conn, DM_REDIS_IO, "redis at %s: %s%s%s", dm_redis_addr(), what,
+        set_err(conn, DM_REDIS_IO, "redis at %s: %s%s%s", dm_redis_conn_addr(conn), what,
                 *what ? ": " : "", conn->c->err ? conn->c->errstr : "no reply");
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
+        int ask, node;
+        unsigned slot;
+        if (dm_slots_enabled())     /* a MOVED moves the slot in the map */
+            dm_slots_redirect(r->str, &ask, &slot, &node);
         set_err(conn, wrong_node_reply(r->str) ? DM_REDIS_WRONG_NODE : DM_REDIS_REPLY_ERROR,
-                "redis at %s: %s%s%s%s", dm_redis_addr(), what, *what ? ": " : "", r->str,
+                "redis at %s: %s%s%s%s", dm_redis_conn_addr(conn), what, *what ? ": " : "", r->str,
                 acl_refusal_hint(r->str));
         freeReplyObject(r);
         return NULL;
@@ -475,7 +687,7 @@ int dm_redis_append_command(struct dm_conn *conn, const char *fmt, ...)
     va_end(ap);
     if (rc != REDIS_OK) {
         /* what was queued before can no longer be matched to its replies */
-        set_err(conn, DM_REDIS_IO, "redis at %s: out of memory", dm_redis_addr());
+        set_err(conn, DM_REDIS_IO, "redis at %s: out of memory", dm_redis_conn_addr(conn));
         return -1;
     }
     return 0;
@@ -496,19 +708,83 @@ static int is_noscript(const redisReply *r)
     return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+/* Redis Cluster: conn becomes a connection to `node` (a pooled one, or a
+ * new one), and what it was goes back to its own node's pool. 0, or -1
+ * with conn->err DM_REDIS_WRONG_NODE (never "no connection": a node named
+ * by a redirection that cannot be reached is not an outage of the
+ * cluster, and on_redis_down = "local" must not lock alone on it). */
+static int redirect(struct dm_conn *conn, int node)
+{
+    struct dm_conn *x = pool_get(node, 0);
+    if (x == &no_memory || !x->c) {
+        set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: redirected to a node that cannot "
+                "be reached: %s", x->errstr);
+        dm_redis_put(x);
+        return -1;
+    }
+    struct dm_conn t = *conn;
+    conn->c = x->c;
+    conn->tls = x->tls;
+    conn->node = x->node;
+    conn->gen = x->gen;
+    x->c = t.c;
+    x->tls = t.tls;
+    x->node = t.node;
+    x->gen = t.gen;
+    x->err = DM_REDIS_OK;
+    dm_redis_put(x);
+    return 0;
+}
+
+static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
+                               const char *const *args, int asking)
+{
+    const char *argv[DM_SCRIPT_ARGS_MAX + 3];
+    char nk[12];
+    if (asking) {
+        /* ASKING holds for the next command of this connection only. */
+        const char *a[1] = { "ASKING" };
+        redisReply *r = dm_net_command_argv(conn->c, conn->tls, 1, a, NULL);
+        if (!r)
+            return NULL;
+        freeReplyObject(r);
+    }
+    int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
+    redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+    if (is_noscript(r)) {
+        freeReplyObject(r);
+        if (asking) {
+            const char *a[1] = { "ASKING" };
+            redisReply *q = dm_net_command_argv(conn->c, conn->tls, 1, a, NULL);
+            if (!q)
+                return NULL;
+            freeReplyObject(q);
+        }
+        argc = build_argv(argv, s, 1, nkeys, nargs, args, nk);
+        r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+    }
+    return r;
+}
+
 redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                             const char *const *args)
 {
     if (!conn->c)
         return NULL;    /* not connected: its DM_REDIS_NOCONN stays */
-    const char *argv[DM_SCRIPT_ARGS_MAX + 3];
-    char nk[12];
-    int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
-    if (is_noscript(r)) {
+    redisReply *r = script_once(conn, s, nkeys, nargs, args, 0);
+    for (int i = 0; dm_slots_enabled() && i < DM_REDIS_REDIRECTS_MAX && r &&
+                    r->type == REDIS_REPLY_ERROR; i++) {
+        int ask, node;
+        unsigned slot;
+        if (!dm_slots_redirect(r->str, &ask, &slot, &node) || node < 0)
+            break;
+        dm_debug("redis at %s: %s.lua: %s: following it", dm_redis_conn_addr(conn),
+                 script_name[s], r->str);
         freeReplyObject(r);
-        argc = build_argv(argv, s, 1, nkeys, nargs, args, nk);
-        r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+        r = NULL;
+        if (redirect(conn, node) != 0)
+            return NULL;
+        r = script_once(conn, s, nkeys, nargs, args, ask);
     }
     return check_script_reply(conn, r, s);
 }
@@ -541,6 +817,7 @@ redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
 
 enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
 {
+    /* A cluster's replica answers a lock's keys with MOVED: no ROLE needed. */
     if (!dm_sentinel_enabled())
         return DM_PRIMARY_YES;
     if (!conn->c)
@@ -549,7 +826,7 @@ enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
     enum dm_redis_err rc = check_role(conn->c, conn->tls, why, sizeof why);
     if (rc == DM_REDIS_OK)
         return DM_PRIMARY_YES;
-    set_err(conn, rc, "redis at %s: %s", dm_redis_addr(), why);
+    set_err(conn, rc, "redis at %s: %s", dm_redis_conn_addr(conn), why);
     if (rc == DM_REDIS_WRONG_NODE)
         dm_sentinel_stale(conn->gen);
     return rc == DM_REDIS_WRONG_NODE ? DM_PRIMARY_NO : DM_PRIMARY_UNKNOWN;
@@ -570,7 +847,7 @@ long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms)
     if (!conn->c->err)
         dm_net_set_timeout(conn->c, conn->tls, rcfg->command_timeout_ms);
     if (!r) {
-        set_err(conn, DM_REDIS_IO, "redis at %s: WAIT: %s", dm_redis_addr(),
+        set_err(conn, DM_REDIS_IO, "redis at %s: WAIT: %s", dm_redis_conn_addr(conn),
                 conn->c->err ? conn->c->errstr : "no reply");
         return -1;
     }
@@ -580,7 +857,7 @@ long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms)
     else
         set_err(conn, r->type == REDIS_REPLY_ERROR && wrong_node_reply(r->str) ? DM_REDIS_WRONG_NODE
                       : r->type == REDIS_REPLY_ERROR ? DM_REDIS_REPLY_ERROR : DM_REDIS_BAD_REPLY,
-                "redis at %s: WAIT: %s", dm_redis_addr(),
+                "redis at %s: WAIT: %s", dm_redis_conn_addr(conn),
                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     freeReplyObject(r);
     return v;
@@ -593,13 +870,16 @@ void dm_redis_atfork(enum dm_fork_phase phase)
     dm_fork_mutex(&pool_mu, phase);
     if (phase != DM_FORK_CHILD)
         return;
-    while (pool_idle) {
-        struct dm_conn *next = pool_idle->next;
-        /* close(2) only: nothing is sent. A TLS session's memory is left
-         * alone (dm_net_atfork_child). */
-        redisFree(pool_idle->c);
-        free(pool_idle);
-        pool_idle = next;
+    for (int i = 0; i < DM_SLOTS_NODES_MAX; i++) {
+        struct pool *pl = &pools[i];
+        while (pl->idle) {
+            struct dm_conn *next = pl->idle->next;
+            /* close(2) only: nothing is sent. A TLS session's memory is
+             * left alone (dm_net_atfork_child). */
+            redisFree(pl->idle->c);
+            free(pl->idle);
+            pl->idle = next;
+        }
+        pl->nidle = 0;
     }
-    pool_nidle = 0;
 }

@@ -1,5 +1,6 @@
 /* redis: connections to the server (hiredis; with Sentinel, to the primary
- * sentinel.c names), AUTH and SELECT, timeouts, the scripts (SCRIPT LOAD
+ * sentinel.c names; with Redis Cluster, a pool per node and each lock's
+ * calls on the primary of its slot, MOVED/ASK followed: slots.c), AUTH and SELECT, timeouts, the scripts (SCRIPT LOAD
  * once, EVALSHA, EVAL on NOSCRIPT), and turning
  * replies into errors with words. Knows nothing of pthread_mutex_t or of
  * what the scripts mean. */
@@ -12,6 +13,8 @@
 #include "config.h"
 #include "net.h"
 #include "util.h"
+
+#define DM_REDIS_NODES_MAX 64    /* Redis Cluster: nodes a process keeps (slots.h) */
 
 enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_CANCEL,
                  DM_SCRIPT_COUNT };
@@ -34,9 +37,12 @@ enum dm_redis_err {
                              * certificate refused, not a TLS port. Nothing was sent;
                              * never "no connection" (on_redis_down = "local" does not
                              * lock alone because of a bad certificate) */
-    DM_REDIS_WRONG_NODE,    /* Sentinel only: the node is not the primary (READONLY,
+    DM_REDIS_WRONG_NODE,    /* Sentinel: the node is not the primary (READONLY,
                                LOADING, MASTERDOWN, or ROLE): nothing ran; the
-                               primary is asked of the sentinels again */
+                               primary is asked of the sentinels again. Redis
+                               Cluster: MOVED/ASK not followed to the end (the
+                               redirections ran out, or the node named could not
+                               be reached), TRYAGAIN, CLUSTERDOWN: nothing ran */
 };
 
 /* A connection: pooled (dm_redis_get/put) or a thread's own (the watchdog's
@@ -49,6 +55,7 @@ struct dm_conn {
     char errstr[DM_ERR_MAX];
     struct dm_conn *next;           /* the pool's idle stack */
     unsigned long gen;              /* Sentinel: the primary's generation at connect */
+    int node;                       /* Redis Cluster: the node's index (slots.h); 0 otherwise */
 };
 
 /* A connection's error kept past dm_redis_put, for a caller that reports
@@ -145,6 +152,48 @@ long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms);
 struct dm_conn *dm_redis_get(void);
 void dm_redis_put(struct dm_conn *conn);
 
+/* Redis Cluster: a pooled connection to the primary of `slot` (from the
+ * slot map, asked of the nodes with CLUSTER SLOTS when it does not know
+ * the slot or a MOVED said it changed), with dm_redis_get's conventions;
+ * a slot no node is known for gives a conn with c NULL and err
+ * DM_REDIS_WRONG_NODE. Without a cluster (or slot < 0): dm_redis_get(). */
+struct dm_conn *dm_redis_get_slot(int slot);
+/* The same for a lock's key: its slot is the key's (every key and channel
+ * of a lock shares the hash tag {NAME}). */
+struct dm_conn *dm_redis_get_key(const char *key);
+/* Redis Cluster: a pooled connection to node `node` itself (slots.h's
+ * index), for a caller that groups its work per node (the watchdog's
+ * renewal rounds, dmutex ls). */
+struct dm_conn *dm_redis_get_node(int node);
+/* Redis Cluster: the node that owns `slot` now (the map asked for when it
+ * does not know), or -1: none known. 0 without a cluster. */
+int dm_redis_node_of(int slot);
+/* Is this a cluster config? */
+int dm_redis_cluster(void);
+/* Redis Cluster, for a long-lived connection per node (notify): connects
+ * conn to node `node` itself (dm_redis_connect's conventions); the node
+ * that owns `slot` in the map as it is (no I/O; -1: unknown, 0 without a
+ * cluster); is `msg` (an error reply) a MOVED or ASK (a MOVED moves the
+ * slot in the map)?; a node was lost (the map is asked for again); the
+ * map's generation (moves when a slot changes owner). */
+int dm_redis_connect_node(struct dm_conn *conn, int node);
+void dm_redis_refresh_if_wanted(void);
+/* Redis Cluster: the nodes the map names as primaries (out[0..max)), after
+ * asking the nodes for the map; how many, or -1 with err set. */
+int dm_redis_primaries(int *out, int max, char *err, size_t errlen);
+int dm_redis_node_cached(int slot);
+int dm_redis_redirected(const char *msg);
+void dm_redis_slots_stale(void);
+unsigned long dm_redis_slots_gen(void);
+/* The slot of a key (dm_slots_keyslot), or -1 without a cluster. */
+int dm_redis_slot(const char *key);
+/* Redis Cluster: asks the nodes for the slot map now (CLUSTER SLOTS), one
+ * after the other until one answers. 0, or -1 with err saying why. */
+int dm_redis_refresh_slots(char *err, size_t errlen);
+/* "host:port" of conn's node (the configured server without a cluster),
+ * for messages; the buffer is the calling thread's. */
+const char *dm_redis_conn_addr(const struct dm_conn *conn);
+
 /* Runs one script: EVALSHA, falling back to EVAL with the body when the
  * server does not know it (NOSCRIPT: restarted, flushed, failed over).
  * Returns the reply (caller frees) or NULL with conn->err set: DM_REDIS_IO
@@ -153,6 +202,13 @@ void dm_redis_put(struct dm_conn *conn);
  * error its connect left. */
 redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                             const char *const *args);
+/* Redis Cluster: dm_redis_script follows a MOVED (the map is updated and
+ * the script sent at once to the node named: nothing ran) and an ASK
+ * (ASKING, then the script, on the node named, once; the map is kept),
+ * at most DM_REDIS_REDIRECTS_MAX times. conn then is a connection to the
+ * node that answered (it goes back to that node's pool): a WAIT after the
+ * script runs where the script ran. */
+#define DM_REDIS_REDIRECTS_MAX 5
 
 /* Pipelining: queue a script call without reading its reply (0, or -1
  * out of memory)... */

@@ -43,7 +43,9 @@ static redisContext *wd_ctx;            /* the thread's connection, for the fork
 enum renewal { RENEW_UNKNOWN,     /* no verdict: an error reply, or no reply at all */
                RENEW_LOST,        /* the server no longer has the hold */
                RENEW_OK,          /* renewed */
-               RENEW_NOSCRIPT };  /* to be re-run once the pipe is drained */
+               RENEW_NOSCRIPT,    /* to be re-run once the pipe is drained */
+               RENEW_MOVED };     /* Redis Cluster: the node does not own the slot (any
+                                   * more): re-run where the redirection leads */
 
 /* renew.lua's answer. */
 enum renew_reply { RENEW_REPLY_GONE = 0,        /* the server no longer has the hold */
@@ -51,6 +53,7 @@ enum renew_reply { RENEW_REPLY_GONE = 0,        /* the server no longer has the 
 
 struct snap {
     struct dm_hold *h;
+    int node;           /* Redis Cluster: the node that owns the key's slot */
     unsigned gen;
     char key[512];
     char owner[DM_OWNER_MAX];
@@ -214,6 +217,147 @@ static void acknowledge_round(struct dm_conn *conn, enum renewal *res, size_t go
     }
 }
 
+/* One pipeline of renewals on conn: snaps[0..n) into res; returns how
+ * many got a verdict (a broken connection ends the round there). The
+ * connection is closed when it can no longer be trusted (the caller sees
+ * conn->c NULL). */
+static size_t renew_pipeline(struct dm_conn *conn, struct snap *snaps, size_t n,
+                             enum renewal *res, const char *lease, long io_ms, long *log_last_p)
+{
+    const struct dm_config *cfg = dm_cluster_config();
+    size_t got = 0;
+    long *log_last = log_last_p;
+    if (!conn->c)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *args[] = { snaps[i].key, snaps[i].owner, lease };
+        dm_redis_append_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
+    }
+    int broken = 0, wrong_node = 0;
+    for (got = 0; got < n && !broken; got++) {
+        redisReply *r = dm_redis_pipeline_reply(conn, DM_SCRIPT_RENEW);
+        if (r) {
+            res[got] = r->type == REDIS_REPLY_INTEGER && r->integer == RENEW_REPLY_RENEWED ? RENEW_OK
+                                                                        : RENEW_LOST;
+            freeReplyObject(r);
+        } else if (conn->err == DM_REDIS_NOSCRIPT) {
+            res[got] = RENEW_NOSCRIPT;
+        } else if (conn->err == DM_REDIS_IO) {
+            broken = 1;
+        } else if (conn->err == DM_REDIS_WRONG_NODE && dm_redis_cluster()) {
+            res[got] = RENEW_MOVED;     /* re-run where the slot is now (renew_cluster) */
+        } else if (conn->err == DM_REDIS_WRONG_NODE) {
+            res[got] = RENEW_UNKNOWN;   /* not a verdict; reconnect below */
+            wrong_node = 1;
+        } else {
+            res[got] = RENEW_UNKNOWN;
+            dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                         "lease renewal of %s: %s", snaps[got].key, conn->errstr);
+        }
+    }
+    if (wrong_node && !broken) {
+        dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                     "lease renewal: %s; asking the sentinels for the primary", conn->errstr);
+        __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+        dm_redis_close(conn);
+    }
+    if (broken) {
+        got--;
+        dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                     "lease renewal: %s; reconnecting", conn->errstr);
+        __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+        dm_redis_close(conn);
+    }
+    for (size_t i = 0; i < got && conn->c; i++) {
+        if (res[i] != RENEW_NOSCRIPT)
+            continue;
+        if (dm_redis_cluster()) {
+            /* Re-run alone (renew_cluster), with its own WAIT: a script
+             * run here could be redirected to another node, and this
+             * connection's WAIT would no longer cover it. */
+            res[i] = RENEW_MOVED;
+            continue;
+        }
+        const char *args[] = { snaps[i].key, snaps[i].owner, lease };
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
+        res[i] = !r || r->type != REDIS_REPLY_INTEGER ? RENEW_UNKNOWN
+               : r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
+        if (r)
+            freeReplyObject(r);
+        if (conn->err == DM_REDIS_IO) {
+            __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+            dm_redis_close(conn);
+            got = i;
+        }
+    }
+    confirm_losses(conn, res, got);
+    if (cfg->min_replicas > 0)
+        acknowledge_round(conn, res, got, io_ms, log_last);
+    return got;
+}
+
+/* Redis Cluster: one pipeline per node (the holds grouped by the node that
+ * owns their slot, on that node's pooled connections); a renewal a node
+ * answers with MOVED or ASK is re-run at once where the redirection leads
+ * (dm_redis_script follows it), with its own WAIT. */
+static int snap_by_node(const void *a, const void *b)
+{
+    const struct snap *x = a, *y = b;
+    return (x->node > y->node) - (x->node < y->node);
+}
+
+static size_t renew_cluster(struct snap *snaps, size_t n, enum renewal *res, const char *lease,
+                            long io_ms, long *log_last)
+{
+    const struct dm_config *cfg = dm_cluster_config();
+    for (size_t i = 0; i < n; i++)
+        snaps[i].node = dm_redis_node_of(dm_redis_slot(snaps[i].key));
+    qsort(snaps, n, sizeof *snaps, snap_by_node);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && snaps[j].node == snaps[i].node)
+            j++;
+        if (snaps[i].node >= 0) {
+            struct dm_conn *conn = dm_redis_get_node(snaps[i].node);
+            if (conn->c) {
+                __atomic_store_n(&wd_ctx, conn->c, __ATOMIC_RELEASE);
+                dm_redis_set_timeout(conn, io_ms);
+                size_t got = renew_pipeline(conn, snaps + i, j - i, res + i, lease, io_ms,
+                                            log_last);
+                for (size_t k = i + got; k < j; k++)
+                    res[k] = RENEW_UNKNOWN;
+                __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
+                dm_redis_set_timeout(conn, cfg->redis.command_timeout_ms);
+            } else {
+                dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                             "lease renewal: %s; retrying", conn->errstr);
+            }
+            dm_redis_put(conn);
+        }
+        i = j;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (res[i] != RENEW_MOVED && snaps[i].node >= 0)
+            continue;
+        res[i] = RENEW_UNKNOWN;
+        struct dm_conn *conn = dm_redis_get_key(snaps[i].key);
+        const char *args[] = { snaps[i].key, snaps[i].owner, lease };
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            res[i] = r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
+        if (r)
+            freeReplyObject(r);
+        else
+            dm_log_every(log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                         "lease renewal of %s: %s", snaps[i].key, conn->errstr);
+        if (res[i] == RENEW_OK && cfg->min_replicas > 0 &&
+            dm_redis_wait(conn, cfg->min_replicas, cfg->replica_timeout_ms) < cfg->min_replicas)
+            res[i] = RENEW_UNKNOWN;
+        dm_redis_put(conn);
+    }
+    return n;
+}
+
 static void *watchdog_main(void *arg)
 {
     (void)arg;
@@ -284,7 +428,7 @@ static void *watchdog_main(void *arg)
             __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
             dm_redis_close(&conn);
         }
-        if (n > 0 && !conn.c) {
+        if (n > 0 && !conn.c && !dm_redis_cluster()) {
             dm_redis_connect(&conn);
             __atomic_store_n(&wd_ctx, conn.c, __ATOMIC_RELEASE);
             if (conn.c) {
@@ -297,63 +441,10 @@ static void *watchdog_main(void *arg)
         long long sent = dm_now_ms();
         size_t got = 0;
         enum renewal *res = NULL;
-        if (n > 0 && conn.c && (res = calloc(n, sizeof *res)) != NULL) {
-            for (size_t i = 0; i < n; i++) {
-                const char *args[] = { snaps[i].key, snaps[i].owner, lease };
-                dm_redis_append_script(&conn, DM_SCRIPT_RENEW, 1, 3, args);
-            }
-            int broken = 0, wrong_node = 0;
-            for (got = 0; got < n && !broken; got++) {
-                redisReply *r = dm_redis_pipeline_reply(&conn, DM_SCRIPT_RENEW);
-                if (r) {
-                    res[got] = r->type == REDIS_REPLY_INTEGER && r->integer == RENEW_REPLY_RENEWED ? RENEW_OK
-                                                                                : RENEW_LOST;
-                    freeReplyObject(r);
-                } else if (conn.err == DM_REDIS_NOSCRIPT) {
-                    res[got] = RENEW_NOSCRIPT;
-                } else if (conn.err == DM_REDIS_IO) {
-                    broken = 1;
-                } else if (conn.err == DM_REDIS_WRONG_NODE) {
-                    res[got] = RENEW_UNKNOWN;   /* not a verdict; reconnect below */
-                    wrong_node = 1;
-                } else {
-                    res[got] = RENEW_UNKNOWN;
-                    dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                                 "lease renewal of %s: %s", snaps[got].key, conn.errstr);
-                }
-            }
-            if (wrong_node && !broken) {
-                dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                             "lease renewal: %s; asking the sentinels for the primary", conn.errstr);
-                __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
-                dm_redis_close(&conn);
-            }
-            if (broken) {
-                got--;
-                dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                             "lease renewal: %s; reconnecting", conn.errstr);
-                __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
-                dm_redis_close(&conn);
-            }
-            for (size_t i = 0; i < got && conn.c; i++) {
-                if (res[i] != RENEW_NOSCRIPT)
-                    continue;
-                const char *args[] = { snaps[i].key, snaps[i].owner, lease };
-                redisReply *r = dm_redis_script(&conn, DM_SCRIPT_RENEW, 1, 3, args);
-                res[i] = !r || r->type != REDIS_REPLY_INTEGER ? RENEW_UNKNOWN
-                       : r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
-                if (r)
-                    freeReplyObject(r);
-                if (conn.err == DM_REDIS_IO) {
-                    __atomic_store_n(&wd_ctx, NULL, __ATOMIC_RELEASE);
-                    dm_redis_close(&conn);
-                    got = i;
-                }
-            }
-            confirm_losses(&conn, res, got);
-            if (cfg->min_replicas > 0)
-                acknowledge_round(&conn, res, got, io_ms, &log_last);
-        }
+        if (n > 0 && dm_redis_cluster() && (res = calloc(n, sizeof *res)) != NULL)
+            got = renew_cluster(snaps, n, res, lease, io_ms, &log_last);
+        else if (n > 0 && conn.c && (res = calloc(n, sizeof *res)) != NULL)
+            got = renew_pipeline(&conn, snaps, n, res, lease, io_ms, &log_last);
 
         pthread_mutex_lock(&wmu);
         for (size_t i = 0; res && i < got; i++)

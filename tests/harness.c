@@ -88,6 +88,23 @@ static pid_t exec_server(const char *const *argv)
     return pid;
 }
 
+/* A Redis Cluster node's bus port, by its port: a restart keeps it (the
+ * node's nodes.conf names it). */
+static struct { int port, bus; } bus_ports[64];
+
+static int bus_port_of(const struct th_redis *r)
+{
+    size_t i;
+    for (i = 0; i < sizeof bus_ports / sizeof bus_ports[0] && bus_ports[i].port; i++)
+        if (bus_ports[i].port == r->port)
+            return bus_ports[i].bus;
+    if (i == sizeof bus_ports / sizeof bus_ports[0])
+        die("more than %zu cluster nodes", i);
+    bus_ports[i].port = r->port;
+    bus_ports[i].bus = free_port(r->addr);
+    return bus_ports[i].bus;
+}
+
 static pid_t spawn_redis(struct th_redis *r, const char *const *extra)
 {
     char port[16], log[200];
@@ -110,8 +127,18 @@ static pid_t spawn_redis(struct th_redis *r, const char *const *extra)
     argv[n++] = "--appendonly"; argv[n++] = "no";
     argv[n++] = "--protected-mode"; argv[n++] = "no";
     argv[n++] = "--daemonize";  argv[n++] = "no";
-    for (int i = 0; extra && extra[i] && n < 62; i++)
+    int cluster = 0;
+    for (int i = 0; extra && extra[i] && n < 60; i++) {
+        cluster |= strcmp(extra[i], "--cluster-enabled") == 0;
         argv[n++] = extra[i];
+    }
+    char bus[16];
+    if (cluster) {
+        /* The default bus port (port + 10000) may be taken or past 65535. */
+        snprintf(bus, sizeof bus, "%d", bus_port_of(r));
+        argv[n++] = "--cluster-port";
+        argv[n++] = bus;
+    }
     argv[n] = NULL;
     return exec_server(argv);
 }
@@ -909,4 +936,137 @@ void th_cluster_lease(struct dm_config *cfg, long lease_ms)
     cfg->lease_ms = lease_ms;
     cfg->renew_ms = lease_ms / 3;
     cfg->lease_margin_ms = lease_ms / 10;
+}
+
+/* ---- Redis Cluster ---------------------------------------------------------- */
+
+#define TH_RCLUSTER_OK_MS 60000L
+#define TH_REDIS_CLI      "/usr/bin/redis-cli"  /* Debian's redis-tools, beside redis-server */        /* a slow machine forms a cluster within this */
+
+void th_rcluster_id(struct th_redis *r, char *id)
+{
+    redisContext *c = th_redis_connect(r);
+    redisReply *rep = th_cmd(c, "CLUSTER MYID");
+    if (rep->type != REDIS_REPLY_STRING || rep->len != 40)
+        fail_msg("CLUSTER MYID on %s: unexpected reply", r->url);
+    memcpy(id, rep->str, 41);
+    freeReplyObject(rep);
+    redisFree(c);
+}
+
+/* The primary's port of every slot as one node sees it (0: none), and
+ * whether that node says cluster_state:ok. */
+static int node_view(struct th_redis *r, int *owner_port)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout(r->addr, r->port, tv);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return -1;
+    }
+    redisSetTimeout(c, tv);
+    int ok = 0;
+    redisReply *rep = redisCommand(c, "CLUSTER INFO");
+    if (rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_state:ok"))
+        ok = 1;
+    if (rep)
+        freeReplyObject(rep);
+    memset(owner_port, 0, 16384 * sizeof *owner_port);
+    rep = ok ? redisCommand(c, "CLUSTER SLOTS") : NULL;
+    for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        redisReply *e = rep->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
+            continue;
+        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+        int port = (int)e->element[2]->element[1]->integer;
+        for (long long s = lo; s <= hi && s < 16384; s++)
+            owner_port[s] = port;
+    }
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return ok ? 0 : -1;
+}
+
+int th_rcluster_wait_ok(struct th_rcluster *k, long timeout_ms)
+{
+    static int first[16384], other[16384];
+    long long end = th_now_ms() + timeout_ms;
+    while (th_now_ms() < end) {
+        int good = 1, seen = 0;
+        for (int i = 0; i < TH_RCLUSTER_NODES && good; i++) {
+            if (k->node[i].pid <= 0)
+                continue;
+            if (node_view(&k->node[i], seen ? other : first) != 0) {
+                good = 0;
+                break;
+            }
+            if (seen && memcmp(first, other, sizeof first) != 0)
+                good = 0;
+            seen = 1;
+        }
+        for (int s = 0; good && s < 16384; s++)
+            good = first[s] != 0;
+        if (good && seen)
+            return 0;
+        usleep(100000);
+    }
+    return -1;
+}
+
+int th_rcluster_owner(struct th_rcluster *k, int slot)
+{
+    static int view[16384];
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (k->node[i].pid <= 0 || node_view(&k->node[i], view) != 0)
+            continue;
+        for (int j = 0; j < TH_RCLUSTER_NODES; j++)
+            if (k->node[j].port == view[slot])
+                return j;
+    }
+    return -1;
+}
+
+void th_rcluster_start(struct th_rcluster *k, long node_timeout_ms)
+{
+    memset(k, 0, sizeof *k);
+    k->node_timeout_ms = node_timeout_ms;
+    char nt[24];
+    snprintf(nt, sizeof nt, "%ld", node_timeout_ms);
+    const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-node-timeout", nt, "--repl-diskless-sync", "yes",
+                            "--repl-diskless-sync-delay", "0", NULL };
+    char *argv[TH_RCLUSTER_NODES + 8];
+    char addrs[TH_RCLUSTER_NODES][80];
+    int n = 0, u = snprintf(k->url, sizeof k->url, "redis-cluster://");
+    argv[n++] = TH_REDIS_CLI;
+    argv[n++] = "--cluster";
+    argv[n++] = "create";
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        th_redis_start(&k->node[i], NULL, extra);
+        snprintf(addrs[i], sizeof addrs[i], "%s:%d", k->node[i].addr, k->node[i].port);
+        argv[n++] = addrs[i];
+        u += snprintf(k->url + u, sizeof k->url - (size_t)u, "%s%s", i ? "," : "", addrs[i]);
+    }
+    argv[n++] = "--cluster-replicas";
+    argv[n++] = "1";
+    argv[n++] = "--cluster-yes";
+    argv[n] = NULL;
+    char *out = th_out_file();
+    char *env[] = { NULL };
+    pid_t pid = th_spawn(argv, env, out);
+    int st = th_wait(pid, TH_RCLUSTER_OK_MS);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char *text = th_read_file(out);
+        fail_msg("redis-cli --cluster create failed (status %d):\n%s", st, text ? text : "");
+    }
+    if (th_rcluster_wait_ok(k, TH_RCLUSTER_OK_MS) != 0)
+        fail_msg("the cluster %s never said cluster_state:ok with one slot map", k->url);
+}
+
+void th_rcluster_stop(struct th_rcluster *k)
+{
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++)
+        th_redis_stop(&k->node[i]);
 }

@@ -60,6 +60,29 @@ void th_sentinel_start(struct th_redis *r, const char *bind_addr, const char *ma
 void th_sentinel_start_tls(struct th_redis *r, const char *master, const char *mhost, int mport,
                            int quorum, long down_ms, long failover_ms, const char *const *tls);
 
+/* ---- Redis Cluster ----------------------------------------------------------
+ * TH_RCLUSTER_PRIMARIES primaries, each with one replica, on free loopback
+ * ports (each node's cluster bus on another free port), made one cluster
+ * with `redis-cli --cluster create`; up once every node says
+ * cluster_state:ok and agrees on the slot map. */
+#define TH_RCLUSTER_PRIMARIES 3
+#define TH_RCLUSTER_NODES     (2 * TH_RCLUSTER_PRIMARIES)
+struct th_rcluster {
+    struct th_redis node[TH_RCLUSTER_NODES];
+    char url[400];              /* redis-cluster://h:p,h:p,... (every node) */
+    long node_timeout_ms;
+};
+void th_rcluster_start(struct th_rcluster *k, long node_timeout_ms);
+void th_rcluster_stop(struct th_rcluster *k);
+/* Waits (up to timeout_ms) until every running node says cluster_state:ok
+ * and all name the same primary for every slot; 0, or -1 after the time. */
+int th_rcluster_wait_ok(struct th_rcluster *k, long timeout_ms);
+/* The index in k->node of the node that is now the primary of `slot`
+ * (asked of any running node), or -1. */
+int th_rcluster_owner(struct th_rcluster *k, int slot);
+/* The node's cluster id (CLUSTER MYID) into id (41 bytes). */
+void th_rcluster_id(struct th_redis *r, char *id);
+
 /* SIGKILLs it, keeping its directory (for restart tests); restart reuses port and dir. */
 void th_redis_kill(struct th_redis *r);
 void th_redis_restart(struct th_redis *r, const char *const *extra);

@@ -1269,11 +1269,68 @@ static void test_url_sentinel_bad_ones_say_what_is_wrong(void **state)
     url_bad("redis-sentinel://u:@h/m", "empty password");
 }
 
+/* ---- Redis Cluster ------------------------------------------------------ */
+
+static void test_cluster_keys_load_seeds_with_default_port_and_credentials(void **state)
+{
+    (void)state;
+    load_ok("redis = { cluster = ( \"10.0.0.1:7000\", \"n2\", \"[::1]:7001\" );\n"
+            "  username = \"app\"; password = \"data\"; tls = {}; };");
+    assert_int_equal(cfg.redis.ncluster, 3);
+    assert_string_equal(cfg.redis.cluster[0].host, "10.0.0.1");
+    assert_int_equal(cfg.redis.cluster[0].port, 7000);
+    assert_string_equal(cfg.redis.cluster[1].host, "n2");
+    assert_int_equal(cfg.redis.cluster[1].port, 6379);
+    assert_string_equal(cfg.redis.cluster[2].host, "::1");
+    assert_int_equal(cfg.redis.cluster[2].port, 7001);
+    assert_string_equal(cfg.redis.username, "app");
+    assert_string_equal(cfg.redis.password, "data");
+    assert_int_equal(cfg.redis.tls.enabled, 1);
+    assert_int_equal(cfg.redis.db, 0);
+}
+
+static void test_url_cluster_names_seeds_and_credentials(void **state)
+{
+    (void)state;
+    load_ok("redis = { host = \"a\"; port = 7000; db = 4; password = \"file\"; };");
+    url_ok("redis-cluster://app:p%40ss@10.0.0.1:7000,10.0.0.2,[::1]:7002");
+    assert_int_equal(cfg.redis.ncluster, 3);
+    assert_string_equal(cfg.redis.cluster[0].host, "10.0.0.1");
+    assert_int_equal(cfg.redis.cluster[0].port, 7000);
+    assert_int_equal(cfg.redis.cluster[1].port, 6379);
+    assert_string_equal(cfg.redis.cluster[2].host, "::1");
+    assert_int_equal(cfg.redis.db, 0);
+    assert_string_equal(cfg.redis.username, "app");
+    assert_string_equal(cfg.redis.password, "p@ss");
+    /* A sentinel URL, then a plain one, each leave no cluster behind. */
+    url_ok("redis-sentinel://s1/m");
+    assert_int_equal(cfg.redis.ncluster, 0);
+    url_ok("redis-cluster://n1:1/");
+    assert_int_equal(cfg.redis.ncluster, 1);
+    assert_int_equal(cfg.redis.nsentinels, 0);
+    url_ok("redis://h:1");
+    assert_int_equal(cfg.redis.ncluster, 0);
+    char shown[256];
+    dm_config_redact_url("redis-cluster://app:secret@h1:1,h2:2", shown, sizeof shown);
+    assert_string_equal(shown, "redis-cluster://app:***@h1:1,h2:2");
+}
+
+static void test_url_cluster_bad_ones_say_what_is_wrong(void **state)
+{
+    (void)state;
+    url_bad("redis-cluster://", "node 1");
+    url_bad("redis-cluster://h:0", "port");
+    url_bad("redis-cluster://h1,,h2", "node 2");
+    url_bad("redis-cluster://h:7000/1", "database 0 only");
+    url_bad("redis-cluster://h?x=1", "no path or query");
+    url_bad("redis-cluster://u:@h", "empty password");
+}
+
 static void test_url_bad_ones_say_what_is_wrong(void **state)
 {
     (void)state;
     url_bad("", "empty");
-    url_bad("127.0.0.1:6379", "must start with redis://, rediss://, unix:// or redis-sentinel://");
+    url_bad("127.0.0.1:6379", "must start with redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://");
     url_bad("http://h", "unknown scheme \"http\"");
     url_bad("redis://", "host");
     url_bad("redis://:6379", "host");
@@ -1318,6 +1375,28 @@ struct refusal {
 };
 
 static const struct refusal refusals[] = {
+    /* Redis Cluster */
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = {\n cluster = ( \"a:1\" ); host = \"h\"; };", "t.cfg:2: ",
+      { "redis.cluster", "redis.host", "exclude" } },
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = { port = 7000;\n cluster = ( \"a:1\" ); };", "t.cfg:2: ",
+      { "redis.cluster", "redis.port", "exclude" } },
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = { unix = \"/s\";\n cluster = ( \"a:1\" ); };", "t.cfg:2: ",
+      { "redis.cluster", "redis.unix", "exclude" } },
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = { sentinels = ( \"s\" ); master = \"m\";\n cluster = ( \"a:1\" ); };",
+      "t.cfg:2: ", { "redis.cluster", "redis.sentinels", "exclude" } },
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = { cluster = ( \"a:1\" );\n db = 2; };", "t.cfg:2: ",
+      { "redis.db = 2", "database 0 only" } },
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = {\n cluster = (); };", "t.cfg:2: ", { "1 to 16" } },
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = {\n cluster = ( 7000 ); };", "t.cfg:2: ", { "cluster[0]", "string" } },
+    { "test_cluster_config_errors_name_the_key_and_line",
+      "redis = {\n cluster = ( \"a:99999\" ); };", "t.cfg:2: ", { "cluster[0]", "port" } },
     /* syntax and structure */
     { "test_syntax_error_names_label_and_line",
       "lease_ms = 1000;\nredis = { port = 1 \n", "t.cfg:",
@@ -1839,6 +1918,10 @@ int main(void)
         T(test_sentinel_config_errors_name_the_key_and_line),
         T(test_url_sentinel_names_sentinels_master_db_and_credentials),
         T(test_url_sentinel_bad_ones_say_what_is_wrong),
+        T(test_cluster_keys_load_seeds_with_default_port_and_credentials),
+        T(test_url_cluster_names_seeds_and_credentials),
+        T(test_url_cluster_bad_ones_say_what_is_wrong),
+        R(test_cluster_config_errors_name_the_key_and_line),
         T(test_url_unix_path_longer_than_sun_path_is_refused),
 #undef T
     };

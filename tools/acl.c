@@ -35,6 +35,14 @@ static const char *const shim_commands[] = {
     NULL,
 };
 
+/* What the shim sends besides with redis.cluster (Redis Cluster): the
+ * slot map (redis.c asks any node), ASKING before a command an ASK
+ * redirection sent to a node importing the slot, and sharded pub/sub (the
+ * scripts' SPUBLISH, notify's SSUBSCRIBE/SUNSUBSCRIBE). */
+static const char *const cluster_commands[] = {
+    "cluster|slots", "asking", "ssubscribe", "sunsubscribe", "spublish", NULL,
+};
+
 /* What `dmutex ls` sends besides (--ls; its GET, PTTL and LLEN are in the
  * list above): read-only. SCAN is not limited by key patterns: such a user
  * sees every key's name, not its value. */
@@ -56,7 +64,8 @@ static const char usage_text[] =
     "      --plain-password  the password as >PASSWORD (default: #SHA256 of it, so\n"
     "                        the line holds no secret); from redis.password or\n"
     "                        redis.password_env; without one the line sets none\n"
-    "      --commands        print only the commands, one per line\n"
+    "      --commands        print only the commands, one per line (those of\n"
+    "                        every config: a cluster's too)\n"
     "  -h, --help            this text\n"
     "\n"
     "Exit status 0; 2 usage; 78 bad config.\n";
@@ -107,8 +116,12 @@ int dm_cli_acl(int argc, char **argv)
     if (only_commands) {
         for (int i = 0; shim_commands[i]; i++)
             printf("%s\n", shim_commands[i]);
+        for (int i = 0; cluster_commands[i]; i++)
+            printf("%s\n", cluster_commands[i]);
         for (int i = 0; with_ls && ls_commands[i]; i++)
             printf("%s\n", ls_commands[i]);
+        if (with_ls)
+            printf("pubsub|shardnumsub\n");
         return 0;
     }
     if (!cfg_path) {
@@ -169,8 +182,12 @@ int dm_cli_acl(int argc, char **argv)
     for (int i = 0; shim_commands[i]; i++)
         if (cfg.redis.db != 0 || strcmp(shim_commands[i], "select") != 0)
             printf(" +%s", shim_commands[i]);       /* SELECT is sent for db != 0 only */
+    for (int i = 0; cfg.redis.ncluster && cluster_commands[i]; i++)
+        printf(" +%s", cluster_commands[i]);
     for (int i = 0; with_ls && ls_commands[i]; i++)
         printf(" +%s", ls_commands[i]);
+    if (with_ls && cfg.redis.ncluster)
+        printf(" +pubsub|shardnumsub");     /* ls counts a cluster's sharded subscribers */
     printf("\n");
     dm_config_free(&cfg);
     return fflush(stdout) == 0 ? 0 : 1;

@@ -152,6 +152,9 @@ enum { Q_HOLD, Q_PTTL, Q_TOKEN, Q_MARKER, Q_SUBS, Q_QUEUE, Q_COUNT };
 static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lock_row *row,
                     char *err, size_t errlen)
 {
+    /* A cluster's notices are sharded: their subscribers are counted by
+     * SHARDNUMSUB, on the node of the channel's slot. */
+    const char *subs_fmt = dm_redis_cluster() ? "PUBSUB SHARDNUMSUB %s" : "PUBSUB NUMSUB %s";
     static const struct { const char *fmt; enum dm_key k; } q[Q_COUNT] = {
         [Q_HOLD] = { "HGETALL %s", DM_KEY_LOCK }, [Q_PTTL] = { "PTTL %s", DM_KEY_LOCK },
         [Q_TOKEN] = { "GET %s", DM_KEY_TOKEN }, [Q_MARKER] = { "GET %s", DM_KEY_HOLDER },
@@ -161,7 +164,7 @@ static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lo
     int rc = 0;
     for (int i = 0; i < Q_COUNT; i++) {
         char *key = dm_locks_key(ns, nm, q[i].k);
-        int a = key ? dm_redis_append_command(conn, q[i].fmt, key) : -1;
+        int a = key ? dm_redis_append_command(conn, i == Q_SUBS ? subs_fmt : q[i].fmt, key) : -1;
         free(key);
         if (a != 0) {
             snprintf(err, errlen, "%s", key ? conn->errstr : "out of memory");
@@ -225,12 +228,55 @@ static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lo
     return rc;
 }
 
+/* Redis Cluster: the names of every primary, sorted. */
+static int scan_cluster(const char *ns, char ***out, size_t *nout, char *err, size_t errlen)
+{
+    int nodes[DM_REDIS_NODES_MAX];
+    int np = dm_redis_primaries(nodes, DM_REDIS_NODES_MAX, err, errlen);
+    if (np < 0)
+        return -1;
+    char **all = NULL;
+    size_t n = 0;
+    for (int i = 0; i < np; i++) {
+        struct dm_conn *conn = dm_redis_get_node(nodes[i]);
+        char **names;
+        size_t count;
+        int rc = conn->c ? scan_names(conn, ns, &names, &count, err, errlen) : -1;
+        if (!conn->c)
+            snprintf(err, errlen, "%s", conn->errstr);
+        dm_redis_put(conn);
+        char **grown = rc == 0 ? realloc(all, (n + count + 1) * sizeof *all) : NULL;
+        if (rc == 0 && !grown) {
+            snprintf(err, errlen, "out of memory");
+            for (size_t j = 0; j < count; j++)
+                free(names[j]);
+            free(names);
+        }
+        if (!grown) {
+            for (size_t j = 0; j < n; j++)
+                free(all[j]);
+            free(all);
+            return -1;
+        }
+        all = grown;
+        memcpy(all + n, names, count * sizeof *names);
+        n += count;
+        free(names);
+    }
+    qsort(all, n, sizeof *all, by_name);
+    *out = all;
+    *nout = n;
+    return 0;
+}
+
 int dm_locks_read(struct dm_conn *conn, const char *ns, struct dm_lock_row **rows, size_t *n,
                   char *err, size_t errlen)
 {
     char **names;
     size_t count;
-    if (scan_names(conn, ns, &names, &count, err, errlen) != 0)
+    int cluster = dm_redis_cluster();
+    if ((cluster ? scan_cluster(ns, &names, &count, err, errlen)
+                 : scan_names(conn, ns, &names, &count, err, errlen)) != 0)
         return -1;
     struct dm_lock_row *out = calloc(count ? count : 1, sizeof *out);
     if (!out) {
@@ -241,9 +287,31 @@ int dm_locks_read(struct dm_conn *conn, const char *ns, struct dm_lock_row **row
         return -1;
     }
     size_t done = 0;
-    for (; done < count; done++)
-        if (read_row(conn, ns, names[done], &out[done], err, errlen) != 0)
+    for (; done < count; done++) {
+        if (!cluster) {
+            if (read_row(conn, ns, names[done], &out[done], err, errlen) != 0)
+                break;
+            continue;
+        }
+        char *key = dm_locks_key(ns, names[done], DM_KEY_LOCK);
+        struct dm_conn *nc = key ? dm_redis_get_key(key) : NULL;
+        free(key);
+        int rc = nc && nc->c ? read_row(nc, ns, names[done], &out[done], err, errlen) : -1;
+        if (nc && !nc->c)
+            snprintf(err, errlen, "%s", nc->errstr);
+        else if (!nc)
+            snprintf(err, errlen, "out of memory");
+        if (rc == 0 && !(out[done].node = strdup(dm_redis_conn_addr(nc)))) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+        dm_redis_put(nc);
+        if (rc != 0) {
+            if (out[done].name)
+                done++;     /* read, then out of memory: its row owns its name now */
             break;
+        }
+    }
     if (done < count) {
         for (size_t i = done; i < count; i++)
             free(names[i]);
@@ -264,6 +332,7 @@ void dm_locks_free(struct dm_lock_row *rows, size_t n)
         free(rows[i].owner);
         free(rows[i].holds);
         free(rows[i].token);
+        free(rows[i].node);
     }
     free(rows);
 }

@@ -16,6 +16,8 @@ struct dm_lock_row {
     char *token;            /* the fencing counter (decimal), NULL when absent */
     long long waiters;      /* fair queue length */
     long long listening;    /* subscribers of the release channel */
+    char *node;             /* Redis Cluster: "host:port" of the node that holds its
+                               keys (the primary of its slot); NULL otherwise */
 };
 
 /* The connection the other commands share: from -c CONFIG (NULL: the
@@ -33,7 +35,8 @@ const struct dm_config *dm_locks_config(struct dm_locks_conn *lc);
 void dm_locks_disconnect(struct dm_locks_conn *lc);
 
 /* Every lock of namespace `ns` (every name ever granted has a token key),
- * sorted by name. 0 with *rows (caller frees with dm_locks_free) and *n,
+ * sorted by name. With a cluster, every primary is scanned and each lock
+ * read on the node of its slot (conn is unused then). 0 with *rows (caller frees with dm_locks_free) and *n,
  * or -1 with err set (a connection error, an error reply, no memory). */
 int dm_locks_read(struct dm_conn *conn, const char *ns, struct dm_lock_row **rows, size_t *n,
                   char *err, size_t errlen);

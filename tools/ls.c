@@ -26,12 +26,15 @@ static const char ls_usage[] =
     "  WAITERS    processes queued for it (fair and cache modes)\n"
     "  LISTENING  processes subscribed to its release notices (fair = false:\n"
     "             waiting now, or having waited before)\n"
+    "  NODE       Redis Cluster only: the node that holds its keys (the primary\n"
+    "             of its slot; --json: \"node\")\n"
     "\n"
     "  -c, --config FILE   take the server and namespace from FILE\n"
     "  -r, --redis URL     redis://[user:pass@]host[:port][/db], rediss://... (TLS),\n"
     "                      unix:///path or redis-sentinel://host[:port][,...]/master[/db]\n"
     "                      (the primary the sentinels name; rediss-sentinel://...\n"
-    "                      with TLS)\n"
+    "                      with TLS) or\n"
+    "                      redis-cluster://host[:port][,...] (every primary is scanned)\n"
     "                      (default: $DMUTEX_REDIS, else the config's, else\n"
     "                      127.0.0.1:6379)\n"
     "  -n, --namespace NS  key namespace\n"
@@ -141,8 +144,8 @@ int dm_cli_ls(int argc, char **argv)
         json_str(stdout, dm_redis_addr());
         fputs(", \"locks\": [", stdout);
     } else {
-        printf("%-24s %-8s %-44s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
-               "TOKEN", "WAITERS", "LISTENING");
+        printf("%-24s %-8s %-44s %9s %16s %7s %9s%s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
+               "TOKEN", "WAITERS", "LISTENING", dm_redis_cluster() ? "  NODE" : "");
     }
     for (size_t i = 0; i < n; i++) {
         const struct dm_lock_row *l = &rows[i];
@@ -163,13 +166,19 @@ int dm_cli_ls(int argc, char **argv)
             json_int_or_null(stdout, lease[0] == '-' ? NULL : lease);
             fputs(", \"token\": ", stdout);
             json_int_or_null(stdout, l->token);
-            printf(", \"waiters\": %lld, \"listening\": %lld}", l->waiters, l->listening);
+            printf(", \"waiters\": %lld, \"listening\": %lld", l->waiters, l->listening);
+            if (l->node) {      /* Redis Cluster: the node of the lock's slot */
+                fputs(", \"node\": ", stdout);
+                json_str(stdout, l->node);
+            }
+            fputs("}", stdout);
         } else {
             char holder[128] = "-";
             if (l->owner)
                 snprintf(holder, sizeof holder, "%s x%s", l->owner, l->holds);
-            printf("%-24s %-8s %-44s %9s %16s %7lld %9lld\n", l->name, l->state, holder, lease,
-                   l->token ? l->token : "-", l->waiters, l->listening);
+            printf("%-24s %-8s %-44s %9s %16s %7lld %9lld%s%s\n", l->name, l->state, holder, lease,
+                   l->token ? l->token : "-", l->waiters, l->listening, l->node ? "  " : "",
+                   l->node ? l->node : "");
         }
     }
     if (json)

@@ -125,16 +125,28 @@ int dm_cli_unlock(int argc, char **argv)
     snprintf(nkeys, sizeof nkeys, "%d", NK);
     redisReply *rep = NULL;
     if (!oom) {
-        const char *args[3 + NK + 7] = { "EVAL", dm_lua_force, nkeys };
+        const char *args[3 + NK + 8] = { "EVAL", dm_lua_force, nkeys };
         for (int i = 0; i < NK; i++)
             args[3 + i] = keys[i];
+        /* the last: a cluster's waiters hear sharded notices only */
         const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], claim,
-                             DM_KEYS_LOST_KEEP };
+                             DM_KEYS_LOST_KEEP, "spublish" };
         memcpy(args + 3 + NK, av, sizeof av);
         struct dm_conn *conn = dm_locks_conn(lc);
-        int argn = (int)(sizeof args / sizeof args[0]);
-        rep = dm_redis_command_argv(conn, "force.lua", argn, args);
-        if (!rep && conn->err == DM_REDIS_WRONG_NODE) {
+        int argn = (int)(sizeof args / sizeof args[0]) - (dm_redis_cluster() ? 0 : 1);
+        if (dm_redis_cluster()) {
+            /* Redis Cluster: the script runs on the primary of the lock's slot. */
+            int node = dm_redis_node_of(dm_redis_slot(keys[0]));
+            dm_redis_close(conn);
+            if (node < 0 || dm_redis_connect_node(conn, node) != 0) {
+                if (node < 0)
+                    snprintf(conn->errstr, sizeof conn->errstr, "redis cluster: no node owns "
+                             "the slot of %s", keys[0]);
+                argn = 0;
+            }
+        }
+        rep = argn ? dm_redis_command_argv(conn, "force.lua", argn, args) : NULL;
+        if (!rep && argn && conn->err == DM_REDIS_WRONG_NODE && !dm_redis_cluster()) {
             /* Sentinel: the node is no longer the primary and nothing ran.
              * Closing it makes the next connect ask the sentinels again:
              * one more try on the primary they name now. */

@@ -47,6 +47,8 @@
 --         caller wants the lock (lock caching), or ""
 -- ARGV[8] LOST_KEEP: how many lost tokens KEYS[6] keeps (DM_KEYS_LOST_KEEP
 --         in shim/keys.h; force.lua is given the same)
+-- ARGV[9] (optional) "spublish": Redis Cluster's sharded pub/sub (the
+--         notice goes to the shard of the lock's slot); absent: PUBLISH
 --
 -- Why a retried release can trust KEYS[6] (release.lua): a grant that
 -- expires leaves the marker "<req> #<tok>" with KEYS[1] gone. The marker is
@@ -132,7 +134,11 @@ local function not_granted(pttl)
     -- caching holder to let go: the others are announced by the handover
     -- itself (" +"), and K waiters must not wake every holder K times.
     if want ~= '' and (not fair or redis.call('lindex', queue, 0) == member) then
-        redis.call('publish', want, owner)
+        if ARGV[9] == 'spublish' then
+            redis.call('spublish', want, owner)
+        else
+            redis.call('publish', want, owner)
+        end
     end
     if pttl <= 0 or pttl > qttl then
         pttl = qttl

@@ -25,6 +25,8 @@
 --         its new owner renews it, ms (as release.lua)
 -- ARGV[7] LOST_KEEP: how many lost tokens KEYS[6] keeps (as acquire.lua's
 --         ARGV[8], DM_KEYS_LOST_KEEP in shim/keys.h)
+-- ARGV[8] (optional) "spublish": Redis Cluster's sharded pub/sub, as
+--         release.lua's ARGV[7]; absent: PUBLISH
 --
 -- Returns {0, owner, pttl, token}: held, not forced (refused).
 -- Returns {1, owner, old token, forced token, next request or '', its token}.
@@ -38,6 +40,7 @@ local lostkey, forcedkey = KEYS[6], KEYS[7]
 local force, who, channel, keep = ARGV[1] == '1', ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wprefix, claim = ARGV[5], tonumber(ARGV[6])
 local LOST_KEEP = tonumber(ARGV[7])
+local sharded = ARGV[8] == 'spublish'
 
 local kind = redis.call('type', lock)['ok']
 if kind == 'none' then
@@ -83,11 +86,20 @@ if head then
     granted = redis.call('incr', tokenkey)
     redis.call('set', holder, head .. ' #' .. string.format('%d', granted))
     local more = redis.call('llen', queue) > 0 and ' +' or ''
-    redis.call('publish', wprefix .. string.match(next_owner, '^[^:]+'),
-               head .. ' ' .. string.format('%d', granted) .. more)
+    local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
+    local msg = head .. ' ' .. string.format('%d', granted) .. more
+    if sharded then
+        redis.call('spublish', wchannel, msg)
+    else
+        redis.call('publish', wchannel, msg)
+    end
 else
     redis.call('set', holder, '~' .. string.format('%d', forced) .. ' ' .. who)
-    redis.call('publish', channel, string.format('%d', forced))
+    if sharded then
+        redis.call('spublish', channel, string.format('%d', forced))
+    else
+        redis.call('publish', channel, string.format('%d', forced))
+    end
 end
 
 local record = string.format('%d', now) .. ' ' .. who .. ': ' .. owner .. ' #' .. old ..

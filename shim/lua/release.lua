@@ -12,6 +12,8 @@
 --         ARGV[5] .. "<pid>" with the message "<pid>:<seq>|<id> <token>",
 --         followed by " +" when more waiters queue behind it
 -- ARGV[6] lease of a handed-over lock until its new owner renews it, ms
+-- ARGV[7] (optional) "spublish": Redis Cluster's sharded pub/sub (the
+--         notices go to the shard of the lock's slot); absent: PUBLISH
 --
 -- A release is retried when its reply is lost or late, and meanwhile the
 -- lock may have passed to others. So a release of token T by an owner that
@@ -29,6 +31,7 @@ local lock, holder, tokenkey, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
 local lostkey = KEYS[6]
 local owner, token, channel, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wprefix, claim = ARGV[5], tonumber(ARGV[6])
+local sharded = ARGV[7] == 'spublish'
 
 local last = redis.call('get', holder)
 local mowner, mtok
@@ -68,11 +71,20 @@ if kind == 'hash' and not (mowner == owner and mtok ~= token) then
             -- " +": more waiters queue behind it (a caching holder then
             -- gives the lock up after its critical section, not when asked).
             local more = redis.call('llen', queue) > 0 and ' +' or ''
-            redis.call('publish', wprefix .. string.match(next_owner, '^[^:]+'),
-                       head .. ' ' .. string.format('%d', granted) .. more)
+            local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
+            local msg = head .. ' ' .. string.format('%d', granted) .. more
+            if sharded then
+                redis.call('spublish', wchannel, msg)
+            else
+                redis.call('publish', wchannel, msg)
+            end
         else
             redis.call('set', holder, '=' .. token, 'px', keep)
-            redis.call('publish', channel, token)
+            if sharded then
+                redis.call('spublish', channel, token)
+            else
+                redis.call('publish', channel, token)
+            end
         end
         return 1
     end

@@ -23,6 +23,7 @@
  *     -t N      threads (loop)          -n N       sections per thread (loop)
  *     -d MS     run time (loop)         -u US      time inside each section
  *     -g FILE   (once) stay inside until FILE exists
+ *     -a N      (loop) use named_lock[0..N) instead, picked at random (N <= 256)
  *     -l N      use the first N locks of fault_lock, fair_lock, cache_lock,
  *               picked at random per section (loop; default 1)
  *     -r        make fault_lock robust: EOWNERDEAD is reported as "ownerdead"
@@ -63,6 +64,16 @@ extern pthread_mutex_t alias_lock __attribute__((alias("fault_lock")));
 pthread_mutex_t lock_array[2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER };
 
 static pthread_mutex_t *const locks[NLOCKS] = { &fault_lock, &fair_lock, &cache_lock };
+/* Many names (the Redis Cluster test maps each element under its own
+ * name, so that the names spread over every shard): -a N. */
+#define NAMED_MAX 256
+pthread_mutex_t named_lock[NAMED_MAX];
+static int nnamed;
+
+static pthread_mutex_t *lock_of(int i)
+{
+    return nnamed ? &named_lock[i] : locks[i];
+}
 
 static const char *sock_path, *prefix = "chk", *gofile;
 static int nthreads = 1, nlocks = 1, robust, count;
@@ -79,7 +90,7 @@ static redisContext *checker(void)
  * unlock's result. `loud`: print each step (once mode). */
 static int section(redisContext *c, int lock, const char *id, int loud)
 {
-    pthread_mutex_t *m = locks[lock];
+    pthread_mutex_t *m = lock_of(lock);
     struct chk_keys k;
     chk_keys_make(&k, prefix, lock);
     uint64_t tok = token_fn ? token_fn(m) : 0;
@@ -160,9 +171,10 @@ static void *loop_thread(void *arg)
     unsigned seed = (unsigned)getpid() * 31u + (unsigned)ts->index;
     while ((per_thread == 0 || ts->sections < per_thread) &&
            (run_ms == 0 || clock_ms(CLOCK_MONOTONIC) < stop_at)) {
-        int lock = nlocks > 1 ? (int)(rand_r(&seed) % (unsigned)nlocks) : 0;
-        int rc = pthread_mutex_lock(locks[lock]);
-        if (!usable(locks[lock], rc, 0)) {
+        int n = nnamed ? nnamed : nlocks;
+        int lock = n > 1 ? (int)(rand_r(&seed) % (unsigned)n) : 0;
+        int rc = pthread_mutex_lock(lock_of(lock));
+        if (!usable(lock_of(lock), rc, 0)) {
             if (ts->lockerr++ == 0)
                 say("lock %s", ename(rc));
             usleep(RETRY_US);
@@ -191,7 +203,7 @@ static long rss_kb(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: faultworker loop|once OP|cycles N|idle [-s SOCK] [-k PREFIX] [-t N]"
-                    " [-n N] [-d MS] [-u US] [-g FILE] [-l N] [-r] [-c]\n");
+                    " [-n N] [-d MS] [-u US] [-g FILE] [-l N] [-a N] [-r] [-c]\n");
     return 2;
 }
 
@@ -209,7 +221,7 @@ int main(int argc, char **argv)
     }
     optind = first;
     int ch;
-    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:l:rc")) != -1) {
+    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:l:a:rc")) != -1) {
         switch (ch) {
         case 's': sock_path = optarg; break;
         case 'k': prefix = optarg; break;
@@ -219,12 +231,14 @@ int main(int argc, char **argv)
         case 'u': hold_us = atol(optarg); break;
         case 'g': gofile = optarg; break;
         case 'l': nlocks = atoi(optarg); break;
+        case 'a': nnamed = atoi(optarg); break;
         case 'r': robust = 1; break;
         case 'c': count = 1; break;
         default: return usage();
         }
     }
-    if (nthreads < 1 || nthreads > MAX_THREADS || nlocks < 1 || nlocks > NLOCKS)
+    if (nthreads < 1 || nthreads > MAX_THREADS || nlocks < 1 || nlocks > NLOCKS ||
+        nnamed < 0 || nnamed > NAMED_MAX)
         return usage();
     say("main");
     *(void **)&token_fn = dlsym(RTLD_DEFAULT, "dmutex_token");

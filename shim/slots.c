@@ -1,0 +1,264 @@
+/* slots: the slot map under one mutex. A node is an index into a table of
+ * addresses that only grows (to DM_SLOTS_NODES_MAX), so that redis.c can
+ * keep a connection pool per index without ever renumbering; the map is
+ * one short per slot (node + 1, 0: unknown). */
+#include "slots.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+struct node {
+    char host[DM_SLOTS_HOST_MAX];
+    int port;
+};
+
+static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
+static int enabled;
+static struct node nodes[DM_SLOTS_NODES_MAX];
+static int nnodes;
+static unsigned short map[DM_SLOTS_COUNT];
+static int want_refresh = 1;
+static long long refreshed_ms;
+static unsigned long gen;
+
+void dm_slots_setup(const struct dm_redis_config *cfg)
+{
+    pthread_mutex_lock(&smu);
+    enabled = cfg->ncluster > 0;
+    nnodes = 0;
+    for (size_t i = 0; i < cfg->ncluster && nnodes < DM_SLOTS_NODES_MAX; i++) {
+        snprintf(nodes[nnodes].host, sizeof nodes[nnodes].host, "%s", cfg->cluster[i].host);
+        nodes[nnodes].port = cfg->cluster[i].port;
+        nnodes++;
+    }
+    memset(map, 0, sizeof map);
+    want_refresh = 1;
+    pthread_mutex_unlock(&smu);
+}
+
+int dm_slots_enabled(void)
+{
+    return enabled;
+}
+
+/* CRC16-CCITT (XMODEM: poly 0x1021, init 0), bit by bit: the keys are
+ * short and the slot is computed once per lock record. */
+static unsigned crc16(const char *s, size_t len)
+{
+    unsigned crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned)(unsigned char)s[i] << 8;
+        for (int b = 0; b < 8; b++)
+            crc = crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1;
+        crc &= 0xffff;
+    }
+    return crc;
+}
+
+unsigned dm_slots_keyslot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    if (open) {
+        size_t rest = len - (size_t)(open - key) - 1;
+        const char *close = memchr(open + 1, '}', rest);
+        if (close && close > open + 1)
+            return crc16(open + 1, (size_t)(close - open - 1)) & (DM_SLOTS_COUNT - 1);
+    }
+    return crc16(key, len) & (DM_SLOTS_COUNT - 1);
+}
+
+/* The index of host:port, added when new; -1 when the table is full. smu held. */
+static int node_index_locked(const char *host, size_t hlen, int port)
+{
+    for (int i = 0; i < nnodes; i++)
+        if (nodes[i].port == port && strlen(nodes[i].host) == hlen &&
+            memcmp(nodes[i].host, host, hlen) == 0)
+            return i;
+    if (nnodes == DM_SLOTS_NODES_MAX || hlen >= DM_SLOTS_HOST_MAX)
+        return -1;
+    memcpy(nodes[nnodes].host, host, hlen);
+    nodes[nnodes].host[hlen] = 0;
+    nodes[nnodes].port = port;
+    return nnodes++;
+}
+
+int dm_slots_node_of(unsigned slot)
+{
+    pthread_mutex_lock(&smu);
+    int n = map[slot & (DM_SLOTS_COUNT - 1)] - 1;
+    pthread_mutex_unlock(&smu);
+    return n;
+}
+
+int dm_slots_want_refresh(void)
+{
+    pthread_mutex_lock(&smu);
+    long long now = dm_now_ms();
+    int yes = want_refresh && now - refreshed_ms >= DM_SLOTS_REFRESH_MIN_MS;
+    if (yes)
+        refreshed_ms = now;     /* one thread asks; the others go on with the map */
+    pthread_mutex_unlock(&smu);
+    return yes;
+}
+
+void dm_slots_stale(void)
+{
+    pthread_mutex_lock(&smu);
+    want_refresh = 1;
+    pthread_mutex_unlock(&smu);
+}
+
+int dm_slots_update(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    static unsigned short next[DM_SLOTS_COUNT];
+    pthread_mutex_lock(&smu);
+    memset(next, 0, sizeof next);
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+            continue;
+        const redisReply *p = e->element[2];
+        if (p->element[0]->type != REDIS_REPLY_STRING || p->element[0]->len == 0 ||
+            p->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;       /* an unknown endpoint ("" or "?"): asked again later */
+        int n = node_index_locked(p->element[0]->str, p->element[0]->len,
+                                  (int)p->element[1]->integer);
+        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+        if (n < 0 || lo < 0 || hi >= DM_SLOTS_COUNT || lo > hi)
+            continue;
+        for (long long s = lo; s <= hi; s++)
+            next[s] = (unsigned short)(n + 1);
+    }
+    if (memcmp(next, map, sizeof map) != 0) {
+        memcpy(map, next, sizeof map);
+        gen++;
+    }
+    want_refresh = 0;
+    refreshed_ms = dm_now_ms();
+    pthread_mutex_unlock(&smu);
+    return 0;
+}
+
+unsigned long dm_slots_gen(void)
+{
+    return __atomic_load_n(&gen, __ATOMIC_ACQUIRE);
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK 3999 [::1]:6381" (host may be empty:
+ * the node that answered, which a client cannot name: refused here). */
+static int parse(const char *msg, int *ask, unsigned *slot, const char **host, size_t *hlen,
+                 int *port)
+{
+    const char *p;
+    if (strncmp(msg, "MOVED ", 6) == 0) {
+        *ask = 0;
+        p = msg + 6;
+    } else if (strncmp(msg, "ASK ", 4) == 0) {
+        *ask = 1;
+        p = msg + 4;
+    } else {
+        return 0;
+    }
+    char *end;
+    unsigned long s = strtoul(p, &end, 10);
+    if (end == p || *end != ' ' || s >= DM_SLOTS_COUNT)
+        return 0;
+    const char *a = end + 1;
+    const char *colon = strrchr(a, ':');
+    if (!colon || colon == a)
+        return 0;
+    const char *h = a;
+    size_t hl = (size_t)(colon - a);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    long pt = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || (*end && *end != ' ') || pt < 1 || pt > 65535 || hl == 0)
+        return 0;
+    *slot = (unsigned)s;
+    *host = h;
+    *hlen = hl;
+    *port = (int)pt;
+    return 1;
+}
+
+int dm_slots_parse_redirect(const char *msg, int *ask, unsigned *slot, char *host,
+                            size_t hostlen, int *port)
+{
+    const char *h;
+    size_t hl;
+    if (!parse(msg, ask, slot, &h, &hl, port) || hl >= hostlen)
+        return 0;
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    return 1;
+}
+
+int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node)
+{
+    const char *h;
+    size_t hl;
+    int port;
+    if (!parse(msg, ask, slot, &h, &hl, &port))
+        return 0;
+    pthread_mutex_lock(&smu);
+    *node = node_index_locked(h, hl, port);
+    if (!*ask && *node >= 0 && map[*slot] != *node + 1) {
+        map[*slot] = (unsigned short)(*node + 1);
+        gen++;
+    }
+    if (!*ask)
+        want_refresh = 1;   /* other slots may have moved with it */
+    pthread_mutex_unlock(&smu);
+    return 1;
+}
+
+int dm_slots_node_addr(int node, char *host, size_t hostlen, int *port)
+{
+    pthread_mutex_lock(&smu);
+    int ok = node >= 0 && node < nnodes;
+    if (ok) {
+        snprintf(host, hostlen, "%s", nodes[node].host);
+        *port = nodes[node].port;
+    }
+    pthread_mutex_unlock(&smu);
+    return ok ? 0 : -1;
+}
+
+int dm_slots_nnodes(void)
+{
+    pthread_mutex_lock(&smu);
+    int n = nnodes;
+    pthread_mutex_unlock(&smu);
+    return n;
+}
+
+int dm_slots_primaries(int *out, int max)
+{
+    unsigned char seen[DM_SLOTS_NODES_MAX] = { 0 };
+    int k = 0;
+    pthread_mutex_lock(&smu);
+    for (int s = 0; s < DM_SLOTS_COUNT; s++) {
+        int n = map[s] - 1;
+        if (n >= 0 && !seen[n] && k < max) {
+            seen[n] = 1;
+            out[k++] = n;
+        }
+    }
+    pthread_mutex_unlock(&smu);
+    return k;
+}
+
+void dm_slots_atfork(enum dm_fork_phase phase)
+{
+    dm_fork_mutex(&smu, phase);
+}

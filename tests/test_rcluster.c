@@ -1,0 +1,784 @@
+/* test_rcluster: the shim against a real Redis Cluster (issue 10, part 2).
+ *
+ * The group starts its own cluster (th_rcluster_start: 3 primaries, each
+ * with a replica, on free loopback ports, a short cluster-node-timeout) and
+ * the exclusion checker (a separate redis-server that keeps each name's
+ * counter and sees overlapping sections). Processes of faultworker, the
+ * shim preloaded, each map 200 elements of one array under 200 names
+ * (spread over every shard), and each section increments its name's
+ * counter non-atomically: an exact counter per name and no overlap mean
+ * every lock excluded, wherever its slot lived meanwhile.
+ *
+ * - the slot of a key is the server's (CLUSTER KEYSLOT), MOVED/ASK parse;
+ * - 200 names over every shard, several processes: counters exact;
+ * - the same while slots of busy names migrate to another primary
+ *   (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE: ASK, then MOVED);
+ * - the same while a replica takes over its primary (CLUSTER FAILOVER),
+ *   with min_replicas = 1;
+ * - the same when a primary is SIGKILLed (its replica promoted after the
+ *   node timeout): its names go on before it comes back.
+ * Bounds are one-sided and generous (a slow, noisy 2-core machine). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checker.h"
+#include "harness.h"
+#include "slots.h"
+
+#define WORKER        TH_BUILD "/tests/progs/faultworker"
+#define DMUTEX_CLI    TH_BUILD "/dmutex"
+#define FORKPROG      TH_BUILD "/tests/progs/forkprog"
+#define NAMES         200
+#define PROCS         3
+#define THREADS       "3"
+#define HOLD_US       "300"
+#define RUN_MS        "9000"        /* each worker's loop */
+#define FINISH_MS     120000L       /* each worker must be done within this */
+#define NODE_TIMEOUT  1000L         /* cluster-node-timeout: a dead primary's replica takes over */
+#define OK_MS         60000L        /* the cluster says ok again within this */
+#define BUSY_SECTIONS 100           /* sections done before a fault is injected */
+#define MOVE_NAMES    12            /* names whose slots migrate */
+#define SUITE_ALARM_S 600
+
+static struct th_rcluster rc;
+static struct th_checker chk;
+static char worker_path[PATH_MAX];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    th_group_start(NULL, NULL, SUITE_ALARM_S, NULL);
+    if (th_built_paths(WORKER, worker_path, NULL) != 0)
+        return -1;
+    th_checker_start(&chk);
+    th_rcluster_start(&rc, NODE_TIMEOUT);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    th_group_stop(NULL, NULL);
+    th_rcluster_stop(&rc);
+    th_checker_stop(&chk);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    th_checker_next(&chk);
+    if (th_rcluster_wait_ok(&rc, OK_MS) != 0)
+        fail_msg("the cluster is not ok before the test");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_test_cleanup();
+    return 0;
+}
+
+/* ---- slots ------------------------------------------------------------- */
+
+static void test_keyslot_of_known_keys_is_the_servers(void **s)
+{
+    (void)s;
+    /* Redis's own reference value: CRC16("123456789") = 0x31C3. */
+    assert_int_equal(dm_slots_keyslot("123456789", 9), 0x31C3 % DM_SLOTS_COUNT);
+    static const char *const keys[] = {
+        "dmutex:{rc0}", "dmutex:{rc0}:token", "dmutex:{rc199}:w:0123abcd", "foo",
+        "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}", "a{b",
+        "ns:{x.y/z@w-1}:queue",
+    };
+    redisContext *c = th_redis_connect(&rc.node[0]);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        long long want = th_cmd_int(c, "CLUSTER KEYSLOT %s", keys[i]);
+        if ((long long)dm_slots_keyslot(keys[i], strlen(keys[i])) != want)
+            fail_msg("slot of %s: %u, the server says %lld", keys[i],
+                     dm_slots_keyslot(keys[i], strlen(keys[i])), want);
+    }
+    /* every key of a lock shares one slot */
+    assert_int_equal(dm_slots_keyslot("dmutex:{rc5}", 12),
+                     dm_slots_keyslot("dmutex:{rc5}:released", 21));
+    redisFree(c);
+}
+
+static void test_moved_and_ask_replies_parse(void **s)
+{
+    (void)s;
+    int ask, port;
+    unsigned slot;
+    char host[64];
+    assert_int_equal(dm_slots_parse_redirect("MOVED 3999 127.0.0.1:6381", &ask, &slot, host,
+                                             sizeof host, &port), 1);
+    assert_int_equal(ask, 0);
+    assert_int_equal(slot, 3999);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 6381);
+    assert_int_equal(dm_slots_parse_redirect("ASK 16383 [::1]:7000", &ask, &slot, host,
+                                             sizeof host, &port), 1);
+    assert_int_equal(ask, 1);
+    assert_int_equal(slot, 16383);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 7000);
+    assert_int_equal(dm_slots_parse_redirect("ASK 1 node.internal:1", &ask, &slot, host,
+                                             sizeof host, &port), 1);
+    assert_string_equal(host, "node.internal");
+    static const char *const bad[] = {
+        "MOVED", "MOVED 3999", "MOVED 16384 h:1", "MOVED x h:1", "MOVED 1 h", "MOVED 1 :1",
+        "MOVED 1 h:0", "MOVED 1 h:70000", "ASK -1 h:1", "TRYAGAIN Multiple keys", "moved 1 h:1",
+        "CLUSTERDOWN The cluster is down",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (dm_slots_parse_redirect(bad[i], &ask, &slot, host, sizeof host, &port))
+            fail_msg("\"%s\" parsed as a redirection", bad[i]);
+}
+
+/* The map from a real CLUSTER SLOTS reply names the primaries the
+ * cluster names; a MOVED moves its slot (and the generation), an ASK
+ * does not; the nodes table only grows. */
+static void test_slot_map_follows_moved_but_not_ask(void **s)
+{
+    (void)s;
+    struct dm_redis_config cfg = { 0 };
+    struct dm_endpoint seed = { rc.node[0].addr, rc.node[0].port };
+    cfg.cluster = &seed;
+    cfg.ncluster = 1;
+    dm_slots_setup(&cfg);
+    assert_true(dm_slots_enabled());
+    assert_int_equal(dm_slots_node_of(0), -1);      /* never asked */
+    redisContext *c = th_redis_connect(&rc.node[0]);
+    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
+    unsigned long g0 = dm_slots_gen();
+    assert_int_equal(dm_slots_update(r), 0);
+    freeReplyObject(r);
+    redisFree(c);
+    assert_true(dm_slots_gen() != g0);
+    int prim[DM_SLOTS_NODES_MAX];
+    assert_int_equal(dm_slots_primaries(prim, DM_SLOTS_NODES_MAX), TH_RCLUSTER_PRIMARIES);
+    for (int slot = 0; slot < DM_SLOTS_COUNT; slot += 997) {
+        char host[64];
+        int port;
+        assert_int_equal(dm_slots_node_addr(dm_slots_node_of((unsigned)slot), host, sizeof host,
+                                            &port), 0);
+        int o = th_rcluster_owner(&rc, slot);
+        assert_true(o >= 0);
+        assert_int_equal(port, rc.node[o].port);
+    }
+    int before = dm_slots_node_of(42), nodes = dm_slots_nnodes();
+    int ask, node;
+    unsigned slot;
+    unsigned long g1 = dm_slots_gen();
+    assert_int_equal(dm_slots_redirect("ASK 42 10.9.9.9:7000", &ask, &slot, &node), 1);
+    assert_int_equal(ask, 1);
+    assert_int_equal(dm_slots_node_of(42), before);  /* ASK: the map stays */
+    assert_int_equal(dm_slots_gen(), g1);
+    assert_int_equal(dm_slots_nnodes(), nodes + 1);  /* but the node is known */
+    assert_int_equal(dm_slots_redirect("MOVED 42 10.9.9.9:7000", &ask, &slot, &node), 1);
+    assert_int_equal(dm_slots_node_of(42), node);
+    assert_int_equal(dm_slots_nnodes(), nodes + 1);  /* the same node, not a new one */
+    assert_true(dm_slots_gen() != g1);
+    /* other slots may have moved too: the map is wanted again, once the
+     * rate limit since the last update has passed */
+    usleep((DM_SLOTS_REFRESH_MIN_MS + 50) * 1000);
+    assert_int_equal(dm_slots_want_refresh(), 1);
+    assert_int_equal(dm_slots_want_refresh(), 0);    /* one asker at a time */
+    assert_int_equal(dm_slots_redirect("ERR nope", &ask, &slot, &node), 0);
+}
+
+/* ---- the counters -------------------------------------------------------- */
+
+static int slot_of_name(int i)
+{
+    char key[64];
+    snprintf(key, sizeof key, "dmutex:{rc%d}", i);
+    return (int)dm_slots_keyslot(key, strlen(key));
+}
+
+/* A config mapping named_lock[i] as "rc<i>" for every i < NAMES. */
+static char *names_config(int min_replicas, const char *on_lease_lost)
+{
+    size_t cap = 64 * NAMES + 256, n = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    n += (size_t)snprintf(text + n, cap - n, "lease_ms = 6000; min_replicas = %d;\n"
+                          "replica_timeout_ms = 1500; on_lease_lost = \"%s\";\n"
+                          "mutexes = (\n", min_replicas, on_lease_lost);
+    for (int i = 0; i < NAMES; i++)
+        n += (size_t)snprintf(text + n, cap - n, "  { symbol = \"named_lock\"; index = %d; "
+                              "name = \"rc%d\"; }%s\n", i, i, i + 1 < NAMES ? "," : "");
+    snprintf(text + n, cap - n, ");\n");
+    char *path = th_write_file(".cfg", "%s", text);
+    free(text);
+    return path;
+}
+
+struct run {
+    pid_t pid[PROCS];
+    char *out[PROCS];
+};
+
+static void run_start_url(struct run *r, const char *cfgf, const char *url)
+{
+    static struct th_shim_env e[PROCS];
+    const char *args[] = { "loop", "-t", THREADS, "-d", RUN_MS, "-a", "200", "-c", "-u", HOLD_US,
+                           NULL };
+    for (int i = 0; i < PROCS; i++) {
+        r->out[i] = th_out_file();
+        r->pid[i] = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e[i], cfgf, url, NULL),
+                                    worker_path, args, r->out[i]);
+    }
+}
+
+static void run_start(struct run *r, const char *cfgf)
+{
+    run_start_url(r, cfgf, rc.url);
+}
+
+static long long total(const char *what)
+{
+    long long n = 0;
+    for (int i = 0; i < NAMES; i++)
+        n += th_checker_get(&chk, i, what);
+    return n;
+}
+
+static void wait_busy(void)
+{
+    long long end = th_now_ms() + FINISH_MS;
+    while (total("sections") < BUSY_SECTIONS) {
+        if (th_now_ms() > end)
+            fail_msg("the workers did not get %d sections done in %ld ms", BUSY_SECTIONS,
+                     FINISH_MS);
+        usleep(100000);
+    }
+}
+
+/* Every worker ends by itself, each name's counter equals its sections, no
+ * section overlapped another of its name, and no unlock failed (unless
+ * `lost_ok`: then their number is reported). */
+static void run_check_lost(struct run *r, const char *what, int lost_ok)
+{
+    for (int i = 0; i < PROCS; i++) {
+        char *text = th_finish(r->pid[i], r->out[i], 0, FINISH_MS);
+        th_assert_has(text, "done ");
+        free(text);
+    }
+    long long sections = 0;
+    for (int i = 0; i < NAMES; i++) {
+        long long n = th_checker_get(&chk, i, "sections");
+        long long cnt = th_checker_get(&chk, i, "counter");
+        if (n != cnt)
+            fail_msg("%s: rc%d: counter %lld after %lld sections", what, i, cnt, n);
+        th_checker_assert_no_overlap(&chk, i);
+        if (!lost_ok)
+            assert_int_equal(th_checker_get(&chk, i, "unlockerr"), 0);
+        sections += n;
+    }
+    print_message("%s: %lld sections over %d names, every counter exact, %lld holds found "
+                  "lost at unlock\n", what, sections, NAMES, total("unlockerr"));
+    assert_true(sections > BUSY_SECTIONS);
+}
+
+static void run_check(struct run *r, const char *what)
+{
+    run_check_lost(r, what, 0);
+}
+
+/* Calls of a command on every running node since its start (INFO
+ * commandstats; a script's calls count too). */
+static long long calls(const char *cmd)
+{
+    char field[64];
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+    long long n = 0;
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        n += th_info_num(c, "commandstats", field);
+        redisFree(c);
+    }
+    return n;
+}
+
+static void test_200_names_over_every_shard_count_exactly(void **s)
+{
+    (void)s;
+    int per_node[TH_RCLUSTER_NODES] = { 0 };
+    for (int i = 0; i < NAMES; i++) {
+        int o = th_rcluster_owner(&rc, slot_of_name(i));
+        assert_true(o >= 0);
+        per_node[o]++;
+    }
+    int shards = 0;
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++)
+        shards += per_node[i] > 0;
+    assert_int_equal(shards, TH_RCLUSTER_PRIMARIES);
+    char *cfgf = names_config(0, "abort");
+    struct run r;
+    run_start(&r, cfgf);
+    run_check(&r, "no fault");
+    /* The notices went by sharded pub/sub, to the shard of each lock
+     * (plain PUBLISH would reach every node of the cluster). */
+    long long spub = calls("spublish"), ssub = calls("ssubscribe");
+    print_message("SPUBLISH %lld, SSUBSCRIBE %lld, PUBLISH %lld, SUBSCRIBE %lld calls\n", spub,
+                  ssub, calls("publish"), calls("subscribe"));
+    assert_true(spub > 0);
+    assert_true(ssub > 0);
+    assert_int_equal(calls("publish"), 0);
+    assert_int_equal(calls("subscribe"), 0);
+}
+
+/* dmutex run -r redis-cluster://... runs a program whose lock is held on
+ * the cluster; meanwhile `dmutex ls` (every primary scanned) shows it held
+ * with the node of its slot, in the table and in --json, and lists the
+ * names the counters used on every shard; `dmutex acl` gives a cluster
+ * config the cluster's commands. */
+static void test_run_ls_and_acl_work_against_the_cluster(void **s)
+{
+    (void)s;
+    char *cfgf = th_keep_file(th_write_file(".cfg", "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"rc_ls\"; } );\n"));
+    char *go = th_go_file(), *out = th_out_file();
+    char *rargv[] = { DMUTEX_CLI, "run", "-c", cfgf, "-r", rc.url, "--", worker_path, "once",
+                      "lock", "-g", go, "-s", chk.sock, "-k", chk.prefix, NULL };
+    pid_t w = th_child(rargv, NULL, out);
+    th_wait_for(out, "inside ", FINISH_MS);
+
+    char key[64];
+    snprintf(key, sizeof key, "dmutex:{rc_ls}");
+    int owner = th_rcluster_owner(&rc, (int)dm_slots_keyslot(key, strlen(key)));
+    assert_true(owner >= 0);
+    char node[96], row[160];
+    snprintf(node, sizeof node, "%s:%d", rc.node[owner].addr, rc.node[owner].port);
+    char *lout = th_out_file();
+    char *largv[] = { DMUTEX_CLI, "ls", "-r", rc.url, NULL };
+    char *text = th_finish(th_child(largv, NULL, lout), lout, 0, FINISH_MS);
+    th_assert_has(text, "NODE");
+    th_assert_has(text, node);
+    for (const char *l = strstr(text, "rc_ls "); l; l = NULL) {
+        snprintf(row, sizeof row, "%.*s", (int)strcspn(l, "\n"), l);
+        th_assert_has(row, " held ");
+        th_assert_has(row, node);
+    }
+    if (!strstr(text, "rc_ls "))
+        fail_msg("dmutex ls does not list rc_ls:\n%s", text);
+    /* the counters' names, from every shard */
+    for (int i = 0; i < NAMES; i += 37) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "\nrc%d ", i);
+        th_assert_has(text, nm);
+    }
+    free(text);
+    char *jargv[] = { DMUTEX_CLI, "ls", "--json", "-r", rc.url, NULL };
+    char *jout = th_out_file();
+    text = th_finish(th_child(jargv, NULL, jout), jout, 0, FINISH_MS);
+    char field[128];
+    snprintf(field, sizeof field, "\"node\": \"%s\"", node);
+    th_assert_has(text, "{\"name\": \"rc_ls\", \"state\": \"held\"");
+    th_assert_has(text, field);
+    free(text);
+
+    /* dmutex unlock runs force.lua on the node of the lock's slot: it
+     * finds the live holder and refuses (exit 1) */
+    char *uargv[] = { DMUTEX_CLI, "unlock", "-c", cfgf, "-r", rc.url, "rc_ls", NULL };
+    char *uout = th_out_file();
+    text = th_finish(th_child(uargv, NULL, uout), uout, 1, FINISH_MS);
+    th_assert_has(text, "is held by");
+    free(text);
+
+    th_touch(go);
+    text = th_finish(w, out, 0, FINISH_MS);
+    th_assert_has(text, "lock 0 ");
+    th_assert_has(text, "unlocked 0 ");
+    free(text);
+
+    char *acfg = th_keep_file(th_write_file(".cfg", "redis = { cluster = ( \"%s:%d\" ); "
+                                            "username = \"app\"; password = \"pw\"; };\n"
+                                            "mutexes = ();\n", rc.node[0].addr,
+                                            rc.node[0].port));
+    char *aargv[] = { DMUTEX_CLI, "acl", "-c", acfg, NULL };
+    char *aout = th_out_file();
+    text = th_finish(th_child(aargv, NULL, aout), aout, 0, FINISH_MS);
+    th_assert_has(text, " +cluster|slots +asking +ssubscribe +sunsubscribe +spublish");
+    free(text);
+}
+
+#define ACL_USER "rcapp"
+#define ACL_PW   "rc-secret"
+#define WORDS_MAX 96
+
+/* Runs one ACL command (its words in `line`, split on spaces) on every
+ * running node: a cluster's ACLs are each node's own. */
+static void acl_everywhere(const char *line)
+{
+    for (int n = 0; n < TH_RCLUSTER_NODES; n++) {
+        if (rc.node[n].pid <= 0)
+            continue;
+        char *copy = strdup(line);
+        const char *argv[WORDS_MAX];
+        int argc = 0;
+        for (char *w = strtok(copy, " "); w && argc < WORDS_MAX; w = strtok(NULL, " "))
+            argv[argc++] = w;
+        redisContext *c = th_redis_connect(&rc.node[n]);
+        redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+        if (!r || r->type == REDIS_REPLY_ERROR)
+            fail_msg("%s on %s: %s", line, rc.node[n].url, r ? r->str : c->errstr);
+        freeReplyObject(r);
+        redisFree(c);
+        free(copy);
+    }
+}
+
+/* The user `dmutex acl` prints for a cluster config, made on every node,
+ * runs the counters on the cluster: every command the shim sends there
+ * (CLUSTER SLOTS, ASKING, SSUBSCRIBE, SPUBLISH from the scripts...) is in
+ * its line. */
+static void test_the_acl_user_of_a_cluster_config_runs_the_counters(void **s)
+{
+    (void)s;
+    char *acfg = th_keep_file(th_write_file(".cfg", "redis = { cluster = ( \"%s:%d\" ); "
+                                            "username = \"" ACL_USER "\"; password = \""
+                                            ACL_PW "\"; };\nmutexes = ();\n",
+                                            rc.node[0].addr, rc.node[0].port));
+    char *argv[] = { DMUTEX_CLI, "acl", "-c", acfg, NULL };
+    char *out = th_out_file();
+    char *line = th_finish(th_child(argv, NULL, out), out, 0, FINISH_MS);
+    line[strcspn(line, "\n")] = 0;
+    acl_everywhere(line);
+    free(line);
+    char url[sizeof rc.url + 64];
+    snprintf(url, sizeof url, "redis-cluster://" ACL_USER ":" ACL_PW "@%s",
+             rc.url + strlen("redis-cluster://"));
+    char *cfgf = names_config(0, "abort");
+    struct run r;
+    run_start_url(&r, cfgf, url);
+    run_check(&r, "least-privilege user");
+    /* Refused nowhere: a script's refused command (Redis 7.0 does not say
+     * NOPERM there) is logged with the shim's "ACL refusal" hint. */
+    for (int i = 0; i < PROCS; i++) {
+        char *text = th_read_output(r.out[i]);
+        if (text && (strstr(text, "NOPERM") || strstr(text, "ACL refusal")))
+            fail_msg("a worker was refused a command:\n%s", text);
+        free(text);
+    }
+    acl_everywhere("ACL DELUSER " ACL_USER);
+}
+
+/* dmutex unlock --force of a held lock with a fair waiter: the handover
+ * notice goes by sharded pub/sub (SPUBLISH), which the waiter's SSUBSCRIBE
+ * hears (a plain PUBLISH would reach no sharded subscriber); the waiter
+ * enters, the old holder finds its hold lost (warn mode). */
+static void test_a_forced_unlock_hands_over_by_sharded_notice(void **s)
+{
+    (void)s;
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_lease_lost = \"warn\";\nmutexes = ( "
+                                            "{ symbol = \"fault_lock\"; name = \"rc_force\"; } );\n"));
+    static struct th_shim_env e1, e2;
+    char *go = th_go_file(), *hout = th_out_file(), *wout = th_out_file();
+    const char *hold[] = { "once", "lock", "-g", go, NULL };
+    const char *wait[] = { "once", "lock", NULL };
+    pid_t h = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e1, cfgf, rc.url, NULL),
+                              worker_path, hold, hout);
+    th_wait_for(hout, "inside ", FINISH_MS);
+    pid_t w = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e2, cfgf, rc.url, NULL),
+                              worker_path, wait, wout);
+    /* the waiter queued: the lock's queue on its node has one entry */
+    int owner = th_rcluster_owner(&rc, (int)dm_slots_keyslot("dmutex:{rc_force}", 18));
+    assert_true(owner >= 0);
+    redisContext *c = th_redis_connect(&rc.node[owner]);
+    long long end = th_now_ms() + FINISH_MS;
+    while (th_cmd_int(c, "LLEN dmutex:{rc_force}:queue") < 1) {
+        if (th_now_ms() > end)
+            fail_msg("the waiter never queued");
+        usleep(20000);
+    }
+    redisFree(c);
+    long long pub = calls("publish"), spub = calls("spublish");
+    char *uargv[] = { DMUTEX_CLI, "unlock", "-c", cfgf, "-r", rc.url, "--force", "rc_force",
+                      NULL };
+    char *uout = th_out_file();
+    free(th_finish(th_child(uargv, NULL, uout), uout, 0, FINISH_MS));
+    char *text = th_finish(w, wout, 0, FINISH_MS);
+    th_assert_has(text, "inside ");
+    free(text);
+    assert_int_equal(calls("publish"), pub);
+    assert_true(calls("spublish") > spub);
+    th_touch(go);
+    free(th_finish(h, hout, 0, FINISH_MS));
+}
+
+/* Forks while threads lock mapped heap mutexes on the cluster (pools of
+ * several nodes, subscriber connections per node, the slot map's mutex):
+ * every child forgets its parent's connections, locks on its own and
+ * exits; none hangs (forkprog reports and kills a hung child). */
+static void test_fork_children_lock_on_the_cluster_on_their_own(void **s)
+{
+    (void)s;
+    if (getenv("DM_TEST_PRELOAD"))
+        skip();     /* ASan's allocator lock across fork(): see test_shim */
+    char *cfgf = th_keep_file(th_write_file(".cfg", "lease_ms = 6000;\nmutexes = (\n"
+                                            "  { symbol = \"fork_lock\"; name = \"rc_fork\"; },\n"
+                                            "  { init_site = \"heap_mutex_new\"; name = \"rc_heap\"; }\n"
+                                            ");\n"));
+    static struct th_shim_env e;
+    char *argv[] = { FORKPROG, "4", "20", NULL };
+    char *out = th_out_file();
+    char *text = th_finish(th_child(argv, th_shim_env(&e, cfgf, rc.url, NULL), out), out, 0,
+                           FINISH_MS);
+    th_assert_has(text, "forks 20 ok");
+    free(text);
+}
+
+/* Moves `slot` from node index `from` to `to` while it is in use:
+ * IMPORTING/MIGRATING (scripts see ASK or TRYAGAIN), its keys moved by
+ * MIGRATE, then every primary told the new owner (MOVED). */
+static void migrate_slot(int slot, int from, int to)
+{
+    char idf[41], idt[41];
+    th_rcluster_id(&rc.node[from], idf);
+    th_rcluster_id(&rc.node[to], idt);
+    redisContext *cf = th_redis_connect(&rc.node[from]);
+    redisContext *ct = th_redis_connect(&rc.node[to]);
+    freeReplyObject(th_cmd(ct, "CLUSTER SETSLOT %d IMPORTING %s", slot, idf));
+    freeReplyObject(th_cmd(cf, "CLUSTER SETSLOT %d MIGRATING %s", slot, idt));
+    usleep(200000);     /* a while with the slot half moved */
+    for (;;) {
+        redisReply *keys = th_cmd(cf, "CLUSTER GETKEYSINSLOT %d 100", slot);
+        if (keys->type != REDIS_REPLY_ARRAY || keys->elements == 0) {
+            freeReplyObject(keys);
+            break;
+        }
+        for (size_t i = 0; i < keys->elements; i++) {
+            redisReply *m = redisCommand(cf, "MIGRATE %s %d %s 0 5000", rc.node[to].addr,
+                                         rc.node[to].port, keys->element[i]->str);
+            if (!m || (m->type == REDIS_REPLY_ERROR && !strstr(m->str, "NOKEY")))
+                fail_msg("MIGRATE %s: %s", keys->element[i]->str, m ? m->str : cf->errstr);
+            freeReplyObject(m);
+            usleep(20000);
+        }
+        freeReplyObject(keys);
+    }
+    freeReplyObject(th_cmd(ct, "CLUSTER SETSLOT %d NODE %s", slot, idt));
+    freeReplyObject(th_cmd(cf, "CLUSTER SETSLOT %d NODE %s", slot, idt));
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (i == from || i == to || rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        redisReply *role = th_cmd(c, "ROLE");
+        if (role->type == REDIS_REPLY_ARRAY && strcmp(role->element[0]->str, "master") == 0)
+            freeReplyObject(th_cmd(c, "CLUSTER SETSLOT %d NODE %s", slot, idt));
+        freeReplyObject(role);
+        redisFree(c);
+    }
+    redisFree(cf);
+    redisFree(ct);
+}
+
+/* How many error replies of kind `what` (MOVED, ASK, TRYAGAIN) every
+ * running node has sent since its start (INFO errorstats). */
+static long long redirections(const char *what)
+{
+    char field[64];
+    snprintf(field, sizeof field, "errorstat_%s:count=", what);
+    long long n = 0;
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        n += th_info_num(c, "errorstats", field);
+        redisFree(c);
+    }
+    return n;
+}
+
+static void test_live_resharding_keeps_every_counter_exact(void **s)
+{
+    (void)s;
+    char *cfgf = names_config(0, "abort");
+    long long moved0 = redirections("MOVED"), ask0 = redirections("ASK");
+    long long again0 = redirections("TRYAGAIN");
+    struct run r;
+    run_start(&r, cfgf);
+    /* A long holder whose slot migrates under it: its renewals (every
+     * second) meet ASK/TRYAGAIN, then MOVED, and must keep the hold. */
+    char *lcfg = th_keep_file(th_write_file(".cfg", "lease_ms = 3000;\nmutexes = ( { symbol = "
+                                            "\"fault_lock\"; name = \"rc_long\"; } );\n"));
+    char *go = th_go_file(), *lout = th_out_file();
+    const char *largs[] = { "once", "lock", "-g", go, NULL };
+    static struct th_shim_env le;
+    pid_t holder = th_checker_prog(&chk, "long", NULL, NULL, th_shim_env(&le, lcfg, rc.url, NULL),
+                                   worker_path, largs, lout);
+    th_wait_for(lout, "inside ", FINISH_MS);
+    int lslot = (int)dm_slots_keyslot("dmutex:{rc_long}", 16);
+    int lfrom = th_rcluster_owner(&rc, lslot);
+    int lto = th_rcluster_owner(&rc, slot_of_name(0)) == lfrom ? th_rcluster_owner(&rc, slot_of_name(1))
+                                                               : th_rcluster_owner(&rc, slot_of_name(0));
+    if (lto == lfrom)
+        for (int i = 2; i < NAMES && lto == lfrom; i++)
+            lto = th_rcluster_owner(&rc, slot_of_name(i));
+    assert_true(lfrom >= 0 && lto >= 0 && lto != lfrom);
+    migrate_slot(lslot, lfrom, lto);
+    wait_busy();
+    int moved = 0;
+    for (int i = 0; i < NAMES && moved < MOVE_NAMES; i++) {
+        int slot = slot_of_name(i);
+        int from = th_rcluster_owner(&rc, slot);
+        int to = -1;
+        for (int j = 0; j < TH_RCLUSTER_PRIMARIES * 2 && to < 0; j++) {
+            int cand = th_rcluster_owner(&rc, slot_of_name((i + 1 + j) % NAMES));
+            if (cand >= 0 && cand != from)
+                to = cand;
+        }
+        assert_true(from >= 0 && to >= 0);
+        migrate_slot(slot, from, to);
+        assert_int_equal(th_rcluster_owner(&rc, slot), to);
+        moved++;
+    }
+    print_message("moved the slots of %d busy names while they were in use\n", moved);
+    usleep(3500 * 1000);    /* more than a lease of the long holder's after its slot moved */
+    th_touch(go);
+    char *text = th_finish(holder, lout, 0, FINISH_MS);
+    th_assert_has(text, "unlocked 0 ");
+    if (strstr(text, "lost"))
+        fail_msg("the long holder lost its hold while its slot moved:\n%s", text);
+    free(text);
+    run_check(&r, "live resharding");
+    long long m = redirections("MOVED") - moved0, a = redirections("ASK") - ask0;
+    long long t = redirections("TRYAGAIN") - again0;
+    print_message("the nodes answered %lld MOVED, %lld ASK, %lld TRYAGAIN meanwhile\n", m, a, t);
+    /* the redirections were really met and followed */
+    assert_true(m > 0);
+    assert_true(a + t > 0);
+}
+
+/* The replica of the primary that owns rc0's slot. */
+static int replica_of(int primary)
+{
+    char id[41];
+    th_rcluster_id(&rc.node[primary], id);
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (i == primary || rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        redisReply *r = th_cmd(c, "ROLE");
+        int is = r->type == REDIS_REPLY_ARRAY && strcmp(r->element[0]->str, "slave") == 0 &&
+                 r->element[2]->type == REDIS_REPLY_INTEGER &&
+                 r->element[2]->integer == rc.node[primary].port;
+        freeReplyObject(r);
+        redisFree(c);
+        if (is)
+            return i;
+    }
+    return -1;
+}
+
+static void test_manual_failover_with_min_replicas_keeps_every_counter_exact(void **s)
+{
+    (void)s;
+    char *cfgf = names_config(1, "abort");
+    struct run r;
+    run_start(&r, cfgf);
+    wait_busy();
+    int p = th_rcluster_owner(&rc, slot_of_name(0));
+    int q = replica_of(p);
+    assert_true(p >= 0 && q >= 0);
+    redisContext *c = th_redis_connect(&rc.node[q]);
+    freeReplyObject(th_cmd(c, "CLUSTER FAILOVER"));
+    redisFree(c);
+    long long end = th_now_ms() + OK_MS;
+    while (th_rcluster_owner(&rc, slot_of_name(0)) != q) {
+        if (th_now_ms() > end)
+            fail_msg("the replica %s never took over", rc.node[q].url);
+        usleep(100000);
+    }
+    run_check(&r, "manual failover");
+}
+
+/* The sections so far of the names whose slot node index `node` owns. */
+static long long sections_on(int node)
+{
+    long long n = 0;
+    for (int i = 0; i < NAMES; i++)
+        if (th_rcluster_owner(&rc, slot_of_name(i)) == node)
+            n += th_checker_get(&chk, i, "sections");
+    return n;
+}
+
+/* A primary SIGKILLed: nothing answers MOVED for its slots, so the shim
+ * must ask the map again on its own when the node cannot be reached; the
+ * names of the shard go on on the promoted replica before the dead node
+ * is back (before: they waited for it). min_replicas = 0 (the promoted
+ * replica has no replica of its own until the dead node returns), so a
+ * grant the kill kept from the replica is lost: on_lease_lost = "warn",
+ * and such holds are counted, not hidden (their sections, 300 us, ended
+ * long before the replica took over: the counters stay exact). */
+static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s)
+{
+    (void)s;
+    char *cfgf = names_config(0, "warn");
+    struct run r;
+    run_start(&r, cfgf);
+    wait_busy();
+    int p = th_rcluster_owner(&rc, slot_of_name(1));
+    int q = replica_of(p);
+    assert_true(p >= 0 && q >= 0);
+    long long killed = th_now_ms();
+    th_redis_kill(&rc.node[p]);
+    long long end = th_now_ms() + OK_MS;
+    while (th_rcluster_owner(&rc, slot_of_name(1)) != q) {
+        if (th_now_ms() > end)
+            fail_msg("the replica %s never took over", rc.node[q].url);
+        usleep(100000);
+    }
+    long long took = th_now_ms() - killed;
+    long long before = sections_on(q);
+    while (sections_on(q) <= before) {
+        if (th_now_ms() > end)
+            fail_msg("no section of a name of the killed primary's shard in %ld ms after "
+                     "its replica took over", OK_MS);
+        usleep(100000);
+    }
+    print_message("the replica took over %lld ms after the kill; its names went on %lld ms "
+                  "after the kill\n", took, th_now_ms() - killed);
+    run_check_lost(&r, "killed primary (min_replicas = 0)", 1);
+    /* back, as a replica of the new primary, for the tests after this one */
+    const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-node-timeout", "1000", NULL };
+    th_redis_restart(&rc.node[p], extra);
+    if (th_rcluster_wait_ok(&rc, OK_MS) != 0)
+        fail_msg("the cluster is not ok after the restart");
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_keyslot_of_known_keys_is_the_servers),
+        T(test_moved_and_ask_replies_parse),
+        T(test_slot_map_follows_moved_but_not_ask),
+        T(test_200_names_over_every_shard_count_exactly),
+        T(test_run_ls_and_acl_work_against_the_cluster),
+        T(test_fork_children_lock_on_the_cluster_on_their_own),
+        T(test_a_forced_unlock_hands_over_by_sharded_notice),
+        T(test_the_acl_user_of_a_cluster_config_runs_the_counters),
+        T(test_live_resharding_keeps_every_counter_exact),
+        T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
+        T(test_killed_primary_its_names_go_on_on_the_promoted_replica),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
