@@ -801,20 +801,33 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
         }
 }
 
+#define DM_COND_PUBLISH_TRIES 3 /* a signal sent again after a MOVED (Redis Cluster) */
+
 long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
 {
     static long publish_logged;
     char msg[sizeof process_id + 16];
     snprintf(msg, sizeof msg, "%s %s", process_id, broadcast ? "broadcast" : "signal");
-    struct dm_conn *conn = dm_redis_get();
-    redisReply *r = dm_redis_command(conn, "PUBLISH %s %s", l->keys[DM_KEY_COND], msg);
+    /* With Redis Cluster the waiters listen on the shard of the channel's
+     * slot (SSUBSCRIBE): the signal is a SPUBLISH on the slot's primary. A
+     * MOVED (the slot moved; redis updated the map) is sent again there. */
+    int cluster = l->slot >= 0;
     struct dm_redis_error why;
+    redisReply *r = NULL;
     long n = -1;
-    if (r && r->type == REDIS_REPLY_INTEGER)
-        n = (long)r->integer;
-    else
-        dm_redis_error_keep(&why, conn);
-    dm_redis_put(conn);
+    for (int attempt = 0; attempt < DM_COND_PUBLISH_TRIES; attempt++) {
+        struct dm_conn *conn = dm_redis_get_slot(l->slot);
+        r = cluster ? dm_redis_command(conn, "SPUBLISH %s %s", l->keys[DM_KEY_COND], msg)
+                    : dm_redis_command(conn, "PUBLISH %s %s", l->keys[DM_KEY_COND], msg);
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            n = (long)r->integer;
+        else
+            dm_redis_error_keep(&why, conn);
+        int again = !r && cluster && conn->err == DM_REDIS_WRONG_NODE;
+        dm_redis_put(conn);
+        if (!again)
+            break;
+    }
     if (r)
         freeReplyObject(r);
     if (n < 0)

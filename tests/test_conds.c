@@ -160,8 +160,22 @@ static int group_setup(void **state)
     return 0;
 }
 
+/* The Redis Cluster of the one test that needs it: stopped by the next
+ * test's setup or the group's end, so a failed test leaves no URL behind. */
+static struct th_rcluster rk;
+static int rk_up;
+
+static void rcluster_down(void)
+{
+    redis_url = NULL;
+    if (rk_up)
+        th_rcluster_stop(&rk);
+    rk_up = 0;
+}
+
 static int group_teardown(void **state)
 {
+    rcluster_down();
     th_redis_drop(&ls, &lc);
     th_redis_drop(&ds, &dc);
     return th_machines_group_teardown(state);
@@ -170,6 +184,7 @@ static int group_teardown(void **state)
 static int test_setup(void **state)
 {
     snprintf(prefix, sizeof prefix, "t%d", ++tseq);
+    rcluster_down();
     return th_machines_test_setup(state);
 }
 
@@ -250,6 +265,40 @@ static void test_broadcast_wakes_every_waiter_in_three_processes(void **s)
         measured("broadcast -> waiter %d back: %lld ms", i, woken - sent);
         free(text);
     }
+}
+
+/* With Redis Cluster the waiters subscribe with SSUBSCRIBE on the node of
+ * the cond channel's slot: a signal must be a SPUBLISH sent there (a plain
+ * PUBLISH reaches no shard subscriber, and the waiters slept to their 30 s
+ * timeout). */
+static void test_broadcast_on_a_redis_cluster_wakes_every_waiter(void **s)
+{
+    (void)s;
+    th_rcluster_start(&rk, 2000);
+    rk_up = 1;
+    redis_url = rk.url;
+    char *out[3];
+    pid_t w[3];
+    for (int i = 0; i < 3; i++) {
+        out[i] = th_out_file();
+        w[i] = prog(NULL, out[i], NULL, "waitgo", NULL);
+    }
+    char *gout = th_out_file();
+    pid_t g = prog(NULL, gout, NULL, "go", "3", "broadcast", NULL);
+    char *text = finish(g, gout);
+    long long sent = th_field_after(text, "sent ");
+    free(text);
+    for (int i = 0; i < 3; i++) {
+        text = finish(w[i], out[i]);
+        measured("Redis Cluster: broadcast -> waiter %d back: %lld ms", i,
+                 th_field_after(text, "woken ") - sent);
+        free(text);
+    }
+    g = prog(NULL, gout = th_out_file(), NULL, "timeout", "300", "realtime", NULL);
+    text = finish(g, gout);     /* a timed wait with nobody signalling still times out */
+    th_assert_has(text, "rc ETIMEDOUT");
+    free(text);
+    rcluster_down();
 }
 
 /* A signal sent right after the waiter gave its cluster hold back, before
@@ -483,6 +532,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
         T(test_queue_on_two_machines_consumes_every_item_once_without_timeouts),
         T(test_broadcast_wakes_every_waiter_in_three_processes),
+        T(test_broadcast_on_a_redis_cluster_wakes_every_waiter),
         T(test_signal_in_the_window_after_the_cluster_release_is_not_lost),
         TH_CASE(test_timedwait_returns_etimedout_by_its_deadline, timed_scenario, "realtime",
                 test_setup, th_test_teardown),
