@@ -1,0 +1,80 @@
+/* trace_misc: what tests/trace.test.sh checks besides identification.
+ *
+ *   trace_misc fork         locks parent_lock, forks; the child locks
+ *                           child_lock 3 times and exits 0; prints "forked"
+ *   trace_misc wait FILE    locks wait_lock 5 times, prints "ready", then
+ *                           waits (at most PROG_WAIT_MS) until FILE exists
+ *   trace_misc cond         a condition wait on cond_lock: its re-acquisition
+ *                           counts as a lock */
+#define _GNU_SOURCE
+#include <sys/wait.h>
+
+#include "prog.h"
+
+#define PROG_WAIT_MS 60000
+
+pthread_mutex_t parent_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t child_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int signalled;
+
+static void *signaller(void *arg)
+{
+    (void)arg;
+    usleep(20000);
+    pthread_mutex_lock(&cond_lock);
+    signalled = 1;
+    pthread_cond_signal(&cond);
+    pthread_mutex_unlock(&cond_lock);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "fork") == 0) {
+        pthread_mutex_lock(&parent_lock);
+        pthread_mutex_unlock(&parent_lock);
+        pid_t pid = fork();
+        if (pid < 0)
+            return 1;
+        if (pid == 0) {
+            for (int i = 0; i < 3; i++) {
+                pthread_mutex_lock(&child_lock);
+                pthread_mutex_unlock(&child_lock);
+            }
+            exit(0);
+        }
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 1;
+        say("forked");
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "wait") == 0) {
+        for (int i = 0; i < 5; i++) {
+            pthread_mutex_lock(&wait_lock);
+            pthread_mutex_unlock(&wait_lock);
+        }
+        say("ready");
+        long until = now_ms() + PROG_WAIT_MS;
+        while (access(argv[2], F_OK) != 0 && now_ms() < until)
+            usleep(PROG_POLL_US);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "cond") == 0) {
+        pthread_t t;
+        pthread_mutex_lock(&cond_lock);
+        if (pthread_create(&t, NULL, signaller, NULL) != 0)
+            return 1;
+        while (!signalled)
+            pthread_cond_wait(&cond, &cond_lock);
+        pthread_mutex_unlock(&cond_lock);
+        pthread_join(t, NULL);
+        say("cond");
+        return 0;
+    }
+    fprintf(stderr, "usage: trace_misc fork | wait FILE | cond\n");
+    return 2;
+}
