@@ -4,7 +4,7 @@
 #   trace_books    stripped C++ (g++ -O2 -s), `std::mutex g_books;`: no
 #                  symbol left, so an address entry with the build-id (weak)
 #   trace_factory  heap mutexes from account_new(): init_site, both mutexes
-#                  one row
+#                  one row; stripped, the init call's address (weak)
 #   trace_array    a mutex inside a global struct array: symbol + offset
 # For each: the row is found and identified, -o JSON parses, and the
 # printed `mutexes = ( ... );` block pasted into a config (with this test's
@@ -33,7 +33,7 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
-      $PR/trace_array $PR/trace_misc"
+      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -131,6 +131,13 @@ trace_case "$PR/trace_factory" "heap, pthread_mutex_init in account_new" init_si
 has '{ init_site = "account_new"; name = "account_new"; }' "$T/trace_factory.err" \
     "trace_factory: the entry is init_site account_new"
 has "[2 mutexes]" "$T/trace_factory.err" "trace_factory: both accounts are one row"
+
+trace_case "$PR/trace_factory_stripped" "heap, pthread_mutex_init called from trace_factory_stripped+" \
+    address 2
+has "{ init_site_address = 0x" "$T/trace_factory_stripped.err" \
+    "trace_factory_stripped: the entry is the init call's address, with the build-id"
+has "weak: address of this build only" "$T/trace_factory_stripped.check" \
+    "trace_factory_stripped: dmutex check marks the init_site_address entry weak"
 
 trace_case "$PR/trace_array" "g_slots+120 in trace_array (.symtab)" symbol 1
 has '{ symbol = "g_slots"; offset = 120; name = "g_slots.at120"; }' "$T/trace_array.err" \
