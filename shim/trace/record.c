@@ -57,7 +57,7 @@ static inline uint64_t now_ns(void)
 
 /* The slot of mutex m, claimed on first sight; NULL when DM_TRACE_PROBES
  * slots from its home are all taken by other mutexes. */
-static struct dm_trace_slot *slot_of(const void *m)
+static struct dm_trace_slot *find_slot(const void *m)
 {
     uintptr_t key = (uintptr_t)m;
     uint64_t h = ((uint64_t)key >> 3) * 0x9E3779B97F4A7C15ull;
@@ -73,8 +73,16 @@ static struct dm_trace_slot *slot_of(const void *m)
                 return s;
         }
     }
-    atomic_fetch_add_explicit(&dm_trace_untracked, 1, memory_order_relaxed);
     return NULL;
+}
+
+/* find_slot for an acquisition: one that finds no slot is counted. */
+static struct dm_trace_slot *slot_of(const void *m)
+{
+    struct dm_trace_slot *s = find_slot(m);
+    if (!s)
+        atomic_fetch_add_explicit(&dm_trace_untracked, 1, memory_order_relaxed);
+    return s;
 }
 
 /* After an acquisition (the caller holds m now): only the holder writes. */
@@ -173,7 +181,7 @@ DM_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
 DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
     if (!quiet) {
-        struct dm_trace_slot *s = slot_of(m);
+        struct dm_trace_slot *s = find_slot(m);
         if (s)
             releasing(s);
     }
@@ -185,7 +193,7 @@ DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.mutex_init(m, a);
     if (r == 0 && !quiet) {
-        struct dm_trace_slot *s = slot_of(m);
+        struct dm_trace_slot *s = find_slot(m);
         if (s) {
             uintptr_t none = 0;
             atomic_compare_exchange_strong(&s->init_site, &none, site);
