@@ -204,6 +204,11 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
     snprintf(r->key, sizeof r->key, "unknown %#" PRIxPTR, m);
 }
 
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const struct row *)a)->key, ((const struct row *)b)->key);
+}
+
 static int by_contention(const void *a, const void *b)
 {
     const struct row *x = a, *y = b;
@@ -424,6 +429,8 @@ void dm_trace_report(const char *why)
 {
     int was_quiet = dm_trace_self_quiet(1);
     dm_real.mutex_lock(&report_mu);
+    /* One row per mutex, then rows of one config entry merged: sorted by
+     * key, so a report of many mutexes stays n log n. */
     struct row *rows = NULL;
     size_t n = 0, cap = 0, nmutex = 0;
     for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
@@ -432,38 +439,52 @@ void dm_trace_report(const char *why)
         uint64_t locks = atomic_load(&s->locks);
         if (!key || !locks)
             continue;
-        nmutex++;
-        struct row r;
-        memset(&r, 0, sizeof r);
-        identify(key, atomic_load(&s->init_site), &r);
-        size_t j = 0;
-        while (j < n && strcmp(rows[j].key, r.key) != 0)
-            j++;
-        if (j == n) {
-            if (n == cap) {
-                size_t c2 = cap ? cap * 2 : 64;
-                struct row *more = realloc(rows, c2 * sizeof *rows);
-                if (!more)
-                    break;
-                rows = more;
-                cap = c2;
-            }
-            rows[n++] = r;
+        if (n == cap) {
+            size_t c2 = cap ? cap * 2 : 64;
+            struct row *more = realloc(rows, c2 * sizeof *rows);
+            if (!more)
+                break;          /* out of memory: report what fits */
+            rows = more;
+            cap = c2;
         }
-        struct row *t = &rows[j];
-        uint64_t v;
-        t->mutexes++;
-        t->locks += locks;
-        t->contended += atomic_load(&s->contended);
-        t->wait_ns += atomic_load(&s->wait_ns);
-        if ((v = atomic_load(&s->wait_max_ns)) > t->wait_max_ns)
-            t->wait_max_ns = v;
-        if ((v = atomic_load(&s->hold_max_ns)) > t->hold_max_ns)
-            t->hold_max_ns = v;
-        t->threads |= atomic_load(&s->threads);    /* a bitmap until counted below */
+        nmutex++;
+        struct row *t = &rows[n++];
+        memset(t, 0, sizeof *t);
+        identify(key, atomic_load(&s->init_site), t);
+        t->mutexes = 1;
+        t->locks = locks;
+        t->contended = atomic_load(&s->contended);
+        t->wait_ns = atomic_load(&s->wait_ns);
+        t->wait_max_ns = atomic_load(&s->wait_max_ns);
+        t->hold_max_ns = atomic_load(&s->hold_max_ns);
+        t->threads = atomic_load(&s->threads);     /* a bitmap until counted below */
         for (int b = 0; b < DM_TRACE_HIST; b++)
-            t->hist[b] += atomic_load(&s->hist[b]);
+            t->hist[b] = atomic_load(&s->hist[b]);
     }
+    if (n)
+        qsort(rows, n, sizeof *rows, by_key);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct row *t = kept ? &rows[kept - 1] : NULL, *r = &rows[i];
+        if (!t || strcmp(t->key, r->key) != 0) {
+            if (kept != i)
+                rows[kept] = *r;
+            kept++;
+            continue;
+        }
+        t->mutexes += r->mutexes;
+        t->locks += r->locks;
+        t->contended += r->contended;
+        t->wait_ns += r->wait_ns;
+        if (r->wait_max_ns > t->wait_max_ns)
+            t->wait_max_ns = r->wait_max_ns;
+        if (r->hold_max_ns > t->hold_max_ns)
+            t->hold_max_ns = r->hold_max_ns;
+        t->threads |= r->threads;
+        for (int b = 0; b < DM_TRACE_HIST; b++)
+            t->hist[b] += r->hist[b];
+    }
+    n = kept;
     for (size_t i = 0; i < n; i++)
         rows[i].threads = (uint64_t)__builtin_popcountll(rows[i].threads);
     if (n)
