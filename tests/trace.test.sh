@@ -13,7 +13,7 @@
 # race may not happen). An address entry of another build-id is refused.
 # Also: a forking program gives two reports (and two JSON files), SIGUSR1
 # and -i report while the program runs, a condition wait's re-acquisition
-# counts, usage errors exit 2.
+# counts, a full table is reported (not a crash), usage errors exit 2.
 # Prints one closing line "N passed, N failed".
 #
 #   sh tests/trace.test.sh            (DMUTEX=path overrides build/dmutex)
@@ -198,6 +198,14 @@ if [ -n "$locks" ] && [ "$locks" -ge 3 ] && [ "$threads" = 2 ]; then
 else bad "cond: the re-acquisition after a wait counts" "$(cat "$T/cond.err")"; fi
 has "(no mutex passed --top 10 / --min-locks 1000)" "$T/cond.err" \
     "--min-locks: rows with fewer locks get no entry"
+
+# More mutexes than the table holds: counted and said, not a crash.
+"$DMUTEX" trace -- "$PR/trace_misc" many 40000 >"$T/many.out" 2>"$T/many.err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qx "many 40000" "$T/many.out"; then
+    ok "a full table: the program runs to its end"
+else bad "a full table: the program runs to its end" "exit $rc" "$(head -c 2000 "$T/many.err")"; fi
+has "acquisitions not tracked (the table of" "$T/many.err" "a full table: the report says so"
 
 "$DMUTEX" trace >"$T/u.out" 2>&1
 rc=$?

@@ -5,7 +5,10 @@
  *   trace_misc wait FILE    locks wait_lock 5 times, prints "ready", then
  *                           waits (at most PROG_WAIT_MS) until FILE exists
  *   trace_misc cond         a condition wait on cond_lock: its re-acquisition
- *                           counts as a lock */
+ *                           counts as a lock
+ *   trace_misc many N       initialises, locks and unlocks N heap mutexes
+ *                           (more than the tracer's table holds); prints
+ *                           "many N" */
 #define _GNU_SOURCE
 #include <sys/wait.h>
 
@@ -75,6 +78,19 @@ int main(int argc, char **argv)
         say("cond");
         return 0;
     }
-    fprintf(stderr, "usage: trace_misc fork | wait FILE | cond\n");
+    if (argc >= 3 && strcmp(argv[1], "many") == 0) {
+        int n = atoi(argv[2]);
+        pthread_mutex_t *ms = calloc((size_t)n, sizeof *ms);
+        if (!ms)
+            return 1;
+        for (int i = 0; i < n; i++) {
+            if (pthread_mutex_init(&ms[i], NULL) != 0 || pthread_mutex_lock(&ms[i]) != 0 ||
+                pthread_mutex_unlock(&ms[i]) != 0)
+                return 1;
+        }
+        say("many %d", n);
+        return 0;
+    }
+    fprintf(stderr, "usage: trace_misc fork | wait FILE | cond | many N\n");
     return 2;
 }
