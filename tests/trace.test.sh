@@ -161,6 +161,15 @@ else
         "$(ls "$T")"
 fi
 
+# A fork while the reporter thread writes a report: the child must not
+# inherit the report's lock held (its exit report would wait forever).
+"$DMUTEX" trace -i 1 -- "$PR/trace_misc" forkloop 3000 >"$T/fl.out" 2>"$T/fl.err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^forks" "$T/fl.out" && grep -q "interval report" "$T/fl.err"; then
+    ok "fork during interval reports: every child exits ($(cat "$T/fl.out"))"
+else bad "fork during interval reports: every child exits" "exit $rc" "$(cat "$T/fl.out")" \
+    "$(grep -c "exit report" "$T/fl.err") exit reports"; fi
+
 # ---- SIGUSR1 and -i: reports while the program runs -----------------------
 "$DMUTEX" trace -- "$PR/trace_misc" wait "$T/go" >"$T/sig.out" 2>"$T/sig.err" &
 sig=$!

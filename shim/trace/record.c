@@ -305,8 +305,14 @@ static void start_reporter(void)
 /* The child of a fork reports on its own: its counts start from zero
  * (the parent's stay the parent's), its mutexes keep their identities,
  * and it gets its own reporter thread (the parent's is not there). */
+static void atfork_parent(void)
+{
+    dm_trace_report_release();
+}
+
 static void atfork_child(void)
 {
+    dm_trace_report_release();
     for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
         struct dm_trace_slot *s = &dm_trace_table[i];
         if (!LOAD(s->key))
@@ -361,7 +367,7 @@ __attribute__((constructor)) static void dm_trace_start(void)
         sigemptyset(&sa.sa_mask);
         sigaction(SIGUSR1, &sa, NULL);
     }
-    pthread_atfork(NULL, NULL, atfork_child);
+    pthread_atfork(dm_trace_report_prepare, atfork_parent, atfork_child);
 }
 
 __attribute__((destructor)) static void dm_trace_stop(void)

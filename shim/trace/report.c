@@ -64,6 +64,16 @@ struct row {
 
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 
+void dm_trace_report_prepare(void)
+{
+    dm_real.mutex_lock(&report_mu);
+}
+
+void dm_trace_report_release(void)
+{
+    dm_real.mutex_unlock(&report_mu);
+}
+
 static const char *base_name(const char *p)
 {
     const char *s = strrchr(p, '/');
@@ -145,8 +155,8 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
                 snprintf(nm, sizeof nm, "%s", base);
             lock_name(nm, r->name);
             r->c = C_SYMBOL;
-            snprintf(r->what, sizeof r->what, "%s%s%s in %s (%s)%s", shown, where,
-                     strcmp(shown, w.symbol) ? "" : "", base_name(w.path), w.section, kind);
+            snprintf(r->what, sizeof r->what, "%s%s in %s (%s)%s", shown, where,
+                     base_name(w.path), w.section, kind);
             snprintf(r->entry, sizeof r->entry, "{ symbol = \"%s\";%s%s name = \"%s\"; }",
                      sym, obj, at, r->name);
             snprintf(r->key, sizeof r->key, "%s", r->entry);

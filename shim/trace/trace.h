@@ -45,6 +45,13 @@ extern _Atomic uint64_t dm_trace_untracked;    /* acquisitions of mutexes with n
  * traced mutex held. Serialised: one report at a time. */
 void dm_trace_report(const char *why);
 
+/* report.c: fork handlers (record.c registers them). A fork while another
+ * thread writes a report must not leave the child with the report's lock
+ * (and the symbol cache's, taken under it) held by a thread it does not
+ * have: prepare waits for the report to end; parent and child release. */
+void dm_trace_report_prepare(void);
+void dm_trace_report_release(void);
+
 /* record.c: the calling thread's traced calls pass straight through while
  * set (the report's own locking is not the program's). Returns the
  * previous setting. */

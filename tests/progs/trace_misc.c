@@ -6,15 +6,25 @@
  *                           waits (at most PROG_WAIT_MS) until FILE exists
  *   trace_misc cond         a condition wait on cond_lock: its re-acquisition
  *                           counts as a lock
+ *   trace_misc forkloop MS  locks FORKLOOP_MUTEXES heap mutexes (so that a
+ *                           report takes a while), then forks children that
+ *                           exit(0) at once, one after another, for MS ms (a
+ *                           report may be under way in another thread at a
+ *                           fork); a child not gone
+ *                           after CHILD_MS is "child hung" (exit 1); else
+ *                           prints "forks N"
  *   trace_misc many N       initialises, locks and unlocks N heap mutexes
  *                           (more than the tracer's table holds); prints
  *                           "many N" */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <sys/wait.h>
 
 #include "prog.h"
 
 #define PROG_WAIT_MS 60000
+#define CHILD_MS 10000
+#define FORKLOOP_MUTEXES 4000
 
 pthread_mutex_t parent_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t child_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -76,6 +86,37 @@ int main(int argc, char **argv)
         pthread_mutex_unlock(&cond_lock);
         pthread_join(t, NULL);
         say("cond");
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "forkloop") == 0) {
+        static pthread_mutex_t ms[FORKLOOP_MUTEXES];
+        for (int i = 0; i < FORKLOOP_MUTEXES; i++) {
+            pthread_mutex_init(&ms[i], NULL);
+            pthread_mutex_lock(&ms[i]);
+            pthread_mutex_unlock(&ms[i]);
+        }
+        long until = now_ms() + atol(argv[2]);
+        int forks = 0;
+        while (now_ms() < until) {
+            pid_t pid = fork();
+            if (pid < 0)
+                return 1;
+            if (pid == 0)
+                exit(0);
+            forks++;
+            long give_up = now_ms() + CHILD_MS;
+            int st;
+            while (waitpid(pid, &st, WNOHANG) == 0) {
+                if (now_ms() > give_up) {
+                    say("child hung");
+                    kill(pid, SIGKILL);
+                    waitpid(pid, &st, 0);
+                    return 1;
+                }
+                usleep(1000);
+            }
+        }
+        say("forks %d", forks);
         return 0;
     }
     if (argc >= 3 && strcmp(argv[1], "many") == 0) {
