@@ -31,7 +31,7 @@ SHIM_OBJS := $(patsubst shim/%.c,$(B)/shim/%.o,$(SHIM_SRCS)) $(B)/shim/lua_scrip
 CORE_OBJS := $(filter-out $(B)/shim/preload.o $(B)/shim/startup.o,$(SHIM_OBJS))
 
 .PHONY: all deps test demo bench fuzz clean
-all: $(B)/libdmutex.so $(B)/libdmcore.a
+all: $(B)/libdmutex.so $(B)/libdmcore.a $(B)/libdmutex-trace.so
 
 deps:
 	@tools/deps.sh
@@ -53,6 +53,14 @@ $(B)/libdmutex.so: $(SHIM_OBJS)
 
 $(B)/libdmcore.a: $(CORE_OBJS)
 	rm -f $@ && ar rcs $@ $^
+
+# `dmutex trace`'s recording library: preloaded instead of the shim, so
+# libdmutex.so's passthrough path stays as it is. It links the core for
+# real (glibc's functions), symbols (identification) and config's name rules.
+TRACE_SRCS := $(wildcard shim/trace/*.c)
+$(B)/libdmutex-trace.so: $(TRACE_SRCS) shim/trace/trace.h $(B)/libdmcore.a
+	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/trace \
+	    -Iinclude -shared -Wl,-z,now -o $@ $(TRACE_SRCS) $(B)/libdmcore.a $(SHIM_LIBS)
 
 $(B)/shim:
 	mkdir -p $@

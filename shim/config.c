@@ -12,6 +12,7 @@
  * storage, so a struct holding only defaults needs no freeing. */
 #include "config_impl.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libconfig.h>
@@ -937,6 +938,20 @@ static void mutex_free(struct dm_mutex_config *m)
     free(m->object);
     free(m->init_site);
     free(m->name);
+    free(m->build_id);
+}
+
+/* build_id = "...": hex digits, a whole number of bytes. */
+static int build_id_ok(const char *v, char *why, size_t n)
+{
+    size_t len = strlen(v);
+    if (len < 2 || len > DM_BUILD_ID_HEX_MAX || len % 2)
+        return snprintf(why, n, "must be an even number (2..%d) of hex digits, as "
+                        "`dmutex trace` or `readelf -n` print it", DM_BUILD_ID_HEX_MAX), 0;
+    for (const char *c = v; *c; c++)
+        if (!isxdigit((unsigned char)*c))
+            return snprintf(why, n, "must be hex digits only"), 0;
+    return 1;
 }
 
 /* One entry of `mutexes`, or of `conds` (m->cond set by the caller): the
@@ -946,8 +961,8 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
     int cond = m->cond;
     const char *what = cond ? "cond entry" : "mutex entry";
     unsigned line = line_of(e);
-    const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL;
-    unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0;
+    const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL, *bid = NULL;
+    unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0, bid_line = 0;
     char why[200];
     struct shown sv, sv2;
     unsigned lines[DM_NKEYS] = { 0 };
@@ -970,27 +985,51 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
         || get_string(p, e, "", "init_site", &site, &site_line) < 0
         || get_string(p, e, "", "object", &obj, &obj_line) < 0
         || get_string(p, e, "", "name", &name, &name_line) < 0
+        || get_string(p, e, "", "build_id", &bid, &bid_line) < 0
         || parse_scalars(p, e, DM_GROUP_MUTEX, m, lines) < 0)
         return -1;
     unsigned off_line = lines[DM_K_OFFSET], idx_line = lines[DM_K_INDEX];
     int has_off = off_line != 0, has_idx = idx_line != 0;
+    unsigned addr_line = lines[DM_K_ADDRESS], isa_line = lines[DM_K_INIT_SITE_ADDRESS];
 
-    if (!sym && !site)
+    /* What the entry names: exactly one of these. */
+    const char *kinds[] = { "symbol", "init_site", "address", "init_site_address" };
+    unsigned kind_lines[] = { sym_line, site_line, addr_line, isa_line };
+    int first = -1;
+    for (int k = 0; k < 4; k++) {
+        if (!kind_lines[k])
+            continue;
+        if (first >= 0)
+            return fail(p, line, "%s has both %s (line %u) and %s (line %u); "
+                        "use one per entry", what, kinds[first], kind_lines[first], kinds[k],
+                        kind_lines[k]);
+        first = k;
+    }
+    if (first < 0)
         return fail(p, line, "%s needs symbol = \"...\" (a variable) or "
-                    "init_site = \"...\" (the function that initialises heap %s)", what,
-                    cond ? "condition variables" : "mutexes");
-    if (sym && site)
-        return fail(p, line, "%s has both symbol (line %u) and init_site (line %u); "
-                    "use one per entry", what, sym_line, site_line);
+                    "init_site = \"...\" (the function that initialises heap %s), "
+                    "or for a stripped binary address or init_site_address (as `dmutex trace` "
+                    "prints them)", what, cond ? "condition variables" : "mutexes");
     if (has_off && has_idx)
         return fail(p, line, "%s has both offset (line %u) and index (line %u); "
                     "use one", what, off_line, idx_line);
-    if (site && (has_off || has_idx))
+    if (!sym && (has_off || has_idx))
         return fail(p, has_off ? off_line : idx_line, "%s only applies to symbol entries, "
-                    "not to init_site", has_off ? "offset" : "index");
+                    "not to %s", has_off ? "offset" : "index", kinds[first]);
+    int by_address = addr_line || isa_line;
+    if (bid && !by_address)
+        return fail(p, bid_line, "build_id only applies to address and init_site_address "
+                    "entries, not to %s", kinds[first]);
+    if (bid && !build_id_ok(bid, why, sizeof why))
+        return fail(p, bid_line, "build_id = %s: %s", show(&sv, bid), why);
+    if (by_address && !name)
+        return fail(p, line, "%s with %s needs name = \"...\" (an address has no "
+                    "name to default to)", what, kinds[first]);
 
-    const char *dflt_name;
-    if (sym) {
+    const char *dflt_name = NULL;
+    if (by_address) {
+        /* the name is given */
+    } else if (sym) {
         long from = symbol_ok(sym, why, sizeof why);
         if (from < 0)
             return fail(p, sym_line, "symbol = %s: %s", show(&sv, sym), why);
@@ -1007,7 +1046,7 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
         return fail(p, obj_line, "object = %s: %s", show(&sv, obj), why);
     if (name && !name_ok(name, why, sizeof why))
         return fail(p, name_line, "name = %s: %s", show(&sv, name), why);
-    if (!name && !name_ok(dflt_name, why, sizeof why))
+    if (!name && dflt_name && !name_ok(dflt_name, why, sizeof why))
         return fail(p, sym ? sym_line : site_line, "%s = %s: the lock name defaults to %s, which is "
                     "not a valid name: %s; set name = \"...\"", sym ? "symbol" : "init_site",
                     show(&sv, sym ? sym : site), show(&sv2, dflt_name), why);
@@ -1015,6 +1054,7 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
     if ((sym && dup_into(p, sym_line, &m->symbol, sym) < 0)
         || (site && dup_into(p, site_line, &m->init_site, site) < 0)
         || (obj && dup_into(p, obj_line, &m->object, obj) < 0)
+        || (bid && dup_into(p, bid_line, &m->build_id, bid) < 0)
         || dup_into(p, name ? name_line : line, &m->name, name ? name : dflt_name) < 0)
         return -1;
     return 0;
@@ -1039,7 +1079,10 @@ static int mutex_cmp(const void *pa, const void *pb)
         || (c = strcmp_null(a->symbol, b->symbol)) != 0
         || (c = strcmp_null(a->init_site, b->init_site)) != 0
         || (c = (a->offset > b->offset) - (a->offset < b->offset)) != 0
-        || (c = (a->index > b->index) - (a->index < b->index)) != 0)
+        || (c = (a->index > b->index) - (a->index < b->index)) != 0
+        || (c = (a->address > b->address) - (a->address < b->address)) != 0
+        || (c = (a->init_site_address > b->init_site_address)
+              - (a->init_site_address < b->init_site_address)) != 0)
         return c;
     return (a->line > b->line) - (a->line < b->line);
 }
@@ -1048,7 +1091,8 @@ static int same_target(const struct dm_mutex_config *a, const struct dm_mutex_co
 {
     return strcmp_null(a->object, b->object) == 0 && strcmp_null(a->symbol, b->symbol) == 0
         && strcmp_null(a->init_site, b->init_site) == 0
-        && a->offset == b->offset && a->index == b->index;
+        && a->offset == b->offset && a->index == b->index && a->address == b->address
+        && a->init_site_address == b->init_site_address;
 }
 
 /* Two entries mapping the same mutex would register it twice; reports the
@@ -1078,6 +1122,11 @@ static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t 
         return 0;
     struct shown sv;
     const char *what = again->cond ? "cond entry" : "mutex entry";
+    if (again->address >= 0 || again->init_site_address >= 0)
+        return fail(p, (unsigned)again->line, "%s repeats the one at line %d "
+                    "(same object and %s = 0x%lx)", what, first->line,
+                    again->address >= 0 ? "address" : "init_site_address",
+                    again->address >= 0 ? again->address : again->init_site_address);
     if (again->init_site)
         return fail(p, (unsigned)again->line, "%s repeats the one at line %d "
                     "(same object and init_site = %s)", what, first->line,

@@ -78,6 +78,9 @@ struct dm_mutex_config {
     char *object;               /* file name of the executable or library; NULL: the executable */
     char *init_site;            /* function name; NULL for symbol entries */
     char *name;                 /* lock name; defaults to symbol (without "file.c:") or init_site */
+    long address;               /* address entry: file-relative address of the mutex, -1: none */
+    long init_site_address;     /* the return address of one init call, -1: none */
+    char *build_id;             /* hex build-id the object must have (address entries), or NULL */
     long offset;                /* bytes into the symbol, default 0 */
     long index;                 /* element of a mutex array, -1 when not given */
     int required;               /* default 1: not found is an error */

@@ -30,6 +30,8 @@
 #define DM_PORT_MAX             65535L
 #define DM_OFFSET_MAX           (1L << 30)
 #define DM_INDEX_MAX            (1L << 24)
+#define DM_ADDRESS_MAX          (1L << 47)  /* a file-relative address: below user space's top */
+#define DM_BUILD_ID_HEX_MAX     128         /* a GNU build-id of up to 64 bytes, as hex */
 #define DM_SYMBOL_MAX           4096        /* mangled C++ names run long */
 #define DM_FILE_NAME_MAX        255         /* NAME_MAX of Linux file systems */
 #define DM_PATH_MAX             4096        /* PATH_MAX */

@@ -175,6 +175,20 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_CACHE] = { "cache", MUTEX(cache), .type = DM_KEY_BOOL, .dflt = 0,
         .doc = "keep the cluster lock across local lock/unlock cycles until another process "
                "asks for it" },
+    [DM_K_ADDRESS] = { "address", MUTEX(address), .type = DM_KEY_LONG, .lo = 0,
+        .hi = DM_ADDRESS_MAX, .dflt = -1, .doc_default = "none",
+        .doc = "a mutex by its address in `object` (from its load base, as `dmutex trace` prints "
+               "it), for a stripped binary with no symbol covering it: weak, the address of one "
+               "build only (give `build_id`); needs `name`" },
+    [DM_K_INIT_SITE_ADDRESS] = { "init_site_address", MUTEX(init_site_address), .type = DM_KEY_LONG,
+        .lo = 0, .hi = DM_ADDRESS_MAX, .dflt = -1, .doc_default = "none",
+        .doc = "heap mutexes initialised by the `pthread_mutex_init` call that returns to this "
+               "address in `object` (as `dmutex trace` prints it), for a stripped function: weak, "
+               "one build only (give `build_id`); needs `name`" },
+    [DM_K_BUILD_ID] = { "build_id", MUTEX(build_id), .type = DM_KEY_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "2..128 hex digits",
+        .doc = "with `address` or `init_site_address`: the GNU build-id `object` must have "
+               "(else the program stops: the address would name something else)" },
 
     /* ---- TLS: redis.tls, a group of the redis group ---- */
     [DM_K_TLS] = { "tls", NO_FIELD(DM_GROUP_REDIS), .type = DM_KEY_HAND,

@@ -158,6 +158,19 @@ static unsigned long objects_gen;       /* syncs started; under objects_mu */
 
 static size_t conds_mapped;     /* of the registry's entries, conds (for the summaries) */
 
+/* How messages name what a data entry maps: its symbol, or for an
+ * address entry the address, marked as the weak name it is. */
+struct entry_what { char s[96]; };
+
+static const char *entry_what(const struct dm_mutex_config *mc, struct entry_what *w)
+{
+    if (mc->symbol)
+        return mc->symbol;
+    snprintf(w->s, sizeof w->s, "address %#lx (weak: address of this build only)",
+             (unsigned long)mc->address);
+    return w->s;
+}
+
 static int entry_flags(const struct dm_mutex_config *mc)
 {
     return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
@@ -171,6 +184,9 @@ static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
                          char *err, size_t errlen)
 {
     long size = mc->cond ? (long)sizeof(pthread_cond_t) : (long)sizeof(pthread_mutex_t);
+    if (!mc->symbol)
+        return dm_symbols_at(mc->object, (uintptr_t)mc->address, (size_t)size, 0, mc->build_id,
+                             out, err, errlen);
     long offset = mc->offset + (mc->index > 0 ? mc->index * size : 0);
     return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, out, err, errlen);
 }
@@ -179,10 +195,11 @@ static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_con
                           const char *err, int fatal)
 {
     char where[DM_ERR_MAX];
+    struct entry_what w;
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     if (!mc->required) {
         dm_info("%s: %s (required = false: skipped)", where, err);
-        check_print(mc, mc->symbol, "not found: skipped (required = false)");
+        check_print(mc, entry_what(mc, &w), "not found: skipped (required = false)");
         return;
     }
     if (fatal) {
@@ -212,6 +229,8 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
                        uintptr_t addr, int fatal)
 {
     char where[DM_ERR_MAX];
+    struct entry_what w;
+    const char *what = entry_what(mc, &w);
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     int r = mc->cond ? dm_mapped_add_cond((void *)addr, mc->name, 0)
                      : dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
@@ -220,10 +239,10 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
             entry_fail(mc->cond ? "%s: %s is already mapped by another entry (one variable, "
                        "two names, or a mutex and a cond)"
                        : "%s: %s is already mapped by another entry under another name "
-                       "(one mutex, two lock names)", where, mc->symbol);
+                       "(one mutex, two lock names)", where, what);
             return -1;
         }
-        dm_error("%s: %s is already mapped under another name", where, mc->symbol);
+        dm_error("%s: %s is already mapped under another name", where, what);
         return -1;
     }
     if (r != 0) {
@@ -231,12 +250,12 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
             entry_fail("%s: cannot map a mutex: %s", where, strerror(r));
             return -1;
         }
-        dm_error("%s: cannot map %s: %s", where, mc->symbol, strerror(r));
+        dm_error("%s: cannot map %s: %s", where, what, strerror(r));
         return -1;
     }
     if (mc->cond)
         conds_mapped++;
-    dm_debug("mapped %s%s%s at %p as %s", mc->symbol, mc->object ? " in " : "",
+    dm_debug("mapped %s%s%s at %p as %s", what, mc->object ? " in " : "",
              mc->object ? mc->object : "", (void *)addr, mc->name);
     return 0;
 }
@@ -291,7 +310,8 @@ static void sync_objects(void)
             }
             if (oe->addr && (!loaded || oe->bias != bias)) {
                 dm_mapped_remove((void *)oe->addr);
-                dm_debug("unmapped %s: %s was unloaded", oe->mc->symbol, oe->mc->object);
+                struct entry_what w;
+                dm_debug("unmapped %s: %s was unloaded", entry_what(oe->mc, &w), oe->mc->object);
                 oe->addr = 0;
                 changed = 1;
             }
@@ -422,13 +442,25 @@ static void map_entries(struct dm_config *cfg)
     for (size_t i = 0; i < cfg->nmutexes + cfg->nconds; i++) {
         struct dm_mutex_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
                                                        : &cfg->conds[i - cfg->nmutexes];
-        if (mc->init_site) {
+        if (mc->init_site || mc->init_site_address >= 0) {
             uintptr_t start, end;
-            int r = dm_symbols_function(mc->object, mc->init_site, &start, &end, err, sizeof err);
+            char isa[96];
+            snprintf(isa, sizeof isa, "init_site_address %#lx (weak: address of this build only)",
+                     (unsigned long)mc->init_site_address);
+            const char *site = mc->init_site ? mc->init_site : isa;
+            int r;
+            if (mc->init_site) {
+                r = dm_symbols_function(mc->object, mc->init_site, &start, &end, err, sizeof err);
+            } else {
+                /* One call: the return address of that pthread_mutex_init call. */
+                r = dm_symbols_at(mc->object, (uintptr_t)mc->init_site_address, 1, 1,
+                                  mc->build_id, &start, err, sizeof err);
+                end = start + 1;
+            }
             if (r != 0) {
                 if (!mc->required) {
                     dm_info("%s:%d: %s (required = false: skipped)", cfg->path, mc->line, err);
-                    check_print(mc, mc->init_site, "not found: skipped (required = false)");
+                    check_print(mc, site, "not found: skipped (required = false)");
                     continue;
                 }
                 char where[DM_ERR_MAX];
@@ -438,7 +470,7 @@ static void map_entries(struct dm_config *cfg)
             }
             if (check_mode) {
                 char what[DM_ERR_MAX], where[PATH_MAX + 128], at[PATH_MAX + 64];
-                snprintf(what, sizeof what, "init_site %s", mc->init_site);
+                snprintf(what, sizeof what, "%s%s", mc->init_site ? "init_site " : "", site);
                 check_where(start, at, sizeof at);
                 snprintf(where, sizeof where, "%s, %lu bytes", at, (unsigned long)(end - start));
                 check_print(mc, what, where);
@@ -460,9 +492,10 @@ static void map_entries(struct dm_config *cfg)
         if (mc->object && !dm_symbols_bias(mc->object, &bias)) {
             /* A plugin, perhaps: mapped when it is loaded. */
             add_object_entry(cfg, mc, 0, 0);
-            check_print(mc, mc->symbol, "not loaded at start: mapped when dlopen loads it");
+            struct entry_what w;
+            check_print(mc, entry_what(mc, &w), "not loaded at start: mapped when dlopen loads it");
             dm_info("%s:%d: %s is not loaded yet: %s is mapped when it is", cfg->path,
-                    mc->line, mc->object, mc->symbol);
+                    mc->line, mc->object, entry_what(mc, &w));
             continue;
         }
         uintptr_t addr;
@@ -472,7 +505,8 @@ static void map_entries(struct dm_config *cfg)
             add_object_entry(cfg, mc, addr, bias);
         if (check_mode) {
             char what[DM_ERR_MAX], where[PATH_MAX + 64];
-            int n = snprintf(what, sizeof what, "%s", mc->symbol);
+            struct entry_what w;
+            int n = snprintf(what, sizeof what, "%s", entry_what(mc, &w));
             if (mc->offset && n >= 0 && (size_t)n < sizeof what)
                 n += snprintf(what + n, sizeof what - n, "+%ld", mc->offset);
             if (mc->index >= 0 && n >= 0 && (size_t)n < sizeof what)

@@ -56,12 +56,17 @@ struct table {
 
 /* A loaded object as dl_iterate_phdr showed it, copied out of the callback
  * so that no file is read while the loader's lock is held. */
+#define MAX_SEGMENTS 16
+
 struct object {
     char key[PATH_MAX];         /* dlpi_name */
     char path[PATH_MAX];        /* the file to read */
     char label[PATH_MAX];       /* how messages name it */
     uintptr_t bias;
     int is_exe;
+    char build_id[DM_BUILD_ID_MAX];     /* hex of NT_GNU_BUILD_ID, "" when none */
+    struct { uintptr_t vaddr, memsz; unsigned flags; } seg[MAX_SEGMENTS];   /* PT_LOAD */
+    int nseg;
 };
 
 enum want { WANT_DATA, WANT_FUNC };
@@ -181,6 +186,72 @@ static int is_vdso(const struct dl_phdr_info *info, uintptr_t vdso)
     return (uintptr_t)info->dlpi_phdr == vdso + eh->e_phoff;
 }
 
+/* The GNU build-id note of a loaded object, as hex, from its mapped
+ * PT_NOTE segments (the loader keeps them mapped): "" when it has none. */
+static void note_build_id(const struct dl_phdr_info *info, char *hex, size_t len)
+{
+    hex[0] = '\0';
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const char *p = (const char *)(info->dlpi_addr + ph->p_vaddr);
+        const char *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
+            const char *name = p + sizeof *n;
+            const unsigned char *desc = (const unsigned char *)name + ((n->n_namesz + 3) & ~3u);
+            const char *next = (const char *)desc + ((n->n_descsz + 3) & ~3u);
+            if (next > end)
+                break;
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                size_t k = 0;
+                for (size_t j = 0; j < n->n_descsz && k + 3 <= len; j++, k += 2)
+                    snprintf(hex + k, 3, "%02x", desc[j]);
+                return;
+            }
+            p = next;
+        }
+    }
+}
+
+/* Copies what an object record needs from the loader's view of it. */
+static void object_fill(struct object *o, const struct dl_phdr_info *info, int is_exe,
+                        const char *label)
+{
+    snprintf(o->key, sizeof o->key, "%s", is_exe ? "" : info->dlpi_name);
+    snprintf(o->path, sizeof o->path, "%s", is_exe ? SELF_EXE : info->dlpi_name);
+    snprintf(o->label, sizeof o->label, "%s", label);
+    o->bias = info->dlpi_addr;
+    o->is_exe = is_exe;
+    note_build_id(info, o->build_id, sizeof o->build_id);
+    o->nseg = 0;
+    for (int i = 0; i < info->dlpi_phnum && o->nseg < MAX_SEGMENTS; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        o->seg[o->nseg].vaddr = ph->p_vaddr;
+        o->seg[o->nseg].memsz = ph->p_memsz;
+        o->seg[o->nseg].flags = ph->p_flags;
+        o->nseg++;
+    }
+}
+
+/* The file behind a loaded object and how messages name it: 0 when it
+ * has none (the vdso, the loader's own entries without a path). */
+static int object_label(const struct dl_phdr_info *info, int first, const char *exe_path,
+                        int *is_exe, const char **label)
+{
+    *is_exe = first && (!info->dlpi_name || !*info->dlpi_name);
+    if (*is_exe)
+        *label = exe_path;
+    else if (info->dlpi_name && strchr(info->dlpi_name, '/'))
+        *label = info->dlpi_name;       /* absolute, or relative as dlopen("./x.so") gave it */
+    else
+        return 0;                       /* no file behind it */
+    return 1;
+}
+
 static int visit_object(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
@@ -190,14 +261,10 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *data)
     if (is_vdso(info, c->vdso))
         return 0;
 
-    int is_exe = first && (!info->dlpi_name || !*info->dlpi_name);
+    int is_exe;
     const char *label;
-    if (is_exe)
-        label = c->exe_path;
-    else if (info->dlpi_name && strchr(info->dlpi_name, '/'))
-        label = info->dlpi_name;        /* absolute, or relative as dlopen("./x.so") gave it */
-    else
-        return 0;                       /* no file behind it */
+    if (!object_label(info, first, c->exe_path, &is_exe, &label))
+        return 0;
 
     int m;
     if (!c->want)
@@ -213,22 +280,22 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *data)
     }
     c->best = m;
     c->count = 1;
-    struct object *o = c->found;
-    snprintf(o->key, sizeof o->key, "%s", is_exe ? "" : info->dlpi_name);
-    snprintf(o->path, sizeof o->path, "%s", is_exe ? SELF_EXE : info->dlpi_name);
-    snprintf(o->label, sizeof o->label, "%s", label);
-    o->bias = info->dlpi_addr;
-    o->is_exe = is_exe;
+    object_fill(c->found, info, is_exe, label);
     return 0;
+}
+
+static void exe_path(char *exe, size_t len)
+{
+    ssize_t n = readlink(SELF_EXE, exe, len - 1);
+    if (n < 0)
+        n = snprintf(exe, len, "%s", SELF_EXE);
+    exe[n] = '\0';
 }
 
 static int find_object(const char *object, struct object *o, char *err, size_t errlen)
 {
     char exe[PATH_MAX];
-    ssize_t n = readlink(SELF_EXE, exe, sizeof exe - 1);
-    if (n < 0)
-        n = snprintf(exe, sizeof exe, "%s", SELF_EXE);
-    exe[n] = '\0';
+    exe_path(exe, sizeof exe);
 
     struct find_ctx c = {
         .want = object, .exe_path = exe, .vdso = getauxval(AT_SYSINFO_EHDR),
@@ -701,4 +768,146 @@ int dm_symbols_function(const char *object, const char *func,
 out:
     free(o);
     return rc;
+}
+
+/* ---- addresses: a build's own coordinates ------------------------------- */
+
+int dm_symbols_at(const char *object, uintptr_t vaddr, size_t need, int code,
+                  const char *build_id, uintptr_t *addr, char *err, size_t errlen)
+{
+    pthread_once(&init_once, init);
+    struct object *o = malloc(sizeof *o);
+    if (!o) {
+        seterr(err, errlen, "cannot look up address 0x%lx: %s", (unsigned long)vaddr,
+               strerror(ENOMEM));
+        return ENOMEM;
+    }
+    int rc = find_object(object, o, err, errlen);
+    if (rc != 0)
+        goto out;
+    const char *obj = base_name(o->label);
+    if (build_id && strcasecmp(build_id, o->build_id) != 0) {
+        rc = ESTALE;
+        if (!o->build_id[0])
+            seterr(err, errlen, "address 0x%lx in %s: the entry is for build-id %s, but %s "
+                   "has no build-id, so it cannot be the same build (trace this build again)",
+                   (unsigned long)vaddr, obj, build_id, obj);
+        else
+            seterr(err, errlen, "address 0x%lx in %s: the entry is for build-id %s, but the "
+                   "loaded %s is build-id %s: an address names a mutex in one build only "
+                   "(trace this build again, or name it by symbol or init_site)",
+                   (unsigned long)vaddr, obj, build_id, obj, o->build_id);
+        goto out;
+    }
+    rc = EINVAL;
+    for (int i = 0; i < o->nseg; i++) {
+        if (vaddr < o->seg[i].vaddr || vaddr - o->seg[i].vaddr >= o->seg[i].memsz
+            || need > o->seg[i].memsz - (vaddr - o->seg[i].vaddr))
+            continue;
+        unsigned want = code ? PF_X : PF_W;
+        if (!(o->seg[i].flags & want)) {
+            seterr(err, errlen, "address 0x%lx in %s is in a segment that is not %s",
+                   (unsigned long)vaddr, obj, code ? "code (executable)" : "writable data");
+            goto out;
+        }
+        *addr = o->bias + vaddr;
+        rc = 0;
+        goto out;
+    }
+    seterr(err, errlen, "address 0x%lx in %s is outside its loaded segments",
+           (unsigned long)vaddr, obj);
+out:
+    free(o);
+    return rc;
+}
+
+struct where_ctx {
+    uintptr_t addr;
+    const char *exe_path;
+    uintptr_t vdso;
+    int first;
+    int found;
+    struct object *o;
+};
+
+static int visit_where(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct where_ctx *c = data;
+    int first = c->first;
+    c->first = 0;
+    if (c->found || is_vdso(info, c->vdso))
+        return 0;
+    int is_exe;
+    const char *label;
+    if (!object_label(info, first, c->exe_path, &is_exe, &label))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && c->addr >= start && c->addr - start < ph->p_memsz) {
+            object_fill(c->o, info, is_exe, label);
+            c->found = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The symbol of `kind` covering vaddr in t, preferring a global (an alias
+ * of a local names the same bytes in a way every build keeps). */
+static const struct sym *covering(const struct table *t, uintptr_t vaddr, enum want kind)
+{
+    const struct sym *best = NULL;
+    for (size_t i = 0; i < t->nsyms; i++) {
+        const struct sym *s = &t->syms[i];
+        if (s->absolute || sym_kind(s) != (int)kind || vaddr < s->value ||
+            vaddr - s->value >= (s->size ? s->size : 1))
+            continue;
+        if (!best || (is_local(best) && !is_local(s)))
+            best = s;
+    }
+    return best;
+}
+
+int dm_symbols_where(uintptr_t addr, int code, struct dm_symbols_where *w)
+{
+    pthread_once(&init_once, init);
+    memset(w, 0, sizeof *w);
+    struct object *o = malloc(sizeof *o);
+    if (!o)
+        return ENOMEM;
+    char exe[PATH_MAX];
+    exe_path(exe, sizeof exe);
+    struct where_ctx c = {
+        .addr = addr, .exe_path = exe, .vdso = getauxval(AT_SYSINFO_EHDR), .first = 1, .o = o,
+    };
+    dl_iterate_phdr(visit_where, &c);
+    if (!c.found) {
+        free(o);
+        return ENOENT;
+    }
+    snprintf(w->path, sizeof w->path, "%s", o->label);
+    w->is_exe = o->is_exe;
+    w->vaddr = addr - o->bias;
+    snprintf(w->build_id, sizeof w->build_id, "%s", o->build_id);
+
+    pthread_mutex_lock(&cache_lock);
+    struct table *t = NULL;
+    char err[8];
+    if (get_table(o, &t, err, sizeof err) == 0) {
+        snprintf(w->section, sizeof w->section, "%s", t->section);
+        const struct sym *s = covering(t, w->vaddr, code ? WANT_FUNC : WANT_DATA);
+        if (s) {
+            snprintf(w->symbol, sizeof w->symbol, "%s", s->name);
+            if (is_local(s) && s->file)
+                snprintf(w->file, sizeof w->file, "%s", s->file);
+            w->sym_value = s->value;
+            w->sym_size = s->size;
+            w->sym_local = is_local(s);
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+    free(o);
+    return 0;
 }

@@ -35,6 +35,40 @@ int dm_symbols_loaded(const char *object);
  * changed bias means it was unloaded and loaded again elsewhere. */
 int dm_symbols_bias(const char *object, uintptr_t *bias);
 
+/* Hex of a GNU build-id (up to 64 bytes) and its NUL. */
+#define DM_BUILD_ID_MAX 129
+
+/* `need` bytes at `vaddr` in the loaded object `object` (the rules of
+ * dm_symbols_find; NULL: the executable): vaddr is an address as the
+ * file's own headers give it (st_value style, the load bias not added), of
+ * code (`code`: in an executable segment) or data (a writable one). With
+ * `build_id` (hex), the object must be that build: an address means
+ * nothing in another one. Returns 0 and *addr; ENOENT (not loaded),
+ * ESTALE (another build, or one without a build-id), EINVAL (outside the
+ * object's segments, or not code / data), ENOMEM; err says which. */
+int dm_symbols_at(const char *object, uintptr_t vaddr, size_t need, int code,
+                  const char *build_id, uintptr_t *addr, char *err, size_t errlen);
+
+/* What is at a run-time address: its loaded object, the file-relative
+ * address, the object's build-id, and the data symbol (or, with `code`,
+ * the function) covering it, if the object's symbol table has one. For
+ * `dmutex trace`, naming a mutex as a config entry would. */
+struct dm_symbols_where {
+    char path[4096];            /* the object's file (the executable's real path) */
+    int is_exe;
+    uintptr_t vaddr;            /* addr minus the load bias */
+    char build_id[DM_BUILD_ID_MAX];     /* "" when the object has none */
+    char section[16];           /* ".symtab", ".dynsym", "" (no table could be read) */
+    char symbol[512];           /* "" when no symbol covers it; as in the table (mangled) */
+    char file[256];             /* a local's STT_FILE, else "" */
+    uintptr_t sym_value, sym_size;
+    int sym_local;
+};
+
+/* 0 and *w; ENOENT when no loaded object holds addr; ENOMEM. Takes the
+ * loader's lock and reads files: not for a signal handler. */
+int dm_symbols_where(uintptr_t addr, int code, struct dm_symbols_where *w);
+
 /* Fork, for startup's handlers only: hold the cache lock across fork(),
  * release it in parent and child. */
 void dm_symbols_atfork_prepare(void);

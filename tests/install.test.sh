@@ -51,6 +51,7 @@ cat >"$T/expected" <<LIST
 -rw-r--r-- usr/lib/libdmutex.so.$V
 -> libdmutex.so.$V usr/lib/libdmutex.so.$MAJOR
 -> libdmutex.so.$MAJOR usr/lib/libdmutex.so
+-rw-r--r-- usr/lib/libdmutex-trace.so
 -rw-r--r-- usr/include/dmutex.h
 -rw-r--r-- usr/lib/pkgconfig/dmutex.pc
 -rw-r--r-- usr/share/man/man1/dmutex.1
@@ -241,6 +242,12 @@ if [ "$out" = "$U/bin/../lib/libdmutex.so.$MAJOR" ]; then
     ok "dmutex run preloads the soname link (an upgrade's children find the new file)"
 else
     bad "dmutex run preloads the soname link (an upgrade's children find the new file)" "$out"
+fi
+out=$(env -u DMUTEX_TRACE_LIB "$U/bin/dmutex" trace -- "$T/apiprog" 2>&1 >/dev/null)
+if echo "$out" | grep -q "^dmutex trace: pid [0-9]* (apiprog), exit report"; then
+    ok "installed dmutex trace preloads the installed trace library"
+else
+    bad "installed dmutex trace preloads the installed trace library" "$out"
 fi
 
 # ---- uninstall --------------------------------------------------------------

@@ -296,6 +296,21 @@ static void test_name_defaults_to_init_site(void **state)
     assert_mutex(&cfg.mutexes[0], NULL, "libacct.so.1", "account_new", "account_new", 0, -1, 1, 1, 0, 1);
 }
 
+static void test_address_entries_keep_address_build_id_and_name(void **state)
+{
+    (void)state;
+    load_ok("mutexes = ( { address = 0x4c40; build_id = \"3F1Aab\"; name = \"books\"; },\n"
+            "            { init_site_address = 0x1a2b; object = \"libx.so\"; name = \"acct\"; } );\n");
+    assert_mutex(&cfg.mutexes[0], NULL, NULL, NULL, "books", 0, -1, 1, 1, 0, 1);
+    assert_int_equal(cfg.mutexes[0].address, 0x4c40);
+    assert_int_equal(cfg.mutexes[0].init_site_address, -1);
+    assert_string_equal(cfg.mutexes[0].build_id, "3F1Aab");
+    assert_mutex(&cfg.mutexes[1], NULL, "libx.so", NULL, "acct", 0, -1, 1, 1, 0, 2);
+    assert_int_equal(cfg.mutexes[1].address, -1);
+    assert_int_equal(cfg.mutexes[1].init_site_address, 0x1a2b);
+    assert_null(cfg.mutexes[1].build_id);
+}
+
 static void test_mangled_cpp_and_local_static_symbols_are_accepted(void **state)
 {
     (void)state;
@@ -1612,6 +1627,36 @@ static const struct refusal refusals[] = {
     { "test_mutex_entry_with_both_symbol_and_init_site_is_refused",
       "mutexes = (\n { symbol = \"a\";\n   init_site = \"f\"; }\n);", "t.cfg:2: ",
       { "both symbol (line 2) and init_site (line 3)" } },
+    { "test_address_entry_excludes_symbol_and_init_site",
+      "mutexes = (\n { symbol = \"a\";\n   address = 0x10; name = \"x\"; }\n);", "t.cfg:2: ",
+      { "both symbol (line 2) and address (line 3)" } },
+    { "test_address_entry_excludes_symbol_and_init_site",
+      "mutexes = (\n { init_site_address = 0x10;\n   address = 0x10; name = \"x\"; }\n);", "t.cfg:2: ",
+      { "both address (line 3) and init_site_address (line 2)" } },
+    { "test_address_entry_needs_a_name",
+      "mutexes = ( { address = 0x4c40; build_id = \"ab\"; } );", "t.cfg:1: ",
+      { "address", "needs name" } },
+    { "test_address_entry_needs_a_name",
+      "mutexes = ( { init_site_address = 0x4c40; } );", "t.cfg:1: ",
+      { "init_site_address", "needs name" } },
+    { "test_address_must_not_be_negative",
+      "mutexes = ( { address = -8; name = \"x\"; } );", "t.cfg:1: ",
+      { "address" } },
+    { "test_build_id_must_be_hex",
+      "mutexes = ( { address = 0x40; name = \"x\";\n build_id = \"xyz1\"; } );", "t.cfg:2: ",
+      { "build_id = \"xyz1\"", "hex" } },
+    { "test_build_id_must_be_hex",
+      "mutexes = ( { address = 0x40; name = \"x\";\n build_id = \"abc\"; } );", "t.cfg:2: ",
+      { "build_id", "even number" } },
+    { "test_build_id_only_goes_with_addresses",
+      "mutexes = ( { symbol = \"a\";\n build_id = \"abcd\"; } );", "t.cfg:2: ",
+      { "build_id only applies", "symbol" } },
+    { "test_offset_and_index_only_go_with_symbol",
+      "mutexes = ( { address = 0x40; name = \"x\";\n offset = 8; } );", "t.cfg:2: ",
+      { "offset", "address" } },
+    { "test_duplicate_address_entries_name_both_lines",
+      "mutexes = (\n { address = 0x40; name = \"x\"; },\n { address = 0x40; name = \"y\"; }\n);",
+      "t.cfg:3: ", { "repeats the one at line 2", "address = 0x40" } },
     { "test_offset_and_index_exclude_each_other",
       "mutexes = ( { symbol = \"a\"; offset = 8;\n index = 1; } );", "t.cfg:1: ",
       { "offset (line 1) and index (line 2)" } },
@@ -1805,6 +1850,7 @@ int main(void)
         T(test_colon_assignment_and_no_final_semicolon_are_libconfig_syntax),
         T(test_name_defaults_to_symbol_without_file_qualifier),
         T(test_name_defaults_to_init_site),
+        T(test_address_entries_keep_address_build_id_and_name),
         T(test_mangled_cpp_and_local_static_symbols_are_accepted),
         T(test_name_uses_every_allowed_character),
         T(test_name_of_200_bytes_is_accepted),
@@ -1892,6 +1938,12 @@ int main(void)
         T(test_ten_kilobyte_strings_give_a_clear_error),
         R(test_duplicate_symbol_entries_name_both_lines),
         R(test_duplicate_init_site_entries_name_both_lines),
+        R(test_address_entry_excludes_symbol_and_init_site),
+        R(test_address_entry_needs_a_name),
+        R(test_address_must_not_be_negative),
+        R(test_build_id_must_be_hex),
+        R(test_build_id_only_goes_with_addresses),
+        R(test_duplicate_address_entries_name_both_lines),
         R(test_first_duplicate_in_file_order_is_reported),
         R(test_unknown_on_lease_lost_lists_the_choices),
         R(test_unknown_on_redis_down_lists_the_choices),

@@ -368,6 +368,67 @@ static void test_unloaded_after_dlclose_is_enoent(void **state)
     assert_err_has("not loaded");
 }
 
+/* ---- addresses: dmutex trace's identification and address entries ----- */
+
+static void test_where_names_the_global_and_the_element_of_an_array(void **state)
+{
+    (void)state;
+    struct dm_symbols_where w;
+    assert_int_equal(dm_symbols_where((uintptr_t)&sym_global_lock, 0, &w), 0);
+    assert_string_equal(w.symbol, "sym_global_lock");
+    assert_true(w.is_exe);
+    assert_int_equal(w.vaddr, w.sym_value);
+    assert_int_equal(w.sym_size, sizeof(pthread_mutex_t));
+    assert_int_equal(dm_symbols_where((uintptr_t)&sym_slots[2], 0, &w), 0);
+    assert_string_equal(w.symbol, "sym_slots");
+    assert_int_equal(w.vaddr - w.sym_value, 2 * sizeof(pthread_mutex_t));
+    /* A function's code, for init sites. */
+    assert_int_equal(dm_symbols_where((uintptr_t)&exe_dir, 1, &w), 0);
+    assert_string_equal(w.symbol, "exe_dir");
+}
+
+static void test_where_outside_every_object_is_enoent(void **state)
+{
+    (void)state;
+    struct dm_symbols_where w;
+    int on_stack;
+    assert_int_equal(dm_symbols_where((uintptr_t)&on_stack, 0, &w), ENOENT);
+}
+
+static void test_address_of_this_build_resolves_and_another_build_is_estale(void **state)
+{
+    (void)state;
+    struct dm_symbols_where w;
+    assert_int_equal(dm_symbols_where((uintptr_t)&sym_global_lock, 0, &w), 0);
+    assert_true(w.build_id[0] != '\0');
+    uintptr_t addr = 0;
+    err[0] = '\0';
+    assert_int_equal(dm_symbols_at(NULL, w.vaddr, sizeof(pthread_mutex_t), 0, w.build_id,
+                                   &addr, err, sizeof err), 0);
+    assert_ptr_equal(addr, (uintptr_t)&sym_global_lock);
+    assert_int_equal(dm_symbols_at(NULL, w.vaddr, sizeof(pthread_mutex_t), 0, NULL,
+                                   &addr, err, sizeof err), 0);
+    assert_ptr_equal(addr, (uintptr_t)&sym_global_lock);
+    assert_int_equal(dm_symbols_at(NULL, w.vaddr, sizeof(pthread_mutex_t), 0, "00112233",
+                                   &addr, err, sizeof err), ESTALE);
+    assert_err_has("build-id 00112233");
+    assert_err_has(w.build_id);
+}
+
+static void test_address_in_the_wrong_kind_of_segment_is_einval(void **state)
+{
+    (void)state;
+    struct dm_symbols_where w;
+    uintptr_t addr;
+    assert_int_equal(dm_symbols_where((uintptr_t)&sym_global_lock, 0, &w), 0);
+    /* Data is not code, and no segment reaches that far. */
+    assert_int_equal(dm_symbols_at(NULL, w.vaddr, 1, 1, NULL, &addr, err, sizeof err), EINVAL);
+    assert_err_has("not code");
+    assert_int_equal(dm_symbols_at(NULL, (uintptr_t)1 << 46, 1, 0, NULL, &addr, err, sizeof err),
+                     EINVAL);
+    assert_err_has("outside its loaded segments");
+}
+
 /* A private copy of libsymdl.so named `name` in a fresh directory. */
 static void copy_library(const char *name, char *dir, size_t dirlen, char *path, size_t pathlen)
 {
@@ -565,6 +626,11 @@ int main(void)
         cmocka_unit_test_teardown(test_dlopened_library_global_and_static, teardown),
         cmocka_unit_test_teardown(test_qualified_static_without_file_names_says_why, teardown),
         cmocka_unit_test_teardown(test_unloaded_after_dlclose_is_enoent, teardown),
+        cmocka_unit_test_teardown(test_where_names_the_global_and_the_element_of_an_array, teardown),
+        cmocka_unit_test_teardown(test_where_outside_every_object_is_enoent, teardown),
+        cmocka_unit_test_teardown(test_address_of_this_build_resolves_and_another_build_is_estale,
+                                  teardown),
+        cmocka_unit_test_teardown(test_address_in_the_wrong_kind_of_segment_is_einval, teardown),
         cmocka_unit_test_teardown(test_object_given_without_version_matches_versioned_file, teardown),
         cmocka_unit_test_teardown(test_two_loaded_files_of_one_name_are_ambiguous, teardown),
         cmocka_unit_test_teardown(test_cached_table_answers_after_the_file_is_gone, teardown),

@@ -1,5 +1,5 @@
 /* The dmutex command: one binary, a few verbs (dmutex run | check | ls |
- * top | unlock | scan | acl).
+ * top | unlock | scan | trace | acl).
  * Each verb is a function taking the arguments after the verb name
  * (argv[0] is the verb) and returning the process exit status. */
 #ifndef DM_CLI_H
@@ -20,6 +20,7 @@ int dm_cli_set_redis_url(struct dm_config *cfg, const char *what, const char *ur
 int dm_cli_check(int argc, char **argv);   /* tools/check.c */
 int dm_cli_unlock(int argc, char **argv);  /* tools/unlock.c */
 int dm_cli_top(int argc, char **argv);     /* tools/top.c */
+int dm_cli_trace(int argc, char **argv);   /* tools/trace.c */
 
 /* tools/dmutex.c: the shim to preload (0, or -1 with a message). */
 int dm_cli_find_shim(char *out, size_t len);

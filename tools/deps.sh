@@ -7,7 +7,8 @@
 #   tools/deps.sh bench    also the peers' runtimes for `make bench`
 set -e
 
-pkgs="build-essential pkg-config libhiredis-dev libconfig-dev libcmocka-dev
+# g++ (in build-essential too): tests/trace.test.sh's C++ program.
+pkgs="build-essential g++ pkg-config libhiredis-dev libconfig-dev libcmocka-dev
       libelf-dev libdw-dev redis-server redis-tools redis-sentinel iproute2 procps
       clang libclang-rt-14-dev man-db groff-base libssl-dev openssl"
 [ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"

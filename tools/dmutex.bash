@@ -16,9 +16,10 @@ _dmutex() {
     fi
     cmd=${COMP_WORDS[1]}
     case "$prev" in
-        -c|--config) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        -c|--config|-o|--output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         -l|--log) COMPREPLY=($(compgen -W "error warn info debug" -- "$cur")); return ;;
         -r|--redis|-n|--namespace) return ;;
+        -i|--interval|--top|--min-locks) return ;;     # numbers (trace)
     esac
     if [[ "$cur" == -* ]]; then
         words=$("${COMP_WORDS[0]}" "$cmd" -h 2>/dev/null |

@@ -40,6 +40,8 @@ static const char usage_text[] =
     "        release a lock whose holder is dead; --force: even while its lease lives\n"
     "  scan PROGRAM [LIBRARY...]\n"
     "        list the mutex variables of a binary, with ready config entries\n"
+    "  trace [-o FILE.json] [-i SECONDS] [--top N] [--min-locks N] [--] PROGRAM [ARGS...]\n"
+    "        run PROGRAM and report every mutex it locks, with ready config entries\n"
     "  acl -c CONFIG [--user NAME]\n"
     "        print the ACL SETUSER line of the least-privilege Redis user CONFIG needs\n"
     "  help  this text\n"
@@ -270,6 +272,8 @@ int main(int argc, char **argv)
         return dm_cli_top(argc - 1, argv + 1);
     if (strcmp(cmd, "scan") == 0)
         return dm_cli_scan(argc - 1, argv + 1);
+    if (strcmp(cmd, "trace") == 0)
+        return dm_cli_trace(argc - 1, argv + 1);
     if (strcmp(cmd, "acl") == 0)
         return dm_cli_acl(argc - 1, argv + 1);
     if (strcmp(cmd, "config-keys") == 0)

@@ -6,6 +6,8 @@
 # The library is installed as libdmutex.so.X.Y.Z with its soname link
 # (libdmutex.so.X, the one to preload) and the dev link libdmutex.so;
 # build/libdmutex.so keeps its plain name for the tests and the demo.
+# `dmutex trace`'s recording library goes beside it as libdmutex-trace.so
+# (preloaded by path from dmutex, never linked: no soname, no version).
 # The installed dmutex is build/install/dmutex: build/dmutex with the path
 # from BINDIR to LIBDIR compiled in, where `dmutex run` finds the shim
 # (relative, so a staged or moved tree works too).
@@ -34,6 +36,7 @@ DM_LIBFILE := libdmutex.so.$(DM_VERSION)
 # uninstall removes.
 INSTALL_FILES := $(BINDIR)/dmutex \
     $(LIBDIR)/$(DM_LIBFILE) $(LIBDIR)/$(DM_SONAME) $(LIBDIR)/libdmutex.so \
+    $(LIBDIR)/libdmutex-trace.so \
     $(INCLUDEDIR)/dmutex.h $(PKGCONFIGDIR)/dmutex.pc \
     $(MANDIR)/man1/dmutex.1 $(MANDIR)/man5/dmutex.conf.5 $(MANDIR)/man3/libdmutex.3 \
     $(addprefix $(DOCDIR)/,$(notdir $(INST_DOCS))) \
@@ -84,6 +87,7 @@ install: install-files
 	install -m 644 $(B)/libdmutex.so $(DESTDIR)$(LIBDIR)/$(DM_LIBFILE)
 	ln -sf $(DM_LIBFILE) $(DESTDIR)$(LIBDIR)/$(DM_SONAME)
 	ln -sf $(DM_SONAME) $(DESTDIR)$(LIBDIR)/libdmutex.so
+	install -m 644 $(B)/libdmutex-trace.so $(DESTDIR)$(LIBDIR)/libdmutex-trace.so
 	install -m 644 include/dmutex.h $(DESTDIR)$(INCLUDEDIR)/dmutex.h
 	install -m 644 $(INST_B)/dmutex.pc $(DESTDIR)$(PKGCONFIGDIR)/dmutex.pc
 	install -m 644 $(INST_B)/dmutex.1 $(DESTDIR)$(MANDIR)/man1/dmutex.1

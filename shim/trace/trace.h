@@ -1,0 +1,60 @@
+/* trace: what libdmutex-trace.so records for `dmutex trace`, shared by its
+ * two files: record.c (the interposed pthread_* entry points and the table
+ * they fill) and report.c (the report: rows identified as config entries
+ * would name them, text and JSON). Not part of libdmutex.so: the trace
+ * library is preloaded instead of the shim, maps nothing, talks to no
+ * Redis, and links the shim's core (libdmcore.a: real, symbols, elfsyms,
+ * config's name rules, log) for what it shares with it. */
+#ifndef DM_TRACE_H
+#define DM_TRACE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* The table: fixed size, open addressed by mutex address, never freed, no
+ * allocation. A full table is counted (dm_trace_untracked), not fatal. */
+#define DM_TRACE_SLOTS_LOG2     14
+#define DM_TRACE_SLOTS          (1u << DM_TRACE_SLOTS_LOG2)
+#define DM_TRACE_PROBES         64      /* slots tried before a mutex counts as untracked */
+#define DM_TRACE_HIST           40      /* hold-time buckets: [2^b, 2^(b+1)) ns, the last open */
+#define DM_TRACE_THREAD_BITS    64      /* distinct threads told apart per mutex */
+
+/* One mutex. Key and init_site are set once (compare-and-swap); the
+ * counters are written only by the thread that holds the mutex (plain
+ * relaxed loads and stores, no locked instruction on the hot path), and
+ * read racily by the report. */
+struct dm_trace_slot {
+    _Atomic uintptr_t key;              /* the mutex's address, 0: free */
+    _Atomic uintptr_t init_site;        /* return address of its first pthread_mutex_init, 0: none */
+    _Atomic uint64_t locks;             /* acquisitions (cond-wait re-acquisitions included) */
+    _Atomic uint64_t contended;         /* acquisitions that found it held */
+    _Atomic uint64_t wait_ns, wait_max_ns;
+    _Atomic uint64_t hold_max_ns;
+    _Atomic uint64_t threads;           /* bit (thread number % 64) of each thread that locked it */
+    _Atomic uint64_t hold_start_ns;     /* the holder's; meaningful while depth > 0 */
+    _Atomic uint32_t depth;             /* recursive holds of the holder */
+    _Atomic uint32_t hist[DM_TRACE_HIST];
+};
+
+extern struct dm_trace_slot dm_trace_table[DM_TRACE_SLOTS];
+extern _Atomic uint64_t dm_trace_untracked;    /* acquisitions of mutexes with no slot */
+
+/* report.c: writes the process's report (text on stderr, JSON to the -o
+ * file) with `why` ("exit", "signal", "interval") in its header. Takes
+ * the loader's lock and allocates: never from a signal handler or with a
+ * traced mutex held. Serialised: one report at a time. */
+void dm_trace_report(const char *why);
+
+/* report.c: fork handlers (record.c registers them). A fork while another
+ * thread writes a report must not leave the child with the report's lock
+ * (and the symbol cache's, taken under it) held by a thread it does not
+ * have: prepare waits for the report to end; parent and child release. */
+void dm_trace_report_prepare(void);
+void dm_trace_report_release(void);
+
+/* record.c: the calling thread's traced calls pass straight through while
+ * set (the report's own locking is not the program's). Returns the
+ * previous setting. */
+int dm_trace_self_quiet(int on);
+
+#endif
