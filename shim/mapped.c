@@ -148,7 +148,7 @@ void dm_mapped_init(const struct dm_config *cfg)
     mcfg = cfg;
     /* Tests only: a cluster cond waiter pauses this long between letting
      * go of its mutex and its sleep, so that a signal lands in that gap. */
-    const char *gap = getenv("DMUTEX_TEST_COND_GAP_MS");
+    const char *gap = secure_getenv("DMUTEX_TEST_COND_GAP_MS");
     cond_gap_ms = gap ? atol(gap) : 0;
 }
 
