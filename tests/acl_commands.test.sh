@@ -37,8 +37,9 @@ if [ -z "$dyn" ]; then ok scripts_name_every_command_literally; else
 
 # The C side: every upper-case word that opens a string literal of the
 # shim's C code ("PING", "SCRIPT LOAD %s", argv[0] of a command) is taken
-# for a command, but for the words of error replies and prose listed here.
-not_commands='ADDR|NOSCRIPT|NOPERM|OOM|TLS|TCP|ACL|LOADING|READONLY|MOVED|ASK|WRONGPASS|NOAUTH|ERR|MASTERDOWN|BUSY|TRYAGAIN|CLUSTERDOWN'
+# for a command, but for the words of error replies and prose listed here
+# (and GNU, the owner of an ELF build-id note).
+not_commands='GNU|ADDR|NOSCRIPT|NOPERM|OOM|TLS|TCP|ACL|LOADING|READONLY|MOVED|ASK|WRONGPASS|NOAUTH|ERR|MASTERDOWN|BUSY|TRYAGAIN|CLUSTERDOWN'
 # sentinel.c talks to the sentinels, which have users of their own
 # (redis.sentinel_username), not to the data nodes this ACL is for.
 c_side=$(ls shim/*.c | grep -v '^shim/sentinel\.c$' | xargs grep -ohE '"[A-Z]{3,}( [A-Z]{3,})?["| %]' |
