@@ -32,16 +32,105 @@
 #include "config.h"
 #include "harness.h"
 
+#define RWPROG          TH_BUILD "/tests/progs/rwprog"
 #define GROUP_ALARM_S   300
 #define LEASE_MS        1000L   /* the in-process protocol tests' lease */
+#define PROG_LEASE_MS   2000L   /* the programs' (cfg_text) */
 #define SLACK_MS        5000L   /* how late a result may be on a loaded machine */
+#define RUN_MS          60000L  /* a scenario's programs end by then */
 #define POLL_MS         5
+#define MIX_WRITES      "40"    /* per machine */
+#define MIX_READERS     "4"     /* reader threads per machine */
+#define MIX_READS       "60"    /* per reader thread */
+#define MIX_HOLD_US     "3000"
+#define STREAM_MS       "15000" /* the reader stream of the starvation test */
+#define STREAM_HOLD_US  "100000"
+#define STARVE_MAX_MS   7000    /* a writer under that stream returns well before it ends */
+#define TIMED_MS        700
 
 static struct th_checker chk;
 static struct th_net net;
 static struct th_redis ls, ds;          /* the lock server, the data server */
 static redisContext *lc, *dc;
 static struct dm_config cfg;            /* the in-process tests' (dm_cluster_init keeps it) */
+static char shim_path[PATH_MAX], prog_path[PATH_MAX];
+static char prefix[32];
+static int tseq;
+
+static const char cfg_text[] =
+    "lease_ms = 2000;\n"
+    "rwlocks = (\n"
+    "  { symbol = \"routes_lock\"; },\n"
+    "  { init_site = \"rw_new\"; name = \"rw_heap\"; }\n"
+    ");\n";
+
+static void measured(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void measured(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    printf("measured: %s\n", buf);
+    fflush(stdout);
+}
+
+/* rwprog MODE ARGS... (NULL-terminated) on machine `ns` (NULL: here),
+ * under the shim with the group's config (shim 0: without it), output to
+ * `out`. */
+static pid_t prog_on(const char *ns, int shim, const char *out, const char *mode, va_list ap)
+{
+    static char *cfgf;
+    if (!cfgf)
+        cfgf = th_write_file(".cfg", "%s", cfg_text);   /* the group's: removed at its end */
+    static struct th_shim_env e;
+    char **env = shim ? th_shim_env(&e, cfgf, ls.url, "info") : NULL;
+    const char *args[16] = { mode, ds.addr, ds.port_text, prefix };
+    int k = 4;
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL && k < 15;)
+        args[k++] = a;
+    args[k] = NULL;
+    if (ns && net.up)
+        return th_checker_prog(&chk, NULL, &net, ns, env, prog_path, args, out);
+    char *argv[17] = { prog_path };
+    for (int i = 0; i <= k; i++)
+        argv[i + 1] = (char *)args[i];
+    return th_child(argv, env, out);
+}
+
+static pid_t prog(const char *ns, const char *out, const char *mode, ...)
+{
+    va_list ap;
+    va_start(ap, mode);
+    pid_t p = prog_on(ns, 1, out, mode, ap);
+    va_end(ap);
+    return p;
+}
+
+static pid_t prog_unshimmed(const char *out, const char *mode, ...)
+{
+    va_list ap;
+    va_start(ap, mode);
+    pid_t p = prog_on(NULL, 0, out, mode, ap);
+    va_end(ap);
+    return p;
+}
+
+static const char *machine(int i)
+{
+    return net.up ? net.ns[i] : NULL;
+}
+
+static char *finish(pid_t p, const char *out)
+{
+    return th_finish(p, out, 0, RUN_MS);
+}
+
+static long long data_int(const char *what)
+{
+    return th_cmd_int(dc, "GET %s:%s", prefix, what);
+}
 
 /* ---- the protocol, in process --------------------------------------------- */
 
@@ -148,11 +237,211 @@ static void test_read_release_is_idempotent_and_an_expired_read_hold_is_lost(voi
     dm_cluster_lock_put(l);
 }
 
+/* ---- processes under the shim ---------------------------------------------- */
+
+/* The issue's test: on each machine a writer updates PREFIX:a and PREFIX:b
+ * together under the write lock while readers check under the read lock
+ * that they are equal. No torn read, no writer finding a reader inside,
+ * both counters exact; readers of both processes were inside together. */
+static void test_two_machines_readers_never_see_a_torn_write_and_share_the_lock(void **s)
+{
+    (void)s;
+    char *out[2];
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = th_out_file();
+        p[i] = prog(machine(i), out[i], "mix", MIX_WRITES, MIX_READERS, MIX_READS, MIX_HOLD_US,
+                    NULL);
+    }
+    long maxprocs = 0, maxreaders = 0;
+    for (int i = 0; i < 2; i++) {
+        char *text = finish(p[i], out[i]);
+        th_assert_has(text, "torn 0 inwrite 0 ");
+        long long mp = th_field_after(text, "maxprocs "), mr = th_field_after(text, "maxreaders ");
+        maxprocs = mp > maxprocs ? mp : maxprocs;
+        maxreaders = mr > maxreaders ? mr : maxreaders;
+        free(text);
+    }
+    long long writes = 2 * atol(MIX_WRITES);
+    assert_int_equal(data_int("a"), writes);
+    assert_int_equal(data_int("b"), writes);
+    measured("%lld writes, %ld reads on two machines: 0 torn reads; at most %ld processes and "
+             "%ld readers of one process inside together", writes,
+             2 * atol(MIX_READERS) * atol(MIX_READS), maxprocs, maxreaders);
+    assert_true(maxprocs >= 2);         /* readers of both processes overlapped */
+}
+
+/* A continuous stream of readers on both machines (their read holds
+ * overlap, so without writer preference the read hold would never drop):
+ * a writer gets in after a few read-hold times, long before the stream
+ * ends. */
+static void test_writer_is_not_starved_by_a_stream_of_readers(void **s)
+{
+    (void)s;
+    char *out[2];
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = th_out_file();
+        p[i] = prog(machine(i), out[i], "stream", STREAM_MS, "4", STREAM_HOLD_US, NULL);
+    }
+    for (int i = 0; i < 2; i++)
+        th_wait_for(out[i], "reading", RUN_MS);
+    char *wout = th_out_file();
+    char *text = finish(prog(machine(1), wout, "write1", NULL), wout);
+    long long waited = th_field_after(text, "waited ");
+    th_assert_has(text, "rc 0");
+    free(text);
+    for (int i = 0; i < 2; i++)
+        free(finish(p[i], out[i]));
+    measured("a writer under a stream of 8 readers on two machines (each holding %d ms) "
+             "waited %lld ms", atoi(STREAM_HOLD_US) / 1000, waited);
+    assert_true(waited < STARVE_MAX_MS);
+}
+
+/* Another process's try: EBUSY while a writer holds (for readers and
+ * writers), and for a writer while a reader holds; a reader shares. */
+static void test_try_variants_are_ebusy_across_processes(void **s)
+{
+    (void)s;
+    const char *mode[2] = { "wr", "rd" };
+    const char *want_rd[2] = { "rc EBUSY", "rc 0" };
+    for (int m = 0; m < 2; m++) {
+        char *go = th_go_file(), *hout = th_out_file();
+        pid_t h = prog(machine(0), hout, "hold", mode[m], go, NULL);
+        th_wait_for(hout, "held 0", RUN_MS);
+        char *o1 = th_out_file(), *o2 = th_out_file();
+        char *rd = finish(prog(machine(1), o1, "try", "rd", NULL), o1);
+        char *wr = finish(prog(machine(1), o2, "try", "wr", NULL), o2);
+        th_assert_has(rd, want_rd[m]);
+        th_assert_has(wr, "rc EBUSY");
+        free(rd);
+        free(wr);
+        th_touch(go);
+        char *ht = finish(h, hout);
+        th_assert_has(ht, "unlocked 0");
+        free(ht);
+    }
+}
+
+/* Timed and clock variants held off by another process return ETIMEDOUT
+ * by their deadline (not before it). */
+static void test_timed_and_clock_variants_time_out_by_the_deadline(void **s)
+{
+    (void)s;
+    char *go = th_go_file(), *hout = th_out_file();
+    pid_t h = prog(machine(0), hout, "hold", "wr", go, NULL);
+    th_wait_for(hout, "held 0", RUN_MS);
+    const char *variants[4][2] = { { "rd", "realtime" }, { "rd", "monotonic" },
+                                   { "wr", "realtime" }, { "wr", "monotonic" } };
+    char ms[16];
+    snprintf(ms, sizeof ms, "%d", TIMED_MS);
+    for (int i = 0; i < 4; i++) {
+        char *o = th_out_file();
+        char *text = finish(prog(machine(1), o, "timed", variants[i][0], ms, variants[i][1], NULL), o);
+        th_assert_has(text, "rc ETIMEDOUT");
+        long long el = th_field_after(text, "elapsed ");
+        if (el < TIMED_MS - 1 || el > TIMED_MS + SLACK_MS)
+            fail_msg("%s %s: ETIMEDOUT after %lld ms for a %d ms deadline", variants[i][0],
+                     variants[i][1], el, TIMED_MS);
+        free(text);
+    }
+    th_touch(go);
+    free(finish(h, hout));
+}
+
+/* Recursive read locking, a reader's wrlock and a writer's relock: the
+ * same results with the shim as glibc's alone. */
+static void test_recursion_and_self_deadlock_answer_as_glibc(void **s)
+{
+    (void)s;
+    char *o1 = th_out_file(), *o2 = th_out_file();
+    char *with = finish(prog(NULL, o1, "glibc", NULL), o1);
+    char *without = finish(prog_unshimmed(o2, "glibc", NULL), o2);
+    /* the shim's log lines aside */
+    char a[2048] = "", b[2048] = "";
+    for (char *t = strtok(with, "\n"); t; t = strtok(NULL, "\n"))
+        if (!strstr(t, "dmutex["))
+            snprintf(a + strlen(a), sizeof a - strlen(a), "%s\n", t);
+    for (char *t = strtok(without, "\n"); t; t = strtok(NULL, "\n"))
+        snprintf(b + strlen(b), sizeof b - strlen(b), "%s\n", t);
+    assert_string_equal(a, b);
+    th_assert_has(a, "rd again 0");
+    th_assert_has(a, "wr again EDEADLK");
+    free(with);
+    free(without);
+}
+
+/* A holder killed with SIGKILL (a reader, then a writer) releases nothing:
+ * its lease ends its hold, and a writer elsewhere gets in then. */
+static void test_killed_holder_frees_the_lock_when_its_lease_ends(void **s)
+{
+    (void)s;
+    const char *mode[2] = { "rd", "wr" };
+    for (int m = 0; m < 2; m++) {
+        char *go = th_go_file(), *hout = th_out_file();
+        pid_t h = prog(machine(0), hout, "hold", mode[m], go, NULL);
+        th_wait_for(hout, "held 0", RUN_MS);
+        kill(h, SIGKILL);
+        th_wait(h, RUN_MS);
+        th_forget(h);
+        char *o = th_out_file();
+        char deadline[16];
+        snprintf(deadline, sizeof deadline, "%ld", PROG_LEASE_MS + 3 * SLACK_MS);
+        char *text = finish(prog(machine(1), o, "timed", "wr", deadline, "monotonic", NULL), o);
+        th_assert_has(text, "rc 0");
+        measured("a writer got in %lld ms after a %s holder was killed (lease %ld ms)",
+                 th_field_after(text, "elapsed "), mode[m], PROG_LEASE_MS);
+        free(text);
+    }
+}
+
+/* A fork child is a process of its own: its write lock keeps the parent
+ * out, and its end lets the parent in. */
+static void test_fork_child_holds_the_lock_against_its_parent(void **s)
+{
+    (void)s;
+    char *o = th_out_file();
+    char *text = finish(prog(machine(0), o, "fork", NULL), o);
+    th_assert_has(text, "parent EBUSY EBUSY");
+    th_assert_has(text, "child 0");
+    th_assert_has(text, "parent after 0");
+    free(text);
+}
+
+/* An unlisted rwlock goes straight to glibc: no script call at all. */
+static void test_unmapped_rwlock_never_touches_redis(void **s)
+{
+    (void)s;
+    th_reset_stats(lc);
+    char *o = th_out_file();
+    char *text = finish(prog(NULL, o, "plain", "2000", NULL), o);
+    th_assert_has(text, "done");
+    free(text);
+    assert_int_equal(th_script_calls(lc), 0);
+}
+
+/* rwlocks made by an init_site function are mapped (a write lock drew a
+ * fencing token of rw_heap), and destroy unmaps them. */
+static void test_init_site_heap_rwlock_is_cluster_wide(void **s)
+{
+    (void)s;
+    char key[128];
+    snprintf(key, sizeof key, "dmutex:{rw_heap}:token");
+    long long before = th_cmd_int(lc, "GET %s", key);
+    char *o = th_out_file();
+    char *text = finish(prog(NULL, o, "heap", NULL), o);
+    th_assert_has(text, "heap 0 0 0");
+    free(text);
+    assert_true(th_cmd_int(lc, "GET %s", key) > before);
+}
+
 /* ---- fixtures ------------------------------------------------------------- */
 
 static int group_setup(void **state)
 {
     (void)state;
+    if (th_built_paths(TH_SHIM, shim_path, RWPROG, prog_path, NULL) != 0)
+        return -1;
     th_machines_group_start(&chk, &net, GROUP_ALARM_S, "test_rwlocks",
                             "both \"machines\" run on this one");
     th_redis_start(&ls, net.up ? net.host_ip : NULL, NULL);
@@ -171,6 +460,12 @@ static int group_teardown(void **state)
     return th_machines_group_teardown(state);
 }
 
+static int test_setup(void **state)
+{
+    snprintf(prefix, sizeof prefix, "t%d", ++tseq);
+    return th_machines_test_setup(state);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +473,25 @@ int main(void)
                                th_machines_test_setup),
         cmocka_unit_test_setup(test_read_release_is_idempotent_and_an_expired_read_hold_is_lost,
                                th_machines_test_setup),
+        cmocka_unit_test_setup_teardown(
+            test_two_machines_readers_never_see_a_torn_write_and_share_the_lock, test_setup,
+            th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_writer_is_not_starved_by_a_stream_of_readers,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_try_variants_are_ebusy_across_processes, test_setup,
+                                        th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_timed_and_clock_variants_time_out_by_the_deadline,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_recursion_and_self_deadlock_answer_as_glibc,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_killed_holder_frees_the_lock_when_its_lease_ends,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_fork_child_holds_the_lock_against_its_parent,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_unmapped_rwlock_never_touches_redis, test_setup,
+                                        th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_init_site_heap_rwlock_is_cluster_wide, test_setup,
+                                        th_test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
