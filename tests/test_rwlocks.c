@@ -314,6 +314,19 @@ static void test_try_variants_are_ebusy_across_processes(void **s)
         char *wr = finish(prog(machine(1), o2, "try", "wr", NULL), o2);
         th_assert_has(rd, want_rd[m]);
         th_assert_has(wr, "rc EBUSY");
+        if (m == 1) {
+            /* dmutex ls shows the read hold */
+            char cmd[512], line[512], all[4096] = "";
+            snprintf(cmd, sizeof cmd, TH_BUILD "/dmutex ls -r %s 2>&1", ls.url);
+            FILE *f = popen(cmd, "r");
+            assert_non_null(f);
+            while (fgets(line, sizeof line, f))
+                if (strncmp(line, "routes_lock ", 12) == 0)
+                    snprintf(all, sizeof all, "%s", line);
+            pclose(f);
+            th_assert_has(all, " read ");
+            th_assert_has(all, " 1 reader ");
+        }
         free(rd);
         free(wr);
         th_touch(go);
