@@ -6,7 +6,8 @@
 # (bench/bench.h is their own); dmutex is applied to them with LD_PRELOAD
 # and a config, as a user would.
 
-BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many
+BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many \
+              $(B)/bench/rwcycle
 
 .PHONY: bench-build bench-names
 bench-build: $(BENCH_BINS)
@@ -27,7 +28,7 @@ bench:
 	@$(MAKE) --no-print-directory all bench-build
 	@bench/run.sh
 
-$(B)/bench/cycle $(B)/bench/rtt: $(B)/bench/%: bench/%.c bench/bench.h | $(B)/bench
+$(B)/bench/cycle $(B)/bench/rtt $(B)/bench/rwcycle: $(B)/bench/%: bench/%.c bench/bench.h | $(B)/bench
 	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $(shell pkg-config --cflags hiredis) \
 	    $< -o $@ $(shell pkg-config --libs hiredis)
 

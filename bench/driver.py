@@ -42,6 +42,7 @@ CYCLE = os.path.join(BUILD, "bench", "cycle")
 PASSTHROUGH = os.path.join(BUILD, "bench", "passthrough")
 MANY = os.path.join(BUILD, "bench", "many")
 RTT = os.path.join(BUILD, "bench", "rtt")
+RWCYCLE = os.path.join(BUILD, "bench", "rwcycle")
 NODE_WORKER = os.path.join(ROOT, "bench", "peers", "worker.js")
 PY_WORKER = os.path.join(ROOT, "bench", "peers", "redispy.py")
 PYTHON = "/usr/bin/python3"     # Debian's, which has python3-redis
@@ -65,6 +66,9 @@ STATS_POLL_S = 0.02
 RTT_N = 2000
 GAP_US = 2000                       # as the 2 ms hold: a waiter sleeps that long
 WINDOWS = 4                         # throughput: median over this many slices of a run
+RW_KS = [1, 4] if QUICK else [1, 2, 4, 8]   # readers of the rwlock figure (and 1 writer)
+RW_HOLD_US = 1000                   # every read and write section holds 1 ms
+RW_WARMUP_S = 0.5
 
 # Commands no Lua script can run (or that none of the scripts here run):
 # every call of these is a client request.
@@ -408,6 +412,32 @@ class Bench:
                 % (system, median(pair), median(ping), median(pair) / median(ping),
                    ", untimed %.0f pairs/s" % median(rate) if rate else ""))
         self.res["uncontended"] = out
+
+    def fig_rwlock(self):
+        """K reader processes and 1 writer process on one cluster-wide
+        rwlock, every section 1 ms: reads/s of all readers, writes/s."""
+        log("rwlock: K readers and 1 writer, %d us sections, %.1f s each" % (RW_HOLD_US, RUN_S))
+        path = os.path.join(self.tmp, "rw.cfg")
+        with open(path, "w") as f:
+            f.write('redis = { host = "%s"; port = %d; };\n' % (HOST, self.port))
+            f.write('rwlocks = ( { symbol = "bench_rw"; name = "bench_rw"; } );\n')
+        out = []
+        for k in RW_KS:
+            self.run_id += 1
+            key = "bench:rw:%d" % self.run_id
+            start = time.monotonic_ns() + int(RW_WARMUP_S * 1e9)
+            end = start + int(RUN_S * 1e9)
+            args = [HOST, str(self.port), key, str(RW_HOLD_US), str(start), str(end)]
+            procs = [subprocess.Popen([RWCYCLE, "read"] + args, env=self.shim_env(path),
+                                      stdout=subprocess.PIPE, text=True) for _ in range(k)]
+            procs.append(subprocess.Popen([RWCYCLE, "write"] + args, env=self.shim_env(path),
+                                          stdout=subprocess.PIPE, text=True))
+            res = [json.loads(p.communicate(timeout=READY_TIMEOUT_S)[0]) for p in procs]
+            reads = sum(r["n"] for r in res[:-1]) / (res[0]["ns"] / 1e9)
+            writes = res[-1]["n"] / (res[-1]["ns"] / 1e9)
+            out.append({"k": k, "reads_per_s": reads, "writes_per_s": writes})
+            log("  K = %d: %.0f reads/s, %.0f writes/s" % (k, reads, writes))
+        self.res["rwlock"] = out
 
     def fig_watchdog(self):
         self.res["watchdog"] = [self.watchdog(lease, hold) for lease, hold in WATCHDOG_RUNS]
@@ -761,6 +791,14 @@ def report(res, out_dir, tmp):
                % (w["n"], w["lease_ms"], w["lease_ms"] // 3, w["wall_ms"], w["renewals"],
                   w["rounds"], ", ".join(str(x) for x in w["round_sizes"]), w["cpu_ms"],
                   w["cpu_pct"], w["lock_all_ms"])]
+    if res.get("rwlock"):
+        md += ["", "## Read-write lock: K readers, 1 writer", "",
+               "K reader processes and one writer process on one cluster-wide rwlock "
+               "(`rwlocks`), every section 1 ms (a GET or an INCR, then the sleep); the "
+               "writer pauses 10 ms between writes.", "",
+               table([[str(r["k"]), "%.0f" % r["reads_per_s"], "%.0f" % r["writes_per_s"]]
+                      for r in res["rwlock"]], ["K readers", "reads/s (all readers)",
+                                                "writes/s"])]
     md += ["", "![throughput and p99 wait against K](throughput.png)", ""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(md))
@@ -794,6 +832,7 @@ def main():
         b.fig_passthrough()
         b.fig_uncontended()
         b.fig_watchdog()
+        b.fig_rwlock()
         b.learn_toplevel()
         log("K processes on one mutex: %s, %.1f s each" % (", ".join(map(str, KS)), RUN_S))
         b.fig_sweep()
