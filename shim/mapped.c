@@ -87,7 +87,6 @@ struct dm_name {
 static const struct dm_config *mcfg;
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
 static struct dm_htab names;
-static struct dm_entry *free_entries;
 static long cond_gap_ms;                /* DMUTEX_TEST_COND_GAP_MS (see dm_mapped_init) */
 static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
@@ -232,39 +231,59 @@ static void name_put(struct dm_name *nm)
     pthread_mutex_unlock(&names_mu);
 }
 
-int dm_mapped_add(const void *addr, const char *name, int flags)
+/* The entry of a lock name, a mutex's or an rwlock's: both start with
+ * kind, addr and nm (a common initial sequence), and freed ones of either
+ * kind are recycled through one list (names_mu), linked by m.next_free. */
+union named_entry {
+    struct dm_entry m;
+    struct dm_rw_entry rw;
+};
+static union named_entry *free_named;
+
+/* Maps `addr` (kind DM_ENTRY_MUTEX or DM_ENTRY_RWLOCK) under lock name
+ * `name`. A name is a mutex's or an rwlock's: the other kind is EEXIST. */
+static int named_add(const void *addr, const char *name, int flags, int kind)
 {
-    struct dm_entry *old = dm_registry_lookup(addr);
+    union named_entry *old = dm_registry_lookup(addr);
     if (old)
-        return old->kind == DM_ENTRY_MUTEX && strcmp(old->nm->cl->name, name) == 0 ? 0 : EEXIST;
+        return old->m.kind == kind && strcmp(old->m.nm->cl->name, name) == 0 ? 0 : EEXIST;
     struct dm_name *nm = name_get(name);
     if (!nm)
         return ENOMEM;
+    int rw = kind == DM_ENTRY_RWLOCK;
     pthread_mutex_lock(&names_mu);
-    if (nm->rw) {
+    if (nm->rw != rw && (nm->rw || nm->refs > 1)) {
         pthread_mutex_unlock(&names_mu);
         name_put(nm);
-        return EEXIST;          /* an rwlock's name */
+        return EEXIST;          /* the other kind's name */
     }
-    nm->fair |= (flags & DM_MAP_FAIR) != 0;
-    nm->cache |= (flags & DM_MAP_CACHE) != 0;
-    /* Several mutexes share the name: its holder listens for other
-     * processes' wants, so that threads keeping the shared hold busy let
-     * them in. */
-    dm_cluster_lock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
-    struct dm_entry *e = free_entries;
+    if (rw && !nm->rw) {
+        nm->rw = 1;
+        dm_cluster_lock_rwlock(nm->cl);
+    } else if (!rw) {
+        nm->fair |= (flags & DM_MAP_FAIR) != 0;
+        nm->cache |= (flags & DM_MAP_CACHE) != 0;
+        /* Several mutexes share the name: its holder listens for other
+         * processes' wants, so that threads keeping the shared hold busy
+         * let them in. */
+        dm_cluster_lock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
+    }
+    union named_entry *e = free_named;
     if (e)
-        free_entries = e->next_free;
+        free_named = (union named_entry *)e->m.next_free;
     pthread_mutex_unlock(&names_mu);
     if (!e && !(e = malloc(sizeof *e))) {
         name_put(nm);
         return ENOMEM;
     }
     memset(e, 0, sizeof *e);
-    e->kind = DM_ENTRY_MUTEX;
-    e->addr = addr;
-    e->nm = nm;
-    e->heap = (flags & DM_MAP_HEAP) != 0;
+    e->m.kind = kind;
+    e->m.addr = addr;
+    e->m.nm = nm;
+    if (rw)
+        e->rw.heap = (flags & DM_MAP_HEAP) != 0;
+    else
+        e->m.heap = (flags & DM_MAP_HEAP) != 0;
     int rc = dm_registry_add(addr, e);
     if (rc != 0) {
         free(e);
@@ -273,28 +292,33 @@ int dm_mapped_add(const void *addr, const char *name, int flags)
     return rc;
 }
 
+int dm_mapped_add(const void *addr, const char *name, int flags)
+{
+    return named_add(addr, name, flags, DM_ENTRY_MUTEX);
+}
+
+int dm_mapped_add_rwlock(const void *addr, const char *name, int flags)
+{
+    return named_add(addr, name, flags & DM_MAP_HEAP, DM_ENTRY_RWLOCK);
+}
+
 static void cond_remove(struct dm_cond_entry *ce);
-static void rw_remove(struct dm_rw_entry *re);
 
 void dm_mapped_remove(const void *addr)
 {
-    struct dm_entry *e = dm_registry_remove(addr);
+    union named_entry *e = dm_registry_remove(addr);
     if (!e)
         return;
-    if (e->kind == DM_ENTRY_COND) {
-        cond_remove((struct dm_cond_entry *)e);
+    if (e->m.kind == DM_ENTRY_COND) {
+        cond_remove((struct dm_cond_entry *)(void *)e);
         return;
     }
-    if (e->kind == DM_ENTRY_RWLOCK) {
-        rw_remove((struct dm_rw_entry *)e);
-        return;
-    }
-    struct dm_name *nm = e->nm;
+    struct dm_name *nm = e->m.nm;
     /* A reader that looked it up just now may still read it: recycle the
      * memory for another entry rather than give it back to malloc. */
     pthread_mutex_lock(&names_mu);
-    e->next_free = free_entries;
-    free_entries = e;
+    e->m.next_free = (struct dm_entry *)free_named;
+    free_named = e;
     pthread_mutex_unlock(&names_mu);
     name_put(nm);
 }
@@ -434,6 +458,43 @@ static int name_join_fast(struct dm_name *nm)
     return ok;
 }
 
+/* The name is FREE, nm->mu held (let go on return): this thread takes the
+ * cluster hold for the process (ACQUIRING, then HELD with it as the one
+ * user, or FREE again on failure). Returns hold_acquire's result. */
+static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
+                     const struct timespec *deadline, int *dead)
+{
+    nm->state = NAME_ACQUIRING;
+    pthread_mutex_unlock(&nm->mu);
+    int more = 0, held = 0;
+    int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held);
+    pthread_mutex_lock(&nm->mu);
+    if (r == 0) {
+        nm->state = NAME_HELD;
+        nm->held = held;
+        nm->users = 1;
+        if (!held) {
+            /* A local-only hold (on_redis_down = "local", no connection)
+             * is for the outage: new threads step aside so that it drains
+             * and the next lock asks Redis again. */
+            more = 1;
+        }
+        if (more && !nm->want) {
+            /* Others queue behind this grant: their wants went to the
+             * previous holder. */
+            nm->want = 1;
+            nm->want_ms = dm_now_ms();
+        }
+    } else {
+        nm->state = NAME_FREE;
+    }
+    pthread_cond_broadcast(&nm->cv);
+    pthread_mutex_unlock(&nm->mu);
+    if (r == 0)
+        tl_note(nm, 1);
+    return r;
+}
+
 /* Joins the process's hold of the name for a thread that holds the real
  * mutex now, taking the cluster lock when the process has none. Returns 0,
  * EBUSY, ETIMEDOUT, EAGAIN, or DM_YIELD: another process waits and this
@@ -482,38 +543,8 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
             tl_note(nm, 1);
             return 0;
         }
-        if (nm->state == NAME_FREE) {
-            nm->state = NAME_ACQUIRING;
-            pthread_mutex_unlock(&nm->mu);
-            int more = 0, held = 0;
-            int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held);
-            pthread_mutex_lock(&nm->mu);
-            if (r == 0) {
-                nm->state = NAME_HELD;
-                nm->held = held;
-                nm->users = 1;
-                if (!held) {
-                    /* A local-only hold (on_redis_down = "local", no
-                     * connection) is for the outage: new threads step
-                     * aside so that it drains and the next lock asks
-                     * Redis again. */
-                    more = 1;
-                }
-                if (more && !nm->want) {
-                    /* Others queue behind this grant: their wants went to
-                     * the previous holder. */
-                    nm->want = 1;
-                    nm->want_ms = dm_now_ms();
-                }
-            } else {
-                nm->state = NAME_FREE;
-            }
-            pthread_cond_broadcast(&nm->cv);
-            pthread_mutex_unlock(&nm->mu);
-            if (r == 0)
-                tl_note(nm, 1);
-            return r;
-        }
+        if (nm->state == NAME_FREE)
+            return name_take(nm, me, mode, deadline, dead);
         /* Another thread has a round trip in flight for the name. */
         tl_contended = 1;
         if (mode == DM_TRYLOCK) {
@@ -1053,59 +1084,6 @@ uint64_t dm_mapped_token(struct dm_entry *e)
  * waits for the process's read hold to drain (new local readers wait with
  * it); one that itself holds a read share of the name gets EDEADLK. */
 
-static struct dm_rw_entry *free_rw;
-
-int dm_mapped_add_rwlock(const void *addr, const char *name, int flags)
-{
-    struct dm_rw_entry *old = dm_registry_lookup(addr);
-    if (old)
-        return old->kind == DM_ENTRY_RWLOCK && strcmp(old->nm->cl->name, name) == 0 ? 0 : EEXIST;
-    struct dm_name *nm = name_get(name);
-    if (!nm)
-        return ENOMEM;
-    pthread_mutex_lock(&names_mu);
-    int other = nm->refs > 1 && !nm->rw;        /* a mutex's name */
-    if (!other && !nm->rw) {
-        nm->rw = 1;
-        dm_cluster_lock_rwlock(nm->cl);
-    }
-    struct dm_rw_entry *e = other ? NULL : free_rw;
-    if (e)
-        free_rw = e->next_free;
-    pthread_mutex_unlock(&names_mu);
-    if (!other && !e)
-        e = malloc(sizeof *e);
-    if (!e) {
-        name_put(nm);
-        return other ? EEXIST : ENOMEM;
-    }
-    memset(e, 0, sizeof *e);
-    e->kind = DM_ENTRY_RWLOCK;
-    e->addr = addr;
-    e->nm = nm;
-    e->heap = (flags & DM_MAP_HEAP) != 0;
-    int rc = dm_registry_add(addr, e);
-    if (rc != 0) {
-        free(e);
-        name_put(nm);
-    }
-    return rc;
-}
-
-/* Out of the registry already: a reader may still look at the entry, so
- * its memory is recycled for another rwlock entry, never given back to
- * malloc (names_mu guards the list). */
-
-static void rw_remove(struct dm_rw_entry *re)
-{
-    struct dm_name *nm = re->nm;
-    pthread_mutex_lock(&names_mu);
-    re->next_free = free_rw;
-    free_rw = re;
-    pthread_mutex_unlock(&names_mu);
-    name_put(nm);
-}
-
 /* nm->mu held: waits for a change of the name, to the deadline. */
 static int rw_wait(struct dm_name *nm, const struct timespec *deadline)
 {
@@ -1175,28 +1153,9 @@ static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock
             continue;
         }
         if (nm->state == NAME_FREE) {
-            nm->state = NAME_ACQUIRING;
+            int dead;
             nm->write = write;
-            pthread_mutex_unlock(&nm->mu);
-            int more = 0, held = 0, dead = 0;
-            r = hold_acquire(nm, me, mode, deadline, &dead, &more, &held);
-            pthread_mutex_lock(&nm->mu);
-            if (r == 0) {
-                nm->state = NAME_HELD;
-                nm->held = held;
-                nm->users = 1;
-                if ((more || !held) && !nm->want) {
-                    nm->want = 1;       /* as name_join: others queue, or local-only */
-                    nm->want_ms = dm_now_ms();
-                }
-            } else {
-                nm->state = NAME_FREE;
-            }
-            pthread_cond_broadcast(&nm->cv);
-            pthread_mutex_unlock(&nm->mu);
-            if (r == 0)
-                tl_note(nm, 1);
-            return r;
+            return name_take(nm, me, mode, deadline, &dead);
         }
         /* Another thread has a round trip in flight for the name. */
         if (mode == DM_TRYLOCK) {

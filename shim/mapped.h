@@ -104,8 +104,8 @@ void dm_mapped_init(const struct dm_config *cfg);
 #define DM_MAP_CACHE 4      /* lock caching for its name */
 
 /* Maps `addr` under lock name `name` (DM_MAP_* flags) and adds it to the
- * registry. Returns 0, EEXIST (already mapped under another name), or
- * ENOMEM. */
+ * registry. Returns 0, EEXIST (already mapped under another name, or the
+ * name is an rwlock's), or ENOMEM. */
 int dm_mapped_add(const void *addr, const char *name, int flags);
 
 /* Maps condition variable `addr` under cond name `name` (DM_MAP_HEAP or
