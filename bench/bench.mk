@@ -6,7 +6,8 @@
 # (bench/bench.h is their own); dmutex is applied to them with LD_PRELOAD
 # and a config, as a user would.
 
-BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many
+BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many \
+              $(B)/bench/condwake
 
 .PHONY: bench-build bench-names
 bench-build: $(BENCH_BINS)

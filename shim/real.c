@@ -44,6 +44,24 @@ static void *first_dlopen(const char *file, int flags)
 { dm_real_resolve(); return dm_real.dlopen(file, flags); }
 static int first_dlclose(void *handle)
 { dm_real_resolve(); return dm_real.dlclose(handle); }
+static int first_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
+{ dm_real_resolve(); return dm_real.rwlock_init(l, a); }
+static int first_rwlock_rdlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_rdlock(l); }
+static int first_rwlock_tryrdlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_tryrdlock(l); }
+static int first_rwlock_timedrdlock(pthread_rwlock_t *l, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_timedrdlock(l, t); }
+static int first_rwlock_clockrdlock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_clockrdlock(l, c, t); }
+static int first_rwlock_wrlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_wrlock(l); }
+static int first_rwlock_trywrlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_trywrlock(l); }
+static int first_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_timedwrlock(l, t); }
+static int first_rwlock_clockwrlock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_clockwrlock(l, c, t); }
 
 struct dm_real dm_real = {
     first_mutex_init, first_mutex_destroy, first_mutex_lock, first_mutex_trylock,
@@ -51,6 +69,9 @@ struct dm_real dm_real = {
     first_mutex_consistent, first_cond_wait, first_cond_timedwait, first_cond_clockwait,
     first_cond_signal, first_cond_broadcast, first_cond_init, first_cond_destroy,
     first_dlopen, first_dlclose,
+    first_rwlock_init, first_rwlock_rdlock, first_rwlock_tryrdlock, first_rwlock_timedrdlock,
+    first_rwlock_clockrdlock, first_rwlock_wrlock, first_rwlock_trywrlock,
+    first_rwlock_timedwrlock, first_rwlock_clockwrlock,
 };
 
 static void *must_sym(const char *name, const char *version)
@@ -88,6 +109,15 @@ void dm_real_resolve(void)
     *(void **)&r.cond_destroy = must_sym("pthread_cond_destroy", "GLIBC_2.3.2");
     *(void **)&r.dlopen = must_sym("dlopen", NULL);
     *(void **)&r.dlclose = must_sym("dlclose", NULL);
+    *(void **)&r.rwlock_init = must_sym("pthread_rwlock_init", NULL);
+    *(void **)&r.rwlock_rdlock = must_sym("pthread_rwlock_rdlock", NULL);
+    *(void **)&r.rwlock_tryrdlock = must_sym("pthread_rwlock_tryrdlock", NULL);
+    *(void **)&r.rwlock_timedrdlock = must_sym("pthread_rwlock_timedrdlock", NULL);
+    *(void **)&r.rwlock_clockrdlock = must_sym("pthread_rwlock_clockrdlock", NULL);
+    *(void **)&r.rwlock_wrlock = must_sym("pthread_rwlock_wrlock", NULL);
+    *(void **)&r.rwlock_trywrlock = must_sym("pthread_rwlock_trywrlock", NULL);
+    *(void **)&r.rwlock_timedwrlock = must_sym("pthread_rwlock_timedwrlock", NULL);
+    *(void **)&r.rwlock_clockwrlock = must_sym("pthread_rwlock_clockwrlock", NULL);
     void **dst = (void **)&dm_real;
     void **src = (void **)&r;
     for (size_t i = 0; i < sizeof r / sizeof(void *); i++)
