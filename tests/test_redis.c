@@ -72,53 +72,6 @@ static int dead_port(void)
     return ntohs(sa.sin_port);
 }
 
-/* ---- a signal storm -----------------------------------------------------
- * SIGUSR1 sent to one thread every STORM_US, its handler installed without
- * SA_RESTART (a program's timer or profiler): every blocking call of that
- * thread (connect, poll, send, recv) ends in EINTR over and over. */
-static volatile sig_atomic_t storm_hits;
-static struct {
-    pthread_t target, thread;
-    int stop;
-} storm;
-
-static void on_storm(int sig)
-{
-    (void)sig;
-    storm_hits++;
-}
-
-static void *storm_main(void *arg)
-{
-    (void)arg;
-    while (!__atomic_load_n(&storm.stop, __ATOMIC_ACQUIRE)) {
-        pthread_kill(storm.target, SIGUSR1);
-        usleep(STORM_US);
-    }
-    return NULL;
-}
-
-/* Starts the storm on the calling thread. */
-static void storm_start(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_storm;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;                /* no SA_RESTART */
-    assert_int_equal(sigaction(SIGUSR1, &sa, NULL), 0);
-    storm_hits = 0;
-    storm.target = pthread_self();
-    storm.stop = 0;
-    assert_int_equal(pthread_create(&storm.thread, NULL, storm_main, NULL), 0);
-}
-
-static void storm_stop(void)
-{
-    __atomic_store_n(&storm.stop, 1, __ATOMIC_RELEASE);
-    pthread_join(storm.thread, NULL);
-}
-
 /* Starts faultserver with these arguments after the mode and PORTFILE;
  * returns its port, its output file in *out. */
 static int fault_server(char **out, const char *mode, ...)
@@ -377,14 +330,14 @@ static void test_signals_during_a_connect_are_no_outage(void **state)
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, LONG_CONNECT_MS);
     long long t0 = th_now_ms();
-    storm_start();
+    th_storm_start(STORM_US);
     int r = dm_cluster_acquire(l, who, &dl, 0, &g);
-    storm_stop();
+    long hits = th_storm_stop();
     long long took = th_now_ms() - t0;
     cfg.redis.connect_timeout_ms = saved_cto;
     cfg.on_redis_down = saved_down;
     print_message("measured: a connect under a signal storm (%ld signals): %s after %lld ms, "
-                  "local_only %d\n", (long)storm_hits, strerror(r), took, r == 0 && g.local_only);
+                  "local_only %d\n", hits, strerror(r), took, r == 0 && g.local_only);
     if (r == 0 && g.local_only)
         fail_msg("the lock was taken locally (\"no connection\") while the server was "
                  "reachable: the connect took a signal for an outage");
@@ -393,7 +346,7 @@ static void test_signals_during_a_connect_are_no_outage(void **state)
     char *text = th_read_file(out);
     th_assert_has(text, "accepting");       /* the connect did wait for the queue */
     free(text);
-    assert_true(storm_hits > 0);
+    assert_true(hits > 0);
     assert_int_equal(dm_cluster_release(l, who, g.token), 0);
     dm_cluster_lock_put(l);
 }
@@ -452,13 +405,13 @@ static void test_signals_during_a_round_trip_do_not_stretch_the_command_timeout(
     pthread_t resumer;          /* the server answers after STOP_MS: a late reply */
     assert_int_equal(pthread_create(&resumer, NULL, resume_later, NULL), 0);
     long long t0 = th_now_ms();
-    storm_start();
+    th_storm_start(STORM_US);
     redisReply *r = dm_redis_command(p, "GET rt:storm");
-    storm_stop();
+    long hits = th_storm_stop();
     long long took = th_now_ms() - t0;
     pthread_join(resumer, NULL);
     print_message("measured: a stopped server, a signal every %d us (%ld signals), command "
-                  "timeout %ld ms: gave up after %lld ms\n", STORM_US, (long)storm_hits,
+                  "timeout %ld ms: gave up after %lld ms\n", STORM_US, hits,
                   CMD_TIMEOUT_MS, took);
     if (r)
         freeReplyObject(r);
