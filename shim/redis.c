@@ -292,11 +292,13 @@ static int connect_node(struct dm_conn *conn)
                  rcfg->master);
         addr = primary_text;
     }
-    /* net's connect: a signal during it is no failure (hiredis's was). */
+    /* net's connect: a signal during it is no failure (hiredis's was). It
+     * gets the whole connect timeout, as hiredis's did, whatever asking the
+     * sentinels took; the TLS handshake what is left of it from `started`. */
     const char *path = rcfg->unix_path && !dm_sentinel_enabled() && !dm_slots_enabled()
                            ? rcfg->unix_path : NULL;
     char cwhy[DM_ERR_MAX];
-    redisContext *c = dm_net_connect(host, port, path, started + rcfg->connect_timeout_ms,
+    redisContext *c = dm_net_connect(host, port, path, dm_now_ms() + rcfg->connect_timeout_ms,
                                      rcfg->command_timeout_ms, !rcfg->unix_path, cwhy,
                                      sizeof cwhy);
     if (!c) {
