@@ -465,6 +465,7 @@ static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_r
         if (v[i] && dup_into(p, line[i], s[i].dst, v[i]) < 0)
             return -1;
     r->tls.enabled = 1;
+    r->tls.line = (int)line_of(g);
     return 0;
 }
 

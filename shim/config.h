@@ -35,6 +35,8 @@ struct dm_tls_config {
     char *key;                  /* its private key (PEM); NULL: in the cert file */
     char *server_name;          /* the name checked and sent (SNI); NULL: the host */
     int verify;                 /* check the server's certificate and name, default 1 */
+    int line;                   /* line of the redis.tls group in the file (path of
+                                   struct dm_config); 0: TLS came from a rediss:// URL */
 };
 
 /* One sentinel's address. */
