@@ -373,7 +373,8 @@ static void report(const char *path, int err, const char *what)
 
 /* May this process write `path` (no %p)? It may while it holds the lock
  * file beside it (flock, kept until the process ends, its pid written in
- * it); another process holding it is said once; a file system without
+ * it); another process holding it is said once (by a process that has
+ * locked a mapped mutex: not by a helper that never did); a file system without
  * locks is said once and the file written anyway, as a process did before
  * there was a lock file. The writing thread only. */
 static int claim(const char *path)
@@ -403,7 +404,9 @@ static int claim(const char *path)
     }
     if (flock(claim_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK) {
-            if (!claim_warned) {
+            /* Said by a process that locked (it has counts to lose), not
+             * by every program it runs that never does (a helper's exit). */
+            if (!claim_warned && __atomic_load_n(&started, __ATOMIC_ACQUIRE)) {
                 char who[32] = "";
                 ssize_t n = pread(claim_fd, who, sizeof who - 1, 0);
                 who[n > 0 ? n : 0] = '\0';
@@ -445,23 +448,37 @@ static int open_tmp(const char *tmp)
     }
 }
 
-/* Writes the snapshot to `path` by a rename over it. The writing thread
- * only; no lock held. */
-static void write_file(const struct snapshot *s)
+/* The file's path (%p expanded) and this process's pid, if it is to
+ * write it now: 1, else 0. The writing thread only. */
+struct target {
+    char pid[24];
+    char path[DM_METRICS_PATH_MAX + 64];
+};
+
+static int write_may(struct target *t)
 {
     if (!may_write)
-        return;
-    char pid[24], path[DM_METRICS_PATH_MAX + 64], tmp[DM_METRICS_PATH_MAX + 64];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    struct out o = { .fd = -1 };
-    if (expand_path(path, sizeof path, pid) != 0 ||
-        side_path(tmp, sizeof tmp, path, "") != 0 ||
-        strlen(tmp) + strlen(pid) + 5 >= sizeof tmp) {
+        return 0;
+    snprintf(t->pid, sizeof t->pid, "%ld", (long)getpid());
+    if (expand_path(t->path, sizeof t->path, t->pid) != 0) {
         report(path_tmpl, ENAMETOOLONG, "the path is too long");
+        return 0;
+    }
+    return claim(t->path);
+}
+
+/* Writes the snapshot to t->path by a rename over it. The writing thread
+ * only, after write_may; no lock held. */
+static void write_file(const struct target *t, const struct snapshot *s)
+{
+    const char *path = t->path, *pid = t->pid;
+    char tmp[DM_METRICS_PATH_MAX + 64];
+    struct out o = { .fd = -1 };
+    if (side_path(tmp, sizeof tmp, path, "") != 0 ||
+        strlen(tmp) + strlen(pid) + 5 >= sizeof tmp) {
+        report(path, ENAMETOOLONG, "the path is too long");
         return;
     }
-    if (!claim(path))
-        return;
     snprintf(tmp + strlen(tmp), sizeof tmp - strlen(tmp), ".%s.tmp", pid);
     if (s->short_of_memory) {
         report(path, ENOMEM, "out of memory for the list of names");
@@ -495,9 +512,12 @@ static void write_file(const struct snapshot *s)
 
 static void write_now(void)
 {
+    struct target t;
+    if (!write_may(&t))
+        return;
     struct snapshot s;
     snapshot_take(&s);
-    write_file(&s);
+    write_file(&t, &s);
     snapshot_free(&s);
 }
 
@@ -523,10 +543,8 @@ static void *writer_main(void *arg)
         /* Claim a shared file now: the process that locks first has it,
          * not the one that writes first. */
         begin_write();
-        char pid[24], path[DM_METRICS_PATH_MAX + 64];
-        snprintf(pid, sizeof pid, "%ld", (long)getpid());
-        if (expand_path(path, sizeof path, pid) == 0)
-            claim(path);
+        struct target t;
+        write_may(&t);
         end_write();
     }
     while (!stopping) {
@@ -634,13 +652,15 @@ void dm_metrics_exit(void)
     if (!mine && may_write)
         dm_warn("metrics: exit: the writer did not let go within %d ms (%s): no last write "
                 "of %s", DM_METRICS_EXIT_WAIT_MS, strerror(r ? r : ETIMEDOUT), path_tmpl);
-    if ((mine && may_write) || dm_log_level >= DM_LOG_INFO) {
+    struct target t;
+    int write = mine && write_may(&t);
+    if (write || dm_log_level >= DM_LOG_INFO) {
         struct snapshot s;
         snapshot_take(&s);      /* no lock: the summary even when the writer is stuck */
         if (dm_log_level >= DM_LOG_INFO)
             summary(&s);
-        if (mine)
-            write_file(&s);
+        if (write)
+            write_file(&t, &s);
         snapshot_free(&s);
     }
     pthread_setcancelstate(cs, NULL);

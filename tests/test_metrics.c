@@ -71,6 +71,14 @@ static int metric_name_ok(const char **p)
     return 1;
 }
 
+/* The end of the line at l (its '\n'), or NULL; `end`: the text's end.
+ * memchr with a length, not strchr: a file of 100 MB is read in linear
+ * time under AddressSanitizer too (its strchr measures the whole rest). */
+static const char *line_end(const char *l, const char *end)
+{
+    return memchr(l, '\n', (size_t)(end - l));
+}
+
 /* 1 when `t` is a whole file: every line a HELP, a TYPE or a sample, the
  * last one "# EOF". Else 0 with the reason in why. */
 static int prom_parses(const char *t, char *why, size_t n)
@@ -79,9 +87,9 @@ static int prom_parses(const char *t, char *why, size_t n)
     if (len < 6 || strcmp(t + len - 6, "# EOF\n") != 0)
         return snprintf(why, n, "does not end with \"# EOF\\n\""), 0;
     int lineno = 0;
-    for (const char *l = t; *l; l = strchr(l, '\n') + 1) {
+    for (const char *l = t; *l; l = line_end(l, t + len) + 1) {
         lineno++;
-        const char *e = strchr(l, '\n');
+        const char *e = line_end(l, t + len);
         if (!e)
             return snprintf(why, n, "line %d has no newline", lineno), 0;
         if (strncmp(l, "# EOF\n", 6) == 0) {
@@ -135,10 +143,22 @@ static int prom_parses(const char *t, char *why, size_t n)
 static double prom_get(const char *t, const char *series)
 {
     size_t n = strlen(series);
-    for (const char *l = t; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
-        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+    const char *end = t + strlen(t);
+    for (const char *l = t; l && *l; l = line_end(l, end), l = l ? l + 1 : NULL)
+        if ((size_t)(end - l) > n && memcmp(l, series, n) == 0 && l[n] == ' ')
             return strtod(l + n + 1, NULL);
     return -1;
+}
+
+/* The lines of t that start with `prefix`. */
+static long prom_lines(const char *t, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    const char *end = t + strlen(t);
+    long count = 0;
+    for (const char *l = t; l && *l; l = line_end(l, end), l = l ? l + 1 : NULL)
+        count += (size_t)(end - l) >= n && memcmp(l, prefix, n) == 0;
+    return count;
 }
 
 static double metric(const char *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -626,10 +646,7 @@ static void test_more_than_65536_names_are_all_written(void **state)
         fail_msg("the metrics write reported a failure:\n%s", text);
     free(text);
     char *t = read_prom(path);
-    long rows = 0;
-    static const char row[] = "\ndmutex_lock_calls_total{name=\"h";
-    for (const char *l = t; (l = strstr(l, row)) != NULL; l++)
-        rows++;
+    long rows = prom_lines(t, "dmutex_lock_calls_total{name=\"h");
     if (rows != MANY_NAMES)
         fail_msg("%ld names of h0 .. h%d in the file, expected %d", rows, MANY_NAMES - 1,
                  MANY_NAMES);
@@ -772,10 +789,7 @@ static void test_names_gone_keep_their_counters_within_a_bound(void **state)
     th_assert_has(text, said);
     free(text);
     char *t = read_prom(path);
-    long rows = 0;
-    static const char row[] = "\ndmutex_lock_calls_total{name=\"c";
-    for (const char *l = t; (l = strstr(l, row)) != NULL; l++)
-        rows++;
+    long rows = prom_lines(t, "dmutex_lock_calls_total{name=\"c");
     if (rows != CHURN_KEPT)
         fail_msg("%ld names gone in the file, expected %d", rows, CHURN_KEPT);
     assert_true(prom_get(t, "dmutex_lock_calls_total{name=\"c0\"}") < 0);     /* the oldest */
@@ -845,6 +859,36 @@ static void test_an_exec_child_does_not_replace_the_parents_file(void **state)
         warnings++;
     if (warnings != 1)
         fail_msg("expected one warning of the child, got %d:\n%s", warnings, text);
+    free(text);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 5);
+    free(t);
+    free(lock);
+    free(path);
+}
+
+/* The same with a child that never locks a mapped mutex (a helper the
+ * program runs): it writes nothing and says nothing. */
+static void test_an_exec_child_that_never_locks_says_nothing(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom"), *lock = path_in_dir(".app.prom.lock");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file(), *go1 = th_go_file(), *go2 = th_go_file();
+    char *args[] = { "exec", "5", "0", go1, go2, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    th_wait_for(out, "parent locked", RUN_MS);
+    wait_for_owner(lock, pid);
+    th_touch(go1);
+    th_wait_for(out, "child exited", RUN_MS);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        fail_msg("the exec'd child wrote the parent's metrics file:\n%s", th_read_file(path));
+    th_touch(go2);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "done 0 0");
+    if (strstr(text, "metrics: "))
+        fail_msg("a metrics line:\n%s", text);
     free(text);
     char *t = read_prom(path);
     assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 5);
@@ -967,6 +1011,7 @@ int main(void)
         T(test_counters_of_a_name_destroyed_and_made_again_go_on),
         T(test_names_gone_keep_their_counters_within_a_bound),
         T(test_an_exec_child_does_not_replace_the_parents_file),
+        T(test_an_exec_child_that_never_locks_says_nothing),
         T(test_file_names_too_long_to_write_are_refused_at_load),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
