@@ -91,8 +91,9 @@ const struct dm_config *dm_cluster_config(void);
  * NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
 
-/* Drops a reference. The last one frees the record (not its counters)
- * and drops its notify channels (unsubscribed by the subscriber thread). The caller must be the
+/* Drops a reference. The last one frees the record (not its counters:
+ * see struct dm_cluster_stats) and drops its notify channels
+ * (unsubscribed by the subscriber thread). The caller must be the
  * last user: no acquire or release of `l` in progress or to come, no hold
  * of it with the watchdog, and no handler of its channels that uses memory
  * about to go (dm_notify_set_handler(ch, NULL, NULL) first: it waits for a

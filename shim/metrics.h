@@ -1,5 +1,5 @@
-/* metrics: the per-lock counters (stats.h, one set per name for the life
- * of the process, kept by cluster) as operators read them: a file in the
+/* metrics: the per-lock counters (stats.h, one set per name, kept by
+ * cluster beyond the name's record) as operators read them: a file in the
  * Prometheus text exposition format (0.0.4), for node_exporter's textfile
  * collector, replaced atomically (a temporary file in the same directory,
  * renamed over it) every metrics.interval_ms by a thread of its own and
