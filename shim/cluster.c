@@ -28,6 +28,16 @@ static const struct dm_config *ccfg;
 /* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dm_htab locks;
+/* Every name's counters (struct dm_cluster_stats), under locks_mu: a
+ * table by name; the list readers walk without the lock (the head is
+ * atomic); the names gone that keep theirs, oldest first; those unlinked,
+ * freed once no walk is on (`walkers`, atomic). */
+static struct dm_htab counters;
+static struct dm_cluster_stats *counters_list;
+static struct dm_cluster_stats *kept_first, *kept_last;
+static size_t kept_n;
+static struct dm_cluster_stats *unlinked;
+static unsigned long walkers;
 static char process_id[33];
 
 static void new_process_id(void)
@@ -85,11 +95,120 @@ static void make_wait_channel(struct dm_cluster_lock *l)
     memcpy(l->wait_channel + n, process_id, sizeof process_id);
 }
 
+static void kept_remove(struct dm_cluster_stats *c)
+{
+    *(c->kept_prev ? &c->kept_prev->kept_next : &kept_first) = c->kept_next;
+    *(c->kept_next ? &c->kept_next->kept_prev : &kept_last) = c->kept_prev;
+    c->kept_next = c->kept_prev = NULL;
+    kept_n--;
+}
+
+/* Frees what was unlinked once no walk may see it. A walker counts itself
+ * (seq_cst) before it reads the head; here the unlinking stores come
+ * before the count is read: with the fences between, a walk the count
+ * misses started after them and cannot reach what they unlinked. */
+static void counters_reap(void)
+{
+    if (!unlinked)
+        return;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&walkers, __ATOMIC_RELAXED) != 0)
+        return;         /* the next put or get frees them */
+    while (unlinked) {
+        struct dm_cluster_stats *c = unlinked;
+        unlinked = c->kept_next;
+        free(c);
+    }
+}
+
+/* Out of the table and the list (a walk on it goes on to the next); freed
+ * by counters_reap. */
+static void counters_unlink(struct dm_cluster_stats *c)
+{
+    dm_htab_del(&counters, &c->node);
+    __atomic_store_n(c->prev ? &c->prev->next : &counters_list, c->next, __ATOMIC_RELEASE);
+    if (c->next)
+        c->next->prev = c->prev;
+    c->kept_next = unlinked;
+    unlinked = c;
+}
+
+/* The name's last record is gone: its counters stay if it counted
+ * anything (the oldest kept ones go past DM_CLUSTER_KEPT_MAX). */
+static void counters_drop(struct dm_cluster_stats *c)
+{
+    __atomic_store_n(&c->live, 0, __ATOMIC_RELAXED);
+    if (!dm_stats_any(&c->st)) {
+        counters_unlink(c);
+    } else {
+        c->kept_prev = kept_last;
+        *(kept_last ? &kept_last->kept_next : &kept_first) = c;
+        kept_last = c;
+        if (++kept_n > DM_CLUSTER_KEPT_MAX) {
+            struct dm_cluster_stats *old = kept_first;
+            kept_remove(old);
+            counters_unlink(old);
+        }
+    }
+    counters_reap();
+}
+
+/* The counters of `name` (hash h): those it kept, or new ones (filled
+ * before the list's readers can see them). NULL out of memory. */
+static struct dm_cluster_stats *counters_get(const char *name, size_t h)
+{
+    counters_reap();
+    for (struct dm_hnode *x = dm_htab_chain(&counters, h); x; x = x->next) {
+        struct dm_cluster_stats *c = (struct dm_cluster_stats *)x;
+        if (x->hash == h && strcmp(c->name, name) == 0) {
+            if (c == kept_first || c->kept_prev)
+                kept_remove(c);
+            __atomic_store_n(&c->live, 1, __ATOMIC_RELAXED);
+            return c;
+        }
+    }
+    size_t nl = strlen(name);
+    struct dm_cluster_stats *c = calloc(1, sizeof *c + nl + 1);
+    if (!c)
+        return NULL;
+    memcpy(c->name, name, nl + 1);
+    if (dm_htab_add(&counters, &c->node, h) != 0) {
+        free(c);
+        return NULL;
+    }
+    c->live = 1;
+    c->next = counters_list;
+    if (counters_list)
+        counters_list->prev = c;
+    __atomic_store_n(&counters_list, c, __ATOMIC_RELEASE);
+    return c;
+}
+
+const struct dm_cluster_stats *dm_cluster_stats_begin(void)
+{
+    __atomic_fetch_add(&walkers, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return __atomic_load_n(&counters_list, __ATOMIC_ACQUIRE);
+}
+
+const struct dm_cluster_stats *dm_cluster_stats_next(const struct dm_cluster_stats *c)
+{
+    return __atomic_load_n(&c->next, __ATOMIC_ACQUIRE);
+}
+
+void dm_cluster_stats_end(void)
+{
+    __atomic_fetch_sub(&walkers, 1, __ATOMIC_RELEASE);
+}
+
 /* The record and all its strings in one allocation: per name a few hundred
  * bytes, not nine small allocations and three channels. keys.c says what
- * the strings are; this only lays them out. */
-static struct dm_cluster_lock *lock_new(const char *name)
+ * the strings are; this only lays them out. Under locks_mu (its counters). */
+static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 {
+    struct dm_cluster_stats *c = counters_get(name, h);
+    if (!c)
+        return NULL;
     const char *ns = ccfg->ns;
     size_t nl = strlen(name), size = nl + 1;
     for (int k = 0; k < DM_KEY_COUNT; k++)
@@ -98,8 +217,10 @@ static struct dm_cluster_lock *lock_new(const char *name)
      * copies it (in a fork child too) */
     size += dm_keys_len(ns, name, DM_KEY_WAIT) + sizeof process_id;
     struct dm_cluster_lock *l = calloc(1, sizeof *l + size);
-    if (!l)
+    if (!l) {
+        counters_drop(c);
         return NULL;
+    }
     char *p = l->strs, *end = l->strs + size;
     l->name = p;
     memcpy(p, name, nl + 1);
@@ -112,6 +233,8 @@ static struct dm_cluster_lock *lock_new(const char *name)
     make_wait_channel(l);
     l->slot = dm_redis_slot(l->keys[DM_KEY_LOCK]);
     l->refs = 1;
+    l->counters = c;
+    l->stats = &c->st;
     return l;
 }
 
@@ -129,7 +252,8 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
     }
     if (l) {
         l->refs++;
-    } else if ((l = lock_new(name)) != NULL && dm_htab_add(&locks, &l->node, h) != 0) {
+    } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&locks, &l->node, h) != 0) {
+        counters_drop(l->counters);
         free(l);
         l = NULL;
     }
@@ -147,6 +271,9 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
         return;
     }
     dm_htab_del(&locks, &l->node);
+    /* Its counters stay (if it counted anything), for the file and for a
+     * record of the name made again. */
+    counters_drop(l->counters);
     pthread_mutex_unlock(&locks_mu);
     /* Out of the table: no one else can reach it. notify may wait for a
      * handler here, so locks_mu is not held. */
@@ -558,14 +685,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
             g->more_waiters |= handover_more;
             g->waited = waited;
-            dm_stats_add(&l->stats.acquisitions, 1);
+            dm_stats_add(&l->stats->acquisitions, 1);
             if (handed)
-                dm_stats_add(&l->stats.handoffs, 1);
+                dm_stats_add(&l->stats->handoffs, 1);
             return 0;
 
         case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
         case ATT_FAILED:
-            dm_stats_add(&l->stats.redis_errors, 1);
+            dm_stats_add(&l->stats->redis_errors, 1);
             if (why.err == DM_REDIS_IO)
                 unanswered = 1;
             if (refused_by_server(why.err) && !from_abandon)
@@ -675,8 +802,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                  * after the handover, and its WAIT covers both. */
                 if (fresh_handover(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
-                    dm_stats_add(&l->stats.acquisitions, 1);
-                    dm_stats_add(&l->stats.handoffs, 1);
+                    dm_stats_add(&l->stats->acquisitions, 1);
+                    dm_stats_add(&l->stats->handoffs, 1);
                     return 0;
                 }
                 handover_more = g->more_waiters;
@@ -741,7 +868,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         }
         if (!r) {
             dm_redis_error_keep(&why, conn);
-            dm_stats_add(&l->stats.redis_errors, 1);
+            dm_stats_add(&l->stats->redis_errors, 1);
         }
         dm_redis_put(conn);
         if (!r) {
@@ -771,16 +898,6 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     return EIO;
 }
 
-void dm_cluster_lock_foreach(void (*fn)(const struct dm_cluster_lock *l, void *arg), void *arg)
-{
-    pthread_mutex_lock(&locks_mu);
-    for (size_t b = 0; b < locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next)
-            fn(l, arg);
-    pthread_mutex_unlock(&locks_mu);
-}
-
 /* Fork: locks_mu is held across fork() (see the lock order in startup.c).
  * The child has a new process id, so a new wait channel: rewritten in
  * place, its old notify record dropped (notify's own fork handling ran
@@ -797,8 +914,18 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             make_wait_channel(l);
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
-            dm_stats_reset(&l->stats);
         }
+    /* The child counts from zero: the names gone keep nothing, and no
+     * walk is on (the writer thread is the parent's). */
+    __atomic_store_n(&walkers, 0, __ATOMIC_RELAXED);
+    for (struct dm_cluster_stats *c = counters_list; c; c = c->next)
+        dm_stats_reset(&c->st);
+    while (kept_first) {
+        struct dm_cluster_stats *c = kept_first;
+        kept_remove(c);
+        counters_unlink(c);
+    }
+    counters_reap();
 }
 
 #define DM_COND_PUBLISH_TRIES 3 /* a signal sent again after a MOVED (Redis Cluster) */

@@ -22,6 +22,29 @@
 #define DM_DOWN_LOG_EVERY_MS 5000
 #define DM_QUEUE_TTL_MS  (3 * DM_WAIT_CAP_MS)   /* a fair waiter silent this long is dead */
 
+/* The counters of one lock name (stats.h): made with the name's first
+ * record and kept when its last record is freed, so that a name made
+ * again counts on from where it stood (a _total never goes down while the
+ * process runs). Of the names gone, those that counted something keep
+ * theirs (about 400 bytes and the name each), the DM_CLUSTER_KEPT_MAX
+ * that went last; the others' go with their record. A reader walks them
+ * without a lock (dm_cluster_stats_begin): one unlinked meanwhile is freed
+ * only after every walk that may see it ended. Zeroed in a fork child
+ * (it counts from zero), where the names gone are dropped. */
+#define DM_CLUSTER_KEPT_MAX 4096
+
+struct dm_cluster_stats {
+    struct dm_hnode node;           /* first: cluster's table of them, by name */
+    struct dm_cluster_stats *next;  /* the list readers walk, newest first (atomic) */
+    struct dm_cluster_stats *prev;  /* the rest is cluster's, under its table mutex */
+    struct dm_cluster_stats *kept_next, *kept_prev; /* names gone that keep their
+                                       counters, oldest first; once unlinked: the
+                                       list to free */
+    int live;                       /* a record of the name exists (relaxed atomic) */
+    struct dm_stats st;
+    char name[];
+};
+
 /* One lock name, interned: every caller naming "x" gets the same record
  * while anyone holds a reference to it (dm_cluster_lock_get/put). The key
  * strings share one allocation with the record; the notify channels are
@@ -43,7 +66,8 @@ struct dm_cluster_lock {
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
-    struct dm_stats stats;      /* the name's counters (stats.h); zero in a fork child */
+    struct dm_stats *stats;     /* the name's counters (&counters->st) */
+    struct dm_cluster_stats *counters;  /* they outlive the record */
     char strs[];        /* the strings above */
 };
 
@@ -67,8 +91,9 @@ const struct dm_config *dm_cluster_config(void);
  * NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
 
-/* Drops a reference. The last one frees the record and drops its notify
- * channels (unsubscribed by the subscriber thread). The caller must be the
+/* Drops a reference. The last one frees the record (not its counters:
+ * see struct dm_cluster_stats) and drops its notify channels
+ * (unsubscribed by the subscriber thread). The caller must be the
  * last user: no acquire or release of `l` in progress or to come, no hold
  * of it with the watchdog, and no handler of its channels that uses memory
  * about to go (dm_notify_set_handler(ch, NULL, NULL) first: it waits for a
@@ -83,10 +108,17 @@ struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l);
 
-/* Calls fn(l, arg) on every record alive, under the table's mutex (fn
- * must not take a reference, do I/O or take another shim lock; it reads
- * l->name and l->stats): the metrics file and the exit summary. */
-void dm_cluster_lock_foreach(void (*fn)(const struct dm_cluster_lock *l, void *arg), void *arg);
+/* A walk of the counters of every name with a record, and of the names
+ * gone that keep theirs (since the process's start, or its fork): the
+ * metrics file and the exit summary. begin returns the first (newest),
+ * next the one after; every one reached stays readable (never freed, its
+ * name unchanged) until end. Takes no lock: names made meanwhile may be
+ * missed, names dropped meanwhile may still be seen (live 0). Read the
+ * counters with dm_stats_copy and `live` with a relaxed load. A walk holds
+ * back the memory of names dropped during it: copy, end, then do I/O. */
+const struct dm_cluster_stats *dm_cluster_stats_begin(void);
+const struct dm_cluster_stats *dm_cluster_stats_next(const struct dm_cluster_stats *c);
+void dm_cluster_stats_end(void);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);

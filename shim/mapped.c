@@ -345,7 +345,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         dm_cluster_release(nm->cl, h->owner, h->token);
         return EAGAIN;
     }
-    dm_stats_set(&nm->cl->stats.held, 1);
+    dm_stats_set(&nm->cl->stats->held, 1);
     if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
         /* Hear other processes' wants: before keeping the lock at unlock
          * (cache mode), and to let them in while threads keep it busy. */
@@ -375,7 +375,7 @@ static int hold_release(struct dm_name *nm)
              * (the process was stopped, or the clock jumped). */
             lost = 1;
             dm_watchdog_note_lost();
-            dm_stats_add(&nm->cl->stats.leases_lost, 1);
+            dm_stats_add(&nm->cl->stats->leases_lost, 1);
             dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
                      "unlock: its lease expired, another process may have entered%s",
                      nm->cl->name, h->owner, (unsigned long long)h->token,
@@ -384,7 +384,7 @@ static int hold_release(struct dm_name *nm)
                 abort();
         }
     }
-    dm_stats_set(&nm->cl->stats.held, 0);
+    dm_stats_set(&nm->cl->stats->held, 0);
     pthread_mutex_lock(&nm->mu);
     nm->held = 0;
     nm->want = 0;
@@ -681,7 +681,7 @@ static void drop_dead_hold(const void *addr, void *value, void *arg)
     if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
         if (nm->held)
             dm_watchdog_remove(&nm->hold);
-        dm_stats_set(&nm->cl->stats.held, 0);
+        dm_stats_set(&nm->cl->stats->held, 0);
         nm->held = 0;
         nm->want = 0;
         nm->state = NAME_FREE;
@@ -808,7 +808,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
     uint64_t t1 = dm_stats_now_ns();
-    struct dm_stats *st = &e->nm->cl->stats;
+    struct dm_stats *st = e->nm->cl->stats;
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
@@ -827,7 +827,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
  * time into the name's hold histogram. */
 static void hold_observe(struct dm_entry *e)
 {
-    dm_stats_observe(&e->nm->cl->stats.hold,
+    dm_stats_observe(&e->nm->cl->stats->hold,
                      dm_stats_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
 }
 
