@@ -70,6 +70,15 @@ unsigned dm_slots_keyslot(const char *key, size_t len)
     return crc16(key, len) & (DM_SLOTS_COUNT - 1);
 }
 
+/* "?": the endpoint Redis names for a node whose preferred endpoint it
+ * does not know (cluster-preferred-endpoint-type hostname, none
+ * announced), in CLUSTER SLOTS and in MOVED/ASK ("MOVED 42 ?:7000"): no
+ * address to connect to. */
+static int unknown_host(const char *h, size_t len)
+{
+    return len == 1 && h[0] == '?';
+}
+
 /* The index of host:port, added when new; -1 when the table is full. smu held. */
 static int node_index_locked(const char *host, size_t hlen, int port)
 {
@@ -111,6 +120,28 @@ void dm_slots_stale(void)
     pthread_mutex_unlock(&smu);
 }
 
+/* The address of a node entry of CLUSTER SLOTS ({endpoint, port, id,
+ * {"ip": ..., "hostname": ...}}): its preferred endpoint (an IP, or the
+ * hostname it announces with cluster-preferred-endpoint-type hostname),
+ * else, when that is unknown ("?" or ""), the "ip" of its metadata (Redis
+ * 7 answers "?" for a node that announces no hostname). NULL: none. */
+static const redisReply *endpoint(const redisReply *p)
+{
+    const redisReply *h = p->element[0];
+    if (h->type == REDIS_REPLY_STRING && h->len > 0 && !unknown_host(h->str, h->len))
+        return h;
+    const redisReply *m = p->elements >= 4 ? p->element[3] : NULL;
+    if (!m || m->type != REDIS_REPLY_ARRAY)     /* RESP2: the map as a flat array */
+        return NULL;
+    for (size_t i = 0; i + 1 < m->elements; i += 2) {
+        const redisReply *k = m->element[i], *v = m->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && strcmp(k->str, "ip") == 0 &&
+            v->type == REDIS_REPLY_STRING && v->len > 0 && !unknown_host(v->str, v->len))
+            return v;
+    }
+    return NULL;
+}
+
 int dm_slots_update(const redisReply *r)
 {
     if (!r || r->type != REDIS_REPLY_ARRAY)
@@ -126,11 +157,10 @@ int dm_slots_update(const redisReply *r)
             e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
             continue;
         const redisReply *p = e->element[2];
-        if (p->element[0]->type != REDIS_REPLY_STRING || p->element[0]->len == 0 ||
-            p->element[1]->type != REDIS_REPLY_INTEGER)
-            continue;       /* an unknown endpoint ("" or "?"): asked again later */
-        int n = node_index_locked(p->element[0]->str, p->element[0]->len,
-                                  (int)p->element[1]->integer);
+        const redisReply *host = endpoint(p);
+        if (!host || p->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;       /* no address known for it: asked again later */
+        int n = node_index_locked(host->str, host->len, (int)p->element[1]->integer);
         long long lo = e->element[0]->integer, hi = e->element[1]->integer;
         if (n < 0 || lo < 0 || hi >= DM_SLOTS_COUNT || lo > hi)
             continue;
@@ -211,7 +241,10 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node)
     if (!parse(msg, ask, slot, &h, &hl, &port))
         return 0;
     pthread_mutex_lock(&smu);
-    *node = node_index_locked(h, hl, port);
+    /* "?": the node is not named; the map (which has its IP) is asked again */
+    *node = unknown_host(h, hl) ? -1 : node_index_locked(h, hl, port);
+    if (*node < 0)
+        want_refresh = 1;
     if (!*ask && *node >= 0 && map[*slot] != *node + 1) {
         map[*slot] = (unsigned short)(*node + 1);
         gen++;

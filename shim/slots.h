@@ -43,7 +43,10 @@ int dm_slots_want_refresh(void);
  * the old one is gone: the next dm_slots_want_refresh says yes. */
 void dm_slots_stale(void);
 
-/* Replaces the map with a CLUSTER SLOTS reply. 0, or -1 (a reply of
+/* Replaces the map with a CLUSTER SLOTS reply (each node by its
+ * preferred endpoint, or by the "ip" of its metadata when that is "?":
+ * cluster-preferred-endpoint-type hostname without a hostname announced;
+ * a node of no known address leaves its slots unknown). 0, or -1 (a reply of
  * another shape: the map is kept). The map's generation moves when an
  * owner changes. */
 int dm_slots_update(const redisReply *r);
@@ -56,7 +59,8 @@ unsigned long dm_slots_gen(void);
 /* A redirection error reply: "MOVED <slot> <host>:<port>" or "ASK <slot>
  * <host>:<port>". Returns 1 and fills *ask (1 for ASK), *slot and *node
  * (the node's index, added to the table if new; -1 when the table is
- * full), or 0 when msg is not one. A MOVED also moves the slot in the map
+ * full or the reply names no node: "?:PORT", which asks for a refresh),
+ * or 0 when msg is not one. A MOVED also moves the slot in the map
  * (an ASK does not: the migration is not over) and asks for a refresh. */
 int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node);
 

@@ -83,9 +83,12 @@ static int setup(void **state)
     return 0;
 }
 
+static void endpoint_type(const char *type);
+
 static int teardown(void **state)
 {
     (void)state;
+    endpoint_type("ip");
     th_test_cleanup();
     return 0;
 }
@@ -521,6 +524,66 @@ static void test_a_forced_unlock_hands_over_by_sharded_notice(void **s)
     free(th_finish(h, hout, 0, FINISH_MS));
 }
 
+/* Every running node's cluster-preferred-endpoint-type. */
+static void endpoint_type(const char *type)
+{
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        freeReplyObject(th_cmd(c, "CONFIG SET cluster-preferred-endpoint-type %s", type));
+        redisFree(c);
+    }
+}
+
+/* cluster-preferred-endpoint-type hostname with no hostname announced:
+ * CLUSTER SLOTS names every node "?" (its IP only in the metadata) and a
+ * MOVED says "?:PORT". The node is reached by that IP; "?" is no address
+ * to connect to, and never "no connection" (before: both processes, with
+ * on_redis_down = "local", locked alone on "cannot connect to ?"). */
+static void test_a_node_announced_as_unknown_endpoint_is_reached_by_its_ip(void **s)
+{
+    (void)s;
+    endpoint_type("hostname");      /* teardown sets "ip" back, also after a failure */
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_redis_down = \"local\";\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"rc_qmark\"; } );\n"));
+    static struct th_shim_env e1, e2;
+    char *go = th_go_file(), *hout = th_out_file(), *wout = th_out_file();
+    const char *hold[] = { "once", "lock", "-g", go, NULL };
+    const char *wait[] = { "once", "timed:1500", NULL };
+    pid_t h = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e1, cfgf, rc.url, NULL),
+                              worker_path, hold, hout);
+    th_wait_for(hout, "inside ", FINISH_MS);
+    /* held on the cluster, not in the process alone */
+    int owner = th_rcluster_owner(&rc, (int)dm_slots_keyslot("dmutex:{rc_qmark}", 18));
+    assert_true(owner >= 0);
+    redisContext *c = th_redis_connect(&rc.node[owner]);
+    assert_int_equal(th_cmd_int(c, "EXISTS dmutex:{rc_qmark}"), 1);
+    redisFree(c);
+    pid_t w = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e2, cfgf, rc.url, NULL),
+                              worker_path, wait, wout);
+    char *text = th_finish(w, wout, 0, FINISH_MS);
+    th_assert_has(text, "timed:1500 ETIMEDOUT");
+    free(text);
+    th_touch(go);
+    text = th_finish(h, hout, 0, FINISH_MS);
+    th_assert_has(text, "unlocked 0");
+    free(text);
+    endpoint_type("ip");
+    /* a MOVED to "?:PORT" names no node: the map is asked again instead */
+    struct dm_redis_config cfg = { 0 };
+    struct dm_endpoint seed = { rc.node[0].addr, rc.node[0].port };
+    cfg.cluster = &seed;
+    cfg.ncluster = 1;
+    dm_slots_setup(&cfg);
+    int ask, node, nodes = dm_slots_nnodes();
+    unsigned slot;
+    assert_int_equal(dm_slots_redirect("MOVED 42 ?:7000", &ask, &slot, &node), 1);
+    assert_int_equal(node, -1);
+    assert_int_equal(dm_slots_nnodes(), nodes);
+}
+
 /* Forks while threads lock mapped heap mutexes on the cluster (pools of
  * several nodes, subscriber connections per node, the slot map's mutex):
  * every child forgets its parent's connections, locks on its own and
@@ -775,6 +838,7 @@ int main(void)
         T(test_run_ls_and_acl_work_against_the_cluster),
         T(test_fork_children_lock_on_the_cluster_on_their_own),
         T(test_a_forced_unlock_hands_over_by_sharded_notice),
+        T(test_a_node_announced_as_unknown_endpoint_is_reached_by_its_ip),
         T(test_the_acl_user_of_a_cluster_config_runs_the_counters),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
