@@ -481,7 +481,21 @@ struct dm_conn *dm_redis_get_slot(int slot)
             return conn;
         }
     }
-    return pool_get(node, 0);
+    struct dm_conn *conn = pool_get(node, 0);
+    if (conn->c || conn == &no_memory)
+        return conn;
+    /* The map's owner cannot be reached: it may be gone for good (a
+     * failover this process has not heard of, a node removed), and the
+     * slot live on another node; only when the map asked again still
+     * names it (or no node answers) is it no connection. */
+    if (dm_redis_refresh_slots(why, sizeof why) != 0)
+        return conn;
+    int now = dm_slots_node_of((unsigned)slot);
+    if (now < 0 || now == node)
+        return conn;
+    dm_debug("redis cluster: %s; slot %d is on another node now", conn->errstr, slot);
+    dm_redis_put(conn);
+    return pool_get(now, 0);
 }
 
 int dm_redis_cluster(void)

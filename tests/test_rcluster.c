@@ -799,6 +799,27 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
     int p = th_rcluster_owner(&rc, slot_of_name(1));
     int q = replica_of(p);
     assert_true(p >= 0 && q >= 0);
+    /* This process, with on_redis_down = "local", locks a name of another
+     * shard: it has the slot map, and no connection to p. */
+    static struct dm_config cfg;
+    char err[256];
+    dm_config_defaults(&cfg);
+    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    cfg.on_redis_down = DM_DOWN_LOCAL;
+    dm_cluster_init(&cfg);
+    int other = 0;
+    while (th_rcluster_owner(&rc, slot_of_name(other)) == p)
+        other++;
+    char owner[DM_OWNER_MAX];
+    dm_cluster_owner(owner, 1);
+    struct dm_grant g;
+    char oname[16];
+    snprintf(oname, sizeof oname, "rc%d", other);
+    struct dm_cluster_lock *lo = th_lock_get(oname);
+    th_grant(lo, owner, &g);
+    assert_int_equal(g.local_only, 0);
+    assert_int_equal(dm_cluster_release(lo, owner, g.token), 0);
     long long killed = th_now_ms();
     th_redis_kill(&rc.node[p]);
     long long end = th_now_ms() + OK_MS;
@@ -817,6 +838,19 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
     }
     print_message("the replica took over %lld ms after the kill; its names went on %lld ms "
                   "after the kill\n", took, th_now_ms() - killed);
+    /* Its map still names the dead primary for rc1 (it heard of no
+     * change): a connection refused there is a node gone, not the
+     * cluster down; the map asked again names the promoted replica. A
+     * grant "this process only" now would overlap the workers' holds of
+     * rc1 on the replica. */
+    struct dm_cluster_lock *l1 = th_lock_get("rc1");
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, FINISH_MS);
+    int rc1 = dm_cluster_acquire(l1, owner, &dl, 0, &g);
+    if (rc1 == 0 && g.local_only)
+        fail_msg("rc1 was locked in this process only while %s is its primary",
+                 rc.node[q].url);
+    assert_int_equal(rc1, 0);
+    assert_int_equal(dm_cluster_release(l1, owner, g.token), 0);
     run_check_lost(&r, "killed primary (min_replicas = 0)", 1);
     /* back, as a replica of the new primary, for the tests after this one */
     const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
