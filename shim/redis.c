@@ -267,6 +267,9 @@ static int connect_node(struct dm_conn *conn)
     char primary_text[sizeof addr_text + 64];
     char node_host[DM_SLOTS_HOST_MAX];
     if (dm_slots_enabled()) {
+        /* read before the address: an index given another address in
+         * between makes the connection stale at once, never the reverse */
+        conn->gen = dm_slots_node_epoch(conn->node);
         if (dm_slots_node_addr(conn->node, node_host, sizeof node_host, &port) != 0) {
             set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node %d known", conn->node);
             return -1;
@@ -372,6 +375,8 @@ void dm_redis_set_timeout(struct dm_conn *conn, long ms)
 
 int dm_redis_conn_stale(const struct dm_conn *conn)
 {
+    if (dm_slots_enabled())
+        return conn->c && conn->gen != dm_slots_node_epoch(conn->node);
     return dm_sentinel_enabled() && conn->c && conn->gen != dm_sentinel_gen();
 }
 

@@ -14,7 +14,7 @@
 #include "util.h"
 
 #define DM_SLOTS_COUNT      16384   /* Redis Cluster's hash slots */
-#define DM_SLOTS_NODES_MAX  64      /* distinct node addresses a process keeps */
+#define DM_SLOTS_NODES_MAX  64      /* node addresses a process keeps at once */
 #define DM_SLOTS_HOST_MAX   256     /* bytes of a node's host, with the NUL */
 #define DM_SLOTS_REFRESH_MIN_MS 100 /* a storm of MOVED asks for the map once per this */
 
@@ -68,6 +68,12 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node);
  * for tests. 1 or 0 as dm_slots_redirect. */
 int dm_slots_parse_redirect(const char *msg, int *ask, unsigned *slot, char *host,
                             size_t hostlen, int *port);
+
+/* The epoch of index `node`: moves when the index is given another
+ * address (a full table reuses an index no slot names; seeds never). A
+ * connection made at one epoch is to an address the index may no longer
+ * have (redis and notify drop it). */
+unsigned long dm_slots_node_epoch(int node);
 
 /* Node `node`'s address into host/port; -1 when there is no such node. */
 int dm_slots_node_addr(int node, char *host, size_t hostlen, int *port);

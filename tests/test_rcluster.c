@@ -201,6 +201,55 @@ static void test_slot_map_follows_moved_but_not_ask(void **s)
     assert_int_equal(dm_slots_redirect("ERR nope", &ask, &slot, &node), 0);
 }
 
+/* Node addresses change over a cluster's life (nodes replaced, new IPs):
+ * the table of nodes is bounded, but a full one gives a new address an
+ * index no slot names (not a seed), its epoch moved. Before, the table
+ * only grew: past DM_SLOTS_NODES_MAX addresses a MOVED named no node and
+ * the real map's new nodes were left out (their slots unknown: every lock
+ * there refused for the rest of the process). */
+static void test_a_full_node_table_reuses_indexes_no_slot_names(void **s)
+{
+    (void)s;
+    struct dm_redis_config cfg = { 0 };
+    struct dm_endpoint seed = { rc.node[0].addr, rc.node[0].port };
+    cfg.cluster = &seed;
+    cfg.ncluster = 1;
+    dm_slots_setup(&cfg);
+    int first = -1;
+    unsigned long first_epoch = 0;
+    for (int i = 0; i < 2 * DM_SLOTS_NODES_MAX; i++) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "MOVED 42 10.9.%d.%d:7000", i / 200, i % 200 + 1);
+        int ask, node;
+        unsigned slot;
+        assert_int_equal(dm_slots_redirect(msg, &ask, &slot, &node), 1);
+        if (node < 0)
+            fail_msg("%s: no index for its node (%d nodes known)", msg, dm_slots_nnodes());
+        assert_int_equal(dm_slots_node_of(42), node);
+        assert_true(node > 0);      /* the seed keeps its index */
+        if (i == 0) {
+            first = node;
+            first_epoch = dm_slots_node_epoch(node);
+        }
+    }
+    assert_true(dm_slots_nnodes() <= DM_SLOTS_NODES_MAX);
+    assert_true(dm_slots_node_epoch(first) != first_epoch);    /* reused */
+    redisContext *c = th_redis_connect(&rc.node[0]);
+    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
+    assert_int_equal(dm_slots_update(r), 0);
+    freeReplyObject(r);
+    redisFree(c);
+    for (int slot = 0; slot < DM_SLOTS_COUNT; slot += 997) {
+        char host[64];
+        int port;
+        if (dm_slots_node_addr(dm_slots_node_of((unsigned)slot), host, sizeof host, &port) != 0)
+            fail_msg("slot %d: no node after the map was asked", slot);
+        int o = th_rcluster_owner(&rc, slot);
+        assert_true(o >= 0);
+        assert_int_equal(port, rc.node[o].port);
+    }
+}
+
 /* ---- the counters -------------------------------------------------------- */
 
 static int slot_of_name(int i)
@@ -868,6 +917,7 @@ int main(void)
         T(test_keyslot_of_known_keys_is_the_servers),
         T(test_moved_and_ask_replies_parse),
         T(test_slot_map_follows_moved_but_not_ask),
+        T(test_a_full_node_table_reuses_indexes_no_slot_names),
         T(test_200_names_over_every_shard_count_exactly),
         T(test_run_ls_and_acl_work_against_the_cluster),
         T(test_fork_children_lock_on_the_cluster_on_their_own),
