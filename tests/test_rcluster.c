@@ -28,6 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -633,6 +636,37 @@ static void test_a_node_announced_as_unknown_endpoint_is_reached_by_its_ip(void 
     assert_int_equal(dm_slots_nnodes(), nodes);
 }
 
+/* No node of the cluster can be reached (here: the one seed refuses
+ * connections) in a process that never had the slot map: that is "no
+ * connection", as with one server, and on_redis_down = "local" locks the
+ * process alone. Before, it was taken for a wrong node ("no node owns
+ * slot"): the lock blocked to its deadline. */
+static void test_no_node_reachable_is_no_connection_for_on_redis_down(void **s)
+{
+    (void)s;
+    int sock = socket(AF_INET, SOCK_STREAM, 0);     /* bound, never listening: refused */
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof sa;
+    assert_true(sock >= 0);
+    assert_int_equal(bind(sock, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(sock, (struct sockaddr *)&sa, &len), 0);
+    char url[64];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", ntohs(sa.sin_port));
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_redis_down = \"local\";\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"rc_down\"; } );\n"));
+    static struct th_shim_env e;
+    char *out = th_out_file();
+    const char *once[] = { "once", "timed:3000", NULL };
+    pid_t w = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e, cfgf, url, NULL),
+                              worker_path, once, out);
+    char *text = th_finish(w, out, 0, FINISH_MS);
+    th_assert_has(text, "timed:3000 0 ");
+    th_assert_has(text, "locking this process only");
+    free(text);
+    close(sock);
+}
+
 /* Forks while threads lock mapped heap mutexes on the cluster (pools of
  * several nodes, subscriber connections per node, the slot map's mutex):
  * every child forgets its parent's connections, locks on its own and
@@ -923,6 +957,7 @@ int main(void)
         T(test_fork_children_lock_on_the_cluster_on_their_own),
         T(test_a_forced_unlock_hands_over_by_sharded_notice),
         T(test_a_node_announced_as_unknown_endpoint_is_reached_by_its_ip),
+        T(test_no_node_reachable_is_no_connection_for_on_redis_down),
         T(test_the_acl_user_of_a_cluster_config_runs_the_counters),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
