@@ -734,6 +734,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                          "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
                          refused_by_server(why.err) ? "the server refuses, retrying"
                          : why.err == DM_REDIS_IO ? "no reply, withdrawing the request and retrying"
+                         : why.err == DM_REDIS_WRONG_NODE && l->slot >= 0 ? "not the slot's node (yet), retrying"
                          : why.err == DM_REDIS_WRONG_NODE ? "not the primary, asking the sentinels again"
                                             : "waiting for redis",
                          dm_now_ms() - down_since, down_policy());

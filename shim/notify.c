@@ -573,6 +573,14 @@ static void *notify_main(void *arg)
                 pthread_mutex_unlock(&nmu);
             }
         }
+        for (int i = 0; cluster && i < DM_REDIS_NODES_MAX; i++)
+            if (dm_redis_conn_stale(&subs[i].conn)) {
+                /* its node's index has another address now */
+                subs[i].conn.err = DM_REDIS_IO;
+                snprintf(subs[i].conn.errstr, sizeof subs[i].conn.errstr,
+                         "the node's address was reused for another node");
+                sub_lost(i);
+            }
         if (!cluster && subs[0].conn.c && dm_redis_conn_stale(&subs[0].conn)) {
             /* Sentinel: the primary moved; subscribe on the new one. */
             subs[0].conn.err = DM_REDIS_IO;

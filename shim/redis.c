@@ -266,6 +266,9 @@ static int connect_node(struct dm_conn *conn)
     char primary_text[sizeof addr_text + 64];
     char node_host[DM_SLOTS_HOST_MAX];
     if (dm_slots_enabled()) {
+        /* read before the address: an index given another address in
+         * between makes the connection stale at once, never the reverse */
+        conn->gen = dm_slots_node_epoch(conn->node);
         if (dm_slots_node_addr(conn->node, node_host, sizeof node_host, &port) != 0) {
             set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node %d known", conn->node);
             return -1;
@@ -369,6 +372,8 @@ void dm_redis_set_timeout(struct dm_conn *conn, long ms)
 
 int dm_redis_conn_stale(const struct dm_conn *conn)
 {
+    if (dm_slots_enabled())
+        return conn->c && conn->gen != dm_slots_node_epoch(conn->node);
     return dm_sentinel_enabled() && conn->c && conn->gen != dm_sentinel_gen();
 }
 
@@ -434,16 +439,21 @@ struct dm_conn *dm_redis_get_node(int node)
  * (refused, or a connect timeout away) is not tried first every time. */
 static int refresh_from;
 
-int dm_redis_refresh_slots(char *err, size_t errlen)
+/* dm_redis_refresh_slots; *noconn: 1 when no node could be connected
+ * to at all (the cluster is out of reach: "no connection"). */
+static int refresh_slots(char *err, size_t errlen, int *noconn)
 {
     int n = dm_slots_nnodes();
     int first = __atomic_load_n(&refresh_from, __ATOMIC_RELAXED);
     snprintf(err, errlen, "redis cluster: no node known");
+    *noconn = 1;
     for (int k = 0; k < n; k++) {
         int i = (first + k) % n;
         struct dm_conn *conn = pool_get(i, 0);
         redisReply *r = dm_redis_command(conn, "CLUSTER SLOTS");
         int ok = r && dm_slots_update(r) == 0;
+        if (conn->c || conn->err != DM_REDIS_NOCONN)
+            *noconn = 0;
         if (!ok)
             snprintf(err, errlen, "%s", conn->errstr[0] ? conn->errstr
                                                         : "unexpected reply to CLUSTER SLOTS");
@@ -458,6 +468,12 @@ int dm_redis_refresh_slots(char *err, size_t errlen)
     return -1;
 }
 
+int dm_redis_refresh_slots(char *err, size_t errlen)
+{
+    int noconn;
+    return refresh_slots(err, errlen, &noconn);
+}
+
 struct dm_conn *dm_redis_get_slot(int slot)
 {
     if (!dm_slots_enabled() || slot < 0)
@@ -467,18 +483,39 @@ struct dm_conn *dm_redis_get_slot(int slot)
         dm_debug("redis cluster: slot map not refreshed: %s", why);
     int node = dm_slots_node_of((unsigned)slot);
     if (node < 0) {
-        if (dm_redis_refresh_slots(why, sizeof why) == 0)
+        int noconn = 0;
+        if (refresh_slots(why, sizeof why, &noconn) == 0)
             node = dm_slots_node_of((unsigned)slot);
         if (node < 0) {
             struct dm_conn *conn = calloc(1, sizeof *conn);
             if (!conn)
                 return &no_memory;
-            set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node owns slot %d (%s)", slot,
-                    why);
+            /* No node could even be connected to: the cluster is out of
+             * reach, as a single server that refuses (on_redis_down). */
+            if (noconn)
+                set_err(conn, DM_REDIS_NOCONN, "redis cluster: no node can be reached for "
+                        "slot %d (%s)", slot, why);
+            else
+                set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node owns slot %d (%s)",
+                        slot, why);
             return conn;
         }
     }
-    return pool_get(node, 0);
+    struct dm_conn *conn = pool_get(node, 0);
+    if (conn->c || conn == &no_memory)
+        return conn;
+    /* The map's owner cannot be reached: it may be gone for good (a
+     * failover this process has not heard of, a node removed), and the
+     * slot live on another node; only when the map asked again still
+     * names it (or no node answers) is it no connection. */
+    if (dm_redis_refresh_slots(why, sizeof why) != 0)
+        return conn;
+    int now = dm_slots_node_of((unsigned)slot);
+    if (now < 0 || now == node)
+        return conn;
+    dm_debug("redis cluster: %s; slot %d is on another node now", conn->errstr, slot);
+    dm_redis_put(conn);
+    return pool_get(now, 0);
 }
 
 int dm_redis_cluster(void)
