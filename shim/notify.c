@@ -60,6 +60,8 @@ struct dm_notify_chan {
     unsigned char on_work;
     unsigned char dead;
     unsigned char resubscribe;          /* wanted again while UNSUBSCRIBING */
+    unsigned char again;                /* subscribed again after a loss or a move: the
+                                         * count moves once more when it is confirmed */
     int slot;                           /* Redis Cluster: the slot of the name; -1 otherwise */
     int sub_node;                       /* the connection (S)SUBSCRIBE went on (0 without a cluster) */
     char name[];
@@ -206,6 +208,7 @@ static void chan_reset(struct dm_notify_chan *ch)
     ch->resubscribe = 0;
     if (ch->state != CHAN_IDLE) {
         ch->state = CHAN_WANTED;
+        ch->again = 1;
         work_push_locked(ch);
     }
 }
@@ -310,6 +313,7 @@ static void do_work_locked(void)
 static void resubscribe_locked(struct dm_notify_chan *ch)
 {
     ch->seq++;
+    ch->again = 1;
     ch->state = CHAN_WANTED;
     work_push_locked(ch);
     resend_ms = dm_now_ms() + DM_NOTIFY_RESEND_MS;
@@ -357,6 +361,7 @@ static void follow_map_locked(void)
             }
             ch->resubscribe = 0;
             ch->seq++;
+            ch->again = 1;
             ch->state = CHAN_WANTED;
             work_push_locked(ch);
         }
@@ -415,8 +420,16 @@ static void on_reply(redisReply *r, int node)
     } else if (ch->sub_node != node) {
         /* a reply about a subscription left on a node the slot moved from */
     } else if (strcmp(kind, "subscribe") == 0) {
-        if (ch->state == CHAN_SENT)
+        if (ch->state == CHAN_SENT) {
             ch->state = CHAN_SUBSCRIBED;
+            /* A waiter that read the count between the loss (or the move)
+             * and now slept on a channel nobody delivered to: a notice
+             * sent meanwhile is lost, so its count moves now too. */
+            if (ch->again) {
+                ch->again = 0;
+                ch->seq++;
+            }
+        }
     } else if (strcmp(kind, "unsubscribe") == 0 && ch->state == CHAN_UNSUBSCRIBING) {
         if (ch->dead) {
             unlink_locked(ch);

@@ -42,7 +42,9 @@ unsigned long dm_notify_seq(struct dm_notify_chan *ch);
 
 /* Sleeps until the count differs from `seen` (0) or timeout_ms passes
  * (ETIMEDOUT). The count also moves when the subscriber connection is lost
- * and remade, so that no waiter sleeps through a notice it could not get. */
+ * and again when the channel's subscription is confirmed anew (after a
+ * loss, or a slot's move with a cluster), so that no waiter sleeps through
+ * a notice it could not get, whenever it read the count. */
 int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_ms);
 
 /* Moves the channel's count and wakes its waiters, as a message on it
