@@ -115,7 +115,7 @@ static struct dm_cluster_lock *lock_new(const char *name)
     return l;
 }
 
-struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
+static struct dm_cluster_lock *record_get(const char *name, int cond)
 {
     size_t h = dm_hash_bytes(name, strlen(name));
     pthread_mutex_lock(&locks_mu);
@@ -133,8 +133,22 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
         free(l);
         l = NULL;
     }
+    if (l && cond)
+        l->is_cond = 1;
+    else if (l)
+        l->is_lock = 1;
     pthread_mutex_unlock(&locks_mu);
     return l;
+}
+
+struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
+{
+    return record_get(name, 0);
+}
+
+struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
+{
+    return record_get(name, 1);
 }
 
 void dm_cluster_lock_put(struct dm_cluster_lock *l)

@@ -42,6 +42,8 @@ struct dm_cluster_lock {
                            share the name and the holder's threads may keep it busy) */
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
+    int is_lock;        /* got as a lock (dm_cluster_lock_get): metrics show its lock counters */
+    int is_cond;        /* got for a condition variable (dm_cluster_cond_get): its cond counters */
     unsigned refs;      /* under the table's mutex */
     struct dm_stats stats;      /* the name's counters (stats.h); zero in a fork child */
     char strs[];        /* the strings above */
@@ -66,6 +68,11 @@ const struct dm_config *dm_cluster_config(void);
 /* The interned record for `name`, with one more reference (O(1), no I/O);
  * NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
+
+/* The same record for a listed condition variable's name (conds): its
+ * keys give the cond's channel, and the metrics show it as a cond, not as a
+ * lock (a name used for both is shown as both). */
+struct dm_cluster_lock *dm_cluster_cond_get(const char *name);
 
 /* Drops a reference. The last one frees the record and drops its notify
  * channels (unsubscribed by the subscriber thread). The caller must be the

@@ -1056,7 +1056,7 @@ static struct dm_cond_name *cond_name_get(const char *name)
     while (cn && strcmp(cn->cl->name, name) != 0)
         cn = cn->next;
     if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
-        cn->cl = dm_cluster_lock_get(name);
+        cn->cl = dm_cluster_cond_get(name);
         cn->ch = cn->cl ? dm_notify_chan(cn->cl->keys[DM_KEY_COND]) : NULL;
         if (!cn->ch) {
             dm_cluster_lock_put(cn->cl);
@@ -1149,6 +1149,7 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
     int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
     if (in_shim)
         return r;
+    dm_stats_add(&ce->cn->cl->stats.cond_signals, 1);
     dm_notify_bump(ce->cn->ch);
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
@@ -1232,6 +1233,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     int subscribed = dm_notify_subscribe(ch, sub_ms) == 0;
     unsigned long seen = dm_notify_seq(ch);
     if (cw.mapped) {
+        hold_observe(e);
         cw.w.depth = e->depth;
         __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
         e->depth = 0;

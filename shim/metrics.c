@@ -58,6 +58,7 @@ struct row {
     char name[DM_NAME_MAX + 1];
     struct dm_stats st;
     uint64_t lock_calls;        /* the wait histogram's count */
+    int is_lock, is_cond;       /* a lock's name, a listed condition variable's (or both) */
 };
 
 struct snapshot {
@@ -85,6 +86,8 @@ static void take_row(const struct dm_cluster_lock *l, void *arg)
     snprintf(r->name, sizeof r->name, "%s", l->name);
     dm_stats_copy(&r->st, &l->stats);
     r->lock_calls = dm_stats_count(&r->st.wait);
+    r->is_lock = l->is_lock;
+    r->is_cond = l->is_cond;
 }
 
 static int by_name(const void *a, const void *b)
@@ -208,6 +211,21 @@ static const struct {
       offsetof(struct row, st.held) },
 };
 
+/* The same for a listed condition variable's name (rows with is_cond). */
+static const struct {
+    const char *metric, *type, *help;
+    size_t off;                 /* into struct row */
+} cond_scalars[] = {
+    { "dmutex_cond_signals_total", "counter",
+      "pthread_cond_signal and pthread_cond_broadcast calls on the condition variables of the "
+      "name.", offsetof(struct row, st.cond_signals) },
+    { "dmutex_cond_signals_lost_total", "counter",
+      "Of those, the ones whose PUBLISH reached no other process (Redis unreachable or "
+      "refusing).", offsetof(struct row, st.cond_lost) },
+    { "dmutex_cond_waits_total", "counter",
+      "Waits on the condition variables of the name.", offsetof(struct row, st.cond_waits) },
+};
+
 static void put_hist(struct buf *b, const char *metric, const struct dm_hist *h, const char *name,
                      const char *pid)
 {
@@ -240,6 +258,8 @@ static void format(struct buf *b, const struct snapshot *s, const char *pid)
     for (size_t k = 0; k < sizeof scalars / sizeof scalars[0]; k++) {
         put_family(b, scalars[k].metric, scalars[k].type, scalars[k].help);
         for (size_t i = 0; i < s->n; i++) {
+            if (!s->rows[i].is_lock)
+                continue;
             put(b, "%s", scalars[k].metric);
             put_labels(b, s->rows[i].name, pid);
             put(b, "} %llu\n", (unsigned long long)*(const uint64_t *)
@@ -249,11 +269,24 @@ static void format(struct buf *b, const struct snapshot *s, const char *pid)
     put_family(b, "dmutex_wait_seconds", "histogram",
                "Time from a lock call to holding the mutex and the cluster lock.");
     for (size_t i = 0; i < s->n; i++)
-        put_hist(b, "dmutex_wait_seconds", &s->rows[i].st.wait, s->rows[i].name, pid);
+        if (s->rows[i].is_lock)
+            put_hist(b, "dmutex_wait_seconds", &s->rows[i].st.wait, s->rows[i].name, pid);
     put_family(b, "dmutex_hold_seconds", "histogram",
                "Time from holding a mutex to its unlock (or to a condition wait on it).");
     for (size_t i = 0; i < s->n; i++)
-        put_hist(b, "dmutex_hold_seconds", &s->rows[i].st.hold, s->rows[i].name, pid);
+        if (s->rows[i].is_lock)
+            put_hist(b, "dmutex_hold_seconds", &s->rows[i].st.hold, s->rows[i].name, pid);
+    for (size_t k = 0; k < sizeof cond_scalars / sizeof cond_scalars[0]; k++) {
+        put_family(b, cond_scalars[k].metric, cond_scalars[k].type, cond_scalars[k].help);
+        for (size_t i = 0; i < s->n; i++) {
+            if (!s->rows[i].is_cond)
+                continue;
+            put(b, "%s", cond_scalars[k].metric);
+            put_labels(b, s->rows[i].name, pid);
+            put(b, "} %llu\n", (unsigned long long)*(const uint64_t *)
+                ((const char *)&s->rows[i] + cond_scalars[k].off));
+        }
+    }
     put(b, "# EOF\n");
 }
 
@@ -419,6 +452,12 @@ static void summary(const struct snapshot *s)
 {
     for (size_t i = 0; i < s->n; i++) {
         const struct dm_stats *st = &s->rows[i].st;
+        if (s->rows[i].is_cond)
+            dm_log(DM_LOG_INFO, "exit: cond %s: %llu signals (%llu reached no other process), "
+                   "%llu waits", s->rows[i].name, (unsigned long long)st->cond_signals,
+                   (unsigned long long)st->cond_lost, (unsigned long long)st->cond_waits);
+        if (!s->rows[i].is_lock)
+            continue;
         char p50[32];
         median_words(&st->wait, p50, sizeof p50);
         dm_log(DM_LOG_INFO, "exit: lock %s: %llu lock calls, %llu cluster acquisitions "
