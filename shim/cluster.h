@@ -136,13 +136,26 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
 /* A condition variable's signal (broadcast = 0) or broadcast to every
- * process: one PUBLISH of "<process id> signal|broadcast" on l's
- * NS:{NAME}:cond channel (l is the record of the cond's name), awaited
- * on a pooled connection. Returns how many subscribers got it (>= 0), or
- * -1 when Redis could not be reached or refused (logged every few
- * seconds with the name, the address and the cause): remote waiters then
- * wake at their deadline or their subscriber's reconnect. */
+ * process: one PUBLISH of "<process id> signal" or "<process id>
+ * broadcast" on l's NS:{NAME}:cond channel (l is the record of the cond's
+ * name), awaited on a pooled connection; a failure faster than any timeout
+ * (a dead pooled connection, a refused connect) is tried once more on a new
+ * connection. Returns how many subscribers got it (>= 0), or -1 when it
+ * reached nobody: Redis could not be reached or refused, or did not answer
+ * a moment ago (dm_cluster_cond_down: not tried); logged at warning every
+ * few seconds with the name, the address and the cause, and counted
+ * (cond_lost). Remote waiters then wake at their deadline or their
+ * subscriber's reconnect. */
 long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast);
+
+/* Condition variables while Redis is down: the outcome of a cond's Redis
+ * call (a publish, a waiter's subscription; `took_ms` what it cost) and
+ * whether one failed a moment ago. After a failure none is tried again for
+ * a backoff (DM_BACKOFF_MIN_MS doubling, at least twice took_ms, at most
+ * DM_COND_DOWN_MAX_MS); a success ends it. Lock-free, no I/O. */
+#define DM_COND_DOWN_MAX_MS 5000
+void dm_cluster_cond_outcome(int ok, long took_ms);
+int dm_cluster_cond_down(void);
 
 /* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes the lock table's mutex, so that the child never sees the table

@@ -29,7 +29,8 @@ void dm_notify_chan_put(struct dm_notify_chan *ch);
 /* Makes sure the channel is subscribed, starting the subscriber thread on
  * first need. Returns 0 once the server has confirmed the subscription, or
  * ETIMEDOUT after timeout_ms (server unreachable: the caller falls back to
- * timed retries). */
+ * timed retries), or EAGAIN at once when the subscriber's last connect to
+ * the node failed (it keeps trying on its own). */
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms);
 
 /* Is the channel subscribed right now (a waiter may then skip the extra

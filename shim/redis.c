@@ -387,12 +387,14 @@ static struct dm_conn no_memory = { .c = NULL, .err = DM_REDIS_NOCONN,
                                     .errstr = "out of memory" };
 
 /* A pooled connection to node `node` (0 without a cluster); `any`: with
- * a cluster, another node will do when that one cannot be reached. */
-static struct dm_conn *pool_get(int node, int any)
+ * a cluster, another node will do when that one cannot be reached;
+ * `fresh`: a new connection, none of the idle ones (they may all be as
+ * stale as the one that just failed). */
+static struct dm_conn *pool_get(int node, int any, int fresh)
 {
-    struct dm_conn *conn;
+    struct dm_conn *conn = NULL;
     struct pool *pl = &pools[node >= 0 && node < DM_SLOTS_NODES_MAX ? node : 0];
-    for (;;) {
+    while (!fresh) {
         pthread_mutex_lock(&pool_mu);
         conn = pl->idle;
         if (conn) {
@@ -425,12 +427,12 @@ static struct dm_conn *pool_get(int node, int any)
 
 struct dm_conn *dm_redis_get(void)
 {
-    return pool_get(0, 1);
+    return pool_get(0, 1, 0);
 }
 
 struct dm_conn *dm_redis_get_node(int node)
 {
-    return pool_get(node, 0);
+    return pool_get(node, 0, 0);
 }
 
 /* The map is asked first of the node that answered last: a dead node
@@ -444,7 +446,7 @@ int dm_redis_refresh_slots(char *err, size_t errlen)
     snprintf(err, errlen, "redis cluster: no node known");
     for (int k = 0; k < n; k++) {
         int i = (first + k) % n;
-        struct dm_conn *conn = pool_get(i, 0);
+        struct dm_conn *conn = pool_get(i, 0, 0);
         redisReply *r = dm_redis_command(conn, "CLUSTER SLOTS");
         int ok = r && dm_slots_update(r) == 0;
         if (!ok)
@@ -461,10 +463,10 @@ int dm_redis_refresh_slots(char *err, size_t errlen)
     return -1;
 }
 
-struct dm_conn *dm_redis_get_slot(int slot)
+static struct dm_conn *get_slot(int slot, int fresh)
 {
     if (!dm_slots_enabled() || slot < 0)
-        return dm_redis_get();
+        return pool_get(0, 1, fresh);
     char why[DM_ERR_MAX];
     if (dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
         dm_debug("redis cluster: slot map not refreshed: %s", why);
@@ -481,7 +483,17 @@ struct dm_conn *dm_redis_get_slot(int slot)
             return conn;
         }
     }
-    return pool_get(node, 0);
+    return pool_get(node, 0, fresh);
+}
+
+struct dm_conn *dm_redis_get_slot(int slot)
+{
+    return get_slot(slot, 0);
+}
+
+struct dm_conn *dm_redis_get_slot_new(int slot)
+{
+    return get_slot(slot, 1);
 }
 
 int dm_redis_cluster(void)
@@ -715,7 +727,7 @@ static int is_noscript(const redisReply *r)
  * cluster, and on_redis_down = "local" must not lock alone on it). */
 static int redirect(struct dm_conn *conn, int node)
 {
-    struct dm_conn *x = pool_get(node, 0);
+    struct dm_conn *x = pool_get(node, 0, 0);
     if (x == &no_memory || !x->c) {
         set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: redirected to a node that cannot "
                 "be reached: %s", x->errstr);
