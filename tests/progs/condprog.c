@@ -62,13 +62,15 @@
  *                        rb_lock (robust), all mapped, and ec_plain
  *                        (error-checking, unmapped), none of them held:
  *                        "eperm NAME RC"
- *   robust               A: a thread locks rb_lock and ends; main locks it
+ *   robust [local]       A: a thread locks rb_lock and ends; main locks it
  *                        (EOWNERDEAD), waits 300 ms on not_empty without
  *                        making it consistent: "A lock RC", "A wait RC",
- *                        "A relock RC". B: main locks rb2_lock and waits
+ *                        "A relock RC", "A token T" (0: the shim holds
+ *                        nothing of it). B: main locks rb2_lock and waits
  *                        1.5 s on not_empty; meanwhile a thread locks it
  *                        and ends: "B wait RC", "B consistent RC", "B
- *                        unlock RC"
+ *                        unlock RC" (local: the waits are on local_cond,
+ *                        unlisted)
  *   down-loop N MS       N times: plain_lock, a timed wait of MS on
  *                        not_empty, unlock, signal not_empty; a helper
  *                        thread locks plain_lock as soon as the waiter has
@@ -502,7 +504,7 @@ static void *lock_when_waiting_and_end(void *arg)
     }
 }
 
-static void robust(void)
+static void robust(pthread_cond_t *c)
 {
     pthread_t t;
     if (pthread_create(&t, NULL, lock_and_end, &rb_lock) != 0)
@@ -510,18 +512,19 @@ static void robust(void)
     pthread_join(t, NULL);
     say("A lock %s", ename(pthread_mutex_lock(&rb_lock)));
     struct timespec dl = deadline_in(CLOCK_REALTIME, 300);
-    int r = pthread_cond_timedwait(&not_empty, &rb_lock, &dl);
+    int r = pthread_cond_timedwait(c, &rb_lock, &dl);
     say("A wait %s", ename(r));
     if (r == 0 || r == ETIMEDOUT || r == EOWNERDEAD)
         pthread_mutex_unlock(&rb_lock);
     say("A relock %s", ename(pthread_mutex_lock(&rb_lock)));
+    say("A token %llu", dmutex_token ? (unsigned long long)dmutex_token(&rb_lock) : 0ULL);
 
     pthread_mutex_lock(&rb2_lock);
     b_waiting = 1;
     if (pthread_create(&t, NULL, lock_when_waiting_and_end, NULL) != 0)
         exit(1);
     dl = deadline_in(CLOCK_REALTIME, 1500);
-    r = pthread_cond_timedwait(&not_empty, &rb2_lock, &dl);
+    r = pthread_cond_timedwait(c, &rb2_lock, &dl);
     b_waiting = 0;
     pthread_join(t, NULL);
     say("B wait %s", ename(r));
@@ -637,7 +640,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "eperm") == 0)
         eperm();
     else if (strcmp(mode, "robust") == 0)
-        robust();
+        robust(argc > 5 && strcmp(argv[5], "local") == 0 ? &local_cond : &not_empty);
     else if (strcmp(mode, "down-loop") == 0 && argc > 6)
         down_loop(atoi(argv[5]), atol(argv[6]));
     else {
