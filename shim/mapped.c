@@ -992,6 +992,15 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
         r = dm_real.cond_clockwait(c, m, clk, abstime);
     pthread_cleanup_pop(0);
 
+    /* glibc's re-lock: ENOTRECOVERABLE leaves the mutex not held, so
+     * nothing is joined; one the shim made unrecoverable meanwhile is
+     * given back with the same answer (lock_both's). */
+    if (r == ENOTRECOVERABLE)
+        return r;
+    if (r != EOWNERDEAD && e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+        dm_real.mutex_unlock(m);
+        return ENOTRECOVERABLE;
+    }
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
@@ -1001,7 +1010,8 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
     pthread_setcancelstate(cs, NULL);
     if (w.real_dead)
         return EOWNERDEAD;
-    if (w.dead && is_robust(m)) {
+    if ((w.dead || e->dead_pending) && is_robust(m)) {
+        e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
     }
