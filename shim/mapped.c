@@ -1083,6 +1083,15 @@ static struct dm_cond_name *cond_name_get(const char *name)
     return cn;
 }
 
+/* One more reference to a record the caller knows is alive (a waiter's,
+ * for the length of its wait). */
+static void cond_name_ref(struct dm_cond_name *cn)
+{
+    pthread_mutex_lock(&conds_mu);
+    cn->refs++;
+    pthread_mutex_unlock(&conds_mu);
+}
+
 /* Drops a reference; the last one unsubscribes the channel and frees. */
 static void cond_name_put(struct dm_cond_name *cn)
 {
@@ -1176,14 +1185,35 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
 struct cond_cluster_wait {
     struct cond_wait w;
     int mapped;                 /* w.e is a mapped mutex whose hold was given back */
+    int relock_err;             /* the mutex could not be taken back: ENOTRECOVERABLE */
+    struct dm_cond_name *cn;    /* referenced for the wait (see below) */
 };
 
+/* The mutex back, as glibc's wait takes it: EOWNERDEAD (held, its owner
+ * died) is passed on; ENOTRECOVERABLE (not held) too, and then nothing is
+ * joined; a mapped robust mutex the shim made unrecoverable meanwhile (its
+ * locker unlocked it inconsistent) is given back, ENOTRECOVERABLE, as
+ * lock_both does. Then the waiter's reference to the cond's name goes: a
+ * cond may be destroyed as soon as its waiters are woken (POSIX lets a
+ * program destroy it right after its broadcast), and the channel this
+ * waiter slept on must outlive the waiter's last look at it. */
 static void cond_cluster_retake(struct cond_cluster_wait *cw)
 {
-    if (dm_real.mutex_lock(cw->w.m) == EOWNERDEAD)
+    int r = dm_real.mutex_lock(cw->w.m);
+    if (r == EOWNERDEAD) {
         cw->w.real_dead = 1;
-    if (cw->mapped)
+    } else if (r != 0) {
+        cw->relock_err = r;
+    } else if (cw->mapped && cw->w.e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+        dm_real.mutex_unlock(cw->w.m);
+        cw->relock_err = ENOTRECOVERABLE;
+    }
+    if (cw->mapped && !cw->relock_err)
         cond_rejoin(&cw->w);
+    if (cw->cn) {
+        cond_name_put(cw->cn);
+        cw->cn = NULL;
+    }
 }
 
 static void cond_cluster_cancelled(void *arg)
@@ -1227,20 +1257,38 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     }
     unsigned long me = self_seq();
     struct dm_entry *e = dm_mapped_find(m);
-    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0 };
+    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0, 0, NULL };
     cw.mapped = e && __atomic_load_n(&e->holder, __ATOMIC_RELAXED) == me;
+    /* glibc refuses a wait on an error-checking, recursive or robust
+     * mutex the thread does not own (EPERM), before it waits; a mapped
+     * one's owner is known here, an unmapped one's unlock below says. */
+    if (e && !cw.mapped && !foreign_unlock_ok(m))
+        return EPERM;
 
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
+    struct dm_cond_name *cn = ce->cn;
+    cond_name_ref(cn);
+    cw.cn = cn;
+    dm_stats_add(&cn->cl->stats.cond_waits, 1);
     /* Subscribed and counted before anything is let go: from here on no
-     * signal of any process can be missed. */
-    struct dm_notify_chan *ch = ce->cn->ch;
+     * signal of any process can be missed. While Redis failed a moment
+     * ago (dm_cluster_cond_down) nothing is waited for: the mutex is not
+     * held for a timeout per call; the subscription is made in the
+     * background, and the sleep is cut short below. */
+    struct dm_notify_chan *ch = cn->ch;
     long sub_ms = mcfg->redis.command_timeout_ms;   /* cut to the deadline: a timed wait */
     long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
     if (left >= 0 && left < sub_ms)
         sub_ms = left;
-    int subscribed = dm_notify_subscribe(ch, sub_ms) == 0;
+    if (dm_cluster_cond_down())
+        sub_ms = 0;
+    long long sub_t0 = dm_now_ms();
+    int sr = dm_notify_subscribe(ch, sub_ms);
+    int subscribed = sr == 0;
+    if (subscribed || sr == EAGAIN || (sr != 0 && sub_ms == mcfg->redis.command_timeout_ms))
+        dm_cluster_cond_outcome(subscribed, (long)(dm_now_ms() - sub_t0));
     unsigned long seen = dm_notify_seq(ch);
     if (cw.mapped) {
         hold_observe(e);
@@ -1249,7 +1297,16 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         e->depth = 0;
         name_leave(e->nm);      /* a hold lost meanwhile was reported; no EPERM here */
     }
-    dm_real.mutex_unlock(m);
+    int ur = dm_real.mutex_unlock(m);
+    if (ur != 0) {
+        /* Not this thread's to let go of (EPERM): glibc's answer, nothing waited. */
+        if (cw.mapped)
+            cond_rejoin(&cw.w);
+        cond_name_put(cn);
+        in_shim--;
+        pthread_setcancelstate(cs, NULL);
+        return ur;
+    }
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
     in_shim--;
@@ -1279,9 +1336,12 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     cond_cluster_retake(&cw);
     in_shim--;
     pthread_setcancelstate(cs, NULL);
+    if (cw.relock_err)
+        return cw.relock_err;
     if (cw.w.real_dead)
         return EOWNERDEAD;
-    if (cw.mapped && cw.w.dead && is_robust(m)) {
+    if (cw.mapped && (cw.w.dead || e->dead_pending) && is_robust(m)) {
+        e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
     }
