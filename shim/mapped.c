@@ -1271,7 +1271,6 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     struct dm_cond_name *cn = ce->cn;
     cond_name_ref(cn);
     cw.cn = cn;
-    dm_stats_add(&cn->cl->stats.cond_waits, 1);
     /* Subscribed and counted before anything is let go: from here on no
      * signal of any process can be missed. While Redis failed a moment
      * ago (dm_cluster_cond_down) nothing is waited for: the mutex is not
@@ -1307,6 +1306,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         pthread_setcancelstate(cs, NULL);
         return ur;
     }
+    dm_stats_add(&cn->cl->stats.cond_waits, 1);
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
     in_shim--;
