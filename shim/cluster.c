@@ -822,34 +822,44 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
  * (doubling from DM_BACKOFF_MIN_MS, at least twice what the failure took,
  * at most DM_COND_DOWN_MAX_MS), so that a program signalling and waiting
  * under its own mutex does not pay a connect or command timeout per call.
- * Process-wide, lock-free (two atomics: a race between two failures only
- * picks one of their periods). */
-static long long cond_down_until;       /* CLOCK_MONOTONIC ms; 0: up */
-static long cond_down_ms;               /* the last period; 0 after a success */
+ * Per node (the one without a cluster; with one, the node of the cond's
+ * slot: a node down does not silence the conds of the others), lock-free
+ * (two atomics each: a race between two failures only picks one of their
+ * periods). */
+static long long cond_down_until[DM_REDIS_NODES_MAX];  /* CLOCK_MONOTONIC ms; 0: up */
+static long cond_down_ms[DM_REDIS_NODES_MAX];          /* the last period; 0 after a success */
 
-int dm_cluster_cond_down(void)
+static int cond_node(const struct dm_cluster_lock *l)
 {
-    long long until = __atomic_load_n(&cond_down_until, __ATOMIC_RELAXED);
+    int node = dm_redis_node_cached(l->slot);
+    return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
+}
+
+int dm_cluster_cond_down(const struct dm_cluster_lock *l)
+{
+    long long until = __atomic_load_n(&cond_down_until[cond_node(l)], __ATOMIC_RELAXED);
     return until != 0 && dm_now_ms() < until;
 }
 
-void dm_cluster_cond_outcome(int ok, long took_ms)
+void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms)
 {
+    int node = cond_node(l);
     if (ok) {
-        if (__atomic_load_n(&cond_down_until, __ATOMIC_RELAXED) != 0) {
-            __atomic_store_n(&cond_down_ms, 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&cond_down_until, 0, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&cond_down_until[node], __ATOMIC_RELAXED) != 0) {
+            __atomic_store_n(&cond_down_ms[node], 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&cond_down_until[node], 0, __ATOMIC_RELAXED);
         }
         return;
     }
-    long d = __atomic_load_n(&cond_down_ms, __ATOMIC_RELAXED);
+    long d = __atomic_load_n(&cond_down_ms[node], __ATOMIC_RELAXED);
     d = d > 0 ? 2 * d : DM_BACKOFF_MIN_MS;
     if (d < 2 * took_ms)
         d = 2 * took_ms;
     if (d > DM_COND_DOWN_MAX_MS)
         d = DM_COND_DOWN_MAX_MS;
-    __atomic_store_n(&cond_down_ms, d, __ATOMIC_RELAXED);
-    __atomic_store_n(&cond_down_until, dm_now_ms() + d - dm_jitter(d / 4), __ATOMIC_RELAXED);
+    __atomic_store_n(&cond_down_ms[node], d, __ATOMIC_RELAXED);
+    __atomic_store_n(&cond_down_until[node], dm_now_ms() + d - dm_jitter(d / 4),
+                     __ATOMIC_RELAXED);
 }
 
 /* One (S)PUBLISH on a connection; its subscriber count, or -1 with the
@@ -882,7 +892,7 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
     const char *what = broadcast ? "broadcast" : "signal";
     char msg[sizeof process_id + 16];
     snprintf(msg, sizeof msg, "%s %s", process_id, what);
-    if (dm_cluster_cond_down()) {
+    if (dm_cluster_cond_down(l)) {
         dm_stats_add(&l->stats.cond_lost, 1);
         dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                      "condition variable %s: the %s reached no other process (redis at %s "
@@ -924,7 +934,7 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
     int outage = n < 0 && (why.err == DM_REDIS_NOCONN || why.err == DM_REDIS_IO ||
                            why.err == DM_REDIS_TLS || why.err == DM_REDIS_WRONG_NODE);
     if (n >= 0 || outage)
-        dm_cluster_cond_outcome(n >= 0, (long)(dm_now_ms() - start));
+        dm_cluster_cond_outcome(l, n >= 0, (long)(dm_now_ms() - start));
     if (n < 0) {
         dm_stats_add(&l->stats.cond_lost, 1);
         dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,

@@ -148,14 +148,15 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
  * subscriber's reconnect. */
 long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast);
 
-/* Condition variables while Redis is down: the outcome of a cond's Redis
- * call (a publish, a waiter's subscription; `took_ms` what it cost) and
- * whether one failed a moment ago. After a failure none is tried again for
- * a backoff (DM_BACKOFF_MIN_MS doubling, at least twice took_ms, at most
- * DM_COND_DOWN_MAX_MS); a success ends it. Lock-free, no I/O. */
+/* Condition variables while Redis is down: the outcome of a Redis call for
+ * cond name l (a publish, a waiter's subscription; `took_ms` what it cost)
+ * and whether one failed a moment ago on l's node (the server; with Redis
+ * Cluster the primary of l's slot). After a failure none is tried there
+ * again for a backoff (DM_BACKOFF_MIN_MS doubling, at least twice took_ms,
+ * at most DM_COND_DOWN_MAX_MS); a success ends it. Lock-free, no I/O. */
 #define DM_COND_DOWN_MAX_MS 5000
-void dm_cluster_cond_outcome(int ok, long took_ms);
-int dm_cluster_cond_down(void);
+void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms);
+int dm_cluster_cond_down(const struct dm_cluster_lock *l);
 
 /* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes the lock table's mutex, so that the child never sees the table

@@ -1281,13 +1281,13 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
     if (left >= 0 && left < sub_ms)
         sub_ms = left;
-    if (dm_cluster_cond_down())
+    if (dm_cluster_cond_down(cn->cl))
         sub_ms = 0;
     long long sub_t0 = dm_now_ms();
     int sr = dm_notify_subscribe(ch, sub_ms);
     int subscribed = sr == 0;
     if (subscribed || sr == EAGAIN || (sr != 0 && sub_ms == mcfg->redis.command_timeout_ms))
-        dm_cluster_cond_outcome(subscribed, (long)(dm_now_ms() - sub_t0));
+        dm_cluster_cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
     unsigned long seen = dm_notify_seq(ch);
     if (cw.mapped) {
         hold_observe(e);
