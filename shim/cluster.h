@@ -41,6 +41,10 @@ struct dm_cluster_stats {
                                        counters, oldest first; once unlinked: the
                                        list to free */
     int live;                       /* a record of the name exists (relaxed atomic) */
+    int is_lock;        /* got as a lock (dm_cluster_lock_get): metrics show its lock
+                           counters (set once under the table mutex, read relaxed) */
+    int is_cond;        /* got for a condition variable (dm_cluster_cond_get): its cond
+                           counters (a name used for both is shown as both) */
     struct dm_stats st;
     char name[];
 };
@@ -90,6 +94,11 @@ const struct dm_config *dm_cluster_config(void);
 /* The interned record for `name`, with one more reference (O(1), no I/O);
  * NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
+
+/* The same record for a listed condition variable's name (conds): its
+ * keys give the cond's channel, and the metrics show it as a cond, not as a
+ * lock (a name used for both is shown as both). */
+struct dm_cluster_lock *dm_cluster_cond_get(const char *name);
 
 /* Drops a reference. The last one frees the record (not its counters:
  * see struct dm_cluster_stats) and drops its notify channels
@@ -161,13 +170,27 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
 /* A condition variable's signal (broadcast = 0) or broadcast to every
- * process: one PUBLISH of "<process id> signal|broadcast" on l's
- * NS:{NAME}:cond channel (l is the record of the cond's name), awaited
- * on a pooled connection. Returns how many subscribers got it (>= 0), or
- * -1 when Redis could not be reached or refused (logged every few
- * seconds with the name, the address and the cause): remote waiters then
- * wake at their deadline or their subscriber's reconnect. */
+ * process: one PUBLISH of "<process id> signal" or "<process id>
+ * broadcast" on l's NS:{NAME}:cond channel (l is the record of the cond's
+ * name), awaited on a pooled connection; a failure faster than any timeout
+ * (a dead pooled connection, a refused connect) is tried once more on a new
+ * connection. Returns how many subscribers got it (>= 0), or -1 when it
+ * reached nobody: Redis could not be reached or refused, or did not answer
+ * a moment ago (dm_cluster_cond_down: not tried); logged at warning every
+ * few seconds with the name, the address and the cause, and counted
+ * (cond_lost). Remote waiters then wake at their deadline or their
+ * subscriber's reconnect. */
 long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast);
+
+/* Condition variables while Redis is down: the outcome of a Redis call for
+ * cond name l (a publish, a waiter's subscription; `took_ms` what it cost)
+ * and whether one failed a moment ago on l's node (the server; with Redis
+ * Cluster the primary of l's slot). After a failure none is tried there
+ * again for a backoff (DM_BACKOFF_MIN_MS doubling, at least twice took_ms,
+ * at most DM_COND_DOWN_MAX_MS); a success ends it. Lock-free, no I/O. */
+#define DM_COND_DOWN_MAX_MS 5000
+void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms);
+int dm_cluster_cond_down(const struct dm_cluster_lock *l);
 
 /* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes the lock table's mutex, so that the child never sees the table

@@ -157,7 +157,7 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc_range = "1..200 bytes of `[A-Za-z0-9_.:/@-]`",
         .doc = "the cluster-wide lock name" },
     [DM_K_OFFSET] = { "offset", MUTEX(offset), .type = DM_KEY_LONG, .lo = 0, .hi = DM_OFFSET_MAX,
-        .dflt = 0, .doc = "bytes into the symbol where the mutex is (symbol entries only)" },
+        .dflt = 0, .doc = "bytes into the symbol where the mutex (in a `conds` entry, the condition variable) is (symbol entries only)" },
     [DM_K_INDEX] = { "index", MUTEX(index), .type = DM_KEY_LONG, .lo = 0, .hi = DM_INDEX_MAX,
         .dflt = -1, .doc_default = "none",
         .doc = "element of an array of mutexes (symbol entries only; not with `offset`)" },

@@ -992,6 +992,15 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
         r = dm_real.cond_clockwait(c, m, clk, abstime);
     pthread_cleanup_pop(0);
 
+    /* glibc's re-lock: ENOTRECOVERABLE leaves the mutex not held, so
+     * nothing is joined; one the shim made unrecoverable meanwhile is
+     * given back with the same answer (lock_both's). */
+    if (r == ENOTRECOVERABLE)
+        return r;
+    if (r != EOWNERDEAD && e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+        dm_real.mutex_unlock(m);
+        return ENOTRECOVERABLE;
+    }
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
@@ -1001,7 +1010,8 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
     pthread_setcancelstate(cs, NULL);
     if (w.real_dead)
         return EOWNERDEAD;
-    if (w.dead && is_robust(m)) {
+    if ((w.dead || e->dead_pending) && is_robust(m)) {
+        e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
     }
@@ -1056,7 +1066,7 @@ static struct dm_cond_name *cond_name_get(const char *name)
     while (cn && strcmp(cn->cl->name, name) != 0)
         cn = cn->next;
     if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
-        cn->cl = dm_cluster_lock_get(name);
+        cn->cl = dm_cluster_cond_get(name);
         cn->ch = cn->cl ? dm_notify_chan(cn->cl->keys[DM_KEY_COND]) : NULL;
         if (!cn->ch) {
             dm_cluster_lock_put(cn->cl);
@@ -1071,6 +1081,15 @@ static struct dm_cond_name *cond_name_get(const char *name)
         cn->refs++;
     pthread_mutex_unlock(&conds_mu);
     return cn;
+}
+
+/* One more reference to a record the caller knows is alive (a waiter's,
+ * for the length of its wait). */
+static void cond_name_ref(struct dm_cond_name *cn)
+{
+    pthread_mutex_lock(&conds_mu);
+    cn->refs++;
+    pthread_mutex_unlock(&conds_mu);
 }
 
 /* Drops a reference; the last one unsubscribes the channel and frees. */
@@ -1149,6 +1168,7 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
     int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
     if (in_shim)
         return r;
+    dm_stats_add(&ce->cn->cl->stats->cond_signals, 1);
     dm_notify_bump(ce->cn->ch);
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
@@ -1165,14 +1185,35 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
 struct cond_cluster_wait {
     struct cond_wait w;
     int mapped;                 /* w.e is a mapped mutex whose hold was given back */
+    int relock_err;             /* the mutex could not be taken back: ENOTRECOVERABLE */
+    struct dm_cond_name *cn;    /* referenced for the wait (see below) */
 };
 
+/* The mutex back, as glibc's wait takes it: EOWNERDEAD (held, its owner
+ * died) is passed on; ENOTRECOVERABLE (not held) too, and then nothing is
+ * joined; a mapped robust mutex the shim made unrecoverable meanwhile (its
+ * locker unlocked it inconsistent) is given back, ENOTRECOVERABLE, as
+ * lock_both does. Then the waiter's reference to the cond's name goes: a
+ * cond may be destroyed as soon as its waiters are woken (POSIX lets a
+ * program destroy it right after its broadcast), and the channel this
+ * waiter slept on must outlive the waiter's last look at it. */
 static void cond_cluster_retake(struct cond_cluster_wait *cw)
 {
-    if (dm_real.mutex_lock(cw->w.m) == EOWNERDEAD)
+    int r = dm_real.mutex_lock(cw->w.m);
+    if (r == EOWNERDEAD) {
         cw->w.real_dead = 1;
-    if (cw->mapped)
+    } else if (r != 0) {
+        cw->relock_err = r;
+    } else if (cw->mapped && cw->w.e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+        dm_real.mutex_unlock(cw->w.m);
+        cw->relock_err = ENOTRECOVERABLE;
+    }
+    if (cw->mapped && !cw->relock_err)
         cond_rejoin(&cw->w);
+    if (cw->cn) {
+        cond_name_put(cw->cn);
+        cw->cn = NULL;
+    }
 }
 
 static void cond_cluster_cancelled(void *arg)
@@ -1216,28 +1257,56 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     }
     unsigned long me = self_seq();
     struct dm_entry *e = dm_mapped_find(m);
-    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0 };
+    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0, 0, NULL };
     cw.mapped = e && __atomic_load_n(&e->holder, __ATOMIC_RELAXED) == me;
+    /* glibc refuses a wait on an error-checking, recursive or robust
+     * mutex the thread does not own (EPERM), before it waits; a mapped
+     * one's owner is known here, an unmapped one's unlock below says. */
+    if (e && !cw.mapped && !foreign_unlock_ok(m))
+        return EPERM;
 
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
+    struct dm_cond_name *cn = ce->cn;
+    cond_name_ref(cn);
+    cw.cn = cn;
     /* Subscribed and counted before anything is let go: from here on no
-     * signal of any process can be missed. */
-    struct dm_notify_chan *ch = ce->cn->ch;
+     * signal of any process can be missed. While Redis failed a moment
+     * ago (dm_cluster_cond_down) nothing is waited for: the mutex is not
+     * held for a timeout per call; the subscription is made in the
+     * background, and the sleep is cut short below. */
+    struct dm_notify_chan *ch = cn->ch;
     long sub_ms = mcfg->redis.command_timeout_ms;   /* cut to the deadline: a timed wait */
     long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
     if (left >= 0 && left < sub_ms)
         sub_ms = left;
-    int subscribed = dm_notify_subscribe(ch, sub_ms) == 0;
+    if (dm_cluster_cond_down(cn->cl))
+        sub_ms = 0;
+    long long sub_t0 = dm_now_ms();
+    int sr = dm_notify_subscribe(ch, sub_ms);
+    int subscribed = sr == 0;
+    if (subscribed || sr == EAGAIN || (sr != 0 && sub_ms == mcfg->redis.command_timeout_ms))
+        dm_cluster_cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
     unsigned long seen = dm_notify_seq(ch);
     if (cw.mapped) {
+        hold_observe(e);
         cw.w.depth = e->depth;
         __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
         e->depth = 0;
         name_leave(e->nm);      /* a hold lost meanwhile was reported; no EPERM here */
     }
-    dm_real.mutex_unlock(m);
+    int ur = dm_real.mutex_unlock(m);
+    if (ur != 0) {
+        /* Not this thread's to let go of (EPERM): glibc's answer, nothing waited. */
+        if (cw.mapped)
+            cond_rejoin(&cw.w);
+        cond_name_put(cn);
+        in_shim--;
+        pthread_setcancelstate(cs, NULL);
+        return ur;
+    }
+    dm_stats_add(&cn->cl->stats->cond_waits, 1);
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
     in_shim--;
@@ -1267,9 +1336,12 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     cond_cluster_retake(&cw);
     in_shim--;
     pthread_setcancelstate(cs, NULL);
+    if (cw.relock_err)
+        return cw.relock_err;
     if (cw.w.real_dead)
         return EOWNERDEAD;
-    if (cw.mapped && cw.w.dead && is_robust(m)) {
+    if (cw.mapped && (cw.w.dead || e->dead_pending) && is_robust(m)) {
+        e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
     }

@@ -95,6 +95,7 @@ struct row {
     struct dm_stats st;
     size_t name_off;            /* into names, while they are collected */
     const char *name;           /* then into names */
+    int is_lock, is_cond;       /* a lock's name, a listed condition variable's (or both) */
 };
 
 struct snapshot {
@@ -142,6 +143,8 @@ static void snapshot_take(struct snapshot *s)
         }
         struct row *r = &s->rows[s->n++];
         dm_stats_copy(&r->st, &c->st);
+        r->is_lock = __atomic_load_n(&c->is_lock, __ATOMIC_RELAXED);
+        r->is_cond = __atomic_load_n(&c->is_cond, __ATOMIC_RELAXED);
         r->name_off = s->names_len;
         memcpy(s->names + s->names_len, c->name, nl);
         s->names_len += nl;
@@ -283,6 +286,21 @@ static const struct {
       offsetof(struct dm_stats, held) },
 };
 
+/* The same for a listed condition variable's name (rows with is_cond). */
+static const struct {
+    const char *metric, *type, *help;
+    size_t off;                 /* into struct dm_stats */
+} cond_scalars[] = {
+    { "dmutex_cond_signals_total", "counter",
+      "pthread_cond_signal and pthread_cond_broadcast calls on the condition variables of the "
+      "name.", offsetof(struct dm_stats, cond_signals) },
+    { "dmutex_cond_signals_lost_total", "counter",
+      "Of those, the ones whose PUBLISH reached no other process (Redis unreachable or "
+      "refusing).", offsetof(struct dm_stats, cond_lost) },
+    { "dmutex_cond_waits_total", "counter",
+      "Waits on the condition variables of the name.", offsetof(struct dm_stats, cond_waits) },
+};
+
 /* One histogram (of the snapshot's copy): its _count is its +Inf bucket. */
 static void put_hist(struct out *o, const char *metric, const struct dm_hist *h,
                      const char *name, const char *pid)
@@ -316,6 +334,8 @@ static void format(struct out *o, const struct snapshot *s, const char *pid)
     for (size_t k = 0; k < sizeof scalars / sizeof scalars[0]; k++) {
         put_family(o, scalars[k].metric, scalars[k].type, scalars[k].help);
         for (size_t i = 0; i < s->n && !o->err; i++) {
+            if (!s->rows[i].is_lock)
+                continue;
             const struct dm_stats *st = &s->rows[i].st;
             uint64_t v = scalars[k].off == CALLS ? dm_stats_count(&st->wait)
                 : *(const uint64_t *)((const char *)st + scalars[k].off);
@@ -327,11 +347,24 @@ static void format(struct out *o, const struct snapshot *s, const char *pid)
     put_family(o, "dmutex_wait_seconds", "histogram",
                "Time from a lock call to holding the mutex and the cluster lock.");
     for (size_t i = 0; i < s->n && !o->err; i++)
-        put_hist(o, "dmutex_wait_seconds", &s->rows[i].st.wait, s->rows[i].name, pid);
+        if (s->rows[i].is_lock)
+            put_hist(o, "dmutex_wait_seconds", &s->rows[i].st.wait, s->rows[i].name, pid);
     put_family(o, "dmutex_hold_seconds", "histogram",
                "Time from holding a mutex to its unlock (or to a condition wait on it).");
     for (size_t i = 0; i < s->n && !o->err; i++)
-        put_hist(o, "dmutex_hold_seconds", &s->rows[i].st.hold, s->rows[i].name, pid);
+        if (s->rows[i].is_lock)
+            put_hist(o, "dmutex_hold_seconds", &s->rows[i].st.hold, s->rows[i].name, pid);
+    for (size_t k = 0; k < sizeof cond_scalars / sizeof cond_scalars[0]; k++) {
+        put_family(o, cond_scalars[k].metric, cond_scalars[k].type, cond_scalars[k].help);
+        for (size_t i = 0; i < s->n && !o->err; i++) {
+            if (!s->rows[i].is_cond)
+                continue;
+            put(o, "%s", cond_scalars[k].metric);
+            put_labels(o, s->rows[i].name, pid);
+            put(o, "} %llu\n", (unsigned long long)*(const uint64_t *)
+                ((const char *)&s->rows[i].st + cond_scalars[k].off));
+        }
+    }
     put(o, "# EOF\n");
     flush(o);
 }
@@ -609,6 +642,12 @@ static void summary(const struct snapshot *s)
 {
     for (size_t i = 0; i < s->n; i++) {
         const struct dm_stats *st = &s->rows[i].st;
+        if (s->rows[i].is_cond)
+            dm_log(DM_LOG_INFO, "exit: cond %s: %llu signals (%llu reached no other process), "
+                   "%llu waits", s->rows[i].name, (unsigned long long)st->cond_signals,
+                   (unsigned long long)st->cond_lost, (unsigned long long)st->cond_waits);
+        if (!s->rows[i].is_lock)
+            continue;
         char p50[32];
         median_words(&st->wait, p50, sizeof p50);
         dm_log(DM_LOG_INFO, "exit: lock %s: %llu lock calls, %llu cluster acquisitions "

@@ -389,12 +389,14 @@ static struct dm_conn no_memory = { .c = NULL, .err = DM_REDIS_NOCONN,
                                     .errstr = "out of memory" };
 
 /* A pooled connection to node `node` (0 without a cluster); `any`: with
- * a cluster, another node will do when that one cannot be reached. */
-static struct dm_conn *pool_get(int node, int any)
+ * a cluster, another node will do when that one cannot be reached;
+ * `fresh`: a new connection, none of the idle ones (they may all be as
+ * stale as the one that just failed). */
+static struct dm_conn *pool_get(int node, int any, int fresh)
 {
-    struct dm_conn *conn;
+    struct dm_conn *conn = NULL;
     struct pool *pl = &pools[node >= 0 && node < DM_SLOTS_NODES_MAX ? node : 0];
-    for (;;) {
+    while (!fresh) {
         pthread_mutex_lock(&pool_mu);
         conn = pl->idle;
         if (conn) {
@@ -427,12 +429,12 @@ static struct dm_conn *pool_get(int node, int any)
 
 struct dm_conn *dm_redis_get(void)
 {
-    return pool_get(0, 1);
+    return pool_get(0, 1, 0);
 }
 
 struct dm_conn *dm_redis_get_node(int node)
 {
-    return pool_get(node, 0);
+    return pool_get(node, 0, 0);
 }
 
 /* The map is asked first of the node that answered last: a dead node
@@ -449,7 +451,7 @@ static int refresh_slots(char *err, size_t errlen, int *noconn)
     *noconn = 1;
     for (int k = 0; k < n; k++) {
         int i = (first + k) % n;
-        struct dm_conn *conn = pool_get(i, 0);
+        struct dm_conn *conn = pool_get(i, 0, 0);
         redisReply *r = dm_redis_command(conn, "CLUSTER SLOTS");
         int ok = r && dm_slots_update(r) == 0;
         if (conn->c || conn->err != DM_REDIS_NOCONN)
@@ -474,10 +476,10 @@ int dm_redis_refresh_slots(char *err, size_t errlen)
     return refresh_slots(err, errlen, &noconn);
 }
 
-struct dm_conn *dm_redis_get_slot(int slot)
+static struct dm_conn *get_slot(int slot, int fresh)
 {
     if (!dm_slots_enabled() || slot < 0)
-        return dm_redis_get();
+        return pool_get(0, 1, fresh);
     char why[DM_ERR_MAX];
     if (dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
         dm_debug("redis cluster: slot map not refreshed: %s", why);
@@ -501,7 +503,7 @@ struct dm_conn *dm_redis_get_slot(int slot)
             return conn;
         }
     }
-    struct dm_conn *conn = pool_get(node, 0);
+    struct dm_conn *conn = pool_get(node, 0, fresh);
     if (conn->c || conn == &no_memory)
         return conn;
     /* The map's owner cannot be reached: it may be gone for good (a
@@ -515,7 +517,17 @@ struct dm_conn *dm_redis_get_slot(int slot)
         return conn;
     dm_debug("redis cluster: %s; slot %d is on another node now", conn->errstr, slot);
     dm_redis_put(conn);
-    return pool_get(now, 0);
+    return pool_get(now, 0, fresh);
+}
+
+struct dm_conn *dm_redis_get_slot(int slot)
+{
+    return get_slot(slot, 0);
+}
+
+struct dm_conn *dm_redis_get_slot_new(int slot)
+{
+    return get_slot(slot, 1);
 }
 
 int dm_redis_cluster(void)
@@ -749,7 +761,7 @@ static int is_noscript(const redisReply *r)
  * cluster, and on_redis_down = "local" must not lock alone on it). */
 static int redirect(struct dm_conn *conn, int node)
 {
-    struct dm_conn *x = pool_get(node, 0);
+    struct dm_conn *x = pool_get(node, 0, 0);
     if (x == &no_memory || !x->c) {
         set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: redirected to a node that cannot "
                 "be reached: %s", x->errstr);

@@ -160,6 +160,10 @@ void dm_redis_put(struct dm_conn *conn);
  * a slot no node is known for gives a conn with c NULL and err
  * DM_REDIS_WRONG_NODE. Without a cluster (or slot < 0): dm_redis_get(). */
 struct dm_conn *dm_redis_get_slot(int slot);
+/* The same, but a new connection, not one of the idle ones: a retry after
+ * a pooled one turned out dead (a server restart leaves every idle one
+ * stale). It goes back to the pool with dm_redis_put. */
+struct dm_conn *dm_redis_get_slot_new(int slot);
 /* The same for a lock's key: its slot is the key's (every key and channel
  * of a lock shares the hash tag {NAME}). */
 struct dm_conn *dm_redis_get_key(const char *key);

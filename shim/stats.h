@@ -5,7 +5,8 @@
  * and made again counts on, cluster.h says for how long); each fact is counted by the module that
  * knows it (mapped: lock calls, waits, holds, contention, the held gauge;
  * cluster: grants, handovers, failed Redis calls; watchdog: renewals,
- * losses). Every update is one relaxed atomic add (or a rarely taken
+ * losses; for a condition variable's name, mapped: signals and waits,
+ * cluster: signals lost). Every update is one relaxed atomic add (or a rarely taken
  * compare-and-swap for a maximum): no lock and no allocation, so that the
  * mapped path stays within its budget. A reader sees each counter whole,
  * not all of them at one instant. The bottom layer, beside util: includes
@@ -51,6 +52,10 @@ struct dm_stats {
                                    the lock calls that returned holding it (one add less
                                    on the mapped path than a counter of their own) */
     struct dm_hist hold;        /* mapped: holding -> unlock (or a condition wait) */
+    /* A listed condition variable's name (conds), never a lock's counters: */
+    uint64_t cond_signals;      /* mapped: pthread_cond_signal and broadcast calls */
+    uint64_t cond_waits;        /* mapped: cluster-wide waits */
+    uint64_t cond_lost;         /* cluster: signals whose PUBLISH reached no other process */
 };
 
 /* The number of observations of h. */
