@@ -17,3 +17,4 @@ $(B)/tests/progs/trace_factory_stripped: tests/progs/trace_factory.c $(PROG_HEAD
 
 # Conds and rwlocks: trace_conds talks to a redis-server in its two-process modes.
 PROG_LIBS_trace_conds = $(shell pkg-config --libs hiredis)
+PROG_LIBS_trace_routes = $(shell pkg-config --libs hiredis)

@@ -17,9 +17,13 @@
 #                  name each with its counts; the mutexes and conds blocks
 #                  as a config make a producer and a consumer in two
 #                  processes wake each other (without the conds block the
-#                  consumer's wait times out). The rwlocks entries are
-#                  checked for their identification only: running them
-#                  needs the shim's rwlocks support (issue 12).
+#                  consumer's wait times out); the three blocks pass
+#                  dmutex check.
+#   trace_routes   a global rwlock of no lock-like name (g_routes): its
+#                  rwlocks entry, pasted into a config, keeps two keys of
+#                  a redis-server equal for readers in PROCS processes
+#                  while each process's writer updates both (no torn read,
+#                  both counts exact).
 # Also: a forking program gives two reports (and two JSON files), SIGUSR1
 # and -i report while the program runs, a condition wait's re-acquisition
 # counts, a full table is reported (not a crash), usage errors exit 2.
@@ -42,7 +46,8 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
-      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/trace_conds"
+      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/trace_conds
+      $PR/trace_routes"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -207,6 +212,12 @@ if "$DMUTEX" check -c "$T/tc.cfg" -- "$TC" >"$T/tc.check" 2>&1; then
     ok "trace_conds: the printed mutexes and conds blocks pass dmutex check"
 else bad "trace_conds: the printed mutexes and conds blocks pass dmutex check" \
     "$(cat "$T/tc.cfg")" "$(cat "$T/tc.check")"; fi
+{ cat "$T/tc.cfg"; cat "$T/tc.rwlocks"; } >"$T/tc-all.cfg"
+if "$DMUTEX" check -c "$T/tc-all.cfg" -- "$TC" >"$T/tc-all.check" 2>&1 &&
+   grep -qF ", 2 rwlocks (1 init_site functions)," "$T/tc-all.check"; then
+    ok "trace_conds: with the rwlocks block too, dmutex check maps both rwlocks and the init_site"
+else bad "trace_conds: with the rwlocks block too, dmutex check maps both rwlocks and the init_site" \
+    "$(cat "$T/tc-all.cfg")" "$(cat "$T/tc-all.check")"; fi
 
 # cross_run CONFIG N WAIT_MS TAG: a consumer, then (once it waits) a
 # producer of N items under dmutex run with CONFIG; outputs in
@@ -237,6 +248,50 @@ if [ "$crc" -eq 3 ] && grep -q "^timeout on q_ready" "$T/local.consume"; then
     ok "without the conds block the consumer's wait is never ended by the other process"
 else bad "without the conds block the consumer's wait is never ended by the other process" \
     "consumer exit $crc" "$(cat "$T/local.consume")"; fi
+
+# ---- an rwlock of no lock-like name, end to end ----------------------------
+TR=$PR/trace_routes
+RW_WRITES=15 RW_READERS=3 RW_READS=15
+"$DMUTEX" trace -- "$TR" 127.0.0.1 "$REDIS_TMP_PORT" tr.routes 3 2 3 "$HOLD_US" \
+    >"$T/tr.out" 2>"$T/tr.err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qx "torn 0" "$T/tr.out"; then ok "trace_routes: runs under dmutex trace"
+else bad "trace_routes: runs under dmutex trace" "exit $rc" "$(cat "$T/tr.out" "$T/tr.err")"; fi
+sed -n '/^rwlocks = (/,/^);/p' "$T/tr.err" >"$T/tr.rwlocks"
+has '{ symbol = "g_routes"; name = "g_routes"; }' "$T/tr.rwlocks" \
+    "trace_routes: g_routes (no lock-like name) gets an rwlocks entry by its calls"
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  cat "$T/tr.rwlocks"; } >"$T/tr.cfg"
+# routes_run CONFIG|- PREFIX: PROCS processes at once, each a writer and
+# RW_READERS readers; echoes PREFIX:a and PREFIX:b, outputs in $T/rw.N.out.
+routes_run() {
+    $CLI del "$2:a" "$2:b" >/dev/null
+    cpids=""
+    for i in $(seq "$PROCS"); do
+        if [ "$1" = - ]; then
+            "$TR" 127.0.0.1 "$REDIS_TMP_PORT" "$2" "$RW_WRITES" "$RW_READERS" "$RW_READS" \
+                "$HOLD_US" >"$T/rw.$i.out" 2>&1 &
+        else
+            "$DMUTEX" run -c "$1" -- "$TR" 127.0.0.1 "$REDIS_TMP_PORT" "$2" "$RW_WRITES" \
+                "$RW_READERS" "$RW_READS" "$HOLD_US" >"$T/rw.$i.out" 2>&1 &
+        fi
+        cpids="$cpids $!"
+    done
+    pids="$pids $cpids"
+    for p in $cpids; do wait "$p"; done
+    echo "$($CLI get "$2:a") $($CLI get "$2:b")"
+}
+want=$((PROCS * RW_WRITES))
+plain=$(routes_run - tr.plain)
+echo "     (without dmutex, $PROCS processes: a b = $plain of $want; torn reads:" \
+    "$(cat "$T"/rw.*.out | awk '$1 == "torn" { s += $2 } END { print s + 0 }'))"
+got=$(routes_run "$T/tr.cfg" tr.dm)
+torn=$(cat "$T"/rw.*.out | awk '$1 == "torn" { n++; s += $2 } END { print n + 0, s + 0 }')
+if [ "$got" = "$want $want" ] && [ "$torn" = "$PROCS 0" ]; then
+    ok "trace_routes: with the printed rwlocks entry, $PROCS processes read no torn pair and write both keys exactly ($want)"
+else bad "trace_routes: with the printed rwlocks entry, no torn read and both keys exact" \
+    "a b = $got, want $want $want; processes done, torn reads: $torn" "$(cat "$T/tr.cfg")" \
+    "$(cat "$T"/rw.*.out)"; fi
 
 # ---- fork: a report per process -------------------------------------------
 "$DMUTEX" trace -o "$T/fork.json" -- "$PR/trace_misc" fork >"$T/fork.out" 2>"$T/fork.err"
