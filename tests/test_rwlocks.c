@@ -44,8 +44,9 @@
 #define MIX_READS       "60"    /* per reader thread */
 #define MIX_HOLD_US     "3000"
 #define STREAM_MS       "15000" /* the reader stream of the starvation test */
-#define STREAM_HOLD_US  "100000"
-#define STARVE_MAX_MS   7000    /* a writer under that stream returns well before it ends */
+#define STREAM_HOLD_US  "300000"
+#define STARVE_HOLDS    5       /* a writer under that stream waits at most this many holds */
+#define STARVE_WRITERS  3       /* one after the other, each within the bound */
 #define TIMED_MS        700
 
 static struct th_checker chk;
@@ -275,8 +276,11 @@ static void test_two_machines_readers_never_see_a_torn_write_and_share_the_lock(
 
 /* A continuous stream of readers on both machines (their read holds
  * overlap, so without writer preference the read hold would never drop):
- * a writer gets in after a few read-hold times, long before the stream
- * ends. */
+ * each of a few writers in turn gets in within a few read-hold times (one
+ * hold, the drain, is what it costs; the rest is slack for a loaded
+ * machine), long before the stream ends. A reader let in past a queued
+ * writer, by the script or by the shim, makes some writer wait for the
+ * readers of both processes to pause together: seconds, or the stream. */
 static void test_writer_is_not_starved_by_a_stream_of_readers(void **s)
 {
     (void)s;
@@ -288,16 +292,25 @@ static void test_writer_is_not_starved_by_a_stream_of_readers(void **s)
     }
     for (int i = 0; i < 2; i++)
         th_wait_for(out[i], "reading", RUN_MS);
-    char *wout = th_out_file();
-    char *text = finish(prog(machine(1), wout, "write1", NULL), wout);
-    long long waited = th_field_after(text, "waited ");
-    th_assert_has(text, "rc 0");
-    free(text);
+    long long hold_ms = atol(STREAM_HOLD_US) / 1000, worst = 0;
+    char waits[128] = "";
+    for (int w = 0; w < STARVE_WRITERS; w++) {
+        char *wout = th_out_file();
+        char *text = finish(prog(machine(w % 2), wout, "write1", NULL), wout);
+        long long waited = th_field_after(text, "waited ");
+        th_assert_has(text, "rc 0");
+        free(text);
+        worst = waited > worst ? waited : worst;
+        snprintf(waits + strlen(waits), sizeof waits - strlen(waits), "%s%lld", w ? ", " : "",
+                 waited);
+    }
     for (int i = 0; i < 2; i++)
         free(finish(p[i], out[i]));
-    measured("a writer under a stream of 8 readers on two machines (each holding %d ms) "
-             "waited %lld ms", atoi(STREAM_HOLD_US) / 1000, waited);
-    assert_true(waited < STARVE_MAX_MS);
+    measured("%d writers under a stream of 8 readers on two machines (each holding %lld ms) "
+             "waited %s ms", STARVE_WRITERS, hold_ms, waits);
+    if (worst > STARVE_HOLDS * hold_ms)
+        fail_msg("a writer waited %lld ms: more than %d read holds of %lld ms", worst,
+                 STARVE_HOLDS, hold_ms);
 }
 
 /* Another process's try: EBUSY while a writer holds (for readers and
