@@ -395,6 +395,9 @@ static void test_recursion_and_self_deadlock_answer_as_glibc(void **s)
     assert_string_equal(a, b);
     th_assert_has(a, "rd again 0");
     th_assert_has(a, "wr again EDEADLK");
+    th_assert_has(a, "clockwr monotonic 0");
+    th_assert_has(a, "clockwr cputime EINVAL");
+    th_assert_has(a, "tryrd with a writer waiting EBUSY");     /* the kind, honoured */
     free(with);
     free(without);
 }
@@ -434,6 +437,96 @@ static void test_fork_child_holds_the_lock_against_its_parent(void **s)
     th_assert_has(text, "child 0");
     th_assert_has(text, "parent after 0");
     free(text);
+}
+
+/* A fork child of a reader: the parent's share is glibc's alone there
+ * (its unlock is glibc's answer), the child's own locks are a process's
+ * of their own: a write is refused while the parent reads, a read shares
+ * with it, and its wrlock gets in once the parent has unlocked. */
+static void test_fork_child_of_a_reader_holds_no_share_of_the_parent(void **s)
+{
+    (void)s;
+    char *o = th_out_file();
+    char *text = finish(prog(machine(0), o, "forkrd", NULL), o);
+    th_assert_has(text, "child unlock 0 trywr EBUSY tryrd 0");
+    th_assert_has(text, "parent unlock 0");
+    th_assert_has(text, "child wr 0");
+    th_assert_has(text, "child 0");
+    free(text);
+}
+
+/* A process's readers share one cluster read hold: 8 threads inside at
+ * once cost one acquire and one release, not 8 of each. */
+static void test_local_readers_share_one_round_trip(void **s)
+{
+    (void)s;
+    const int n = 8;
+    th_reset_stats(lc);
+    char *o = th_out_file();
+    char *text = finish(prog(machine(0), o, "share", "8", NULL), o);
+    th_assert_has(text, "shared 8");
+    free(text);
+    long long calls = th_script_calls(lc);
+    measured("%d readers inside at once in one process: %lld script calls", n, calls);
+    /* acquire + release; a renewal round on a very slow machine at most */
+    if (calls < 2 || calls > 3)
+        fail_msg("%d local readers made %lld script calls (want 2: one hold)", n, calls);
+}
+
+/* A process that exits (its main thread holding a read share) gives the
+ * read hold back at exit: the readers set is empty at once, not after
+ * the lease. */
+static void test_exit_with_a_read_hold_releases_it(void **s)
+{
+    (void)s;
+    char key[128];
+    snprintf(key, sizeof key, "dmutex:{routes_lock}:readers");
+    char *o = th_out_file();
+    char *text = finish(prog(machine(0), o, "exitrd", NULL), o);
+    th_assert_has(text, "held 0");
+    free(text);
+    assert_int_equal(th_cmd_int(lc, "ZCARD %s", key), 0);
+}
+
+/* pthread_rwlock_rdlock/wrlock are no cancellation points: a thread
+ * cancelled while it waits for another process gets the lock, and its
+ * cancellation acts at its next cancellation point, after its unlock; the
+ * lock is then free here and in the cluster. */
+static void test_cancel_during_a_cluster_wait_acts_after_the_lock(void **s)
+{
+    (void)s;
+    const char *mode[2] = { "rd", "wr" };
+    for (int m = 0; m < 2; m++) {
+        char *go = th_go_file(), *hout = th_out_file();
+        pid_t h = prog(machine(1), hout, "hold", "wr", go, NULL);
+        th_wait_for(hout, "held 0", RUN_MS);
+        char *o = th_out_file();
+        char *text = finish(prog(machine(0), o, "cancel", mode[m], go, NULL), o);
+        th_assert_has(text, "thread 0");
+        th_assert_has(text, "cancelled 1");
+        th_assert_has(text, "after 0");
+        free(text);
+        free(finish(h, hout));
+    }
+}
+
+/* A read hold kept past several leases is renewed like a write hold: a
+ * writer elsewhere stays out until the reader unlocks. */
+static void test_read_hold_is_renewed_past_its_lease(void **s)
+{
+    (void)s;
+    char *go = th_go_file(), *hout = th_out_file();
+    pid_t h = prog(machine(0), hout, "hold", "rd", go, NULL);
+    th_wait_for(hout, "held 0", RUN_MS);
+    usleep((useconds_t)(3 * PROG_LEASE_MS * 1000));
+    char *o = th_out_file();
+    char *text = finish(prog(machine(1), o, "try", "wr", NULL), o);
+    th_assert_has(text, "rc EBUSY");
+    free(text);
+    th_touch(go);
+    char *ht = finish(h, hout);
+    th_assert_has(ht, "unlocked 0");
+    free(ht);
 }
 
 /* An unlisted rwlock goes straight to glibc: no script call at all. */
@@ -516,6 +609,16 @@ int main(void)
                                         test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_fork_child_holds_the_lock_against_its_parent,
                                         test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_fork_child_of_a_reader_holds_no_share_of_the_parent,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_local_readers_share_one_round_trip, test_setup,
+                                        th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_exit_with_a_read_hold_releases_it, test_setup,
+                                        th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_during_a_cluster_wait_acts_after_the_lock,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_read_hold_is_renewed_past_its_lease, test_setup,
+                                        th_test_teardown),
         cmocka_unit_test_setup_teardown(test_unmapped_rwlock_never_touches_redis, test_setup,
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_init_site_heap_rwlock_is_cluster_wide, test_setup,

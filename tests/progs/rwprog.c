@@ -33,6 +33,20 @@
  *                     after the child is gone "parent after RC"; "child
  *                     STATUS"
  *   plain N           N rdlock/wrlock cycles of plain_rw (unmapped): "done"
+ *   share N           N threads hold the read lock at once (a barrier inside),
+ *                     then unlock: "shared N"
+ *   forkrd            the parent read-locks and forks; the child unlocks (the
+ *                     parent's share, glibc's answer), tries to write-lock
+ *                     and to read-lock: "child unlock RC trywr RC tryrd RC";
+ *                     once the parent unlocked, its wrlock: "child wr RC";
+ *                     the parent: "parent unlock RC", "child STATUS"
+ *   exitrd            rdlock, "held", exit without unlocking
+ *   cancel rd|wr FILE a thread blocks in rdlock/wrlock (another process holds
+ *                     the write lock until FILE exists) and is cancelled
+ *                     there; then FILE is made. The thread gets the lock
+ *                     (not a cancellation point: "thread RC"), unlocks and
+ *                     is cancelled at its next cancellation point:
+ *                     "cancelled 1"; then "after RC" (trywrlock here)
  *   heap              rw_new(), write-lock, unlock, destroy: "heap RC RC RC" */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -188,6 +202,40 @@ static void *stream_reader(void *arg)
 
 /* ---- the rest ------------------------------------------------------------- */
 
+/* A writer-preferring rwlock (the kind, glibc's own rule): once a writer
+ * waits, a new reader is refused. routes_lock is made so by init. */
+static void *kind_writer(void *arg)
+{
+    (void)arg;
+    pthread_rwlock_wrlock(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    return NULL;
+}
+
+static void kind_rules(void)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    say("init writer-preferring %s", ename(pthread_rwlock_init(&routes_lock, &a)));
+    pthread_rwlockattr_destroy(&a);
+    say("rd %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+    pthread_t w;
+    if (pthread_create(&w, NULL, kind_writer, NULL) != 0)
+        exit(1);
+    /* Until the writer waits (in glibc), a try of another thread reads. */
+    int r = 0;
+    for (long long end = now_ms() + 10000; now_ms() < end; usleep(PROG_POLL_US)) {
+        if ((r = pthread_rwlock_tryrdlock(&routes_lock)) != 0)
+            break;
+        pthread_rwlock_unlock(&routes_lock);
+    }
+    say("tryrd with a writer waiting %s", ename(r));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    pthread_join(w, NULL);
+    say("writer done");
+}
+
 static void glibc_rules(void)
 {
     say("rd %s", ename(pthread_rwlock_rdlock(&routes_lock)));
@@ -204,6 +252,102 @@ static void glibc_rules(void)
     say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
     say("trywr after %s", ename(pthread_rwlock_trywrlock(&routes_lock)));
     say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    /* The clock variants: CLOCK_MONOTONIC takes it, a clock glibc does not
+     * wait on and a bad deadline are EINVAL, a writer's re-lock EDEADLK. */
+    t = deadline_in(CLOCK_MONOTONIC, 5000);
+    say("clockrd monotonic %s", ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_MONOTONIC, &t)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    say("clockwr monotonic %s", ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_MONOTONIC, &t)));
+    say("clockwr again %s", ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_MONOTONIC, &t)));
+    struct timespec rt = deadline_in(CLOCK_REALTIME, 300);
+    say("timedwr again %s", ename(pthread_rwlock_timedwrlock(&routes_lock, &rt)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    say("clockrd cputime %s",
+        ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_PROCESS_CPUTIME_ID, &t)));
+    say("clockwr cputime %s",
+        ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_PROCESS_CPUTIME_ID, &t)));
+    struct timespec bad = { t.tv_sec, -1 };
+    say("clockrd bad nsec %s", ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_MONOTONIC, &bad)));
+    say("timedwr bad nsec %s", ename(pthread_rwlock_timedwrlock(&routes_lock, &bad)));
+    kind_rules();
+}
+
+/* ---- share, cancel -------------------------------------------------------- */
+
+static pthread_barrier_t share_bar;
+
+static void *share_reader(void *arg)
+{
+    (void)arg;
+    if (pthread_rwlock_rdlock(&routes_lock) != 0)
+        exit(1);
+    pthread_barrier_wait(&share_bar);           /* every reader inside at once */
+    pthread_rwlock_unlock(&routes_lock);
+    return NULL;
+}
+
+static int cancel_write;
+
+static void *cancel_thread(void *arg)
+{
+    (void)arg;
+    int r = cancel_write ? pthread_rwlock_wrlock(&routes_lock) : pthread_rwlock_rdlock(&routes_lock);
+    say("thread %s", ename(r));
+    if (r == 0)
+        pthread_rwlock_unlock(&routes_lock);
+    for (;;)
+        pause();                                /* a cancellation point */
+    return NULL;
+}
+
+static void cancel_scenario(const char *mode, const char *file)
+{
+    cancel_write = strcmp(mode, "wr") == 0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, cancel_thread, NULL) != 0)
+        exit(1);
+    usleep(500 * 1000);                         /* the thread waits for the other process */
+    pthread_cancel(t);
+    FILE *f = fopen(file, "w");
+    if (f)
+        fclose(f);
+    void *res;
+    pthread_join(t, &res);
+    say("cancelled %d", res == PTHREAD_CANCELED);
+    int r = pthread_rwlock_trywrlock(&routes_lock);
+    say("after %s", ename(r));
+    if (r == 0)
+        pthread_rwlock_unlock(&routes_lock);
+}
+
+static void forkrd_scenario(redisContext *c)
+{
+    if (pthread_rwlock_rdlock(&routes_lock) != 0)
+        exit(1);
+    pid_t p = fork();
+    if (p == 0) {
+        redisContext *cc = prog_connect(data_host, data_port);
+        int u = pthread_rwlock_unlock(&routes_lock);
+        int w = pthread_rwlock_trywrlock(&routes_lock);
+        if (w == 0)
+            pthread_rwlock_unlock(&routes_lock);
+        int r = pthread_rwlock_tryrdlock(&routes_lock);
+        if (r == 0)
+            pthread_rwlock_unlock(&routes_lock);
+        say("child unlock %s trywr %s tryrd %s", ename(u), ename(w), ename(r));
+        freeReplyObject(redisCommand(cc, "SET %s:childtried 1", prefix));
+        r = pthread_rwlock_wrlock(&routes_lock);
+        say("child wr %s", ename(r));
+        if (r == 0)
+            pthread_rwlock_unlock(&routes_lock);
+        _exit(0);
+    }
+    while (cmd_int(c, "EXISTS %s:childtried", prefix) == 0)
+        usleep(PROG_POLL_US);
+    say("parent unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    int st;
+    waitpid(p, &st, 0);
+    say("child %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 static void fork_scenario(redisContext *c)
@@ -284,6 +428,17 @@ int main(int argc, char **argv)
         glibc_rules();
     } else if (strcmp(mode, "fork") == 0) {
         fork_scenario(c);
+    } else if (strcmp(mode, "forkrd") == 0) {
+        forkrd_scenario(c);
+    } else if (strcmp(mode, "share") == 0 && argc > 5) {
+        int n = atoi(argv[5]);
+        pthread_barrier_init(&share_bar, NULL, (unsigned)n);
+        say("shared %d", prog_run_threads(n, share_reader, NULL));
+    } else if (strcmp(mode, "exitrd") == 0) {
+        say("held %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+        exit(0);
+    } else if (strcmp(mode, "cancel") == 0 && argc > 6) {
+        cancel_scenario(argv[5], argv[6]);
     } else if (strcmp(mode, "plain") == 0 && argc > 5) {
         for (long i = 0, n = atol(argv[5]); i < n; i++) {
             pthread_rwlock_rdlock(&plain_rw);
