@@ -154,6 +154,7 @@ struct writer_arg {
     char who[DM_OWNER_MAX];
     struct dm_grant g;
     int rc;
+    int idx;
 };
 
 static void *writer_thread(void *p)
@@ -214,6 +215,63 @@ static void test_readers_share_and_a_queued_writer_keeps_new_readers_out(void **
     assert_int_equal(dm_cluster_release(l, w.who, w.g.token), 0);
     assert_int_equal(acquire(l, d, DM_ACQ_READ | DM_ACQ_TRY, TH_GRANT_MS, &gd), 0);
     assert_int_equal(dm_cluster_release(l, d, gd.token), 0);
+    dm_cluster_lock_put(l);
+}
+
+/* Waits until the write queue of `l` has `n` waiters. */
+static void wait_queue_len(struct dm_cluster_lock *l, long long n)
+{
+    long long end = th_now_ms() + SLACK_MS;
+    while (th_cmd_int(lc, "LLEN %s", l->keys[DM_KEY_QUEUE]) < n) {
+        if (th_now_ms() > end)
+            fail_msg("the queue of %s never had %lld waiters", l->name, n);
+        usleep(POLL_MS * 1000);
+    }
+}
+
+#define FIFO_WRITERS 3
+
+static int fifo_order[FIFO_WRITERS], fifo_n;
+
+static void *fifo_writer(void *p)
+{
+    struct writer_arg *w = p;
+    w->rc = acquire(w->l, w->who, 0, 30000, &w->g);
+    if (w->rc == 0) {
+        fifo_order[__atomic_fetch_add(&fifo_n, 1, __ATOMIC_RELAXED)] = w->idx;
+        dm_cluster_release(w->l, w->who, w->g.token);
+    }
+    return NULL;
+}
+
+/* Writers queued behind a reader get the lock in the order they queued
+ * (FIFO, as a fair mutex's waiters), each with a bigger token. */
+static void test_writers_queued_behind_a_reader_get_it_in_order(void **s)
+{
+    (void)s;
+    struct dm_cluster_lock *l = rw_lock_get("rw_fifo");
+    char r[DM_OWNER_MAX];
+    dm_cluster_owner(r, 1);
+    struct dm_grant gr;
+    assert_int_equal(acquire(l, r, DM_ACQ_READ, TH_GRANT_MS, &gr), 0);
+    static struct writer_arg w[FIFO_WRITERS];  /* static: see above */
+    pthread_t t[FIFO_WRITERS];
+    fifo_n = 0;
+    for (int i = 0; i < FIFO_WRITERS; i++) {
+        w[i] = (struct writer_arg){ .l = l, .idx = i };
+        dm_cluster_owner(w[i].who, 10 + i);
+        assert_int_equal(pthread_create(&t[i], NULL, fifo_writer, &w[i]), 0);
+        wait_queue_len(l, i + 1);
+    }
+    assert_int_equal(dm_cluster_release(l, r, gr.token), 0);
+    for (int i = 0; i < FIFO_WRITERS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < FIFO_WRITERS; i++) {
+        assert_int_equal(w[i].rc, 0);
+        assert_int_equal(fifo_order[i], i);
+        if (i > 0)
+            assert_true(w[i].g.token > w[i - 1].g.token);
+    }
     dm_cluster_lock_put(l);
 }
 
@@ -593,6 +651,8 @@ int main(void)
         cmocka_unit_test_setup(test_readers_share_and_a_queued_writer_keeps_new_readers_out,
                                th_machines_test_setup),
         cmocka_unit_test_setup(test_read_release_is_idempotent_and_an_expired_read_hold_is_lost,
+                               th_machines_test_setup),
+        cmocka_unit_test_setup(test_writers_queued_behind_a_reader_get_it_in_order,
                                th_machines_test_setup),
         cmocka_unit_test_setup_teardown(
             test_two_machines_readers_never_see_a_torn_write_and_share_the_lock, test_setup,
