@@ -14,9 +14,10 @@
  *                     the read lock, GET a, sleep HOLD_US, GET b: a
  *                     difference is a torn read. Readers note themselves in
  *                     the hash PREFIX:in (pid -> readers inside) and note the
- *                     number of processes inside, and a writer that finds
- *                     anyone inside counts it. Prints "torn N inwrite N
- *                     maxprocs N maxreaders N"
+ *                     number of processes inside and of readers inside in
+ *                     all (the counter PREFIX:inside), and a writer that
+ *                     finds anyone inside counts it. Prints "torn N
+ *                     inwrite N maxprocs N maxreaders N maxinside N"
  *   stream MS N HOLD_US  N threads take the read lock back to back for MS
  *                     (each holds HOLD_US): "reading" once all hold it
  *                     once, "stopped" at the end
@@ -112,11 +113,13 @@ static int lock_mode(const char *m, int try)
 /* ---- mix ---------------------------------------------------------------- */
 
 static long m_writes, m_reads, m_hold_us;
-static long torn, inwrite, maxprocs, maxreaders;
+static long torn, inwrite, maxprocs, maxreaders, maxinside;
 static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Leaves PREFIX:in: the pid's count down, the field gone at 0. */
+/* Leaves PREFIX:in (KEYS[1]): the pid's count down, the field gone at 0;
+ * and PREFIX:inside (KEYS[2]), the readers inside in all. */
 static const char leave_lua[] =
+    "redis.call('decr', KEYS[2]) "
     "if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then "
     "redis.call('hdel', KEYS[1], ARGV[1]) end return 0";
 
@@ -150,10 +153,12 @@ static void *mix_reader(void *arg)
         pthread_rwlock_rdlock(&routes_lock);
         long long mine = cmd_int(c, "HINCRBY %s:in %s 1", prefix, pid);
         long long procs = cmd_int(c, "HLEN %s:in", prefix);
+        long long inside = cmd_int(c, "INCR %s:inside", prefix);
         long long a = cmd_int(c, "GET %s:a", prefix);
         usleep((useconds_t)m_hold_us);
         long long b = cmd_int(c, "GET %s:b", prefix);
-        freeReplyObject(redisCommand(c, "EVAL %s 1 %s:in %s", leave_lua, prefix, pid));
+        freeReplyObject(redisCommand(c, "EVAL %s 2 %s:in %s:inside %s", leave_lua, prefix, prefix,
+                                     pid));
         pthread_rwlock_unlock(&routes_lock);
         pthread_mutex_lock(&stats_mu);
         if (a != b)
@@ -162,6 +167,8 @@ static void *mix_reader(void *arg)
             maxprocs = procs;
         if (mine > maxreaders)
             maxreaders = mine;
+        if (inside > maxinside)
+            maxinside = inside;
         pthread_mutex_unlock(&stats_mu);
         usleep((useconds_t)(rand() % (m_hold_us + 1)));
     }
@@ -179,7 +186,8 @@ static void mix(long writes, int readers, long reads, long hold_us)
         exit(1);
     prog_run_threads(readers, mix_reader, NULL);
     pthread_join(w, NULL);
-    say("torn %ld inwrite %ld maxprocs %ld maxreaders %ld", torn, inwrite, maxprocs, maxreaders);
+    say("torn %ld inwrite %ld maxprocs %ld maxreaders %ld maxinside %ld", torn, inwrite, maxprocs,
+        maxreaders, maxinside);
 }
 
 /* ---- stream --------------------------------------------------------------- */
