@@ -589,6 +589,31 @@ static void test_read_hold_is_renewed_past_its_lease(void **s)
     free(ht);
 }
 
+/* dmutex_rwlock_token: the token of the calling thread's hold, a write
+ * grant's (each above every grant before it) or the process's read
+ * grant's; 0 with nothing held or for an unlisted rwlock. The last grant's
+ * token is the server's counter. */
+static void test_rwlock_token_is_the_grant_of_the_callers_hold(void **s)
+{
+    (void)s;
+    char *o = th_out_file();
+    char *text = finish(prog(machine(0), o, "token", NULL), o);
+    const char *p = strstr(text, "tokens ");
+    if (!p)
+        fail_msg("no tokens line: %s", text);
+    unsigned long long t[6];
+    assert_int_equal(sscanf(p, "tokens %llu %llu %llu %llu %llu %llu", &t[0], &t[1], &t[2], &t[3],
+                            &t[4], &t[5]), 6);
+    free(text);
+    assert_int_equal(t[0], 0);
+    assert_true(t[1] > 0);
+    assert_int_equal(t[2], 0);
+    assert_true(t[3] > t[1]);
+    assert_true(t[4] > t[3]);
+    assert_int_equal(t[5], 0);
+    assert_int_equal(th_cmd_int(lc, "GET dmutex:{routes_lock}:token"), (long long)t[4]);
+}
+
 /* An unlisted rwlock goes straight to glibc: no script call at all. */
 static void test_unmapped_rwlock_never_touches_redis(void **s)
 {
@@ -681,6 +706,8 @@ int main(void)
                                         test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_read_hold_is_renewed_past_its_lease, test_setup,
                                         th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rwlock_token_is_the_grant_of_the_callers_hold,
+                                        test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_unmapped_rwlock_never_touches_redis, test_setup,
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_init_site_heap_rwlock_is_cluster_wide, test_setup,

@@ -42,6 +42,10 @@
  *                     once the parent unlocked, its wrlock: "child wr RC";
  *                     the parent: "parent unlock RC", "child STATUS"
  *   exitrd            rdlock, "held", exit without unlocking
+ *   token             dmutex_rwlock_token (weak: "no api" without the shim)
+ *                     before any lock, in a write hold, after its unlock, in
+ *                     a second write hold, in a read hold, and of the
+ *                     unmapped plain_rw held: "tokens T T T T T T"
  *   cancel rd|wr FILE a thread blocks in rdlock/wrlock (another process holds
  *                     the write lock until FILE exists) and is cancelled
  *                     there; then FILE is made. The thread gets the lock
@@ -61,6 +65,9 @@
 #include <unistd.h>
 
 #include "prog.h"
+
+uint64_t dmutex_rwlock_token(pthread_rwlock_t *l);
+#pragma weak dmutex_rwlock_token
 
 pthread_rwlock_t routes_lock = PTHREAD_RWLOCK_INITIALIZER;
 pthread_rwlock_t plain_rw = PTHREAD_RWLOCK_INITIALIZER;
@@ -328,6 +335,30 @@ static void cancel_scenario(const char *mode, const char *file)
         pthread_rwlock_unlock(&routes_lock);
 }
 
+static void token_scenario(void)
+{
+    if (!dmutex_rwlock_token) {
+        say("no api");
+        return;
+    }
+    unsigned long long t[6];
+    t[0] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_wrlock(&routes_lock);
+    t[1] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    t[2] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_wrlock(&routes_lock);
+    t[3] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    pthread_rwlock_rdlock(&routes_lock);
+    t[4] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    pthread_rwlock_wrlock(&plain_rw);
+    t[5] = dmutex_rwlock_token(&plain_rw);
+    pthread_rwlock_unlock(&plain_rw);
+    say("tokens %llu %llu %llu %llu %llu %llu", t[0], t[1], t[2], t[3], t[4], t[5]);
+}
+
 static void forkrd_scenario(redisContext *c)
 {
     if (pthread_rwlock_rdlock(&routes_lock) != 0)
@@ -436,6 +467,8 @@ int main(int argc, char **argv)
         glibc_rules();
     } else if (strcmp(mode, "fork") == 0) {
         fork_scenario(c);
+    } else if (strcmp(mode, "token") == 0) {
+        token_scenario();
     } else if (strcmp(mode, "forkrd") == 0) {
         forkrd_scenario(c);
     } else if (strcmp(mode, "share") == 0 && argc > 5) {
