@@ -614,6 +614,37 @@ static void test_rwlock_token_is_the_grant_of_the_callers_hold(void **s)
     assert_int_equal(th_cmd_int(lc, "GET dmutex:{routes_lock}:token"), (long long)t[4]);
 }
 
+/* on_redis_down applies to rwlocks as to mutexes: with no server to
+ * connect to, "block" waits (a timed lock's ETIMEDOUT), "error" is EAGAIN
+ * at once, "local" locks the real rwlock alone; a try is EBUSY but with
+ * "local". */
+static void test_on_redis_down_applies_to_rwlocks(void **s)
+{
+    (void)s;
+    const struct { const char *mode, *args[4], *want; } cases[] = {
+        { "block", { "timed", "wr", "300", "monotonic" }, "rc ETIMEDOUT" },
+        { "block", { "try", "rd", NULL, NULL }, "rc EBUSY" },
+        { "error", { "timed", "rd", "5000", "realtime" }, "rc EAGAIN" },
+        { "error", { "try", "wr", NULL, NULL }, "rc EBUSY" },     /* a mutex's trylock too */
+        { "local", { "timed", "rd", "5000", "monotonic" }, "rc 0" },
+        { "local", { "timed", "wr", "5000", "realtime" }, "rc 0" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *cfgf = th_write_file(".cfg", "on_redis_down = \"%s\";\n%s", cases[i].mode, cfg_text);
+        struct th_shim_env e;
+        char **env = th_shim_env(&e, cfgf, "redis://127.0.0.1:1", "error");
+        char *argv[12] = { prog_path, (char *)cases[i].args[0], ds.addr, ds.port_text, prefix };
+        for (int k = 1; k < 4 && cases[i].args[k]; k++)
+            argv[4 + k] = (char *)cases[i].args[k];
+        char *o = th_out_file();
+        char *text = finish(th_child(argv, env, o), o);
+        if (!strstr(text, cases[i].want))
+            fail_msg("on_redis_down = %s, %s %s: want \"%s\" in:\n%s", cases[i].mode,
+                     cases[i].args[0], cases[i].args[1], cases[i].want, text);
+        free(text);
+    }
+}
+
 /* An unlisted rwlock goes straight to glibc: no script call at all. */
 static void test_unmapped_rwlock_never_touches_redis(void **s)
 {
@@ -708,6 +739,8 @@ int main(void)
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_rwlock_token_is_the_grant_of_the_callers_hold,
                                         test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_on_redis_down_applies_to_rwlocks, test_setup,
+                                        th_test_teardown),
         cmocka_unit_test_setup_teardown(test_unmapped_rwlock_never_touches_redis, test_setup,
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_init_site_heap_rwlock_is_cluster_wide, test_setup,
