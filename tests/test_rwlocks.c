@@ -458,6 +458,7 @@ static void test_recursion_and_self_deadlock_answer_as_glibc(void **s)
     th_assert_has(a, "clockwr monotonic 0");
     th_assert_has(a, "clockwr cputime EINVAL");
     th_assert_has(a, "tryrd with a writer waiting EBUSY");     /* the kind, honoured */
+    th_assert_has(a, "rd past the reader limit EAGAIN");
     free(with);
     free(without);
 }

@@ -251,6 +251,21 @@ static void kind_rules(void)
     say("writer done");
 }
 
+/* glibc's reader count has 2^28 - 1 places (__readers counts in units of
+ * 8: PTHREAD_RWLOCK_READER_SHIFT): one more reader is EAGAIN. Counting
+ * that far takes minutes, so the count is set one short of it (a read
+ * phase with that many readers), as glibc's own struct has it. */
+static void reader_limit(void)
+{
+    pthread_rwlock_init(&routes_lock, NULL);
+    routes_lock.__data.__readers = ((1u << 28) - 1) << 3;
+    say("rd past the reader limit %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+    say("tryrd past the reader limit %s", ename(pthread_rwlock_tryrdlock(&routes_lock)));
+    routes_lock.__data.__readers = 0;
+    say("rd after %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+}
+
 static void glibc_rules(void)
 {
     say("rd %s", ename(pthread_rwlock_rdlock(&routes_lock)));
@@ -285,6 +300,7 @@ static void glibc_rules(void)
     say("clockrd bad nsec %s", ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_MONOTONIC, &bad)));
     say("timedwr bad nsec %s", ename(pthread_rwlock_timedwrlock(&routes_lock, &bad)));
     kind_rules();
+    reader_limit();
 }
 
 /* ---- share, cancel -------------------------------------------------------- */
