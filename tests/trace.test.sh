@@ -228,5 +228,22 @@ rc=$?
 if [ "$rc" -eq 127 ]; then ok "a missing PROGRAM: exit 127"
 else bad "a missing PROGRAM: exit 127" "exit $rc" "$(cat "$T/u.out")"; fi
 
+# ---- refused before the program runs -------------------------------------
+"$DMUTEX" trace -o "$T/no-such-dir/x.json" -- echo ran >"$T/o.out" 2>&1
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q "^dmutex trace: -o $T/no-such-dir/x.json: cannot write in" "$T/o.out" &&
+   ! grep -q "^ran" "$T/o.out"; then
+    ok "-o into a missing directory: exit 2 before the program runs"
+else bad "-o into a missing directory: exit 2 before the program runs" "exit $rc" \
+    "$(cat "$T/o.out")"; fi
+
+cp "$PR/trace_misc" "$T/suid_prog" && chmod 4755 "$T/suid_prog"
+"$DMUTEX" trace -- "$T/suid_prog" threads >"$T/suid.out" 2>&1
+rc=$?
+if [ "$rc" -eq 127 ] && grep -q "set-user-ID.*so it cannot be traced" "$T/suid.out" &&
+   ! grep -q "^threads" "$T/suid.out"; then
+    ok "a set-user-ID program (the loader would not preload): refused, exit 127"
+else bad "a set-user-ID program: refused, exit 127" "exit $rc" "$(cat "$T/suid.out")"; fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -62,7 +63,10 @@ static const char trace_usage[] =
     "      --min-locks N     and only for rows with at least N locks (default 1)\n"
     "  -h, --help            this text\n"
     "\n"
-    "Exit status: PROGRAM's; 2 for a usage error; 127 if PROGRAM cannot be run.\n";
+    "Exit status: PROGRAM's; 2 for a usage error (or an -o FILE that cannot be\n"
+    "written: said before PROGRAM starts); 127 if PROGRAM cannot be run, or\n"
+    "cannot be traced (statically linked, 32-bit, set-user-ID, set-group-ID or\n"
+    "with file capabilities: the loader would not preload the library).\n";
 
 /* The trace library beside this executable, else where `make install`
  * put it (DMUTEX_TRACE_LIB overrides both). */
@@ -97,6 +101,29 @@ static int find_trace_lib(char *out, size_t len)
     fprintf(stderr, "dmutex trace: %s: %s, nor %s (set DMUTEX_TRACE_LIB to its path)\n", out,
             strerror(beside_errno), installed);
     return -1;
+}
+
+/* -o FILE: its directory must take a new file (the library writes
+ * FILE.tmpPID there and renames it), and FILE must not be a directory:
+ * said now, not at the program's exit. 0, or -1 with a message. */
+static int output_ok(const char *file)
+{
+    struct stat st;
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "dmutex trace: -o %s: %s\n", file, strerror(EISDIR));
+        return -1;
+    }
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", file);
+    const char *dir = dirname(copy);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+        int e = errno;
+        if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+            e = ENOTDIR;
+        fprintf(stderr, "dmutex trace: -o %s: cannot write in %s: %s\n", file, dir, strerror(e));
+        return -1;
+    }
+    return 0;
 }
 
 static int count_arg(const char *opt, const char *v, long lo, long hi, long *out)
@@ -150,9 +177,15 @@ int dm_cli_trace(int argc, char **argv)
         fprintf(stderr, "dmutex trace: no PROGRAM given\n\n%s", trace_usage);
         return 2;
     }
-    char lib[PATH_MAX];
+    char lib[PATH_MAX], why[PATH_MAX + 200];
     if (find_trace_lib(lib, sizeof lib) != 0)
         return 127;
+    /* A program the preload does not reach would run untraced and report
+     * nothing: say why instead. */
+    if (dm_cli_preload_reaches(argv[optind], TRACE_LIB, "traced", why, sizeof why) == 0) {
+        fprintf(stderr, "dmutex trace: %s\n", why);
+        return 127;
+    }
 
     char num[32];
     if (out) {
@@ -162,8 +195,12 @@ int dm_cli_trace(int argc, char **argv)
             if (asprintf(&abs, "%s/%s", cwd, out) < 0)
                 return 127;
         }
-        setenv("DMUTEX_TRACE_JSON", abs ? abs : out, 1);
+        int ok = output_ok(abs ? abs : out);
+        if (ok == 0)
+            setenv("DMUTEX_TRACE_JSON", abs ? abs : out, 1);
         free(abs);
+        if (ok != 0)
+            return 2;
     } else {
         unsetenv("DMUTEX_TRACE_JSON");
     }
