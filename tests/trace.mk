@@ -14,3 +14,12 @@ PROG_LIBS_trace_array = $(shell pkg-config --libs hiredis)
 test-build: $(B)/tests/progs/trace_factory_stripped
 $(B)/tests/progs/trace_factory_stripped: tests/progs/trace_factory.c $(PROG_HEADERS) | $(B)/tests/progs
 	$(CC) -std=gnu11 -O2 -s -Wall -Wextra -Werror -pthread $< -o $@ $(shell pkg-config --libs hiredis)
+
+# trace_misc has a second file (a file-static mutex named as one of its
+# own) and a plugin it dlopens and dlcloses, both under tests/progs/trace/
+# (not programs of their own).
+PROG_LIBS_trace_misc = tests/progs/trace/statics_other.c -ldl
+$(B)/tests/progs/trace_misc: tests/progs/trace/statics_other.c
+test-build: $(B)/tests/progs/libtracegone.so
+$(B)/tests/progs/libtracegone.so: tests/progs/trace/libtracegone.c | $(B)/tests/progs
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@

@@ -33,7 +33,7 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
-      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc"
+      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/libtracegone.so"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -227,6 +227,51 @@ if [ "$rc" -eq 2 ]; then ok "-i 0: exit 2"; else bad "-i 0: exit 2" "exit $rc"; 
 rc=$?
 if [ "$rc" -eq 127 ]; then ok "a missing PROGRAM: exit 127"
 else bad "a missing PROGRAM: exit 127" "exit $rc" "$(cat "$T/u.out")"; fi
+
+# ---- identification that holds: reuse, twins, unloaded objects ------------
+# names_unique FILE LABEL: no two entries of FILE's block share a name.
+names_unique() {
+    dup=$(sed -n '/^mutexes = (/,/^);/p' "$1" | grep -o 'name = "[^"]*"' | sort | uniq -d)
+    if [ -z "$dup" ]; then ok "$2: every entry has a name of its own"
+    else bad "$2: every entry has a name of its own" "shared: $dup" "$(cat "$1")"; fi
+}
+"$DMUTEX" trace -- "$PR/trace_misc" reuse >"$T/reuse.out" 2>"$T/reuse.err"
+for want in "reuse_b:5" "reuse_a:1"; do
+    fn=${want%:*} n=${want#*:}
+    got=$(awk -v f="in $fn " 'index($0, f) && $2 == "init_site" { print $3 }' "$T/reuse.err")
+    if [ "$got" = "$n" ]; then ok "reuse: the mutex of $fn at a reused address has its $n locks"
+    else bad "reuse: the mutex of $fn at a reused address has its $n locks" "got '$got'" \
+        "$(cat "$T/reuse.err")"; fi
+done
+
+"$DMUTEX" trace -- "$PR/trace_misc" statics >"$T/st.out" 2>"$T/st.err"
+has '{ symbol = "statics_other.c:lock"; name = "statics_other.c:lock"; }' "$T/st.err" \
+    "statics: a file-static is named with its file"
+has '{ symbol = "trace_misc.c:lock"; name = "trace_misc.c:lock"; }' "$T/st.err" \
+    "statics: so is the other file's, of the same name"
+names_unique "$T/st.err" "statics"
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  sed -n '/^mutexes = (/,/^);/p' "$T/st.err"; } >"$T/st.cfg"
+if "$DMUTEX" check -c "$T/st.cfg" -- "$PR/trace_misc" >"$T/st.check" 2>&1 &&
+   grep -q "3 mutexes would be mapped" "$T/st.check"; then
+    ok "statics: the printed block passes dmutex check, 3 mutexes"
+else bad "statics: the printed block passes dmutex check, 3 mutexes" "$(cat "$T/st.check")"; fi
+
+"$DMUTEX" trace -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" >"$T/gone.out" 2>"$T/gone.err"
+row() {   # IDENTIFICATION CERTAINTY LOCKS FILE LABEL
+    got=$(awk -v f="$1" 'index($0, f) { print $2, $3; exit }' "$4")
+    if [ "$got" = "$2 $3" ]; then ok "$5"
+    else bad "$5" "got '$got'" "$(cat "$4")"; fi
+}
+row "plug_lock in libtracegone.so" symbol 7 "$T/gone.err" \
+    "dlclose: a variable of the unloaded plugin keeps its symbol and locks"
+row "pthread_mutex_init in gone_new (libtracegone.so" init_site 4 "$T/gone.err" \
+    "dlclose: a heap mutex the plugin made keeps its init_site and locks"
+has '{ symbol = "g_twin"; object = "libtracegone.so"; name = "g_twin@libtracegone.so"; }' \
+    "$T/gone.err" "dlclose: two globals g_twin: the plugin's is named with its object"
+has '{ symbol = "g_twin"; name = "g_twin@trace_misc"; }' "$T/gone.err" \
+    "dlclose: and the program's with the program's"
+names_unique "$T/gone.err" "dlclose"
 
 # ---- refused before the program runs -------------------------------------
 "$DMUTEX" trace -o "$T/no-such-dir/x.json" -- echo ran >"$T/o.out" 2>&1

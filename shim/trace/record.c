@@ -3,10 +3,13 @@
  * constructor, or by the first call if a library constructor locks
  * earlier) and notes, per mutex address, what `dmutex trace` reports:
  * acquisitions, contention (a trylock first; when it finds the mutex held,
- * the blocking call is timed), wait and hold times, threads, the first
- * init call site. Nothing here allocates, takes a lock or does I/O; the
+ * the blocking call is timed), wait and hold times, threads, the init
+ * call site (the latest: an address initialised from another function is
+ * another mutex, and the old one's counts are retired to its site).
+ * Nothing on the lock path allocates, takes a lock or does I/O; the
  * reporter thread (woken through a pipe by SIGUSR1 or by the -i
- * interval) and the destructor write the report. A condition wait
+ * interval) and the destructor write the report, and dlclose has the
+ * report identify the object's mutexes before it goes. A condition wait
  * releases and retakes its mutex: the hold ends before it, and the
  * re-acquisition after it counts as a lock. */
 #include <errno.h>
@@ -55,11 +58,11 @@ static inline uint64_t now_ns(void)
 #define LOAD(x)     atomic_load_explicit(&(x), memory_order_relaxed)
 #define STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
 
-/* The slot of mutex m, claimed on first sight; NULL when DM_TRACE_PROBES
- * slots from its home are all taken by other mutexes. */
-static struct dm_trace_slot *find_slot(const void *m)
+/* The slot of key (a mutex's address, or a retired key), claimed on
+ * first sight; NULL when DM_TRACE_PROBES slots from its home are all
+ * taken by other keys. */
+static struct dm_trace_slot *find_key(uintptr_t key)
 {
-    uintptr_t key = (uintptr_t)m;
     uint64_t h = ((uint64_t)key >> 3) * 0x9E3779B97F4A7C15ull;
     unsigned i = (unsigned)(h >> (64 - DM_TRACE_SLOTS_LOG2));
     for (unsigned n = 0; n < DM_TRACE_PROBES; n++, i = (i + 1) & (DM_TRACE_SLOTS - 1)) {
@@ -74,6 +77,11 @@ static struct dm_trace_slot *find_slot(const void *m)
         }
     }
     return NULL;
+}
+
+static inline struct dm_trace_slot *find_slot(const void *m)
+{
+    return find_key((uintptr_t)m);
 }
 
 /* find_slot for an acquisition: one that finds no slot is counted. */
@@ -123,6 +131,52 @@ static void releasing(struct dm_trace_slot *s)
     if (b >= DM_TRACE_HIST)
         b = DM_TRACE_HIST - 1;
     STORE(s->hist[b], LOAD(s->hist[b]) + 1);
+}
+
+void dm_trace_slot_zero(struct dm_trace_slot *s)
+{
+    STORE(s->locks, 0);
+    STORE(s->contended, 0);
+    STORE(s->wait_ns, 0);
+    STORE(s->wait_max_ns, 0);
+    STORE(s->hold_max_ns, 0);
+    STORE(s->threads, 0);
+    STORE(s->folded, 0);
+    for (int b = 0; b < DM_TRACE_HIST; b++)
+        STORE(s->hist[b], 0);
+}
+
+static void max_into(_Atomic uint64_t *to, uint64_t v)
+{
+    uint64_t cur = atomic_load_explicit(to, memory_order_relaxed);
+    while (v > cur && !atomic_compare_exchange_weak_explicit(to, &cur, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+/* The counts of s (the mutex at address m, about to be initialised from
+ * another site) go to its old site's retired slot; s starts over. Other
+ * threads may retire into the same slot at once: locked adds. Without
+ * room in the table they are dropped, as a full table drops a mutex. */
+static void retire(struct dm_trace_slot *s, uintptr_t m)
+{
+    struct dm_trace_slot *to = find_key(DM_TRACE_RETIRED(LOAD(s->init_site)));
+    if (to) {
+        uintptr_t none = 0;
+        atomic_compare_exchange_strong(&to->first, &none, m);
+        STORE(to->init_site, LOAD(s->init_site));
+        atomic_fetch_add_explicit(&to->folded, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&to->contended, LOAD(s->contended), memory_order_relaxed);
+        atomic_fetch_add_explicit(&to->wait_ns, LOAD(s->wait_ns), memory_order_relaxed);
+        max_into(&to->wait_max_ns, LOAD(s->wait_max_ns));
+        max_into(&to->hold_max_ns, LOAD(s->hold_max_ns));
+        atomic_fetch_or_explicit(&to->threads, LOAD(s->threads), memory_order_relaxed);
+        for (int b = 0; b < DM_TRACE_HIST; b++)
+            atomic_fetch_add_explicit(&to->hist[b], LOAD(s->hist[b]), memory_order_relaxed);
+        /* locks last: the report skips a slot with none */
+        atomic_fetch_add_explicit(&to->locks, LOAD(s->locks), memory_order_relaxed);
+    }
+    dm_trace_slot_zero(s);
 }
 
 /* A blocking acquisition: trylock first, and only when that finds the
@@ -195,8 +249,14 @@ DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *
     if (r == 0 && !quiet) {
         struct dm_trace_slot *s = find_slot(m);
         if (s) {
-            uintptr_t none = 0;
-            atomic_compare_exchange_strong(&s->init_site, &none, site);
+            uintptr_t old = LOAD(s->init_site);
+            if (old != site) {
+                /* Another function's mutex at this address now: the
+                 * counts so far are the old one's. */
+                if (old && LOAD(s->locks))
+                    retire(s, (uintptr_t)m);
+                STORE(s->init_site, site);
+            }
             STORE(s->depth, 0);     /* a new mutex at an old address is not held */
         }
     }
@@ -208,6 +268,15 @@ DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *
 DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 {
     return dm_real.mutex_destroy(m);
+}
+
+/* An object about to be unloaded: its mutexes are identified while its
+ * symbols can still be read (report.c). */
+DM_EXPORT int dlclose(void *handle)
+{
+    if (!quiet && handle)
+        dm_trace_report_unloading(handle);
+    return dm_real.dlclose(handle);
 }
 
 /* A condition wait releases m and retakes it before returning. */
@@ -312,20 +381,12 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
-    dm_trace_report_release();
+    dm_trace_report_child();
     for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
         struct dm_trace_slot *s = &dm_trace_table[i];
-        if (!LOAD(s->key))
-            continue;
-        STORE(s->locks, 0);
-        STORE(s->contended, 0);
-        STORE(s->wait_ns, 0);
-        STORE(s->wait_max_ns, 0);
-        STORE(s->hold_max_ns, 0);
-        STORE(s->threads, 0);
-        for (int b = 0; b < DM_TRACE_HIST; b++)
-            STORE(s->hist[b], 0);
         /* depth and hold_start stay: the forking thread's holds are held. */
+        if (LOAD(s->key))
+            dm_trace_slot_zero(s);
     }
     STORE(dm_trace_untracked, 0);
     my_bit = 0;

@@ -11,6 +11,10 @@
  *                                         (weak: address of this build only)
  *   unknown    neither (a stack mutex, a heap one never initialised by a
  *              call)
+ * A file-static's name starts with its file ("a.c:lock"); rows that would
+ * still share a name get "@object", then ".N": two mutexes never get one
+ * name. The mutexes of an object being dlclosed are identified before it
+ * goes (dm_trace_report_unloading) and their rows kept.
  * Rows are sorted by contention, then locks. The text goes to stderr,
  * then a `mutexes = ( ... );` block of the picked rows (--top, --min-locks:
  * DMUTEX_TRACE_TOP, DMUTEX_TRACE_MIN_LOCKS); the same as JSON to
@@ -21,6 +25,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -52,9 +57,9 @@ static const char *const certainty_notes[] = {
 
 struct row {
     enum certainty c;
-    char key[1024];                 /* what is aggregated: one config entry */
+    char key[1024];                 /* what is aggregated: one config entry but its name */
     char what[700];                 /* identification, for people */
-    char entry[1024];               /* the config entry, "" when none */
+    char entry[1400];               /* the config entry, "" when none (made once names are unique) */
     char name[NAME_LEN + 1];
     char object[256];               /* "" for the executable */
     int is_heap;
@@ -64,6 +69,11 @@ struct row {
 
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Rows of mutexes whose object was dlclosed, identified before it went
+ * (under report_mu). */
+static struct row *gone;
+static size_t ngone, gone_cap;
+
 void dm_trace_report_prepare(void)
 {
     dm_real.mutex_lock(&report_mu);
@@ -71,6 +81,14 @@ void dm_trace_report_prepare(void)
 
 void dm_trace_report_release(void)
 {
+    dm_real.mutex_unlock(&report_mu);
+}
+
+void dm_trace_report_child(void)
+{
+    free(gone);
+    gone = NULL;
+    ngone = gone_cap = 0;
     dm_real.mutex_unlock(&report_mu);
 }
 
@@ -133,9 +151,12 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
         snprintf(r->object, sizeof r->object, "%s", w.is_exe ? "" : base_name(w.path));
         if (w.symbol[0]) {
             uintptr_t off = w.vaddr - w.sym_value;
-            char sym[800];
+            char sym[800], dem[600];
             snprintf(sym, sizeof sym, "%s%s%s", w.file, w.file[0] ? ":" : "", w.symbol);
-            demangle(w.symbol, shown, sizeof shown);
+            /* A file-static is named with its file: two files' `lock`
+             * are two mutexes, so two names. */
+            demangle(w.symbol, dem, sizeof dem);
+            snprintf(shown, sizeof shown, "%s%s%s", w.file, w.file[0] ? ":" : "", dem);
             const char *kind = w.sym_size == MUTEX_SIZE ? " (std::mutex / pthread_mutex_t)" : "";
             char where[64] = "", at[64] = "";
             if (w.sym_size > MUTEX_SIZE && w.sym_size % MUTEX_SIZE == 0 && off % MUTEX_SIZE == 0) {
@@ -157,9 +178,7 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
             r->c = C_SYMBOL;
             snprintf(r->what, sizeof r->what, "%s%s in %s (%s)%s", shown, where,
                      base_name(w.path), w.section, kind);
-            snprintf(r->entry, sizeof r->entry, "{ symbol = \"%s\";%s%s name = \"%s\"; }",
-                     sym, obj, at, r->name);
-            snprintf(r->key, sizeof r->key, "%s", r->entry);
+            snprintf(r->key, sizeof r->key, "{ symbol = \"%s\";%s%s", sym, obj, at);
             return;
         }
         /* In an object, no symbol: its address, this build's. */
@@ -170,10 +189,9 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
         snprintf(r->what, sizeof r->what, "%s+%#" PRIxPTR " (no symbol covers it%s)",
                  base_name(w.path), w.vaddr,
                  w.section[0] ? "" : "; no symbol table");
-        snprintf(r->entry, sizeof r->entry, "{ address = %#" PRIxPTR ";%s%s%s%s name = \"%s\"; }",
+        snprintf(r->key, sizeof r->key, "{ address = %#" PRIxPTR ";%s%s%s%s",
                  w.vaddr, obj, w.build_id[0] ? " build_id = \"" : "", w.build_id,
-                 w.build_id[0] ? "\";" : "", r->name);
-        snprintf(r->key, sizeof r->key, "%s", r->entry);
+                 w.build_id[0] ? "\";" : "");
         return;
     }
     r->is_heap = 1;
@@ -186,9 +204,7 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
             r->c = C_INIT_SITE;
             snprintf(r->what, sizeof r->what, "heap, pthread_mutex_init in %s (%s+%#" PRIxPTR ")",
                      shown, base_name(w.path), w.vaddr);
-            snprintf(r->entry, sizeof r->entry, "{ init_site = \"%s\";%s name = \"%s\"; }",
-                     w.symbol, obj, r->name);
-            snprintf(r->key, sizeof r->key, "%s", r->entry);
+            snprintf(r->key, sizeof r->key, "{ init_site = \"%s\";%s", w.symbol, obj);
             return;
         }
         char nm[NAME_LEN + 1];
@@ -199,11 +215,9 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
                  " (%s)", base_name(w.path), w.vaddr,
                  w.symbol[0] ? "a file-static function: init_site names globals only"
                              : "no symbol covers the call");
-        snprintf(r->entry, sizeof r->entry,
-                 "{ init_site_address = %#" PRIxPTR ";%s%s%s%s name = \"%s\"; }",
+        snprintf(r->key, sizeof r->key, "{ init_site_address = %#" PRIxPTR ";%s%s%s%s",
                  w.vaddr, obj, w.build_id[0] ? " build_id = \"" : "", w.build_id,
-                 w.build_id[0] ? "\";" : "", r->name);
-        snprintf(r->key, sizeof r->key, "%s", r->entry);
+                 w.build_id[0] ? "\";" : "");
         return;
     }
     r->c = C_UNKNOWN;
@@ -399,12 +413,18 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
     fprintf(f, "\n}\n");
 }
 
+/* Is this process the one `dmutex trace` ran (DMUTEX_TRACE_ROOT)? */
+static int is_root(void)
+{
+    const char *root = getenv("DMUTEX_TRACE_ROOT");
+    return root && atol(root) == (long)getpid();
+}
+
 /* FILE for the traced program itself, FILE.<pid>.json (FILE's ".json"
  * replaced) for every other process: fork children, programs it runs. */
 static void json_path(const char *file, char *out, size_t len)
 {
-    const char *root = getenv("DMUTEX_TRACE_ROOT");
-    if (root && atol(root) == (long)getpid()) {
+    if (is_root()) {
         snprintf(out, len, "%s", file);
         return;
     }
@@ -425,52 +445,192 @@ static void write_json_file(const char *why, const char *prog, struct row *rows,
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE *f = fopen(tmp, "we");
     if (!f) {
-        fprintf(stderr, "dmutex trace: %s: %s\n", tmp, strerror(errno));
+        dprintf(STDERR_FILENO, "dmutex trace: %s: %s\n", path, strerror(errno));
         return;
     }
     write_json(f, why, prog, rows, n, nmutex, untracked, top, min_locks);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "dmutex trace: %s: %s\n", path, strerror(errno));
+        dprintf(STDERR_FILENO, "dmutex trace: %s: %s\n", path, strerror(errno));
         unlink(tmp);
     }
+}
+
+/* A row for slot s (its counts, identified), or -1 when it has none. */
+static int row_of_slot(struct dm_trace_slot *s, struct row *t)
+{
+    uintptr_t key = atomic_load(&s->key);
+    uint64_t locks = atomic_load(&s->locks);
+    if (!key || !locks)
+        return -1;
+    memset(t, 0, sizeof *t);
+    int retired = DM_TRACE_IS_RETIRED(key);
+    identify(retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    t->mutexes = retired ? atomic_load(&s->folded) : 1;
+    t->locks = locks;
+    t->contended = atomic_load(&s->contended);
+    t->wait_ns = atomic_load(&s->wait_ns);
+    t->wait_max_ns = atomic_load(&s->wait_max_ns);
+    t->hold_max_ns = atomic_load(&s->hold_max_ns);
+    t->threads = atomic_load(&s->threads);     /* a bitmap until counted */
+    for (int b = 0; b < DM_TRACE_HIST; b++)
+        t->hist[b] = atomic_load(&s->hist[b]);
+    return 0;
+}
+
+/* Room for one more row in *rows (n used of *cap); NULL: out of memory. */
+static struct row *row_add(struct row **rows, size_t *n, size_t *cap)
+{
+    if (*n == *cap) {
+        size_t c2 = *cap ? *cap * 2 : 64;
+        struct row *more = realloc(*rows, c2 * sizeof **rows);
+        if (!more)
+            return NULL;
+        *rows = more;
+        *cap = c2;
+    }
+    return &(*rows)[(*n)++];
+}
+
+struct seg_ctx {
+    uintptr_t base;
+    const char *name;
+    uintptr_t lo[16], hi[16];
+    int n;
+};
+
+static int visit_segs(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct seg_ctx *c = data;
+    if (info->dlpi_addr != c->base || strcmp(info->dlpi_name ? info->dlpi_name : "", c->name))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum && c->n < 16; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        c->lo[c->n] = info->dlpi_addr + ph->p_vaddr;
+        c->hi[c->n] = c->lo[c->n] + ph->p_memsz;
+        c->n++;
+    }
+    return 1;
+}
+
+static int in_segs(const struct seg_ctx *c, uintptr_t a)
+{
+    for (int i = 0; i < c->n; i++)
+        if (a >= c->lo[i] && a < c->hi[i])
+            return 1;
+    return 0;
+}
+
+void dm_trace_report_unloading(void *handle)
+{
+    struct link_map *lm = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return;
+    struct seg_ctx c = { .base = lm->l_addr, .name = lm->l_name ? lm->l_name : "" };
+    int was_quiet = dm_trace_self_quiet(1);
+    dl_iterate_phdr(visit_segs, &c);
+    if (c.n) {
+        dm_real.mutex_lock(&report_mu);
+        for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
+            struct dm_trace_slot *s = &dm_trace_table[i];
+            uintptr_t key = atomic_load(&s->key);
+            if (!key || !atomic_load(&s->locks))
+                continue;
+            uintptr_t at = DM_TRACE_IS_RETIRED(key) ? atomic_load(&s->first) : key;
+            if (!in_segs(&c, at) && !in_segs(&c, atomic_load(&s->init_site)))
+                continue;
+            struct row *r = row_add(&gone, &ngone, &gone_cap);
+            if (!r)
+                break;
+            row_of_slot(s, r);
+            dm_trace_slot_zero(s);
+        }
+        dm_real.mutex_unlock(&report_mu);
+    }
+    dm_trace_self_quiet(was_quiet);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    const struct row *x = *(const struct row *const *)a, *y = *(const struct row *const *)b;
+    int d = strcmp(x->name, y->name);
+    return d ? d : strcmp(x->key, y->key);
+}
+
+/* Sorts p[0..n) by name; 1 when two rows share one. */
+static int names_sorted(struct row **p, size_t n)
+{
+    qsort(p, n, sizeof *p, by_name);
+    for (size_t i = 1; i < n; i++)
+        if (p[i]->c != C_UNKNOWN && strcmp(p[i]->name, p[i - 1]->name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Every row's name unique (different mutexes under one name would be one
+ * cluster-wide lock): the rows that share a name get "@object" (the
+ * executable's own name for it), then, if that is not enough, ".2", ".3"
+ * in the order of their entries; then each row's entry is made. */
+static void unique_names(struct row *rows, size_t n, const char *prog)
+{
+    struct row **p = malloc((n ? n : 1) * sizeof *p);
+    if (p) {
+        for (size_t i = 0; i < n; i++)
+            p[i] = &rows[i];
+        for (int pass = 0; pass < 2 && names_sorted(p, n); pass++) {
+            for (size_t i = 0; i < n;) {
+                size_t j = i + 1;
+                while (j < n && strcmp(p[j]->name, p[i]->name) == 0)
+                    j++;
+                for (size_t k = i; j - i > 1 && k < j && p[k]->c != C_UNKNOWN; k++) {
+                    char nm[NAME_LEN * 2 + 32];
+                    if (pass == 0)
+                        snprintf(nm, sizeof nm, "%s@%s", p[k]->name,
+                                 p[k]->object[0] ? p[k]->object : prog);
+                    else
+                        snprintf(nm, sizeof nm, "%.*s.%zu", NAME_LEN - 24, p[k]->name,
+                                 k - i + 1);
+                    lock_name(nm, p[k]->name);
+                }
+                i = j;
+            }
+        }
+        free(p);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].c != C_UNKNOWN)
+            snprintf(rows[i].entry, sizeof rows[i].entry, "%s name = \"%s\"; }", rows[i].key,
+                     rows[i].name);
 }
 
 void dm_trace_report(const char *why)
 {
     int was_quiet = dm_trace_self_quiet(1);
     dm_real.mutex_lock(&report_mu);
-    /* One row per mutex, then rows of one config entry merged: sorted by
-     * key, so a report of many mutexes stays n log n. */
+    /* One row per mutex (and per retired slot, and per row of an unloaded
+     * object), then rows of one config entry merged: sorted by key, so a
+     * report of many mutexes stays n log n. */
     struct row *rows = NULL;
     size_t n = 0, cap = 0, nmutex = 0;
     for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
-        struct dm_trace_slot *s = &dm_trace_table[i];
-        uintptr_t key = atomic_load(&s->key);
-        uint64_t locks = atomic_load(&s->locks);
-        if (!key || !locks)
+        struct row t;
+        if (row_of_slot(&dm_trace_table[i], &t) != 0)
             continue;
-        if (n == cap) {
-            size_t c2 = cap ? cap * 2 : 64;
-            struct row *more = realloc(rows, c2 * sizeof *rows);
-            if (!more)
-                break;          /* out of memory: report what fits */
-            rows = more;
-            cap = c2;
-        }
-        nmutex++;
-        struct row *t = &rows[n++];
-        memset(t, 0, sizeof *t);
-        identify(key, atomic_load(&s->init_site), t);
-        t->mutexes = 1;
-        t->locks = locks;
-        t->contended = atomic_load(&s->contended);
-        t->wait_ns = atomic_load(&s->wait_ns);
-        t->wait_max_ns = atomic_load(&s->wait_max_ns);
-        t->hold_max_ns = atomic_load(&s->hold_max_ns);
-        t->threads = atomic_load(&s->threads);     /* a bitmap until counted below */
-        for (int b = 0; b < DM_TRACE_HIST; b++)
-            t->hist[b] = atomic_load(&s->hist[b]);
+        struct row *r = row_add(&rows, &n, &cap);
+        if (!r)
+            break;          /* out of memory: report what fits */
+        *r = t;
     }
+    for (size_t i = 0; i < ngone; i++) {
+        struct row *r = row_add(&rows, &n, &cap);
+        if (!r)
+            break;
+        *r = gone[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        nmutex += rows[i].mutexes;
     if (n)
         qsort(rows, n, sizeof *rows, by_key);
     size_t kept = 0;
@@ -497,11 +657,13 @@ void dm_trace_report(const char *why)
     n = kept;
     for (size_t i = 0; i < n; i++)
         rows[i].threads = (uint64_t)__builtin_popcountll(rows[i].threads);
-    if (n)
-        qsort(rows, n, sizeof *rows, by_contention);
 
     char prog[256];
     program_name(prog, sizeof prog);
+    unique_names(rows, n, prog);
+    if (n)
+        qsort(rows, n, sizeof *rows, by_contention);
+
     long top = env_long("DMUTEX_TRACE_TOP", TOP_DEFAULT);
     long min_locks = env_long("DMUTEX_TRACE_MIN_LOCKS", 1);
     uint64_t untracked = atomic_load(&dm_trace_untracked);

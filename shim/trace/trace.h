@@ -19,13 +19,27 @@
 #define DM_TRACE_HIST           40      /* hold-time buckets: [2^b, 2^(b+1)) ns, the last open */
 #define DM_TRACE_THREAD_BITS    64      /* distinct threads told apart per mutex */
 
-/* One mutex. Key and init_site are set once (compare-and-swap); the
- * counters are written only by the thread that holds the mutex (plain
- * relaxed loads and stores, no locked instruction on the hot path), and
- * read racily by the report. */
+/* One mutex. The key is set once (compare-and-swap); the counters are
+ * written only by the thread that holds the mutex (plain relaxed loads and
+ * stores, no locked instruction on the hot path), and read racily by the
+ * report.
+ *
+ * A heap or stack address is used again by other mutexes: when an
+ * address with counts is initialised again from another call site, its
+ * counts are retired (added with locked instructions: init is not the hot
+ * path) into the slot keyed DM_TRACE_RETIRED(the old init site), one per
+ * init site, and its own slot starts over with the new site. So the
+ * counts of a mutex made by b_new() at an address an a_new() mutex had
+ * before are b_new's, not a_new's. (A destroy retires nothing: a global
+ * destroyed at exit keeps its counts, and its address names it.) */
+#define DM_TRACE_RETIRED(site)  ((uintptr_t)(site) | 1)    /* odd: never a mutex's address */
+#define DM_TRACE_IS_RETIRED(key) (((key) & 1) != 0)
+
 struct dm_trace_slot {
-    _Atomic uintptr_t key;              /* the mutex's address, 0: free */
-    _Atomic uintptr_t init_site;        /* return address of its first pthread_mutex_init, 0: none */
+    _Atomic uintptr_t key;              /* the mutex's address, 0: free; odd: retired counts */
+    _Atomic uintptr_t init_site;        /* return address of its pthread_mutex_init, 0: none */
+    _Atomic uintptr_t first;            /* retired: the address of the first mutex retired into it */
+    _Atomic uint64_t folded;            /* retired: how many mutexes' counts it holds */
     _Atomic uint64_t locks;             /* acquisitions (cond-wait re-acquisitions included) */
     _Atomic uint64_t contended;         /* acquisitions that found it held */
     _Atomic uint64_t wait_ns, wait_max_ns;
@@ -39,11 +53,22 @@ struct dm_trace_slot {
 extern struct dm_trace_slot dm_trace_table[DM_TRACE_SLOTS];
 extern _Atomic uint64_t dm_trace_untracked;    /* acquisitions of mutexes with no slot */
 
+/* record.c: zeroes s's counts (a fork child's start, or counts the
+ * report took away); its key and init site stay. */
+void dm_trace_slot_zero(struct dm_trace_slot *s);
+
 /* report.c: writes the process's report (text on stderr, JSON to the -o
  * file) with `why` ("exit", "signal", "interval") in its header. Takes
  * the loader's lock and allocates: never from a signal handler or with a
  * traced mutex held. Serialised: one report at a time. */
 void dm_trace_report(const char *why);
+
+/* report.c: before dlclose(handle): the mutexes of that object (its
+ * variables, and heap mutexes its code initialised) are identified now,
+ * while its symbols can be read, and their counts kept with that
+ * identification (an unloaded object's addresses name nothing, or later
+ * another object's). */
+void dm_trace_report_unloading(void *handle);
 
 /* report.c: fork handlers (record.c registers them). A fork while another
  * thread writes a report must not leave the child with the report's lock
@@ -51,6 +76,7 @@ void dm_trace_report(const char *why);
  * have: prepare waits for the report to end; parent and child release. */
 void dm_trace_report_prepare(void);
 void dm_trace_report_release(void);
+void dm_trace_report_child(void);      /* the child's: also forgets the parent's unloaded rows */
 
 /* record.c: the calling thread's traced calls pass straight through while
  * set (the report's own locking is not the program's). Returns the
