@@ -14,6 +14,14 @@
 # Also: a forking program gives two reports (and two JSON files), SIGUSR1
 # and -i report while the program runs, a condition wait's re-acquisition
 # counts, a full table is reported (not a crash), usage errors exit 2.
+# What broke before (each check failed then): a heap address reused by
+# another init_site's mutex, two file-statics `lock` and two globals
+# `g_twin` (one in a plugin) given one name, a dlclosed plugin's mutexes
+# reported unknown, the report written into a file the program opened on
+# fd 2, a reporter thread in a program that never locks (unshare(2) with
+# CLONE_NEWUSER wants one thread), an empty report in the stderr of a
+# helper the program reads through popen, -o into a missing directory
+# said only at exit, a set-user-ID program run untraced.
 # Prints one closing line "N passed, N failed".
 #
 #   sh tests/trace.test.sh            (DMUTEX=path overrides build/dmutex)
@@ -272,6 +280,32 @@ has '{ symbol = "g_twin"; object = "libtracegone.so"; name = "g_twin@libtracegon
 has '{ symbol = "g_twin"; name = "g_twin@trace_misc"; }' "$T/gone.err" \
     "dlclose: and the program's with the program's"
 names_unique "$T/gone.err" "dlclose"
+
+# ---- the program's own: fd 2, threads, its helpers' output ----------------
+"$DMUTEX" trace -- "$PR/trace_misc" stderr "$T/data" >"$T/fd.out" 2>"$T/fd.err"
+if grep -qx "stderr fd 2" "$T/fd.out" && [ "$(cat "$T/data")" = DATA ]; then
+    ok "stderr closed, a file opened on fd 2: the report does not go into it"
+else bad "stderr closed, a file opened on fd 2: the report does not go into it" \
+    "$(cat "$T/fd.out")" "$(cat "$T/data")"; fi
+
+"$DMUTEX" trace -- "$PR/trace_misc" threads >"$T/th.out" 2>"$T/th.err"
+if grep -qx "threads 1" "$T/th.out"; then
+    ok "a program that locks nothing keeps one thread (no reporter yet)"
+else bad "a program that locks nothing keeps one thread (no reporter yet)" "$(cat "$T/th.out")"; fi
+
+"$DMUTEX" trace -- "$PR/trace_misc" popen >"$T/po.out" 2>"$T/po.err"
+if grep -qxF "captured [threads 1|]" "$T/po.out"; then
+    ok "a helper that locks nothing adds no report to the output the program reads"
+else bad "a helper that locks nothing adds no report to the output the program reads" \
+    "$(cat "$T/po.out")"; fi
+has "pid $(sed -n 's/^dmutex trace: pid \([0-9]*\) .*/\1/p' "$T/po.err" | head -n 1) (trace_misc), exit report" \
+    "$T/po.err" "popen: the traced program itself still reports"
+
+# The library reads its environment as the shim does: not in a process
+# with AT_SECURE, where the environment is the caller's, not the owner's.
+if grep -n '[^_]getenv(' shim/trace/*.c >"$T/getenv.out"; then
+    bad "shim/trace reads the environment with secure_getenv only" "$(cat "$T/getenv.out")"
+else ok "shim/trace reads the environment with secure_getenv only"; fi
 
 # ---- refused before the program runs -------------------------------------
 "$DMUTEX" trace -o "$T/no-such-dir/x.json" -- echo ran >"$T/o.out" 2>&1

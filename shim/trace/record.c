@@ -7,15 +7,19 @@
  * call site (the latest: an address initialised from another function is
  * another mutex, and the old one's counts are retired to its site).
  * Nothing on the lock path allocates, takes a lock or does I/O; the
- * reporter thread (woken through a pipe by SIGUSR1 or by the -i
+ * reporter thread (woken through a semaphore by SIGUSR1 or by the -i
  * interval) and the destructor write the report, and dlclose has the
- * report identify the object's mutexes before it goes. A condition wait
- * releases and retakes its mutex: the hold ends before it, and the
- * re-acquisition after it counts as a lock. */
+ * report identify the object's mutexes before it goes. The reporter
+ * starts at the process's first traced acquisition, not in the
+ * constructor: a program that never locks (a helper it runs, a shell)
+ * stays single-threaded, as unshare(CLONE_NEWUSER) needs, and no
+ * descriptor is taken from any program. A condition wait releases and
+ * retakes its mutex: the hold ends before it, and the re-acquisition
+ * after it counts as a lock. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +41,12 @@ static _Atomic unsigned thread_seq;
 static __thread unsigned my_bit;        /* 1 + thread number, 0: not yet numbered */
 static __thread int quiet;              /* this thread's calls are the tracer's own */
 
-static int wake_pipe[2] = { -1, -1 };   /* SIGUSR1 -> reporter thread */
-static int reporting;                   /* a reporter thread was wanted (SIGUSR1 or -i) */
+static sem_t wake;                      /* SIGUSR1 -> reporter thread (sem_post is async-signal-safe) */
+static int reporting;                   /* a reporter thread is wanted (SIGUSR1 or -i) */
+static _Atomic int reporter_started;    /* this process's reporter was started */
 static long interval_s;                 /* DMUTEX_TRACE_INTERVAL, 0: none */
+
+static void start_reporter(void);
 
 int dm_trace_self_quiet(int on)
 {
@@ -96,8 +103,11 @@ static struct dm_trace_slot *slot_of(const void *m)
 /* After an acquisition (the caller holds m now): only the holder writes. */
 static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
 {
-    if (!my_bit)
+    if (!my_bit) {
         my_bit = 1 + atomic_fetch_add_explicit(&thread_seq, 1, memory_order_relaxed);
+        if (reporting && !atomic_load_explicit(&reporter_started, memory_order_relaxed))
+            start_reporter();
+    }
     uint64_t bit = 1ull << ((my_bit - 1) % DM_TRACE_THREAD_BITS);
     if (!(LOAD(s->threads) & bit))
         atomic_fetch_or_explicit(&s->threads, bit, memory_order_relaxed);
@@ -323,57 +333,57 @@ static void on_sigusr1(int sig)
 {
     (void)sig;
     int saved = errno;
-    char b = 'r';
-    if (write(wake_pipe[1], &b, 1) < 0) {
-        /* the pipe is full: a report is already due */
-    }
+    sem_post(&wake);        /* EOVERFLOW: a report is due anyway */
     errno = saved;
 }
 
-/* Waits for SIGUSR1's byte or the interval, and reports. Blocks every
+/* Waits for SIGUSR1's post or the interval, and reports. Blocks every
  * signal (dm_thread_start): they are the program's. */
 static void *reporter(void *arg)
 {
     (void)arg;
     dm_trace_self_quiet(1);
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    next.tv_sec += interval_s;
     for (;;) {
-        struct pollfd p = { .fd = wake_pipe[0], .events = POLLIN };
-        int n = poll(&p, 1, interval_s ? (int)(interval_s * 1000) : -1);
-        if (n < 0 && errno == EINTR)
+        int r = interval_s ? sem_clockwait(&wake, CLOCK_MONOTONIC, &next) : sem_wait(&wake);
+        if (r != 0 && errno == EINTR)
             continue;
-        if (n < 0)
-            return NULL;
-        if (n == 0) {
+        if (r != 0 && errno == ETIMEDOUT) {
             dm_trace_report("interval");
+            clock_gettime(CLOCK_MONOTONIC, &next);
+            next.tv_sec += interval_s;
             continue;
         }
-        char buf[64];
-        ssize_t got = read(wake_pipe[0], buf, sizeof buf);
-        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+        if (r != 0)
             return NULL;
-        if (got > 0)
-            dm_trace_report("signal");
+        while (sem_trywait(&wake) == 0) {
+            /* signals sent together: one report */
+        }
+        dm_trace_report("signal");
     }
 }
 
+/* From the first traced acquisition of the process (any thread), or the
+ * constructor when one came before it. Once: a lost race is harmless,
+ * the exchange decides. */
 static void start_reporter(void)
 {
-    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        wake_pipe[0] = wake_pipe[1] = -1;
+    if (atomic_exchange(&reporter_started, 1))
         return;
-    }
-    /* The read end blocks in poll, not in read: non-blocking is right. */
+    int was = dm_trace_self_quiet(1);
     pthread_t t;
     if (dm_thread_start(&t, reporter, NULL) != 0) {
-        close(wake_pipe[0]);
-        close(wake_pipe[1]);
-        wake_pipe[0] = wake_pipe[1] = -1;
+        /* no reporter: SIGUSR1 and -i report nothing; the exit report stays */
     }
+    dm_trace_self_quiet(was);
 }
 
 /* The child of a fork reports on its own: its counts start from zero
  * (the parent's stay the parent's), its mutexes keep their identities,
- * and it gets its own reporter thread (the parent's is not there). */
+ * and it gets its own reporter thread at its first acquisition (the
+ * parent's is not there). */
 static void atfork_parent(void)
 {
     dm_trace_report_release();
@@ -391,19 +401,16 @@ static void atfork_child(void)
     STORE(dm_trace_untracked, 0);
     my_bit = 0;
     STORE(thread_seq, 0);
-    if (wake_pipe[0] >= 0) {
-        close(wake_pipe[0]);
-        close(wake_pipe[1]);
-        wake_pipe[0] = wake_pipe[1] = -1;
-    }
-    if (reporting)
-        start_reporter();
+    sem_init(&wake, 0, 0);
+    STORE(reporter_started, 0);
 }
 
 __attribute__((constructor)) static void dm_trace_start(void)
 {
     dm_real_resolve();
-    const char *iv = getenv("DMUTEX_TRACE_INTERVAL");
+    dm_trace_report_start();
+    sem_init(&wake, 0, 0);
+    const char *iv = secure_getenv("DMUTEX_TRACE_INTERVAL");
     if (iv && *iv) {
         char *end;
         long v = strtol(iv, &end, 10);
@@ -414,13 +421,13 @@ __attribute__((constructor)) static void dm_trace_start(void)
     struct sigaction old;
     int want_signal = sigaction(SIGUSR1, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
         && old.sa_handler == SIG_DFL;
-    /* A thread from a constructor, unlike the shim: the program may get
-     * SIGUSR1 before it locks anything, and the report must not be
-     * written from the handler. It blocks every signal and sleeps in poll. */
+    /* The reporter starts at the first acquisition; a SIGUSR1 before it
+     * waits in the semaphore. A library constructor that locked before
+     * this one: now. */
     reporting = want_signal || interval_s;
-    if (reporting)
+    if (reporting && atomic_load(&thread_seq))
         start_reporter();
-    if (want_signal && wake_pipe[1] >= 0) {
+    if (want_signal) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_sigusr1;

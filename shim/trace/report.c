@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -73,6 +74,31 @@ static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
  * (under report_mu). */
 static struct row *gone;
 static size_t ngone, gone_cap;
+
+/* stderr as the program started with it: st_dev/st_ino, 0: none. */
+static int err_known;
+static dev_t err_dev;
+static ino_t err_ino;
+
+void dm_trace_report_start(void)
+{
+    struct stat st;
+    if (fstat(STDERR_FILENO, &st) == 0) {
+        err_known = 1;
+        err_dev = st.st_dev;
+        err_ino = st.st_ino;
+    }
+}
+
+/* Is fd 2 still the file the program started with? A program that
+ * closed it may have opened a file of its own there (a data file, a
+ * socket): the text report must not land in it. */
+static int stderr_is_ours(void)
+{
+    struct stat st;
+    return err_known && fstat(STDERR_FILENO, &st) == 0 && st.st_dev == err_dev
+        && st.st_ino == err_ino;
+}
 
 void dm_trace_report_prepare(void)
 {
@@ -278,7 +304,7 @@ static void human(uint64_t ns, char *out, size_t len)
 
 static long env_long(const char *name, long dflt)
 {
-    const char *v = getenv(name);
+    const char *v = secure_getenv(name);
     if (!v || !*v)
         return dflt;
     char *end;
@@ -416,7 +442,7 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
 /* Is this process the one `dmutex trace` ran (DMUTEX_TRACE_ROOT)? */
 static int is_root(void)
 {
-    const char *root = getenv("DMUTEX_TRACE_ROOT");
+    const char *root = secure_getenv("DMUTEX_TRACE_ROOT");
     return root && atol(root) == (long)getpid();
 }
 
@@ -437,7 +463,7 @@ static void json_path(const char *file, char *out, size_t len)
 static void write_json_file(const char *why, const char *prog, struct row *rows, size_t n,
                             size_t nmutex, uint64_t untracked, long top, long min_locks)
 {
-    const char *file = getenv("DMUTEX_TRACE_JSON");
+    const char *file = secure_getenv("DMUTEX_TRACE_JSON");
     if (!file || !*file)
         return;
     char path[PATH_MAX], tmp[PATH_MAX + 32];
@@ -667,11 +693,15 @@ void dm_trace_report(const char *why)
     long top = env_long("DMUTEX_TRACE_TOP", TOP_DEFAULT);
     long min_locks = env_long("DMUTEX_TRACE_MIN_LOCKS", 1);
     uint64_t untracked = atomic_load(&dm_trace_untracked);
+    /* A program the traced one ran (a shell, a helper) that locked
+     * nothing says nothing at its exit: its stderr may be read by the
+     * program that ran it. */
+    int say = n || untracked || strcmp(why, "exit") != 0 || is_root();
     /* One write of the whole text, so that reports of several processes
      * sharing stderr do not interleave line by line. */
     char *text = NULL;
     size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
+    FILE *m = say && stderr_is_ours() ? open_memstream(&text, &len) : NULL;
     if (m) {
         write_text(m, why, prog, rows, n, nmutex, untracked, top, min_locks);
         if (fclose(m) == 0) {
@@ -685,7 +715,8 @@ void dm_trace_report(const char *why)
         }
         free(text);
     }
-    write_json_file(why, prog, rows, n, nmutex, untracked, top, min_locks);
+    if (say)
+        write_json_file(why, prog, rows, n, nmutex, untracked, top, min_locks);
     free(rows);
     dm_real.mutex_unlock(&report_mu);
     dm_trace_self_quiet(was_quiet);

@@ -63,6 +63,10 @@ void dm_trace_slot_zero(struct dm_trace_slot *s);
  * traced mutex held. Serialised: one report at a time. */
 void dm_trace_report(const char *why);
 
+/* report.c: the constructor's part: notes which file stderr is, so that
+ * a report never goes into a file the program opened later on fd 2. */
+void dm_trace_report_start(void);
+
 /* report.c: before dlclose(handle): the mutexes of that object (its
  * variables, and heap mutexes its code initialised) are identified now,
  * while its symbols can be read, and their counts kept with that
