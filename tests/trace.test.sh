@@ -280,6 +280,18 @@ has '{ symbol = "g_twin"; object = "libtracegone.so"; name = "g_twin@libtracegon
 has '{ symbol = "g_twin"; name = "g_twin@trace_misc"; }' "$T/gone.err" \
     "dlclose: and the program's with the program's"
 names_unique "$T/gone.err" "dlclose"
+# Loaded and unloaded 200 times: one row per mutex, its locks summed; a
+# variable is one mutex, the heap mutexes of gone_new 200.
+"$DMUTEX" trace -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" 200 >"$T/gone2.out" \
+    2>"$T/gone2.err"
+row "plug_lock in libtracegone.so (.symtab) (std::mutex / pthread_mutex_t)" symbol 1400 \
+    "$T/gone2.err" "dlclose x200: the plugin's variable, one row, every lock"
+has "pthread_mutex_init in gone_new (libtracegone.so+" "$T/gone2.err" \
+    "dlclose x200: the heap row"
+has ") [200 mutexes]" "$T/gone2.err" "dlclose x200: the heap row counts 200 mutexes"
+if grep -q "plug_lock.*mutexes\]" "$T/gone2.err"; then
+    bad "dlclose x200: the variable is one mutex" "$(cat "$T/gone2.err")"
+else ok "dlclose x200: the variable is one mutex"; fi
 
 # ---- the program's own: fd 2, threads, its helpers' output ----------------
 "$DMUTEX" trace -- "$PR/trace_misc" stderr "$T/data" >"$T/fd.out" 2>"$T/fd.err"

@@ -503,6 +503,25 @@ static int row_of_slot(struct dm_trace_slot *s, struct row *t)
     return 0;
 }
 
+/* Adds r's counts to t's, of the same entry. Heap mutexes of one
+ * init_site are several mutexes; a variable's rows are one mutex's (seen
+ * again after its object was loaded again). */
+static void merge_row(struct row *t, const struct row *r)
+{
+    if (r->is_heap)
+        t->mutexes += r->mutexes;
+    t->locks += r->locks;
+    t->contended += r->contended;
+    t->wait_ns += r->wait_ns;
+    if (r->wait_max_ns > t->wait_max_ns)
+        t->wait_max_ns = r->wait_max_ns;
+    if (r->hold_max_ns > t->hold_max_ns)
+        t->hold_max_ns = r->hold_max_ns;
+    t->threads |= r->threads;
+    for (int b = 0; b < DM_TRACE_HIST; b++)
+        t->hist[b] += r->hist[b];
+}
+
 /* Room for one more row in *rows (n used of *cap); NULL: out of memory. */
 static struct row *row_add(struct row **rows, size_t *n, size_t *cap)
 {
@@ -567,10 +586,21 @@ void dm_trace_report_unloading(void *handle)
             uintptr_t at = DM_TRACE_IS_RETIRED(key) ? atomic_load(&s->first) : key;
             if (!in_segs(&c, at) && !in_segs(&c, atomic_load(&s->init_site)))
                 continue;
-            struct row *r = row_add(&gone, &ngone, &gone_cap);
-            if (!r)
-                break;
-            row_of_slot(s, r);
+            /* Kept merged by entry: an object loaded and unloaded in a
+             * loop adds no row per round. */
+            struct row t;
+            row_of_slot(s, &t);
+            size_t k = 0;
+            while (k < ngone && strcmp(gone[k].key, t.key) != 0)
+                k++;
+            if (k < ngone) {
+                merge_row(&gone[k], &t);
+            } else {
+                struct row *r = row_add(&gone, &ngone, &gone_cap);
+                if (!r)
+                    break;
+                *r = t;
+            }
             dm_trace_slot_zero(s);
         }
         dm_real.mutex_unlock(&report_mu);
@@ -655,8 +685,6 @@ void dm_trace_report(const char *why)
             break;
         *r = gone[i];
     }
-    for (size_t i = 0; i < n; i++)
-        nmutex += rows[i].mutexes;
     if (n)
         qsort(rows, n, sizeof *rows, by_key);
     size_t kept = 0;
@@ -668,21 +696,13 @@ void dm_trace_report(const char *why)
             kept++;
             continue;
         }
-        t->mutexes += r->mutexes;
-        t->locks += r->locks;
-        t->contended += r->contended;
-        t->wait_ns += r->wait_ns;
-        if (r->wait_max_ns > t->wait_max_ns)
-            t->wait_max_ns = r->wait_max_ns;
-        if (r->hold_max_ns > t->hold_max_ns)
-            t->hold_max_ns = r->hold_max_ns;
-        t->threads |= r->threads;
-        for (int b = 0; b < DM_TRACE_HIST; b++)
-            t->hist[b] += r->hist[b];
+        merge_row(t, r);
     }
     n = kept;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        nmutex += rows[i].mutexes;
         rows[i].threads = (uint64_t)__builtin_popcountll(rows[i].threads);
+    }
 
     char prog[256];
     program_name(prog, sizeof prog);

@@ -22,9 +22,10 @@
  *   trace_misc statics      locks this file's static `lock` twice and
  *                           statics_other.c's (trace/) 3 times, the global
  *                           g_twin once; prints "statics"
- *   trace_misc dlclose LIB  locks g_twin once, dlopens LIB
- *                           (libtracegone.so), runs its gone_work(),
- *                           dlcloses it; prints "unloaded"
+ *   trace_misc dlclose LIB [ROUNDS]
+ *                           locks g_twin once, then ROUNDS times (default 1)
+ *                           dlopens LIB (libtracegone.so), runs its
+ *                           gone_work() and dlcloses it; prints "unloaded"
  *   trace_misc stderr FILE  locks wait_lock, closes stderr and creates FILE
  *                           (on fd 2), writes "DATA" to it; prints "stderr fd N"
  *   trace_misc threads      locks nothing; prints "threads N", the number
@@ -202,15 +203,18 @@ int main(int argc, char **argv)
     }
     if (argc >= 3 && strcmp(argv[1], "dlclose") == 0) {
         lock_n(&g_twin, 1);
-        void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
-        void (*work)(void) = h ? (void (*)(void))dlsym(h, "gone_work") : NULL;
-        if (!work) {
-            say("dlopen: %s", dlerror());
-            return 1;
+        int rounds = argc >= 4 ? atoi(argv[3]) : 1;
+        for (int i = 0; i < rounds; i++) {
+            void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+            void (*work)(void) = h ? (void (*)(void))dlsym(h, "gone_work") : NULL;
+            if (!work) {
+                say("dlopen: %s", dlerror());
+                return 1;
+            }
+            work();
+            if (dlclose(h) != 0)
+                return 1;
         }
-        work();
-        if (dlclose(h) != 0)
-            return 1;
         say("unloaded");
         return 0;
     }
