@@ -19,7 +19,8 @@
 # `g_twin` (one in a plugin) given one name, a dlclosed plugin's mutexes
 # reported unknown, the report written into a file the program opened on
 # fd 2, a reporter thread in a program that never locks (unshare(2) with
-# CLONE_NEWUSER wants one thread), an empty report in the stderr of a
+# CLONE_NEWUSER wants one thread) and none started inside a lock call (a
+# program whose malloc locks hung), an empty report in the stderr of a
 # helper the program reads through popen, -o into a missing directory
 # said only at exit, a set-user-ID program run untraced.
 # Prints one closing line "N passed, N failed".
@@ -41,7 +42,8 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
-      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/libtracegone.so"
+      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/libtracegone.so
+      $PR/trace_malloc"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -304,6 +306,21 @@ else bad "stderr closed, a file opened on fd 2: the report does not go into it" 
 if grep -qx "threads 1" "$T/th.out"; then
     ok "a program that locks nothing keeps one thread (no reporter yet)"
 else bad "a program that locks nothing keeps one thread (no reporter yet)" "$(cat "$T/th.out")"; fi
+
+# A program whose malloc takes a mutex: its first lock is inside malloc,
+# where the reporter thread must not be started (pthread_create would call
+# that malloc again and wait for the mutex forever, every signal blocked).
+"$DMUTEX" trace -- "$PR/trace_malloc" >"$T/ma.out" 2>"$T/ma.err" &
+ma=$!
+pids="$pids $ma"
+if wait_for allocs "$T/ma.out" && wait_for "exit report" "$T/ma.err"; then
+    ok "a program whose malloc locks a mutex runs to its end under trace"
+else
+    bad "a program whose malloc locks a mutex runs to its end under trace" \
+        "no 'allocs' line in 30 s (hung)" "$(cat "$T/ma.out" "$T/ma.err")"
+fi
+kill -9 "$ma" 2>/dev/null
+wait "$ma" 2>/dev/null
 
 "$DMUTEX" trace -- "$PR/trace_misc" popen >"$T/po.out" 2>"$T/po.err"
 if grep -qxF "captured [threads 1|]" "$T/po.out"; then

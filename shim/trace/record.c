@@ -9,13 +9,15 @@
  * Nothing on the lock path allocates, takes a lock or does I/O; the
  * reporter thread (woken through a semaphore by SIGUSR1 or by the -i
  * interval) and the destructor write the report, and dlclose has the
- * report identify the object's mutexes before it goes. The reporter
- * starts at the process's first traced acquisition, not in the
- * constructor: a program that never locks (a helper it runs, a shell)
- * stays single-threaded, as unshare(CLONE_NEWUSER) needs, and no
- * descriptor is taken from any program. A condition wait releases and
- * retakes its mutex: the hold ends before it, and the re-acquisition
- * after it counts as a lock. */
+ * report identify the object's mutexes before it goes. The reporter is
+ * started by the process's first traced unlock that leaves its thread
+ * holding nothing, not by the constructor: a program that never locks (a
+ * helper it runs, a shell) stays single-threaded, as unshare(2) with
+ * CLONE_NEWUSER needs, and no descriptor is taken from any program; and
+ * not inside a lock call either: a program's own malloc that takes a
+ * mutex must not be re-entered by pthread_create while it holds it. A
+ * condition wait releases and retakes its mutex: the hold ends before
+ * it, and the re-acquisition after it counts as a lock. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -40,6 +42,8 @@ _Atomic uint64_t dm_trace_untracked;
 static _Atomic unsigned thread_seq;
 static __thread unsigned my_bit;        /* 1 + thread number, 0: not yet numbered */
 static __thread int quiet;              /* this thread's calls are the tracer's own */
+static __thread unsigned holding;       /* traced acquisitions this thread has not released */
+static __thread int start_due;          /* start the reporter once this thread holds nothing */
 
 static sem_t wake;                      /* SIGUSR1 -> reporter thread (sem_post is async-signal-safe) */
 static int reporting;                   /* a reporter thread is wanted (SIGUSR1 or -i) */
@@ -105,9 +109,9 @@ static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
 {
     if (!my_bit) {
         my_bit = 1 + atomic_fetch_add_explicit(&thread_seq, 1, memory_order_relaxed);
-        if (reporting && !atomic_load_explicit(&reporter_started, memory_order_relaxed))
-            start_reporter();
+        start_due = reporting && !atomic_load_explicit(&reporter_started, memory_order_relaxed);
     }
+    holding++;
     uint64_t bit = 1ull << ((my_bit - 1) % DM_TRACE_THREAD_BITS);
     if (!(LOAD(s->threads) & bit))
         atomic_fetch_or_explicit(&s->threads, bit, memory_order_relaxed);
@@ -131,6 +135,8 @@ static void releasing(struct dm_trace_slot *s)
     uint32_t d = LOAD(s->depth);
     if (d == 0)
         return;                 /* not locked through us: nothing to end */
+    if (holding)
+        holding--;              /* (0: locked by another thread, as glibc allows) */
     STORE(s->depth, d - 1);
     if (d != 1)
         return;
@@ -249,7 +255,15 @@ DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
         if (s)
             releasing(s);
     }
-    return dm_real.mutex_unlock(m);
+    int r = dm_real.mutex_unlock(m);
+    /* The reporter starts here, with nothing of the program's held: the
+     * first lock may be taken inside the program's own malloc, which
+     * pthread_create calls again. */
+    if (start_due && !holding) {
+        start_due = 0;
+        start_reporter();
+    }
+    return r;
 }
 
 DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
@@ -365,9 +379,9 @@ static void *reporter(void *arg)
     }
 }
 
-/* From the first traced acquisition of the process (any thread), or the
- * constructor when one came before it. Once: a lost race is harmless,
- * the exchange decides. */
+/* From the first unlock after which a thread holds no traced mutex (the
+ * first thread that locks, usually), or the constructor when a lock came
+ * before it. Once: the exchange decides. */
 static void start_reporter(void)
 {
     if (atomic_exchange(&reporter_started, 1))
