@@ -282,6 +282,17 @@ has '{ symbol = "g_twin"; object = "libtracegone.so"; name = "g_twin@libtracegon
 has '{ symbol = "g_twin"; name = "g_twin@trace_misc"; }' "$T/gone.err" \
     "dlclose: and the program's with the program's"
 names_unique "$T/gone.err" "dlclose"
+# The shim resolves init_site entries at start, so one in a library dlopen
+# loads would stop the program: shown commented out, and the block passes.
+has '  # { init_site = "gone_new"; object = "libtracegone.so"; name = "gone_new"; }  # not mappable: an init site in a library loaded by dlopen' \
+    "$T/gone.err" "dlclose: the plugin's init_site entry is shown commented out"
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  sed -n '/^mutexes = (/,/^);/p' "$T/gone.err"; } >"$T/gone.cfg"
+if "$DMUTEX" check -c "$T/gone.cfg" -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" \
+    >"$T/gone.check" 2>&1; then
+    ok "dlclose: the printed block passes dmutex check"
+else bad "dlclose: the printed block passes dmutex check" "$(cat "$T/gone.cfg")" \
+    "$(cat "$T/gone.check")"; fi
 # Loaded and unloaded 200 times: one row per mutex, its locks summed; a
 # variable is one mutex, the heap mutexes of gone_new 200.
 "$DMUTEX" trace -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" 200 >"$T/gone2.out" \

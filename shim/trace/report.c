@@ -64,6 +64,8 @@ struct row {
     char name[NAME_LEN + 1];
     char object[256];               /* "" for the executable */
     int is_heap;
+    int late;                       /* its init site is in an object dlopen brought: the shim
+                                     * maps init_site entries only in objects loaded at start */
     uint64_t mutexes, locks, contended, wait_ns, wait_max_ns, hold_max_ns, threads;
     uint64_t hist[DM_TRACE_HIST];
 };
@@ -74,6 +76,36 @@ static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
  * (under report_mu). */
 static struct row *gone;
 static size_t ngone, gone_cap;
+
+/* The segments of the objects loaded at start (the constructor's view):
+ * an init site outside them is in a library dlopen brought, which
+ * init_site entries cannot name (the shim resolves them at start only). */
+#define START_SEGS 1024
+static struct { uintptr_t lo, hi; } start_segs[START_SEGS];
+static int nstart_segs;
+
+static int note_start_segs(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    for (int i = 0; i < info->dlpi_phnum && nstart_segs < START_SEGS; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        start_segs[nstart_segs].lo = info->dlpi_addr + ph->p_vaddr;
+        start_segs[nstart_segs].hi = start_segs[nstart_segs].lo + ph->p_memsz;
+        nstart_segs++;
+    }
+    return 0;
+}
+
+static int loaded_at_start(uintptr_t a)
+{
+    for (int i = 0; i < nstart_segs; i++)
+        if (a >= start_segs[i].lo && a < start_segs[i].hi)
+            return 1;
+    return 0;
+}
 
 /* stderr as the program started with it: st_dev/st_ino, 0: none. */
 static int err_known;
@@ -88,6 +120,7 @@ void dm_trace_report_start(void)
         err_dev = st.st_dev;
         err_ino = st.st_ino;
     }
+    dl_iterate_phdr(note_start_segs, NULL);
 }
 
 /* Is fd 2 still the file the program started with? A program that
@@ -221,6 +254,7 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
         return;
     }
     r->is_heap = 1;
+    r->late = site && !loaded_at_start(site);
     if (site && dm_symbols_where(site, 1, &w) == 0) {
         object_clause(&w, obj, sizeof obj);
         snprintf(r->object, sizeof r->object, "%s", w.is_exe ? "" : base_name(w.path));
@@ -316,8 +350,11 @@ static long env_long(const char *name, long dflt)
  * enough locks, the first `top` of them. */
 static int picked(const struct row *r, size_t rank, long top, long min_locks)
 {
-    return r->c != C_UNKNOWN && (long)rank < top && r->locks >= (uint64_t)min_locks;
+    return r->c != C_UNKNOWN && !r->late && (long)rank < top && r->locks >= (uint64_t)min_locks;
 }
+
+#define LATE_NOTE "not mappable: an init site in a library loaded by dlopen (init_site " \
+                  "entries are resolved at start)"
 
 static void json_str(FILE *f, const char *s)
 {
@@ -365,6 +402,8 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
                 r->threads, r->what);
         if (r->mutexes > 1)
             fprintf(f, " [%" PRIu64 " mutexes]", r->mutexes);
+        if (r->late)
+            fprintf(f, " (%s)", LATE_NOTE);
         fputc('\n', f);
     }
     fprintf(f, "# config entries for pid %d (%s): the first %ld rows with >= %ld locks\n",
@@ -376,6 +415,12 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
             last = i;
     for (size_t i = 0; i < n; i++) {
         const struct row *r = &rows[i];
+        if (r->late && r->c != C_UNKNOWN && (long)i < top && r->locks >= (uint64_t)min_locks) {
+            /* shown, commented out: pasted, it would stop the program */
+            fprintf(f, "  # %s  # %s: %" PRIu64 " locks, %" PRIu64 " contended\n", r->entry,
+                    LATE_NOTE, r->locks, r->contended);
+            continue;
+        }
         if (!picked(r, i, top, min_locks))
             continue;
         fprintf(f, "  %s%s  # %s (%s): %" PRIu64 " locks, %" PRIu64 " contended, %" PRIu64
@@ -401,7 +446,7 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
         const struct row *r = &rows[i];
         fprintf(f, "%s\n    {\"rank\": %zu, \"certainty\": \"%s\", \"note\": \"%s\", "
                 "\"identification\": ", i ? "," : "", i + 1, certainty_names[r->c],
-                certainty_notes[r->c]);
+                r->late ? LATE_NOTE : certainty_notes[r->c]);
         json_str(f, r->what);
         fprintf(f, ", \"object\": ");
         json_str(f, r->object);
