@@ -218,6 +218,23 @@ else bad "cond: the re-acquisition after a wait counts" "$(cat "$T/cond.err")"; 
 has "(no mutex passed --top 10 / --min-locks 1000)" "$T/cond.err" \
     "--min-locks: rows with fewer locks get no entry"
 
+# A wait that fails at once neither releases nor retakes its mutex: no
+# lock counted for it.
+"$DMUTEX" trace -- "$PR/trace_misc" waiterr >"$T/we.out" 2>"$T/we.err"
+row() {   # IDENTIFICATION CERTAINTY LOCKS FILE LABEL
+    got=$(awk -v f="$1" 'index($0, f) { print $2, $3; exit }' "$4")
+    if [ "$got" = "$2 $3" ]; then ok "$5"
+    else bad "$5" "got '$got'" "$(cat "$4")"; fi
+}
+if grep -qx "waiterr EPERM EINVAL" "$T/we.out"; then
+    row "cond_lock in trace_misc" symbol 1 "$T/we.err" \
+        "a timed wait with a bad deadline (EINVAL) is no re-acquisition"
+    if grep -q "ec_lock" "$T/we.err"; then
+        bad "a wait on an error-checking mutex not held (EPERM) is no acquisition" \
+            "$(cat "$T/we.err")"
+    else ok "a wait on an error-checking mutex not held (EPERM) is no acquisition"; fi
+else bad "waiterr: the waits fail as glibc says" "$(cat "$T/we.out" "$T/we.err")"; fi
+
 # More mutexes than the table holds: counted and said, not a crash.
 "$DMUTEX" trace -- "$PR/trace_misc" many 40000 >"$T/many.out" 2>"$T/many.err"
 rc=$?
@@ -268,11 +285,6 @@ if "$DMUTEX" check -c "$T/st.cfg" -- "$PR/trace_misc" >"$T/st.check" 2>&1 &&
 else bad "statics: the printed block passes dmutex check, 3 mutexes" "$(cat "$T/st.check")"; fi
 
 "$DMUTEX" trace -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" >"$T/gone.out" 2>"$T/gone.err"
-row() {   # IDENTIFICATION CERTAINTY LOCKS FILE LABEL
-    got=$(awk -v f="$1" 'index($0, f) { print $2, $3; exit }' "$4")
-    if [ "$got" = "$2 $3" ]; then ok "$5"
-    else bad "$5" "got '$got'" "$(cat "$4")"; fi
-}
 row "plug_lock in libtracegone.so" symbol 7 "$T/gone.err" \
     "dlclose: a variable of the unloaded plugin keeps its symbol and locks"
 row "pthread_mutex_init in gone_new (libtracegone.so" init_site 4 "$T/gone.err" \

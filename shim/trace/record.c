@@ -128,8 +128,18 @@ static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
         STORE(s->hold_start_ns, now_ns());
 }
 
-/* Before the real unlock (or a condition wait): the holder's last
- * recursive hold ends. */
+/* A hold of s that lasted `held` ns ended. */
+static void hold_ended(struct dm_trace_slot *s, uint64_t held)
+{
+    if (held > LOAD(s->hold_max_ns))
+        STORE(s->hold_max_ns, held);
+    unsigned b = held ? 63 - (unsigned)__builtin_clzll(held) : 0;
+    if (b >= DM_TRACE_HIST)
+        b = DM_TRACE_HIST - 1;
+    STORE(s->hist[b], LOAD(s->hist[b]) + 1);
+}
+
+/* Before the real unlock: the holder's last recursive hold ends. */
 static void releasing(struct dm_trace_slot *s)
 {
     uint32_t d = LOAD(s->depth);
@@ -138,15 +148,8 @@ static void releasing(struct dm_trace_slot *s)
     if (holding)
         holding--;              /* (0: locked by another thread, as glibc allows) */
     STORE(s->depth, d - 1);
-    if (d != 1)
-        return;
-    uint64_t held = now_ns() - LOAD(s->hold_start_ns);
-    if (held > LOAD(s->hold_max_ns))
-        STORE(s->hold_max_ns, held);
-    unsigned b = held ? 63 - (unsigned)__builtin_clzll(held) : 0;
-    if (b >= DM_TRACE_HIST)
-        b = DM_TRACE_HIST - 1;
-    STORE(s->hist[b], LOAD(s->hist[b]) + 1);
+    if (d == 1)
+        hold_ended(s, now_ns() - LOAD(s->hold_start_ns));
 }
 
 void dm_trace_slot_zero(struct dm_trace_slot *s)
@@ -303,23 +306,37 @@ DM_EXPORT int dlclose(void *handle)
     return dm_real.dlclose(handle);
 }
 
-/* A condition wait releases m and retakes it before returning. */
+/* A condition wait releases m and retakes it before returning: the hold
+ * ends when the wait starts and the re-acquisition counts as a lock. A
+ * wait that fails at once (EINVAL: a bad deadline; EPERM: an error-
+ * checking mutex the caller does not hold) neither releases nor retakes
+ * m: then nothing changed. */
 #define TRACED_WAIT(m, wait_call)                                             \
     do {                                                                      \
         struct dm_trace_slot *s_ = quiet ? NULL : slot_of(m);                 \
         uint32_t depth_ = 0;                                                  \
+        uint64_t start_ = 0, end_ = 0;                                        \
         if (s_) {                                                             \
             depth_ = LOAD(s_->depth);                                         \
+            start_ = LOAD(s_->hold_start_ns);                                 \
             if (depth_) {                                                     \
-                STORE(s_->depth, 1);                                          \
-                releasing(s_);                                                \
+                end_ = now_ns();                                              \
+                STORE(s_->depth, 0);    /* others may hold it while we wait */ \
             }                                                                 \
         }                                                                     \
         int r_ = wait_call;                                                   \
-        if (s_) {                                                             \
+        if (s_ && (r_ == 0 || r_ == ETIMEDOUT || r_ == EOWNERDEAD)) {         \
+            if (depth_) {                                                     \
+                hold_ended(s_, end_ - start_);                                \
+                if (holding)                                                  \
+                    holding--;                                                \
+            }                                                                 \
             acquired(s_, 0, 0);                                               \
             if (depth_ > 1)                                                   \
                 STORE(s_->depth, depth_);                                     \
+        } else if (s_) {                                                      \
+            STORE(s_->hold_start_ns, start_);                                 \
+            STORE(s_->depth, depth_);                                         \
         }                                                                     \
         return r_;                                                            \
     } while (0)

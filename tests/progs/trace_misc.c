@@ -30,6 +30,11 @@
  *                           (on fd 2), writes "DATA" to it; prints "stderr fd N"
  *   trace_misc threads      locks nothing; prints "threads N", the number
  *                           of threads the process has
+ *   trace_misc waiterr      a condition wait on ec_lock (error-checking,
+ *                           not held: EPERM), and a timed wait on cond_lock
+ *                           (held) with a bad deadline (EINVAL): neither
+ *                           releases nor retakes its mutex; prints
+ *                           "waiterr EPERM EINVAL" (the errors' names)
  *   trace_misc popen        reads, through popen, what `trace_misc threads`
  *                           writes on stdout and stderr (a helper that locks
  *                           nothing and ends by exit()); prints
@@ -53,6 +58,7 @@ pthread_mutex_t child_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t g_twin = PTHREAD_MUTEX_INITIALIZER;     /* libtracegone.so has its own */
+pthread_mutex_t ec_lock;                                 /* waiterr: error-checking */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* so has statics_other.c */
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static int signalled;
@@ -236,6 +242,19 @@ int main(int argc, char **argv)
             n += e->d_name[0] != '.';
         closedir(d);
         say("threads %d", n);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "waiterr") == 0) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+        pthread_mutex_init(&ec_lock, &a);
+        int e1 = pthread_cond_wait(&cond, &ec_lock);
+        struct timespec bad = { .tv_sec = 0, .tv_nsec = -1 };
+        pthread_mutex_lock(&cond_lock);
+        int e2 = pthread_cond_timedwait(&cond, &cond_lock, &bad);
+        pthread_mutex_unlock(&cond_lock);
+        say("waiterr %s %s", strerrorname_np(e1), strerrorname_np(e2));
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "popen") == 0) {
