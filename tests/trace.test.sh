@@ -235,6 +235,15 @@ if grep -qx "waiterr EPERM EINVAL" "$T/we.out"; then
     else ok "a wait on an error-checking mutex not held (EPERM) is no acquisition"; fi
 else bad "waiterr: the waits fail as glibc says" "$(cat "$T/we.out" "$T/we.err")"; fi
 
+# Mutexes no entry can name (never given to pthread_mutex_init, as a C++
+# program's heap std::mutexes): one row, not one per address.
+"$DMUTEX" trace -- "$PR/trace_misc" uninit 3000 >"$T/un.out" 2>"$T/un.err"
+rows=$(grep -c "^ *[0-9][0-9]*  unknown " "$T/un.err")
+if [ "$rows" = 1 ] && grep -q "never initialised by pthread_mutex_init.*\[3000 mutexes\]" "$T/un.err"
+then ok "3000 mutexes never initialised by a call: one unknown row"
+else bad "3000 mutexes never initialised by a call: one unknown row" "$rows rows" \
+    "$(head -c 3000 "$T/un.err")"; fi
+
 # More mutexes than the table holds: counted and said, not a crash.
 "$DMUTEX" trace -- "$PR/trace_misc" many 40000 >"$T/many.out" 2>"$T/many.err"
 rc=$?

@@ -10,7 +10,7 @@
  *              address of its init call, with the object's build-id
  *                                         (weak: address of this build only)
  *   unknown    neither (a stack mutex, a heap one never initialised by a
- *              call)
+ *              call: a C++ std::mutex): one row for all of them
  * A file-static's name starts with its file ("a.c:lock"); rows that would
  * still share a name get "@object", then ".N": two mutexes never get one
  * name. The mutexes of an object being dlclosed are identified before it
@@ -280,12 +280,16 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
                  w.build_id[0] ? "\";" : "");
         return;
     }
+    /* One row for all of a kind: their addresses name nothing a config
+     * could use, and a C++ program's heap std::mutexes (never given to
+     * pthread_mutex_init) are thousands. */
     r->c = C_UNKNOWN;
     snprintf(r->name, sizeof r->name, "-");
-    snprintf(r->what, sizeof r->what, "%#" PRIxPTR " (heap or stack, %s)", m,
+    snprintf(r->what, sizeof r->what, "heap or stack, %s",
              site ? "initialised from outside any loaded object" :
-                    "never initialised by pthread_mutex_init");
-    snprintf(r->key, sizeof r->key, "unknown %#" PRIxPTR, m);
+                    "never initialised by pthread_mutex_init (a std::mutex, or "
+                    "PTHREAD_MUTEX_INITIALIZER outside a variable): no entry names it");
+    snprintf(r->key, sizeof r->key, "unknown %d", site != 0);
 }
 
 static int by_key(const void *a, const void *b)

@@ -35,6 +35,9 @@
  *                           (held) with a bad deadline (EINVAL): neither
  *                           releases nor retakes its mutex; prints
  *                           "waiterr EPERM EINVAL" (the errors' names)
+ *   trace_misc uninit N     locks N heap mutexes never given to
+ *                           pthread_mutex_init (zeroed memory, as a C++
+ *                           std::mutex member is); prints "uninit N"
  *   trace_misc popen        reads, through popen, what `trace_misc threads`
  *                           writes on stdout and stderr (a helper that locks
  *                           nothing and ends by exit()); prints
@@ -255,6 +258,16 @@ int main(int argc, char **argv)
         int e2 = pthread_cond_timedwait(&cond, &cond_lock, &bad);
         pthread_mutex_unlock(&cond_lock);
         say("waiterr %s %s", strerrorname_np(e1), strerrorname_np(e2));
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "uninit") == 0) {
+        int n = atoi(argv[2]);
+        pthread_mutex_t *ms = calloc((size_t)n, sizeof *ms);
+        if (!ms)
+            return 1;
+        for (int i = 0; i < n; i++)
+            lock_n(&ms[i], 1);
+        say("uninit %d", n);
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "popen") == 0) {
