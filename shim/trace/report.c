@@ -77,7 +77,7 @@ static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct row *gone;
 static size_t ngone, gone_cap;
 
-/* The segments of the objects loaded at start (the constructor's view):
+/* The code segments of the objects loaded at start (the constructor's view):
  * an init site outside them is in a library dlopen brought, which
  * init_site entries cannot name (the shim resolves them at start only). */
 #define START_SEGS 1024
@@ -90,8 +90,8 @@ static int note_start_segs(struct dl_phdr_info *info, size_t size, void *data)
     (void)data;
     for (int i = 0; i < info->dlpi_phnum && nstart_segs < START_SEGS; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;               /* init sites are code: one segment an object, mostly */
         start_segs[nstart_segs].lo = info->dlpi_addr + ph->p_vaddr;
         start_segs[nstart_segs].hi = start_segs[nstart_segs].lo + ph->p_memsz;
         nstart_segs++;
