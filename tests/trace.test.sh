@@ -235,6 +235,23 @@ if grep -qx "waiterr EPERM EINVAL" "$T/we.out"; then
     else ok "a wait on an error-checking mutex not held (EPERM) is no acquisition"; fi
 else bad "waiterr: the waits fail as glibc says" "$(cat "$T/we.out" "$T/we.err")"; fi
 
+# Times are in ns whatever the clock of the hot path (rdtsc where the TSC
+# is invariant, calibrated): a 300 ms hold is reported as the program
+# timed it, within 20% (what a preemption between the two readings could
+# add on a loaded machine), not in ticks (3x on a 3 GHz CPU).
+"$DMUTEX" trace -o "$T/hold.json" -- "$PR/trace_misc" hold 300 >"$T/hold.out" 2>"$T/hold.err"
+held=$(sed -n 's/^held \([0-9]*\)$/\1/p' "$T/hold.out")
+if python3 - "$T/hold.json" "$held" >"$T/hold.py" 2>&1 <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+got = [r["hold_max_ns"] for r in rows if "hold_lock" in r["identification"]][0]
+want = int(sys.argv[2])
+print("report", got, "program", want)
+sys.exit(0 if abs(got - want) <= want / 5 else 1)
+PY
+then ok "a 300 ms hold is reported in ns ($(cat "$T/hold.py"))"
+else bad "a 300 ms hold is reported in ns" "$(cat "$T/hold.py")" "$(cat "$T/hold.err")"; fi
+
 # Mutexes no entry can name (never given to pthread_mutex_init, as a C++
 # program's heap std::mutexes): one row, not one per address.
 "$DMUTEX" trace -- "$PR/trace_misc" uninit 3000 >"$T/un.out" 2>"$T/un.err"

@@ -22,6 +22,10 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,11 +63,66 @@ int dm_trace_self_quiet(int on)
     return was;
 }
 
-static inline uint64_t now_ns(void)
+static inline uint64_t clock_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * NS_PER_S + (uint64_t)t.tv_nsec;
+}
+
+/* The clock of the hot path. rdtsc from the start where there is one (a
+ * lock before the constructor is timed in the same unit); the constructor
+ * turns it off where the TSC is not invariant. */
+#if defined(__x86_64__)
+static int use_tsc = 1;
+#else
+static int use_tsc = 0;
+#endif
+static uint64_t calib_ticks, calib_ns;  /* the constructor's reading of both clocks */
+
+static inline uint64_t now_ticks(void)
+{
+#if defined(__x86_64__)
+    if (use_tsc)
+        return __rdtsc();
+#endif
+    return clock_ns();
+}
+
+/* Time from `from` to `to`, 0 if the clock went back (a TSC read on
+ * another core, or a unit change at the constructor). */
+static inline uint64_t since(uint64_t from, uint64_t to)
+{
+    return to > from ? to - from : 0;
+}
+
+static int tsc_invariant(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
+        return 0;
+    __get_cpuid(0x80000007u, &a, &b, &c, &d);
+    return (d >> 8) & 1;
+#else
+    return 0;
+#endif
+}
+
+#define CALIBRATION_NS 2000000ull   /* at least this long between the two readings */
+
+double dm_trace_ns_per_tick(void)
+{
+    if (!use_tsc)
+        return 1.0;
+    uint64_t n;
+    while ((n = clock_ns()) - calib_ns < CALIBRATION_NS) {
+        /* a young process: wait for a ratio worth the name */
+    }
+    uint64_t t = now_ticks();
+    if (t <= calib_ticks)
+        return 1.0;
+    return (double)(n - calib_ns) / (double)(t - calib_ticks);
 }
 
 #define LOAD(x)     atomic_load_explicit(&(x), memory_order_relaxed)
@@ -118,21 +177,21 @@ static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
     STORE(s->locks, LOAD(s->locks) + 1);
     if (contended) {
         STORE(s->contended, LOAD(s->contended) + 1);
-        STORE(s->wait_ns, LOAD(s->wait_ns) + waited);
-        if (waited > LOAD(s->wait_max_ns))
-            STORE(s->wait_max_ns, waited);
+        STORE(s->wait_ticks, LOAD(s->wait_ticks) + waited);
+        if (waited > LOAD(s->wait_max_ticks))
+            STORE(s->wait_max_ticks, waited);
     }
     uint32_t d = LOAD(s->depth);
     STORE(s->depth, d + 1);
     if (d == 0)
-        STORE(s->hold_start_ns, now_ns());
+        STORE(s->hold_start, now_ticks());
 }
 
 /* A hold of s that lasted `held` ns ended. */
 static void hold_ended(struct dm_trace_slot *s, uint64_t held)
 {
-    if (held > LOAD(s->hold_max_ns))
-        STORE(s->hold_max_ns, held);
+    if (held > LOAD(s->hold_max_ticks))
+        STORE(s->hold_max_ticks, held);
     unsigned b = held ? 63 - (unsigned)__builtin_clzll(held) : 0;
     if (b >= DM_TRACE_HIST)
         b = DM_TRACE_HIST - 1;
@@ -149,16 +208,16 @@ static void releasing(struct dm_trace_slot *s)
         holding--;              /* (0: locked by another thread, as glibc allows) */
     STORE(s->depth, d - 1);
     if (d == 1)
-        hold_ended(s, now_ns() - LOAD(s->hold_start_ns));
+        hold_ended(s, since(LOAD(s->hold_start), now_ticks()));
 }
 
 void dm_trace_slot_zero(struct dm_trace_slot *s)
 {
     STORE(s->locks, 0);
     STORE(s->contended, 0);
-    STORE(s->wait_ns, 0);
-    STORE(s->wait_max_ns, 0);
-    STORE(s->hold_max_ns, 0);
+    STORE(s->wait_ticks, 0);
+    STORE(s->wait_max_ticks, 0);
+    STORE(s->hold_max_ticks, 0);
     STORE(s->threads, 0);
     STORE(s->folded, 0);
     for (int b = 0; b < DM_TRACE_HIST; b++)
@@ -186,9 +245,9 @@ static void retire(struct dm_trace_slot *s, uintptr_t m)
         STORE(to->init_site, LOAD(s->init_site));
         atomic_fetch_add_explicit(&to->folded, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&to->contended, LOAD(s->contended), memory_order_relaxed);
-        atomic_fetch_add_explicit(&to->wait_ns, LOAD(s->wait_ns), memory_order_relaxed);
-        max_into(&to->wait_max_ns, LOAD(s->wait_max_ns));
-        max_into(&to->hold_max_ns, LOAD(s->hold_max_ns));
+        atomic_fetch_add_explicit(&to->wait_ticks, LOAD(s->wait_ticks), memory_order_relaxed);
+        max_into(&to->wait_max_ticks, LOAD(s->wait_max_ticks));
+        max_into(&to->hold_max_ticks, LOAD(s->hold_max_ticks));
         atomic_fetch_or_explicit(&to->threads, LOAD(s->threads), memory_order_relaxed);
         for (int b = 0; b < DM_TRACE_HIST; b++)
             atomic_fetch_add_explicit(&to->hist[b], LOAD(s->hist[b]), memory_order_relaxed);
@@ -215,12 +274,12 @@ static void retire(struct dm_trace_slot *s, uintptr_t m)
                 return r_;                                                    \
             return blocking_call;   /* recursion limit, odd types: glibc decides */ \
         }                                                                     \
-        uint64_t t0_ = now_ns();                                              \
+        uint64_t t0_ = now_ticks();                                           \
         r_ = blocking_call;                                                   \
         if (r_ == 0 || r_ == EOWNERDEAD) {                                    \
             struct dm_trace_slot *s_ = slot_of(m);                            \
             if (s_)                                                           \
-                acquired(s_, 1, now_ns() - t0_);                              \
+                acquired(s_, 1, since(t0_, now_ticks()));                     \
         }                                                                     \
         return r_;                                                            \
     } while (0)
@@ -318,16 +377,16 @@ DM_EXPORT int dlclose(void *handle)
         uint64_t start_ = 0, end_ = 0;                                        \
         if (s_) {                                                             \
             depth_ = LOAD(s_->depth);                                         \
-            start_ = LOAD(s_->hold_start_ns);                                 \
+            start_ = LOAD(s_->hold_start);                                    \
             if (depth_) {                                                     \
-                end_ = now_ns();                                              \
+                end_ = now_ticks();                                           \
                 STORE(s_->depth, 0);    /* others may hold it while we wait */ \
             }                                                                 \
         }                                                                     \
         int r_ = wait_call;                                                   \
         if (s_ && (r_ == 0 || r_ == ETIMEDOUT || r_ == EOWNERDEAD)) {         \
             if (depth_) {                                                     \
-                hold_ended(s_, end_ - start_);                                \
+                hold_ended(s_, since(start_, end_));                          \
                 if (holding)                                                  \
                     holding--;                                                \
             }                                                                 \
@@ -335,7 +394,7 @@ DM_EXPORT int dlclose(void *handle)
             if (depth_ > 1)                                                   \
                 STORE(s_->depth, depth_);                                     \
         } else if (s_) {                                                      \
-            STORE(s_->hold_start_ns, start_);                                 \
+            STORE(s_->hold_start, start_);                                    \
             STORE(s_->depth, depth_);                                         \
         }                                                                     \
         return r_;                                                            \
@@ -439,6 +498,10 @@ static void atfork_child(void)
 __attribute__((constructor)) static void dm_trace_start(void)
 {
     dm_real_resolve();
+    if (!tsc_invariant())
+        use_tsc = 0;
+    calib_ticks = now_ticks();
+    calib_ns = clock_ns();
     dm_trace_report_start();
     sem_init(&wake, 0, 0);
     const char *iv = secure_getenv("DMUTEX_TRACE_INTERVAL");

@@ -67,8 +67,17 @@ struct row {
     int late;                       /* its init site is in an object dlopen brought: the shim
                                      * maps init_site entries only in objects loaded at start */
     uint64_t mutexes, locks, contended, wait_ns, wait_max_ns, hold_max_ns, threads;
-    uint64_t hist[DM_TRACE_HIST];
+    uint64_t hist[DM_TRACE_HIST];   /* in ticks, as the slot's */
 };
+
+/* ns per tick for this report (dm_trace_ns_per_tick, under report_mu). */
+static double tick_ns = 1.0;
+
+static uint64_t ticks_to_ns(uint64_t t)
+{
+    double ns = (double)t * tick_ns;
+    return ns >= 1.8e19 ? UINT64_MAX : (uint64_t)ns;
+}
 
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -309,7 +318,7 @@ static int by_contention(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
-/* The upper bound of the bucket holding the 99th percentile hold. */
+/* The upper bound of the bucket holding the 99th percentile hold, in ns. */
 static uint64_t p99_ns(const struct row *r)
 {
     uint64_t total = 0;
@@ -321,7 +330,7 @@ static uint64_t p99_ns(const struct row *r)
     for (int b = DM_TRACE_HIST - 1; b >= 0; b--) {
         above += r->hist[b];
         if (above > allowed) {
-            uint64_t hi = b >= 63 ? UINT64_MAX : (2ull << b);
+            uint64_t hi = b >= 63 ? UINT64_MAX : ticks_to_ns(2ull << b);
             return hi < r->hold_max_ns ? hi : r->hold_max_ns;
         }
     }
@@ -543,9 +552,9 @@ static int row_of_slot(struct dm_trace_slot *s, struct row *t)
     t->mutexes = retired ? atomic_load(&s->folded) : 1;
     t->locks = locks;
     t->contended = atomic_load(&s->contended);
-    t->wait_ns = atomic_load(&s->wait_ns);
-    t->wait_max_ns = atomic_load(&s->wait_max_ns);
-    t->hold_max_ns = atomic_load(&s->hold_max_ns);
+    t->wait_ns = ticks_to_ns(atomic_load(&s->wait_ticks));
+    t->wait_max_ns = ticks_to_ns(atomic_load(&s->wait_max_ticks));
+    t->hold_max_ns = ticks_to_ns(atomic_load(&s->hold_max_ticks));
     t->threads = atomic_load(&s->threads);     /* a bitmap until counted */
     for (int b = 0; b < DM_TRACE_HIST; b++)
         t->hist[b] = atomic_load(&s->hist[b]);
@@ -627,6 +636,7 @@ void dm_trace_report_unloading(void *handle)
     dl_iterate_phdr(visit_segs, &c);
     if (c.n) {
         dm_real.mutex_lock(&report_mu);
+        tick_ns = dm_trace_ns_per_tick();
         for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
             struct dm_trace_slot *s = &dm_trace_table[i];
             uintptr_t key = atomic_load(&s->key);
@@ -714,6 +724,7 @@ void dm_trace_report(const char *why)
 {
     int was_quiet = dm_trace_self_quiet(1);
     dm_real.mutex_lock(&report_mu);
+    tick_ns = dm_trace_ns_per_tick();
     /* One row per mutex (and per retired slot, and per row of an unloaded
      * object), then rows of one config entry merged: sorted by key, so a
      * report of many mutexes stays n log n. */

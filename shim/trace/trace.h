@@ -16,7 +16,7 @@
 #define DM_TRACE_SLOTS_LOG2     14
 #define DM_TRACE_SLOTS          (1u << DM_TRACE_SLOTS_LOG2)
 #define DM_TRACE_PROBES         64      /* slots tried before a mutex counts as untracked */
-#define DM_TRACE_HIST           40      /* hold-time buckets: [2^b, 2^(b+1)) ns, the last open */
+#define DM_TRACE_HIST           40      /* hold-time buckets: [2^b, 2^(b+1)) ticks, the last open */
 #define DM_TRACE_THREAD_BITS    64      /* distinct threads told apart per mutex */
 
 /* One mutex. The key is set once (compare-and-swap); the counters are
@@ -42,16 +42,24 @@ struct dm_trace_slot {
     _Atomic uint64_t folded;            /* retired: how many mutexes' counts it holds */
     _Atomic uint64_t locks;             /* acquisitions (cond-wait re-acquisitions included) */
     _Atomic uint64_t contended;         /* acquisitions that found it held */
-    _Atomic uint64_t wait_ns, wait_max_ns;
-    _Atomic uint64_t hold_max_ns;
+    _Atomic uint64_t wait_ticks, wait_max_ticks;    /* times in ticks: dm_trace_ns_per_tick */
+    _Atomic uint64_t hold_max_ticks;
     _Atomic uint64_t threads;           /* bit (thread number % 64) of each thread that locked it */
-    _Atomic uint64_t hold_start_ns;     /* the holder's; meaningful while depth > 0 */
+    _Atomic uint64_t hold_start;        /* the holder's, in ticks; meaningful while depth > 0 */
     _Atomic uint32_t depth;             /* recursive holds of the holder */
     _Atomic uint32_t hist[DM_TRACE_HIST];
 };
 
 extern struct dm_trace_slot dm_trace_table[DM_TRACE_SLOTS];
 extern _Atomic uint64_t dm_trace_untracked;    /* acquisitions of mutexes with no slot */
+
+/* record.c: what a tick of the times above is in ns. The times are read
+ * with rdtsc where the CPU says its TSC is invariant (x86-64: a third of
+ * the cost of clock_gettime on the hot path), else they are ns of
+ * CLOCK_MONOTONIC and this is 1. Calibrated against CLOCK_MONOTONIC since
+ * the constructor (a process younger than 2 ms waits until it is that old
+ * for a precise ratio). */
+double dm_trace_ns_per_tick(void);
 
 /* record.c: zeroes s's counts (a fork child's start, or counts the
  * report took away); its key and init site stay. */

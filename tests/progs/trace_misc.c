@@ -38,6 +38,9 @@
  *   trace_misc uninit N     locks N heap mutexes never given to
  *                           pthread_mutex_init (zeroed memory, as a C++
  *                           std::mutex member is); prints "uninit N"
+ *   trace_misc hold MS      holds hold_lock for MS ms (a sleep); prints
+ *                           "held NS", the hold as this program timed it
+ *                           (CLOCK_MONOTONIC, just inside lock and unlock)
  *   trace_misc popen        reads, through popen, what `trace_misc threads`
  *                           writes on stdout and stderr (a helper that locks
  *                           nothing and ends by exit()); prints
@@ -62,6 +65,7 @@ pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t g_twin = PTHREAD_MUTEX_INITIALIZER;     /* libtracegone.so has its own */
 pthread_mutex_t ec_lock;                                 /* waiterr: error-checking */
+pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* so has statics_other.c */
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static int signalled;
@@ -268,6 +272,16 @@ int main(int argc, char **argv)
         for (int i = 0; i < n; i++)
             lock_n(&ms[i], 1);
         say("uninit %d", n);
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "hold") == 0) {
+        struct timespec a, b;
+        pthread_mutex_lock(&hold_lock);
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        usleep((useconds_t)atoi(argv[2]) * 1000);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        pthread_mutex_unlock(&hold_lock);
+        say("held %lld", (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "popen") == 0) {
