@@ -724,7 +724,12 @@ void dm_trace_report(const char *why)
 {
     int was_quiet = dm_trace_self_quiet(1);
     dm_real.mutex_lock(&report_mu);
-    tick_ns = dm_trace_ns_per_tick();
+    /* The ratio may wait up to 2 ms in a young process: only when there
+     * is a time to convert (a helper that locked nothing ends at once). */
+    int any = ngone > 0;
+    for (unsigned i = 0; i < DM_TRACE_SLOTS && !any; i++)
+        any = atomic_load(&dm_trace_table[i].locks) != 0;
+    tick_ns = any ? dm_trace_ns_per_tick() : 1.0;
     /* One row per mutex (and per retired slot, and per row of an unloaded
      * object), then rows of one config entry merged: sorted by key, so a
      * report of many mutexes stays n log n. */
