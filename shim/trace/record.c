@@ -187,7 +187,7 @@ static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
         STORE(s->hold_start, now_ticks());
 }
 
-/* A hold of s that lasted `held` ns ended. */
+/* A hold of s that lasted `held` ticks ended. */
 static void hold_ended(struct dm_trace_slot *s, uint64_t held)
 {
     if (held > LOAD(s->hold_max_ticks))

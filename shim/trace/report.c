@@ -263,8 +263,8 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
         return;
     }
     r->is_heap = 1;
-    r->late = site && !loaded_at_start(site);
     if (site && dm_symbols_where(site, 1, &w) == 0) {
+        r->late = !loaded_at_start(site);
         object_clause(&w, obj, sizeof obj);
         snprintf(r->object, sizeof r->object, "%s", w.is_exe ? "" : base_name(w.path));
         if (w.symbol[0] && !w.file[0] && strchr(w.symbol, '.') == NULL) {
