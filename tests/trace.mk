@@ -23,3 +23,6 @@ $(B)/tests/progs/trace_misc: tests/progs/trace/statics_other.c
 test-build: $(B)/tests/progs/libtracegone.so
 $(B)/tests/progs/libtracegone.so: tests/progs/trace/libtracegone.c | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@
+test-build: $(B)/tests/progs/libtracegone2.so
+$(B)/tests/progs/libtracegone2.so: tests/progs/trace/libtracegone.c | $(B)/tests/progs
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared -DTRACEGONE_REBUILT $< -o $@

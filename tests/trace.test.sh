@@ -43,7 +43,7 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
       $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/libtracegone.so
-      $PR/trace_malloc"
+      $PR/trace_malloc $PR/libtracegone2.so"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -320,6 +320,15 @@ has '{ symbol = "g_twin"; object = "libtracegone.so"; name = "g_twin@libtracegon
 has '{ symbol = "g_twin"; name = "g_twin@trace_misc"; }' "$T/gone.err" \
     "dlclose: and the program's with the program's"
 names_unique "$T/gone.err" "dlclose"
+# The plugin rebuilt and loaded again at the same place under the same
+# name: its variables are named from the new file, not from the symbol
+# table read for the old one (plug_lock and g_twin swap places).
+cp "$PR/libtracegone.so" "$T/libswap.so" && cp "$PR/libtracegone2.so" "$T/libswap2.so"
+"$DMUTEX" trace -- "$PR/trace_misc" dlswap "$T/libswap.so" "$T/libswap2.so" >"$T/sw.out" 2>"$T/sw.err"
+row "plug_lock in libswap.so" symbol 14 "$T/sw.err" \
+    "dlswap: the rebuilt plugin's plug_lock is plug_lock (7 + 7 locks)"
+row "g_twin in libswap.so" symbol 4 "$T/sw.err" "dlswap: and its g_twin is g_twin (2 + 2)"
+
 # The shim resolves init_site entries at start, so one in a library dlopen
 # loads would stop the program: shown commented out, and the block passes.
 has '  # { init_site = "gone_new"; object = "libtracegone.so"; name = "gone_new"; }  # not mappable: an init site in a library loaded by dlopen' \

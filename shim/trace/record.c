@@ -357,12 +357,16 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 }
 
 /* An object about to be unloaded: its mutexes are identified while its
- * symbols can still be read (report.c). */
+ * symbols can still be read, and the symbol tables read are dropped after
+ * it (report.c). */
 DM_EXPORT int dlclose(void *handle)
 {
-    if (!quiet && handle)
-        dm_trace_report_unloading(handle);
-    return dm_real.dlclose(handle);
+    if (quiet || !handle)
+        return dm_real.dlclose(handle);
+    dm_trace_report_unloading(handle);
+    int r = dm_real.dlclose(handle);
+    dm_trace_report_unloaded();
+    return r;
 }
 
 /* A condition wait releases m and retakes it before returning: the hold

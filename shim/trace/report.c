@@ -667,6 +667,13 @@ void dm_trace_report_unloading(void *handle)
     dm_trace_self_quiet(was_quiet);
 }
 
+void dm_trace_report_unloaded(void)
+{
+    int was_quiet = dm_trace_self_quiet(1);
+    dm_symbols_flush();
+    dm_trace_self_quiet(was_quiet);
+}
+
 static int by_name(const void *a, const void *b)
 {
     const struct row *x = *(const struct row *const *)a, *y = *(const struct row *const *)b;

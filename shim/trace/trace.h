@@ -82,6 +82,12 @@ void dm_trace_report_start(void);
  * another object's). */
 void dm_trace_report_unloading(void *handle);
 
+/* report.c: after a dlclose: the cached symbol tables are dropped, since
+ * another file (the plugin rebuilt) may be loaded at the same place under
+ * the same name, and a table cached for the old one would name its
+ * addresses. */
+void dm_trace_report_unloaded(void);
+
 /* report.c: fork handlers (record.c registers them). A fork while another
  * thread writes a report must not leave the child with the report's lock
  * (and the symbol cache's, taken under it) held by a thread it does not

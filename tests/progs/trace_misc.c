@@ -26,6 +26,10 @@
  *                           locks g_twin once, then ROUNDS times (default 1)
  *                           dlopens LIB (libtracegone.so), runs its
  *                           gone_work() and dlcloses it; prints "unloaded"
+ *   trace_misc dlswap LIB NEW
+ *                           like dlclose LIB, then renames NEW over LIB (the
+ *                           plugin rebuilt) and does it again; prints
+ *                           "swapped"
  *   trace_misc stderr FILE  locks wait_lock, closes stderr and creates FILE
  *                           (on fd 2), writes "DATA" to it; prints "stderr fd N"
  *   trace_misc threads      locks nothing; prints "threads N", the number
@@ -229,6 +233,23 @@ int main(int argc, char **argv)
                 return 1;
         }
         say("unloaded");
+        return 0;
+    }
+    if (argc >= 4 && strcmp(argv[1], "dlswap") == 0) {
+        for (int round = 0; round < 2; round++) {
+            if (round == 1 && rename(argv[3], argv[2]) != 0)
+                return 1;
+            void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+            void (*work)(void) = h ? (void (*)(void))dlsym(h, "gone_work") : NULL;
+            if (!work) {
+                say("dlopen: %s", dlerror());
+                return 1;
+            }
+            work();
+            if (dlclose(h) != 0)
+                return 1;
+        }
+        say("swapped");
         return 0;
     }
     if (argc >= 3 && strcmp(argv[1], "stderr") == 0) {
