@@ -26,3 +26,12 @@ $(B)/tests/progs/libtracegone.so: tests/progs/trace/libtracegone.c | $(B)/tests/
 test-build: $(B)/tests/progs/libtracegone2.so
 $(B)/tests/progs/libtracegone2.so: tests/progs/trace/libtracegone.c | $(B)/tests/progs
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared -DTRACEGONE_REBUILT $< -o $@
+
+# trace_early: a program whose library's constructor locks before the
+# tracer's constructor runs (tests/progs/trace/).
+test-build: $(B)/tests/progs/trace_early
+$(B)/tests/progs/libtraceearly.so: tests/progs/trace/libtraceearly.c | $(B)/tests/progs
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -fPIC -shared $< -o $@
+$(B)/tests/progs/trace_early: tests/progs/trace/early_main.c $(B)/tests/progs/libtraceearly.so
+	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror $< -o $@ -Wl,--no-as-needed \
+	    -L$(B)/tests/progs -ltraceearly -Wl,-rpath,'$$ORIGIN'

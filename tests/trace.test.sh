@@ -43,7 +43,7 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
       $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/libtracegone.so
-      $PR/trace_malloc $PR/libtracegone2.so"
+      $PR/trace_malloc $PR/libtracegone2.so $PR/trace_early"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -364,6 +364,14 @@ else bad "stderr closed, a file opened on fd 2: the report does not go into it" 
 if grep -qx "threads 1" "$T/th.out"; then
     ok "a program that locks nothing keeps one thread (no reporter yet)"
 else bad "a program that locks nothing keeps one thread (no reporter yet)" "$(cat "$T/th.out")"; fi
+
+# A library constructor that locks before the tracer's constructor runs:
+# still no thread until the program's own first lock.
+"$DMUTEX" trace -- "$PR/trace_early" >"$T/early.out" 2>"$T/early.err"
+if grep -qx "threads 1" "$T/early.out" && grep -q "early_lock in libtraceearly.so" "$T/early.err"
+then ok "a lock before the tracer's constructor: counted, and no thread started for it"
+else bad "a lock before the tracer's constructor: counted, and no thread started for it" \
+    "$(cat "$T/early.out" "$T/early.err")"; fi
 
 # A program whose malloc takes a mutex: its first lock is inside malloc,
 # where the reporter thread must not be started (pthread_create would call

@@ -460,8 +460,7 @@ static void *reporter(void *arg)
 }
 
 /* From the first unlock after which a thread holds no traced mutex (the
- * first thread that locks, usually), or the constructor when a lock came
- * before it. Once: the exchange decides. */
+ * first thread that locks, usually). Once: the exchange decides. */
 static void start_reporter(void)
 {
     if (atomic_exchange(&reporter_started, 1))
@@ -519,12 +518,13 @@ __attribute__((constructor)) static void dm_trace_start(void)
     struct sigaction old;
     int want_signal = sigaction(SIGUSR1, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
         && old.sa_handler == SIG_DFL;
-    /* The reporter starts at the first acquisition; a SIGUSR1 before it
-     * waits in the semaphore. A library constructor that locked before
-     * this one: now. */
+    /* The reporter starts at the first unlock that leaves a thread
+     * holding nothing; a SIGUSR1 before it waits in the semaphore. This
+     * thread was numbered by a library constructor's lock before this
+     * one ran, perhaps: its next such unlock starts it. */
     reporting = want_signal || interval_s;
-    if (reporting && atomic_load(&thread_seq))
-        start_reporter();
+    if (reporting && my_bit)
+        start_due = 1;
     if (want_signal) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
