@@ -31,7 +31,10 @@
 # CLONE_NEWUSER wants one thread) and none started inside a lock call (a
 # program whose malloc locks hung), an empty report in the stderr of a
 # helper the program reads through popen, -o into a missing directory
-# said only at exit, a set-user-ID program run untraced.
+# said only at exit, a set-user-ID program run untraced. The same for
+# conds and rwlocks: two file-statics `cond` and `rw` given one name, those
+# never given to their init one row each, a cond wait failing at once
+# counted as a wait.
 # Prints one closing line "N passed, N failed".
 #
 #   sh tests/trace.test.sh            (DMUTEX=path overrides build/dmutex)
@@ -348,13 +351,17 @@ then ok "a 300 ms hold is reported in ns ($(cat "$T/hold.py"))"
 else bad "a 300 ms hold is reported in ns" "$(cat "$T/hold.py")" "$(cat "$T/hold.err")"; fi
 
 # Mutexes no entry can name (never given to pthread_mutex_init, as a C++
-# program's heap std::mutexes): one row, not one per address.
+# program's heap std::mutexes): one row, not one per address; so for conds
+# and rwlocks never given to their init (one row of each kind: 3 in all).
 "$DMUTEX" trace -- "$PR/trace_misc" uninit 3000 >"$T/un.out" 2>"$T/un.err"
 rows=$(grep -c "^ *[0-9][0-9]*  unknown " "$T/un.err")
-if [ "$rows" = 1 ] && grep -q "never initialised by pthread_mutex_init.*\[3000 mutexes\]" "$T/un.err"
-then ok "3000 mutexes never initialised by a call: one unknown row"
-else bad "3000 mutexes never initialised by a call: one unknown row" "$rows rows" \
-    "$(head -c 3000 "$T/un.err")"; fi
+for kind in mutex:mutexes cond:conds rwlock:rwlocks; do
+    if [ "$rows" = 3 ] &&
+       grep -q "never initialised by pthread_${kind%:*}_init.*\[3000 ${kind#*:}\]" "$T/un.err"
+    then ok "3000 ${kind#*:} never initialised by a call: one unknown row"
+    else bad "3000 ${kind#*:} never initialised by a call: one unknown row" "$rows unknown rows" \
+        "$(head -c 3000 "$T/un.err")"; fi
+done
 
 # More mutexes than the table holds: counted and said, not a crash.
 "$DMUTEX" trace -- "$PR/trace_misc" many 40000 >"$T/many.out" 2>"$T/many.err"
@@ -447,6 +454,50 @@ has ") [200 mutexes]" "$T/gone2.err" "dlclose x200: the heap row counts 200 mute
 if grep -q "plug_lock.*mutexes\]" "$T/gone2.err"; then
     bad "dlclose x200: the variable is one mutex" "$(cat "$T/gone2.err")"
 else ok "dlclose x200: the variable is one mutex"; fi
+
+# ---- conds and rwlocks: identified as mutexes are ----------------------------
+# block LIST FILE: the `LIST = ( ... );` block of FILE.
+block() { sed -n "/^$1 = (/,/^);/p" "$2"; }
+# blocks_unique FILE LABEL: no two entries of one block share a name.
+blocks_unique() {
+    for l in mutexes conds rwlocks; do
+        dup=$(block $l "$1" | grep -o 'name = "[^"]*"' | sort | uniq -d)
+        if [ -z "$dup" ]; then ok "$2: every $l entry has a name of its own"
+        else bad "$2: every $l entry has a name of its own" "shared: $dup" "$(cat "$1")"; fi
+    done
+}
+# obj_row IDENTIFICATION CERTAINTY COLUMN COUNT FILE LABEL: the row whose
+# identification has IDENTIFICATION has CERTAINTY and COUNT in COLUMN
+# (3: waits / reads, 4: signals / writes).
+obj_row() {
+    got=$(awk -v f="$1" -v c="$3" 'index($0, f) { print $2, $c; exit }' "$5")
+    if [ "$got" = "$2 $4" ]; then ok "$6"
+    else bad "$6" "got '$got'" "$(cat "$5")"; fi
+}
+
+obj_row "trace_misc.c:cond in trace_misc" symbol 3 1 "$T/cond.err" \
+    "cond: a file-static cond is named with its file, its wait counted"
+if grep -q "cond in trace_misc" "$T/we.err"; then
+    bad "waiterr: a cond wait that fails at once is not counted as a wait" "$(cat "$T/we.err")"
+else ok "waiterr: a cond wait that fails at once is not counted as a wait"; fi
+
+block conds "$T/st.err" >"$T/st.conds"
+block rwlocks "$T/st.err" >"$T/st.rwlocks"
+has '{ symbol = "statics_other.c:cond"; name = "statics_other.c:cond"; }' "$T/st.conds" \
+    "statics: a file-static cond is named with its file"
+has '{ symbol = "trace_misc.c:cond"; name = "trace_misc.c:cond"; }' "$T/st.conds" \
+    "statics: so is the other file's cond, of the same name"
+has '{ symbol = "statics_other.c:rw"; name = "statics_other.c:rw"; }' "$T/st.rwlocks" \
+    "statics: a file-static rwlock is named with its file"
+has '{ symbol = "trace_misc.c:rw"; name = "trace_misc.c:rw"; }' "$T/st.rwlocks" \
+    "statics: so is the other file's rwlock, of the same name"
+blocks_unique "$T/st.err" "statics"
+{ cat "$T/st.cfg" "$T/st.conds"; } >"$T/st2.cfg"
+if "$DMUTEX" check -c "$T/st2.cfg" -- "$PR/trace_misc" >"$T/st2.check" 2>&1 &&
+   grep -q "3 mutexes would be mapped.*, 2 conds" "$T/st2.check"; then
+    ok "statics: the printed mutexes and conds blocks pass dmutex check, 2 conds"
+else bad "statics: the printed mutexes and conds blocks pass dmutex check, 2 conds" \
+    "$(cat "$T/st2.check")"; fi
 
 # ---- the program's own: fd 2, threads, its helpers' output ----------------
 "$DMUTEX" trace -- "$PR/trace_misc" stderr "$T/data" >"$T/fd.out" 2>"$T/fd.err"

@@ -18,12 +18,19 @@
  *                           "many N"
  *   trace_misc reuse        one heap address: a mutex made by reuse_a()
  *                           locked once and destroyed, then one made there
- *                           by reuse_b() locked 5 times; prints "reuse"
+ *                           by reuse_b() locked 5 times; the same with a
+ *                           cond (reuse_cond_a/_b: signalled once, then 5
+ *                           times) and an rwlock (reuse_rw_a/_b: read-locked
+ *                           once, then 5 times); prints "reuse"
  *   trace_misc statics      locks this file's static `lock` twice and
  *                           statics_other.c's (trace/) 3 times, the global
- *                           g_twin once; prints "statics"
+ *                           g_twin once; signals this file's static `cond`
+ *                           twice and statics_other.c's 3 times; read-locks
+ *                           this file's static `rw` twice and write-locks
+ *                           statics_other.c's 3 times; prints "statics"
  *   trace_misc dlclose LIB [ROUNDS]
- *                           locks g_twin once, then ROUNDS times (default 1)
+ *                           locks g_twin once and read-locks the global
+ *                           rw_twin once, then ROUNDS times (default 1)
  *                           dlopens LIB (libtracegone.so), runs its
  *                           gone_work() and dlcloses it; prints "unloaded"
  *   trace_misc dlswap LIB NEW
@@ -41,7 +48,9 @@
  *                           "waiterr EPERM EINVAL" (the errors' names)
  *   trace_misc uninit N     locks N heap mutexes never given to
  *                           pthread_mutex_init (zeroed memory, as a C++
- *                           std::mutex member is); prints "uninit N"
+ *                           std::mutex member is), signals N heap conds
+ *                           never given to pthread_cond_init and read-locks
+ *                           N such rwlocks; prints "uninit N"
  *   trace_misc hold MS      holds hold_lock for MS ms (a sleep); prints
  *                           "held NS", the hold as this program timed it
  *                           (CLOCK_MONOTONIC, just inside lock and unlock)
@@ -71,12 +80,18 @@ pthread_mutex_t g_twin = PTHREAD_MUTEX_INITIALIZER;     /* libtracegone.so has i
 pthread_mutex_t ec_lock;                                 /* waiterr: error-checking */
 pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* so has statics_other.c */
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;   /* so has statics_other.c */
+static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;  /* so has statics_other.c */
+pthread_rwlock_t rw_twin = PTHREAD_RWLOCK_INITIALIZER;    /* libtracegone.so has its own */
 static int signalled;
 
 void statics_other_work(int times);
 pthread_mutex_t *reuse_a(void *at);
 pthread_mutex_t *reuse_b(void *at);
+pthread_cond_t *reuse_cond_a(void *at);
+pthread_cond_t *reuse_cond_b(void *at);
+pthread_rwlock_t *reuse_rw_a(void *at);
+pthread_rwlock_t *reuse_rw_b(void *at);
 
 static void lock_n(pthread_mutex_t *m, int n)
 {
@@ -96,6 +111,44 @@ __attribute__((noinline)) pthread_mutex_t *reuse_b(void *at)
 {
     pthread_mutex_init(at, NULL);
     return at;
+}
+
+__attribute__((noinline)) pthread_cond_t *reuse_cond_a(void *at)
+{
+    pthread_cond_init(at, NULL);
+    return at;
+}
+
+__attribute__((noinline)) pthread_cond_t *reuse_cond_b(void *at)
+{
+    pthread_cond_init(at, NULL);
+    return at;
+}
+
+__attribute__((noinline)) pthread_rwlock_t *reuse_rw_a(void *at)
+{
+    pthread_rwlock_init(at, NULL);
+    return at;
+}
+
+__attribute__((noinline)) pthread_rwlock_t *reuse_rw_b(void *at)
+{
+    pthread_rwlock_init(at, NULL);
+    return at;
+}
+
+static void signal_n(pthread_cond_t *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        pthread_cond_signal(c);
+}
+
+static void read_n(pthread_rwlock_t *l, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pthread_rwlock_rdlock(l);
+        pthread_rwlock_unlock(l);
+    }
 }
 
 static void *signaller(void *arg)
@@ -208,6 +261,23 @@ int main(int argc, char **argv)
         lock_n(m, 5);
         pthread_mutex_destroy(m);
         free(at);
+        void *cat = malloc(sizeof(pthread_cond_t) > sizeof(pthread_rwlock_t)
+                           ? sizeof(pthread_cond_t) : sizeof(pthread_rwlock_t));
+        if (!cat)
+            return 1;
+        pthread_cond_t *c = reuse_cond_a(cat);
+        signal_n(c, 1);
+        pthread_cond_destroy(c);
+        c = reuse_cond_b(cat);
+        signal_n(c, 5);
+        pthread_cond_destroy(c);
+        pthread_rwlock_t *l = reuse_rw_a(cat);
+        read_n(l, 1);
+        pthread_rwlock_destroy(l);
+        l = reuse_rw_b(cat);
+        read_n(l, 5);
+        pthread_rwlock_destroy(l);
+        free(cat);
         say("reuse");
         return 0;
     }
@@ -215,11 +285,14 @@ int main(int argc, char **argv)
         lock_n(&lock, 2);
         statics_other_work(3);
         lock_n(&g_twin, 1);
+        signal_n(&cond, 2);
+        read_n(&rw, 2);
         say("statics");
         return 0;
     }
     if (argc >= 3 && strcmp(argv[1], "dlclose") == 0) {
         lock_n(&g_twin, 1);
+        read_n(&rw_twin, 1);
         int rounds = argc >= 4 ? atoi(argv[3]) : 1;
         for (int i = 0; i < rounds; i++) {
             void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
@@ -292,6 +365,14 @@ int main(int argc, char **argv)
             return 1;
         for (int i = 0; i < n; i++)
             lock_n(&ms[i], 1);
+        pthread_cond_t *cs = calloc((size_t)n, sizeof *cs);
+        pthread_rwlock_t *ls = calloc((size_t)n, sizeof *ls);
+        if (!cs || !ls)
+            return 1;
+        for (int i = 0; i < n; i++) {
+            signal_n(&cs[i], 1);
+            read_n(&ls[i], 1);
+        }
         say("uninit %d", n);
         return 0;
     }
