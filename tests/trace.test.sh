@@ -34,7 +34,8 @@
 # said only at exit, a set-user-ID program run untraced. The same for
 # conds and rwlocks: two file-statics `cond` and `rw` given one name, those
 # never given to their init one row each, a cond wait failing at once
-# counted as a wait.
+# counted as a wait, a reused heap address counted under the old init
+# site, a dlclosed plugin's conds and rwlocks reported unknown.
 # Prints one closing line "N passed, N failed".
 #
 #   sh tests/trace.test.sh            (DMUTEX=path overrides build/dmutex)
@@ -498,6 +499,43 @@ if "$DMUTEX" check -c "$T/st2.cfg" -- "$PR/trace_misc" >"$T/st2.check" 2>&1 &&
     ok "statics: the printed mutexes and conds blocks pass dmutex check, 2 conds"
 else bad "statics: the printed mutexes and conds blocks pass dmutex check, 2 conds" \
     "$(cat "$T/st2.check")"; fi
+
+# A heap address used by a cond (an rwlock) of one init site, then by one
+# of another: each keeps its own counts, as mutexes do.
+for want in "pthread_cond_init in reuse_cond_b :4:5" "pthread_cond_init in reuse_cond_a :4:1" \
+            "pthread_rwlock_init in reuse_rw_b :3:5" "pthread_rwlock_init in reuse_rw_a :3:1"; do
+    id=${want%%:*} rest=${want#*:}
+    obj_row "$id" init_site "${rest%:*}" "${rest#*:}" "$T/reuse.err" \
+        "reuse: ${id% } (a reused heap address) has its own ${rest#*:} uses"
+done
+
+# A dlclosed plugin's conds and rwlocks keep their identities too; twins
+# are named apart; the plugin's cond init site is commented out.
+obj_row "plug_cond in libtracegone.so" symbol 4 3 "$T/gone.err" \
+    "dlclose: a cond of the unloaded plugin keeps its symbol and signals"
+obj_row "pthread_cond_init in gone_cond_new (libtracegone.so" init_site 4 2 "$T/gone.err" \
+    "dlclose: a heap cond the plugin made keeps its init_site and signals"
+block conds "$T/gone.err" >"$T/gone.conds"
+block rwlocks "$T/gone.err" >"$T/gone.rwlocks"
+has '  # { init_site = "gone_cond_new"; object = "libtracegone.so"; name = "gone_cond_new"; }  # not mappable: an init site in a library loaded by dlopen' \
+    "$T/gone.conds" "dlclose: the plugin's cond init_site entry is shown commented out"
+has '{ symbol = "rw_twin"; object = "libtracegone.so"; name = "rw_twin@libtracegone.so"; }' \
+    "$T/gone.rwlocks" "dlclose: two global rwlocks rw_twin: the plugin's is named with its object"
+has '{ symbol = "rw_twin"; name = "rw_twin@trace_misc"; }' "$T/gone.rwlocks" \
+    "dlclose: and the program's with the program's"
+blocks_unique "$T/gone.err" "dlclose"
+{ cat "$T/gone.cfg" "$T/gone.conds"; } >"$T/gone2.cfg"
+if "$DMUTEX" check -c "$T/gone2.cfg" -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" \
+    >"$T/gone2.check" 2>&1; then
+    ok "dlclose: the printed mutexes and conds blocks pass dmutex check"
+else bad "dlclose: the printed mutexes and conds blocks pass dmutex check" \
+    "$(cat "$T/gone2.cfg")" "$(cat "$T/gone2.check")"; fi
+obj_row "plug_cond in libtracegone.so (.symtab)" symbol 4 600 "$T/gone2.err" \
+    "dlclose x200: the plugin's cond, one row, every signal"
+if grep -q "pthread_cond_init in gone_cond_new (libtracegone.so+.*) \[200 conds\]" "$T/gone2.err" &&
+   ! grep -q "plug_cond.*conds\]" "$T/gone2.err"; then
+    ok "dlclose x200: the heap cond row counts 200 conds, the variable one"
+else bad "dlclose x200: the heap cond row counts 200 conds, the variable one" "$(cat "$T/gone2.err")"; fi
 
 # ---- the program's own: fd 2, threads, its helpers' output ----------------
 "$DMUTEX" trace -- "$PR/trace_misc" stderr "$T/data" >"$T/fd.out" 2>"$T/fd.err"

@@ -21,9 +21,10 @@
  *
  * Condition variables (waits, signals, broadcasts, time in waits) and
  * rwlocks (read and write acquisitions, contention the way mutexes find
- * it: a try first) are noted in tables of their own, with the first
- * pthread_cond_init / pthread_rwlock_init call site, for the report's
- * `conds` and `rwlocks` blocks. */
+ * it: a try first) are noted in tables of their own, with the
+ * pthread_cond_init / pthread_rwlock_init call site (the latest, old
+ * counts retired as a mutex's), for the report's `conds` and `rwlocks`
+ * blocks. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -391,13 +392,12 @@ _Atomic uint64_t dm_trace_untracked_conds, dm_trace_untracked_rwlocks;
 
 #define ADD(x, v) atomic_fetch_add_explicit(&(x), (v), memory_order_relaxed)
 
-/* The slot of object o in `table` (find_slot's probing), claimed on first
- * sight; NULL when DM_TRACE_PROBES slots from its home are taken, counted
- * in *untracked (when given). */
-static struct dm_trace_obj *obj_slot(struct dm_trace_obj *table, const void *o,
+/* The slot of key (an object's address, or a retired key) in `table`
+ * (find_key's probing), claimed on first sight; NULL when DM_TRACE_PROBES
+ * slots from its home are taken, counted in *untracked (when given). */
+static struct dm_trace_obj *obj_slot(struct dm_trace_obj *table, uintptr_t key,
                                      _Atomic uint64_t *untracked)
 {
-    uintptr_t key = (uintptr_t)o;
     uint64_t h = ((uint64_t)key >> 3) * 0x9E3779B97F4A7C15ull;
     unsigned i = (unsigned)(h >> (64 - DM_TRACE_OBJ_SLOTS_LOG2));
     for (unsigned n = 0; n < DM_TRACE_PROBES; n++, i = (i + 1) & (DM_TRACE_OBJ_SLOTS - 1)) {
@@ -432,15 +432,51 @@ static void obj_waited(struct dm_trace_obj *s, uint64_t ticks)
     max_into(&s->wait_max_ticks, ticks);
 }
 
-/* The first init call site of the object at o (a new object at an old
- * address keeps the first: its report row stays the same). */
+void dm_trace_obj_zero(struct dm_trace_obj *o)
+{
+    for (int k = 0; k < 3; k++)
+        STORE(o->n[k], 0);
+    STORE(o->wait_ticks, 0);
+    STORE(o->wait_max_ticks, 0);
+    STORE(o->threads, 0);
+    STORE(o->folded, 0);
+}
+
+/* The counts of s (the object at address o, about to be initialised from
+ * another site) go to its old site's retired slot of `table`, as retire()
+ * does for a mutex; s starts over. */
+static void obj_retire(struct dm_trace_obj *table, struct dm_trace_obj *s, uintptr_t o)
+{
+    struct dm_trace_obj *to = obj_slot(table, DM_TRACE_RETIRED(LOAD(s->init_site)), NULL);
+    if (to) {
+        uintptr_t none = 0;
+        atomic_compare_exchange_strong(&to->first, &none, o);
+        STORE(to->init_site, LOAD(s->init_site));
+        ADD(to->folded, 1);
+        ADD(to->wait_ticks, LOAD(s->wait_ticks));
+        max_into(&to->wait_max_ticks, LOAD(s->wait_max_ticks));
+        atomic_fetch_or_explicit(&to->threads, LOAD(s->threads), memory_order_relaxed);
+        /* the counts last: the report skips a slot with none */
+        for (int k = 0; k < 3; k++)
+            ADD(to->n[k], LOAD(s->n[k]));
+    }
+    dm_trace_obj_zero(s);
+}
+
+/* The init call site of the object at o: the latest, as a mutex's (an
+ * address initialised from another function holds another object, and
+ * the old one's counts are retired to its site). */
 static void obj_init(struct dm_trace_obj *table, const void *o, uintptr_t site)
 {
-    struct dm_trace_obj *s = obj_slot(table, o, NULL);
-    if (s) {
-        uintptr_t none = 0;
-        atomic_compare_exchange_strong(&s->init_site, &none, site);
-    }
+    struct dm_trace_obj *s = obj_slot(table, (uintptr_t)o, NULL);
+    if (!s)
+        return;
+    uintptr_t old = LOAD(s->init_site);
+    if (old == site)
+        return;
+    if (old && (LOAD(s->n[0]) || LOAD(s->n[1]) || LOAD(s->n[2])))
+        obj_retire(table, s, (uintptr_t)o);
+    STORE(s->init_site, site);
 }
 
 /* A cond wait is counted when it begins and timed until it returns (the
@@ -454,7 +490,9 @@ struct cond_wait {
 static struct cond_wait cond_wait_begin(pthread_cond_t *c)
 {
     struct cond_wait w = { NULL, 0 };
-    if (!quiet && (w.s = obj_slot(dm_trace_conds, c, &dm_trace_untracked_conds)) != NULL) {
+    if (!quiet)
+        w.s = obj_slot(dm_trace_conds, (uintptr_t)c, &dm_trace_untracked_conds);
+    if (w.s) {
         obj_used(w.s, DM_TRACE_COND_WAITS);
         w.t0 = now_ticks();
     }
@@ -474,7 +512,8 @@ static int cond_wait_end(const struct cond_wait *w, int r)
 
 static void cond_used(pthread_cond_t *c, int which)
 {
-    struct dm_trace_obj *s = quiet ? NULL : obj_slot(dm_trace_conds, c, &dm_trace_untracked_conds);
+    struct dm_trace_obj *s = quiet ? NULL
+        : obj_slot(dm_trace_conds, (uintptr_t)c, &dm_trace_untracked_conds);
     if (s)
         obj_used(s, which);
 }
@@ -502,7 +541,7 @@ DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
 
 static void rwlock_acquired(pthread_rwlock_t *l, int which, int contended, uint64_t waited)
 {
-    struct dm_trace_obj *s = obj_slot(dm_trace_rwlocks, l, &dm_trace_untracked_rwlocks);
+    struct dm_trace_obj *s = obj_slot(dm_trace_rwlocks, (uintptr_t)l, &dm_trace_untracked_rwlocks);
     if (!s)
         return;
     obj_used(s, which);
@@ -722,13 +761,8 @@ static void atfork_child(void)
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
             struct dm_trace_obj *s = &tables[t][i];
-            if (!LOAD(s->key))
-                continue;
-            for (int k = 0; k < 3; k++)
-                STORE(s->n[k], 0);
-            STORE(s->wait_ticks, 0);
-            STORE(s->wait_max_ticks, 0);
-            STORE(s->threads, 0);
+            if (LOAD(s->key))
+                dm_trace_obj_zero(s);
         }
     STORE(dm_trace_untracked_conds, 0);
     STORE(dm_trace_untracked_rwlocks, 0);

@@ -83,21 +83,22 @@ struct obj_kind {
     const char *init;               /* its init function */
     const char *types;              /* said of a symbol of exactly that size */
     const char *never;              /* said of the unknown row of those never given to init */
+    int nuses;                      /* n[0 .. nuses-1] are uses (what --min-locks counts) */
 };
 
 static const struct obj_kind kind_mutex = {
     "mutexes", MUTEX_SIZE, "pthread_mutex_init", " (std::mutex / pthread_mutex_t)",
-    "a std::mutex, or PTHREAD_MUTEX_INITIALIZER outside a variable",
+    "a std::mutex, or PTHREAD_MUTEX_INITIALIZER outside a variable", 0,
 };
 static const struct obj_kind kind_cond = {
     "conds", sizeof(pthread_cond_t), "pthread_cond_init",
     " (std::condition_variable / pthread_cond_t)",
-    "a std::condition_variable, or PTHREAD_COND_INITIALIZER outside a variable",
+    "a std::condition_variable, or PTHREAD_COND_INITIALIZER outside a variable", 3,
 };
 static const struct obj_kind kind_rwlock = {
     "rwlocks", sizeof(pthread_rwlock_t), "pthread_rwlock_init",
     " (std::shared_mutex / pthread_rwlock_t)",
-    "a std::shared_mutex, or PTHREAD_RWLOCK_INITIALIZER outside a variable",
+    "a std::shared_mutex, or PTHREAD_RWLOCK_INITIALIZER outside a variable", 2,
 };
 
 /* ns per tick for this report (dm_trace_ns_per_tick, under report_mu). */
@@ -112,9 +113,14 @@ static uint64_t ticks_to_ns(uint64_t t)
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Rows of mutexes whose object was dlclosed, identified before it went
- * (under report_mu). */
+ * (under report_mu); the same for conds and rwlocks. */
 static struct row *gone;
 static size_t ngone, gone_cap;
+enum { GONE_CONDS, GONE_RWLOCKS };
+static struct gone_objs {
+    struct row *rows;
+    size_t n, cap;
+} gone_objs[2];
 
 /* The code segments of the objects loaded at start (the constructor's view):
  * an init site outside them is in a library dlopen brought, which
@@ -187,6 +193,10 @@ void dm_trace_report_child(void)
     free(gone);
     gone = NULL;
     ngone = gone_cap = 0;
+    for (int i = 0; i < 2; i++) {
+        free(gone_objs[i].rows);
+        gone_objs[i] = (struct gone_objs){ 0 };
+    }
     dm_real.mutex_unlock(&report_mu);
 }
 
@@ -488,12 +498,11 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
 /* ---- condition variables and rwlocks ---------------------------------- */
 
 /* The rows of one of record.c's object tables, for its section of the
- * report. n[0 .. nuses-1] are uses (what --min-locks counts). */
+ * report. */
 struct objs {
     const struct obj_kind *k;
     const char *what;               /* "condition variables used", "rwlocks locked" */
     const char *cols[3];            /* the headers of n[0..2] */
-    int nuses;
     struct row *rows;
     size_t n, nobj;
     uint64_t untracked;
@@ -722,9 +731,36 @@ static int row_of_slot(struct dm_trace_slot *s, struct row *t)
     return 0;
 }
 
+/* A row for slot s of an object table of kind k, or -1 when it has no
+ * uses. */
+static int row_of_obj(const struct obj_kind *k, struct dm_trace_obj *s, struct row *t)
+{
+    uintptr_t key = atomic_load(&s->key);
+    uint64_t n[3], uses = 0;
+    for (int i = 0; i < 3; i++)
+        n[i] = atomic_load(&s->n[i]);
+    for (int i = 0; i < k->nuses; i++)
+        uses += n[i];
+    if (!key || !uses)
+        return -1;
+    memset(t, 0, sizeof *t);
+    int retired = DM_TRACE_IS_RETIRED(key);
+    identify_as(k, retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    t->mutexes = retired ? atomic_load(&s->folded) : 1;
+    t->locks = uses;
+    memcpy(t->n, n, sizeof n);
+    t->wait_ns = ticks_to_ns(atomic_load(&s->wait_ticks));
+    t->wait_max_ns = ticks_to_ns(atomic_load(&s->wait_max_ticks));
+    t->threads = atomic_load(&s->threads);     /* a bitmap until counted */
+    if (k == &kind_rwlock)
+        t->contended = n[DM_TRACE_RW_CONTENDED];
+    return 0;
+}
+
 /* Adds r's counts to t's, of the same entry (a mutex's, a cond's, an
- * rwlock's). Heap mutexes of one init_site are several mutexes; a variable's rows are one mutex's (seen
- * again after its object was loaded again). */
+ * rwlock's). Heap mutexes of one init_site are several mutexes; a
+ * variable's rows are one mutex's (seen again after its object was loaded
+ * again). */
 static void merge_row(struct row *t, const struct row *r)
 {
     if (r->is_heap)
@@ -789,6 +825,47 @@ static int in_segs(const struct seg_ctx *c, uintptr_t a)
     return 0;
 }
 
+/* Keeps row t of an object being unloaded in *rows, merged by entry: an
+ * object loaded and unloaded in a loop adds no row per round. 0, or -1
+ * when out of memory. */
+static int keep_gone(struct row **rows, size_t *n, size_t *cap, const struct row *t)
+{
+    size_t k = 0;
+    while (k < *n && strcmp((*rows)[k].key, t->key) != 0)
+        k++;
+    if (k < *n) {
+        merge_row(&(*rows)[k], t);
+        return 0;
+    }
+    struct row *r = row_add(rows, n, cap);
+    if (!r)
+        return -1;
+    *r = *t;
+    return 0;
+}
+
+/* The conds (rwlocks) of an object being unloaded: kept in *g, their
+ * slots zeroed. */
+static void unloading_objs(const struct seg_ctx *c, const struct obj_kind *k,
+                           struct dm_trace_obj *table, struct gone_objs *g)
+{
+    for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
+        struct dm_trace_obj *s = &table[i];
+        uintptr_t key = atomic_load(&s->key);
+        if (!key)
+            continue;
+        uintptr_t at = DM_TRACE_IS_RETIRED(key) ? atomic_load(&s->first) : key;
+        if (!in_segs(c, at) && !in_segs(c, atomic_load(&s->init_site)))
+            continue;
+        struct row t;
+        if (row_of_obj(k, s, &t) != 0)
+            continue;
+        if (keep_gone(&g->rows, &g->n, &g->cap, &t) != 0)
+            break;
+        dm_trace_obj_zero(s);
+    }
+}
+
 void dm_trace_report_unloading(void *handle)
 {
     struct link_map *lm = NULL;
@@ -808,23 +885,14 @@ void dm_trace_report_unloading(void *handle)
             uintptr_t at = DM_TRACE_IS_RETIRED(key) ? atomic_load(&s->first) : key;
             if (!in_segs(&c, at) && !in_segs(&c, atomic_load(&s->init_site)))
                 continue;
-            /* Kept merged by entry: an object loaded and unloaded in a
-             * loop adds no row per round. */
             struct row t;
             row_of_slot(s, &t);
-            size_t k = 0;
-            while (k < ngone && strcmp(gone[k].key, t.key) != 0)
-                k++;
-            if (k < ngone) {
-                merge_row(&gone[k], &t);
-            } else {
-                struct row *r = row_add(&gone, &ngone, &gone_cap);
-                if (!r)
-                    break;
-                *r = t;
-            }
+            if (keep_gone(&gone, &ngone, &gone_cap, &t) != 0)
+                break;
             dm_trace_slot_zero(s);
         }
+        unloading_objs(&c, &kind_cond, dm_trace_conds, &gone_objs[GONE_CONDS]);
+        unloading_objs(&c, &kind_rwlock, dm_trace_rwlocks, &gone_objs[GONE_RWLOCKS]);
         dm_real.mutex_unlock(&report_mu);
     }
     dm_trace_self_quiet(was_quiet);
@@ -891,36 +959,28 @@ static void unique_names(struct row *rows, size_t n, const char *prog)
 }
 
 /* The rows of one of record.c's object tables (conds, rwlocks) as the
- * mutexes' are made: one per object, merged by entry, names unique within
- * the block, sorted by contention. Under report_mu, tick_ns set. */
-static void collect_objs(struct objs *o, struct dm_trace_obj *table, uint64_t untracked,
-                         const char *prog)
+ * mutexes' are made: one per object (and per retired slot, and per row of
+ * an unloaded object: g), merged by entry, names unique within the block,
+ * sorted by contention. Under report_mu, tick_ns set. */
+static void collect_objs(struct objs *o, struct dm_trace_obj *table, const struct gone_objs *g,
+                         uint64_t untracked, const char *prog)
 {
     size_t cap = 0;
     o->untracked = untracked;
     for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
-        struct dm_trace_obj *s = &table[i];
-        uintptr_t key = atomic_load(&s->key);
-        uint64_t n[3], uses = 0;
-        for (int k = 0; k < 3; k++)
-            n[k] = atomic_load(&s->n[k]);
-        for (int k = 0; k < o->nuses; k++)
-            uses += n[k];
-        if (!key || !uses)
+        struct row t;
+        if (row_of_obj(o->k, &table[i], &t) != 0)
             continue;
-        struct row *t = row_add(&o->rows, &o->n, &cap);
-        if (!t)
+        struct row *r = row_add(&o->rows, &o->n, &cap);
+        if (!r)
             break;          /* out of memory: report what fits */
-        memset(t, 0, sizeof *t);
-        identify_as(o->k, key, atomic_load(&s->init_site), t);
-        t->mutexes = 1;
-        t->locks = uses;
-        memcpy(t->n, n, sizeof n);
-        t->wait_ns = ticks_to_ns(atomic_load(&s->wait_ticks));
-        t->wait_max_ns = ticks_to_ns(atomic_load(&s->wait_max_ticks));
-        t->threads = atomic_load(&s->threads);     /* a bitmap until counted below */
-        if (o->k == &kind_rwlock)
-            t->contended = n[DM_TRACE_RW_CONTENDED];
+        *r = t;
+    }
+    for (size_t i = 0; i < g->n; i++) {
+        struct row *r = row_add(&o->rows, &o->n, &cap);
+        if (!r)
+            break;
+        *r = g->rows[i];
     }
     if (o->n)
         qsort(o->rows, o->n, sizeof *o->rows, by_key);
@@ -965,7 +1025,8 @@ void dm_trace_report(const char *why)
     int any = ngone > 0;
     for (unsigned i = 0; i < DM_TRACE_SLOTS && !any; i++)
         any = atomic_load(&dm_trace_table[i].locks) != 0;
-    any = any || objs_used(dm_trace_conds) || objs_used(dm_trace_rwlocks);
+    any = any || gone_objs[GONE_CONDS].n || gone_objs[GONE_RWLOCKS].n
+        || objs_used(dm_trace_conds) || objs_used(dm_trace_rwlocks);
     tick_ns = any ? dm_trace_ns_per_tick() : 1.0;
     /* One row per mutex (and per retired slot, and per row of an unloaded
      * object), then rows of one config entry merged: sorted by key, so a
@@ -1016,13 +1077,15 @@ void dm_trace_report(const char *why)
     long min_locks = env_long("DMUTEX_TRACE_MIN_LOCKS", 1);
     uint64_t untracked = atomic_load(&dm_trace_untracked);
     struct objs objs[] = {
-        { .k = &kind_cond, .what = "condition variables used", .nuses = 3,
+        { .k = &kind_cond, .what = "condition variables used",
           .cols = { "waits", "signals", "broadcasts" } },
-        { .k = &kind_rwlock, .what = "rwlocks locked", .nuses = 2,
+        { .k = &kind_rwlock, .what = "rwlocks locked",
           .cols = { "reads", "writes", "contended" } },
     };
-    collect_objs(&objs[0], dm_trace_conds, atomic_load(&dm_trace_untracked_conds), prog);
-    collect_objs(&objs[1], dm_trace_rwlocks, atomic_load(&dm_trace_untracked_rwlocks), prog);
+    collect_objs(&objs[0], dm_trace_conds, &gone_objs[GONE_CONDS],
+                 atomic_load(&dm_trace_untracked_conds), prog);
+    collect_objs(&objs[1], dm_trace_rwlocks, &gone_objs[GONE_RWLOCKS],
+                 atomic_load(&dm_trace_untracked_rwlocks), prog);
     /* A program the traced one ran (a shell, a helper) that locked
      * nothing (no mutex, cond or rwlock) says nothing at its exit: its
      * stderr may be read by the program that ran it. */

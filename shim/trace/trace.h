@@ -68,10 +68,15 @@ enum {                                  /* dm_trace_obj.n[] of an rwlock */
     DM_TRACE_RW_READS, DM_TRACE_RW_WRITES, DM_TRACE_RW_CONTENDED,
 };
 
+/* An object address initialised again from another call site holds
+ * another object, as a mutex's does: its counts are retired into the slot
+ * keyed DM_TRACE_RETIRED(the old init site) of the same table. */
 struct dm_trace_obj {
-    _Atomic uintptr_t key;              /* the object's address, 0: free */
-    _Atomic uintptr_t init_site;        /* return address of its first pthread_cond_init /
+    _Atomic uintptr_t key;              /* the object's address, 0: free; odd: retired counts */
+    _Atomic uintptr_t init_site;        /* return address of its pthread_cond_init /
                                          * pthread_rwlock_init, 0: none */
+    _Atomic uintptr_t first;            /* retired: the address of the first object retired */
+    _Atomic uint64_t folded;            /* retired: how many objects' counts it holds */
     _Atomic uint64_t n[3];              /* the counts above */
     _Atomic uint64_t wait_ticks, wait_max_ticks;    /* cond: time in its waits; rwlock: contended
                                                      * waits; in ticks: dm_trace_ns_per_tick */
@@ -95,6 +100,10 @@ double dm_trace_ns_per_tick(void);
  * report took away); its key and init site stay. */
 void dm_trace_slot_zero(struct dm_trace_slot *s);
 
+/* record.c: zeroes o's counts (a fork child's start, or counts the report
+ * took away at a dlclose); its key and init site stay. */
+void dm_trace_obj_zero(struct dm_trace_obj *o);
+
 /* report.c: writes the process's report (text on stderr, JSON to the -o
  * file) with `why` ("exit", "signal", "interval") in its header. Takes
  * the loader's lock and allocates: never from a signal handler or with a
@@ -105,8 +114,9 @@ void dm_trace_report(const char *why);
  * a report never goes into a file the program opened later on fd 2. */
 void dm_trace_report_start(void);
 
-/* report.c: before dlclose(handle): the mutexes of that object (its
- * variables, and heap mutexes its code initialised) are identified now,
+/* report.c: before dlclose(handle): the mutexes, conds and rwlocks of
+ * that object (its variables, and heap ones its code initialised) are
+ * identified now,
  * while its symbols can be read, and their counts kept with that
  * identification (an unloaded object's addresses name nothing, or later
  * another object's). */
