@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -487,6 +488,42 @@ static void test_killed_holder_frees_the_lock_when_its_lease_ends(void **s)
     }
 }
 
+/* A read hold whose entry is deleted on the server is lost as a mutex's
+ * hold is: a writer elsewhere gets in; the reader's process aborts
+ * (on_lease_lost = "abort", the default) or, with "warn", logs the loss
+ * and its unlock answers EPERM. The holder runs here with a config of its
+ * own; the writer on the other machine. */
+static void test_lost_read_hold_aborts_or_is_reported_at_unlock(void **s)
+{
+    (void)s;
+    const char *policy[2] = { "abort", "warn" };
+    for (int i = 0; i < 2; i++) {
+        char *cfgf = th_write_file(".cfg", "on_lease_lost = \"%s\";\n%s", policy[i], cfg_text);
+        struct th_shim_env e;
+        char **env = th_shim_env(&e, cfgf, ls.url, "info");
+        char *go = th_go_file(), *hout = th_out_file();
+        char *argv[] = { prog_path, "hold", ds.addr, ds.port_text, prefix, "rd", go, NULL };
+        pid_t h = th_child(argv, env, hout);
+        th_wait_for(hout, "held 0", RUN_MS);
+        freeReplyObject(th_cmd(lc, "DEL dmutex:{routes_lock}:readers"));
+        char *o = th_out_file();
+        char *text = finish(prog(machine(1), o, "try", "wr", NULL), o);
+        th_assert_has(text, "rc 0");
+        free(text);
+        th_wait_for(hout, "lost the lease of lock routes_lock", RUN_MS);
+        if (i == 0) {
+            int st = th_wait(h, RUN_MS);
+            th_forget(h);
+            assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+            continue;
+        }
+        th_touch(go);
+        char *ht = finish(h, hout);
+        th_assert_has(ht, "unlocked EPERM");
+        free(ht);
+    }
+}
+
 /* A fork child is a process of its own: its write lock keeps the parent
  * out, and its end lets the parent in. */
 static void test_fork_child_holds_the_lock_against_its_parent(void **s)
@@ -726,6 +763,9 @@ int main(void)
                                         test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_killed_holder_frees_the_lock_when_its_lease_ends,
                                         test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_lost_read_hold_aborts_or_is_reported_at_unlock,
+                                        test_setup,
+                                        th_test_teardown),
         cmocka_unit_test_setup_teardown(test_fork_child_holds_the_lock_against_its_parent,
                                         test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_fork_child_of_a_reader_holds_no_share_of_the_parent,
