@@ -49,6 +49,7 @@
 #define STARVE_HOLDS    5       /* a writer under that stream waits at most this many holds */
 #define STARVE_WRITERS  3       /* one after the other, each within the bound */
 #define TIMED_MS        700
+#define KILLED_SLACK_MS 700     /* a writer gets in this soon after a killed holder's lease */
 
 static struct th_checker chk;
 static struct th_net net;
@@ -438,6 +439,30 @@ static void test_timed_and_clock_variants_time_out_by_the_deadline(void **s)
     free(finish(h, hout));
 }
 
+/* A writer that timed out behind a reader leaves the queue: a new reader
+ * gets in at once, not when the writer's queue entry would have expired
+ * (DM_QUEUE_TTL_MS later). */
+static void test_timed_out_writer_no_longer_keeps_readers_out(void **s)
+{
+    (void)s;
+    char *go = th_go_file(), *hout = th_out_file();
+    pid_t h = prog(machine(0), hout, "hold", "rd", go, NULL);
+    th_wait_for(hout, "held 0", RUN_MS);
+    char ms[16];
+    snprintf(ms, sizeof ms, "%d", TIMED_MS);
+    char *o = th_out_file();
+    char *text = finish(prog(machine(1), o, "timed", "wr", ms, "monotonic", NULL), o);
+    th_assert_has(text, "rc ETIMEDOUT");
+    free(text);
+    assert_int_equal(th_cmd_int(lc, "LLEN dmutex:{routes_lock}:queue"), 0);
+    char *o2 = th_out_file();
+    text = finish(prog(machine(1), o2, "try", "rd", NULL), o2);
+    th_assert_has(text, "rc 0");
+    free(text);
+    th_touch(go);
+    free(finish(h, hout));
+}
+
 /* Recursive read locking, a reader's wrlock and a writer's relock: the
  * same results with the shim as glibc's alone. */
 static void test_recursion_and_self_deadlock_answer_as_glibc(void **s)
@@ -482,9 +507,15 @@ static void test_killed_holder_frees_the_lock_when_its_lease_ends(void **s)
         snprintf(deadline, sizeof deadline, "%ld", PROG_LEASE_MS + 3 * SLACK_MS);
         char *text = finish(prog(machine(1), o, "timed", "wr", deadline, "monotonic", NULL), o);
         th_assert_has(text, "rc 0");
-        measured("a writer got in %lld ms after a %s holder was killed (lease %ld ms)",
-                 th_field_after(text, "elapsed "), mode[m], PROG_LEASE_MS);
+        long long el = th_field_after(text, "elapsed ");
+        measured("a writer got in %lld ms after a %s holder was killed (lease %ld ms)", el,
+                 mode[m], PROG_LEASE_MS);
         free(text);
+        /* The lease ends the dead hold, and the writer asks again then: not
+         * a wait cap (1 s) later. */
+        if (el > PROG_LEASE_MS + KILLED_SLACK_MS)
+            fail_msg("a writer got in %lld ms after a %s holder was killed: more than the "
+                     "lease (%ld ms) + %d ms", el, mode[m], PROG_LEASE_MS, KILLED_SLACK_MS);
     }
 }
 
@@ -758,6 +789,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_try_variants_are_ebusy_across_processes, test_setup,
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_timed_and_clock_variants_time_out_by_the_deadline,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_timed_out_writer_no_longer_keeps_readers_out,
                                         test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_recursion_and_self_deadlock_answer_as_glibc,
                                         test_setup, th_test_teardown),
