@@ -299,6 +299,15 @@ static void glibc_rules(void)
     struct timespec bad = { t.tv_sec, -1 };
     say("clockrd bad nsec %s", ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_MONOTONIC, &bad)));
     say("timedwr bad nsec %s", ename(pthread_rwlock_timedwrlock(&routes_lock, &bad)));
+    /* A deadline already past on a free lock: glibc takes it (it tries
+     * before it looks at the clock). */
+    struct timespec past = deadline_in(CLOCK_REALTIME, -1000);
+    say("timedrd past deadline %s", ename(pthread_rwlock_timedrdlock(&routes_lock, &past)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    past = deadline_in(CLOCK_MONOTONIC, -1000);
+    say("clockwr past deadline %s",
+        ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_MONOTONIC, &past)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
     kind_rules();
     reader_limit();
 }
