@@ -4,7 +4,7 @@ redis-server and reports medians and ratios against the targets of issue 11.
 Run through bench/run.sh (which starts and stops the server), not by hand:
 
     bench/run.sh                 # what `make bench` runs
-    BENCH_QUICK=1 bench/run.sh   # short run: fewer K, shorter runs
+    BENCH_QUICK=1 bench/run.sh   # short run: the same figures, shorter runs
 
 Writes bench/results.md, bench/throughput.png (via gnuplot), the raw
 numbers in build/bench/results.json and README.md's Performance section
@@ -78,7 +78,8 @@ WINDOWS = 4                         # throughput: median over this many slices o
 NAMES_LIVE = [10, 100_000]          # live names: the two ends of the names target
 SLOWLOG_LEN = 200_000               # SLOWLOG entries kept around the scripts' fixed run
 SLOWLOG_SCRIPTS_US = 3              # scripts take longer, the commands they run mostly less
-SCRIPTS_RUN_S = 0.3 if QUICK else 1.0
+SCRIPTS_RUN_S = 0.3 if QUICK else 1.0    # each run of the scripts' pass at SLOWLOG_SCRIPTS_US
+SCRIPTS_ALL_RUN_S = 0.2                     # the pass at 0: about 20 entries per lock+unlock
 
 # Commands no Lua script can run (or that none of the scripts here run):
 # every call of these is a client request.
@@ -573,31 +574,44 @@ class Bench:
                    r["rss_per_name_b"]))
         self.res["names"] = out
 
-    def slowlog_pass(self, threshold_us):
-        """The scripts' fixed run (see fig_scripts) with SLOWLOG logging every
-        command slower than threshold_us. Returns the entries and the EVALSHA
-        calls and microseconds INFO commandstats counted meanwhile."""
+    def slowlog_pass(self, threshold_us, seconds):
+        """The scripts' fixed run (see fig_scripts), each part `seconds`,
+        with SLOWLOG logging every command slower than threshold_us while a
+        part is measured (not during the workers' warm-up). Returns the
+        entries and the EVALSHA calls and microseconds INFO commandstats
+        counted meanwhile."""
         old = self.r.config_get("slowlog-*")
+        bench, counted = self, [0, 0]       # EVALSHA calls and usec while logging
+
+        class Logging:      # run_cycle's hook: on from "go" to the last report
+            def __init__(self):
+                self.before = bench.commandstats(usec=True)
+                bench.r.config_set("slowlog-log-slower-than", threshold_us)
+
+            def stop(self):
+                bench.r.config_set("slowlog-log-slower-than", -1)
+                after = bench.commandstats(usec=True)
+                for i in (0, 1):
+                    counted[i] += after[i].get("evalsha", 0) - self.before[i].get("evalsha", 0)
+
+        self.r.config_set("slowlog-log-slower-than", -1)    # off
         self.r.config_set("slowlog-max-len", SLOWLOG_LEN)
         self.r.slowlog_reset()
-        before, before_us = self.commandstats(usec=True)
-        self.r.config_set("slowlog-log-slower-than", threshold_us)
         try:
             cfg = self.config("scripts_pairs", DEFAULT_MODE)
-            subprocess.run([CYCLE, "pairs", HOST, str(self.port), str(SCRIPTS_RUN_S), "1"],
+            on = Logging()
+            subprocess.run([CYCLE, "pairs", HOST, str(self.port), str(seconds), "1"],
                            capture_output=True, text=True, check=True, env=self.shim_env(cfg))
+            on.stop()
             for system, k, hold in (("dmutex-fair", 2, GAP_US), ("dmutex-cache", 2, GAP_US),
                                     (DEFAULT_SYSTEM, 4, 0)):
-                self.run_cycle(system, k, hold, SCRIPTS_RUN_S)
+                self.run_cycle(system, k, hold, seconds, monitor=Logging)
         finally:
             self.r.config_set("slowlog-log-slower-than", old["slowlog-log-slower-than"])
-        after, after_us = self.commandstats(usec=True)
         entries = self.r.execute_command("SLOWLOG", "GET", "-1")
         self.r.config_set("slowlog-max-len", old["slowlog-max-len"])
         self.r.slowlog_reset()
-        calls = after.get("evalsha", 0) - before.get("evalsha", 0)
-        usec = after_us.get("evalsha", 0) - before_us.get("evalsha", 0)
-        return entries, calls, usec
+        return entries, counted[0], counted[1]
 
     def fig_scripts(self):
         """The server's time in each script, from SLOWLOG around a fixed run:
@@ -637,7 +651,7 @@ class Bench:
                 top.setdefault(cmd, []).append(int(e[2]))
             return top, inner
 
-        entries, calls, usec = self.slowlog_pass(SLOWLOG_SCRIPTS_US)
+        entries, calls, usec = self.slowlog_pass(SLOWLOG_SCRIPTS_US, SCRIPTS_RUN_S)
         top, _ = split(entries)
         logged = sum(len(d) for c, d in top.items() if c.endswith(".lua") or
                      c.startswith("script "))
@@ -648,7 +662,7 @@ class Bench:
         for cmd, d in top.items():
             out["by"][cmd] = {"calls": len(d), "p50_us": pct(d, 50), "p99_us": pct(d, 99),
                               "mean_us": sum(d) / len(d), "max_us": max(d)}
-        entries0, calls0, usec0 = self.slowlog_pass(0)
+        entries0, calls0, usec0 = self.slowlog_pass(0, SCRIPTS_ALL_RUN_S)
         top0, inner = split(entries0)
         out["full"] = out["full"] or len(entries0) >= SLOWLOG_LEN
         out["all_evalsha_mean_us"] = usec0 / calls0 if calls0 else float("nan")
@@ -805,9 +819,9 @@ def targets(res):
                      % (wk, r["throughput"], bp["throughput"], bp["system"], ratio,
                         ", ".join("K=%d x%.2f" % (k, x) for x, k, _, _ in per_k)),
                      ">= x1.5 at every K", verdict(ratio, 1.5, True),
-                     "at K=%d the best peer, %s, gives the lock to another process in %.0f%% "
+                     "at K=%d the best peer, %s, gives the lock to another process in %.1f%% "
                      "of its acquisitions (%d of %d processes starved, longest wait %s); "
-                     "dmutex in %.0f%% (%d starved, longest wait %s), each such move a "
+                     "dmutex in %.1f%% (%d starved, longest wait %s), each such move a "
                      "handoff of %.0f us (p50) in a cycle of %.0f us (1 / throughput)"
                      % (wk, bp["system"], 100 * bp["moved_frac"], bp["starved"], wk,
                         fmt_us(bp["wait_max_us"]), 100 * r["moved_frac"], r["starved"],
@@ -1130,9 +1144,10 @@ def report(res, out_dir, tmp):
                sweep_table(res["sweep"], hold), ""]
     sc = res["scripts"]
     md += ["## Server time per script", "",
-           "SLOWLOG around a fixed run (uncontended pairs in the default mode, %.1f s; K=2 "
-           "with a 2 ms hold in fair and in cache mode and K=4 without hold in the default "
-           "mode, %.1f s each, after their warm-up), twice. At a threshold of %d us, which "
+           "SLOWLOG around a fixed run (uncontended pairs in the default mode; K=2 with a "
+           "2 ms hold in fair and in cache mode and K=4 without hold in the default mode; "
+           "%.1f s each, logging from the workers' start signal on), and again (%.1f s each) "
+           "at a threshold of 0. At a threshold of %d us, which "
            "logs the scripts (%d of the %d EVALSHA calls INFO commandstats counted) but few "
            "of the commands they run: each script's time in the server, the commands it runs "
            "included. EVALSHA's mean in that pass: %.1f us (commandstats); in the default "
@@ -1141,7 +1156,7 @@ def report(res, out_dir, tmp):
            "(EVALSHA's mean: %.1f us): the last column, and the second table. For "
            "comparison, a PING: %.1f us, the workers' INCR: %.1f us (means, every command "
            "logged).%s"
-           % (SCRIPTS_RUN_S, SCRIPTS_RUN_S, sc["threshold_us"], sc["evalsha_logged"],
+           % (SCRIPTS_RUN_S, SCRIPTS_ALL_RUN_S, sc["threshold_us"], sc["evalsha_logged"],
               sc["evalsha_calls"], sc["evalsha_mean_us"], evalsha_sweep_us(res),
               sc["all_evalsha_mean_us"], sc["all_by"].get("ping", float("nan")),
               sc["all_by"].get("incr", float("nan")),
