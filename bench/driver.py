@@ -916,8 +916,11 @@ def context(res):
                    % (s, r["handoff_p50_us"], r["handoff_p50_us"] / rt["ping"]["p50_us"],
                       r["handoff_p50_us"] / rt["ping_idle"]["p50_us"], r["handoff_p50_us"] / floor))
     x = res["passthrough"]["t2"]
-    out.append("unmapped lock+unlock, 2 threads: %.2f / %.2f ns = x%.2f"
-               % (x["shim_ns"], x["plain_ns"], x["ratio"]))
+    ins = res["passthrough"]["instructions"]
+    out.append("unmapped lock+unlock, 2 threads: %.2f / %.2f ns = x%.2f; instructions per "
+               "pair (%s, 1 thread): %.1f without the shim, %.1f with it (+%.1f)"
+               % (x["shim_ns"], x["plain_ns"], x["ratio"], ins["tool"], ins["plain"],
+                  ins["shim"], ins["extra"]))
     c = res["uncontended"].get("dmutex-cache", {})
     if "pairs_per_s" in c:
         out.append("lock caching, one process, untimed pairs: %.0f pairs/s" % c["pairs_per_s"])
