@@ -8,10 +8,10 @@
 # and a config, as a user would.
 
 BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many \
-              $(B)/bench/condwake $(B)/bench/names
+              $(B)/bench/condwake
 
 .PHONY: bench-build bench-names
-bench-build: $(BENCH_BINS)
+bench-build: $(BENCH_BINS) $(B)/bench/names
 
 # Issue 14 (memory per name): lock+unlock cost and RSS with 10 to 100,000
 # live names, and RSS over names made and destroyed (bench/names.sh). The

@@ -58,6 +58,11 @@ HOST = "127.0.0.1"
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 KS = [1, 2, 4, 8, 16, 32]                   # BENCH_QUICK too: the targets name every K
 PEER_KS = [4, 8, 16, 32]                    # the K of the throughput target
+NAMES_LIVE = [10, 100_000]          # live names: the two ends of the names target
+SLOWLOG_LEN = 200_000               # SLOWLOG entries kept around the scripts' fixed run
+SLOWLOG_SCRIPTS_US = 3              # scripts take longer, the commands they run mostly less
+SCRIPTS_RUN_S = 0.3 if QUICK else 1.0    # each run of the scripts' pass at SLOWLOG_SCRIPTS_US
+SCRIPTS_ALL_RUN_S = 0.2                     # the pass at 0: about 20 entries per lock+unlock
 HOLDS_US = [0, 2000]
 RUN_S = 0.5 if QUICK else 2.0
 READY_TIMEOUT_S = 120
@@ -75,11 +80,6 @@ RTT_N = 2000
 CONDWAKE_N = 200 if QUICK else 500      # signal -> wait returned, between two processes
 GAP_US = 2000                       # as the 2 ms hold: a waiter sleeps that long
 WINDOWS = 4                         # throughput: median over this many slices of a run
-NAMES_LIVE = [10, 100_000]          # live names: the two ends of the names target
-SLOWLOG_LEN = 200_000               # SLOWLOG entries kept around the scripts' fixed run
-SLOWLOG_SCRIPTS_US = 3              # scripts take longer, the commands they run mostly less
-SCRIPTS_RUN_S = 0.3 if QUICK else 1.0    # each run of the scripts' pass at SLOWLOG_SCRIPTS_US
-SCRIPTS_ALL_RUN_S = 0.2                     # the pass at 0: about 20 entries per lock+unlock
 
 # Commands no Lua script can run (or that none of the scripts here run):
 # every call of these is a client request.
