@@ -921,6 +921,11 @@ def context(res):
                "pair (%s, 1 thread): %.1f without the shim, %.1f with it (+%.1f)"
                % (x["shim_ns"], x["plain_ns"], x["ratio"], ins["tool"], ins["plain"],
                   ins["shim"], ins["extra"]))
+    rw = res["passthrough"].get("rw_instructions")     # when the run measured rwlocks
+    if rw:
+        out.append("unlisted rwlock rdlock+unlock: instructions per pair (%s): %.1f without "
+                   "the shim, %.1f with it (+%.1f)"
+                   % (rw["tool"], rw["plain"], rw["shim"], rw["extra"]))
     c = res["uncontended"].get("dmutex-cache", {})
     if "pairs_per_s" in c:
         out.append("lock caching, one process, untimed pairs: %.0f pairs/s" % c["pairs_per_s"])
