@@ -761,21 +761,16 @@ def targets(res):
 
     u = res["uncontended"][d]
     k1 = find(runs, d, 1, 0)
-    trips = k1["req_per_acq"] * u["ping_us"]
-    # Scripts' time from INFO commandstats of the K=1 run (SLOWLOG off: its
-    # logging adds to the scripts' time); the split between them, SLOWLOG's.
-    extra = k1["req_per_acq"] * (k1["evalsha_server_us"] - ping_srv)
     rows.append(("uncontended mapped lock+unlock / PING RTT (default config: %s)" % d,
                  "%.1f / %.1f us = x%.2f" % (u["pair_us"], u["ping_us"], u["ratio"]),
                  "<= x1.5", verdict(u["ratio"], 1.5, False),
-                 "a pair is %.2f requests, each waited for (per acquisition at K=1: %s): "
-                 "%.2f PINGs are %.1f us, x%.2f; the scripts take %.1f us more in the server "
-                 "than as many PINGs (EVALSHA %.1f us per call at K=1, INFO commandstats; "
-                 "SLOWLOG: acquire.lua %.1f us, release.lua %.1f us, a PING %.1f us); "
-                 "%+.1f us otherwise (client side, and this run's noise)"
-                 % (k1["req_per_acq"], per_acq_commands(k1), k1["req_per_acq"], trips,
-                    trips / u["ping_us"], extra, k1["evalsha_server_us"], acq_us, rel_us,
-                    ping_srv, u["pair_us"] - trips - extra)))
+                 "at K=1 (no hold) lock returns after %.1f us and unlock after %.1f us (p50), "
+                 "against a PING of %.1f us here, with %.2f requests per acquisition (%s); "
+                 "in the server EVALSHA takes %.1f us per call (INFO commandstats, K=1 run): "
+                 "acquire.lua %.1f us, release.lua %.1f us (SLOWLOG means), a PING %.1f us"
+                 % (k1["wait_p50_us"], k1.get("unlock_p50_us", float("nan")), u["ping_us"],
+                    k1["req_per_acq"], per_acq_commands(k1), k1["evalsha_server_us"], acq_us,
+                    rel_us, ping_srv)))
 
     f = find(runs, "dmutex-fair", 2, GAP_US)
     rows.append(("fair handoff (K=2, 2 ms hold) / notice floor (PUBLISH to a sleeping "
