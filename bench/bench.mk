@@ -8,7 +8,7 @@
 # and a config, as a user would.
 
 BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many \
-              $(B)/bench/condwake
+              $(B)/bench/rwcycle $(B)/bench/condwake
 
 .PHONY: bench-build bench-names
 bench-build: $(BENCH_BINS) $(B)/bench/names
@@ -30,7 +30,7 @@ bench:
 	@$(MAKE) --no-print-directory all bench-build
 	@bench/run.sh
 
-$(B)/bench/cycle $(B)/bench/rtt: $(B)/bench/%: bench/%.c bench/bench.h | $(B)/bench
+$(B)/bench/cycle $(B)/bench/rtt $(B)/bench/rwcycle: $(B)/bench/%: bench/%.c bench/bench.h | $(B)/bench
 	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $(shell pkg-config --cflags hiredis) \
 	    $< -o $@ $(shell pkg-config --libs hiredis)
 

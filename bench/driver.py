@@ -45,6 +45,7 @@ CYCLE = os.path.join(BUILD, "bench", "cycle")
 PASSTHROUGH = os.path.join(BUILD, "bench", "passthrough")
 MANY = os.path.join(BUILD, "bench", "many")
 RTT = os.path.join(BUILD, "bench", "rtt")
+RWCYCLE = os.path.join(BUILD, "bench", "rwcycle")
 CONDWAKE = os.path.join(BUILD, "bench", "condwake")
 NAMES = os.path.join(BUILD, "bench", "names")
 DMUTEX = os.path.join(BUILD, "dmutex")
@@ -80,6 +81,9 @@ RTT_N = 2000
 CONDWAKE_N = 200 if QUICK else 500      # signal -> wait returned, between two processes
 GAP_US = 2000                       # as the 2 ms hold: a waiter sleeps that long
 WINDOWS = 4                         # throughput: median over this many slices of a run
+RW_KS = [1, 4] if QUICK else [1, 2, 4, 8]   # readers of the rwlock figure (and 1 writer)
+RW_HOLD_US = 1000                   # every read and write section holds 1 ms
+RW_WARMUP_S = 0.5
 
 # Commands no Lua script can run (or that none of the scripts here run):
 # every call of these is a client request.
@@ -397,43 +401,47 @@ class Bench:
             log("  %d thread(s): %.2f ns -> %.2f ns per pair (x%.2f)"
                 % (t, median(plain), median(shim), median(shim) / median(plain)))
         out["instructions"] = self.instructions(cfg)
+        out["rw_instructions"] = self.instructions(cfg, rw=True)
         self.res["passthrough"] = out
 
-    def instructions(self, cfg):
+    def instructions(self, cfg, rw=False):
         """Instructions per pair, plain and preloaded: perf stat if the
         machine has a hardware counter, else callgrind (only bench_loop and
-        what it calls: --toggle-collect)."""
+        what it calls: --toggle-collect). rw: rdlock+unlock pairs of an
+        unlisted rwlock (bench_rw_loop)."""
+        extra = ["rw"] if rw else []
+        loop = "bench_rw_loop" if rw else "bench_loop"
         perf = shutil.which("perf")
         if perf:
             p = subprocess.run([perf, "stat", "-x,", "-e", "instructions:u", "true"],
                                capture_output=True, text=True)
             if p.returncode == 0 and "<not supported>" not in p.stderr \
                     and "<not counted>" not in p.stderr:
-                return self.instructions_perf(perf, cfg)
+                return self.instructions_perf(perf, cfg, extra)
             log("  perf: no hardware instruction counter here: using callgrind")
         res = {"tool": "callgrind"}
         for name, env in (("plain", None), ("shim", self.shim_env(cfg))):
             outf = os.path.join(self.tmp, "callgrind." + name)
-            subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=bench_loop",
+            subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=" + loop,
                             "--callgrind-out-file=" + outf, PASSTHROUGH, "1",
-                            str(CALLGRIND_N)], capture_output=True, text=True, check=True,
-                           env=env)
+                            str(CALLGRIND_N)] + extra, capture_output=True, text=True,
+                           check=True, env=env)
             with open(outf) as f:
                 total = next(int(l.split()[1]) for l in f if l.startswith("summary:"))
             res[name] = total / CALLGRIND_N
         res["extra"] = res["shim"] - res["plain"]
-        log("  instructions per pair (%s): %.1f -> %.1f (+%.1f)"
-            % (res["tool"], res["plain"], res["shim"], res["extra"]))
+        log("  instructions per %s pair (%s): %.1f -> %.1f (+%.1f)"
+            % ("rwlock" if rw else "mutex", res["tool"], res["plain"], res["shim"], res["extra"]))
         return res
 
-    def instructions_perf(self, perf, cfg):
+    def instructions_perf(self, perf, cfg, extra):
         res = {"tool": "perf stat"}
         for name, env in (("plain", None), ("shim", self.shim_env(cfg))):
             counts = []
             for n in (CALLGRIND_N, 10 * CALLGRIND_N):
                 p = subprocess.run([perf, "stat", "-x,", "-e", "instructions:u", PASSTHROUGH,
-                                    "1", str(n)], capture_output=True, text=True, check=True,
-                                   env=env)
+                                    "1", str(n)] + extra, capture_output=True, text=True,
+                                   check=True, env=env)
                 counts.append(int(p.stderr.strip().splitlines()[-1].split(",")[0]))
             res[name] = (counts[1] - counts[0]) / (9 * CALLGRIND_N)
         res["extra"] = res["shim"] - res["plain"]
@@ -469,6 +477,32 @@ class Bench:
                 % (system, median(pair), median(ping), median(pair) / median(ping),
                    ", untimed %.0f pairs/s" % median(rate) if rate else ""))
         self.res["uncontended"] = out
+
+    def fig_rwlock(self):
+        """K reader processes and 1 writer process on one cluster-wide
+        rwlock, every section 1 ms: reads/s of all readers, writes/s."""
+        log("rwlock: K readers and 1 writer, %d us sections, %.1f s each" % (RW_HOLD_US, RUN_S))
+        path = os.path.join(self.tmp, "rw.cfg")
+        with open(path, "w") as f:
+            f.write('redis = { host = "%s"; port = %d; };\n' % (HOST, self.port))
+            f.write('rwlocks = ( { symbol = "bench_rw"; name = "bench_rw"; } );\n')
+        out = []
+        for k in RW_KS:
+            self.run_id += 1
+            key = "bench:rw:%d" % self.run_id
+            start = time.monotonic_ns() + int(RW_WARMUP_S * 1e9)
+            end = start + int(RUN_S * 1e9)
+            args = [HOST, str(self.port), key, str(RW_HOLD_US), str(start), str(end)]
+            procs = [subprocess.Popen([RWCYCLE, "read"] + args, env=self.shim_env(path),
+                                      stdout=subprocess.PIPE, text=True) for _ in range(k)]
+            procs.append(subprocess.Popen([RWCYCLE, "write"] + args, env=self.shim_env(path),
+                                          stdout=subprocess.PIPE, text=True))
+            res = [json.loads(p.communicate(timeout=READY_TIMEOUT_S)[0]) for p in procs]
+            reads = sum(r["n"] for r in res[:-1]) / (res[0]["ns"] / 1e9)
+            writes = res[-1]["n"] / (res[-1]["ns"] / 1e9)
+            out.append({"k": k, "reads_per_s": reads, "writes_per_s": writes})
+            log("  K = %d: %.0f reads/s, %.0f writes/s" % (k, reads, writes))
+        self.res["rwlock"] = out
 
     def fig_watchdog(self):
         self.res["watchdog"] = [self.watchdog(lease, hold) for lease, hold in WATCHDOG_RUNS]
@@ -1196,6 +1230,14 @@ def report(res, out_dir, tmp):
                % (w["n"], w["lease_ms"], w["lease_ms"] // 3, w["wall_ms"], w["renewals"],
                   w["rounds"], ", ".join(str(x) for x in w["round_sizes"]), w["cpu_ms"],
                   w["cpu_pct"], w["lock_all_ms"])]
+    if res.get("rwlock"):
+        md += ["", "## Read-write lock: K readers, 1 writer", "",
+               "K reader processes and one writer process on one cluster-wide rwlock "
+               "(`rwlocks`), every section 1 ms (a GET or an INCR, then the sleep); the "
+               "writer pauses 10 ms between writes.", "",
+               table([[str(r["k"]), "%.0f" % r["reads_per_s"], "%.0f" % r["writes_per_s"]]
+                      for r in res["rwlock"]], ["K readers", "reads/s (all readers)",
+                                                "writes/s"])]
     md += ["", "![throughput and p99 wait against K](throughput.png)", ""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(md))
@@ -1234,6 +1276,7 @@ def main():
         b.fig_passthrough()
         b.fig_uncontended()
         b.fig_watchdog()
+        b.fig_rwlock()
         b.learn_toplevel()
         log("K processes on one mutex: %s, %.1f s each" % (", ".join(map(str, KS)), RUN_S))
         b.fig_sweep()

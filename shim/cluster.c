@@ -332,6 +332,12 @@ struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l)
     return l->wants ? lazy_chan(&l->wantchan, l->keys[DM_KEY_WANT]) : NULL;
 }
 
+void dm_cluster_lock_rwlock(struct dm_cluster_lock *l)
+{
+    l->rw = 1;
+    dm_cluster_lock_mode(l, 1, 0, 1);
+}
+
 void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants)
 {
     if (fair)
@@ -471,8 +477,19 @@ static long ack_wait_ms(const struct timespec *deadline, int flags)
 /* One acquire script call for request `member`. ATT_HELD sets *pttl (may
  * be <= 0: unknown). `queue` asks to be queued (fair). With min_replicas
  * a grant waits up to ack_ms for its replicas. */
+/* An rwlock's scripts take its read keys after the mutex's (acquire.lua):
+ * appends them to args at n when l is one; returns the new n. */
+static int rw_keys(const struct dm_cluster_lock *l, const char **args, int n)
+{
+    if (l->rw) {
+        args[n++] = l->keys[DM_KEY_READERS];
+        args[n++] = l->keys[DM_KEY_RGRANT];
+    }
+    return n;
+}
+
 static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            int queue, long ack_ms, struct dm_grant *g, long *pttl,
+                            int queue, int read, long ack_ms, struct dm_grant *g, long *pttl,
                             struct dm_redis_error *why)
 {
     char lease[24], delay[24], qttl[24];
@@ -480,14 +497,17 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
     snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
     char *const *k = l->keys;
-    const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
-                           k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID],
-                           owner, lease, delay, queue ? "1" : "0", member,
+    const char *args[18] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
+                             k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID] };
+    int nkeys = rw_keys(l, args, 7);
+    const char *argv[] = { owner, lease, delay, read ? "r" : queue ? "1" : "0", member,
                            qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP, "spublish" };
+    memcpy(args + nkeys, argv, sizeof argv);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
     /* Redis Cluster: the notices on the lock's shard (sharded pub/sub, the
      * last argument); otherwise PUBLISH, which Redis < 7 has. */
-    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, 7, l->slot >= 0 ? 16 : 15, args);
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, nkeys, nkeys + (l->slot >= 0 ? 9 : 8),
+                                    args);
     if (!r) {
         dm_redis_error_keep(why, conn);
         dm_redis_put(conn);
@@ -532,15 +552,19 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
     char *const *k = l->keys;
-    const char *args[] = { k[DM_KEY_LOCK], k[DM_KEY_QUEUE], k[DM_KEY_QTIME], k[DM_KEY_TOKEN],
-                           k[DM_KEY_HOLDER], k[DM_KEY_VOID], owner, member, ttl };
+    const char *args[11] = { k[DM_KEY_LOCK], k[DM_KEY_QUEUE], k[DM_KEY_QTIME], k[DM_KEY_TOKEN],
+                             k[DM_KEY_HOLDER], k[DM_KEY_VOID] };
+    int nkeys = rw_keys(l, args, 6);
+    args[nkeys] = owner;
+    args[nkeys + 1] = member;
+    args[nkeys + 2] = ttl;
     long long start = dm_now_ms();
     enum attempt res = ATT_FAILED;
     for (int i = 0; i < 3; i++) {
         if (i > 0 && dm_now_ms() - start >= ccfg->redis.command_timeout_ms)
             break;
         redisReply *r;
-        res = run_script(l, DM_SCRIPT_CANCEL, 6, 9, args, &r, why);
+        res = run_script(l, DM_SCRIPT_CANCEL, nkeys, nkeys + 3, args, &r, why);
         if (!r) {
             if (why->err == DM_REDIS_IO)
                 continue;       /* void is idempotent: say it again */
@@ -654,8 +678,10 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     int handed = 0;         /* a handover is being confirmed */
     int waited = 0;         /* another holder had it: contended */
     long long down_since = 0;
-    /* Fair and caching waiters queue; a trylock never does. */
-    int fair = (l->fair || l->cache) && !(flags & DM_ACQ_TRY);
+    /* Fair and caching waiters queue (an rwlock's writers too: their
+     * place in line keeps new readers out); a trylock never does, nor a
+     * reader (it waits for release notices). */
+    int fair = (l->fair || l->cache) && !(flags & (DM_ACQ_TRY | DM_ACQ_READ));
     /* The channel is made when a wait first needs it (NULL until then, and
      * out of memory: the wait then polls). */
     struct dm_notify_chan *ch = __atomic_load_n(fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
@@ -683,7 +709,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 continue;
             }
         } else {
-            res = attempt(l, owner, member, fair, ack_wait_ms(deadline, flags), g, &pttl, &why);
+            res = attempt(l, owner, member, fair, (flags & DM_ACQ_READ) != 0,
+                          ack_wait_ms(deadline, flags), g, &pttl, &why);
         }
         switch (res) {
         case ATT_GRANTED:
@@ -848,13 +875,14 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     char *const *k = l->keys;
-    const char *args[DM_KEYS_RELEASE_N + 7];
+    const char *args[DM_KEYS_RELEASE_N + 2 + 7];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
+    int nkeys = rw_keys(l, args, DM_KEYS_RELEASE_N);
     /* the last: Redis Cluster's sharded pub/sub (see attempt) */
     const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim,
                            "spublish" };
-    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
+    memcpy(args + nkeys, argv, sizeof argv);
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -871,8 +899,8 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get_slot(l->slot);
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
-                                        DM_KEYS_RELEASE_N + (l->slot >= 0 ? 7 : 6), args);
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, nkeys,
+                                        nkeys + (l->slot >= 0 ? 7 : 6), args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&

@@ -67,6 +67,7 @@ struct dm_cluster_lock {
     int cache;          /* the holder keeps the lock until asked */
     int wants;          /* waiters announce wants (cache mode, or several mutexes
                            share the name and the holder's threads may keep it busy) */
+    int rw;             /* an rwlock's: read holds too (DM_KEY_READERS, DM_KEY_RGRANT) */
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
@@ -139,6 +140,12 @@ struct dm_htab_stats dm_cluster_lock_stats(void);
  * of memory both stay off (logged). */
 void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants);
 
+/* Makes `l` an rwlock's (rwlocks entries): read holds beside the write
+ * hold in every script, writers queue (fair) and waiters announce wants,
+ * so a process whose threads keep a hold busy lets a waiting writer in.
+ * A name is a mutex's or an rwlock's, never both (config refuses it). */
+void dm_cluster_lock_rwlock(struct dm_cluster_lock *l);
+
 /* This process's random id (32 hex digits), new in every fork child. */
 const char *dm_cluster_process_id(void);
 
@@ -146,6 +153,8 @@ const char *dm_cluster_process_id(void);
 void dm_cluster_owner(char *buf, unsigned long seq);
 
 #define DM_ACQ_TRY 1    /* one attempt only */
+#define DM_ACQ_READ 2   /* an rwlock's read hold (l->rw): shared with other readers;
+                           released by dm_cluster_release like a write hold */
 
 /* Acquires `l` for `owner`, waiting for releases (notices, or at most
  * DM_WAIT_CAP_MS / the holder's remaining lease between attempts) until

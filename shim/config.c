@@ -973,12 +973,13 @@ static int build_id_ok(const char *v, char *why, size_t n)
     return 1;
 }
 
-/* One entry of `mutexes`, or of `conds` (m->cond set by the caller): the
- * same keys, but a condition variable has no lock mode (fair, cache). */
+/* One entry of `mutexes`, of `conds` (m->cond set by the caller) or of
+ * `rwlocks` (m->rw): the same keys, but a condition variable has no lock
+ * mode (fair, cache), and an rwlock's is fixed (its writers queue). */
 static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mutex_config *m)
 {
-    int cond = m->cond;
-    const char *what = cond ? "cond entry" : "mutex entry";
+    int cond = m->cond, rw = m->rw;
+    const char *what = cond ? "cond entry" : rw ? "rwlock entry" : "mutex entry";
     unsigned line = line_of(e);
     const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL, *bid = NULL;
     unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0, bid_line = 0;
@@ -989,16 +990,21 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
     dm_config_keys_defaults(DM_GROUP_MUTEX, m, NULL);
     m->line = (int)line;
     m->cond = cond;
+    m->rw = rw;
     if (!config_setting_is_group(e))
         return fail(p, line, "each entry of %s must be a group { symbol = \"...\"; }, not %s",
-                    cond ? "conds" : "mutexes", type_name(e));
-    if (check_keys(p, e, DM_GROUP_MUTEX, cond ? "in a cond entry" : "in a mutex entry") < 0)
+                    cond ? "conds" : rw ? "rwlocks" : "mutexes", type_name(e));
+    char in[32];
+    snprintf(in, sizeof in, "in a%s %s", cond ? "" : rw ? "n" : "", what);
+    if (check_keys(p, e, DM_GROUP_MUTEX, in) < 0)
         return -1;
-    for (int id = DM_K_FAIR; cond && id <= DM_K_CACHE; id++) {
+    for (int id = DM_K_FAIR; (cond || rw) && id <= DM_K_CACHE; id++) {
         const config_setting_t *s = config_setting_get_member(e, dm_config_keys[id].name);
         if (s)
-            return fail(p, line_of(s), "%s only applies to mutex entries: a condition variable "
-                        "has no lock mode (its mutex's entry has)", dm_config_keys[id].name);
+            return fail(p, line_of(s), "%s only applies to mutex entries: %s", dm_config_keys[id].name,
+                        cond ? "a condition variable has no lock mode (its mutex's entry has)"
+                             : "an rwlock's writers always queue in order, and it is never "
+                               "kept past its unlock");
     }
     if (get_string(p, e, "", "symbol", &sym, &sym_line) < 0
         || get_string(p, e, "", "init_site", &site, &site_line) < 0
@@ -1028,7 +1034,7 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mut
         return fail(p, line, "%s needs symbol = \"...\" (a variable) or "
                     "init_site = \"...\" (the function that initialises heap %s), "
                     "or for a stripped binary address or init_site_address (as `dmutex trace` "
-                    "prints them)", what, cond ? "condition variables" : "mutexes");
+                    "prints them)", what, cond ? "condition variables" : rw ? "rwlocks" : "mutexes");
     if (has_off && has_idx)
         return fail(p, line, "%s has both offset (line %u) and index (line %u); "
                     "use one", what, off_line, idx_line);
@@ -1140,7 +1146,7 @@ static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t 
     if (!again)
         return 0;
     struct shown sv;
-    const char *what = again->cond ? "cond entry" : "mutex entry";
+    const char *what = again->cond ? "cond entry" : again->rw ? "rwlock entry" : "mutex entry";
     if (again->address >= 0 || again->init_site_address >= 0)
         return fail(p, (unsigned)again->line, "%s repeats the one at line %d "
                     "(same object and %s = 0x%lx)", what, first->line,
@@ -1244,6 +1250,48 @@ static int parse_conds(struct parse *p, const config_setting_t *root, struct dm_
     return 0;
 }
 
+/* rwlocks = ( { symbol = "routes_lock"; }, ... ): the entries of mutexes,
+ * for pthread_rwlock_t. A lock name is a mutex's or an rwlock's (their
+ * Redis protocols differ), and a symbol in both lists would be one object
+ * taken for two kinds: both refused. */
+static int parse_rwlocks(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    config_setting_t *l;
+    int n = list_member(p, root, "", "rwlocks", "a list ( { symbol = \"...\"; }, ... ) of groups",
+                        sizeof *cfg->rwlocks, (void **)&cfg->rwlocks, &l);
+    if (n <= 0)
+        return n;
+    for (int i = 0; i < n; i++) {
+        struct dm_mutex_config *m = &cfg->rwlocks[cfg->nrwlocks];
+        m->rw = 1;
+        int rc = parse_mutex(p, config_setting_get_elem(l, (unsigned)i), m);
+        if (rc < 0) {
+            mutex_free(m);
+            return -1;
+        }
+        cfg->nrwlocks++;
+    }
+    if (check_duplicates(p, cfg->rwlocks, cfg->nrwlocks) < 0)
+        return -1;
+    for (size_t i = 0; i < cfg->nrwlocks; i++)
+        for (size_t j = 0; j < cfg->nmutexes + cfg->nconds; j++) {
+            const struct dm_mutex_config *r = &cfg->rwlocks[i];
+            const struct dm_mutex_config *m = j < cfg->nmutexes ? &cfg->mutexes[j]
+                                                                : &cfg->conds[j - cfg->nmutexes];
+            struct shown sv;
+            if (same_target(r, m) && !r->init_site)
+                return fail(p, (unsigned)r->line, "rwlock entry names the variable of the %s "
+                            "entry at line %d (same object, symbol = %s, offset and index): "
+                            "one variable cannot be both", m->cond ? "cond" : "mutex", m->line,
+                            show(&sv, r->symbol));
+            if (!m->cond && strcmp(r->name, m->name) == 0)
+                return fail(p, (unsigned)r->line, "rwlock entry has the lock name %s of the "
+                            "mutex entry at line %d: a name is a mutex's or an rwlock's",
+                            show(&sv, r->name), m->line);
+        }
+    return 0;
+}
+
 /* libconfig's message and line. The line itself is not quoted: a file that
  * does not parse may not be a config file at all (a wrong DMUTEX_CONFIG
  * naming a key file, a binary), and its bytes must not end up in a log. */
@@ -1308,7 +1356,8 @@ static int load_text(const char *text, const char *label, const char *program,
                    && parse_redis(&p, root, &cfg.redis) == 0
                    && parse_top(&p, root, &cfg) == 0
                    && parse_mutexes(&p, root, &cfg) == 0
-                   && parse_conds(&p, root, &cfg) == 0) {
+                   && parse_conds(&p, root, &cfg) == 0
+                   && parse_rwlocks(&p, root, &cfg) == 0) {
             cfg.settings = config_setting_length(root);
             cfg.mutexes_line = config_setting_get_member(root, "mutexes") ?
                 (int)line_of(config_setting_get_member(root, "mutexes")) : 0;
@@ -1424,14 +1473,15 @@ int dm_config_load(const char *path, struct dm_config *cfg, char *err, size_t er
     return dm_config_load_for(path, NULL, cfg, err, errlen);
 }
 
-/* An empty file, or one without `mutexes`, is almost always a truncated or
- * wrong file: running the program with nothing mapped and no word would
- * leave it unprotected in silence. */
+/* An empty file, or one without `mutexes` (or entries of `rwlocks`, which
+ * name locks too), is almost always a truncated or wrong file: running
+ * the program with nothing mapped and no word would leave it unprotected
+ * in silence. */
 int dm_config_check_mutexes(const struct dm_config *cfg, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
-    if (cfg->mutexes_line > 0)
+    if (cfg->mutexes_line > 0 || cfg->nrwlocks > 0)
         return 0;
     const char *path = cfg->path ? cfg->path : "(string)";
     if (cfg->settings == 0)
@@ -1469,6 +1519,9 @@ void dm_config_free(struct dm_config *cfg)
     for (size_t i = 0; i < cfg->nconds; i++)
         mutex_free(&cfg->conds[i]);
     free(cfg->conds);
+    for (size_t i = 0; i < cfg->nrwlocks; i++)
+        mutex_free(&cfg->rwlocks[i]);
+    free(cfg->rwlocks);
     for (size_t i = 0; i < cfg->nprograms; i++)
         free(cfg->programs[i]);
     free(cfg->programs);

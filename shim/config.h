@@ -98,6 +98,7 @@ struct dm_mutex_config {
     int cache;                  /* keep the cluster lock across local cycles, default 0 */
     int line;                   /* line of the entry in the file */
     int cond;                   /* an entry of `conds`: a pthread_cond_t (no fair, cache) */
+    int rw;                     /* an entry of `rwlocks`: a pthread_rwlock_t (no fair, cache) */
 };
 
 struct dm_config {
@@ -117,6 +118,8 @@ struct dm_config {
     size_t nmutexes;
     struct dm_mutex_config *conds;  /* cluster-wide condition variables: the same keys */
     size_t nconds;                  /* as a mutex entry but fair and cache */
+    struct dm_mutex_config *rwlocks;    /* cluster-wide read-write locks: the same keys */
+    size_t nrwlocks;                    /* as a mutex entry but fair and cache */
     char **programs;            /* executables (file names) the config is for; */
     size_t nprograms;           /* none: every process that loads the shim */
     int mutexes_line;           /* line of the `mutexes` key, 0: not written */

@@ -70,6 +70,10 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc_type = "list of groups", .doc_default = "`()`", .doc_range = "",
         .doc = "the condition variables to make cluster-wide: entries with the keys of a "
                "mutex entry but `fair` and `cache`, naming `pthread_cond_t`s" },
+    [DM_K_RWLOCKS] = { "rwlocks", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
+        .doc_type = "list of groups", .doc_default = "`()`", .doc_range = "",
+        .doc = "the read-write locks to make cluster-wide: entries with the keys of a "
+               "mutex entry but `fair` and `cache`, naming `pthread_rwlock_t`s" },
     [DM_K_PROGRAMS] = { "programs", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
         .doc_type = "list of strings", .doc_default = "every process",
         .doc_range = "executable file names, no `/`",

@@ -27,6 +27,10 @@ enum dm_key {
                            --force): who, when, whose hold, which tokens */
     DM_KEY_COND,        /* NS:{NAME}:cond      channel: a condition variable's signal or
                            broadcast (conds entries; NAME is the cond's name) */
+    DM_KEY_READERS,     /* NS:{NAME}:readers   zset: an rwlock's read holders, owner ->
+                           lease deadline (server ms); PEXPIRE = the lease */
+    DM_KEY_RGRANT,      /* NS:{NAME}:rgrant    hash: read holder -> "<req> #<tok>", the
+                           request and token of its read grant */
     DM_KEY_WAIT,        /* NS:{NAME}:w:        channel prefix: + process id, a fair
                            handover to that process (dm_keys_wait_channel) */
     DM_KEY_COUNT
@@ -47,7 +51,9 @@ const char *dm_keys_kind(enum dm_key k);
 int dm_keys_kind_parse(const char *s, enum dm_key *k);
 
 /* release.lua's KEYS[1..6], in its order: cluster.c passes them so, and
- * `dmutex keys --release` prints them so for the shell tests. */
+ * `dmutex keys --release` prints them so for the shell tests. An rwlock's
+ * release (and acquire, cancel) adds DM_KEY_READERS and DM_KEY_RGRANT
+ * after the mutex's keys (acquire.lua's header). */
 enum { DM_KEYS_RELEASE_N = 6 };
 extern const enum dm_key dm_keys_release[DM_KEYS_RELEASE_N];
 

@@ -78,13 +78,15 @@ struct dm_name {
     unsigned long exiting;              /* at exit: users that are the exiting thread's */
     int exit_released;                  /* at exit: released on the exiting thread's behalf */
     int fair, cache;                    /* what the entries asked for */
+    int rw;                             /* an rwlock's name (its entries are dm_rw_entry) */
+    int write;                          /* rw: the hold (ACQUIRING, HELD) is for writing */
+    unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
 
 static const struct dm_config *mcfg;
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
 static struct dm_htab names;
-static struct dm_entry *free_entries;
 static long cond_gap_ms;                /* DMUTEX_TEST_COND_GAP_MS (see dm_mapped_init) */
 static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
@@ -229,34 +231,59 @@ static void name_put(struct dm_name *nm)
     pthread_mutex_unlock(&names_mu);
 }
 
-int dm_mapped_add(const void *addr, const char *name, int flags)
+/* The entry of a lock name, a mutex's or an rwlock's: both start with
+ * kind, addr and nm (a common initial sequence), and freed ones of either
+ * kind are recycled through one list (names_mu), linked by m.next_free. */
+union named_entry {
+    struct dm_entry m;
+    struct dm_rw_entry rw;
+};
+static union named_entry *free_named;
+
+/* Maps `addr` (kind DM_ENTRY_MUTEX or DM_ENTRY_RWLOCK) under lock name
+ * `name`. A name is a mutex's or an rwlock's: the other kind is EEXIST. */
+static int named_add(const void *addr, const char *name, int flags, int kind)
 {
-    struct dm_entry *old = dm_registry_lookup(addr);
+    union named_entry *old = dm_registry_lookup(addr);
     if (old)
-        return old->kind == DM_ENTRY_MUTEX && strcmp(old->nm->cl->name, name) == 0 ? 0 : EEXIST;
+        return old->m.kind == kind && strcmp(old->m.nm->cl->name, name) == 0 ? 0 : EEXIST;
     struct dm_name *nm = name_get(name);
     if (!nm)
         return ENOMEM;
+    int rw = kind == DM_ENTRY_RWLOCK;
     pthread_mutex_lock(&names_mu);
-    nm->fair |= (flags & DM_MAP_FAIR) != 0;
-    nm->cache |= (flags & DM_MAP_CACHE) != 0;
-    /* Several mutexes share the name: its holder listens for other
-     * processes' wants, so that threads keeping the shared hold busy let
-     * them in. */
-    dm_cluster_lock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
-    struct dm_entry *e = free_entries;
+    if (nm->rw != rw && (nm->rw || nm->refs > 1)) {
+        pthread_mutex_unlock(&names_mu);
+        name_put(nm);
+        return EEXIST;          /* the other kind's name */
+    }
+    if (rw && !nm->rw) {
+        nm->rw = 1;
+        dm_cluster_lock_rwlock(nm->cl);
+    } else if (!rw) {
+        nm->fair |= (flags & DM_MAP_FAIR) != 0;
+        nm->cache |= (flags & DM_MAP_CACHE) != 0;
+        /* Several mutexes share the name: its holder listens for other
+         * processes' wants, so that threads keeping the shared hold busy
+         * let them in. */
+        dm_cluster_lock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
+    }
+    union named_entry *e = free_named;
     if (e)
-        free_entries = e->next_free;
+        free_named = (union named_entry *)e->m.next_free;
     pthread_mutex_unlock(&names_mu);
     if (!e && !(e = malloc(sizeof *e))) {
         name_put(nm);
         return ENOMEM;
     }
     memset(e, 0, sizeof *e);
-    e->kind = DM_ENTRY_MUTEX;
-    e->addr = addr;
-    e->nm = nm;
-    e->heap = (flags & DM_MAP_HEAP) != 0;
+    e->m.kind = kind;
+    e->m.addr = addr;
+    e->m.nm = nm;
+    if (rw)
+        e->rw.heap = (flags & DM_MAP_HEAP) != 0;
+    else
+        e->m.heap = (flags & DM_MAP_HEAP) != 0;
     int rc = dm_registry_add(addr, e);
     if (rc != 0) {
         free(e);
@@ -265,23 +292,33 @@ int dm_mapped_add(const void *addr, const char *name, int flags)
     return rc;
 }
 
+int dm_mapped_add(const void *addr, const char *name, int flags)
+{
+    return named_add(addr, name, flags, DM_ENTRY_MUTEX);
+}
+
+int dm_mapped_add_rwlock(const void *addr, const char *name, int flags)
+{
+    return named_add(addr, name, flags & DM_MAP_HEAP, DM_ENTRY_RWLOCK);
+}
+
 static void cond_remove(struct dm_cond_entry *ce);
 
 void dm_mapped_remove(const void *addr)
 {
-    struct dm_entry *e = dm_registry_remove(addr);
+    union named_entry *e = dm_registry_remove(addr);
     if (!e)
         return;
-    if (e->kind == DM_ENTRY_COND) {
-        cond_remove((struct dm_cond_entry *)e);
+    if (e->m.kind == DM_ENTRY_COND) {
+        cond_remove((struct dm_cond_entry *)(void *)e);
         return;
     }
-    struct dm_name *nm = e->nm;
+    struct dm_name *nm = e->m.nm;
     /* A reader that looked it up just now may still read it: recycle the
      * memory for another entry rather than give it back to malloc. */
     pthread_mutex_lock(&names_mu);
-    e->next_free = free_entries;
-    free_entries = e;
+    e->m.next_free = (struct dm_entry *)free_named;
+    free_named = e;
     pthread_mutex_unlock(&names_mu);
     name_put(nm);
 }
@@ -325,8 +362,10 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
+    h->read = nm->rw && !nm->write;
     int r = dm_cluster_acquire(nm->cl, h->owner, deadline,
-                               mode == DM_TRYLOCK ? DM_ACQ_TRY : 0, &g);
+                               (mode == DM_TRYLOCK ? DM_ACQ_TRY : 0) | (h->read ? DM_ACQ_READ : 0),
+                               &g);
     if (r != 0)
         return r;
     if (g.waited)
@@ -419,6 +458,43 @@ static int name_join_fast(struct dm_name *nm)
     return ok;
 }
 
+/* The name is FREE, nm->mu held (let go on return): this thread takes the
+ * cluster hold for the process (ACQUIRING, then HELD with it as the one
+ * user, or FREE again on failure). Returns hold_acquire's result. */
+static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
+                     const struct timespec *deadline, int *dead)
+{
+    nm->state = NAME_ACQUIRING;
+    pthread_mutex_unlock(&nm->mu);
+    int more = 0, held = 0;
+    int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held);
+    pthread_mutex_lock(&nm->mu);
+    if (r == 0) {
+        nm->state = NAME_HELD;
+        nm->held = held;
+        nm->users = 1;
+        if (!held) {
+            /* A local-only hold (on_redis_down = "local", no connection)
+             * is for the outage: new threads step aside so that it drains
+             * and the next lock asks Redis again. */
+            more = 1;
+        }
+        if (more && !nm->want) {
+            /* Others queue behind this grant: their wants went to the
+             * previous holder. */
+            nm->want = 1;
+            nm->want_ms = dm_now_ms();
+        }
+    } else {
+        nm->state = NAME_FREE;
+    }
+    pthread_cond_broadcast(&nm->cv);
+    pthread_mutex_unlock(&nm->mu);
+    if (r == 0)
+        tl_note(nm, 1);
+    return r;
+}
+
 /* Joins the process's hold of the name for a thread that holds the real
  * mutex now, taking the cluster lock when the process has none. Returns 0,
  * EBUSY, ETIMEDOUT, EAGAIN, or DM_YIELD: another process waits and this
@@ -467,38 +543,8 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
             tl_note(nm, 1);
             return 0;
         }
-        if (nm->state == NAME_FREE) {
-            nm->state = NAME_ACQUIRING;
-            pthread_mutex_unlock(&nm->mu);
-            int more = 0, held = 0;
-            int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held);
-            pthread_mutex_lock(&nm->mu);
-            if (r == 0) {
-                nm->state = NAME_HELD;
-                nm->held = held;
-                nm->users = 1;
-                if (!held) {
-                    /* A local-only hold (on_redis_down = "local", no
-                     * connection) is for the outage: new threads step
-                     * aside so that it drains and the next lock asks
-                     * Redis again. */
-                    more = 1;
-                }
-                if (more && !nm->want) {
-                    /* Others queue behind this grant: their wants went to
-                     * the previous holder. */
-                    nm->want = 1;
-                    nm->want_ms = dm_now_ms();
-                }
-            } else {
-                nm->state = NAME_FREE;
-            }
-            pthread_cond_broadcast(&nm->cv);
-            pthread_mutex_unlock(&nm->mu);
-            if (r == 0)
-                tl_note(nm, 1);
-            return r;
-        }
+        if (nm->state == NAME_FREE)
+            return name_take(nm, me, mode, deadline, dead);
         /* Another thread has a round trip in flight for the name. */
         tl_contended = 1;
         if (mode == DM_TRYLOCK) {
@@ -1029,6 +1075,212 @@ uint64_t dm_mapped_token(struct dm_entry *e)
     return t;
 }
 
+/* ---- cluster-wide read-write locks ---------------------------------------
+ * An rwlock's name is a struct dm_name like a mutex's (the same hold, the
+ * same watchdog, want, lost-lease, fork and exit handling), with a mode:
+ * the process holds the name for reading (shared by every local reader:
+ * `users` counts their rdlocks, the first takes the cluster read hold,
+ * the last gives it back) or for writing. The real rwlock comes first, so
+ * its kind (reader or writer preference) and glibc's recursion and
+ * EDEADLK rules hold locally; the name only adds the other processes.
+ *
+ * A waiting writer anywhere keeps new readers out: its acquire.lua
+ * refusals are want notices, and a process whose readers keep the read
+ * hold busy lets no new reader join once it heard one (a thread that
+ * already holds a share of the name, a recursive rdlock, still joins:
+ * anything else would deadlock it). Unlike a mutex's step-aside, this has
+ * no time bound: a writer must not starve under a stream of readers. A
+ * local writer of another rwlock of the same name (init_site families)
+ * waits for the process's read hold to drain (new local readers wait with
+ * it); one that itself holds a read share of the name gets EDEADLK. */
+
+/* nm->mu held: waits for a change of the name, to the deadline. */
+static int rw_wait(struct dm_name *nm, const struct timespec *deadline)
+{
+    tl_contended = 1;
+    if (!deadline) {
+        pthread_cond_wait(&nm->cv, &nm->mu);
+        return 0;
+    }
+    if (pthread_cond_timedwait(&nm->cv, &nm->mu, deadline) == ETIMEDOUT && dm_ts_passed(deadline))
+        return ETIMEDOUT;
+    return 0;
+}
+
+/* Joins the process's hold of an rwlock's name, for reading or writing,
+ * for a thread that holds the real rwlock so. Returns 0, EBUSY (trylock),
+ * ETIMEDOUT, EAGAIN (on_redis_down = "error") or EDEADLK. */
+static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock_mode mode,
+                   const struct timespec *deadline)
+{
+    int r = 0;
+    pthread_mutex_lock(&nm->mu);
+    for (;;) {
+        if (nm->state == NAME_HELD) {
+            int lost = hold_lost_locked(nm);
+            if (nm->users == 0) {
+                /* Asked for (on_want) or lost with nobody inside: go round. */
+                nm->state = NAME_RELEASING;
+                pthread_mutex_unlock(&nm->mu);
+                hold_release(nm);
+                pthread_mutex_lock(&nm->mu);
+                continue;
+            }
+            int mine = tl_holds(nm);
+            if (write && !nm->write) {
+                /* The process reads: wait for its readers to drain. */
+                if (mine) {
+                    r = EDEADLK;
+                    break;
+                }
+                if (mode == DM_TRYLOCK) {
+                    r = EBUSY;
+                    break;
+                }
+                nm->wwait++;
+                r = rw_wait(nm, deadline);
+                nm->wwait--;
+                if (r != 0)
+                    break;
+                continue;
+            }
+            if (mine || !(nm->want || lost || (!nm->write && nm->wwait))) {
+                nm->users++;
+                pthread_mutex_unlock(&nm->mu);
+                tl_note(nm, 1);
+                return 0;
+            }
+            if (lost && !nm->want) {
+                nm->want = 1;           /* drain the users, then take it anew */
+                nm->want_ms = dm_now_ms();
+            }
+            if (mode == DM_TRYLOCK) {
+                r = EBUSY;
+                break;
+            }
+            if ((r = rw_wait(nm, deadline)) != 0)
+                break;
+            continue;
+        }
+        if (nm->state == NAME_FREE) {
+            int dead;
+            nm->write = write;
+            return name_take(nm, me, mode, deadline, &dead);
+        }
+        /* Another thread has a round trip in flight for the name. */
+        if (mode == DM_TRYLOCK) {
+            r = EBUSY;
+            break;
+        }
+        if ((r = rw_wait(nm, deadline)) != 0)
+            break;
+    }
+    pthread_mutex_unlock(&nm->mu);
+    return r;
+}
+
+static int real_rw_lock(pthread_rwlock_t *l, int write, enum dm_lock_mode mode, clockid_t clk,
+                        const struct timespec *abstime)
+{
+    switch (mode) {
+    case DM_TRYLOCK:
+        return write ? dm_real.rwlock_trywrlock(l) : dm_real.rwlock_tryrdlock(l);
+    case DM_TIMEDLOCK:
+        if (clk == CLOCK_REALTIME)
+            return write ? dm_real.rwlock_timedwrlock(l, abstime) : dm_real.rwlock_timedrdlock(l, abstime);
+        return write ? dm_real.rwlock_clockwrlock(l, clk, abstime)
+                     : dm_real.rwlock_clockrdlock(l, clk, abstime);
+    default:
+        return write ? dm_real.rwlock_wrlock(l) : dm_real.rwlock_rdlock(l);
+    }
+}
+
+int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
+                     enum dm_lock_mode mode, clockid_t clk, const struct timespec *abstime)
+{
+    if (in_shim)
+        return real_rw_lock(l, write, mode, clk, abstime);
+    if (mode == DM_TIMEDLOCK && !clock_ok(clk))
+        return EINVAL;
+    struct timespec dl, *dlp = NULL;
+    if (mode == DM_TIMEDLOCK) {
+        int none, r = to_monotonic(clk, abstime, &dl, &none);
+        if (r != 0)
+            return r;
+        if (!none)
+            dlp = &dl;
+    }
+    unsigned long me = self_seq();
+    in_shim++;
+    tl_contended = 0;
+    uint64_t t0 = dm_stats_now_ns();
+    /* glibc decides first: EDEADLK for its writer, EBUSY, ETIMEDOUT. */
+    int r = real_rw_lock(l, write, mode, clk, abstime);
+    if (r == 0) {
+        int cs;
+        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+        r = rw_join(e->nm, me, write, mode, dlp);
+        pthread_setcancelstate(cs, NULL);
+        if (r != 0)
+            dm_real.rwlock_unlock(l);
+    }
+    in_shim--;
+    if (r != 0)
+        return r;
+    if (write)
+        __atomic_store_n(&e->writer, me, __ATOMIC_RELAXED);
+    struct dm_stats *st = e->nm->cl->stats;
+    if (tl_contended)
+        dm_stats_add(&st->contended, 1);
+    dm_stats_observe(&st->wait, dm_stats_now_ns() - t0);
+    return 0;
+}
+
+int dm_mapped_rwunlock(struct dm_rw_entry *e, pthread_rwlock_t *l)
+{
+    if (in_shim)
+        return dm_real.rwlock_unlock(l);
+    unsigned long me = self_seq();
+    int write = __atomic_load_n(&e->writer, __ATOMIC_RELAXED) == me;
+    /* Not held through the shim by this thread (locked before the shim
+     * mapped it, or in a fork child): glibc's answer alone. */
+    if (!write && !tl_holds(e->nm))
+        return dm_real.rwlock_unlock(l);
+    if (write)
+        __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
+    int lost = leave_quietly(e->nm);
+    int r = dm_real.rwlock_unlock(l);
+    return r ? r : lost;
+}
+
+uint64_t dm_mapped_rwtoken(struct dm_rw_entry *e)
+{
+    struct dm_name *nm = e->nm;
+    int write = __atomic_load_n(&e->writer, __ATOMIC_RELAXED) == self_seq();
+    if (!write && !tl_holds(nm))
+        return 0;
+    pthread_mutex_lock(&nm->mu);
+    uint64_t t = nm->state == NAME_HELD && nm->held && nm->write == write ? nm->hold.token : 0;
+    pthread_mutex_unlock(&nm->mu);
+    return t;
+}
+
+int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
+{
+    if (__atomic_load_n(&e->writer, __ATOMIC_RELAXED) != 0)
+        return EBUSY;
+    int r = dm_real.rwlock_destroy(l);
+    if (r == 0 && e->heap)
+        dm_mapped_remove(l);
+    return r;
+}
+
+int dm_mapped_rwinit(struct dm_rw_entry *e, pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
+{
+    __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
+    return dm_real.rwlock_init(l, a);
+}
+
 /* ---- cluster-wide condition variables ------------------------------------
  * A listed cond (conds) has a name and a channel, NS:{NAME}:cond. Its
  * waiters do not sleep on the program's pthread_cond_t: they sleep on the
@@ -1364,6 +1616,8 @@ static void entry_forget(const void *addr, void *value, void *arg)
     (void)addr;
     (void)arg;
     struct dm_entry *e = value;
+    if (e->kind == DM_ENTRY_RWLOCK)
+        ((struct dm_rw_entry *)value)->writer = 0;
     if (e->kind != DM_ENTRY_MUTEX)
         return;
     e->holder = 0;
@@ -1390,6 +1644,7 @@ void dm_mapped_atfork(enum dm_fork_phase phase)
             nm->want = 0;
             nm->want_subscribed = 0;
             nm->yield_logged = 0;
+            nm->wwait = 0;
         }
     memset(tl_names, 0, sizeof tl_names);
     tl_overflow = 0;
@@ -1416,6 +1671,13 @@ static void forget_exiting(const void *addr, void *value, void *arg)
 {
     (void)addr;
     struct dm_entry *e = value;
+    if (e->kind == DM_ENTRY_RWLOCK) {
+        struct dm_rw_entry *re = value;
+        if (__atomic_load_n(&re->writer, __ATOMIC_RELAXED) == *(const unsigned long *)arg &&
+            __atomic_load_n(&re->nm->exit_released, __ATOMIC_RELAXED))
+            __atomic_store_n(&re->writer, 0, __ATOMIC_RELAXED);
+        return;
+    }
     if (e->kind != DM_ENTRY_MUTEX ||
         __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg ||
         !__atomic_load_n(&e->nm->exit_released, __ATOMIC_RELAXED))
@@ -1435,6 +1697,16 @@ void dm_mapped_release_all(void)
     in_shim++;
     unsigned long me = self_seq();
     dm_registry_foreach(count_exiting, &me);
+    /* An rwlock's shares (readers are many threads) are the thread's own
+     * notes of the names it holds. */
+    for (int i = 0; i < DM_TL_NAMES; i++) {
+        struct dm_name *nm = tl_names[i].nm;
+        if (tl_names[i].n > 0 && nm->rw) {
+            pthread_mutex_lock(&nm->mu);
+            nm->exiting += tl_names[i].n;
+            pthread_mutex_unlock(&nm->mu);
+        }
+    }
     /* Pin the holds to give back (a reference each) and release them
      * outside names_mu: a release is a round trip. */
     struct dm_name **gone = NULL;
@@ -1478,6 +1750,10 @@ void dm_mapped_release_all(void)
         }
     }
     dm_registry_foreach(forget_exiting, &me);
+    for (int i = 0; i < DM_TL_NAMES; i++)       /* its rwlock shares ended too */
+        if (tl_names[i].n > 0 && tl_names[i].nm->rw &&
+            __atomic_load_n(&tl_names[i].nm->exit_released, __ATOMIC_RELAXED))
+            tl_names[i].n = 0;
     for (size_t i = 0; i < ngone; i++)
         name_put(gone[i]);
     free(gone);

@@ -19,8 +19,9 @@ struct dm_name;
 struct dm_cond_name;
 
 /* What a registry entry maps: every entry starts with its kind, so that a
- * condition variable's address is never taken for a mutex's. */
-enum dm_entry_kind { DM_ENTRY_MUTEX, DM_ENTRY_COND };
+ * condition variable's or an rwlock's address is never taken for a
+ * mutex's. */
+enum dm_entry_kind { DM_ENTRY_MUTEX, DM_ENTRY_COND, DM_ENTRY_RWLOCK };
 
 /* One mapped address. */
 struct dm_entry {
@@ -47,6 +48,17 @@ struct dm_cond_entry {
     struct dm_cond_entry *next_free;
 };
 
+/* One mapped read-write lock (rwlocks). Its name's hold (struct dm_name,
+ * shared code with mutexes) is the process's read or write hold. */
+struct dm_rw_entry {
+    int kind;                   /* DM_ENTRY_RWLOCK */
+    const void *addr;
+    struct dm_name *nm;
+    unsigned long writer;       /* thread seq holding it for writing through the shim (atomic) */
+    int heap;                   /* made by init_site: removed by destroy */
+    struct dm_rw_entry *next_free;
+};
+
 /* The mapped mutex at `m`, or NULL (unmapped, or a condition variable's
  * address): one filter load for every unmapped one. */
 static inline struct dm_entry *dm_mapped_find(const void *m)
@@ -62,6 +74,27 @@ static inline struct dm_cond_entry *dm_mapped_find_cond(const void *c)
     return __builtin_expect(e == NULL, 1) || e->kind != DM_ENTRY_COND ? NULL : e;
 }
 
+/* The mapped rwlock at `l`, or NULL. */
+static inline struct dm_rw_entry *dm_mapped_find_rwlock(const void *l)
+{
+    struct dm_rw_entry *e = dm_registry_lookup(l);
+    return __builtin_expect(e == NULL, 1) || e->kind != DM_ENTRY_RWLOCK ? NULL : e;
+}
+
+/* Is registry entry `e` (any kind) a heap one (init_site, dmutex_name),
+ * which a destroy unmaps and a new init of its memory decides afresh? */
+static inline int dm_mapped_entry_heap(const void *e)
+{
+    switch (*(const int *)e) {
+    case DM_ENTRY_COND:
+        return ((const struct dm_cond_entry *)e)->heap;
+    case DM_ENTRY_RWLOCK:
+        return ((const struct dm_rw_entry *)e)->heap;
+    default:
+        return ((const struct dm_entry *)e)->heap;
+    }
+}
+
 /* Sets up from a loaded config (no I/O, no threads): called by the
  * constructor. */
 void dm_mapped_init(const struct dm_config *cfg);
@@ -71,8 +104,8 @@ void dm_mapped_init(const struct dm_config *cfg);
 #define DM_MAP_CACHE 4      /* lock caching for its name */
 
 /* Maps `addr` under lock name `name` (DM_MAP_* flags) and adds it to the
- * registry. Returns 0, EEXIST (already mapped under another name), or
- * ENOMEM. */
+ * registry. Returns 0, EEXIST (already mapped under another name, or the
+ * name is an rwlock's), or ENOMEM. */
 int dm_mapped_add(const void *addr, const char *name, int flags);
 
 /* Maps condition variable `addr` under cond name `name` (DM_MAP_HEAP or
@@ -80,7 +113,12 @@ int dm_mapped_add(const void *addr, const char *name, int flags);
  * I/O: the cond's channel is subscribed at its first wait. */
 int dm_mapped_add_cond(const void *addr, const char *name, int flags);
 
-/* Unmaps an entry, mutex or condition variable (pthread_mutex_destroy or
+/* Maps rwlock `addr` under lock name `name` (DM_MAP_HEAP or 0). Returns 0,
+ * EEXIST (the address is mapped otherwise, or the name is a mutex's), or
+ * ENOMEM. No I/O. */
+int dm_mapped_add_rwlock(const void *addr, const char *name, int flags);
+
+/* Unmaps an entry, mutex, rwlock or condition variable (pthread_mutex_destroy or
  * pthread_cond_destroy of a heap one, dlclose); the name's record is freed
  * with its last entry. */
 void dm_mapped_remove(const void *addr);
@@ -120,8 +158,24 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
  * unmapped (its name's channel unsubscribed with the last). */
 int dm_mapped_cond_destroy(struct dm_cond_entry *ce, pthread_cond_t *c);
 
+/* A cluster-wide rwlock (docs/semantics.md, "Read-write locks"): the
+ * real rwlock first (its kind and glibc's recursion and EDEADLK rules
+ * honoured locally), then the name's process hold, shared by the
+ * process's readers (the first takes the cluster read hold, the last
+ * gives it back) or taken for writing. `write`: wrlock family; `mode` and
+ * clk/abstime as for mutexes (timedrdlock passes CLOCK_REALTIME). */
+int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
+                     enum dm_lock_mode mode, clockid_t clk, const struct timespec *abstime);
+int dm_mapped_rwunlock(struct dm_rw_entry *e, pthread_rwlock_t *l);
+int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l);
+int dm_mapped_rwinit(struct dm_rw_entry *e, pthread_rwlock_t *l, const pthread_rwlockattr_t *a);
+
 /* Fencing token of the calling thread's hold of e, 0 if it holds none. */
 uint64_t dm_mapped_token(struct dm_entry *e);
+
+/* Fencing token of the calling thread's hold of rwlock e: its write
+ * grant's, or (a reader) the process's read grant's; 0 if it holds none. */
+uint64_t dm_mapped_rwtoken(struct dm_rw_entry *e);
 
 /* fork: prepare takes the name table's lock, parent and child let go (the
  * child also forgets every hold: they are the parent's). */

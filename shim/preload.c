@@ -5,9 +5,8 @@
  * pthread_cond_init also ask startup whether their caller is an init_site
  * function (one load when there are none). A cond wait probes the cond
  * first (a listed one is cluster-wide, whatever its mutex), then the
- * mutex. dlopen/dlclose and the
- * explicit API (dmutex_name, dmutex_token) are thin exports over startup
- * and mapped. Nothing includes this module: it has no header. Does no I/O
+ * mutex. dlopen/dlclose and the explicit API (dmutex_name, dmutex_token,
+ * dmutex_rwlock_token) are thin exports over startup and mapped. Nothing includes this module: it has no header. Does no I/O
  * and knows nothing of Redis, of the program's symbols or of the config
  * (but whether a lock name is valid, for dmutex_name): those are startup's
  * and the modules under it. */
@@ -86,9 +85,9 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
 {
     struct dm_entry *e = dm_registry_lookup(m);
-    if (e && e->kind == DM_ENTRY_COND) {
-        if (((struct dm_cond_entry *)e)->heap)
-            dm_mapped_remove(m);    /* a freed heap cond's memory, now a mutex */
+    if (e && e->kind != DM_ENTRY_MUTEX) {
+        if (dm_mapped_entry_heap(e))
+            dm_mapped_remove(m);    /* a freed heap cond's or rwlock's memory, now a mutex */
         e = NULL;
     }
     if (e) {
@@ -174,8 +173,7 @@ DM_EXPORT int pthread_cond_destroy(pthread_cond_t *c)
 DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
 {
     struct dm_entry *e = dm_registry_lookup(c);
-    if (__builtin_expect(e != NULL, 0) &&
-        (e->kind == DM_ENTRY_COND ? ((struct dm_cond_entry *)e)->heap : e->heap))
+    if (__builtin_expect(e != NULL, 0) && dm_mapped_entry_heap(e))
         dm_mapped_remove(c);    /* a heap one freed without destroy: decided afresh below */
     if (__builtin_expect(dm_startup_ncond_sites == 0, 1))
         return dm_real.cond_init(c, a);
@@ -187,6 +185,74 @@ DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
         if (rc != 0)
             dm_error("condition variable %p from %s() not mapped: %s", (void *)c, site->name,
                      strerror(rc));
+    }
+    return r;
+}
+
+/* ---- read-write locks --------------------------------------------------- */
+
+#define DM_RW_ENTRY(name, call, write, mode, clk, t, ...)                       \
+    DM_EXPORT int name(__VA_ARGS__)                                             \
+    {                                                                           \
+        struct dm_rw_entry *e = dm_mapped_find_rwlock(l);                       \
+        if (__builtin_expect(e == NULL, 1))                                     \
+            return call;                                                        \
+        return dm_mapped_rwlock(e, l, write, mode, clk, t);                     \
+    }
+
+DM_RW_ENTRY(pthread_rwlock_rdlock, dm_real.rwlock_rdlock(l), 0, DM_LOCK, CLOCK_REALTIME, NULL,
+            pthread_rwlock_t *l)
+DM_RW_ENTRY(pthread_rwlock_tryrdlock, dm_real.rwlock_tryrdlock(l), 0, DM_TRYLOCK, CLOCK_REALTIME,
+            NULL, pthread_rwlock_t *l)
+DM_RW_ENTRY(pthread_rwlock_timedrdlock, dm_real.rwlock_timedrdlock(l, t), 0, DM_TIMEDLOCK,
+            CLOCK_REALTIME, t, pthread_rwlock_t *l, const struct timespec *t)
+DM_RW_ENTRY(pthread_rwlock_clockrdlock, dm_real.rwlock_clockrdlock(l, c, t), 0, DM_TIMEDLOCK, c, t,
+            pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+DM_RW_ENTRY(pthread_rwlock_wrlock, dm_real.rwlock_wrlock(l), 1, DM_LOCK, CLOCK_REALTIME, NULL,
+            pthread_rwlock_t *l)
+DM_RW_ENTRY(pthread_rwlock_trywrlock, dm_real.rwlock_trywrlock(l), 1, DM_TRYLOCK, CLOCK_REALTIME,
+            NULL, pthread_rwlock_t *l)
+DM_RW_ENTRY(pthread_rwlock_timedwrlock, dm_real.rwlock_timedwrlock(l, t), 1, DM_TIMEDLOCK,
+            CLOCK_REALTIME, t, pthread_rwlock_t *l, const struct timespec *t)
+DM_RW_ENTRY(pthread_rwlock_clockwrlock, dm_real.rwlock_clockwrlock(l, c, t), 1, DM_TIMEDLOCK, c, t,
+            pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+
+DM_EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *l)
+{
+    struct dm_rw_entry *e = dm_mapped_find_rwlock(l);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.rwlock_unlock(l);
+    return dm_mapped_rwunlock(e, l);
+}
+
+DM_EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *l)
+{
+    struct dm_rw_entry *e = dm_mapped_find_rwlock(l);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.rwlock_destroy(l);
+    return dm_mapped_rwdestroy(e, l);
+}
+
+DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
+{
+    struct dm_rw_entry *e = dm_registry_lookup(l);
+    if (__builtin_expect(e != NULL, 0)) {
+        if (e->kind == DM_ENTRY_RWLOCK && !e->heap)
+            return dm_mapped_rwinit(e, l, a);
+        /* A heap object freed without its destroy left its mapping behind:
+         * decided afresh below. */
+        if (dm_mapped_entry_heap(e))
+            dm_mapped_remove(l);
+    }
+    if (__builtin_expect(dm_startup_nrw_sites == 0, 1))
+        return dm_real.rwlock_init(l, a);
+    uintptr_t caller = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.rwlock_init(l, a);
+    const struct dm_init_site *site = r == 0 ? dm_startup_rw_site(caller) : NULL;
+    if (site) {
+        int rc = dm_mapped_add_rwlock(l, site->name, DM_MAP_HEAP);
+        if (rc != 0)
+            dm_error("rwlock %p from %s() not mapped: %s", (void *)l, site->name, strerror(rc));
     }
     return r;
 }
@@ -207,6 +273,12 @@ DM_EXPORT uint64_t dmutex_token(pthread_mutex_t *m)
 {
     struct dm_entry *e = dm_mapped_find(m);
     return e ? dm_mapped_token(e) : 0;
+}
+
+DM_EXPORT uint64_t dmutex_rwlock_token(pthread_rwlock_t *l)
+{
+    struct dm_rw_entry *e = dm_mapped_find_rwlock(l);
+    return e ? dm_mapped_rwtoken(e) : 0;
 }
 
 /* ---- the loader ---------------------------------------------------------

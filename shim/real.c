@@ -62,6 +62,10 @@ static int first_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *
 { dm_real_resolve(); return dm_real.rwlock_timedwrlock(l, t); }
 static int first_rwlock_clockwrlock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
 { dm_real_resolve(); return dm_real.rwlock_clockwrlock(l, c, t); }
+static int first_rwlock_destroy(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_destroy(l); }
+static int first_rwlock_unlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_unlock(l); }
 
 struct dm_real dm_real = {
     first_mutex_init, first_mutex_destroy, first_mutex_lock, first_mutex_trylock,
@@ -72,6 +76,7 @@ struct dm_real dm_real = {
     first_rwlock_init, first_rwlock_rdlock, first_rwlock_tryrdlock, first_rwlock_timedrdlock,
     first_rwlock_clockrdlock, first_rwlock_wrlock, first_rwlock_trywrlock,
     first_rwlock_timedwrlock, first_rwlock_clockwrlock,
+    first_rwlock_destroy, first_rwlock_unlock,
 };
 
 static void *must_sym(const char *name, const char *version)
@@ -118,6 +123,8 @@ void dm_real_resolve(void)
     *(void **)&r.rwlock_trywrlock = must_sym("pthread_rwlock_trywrlock", NULL);
     *(void **)&r.rwlock_timedwrlock = must_sym("pthread_rwlock_timedwrlock", NULL);
     *(void **)&r.rwlock_clockwrlock = must_sym("pthread_rwlock_clockwrlock", NULL);
+    *(void **)&r.rwlock_destroy = must_sym("pthread_rwlock_destroy", NULL);
+    *(void **)&r.rwlock_unlock = must_sym("pthread_rwlock_unlock", NULL);
     void **dst = (void **)&dm_real;
     void **src = (void **)&r;
     for (size_t i = 0; i < sizeof r / sizeof(void *); i++)

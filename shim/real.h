@@ -27,7 +27,7 @@ struct dm_real {
     int (*cond_destroy)(pthread_cond_t *);
     void *(*dlopen)(const char *, int);
     int (*dlclose)(void *);
-    /* the rwlock calls (libdmutex-trace.so records them) */
+    /* the rwlock calls (preload hands unlisted rwlocks to them; libdmutex-trace.so records them) */
     int (*rwlock_init)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
     int (*rwlock_rdlock)(pthread_rwlock_t *);
     int (*rwlock_tryrdlock)(pthread_rwlock_t *);
@@ -37,6 +37,8 @@ struct dm_real {
     int (*rwlock_trywrlock)(pthread_rwlock_t *);
     int (*rwlock_timedwrlock)(pthread_rwlock_t *, const struct timespec *);
     int (*rwlock_clockwrlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
+    int (*rwlock_destroy)(pthread_rwlock_t *);
+    int (*rwlock_unlock)(pthread_rwlock_t *);
 };
 
 /* Each member starts as a resolver that fills the whole table with

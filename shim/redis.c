@@ -627,7 +627,7 @@ void dm_redis_put(struct dm_conn *conn)
     }
 }
 
-#define DM_SCRIPT_ARGS_MAX 16
+#define DM_SCRIPT_ARGS_MAX 18    /* acquire.lua of an rwlock: 9 keys, 9 arguments */
 
 static int build_argv(const char **argv, enum dm_script s, int use_body, int nkeys,
                       int nargs, const char *const *args, char *nk)

@@ -63,12 +63,26 @@ size_t dm_startup_ninit_sites;
 static struct dm_init_site *cond_sites;
 size_t dm_startup_ncond_sites;
 
+static struct dm_init_site *rw_sites;
+size_t dm_startup_nrw_sites;
+
+static const struct dm_init_site *site_of(const struct dm_init_site *sites, size_t n,
+                                          uintptr_t caller)
+{
+    for (size_t i = 0; i < n; i++)
+        if (caller >= sites[i].start && caller < sites[i].end)
+            return &sites[i];
+    return NULL;
+}
+
 const struct dm_init_site *dm_startup_cond_site(uintptr_t caller)
 {
-    for (size_t i = 0; i < dm_startup_ncond_sites; i++)
-        if (caller >= cond_sites[i].start && caller < cond_sites[i].end)
-            return &cond_sites[i];
-    return NULL;
+    return site_of(cond_sites, dm_startup_ncond_sites, caller);
+}
+
+const struct dm_init_site *dm_startup_rw_site(uintptr_t caller)
+{
+    return site_of(rw_sites, dm_startup_nrw_sites, caller);
 }
 
 const struct dm_init_site *dm_startup_init_site(uintptr_t caller)
@@ -157,6 +171,7 @@ static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long objects_gen;       /* syncs started; under objects_mu */
 
 static size_t conds_mapped;     /* of the registry's entries, conds (for the summaries) */
+static size_t rwlocks_mapped;   /* and rwlocks */
 
 /* How messages name what a data entry maps: its symbol, or for an
  * address entry the address, marked as the weak name it is. */
@@ -183,7 +198,8 @@ static int entry_flags(const struct dm_mutex_config *mc)
 static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
                          char *err, size_t errlen)
 {
-    long size = mc->cond ? (long)sizeof(pthread_cond_t) : (long)sizeof(pthread_mutex_t);
+    long size = mc->cond ? (long)sizeof(pthread_cond_t)
+              : mc->rw ? (long)sizeof(pthread_rwlock_t) : (long)sizeof(pthread_mutex_t);
     if (!mc->symbol)
         return dm_symbols_at(mc->object, (uintptr_t)mc->address, (size_t)size, 0, mc->build_id,
                              out, err, errlen);
@@ -233,11 +249,12 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
     const char *what = entry_what(mc, &w);
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
     int r = mc->cond ? dm_mapped_add_cond((void *)addr, mc->name, 0)
-                     : dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
+          : mc->rw ? dm_mapped_add_rwlock((void *)addr, mc->name, 0)
+                   : dm_mapped_add((void *)addr, mc->name, entry_flags(mc));
     if (r == EEXIST) {
         if (fatal) {
-            entry_fail(mc->cond ? "%s: %s is already mapped by another entry (one variable, "
-                       "two names, or a mutex and a cond)"
+            entry_fail(mc->cond || mc->rw ? "%s: %s is already mapped by another entry (one "
+                       "variable, two names, or two kinds: mutex, cond, rwlock)"
                        : "%s: %s is already mapped by another entry under another name "
                        "(one mutex, two lock names)", where, what);
             return -1;
@@ -255,6 +272,8 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
     }
     if (mc->cond)
         conds_mapped++;
+    if (mc->rw)
+        rwlocks_mapped++;
     dm_debug("mapped %s%s%s at %p as %s", what, mc->object ? " in " : "",
              mc->object ? mc->object : "", (void *)addr, mc->name);
     return 0;
@@ -439,9 +458,10 @@ static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config
 static void map_entries(struct dm_config *cfg)
 {
     char err[DM_ERR_MAX];
-    for (size_t i = 0; i < cfg->nmutexes + cfg->nconds; i++) {
+    for (size_t i = 0; i < cfg->nmutexes + cfg->nconds + cfg->nrwlocks; i++) {
         struct dm_mutex_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
-                                                       : &cfg->conds[i - cfg->nmutexes];
+            : i < cfg->nmutexes + cfg->nconds ? &cfg->conds[i - cfg->nmutexes]
+                                              : &cfg->rwlocks[i - cfg->nmutexes - cfg->nconds];
         if (mc->init_site || mc->init_site_address >= 0) {
             uintptr_t start, end;
             char isa[96];
@@ -475,8 +495,9 @@ static void map_entries(struct dm_config *cfg)
                 snprintf(where, sizeof where, "%s, %lu bytes", at, (unsigned long)(end - start));
                 check_print(mc, what, where);
             }
-            struct dm_init_site **sites = mc->cond ? &cond_sites : &init_sites;
-            size_t *nsites = mc->cond ? &dm_startup_ncond_sites : &dm_startup_ninit_sites;
+            struct dm_init_site **sites = mc->cond ? &cond_sites : mc->rw ? &rw_sites : &init_sites;
+            size_t *nsites = mc->cond ? &dm_startup_ncond_sites
+                           : mc->rw ? &dm_startup_nrw_sites : &dm_startup_ninit_sites;
             struct dm_init_site *n = realloc(*sites, (*nsites + 1) * sizeof *n);
             if (!n)
                 config_fail("%s%s: out of memory", cfg->path, "");
@@ -628,9 +649,13 @@ static const char *conds_summary(void)
 {
     static char buf[96];
     buf[0] = 0;
+    size_t n = 0;
     if (config.nconds)
-        snprintf(buf, sizeof buf, ", %zu conds (%zu init_site functions)", conds_mapped,
-                 dm_startup_ncond_sites);
+        n = (size_t)snprintf(buf, sizeof buf, ", %zu conds (%zu init_site functions)",
+                             conds_mapped, dm_startup_ncond_sites);
+    if (config.nrwlocks && n < sizeof buf)
+        snprintf(buf + n, sizeof buf - n, ", %zu rwlocks (%zu init_site functions)",
+                 rwlocks_mapped, dm_startup_nrw_sites);
     return buf;
 }
 
@@ -641,7 +666,7 @@ static void check_exit(int summary)
     if (summary && check_mode == CHECK_PRINT && check_errors == 0)
         printf("%s: %zu mutexes would be mapped (%zu init_site functions)%s, redis at %s, "
                "namespace %s\n", config.path ? config.path : "config",
-               dm_registry_count() - conds_mapped, dm_startup_ninit_sites,
+               dm_registry_count() - conds_mapped - rwlocks_mapped, dm_startup_ninit_sites,
                conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
     if (check_errors)
         dm_error("%d error%s: the program would not start", check_errors,
@@ -708,12 +733,12 @@ __attribute__((constructor)) static void dm_startup_start(void)
         config_fail("cannot register the fork handlers: %s%s (a fork child could inherit a "
                     "held lock of the shim)", strerror(fr), "");
     configured = 1;
-    if (config.nmutexes == 0 && config.nconds == 0)
+    if (config.nmutexes == 0 && config.nconds == 0 && config.nrwlocks == 0)
         dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
                 config.path, dm_redis_addr());
     else
         dm_info("libdmutex %s: %zu mutexes mapped%s, redis at %s, namespace %s", DMUTEX_VERSION,
-                dm_registry_count() - conds_mapped, conds_summary(), dm_redis_addr(), config.ns);
+                dm_registry_count() - conds_mapped - rwlocks_mapped, conds_summary(), dm_redis_addr(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

@@ -31,6 +31,10 @@ const struct dm_init_site *dm_startup_init_site(uintptr_t caller);
 extern size_t dm_startup_ncond_sites __attribute__((visibility("hidden")));
 const struct dm_init_site *dm_startup_cond_site(uintptr_t caller);
 
+/* The same for pthread_rwlock_init and the init_site entries of rwlocks. */
+extern size_t dm_startup_nrw_sites __attribute__((visibility("hidden")));
+const struct dm_init_site *dm_startup_rw_site(uintptr_t caller);
+
 /* 1 once the constructor has configured the shim for this program (it is
  * among the config's `programs`), 0 before or when it is not. */
 int dm_startup_configured(void);

@@ -57,7 +57,19 @@ struct snap {
     unsigned gen;
     char key[512];
     char owner[DM_OWNER_MAX];
+    int read;           /* an rwlock's read hold: key is its readers set */
 };
+
+/* renew.lua's KEYS and ARGV for one snapshot (`args` has room for 4);
+ * returns how many ARGV follow the one key. */
+static int renew_args(const struct snap *s, const char *lease, const char **args)
+{
+    args[0] = s->key;
+    args[1] = s->owner;
+    args[2] = lease;
+    args[3] = "r";
+    return s->read ? 3 : 2;
+}
 
 static void cv_init_locked(void)
 {
@@ -230,8 +242,9 @@ static size_t renew_pipeline(struct dm_conn *conn, struct snap *snaps, size_t n,
     if (!conn->c)
         return 0;
     for (size_t i = 0; i < n; i++) {
-        const char *args[] = { snaps[i].key, snaps[i].owner, lease };
-        dm_redis_append_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
+        const char *args[4];
+        int nargs = renew_args(&snaps[i], lease, args);
+        dm_redis_append_script(conn, DM_SCRIPT_RENEW, 1, 1 + nargs, args);
     }
     int broken = 0, wrong_node = 0;
     for (got = 0; got < n && !broken; got++) {
@@ -278,8 +291,9 @@ static size_t renew_pipeline(struct dm_conn *conn, struct snap *snaps, size_t n,
             res[i] = RENEW_MOVED;
             continue;
         }
-        const char *args[] = { snaps[i].key, snaps[i].owner, lease };
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
+        const char *args[4];
+        int nargs = renew_args(&snaps[i], lease, args);
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 1 + nargs, args);
         res[i] = !r || r->type != REDIS_REPLY_INTEGER ? RENEW_UNKNOWN
                : r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
         if (r)
@@ -341,8 +355,9 @@ static size_t renew_cluster(struct snap *snaps, size_t n, enum renewal *res, con
             continue;
         res[i] = RENEW_UNKNOWN;
         struct dm_conn *conn = dm_redis_get_key(snaps[i].key);
-        const char *args[] = { snaps[i].key, snaps[i].owner, lease };
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 3, args);
+        const char *args[4];
+        int nargs = renew_args(&snaps[i], lease, args);
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 1 + nargs, args);
         if (r && r->type == REDIS_REPLY_INTEGER)
             res[i] = r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
         if (r)
@@ -417,7 +432,9 @@ static void *watchdog_main(void *arg)
             h->snap_round = round;  /* its memory must outlive this round */
             snaps[n].h = h;
             snaps[n].gen = h->gen;
-            snprintf(snaps[n].key, sizeof snaps[n].key, "%s", h->lock->keys[DM_KEY_LOCK]);
+            snaps[n].read = h->read;
+            snprintf(snaps[n].key, sizeof snaps[n].key, "%s",
+                     h->lock->keys[h->read ? DM_KEY_READERS : DM_KEY_LOCK]);
             memcpy(snaps[n].owner, h->owner, sizeof h->owner);
             n++;
         }

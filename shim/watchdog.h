@@ -20,6 +20,8 @@ struct dm_hold {
     struct dm_cluster_lock *lock;
     char owner[DM_OWNER_MAX];
     uint64_t token;
+    int read;                   /* an rwlock's read hold (DM_ACQ_READ): renewed in its
+                                   readers set; set before dm_watchdog_add */
     /* watchdog's, under its mutex: */
     long long renewed_ms;       /* monotonic ms at which the last good renewal was sent */
     long lease_ms;              /* the lease that renewal set */

@@ -7,9 +7,8 @@
 # way and printed as conds = ( ... ); and rwlocks = ( ... ); blocks. The
 # config it prints must load with the shim's config module and resolve,
 # with the shim's symbols module, to the very variables (sym_resolve
-# checks mutexes and conds; dmutex check resolves them in the running
-# program). The rwlocks block is checked for its entries only: resolving
-# it needs the shim's rwlocks support (issue 12).
+# checks mutexes, conds and rwlocks; dmutex check resolves them in the
+# running program).
 # Prints one closing line "N passed, N failed".
 #
 #   sh tests/scan.test.sh            (DMUTEX=path overrides build/dmutex)
@@ -63,10 +62,9 @@ block() {
 }
 
 # resolves PROG PATTERN NAME: the config scan just printed ($T/out), loaded
-# and resolved by tests/symdata's PROG, gives output matching PATTERN. The
-# rwlocks block is left out (see the header).
+# and resolved by tests/symdata's PROG, gives output matching PATTERN.
 resolves() {
-    sed '/^rwlocks = (/,/^);/d' "$T/out" >"$T/$1.cfg"
+    cp "$T/out" "$T/$1.cfg"
     if $D/$1 "$T/$1.cfg" >"$T/res" 2>&1 && grep -q "$2" "$T/res"; then
         ok "$3"
     else
@@ -187,15 +185,16 @@ if scan 0 --config $D/sym_prog; then
     else
         bad "--config prints the mutexes, conds and rwlocks blocks" "$(cat "$T/out")"
     fi
-    # The mutexes and conds pasted into a config: the shim's own start
-    # (dmutex check) resolves every one of them in the running program.
+    # The three blocks pasted into a config: the shim's own start
+    # (dmutex check) resolves every entry in the running program.
     { echo 'redis = { host = "127.0.0.1"; port = 1; };'
-      sed '/^rwlocks = (/,/^);/d' "$T/out"; } >"$T/check.cfg"
+      cat "$T/out"; } >"$T/check.cfg"
     if "$DMUTEX" check -c "$T/check.cfg" -- $D/sym_prog >"$T/check.out" 2>&1 &&
-       grep -q ", 8 conds (0 init_site functions)" "$T/check.out"; then
-        ok "dmutex check maps every printed mutex and cond of the program"
+       grep -q ", 8 conds (0 init_site functions), 3 rwlocks (0 init_site functions)" \
+           "$T/check.out"; then
+        ok "dmutex check maps every printed mutex, cond and rwlock of the program"
     else
-        bad "dmutex check maps every printed mutex and cond of the program" \
+        bad "dmutex check maps every printed mutex, cond and rwlock of the program" \
             "$(cat "$T/check.cfg")" "$(cat "$T/check.out")"
     fi
 fi
@@ -205,6 +204,8 @@ if scan 0 --config $D/sym_resolve $D/libsymlib.so; then
         "every entry loads and resolves to its variable in the running program"
     resolves sym_resolve "CONDS RESOLVED 8 of 8, CHECKED 8$" \
         "every cond entry loads and resolves to its variable in the running program"
+    resolves sym_resolve "RWLOCKS RESOLVED 3 of 3, CHECKED 3$" \
+        "every rwlock entry loads and resolves to its variable in the running program"
 fi
 
 # ---- without debug info ---------------------------------------------------
@@ -245,6 +246,8 @@ if scan 0 --config $D/sym_resolve_nodebug; then
         "every guessed entry resolves in the program stripped of debug info"
     resolves sym_resolve_nodebug "^CONDS RESOLVED 6 of 6, CHECKED 5$" \
         "every guessed cond entry resolves in the program stripped of debug info"
+    resolves sym_resolve_nodebug "^RWLOCKS RESOLVED 3 of 3, CHECKED 3$" \
+        "every guessed rwlock entry resolves in the program stripped of debug info"
 fi
 
 if scan 0 $D/sym_prog_stripped; then

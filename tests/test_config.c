@@ -184,6 +184,25 @@ static void test_conds_read_symbol_and_init_site_entries(void **state)
         assert_int_equal(cfg.conds[i].cond, 1);
 }
 
+/* rwlocks: the keys of a mutex entry, kept apart; a config of rwlocks
+ * alone needs no mutexes list. */
+static void test_rwlocks_read_symbol_and_init_site_entries(void **state)
+{
+    (void)state;
+    load_ok("rwlocks = (\n"
+            "  { symbol = \"routes_lock\"; },\n"
+            "  { init_site = \"table_new\"; name = \"tables\"; }\n"
+            ");\n");
+    assert_int_equal(cfg.nmutexes, 0);
+    assert_int_equal(cfg.nrwlocks, 2);
+    assert_mutex(&cfg.rwlocks[0], "routes_lock", NULL, NULL, "routes_lock", 0, -1, 1, 1, 0, 2);
+    assert_mutex(&cfg.rwlocks[1], NULL, NULL, "table_new", "tables", 0, -1, 1, 1, 0, 3);
+    for (size_t i = 0; i < cfg.nrwlocks; i++)
+        assert_int_equal(cfg.rwlocks[i].rw, 1);
+    char err[256];
+    assert_int_equal(dm_config_check_mutexes(&cfg, err, sizeof err), 0);
+}
+
 static const char full_config[] =
     "redis = { host = \"redis.example\"; port = 6380; username = \"app\"; password = \"pw\";\n"  /* 1 */
     "          db = 3; connect_timeout_ms = 250; command_timeout_ms = 750; };\n"                /* 2 */
@@ -1806,6 +1825,26 @@ static const struct refusal refusals[] = {
       "mutexes = (\n { symbol = \"x\"; }\n);\nconds = (\n { symbol = \"x\"; }\n);", "t.cfg:5: ",
       { "line 2", "cannot be both" } },
 
+    /* rwlocks */
+    { "test_rwlock_entry_refuses_fair_and_cache",
+      "rwlocks = (\n { symbol = \"r\";\n   fair = true; }\n);", "t.cfg:3: ",
+      { "fair only applies to mutex entries", "rwlock" } },
+    { "test_rwlock_entry_refuses_unknown_keys",
+      "rwlocks = (\n { symbol = \"r\"; nmae = \"x\"; }\n);", "t.cfg:2: ",
+      { "unknown key \"nmae\"", "in an rwlock entry" } },
+    { "test_rwlock_entry_needs_symbol_or_init_site",
+      "rwlocks = (\n { name = \"x\"; }\n);", "t.cfg:2: ",
+      { "rwlock entry needs symbol", "rwlocks" } },
+    { "test_duplicate_rwlock_entries_name_both_lines",
+      "rwlocks = (\n { symbol = \"r\"; },\n { symbol = \"r\"; name = \"d\"; }\n);", "t.cfg:3: ",
+      { "rwlock entry repeats the one at line 2" } },
+    { "test_one_variable_cannot_be_a_mutex_and_an_rwlock",
+      "mutexes = (\n { symbol = \"x\"; }\n);\nrwlocks = (\n { symbol = \"x\"; name = \"y\"; }\n);",
+      "t.cfg:5: ", { "line 2", "cannot be both" } },
+    { "test_a_lock_name_is_a_mutex_s_or_an_rwlock_s",
+      "mutexes = (\n { symbol = \"x\"; name = \"n\"; }\n);\nrwlocks = (\n { symbol = \"y\"; name = \"n\"; }\n);",
+      "t.cfg:5: ", { "lock name \"n\"", "mutex's or an rwlock's" } },
+
     /* policies */
     { "test_unknown_on_lease_lost_lists_the_choices",
       "on_lease_lost = \"panic\";", "t.cfg:1: ",
@@ -1842,6 +1881,7 @@ int main(void)
         T(test_minimal_config_maps_one_symbol_with_entry_defaults),
         T(test_full_config_reads_every_key),
         T(test_conds_read_symbol_and_init_site_entries),
+        T(test_rwlocks_read_symbol_and_init_site_entries),
         R(test_cond_entry_refuses_fair_and_cache),
         R(test_cond_entry_refuses_unknown_keys),
         R(test_cond_entry_needs_symbol_or_init_site),

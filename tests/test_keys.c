@@ -29,6 +29,8 @@ static void test_every_key_of_a_lock_carries_the_name_as_hash_tag(void **s)
         [DM_KEY_WANT] = "ns:{a b}:want",
         [DM_KEY_FORCED] = "ns:{a b}:forced",
         [DM_KEY_COND] = "ns:{a b}:cond",
+        [DM_KEY_READERS] = "ns:{a b}:readers",
+        [DM_KEY_RGRANT] = "ns:{a b}:rgrant",
         [DM_KEY_WAIT] = "ns:{a b}:w:",
     };
     char buf[64];

@@ -53,6 +53,7 @@ $(B)/tests/progs/faultserver: $(B)/libdmcore.a shim/keys.h
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_condprog = $(shell pkg-config --libs hiredis)
+PROG_LIBS_rwprog = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl
 # sslprog is a program with an OpenSSL of its own (test_tls).
 PROG_LIBS_sslprog = $(shell pkg-config --libs libssl libcrypto)

@@ -27,10 +27,12 @@ static const char *const shim_commands[] = {
     /* notify.c: the subscriber connection (and its PING) */
     "subscribe", "unsubscribe",
     /* shim/lua/: what the scripts call */
-    "del", "get", "set", "incr", "type", "time", "pttl", "pexpire",
-    "hexists", "hget", "hset",
+    "del", "get", "set", "incr", "type", "time", "pttl", "pexpire", "exists",
+    "hexists", "hget", "hset", "hdel", "hkeys",
     "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "ltrim", "rpush",
     "zadd", "zrem", "zremrangebyscore", "zscore",
+    /* (an rwlock's read holders) */
+    "zcard", "zcount", "zrange", "zrangebyscore",
     "publish",
     NULL,
 };

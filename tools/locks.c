@@ -146,8 +146,9 @@ static int scan_names(struct dm_conn *conn, const char *ns, char ***out, size_t 
     return 0;
 }
 
-/* One lock's keys, pipelined: six commands, six replies. */
-enum { Q_HOLD, Q_PTTL, Q_TOKEN, Q_MARKER, Q_SUBS, Q_QUEUE, Q_COUNT };
+/* One lock's keys, pipelined: eight commands, eight replies (the last two:
+ * an rwlock's read holders, none for a mutex). */
+enum { Q_HOLD, Q_PTTL, Q_TOKEN, Q_MARKER, Q_SUBS, Q_QUEUE, Q_READERS, Q_RPTTL, Q_COUNT };
 
 static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lock_row *row,
                     char *err, size_t errlen)
@@ -159,6 +160,7 @@ static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lo
         [Q_HOLD] = { "HGETALL %s", DM_KEY_LOCK }, [Q_PTTL] = { "PTTL %s", DM_KEY_LOCK },
         [Q_TOKEN] = { "GET %s", DM_KEY_TOKEN }, [Q_MARKER] = { "GET %s", DM_KEY_HOLDER },
         [Q_SUBS] = { "PUBSUB NUMSUB %s", DM_KEY_RELEASED }, [Q_QUEUE] = { "LLEN %s", DM_KEY_QUEUE },
+        [Q_READERS] = { "ZCARD %s", DM_KEY_READERS }, [Q_RPTTL] = { "PTTL %s", DM_KEY_READERS },
     };
     redisReply *r[Q_COUNT] = { 0 };
     int rc = 0;
@@ -207,6 +209,13 @@ static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lo
         }
         if (r[Q_PTTL]->type == REDIS_REPLY_INTEGER && r[Q_PTTL]->integer >= 0)
             row->lease_ms = r[Q_PTTL]->integer;
+        if (r[Q_READERS]->type == REDIS_REPLY_INTEGER && r[Q_READERS]->integer > 0 &&
+            row->state[0] != 'h') {
+            row->readers = r[Q_READERS]->integer;
+            row->state = "read";
+            if (r[Q_RPTTL]->type == REDIS_REPLY_INTEGER && r[Q_RPTTL]->integer >= 0)
+                row->lease_ms = r[Q_RPTTL]->integer;
+        }
         if (r[Q_TOKEN]->type == REDIS_REPLY_STRING)
             row->token = strdup(r[Q_TOKEN]->str);
         if (r[Q_SUBS]->type == REDIS_REPLY_ARRAY && r[Q_SUBS]->elements == 2)

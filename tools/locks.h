@@ -9,13 +9,16 @@
 
 struct dm_lock_row {
     char *name;             /* the lock name */
-    const char *state;      /* "held", "free", "expired", "delayed", "forced" */
+    const char *state;      /* "held", "free", "expired", "delayed", "forced", "read"
+                               (an rwlock held by `readers` read holders) */
     char *owner;            /* the holder's owner id while held, else NULL */
     char *holds;            /* its hold count (decimal, from the server), else NULL */
     long long lease_ms;     /* ms left on the lease, -1 when none */
     char *token;            /* the fencing counter (decimal), NULL when absent */
     long long waiters;      /* fair queue length */
     long long listening;    /* subscribers of the release channel */
+    long long readers;      /* an rwlock's read holders the server has (state "read"; an
+                               expired one counts until the next acquire drops it) */
     char *node;             /* Redis Cluster: "host:port" of the node that holds its
                                keys (the primary of its slot); NULL otherwise */
 };

@@ -18,10 +18,12 @@ static const char ls_usage[] =
     "Lists the cluster locks of NAMESPACE (default: the config's, or \"dmutex\"):\n"
     "  NAME       the lock name (config `name`, default the symbol)\n"
     "  STATE      held, free, expired (last holder's lease ran out unreleased),\n"
-    "             delayed (lock_delay_ms after an expiry), or forced (dmutex\n"
-    "             unlock --force freed it)\n"
-    "  HOLDER     owner id <process id>:<thread seq> and its hold count\n"
-    "  LEASE_MS   milliseconds left on the holder's lease\n"
+    "             delayed (lock_delay_ms after an expiry), forced (dmutex\n"
+    "             unlock --force freed it), or read (an rwlock held by readers)\n"
+    "  HOLDER     owner id <process id>:<thread seq> and its hold count; for\n"
+    "             read, the number of reader processes (\"N readers\")\n"
+    "  LEASE_MS   milliseconds left on the holder's lease (read: the latest\n"
+    "             reader's)\n"
     "  TOKEN      fencing token of the latest grant\n"
     "  WAITERS    processes queued for it (fair and cache modes)\n"
     "  LISTENING  processes subscribed to its release notices (fair = false:\n"
@@ -41,7 +43,7 @@ static const char ls_usage[] =
     "      --json          print one JSON document instead of the table:\n"
     "                      {\"namespace\", \"redis\", \"locks\": [{\"name\", \"state\",\n"
     "                      \"holder\", \"holds\", \"lease_ms\", \"token\", \"waiters\",\n"
-    "                      \"listening\"}]}, null where the table shows -\n"
+    "                      \"listening\", \"readers\"}]}, null where the table shows -\n"
     "  -h, --help          this text\n"
     "\n"
     "Exit status 0; 1 if the server cannot be reached; 2 usage; 78 bad config.\n";
@@ -166,7 +168,8 @@ int dm_cli_ls(int argc, char **argv)
             json_int_or_null(stdout, lease[0] == '-' ? NULL : lease);
             fputs(", \"token\": ", stdout);
             json_int_or_null(stdout, l->token);
-            printf(", \"waiters\": %lld, \"listening\": %lld", l->waiters, l->listening);
+            printf(", \"waiters\": %lld, \"listening\": %lld, \"readers\": %lld", l->waiters,
+                   l->listening, l->readers);
             if (l->node) {      /* Redis Cluster: the node of the lock's slot */
                 fputs(", \"node\": ", stdout);
                 json_str(stdout, l->node);
@@ -176,6 +179,9 @@ int dm_cli_ls(int argc, char **argv)
             char holder[128] = "-";
             if (l->owner)
                 snprintf(holder, sizeof holder, "%s x%s", l->owner, l->holds);
+            else if (l->readers > 0)
+                snprintf(holder, sizeof holder, "%lld reader%s", l->readers,
+                         l->readers == 1 ? "" : "s");
             printf("%-24s %-8s %-44s %9s %16s %7lld %9lld%s%s\n", l->name, l->state, holder, lease,
                    l->token ? l->token : "-", l->waiters, l->listening, l->node ? "  " : "",
                    l->node ? l->node : "");

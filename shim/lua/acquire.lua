@@ -41,8 +41,17 @@
 --                                     ended by expiry (found here), PEXPIRE a lease
 -- KEYS[7] void     ns:{NAME}:void     zset abandoned request -> until (server ms);
 --                                     written by cancel.lua only
+-- An rwlock (rwlocks entries) passes two more; KEYS[1] is then its write
+-- hold, exactly a mutex's:
+-- KEYS[8] readers  ns:{NAME}:readers  zset read holder -> lease deadline (server
+--                                     ms), PEXPIRE a lease; renewed by renew.lua
+-- KEYS[9] rgrant   ns:{NAME}:rgrant   hash read holder -> "<req> #<tok>"; no
+--                                     expiry: an entry whose holder is not in
+--                                     KEYS[8] any more is an expired read grant
 -- ARGV[1] owner  ARGV[2] lease ms  ARGV[3] lock delay ms after an expiry
--- ARGV[4] 1: queue the caller if not granted (fair)  ARGV[5] "<owner>|<wait id>"
+-- ARGV[4] 1: queue the caller if not granted (fair); r: a read lock (an
+--         rwlock's reader: granted while no writer holds or queues, never
+--         queued, every grant a token of its own)  ARGV[5] "<owner>|<wait id>"
 -- ARGV[6] queue deadline, ms from now  ARGV[7] channel to announce that the
 --         caller wants the lock (lock caching), or ""
 -- ARGV[8] LOST_KEEP: how many lost tokens KEYS[6] keeps (DM_KEYS_LOST_KEEP
@@ -64,6 +73,13 @@
 -- heard it) and retries for less than lease - margin - renew_ms, so it
 -- ends within lease - margin of the loss, which is before its recording.
 --
+-- An rwlock: a writer is granted only once no live reader holds (it waits
+-- queued, first in line: the last reader's release wakes it); a reader
+-- only while no writer holds and no live writer queues (writers queue,
+-- readers do not), so a stream of readers cannot starve a writer. Read
+-- holders whose lease ran out are dropped by the next call that looks,
+-- their tokens recorded in KEYS[6] like an expired write grant's.
+--
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
 -- lease expired instead of being released (robust mutexes: EOWNERDEAD).
 -- Returns {0, pttl}: not granted; retry within pttl ms (or on a notice).
@@ -76,6 +92,8 @@ local lostkey, void = KEYS[6], KEYS[7]
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local LOST_KEEP = tonumber(ARGV[8])
+local readers, rgrant = KEYS[8], KEYS[9]
+local read = ARGV[4] == 'r'
 
 if redis.call('zscore', void, member) then
     return {0, qttl}        -- abandoned: a late copy of a request nobody waits for
@@ -102,6 +120,35 @@ while head do
     redis.call('lpop', queue)
     redis.call('zrem', qtime, head)
     head = redis.call('lindex', queue, 0)
+end
+
+-- A grant that ended without a release: remember its token for the
+-- release that may still come (see above).
+local function record_lost(tok)
+    redis.call('lpush', lostkey, tok)
+    redis.call('ltrim', lostkey, 0, LOST_KEEP - 1)
+    redis.call('pexpire', lostkey, lease)
+end
+
+-- An rwlock: drop the read holders whose lease ran out (all of them when
+-- the set itself expired), and count the live ones.
+local nreaders = 0
+if readers then
+    local gone
+    if redis.call('exists', readers) == 1 then
+        gone = redis.call('zrangebyscore', readers, '-inf', '(' .. clock())
+    else
+        gone = redis.call('hkeys', rgrant)
+    end
+    for _, r in ipairs(gone) do
+        local tok = string.match(redis.call('hget', rgrant, r) or '', ' #(%d+)$')
+        if tok then
+            record_lost(tok)
+        end
+        redis.call('hdel', rgrant, r)
+        redis.call('zrem', readers, r)
+    end
+    nreaders = redis.call('zcard', readers)
 end
 
 local function leave_queue()
@@ -146,9 +193,21 @@ local function not_granted(pttl)
     return {0, pttl}
 end
 
+-- A reader that holds already: a retry whose reply was lost. The hold is
+-- this request's now (as for a writer below).
+if read then
+    local tok = string.match(redis.call('hget', rgrant, owner) or '', ' #(%d+)$')
+    if tok and redis.call('zscore', readers, owner) then
+        redis.call('zadd', readers, clock() + lease, owner)
+        redis.call('pexpire', readers, lease)
+        redis.call('hset', rgrant, owner, member .. ' #' .. tok)
+        return {1, tonumber(tok), 0}
+    end
+end
+
 local kind = redis.call('type', lock)['ok']
 if kind == 'none' then
-    if head and head ~= member then
+    if head and (read or head ~= member) then
         return not_granted(0)     -- someone is first in line: its turn
     end
     local dead = 0
@@ -156,11 +215,7 @@ if kind == 'none' then
     if last and string.sub(last, 1, 1) ~= '=' then
         local lost = string.match(last, ' #(%d+)$')
         if lost then
-            -- A grant that ended without a release: remember it for the
-            -- release that may still come (see above), then overwrite.
-            redis.call('lpush', lostkey, lost)
-            redis.call('ltrim', lostkey, 0, LOST_KEEP - 1)
-            redis.call('pexpire', lostkey, lease)
+            record_lost(lost)     -- then overwritten
         end
         dead = string.match(last, '^[^ |]+') ~= owner and 1 or 0
         if dead == 1 and delay > 0 then
@@ -174,6 +229,28 @@ if kind == 'none' then
             end
         end
     end
+    if read then
+        local tok = next_token()
+        redis.call('zadd', readers, clock() + lease, owner)
+        redis.call('pexpire', readers, lease)
+        redis.call('hset', rgrant, owner, member .. ' #' .. string.format('%d', tok))
+        if last and string.sub(last, 1, 1) ~= '=' then
+            redis.call('set', holder, '=' .. string.format('%d', tok), 'px', lease)
+        end
+        return {1, tok, 0}
+    end
+    if nreaders > 0 then
+        -- Readers hold it: wait first in line (the last one's release wakes us).
+        -- A reader whose lease ends this very millisecond is not expired yet:
+        -- retry at once (1 ms), not after the "unknown" wait of a pttl of 0
+        -- (a dead reader's end would cost a writer a whole wait cap).
+        local first = redis.call('zrange', readers, 0, 0, 'withscores')
+        local left = tonumber(first[2]) - clock()
+        if left < 1 then
+            left = 1
+        end
+        return not_granted(left)
+    end
     if head then
         leave_queue()
     end
@@ -186,7 +263,7 @@ elseif kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a dmutex lock')
 end
 
-if redis.call('hexists', lock, owner) == 1 then
+if not read and redis.call('hexists', lock, owner) == 1 then
     leave_queue()
     redis.call('pexpire', lock, lease)
     local tok = tonumber(redis.call('get', tokenkey)) or 0

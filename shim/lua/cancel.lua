@@ -12,6 +12,8 @@
 --
 -- KEYS[1] lock  KEYS[2] queue  KEYS[3] qtime  KEYS[4] token (unused)  KEYS[5] holder
 -- KEYS[6] void  (see acquire.lua; names built by shim/keys.c)
+-- KEYS[7] readers  KEYS[8] rgrant: an rwlock's; a read grant that came
+--         through the request counts as one through the lock
 -- ARGV[1] owner  ARGV[2] "<owner>|<wait id>"  ARGV[3] void for ms, 0: do not
 --
 -- By hand: redis-cli --eval cancel.lua 'dmutex:{x}' 'dmutex:{x}:queue' \
@@ -26,6 +28,12 @@ end
 local res = {0, 0}
 if redis.call('hexists', lock, owner) == 1 then
     local m, tok = string.match(redis.call('get', holder) or '', '^(.*) #(%d+)$')
+    if m == member then
+        res = {1, tonumber(tok)}
+    end
+end
+if res[1] == 0 and KEYS[8] and redis.call('zscore', KEYS[7], owner) then
+    local m, tok = string.match(redis.call('hget', KEYS[8], owner) or '', '^(.*) #(%d+)$')
     if m == member then
         res = {1, tonumber(tok)}
     end

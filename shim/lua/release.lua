@@ -6,6 +6,10 @@
 --
 -- KEYS[1] lock  KEYS[2] holder  KEYS[3] token  KEYS[4] queue  KEYS[5] qtime
 -- KEYS[6] lost  (see acquire.lua; names built by shim/keys.c)
+-- KEYS[7] readers  KEYS[8] rgrant: an rwlock's (acquire.lua); a token the
+--         owner's read grant has is a read release: the last live reader
+--         wakes the first queued writer (a message on its channel that is
+--         no handover: it asks again)
 -- ARGV[1] owner  ARGV[2] fencing token of the hold  ARGV[3] release channel
 -- ARGV[4] how long to remember the release, ms (the lease)
 -- ARGV[5] waiter channel prefix: a waiter "<pid>:<seq>|<id>" is told on
@@ -32,6 +36,38 @@ local lostkey = KEYS[6]
 local owner, token, channel, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wprefix, claim = ARGV[5], tonumber(ARGV[6])
 local sharded = ARGV[7] == 'spublish'
+local readers, rgrant = KEYS[7], KEYS[8]
+
+local function publish(ch, msg)
+    if sharded then
+        redis.call('spublish', ch, msg)
+    else
+        redis.call('publish', ch, msg)
+    end
+end
+
+if readers then
+    local rg = redis.call('hget', rgrant, owner)
+    if rg and string.match(rg, ' #(%d+)$') == token then
+        local t = redis.call('time')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        local d = tonumber(redis.call('zscore', readers, owner))
+        redis.call('hdel', rgrant, owner)
+        redis.call('zrem', readers, owner)
+        if not d or d < now then
+            redis.call('lpush', lostkey, token)     -- a retry answers "lost" too
+            redis.call('pexpire', lostkey, keep)
+            return 0
+        end
+        if redis.call('zcount', readers, now, '+inf') == 0 then
+            local head = redis.call('lindex', queue, 0)
+            if head then
+                publish(wprefix .. string.match(head, '^[^:|]+'), 'readers gone')
+            end
+        end
+        return 1
+    end
+end
 
 local last = redis.call('get', holder)
 local mowner, mtok
@@ -72,19 +108,10 @@ if kind == 'hash' and not (mowner == owner and mtok ~= token) then
             -- gives the lock up after its critical section, not when asked).
             local more = redis.call('llen', queue) > 0 and ' +' or ''
             local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
-            local msg = head .. ' ' .. string.format('%d', granted) .. more
-            if sharded then
-                redis.call('spublish', wchannel, msg)
-            else
-                redis.call('publish', wchannel, msg)
-            end
+            publish(wchannel, head .. ' ' .. string.format('%d', granted) .. more)
         else
             redis.call('set', holder, '=' .. token, 'px', keep)
-            if sharded then
-                redis.call('spublish', channel, token)
-            else
-                redis.call('publish', channel, token)
-            end
+            publish(channel, token)
         end
         return 1
     end
@@ -92,7 +119,8 @@ elseif kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a dmutex lock')
 end
 -- Not held by this owner: a retry, a late copy, or a lost hold.
-if not last or mtok == token or string.match(last, ' #(%d+)$') == token then
+-- (An rwlock's read grant leaves no marker: no marker is not "lost" there.)
+if (not last and not readers) or mtok == token or string.match(last or '', ' #(%d+)$') == token then
     return 0
 end
 for _, t in ipairs(redis.call('lrange', lostkey, 0, -1)) do

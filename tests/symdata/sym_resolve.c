@@ -1,10 +1,12 @@
 /* Test program for tests/scan.test.sh: does a config that `dmutex scan`
  * wrote for this very program map what it should? Loads CONFIG with the
- * shim's config module, resolves every mutex entry (then every cond entry)
+ * shim's config module, resolves every mutex entry (then every cond and
+ * rwlock entry)
  * with the symbols module, as the shim would at start, and checks each
  * known variable's address. Prints "resolved NAME" or "FAILED NAME: why"
  * per entry, then "RESOLVED n of m, CHECKED k" for the mutexes and
- * "CONDS RESOLVED n of m, CHECKED k"; exits 1 on any failure. */
+ * "CONDS RESOLVED n of m, CHECKED k", "RWLOCKS RESOLVED n of m, CHECKED k";
+ * exits 1 on any failure. */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,6 +94,12 @@ int main(int argc, char **argv)
         { "sym_sync.c:sym_static_cv", 0, sym_static_cv_addr() },
         { "sym_cxx_cv", 0, sym_cxx_cv_addr() },
     };
+    const long rw = (long)sizeof(pthread_rwlock_t);
+    const struct known known_rwlocks[] = {
+        { "sym_routes_rwlock", 0, &sym_routes_rwlock },
+        { "sym_table_lock", 0, &sym_table_lock },
+        { "sym_cxx_shared_mutex", 0, sym_cxx_shared_mutex_addr() },
+    };
 
     struct dm_config cfg;
     char err[DM_ERR_MAX];
@@ -100,14 +108,17 @@ int main(int argc, char **argv)
         printf("FAILED config: %s\n", err);
         return 1;
     }
-    size_t ok = 0, checked = 0, cond_ok = 0, cond_checked = 0;
+    size_t ok = 0, checked = 0, cond_ok = 0, cond_checked = 0, rw_ok = 0, rw_checked = 0;
     resolve_list(cfg.mutexes, cfg.nmutexes, m, known, sizeof known / sizeof known[0], &ok,
                  &checked);
     resolve_list(cfg.conds, cfg.nconds, c, known_conds,
                  sizeof known_conds / sizeof known_conds[0], &cond_ok, &cond_checked);
+    resolve_list(cfg.rwlocks, cfg.nrwlocks, rw, known_rwlocks,
+                 sizeof known_rwlocks / sizeof known_rwlocks[0], &rw_ok, &rw_checked);
     printf("RESOLVED %zu of %zu, CHECKED %zu\n", ok, cfg.nmutexes, checked);
     printf("CONDS RESOLVED %zu of %zu, CHECKED %zu\n", cond_ok, cfg.nconds, cond_checked);
-    int rc = ok == cfg.nmutexes && cond_ok == cfg.nconds ? 0 : 1;
+    printf("RWLOCKS RESOLVED %zu of %zu, CHECKED %zu\n", rw_ok, cfg.nrwlocks, rw_checked);
+    int rc = ok == cfg.nmutexes && cond_ok == cfg.nconds && rw_ok == cfg.nrwlocks ? 0 : 1;
     dm_config_free(&cfg);
     dm_symbols_flush();
     return rc;
