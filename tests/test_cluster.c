@@ -395,10 +395,16 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
 
     struct waiter w = { .l = h.l, .rc = -1 };
     dm_cluster_owner(w.owner, 2);
+    long long base = th_script_calls(rc);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+    /* Queued, subscribed, queued again: it sleeps until its handover
+     * message. (One sent before it subscribed is missed: its next attempt
+     * then finds the lock its own, and cannot tell a forced handover from
+     * a release's; docs/semantics.md.) */
     long long end = th_now_ms() + SLACK_MS * 4;
-    while (th_cmd_int(rc, "LLEN %s", h.l->keys[DM_KEY_QUEUE]) < 1) {
+    while (th_script_calls(rc) < base + 2 ||
+           th_cmd_int(rc, "LLEN %s", h.l->keys[DM_KEY_QUEUE]) < 1) {
         if (th_now_ms() > end)
             fail_msg("the fair waiter did not queue");
         usleep(1000);
