@@ -67,7 +67,6 @@ struct dm_name {
     struct dm_cluster_lock *cl;
     pthread_mutex_t mu;                 /* guards what follows; never held across I/O */
     pthread_cond_t cv;                  /* every state change (CLOCK_MONOTONIC) */
-    enum name_state state;
     unsigned long users;                /* mutexes of the name held through the shim */
     int held;                           /* HELD with a cluster hold (not on_redis_down = "local") */
     int want;                           /* another process waits: release when users reach 0 */
@@ -80,6 +79,8 @@ struct dm_name {
     int fair, cache;                    /* what the entries asked for */
     int rw;                             /* an rwlock's name (its entries are dm_rw_entry) */
     int write;                          /* rw: the hold (ACQUIRING, HELD) is for writing */
+    enum name_state state;              /* among the ints: no padding (docs/design.md,
+                                           "The cost of a name") */
     unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
