@@ -86,13 +86,31 @@ void dm_cluster_owner(char *buf, unsigned long seq)
     snprintf(buf, DM_OWNER_MAX, "%s:%lu", process_id, seq);
 }
 
-/* Writes this process's wait channel into l->wait_channel, whose room was
- * sized for a process id (they all have the same length). */
-static void make_wait_channel(struct dm_cluster_lock *l)
+size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char *buf, size_t len)
 {
-    size_t n = strlen(l->keys[DM_KEY_WAIT]);
-    memcpy(l->wait_channel, l->keys[DM_KEY_WAIT], n);
-    memcpy(l->wait_channel + n, process_id, sizeof process_id);
+    if (k == DM_KEY_WAIT)
+        return dm_keys_wait_channel(buf, len, ccfg->ns, l->name, process_id);
+    return dm_keys_build(buf, len, ccfg->ns, l->name, k);
+}
+
+/* What a count goes to when its counters could not be allocated. */
+static struct dm_stats counts_sink;
+
+struct dm_stats *dm_cluster_counts_make(struct dm_cluster_lock *l)
+{
+    struct dm_cluster_stats *c = l->counters;
+    struct dm_stats *st = calloc(1, sizeof *st), *none = NULL;
+    if (!st) {
+        static int logged;
+        if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+            dm_error("lock %s: out of memory for its counters; its counts are lost until "
+                     "there is memory", l->name);
+        return &counts_sink;
+    }
+    if (__atomic_compare_exchange_n(&c->st, &none, st, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return st;
+    free(st);           /* another thread's first count was first */
+    return none;
 }
 
 static void kept_remove(struct dm_cluster_stats *c)
@@ -117,6 +135,7 @@ static void counters_reap(void)
     while (unlinked) {
         struct dm_cluster_stats *c = unlinked;
         unlinked = c->kept_next;
+        free(c->st);
         free(c);
     }
 }
@@ -138,7 +157,8 @@ static void counters_unlink(struct dm_cluster_stats *c)
 static void counters_drop(struct dm_cluster_stats *c)
 {
     __atomic_store_n(&c->live, 0, __ATOMIC_RELAXED);
-    if (!dm_stats_any(&c->st)) {
+    const struct dm_stats *st = __atomic_load_n(&c->st, __ATOMIC_ACQUIRE);
+    if (!st || !dm_stats_any(st)) {
         counters_unlink(c);
     } else {
         c->kept_prev = kept_last;
@@ -168,7 +188,7 @@ static struct dm_cluster_stats *counters_get(const char *name, size_t h)
         }
     }
     size_t nl = strlen(name);
-    struct dm_cluster_stats *c = calloc(1, sizeof *c + nl + 1);
+    struct dm_cluster_stats *c = calloc(1, offsetof(struct dm_cluster_stats, name) + nl + 1);
     if (!c)
         return NULL;
     memcpy(c->name, name, nl + 1);
@@ -201,40 +221,28 @@ void dm_cluster_stats_end(void)
     __atomic_fetch_sub(&walkers, 1, __ATOMIC_RELEASE);
 }
 
-/* The record and all its strings in one allocation: per name a few hundred
- * bytes, not nine small allocations and three channels. keys.c says what
- * the strings are; this only lays them out. Under locks_mu (its counters). */
+/* The record and its name in one allocation: no key strings (built per
+ * call from the name) and no counters until the name counts something
+ * (docs/design.md, "The cost of a name"). Under locks_mu (its counters). */
 static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 {
+    size_t nl = strlen(name);
+    if (nl > DM_NAME_MAX)
+        return NULL;    /* config and dmutex_name refuse it first: keys are sized for it */
     struct dm_cluster_stats *c = counters_get(name, h);
     if (!c)
         return NULL;
-    const char *ns = ccfg->ns;
-    size_t nl = strlen(name), size = nl + 1;
-    for (int k = 0; k < DM_KEY_COUNT; k++)
-        size += dm_keys_len(ns, name, (enum dm_key)k) + 1;
-    /* wait_channel: the prefix and a whole process_id, as make_wait_channel
-     * copies it (in a fork child too) */
-    size += dm_keys_len(ns, name, DM_KEY_WAIT) + sizeof process_id;
-    struct dm_cluster_lock *l = calloc(1, sizeof *l + size);
+    struct dm_cluster_lock *l = calloc(1, offsetof(struct dm_cluster_lock, name) + nl + 1);
     if (!l) {
         counters_drop(c);
         return NULL;
     }
-    char *p = l->strs, *end = l->strs + size;
-    l->name = p;
-    memcpy(p, name, nl + 1);
-    p += nl + 1;
-    for (int k = 0; k < DM_KEY_COUNT; k++) {
-        l->keys[k] = p;
-        p += dm_keys_build(p, (size_t)(end - p), ns, name, (enum dm_key)k) + 1;
-    }
-    l->wait_channel = p;
-    make_wait_channel(l);
-    l->slot = dm_redis_slot(l->keys[DM_KEY_LOCK]);
+    memcpy(l->name, name, nl + 1);
+    char key[DM_CLUSTER_KEY_MAX];
+    dm_cluster_lock_key(l, DM_KEY_LOCK, key, sizeof key);
+    l->slot = dm_redis_slot(key);
     l->refs = 1;
     l->counters = c;
-    l->stats = &c->st;
     return l;
 }
 
@@ -301,13 +309,16 @@ struct dm_htab_stats dm_cluster_lock_stats(void)
     return dm_htab_stats(&locks, &locks_mu);
 }
 
-/* *slot, made from `channel` on first need. Two threads racing make one
- * each; the loser drops its reference. */
-static struct dm_notify_chan *lazy_chan(struct dm_notify_chan **slot, const char *channel)
+/* *slot, made from l's channel `k` on first need. Two threads racing make
+ * one each; the loser drops its reference. */
+static struct dm_notify_chan *lazy_chan(const struct dm_cluster_lock *l,
+                                        struct dm_notify_chan **slot, enum dm_key k)
 {
     struct dm_notify_chan *ch = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (ch)
         return ch;
+    char channel[DM_CLUSTER_KEY_MAX];
+    dm_cluster_lock_key(l, k, channel, sizeof channel);
     struct dm_notify_chan *mine = dm_notify_chan(channel);
     if (!mine)
         return NULL;
@@ -319,17 +330,17 @@ static struct dm_notify_chan *lazy_chan(struct dm_notify_chan **slot, const char
 
 struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l)
 {
-    return lazy_chan(&l->chan, l->keys[DM_KEY_RELEASED]);
+    return lazy_chan(l, &l->chan, DM_KEY_RELEASED);
 }
 
 struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l)
 {
-    return lazy_chan(&l->wchan, l->wait_channel);
+    return lazy_chan(l, &l->wchan, DM_KEY_WAIT);
 }
 
 struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l)
 {
-    return l->wants ? lazy_chan(&l->wantchan, l->keys[DM_KEY_WANT]) : NULL;
+    return l->wants ? lazy_chan(l, &l->wantchan, DM_KEY_WANT) : NULL;
 }
 
 void dm_cluster_lock_rwlock(struct dm_cluster_lock *l)
@@ -344,7 +355,7 @@ void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wa
         l->fair = 1;
     if ((cache || wants) && !l->wants) {
         /* Made now: mapped.c uses l->wantchan directly once wants are on. */
-        if (lazy_chan(&l->wantchan, l->keys[DM_KEY_WANT]))
+        if (lazy_chan(l, &l->wantchan, DM_KEY_WANT))
             l->wants = 1;
         else
             dm_error("lock %s: out of memory for its want channel; lock caching and "
@@ -477,13 +488,68 @@ static long ack_wait_ms(const struct timespec *deadline, int flags)
 /* One acquire script call for request `member`. ATT_HELD sets *pttl (may
  * be <= 0: unknown). `queue` asks to be queued (fair). With min_replicas
  * a grant waits up to ack_ms for its replicas. */
+/* The keys one script call passes, built on the caller's stack from the
+ * record's name (records keep no key strings): the keys of `mask` (bits
+ * by enum dm_key), an rwlock's read keys with them; the others NULL. At
+ * most DM_CALL_KEYS of them: release.lua's, with the channels it
+ * publishes on and an rwlock's two, is the most (about 4 KB of stack). */
+#define DM_CALL_KEYS 10
+#define DM_CALL_KEY(k) (1u << (k))
+#define DM_CALL_ACQUIRE (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_TOKEN) | \
+                         DM_CALL_KEY(DM_KEY_HOLDER) | DM_CALL_KEY(DM_KEY_QUEUE) | \
+                         DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_LOST) | \
+                         DM_CALL_KEY(DM_KEY_VOID) | DM_CALL_KEY(DM_KEY_WANT))
+#define DM_CALL_CANCEL (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_QUEUE) | \
+                        DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_TOKEN) | \
+                        DM_CALL_KEY(DM_KEY_HOLDER) | DM_CALL_KEY(DM_KEY_VOID))
+#define DM_CALL_RELEASE (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_HOLDER) | \
+                         DM_CALL_KEY(DM_KEY_TOKEN) | DM_CALL_KEY(DM_KEY_QUEUE) | \
+                         DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_LOST) | \
+                         DM_CALL_KEY(DM_KEY_RELEASED) | DM_CALL_KEY(DM_KEY_WAIT))
+/* A key as a script gets it: "NS:{NAME}" and the longest suffix, no
+ * process id (DM_KEY_WAIT is the prefix here). */
+#define DM_CALL_KEY_MAX (2 * DM_NAME_MAX + 16)
+
+struct call_keys {
+    const char *k[DM_KEY_COUNT];
+    char buf[DM_CALL_KEYS * DM_CALL_KEY_MAX];
+};
+
+static const char *const *call_keys(const struct dm_cluster_lock *l, struct call_keys *ks,
+                                    unsigned mask)
+{
+    if (l->rw)
+        mask |= DM_CALL_KEY(DM_KEY_READERS) | DM_CALL_KEY(DM_KEY_RGRANT);
+    /* "NS:{NAME}" (the lock's key) once, then each key is it and its
+     * suffix (keys.h): two copies a key, no formatting. lock_new refused a
+     * name longer than DM_NAME_MAX, config a longer namespace: each key
+     * fits its DM_CALL_KEY_MAX. */
+    char *p = ks->buf;
+    size_t n = dm_keys_build(p, DM_CALL_KEY_MAX, ccfg->ns, l->name, DM_KEY_LOCK);
+    const char *lock = p;
+    for (int k = 0; k < DM_KEY_COUNT; k++) {
+        ks->k[k] = NULL;
+        if (mask & DM_CALL_KEY(k)) {
+            const char *suffix = dm_keys_suffix((enum dm_key)k);
+            size_t sl = strlen(suffix);
+            if (p != lock)
+                memcpy(p, lock, n);
+            memcpy(p + n, suffix, sl + 1);
+            ks->k[k] = p;
+            p += n + sl + 1;
+        }
+    }
+    return ks->k;
+}
+
 /* An rwlock's scripts take its read keys after the mutex's (acquire.lua):
- * appends them to args at n when l is one; returns the new n. */
-static int rw_keys(const struct dm_cluster_lock *l, const char **args, int n)
+ * appends them (from k, call_keys's) to args at n when l is one; returns
+ * the new n. */
+static int rw_keys(const struct dm_cluster_lock *l, const char *const *k, const char **args, int n)
 {
     if (l->rw) {
-        args[n++] = l->keys[DM_KEY_READERS];
-        args[n++] = l->keys[DM_KEY_RGRANT];
+        args[n++] = k[DM_KEY_READERS];
+        args[n++] = k[DM_KEY_RGRANT];
     }
     return n;
 }
@@ -496,10 +562,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
     snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
     snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
-    char *const *k = l->keys;
+    struct call_keys ks;
+    const char *const *k = call_keys(l, &ks, DM_CALL_ACQUIRE);
     const char *args[18] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                              k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID] };
-    int nkeys = rw_keys(l, args, 7);
+    int nkeys = rw_keys(l, k, args, 7);
     const char *argv[] = { owner, lease, delay, read ? "r" : queue ? "1" : "0", member,
                            qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP, "spublish" };
     memcpy(args + nkeys, argv, sizeof argv);
@@ -530,7 +597,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     if (res == ATT_FAILED) {
         why->err = DM_REDIS_BAD_REPLY;
         snprintf(why->errstr, sizeof why->errstr, "redis at %s: acquire.lua on %s: unexpected reply",
-                 dm_redis_addr(), l->keys[DM_KEY_LOCK]);
+                 dm_redis_addr(), k[DM_KEY_LOCK]);
     }
     freeReplyObject(r);
     if (res == ATT_GRANTED && ccfg->min_replicas > 0)
@@ -551,10 +618,11 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
-    char *const *k = l->keys;
+    struct call_keys ks;
+    const char *const *k = call_keys(l, &ks, DM_CALL_CANCEL);
     const char *args[11] = { k[DM_KEY_LOCK], k[DM_KEY_QUEUE], k[DM_KEY_QTIME], k[DM_KEY_TOKEN],
                              k[DM_KEY_HOLDER], k[DM_KEY_VOID] };
-    int nkeys = rw_keys(l, args, 6);
+    int nkeys = rw_keys(l, k, args, 6);
     args[nkeys] = owner;
     args[nkeys + 1] = member;
     args[nkeys + 2] = ttl;
@@ -733,14 +801,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             g->more_waiters |= handover_more;
             g->owner_dead |= handover_dead;
             g->waited = waited;
-            dm_stats_add(&l->stats->acquisitions, 1);
+            dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
             if (handed)
-                dm_stats_add(&l->stats->handoffs, 1);
+                dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
             return 0;
 
         case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
         case ATT_FAILED:
-            dm_stats_add(&l->stats->redis_errors, 1);
+            dm_stats_add(&dm_cluster_lock_counts(l)->redis_errors, 1);
             if (why.err == DM_REDIS_IO)
                 unanswered = 1;
             if (refused_by_server(why.err) && !from_abandon)
@@ -852,8 +920,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                  * after the handover, and its WAIT covers both. */
                 if (fresh_handover(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
-                    dm_stats_add(&l->stats->acquisitions, 1);
-                    dm_stats_add(&l->stats->handoffs, 1);
+                    dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
+                    dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
                     return 0;
                 }
                 handover_more = g->more_waiters;
@@ -884,11 +952,12 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
-    char *const *k = l->keys;
+    struct call_keys ks;
+    const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE);
     const char *args[DM_KEYS_RELEASE_N + 2 + 7];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
-    int nkeys = rw_keys(l, args, DM_KEYS_RELEASE_N);
+    int nkeys = rw_keys(l, k, args, DM_KEYS_RELEASE_N);
     /* the last: Redis Cluster's sharded pub/sub (see attempt) */
     const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim,
                            "spublish" };
@@ -920,7 +989,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         }
         if (!r) {
             dm_redis_error_keep(&why, conn);
-            dm_stats_add(&l->stats->redis_errors, 1);
+            dm_stats_add(&dm_cluster_lock_counts(l)->redis_errors, 1);
         }
         dm_redis_put(conn);
         if (!r) {
@@ -942,7 +1011,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
             return EPERM;
         why.err = DM_REDIS_BAD_REPLY;
         snprintf(why.errstr, sizeof why.errstr, "redis at %s: release.lua on %s: unexpected reply",
-                 dm_redis_addr(), l->keys[DM_KEY_LOCK]);
+                 dm_redis_addr(), k[DM_KEY_LOCK]);
         break;
     }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
@@ -951,8 +1020,8 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
 }
 
 /* Fork: locks_mu is held across fork() (see the lock order in startup.c).
- * The child has a new process id, so a new wait channel: rewritten in
- * place, its old notify record dropped (notify's own fork handling ran
+ * The child has a new process id, so a new wait channel (built from it
+ * when needed): the old one's notify record dropped (notify's own fork handling ran
  * first: nothing is subscribed) and made again when a waiter needs it. */
 void dm_cluster_atfork(enum dm_fork_phase phase)
 {
@@ -963,7 +1032,6 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
     for (size_t b = 0; b < locks.n; b++)
         for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
              l = (struct dm_cluster_lock *)l->node.next) {
-            make_wait_channel(l);
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
         }
@@ -971,7 +1039,8 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
      * walk is on (the writer thread is the parent's). */
     __atomic_store_n(&walkers, 0, __ATOMIC_RELAXED);
     for (struct dm_cluster_stats *c = counters_list; c; c = c->next)
-        dm_stats_reset(&c->st);
+        if (c->st)
+            dm_stats_reset(c->st);
     while (kept_first) {
         struct dm_cluster_stats *c = kept_first;
         kept_remove(c);
@@ -1033,8 +1102,10 @@ static long cond_publish_on(struct dm_conn *conn, const struct dm_cluster_lock *
                             const char *msg, struct dm_redis_error *why, int *again)
 {
     int cluster = l->slot >= 0;
-    redisReply *r = cluster ? dm_redis_command(conn, "SPUBLISH %s %s", l->keys[DM_KEY_COND], msg)
-                            : dm_redis_command(conn, "PUBLISH %s %s", l->keys[DM_KEY_COND], msg);
+    char channel[DM_CLUSTER_KEY_MAX];
+    dm_cluster_lock_key(l, DM_KEY_COND, channel, sizeof channel);
+    redisReply *r = cluster ? dm_redis_command(conn, "SPUBLISH %s %s", channel, msg)
+                            : dm_redis_command(conn, "PUBLISH %s %s", channel, msg);
     long n = -1;
     if (r && r->type == REDIS_REPLY_INTEGER) {
         n = (long)r->integer;
@@ -1058,7 +1129,7 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
     char msg[sizeof process_id + 16];
     snprintf(msg, sizeof msg, "%s %s", process_id, what);
     if (dm_cluster_cond_down(l)) {
-        dm_stats_add(&l->stats->cond_lost, 1);
+        dm_stats_add(&dm_cluster_lock_counts(l)->cond_lost, 1);
         dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                      "condition variable %s: the %s reached no other process (redis at %s "
                      "did not answer a moment ago; not tried again yet); their waiters wake "
@@ -1101,7 +1172,7 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
     if (n >= 0 || outage)
         dm_cluster_cond_outcome(l, n >= 0, (long)(dm_now_ms() - start));
     if (n < 0) {
-        dm_stats_add(&l->stats->cond_lost, 1);
+        dm_stats_add(&dm_cluster_lock_counts(l)->cond_lost, 1);
         dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                      "condition variable %s: the %s reached no other process (%s); their "
                      "waiters wake at their deadline or after their reconnect",

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "config.h"
@@ -25,8 +26,11 @@
 /* The counters of one lock name (stats.h): made with the name's first
  * record and kept when its last record is freed, so that a name made
  * again counts on from where it stood (a _total never goes down while the
- * process runs). Of the names gone, those that counted something keep
- * theirs (about 400 bytes and the name each), the DM_CLUSTER_KEPT_MAX
+ * process runs). The counters themselves (struct dm_stats, about 400
+ * bytes) are allocated when the name first counts something
+ * (dm_cluster_lock_counts): a name that is only mapped costs this head
+ * and its name. Of the names gone, those that counted something keep
+ * theirs (about 500 bytes and the name each), the DM_CLUSTER_KEPT_MAX
  * that went last; the others' go with their record. A reader walks them
  * without a lock (dm_cluster_stats_begin): one unlinked meanwhile is freed
  * only after every walk that may see it ended. Zeroed in a fork child
@@ -40,41 +44,71 @@ struct dm_cluster_stats {
     struct dm_cluster_stats *kept_next, *kept_prev; /* names gone that keep their
                                        counters, oldest first; once unlinked: the
                                        list to free */
-    int live;                       /* a record of the name exists (relaxed atomic) */
-    int is_lock;        /* got as a lock (dm_cluster_lock_get): metrics show its lock
-                           counters (set once under the table mutex, read relaxed) */
-    int is_cond;        /* got for a condition variable (dm_cluster_cond_get): its cond
-                           counters (a name used for both is shown as both) */
-    struct dm_stats st;
+    struct dm_stats *st;            /* NULL until the name first counts something; then
+                                       set once (atomic) and freed with this */
+    unsigned char live;             /* a record of the name exists (relaxed atomic) */
+    unsigned char is_lock;  /* got as a lock (dm_cluster_lock_get): metrics show its lock
+                               counters (set once under the table mutex, read relaxed) */
+    unsigned char is_cond;  /* got for a condition variable (dm_cluster_cond_get): its cond
+                               counters (a name used for both is shown as both) */
     char name[];
 };
 
 /* One lock name, interned: every caller naming "x" gets the same record
- * while anyone holds a reference to it (dm_cluster_lock_get/put). The key
- * strings share one allocation with the record; the notify channels are
+ * while anyone holds a reference to it (dm_cluster_lock_get/put). It keeps
+ * no key strings: each is built from the name when a call needs it
+ * (dm_cluster_lock_key; keys.h has the layout). The notify channels are
  * made when first needed, through the accessors below (NULL until then). */
 struct dm_cluster_lock {
     struct dm_hnode node;       /* first: the table of records (util.h) */
-    char *name;
-    char *keys[DM_KEY_COUNT];   /* every key and channel of the name, by enum dm_key
-                                 * (keys.h has the layout; DM_KEY_WAIT is the prefix
-                                 * of a waiter's own channel) */
-    char *wait_channel; /* this process's, rewritten in place in a fork child */
     struct dm_notify_chan *chan;        /* release notices: dm_cluster_lock_chan */
     struct dm_notify_chan *wchan;       /* handovers to this process: dm_cluster_lock_wchan */
     struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
-    int fair;           /* queue waiters, hand over on release */
-    int cache;          /* the holder keeps the lock until asked */
-    int wants;          /* waiters announce wants (cache mode, or several mutexes
-                           share the name and the holder's threads may keep it busy) */
-    int rw;             /* an rwlock's: read holds too (DM_KEY_READERS, DM_KEY_RGRANT) */
+    struct dm_cluster_stats *counters;  /* the name's counters: they outlive the record */
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
-    struct dm_stats *stats;     /* the name's counters (&counters->st) */
-    struct dm_cluster_stats *counters;  /* they outlive the record */
-    char strs[];        /* the strings above */
+    unsigned char fair;     /* queue waiters, hand over on release */
+    unsigned char cache;    /* the holder keeps the lock until asked */
+    unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes
+                               share the name and the holder's threads may keep it busy) */
+    unsigned char rw;       /* an rwlock's: read holds too (DM_KEY_READERS, DM_KEY_RGRANT) */
+    char name[];
 };
+
+/* The longest key or channel of a name (keys.h), with its NUL: a
+ * namespace and a name of DM_NAME_MAX bytes each, the hash tag, the
+ * longest suffix, and for the handover channel a process id. */
+#define DM_CLUSTER_KEY_MAX (2 * DM_NAME_MAX + 48)
+
+/* Writes key `k` of l (dm_keys_build with the config's namespace) into
+ * buf, snprintf-style; DM_KEY_WAIT gives this process's own handover
+ * channel (the prefix and its process id). Returns the key's length. No
+ * I/O, no allocation. */
+size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char *buf, size_t len);
+
+/* The counters of l's name, to count into: made on the first call (a
+ * name that never counts anything has none); out of memory, a sink whose
+ * counts nobody reads (logged once), and the next call tries again. */
+struct dm_stats *dm_cluster_counts_make(struct dm_cluster_lock *l);
+static inline struct dm_stats *dm_cluster_lock_counts(struct dm_cluster_lock *l)
+{
+    struct dm_stats *st = __atomic_load_n(&l->counters->st, __ATOMIC_ACQUIRE);
+    return __builtin_expect(st != NULL, 1) ? st : dm_cluster_counts_make(l);
+}
+
+/* A reader's copy of c's counters (zero while it has none); returns
+ * whether any is non-zero. */
+static inline int dm_cluster_stats_copy(const struct dm_cluster_stats *c, struct dm_stats *out)
+{
+    const struct dm_stats *st = __atomic_load_n(&c->st, __ATOMIC_ACQUIRE);
+    if (!st) {
+        memset(out, 0, sizeof *out);
+        return 0;
+    }
+    dm_stats_copy(out, st);
+    return dm_stats_any(out);
+}
 
 struct dm_grant {
     uint64_t token;     /* fencing token of this hold */

@@ -63,7 +63,7 @@ extern const enum dm_key dm_keys_release[DM_KEYS_RELEASE_N];
 size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, enum dm_key k);
 
 /* dm_keys_build(NULL, 0, ns, name, k) without formatting: the length of
- * key `k`, for a caller that sizes many keys at once (cluster's records). */
+ * key `k`, for a caller that sizes many keys at once. */
 size_t dm_keys_len(const char *ns, const char *name, enum dm_key k);
 
 /* The handover channel of process `process_id` for lock `name`: the

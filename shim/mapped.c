@@ -67,7 +67,6 @@ struct dm_name {
     struct dm_cluster_lock *cl;
     pthread_mutex_t mu;                 /* guards what follows; never held across I/O */
     pthread_cond_t cv;                  /* every state change (CLOCK_MONOTONIC) */
-    enum name_state state;
     unsigned long users;                /* mutexes of the name held through the shim */
     int held;                           /* HELD with a cluster hold (not on_redis_down = "local") */
     int want;                           /* another process waits: release when users reach 0 */
@@ -80,6 +79,8 @@ struct dm_name {
     int fair, cache;                    /* what the entries asked for */
     int rw;                             /* an rwlock's name (its entries are dm_rw_entry) */
     int write;                          /* rw: the hold (ACQUIRING, HELD) is for writing */
+    enum name_state state;              /* among the ints: no padding (docs/design.md,
+                                           "The cost of a name") */
     unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
@@ -384,7 +385,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         dm_cluster_release(nm->cl, h->owner, h->token);
         return EAGAIN;
     }
-    dm_stats_set(&nm->cl->stats->held, 1);
+    dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 1);
     if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
         /* Hear other processes' wants: before keeping the lock at unlock
          * (cache mode), and to let them in while threads keep it busy. */
@@ -414,7 +415,7 @@ static int hold_release(struct dm_name *nm)
              * (the process was stopped, or the clock jumped). */
             lost = 1;
             dm_watchdog_note_lost();
-            dm_stats_add(&nm->cl->stats->leases_lost, 1);
+            dm_stats_add(&dm_cluster_lock_counts(nm->cl)->leases_lost, 1);
             dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
                      "unlock: its lease expired, another process may have entered%s",
                      nm->cl->name, h->owner, (unsigned long long)h->token,
@@ -423,7 +424,7 @@ static int hold_release(struct dm_name *nm)
                 abort();
         }
     }
-    dm_stats_set(&nm->cl->stats->held, 0);
+    dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
     pthread_mutex_lock(&nm->mu);
     nm->held = 0;
     nm->want = 0;
@@ -727,7 +728,7 @@ static void drop_dead_hold(const void *addr, void *value, void *arg)
     if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
         if (nm->held)
             dm_watchdog_remove(&nm->hold);
-        dm_stats_set(&nm->cl->stats->held, 0);
+        dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
         nm->held = 0;
         nm->want = 0;
         nm->state = NAME_FREE;
@@ -854,7 +855,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
     uint64_t t1 = dm_stats_now_ns();
-    struct dm_stats *st = e->nm->cl->stats;
+    struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
@@ -873,7 +874,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
  * time into the name's hold histogram. */
 static void hold_observe(struct dm_entry *e)
 {
-    dm_stats_observe(&e->nm->cl->stats->hold,
+    dm_stats_observe(&dm_cluster_lock_counts(e->nm->cl)->hold,
                      dm_stats_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
 }
 
@@ -1229,7 +1230,7 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
         return r;
     if (write)
         __atomic_store_n(&e->writer, me, __ATOMIC_RELAXED);
-    struct dm_stats *st = e->nm->cl->stats;
+    struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, dm_stats_now_ns() - t0);
@@ -1319,7 +1320,10 @@ static struct dm_cond_name *cond_name_get(const char *name)
         cn = cn->next;
     if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
         cn->cl = dm_cluster_cond_get(name);
-        cn->ch = cn->cl ? dm_notify_chan(cn->cl->keys[DM_KEY_COND]) : NULL;
+        char channel[DM_CLUSTER_KEY_MAX];
+        if (cn->cl)
+            dm_cluster_lock_key(cn->cl, DM_KEY_COND, channel, sizeof channel);
+        cn->ch = cn->cl ? dm_notify_chan(channel) : NULL;
         if (!cn->ch) {
             dm_cluster_lock_put(cn->cl);
             free(cn);
@@ -1420,7 +1424,7 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
     int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
     if (in_shim)
         return r;
-    dm_stats_add(&ce->cn->cl->stats->cond_signals, 1);
+    dm_stats_add(&dm_cluster_lock_counts(ce->cn->cl)->cond_signals, 1);
     dm_notify_bump(ce->cn->ch);
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
@@ -1558,7 +1562,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         pthread_setcancelstate(cs, NULL);
         return ur;
     }
-    dm_stats_add(&cn->cl->stats->cond_waits, 1);
+    dm_stats_add(&dm_cluster_lock_counts(cn->cl)->cond_waits, 1);
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
     in_shim--;

@@ -133,7 +133,9 @@ static void snapshot_take(struct snapshot *s)
     memset(s, 0, sizeof *s);
     for (const struct dm_cluster_stats *c = dm_cluster_stats_begin(); c;
          c = dm_cluster_stats_next(c)) {
-        if (!__atomic_load_n(&c->live, __ATOMIC_RELAXED) && !dm_stats_any(&c->st))
+        struct dm_stats st;
+        int any = dm_cluster_stats_copy(c, &st);
+        if (!__atomic_load_n(&c->live, __ATOMIC_RELAXED) && !any)
             continue;           /* gone meanwhile with nothing counted */
         size_t nl = strlen(c->name) + 1;
         if (grow((void **)&s->rows, &s->cap, s->n + 1, sizeof *s->rows) != 0 ||
@@ -142,7 +144,7 @@ static void snapshot_take(struct snapshot *s)
             break;
         }
         struct row *r = &s->rows[s->n++];
-        dm_stats_copy(&r->st, &c->st);
+        r->st = st;
         r->is_lock = __atomic_load_n(&c->is_lock, __ATOMIC_RELAXED);
         r->is_cond = __atomic_load_n(&c->is_cond, __ATOMIC_RELAXED);
         r->name_off = s->names_len;

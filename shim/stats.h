@@ -1,13 +1,16 @@
 /* stats: the counters of one lock name in this process, as the metrics
  * file (shim/metrics.c) and the exit summary show them. One struct
- * dm_stats per name lives in cluster's struct dm_cluster_stats, which
- * outlives the name's record (the record points at it; a name destroyed
- * and made again counts on, cluster.h says for how long); each fact is counted by the module that
+ * dm_stats per name, allocated by cluster when the name first counts
+ * something (dm_cluster_lock_counts) and held by its struct
+ * dm_cluster_stats, which outlives the name's record (the record points at
+ * it; a name destroyed and made again counts on, cluster.h says for how
+ * long); each fact is counted by the module that
  * knows it (mapped: lock calls, waits, holds, contention, the held gauge;
  * cluster: grants, handovers, failed Redis calls; watchdog: renewals,
  * losses; for a condition variable's name, mapped: signals and waits,
  * cluster: signals lost). Every update is one relaxed atomic add (or a rarely taken
- * compare-and-swap for a maximum): no lock and no allocation, so that the
+ * compare-and-swap for a maximum): no lock and, after a name's first count, no
+ * allocation, so that the
  * mapped path stays within its budget. A reader sees each counter whole,
  * not all of them at one instant. The bottom layer, beside util: includes
  * no shim header, does no I/O. docs/deploying.md ("Metrics") says what

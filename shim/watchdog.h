@@ -23,9 +23,9 @@ struct dm_hold {
     int read;                   /* an rwlock's read hold (DM_ACQ_READ): renewed in its
                                    readers set; set before dm_watchdog_add */
     /* watchdog's, under its mutex: */
+    unsigned gen;               /* bumped by every add, so a late reply for an old hold is ignored */
     long long renewed_ms;       /* monotonic ms at which the last good renewal was sent */
     long lease_ms;              /* the lease that renewal set */
-    unsigned gen;               /* bumped by every add, so a late reply for an old hold is ignored */
     int registered;
     int lost;
     unsigned long snap_round;   /* the last renewal round that read it */

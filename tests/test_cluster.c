@@ -53,9 +53,9 @@ static struct dm_config cfg;    /* dm_cluster_init keeps a pointer: tests adjust
 static void wait_expired(struct dm_cluster_lock *l)
 {
     long long end = th_now_ms() + EXPIRE_WAIT_MS;
-    while (th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]) != 0) {
+    while (th_cmd_int(rc, "EXISTS %s", th_key(l->name, DM_KEY_LOCK)) != 0) {
         if (th_now_ms() > end)
-            fail_msg("%s still exists %ld ms after a %ld ms lease", l->keys[DM_KEY_LOCK], EXPIRE_WAIT_MS, LEASE_MS);
+            fail_msg("%s still exists %ld ms after a %ld ms lease", th_key(l->name, DM_KEY_LOCK), EXPIRE_WAIT_MS, LEASE_MS);
         usleep(POLL_MS * 1000);
     }
 }
@@ -169,7 +169,7 @@ static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
     assert_true(h.t > 0);
     assert_int_equal(h.g.owner_dead, 0);
     assert_int_equal(h.g.local_only, 0);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     uint64_t t2 = th_grant(h.l, h.b, &h.g);
     assert_int_equal(t2, h.t + 1);
@@ -191,12 +191,12 @@ static void test_token_counter_lost_restarts_from_server_time(void **state)
                       strtoull(r->element[1]->str, NULL, 10);
     freeReplyObject(r);
     assert_true(h.t <= now_us);                    /* the first grant seeded from the clock */
-    freeReplyObject(th_cmd(rc, "SET %s 0", h.l->keys[DM_KEY_TOKEN]));
-    freeReplyObject(th_cmd(rc, "DEL %s", h.l->keys[DM_KEY_TOKEN]));     /* what a restart loses */
+    freeReplyObject(th_cmd(rc, "SET %s 0", th_key(h.l->name, DM_KEY_TOKEN)));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key(h.l->name, DM_KEY_TOKEN)));     /* what a restart loses */
     usleep(2000);
     uint64_t t2 = th_grant(h.l, h.a, &h.g);
     assert_true(t2 > h.t);
-    assert_int_equal(th_cmd_int(rc, "GET %s", h.l->keys[DM_KEY_TOKEN]), (long long)t2);
+    assert_int_equal(th_cmd_int(rc, "GET %s", th_key(h.l->name, DM_KEY_TOKEN)), (long long)t2);
     assert_int_equal(dm_cluster_release(h.l, h.a, t2), 0);
 }
 
@@ -208,7 +208,7 @@ static void test_try_by_another_owner_is_ebusy_while_held(void **state)
     long long t0 = th_now_ms();
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_true(th_now_ms() - t0 < SLACK_MS);      /* one attempt, no waiting */
-    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", h.l->keys[DM_KEY_LOCK], h.b), 0);
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
     assert_int_equal(dm_cluster_release(h.l, h.b, g2.token), 0);
@@ -254,7 +254,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
             fail_msg("the waiter made %lld attempts, expected 2", th_script_calls(rc) - base);
         usleep(1000);
     }
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", h.l->keys[DM_KEY_RELEASED]);
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", th_key(h.l->name, DM_KEY_RELEASED));
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->element[1]->integer, 1);
     freeReplyObject(r);
@@ -287,7 +287,7 @@ static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void *
     uint64_t t2 = th_grant(h.l, h.a, &g2);
     assert_int_equal(t2, h.t);
     assert_int_equal(g2.owner_dead, 0);
-    assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", h.l->keys[DM_KEY_TOKEN]), h.t);
+    assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", th_key(h.l->name, DM_KEY_TOKEN)), h.t);
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
@@ -302,14 +302,14 @@ static void test_retried_release_of_the_same_hold_returns_0(void **state)
     (void)state;
     struct th_hold h = th_hold_by_a("retry");
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);   /* its first reply was "lost" */
     /* ...and the retry freed nothing that was not its own: a later hold
      * survives a late retry, which still knows its own release (it was not
      * a lost hold: test_replies covers the cases). */
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.b), 1);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 1);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
 }
 
@@ -319,8 +319,8 @@ static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state
     struct dm_grant g2;
     struct th_hold h = th_hold_by_a("nonowner");
     assert_int_equal(dm_cluster_release(h.l, h.b, h.t), EPERM);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
-    assert_true(th_cmd_int(rc, "PTTL %s", h.l->keys[DM_KEY_LOCK]) > 0);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
+    assert_true(th_cmd_int(rc, "PTTL %s", th_key(h.l->name, DM_KEY_LOCK)) > 0);
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
 }
@@ -445,7 +445,7 @@ static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
     long long took = th_now_ms() - t0;
     if (took < wait || took > wait + SLACK_MS)
         fail_msg("ETIMEDOUT after %lld ms, deadline was %ld ms", took, wait);
-    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", h.l->keys[DM_KEY_LOCK], h.b), 0);
+    assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
 }
 
@@ -486,7 +486,7 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
     (void)state;
     cfg.on_redis_down = DM_DOWN_ERROR;
     struct dm_cluster_lock *l = th_lock_get("wrongtype");
-    freeReplyObject(th_cmd(rc, "SET %s not-a-lock", l->keys[DM_KEY_LOCK]));
+    freeReplyObject(th_cmd(rc, "SET %s not-a-lock", th_key(l->name, DM_KEY_LOCK)));
     char a[DM_OWNER_MAX];
     dm_cluster_owner(a, 1);
     struct dm_grant g;
@@ -496,14 +496,14 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
     int r = dm_cluster_acquire(l, a, &dl, 0, &g);
     char *log = end_capture(saved, path);
     assert_int_equal(r, EAGAIN);
-    if (!strstr(log, l->keys[DM_KEY_LOCK]) || !strstr(log, "WRONGTYPE") || !strstr(log, "wrongtype"))
-        fail_msg("the log does not name the key %s and its type: \"%s\"", l->keys[DM_KEY_LOCK], log);
+    if (!strstr(log, th_key(l->name, DM_KEY_LOCK)) || !strstr(log, "WRONGTYPE") || !strstr(log, "wrongtype"))
+        fail_msg("the log does not name the key %s and its type: \"%s\"", th_key(l->name, DM_KEY_LOCK), log);
     free(log);
     /* The key is the user's: left alone. */
-    redisReply *v = th_cmd(rc, "GET %s", l->keys[DM_KEY_LOCK]);
+    redisReply *v = th_cmd(rc, "GET %s", th_key(l->name, DM_KEY_LOCK));
     assert_string_equal(v->str, "not-a-lock");
     freeReplyObject(v);
-    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_LOCK]));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key(l->name, DM_KEY_LOCK)));
 }
 
 static void test_script_flush_between_calls_is_survived(void **state)
@@ -514,7 +514,7 @@ static void test_script_flush_between_calls_is_survived(void **state)
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(tb, h.t + 1);
@@ -799,9 +799,9 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
     /* Replies come in order: a PING answered after the subscription means
      * every earlier UNSUBSCRIBE of it has been applied by the server. */
     usleep(100 * 1000);
-    assert_int_equal(th_numsub(rc, l->keys[DM_KEY_RELEASED]), 1);
+    assert_int_equal(th_numsub(rc, th_key(l->name, DM_KEY_RELEASED)), 1);
     unsigned long seq = dm_notify_seq(l->chan);
-    freeReplyObject(th_cmd(rc, "PUBLISH %s hello", l->keys[DM_KEY_RELEASED]));
+    freeReplyObject(th_cmd(rc, "PUBLISH %s hello", th_key(l->name, DM_KEY_RELEASED)));
     assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
     dm_cluster_lock_put(l);
     char pat[128];
@@ -936,13 +936,15 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
         dm_notify_atfork(DM_FORK_CHILD);
         dm_cluster_atfork(DM_FORK_CHILD);
         int bad = 0;
-        if (!strstr(l->wait_channel, dm_cluster_process_id()))
+        char wait_channel[DM_CLUSTER_KEY_MAX];
+        dm_cluster_lock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
+        if (!strstr(wait_channel, dm_cluster_process_id()))
             bad |= 1;
         struct dm_notify_chan *w = dm_cluster_lock_wchan(l);
         redisContext *c = redisConnect(rs.addr, rs.port);
         redisReply *r = NULL;
         if (!w || dm_notify_subscribe(w, SLACK_MS) != 0 || !c || c->err ||
-            !(r = redisCommand(c, "PUBSUB NUMSUB %s", l->wait_channel)) ||
+            !(r = redisCommand(c, "PUBSUB NUMSUB %s", wait_channel)) ||
             r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->integer != 1)
             bad |= 2;
         struct dm_cluster_lock *o = dm_cluster_lock_get("forked-child");
@@ -958,7 +960,9 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
         fail_msg("fork child: %s%s%s", WEXITSTATUS(st) & 1 ? "the wait channel was not remade " : "",
                  WEXITSTATUS(st) & 2 ? "its own wait channel is not subscribed " : "",
                  WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
-    assert_int_equal(th_numsub(rc, l->wait_channel), 1);       /* the parent's is untouched */
+    char wait_channel[DM_CLUSTER_KEY_MAX];
+    dm_cluster_lock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
+    assert_int_equal(th_numsub(rc, wait_channel), 1);           /* the parent's is untouched */
     dm_cluster_lock_put(l);
     char pat[128];
     snprintf(pat, sizeof pat, "%s*", th_key("forked", DM_KEY_LOCK));

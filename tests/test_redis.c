@@ -281,12 +281,12 @@ static void test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost(void
     usleep(2 * LEASE_MS * 1000);
     for (int i = 0; i < NHOLDS; i++) {
         assert_int_equal(dm_watchdog_is_lost(&h[i]), 0);
-        if (th_cmd_int(rc, "EXISTS %s", l[i]->keys[DM_KEY_LOCK]) != 1)
-            fail_msg("%s expired: the watchdog did not renew it", l[i]->keys[DM_KEY_LOCK]);
+        if (th_cmd_int(rc, "EXISTS %s", th_key(l[i]->name, DM_KEY_LOCK)) != 1)
+            fail_msg("%s expired: the watchdog did not renew it", th_key(l[i]->name, DM_KEY_LOCK));
     }
 
     /* The server loses one: the next round says so, for that one only. */
-    freeReplyObject(th_cmd(rc, "DEL %s", l[1]->keys[DM_KEY_LOCK]));
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key(l[1]->name, DM_KEY_LOCK)));
     long long t0 = th_now_ms();
     while (!dm_watchdog_is_lost(&h[1]) && th_now_ms() - t0 < LEASE_MS + SLACK_MS)
         usleep(20 * 1000);
@@ -342,7 +342,7 @@ static void test_signals_during_a_connect_are_no_outage(void **state)
         fail_msg("the lock was taken locally (\"no connection\") while the server was "
                  "reachable: the connect took a signal for an outage");
     assert_int_equal(r, 0);
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]), 1);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(l->name, DM_KEY_LOCK)), 1);
     char *text = th_read_file(out);
     th_assert_has(text, "accepting");       /* the connect did wait for the queue */
     free(text);

@@ -106,9 +106,9 @@ static void assert_eagain(struct dm_cluster_lock *l, const struct timespec *dead
 /* The lock is free on the server, and a new locker sees no dead owner. */
 static void assert_free_and_clean(struct dm_cluster_lock *l)
 {
-    if (th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]) != 0) {
-        redisReply *r = th_cmd(rc, "GET %s", l->keys[DM_KEY_HOLDER]);
-        fail_msg("%s is still held (holder marker %s)", l->keys[DM_KEY_LOCK],
+    if (th_cmd_int(rc, "EXISTS %s", th_key(l->name, DM_KEY_LOCK)) != 0) {
+        redisReply *r = th_cmd(rc, "GET %s", th_key(l->name, DM_KEY_HOLDER));
+        fail_msg("%s is still held (holder marker %s)", th_key(l->name, DM_KEY_LOCK),
                  r->type == REDIS_REPLY_STRING ? r->str : "none");
     }
     char b[DM_OWNER_MAX];
@@ -123,8 +123,8 @@ static void assert_free_and_clean(struct dm_cluster_lock *l)
 /* A hold by another process, made by hand. */
 static void held_elsewhere(struct dm_cluster_lock *l, long ms)
 {
-    freeReplyObject(th_cmd(rc, "HSET %s elsewhere:1 1", l->keys[DM_KEY_LOCK]));
-    freeReplyObject(th_cmd(rc, "PEXPIRE %s %ld", l->keys[DM_KEY_LOCK], ms));
+    freeReplyObject(th_cmd(rc, "HSET %s elsewhere:1 1", th_key(l->name, DM_KEY_LOCK)));
+    freeReplyObject(th_cmd(rc, "PEXPIRE %s %ld", th_key(l->name, DM_KEY_LOCK), ms));
 }
 
 /* ---- fixtures ------------------------------------------------------------- */
@@ -217,7 +217,10 @@ static long long release_by_hand(struct dm_cluster_lock *l, const char *who, uin
 {
     char t[24];
     snprintf(t, sizeof t, "%llu", (unsigned long long)tok);
-    char *const *k = l->keys;
+    char kb[DM_KEY_COUNT][TH_KEY_MAX];
+    const char *k[DM_KEY_COUNT];
+    for (int i = 0; i < DM_KEY_COUNT; i++)
+        k[i] = strcpy(kb[i], th_key(l->name, (enum dm_key)i));
 #ifdef DM_TEST_OLD_RELEASE    /* the release.lua of before the lost list */
     redisReply *r = th_cmd(rc, "EVAL %s 5 %s %s %s %s %s %s %s %s %ld %s %ld", dm_lua_release,
                            k[DM_KEY_LOCK], k[DM_KEY_HOLDER], k[DM_KEY_TOKEN], k[DM_KEY_QUEUE], k[DM_KEY_QTIME],
@@ -241,7 +244,7 @@ static void test_retried_release_after_the_next_grant_is_not_a_lost_hold(void **
     assert_int_equal(release_by_hand(h.l, h.a, h.t), 1);         /* ran; reply lost */
     th_grant(h.l, h.b, &gb);                                     /* the next owner */
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);      /* the retry */
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.b), 1);   /* b's hold intact */
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 1);   /* b's hold intact */
     assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
     /* ...and after a third grant, and its release, still. */
     th_grant(h.l, h.b, &gb);
@@ -254,16 +257,16 @@ static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(vo
     (void)state;
     struct th_hold h = th_hold_by_a("rel_lost");
     struct dm_grant gb;
-    freeReplyObject(th_cmd(rc, "DEL %s", h.l->keys[DM_KEY_LOCK]));     /* its lease ran out */
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key(h.l->name, DM_KEY_LOCK)));     /* its lease ran out */
     th_grant(h.l, h.b, &gb);
     assert_int_equal(gb.owner_dead, 1);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
     assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
     /* Bounded: the lost list keeps a few dozen tokens for a lease. */
-    long long n = th_cmd_int(rc, "LLEN %s", h.l->keys[DM_KEY_LOST]);
+    long long n = th_cmd_int(rc, "LLEN %s", th_key(h.l->name, DM_KEY_LOST));
     assert_true(n >= 1 && n <= 48);
-    long long ttl = th_cmd_int(rc, "PTTL %s", h.l->keys[DM_KEY_LOST]);
+    long long ttl = th_cmd_int(rc, "PTTL %s", th_key(h.l->name, DM_KEY_LOST));
     assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
@@ -277,7 +280,7 @@ static void test_late_copy_of_an_old_release_leaves_a_newer_hold_alone(void **st
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     th_grant(h.l, h.a, &g2);
     assert_int_equal(release_by_hand(h.l, h.a, h.t), 1);
-    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
     assert_int_equal(dm_cluster_release(h.l, h.a, g2.token), 0);
 }
 
@@ -348,8 +351,8 @@ static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
     direct();
     assert_free_and_clean(l);
     /* The void entry is bounded: one member, gone after a lease. */
-    assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->keys[DM_KEY_VOID]), 1);
-    long long ttl = th_cmd_int(rc, "PTTL %s", l->keys[DM_KEY_VOID]);
+    assert_int_equal(th_cmd_int(rc, "ZCARD %s", th_key(l->name, DM_KEY_VOID)), 1);
+    long long ttl = th_cmd_int(rc, "PTTL %s", th_key(l->name, DM_KEY_VOID));
     assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
@@ -380,9 +383,9 @@ static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void 
     char *text = th_read_file(out);
     th_assert_has(text, "reply: dropped");
     free(text);
-    assert_int_equal(th_cmd_int(rc, "LLEN %s", l->keys[DM_KEY_QUEUE]), 0);
-    assert_int_equal(th_cmd_int(rc, "ZCARD %s", l->keys[DM_KEY_QTIME]), 0);
-    freeReplyObject(th_cmd(rc, "DEL %s", l->keys[DM_KEY_LOCK]));
+    assert_int_equal(th_cmd_int(rc, "LLEN %s", th_key(l->name, DM_KEY_QUEUE)), 0);
+    assert_int_equal(th_cmd_int(rc, "ZCARD %s", th_key(l->name, DM_KEY_QTIME)), 0);
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key(l->name, DM_KEY_LOCK)));
 }
 
 /* ---- the matrix: each script's reply dropped, late, or an error ------------ */
@@ -465,9 +468,9 @@ static void matrix(const char *script, const char *action, int fair)
      * outlives a lease (or the fair queue's own two deadlines). */
     direct();
     assert_free_and_clean(l);
-    const char *const keys[] = { l->keys[DM_KEY_LOCK], l->keys[DM_KEY_HOLDER],
-                                 l->keys[DM_KEY_QUEUE], l->keys[DM_KEY_QTIME],
-                                 l->keys[DM_KEY_LOST], l->keys[DM_KEY_VOID] };
+    const char *const keys[] = { th_key(l->name, DM_KEY_LOCK), th_key(l->name, DM_KEY_HOLDER),
+                                 th_key(l->name, DM_KEY_QUEUE), th_key(l->name, DM_KEY_QTIME),
+                                 th_key(l->name, DM_KEY_LOST), th_key(l->name, DM_KEY_VOID) };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         long long ttl = th_cmd_int(rc, "PTTL %s", keys[i]);
         if (ttl == -1 || ttl > (LEASE_MS > 2 * DM_QUEUE_TTL_MS ? LEASE_MS : 2 * DM_QUEUE_TTL_MS))

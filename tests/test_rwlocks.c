@@ -171,7 +171,7 @@ static void wait_queued(struct dm_cluster_lock *l, const char *owner)
 {
     long long end = th_now_ms() + SLACK_MS;
     for (;;) {
-        redisReply *r = th_cmd(lc, "LINDEX %s 0", l->keys[DM_KEY_QUEUE]);
+        redisReply *r = th_cmd(lc, "LINDEX %s 0", th_key(l->name, DM_KEY_QUEUE));
         int ok = r->type == REDIS_REPLY_STRING && strncmp(r->str, owner, strlen(owner)) == 0;
         freeReplyObject(r);
         if (ok)
@@ -194,7 +194,7 @@ static void test_readers_share_and_a_queued_writer_keeps_new_readers_out(void **
     assert_int_equal(acquire(l, a, DM_ACQ_READ, TH_GRANT_MS, &ga), 0);
     assert_int_equal(acquire(l, b, DM_ACQ_READ | DM_ACQ_TRY, TH_GRANT_MS, &gb), 0);
     assert_true(gb.token > ga.token);                   /* every grant a token of its own */
-    assert_int_equal(th_cmd_int(lc, "ZCARD %s", l->keys[DM_KEY_READERS]), 2);
+    assert_int_equal(th_cmd_int(lc, "ZCARD %s", th_key(l->name, DM_KEY_READERS)), 2);
     char c[DM_OWNER_MAX];
     dm_cluster_owner(c, 3);
     assert_int_equal(acquire(l, c, DM_ACQ_TRY, TH_GRANT_MS, &gd), EBUSY);
@@ -224,7 +224,7 @@ static void test_readers_share_and_a_queued_writer_keeps_new_readers_out(void **
 static void wait_queue_len(struct dm_cluster_lock *l, long long n)
 {
     long long end = th_now_ms() + SLACK_MS;
-    while (th_cmd_int(lc, "LLEN %s", l->keys[DM_KEY_QUEUE]) < n) {
+    while (th_cmd_int(lc, "LLEN %s", th_key(l->name, DM_KEY_QUEUE)) < n) {
         if (th_now_ms() > end)
             fail_msg("the queue of %s never had %lld waiters", l->name, n);
         usleep(POLL_MS * 1000);

@@ -74,6 +74,9 @@
  *                                     dmutex_name (found with dlsym) by a name of its own,
  *                                     locked for up to HOLD_US, unlocked, destroyed:
  *                                     "name-churn N" (N: dmutex_name failures)
+ *   name-heap N                       N heap mutexes named with dmutex_name ("nh-<i>"),
+ *                                     none locked: "name-heap B" (B: the bytes of heap
+ *                                     the shim took per idle name, from mallinfo2)
  *   xunlock M ITERS                   thread A locks M (normal), thread B unlocks it (glibc
  *                                     allows it), ITERS times, while a third thread locks
  *                                     and unlocks M in a loop; then "xunlock exists=E"
@@ -91,6 +94,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
+#include <malloc.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stddef.h>
@@ -814,6 +818,41 @@ static int mode_name_churn(int threads, long iters, long hold_us)
     return 0;
 }
 
+/* What an idle name costs the shim in heap: N mutexes allocated first (not
+ * counted), then named; the heap's growth over N. Deterministic: naming
+ * does no I/O and starts no thread. */
+static int mode_name_heap(long n)
+{
+    *(void **)&name_fn = dlsym(RTLD_DEFAULT, "dmutex_name");
+    pthread_mutex_t **xs = calloc((size_t)n, sizeof *xs);
+    if (!name_fn || !xs || n < 1) {
+        say("name-heap: no dmutex_name (run it under the shim)");
+        return 1;
+    }
+    for (long i = 0; i < n; i++) {
+        if (!(xs[i] = malloc(sizeof *xs[i])))
+            return 1;
+        pthread_mutex_init(xs[i], NULL);
+    }
+    size_t before = mallinfo2().uordblks;
+    for (long i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "nh-%ld", i);
+        if (name_fn(xs[i], name) != 0) {
+            say("name-heap: dmutex_name(%s) failed", name);
+            return 1;
+        }
+    }
+    size_t after = mallinfo2().uordblks;
+    say("name-heap %zu", (after - before) / (size_t)n);
+    for (long i = 0; i < n; i++) {
+        pthread_mutex_destroy(xs[i]);
+        free(xs[i]);
+    }
+    free(xs);
+    return 0;
+}
+
 static sem_t xu_to_b, xu_to_a;
 static long xu_iters;
 static volatile int xu_stop;
@@ -981,6 +1020,8 @@ int main(int argc, char **argv)
         return fork_count(args, 1, argv[4]);
     if (strcmp(mode, "atfork-count") == 0 && nargs >= 4)
         return atfork_count(args);
+    if (strcmp(mode, "name-heap") == 0 && nargs >= 1)
+        return mode_name_heap(atol(args[0]));
     if (strcmp(mode, "recursive") == 0 && nargs >= 1)
         return mode_recursive(atoi(args[0]));
     if (strcmp(mode, "errcheck") == 0 && nargs >= 1)
