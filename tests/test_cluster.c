@@ -370,11 +370,14 @@ static int force_release(struct dm_cluster_lock *l)
     char claim[24], keep[24];
     snprintf(claim, sizeof claim, "%ld", cfg.renew_ms);
     snprintf(keep, sizeof keep, "%ld", cfg.lease_ms);
-    const char *argv[] = { "EVAL", dm_lua_force, "7", l->keys[DM_KEY_LOCK],
-                           l->keys[DM_KEY_HOLDER], l->keys[DM_KEY_TOKEN], l->keys[DM_KEY_QUEUE],
-                           l->keys[DM_KEY_QTIME], l->keys[DM_KEY_LOST], l->keys[DM_KEY_FORCED],
-                           "1", "test_cluster", l->keys[DM_KEY_RELEASED], keep,
-                           l->keys[DM_KEY_WAIT], claim, DM_KEYS_LOST_KEEP };
+    static const enum dm_key kk[] = { DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN, DM_KEY_QUEUE,
+                                      DM_KEY_QTIME, DM_KEY_LOST, DM_KEY_FORCED,
+                                      DM_KEY_RELEASED, DM_KEY_WAIT };
+    char k[sizeof kk / sizeof kk[0]][TH_KEY_MAX];
+    for (size_t i = 0; i < sizeof kk / sizeof kk[0]; i++)
+        snprintf(k[i], sizeof k[i], "%s", th_key(l->name, kk[i]));
+    const char *argv[] = { "EVAL", dm_lua_force, "7", k[0], k[1], k[2], k[3], k[4], k[5], k[6],
+                           "1", "test_cluster", k[7], keep, k[8], claim, DM_KEYS_LOST_KEEP };
     redisReply *r = redisCommandArgv(rc, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
     assert_non_null(r);
     int forced = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->integer == 1;
@@ -404,7 +407,7 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
      * a release's; docs/semantics.md.) */
     long long end = th_now_ms() + SLACK_MS * 4;
     while (th_script_calls(rc) < base + 2 ||
-           th_cmd_int(rc, "LLEN %s", h.l->keys[DM_KEY_QUEUE]) < 1) {
+           th_cmd_int(rc, "LLEN %s", th_key(h.l->name, DM_KEY_QUEUE)) < 1) {
         if (th_now_ms() > end)
             fail_msg("the fair waiter did not queue");
         usleep(1000);
