@@ -742,6 +742,19 @@ static void test_init_site_heap_rwlock_is_cluster_wide(void **s)
     assert_true(th_cmd_int(lc, "GET %s", key) > before);
 }
 
+/* A heap rwlock destroyed while read-held: EBUSY, as while write-held, and
+ * it stays mapped, so the unlock after it ends the cluster read hold (a
+ * 0 there unmapped it under its reader: the unlock went to glibc alone
+ * and the read hold stayed, renewed, until the process exited). */
+static void test_destroy_of_a_read_held_heap_rwlock_is_ebusy(void **s)
+{
+    (void)s;
+    char *o = th_out_file();
+    char *text = finish(prog(NULL, o, "heaprd", NULL), o);
+    th_assert_has(text, "heaprd 0 EBUSY 0 0");
+    free(text);
+}
+
 /* ---- fixtures ------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -819,6 +832,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unmapped_rwlock_never_touches_redis, test_setup,
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_init_site_heap_rwlock_is_cluster_wide, test_setup,
+                                        th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_of_a_read_held_heap_rwlock_is_ebusy, test_setup,
                                         th_test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -52,7 +52,9 @@
  *                     (not a cancellation point: "thread RC"), unlocks and
  *                     is cancelled at its next cancellation point:
  *                     "cancelled 1"; then "after RC" (trywrlock here)
- *   heap              rw_new(), write-lock, unlock, destroy: "heap RC RC RC" */
+ *   heap              rw_new(), write-lock, unlock, destroy: "heap RC RC RC"
+ *   heaprd            rw_new(), read-lock, destroy (while read-held), unlock,
+ *                     destroy: "heaprd RC RC RC RC" */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -520,6 +522,14 @@ int main(int argc, char **argv)
         int d = pthread_rwlock_destroy(&o->lock);
         free(o);
         say("heap %s %s %s", ename(a), ename(b), ename(d));
+    } else if (strcmp(mode, "heaprd") == 0) {
+        struct rw_obj *o = rw_new(1);
+        int a = pthread_rwlock_rdlock(&o->lock);
+        int b = pthread_rwlock_destroy(&o->lock);
+        int u = pthread_rwlock_unlock(&o->lock);
+        int d = pthread_rwlock_destroy(&o->lock);
+        free(o);
+        say("heaprd %s %s %s %s", ename(a), ename(b), ename(u), ename(d));
     } else {
         fprintf(stderr, "rwprog: unknown mode or missing arguments: %s\n", mode);
         return 2;
