@@ -789,6 +789,41 @@ static void test_a_short_lease_reader_keeps_the_longer_leased_readers(void **s)
     free(text);
 }
 
+/* A process stopped past its lease (SIGSTOP, a paused VM) is continued
+ * with every thread at once: a lock call that runs before the watchdog's
+ * deadline thread has looked must not join the process's hold, which the
+ * server has already dropped (here a writer of another process got in
+ * meanwhile). It did: tryrdlocks of threads that ran first answered 0. */
+static void test_a_hold_past_its_lease_is_not_joined_after_a_stop(void **s)
+{
+    (void)s;
+    char *cfgf = th_write_file(".cfg", "on_lease_lost = \"warn\";\n%s", cfg_text);
+    struct th_shim_env e;
+    char **env = th_shim_env(&e, cfgf, ls.url, "info");
+    char *go = th_go_file(), *hout = th_out_file();
+    char *argv[] = { prog_path, "stopjoin", ds.addr, ds.port_text, prefix, go, NULL };
+    pid_t h = th_child(argv, env, hout);
+    th_wait_for(hout, "held 0", RUN_MS);
+    kill(h, SIGSTOP);
+    /* A writer elsewhere gets in once the stopped reader's lease is over. */
+    int in = 0;
+    for (long waited = 0; !in && waited < RUN_MS; waited += 200) {
+        char *o = th_out_file();
+        char *text = finish(prog(NULL, o, "try", "wr", NULL), o);
+        in = strstr(text, "rc 0") != NULL;
+        free(text);
+        if (!in)
+            usleep(200 * 1000);
+    }
+    assert_true(in);
+    th_touch(go);
+    kill(h, SIGCONT);
+    char *text = finish(h, hout);
+    th_assert_has(text, "joined 0 of 8");
+    th_assert_has(text, "unlocked EPERM");
+    free(text);
+}
+
 /* ---- fixtures ------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -870,6 +905,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_destroy_of_a_read_held_heap_rwlock_is_ebusy, test_setup,
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_a_short_lease_reader_keeps_the_longer_leased_readers,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_a_hold_past_its_lease_is_not_joined_after_a_stop,
                                         test_setup, th_test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
