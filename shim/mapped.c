@@ -1230,6 +1230,8 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
         return r;
     if (write)
         __atomic_store_n(&e->writer, me, __ATOMIC_RELAXED);
+    else
+        __atomic_add_fetch(&e->readers, 1, __ATOMIC_RELAXED);
     struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
@@ -1247,8 +1249,16 @@ int dm_mapped_rwunlock(struct dm_rw_entry *e, pthread_rwlock_t *l)
      * mapped it, or in a fork child): glibc's answer alone. */
     if (!write && !tl_holds(e->nm))
         return dm_real.rwlock_unlock(l);
-    if (write)
+    if (write) {
         __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
+    } else {
+        /* Never below 0: a family member's unlock by a thread that read
+         * another rwlock of the name is the program's error, not a count. */
+        unsigned long n = __atomic_load_n(&e->readers, __ATOMIC_RELAXED);
+        while (n > 0 && !__atomic_compare_exchange_n(&e->readers, &n, n - 1, 0, __ATOMIC_RELAXED,
+                                                     __ATOMIC_RELAXED))
+            ;
+    }
     int lost = leave_quietly(e->nm);
     int r = dm_real.rwlock_unlock(l);
     return r ? r : lost;
@@ -1266,9 +1276,15 @@ uint64_t dm_mapped_rwtoken(struct dm_rw_entry *e)
     return t;
 }
 
+/* EBUSY while held through the shim, for reading too: glibc's destroy
+ * answers 0 there, but a heap rwlock unmapped under its readers leaves
+ * their cluster read hold with no unlock to end it (the unlock goes to
+ * glibc alone), renewed while the process lives: every writer anywhere
+ * would wait for the process's exit. */
 int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
 {
-    if (__atomic_load_n(&e->writer, __ATOMIC_RELAXED) != 0)
+    if (__atomic_load_n(&e->writer, __ATOMIC_RELAXED) != 0 ||
+        __atomic_load_n(&e->readers, __ATOMIC_RELAXED) != 0)
         return EBUSY;
     int r = dm_real.rwlock_destroy(l);
     if (r == 0 && e->heap)
@@ -1279,6 +1295,7 @@ int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
 int dm_mapped_rwinit(struct dm_rw_entry *e, pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
 {
     __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->readers, 0, __ATOMIC_RELAXED);
     return dm_real.rwlock_init(l, a);
 }
 
@@ -1620,8 +1637,10 @@ static void entry_forget(const void *addr, void *value, void *arg)
     (void)addr;
     (void)arg;
     struct dm_entry *e = value;
-    if (e->kind == DM_ENTRY_RWLOCK)
+    if (e->kind == DM_ENTRY_RWLOCK) {
         ((struct dm_rw_entry *)value)->writer = 0;
+        ((struct dm_rw_entry *)value)->readers = 0;
+    }
     if (e->kind != DM_ENTRY_MUTEX)
         return;
     e->holder = 0;

@@ -55,6 +55,7 @@ struct dm_rw_entry {
     const void *addr;
     struct dm_name *nm;
     unsigned long writer;       /* thread seq holding it for writing through the shim (atomic) */
+    unsigned long readers;      /* read locks of it held through the shim (atomic): destroy's EBUSY */
     int heap;                   /* made by init_site: removed by destroy */
     struct dm_rw_entry *next_free;
 };

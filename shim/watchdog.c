@@ -119,8 +119,9 @@ static void apply(struct snap *s, enum renewal res, long long sent)
     }
     if (res == RENEW_OK) {
         dm_stats_add(&dm_cluster_lock_counts(h->lock)->renewals, 1);
-        h->renewed_ms = sent;
-        h->lease_ms = dm_cluster_config()->lease_ms;
+        /* The lease first: is_lost reads renewed_ms, then lease_ms. */
+        __atomic_store_n(&h->lease_ms, dm_cluster_config()->lease_ms, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->renewed_ms, sent, __ATOMIC_RELEASE);
     }
     else
         declare_lost(h, "the server no longer has the hold (expired, deleted, or "
@@ -497,8 +498,8 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     int rc = 0;
     pthread_mutex_lock(&wmu);
     cv_init_locked();
-    h->renewed_ms = asked_ms;
-    h->lease_ms = lease_ms;
+    __atomic_store_n(&h->lease_ms, lease_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->renewed_ms, asked_ms, __ATOMIC_RELEASE);
     /* Wake a thread only when this hold needs it sooner than it will look
      * anyway: a lock/unlock cycle must not cost two context switches. */
     const struct dm_config *cfg = dm_cluster_config();
@@ -546,6 +547,14 @@ void dm_watchdog_forget(struct dm_hold *h)
 int dm_watchdog_remove(struct dm_hold *h)
 {
     pthread_mutex_lock(&wmu);
+    /* Past its loss deadline, not declared yet (the process was stopped
+     * and the deadline thread has not run since): declared here, as that
+     * thread would, before the release, whose answer can no longer be
+     * trusted to say "lost" (the server's record of the loss lasts a lease). */
+    long long now = dm_now_ms();
+    if (h->registered && !h->lost &&
+        now - h->renewed_ms > h->lease_ms - dm_cluster_config()->lease_margin_ms)
+        declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
     int lost = h->lost;
     unlink_locked(h);
     pthread_mutex_unlock(&wmu);
@@ -555,10 +564,19 @@ int dm_watchdog_remove(struct dm_hold *h)
 /* Without wmu: asked on every lock and unlock of a held name (cache mode),
  * it must not serialise them on the watchdog's mutex. The flag is written
  * under wmu with release stores; a loss declared a moment later is seen by
- * the next call, as it would be with the mutex. */
+ * the next call, as it would be with the mutex. A hold past its loss
+ * deadline counts as lost before the deadline thread declares it: a
+ * process stopped past its lease (SIGSTOP, a paused VM) resumes every
+ * thread at once, and a lock call that ran first joined a hold the server
+ * had already given to another process. The test is the deadline
+ * thread's own (renewed_ms is stored last, with release). */
 int dm_watchdog_is_lost(struct dm_hold *h)
 {
-    return __atomic_load_n(&h->lost, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&h->lost, __ATOMIC_ACQUIRE))
+        return 1;
+    long long renewed = __atomic_load_n(&h->renewed_ms, __ATOMIC_ACQUIRE);
+    long lease = __atomic_load_n(&h->lease_ms, __ATOMIC_RELAXED);
+    return dm_now_ms() - renewed > lease - dm_cluster_config()->lease_margin_ms;
 }
 
 void dm_watchdog_note_lost(void)

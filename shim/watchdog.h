@@ -45,10 +45,13 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);
  * dm_watchdog_remove, before the memory of `h` is freed or reused. */
 void dm_watchdog_forget(struct dm_hold *h);
 
-/* Stops watching `h`; returns 1 if it had been found lost (warn mode). */
+/* Stops watching `h`; returns 1 if it had been found lost (warn mode) or is
+ * past its loss deadline (then declared lost here, on_lease_lost applying). */
 int dm_watchdog_remove(struct dm_hold *h);
 
-/* Has the watchdog found `h` lost (warn mode)? */
+/* Has the watchdog found `h` lost (warn mode), or is it past its loss
+ * deadline (a process stopped past its lease: before the deadline thread
+ * has looked)? Nobody may join it. No I/O, no lock. */
 int dm_watchdog_is_lost(struct dm_hold *h);
 
 /* Counts a hold found lost by someone else (its release was refused). */

@@ -742,6 +742,88 @@ static void test_init_site_heap_rwlock_is_cluster_wide(void **s)
     assert_true(th_cmd_int(lc, "GET %s", key) > before);
 }
 
+/* A heap rwlock destroyed while read-held: EBUSY, as while write-held, and
+ * it stays mapped, so the unlock after it ends the cluster read hold (a
+ * 0 there unmapped it under its reader: the unlock went to glibc alone
+ * and the read hold stayed, renewed, until the process exited). */
+static void test_destroy_of_a_read_held_heap_rwlock_is_ebusy(void **s)
+{
+    (void)s;
+    char *o = th_out_file();
+    char *text = finish(prog(NULL, o, "heaprd", NULL), o);
+    th_assert_has(text, "heaprd 0 EBUSY 0 0");
+    free(text);
+}
+
+/* Processes with different lease_ms share one readers set: a reader with
+ * a short lease must not cut the set's expiry to its own, which dropped
+ * the longer-leased readers with it (their holds live by their own
+ * leases) and let a writer in beside them until their next renewal. */
+static void test_a_short_lease_reader_keeps_the_longer_leased_readers(void **s)
+{
+    (void)s;
+    const char *rw = "rwlocks = ( { symbol = \"routes_lock\"; } );\n";
+    char *longf = th_write_file(".cfg", "lease_ms = 10000;\n%s", rw);
+    char *shortf = th_write_file(".cfg", "lease_ms = 1000;\n%s", rw);
+    struct th_shim_env el, es;
+    char **envl = th_shim_env(&el, longf, ls.url, "info");
+    char **envs = th_shim_env(&es, shortf, ls.url, "info");
+    char *go = th_go_file(), *hout = th_out_file(), *sout = th_out_file(), *wout = th_out_file();
+    char *hold[] = { prog_path, "hold", ds.addr, ds.port_text, prefix, "rd", go, NULL };
+    pid_t h = th_child(hold, envl, hout);
+    th_wait_for(hout, "held 0", RUN_MS);
+    char *shortrd[] = { prog_path, "try", ds.addr, ds.port_text, prefix, "rd", NULL };
+    char *text = th_finish(th_child(shortrd, envs, sout), sout, 0, RUN_MS);
+    th_assert_has(text, "rc 0");
+    free(text);
+    /* The set lives as long as its longest lease: more than the short one. */
+    assert_true(th_cmd_int(lc, "PTTL dmutex:{routes_lock}:readers") > 1000);
+    usleep(1500 * 1000);    /* past the short lease, far from the long one */
+    char *trywr[] = { prog_path, "try", ds.addr, ds.port_text, prefix, "wr", NULL };
+    text = th_finish(th_child(trywr, envl, wout), wout, 0, RUN_MS);
+    th_assert_has(text, "rc EBUSY");
+    free(text);
+    th_touch(go);
+    text = finish(h, hout);
+    th_assert_has(text, "unlocked 0");
+    free(text);
+}
+
+/* A process stopped past its lease (SIGSTOP, a paused VM) is continued
+ * with every thread at once: a lock call that runs before the watchdog's
+ * deadline thread has looked must not join the process's hold, which the
+ * server has already dropped (here a writer of another process got in
+ * meanwhile). It did: tryrdlocks of threads that ran first answered 0. */
+static void test_a_hold_past_its_lease_is_not_joined_after_a_stop(void **s)
+{
+    (void)s;
+    char *cfgf = th_write_file(".cfg", "on_lease_lost = \"warn\";\n%s", cfg_text);
+    struct th_shim_env e;
+    char **env = th_shim_env(&e, cfgf, ls.url, "info");
+    char *go = th_go_file(), *hout = th_out_file();
+    char *argv[] = { prog_path, "stopjoin", ds.addr, ds.port_text, prefix, go, NULL };
+    pid_t h = th_child(argv, env, hout);
+    th_wait_for(hout, "held 0", RUN_MS);
+    kill(h, SIGSTOP);
+    /* A writer elsewhere gets in once the stopped reader's lease is over. */
+    int in = 0;
+    for (long waited = 0; !in && waited < RUN_MS; waited += 200) {
+        char *o = th_out_file();
+        char *text = finish(prog(NULL, o, "try", "wr", NULL), o);
+        in = strstr(text, "rc 0") != NULL;
+        free(text);
+        if (!in)
+            usleep(200 * 1000);
+    }
+    assert_true(in);
+    th_touch(go);
+    kill(h, SIGCONT);
+    char *text = finish(h, hout);
+    th_assert_has(text, "joined 0 of 8");
+    th_assert_has(text, "unlocked EPERM");
+    free(text);
+}
+
 /* ---- fixtures ------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -820,6 +902,12 @@ int main(void)
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_init_site_heap_rwlock_is_cluster_wide, test_setup,
                                         th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_of_a_read_held_heap_rwlock_is_ebusy, test_setup,
+                                        th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_a_short_lease_reader_keeps_the_longer_leased_readers,
+                                        test_setup, th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_a_hold_past_its_lease_is_not_joined_after_a_stop,
+                                        test_setup, th_test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -44,7 +44,8 @@
 -- An rwlock (rwlocks entries) passes two more; KEYS[1] is then its write
 -- hold, exactly a mutex's:
 -- KEYS[8] readers  ns:{NAME}:readers  zset read holder -> lease deadline (server
---                                     ms), PEXPIRE a lease; renewed by renew.lua
+--                                     ms), PEXPIRE the longest lease in it (extended,
+--                                     never cut); renewed by renew.lua
 -- KEYS[9] rgrant   ns:{NAME}:rgrant   hash read holder -> "<req> #<tok>"; no
 --                                     expiry: an entry whose holder is not in
 --                                     KEYS[8] any more is an expired read grant
@@ -151,6 +152,15 @@ if readers then
     nreaders = redis.call('zcard', readers)
 end
 
+-- The readers set's own expiry is the longest lease in it, never cut
+-- short: processes with a shorter lease_ms share the set, and a PEXPIRE
+-- to theirs would drop every longer-leased reader with it, live or not.
+local function keep_readers()
+    if redis.call('pttl', readers) < lease then
+        redis.call('pexpire', readers, lease)
+    end
+end
+
 local function leave_queue()
     if redis.call('zrem', qtime, member) == 1 then
         redis.call('lrem', queue, 1, member)
@@ -199,7 +209,7 @@ if read then
     local tok = string.match(redis.call('hget', rgrant, owner) or '', ' #(%d+)$')
     if tok and redis.call('zscore', readers, owner) then
         redis.call('zadd', readers, clock() + lease, owner)
-        redis.call('pexpire', readers, lease)
+        keep_readers()
         redis.call('hset', rgrant, owner, member .. ' #' .. tok)
         return {1, tonumber(tok), 0}
     end
@@ -232,7 +242,7 @@ if kind == 'none' then
     if read then
         local tok = next_token()
         redis.call('zadd', readers, clock() + lease, owner)
-        redis.call('pexpire', readers, lease)
+        keep_readers()
         redis.call('hset', rgrant, owner, member .. ' #' .. string.format('%d', tok))
         if last and string.sub(last, 1, 1) ~= '=' then
             redis.call('set', holder, '=' .. string.format('%d', tok), 'px', lease)

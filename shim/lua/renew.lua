@@ -11,7 +11,11 @@ if ARGV[3] == 'r' then
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     if d and d >= now then
         redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-        redis.call('pexpire', KEYS[1], ARGV[2])
+        -- Extended, never cut: the set's expiry is its longest lease (a
+        -- process with a shorter lease_ms would drop the others' holds).
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+            redis.call('pexpire', KEYS[1], ARGV[2])
+        end
         return 1
     end
     return 0

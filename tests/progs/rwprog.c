@@ -52,7 +52,13 @@
  *                     (not a cancellation point: "thread RC"), unlocks and
  *                     is cancelled at its next cancellation point:
  *                     "cancelled 1"; then "after RC" (trywrlock here)
- *   heap              rw_new(), write-lock, unlock, destroy: "heap RC RC RC" */
+ *   heap              rw_new(), write-lock, unlock, destroy: "heap RC RC RC"
+ *   heaprd            rw_new(), read-lock, destroy (while read-held), unlock,
+ *                     destroy: "heaprd RC RC RC RC"
+ *   stopjoin FILE     rdlock ("held RC"); 8 threads spin until FILE exists
+ *                     (the test stops the process past its lease
+ *                     meanwhile), then tryrdlock: "joined N of 8" got in;
+ *                     then the first unlock: "unlocked RC" */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -107,6 +113,20 @@ static long long cmd_int(redisContext *c, const char *fmt, ...)
                 : r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
     freeReplyObject(r);
     return v;
+}
+
+/* stopjoin's joiners: run the moment the process is continued (they
+ * spin, never sleep), racing the lease watchdog's deadline thread. */
+static int stopjoin_in;
+static void *stopjoin_thread(void *arg)
+{
+    while (access(arg, F_OK) != 0)
+        ;
+    if (pthread_rwlock_tryrdlock(&routes_lock) == 0) {
+        __atomic_add_fetch(&stopjoin_in, 1, __ATOMIC_RELAXED);
+        pthread_rwlock_unlock(&routes_lock);
+    }
+    return NULL;
 }
 
 static int lock_mode(const char *m, int try)
@@ -520,6 +540,23 @@ int main(int argc, char **argv)
         int d = pthread_rwlock_destroy(&o->lock);
         free(o);
         say("heap %s %s %s", ename(a), ename(b), ename(d));
+    } else if (strcmp(mode, "stopjoin") == 0 && argc > 5) {
+        say("held %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+        pthread_t t[8];
+        for (int i = 0; i < 8; i++)
+            pthread_create(&t[i], NULL, stopjoin_thread, argv[5]);
+        for (int i = 0; i < 8; i++)
+            pthread_join(t[i], NULL);
+        say("joined %d of 8", stopjoin_in);
+        say("unlocked %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    } else if (strcmp(mode, "heaprd") == 0) {
+        struct rw_obj *o = rw_new(1);
+        int a = pthread_rwlock_rdlock(&o->lock);
+        int b = pthread_rwlock_destroy(&o->lock);
+        int u = pthread_rwlock_unlock(&o->lock);
+        int d = pthread_rwlock_destroy(&o->lock);
+        free(o);
+        say("heaprd %s %s %s %s", ename(a), ename(b), ename(u), ename(d));
     } else {
         fprintf(stderr, "rwprog: unknown mode or missing arguments: %s\n", mode);
         return 2;
