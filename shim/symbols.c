@@ -629,6 +629,28 @@ static int choose(const struct table *t, const struct object *o, const char *sym
  * caller's string (a global's name is always written unqualified). Called
  * without cache_lock: dlsym takes the loader's lock, which a dlopen hook
  * calling us may already hold. */
+/* The size of the executable's symbol `name` at run-time address p (0
+ * when it has none there), from its own table: dladdr1 may answer another
+ * symbol at that address instead (_edata and __bss_start share it when
+ * the copy opens .bss). Takes cache_lock. */
+static GElf_Xword exe_size_at(const char *name, uintptr_t p)
+{
+    struct object exe;
+    if (find_object(NULL, &exe, NULL, 0) != 0)
+        return 0;
+    GElf_Xword size = 0;
+    struct table *t;
+    pthread_mutex_lock(&cache_lock);
+    if (get_table(&exe, &t, NULL, 0) == 0) {
+        for (size_t i = lower_bound(t, name, strlen(name) + 1);
+             i < t->nsyms && strcmp(t->syms[i].name, name) == 0; i++)
+            if (!t->syms[i].absolute && t->bias + t->syms[i].value == p)
+                size = t->syms[i].size;
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return size;
+}
+
 static uintptr_t live_copy(const struct object *o, const char *name, const struct sym *s,
                            uintptr_t addr)
 {
@@ -641,9 +663,11 @@ static uintptr_t live_copy(const struct object *o, const char *name, const struc
         return addr;
     Dl_info info;
     const ElfW(Sym) *es = NULL;
-    if (!dladdr1(p, &info, (void **)&es, RTLD_DL_SYMENT) || !es || es->st_size != s->size)
+    if (!dladdr1(p, &info, (void **)&es, RTLD_DL_SYMENT) || !es)
         return addr;
-    return (uintptr_t)p;
+    GElf_Xword size = info.dli_sname && strcmp(info.dli_sname, name) == 0
+        ? es->st_size : exe_size_at(name, (uintptr_t)p);
+    return size == s->size ? (uintptr_t)p : addr;
 }
 
 static int resolve(const char *object, const char *symbol, enum want want,
