@@ -257,6 +257,13 @@ static void new_member(struct dm_cluster_lock *l, const char *owner, char *membe
     snprintf(member, len, "%s|%lu", owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
 }
 
+/* The wait id of request "<owner>|<wait id>". */
+static unsigned long member_id(const char *member)
+{
+    const char *bar = strrchr(member, '|');
+    return bar ? strtoul(bar + 1, NULL, 10) : 0;
+}
+
 /* Runs one script on a pooled connection: ATT_REPLIED with *out, or
  * ATT_FAILED with the connection's error kept in *why. */
 static enum attempt run_script(const struct dm_cluster_lock *l, enum dm_script s, int nkeys,
@@ -585,6 +592,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
             g->more_waiters |= handover_more;
             g->waited = waited;
+            g->wait_id = member_id(member);
             dm_stats_add(&l->stats.acquisitions, 1);
             if (handed)
                 dm_stats_add(&l->stats.handoffs, 1);
@@ -702,6 +710,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                  * after the handover, and its WAIT covers both. */
                 if (fresh_handover(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
+                    g->wait_id = member_id(member);
                     dm_stats_add(&l->stats.acquisitions, 1);
                     dm_stats_add(&l->stats.handoffs, 1);
                     return 0;
@@ -797,6 +806,90 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
              "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, ccfg->lease_ms);
     return EIO;
+}
+
+/* A release sent without waiting, until its reply is read. It holds a
+ * reference to the record, so a name destroyed meanwhile stays until
+ * then. */
+struct late_release {
+    struct dm_cluster_lock *l;
+    uint64_t token;
+    dm_cluster_lost_fn lost;
+    char owner[DM_OWNER_MAX];
+};
+
+/* The reply of a release sent by dm_cluster_release_nowait, in the thread
+ * that read it. Anything but a verdict is retried as a release always is
+ * (it recognises its own retry); "not held" is a lost hold. */
+static void late_release_done(void *arg, redisReply *r, const struct dm_redis_error *why)
+{
+    struct late_release *lr = arg;
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (v != RELEASE_DONE && v != RELEASE_STILL_HELD && v != RELEASE_NOT_HELD) {
+        dm_debug("lock %s: the release sent at unlock got %s; sending it again", lr->l->name,
+                 !r ? (why ? why->errstr : "no reply") : r->type == REDIS_REPLY_ERROR ? r->str
+                                                                 : "an unexpected reply");
+        if (!r)
+            dm_stats_add(&lr->l->stats.redis_errors, 1);
+        v = dm_cluster_release(lr->l, lr->owner, lr->token) == EPERM ? RELEASE_NOT_HELD
+                                                                      : RELEASE_DONE;
+    }
+    if (v == RELEASE_NOT_HELD && lr->lost)
+        lr->lost(lr->l, lr->owner, lr->token);
+    dm_cluster_lock_put(lr->l);
+    free(lr);
+}
+
+int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                              unsigned long wait_id, dm_cluster_lost_fn lost)
+{
+    /* Sentinel trusts "not held" only after ROLE on the same connection,
+     * a cluster follows MOVED with the script again, and an rwlock's read
+     * release is not told apart by its request: the reply first. */
+    struct late_release *lr;
+    if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 ||
+        (lr = malloc(sizeof *lr)) == NULL)
+        goto wait;
+    char tok[24], keep[24], claim[24], member[DM_OWNER_MAX + 24];
+    snprintf(tok, sizeof tok, "%" PRIu64, token);
+    snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
+    snprintf(claim, sizeof claim, "%ld", claim_ms());
+    snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
+    char *const *k = l->keys;
+    const char *args[DM_KEYS_RELEASE_N + 8];
+    for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
+        args[i] = k[dm_keys_release[i]];
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim, "",
+                           member };
+    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
+    lr->l = l;
+    lr->token = token;
+    lr->lost = lost;
+    snprintf(lr->owner, sizeof lr->owner, "%s", owner);
+    pthread_mutex_lock(&locks_mu);
+    l->refs++;
+    pthread_mutex_unlock(&locks_mu);
+    struct dm_conn *conn = dm_redis_get_slot(l->slot);
+    int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
+                                    DM_KEYS_RELEASE_N + 8, args, late_release_done, lr);
+    dm_redis_put(conn);
+    if (rc == 0)
+        return 0;
+    /* Not written (or written in part): the release as it always was. */
+    dm_cluster_lock_put(l);
+    free(lr);
+wait:
+    {
+        int r = dm_cluster_release(l, owner, token);
+        if (r == EPERM && lost)
+            lost(l, owner, token);
+        return r;
+    }
+}
+
+void dm_cluster_flush(void)
+{
+    dm_redis_flush();
 }
 
 void dm_cluster_lock_foreach(void (*fn)(const struct dm_cluster_lock *l, void *arg), void *arg)

@@ -353,8 +353,57 @@ void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn)
     memcpy(e->errstr, conn->errstr, sizeof e->errstr);
 }
 
+/* The replies due on conn that will never be read: each fn gets NULL. */
+static void late_drop(struct dm_conn *conn, const struct dm_redis_error *why)
+{
+    while (conn->nlate > 0) {
+        struct dm_redis_late x = conn->late[0];
+        memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
+        conn->nlate--;
+        x.fn(x.arg, NULL, why);
+    }
+}
+
+/* Reads the replies due on conn (dm_redis_script_nowait), oldest first,
+ * each handed to its fn. 0, or -1 when the connection broke (conn->err
+ * DM_REDIS_IO; the replies not read are dropped, their fns told so). A
+ * request the caller appended already is still unanswered. */
+static int late_drain(struct dm_conn *conn)
+{
+    while (conn->nlate > 0) {
+        struct dm_redis_late x = conn->late[0];
+        memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
+        conn->nlate--;
+        redisReply *r = NULL;
+        if (!conn->c || dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK) {
+            set_err(conn, DM_REDIS_IO, "redis at %s: no reply to a request sent earlier: %s",
+                    dm_redis_conn_addr(conn), conn->c && conn->c->err ? conn->c->errstr
+                                                                    : "not connected");
+            struct dm_redis_error why;
+            dm_redis_error_keep(&why, conn);
+            x.fn(x.arg, NULL, &why);
+            late_drop(conn, &why);
+            return -1;
+        }
+        x.fn(x.arg, r, NULL);
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
 void dm_redis_close(struct dm_conn *conn)
 {
+    if (conn->nlate > 0) {
+        /* Closed with replies due: read them while the connection still
+         * can (a healthy one the pool had no room for), else each fn
+         * hears that its reply will never come. */
+        if (conn->c && conn->err != DM_REDIS_IO)
+            late_drain(conn);
+        struct dm_redis_error why = { DM_REDIS_IO, "" };
+        snprintf(why.errstr, sizeof why.errstr, "redis at %s: connection closed before the "
+                 "reply of a request sent earlier", dm_redis_conn_addr(conn));
+        late_drop(conn, &why);
+    }
     if (conn->c && (conn->err == DM_REDIS_IO || conn->err == DM_REDIS_WRONG_NODE))
         dm_sentinel_stale(conn->gen);
     if (conn->c && conn->err == DM_REDIS_IO && dm_slots_enabled())
@@ -659,6 +708,8 @@ redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
 {
     if (!conn->c)
         return NULL;    /* not connected: the connect's error stays */
+    if (late_drain(conn) != 0)
+        return NULL;
     va_list ap;
     va_start(ap, fmt);
     redisReply *r = dm_net_vcommand(conn->c, conn->tls, fmt, ap);
@@ -671,7 +722,7 @@ redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
 redisReply *dm_redis_command_argv(struct dm_conn *conn, const char *what, int argc,
                                   const char **argv)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return NULL;
     redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
     return check_reply(conn, r, what ? what : argv[0]);
@@ -679,7 +730,7 @@ redisReply *dm_redis_command_argv(struct dm_conn *conn, const char *what, int ar
 
 int dm_redis_append_command(struct dm_conn *conn, const char *fmt, ...)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return -1;
     va_list ap;
     va_start(ap, fmt);
@@ -715,7 +766,10 @@ static int is_noscript(const redisReply *r)
  * cluster, and on_redis_down = "local" must not lock alone on it). */
 static int redirect(struct dm_conn *conn, int node)
 {
+    late_drain(conn);   /* its context goes to the pool: nothing due may go with it */
     struct dm_conn *x = pool_get(node, 0);
+    if (x != &no_memory && x->c)
+        late_drain(x);
     if (x == &no_memory || !x->c) {
         set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: redirected to a node that cannot "
                 "be reached: %s", x->errstr);
@@ -741,6 +795,8 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
 {
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
+    if (asking && late_drain(conn) != 0)
+        return NULL;
     if (asking) {
         /* ASKING holds for the next command of this connection only. */
         const char *a[1] = { "ASKING" };
@@ -750,7 +806,16 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
         freeReplyObject(r);
     }
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+    redisReply *r = NULL;
+    if (conn->nlate > 0) {
+        /* Replies are due (an unlock's release): this request goes out
+         * first, then they are read, then its own: one round trip. */
+        if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
+            late_drain(conn) != 0 || dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK)
+            r = NULL;
+    } else {
+        r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+    }
     if (is_noscript(r)) {
         freeReplyObject(r);
         if (asking) {
@@ -792,12 +857,63 @@ redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, i
 int dm_redis_append_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                            const char *const *args)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return -1;
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
     return redisAppendCommandArgv(conn->c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
+}
+
+int dm_redis_script_nowait(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
+                           const char *const *args, dm_redis_late_fn fn, void *arg)
+{
+    if (!conn->c)
+        return -1;
+    if (conn->nlate == DM_REDIS_LATE_MAX && late_drain(conn) != 0)
+        return -1;
+    const char *argv[DM_SCRIPT_ARGS_MAX + 3];
+    char nk[12];
+    int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
+    if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK) {
+        set_err(conn, DM_REDIS_IO, "redis at %s: out of memory", dm_redis_conn_addr(conn));
+        return -1;
+    }
+    if (dm_net_write(conn->c, conn->tls, NULL) != REDIS_OK) {
+        set_err(conn, DM_REDIS_IO, "redis at %s: %s.lua: %s", dm_redis_conn_addr(conn),
+                script_name[s], conn->c->err ? conn->c->errstr : "not sent");
+        return -1;
+    }
+    conn->late[conn->nlate].fn = fn;
+    conn->late[conn->nlate].arg = arg;
+    conn->nlate++;
+    return 0;
+}
+
+/* Takes an idle connection with replies due out of the pools; NULL: none. */
+static struct dm_conn *pool_take_late(void)
+{
+    struct dm_conn *found = NULL;
+    pthread_mutex_lock(&pool_mu);
+    for (int i = 0; i < DM_SLOTS_NODES_MAX && !found; i++)
+        for (struct dm_conn **pp = &pools[i].idle; *pp; pp = &(*pp)->next)
+            if ((*pp)->nlate > 0) {
+                found = *pp;
+                *pp = found->next;
+                pools[i].nidle--;
+                break;
+            }
+    pthread_mutex_unlock(&pool_mu);
+    return found;
+}
+
+void dm_redis_flush(void)
+{
+    struct dm_conn *conn;
+    while ((conn = pool_take_late()) != NULL) {
+        late_drain(conn);
+        dm_redis_put(conn);
+    }
 }
 
 redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
@@ -820,7 +936,7 @@ enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
     /* A cluster's replica answers a lock's keys with MOVED: no ROLE needed. */
     if (!dm_sentinel_enabled())
         return DM_PRIMARY_YES;
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return DM_PRIMARY_UNKNOWN;
     char why[400];
     enum dm_redis_err rc = check_role(conn->c, conn->tls, why, sizeof why);
@@ -834,7 +950,7 @@ enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
 
 long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return -1;
     /* The server answers WAIT after up to timeout_ms: the reply may come
      * that much later than a command's. */

@@ -453,6 +453,168 @@ static void test_script_flush_between_calls_is_survived(void **state)
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
 }
 
+/* ---- release without waiting (dm_cluster_release_nowait) ------------------ */
+
+static int lost_calls;
+
+static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+{
+    (void)l, (void)owner, (void)token;
+    lost_calls++;
+}
+
+/* The release is written and the call returns: it does not wait for the
+ * server, which runs it later (here: once a pause ends). */
+static void test_release_nowait_returns_while_the_server_is_paused_and_runs_later(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_pause");
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    long long held = th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]);
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    assert_int_equal(r, 0);
+    assert_int_equal(held, 1);      /* not run yet: the call did not wait for it */
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* The reply of a release sent without waiting is read before the next
+ * command on its connection, in order: the next acquire (the pool hands
+ * the same connection back) gets its own reply and finds the lock free. */
+static void test_release_nowait_reply_is_read_before_the_next_command(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_next");
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+        assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
+        assert_int_equal(h.g.token, h.t + 1);
+        assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
+        assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), 0);
+        assert_int_equal(h.g.token, h.t + 2);
+        h.t = h.g.token;
+    }
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* An unlock's release may be overtaken by the same owner's next acquire
+ * on another connection: that acquire finds the lock still the owner's
+ * and grants it again, same token. The older release must leave that
+ * grant alone (release.lua: it names its request). */
+static void test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_overtaken");
+    unsigned long first = h.g.wait_id;
+    struct dm_grant g2;
+    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);   /* ran first */
+    assert_int_equal(g2.token, h.t);
+    assert_true(g2.wait_id != first);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(lost_calls, 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* NOSCRIPT to a release nobody waited for: it did not run, and is sent
+ * again (EVAL) by the thread that reads the reply. */
+static void test_release_nowait_after_script_flush_is_sent_again(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_flush");
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* A connection dropped with a release written and its reply unread: the
+ * release may or may not have run; it is sent again (and recognises
+ * itself if it ran). */
+static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_dropped");
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    assert_int_equal(r, 0);
+    int saved;
+    char *path = capture_stderr(&saved);
+    dm_cluster_flush();
+    free(end_capture(saved, path));
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* A reply that says the hold was gone (its lease ran out) is a lost hold,
+ * told to the caller's function by the thread that reads it. */
+static void test_release_nowait_of_an_expired_hold_reports_it_lost(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_lost");
+    wait_expired(h.l);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 1);
+    dm_cluster_lock_put(h.l);
+}
+
+/* A fork child never reads its parent's reply (nor blocks for it): the
+ * parent's connections are forgotten, and the parent reads it. */
+static void test_fork_child_never_reads_the_parents_release_reply(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_fork");
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_flush();     /* nothing due here: returns at once, server paused */
+        _exit(lost_calls);
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    long long held = th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]);
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(held, 1);
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
 /* The scripts answer as their header comments say, run the way those
  * comments tell a user to run them by hand (not fair, no lock caching). */
 /* The KEYS[] of lock "byhand" as a script's header lists them, quoted for
@@ -1042,6 +1204,17 @@ int main(void)
         cmocka_unit_test_setup(test_lock_delay_does_not_apply_after_a_clean_release, reset_policy),
         cmocka_unit_test_setup(test_wrong_key_type_fails_with_a_message_naming_the_key, reset_policy),
         cmocka_unit_test_setup(test_script_flush_between_calls_is_survived, reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_returns_while_the_server_is_paused_and_runs_later,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_reply_is_read_before_the_next_command,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_after_script_flush_is_sent_again, reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_on_a_dropped_connection_is_sent_again,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
+        cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
         cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
         cmocka_unit_test_setup(test_token_counter_lost_restarts_from_server_time, reset_policy),
         cmocka_unit_test_setup(test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat,
