@@ -1,4 +1,4 @@
-/* bench.h: what the benchmark programs (bench/cycle.c, rtt.c,
+/* bench.h: what the benchmark programs (bench/cycle.c, rtt.c, condwake.c,
  * passthrough.c, many.c, names.c) share: the clock, sleeping, sorting and
  * a connection. Static inline, one copy per program; nothing here
  * knows of dmutex, and a program that does not connect to Redis does not

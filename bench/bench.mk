@@ -7,7 +7,7 @@
 # and a config, as a user would.
 
 BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many \
-              $(B)/bench/rwcycle
+              $(B)/bench/rwcycle $(B)/bench/condwake
 
 .PHONY: bench-build bench-names
 bench-build: $(BENCH_BINS)

@@ -43,6 +43,7 @@ PASSTHROUGH = os.path.join(BUILD, "bench", "passthrough")
 MANY = os.path.join(BUILD, "bench", "many")
 RTT = os.path.join(BUILD, "bench", "rtt")
 RWCYCLE = os.path.join(BUILD, "bench", "rwcycle")
+CONDWAKE = os.path.join(BUILD, "bench", "condwake")
 NODE_WORKER = os.path.join(ROOT, "bench", "peers", "worker.js")
 PY_WORKER = os.path.join(ROOT, "bench", "peers", "redispy.py")
 PYTHON = "/usr/bin/python3"     # Debian's, which has python3-redis
@@ -64,6 +65,7 @@ WATCHDOG_N = 10_000
 WATCHDOG_RUNS = [(3000, 3500)] if QUICK else [(3000, 6500), (30000, 21000)]
 STATS_POLL_S = 0.02
 RTT_N = 2000
+CONDWAKE_N = 200 if QUICK else 500      # signal -> wait returned, between two processes
 GAP_US = 2000                       # as the 2 ms hold: a waiter sleeps that long
 WINDOWS = 4                         # throughput: median over this many slices of a run
 RW_KS = [1, 4] if QUICK else [1, 2, 4, 8]   # readers of the rwlock figure (and 1 writer)
@@ -124,7 +126,7 @@ class Bench:
 
     # ---- helpers ---------------------------------------------------------
 
-    def config(self, name, mode, entries=None, lease_ms=None):
+    def config(self, name, mode, entries=None, lease_ms=None, conds=None):
         path = os.path.join(self.tmp, name + ".cfg")
         flags = {"notice": " fair = false;", "fair": " fair = true;",
                  "cache": " cache = true;"}.get(mode, "")
@@ -136,6 +138,8 @@ class Bench:
             f.write(",\n".join(entries or ['  { symbol = "bench_lock"; name = "%s";%s }'
                                            % (name, flags)]))
             f.write("\n);\n")
+            if conds:
+                f.write("conds = (\n%s\n);\n" % ",\n".join(conds))
         return path
 
     def shim_env(self, cfg, log_level=None):
@@ -498,6 +502,22 @@ class Bench:
             % (out["ping"]["p50_us"], out["ping_idle"]["p50_us"], out["notice_idle"]["p50_us"]))
         return out
 
+    def fig_condwake(self):
+        """A listed condition variable between two processes (bench/condwake.c):
+        pthread_cond_signal called in A -> pthread_cond_wait returned in B,
+        B asleep for 2 ms before, as the notice floor's subscriber is."""
+        log("cond wake-up: a mapped mutex and a listed cond, two processes, %d rounds"
+            % CONDWAKE_N)
+        cfg = self.config("condwake", "fair",
+                          conds=['  { symbol = "bench_cond"; name = "condwake_cond"; }'])
+        p = subprocess.run([CONDWAKE, str(CONDWAKE_N), str(GAP_US)], capture_output=True,
+                           text=True, check=True, env=self.shim_env(cfg))
+        out = json.loads(p.stdout)
+        floor = self.res["rtt"]["notice_idle"]["p50_us"]
+        log("  signal -> wait returned: p50 %.1f us, p99 %.1f us (x%.2f the notice floor)"
+            % (out["p50_us"], out["p99_us"], out["p50_us"] / floor))
+        self.res["condwake"] = out
+
     def fig_sweep(self):
         self.res["rtt"] = self.fig_rtt()
         self.res["rtt_us"] = self.res["rtt"]["ping"]["p50_us"]
@@ -622,11 +642,19 @@ def targets(res):
     return rows
 
 
+def condwake_line(res):
+    cw, floor = res["condwake"], res["rtt"]["notice_idle"]["p50_us"]
+    return ("condition variable wake-up between two processes (a mapped mutex, a listed "
+            "cond; pthread_cond_signal in A -> pthread_cond_wait returned in B, after 2 ms "
+            "asleep): p50 %.0f us = x%.2f the notice floor, p99 %.0f us = x%.2f"
+            % (cw["p50_us"], cw["p50_us"] / floor, cw["p99_us"], cw["p99_us"] / floor))
+
+
 def context(res):
     """Lines that help read the targets: handoffs against the notice floor."""
     runs, rt = res["sweep"], res["rtt"]
     floor = rt["notice_idle"]["p50_us"]
-    out = []
+    out = [condwake_line(res)]
     for s in ("dmutex-fair", "dmutex-cache"):
         r = find(runs, s, 2, 2000)
         out.append("%s handoff (K=2, 2 ms hold): %.0f us = x%.2f the back-to-back PING, "
@@ -783,6 +811,20 @@ def report(res, out_dir, tmp):
     md += ["## Top-level commands each system sends (learnt under MONITOR)", ""]
     for s, cmds in res.get("toplevel_commands", {}).items():
         md.append("- %s: %s" % (s, ", ".join(cmds)))
+    cw = res["condwake"]
+    md += ["", "## Condition variable wake-up", "",
+           "Two processes, `bench_lock` mapped and `bench_cond` listed (`bench/condwake.c`): "
+           "A signals while B has slept 2 ms in its wait; timed from A's call of "
+           "pthread_cond_signal to the return of B's pthread_cond_wait (B has its mutex "
+           "back: the notice, B's wake-up and the handover of the lock are in it). "
+           "%d rounds." % cw["n"], "",
+           table([["p50", "%.0f us" % cw["p50_us"],
+                   "x%.2f" % (cw["p50_us"] / rt["notice_idle"]["p50_us"])],
+                  ["p99", "%.0f us" % cw["p99_us"],
+                   "x%.2f" % (cw["p99_us"] / rt["notice_idle"]["p50_us"])],
+                  ["max", "%.0f us" % cw["max_us"], "-"]],
+                 ["wake-up", "measured", "against the notice floor's p50 (%.1f us)"
+                  % rt["notice_idle"]["p50_us"]])]
     md += ["", "## Watchdog", ""]
     for w in res["watchdog"]:
         md += ["- %d mapped mutexes held by one process, lease %d ms (renewal every %d ms), "
@@ -836,6 +878,7 @@ def main():
         b.learn_toplevel()
         log("K processes on one mutex: %s, %.1f s each" % (", ".join(map(str, KS)), RUN_S))
         b.fig_sweep()
+        b.fig_condwake()
         b.res["machine"]["load"] = open("/proc/loadavg").read().split()[:3]
         b.res["elapsed_s"] = time.monotonic() - t0
         os.makedirs(os.path.join(BUILD, "bench"), exist_ok=True)

@@ -11,7 +11,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 for f in build/libdmutex.so build/bench/cycle build/bench/passthrough build/bench/many \
-         build/bench/rwcycle; do
+         build/bench/rwcycle build/bench/condwake; do
     [ -x "$f" ] || [ -f "$f" ] || { echo "bench: $f is missing: run make bench" >&2; exit 1; }
 done
 for c in node npm /usr/bin/python3 redis-server valgrind gnuplot; do

@@ -28,6 +28,16 @@ static const struct dm_config *ccfg;
 /* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dm_htab locks;
+/* Every name's counters (struct dm_cluster_stats), under locks_mu: a
+ * table by name; the list readers walk without the lock (the head is
+ * atomic); the names gone that keep theirs, oldest first; those unlinked,
+ * freed once no walk is on (`walkers`, atomic). */
+static struct dm_htab counters;
+static struct dm_cluster_stats *counters_list;
+static struct dm_cluster_stats *kept_first, *kept_last;
+static size_t kept_n;
+static struct dm_cluster_stats *unlinked;
+static unsigned long walkers;
 static char process_id[33];
 
 static void new_process_id(void)
@@ -85,11 +95,120 @@ static void make_wait_channel(struct dm_cluster_lock *l)
     memcpy(l->wait_channel + n, process_id, sizeof process_id);
 }
 
+static void kept_remove(struct dm_cluster_stats *c)
+{
+    *(c->kept_prev ? &c->kept_prev->kept_next : &kept_first) = c->kept_next;
+    *(c->kept_next ? &c->kept_next->kept_prev : &kept_last) = c->kept_prev;
+    c->kept_next = c->kept_prev = NULL;
+    kept_n--;
+}
+
+/* Frees what was unlinked once no walk may see it. A walker counts itself
+ * (seq_cst) before it reads the head; here the unlinking stores come
+ * before the count is read: with the fences between, a walk the count
+ * misses started after them and cannot reach what they unlinked. */
+static void counters_reap(void)
+{
+    if (!unlinked)
+        return;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&walkers, __ATOMIC_RELAXED) != 0)
+        return;         /* the next put or get frees them */
+    while (unlinked) {
+        struct dm_cluster_stats *c = unlinked;
+        unlinked = c->kept_next;
+        free(c);
+    }
+}
+
+/* Out of the table and the list (a walk on it goes on to the next); freed
+ * by counters_reap. */
+static void counters_unlink(struct dm_cluster_stats *c)
+{
+    dm_htab_del(&counters, &c->node);
+    __atomic_store_n(c->prev ? &c->prev->next : &counters_list, c->next, __ATOMIC_RELEASE);
+    if (c->next)
+        c->next->prev = c->prev;
+    c->kept_next = unlinked;
+    unlinked = c;
+}
+
+/* The name's last record is gone: its counters stay if it counted
+ * anything (the oldest kept ones go past DM_CLUSTER_KEPT_MAX). */
+static void counters_drop(struct dm_cluster_stats *c)
+{
+    __atomic_store_n(&c->live, 0, __ATOMIC_RELAXED);
+    if (!dm_stats_any(&c->st)) {
+        counters_unlink(c);
+    } else {
+        c->kept_prev = kept_last;
+        *(kept_last ? &kept_last->kept_next : &kept_first) = c;
+        kept_last = c;
+        if (++kept_n > DM_CLUSTER_KEPT_MAX) {
+            struct dm_cluster_stats *old = kept_first;
+            kept_remove(old);
+            counters_unlink(old);
+        }
+    }
+    counters_reap();
+}
+
+/* The counters of `name` (hash h): those it kept, or new ones (filled
+ * before the list's readers can see them). NULL out of memory. */
+static struct dm_cluster_stats *counters_get(const char *name, size_t h)
+{
+    counters_reap();
+    for (struct dm_hnode *x = dm_htab_chain(&counters, h); x; x = x->next) {
+        struct dm_cluster_stats *c = (struct dm_cluster_stats *)x;
+        if (x->hash == h && strcmp(c->name, name) == 0) {
+            if (c == kept_first || c->kept_prev)
+                kept_remove(c);
+            __atomic_store_n(&c->live, 1, __ATOMIC_RELAXED);
+            return c;
+        }
+    }
+    size_t nl = strlen(name);
+    struct dm_cluster_stats *c = calloc(1, sizeof *c + nl + 1);
+    if (!c)
+        return NULL;
+    memcpy(c->name, name, nl + 1);
+    if (dm_htab_add(&counters, &c->node, h) != 0) {
+        free(c);
+        return NULL;
+    }
+    c->live = 1;
+    c->next = counters_list;
+    if (counters_list)
+        counters_list->prev = c;
+    __atomic_store_n(&counters_list, c, __ATOMIC_RELEASE);
+    return c;
+}
+
+const struct dm_cluster_stats *dm_cluster_stats_begin(void)
+{
+    __atomic_fetch_add(&walkers, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return __atomic_load_n(&counters_list, __ATOMIC_ACQUIRE);
+}
+
+const struct dm_cluster_stats *dm_cluster_stats_next(const struct dm_cluster_stats *c)
+{
+    return __atomic_load_n(&c->next, __ATOMIC_ACQUIRE);
+}
+
+void dm_cluster_stats_end(void)
+{
+    __atomic_fetch_sub(&walkers, 1, __ATOMIC_RELEASE);
+}
+
 /* The record and all its strings in one allocation: per name a few hundred
  * bytes, not nine small allocations and three channels. keys.c says what
- * the strings are; this only lays them out. */
-static struct dm_cluster_lock *lock_new(const char *name)
+ * the strings are; this only lays them out. Under locks_mu (its counters). */
+static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 {
+    struct dm_cluster_stats *c = counters_get(name, h);
+    if (!c)
+        return NULL;
     const char *ns = ccfg->ns;
     size_t nl = strlen(name), size = nl + 1;
     for (int k = 0; k < DM_KEY_COUNT; k++)
@@ -98,8 +217,10 @@ static struct dm_cluster_lock *lock_new(const char *name)
      * copies it (in a fork child too) */
     size += dm_keys_len(ns, name, DM_KEY_WAIT) + sizeof process_id;
     struct dm_cluster_lock *l = calloc(1, sizeof *l + size);
-    if (!l)
+    if (!l) {
+        counters_drop(c);
         return NULL;
+    }
     char *p = l->strs, *end = l->strs + size;
     l->name = p;
     memcpy(p, name, nl + 1);
@@ -112,10 +233,12 @@ static struct dm_cluster_lock *lock_new(const char *name)
     make_wait_channel(l);
     l->slot = dm_redis_slot(l->keys[DM_KEY_LOCK]);
     l->refs = 1;
+    l->counters = c;
+    l->stats = &c->st;
     return l;
 }
 
-struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
+static struct dm_cluster_lock *record_get(const char *name, int cond)
 {
     size_t h = dm_hash_bytes(name, strlen(name));
     pthread_mutex_lock(&locks_mu);
@@ -129,12 +252,26 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
     }
     if (l) {
         l->refs++;
-    } else if ((l = lock_new(name)) != NULL && dm_htab_add(&locks, &l->node, h) != 0) {
+    } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&locks, &l->node, h) != 0) {
+        counters_drop(l->counters);
         free(l);
         l = NULL;
     }
+    if (l)
+        __atomic_store_n(cond ? &l->counters->is_cond : &l->counters->is_lock, 1,
+                         __ATOMIC_RELAXED);
     pthread_mutex_unlock(&locks_mu);
     return l;
+}
+
+struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
+{
+    return record_get(name, 0);
+}
+
+struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
+{
+    return record_get(name, 1);
 }
 
 void dm_cluster_lock_put(struct dm_cluster_lock *l)
@@ -147,6 +284,9 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
         return;
     }
     dm_htab_del(&locks, &l->node);
+    /* Its counters stay (if it counted anything), for the file and for a
+     * record of the name made again. */
+    counters_drop(l->counters);
     pthread_mutex_unlock(&locks_mu);
     /* Out of the table: no one else can reach it. notify may wait for a
      * handler here, so locks_mu is not held. */
@@ -593,14 +733,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             g->more_waiters |= handover_more;
             g->waited = waited;
             g->wait_id = member_id(member);
-            dm_stats_add(&l->stats.acquisitions, 1);
+            dm_stats_add(&l->stats->acquisitions, 1);
             if (handed)
-                dm_stats_add(&l->stats.handoffs, 1);
+                dm_stats_add(&l->stats->handoffs, 1);
             return 0;
 
         case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
         case ATT_FAILED:
-            dm_stats_add(&l->stats.redis_errors, 1);
+            dm_stats_add(&l->stats->redis_errors, 1);
             if (why.err == DM_REDIS_IO)
                 unanswered = 1;
             if (refused_by_server(why.err) && !from_abandon)
@@ -642,6 +782,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                          "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
                          refused_by_server(why.err) ? "the server refuses, retrying"
                          : why.err == DM_REDIS_IO ? "no reply, withdrawing the request and retrying"
+                         : why.err == DM_REDIS_WRONG_NODE && l->slot >= 0 ? "not the slot's node (yet), retrying"
                          : why.err == DM_REDIS_WRONG_NODE ? "not the primary, asking the sentinels again"
                                             : "waiting for redis",
                          dm_now_ms() - down_since, down_policy());
@@ -711,8 +852,8 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                 if (fresh_handover(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
                     g->wait_id = member_id(member);
-                    dm_stats_add(&l->stats.acquisitions, 1);
-                    dm_stats_add(&l->stats.handoffs, 1);
+                    dm_stats_add(&l->stats->acquisitions, 1);
+                    dm_stats_add(&l->stats->handoffs, 1);
                     return 0;
                 }
                 handover_more = g->more_waiters;
@@ -778,7 +919,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         }
         if (!r) {
             dm_redis_error_keep(&why, conn);
-            dm_stats_add(&l->stats.redis_errors, 1);
+            dm_stats_add(&l->stats->redis_errors, 1);
         }
         dm_redis_put(conn);
         if (!r) {
@@ -830,7 +971,7 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
                  !r ? (why ? why->errstr : "no reply") : r->type == REDIS_REPLY_ERROR ? r->str
                                                                  : "an unexpected reply");
         if (!r)
-            dm_stats_add(&lr->l->stats.redis_errors, 1);
+            dm_stats_add(&lr->l->stats->redis_errors, 1);
         v = dm_cluster_release(lr->l, lr->owner, lr->token) == EPERM ? RELEASE_NOT_HELD
                                                                       : RELEASE_DONE;
     }
@@ -892,16 +1033,6 @@ void dm_cluster_flush(void)
     dm_redis_flush();
 }
 
-void dm_cluster_lock_foreach(void (*fn)(const struct dm_cluster_lock *l, void *arg), void *arg)
-{
-    pthread_mutex_lock(&locks_mu);
-    for (size_t b = 0; b < locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next)
-            fn(l, arg);
-    pthread_mutex_unlock(&locks_mu);
-}
-
 /* Fork: locks_mu is held across fork() (see the lock order in startup.c).
  * The child has a new process id, so a new wait channel: rewritten in
  * place, its old notify record dropped (notify's own fork handling ran
@@ -918,44 +1049,146 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             make_wait_channel(l);
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
-            dm_stats_reset(&l->stats);
         }
+    /* The child counts from zero: the names gone keep nothing, and no
+     * walk is on (the writer thread is the parent's). */
+    __atomic_store_n(&walkers, 0, __ATOMIC_RELAXED);
+    for (struct dm_cluster_stats *c = counters_list; c; c = c->next)
+        dm_stats_reset(&c->st);
+    while (kept_first) {
+        struct dm_cluster_stats *c = kept_first;
+        kept_remove(c);
+        counters_unlink(c);
+    }
+    counters_reap();
 }
 
 #define DM_COND_PUBLISH_TRIES 3 /* a signal sent again after a MOVED (Redis Cluster) */
 
+/* Condition variables while Redis does not answer: after a failed publish
+ * or subscription, their Redis calls are not tried again for a backoff
+ * (doubling from DM_BACKOFF_MIN_MS, at least twice what the failure took,
+ * at most DM_COND_DOWN_MAX_MS), so that a program signalling and waiting
+ * under its own mutex does not pay a connect or command timeout per call.
+ * Per node (the one without a cluster; with one, the node of the cond's
+ * slot: a node down does not silence the conds of the others), lock-free
+ * (two atomics each: a race between two failures only picks one of their
+ * periods). */
+static long long cond_down_until[DM_REDIS_NODES_MAX];  /* CLOCK_MONOTONIC ms; 0: up */
+static long cond_down_ms[DM_REDIS_NODES_MAX];          /* the last period; 0 after a success */
+
+static int cond_node(const struct dm_cluster_lock *l)
+{
+    int node = dm_redis_node_cached(l->slot);
+    return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
+}
+
+int dm_cluster_cond_down(const struct dm_cluster_lock *l)
+{
+    long long until = __atomic_load_n(&cond_down_until[cond_node(l)], __ATOMIC_RELAXED);
+    return until != 0 && dm_now_ms() < until;
+}
+
+void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms)
+{
+    int node = cond_node(l);
+    if (ok) {
+        if (__atomic_load_n(&cond_down_until[node], __ATOMIC_RELAXED) != 0) {
+            __atomic_store_n(&cond_down_ms[node], 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&cond_down_until[node], 0, __ATOMIC_RELAXED);
+        }
+        return;
+    }
+    long d = __atomic_load_n(&cond_down_ms[node], __ATOMIC_RELAXED);
+    d = d > 0 ? 2 * d : DM_BACKOFF_MIN_MS;
+    if (d < 2 * took_ms)
+        d = 2 * took_ms;
+    if (d > DM_COND_DOWN_MAX_MS)
+        d = DM_COND_DOWN_MAX_MS;
+    __atomic_store_n(&cond_down_ms[node], d, __ATOMIC_RELAXED);
+    __atomic_store_n(&cond_down_until[node], dm_now_ms() + d - dm_jitter(d / 4),
+                     __ATOMIC_RELAXED);
+}
+
+/* One (S)PUBLISH on a connection; its subscriber count, or -1 with the
+ * cause in *why. `again`: Redis Cluster redirected it (sent again there). */
+static long cond_publish_on(struct dm_conn *conn, const struct dm_cluster_lock *l,
+                            const char *msg, struct dm_redis_error *why, int *again)
+{
+    int cluster = l->slot >= 0;
+    redisReply *r = cluster ? dm_redis_command(conn, "SPUBLISH %s %s", l->keys[DM_KEY_COND], msg)
+                            : dm_redis_command(conn, "PUBLISH %s %s", l->keys[DM_KEY_COND], msg);
+    long n = -1;
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        n = (long)r->integer;
+    } else if (r) {
+        why->err = DM_REDIS_BAD_REPLY;
+        snprintf(why->errstr, sizeof why->errstr, "redis at %s: PUBLISH: unexpected reply",
+                 dm_redis_conn_addr(conn));
+    } else {
+        dm_redis_error_keep(why, conn);
+    }
+    *again = !r && cluster && conn->err == DM_REDIS_WRONG_NODE;
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
 long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
 {
     static long publish_logged;
+    const char *what = broadcast ? "broadcast" : "signal";
     char msg[sizeof process_id + 16];
-    snprintf(msg, sizeof msg, "%s %s", process_id, broadcast ? "broadcast" : "signal");
+    snprintf(msg, sizeof msg, "%s %s", process_id, what);
+    if (dm_cluster_cond_down(l)) {
+        dm_stats_add(&l->stats->cond_lost, 1);
+        dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                     "condition variable %s: the %s reached no other process (redis at %s "
+                     "did not answer a moment ago; not tried again yet); their waiters wake "
+                     "at their deadline or after their reconnect", l->name, what,
+                     dm_redis_addr());
+        return -1;
+    }
     /* With Redis Cluster the waiters listen on the shard of the channel's
      * slot (SSUBSCRIBE): the signal is a SPUBLISH on the slot's primary. A
-     * MOVED (the slot moved; redis updated the map) is sent again there. */
-    int cluster = l->slot >= 0;
-    struct dm_redis_error why;
-    redisReply *r = NULL;
+     * MOVED (the slot moved; redis updated the map) is sent again there.
+     * A failure that came back faster than any timeout (a pooled
+     * connection the server closed, idle or by a restart: no reply at
+     * once; a connect refused) is followed by one more try on a new
+     * connection: PUBLISH is safe to repeat (at worst a spurious
+     * wake-up), and a signal must reach the others or be reported. A
+     * server that does not answer is not asked twice. */
+    struct dm_redis_error why = { DM_REDIS_OK, "" };
     long n = -1;
+    long long start = dm_now_ms();
+    long fast = ccfg->redis.connect_timeout_ms < ccfg->redis.command_timeout_ms
+                    ? ccfg->redis.connect_timeout_ms / 2 : ccfg->redis.command_timeout_ms / 2;
+    int fresh = 0;
     for (int attempt = 0; attempt < DM_COND_PUBLISH_TRIES; attempt++) {
-        struct dm_conn *conn = dm_redis_get_slot(l->slot);
-        r = cluster ? dm_redis_command(conn, "SPUBLISH %s %s", l->keys[DM_KEY_COND], msg)
-                    : dm_redis_command(conn, "PUBLISH %s %s", l->keys[DM_KEY_COND], msg);
-        if (r && r->type == REDIS_REPLY_INTEGER)
-            n = (long)r->integer;
-        else
-            dm_redis_error_keep(&why, conn);
-        int again = !r && cluster && conn->err == DM_REDIS_WRONG_NODE;
+        struct dm_conn *conn = fresh ? dm_redis_get_slot_new(l->slot) : dm_redis_get_slot(l->slot);
+        int again = 0;
+        n = cond_publish_on(conn, l, msg, &why, &again);
         dm_redis_put(conn);
+        if (n >= 0)
+            break;
+        if (!again && !fresh && (why.err == DM_REDIS_IO || why.err == DM_REDIS_NOCONN) &&
+            dm_now_ms() - start < fast) {
+            fresh = 1;          /* a dead pooled connection: once more on a new one */
+            continue;
+        }
         if (!again)
             break;
     }
-    if (r)
-        freeReplyObject(r);
-    if (n < 0)
-        dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
-                     "condition variable %s: the %s reached no other process (redis at %s: "
-                     "%s); their waiters wake at their deadline or after their reconnect",
-                     l->name, broadcast ? "broadcast" : "signal", dm_redis_addr(),
-                     r ? "unexpected reply" : why.errstr);
+    int outage = n < 0 && (why.err == DM_REDIS_NOCONN || why.err == DM_REDIS_IO ||
+                           why.err == DM_REDIS_TLS || why.err == DM_REDIS_WRONG_NODE);
+    if (n >= 0 || outage)
+        dm_cluster_cond_outcome(l, n >= 0, (long)(dm_now_ms() - start));
+    if (n < 0) {
+        dm_stats_add(&l->stats->cond_lost, 1);
+        dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
+                     "condition variable %s: the %s reached no other process (%s); their "
+                     "waiters wake at their deadline or after their reconnect",
+                     l->name, what, why.errstr);
+    }
     return n;
 }

@@ -22,6 +22,33 @@
 #define DM_DOWN_LOG_EVERY_MS 5000
 #define DM_QUEUE_TTL_MS  (3 * DM_WAIT_CAP_MS)   /* a fair waiter silent this long is dead */
 
+/* The counters of one lock name (stats.h): made with the name's first
+ * record and kept when its last record is freed, so that a name made
+ * again counts on from where it stood (a _total never goes down while the
+ * process runs). Of the names gone, those that counted something keep
+ * theirs (about 400 bytes and the name each), the DM_CLUSTER_KEPT_MAX
+ * that went last; the others' go with their record. A reader walks them
+ * without a lock (dm_cluster_stats_begin): one unlinked meanwhile is freed
+ * only after every walk that may see it ended. Zeroed in a fork child
+ * (it counts from zero), where the names gone are dropped. */
+#define DM_CLUSTER_KEPT_MAX 4096
+
+struct dm_cluster_stats {
+    struct dm_hnode node;           /* first: cluster's table of them, by name */
+    struct dm_cluster_stats *next;  /* the list readers walk, newest first (atomic) */
+    struct dm_cluster_stats *prev;  /* the rest is cluster's, under its table mutex */
+    struct dm_cluster_stats *kept_next, *kept_prev; /* names gone that keep their
+                                       counters, oldest first; once unlinked: the
+                                       list to free */
+    int live;                       /* a record of the name exists (relaxed atomic) */
+    int is_lock;        /* got as a lock (dm_cluster_lock_get): metrics show its lock
+                           counters (set once under the table mutex, read relaxed) */
+    int is_cond;        /* got for a condition variable (dm_cluster_cond_get): its cond
+                           counters (a name used for both is shown as both) */
+    struct dm_stats st;
+    char name[];
+};
+
 /* One lock name, interned: every caller naming "x" gets the same record
  * while anyone holds a reference to it (dm_cluster_lock_get/put). The key
  * strings share one allocation with the record; the notify channels are
@@ -44,7 +71,8 @@ struct dm_cluster_lock {
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
-    struct dm_stats stats;      /* the name's counters (stats.h); zero in a fork child */
+    struct dm_stats *stats;     /* the name's counters (&counters->st) */
+    struct dm_cluster_stats *counters;  /* they outlive the record */
     char strs[];        /* the strings above */
 };
 
@@ -70,8 +98,14 @@ const struct dm_config *dm_cluster_config(void);
  * NULL on ENOMEM. */
 struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
 
-/* Drops a reference. The last one frees the record and drops its notify
- * channels (unsubscribed by the subscriber thread). The caller must be the
+/* The same record for a listed condition variable's name (conds): its
+ * keys give the cond's channel, and the metrics show it as a cond, not as a
+ * lock (a name used for both is shown as both). */
+struct dm_cluster_lock *dm_cluster_cond_get(const char *name);
+
+/* Drops a reference. The last one frees the record (not its counters:
+ * see struct dm_cluster_stats) and drops its notify channels
+ * (unsubscribed by the subscriber thread). The caller must be the
  * last user: no acquire or release of `l` in progress or to come, no hold
  * of it with the watchdog, and no handler of its channels that uses memory
  * about to go (dm_notify_set_handler(ch, NULL, NULL) first: it waits for a
@@ -86,10 +120,17 @@ struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l);
 
-/* Calls fn(l, arg) on every record alive, under the table's mutex (fn
- * must not take a reference, do I/O or take another shim lock; it reads
- * l->name and l->stats): the metrics file and the exit summary. */
-void dm_cluster_lock_foreach(void (*fn)(const struct dm_cluster_lock *l, void *arg), void *arg);
+/* A walk of the counters of every name with a record, and of the names
+ * gone that keep theirs (since the process's start, or its fork): the
+ * metrics file and the exit summary. begin returns the first (newest),
+ * next the one after; every one reached stays readable (never freed, its
+ * name unchanged) until end. Takes no lock: names made meanwhile may be
+ * missed, names dropped meanwhile may still be seen (live 0). Read the
+ * counters with dm_stats_copy and `live` with a relaxed load. A walk holds
+ * back the memory of names dropped during it: copy, end, then do I/O. */
+const struct dm_cluster_stats *dm_cluster_stats_begin(void);
+const struct dm_cluster_stats *dm_cluster_stats_next(const struct dm_cluster_stats *c);
+void dm_cluster_stats_end(void);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);
@@ -165,13 +206,27 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
 void dm_cluster_flush(void);
 
 /* A condition variable's signal (broadcast = 0) or broadcast to every
- * process: one PUBLISH of "<process id> signal|broadcast" on l's
- * NS:{NAME}:cond channel (l is the record of the cond's name), awaited
- * on a pooled connection. Returns how many subscribers got it (>= 0), or
- * -1 when Redis could not be reached or refused (logged every few
- * seconds with the name, the address and the cause): remote waiters then
- * wake at their deadline or their subscriber's reconnect. */
+ * process: one PUBLISH of "<process id> signal" or "<process id>
+ * broadcast" on l's NS:{NAME}:cond channel (l is the record of the cond's
+ * name), awaited on a pooled connection; a failure faster than any timeout
+ * (a dead pooled connection, a refused connect) is tried once more on a new
+ * connection. Returns how many subscribers got it (>= 0), or -1 when it
+ * reached nobody: Redis could not be reached or refused, or did not answer
+ * a moment ago (dm_cluster_cond_down: not tried); logged at warning every
+ * few seconds with the name, the address and the cause, and counted
+ * (cond_lost). Remote waiters then wake at their deadline or their
+ * subscriber's reconnect. */
 long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast);
+
+/* Condition variables while Redis is down: the outcome of a Redis call for
+ * cond name l (a publish, a waiter's subscription; `took_ms` what it cost)
+ * and whether one failed a moment ago on l's node (the server; with Redis
+ * Cluster the primary of l's slot). After a failure none is tried there
+ * again for a backoff (DM_BACKOFF_MIN_MS doubling, at least twice took_ms,
+ * at most DM_COND_DOWN_MAX_MS); a success ends it. Lock-free, no I/O. */
+#define DM_COND_DOWN_MAX_MS 5000
+void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms);
+int dm_cluster_cond_down(const struct dm_cluster_lock *l);
 
 /* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes the lock table's mutex, so that the child never sees the table

@@ -465,6 +465,7 @@ static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_r
         if (v[i] && dup_into(p, line[i], s[i].dst, v[i]) < 0)
             return -1;
     r->tls.enabled = 1;
+    r->tls.line = (int)line_of(g);
     return 0;
 }
 
@@ -860,8 +861,10 @@ static int check_timing(struct parse *p, struct dm_config *cfg, const unsigned l
 
 /* The metrics file's path (metrics.file, DMUTEX_METRICS): absolute (the
  * shim must not write somewhere else after the program's chdir), a file
- * name after the last '/', and no '%' but "%p" (the pid). 1, or 0 with
- * `why`. */
+ * name after the last '/', and no '%' but "%p" (the pid); short enough,
+ * with %p as the longest pid, for the file system to take the temporary
+ * file beside it (else it would be accepted and never written). 1, or 0
+ * with `why`. */
 static int metrics_path_ok(const char *v, char *why, size_t n)
 {
     if (!token_ok(v, DM_PATH_MAX, 1, why, n))
@@ -870,10 +873,26 @@ static int metrics_path_ok(const char *v, char *why, size_t n)
         return snprintf(why, n, "must be an absolute path"), 0;
     if (v[strlen(v) - 1] == '/')
         return snprintf(why, n, "names a directory, not a file"), 0;
-    for (const char *c = strchr(v, '%'); c; c = strchr(c + 2, '%'))
-        if (c[1] != 'p')
+    size_t len = 0, name_len = 0;
+    for (const char *c = v; *c; c++) {
+        size_t add = 1;
+        if (c[0] == '%' && c[1] != 'p')
             return snprintf(why, n, "has %%%c: the only %% sequence is %%p (the process id)",
                             c[1] ? c[1] : ' '), 0;
+        if (c[0] == '%') {
+            add = DM_METRICS_PID_DIGITS;
+            c++;
+        }
+        len += add;
+        name_len = *c == '/' ? 0 : name_len + add;
+    }
+    if (name_len > DM_METRICS_NAME_MAX || len > DM_METRICS_PATH_MAX)
+        return snprintf(why, n, "the %s is too long: %zu bytes (%%p counted as %d digits), at "
+                        "most %d (the file system's limit less the %d bytes the temporary "
+                        "file written beside it adds)", name_len > DM_METRICS_NAME_MAX ?
+                        "file name" : "path", name_len > DM_METRICS_NAME_MAX ? name_len : len,
+                        DM_METRICS_PID_DIGITS, name_len > DM_METRICS_NAME_MAX ?
+                        DM_METRICS_NAME_MAX : DM_METRICS_PATH_MAX, DM_METRICS_TMP_EXTRA), 0;
     return 1;
 }
 
@@ -889,7 +908,7 @@ static int parse_metrics(struct parse *p, const config_setting_t *root, struct d
         return has;
     const char *file = NULL;
     unsigned line = 0;
-    char why[160];
+    char why[256];
     struct shown sv;
     if (get_string(p, g, "metrics.", "file", &file, &line) < 0)
         return -1;
@@ -906,7 +925,7 @@ static int parse_metrics(struct parse *p, const config_setting_t *root, struct d
 
 int dm_config_set_metrics_file(struct dm_config *cfg, const char *path, char *err, size_t errlen)
 {
-    char why[160];
+    char why[256];
     if (!metrics_path_ok(path, why, sizeof why)) {
         snprintf(err, errlen, "%s", why);
         return -1;

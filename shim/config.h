@@ -23,6 +23,14 @@
 #define DM_METRICS_INTERVAL_MS    10000L  /* metrics.interval_ms default */
 #define DM_METRICS_INTERVAL_MIN_MS 10L
 #define DM_METRICS_INTERVAL_MAX_MS 3600000L /* an hour */
+/* metrics.file's limits: the file system's (NAME_MAX 255, PATH_MAX 4096
+ * with its NUL) for the temporary file shim/metrics.c writes beside it,
+ * ".NAME.PID.tmp" (the longest of its side files), with %p counted as the
+ * longest pid. Checked when the config (or DMUTEX_METRICS) is read. */
+#define DM_METRICS_PID_DIGITS     10      /* a pid_t, as %p and ".PID.tmp" write it */
+#define DM_METRICS_TMP_EXTRA      (1 + 1 + DM_METRICS_PID_DIGITS + 4)   /* ".", ".PID.tmp" */
+#define DM_METRICS_NAME_MAX       (255 - DM_METRICS_TMP_EXTRA)          /* after the last '/' */
+#define DM_METRICS_PATH_MAX       (4095 - DM_METRICS_TMP_EXTRA)         /* the whole path */
 
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
@@ -35,6 +43,8 @@ struct dm_tls_config {
     char *key;                  /* its private key (PEM); NULL: in the cert file */
     char *server_name;          /* the name checked and sent (SNI); NULL: the host */
     int verify;                 /* check the server's certificate and name, default 1 */
+    int line;                   /* line of the redis.tls group in the file (path of
+                                   struct dm_config); 0: TLS came from a rediss:// URL */
 };
 
 /* One sentinel's address. */

@@ -161,7 +161,7 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc_range = "1..200 bytes of `[A-Za-z0-9_.:/@-]`",
         .doc = "the cluster-wide lock name" },
     [DM_K_OFFSET] = { "offset", MUTEX(offset), .type = DM_KEY_LONG, .lo = 0, .hi = DM_OFFSET_MAX,
-        .dflt = 0, .doc = "bytes into the symbol where the mutex is (symbol entries only)" },
+        .dflt = 0, .doc = "bytes into the symbol where the mutex (in a `conds` entry, the condition variable) is (symbol entries only)" },
     [DM_K_INDEX] = { "index", MUTEX(index), .type = DM_KEY_LONG, .lo = 0, .hi = DM_INDEX_MAX,
         .dflt = -1, .doc_default = "none",
         .doc = "element of an array of mutexes (symbol entries only; not with `offset`)" },
@@ -215,17 +215,21 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
                "who the server is (tests only)" },
 
     /* ---- metrics ---- */
+    /* (doc_range: DM_METRICS_NAME_MAX, checked below) */
     [DM_K_METRICS_FILE] = { "file", METRICS(file), .type = DM_KEY_HAND,
-        .doc_type = "string", .doc_default = "", .doc_range = "an absolute path; `%p`: the pid",
+        .doc_type = "string", .doc_default = "",
+        .doc_range = "an absolute path; `%p`: the pid; a file name of at most 239 bytes",
         .doc = "the file written (replaced by a rename: a reader never sees half of it); a "
                "`%p` in it is the process id, so processes of one program (and fork children) "
-               "each write their own: without `%p` a fork child writes none. "
+               "each write their own: without `%p` one process at a time writes it (the "
+               "holder of the lock file `.NAME.lock` beside it) and a fork child writes none. "
                "`DMUTEX_METRICS` overrides it" },
     [DM_K_METRICS_INTERVAL] = { "interval_ms", METRICS(interval_ms), .type = DM_KEY_LONG,
         .lo = DM_METRICS_INTERVAL_MIN_MS, .hi = DM_METRICS_INTERVAL_MAX_MS,
         .dflt = DM_METRICS_INTERVAL_MS,
         .doc = "how often the file is rewritten (and once more at exit)" },
 };
+_Static_assert(DM_METRICS_NAME_MAX == 239, "metrics.file's doc_range says 239 bytes");
 
 int dm_config_is_default(const char *s)
 {

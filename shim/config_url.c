@@ -354,11 +354,18 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         { "redis-sentinel://", "rediss-sentinel://" },
         { "unix://", "a rediss:// URL (a unix socket carries no TLS)" },
     };
+    /* FILE:LINE of the redis.tls group first, as every config error: the
+     * user must find what contradicts the URL. */
+    char where[300] = "";
+    if (cfg->path && cfg->redis.tls.line > 0)
+        snprintf(where, sizeof where, "%.256s:%d: ", cfg->path, cfg->redis.tls.line);
+    else if (cfg->path)
+        snprintf(where, sizeof where, "%.256s: ", cfg->path);
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (cfg->redis.tls.enabled && strncasecmp(url, plain[i].scheme, strlen(plain[i].scheme)) == 0)
-            return fail_plain(err, errlen, "redis URL %s is plain text, but the config asks for "
-                              "TLS (its redis.tls group): use %s, or take redis.tls out of the "
-                              "config; dmutex never falls back to plain text", su.s,
+            return fail_plain(err, errlen, "%sredis URL %s is plain text, but the config asks "
+                              "for TLS (its redis.tls group): use %s, or take redis.tls out of "
+                              "the config; dmutex never falls back to plain text", where, su.s,
                               plain[i].instead);
     if (strncasecmp(url, "redis-sentinel://", 17) == 0)
         return set_sentinel_url(cfg, url, 0, su.s, err, errlen);

@@ -385,7 +385,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         dm_cluster_release(nm->cl, h->owner, h->token);
         return EAGAIN;
     }
-    dm_stats_set(&nm->cl->stats.held, 1);
+    dm_stats_set(&nm->cl->stats->held, 1);
     if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
         /* Hear other processes' wants: before keeping the lock at unlock
          * (cache mode), and to let them in while threads keep it busy. */
@@ -407,7 +407,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
 static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
     dm_watchdog_note_lost();
-    dm_stats_add(&l->stats.leases_lost, 1);
+    dm_stats_add(&l->stats->leases_lost, 1);
     dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
              "unlock: its lease expired, another process may have entered%s",
              l->name, owner, (unsigned long long)token,
@@ -438,7 +438,7 @@ static int hold_release(struct dm_name *nm)
             release_found_lost(nm->cl, h->owner, h->token);
         }
     }
-    dm_stats_set(&nm->cl->stats.held, 0);
+    dm_stats_set(&nm->cl->stats->held, 0);
     pthread_mutex_lock(&nm->mu);
     nm->held = 0;
     nm->want = 0;
@@ -742,7 +742,7 @@ static void drop_dead_hold(const void *addr, void *value, void *arg)
     if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
         if (nm->held)
             dm_watchdog_remove(&nm->hold);
-        dm_stats_set(&nm->cl->stats.held, 0);
+        dm_stats_set(&nm->cl->stats->held, 0);
         nm->held = 0;
         nm->want = 0;
         nm->state = NAME_FREE;
@@ -869,7 +869,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
     uint64_t t1 = dm_stats_now_ns();
-    struct dm_stats *st = &e->nm->cl->stats;
+    struct dm_stats *st = e->nm->cl->stats;
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
@@ -888,7 +888,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
  * time into the name's hold histogram. */
 static void hold_observe(struct dm_entry *e)
 {
-    dm_stats_observe(&e->nm->cl->stats.hold,
+    dm_stats_observe(&e->nm->cl->stats->hold,
                      dm_stats_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
 }
 
@@ -1053,6 +1053,15 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
         r = dm_real.cond_clockwait(c, m, clk, abstime);
     pthread_cleanup_pop(0);
 
+    /* glibc's re-lock: ENOTRECOVERABLE leaves the mutex not held, so
+     * nothing is joined; one the shim made unrecoverable meanwhile is
+     * given back with the same answer (lock_both's). */
+    if (r == ENOTRECOVERABLE)
+        return r;
+    if (r != EOWNERDEAD && e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+        dm_real.mutex_unlock(m);
+        return ENOTRECOVERABLE;
+    }
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
@@ -1062,7 +1071,8 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
     pthread_setcancelstate(cs, NULL);
     if (w.real_dead)
         return EOWNERDEAD;
-    if (w.dead && is_robust(m)) {
+    if ((w.dead || e->dead_pending) && is_robust(m)) {
+        e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
     }
@@ -1189,14 +1199,14 @@ static int real_rw_lock(pthread_rwlock_t *l, int write, enum dm_lock_mode mode, 
 {
     switch (mode) {
     case DM_TRYLOCK:
-        return write ? dm_real.rw_trywrlock(l) : dm_real.rw_tryrdlock(l);
+        return write ? dm_real.rwlock_trywrlock(l) : dm_real.rwlock_tryrdlock(l);
     case DM_TIMEDLOCK:
         if (clk == CLOCK_REALTIME)
-            return write ? dm_real.rw_timedwrlock(l, abstime) : dm_real.rw_timedrdlock(l, abstime);
-        return write ? dm_real.rw_clockwrlock(l, clk, abstime)
-                     : dm_real.rw_clockrdlock(l, clk, abstime);
+            return write ? dm_real.rwlock_timedwrlock(l, abstime) : dm_real.rwlock_timedrdlock(l, abstime);
+        return write ? dm_real.rwlock_clockwrlock(l, clk, abstime)
+                     : dm_real.rwlock_clockrdlock(l, clk, abstime);
     default:
-        return write ? dm_real.rw_wrlock(l) : dm_real.rw_rdlock(l);
+        return write ? dm_real.rwlock_wrlock(l) : dm_real.rwlock_rdlock(l);
     }
 }
 
@@ -1227,14 +1237,14 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
         r = rw_join(e->nm, me, write, mode, dlp);
         pthread_setcancelstate(cs, NULL);
         if (r != 0)
-            dm_real.rw_unlock(l);
+            dm_real.rwlock_unlock(l);
     }
     in_shim--;
     if (r != 0)
         return r;
     if (write)
         __atomic_store_n(&e->writer, me, __ATOMIC_RELAXED);
-    struct dm_stats *st = &e->nm->cl->stats;
+    struct dm_stats *st = e->nm->cl->stats;
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, dm_stats_now_ns() - t0);
@@ -1244,17 +1254,17 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
 int dm_mapped_rwunlock(struct dm_rw_entry *e, pthread_rwlock_t *l)
 {
     if (in_shim)
-        return dm_real.rw_unlock(l);
+        return dm_real.rwlock_unlock(l);
     unsigned long me = self_seq();
     int write = __atomic_load_n(&e->writer, __ATOMIC_RELAXED) == me;
     /* Not held through the shim by this thread (locked before the shim
      * mapped it, or in a fork child): glibc's answer alone. */
     if (!write && !tl_holds(e->nm))
-        return dm_real.rw_unlock(l);
+        return dm_real.rwlock_unlock(l);
     if (write)
         __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
     int lost = leave_quietly(e->nm);
-    int r = dm_real.rw_unlock(l);
+    int r = dm_real.rwlock_unlock(l);
     return r ? r : lost;
 }
 
@@ -1262,7 +1272,7 @@ int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
 {
     if (__atomic_load_n(&e->writer, __ATOMIC_RELAXED) != 0)
         return EBUSY;
-    int r = dm_real.rw_destroy(l);
+    int r = dm_real.rwlock_destroy(l);
     if (r == 0 && e->heap)
         dm_mapped_remove(l);
     return r;
@@ -1271,7 +1281,7 @@ int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
 int dm_mapped_rwinit(struct dm_rw_entry *e, pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
 {
     __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
-    return dm_real.rw_init(l, a);
+    return dm_real.rwlock_init(l, a);
 }
 
 /* ---- cluster-wide condition variables ------------------------------------
@@ -1311,7 +1321,7 @@ static struct dm_cond_name *cond_name_get(const char *name)
     while (cn && strcmp(cn->cl->name, name) != 0)
         cn = cn->next;
     if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
-        cn->cl = dm_cluster_lock_get(name);
+        cn->cl = dm_cluster_cond_get(name);
         cn->ch = cn->cl ? dm_notify_chan(cn->cl->keys[DM_KEY_COND]) : NULL;
         if (!cn->ch) {
             dm_cluster_lock_put(cn->cl);
@@ -1326,6 +1336,15 @@ static struct dm_cond_name *cond_name_get(const char *name)
         cn->refs++;
     pthread_mutex_unlock(&conds_mu);
     return cn;
+}
+
+/* One more reference to a record the caller knows is alive (a waiter's,
+ * for the length of its wait). */
+static void cond_name_ref(struct dm_cond_name *cn)
+{
+    pthread_mutex_lock(&conds_mu);
+    cn->refs++;
+    pthread_mutex_unlock(&conds_mu);
 }
 
 /* Drops a reference; the last one unsubscribes the channel and frees. */
@@ -1404,6 +1423,7 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
     int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
     if (in_shim)
         return r;
+    dm_stats_add(&ce->cn->cl->stats->cond_signals, 1);
     dm_notify_bump(ce->cn->ch);
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
@@ -1420,14 +1440,35 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
 struct cond_cluster_wait {
     struct cond_wait w;
     int mapped;                 /* w.e is a mapped mutex whose hold was given back */
+    int relock_err;             /* the mutex could not be taken back: ENOTRECOVERABLE */
+    struct dm_cond_name *cn;    /* referenced for the wait (see below) */
 };
 
+/* The mutex back, as glibc's wait takes it: EOWNERDEAD (held, its owner
+ * died) is passed on; ENOTRECOVERABLE (not held) too, and then nothing is
+ * joined; a mapped robust mutex the shim made unrecoverable meanwhile (its
+ * locker unlocked it inconsistent) is given back, ENOTRECOVERABLE, as
+ * lock_both does. Then the waiter's reference to the cond's name goes: a
+ * cond may be destroyed as soon as its waiters are woken (POSIX lets a
+ * program destroy it right after its broadcast), and the channel this
+ * waiter slept on must outlive the waiter's last look at it. */
 static void cond_cluster_retake(struct cond_cluster_wait *cw)
 {
-    if (dm_real.mutex_lock(cw->w.m) == EOWNERDEAD)
+    int r = dm_real.mutex_lock(cw->w.m);
+    if (r == EOWNERDEAD) {
         cw->w.real_dead = 1;
-    if (cw->mapped)
+    } else if (r != 0) {
+        cw->relock_err = r;
+    } else if (cw->mapped && cw->w.e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
+        dm_real.mutex_unlock(cw->w.m);
+        cw->relock_err = ENOTRECOVERABLE;
+    }
+    if (cw->mapped && !cw->relock_err)
         cond_rejoin(&cw->w);
+    if (cw->cn) {
+        cond_name_put(cw->cn);
+        cw->cn = NULL;
+    }
 }
 
 static void cond_cluster_cancelled(void *arg)
@@ -1471,28 +1512,56 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     }
     unsigned long me = self_seq();
     struct dm_entry *e = dm_mapped_find(m);
-    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0 };
+    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0, 0, NULL };
     cw.mapped = e && __atomic_load_n(&e->holder, __ATOMIC_RELAXED) == me;
+    /* glibc refuses a wait on an error-checking, recursive or robust
+     * mutex the thread does not own (EPERM), before it waits; a mapped
+     * one's owner is known here, an unmapped one's unlock below says. */
+    if (e && !cw.mapped && !foreign_unlock_ok(m))
+        return EPERM;
 
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
+    struct dm_cond_name *cn = ce->cn;
+    cond_name_ref(cn);
+    cw.cn = cn;
     /* Subscribed and counted before anything is let go: from here on no
-     * signal of any process can be missed. */
-    struct dm_notify_chan *ch = ce->cn->ch;
+     * signal of any process can be missed. While Redis failed a moment
+     * ago (dm_cluster_cond_down) nothing is waited for: the mutex is not
+     * held for a timeout per call; the subscription is made in the
+     * background, and the sleep is cut short below. */
+    struct dm_notify_chan *ch = cn->ch;
     long sub_ms = mcfg->redis.command_timeout_ms;   /* cut to the deadline: a timed wait */
     long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
     if (left >= 0 && left < sub_ms)
         sub_ms = left;
-    int subscribed = dm_notify_subscribe(ch, sub_ms) == 0;
+    if (dm_cluster_cond_down(cn->cl))
+        sub_ms = 0;
+    long long sub_t0 = dm_now_ms();
+    int sr = dm_notify_subscribe(ch, sub_ms);
+    int subscribed = sr == 0;
+    if (subscribed || sr == EAGAIN || (sr != 0 && sub_ms == mcfg->redis.command_timeout_ms))
+        dm_cluster_cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
     unsigned long seen = dm_notify_seq(ch);
     if (cw.mapped) {
+        hold_observe(e);
         cw.w.depth = e->depth;
         __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
         e->depth = 0;
         name_leave(e->nm);      /* a hold lost meanwhile was reported; no EPERM here */
     }
-    dm_real.mutex_unlock(m);
+    int ur = dm_real.mutex_unlock(m);
+    if (ur != 0) {
+        /* Not this thread's to let go of (EPERM): glibc's answer, nothing waited. */
+        if (cw.mapped)
+            cond_rejoin(&cw.w);
+        cond_name_put(cn);
+        in_shim--;
+        pthread_setcancelstate(cs, NULL);
+        return ur;
+    }
+    dm_stats_add(&cn->cl->stats->cond_waits, 1);
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
     in_shim--;
@@ -1522,9 +1591,12 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     cond_cluster_retake(&cw);
     in_shim--;
     pthread_setcancelstate(cs, NULL);
+    if (cw.relock_err)
+        return cw.relock_err;
     if (cw.w.real_dead)
         return EOWNERDEAD;
-    if (cw.mapped && cw.w.dead && is_robust(m)) {
+    if (cw.mapped && (cw.w.dead || e->dead_pending) && is_robust(m)) {
+        e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
     }

@@ -1,11 +1,13 @@
-/* metrics: the per-lock counters (stats.h, one set per name in cluster's
- * records) as operators read them: a file in the Prometheus text
- * exposition format (0.0.4), for node_exporter's textfile collector,
- * replaced atomically (a temporary file in the same directory, renamed
- * over it) every metrics.interval_ms by a thread of its own and once
- * more at exit; and, with DMUTEX_LOG=info, one summary line per lock name
- * at exit. Sits under mapped and startup, over cluster (whose records it
- * walks). Counts nothing itself. */
+/* metrics: the per-lock counters (stats.h, one set per name, kept by
+ * cluster beyond the name's record) as operators read them: a file in the
+ * Prometheus text exposition format (0.0.4), for node_exporter's textfile
+ * collector, replaced atomically (a temporary file in the same directory,
+ * renamed over it) every metrics.interval_ms by a thread of its own and
+ * once more at exit, written by one process at a time (a lock file beside
+ * it) unless the path has %p; and, with DMUTEX_LOG=info, one summary line
+ * per lock name at exit. Sits under mapped and startup, over cluster
+ * (whose list of counters it walks, without a lock). Counts nothing
+ * itself. */
 #ifndef DM_METRICS_H
 #define DM_METRICS_H
 
@@ -34,9 +36,10 @@ void dm_metrics_exit(void);
  * those bytes today; the format must not break if they ever do. */
 size_t dm_metrics_escape(const char *v, char *out, size_t len);
 
-/* Fork: prepare takes the writer's mutex (a write in progress ends
- * first); the child has no writer thread and counts from zero: it writes
- * its own file only when the path has %p (never its parent's). */
+/* Fork: prepare takes the module's mutex (never held across I/O: a
+ * write in progress goes on, outside it); the child has no writer thread
+ * and counts from zero: it writes its own file only when the path has %p
+ * (never its parent's). */
 void dm_metrics_atfork(enum dm_fork_phase phase);
 
 #endif

@@ -1,9 +1,11 @@
 /* net: the transport under hiredis. hiredis formats commands into the
  * context's output buffer and parses replies with its reader; this module
- * moves the bytes. A plain connection (TCP or unix socket) with send(2)
- * (MSG_NOSIGNAL: a connection the server closed never raises SIGPIPE in
- * the program) and recv(2) on its blocking socket, bounded by the socket's
- * timeouts; a TLS connection (hiredis 0.14 has no TLS) through OpenSSL on
+ * makes the connections (dm_net_connect: hiredis's own connect took a
+ * signal for a failure) and moves the bytes. A plain connection (TCP or
+ * unix socket) with send(2) (MSG_NOSIGNAL: a connection the server closed
+ * never raises SIGPIPE in the program) and recv(2) on its blocking socket,
+ * each request bounded by one deadline (the socket's timeout); a TLS
+ * connection (hiredis 0.14 has no TLS) through OpenSSL on
  * the context's socket, with the same timeouts and hiredis's err/errstr on
  * the context. Every read or write of a connection goes through here:
  * the data nodes' (redis, notify, watchdog) and the sentinels'
@@ -21,6 +23,18 @@
 
 /* A TLS session on a context's socket; NULL for a plain connection. */
 struct dm_net;
+
+/* Connects to host:port (TCP), or to the unix socket `path` when it is not
+ * NULL, by `deadline_ms` (dm_now_ms()'s clock). Blocking; a signal that
+ * interrupts a wait restarts it for the time left, never fails the
+ * connect. Returns a hiredis context (redisConnectFd) on the blocking
+ * socket, close-on-exec, with SO_RCVTIMEO/SO_SNDTIMEO = timeout_ms (the
+ * command timeout), TCP_NODELAY and, with `keepalive`, hiredis's TCP
+ * keepalive; or NULL with `why` naming the cause (refused, no connection
+ * within the connect timeout, an unknown name...: the caller adds the
+ * address). Free it with dm_net_close (or redisFree). */
+redisContext *dm_net_connect(const char *host, int port, const char *path, long long deadline_ms,
+                             long timeout_ms, int keepalive, char *why, size_t len);
 
 /* Remembers the TLS settings (NULL or !enabled: no TLS) for the sessions
  * started after it; the config outlives every session. The certificates
@@ -43,8 +57,11 @@ struct dm_net *dm_net_tls_start(redisContext *c, const char *host, const char *a
 void dm_net_set_timeout(redisContext *c, struct dm_net *t, long ms);
 
 /* As redisGetReply: sends what the context has buffered, then blocks
- * (bounded by the timeout) until one reply is read. REDIS_OK with *reply
- * (caller frees), or REDIS_ERR with c->err and c->errstr set. */
+ * (the request and its reply bounded by one timeout, whatever signals
+ * arrive meanwhile) until one reply is read. REDIS_OK with *reply (caller
+ * frees), or REDIS_ERR with c->err and c->errstr set. A context whose err
+ * is set already is refused (REDIS_ERR, its words left as they are): no
+ * byte goes through a failed connection, here and in every call below. */
 int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply);
 
 /* As redisCommandArgv / redisvCommand: append, then dm_net_get_reply.

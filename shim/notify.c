@@ -60,6 +60,8 @@ struct dm_notify_chan {
     unsigned char on_work;
     unsigned char dead;
     unsigned char resubscribe;          /* wanted again while UNSUBSCRIBING */
+    unsigned char again;                /* subscribed again after a loss or a move: the
+                                         * count moves once more when it is confirmed */
     int slot;                           /* Redis Cluster: the slot of the name; -1 otherwise */
     int sub_node;                       /* the connection (S)SUBSCRIBE went on (0 without a cluster) */
     char name[];
@@ -76,6 +78,7 @@ static int thread_running;
 static int wake_fd = -1;
 static unsigned long received;
 static redisContext *sub_ctx[DM_REDIS_NODES_MAX];  /* the thread's, for the fork child */
+static unsigned char link_down[DM_REDIS_NODES_MAX]; /* nmu: the node's last connect failed */
 
 /* Call with nmu held. */
 static void cv_init_locked(void)
@@ -206,6 +209,7 @@ static void chan_reset(struct dm_notify_chan *ch)
     ch->resubscribe = 0;
     if (ch->state != CHAN_IDLE) {
         ch->state = CHAN_WANTED;
+        ch->again = 1;
         work_push_locked(ch);
     }
 }
@@ -310,6 +314,7 @@ static void do_work_locked(void)
 static void resubscribe_locked(struct dm_notify_chan *ch)
 {
     ch->seq++;
+    ch->again = 1;
     ch->state = CHAN_WANTED;
     work_push_locked(ch);
     resend_ms = dm_now_ms() + DM_NOTIFY_RESEND_MS;
@@ -357,6 +362,7 @@ static void follow_map_locked(void)
             }
             ch->resubscribe = 0;
             ch->seq++;
+            ch->again = 1;
             ch->state = CHAN_WANTED;
             work_push_locked(ch);
         }
@@ -415,8 +421,16 @@ static void on_reply(redisReply *r, int node)
     } else if (ch->sub_node != node) {
         /* a reply about a subscription left on a node the slot moved from */
     } else if (strcmp(kind, "subscribe") == 0) {
-        if (ch->state == CHAN_SENT)
+        if (ch->state == CHAN_SENT) {
             ch->state = CHAN_SUBSCRIBED;
+            /* A waiter that read the count between the loss (or the move)
+             * and now slept on a channel nobody delivered to: a notice
+             * sent meanwhile is lost, so its count moves now too. */
+            if (ch->again) {
+                ch->again = 0;
+                ch->seq++;
+            }
+        }
     } else if (strcmp(kind, "unsubscribe") == 0 && ch->state == CHAN_UNSUBSCRIBING) {
         if (ch->dead) {
             unlink_locked(ch);
@@ -489,6 +503,10 @@ static int sub_connect(int node)
                      "release notices unavailable (%s); waiters retry on their own",
                      s->conn.errstr);
         s->retry_ms = dm_now_ms() + dm_backoff_next(&s->backoff);
+        pthread_mutex_lock(&nmu);
+        link_down[node] = 1;            /* a subscription waits for nothing meanwhile */
+        pthread_cond_broadcast(&ncv);
+        pthread_mutex_unlock(&nmu);
         return -1;
     }
     dm_backoff_reset(&s->backoff);
@@ -497,6 +515,7 @@ static int sub_connect(int node)
     s->wanted = 0;
     pthread_mutex_lock(&nmu);
     sub_ctx[node] = s->conn.c;
+    link_down[node] = 0;
     pthread_mutex_unlock(&nmu);
     return 0;
 }
@@ -573,6 +592,14 @@ static void *notify_main(void *arg)
                 pthread_mutex_unlock(&nmu);
             }
         }
+        for (int i = 0; cluster && i < DM_REDIS_NODES_MAX; i++)
+            if (dm_redis_conn_stale(&subs[i].conn)) {
+                /* its node's index has another address now */
+                subs[i].conn.err = DM_REDIS_IO;
+                snprintf(subs[i].conn.errstr, sizeof subs[i].conn.errstr,
+                         "the node's address was reused for another node");
+                sub_lost(i);
+            }
         if (!cluster && subs[0].conn.c && dm_redis_conn_stale(&subs[0].conn)) {
             /* Sentinel: the primary moved; subscribe on the new one. */
             subs[0].conn.err = DM_REDIS_IO;
@@ -651,6 +678,14 @@ static int start_thread_locked(void)
     return rc;
 }
 
+/* The node whose connection carries ch's subscription (0 without a
+ * cluster, or when no node is known for its slot yet). nmu held. */
+static int chan_node_locked(const struct dm_notify_chan *ch)
+{
+    int node = dm_redis_cluster() ? dm_redis_node_cached(ch->slot) : 0;
+    return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
+}
+
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
 {
     pthread_mutex_lock(&nmu);
@@ -673,11 +708,13 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
     wake_thread();
     struct timespec dl;
     dm_deadline_in(&dl, timeout_ms);
-    while (ch->state != CHAN_SUBSCRIBED) {
+    /* The connection that would carry it failed to connect last time:
+     * nothing to wait for (the thread keeps trying on its own). */
+    while (ch->state != CHAN_SUBSCRIBED && !link_down[chan_node_locked(ch)]) {
         if (pthread_cond_timedwait(&ncv, &nmu, &dl) == ETIMEDOUT)
             break;
     }
-    rc = ch->state == CHAN_SUBSCRIBED ? 0 : ETIMEDOUT;
+    rc = ch->state == CHAN_SUBSCRIBED ? 0 : link_down[chan_node_locked(ch)] ? EAGAIN : ETIMEDOUT;
     pthread_mutex_unlock(&nmu);
     return rc;
 }
@@ -812,6 +849,7 @@ void dm_notify_atfork(enum dm_fork_phase phase)
         if (sub_ctx[i])
             close(sub_ctx[i]->fd);
         sub_ctx[i] = NULL;
+        link_down[i] = 0;
         memset(&subs[i], 0, sizeof subs[i]);     /* the contexts' memory is left alone */
     }
     resend_ms = 0;

@@ -29,7 +29,8 @@ void dm_notify_chan_put(struct dm_notify_chan *ch);
 /* Makes sure the channel is subscribed, starting the subscriber thread on
  * first need. Returns 0 once the server has confirmed the subscription, or
  * ETIMEDOUT after timeout_ms (server unreachable: the caller falls back to
- * timed retries). */
+ * timed retries), or EAGAIN at once when the subscriber's last connect to
+ * the node failed (it keeps trying on its own). */
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms);
 
 /* Is the channel subscribed right now (a waiter may then skip the extra
@@ -42,7 +43,9 @@ unsigned long dm_notify_seq(struct dm_notify_chan *ch);
 
 /* Sleeps until the count differs from `seen` (0) or timeout_ms passes
  * (ETIMEDOUT). The count also moves when the subscriber connection is lost
- * and remade, so that no waiter sleeps through a notice it could not get. */
+ * and again when the channel's subscription is confirmed anew (after a
+ * loss, or a slot's move with a cluster), so that no waiter sleeps through
+ * a notice it could not get, whenever it read the count. */
 int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_ms);
 
 /* Moves the channel's count and wakes its waiters, as a message on it

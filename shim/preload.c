@@ -201,28 +201,28 @@ DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
         return dm_mapped_rwlock(e, l, write, mode, clk, t);                     \
     }
 
-DM_RW_ENTRY(pthread_rwlock_rdlock, dm_real.rw_rdlock(l), 0, DM_LOCK, CLOCK_REALTIME, NULL,
+DM_RW_ENTRY(pthread_rwlock_rdlock, dm_real.rwlock_rdlock(l), 0, DM_LOCK, CLOCK_REALTIME, NULL,
             pthread_rwlock_t *l)
-DM_RW_ENTRY(pthread_rwlock_tryrdlock, dm_real.rw_tryrdlock(l), 0, DM_TRYLOCK, CLOCK_REALTIME,
+DM_RW_ENTRY(pthread_rwlock_tryrdlock, dm_real.rwlock_tryrdlock(l), 0, DM_TRYLOCK, CLOCK_REALTIME,
             NULL, pthread_rwlock_t *l)
-DM_RW_ENTRY(pthread_rwlock_timedrdlock, dm_real.rw_timedrdlock(l, t), 0, DM_TIMEDLOCK,
+DM_RW_ENTRY(pthread_rwlock_timedrdlock, dm_real.rwlock_timedrdlock(l, t), 0, DM_TIMEDLOCK,
             CLOCK_REALTIME, t, pthread_rwlock_t *l, const struct timespec *t)
-DM_RW_ENTRY(pthread_rwlock_clockrdlock, dm_real.rw_clockrdlock(l, c, t), 0, DM_TIMEDLOCK, c, t,
+DM_RW_ENTRY(pthread_rwlock_clockrdlock, dm_real.rwlock_clockrdlock(l, c, t), 0, DM_TIMEDLOCK, c, t,
             pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
-DM_RW_ENTRY(pthread_rwlock_wrlock, dm_real.rw_wrlock(l), 1, DM_LOCK, CLOCK_REALTIME, NULL,
+DM_RW_ENTRY(pthread_rwlock_wrlock, dm_real.rwlock_wrlock(l), 1, DM_LOCK, CLOCK_REALTIME, NULL,
             pthread_rwlock_t *l)
-DM_RW_ENTRY(pthread_rwlock_trywrlock, dm_real.rw_trywrlock(l), 1, DM_TRYLOCK, CLOCK_REALTIME,
+DM_RW_ENTRY(pthread_rwlock_trywrlock, dm_real.rwlock_trywrlock(l), 1, DM_TRYLOCK, CLOCK_REALTIME,
             NULL, pthread_rwlock_t *l)
-DM_RW_ENTRY(pthread_rwlock_timedwrlock, dm_real.rw_timedwrlock(l, t), 1, DM_TIMEDLOCK,
+DM_RW_ENTRY(pthread_rwlock_timedwrlock, dm_real.rwlock_timedwrlock(l, t), 1, DM_TIMEDLOCK,
             CLOCK_REALTIME, t, pthread_rwlock_t *l, const struct timespec *t)
-DM_RW_ENTRY(pthread_rwlock_clockwrlock, dm_real.rw_clockwrlock(l, c, t), 1, DM_TIMEDLOCK, c, t,
+DM_RW_ENTRY(pthread_rwlock_clockwrlock, dm_real.rwlock_clockwrlock(l, c, t), 1, DM_TIMEDLOCK, c, t,
             pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
 
 DM_EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *l)
 {
     struct dm_rw_entry *e = dm_mapped_find_rwlock(l);
     if (__builtin_expect(e == NULL, 1))
-        return dm_real.rw_unlock(l);
+        return dm_real.rwlock_unlock(l);
     return dm_mapped_rwunlock(e, l);
 }
 
@@ -230,7 +230,7 @@ DM_EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *l)
 {
     struct dm_rw_entry *e = dm_mapped_find_rwlock(l);
     if (__builtin_expect(e == NULL, 1))
-        return dm_real.rw_destroy(l);
+        return dm_real.rwlock_destroy(l);
     return dm_mapped_rwdestroy(e, l);
 }
 
@@ -246,9 +246,9 @@ DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_
             dm_mapped_remove(l);
     }
     if (__builtin_expect(dm_startup_nrw_sites == 0, 1))
-        return dm_real.rw_init(l, a);
+        return dm_real.rwlock_init(l, a);
     uintptr_t caller = (uintptr_t)__builtin_return_address(0);
-    int r = dm_real.rw_init(l, a);
+    int r = dm_real.rwlock_init(l, a);
     const struct dm_init_site *site = r == 0 ? dm_startup_rw_site(caller) : NULL;
     if (site) {
         int rc = dm_mapped_add_rwlock(l, site->name, DM_MAP_HEAP);

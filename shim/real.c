@@ -44,24 +44,28 @@ static void *first_dlopen(const char *file, int flags)
 { dm_real_resolve(); return dm_real.dlopen(file, flags); }
 static int first_dlclose(void *handle)
 { dm_real_resolve(); return dm_real.dlclose(handle); }
-
-typedef pthread_rwlock_t rwl;
-static int first_rw_init(rwl *l, const pthread_rwlockattr_t *a)
-{ dm_real_resolve(); return dm_real.rw_init(l, a); }
-static int first_rw_destroy(rwl *l) { dm_real_resolve(); return dm_real.rw_destroy(l); }
-static int first_rw_rdlock(rwl *l) { dm_real_resolve(); return dm_real.rw_rdlock(l); }
-static int first_rw_tryrdlock(rwl *l) { dm_real_resolve(); return dm_real.rw_tryrdlock(l); }
-static int first_rw_timedrdlock(rwl *l, const struct timespec *t)
-{ dm_real_resolve(); return dm_real.rw_timedrdlock(l, t); }
-static int first_rw_clockrdlock(rwl *l, clockid_t k, const struct timespec *t)
-{ dm_real_resolve(); return dm_real.rw_clockrdlock(l, k, t); }
-static int first_rw_wrlock(rwl *l) { dm_real_resolve(); return dm_real.rw_wrlock(l); }
-static int first_rw_trywrlock(rwl *l) { dm_real_resolve(); return dm_real.rw_trywrlock(l); }
-static int first_rw_timedwrlock(rwl *l, const struct timespec *t)
-{ dm_real_resolve(); return dm_real.rw_timedwrlock(l, t); }
-static int first_rw_clockwrlock(rwl *l, clockid_t k, const struct timespec *t)
-{ dm_real_resolve(); return dm_real.rw_clockwrlock(l, k, t); }
-static int first_rw_unlock(rwl *l) { dm_real_resolve(); return dm_real.rw_unlock(l); }
+static int first_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
+{ dm_real_resolve(); return dm_real.rwlock_init(l, a); }
+static int first_rwlock_rdlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_rdlock(l); }
+static int first_rwlock_tryrdlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_tryrdlock(l); }
+static int first_rwlock_timedrdlock(pthread_rwlock_t *l, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_timedrdlock(l, t); }
+static int first_rwlock_clockrdlock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_clockrdlock(l, c, t); }
+static int first_rwlock_wrlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_wrlock(l); }
+static int first_rwlock_trywrlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_trywrlock(l); }
+static int first_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_timedwrlock(l, t); }
+static int first_rwlock_clockwrlock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.rwlock_clockwrlock(l, c, t); }
+static int first_rwlock_destroy(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_destroy(l); }
+static int first_rwlock_unlock(pthread_rwlock_t *l)
+{ dm_real_resolve(); return dm_real.rwlock_unlock(l); }
 
 struct dm_real dm_real = {
     first_mutex_init, first_mutex_destroy, first_mutex_lock, first_mutex_trylock,
@@ -69,9 +73,10 @@ struct dm_real dm_real = {
     first_mutex_consistent, first_cond_wait, first_cond_timedwait, first_cond_clockwait,
     first_cond_signal, first_cond_broadcast, first_cond_init, first_cond_destroy,
     first_dlopen, first_dlclose,
-    first_rw_init, first_rw_destroy, first_rw_rdlock, first_rw_tryrdlock, first_rw_timedrdlock,
-    first_rw_clockrdlock, first_rw_wrlock, first_rw_trywrlock, first_rw_timedwrlock,
-    first_rw_clockwrlock, first_rw_unlock,
+    first_rwlock_init, first_rwlock_rdlock, first_rwlock_tryrdlock, first_rwlock_timedrdlock,
+    first_rwlock_clockrdlock, first_rwlock_wrlock, first_rwlock_trywrlock,
+    first_rwlock_timedwrlock, first_rwlock_clockwrlock,
+    first_rwlock_destroy, first_rwlock_unlock,
 };
 
 static void *must_sym(const char *name, const char *version)
@@ -109,17 +114,17 @@ void dm_real_resolve(void)
     *(void **)&r.cond_destroy = must_sym("pthread_cond_destroy", "GLIBC_2.3.2");
     *(void **)&r.dlopen = must_sym("dlopen", NULL);
     *(void **)&r.dlclose = must_sym("dlclose", NULL);
-    *(void **)&r.rw_init = must_sym("pthread_rwlock_init", NULL);
-    *(void **)&r.rw_destroy = must_sym("pthread_rwlock_destroy", NULL);
-    *(void **)&r.rw_rdlock = must_sym("pthread_rwlock_rdlock", NULL);
-    *(void **)&r.rw_tryrdlock = must_sym("pthread_rwlock_tryrdlock", NULL);
-    *(void **)&r.rw_timedrdlock = must_sym("pthread_rwlock_timedrdlock", NULL);
-    *(void **)&r.rw_clockrdlock = must_sym("pthread_rwlock_clockrdlock", NULL);
-    *(void **)&r.rw_wrlock = must_sym("pthread_rwlock_wrlock", NULL);
-    *(void **)&r.rw_trywrlock = must_sym("pthread_rwlock_trywrlock", NULL);
-    *(void **)&r.rw_timedwrlock = must_sym("pthread_rwlock_timedwrlock", NULL);
-    *(void **)&r.rw_clockwrlock = must_sym("pthread_rwlock_clockwrlock", NULL);
-    *(void **)&r.rw_unlock = must_sym("pthread_rwlock_unlock", NULL);
+    *(void **)&r.rwlock_init = must_sym("pthread_rwlock_init", NULL);
+    *(void **)&r.rwlock_rdlock = must_sym("pthread_rwlock_rdlock", NULL);
+    *(void **)&r.rwlock_tryrdlock = must_sym("pthread_rwlock_tryrdlock", NULL);
+    *(void **)&r.rwlock_timedrdlock = must_sym("pthread_rwlock_timedrdlock", NULL);
+    *(void **)&r.rwlock_clockrdlock = must_sym("pthread_rwlock_clockrdlock", NULL);
+    *(void **)&r.rwlock_wrlock = must_sym("pthread_rwlock_wrlock", NULL);
+    *(void **)&r.rwlock_trywrlock = must_sym("pthread_rwlock_trywrlock", NULL);
+    *(void **)&r.rwlock_timedwrlock = must_sym("pthread_rwlock_timedwrlock", NULL);
+    *(void **)&r.rwlock_clockwrlock = must_sym("pthread_rwlock_clockwrlock", NULL);
+    *(void **)&r.rwlock_destroy = must_sym("pthread_rwlock_destroy", NULL);
+    *(void **)&r.rwlock_unlock = must_sym("pthread_rwlock_unlock", NULL);
     void **dst = (void **)&dm_real;
     void **src = (void **)&r;
     for (size_t i = 0; i < sizeof r / sizeof(void *); i++)

@@ -27,17 +27,18 @@ struct dm_real {
     int (*cond_destroy)(pthread_cond_t *);
     void *(*dlopen)(const char *, int);
     int (*dlclose)(void *);
-    int (*rw_init)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
-    int (*rw_destroy)(pthread_rwlock_t *);
-    int (*rw_rdlock)(pthread_rwlock_t *);
-    int (*rw_tryrdlock)(pthread_rwlock_t *);
-    int (*rw_timedrdlock)(pthread_rwlock_t *, const struct timespec *);
-    int (*rw_clockrdlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
-    int (*rw_wrlock)(pthread_rwlock_t *);
-    int (*rw_trywrlock)(pthread_rwlock_t *);
-    int (*rw_timedwrlock)(pthread_rwlock_t *, const struct timespec *);
-    int (*rw_clockwrlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
-    int (*rw_unlock)(pthread_rwlock_t *);
+    /* the rwlock calls (preload hands unlisted rwlocks to them; libdmutex-trace.so records them) */
+    int (*rwlock_init)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
+    int (*rwlock_rdlock)(pthread_rwlock_t *);
+    int (*rwlock_tryrdlock)(pthread_rwlock_t *);
+    int (*rwlock_timedrdlock)(pthread_rwlock_t *, const struct timespec *);
+    int (*rwlock_clockrdlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
+    int (*rwlock_wrlock)(pthread_rwlock_t *);
+    int (*rwlock_trywrlock)(pthread_rwlock_t *);
+    int (*rwlock_timedwrlock)(pthread_rwlock_t *, const struct timespec *);
+    int (*rwlock_clockwrlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
+    int (*rwlock_destroy)(pthread_rwlock_t *);
+    int (*rwlock_unlock)(pthread_rwlock_t *);
 };
 
 /* Each member starts as a resolver that fills the whole table with

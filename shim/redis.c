@@ -258,7 +258,6 @@ static int connect_node(struct dm_conn *conn)
     conn->errstr[0] = 0;
     conn->gen = 0;
     long long started = dm_now_ms();
-    struct timeval cto = dm_ms_timeval(rcfg->connect_timeout_ms);
     /* With Sentinel the address is the sentinels' answer; it is all that
      * changes here (sentinel.c). */
     const char *host = rcfg->host, *addr = addr_text;
@@ -267,6 +266,9 @@ static int connect_node(struct dm_conn *conn)
     char primary_text[sizeof addr_text + 64];
     char node_host[DM_SLOTS_HOST_MAX];
     if (dm_slots_enabled()) {
+        /* read before the address: an index given another address in
+         * between makes the connection stale at once, never the reverse */
+        conn->gen = dm_slots_node_epoch(conn->node);
         if (dm_slots_node_addr(conn->node, node_host, sizeof node_host, &port) != 0) {
             set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node %d known", conn->node);
             return -1;
@@ -293,22 +295,20 @@ static int connect_node(struct dm_conn *conn)
                  rcfg->master);
         addr = primary_text;
     }
-    redisContext *c = rcfg->unix_path && !dm_sentinel_enabled() && !dm_slots_enabled()
-                          ? redisConnectUnixWithTimeout(rcfg->unix_path, cto)
-                          : redisConnectWithTimeout(host, port, cto);
+    /* net's connect: a signal during it is no failure (hiredis's was). It
+     * gets the whole connect timeout, as hiredis's did, whatever asking the
+     * sentinels took; the TLS handshake what is left of it from `started`. */
+    const char *path = rcfg->unix_path && !dm_sentinel_enabled() && !dm_slots_enabled()
+                           ? rcfg->unix_path : NULL;
+    char cwhy[DM_ERR_MAX];
+    redisContext *c = dm_net_connect(host, port, path, dm_now_ms() + rcfg->connect_timeout_ms,
+                                     rcfg->command_timeout_ms, !rcfg->unix_path, cwhy,
+                                     sizeof cwhy);
     if (!c) {
-        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: out of memory", addr);
-        return -1;
-    }
-    if (c->err) {
-        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: %s", addr, c->errstr);
-        redisFree(c);
+        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: %s", addr, cwhy);
         dm_sentinel_stale(conn->gen);
         return -1;
     }
-    redisSetTimeout(c, dm_ms_timeval(rcfg->command_timeout_ms));
-    if (!rcfg->unix_path)
-        redisEnableKeepAlive(c);
     struct dm_net *t = NULL;
     if (tls_start(conn, c, host, addr, started, &t) != 0)
         return -1;
@@ -421,6 +421,8 @@ void dm_redis_set_timeout(struct dm_conn *conn, long ms)
 
 int dm_redis_conn_stale(const struct dm_conn *conn)
 {
+    if (dm_slots_enabled())
+        return conn->c && conn->gen != dm_slots_node_epoch(conn->node);
     return dm_sentinel_enabled() && conn->c && conn->gen != dm_sentinel_gen();
 }
 
@@ -436,12 +438,14 @@ static struct dm_conn no_memory = { .c = NULL, .err = DM_REDIS_NOCONN,
                                     .errstr = "out of memory" };
 
 /* A pooled connection to node `node` (0 without a cluster); `any`: with
- * a cluster, another node will do when that one cannot be reached. */
-static struct dm_conn *pool_get(int node, int any)
+ * a cluster, another node will do when that one cannot be reached;
+ * `fresh`: a new connection, none of the idle ones (they may all be as
+ * stale as the one that just failed). */
+static struct dm_conn *pool_get(int node, int any, int fresh)
 {
-    struct dm_conn *conn;
+    struct dm_conn *conn = NULL;
     struct pool *pl = &pools[node >= 0 && node < DM_SLOTS_NODES_MAX ? node : 0];
-    for (;;) {
+    while (!fresh) {
         pthread_mutex_lock(&pool_mu);
         conn = pl->idle;
         if (conn) {
@@ -474,28 +478,33 @@ static struct dm_conn *pool_get(int node, int any)
 
 struct dm_conn *dm_redis_get(void)
 {
-    return pool_get(0, 1);
+    return pool_get(0, 1, 0);
 }
 
 struct dm_conn *dm_redis_get_node(int node)
 {
-    return pool_get(node, 0);
+    return pool_get(node, 0, 0);
 }
 
 /* The map is asked first of the node that answered last: a dead node
  * (refused, or a connect timeout away) is not tried first every time. */
 static int refresh_from;
 
-int dm_redis_refresh_slots(char *err, size_t errlen)
+/* dm_redis_refresh_slots; *noconn: 1 when no node could be connected
+ * to at all (the cluster is out of reach: "no connection"). */
+static int refresh_slots(char *err, size_t errlen, int *noconn)
 {
     int n = dm_slots_nnodes();
     int first = __atomic_load_n(&refresh_from, __ATOMIC_RELAXED);
     snprintf(err, errlen, "redis cluster: no node known");
+    *noconn = 1;
     for (int k = 0; k < n; k++) {
         int i = (first + k) % n;
-        struct dm_conn *conn = pool_get(i, 0);
+        struct dm_conn *conn = pool_get(i, 0, 0);
         redisReply *r = dm_redis_command(conn, "CLUSTER SLOTS");
         int ok = r && dm_slots_update(r) == 0;
+        if (conn->c || conn->err != DM_REDIS_NOCONN)
+            *noconn = 0;
         if (!ok)
             snprintf(err, errlen, "%s", conn->errstr[0] ? conn->errstr
                                                         : "unexpected reply to CLUSTER SLOTS");
@@ -510,27 +519,64 @@ int dm_redis_refresh_slots(char *err, size_t errlen)
     return -1;
 }
 
-struct dm_conn *dm_redis_get_slot(int slot)
+int dm_redis_refresh_slots(char *err, size_t errlen)
+{
+    int noconn;
+    return refresh_slots(err, errlen, &noconn);
+}
+
+static struct dm_conn *get_slot(int slot, int fresh)
 {
     if (!dm_slots_enabled() || slot < 0)
-        return dm_redis_get();
+        return pool_get(0, 1, fresh);
     char why[DM_ERR_MAX];
     if (dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
         dm_debug("redis cluster: slot map not refreshed: %s", why);
     int node = dm_slots_node_of((unsigned)slot);
     if (node < 0) {
-        if (dm_redis_refresh_slots(why, sizeof why) == 0)
+        int noconn = 0;
+        if (refresh_slots(why, sizeof why, &noconn) == 0)
             node = dm_slots_node_of((unsigned)slot);
         if (node < 0) {
             struct dm_conn *conn = calloc(1, sizeof *conn);
             if (!conn)
                 return &no_memory;
-            set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node owns slot %d (%s)", slot,
-                    why);
+            /* No node could even be connected to: the cluster is out of
+             * reach, as a single server that refuses (on_redis_down). */
+            if (noconn)
+                set_err(conn, DM_REDIS_NOCONN, "redis cluster: no node can be reached for "
+                        "slot %d (%s)", slot, why);
+            else
+                set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: no node owns slot %d (%s)",
+                        slot, why);
             return conn;
         }
     }
-    return pool_get(node, 0);
+    struct dm_conn *conn = pool_get(node, 0, fresh);
+    if (conn->c || conn == &no_memory)
+        return conn;
+    /* The map's owner cannot be reached: it may be gone for good (a
+     * failover this process has not heard of, a node removed), and the
+     * slot live on another node; only when the map asked again still
+     * names it (or no node answers) is it no connection. */
+    if (dm_redis_refresh_slots(why, sizeof why) != 0)
+        return conn;
+    int now = dm_slots_node_of((unsigned)slot);
+    if (now < 0 || now == node)
+        return conn;
+    dm_debug("redis cluster: %s; slot %d is on another node now", conn->errstr, slot);
+    dm_redis_put(conn);
+    return pool_get(now, 0, fresh);
+}
+
+struct dm_conn *dm_redis_get_slot(int slot)
+{
+    return get_slot(slot, 0);
+}
+
+struct dm_conn *dm_redis_get_slot_new(int slot)
+{
+    return get_slot(slot, 1);
 }
 
 int dm_redis_cluster(void)
@@ -767,7 +813,7 @@ static int is_noscript(const redisReply *r)
 static int redirect(struct dm_conn *conn, int node)
 {
     late_drain(conn);   /* its context goes to the pool: nothing due may go with it */
-    struct dm_conn *x = pool_get(node, 0);
+    struct dm_conn *x = pool_get(node, 0, 0);
     if (x != &no_memory && x->c)
         late_drain(x);
     if (x == &no_memory || !x->c) {

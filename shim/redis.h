@@ -74,7 +74,8 @@ struct dm_conn {
     enum dm_redis_err err;
     char errstr[DM_ERR_MAX];
     struct dm_conn *next;           /* the pool's idle stack */
-    unsigned long gen;              /* Sentinel: the primary's generation at connect */
+    unsigned long gen;              /* Sentinel: the primary's generation at connect;
+                                     * Redis Cluster: the node index's epoch (slots.h) */
     int node;                       /* Redis Cluster: the node's index (slots.h); 0 otherwise */
     int nlate;                      /* requests sent whose replies nobody read yet, */
     struct dm_redis_late late[DM_REDIS_LATE_MAX];   /* oldest first (dm_redis_script_nowait) */
@@ -135,7 +136,8 @@ int dm_redis_append_command(struct dm_conn *conn, const char *fmt, ...)
 redisReply *dm_redis_pipeline_next(struct dm_conn *conn);
 /* Sentinel: is conn connected to a node that the sentinels have replaced
  * as the primary since (a long-lived connection drops and remakes it)?
- * Always 0 without Sentinel. */
+ * Redis Cluster: is its node's index given another address since (a full
+ * table of nodes reuses indexes)? Always 0 otherwise. */
 int dm_redis_conn_stale(const struct dm_conn *conn);
 
 /* Sentinel: fn() is called (from another thread, no lock held) when the
@@ -174,6 +176,10 @@ void dm_redis_put(struct dm_conn *conn);
  * a slot no node is known for gives a conn with c NULL and err
  * DM_REDIS_WRONG_NODE. Without a cluster (or slot < 0): dm_redis_get(). */
 struct dm_conn *dm_redis_get_slot(int slot);
+/* The same, but a new connection, not one of the idle ones: a retry after
+ * a pooled one turned out dead (a server restart leaves every idle one
+ * stale). It goes back to the pool with dm_redis_put. */
+struct dm_conn *dm_redis_get_slot_new(int slot);
 /* The same for a lock's key: its slot is the key's (every key and channel
  * of a lock shares the hash tag {NAME}). */
 struct dm_conn *dm_redis_get_key(const char *key);

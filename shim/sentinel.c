@@ -123,14 +123,10 @@ static int sentinel_connect(size_t i, struct sconn *s, char *why, size_t len, in
     long long started = dm_now_ms();
     s->t = NULL;
     snprintf(s->addr, sizeof s->addr, "sentinel %s:%d", e->host, e->port);
-    s->c = redisConnectWithTimeout(e->host, e->port, dm_ms_timeval(scfg->connect_timeout_ms));
-    if (!s->c || s->c->err) {
-        snprintf(why, len, "%s", s->c ? s->c->errstr : "out of memory");
-        sconn_close(s);
+    s->c = dm_net_connect(e->host, e->port, NULL, started + scfg->connect_timeout_ms,
+                          scfg->command_timeout_ms, 1, why, len);
+    if (!s->c)
         return -1;
-    }
-    redisSetTimeout(s->c, dm_ms_timeval(scfg->command_timeout_ms));
-    redisEnableKeepAlive(s->c);
     if (scfg->tls.enabled) {
         s->t = dm_net_tls_start(s->c, e->host, s->addr, started + scfg->connect_timeout_ms,
                                 scfg->command_timeout_ms, why, len);

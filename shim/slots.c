@@ -1,7 +1,9 @@
 /* slots: the slot map under one mutex. A node is an index into a table of
- * addresses that only grows (to DM_SLOTS_NODES_MAX), so that redis.c can
- * keep a connection pool per index without ever renumbering; the map is
- * one short per slot (node + 1, 0: unknown). */
+ * addresses (to DM_SLOTS_NODES_MAX), so that redis.c can keep a connection
+ * pool per index; an index keeps its address until the table is full and
+ * no slot names it, then it may be given another one (its epoch moves, and
+ * what was connected to it is dropped); the map is one short per slot
+ * (node + 1, 0: unknown). */
 #include "slots.h"
 
 #include <pthread.h>
@@ -13,12 +15,15 @@
 struct node {
     char host[DM_SLOTS_HOST_MAX];
     int port;
+    unsigned long epoch;        /* moves when the index is given another address */
 };
 
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static int enabled;
 static struct node nodes[DM_SLOTS_NODES_MAX];
 static int nnodes;
+static int nseeds;              /* nodes[0..nseeds): the config's, never reused */
+static int reuse_next;          /* where the search for an index to reuse starts */
 static unsigned short map[DM_SLOTS_COUNT];
 static int want_refresh = 1;
 static long long refreshed_ms;
@@ -34,6 +39,7 @@ void dm_slots_setup(const struct dm_redis_config *cfg)
         nodes[nnodes].port = cfg->cluster[i].port;
         nnodes++;
     }
+    nseeds = nnodes;
     memset(map, 0, sizeof map);
     want_refresh = 1;
     pthread_mutex_unlock(&smu);
@@ -70,19 +76,65 @@ unsigned dm_slots_keyslot(const char *key, size_t len)
     return crc16(key, len) & (DM_SLOTS_COUNT - 1);
 }
 
-/* The index of host:port, added when new; -1 when the table is full. smu held. */
-static int node_index_locked(const char *host, size_t hlen, int port)
+/* "?": the endpoint Redis names for a node whose preferred endpoint it
+ * does not know (cluster-preferred-endpoint-type hostname, none
+ * announced), in CLUSTER SLOTS and in MOVED/ASK ("MOVED 42 ?:7000"): no
+ * address to connect to. */
+static int unknown_host(const char *h, size_t len)
+{
+    return len == 1 && h[0] == '?';
+}
+
+/* Is node n the owner of a slot in m? smu held. */
+static int in_map(const unsigned short *m, int n)
+{
+    for (int s = 0; s < DM_SLOTS_COUNT; s++)
+        if (m[s] == n + 1)
+            return 1;
+    return 0;
+}
+
+/* The index of host:port, added when new. A full table gives the address
+ * an index no slot of `map` nor of `building` (NULL: none) names, and
+ * that is not a seed: addresses change over a cluster's life (a node
+ * replaced, a container given a new IP), and a table that only grew
+ * would refuse every new node after DM_SLOTS_NODES_MAX of them. The
+ * reused index's epoch moves, so that redis and notify drop what they
+ * connected to its old address. -1 when no index is free. smu held. */
+static int node_index_locked(const char *host, size_t hlen, int port,
+                             const unsigned short *building)
 {
     for (int i = 0; i < nnodes; i++)
         if (nodes[i].port == port && strlen(nodes[i].host) == hlen &&
             memcmp(nodes[i].host, host, hlen) == 0)
             return i;
-    if (nnodes == DM_SLOTS_NODES_MAX || hlen >= DM_SLOTS_HOST_MAX)
+    if (hlen >= DM_SLOTS_HOST_MAX)
         return -1;
-    memcpy(nodes[nnodes].host, host, hlen);
-    nodes[nnodes].host[hlen] = 0;
-    nodes[nnodes].port = port;
-    return nnodes++;
+    int n = -1;
+    if (nnodes < DM_SLOTS_NODES_MAX) {
+        n = nnodes++;
+    } else {
+        for (int k = 0; k < DM_SLOTS_NODES_MAX - nseeds && n < 0; k++) {
+            int i = nseeds + (reuse_next + k) % (DM_SLOTS_NODES_MAX - nseeds);
+            if (!in_map(map, i) && !(building && in_map(building, i)))
+                n = i;
+        }
+        if (n < 0)
+            return -1;
+        reuse_next = n - nseeds + 1;
+    }
+    memcpy(nodes[n].host, host, hlen);
+    nodes[n].host[hlen] = 0;
+    nodes[n].port = port;
+    __atomic_add_fetch(&nodes[n].epoch, 1, __ATOMIC_RELEASE);
+    return n;
+}
+
+unsigned long dm_slots_node_epoch(int node)
+{
+    if (node < 0 || node >= DM_SLOTS_NODES_MAX)
+        return 0;
+    return __atomic_load_n(&nodes[node].epoch, __ATOMIC_ACQUIRE);
 }
 
 int dm_slots_node_of(unsigned slot)
@@ -111,6 +163,28 @@ void dm_slots_stale(void)
     pthread_mutex_unlock(&smu);
 }
 
+/* The address of a node entry of CLUSTER SLOTS ({endpoint, port, id,
+ * {"ip": ..., "hostname": ...}}): its preferred endpoint (an IP, or the
+ * hostname it announces with cluster-preferred-endpoint-type hostname),
+ * else, when that is unknown ("?" or ""), the "ip" of its metadata (Redis
+ * 7 answers "?" for a node that announces no hostname). NULL: none. */
+static const redisReply *endpoint(const redisReply *p)
+{
+    const redisReply *h = p->element[0];
+    if (h->type == REDIS_REPLY_STRING && h->len > 0 && !unknown_host(h->str, h->len))
+        return h;
+    const redisReply *m = p->elements >= 4 ? p->element[3] : NULL;
+    if (!m || m->type != REDIS_REPLY_ARRAY)     /* RESP2: the map as a flat array */
+        return NULL;
+    for (size_t i = 0; i + 1 < m->elements; i += 2) {
+        const redisReply *k = m->element[i], *v = m->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && strcmp(k->str, "ip") == 0 &&
+            v->type == REDIS_REPLY_STRING && v->len > 0 && !unknown_host(v->str, v->len))
+            return v;
+    }
+    return NULL;
+}
+
 int dm_slots_update(const redisReply *r)
 {
     if (!r || r->type != REDIS_REPLY_ARRAY)
@@ -126,11 +200,10 @@ int dm_slots_update(const redisReply *r)
             e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
             continue;
         const redisReply *p = e->element[2];
-        if (p->element[0]->type != REDIS_REPLY_STRING || p->element[0]->len == 0 ||
-            p->element[1]->type != REDIS_REPLY_INTEGER)
-            continue;       /* an unknown endpoint ("" or "?"): asked again later */
-        int n = node_index_locked(p->element[0]->str, p->element[0]->len,
-                                  (int)p->element[1]->integer);
+        const redisReply *host = endpoint(p);
+        if (!host || p->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;       /* no address known for it: asked again later */
+        int n = node_index_locked(host->str, host->len, (int)p->element[1]->integer, next);
         long long lo = e->element[0]->integer, hi = e->element[1]->integer;
         if (n < 0 || lo < 0 || hi >= DM_SLOTS_COUNT || lo > hi)
             continue;
@@ -211,7 +284,10 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node)
     if (!parse(msg, ask, slot, &h, &hl, &port))
         return 0;
     pthread_mutex_lock(&smu);
-    *node = node_index_locked(h, hl, port);
+    /* "?": the node is not named; the map (which has its IP) is asked again */
+    *node = unknown_host(h, hl) ? -1 : node_index_locked(h, hl, port, NULL);
+    if (*node < 0)
+        want_refresh = 1;
     if (!*ask && *node >= 0 && map[*slot] != *node + 1) {
         map[*slot] = (unsigned short)(*node + 1);
         gen++;

@@ -14,7 +14,7 @@
 #include "util.h"
 
 #define DM_SLOTS_COUNT      16384   /* Redis Cluster's hash slots */
-#define DM_SLOTS_NODES_MAX  64      /* distinct node addresses a process keeps */
+#define DM_SLOTS_NODES_MAX  64      /* node addresses a process keeps at once */
 #define DM_SLOTS_HOST_MAX   256     /* bytes of a node's host, with the NUL */
 #define DM_SLOTS_REFRESH_MIN_MS 100 /* a storm of MOVED asks for the map once per this */
 
@@ -43,7 +43,10 @@ int dm_slots_want_refresh(void);
  * the old one is gone: the next dm_slots_want_refresh says yes. */
 void dm_slots_stale(void);
 
-/* Replaces the map with a CLUSTER SLOTS reply. 0, or -1 (a reply of
+/* Replaces the map with a CLUSTER SLOTS reply (each node by its
+ * preferred endpoint, or by the "ip" of its metadata when that is "?":
+ * cluster-preferred-endpoint-type hostname without a hostname announced;
+ * a node of no known address leaves its slots unknown). 0, or -1 (a reply of
  * another shape: the map is kept). The map's generation moves when an
  * owner changes. */
 int dm_slots_update(const redisReply *r);
@@ -56,7 +59,8 @@ unsigned long dm_slots_gen(void);
 /* A redirection error reply: "MOVED <slot> <host>:<port>" or "ASK <slot>
  * <host>:<port>". Returns 1 and fills *ask (1 for ASK), *slot and *node
  * (the node's index, added to the table if new; -1 when the table is
- * full), or 0 when msg is not one. A MOVED also moves the slot in the map
+ * full or the reply names no node: "?:PORT", which asks for a refresh),
+ * or 0 when msg is not one. A MOVED also moves the slot in the map
  * (an ASK does not: the migration is not over) and asks for a refresh. */
 int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node);
 
@@ -64,6 +68,12 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node);
  * for tests. 1 or 0 as dm_slots_redirect. */
 int dm_slots_parse_redirect(const char *msg, int *ask, unsigned *slot, char *host,
                             size_t hostlen, int *port);
+
+/* The epoch of index `node`: moves when the index is given another
+ * address (a full table reuses an index no slot names; seeds never). A
+ * connection made at one epoch is to an address the index may no longer
+ * have (redis and notify drop it). */
+unsigned long dm_slots_node_epoch(int node);
 
 /* Node `node`'s address into host/port; -1 when there is no such node. */
 int dm_slots_node_addr(int node, char *host, size_t hostlen, int *port);

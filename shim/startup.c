@@ -560,8 +560,8 @@ static void map_entries(struct dm_config *cfg)
  * lock) to count or drop holds, taking a name's mutex and, through the
  * watchdog, wmu; cache_lock, pool_mu, slots's smu (the slot map) and wmu hold nothing else (the
  * watchdog and notify threads let go of theirs before any I/O); metrics's
- * mu is held across a write of the metrics file and takes locks_mu (the
- * snapshot of the counters), nothing else; ssl_rw's
+ * mu guards its flags only: never held across I/O (a write of the metrics
+ * file runs outside it and takes no lock), it takes nothing else; ssl_rw's
  * read side is held only inside OpenSSL calls, which take no shim lock. A lock may
  * only be taken while holding locks to its left. Logging takes no lock.
  * Not included: the per-name mutexes of mapped (never held across I/O,

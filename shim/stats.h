@@ -1,10 +1,12 @@
 /* stats: the counters of one lock name in this process, as the metrics
  * file (shim/metrics.c) and the exit summary show them. One struct
- * dm_stats lives in each name's cluster record (struct dm_cluster_lock),
- * so it is freed with the name; each fact is counted by the module that
+ * dm_stats per name lives in cluster's struct dm_cluster_stats, which
+ * outlives the name's record (the record points at it; a name destroyed
+ * and made again counts on, cluster.h says for how long); each fact is counted by the module that
  * knows it (mapped: lock calls, waits, holds, contention, the held gauge;
  * cluster: grants, handovers, failed Redis calls; watchdog: renewals,
- * losses). Every update is one relaxed atomic add (or a rarely taken
+ * losses; for a condition variable's name, mapped: signals and waits,
+ * cluster: signals lost). Every update is one relaxed atomic add (or a rarely taken
  * compare-and-swap for a maximum): no lock and no allocation, so that the
  * mapped path stays within its budget. A reader sees each counter whole,
  * not all of them at one instant. The bottom layer, beside util: includes
@@ -50,6 +52,10 @@ struct dm_stats {
                                    the lock calls that returned holding it (one add less
                                    on the mapped path than a counter of their own) */
     struct dm_hist hold;        /* mapped: holding -> unlock (or a condition wait) */
+    /* A listed condition variable's name (conds), never a lock's counters: */
+    uint64_t cond_signals;      /* mapped: pthread_cond_signal and broadcast calls */
+    uint64_t cond_waits;        /* mapped: cluster-wide waits */
+    uint64_t cond_lost;         /* cluster: signals whose PUBLISH reached no other process */
 };
 
 /* The number of observations of h. */
@@ -59,6 +65,16 @@ static inline uint64_t dm_stats_count(const struct dm_hist *h)
     for (int i = 0; i <= DM_STATS_BUCKETS; i++)
         n += __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED);
     return n;
+}
+
+/* Has anything been counted in s (a relaxed read of each field)? */
+static inline int dm_stats_any(const struct dm_stats *s)
+{
+    const uint64_t *w = (const uint64_t *)s;
+    for (size_t i = 0; i < sizeof *s / sizeof *w; i++)
+        if (__atomic_load_n(&w[i], __ATOMIC_RELAXED) != 0)
+            return 1;
+    return 0;
 }
 
 /* CLOCK_MONOTONIC in ns (vDSO: no system call). */

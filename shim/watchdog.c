@@ -87,7 +87,7 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
     const struct dm_config *cfg = dm_cluster_config();
     __atomic_store_n(&h->lost, 1, __ATOMIC_RELEASE);   /* read without wmu: is_lost */
     __atomic_add_fetch(&lost_count, 1, __ATOMIC_RELAXED);
-    dm_stats_add(&h->lock->stats.leases_lost, 1);
+    dm_stats_add(&h->lock->stats->leases_lost, 1);
     dm_error("lost the lease of lock %s (owner %s, fencing token %llu): %s; "
              "last renewal succeeded %lld ms ago (lease %ld ms); "
              "lost leases in this process: %lu%s",
@@ -114,11 +114,11 @@ static void apply(struct snap *s, enum renewal res, long long sent)
     if (!h->registered || h->gen != s->gen || h->lost)
         return;
     if (res != RENEW_OK && res != RENEW_LOST) {
-        dm_stats_add(&h->lock->stats.redis_errors, 1);
+        dm_stats_add(&h->lock->stats->redis_errors, 1);
         return;     /* not a verdict on the hold */
     }
     if (res == RENEW_OK) {
-        dm_stats_add(&h->lock->stats.renewals, 1);
+        dm_stats_add(&h->lock->stats->renewals, 1);
         h->renewed_ms = sent;
         h->lease_ms = dm_cluster_config()->lease_ms;
     }

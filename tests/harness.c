@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1069,4 +1070,51 @@ void th_rcluster_stop(struct th_rcluster *k)
 {
     for (int i = 0; i < TH_RCLUSTER_NODES; i++)
         th_redis_stop(&k->node[i]);
+}
+
+/* ---- a signal storm ---------------------------------------------------------- */
+
+static volatile sig_atomic_t storm_hits;
+static struct {
+    pthread_t target, thread;
+    long every_us;
+    int stop;
+} storm;
+
+static void on_storm(int sig)
+{
+    (void)sig;
+    storm_hits++;
+}
+
+static void *storm_main(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&storm.stop, __ATOMIC_ACQUIRE)) {
+        pthread_kill(storm.target, SIGUSR1);
+        usleep((useconds_t)storm.every_us);
+    }
+    return NULL;
+}
+
+void th_storm_start(long every_us)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_storm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;                /* no SA_RESTART */
+    assert_int_equal(sigaction(SIGUSR1, &sa, NULL), 0);
+    storm_hits = 0;
+    storm.target = pthread_self();
+    storm.every_us = every_us;
+    storm.stop = 0;
+    assert_int_equal(pthread_create(&storm.thread, NULL, storm_main, NULL), 0);
+}
+
+long th_storm_stop(void)
+{
+    __atomic_store_n(&storm.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(storm.thread, NULL);
+    return (long)storm_hits;
 }

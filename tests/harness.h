@@ -296,6 +296,16 @@ long long th_wait_listeners(redisContext *c, const char *name, long long n, long
  * channel (fair = false); fails the test after timeout_ms. */
 void th_wait_blocked(redisContext *c, const char *name, long timeout_ms);
 
+/* ---- a signal storm ----------------------------------------------------------
+ * th_storm_start: from now on the calling thread gets SIGUSR1 every
+ * `every_us` (from a thread of the harness), its handler installed without
+ * SA_RESTART, as a program's timer or profiler may be: every blocking call
+ * of that thread (connect, poll, send, recv) keeps ending in EINTR.
+ * th_storm_stop ends it and returns how many signals arrived. One storm
+ * at a time. */
+void th_storm_start(long every_us);
+long th_storm_stop(void);
+
 /* Milliseconds on CLOCK_MONOTONIC. */
 long long th_now_ms(void);
 /* An absolute time `ms` from now on `clk` (for timed waits). */

@@ -2,9 +2,13 @@
 # scan.test.sh: `dmutex scan` on the programs of tests/symdata (built by
 # tests/symbols.mk): with debug info every mutex is listed for sure, with
 # its member offset or array index; without it, lock-named 40-byte objects
-# are guesses; a stripped file shows only exported symbols. The config it
-# prints must load with the shim's config module and resolve, with the
-# shim's symbols module, to the very variables (sym_resolve checks).
+# are guesses; a stripped file shows only exported symbols. Condition
+# variables and rwlocks (sym_sync.c, sym_sync_cxx.cc) are listed the same
+# way and printed as conds = ( ... ); and rwlocks = ( ... ); blocks. The
+# config it prints must load with the shim's config module and resolve,
+# with the shim's symbols module, to the very variables (sym_resolve
+# checks mutexes, conds and rwlocks; dmutex check resolves them in the
+# running program).
 # Prints one closing line "N passed, N failed".
 #
 #   sh tests/scan.test.sh            (DMUTEX=path overrides build/dmutex)
@@ -50,6 +54,11 @@ has() {
 }
 lacks() {
     if grep -qF -- "$1" "$2"; then bad "$3" "unexpected line with: $1"; else ok "$3"; fi
+}
+
+# block LIST: the entries of the LIST = ( ... ); block of $T/out, in $T/LIST.
+block() {
+    sed -n "/^$1 = (/,/^);/p" "$T/out" >"$T/$1"
 }
 
 # resolves PROG PATTERN NAME: the config scan just printed ($T/out), loaded
@@ -124,6 +133,36 @@ if scan 0 $D/sym_prog $D/libsymlib.so; then
         symlib_copied_lock symlib_copied_lock 0 40 sym_prog - "?" guess
     row "the library lists its copy-relocated global" \
         symlib_copied_lock symlib_copied_lock 0 40 libsymlib.so - pthread_mutex_t dwarf
+    row "pthread_cond_t global" \
+        sym_ready_cond sym_ready_cond 0 48 sym_prog - pthread_cond_t dwarf
+    row "struct member cond beside its mutex has its offset" \
+        sym_queue.not_empty sym_queue 40 144 sym_prog - pthread_cond_t dwarf
+    row "the struct's mutex is still a mutex" \
+        sym_queue.lock sym_queue 0 144 sym_prog - pthread_mutex_t dwarf
+    row "array element cond has index times sizeof(pthread_cond_t)" \
+        "sym_wake_cond[2]" sym_wake_cond 96 144 sym_prog - pthread_cond_t dwarf
+    row "file-static cond names its file" \
+        sym_static_cv sym_sync.c:sym_static_cv 0 48 sym_prog sym_sync.c pthread_cond_t dwarf
+    row "C++ std::condition_variable global" \
+        sym_cxx_cv sym_cxx_cv 0 48 sym_prog - std::condition_variable dwarf
+    row "pthread_rwlock_t global" \
+        sym_routes_rwlock sym_routes_rwlock 0 56 sym_prog - pthread_rwlock_t dwarf
+    row "C++ std::shared_mutex global" \
+        sym_cxx_shared_mutex sym_cxx_shared_mutex 0 56 sym_prog - std::shared_mutex dwarf
+    block mutexes; block conds; block rwlocks
+    has '  { symbol = "sym_queue"; offset = 40; name = "sym_queue.not_empty"; },' "$T/conds" \
+        "conds block: a struct member cond, by offset"
+    has '  { symbol = "sym_wake_cond"; offset = 96; name = "sym_wake_cond_2"; }' "$T/conds" \
+        "conds block: an array element cond"
+    has '  { symbol = "sym_cxx_cv"; },' "$T/conds" "conds block: a std::condition_variable"
+    has '  { symbol = "sym_queue"; name = "sym_queue.lock"; },' "$T/mutexes" \
+        "mutexes block: the mutex of the struct with conds"
+    lacks 'sym_ready_cond' "$T/mutexes" "no cond in the mutexes block"
+    lacks 'sym_routes_rwlock' "$T/mutexes" "no rwlock in the mutexes block"
+    has '  { symbol = "sym_routes_rwlock"; },' "$T/rwlocks" "rwlocks block: a pthread_rwlock_t"
+    has '  { symbol = "sym_table_lock"; }' "$T/rwlocks" "rwlocks block: the last entry has no comma"
+    has '  { symbol = "sym_cxx_shared_mutex"; },' "$T/rwlocks" "rwlocks block: a std::shared_mutex"
+    lacks 'cond' "$T/rwlocks" "no cond in the rwlocks block"
     lacks 'sym_small_lock' "$T/out" "a 4-byte int named like a lock is no mutex"
     lacks 'sym_tls_lock' "$T/out" "a thread-local mutex cannot be mapped and is not listed"
 fi
@@ -137,15 +176,36 @@ fi
 if scan 0 --config $D/sym_prog; then
     if [ "$(head -n 1 "$T/out")" = "mutexes = (" ] && [ "$(tail -n 1 "$T/out")" = ");" ] &&
        ! grep -q '^MUTEX' "$T/out"; then
-        ok "--config prints only the mutexes block"
+        ok "--config prints only the config blocks"
     else
-        bad "--config prints only the mutexes block" "$(cat "$T/out")"
+        bad "--config prints only the config blocks" "$(cat "$T/out")"
+    fi
+    if [ "$(grep -c -e '^mutexes = ($' -e '^conds = ($' -e '^rwlocks = ($' "$T/out")" = 3 ]; then
+        ok "--config prints the mutexes, conds and rwlocks blocks"
+    else
+        bad "--config prints the mutexes, conds and rwlocks blocks" "$(cat "$T/out")"
+    fi
+    # The three blocks pasted into a config: the shim's own start
+    # (dmutex check) resolves every entry in the running program.
+    { echo 'redis = { host = "127.0.0.1"; port = 1; };'
+      cat "$T/out"; } >"$T/check.cfg"
+    if "$DMUTEX" check -c "$T/check.cfg" -- $D/sym_prog >"$T/check.out" 2>&1 &&
+       grep -q ", 8 conds (0 init_site functions), 3 rwlocks (0 init_site functions)" \
+           "$T/check.out"; then
+        ok "dmutex check maps every printed mutex, cond and rwlock of the program"
+    else
+        bad "dmutex check maps every printed mutex, cond and rwlock of the program" \
+            "$(cat "$T/check.cfg")" "$(cat "$T/check.out")"
     fi
 fi
 
 if scan 0 --config $D/sym_resolve $D/libsymlib.so; then
-    resolves sym_resolve "CHECKED 16$" \
+    resolves sym_resolve "CHECKED 17$" \
         "every entry loads and resolves to its variable in the running program"
+    resolves sym_resolve "CONDS RESOLVED 8 of 8, CHECKED 8$" \
+        "every cond entry loads and resolves to its variable in the running program"
+    resolves sym_resolve "RWLOCKS RESOLVED 3 of 3, CHECKED 3$" \
+        "every rwlock entry loads and resolves to its variable in the running program"
 fi
 
 # ---- without debug info ---------------------------------------------------
@@ -158,6 +218,19 @@ if scan 0 $D/sym_prog_nodebug; then
         "statics of one name without file names are commented out as ambiguous"
     has "has no debug info" "$T/err" "missing debug info is pointed out"
     lacks 'sym_slots' "$T/out" "an array not named like a lock is left to --all"
+    row "without debug info a cond-named 48-byte global is a cond guess" \
+        sym_ready_cond sym_ready_cond 0 48 sym_prog_nodebug - "? (cond)" guess
+    row "without debug info a cond-named array is one guess per pthread_cond_t" \
+        "sym_wake_cond[1]" sym_wake_cond 48 144 sym_prog_nodebug - "? (cond)" guess
+    row "without debug info an rwlock-named 56-byte global is an rwlock guess" \
+        sym_routes_rwlock sym_routes_rwlock 0 56 sym_prog_nodebug - "? (rwlock)" guess
+    row "without debug info a lock-named 56-byte global is an rwlock guess" \
+        sym_table_lock sym_table_lock 0 56 sym_prog_nodebug - "? (rwlock)" guess
+    block conds; block rwlocks
+    has '  { symbol = "sym_ready_cond"; },   # guess: no debug info; size (pthread_cond_t) and name' \
+        "$T/conds" "a cond guess gets a conds entry and says so"
+    has '  { symbol = "sym_table_lock"; }   # guess: no debug info; size (pthread_rwlock_t) and name' \
+        "$T/rwlocks" "an rwlock guess gets an rwlocks entry and says so"
 fi
 
 if scan 0 --all $D/sym_prog_nodebug; then
@@ -169,8 +242,12 @@ if scan 0 --all $D/sym_prog_nodebug; then
 fi
 
 if scan 0 --config $D/sym_resolve_nodebug; then
-    resolves sym_resolve_nodebug "RESOLVED" \
+    resolves sym_resolve_nodebug "^RESOLVED" \
         "every guessed entry resolves in the program stripped of debug info"
+    resolves sym_resolve_nodebug "^CONDS RESOLVED 6 of 6, CHECKED 5$" \
+        "every guessed cond entry resolves in the program stripped of debug info"
+    resolves sym_resolve_nodebug "^RWLOCKS RESOLVED 3 of 3, CHECKED 3$" \
+        "every guessed rwlock entry resolves in the program stripped of debug info"
 fi
 
 if scan 0 $D/sym_prog_stripped; then

@@ -11,6 +11,8 @@ SYM_H      := tests/symdata/sym_data.h
 SYM_LIBS   := $(SYM_D)/libsymlib.so $(SYM_D)/libsymdl.so $(SYM_D)/libsymnofile.so
 SYM_LINK   = -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN/symdata' \
              $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS) -lstdc++
+# Conds and rwlocks, for dmutex scan only (not in test_symbols).
+SYM_SYNC   := tests/symdata/sym_sync.c $(SYM_D)/sym_sync_cxx.o
 SYM_PROGS  := $(SYM_D)/sym_prog $(SYM_D)/sym_prog_nodebug $(SYM_D)/sym_prog_stripped \
               $(SYM_D)/sym_resolve $(SYM_D)/sym_resolve_nodebug
 
@@ -29,6 +31,9 @@ $(SYM_D)/lib%.so: tests/symdata/%.c | $(SYM_D)
 $(SYM_D)/sym_cxx.o: tests/symdata/sym_cxx.cc | $(SYM_D)
 	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Werror -c $< -o $@
 
+$(SYM_D)/sym_sync_cxx.o: tests/symdata/sym_sync_cxx.cc | $(SYM_D)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Werror -c $< -o $@
+
 $(SYM_D)/sym_cxx_nopie.o: tests/symdata/sym_cxx.cc | $(SYM_D)
 	$(CXX) -std=c++17 -O1 -g -fno-pie -Wall -Wextra -Werror -c $< -o $@
 
@@ -45,9 +50,9 @@ $(B)/tests/test_symbols_nopie: tests/test_symbols.c $(SYM_C) $(SYM_H) \
 # For dmutex scan: the same variables in an ordinary program with debug
 # info, the same without it (symbols kept), and one with .symtab gone too.
 $(SYM_D)/sym_prog: tests/symdata/sym_main.c $(SYM_C) $(SYM_H) $(SYM_D)/sym_cxx.o \
-		$(SYM_D)/libsymlib.so
+		$(SYM_SYNC) tests/symdata/sym_sync.h $(SYM_D)/libsymlib.so
 	$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread -Itests/symdata $< $(SYM_C) \
-	    $(SYM_D)/sym_cxx.o -o $@ -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN' -lstdc++
+	    $(SYM_D)/sym_cxx.o $(SYM_SYNC) -o $@ -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN' -lstdc++
 
 $(SYM_D)/sym_prog_nodebug: $(SYM_D)/sym_prog
 	strip --strip-debug -o $@ $<
@@ -58,8 +63,8 @@ $(SYM_D)/sym_prog_stripped: $(SYM_D)/sym_prog
 # For dmutex scan: does the config it writes for a program resolve, with the
 # shim's own config and symbols modules, to that program's variables?
 $(SYM_D)/sym_resolve: tests/symdata/sym_resolve.c $(SYM_C) $(SYM_H) $(SYM_D)/sym_cxx.o \
-		$(SYM_D)/libsymlib.so $(B)/libdmcore.a
-	$(CC) $(DM_CFLAGS) -Ishim -Itests/symdata $< $(SYM_C) $(SYM_D)/sym_cxx.o -o $@ \
+		$(SYM_SYNC) tests/symdata/sym_sync.h $(SYM_D)/libsymlib.so $(B)/libdmcore.a
+	$(CC) $(DM_CFLAGS) -Ishim -Itests/symdata $< $(SYM_C) $(SYM_D)/sym_cxx.o $(SYM_SYNC) -o $@ \
 	    -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN' $(B)/libdmcore.a $(SHIM_LIBS) -lstdc++
 
 # The same with debug info and file names gone (strip -g): only guesses.

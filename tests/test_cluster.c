@@ -1142,6 +1142,53 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
     names_put(FORK_LIVE, live, chans);
 }
 
+#define GAP_WAIT_MS     300     /* a timed wait while the subscriber cannot reconnect */
+#define RESUB_MAX_MS    10000L  /* the subscriber's backoff (2 s at most) and a restart */
+
+/* Between the loss of the subscriber connection and the confirmation of
+ * the channel's new subscription no notice reaches this process. A waiter
+ * that reads the channel's count in that gap (after the loss moved it)
+ * must still wake: the count moves again once the subscription is
+ * confirmed (before: it did not, and the waiter slept through a notice
+ * published in the gap, to its deadline). Meanwhile a timed wait ends by
+ * its deadline. The gap is held open by the server being down. */
+static void test_count_read_before_the_resubscription_moves_when_it_is_confirmed(void **state)
+{
+    (void)state;
+    const char *name = "dmutex:{regap}:cond";
+    struct dm_notify_chan *ch = dm_notify_chan(name);
+    assert_non_null(ch);
+    assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
+    unsigned long before = dm_notify_seq(ch);
+    redisFree(rc);
+    rc = NULL;
+    th_redis_kill(&rs);
+    long long t0 = th_now_ms();
+    while (dm_notify_seq(ch) == before) {
+        if (th_now_ms() - t0 > SLACK_MS)
+            fail_msg("the subscriber did not see its connection go");
+        usleep(POLL_MS * 1000);
+    }
+    unsigned long seen = dm_notify_seq(ch);     /* read in the gap */
+    struct timespec dl;
+    dm_deadline_in(&dl, GAP_WAIT_MS);
+    t0 = th_now_ms();
+    int r = dm_notify_wait_until(ch, seen, &dl);
+    long long took = th_now_ms() - t0;
+    assert_int_equal(r, ETIMEDOUT);
+    if (took > GAP_WAIT_MS + SLACK_MS)
+        fail_msg("a %d ms wait took %lld ms while the subscriber reconnects", GAP_WAIT_MS, took);
+    th_redis_restart(&rs, NULL);
+    rc = th_redis_connect(&rs);
+    /* A notice now reaches nobody, unless the subscription is back already. */
+    freeReplyObject(th_cmd(rc, "PUBLISH %s lost", name));
+    t0 = th_now_ms();
+    if (dm_notify_wait(ch, seen, RESUB_MAX_MS) != 0)
+        fail_msg("the waiter slept %lld ms after the server came back (subscribers now: %lld)",
+                 th_now_ms() - t0, th_numsub(rc, name));
+    dm_notify_chan_put(ch);
+}
+
 #define RC_DROPPED      200     /* channels dropped just before the connection is killed */
 
 /* The subscriber connection is lost while dropped channels wait for their
@@ -1227,6 +1274,8 @@ int main(void)
         cmocka_unit_test_setup(test_fork_during_table_resizes_leaves_the_child_consistent,
                                reset_policy),
         cmocka_unit_test_setup(test_connection_lost_while_dropping_channels_frees_them_and_resubscribes,
+                               reset_policy),
+        cmocka_unit_test_setup(test_count_read_before_the_resubscription_moves_when_it_is_confirmed,
                                reset_policy),
         cmocka_unit_test_setup_teardown(test_try_is_ebusy_when_redis_is_unreachable,
                                         server_down, server_back),

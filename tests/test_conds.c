@@ -51,7 +51,9 @@ static char prefix[32];
 static int tseq;
 
 static const char cfg_text[] =
-    "mutexes = ( { symbol = \"q_lock\"; name = \"cq_lock\"; } );\n"
+    "mutexes = ( { symbol = \"q_lock\"; name = \"cq_lock\"; },\n"
+    "  { symbol = \"ec_lock\"; name = \"cq_ec\"; }, { symbol = \"rc_lock\"; name = \"cq_rc\"; },\n"
+    "  { symbol = \"rb_lock\"; name = \"cq_rb\"; }, { symbol = \"rb2_lock\"; name = \"cq_rb2\"; } );\n"
     "conds = (\n"
     "  { symbol = \"not_empty\"; name = \"cq_ne\"; },\n"
     "  { symbol = \"not_full\"; name = \"cq_nf\"; },\n"
@@ -76,6 +78,7 @@ static void measured(const char *fmt, ...)
  * environment entries `extra` (NULL-terminated, or NULL). */
 static const char *cfg_path;    /* NULL: the group's config */
 static const char *redis_url;   /* NULL: the lock server */
+static int no_shim;             /* run it as a plain program: glibc's answers */
 
 static pid_t prog(const char *ns, const char *out, const char *const *extra, const char *mode, ...)
 {
@@ -83,8 +86,10 @@ static pid_t prog(const char *ns, const char *out, const char *const *extra, con
     if (!cfg)
         cfg = th_write_file(".cfg", "%s", cfg_text);    /* the group's: removed at its end */
     static struct th_shim_env e;
-    char **base = th_shim_env(&e, cfg_path ? cfg_path : cfg, redis_url ? redis_url : ls.url,
-                              "info");
+    static char *plain[] = { NULL };
+    char **base = no_shim ? plain
+                          : th_shim_env(&e, cfg_path ? cfg_path : cfg,
+                                        redis_url ? redis_url : ls.url, "info");
     static char *env[16];
     int n = 0;
     for (; base[n]; n++)
@@ -185,6 +190,8 @@ static int test_setup(void **state)
 {
     snprintf(prefix, sizeof prefix, "t%d", ++tseq);
     rcluster_down();
+    cfg_path = NULL;
+    no_shim = 0;
     return th_machines_test_setup(state);
 }
 
@@ -526,6 +533,182 @@ static void test_init_site_conds_are_cluster_wide_and_destroy_unsubscribes(void 
     free(text);
 }
 
+/* ---- faults and edge cases (the review of issue 12) ------------------------ */
+
+/* The signaller's pooled connection is closed by the server (CLIENT KILL,
+ * as an idle timeout or a restart would) before its next signal: the
+ * PUBLISH finds it dead and is sent again on a new connection, so the
+ * waiter of another process wakes (before: the signal was dropped and the
+ * waiter slept to its timeout). */
+static void test_signal_after_the_pooled_connection_was_closed_still_wakes_the_waiter(void **s)
+{
+    (void)s;
+    const char *extra[] = { "CONDPROG_WAIT_MS=15000", NULL };
+    char *wout = th_out_file(), *sout = th_out_file(), *go = th_go_file();
+    pid_t w = prog(NULL, wout, extra, "waitgo", NULL);
+    th_wait_for(wout, "waiting", RUN_MS);
+    wait_numsub(th_key("cq_ne", DM_KEY_COND), 1);
+    usleep(300000);
+    pid_t g = prog(NULL, sout, NULL, "signal-after", go, NULL);
+    th_wait_for(sout, "first", RUN_MS);
+    freeReplyObject(th_cmd(lc, "CLIENT KILL TYPE normal"));    /* not this one (SKIPME) */
+    th_touch(go);
+    char *text = finish(g, sout);
+    if (strstr(text, "the signal reached no other process"))
+        fail_msg("the signal was lost:\n%s", text);
+    free(text);
+    text = finish(w, wout);
+    th_assert_has(text, "woken ");
+    free(text);
+}
+
+/* A heap cond destroyed and freed right after its broadcast, while its
+ * waiter (held in DMUTEX_TEST_COND_GAP_MS between letting go of the
+ * mutex and its sleep) has yet to look at the cond's channel: the waiter
+ * holds a reference to it, so it reads no freed memory. Under make
+ * test-asan the use after free was reported (the child exited 1); here
+ * the waiter must come back and the program end cleanly. */
+static void test_heap_cond_destroyed_right_after_broadcast_keeps_its_channel_for_the_waiter(void **s)
+{
+    (void)s;
+    const char *extra[] = { "DMUTEX_TEST_COND_GAP_MS=300", NULL };
+    char *out = th_out_file();
+    pid_t p = prog(NULL, out, extra, "heap-destroy", "3", NULL);
+    char *text = finish(p, out);
+    th_assert_has(text, "destroyed 0");
+    th_assert_has(text, "joined 3");
+    if (strstr(text, "AddressSanitizer"))
+        fail_msg("%s", text);
+    free(text);
+}
+
+/* glibc's answers, and the shim's: a wait on an error-checking, recursive
+ * or robust mutex the thread does not hold is EPERM at once, mapped or
+ * not (before: the shim waited out the 2 s and said ETIMEDOUT). */
+static void test_wait_with_a_checked_mutex_not_held_is_eperm_as_in_glibc(void **s)
+{
+    (void)s;
+    for (int shim = 0; shim < 2; shim++) {
+        no_shim = !shim;
+        char *out = th_out_file();
+        char *text = finish(prog(NULL, out, NULL, "eperm", NULL), out);
+        th_assert_has(text, "eperm ec_lock EPERM");
+        th_assert_has(text, "eperm rc_lock EPERM");
+        th_assert_has(text, "eperm rb_lock EPERM");
+        th_assert_has(text, "eperm ec_plain EPERM");
+        free(text);
+    }
+    no_shim = 0;
+}
+
+/* Robust mapped mutexes through a cond wait (a listed cond: the cluster
+ * wait; an unlisted one: glibc's wait between the shim's release and
+ * re-join) answer as glibc's: a wait on one taken with EOWNERDEAD and not
+ * made consistent makes it unrecoverable, and the wait returns
+ * ENOTRECOVERABLE without it, the shim holding nothing of it (before: the
+ * cluster wait said ETIMEDOUT with the name joined and the mutex not held;
+ * the unlisted case answered right already and is kept as glibc's
+ * check); a holder that
+ * died during the wait gives EOWNERDEAD with the mutex held, and
+ * pthread_mutex_consistent repairs it. */
+static void robust_scenario(void **s)
+{
+    const char *cond = *s;
+    cfg_path = th_keep_file(th_write_file(".cfg", "lease_ms = 2000;\n%s", cfg_text));
+    static const char *const want[] = {
+        "A lock EOWNERDEAD", "A wait ENOTRECOVERABLE", "A relock ENOTRECOVERABLE", "A token 0\n",
+        "B wait EOWNERDEAD", "B consistent 0", "B unlock 0",
+    };
+    for (int shim = 0; shim < 2; shim++) {
+        no_shim = !shim;
+        char *out = th_out_file();
+        char *text = finish(prog(NULL, out, NULL, "robust", cond, NULL), out);
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            if (!strstr(text, want[i]))
+                fail_msg("%s: no \"%s\" in:\n%s", shim ? "with the shim" : "glibc", want[i], text);
+        free(text);
+    }
+    no_shim = 0;
+    cfg_path = NULL;
+}
+
+/* Redis unreachable (a server that never answers, command timeout 4 s; or
+ * a port nobody listens on): after the first failure, cond waits let go
+ * of the program's mutex at once and signals return at once, for a
+ * backoff, instead of a subscription or a PUBLISH timing out per call with
+ * the mutex held (before: each wait held it for its 1.5 s deadline, each
+ * signal to the silent server took 4 s). */
+#define DOWN_ITERS   "4"
+#define DOWN_WAIT_MS "1500"
+#define DOWN_FAST_MS 1000       /* a call after the first failure takes less */
+static void down_scenario(void **s)
+{
+    const char *kind = *s;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    if (strcmp(kind, "silent") == 0)
+        assert_int_equal(listen(fd, 16), 0);    /* never accepted: no reply ever comes */
+    /* else: bound, not listening: connections refused */
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    cfg_path = th_keep_file(th_write_file(".cfg", "redis = { command_timeout_ms = %ld; };\n%s",
+                                          MUTE_TIMEOUT_MS, cfg_text));
+    redis_url = url;
+    char *out = th_out_file();
+    long long t0 = th_now_ms();
+    pid_t p = prog(NULL, out, NULL, "down-loop", DOWN_ITERS, DOWN_WAIT_MS, NULL);
+    char *text = finish(p, out);
+    close(fd);
+    cfg_path = NULL;
+    redis_url = NULL;
+    measured("redis %s, %s iterations of a %s ms wait and a signal: %lld ms",
+             kind, DOWN_ITERS, DOWN_WAIT_MS, th_now_ms() - t0);
+    for (int i = 2; i <= atoi(DOWN_ITERS); i++) {
+        char key[32];
+        snprintf(key, sizeof key, "iter %d held ", i);
+        long long held = th_field_after(text, key);
+        snprintf(key, sizeof key, "iter %d held %lld signal ", i, held);
+        long long sig = th_field_after(text, key);
+        if (held >= DOWN_FAST_MS || sig >= DOWN_FAST_MS)
+            fail_msg("redis %s: iteration %d held the mutex %lld ms in its wait, its signal "
+                     "took %lld ms:\n%s", kind, i, held, sig, text);
+    }
+    free(text);
+}
+
+/* The metrics file and the exit summary: a cluster cond wait ends a hold
+ * of its mapped mutex as a glibc-bound wait does (dmutex_hold_seconds
+ * counts it), and a cond's name is no lock: it has its own families
+ * (before: cq_ne was listed with lock counters, and the wait was not
+ * counted as the end of a hold). */
+static void test_cond_names_have_their_own_metrics_and_waits_end_holds(void **s)
+{
+    (void)s;
+    char *metrics = th_out_file();
+    char env[PATH_MAX + 32];
+    snprintf(env, sizeof env, "DMUTEX_METRICS=%s", metrics);
+    const char *extra[] = { env, NULL };
+    char *out = th_out_file();
+    char *text = finish(prog(NULL, out, extra, "timeout", "300", "realtime", NULL), out);
+    th_assert_has(text, "rc ETIMEDOUT");
+    th_assert_has(text, "exit: lock cq_lock:");
+    th_assert_has(text, "exit: cond cq_ne: 0 signals (0 reached no other process), 1 waits");
+    if (strstr(text, "exit: lock cq_ne"))
+        fail_msg("the cond's name is summed up as a lock:\n%s", text);
+    free(text);
+    text = th_read_output(metrics);
+    th_assert_has(text, "dmutex_cond_waits_total{name=\"cq_ne\"} 1\n");
+    th_assert_has(text, "dmutex_cond_signals_total{name=\"cq_ne\"} 0\n");
+    th_assert_has(text, "dmutex_hold_seconds_count{name=\"cq_lock\"} 2\n");
+    if (strstr(text, "dmutex_lock_calls_total{name=\"cq_ne\"}") ||
+        strstr(text, "dmutex_hold_seconds_count{name=\"cq_ne\"}"))
+        fail_msg("the cond's name has lock metrics:\n%s", text);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -548,6 +731,18 @@ int main(void)
         T(test_listed_cond_with_an_unmapped_mutex_is_woken_from_another_process),
         T(test_fork_child_waits_with_its_own_subscription),
         T(test_init_site_conds_are_cluster_wide_and_destroy_unsubscribes),
+        T(test_signal_after_the_pooled_connection_was_closed_still_wakes_the_waiter),
+        T(test_heap_cond_destroyed_right_after_broadcast_keeps_its_channel_for_the_waiter),
+        T(test_wait_with_a_checked_mutex_not_held_is_eperm_as_in_glibc),
+        TH_CASE(test_robust_mutex_errors_of_a_cluster_wait_are_glibcs, robust_scenario, "listed",
+                test_setup, th_test_teardown),
+        TH_CASE(test_robust_mutex_errors_of_an_unlisted_cond_wait_are_glibcs, robust_scenario,
+                "local", test_setup, th_test_teardown),
+        TH_CASE(test_cond_calls_fail_fast_while_redis_is_silent, down_scenario, "silent",
+                test_setup, th_test_teardown),
+        TH_CASE(test_cond_calls_fail_fast_while_redis_refuses_connections, down_scenario,
+                "refused", test_setup, th_test_teardown),
+        T(test_cond_names_have_their_own_metrics_and_waits_end_holds),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1085,11 +1085,16 @@ static void test_plain_url_over_a_tls_config_is_an_error_naming_both(void **stat
     static const char *const plain[] = { "redis://app:s3cretPW@h:6380/2", "unix:///run/r.sock",
                                          "redis-sentinel://s1:26379,s2:26379/mymaster" };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
-        load_ok("redis = { host = \"tls.internal\"; tls = { ca = \"/etc/ca.pem\"; }; };\n"
-                "mutexes = ();\n");
+        load_ok("mutexes = ();\n"
+                "redis = { host = \"tls.internal\";\n"
+                "          tls = { ca = \"/etc/ca.pem\"; }; };\n");
         err[0] = '\0';
         if (dm_config_set_redis_url(&cfg, plain[i], err, sizeof err) != -1)
             fail_msg("%s over a config with redis.tls was accepted", plain[i]);
+        /* The file and the line of the redis.tls group, as every config
+         * error names them: the user must find what contradicts the URL. */
+        if (strncmp(err, "t.cfg:3: ", 9) != 0)
+            fail_msg("\"%s\" does not start with the config's FILE:LINE \"t.cfg:3: \"", err);
         const char *words[] = { "redis.tls", "plain text",
                                 i == 2 ? "rediss-sentinel://" : i == 1 ? "unix" : "rediss://" };
         for (size_t w = 0; w < 3; w++)

@@ -9,7 +9,13 @@
  * loss counted, a handover counted, a failed Redis call counted,
  * DMUTEX_METRICS over metrics.file, an unwritable
  * directory reported once while the program runs on, and the one summary
- * line per name with DMUTEX_LOG=info.
+ * line per name with DMUTEX_LOG=info. And what an adversarial review
+ * found: more than 65,536 names all written; fork() not held up by a
+ * write that cannot go on (a FIFO at the temporary path); a symbolic link
+ * at the temporary path neither followed nor in the way; counters that go
+ * on across a name's destruction and re-creation; a fork+exec child
+ * (preloaded with the same config) that leaves its parent's file alone;
+ * file names too long for the file system refused at config load.
  *
  * The file is parsed here by the text format's rules (0.0.4): # HELP and
  * # TYPE lines, samples `metric{label="value",...} number`, and the
@@ -24,12 +30,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "cluster.h"
+#include "config.h"
 #include "dmutex.h"
 #include "harness.h"
 #include "keys.h"
@@ -62,6 +71,14 @@ static int metric_name_ok(const char **p)
     return 1;
 }
 
+/* The end of the line at l (its '\n'), or NULL; `end`: the text's end.
+ * memchr with a length, not strchr: a file of 100 MB is read in linear
+ * time under AddressSanitizer too (its strchr measures the whole rest). */
+static const char *line_end(const char *l, const char *end)
+{
+    return memchr(l, '\n', (size_t)(end - l));
+}
+
 /* 1 when `t` is a whole file: every line a HELP, a TYPE or a sample, the
  * last one "# EOF". Else 0 with the reason in why. */
 static int prom_parses(const char *t, char *why, size_t n)
@@ -70,9 +87,9 @@ static int prom_parses(const char *t, char *why, size_t n)
     if (len < 6 || strcmp(t + len - 6, "# EOF\n") != 0)
         return snprintf(why, n, "does not end with \"# EOF\\n\""), 0;
     int lineno = 0;
-    for (const char *l = t; *l; l = strchr(l, '\n') + 1) {
+    for (const char *l = t; *l; l = line_end(l, t + len) + 1) {
         lineno++;
-        const char *e = strchr(l, '\n');
+        const char *e = line_end(l, t + len);
         if (!e)
             return snprintf(why, n, "line %d has no newline", lineno), 0;
         if (strncmp(l, "# EOF\n", 6) == 0) {
@@ -126,10 +143,22 @@ static int prom_parses(const char *t, char *why, size_t n)
 static double prom_get(const char *t, const char *series)
 {
     size_t n = strlen(series);
-    for (const char *l = t; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
-        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+    const char *end = t + strlen(t);
+    for (const char *l = t; l && *l; l = line_end(l, end), l = l ? l + 1 : NULL)
+        if ((size_t)(end - l) > n && memcmp(l, series, n) == 0 && l[n] == ' ')
             return strtod(l + n + 1, NULL);
     return -1;
+}
+
+/* The lines of t that start with `prefix`. */
+static long prom_lines(const char *t, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    const char *end = t + strlen(t);
+    long count = 0;
+    for (const char *l = t; l && *l; l = line_end(l, end), l = l ? l + 1 : NULL)
+        count += (size_t)(end - l) >= n && memcmp(l, prefix, n) == 0;
+    return count;
 }
 
 static double metric(const char *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -283,7 +312,11 @@ static void test_file_counts_a_known_workload_exactly(void **state)
         snprintf(line, sizeof line, "# TYPE %s\n", families[i]);
         th_assert_has(t, line);
     }
-    assert_int_equal(files_in_dir(), 1);    /* no temporary file left */
+    assert_int_equal(files_in_dir(), 2);    /* the file and its lock file: no temporary one */
+    char *lock = path_in_dir(".app.prom.lock");
+    struct stat st;
+    assert_int_equal(stat(lock, &st), 0);
+    free(lock);
     free(t);
     free(path);
 }
@@ -591,6 +624,330 @@ static void test_unwritable_directory_is_reported_once_and_the_program_runs_on(v
     free(path);
 }
 
+/* The snapshot once stopped at 65,536 names (its array could not double
+ * past a cap of 100,000) and wrote no file, reporting ENOMEM. Every name
+ * is written, however many. */
+#define MANY_NAMES 70000
+
+static void test_more_than_65536_names_are_all_written(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file();
+    char n[16];
+    snprintf(n, sizeof n, "%d", MANY_NAMES);
+    char *args[] = { "names", n, NULL };
+    char *text = th_finish(start(cfg, NULL, NULL, args, out), out, 0, 10 * RUN_MS);
+    char said[32];
+    snprintf(said, sizeof said, "named %d", MANY_NAMES);
+    th_assert_has(text, said);
+    if (strstr(text, "metrics: "))
+        fail_msg("the metrics write reported a failure:\n%s", text);
+    free(text);
+    char *t = read_prom(path);
+    long rows = prom_lines(t, "dmutex_lock_calls_total{name=\"h");
+    if (rows != MANY_NAMES)
+        fail_msg("%ld names of h0 .. h%d in the file, expected %d", rows, MANY_NAMES - 1,
+                 MANY_NAMES);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"h0\"}") == 1);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"h%d\"}", MANY_NAMES - 1) == 0);
+    assert_true(metric(t, "dmutex_hold_seconds_count{name=\"h%d\"}", MANY_NAMES - 1) == 0);
+    free(t);
+    free(path);
+}
+
+/* The temporary file's path, as metrics.c names it: ".NAME.PID.tmp"
+ * beside the file. */
+static char *tmp_path_of(const char *name, pid_t pid)
+{
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, ".%s.%d.tmp", name, (int)pid);
+    return path_in_dir(tmp);
+}
+
+/* A FIFO at the temporary path once held the writer in open(2) with the
+ * module's mutex taken, and fork()'s prepare handler waits for that mutex:
+ * every fork() of the program hung. The program here forks again and
+ * again until the file is there: with the FIFO in the way from before the
+ * first write, both must happen. */
+static void test_fork_returns_while_a_fifo_sits_at_the_temporary_path(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, SHORT_INTERVAL));
+    char *out = th_out_file(), *go = th_go_file();
+    char *args[] = { "fork-until", path, go, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    char *fifo = tmp_path_of("app.prom", pid);
+    if (mkfifo(fifo, 0600) != 0)
+        fail_msg("mkfifo %s: %s", fifo, strerror(errno));
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "forked ");
+    free(text);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 1);
+    free(t);
+    free(fifo);
+    free(path);
+}
+
+/* A symbolic link at the temporary path (someone else's file, or a
+ * planted one) is neither followed nor a reason to give up: it is removed
+ * and the file written. A link at the file's own path is replaced by the
+ * rename (docs/deploying.md): the file it pointed to is left alone. */
+static void test_symbolic_links_at_the_paths_are_not_followed(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom"), *victim = path_in_dir("victim");
+    char *victim2 = path_in_dir("victim2");
+    char *cfg = config(LEASE_MS, metrics_group(path, SHORT_INTERVAL));
+    char *out = th_out_file(), *go = th_go_file();
+    char *args[] = { "fork-until", path, go, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    char *tmp = tmp_path_of("app.prom", pid);
+    FILE *f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("keep\n", f);
+    fclose(f);
+    assert_int_equal(symlink(victim, tmp), 0);
+    assert_int_equal(symlink(victim2, path), 0);      /* a dangling one */
+    th_touch(go);
+    free(th_finish(pid, out, 0, RUN_MS));
+    char *kept = th_read_file(victim);
+    assert_non_null(kept);
+    assert_string_equal(kept, "keep\n");
+    free(kept);
+    struct stat st;
+    assert_int_not_equal(stat(victim2, &st), 0);
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_not_equal(lstat(tmp, &st), 0);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 1);
+    free(t);
+    free(tmp);
+    free(victim);
+    free(victim2);
+    free(path);
+}
+
+/* A name whose last mutex is destroyed and then made again (a heap mutex
+ * per request): its counters go on from where they were, so a _total
+ * never goes down for the life of the process. */
+#define RECREATE_K 40
+
+static void test_counters_of_a_name_destroyed_and_made_again_go_on(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file();
+    char k[16];
+    snprintf(k, sizeof k, "%d", RECREATE_K);
+    char *args[] = { "recreate", k, NULL };
+    char *text = th_finish(start(cfg, NULL, NULL, args, out), out, 0, RUN_MS);
+    char said[32];
+    snprintf(said, sizeof said, "recreated %d", RECREATE_K);
+    th_assert_has(text, said);
+    free(text);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"R\"}") == RECREATE_K);
+    assert_true(metric(t, "dmutex_acquisitions_total{name=\"R\"}") == RECREATE_K);
+    assert_true(metric(t, "dmutex_hold_seconds_count{name=\"R\"}") == RECREATE_K);
+    assert_true(metric(t, "dmutex_wait_seconds_bucket{name=\"R\",le=\"+Inf\"}") == RECREATE_K);
+    assert_true(metric(t, "dmutex_held{name=\"R\"}") == 0);
+    free(t);
+    free(path);
+}
+
+/* Names gone keep their counters only if they counted anything, and only
+ * the DM_CLUSTER_KEPT_MAX that went last: a program that names a mutex
+ * per object does not grow without end. Here every other name is locked
+ * once; the four oldest of those fall out. The writer writes every 20 ms
+ * meanwhile: its walks meet counters being dropped and freed (under
+ * `make test-asan`, a read of freed memory fails the run). */
+#define CHURN_KEPT      DM_CLUSTER_KEPT_MAX
+#define CHURN_N         (2 * (CHURN_KEPT + 4))
+
+static void test_names_gone_keep_their_counters_within_a_bound(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, SHORT_INTERVAL));
+    char *out = th_out_file();
+    char n[16];
+    snprintf(n, sizeof n, "%d", CHURN_N);
+    char *args[] = { "churn", n, NULL };
+    char *text = th_finish(start(cfg, NULL, NULL, args, out), out, 0, 10 * RUN_MS);
+    char said[32];
+    snprintf(said, sizeof said, "churned %d", CHURN_N);
+    th_assert_has(text, said);
+    free(text);
+    char *t = read_prom(path);
+    long rows = prom_lines(t, "dmutex_lock_calls_total{name=\"c");
+    if (rows != CHURN_KEPT)
+        fail_msg("%ld names gone in the file, expected %d", rows, CHURN_KEPT);
+    assert_true(prom_get(t, "dmutex_lock_calls_total{name=\"c0\"}") < 0);     /* the oldest */
+    assert_true(prom_get(t, "dmutex_lock_calls_total{name=\"c6\"}") < 0);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"c8\"}") == 1);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"c%d\"}", CHURN_N - 2) == 1);
+    char odd[64];
+    snprintf(odd, sizeof odd, "dmutex_lock_calls_total{name=\"c%d\"}", CHURN_N - 1);
+    assert_true(prom_get(t, odd) < 0);          /* never locked: gone with its mutex */
+    assert_true(prom_get(t, "dmutex_lock_calls_total{name=\"c1\"}") < 0);
+    free(t);
+    free(path);
+}
+
+/* The lock file beside the metrics file holds the pid of the process that
+ * writes it; wait until it names `pid`. */
+static void wait_for_owner(const char *lock, pid_t pid)
+{
+    char want[32];
+    snprintf(want, sizeof want, "%d\n", (int)pid);
+    long long end = th_now_ms() + RUN_MS;
+    for (;;) {
+        char *t = th_read_file(lock);
+        int ok = t && strcmp(t, want) == 0;
+        if (ok || th_now_ms() > end) {
+            if (!ok)
+                fail_msg("%s does not name process %d after %ld ms: \"%s\"", lock, (int)pid,
+                         RUN_MS, t ? t : "(no file)");
+            free(t);
+            return;
+        }
+        free(t);
+        usleep(2000);
+    }
+}
+
+/* A program that runs another program preloaded with the same config (a
+ * path without %p): the second process writes no file while the first
+ * runs (it says so once), so the first one's file is never replaced by
+ * another process's counts. */
+static void test_an_exec_child_does_not_replace_the_parents_file(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom"), *lock = path_in_dir(".app.prom.lock");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file(), *go1 = th_go_file(), *go2 = th_go_file();
+    char *args[] = { "exec", "5", "4", go1, go2, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    th_wait_for(out, "parent locked", RUN_MS);
+    wait_for_owner(lock, pid);
+    th_touch(go1);
+    th_wait_for(out, "child exited", RUN_MS);
+    char *text = th_read_output(out);
+    th_assert_has(text, "child exited 0");
+    th_assert_has(text, "done 8 0");        /* the child's two threads, 4 locks each */
+    char said[160];
+    snprintf(said, sizeof said, "is written by process %d", (int)pid);
+    th_assert_has(text, said);
+    free(text);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        fail_msg("the exec'd child wrote the parent's metrics file:\n%s", th_read_file(path));
+    th_touch(go2);
+    text = th_finish(pid, out, 0, RUN_MS);
+    int warnings = 0;
+    for (const char *l = text; (l = strstr(l, "is written by process")) != NULL; l++)
+        warnings++;
+    if (warnings != 1)
+        fail_msg("expected one warning of the child, got %d:\n%s", warnings, text);
+    free(text);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 5);
+    free(t);
+    free(lock);
+    free(path);
+}
+
+/* The same with a child that never locks a mapped mutex (a helper the
+ * program runs): it writes nothing and says nothing. */
+static void test_an_exec_child_that_never_locks_says_nothing(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom"), *lock = path_in_dir(".app.prom.lock");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file(), *go1 = th_go_file(), *go2 = th_go_file();
+    char *args[] = { "exec", "5", "0", go1, go2, NULL };
+    pid_t pid = start(cfg, NULL, NULL, args, out);
+    th_wait_for(out, "parent locked", RUN_MS);
+    wait_for_owner(lock, pid);
+    th_touch(go1);
+    th_wait_for(out, "child exited", RUN_MS);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        fail_msg("the exec'd child wrote the parent's metrics file:\n%s", th_read_file(path));
+    th_touch(go2);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    th_assert_has(text, "done 0 0");
+    if (strstr(text, "metrics: "))
+        fail_msg("a metrics line:\n%s", text);
+    free(text);
+    char *t = read_prom(path);
+    assert_true(metric(t, "dmutex_lock_calls_total{name=\"A\"}") == 5);
+    free(t);
+    free(lock);
+    free(path);
+}
+
+/* A file name the file system cannot take (NAME_MAX, or PATH_MAX for the
+ * whole path, with %p as the longest pid and the temporary file's ".",
+ * ".PID.tmp" added) is refused when the config is read, with FILE:LINE,
+ * and in DMUTEX_METRICS before main: not accepted and then never
+ * written. */
+static void test_file_names_too_long_to_write_are_refused_at_load(void **state)
+{
+    (void)state;
+    struct dm_config cfg;
+    char err[DM_ERR_MAX], name[300], text[5200], longdir[4200];
+    /* The longest name that fits, and one byte more. */
+    memset(name, 'n', DM_METRICS_NAME_MAX);
+    name[DM_METRICS_NAME_MAX] = '\0';
+    snprintf(text, sizeof text, "mutexes = ();\nmetrics = { file = \"/tmp/%s\"; };\n", name);
+    if (dm_config_load_string(text, "t.cfg", &cfg, err, sizeof err) != 0)
+        fail_msg("a file name of %d bytes refused: %s", DM_METRICS_NAME_MAX, err);
+    dm_config_free(&cfg);
+    snprintf(text, sizeof text, "mutexes = ();\nmetrics = { file = \"/tmp/%sn\"; };\n", name);
+    assert_int_equal(dm_config_load_string(text, "t.cfg", &cfg, err, sizeof err), -1);
+    if (strncmp(err, "t.cfg:2: metrics.file", 21) != 0 || !strstr(err, "too long"))
+        fail_msg("unexpected error: %s", err);
+    /* %p counts as the longest pid: 2 bytes in the file, up to 10 written. */
+    name[DM_METRICS_NAME_MAX - 7] = '\0';
+    snprintf(text, sizeof text, "mutexes = ();\nmetrics = { file = \"/tmp/%s%%p\"; };\n", name);
+    assert_int_equal(dm_config_load_string(text, "t.cfg", &cfg, err, sizeof err), -1);
+    if (strncmp(err, "t.cfg:2: metrics.file", 21) != 0 || !strstr(err, "too long"))
+        fail_msg("unexpected error: %s", err);
+    /* A whole path too long, each part short. */
+    size_t o = 0;
+    for (int i = 0; i < 40; i++)       /* 40 times "/" and 99 bytes, then "/" and 74: 4075 */
+        o += (size_t)snprintf(longdir + o, sizeof longdir - o, "/%.*s", 99, name);
+    snprintf(longdir + o, sizeof longdir - o, "/%.*s", 74, name);
+    snprintf(text, sizeof text, "mutexes = ();\n\nmetrics = { file = \"%s/a.prom\"; };\n",
+             longdir);
+    assert_int_equal(dm_config_load_string(text, "t.cfg", &cfg, err, sizeof err), -1);
+    if (strncmp(err, "t.cfg:3: metrics.file", 21) != 0 || !strstr(err, "too long"))
+        fail_msg("unexpected error: %s", err);
+    /* DMUTEX_METRICS: the program stops before main, saying why. */
+    char *cfgp = config(LEASE_MS, "");
+    memset(name, 'n', DM_METRICS_NAME_MAX + 1);
+    name[DM_METRICS_NAME_MAX + 1] = '\0';
+    char envpath[400];
+    snprintf(envpath, sizeof envpath, "%s/%s", dir, name);
+    char *bad = th_out_file();
+    char *args[] = { "work", "1", "1", NULL };
+    char *out = th_finish(start(cfgp, NULL, envpath, args, bad), bad, 78, RUN_MS);
+    th_assert_has(out, "DMUTEX_METRICS=");
+    th_assert_has(out, "too long");
+    free(out);
+}
+
 static void test_label_values_are_escaped(void **state)
 {
     (void)state;
@@ -648,6 +1005,14 @@ int main(void)
         T(test_a_failed_redis_call_is_counted),
         T(test_dmutex_metrics_overrides_the_config_file),
         T(test_unwritable_directory_is_reported_once_and_the_program_runs_on),
+        T(test_more_than_65536_names_are_all_written),
+        T(test_fork_returns_while_a_fifo_sits_at_the_temporary_path),
+        T(test_symbolic_links_at_the_paths_are_not_followed),
+        T(test_counters_of_a_name_destroyed_and_made_again_go_on),
+        T(test_names_gone_keep_their_counters_within_a_bound),
+        T(test_an_exec_child_does_not_replace_the_parents_file),
+        T(test_an_exec_child_that_never_locks_says_nothing),
+        T(test_file_names_too_long_to_write_are_refused_at_load),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

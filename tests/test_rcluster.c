@@ -28,6 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,9 +86,12 @@ static int setup(void **state)
     return 0;
 }
 
+static void endpoint_type(const char *type);
+
 static int teardown(void **state)
 {
     (void)state;
+    endpoint_type("ip");
     th_test_cleanup();
     return 0;
 }
@@ -196,6 +202,55 @@ static void test_slot_map_follows_moved_but_not_ask(void **s)
     assert_int_equal(dm_slots_want_refresh(), 1);
     assert_int_equal(dm_slots_want_refresh(), 0);    /* one asker at a time */
     assert_int_equal(dm_slots_redirect("ERR nope", &ask, &slot, &node), 0);
+}
+
+/* Node addresses change over a cluster's life (nodes replaced, new IPs):
+ * the table of nodes is bounded, but a full one gives a new address an
+ * index no slot names (not a seed), its epoch moved. Before, the table
+ * only grew: past DM_SLOTS_NODES_MAX addresses a MOVED named no node and
+ * the real map's new nodes were left out (their slots unknown: every lock
+ * there refused for the rest of the process). */
+static void test_a_full_node_table_reuses_indexes_no_slot_names(void **s)
+{
+    (void)s;
+    struct dm_redis_config cfg = { 0 };
+    struct dm_endpoint seed = { rc.node[0].addr, rc.node[0].port };
+    cfg.cluster = &seed;
+    cfg.ncluster = 1;
+    dm_slots_setup(&cfg);
+    int first = -1;
+    unsigned long first_epoch = 0;
+    for (int i = 0; i < 2 * DM_SLOTS_NODES_MAX; i++) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "MOVED 42 10.9.%d.%d:7000", i / 200, i % 200 + 1);
+        int ask, node;
+        unsigned slot;
+        assert_int_equal(dm_slots_redirect(msg, &ask, &slot, &node), 1);
+        if (node < 0)
+            fail_msg("%s: no index for its node (%d nodes known)", msg, dm_slots_nnodes());
+        assert_int_equal(dm_slots_node_of(42), node);
+        assert_true(node > 0);      /* the seed keeps its index */
+        if (i == 0) {
+            first = node;
+            first_epoch = dm_slots_node_epoch(node);
+        }
+    }
+    assert_true(dm_slots_nnodes() <= DM_SLOTS_NODES_MAX);
+    assert_true(dm_slots_node_epoch(first) != first_epoch);    /* reused */
+    redisContext *c = th_redis_connect(&rc.node[0]);
+    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
+    assert_int_equal(dm_slots_update(r), 0);
+    freeReplyObject(r);
+    redisFree(c);
+    for (int slot = 0; slot < DM_SLOTS_COUNT; slot += 997) {
+        char host[64];
+        int port;
+        if (dm_slots_node_addr(dm_slots_node_of((unsigned)slot), host, sizeof host, &port) != 0)
+            fail_msg("slot %d: no node after the map was asked", slot);
+        int o = th_rcluster_owner(&rc, slot);
+        assert_true(o >= 0);
+        assert_int_equal(port, rc.node[o].port);
+    }
 }
 
 /* ---- the counters -------------------------------------------------------- */
@@ -521,6 +576,97 @@ static void test_a_forced_unlock_hands_over_by_sharded_notice(void **s)
     free(th_finish(h, hout, 0, FINISH_MS));
 }
 
+/* Every running node's cluster-preferred-endpoint-type. */
+static void endpoint_type(const char *type)
+{
+    for (int i = 0; i < TH_RCLUSTER_NODES; i++) {
+        if (rc.node[i].pid <= 0)
+            continue;
+        redisContext *c = th_redis_connect(&rc.node[i]);
+        freeReplyObject(th_cmd(c, "CONFIG SET cluster-preferred-endpoint-type %s", type));
+        redisFree(c);
+    }
+}
+
+/* cluster-preferred-endpoint-type hostname with no hostname announced:
+ * CLUSTER SLOTS names every node "?" (its IP only in the metadata) and a
+ * MOVED says "?:PORT". The node is reached by that IP; "?" is no address
+ * to connect to, and never "no connection" (before: both processes, with
+ * on_redis_down = "local", locked alone on "cannot connect to ?"). */
+static void test_a_node_announced_as_unknown_endpoint_is_reached_by_its_ip(void **s)
+{
+    (void)s;
+    endpoint_type("hostname");      /* teardown sets "ip" back, also after a failure */
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_redis_down = \"local\";\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"rc_qmark\"; } );\n"));
+    static struct th_shim_env e1, e2;
+    char *go = th_go_file(), *hout = th_out_file(), *wout = th_out_file();
+    const char *hold[] = { "once", "lock", "-g", go, NULL };
+    const char *wait[] = { "once", "timed:1500", NULL };
+    pid_t h = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e1, cfgf, rc.url, NULL),
+                              worker_path, hold, hout);
+    th_wait_for(hout, "inside ", FINISH_MS);
+    /* held on the cluster, not in the process alone */
+    int owner = th_rcluster_owner(&rc, (int)dm_slots_keyslot("dmutex:{rc_qmark}", 18));
+    assert_true(owner >= 0);
+    redisContext *c = th_redis_connect(&rc.node[owner]);
+    assert_int_equal(th_cmd_int(c, "EXISTS dmutex:{rc_qmark}"), 1);
+    redisFree(c);
+    pid_t w = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e2, cfgf, rc.url, NULL),
+                              worker_path, wait, wout);
+    char *text = th_finish(w, wout, 0, FINISH_MS);
+    th_assert_has(text, "timed:1500 ETIMEDOUT");
+    free(text);
+    th_touch(go);
+    text = th_finish(h, hout, 0, FINISH_MS);
+    th_assert_has(text, "unlocked 0");
+    free(text);
+    endpoint_type("ip");
+    /* a MOVED to "?:PORT" names no node: the map is asked again instead */
+    struct dm_redis_config cfg = { 0 };
+    struct dm_endpoint seed = { rc.node[0].addr, rc.node[0].port };
+    cfg.cluster = &seed;
+    cfg.ncluster = 1;
+    dm_slots_setup(&cfg);
+    int ask, node, nodes = dm_slots_nnodes();
+    unsigned slot;
+    assert_int_equal(dm_slots_redirect("MOVED 42 ?:7000", &ask, &slot, &node), 1);
+    assert_int_equal(node, -1);
+    assert_int_equal(dm_slots_nnodes(), nodes);
+}
+
+/* No node of the cluster can be reached (here: the one seed refuses
+ * connections) in a process that never had the slot map: that is "no
+ * connection", as with one server, and on_redis_down = "local" locks the
+ * process alone. Before, it was taken for a wrong node ("no node owns
+ * slot"): the lock blocked to its deadline. */
+static void test_no_node_reachable_is_no_connection_for_on_redis_down(void **s)
+{
+    (void)s;
+    int sock = socket(AF_INET, SOCK_STREAM, 0);     /* bound, never listening: refused */
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof sa;
+    assert_true(sock >= 0);
+    assert_int_equal(bind(sock, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(sock, (struct sockaddr *)&sa, &len), 0);
+    char url[64];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", ntohs(sa.sin_port));
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_redis_down = \"local\";\n"
+                                            "mutexes = ( { symbol = \"fault_lock\"; "
+                                            "name = \"rc_down\"; } );\n"));
+    static struct th_shim_env e;
+    char *out = th_out_file();
+    const char *once[] = { "once", "timed:3000", NULL };
+    pid_t w = th_checker_prog(&chk, NULL, NULL, NULL, th_shim_env(&e, cfgf, url, NULL),
+                              worker_path, once, out);
+    char *text = th_finish(w, out, 0, FINISH_MS);
+    th_assert_has(text, "timed:3000 0 ");
+    th_assert_has(text, "locking this process only");
+    free(text);
+    close(sock);
+}
+
 /* Forks while threads lock mapped heap mutexes on the cluster (pools of
  * several nodes, subscriber connections per node, the slot map's mutex):
  * every child forgets its parent's connections, locks on its own and
@@ -736,6 +882,27 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
     int p = th_rcluster_owner(&rc, slot_of_name(1));
     int q = replica_of(p);
     assert_true(p >= 0 && q >= 0);
+    /* This process, with on_redis_down = "local", locks a name of another
+     * shard: it has the slot map, and no connection to p. */
+    static struct dm_config cfg;
+    char err[256];
+    dm_config_defaults(&cfg);
+    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    cfg.on_redis_down = DM_DOWN_LOCAL;
+    dm_cluster_init(&cfg);
+    int other = 0;
+    while (th_rcluster_owner(&rc, slot_of_name(other)) == p)
+        other++;
+    char owner[DM_OWNER_MAX];
+    dm_cluster_owner(owner, 1);
+    struct dm_grant g;
+    char oname[16];
+    snprintf(oname, sizeof oname, "rc%d", other);
+    struct dm_cluster_lock *lo = th_lock_get(oname);
+    th_grant(lo, owner, &g);
+    assert_int_equal(g.local_only, 0);
+    assert_int_equal(dm_cluster_release(lo, owner, g.token), 0);
     long long killed = th_now_ms();
     th_redis_kill(&rc.node[p]);
     long long end = th_now_ms() + OK_MS;
@@ -754,6 +921,19 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
     }
     print_message("the replica took over %lld ms after the kill; its names went on %lld ms "
                   "after the kill\n", took, th_now_ms() - killed);
+    /* Its map still names the dead primary for rc1 (it heard of no
+     * change): a connection refused there is a node gone, not the
+     * cluster down; the map asked again names the promoted replica. A
+     * grant "this process only" now would overlap the workers' holds of
+     * rc1 on the replica. */
+    struct dm_cluster_lock *l1 = th_lock_get("rc1");
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, FINISH_MS);
+    int rc1 = dm_cluster_acquire(l1, owner, &dl, 0, &g);
+    if (rc1 == 0 && g.local_only)
+        fail_msg("rc1 was locked in this process only while %s is its primary",
+                 rc.node[q].url);
+    assert_int_equal(rc1, 0);
+    assert_int_equal(dm_cluster_release(l1, owner, g.token), 0);
     run_check_lost(&r, "killed primary (min_replicas = 0)", 1);
     /* back, as a replica of the new primary, for the tests after this one */
     const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -771,10 +951,13 @@ int main(void)
         T(test_keyslot_of_known_keys_is_the_servers),
         T(test_moved_and_ask_replies_parse),
         T(test_slot_map_follows_moved_but_not_ask),
+        T(test_a_full_node_table_reuses_indexes_no_slot_names),
         T(test_200_names_over_every_shard_count_exactly),
         T(test_run_ls_and_acl_work_against_the_cluster),
         T(test_fork_children_lock_on_the_cluster_on_their_own),
         T(test_a_forced_unlock_hands_over_by_sharded_notice),
+        T(test_a_node_announced_as_unknown_endpoint_is_reached_by_its_ip),
+        T(test_no_node_reachable_is_no_connection_for_on_redis_down),
         T(test_the_acl_user_of_a_cluster_config_runs_the_counters),
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),

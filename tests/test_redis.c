@@ -9,7 +9,9 @@
  * one the server no longer has. Runs its own redis-server (harness). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include "cluster.h"
 #include "config.h"
 #include "harness.h"
+#include "net.h"
 #include "redis.h"
 #include "watchdog.h"
 
@@ -33,7 +36,12 @@
 #define LEASE_MS        1500L
 #define SLACK_MS        3000L   /* how late an event may be on a loaded machine */
 #define NHOLDS          3
-#define SUITE_ALARM_S   120
+#define SUITE_ALARM_S   180
+#define FSERVER         TH_BUILD "/tests/progs/faultserver"
+#define STORM_US        200     /* a signal to the storm's thread this often */
+#define SLOW_ACCEPT_MS  1500L   /* the proxy's accept queue stays full this long */
+#define LONG_CONNECT_MS 20000L  /* connect timeout of the slow-accept tests */
+#define TRICKLE_MS      20L     /* the trickling server: one byte this often */
 
 static struct th_redis rs;
 static redisContext *rc;
@@ -62,6 +70,30 @@ static int dead_port(void)
     assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &len), 0);
     close(s);
     return ntohs(sa.sin_port);
+}
+
+/* Starts faultserver with these arguments after the mode and PORTFILE;
+ * returns its port, its output file in *out. */
+static int fault_server(char **out, const char *mode, ...)
+{
+    char *portfile = th_keep_file(th_write_file(".port", "%s", ""));
+    unlink(portfile);
+    char *argv[12] = { FSERVER, (char *)mode, portfile };
+    int n = 3;
+    va_list ap;
+    va_start(ap, mode);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 11)
+        argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    *out = th_out_file();
+    th_child(argv, NULL, *out);
+    th_wait_for(portfile, "\n", SLACK_MS);
+    char *pt = th_read_file(portfile);
+    int port = atoi(pt);
+    free(pt);
+    return port;
 }
 
 static void assert_has(const char *text, const char *needle)
@@ -93,6 +125,7 @@ static int teardown(void **state)
 {
     (void)state;
     kill(rs.pid, SIGCONT);          /* a failed stop test must not leave it stopped */
+    th_test_cleanup();
     return 0;
 }
 
@@ -269,6 +302,152 @@ static void test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost(void
     }
 }
 
+/* ---- signals during a connect and a round trip ---------------------------- */
+
+/* A connect that takes a while (the server's accept queue is full, so the
+ * SYN is sent again a second later) while the thread gets a signal every
+ * STORM_US: the server is there all along, so the connect must succeed
+ * and on_redis_down = "local" must not lock this process alone. Before,
+ * hiredis's connect took the EINTR of its poll(2) for an I/O error: "no
+ * connection", and a local lock next to whoever held it in Redis. */
+static void test_signals_during_a_connect_are_no_outage(void **state)
+{
+    (void)state;
+    char *out;
+    char port[16], ms[16];
+    snprintf(port, sizeof port, "%d", rs.port);
+    snprintf(ms, sizeof ms, "%ld", SLOW_ACCEPT_MS);
+    int proxy = fault_server(&out, "slow-accept", rs.addr, port, ms, NULL);
+    long saved_cto = cfg.redis.connect_timeout_ms;
+    enum dm_on_redis_down saved_down = cfg.on_redis_down;
+    cfg.redis.connect_timeout_ms = LONG_CONNECT_MS;
+    cfg.on_redis_down = DM_DOWN_LOCAL;
+    point_at(proxy);
+    struct dm_cluster_lock *l = dm_cluster_lock_get("rt-storm-connect");
+    assert_non_null(l);
+    char who[DM_OWNER_MAX];
+    dm_cluster_owner(who, 801);
+    struct dm_grant g;
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, LONG_CONNECT_MS);
+    long long t0 = th_now_ms();
+    th_storm_start(STORM_US);
+    int r = dm_cluster_acquire(l, who, &dl, 0, &g);
+    long hits = th_storm_stop();
+    long long took = th_now_ms() - t0;
+    cfg.redis.connect_timeout_ms = saved_cto;
+    cfg.on_redis_down = saved_down;
+    print_message("measured: a connect under a signal storm (%ld signals): %s after %lld ms, "
+                  "local_only %d\n", hits, strerror(r), took, r == 0 && g.local_only);
+    if (r == 0 && g.local_only)
+        fail_msg("the lock was taken locally (\"no connection\") while the server was "
+                 "reachable: the connect took a signal for an outage");
+    assert_int_equal(r, 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", l->keys[DM_KEY_LOCK]), 1);
+    char *text = th_read_file(out);
+    th_assert_has(text, "accepting");       /* the connect did wait for the queue */
+    free(text);
+    assert_true(hits > 0);
+    assert_int_equal(dm_cluster_release(l, who, g.token), 0);
+    dm_cluster_lock_put(l);
+}
+
+/* A reply that trickles in, a byte every TRICKLE_MS: each byte used to
+ * restart the socket's timeout (SO_RCVTIMEO bounds one recv, not the
+ * request), so a 300 ms command took as long as the server kept sending
+ * (20 s here). One deadline per request now. */
+static void test_a_trickling_reply_ends_at_the_command_timeout(void **state)
+{
+    (void)state;
+    char *out;
+    char ms[16];
+    snprintf(ms, sizeof ms, "%ld", TRICKLE_MS);
+    point_at(fault_server(&out, "trickle", ms, NULL));
+    struct dm_conn *p = dm_redis_get();
+    if (!p->c)
+        fail_msg("no connection to the trickling server: %s", p->errstr);
+    long long t0 = th_now_ms();
+    redisReply *r = dm_redis_command(p, "GET rt:trickle");
+    long long took = th_now_ms() - t0;
+    print_message("measured: a reply trickling a byte every %ld ms, command timeout %ld ms: "
+                  "gave up after %lld ms\n", TRICKLE_MS, CMD_TIMEOUT_MS, took);
+    if (r)
+        freeReplyObject(r);
+    assert_null(r);
+    assert_int_equal(p->err, DM_REDIS_IO);
+    assert_has(p->errstr, addr);
+    if (took > CMD_TIMEOUT_MS + SLACK_MS)
+        fail_msg("the command took %lld ms, its timeout is %ld ms", took, CMD_TIMEOUT_MS);
+    char *text = th_read_file(out);
+    th_assert_has(text, "trickle GET");
+    free(text);
+    dm_redis_put(p);
+}
+
+#define STOP_MS (CMD_TIMEOUT_MS + 2 * SLACK_MS)
+
+static void *resume_later(void *arg)
+{
+    (void)arg;
+    usleep(STOP_MS * 1000);
+    kill(rs.pid, SIGCONT);
+    return NULL;
+}
+
+/* The same with the server silent (stopped) and a signal every STORM_US:
+ * each EINTR used to start the socket's timeout anew, so the command
+ * waited as long as the signals kept coming. */
+static void test_signals_during_a_round_trip_do_not_stretch_the_command_timeout(void **state)
+{
+    (void)state;
+    struct dm_conn *p = dm_redis_get();
+    assert_non_null(p->c);
+    assert_int_equal(kill(rs.pid, SIGSTOP), 0);
+    pthread_t resumer;          /* the server answers after STOP_MS: a late reply */
+    assert_int_equal(pthread_create(&resumer, NULL, resume_later, NULL), 0);
+    long long t0 = th_now_ms();
+    th_storm_start(STORM_US);
+    redisReply *r = dm_redis_command(p, "GET rt:storm");
+    long hits = th_storm_stop();
+    long long took = th_now_ms() - t0;
+    pthread_join(resumer, NULL);
+    print_message("measured: a stopped server, a signal every %d us (%ld signals), command "
+                  "timeout %ld ms: gave up after %lld ms\n", STORM_US, hits,
+                  CMD_TIMEOUT_MS, took);
+    if (r)
+        freeReplyObject(r);
+    assert_null(r);
+    assert_int_equal(p->err, DM_REDIS_IO);
+    if (took > CMD_TIMEOUT_MS + SLACK_MS)
+        fail_msg("the command took %lld ms under signals, its timeout is %ld ms", took,
+                 CMD_TIMEOUT_MS);
+    dm_redis_put(p);
+}
+
+/* A context whose err is set (a request timed out: its reply may still
+ * come) is never written to or read again: a new request on it would be
+ * answered by the old reply. */
+static void test_a_failed_context_does_no_io(void **state)
+{
+    (void)state;
+    struct dm_conn *p = dm_redis_get();
+    assert_non_null(p->c);
+    freeReplyObject(th_cmd(rc, "DEL rt:failed"));
+    p->c->err = REDIS_ERR_IO;
+    snprintf(p->c->errstr, sizeof p->c->errstr, "an earlier request timed out");
+    const char *argv[] = { "INCR", "rt:failed" };
+    assert_null(dm_net_command_argv(p->c, p->tls, 2, argv, NULL));
+    assert_int_equal(p->c->err, REDIS_ERR_IO);
+    assert_string_equal(p->c->errstr, "an earlier request timed out");
+    int done = 0;
+    assert_int_equal(dm_net_write(p->c, p->tls, &done), REDIS_ERR);
+    assert_int_equal(dm_net_read(p->c, p->tls), REDIS_ERR);
+    assert_string_equal(p->c->errstr, "an earlier request timed out");
+    usleep(100000);
+    assert_int_equal(th_cmd_int(rc, "EXISTS rt:failed"), 0);   /* nothing was sent */
+    p->err = DM_REDIS_IO;
+    dm_redis_put(p);                /* closed, not pooled */
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 int main(void)
 {
@@ -279,6 +458,10 @@ int main(void)
         T(test_flushed_script_falls_back_to_eval),
         T(test_stopped_server_is_io_after_the_command_timeout),
         T(test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost),
+        T(test_signals_during_a_connect_are_no_outage),
+        T(test_a_trickling_reply_ends_at_the_command_timeout),
+        T(test_signals_during_a_round_trip_do_not_stretch_the_command_timeout),
+        T(test_a_failed_context_does_no_io),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -195,7 +195,9 @@ static void test_readers_share_and_a_queued_writer_keeps_new_readers_out(void **
     dm_cluster_owner(c, 3);
     assert_int_equal(acquire(l, c, DM_ACQ_TRY, TH_GRANT_MS, &gd), EBUSY);
 
-    struct writer_arg w = { .l = l };
+    /* static: a failed assertion leaves the thread running on it */
+    static struct writer_arg w;
+    w = (struct writer_arg){ .l = l };
     dm_cluster_owner(w.who, 3);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, writer_thread, &w), 0);

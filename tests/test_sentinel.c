@@ -66,6 +66,9 @@
 
 #define WORKER          TH_BUILD "/tests/progs/faultworker"
 #define DMUTEX_CLI      TH_BUILD "/dmutex"
+#define LOCKPROG        TH_BUILD "/tests/progs/lockprog"
+#define FSERVER         TH_BUILD "/tests/progs/faultserver"
+#define SLOW_ACCEPT_MS  "1500"  /* the proxy's accept queue stays full this long */
 #define MASTER          "mymaster"
 #define DOWN_AFTER_MS   1000L   /* sentinel down-after-milliseconds */
 #define FAILOVER_MS     3000L   /* sentinel failover-timeout: a failed election is retried after twice this */
@@ -85,7 +88,7 @@
 
 static struct th_checker chk;
 static struct th_net net;
-static char worker_path[PATH_MAX];
+static char worker_path[PATH_MAX], lockprog_path[PATH_MAX], fserver_path[PATH_MAX];
 
 struct topo {
     struct th_redis primary, replica[3], sentinel[3];
@@ -213,7 +216,8 @@ static void sentinel_says(const struct th_redis *s, char *buf, size_t len)
 static int group_setup(void **state)
 {
     (void)state;
-    if (th_built_paths(WORKER, worker_path, NULL) != 0)
+    if (th_built_paths(WORKER, worker_path, LOCKPROG, lockprog_path, FSERVER, fserver_path,
+                       NULL) != 0)
         return -1;
     th_machines_group_start(&chk, &net, SUITE_ALARM_S, "test_sentinel",
                             "the failover runs on loopback");
@@ -606,6 +610,56 @@ static void test_a_sentinel_that_names_a_replica_does_not_hold_the_process_back(
     char *text = th_finish(w, out, 0, RUN_MS);
     th_assert_has(text, "timed:20000 0 ");
     th_assert_has(text, "fenced ok");
+    free(text);
+}
+
+/* lockprog storm-hold (a SIGALRM every 200 us, no SA_RESTART) with
+ * on_redis_down = "local" and its only sentinel behind a proxy whose
+ * accept queue is full for a while: the sentinel's connect takes a second
+ * or more under the signals. The sentinel is there all along, so the hold
+ * must be the primary's, never a local one. Before, hiredis's connect took
+ * the EINTR of its poll(2) for a failure: "no sentinel answered", and the
+ * program locked alone. */
+static void test_signals_during_a_sentinel_connect_never_make_a_local_hold(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 0, 1);
+    char *portfile = th_keep_file(th_write_file(".port", "%s", ""));
+    unlink(portfile);
+    char *pout = th_out_file();
+    char *fargv[] = { fserver_path, "slow-accept", portfile, t->sentinel[0].addr,
+                      t->sentinel[0].port_text, SLOW_ACCEPT_MS, NULL };
+    th_child(fargv, NULL, pout);
+    th_wait_for(portfile, "\n", RUN_MS);
+    char *pt = th_read_file(portfile);
+    int proxy = atoi(pt);
+    free(pt);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_redis_down = \"local\";\n"
+                                            "redis = { sentinels = ( \"127.0.0.1:%d\" ); "
+                                            "master = \"%s\"; connect_timeout_ms = 20000; };\n"
+                                            "mutexes = ( { symbol = \"held_lock\"; "
+                                            "name = \"storm_s\"; } );\n", proxy, MASTER));
+    static struct th_shim_env e;
+    char *out = th_out_file(), *go = th_go_file();
+    char *argv[] = { lockprog_path, "storm-hold", go, NULL };
+    pid_t p = th_child(argv, th_shim_env(&e, cfgf, NULL, NULL), out);
+    th_wait_for(out, "locked ", RUN_MS);
+    char *text = th_read_file(out);
+    if (strstr(text, "this process only") || !strstr(text, "locked 0"))
+        fail_msg("the lock under signals was not Redis's:\n%s", text);
+    free(text);
+    redisContext *c = th_redis_connect(&t->primary);
+    assert_int_equal(th_cmd_int(c, "EXISTS %s", th_key("storm_s", DM_KEY_LOCK)), 1);
+    redisFree(c);
+    th_touch(go);
+    text = th_finish(p, out, 0, RUN_MS);
+    th_assert_has(text, "unlocked 0");
+    if (th_field_after(text, "signals ") == 0)
+        fail_msg("no signal arrived:\n%s", text);
+    free(text);
+    text = th_read_file(pout);
+    th_assert_has(text, "accepting");       /* the connect did wait for the queue */
     free(text);
 }
 
@@ -1043,6 +1097,7 @@ int main(void)
         T(test_a_renewal_wait_answered_after_the_primary_moved_does_not_count),
         T(test_wrong_master_name_is_a_clear_error_for_ls_and_for_a_lock),
         T(test_a_sentinel_that_names_a_replica_does_not_hold_the_process_back),
+        T(test_signals_during_a_sentinel_connect_never_make_a_local_hold),
         T(test_min_replicas_without_a_replica_never_grants_and_leaves_the_lock_free),
         T(test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline),
         T(test_a_handover_counts_only_once_a_replica_has_it),

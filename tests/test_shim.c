@@ -36,6 +36,8 @@
 #define PLUGINS         TH_BUILD "/tests/progs/plugins"
 #define DMUTEX_CLI      TH_BUILD "/dmutex"
 #define SECUREPROG      TH_BUILD "/tests/progs/secureprog"
+#define FSERVER         TH_BUILD "/tests/progs/faultserver"
+#define SLOW_ACCEPT_MS  "1500"  /* the proxy's accept queue stays full this long */
 #define NOBODY_ID       "65534"
 #define EX_CONFIG       78
 #define SHORT_LEASE_MS  2000L   /* for tests that wait for a lease to run out */
@@ -788,6 +790,55 @@ static void test_set_user_id_process_ignores_the_environment(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---- signals ----------------------------------------------------------------- */
+
+/* lockprog storm-hold (a SIGALRM every 200 us, no SA_RESTART) with
+ * on_redis_down = "local", through a proxy whose accept queue is full for
+ * a while: its first lock connects for a second or more under the signals.
+ * The server is there all along, so the hold must be Redis's (the key is
+ * there, another process's trylock is EBUSY), never a local one. Before,
+ * hiredis's connect took the EINTR of its poll(2) for a failure: "cannot
+ * connect", and the program locked alone next to any holder. */
+static void test_signals_during_the_connect_never_make_a_local_hold(void **state)
+{
+    (void)state;
+    char *portfile = th_keep_file(th_write_file(".port", "%s", ""));
+    unlink(portfile);
+    char *pout = th_out_file();
+    char *fargv[] = { FSERVER, "slow-accept", portfile, rs.addr, rs.port_text, SLOW_ACCEPT_MS,
+                      NULL };
+    th_child(fargv, NULL, pout);
+    th_wait_for(portfile, "\n", RUN_MS);
+    char *pt = th_read_file(portfile);
+    int proxy = atoi(pt);
+    free(pt);
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\non_redis_down = \"local\";\n"
+                                           "redis = { connect_timeout_ms = 20000; };\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; "
+                                           "name = \"s_storm\"; } );\n", LONG_LEASE_MS));
+    char *hout = th_out_file(), *go = th_go_file();
+    pid_t holder = lockprog(cfg, proxy, hout, "storm-hold", go);
+    th_wait_for(hout, "locked ", RUN_MS);
+    char *text = th_read_file(hout);
+    if (strstr(text, "this process only") || !strstr(text, "locked 0"))
+        fail_msg("the lock under signals was not Redis's:\n%s", text);
+    free(text);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("s_storm", DM_KEY_LOCK)), 1);
+    char *out = th_out_file();
+    text = finish(lockprog(cfg, rs.port, out, "trylock", NULL), out, 0);
+    th_assert_has(text, "trylock EBUSY");
+    free(text);
+    th_touch(go);
+    text = finish(holder, hout, 0);
+    th_assert_has(text, "unlocked 0");
+    if (th_field_after(text, "signals ") == 0)
+        fail_msg("no signal arrived:\n%s", text);
+    free(text);
+    text = th_read_file(pout);
+    th_assert_has(text, "accepting");       /* the connect did wait for the queue */
+    free(text);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -822,6 +873,7 @@ int main(void)
         T(test_config_without_mutexes_exits_78_unless_mutexes_is_written_empty),
         T(test_bad_redis_url_messages_hide_the_password),
         T(test_set_user_id_process_ignores_the_environment),
+        T(test_signals_during_the_connect_never_make_a_local_hold),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

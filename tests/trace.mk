@@ -14,3 +14,7 @@ PROG_LIBS_trace_array = $(shell pkg-config --libs hiredis)
 test-build: $(B)/tests/progs/trace_factory_stripped
 $(B)/tests/progs/trace_factory_stripped: tests/progs/trace_factory.c $(PROG_HEADERS) | $(B)/tests/progs
 	$(CC) -std=gnu11 -O2 -s -Wall -Wextra -Werror -pthread $< -o $@ $(shell pkg-config --libs hiredis)
+
+# Conds and rwlocks: trace_conds talks to a redis-server in its two-process modes.
+PROG_LIBS_trace_conds = $(shell pkg-config --libs hiredis)
+PROG_LIBS_trace_routes = $(shell pkg-config --libs hiredis)

@@ -11,6 +11,19 @@
 # own redis-server) makes the Redis counter exact with 3 processes of 2
 # threads at once (the same run without dmutex is shown, not asserted: a
 # race may not happen). An address entry of another build-id is refused.
+#   trace_conds    a global cond, heap conds (init_site box_new), a global
+#                  rwlock, an rwlock array element and heap rwlocks
+#                  (init_site table_new): the conds and rwlocks blocks
+#                  name each with its counts; the mutexes and conds blocks
+#                  as a config make a producer and a consumer in two
+#                  processes wake each other (without the conds block the
+#                  consumer's wait times out); the three blocks pass
+#                  dmutex check.
+#   trace_routes   a global rwlock of no lock-like name (g_routes): its
+#                  rwlocks entry, pasted into a config, keeps two keys of
+#                  a redis-server equal for readers in PROCS processes
+#                  while each process's writer updates both (no torn read,
+#                  both counts exact).
 # Also: a forking program gives two reports (and two JSON files), SIGUSR1
 # and -i report while the program runs, a condition wait's re-acquisition
 # counts, a full table is reported (not a crash), usage errors exit 2.
@@ -33,7 +46,8 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
-      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc"
+      $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/trace_conds
+      $PR/trace_routes"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -142,6 +156,142 @@ has "weak: address of this build only" "$T/trace_factory_stripped.check" \
 trace_case "$PR/trace_array" "g_slots+120 in trace_array (.symtab)" symbol 1
 has '{ symbol = "g_slots"; offset = 120; name = "g_slots.at120"; }' "$T/trace_array.err" \
     "trace_array: the entry is g_slots with the mutex's offset"
+
+# ---- condition variables and rwlocks ------------------------------------------
+TC=$PR/trace_conds
+"$DMUTEX" trace -o "$T/tc.json" -- "$TC" local >"$T/tc.out" 2>"$T/tc.err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qx "local done" "$T/tc.out"; then ok "trace_conds: runs under dmutex trace"
+else bad "trace_conds: runs under dmutex trace" "exit $rc" "$(cat "$T/tc.out" "$T/tc.err")"; fi
+sed -n '/^conds = (/,/^);/p' "$T/tc.err" >"$T/tc.conds"
+sed -n '/^rwlocks = (/,/^);/p' "$T/tc.err" >"$T/tc.rwlocks"
+has '{ symbol = "q_ready"; name = "q_ready"; }' "$T/tc.conds" "conds: a global cond by its symbol"
+has '{ init_site = "box_new"; name = "box_new"; }' "$T/tc.conds" \
+    "conds: heap conds by their pthread_cond_init call site"
+has '{ symbol = "routes_rwlock"; name = "routes_rwlock"; }' "$T/tc.rwlocks" \
+    "rwlocks: a global rwlock by its symbol"
+has '{ symbol = "shard_locks"; index = 2; name = "shard_locks.2"; }' "$T/tc.rwlocks" \
+    "rwlocks: an element of an rwlock array by its index (sizeof(pthread_rwlock_t))"
+has '{ init_site = "table_new"; name = "table_new"; }' "$T/tc.rwlocks" \
+    "rwlocks: heap rwlocks by their pthread_rwlock_init call site"
+# counts ROW_TEXT COLUMNS NAME: the row with ROW_TEXT has these counts
+# (columns 3 to 5: waits signals broadcasts, or reads writes contended).
+counts() {
+    got=$(grep -F -- "$1" "$T/tc.err" | awk '{ print $3, $4, $5 }')
+    if [ "$got" = "$2" ]; then ok "$3"; else bad "$3" "got '$got', want '$2'" "$(cat "$T/tc.err")"; fi
+}
+n_ready=$(grep -F "q_ready in trace_conds" "$T/tc.err" | awk '{ print $4 }')
+if [ "$n_ready" = 20 ]; then ok "conds: every signal of q_ready counted (20)"
+else bad "conds: every signal of q_ready counted (20)" "got '$n_ready'" "$(cat "$T/tc.err")"; fi
+has "heap, pthread_cond_init in box_new" "$T/tc.err" "conds: the heap row names the init call"
+n_box=$(grep -F "pthread_cond_init in box_new" "$T/tc.err" | awk '{ print $4, $5 }')
+if [ "$n_box" = "20 1" ] && grep -qF "[2 conds]" "$T/tc.err"; then
+    ok "conds: both boxes are one row, 20 signals and 1 broadcast"
+else bad "conds: both boxes are one row, 20 signals and 1 broadcast" "got '$n_box'" \
+    "$(cat "$T/tc.err")"; fi
+counts "routes_rwlock in trace_conds" "7 3 0" \
+    "rwlocks: rdlock, tryrdlock, timedrdlock, wrlock and timedwrlock all counted (7 reads, 3 writes)"
+counts "pthread_rwlock_init in table_new" "4 2 0" "rwlocks: both tables are one row (4 reads, 2 writes)"
+json_ok "$T/tc.json" "trace_conds: -o writes JSON that parses"
+if python3 - "$T/tc.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+conds = {r["name"]: r for r in d["conds"]["rows"]}
+rw = {r["name"]: r for r in d["rwlocks"]["rows"]}
+assert conds["q_ready"]["signals"] == 20 and conds["box_new"]["objects"] == 2, conds
+assert rw["routes_rwlock"]["reads"] == 7 and rw["routes_rwlock"]["writes"] == 3, rw
+assert "conds = (" in d["conds"]["config"] and "rwlocks = (" in d["rwlocks"]["config"]
+PY
+then ok "trace_conds: the JSON has the conds and rwlocks rows and blocks"
+else bad "trace_conds: the JSON has the conds and rwlocks rows and blocks" "$(cat "$T/tc.json")"; fi
+
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  sed -n '/^mutexes = (/,/^);/p' "$T/tc.err"; } >"$T/tc-mutexes.cfg"
+{ cat "$T/tc-mutexes.cfg"; cat "$T/tc.conds"; } >"$T/tc.cfg"
+if "$DMUTEX" check -c "$T/tc.cfg" -- "$TC" >"$T/tc.check" 2>&1; then
+    ok "trace_conds: the printed mutexes and conds blocks pass dmutex check"
+else bad "trace_conds: the printed mutexes and conds blocks pass dmutex check" \
+    "$(cat "$T/tc.cfg")" "$(cat "$T/tc.check")"; fi
+{ cat "$T/tc.cfg"; cat "$T/tc.rwlocks"; } >"$T/tc-all.cfg"
+if "$DMUTEX" check -c "$T/tc-all.cfg" -- "$TC" >"$T/tc-all.check" 2>&1 &&
+   grep -qF ", 2 rwlocks (1 init_site functions)," "$T/tc-all.check"; then
+    ok "trace_conds: with the rwlocks block too, dmutex check maps both rwlocks and the init_site"
+else bad "trace_conds: with the rwlocks block too, dmutex check maps both rwlocks and the init_site" \
+    "$(cat "$T/tc-all.cfg")" "$(cat "$T/tc-all.check")"; fi
+
+# cross_run CONFIG N WAIT_MS TAG: a consumer, then (once it waits) a
+# producer of N items under dmutex run with CONFIG; outputs in
+# $T/TAG.consume and $T/TAG.produce, exit statuses in crc and prc.
+cross_run() {
+    $CLI del "tc.$4:q" "tc.$4:full" "tc.$4:seen" >/dev/null
+    "$DMUTEX" run -c "$1" -- "$TC" consume 127.0.0.1 "$REDIS_TMP_PORT" "tc.$4" "$2" "$3" \
+        >"$T/$4.consume" 2>&1 &
+    cpid=$!
+    pids="$pids $cpid"
+    wait_for waiting "$T/$4.consume"
+    "$DMUTEX" run -c "$1" -- "$TC" produce 127.0.0.1 "$REDIS_TMP_PORT" "tc.$4" "$2" "$3" \
+        >"$T/$4.produce" 2>&1 &
+    ppid=$!
+    pids="$pids $ppid"
+    wait "$cpid"; crc=$?
+    wait "$ppid"; prc=$?
+}
+cross_run "$T/tc.cfg" 10 60000 cross
+if [ "$crc" -eq 0 ] && [ "$prc" -eq 0 ] && grep -qx "consumed 10" "$T/cross.consume" &&
+   ! grep -q "^dup" "$T/cross.consume" && grep -qx "produced 10" "$T/cross.produce"; then
+    ok "with the printed conds, a producer and a consumer in two processes wake each other (10 items)"
+else bad "with the printed conds, a producer and a consumer in two processes wake each other" \
+    "consumer exit $crc, producer exit $prc" "$(cat "$T/tc.cfg")" "$(cat "$T/cross.consume")" \
+    "$(cat "$T/cross.produce")"; fi
+cross_run "$T/tc-mutexes.cfg" 3 2000 local
+if [ "$crc" -eq 3 ] && grep -q "^timeout on q_ready" "$T/local.consume"; then
+    ok "without the conds block the consumer's wait is never ended by the other process"
+else bad "without the conds block the consumer's wait is never ended by the other process" \
+    "consumer exit $crc" "$(cat "$T/local.consume")"; fi
+
+# ---- an rwlock of no lock-like name, end to end ----------------------------
+TR=$PR/trace_routes
+RW_WRITES=15 RW_READERS=3 RW_READS=15
+"$DMUTEX" trace -- "$TR" 127.0.0.1 "$REDIS_TMP_PORT" tr.routes 3 2 3 "$HOLD_US" \
+    >"$T/tr.out" 2>"$T/tr.err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qx "torn 0" "$T/tr.out"; then ok "trace_routes: runs under dmutex trace"
+else bad "trace_routes: runs under dmutex trace" "exit $rc" "$(cat "$T/tr.out" "$T/tr.err")"; fi
+sed -n '/^rwlocks = (/,/^);/p' "$T/tr.err" >"$T/tr.rwlocks"
+has '{ symbol = "g_routes"; name = "g_routes"; }' "$T/tr.rwlocks" \
+    "trace_routes: g_routes (no lock-like name) gets an rwlocks entry by its calls"
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  cat "$T/tr.rwlocks"; } >"$T/tr.cfg"
+# routes_run CONFIG|- PREFIX: PROCS processes at once, each a writer and
+# RW_READERS readers; echoes PREFIX:a and PREFIX:b, outputs in $T/rw.N.out.
+routes_run() {
+    $CLI del "$2:a" "$2:b" >/dev/null
+    cpids=""
+    for i in $(seq "$PROCS"); do
+        if [ "$1" = - ]; then
+            "$TR" 127.0.0.1 "$REDIS_TMP_PORT" "$2" "$RW_WRITES" "$RW_READERS" "$RW_READS" \
+                "$HOLD_US" >"$T/rw.$i.out" 2>&1 &
+        else
+            "$DMUTEX" run -c "$1" -- "$TR" 127.0.0.1 "$REDIS_TMP_PORT" "$2" "$RW_WRITES" \
+                "$RW_READERS" "$RW_READS" "$HOLD_US" >"$T/rw.$i.out" 2>&1 &
+        fi
+        cpids="$cpids $!"
+    done
+    pids="$pids $cpids"
+    for p in $cpids; do wait "$p"; done
+    echo "$($CLI get "$2:a") $($CLI get "$2:b")"
+}
+want=$((PROCS * RW_WRITES))
+plain=$(routes_run - tr.plain)
+echo "     (without dmutex, $PROCS processes: a b = $plain of $want; torn reads:" \
+    "$(cat "$T"/rw.*.out | awk '$1 == "torn" { s += $2 } END { print s + 0 }'))"
+got=$(routes_run "$T/tr.cfg" tr.dm)
+torn=$(cat "$T"/rw.*.out | awk '$1 == "torn" { n++; s += $2 } END { print n + 0, s + 0 }')
+if [ "$got" = "$want $want" ] && [ "$torn" = "$PROCS 0" ]; then
+    ok "trace_routes: with the printed rwlocks entry, $PROCS processes read no torn pair and write both keys exactly ($want)"
+else bad "trace_routes: with the printed rwlocks entry, no torn read and both keys exact" \
+    "a b = $got, want $want $want; processes done, torn reads: $torn" "$(cat "$T/tr.cfg")" \
+    "$(cat "$T"/rw.*.out)"; fi
 
 # ---- fork: a report per process -------------------------------------------
 "$DMUTEX" trace -o "$T/fork.json" -- "$PR/trace_misc" fork >"$T/fork.out" 2>"$T/fork.err"

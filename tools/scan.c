@@ -1,12 +1,16 @@
 /* dmutex scan: which mutex variables does a program (and its libraries)
  * define, and what config entries would map them. Reads the files from
- * disk, never runs them.
+ * disk, never runs them. Condition variables and rwlocks are found the
+ * same way and printed as `conds` and `rwlocks` entries.
  *
  * Debug info (libdw) is the sure source: a variable whose type is, or
- * contains, pthread_mutex_t or a std:: mutex is listed with the offset of
- * every mutex inside it. Without debug info the symbol table (libelf) still
- * has names and sizes, and a data object of sizeof(pthread_mutex_t) bytes
- * (or a multiple) with a lock-like name is a good guess. The config entries
+ * contains, pthread_mutex_t or a std:: mutex (pthread_cond_t,
+ * std::condition_variable; pthread_rwlock_t, std::shared_mutex) is listed
+ * with the offset of every one inside it. Without debug info the symbol
+ * table (libelf) still has names and sizes, and a data object of
+ * sizeof(pthread_mutex_t) bytes (or a multiple) with a lock-like name is a
+ * good guess (sizeof(pthread_cond_t) with a cond-like name,
+ * sizeof(pthread_rwlock_t) with an rwlock-like one). The config entries
  * name symbols the way shim/symbols.c resolves them: "sym", or
  * "file.c:sym" for a file-static, plus offset and object.
  *
@@ -23,6 +27,8 @@
 #include <string.h>
 
 static const char *const how_names[] = { "dwarf", "guess", "weak" };
+/* The config list of each kind, which is also its plural in messages. */
+static const char *const kind_lists[KIND_COUNT] = { "mutexes", "conds", "rwlocks" };
 
 /* ---- usage ---------------------------------------------------------------- */
 
@@ -34,6 +40,9 @@ static void usage(FILE *out)
 "List the pthread mutexes that PROGRAM and the given shared LIBRARYs hold in\n"
 "variables, and print the config entries that would map them. The files are\n"
 "read from disk, not run; give each library whose mutexes you want to see.\n"
+"Condition variables (pthread_cond_t, std::condition_variable) and rwlocks\n"
+"(pthread_rwlock_t, std::shared_mutex) are listed too, as conds and rwlocks\n"
+"entries.\n"
 "\n"
 "Found are global and file-static variables, function-scope statics, mutexes\n"
 "inside global structs (each member, with its offset) and arrays (each\n"
@@ -45,22 +54,31 @@ static void usage(FILE *out)
 "type, and how sure the scan is:\n"
 "\n"
 "  dwarf   debug info says the variable is, or contains, a pthread_mutex_t,\n"
-"          std::mutex, std::recursive_mutex or std::timed_mutex.\n"
+"          std::mutex, std::recursive_mutex or std::timed_mutex (a\n"
+"          pthread_cond_t or std::condition_variable; a pthread_rwlock_t,\n"
+"          std::shared_mutex or std::shared_timed_mutex).\n"
 "  guess   no debug info for it, but it is a data object of exactly %zu bytes\n"
 "          (sizeof(pthread_mutex_t)), or an array of them, with a lock-like\n"
 "          name: it contains \"mutex\", \"mtx\" or \"lock\" (not as in block or\n"
-"          clock), or ends in \"_m\".\n"
+"          clock), or ends in \"_m\". A cond (TYPE \"? (cond)\"): %zu bytes\n"
+"          (sizeof(pthread_cond_t)) or a multiple, named with \"cond\" (not as\n"
+"          in second) or the word \"cv\". An rwlock (TYPE \"? (rwlock)\"): %zu\n"
+"          bytes (sizeof(pthread_rwlock_t)) or a multiple, named with\n"
+"          \"rwlock\", \"rw_lock\", \"rwmutex\", \"rw_mutex\" or \"shared_mutex\",\n"
+"          or a lock-like name whose size is no multiple of %zu.\n"
 "  weak    (only with --all) a %zu-byte multiple without such a name, or a\n"
-"          lock-like name of another size; their entries are commented out.\n"
+"          lock-like or cond-like name of another size; their entries are\n"
+"          commented out.\n"
 "\n"
-"After the table comes a mutexes = ( ... ); block ready to paste into the\n"
-"dmutex config. A file-static is written \"file.c:sym\"; an entry of a\n"
+"After the table come the mutexes = ( ... ); block, then conds = ( ... );\n"
+"and rwlocks = ( ... ); when there are any, ready to paste into the dmutex\n"
+"config. A file-static is written \"file.c:sym\"; an entry of a\n"
 "library carries object = \"its soname\"; lock names are made unique.\n"
 "Build with -g for sure answers; a stripped file shows only exported symbols.\n"
 "\n"
 "Options:\n"
 "  --all        also list weak candidates\n"
-"  --config     print only the mutexes = ( ... ); block\n"
+"  --config     print only the config blocks (mutexes, conds, rwlocks)\n"
 "  -h, --help   print this help and exit\n"
 "\n"
 "Exit status: 0 when every file was read (even if no mutex was found), 1 when\n"
@@ -69,7 +87,7 @@ static void usage(FILE *out)
 "Examples:\n"
 "  dmutex scan ./stock\n"
 "  dmutex scan --config /usr/bin/app /usr/lib/libledger.so.1 >> app.cfg\n",
-            MUTEX_SIZE, MUTEX_SIZE);
+            MUTEX_SIZE, COND_SIZE, RWLOCK_SIZE, MUTEX_SIZE, MUTEX_SIZE);
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -190,20 +208,35 @@ static void print_entry(const struct row *r, int last)
         printf("   # %s", r->note + (r->how == HOW_WEAK ? strlen("weak: ") : 0));
     putchar('\n');
     if (r->more > 0)
-        printf("  # ... %ld more mutexes in %s are not listed: add them by offset\n",
-               r->more, r->symbol);
+        printf("  # ... %ld more %s in %s are not listed: add them by offset\n",
+               r->more, r->kind == KIND_MUTEX ? "mutexes" : "objects", r->symbol);
+}
+
+/* One list of the config: `mutexes`, `conds` or `rwlocks`, the rows of
+ * that kind; none when there are no such rows. */
+static void print_list(const struct scan *sc, enum kind kind)
+{
+    size_t last = sc->nrows, n = 0;
+    for (size_t i = 0; i < sc->nrows; i++) {
+        if (sc->rows[i].kind != kind)
+            continue;
+        n++;
+        if (sc->rows[i].how != HOW_WEAK && !sc->rows[i].ambiguous)
+            last = i;
+    }
+    if (!n)
+        return;
+    printf("%s = (\n", kind_lists[kind]);
+    for (size_t i = 0; i < sc->nrows; i++)
+        if (sc->rows[i].kind == kind)
+            print_entry(&sc->rows[i], i == last);
+    printf(");\n");
 }
 
 static void print_config(const struct scan *sc)
 {
-    size_t last = sc->nrows;
-    for (size_t i = 0; i < sc->nrows; i++)
-        if (sc->rows[i].how != HOW_WEAK && !sc->rows[i].ambiguous)
-            last = i;
-    printf("mutexes = (\n");
-    for (size_t i = 0; i < sc->nrows; i++)
-        print_entry(&sc->rows[i], i == last);
-    printf(");\n");
+    for (int k = 0; k < KIND_COUNT; k++)
+        print_list(sc, (enum kind)k);
 }
 
 static void print_table(const struct scan *sc)

@@ -16,11 +16,17 @@
 #include "elfsyms.h"
 
 #define MUTEX_SIZE     sizeof(pthread_mutex_t)  /* 40 on x86-64 and aarch64 glibc */
-#define MAX_PER_VAR    64       /* mutexes listed per variable; the rest are counted */
+#define COND_SIZE      sizeof(pthread_cond_t)   /* 48 */
+#define RWLOCK_SIZE    sizeof(pthread_rwlock_t) /* 56 on x86-64 and aarch64 glibc */
+#define MAX_PER_VAR    64       /* objects listed per variable; the rest are counted */
 #define MAX_DEPTH      32       /* nesting of struct/array types followed */
 #define PATH_LEN       256      /* "member[3].lock" suffix of one mutex */
 
 enum how { HOW_DWARF, HOW_GUESS, HOW_WEAK };
+
+/* What a row is, and so which config list its entry goes to: `mutexes`,
+ * `conds` or `rwlocks`. */
+enum kind { KIND_MUTEX, KIND_COND, KIND_RWLOCK, KIND_COUNT };
 
 /* A defined data symbol of one file, with the STT_FILE before it (locals). */
 struct esym {
@@ -48,10 +54,12 @@ struct file {
     int has_files;              /* the symbol table names source files */
 };
 
-/* One mutex found: a row of the table and an entry of the config. */
+/* One mutex, cond or rwlock found: a row of the table and an entry of the
+ * config. */
 struct row {
     const struct file *f;
     enum how how;
+    enum kind kind;
     char *symbol;               /* as the config writes it */
     char *display;              /* MUTEX column: "inventory.lock", "slots[2]" */
     char *base;                 /* proposed lock name before making names unique */
@@ -75,11 +83,12 @@ struct scan {
     size_t nrows, caprows;
 };
 
-/* A mutex inside a variable's type, relative to its start. */
+/* A mutex (cond, rwlock) inside a variable's type, relative to its start. */
 struct hit {
     long offset;
     char path[PATH_LEN];
     const char *type;
+    enum kind kind;
 };
 
 struct hits {
@@ -105,8 +114,10 @@ void dm_scan_close(struct file *f);
 const struct esym *dm_scan_symbol_at(const struct file *f, GElf_Addr addr);
 int dm_scan_cmp_addr(const void *a, const void *b);
 
-/* Records a mutex at `offset` of a variable (counted past MAX_PER_VAR). */
-void dm_scan_hit(struct hits *h, long offset, const char *path, const char *type);
+/* Records a mutex (cond, rwlock: `kind`) at `offset` of a variable
+ * (counted past MAX_PER_VAR). */
+void dm_scan_hit(struct hits *h, long offset, const char *path, const char *type,
+                 enum kind kind);
 
 /* Adds the rows of one variable (symbol `s`, or NULL when only debug info
  * knows it): its hits, at most MAX_PER_VAR of them. */

@@ -1,8 +1,10 @@
 /* scan_dwarf: the debug-info walk of `dmutex scan` (libdw). Every
  * variable with a static address whose type is, or contains, a
- * pthread_mutex_t or a std:: mutex becomes rows (dm_scan_add_hits), one per
- * mutex with its offset and member path; the addresses it saw go to
- * f->known so the symbol-table guesses skip them. Prints nothing. */
+ * pthread_mutex_t or a std:: mutex (a pthread_cond_t or
+ * std::condition_variable; a pthread_rwlock_t or std::shared_mutex)
+ * becomes rows (dm_scan_add_hits), one per object with its kind, offset
+ * and member path; the addresses it saw go to f->known so the
+ * symbol-table guesses skip them. Prints nothing. */
 #include "scan.h"
 
 #include <dwarf.h>
@@ -16,22 +18,37 @@ static int type_of(Dwarf_Die *die, Dwarf_Die *type)
     return dwarf_attr_integrate(die, DW_AT_type, &attr) && dwarf_formref_die(&attr, type) ? 0 : -1;
 }
 
-static const char *const std_mutexes[][2] = {
-    { "mutex", "std::mutex" },
-    { "recursive_mutex", "std::recursive_mutex" },
-    { "timed_mutex", "std::timed_mutex" },
-    { "recursive_timed_mutex", "std::recursive_timed_mutex" },
+/* The pthread types by their typedef names. */
+static const struct { const char *name; enum kind kind; } pthread_types[] = {
+    { "pthread_mutex_t", KIND_MUTEX },
+    { "pthread_cond_t", KIND_COND },
+    { "pthread_rwlock_t", KIND_RWLOCK },
 };
 
-/* "std::mutex" when `die` is one of the std:: mutex classes (directly in
- * std, or in an inline namespace of it), else NULL. */
-static const char *std_mutex(Dwarf_Die *die)
+/* The std:: classes that are one of them, at offset 0 (libstdc++: a
+ * std::condition_variable holds a pthread_cond_t, std::shared_mutex and
+ * std::shared_timed_mutex a pthread_rwlock_t). */
+static const struct { const char *name, *type; enum kind kind; } std_mutexes[] = {
+    { "mutex", "std::mutex", KIND_MUTEX },
+    { "recursive_mutex", "std::recursive_mutex", KIND_MUTEX },
+    { "timed_mutex", "std::timed_mutex", KIND_MUTEX },
+    { "recursive_timed_mutex", "std::recursive_timed_mutex", KIND_MUTEX },
+    { "condition_variable", "std::condition_variable", KIND_COND },
+    { "shared_mutex", "std::shared_mutex", KIND_RWLOCK },
+    { "shared_timed_mutex", "std::shared_timed_mutex", KIND_RWLOCK },
+};
+
+/* "std::mutex" when `die` is one of the std:: classes above (directly in
+ * std, or in an inline namespace of it), its kind in *kind; else NULL. */
+static const char *std_mutex(Dwarf_Die *die, enum kind *kind)
 {
     const char *name = dwarf_diename(die);
     const char *which = NULL;
     for (size_t i = 0; name && i < sizeof std_mutexes / sizeof std_mutexes[0]; i++)
-        if (strcmp(name, std_mutexes[i][0]) == 0)
-            which = std_mutexes[i][1];
+        if (strcmp(name, std_mutexes[i].name) == 0) {
+            which = std_mutexes[i].type;
+            *kind = std_mutexes[i].kind;
+        }
     if (!which)
         return NULL;
     Dwarf_Die *scopes = NULL;
@@ -116,14 +133,16 @@ static void find_in_array(Dwarf_Die *array, long base, const char *path, struct 
             char p[PATH_LEN];
             if (snprintf(p, sizeof p, "%s%s%s", path, idx, inner->v[k].path) >= (int)sizeof p)
                 continue;       /* a member path longer than PATH_LEN: not listed */
-            dm_scan_hit(h, base + i * (long)elem_size + inner->v[k].offset, p, inner->v[k].type);
+            dm_scan_hit(h, base + i * (long)elem_size + inner->v[k].offset, p, inner->v[k].type,
+                        inner->v[k].kind);
         }
         h->total += inner->total - (long)inner->n;
     }
     free(inner);
 }
 
-/* Adds every mutex that a value of type `type` at `base` holds. */
+/* Adds every mutex (cond, rwlock) that a value of type `type` at `base`
+ * holds. */
 static void find_mutexes(Dwarf_Die *type, long base, const char *path, struct hits *h,
                          int depth)
 {
@@ -131,12 +150,14 @@ static void find_mutexes(Dwarf_Die *type, long base, const char *path, struct hi
     for (int hops = 0; depth < MAX_DEPTH && hops < MAX_DEPTH; hops++) {
         const char *name = dwarf_diename(&die);
         const char *std;
+        enum kind kind = KIND_MUTEX;
         switch (dwarf_tag(&die)) {
         case DW_TAG_typedef:
-            if (name && strcmp(name, "pthread_mutex_t") == 0) {
-                dm_scan_hit(h, base, path, "pthread_mutex_t");
-                return;
-            }
+            for (size_t i = 0; name && i < sizeof pthread_types / sizeof pthread_types[0]; i++)
+                if (strcmp(name, pthread_types[i].name) == 0) {
+                    dm_scan_hit(h, base, path, pthread_types[i].name, pthread_types[i].kind);
+                    return;
+                }
             /* fall through */
         case DW_TAG_const_type:
         case DW_TAG_volatile_type:
@@ -151,8 +172,8 @@ static void find_mutexes(Dwarf_Die *type, long base, const char *path, struct hi
         case DW_TAG_structure_type:
         case DW_TAG_class_type:
         case DW_TAG_union_type:
-            if ((std = std_mutex(&die)) != NULL) {
-                dm_scan_hit(h, base, path, std);
+            if ((std = std_mutex(&die, &kind)) != NULL) {
+                dm_scan_hit(h, base, path, std, kind);
                 return;
             }
             if (dwarf_child(&die, &child) != 0)

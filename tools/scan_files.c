@@ -322,6 +322,7 @@ void dm_scan_add_hits(struct scan *sc, const struct file *f, enum how how,
         char *suffix = name_suffix(h->v[i].path);
         r->f = f;
         r->how = how;
+        r->kind = h->v[i].kind;
         r->symbol = s ? config_symbol(f, s) : dm_scan_xstrdup(display_name);
         r->display = dm_scan_xprintf("%s%s", display_name, h->v[i].path);
         r->base = dm_scan_xprintf("%s%s", base_name_, suffix);
@@ -339,7 +340,8 @@ void dm_scan_add_hits(struct scan *sc, const struct file *f, enum how how,
 
 /* ---- hits ------------------------------------------------------------------ */
 
-void dm_scan_hit(struct hits *h, long offset, const char *path, const char *type)
+void dm_scan_hit(struct hits *h, long offset, const char *path, const char *type,
+                 enum kind kind)
 {
     h->total++;
     if (h->n == MAX_PER_VAR)
@@ -348,23 +350,109 @@ void dm_scan_hit(struct hits *h, long offset, const char *path, const char *type
     x->offset = offset;
     snprintf(x->path, sizeof x->path, "%s", path);
     x->type = type;
+    x->kind = kind;
 }
 
 /* ---- guesses ----------------------------------------------------------------- */
 
+/* The name without gcc's ".N", in lower case (to be freed). */
+static char *lower_name(const char *name)
+{
+    char *s = dm_scan_xprintf("%.*s", (int)numbered_len(name), name);
+    for (char *p = s; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    return s;
+}
+
 /* contains mutex, mtx or lock (but not block/clock), or ends in _m */
 static int lockish(const char *name)
 {
-    size_t len = numbered_len(name);
-    char *s = dm_scan_xprintf("%.*s", (int)len, name);
-    for (char *p = s; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
+    char *s = lower_name(name);
+    size_t len = strlen(s);
     int yes = strstr(s, "mutex") || strstr(s, "mtx") ||
               (len >= 2 && strcmp(s + len - 2, "_m") == 0);
     for (const char *p = s; !yes && (p = strstr(p, "lock")) != NULL; p++)
         yes = p == s || (p[-1] != 'b' && p[-1] != 'c');
     free(s);
     return yes;
+}
+
+/* contains rwlock, rw_lock, rwmutex, rw_mutex or shared_mutex */
+static int rwlockish(const char *name)
+{
+    static const char *const words[] = { "rwlock", "rw_lock", "rwmutex", "rw_mutex",
+                                         "shared_mutex" };
+    char *s = lower_name(name);
+    int yes = 0;
+    for (size_t i = 0; !yes && i < sizeof words / sizeof words[0]; i++)
+        yes = strstr(s, words[i]) != NULL;
+    free(s);
+    return yes;
+}
+
+/* contains cond (but not second), or cv as a word: cv, ready_cv, cv_done */
+static int condish(const char *name)
+{
+    char *s = lower_name(name);
+    int yes = 0;
+    for (const char *p = s; !yes && (p = strstr(p, "cond")) != NULL; p++)
+        yes = p < s + 2 || strncmp(p - 2, "se", 2) != 0;
+    for (const char *p = s; !yes && (p = strstr(p, "cv")) != NULL; p++)
+        yes = (p == s || !isalpha((unsigned char)p[-1])) && !isalpha((unsigned char)p[2]);
+    free(s);
+    return yes;
+}
+
+/* What the symbol table alone says of a data object, in the order the
+ * names are most specific: an rwlock-like name of a pthread_rwlock_t's
+ * size (or a multiple), a lock-like name of a mutex's, a cond-like name
+ * of a pthread_cond_t's, a lock-like name of an rwlock's; with --all the
+ * weak ones. Returns 0 when it is no candidate. */
+struct guess {
+    enum how how;
+    enum kind kind;
+    size_t elem;                /* the size of one object; 0: one row at offset ? */
+    const char *note, *type;
+};
+
+static int guess(const struct scan *sc, const struct esym *s, struct guess *g)
+{
+    int lock = lockish(s->name), rw = rwlockish(s->name), cond = condish(s->name);
+    int fits = s->size % MUTEX_SIZE == 0;
+    int fits_cond = s->size % COND_SIZE == 0, fits_rw = s->size % RWLOCK_SIZE == 0;
+    *g = (struct guess){ .how = HOW_GUESS, .kind = KIND_MUTEX, .elem = MUTEX_SIZE, .type = "?",
+                         .note = "guess: no debug info; size and name" };
+    if ((rw || lock) && fits_rw && (rw || !fits)) {
+        g->kind = KIND_RWLOCK;
+        g->elem = RWLOCK_SIZE;
+        g->type = "? (rwlock)";
+        g->note = "guess: no debug info; size (pthread_rwlock_t) and name";
+    } else if (lock && fits) {
+        /* a mutex, as above */
+    } else if (cond && fits_cond) {
+        g->kind = KIND_COND;
+        g->elem = COND_SIZE;
+        g->type = "? (cond)";
+        g->note = "guess: no debug info; size (pthread_cond_t) and name";
+    } else if (sc->all && fits) {
+        g->how = HOW_WEAK;
+        g->type = s->size > MUTEX_SIZE ? "? (array?)" : "?";
+        g->note = "weak: size fits, the name is not lock-like";
+    } else if (sc->all && lock && s->size > MUTEX_SIZE) {
+        g->how = HOW_WEAK;
+        g->elem = 0;
+        g->type = "? (struct?)";
+        g->note = "weak: a lock-like name, but where is its mutex?";
+    } else if (sc->all && cond && s->size > COND_SIZE) {
+        g->how = HOW_WEAK;
+        g->kind = KIND_COND;
+        g->elem = 0;
+        g->type = "? (struct?)";
+        g->note = "weak: a cond-like name, but where is its pthread_cond_t?";
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 /* Whether another file of the scan defines global `name` (its library). */
@@ -381,10 +469,11 @@ void dm_scan_guesses(struct scan *sc, struct file *f)
 {
     for (size_t i = 0; i < f->nsyms; i++) {
         const struct esym *s = &f->syms[i];
-        if (s->size == 0 || is_known(f, s->value))
+        struct guess g;
+        if (s->size == 0 || is_known(f, s->value) || !guess(sc, s, &g))
             continue;
         if (is_copy(f, s->value)) {
-            if (lockish(s->name) && s->size % MUTEX_SIZE == 0 && !defined_elsewhere(sc, f, s->name))
+            if (g.how == HOW_GUESS && !defined_elsewhere(sc, f, s->name))
                 fprintf(stderr, "dmutex scan: note: %s holds a copy of the library "
                         "global %s (copy relocation): scan that library to list it\n",
                         f->path, s->name);
@@ -392,41 +481,24 @@ void dm_scan_guesses(struct scan *sc, struct file *f)
         }
         if (dm_scan_symbol_at(f, s->value) != s)
             continue;           /* an alias: list each address once */
-        int named = lockish(s->name);
-        int fits = s->size % MUTEX_SIZE == 0;
-        enum how how;
-        const char *note;
-        if (named && fits) {
-            how = HOW_GUESS;
-            note = "guess: no debug info; size and name";
-        } else if (sc->all && fits) {
-            how = HOW_WEAK;
-            note = "weak: size fits, the name is not lock-like";
-        } else if (sc->all && named && s->size > MUTEX_SIZE) {
-            how = HOW_WEAK;
-            note = "weak: a lock-like name, but where is its mutex?";
-        } else {
-            continue;
-        }
 
         struct hits *h = dm_scan_xmalloc(sizeof *h);
         h->n = 0;
         h->total = 0;
         /* A guess lists every element; a weak candidate, one row. */
-        long n = fits ? (long)(s->size / MUTEX_SIZE) : 1;
-        if (how == HOW_WEAK)
-            dm_scan_hit(h, fits ? 0 : -1, "", !fits ? "? (struct?)" : n > 1 ? "? (array?)" : "?");
-        for (long k = 0; how == HOW_GUESS && k < n; k++) {
+        long n = g.elem ? (long)(s->size / g.elem) : 1;
+        if (g.how == HOW_WEAK)
+            dm_scan_hit(h, g.elem ? 0 : -1, "", g.type, g.kind);
+        for (long k = 0; g.how == HOW_GUESS && k < n; k++) {
             char p[32] = "";
             if (n > 1)
                 snprintf(p, sizeof p, "[%ld]", k);
-            dm_scan_hit(h, k * (long)MUTEX_SIZE, p, "?");
+            dm_scan_hit(h, k * (long)g.elem, p, g.type, g.kind);
         }
         char *src = dm_scan_xprintf("%.*s", (int)numbered_len(s->name), s->name);
-        dm_scan_add_hits(sc, f, how, s, s->local ? src : s->name, s->local ? src : s->name,
-                 s->size, h, note);
+        dm_scan_add_hits(sc, f, g.how, s, s->local ? src : s->name, s->local ? src : s->name,
+                 s->size, h, g.note);
         free(src);
         free(h);
     }
 }
-

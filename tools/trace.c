@@ -2,7 +2,9 @@
  * Redis, nothing mapped) and lets that library report every mutex the
  * program locked, identified as a config entry names it (symbol, offset
  * or index, init_site, or for a stripped binary an address of this
- * build), sorted by contention, with a ready `mutexes = ( ... );` block.
+ * build), sorted by contention, with a ready `mutexes = ( ... );` block;
+ * and the condition variables and rwlocks it used, with `conds` and
+ * `rwlocks` blocks.
  * This file only sets the environment the library reads and replaces
  * itself with the program: the report is written inside the traced
  * process (shim/trace/), where the addresses mean something. */
@@ -49,6 +51,14 @@ static const char trace_usage[] =
     "Then a `mutexes = ( ... );` block for the first rows, each line commented\n"
     "with its certainty and counts, names valid for dmutex: paste it into a\n"
     "config and keep the mutexes that guard state other machines share.\n"
+    "\n"
+    "Condition variables and rwlocks are recorded too: each process that used\n"
+    "any prints, after its mutexes, a table of its condition variables (waits,\n"
+    "signals, broadcasts, total and longest time in a wait, threads) with a\n"
+    "`conds = ( ... );` block, and one of its rwlocks (read and write locks,\n"
+    "contended ones, their total and longest wait, threads) with an\n"
+    "`rwlocks = ( ... );` block, identified the same way (init_site: the\n"
+    "function that called pthread_cond_init or pthread_rwlock_init).\n"
     "A fork child reports on its own (its pid in the header); a process that\n"
     "ends by _exit or a signal writes no exit report (send SIGUSR1 first, or\n"
     "use -i). Threads are told apart up to 64 per mutex. `dmutex scan` reads\n"
@@ -59,7 +69,9 @@ static const char trace_usage[] =
     "  -i, --interval SECONDS\n"
     "                        report every SECONDS (1..86400) as well\n"
     "      --top N           config entries for at most the first N rows (default 10)\n"
-    "      --min-locks N     and only for rows with at least N locks (default 1)\n"
+    "      --min-locks N     and only for rows with at least N locks (default 1;\n"
+    "                        for conds: waits + signals + broadcasts, rwlocks: reads\n"
+    "                        + writes); --top applies to each block\n"
     "  -h, --help            this text\n"
     "\n"
     "Exit status: PROGRAM's; 2 for a usage error; 127 if PROGRAM cannot be run.\n";

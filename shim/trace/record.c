@@ -8,7 +8,13 @@
  * reporter thread (woken through a pipe by SIGUSR1 or by the -i
  * interval) and the destructor write the report. A condition wait
  * releases and retakes its mutex: the hold ends before it, and the
- * re-acquisition after it counts as a lock. */
+ * re-acquisition after it counts as a lock.
+ *
+ * Condition variables (waits, signals, broadcasts, time in waits) and
+ * rwlocks (read and write acquisitions, contention the way mutexes find
+ * it: a try first) are noted in tables of their own, with the first
+ * pthread_cond_init / pthread_rwlock_init call site, for the report's
+ * `conds` and `rwlocks` blocks. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -85,12 +91,18 @@ static struct dm_trace_slot *slot_of(const void *m)
     return s;
 }
 
-/* After an acquisition (the caller holds m now): only the holder writes. */
-static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
+/* The calling thread's bit in a slot's `threads`. */
+static inline uint64_t thread_bit(void)
 {
     if (!my_bit)
         my_bit = 1 + atomic_fetch_add_explicit(&thread_seq, 1, memory_order_relaxed);
-    uint64_t bit = 1ull << ((my_bit - 1) % DM_TRACE_THREAD_BITS);
+    return 1ull << ((my_bit - 1) % DM_TRACE_THREAD_BITS);
+}
+
+/* After an acquisition (the caller holds m now): only the holder writes. */
+static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
+{
+    uint64_t bit = thread_bit();
     if (!(LOAD(s->threads) & bit))
         atomic_fetch_or_explicit(&s->threads, bit, memory_order_relaxed);
     STORE(s->locks, LOAD(s->locks) + 1);
@@ -210,6 +222,213 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
     return dm_real.mutex_destroy(m);
 }
 
+/* ---- condition variables and rwlocks ------------------------------------ */
+
+struct dm_trace_obj dm_trace_conds[DM_TRACE_OBJ_SLOTS];
+struct dm_trace_obj dm_trace_rwlocks[DM_TRACE_OBJ_SLOTS];
+_Atomic uint64_t dm_trace_untracked_conds, dm_trace_untracked_rwlocks;
+
+#define ADD(x, v) atomic_fetch_add_explicit(&(x), (v), memory_order_relaxed)
+
+/* The slot of object o in `table` (find_slot's probing), claimed on first
+ * sight; NULL when DM_TRACE_PROBES slots from its home are taken, counted
+ * in *untracked (when given). */
+static struct dm_trace_obj *obj_slot(struct dm_trace_obj *table, const void *o,
+                                     _Atomic uint64_t *untracked)
+{
+    uintptr_t key = (uintptr_t)o;
+    uint64_t h = ((uint64_t)key >> 3) * 0x9E3779B97F4A7C15ull;
+    unsigned i = (unsigned)(h >> (64 - DM_TRACE_OBJ_SLOTS_LOG2));
+    for (unsigned n = 0; n < DM_TRACE_PROBES; n++, i = (i + 1) & (DM_TRACE_OBJ_SLOTS - 1)) {
+        struct dm_trace_obj *s = &table[i];
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (k == key)
+            return s;
+        if (k == 0) {
+            uintptr_t zero = 0;
+            if (atomic_compare_exchange_strong(&s->key, &zero, key) || zero == key)
+                return s;
+        }
+    }
+    if (untracked)
+        ADD(*untracked, 1);
+    return NULL;
+}
+
+/* One use of slot s by this thread: n[which] counted, the thread marked. */
+static void obj_used(struct dm_trace_obj *s, int which)
+{
+    uint64_t bit = thread_bit();
+    if (!(LOAD(s->threads) & bit))
+        atomic_fetch_or_explicit(&s->threads, bit, memory_order_relaxed);
+    ADD(s->n[which], 1);
+}
+
+static void obj_waited(struct dm_trace_obj *s, uint64_t ns)
+{
+    ADD(s->wait_ns, ns);
+    uint64_t max = LOAD(s->wait_max_ns);
+    while (ns > max && !atomic_compare_exchange_weak_explicit(&s->wait_max_ns, &max, ns,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed))
+        ;
+}
+
+/* The first init call site of the object at o (a new object at an old
+ * address keeps the first: its report row stays the same). */
+static void obj_init(struct dm_trace_obj *table, const void *o, uintptr_t site)
+{
+    struct dm_trace_obj *s = obj_slot(table, o, NULL);
+    if (s) {
+        uintptr_t none = 0;
+        atomic_compare_exchange_strong(&s->init_site, &none, site);
+    }
+}
+
+/* A cond wait is counted when it begins and timed until it returns (the
+ * mutex retaken included). */
+struct cond_wait {
+    struct dm_trace_obj *s;
+    uint64_t t0;
+};
+
+static struct cond_wait cond_wait_begin(pthread_cond_t *c)
+{
+    struct cond_wait w = { NULL, 0 };
+    if (!quiet && (w.s = obj_slot(dm_trace_conds, c, &dm_trace_untracked_conds)) != NULL) {
+        obj_used(w.s, DM_TRACE_COND_WAITS);
+        w.t0 = now_ns();
+    }
+    return w;
+}
+
+static int cond_wait_end(const struct cond_wait *w, int r)
+{
+    if (w->s)
+        obj_waited(w->s, now_ns() - w->t0);
+    return r;
+}
+
+static void cond_used(pthread_cond_t *c, int which)
+{
+    struct dm_trace_obj *s = quiet ? NULL : obj_slot(dm_trace_conds, c, &dm_trace_untracked_conds);
+    if (s)
+        obj_used(s, which);
+}
+
+DM_EXPORT int pthread_cond_signal(pthread_cond_t *c)
+{
+    cond_used(c, DM_TRACE_COND_SIGNALS);
+    return dm_real.cond_signal(c);
+}
+
+DM_EXPORT int pthread_cond_broadcast(pthread_cond_t *c)
+{
+    cond_used(c, DM_TRACE_COND_BROADCASTS);
+    return dm_real.cond_broadcast(c);
+}
+
+DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+    uintptr_t site = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.cond_init(c, a);
+    if (r == 0 && !quiet)
+        obj_init(dm_trace_conds, c, site);
+    return r;
+}
+
+static void rwlock_acquired(pthread_rwlock_t *l, int which, int contended, uint64_t waited)
+{
+    struct dm_trace_obj *s = obj_slot(dm_trace_rwlocks, l, &dm_trace_untracked_rwlocks);
+    if (!s)
+        return;
+    obj_used(s, which);
+    if (contended) {
+        ADD(s->n[DM_TRACE_RW_CONTENDED], 1);
+        obj_waited(s, waited);
+    }
+}
+
+/* A blocking rwlock acquisition: the try of the same kind first, and
+ * only when that finds it busy, the blocking call, timed. Any other
+ * answer of the try (too many readers, ...) is left to the blocking call. */
+#define TRACED_RWLOCK(l, which, try_call, blocking_call)                      \
+    do {                                                                      \
+        if (quiet)                                                            \
+            return blocking_call;                                             \
+        int r_ = try_call;                                                    \
+        if (r_ == 0) {                                                        \
+            rwlock_acquired(l, which, 0, 0);                                  \
+            return 0;                                                         \
+        }                                                                     \
+        if (r_ != EBUSY)                                                      \
+            return blocking_call;                                             \
+        uint64_t t0_ = now_ns();                                              \
+        r_ = blocking_call;                                                   \
+        if (r_ == 0)                                                          \
+            rwlock_acquired(l, which, 1, now_ns() - t0_);                     \
+        return r_;                                                            \
+    } while (0)
+
+DM_EXPORT int pthread_rwlock_rdlock(pthread_rwlock_t *l)
+{
+    TRACED_RWLOCK(l, DM_TRACE_RW_READS, dm_real.rwlock_tryrdlock(l), dm_real.rwlock_rdlock(l));
+}
+
+DM_EXPORT int pthread_rwlock_timedrdlock(pthread_rwlock_t *l, const struct timespec *t)
+{
+    TRACED_RWLOCK(l, DM_TRACE_RW_READS, dm_real.rwlock_tryrdlock(l),
+                  dm_real.rwlock_timedrdlock(l, t));
+}
+
+DM_EXPORT int pthread_rwlock_clockrdlock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+{
+    TRACED_RWLOCK(l, DM_TRACE_RW_READS, dm_real.rwlock_tryrdlock(l),
+                  dm_real.rwlock_clockrdlock(l, c, t));
+}
+
+DM_EXPORT int pthread_rwlock_wrlock(pthread_rwlock_t *l)
+{
+    TRACED_RWLOCK(l, DM_TRACE_RW_WRITES, dm_real.rwlock_trywrlock(l), dm_real.rwlock_wrlock(l));
+}
+
+DM_EXPORT int pthread_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *t)
+{
+    TRACED_RWLOCK(l, DM_TRACE_RW_WRITES, dm_real.rwlock_trywrlock(l),
+                  dm_real.rwlock_timedwrlock(l, t));
+}
+
+DM_EXPORT int pthread_rwlock_clockwrlock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)
+{
+    TRACED_RWLOCK(l, DM_TRACE_RW_WRITES, dm_real.rwlock_trywrlock(l),
+                  dm_real.rwlock_clockwrlock(l, c, t));
+}
+
+DM_EXPORT int pthread_rwlock_tryrdlock(pthread_rwlock_t *l)
+{
+    int r = dm_real.rwlock_tryrdlock(l);
+    if (r == 0 && !quiet)
+        rwlock_acquired(l, DM_TRACE_RW_READS, 0, 0);
+    return r;
+}
+
+DM_EXPORT int pthread_rwlock_trywrlock(pthread_rwlock_t *l)
+{
+    int r = dm_real.rwlock_trywrlock(l);
+    if (r == 0 && !quiet)
+        rwlock_acquired(l, DM_TRACE_RW_WRITES, 0, 0);
+    return r;
+}
+
+DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
+{
+    uintptr_t site = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.rwlock_init(l, a);
+    if (r == 0 && !quiet)
+        obj_init(dm_trace_rwlocks, l, site);
+    return r;
+}
+
 /* A condition wait releases m and retakes it before returning. */
 #define TRACED_WAIT(m, wait_call)                                             \
     do {                                                                      \
@@ -233,19 +452,22 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 
 DM_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
-    TRACED_WAIT(m, dm_real.cond_wait(c, m));
+    struct cond_wait w = cond_wait_begin(c);
+    TRACED_WAIT(m, cond_wait_end(&w, dm_real.cond_wait(c, m)));
 }
 
 DM_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
                                      const struct timespec *t)
 {
-    TRACED_WAIT(m, dm_real.cond_timedwait(c, m, t));
+    struct cond_wait w = cond_wait_begin(c);
+    TRACED_WAIT(m, cond_wait_end(&w, dm_real.cond_timedwait(c, m, t)));
 }
 
 DM_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
                                      const struct timespec *t)
 {
-    TRACED_WAIT(m, dm_real.cond_clockwait(c, m, k, t));
+    struct cond_wait w = cond_wait_begin(c);
+    TRACED_WAIT(m, cond_wait_end(&w, dm_real.cond_clockwait(c, m, k, t)));
 }
 
 /* ---- when to report ---------------------------------------------------- */
@@ -328,6 +550,20 @@ static void atfork_child(void)
         /* depth and hold_start stay: the forking thread's holds are held. */
     }
     STORE(dm_trace_untracked, 0);
+    struct dm_trace_obj *tables[] = { dm_trace_conds, dm_trace_rwlocks };
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+        for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
+            struct dm_trace_obj *s = &tables[t][i];
+            if (!LOAD(s->key))
+                continue;
+            for (int k = 0; k < 3; k++)
+                STORE(s->n[k], 0);
+            STORE(s->wait_ns, 0);
+            STORE(s->wait_max_ns, 0);
+            STORE(s->threads, 0);
+        }
+    STORE(dm_trace_untracked_conds, 0);
+    STORE(dm_trace_untracked_rwlocks, 0);
     my_bit = 0;
     STORE(thread_seq, 0);
     if (wake_pipe[0] >= 0) {

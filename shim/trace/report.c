@@ -16,7 +16,12 @@
  * DMUTEX_TRACE_TOP, DMUTEX_TRACE_MIN_LOCKS); the same as JSON to
  * DMUTEX_TRACE_JSON (the traced program's own pid, DMUTEX_TRACE_ROOT,
  * writes that file; any other process, a fork child, FILE.<pid>.json).
- * Identification reads symbol tables through the shim's symbols module. */
+ * Identification reads symbol tables through the shim's symbols module.
+ * Condition variables and rwlocks the process used are named the same
+ * way (pthread_cond_init / pthread_rwlock_init for init_site, an index
+ * in an array of pthread_cond_t / pthread_rwlock_t) and reported after
+ * the mutexes, each with its own table and `conds = ( ... );` /
+ * `rwlocks = ( ... );` block (and "conds" / "rwlocks" in the JSON). */
 /* Paths and symbol names are cut to the report's buffers on purpose. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
@@ -60,6 +65,27 @@ struct row {
     int is_heap;
     uint64_t mutexes, locks, contended, wait_ns, wait_max_ns, hold_max_ns, threads;
     uint64_t hist[DM_TRACE_HIST];
+    uint64_t n[3];                  /* a cond's or rwlock's counts (trace.h) */
+};
+
+/* What a row names: a mutex, a condition variable or an rwlock. */
+struct obj_kind {
+    const char *list;               /* its config list */
+    size_t size;                    /* of its pthread type: offset -> index */
+    const char *init;               /* its init function */
+    const char *types;              /* said of a symbol of exactly that size */
+};
+
+static const struct obj_kind kind_mutex = {
+    "mutexes", MUTEX_SIZE, "pthread_mutex_init", " (std::mutex / pthread_mutex_t)",
+};
+static const struct obj_kind kind_cond = {
+    "conds", sizeof(pthread_cond_t), "pthread_cond_init",
+    " (std::condition_variable / pthread_cond_t)",
+};
+static const struct obj_kind kind_rwlock = {
+    "rwlocks", sizeof(pthread_rwlock_t), "pthread_rwlock_init",
+    " (std::shared_mutex / pthread_rwlock_t)",
 };
 
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -123,8 +149,9 @@ static void object_clause(const struct dm_symbols_where *w, char *out, size_t le
         snprintf(out, len, " object = \"%s\";", base_name(w->path));
 }
 
-/* Names the mutex of slot s (address m) as a config entry would. */
-static void identify(uintptr_t m, uintptr_t site, struct row *r)
+/* Names the mutex (cond, rwlock: k) of slot s (address m) as a config
+ * entry would. */
+static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, struct row *r)
 {
     struct dm_symbols_where w;
     char obj[300], shown[600];
@@ -136,11 +163,11 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
             char sym[800];
             snprintf(sym, sizeof sym, "%s%s%s", w.file, w.file[0] ? ":" : "", w.symbol);
             demangle(w.symbol, shown, sizeof shown);
-            const char *kind = w.sym_size == MUTEX_SIZE ? " (std::mutex / pthread_mutex_t)" : "";
+            const char *kind = w.sym_size == k->size ? k->types : "";
             char where[64] = "", at[64] = "";
-            if (w.sym_size > MUTEX_SIZE && w.sym_size % MUTEX_SIZE == 0 && off % MUTEX_SIZE == 0) {
-                snprintf(where, sizeof where, "[%" PRIuPTR "]", off / MUTEX_SIZE);
-                snprintf(at, sizeof at, " index = %" PRIuPTR ";", off / MUTEX_SIZE);
+            if (w.sym_size > k->size && w.sym_size % k->size == 0 && off % k->size == 0) {
+                snprintf(where, sizeof where, "[%" PRIuPTR "]", off / k->size);
+                snprintf(at, sizeof at, " index = %" PRIuPTR ";", off / k->size);
             } else if (off) {
                 snprintf(where, sizeof where, "+%" PRIuPTR, off);
                 snprintf(at, sizeof at, " offset = %" PRIuPTR ";", off);
@@ -148,7 +175,7 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
             char base[NAME_LEN + 1], nm[NAME_LEN + 64];
             lock_name(shown, base);
             if (where[0] == '[')
-                snprintf(nm, sizeof nm, "%s.%" PRIuPTR, base, off / MUTEX_SIZE);
+                snprintf(nm, sizeof nm, "%s.%" PRIuPTR, base, off / k->size);
             else if (off)
                 snprintf(nm, sizeof nm, "%s.at%" PRIuPTR, base, off);
             else
@@ -184,8 +211,8 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
             demangle(w.symbol, shown, sizeof shown);
             lock_name(shown, r->name);
             r->c = C_INIT_SITE;
-            snprintf(r->what, sizeof r->what, "heap, pthread_mutex_init in %s (%s+%#" PRIxPTR ")",
-                     shown, base_name(w.path), w.vaddr);
+            snprintf(r->what, sizeof r->what, "heap, %s in %s (%s+%#" PRIxPTR ")",
+                     k->init, shown, base_name(w.path), w.vaddr);
             snprintf(r->entry, sizeof r->entry, "{ init_site = \"%s\";%s name = \"%s\"; }",
                      w.symbol, obj, r->name);
             snprintf(r->key, sizeof r->key, "%s", r->entry);
@@ -195,8 +222,8 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
         snprintf(nm, sizeof nm, "%s_init_%" PRIxPTR, base_name(w.path), w.vaddr);
         lock_name(nm, r->name);
         r->c = C_ADDRESS;
-        snprintf(r->what, sizeof r->what, "heap, pthread_mutex_init called from %s+%#" PRIxPTR
-                 " (%s)", base_name(w.path), w.vaddr,
+        snprintf(r->what, sizeof r->what, "heap, %s called from %s+%#" PRIxPTR
+                 " (%s)", k->init, base_name(w.path), w.vaddr,
                  w.symbol[0] ? "a file-static function: init_site names globals only"
                              : "no symbol covers the call");
         snprintf(r->entry, sizeof r->entry,
@@ -208,10 +235,16 @@ static void identify(uintptr_t m, uintptr_t site, struct row *r)
     }
     r->c = C_UNKNOWN;
     snprintf(r->name, sizeof r->name, "-");
+    char never[64];
+    snprintf(never, sizeof never, "never initialised by %s", k->init);
     snprintf(r->what, sizeof r->what, "%#" PRIxPTR " (heap or stack, %s)", m,
-             site ? "initialised from outside any loaded object" :
-                    "never initialised by pthread_mutex_init");
+             site ? "initialised from outside any loaded object" : never);
     snprintf(r->key, sizeof r->key, "unknown %#" PRIxPTR, m);
+}
+
+static void identify(uintptr_t m, uintptr_t site, struct row *r)
+{
+    identify_as(&kind_mutex, m, site, r);
 }
 
 static int by_key(const void *a, const void *b)
@@ -348,8 +381,183 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
         fprintf(f, "# (no mutex passed --top %ld / --min-locks %ld)\n", top, min_locks);
 }
 
+/* ---- condition variables and rwlocks ---------------------------------- */
+
+/* The rows of one of record.c's object tables, for its section of the
+ * report. n[0 .. nuses-1] are uses (what --min-locks counts). */
+struct objs {
+    const struct obj_kind *k;
+    const char *what;               /* "condition variables used", "rwlocks locked" */
+    const char *cols[3];            /* the headers of n[0..2] */
+    int nuses;
+    struct row *rows;
+    size_t n, nobj;
+    uint64_t untracked;
+};
+
+static void collect_objs(struct objs *o, struct dm_trace_obj *table, uint64_t untracked)
+{
+    size_t cap = 0;
+    o->untracked = untracked;
+    for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
+        struct dm_trace_obj *s = &table[i];
+        uintptr_t key = atomic_load(&s->key);
+        uint64_t n[3], uses = 0;
+        for (int k = 0; k < 3; k++)
+            n[k] = atomic_load(&s->n[k]);
+        for (int k = 0; k < o->nuses; k++)
+            uses += n[k];
+        if (!key || !uses)
+            continue;
+        if (o->n == cap) {
+            size_t c2 = cap ? cap * 2 : 64;
+            struct row *more = realloc(o->rows, c2 * sizeof *o->rows);
+            if (!more)
+                break;          /* out of memory: report what fits */
+            o->rows = more;
+            cap = c2;
+        }
+        o->nobj++;
+        struct row *t = &o->rows[o->n++];
+        memset(t, 0, sizeof *t);
+        identify_as(o->k, key, atomic_load(&s->init_site), t);
+        t->mutexes = 1;
+        t->locks = uses;
+        memcpy(t->n, n, sizeof n);
+        t->wait_ns = atomic_load(&s->wait_ns);
+        t->wait_max_ns = atomic_load(&s->wait_max_ns);
+        t->threads = atomic_load(&s->threads);     /* a bitmap until counted below */
+        if (o->k == &kind_rwlock)
+            t->contended = n[DM_TRACE_RW_CONTENDED];
+    }
+    if (o->n)
+        qsort(o->rows, o->n, sizeof *o->rows, by_key);
+    size_t kept = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        struct row *t = kept ? &o->rows[kept - 1] : NULL, *r = &o->rows[i];
+        if (!t || strcmp(t->key, r->key) != 0) {
+            if (kept != i)
+                o->rows[kept] = *r;
+            kept++;
+            continue;
+        }
+        t->mutexes += r->mutexes;
+        t->locks += r->locks;
+        t->contended += r->contended;
+        for (int k = 0; k < 3; k++)
+            t->n[k] += r->n[k];
+        t->wait_ns += r->wait_ns;
+        if (r->wait_max_ns > t->wait_max_ns)
+            t->wait_max_ns = r->wait_max_ns;
+        t->threads |= r->threads;
+    }
+    o->n = kept;
+    for (size_t i = 0; i < o->n; i++)
+        o->rows[i].threads = (uint64_t)__builtin_popcountll(o->rows[i].threads);
+    if (o->n)
+        qsort(o->rows, o->n, sizeof *o->rows, by_contention);
+}
+
+/* The `conds = ( ... );` (`rwlocks`) block of the picked rows, each entry
+ * commented with its certainty (and its counts, for the text). */
+static void write_obj_block(FILE *f, const struct objs *o, long top, long min_locks, int counts)
+{
+    fprintf(f, "%s = (\n", o->k->list);
+    size_t last = 0;
+    for (size_t i = 0; i < o->n; i++)
+        if (picked(&o->rows[i], i, top, min_locks))
+            last = i;
+    for (size_t i = 0; i < o->n; i++) {
+        const struct row *r = &o->rows[i];
+        if (!picked(r, i, top, min_locks))
+            continue;
+        fprintf(f, "  %s%s  # %s (%s)", r->entry, i == last ? "" : ",",
+                certainty_names[r->c], certainty_notes[r->c]);
+        if (counts)
+            fprintf(f, ": %" PRIu64 " %s, %" PRIu64 " %s, %" PRIu64 " %s, %" PRIu64 " threads",
+                    r->n[0], o->cols[0], r->n[1], o->cols[1], r->n[2], o->cols[2], r->threads);
+        fputc('\n', f);
+    }
+    fprintf(f, ");\n");
+}
+
+/* The section of one kind in the text report: nothing when the process
+ * used none. */
+static void write_objs_text(FILE *f, const struct objs *o, const char *prog, long top,
+                            long min_locks)
+{
+    if (!o->n && !o->untracked)
+        return;
+    fprintf(f, "dmutex trace: pid %d (%s): %zu %s, %zu rows", (int)getpid(), prog, o->nobj,
+            o->what, o->n);
+    if (o->untracked)
+        fprintf(f, "; %" PRIu64 " calls not tracked (the table of %u is full)", o->untracked,
+                DM_TRACE_OBJ_SLOTS);
+    fprintf(f, "\n%3s  %-9s %10s %10s %10s %10s %10s %7s  %s\n", "#", "certainty", o->cols[0],
+            o->cols[1], o->cols[2], "wait", "wait max", "threads", "identification");
+    size_t k = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        const struct row *r = &o->rows[i];
+        char w[16], wm[16];
+        human(r->wait_ns, w, sizeof w);
+        human(r->wait_max_ns, wm, sizeof wm);
+        fprintf(f, "%3zu  %-9s %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10s %10s %7" PRIu64
+                "  %s", i + 1, certainty_names[r->c], r->n[0], r->n[1], r->n[2], w, wm,
+                r->threads, r->what);
+        if (r->mutexes > 1)
+            fprintf(f, " [%" PRIu64 " %s]", r->mutexes, o->k->list);
+        fputc('\n', f);
+        k += picked(r, i, top, min_locks);
+    }
+    fprintf(f, "# %s entries for pid %d (%s): the first %ld rows with >= %ld uses\n",
+            o->k->list, (int)getpid(), prog, top, min_locks);
+    write_obj_block(f, o, top, min_locks, 1);
+    if (!k)
+        fprintf(f, "# (no %s passed --top %ld / --min-locks %ld)\n", o->k->list, top,
+                min_locks);
+}
+
+/* ,"conds": { ... } (or "rwlocks") in the JSON report. */
+static void write_objs_json(FILE *f, const struct objs *o, long top, long min_locks)
+{
+    fprintf(f, ",\n  \"%s\": {\"used\": %zu, \"untracked_calls\": %" PRIu64 ", \"rows\": [",
+            o->k->list, o->nobj, o->untracked);
+    for (size_t i = 0; i < o->n; i++) {
+        const struct row *r = &o->rows[i];
+        fprintf(f, "%s\n    {\"rank\": %zu, \"certainty\": \"%s\", \"note\": \"%s\", "
+                "\"identification\": ", i ? "," : "", i + 1, certainty_names[r->c],
+                certainty_notes[r->c]);
+        json_str(f, r->what);
+        fprintf(f, ", \"object\": ");
+        json_str(f, r->object);
+        fprintf(f, ", \"heap\": %s, \"objects\": %" PRIu64, r->is_heap ? "true" : "false",
+                r->mutexes);
+        for (int k = 0; k < 3; k++)
+            fprintf(f, ", \"%s\": %" PRIu64, o->cols[k], r->n[k]);
+        fprintf(f, ", \"wait_total_ns\": %" PRIu64 ", \"wait_max_ns\": %" PRIu64
+                ", \"threads\": %" PRIu64 ", \"name\": ", r->wait_ns, r->wait_max_ns,
+                r->threads);
+        json_str(f, r->c == C_UNKNOWN ? "" : r->name);
+        fprintf(f, ", \"entry\": ");
+        json_str(f, r->entry);
+        fprintf(f, ", \"picked\": %s}", picked(r, i, top, min_locks) ? "true" : "false");
+    }
+    fprintf(f, "\n  ], \"config\": ");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (m) {
+        write_obj_block(m, o, top, min_locks, 0);
+        fclose(m);
+    }
+    json_str(f, buf ? buf : "");
+    free(buf);
+    fprintf(f, "}");
+}
+
 static void write_json(FILE *f, const char *why, const char *prog, struct row *rows, size_t n,
-                       size_t nmutex, uint64_t untracked, long top, long min_locks)
+                       size_t nmutex, uint64_t untracked, long top, long min_locks,
+                       const struct objs *objs, size_t nobjs)
 {
     fprintf(f, "{\n  \"pid\": %d,\n  \"program\": ", (int)getpid());
     json_str(f, prog);
@@ -396,6 +604,8 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
     }
     json_str(f, buf ? buf : "");
     free(buf);
+    for (size_t i = 0; i < nobjs; i++)
+        write_objs_json(f, &objs[i], top, min_locks);
     fprintf(f, "\n}\n");
 }
 
@@ -415,7 +625,8 @@ static void json_path(const char *file, char *out, size_t len)
 }
 
 static void write_json_file(const char *why, const char *prog, struct row *rows, size_t n,
-                            size_t nmutex, uint64_t untracked, long top, long min_locks)
+                            size_t nmutex, uint64_t untracked, long top, long min_locks,
+                            const struct objs *objs, size_t nobjs)
 {
     const char *file = getenv("DMUTEX_TRACE_JSON");
     if (!file || !*file)
@@ -428,7 +639,7 @@ static void write_json_file(const char *why, const char *prog, struct row *rows,
         fprintf(stderr, "dmutex trace: %s: %s\n", tmp, strerror(errno));
         return;
     }
-    write_json(f, why, prog, rows, n, nmutex, untracked, top, min_locks);
+    write_json(f, why, prog, rows, n, nmutex, untracked, top, min_locks, objs, nobjs);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "dmutex trace: %s: %s\n", path, strerror(errno));
         unlink(tmp);
@@ -505,6 +716,14 @@ void dm_trace_report(const char *why)
     long top = env_long("DMUTEX_TRACE_TOP", TOP_DEFAULT);
     long min_locks = env_long("DMUTEX_TRACE_MIN_LOCKS", 1);
     uint64_t untracked = atomic_load(&dm_trace_untracked);
+    struct objs objs[] = {
+        { .k = &kind_cond, .what = "condition variables used", .nuses = 3,
+          .cols = { "waits", "signals", "broadcasts" } },
+        { .k = &kind_rwlock, .what = "rwlocks locked", .nuses = 2,
+          .cols = { "reads", "writes", "contended" } },
+    };
+    collect_objs(&objs[0], dm_trace_conds, atomic_load(&dm_trace_untracked_conds));
+    collect_objs(&objs[1], dm_trace_rwlocks, atomic_load(&dm_trace_untracked_rwlocks));
     /* One write of the whole text, so that reports of several processes
      * sharing stderr do not interleave line by line. */
     char *text = NULL;
@@ -512,6 +731,8 @@ void dm_trace_report(const char *why)
     FILE *m = open_memstream(&text, &len);
     if (m) {
         write_text(m, why, prog, rows, n, nmutex, untracked, top, min_locks);
+        for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+            write_objs_text(m, &objs[i], prog, top, min_locks);
         if (fclose(m) == 0) {
             for (size_t off = 0; off < len;) {
                 ssize_t w = write(STDERR_FILENO, text + off, len - off);
@@ -523,8 +744,11 @@ void dm_trace_report(const char *why)
         }
         free(text);
     }
-    write_json_file(why, prog, rows, n, nmutex, untracked, top, min_locks);
+    write_json_file(why, prog, rows, n, nmutex, untracked, top, min_locks, objs,
+                    sizeof objs / sizeof objs[0]);
     free(rows);
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+        free(objs[i].rows);
     dm_real.mutex_unlock(&report_mu);
     dm_trace_self_quiet(was_quiet);
 }

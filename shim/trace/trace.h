@@ -39,6 +39,35 @@ struct dm_trace_slot {
 extern struct dm_trace_slot dm_trace_table[DM_TRACE_SLOTS];
 extern _Atomic uint64_t dm_trace_untracked;    /* acquisitions of mutexes with no slot */
 
+/* Condition variables and rwlocks: a table each, open addressed by the
+ * object's address like the mutexes', never freed, no allocation. Several
+ * threads write one slot at once (readers of one rwlock, signallers and
+ * waiters of one cond), so the counters are relaxed atomic adds: one more
+ * locked instruction beside the one the call itself makes on the object. */
+#define DM_TRACE_OBJ_SLOTS_LOG2 12
+#define DM_TRACE_OBJ_SLOTS      (1u << DM_TRACE_OBJ_SLOTS_LOG2)
+
+enum {                                  /* dm_trace_obj.n[] of a cond */
+    DM_TRACE_COND_WAITS, DM_TRACE_COND_SIGNALS, DM_TRACE_COND_BROADCASTS,
+};
+enum {                                  /* dm_trace_obj.n[] of an rwlock */
+    DM_TRACE_RW_READS, DM_TRACE_RW_WRITES, DM_TRACE_RW_CONTENDED,
+};
+
+struct dm_trace_obj {
+    _Atomic uintptr_t key;              /* the object's address, 0: free */
+    _Atomic uintptr_t init_site;        /* return address of its first pthread_cond_init /
+                                         * pthread_rwlock_init, 0: none */
+    _Atomic uint64_t n[3];              /* the counts above */
+    _Atomic uint64_t wait_ns, wait_max_ns;  /* cond: time in its waits; rwlock: contended waits */
+    _Atomic uint64_t threads;           /* bit (thread number % 64) of each thread that used it */
+};
+
+extern struct dm_trace_obj dm_trace_conds[DM_TRACE_OBJ_SLOTS];
+extern struct dm_trace_obj dm_trace_rwlocks[DM_TRACE_OBJ_SLOTS];
+extern _Atomic uint64_t dm_trace_untracked_conds;      /* calls on conds with no slot */
+extern _Atomic uint64_t dm_trace_untracked_rwlocks;    /* acquisitions of rwlocks with no slot */
+
 /* report.c: writes the process's report (text on stderr, JSON to the -o
  * file) with `why` ("exit", "signal", "interval") in its header. Takes
  * the loader's lock and allocates: never from a signal handler or with a

@@ -46,6 +46,37 @@
  *                        chan_new() (an init_site), then destroys it:
  *                        "destroyed RC", and waits for FILE before exit
  *   go N heap            as go, broadcasting a chan_new() cond of its own
+ *   signal-after FILE    signals not_full (nobody waits: its PUBLISH makes
+ *                        the pooled connection), says "first", waits for
+ *                        FILE, then SETs PREFIX:go and signals not_empty,
+ *                        neither under a mutex: "sent MS"
+ *   heap-destroy N       N times: a thread waits on a new chan_new() cond
+ *                        with plain_lock until told to stop; main takes
+ *                        plain_lock once the thread let it go in its wait,
+ *                        tells it, broadcasts, unlocks, and at once
+ *                        destroys and frees the cond (POSIX allows it once
+ *                        every waiter is woken): "destroyed RC" each, then
+ *                        "joined N"
+ *   eperm                a timed wait (2 s) on not_empty with each of
+ *                        ec_lock (error-checking), rc_lock (recursive),
+ *                        rb_lock (robust), all mapped, and ec_plain
+ *                        (error-checking, unmapped), none of them held:
+ *                        "eperm NAME RC"
+ *   robust [local]       A: a thread locks rb_lock and ends; main locks it
+ *                        (EOWNERDEAD), waits 300 ms on not_empty without
+ *                        making it consistent: "A lock RC", "A wait RC",
+ *                        "A relock RC", "A token T" (0: the shim holds
+ *                        nothing of it). B: main locks rb2_lock and waits
+ *                        1.5 s on not_empty; meanwhile a thread locks it
+ *                        and ends: "B wait RC", "B consistent RC", "B
+ *                        unlock RC" (local: the waits are on local_cond,
+ *                        unlisted)
+ *   down-loop N MS       N times: plain_lock, a timed wait of MS on
+ *                        not_empty, unlock, signal not_empty; a helper
+ *                        thread locks plain_lock as soon as the waiter has
+ *                        entered its wait: "iter I held MS signal MS"
+ *                        (held: from entering the wait to the helper
+ *                        getting the mutex; signal: the call's time)
  *
  * Latency: a signaller SETs PREFIX:sig "<pid>:<us>" (CLOCK_REALTIME) just
  * before it signals; a waiter that returns to a value another process set
@@ -72,6 +103,7 @@ pthread_cond_t not_empty = PTHREAD_COND_INITIALIZER;
 pthread_cond_t not_full = PTHREAD_COND_INITIALIZER;
 pthread_cond_t mono_cond;
 pthread_cond_t local_cond = PTHREAD_COND_INITIALIZER;
+pthread_mutex_t ec_lock, rc_lock, rb_lock, rb2_lock, ec_plain;    /* types set in main */
 
 #define WAIT_MS_DEFAULT 30000
 #define SUBSCRIBE_WAIT_MS 300   /* fork-waitgo's first wait, nobody signals it */
@@ -378,6 +410,177 @@ static void spurious(void)
     say("wake %s %lld", ename(r), now_ms() - t0);
 }
 
+static void signal_after(const char *file)
+{
+    pthread_cond_signal(&not_full);
+    say("first");
+    wait_file(file);
+    cmd_int("SET %s:go 1", prefix);
+    mark_signal();
+    long long t = clock_ms(CLOCK_REALTIME);
+    pthread_cond_signal(&not_empty);
+    say("sent %lld", t);
+}
+
+struct hd {
+    struct chan *ch;
+    int ready, stop;            /* plain_lock */
+};
+
+static void *heap_destroy_waiter(void *arg)
+{
+    struct hd *h = arg;
+    pthread_mutex_lock(&plain_lock);
+    h->ready = 1;
+    while (!h->stop) {
+        struct timespec dl = deadline_in(CLOCK_REALTIME, wait_ms);
+        int r = pthread_cond_timedwait(&h->ch->cond, &plain_lock, &dl);
+        if (r == ETIMEDOUT) {
+            say("timeout heap-destroy after %ld ms", wait_ms);
+            exit(3);
+        }
+    }
+    pthread_mutex_unlock(&plain_lock);
+    return NULL;
+}
+
+static void heap_destroy(int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct hd h = { chan_new(i), 0, 0 };
+        pthread_t t;
+        if (pthread_create(&t, NULL, heap_destroy_waiter, &h) != 0)
+            exit(1);
+        for (;;) {
+            pthread_mutex_lock(&plain_lock);
+            if (h.ready)
+                break;          /* it let go of plain_lock: it is in its wait */
+            pthread_mutex_unlock(&plain_lock);
+            usleep(1000);
+        }
+        h.stop = 1;
+        pthread_cond_broadcast(&h.ch->cond);
+        pthread_mutex_unlock(&plain_lock);
+        say("destroyed %s", ename(pthread_cond_destroy(&h.ch->cond)));
+        memset(h.ch, 0xa5, sizeof *h.ch);
+        free(h.ch);
+        pthread_join(t, NULL);
+    }
+    say("joined %d", n);
+}
+
+static void eperm(void)
+{
+    struct { const char *name; pthread_mutex_t *m; } ms[] = {
+        { "ec_lock", &ec_lock }, { "rc_lock", &rc_lock }, { "rb_lock", &rb_lock },
+        { "ec_plain", &ec_plain },
+    };
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        struct timespec dl = deadline_in(CLOCK_REALTIME, 2000);
+        int r = pthread_cond_timedwait(&not_empty, ms[i].m, &dl);
+        say("eperm %s %s", ms[i].name, ename(r));
+        if (r == 0 || r == EOWNERDEAD)
+            pthread_mutex_unlock(ms[i].m);
+    }
+}
+
+static void *lock_and_end(void *m)
+{
+    pthread_mutex_lock(m);
+    return NULL;                /* ends holding it */
+}
+
+static int b_waiting;           /* rb2_lock */
+
+static void *lock_when_waiting_and_end(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&rb2_lock);      /* free only while main waits */
+        if (b_waiting)
+            return NULL;        /* ends holding it */
+        pthread_mutex_unlock(&rb2_lock);
+        usleep(1000);
+    }
+}
+
+static void robust(pthread_cond_t *c)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, lock_and_end, &rb_lock) != 0)
+        exit(1);
+    pthread_join(t, NULL);
+    say("A lock %s", ename(pthread_mutex_lock(&rb_lock)));
+    struct timespec dl = deadline_in(CLOCK_REALTIME, 300);
+    int r = pthread_cond_timedwait(c, &rb_lock, &dl);
+    say("A wait %s", ename(r));
+    if (r == 0 || r == ETIMEDOUT || r == EOWNERDEAD)
+        pthread_mutex_unlock(&rb_lock);
+    say("A relock %s", ename(pthread_mutex_lock(&rb_lock)));
+    say("A token %llu", dmutex_token ? (unsigned long long)dmutex_token(&rb_lock) : 0ULL);
+
+    pthread_mutex_lock(&rb2_lock);
+    b_waiting = 1;
+    if (pthread_create(&t, NULL, lock_when_waiting_and_end, NULL) != 0)
+        exit(1);
+    dl = deadline_in(CLOCK_REALTIME, 1500);
+    r = pthread_cond_timedwait(c, &rb2_lock, &dl);
+    b_waiting = 0;
+    pthread_join(t, NULL);
+    say("B wait %s", ename(r));
+    say("B consistent %s", ename(pthread_mutex_consistent(&rb2_lock)));
+    say("B unlock %s", ename(pthread_mutex_unlock(&rb2_lock)));
+}
+
+struct dl_state {
+    long long entered;          /* plain_lock: when the waiter entered its wait; 0: not */
+    long long held;             /* the last measure */
+    int done;
+};
+
+static void *down_helper(void *arg)
+{
+    struct dl_state *d = arg;
+    for (;;) {
+        pthread_mutex_lock(&plain_lock);
+        if (d->done) {
+            pthread_mutex_unlock(&plain_lock);
+            return NULL;
+        }
+        if (d->entered) {
+            d->held = now_ms() - d->entered;
+            d->entered = 0;
+        }
+        pthread_mutex_unlock(&plain_lock);
+        usleep(1000);
+    }
+}
+
+static void down_loop(int n, long ms)
+{
+    struct dl_state d = { 0, 0, 0 };
+    pthread_t t;
+    if (pthread_create(&t, NULL, down_helper, &d) != 0)
+        exit(1);
+    for (int i = 1; i <= n; i++) {
+        pthread_mutex_lock(&plain_lock);
+        d.held = -1;
+        d.entered = now_ms();
+        struct timespec dl = deadline_in(CLOCK_REALTIME, ms);
+        pthread_cond_timedwait(&not_empty, &plain_lock, &dl);
+        long long held = d.held >= 0 ? d.held : now_ms() - d.entered;
+        d.entered = 0;
+        pthread_mutex_unlock(&plain_lock);
+        long long t0 = now_ms();
+        pthread_cond_signal(&not_empty);
+        say("iter %d held %lld signal %lld", i, held, now_ms() - t0);
+    }
+    pthread_mutex_lock(&plain_lock);
+    d.done = 1;
+    pthread_mutex_unlock(&plain_lock);
+    pthread_join(t, NULL);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -392,6 +595,17 @@ int main(int argc, char **argv)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&mono_cond, &ca);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&ec_lock, &ma);
+    pthread_mutex_init(&ec_plain, &ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&rc_lock, &ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_NORMAL);
+    pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&rb_lock, &ma);
+    pthread_mutex_init(&rb2_lock, &ma);
     data_host = argv[2];
     data_port = atoi(argv[3]);
     rc = prog_connect(data_host, data_port);
@@ -419,6 +633,16 @@ int main(int argc, char **argv)
         fork_waitgo();
     else if (strcmp(mode, "heap-waitgo") == 0 && argc > 5)
         heap_waitgo(argv[5]);
+    else if (strcmp(mode, "signal-after") == 0 && argc > 5)
+        signal_after(argv[5]);
+    else if (strcmp(mode, "heap-destroy") == 0 && argc > 5)
+        heap_destroy(atoi(argv[5]));
+    else if (strcmp(mode, "eperm") == 0)
+        eperm();
+    else if (strcmp(mode, "robust") == 0)
+        robust(argc > 5 && strcmp(argv[5], "local") == 0 ? &local_cond : &not_empty);
+    else if (strcmp(mode, "down-loop") == 0 && argc > 6)
+        down_loop(atoi(argv[5]), atol(argv[6]));
     else {
         fprintf(stderr, "condprog: unknown mode or missing arguments: %s\n", mode);
         return 2;

@@ -25,6 +25,16 @@
  *                    client has closed meanwhile (a late copy, as after a
  *                    CLIENT PAUSE); its reply, if anyone still listens
  *         error:TEXT the call runs; the client gets "-TEXT" instead
+ *   faultserver slow-accept PORTFILE HOST PORT MS
+ *       a proxy to HOST:PORT that passes everything through, but whose
+ *       listening socket's accept queue is full for the first MS ms: a
+ *       client's SYN is dropped meanwhile and its connect(2) stays in
+ *       progress (Linux sends the SYN again after 1 s, 3 s, ...) until the
+ *       queue has room. Says "accepting" when it opens the queue.
+ *   faultserver trickle PORTFILE MS
+ *       answers SCRIPT LOAD with a made-up SHA1 at once, and every other
+ *       request with a long bulk string, one byte every MS ms: a reply
+ *       that keeps coming, too slowly to ever end within a timeout.
  * Prints one line per event ("half-reply EVALSHA", "dropped release reply",
  * "reply: acquire drop", "reply: acquire delay sent") on stdout. */
 #define _GNU_SOURCE
@@ -46,28 +56,42 @@
 
 #define BUF_MAX 65536
 #define MAX_CONN 64
+#define TRICKLE_LEN 1000        /* bytes of a trickled reply */
 
-static int listen_any(const char *portfile)
+/* A socket listening on a free loopback port with this backlog. */
+static int listen_on(int backlog)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in sa = { .sin_family = AF_INET };
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    if (bind(s, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(s, 64) != 0 ||
-        getsockname(s, (struct sockaddr *)&sa, &len) != 0) {
+    if (bind(s, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(s, backlog) != 0) {
         perror("faultserver: listen");
         exit(1);
     }
+    return s;
+}
+
+/* Writes the port of `s` to portfile (whole, by rename): clients may come. */
+static void tell_port(int s, const char *portfile)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", portfile);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = getsockname(s, (struct sockaddr *)&sa, &len) == 0 ? fopen(tmp, "w") : NULL;
     if (!f || fprintf(f, "%d\n", ntohs(sa.sin_port)) < 0 || fclose(f) != 0 ||
         rename(tmp, portfile) != 0) {
         perror("faultserver: port file");
         exit(1);
     }
+}
+
+static int listen_any(const char *portfile)
+{
+    int s = listen_on(64);
+    tell_port(s, portfile);
     return s;
 }
 
@@ -150,6 +174,56 @@ static void serve_fake(int ls, int eval_only)
                     fd_write_all(c, sha, sizeof sha - 1);
                 else
                     fd_write_all(c, "+OK\r\n", 5);
+            }
+        }
+        close(c);
+    }
+}
+
+/* trickle: one client at a time; see the usage above. */
+static void serve_trickle(int ls, long ms)
+{
+    static const char sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+    char reply[TRICKLE_LEN + 32];
+    int n = snprintf(reply, sizeof reply, "$%d\r\n", TRICKLE_LEN);
+    memset(reply + n, 'x', TRICKLE_LEN);
+    memcpy(reply + n + TRICKLE_LEN, "\r\n", 2);
+    n += TRICKLE_LEN + 2;
+    for (;;) {
+        int c = accept(ls, NULL, NULL);
+        if (c < 0)
+            continue;
+        char buf[BUF_MAX];
+        size_t have = 0;
+        int open = 1;
+        while (open) {
+            ssize_t r = read(c, buf + have, sizeof buf - have);
+            if (r <= 0)
+                break;
+            have += (size_t)r;
+            for (;;) {
+                char a0[32], a1[32];
+                long used = parse_request(buf, have, a0, a1, sizeof a0);
+                if (used <= 0) {
+                    if (used < 0)
+                        open = 0;
+                    break;
+                }
+                memmove(buf, buf + used, have - (size_t)used);
+                have -= (size_t)used;
+                if (strcasecmp(a0, "SCRIPT") == 0) {
+                    fd_write_all(c, sha, sizeof sha - 1);
+                    continue;
+                }
+                say("trickle %s", a0);
+                for (int i = 0; i < n && open; i++) {
+                    struct timespec d = { ms / 1000, (ms % 1000) * 1000000L };
+                    nanosleep(&d, NULL);
+                    open = send(c, reply + i, 1, MSG_NOSIGNAL) == 1;
+                }
+                say(open ? "trickle done" : "trickle: the client left");
+                open = 0;
+                break;
             }
         }
         close(c);
@@ -427,6 +501,34 @@ static void serve_reply(int ls, const char *host, int port)
     }
 }
 
+/* slow-accept: the queue of `ls` is made full (backlog 0 holds one
+ * connection, our own), kept so for `ms`, then emptied and widened; from
+ * then on a pass-through proxy (serve_reply acting on no script). */
+static void serve_slow_accept(const char *portfile, const char *host, int port, long ms)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    int ls = listen_on(0);
+    int own = socket(AF_INET, SOCK_STREAM, 0);
+    if (getsockname(ls, (struct sockaddr *)&sa, &len) != 0 || own < 0 ||
+        connect(own, (struct sockaddr *)&sa, len) != 0) {
+        perror("faultserver: slow-accept");
+        exit(1);
+    }
+    tell_port(ls, portfile);
+    long long until = now_ms() + ms;
+    while (now_ms() < until)
+        usleep(10000);
+    int c = accept(ls, NULL, NULL);     /* ours: the first in the queue */
+    close(c);
+    close(own);
+    listen(ls, 64);
+    say("accepting");
+    f_script = "none";
+    f_action = "drop";
+    serve_reply(ls, host, port);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "half-load") == 0)
@@ -441,9 +543,14 @@ int main(int argc, char **argv)
         f_nth = argc >= 8 ? atol(argv[7]) : 1;
         serve_reply(listen_any(argv[2]), argv[3], atoi(argv[4]));
     }
+    else if (argc >= 6 && strcmp(argv[1], "slow-accept") == 0)
+        serve_slow_accept(argv[2], argv[3], atoi(argv[4]), atol(argv[5]));
+    else if (argc >= 4 && strcmp(argv[1], "trickle") == 0)
+        serve_trickle(listen_any(argv[2]), atol(argv[3]));
     fprintf(stderr, "usage: faultserver half-load|half-eval PORTFILE | "
                     "drop-release PORTFILE HOST PORT | "
                     "reply PORTFILE HOST PORT acquire|release|renew|cancel "
-                    "drop|delay:MS|error:TEXT [N]\n");
+                    "drop|delay:MS|error:TEXT [N] | slow-accept PORTFILE HOST PORT MS | "
+                    "trickle PORTFILE MS\n");
     return 2;
 }

@@ -30,7 +30,12 @@
  *   churn FILE       SIGPIPE at its default disposition (death), then lock and
  *                    unlock held_lock until FILE exists: "churn N FAILED FIRST"
  *                    (cycles, lock calls that did not return 0, the first such
- *                    result) */
+ *                    result)
+ *   storm-hold FILE  as hold, under a storm of signals: SIGALRM every
+ *                    STORM_US (setitimer), its handler installed without
+ *                    SA_RESTART (as a program's profiler or timer may be),
+ *                    from before the lock to after the unlock: "locked RC",
+ *                    "unlocked RC", then "signals N" (how many arrived) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -39,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,11 +56,33 @@ pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
 pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t robust_lock;        /* made robust by main */
 
+#define STORM_US 200                /* storm-hold: a SIGALRM this often */
+static volatile sig_atomic_t storm_signals;
+
+static void on_storm(int sig)
+{
+    (void)sig;
+    storm_signals++;
+}
+
+/* storm-hold: SIGALRM every STORM_US from now on (on = 1), or no more. */
+static void storm(int on)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_storm;       /* sa_flags 0: no SA_RESTART */
+    sigemptyset(&sa.sa_mask);
+    if (on)
+        sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = { { 0, on ? STORM_US : 0 }, { 0, on ? STORM_US : 0 } };
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
-                    " destroy-held normal|robust | unmapped N | churn FILE\n");
+                    " destroy-held normal|robust | unmapped N | churn FILE | storm-hold FILE\n");
     return 2;
 }
 
@@ -82,6 +110,17 @@ int main(int argc, char **argv)
         }
         rc = pthread_mutex_unlock(&held_lock);
         say("unlocked %s", ename(rc));
+        return 0;
+    }
+    if (strcmp(mode, "storm-hold") == 0 && arg) {
+        storm(1);
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        wait_file(arg);
+        rc = pthread_mutex_unlock(&held_lock);
+        say("unlocked %s", ename(rc));
+        storm(0);
+        say("signals %ld", (long)storm_signals);
         return 0;
     }
     if (strcmp(mode, "hold-forever") == 0) {

@@ -1,6 +1,7 @@
 /* metricsprog: known lock workloads for the metrics tests
  * (tests/test_metrics.c), which map lock_a and lock_b by config. It knows
- * nothing of dmutex.
+ * nothing of dmutex but dmutex_name, declared weak (the names and
+ * recreate workloads map heap mutexes with it).
  *
  *   metricsprog work N M [SLEEP_MS]
  *       two threads, each: N lock/unlock of lock_a and M of lock_b,
@@ -15,9 +16,30 @@
  *       lock lock_a: "lock RC", unlock if it succeeded
  *   metricsprog exit-busy N
  *       a thread locks and unlocks lock_a without end; main calls exit(0)
- *       once it has done N of them ("exiting N") */
+ *       once it has done N of them ("exiting N")
+ *   metricsprog names N
+ *       N heap mutexes named h0 .. h(N-1) with dmutex_name, h0 locked and
+ *       unlocked once: "named N", return from main
+ *   metricsprog recreate K
+ *       K times: a heap mutex named "R" with dmutex_name, locked and
+ *       unlocked once, destroyed and freed (so is the name each time):
+ *       "recreated K", return from main
+ *   metricsprog churn N
+ *       N heap mutexes named c0 .. c(N-1) with dmutex_name, one after the
+ *       other: the even ones locked and unlocked once, each destroyed
+ *       and freed: "churned N", return from main
+ *   metricsprog fork-until PATH GO
+ *       wait until GO exists, lock and unlock lock_a once, then fork (a
+ *       child that _exits at once) and wait for the child, again and
+ *       again until PATH exists: "forked N", return from main
+ *   metricsprog exec N K GO1 GO2
+ *       N lock/unlock of lock_a, "parent locked", wait until GO1 exists,
+ *       run this program as "work K 0" (fork and exec, the same
+ *       environment) and wait for it: "child exited RC"; wait until GO2
+ *       exists, return from main */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +47,8 @@
 #include <unistd.h>
 
 #include "prog.h"
+
+int dmutex_name(pthread_mutex_t *m, const char *name) __attribute__((weak));
 
 pthread_mutex_t lock_a = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t lock_b = PTHREAD_MUTEX_INITIALIZER;
@@ -122,7 +146,104 @@ int main(int argc, char **argv)
         say("unlocked %s", ename(pthread_mutex_unlock(&lock_a)));
         return 0;
     }
+    if (argc == 3 && strcmp(argv[1], "names") == 0 && dmutex_name) {
+        long n = atol(argv[2]);
+        for (long i = 0; i < n; i++) {
+            pthread_mutex_t *m = malloc(sizeof *m);
+            char name[32];
+            snprintf(name, sizeof name, "h%ld", i);
+            pthread_mutex_init(m, NULL);
+            int r = dmutex_name(m, name);
+            if (r != 0) {
+                say("dmutex_name %s: %s", name, ename(r));
+                return 1;
+            }
+            if (i == 0) {
+                pthread_mutex_lock(m);
+                pthread_mutex_unlock(m);
+            }
+        }
+        say("named %ld", n);
+        return 0;
+    }
+    if (argc == 3 && strcmp(argv[1], "recreate") == 0 && dmutex_name) {
+        long k = atol(argv[2]);
+        for (long i = 0; i < k; i++) {
+            pthread_mutex_t *m = malloc(sizeof *m);
+            pthread_mutex_init(m, NULL);
+            int r = dmutex_name(m, "R");
+            if (r != 0) {
+                say("dmutex_name R: %s", ename(r));
+                return 1;
+            }
+            pthread_mutex_lock(m);
+            pthread_mutex_unlock(m);
+            pthread_mutex_destroy(m);
+            free(m);
+        }
+        say("recreated %ld", k);
+        return 0;
+    }
+    if (argc == 3 && strcmp(argv[1], "churn") == 0 && dmutex_name) {
+        long n = atol(argv[2]);
+        for (long i = 0; i < n; i++) {
+            pthread_mutex_t *m = malloc(sizeof *m);
+            char name[32];
+            snprintf(name, sizeof name, "c%ld", i);
+            pthread_mutex_init(m, NULL);
+            int r = dmutex_name(m, name);
+            if (r != 0) {
+                say("dmutex_name %s: %s", name, ename(r));
+                return 1;
+            }
+            if (i % 2 == 0) {
+                pthread_mutex_lock(m);
+                pthread_mutex_unlock(m);
+            }
+            pthread_mutex_destroy(m);
+            free(m);
+        }
+        say("churned %ld", n);
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "fork-until") == 0) {
+        wait_file(argv[3]);
+        lock_n(1);
+        long forks = 0;
+        while (access(argv[2], F_OK) != 0) {
+            pid_t pid = fork();
+            if (pid == 0)
+                _exit(0);
+            if (pid < 0) {
+                say("fork: %s", ename(errno));
+                return 1;
+            }
+            waitpid(pid, NULL, 0);
+            forks++;
+            usleep(PROG_POLL_US);
+        }
+        say("forked %ld", forks);
+        return 0;
+    }
+    if (argc == 6 && strcmp(argv[1], "exec") == 0) {
+        lock_n(atol(argv[2]));
+        say("parent locked");
+        wait_file(argv[4]);
+        pid_t pid = fork();
+        if (pid == 0) {
+            char *args[] = { "/proc/self/exe", "work", argv[3], "0", NULL };
+            execv(args[0], args);
+            say("exec: %s", ename(errno));
+            _exit(127);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        wait_file(argv[5]);
+        return 0;
+    }
     fprintf(stderr, "usage: metricsprog work N M [SLEEP_MS] | fork N K GO | hold GO | "
-                    "lock-once | exit-busy N\n");
+                    "lock-once | exit-busy N | names N | recreate K | churn N | fork-until PATH GO | "
+                    "exec N K GO1 GO2\n");
     return 2;
 }

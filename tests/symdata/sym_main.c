@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "sym_data.h"
+#include "sym_sync.h"
 
 int main(void)
 {
@@ -12,5 +13,8 @@ int main(void)
            sym_a_only_lock(), (void *)&sym_inventory, (void *)sym_slots, sym_fn_lock(),
            sym_cxx_lock(), sym_tls_lock_addr(), (void *)&symlib_copied_lock,
            sym_known_function(2));
+    printf("%p %p %p %p %p %p %p %p\n", (void *)&sym_ready_cond, (void *)sym_wake_cond,
+           (void *)&sym_queue, (void *)&sym_routes_rwlock, (void *)&sym_table_lock,
+           sym_static_cv_addr(), sym_cxx_cv_addr(), sym_cxx_shared_mutex_addr());
     return 0;
 }
