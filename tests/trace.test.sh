@@ -27,6 +27,19 @@
 # Also: a forking program gives two reports (and two JSON files), SIGUSR1
 # and -i report while the program runs, a condition wait's re-acquisition
 # counts, a full table is reported (not a crash), usage errors exit 2.
+# What broke before (each check failed then): a heap address reused by
+# another init_site's mutex, two file-statics `lock` and two globals
+# `g_twin` (one in a plugin) given one name, a dlclosed plugin's mutexes
+# reported unknown, the report written into a file the program opened on
+# fd 2, a reporter thread in a program that never locks (unshare(2) with
+# CLONE_NEWUSER wants one thread) and none started inside a lock call (a
+# program whose malloc locks hung), an empty report in the stderr of a
+# helper the program reads through popen, -o into a missing directory
+# said only at exit, a set-user-ID program run untraced. The same for
+# conds and rwlocks: two file-statics `cond` and `rw` given one name, those
+# never given to their init one row each, a cond wait failing at once
+# counted as a wait, a reused heap address counted under the old init
+# site, a dlclosed plugin's conds and rwlocks reported unknown.
 # Prints one closing line "N passed, N failed".
 #
 #   sh tests/trace.test.sh            (DMUTEX=path overrides build/dmutex)
@@ -47,7 +60,7 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
       $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/trace_conds
-      $PR/trace_routes"
+      $PR/trace_routes $PR/libtracegone.so $PR/trace_malloc $PR/libtracegone2.so $PR/trace_early"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -358,6 +371,53 @@ else bad "cond: the re-acquisition after a wait counts" "$(cat "$T/cond.err")"; 
 has "(no mutex passed --top 10 / --min-locks 1000)" "$T/cond.err" \
     "--min-locks: rows with fewer locks get no entry"
 
+# A wait that fails at once neither releases nor retakes its mutex: no
+# lock counted for it.
+"$DMUTEX" trace -- "$PR/trace_misc" waiterr >"$T/we.out" 2>"$T/we.err"
+row() {   # IDENTIFICATION CERTAINTY LOCKS FILE LABEL
+    got=$(awk -v f="$1" 'index($0, f) { print $2, $3; exit }' "$4")
+    if [ "$got" = "$2 $3" ]; then ok "$5"
+    else bad "$5" "got '$got'" "$(cat "$4")"; fi
+}
+if grep -qx "waiterr EPERM EINVAL" "$T/we.out"; then
+    row "cond_lock in trace_misc" symbol 1 "$T/we.err" \
+        "a timed wait with a bad deadline (EINVAL) is no re-acquisition"
+    if grep -q "ec_lock" "$T/we.err"; then
+        bad "a wait on an error-checking mutex not held (EPERM) is no acquisition" \
+            "$(cat "$T/we.err")"
+    else ok "a wait on an error-checking mutex not held (EPERM) is no acquisition"; fi
+else bad "waiterr: the waits fail as glibc says" "$(cat "$T/we.out" "$T/we.err")"; fi
+
+# Times are in ns whatever the clock of the hot path (rdtsc where the TSC
+# is invariant, calibrated): a 300 ms hold is reported as the program
+# timed it, within 20% (what a preemption between the two readings could
+# add on a loaded machine), not in ticks (3x on a 3 GHz CPU).
+"$DMUTEX" trace -o "$T/hold.json" -- "$PR/trace_misc" hold 300 >"$T/hold.out" 2>"$T/hold.err"
+held=$(sed -n 's/^held \([0-9]*\)$/\1/p' "$T/hold.out")
+if python3 - "$T/hold.json" "$held" >"$T/hold.py" 2>&1 <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+got = [r["hold_max_ns"] for r in rows if "hold_lock" in r["identification"]][0]
+want = int(sys.argv[2])
+print("report", got, "program", want)
+sys.exit(0 if abs(got - want) <= want / 5 else 1)
+PY
+then ok "a 300 ms hold is reported in ns ($(cat "$T/hold.py"))"
+else bad "a 300 ms hold is reported in ns" "$(cat "$T/hold.py")" "$(cat "$T/hold.err")"; fi
+
+# Mutexes no entry can name (never given to pthread_mutex_init, as a C++
+# program's heap std::mutexes): one row, not one per address; so for conds
+# and rwlocks never given to their init (one row of each kind: 3 in all).
+"$DMUTEX" trace -- "$PR/trace_misc" uninit 3000 >"$T/un.out" 2>"$T/un.err"
+rows=$(grep -c "^ *[0-9][0-9]*  unknown " "$T/un.err")
+for kind in mutex:mutexes cond:conds rwlock:rwlocks; do
+    if [ "$rows" = 3 ] &&
+       grep -q "never initialised by pthread_${kind%:*}_init.*\[3000 ${kind#*:}\]" "$T/un.err"
+    then ok "3000 ${kind#*:} never initialised by a call: one unknown row"
+    else bad "3000 ${kind#*:} never initialised by a call: one unknown row" "$rows unknown rows" \
+        "$(head -c 3000 "$T/un.err")"; fi
+done
+
 # More mutexes than the table holds: counted and said, not a crash.
 "$DMUTEX" trace -- "$PR/trace_misc" many 40000 >"$T/many.out" 2>"$T/many.err"
 rc=$?
@@ -377,6 +437,225 @@ if [ "$rc" -eq 2 ]; then ok "-i 0: exit 2"; else bad "-i 0: exit 2" "exit $rc"; 
 rc=$?
 if [ "$rc" -eq 127 ]; then ok "a missing PROGRAM: exit 127"
 else bad "a missing PROGRAM: exit 127" "exit $rc" "$(cat "$T/u.out")"; fi
+
+# ---- identification that holds: reuse, twins, unloaded objects ------------
+# names_unique FILE LABEL: no two entries of FILE's block share a name.
+names_unique() {
+    dup=$(sed -n '/^mutexes = (/,/^);/p' "$1" | grep -o 'name = "[^"]*"' | sort | uniq -d)
+    if [ -z "$dup" ]; then ok "$2: every entry has a name of its own"
+    else bad "$2: every entry has a name of its own" "shared: $dup" "$(cat "$1")"; fi
+}
+"$DMUTEX" trace -- "$PR/trace_misc" reuse >"$T/reuse.out" 2>"$T/reuse.err"
+for want in "reuse_b:5" "reuse_a:1"; do
+    fn=${want%:*} n=${want#*:}
+    got=$(awk -v f="in $fn " 'index($0, f) && $2 == "init_site" { print $3 }' "$T/reuse.err")
+    if [ "$got" = "$n" ]; then ok "reuse: the mutex of $fn at a reused address has its $n locks"
+    else bad "reuse: the mutex of $fn at a reused address has its $n locks" "got '$got'" \
+        "$(cat "$T/reuse.err")"; fi
+done
+
+"$DMUTEX" trace -- "$PR/trace_misc" statics >"$T/st.out" 2>"$T/st.err"
+has '{ symbol = "statics_other.c:lock"; name = "statics_other.c:lock"; }' "$T/st.err" \
+    "statics: a file-static is named with its file"
+has '{ symbol = "trace_misc.c:lock"; name = "trace_misc.c:lock"; }' "$T/st.err" \
+    "statics: so is the other file's, of the same name"
+names_unique "$T/st.err" "statics"
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  sed -n '/^mutexes = (/,/^);/p' "$T/st.err"; } >"$T/st.cfg"
+if "$DMUTEX" check -c "$T/st.cfg" -- "$PR/trace_misc" >"$T/st.check" 2>&1 &&
+   grep -q "3 mutexes would be mapped" "$T/st.check"; then
+    ok "statics: the printed block passes dmutex check, 3 mutexes"
+else bad "statics: the printed block passes dmutex check, 3 mutexes" "$(cat "$T/st.check")"; fi
+
+"$DMUTEX" trace -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" >"$T/gone.out" 2>"$T/gone.err"
+row "plug_lock in libtracegone.so" symbol 7 "$T/gone.err" \
+    "dlclose: a variable of the unloaded plugin keeps its symbol and locks"
+row "pthread_mutex_init in gone_new (libtracegone.so" init_site 4 "$T/gone.err" \
+    "dlclose: a heap mutex the plugin made keeps its init_site and locks"
+has '{ symbol = "g_twin"; object = "libtracegone.so"; name = "g_twin@libtracegone.so"; }' \
+    "$T/gone.err" "dlclose: two globals g_twin: the plugin's is named with its object"
+has '{ symbol = "g_twin"; name = "g_twin@trace_misc"; }' "$T/gone.err" \
+    "dlclose: and the program's with the program's"
+names_unique "$T/gone.err" "dlclose"
+# The plugin rebuilt and loaded again at the same place under the same
+# name: its variables are named from the new file, not from the symbol
+# table read for the old one (plug_lock and g_twin swap places).
+cp "$PR/libtracegone.so" "$T/libswap.so" && cp "$PR/libtracegone2.so" "$T/libswap2.so"
+"$DMUTEX" trace -- "$PR/trace_misc" dlswap "$T/libswap.so" "$T/libswap2.so" >"$T/sw.out" 2>"$T/sw.err"
+row "plug_lock in libswap.so" symbol 14 "$T/sw.err" \
+    "dlswap: the rebuilt plugin's plug_lock is plug_lock (7 + 7 locks)"
+row "g_twin in libswap.so" symbol 4 "$T/sw.err" "dlswap: and its g_twin is g_twin (2 + 2)"
+
+# The shim resolves init_site entries at start, so one in a library dlopen
+# loads would stop the program: shown commented out, and the block passes.
+has '  # { init_site = "gone_new"; object = "libtracegone.so"; name = "gone_new"; }  # not mappable: an init site in a library loaded by dlopen' \
+    "$T/gone.err" "dlclose: the plugin's init_site entry is shown commented out"
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  sed -n '/^mutexes = (/,/^);/p' "$T/gone.err"; } >"$T/gone.cfg"
+if "$DMUTEX" check -c "$T/gone.cfg" -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" \
+    >"$T/gone.check" 2>&1; then
+    ok "dlclose: the printed block passes dmutex check"
+else bad "dlclose: the printed block passes dmutex check" "$(cat "$T/gone.cfg")" \
+    "$(cat "$T/gone.check")"; fi
+# Loaded and unloaded 200 times: one row per mutex, its locks summed; a
+# variable is one mutex, the heap mutexes of gone_new 200.
+"$DMUTEX" trace -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" 200 >"$T/gone2.out" \
+    2>"$T/gone2.err"
+row "plug_lock in libtracegone.so (.symtab) (std::mutex / pthread_mutex_t)" symbol 1400 \
+    "$T/gone2.err" "dlclose x200: the plugin's variable, one row, every lock"
+has "pthread_mutex_init in gone_new (libtracegone.so+" "$T/gone2.err" \
+    "dlclose x200: the heap row"
+has ") [200 mutexes]" "$T/gone2.err" "dlclose x200: the heap row counts 200 mutexes"
+if grep -q "plug_lock.*mutexes\]" "$T/gone2.err"; then
+    bad "dlclose x200: the variable is one mutex" "$(cat "$T/gone2.err")"
+else ok "dlclose x200: the variable is one mutex"; fi
+
+# ---- conds and rwlocks: identified as mutexes are ----------------------------
+# block LIST FILE: the `LIST = ( ... );` block of FILE.
+block() { sed -n "/^$1 = (/,/^);/p" "$2"; }
+# blocks_unique FILE LABEL: no two entries of one block share a name.
+blocks_unique() {
+    for l in mutexes conds rwlocks; do
+        dup=$(block $l "$1" | grep -o 'name = "[^"]*"' | sort | uniq -d)
+        if [ -z "$dup" ]; then ok "$2: every $l entry has a name of its own"
+        else bad "$2: every $l entry has a name of its own" "shared: $dup" "$(cat "$1")"; fi
+    done
+}
+# obj_row IDENTIFICATION CERTAINTY COLUMN COUNT FILE LABEL: the row whose
+# identification has IDENTIFICATION has CERTAINTY and COUNT in COLUMN
+# (3: waits / reads, 4: signals / writes).
+obj_row() {
+    got=$(awk -v f="$1" -v c="$3" 'index($0, f) { print $2, $c; exit }' "$5")
+    if [ "$got" = "$2 $4" ]; then ok "$6"
+    else bad "$6" "got '$got'" "$(cat "$5")"; fi
+}
+
+obj_row "trace_misc.c:cond in trace_misc" symbol 3 1 "$T/cond.err" \
+    "cond: a file-static cond is named with its file, its wait counted"
+if grep -q "cond in trace_misc" "$T/we.err"; then
+    bad "waiterr: a cond wait that fails at once is not counted as a wait" "$(cat "$T/we.err")"
+else ok "waiterr: a cond wait that fails at once is not counted as a wait"; fi
+
+block conds "$T/st.err" >"$T/st.conds"
+block rwlocks "$T/st.err" >"$T/st.rwlocks"
+has '{ symbol = "statics_other.c:cond"; name = "statics_other.c:cond"; }' "$T/st.conds" \
+    "statics: a file-static cond is named with its file"
+has '{ symbol = "trace_misc.c:cond"; name = "trace_misc.c:cond"; }' "$T/st.conds" \
+    "statics: so is the other file's cond, of the same name"
+has '{ symbol = "statics_other.c:rw"; name = "statics_other.c:rw"; }' "$T/st.rwlocks" \
+    "statics: a file-static rwlock is named with its file"
+has '{ symbol = "trace_misc.c:rw"; name = "trace_misc.c:rw"; }' "$T/st.rwlocks" \
+    "statics: so is the other file's rwlock, of the same name"
+blocks_unique "$T/st.err" "statics"
+{ cat "$T/st.cfg" "$T/st.conds"; } >"$T/st2.cfg"
+if "$DMUTEX" check -c "$T/st2.cfg" -- "$PR/trace_misc" >"$T/st2.check" 2>&1 &&
+   grep -q "3 mutexes would be mapped.*, 2 conds" "$T/st2.check"; then
+    ok "statics: the printed mutexes and conds blocks pass dmutex check, 2 conds"
+else bad "statics: the printed mutexes and conds blocks pass dmutex check, 2 conds" \
+    "$(cat "$T/st2.check")"; fi
+
+# A heap address used by a cond (an rwlock) of one init site, then by one
+# of another: each keeps its own counts, as mutexes do.
+for want in "pthread_cond_init in reuse_cond_b :4:5" "pthread_cond_init in reuse_cond_a :4:1" \
+            "pthread_rwlock_init in reuse_rw_b :3:5" "pthread_rwlock_init in reuse_rw_a :3:1"; do
+    id=${want%%:*} rest=${want#*:}
+    obj_row "$id" init_site "${rest%:*}" "${rest#*:}" "$T/reuse.err" \
+        "reuse: ${id% } (a reused heap address) has its own ${rest#*:} uses"
+done
+
+# A dlclosed plugin's conds and rwlocks keep their identities too; twins
+# are named apart; the plugin's cond init site is commented out.
+obj_row "plug_cond in libtracegone.so" symbol 4 3 "$T/gone.err" \
+    "dlclose: a cond of the unloaded plugin keeps its symbol and signals"
+obj_row "pthread_cond_init in gone_cond_new (libtracegone.so" init_site 4 2 "$T/gone.err" \
+    "dlclose: a heap cond the plugin made keeps its init_site and signals"
+block conds "$T/gone.err" >"$T/gone.conds"
+block rwlocks "$T/gone.err" >"$T/gone.rwlocks"
+has '  # { init_site = "gone_cond_new"; object = "libtracegone.so"; name = "gone_cond_new"; }  # not mappable: an init site in a library loaded by dlopen' \
+    "$T/gone.conds" "dlclose: the plugin's cond init_site entry is shown commented out"
+has '{ symbol = "rw_twin"; object = "libtracegone.so"; name = "rw_twin@libtracegone.so"; }' \
+    "$T/gone.rwlocks" "dlclose: two global rwlocks rw_twin: the plugin's is named with its object"
+has '{ symbol = "rw_twin"; name = "rw_twin@trace_misc"; }' "$T/gone.rwlocks" \
+    "dlclose: and the program's with the program's"
+blocks_unique "$T/gone.err" "dlclose"
+{ cat "$T/gone.cfg" "$T/gone.conds"; } >"$T/gone2.cfg"
+if "$DMUTEX" check -c "$T/gone2.cfg" -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" \
+    >"$T/gone2.check" 2>&1; then
+    ok "dlclose: the printed mutexes and conds blocks pass dmutex check"
+else bad "dlclose: the printed mutexes and conds blocks pass dmutex check" \
+    "$(cat "$T/gone2.cfg")" "$(cat "$T/gone2.check")"; fi
+obj_row "plug_cond in libtracegone.so (.symtab)" symbol 4 600 "$T/gone2.err" \
+    "dlclose x200: the plugin's cond, one row, every signal"
+if grep -q "pthread_cond_init in gone_cond_new (libtracegone.so+.*) \[200 conds\]" "$T/gone2.err" &&
+   ! grep -q "plug_cond.*conds\]" "$T/gone2.err"; then
+    ok "dlclose x200: the heap cond row counts 200 conds, the variable one"
+else bad "dlclose x200: the heap cond row counts 200 conds, the variable one" "$(cat "$T/gone2.err")"; fi
+
+# ---- the program's own: fd 2, threads, its helpers' output ----------------
+"$DMUTEX" trace -- "$PR/trace_misc" stderr "$T/data" >"$T/fd.out" 2>"$T/fd.err"
+if grep -qx "stderr fd 2" "$T/fd.out" && [ "$(cat "$T/data")" = DATA ]; then
+    ok "stderr closed, a file opened on fd 2: the report does not go into it"
+else bad "stderr closed, a file opened on fd 2: the report does not go into it" \
+    "$(cat "$T/fd.out")" "$(cat "$T/data")"; fi
+
+"$DMUTEX" trace -- "$PR/trace_misc" threads >"$T/th.out" 2>"$T/th.err"
+if grep -qx "threads 1" "$T/th.out"; then
+    ok "a program that locks nothing keeps one thread (no reporter yet)"
+else bad "a program that locks nothing keeps one thread (no reporter yet)" "$(cat "$T/th.out")"; fi
+
+# A library constructor that locks before the tracer's constructor runs:
+# still no thread until the program's own first lock.
+"$DMUTEX" trace -- "$PR/trace_early" >"$T/early.out" 2>"$T/early.err"
+if grep -qx "threads 1" "$T/early.out" && grep -q "early_lock in libtraceearly.so" "$T/early.err"
+then ok "a lock before the tracer's constructor: counted, and no thread started for it"
+else bad "a lock before the tracer's constructor: counted, and no thread started for it" \
+    "$(cat "$T/early.out" "$T/early.err")"; fi
+
+# A program whose malloc takes a mutex: its first lock is inside malloc,
+# where the reporter thread must not be started (pthread_create would call
+# that malloc again and wait for the mutex forever, every signal blocked).
+"$DMUTEX" trace -- "$PR/trace_malloc" >"$T/ma.out" 2>"$T/ma.err" &
+ma=$!
+pids="$pids $ma"
+if wait_for allocs "$T/ma.out" && wait_for "exit report" "$T/ma.err"; then
+    ok "a program whose malloc locks a mutex runs to its end under trace"
+else
+    bad "a program whose malloc locks a mutex runs to its end under trace" \
+        "no 'allocs' line in 30 s (hung)" "$(cat "$T/ma.out" "$T/ma.err")"
+fi
+kill -9 "$ma" 2>/dev/null
+wait "$ma" 2>/dev/null
+
+"$DMUTEX" trace -- "$PR/trace_misc" popen >"$T/po.out" 2>"$T/po.err"
+if grep -qxF "captured [threads 1|]" "$T/po.out"; then
+    ok "a helper that locks nothing adds no report to the output the program reads"
+else bad "a helper that locks nothing adds no report to the output the program reads" \
+    "$(cat "$T/po.out")"; fi
+has "pid $(sed -n 's/^dmutex trace: pid \([0-9]*\) .*/\1/p' "$T/po.err" | head -n 1) (trace_misc), exit report" \
+    "$T/po.err" "popen: the traced program itself still reports"
+
+# The library reads its environment as the shim does: not in a process
+# with AT_SECURE, where the environment is the caller's, not the owner's.
+if grep -n '[^_]getenv(' shim/trace/*.c >"$T/getenv.out"; then
+    bad "shim/trace reads the environment with secure_getenv only" "$(cat "$T/getenv.out")"
+else ok "shim/trace reads the environment with secure_getenv only"; fi
+
+# ---- refused before the program runs -------------------------------------
+"$DMUTEX" trace -o "$T/no-such-dir/x.json" -- echo ran >"$T/o.out" 2>&1
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q "^dmutex trace: -o $T/no-such-dir/x.json: cannot write in" "$T/o.out" &&
+   ! grep -q "^ran" "$T/o.out"; then
+    ok "-o into a missing directory: exit 2 before the program runs"
+else bad "-o into a missing directory: exit 2 before the program runs" "exit $rc" \
+    "$(cat "$T/o.out")"; fi
+
+cp "$PR/trace_misc" "$T/suid_prog" && chmod 4755 "$T/suid_prog"
+"$DMUTEX" trace -- "$T/suid_prog" threads >"$T/suid.out" 2>&1
+rc=$?
+if [ "$rc" -eq 127 ] && grep -q "set-user-ID.*so it cannot be traced" "$T/suid.out" &&
+   ! grep -q "^threads" "$T/suid.out"; then
+    ok "a set-user-ID program (the loader would not preload): refused, exit 127"
+else bad "a set-user-ID program: refused, exit 127" "exit $rc" "$(cat "$T/suid.out")"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

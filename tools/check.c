@@ -70,10 +70,12 @@ static int which(const char *prog, char *out, size_t len)
     return -1;
 }
 
-/* Does the loader (and so the preload) reach `file`? 1: a dynamically
- * linked ELF file, or a script whose interpreter is one; 0: not (why
- * says so); -1: cannot tell (execve will say why). */
-static int preloadable(const char *file, char *why, size_t len, int depth)
+/* Does the loader (and so the preload of `lib`) reach `file`? 1: a
+ * dynamically linked ELF file, or a script whose interpreter is one; 0:
+ * not (why says so; `verb` is what could not be done: "checked",
+ * "traced"); -1: cannot tell (execve will say why). */
+static int preloadable(const char *file, const char *lib, const char *verb, char *why, size_t len,
+                       int depth)
 {
     /* A set-user-ID or set-group-ID file, or one with file capabilities,
      * runs with AT_SECURE: ld.so ignores a preload given as a path, so the
@@ -81,12 +83,12 @@ static int preloadable(const char *file, char *why, size_t len, int depth)
     struct stat st;
     if (stat(file, &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID))) {
         snprintf(why, len, "%s: set-user-ID or set-group-ID: the loader does not preload "
-                 "libdmutex.so by path into it (AT_SECURE), so it cannot be checked", file);
+                 "%s by path into it (AT_SECURE), so it cannot be %s", file, lib, verb);
         return 0;
     }
     if (getxattr(file, "security.capability", NULL, 0) >= 0) {
         snprintf(why, len, "%s: has file capabilities: the loader does not preload "
-                 "libdmutex.so by path into it (AT_SECURE), so it cannot be checked", file);
+                 "%s by path into it (AT_SECURE), so it cannot be %s", file, lib, verb);
         return 0;
     }
     int fd = open(file, O_RDONLY | O_CLOEXEC);
@@ -104,7 +106,7 @@ static int preloadable(const char *file, char *why, size_t len, int depth)
         char *p = (char *)buf + 2;
         p += strspn(p, " \t");
         p[strcspn(p, " \t\n")] = 0;
-        return preloadable(p, why, len, 1);
+        return preloadable(p, lib, verb, why, len, 1);
     }
     int dyn = -1;
     if (n >= (ssize_t)sizeof(Elf64_Ehdr) && memcmp(buf, ELFMAG, SELFMAG) == 0 &&
@@ -122,16 +124,26 @@ static int preloadable(const char *file, char *why, size_t len, int depth)
         }
     } else if (n >= (ssize_t)sizeof(Elf32_Ehdr) && memcmp(buf, ELFMAG, SELFMAG) == 0) {
         dyn = 0;
-        snprintf(why, len, "%s: a 32-bit ELF file: the 64-bit libdmutex.so is not loaded into it",
-                 file);
+        snprintf(why, len, "%s: a 32-bit ELF file: the 64-bit %s is not loaded into it", file,
+                 lib);
         close(fd);
         return 0;
     }
     close(fd);
     if (dyn == 0)
         snprintf(why, len, "%s: statically linked (no PT_INTERP): LD_PRELOAD does not reach it, "
-                 "so no mutex of it can be cluster-wide", file);
+                 "so %s", file, strcmp(verb, "traced") == 0 ? "it cannot be traced"
+                                                            : "no mutex of it can be cluster-wide");
     return dyn;
+}
+
+int dm_cli_preload_reaches(const char *prog, const char *lib, const char *verb, char *why,
+                           size_t len)
+{
+    char file[PATH_MAX];
+    if (which(prog, file, sizeof file) != 0)
+        return -1;
+    return preloadable(file, lib, verb, why, len, 0) == 0 ? 0 : 1;
 }
 
 int dm_cli_check_child(const char *mode, char **prog_argv, const char *cmd)
@@ -141,7 +153,7 @@ int dm_cli_check_child(const char *mode, char **prog_argv, const char *cmd)
         fprintf(stderr, "dmutex %s: %s: %s\n", cmd, prog_argv[0], strerror(ENOENT));
         return 127;
     }
-    int p = preloadable(file, why, sizeof why, 0);
+    int p = preloadable(file, "libdmutex.so", "checked", why, sizeof why, 0);
     if (p == 0) {
         fprintf(stderr, "dmutex %s: %s\n", cmd, why);
         return 1;

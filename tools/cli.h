@@ -38,6 +38,14 @@ int dm_cli_preload_env(const char *cmd, const char *cfg_path, const char *redis,
  * the shim printed why), 127 (cannot be run) or 1 (cannot be checked). */
 int dm_cli_check_child(const char *mode, char **prog_argv, const char *cmd);
 
+/* tools/check.c: does a preload of `lib` by path reach PROGRAM (argv[0],
+ * searched in PATH as execvp would)? 1: yes, or cannot tell (execve
+ * will say why); 0: no, and why says so (statically linked, 32-bit,
+ * set-user-ID, set-group-ID, file capabilities; `verb`: what cannot be
+ * done, "checked", "traced"); -1: not found. */
+int dm_cli_preload_reaches(const char *prog, const char *lib, const char *verb, char *why,
+                           size_t len);
+
 /* The verbs that run a PROGRAM under a config (run, check): says which of
  * the two is missing, with the verb's usage, on stderr; 0 or -1. */
 int dm_cli_need_config_and_program(const char *cmd, const char *cfg_path, int has_program,

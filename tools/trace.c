@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -34,7 +35,8 @@ static const char trace_usage[] =
     "Runs PROGRAM with " TRACE_LIB " preloaded: no Redis, no config, nothing\n"
     "mapped; every pthread mutex call passes through to glibc and is counted.\n"
     "At exit (and on SIGUSR1, when PROGRAM leaves that signal alone, and every\n"
-    "SECONDS with -i) each process prints on stderr every mutex it locked,\n"
+    "SECONDS with -i, from its first unlock on: the reporter thread starts\n"
+    "there) each process prints on stderr every mutex it locked,\n"
     "sorted by contention: how sure the identification is, locks, contended\n"
     "locks, total and longest wait, longest and 99th percentile hold, threads,\n"
     "and the identification, the way a config entry names it:\n"
@@ -42,7 +44,8 @@ static const char trace_usage[] =
     "  symbol      a global or file-static variable (from .symtab, else .dynsym),\n"
     "              with the offset or index of the mutex inside it: sure\n"
     "  init_site   a heap mutex: the function that called pthread_mutex_init\n"
-    "              (its mutexes are one row): sure\n"
+    "              (its mutexes are one row): sure; in a library dlopen loads,\n"
+    "              shown commented out (init sites are resolved at start)\n"
     "  address     a stripped binary with no symbol for it: its address (or its\n"
     "              init call's) in the object, with the object's build-id:\n"
     "              weak, the address of this build only\n"
@@ -59,10 +62,14 @@ static const char trace_usage[] =
     "contended ones, their total and longest wait, threads) with an\n"
     "`rwlocks = ( ... );` block, identified the same way (init_site: the\n"
     "function that called pthread_cond_init or pthread_rwlock_init).\n"
-    "A fork child reports on its own (its pid in the header); a process that\n"
-    "ends by _exit or a signal writes no exit report (send SIGUSR1 first, or\n"
-    "use -i). Threads are told apart up to 64 per mutex. `dmutex scan` reads\n"
-    "a binary without running it; trace sees what a run really locks.\n"
+    "A fork child reports on its own (its pid in the header), and so does a\n"
+    "program PROGRAM runs (the preload is inherited), unless it locked\n"
+    "nothing (no mutex, rwlock or condition variable). A process that ends\n"
+    "by _exit or a signal writes no exit report (send SIGUSR1 first, or use\n"
+    "-i); one whose stderr is no longer the file it started with (closed,\n"
+    "another file on fd 2) writes no text report (-o still writes the JSON).\n"
+    "Threads are told apart up to 64 per mutex. `dmutex scan` reads a binary\n"
+    "without running it; trace sees what a run really locks.\n"
     "\n"
     "  -o, --output FILE     write the report as JSON too: FILE for PROGRAM,\n"
     "                        FILE.PID.json (FILE without .json) for other processes\n"
@@ -74,7 +81,10 @@ static const char trace_usage[] =
     "                        + writes); --top applies to each block\n"
     "  -h, --help            this text\n"
     "\n"
-    "Exit status: PROGRAM's; 2 for a usage error; 127 if PROGRAM cannot be run.\n";
+    "Exit status: PROGRAM's; 2 for a usage error (or an -o FILE that cannot be\n"
+    "written: said before PROGRAM starts); 127 if PROGRAM cannot be run, or\n"
+    "cannot be traced (statically linked, 32-bit, set-user-ID, set-group-ID or\n"
+    "with file capabilities: the loader would not preload the library).\n";
 
 /* The trace library beside this executable, else where `make install`
  * put it (DMUTEX_TRACE_LIB overrides both). */
@@ -109,6 +119,29 @@ static int find_trace_lib(char *out, size_t len)
     fprintf(stderr, "dmutex trace: %s: %s, nor %s (set DMUTEX_TRACE_LIB to its path)\n", out,
             strerror(beside_errno), installed);
     return -1;
+}
+
+/* -o FILE: its directory must take a new file (the library writes
+ * FILE.tmpPID there and renames it), and FILE must not be a directory:
+ * said now, not at the program's exit. 0, or -1 with a message. */
+static int output_ok(const char *file)
+{
+    struct stat st;
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "dmutex trace: -o %s: %s\n", file, strerror(EISDIR));
+        return -1;
+    }
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", file);
+    const char *dir = dirname(copy);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+        int e = errno;
+        if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+            e = ENOTDIR;
+        fprintf(stderr, "dmutex trace: -o %s: cannot write in %s: %s\n", file, dir, strerror(e));
+        return -1;
+    }
+    return 0;
 }
 
 static int count_arg(const char *opt, const char *v, long lo, long hi, long *out)
@@ -162,9 +195,15 @@ int dm_cli_trace(int argc, char **argv)
         fprintf(stderr, "dmutex trace: no PROGRAM given\n\n%s", trace_usage);
         return 2;
     }
-    char lib[PATH_MAX];
+    char lib[PATH_MAX], why[PATH_MAX + 200];
     if (find_trace_lib(lib, sizeof lib) != 0)
         return 127;
+    /* A program the preload does not reach would run untraced and report
+     * nothing: say why instead. */
+    if (dm_cli_preload_reaches(argv[optind], TRACE_LIB, "traced", why, sizeof why) == 0) {
+        fprintf(stderr, "dmutex trace: %s\n", why);
+        return 127;
+    }
 
     char num[32];
     if (out) {
@@ -174,8 +213,12 @@ int dm_cli_trace(int argc, char **argv)
             if (asprintf(&abs, "%s/%s", cwd, out) < 0)
                 return 127;
         }
-        setenv("DMUTEX_TRACE_JSON", abs ? abs : out, 1);
+        int ok = output_ok(abs ? abs : out);
+        if (ok == 0)
+            setenv("DMUTEX_TRACE_JSON", abs ? abs : out, 1);
         free(abs);
+        if (ok != 0)
+            return 2;
     } else {
         unsetenv("DMUTEX_TRACE_JSON");
     }

@@ -3,22 +3,36 @@
  * constructor, or by the first call if a library constructor locks
  * earlier) and notes, per mutex address, what `dmutex trace` reports:
  * acquisitions, contention (a trylock first; when it finds the mutex held,
- * the blocking call is timed), wait and hold times, threads, the first
- * init call site. Nothing here allocates, takes a lock or does I/O; the
- * reporter thread (woken through a pipe by SIGUSR1 or by the -i
- * interval) and the destructor write the report. A condition wait
- * releases and retakes its mutex: the hold ends before it, and the
- * re-acquisition after it counts as a lock.
+ * the blocking call is timed), wait and hold times, threads, the init
+ * call site (the latest: an address initialised from another function is
+ * another mutex, and the old one's counts are retired to its site).
+ * Nothing on the lock path allocates, takes a lock or does I/O; the
+ * reporter thread (woken through a semaphore by SIGUSR1 or by the -i
+ * interval) and the destructor write the report, and dlclose has the
+ * report identify the object's mutexes before it goes. The reporter is
+ * started by the process's first traced unlock that leaves its thread
+ * holding nothing, not by the constructor: a program that never locks (a
+ * helper it runs, a shell) stays single-threaded, as unshare(2) with
+ * CLONE_NEWUSER needs, and no descriptor is taken from any program; and
+ * not inside a lock call either: a program's own malloc that takes a
+ * mutex must not be re-entered by pthread_create while it holds it. A
+ * condition wait releases and retakes its mutex: the hold ends before
+ * it, and the re-acquisition after it counts as a lock.
  *
  * Condition variables (waits, signals, broadcasts, time in waits) and
  * rwlocks (read and write acquisitions, contention the way mutexes find
- * it: a try first) are noted in tables of their own, with the first
- * pthread_cond_init / pthread_rwlock_init call site, for the report's
- * `conds` and `rwlocks` blocks. */
+ * it: a try first) are noted in tables of their own, with the
+ * pthread_cond_init / pthread_rwlock_init call site (the latest, old
+ * counts retired as a mutex's), for the report's `conds` and `rwlocks`
+ * blocks. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +53,15 @@ _Atomic uint64_t dm_trace_untracked;
 static _Atomic unsigned thread_seq;
 static __thread unsigned my_bit;        /* 1 + thread number, 0: not yet numbered */
 static __thread int quiet;              /* this thread's calls are the tracer's own */
+static __thread unsigned holding;       /* traced acquisitions this thread has not released */
+static __thread int start_due;          /* start the reporter once this thread holds nothing */
 
-static int wake_pipe[2] = { -1, -1 };   /* SIGUSR1 -> reporter thread */
-static int reporting;                   /* a reporter thread was wanted (SIGUSR1 or -i) */
+static sem_t wake;                      /* SIGUSR1 -> reporter thread (sem_post is async-signal-safe) */
+static int reporting;                   /* a reporter thread is wanted (SIGUSR1 or -i) */
+static _Atomic int reporter_started;    /* this process's reporter was started */
 static long interval_s;                 /* DMUTEX_TRACE_INTERVAL, 0: none */
+
+static void start_reporter(void);
 
 int dm_trace_self_quiet(int on)
 {
@@ -51,21 +70,76 @@ int dm_trace_self_quiet(int on)
     return was;
 }
 
-static inline uint64_t now_ns(void)
+static inline uint64_t clock_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * NS_PER_S + (uint64_t)t.tv_nsec;
 }
 
+/* The clock of the hot path. rdtsc from the start where there is one (a
+ * lock before the constructor is timed in the same unit); the constructor
+ * turns it off where the TSC is not invariant. */
+#if defined(__x86_64__)
+static int use_tsc = 1;
+#else
+static int use_tsc = 0;
+#endif
+static uint64_t calib_ticks, calib_ns;  /* the constructor's reading of both clocks */
+
+static inline uint64_t now_ticks(void)
+{
+#if defined(__x86_64__)
+    if (use_tsc)
+        return __rdtsc();
+#endif
+    return clock_ns();
+}
+
+/* Time from `from` to `to`, 0 if the clock went back (a TSC read on
+ * another core, or a unit change at the constructor). */
+static inline uint64_t since(uint64_t from, uint64_t to)
+{
+    return to > from ? to - from : 0;
+}
+
+static int tsc_invariant(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
+        return 0;
+    __get_cpuid(0x80000007u, &a, &b, &c, &d);
+    return (d >> 8) & 1;
+#else
+    return 0;
+#endif
+}
+
+#define CALIBRATION_NS 2000000ull   /* at least this long between the two readings */
+
+double dm_trace_ns_per_tick(void)
+{
+    if (!use_tsc)
+        return 1.0;
+    uint64_t n;
+    while ((n = clock_ns()) - calib_ns < CALIBRATION_NS) {
+        /* a young process: wait for a ratio worth the name */
+    }
+    uint64_t t = now_ticks();
+    if (t <= calib_ticks)
+        return 1.0;
+    return (double)(n - calib_ns) / (double)(t - calib_ticks);
+}
+
 #define LOAD(x)     atomic_load_explicit(&(x), memory_order_relaxed)
 #define STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
 
-/* The slot of mutex m, claimed on first sight; NULL when DM_TRACE_PROBES
- * slots from its home are all taken by other mutexes. */
-static struct dm_trace_slot *find_slot(const void *m)
+/* The slot of key (a mutex's address, or a retired key), claimed on
+ * first sight; NULL when DM_TRACE_PROBES slots from its home are all
+ * taken by other keys. */
+static struct dm_trace_slot *find_key(uintptr_t key)
 {
-    uintptr_t key = (uintptr_t)m;
     uint64_t h = ((uint64_t)key >> 3) * 0x9E3779B97F4A7C15ull;
     unsigned i = (unsigned)(h >> (64 - DM_TRACE_SLOTS_LOG2));
     for (unsigned n = 0; n < DM_TRACE_PROBES; n++, i = (i + 1) & (DM_TRACE_SLOTS - 1)) {
@@ -82,6 +156,11 @@ static struct dm_trace_slot *find_slot(const void *m)
     return NULL;
 }
 
+static inline struct dm_trace_slot *find_slot(const void *m)
+{
+    return find_key((uintptr_t)m);
+}
+
 /* find_slot for an acquisition: one that finds no slot is counted. */
 static struct dm_trace_slot *slot_of(const void *m)
 {
@@ -91,11 +170,15 @@ static struct dm_trace_slot *slot_of(const void *m)
     return s;
 }
 
-/* The calling thread's bit in a slot's `threads`. */
+/* The calling thread's bit in a slot's `threads`. Its first call numbers
+ * the thread, which then starts the reporter at its first unlock that
+ * leaves it holding nothing (pthread_mutex_unlock). */
 static inline uint64_t thread_bit(void)
 {
-    if (!my_bit)
+    if (!my_bit) {
         my_bit = 1 + atomic_fetch_add_explicit(&thread_seq, 1, memory_order_relaxed);
+        start_due = reporting && !atomic_load_explicit(&reporter_started, memory_order_relaxed);
+    }
     return 1ull << ((my_bit - 1) % DM_TRACE_THREAD_BITS);
 }
 
@@ -103,38 +186,90 @@ static inline uint64_t thread_bit(void)
 static void acquired(struct dm_trace_slot *s, int contended, uint64_t waited)
 {
     uint64_t bit = thread_bit();
+    holding++;
     if (!(LOAD(s->threads) & bit))
         atomic_fetch_or_explicit(&s->threads, bit, memory_order_relaxed);
     STORE(s->locks, LOAD(s->locks) + 1);
     if (contended) {
         STORE(s->contended, LOAD(s->contended) + 1);
-        STORE(s->wait_ns, LOAD(s->wait_ns) + waited);
-        if (waited > LOAD(s->wait_max_ns))
-            STORE(s->wait_max_ns, waited);
+        STORE(s->wait_ticks, LOAD(s->wait_ticks) + waited);
+        if (waited > LOAD(s->wait_max_ticks))
+            STORE(s->wait_max_ticks, waited);
     }
     uint32_t d = LOAD(s->depth);
     STORE(s->depth, d + 1);
     if (d == 0)
-        STORE(s->hold_start_ns, now_ns());
+        STORE(s->hold_start, now_ticks());
 }
 
-/* Before the real unlock (or a condition wait): the holder's last
- * recursive hold ends. */
+/* A hold of s that lasted `held` ticks ended. */
+static void hold_ended(struct dm_trace_slot *s, uint64_t held)
+{
+    if (held > LOAD(s->hold_max_ticks))
+        STORE(s->hold_max_ticks, held);
+    unsigned b = held ? 63 - (unsigned)__builtin_clzll(held) : 0;
+    if (b >= DM_TRACE_HIST)
+        b = DM_TRACE_HIST - 1;
+    STORE(s->hist[b], LOAD(s->hist[b]) + 1);
+}
+
+/* Before the real unlock: the holder's last recursive hold ends. */
 static void releasing(struct dm_trace_slot *s)
 {
     uint32_t d = LOAD(s->depth);
     if (d == 0)
         return;                 /* not locked through us: nothing to end */
+    if (holding)
+        holding--;              /* (0: locked by another thread, as glibc allows) */
     STORE(s->depth, d - 1);
-    if (d != 1)
-        return;
-    uint64_t held = now_ns() - LOAD(s->hold_start_ns);
-    if (held > LOAD(s->hold_max_ns))
-        STORE(s->hold_max_ns, held);
-    unsigned b = held ? 63 - (unsigned)__builtin_clzll(held) : 0;
-    if (b >= DM_TRACE_HIST)
-        b = DM_TRACE_HIST - 1;
-    STORE(s->hist[b], LOAD(s->hist[b]) + 1);
+    if (d == 1)
+        hold_ended(s, since(LOAD(s->hold_start), now_ticks()));
+}
+
+void dm_trace_slot_zero(struct dm_trace_slot *s)
+{
+    STORE(s->locks, 0);
+    STORE(s->contended, 0);
+    STORE(s->wait_ticks, 0);
+    STORE(s->wait_max_ticks, 0);
+    STORE(s->hold_max_ticks, 0);
+    STORE(s->threads, 0);
+    STORE(s->folded, 0);
+    for (int b = 0; b < DM_TRACE_HIST; b++)
+        STORE(s->hist[b], 0);
+}
+
+static void max_into(_Atomic uint64_t *to, uint64_t v)
+{
+    uint64_t cur = atomic_load_explicit(to, memory_order_relaxed);
+    while (v > cur && !atomic_compare_exchange_weak_explicit(to, &cur, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+/* The counts of s (the mutex at address m, about to be initialised from
+ * another site) go to its old site's retired slot; s starts over. Other
+ * threads may retire into the same slot at once: locked adds. Without
+ * room in the table they are dropped, as a full table drops a mutex. */
+static void retire(struct dm_trace_slot *s, uintptr_t m)
+{
+    struct dm_trace_slot *to = find_key(DM_TRACE_RETIRED(LOAD(s->init_site)));
+    if (to) {
+        uintptr_t none = 0;
+        atomic_compare_exchange_strong(&to->first, &none, m);
+        STORE(to->init_site, LOAD(s->init_site));
+        atomic_fetch_add_explicit(&to->folded, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&to->contended, LOAD(s->contended), memory_order_relaxed);
+        atomic_fetch_add_explicit(&to->wait_ticks, LOAD(s->wait_ticks), memory_order_relaxed);
+        max_into(&to->wait_max_ticks, LOAD(s->wait_max_ticks));
+        max_into(&to->hold_max_ticks, LOAD(s->hold_max_ticks));
+        atomic_fetch_or_explicit(&to->threads, LOAD(s->threads), memory_order_relaxed);
+        for (int b = 0; b < DM_TRACE_HIST; b++)
+            atomic_fetch_add_explicit(&to->hist[b], LOAD(s->hist[b]), memory_order_relaxed);
+        /* locks last: the report skips a slot with none */
+        atomic_fetch_add_explicit(&to->locks, LOAD(s->locks), memory_order_relaxed);
+    }
+    dm_trace_slot_zero(s);
 }
 
 /* A blocking acquisition: trylock first, and only when that finds the
@@ -154,12 +289,12 @@ static void releasing(struct dm_trace_slot *s)
                 return r_;                                                    \
             return blocking_call;   /* recursion limit, odd types: glibc decides */ \
         }                                                                     \
-        uint64_t t0_ = now_ns();                                              \
+        uint64_t t0_ = now_ticks();                                           \
         r_ = blocking_call;                                                   \
         if (r_ == 0 || r_ == EOWNERDEAD) {                                    \
             struct dm_trace_slot *s_ = slot_of(m);                            \
             if (s_)                                                           \
-                acquired(s_, 1, now_ns() - t0_);                              \
+                acquired(s_, 1, since(t0_, now_ticks()));                     \
         }                                                                     \
         return r_;                                                            \
     } while (0)
@@ -197,7 +332,15 @@ DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
         if (s)
             releasing(s);
     }
-    return dm_real.mutex_unlock(m);
+    int r = dm_real.mutex_unlock(m);
+    /* The reporter starts here, with nothing of the program's held: the
+     * first lock may be taken inside the program's own malloc, which
+     * pthread_create calls again. */
+    if (start_due && !holding) {
+        start_due = 0;
+        start_reporter();
+    }
+    return r;
 }
 
 DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
@@ -207,8 +350,14 @@ DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *
     if (r == 0 && !quiet) {
         struct dm_trace_slot *s = find_slot(m);
         if (s) {
-            uintptr_t none = 0;
-            atomic_compare_exchange_strong(&s->init_site, &none, site);
+            uintptr_t old = LOAD(s->init_site);
+            if (old != site) {
+                /* Another function's mutex at this address now: the
+                 * counts so far are the old one's. */
+                if (old && LOAD(s->locks))
+                    retire(s, (uintptr_t)m);
+                STORE(s->init_site, site);
+            }
             STORE(s->depth, 0);     /* a new mutex at an old address is not held */
         }
     }
@@ -222,6 +371,19 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
     return dm_real.mutex_destroy(m);
 }
 
+/* An object about to be unloaded: its mutexes are identified while its
+ * symbols can still be read, and the symbol tables read are dropped after
+ * it (report.c). */
+DM_EXPORT int dlclose(void *handle)
+{
+    if (quiet || !handle)
+        return dm_real.dlclose(handle);
+    dm_trace_report_unloading(handle);
+    int r = dm_real.dlclose(handle);
+    dm_trace_report_unloaded();
+    return r;
+}
+
 /* ---- condition variables and rwlocks ------------------------------------ */
 
 struct dm_trace_obj dm_trace_conds[DM_TRACE_OBJ_SLOTS];
@@ -230,13 +392,12 @@ _Atomic uint64_t dm_trace_untracked_conds, dm_trace_untracked_rwlocks;
 
 #define ADD(x, v) atomic_fetch_add_explicit(&(x), (v), memory_order_relaxed)
 
-/* The slot of object o in `table` (find_slot's probing), claimed on first
- * sight; NULL when DM_TRACE_PROBES slots from its home are taken, counted
- * in *untracked (when given). */
-static struct dm_trace_obj *obj_slot(struct dm_trace_obj *table, const void *o,
+/* The slot of key (an object's address, or a retired key) in `table`
+ * (find_key's probing), claimed on first sight; NULL when DM_TRACE_PROBES
+ * slots from its home are taken, counted in *untracked (when given). */
+static struct dm_trace_obj *obj_slot(struct dm_trace_obj *table, uintptr_t key,
                                      _Atomic uint64_t *untracked)
 {
-    uintptr_t key = (uintptr_t)o;
     uint64_t h = ((uint64_t)key >> 3) * 0x9E3779B97F4A7C15ull;
     unsigned i = (unsigned)(h >> (64 - DM_TRACE_OBJ_SLOTS_LOG2));
     for (unsigned n = 0; n < DM_TRACE_PROBES; n++, i = (i + 1) & (DM_TRACE_OBJ_SLOTS - 1)) {
@@ -264,29 +425,63 @@ static void obj_used(struct dm_trace_obj *s, int which)
     ADD(s->n[which], 1);
 }
 
-static void obj_waited(struct dm_trace_obj *s, uint64_t ns)
+/* A wait of `ticks` on s ended. */
+static void obj_waited(struct dm_trace_obj *s, uint64_t ticks)
 {
-    ADD(s->wait_ns, ns);
-    uint64_t max = LOAD(s->wait_max_ns);
-    while (ns > max && !atomic_compare_exchange_weak_explicit(&s->wait_max_ns, &max, ns,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed))
-        ;
+    ADD(s->wait_ticks, ticks);
+    max_into(&s->wait_max_ticks, ticks);
 }
 
-/* The first init call site of the object at o (a new object at an old
- * address keeps the first: its report row stays the same). */
+void dm_trace_obj_zero(struct dm_trace_obj *o)
+{
+    for (int k = 0; k < 3; k++)
+        STORE(o->n[k], 0);
+    STORE(o->wait_ticks, 0);
+    STORE(o->wait_max_ticks, 0);
+    STORE(o->threads, 0);
+    STORE(o->folded, 0);
+}
+
+/* The counts of s (the object at address o, about to be initialised from
+ * another site) go to its old site's retired slot of `table`, as retire()
+ * does for a mutex; s starts over. */
+static void obj_retire(struct dm_trace_obj *table, struct dm_trace_obj *s, uintptr_t o)
+{
+    struct dm_trace_obj *to = obj_slot(table, DM_TRACE_RETIRED(LOAD(s->init_site)), NULL);
+    if (to) {
+        uintptr_t none = 0;
+        atomic_compare_exchange_strong(&to->first, &none, o);
+        STORE(to->init_site, LOAD(s->init_site));
+        ADD(to->folded, 1);
+        ADD(to->wait_ticks, LOAD(s->wait_ticks));
+        max_into(&to->wait_max_ticks, LOAD(s->wait_max_ticks));
+        atomic_fetch_or_explicit(&to->threads, LOAD(s->threads), memory_order_relaxed);
+        /* the counts last: the report skips a slot with none */
+        for (int k = 0; k < 3; k++)
+            ADD(to->n[k], LOAD(s->n[k]));
+    }
+    dm_trace_obj_zero(s);
+}
+
+/* The init call site of the object at o: the latest, as a mutex's (an
+ * address initialised from another function holds another object, and
+ * the old one's counts are retired to its site). */
 static void obj_init(struct dm_trace_obj *table, const void *o, uintptr_t site)
 {
-    struct dm_trace_obj *s = obj_slot(table, o, NULL);
-    if (s) {
-        uintptr_t none = 0;
-        atomic_compare_exchange_strong(&s->init_site, &none, site);
-    }
+    struct dm_trace_obj *s = obj_slot(table, (uintptr_t)o, NULL);
+    if (!s)
+        return;
+    uintptr_t old = LOAD(s->init_site);
+    if (old == site)
+        return;
+    if (old && (LOAD(s->n[0]) || LOAD(s->n[1]) || LOAD(s->n[2])))
+        obj_retire(table, s, (uintptr_t)o);
+    STORE(s->init_site, site);
 }
 
 /* A cond wait is counted when it begins and timed until it returns (the
- * mutex retaken included). */
+ * mutex retaken included). One that fails at once (EINVAL, EPERM: see
+ * TRACED_WAIT) waited for nothing: its count is taken back. */
 struct cond_wait {
     struct dm_trace_obj *s;
     uint64_t t0;
@@ -295,23 +490,30 @@ struct cond_wait {
 static struct cond_wait cond_wait_begin(pthread_cond_t *c)
 {
     struct cond_wait w = { NULL, 0 };
-    if (!quiet && (w.s = obj_slot(dm_trace_conds, c, &dm_trace_untracked_conds)) != NULL) {
+    if (!quiet)
+        w.s = obj_slot(dm_trace_conds, (uintptr_t)c, &dm_trace_untracked_conds);
+    if (w.s) {
         obj_used(w.s, DM_TRACE_COND_WAITS);
-        w.t0 = now_ns();
+        w.t0 = now_ticks();
     }
     return w;
 }
 
 static int cond_wait_end(const struct cond_wait *w, int r)
 {
-    if (w->s)
-        obj_waited(w->s, now_ns() - w->t0);
+    if (!w->s)
+        return r;
+    if (r == 0 || r == ETIMEDOUT || r == EOWNERDEAD)
+        obj_waited(w->s, since(w->t0, now_ticks()));
+    else
+        atomic_fetch_sub_explicit(&w->s->n[DM_TRACE_COND_WAITS], 1, memory_order_relaxed);
     return r;
 }
 
 static void cond_used(pthread_cond_t *c, int which)
 {
-    struct dm_trace_obj *s = quiet ? NULL : obj_slot(dm_trace_conds, c, &dm_trace_untracked_conds);
+    struct dm_trace_obj *s = quiet ? NULL
+        : obj_slot(dm_trace_conds, (uintptr_t)c, &dm_trace_untracked_conds);
     if (s)
         obj_used(s, which);
 }
@@ -339,7 +541,7 @@ DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
 
 static void rwlock_acquired(pthread_rwlock_t *l, int which, int contended, uint64_t waited)
 {
-    struct dm_trace_obj *s = obj_slot(dm_trace_rwlocks, l, &dm_trace_untracked_rwlocks);
+    struct dm_trace_obj *s = obj_slot(dm_trace_rwlocks, (uintptr_t)l, &dm_trace_untracked_rwlocks);
     if (!s)
         return;
     obj_used(s, which);
@@ -363,10 +565,10 @@ static void rwlock_acquired(pthread_rwlock_t *l, int which, int contended, uint6
         }                                                                     \
         if (r_ != EBUSY)                                                      \
             return blocking_call;                                             \
-        uint64_t t0_ = now_ns();                                              \
+        uint64_t t0_ = now_ticks();                                           \
         r_ = blocking_call;                                                   \
         if (r_ == 0)                                                          \
-            rwlock_acquired(l, which, 1, now_ns() - t0_);                     \
+            rwlock_acquired(l, which, 1, since(t0_, now_ticks()));            \
         return r_;                                                            \
     } while (0)
 
@@ -429,23 +631,37 @@ DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_
     return r;
 }
 
-/* A condition wait releases m and retakes it before returning. */
+/* A condition wait releases m and retakes it before returning: the hold
+ * ends when the wait starts and the re-acquisition counts as a lock. A
+ * wait that fails at once (EINVAL: a bad deadline; EPERM: an error-
+ * checking mutex the caller does not hold) neither releases nor retakes
+ * m: then nothing changed. */
 #define TRACED_WAIT(m, wait_call)                                             \
     do {                                                                      \
         struct dm_trace_slot *s_ = quiet ? NULL : slot_of(m);                 \
         uint32_t depth_ = 0;                                                  \
+        uint64_t start_ = 0, end_ = 0;                                        \
         if (s_) {                                                             \
             depth_ = LOAD(s_->depth);                                         \
+            start_ = LOAD(s_->hold_start);                                    \
             if (depth_) {                                                     \
-                STORE(s_->depth, 1);                                          \
-                releasing(s_);                                                \
+                end_ = now_ticks();                                           \
+                STORE(s_->depth, 0);    /* others may hold it while we wait */ \
             }                                                                 \
         }                                                                     \
         int r_ = wait_call;                                                   \
-        if (s_) {                                                             \
+        if (s_ && (r_ == 0 || r_ == ETIMEDOUT || r_ == EOWNERDEAD)) {         \
+            if (depth_) {                                                     \
+                hold_ended(s_, since(start_, end_));                          \
+                if (holding)                                                  \
+                    holding--;                                                \
+            }                                                                 \
             acquired(s_, 0, 0);                                               \
             if (depth_ > 1)                                                   \
                 STORE(s_->depth, depth_);                                     \
+        } else if (s_) {                                                      \
+            STORE(s_->hold_start, start_);                                    \
+            STORE(s_->depth, depth_);                                         \
         }                                                                     \
         return r_;                                                            \
     } while (0)
@@ -476,57 +692,56 @@ static void on_sigusr1(int sig)
 {
     (void)sig;
     int saved = errno;
-    char b = 'r';
-    if (write(wake_pipe[1], &b, 1) < 0) {
-        /* the pipe is full: a report is already due */
-    }
+    sem_post(&wake);        /* EOVERFLOW: a report is due anyway */
     errno = saved;
 }
 
-/* Waits for SIGUSR1's byte or the interval, and reports. Blocks every
+/* Waits for SIGUSR1's post or the interval, and reports. Blocks every
  * signal (dm_thread_start): they are the program's. */
 static void *reporter(void *arg)
 {
     (void)arg;
     dm_trace_self_quiet(1);
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    next.tv_sec += interval_s;
     for (;;) {
-        struct pollfd p = { .fd = wake_pipe[0], .events = POLLIN };
-        int n = poll(&p, 1, interval_s ? (int)(interval_s * 1000) : -1);
-        if (n < 0 && errno == EINTR)
+        int r = interval_s ? sem_clockwait(&wake, CLOCK_MONOTONIC, &next) : sem_wait(&wake);
+        if (r != 0 && errno == EINTR)
             continue;
-        if (n < 0)
-            return NULL;
-        if (n == 0) {
+        if (r != 0 && errno == ETIMEDOUT) {
             dm_trace_report("interval");
+            clock_gettime(CLOCK_MONOTONIC, &next);
+            next.tv_sec += interval_s;
             continue;
         }
-        char buf[64];
-        ssize_t got = read(wake_pipe[0], buf, sizeof buf);
-        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+        if (r != 0)
             return NULL;
-        if (got > 0)
-            dm_trace_report("signal");
+        while (sem_trywait(&wake) == 0) {
+            /* signals sent together: one report */
+        }
+        dm_trace_report("signal");
     }
 }
 
+/* From the first unlock after which a thread holds no traced mutex (the
+ * first thread that locks, usually). Once: the exchange decides. */
 static void start_reporter(void)
 {
-    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        wake_pipe[0] = wake_pipe[1] = -1;
+    if (atomic_exchange(&reporter_started, 1))
         return;
-    }
-    /* The read end blocks in poll, not in read: non-blocking is right. */
+    int was = dm_trace_self_quiet(1);
     pthread_t t;
     if (dm_thread_start(&t, reporter, NULL) != 0) {
-        close(wake_pipe[0]);
-        close(wake_pipe[1]);
-        wake_pipe[0] = wake_pipe[1] = -1;
+        /* no reporter: SIGUSR1 and -i report nothing; the exit report stays */
     }
+    dm_trace_self_quiet(was);
 }
 
 /* The child of a fork reports on its own: its counts start from zero
  * (the parent's stay the parent's), its mutexes keep their identities,
- * and it gets its own reporter thread (the parent's is not there). */
+ * and it gets its own reporter thread at its first acquisition (the
+ * parent's is not there). */
 static void atfork_parent(void)
 {
     dm_trace_report_release();
@@ -534,51 +749,39 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
-    dm_trace_report_release();
+    dm_trace_report_child();
     for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
         struct dm_trace_slot *s = &dm_trace_table[i];
-        if (!LOAD(s->key))
-            continue;
-        STORE(s->locks, 0);
-        STORE(s->contended, 0);
-        STORE(s->wait_ns, 0);
-        STORE(s->wait_max_ns, 0);
-        STORE(s->hold_max_ns, 0);
-        STORE(s->threads, 0);
-        for (int b = 0; b < DM_TRACE_HIST; b++)
-            STORE(s->hist[b], 0);
         /* depth and hold_start stay: the forking thread's holds are held. */
+        if (LOAD(s->key))
+            dm_trace_slot_zero(s);
     }
     STORE(dm_trace_untracked, 0);
     struct dm_trace_obj *tables[] = { dm_trace_conds, dm_trace_rwlocks };
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
             struct dm_trace_obj *s = &tables[t][i];
-            if (!LOAD(s->key))
-                continue;
-            for (int k = 0; k < 3; k++)
-                STORE(s->n[k], 0);
-            STORE(s->wait_ns, 0);
-            STORE(s->wait_max_ns, 0);
-            STORE(s->threads, 0);
+            if (LOAD(s->key))
+                dm_trace_obj_zero(s);
         }
     STORE(dm_trace_untracked_conds, 0);
     STORE(dm_trace_untracked_rwlocks, 0);
     my_bit = 0;
     STORE(thread_seq, 0);
-    if (wake_pipe[0] >= 0) {
-        close(wake_pipe[0]);
-        close(wake_pipe[1]);
-        wake_pipe[0] = wake_pipe[1] = -1;
-    }
-    if (reporting)
-        start_reporter();
+    sem_init(&wake, 0, 0);
+    STORE(reporter_started, 0);
 }
 
 __attribute__((constructor)) static void dm_trace_start(void)
 {
     dm_real_resolve();
-    const char *iv = getenv("DMUTEX_TRACE_INTERVAL");
+    if (!tsc_invariant())
+        use_tsc = 0;
+    calib_ticks = now_ticks();
+    calib_ns = clock_ns();
+    dm_trace_report_start();
+    sem_init(&wake, 0, 0);
+    const char *iv = secure_getenv("DMUTEX_TRACE_INTERVAL");
     if (iv && *iv) {
         char *end;
         long v = strtol(iv, &end, 10);
@@ -589,13 +792,14 @@ __attribute__((constructor)) static void dm_trace_start(void)
     struct sigaction old;
     int want_signal = sigaction(SIGUSR1, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
         && old.sa_handler == SIG_DFL;
-    /* A thread from a constructor, unlike the shim: the program may get
-     * SIGUSR1 before it locks anything, and the report must not be
-     * written from the handler. It blocks every signal and sleeps in poll. */
+    /* The reporter starts at the first unlock that leaves a thread
+     * holding nothing; a SIGUSR1 before it waits in the semaphore. This
+     * thread was numbered by a library constructor's lock before this
+     * one ran, perhaps: its next such unlock starts it. */
     reporting = want_signal || interval_s;
-    if (reporting)
-        start_reporter();
-    if (want_signal && wake_pipe[1] >= 0) {
+    if (reporting && my_bit)
+        start_due = 1;
+    if (want_signal) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_sigusr1;

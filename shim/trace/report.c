@@ -10,7 +10,11 @@
  *              address of its init call, with the object's build-id
  *                                         (weak: address of this build only)
  *   unknown    neither (a stack mutex, a heap one never initialised by a
- *              call)
+ *              call: a C++ std::mutex): one row for all of them
+ * A file-static's name starts with its file ("a.c:lock"); rows that would
+ * still share a name get "@object", then ".N": two mutexes never get one
+ * name. The mutexes of an object being dlclosed are identified before it
+ * goes (dm_trace_report_unloading) and their rows kept.
  * Rows are sorted by contention, then locks. The text goes to stderr,
  * then a `mutexes = ( ... );` block of the picked rows (--top, --min-locks:
  * DMUTEX_TRACE_TOP, DMUTEX_TRACE_MIN_LOCKS); the same as JSON to
@@ -26,6 +30,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -34,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -57,14 +63,16 @@ static const char *const certainty_notes[] = {
 
 struct row {
     enum certainty c;
-    char key[1024];                 /* what is aggregated: one config entry */
+    char key[1024];                 /* what is aggregated: one config entry but its name */
     char what[700];                 /* identification, for people */
-    char entry[1024];               /* the config entry, "" when none */
+    char entry[1400];               /* the config entry, "" when none (made once names are unique) */
     char name[NAME_LEN + 1];
     char object[256];               /* "" for the executable */
     int is_heap;
+    int late;                       /* its init site is in an object dlopen brought: the shim
+                                     * maps init_site entries only in objects loaded at start */
     uint64_t mutexes, locks, contended, wait_ns, wait_max_ns, hold_max_ns, threads;
-    uint64_t hist[DM_TRACE_HIST];
+    uint64_t hist[DM_TRACE_HIST];   /* in ticks, as the slot's */
     uint64_t n[3];                  /* a cond's or rwlock's counts (trace.h) */
 };
 
@@ -74,21 +82,101 @@ struct obj_kind {
     size_t size;                    /* of its pthread type: offset -> index */
     const char *init;               /* its init function */
     const char *types;              /* said of a symbol of exactly that size */
+    const char *never;              /* said of the unknown row of those never given to init */
+    int nuses;                      /* n[0 .. nuses-1] are uses (what --min-locks counts) */
 };
 
 static const struct obj_kind kind_mutex = {
     "mutexes", MUTEX_SIZE, "pthread_mutex_init", " (std::mutex / pthread_mutex_t)",
+    "a std::mutex, or PTHREAD_MUTEX_INITIALIZER outside a variable", 0,
 };
 static const struct obj_kind kind_cond = {
     "conds", sizeof(pthread_cond_t), "pthread_cond_init",
     " (std::condition_variable / pthread_cond_t)",
+    "a std::condition_variable, or PTHREAD_COND_INITIALIZER outside a variable", 3,
 };
 static const struct obj_kind kind_rwlock = {
     "rwlocks", sizeof(pthread_rwlock_t), "pthread_rwlock_init",
     " (std::shared_mutex / pthread_rwlock_t)",
+    "a std::shared_mutex, or PTHREAD_RWLOCK_INITIALIZER outside a variable", 2,
 };
 
+/* ns per tick for this report (dm_trace_ns_per_tick, under report_mu). */
+static double tick_ns = 1.0;
+
+static uint64_t ticks_to_ns(uint64_t t)
+{
+    double ns = (double)t * tick_ns;
+    return ns >= 1.8e19 ? UINT64_MAX : (uint64_t)ns;
+}
+
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Rows of mutexes whose object was dlclosed, identified before it went
+ * (under report_mu); the same for conds and rwlocks. */
+static struct row *gone;
+static size_t ngone, gone_cap;
+enum { GONE_CONDS, GONE_RWLOCKS };
+static struct gone_objs {
+    struct row *rows;
+    size_t n, cap;
+} gone_objs[2];
+
+/* The code segments of the objects loaded at start (the constructor's view):
+ * an init site outside them is in a library dlopen brought, which
+ * init_site entries cannot name (the shim resolves them at start only). */
+#define START_SEGS 1024
+static struct { uintptr_t lo, hi; } start_segs[START_SEGS];
+static int nstart_segs;
+
+static int note_start_segs(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    for (int i = 0; i < info->dlpi_phnum && nstart_segs < START_SEGS; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;               /* init sites are code: one segment an object, mostly */
+        start_segs[nstart_segs].lo = info->dlpi_addr + ph->p_vaddr;
+        start_segs[nstart_segs].hi = start_segs[nstart_segs].lo + ph->p_memsz;
+        nstart_segs++;
+    }
+    return 0;
+}
+
+static int loaded_at_start(uintptr_t a)
+{
+    for (int i = 0; i < nstart_segs; i++)
+        if (a >= start_segs[i].lo && a < start_segs[i].hi)
+            return 1;
+    return 0;
+}
+
+/* stderr as the program started with it: st_dev/st_ino, 0: none. */
+static int err_known;
+static dev_t err_dev;
+static ino_t err_ino;
+
+void dm_trace_report_start(void)
+{
+    struct stat st;
+    if (fstat(STDERR_FILENO, &st) == 0) {
+        err_known = 1;
+        err_dev = st.st_dev;
+        err_ino = st.st_ino;
+    }
+    dl_iterate_phdr(note_start_segs, NULL);
+}
+
+/* Is fd 2 still the file the program started with? A program that
+ * closed it may have opened a file of its own there (a data file, a
+ * socket): the text report must not land in it. */
+static int stderr_is_ours(void)
+{
+    struct stat st;
+    return err_known && fstat(STDERR_FILENO, &st) == 0 && st.st_dev == err_dev
+        && st.st_ino == err_ino;
+}
 
 void dm_trace_report_prepare(void)
 {
@@ -97,6 +185,18 @@ void dm_trace_report_prepare(void)
 
 void dm_trace_report_release(void)
 {
+    dm_real.mutex_unlock(&report_mu);
+}
+
+void dm_trace_report_child(void)
+{
+    free(gone);
+    gone = NULL;
+    ngone = gone_cap = 0;
+    for (int i = 0; i < 2; i++) {
+        free(gone_objs[i].rows);
+        gone_objs[i] = (struct gone_objs){ 0 };
+    }
     dm_real.mutex_unlock(&report_mu);
 }
 
@@ -160,9 +260,12 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
         snprintf(r->object, sizeof r->object, "%s", w.is_exe ? "" : base_name(w.path));
         if (w.symbol[0]) {
             uintptr_t off = w.vaddr - w.sym_value;
-            char sym[800];
+            char sym[800], dem[600];
             snprintf(sym, sizeof sym, "%s%s%s", w.file, w.file[0] ? ":" : "", w.symbol);
-            demangle(w.symbol, shown, sizeof shown);
+            /* A file-static is named with its file: two files' `lock`
+             * are two mutexes (conds, rwlocks), so two names. */
+            demangle(w.symbol, dem, sizeof dem);
+            snprintf(shown, sizeof shown, "%s%s%s", w.file, w.file[0] ? ":" : "", dem);
             const char *kind = w.sym_size == k->size ? k->types : "";
             char where[64] = "", at[64] = "";
             if (w.sym_size > k->size && w.sym_size % k->size == 0 && off % k->size == 0) {
@@ -184,9 +287,7 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
             r->c = C_SYMBOL;
             snprintf(r->what, sizeof r->what, "%s%s in %s (%s)%s", shown, where,
                      base_name(w.path), w.section, kind);
-            snprintf(r->entry, sizeof r->entry, "{ symbol = \"%s\";%s%s name = \"%s\"; }",
-                     sym, obj, at, r->name);
-            snprintf(r->key, sizeof r->key, "%s", r->entry);
+            snprintf(r->key, sizeof r->key, "{ symbol = \"%s\";%s%s", sym, obj, at);
             return;
         }
         /* In an object, no symbol: its address, this build's. */
@@ -197,14 +298,14 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
         snprintf(r->what, sizeof r->what, "%s+%#" PRIxPTR " (no symbol covers it%s)",
                  base_name(w.path), w.vaddr,
                  w.section[0] ? "" : "; no symbol table");
-        snprintf(r->entry, sizeof r->entry, "{ address = %#" PRIxPTR ";%s%s%s%s name = \"%s\"; }",
+        snprintf(r->key, sizeof r->key, "{ address = %#" PRIxPTR ";%s%s%s%s",
                  w.vaddr, obj, w.build_id[0] ? " build_id = \"" : "", w.build_id,
-                 w.build_id[0] ? "\";" : "", r->name);
-        snprintf(r->key, sizeof r->key, "%s", r->entry);
+                 w.build_id[0] ? "\";" : "");
         return;
     }
     r->is_heap = 1;
     if (site && dm_symbols_where(site, 1, &w) == 0) {
+        r->late = !loaded_at_start(site);
         object_clause(&w, obj, sizeof obj);
         snprintf(r->object, sizeof r->object, "%s", w.is_exe ? "" : base_name(w.path));
         if (w.symbol[0] && !w.file[0] && strchr(w.symbol, '.') == NULL) {
@@ -213,9 +314,7 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
             r->c = C_INIT_SITE;
             snprintf(r->what, sizeof r->what, "heap, %s in %s (%s+%#" PRIxPTR ")",
                      k->init, shown, base_name(w.path), w.vaddr);
-            snprintf(r->entry, sizeof r->entry, "{ init_site = \"%s\";%s name = \"%s\"; }",
-                     w.symbol, obj, r->name);
-            snprintf(r->key, sizeof r->key, "%s", r->entry);
+            snprintf(r->key, sizeof r->key, "{ init_site = \"%s\";%s", w.symbol, obj);
             return;
         }
         char nm[NAME_LEN + 1];
@@ -226,20 +325,24 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
                  " (%s)", k->init, base_name(w.path), w.vaddr,
                  w.symbol[0] ? "a file-static function: init_site names globals only"
                              : "no symbol covers the call");
-        snprintf(r->entry, sizeof r->entry,
-                 "{ init_site_address = %#" PRIxPTR ";%s%s%s%s name = \"%s\"; }",
+        snprintf(r->key, sizeof r->key, "{ init_site_address = %#" PRIxPTR ";%s%s%s%s",
                  w.vaddr, obj, w.build_id[0] ? " build_id = \"" : "", w.build_id,
-                 w.build_id[0] ? "\";" : "", r->name);
-        snprintf(r->key, sizeof r->key, "%s", r->entry);
+                 w.build_id[0] ? "\";" : "");
         return;
     }
+    /* One row for all of a kind: their addresses name nothing a config
+     * could use, and a C++ program's heap std::mutexes (never given to
+     * pthread_mutex_init) are thousands. */
     r->c = C_UNKNOWN;
     snprintf(r->name, sizeof r->name, "-");
-    char never[64];
-    snprintf(never, sizeof never, "never initialised by %s", k->init);
-    snprintf(r->what, sizeof r->what, "%#" PRIxPTR " (heap or stack, %s)", m,
-             site ? "initialised from outside any loaded object" : never);
-    snprintf(r->key, sizeof r->key, "unknown %#" PRIxPTR, m);
+    if (site)
+        snprintf(r->what, sizeof r->what,
+                 "heap or stack, initialised from outside any loaded object");
+    else
+        snprintf(r->what, sizeof r->what,
+                 "heap or stack, never initialised by %s (%s): no entry names it", k->init,
+                 k->never);
+    snprintf(r->key, sizeof r->key, "unknown %d", site != 0);
 }
 
 static void identify(uintptr_t m, uintptr_t site, struct row *r)
@@ -264,7 +367,7 @@ static int by_contention(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
-/* The upper bound of the bucket holding the 99th percentile hold. */
+/* The upper bound of the bucket holding the 99th percentile hold, in ns. */
 static uint64_t p99_ns(const struct row *r)
 {
     uint64_t total = 0;
@@ -276,7 +379,7 @@ static uint64_t p99_ns(const struct row *r)
     for (int b = DM_TRACE_HIST - 1; b >= 0; b--) {
         above += r->hist[b];
         if (above > allowed) {
-            uint64_t hi = b >= 63 ? UINT64_MAX : (2ull << b);
+            uint64_t hi = b >= 63 ? UINT64_MAX : ticks_to_ns(2ull << b);
             return hi < r->hold_max_ns ? hi : r->hold_max_ns;
         }
     }
@@ -297,7 +400,7 @@ static void human(uint64_t ns, char *out, size_t len)
 
 static long env_long(const char *name, long dflt)
 {
-    const char *v = getenv(name);
+    const char *v = secure_getenv(name);
     if (!v || !*v)
         return dflt;
     char *end;
@@ -309,8 +412,11 @@ static long env_long(const char *name, long dflt)
  * enough locks, the first `top` of them. */
 static int picked(const struct row *r, size_t rank, long top, long min_locks)
 {
-    return r->c != C_UNKNOWN && (long)rank < top && r->locks >= (uint64_t)min_locks;
+    return r->c != C_UNKNOWN && !r->late && (long)rank < top && r->locks >= (uint64_t)min_locks;
 }
+
+#define LATE_NOTE "not mappable: an init site in a library loaded by dlopen (init_site " \
+                  "entries are resolved at start)"
 
 static void json_str(FILE *f, const char *s)
 {
@@ -358,6 +464,8 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
                 r->threads, r->what);
         if (r->mutexes > 1)
             fprintf(f, " [%" PRIu64 " mutexes]", r->mutexes);
+        if (r->late)
+            fprintf(f, " (%s)", LATE_NOTE);
         fputc('\n', f);
     }
     fprintf(f, "# config entries for pid %d (%s): the first %ld rows with >= %ld locks\n",
@@ -369,6 +477,12 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
             last = i;
     for (size_t i = 0; i < n; i++) {
         const struct row *r = &rows[i];
+        if (r->late && r->c != C_UNKNOWN && (long)i < top && r->locks >= (uint64_t)min_locks) {
+            /* shown, commented out: pasted, it would stop the program */
+            fprintf(f, "  # %s  # %s: %" PRIu64 " locks, %" PRIu64 " contended\n", r->entry,
+                    LATE_NOTE, r->locks, r->contended);
+            continue;
+        }
         if (!picked(r, i, top, min_locks))
             continue;
         fprintf(f, "  %s%s  # %s (%s): %" PRIu64 " locks, %" PRIu64 " contended, %" PRIu64
@@ -384,79 +498,15 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
 /* ---- condition variables and rwlocks ---------------------------------- */
 
 /* The rows of one of record.c's object tables, for its section of the
- * report. n[0 .. nuses-1] are uses (what --min-locks counts). */
+ * report. */
 struct objs {
     const struct obj_kind *k;
     const char *what;               /* "condition variables used", "rwlocks locked" */
     const char *cols[3];            /* the headers of n[0..2] */
-    int nuses;
     struct row *rows;
     size_t n, nobj;
     uint64_t untracked;
 };
-
-static void collect_objs(struct objs *o, struct dm_trace_obj *table, uint64_t untracked)
-{
-    size_t cap = 0;
-    o->untracked = untracked;
-    for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
-        struct dm_trace_obj *s = &table[i];
-        uintptr_t key = atomic_load(&s->key);
-        uint64_t n[3], uses = 0;
-        for (int k = 0; k < 3; k++)
-            n[k] = atomic_load(&s->n[k]);
-        for (int k = 0; k < o->nuses; k++)
-            uses += n[k];
-        if (!key || !uses)
-            continue;
-        if (o->n == cap) {
-            size_t c2 = cap ? cap * 2 : 64;
-            struct row *more = realloc(o->rows, c2 * sizeof *o->rows);
-            if (!more)
-                break;          /* out of memory: report what fits */
-            o->rows = more;
-            cap = c2;
-        }
-        o->nobj++;
-        struct row *t = &o->rows[o->n++];
-        memset(t, 0, sizeof *t);
-        identify_as(o->k, key, atomic_load(&s->init_site), t);
-        t->mutexes = 1;
-        t->locks = uses;
-        memcpy(t->n, n, sizeof n);
-        t->wait_ns = atomic_load(&s->wait_ns);
-        t->wait_max_ns = atomic_load(&s->wait_max_ns);
-        t->threads = atomic_load(&s->threads);     /* a bitmap until counted below */
-        if (o->k == &kind_rwlock)
-            t->contended = n[DM_TRACE_RW_CONTENDED];
-    }
-    if (o->n)
-        qsort(o->rows, o->n, sizeof *o->rows, by_key);
-    size_t kept = 0;
-    for (size_t i = 0; i < o->n; i++) {
-        struct row *t = kept ? &o->rows[kept - 1] : NULL, *r = &o->rows[i];
-        if (!t || strcmp(t->key, r->key) != 0) {
-            if (kept != i)
-                o->rows[kept] = *r;
-            kept++;
-            continue;
-        }
-        t->mutexes += r->mutexes;
-        t->locks += r->locks;
-        t->contended += r->contended;
-        for (int k = 0; k < 3; k++)
-            t->n[k] += r->n[k];
-        t->wait_ns += r->wait_ns;
-        if (r->wait_max_ns > t->wait_max_ns)
-            t->wait_max_ns = r->wait_max_ns;
-        t->threads |= r->threads;
-    }
-    o->n = kept;
-    for (size_t i = 0; i < o->n; i++)
-        o->rows[i].threads = (uint64_t)__builtin_popcountll(o->rows[i].threads);
-    if (o->n)
-        qsort(o->rows, o->n, sizeof *o->rows, by_contention);
-}
 
 /* The `conds = ( ... );` (`rwlocks`) block of the picked rows, each entry
  * commented with its certainty (and its counts, for the text). */
@@ -469,10 +519,15 @@ static void write_obj_block(FILE *f, const struct objs *o, long top, long min_lo
             last = i;
     for (size_t i = 0; i < o->n; i++) {
         const struct row *r = &o->rows[i];
-        if (!picked(r, i, top, min_locks))
+        int late = r->late && r->c != C_UNKNOWN && (long)i < top
+            && r->locks >= (uint64_t)min_locks;
+        if (late)       /* shown, commented out: pasted, it would stop the program */
+            fprintf(f, "  # %s  # %s", r->entry, LATE_NOTE);
+        else if (picked(r, i, top, min_locks))
+            fprintf(f, "  %s%s  # %s (%s)", r->entry, i == last ? "" : ",",
+                    certainty_names[r->c], certainty_notes[r->c]);
+        else
             continue;
-        fprintf(f, "  %s%s  # %s (%s)", r->entry, i == last ? "" : ",",
-                certainty_names[r->c], certainty_notes[r->c]);
         if (counts)
             fprintf(f, ": %" PRIu64 " %s, %" PRIu64 " %s, %" PRIu64 " %s, %" PRIu64 " threads",
                     r->n[0], o->cols[0], r->n[1], o->cols[1], r->n[2], o->cols[2], r->threads);
@@ -506,6 +561,8 @@ static void write_objs_text(FILE *f, const struct objs *o, const char *prog, lon
                 r->threads, r->what);
         if (r->mutexes > 1)
             fprintf(f, " [%" PRIu64 " %s]", r->mutexes, o->k->list);
+        if (r->late)
+            fprintf(f, " (%s)", LATE_NOTE);
         fputc('\n', f);
         k += picked(r, i, top, min_locks);
     }
@@ -526,7 +583,7 @@ static void write_objs_json(FILE *f, const struct objs *o, long top, long min_lo
         const struct row *r = &o->rows[i];
         fprintf(f, "%s\n    {\"rank\": %zu, \"certainty\": \"%s\", \"note\": \"%s\", "
                 "\"identification\": ", i ? "," : "", i + 1, certainty_names[r->c],
-                certainty_notes[r->c]);
+                r->late ? LATE_NOTE : certainty_notes[r->c]);
         json_str(f, r->what);
         fprintf(f, ", \"object\": ");
         json_str(f, r->object);
@@ -569,7 +626,7 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
         const struct row *r = &rows[i];
         fprintf(f, "%s\n    {\"rank\": %zu, \"certainty\": \"%s\", \"note\": \"%s\", "
                 "\"identification\": ", i ? "," : "", i + 1, certainty_names[r->c],
-                certainty_notes[r->c]);
+                r->late ? LATE_NOTE : certainty_notes[r->c]);
         json_str(f, r->what);
         fprintf(f, ", \"object\": ");
         json_str(f, r->object);
@@ -609,12 +666,18 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
     fprintf(f, "\n}\n");
 }
 
+/* Is this process the one `dmutex trace` ran (DMUTEX_TRACE_ROOT)? */
+static int is_root(void)
+{
+    const char *root = secure_getenv("DMUTEX_TRACE_ROOT");
+    return root && atol(root) == (long)getpid();
+}
+
 /* FILE for the traced program itself, FILE.<pid>.json (FILE's ".json"
  * replaced) for every other process: fork children, programs it runs. */
 static void json_path(const char *file, char *out, size_t len)
 {
-    const char *root = getenv("DMUTEX_TRACE_ROOT");
-    if (root && atol(root) == (long)getpid()) {
+    if (is_root()) {
         snprintf(out, len, "%s", file);
         return;
     }
@@ -628,7 +691,7 @@ static void write_json_file(const char *why, const char *prog, struct row *rows,
                             size_t nmutex, uint64_t untracked, long top, long min_locks,
                             const struct objs *objs, size_t nobjs)
 {
-    const char *file = getenv("DMUTEX_TRACE_JSON");
+    const char *file = secure_getenv("DMUTEX_TRACE_JSON");
     if (!file || !*file)
         return;
     char path[PATH_MAX], tmp[PATH_MAX + 32];
@@ -636,51 +699,354 @@ static void write_json_file(const char *why, const char *prog, struct row *rows,
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE *f = fopen(tmp, "we");
     if (!f) {
-        fprintf(stderr, "dmutex trace: %s: %s\n", tmp, strerror(errno));
+        dprintf(STDERR_FILENO, "dmutex trace: %s: %s\n", path, strerror(errno));
         return;
     }
     write_json(f, why, prog, rows, n, nmutex, untracked, top, min_locks, objs, nobjs);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "dmutex trace: %s: %s\n", path, strerror(errno));
+        dprintf(STDERR_FILENO, "dmutex trace: %s: %s\n", path, strerror(errno));
         unlink(tmp);
     }
+}
+
+/* A row for slot s (its counts, identified), or -1 when it has none. */
+static int row_of_slot(struct dm_trace_slot *s, struct row *t)
+{
+    uintptr_t key = atomic_load(&s->key);
+    uint64_t locks = atomic_load(&s->locks);
+    if (!key || !locks)
+        return -1;
+    memset(t, 0, sizeof *t);
+    int retired = DM_TRACE_IS_RETIRED(key);
+    identify(retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    t->mutexes = retired ? atomic_load(&s->folded) : 1;
+    t->locks = locks;
+    t->contended = atomic_load(&s->contended);
+    t->wait_ns = ticks_to_ns(atomic_load(&s->wait_ticks));
+    t->wait_max_ns = ticks_to_ns(atomic_load(&s->wait_max_ticks));
+    t->hold_max_ns = ticks_to_ns(atomic_load(&s->hold_max_ticks));
+    t->threads = atomic_load(&s->threads);     /* a bitmap until counted */
+    for (int b = 0; b < DM_TRACE_HIST; b++)
+        t->hist[b] = atomic_load(&s->hist[b]);
+    return 0;
+}
+
+/* A row for slot s of an object table of kind k, or -1 when it has no
+ * uses. */
+static int row_of_obj(const struct obj_kind *k, struct dm_trace_obj *s, struct row *t)
+{
+    uintptr_t key = atomic_load(&s->key);
+    uint64_t n[3], uses = 0;
+    for (int i = 0; i < 3; i++)
+        n[i] = atomic_load(&s->n[i]);
+    for (int i = 0; i < k->nuses; i++)
+        uses += n[i];
+    if (!key || !uses)
+        return -1;
+    memset(t, 0, sizeof *t);
+    int retired = DM_TRACE_IS_RETIRED(key);
+    identify_as(k, retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    t->mutexes = retired ? atomic_load(&s->folded) : 1;
+    t->locks = uses;
+    memcpy(t->n, n, sizeof n);
+    t->wait_ns = ticks_to_ns(atomic_load(&s->wait_ticks));
+    t->wait_max_ns = ticks_to_ns(atomic_load(&s->wait_max_ticks));
+    t->threads = atomic_load(&s->threads);     /* a bitmap until counted */
+    if (k == &kind_rwlock)
+        t->contended = n[DM_TRACE_RW_CONTENDED];
+    return 0;
+}
+
+/* Adds r's counts to t's, of the same entry (a mutex's, a cond's, an
+ * rwlock's). Heap mutexes of one init_site are several mutexes; a
+ * variable's rows are one mutex's (seen again after its object was loaded
+ * again). */
+static void merge_row(struct row *t, const struct row *r)
+{
+    if (r->is_heap)
+        t->mutexes += r->mutexes;
+    t->locks += r->locks;
+    t->contended += r->contended;
+    t->wait_ns += r->wait_ns;
+    if (r->wait_max_ns > t->wait_max_ns)
+        t->wait_max_ns = r->wait_max_ns;
+    if (r->hold_max_ns > t->hold_max_ns)
+        t->hold_max_ns = r->hold_max_ns;
+    t->threads |= r->threads;
+    for (int b = 0; b < DM_TRACE_HIST; b++)
+        t->hist[b] += r->hist[b];
+    for (int k = 0; k < 3; k++)
+        t->n[k] += r->n[k];
+}
+
+/* Room for one more row in *rows (n used of *cap); NULL: out of memory. */
+static struct row *row_add(struct row **rows, size_t *n, size_t *cap)
+{
+    if (*n == *cap) {
+        size_t c2 = *cap ? *cap * 2 : 64;
+        struct row *more = realloc(*rows, c2 * sizeof **rows);
+        if (!more)
+            return NULL;
+        *rows = more;
+        *cap = c2;
+    }
+    return &(*rows)[(*n)++];
+}
+
+struct seg_ctx {
+    uintptr_t base;
+    const char *name;
+    uintptr_t lo[16], hi[16];
+    int n;
+};
+
+static int visit_segs(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct seg_ctx *c = data;
+    if (info->dlpi_addr != c->base || strcmp(info->dlpi_name ? info->dlpi_name : "", c->name))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum && c->n < 16; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        c->lo[c->n] = info->dlpi_addr + ph->p_vaddr;
+        c->hi[c->n] = c->lo[c->n] + ph->p_memsz;
+        c->n++;
+    }
+    return 1;
+}
+
+static int in_segs(const struct seg_ctx *c, uintptr_t a)
+{
+    for (int i = 0; i < c->n; i++)
+        if (a >= c->lo[i] && a < c->hi[i])
+            return 1;
+    return 0;
+}
+
+/* Keeps row t of an object being unloaded in *rows, merged by entry: an
+ * object loaded and unloaded in a loop adds no row per round. 0, or -1
+ * when out of memory. */
+static int keep_gone(struct row **rows, size_t *n, size_t *cap, const struct row *t)
+{
+    size_t k = 0;
+    while (k < *n && strcmp((*rows)[k].key, t->key) != 0)
+        k++;
+    if (k < *n) {
+        merge_row(&(*rows)[k], t);
+        return 0;
+    }
+    struct row *r = row_add(rows, n, cap);
+    if (!r)
+        return -1;
+    *r = *t;
+    return 0;
+}
+
+/* The conds (rwlocks) of an object being unloaded: kept in *g, their
+ * slots zeroed. */
+static void unloading_objs(const struct seg_ctx *c, const struct obj_kind *k,
+                           struct dm_trace_obj *table, struct gone_objs *g)
+{
+    for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
+        struct dm_trace_obj *s = &table[i];
+        uintptr_t key = atomic_load(&s->key);
+        if (!key)
+            continue;
+        uintptr_t at = DM_TRACE_IS_RETIRED(key) ? atomic_load(&s->first) : key;
+        if (!in_segs(c, at) && !in_segs(c, atomic_load(&s->init_site)))
+            continue;
+        struct row t;
+        if (row_of_obj(k, s, &t) != 0)
+            continue;
+        if (keep_gone(&g->rows, &g->n, &g->cap, &t) != 0)
+            break;
+        dm_trace_obj_zero(s);
+    }
+}
+
+void dm_trace_report_unloading(void *handle)
+{
+    struct link_map *lm = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return;
+    struct seg_ctx c = { .base = lm->l_addr, .name = lm->l_name ? lm->l_name : "" };
+    int was_quiet = dm_trace_self_quiet(1);
+    dl_iterate_phdr(visit_segs, &c);
+    if (c.n) {
+        dm_real.mutex_lock(&report_mu);
+        tick_ns = dm_trace_ns_per_tick();
+        for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
+            struct dm_trace_slot *s = &dm_trace_table[i];
+            uintptr_t key = atomic_load(&s->key);
+            if (!key || !atomic_load(&s->locks))
+                continue;
+            uintptr_t at = DM_TRACE_IS_RETIRED(key) ? atomic_load(&s->first) : key;
+            if (!in_segs(&c, at) && !in_segs(&c, atomic_load(&s->init_site)))
+                continue;
+            struct row t;
+            row_of_slot(s, &t);
+            if (keep_gone(&gone, &ngone, &gone_cap, &t) != 0)
+                break;
+            dm_trace_slot_zero(s);
+        }
+        unloading_objs(&c, &kind_cond, dm_trace_conds, &gone_objs[GONE_CONDS]);
+        unloading_objs(&c, &kind_rwlock, dm_trace_rwlocks, &gone_objs[GONE_RWLOCKS]);
+        dm_real.mutex_unlock(&report_mu);
+    }
+    dm_trace_self_quiet(was_quiet);
+}
+
+void dm_trace_report_unloaded(void)
+{
+    int was_quiet = dm_trace_self_quiet(1);
+    dm_symbols_flush();
+    dm_trace_self_quiet(was_quiet);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    const struct row *x = *(const struct row *const *)a, *y = *(const struct row *const *)b;
+    int d = strcmp(x->name, y->name);
+    return d ? d : strcmp(x->key, y->key);
+}
+
+/* Sorts p[0..n) by name; 1 when two rows share one. */
+static int names_sorted(struct row **p, size_t n)
+{
+    qsort(p, n, sizeof *p, by_name);
+    for (size_t i = 1; i < n; i++)
+        if (p[i]->c != C_UNKNOWN && strcmp(p[i]->name, p[i - 1]->name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Every row's name unique (different mutexes under one name would be one
+ * cluster-wide lock): the rows that share a name get "@object" (the
+ * executable's own name for it), then, if that is not enough, ".2", ".3"
+ * in the order of their entries; then each row's entry is made. */
+static void unique_names(struct row *rows, size_t n, const char *prog)
+{
+    struct row **p = malloc((n ? n : 1) * sizeof *p);
+    if (p) {
+        for (size_t i = 0; i < n; i++)
+            p[i] = &rows[i];
+        for (int pass = 0; pass < 2 && names_sorted(p, n); pass++) {
+            for (size_t i = 0; i < n;) {
+                size_t j = i + 1;
+                while (j < n && strcmp(p[j]->name, p[i]->name) == 0)
+                    j++;
+                for (size_t k = i; j - i > 1 && k < j && p[k]->c != C_UNKNOWN; k++) {
+                    char nm[NAME_LEN * 2 + 32];
+                    if (pass == 0)
+                        snprintf(nm, sizeof nm, "%s@%s", p[k]->name,
+                                 p[k]->object[0] ? p[k]->object : prog);
+                    else
+                        snprintf(nm, sizeof nm, "%.*s.%zu", NAME_LEN - 24, p[k]->name,
+                                 k - i + 1);
+                    lock_name(nm, p[k]->name);
+                }
+                i = j;
+            }
+        }
+        free(p);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].c != C_UNKNOWN)
+            snprintf(rows[i].entry, sizeof rows[i].entry, "%s name = \"%s\"; }", rows[i].key,
+                     rows[i].name);
+}
+
+/* The rows of one of record.c's object tables (conds, rwlocks) as the
+ * mutexes' are made: one per object (and per retired slot, and per row of
+ * an unloaded object: g), merged by entry, names unique within the block,
+ * sorted by contention. Under report_mu, tick_ns set. */
+static void collect_objs(struct objs *o, struct dm_trace_obj *table, const struct gone_objs *g,
+                         uint64_t untracked, const char *prog)
+{
+    size_t cap = 0;
+    o->untracked = untracked;
+    for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++) {
+        struct row t;
+        if (row_of_obj(o->k, &table[i], &t) != 0)
+            continue;
+        struct row *r = row_add(&o->rows, &o->n, &cap);
+        if (!r)
+            break;          /* out of memory: report what fits */
+        *r = t;
+    }
+    for (size_t i = 0; i < g->n; i++) {
+        struct row *r = row_add(&o->rows, &o->n, &cap);
+        if (!r)
+            break;
+        *r = g->rows[i];
+    }
+    if (o->n)
+        qsort(o->rows, o->n, sizeof *o->rows, by_key);
+    size_t kept = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        struct row *t = kept ? &o->rows[kept - 1] : NULL, *r = &o->rows[i];
+        if (!t || strcmp(t->key, r->key) != 0) {
+            if (kept != i)
+                o->rows[kept] = *r;
+            kept++;
+            continue;
+        }
+        merge_row(t, r);
+    }
+    o->n = kept;
+    for (size_t i = 0; i < o->n; i++) {
+        o->nobj += o->rows[i].mutexes;
+        o->rows[i].threads = (uint64_t)__builtin_popcountll(o->rows[i].threads);
+    }
+    unique_names(o->rows, o->n, prog);
+    if (o->n)
+        qsort(o->rows, o->n, sizeof *o->rows, by_contention);
+}
+
+/* Has any object of `table` been used (a time to convert)? */
+static int objs_used(struct dm_trace_obj *table)
+{
+    for (unsigned i = 0; i < DM_TRACE_OBJ_SLOTS; i++)
+        if (atomic_load(&table[i].key) && (atomic_load(&table[i].n[0])
+                                           || atomic_load(&table[i].n[1])
+                                           || atomic_load(&table[i].n[2])))
+            return 1;
+    return 0;
 }
 
 void dm_trace_report(const char *why)
 {
     int was_quiet = dm_trace_self_quiet(1);
     dm_real.mutex_lock(&report_mu);
-    /* One row per mutex, then rows of one config entry merged: sorted by
-     * key, so a report of many mutexes stays n log n. */
+    /* The ratio may wait up to 2 ms in a young process: only when there
+     * is a time to convert (a helper that locked nothing ends at once). */
+    int any = ngone > 0;
+    for (unsigned i = 0; i < DM_TRACE_SLOTS && !any; i++)
+        any = atomic_load(&dm_trace_table[i].locks) != 0;
+    any = any || gone_objs[GONE_CONDS].n || gone_objs[GONE_RWLOCKS].n
+        || objs_used(dm_trace_conds) || objs_used(dm_trace_rwlocks);
+    tick_ns = any ? dm_trace_ns_per_tick() : 1.0;
+    /* One row per mutex (and per retired slot, and per row of an unloaded
+     * object), then rows of one config entry merged: sorted by key, so a
+     * report of many mutexes stays n log n. */
     struct row *rows = NULL;
     size_t n = 0, cap = 0, nmutex = 0;
     for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
-        struct dm_trace_slot *s = &dm_trace_table[i];
-        uintptr_t key = atomic_load(&s->key);
-        uint64_t locks = atomic_load(&s->locks);
-        if (!key || !locks)
+        struct row t;
+        if (row_of_slot(&dm_trace_table[i], &t) != 0)
             continue;
-        if (n == cap) {
-            size_t c2 = cap ? cap * 2 : 64;
-            struct row *more = realloc(rows, c2 * sizeof *rows);
-            if (!more)
-                break;          /* out of memory: report what fits */
-            rows = more;
-            cap = c2;
-        }
-        nmutex++;
-        struct row *t = &rows[n++];
-        memset(t, 0, sizeof *t);
-        identify(key, atomic_load(&s->init_site), t);
-        t->mutexes = 1;
-        t->locks = locks;
-        t->contended = atomic_load(&s->contended);
-        t->wait_ns = atomic_load(&s->wait_ns);
-        t->wait_max_ns = atomic_load(&s->wait_max_ns);
-        t->hold_max_ns = atomic_load(&s->hold_max_ns);
-        t->threads = atomic_load(&s->threads);     /* a bitmap until counted below */
-        for (int b = 0; b < DM_TRACE_HIST; b++)
-            t->hist[b] = atomic_load(&s->hist[b]);
+        struct row *r = row_add(&rows, &n, &cap);
+        if (!r)
+            break;          /* out of memory: report what fits */
+        *r = t;
+    }
+    for (size_t i = 0; i < ngone; i++) {
+        struct row *r = row_add(&rows, &n, &cap);
+        if (!r)
+            break;
+        *r = gone[i];
     }
     if (n)
         qsort(rows, n, sizeof *rows, by_key);
@@ -693,42 +1059,44 @@ void dm_trace_report(const char *why)
             kept++;
             continue;
         }
-        t->mutexes += r->mutexes;
-        t->locks += r->locks;
-        t->contended += r->contended;
-        t->wait_ns += r->wait_ns;
-        if (r->wait_max_ns > t->wait_max_ns)
-            t->wait_max_ns = r->wait_max_ns;
-        if (r->hold_max_ns > t->hold_max_ns)
-            t->hold_max_ns = r->hold_max_ns;
-        t->threads |= r->threads;
-        for (int b = 0; b < DM_TRACE_HIST; b++)
-            t->hist[b] += r->hist[b];
+        merge_row(t, r);
     }
     n = kept;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        nmutex += rows[i].mutexes;
         rows[i].threads = (uint64_t)__builtin_popcountll(rows[i].threads);
-    if (n)
-        qsort(rows, n, sizeof *rows, by_contention);
+    }
 
     char prog[256];
     program_name(prog, sizeof prog);
+    unique_names(rows, n, prog);
+    if (n)
+        qsort(rows, n, sizeof *rows, by_contention);
+
     long top = env_long("DMUTEX_TRACE_TOP", TOP_DEFAULT);
     long min_locks = env_long("DMUTEX_TRACE_MIN_LOCKS", 1);
     uint64_t untracked = atomic_load(&dm_trace_untracked);
     struct objs objs[] = {
-        { .k = &kind_cond, .what = "condition variables used", .nuses = 3,
+        { .k = &kind_cond, .what = "condition variables used",
           .cols = { "waits", "signals", "broadcasts" } },
-        { .k = &kind_rwlock, .what = "rwlocks locked", .nuses = 2,
+        { .k = &kind_rwlock, .what = "rwlocks locked",
           .cols = { "reads", "writes", "contended" } },
     };
-    collect_objs(&objs[0], dm_trace_conds, atomic_load(&dm_trace_untracked_conds));
-    collect_objs(&objs[1], dm_trace_rwlocks, atomic_load(&dm_trace_untracked_rwlocks));
+    collect_objs(&objs[0], dm_trace_conds, &gone_objs[GONE_CONDS],
+                 atomic_load(&dm_trace_untracked_conds), prog);
+    collect_objs(&objs[1], dm_trace_rwlocks, &gone_objs[GONE_RWLOCKS],
+                 atomic_load(&dm_trace_untracked_rwlocks), prog);
+    /* A program the traced one ran (a shell, a helper) that locked
+     * nothing (no mutex, cond or rwlock) says nothing at its exit: its
+     * stderr may be read by the program that ran it. */
+    int say = n || untracked || strcmp(why, "exit") != 0 || is_root();
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+        say = say || objs[i].n || objs[i].untracked;
     /* One write of the whole text, so that reports of several processes
      * sharing stderr do not interleave line by line. */
     char *text = NULL;
     size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
+    FILE *m = say && stderr_is_ours() ? open_memstream(&text, &len) : NULL;
     if (m) {
         write_text(m, why, prog, rows, n, nmutex, untracked, top, min_locks);
         for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
@@ -744,8 +1112,9 @@ void dm_trace_report(const char *why)
         }
         free(text);
     }
-    write_json_file(why, prog, rows, n, nmutex, untracked, top, min_locks, objs,
-                    sizeof objs / sizeof objs[0]);
+    if (say)
+        write_json_file(why, prog, rows, n, nmutex, untracked, top, min_locks, objs,
+                        sizeof objs / sizeof objs[0]);
     free(rows);
     for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
         free(objs[i].rows);

@@ -16,22 +16,36 @@
 #define DM_TRACE_SLOTS_LOG2     14
 #define DM_TRACE_SLOTS          (1u << DM_TRACE_SLOTS_LOG2)
 #define DM_TRACE_PROBES         64      /* slots tried before a mutex counts as untracked */
-#define DM_TRACE_HIST           40      /* hold-time buckets: [2^b, 2^(b+1)) ns, the last open */
+#define DM_TRACE_HIST           40      /* hold-time buckets: [2^b, 2^(b+1)) ticks, the last open */
 #define DM_TRACE_THREAD_BITS    64      /* distinct threads told apart per mutex */
 
-/* One mutex. Key and init_site are set once (compare-and-swap); the
- * counters are written only by the thread that holds the mutex (plain
- * relaxed loads and stores, no locked instruction on the hot path), and
- * read racily by the report. */
+/* One mutex. The key is set once (compare-and-swap); the counters are
+ * written only by the thread that holds the mutex (plain relaxed loads and
+ * stores, no locked instruction on the hot path), and read racily by the
+ * report.
+ *
+ * A heap or stack address is used again by other mutexes: when an
+ * address with counts is initialised again from another call site, its
+ * counts are retired (added with locked instructions: init is not the hot
+ * path) into the slot keyed DM_TRACE_RETIRED(the old init site), one per
+ * init site, and its own slot starts over with the new site. So the
+ * counts of a mutex made by b_new() at an address an a_new() mutex had
+ * before are b_new's, not a_new's. (A destroy retires nothing: a global
+ * destroyed at exit keeps its counts, and its address names it.) */
+#define DM_TRACE_RETIRED(site)  ((uintptr_t)(site) | 1)    /* odd: never a mutex's address */
+#define DM_TRACE_IS_RETIRED(key) (((key) & 1) != 0)
+
 struct dm_trace_slot {
-    _Atomic uintptr_t key;              /* the mutex's address, 0: free */
-    _Atomic uintptr_t init_site;        /* return address of its first pthread_mutex_init, 0: none */
+    _Atomic uintptr_t key;              /* the mutex's address, 0: free; odd: retired counts */
+    _Atomic uintptr_t init_site;        /* return address of its pthread_mutex_init, 0: none */
+    _Atomic uintptr_t first;            /* retired: the address of the first mutex retired into it */
+    _Atomic uint64_t folded;            /* retired: how many mutexes' counts it holds */
     _Atomic uint64_t locks;             /* acquisitions (cond-wait re-acquisitions included) */
     _Atomic uint64_t contended;         /* acquisitions that found it held */
-    _Atomic uint64_t wait_ns, wait_max_ns;
-    _Atomic uint64_t hold_max_ns;
+    _Atomic uint64_t wait_ticks, wait_max_ticks;    /* times in ticks: dm_trace_ns_per_tick */
+    _Atomic uint64_t hold_max_ticks;
     _Atomic uint64_t threads;           /* bit (thread number % 64) of each thread that locked it */
-    _Atomic uint64_t hold_start_ns;     /* the holder's; meaningful while depth > 0 */
+    _Atomic uint64_t hold_start;        /* the holder's, in ticks; meaningful while depth > 0 */
     _Atomic uint32_t depth;             /* recursive holds of the holder */
     _Atomic uint32_t hist[DM_TRACE_HIST];
 };
@@ -54,12 +68,18 @@ enum {                                  /* dm_trace_obj.n[] of an rwlock */
     DM_TRACE_RW_READS, DM_TRACE_RW_WRITES, DM_TRACE_RW_CONTENDED,
 };
 
+/* An object address initialised again from another call site holds
+ * another object, as a mutex's does: its counts are retired into the slot
+ * keyed DM_TRACE_RETIRED(the old init site) of the same table. */
 struct dm_trace_obj {
-    _Atomic uintptr_t key;              /* the object's address, 0: free */
-    _Atomic uintptr_t init_site;        /* return address of its first pthread_cond_init /
+    _Atomic uintptr_t key;              /* the object's address, 0: free; odd: retired counts */
+    _Atomic uintptr_t init_site;        /* return address of its pthread_cond_init /
                                          * pthread_rwlock_init, 0: none */
+    _Atomic uintptr_t first;            /* retired: the address of the first object retired */
+    _Atomic uint64_t folded;            /* retired: how many objects' counts it holds */
     _Atomic uint64_t n[3];              /* the counts above */
-    _Atomic uint64_t wait_ns, wait_max_ns;  /* cond: time in its waits; rwlock: contended waits */
+    _Atomic uint64_t wait_ticks, wait_max_ticks;    /* cond: time in its waits; rwlock: contended
+                                                     * waits; in ticks: dm_trace_ns_per_tick */
     _Atomic uint64_t threads;           /* bit (thread number % 64) of each thread that used it */
 };
 
@@ -68,11 +88,45 @@ extern struct dm_trace_obj dm_trace_rwlocks[DM_TRACE_OBJ_SLOTS];
 extern _Atomic uint64_t dm_trace_untracked_conds;      /* calls on conds with no slot */
 extern _Atomic uint64_t dm_trace_untracked_rwlocks;    /* acquisitions of rwlocks with no slot */
 
+/* record.c: what a tick of the times above is in ns. The times are read
+ * with rdtsc where the CPU says its TSC is invariant (x86-64: a third of
+ * the cost of clock_gettime on the hot path), else they are ns of
+ * CLOCK_MONOTONIC and this is 1. Calibrated against CLOCK_MONOTONIC since
+ * the constructor (a process younger than 2 ms waits until it is that old
+ * for a precise ratio). */
+double dm_trace_ns_per_tick(void);
+
+/* record.c: zeroes s's counts (a fork child's start, or counts the
+ * report took away); its key and init site stay. */
+void dm_trace_slot_zero(struct dm_trace_slot *s);
+
+/* record.c: zeroes o's counts (a fork child's start, or counts the report
+ * took away at a dlclose); its key and init site stay. */
+void dm_trace_obj_zero(struct dm_trace_obj *o);
+
 /* report.c: writes the process's report (text on stderr, JSON to the -o
  * file) with `why` ("exit", "signal", "interval") in its header. Takes
  * the loader's lock and allocates: never from a signal handler or with a
  * traced mutex held. Serialised: one report at a time. */
 void dm_trace_report(const char *why);
+
+/* report.c: the constructor's part: notes which file stderr is, so that
+ * a report never goes into a file the program opened later on fd 2. */
+void dm_trace_report_start(void);
+
+/* report.c: before dlclose(handle): the mutexes, conds and rwlocks of
+ * that object (its variables, and heap ones its code initialised) are
+ * identified now,
+ * while its symbols can be read, and their counts kept with that
+ * identification (an unloaded object's addresses name nothing, or later
+ * another object's). */
+void dm_trace_report_unloading(void *handle);
+
+/* report.c: after a dlclose: the cached symbol tables are dropped, since
+ * another file (the plugin rebuilt) may be loaded at the same place under
+ * the same name, and a table cached for the old one would name its
+ * addresses. */
+void dm_trace_report_unloaded(void);
 
 /* report.c: fork handlers (record.c registers them). A fork while another
  * thread writes a report must not leave the child with the report's lock
@@ -80,6 +134,7 @@ void dm_trace_report(const char *why);
  * have: prepare waits for the report to end; parent and child release. */
 void dm_trace_report_prepare(void);
 void dm_trace_report_release(void);
+void dm_trace_report_child(void);      /* the child's: also forgets the parent's unloaded rows */
 
 /* record.c: the calling thread's traced calls pass straight through while
  * set (the report's own locking is not the program's). Returns the
