@@ -254,6 +254,7 @@ static int connect_node(struct dm_conn *conn)
 {
     conn->c = NULL;
     conn->tls = NULL;
+    conn->nlate = 0;    /* a new context: no reply can be due on it */
     conn->err = DM_REDIS_OK;
     conn->errstr[0] = 0;
     conn->gen = 0;
