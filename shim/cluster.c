@@ -274,6 +274,9 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
     return record_get(name, 1);
 }
 
+static void wconn_close(struct dm_conn *wc);
+static struct dm_conn *wconn_take(struct dm_cluster_lock *l);
+
 void dm_cluster_lock_put(struct dm_cluster_lock *l)
 {
     if (!l)
@@ -290,6 +293,7 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
     pthread_mutex_unlock(&locks_mu);
     /* Out of the table: no one else can reach it. notify may wait for a
      * handler here, so locks_mu is not held. */
+    wconn_close(wconn_take(l));
     dm_notify_chan_put(l->chan);
     dm_notify_chan_put(l->wchan);
     dm_notify_chan_put(l->wantchan);
@@ -670,8 +674,92 @@ static const char *down_policy(void)
  * another connection), so the request is given up (abandon: left, voided,
  * and a grant it got handed on) before a new one is sent or the call
  * returns. A trylock returns EBUSY on any failure, as it always has. */
+/* A fair mutex waiter reads its handover on a connection of its own,
+ * subscribed to its wait channel (dm_redis_subscribe): the message wakes
+ * the waiting thread itself, where the subscriber thread's would take two
+ * wake-ups (that thread, then the waiter). Without Sentinel and Redis
+ * Cluster only (their subscriptions follow the primary and the slots in
+ * notify), and not for an rwlock's writer (its wake-ups are not all
+ * handovers). Between two waits the connection stays subscribed in the
+ * record (l->wconn), at most DM_WCONNS_KEPT of them per process, so a
+ * name waited on again costs no SUBSCRIBE; one that breaks is dropped
+ * and the wait makes a new one after its next attempt. */
+#define DM_WCONNS_KEPT 32
+static int wconns_kept;         /* records holding one (atomic) */
+
+static int direct_wait(const struct dm_cluster_lock *l)
+{
+    return !l->rw && ccfg->redis.nsentinels == 0 && ccfg->redis.ncluster == 0;
+}
+
+static void wconn_close(struct dm_conn *wc)
+{
+    if (wc) {
+        dm_redis_close(wc);
+        free(wc);
+    }
+}
+
+/* The record's subscribed connection, taken for one wait; NULL: none. */
+static struct dm_conn *wconn_take(struct dm_cluster_lock *l)
+{
+    struct dm_conn *wc = __atomic_exchange_n(&l->wconn, NULL, __ATOMIC_ACQ_REL);
+    if (wc)
+        __atomic_sub_fetch(&wconns_kept, 1, __ATOMIC_RELAXED);
+    return wc;
+}
+
+/* Keeps a wait's connection (still subscribed) for the next wait of the
+ * name, or closes it (broken, one kept already, or enough kept). */
+static void wconn_keep(struct dm_cluster_lock *l, struct dm_conn *wc)
+{
+    if (!wc)
+        return;
+    struct dm_conn *none = NULL;
+    if (wc->c && wc->err == DM_REDIS_OK &&
+        __atomic_add_fetch(&wconns_kept, 1, __ATOMIC_RELAXED) <= DM_WCONNS_KEPT) {
+        if (__atomic_compare_exchange_n(&l->wconn, &none, wc, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return;
+    } else if (wc->c && wc->err == DM_REDIS_OK) {
+        /* counted above, not kept */
+    } else {
+        wconn_close(wc);
+        return;
+    }
+    __atomic_sub_fetch(&wconns_kept, 1, __ATOMIC_RELAXED);
+    wconn_close(wc);
+}
+
+/* A new connection subscribed to this process's wait channel of l. */
+static struct dm_conn *wconn_new(struct dm_cluster_lock *l)
+{
+    struct dm_conn *wc = calloc(1, sizeof *wc);
+    if (!wc)
+        return NULL;
+    if (dm_redis_connect(wc) != 0 || dm_redis_subscribe(wc, l->wait_channel) != 0) {
+        wconn_close(wc);
+        return NULL;
+    }
+    return wc;
+}
+
+static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
+                        const struct timespec *deadline, int flags, struct dm_grant *g,
+                        struct dm_conn **wcp);
+
 int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g)
+{
+    struct dm_conn *wc = NULL;
+    int r = acquire_loop(l, owner, deadline, flags, g, &wc);
+    wconn_keep(l, wc);
+    return r;
+}
+
+static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
+                        const struct timespec *deadline, int flags, struct dm_grant *g,
+                        struct dm_conn **wcp)
 {
     static long down_logged;
     struct dm_redis_error why;
@@ -694,13 +782,21 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     struct dm_notify_chan *ch = __atomic_load_n(fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
     char member[DM_OWNER_MAX + 24];
     new_member(l, owner, member, sizeof member);
+    /* A fair mutex waiter's own subscribed connection (see direct_wait). */
+    int direct = fair && direct_wait(l);
+    if (direct) {
+        ch = NULL;
+        *wcp = wconn_take(l);
+    }
     /* Already subscribed (from an earlier wait): a notice sent after the
      * first attempt cannot be missed, so that attempt is enough. */
     if (!(flags & DM_ACQ_TRY) && ch)
         subscribed = dm_notify_is_subscribed(ch);
+    if (direct && *wcp)
+        subscribed = 1;
 
     for (;;) {
-        unsigned long seen = subscribed ? dm_notify_seq(ch) : 0;
+        unsigned long seen = subscribed && ch ? dm_notify_seq(ch) : 0;
         long pttl = 0;
         long long sent = dm_now_ms();
         enum attempt res;
@@ -819,7 +915,12 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         long left = dm_remaining_ms(deadline);
         if (left == 0)
             break;
-        if (!subscribed) {
+        if (!subscribed && direct) {
+            if ((*wcp = wconn_new(l)) != NULL) {
+                subscribed = 1;
+                continue;       /* the second attempt, now that no handover can be missed */
+            }
+        } else if (!subscribed) {
             long to = ccfg->redis.command_timeout_ms;
             if (left >= 0 && left < to)
                 to = left;
@@ -837,9 +938,28 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             dm_sleep_ms(wait);
             continue;
         }
-        if (dm_notify_wait(ch, seen, wait) == 0 && fair) {
-            char msg[DM_OWNER_MAX + 48];
-            dm_notify_last(ch, msg, sizeof msg);
+        char msg[DM_OWNER_MAX + 48];
+        int got;
+        if (direct) {
+            /* Every message on our channel, until ours or the wait's end;
+             * a broken connection may have lost one: attempt again first. */
+            long long until = dm_now_ms() + wait;
+            do
+                got = dm_redis_next_message(*wcp, until - dm_now_ms(), msg, sizeof msg);
+            while (got == 1 && !(strncmp(msg, member, strlen(member)) == 0 &&
+                                 msg[strlen(member)] == ' '));
+            if (got < 0) {
+                dm_debug("lock %s: %s; subscribing again", l->name, (*wcp)->errstr);
+                wconn_close(*wcp);
+                *wcp = NULL;
+                subscribed = 0;
+            }
+        } else {
+            got = dm_notify_wait(ch, seen, wait) == 0;
+            if (got && fair)
+                dm_notify_last(ch, msg, sizeof msg);
+        }
+        if (got == 1 && fair) {
             /* The handover happened after our last attempt was sent, so its
              * claim lease runs at most from then. A late notice (a stalled
              * process) is checked by one more attempt instead. */
@@ -1049,7 +1169,15 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             make_wait_channel(l);
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
+            if (l->wconn) {
+                /* Subscribed to the parent's channel, on the parent's
+                 * socket: closed unread and unsent to (no TLS goodbye). */
+                redisFree(l->wconn->c);
+                free(l->wconn);
+                l->wconn = NULL;
+            }
         }
+    __atomic_store_n(&wconns_kept, 0, __ATOMIC_RELAXED);
     /* The child counts from zero: the names gone keep nothing, and no
      * walk is on (the writer thread is the parent's). */
     __atomic_store_n(&walkers, 0, __ATOMIC_RELAXED);

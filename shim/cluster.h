@@ -63,6 +63,8 @@ struct dm_cluster_lock {
     struct dm_notify_chan *chan;        /* release notices: dm_cluster_lock_chan */
     struct dm_notify_chan *wchan;       /* handovers to this process: dm_cluster_lock_wchan */
     struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
+    struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to
+                                   wait_channel, kept between waits (cluster.c) */
     int fair;           /* queue waiters, hand over on release */
     int cache;          /* the holder keeps the lock until asked */
     int wants;          /* waiters announce wants (cache mode, or several mutexes

@@ -5,6 +5,7 @@
 #include "redis.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -961,6 +962,61 @@ void dm_redis_flush(void)
         late_drain(conn);
         dm_redis_put(conn);
     }
+}
+
+int dm_redis_subscribe(struct dm_conn *conn, const char *channel)
+{
+    redisReply *r = dm_redis_command(conn, "SUBSCRIBE %s", channel);
+    if (!r)
+        return -1;
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3;
+    freeReplyObject(r);
+    if (!ok)
+        set_err(conn, DM_REDIS_BAD_REPLY, "redis at %s: SUBSCRIBE %s: unexpected reply",
+                dm_redis_conn_addr(conn), channel);
+    return ok ? 0 : -1;
+}
+
+int dm_redis_next_message(struct dm_conn *conn, long timeout_ms, char *buf, size_t len)
+{
+    if (!conn->c)
+        return -1;
+    long long end = dm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        redisReply *r = NULL;
+        if (redisGetReplyFromReader(conn->c, (void **)&r) != REDIS_OK)
+            break;
+        if (r) {
+            int msg = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                      r->element[0]->type == REDIS_REPLY_STRING &&
+                      strcmp(r->element[0]->str, "message") == 0 &&
+                      r->element[2]->type == REDIS_REPLY_STRING;
+            if (msg)
+                snprintf(buf, len, "%s", r->element[2]->str);
+            freeReplyObject(r);
+            if (msg)
+                return 1;
+            continue;
+        }
+        if (!dm_net_buffered(conn->tls)) {
+            long long left = end - dm_now_ms();
+            if (left <= 0)
+                return 0;
+            struct pollfd p = { conn->c->fd, POLLIN, 0 };
+            int n = poll(&p, 1, (int)left);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n == 0)
+                return 0;
+            if (n < 0)
+                break;
+        }
+        if (dm_net_read(conn->c, conn->tls) != REDIS_OK)
+            break;
+    }
+    set_err(conn, DM_REDIS_IO, "redis at %s: subscribed connection: %s", dm_redis_conn_addr(conn),
+            conn->c->err ? conn->c->errstr : strerror(errno));
+    return -1;
 }
 
 redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)

@@ -245,6 +245,19 @@ redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, i
 int dm_redis_script_nowait(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                            const char *const *args, dm_redis_late_fn fn, void *arg);
 
+/* A connection of the caller's own (dm_redis_connect), subscribed to
+ * `channel` (SUBSCRIBE): a fair waiter reads its handover on it itself,
+ * woken by the message with no other thread in between. 0, or -1 with
+ * conn->err set (close it). */
+int dm_redis_subscribe(struct dm_conn *conn, const char *channel);
+
+/* The next message on a conn dm_redis_subscribe made, waiting up to
+ * timeout_ms (poll(2): the connection stays usable after a timeout):
+ * 1 with its payload in buf (NUL-terminated, cut to len), 0 when none
+ * came in time, -1 when the connection failed (conn->err set: close it;
+ * messages may have been lost). Other replies are skipped. */
+int dm_redis_next_message(struct dm_conn *conn, long timeout_ms, char *buf, size_t len);
+
 /* Reads every reply still due on the pool's idle connections (their fns
  * run in the calling thread): the exit path, so that a release written by
  * an unlock is known to have run, or retried, before the process ends. */

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -612,6 +613,78 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     dm_cluster_flush();
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
     assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* ---- a fair waiter reads its own handover --------------------------------- */
+
+static sem_t stall_go;
+static int stall_entered;
+
+static void stall_handler(void *arg, const char *msg, size_t len)
+{
+    (void)arg, (void)msg, (void)len;
+    __atomic_store_n(&stall_entered, 1, __ATOMIC_RELEASE);
+    sem_wait(&stall_go);
+}
+
+struct direct_waiter {
+    struct th_hold *h;
+    int r;
+    struct dm_grant g;
+};
+
+static void *direct_waiter_main(void *arg)
+{
+    struct direct_waiter *w = arg;
+    struct timespec dl;
+    dm_deadline_in(&dl, 20000);
+    w->r = dm_cluster_acquire(w->h->l, w->h->b, &dl, 0, &w->g);
+    return NULL;
+}
+
+/* A fair handover reaches its waiter with no other thread in between: it
+ * arrives while the subscriber thread (notify) is stuck in a handler, and
+ * is taken as a handover (the claim lease), not found by a later attempt
+ * (which would give a full lease). */
+static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("direct");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    sem_init(&stall_go, 0, 0);
+    __atomic_store_n(&stall_entered, 0, __ATOMIC_RELAXED);
+    struct dm_notify_chan *stall = dm_notify_chan("dmutex:{direct}:stall");
+    assert_non_null(stall);
+    dm_notify_set_handler(stall, stall_handler, NULL);
+    assert_int_equal(dm_notify_subscribe(stall, SLACK_MS), 0);
+    freeReplyObject(th_cmd(rc, "PUBLISH dmutex:{direct}:stall x"));
+    long long end = th_now_ms() + SLACK_MS;
+    while (!__atomic_load_n(&stall_entered, __ATOMIC_ACQUIRE) && th_now_ms() < end)
+        usleep(1000);
+    assert_true(__atomic_load_n(&stall_entered, __ATOMIC_ACQUIRE));     /* notify is stuck */
+
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    /* Released once the waiter is subscribed and its second attempt (the
+     * first after subscribing) has run: only a message can tell it now. */
+    end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, h.l->wait_channel) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    pthread_join(th, NULL);
+    sem_post(&stall_go);
+    dm_notify_set_handler(stall, NULL, NULL);
+    dm_notify_chan_put(stall);
+    assert_int_equal(w.r, 0);
+    assert_int_equal(w.g.token, h.t + 1);
+    assert_int_equal(w.g.lease_ms, cfg.renew_ms);       /* the handover's claim lease */
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
     dm_cluster_lock_put(h.l);
 }
 
@@ -1262,6 +1335,8 @@ int main(void)
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
+        cmocka_unit_test_setup(test_fair_waiter_reads_its_handover_without_the_subscriber_thread,
+                               reset_policy),
         cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
         cmocka_unit_test_setup(test_token_counter_lost_restarts_from_server_time, reset_policy),
         cmocka_unit_test_setup(test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat,
