@@ -344,43 +344,47 @@ class Bench:
             log("  %d thread(s): %.2f ns -> %.2f ns per pair (x%.2f)"
                 % (t, median(plain), median(shim), median(shim) / median(plain)))
         out["instructions"] = self.instructions(cfg)
+        out["rw_instructions"] = self.instructions(cfg, rw=True)
         self.res["passthrough"] = out
 
-    def instructions(self, cfg):
+    def instructions(self, cfg, rw=False):
         """Instructions per pair, plain and preloaded: perf stat if the
         machine has a hardware counter, else callgrind (only bench_loop and
-        what it calls: --toggle-collect)."""
+        what it calls: --toggle-collect). rw: rdlock+unlock pairs of an
+        unlisted rwlock (bench_rw_loop)."""
+        extra = ["rw"] if rw else []
+        loop = "bench_rw_loop" if rw else "bench_loop"
         perf = shutil.which("perf")
         if perf:
             p = subprocess.run([perf, "stat", "-x,", "-e", "instructions:u", "true"],
                                capture_output=True, text=True)
             if p.returncode == 0 and "<not supported>" not in p.stderr \
                     and "<not counted>" not in p.stderr:
-                return self.instructions_perf(perf, cfg)
+                return self.instructions_perf(perf, cfg, extra)
             log("  perf: no hardware instruction counter here: using callgrind")
         res = {"tool": "callgrind"}
         for name, env in (("plain", None), ("shim", self.shim_env(cfg))):
             outf = os.path.join(self.tmp, "callgrind." + name)
-            subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=bench_loop",
+            subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=" + loop,
                             "--callgrind-out-file=" + outf, PASSTHROUGH, "1",
-                            str(CALLGRIND_N)], capture_output=True, text=True, check=True,
-                           env=env)
+                            str(CALLGRIND_N)] + extra, capture_output=True, text=True,
+                           check=True, env=env)
             with open(outf) as f:
                 total = next(int(l.split()[1]) for l in f if l.startswith("summary:"))
             res[name] = total / CALLGRIND_N
         res["extra"] = res["shim"] - res["plain"]
-        log("  instructions per pair (%s): %.1f -> %.1f (+%.1f)"
-            % (res["tool"], res["plain"], res["shim"], res["extra"]))
+        log("  instructions per %s pair (%s): %.1f -> %.1f (+%.1f)"
+            % ("rwlock" if rw else "mutex", res["tool"], res["plain"], res["shim"], res["extra"]))
         return res
 
-    def instructions_perf(self, perf, cfg):
+    def instructions_perf(self, perf, cfg, extra):
         res = {"tool": "perf stat"}
         for name, env in (("plain", None), ("shim", self.shim_env(cfg))):
             counts = []
             for n in (CALLGRIND_N, 10 * CALLGRIND_N):
                 p = subprocess.run([perf, "stat", "-x,", "-e", "instructions:u", PASSTHROUGH,
-                                    "1", str(n)], capture_output=True, text=True, check=True,
-                                   env=env)
+                                    "1", str(n)] + extra, capture_output=True, text=True,
+                                   check=True, env=env)
                 counts.append(int(p.stderr.strip().splitlines()[-1].split(",")[0]))
             res[name] = (counts[1] - counts[0]) / (9 * CALLGRIND_N)
         res["extra"] = res["shim"] - res["plain"]
@@ -571,6 +575,11 @@ def targets(res):
     rows.append(("unmapped pair: extra instructions (%s)" % ins["tool"],
                  "%.1f -> %.1f: +%.1f" % (ins["plain"], ins["shim"], ins["extra"]),
                  "<= 15", verdict(ins["extra"], 15, False)))
+    ins = pt.get("rw_instructions")
+    if ins:
+        rows.append(("unlisted rwlock rdlock+unlock: extra instructions (%s)" % ins["tool"],
+                     "%.1f -> %.1f: +%.1f" % (ins["plain"], ins["shim"], ins["extra"]),
+                     "<= 15", verdict(ins["extra"], 15, False)))
     rtt = res["rtt_us"]
     un = res["uncontended"]
     for s in ("dmutex-notice", "dmutex-fair"):

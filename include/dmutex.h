@@ -1,11 +1,12 @@
 /* dmutex.h: the explicit API, for programs that can change a line.
  *
- * Both functions are exported by libdmutex.so. A program that must also run
+ * The functions are exported by libdmutex.so. A program that must also run
  * without the shim declares them weak and checks for NULL:
  *
  *     #include "dmutex.h"
  *     #pragma weak dmutex_name
  *     #pragma weak dmutex_token
+ *     #pragma weak dmutex_rwlock_token
  *     ...
  *     if (dmutex_name)
  *         dmutex_name(&acct->lock, "account");
@@ -47,6 +48,13 @@ int dmutex_name(pthread_mutex_t *m, const char *name);
  * the cluster, to send along with writes that a resource can check. 0 when
  * `m` is not mapped or the caller does not hold it. */
 uint64_t dmutex_token(pthread_mutex_t *m);
+
+/* The fencing token of the calling thread's current hold of the rwlock `l`
+ * listed in rwlocks: a writer's is its write grant's, above every grant of
+ * that lock before it anywhere in the cluster; a reader's is the grant of
+ * its process's read hold, which the process's readers share. 0 when `l`
+ * is not listed or the caller does not hold it. */
+uint64_t dmutex_rwlock_token(pthread_rwlock_t *l);
 
 #ifdef __cplusplus
 }

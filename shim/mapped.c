@@ -1268,6 +1268,18 @@ int dm_mapped_rwunlock(struct dm_rw_entry *e, pthread_rwlock_t *l)
     return r ? r : lost;
 }
 
+uint64_t dm_mapped_rwtoken(struct dm_rw_entry *e)
+{
+    struct dm_name *nm = e->nm;
+    int write = __atomic_load_n(&e->writer, __ATOMIC_RELAXED) == self_seq();
+    if (!write && !tl_holds(nm))
+        return 0;
+    pthread_mutex_lock(&nm->mu);
+    uint64_t t = nm->state == NAME_HELD && nm->held && nm->write == write ? nm->hold.token : 0;
+    pthread_mutex_unlock(&nm->mu);
+    return t;
+}
+
 int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
 {
     if (__atomic_load_n(&e->writer, __ATOMIC_RELAXED) != 0)

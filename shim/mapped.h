@@ -173,6 +173,10 @@ int dm_mapped_rwinit(struct dm_rw_entry *e, pthread_rwlock_t *l, const pthread_r
 /* Fencing token of the calling thread's hold of e, 0 if it holds none. */
 uint64_t dm_mapped_token(struct dm_entry *e);
 
+/* Fencing token of the calling thread's hold of rwlock e: its write
+ * grant's, or (a reader) the process's read grant's; 0 if it holds none. */
+uint64_t dm_mapped_rwtoken(struct dm_rw_entry *e);
+
 /* fork: prepare takes the name table's lock, parent and child let go (the
  * child also forgets every hold: they are the parent's). */
 void dm_mapped_atfork(enum dm_fork_phase phase);

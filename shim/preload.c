@@ -5,9 +5,8 @@
  * pthread_cond_init also ask startup whether their caller is an init_site
  * function (one load when there are none). A cond wait probes the cond
  * first (a listed one is cluster-wide, whatever its mutex), then the
- * mutex. dlopen/dlclose and the
- * explicit API (dmutex_name, dmutex_token) are thin exports over startup
- * and mapped. Nothing includes this module: it has no header. Does no I/O
+ * mutex. dlopen/dlclose and the explicit API (dmutex_name, dmutex_token,
+ * dmutex_rwlock_token) are thin exports over startup and mapped. Nothing includes this module: it has no header. Does no I/O
  * and knows nothing of Redis, of the program's symbols or of the config
  * (but whether a lock name is valid, for dmutex_name): those are startup's
  * and the modules under it. */
@@ -274,6 +273,12 @@ DM_EXPORT uint64_t dmutex_token(pthread_mutex_t *m)
 {
     struct dm_entry *e = dm_mapped_find(m);
     return e ? dm_mapped_token(e) : 0;
+}
+
+DM_EXPORT uint64_t dmutex_rwlock_token(pthread_rwlock_t *l)
+{
+    struct dm_rw_entry *e = dm_mapped_find_rwlock(l);
+    return e ? dm_mapped_rwtoken(e) : 0;
 }
 
 /* ---- the loader ---------------------------------------------------------

@@ -170,7 +170,7 @@ else bad "dmutex.conf(5) names installed paths, not the repository's" "$(cat "$T
 # libdmutex(3): the API of dmutex.h, every variable the shim reads, 78.
 D3=$U/share/man/man3/libdmutex.3
 missing=""
-for w in dmutex_name dmutex_token DMUTEX_VERSION LD_PRELOAD 78 password_env \
+for w in dmutex_name dmutex_token dmutex_rwlock_token DMUTEX_VERSION LD_PRELOAD 78 password_env \
         $( (grep -ohE '(secure_)?getenv\("[A-Za-z_]+"\)' shim/*.c | sed 's/.*("\(.*\)")/\1/';
             grep -ohE '"DMUTEX_[A-Z_]+"' shim/*.c | tr -d '"') | sort -u); do
     grep -qF "$w" "$D3" || missing="$missing $w"

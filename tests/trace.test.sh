@@ -60,7 +60,8 @@ trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' 
 PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
       $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/trace_conds
-      $PR/trace_routes $PR/libtracegone.so $PR/trace_malloc $PR/libtracegone2.so $PR/trace_early"
+      $PR/libtracegone.so $PR/trace_malloc $PR/libtracegone2.so $PR/trace_early
+      $PR/trace_routes"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -349,6 +350,23 @@ fi
 touch "$T/go"
 wait "$sig"
 has "exit report" "$T/sig.err" "SIGUSR1: the exit report still comes"
+
+# A program that locks rwlocks and never a mutex gets its reporter too.
+rm -f "$T/go"
+"$DMUTEX" trace -- "$PR/trace_misc" rwwait "$T/go" >"$T/rsig.out" 2>"$T/rsig.err" &
+rsig=$!
+pids="$pids $rsig"
+if wait_for ready "$T/rsig.out"; then
+    kill -USR1 "$rsig"
+    if wait_for "signal report" "$T/rsig.err" && kill -0 "$rsig" 2>/dev/null; then
+        ok "SIGUSR1: a report while a program of rwlocks only runs"
+    else bad "SIGUSR1: a report while a program of rwlocks only runs" "$(cat "$T/rsig.err")"; fi
+    has "wait_rwlock" "$T/rsig.err" "SIGUSR1: the report has the rwlock locked so far"
+else
+    bad "SIGUSR1: the rwlocks-only program got ready" "$(cat "$T/rsig.out" "$T/rsig.err")"
+fi
+touch "$T/go"
+wait "$rsig"
 
 rm -f "$T/go"
 "$DMUTEX" trace -i 1 -- "$PR/trace_misc" wait "$T/go" >"$T/iv.out" 2>"$T/iv.err" &

@@ -245,8 +245,15 @@ if kind == 'none' then
     end
     if nreaders > 0 then
         -- Readers hold it: wait first in line (the last one's release wakes us).
+        -- A reader whose lease ends this very millisecond is not expired yet:
+        -- retry at once (1 ms), not after the "unknown" wait of a pttl of 0
+        -- (a dead reader's end would cost a writer a whole wait cap).
         local first = redis.call('zrange', readers, 0, 0, 'withscores')
-        return not_granted(tonumber(first[2]) - clock())
+        local left = tonumber(first[2]) - clock()
+        if left < 1 then
+            left = 1
+        end
+        return not_granted(left)
     end
     if head then
         leave_queue()

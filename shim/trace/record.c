@@ -54,6 +54,8 @@ static _Atomic unsigned thread_seq;
 static __thread unsigned my_bit;        /* 1 + thread number, 0: not yet numbered */
 static __thread int quiet;              /* this thread's calls are the tracer's own */
 static __thread unsigned holding;       /* traced acquisitions this thread has not released */
+static __thread unsigned rw_holding;    /* rwlock acquisitions it has not released (rwlocks
+                                           keep no holder: a count for the reporter's start) */
 static __thread int start_due;          /* start the reporter once this thread holds nothing */
 
 static sem_t wake;                      /* SIGUSR1 -> reporter thread (sem_post is async-signal-safe) */
@@ -172,7 +174,7 @@ static struct dm_trace_slot *slot_of(const void *m)
 
 /* The calling thread's bit in a slot's `threads`. Its first call numbers
  * the thread, which then starts the reporter at its first unlock that
- * leaves it holding nothing (pthread_mutex_unlock). */
+ * leaves it holding nothing (pthread_mutex_unlock, pthread_rwlock_unlock). */
 static inline uint64_t thread_bit(void)
 {
     if (!my_bit) {
@@ -336,7 +338,7 @@ DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
     /* The reporter starts here, with nothing of the program's held: the
      * first lock may be taken inside the program's own malloc, which
      * pthread_create calls again. */
-    if (start_due && !holding) {
+    if (start_due && !holding && !rw_holding) {
         start_due = 0;
         start_reporter();
     }
@@ -541,6 +543,7 @@ DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
 
 static void rwlock_acquired(pthread_rwlock_t *l, int which, int contended, uint64_t waited)
 {
+    rw_holding++;
     struct dm_trace_obj *s = obj_slot(dm_trace_rwlocks, (uintptr_t)l, &dm_trace_untracked_rwlocks);
     if (!s)
         return;
@@ -619,6 +622,21 @@ DM_EXPORT int pthread_rwlock_trywrlock(pthread_rwlock_t *l)
     int r = dm_real.rwlock_trywrlock(l);
     if (r == 0 && !quiet)
         rwlock_acquired(l, DM_TRACE_RW_WRITES, 0, 0);
+    return r;
+}
+
+/* Only for the reporter's start: a program that locks rwlocks and never
+ * a mutex gets its reporter at the first rwlock unlock that leaves the
+ * thread holding nothing, as pthread_mutex_unlock starts it. */
+DM_EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *l)
+{
+    if (rw_holding)
+        rw_holding--;
+    int r = dm_real.rwlock_unlock(l);
+    if (start_due && !holding && !rw_holding) {
+        start_due = 0;
+        start_reporter();
+    }
     return r;
 }
 

@@ -14,9 +14,10 @@
  *                     the read lock, GET a, sleep HOLD_US, GET b: a
  *                     difference is a torn read. Readers note themselves in
  *                     the hash PREFIX:in (pid -> readers inside) and note the
- *                     number of processes inside, and a writer that finds
- *                     anyone inside counts it. Prints "torn N inwrite N
- *                     maxprocs N maxreaders N"
+ *                     number of processes inside and of readers inside in
+ *                     all (the counter PREFIX:inside), and a writer that
+ *                     finds anyone inside counts it. Prints "torn N
+ *                     inwrite N maxprocs N maxreaders N maxinside N"
  *   stream MS N HOLD_US  N threads take the read lock back to back for MS
  *                     (each holds HOLD_US): "reading" once all hold it
  *                     once, "stopped" at the end
@@ -33,6 +34,24 @@
  *                     after the child is gone "parent after RC"; "child
  *                     STATUS"
  *   plain N           N rdlock/wrlock cycles of plain_rw (unmapped): "done"
+ *   share N           N threads hold the read lock at once (a barrier inside),
+ *                     then unlock: "shared N"
+ *   forkrd            the parent read-locks and forks; the child unlocks (the
+ *                     parent's share, glibc's answer), tries to write-lock
+ *                     and to read-lock: "child unlock RC trywr RC tryrd RC";
+ *                     once the parent unlocked, its wrlock: "child wr RC";
+ *                     the parent: "parent unlock RC", "child STATUS"
+ *   exitrd            rdlock, "held", exit without unlocking
+ *   token             dmutex_rwlock_token (weak: "no api" without the shim)
+ *                     before any lock, in a write hold, after its unlock, in
+ *                     a second write hold, in a read hold, and of the
+ *                     unmapped plain_rw held: "tokens T T T T T T"
+ *   cancel rd|wr FILE a thread blocks in rdlock/wrlock (another process holds
+ *                     the write lock until FILE exists) and is cancelled
+ *                     there; then FILE is made. The thread gets the lock
+ *                     (not a cancellation point: "thread RC"), unlocks and
+ *                     is cancelled at its next cancellation point:
+ *                     "cancelled 1"; then "after RC" (trywrlock here)
  *   heap              rw_new(), write-lock, unlock, destroy: "heap RC RC RC" */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -46,6 +65,9 @@
 #include <unistd.h>
 
 #include "prog.h"
+
+uint64_t dmutex_rwlock_token(pthread_rwlock_t *l);
+#pragma weak dmutex_rwlock_token
 
 pthread_rwlock_t routes_lock = PTHREAD_RWLOCK_INITIALIZER;
 pthread_rwlock_t plain_rw = PTHREAD_RWLOCK_INITIALIZER;
@@ -98,11 +120,13 @@ static int lock_mode(const char *m, int try)
 /* ---- mix ---------------------------------------------------------------- */
 
 static long m_writes, m_reads, m_hold_us;
-static long torn, inwrite, maxprocs, maxreaders;
+static long torn, inwrite, maxprocs, maxreaders, maxinside;
 static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Leaves PREFIX:in: the pid's count down, the field gone at 0. */
+/* Leaves PREFIX:in (KEYS[1]): the pid's count down, the field gone at 0;
+ * and PREFIX:inside (KEYS[2]), the readers inside in all. */
 static const char leave_lua[] =
+    "redis.call('decr', KEYS[2]) "
     "if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then "
     "redis.call('hdel', KEYS[1], ARGV[1]) end return 0";
 
@@ -136,10 +160,12 @@ static void *mix_reader(void *arg)
         pthread_rwlock_rdlock(&routes_lock);
         long long mine = cmd_int(c, "HINCRBY %s:in %s 1", prefix, pid);
         long long procs = cmd_int(c, "HLEN %s:in", prefix);
+        long long inside = cmd_int(c, "INCR %s:inside", prefix);
         long long a = cmd_int(c, "GET %s:a", prefix);
         usleep((useconds_t)m_hold_us);
         long long b = cmd_int(c, "GET %s:b", prefix);
-        freeReplyObject(redisCommand(c, "EVAL %s 1 %s:in %s", leave_lua, prefix, pid));
+        freeReplyObject(redisCommand(c, "EVAL %s 2 %s:in %s:inside %s", leave_lua, prefix, prefix,
+                                     pid));
         pthread_rwlock_unlock(&routes_lock);
         pthread_mutex_lock(&stats_mu);
         if (a != b)
@@ -148,6 +174,8 @@ static void *mix_reader(void *arg)
             maxprocs = procs;
         if (mine > maxreaders)
             maxreaders = mine;
+        if (inside > maxinside)
+            maxinside = inside;
         pthread_mutex_unlock(&stats_mu);
         usleep((useconds_t)(rand() % (m_hold_us + 1)));
     }
@@ -165,7 +193,8 @@ static void mix(long writes, int readers, long reads, long hold_us)
         exit(1);
     prog_run_threads(readers, mix_reader, NULL);
     pthread_join(w, NULL);
-    say("torn %ld inwrite %ld maxprocs %ld maxreaders %ld", torn, inwrite, maxprocs, maxreaders);
+    say("torn %ld inwrite %ld maxprocs %ld maxreaders %ld maxinside %ld", torn, inwrite, maxprocs,
+        maxreaders, maxinside);
 }
 
 /* ---- stream --------------------------------------------------------------- */
@@ -188,6 +217,55 @@ static void *stream_reader(void *arg)
 
 /* ---- the rest ------------------------------------------------------------- */
 
+/* A writer-preferring rwlock (the kind, glibc's own rule): once a writer
+ * waits, a new reader is refused. routes_lock is made so by init. */
+static void *kind_writer(void *arg)
+{
+    (void)arg;
+    pthread_rwlock_wrlock(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    return NULL;
+}
+
+static void kind_rules(void)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    say("init writer-preferring %s", ename(pthread_rwlock_init(&routes_lock, &a)));
+    pthread_rwlockattr_destroy(&a);
+    say("rd %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+    pthread_t w;
+    if (pthread_create(&w, NULL, kind_writer, NULL) != 0)
+        exit(1);
+    /* Until the writer waits (in glibc), a try of another thread reads. */
+    int r = 0;
+    for (long long end = now_ms() + 10000; now_ms() < end; usleep(PROG_POLL_US)) {
+        if ((r = pthread_rwlock_tryrdlock(&routes_lock)) != 0)
+            break;
+        pthread_rwlock_unlock(&routes_lock);
+    }
+    say("tryrd with a writer waiting %s", ename(r));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    pthread_join(w, NULL);
+    say("writer done");
+}
+
+/* glibc's reader count has 2^28 - 1 places (__readers counts in units of
+ * 8: PTHREAD_RWLOCK_READER_SHIFT): one more reader is EAGAIN. Counting
+ * that far takes minutes, so the count is set one short of it (a read
+ * phase with that many readers), as glibc's own struct has it. */
+static void reader_limit(void)
+{
+    pthread_rwlock_init(&routes_lock, NULL);
+    routes_lock.__data.__readers = ((1u << 28) - 1) << 3;
+    say("rd past the reader limit %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+    say("tryrd past the reader limit %s", ename(pthread_rwlock_tryrdlock(&routes_lock)));
+    routes_lock.__data.__readers = 0;
+    say("rd after %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+}
+
 static void glibc_rules(void)
 {
     say("rd %s", ename(pthread_rwlock_rdlock(&routes_lock)));
@@ -204,6 +282,136 @@ static void glibc_rules(void)
     say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
     say("trywr after %s", ename(pthread_rwlock_trywrlock(&routes_lock)));
     say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    /* The clock variants: CLOCK_MONOTONIC takes it, a clock glibc does not
+     * wait on and a bad deadline are EINVAL, a writer's re-lock EDEADLK. */
+    t = deadline_in(CLOCK_MONOTONIC, 5000);
+    say("clockrd monotonic %s", ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_MONOTONIC, &t)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    say("clockwr monotonic %s", ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_MONOTONIC, &t)));
+    say("clockwr again %s", ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_MONOTONIC, &t)));
+    struct timespec rt = deadline_in(CLOCK_REALTIME, 300);
+    say("timedwr again %s", ename(pthread_rwlock_timedwrlock(&routes_lock, &rt)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    say("clockrd cputime %s",
+        ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_PROCESS_CPUTIME_ID, &t)));
+    say("clockwr cputime %s",
+        ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_PROCESS_CPUTIME_ID, &t)));
+    struct timespec bad = { t.tv_sec, -1 };
+    say("clockrd bad nsec %s", ename(pthread_rwlock_clockrdlock(&routes_lock, CLOCK_MONOTONIC, &bad)));
+    say("timedwr bad nsec %s", ename(pthread_rwlock_timedwrlock(&routes_lock, &bad)));
+    /* A deadline already past on a free lock: glibc takes it (it tries
+     * before it looks at the clock). */
+    struct timespec past = deadline_in(CLOCK_REALTIME, -1000);
+    say("timedrd past deadline %s", ename(pthread_rwlock_timedrdlock(&routes_lock, &past)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    past = deadline_in(CLOCK_MONOTONIC, -1000);
+    say("clockwr past deadline %s",
+        ename(pthread_rwlock_clockwrlock(&routes_lock, CLOCK_MONOTONIC, &past)));
+    say("unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    kind_rules();
+    reader_limit();
+}
+
+/* ---- share, cancel -------------------------------------------------------- */
+
+static pthread_barrier_t share_bar;
+
+static void *share_reader(void *arg)
+{
+    (void)arg;
+    if (pthread_rwlock_rdlock(&routes_lock) != 0)
+        exit(1);
+    pthread_barrier_wait(&share_bar);           /* every reader inside at once */
+    pthread_rwlock_unlock(&routes_lock);
+    return NULL;
+}
+
+static int cancel_write;
+
+static void *cancel_thread(void *arg)
+{
+    (void)arg;
+    int r = cancel_write ? pthread_rwlock_wrlock(&routes_lock) : pthread_rwlock_rdlock(&routes_lock);
+    say("thread %s", ename(r));
+    if (r == 0)
+        pthread_rwlock_unlock(&routes_lock);
+    for (;;)
+        pause();                                /* a cancellation point */
+    return NULL;
+}
+
+static void cancel_scenario(const char *mode, const char *file)
+{
+    cancel_write = strcmp(mode, "wr") == 0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, cancel_thread, NULL) != 0)
+        exit(1);
+    usleep(500 * 1000);                         /* the thread waits for the other process */
+    pthread_cancel(t);
+    FILE *f = fopen(file, "w");
+    if (f)
+        fclose(f);
+    void *res;
+    pthread_join(t, &res);
+    say("cancelled %d", res == PTHREAD_CANCELED);
+    int r = pthread_rwlock_trywrlock(&routes_lock);
+    say("after %s", ename(r));
+    if (r == 0)
+        pthread_rwlock_unlock(&routes_lock);
+}
+
+static void token_scenario(void)
+{
+    if (!dmutex_rwlock_token) {
+        say("no api");
+        return;
+    }
+    unsigned long long t[6];
+    t[0] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_wrlock(&routes_lock);
+    t[1] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    t[2] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_wrlock(&routes_lock);
+    t[3] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    pthread_rwlock_rdlock(&routes_lock);
+    t[4] = dmutex_rwlock_token(&routes_lock);
+    pthread_rwlock_unlock(&routes_lock);
+    pthread_rwlock_wrlock(&plain_rw);
+    t[5] = dmutex_rwlock_token(&plain_rw);
+    pthread_rwlock_unlock(&plain_rw);
+    say("tokens %llu %llu %llu %llu %llu %llu", t[0], t[1], t[2], t[3], t[4], t[5]);
+}
+
+static void forkrd_scenario(redisContext *c)
+{
+    if (pthread_rwlock_rdlock(&routes_lock) != 0)
+        exit(1);
+    pid_t p = fork();
+    if (p == 0) {
+        redisContext *cc = prog_connect(data_host, data_port);
+        int u = pthread_rwlock_unlock(&routes_lock);
+        int w = pthread_rwlock_trywrlock(&routes_lock);
+        if (w == 0)
+            pthread_rwlock_unlock(&routes_lock);
+        int r = pthread_rwlock_tryrdlock(&routes_lock);
+        if (r == 0)
+            pthread_rwlock_unlock(&routes_lock);
+        say("child unlock %s trywr %s tryrd %s", ename(u), ename(w), ename(r));
+        freeReplyObject(redisCommand(cc, "SET %s:childtried 1", prefix));
+        r = pthread_rwlock_wrlock(&routes_lock);
+        say("child wr %s", ename(r));
+        if (r == 0)
+            pthread_rwlock_unlock(&routes_lock);
+        _exit(0);
+    }
+    while (cmd_int(c, "EXISTS %s:childtried", prefix) == 0)
+        usleep(PROG_POLL_US);
+    say("parent unlock %s", ename(pthread_rwlock_unlock(&routes_lock)));
+    int st;
+    waitpid(p, &st, 0);
+    say("child %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 static void fork_scenario(redisContext *c)
@@ -284,6 +492,19 @@ int main(int argc, char **argv)
         glibc_rules();
     } else if (strcmp(mode, "fork") == 0) {
         fork_scenario(c);
+    } else if (strcmp(mode, "token") == 0) {
+        token_scenario();
+    } else if (strcmp(mode, "forkrd") == 0) {
+        forkrd_scenario(c);
+    } else if (strcmp(mode, "share") == 0 && argc > 5) {
+        int n = atoi(argv[5]);
+        pthread_barrier_init(&share_bar, NULL, (unsigned)n);
+        say("shared %d", prog_run_threads(n, share_reader, NULL));
+    } else if (strcmp(mode, "exitrd") == 0) {
+        say("held %s", ename(pthread_rwlock_rdlock(&routes_lock)));
+        exit(0);
+    } else if (strcmp(mode, "cancel") == 0 && argc > 6) {
+        cancel_scenario(argv[5], argv[6]);
     } else if (strcmp(mode, "plain") == 0 && argc > 5) {
         for (long i = 0, n = atol(argv[5]); i < n; i++) {
             pthread_rwlock_rdlock(&plain_rw);

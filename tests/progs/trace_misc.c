@@ -4,6 +4,8 @@
  *                           child_lock 3 times and exits 0; prints "forked"
  *   trace_misc wait FILE    locks wait_lock 5 times, prints "ready", then
  *                           waits (at most PROG_WAIT_MS) until FILE exists
+ *   trace_misc rwwait FILE  as wait, with the rwlock wait_rwlock (read and
+ *                           write 5 times each) and no mutex at all
  *   trace_misc cond         a condition wait on cond_lock: its re-acquisition
  *                           counts as a lock
  *   trace_misc forkloop MS  locks FORKLOOP_MUTEXES heap mutexes (so that a
@@ -76,6 +78,7 @@ pthread_mutex_t parent_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t child_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_rwlock_t wait_rwlock = PTHREAD_RWLOCK_INITIALIZER;
 pthread_mutex_t g_twin = PTHREAD_MUTEX_INITIALIZER;     /* libtracegone.so has its own */
 pthread_mutex_t ec_lock;                                 /* waiterr: error-checking */
 pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -187,6 +190,20 @@ int main(int argc, char **argv)
         for (int i = 0; i < 5; i++) {
             pthread_mutex_lock(&wait_lock);
             pthread_mutex_unlock(&wait_lock);
+        }
+        say("ready");
+        long until = now_ms() + PROG_WAIT_MS;
+        while (access(argv[2], F_OK) != 0 && now_ms() < until)
+            usleep(PROG_POLL_US);
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "rwwait") == 0) {
+        /* rwlocks only: no mutex of the program is ever unlocked */
+        for (int i = 0; i < 5; i++) {
+            pthread_rwlock_rdlock(&wait_rwlock);
+            pthread_rwlock_unlock(&wait_rwlock);
+            pthread_rwlock_wrlock(&wait_rwlock);
+            pthread_rwlock_unlock(&wait_rwlock);
         }
         say("ready");
         long until = now_ms() + PROG_WAIT_MS;
