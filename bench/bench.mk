@@ -1,6 +1,7 @@
-# The benchmark (issue 5): `make bench` measures dmutex against its peers on
-# a private redis-server and writes bench/results.md and bench/throughput.png
-# (bench/README.md says what each figure is). BENCH_QUICK=1 for a short run.
+# The benchmark (issues 5 and 11): `make bench` measures dmutex against its
+# peers on a private redis-server and writes bench/results.md,
+# bench/throughput.png and README.md's Performance section (bench/README.md
+# says what each figure is). BENCH_QUICK=1 for a short run.
 #
 # The programs are ordinary pthread programs: no shim headers or objects
 # (bench/bench.h is their own); dmutex is applied to them with LD_PRELOAD
@@ -10,10 +11,11 @@ BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/
               $(B)/bench/rwcycle $(B)/bench/condwake
 
 .PHONY: bench-build bench-names
-bench-build: $(BENCH_BINS)
+bench-build: $(BENCH_BINS) $(B)/bench/names
 
 # Issue 14 (memory per name): lock+unlock cost and RSS with 10 to 100,000
-# live names, and RSS over names made and destroyed (bench/names.sh).
+# live names, and RSS over names made and destroyed (bench/names.sh). The
+# live figure for 10 and 100,000 names is also part of `make bench`.
 bench-names:
 	@$(MAKE) --no-print-directory all $(B)/bench/names
 	@bench/names.sh

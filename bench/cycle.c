@@ -17,9 +17,9 @@
  *       The contended worker. Warm-up cycles for 0.3 s, then "ready";
  *       waits for "go DEADLINE_NS" (CLOCK_MONOTONIC) on stdin and repeats
  *       lock; INCR KEY; sleep HOLD_US; unlock until the deadline. Prints
- *       {"acq": [[t0, t1, t2], ...], "fail": 0}: per acquisition the time
- *       lock was called, returned, and unlock was called (ns, monotonic, so
- *       comparable across the processes of one machine). Then waits for
+ *       {"acq": [[t0, t1, t2, t3], ...], "fail": 0}: per acquisition the time
+ *       lock was called, returned, unlock was called and returned (ns,
+ *       monotonic, so comparable across the processes of one machine). Then waits for
  *       end of file on stdin, so the driver reads the server's counters
  *       before anything this process does at exit. */
 #include <hiredis/hiredis.h>
@@ -123,7 +123,7 @@ static int cmd_pairs(const char *host, int port, double seconds, int timed)
     return 0;
 }
 
-struct acq { long long t0, t1, t2; };
+struct acq { long long t0, t1, t2, t3; };
 
 static void one_cycle(redisContext *c, const char *key, long hold_us, struct acq *a)
 {
@@ -140,6 +140,7 @@ static void one_cycle(redisContext *c, const char *key, long hold_us, struct acq
     }
     a->t2 = now_ns();
     unlock_or_die();
+    a->t3 = now_ns();
 }
 
 static int cmd_run(const char *host, int port, const char *key, long hold_us)
@@ -167,7 +168,7 @@ static int cmd_run(const char *host, int port, const char *key, long hold_us)
     }
     fputs("{\"fail\": 0, \"acq\": [", stdout);
     for (size_t i = 0; i < n; i++)
-        printf("%s[%lld,%lld,%lld]", i ? "," : "", a[i].t0, a[i].t1, a[i].t2);
+        printf("%s[%lld,%lld,%lld,%lld]", i ? "," : "", a[i].t0, a[i].t1, a[i].t2, a[i].t3);
     fputs("]}\n", stdout);
     fflush(stdout);
     while (fgets(line, sizeof line, stdin))

@@ -5,14 +5,18 @@
 # (tools/redis-tmp.sh), runs every figure (bench/driver.py) and stops the
 # server, also on failure or ^C.
 #
-#   bench/run.sh                 full run, about 10 minutes
-#   BENCH_QUICK=1 bench/run.sh   short run
+#   bench/run.sh                 full run, about 7 minutes
+#   BENCH_QUICK=1 bench/run.sh   short run (the same figures), about 4 minutes
 set -eu
 cd "$(dirname "$0")/.."
 
 for f in build/libdmutex.so build/bench/cycle build/bench/passthrough build/bench/many \
          build/bench/rwcycle build/bench/condwake; do
     [ -x "$f" ] || [ -f "$f" ] || { echo "bench: $f is missing: run make bench" >&2; exit 1; }
+done
+# The names figure's program, and the command that says the default config.
+for f in build/bench/names build/dmutex; do
+    [ -x "$f" ] || { echo "bench: $f is missing: run make bench" >&2; exit 1; }
 done
 for c in node npm /usr/bin/python3 redis-server valgrind gnuplot; do
     command -v "$c" >/dev/null 2>&1 || { echo "bench: $c is missing: run tools/deps.sh bench" >&2; exit 1; }

@@ -5,7 +5,7 @@
 
 Warm-up cycles for 0.3 s, then "ready"; waits for "go DEADLINE_NS" on stdin
 (CLOCK_MONOTONIC, as time.monotonic_ns), then repeats lock; INCR KEY; sleep
-HOLD_US; unlock until the deadline. Prints {"acq": [[t0, t1, t2], ...],
+HOLD_US; unlock until the deadline. Prints {"acq": [[t0, t1, t2, t3], ...],
 "fail": 0, "censored": []} and waits for end of file on stdin.
 
 Retry settings: "default" keeps redis-py's (sleep = 0.1 s between attempts,
@@ -54,7 +54,7 @@ def main():
             time.sleep(hold)
         t2 = now()
         lock.release()
-        acq.append((t0, t1, t2))
+        acq.append((t0, t1, t2, now()))
     print(json.dumps({"fail": 0, "censored": [], "acq": acq}), flush=True)
     for _ in sys.stdin:
         pass

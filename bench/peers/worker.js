@@ -5,9 +5,9 @@
 //
 // Warm-up cycles for 0.3 s, then "ready"; waits for "go DEADLINE_NS" on stdin
 // (CLOCK_MONOTONIC, as process.hrtime), then repeats lock; INCR KEY; sleep
-// HOLD_US; unlock until the deadline. Prints {"acq": [[t0, t1, t2], ...],
-// "fail": n, "censored": [[t0, t]]}: times lock was called, returned and
-// unlock called; `fail` counts acquire calls that gave up (redlock after its
+// HOLD_US; unlock until the deadline. Prints {"acq": [[t0, t1, t2, t3], ...],
+// "fail": n, "censored": [[t0, t]]}: times lock was called, returned, unlock
+// called and returned; `fail` counts acquire calls that gave up (redlock after its
 // retryCount, the semaphore after acquireTimeout), retried at once; a wait
 // still unfinished at the deadline is reported as censored. Then waits for
 // end of file on stdin, like the C worker.
@@ -97,7 +97,7 @@ async function main() {
     if (holdMs > 0) await sleep(holdMs);
     const t2 = now();
     await lock.release(l);
-    acq.push([Number(t0), Number(t1), Number(t2)]);
+    acq.push([Number(t0), Number(t1), Number(t2), Number(now())]);
   }
   process.stdout.write(JSON.stringify({ fail, censored, acq }) + '\n');
   for (;;) {
