@@ -641,7 +641,9 @@ static int fresh_handover(const struct dm_grant *g)
     return dm_now_ms() - g->sent_ms < (g->lease_ms - ccfg->lease_margin_ms) / 2;
 }
 
-/* Is `msg` the handover of this wait ("<member> <token>[ +]")? */
+/* Is `msg` the handover of this wait ("<member> <token>[ +][ !]": " +"
+ * others queue behind, " !" a forced release (dmutex unlock --force)
+ * handed it over: its holder is dead, as after an expiry)? */
 static int handed_over(const char *msg, const char *member, struct dm_grant *g)
 {
     size_t n = strlen(member);
@@ -649,12 +651,16 @@ static int handed_over(const char *msg, const char *member, struct dm_grant *g)
         return 0;
     char *end;
     unsigned long long tok = strtoull(msg + n + 1, &end, 10);
-    int more = strcmp(end, " +") == 0;
-    if ((*end != 0 && !more) || tok == 0)
+    int more = strncmp(end, " +", 2) == 0;
+    if (more)
+        end += 2;
+    int dead = strcmp(end, " !") == 0;
+    if ((*end != 0 && !dead) || tok == 0)
         return 0;
     memset(g, 0, sizeof *g);
     g->token = tok;
     g->more_waiters = more;
+    g->owner_dead = dead;
     g->lease_ms = claim_ms();
     return 1;
 }
@@ -770,6 +776,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
     int refused = 0;        /* one got an error reply: it may have run in part */
     int rediscovered = 0;   /* a wrong node (Sentinel) was retried at once */
     int handover_more = 0;  /* a handover being confirmed said others queue */
+    int handover_dead = 0;  /* ... or that a forced release handed it over */
     int handed = 0;         /* a handover is being confirmed */
     int waited = 0;         /* another holder had it: contended */
     long long down_since = 0;
@@ -827,6 +834,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
             g->more_waiters |= handover_more;
+            g->owner_dead |= handover_dead;
             g->waited = waited;
             g->wait_id = member_id(member);
             dm_stats_add(&l->stats->acquisitions, 1);
@@ -904,6 +912,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             queued = fair;
             rediscovered = 0;
             handover_more = 0;  /* a handover being confirmed is not ours after all */
+            handover_dead = 0;
             handed = 0;
             waited = 1;
             break;
@@ -977,6 +986,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                     return 0;
                 }
                 handover_more = g->more_waiters;
+                handover_dead = g->owner_dead;
                 handed = 1;
             }
         }

@@ -31,6 +31,8 @@
 #include "cluster.h"
 #include "config.h"
 #include "harness.h"
+#include "keys.h"
+#include "lua_scripts.h"
 #include "notify.h"
 #include "redis.h"
 
@@ -360,6 +362,72 @@ static void test_grant_after_a_clean_release_reports_no_owner_dead(void **state)
     tb = th_grant(h.l, h.a, &h.g);
     assert_int_equal(h.g.owner_dead, 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, tb), 0);
+}
+
+/* dmutex unlock --force (force.lua, as tools/unlock.c runs it) of a hold
+ * named `name`: 1 when it ran and forced it. */
+static int force_release(struct dm_cluster_lock *l)
+{
+    char claim[24], keep[24];
+    snprintf(claim, sizeof claim, "%ld", cfg.renew_ms);
+    snprintf(keep, sizeof keep, "%ld", cfg.lease_ms);
+    const char *argv[] = { "EVAL", dm_lua_force, "7", l->keys[DM_KEY_LOCK],
+                           l->keys[DM_KEY_HOLDER], l->keys[DM_KEY_TOKEN], l->keys[DM_KEY_QUEUE],
+                           l->keys[DM_KEY_QTIME], l->keys[DM_KEY_LOST], l->keys[DM_KEY_FORCED],
+                           "1", "test_cluster", l->keys[DM_KEY_RELEASED], keep,
+                           l->keys[DM_KEY_WAIT], claim, DM_KEYS_LOST_KEEP };
+    redisReply *r = redisCommandArgv(rc, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
+    assert_non_null(r);
+    int forced = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->integer == 1;
+    freeReplyObject(r);
+    return forced;
+}
+
+/* A forced release says the holder is dead (the operator knows it): the
+ * next holder hears it as after an expiry (EOWNERDEAD for a robust
+ * mutex), whether the lock was handed to a queued fair waiter or freed
+ * with nobody waiting. */
+static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_hold_by_a("forced");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+
+    struct waiter w = { .l = h.l, .rc = -1 };
+    dm_cluster_owner(w.owner, 2);
+    long long base = th_script_calls(rc);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+    /* Queued, subscribed, queued again: it sleeps until its handover
+     * message. (One sent before it subscribed is missed: its next attempt
+     * then finds the lock its own, and cannot tell a forced handover from
+     * a release's; docs/semantics.md.) */
+    long long end = th_now_ms() + SLACK_MS * 4;
+    while (th_script_calls(rc) < base + 2 ||
+           th_cmd_int(rc, "LLEN %s", h.l->keys[DM_KEY_QUEUE]) < 1) {
+        if (th_now_ms() > end)
+            fail_msg("the fair waiter did not queue");
+        usleep(1000);
+    }
+    assert_int_equal(force_release(h.l), 1);
+    struct timespec jd = th_deadline_in(CLOCK_REALTIME, LONG_LEASE_MS + SLACK_MS);
+    if (pthread_timedjoin_np(th, NULL, &jd) != 0)
+        fail_msg("the waiter did not return");
+    assert_int_equal(w.rc, 0);
+    assert_true(w.g.token > h.t + 1);               /* past the force's own token */
+    assert_int_equal(w.g.owner_dead, 1);            /* handed over by a force */
+    assert_int_equal(dm_cluster_release(h.l, w.owner, w.g.token), 0);
+
+    /* With nobody waiting: freed, and the next grant says so too. */
+    h.g.owner_dead = -1;
+    uint64_t ta = th_grant(h.l, h.a, &h.g);
+    assert_int_equal(h.g.owner_dead, 0);            /* after a clean release */
+    assert_int_equal(force_release(h.l), 1);
+    uint64_t tb = th_grant(h.l, h.b, &h.g);
+    assert_int_equal(h.g.owner_dead, 1);
+    assert_true(tb > ta + 1);
+    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
 }
 
 /* ---- deadlines and delays ------------------------------------------------ */
@@ -1319,6 +1387,8 @@ int main(void)
         cmocka_unit_test_setup(test_release_after_the_lease_expired_is_eperm, reset_policy),
         cmocka_unit_test_setup(test_grant_after_a_lease_expired_reports_owner_dead, reset_policy),
         cmocka_unit_test_setup(test_grant_after_a_clean_release_reports_no_owner_dead, reset_policy),
+        cmocka_unit_test_setup(test_a_forced_release_reports_owner_dead_to_the_next_holder,
+                               reset_policy),
         cmocka_unit_test_setup(test_acquire_with_a_deadline_times_out_not_before_it, reset_policy),
         cmocka_unit_test_setup(test_lock_delay_holds_off_a_grant_after_an_expiry, reset_policy),
         cmocka_unit_test_setup(test_lock_delay_does_not_apply_after_a_clean_release, reset_policy),

@@ -2,7 +2,8 @@
 -- holder. While the lock is held (its lease alive) it is refused unless
 -- ARGV[1] is '1' (--force): a lease that is alive may be a live holder's.
 -- Forced, the hold ends as a release would end it (release.lua: the lock
--- goes to the first live fair waiter, told on its own channel, or is
+-- goes to the first live fair waiter, told on its own channel (the
+-- message ends in " !": the holder is dead, EOWNERDEAD for it), or is
 -- deleted and a release notice published), with three differences that
 -- make the old holder's hold lost for good, never released:
 --   * its token goes to KEYS[6] (lost), so a later release of it answers 0
@@ -87,7 +88,10 @@ if head then
     redis.call('set', holder, head .. ' #' .. string.format('%d', granted))
     local more = redis.call('llen', queue) > 0 and ' +' or ''
     local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
-    local msg = head .. ' ' .. string.format('%d', granted) .. more
+    -- " !": the holder is dead (the operator says so): the waiter hears it
+    -- as after an expiry (EOWNERDEAD for a robust mutex), as the next
+    -- locker of a lock forced free with nobody waiting does
+    local msg = head .. ' ' .. string.format('%d', granted) .. more .. ' !'
     if sharded then
         redis.call('spublish', wchannel, msg)
     else
