@@ -1005,7 +1005,23 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * never for longer than the hold surely has left of its lease when it is
  * released (its last renewal was at most a round ago), so that a release
  * that gets through does not find its own hold expired. */
+static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                          const char *request);
+
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+{
+    return release_waited(l, owner, token, NULL);
+}
+
+/* dm_cluster_release, naming the request whose grant it ends when
+ * `request` ("<owner>|<wait id>") is not NULL (release.lua's ARGV[8]): a
+ * later grant of the same owner under the same token is then left alone.
+ * Every retry of a release sent without waiting goes through here with
+ * the request the first one named, whatever became of that one (NOSCRIPT,
+ * an error, no reply, a dropped connection, the exit flush): the owner's
+ * next acquire may have run on the server before the retry does. */
+static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                          const char *request)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     char tok[24], keep[24];
@@ -1014,14 +1030,15 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     char *const *k = l->keys;
-    const char *args[DM_KEYS_RELEASE_N + 2 + 7];
+    const char *args[DM_KEYS_RELEASE_N + 2 + 8];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
     int nkeys = rw_keys(l, args, DM_KEYS_RELEASE_N);
-    /* the last: Redis Cluster's sharded pub/sub (see attempt) */
+    /* ARGV[7]: Redis Cluster's sharded pub/sub (see attempt); ARGV[8]: the request */
     const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim,
-                           "spublish" };
+                           l->slot >= 0 ? "spublish" : "", request };
     memcpy(args + nkeys, argv, sizeof argv);
+    int nargs = nkeys + (request ? 8 : l->slot >= 0 ? 7 : 6);
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -1038,8 +1055,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get_slot(l->slot);
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, nkeys,
-                                        nkeys + (l->slot >= 0 ? 7 : 6), args);
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, nkeys, nargs, args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&
@@ -1087,6 +1103,7 @@ struct late_release {
     uint64_t token;
     dm_cluster_lost_fn lost;
     char owner[DM_OWNER_MAX];
+    char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>": ARGV[8], every retry too */
 };
 
 /* The reply of a release sent by dm_cluster_release_nowait, in the thread
@@ -1102,8 +1119,8 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
                                                                  : "an unexpected reply");
         if (!r)
             dm_stats_add(&lr->l->stats->redis_errors, 1);
-        v = dm_cluster_release(lr->l, lr->owner, lr->token) == EPERM ? RELEASE_NOT_HELD
-                                                                      : RELEASE_DONE;
+        v = release_waited(lr->l, lr->owner, lr->token, lr->request) == EPERM
+                ? RELEASE_NOT_HELD : RELEASE_DONE;
     }
     if (v == RELEASE_NOT_HELD && lr->lost)
         lr->lost(lr->l, lr->owner, lr->token);
@@ -1137,6 +1154,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     lr->token = token;
     lr->lost = lost;
     snprintf(lr->owner, sizeof lr->owner, "%s", owner);
+    snprintf(lr->request, sizeof lr->request, "%s", member);
     pthread_mutex_lock(&locks_mu);
     l->refs++;
     pthread_mutex_unlock(&locks_mu);
@@ -1146,9 +1164,16 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     dm_redis_put(conn);
     if (rc == 0)
         return 0;
-    /* Not written (or written in part): the release as it always was. */
+    /* Not written, or written in part (it may have gone out whole all the
+     * same): waited for now, named as any retry is. */
     dm_cluster_lock_put(l);
     free(lr);
+    {
+        int r = release_waited(l, owner, token, member);
+        if (r == EPERM && lost)
+            lost(l, owner, token);
+        return r;
+    }
 wait:
     {
         int r = dm_cluster_release(l, owner, token);

@@ -615,6 +615,34 @@ static void test_release_nowait_after_script_flush_is_sent_again(void **state)
     dm_cluster_lock_put(h.l);
 }
 
+/* A release answered NOSCRIPT is sent again by the thread that reads the
+ * reply, which is the owner's next acquire: that acquire went out first
+ * (one round trip), ran first and granted the lock again under the same
+ * token. The retry must name the first one's request, as the first did,
+ * and leave that grant alone (review r1: two holders). */
+static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_grant(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_noscript_regrant");
+    unsigned long first = h.g.wait_id;
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    struct dm_grant g2;
+    /* loads acquire.lua again (NOSCRIPT, then EVAL); release.lua stays unknown */
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, count_lost), 0);
+    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(g2.token, h.t);        /* granted again: the release had not run */
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", h.l->keys[DM_KEY_LOCK], h.a), 1);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(lost_calls, 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    dm_cluster_lock_put(h.l);
+}
+
 /* A connection dropped with a release written and its reply unread: the
  * release may or may not have run; it is sent again (and recognises
  * itself if it ran). */
@@ -1401,6 +1429,8 @@ int main(void)
         cmocka_unit_test_setup(test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_after_script_flush_is_sent_again, reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_retried_after_noscript_leaves_the_owners_next_grant,
+                               reset_policy),
         cmocka_unit_test_setup(test_release_nowait_on_a_dropped_connection_is_sent_again,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
