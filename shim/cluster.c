@@ -689,9 +689,19 @@ static const char *down_policy(void)
  * handovers). Between two waits the connection stays subscribed in the
  * record (l->wconn), at most DM_WCONNS_KEPT of them per process, so a
  * name waited on again costs no SUBSCRIBE; one that breaks is dropped
- * and the wait makes a new one after its next attempt. */
-#define DM_WCONNS_KEPT 32
+ * and the wait makes a new one after its next attempt.
+ *
+ * Each is a client of the server (maxclients) and a descriptor of the
+ * process, so a process has at most DM_WCONNS_MAX of them, waiting or
+ * kept: a wait beyond that, or one whose connection cannot be made
+ * (maxclients, EMFILE, out of memory), waits on notify's channel instead
+ * (one wake-up more), never fails. They are listed in `wconns` so that a
+ * fork child closes every one, those of waits in progress included. */
+#define DM_WCONNS_MAX 4
+#define DM_WCONNS_KEPT 2
 static int wconns_kept;         /* records holding one (atomic) */
+static struct dm_conn *wconns[DM_WCONNS_MAX];   /* atomic slots: NULL, WCONN_BUSY, or one */
+#define WCONN_BUSY ((struct dm_conn *)&wconns)   /* a slot taken, its connection not made yet */
 
 static int direct_wait(const struct dm_cluster_lock *l)
 {
@@ -700,10 +710,16 @@ static int direct_wait(const struct dm_cluster_lock *l)
 
 static void wconn_close(struct dm_conn *wc)
 {
-    if (wc) {
-        dm_redis_close(wc);
-        free(wc);
+    if (!wc)
+        return;
+    dm_redis_close(wc);
+    for (int i = 0; i < DM_WCONNS_MAX; i++) {
+        struct dm_conn *x = wc;
+        if (__atomic_compare_exchange_n(&wconns[i], &x, NULL, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            break;
     }
+    free(wc);
 }
 
 /* The record's subscribed connection, taken for one wait; NULL: none. */
@@ -737,13 +753,29 @@ static void wconn_keep(struct dm_cluster_lock *l, struct dm_conn *wc)
     wconn_close(wc);
 }
 
-/* A new connection subscribed to this process's wait channel of l. */
+/* A new connection subscribed to this process's wait channel of l; NULL
+ * when DM_WCONNS_MAX are open already or it cannot be made. */
 static struct dm_conn *wconn_new(struct dm_cluster_lock *l)
 {
-    struct dm_conn *wc = calloc(1, sizeof *wc);
-    if (!wc)
+    int slot = -1;
+    for (int i = 0; i < DM_WCONNS_MAX && slot < 0; i++) {
+        struct dm_conn *x = NULL;
+        if (__atomic_compare_exchange_n(&wconns[i], &x, WCONN_BUSY, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            slot = i;
+    }
+    if (slot < 0)
         return NULL;
+    struct dm_conn *wc = calloc(1, sizeof *wc);
+    if (!wc) {
+        __atomic_store_n(&wconns[slot], NULL, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    /* Listed before it connects: a fork child closes what it finds. */
+    __atomic_store_n(&wconns[slot], wc, __ATOMIC_RELEASE);
     if (dm_redis_connect(wc) != 0 || dm_redis_subscribe(wc, l->wait_channel) != 0) {
+        dm_debug("lock %s: %s; waiting on the process's subscriber instead", l->name,
+                 wc->errstr);
         wconn_close(wc);
         return NULL;
     }
@@ -929,7 +961,9 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 subscribed = 1;
                 continue;       /* the second attempt, now that no handover can be missed */
             }
-        } else if (!subscribed) {
+            direct = 0;         /* none to be had: notify's channel, as any other wait */
+        }
+        if (!subscribed) {
             long to = ccfg->redis.command_timeout_ms;
             if (left >= 0 && left < to)
                 to = left;
@@ -1204,14 +1238,20 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             make_wait_channel(l);
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
-            if (l->wconn) {
-                /* Subscribed to the parent's channel, on the parent's
-                 * socket: closed unread and unsent to (no TLS goodbye). */
-                redisFree(l->wconn->c);
-                free(l->wconn);
-                l->wconn = NULL;
-            }
+            l->wconn = NULL;    /* closed below, with those of waits in progress */
         }
+    for (int i = 0; i < DM_WCONNS_MAX; i++) {
+        /* Subscribed to the parent's channel, on the parent's socket (the
+         * waiting thread is the parent's): closed unread and unsent to (no
+         * TLS goodbye). */
+        struct dm_conn *wc = wconns[i];
+        if (wc && wc != WCONN_BUSY) {
+            if (wc->c)
+                redisFree(wc->c);
+            free(wc);
+        }
+        wconns[i] = NULL;
+    }
     __atomic_store_n(&wconns_kept, 0, __ATOMIC_RELAXED);
     /* The child counts from zero: the names gone keep nothing, and no
      * walk is on (the writer thread is the parent's). */

@@ -22,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -784,6 +787,152 @@ static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(vo
     dm_cluster_lock_put(h.l);
 }
 
+/* This process's TCP sockets connected to the test server, the test's own
+ * inspection connection (rc) left out. */
+static int sockets_to_server(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int fd = atoi(e->d_name);
+        struct sockaddr_in a;
+        socklen_t len = sizeof a;
+        if (e->d_name[0] == '.' || fd == dirfd(d) || fd == rc->fd)
+            continue;
+        if (getpeername(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+            ntohs(a.sin_port) == rs.port)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* What a fork child keeps of the server: its sockets after the fork
+ * handlers ran (notify's subscriber connection is the parent's too: not
+ * closed by these two). */
+static int child_sockets(void)
+{
+    dm_cluster_atfork(DM_FORK_PREPARE);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_atfork(DM_FORK_CHILD);
+        _exit(sockets_to_server());
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    dm_cluster_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+/* A fork while a fair waiter waits on its own subscribed connection: the
+ * child closes that connection too (the waiting thread is the parent's),
+ * as it closes the pooled ones (review r3: the child kept it open,
+ * subscribed to the parent's channel). */
+static void test_fork_child_closes_a_fair_waiters_own_connection(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("wconn_fork");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    int before = child_sockets();
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    long long end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, h.l->wait_channel) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(th_numsub(rc, h.l->wait_channel), 1);
+    int during = child_sockets();
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(w.r, 0);
+    assert_int_equal(during, before);
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+#define MANY_WAITS 10
+
+/* Fair waits on many names, one after another, each timing out: the
+ * connections they subscribed stay open for a few names only (review r4:
+ * one per name, up to 32, filled the server's maxclients). */
+static void test_fair_waits_on_many_names_keep_few_connections(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h[MANY_WAITS];
+    for (int i = 0; i < MANY_WAITS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "wconn_many%d", i);
+        h[i] = th_owners(name);
+        dm_cluster_lock_mode(h[i].l, 1, 0, 0);
+        h[i].t = th_grant(h[i].l, h[i].a, &h[i].g);
+    }
+    for (int i = 0; i < MANY_WAITS; i++) {
+        struct timespec dl;
+        dm_deadline_in(&dl, 50);
+        assert_int_equal(dm_cluster_acquire(h[i].l, h[i].b, &dl, 0, &h[i].g), ETIMEDOUT);
+    }
+    int kept = 0;
+    for (int i = 0; i < MANY_WAITS; i++)
+        kept += th_numsub(rc, h[i].l->wait_channel) > 0;
+    assert_true(kept >= 1);     /* the last name's, at least: kept for its next wait */
+    assert_true(kept <= 2);
+    for (int i = 0; i < MANY_WAITS; i++) {
+        assert_int_equal(dm_cluster_release(h[i].l, h[i].a, h[i].t), 0);
+        dm_cluster_lock_put(h[i].l);
+    }
+}
+
+/* A fair waiter that cannot connect a connection of its own (the server
+ * at maxclients) waits on the process's subscriber instead and is handed
+ * the lock by message (its claim lease), not found by polling a second
+ * later (review r4b/r4c: it slept and polled). */
+static void test_fair_waiter_without_a_connection_of_its_own_takes_the_handover(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("wconn_none");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    /* notify's connection made now, while the server takes clients */
+    struct dm_notify_chan *other = dm_notify_chan("dmutex:{wconn_none}:other");
+    assert_non_null(other);
+    assert_int_equal(dm_notify_subscribe(other, SLACK_MS), 0);
+    redisReply *r = th_cmd(rc, "INFO clients");
+    const char *cc = strstr(r->str, "connected_clients:");
+    assert_non_null(cc);
+    long clients = atol(cc + strlen("connected_clients:"));
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxclients %ld", clients));
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    long long end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, h.l->wait_channel) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    pthread_join(th, NULL);
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxclients 10000"));
+    dm_notify_chan_put(other);
+    assert_int_equal(w.r, 0);
+    assert_int_equal(w.g.token, h.t + 1);
+    assert_int_equal(w.g.lease_ms, cfg.renew_ms);       /* the handover's claim lease */
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
+    dm_cluster_lock_put(h.l);
+}
+
 /* The scripts answer as their header comments say, run the way those
  * comments tell a user to run them by hand (not fair, no lock caching). */
 /* The KEYS[] of lock "byhand" as a script's header lists them, quoted for
@@ -1436,6 +1585,10 @@ int main(void)
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
         cmocka_unit_test_setup(test_fair_waiter_reads_its_handover_without_the_subscriber_thread,
+                               reset_policy),
+        cmocka_unit_test_setup(test_fork_child_closes_a_fair_waiters_own_connection, reset_policy),
+        cmocka_unit_test_setup(test_fair_waits_on_many_names_keep_few_connections, reset_policy),
+        cmocka_unit_test_setup(test_fair_waiter_without_a_connection_of_its_own_takes_the_handover,
                                reset_policy),
         cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
         cmocka_unit_test_setup(test_token_counter_lost_restarts_from_server_time, reset_policy),
