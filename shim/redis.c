@@ -913,11 +913,34 @@ int dm_redis_append_script(struct dm_conn *conn, enum dm_script s, int nkeys, in
     return redisAppendCommandArgv(conn->c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
 }
 
+/* Whether conn has something to read: replies due, or, with none due,
+ * the end of a connection the server closed while it sat in the pool
+ * (its `timeout`, a restart, CLIENT KILL). No wait. */
+static int readable(const struct dm_conn *conn)
+{
+    if (dm_net_buffered(conn->tls))
+        return 1;
+    struct pollfd p = { conn->c->fd, POLLIN | POLLRDHUP, 0 };
+    return poll(&p, 1, 0) > 0;
+}
+
 int dm_redis_script_nowait(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                            const char *const *args, dm_redis_late_fn fn, void *arg)
 {
     if (!conn->c)
         return -1;
+    /* A request written into a connection the server closed is lost with
+     * nobody left to notice until that connection's next use, which may
+     * never come (an idle process): the lock would stay held for its
+     * lease. The replies already here are read; then anything more to
+     * read means the server closed it, and the caller waits for its
+     * release on another connection instead. */
+    if (readable(conn) && (conn->nlate == 0 || late_drain(conn) != 0 || readable(conn))) {
+        if (conn->err != DM_REDIS_IO)
+            set_err(conn, DM_REDIS_IO, "redis at %s: connection closed by the server while "
+                    "idle", dm_redis_conn_addr(conn));
+        return -1;
+    }
     if (conn->nlate == DM_REDIS_LATE_MAX && late_drain(conn) != 0)
         return -1;
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];

@@ -669,6 +669,30 @@ static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **sta
     dm_cluster_lock_put(h.l);
 }
 
+/* The server closed the pooled connection while it sat idle (its
+ * `timeout`, a restart, CLIENT KILL): a release written into it would be
+ * lost with nobody reading its reply until that connection's next use,
+ * which an idle process never makes, and the lock would stay held for its
+ * lease (review r6 idle, r7). The release is waited for on another
+ * connection instead: the lock is free when the call returns. */
+static void test_release_nowait_on_a_connection_the_server_closed_waits_for_it(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_closed_idle");
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
+    int saved;
+    char *path = capture_stderr(&saved);
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    free(end_capture(saved, path));
+    assert_int_equal(r, 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
 /* A reply that says the hold was gone (its lease ran out) is a lost hold,
  * told to the caller's function by the thread that reads it. */
 static void test_release_nowait_of_an_expired_hold_reports_it_lost(void **state)
@@ -1581,6 +1605,8 @@ int main(void)
         cmocka_unit_test_setup(test_release_nowait_retried_after_noscript_leaves_the_owners_next_grant,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_on_a_dropped_connection_is_sent_again,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_on_a_connection_the_server_closed_waits_for_it,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
