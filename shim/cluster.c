@@ -786,9 +786,29 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                         const struct timespec *deadline, int flags, struct dm_grant *g,
                         struct dm_conn **wcp);
 
+/* A trylock after an unlock of the name in this process returned must
+ * not find the lock still held by that unlock's release, written without
+ * waiting, on a connection the trylock's attempt does not use (it may
+ * overtake it; a lock or a timed lock would just wait for its notice).
+ * So the replies of those releases are read first: the pool's, here, and
+ * those on connections in use, by the threads using them (before their
+ * own reply), waited for up to a command timeout. */
+static void releases_read(struct dm_cluster_lock *l)
+{
+    long long end = dm_now_ms() + ccfg->redis.command_timeout_ms;
+    while (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) > 0) {
+        dm_redis_flush();
+        if (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) == 0 || dm_now_ms() >= end)
+            break;
+        dm_sleep_ms(1);
+    }
+}
+
 int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g)
 {
+    if (flags & DM_ACQ_TRY)
+        releases_read(l);
     struct dm_conn *wc = NULL;
     int r = acquire_loop(l, owner, deadline, flags, g, &wc);
     wconn_keep(l, wc);
@@ -1158,6 +1178,7 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
     }
     if (v == RELEASE_NOT_HELD && lr->lost)
         lr->lost(lr->l, lr->owner, lr->token);
+    __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
     dm_cluster_lock_put(lr->l);
     free(lr);
 }
@@ -1193,11 +1214,13 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     l->refs++;
     pthread_mutex_unlock(&locks_mu);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
+    __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
     int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
                                     DM_KEYS_RELEASE_N + 8, args, late_release_done, lr);
     dm_redis_put(conn);
     if (rc == 0)
         return 0;
+    __atomic_sub_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
     /* Not written, or written in part (it may have gone out whole all the
      * same): waited for now, named as any retry is. */
     dm_cluster_lock_put(l);
@@ -1239,6 +1262,7 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
             l->wconn = NULL;    /* closed below, with those of waits in progress */
+            l->releases_unread = 0;     /* the parent's: never read here */
         }
     for (int i = 0; i < DM_WCONNS_MAX; i++) {
         /* Subscribed to the parent's channel, on the parent's socket (the

@@ -65,6 +65,8 @@ struct dm_cluster_lock {
     struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
     struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to
                                    wait_channel, kept between waits (cluster.c) */
+    int releases_unread;        /* releases written without waiting whose reply is
+                                   not read yet (atomic; cluster.c) */
     int fair;           /* queue waiters, hand over on release */
     int cache;          /* the holder keeps the lock until asked */
     int wants;          /* waiters announce wants (cache mode, or several mutexes
