@@ -712,13 +712,14 @@ static void wconn_close(struct dm_conn *wc)
 {
     if (!wc)
         return;
-    dm_redis_close(wc);
+    /* Off the list first: a fork child must not free it a second time. */
     for (int i = 0; i < DM_WCONNS_MAX; i++) {
         struct dm_conn *x = wc;
         if (__atomic_compare_exchange_n(&wconns[i], &x, NULL, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED))
             break;
     }
+    dm_redis_close(wc);
     free(wc);
 }
 
