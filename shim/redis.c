@@ -874,7 +874,26 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
             freeReplyObject(q);
         }
         argc = build_argv(argv, s, 1, nkeys, nargs, args, nk);
-        r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+        if (s == DM_SCRIPT_RELEASE) {
+            r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+            return r;
+        }
+        /* The server lost its scripts (SCRIPT FLUSH, a restart that kept
+         * the keys). release.lua is loaded again in the same round trip:
+         * an unlock sends it without waiting (dm_redis_script_nowait), and
+         * a NOSCRIPT to that is only read, and the release sent again, at
+         * the connection's next use, which an idle, exec'ing or _exit'ing
+         * process never makes. */
+        const char *load[3] = { "SCRIPT", "LOAD", script_body[DM_SCRIPT_RELEASE] };
+        redisReply *q = NULL;
+        if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
+            redisAppendCommandArgv(conn->c, 3, load, NULL) != REDIS_OK ||
+            dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK ||
+            dm_net_get_reply(conn->c, conn->tls, (void **)&q) != REDIS_OK) {
+            freeReplyObject(r);
+            r = NULL;
+        }
+        freeReplyObject(q);
     }
     return r;
 }

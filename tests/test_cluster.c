@@ -632,8 +632,9 @@ static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_gr
     unsigned long first = h.g.wait_id;
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     struct dm_grant g2;
-    /* loads acquire.lua again (NOSCRIPT, then EVAL); release.lua stays unknown */
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    /* acquire.lua known again (by hand: the shim's own NOSCRIPT would load
+     * release.lua too); release.lua stays unknown */
+    freeReplyObject(th_cmd(rc, "SCRIPT LOAD %s", dm_lua_acquire));
     assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, count_lost), 0);
     struct timespec dl;
     dm_deadline_in(&dl, SLACK_MS);          /* a lock: a trylock reads the release first */
@@ -645,6 +646,32 @@ static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_gr
     assert_int_equal(lost_calls, 0);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* After the server lost its scripts, the first acquire's NOSCRIPT loads
+ * release.lua again too: a release an unlock then writes without waiting
+ * runs at once, not answered NOSCRIPT with nobody reading it until the
+ * connection's next use, which an exec'ing or _exit'ing process never
+ * makes (review r10, r2 flush-_exit: held until the lease). */
+static void test_noscript_of_an_acquire_loads_the_release_script_too(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("noscript_loads_release");
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    struct dm_grant g2;
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    th_reset_stats(rc);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    /* ran, without anyone reading its reply: the lock is gone */
+    long long end = th_now_ms() + SLACK_MS;
+    while (th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]) == 1 && th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", h.l->keys[DM_KEY_LOCK]), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 0);
     dm_cluster_lock_put(h.l);
 }
 
@@ -1645,6 +1672,7 @@ int main(void)
         cmocka_unit_test_setup(test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_after_script_flush_is_sent_again, reset_policy),
+        cmocka_unit_test_setup(test_noscript_of_an_acquire_loads_the_release_script_too, reset_policy),
         cmocka_unit_test_setup(test_release_nowait_retried_after_noscript_leaves_the_owners_next_grant,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_on_a_dropped_connection_is_sent_again,
