@@ -282,6 +282,9 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
     return record_get(name, 1);
 }
 
+static void wconn_close(struct dm_conn *wc);
+static struct dm_conn *wconn_take(struct dm_cluster_lock *l);
+
 void dm_cluster_lock_put(struct dm_cluster_lock *l)
 {
     if (!l)
@@ -298,6 +301,7 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
     pthread_mutex_unlock(&locks_mu);
     /* Out of the table: no one else can reach it. notify may wait for a
      * handler here, so locks_mu is not held. */
+    wconn_close(wconn_take(l));
     dm_notify_chan_put(l->chan);
     dm_notify_chan_put(l->wchan);
     dm_notify_chan_put(l->wantchan);
@@ -406,6 +410,13 @@ static int refused_by_server(enum dm_redis_err e)
 static void new_member(struct dm_cluster_lock *l, const char *owner, char *member, size_t len)
 {
     snprintf(member, len, "%s|%lu", owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
+}
+
+/* The wait id of request "<owner>|<wait id>". */
+static unsigned long member_id(const char *member)
+{
+    const char *bar = strrchr(member, '|');
+    return bar ? strtoul(bar + 1, NULL, 10) : 0;
 }
 
 /* Runs one script on a pooled connection: ATT_REPLIED with *out, or
@@ -737,8 +748,147 @@ static const char *down_policy(void)
  * another connection), so the request is given up (abandon: left, voided,
  * and a grant it got handed on) before a new one is sent or the call
  * returns. A trylock returns EBUSY on any failure, as it always has. */
+/* A fair mutex waiter reads its handover on a connection of its own,
+ * subscribed to its wait channel (dm_redis_subscribe): the message wakes
+ * the waiting thread itself, where the subscriber thread's would take two
+ * wake-ups (that thread, then the waiter). Without Sentinel and Redis
+ * Cluster only (their subscriptions follow the primary and the slots in
+ * notify), and not for an rwlock's writer (its wake-ups are not all
+ * handovers). Between two waits the connection stays subscribed in the
+ * record (l->wconn), at most DM_WCONNS_KEPT of them per process, so a
+ * name waited on again costs no SUBSCRIBE; one that breaks is dropped
+ * and the wait makes a new one after its next attempt.
+ *
+ * Each is a client of the server (maxclients) and a descriptor of the
+ * process, so a process has at most DM_WCONNS_MAX of them, waiting or
+ * kept: a wait beyond that, or one whose connection cannot be made
+ * (maxclients, EMFILE, out of memory), waits on notify's channel instead
+ * (one wake-up more), never fails. They are listed in `wconns` so that a
+ * fork child closes every one, those of waits in progress included. */
+#define DM_WCONNS_MAX 4
+#define DM_WCONNS_KEPT 2
+static int wconns_kept;         /* records holding one (atomic) */
+static struct dm_conn *wconns[DM_WCONNS_MAX];   /* atomic slots: NULL, WCONN_BUSY, or one */
+#define WCONN_BUSY ((struct dm_conn *)&wconns)   /* a slot taken, its connection not made yet */
+
+static int direct_wait(const struct dm_cluster_lock *l)
+{
+    return !l->rw && ccfg->redis.nsentinels == 0 && ccfg->redis.ncluster == 0;
+}
+
+static void wconn_close(struct dm_conn *wc)
+{
+    if (!wc)
+        return;
+    /* Off the list first: a fork child must not free it a second time. */
+    for (int i = 0; i < DM_WCONNS_MAX; i++) {
+        struct dm_conn *x = wc;
+        if (__atomic_compare_exchange_n(&wconns[i], &x, NULL, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            break;
+    }
+    dm_redis_close(wc);
+    free(wc);
+}
+
+/* The record's subscribed connection, taken for one wait; NULL: none. */
+static struct dm_conn *wconn_take(struct dm_cluster_lock *l)
+{
+    struct dm_conn *wc = __atomic_exchange_n(&l->wconn, NULL, __ATOMIC_ACQ_REL);
+    if (wc)
+        __atomic_sub_fetch(&wconns_kept, 1, __ATOMIC_RELAXED);
+    return wc;
+}
+
+/* Keeps a wait's connection (still subscribed) for the next wait of the
+ * name, or closes it (broken, one kept already, or enough kept). */
+static void wconn_keep(struct dm_cluster_lock *l, struct dm_conn *wc)
+{
+    if (!wc)
+        return;
+    struct dm_conn *none = NULL;
+    if (wc->c && wc->err == DM_REDIS_OK &&
+        __atomic_add_fetch(&wconns_kept, 1, __ATOMIC_RELAXED) <= DM_WCONNS_KEPT) {
+        if (__atomic_compare_exchange_n(&l->wconn, &none, wc, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return;
+    } else if (wc->c && wc->err == DM_REDIS_OK) {
+        /* counted above, not kept */
+    } else {
+        wconn_close(wc);
+        return;
+    }
+    __atomic_sub_fetch(&wconns_kept, 1, __ATOMIC_RELAXED);
+    wconn_close(wc);
+}
+
+/* A new connection subscribed to this process's wait channel of l; NULL
+ * when DM_WCONNS_MAX are open already or it cannot be made. */
+static struct dm_conn *wconn_new(struct dm_cluster_lock *l)
+{
+    int slot = -1;
+    for (int i = 0; i < DM_WCONNS_MAX && slot < 0; i++) {
+        struct dm_conn *x = NULL;
+        if (__atomic_compare_exchange_n(&wconns[i], &x, WCONN_BUSY, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            slot = i;
+    }
+    if (slot < 0)
+        return NULL;
+    struct dm_conn *wc = calloc(1, sizeof *wc);
+    if (!wc) {
+        __atomic_store_n(&wconns[slot], NULL, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    /* Listed before it connects: a fork child closes what it finds. */
+    __atomic_store_n(&wconns[slot], wc, __ATOMIC_RELEASE);
+    char wch[DM_CLUSTER_KEY_MAX];
+    dm_cluster_lock_key(l, DM_KEY_WAIT, wch, sizeof wch);
+    if (dm_redis_connect(wc) != 0 || dm_redis_subscribe(wc, wch) != 0) {
+        dm_debug("lock %s: %s; waiting on the process's subscriber instead", l->name,
+                 wc->errstr);
+        wconn_close(wc);
+        return NULL;
+    }
+    return wc;
+}
+
+static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
+                        const struct timespec *deadline, int flags, struct dm_grant *g,
+                        struct dm_conn **wcp);
+
+/* A trylock after an unlock of the name in this process returned must
+ * not find the lock still held by that unlock's release, written without
+ * waiting, on a connection the trylock's attempt does not use (it may
+ * overtake it; a lock or a timed lock would just wait for its notice).
+ * So the replies of those releases are read first: the pool's, here, and
+ * those on connections in use, by the threads using them (before their
+ * own reply), waited for up to a command timeout. */
+static void releases_read(struct dm_cluster_lock *l)
+{
+    long long end = dm_now_ms() + ccfg->redis.command_timeout_ms;
+    while (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) > 0) {
+        dm_redis_flush();
+        if (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) == 0 || dm_now_ms() >= end)
+            break;
+        dm_sleep_ms(1);
+    }
+}
+
 int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g)
+{
+    if (flags & DM_ACQ_TRY)
+        releases_read(l);
+    struct dm_conn *wc = NULL;
+    int r = acquire_loop(l, owner, deadline, flags, g, &wc);
+    wconn_keep(l, wc);
+    return r;
+}
+
+static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
+                        const struct timespec *deadline, int flags, struct dm_grant *g,
+                        struct dm_conn **wcp)
 {
     static long down_logged;
     struct dm_redis_error why;
@@ -762,13 +912,21 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
     struct dm_notify_chan *ch = __atomic_load_n(fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
     char member[DM_OWNER_MAX + 24];
     new_member(l, owner, member, sizeof member);
+    /* A fair mutex waiter's own subscribed connection (see direct_wait). */
+    int direct = fair && direct_wait(l);
+    if (direct) {
+        ch = NULL;
+        *wcp = wconn_take(l);
+    }
     /* Already subscribed (from an earlier wait): a notice sent after the
      * first attempt cannot be missed, so that attempt is enough. */
     if (!(flags & DM_ACQ_TRY) && ch)
         subscribed = dm_notify_is_subscribed(ch);
+    if (direct && *wcp)
+        subscribed = 1;
 
     for (;;) {
-        unsigned long seen = subscribed ? dm_notify_seq(ch) : 0;
+        unsigned long seen = subscribed && ch ? dm_notify_seq(ch) : 0;
         long pttl = 0;
         long long sent = dm_now_ms();
         enum attempt res;
@@ -801,6 +959,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             g->more_waiters |= handover_more;
             g->owner_dead |= handover_dead;
             g->waited = waited;
+            g->wait_id = member_id(member);
             dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
             if (handed)
                 dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
@@ -888,6 +1047,13 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         long left = dm_remaining_ms(deadline);
         if (left == 0)
             break;
+        if (!subscribed && direct) {
+            if ((*wcp = wconn_new(l)) != NULL) {
+                subscribed = 1;
+                continue;       /* the second attempt, now that no handover can be missed */
+            }
+            direct = 0;         /* none to be had: notify's channel, as any other wait */
+        }
         if (!subscribed) {
             long to = ccfg->redis.command_timeout_ms;
             if (left >= 0 && left < to)
@@ -906,9 +1072,28 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
             dm_sleep_ms(wait);
             continue;
         }
-        if (dm_notify_wait(ch, seen, wait) == 0 && fair) {
-            char msg[DM_OWNER_MAX + 48];
-            dm_notify_last(ch, msg, sizeof msg);
+        char msg[DM_OWNER_MAX + 48];
+        int got;
+        if (direct) {
+            /* Every message on our channel, until ours or the wait's end;
+             * a broken connection may have lost one: attempt again first. */
+            long long until = dm_now_ms() + wait;
+            do
+                got = dm_redis_next_message(*wcp, until - dm_now_ms(), msg, sizeof msg);
+            while (got == 1 && !(strncmp(msg, member, strlen(member)) == 0 &&
+                                 msg[strlen(member)] == ' '));
+            if (got < 0) {
+                dm_debug("lock %s: %s; subscribing again", l->name, (*wcp)->errstr);
+                wconn_close(*wcp);
+                *wcp = NULL;
+                subscribed = 0;
+            }
+        } else {
+            got = dm_notify_wait(ch, seen, wait) == 0;
+            if (got && fair)
+                dm_notify_last(ch, msg, sizeof msg);
+        }
+        if (got == 1 && fair) {
             /* The handover happened after our last attempt was sent, so its
              * claim lease runs at most from then. A late notice (a stalled
              * process) is checked by one more attempt instead. */
@@ -920,6 +1105,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
                  * after the handover, and its WAIT covers both. */
                 if (fresh_handover(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
+                    g->wait_id = member_id(member);
                     dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
                     dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
                     return 0;
@@ -944,7 +1130,23 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * never for longer than the hold surely has left of its lease when it is
  * released (its last renewal was at most a round ago), so that a release
  * that gets through does not find its own hold expired. */
+static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                          const char *request);
+
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+{
+    return release_waited(l, owner, token, NULL);
+}
+
+/* dm_cluster_release, naming the request whose grant it ends when
+ * `request` ("<owner>|<wait id>") is not NULL (release.lua's ARGV[8]): a
+ * later grant of the same owner under the same token is then left alone.
+ * Every retry of a release sent without waiting goes through here with
+ * the request the first one named, whatever became of that one (NOSCRIPT,
+ * an error, no reply, a dropped connection, the exit flush): the owner's
+ * next acquire may have run on the server before the retry does. */
+static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                          const char *request)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     char tok[24], keep[24];
@@ -954,14 +1156,15 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     struct call_keys ks;
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE);
-    const char *args[DM_KEYS_RELEASE_N + 2 + 7];
+    const char *args[DM_KEYS_RELEASE_N + 2 + 8];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
     int nkeys = rw_keys(l, k, args, DM_KEYS_RELEASE_N);
-    /* the last: Redis Cluster's sharded pub/sub (see attempt) */
+    /* ARGV[7]: Redis Cluster's sharded pub/sub (see attempt); ARGV[8]: the request */
     const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim,
-                           "spublish" };
+                           l->slot >= 0 ? "spublish" : "", request };
     memcpy(args + nkeys, argv, sizeof argv);
+    int nargs = nkeys + (request ? 8 : l->slot >= 0 ? 7 : 6);
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -978,8 +1181,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get_slot(l->slot);
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, nkeys,
-                                        nkeys + (l->slot >= 0 ? 7 : 6), args);
+        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, nkeys, nargs, args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&
@@ -1019,6 +1221,103 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
     return EIO;
 }
 
+/* A release sent without waiting, until its reply is read. It holds a
+ * reference to the record, so a name destroyed meanwhile stays until
+ * then. */
+struct late_release {
+    struct dm_cluster_lock *l;
+    uint64_t token;
+    dm_cluster_lost_fn lost;
+    char owner[DM_OWNER_MAX];
+    char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>": ARGV[8], every retry too */
+};
+
+/* The reply of a release sent by dm_cluster_release_nowait, in the thread
+ * that read it. Anything but a verdict is retried as a release always is
+ * (it recognises its own retry); "not held" is a lost hold. */
+static void late_release_done(void *arg, redisReply *r, const struct dm_redis_error *why)
+{
+    struct late_release *lr = arg;
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (v != RELEASE_DONE && v != RELEASE_STILL_HELD && v != RELEASE_NOT_HELD) {
+        dm_debug("lock %s: the release sent at unlock got %s; sending it again", lr->l->name,
+                 !r ? (why ? why->errstr : "no reply") : r->type == REDIS_REPLY_ERROR ? r->str
+                                                                 : "an unexpected reply");
+        if (!r)
+            dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
+        v = release_waited(lr->l, lr->owner, lr->token, lr->request) == EPERM
+                ? RELEASE_NOT_HELD : RELEASE_DONE;
+    }
+    if (v == RELEASE_NOT_HELD && lr->lost)
+        lr->lost(lr->l, lr->owner, lr->token);
+    __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    dm_cluster_lock_put(lr->l);
+    free(lr);
+}
+
+int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                              unsigned long wait_id, dm_cluster_lost_fn lost)
+{
+    /* Sentinel trusts "not held" only after ROLE on the same connection,
+     * a cluster follows MOVED with the script again, and an rwlock's read
+     * release is not told apart by its request: the reply first. */
+    struct late_release *lr;
+    if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 ||
+        (lr = malloc(sizeof *lr)) == NULL)
+        goto wait;
+    char tok[24], keep[24], claim[24], member[DM_OWNER_MAX + 24];
+    snprintf(tok, sizeof tok, "%" PRIu64, token);
+    snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
+    snprintf(claim, sizeof claim, "%ld", claim_ms());
+    snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
+    struct call_keys ks;
+    const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE);
+    const char *args[DM_KEYS_RELEASE_N + 8];
+    for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
+        args[i] = k[dm_keys_release[i]];
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim, "",
+                           member };
+    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
+    lr->l = l;
+    lr->token = token;
+    lr->lost = lost;
+    snprintf(lr->owner, sizeof lr->owner, "%s", owner);
+    snprintf(lr->request, sizeof lr->request, "%s", member);
+    pthread_mutex_lock(&locks_mu);
+    l->refs++;
+    pthread_mutex_unlock(&locks_mu);
+    struct dm_conn *conn = dm_redis_get_slot(l->slot);
+    __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
+                                    DM_KEYS_RELEASE_N + 8, args, late_release_done, lr);
+    dm_redis_put(conn);
+    if (rc == 0)
+        return 0;
+    __atomic_sub_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    /* Not written, or written in part (it may have gone out whole all the
+     * same): waited for now, named as any retry is. */
+    dm_cluster_lock_put(l);
+    free(lr);
+    {
+        int r = release_waited(l, owner, token, member);
+        if (r == EPERM && lost)
+            lost(l, owner, token);
+        return r;
+    }
+wait:
+    {
+        int r = dm_cluster_release(l, owner, token);
+        if (r == EPERM && lost)
+            lost(l, owner, token);
+        return r;
+    }
+}
+
+void dm_cluster_flush(void)
+{
+    dm_redis_flush();
+}
+
 /* Fork: locks_mu is held across fork() (see the lock order in startup.c).
  * The child has a new process id, so a new wait channel (built from it
  * when needed): the old one's notify record dropped (notify's own fork handling ran
@@ -1034,7 +1333,22 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
              l = (struct dm_cluster_lock *)l->node.next) {
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
+            l->wconn = NULL;    /* closed below, with those of waits in progress */
+            l->releases_unread = 0;     /* the parent's: never read here */
         }
+    for (int i = 0; i < DM_WCONNS_MAX; i++) {
+        /* Subscribed to the parent's channel, on the parent's socket (the
+         * waiting thread is the parent's): closed unread and unsent to (no
+         * TLS goodbye). */
+        struct dm_conn *wc = wconns[i];
+        if (wc && wc != WCONN_BUSY) {
+            if (wc->c)
+                redisFree(wc->c);
+            free(wc);
+        }
+        wconns[i] = NULL;
+    }
+    __atomic_store_n(&wconns_kept, 0, __ATOMIC_RELAXED);
     /* The child counts from zero: the names gone keep nothing, and no
      * walk is on (the writer thread is the parent's). */
     __atomic_store_n(&walkers, 0, __ATOMIC_RELAXED);

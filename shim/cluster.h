@@ -65,9 +65,13 @@ struct dm_cluster_lock {
     struct dm_notify_chan *wchan;       /* handovers to this process: dm_cluster_lock_wchan */
     struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
     struct dm_cluster_stats *counters;  /* the name's counters: they outlive the record */
+    struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to its
+                                   wait channel, kept between waits (cluster.c) */
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
+    int releases_unread;        /* releases written without waiting whose reply is
+                                   not read yet (atomic; cluster.c) */
     unsigned char fair;     /* queue waiters, hand over on release */
     unsigned char cache;    /* the holder keeps the lock until asked */
     unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes
@@ -120,6 +124,8 @@ struct dm_grant {
     long long sent_ms;  /* CLOCK_MONOTONIC ms when the request behind the grant was
                            sent: the lease surely runs no longer than from then */
     int waited;         /* another holder had it first: the call waited (contended) */
+    unsigned long wait_id;  /* the request the grant answered is "<owner>|<wait_id>":
+                               dm_cluster_release_nowait names it */
 };
 
 /* Keeps the config (it must outlive every lock). No I/O. */
@@ -211,6 +217,31 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * Redis could not be reached within a few command timeouts (the lease will
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
+
+/* The end of a hold that a release found lost (release.lua: not held),
+ * told by the thread that read the reply: the caller's report, as for a
+ * lost lease. */
+typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner, uint64_t token);
+
+/* dm_cluster_release without waiting for the reply: the release of the
+ * hold `owner` got with `token` through request `wait_id` (dm_grant) is
+ * written and the call returns; the reply is read before that
+ * connection's next command, or at dm_cluster_flush (redis.h). What the
+ * reply says is acted on then, by the thread that reads it: not held ->
+ * lost(l, owner, token); no reply, an error reply or NOSCRIPT ->
+ * dm_cluster_release, retried as usual in that thread. The release names
+ * its request, so a grant of the same owner sent after it (on another
+ * connection, which may overtake it) is not released by it. Returns at
+ * once with dm_cluster_release's result where a verdict needs the reply
+ * first (Sentinel: ROLE; Redis Cluster: MOVED; an rwlock), or when the
+ * request cannot be written. */
+int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                              unsigned long wait_id, dm_cluster_lost_fn lost);
+
+/* Reads every release reply still due (dm_cluster_release_nowait) and acts
+ * on it: at exit, so that each has run, or been retried, before the
+ * process ends. */
+void dm_cluster_flush(void);
 
 /* A condition variable's signal (broadcast = 0) or broadcast to every
  * process: one PUBLISH of "<process id> signal" or "<process id>

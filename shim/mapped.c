@@ -372,6 +372,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     if (g.waited)
         tl_contended = 1;
     h->token = g.token;
+    h->wait_id = g.wait_id;
     *held = !g.local_only;
     *more = g.more_waiters;
     *dead = g.owner_dead;
@@ -400,28 +401,42 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     return 0;
 }
 
+/* A release found the hold gone: the server let it expire before the
+ * watchdog saw it (the process was stopped, or the clock jumped). Called
+ * by the releasing thread, or, for a release sent without waiting, by the
+ * thread that read its reply. */
+static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+{
+    dm_watchdog_note_lost();
+    dm_stats_add(&dm_cluster_lock_counts(l)->leases_lost, 1);
+    dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
+             "unlock: its lease expired, another process may have entered%s",
+             l->name, owner, (unsigned long long)token,
+             mcfg->on_lease_lost == DM_LOST_ABORT ? "; aborting (on_lease_lost = \"abort\")" : "");
+    if (mcfg->on_lease_lost == DM_LOST_ABORT)
+        abort();
+}
+
 /* Gives the cluster hold back. The caller moved the name to RELEASING (it
  * alone touches the hold now); it is FREE on return. EPERM if the hold had
- * been lost. */
+ * been lost.
+ *
+ * With on_lease_lost = "abort" (the default) the release is written and
+ * not waited for (dm_cluster_release_nowait): the hold ends no earlier
+ * than before, only its reply is read later, and a hold the reply finds
+ * lost aborts the process from the thread that reads it, as the watchdog
+ * would. "warn" waits, since unlock then returns EPERM for a lost hold. */
 static int hold_release(struct dm_name *nm)
 {
     int lost = 0;
     if (nm->held) {
         struct dm_hold *h = &nm->hold;
         lost = dm_watchdog_remove(h);
-        int r = dm_cluster_release(nm->cl, h->owner, h->token);
-        if (r == EPERM && !lost) {
-            /* The server let the hold expire before the watchdog saw it
-             * (the process was stopped, or the clock jumped). */
+        if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT) {
+            dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, release_found_lost);
+        } else if (dm_cluster_release(nm->cl, h->owner, h->token) == EPERM && !lost) {
             lost = 1;
-            dm_watchdog_note_lost();
-            dm_stats_add(&dm_cluster_lock_counts(nm->cl)->leases_lost, 1);
-            dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
-                     "unlock: its lease expired, another process may have entered%s",
-                     nm->cl->name, h->owner, (unsigned long long)h->token,
-                     mcfg->on_lease_lost == DM_LOST_ABORT ? "; aborting (on_lease_lost = \"abort\")" : "");
-            if (mcfg->on_lease_lost == DM_LOST_ABORT)
-                abort();
+            release_found_lost(nm->cl, h->owner, h->token);
         }
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
@@ -1780,5 +1795,9 @@ void dm_mapped_release_all(void)
     for (size_t i = 0; i < ngone; i++)
         name_put(gone[i]);
     free(gone);
+    /* Every release written without waiting (these, and the unlocks
+     * before): their replies read, a failed one sent again, before the
+     * process ends. */
+    dm_cluster_flush();
     in_shim--;
 }

@@ -5,6 +5,7 @@
 #include "redis.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -254,6 +255,7 @@ static int connect_node(struct dm_conn *conn)
 {
     conn->c = NULL;
     conn->tls = NULL;
+    conn->nlate = 0;    /* a new context: no reply can be due on it */
     conn->err = DM_REDIS_OK;
     conn->errstr[0] = 0;
     conn->gen = 0;
@@ -353,8 +355,57 @@ void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn)
     memcpy(e->errstr, conn->errstr, sizeof e->errstr);
 }
 
+/* The replies due on conn that will never be read: each fn gets NULL. */
+static void late_drop(struct dm_conn *conn, const struct dm_redis_error *why)
+{
+    while (conn->nlate > 0) {
+        struct dm_redis_late x = conn->late[0];
+        memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
+        conn->nlate--;
+        x.fn(x.arg, NULL, why);
+    }
+}
+
+/* Reads the replies due on conn (dm_redis_script_nowait), oldest first,
+ * each handed to its fn. 0, or -1 when the connection broke (conn->err
+ * DM_REDIS_IO; the replies not read are dropped, their fns told so). A
+ * request the caller appended already is still unanswered. */
+static int late_drain(struct dm_conn *conn)
+{
+    while (conn->nlate > 0) {
+        struct dm_redis_late x = conn->late[0];
+        memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
+        conn->nlate--;
+        redisReply *r = NULL;
+        if (!conn->c || dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK) {
+            set_err(conn, DM_REDIS_IO, "redis at %s: no reply to a request sent earlier: %s",
+                    dm_redis_conn_addr(conn), conn->c && conn->c->err ? conn->c->errstr
+                                                                    : "not connected");
+            struct dm_redis_error why;
+            dm_redis_error_keep(&why, conn);
+            x.fn(x.arg, NULL, &why);
+            late_drop(conn, &why);
+            return -1;
+        }
+        x.fn(x.arg, r, NULL);
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
 void dm_redis_close(struct dm_conn *conn)
 {
+    if (conn->nlate > 0) {
+        /* Closed with replies due: read them while the connection still
+         * can (a healthy one the pool had no room for), else each fn
+         * hears that its reply will never come. */
+        if (conn->c && conn->err != DM_REDIS_IO)
+            late_drain(conn);
+        struct dm_redis_error why = { DM_REDIS_IO, "" };
+        snprintf(why.errstr, sizeof why.errstr, "redis at %s: connection closed before the "
+                 "reply of a request sent earlier", dm_redis_conn_addr(conn));
+        late_drop(conn, &why);
+    }
     if (conn->c && (conn->err == DM_REDIS_IO || conn->err == DM_REDIS_WRONG_NODE))
         dm_sentinel_stale(conn->gen);
     if (conn->c && conn->err == DM_REDIS_IO && dm_slots_enabled())
@@ -705,6 +756,8 @@ redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
 {
     if (!conn->c)
         return NULL;    /* not connected: the connect's error stays */
+    if (late_drain(conn) != 0)
+        return NULL;
     va_list ap;
     va_start(ap, fmt);
     redisReply *r = dm_net_vcommand(conn->c, conn->tls, fmt, ap);
@@ -717,7 +770,7 @@ redisReply *dm_redis_command(struct dm_conn *conn, const char *fmt, ...)
 redisReply *dm_redis_command_argv(struct dm_conn *conn, const char *what, int argc,
                                   const char **argv)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return NULL;
     redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
     return check_reply(conn, r, what ? what : argv[0]);
@@ -725,7 +778,7 @@ redisReply *dm_redis_command_argv(struct dm_conn *conn, const char *what, int ar
 
 int dm_redis_append_command(struct dm_conn *conn, const char *fmt, ...)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return -1;
     va_list ap;
     va_start(ap, fmt);
@@ -761,7 +814,10 @@ static int is_noscript(const redisReply *r)
  * cluster, and on_redis_down = "local" must not lock alone on it). */
 static int redirect(struct dm_conn *conn, int node)
 {
+    late_drain(conn);   /* its context goes to the pool: nothing due may go with it */
     struct dm_conn *x = pool_get(node, 0, 0);
+    if (x != &no_memory && x->c)
+        late_drain(x);
     if (x == &no_memory || !x->c) {
         set_err(conn, DM_REDIS_WRONG_NODE, "redis cluster: redirected to a node that cannot "
                 "be reached: %s", x->errstr);
@@ -787,6 +843,8 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
 {
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
+    if (asking && late_drain(conn) != 0)
+        return NULL;
     if (asking) {
         /* ASKING holds for the next command of this connection only. */
         const char *a[1] = { "ASKING" };
@@ -796,7 +854,16 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
         freeReplyObject(r);
     }
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    redisReply *r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+    redisReply *r = NULL;
+    if (conn->nlate > 0) {
+        /* Replies are due (an unlock's release): this request goes out
+         * first, then they are read, then its own: one round trip. */
+        if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
+            late_drain(conn) != 0 || dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK)
+            r = NULL;
+    } else {
+        r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+    }
     if (is_noscript(r)) {
         freeReplyObject(r);
         if (asking) {
@@ -807,7 +874,26 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
             freeReplyObject(q);
         }
         argc = build_argv(argv, s, 1, nkeys, nargs, args, nk);
-        r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+        if (s == DM_SCRIPT_RELEASE) {
+            r = dm_net_command_argv(conn->c, conn->tls, argc, argv, NULL);
+            return r;
+        }
+        /* The server lost its scripts (SCRIPT FLUSH, a restart that kept
+         * the keys). release.lua is loaded again in the same round trip:
+         * an unlock sends it without waiting (dm_redis_script_nowait), and
+         * a NOSCRIPT to that is only read, and the release sent again, at
+         * the connection's next use, which an idle, exec'ing or _exit'ing
+         * process never makes. */
+        const char *load[3] = { "SCRIPT", "LOAD", script_body[DM_SCRIPT_RELEASE] };
+        redisReply *q = NULL;
+        if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
+            redisAppendCommandArgv(conn->c, 3, load, NULL) != REDIS_OK ||
+            dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK ||
+            dm_net_get_reply(conn->c, conn->tls, (void **)&q) != REDIS_OK) {
+            freeReplyObject(r);
+            r = NULL;
+        }
+        freeReplyObject(q);
     }
     return r;
 }
@@ -838,12 +924,141 @@ redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, i
 int dm_redis_append_script(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
                            const char *const *args)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return -1;
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
     return redisAppendCommandArgv(conn->c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
+}
+
+/* Whether conn has something to read: replies due, or, with none due,
+ * the end of a connection the server closed while it sat in the pool
+ * (its `timeout`, a restart, CLIENT KILL). No wait. */
+static int readable(const struct dm_conn *conn)
+{
+    if (dm_net_buffered(conn->tls))
+        return 1;
+    struct pollfd p = { conn->c->fd, POLLIN | POLLRDHUP, 0 };
+    return poll(&p, 1, 0) > 0;
+}
+
+int dm_redis_script_nowait(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
+                           const char *const *args, dm_redis_late_fn fn, void *arg)
+{
+    if (!conn->c)
+        return -1;
+    /* A request written into a connection the server closed is lost with
+     * nobody left to notice until that connection's next use, which may
+     * never come (an idle process): the lock would stay held for its
+     * lease. The replies already here are read; then anything more to
+     * read means the server closed it, and the caller waits for its
+     * release on another connection instead. */
+    if (readable(conn) && (conn->nlate == 0 || late_drain(conn) != 0 || readable(conn))) {
+        if (conn->err != DM_REDIS_IO)
+            set_err(conn, DM_REDIS_IO, "redis at %s: connection closed by the server while "
+                    "idle", dm_redis_conn_addr(conn));
+        return -1;
+    }
+    if (conn->nlate == DM_REDIS_LATE_MAX && late_drain(conn) != 0)
+        return -1;
+    const char *argv[DM_SCRIPT_ARGS_MAX + 3];
+    char nk[12];
+    int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
+    if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK) {
+        set_err(conn, DM_REDIS_IO, "redis at %s: out of memory", dm_redis_conn_addr(conn));
+        return -1;
+    }
+    if (dm_net_write(conn->c, conn->tls, NULL) != REDIS_OK) {
+        set_err(conn, DM_REDIS_IO, "redis at %s: %s.lua: %s", dm_redis_conn_addr(conn),
+                script_name[s], conn->c->err ? conn->c->errstr : "not sent");
+        return -1;
+    }
+    conn->late[conn->nlate].fn = fn;
+    conn->late[conn->nlate].arg = arg;
+    conn->nlate++;
+    return 0;
+}
+
+/* Takes an idle connection with replies due out of the pools; NULL: none. */
+static struct dm_conn *pool_take_late(void)
+{
+    struct dm_conn *found = NULL;
+    pthread_mutex_lock(&pool_mu);
+    for (int i = 0; i < DM_SLOTS_NODES_MAX && !found; i++)
+        for (struct dm_conn **pp = &pools[i].idle; *pp; pp = &(*pp)->next)
+            if ((*pp)->nlate > 0) {
+                found = *pp;
+                *pp = found->next;
+                pools[i].nidle--;
+                break;
+            }
+    pthread_mutex_unlock(&pool_mu);
+    return found;
+}
+
+void dm_redis_flush(void)
+{
+    struct dm_conn *conn;
+    while ((conn = pool_take_late()) != NULL) {
+        late_drain(conn);
+        dm_redis_put(conn);
+    }
+}
+
+int dm_redis_subscribe(struct dm_conn *conn, const char *channel)
+{
+    redisReply *r = dm_redis_command(conn, "SUBSCRIBE %s", channel);
+    if (!r)
+        return -1;
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3;
+    freeReplyObject(r);
+    if (!ok)
+        set_err(conn, DM_REDIS_BAD_REPLY, "redis at %s: SUBSCRIBE %s: unexpected reply",
+                dm_redis_conn_addr(conn), channel);
+    return ok ? 0 : -1;
+}
+
+int dm_redis_next_message(struct dm_conn *conn, long timeout_ms, char *buf, size_t len)
+{
+    if (!conn->c)
+        return -1;
+    long long end = dm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        redisReply *r = NULL;
+        if (redisGetReplyFromReader(conn->c, (void **)&r) != REDIS_OK)
+            break;
+        if (r) {
+            int msg = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                      r->element[0]->type == REDIS_REPLY_STRING &&
+                      strcmp(r->element[0]->str, "message") == 0 &&
+                      r->element[2]->type == REDIS_REPLY_STRING;
+            if (msg)
+                snprintf(buf, len, "%s", r->element[2]->str);
+            freeReplyObject(r);
+            if (msg)
+                return 1;
+            continue;
+        }
+        if (!dm_net_buffered(conn->tls)) {
+            long long left = end - dm_now_ms();
+            if (left <= 0)
+                return 0;
+            struct pollfd p = { conn->c->fd, POLLIN, 0 };
+            int n = poll(&p, 1, (int)left);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n == 0)
+                return 0;
+            if (n < 0)
+                break;
+        }
+        if (dm_net_read(conn->c, conn->tls) != REDIS_OK)
+            break;
+    }
+    set_err(conn, DM_REDIS_IO, "redis at %s: subscribed connection: %s", dm_redis_conn_addr(conn),
+            conn->c->err ? conn->c->errstr : strerror(errno));
+    return -1;
 }
 
 redisReply *dm_redis_pipeline_reply(struct dm_conn *conn, enum dm_script s)
@@ -866,7 +1081,7 @@ enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
     /* A cluster's replica answers a lock's keys with MOVED: no ROLE needed. */
     if (!dm_sentinel_enabled())
         return DM_PRIMARY_YES;
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return DM_PRIMARY_UNKNOWN;
     char why[400];
     enum dm_redis_err rc = check_role(conn->c, conn->tls, why, sizeof why);
@@ -880,7 +1095,7 @@ enum dm_is_primary dm_redis_is_primary(struct dm_conn *conn)
 
 long dm_redis_wait(struct dm_conn *conn, int n, long timeout_ms)
 {
-    if (!conn->c)
+    if (!conn->c || late_drain(conn) != 0)
         return -1;
     /* The server answers WAIT after up to timeout_ms: the reply may come
      * that much later than a command's. */

@@ -45,6 +45,26 @@ enum dm_redis_err {
                                be reached), TRYAGAIN, CLUSTERDOWN: nothing ran */
 };
 
+/* A connection's error kept past dm_redis_put, for a caller that reports
+ * it later (a pooled connection is another thread's once it is back). */
+struct dm_redis_error {
+    enum dm_redis_err err;
+    char errstr[DM_ERR_MAX];
+};
+
+/* A reply nobody waited for (dm_redis_script_nowait): fn(arg, r, why) is
+ * called once by the thread that reads it, with the reply (an error reply
+ * included: NOSCRIPT, READONLY...; freed after fn returns), or with r NULL
+ * and the cause in why when it will never be read (the connection broke or
+ * was closed first). fn must not use the connection it came on; it may
+ * take others from the pool. Never called in a fork child. */
+typedef void (*dm_redis_late_fn)(void *arg, redisReply *r, const struct dm_redis_error *why);
+#define DM_REDIS_LATE_MAX 16     /* unread replies a connection carries at most */
+struct dm_redis_late {
+    dm_redis_late_fn fn;
+    void *arg;
+};
+
 /* A connection: pooled (dm_redis_get/put) or a thread's own (the watchdog's
  * and the subscriber's: dm_redis_connect/close). `errstr` names the Redis
  * address and, when the server answered, its words. */
@@ -57,14 +77,10 @@ struct dm_conn {
     unsigned long gen;              /* Sentinel: the primary's generation at connect;
                                      * Redis Cluster: the node index's epoch (slots.h) */
     int node;                       /* Redis Cluster: the node's index (slots.h); 0 otherwise */
+    int nlate;                      /* requests sent whose replies nobody read yet, */
+    struct dm_redis_late late[DM_REDIS_LATE_MAX];   /* oldest first (dm_redis_script_nowait) */
 };
 
-/* A connection's error kept past dm_redis_put, for a caller that reports
- * it later (a pooled connection is another thread's once it is back). */
-struct dm_redis_error {
-    enum dm_redis_err err;
-    char errstr[DM_ERR_MAX];
-};
 void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn);
 
 /* Remembers the server's settings (the config outlives every connection). */
@@ -215,6 +231,37 @@ redisReply *dm_redis_script(struct dm_conn *conn, enum dm_script s, int nkeys, i
  * node that answered (it goes back to that node's pool): a WAIT after the
  * script runs where the script ran. */
 #define DM_REDIS_REDIRECTS_MAX 5
+
+/* Sends one script call and returns without its reply (a release from
+ * unlock): the reply is read before the connection's next command (every
+ * call of this module on conn reads the replies still due on it first, in
+ * order; a script call is written before they are read, so the two share
+ * one round trip), when the connection is closed (fn gets NULL), or by
+ * dm_redis_flush; fn(arg, ...) then says what became of it. 0 once the
+ * request is written; -1 (fn will not be called) when it could not be:
+ * not connected, or the write failed (conn->err DM_REDIS_IO: the request
+ * may have gone out in part). With DM_REDIS_LATE_MAX replies due already,
+ * the oldest are read first. */
+int dm_redis_script_nowait(struct dm_conn *conn, enum dm_script s, int nkeys, int nargs,
+                           const char *const *args, dm_redis_late_fn fn, void *arg);
+
+/* A connection of the caller's own (dm_redis_connect), subscribed to
+ * `channel` (SUBSCRIBE): a fair waiter reads its handover on it itself,
+ * woken by the message with no other thread in between. 0, or -1 with
+ * conn->err set (close it). */
+int dm_redis_subscribe(struct dm_conn *conn, const char *channel);
+
+/* The next message on a conn dm_redis_subscribe made, waiting up to
+ * timeout_ms (poll(2): the connection stays usable after a timeout):
+ * 1 with its payload in buf (NUL-terminated, cut to len), 0 when none
+ * came in time, -1 when the connection failed (conn->err set: close it;
+ * messages may have been lost). Other replies are skipped. */
+int dm_redis_next_message(struct dm_conn *conn, long timeout_ms, char *buf, size_t len);
+
+/* Reads every reply still due on the pool's idle connections (their fns
+ * run in the calling thread): the exit path, so that a release written by
+ * an unlock is known to have run, or retried, before the process ends. */
+void dm_redis_flush(void);
 
 /* Pipelining: queue a script call without reading its reply (0, or -1
  * out of memory)... */

@@ -20,6 +20,7 @@ struct dm_hold {
     struct dm_cluster_lock *lock;
     char owner[DM_OWNER_MAX];
     uint64_t token;
+    unsigned long wait_id;      /* the grant's request: "<owner>|<wait_id>" (dm_grant) */
     int read;                   /* an rwlock's read hold (DM_ACQ_READ): renewed in its
                                    readers set; set before dm_watchdog_add */
     /* watchdog's, under its mutex: */

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -21,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,6 +124,16 @@ static int acquire_quietly(struct th_hold *h, const struct timespec *dl, int fla
     int r = dm_cluster_acquire(h->l, h->a, dl, flags, &h->g);
     free(end_capture(saved, path));
     return r;
+}
+
+/* This process's handover channel of l (records keep no key strings). */
+static const char *wait_channel_of(const struct dm_cluster_lock *l)
+{
+    static _Thread_local char buf[4][DM_CLUSTER_KEY_MAX];
+    static _Thread_local unsigned next;
+    char *p = buf[next++ % 4];
+    dm_cluster_lock_key(l, DM_KEY_WAIT, p, DM_CLUSTER_KEY_MAX);
+    return p;
 }
 
 /* ---- fixtures ------------------------------------------------------------- */
@@ -522,6 +536,508 @@ static void test_script_flush_between_calls_is_survived(void **state)
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(tb, h.t + 1);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+}
+
+/* ---- release without waiting (dm_cluster_release_nowait) ------------------ */
+
+static int lost_calls;
+
+static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+{
+    (void)l, (void)owner, (void)token;
+    lost_calls++;
+}
+
+/* The release is written and the call returns: it does not wait for the
+ * server, which runs it later (here: once a pause ends). */
+static void test_release_nowait_returns_while_the_server_is_paused_and_runs_later(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_pause");
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    long long held = th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK));
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    assert_int_equal(r, 0);
+    assert_int_equal(held, 1);      /* not run yet: the call did not wait for it */
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* The reply of a release sent without waiting is read before the next
+ * command on its connection, in order: the next acquire (the pool hands
+ * the same connection back) gets its own reply and finds the lock free. */
+static void test_release_nowait_reply_is_read_before_the_next_command(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_next");
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+        assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
+        assert_int_equal(h.g.token, h.t + 1);
+        assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
+        assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), 0);
+        assert_int_equal(h.g.token, h.t + 2);
+        h.t = h.g.token;
+    }
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* An unlock's release may be overtaken by the same owner's next acquire
+ * on another connection: that acquire finds the lock still the owner's
+ * and grants it again, same token. The older release must leave that
+ * grant alone (release.lua: it names its request). */
+static void test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_overtaken");
+    unsigned long first = h.g.wait_id;
+    struct dm_grant g2;
+    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);   /* ran first */
+    assert_int_equal(g2.token, h.t);
+    assert_true(g2.wait_id != first);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(lost_calls, 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* NOSCRIPT to a release nobody waited for: it did not run, and is sent
+ * again (EVAL) by the thread that reads the reply. */
+static void test_release_nowait_after_script_flush_is_sent_again(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_flush");
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* A release answered NOSCRIPT is sent again by the thread that reads the
+ * reply, which is the owner's next acquire: that acquire went out first
+ * (one round trip), ran first and granted the lock again under the same
+ * token. The retry must name the first one's request, as the first did,
+ * and leave that grant alone (review r1: two holders). */
+static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_grant(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_noscript_regrant");
+    unsigned long first = h.g.wait_id;
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    struct dm_grant g2;
+    /* acquire.lua known again (by hand: the shim's own NOSCRIPT would load
+     * release.lua too); release.lua stays unknown */
+    freeReplyObject(th_cmd(rc, "SCRIPT LOAD %s", dm_lua_acquire));
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, count_lost), 0);
+    struct timespec dl;
+    dm_deadline_in(&dl, SLACK_MS);          /* a lock: a trylock reads the release first */
+    assert_int_equal(dm_cluster_acquire(h.l, h.a, &dl, 0, &g2), 0);
+    assert_int_equal(g2.token, h.t);        /* granted again: the release had not run */
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(lost_calls, 0);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* After the server lost its scripts, the first acquire's NOSCRIPT loads
+ * release.lua again too: a release an unlock then writes without waiting
+ * runs at once, not answered NOSCRIPT with nobody reading it until the
+ * connection's next use, which an exec'ing or _exit'ing process never
+ * makes (review r10, r2 flush-_exit: held until the lease). */
+static void test_noscript_of_an_acquire_loads_the_release_script_too(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("noscript_loads_release");
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    struct dm_grant g2;
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    th_reset_stats(rc);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    /* ran, without anyone reading its reply: the lock is gone */
+    long long end = th_now_ms() + SLACK_MS;
+    while (th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)) == 1 && th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* A connection dropped with a release written and its reply unread: the
+ * release may or may not have run; it is sent again (and recognises
+ * itself if it ran). */
+static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_dropped");
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    assert_int_equal(r, 0);
+    int saved;
+    char *path = capture_stderr(&saved);
+    dm_cluster_flush();
+    free(end_capture(saved, path));
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* The server closed the pooled connection while it sat idle (its
+ * `timeout`, a restart, CLIENT KILL): a release written into it would be
+ * lost with nobody reading its reply until that connection's next use,
+ * which an idle process never makes, and the lock would stay held for its
+ * lease (review r6 idle, r7). The release is waited for on another
+ * connection instead: the lock is free when the call returns. */
+static void test_release_nowait_on_a_connection_the_server_closed_waits_for_it(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_closed_idle");
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
+    int saved;
+    char *path = capture_stderr(&saved);
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    free(end_capture(saved, path));
+    assert_int_equal(r, 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+static void reply_ignored(void *arg, redisReply *r, const struct dm_redis_error *why)
+{
+    (void)arg, (void)r, (void)why;
+}
+
+/* A trylock by another thread after an unlock returned finds the lock
+ * free, even when the unlock's release, written without waiting, has not
+ * run yet (here: queued behind a BLPOP that blocks its connection, as a
+ * busy connection would keep its reply unread): the trylock reads the
+ * name's unread releases first (review r9: EBUSY now and then, which
+ * POSIX does not allow for a mutex nobody holds). */
+static void test_trylock_after_a_release_without_waiting_finds_the_lock_free(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_then_try");
+    struct dm_conn *c1 = dm_redis_get_slot(h.l->slot);
+    assert_non_null(c1->c);
+    assert_int_equal(c1->nlate, 0);
+    assert_int_equal(redisAppendCommand(c1->c, "BLPOP dmutex:{nowait_then_try}:never 0"), REDIS_OK);
+    int done = 0;
+    while (!done)
+        assert_int_equal(redisBufferWrite(c1->c, &done), REDIS_OK);
+    c1->late[c1->nlate].fn = reply_ignored;
+    c1->late[c1->nlate].arg = NULL;
+    c1->nlate++;
+    dm_redis_put(c1);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 1);   /* not run */
+    int saved;
+    char *path = capture_stderr(&saved);
+    int r = dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g);
+    free(end_capture(saved, path));
+    assert_int_equal(r, 0);
+    assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* A reply that says the hold was gone (its lease ran out) is a lost hold,
+ * told to the caller's function by the thread that reads it. */
+static void test_release_nowait_of_an_expired_hold_reports_it_lost(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_lost");
+    wait_expired(h.l);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 1);
+    dm_cluster_lock_put(h.l);
+}
+
+/* A fork child never reads its parent's reply (nor blocks for it): the
+ * parent's connections are forgotten, and the parent reads it. */
+static void test_fork_child_never_reads_the_parents_release_reply(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_fork");
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_flush();     /* nothing due here: returns at once, server paused */
+        _exit(lost_calls);
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    long long held = th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK));
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(held, 1);
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* ---- a fair waiter reads its own handover --------------------------------- */
+
+static sem_t stall_go;
+static int stall_entered;
+
+static void stall_handler(void *arg, const char *msg, size_t len)
+{
+    (void)arg, (void)msg, (void)len;
+    __atomic_store_n(&stall_entered, 1, __ATOMIC_RELEASE);
+    sem_wait(&stall_go);
+}
+
+struct direct_waiter {
+    struct th_hold *h;
+    int r;
+    struct dm_grant g;
+};
+
+static void *direct_waiter_main(void *arg)
+{
+    struct direct_waiter *w = arg;
+    struct timespec dl;
+    dm_deadline_in(&dl, 20000);
+    w->r = dm_cluster_acquire(w->h->l, w->h->b, &dl, 0, &w->g);
+    return NULL;
+}
+
+/* A fair handover reaches its waiter with no other thread in between: it
+ * arrives while the subscriber thread (notify) is stuck in a handler, and
+ * is taken as a handover (the claim lease), not found by a later attempt
+ * (which would give a full lease). */
+static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("direct");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    sem_init(&stall_go, 0, 0);
+    __atomic_store_n(&stall_entered, 0, __ATOMIC_RELAXED);
+    struct dm_notify_chan *stall = dm_notify_chan("dmutex:{direct}:stall");
+    assert_non_null(stall);
+    dm_notify_set_handler(stall, stall_handler, NULL);
+    assert_int_equal(dm_notify_subscribe(stall, SLACK_MS), 0);
+    freeReplyObject(th_cmd(rc, "PUBLISH dmutex:{direct}:stall x"));
+    long long end = th_now_ms() + SLACK_MS;
+    while (!__atomic_load_n(&stall_entered, __ATOMIC_ACQUIRE) && th_now_ms() < end)
+        usleep(1000);
+    assert_true(__atomic_load_n(&stall_entered, __ATOMIC_ACQUIRE));     /* notify is stuck */
+
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    /* Released once the waiter is subscribed and its second attempt (the
+     * first after subscribing) has run: only a message can tell it now. */
+    end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    pthread_join(th, NULL);
+    sem_post(&stall_go);
+    dm_notify_set_handler(stall, NULL, NULL);
+    dm_notify_chan_put(stall);
+    assert_int_equal(w.r, 0);
+    assert_int_equal(w.g.token, h.t + 1);
+    assert_int_equal(w.g.lease_ms, cfg.renew_ms);       /* the handover's claim lease */
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* This process's TCP sockets connected to the test server, the test's own
+ * inspection connection (rc) left out. */
+static int sockets_to_server(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int fd = atoi(e->d_name);
+        struct sockaddr_in a;
+        socklen_t len = sizeof a;
+        if (e->d_name[0] == '.' || fd == dirfd(d) || fd == rc->fd)
+            continue;
+        if (getpeername(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+            ntohs(a.sin_port) == rs.port)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* What a fork child keeps of the server: its sockets after the fork
+ * handlers ran (notify's subscriber connection is the parent's too: not
+ * closed by these two). */
+static int child_sockets(void)
+{
+    dm_cluster_atfork(DM_FORK_PREPARE);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_atfork(DM_FORK_CHILD);
+        _exit(sockets_to_server());
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    dm_cluster_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+/* A fork while a fair waiter waits on its own subscribed connection: the
+ * child closes that connection too (the waiting thread is the parent's),
+ * as it closes the pooled ones (review r3: the child kept it open,
+ * subscribed to the parent's channel). */
+static void test_fork_child_closes_a_fair_waiters_own_connection(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("wconn_fork");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    int before = child_sockets();
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    long long end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(th_numsub(rc, wait_channel_of(h.l)), 1);
+    int during = child_sockets();
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(w.r, 0);
+    assert_int_equal(during, before);
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+#define MANY_WAITS 10
+
+/* Fair waits on many names, one after another, each timing out: the
+ * connections they subscribed stay open for a few names only (review r4:
+ * one per name, up to 32, filled the server's maxclients). */
+static void test_fair_waits_on_many_names_keep_few_connections(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h[MANY_WAITS];
+    for (int i = 0; i < MANY_WAITS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "wconn_many%d", i);
+        h[i] = th_owners(name);
+        dm_cluster_lock_mode(h[i].l, 1, 0, 0);
+        h[i].t = th_grant(h[i].l, h[i].a, &h[i].g);
+    }
+    for (int i = 0; i < MANY_WAITS; i++) {
+        struct timespec dl;
+        dm_deadline_in(&dl, 50);
+        assert_int_equal(dm_cluster_acquire(h[i].l, h[i].b, &dl, 0, &h[i].g), ETIMEDOUT);
+    }
+    int kept = 0;
+    for (int i = 0; i < MANY_WAITS; i++)
+        kept += th_numsub(rc, wait_channel_of(h[i].l)) > 0;
+    assert_true(kept >= 1);     /* the last name's, at least: kept for its next wait */
+    assert_true(kept <= 2);
+    for (int i = 0; i < MANY_WAITS; i++) {
+        assert_int_equal(dm_cluster_release(h[i].l, h[i].a, h[i].t), 0);
+        dm_cluster_lock_put(h[i].l);
+    }
+}
+
+/* A fair waiter that cannot connect a connection of its own (the server
+ * at maxclients) waits on the process's subscriber instead and is handed
+ * the lock by message (its claim lease), not found by polling a second
+ * later (review r4b/r4c: it slept and polled). */
+static void test_fair_waiter_without_a_connection_of_its_own_takes_the_handover(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("wconn_none");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    /* notify's connection made now, while the server takes clients */
+    struct dm_notify_chan *other = dm_notify_chan("dmutex:{wconn_none}:other");
+    assert_non_null(other);
+    assert_int_equal(dm_notify_subscribe(other, SLACK_MS), 0);
+    redisReply *r = th_cmd(rc, "INFO clients");
+    const char *cc = strstr(r->str, "connected_clients:");
+    assert_non_null(cc);
+    long clients = atol(cc + strlen("connected_clients:"));
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxclients %ld", clients));
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    long long end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    pthread_join(th, NULL);
+    freeReplyObject(th_cmd(rc, "CONFIG SET maxclients 10000"));
+    dm_notify_chan_put(other);
+    assert_int_equal(w.r, 0);
+    assert_int_equal(w.g.token, h.t + 1);
+    assert_int_equal(w.g.lease_ms, cfg.renew_ms);       /* the handover's claim lease */
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
+    dm_cluster_lock_put(h.l);
 }
 
 /* The scripts answer as their header comments say, run the way those
@@ -1166,6 +1682,30 @@ int main(void)
         cmocka_unit_test_setup(test_lock_delay_does_not_apply_after_a_clean_release, reset_policy),
         cmocka_unit_test_setup(test_wrong_key_type_fails_with_a_message_naming_the_key, reset_policy),
         cmocka_unit_test_setup(test_script_flush_between_calls_is_survived, reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_returns_while_the_server_is_paused_and_runs_later,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_reply_is_read_before_the_next_command,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_after_script_flush_is_sent_again, reset_policy),
+        cmocka_unit_test_setup(test_noscript_of_an_acquire_loads_the_release_script_too, reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_retried_after_noscript_leaves_the_owners_next_grant,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_on_a_dropped_connection_is_sent_again,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_on_a_connection_the_server_closed_waits_for_it,
+                               reset_policy),
+        cmocka_unit_test_setup(test_trylock_after_a_release_without_waiting_finds_the_lock_free,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
+        cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
+        cmocka_unit_test_setup(test_fair_waiter_reads_its_handover_without_the_subscriber_thread,
+                               reset_policy),
+        cmocka_unit_test_setup(test_fork_child_closes_a_fair_waiters_own_connection, reset_policy),
+        cmocka_unit_test_setup(test_fair_waits_on_many_names_keep_few_connections, reset_policy),
+        cmocka_unit_test_setup(test_fair_waiter_without_a_connection_of_its_own_takes_the_handover,
+                               reset_policy),
         cmocka_unit_test_setup(test_lua_scripts_run_by_hand_reply_as_documented, reset_policy),
         cmocka_unit_test_setup(test_token_counter_lost_restarts_from_server_time, reset_policy),
         cmocka_unit_test_setup(test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat,

@@ -96,7 +96,11 @@ local LOST_KEEP = tonumber(ARGV[8])
 local readers, rgrant = KEYS[8], KEYS[9]
 local read = ARGV[4] == 'r'
 
-if redis.call('zscore', void, member) then
+-- The uncontended path: no request was ever given up here and nobody
+-- queues, which one call tells (then neither key is read again).
+local quiet = redis.call('exists', void, queue) == 0
+
+if not quiet and redis.call('zscore', void, member) then
     return {0, qttl}        -- abandoned: a late copy of a request nobody waits for
 end
 
@@ -112,7 +116,7 @@ local function clock()
 end
 
 -- Drop waiters at the head of the queue that stopped refreshing.
-local head = redis.call('lindex', queue, 0)
+local head = not quiet and redis.call('lindex', queue, 0) or nil
 while head do
     local d = tonumber(redis.call('zscore', qtime, head))
     if d and d >= clock() then

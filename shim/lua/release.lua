@@ -17,7 +17,14 @@
 --         followed by " +" when more waiters queue behind it
 -- ARGV[6] lease of a handed-over lock until its new owner renews it, ms
 -- ARGV[7] (optional) "spublish": Redis Cluster's sharded pub/sub (the
---         notices go to the shard of the lock's slot); absent: PUBLISH
+--         notices go to the shard of the lock's slot); absent or "": PUBLISH
+-- ARGV[8] (optional) "<owner>|<wait id>": the request whose grant this
+--         releases. An unlock sends its release without waiting for the
+--         reply, and the owner's next acquire may go out on another
+--         connection and run first: finding the lock still held by the
+--         owner, it grants it again under the same token (acquire.lua)
+--         and names its own request in the holder marker. This release
+--         is then older than that grant and leaves it alone (returns 1).
 --
 -- A release is retried when its reply is lost or late, and meanwhile the
 -- lock may have passed to others. So a release of token T by an owner that
@@ -36,6 +43,7 @@ local lostkey = KEYS[6]
 local owner, token, channel, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wprefix, claim = ARGV[5], tonumber(ARGV[6])
 local sharded = ARGV[7] == 'spublish'
+local request = ARGV[8]
 local readers, rgrant = KEYS[7], KEYS[8]
 
 local function publish(ch, msg)
@@ -73,6 +81,11 @@ local last = redis.call('get', holder)
 local mowner, mtok
 if last then
     mowner, mtok = string.match(last, '^([^ |]+)|[^ ]* #(%d+)$')
+end
+
+if request and mowner == owner and mtok == token and
+        string.match(last, '^([^ ]+) #') ~= request then
+    return 1        -- re-granted to a later request of the owner: not ours to end
 end
 
 local kind = redis.call('type', lock)['ok']

@@ -24,6 +24,21 @@ static inline long long pp_exists(redisContext *c, const char *key)
     return v;
 }
 
+/* EXISTS of `key` after an unlock: the shim writes the release and does
+ * not wait for it (on_lease_lost = "abort"), so the server runs it a moment
+ * after unlock returned. 0 as soon as the key is gone; 1 if it is still
+ * there after PP_SETTLE_MS (the release never ran). */
+#define PP_SETTLE_MS 10000
+static inline long long pp_exists_settled(redisContext *c, const char *key)
+{
+    long long v = pp_exists(c, key);
+    for (int i = 0; v == 1 && i < PP_SETTLE_MS; i++) {
+        usleep(1000);
+        v = pp_exists(c, key);
+    }
+    return v;
+}
+
 struct pp_counter {
     int port;
     const char *key;

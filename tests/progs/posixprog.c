@@ -593,7 +593,7 @@ static int mode_recursive(int depth)
             first = r;
     long long inner = pp_exists(c, key);
     int last = pthread_mutex_unlock(m);
-    long long outer = pp_exists(c, key);
+    long long outer = pp_exists_settled(c, key);
     say("recursive %s %lld %lld %s", ename(first), inner, outer, ename(last));
     redisFree(c);
     return 0;
@@ -903,8 +903,7 @@ static int mode_xunlock(long iters)
     pthread_join(b, NULL);
     xu_stop = 1;
     pthread_join(t, NULL);
-    usleep(200000);
-    say("xunlock exists=%lld", pp_exists(c, key));
+    say("xunlock exists=%lld", pp_exists_settled(c, key));
     redisFree(c);
     return 0;
 }
