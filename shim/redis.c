@@ -884,10 +884,9 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
          * a NOSCRIPT to that is only read, and the release sent again, at
          * the connection's next use, which an idle, exec'ing or _exit'ing
          * process never makes. */
-        const char *load[3] = { "SCRIPT", "LOAD", script_body[DM_SCRIPT_RELEASE] };
         redisReply *q = NULL;
         if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
-            redisAppendCommandArgv(conn->c, 3, load, NULL) != REDIS_OK ||
+            redisAppendCommand(conn->c, "SCRIPT LOAD %s", script_body[DM_SCRIPT_RELEASE]) != REDIS_OK ||
             dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK ||
             dm_net_get_reply(conn->c, conn->tls, (void **)&q) != REDIS_OK) {
             freeReplyObject(r);
