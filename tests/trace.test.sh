@@ -335,38 +335,29 @@ else bad "fork during interval reports: every child exits" "exit $rc" "$(cat "$T
     "$(grep -c "exit report" "$T/fl.err") exit reports"; fi
 
 # ---- SIGUSR1 and -i: reports while the program runs -----------------------
-"$DMUTEX" trace -- "$PR/trace_misc" wait "$T/go" >"$T/sig.out" 2>"$T/sig.err" &
-sig=$!
-pids="$pids $sig"
-if wait_for ready "$T/sig.out"; then
-    kill -USR1 "$sig"
-    if wait_for "signal report" "$T/sig.err" && kill -0 "$sig" 2>/dev/null; then
-        ok "SIGUSR1: a report while the program runs"
-    else bad "SIGUSR1: a report while the program runs" "$(cat "$T/sig.err")"; fi
-    has "wait_lock" "$T/sig.err" "SIGUSR1: the report has the mutex locked so far"
-else
-    bad "SIGUSR1: the program got ready" "$(cat "$T/sig.out" "$T/sig.err")"
-fi
-touch "$T/go"
-wait "$sig"
+# sigusr1 MODE TAG LOCKED WHAT: trace_misc MODE FILE under trace, SIGUSR1
+# once it is ready; the report must come while it runs and name LOCKED.
+sigusr1() {
+    rm -f "$T/go"
+    "$DMUTEX" trace -- "$PR/trace_misc" "$1" "$T/go" >"$T/$2.out" 2>"$T/$2.err" &
+    sp=$!
+    pids="$pids $sp"
+    if wait_for ready "$T/$2.out"; then
+        kill -USR1 "$sp"
+        if wait_for "signal report" "$T/$2.err" && kill -0 "$sp" 2>/dev/null; then
+            ok "SIGUSR1: a report while $4 runs"
+        else bad "SIGUSR1: a report while $4 runs" "$(cat "$T/$2.err")"; fi
+        has "$3" "$T/$2.err" "SIGUSR1: the report of $4 has $3 locked so far"
+    else
+        bad "SIGUSR1: $4 got ready" "$(cat "$T/$2.out" "$T/$2.err")"
+    fi
+    touch "$T/go"
+    wait "$sp"
+}
+sigusr1 wait sig wait_lock "the program"
 has "exit report" "$T/sig.err" "SIGUSR1: the exit report still comes"
-
 # A program that locks rwlocks and never a mutex gets its reporter too.
-rm -f "$T/go"
-"$DMUTEX" trace -- "$PR/trace_misc" rwwait "$T/go" >"$T/rsig.out" 2>"$T/rsig.err" &
-rsig=$!
-pids="$pids $rsig"
-if wait_for ready "$T/rsig.out"; then
-    kill -USR1 "$rsig"
-    if wait_for "signal report" "$T/rsig.err" && kill -0 "$rsig" 2>/dev/null; then
-        ok "SIGUSR1: a report while a program of rwlocks only runs"
-    else bad "SIGUSR1: a report while a program of rwlocks only runs" "$(cat "$T/rsig.err")"; fi
-    has "wait_rwlock" "$T/rsig.err" "SIGUSR1: the report has the rwlock locked so far"
-else
-    bad "SIGUSR1: the rwlocks-only program got ready" "$(cat "$T/rsig.out" "$T/rsig.err")"
-fi
-touch "$T/go"
-wait "$rsig"
+sigusr1 rwwait rsig wait_rwlock "a program of rwlocks only"
 
 rm -f "$T/go"
 "$DMUTEX" trace -i 1 -- "$PR/trace_misc" wait "$T/go" >"$T/iv.out" 2>"$T/iv.err" &

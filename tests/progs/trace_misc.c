@@ -3,7 +3,7 @@
  *   trace_misc fork         locks parent_lock, forks; the child locks
  *                           child_lock 3 times and exits 0; prints "forked"
  *   trace_misc wait FILE    locks wait_lock 5 times, prints "ready", then
- *                           waits (at most PROG_WAIT_MS) until FILE exists
+ *                           waits until FILE exists (prog.h wait_file)
  *   trace_misc rwwait FILE  as wait, with the rwlock wait_rwlock (read and
  *                           write 5 times each) and no mutex at all
  *   trace_misc cond         a condition wait on cond_lock: its re-acquisition
@@ -70,7 +70,6 @@
 
 #include "prog.h"
 
-#define PROG_WAIT_MS 60000
 #define CHILD_MS 10000
 #define FORKLOOP_MUTEXES 4000
 
@@ -192,9 +191,7 @@ int main(int argc, char **argv)
             pthread_mutex_unlock(&wait_lock);
         }
         say("ready");
-        long until = now_ms() + PROG_WAIT_MS;
-        while (access(argv[2], F_OK) != 0 && now_ms() < until)
-            usleep(PROG_POLL_US);
+        wait_file(argv[2]);
         return 0;
     }
     if (argc >= 3 && strcmp(argv[1], "rwwait") == 0) {
@@ -206,9 +203,7 @@ int main(int argc, char **argv)
             pthread_rwlock_unlock(&wait_rwlock);
         }
         say("ready");
-        long until = now_ms() + PROG_WAIT_MS;
-        while (access(argv[2], F_OK) != 0 && now_ms() < until)
-            usleep(PROG_POLL_US);
+        wait_file(argv[2]);
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "cond") == 0) {
