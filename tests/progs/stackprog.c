@@ -12,7 +12,9 @@
  * glibc's thread descriptor and static TLS included, S the block's size).
  * First the same on a thread that only locks and unlocks plain_lock:
  * "baseline B" (what any program's thread takes there). Each OP says its
- * result ("lock 0", "timed ETIMEDOUT"); any result is accepted: the test
+ * result and what it took below the thread's entry ("lock 0 stack 7392",
+ * "timed ETIMEDOUT stack 7400": the stack is filled again before each);
+ * any result is accepted: the test
  * looks at the stack, and the program ends with 0 unless it crashed.
  *
  * OPs:
@@ -109,7 +111,7 @@ static void wait_go(const char *name)
     wait_file(p);
 }
 
-static void op(const char *o)
+static int op(const char *o)
 {
     struct timespec d;
     int rc = 0;
@@ -166,7 +168,7 @@ static void op(const char *o)
         say("unknown op %s", o);
         exit(2);
     }
-    say("%s %s", o, ename(rc));
+    return rc;
 }
 
 /* r[0] bytes used, r[1] the block's size, r[2] what was in use at the
@@ -178,10 +180,15 @@ static void *run_ops(void *arg)
     if (!s.low)
         return (void *)1L;
     r[2] = (size_t)(s.top - (unsigned char *)__builtin_frame_address(0));
-    fill(s);
-    for (int i = 0; i < nops; i++)
-        op(ops[i]);
-    r[0] = used(s);
+    r[0] = 0;
+    for (int i = 0; i < nops; i++) {
+        fill(s);
+        int rc = op(ops[i]);
+        size_t u = used(s);
+        say("%s %s stack %zu", ops[i], ename(rc), u - r[2]);
+        if (u > r[0])
+            r[0] = u;
+    }
     r[1] = (size_t)(s.top - s.low);
     return NULL;
 }
