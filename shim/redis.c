@@ -194,6 +194,7 @@ static void set_err(struct dm_conn *conn, enum dm_redis_err kind, const char *fm
  * address c was connected to: the certificate must be for it (unless
  * redis.tls.server_name says otherwise). 0 (with *out: NULL for a plain
  * connection), or -1 with conn's error set and c freed. */
+__attribute__((noinline))       /* its error text off connect_node's frame (DM_CONNECT_FRAME) */
 static int tls_start(struct dm_conn *conn, redisContext *c, const char *host,
                      const char *addr, long long started, struct dm_net **out)
 {
