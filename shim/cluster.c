@@ -640,13 +640,6 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     return res;
 }
 
-/* Gives up the acquire request `member` (cancel.lua): out of the fair
- * queue; with `void_it` (a request whose reply never came, which may still
- * run) void for DM_VOID_LEASES leases; a hold that came through it
- * released with the normal handover. Tries for about one command timeout
- * (a stale pooled connection fails at once, so a second connection is
- * tried). Returns ATT_REPLIED when the server confirmed it, else
- * ATT_FAILED with what went wrong in *why. */
 /* abandon's script calls; *tok the token of a grant the request had got
  * (0: none), for the caller to release once this frame and its keys are
  * gone. */
@@ -688,6 +681,13 @@ static enum attempt cancel_calls(struct dm_cluster_lock *l, const char *owner, c
     return res;
 }
 
+/* Gives up the acquire request `member` (cancel.lua): out of the fair
+ * queue; with `void_it` (a request whose reply never came, which may still
+ * run) void for DM_VOID_LEASES leases; a hold that came through it
+ * released with the normal handover. Tries for about one command timeout
+ * (a stale pooled connection fails at once, so a second connection is
+ * tried). Returns ATT_REPLIED when the server confirmed it, else
+ * ATT_FAILED with what went wrong in *why. */
 static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
                             int void_it, struct dm_redis_error *why)
 {
