@@ -502,9 +502,16 @@ static long ack_wait_ms(const struct timespec *deadline, int flags)
 /* The keys one script call passes, built on the caller's stack from the
  * record's name (records keep no key strings): the keys of `mask` (bits
  * by enum dm_key), an rwlock's read keys with them; the others NULL. At
- * most DM_CALL_KEYS of them: release.lua's, with the channels it
- * publishes on and an rwlock's two, is the most (about 4 KB of stack). */
-#define DM_CALL_KEYS 10
+ * most 10 of them (release.lua's, with the channels it publishes on and an
+ * rwlock's two). The caller's buffer is a variable-length array of
+ * call_keys_len bytes: what this name's keys take (about 300 bytes for a
+ * name of a dozen bytes in the default namespace; 4 KB for a name and a
+ * namespace of DM_NAME_MAX bytes each), never more, since a small thread
+ * stack pays for every byte (docs/semantics.md). A function that builds
+ * keys is kept out of line (DM_KEYS_FRAME) and calls nothing that builds
+ * keys again but a release that a late reply read meanwhile asks for (a
+ * redis call reads those first): so at most two such arrays are on a
+ * stack at once. */
 #define DM_CALL_KEY(k) (1u << (k))
 #define DM_CALL_ACQUIRE (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_TOKEN) | \
                          DM_CALL_KEY(DM_KEY_HOLDER) | DM_CALL_KEY(DM_KEY_QUEUE) | \
@@ -517,26 +524,40 @@ static long ack_wait_ms(const struct timespec *deadline, int flags)
                          DM_CALL_KEY(DM_KEY_TOKEN) | DM_CALL_KEY(DM_KEY_QUEUE) | \
                          DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_LOST) | \
                          DM_CALL_KEY(DM_KEY_RELEASED) | DM_CALL_KEY(DM_KEY_WAIT))
-/* A key as a script gets it: "NS:{NAME}" and the longest suffix, no
- * process id (DM_KEY_WAIT is the prefix here). */
-#define DM_CALL_KEY_MAX (2 * DM_NAME_MAX + 16)
+#define DM_KEYS_FRAME __attribute__((noinline))
 
 struct call_keys {
     const char *k[DM_KEY_COUNT];
-    char buf[DM_CALL_KEYS * DM_CALL_KEY_MAX];
 };
 
-static const char *const *call_keys(const struct dm_cluster_lock *l, struct call_keys *ks,
-                                    unsigned mask)
+static unsigned call_mask(const struct dm_cluster_lock *l, unsigned mask)
 {
-    if (l->rw)
-        mask |= DM_CALL_KEY(DM_KEY_READERS) | DM_CALL_KEY(DM_KEY_RGRANT);
+    return l->rw ? mask | DM_CALL_KEY(DM_KEY_READERS) | DM_CALL_KEY(DM_KEY_RGRANT) : mask;
+}
+
+/* The bytes call_keys(l, .., mask, ..) writes: each key "NS:{NAME}" and
+ * its suffix (keys.h; DM_KEY_WAIT is the prefix here, no process id) and
+ * its NUL. lock_new refused a name longer than DM_NAME_MAX, config a
+ * longer namespace. */
+static size_t call_keys_len(const struct dm_cluster_lock *l, unsigned mask)
+{
+    mask = call_mask(l, mask);
+    size_t n = dm_keys_len(ccfg->ns, l->name, DM_KEY_LOCK), len = 0;
+    for (int k = 0; k < DM_KEY_COUNT; k++)
+        if (mask & DM_CALL_KEY(k))
+            len += n + strlen(dm_keys_suffix((enum dm_key)k)) + 1;
+    return len;
+}
+
+/* Builds them into buf (call_keys_len bytes). */
+static const char *const *call_keys(const struct dm_cluster_lock *l, struct call_keys *ks,
+                                    unsigned mask, char *buf, size_t len)
+{
+    mask = call_mask(l, mask);
     /* "NS:{NAME}" (the lock's key) once, then each key is it and its
-     * suffix (keys.h): two copies a key, no formatting. lock_new refused a
-     * name longer than DM_NAME_MAX, config a longer namespace: each key
-     * fits its DM_CALL_KEY_MAX. */
-    char *p = ks->buf;
-    size_t n = dm_keys_build(p, DM_CALL_KEY_MAX, ccfg->ns, l->name, DM_KEY_LOCK);
+     * suffix: two copies a key, no formatting. */
+    char *p = buf;
+    size_t n = dm_keys_build(p, len, ccfg->ns, l->name, DM_KEY_LOCK);
     const char *lock = p;
     for (int k = 0; k < DM_KEY_COUNT; k++) {
         ks->k[k] = NULL;
@@ -565,6 +586,7 @@ static int rw_keys(const struct dm_cluster_lock *l, const char *const *k, const 
     return n;
 }
 
+DM_KEYS_FRAME
 static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
                             int queue, int read, long ack_ms, struct dm_grant *g, long *pttl,
                             struct dm_redis_error *why)
@@ -574,7 +596,8 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
     snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
     struct call_keys ks;
-    const char *const *k = call_keys(l, &ks, DM_CALL_ACQUIRE);
+    char kb[call_keys_len(l, DM_CALL_ACQUIRE)];
+    const char *const *k = call_keys(l, &ks, DM_CALL_ACQUIRE, kb, sizeof kb);
     const char *args[18] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                              k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID] };
     int nkeys = rw_keys(l, k, args, 7);
@@ -617,20 +640,18 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     return res;
 }
 
-/* Gives up the acquire request `member` (cancel.lua): out of the fair
- * queue; with `void_it` (a request whose reply never came, which may still
- * run) void for DM_VOID_LEASES leases; a hold that came through it
- * released with the normal handover. Tries for about one command timeout
- * (a stale pooled connection fails at once, so a second connection is
- * tried). Returns ATT_REPLIED when the server confirmed it, else
- * ATT_FAILED with what went wrong in *why. */
-static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
-                            int void_it, struct dm_redis_error *why)
+/* abandon's script calls; *tok the token of a grant the request had got
+ * (0: none), for the caller to release once this frame and its keys are
+ * gone. */
+DM_KEYS_FRAME
+static enum attempt cancel_calls(struct dm_cluster_lock *l, const char *owner, const char *member,
+                                 int void_it, uint64_t *tok, struct dm_redis_error *why)
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
     struct call_keys ks;
-    const char *const *k = call_keys(l, &ks, DM_CALL_CANCEL);
+    char kb[call_keys_len(l, DM_CALL_CANCEL)];
+    const char *const *k = call_keys(l, &ks, DM_CALL_CANCEL, kb, sizeof kb);
     const char *args[11] = { k[DM_KEY_LOCK], k[DM_KEY_QUEUE], k[DM_KEY_QTIME], k[DM_KEY_TOKEN],
                              k[DM_KEY_HOLDER], k[DM_KEY_VOID] };
     int nkeys = rw_keys(l, k, args, 6);
@@ -639,6 +660,7 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
     args[nkeys + 2] = ttl;
     long long start = dm_now_ms();
     enum attempt res = ATT_FAILED;
+    *tok = 0;
     for (int i = 0; i < 3; i++) {
         if (i > 0 && dm_now_ms() - start >= ccfg->redis.command_timeout_ms)
             break;
@@ -649,18 +671,32 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
                 continue;       /* void is idempotent: say it again */
             break;
         }
-        uint64_t tok = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == CANCEL_WAS_GRANTED &&
             r->element[1]->type == REDIS_REPLY_INTEGER)
-            tok = (uint64_t)r->element[1]->integer;
+            *tok = (uint64_t)r->element[1]->integer;
         freeReplyObject(r);
-        if (tok) {
-            dm_debug("lock %s: request %s had been granted (token %" PRIu64 "); handing it on",
-                     l->name, member, tok);
-            dm_cluster_release(l, owner, tok);
-        }
         return ATT_REPLIED;
+    }
+    return res;
+}
+
+/* Gives up the acquire request `member` (cancel.lua): out of the fair
+ * queue; with `void_it` (a request whose reply never came, which may still
+ * run) void for DM_VOID_LEASES leases; a hold that came through it
+ * released with the normal handover. Tries for about one command timeout
+ * (a stale pooled connection fails at once, so a second connection is
+ * tried). Returns ATT_REPLIED when the server confirmed it, else
+ * ATT_FAILED with what went wrong in *why. */
+static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
+                            int void_it, struct dm_redis_error *why)
+{
+    uint64_t tok;
+    enum attempt res = cancel_calls(l, owner, member, void_it, &tok, why);
+    if (res == ATT_REPLIED && tok) {
+        dm_debug("lock %s: request %s had been granted (token %" PRIu64 "); handing it on",
+                 l->name, member, tok);
+        dm_cluster_release(l, owner, tok);
     }
     return res;
 }
@@ -1145,6 +1181,7 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
  * the request the first one named, whatever became of that one (NOSCRIPT,
  * an error, no reply, a dropped connection, the exit flush): the owner's
  * next acquire may have run on the server before the retry does. */
+DM_KEYS_FRAME
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                           const char *request)
 {
@@ -1155,7 +1192,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
     char claim[24];
     snprintf(claim, sizeof claim, "%ld", claim_ms());
     struct call_keys ks;
-    const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE);
+    char kb[call_keys_len(l, DM_CALL_RELEASE)];
+    const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
     const char *args[DM_KEYS_RELEASE_N + 2 + 8];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
@@ -1255,6 +1293,37 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
     free(lr);
 }
 
+/* dm_cluster_release_nowait's script, written without waiting for its
+ * reply (lr: what the reply's reader needs, the record's reference
+ * taken). 0 when written; else what dm_redis_script_nowait said, and lr
+ * is the caller's again. */
+DM_KEYS_FRAME
+static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                        const char *member, struct late_release *lr)
+{
+    char tok[24], keep[24], claim[24];
+    snprintf(tok, sizeof tok, "%" PRIu64, token);
+    snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
+    snprintf(claim, sizeof claim, "%ld", claim_ms());
+    struct call_keys ks;
+    char kb[call_keys_len(l, DM_CALL_RELEASE)];
+    const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
+    const char *args[DM_KEYS_RELEASE_N + 8];
+    for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
+        args[i] = k[dm_keys_release[i]];
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim, "",
+                           member };
+    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
+    struct dm_conn *conn = dm_redis_get_slot(l->slot);
+    __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
+                                    DM_KEYS_RELEASE_N + 8, args, late_release_done, lr);
+    dm_redis_put(conn);
+    if (rc != 0)
+        __atomic_sub_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    return rc;
+}
+
 int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                               unsigned long wait_id, dm_cluster_lost_fn lost)
 {
@@ -1263,21 +1332,14 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
      * release is not told apart by its request: the reply first. */
     struct late_release *lr;
     if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 ||
-        (lr = malloc(sizeof *lr)) == NULL)
-        goto wait;
-    char tok[24], keep[24], claim[24], member[DM_OWNER_MAX + 24];
-    snprintf(tok, sizeof tok, "%" PRIu64, token);
-    snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
-    snprintf(claim, sizeof claim, "%ld", claim_ms());
+        (lr = malloc(sizeof *lr)) == NULL) {
+        int r = dm_cluster_release(l, owner, token);
+        if (r == EPERM && lost)
+            lost(l, owner, token);
+        return r;
+    }
+    char member[DM_OWNER_MAX + 24];
     snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
-    struct call_keys ks;
-    const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE);
-    const char *args[DM_KEYS_RELEASE_N + 8];
-    for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
-        args[i] = k[dm_keys_release[i]];
-    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim, "",
-                           member };
-    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     lr->l = l;
     lr->token = token;
     lr->lost = lost;
@@ -1286,31 +1348,16 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     pthread_mutex_lock(&locks_mu);
     l->refs++;
     pthread_mutex_unlock(&locks_mu);
-    struct dm_conn *conn = dm_redis_get_slot(l->slot);
-    __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
-    int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
-                                    DM_KEYS_RELEASE_N + 8, args, late_release_done, lr);
-    dm_redis_put(conn);
-    if (rc == 0)
+    if (release_send(l, owner, token, member, lr) == 0)
         return 0;
-    __atomic_sub_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
     /* Not written, or written in part (it may have gone out whole all the
      * same): waited for now, named as any retry is. */
     dm_cluster_lock_put(l);
     free(lr);
-    {
-        int r = release_waited(l, owner, token, member);
-        if (r == EPERM && lost)
-            lost(l, owner, token);
-        return r;
-    }
-wait:
-    {
-        int r = dm_cluster_release(l, owner, token);
-        if (r == EPERM && lost)
-            lost(l, owner, token);
-        return r;
-    }
+    int r = release_waited(l, owner, token, member);
+    if (r == EPERM && lost)
+        lost(l, owner, token);
+    return r;
 }
 
 void dm_cluster_flush(void)

@@ -141,7 +141,13 @@ static struct { DM_OSSL_FUNCS(DM_OSSL_FIELD) } ossl;
 #define BIO_set_flags ossl.p_BIO_set_flags
 #define SSL_set_bio ossl.p_SSL_set_bio
 
-#define DM_NET_READ_CHUNK 16384     /* one TLS record's worth */
+/* What one read takes from the socket (or the TLS session) into the
+ * reader: on the caller's stack, which may be a small one (a program's
+ * thread of PTHREAD_STACK_MIN: docs/semantics.md). A lock call's reply is
+ * a few dozen bytes; a longer one (CLUSTER SLOTS, a tool's listing) takes
+ * more reads, each at once (the socket, or the session's buffered record,
+ * has the rest). */
+#define DM_NET_READ_CHUNK 1024
 #define DM_NET_WHY_MAX    400
 
 struct dm_net {
@@ -180,17 +186,21 @@ static void ssl_rw_init(void)
 /* The calling thread's OpenSSL error queue is the program's: errors it
  * queued before a lock call (and has not read yet) are set aside while the
  * shim works (SSL_get_error needs an empty queue) and put back after, and
- * the shim's own errors never stay behind. On the caller's stack. */
+ * the shim's own errors never stay behind. Set aside on the heap, and only
+ * when there are some (a program that left errors queued): the caller's
+ * stack may be a small one (3 KB of saved errors once sat there). Out of
+ * memory, the program's errors are dropped (the shim's calls go on). */
 #define DM_OSSL_SAVED 16                /* OpenSSL's queue holds 16 */
 #define DM_OSSL_DATA  160
+struct ossl_err {
+    unsigned long code;
+    const char *file, *func;            /* OpenSSL's static strings */
+    int line;
+    char data[DM_OSSL_DATA];            /* "" when none */
+};
 struct ossl_errs {
     int n;
-    struct {
-        unsigned long code;
-        const char *file, *func;        /* OpenSSL's static strings */
-        int line;
-        char data[DM_OSSL_DATA];        /* "" when none */
-    } e[DM_OSSL_SAVED];
+    struct ossl_err *e;                 /* DM_OSSL_SAVED of them, NULL when none were queued */
 };
 
 static int ossl_usable(void)
@@ -204,14 +214,16 @@ static void ssl_enter(struct ossl_errs *oe)
     pthread_once(&ssl_rw_once, ssl_rw_init);
     pthread_rwlock_rdlock(&ssl_rw);
     oe->n = 0;
+    oe->e = NULL;
     if (!ossl_usable() || !ERR_peek_error())
         return;
+    oe->e = malloc(DM_OSSL_SAVED * sizeof *oe->e);
     const char *file, *func, *data;
     int line, flags;
     unsigned long e;
     while ((e = ERR_get_error_all(&file, &line, &func, &data, &flags)) != 0) {
-        if (oe->n == DM_OSSL_SAVED)
-            continue;                   /* cannot happen: the queue holds 16 */
+        if (!oe->e || oe->n == DM_OSSL_SAVED)
+            continue;                   /* out of memory; or cannot happen: the queue holds 16 */
         oe->e[oe->n].code = e;
         oe->e[oe->n].file = file;
         oe->e[oe->n].func = func;
@@ -236,6 +248,8 @@ static void ssl_leave(struct ossl_errs *oe)
                 ERR_set_error(ERR_GET_LIB(oe->e[i].code), ERR_GET_REASON(oe->e[i].code), NULL);
         }
     }
+    free(oe->e);
+    oe->e = NULL;
     pthread_rwlock_unlock(&ssl_rw);
 }
 

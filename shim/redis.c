@@ -194,6 +194,7 @@ static void set_err(struct dm_conn *conn, enum dm_redis_err kind, const char *fm
  * address c was connected to: the certificate must be for it (unless
  * redis.tls.server_name says otherwise). 0 (with *out: NULL for a plain
  * connection), or -1 with conn's error set and c freed. */
+__attribute__((noinline))       /* its error text off connect_node's frame (DM_CONNECT_FRAME) */
 static int tls_start(struct dm_conn *conn, redisContext *c, const char *host,
                      const char *addr, long long started, struct dm_net **out)
 {
@@ -251,6 +252,46 @@ int dm_redis_connect(struct dm_conn *conn)
     return -1;
 }
 
+/* connect_node's steps each keep their error text in a frame of their
+ * own, gone before the next step: the thread connecting is a program's,
+ * and its stack may be a small one (docs/semantics.md). */
+#define DM_CONNECT_FRAME __attribute__((noinline))
+
+/* The primary the sentinels name, into *primary: 0, or -1 with conn's error set. */
+DM_CONNECT_FRAME
+static int sentinel_address(struct dm_conn *conn, struct dm_primary *primary)
+{
+    char why[DM_ERR_MAX];
+    int answered;
+    if (dm_sentinel_primary(primary, why, sizeof why, &answered) == 0)
+        return 0;
+    /* No sentinel could be reached: no connection could be made.
+     * One answered without an address: a wrong master name, not
+     * an outage; nor is a sentinel's certificate that fails. */
+    set_err(conn, answered & DM_SENTINEL_ANSWERED ? DM_REDIS_REPLY_ERROR
+                  : answered & DM_SENTINEL_TLS_FAILED ? DM_REDIS_TLS : DM_REDIS_NOCONN,
+            "redis: %s", why);
+    return -1;
+}
+
+/* net's connect, for connect_node: the context, or NULL with conn's error set. */
+DM_CONNECT_FRAME
+static redisContext *net_connect(struct dm_conn *conn, const char *host, int port,
+                                 const char *path, const char *addr)
+{
+    char cwhy[DM_ERR_MAX];
+    redisContext *c = dm_net_connect(host, port, path, dm_now_ms() + rcfg->connect_timeout_ms,
+                                     rcfg->command_timeout_ms, !rcfg->unix_path, cwhy,
+                                     sizeof cwhy);
+    if (!c) {
+        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: %s", addr, cwhy);
+        dm_sentinel_stale(conn->gen);
+    }
+    return c;
+}
+
+static int session_setup(struct dm_conn *conn, redisContext *c, struct dm_net *t, const char *addr);
+
 static int connect_node(struct dm_conn *conn)
 {
     conn->c = NULL;
@@ -279,17 +320,8 @@ static int connect_node(struct dm_conn *conn)
         snprintf(primary_text, sizeof primary_text, "%s:%d", host, port);
         addr = primary_text;
     } else if (dm_sentinel_enabled()) {
-        char why[DM_ERR_MAX];
-        int answered;
-        if (dm_sentinel_primary(&primary, why, sizeof why, &answered) != 0) {
-            /* No sentinel could be reached: no connection could be made.
-             * One answered without an address: a wrong master name, not
-             * an outage; nor is a sentinel's certificate that fails. */
-            set_err(conn, answered & DM_SENTINEL_ANSWERED ? DM_REDIS_REPLY_ERROR
-                          : answered & DM_SENTINEL_TLS_FAILED ? DM_REDIS_TLS : DM_REDIS_NOCONN,
-                    "redis: %s", why);
+        if (sentinel_address(conn, &primary) != 0)
             return -1;
-        }
         host = primary.host;
         port = primary.port;
         conn->gen = primary.gen;
@@ -302,18 +334,21 @@ static int connect_node(struct dm_conn *conn)
      * sentinels took; the TLS handshake what is left of it from `started`. */
     const char *path = rcfg->unix_path && !dm_sentinel_enabled() && !dm_slots_enabled()
                            ? rcfg->unix_path : NULL;
-    char cwhy[DM_ERR_MAX];
-    redisContext *c = dm_net_connect(host, port, path, dm_now_ms() + rcfg->connect_timeout_ms,
-                                     rcfg->command_timeout_ms, !rcfg->unix_path, cwhy,
-                                     sizeof cwhy);
-    if (!c) {
-        set_err(conn, DM_REDIS_NOCONN, "cannot connect to redis at %s: %s", addr, cwhy);
-        dm_sentinel_stale(conn->gen);
+    redisContext *c = net_connect(conn, host, port, path, addr);
+    if (!c)
         return -1;
-    }
     struct dm_net *t = NULL;
     if (tls_start(conn, c, host, addr, started, &t) != 0)
         return -1;
+    return session_setup(conn, c, t, addr);
+}
+
+/* The connection's first requests, once the server is there: AUTH,
+ * SELECT, ROLE (Sentinel), the scripts. 0 with conn->c and conn->tls set,
+ * or -1 with conn's error and c closed. */
+DM_CONNECT_FRAME
+static int session_setup(struct dm_conn *conn, redisContext *c, struct dm_net *t, const char *addr)
+{
     /* From here on the server is there: an error it answers (WRONGPASS,
      * NOPERM, "max number of clients reached", LOADING...) or a request it
      * does not answer in time is not "no connection could be made", the
