@@ -79,6 +79,9 @@ static int wake_fd = -1;
 static unsigned long received;
 static redisContext *sub_ctx[DM_REDIS_NODES_MAX];  /* the thread's, for the fork child */
 static unsigned char link_down[DM_REDIS_NODES_MAX]; /* nmu: the node's last connect failed */
+static struct dm_notify_timer *timers;          /* armed ones, unordered (few: one per lingering hold) */
+static struct dm_notify_timer *timer_running;   /* whose fn the thread is calling */
+static long long sleeps_until;  /* the thread's next wake (ns) while it sleeps in poll; 0: awake */
 
 /* Call with nmu held. */
 static void cv_init_locked(void)
@@ -565,6 +568,48 @@ static int sub_read(int node)
     return c->err ? -1 : 0;
 }
 
+/* The thread's sleep: timeout_ms, or less to the earliest armed timer.
+ * Notes when it wakes, so that an earlier arm meanwhile wakes it. */
+static struct timespec sleep_for_locked_timers(int timeout_ms)
+{
+    long long now = dm_now_ns(), until = now + (long long)timeout_ms * 1000000LL;
+    pthread_mutex_lock(&nmu);
+    for (struct dm_notify_timer *t = timers; t; t = t->next)
+        if (t->at_ns < until)
+            until = t->at_ns;
+    if (until < now)
+        until = now;
+    sleeps_until = until;
+    pthread_mutex_unlock(&nmu);
+    long long d = until - now;
+    return (struct timespec){ (time_t)(d / 1000000000LL), (long)(d % 1000000000LL) };
+}
+
+/* Calls the timers that are due, one at a time, without nmu. */
+static void timers_run(void)
+{
+    pthread_mutex_lock(&nmu);
+    sleeps_until = 0;
+    for (;;) {
+        long long now = dm_now_ns();
+        struct dm_notify_timer **pp = &timers;
+        while (*pp && (*pp)->at_ns > now)
+            pp = &(*pp)->next;
+        struct dm_notify_timer *due = *pp;
+        if (!due)
+            break;
+        *pp = due->next;
+        due->armed = 0;
+        timer_running = due;
+        pthread_mutex_unlock(&nmu);
+        due->fn(due->arg);
+        pthread_mutex_lock(&nmu);
+        timer_running = NULL;
+        pthread_cond_broadcast(&ncv);
+    }
+    pthread_mutex_unlock(&nmu);
+}
+
 static void *notify_main(void *arg)
 {
     (void)arg;
@@ -643,7 +688,11 @@ static void *notify_main(void *arg)
                 if (w < timeout)
                     timeout = (int)w;
             }
-        if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR)
+        /* ppoll: a lingering hold's timer is a fraction of a millisecond. */
+        struct timespec ts = sleep_for_locked_timers(timeout);
+        int polled = ppoll(p, (nfds_t)np, &ts, NULL);
+        timers_run();
+        if (polled < 0 && errno != EINTR)
             continue;
         if (p[0].revents & POLLIN) {
             uint64_t v;
@@ -684,6 +733,49 @@ static int chan_node_locked(const struct dm_notify_chan *ch)
 {
     int node = dm_redis_cluster() ? dm_redis_node_cached(ch->slot) : 0;
     return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
+}
+
+int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
+                        void (*fn)(void *arg), void *arg)
+{
+    int wake = 0;
+    pthread_mutex_lock(&nmu);
+    cv_init_locked();
+    int rc = start_thread_locked();
+    if (rc == 0) {
+        if (!t->armed) {
+            t->fn = fn;
+            t->arg = arg;
+            t->at_ns = at_ns;
+            t->armed = 1;
+            t->next = timers;
+            timers = t;
+        } else if (at_ns < t->at_ns) {
+            t->at_ns = at_ns;
+        }
+        /* Asleep past it: wake the thread to sleep less (awake, it looks
+         * at the timers before it sleeps again). */
+        wake = sleeps_until != 0 && t->at_ns < sleeps_until;
+    }
+    pthread_mutex_unlock(&nmu);
+    if (wake)
+        wake_thread();
+    return rc;
+}
+
+void dm_notify_timer_cancel(struct dm_notify_timer *t)
+{
+    pthread_mutex_lock(&nmu);
+    if (t->armed) {
+        struct dm_notify_timer **pp = &timers;
+        while (*pp != t)
+            pp = &(*pp)->next;
+        *pp = t->next;
+        t->armed = 0;
+    }
+    while (timer_running == t && !(thread_running && pthread_equal(pthread_self(), sub_thread)))
+        pthread_cond_wait(&ncv, &nmu);
+    pthread_mutex_unlock(&nmu);
 }
 
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
@@ -842,6 +934,11 @@ void dm_notify_atfork(enum dm_fork_phase phase)
     cv_init_locked();
     thread_running = 0;
     calling = NULL;     /* the thread that ran it is not in the child */
+    for (struct dm_notify_timer *t = timers; t; t = t->next)
+        t->armed = 0;   /* the records are mapped's: it forgets its holds too */
+    timers = NULL;
+    timer_running = NULL;
+    sleeps_until = 0;
     /* The parent's subscriber socket and eventfd are shared with the child:
      * close them here (the context's memory belonged to a thread that does
      * not exist in the child and is left alone). */
