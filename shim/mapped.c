@@ -338,11 +338,12 @@ static int hold_lost_locked(struct dm_name *nm);
  * While other processes queue (want), a grant serves this process's lock
  * calls until batch_ms after it: the last unlock keeps the hold for
  * DM_LINGER_NS (lingering) in case a thread locks again, and notify's
- * thread gives it back when none did. Not for cache mode (which keeps a
- * hold until asked, and gives it up when asked) nor rwlocks. */
+ * thread gives it back when none did. Fair mutexes only: not notices
+ * (fair = false), cache mode (which keeps a hold until asked, and gives it
+ * up when asked) or rwlocks. */
 static int batching(const struct dm_name *nm)
 {
-    return mcfg->batch_ms > 0 && !nm->cache && !nm->rw;
+    return mcfg->batch_ms > 0 && nm->fair && !nm->cache && !nm->rw;
 }
 
 /* nm->mu held. */
