@@ -335,10 +335,10 @@ static void on_want(void *arg, const char *msg, size_t len);
 static int hold_lost_locked(struct dm_name *nm);
 
 /* ---- batches (docs/design.md, "Batches") ----------------------------------
- * While other processes queue (want), a grant serves this process's lock
- * calls until batch_ms after it: the last unlock keeps the hold for
- * DM_LINGER_NS (lingering) in case a thread locks again, and notify's
- * thread gives it back when none did. Fair mutexes only: not notices
+ * A contended grant (it came after a wait, or others queue behind it)
+ * serves this process's lock calls until batch_ms after it: the last
+ * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
+ * locks again, and notify's thread gives it back when none did. Fair mutexes only: not notices
  * (fair = false), cache mode (which keeps a hold until asked, and gives it
  * up when asked) or rwlocks. */
 static int batching(const struct dm_name *nm)
@@ -382,7 +382,7 @@ static void linger_end(void *arg)
     long long at = nm->left_ns + DM_LINGER_NS;
     if (at > nm->batch_end_ns)
         at = nm->batch_end_ns;
-    if (at > now && nm->want && !torn_down && !hold_lost_locked(nm) &&
+    if (at > now && !torn_down && !hold_lost_locked(nm) &&
         dm_notify_timer_arm(&nm->linger, at, linger_end, nm) == 0) {
         pthread_mutex_unlock(&nm->mu);
         in_shim--;
@@ -423,7 +423,8 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
  * hold that cannot be watched is not granted: nothing would renew it and
  * it would expire under the critical section. */
 static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
-                        const struct timespec *deadline, int *dead, int *more, int *held)
+                        const struct timespec *deadline, int *dead, int *more, int *held,
+                        int *contended)
 {
     struct dm_hold *h = &nm->hold;
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
@@ -441,6 +442,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     h->wait_id = g.wait_id;
     *held = !g.local_only;
     *more = g.more_waiters;
+    *contended = g.waited || g.more_waiters;
     *dead = g.owner_dead;
     if (!*held)
         return 0;
@@ -453,14 +455,6 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         return EAGAIN;
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 1);
-    if (batching(nm) && (g.waited || g.more_waiters) && !nm->cl->wants) {
-        /* Contended: hear the next waiter's want while the batch runs
-         * (every queued waiter announces one; an uncontended name never
-         * pays for the subscription). */
-        pthread_mutex_lock(&names_mu);
-        dm_cluster_lock_mode(nm->cl, 0, 0, 1);
-        pthread_mutex_unlock(&names_mu);
-    }
     if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
         /* Hear other processes' wants: before keeping the lock at unlock
          * (cache mode), and to let them in while threads keep it busy. */
@@ -557,14 +551,15 @@ static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
 {
     nm->state = NAME_ACQUIRING;
     pthread_mutex_unlock(&nm->mu);
-    int more = 0, held = 0;
-    int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held);
+    int more = 0, held = 0, contended = 0;
+    int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held, &contended);
     pthread_mutex_lock(&nm->mu);
     if (r == 0) {
         nm->state = NAME_HELD;
         nm->held = held;
         nm->users = 1;
-        nm->batch_end_ns = held && batching(nm) ? dm_now_ns() + mcfg->batch_ms * 1000000LL : 0;
+        nm->batch_end_ns = held && contended && batching(nm)
+                           ? dm_now_ns() + mcfg->batch_ms * 1000000LL : 0;
         if (!held) {
             /* A local-only hold (on_redis_down = "local", no connection)
              * is for the outage: new threads step aside so that it drains
@@ -713,7 +708,7 @@ static int name_leave(struct dm_name *nm)
         pthread_mutex_unlock(&nm->mu);
         return 0;                       /* cached: kept until another process asks */
     }
-    if (nm->want && batch_open_locked(nm) && !torn_down && !hold_lost_locked(nm) &&
+    if (batch_open_locked(nm) && !torn_down && !hold_lost_locked(nm) &&
         linger_arm_locked(nm, dm_now_ns())) {
         pthread_cond_broadcast(&nm->cv);
         pthread_mutex_unlock(&nm->mu);
