@@ -82,6 +82,9 @@ static unsigned char link_down[DM_REDIS_NODES_MAX]; /* nmu: the node's last conn
 static struct dm_notify_timer *timers;          /* armed ones, unordered (few: one per lingering hold) */
 static struct dm_notify_timer *timer_running;   /* whose fn the thread is calling */
 static long long sleeps_until;  /* the thread's next wake (ns) while it sleeps in poll; 0: awake */
+/* A channel was subscribed (atomic): without a cluster, the one connection
+ * is made then and kept. Timers alone (a thread started for them) need none. */
+static int subs_used;
 
 /* Call with nmu held. */
 static void cv_init_locked(void)
@@ -568,6 +571,13 @@ static int sub_read(int node)
     return c->err ? -1 : 0;
 }
 
+/* Without a cluster: the one connection is made at the first subscription
+ * and kept (remade after a loss) from then on. */
+static int keep_one(void)
+{
+    return __atomic_load_n(&subs_used, __ATOMIC_RELAXED);
+}
+
 /* The thread's sleep: timeout_ms, or less to the earliest armed timer.
  * Notes when it wakes, so that an earlier arm meanwhile wakes it. */
 static struct timespec sleep_for_locked_timers(int timeout_ms)
@@ -618,13 +628,11 @@ static void *notify_main(void *arg)
     for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
         subs[i].backoff = (struct dm_backoff)DM_BACKOFF_INIT(DM_NOTIFY_BACKOFF_MIN,
                                                               DM_NOTIFY_BACKOFF_MAX);
-    if (!cluster)
-        subs[0].wanted = 1;     /* the one connection, made at once and kept */
 
     for (;;) {
         /* Connections a channel waits for (without a cluster: the one). */
         for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
-            if ((subs[i].wanted || (!cluster && i == 0)) && !subs[i].conn.c)
+            if ((subs[i].wanted || (!cluster && i == 0 && keep_one())) && !subs[i].conn.c)
                 sub_connect(i);
         if (cluster) {
             dm_redis_refresh_if_wanted();
@@ -681,7 +689,7 @@ static void *notify_main(void *arg)
         if (pending && timeout > DM_NOTIFY_RESEND_MS)
             timeout = DM_NOTIFY_RESEND_MS;
         for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
-            if ((subs[i].wanted || (!cluster && i == 0)) && !subs[i].conn.c) {
+            if ((subs[i].wanted || (!cluster && i == 0 && keep_one())) && !subs[i].conn.c) {
                 long long w = subs[i].retry_ms - dm_now_ms();
                 if (w < 0)
                     w = 0;
@@ -791,6 +799,7 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
         dm_warn("cannot start the subscriber thread: %s", strerror(rc));
         return rc;
     }
+    __atomic_store_n(&subs_used, 1, __ATOMIC_RELAXED);
     if (ch->state == CHAN_IDLE) {
         ch->state = CHAN_WANTED;
         work_push_locked(ch);
@@ -939,6 +948,7 @@ void dm_notify_atfork(enum dm_fork_phase phase)
     timers = NULL;
     timer_running = NULL;
     sleeps_until = 0;
+    subs_used = 0;
     /* The parent's subscriber socket and eventfd are shared with the child:
      * close them here (the context's memory belonged to a thread that does
      * not exist in the child and is left alone). */
