@@ -99,6 +99,7 @@ SYSTEMS = {
     "dmutex-notice":   {"kind": "c", "mode": "notice"},
     "dmutex-fair":     {"kind": "c", "mode": "fair"},
     "dmutex-cache":    {"kind": "c", "mode": "cache"},
+    "dmutex-fifo":     {"kind": "c", "mode": "fifo"},
     "redlock":         {"kind": "node", "lib": "redlock", "retry": "default"},
     "redlock-1ms":     {"kind": "node", "lib": "redlock", "retry": "1ms"},
     "semaphore":       {"kind": "node", "lib": "semaphore", "retry": "default"},
@@ -107,14 +108,18 @@ SYSTEMS = {
     "redis-py-1ms":    {"kind": "py", "retry": "1ms"},
 }
 # notice: fair = false (Redisson-style: a release notice, waiters race);
-# fair: the default (FIFO handover in the release script); cache: + lock caching.
+# fair: the default (FIFO handover in the release script, batches of
+# batch_ms under contention); cache: + lock caching; fifo: fair with
+# batch_ms = 0 (every lock call queues: what batches buy), contended runs only.
 DMUTEX_MODES = ["dmutex-notice", "dmutex-fair", "dmutex-cache"]
-PEERS = [s for s in SYSTEMS if s not in DMUTEX_MODES]
+CONTENDED_ONLY = ["dmutex-fifo"]
+PEERS = [s for s in SYSTEMS if s not in DMUTEX_MODES + CONTENDED_ONLY]
 PEER_DEFAULTS = [s for s in PEERS if not s.endswith("-1ms")]
 # Each mode's keys in a mutex entry; the mode a plain entry is in (the
 # default config: see default_mode) gets none of them.
 MODE_KEYS = {"notice": " fair = false; cache = false;", "fair": " fair = true; cache = false;",
-             "cache": " fair = true; cache = true;"}
+             "cache": " fair = true; cache = true;", "fifo": " fair = true; cache = false;"}
+TOP_KEYS = {"fifo": "batch_ms = 0;\n"}     # a mode's top-level keys
 DEFAULT_MODE = None             # set by main from the shim's own table of keys
 DEFAULT_SYSTEM = None           # "dmutex-" + DEFAULT_MODE
 
@@ -170,6 +175,7 @@ class Bench:
             f.write('redis = { host = "%s"; port = %d; };\n' % (HOST, self.port))
             if lease_ms:
                 f.write("lease_ms = %d;\n" % lease_ms)
+            f.write(TOP_KEYS.get(mode, ""))
             f.write("mutexes = (\n")
             f.write(",\n".join(entries or ['  { symbol = "bench_lock"; name = "%s";%s }'
                                            % (name, flags)]))
@@ -988,7 +994,8 @@ def table(rows, headers):
 def sweep_table(runs, hold):
     rows = []
     for s in SYSTEMS:
-        cells = [s + (" (default config)" if s == DEFAULT_SYSTEM else "")]
+        cells = [s + (" (default config)" if s == DEFAULT_SYSTEM else
+                      " (batch_ms = 0)" if s == "dmutex-fifo" else "")]
         for k in KS:
             r = find(runs, s, k, hold)
             cells.append("-" if not r else "%.0f / %s / %s / %.1f%s" % (
@@ -1031,6 +1038,7 @@ def plot(res, out_png, tmp):
             datf[(s, hold)] = path
     styles = {"dmutex-notice": "lw 3 lc rgb '#1f4e9c' pt 7", "dmutex-fair": "lw 3 lc rgb '#2a9d3a' pt 5",
               "dmutex-cache": "lw 3 lc rgb '#c0392b' pt 9",
+              "dmutex-fifo": "lw 2 dt 2 lc rgb '#2a9d3a' pt 5",
               "redlock": "lw 1.5 lc rgb '#8e44ad' pt 4", "redlock-1ms": "lw 1.5 dt 2 lc rgb '#8e44ad' pt 4",
               "semaphore": "lw 1.5 lc rgb '#e67e22' pt 6", "semaphore-1ms": "lw 1.5 dt 2 lc rgb '#e67e22' pt 6",
               "redis-py": "lw 1.5 lc rgb '#7f8c8d' pt 8", "redis-py-1ms": "lw 1.5 dt 2 lc rgb '#7f8c8d' pt 8"}

@@ -457,7 +457,7 @@ modes() {
     measure fair "$config" || bad="$bad fair"
     measure notices "$config_notices" || bad="$bad notices"
     measure cache "$config_cache" || bad="$bad cache"
-    echo "   fair:    (the default) the release hands the lock to the next waiter in line, in one round trip"
+    echo "   fair:    (the default) the release hands the lock to the next machine in line, in one round trip; a machine that waited for it keeps selling for one 5 ms batch first"
     echo "   notices: (fair = false) waiters wake on a release notice and race to retry"
     echo "   cache:   a machine keeps the lock while it keeps selling, hands it over when asked"
     if [ -z "$bad" ]; then

@@ -45,8 +45,10 @@ int dmutex_name(pthread_mutex_t *m, const char *name);
 
 /* The fencing token of the calling thread's current hold of the mapped
  * mutex `m`: a number that grows with every grant of that lock anywhere in
- * the cluster, to send along with writes that a resource can check. 0 when
- * `m` is not mapped or the caller does not hold it. */
+ * the cluster, to send along with writes that a resource can check. The
+ * threads sharing their process's grant see the same one, in one critical
+ * section or in several of one batch (batch_ms). 0 when `m` is not mapped
+ * or the caller does not hold it. */
 uint64_t dmutex_token(pthread_mutex_t *m);
 
 /* The fencing token of the calling thread's current hold of the rwlock `l`

@@ -63,6 +63,12 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_ON_REDIS_DOWN] = { "on_redis_down", TOP(on_redis_down), .type = DM_KEY_ENUM,
         .values = redis_down_values, .dflt = DM_DOWN_BLOCK,
         .doc = "what lock does while Redis is unreachable" },
+    [DM_K_BATCH] = { "batch_ms", TOP(batch_ms), .type = DM_KEY_LONG,
+        .lo = 0, .hi = DM_BATCH_MAX_MS, .dflt = DM_BATCH_DEFAULT_MS,
+        .doc = "while other processes queue for a mutex this process holds, its threads may lock "
+               "it again without a round trip for this long after the grant (a batch), before "
+               "it goes to the next process in line; 0: every lock call queues anew. For fair "
+               "mutexes (not `fair = false`, `cache` or rwlocks)" },
     [DM_K_MUTEXES] = { "mutexes", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
         .doc_type = "list of groups", .doc_default = "`()`", .doc_range = "",
         .doc = "the mutexes to make cluster-wide" },

@@ -59,6 +59,7 @@
 #define DM_TL_NAMES          8          /* names a thread tracks its holds of */
 #define DM_FAR_FUTURE_S      (1LL << 31) /* a deadline this far ahead is no deadline */
 #define DM_YIELD             (-1)       /* name_join: step aside (internal) */
+#define DM_LINGER_NS         200000LL   /* a batch's hold waits so long for the next lock */
 
 enum name_state { NAME_FREE, NAME_ACQUIRING, NAME_HELD, NAME_RELEASING };
 
@@ -82,6 +83,9 @@ struct dm_name {
     enum name_state state;              /* among the ints: no padding (docs/design.md,
                                            "The cost of a name") */
     unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
+    long long batch_end_ns;             /* HELD: the grant's batch ends (0: none) */
+    long long left_ns;                  /* a lingering hold: its last unlock */
+    struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
 
@@ -223,6 +227,7 @@ static void name_put(struct dm_name *nm)
         dm_htab_del(&names, &nm->node);
         if (nm->cl->wantchan)
             dm_notify_set_handler(nm->cl->wantchan, NULL, NULL);   /* waits for a call in progress */
+        dm_notify_timer_cancel(&nm->linger);    /* likewise */
         dm_watchdog_forget(&nm->hold);  /* a renewal round may still read it */
         dm_cluster_lock_put(nm->cl);
         pthread_mutex_destroy(&nm->mu);
@@ -327,6 +332,67 @@ void dm_mapped_remove(const void *addr)
 /* ---- the process's hold of a name -------------------------------------- */
 
 static void on_want(void *arg, const char *msg, size_t len);
+static int hold_lost_locked(struct dm_name *nm);
+
+/* ---- batches (docs/design.md, "Batches") ----------------------------------
+ * A contended grant (it came after a wait, or others queue behind it)
+ * serves this process's lock calls until batch_ms after it: the last
+ * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
+ * locks again, and notify's thread gives it back when none did. Fair mutexes only: not notices
+ * (fair = false), cache mode (which keeps a hold until asked, and gives it
+ * up when asked) or rwlocks. */
+static int batching(const struct dm_name *nm)
+{
+    return mcfg->batch_ms > 0 && nm->fair && !nm->cache && !nm->rw;
+}
+
+/* nm->mu held. */
+static int batch_open_locked(const struct dm_name *nm)
+{
+    return nm->batch_end_ns != 0 && dm_now_ns() < nm->batch_end_ns;
+}
+
+static void linger_end(void *arg);
+
+/* nm->mu held, the last user just left at `now`: keeps the hold until
+ * the linger's end (or the batch's, if sooner). 0: it cannot (no notify
+ * thread), the caller releases now. */
+static int linger_arm_locked(struct dm_name *nm, long long now)
+{
+    nm->left_ns = now;
+    long long at = now + DM_LINGER_NS;
+    if (at > nm->batch_end_ns)
+        at = nm->batch_end_ns;
+    return dm_notify_timer_arm(&nm->linger, at, linger_end, nm) == 0;
+}
+
+/* notify's thread, at a lingering hold's end: gives it back unless a
+ * thread joined (its last unlock decides then) or left again lately. */
+static void linger_end(void *arg)
+{
+    struct dm_name *nm = arg;
+    in_shim++;
+    pthread_mutex_lock(&nm->mu);
+    if (nm->state != NAME_HELD || nm->users != 0) {
+        pthread_mutex_unlock(&nm->mu);
+        in_shim--;
+        return;
+    }
+    long long now = dm_now_ns();
+    long long at = nm->left_ns + DM_LINGER_NS;
+    if (at > nm->batch_end_ns)
+        at = nm->batch_end_ns;
+    if (at > now && !torn_down && !hold_lost_locked(nm) &&
+        dm_notify_timer_arm(&nm->linger, at, linger_end, nm) == 0) {
+        pthread_mutex_unlock(&nm->mu);
+        in_shim--;
+        return;
+    }
+    nm->state = NAME_RELEASING;
+    pthread_mutex_unlock(&nm->mu);
+    hold_release(nm);
+    in_shim--;
+}
 
 /* clk's absolute time -> a CLOCK_MONOTONIC deadline. *none is set for a
  * deadline too far ahead to compute with (glibc waits for those). */
@@ -357,7 +423,8 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
  * hold that cannot be watched is not granted: nothing would renew it and
  * it would expire under the critical section. */
 static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
-                        const struct timespec *deadline, int *dead, int *more, int *held)
+                        const struct timespec *deadline, int *dead, int *more, int *held,
+                        int *contended)
 {
     struct dm_hold *h = &nm->hold;
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
@@ -375,6 +442,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     h->wait_id = g.wait_id;
     *held = !g.local_only;
     *more = g.more_waiters;
+    *contended = g.waited || g.more_waiters;
     *dead = g.owner_dead;
     if (!*held)
         return 0;
@@ -465,7 +533,8 @@ static int hold_lost_locked(struct dm_name *nm)
 static int name_join_fast(struct dm_name *nm)
 {
     pthread_mutex_lock(&nm->mu);
-    int ok = nm->state == NAME_HELD && !nm->want && !hold_lost_locked(nm);
+    int ok = nm->state == NAME_HELD && (!nm->want || batch_open_locked(nm)) &&
+             !hold_lost_locked(nm);
     if (ok)
         nm->users++;
     pthread_mutex_unlock(&nm->mu);
@@ -482,13 +551,15 @@ static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
 {
     nm->state = NAME_ACQUIRING;
     pthread_mutex_unlock(&nm->mu);
-    int more = 0, held = 0;
-    int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held);
+    int more = 0, held = 0, contended = 0;
+    int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held, &contended);
     pthread_mutex_lock(&nm->mu);
     if (r == 0) {
         nm->state = NAME_HELD;
         nm->held = held;
         nm->users = 1;
+        nm->batch_end_ns = held && contended && batching(nm)
+                           ? dm_now_ns() + mcfg->batch_ms * 1000000LL : 0;
         if (!held) {
             /* A local-only hold (on_redis_down = "local", no connection)
              * is for the outage: new threads step aside so that it drains
@@ -525,7 +596,8 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
     for (;;) {
         if (nm->state == NAME_HELD) {
             int lost = hold_lost_locked(nm);
-            if (nm->users == 0 && (nm->want || lost)) {
+            int wanted = nm->want && !batch_open_locked(nm);
+            if (nm->users == 0 && (wanted || lost)) {
                 /* Kept after its last unlock (cache mode), but another
                  * process asked, or it was lost: go round. */
                 nm->state = NAME_RELEASING;
@@ -534,7 +606,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                 pthread_mutex_lock(&nm->mu);
                 continue;
             }
-            if ((nm->want || lost) && !no_yield && !tl_holds(nm)) {
+            if ((wanted || lost) && !no_yield && !tl_holds(nm)) {
                 if (lost && !nm->want) {
                     nm->want = 1;       /* drain the users, then take it anew */
                     nm->want_ms = dm_now_ms();
@@ -635,6 +707,12 @@ static int name_leave(struct dm_name *nm)
         pthread_cond_broadcast(&nm->cv);
         pthread_mutex_unlock(&nm->mu);
         return 0;                       /* cached: kept until another process asks */
+    }
+    if (batch_open_locked(nm) && !torn_down && !hold_lost_locked(nm) &&
+        linger_arm_locked(nm, dm_now_ns())) {
+        pthread_cond_broadcast(&nm->cv);
+        pthread_mutex_unlock(&nm->mu);
+        return 0;                       /* lingering: the batch may go on */
     }
     nm->state = NAME_RELEASING;
     pthread_mutex_unlock(&nm->mu);

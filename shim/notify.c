@@ -79,6 +79,12 @@ static int wake_fd = -1;
 static unsigned long received;
 static redisContext *sub_ctx[DM_REDIS_NODES_MAX];  /* the thread's, for the fork child */
 static unsigned char link_down[DM_REDIS_NODES_MAX]; /* nmu: the node's last connect failed */
+static struct dm_notify_timer *timers;          /* armed ones, unordered (few: one per lingering hold) */
+static struct dm_notify_timer *timer_running;   /* whose fn the thread is calling */
+static long long sleeps_until;  /* the thread's next wake (ns) while it sleeps in poll; 0: awake */
+/* A channel was subscribed (atomic): without a cluster, the one connection
+ * is made then and kept. Timers alone (a thread started for them) need none. */
+static int subs_used;
 
 /* Call with nmu held. */
 static void cv_init_locked(void)
@@ -565,6 +571,55 @@ static int sub_read(int node)
     return c->err ? -1 : 0;
 }
 
+/* Without a cluster: the one connection is made at the first subscription
+ * and kept (remade after a loss) from then on. */
+static int keep_one(void)
+{
+    return __atomic_load_n(&subs_used, __ATOMIC_RELAXED);
+}
+
+/* The thread's sleep: timeout_ms, or less to the earliest armed timer.
+ * Notes when it wakes, so that an earlier arm meanwhile wakes it. */
+static struct timespec sleep_for_locked_timers(int timeout_ms)
+{
+    long long now = dm_now_ns(), until = now + (long long)timeout_ms * 1000000LL;
+    pthread_mutex_lock(&nmu);
+    for (struct dm_notify_timer *t = timers; t; t = t->next)
+        if (t->at_ns < until)
+            until = t->at_ns;
+    if (until < now)
+        until = now;
+    sleeps_until = until;
+    pthread_mutex_unlock(&nmu);
+    long long d = until - now;
+    return (struct timespec){ (time_t)(d / 1000000000LL), (long)(d % 1000000000LL) };
+}
+
+/* Calls the timers that are due, one at a time, without nmu. */
+static void timers_run(void)
+{
+    pthread_mutex_lock(&nmu);
+    sleeps_until = 0;
+    for (;;) {
+        long long now = dm_now_ns();
+        struct dm_notify_timer **pp = &timers;
+        while (*pp && (*pp)->at_ns > now)
+            pp = &(*pp)->next;
+        struct dm_notify_timer *due = *pp;
+        if (!due)
+            break;
+        *pp = due->next;
+        due->armed = 0;
+        timer_running = due;
+        pthread_mutex_unlock(&nmu);
+        due->fn(due->arg);
+        pthread_mutex_lock(&nmu);
+        timer_running = NULL;
+        pthread_cond_broadcast(&ncv);
+    }
+    pthread_mutex_unlock(&nmu);
+}
+
 static void *notify_main(void *arg)
 {
     (void)arg;
@@ -573,13 +628,11 @@ static void *notify_main(void *arg)
     for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
         subs[i].backoff = (struct dm_backoff)DM_BACKOFF_INIT(DM_NOTIFY_BACKOFF_MIN,
                                                               DM_NOTIFY_BACKOFF_MAX);
-    if (!cluster)
-        subs[0].wanted = 1;     /* the one connection, made at once and kept */
 
     for (;;) {
         /* Connections a channel waits for (without a cluster: the one). */
         for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
-            if ((subs[i].wanted || (!cluster && i == 0)) && !subs[i].conn.c)
+            if ((subs[i].wanted || (!cluster && i == 0 && keep_one())) && !subs[i].conn.c)
                 sub_connect(i);
         if (cluster) {
             dm_redis_refresh_if_wanted();
@@ -636,14 +689,18 @@ static void *notify_main(void *arg)
         if (pending && timeout > DM_NOTIFY_RESEND_MS)
             timeout = DM_NOTIFY_RESEND_MS;
         for (int i = 0; i < DM_REDIS_NODES_MAX; i++)
-            if ((subs[i].wanted || (!cluster && i == 0)) && !subs[i].conn.c) {
+            if ((subs[i].wanted || (!cluster && i == 0 && keep_one())) && !subs[i].conn.c) {
                 long long w = subs[i].retry_ms - dm_now_ms();
                 if (w < 0)
                     w = 0;
                 if (w < timeout)
                     timeout = (int)w;
             }
-        if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR)
+        /* ppoll: a lingering hold's timer is a fraction of a millisecond. */
+        struct timespec ts = sleep_for_locked_timers(timeout);
+        int polled = ppoll(p, (nfds_t)np, &ts, NULL);
+        timers_run();
+        if (polled < 0 && errno != EINTR)
             continue;
         if (p[0].revents & POLLIN) {
             uint64_t v;
@@ -686,6 +743,49 @@ static int chan_node_locked(const struct dm_notify_chan *ch)
     return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
 }
 
+int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
+                        void (*fn)(void *arg), void *arg)
+{
+    int wake = 0;
+    pthread_mutex_lock(&nmu);
+    cv_init_locked();
+    int rc = start_thread_locked();
+    if (rc == 0) {
+        if (!t->armed) {
+            t->fn = fn;
+            t->arg = arg;
+            t->at_ns = at_ns;
+            t->armed = 1;
+            t->next = timers;
+            timers = t;
+        } else if (at_ns < t->at_ns) {
+            t->at_ns = at_ns;
+        }
+        /* Asleep past it: wake the thread to sleep less (awake, it looks
+         * at the timers before it sleeps again). */
+        wake = sleeps_until != 0 && t->at_ns < sleeps_until;
+    }
+    pthread_mutex_unlock(&nmu);
+    if (wake)
+        wake_thread();
+    return rc;
+}
+
+void dm_notify_timer_cancel(struct dm_notify_timer *t)
+{
+    pthread_mutex_lock(&nmu);
+    if (t->armed) {
+        struct dm_notify_timer **pp = &timers;
+        while (*pp != t)
+            pp = &(*pp)->next;
+        *pp = t->next;
+        t->armed = 0;
+    }
+    while (timer_running == t && !(thread_running && pthread_equal(pthread_self(), sub_thread)))
+        pthread_cond_wait(&ncv, &nmu);
+    pthread_mutex_unlock(&nmu);
+}
+
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
 {
     pthread_mutex_lock(&nmu);
@@ -699,6 +799,7 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
         dm_warn("cannot start the subscriber thread: %s", strerror(rc));
         return rc;
     }
+    __atomic_store_n(&subs_used, 1, __ATOMIC_RELAXED);
     if (ch->state == CHAN_IDLE) {
         ch->state = CHAN_WANTED;
         work_push_locked(ch);
@@ -842,6 +943,12 @@ void dm_notify_atfork(enum dm_fork_phase phase)
     cv_init_locked();
     thread_running = 0;
     calling = NULL;     /* the thread that ran it is not in the child */
+    for (struct dm_notify_timer *t = timers; t; t = t->next)
+        t->armed = 0;   /* the records are mapped's: it forgets its holds too */
+    timers = NULL;
+    timer_running = NULL;
+    sleeps_until = 0;
+    subs_used = 0;
     /* The parent's subscriber socket and eventfd are shared with the child:
      * close them here (the context's memory belonged to a thread that does
      * not exist in the child and is left alone). */

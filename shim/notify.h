@@ -74,6 +74,29 @@ size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len);
 typedef void (*dm_notify_fn)(void *arg, const char *msg, size_t len);
 void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg);
 
+/* A one-shot call the subscriber thread makes at a CLOCK_MONOTONIC time
+ * (mapped's lingering holds, docs/design.md "Batches"). The caller owns
+ * the record and keeps it zeroed until its first arm; the fields are
+ * notify's. */
+struct dm_notify_timer {
+    struct dm_notify_timer *next;
+    long long at_ns;
+    void (*fn)(void *arg);
+    void *arg;
+    int armed;
+};
+
+/* Calls fn(arg) in the subscriber thread (without notify's lock) at
+ * at_ns or soon after, starting the thread on first need; an armed timer
+ * keeps the earlier of its time and at_ns. fn may arm it again. Returns 0,
+ * or the error that kept the thread from starting (then nothing is armed). */
+int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
+                        void (*fn)(void *arg), void *arg);
+
+/* Disarms t. On return a call of its fn in progress in another thread has
+ * ended, and none will start. Must not be called holding a lock fn takes. */
+void dm_notify_timer_cancel(struct dm_notify_timer *t);
+
 /* Notices received by this process (all channels), for tests and stats. */
 unsigned long dm_notify_received(void);
 

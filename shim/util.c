@@ -12,6 +12,13 @@
 #define DM_NS_PER_S  1000000000L
 #define DM_NS_PER_MS 1000000L
 
+long long dm_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 long long dm_now_ms(void)
 {
     struct timespec ts;

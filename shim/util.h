@@ -16,6 +16,8 @@
 /* Milliseconds on CLOCK_MONOTONIC (not wall time: a clock step never
  * shortens or stretches a lease or a wait). */
 long long dm_now_ms(void);
+/* CLOCK_MONOTONIC in nanoseconds. */
+long long dm_now_ns(void);
 
 /* *ts = now + ms on CLOCK_MONOTONIC: the absolute deadline of a timed wait
  * on a dm_cond_init_monotonic condition variable. */

@@ -666,7 +666,7 @@ static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(vo
     char **env = th_shim_env(&e, cfg, rs.url, NULL);
     char *argv[] = { "/bin/sh", "-c", script, NULL };
     pid_t a = th_child(argv, env, out);
-    th_wait_for(out, "lock ", RUN_MS);
+    th_wait_for(out, "\nlock ", RUN_MS);     /* lifeprog's line, not the shim's "lock NAME:" */
     long long held = owners(name);
     char *text = th_read_output(out);
     th_touch(go);

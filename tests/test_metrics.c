@@ -190,10 +190,12 @@ static char *read_prom(const char *path)
 /* ---- runs ---------------------------------------------------------------- */
 
 /* A config mapping lock_a as A and lock_b as B, with `extra` (the metrics
- * group, policies) at the top. */
+ * group, policies) at the top. batch_ms = 0: every lock call a process's
+ * threads contend for is a cluster acquisition of its own, so that the
+ * counts of a known workload are exact (batches: test_shim). */
 static char *config(long lease_ms, const char *extra)
 {
-    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\n%s\nmutexes = (\n"
+    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n%s\nmutexes = (\n"
                                       "  { symbol = \"lock_a\"; name = \"A\"; },\n"
                                       "  { symbol = \"lock_b\"; name = \"B\"; }\n);\n",
                                       lease_ms, extra));

@@ -888,50 +888,80 @@ static int cmp_ll(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Every section records its fencing token and the count it read: tokens
- * are distinct, and ordered by token the counts run 0, 1, 2...: the token
- * grows with every grant, whichever process gets it. */
-static void test_dmutex_token_grows_across_processes(void **state)
+/* 3 api_weak processes of 2 threads x 10 sections on the dmutex_name'd
+ * `account` under `cfg`; each section records its fencing token and the
+ * count it read. Fills rec[i] = { count, token, process } sorted by count
+ * (the order of the holds: each section read a count of its own), and
+ * returns the token counter from before the run. */
+enum { TOK_P = 3, TOK_N = 2 * 10 };
+static long long token_run(const char *cfg, long long rec[TOK_P * TOK_N][3])
 {
-    (void)state;
-    char *cfg = th_config(SHORT_LEASE_MS, "");
     freeReplyObject(th_cmd(rc, "DEL c29:tok"));
     long long base = th_cmd_int(rc, "GET %s", th_key("account", DM_KEY_TOKEN));
-    enum { P = 3, T = 2, N = 10 };
-    pid_t pid[P];
-    char *out[P];
-    for (int i = 0; i < P; i++) {
+    pid_t pid[TOK_P];
+    char *out[TOK_P];
+    for (int i = 0; i < TOK_P; i++) {
         out[i] = th_out_file();
         pid[i] = run(shim_env(cfg), out[i], API_WEAK, rs.port_text, "c29:tok", "2", "10", "500",
                      NULL);
     }
-    long long rec[P * T * N][2];
     int n = 0;
-    for (int i = 0; i < P; i++) {
+    for (int i = 0; i < TOK_P; i++) {
         char *text = finish(pid[i], out[i], 0);
         th_assert_has(text, "api name=0\n");
         for (char *p = text; (p = strstr(p, "tok ")) != NULL; p++) {
             long long tok, cnt;
-            if (sscanf(p, "tok %lld %lld", &tok, &cnt) == 2 && n < P * T * N) {
-                rec[n][0] = tok;
-                rec[n][1] = cnt;
+            if (sscanf(p, "tok %lld %lld", &tok, &cnt) == 2 && n < TOK_P * TOK_N) {
+                rec[n][0] = cnt;
+                rec[n][1] = tok;
+                rec[n][2] = i;
                 n++;
             }
         }
         free(text);
     }
-    assert_int_equal(n, P * T * N);
+    assert_int_equal(n, TOK_P * TOK_N);
     qsort(rec, (size_t)n, sizeof rec[0], cmp_ll);
     for (int i = 0; i < n; i++) {
-        if (rec[i][0] <= base)
-            fail_msg("token %lld is not above the %lld before the run", rec[i][0], base);
-        if (i > 0 && rec[i][0] == rec[i - 1][0])
-            fail_msg("token %lld given twice", rec[i][0]);
-        if (rec[i][1] != i)
-            fail_msg("the section with token %lld read count %lld, expected %d: tokens do "
-                     "not follow the order of the holds", rec[i][0], rec[i][1], i);
+        if (rec[i][0] != i)
+            fail_msg("the sections read counts up to %lld out of order: %lld at %d (exclusion)",
+                     rec[n - 1][0], rec[i][0], i);
+        if (rec[i][1] <= base)
+            fail_msg("token %lld is not above the %lld before the run", rec[i][1], base);
+        if (i > 0 && rec[i][1] < rec[i - 1][1])
+            fail_msg("the section after the one with token %lld has token %lld: tokens do not "
+                     "follow the order of the holds", rec[i - 1][1], rec[i][1]);
     }
-    assert_true(th_cmd_int(rc, "GET %s", th_key("account", DM_KEY_TOKEN)) >= rec[n - 1][0]);
+    assert_true(th_cmd_int(rc, "GET %s", th_key("account", DM_KEY_TOKEN)) >= rec[n - 1][1]);
+    return base;
+}
+
+/* batch_ms = 0: every section is a grant of its own, with a token of its
+ * own, growing with every grant whichever process gets it. */
+static void test_dmutex_token_grows_across_processes(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
+                                           "mutexes = ();\n", SHORT_LEASE_MS));
+    long long rec[TOK_P * TOK_N][3];
+    token_run(cfg, rec);
+    for (int i = 1; i < TOK_P * TOK_N; i++)
+        if (rec[i][1] == rec[i - 1][1])
+            fail_msg("token %lld given twice", rec[i][1]);
+}
+
+/* Batches (the default): sections of one process in one batch share its
+ * grant's token; a token never passes from one process to another, and
+ * tokens never go down in the order of the holds. */
+static void test_dmutex_token_is_one_per_grant_with_batches(void **state)
+{
+    (void)state;
+    char *cfg = th_config(SHORT_LEASE_MS, "");
+    long long rec[TOK_P * TOK_N][3];
+    token_run(cfg, rec);
+    for (int i = 1; i < TOK_P * TOK_N; i++)
+        if (rec[i][1] == rec[i - 1][1] && rec[i][2] != rec[i - 1][2])
+            fail_msg("token %lld held by two processes", rec[i][1]);
 }
 
 /* ==== 8. edges of the calls ================================================== */
@@ -1170,6 +1200,7 @@ int main(void)
         T(test_file_qualified_static_excludes),
         T(test_api_weak_runs_without_shim_and_maps_with_it),
         T(test_dmutex_token_grows_across_processes),
+        T(test_dmutex_token_is_one_per_grant_with_batches),
         T(test_mutexes_sharing_a_name_let_a_cond_waiter_be_signalled),
         T(test_threads_sharing_a_name_do_not_starve_another_process),
         T(test_heap_mutexes_of_one_name_made_and_destroyed_by_many_threads),

@@ -839,6 +839,114 @@ static void test_signals_during_the_connect_never_make_a_local_hold(void **state
     free(text);
 }
 
+/* ---- (f) batches: a contended grant serves its process for batch_ms ------ */
+
+#define BATCH_TOKEN0    1000    /* the token counter's start (not 0: INCR to 1 seeds it) */
+#define CHURN_MS        1500    /* how long two processes churn on one lock */
+
+/* Two lockprog `churn` processes (the first in `mode0`) on held_lock under
+ * lock name `name` with `cfg` for CHURN_MS; returns the lock calls they
+ * made and sets *grants to the grants the server made meanwhile (the
+ * fencing tokens drawn). The second must end (it exits); the first is
+ * left running when mode0 is churn-idle. */
+static long long churn_two(const char *cfg, const char *name, const char *mode0,
+                           long long *grants, pid_t *first, char **first_out)
+{
+    const char *tok = th_key(name, DM_KEY_TOKEN);
+    assert_int_equal(th_cmd_int(rc, "INCRBY %s %d", tok, BATCH_TOKEN0), BATCH_TOKEN0);
+    char *out0 = th_out_file(), *out1 = th_out_file(), *stop = th_go_file();
+    pid_t p0 = lockprog(cfg, rs.port, out0, mode0, stop);
+    pid_t p1 = lockprog(cfg, rs.port, out1, "churn", stop);
+    usleep(CHURN_MS * 1000);
+    th_touch(stop);
+    char *t1 = finish(p1, out1, 0);
+    th_wait_for(out0, "churn ", RUN_MS);
+    char *t0 = th_read_output(out0);
+    long long n0 = th_field_after(t0, "churn "), n1 = th_field_after(t1, "churn ");
+    th_assert_has(t0, " 0 0\n");      /* no lock call failed */
+    th_assert_has(t1, " 0 0\n");
+    assert_true(n0 > 0 && n1 > 0);     /* both got the lock */
+    *grants = th_cmd_int(rc, "GET %s", tok) - BATCH_TOKEN0;
+    free(t1);
+    if (first) {
+        *first = p0;
+        *first_out = t0;
+    } else {
+        free(finish(p0, out0, 0));
+        free(t0);
+    }
+    return n0 + n1;
+}
+
+/* While another process queues, a grant serves the holder's lock calls
+ * for batch_ms (5 by default) before it goes on: far fewer grants than
+ * lock calls, and both processes progress. */
+static void test_contended_processes_lock_in_batches_not_one_grant_per_call(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_batch\"; }");
+    long long grants, calls = churn_two(cfg, "q_batch", "churn", &grants, NULL, NULL);
+    print_message("batches: %lld lock calls, %lld grants\n", calls, grants);
+    assert_true(grants >= 2);           /* the lock went from one process to the other */
+    assert_true(grants * 2 < calls);
+}
+
+/* batch_ms = 0: every lock call queues anew and is a grant of its own. */
+static void test_batch_ms_0_makes_every_lock_call_a_grant(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; "
+                                           "name = \"q_nobatch\"; } );\n", LONG_LEASE_MS));
+    long long grants, calls = churn_two(cfg, "q_nobatch", "churn", &grants, NULL, NULL);
+    assert_int_equal(grants, calls);
+}
+
+/* A process whose last unlock came while the other queued, and which then
+ * stops locking but lives on (its watchdog would renew a kept hold
+ * forever), gives the lock back within the linger: the other runs on. */
+static void test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_linger\"; }");
+    pid_t idle;
+    char *idle_out;
+    long long grants;
+    churn_two(cfg, "q_linger", "churn-idle", &grants, &idle, &idle_out);
+    free(idle_out);
+    /* The churner exited (finish); the idle one holds nothing: a third
+     * process locks at once, with the idle one still alive. */
+    char *out = th_out_file();
+    pid_t p = lockprog(cfg, rs.port, out, "lock", NULL);
+    char *text = finish(p, out, 0);
+    th_assert_has(text, "locked 0");
+    free(text);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("q_linger", DM_KEY_LOCK)), 0);
+    assert_int_equal(kill(idle, 0), 0);     /* still alive: it gave the lock back itself */
+}
+
+/* A process that locks and unlocks without pause keeps the lock no longer
+ * than its batch: another process's one lock call gets through. */
+static void test_a_churning_process_cannot_starve_another(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_starve\"; }");
+    char *cout = th_out_file(), *stop = th_go_file();
+    pid_t churner = lockprog(cfg, rs.port, cout, "churn", stop);
+    usleep(300 * 1000);
+    for (int i = 0; i < 3; i++) {
+        char *out = th_out_file();
+        pid_t p = lockprog(cfg, rs.port, out, "lock", NULL);
+        char *text = finish(p, out, 0);
+        th_assert_has(text, "locked 0");
+        free(text);
+    }
+    th_touch(stop);
+    char *text = finish(churner, cout, 0);
+    th_assert_has(text, " 0 0\n");
+    free(text);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -874,6 +982,10 @@ int main(void)
         T(test_bad_redis_url_messages_hide_the_password),
         T(test_set_user_id_process_ignores_the_environment),
         T(test_signals_during_the_connect_never_make_a_local_hold),
+        T(test_contended_processes_lock_in_batches_not_one_grant_per_call),
+        T(test_batch_ms_0_makes_every_lock_call_a_grant),
+        T(test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in),
+        T(test_a_churning_process_cannot_starve_another),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

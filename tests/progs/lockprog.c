@@ -31,6 +31,8 @@
  *                    unlock held_lock until FILE exists: "churn N FAILED FIRST"
  *                    (cycles, lock calls that did not return 0, the first such
  *                    result)
+ *   churn-idle FILE  as churn, then sleeps until killed (a process that stops
+ *                    locking but lives on): "churn N FAILED FIRST", "idle"
  *   storm-hold FILE  as hold, under a storm of signals: SIGALRM every
  *                    STORM_US (setitimer), its handler installed without
  *                    SA_RESTART (as a program's profiler or timer may be),
@@ -82,7 +84,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
-                    " destroy-held normal|robust | unmapped N | churn FILE | storm-hold FILE\n");
+                    " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | storm-hold FILE\n");
     return 2;
 }
 
@@ -193,7 +195,7 @@ int main(int argc, char **argv)
         say("unmapped %s", ename(first));
         return 0;
     }
-    if (strcmp(mode, "churn") == 0 && arg) {
+    if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-idle") == 0) && arg) {
         /* A program that never heard of SIGPIPE: a write of the shim's to a
          * socket the server closed must not kill it. */
         signal(SIGPIPE, SIG_DFL);
@@ -210,6 +212,11 @@ int main(int argc, char **argv)
             n++;
         }
         say("churn %ld %ld %s", n, failed, ename(first));
+        if (strcmp(mode, "churn-idle") == 0) {
+            say("idle");
+            for (;;)
+                pause();
+        }
         return 0;
     }
     return usage();
