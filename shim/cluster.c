@@ -1223,14 +1223,28 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
 
 /* A release sent without waiting, until its reply is read. It holds a
  * reference to the record, so a name destroyed meanwhile stays until
- * then. */
+ * then. Listed (under locks_mu) so that a fork child, which never reads
+ * the parent's replies, gives those references back and frees them. */
 struct late_release {
     struct dm_cluster_lock *l;
     uint64_t token;
     dm_cluster_lost_fn lost;
+    struct late_release *prev, *next;   /* late_list, under locks_mu */
     char owner[DM_OWNER_MAX];
     char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>": ARGV[8], every retry too */
 };
+static struct late_release *late_list;
+
+/* locks_mu held. */
+static void late_unlink(struct late_release *lr)
+{
+    if (lr->prev)
+        lr->prev->next = lr->next;
+    else
+        late_list = lr->next;
+    if (lr->next)
+        lr->next->prev = lr->prev;
+}
 
 /* The reply of a release sent by dm_cluster_release_nowait, in the thread
  * that read it. Anything but a verdict is retried as a release always is
@@ -1251,6 +1265,9 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
     if (v == RELEASE_NOT_HELD && lr->lost)
         lr->lost(lr->l, lr->owner, lr->token);
     __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&locks_mu);
+    late_unlink(lr);
+    pthread_mutex_unlock(&locks_mu);
     dm_cluster_lock_put(lr->l);
     free(lr);
 }
@@ -1285,6 +1302,11 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     snprintf(lr->request, sizeof lr->request, "%s", member);
     pthread_mutex_lock(&locks_mu);
     l->refs++;
+    lr->prev = NULL;
+    lr->next = late_list;
+    if (late_list)
+        late_list->prev = lr;
+    late_list = lr;
     pthread_mutex_unlock(&locks_mu);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
     __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
@@ -1296,6 +1318,9 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     __atomic_sub_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
     /* Not written, or written in part (it may have gone out whole all the
      * same): waited for now, named as any retry is. */
+    pthread_mutex_lock(&locks_mu);
+    late_unlink(lr);
+    pthread_mutex_unlock(&locks_mu);
     dm_cluster_lock_put(l);
     free(lr);
     {
@@ -1328,6 +1353,11 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
     if (phase != DM_FORK_CHILD)
         return;
     new_process_id();
+    /* The releases the parent wrote without waiting are the parent's to
+     * read (redis dropped them from the child's pool unread): their
+     * references to the records are given back, their memory freed. */
+    struct late_release *dead = late_list;
+    late_list = NULL;
     for (size_t b = 0; b < locks.n; b++)
         for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
              l = (struct dm_cluster_lock *)l->node.next) {
@@ -1361,6 +1391,12 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
         counters_unlink(c);
     }
     counters_reap();
+    while (dead) {
+        struct late_release *lr = dead;
+        dead = lr->next;
+        dm_cluster_lock_put(lr->l);
+        free(lr);
+    }
 }
 
 #define DM_COND_PUBLISH_TRIES 3 /* a signal sent again after a MOVED (Redis Cluster) */
