@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -1235,6 +1237,91 @@ struct late_release {
 };
 static struct late_release *late_list;
 
+/* ---- the release reader ----------------------------------------------------
+ * A release written without waiting must not stay unread for long: the
+ * server may have answered NOSCRIPT (its scripts flushed) or closed the
+ * connection without running it, and a process that idles after its
+ * unlock makes no next call on that connection. This thread reads the
+ * replies that stay unread on an idle pooled connection for one to two
+ * ticks (DM_RELEASE_READ_MS); what it reads is acted on as any reader
+ * acts (late_release_done: a retry waited for, a lost hold reported). It ticks while releases are unread or were
+ * written in the last DM_RELEASE_QUIET_TICKS ticks, then sleeps until the
+ * next release wakes it (an eventfd write, the one system call an unlock
+ * may add, only after such a quiet spell). Started by the first release
+ * written without waiting; a release is waited for when it cannot start. */
+#define DM_RELEASE_READ_MS 20       /* a tick of the reader */
+#define DM_RELEASE_QUIET_TICKS 50   /* ticks without a release before it sleeps for good */
+static pthread_mutex_t reader_mu = PTHREAD_MUTEX_INITIALIZER;  /* its start, its fds */
+static int reader_state;            /* 0 not started, 1 running, -1 cannot start (atomic) */
+static int reader_efd = -1;         /* eventfd: wakes the reader */
+static int reader_asleep;           /* sleeping with no timeout: wake it (atomic) */
+static long releases_pending;       /* written, reply not read yet (atomic) */
+static unsigned long releases_written;      /* ever (atomic): the reader's activity */
+
+static void reader_wake(void)
+{
+    uint64_t one = 1;
+    ssize_t w = write(__atomic_load_n(&reader_efd, __ATOMIC_ACQUIRE), &one, sizeof one);
+    (void)w;    /* EAGAIN: the counter is full, it wakes anyway */
+}
+
+static void *reader_main(void *arg)
+{
+    (void)arg;
+    unsigned long seen = 0;
+    int quiet = 0;
+    for (;;) {
+        int timeout = DM_RELEASE_READ_MS;
+        if (quiet >= DM_RELEASE_QUIET_TICKS) {
+            /* Dekker with the writer: it counts its release pending, then
+             * looks at reader_asleep; here the other way round. */
+            __atomic_store_n(&reader_asleep, 1, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&releases_pending, __ATOMIC_SEQ_CST) == 0)
+                timeout = -1;
+        }
+        struct pollfd p = { reader_efd, POLLIN, 0 };
+        int woken = poll(&p, 1, timeout) > 0;
+        __atomic_store_n(&reader_asleep, 0, __ATOMIC_SEQ_CST);
+        uint64_t v;
+        if (woken && read(reader_efd, &v, sizeof v) < 0)
+            v = 0;      /* EAGAIN: another read took it */
+        dm_redis_flush_older();
+        unsigned long w = __atomic_load_n(&releases_written, __ATOMIC_RELAXED);
+        if (w != seen || __atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) > 0)
+            quiet = 0;
+        else if (quiet < DM_RELEASE_QUIET_TICKS)
+            quiet++;
+        seen = w;
+    }
+    return NULL;
+}
+
+/* 1 once the reader runs (started here the first time), 0 when it cannot. */
+static int reader_ready(void)
+{
+    int st = __atomic_load_n(&reader_state, __ATOMIC_ACQUIRE);
+    if (st != 0)
+        return st > 0;
+    pthread_mutex_lock(&reader_mu);
+    if ((st = reader_state) == 0) {
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        int rc = fd < 0 ? errno : dm_thread_start(NULL, reader_main, NULL);
+        if (rc == 0) {
+            __atomic_store_n(&reader_efd, fd, __ATOMIC_RELEASE);
+            st = 1;
+        } else {
+            if (fd >= 0)
+                close(fd);
+            dm_warn("cannot start the release reader thread (%s): every release is waited "
+                    "for", strerror(rc));
+            st = -1;
+        }
+        __atomic_store_n(&reader_state, st, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&reader_mu);
+    return st > 0;
+}
+
 /* locks_mu held. */
 static void late_unlink(struct late_release *lr)
 {
@@ -1268,6 +1355,7 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
     pthread_mutex_lock(&locks_mu);
     late_unlink(lr);
     pthread_mutex_unlock(&locks_mu);
+    __atomic_sub_fetch(&releases_pending, 1, __ATOMIC_ACQ_REL);
     dm_cluster_lock_put(lr->l);
     free(lr);
 }
@@ -1279,7 +1367,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
      * a cluster follows MOVED with the script again, and an rwlock's read
      * release is not told apart by its request: the reply first. */
     struct late_release *lr;
-    if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 ||
+    if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || !reader_ready() ||
         (lr = malloc(sizeof *lr)) == NULL)
         goto wait;
     char tok[24], keep[24], claim[24], member[DM_OWNER_MAX + 24];
@@ -1310,12 +1398,21 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     pthread_mutex_unlock(&locks_mu);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
     __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&releases_pending, 1, __ATOMIC_SEQ_CST);
     int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
                                     DM_KEYS_RELEASE_N + 8, args, late_release_done, lr);
     dm_redis_put(conn);
-    if (rc == 0)
+    if (rc == 0) {
+        __atomic_add_fetch(&releases_written, 1, __ATOMIC_RELAXED);
+        /* The reader sleeps for good only after a quiet spell: then, and
+         * only then, this release wakes it. */
+        if (__atomic_load_n(&reader_asleep, __ATOMIC_SEQ_CST) &&
+            __atomic_exchange_n(&reader_asleep, 0, __ATOMIC_SEQ_CST))
+            reader_wake();
         return 0;
+    }
     __atomic_sub_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
+    __atomic_sub_fetch(&releases_pending, 1, __ATOMIC_ACQ_REL);
     /* Not written, or written in part (it may have gone out whole all the
      * same): waited for now, named as any retry is. */
     pthread_mutex_lock(&locks_mu);
@@ -1338,9 +1435,18 @@ wait:
     }
 }
 
+/* The idle pool's replies here; then those another thread reads (the
+ * release reader may hold a connection, or be retrying a release it
+ * read), waited for as long as a retried release may take. */
 void dm_cluster_flush(void)
 {
-    dm_redis_flush();
+    long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * ccfg->redis.command_timeout_ms;
+    for (;;) {
+        dm_redis_flush();
+        if (__atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) <= 0 || dm_now_ms() >= end)
+            break;
+        dm_sleep_ms(1);
+    }
 }
 
 /* Fork: locks_mu is held across fork() (see the lock order in startup.c).
@@ -1349,10 +1455,24 @@ void dm_cluster_flush(void)
  * first: nothing is subscribed) and made again when a waiter needs it. */
 void dm_cluster_atfork(enum dm_fork_phase phase)
 {
+    if (phase == DM_FORK_PREPARE) {
+        dm_fork_mutex(&locks_mu, phase);
+        dm_fork_mutex(&reader_mu, phase);
+        return;
+    }
+    dm_fork_mutex(&reader_mu, phase);
     dm_fork_mutex(&locks_mu, phase);
     if (phase != DM_FORK_CHILD)
         return;
     new_process_id();
+    /* The reader thread and its eventfd are the parent's (a write to it
+     * would wake the parent's thread): the child starts its own. */
+    if (reader_efd >= 0)
+        close(reader_efd);
+    reader_efd = -1;
+    reader_state = 0;
+    reader_asleep = 0;
+    releases_pending = 0;
     /* The releases the parent wrote without waiting are the parent's to
      * read (redis dropped them from the child's pool unread): their
      * references to the records are given back, their memory freed. */

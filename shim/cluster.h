@@ -226,7 +226,10 @@ typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner,
 /* dm_cluster_release without waiting for the reply: the release of the
  * hold `owner` got with `token` through request `wait_id` (dm_grant) is
  * written and the call returns; the reply is read before that
- * connection's next command, or at dm_cluster_flush (redis.h). What the
+ * connection's next command, by the release reader thread once it sat
+ * unread on an idle connection for a tick (started by the first call;
+ * when it cannot start, the release is waited for), or at
+ * dm_cluster_flush (redis.h). What the
  * reply says is acted on then, by the thread that reads it: not held ->
  * lost(l, owner, token); no reply, an error reply or NOSCRIPT ->
  * dm_cluster_release, retried as usual in that thread. The release names
