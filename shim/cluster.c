@@ -1243,8 +1243,10 @@ static struct late_release *late_list;
  * connection without running it, and a process that idles after its
  * unlock makes no next call on that connection. This thread reads the
  * replies that stay unread on an idle pooled connection for one to two
- * ticks (DM_RELEASE_READ_MS); what it reads is acted on as any reader
- * acts (late_release_done: a retry waited for, a lost hold reported). It ticks while releases are unread or were
+ * ticks (DM_RELEASE_READ_MS), and every reply at once when the process
+ * image is about to end (exec, _exit: dm_cluster_flush_bounded); what it
+ * reads is acted on as any reader acts (late_release_done: a retry waited
+ * for, a lost hold reported). It ticks while releases are unread or were
  * written in the last DM_RELEASE_QUIET_TICKS ticks, then sleeps until the
  * next release wakes it (an eventfd write, the one system call an unlock
  * may add, only after such a quiet spell). Started by the first release
@@ -1257,6 +1259,7 @@ static int reader_efd = -1;         /* eventfd: wakes the reader */
 static int reader_asleep;           /* sleeping with no timeout: wake it (atomic) */
 static long releases_pending;       /* written, reply not read yet (atomic) */
 static unsigned long releases_written;      /* ever (atomic): the reader's activity */
+static unsigned long flush_asked, flush_done;  /* dm_cluster_flush_bounded (atomic) */
 
 static void reader_wake(void)
 {
@@ -1265,9 +1268,12 @@ static void reader_wake(void)
     (void)w;    /* EAGAIN: the counter is full, it wakes anyway */
 }
 
+static __thread int in_reader;      /* the calling thread is the reader */
+
 static void *reader_main(void *arg)
 {
     (void)arg;
+    in_reader = 1;
     unsigned long seen = 0;
     int quiet = 0;
     for (;;) {
@@ -1276,7 +1282,9 @@ static void *reader_main(void *arg)
             /* Dekker with the writer: it counts its release pending, then
              * looks at reader_asleep; here the other way round. */
             __atomic_store_n(&reader_asleep, 1, __ATOMIC_SEQ_CST);
-            if (__atomic_load_n(&releases_pending, __ATOMIC_SEQ_CST) == 0)
+            if (__atomic_load_n(&releases_pending, __ATOMIC_SEQ_CST) == 0 &&
+                __atomic_load_n(&flush_asked, __ATOMIC_SEQ_CST) ==
+                    __atomic_load_n(&flush_done, __ATOMIC_SEQ_CST))
                 timeout = -1;
         }
         struct pollfd p = { reader_efd, POLLIN, 0 };
@@ -1285,7 +1293,13 @@ static void *reader_main(void *arg)
         uint64_t v;
         if (woken && read(reader_efd, &v, sizeof v) < 0)
             v = 0;      /* EAGAIN: another read took it */
-        dm_redis_flush_older();
+        unsigned long asked = __atomic_load_n(&flush_asked, __ATOMIC_ACQUIRE);
+        if (asked != __atomic_load_n(&flush_done, __ATOMIC_RELAXED)) {
+            dm_redis_flush();
+            __atomic_store_n(&flush_done, asked, __ATOMIC_RELEASE);
+        } else {
+            dm_redis_flush_older();
+        }
         unsigned long w = __atomic_load_n(&releases_written, __ATOMIC_RELAXED);
         if (w != seen || __atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) > 0)
             quiet = 0;
@@ -1320,6 +1334,33 @@ static int reader_ready(void)
     }
     pthread_mutex_unlock(&reader_mu);
     return st > 0;
+}
+
+void dm_cluster_flush_bounded(void)
+{
+    /* The reader itself (a lost hold's abort, whose SIGABRT handler
+     * _exits) would wait for itself. */
+    if (__atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) <= 0 ||
+        __atomic_load_n(&reader_state, __ATOMIC_ACQUIRE) <= 0 || in_reader)
+        return;
+    long max_ms = (DM_RELEASE_TIMEOUTS + 1) * ccfg->redis.command_timeout_ms;
+    unsigned long want = __atomic_add_fetch(&flush_asked, 1, __ATOMIC_SEQ_CST);
+    reader_wake();
+    long long end = dm_now_ms() + max_ms;
+    /* The reader's flush, then those on connections other threads use
+     * (read before their own replies) and any retry in progress. */
+    while ((long)(__atomic_load_n(&flush_done, __ATOMIC_ACQUIRE) - want) < 0 ||
+           __atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) > 0) {
+        if (dm_now_ms() >= end) {
+            dm_warn("%ld release(s) written without waiting still unconfirmed after %ld ms; "
+                    "a lock they did not free frees itself when its lease (%ld ms) runs out",
+                    __atomic_load_n(&releases_pending, __ATOMIC_RELAXED), max_ms,
+                    ccfg->lease_ms);
+            return;
+        }
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* locks_mu held. */
@@ -1473,6 +1514,7 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
     reader_state = 0;
     reader_asleep = 0;
     releases_pending = 0;
+    flush_done = flush_asked;
     /* The releases the parent wrote without waiting are the parent's to
      * read (redis dropped them from the child's pool unread): their
      * references to the records are given back, their memory freed. */

@@ -97,10 +97,16 @@ run_case() {
 }
 
 # The scripts flushed: the release written is answered NOSCRIPT.
+run_case flush_exit flush _exit
+run_case flush_Exit flush _Exit
+run_case flush_execv flush execv
+run_case flush_execl flush execl
+run_case flush_execvp flush execvp
 run_case flush_idle flush idle
 run_case flush_fork flush fork
 # The connection closed by the server with the release written, not run.
 run_case kill_idle kill idle
+run_case kill_exit kill _exit
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
