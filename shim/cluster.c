@@ -1253,6 +1253,7 @@ static struct late_release *late_list;
  * written without waiting; a release is waited for when it cannot start. */
 #define DM_RELEASE_READ_MS 20       /* a tick of the reader */
 #define DM_RELEASE_QUIET_TICKS 50   /* ticks without a release before it sleeps for good */
+#define DM_FLUSH_STEP_MS 1          /* a flush waiting for other threads' readers looks again */
 static pthread_mutex_t reader_mu = PTHREAD_MUTEX_INITIALIZER;  /* its start, its fds */
 static int reader_state;            /* 0 not started, 1 running, -1 cannot start (atomic) */
 static int reader_efd = -1;         /* eventfd: wakes the reader */
@@ -1319,11 +1320,12 @@ static int reader_ready(void)
     pthread_mutex_lock(&reader_mu);
     if ((st = reader_state) == 0) {
         int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        __atomic_store_n(&reader_efd, fd, __ATOMIC_RELEASE);   /* before the thread reads it */
         int rc = fd < 0 ? errno : dm_thread_start(NULL, reader_main, NULL);
         if (rc == 0) {
-            __atomic_store_n(&reader_efd, fd, __ATOMIC_RELEASE);
             st = 1;
         } else {
+            __atomic_store_n(&reader_efd, -1, __ATOMIC_RELEASE);
             if (fd >= 0)
                 close(fd);
             dm_warn("cannot start the release reader thread (%s): every release is waited "
@@ -1358,7 +1360,7 @@ void dm_cluster_flush_bounded(void)
                     ccfg->lease_ms);
             return;
         }
-        struct timespec ts = { 0, 1000000 };
+        struct timespec ts = { 0, DM_FLUSH_STEP_MS * 1000000L };
         nanosleep(&ts, NULL);
     }
 }
@@ -1486,7 +1488,7 @@ void dm_cluster_flush(void)
         dm_redis_flush();
         if (__atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) <= 0 || dm_now_ms() >= end)
             break;
-        dm_sleep_ms(1);
+        dm_sleep_ms(DM_FLUSH_STEP_MS);
     }
 }
 
