@@ -362,6 +362,7 @@ static void late_drop(struct dm_conn *conn, const struct dm_redis_error *why)
         struct dm_redis_late x = conn->late[0];
         memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
         conn->nlate--;
+        conn->late_done++;
         x.fn(x.arg, NULL, why);
     }
 }
@@ -376,6 +377,7 @@ static int late_drain(struct dm_conn *conn)
         struct dm_redis_late x = conn->late[0];
         memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
         conn->nlate--;
+        conn->late_done++;
         redisReply *r = NULL;
         if (!conn->c || dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK) {
             set_err(conn, DM_REDIS_IO, "redis at %s: no reply to a request sent earlier: %s",
@@ -1004,19 +1006,21 @@ int dm_redis_flush_older(void)
     for (int i = 0; i < DM_SLOTS_NODES_MAX; i++)
         for (struct dm_conn **pp = &pools[i].idle; *pp;) {
             struct dm_conn *c = *pp;
-            if (c->nlate > 0 && c->late[0].arg == c->late_seen && n < DM_REDIS_LATE_MAX) {
+            /* the same oldest request as last time: nothing was read since
+             * (a count, not its address: malloc hands the next one the same) */
+            if (c->nlate > 0 && c->late_seen == c->late_done + 1 && n < DM_REDIS_LATE_MAX) {
                 *pp = c->next;
                 pools[i].nidle--;
                 take[n++] = c;
                 continue;
             }
-            c->late_seen = c->nlate > 0 ? c->late[0].arg : NULL;
+            c->late_seen = c->nlate > 0 ? c->late_done + 1 : 0;
             left += c->nlate > 0;
             pp = &c->next;
         }
     pthread_mutex_unlock(&pool_mu);
     for (int i = 0; i < n; i++) {
-        take[i]->late_seen = NULL;
+        take[i]->late_seen = 0;
         late_drain(take[i]);
         dm_redis_put(take[i]);
     }

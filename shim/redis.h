@@ -79,7 +79,9 @@ struct dm_conn {
     int node;                       /* Redis Cluster: the node's index (slots.h); 0 otherwise */
     int nlate;                      /* requests sent whose replies nobody read yet, */
     struct dm_redis_late late[DM_REDIS_LATE_MAX];   /* oldest first (dm_redis_script_nowait) */
-    void *late_seen;                /* late[0].arg at the last dm_redis_flush_older */
+    unsigned long late_done;        /* replies due that were read or dropped, ever */
+    unsigned long late_seen;        /* late_done + 1 at the last dm_redis_flush_older
+                                     * that found replies due; 0: none */
 };
 
 void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn);
@@ -266,7 +268,7 @@ void dm_redis_flush(void);
 
 /* dm_redis_flush for the replies that waited long: those of each idle
  * connection whose oldest reply due was already due at the previous call
- * (the same request, unread since); the others are noted for the next
+ * (no reply of it read since); the others are noted for the next
  * call. A reply due on an idle connection is so read within two calls
  * (cluster's release reader calls it periodically). Returns how many
  * idle connections still have replies due. */
