@@ -72,7 +72,7 @@ run_case() {
         cli CLIENT KILL TYPE normal >/dev/null
         cli CLIENT UNPAUSE >/dev/null
     fi
-    case $next in exec*) wait_line "$d/out" image >/dev/null ;; esac
+    case $next in exec*|vfork) wait_line "$d/out" image >/dev/null ;; esac
     env LD_PRELOAD="$SHIM" DMUTEX_CONFIG="$d/cfg" DMUTEX_REDIS="redis://127.0.0.1:$REDIS_TMP_PORT" \
         "$PROG" probe "$PROBE_MS" >"$d/probe" 2>&1
     if grep -q '^probe 0 ' "$d/probe"; then
@@ -104,6 +104,9 @@ run_case flush_execl flush execl
 run_case flush_execvp flush execvp
 run_case flush_idle flush idle
 run_case flush_fork flush fork
+# A vfork child's exec reads nothing (the releases are the parent's, and
+# so is its memory): no hang, and the parent's reader reads them.
+run_case flush_vfork flush vfork
 # The connection closed by the server with the release written, not run.
 run_case kill_idle kill idle
 run_case kill_exit kill _exit

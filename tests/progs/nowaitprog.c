@@ -10,6 +10,9 @@
  *       idle                   waits for DIR/end, then returns from main
  *       fork                   forks; the child waits for DIR/end, then
  *                              _exits; the parent waits for it (idle)
+ *       vfork                  vforks; the child execs `nowaitprog sleep
+ *                              DIR` (its memory is the parent's until
+ *                              then); the parent waits for it (idle)
  *   nowaitprog sleep DIR       "image"; waits for DIR/end (an exec'd image
  *                              that never touches the mutex)
  *   nowaitprog probe MS        timed lock with an MS deadline:
@@ -78,6 +81,16 @@ int main(int argc, char **argv)
     if (strncmp(next, "exec", 4) == 0) {
         say("%s failed: %s", next, strerror(errno));
         return 1;
+    }
+    if (strcmp(next, "vfork") == 0) {
+        pid_t p = vfork();
+        if (p == 0) {
+            execv("/proc/self/exe", args);
+            _exit(127);
+        }
+        int st;
+        waitpid(p, &st, 0);
+        return 0;
     }
     path(f, sizeof f, dir, "end");
     if (strcmp(next, "fork") == 0) {
