@@ -99,6 +99,7 @@ run_case() {
 # The scripts flushed: the release written is answered NOSCRIPT.
 run_case flush_exit flush _exit
 run_case flush_Exit flush _Exit
+run_case flush_signal_exit flush signal
 run_case flush_execv flush execv
 run_case flush_execl flush execl
 run_case flush_execvp flush execvp

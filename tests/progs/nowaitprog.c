@@ -6,6 +6,7 @@
  *   nowaitprog hold DIR NEXT   lock; "held"; wait for DIR/go; unlock;
  *                              "unlocked"; then NEXT:
  *       _exit, _Exit           ends at once that way
+ *       signal                 raises SIGUSR1, whose handler calls _exit
  *       execv, execl, execvp   replaces itself with `nowaitprog sleep DIR`
  *       idle                   waits for DIR/end, then returns from main
  *       fork                   forks; the child waits for DIR/end, then
@@ -18,12 +19,19 @@
  *   nowaitprog probe MS        timed lock with an MS deadline:
  *                              "probe RC after N ms", then unlock */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
 #include "prog.h"
 
 pthread_mutex_t nowait_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void exit_handler(int sig)
+{
+    (void)sig;
+    _exit(0);
+}
 
 static void path(char *buf, size_t len, const char *dir, const char *file)
 {
@@ -71,6 +79,10 @@ int main(int argc, char **argv)
         _exit(0);
     if (strcmp(next, "_Exit") == 0)
         _Exit(0);
+    if (strcmp(next, "signal") == 0) {
+        signal(SIGUSR1, exit_handler);
+        raise(SIGUSR1);
+    }
     char *const args[] = { argv[0], "sleep", (char *)dir, NULL };
     if (strcmp(next, "execv") == 0)
         execv("/proc/self/exe", args);
