@@ -13,8 +13,8 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "dmutex.h"
