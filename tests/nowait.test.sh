@@ -87,7 +87,7 @@ run_case() {
     while kill -0 "$holder" 2>/dev/null && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
     if kill -0 "$holder" 2>/dev/null; then
         bad "$name: the holder ends" "$(cat "$d/out")"
-    elif grep -q 'dmutex.*error' "$d/out"; then
+    elif grep -q -e 'dmutex.*error' -e 'Sanitizer' "$d/out"; then
         bad "$name: the holder logs no error" "$(cat "$d/out")"
     else
         ok "$name: the holder ends, no error logged"
