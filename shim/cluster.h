@@ -251,7 +251,8 @@ void dm_cluster_flush(void);
  * retry budget plus one command timeout (4 s by default): the caller may
  * be a signal handler that interrupted this very thread inside the shim
  * or malloc, where reading the replies itself could deadlock. Only
- * nanosleep(2) and atomics here, and one write(2) to wake the reader.
+ * nanosleep(2) and atomics here, one write(2) to wake the reader, and a
+ * log line past the bound.
  * Returns at once when no release is unread. A flush that took longer is
  * logged (the locks it did not free free themselves at their lease's
  * end). Not in a vfork child (it shares the parent's memory): the
