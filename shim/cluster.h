@@ -226,7 +226,10 @@ typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner,
 /* dm_cluster_release without waiting for the reply: the release of the
  * hold `owner` got with `token` through request `wait_id` (dm_grant) is
  * written and the call returns; the reply is read before that
- * connection's next command, or at dm_cluster_flush (redis.h). What the
+ * connection's next command, by the release reader thread once it sat
+ * unread on an idle connection for a tick (started by the first call;
+ * when it cannot start, the release is waited for), or at
+ * dm_cluster_flush or dm_cluster_flush_bounded (redis.h). What the
  * reply says is acted on then, by the thread that reads it: not held ->
  * lost(l, owner, token); no reply, an error reply or NOSCRIPT ->
  * dm_cluster_release, retried as usual in that thread. The release names
@@ -242,6 +245,19 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
  * on it: at exit, so that each has run, or been retried, before the
  * process ends. */
 void dm_cluster_flush(void);
+
+/* dm_cluster_flush before the process image ends (exec, _exit), done by
+ * cluster's release reader thread and waited for at most a release's
+ * retry budget plus one command timeout (4 s by default): the caller may
+ * be a signal handler that interrupted this very thread inside the shim
+ * or malloc, where reading the replies itself could deadlock. Only
+ * nanosleep(2) and atomics here, one write(2) to wake the reader, and a
+ * log line past the bound.
+ * Returns at once when no release is unread. A flush that took longer is
+ * logged (the locks it did not free free themselves at their lease's
+ * end). Not in a vfork child (it shares the parent's memory): the
+ * caller's to tell. */
+void dm_cluster_flush_bounded(void);
 
 /* A condition variable's signal (broadcast = 0) or broadcast to every
  * process: one PUBLISH of "<process id> signal" or "<process id>

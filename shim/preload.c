@@ -11,8 +11,10 @@
  * (but whether a lock name is valid, for dmutex_name): those are startup's
  * and the modules under it. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "dmutex.h"
@@ -293,4 +295,100 @@ DM_EXPORT void *dlopen(const char *file, int flags)
 DM_EXPORT int dlclose(void *handle)
 {
     return dm_startup_dlclose(handle);
+}
+
+/* ---- the end of the process image ---------------------------------------
+ * The exec family, _exit and _Exit: the releases unlocks wrote without
+ * waiting are read first (startup: by cluster's reader thread, bounded),
+ * so that a lock the process unlocked is free when the new image or the
+ * parent looks, whatever the server answered. exit(3) reads them in the
+ * destructor. glibc's own members call its internal execve, so each entry
+ * point reads them once; the variadic ones are built on the vector ones,
+ * as glibc builds them. */
+
+extern char **environ;
+
+DM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    dm_startup_image_ends();
+    return dm_real.execve(path, argv, envp);
+}
+
+DM_EXPORT int execv(const char *path, char *const argv[])
+{
+    dm_startup_image_ends();
+    return dm_real.execve(path, argv, environ);
+}
+
+DM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    dm_startup_image_ends();
+    return dm_real.execvpe(file, argv, envp);
+}
+
+DM_EXPORT int execvp(const char *file, char *const argv[])
+{
+    dm_startup_image_ends();
+    return dm_real.execvpe(file, argv, environ);
+}
+
+DM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    dm_startup_image_ends();
+    return dm_real.fexecve(fd, argv, envp);
+}
+
+/* The arguments of execl, execlp and execle after `arg0`, up to the NULL,
+ * into a vector on the caller's stack (the count first: E2BIG past what
+ * the kernel would take anyway). */
+#define EXECL_ARGS(arg0, ap, argv, extra)                                   \
+    size_t n_ = 1;                                                          \
+    va_start(ap, arg0);                                                     \
+    while (va_arg(ap, const char *) != NULL)                                \
+        n_++;                                                               \
+    va_end(ap);                                                             \
+    if (n_ > 1024 * 1024) {                                                 \
+        errno = E2BIG;                                                      \
+        return -1;                                                          \
+    }                                                                       \
+    char *argv[n_ + 1];                                                     \
+    argv[0] = (char *)(arg0);                                               \
+    va_start(ap, arg0);                                                     \
+    for (size_t i_ = 1; i_ <= n_; i_++)                                     \
+        argv[i_] = va_arg(ap, char *);                                      \
+    extra;                                                                  \
+    va_end(ap)
+
+DM_EXPORT int execl(const char *path, const char *arg0, ...)
+{
+    va_list ap;
+    EXECL_ARGS(arg0, ap, argv, (void)0);
+    return execv(path, argv);
+}
+
+DM_EXPORT int execlp(const char *file, const char *arg0, ...)
+{
+    va_list ap;
+    EXECL_ARGS(arg0, ap, argv, (void)0);
+    return execvp(file, argv);
+}
+
+DM_EXPORT int execle(const char *path, const char *arg0, ...)
+{
+    va_list ap;
+    char **envp;
+    EXECL_ARGS(arg0, ap, argv, envp = va_arg(ap, char **));
+    return execve(path, argv, envp);
+}
+
+DM_EXPORT void _exit(int status)
+{
+    dm_startup_image_ends();
+    dm_real.exit_now(status);
+}
+
+DM_EXPORT void _Exit(int status)
+{
+    dm_startup_image_ends();
+    dm_real.exit_now(status);
 }

@@ -4,6 +4,7 @@
 #include "real.h"
 
 #include <dlfcn.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -66,6 +67,14 @@ static int first_rwlock_destroy(pthread_rwlock_t *l)
 { dm_real_resolve(); return dm_real.rwlock_destroy(l); }
 static int first_rwlock_unlock(pthread_rwlock_t *l)
 { dm_real_resolve(); return dm_real.rwlock_unlock(l); }
+static int first_execve(const char *f, char *const a[], char *const e[])
+{ dm_real_resolve(); return dm_real.execve(f, a, e); }
+static int first_execvpe(const char *f, char *const a[], char *const e[])
+{ dm_real_resolve(); return dm_real.execvpe(f, a, e); }
+static int first_fexecve(int fd, char *const a[], char *const e[])
+{ dm_real_resolve(); return dm_real.fexecve(fd, a, e); }
+__attribute__((noreturn)) static void first_exit_now(int status)
+{ dm_real_resolve(); dm_real.exit_now(status); }
 
 struct dm_real dm_real = {
     first_mutex_init, first_mutex_destroy, first_mutex_lock, first_mutex_trylock,
@@ -77,6 +86,7 @@ struct dm_real dm_real = {
     first_rwlock_clockrdlock, first_rwlock_wrlock, first_rwlock_trywrlock,
     first_rwlock_timedwrlock, first_rwlock_clockwrlock,
     first_rwlock_destroy, first_rwlock_unlock,
+    first_execve, first_execvpe, first_fexecve, first_exit_now,
 };
 
 static void *must_sym(const char *name, const char *version)
@@ -86,7 +96,8 @@ static void *must_sym(const char *name, const char *version)
         p = dlsym(RTLD_NEXT, name);
     if (!p) {
         dm_error("cannot find the real %s: %s", name, dlerror());
-        _exit(DM_REAL_EX_MISSING);
+        /* not _exit: the shim's own, whose real one may be what is missing */
+        syscall(SYS_exit_group, DM_REAL_EX_MISSING);
     }
     return p;
 }
@@ -125,6 +136,10 @@ void dm_real_resolve(void)
     *(void **)&r.rwlock_clockwrlock = must_sym("pthread_rwlock_clockwrlock", NULL);
     *(void **)&r.rwlock_destroy = must_sym("pthread_rwlock_destroy", NULL);
     *(void **)&r.rwlock_unlock = must_sym("pthread_rwlock_unlock", NULL);
+    *(void **)&r.execve = must_sym("execve", NULL);
+    *(void **)&r.execvpe = must_sym("execvpe", NULL);
+    *(void **)&r.fexecve = must_sym("fexecve", NULL);
+    *(void **)&r.exit_now = must_sym("_exit", NULL);
     void **dst = (void **)&dm_real;
     void **src = (void **)&r;
     for (size_t i = 0; i < sizeof r / sizeof(void *); i++)

@@ -39,6 +39,12 @@ struct dm_real {
     int (*rwlock_clockwrlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
     int (*rwlock_destroy)(pthread_rwlock_t *);
     int (*rwlock_unlock)(pthread_rwlock_t *);
+    /* the calls that end the process image (preload reads the releases
+     * still unread first; the exec family's other members are built on these) */
+    int (*execve)(const char *, char *const[], char *const[]);
+    int (*execvpe)(const char *, char *const[], char *const[]);
+    int (*fexecve)(int, char *const[], char *const[]);
+    void (*exit_now)(int) __attribute__((noreturn));     /* _exit */
 };
 
 /* Each member starts as a resolver that fills the whole table with

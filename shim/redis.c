@@ -397,6 +397,7 @@ static void late_drop(struct dm_conn *conn, const struct dm_redis_error *why)
         struct dm_redis_late x = conn->late[0];
         memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
         conn->nlate--;
+        conn->late_done++;
         x.fn(x.arg, NULL, why);
     }
 }
@@ -411,6 +412,7 @@ static int late_drain(struct dm_conn *conn)
         struct dm_redis_late x = conn->late[0];
         memmove(conn->late, conn->late + 1, (size_t)(conn->nlate - 1) * sizeof x);
         conn->nlate--;
+        conn->late_done++;
         redisReply *r = NULL;
         if (!conn->c || dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK) {
             set_err(conn, DM_REDIS_IO, "redis at %s: no reply to a request sent earlier: %s",
@@ -916,9 +918,9 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
         /* The server lost its scripts (SCRIPT FLUSH, a restart that kept
          * the keys). release.lua is loaded again in the same round trip:
          * an unlock sends it without waiting (dm_redis_script_nowait), and
-         * a NOSCRIPT to that is only read, and the release sent again, at
-         * the connection's next use, which an idle, exec'ing or _exit'ing
-         * process never makes. */
+         * a NOSCRIPT to that is only read, and the release sent again, a
+         * tick later (cluster's release reader) or at the connection's
+         * next use: a retry and that much time saved. */
         redisReply *q = NULL;
         if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
             redisAppendCommand(conn->c, "SCRIPT LOAD %s", script_body[DM_SCRIPT_RELEASE]) != REDIS_OK ||
@@ -1029,6 +1031,35 @@ static struct dm_conn *pool_take_late(void)
             }
     pthread_mutex_unlock(&pool_mu);
     return found;
+}
+
+int dm_redis_flush_older(void)
+{
+    struct dm_conn *take[DM_REDIS_LATE_MAX];
+    int n = 0, left = 0;
+    pthread_mutex_lock(&pool_mu);
+    for (int i = 0; i < DM_SLOTS_NODES_MAX; i++)
+        for (struct dm_conn **pp = &pools[i].idle; *pp;) {
+            struct dm_conn *c = *pp;
+            /* the same oldest request as last time: nothing was read since
+             * (a count, not its address: malloc hands the next one the same) */
+            if (c->nlate > 0 && c->late_seen == c->late_done + 1 && n < DM_REDIS_LATE_MAX) {
+                *pp = c->next;
+                pools[i].nidle--;
+                take[n++] = c;
+                continue;
+            }
+            c->late_seen = c->nlate > 0 ? c->late_done + 1 : 0;
+            left += c->nlate > 0;
+            pp = &c->next;
+        }
+    pthread_mutex_unlock(&pool_mu);
+    for (int i = 0; i < n; i++) {
+        take[i]->late_seen = 0;
+        late_drain(take[i]);
+        dm_redis_put(take[i]);
+    }
+    return left;
 }
 
 void dm_redis_flush(void)

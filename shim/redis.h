@@ -79,6 +79,9 @@ struct dm_conn {
     int node;                       /* Redis Cluster: the node's index (slots.h); 0 otherwise */
     int nlate;                      /* requests sent whose replies nobody read yet, */
     struct dm_redis_late late[DM_REDIS_LATE_MAX];   /* oldest first (dm_redis_script_nowait) */
+    unsigned long late_done;        /* replies due that were read or dropped, ever */
+    unsigned long late_seen;        /* late_done + 1 at the last dm_redis_flush_older
+                                     * that found replies due; 0: none */
 };
 
 void dm_redis_error_keep(struct dm_redis_error *e, const struct dm_conn *conn);
@@ -262,6 +265,14 @@ int dm_redis_next_message(struct dm_conn *conn, long timeout_ms, char *buf, size
  * run in the calling thread): the exit path, so that a release written by
  * an unlock is known to have run, or retried, before the process ends. */
 void dm_redis_flush(void);
+
+/* dm_redis_flush for the replies that waited long: those of each idle
+ * connection whose oldest reply due was already due at the previous call
+ * (no reply of it read since); the others are noted for the next
+ * call. A reply due on an idle connection is so read within two calls
+ * (cluster's release reader calls it periodically). Returns how many
+ * idle connections still have replies due. */
+int dm_redis_flush_older(void);
 
 /* Pipelining: queue a script call without reading its reply (0, or -1
  * out of memory)... */

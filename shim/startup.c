@@ -98,6 +98,18 @@ int dm_startup_configured(void)
     return configured;
 }
 
+/* This process's pid, set by the constructor and a fork child: a vfork
+ * child (no fork handler runs) has another one. */
+static pid_t own_pid;
+
+void dm_startup_image_ends(void)
+{
+    if (!__atomic_load_n(&configured, __ATOMIC_ACQUIRE) ||
+        getpid() != __atomic_load_n(&own_pid, __ATOMIC_RELAXED))
+        return;
+    dm_cluster_flush_bounded();
+}
+
 static void config_fail(const char *fmt, const char *a, const char *b)
 {
     char line[DM_ERR_MAX * 2];
@@ -624,6 +636,7 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
+    __atomic_store_n(&own_pid, getpid(), __ATOMIC_RELAXED);
     atfork_after(DM_FORK_CHILD);
 }
 
@@ -732,7 +745,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
     if (fr != 0)
         config_fail("cannot register the fork handlers: %s%s (a fork child could inherit a "
                     "held lock of the shim)", strerror(fr), "");
-    configured = 1;
+    __atomic_store_n(&own_pid, getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
     if (config.nmutexes == 0 && config.nconds == 0 && config.nrwlocks == 0)
         dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
                 config.path, dm_redis_addr());

@@ -822,6 +822,43 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     dm_cluster_lock_put(h.l);
 }
 
+/* A fork child never reads the parent's release replies, and gives back
+ * what they hold in it: each one's reference to its name's record (a
+ * record per fork and name leaked before) and its memory. */
+static void test_fork_child_frees_what_the_parents_unread_releases_hold(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    struct th_hold h = th_hold_by_a("nowait_fork_refs");
+    unsigned refs = h.l->refs;
+    freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(h.l->refs, refs + 1);
+    /* startup's fork order: cluster, then redis; the other way after */
+    dm_cluster_atfork(DM_FORK_PREPARE);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_atfork(DM_FORK_CHILD);
+        _exit(h.l->refs == refs && h.l->releases_unread == 0 && lost_calls == 0 ? 0 : 1);
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    dm_cluster_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    dm_cluster_flush();
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    assert_int_equal(h.l->refs, refs);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h.l);
+}
+
 /* ---- a fair waiter reads its own handover --------------------------------- */
 
 static sem_t stall_go;
@@ -1700,6 +1737,8 @@ int main(void)
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
+        cmocka_unit_test_setup(test_fork_child_frees_what_the_parents_unread_releases_hold,
+                               reset_policy),
         cmocka_unit_test_setup(test_fair_waiter_reads_its_handover_without_the_subscriber_thread,
                                reset_policy),
         cmocka_unit_test_setup(test_fork_child_closes_a_fair_waiters_own_connection, reset_policy),
