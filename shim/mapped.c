@@ -150,9 +150,12 @@ static void name_sync_init(struct dm_name *nm)
     dm_cond_init_monotonic(&nm->cv);
 }
 
+static void let_go(void);
+
 void dm_mapped_init(const struct dm_config *cfg)
 {
     mcfg = cfg;
+    dm_notify_on_image_end(let_go);
     /* Tests only: a cluster cond waiter pauses this long between letting
      * go of its mutex and its sleep, so that a signal lands in that gap. */
     const char *gap = secure_getenv("DMUTEX_TEST_COND_GAP_MS");
@@ -1800,6 +1803,49 @@ static void forget_exiting(const void *addr, void *value, void *arg)
         return;
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
+}
+
+/* notify's thread, when the image ends (exec, _exit): gives back the holds
+ * nobody is inside, kept by lock caching or lingering in a batch, which
+ * would otherwise keep the lock for the rest of their lease once the
+ * process's watchdog is gone. Holds a thread is inside stay (a failed
+ * exec goes on; an _exit's other threads may still be writing). */
+static void let_go(void)
+{
+    in_shim++;
+    struct dm_name **idle = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&names_mu);
+    idle = calloc(names.count ? names.count : 1, sizeof *idle);
+    for (size_t i = 0; idle && i < names.n; i++)
+        for (struct dm_name *nm = (struct dm_name *)names.b[i]; nm;
+             nm = (struct dm_name *)nm->node.next) {
+            pthread_mutex_lock(&nm->mu);
+            if (nm->state == NAME_HELD && nm->held && nm->users == 0) {
+                nm->refs++;             /* the pin, dropped by name_put below */
+                idle[n++] = nm;
+            }
+            pthread_mutex_unlock(&nm->mu);
+        }
+    pthread_mutex_unlock(&names_mu);
+    for (size_t i = 0; i < n; i++) {
+        struct dm_name *nm = idle[i];
+        pthread_mutex_lock(&nm->mu);
+        int release = nm->state == NAME_HELD && nm->held && nm->users == 0;
+        if (release)
+            nm->state = NAME_RELEASING;
+        pthread_mutex_unlock(&nm->mu);
+        if (release)
+            hold_release(nm);
+        name_put(nm);
+    }
+    free(idle);
+    in_shim--;
+}
+
+void dm_mapped_image_ends(void)
+{
+    dm_notify_image_ends(2 * mcfg->redis.command_timeout_ms);
 }
 
 /* Process exit: give back the holds that no thread is inside any more:

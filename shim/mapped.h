@@ -187,4 +187,10 @@ void dm_mapped_atfork(enum dm_fork_phase phase);
  * the process is gone and their lease ends them. */
 void dm_mapped_release_all(void);
 
+/* The image ends (exec, _exit; possibly in a signal handler): the holds no
+ * thread is inside (cached, or lingering in a batch) are given back by
+ * notify's thread, waited for a bounded time. Async-signal-safe: atomics,
+ * one write(2), nanosleep. */
+void dm_mapped_image_ends(void);
+
 #endif

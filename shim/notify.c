@@ -85,6 +85,8 @@ static long long sleeps_until;  /* the thread's next wake (ns) while it sleeps i
 /* A channel was subscribed (atomic): without a cluster, the one connection
  * is made then and kept. Timers alone (a thread started for them) need none. */
 static int subs_used;
+static void (*image_fn)(void);          /* dm_notify_on_image_end's */
+static unsigned long image_asked, image_done;   /* atomic */
 
 /* Call with nmu held. */
 static void cv_init_locked(void)
@@ -595,6 +597,39 @@ static struct timespec sleep_for_locked_timers(int timeout_ms)
     return (struct timespec){ (time_t)(d / 1000000000LL), (long)(d % 1000000000LL) };
 }
 
+/* An exec or _exit asked for the image-end function (no lock is taken
+ * by the asker: it may be a signal handler). */
+static void image_end_run(void)
+{
+    unsigned long asked = __atomic_load_n(&image_asked, __ATOMIC_ACQUIRE);
+    if (asked == __atomic_load_n(&image_done, __ATOMIC_ACQUIRE))
+        return;
+    if (image_fn)
+        image_fn();
+    __atomic_store_n(&image_done, asked, __ATOMIC_RELEASE);
+}
+
+void dm_notify_on_image_end(void (*fn)(void))
+{
+    image_fn = fn;
+}
+
+void dm_notify_image_ends(long max_ms)
+{
+    if (!image_fn || !__atomic_load_n(&thread_running, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&wake_fd, __ATOMIC_ACQUIRE) < 0 ||
+        pthread_equal(pthread_self(), sub_thread))
+        return;
+    unsigned long want = __atomic_add_fetch(&image_asked, 1, __ATOMIC_ACQ_REL);
+    wake_thread();
+    for (long waited = 0; waited < max_ms; waited++) {
+        if ((long)(__atomic_load_n(&image_done, __ATOMIC_ACQUIRE) - want) >= 0)
+            return;
+        struct timespec ts = { 0, 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Calls the timers that are due, one at a time, without nmu. */
 static void timers_run(void)
 {
@@ -699,6 +734,7 @@ static void *notify_main(void *arg)
         /* ppoll: a lingering hold's timer is a fraction of a millisecond. */
         struct timespec ts = sleep_for_locked_timers(timeout);
         int polled = ppoll(p, (nfds_t)np, &ts, NULL);
+        image_end_run();
         timers_run();
         if (polled < 0 && errno != EINTR)
             continue;
@@ -949,6 +985,7 @@ void dm_notify_atfork(enum dm_fork_phase phase)
     timer_running = NULL;
     sleeps_until = 0;
     subs_used = 0;
+    image_done = image_asked;
     /* The parent's subscriber socket and eventfd are shared with the child:
      * close them here (the context's memory belonged to a thread that does
      * not exist in the child and is left alone). */

@@ -97,6 +97,16 @@ int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
  * ended, and none will start. Must not be called holding a lock fn takes. */
 void dm_notify_timer_cancel(struct dm_notify_timer *t);
 
+/* The function the subscriber thread runs when the process image ends
+ * (exec, _exit: dm_notify_image_ends); set once, at start. */
+void dm_notify_on_image_end(void (*fn)(void));
+
+/* The image ends (exec, _exit, possibly in a signal handler that
+ * interrupted anything): asks the subscriber thread, if it runs, to call
+ * the image-end function, and waits for it at most max_ms. Only atomics,
+ * one write(2) and nanosleep here. Returns at once in that thread itself. */
+void dm_notify_image_ends(long max_ms);
+
 /* Notices received by this process (all channels), for tests and stats. */
 unsigned long dm_notify_received(void);
 

@@ -107,6 +107,7 @@ void dm_startup_image_ends(void)
     if (!__atomic_load_n(&configured, __ATOMIC_ACQUIRE) ||
         getpid() != __atomic_load_n(&own_pid, __ATOMIC_RELAXED))
         return;
+    dm_mapped_image_ends();     /* its releases are among those flushed next */
     dm_cluster_flush_bounded();
 }
 

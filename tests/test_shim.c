@@ -925,6 +925,47 @@ static void test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in(void 
     assert_int_equal(kill(idle, 0), 0);     /* still alive: it gave the lock back itself */
 }
 
+/* A process whose image ends (_exit, exec) right after an unlock that kept
+ * its batch's hold for the next lock: the hold goes back before the image
+ * does, so the other process goes on at once. Left to its lease, or to a
+ * handed-over lock's claim (renew_ms), the lock would stay longer than the
+ * run allows (RUN_MS). */
+#define IMAGE_LEASE_MS  60000L
+#define IMAGE_RENEW_MS  25000L
+static void image_end_after_a_lingering_unlock(const char *mode, const char *name)
+{
+    /* programs: the exec'd /bin/true runs untouched. */
+    char *cfg = th_keep_file(th_write_file(".cfg", "programs = [\"lockprog\"];\nlease_ms = %ld;\n"
+                                           "renew_ms = %ld;\nmutexes = ( { symbol = "
+                                           "\"held_lock\"; name = \"%s\"; } );\n",
+                                           IMAGE_LEASE_MS, IMAGE_RENEW_MS, name));
+    char *out0 = th_out_file(), *out1 = th_out_file(), *stop0 = th_go_file(),
+         *stop1 = th_go_file();
+    pid_t p0 = lockprog(cfg, rs.port, out0, mode, stop0);
+    pid_t p1 = lockprog(cfg, rs.port, out1, "churn", stop1);
+    usleep(CHURN_MS * 1000);
+    th_touch(stop0);
+    free(finish(p0, out0, 0));
+    usleep(200 * 1000);             /* the churner's turn again, whatever the lock did */
+    th_touch(stop1);
+    char *text = finish(p1, out1, 0);
+    th_assert_has(text, " 0 0\n");
+    free(text);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(name, DM_KEY_LOCK)), 0);
+}
+
+static void test_exit_right_after_a_batch_unlock_gives_the_lock_back(void **state)
+{
+    (void)state;
+    image_end_after_a_lingering_unlock("churn-_exit", "q_exit");
+}
+
+static void test_exec_right_after_a_batch_unlock_gives_the_lock_back(void **state)
+{
+    (void)state;
+    image_end_after_a_lingering_unlock("churn-exec", "q_exec");
+}
+
 /* A process that locks and unlocks without pause keeps the lock no longer
  * than its batch: another process's one lock call gets through. */
 static void test_a_churning_process_cannot_starve_another(void **state)
@@ -986,6 +1027,8 @@ int main(void)
         T(test_batch_ms_0_makes_every_lock_call_a_grant),
         T(test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in),
         T(test_a_churning_process_cannot_starve_another),
+        T(test_exit_right_after_a_batch_unlock_gives_the_lock_back),
+        T(test_exec_right_after_a_batch_unlock_gives_the_lock_back),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

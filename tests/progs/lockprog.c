@@ -33,6 +33,8 @@
  *                    result)
  *   churn-idle FILE  as churn, then sleeps until killed (a process that stops
  *                    locking but lives on): "churn N FAILED FIRST", "idle"
+ *   churn-_exit FILE as churn, then one more lock and unlock, and _exit(0) at once
+ *   churn-exec FILE  the same, then execl("/bin/true") at once
  *   storm-hold FILE  as hold, under a storm of signals: SIGALRM every
  *                    STORM_US (setitimer), its handler installed without
  *                    SA_RESTART (as a program's profiler or timer may be),
@@ -84,7 +86,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
-                    " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | storm-hold FILE\n");
+                    " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | storm-hold FILE\n");
     return 2;
 }
 
@@ -195,7 +197,8 @@ int main(int argc, char **argv)
         say("unmapped %s", ename(first));
         return 0;
     }
-    if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-idle") == 0) && arg) {
+    if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-idle") == 0 ||
+         strcmp(mode, "churn-_exit") == 0 || strcmp(mode, "churn-exec") == 0) && arg) {
         /* A program that never heard of SIGPIPE: a write of the shim's to a
          * socket the server closed must not kill it. */
         signal(SIGPIPE, SIG_DFL);
@@ -216,6 +219,17 @@ int main(int argc, char **argv)
             say("idle");
             for (;;)
                 pause();
+        }
+        if (strncmp(mode, "churn-e", 7) == 0 || strcmp(mode, "churn-_exit") == 0) {
+            /* The last unlock of a contended batch keeps the hold a moment
+             * for the next lock: the image ends right inside that moment. */
+            pthread_mutex_lock(&held_lock);
+            pthread_mutex_unlock(&held_lock);
+            if (strcmp(mode, "churn-exec") == 0) {
+                execl("/bin/true", "true", (char *)NULL);
+                return 1;
+            }
+            _exit(0);
         }
         return 0;
     }
