@@ -77,8 +77,9 @@ struct dm_name {
     unsigned long refs;                 /* entries mapped to the name */
     unsigned long exiting;              /* at exit: users that are the exiting thread's */
     int exit_released;                  /* at exit: released on the exiting thread's behalf */
-    int fair, cache;                    /* what the entries asked for */
-    int rw;                             /* an rwlock's name (its entries are dm_rw_entry) */
+    unsigned char fair, cache;          /* what the entries asked for */
+    unsigned char robust;               /* a robust mutex of the name was locked (atomic) */
+    unsigned char rw;                   /* an rwlock's name (its entries are dm_rw_entry) */
     int write;                          /* rw: the hold (ACQUIRING, HELD) is for writing */
     enum name_state state;              /* among the ints: no padding (docs/design.md,
                                            "The cost of a name") */
@@ -212,6 +213,10 @@ static void name_put(struct dm_name *nm)
     pthread_mutex_lock(&names_mu);
     while (--nm->refs == 0) {
         pthread_mutex_lock(&nm->mu);
+        /* Another thread gives the hold back (notify's: a batch's linger
+         * ended, a want came): its outcome decides. */
+        while (nm->state == NAME_RELEASING)
+            pthread_cond_wait(&nm->cv, &nm->mu);
         int kept = nm->state == NAME_HELD && nm->users == 0;
         idle = nm->state == NAME_FREE && nm->users == 0;
         if (kept)
@@ -343,10 +348,13 @@ static int hold_lost_locked(struct dm_name *nm);
  * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
  * locks again, and notify's thread gives it back when none did. Fair mutexes only: not notices
  * (fair = false), cache mode (which keeps a hold until asked, and gives it
- * up when asked) or rwlocks. */
+ * up when asked), rwlocks, or robust mutexes (a process killed while its
+ * batch's hold lingers would pass for one killed inside its critical
+ * section: the next holder's EOWNERDEAD). */
 static int batching(const struct dm_name *nm)
 {
-    return mcfg->batch_ms > 0 && nm->fair && !nm->cache && !nm->rw;
+    return mcfg->batch_ms > 0 && nm->fair && !nm->cache && !nm->rw &&
+           !__atomic_load_n(&nm->robust, __ATOMIC_RELAXED);
 }
 
 /* nm->mu held. */
@@ -434,6 +442,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
     h->read = nm->rw && !nm->write;
+    __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);
     int r = dm_cluster_acquire(nm->cl, h->owner, deadline,
                                (mode == DM_TRYLOCK ? DM_ACQ_TRY : 0) | (h->read ? DM_ACQ_READ : 0),
                                &g);
@@ -521,6 +530,18 @@ static int hold_release(struct dm_name *nm)
     return lost ? EPERM : 0;
 }
 
+/* nm->mu held, state HELD, a thread about to join: a hold nobody was
+ * inside (kept: cached or lingering) is marked in use, then looked at once
+ * more (the watchdog marks a loss, then reads `idle`: a loss it declares
+ * once a thread may be inside aborts as always). 0: found lost. */
+static int hold_use_locked(struct dm_name *nm)
+{
+    if (nm->users > 0 || !nm->held)
+        return 1;
+    __atomic_store_n(&nm->hold.idle, 0, __ATOMIC_SEQ_CST);
+    return !__atomic_load_n(&nm->hold.lost, __ATOMIC_SEQ_CST);
+}
+
 /* nm->mu held, state HELD: has the watchdog found the hold lost (warn
  * mode)? Nobody may join a lost hold: it excludes nobody. */
 static int hold_lost_locked(struct dm_name *nm)
@@ -537,7 +558,7 @@ static int name_join_fast(struct dm_name *nm)
 {
     pthread_mutex_lock(&nm->mu);
     int ok = nm->state == NAME_HELD && (!nm->want || batch_open_locked(nm)) &&
-             !hold_lost_locked(nm);
+             !hold_lost_locked(nm) && hold_use_locked(nm);
     if (ok)
         nm->users++;
     pthread_mutex_unlock(&nm->mu);
@@ -629,6 +650,8 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                             "others need)", nm->cl->name, DM_YIELD_MAX_MS);
                 }
             }
+            if (!hold_use_locked(nm))
+                continue;               /* found lost while kept: go round */
             nm->users++;
             pthread_mutex_unlock(&nm->mu);
             tl_note(nm, 1);
@@ -707,12 +730,14 @@ static int name_leave(struct dm_name *nm)
     }
     if (nm->cl->cache && nm->want_subscribed && !nm->want && !torn_down &&
         !hold_lost_locked(nm)) {
+        __atomic_store_n(&nm->hold.idle, 1, __ATOMIC_SEQ_CST);
         pthread_cond_broadcast(&nm->cv);
         pthread_mutex_unlock(&nm->mu);
         return 0;                       /* cached: kept until another process asks */
     }
     if (batch_open_locked(nm) && !torn_down && !hold_lost_locked(nm) &&
         linger_arm_locked(nm, dm_now_ns())) {
+        __atomic_store_n(&nm->hold.idle, 1, __ATOMIC_SEQ_CST);
         pthread_cond_broadcast(&nm->cv);
         pthread_mutex_unlock(&nm->mu);
         return 0;                       /* lingering: the batch may go on */
@@ -940,6 +965,8 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     if (r != 0 || e->robust_state == DM_ROBUST_NOTRECOVERABLE || !name_join_fast(e->nm)) {
         if (t0 == 0)
             t0 = dm_stats_now_ns();
+        if (is_robust(m) && !__atomic_load_n(&e->nm->robust, __ATOMIC_RELAXED))
+            __atomic_store_n(&e->nm->robust, 1, __ATOMIC_RELAXED);     /* no batches */
         int cs;
         pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
         r = lock_both(e, m, mode, clk, abstime, dlp, me, &dead, r);

@@ -85,9 +85,18 @@ static void cv_init_locked(void)
 static void declare_lost(struct dm_hold *h, const char *why, long long now)
 {
     const struct dm_config *cfg = dm_cluster_config();
-    __atomic_store_n(&h->lost, 1, __ATOMIC_RELEASE);   /* read without wmu: is_lost */
+    __atomic_store_n(&h->lost, 1, __ATOMIC_SEQ_CST);   /* read without wmu: is_lost */
     __atomic_add_fetch(&lost_count, 1, __ATOMIC_RELAXED);
     dm_stats_add(&dm_cluster_lock_counts(h->lock)->leases_lost, 1);
+    if (__atomic_load_n(&h->idle, __ATOMIC_SEQ_CST)) {
+        /* Kept with nobody inside (the process was stopped, or Redis
+         * unreachable): nothing ran under it. The next lock takes it anew. */
+        dm_warn("lock %s (owner %s, fencing token %llu): the lease of a hold nobody was "
+                "inside (kept by lock caching or a batch) ran out: %s; given up, the next "
+                "lock asks Redis again", h->lock->name, h->owner,
+                (unsigned long long)h->token, why);
+        return;
+    }
     dm_error("lost the lease of lock %s (owner %s, fencing token %llu): %s; "
              "last renewal succeeded %lld ms ago (lease %ld ms); "
              "lost leases in this process: %lu%s",

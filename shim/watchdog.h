@@ -21,8 +21,13 @@ struct dm_hold {
     char owner[DM_OWNER_MAX];
     uint64_t token;
     unsigned long wait_id;      /* the grant's request: "<owner>|<wait_id>" (dm_grant) */
-    int read;                   /* an rwlock's read hold (DM_ACQ_READ): renewed in its
+    unsigned char read;         /* an rwlock's read hold (DM_ACQ_READ): renewed in its
                                    readers set; set before dm_watchdog_add */
+    unsigned char idle;         /* the holder's (atomic, seq_cst): nobody is inside (a
+                                   cached hold, or a batch's lingering one): its loss
+                                   puts nothing at risk and aborts nothing. The holder
+                                   clears it before it looks at `lost` to let a thread
+                                   in; declare_lost sets `lost` before it reads it */
     /* watchdog's, under its mutex: */
     unsigned gen;               /* bumped by every add, so a late reply for an old hold is ignored */
     long long renewed_ms;       /* monotonic ms at which the last good renewal was sent */

@@ -966,6 +966,34 @@ static void test_exec_right_after_a_batch_unlock_gives_the_lock_back(void **stat
     image_end_after_a_lingering_unlock("churn-exec", "q_exec");
 }
 
+/* A process stopped (SIGSTOP) right after an unlock that kept its batch's
+ * hold, past that hold's lease: nobody was inside, so the loss its
+ * watchdog finds once it is continued is logged, not fatal (the default
+ * on_lease_lost = "abort" is for a critical section that ran unprotected). */
+static void test_a_process_stopped_while_its_batch_lingers_goes_on_when_continued(void **state)
+{
+    (void)state;
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_stop\"; }");
+    char *out0 = th_out_file(), *out1 = th_out_file(), *stop0 = th_go_file(),
+         *stop1 = th_go_file();
+    pid_t p0 = lockprog(cfg, rs.port, out0, "churn-stop", stop0);
+    pid_t p1 = lockprog(cfg, rs.port, out1, "churn", stop1);
+    usleep(CHURN_MS * 1000);
+    th_touch(stop0);
+    int st;
+    assert_int_equal(waitpid(p0, &st, WUNTRACED), p0);
+    assert_true(WIFSTOPPED(st));
+    usleep((SHORT_LEASE_MS + 1000) * 1000);     /* its hold's lease runs out */
+    kill(p0, SIGCONT);
+    char *text = finish(p0, out0, 0);
+    th_assert_has(text, "continued");
+    free(text);
+    th_touch(stop1);
+    text = finish(p1, out1, 0);
+    th_assert_has(text, " 0 0\n");
+    free(text);
+}
+
 /* A process that locks and unlocks without pause keeps the lock no longer
  * than its batch: another process's one lock call gets through. */
 static void test_a_churning_process_cannot_starve_another(void **state)
@@ -1029,6 +1057,7 @@ int main(void)
         T(test_a_churning_process_cannot_starve_another),
         T(test_exit_right_after_a_batch_unlock_gives_the_lock_back),
         T(test_exec_right_after_a_batch_unlock_gives_the_lock_back),
+        T(test_a_process_stopped_while_its_batch_lingers_goes_on_when_continued),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

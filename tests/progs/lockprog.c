@@ -35,6 +35,8 @@
  *                    locking but lives on): "churn N FAILED FIRST", "idle"
  *   churn-_exit FILE as churn, then one more lock and unlock, and _exit(0) at once
  *   churn-exec FILE  the same, then execl("/bin/true") at once
+ *   churn-stop FILE  the same, then stops itself (SIGSTOP) at once; once
+ *                    continued: "continued"
  *   storm-hold FILE  as hold, under a storm of signals: SIGALRM every
  *                    STORM_US (setitimer), its handler installed without
  *                    SA_RESTART (as a program's profiler or timer may be),
@@ -86,7 +88,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
-                    " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | storm-hold FILE\n");
+                    " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
     return 2;
 }
 
@@ -198,7 +200,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-idle") == 0 ||
-         strcmp(mode, "churn-_exit") == 0 || strcmp(mode, "churn-exec") == 0) && arg) {
+         strcmp(mode, "churn-_exit") == 0 || strcmp(mode, "churn-exec") == 0 ||
+         strcmp(mode, "churn-stop") == 0) && arg) {
         /* A program that never heard of SIGPIPE: a write of the shim's to a
          * socket the server closed must not kill it. */
         signal(SIGPIPE, SIG_DFL);
@@ -220,7 +223,8 @@ int main(int argc, char **argv)
             for (;;)
                 pause();
         }
-        if (strncmp(mode, "churn-e", 7) == 0 || strcmp(mode, "churn-_exit") == 0) {
+        if (strcmp(mode, "churn-exec") == 0 || strcmp(mode, "churn-_exit") == 0 ||
+            strcmp(mode, "churn-stop") == 0) {
             /* The last unlock of a contended batch keeps the hold a moment
              * for the next lock: the image ends right inside that moment. */
             pthread_mutex_lock(&held_lock);
@@ -228,6 +232,11 @@ int main(int argc, char **argv)
             if (strcmp(mode, "churn-exec") == 0) {
                 execl("/bin/true", "true", (char *)NULL);
                 return 1;
+            }
+            if (strcmp(mode, "churn-stop") == 0) {
+                raise(SIGSTOP);
+                say("continued");
+                return 0;
             }
             _exit(0);
         }
