@@ -346,11 +346,11 @@ static int hold_lost_locked(struct dm_name *nm);
  * A contended grant (it came after a wait, or others queue behind it)
  * serves this process's lock calls until batch_ms after it: the last
  * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
- * locks again, and notify's thread gives it back when none did. Fair mutexes only: not notices
- * (fair = false), cache mode (which keeps a hold until asked, and gives it
- * up when asked), rwlocks, or robust mutexes (a process killed while its
- * batch's hold lingers would pass for one killed inside its critical
- * section: the next holder's EOWNERDEAD). */
+ * locks again, and notify's thread gives it back when none did. Fair
+ * mutexes only: not notices (fair = false), cache mode (which keeps a
+ * hold until asked, and gives it up when asked), rwlocks, or robust
+ * mutexes (a process killed while its batch's hold lingers would pass for
+ * one killed inside its critical section: the next holder's EOWNERDEAD). */
 static int batching(const struct dm_name *nm)
 {
     return mcfg->batch_ms > 0 && nm->fair && !nm->cache && !nm->rw &&
