@@ -548,14 +548,30 @@ static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t to
     lost_calls++;
 }
 
+/* A hold of `name` by "a" under a long lease, for a release sent without
+ * waiting; the count of lost-hold calls starts from 0. */
+static struct th_hold nowait_hold(const char *name)
+{
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    lost_calls = 0;
+    return th_hold_by_a(name);
+}
+
+/* The release of h took effect (the lock is free) and found nothing lost;
+ * h's record goes. */
+static void nowait_freed(struct th_hold *h)
+{
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h->l->name, DM_KEY_LOCK)), 0);
+    assert_int_equal(lost_calls, 0);
+    dm_cluster_lock_put(h->l);
+}
+
 /* The release is written and the call returns: it does not wait for the
  * server, which runs it later (here: once a pause ends). */
 static void test_release_nowait_returns_while_the_server_is_paused_and_runs_later(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_pause");
+    struct th_hold h = nowait_hold("nowait_pause");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
     int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
     long long held = th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK));
@@ -563,9 +579,7 @@ static void test_release_nowait_returns_while_the_server_is_paused_and_runs_late
     assert_int_equal(r, 0);
     assert_int_equal(held, 1);      /* not run yet: the call did not wait for it */
     dm_cluster_flush();
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    nowait_freed(&h);
 }
 
 /* The reply of a release sent without waiting is read before the next
@@ -620,15 +634,11 @@ static void test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it(
 static void test_release_nowait_after_script_flush_is_sent_again(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_flush");
+    struct th_hold h = nowait_hold("nowait_flush");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
     dm_cluster_flush();
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    nowait_freed(&h);
 }
 
 /* A release answered NOSCRIPT is sent again by the thread that reads the
@@ -639,9 +649,7 @@ static void test_release_nowait_after_script_flush_is_sent_again(void **state)
 static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_grant(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_noscript_regrant");
+    struct th_hold h = nowait_hold("nowait_noscript_regrant");
     unsigned long first = h.g.wait_id;
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     struct dm_grant g2;
@@ -670,9 +678,7 @@ static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_gr
 static void test_noscript_of_an_acquire_loads_the_release_script_too(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("noscript_loads_release");
+    struct th_hold h = nowait_hold("noscript_loads_release");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     struct dm_grant g2;
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
@@ -694,9 +700,7 @@ static void test_noscript_of_an_acquire_loads_the_release_script_too(void **stat
 static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_dropped");
+    struct th_hold h = nowait_hold("nowait_dropped");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
     int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
@@ -706,9 +710,7 @@ static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **sta
     char *path = capture_stderr(&saved);
     dm_cluster_flush();
     free(end_capture(saved, path));
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    nowait_freed(&h);
 }
 
 /* The server closed the pooled connection while it sat idle (its
@@ -720,9 +722,7 @@ static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **sta
 static void test_release_nowait_on_a_connection_the_server_closed_waits_for_it(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_closed_idle");
+    struct th_hold h = nowait_hold("nowait_closed_idle");
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
     int saved;
     char *path = capture_stderr(&saved);
@@ -749,9 +749,7 @@ static void reply_ignored(void *arg, redisReply *r, const struct dm_redis_error 
 static void test_trylock_after_a_release_without_waiting_finds_the_lock_free(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_then_try");
+    struct th_hold h = nowait_hold("nowait_then_try");
     struct dm_conn *c1 = dm_redis_get_slot(h.l->slot);
     assert_non_null(c1->c);
     assert_int_equal(c1->nlate, 0);
@@ -795,9 +793,7 @@ static void test_release_nowait_of_an_expired_hold_reports_it_lost(void **state)
 static void test_fork_child_never_reads_the_parents_release_reply(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_fork");
+    struct th_hold h = nowait_hold("nowait_fork");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
     assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
     dm_redis_atfork(DM_FORK_PREPARE);
@@ -817,9 +813,7 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
     assert_int_equal(held, 1);
     dm_cluster_flush();
-    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    nowait_freed(&h);
 }
 
 /* A fork child never reads the parent's release replies, and gives back
@@ -828,9 +822,7 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
 static void test_fork_child_frees_what_the_parents_unread_releases_hold(void **state)
 {
     (void)state;
-    th_cluster_lease(&cfg, LONG_LEASE_MS);
-    lost_calls = 0;
-    struct th_hold h = th_hold_by_a("nowait_fork_refs");
+    struct th_hold h = nowait_hold("nowait_fork_refs");
     unsigned refs = h.l->refs;
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
     assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
