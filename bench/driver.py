@@ -794,7 +794,6 @@ def targets(res):
     runs, rt = res["sweep"], res["rtt"]
     rtt = res["rtt_us"]
     floor = rt["notice_idle"]["p50_us"]
-    floor2 = rt["notice_thread_idle"]["p50_us"]
     d = DEFAULT_SYSTEM
     acq_us, rel_us = script_us(res, "acquire.lua"), script_us(res, "release.lua")
     ping_srv = res["scripts"]["all_by"].get("ping", float("nan"))
@@ -820,11 +819,12 @@ def targets(res):
                  "<= x1.5", verdict(f["handoff_p50_us"] / floor, 1.5, False),
                  "the holder's unlock (release.lua, %.1f us in the server: SLOWLOG mean) "
                  "returns %.0f us after its call (p50); per acquisition %.2f PUBLISH (a "
-                 "script's included) and %.2f requests (%s); a notice to a sleeping "
-                 "subscriber whose reading thread then wakes a second thread, the shim's "
-                 "path to a waiting locker, takes %.0f us here (x%.2f the floor)"
+                 "script's included) and %.2f requests (%s); the waiter reads its handover "
+                 "on a connection of its own (one wake-up, as the floor's subscriber) after "
+                 "sleeping through the holder's batch (the lock moved in %.0f%% of the "
+                 "acquisitions)"
                  % (rel_us, f.get("unlock_p50_us", float("nan")), f["notices_per_acq"],
-                    f["req_per_acq"], per_acq_commands(f), floor2, floor2 / floor)))
+                    f["req_per_acq"], per_acq_commands(f), 100 * f["moved_frac"])))
 
     c = find(runs, "dmutex-cache", 2, GAP_US)
     rows.append(("cache mode: second process gets the lock after the holder's CS ends / "
@@ -835,10 +835,10 @@ def targets(res):
                  "the waiter's want notice reaches the holder during its critical section, "
                  "the handover is a second notice: %.2f PUBLISH (a script's included) and "
                  "%.2f requests (%s) per acquisition; the holder's unlock returns %.0f us "
-                 "after its call (p50; release.lua %.1f us in the server); a notice that "
-                 "wakes a second thread: %.0f us (x%.2f the floor)"
+                 "after its call (p50; release.lua %.1f us in the server); the waiter reads "
+                 "its handover on a connection of its own (one wake-up)"
                  % (c["notices_per_acq"], c["req_per_acq"], per_acq_commands(c),
-                    c.get("unlock_p50_us", float("nan")), rel_us, floor2, floor2 / floor)))
+                    c.get("unlock_p50_us", float("nan")), rel_us)))
 
     per_k = []
     for k in PEER_KS:
