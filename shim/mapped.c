@@ -955,7 +955,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     int r = dm_real.mutex_trylock(m);
     if (r == EBUSY && mode != DM_TRYLOCK) {
         tl_contended = 1;
-        t0 = dm_stats_now_ns();
+        t0 = (uint64_t)dm_now_ns();
         r = real_lock_mode(m, mode, clk, abstime);
     }
     if (r != 0 && r != EOWNERDEAD) {
@@ -964,7 +964,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     }
     if (r != 0 || e->robust_state == DM_ROBUST_NOTRECOVERABLE || !name_join_fast(e->nm)) {
         if (t0 == 0)
-            t0 = dm_stats_now_ns();
+            t0 = (uint64_t)dm_now_ns();
         if (is_robust(m) && !__atomic_load_n(&e->nm->robust, __ATOMIC_RELAXED))
             __atomic_store_n(&e->nm->robust, 1, __ATOMIC_RELAXED);     /* no batches */
         int cs;
@@ -977,7 +977,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return r;
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
-    uint64_t t1 = dm_stats_now_ns();
+    uint64_t t1 = (uint64_t)dm_now_ns();
     struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
@@ -998,7 +998,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
 static void hold_observe(struct dm_entry *e)
 {
     dm_stats_observe(&dm_cluster_lock_counts(e->nm->cl)->hold,
-                     dm_stats_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
+                     (uint64_t)dm_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
 }
 
 /* Ends the calling thread's share of the name (name_leave turns
@@ -1114,7 +1114,7 @@ static void cond_rejoin(struct cond_wait *w)
     }
     __atomic_store_n(&w->e->holder, w->me, __ATOMIC_RELAXED);
     w->e->depth = w->depth;
-    __atomic_store_n(&w->e->since_ns, dm_stats_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->e->since_ns, (uint64_t)dm_now_ns(), __ATOMIC_RELAXED);
 }
 
 static int unlisted_logged;             /* the info line of a mapped mutex's unlisted cond */
@@ -1337,7 +1337,7 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
     unsigned long me = self_seq();
     in_shim++;
     tl_contended = 0;
-    uint64_t t0 = dm_stats_now_ns();
+    uint64_t t0 = (uint64_t)dm_now_ns();
     /* glibc decides first: EDEADLK for its writer, EBUSY, ETIMEDOUT. */
     int r = real_rw_lock(l, write, mode, clk, abstime);
     if (r == 0) {
@@ -1358,7 +1358,7 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
     struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
-    dm_stats_observe(&st->wait, dm_stats_now_ns() - t0);
+    dm_stats_observe(&st->wait, (uint64_t)dm_now_ns() - t0);
     return 0;
 }
 

@@ -20,7 +20,6 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 /* Upper bounds of the histogram buckets of waits and holds, in ns: 100 us
  * to 10 s, 1-2.5-5 per decade; a last bucket (+Inf) takes the rest. */
@@ -78,14 +77,6 @@ static inline int dm_stats_any(const struct dm_stats *s)
         if (__atomic_load_n(&w[i], __ATOMIC_RELAXED) != 0)
             return 1;
     return 0;
-}
-
-/* CLOCK_MONOTONIC in ns (vDSO: no system call). */
-static inline uint64_t dm_stats_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 static inline void dm_stats_add(uint64_t *counter, uint64_t n)
