@@ -27,7 +27,9 @@
  *   replica), and a long holder asked for the lock during that moment and
  *   stays inside across the failover. min_replicas = 1: no overlap,
  *   counter exact, every fenced write accepted (tokens monotonic), every
- *   process done. min_replicas = 0: the same run, its overlaps, lost
+ *   process done, no hold lost (but the long holder's, when the sentinels
+ *   left the primary without a replica for seconds of its time inside, as
+ *   a second failover does: then it must be). min_replicas = 0: the same run, its overlaps, lost
  *   updates, stale tokens and the long holder's window measured and
  *   printed ("measured:"), not asserted away.
  *
