@@ -60,7 +60,7 @@
 #define DM_FAR_FUTURE_S      (1LL << 31) /* a deadline this far ahead is no deadline */
 #define DM_YIELD             (-1)       /* name_join: step aside (internal) */
 #define DM_LINGER_NS         200000LL   /* a batch's hold waits so long for the next lock */
-#define DM_HANDED_GRACE_NS   150000LL   /* a process that handed a name over asks again
+#define DM_HANDED_GRACE_NS   250000LL   /* a process that handed a name over asks again
                                            no sooner (see hold_acquire) */
 
 enum name_state { NAME_FREE, NAME_ACQUIRING, NAME_HELD, NAME_RELEASING };
@@ -88,7 +88,7 @@ struct dm_name {
     unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
     long long batch_end_ns;             /* HELD: the grant's batch ends (0: none) */
     long long left_ns;                  /* a lingering hold: its last unlock */
-    long long handed_ns;                /* its last hold ended because another process asked */
+    long long handed_ns;                /* its last hold, batched or wanted, was given back */
     struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
@@ -444,16 +444,18 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
-    /* A name with wants (cache mode, or several mutexes): this process's
-     * request, queued first in line, sends the new holder a want notice.
-     * Sent right after this process handed the name over, it would reach
-     * the new holder as its handover does and wake its subscriber thread
-     * beside the waiter: on two vCPUs that cost the handover 130 us (of
-     * 330; bench, dmutex-cache at K = 2). So the request waits until
-     * DM_HANDED_GRACE_NS after the handover, which is less than any
-     * handover takes; not for a trylock, nor past a deadline. */
+    /* This process just gave back a hold others queued or asked for (a
+     * batch's, or a wanted one): its release handed the lock over. A
+     * request sent at once would reach the server with that release,
+     * whose handover notice then leaves only after this request's script
+     * has run too, and with wants on (cache mode, several mutexes) its
+     * want notice would wake the new holder's subscriber thread beside
+     * the waiter. So it waits until DM_HANDED_GRACE_NS after the release
+     * (docs/design.md, "Asking again right after a handover"); not for a
+     * trylock, nor past a deadline. It would have waited for the new
+     * holder's critical section anyway. */
     long long since = dm_now_ns() - nm->handed_ns;
-    if (nm->cl->wants && mode != DM_TRYLOCK && since < DM_HANDED_GRACE_NS) {
+    if (mode != DM_TRYLOCK && since < DM_HANDED_GRACE_NS) {
         long long d = DM_HANDED_GRACE_NS - since;
         long left = dm_remaining_ms(deadline);
         if (left >= 0 && left * 1000000LL < d)
@@ -541,7 +543,7 @@ static int hold_release(struct dm_name *nm)
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
     pthread_mutex_lock(&nm->mu);
-    if (nm->want)
+    if (nm->want || nm->batch_end_ns != 0)
         nm->handed_ns = dm_now_ns();    /* read by the next hold_acquire (ACQUIRING) */
     nm->held = 0;
     nm->want = 0;
