@@ -97,6 +97,7 @@ static const struct dm_config *mcfg;
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
 static struct dm_htab names;
 static long cond_gap_ms;                /* DMUTEX_TEST_COND_GAP_MS (see dm_mapped_init) */
+static long long handed_grace_ns = DM_HANDED_GRACE_NS;  /* DMUTEX_TEST_HANDED_GRACE_MS */
 static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
 static __thread unsigned long tseq;
@@ -164,6 +165,11 @@ void dm_mapped_init(const struct dm_config *cfg)
      * go of its mutex and its sleep, so that a signal lands in that gap. */
     const char *gap = secure_getenv("DMUTEX_TEST_COND_GAP_MS");
     cond_gap_ms = gap ? atol(gap) : 0;
+    /* Tests only: the grace after a handover (hold_acquire), made long
+     * enough for a test to act inside it. */
+    const char *grace = secure_getenv("DMUTEX_TEST_HANDED_GRACE_MS");
+    if (grace && atol(grace) > 0)
+        handed_grace_ns = atol(grace) * 1000000LL;
 }
 
 /* ---- the name table ------------------------------------------------------ */
@@ -452,16 +458,22 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
      * want notice would wake the new holder's subscriber thread beside
      * the waiter. So it waits until DM_HANDED_GRACE_NS after the release
      * (docs/design.md, "Asking again right after a handover"); not for a
-     * trylock, nor past a deadline. It would have waited for the new
-     * holder's critical section anyway. */
-    long long since = dm_now_ns() - nm->handed_ns;
-    if (mode != DM_TRYLOCK && since < DM_HANDED_GRACE_NS) {
-        long long d = DM_HANDED_GRACE_NS - since;
-        long left = dm_remaining_ms(deadline);
-        if (left >= 0 && left * 1000000LL < d)
-            d = left * 1000000LL;
-        struct timespec ts = { 0, (long)d };
+     * trylock, nor past a deadline: a timed lock whose deadline comes
+     * first returns ETIMEDOUT then, with no round trip (the lock is the
+     * new holder's). It would have waited for the new holder's critical
+     * section anyway. */
+    long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
+    if (deadline) {
+        long long end = deadline->tv_sec * 1000000000LL + deadline->tv_nsec;    /* monotonic */
+        if (end < until)
+            until = end;
+    }
+    if (mode != DM_TRYLOCK && nm->handed_ns != 0 && now < until) {
+        struct timespec ts = { (time_t)((until - now) / 1000000000LL),
+                               (long)((until - now) % 1000000000LL) };
         nanosleep(&ts, NULL);
+        if (deadline && dm_ts_passed(deadline))
+            return ETIMEDOUT;   /* the process just handed it over: it is held */
     }
     h->read = nm->rw && !nm->write;
     __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);

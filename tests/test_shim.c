@@ -1016,6 +1016,77 @@ static void test_a_churning_process_cannot_starve_another(void **state)
     free(text);
 }
 
+/* The server's clock in ms (a queued waiter's deadline is on it). */
+static long long server_ms(void)
+{
+    redisReply *r = th_cmd(rc, "TIME");
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* A waiter of another process, as acquire.lua queues one, alive until
+ * `until` (server ms): the queue's head gets the lock at the next release. */
+static void queue_waiter(const char *name, const char *member, long long until)
+{
+    th_cmd_int(rc, "RPUSH %s %s", th_key(name, DM_KEY_QUEUE), member);
+    th_cmd_int(rc, "ZADD %s %lld %s", th_key(name, DM_KEY_QTIME), until, member);
+}
+
+#define GRACE_MS 20000  /* DMUTEX_TEST_HANDED_GRACE_MS: far past any call here */
+
+/* Right after its batch's unlock handed the lock to the next process in
+ * line, a process waits a moment before it asks again (hold_acquire's
+ * grace after a handover; widened here): a trylock meanwhile does not
+ * wait, and a timed lock whose deadline comes first returns ETIMEDOUT
+ * then, without a request (the lock is the new holder's). The other
+ * process is a waiter queued in Redis by hand, so that every script call
+ * counted is the program's: its release, then its trylock. */
+static void test_right_after_a_handover_trylock_does_not_wait_and_timedlock_asks_nothing(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_grace\"; }");
+    /* Queued first and alive for a second: the program waits behind it,
+     * so its grant, after that waiter's end, is a contended one (a batch). */
+    queue_waiter("g_grace", "other:1|1", server_ms() + 1000);
+    static struct th_shim_env e;
+    char url[64], grace[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
+    snprintf(grace, sizeof grace, "DMUTEX_TEST_HANDED_GRACE_MS=%d", GRACE_MS);
+    char **base = th_shim_env(&e, cfg, url, NULL), *env[8];
+    int n = 0;
+    while (base[n] && n < 6) {
+        env[n] = base[n];
+        n++;
+    }
+    env[n++] = grace;
+    env[n] = NULL;
+    const long wait = 300;
+    char dl[16];
+    snprintf(dl, sizeof dl, "%ld", wait);
+    char *out = th_out_file(), *go = th_go_file();
+    char *argv[] = { LOCKPROG, "handover", go, dl, NULL };
+    pid_t p = th_child(argv, env, out);
+    th_wait_for(out, "locked 0", RUN_MS);
+    queue_waiter("g_grace", "other:2|1", server_ms() + 10L * RUN_MS);
+    usleep(20 * 1000);          /* past the 5 ms batch: the unlock hands over */
+    long long calls = th_script_calls(rc);
+    th_touch(go);
+    char *text = finish(p, out, 0);
+    th_assert_has(text, "handover-try EBUSY");
+    assert_true(th_field_after(text, "handover-try EBUSY ") < SLACK_MS);   /* not the grace */
+    long long took = th_field_after(text, "handover-timed ETIMEDOUT ");
+    if (took < wait - 1 || took > wait + SLACK_MS)
+        fail_msg("ETIMEDOUT after %lld ms for a %ld ms deadline", took, wait);
+    /* Its release and its trylock; the timed lock asked nothing. */
+    assert_int_equal(th_script_calls(rc) - calls, 2);
+    redisReply *r = th_cmd(rc, "HGETALL %s", th_key("g_grace", DM_KEY_LOCK));
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[0]->str, "other:2");   /* handed over to it */
+    freeReplyObject(r);
+    free(text);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -1058,6 +1129,7 @@ int main(void)
         T(test_exit_right_after_a_batch_unlock_gives_the_lock_back),
         T(test_exec_right_after_a_batch_unlock_gives_the_lock_back),
         T(test_a_process_stopped_while_its_batch_lingers_goes_on_when_continued),
+        T(test_right_after_a_handover_trylock_does_not_wait_and_timedlock_asks_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -14,6 +14,11 @@
  *   hold FILE        lock, "locked RC", wait until FILE exists, unlock, "unlocked RC"
  *   hold-exit FILE   lock, "locked RC", wait until FILE exists, return from main holding it
  *   hold-forever     lock, "locked RC", sleep until killed
+ *   handover FILE MS lock, "locked RC", wait until FILE exists, unlock (another
+ *                    process waits: the unlock hands the lock over), then at
+ *                    once a trylock, "handover-try RC MS", and a timedlock with
+ *                    a deadline MS from then, "handover-timed RC MS" (MS: how
+ *                    long each call took)
  *   lock             lock, "locked RC MS" (MS: how long lock took), unlock
  *   trylock          trylock, "trylock RC MS", unlock if it succeeded
  *   timedlock MS     timedlock with a deadline MS from now, "timedlock RC MS"
@@ -127,6 +132,24 @@ int main(int argc, char **argv)
         say("unlocked %s", ename(rc));
         storm(0);
         say("signals %ld", (long)storm_signals);
+        return 0;
+    }
+    if (strcmp(mode, "handover") == 0 && argc > 3) {
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        wait_file(arg);
+        pthread_mutex_unlock(&held_lock);
+        long long t = now_ms();
+        rc = pthread_mutex_trylock(&held_lock);
+        say("handover-try %s %lld", ename(rc), now_ms() - t);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        t = now_ms();
+        struct timespec dl = deadline_in(CLOCK_REALTIME, atol(argv[3]));
+        rc = pthread_mutex_timedlock(&held_lock, &dl);
+        say("handover-timed %s %lld", ename(rc), now_ms() - t);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
         return 0;
     }
     if (strcmp(mode, "hold-forever") == 0) {
