@@ -803,6 +803,7 @@ static void on_want(void *arg, const char *msg, size_t len)
     pthread_mutex_lock(&nm->mu);
     if (nm->state == NAME_HELD && nm->users == 0) {
         nm->state = NAME_RELEASING;
+        nm->want = 1;                   /* a handover: hold_release notes it */
         pthread_mutex_unlock(&nm->mu);
         hold_release(nm);
     } else {
