@@ -457,23 +457,19 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
      * has run too, and with wants on (cache mode, several mutexes) its
      * want notice would wake the new holder's subscriber thread beside
      * the waiter. So it waits until DM_HANDED_GRACE_NS after the release
-     * (docs/design.md, "Asking again right after a handover"); not for a
-     * trylock, nor past a deadline: a timed lock whose deadline comes
-     * first returns ETIMEDOUT then, with no round trip (the lock is the
-     * new holder's). It would have waited for the new holder's critical
-     * section anyway. */
+     * (docs/design.md, "Asking again right after a handover"). It would
+     * have waited for the new holder's critical section anyway. Not a
+     * trylock, nor a timed lock whose deadline comes first: that one asks
+     * at once, as without the grace, since the release may not have
+     * handed the lock over (nobody queued any more) and POSIX lets no
+     * timed lock time out on a mutex it could have taken. */
     long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
-    if (deadline) {
-        long long end = deadline->tv_sec * 1000000000LL + deadline->tv_nsec;    /* monotonic */
-        if (end < until)
-            until = end;
-    }
-    if (mode != DM_TRYLOCK && nm->handed_ns != 0 && now < until) {
+    int due_first = deadline &&
+                    deadline->tv_sec * 1000000000LL + deadline->tv_nsec < until;   /* monotonic */
+    if (mode != DM_TRYLOCK && !due_first && nm->handed_ns != 0 && now < until) {
         struct timespec ts = { (time_t)((until - now) / 1000000000LL),
                                (long)((until - now) % 1000000000LL) };
         nanosleep(&ts, NULL);
-        if (deadline && dm_ts_passed(deadline))
-            return ETIMEDOUT;   /* the process just handed it over: it is held */
     }
     h->read = nm->rw && !nm->write;
     __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);

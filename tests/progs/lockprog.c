@@ -14,8 +14,8 @@
  *   hold FILE        lock, "locked RC", wait until FILE exists, unlock, "unlocked RC"
  *   hold-exit FILE   lock, "locked RC", wait until FILE exists, return from main holding it
  *   hold-forever     lock, "locked RC", sleep until killed
- *   handover FILE MS lock, "locked RC", wait until FILE exists, unlock (another
- *                    process waits: the unlock hands the lock over), then at
+ *   handover FILE MS lock, "locked RC", wait until FILE exists, unlock (when
+ *                    another process waits, it hands the lock over), then at
  *                    once a trylock, "handover-try RC MS", and a timedlock with
  *                    a deadline MS from then, "handover-timed RC MS" (MS: how
  *                    long each call took)
@@ -91,7 +91,8 @@ static void storm(int on)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | lock | trylock |"
+    fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | handover FILE MS |"
+                    " lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
                     " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
     return 2;
