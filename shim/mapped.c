@@ -451,18 +451,19 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
     /* This process just gave back a hold others queued or asked for (a
-     * batch's, or a wanted one): its release handed the lock over. A
-     * request sent at once would reach the server with that release,
-     * whose handover notice then leaves only after this request's script
-     * has run too, and with wants on (cache mode, several mutexes) its
-     * want notice would wake the new holder's subscriber thread beside
-     * the waiter. So it waits until DM_HANDED_GRACE_NS after the release
-     * (docs/design.md, "Asking again right after a handover"). It would
-     * have waited for the new holder's critical section anyway. Not a
-     * trylock, nor a timed lock whose deadline comes first: that one asks
-     * at once, as without the grace, since the release may not have
-     * handed the lock over (nobody queued any more) and POSIX lets no
-     * timed lock time out on a mutex it could have taken. */
+     * batch's, or a wanted one): its release most likely handed the lock
+     * over. A request sent at once would reach the server with that
+     * release, whose handover notice then leaves only after this
+     * request's script has run too, and with wants on (cache mode, several
+     * mutexes) its want notice would wake the new holder's subscriber
+     * thread beside the waiter. So it waits until DM_HANDED_GRACE_NS
+     * after the release (docs/design.md, "Asking again right after a
+     * handover"). It would have waited for the new holder's critical
+     * section anyway. Not a trylock, nor a timed lock whose deadline
+     * comes first: that one asks at once, as without the grace, since the
+     * release may not have handed the lock over (nobody queued any more)
+     * and POSIX lets no timed lock time out on a mutex it could have
+     * taken. */
     long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
     int due_first = deadline &&
                     deadline->tv_sec * 1000000000LL + deadline->tv_nsec < until;   /* monotonic */
