@@ -816,6 +816,41 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     nowait_freed(&h);
 }
 
+/* fork() between cluster's and redis's handlers, in startup's order
+ * (cluster, then redis; the other way after). The child runs fn(arg)
+ * once its handlers ran and exits with what it returns; the parent's
+ * handlers run, and the child's wait status is returned. */
+static int fork_with_handlers(int (*fn)(void *), void *arg)
+{
+    dm_cluster_atfork(DM_FORK_PREPARE);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_atfork(DM_FORK_CHILD);
+        _exit(fn(arg));
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    dm_cluster_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+struct refs_check {
+    struct dm_cluster_lock *l;
+    unsigned refs;
+};
+
+/* In the child: the record's references are back to what they were
+ * before the release, no reply counts as unread, none was read. */
+static int child_freed_releases(void *arg)
+{
+    const struct refs_check *c = arg;
+    return c->l->refs == c->refs && c->l->releases_unread == 0 && lost_calls == 0 ? 0 : 1;
+}
+
 /* A fork child never reads the parent's release replies, and gives back
  * what they hold in it: each one's reference to its name's record (a
  * record per fork and name leaked before) and its memory. */
@@ -827,20 +862,8 @@ static void test_fork_child_frees_what_the_parents_unread_releases_hold(void **s
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
     assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
     assert_int_equal(h.l->refs, refs + 1);
-    /* startup's fork order: cluster, then redis; the other way after */
-    dm_cluster_atfork(DM_FORK_PREPARE);
-    dm_redis_atfork(DM_FORK_PREPARE);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dm_redis_atfork(DM_FORK_CHILD);
-        dm_cluster_atfork(DM_FORK_CHILD);
-        _exit(h.l->refs == refs && h.l->releases_unread == 0 && lost_calls == 0 ? 0 : 1);
-    }
-    dm_redis_atfork(DM_FORK_PARENT);
-    dm_cluster_atfork(DM_FORK_PARENT);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    struct refs_check c = { h.l, refs };
+    int st = fork_with_handlers(child_freed_releases, &c);
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -944,24 +967,18 @@ static int sockets_to_server(void)
     return n;
 }
 
+static int sockets_to_server_arg(void *arg)
+{
+    (void)arg;
+    return sockets_to_server();
+}
+
 /* What a fork child keeps of the server: its sockets after the fork
  * handlers ran (notify's subscriber connection is the parent's too: not
  * closed by these two). */
 static int child_sockets(void)
 {
-    dm_cluster_atfork(DM_FORK_PREPARE);
-    dm_redis_atfork(DM_FORK_PREPARE);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dm_redis_atfork(DM_FORK_CHILD);
-        dm_cluster_atfork(DM_FORK_CHILD);
-        _exit(sockets_to_server());
-    }
-    dm_redis_atfork(DM_FORK_PARENT);
-    dm_cluster_atfork(DM_FORK_PARENT);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    int st = fork_with_handlers(sockets_to_server_arg, NULL);
     assert_true(WIFEXITED(st));
     return WEXITSTATUS(st);
 }
