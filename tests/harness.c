@@ -659,6 +659,22 @@ char **th_shim_env(struct th_shim_env *e, const char *cfg, const char *url, cons
     return e->env;
 }
 
+char **th_shim_env_extra(struct th_shim_env *e, const char *cfg, const char *url, const char *log,
+                         const char *const *extra)
+{
+    th_shim_env(e, cfg, url, log);
+    int n = 0;
+    while (e->env[n])
+        n++;
+    for (int i = 0; extra && extra[i]; i++) {
+        if (i == TH_ENV_EXTRA_MAX)
+            die("th_shim_env_extra: more than %d entries", TH_ENV_EXTRA_MAX);
+        e->env[n++] = (char *)extra[i];
+    }
+    e->env[n] = NULL;
+    return e->env;
+}
+
 /* ---- a test group's fixtures --------------------------------------------- */
 
 static void (*group_on_fatal)(void);

@@ -129,11 +129,16 @@ int th_wait_end(pid_t pid, long timeout_ms, long long *mono, long long *real);
  * each left out when NULL. The strings live in *e; env is the
  * NULL-terminated list to hand to th_child. The shim is TH_SHIM as an
  * absolute path (a child may chdir); a missing one aborts. */
+#define TH_ENV_EXTRA_MAX 8
 struct th_shim_env {
     char preload[4096 + 64], config[4096 + 32], redis[160], log[48];
-    char *env[5];
+    char *env[5 + TH_ENV_EXTRA_MAX];
 };
 char **th_shim_env(struct th_shim_env *e, const char *cfg, const char *url, const char *log);
+/* The same, then the entries of `extra` ("K=V", NULL-terminated, at most
+ * TH_ENV_EXTRA_MAX; the strings are not copied). */
+char **th_shim_env_extra(struct th_shim_env *e, const char *cfg, const char *url, const char *log,
+                         const char *const *extra);
 
 /* ---- the counter program ---------------------------------------------------
  * tests/progs/counter: threads that each increment a Redis key `iters`

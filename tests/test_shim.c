@@ -1048,16 +1048,9 @@ static pid_t handover_prog(const char *cfg, const char *name, const char *out, c
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
     snprintf(grace, sizeof grace, "DMUTEX_TEST_HANDED_GRACE_MS=%d", GRACE_MS);
-    char **base = th_shim_env(&e, cfg, url, NULL), *env[8];
-    int n = 0;
-    while (base[n] && n < 6) {
-        env[n] = base[n];
-        n++;
-    }
-    env[n++] = grace;
-    env[n] = NULL;
+    const char *extra[] = { grace, NULL };
     char *argv[] = { LOCKPROG, "handover", (char *)go, (char *)ms, NULL };
-    pid_t p = th_child(argv, env, out);
+    pid_t p = th_child(argv, th_shim_env_extra(&e, cfg, url, NULL, extra), out);
     th_wait_for(out, "locked 0", RUN_MS);
     usleep(20 * 1000);          /* past the 5 ms batch: its unlock gives the hold back */
     return p;
