@@ -8,7 +8,7 @@
 # and a config, as a user would.
 
 BENCH_BINS := $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/passthrough $(B)/bench/many \
-              $(B)/bench/rwcycle $(B)/bench/condwake
+              $(B)/bench/rwcycle $(B)/bench/condwake $(B)/bench/bare.so
 
 .PHONY: bench-build bench-names
 bench-build: $(BENCH_BINS) $(B)/bench/names
@@ -36,6 +36,11 @@ $(B)/bench/cycle $(B)/bench/rtt $(B)/bench/rwcycle: $(B)/bench/%: bench/%.c benc
 
 $(B)/bench/%: bench/%.c bench/bench.h | $(B)/bench
 	$(CC) -std=gnu11 $(DM_WARN) -pthread $(CFLAGS) $< -o $@
+
+# bare.so: an interposer that checks nothing (bench/bare.c), the floor the
+# unmapped pair is set against.
+$(B)/bench/bare.so: bench/bare.c | $(B)/bench
+	$(CC) -std=gnu11 $(DM_WARN) -fPIC -shared -fvisibility=hidden $(CFLAGS) $< -o $@ -ldl
 
 $(B)/bench:
 	mkdir -p $@
