@@ -998,6 +998,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             g->owner_dead |= handover_dead;
             g->waited = waited;
             g->wait_id = member_id(member);
+            __atomic_add_fetch(&l->grants, 1, __ATOMIC_ACQ_REL);
             dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
             if (handed)
                 dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
@@ -1144,6 +1145,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 if (fresh_handover(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
                     g->wait_id = member_id(member);
+                    __atomic_add_fetch(&l->grants, 1, __ATOMIC_ACQ_REL);
                     dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
                     dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
                     return 0;
@@ -1169,23 +1171,30 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * released (its last renewal was at most a round ago), so that a release
  * that gets through does not find its own hold expired. */
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request);
+                          const char *request, unsigned long grants, long long until_ms);
+static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                        const char *request, unsigned long grants);
 
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
-    return release_waited(l, owner, token, NULL);
+    return release_waited(l, owner, token, NULL, __atomic_load_n(&l->grants, __ATOMIC_ACQUIRE),
+                          0);
 }
 
 /* dm_cluster_release, naming the request whose grant it ends when
  * `request` ("<owner>|<wait id>") is not NULL (release.lua's ARGV[8]): a
  * later grant of the same owner under the same token is then left alone.
+ * `grants`: l->grants when the release was asked for (kept with it for a
+ * failover, below). until_ms (not 0): a release sent again after a
+ * failover, tried until then only, kept no more, and its failure logged by
+ * the caller.
  * Every retry of a release sent without waiting goes through here with
  * the request the first one named, whatever became of that one (NOSCRIPT,
  * an error, no reply, a dropped connection, the exit flush): the owner's
  * next acquire may have run on the server before the retry does. */
 DM_KEYS_FRAME
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request)
+                          const char *request, unsigned long grants, long long until_ms)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     char tok[24], keep[24];
@@ -1214,6 +1223,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
      * on the new primary. */
     if (ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || budget > safe)
         budget = safe;
+    if (until_ms != 0)
+        budget = (long)(until_ms - start);
     struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     int rediscovered = 0;   /* a wrong node (Sentinel) is retried at once, once */
     for (int i = 0;; i++) {
@@ -1247,6 +1258,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
         }
         long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         freeReplyObject(r);
+        if (v == RELEASE_DONE && until_ms == 0)
+            resend_keep(l, owner, token, request, grants);
         if (v == RELEASE_DONE || v == RELEASE_STILL_HELD)
             return 0;
         if (v == RELEASE_NOT_HELD)
@@ -1256,9 +1269,134 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
                  dm_redis_addr(), k[DM_KEY_LOCK]);
         break;
     }
+    if (until_ms != 0) {
+        dm_warn("lock %s: the release sent again to the new primary failed (%s); the lock "
+                "frees itself when its lease runs out", l->name, why.errstr);
+        return EIO;
+    }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
              "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, ccfg->lease_ms);
     return EIO;
+}
+
+/* ---- releases a failover may undo (Sentinel) -----------------------------
+ * The primary answers a release before its replicas have it (replication
+ * is asynchronous; min_replicas WAITs for grants, not for releases), and
+ * a failover then promotes a replica on which the hold is still there:
+ * everyone waits for the rest of its lease (9.3 s of a 10 s lease in 8 of
+ * 14 failover runs here). So each release done in the last lease is kept
+ * (a ring of DM_RESEND_MAX, with a reference to its record), and when the
+ * primary moves, a thread of its own (started at the first one kept)
+ * sends every one again to the new primary, unless this process has been
+ * granted the lock since (l->grants moved: its own state supersedes).
+ * release.lua answers a release it already ran as done and changes
+ * nothing, whatever came after it (its retry rule), so a release the
+ * replicas did have costs one script call. Kept for a lease: after that
+ * the hold would have expired on its own. A process that exits takes its
+ * kept releases with it. */
+#define DM_RESEND_MAX 256
+struct resend {
+    struct dm_cluster_lock *l;          /* a reference; NULL: a free slot */
+    uint64_t token;
+    unsigned long grants;               /* l->grants when the release was asked for */
+    long long until_ms;                 /* kept until then (dm_now_ms) */
+    char owner[DM_OWNER_MAX];
+    char request[DM_OWNER_MAX + 24];    /* "" or ARGV[8] */
+};
+static pthread_mutex_t resend_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t resend_cv = PTHREAD_COND_INITIALIZER;
+static struct resend resends[DM_RESEND_MAX];    /* under resend_mu */
+static struct resend resend_todo[DM_RESEND_MAX];    /* the thread's own */
+static size_t resend_next;
+static unsigned long resend_asked, resend_done;  /* primary moves: seen, handled */
+static int resend_state;            /* 0 no thread yet, 1 running, -1 cannot start */
+
+static void resend_switch(void)
+{
+    pthread_mutex_lock(&resend_mu);
+    resend_asked++;
+    pthread_cond_signal(&resend_cv);
+    pthread_mutex_unlock(&resend_mu);
+}
+
+static void *resend_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&resend_mu);
+    for (;;) {
+        while (resend_done == resend_asked)
+            pthread_cond_wait(&resend_cv, &resend_mu);
+        resend_done = resend_asked;
+        /* Taken out of the ring, references and all (given back outside
+         * resend_mu), so that a release kept meanwhile waits for the next
+         * move. */
+        size_t n = 0;
+        for (size_t i = 0; i < DM_RESEND_MAX; i++) {
+            if (resends[i].l) {
+                resend_todo[n++] = resends[i];
+                resends[i].l = NULL;
+            }
+        }
+        pthread_mutex_unlock(&resend_mu);
+        long long now = dm_now_ms();
+        size_t sent = 0, failed = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct resend *r = &resend_todo[i];
+            if (r->until_ms > now &&
+                __atomic_load_n(&r->l->grants, __ATOMIC_ACQUIRE) == r->grants) {
+                sent++;
+                failed += release_waited(r->l, r->owner, r->token,
+                                         r->request[0] ? r->request : NULL, r->grants,
+                                         r->until_ms) == EIO;
+            }
+            struct dm_cluster_lock *l = r->l;
+            __atomic_store_n(&r->l, NULL, __ATOMIC_SEQ_CST);  /* a fork child gives back the rest */
+            dm_cluster_lock_put(l);
+        }
+        if (sent > 0)
+            dm_warn("redis: the primary moved: %zu release(s) of the last lease sent again to "
+                    "it, in case it lacks them (%zu failed)", sent, failed);
+        pthread_mutex_lock(&resend_mu);
+    }
+    return NULL;
+}
+
+static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                        const char *request, unsigned long grants)
+{
+    if (ccfg->redis.nsentinels == 0)
+        return;
+    pthread_mutex_lock(&locks_mu);
+    l->refs++;
+    pthread_mutex_unlock(&locks_mu);
+    pthread_mutex_lock(&resend_mu);
+    if (resend_state == 0) {
+        int rc = dm_thread_start(NULL, resend_main, NULL);
+        resend_state = rc == 0 ? 1 : -1;
+        if (rc != 0)
+            dm_warn("cannot start the thread that sends releases again after a failover "
+                    "(%s): a release the new primary lacks holds the lock until its lease "
+                    "runs out", strerror(rc));
+        else
+            dm_redis_on_switch(resend_switch);
+    }
+    struct dm_cluster_lock *old = NULL;
+    if (resend_state > 0) {
+        struct resend *r = &resends[resend_next];
+        resend_next = (resend_next + 1) % DM_RESEND_MAX;
+        old = r->l;
+        r->l = l;
+        r->token = token;
+        r->grants = grants;
+        r->until_ms = dm_now_ms() + ccfg->lease_ms;
+        snprintf(r->owner, sizeof r->owner, "%s", owner);
+        snprintf(r->request, sizeof r->request, "%s", request ? request : "");
+    } else {
+        old = l;
+    }
+    pthread_mutex_unlock(&resend_mu);
+    if (old)
+        dm_cluster_lock_put(old);
 }
 
 /* A release sent without waiting, until its reply is read. It holds a
@@ -1270,6 +1408,7 @@ struct late_release {
     uint64_t token;
     dm_cluster_lost_fn lost;
     struct late_release *prev, *next;   /* late_list, under locks_mu */
+    unsigned long grants;               /* l->grants at the unlock */
     char owner[DM_OWNER_MAX];
     char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>": ARGV[8], every retry too */
 };
@@ -1427,7 +1566,7 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
                                                                  : "an unexpected reply");
         if (!r)
             dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
-        v = release_waited(lr->l, lr->owner, lr->token, lr->request) == EPERM
+        v = release_waited(lr->l, lr->owner, lr->token, lr->request, lr->grants, 0) == EPERM
                 ? RELEASE_NOT_HELD : RELEASE_DONE;
     }
     if (v == RELEASE_NOT_HELD && lr->lost)
@@ -1498,7 +1637,9 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     }
     char member[DM_OWNER_MAX + 24];
     snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
+    unsigned long lr_grants = __atomic_load_n(&l->grants, __ATOMIC_ACQUIRE);
     lr->l = l;
+    lr->grants = lr_grants;
     lr->token = token;
     lr->lost = lost;
     snprintf(lr->owner, sizeof lr->owner, "%s", owner);
@@ -1520,7 +1661,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     pthread_mutex_unlock(&locks_mu);
     dm_cluster_lock_put(l);
     free(lr);
-    int r = release_waited(l, owner, token, member);
+    int r = release_waited(l, owner, token, member, lr_grants, 0);
     if (r == EPERM && lost)
         lost(l, owner, token);
     return r;
@@ -1549,13 +1690,35 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
     if (phase == DM_FORK_PREPARE) {
         dm_fork_mutex(&locks_mu, phase);
         dm_fork_mutex(&reader_mu, phase);
+        dm_fork_mutex(&resend_mu, phase);
         return;
     }
+    dm_fork_mutex(&resend_mu, phase);
     dm_fork_mutex(&reader_mu, phase);
     dm_fork_mutex(&locks_mu, phase);
     if (phase != DM_FORK_CHILD)
         return;
     new_process_id();
+    /* The releases kept for a failover are the parent's (the child has
+     * its own owner ids), and so is the thread that sends them again: the
+     * references are given back below, the child starts its own thread. */
+    struct dm_cluster_lock *kept[DM_RESEND_MAX];
+    size_t nkept = 0;
+    for (size_t i = 0; i < DM_RESEND_MAX; i++) {
+        if (resends[i].l)
+            kept[nkept++] = resends[i].l;
+        resends[i].l = NULL;
+    }
+    struct dm_cluster_lock *sending[DM_RESEND_MAX];     /* the parent's thread's, at the fork */
+    size_t nsending = 0;
+    for (size_t i = 0; i < DM_RESEND_MAX; i++) {
+        if (resend_todo[i].l)
+            sending[nsending++] = resend_todo[i].l;
+        resend_todo[i].l = NULL;
+    }
+    resend_state = 0;
+    resend_asked = resend_done = 0;
+    pthread_cond_init(&resend_cv, NULL);    /* the parent's thread may have been waiting on it */
     /* The reader thread and its eventfd are the parent's (a write to it
      * would wake the parent's thread): the child starts its own. */
     if (reader_efd >= 0)
@@ -1603,6 +1766,10 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
         counters_unlink(c);
     }
     counters_reap();
+    for (size_t i = 0; i < nkept; i++)
+        dm_cluster_lock_put(kept[i]);
+    for (size_t i = 0; i < nsending; i++)
+        dm_cluster_lock_put(sending[i]);
     while (dead) {
         struct late_release *lr = dead;
         dead = lr->next;

@@ -72,6 +72,9 @@ struct dm_cluster_lock {
     unsigned refs;      /* under the table's mutex */
     int releases_unread;        /* releases written without waiting whose reply is
                                    not read yet (atomic; cluster.c) */
+    unsigned long grants;       /* grants this process had (atomic; cluster.c): a
+                                   release kept for a failover is not sent again
+                                   once a later grant exists */
     unsigned char fair;     /* queue waiters, hand over on release */
     unsigned char cache;    /* the holder keeps the lock until asked */
     unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes

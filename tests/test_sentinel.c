@@ -79,6 +79,7 @@
 #define SYNC_WAIT_MS    15000L
 #define RUN_MS          120000L /* longest a worker that must finish may run */
 #define POLL_US         5000
+#define RESEND_LEASE_MS 30000L  /* the lease of a hold the failover brings back */
 #define SUITE_ALARM_S   400
 #define NPROC           4       /* worker processes, half on each machine */
 #define NTHREAD         "2"
@@ -962,6 +963,86 @@ static int count_of(const char *text, const char *needle)
     return n;
 }
 
+/* A release the primary answered before its replica had it, then the
+ * primary dies: the replica the sentinels promote still has the hold, with
+ * the rest of its 30 s lease. The process that released it (alive, idle)
+ * hears of the new primary and sends its release again, so the next
+ * locker gets in at once. Before, it waited for the lease: some 25 s
+ * after the switch here. */
+static void test_a_release_the_new_primary_lacks_is_sent_again(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 3);
+    char list[256];
+    sentinel_list(t, list, sizeof list);
+    char *cfgf = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\n"
+        "redis = { sentinels = ( %s ); master = \"%s\";\n"
+        "  connect_timeout_ms = 500; command_timeout_ms = 500; };\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"s_resend\"; } );\n",
+        RESEND_LEASE_MS, list, MASTER));
+    char *aout = th_out_file(), *go = th_go_file(), *stay = th_go_file();
+    const char *hold[] = { "once", "lock", "-g", go, "-G", stay, NULL };
+    pid_t a = start_prog(0, cfgf, aout, hold);
+    th_wait_for(aout, "inside ", RUN_MS);
+    /* The grant is on the replica before it stops; the release is not. */
+    const char *lock = th_key("s_resend", DM_KEY_LOCK);
+    redisContext *rc = th_redis_connect(&t->replica[0]);
+    long long end = th_now_ms() + RUN_MS;
+    while (th_cmd_int(rc, "EXISTS %s", lock) != 1) {
+        if (th_now_ms() > end)
+            fail_msg("the grant never reached the replica");
+        usleep(POLL_US);
+    }
+    redisFree(rc);
+    char before[64];
+    sentinel_says(&t->sentinel[0], before, sizeof before);
+    kill(t->replica[0].pid, SIGSTOP);
+    redisContext *pc = th_redis_connect(&t->primary);
+    th_cmd_int(pc, "CLIENT KILL TYPE replica");
+    th_touch(go);
+    th_wait_for(aout, "unlocked 0", RUN_MS);
+    assert_int_equal(th_cmd_int(pc, "EXISTS %s", lock), 0);
+    redisFree(pc);
+    th_redis_kill(&t->primary);
+    kill(t->replica[0].pid, SIGCONT);
+    rc = th_redis_connect(&t->replica[0]);
+    long long kept = th_cmd_int(rc, "EXISTS %s", lock);
+    redisFree(rc);
+    if (kept != 1)
+        fail_msg("the replica had the release after all: nothing to test");
+    char named[64] = "";
+    end = th_now_ms() + RUN_MS;
+    do {
+        if (th_now_ms() > end)
+            fail_msg("the sentinels named no new primary (still %s)", named);
+        usleep(POLL_US);
+        sentinel_says(&t->sentinel[0], named, sizeof named);
+    } while (strcmp(named, "?") == 0 || strcmp(named, before) == 0);
+    long long switched = th_now_ms();
+    char *bout = th_out_file();
+    const char *take[] = { "once", "lock", NULL };
+    pid_t b = start_prog(1, cfgf, bout, take);
+    long long entered = th_wait_for(bout, "inside ", RUN_MS);
+    char *bt = th_finish(b, bout, 0, RUN_MS);
+    th_assert_has(bt, "unlocked 0");
+    free(bt);
+    th_touch(stay);
+    char *at = th_finish(a, aout, 0, RUN_MS);
+    th_assert_has(at, "stayed");
+    if (entered - switched >= RESEND_LEASE_MS / 2)
+        fail_msg("the next locker entered %lld ms after the switch to %s: the hold the new "
+                 "primary had from before the release stood for its lease; the releaser's "
+                 "log:\n%s", entered - switched, named, at);
+    th_assert_has(at, "release(s) of the last lease sent again");
+    free(at);
+    measured("a release no replica had when the primary died: the next locker entered %lld ms "
+             "after the sentinels named the new primary (lease %ld ms)",
+             entered - switched, RESEND_LEASE_MS);
+    topo_stop(t);
+}
+
 /* Workers on both machines; the primary SIGKILLed once a quarter of the
  * sections are done. */
 static void failover_run(int min_replicas, struct run_result *res)
@@ -1182,6 +1263,7 @@ int main(void)
         T(test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline),
         T(test_a_handover_counts_only_once_a_replica_has_it),
         T(test_a_wait_answered_after_the_failover_does_not_count),
+        T(test_a_release_the_new_primary_lacks_is_sent_again),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
     };
