@@ -1181,6 +1181,17 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
                           0);
 }
 
+int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                            unsigned long wait_id)
+{
+    if (l->rw)
+        return dm_cluster_release(l, owner, token);
+    char member[DM_OWNER_MAX + 24];
+    snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
+    return release_waited(l, owner, token, member,
+                          __atomic_load_n(&l->grants, __ATOMIC_ACQUIRE), 0);
+}
+
 /* dm_cluster_release, naming the request whose grant it ends when
  * `request` ("<owner>|<wait id>") is not NULL (release.lua's ARGV[8]): a
  * later grant of the same owner under the same token is then left alone.
@@ -1364,7 +1375,11 @@ static void *resend_main(void *arg)
 static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                         const char *request, unsigned long grants)
 {
-    if (ccfg->redis.nsentinels == 0)
+    /* Only an unlock's release, which names its request: the same thread
+     * may lock again meanwhile and be granted the hold the new primary
+     * kept (acquire.lua: same owner, same token), which the request leaves
+     * alone. Not an rwlock's (its read release ignores the request). */
+    if (ccfg->redis.nsentinels == 0 || !request || l->rw)
         return;
     pthread_mutex_lock(&locks_mu);
     l->refs++;
@@ -1630,7 +1645,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     struct late_release *lr;
     if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || !reader_ready() ||
         (lr = malloc(sizeof *lr)) == NULL) {
-        int r = dm_cluster_release(l, owner, token);
+        int r = dm_cluster_release_hold(l, owner, token, wait_id);
         if (r == EPERM && lost)
             lost(l, owner, token);
         return r;

@@ -221,6 +221,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
+/* dm_cluster_release of the hold `owner` got through request `wait_id`
+ * (dm_grant), naming that request (not for an rwlock, whose read release
+ * is not told apart by it): a later grant of the same owner under the same
+ * token is left alone, so that with Sentinel the release can be kept and
+ * sent again after a failover (cluster.c). An unlock's release. */
+int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                            unsigned long wait_id);
+
 /* The end of a hold that a release found lost (release.lua: not held),
  * told by the thread that read the reply: the caller's report, as for a
  * lost lease. */
