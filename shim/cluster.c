@@ -307,6 +307,7 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
     dm_notify_chan_put(l->chan);
     dm_notify_chan_put(l->wchan);
     dm_notify_chan_put(l->wantchan);
+    free(l->kept);
     free(l);
 }
 
@@ -998,7 +999,6 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             g->owner_dead |= handover_dead;
             g->waited = waited;
             g->wait_id = member_id(member);
-            __atomic_add_fetch(&l->grants, 1, __ATOMIC_ACQ_REL);
             dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
             if (handed)
                 dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
@@ -1145,7 +1145,6 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 if (fresh_handover(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
                     g->wait_id = member_id(member);
-                    __atomic_add_fetch(&l->grants, 1, __ATOMIC_ACQ_REL);
                     dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
                     dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
                     return 0;
@@ -1171,14 +1170,13 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * released (its last renewal was at most a round ago), so that a release
  * that gets through does not find its own hold expired. */
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request, unsigned long grants, long long until_ms);
+                          const char *request, long long until_ms, int *done);
 static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                        const char *request, unsigned long grants);
+                        const char *request);
 
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
-    return release_waited(l, owner, token, NULL, __atomic_load_n(&l->grants, __ATOMIC_ACQUIRE),
-                          0);
+    return release_waited(l, owner, token, NULL, 0, NULL);
 }
 
 int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
@@ -1188,24 +1186,26 @@ int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64
         return dm_cluster_release(l, owner, token);
     char member[DM_OWNER_MAX + 24];
     snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
-    return release_waited(l, owner, token, member,
-                          __atomic_load_n(&l->grants, __ATOMIC_ACQUIRE), 0);
+    int done = 0;
+    int r = release_waited(l, owner, token, member, 0, &done);
+    if (done)
+        resend_keep(l, owner, token, member);   /* out of release_waited's frame of keys */
+    return r;
 }
 
 /* dm_cluster_release, naming the request whose grant it ends when
  * `request` ("<owner>|<wait id>") is not NULL (release.lua's ARGV[8]): a
  * later grant of the same owner under the same token is then left alone.
- * `grants`: l->grants when the release was asked for (kept with it for a
- * failover, below). until_ms (not 0): a release sent again after a
- * failover, tried until then only, kept no more, and its failure logged by
- * the caller.
+ * *done (if not NULL) is set when the server released the hold (not a
+ * nested count). until_ms (not 0): a release sent again after a failover,
+ * tried until then only, its failure logged at warning level.
  * Every retry of a release sent without waiting goes through here with
  * the request the first one named, whatever became of that one (NOSCRIPT,
  * an error, no reply, a dropped connection, the exit flush): the owner's
  * next acquire may have run on the server before the retry does. */
 DM_KEYS_FRAME
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request, unsigned long grants, long long until_ms)
+                          const char *request, long long until_ms, int *done)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     char tok[24], keep[24];
@@ -1269,8 +1269,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
         }
         long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         freeReplyObject(r);
-        if (v == RELEASE_DONE && until_ms == 0)
-            resend_keep(l, owner, token, request, grants);
+        if (v == RELEASE_DONE && done)
+            *done = 1;
         if (v == RELEASE_DONE || v == RELEASE_STILL_HELD)
             return 0;
         if (v == RELEASE_NOT_HELD)
@@ -1295,31 +1295,35 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
  * is asynchronous; min_replicas WAITs for grants, not for releases), and
  * a failover then promotes a replica on which the hold is still there:
  * everyone waits for the rest of its lease (9.3 s of a 10 s lease in 8 of
- * 14 failover runs here). So each release done in the last lease is kept
- * (a ring of DM_RESEND_MAX, with a reference to its record), and when the
- * primary moves, a thread of its own (started at the first one kept)
- * sends every one again to the new primary, unless this process has been
- * granted the lock since (l->grants moved: its own state supersedes).
- * release.lua answers a release it already ran as done and changes
- * nothing, whatever came after it (its retry rule), so a release the
- * replicas did have costs one script call. Kept for a lease: after that
- * the hold would have expired on its own. A process that exits takes its
- * kept releases with it. */
-#define DM_RESEND_MAX 256
-struct resend {
-    struct dm_cluster_lock *l;          /* a reference; NULL: a free slot */
+ * 14 failover runs here). So a record keeps the releases of its last
+ * DM_KEPT_PER_LOCK unlocks (dm_cluster_release_hold: each names the lock
+ * call it ends) for a lease, and when the primary moves, a thread of its
+ * own (started at the first one kept) sends every one still in its lease
+ * again to the new primary. The server decides: release.lua answers a
+ * release it already ran as done and changes nothing, and one whose hold
+ * the same thread was granted again since (same owner, same token: a
+ * later lock call) leaves that grant alone, since it names its own call.
+ * Entries stay until their lease is over, so a second failover sends them
+ * again too. Per record, so that a busy lock cannot push another's out;
+ * with the record, so that a name destroyed takes its own with it (its
+ * hold then stands on a new primary that lacks the release until its
+ * lease ends, as before). Not an rwlock's (a read release ignores the
+ * request). A process that exits takes its kept releases with it. */
+#define DM_KEPT_PER_LOCK 4
+struct dm_kept_release {
     uint64_t token;
-    unsigned long grants;               /* l->grants when the release was asked for */
-    long long until_ms;                 /* kept until then (dm_now_ms) */
+    long long until_ms;                 /* 0: a free slot */
     char owner[DM_OWNER_MAX];
-    char request[DM_OWNER_MAX + 24];    /* "" or ARGV[8] */
+    char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>" */
+};
+struct dm_kept {                        /* l->kept */
+    unsigned next;
+    struct dm_kept_release r[DM_KEPT_PER_LOCK];
 };
 static pthread_mutex_t resend_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t resend_cv = PTHREAD_COND_INITIALIZER;
-static struct resend resends[DM_RESEND_MAX];    /* under resend_mu */
-static struct resend resend_todo[DM_RESEND_MAX];    /* the thread's own */
-static size_t resend_next;
 static unsigned long resend_asked, resend_done;  /* primary moves: seen, handled */
+static unsigned long resend_rounds;     /* rounds finished (atomic): for tests */
 static int resend_state;            /* 0 no thread yet, 1 running, -1 cannot start */
 
 static void resend_switch(void)
@@ -1330,6 +1334,49 @@ static void resend_switch(void)
     pthread_mutex_unlock(&resend_mu);
 }
 
+struct resend_job {
+    struct dm_cluster_lock *l;          /* a reference */
+    struct dm_kept_release r;
+};
+
+/* locks_mu held: every release kept and still in its lease, with a
+ * reference to its record each (*n of them, malloc'd; NULL: none or no
+ * memory); the expired ones dropped. */
+static struct resend_job *resend_jobs_locked(size_t *n, long long now)
+{
+    size_t count = 0;
+    for (size_t b = 0; b < locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+             l = (struct dm_cluster_lock *)l->node.next)
+            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++) {
+                struct dm_kept_release *k = &l->kept->r[i];
+                if (k->until_ms != 0 && k->until_ms <= now)
+                    k->until_ms = 0;
+                count += k->until_ms != 0;
+            }
+    *n = 0;
+    struct resend_job *jobs = count ? malloc(count * sizeof *jobs) : NULL;
+    if (!jobs) {
+        if (count)
+            dm_error("redis: the primary moved, and there is no memory to send its %zu kept "
+                     "release(s) again: a hold the new primary kept stands until its lease "
+                     "ends", count);
+        return NULL;
+    }
+    for (size_t b = 0; b < locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+             l = (struct dm_cluster_lock *)l->node.next)
+            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++) {
+                struct dm_kept_release *k = &l->kept->r[i];
+                if (k->until_ms == 0)
+                    continue;
+                l->refs++;
+                jobs[*n].l = l;
+                jobs[(*n)++].r = *k;
+            }
+    return jobs;
+}
+
 static void *resend_main(void *arg)
 {
     (void)arg;
@@ -1338,52 +1385,38 @@ static void *resend_main(void *arg)
         while (resend_done == resend_asked)
             pthread_cond_wait(&resend_cv, &resend_mu);
         resend_done = resend_asked;
-        /* Taken out of the ring, references and all (given back outside
-         * resend_mu), so that a release kept meanwhile waits for the next
-         * move. */
-        size_t n = 0;
-        for (size_t i = 0; i < DM_RESEND_MAX; i++) {
-            if (resends[i].l) {
-                resend_todo[n++] = resends[i];
-                resends[i].l = NULL;
-            }
-        }
         pthread_mutex_unlock(&resend_mu);
-        long long now = dm_now_ms();
-        size_t sent = 0, failed = 0;
+        size_t n;
+        pthread_mutex_lock(&locks_mu);
+        struct resend_job *jobs = resend_jobs_locked(&n, dm_now_ms());
+        pthread_mutex_unlock(&locks_mu);
+        size_t failed = 0;
         for (size_t i = 0; i < n; i++) {
-            struct resend *r = &resend_todo[i];
-            if (r->until_ms > now &&
-                __atomic_load_n(&r->l->grants, __ATOMIC_ACQUIRE) == r->grants) {
-                sent++;
-                failed += release_waited(r->l, r->owner, r->token,
-                                         r->request[0] ? r->request : NULL, r->grants,
-                                         r->until_ms) == EIO;
-            }
-            struct dm_cluster_lock *l = r->l;
-            __atomic_store_n(&r->l, NULL, __ATOMIC_SEQ_CST);  /* a fork child gives back the rest */
-            dm_cluster_lock_put(l);
+            struct resend_job *j = &jobs[i];
+            failed += release_waited(j->l, j->r.owner, j->r.token, j->r.request,
+                                     j->r.until_ms, NULL) == EIO;
+            dm_cluster_lock_put(j->l);
         }
-        if (sent > 0)
+        free(jobs);
+        if (n > 0)
             dm_warn("redis: the primary moved: %zu release(s) of the last lease sent again to "
-                    "it, in case it lacks them (%zu failed)", sent, failed);
+                    "it, in case it lacks them (%zu failed)", n, failed);
+        __atomic_add_fetch(&resend_rounds, 1, __ATOMIC_RELEASE);
         pthread_mutex_lock(&resend_mu);
     }
     return NULL;
 }
 
-static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                        const char *request, unsigned long grants)
+unsigned long dm_cluster_resend_rounds(void)
 {
-    /* Only an unlock's release, which names its request: the same thread
-     * may lock again meanwhile and be granted the hold the new primary
-     * kept (acquire.lua: same owner, same token), which the request leaves
-     * alone. Not an rwlock's (its read release ignores the request). */
-    if (ccfg->redis.nsentinels == 0 || !request || l->rw)
+    return __atomic_load_n(&resend_rounds, __ATOMIC_ACQUIRE);
+}
+
+static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                        const char *request)
+{
+    if (ccfg->redis.nsentinels == 0)
         return;
-    pthread_mutex_lock(&locks_mu);
-    l->refs++;
-    pthread_mutex_unlock(&locks_mu);
     pthread_mutex_lock(&resend_mu);
     if (resend_state == 0) {
         int rc = dm_thread_start(NULL, resend_main, NULL);
@@ -1395,23 +1428,23 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
         else
             dm_redis_on_switch(resend_switch);
     }
-    struct dm_cluster_lock *old = NULL;
-    if (resend_state > 0) {
-        struct resend *r = &resends[resend_next];
-        resend_next = (resend_next + 1) % DM_RESEND_MAX;
-        old = r->l;
-        r->l = l;
-        r->token = token;
-        r->grants = grants;
-        r->until_ms = dm_now_ms() + ccfg->lease_ms;
-        snprintf(r->owner, sizeof r->owner, "%s", owner);
-        snprintf(r->request, sizeof r->request, "%s", request ? request : "");
-    } else {
-        old = l;
-    }
+    int running = resend_state > 0;
     pthread_mutex_unlock(&resend_mu);
-    if (old)
-        dm_cluster_lock_put(old);
+    if (!running)
+        return;
+    pthread_mutex_lock(&locks_mu);
+    if (!l->kept)
+        l->kept = calloc(1, sizeof *l->kept);
+    struct dm_kept *kept = l->kept;
+    if (kept) {
+        struct dm_kept_release *k = &kept->r[kept->next];
+        kept->next = (kept->next + 1) % DM_KEPT_PER_LOCK;
+        k->token = token;
+        k->until_ms = dm_now_ms() + ccfg->lease_ms;
+        snprintf(k->owner, sizeof k->owner, "%s", owner);
+        snprintf(k->request, sizeof k->request, "%s", request);
+    }
+    pthread_mutex_unlock(&locks_mu);
 }
 
 /* A release sent without waiting, until its reply is read. It holds a
@@ -1423,7 +1456,6 @@ struct late_release {
     uint64_t token;
     dm_cluster_lost_fn lost;
     struct late_release *prev, *next;   /* late_list, under locks_mu */
-    unsigned long grants;               /* l->grants at the unlock */
     char owner[DM_OWNER_MAX];
     char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>": ARGV[8], every retry too */
 };
@@ -1581,7 +1613,7 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
                                                                  : "an unexpected reply");
         if (!r)
             dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
-        v = release_waited(lr->l, lr->owner, lr->token, lr->request, lr->grants, 0) == EPERM
+        v = release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL) == EPERM
                 ? RELEASE_NOT_HELD : RELEASE_DONE;
     }
     if (v == RELEASE_NOT_HELD && lr->lost)
@@ -1652,9 +1684,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     }
     char member[DM_OWNER_MAX + 24];
     snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
-    unsigned long lr_grants = __atomic_load_n(&l->grants, __ATOMIC_ACQUIRE);
     lr->l = l;
-    lr->grants = lr_grants;
     lr->token = token;
     lr->lost = lost;
     snprintf(lr->owner, sizeof lr->owner, "%s", owner);
@@ -1676,7 +1706,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     pthread_mutex_unlock(&locks_mu);
     dm_cluster_lock_put(l);
     free(lr);
-    int r = release_waited(l, owner, token, member, lr_grants, 0);
+    int r = release_waited(l, owner, token, member, 0, NULL);
     if (r == EPERM && lost)
         lost(l, owner, token);
     return r;
@@ -1715,22 +1745,9 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
         return;
     new_process_id();
     /* The releases kept for a failover are the parent's (the child has
-     * its own owner ids), and so is the thread that sends them again: the
-     * references are given back below, the child starts its own thread. */
-    struct dm_cluster_lock *kept[DM_RESEND_MAX];
-    size_t nkept = 0;
-    for (size_t i = 0; i < DM_RESEND_MAX; i++) {
-        if (resends[i].l)
-            kept[nkept++] = resends[i].l;
-        resends[i].l = NULL;
-    }
-    struct dm_cluster_lock *sending[DM_RESEND_MAX];     /* the parent's thread's, at the fork */
-    size_t nsending = 0;
-    for (size_t i = 0; i < DM_RESEND_MAX; i++) {
-        if (resend_todo[i].l)
-            sending[nsending++] = resend_todo[i].l;
-        resend_todo[i].l = NULL;
-    }
+     * its own owner ids; freed below, with the records' other parent
+     * state), and so is the thread that sends them again: the child starts
+     * its own at its own first release. */
     resend_state = 0;
     resend_asked = resend_done = 0;
     pthread_cond_init(&resend_cv, NULL);    /* the parent's thread may have been waiting on it */
@@ -1755,6 +1772,8 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             l->wchan = NULL;
             l->wconn = NULL;    /* closed below, with those of waits in progress */
             l->releases_unread = 0;     /* the parent's: never read here */
+            free(l->kept);
+            l->kept = NULL;
         }
     for (int i = 0; i < DM_WCONNS_MAX; i++) {
         /* Subscribed to the parent's channel, on the parent's socket (the
@@ -1781,10 +1800,6 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
         counters_unlink(c);
     }
     counters_reap();
-    for (size_t i = 0; i < nkept; i++)
-        dm_cluster_lock_put(kept[i]);
-    for (size_t i = 0; i < nsending; i++)
-        dm_cluster_lock_put(sending[i]);
     while (dead) {
         struct late_release *lr = dead;
         dead = lr->next;

@@ -72,9 +72,8 @@ struct dm_cluster_lock {
     unsigned refs;      /* under the table's mutex */
     int releases_unread;        /* releases written without waiting whose reply is
                                    not read yet (atomic; cluster.c) */
-    unsigned long grants;       /* grants this process had (atomic; cluster.c): a
-                                   release kept for a failover is not sent again
-                                   once a later grant exists */
+    struct dm_kept *kept;       /* Sentinel: its last unlocks' releases, kept for a
+                                   failover (cluster.c; under its table's mutex) */
     unsigned char fair;     /* queue waiters, hand over on release */
     unsigned char cache;    /* the holder keeps the lock until asked */
     unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes
@@ -175,6 +174,10 @@ void dm_cluster_stats_end(void);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);
+
+/* Sentinel: the rounds the release resender has finished, each after a
+ * move of the primary (its releases sent again): for tests. */
+unsigned long dm_cluster_resend_rounds(void);
 
 /* Fair mode (queue, FIFO handover), lock caching, and want notices (cache
  * mode, or a name several mutexes share) for a name; any entry asking for
