@@ -307,6 +307,7 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
     dm_notify_chan_put(l->chan);
     dm_notify_chan_put(l->wchan);
     dm_notify_chan_put(l->wantchan);
+    free(l->kept);
     free(l);
 }
 
@@ -1169,23 +1170,42 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * released (its last renewal was at most a round ago), so that a release
  * that gets through does not find its own hold expired. */
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request);
+                          const char *request, long long until_ms, int *done);
+static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                        const char *request);
 
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
-    return release_waited(l, owner, token, NULL);
+    return release_waited(l, owner, token, NULL, 0, NULL);
+}
+
+int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                            unsigned long wait_id)
+{
+    if (l->rw)
+        return dm_cluster_release(l, owner, token);
+    char member[DM_OWNER_MAX + 24];
+    snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
+    int done = 0;
+    int r = release_waited(l, owner, token, member, 0, &done);
+    if (done)
+        resend_keep(l, owner, token, member);   /* out of release_waited's frame of keys */
+    return r;
 }
 
 /* dm_cluster_release, naming the request whose grant it ends when
  * `request` ("<owner>|<wait id>") is not NULL (release.lua's ARGV[8]): a
  * later grant of the same owner under the same token is then left alone.
+ * *done (if not NULL) is set when the server released the hold (not a
+ * nested count). until_ms (not 0): a release sent again after a failover,
+ * tried until then only, its failure logged at warning level.
  * Every retry of a release sent without waiting goes through here with
  * the request the first one named, whatever became of that one (NOSCRIPT,
  * an error, no reply, a dropped connection, the exit flush): the owner's
  * next acquire may have run on the server before the retry does. */
 DM_KEYS_FRAME
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request)
+                          const char *request, long long until_ms, int *done)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     char tok[24], keep[24];
@@ -1214,6 +1234,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
      * on the new primary. */
     if (ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || budget > safe)
         budget = safe;
+    if (until_ms != 0)
+        budget = (long)(until_ms - start);
     struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
     int rediscovered = 0;   /* a wrong node (Sentinel) is retried at once, once */
     for (int i = 0;; i++) {
@@ -1247,6 +1269,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
         }
         long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         freeReplyObject(r);
+        if (v == RELEASE_DONE && done)
+            *done = 1;
         if (v == RELEASE_DONE || v == RELEASE_STILL_HELD)
             return 0;
         if (v == RELEASE_NOT_HELD)
@@ -1256,9 +1280,171 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
                  dm_redis_addr(), k[DM_KEY_LOCK]);
         break;
     }
+    if (until_ms != 0) {
+        dm_warn("lock %s: the release sent again to the new primary failed (%s); the lock "
+                "frees itself when its lease runs out", l->name, why.errstr);
+        return EIO;
+    }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
              "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, ccfg->lease_ms);
     return EIO;
+}
+
+/* ---- releases a failover may undo (Sentinel) -----------------------------
+ * The primary answers a release before its replicas have it (replication
+ * is asynchronous; min_replicas WAITs for grants, not for releases), and
+ * a failover then promotes a replica on which the hold is still there:
+ * everyone waits for the rest of its lease (9.3 s of a 10 s lease in 8 of
+ * 14 failover runs here). So a record keeps the releases of its last
+ * DM_KEPT_PER_LOCK unlocks (dm_cluster_release_hold: each names the lock
+ * call it ends) for a lease, and when the primary moves, a thread of its
+ * own (started at the first one kept) sends every one still in its lease
+ * again to the new primary. The server decides: release.lua answers a
+ * release it already ran as done and changes nothing, and one whose hold
+ * the same thread was granted again since (same owner, same token: a
+ * later lock call) leaves that grant alone, since it names its own call.
+ * Entries stay until their lease is over, so a second failover sends them
+ * again too. Per record, so that a busy lock cannot push another's out;
+ * with the record, so that a name destroyed takes its own with it (its
+ * hold then stands on a new primary that lacks the release until its
+ * lease ends, as before). Not an rwlock's (a read release ignores the
+ * request). A process that exits takes its kept releases with it. */
+#define DM_KEPT_PER_LOCK 4
+struct dm_kept_release {
+    uint64_t token;
+    long long until_ms;                 /* 0: a free slot */
+    char owner[DM_OWNER_MAX];
+    char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>" */
+};
+struct dm_kept {                        /* l->kept */
+    unsigned next;
+    struct dm_kept_release r[DM_KEPT_PER_LOCK];
+};
+static pthread_mutex_t resend_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t resend_cv = PTHREAD_COND_INITIALIZER;
+static unsigned long resend_asked, resend_done;  /* primary moves: seen, handled */
+static unsigned long resend_rounds;     /* rounds finished (atomic): for tests */
+static int resend_state;            /* 0 no thread yet, 1 running, -1 cannot start */
+
+static void resend_switch(void)
+{
+    pthread_mutex_lock(&resend_mu);
+    resend_asked++;
+    pthread_cond_signal(&resend_cv);
+    pthread_mutex_unlock(&resend_mu);
+}
+
+struct resend_job {
+    struct dm_cluster_lock *l;          /* a reference */
+    struct dm_kept_release r;
+};
+
+/* locks_mu held: every release kept and still in its lease, with a
+ * reference to its record each (*n of them, malloc'd; NULL: none or no
+ * memory); the expired ones dropped. */
+static struct resend_job *resend_jobs_locked(size_t *n, long long now)
+{
+    size_t count = 0;
+    for (size_t b = 0; b < locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+             l = (struct dm_cluster_lock *)l->node.next)
+            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++) {
+                struct dm_kept_release *k = &l->kept->r[i];
+                if (k->until_ms != 0 && k->until_ms <= now)
+                    k->until_ms = 0;
+                count += k->until_ms != 0;
+            }
+    *n = 0;
+    struct resend_job *jobs = count ? malloc(count * sizeof *jobs) : NULL;
+    if (!jobs) {
+        if (count)
+            dm_error("redis: the primary moved, and there is no memory to send its %zu kept "
+                     "release(s) again: a hold the new primary kept stands until its lease "
+                     "ends", count);
+        return NULL;
+    }
+    for (size_t b = 0; b < locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+             l = (struct dm_cluster_lock *)l->node.next)
+            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++) {
+                struct dm_kept_release *k = &l->kept->r[i];
+                if (k->until_ms == 0)
+                    continue;
+                l->refs++;
+                jobs[*n].l = l;
+                jobs[(*n)++].r = *k;
+            }
+    return jobs;
+}
+
+static void *resend_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&resend_mu);
+    for (;;) {
+        while (resend_done == resend_asked)
+            pthread_cond_wait(&resend_cv, &resend_mu);
+        resend_done = resend_asked;
+        pthread_mutex_unlock(&resend_mu);
+        size_t n;
+        pthread_mutex_lock(&locks_mu);
+        struct resend_job *jobs = resend_jobs_locked(&n, dm_now_ms());
+        pthread_mutex_unlock(&locks_mu);
+        size_t failed = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct resend_job *j = &jobs[i];
+            failed += release_waited(j->l, j->r.owner, j->r.token, j->r.request,
+                                     j->r.until_ms, NULL) == EIO;
+            dm_cluster_lock_put(j->l);
+        }
+        free(jobs);
+        if (n > 0)
+            dm_warn("redis: the primary moved: %zu release(s) of the last lease sent again to "
+                    "it, in case it lacks them (%zu failed)", n, failed);
+        __atomic_add_fetch(&resend_rounds, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&resend_mu);
+    }
+    return NULL;
+}
+
+unsigned long dm_cluster_resend_rounds(void)
+{
+    return __atomic_load_n(&resend_rounds, __ATOMIC_ACQUIRE);
+}
+
+static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                        const char *request)
+{
+    if (ccfg->redis.nsentinels == 0)
+        return;
+    pthread_mutex_lock(&resend_mu);
+    if (resend_state == 0) {
+        int rc = dm_thread_start(NULL, resend_main, NULL);
+        resend_state = rc == 0 ? 1 : -1;
+        if (rc != 0)
+            dm_warn("cannot start the thread that sends releases again after a failover "
+                    "(%s): a release the new primary lacks holds the lock until its lease "
+                    "runs out", strerror(rc));
+        else
+            dm_redis_on_switch(resend_switch);
+    }
+    int running = resend_state > 0;
+    pthread_mutex_unlock(&resend_mu);
+    if (!running)
+        return;
+    pthread_mutex_lock(&locks_mu);
+    if (!l->kept)
+        l->kept = calloc(1, sizeof *l->kept);
+    struct dm_kept *kept = l->kept;
+    if (kept) {
+        struct dm_kept_release *k = &kept->r[kept->next];
+        kept->next = (kept->next + 1) % DM_KEPT_PER_LOCK;
+        k->token = token;
+        k->until_ms = dm_now_ms() + ccfg->lease_ms;
+        snprintf(k->owner, sizeof k->owner, "%s", owner);
+        snprintf(k->request, sizeof k->request, "%s", request);
+    }
+    pthread_mutex_unlock(&locks_mu);
 }
 
 /* A release sent without waiting, until its reply is read. It holds a
@@ -1427,7 +1613,7 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
                                                                  : "an unexpected reply");
         if (!r)
             dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
-        v = release_waited(lr->l, lr->owner, lr->token, lr->request) == EPERM
+        v = release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL) == EPERM
                 ? RELEASE_NOT_HELD : RELEASE_DONE;
     }
     if (v == RELEASE_NOT_HELD && lr->lost)
@@ -1491,7 +1677,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     struct late_release *lr;
     if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || !reader_ready() ||
         (lr = malloc(sizeof *lr)) == NULL) {
-        int r = dm_cluster_release(l, owner, token);
+        int r = dm_cluster_release_hold(l, owner, token, wait_id);
         if (r == EPERM && lost)
             lost(l, owner, token);
         return r;
@@ -1520,7 +1706,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     pthread_mutex_unlock(&locks_mu);
     dm_cluster_lock_put(l);
     free(lr);
-    int r = release_waited(l, owner, token, member);
+    int r = release_waited(l, owner, token, member, 0, NULL);
     if (r == EPERM && lost)
         lost(l, owner, token);
     return r;
@@ -1549,13 +1735,22 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
     if (phase == DM_FORK_PREPARE) {
         dm_fork_mutex(&locks_mu, phase);
         dm_fork_mutex(&reader_mu, phase);
+        dm_fork_mutex(&resend_mu, phase);
         return;
     }
+    dm_fork_mutex(&resend_mu, phase);
     dm_fork_mutex(&reader_mu, phase);
     dm_fork_mutex(&locks_mu, phase);
     if (phase != DM_FORK_CHILD)
         return;
     new_process_id();
+    /* The releases kept for a failover are the parent's (the child has
+     * its own owner ids; freed below, with the records' other parent
+     * state), and so is the thread that sends them again: the child starts
+     * its own at its own first release. */
+    resend_state = 0;
+    resend_asked = resend_done = 0;
+    pthread_cond_init(&resend_cv, NULL);    /* the parent's thread may have been waiting on it */
     /* The reader thread and its eventfd are the parent's (a write to it
      * would wake the parent's thread): the child starts its own. */
     if (reader_efd >= 0)
@@ -1577,6 +1772,8 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             l->wchan = NULL;
             l->wconn = NULL;    /* closed below, with those of waits in progress */
             l->releases_unread = 0;     /* the parent's: never read here */
+            free(l->kept);
+            l->kept = NULL;
         }
     for (int i = 0; i < DM_WCONNS_MAX; i++) {
         /* Subscribed to the parent's channel, on the parent's socket (the

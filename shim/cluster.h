@@ -72,6 +72,8 @@ struct dm_cluster_lock {
     unsigned refs;      /* under the table's mutex */
     int releases_unread;        /* releases written without waiting whose reply is
                                    not read yet (atomic; cluster.c) */
+    struct dm_kept *kept;       /* Sentinel: its last unlocks' releases, kept for a
+                                   failover (cluster.c; under its table's mutex) */
     unsigned char fair;     /* queue waiters, hand over on release */
     unsigned char cache;    /* the holder keeps the lock until asked */
     unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes
@@ -173,6 +175,10 @@ void dm_cluster_stats_end(void);
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);
 
+/* Sentinel: the rounds the release resender has finished, each after a
+ * move of the primary (its releases sent again): for tests. */
+unsigned long dm_cluster_resend_rounds(void);
+
 /* Fair mode (queue, FIFO handover), lock caching, and want notices (cache
  * mode, or a name several mutexes share) for a name; any entry asking for
  * one turns it on for the process, for as long as the record lives.
@@ -217,6 +223,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * Redis could not be reached within a few command timeouts (the lease will
  * run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
+
+/* dm_cluster_release of the hold `owner` got through request `wait_id`
+ * (dm_grant), naming that request (not for an rwlock, whose read release
+ * is not told apart by it): a later grant of the same owner under the same
+ * token is left alone, so that with Sentinel the release can be kept and
+ * sent again after a failover (cluster.c). An unlock's release. */
+int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                            unsigned long wait_id);
 
 /* The end of a hold that a release found lost (release.lua: not held),
  * told by the thread that read the reply: the caller's report, as for a

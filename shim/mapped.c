@@ -545,7 +545,8 @@ static int hold_release(struct dm_name *nm)
         lost = dm_watchdog_remove(h);
         if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT) {
             dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, release_found_lost);
-        } else if (dm_cluster_release(nm->cl, h->owner, h->token) == EPERM && !lost) {
+        } else if (dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id) == EPERM &&
+                   !lost) {
             lost = 1;
             release_found_lost(nm->cl, h->owner, h->token);
         }

@@ -50,7 +50,8 @@ static int known_ok;                    /* 0: unknown or stale, ask again */
 static size_t next_sentinel;            /* who to ask first: the last that answered,
                                            or the one after it once its answer failed */
 static unsigned long gen_now;           /* known.gen, readable without smu */
-static void (*switch_hook)(void);
+#define DM_SWITCH_HOOKS 2       /* notify's thread, cluster's release resender */
+static void (*switch_hooks[DM_SWITCH_HOOKS])(void);    /* under smu */
 static int watch_running;
 static redisContext *watch_ctx;         /* the thread's, for the fork child */
 
@@ -109,8 +110,26 @@ unsigned long dm_sentinel_gen(void)
 void dm_sentinel_on_switch(void (*fn)(void))
 {
     pthread_mutex_lock(&smu);
-    switch_hook = fn;
+    int i = 0;
+    while (i < DM_SWITCH_HOOKS && switch_hooks[i] && switch_hooks[i] != fn)
+        i++;
+    if (i < DM_SWITCH_HOOKS)
+        switch_hooks[i] = fn;
     pthread_mutex_unlock(&smu);
+    if (i == DM_SWITCH_HOOKS)
+        dm_error("redis: more than %d callers asked to hear of a new primary", DM_SWITCH_HOOKS);
+}
+
+/* smu not held: tells each hook the primary moved. */
+static void call_hooks(void)
+{
+    void (*hooks[DM_SWITCH_HOOKS])(void);
+    pthread_mutex_lock(&smu);
+    memcpy(hooks, switch_hooks, sizeof hooks);
+    pthread_mutex_unlock(&smu);
+    for (int i = 0; i < DM_SWITCH_HOOKS; i++)
+        if (hooks[i])
+            hooks[i]();
 }
 
 /* A connection to sentinel i, authenticated when the config says so, over
@@ -215,7 +234,6 @@ static void switched(const struct dm_primary *p, const char *how)
     char old[DM_SENTINEL_HOST_MAX + 16];
     snprintf(old, sizeof old, "%s:%d", known.host, known.port);
     int changed = set_known_locked(p);
-    void (*hook)(void) = switch_hook;
     pthread_mutex_unlock(&smu);
     if (!changed)
         return;
@@ -224,8 +242,7 @@ static void switched(const struct dm_primary *p, const char *how)
     else
         dm_warn("redis: the primary of %s moved from %s to %s:%d (%s); connections follow it",
                 scfg->master, old, p->host, p->port, how);
-    if (hook)
-        hook();
+    call_hooks();
 }
 
 /* ---- the +switch-master thread ---------------------------------------- */
@@ -388,11 +405,14 @@ int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *a
         *answered |= said;
         if (rc == 0) {
             pthread_mutex_lock(&smu);
-            set_known_locked(&p);
+            int first = known.port == 0;
+            int moved = set_known_locked(&p) && !first;
             next_sentinel = i;
             *out = known;
             pthread_mutex_unlock(&smu);
             pthread_mutex_unlock(&ask_mu);
+            if (moved)
+                call_hooks();   /* found here before the +switch-master notice came */
             return 0;
         }
         if (o < errlen)

@@ -57,9 +57,13 @@ void dm_sentinel_stale(unsigned long gen);
 /* The current generation (no lock, no I/O). */
 unsigned long dm_sentinel_gen(void);
 
-/* `fn` is called (from the +switch-master thread, with no lock held) each
- * time the primary's address changes: a thread with a long-lived
- * connection wakes up to drop it. One hook; NULL removes it. */
+/* Adds `fn` to the hooks called (with no lock held) each time the
+ * primary's address changes, from the +switch-master thread or from the
+ * thread whose connect found the new primary first: a thread with a
+ * long-lived connection wakes up to drop it (notify), releases the new
+ * primary may lack are sent again (cluster). Up to two hooks; adding one
+ * twice adds it once. The +switch-master thread calls them on its first
+ * answer too; a connect's first answer is no move and calls none. */
 void dm_sentinel_on_switch(void (*fn)(void));
 
 /* "HOST:PORT (primary of NAME)", or "primary of NAME (sentinels H:P,...)"

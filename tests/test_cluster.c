@@ -629,6 +629,28 @@ static void test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it(
     dm_cluster_lock_put(h.l);
 }
 
+/* An unlock's waited release names its lock call too (Sentinel keeps it,
+ * and sends it again after a failover, when the same thread may have
+ * locked again on the new primary: same owner, same token). Sent after
+ * that later grant, it leaves it alone; the plain release would end it. */
+static void test_release_hold_names_its_request_and_leaves_a_later_grant(void **state)
+{
+    (void)state;
+    struct th_hold h = th_hold_by_a("hold_request");
+    unsigned long first = h.g.wait_id;
+    struct dm_grant g2;
+    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(g2.token, h.t);
+    unsigned long second = g2.wait_id;
+    assert_true(second != first);
+    assert_int_equal(dm_cluster_release_hold(h.l, h.a, h.t, first), 0);
+    assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
+    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_cluster_release_hold(h.l, h.a, h.t, second), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
+    dm_cluster_lock_put(h.l);
+}
+
 /* NOSCRIPT to a release nobody waited for: it did not run, and is sent
  * again (EVAL) by the thread that reads the reply. */
 static void test_release_nowait_after_script_flush_is_sent_again(void **state)
@@ -1733,6 +1755,8 @@ int main(void)
         cmocka_unit_test_setup(test_release_nowait_reply_is_read_before_the_next_command,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it,
+                               reset_policy),
+        cmocka_unit_test_setup(test_release_hold_names_its_request_and_leaves_a_later_grant,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_after_script_flush_is_sent_again, reset_policy),
         cmocka_unit_test_setup(test_noscript_of_an_acquire_loads_the_release_script_too, reset_policy),

@@ -79,6 +79,7 @@
 #define SYNC_WAIT_MS    15000L
 #define RUN_MS          120000L /* longest a worker that must finish may run */
 #define POLL_US         5000
+#define RESEND_LEASE_MS 30000L  /* the lease of a hold the failover brings back */
 #define SUITE_ALARM_S   400
 #define NPROC           4       /* worker processes, half on each machine */
 #define NTHREAD         "2"
@@ -465,6 +466,249 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
 /* ==== in process: a renewal's WAIT answered after the primary moved ========== */
 
 #define RENEW_ACK_MS    6000L   /* replica_timeout_ms: the renewal's WAIT outlives the move */
+
+/* Waits for the release resender to finish a round after `before`. */
+static void wait_resend_round(unsigned long before)
+{
+    long long end = th_now_ms() + RUN_MS;
+    while (dm_cluster_resend_rounds() == before) {
+        if (th_now_ms() > end)
+            fail_msg("the release resender never ran after the primary moved");
+        usleep(POLL_US);
+    }
+}
+
+/* The fake sentinel's cluster config: `t`'s primary found through it,
+ * `lease` ms, on_lease_lost = "warn". */
+static void fake_sentinel_cluster(const struct topo *t, long lease)
+{
+    fake_sentinel_start();
+    fake_sentinel_names(&t->primary);
+    th_cluster_config(&cfg, &t->primary, 500, lease);
+    one_sentinel.host = "127.0.0.1";
+    one_sentinel.port = fake_listen_port;
+    cfg.redis.sentinels = &one_sentinel;
+    cfg.redis.nsentinels = 1;
+    cfg.redis.master = (char *)MASTER;
+    cfg.on_lease_lost = DM_LOST_WARN;
+    dm_cluster_init(&cfg);
+}
+
+/* `neu` is cut off from `old` (REPLICAOF NO ONE) while it has A's grant;
+ * A's release is then answered by `old` only; `old` is made a replica of
+ * `neu` and the (fake) sentinel names `neu`, with no +switch-master notice:
+ * A's own next lock call finds the new primary (and calls the hooks), and
+ * is granted the hold `neu` kept again (same owner, same token) while the
+ * resender sends A's kept release to `neu`. That release names the lock
+ * call it ended, so it must leave the new grant alone: before (a release
+ * naming no call), it freed the hold under its holder in 3-7 of 8 rounds,
+ * and another owner's trylock got in (the review's reproduction). */
+static void test_a_release_sent_again_leaves_the_same_threads_new_grant(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 0);
+    const long lease = 20000;
+    fake_sentinel_cluster(t, lease);
+    struct th_redis *nodes[2] = { &t->primary, &t->replica[0] };
+    int cur_p = 0, freed = 0, regranted = 0, fresh = 0;
+    const int rounds = 8;
+    for (int round = 0; round < rounds; round++) {
+        struct th_redis *old = nodes[cur_p], *neu = nodes[1 - cur_p];
+        char name[32];
+        snprintf(name, sizeof name, "rev_rg_%d", round);
+        const char *key = th_key(name, DM_KEY_LOCK);
+        struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+        char owner[DM_OWNER_MAX];
+        dm_cluster_owner(owner, 1);
+        struct dm_grant g;
+        wait_replicas(old, 1);
+        assert_int_equal(dm_cluster_acquire(l, owner, NULL, 0, &g), 0);
+        uint64_t t1 = g.token;
+        redisContext *n = th_redis_connect(neu);
+        long long until = th_now_ms() + RUN_MS;
+        while (th_cmd_int(n, "HEXISTS %s %s", key, owner) != 1) {
+            if (th_now_ms() > until)
+                fail_msg("the grant never reached the replica");
+            usleep(2000);
+        }
+        freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));     /* neu keeps the hold */
+        assert_int_equal(dm_cluster_release_hold(l, owner, t1, g.wait_id), 0);   /* answered by old only */
+        redisContext *o = th_redis_connect(old);
+        assert_int_equal(th_cmd_int(o, "EXISTS %s", key), 0);
+        freeReplyObject(th_cmd(o, "REPLICAOF %s %d", neu->addr, neu->port));
+        redisFree(o);
+        unsigned long r0 = dm_cluster_resend_rounds();
+        fake_sentinel_names(neu);
+        /* A locks again at once: READONLY from old, the sentinel names neu. */
+        struct timespec dl;
+        dm_deadline_in(&dl, 5000);
+        assert_int_equal(dm_cluster_acquire(l, owner, &dl, 0, &g), 0);
+        uint64_t t2 = g.token;
+        wait_resend_round(r0);
+        long long held = th_cmd_int(n, "HEXISTS %s %s", key, owner);
+        if (t2 == t1)
+            regranted++;
+        else
+            fresh++;
+        if (!held) {
+            freed++;
+            char other[DM_OWNER_MAX];
+            dm_cluster_owner(other, 99);      /* another process's thread, as the server sees it */
+            struct dm_grant g2;
+            int rc2 = dm_cluster_acquire(l, other, NULL, DM_ACQ_TRY, &g2);
+            printf("round %d: while A is inside (token %llu), another owner's trylock returns %d "
+                   "(token %llu)\n", round, (unsigned long long)t2, rc2,
+                   rc2 == 0 ? (unsigned long long)g2.token : 0ULL);
+            if (rc2 == 0)
+                dm_cluster_release(l, other, g2.token);
+        }
+        if (held)
+            assert_int_equal(dm_cluster_release(l, owner, t2), 0);
+        dm_cluster_lock_put(l);
+        redisFree(n);
+        cur_p = 1 - cur_p;
+    }
+    measured("%d rounds: %d re-granted under the old token, %d fresh; %d holds freed under "
+             "their holder by the re-sent release", rounds, regranted, fresh, freed);
+    assert_int_equal(freed, 0);
+}
+
+
+/* Two threads (owners) of this process take turns on one lock just before
+ * the primary dies: A's release, B's grant and B's release all miss the
+ * replica, which has A's hold. Every kept release is sent again and the
+ * server decides: A's frees A's hold, B's finds nothing of B's. (A first
+ * version skipped a lock granted again since, B's grant, which the new
+ * primary never saw: A's hold stood for the rest of its lease.) */
+static void test_every_kept_release_is_sent_again_the_server_decides(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 0);
+    const long lease = 20000;
+    fake_sentinel_cluster(t, lease);
+    struct th_redis *old = &t->primary, *neu = &t->replica[0];
+    const char *key = th_key("rev_sk", DM_KEY_LOCK);
+    struct dm_cluster_lock *l = dm_cluster_lock_get("rev_sk"), *y = dm_cluster_lock_get("rev_sk_y");
+    char a[DM_OWNER_MAX], b[DM_OWNER_MAX], c[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    dm_cluster_owner(b, 2);
+    dm_cluster_owner(c, 3);
+    struct dm_grant ga, gb, gc;
+    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &ga), 0);
+    redisContext *n = th_redis_connect(neu);
+    long long until = th_now_ms() + RUN_MS;
+    while (th_cmd_int(n, "HEXISTS %s %s", key, a) != 1) {
+        if (th_now_ms() > until)
+            fail_msg("the grant never reached the replica");
+        usleep(2000);
+    }
+    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    assert_int_equal(dm_cluster_release_hold(l, a, ga.token, ga.wait_id), 0);
+    assert_int_equal(dm_cluster_acquire(l, b, NULL, 0, &gb), 0);
+    assert_int_equal(dm_cluster_release_hold(l, b, gb.token, gb.wait_id), 0);
+    redisContext *o = th_redis_connect(old);
+    freeReplyObject(th_cmd(o, "REPLICAOF %s %d", neu->addr, neu->port));
+    redisFree(o);
+    unsigned long r0 = dm_cluster_resend_rounds();
+    fake_sentinel_names(neu);
+    long long t0 = th_now_ms();
+    /* Any lock call finds the new primary (READONLY) and calls the hooks. */
+    assert_int_equal(dm_cluster_acquire(y, c, NULL, DM_ACQ_TRY, &gc), 0);
+    assert_int_equal(dm_cluster_release(y, c, gc.token), 0);
+    wait_resend_round(r0);
+    long long held = th_cmd_int(n, "HEXISTS %s %s", key, a);
+    long long pttl = th_cmd_int(n, "PTTL %s", key);
+    measured("after the resender's round (%lld ms after the switch) the new primary %s A's "
+             "hold (PTTL %lld of %ld)",
+             th_now_ms() - t0, held ? "STILL HAS" : "no longer has", pttl, lease);
+    redisFree(n);
+    dm_cluster_lock_put(l);
+    dm_cluster_lock_put(y);
+    assert_int_equal(held, 0);
+}
+
+
+/* A cold lock's release misses the replica; then the process releases a
+ * hot lock 256 times (all within the lease) before the primary dies: the
+ * cold lock's release is still sent again (a first version kept the last
+ * 256 releases of the process, and the hot lock pushed it out). */
+static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 0);
+    const long lease = 20000;
+    fake_sentinel_cluster(t, lease);
+    struct th_redis *old = &t->primary, *neu = &t->replica[0];
+    const char *key = th_key("rev_cold", DM_KEY_LOCK);
+    struct dm_cluster_lock *l = dm_cluster_lock_get("rev_cold"), *h = dm_cluster_lock_get("rev_hot");
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    struct dm_grant g;
+    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
+    redisContext *n = th_redis_connect(neu);
+    long long until = th_now_ms() + RUN_MS;
+    while (th_cmd_int(n, "HEXISTS %s %s", key, a) != 1) {
+        if (th_now_ms() > until)
+            fail_msg("the grant never reached the replica");
+        usleep(2000);
+    }
+    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    assert_int_equal(dm_cluster_release_hold(l, a, g.token, g.wait_id), 0);
+    long long h0 = th_now_ms();
+    for (int i = 0; i < 256; i++) {
+        assert_int_equal(dm_cluster_acquire(h, a, NULL, 0, &g), 0);
+        assert_int_equal(dm_cluster_release_hold(h, a, g.token, g.wait_id), 0);
+    }
+    long long hot_ms = th_now_ms() - h0;
+    redisContext *o = th_redis_connect(old);
+    freeReplyObject(th_cmd(o, "REPLICAOF %s %d", neu->addr, neu->port));
+    redisFree(o);
+    unsigned long r0 = dm_cluster_resend_rounds();
+    fake_sentinel_names(neu);
+    assert_int_equal(dm_cluster_acquire(h, a, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_cluster_release(h, a, g.token), 0);
+    wait_resend_round(r0);
+    long long held = th_cmd_int(n, "HEXISTS %s %s", key, a);
+    long long pttl = th_cmd_int(n, "PTTL %s", key);
+    measured("256 hot releases in %lld ms; after the resender's round the new primary %s the cold "
+             "lock's hold (PTTL %lld of %ld)", hot_ms, held ? "STILL HAS" : "no longer has", pttl,
+             lease);
+    redisFree(n);
+    dm_cluster_lock_put(l);
+    dm_cluster_lock_put(h);
+    assert_int_equal(held, 0);
+}
+
+
+/* Per-object names: each record is put after one lock/unlock; its kept
+ * release goes with it (a first version's ring held a reference to each
+ * of the last 256 records for a lease). */
+static void test_kept_releases_keep_no_record_alive(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 0, 0);
+    fake_sentinel_cluster(t, 2000);
+    size_t before = dm_cluster_lock_stats().count;
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    for (int i = 0; i < 300; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "rev_obj_%d", i);
+        struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+        struct dm_grant g;
+        assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
+        assert_int_equal(dm_cluster_release_hold(l, a, g.token, g.wait_id), 0);
+        dm_cluster_lock_put(l);
+    }
+    size_t after = dm_cluster_lock_stats().count;
+    measured("records before %zu, after 300 names were made, used once, released (kept for a "
+             "failover) and put: %zu", before, after);
+    assert_int_equal(after, before);
+}
 
 /* How many clients of r are blocked in a WAIT now (CLIENT LIST: flags
  * with b, cmd=wait; cmd= alone is the last command, done or not). */
@@ -962,6 +1206,86 @@ static int count_of(const char *text, const char *needle)
     return n;
 }
 
+/* A release the primary answered before its replica had it, then the
+ * primary dies: the replica the sentinels promote still has the hold, with
+ * the rest of its 30 s lease. The process that released it (alive, idle)
+ * hears of the new primary and sends its release again, so the next
+ * locker gets in at once. Before, it waited for the lease: some 25 s
+ * after the switch here. */
+static void test_a_release_the_new_primary_lacks_is_sent_again(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 3);
+    char list[256];
+    sentinel_list(t, list, sizeof list);
+    char *cfgf = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\n"
+        "redis = { sentinels = ( %s ); master = \"%s\";\n"
+        "  connect_timeout_ms = 500; command_timeout_ms = 500; };\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"s_resend\"; } );\n",
+        RESEND_LEASE_MS, list, MASTER));
+    char *aout = th_out_file(), *go = th_go_file(), *stay = th_go_file();
+    const char *hold[] = { "once", "lock", "-g", go, "-G", stay, NULL };
+    pid_t a = start_prog(0, cfgf, aout, hold);
+    th_wait_for(aout, "inside ", RUN_MS);
+    /* The grant is on the replica before it stops; the release is not. */
+    const char *lock = th_key("s_resend", DM_KEY_LOCK);
+    redisContext *rc = th_redis_connect(&t->replica[0]);
+    long long end = th_now_ms() + RUN_MS;
+    while (th_cmd_int(rc, "EXISTS %s", lock) != 1) {
+        if (th_now_ms() > end)
+            fail_msg("the grant never reached the replica");
+        usleep(POLL_US);
+    }
+    redisFree(rc);
+    char before[64];
+    sentinel_says(&t->sentinel[0], before, sizeof before);
+    kill(t->replica[0].pid, SIGSTOP);
+    redisContext *pc = th_redis_connect(&t->primary);
+    th_cmd_int(pc, "CLIENT KILL TYPE replica");
+    th_touch(go);
+    th_wait_for(aout, "unlocked 0", RUN_MS);
+    assert_int_equal(th_cmd_int(pc, "EXISTS %s", lock), 0);
+    redisFree(pc);
+    th_redis_kill(&t->primary);
+    kill(t->replica[0].pid, SIGCONT);
+    rc = th_redis_connect(&t->replica[0]);
+    long long kept = th_cmd_int(rc, "EXISTS %s", lock);
+    redisFree(rc);
+    if (kept != 1)
+        fail_msg("the replica had the release after all: nothing to test");
+    char named[64] = "";
+    end = th_now_ms() + RUN_MS;
+    do {
+        if (th_now_ms() > end)
+            fail_msg("the sentinels named no new primary (still %s)", named);
+        usleep(POLL_US);
+        sentinel_says(&t->sentinel[0], named, sizeof named);
+    } while (strcmp(named, "?") == 0 || strcmp(named, before) == 0);
+    long long switched = th_now_ms();
+    char *bout = th_out_file();
+    const char *take[] = { "once", "lock", NULL };
+    pid_t b = start_prog(1, cfgf, bout, take);
+    long long entered = th_wait_for(bout, "inside ", RUN_MS);
+    char *bt = th_finish(b, bout, 0, RUN_MS);
+    th_assert_has(bt, "unlocked 0");
+    free(bt);
+    th_touch(stay);
+    char *at = th_finish(a, aout, 0, RUN_MS);
+    th_assert_has(at, "stayed");
+    if (entered - switched >= RESEND_LEASE_MS / 2)
+        fail_msg("the next locker entered %lld ms after the switch to %s: the hold the new "
+                 "primary had from before the release stood for its lease; the releaser's "
+                 "log:\n%s", entered - switched, named, at);
+    th_assert_has(at, "release(s) of the last lease sent again");
+    free(at);
+    measured("a release no replica had when the primary died: the next locker entered %lld ms "
+             "after the sentinels named the new primary (lease %ld ms)",
+             entered - switched, RESEND_LEASE_MS);
+    topo_stop(t);
+}
+
 /* Workers on both machines; the primary SIGKILLed once a quarter of the
  * sections are done. */
 static void failover_run(int min_replicas, struct run_result *res)
@@ -1182,6 +1506,11 @@ int main(void)
         T(test_timed_and_try_lock_do_not_wait_replica_timeout_past_the_deadline),
         T(test_a_handover_counts_only_once_a_replica_has_it),
         T(test_a_wait_answered_after_the_failover_does_not_count),
+        T(test_a_release_the_new_primary_lacks_is_sent_again),
+        T(test_a_release_sent_again_leaves_the_same_threads_new_grant),
+        T(test_every_kept_release_is_sent_again_the_server_decides),
+        T(test_a_busy_lock_does_not_push_another_locks_release_out),
+        T(test_kept_releases_keep_no_record_alive),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
     };
