@@ -1173,6 +1173,7 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
                           const char *request, long long until_ms, int *done);
 static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                         const char *request);
+static void resend_switch(void);
 
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
@@ -1187,9 +1188,17 @@ int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64
     char member[DM_OWNER_MAX + 24];
     snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
     int done = 0;
+    unsigned long gen = dm_redis_primary_gen();
     int r = release_waited(l, owner, token, member, 0, &done);
-    if (done)
+    if (done) {
         resend_keep(l, owner, token, member);   /* out of release_waited's frame of keys */
+        /* The primary moved while this release was out: the old one may
+         * have answered it after the resender's round (a live failover, a
+         * partition), and nothing would send it again before the next
+         * move. One more round (found by the review). */
+        if (dm_redis_primary_gen() != gen && ccfg->redis.nsentinels > 0)
+            resend_switch();
+    }
     return r;
 }
 
@@ -1304,12 +1313,19 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
  * the same thread was granted again since (same owner, same token: a
  * later lock call) leaves that grant alone, since it names its own call.
  * Entries stay until their lease is over, so a second failover sends them
- * again too. Per record, so that a busy lock cannot push another's out;
+ * again too. Why the last 2 are enough with min_replicas = the number of
+ * replicas (deploying.md's safe setting): every grant is acknowledged by
+ * all of them before its holder enters, and replication is one ordered
+ * stream, so a release followed by any acknowledged grant of the lock
+ * reached every replica; only the process's last release of each lock
+ * can be missing. With fewer (or 0) a lock released more often than that
+ * within the replication lag may stand for its lease, as before. Per
+ * record, so that a busy lock cannot push another's out;
  * with the record, so that a name destroyed takes its own with it (its
  * hold then stands on a new primary that lacks the release until its
  * lease ends, as before). Not an rwlock's (a read release ignores the
  * request). A process that exits takes its kept releases with it. */
-#define DM_KEPT_PER_LOCK 4
+#define DM_KEPT_PER_LOCK 2
 struct dm_kept_release {
     uint64_t token;
     long long until_ms;                 /* 0: a free slot */

@@ -67,13 +67,13 @@ struct dm_cluster_lock {
     struct dm_cluster_stats *counters;  /* the name's counters: they outlive the record */
     struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to its
                                    wait channel, kept between waits (cluster.c) */
+    struct dm_kept *kept;       /* Sentinel: its last unlocks' releases, kept for a
+                                   failover (cluster.c; under its table's mutex) */
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
     int releases_unread;        /* releases written without waiting whose reply is
                                    not read yet (atomic; cluster.c) */
-    struct dm_kept *kept;       /* Sentinel: its last unlocks' releases, kept for a
-                                   failover (cluster.c; under its table's mutex) */
     unsigned char fair;     /* queue waiters, hand over on release */
     unsigned char cache;    /* the holder keeps the lock until asked */
     unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes

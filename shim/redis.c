@@ -470,6 +470,11 @@ void dm_redis_on_switch(void (*fn)(void))
     dm_sentinel_on_switch(fn);
 }
 
+unsigned long dm_redis_primary_gen(void)
+{
+    return dm_sentinel_enabled() ? dm_sentinel_gen() : 0;
+}
+
 /* What dm_redis_get hands out when it cannot even allocate a connection:
  * never written (every call returns at once on a conn without a context)
  * and never freed. */

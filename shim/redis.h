@@ -147,6 +147,10 @@ int dm_redis_conn_stale(const struct dm_conn *conn);
  * primary's address changes; see dm_sentinel_on_switch. */
 void dm_redis_on_switch(void (*fn)(void));
 
+/* Sentinel: the primary's generation, bumped each time its address
+ * changes (0 without Sentinel). No lock, no I/O. */
+unsigned long dm_redis_primary_gen(void);
+
 /* Sentinel: is conn's node still the primary (ROLE)? A script that only
  * reads answers from whatever data a node has, and a demoted primary may
  * have none while it resyncs: a verdict such as "the hold is gone" is

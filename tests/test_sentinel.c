@@ -683,6 +683,83 @@ static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
 }
 
 
+struct release_call {
+    struct dm_cluster_lock *l;
+    const char *owner;
+    uint64_t token;
+    unsigned long wait_id;
+    int rc;
+};
+
+static void *release_call_main(void *arg)
+{
+    struct release_call *r = arg;
+    r->rc = dm_cluster_release_hold(r->l, r->owner, r->token, r->wait_id);
+    return NULL;
+}
+
+/* A release is on its way to the old primary (still a primary, slow:
+ * CLIENT PAUSE WRITE) when the process learns of the new one; the
+ * resender's round runs at once, before that release is answered and
+ * kept. The old primary then answers it "done": the release notices the
+ * move it straddled and asks for one more round, which sends it to the
+ * new primary. Before (the review's reproduction, 3 of 3 runs): never
+ * sent again, the hold stood on the new primary for its lease. */
+static void test_a_release_answered_by_the_old_primary_after_the_round_is_sent_again(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 0);
+    const long lease = 20000;
+    fake_sentinel_cluster(t, lease);
+    cfg.redis.command_timeout_ms = 5000;    /* the release waits out the pause on the old one */
+    struct th_redis *old = &t->primary, *neu = &t->replica[0];
+    const char *key = th_key("fly", DM_KEY_LOCK);
+    struct dm_cluster_lock *l = dm_cluster_lock_get("fly"), *w = dm_cluster_lock_get("fly_warm");
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    struct dm_grant g;
+    /* the resender thread and its hook, as after any earlier unlock */
+    assert_int_equal(dm_cluster_acquire(w, a, NULL, 0, &g), 0);
+    assert_int_equal(dm_cluster_release_hold(w, a, g.token, g.wait_id), 0);
+    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
+    redisContext *n = th_redis_connect(neu);
+    long long until = th_now_ms() + RUN_MS;
+    while (th_cmd_int(n, "HEXISTS %s %s", key, a) != 1) {
+        if (th_now_ms() > until)
+            fail_msg("the grant never reached the replica");
+        usleep(2000);
+    }
+    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    redisContext *o = th_redis_connect(old);
+    freeReplyObject(th_cmd(o, "CLIENT PAUSE 2000 WRITE"));
+    struct release_call rel = { l, a, g.token, g.wait_id, -1 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, release_call_main, &rel), 0);
+    usleep(150000);     /* the release is written, waiting on the paused old primary */
+    unsigned long r0 = dm_cluster_resend_rounds();
+    fake_sentinel_names(neu);
+    dm_sentinel_stale(dm_sentinel_gen());
+    struct dm_primary p;
+    char err[512];
+    int answered;
+    assert_int_equal(dm_sentinel_primary(&p, err, sizeof err, &answered), 0);  /* the hooks */
+    wait_resend_round(r0);
+    unsigned long r1 = dm_cluster_resend_rounds();
+    pthread_join(th, NULL);
+    assert_int_equal(rel.rc, 0);
+    assert_int_equal(th_cmd_int(o, "EXISTS %s", key), 0);   /* the old primary ran it */
+    wait_resend_round(r1);
+    long long held = th_cmd_int(n, "HEXISTS %s %s", key, a);
+    measured("a release the old primary answered after the resender's round: the new primary %s "
+             "the hold after the round it asked for", held ? "STILL HAS" : "no longer has");
+    redisFree(o);
+    redisFree(n);
+    dm_cluster_lock_put(l);
+    dm_cluster_lock_put(w);
+    assert_int_equal(held, 0);
+}
+
 /* Per-object names: each record is put after one lock/unlock; its kept
  * release goes with it (a first version's ring held a reference to each
  * of the last 256 records for a lease). */
@@ -1511,6 +1588,7 @@ int main(void)
         T(test_every_kept_release_is_sent_again_the_server_decides),
         T(test_a_busy_lock_does_not_push_another_locks_release_out),
         T(test_kept_releases_keep_no_record_alive),
+        T(test_a_release_answered_by_the_old_primary_after_the_round_is_sent_again),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
     };
