@@ -870,12 +870,15 @@ def targets(res):
     def last(o):
         return o["rounds"][-1]
 
+    def measured(o):
+        return ("x%.2f, the median of %d rounds' ratios (handoff p50 %.0f us, notice floor "
+                "%.0f us: their medians)"
+                % (o["ratio"], len(o["rounds"]), o["handoff_p50_us"], o["floor_us"]))
+
     f = ho["dmutex-fair"]
     rows.append(("fair handoff (K=2, 2 ms hold) / notice floor (PUBLISH to a sleeping "
                  "subscriber)",
-                 "x%.2f, the median of %d rounds' ratios (handoff p50 %.0f us, notice floor "
-                 "%.0f us: their medians)"
-                 % (f["ratio"], len(f["rounds"]), f["handoff_p50_us"], f["floor_us"]),
+                 measured(f),
                  "<= x1.5", verdict(f["ratio"], 1.5, False),
                  "the waiter sleeps %.1f ms before its handover (through the holder's batch: "
                  "the lock moved in %.0f%% of the acquisitions), the floor's subscriber 2 ms; "
@@ -890,9 +893,7 @@ def targets(res):
     c = ho["dmutex-cache"]
     rows.append(("cache mode: second process gets the lock after the holder's CS ends / "
                  "notice floor",
-                 "x%.2f, the median of %d rounds' ratios (handoff p50 %.0f us, notice floor "
-                 "%.0f us: their medians)"
-                 % (c["ratio"], len(c["rounds"]), c["handoff_p50_us"], c["floor_us"]),
+                 measured(c),
                  "<= x2.0", verdict(c["ratio"], 2.0, False),
                  "the waiter sleeps %.1f ms; its want notice reaches the holder during its "
                  "critical section, the handover is a second notice: %.2f PUBLISH (a script's "

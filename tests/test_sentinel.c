@@ -494,6 +494,32 @@ static void fake_sentinel_cluster(const struct topo *t, long lease)
     dm_cluster_init(&cfg);
 }
 
+/* Waits until the replica `neu` has `owner`'s hold of `key`, then cuts it
+ * off its primary (REPLICAOF NO ONE): it keeps that hold, and nothing the
+ * primary does afterwards reaches it. Returns a connection to `neu`. */
+static redisContext *cut_off_holding(const struct th_redis *neu, const char *key,
+                                     const char *owner)
+{
+    redisContext *n = th_redis_connect(neu);
+    long long until = th_now_ms() + RUN_MS;
+    while (th_cmd_int(n, "HEXISTS %s %s", key, owner) != 1) {
+        if (th_now_ms() > until)
+            fail_msg("the grant never reached the replica");
+        usleep(2000);
+    }
+    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    return n;
+}
+
+/* `old` becomes a replica of `neu`, as a failover demotes it (the fake
+ * sentinel is the caller's to move). */
+static void demote_to(const struct th_redis *old, const struct th_redis *neu)
+{
+    redisContext *o = th_redis_connect(old);
+    freeReplyObject(th_cmd(o, "REPLICAOF %s %d", neu->addr, neu->port));
+    redisFree(o);
+}
+
 /* `neu` is cut off from `old` (REPLICAOF NO ONE) while it has A's grant;
  * A's release is then answered by `old` only; `old` is made a replica of
  * `neu` and the (fake) sentinel names `neu`, with no +switch-master notice:
@@ -525,19 +551,12 @@ static void test_a_release_sent_again_leaves_the_same_threads_new_grant(void **s
         wait_replicas(old, 1);
         assert_int_equal(dm_cluster_acquire(l, owner, NULL, 0, &g), 0);
         uint64_t t1 = g.token;
-        redisContext *n = th_redis_connect(neu);
-        long long until = th_now_ms() + RUN_MS;
-        while (th_cmd_int(n, "HEXISTS %s %s", key, owner) != 1) {
-            if (th_now_ms() > until)
-                fail_msg("the grant never reached the replica");
-            usleep(2000);
-        }
-        freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));     /* neu keeps the hold */
+        redisContext *n = cut_off_holding(neu, key, owner);     /* neu keeps the hold */
         assert_int_equal(dm_cluster_release_hold(l, owner, t1, g.wait_id), 0);   /* answered by old only */
         redisContext *o = th_redis_connect(old);
         assert_int_equal(th_cmd_int(o, "EXISTS %s", key), 0);
-        freeReplyObject(th_cmd(o, "REPLICAOF %s %d", neu->addr, neu->port));
         redisFree(o);
+        demote_to(old, neu);
         unsigned long r0 = dm_cluster_resend_rounds();
         fake_sentinel_names(neu);
         /* A locks again at once: READONLY from old, the sentinel names neu. */
@@ -597,20 +616,11 @@ static void test_every_kept_release_is_sent_again_the_server_decides(void **s)
     dm_cluster_owner(c, 3);
     struct dm_grant ga, gb, gc;
     assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &ga), 0);
-    redisContext *n = th_redis_connect(neu);
-    long long until = th_now_ms() + RUN_MS;
-    while (th_cmd_int(n, "HEXISTS %s %s", key, a) != 1) {
-        if (th_now_ms() > until)
-            fail_msg("the grant never reached the replica");
-        usleep(2000);
-    }
-    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    redisContext *n = cut_off_holding(neu, key, a);
     assert_int_equal(dm_cluster_release_hold(l, a, ga.token, ga.wait_id), 0);
     assert_int_equal(dm_cluster_acquire(l, b, NULL, 0, &gb), 0);
     assert_int_equal(dm_cluster_release_hold(l, b, gb.token, gb.wait_id), 0);
-    redisContext *o = th_redis_connect(old);
-    freeReplyObject(th_cmd(o, "REPLICAOF %s %d", neu->addr, neu->port));
-    redisFree(o);
+    demote_to(old, neu);
     unsigned long r0 = dm_cluster_resend_rounds();
     fake_sentinel_names(neu);
     long long t0 = th_now_ms();
@@ -648,14 +658,7 @@ static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
     dm_cluster_owner(a, 1);
     struct dm_grant g;
     assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
-    redisContext *n = th_redis_connect(neu);
-    long long until = th_now_ms() + RUN_MS;
-    while (th_cmd_int(n, "HEXISTS %s %s", key, a) != 1) {
-        if (th_now_ms() > until)
-            fail_msg("the grant never reached the replica");
-        usleep(2000);
-    }
-    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    redisContext *n = cut_off_holding(neu, key, a);
     assert_int_equal(dm_cluster_release_hold(l, a, g.token, g.wait_id), 0);
     long long h0 = th_now_ms();
     for (int i = 0; i < 256; i++) {
@@ -663,9 +666,7 @@ static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
         assert_int_equal(dm_cluster_release_hold(h, a, g.token, g.wait_id), 0);
     }
     long long hot_ms = th_now_ms() - h0;
-    redisContext *o = th_redis_connect(old);
-    freeReplyObject(th_cmd(o, "REPLICAOF %s %d", neu->addr, neu->port));
-    redisFree(o);
+    demote_to(old, neu);
     unsigned long r0 = dm_cluster_resend_rounds();
     fake_sentinel_names(neu);
     assert_int_equal(dm_cluster_acquire(h, a, NULL, DM_ACQ_TRY, &g), 0);
@@ -723,14 +724,7 @@ static void test_a_release_answered_by_the_old_primary_after_the_round_is_sent_a
     assert_int_equal(dm_cluster_acquire(w, a, NULL, 0, &g), 0);
     assert_int_equal(dm_cluster_release_hold(w, a, g.token, g.wait_id), 0);
     assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
-    redisContext *n = th_redis_connect(neu);
-    long long until = th_now_ms() + RUN_MS;
-    while (th_cmd_int(n, "HEXISTS %s %s", key, a) != 1) {
-        if (th_now_ms() > until)
-            fail_msg("the grant never reached the replica");
-        usleep(2000);
-    }
-    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    redisContext *n = cut_off_holding(neu, key, a);
     redisContext *o = th_redis_connect(old);
     freeReplyObject(th_cmd(o, "CLIENT PAUSE 2000 WRITE"));
     struct release_call rel = { l, a, g.token, g.wait_id, -1 };
