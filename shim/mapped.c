@@ -86,7 +86,8 @@ struct dm_name {
     enum name_state state;              /* among the ints: no padding (docs/design.md,
                                            "The cost of a name") */
     unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
-    long long batch_end_ns;             /* HELD: the grant's batch ends (0: none) */
+    long long batch_end_ns;             /* HELD: a contended grant's batch ends (0: no
+                                           batch; batch_ms = 0: at the grant) */
     long long left_ns;                  /* a lingering hold: its last unlock */
     long long handed_ns;                /* its last hold, batched or wanted, was given back */
     struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
@@ -359,10 +360,13 @@ static int hold_lost_locked(struct dm_name *nm);
  * mutexes only: not notices (fair = false), cache mode (which keeps a
  * hold until asked, and gives it up when asked), rwlocks, or robust
  * mutexes (a process killed while its batch's hold lingers would pass for
- * one killed inside its critical section: the next holder's EOWNERDEAD). */
+ * one killed inside its critical section: the next holder's EOWNERDEAD).
+ * With batch_ms = 0 the batch is empty (it ends at the grant): no lock call
+ * joins without a round trip, but the release still counts as the
+ * handover it most likely is (hold_release notes handed_ns: the grace). */
 static int batching(const struct dm_name *nm)
 {
-    return mcfg->batch_ms > 0 && nm->fair && !nm->cache && !nm->rw &&
+    return nm->fair && !nm->cache && !nm->rw &&
            !__atomic_load_n(&nm->robust, __ATOMIC_RELAXED);
 }
 

@@ -1035,21 +1035,21 @@ static void queue_waiter(const char *name, const char *member, long long until)
 
 #define GRACE_MS 20000  /* DMUTEX_TEST_HANDED_GRACE_MS: far past any call here */
 
-/* lockprog handover GO MS under the shim with the grace after a handover
- * widened to GRACE_MS; returns its pid once it holds held_lock after a
- * contended grant: a waiter queued by hand before it, alive for a second,
- * made it wait (a batch). */
-static pid_t handover_prog(const char *cfg, const char *name, const char *out, const char *go,
-                           const char *ms)
+/* lockprog MODE GO [MS] (handover, handover-lock) under the shim with the
+ * grace after a handover widened to grace_ms; returns its pid once it
+ * holds held_lock after a contended grant: a waiter queued by hand before
+ * it, alive for a second, made it wait (a batch). */
+static pid_t handover_prog(const char *cfg, const char *name, const char *out, const char *mode,
+                           const char *go, const char *ms, long grace_ms)
 {
     queue_waiter(name, "other:1|1", server_ms() + 1000);
     static struct th_shim_env e;
     static char grace[64];
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
-    snprintf(grace, sizeof grace, "DMUTEX_TEST_HANDED_GRACE_MS=%d", GRACE_MS);
+    snprintf(grace, sizeof grace, "DMUTEX_TEST_HANDED_GRACE_MS=%ld", grace_ms);
     const char *extra[] = { grace, NULL };
-    char *argv[] = { LOCKPROG, "handover", (char *)go, (char *)ms, NULL };
+    char *argv[] = { LOCKPROG, (char *)mode, (char *)go, (char *)ms, NULL };
     pid_t p = th_child(argv, th_shim_env_extra(&e, cfg, url, NULL, extra), out);
     th_wait_for(out, "locked 0", RUN_MS);
     usleep(20 * 1000);          /* past the 5 ms batch: its unlock gives the hold back */
@@ -1070,7 +1070,7 @@ static void test_right_after_a_handover_trylock_and_an_earlier_deadline_do_not_w
     char dl[16];
     snprintf(dl, sizeof dl, "%ld", wait);
     char *out = th_out_file(), *go = th_go_file();
-    pid_t p = handover_prog(cfg, "g_grace", out, go, dl);
+    pid_t p = handover_prog(cfg, "g_grace", out, "handover", go, dl, GRACE_MS);
     queue_waiter("g_grace", "other:2|1", server_ms() + 10L * RUN_MS);
     th_touch(go);
     char *text = finish(p, out, 0);
@@ -1094,12 +1094,56 @@ static void test_right_after_a_batch_a_timed_lock_takes_the_lock_it_left_free(vo
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_free\"; }");
     char *out = th_out_file(), *go = th_go_file();
-    pid_t p = handover_prog(cfg, "g_free", out, go, "300");
+    pid_t p = handover_prog(cfg, "g_free", out, "handover", go, "300", GRACE_MS);
     th_touch(go);
     char *text = finish(p, out, 0);
     th_assert_has(text, "handover-try 0");
     th_assert_has(text, "handover-timed 0");
     free(text);
+}
+
+/* batch_ms = 0: no batch, but a contended grant's unlock is still the
+ * handover it most likely is, so the process's next lock call waits for
+ * the grace (widened here to FIFO_GRACE_MS) before its request: sent at
+ * once, it reached the server with the release, whose handover notice
+ * then left only after this request's script had run too (handoffs at
+ * K = 2 with 2 ms holds: 130-170 us before, 95-125 us with the grace, in
+ * interleaved runs on the dev VM). Its request is not in the queue for
+ * the first FIFO_QUIET_MS after the handover, then it is. */
+#define FIFO_GRACE_MS 5000
+#define FIFO_QUIET_MS 2000
+static void test_with_batch_ms_0_a_handover_still_delays_the_next_request(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; "
+                                           "name = \"g_fifo\"; } );\n", LONG_LEASE_MS));
+    char *out = th_out_file(), *go = th_go_file();
+    pid_t p = handover_prog(cfg, "g_fifo", out, "handover-lock", go, NULL, FIFO_GRACE_MS);
+    queue_waiter("g_fifo", "other:2|1", server_ms() + 10L * RUN_MS);
+    const char *lock = th_key("g_fifo", DM_KEY_LOCK), *qtime = th_key("g_fifo", DM_KEY_QTIME);
+    th_touch(go);
+    long long until = th_now_ms() + RUN_MS;
+    while (th_cmd_int(rc, "HEXISTS %s other:2", lock) != 1) {   /* the handover */
+        if (th_now_ms() > until)
+            fail_msg("the unlock never handed the lock to the waiter queued by hand");
+        usleep(1000);
+    }
+    long long handed = th_now_ms();
+    while (th_now_ms() - handed < FIFO_QUIET_MS) {
+        if (th_cmd_int(rc, "ZCARD %s", qtime) != 0)
+            fail_msg("the next lock call queued %lld ms after the handover, inside the grace",
+                     th_now_ms() - handed);
+        usleep(5000);
+    }
+    until = th_now_ms() + FIFO_GRACE_MS + RUN_MS;
+    while (th_cmd_int(rc, "ZCARD %s", qtime) != 1) {            /* after the grace: it asks */
+        if (th_now_ms() > until)
+            fail_msg("the next lock call never asked after the grace");
+        usleep(5000);
+    }
+    kill(p, SIGKILL);           /* it waits for other:2, which never comes */
+    th_wait_end(p, RUN_MS, NULL, NULL);
 }
 
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
@@ -1146,6 +1190,7 @@ int main(void)
         T(test_a_process_stopped_while_its_batch_lingers_goes_on_when_continued),
         T(test_right_after_a_handover_trylock_and_an_earlier_deadline_do_not_wait),
         T(test_right_after_a_batch_a_timed_lock_takes_the_lock_it_left_free),
+        T(test_with_batch_ms_0_a_handover_still_delays_the_next_request),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -19,6 +19,8 @@
  *                    once a trylock, "handover-try RC MS", and a timedlock with
  *                    a deadline MS from then, "handover-timed RC MS" (MS: how
  *                    long each call took)
+ *   handover-lock FILE lock, "locked RC", wait until FILE exists, unlock,
+ *                    then at once lock again: "relocked RC MS", unlock
  *   lock             lock, "locked RC MS" (MS: how long lock took), unlock
  *   trylock          trylock, "trylock RC MS", unlock if it succeeded
  *   timedlock MS     timedlock with a deadline MS from now, "timedlock RC MS"
@@ -92,6 +94,7 @@ static void storm(int on)
 static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | handover FILE MS |"
+                    " handover-lock FILE |"
                     " lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
                     " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
@@ -149,6 +152,18 @@ int main(int argc, char **argv)
         struct timespec dl = deadline_in(CLOCK_REALTIME, atol(argv[3]));
         rc = pthread_mutex_timedlock(&held_lock, &dl);
         say("handover-timed %s %lld", ename(rc), now_ms() - t);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "handover-lock") == 0 && arg) {
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        wait_file(arg);
+        pthread_mutex_unlock(&held_lock);
+        long long t = now_ms();
+        rc = pthread_mutex_lock(&held_lock);
+        say("relocked %s %lld", ename(rc), now_ms() - t);
         if (rc == 0)
             pthread_mutex_unlock(&held_lock);
         return 0;
