@@ -89,6 +89,8 @@ struct dm_name {
     long long batch_end_ns;             /* HELD: a contended grant's batch ends (0: no
                                            batch; batch_ms = 0: at the grant) */
     long long left_ns;                  /* a lingering hold: its last unlock */
+    long long busy_ns;                  /* HELD: its users last went from 0 to 1 (the
+                                           grant; a join, while a batch runs) */
     long long handed_ns;                /* its last hold, batched or wanted, was given back */
     struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
@@ -356,7 +358,11 @@ static int hold_lost_locked(struct dm_name *nm);
  * A contended grant (it came after a wait, or others queue behind it)
  * serves this process's lock calls until batch_ms after it: the last
  * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
- * locks again, and notify's thread gives it back when none did. Fair
+ * locks again, and notify's thread gives it back when none did. Only
+ * after a critical section shorter than batch_hold_us (busy_ns: since a
+ * lock found nobody of the process inside): a batch saves one handoff
+ * per section it serves, little next to a long one, and the processes
+ * in line wait for all of it (docs/design.md has the measurements). Fair
  * mutexes only: not notices (fair = false), cache mode (which keeps a
  * hold until asked, and gives it up when asked), rwlocks, or robust
  * mutexes (a process killed while its batch's hold lingers would pass for
@@ -597,8 +603,8 @@ static int name_join_fast(struct dm_name *nm)
     pthread_mutex_lock(&nm->mu);
     int ok = nm->state == NAME_HELD && (!nm->want || batch_open_locked(nm)) &&
              !hold_lost_locked(nm) && hold_use_locked(nm);
-    if (ok)
-        nm->users++;
+    if (ok && nm->users++ == 0 && nm->batch_end_ns != 0)
+        nm->busy_ns = dm_now_ns();
     pthread_mutex_unlock(&nm->mu);
     if (ok)
         tl_note(nm, 1);
@@ -620,8 +626,9 @@ static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
         nm->state = NAME_HELD;
         nm->held = held;
         nm->users = 1;
+        nm->busy_ns = dm_now_ns();
         nm->batch_end_ns = held && contended && batching(nm)
-                           ? dm_now_ns() + mcfg->batch_ms * 1000000LL : 0;
+                           ? nm->busy_ns + mcfg->batch_ms * 1000000LL : 0;
         if (!held) {
             /* A local-only hold (on_redis_down = "local", no connection)
              * is for the outage: new threads step aside so that it drains
@@ -690,7 +697,8 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
             }
             if (!hold_use_locked(nm))
                 continue;               /* found lost while kept: go round */
-            nm->users++;
+            if (nm->users++ == 0 && nm->batch_end_ns != 0)
+                nm->busy_ns = dm_now_ns();
             pthread_mutex_unlock(&nm->mu);
             tl_note(nm, 1);
             return 0;
@@ -773,8 +781,9 @@ static int name_leave(struct dm_name *nm)
         pthread_mutex_unlock(&nm->mu);
         return 0;                       /* cached: kept until another process asks */
     }
-    if (batch_open_locked(nm) && !torn_down && !hold_lost_locked(nm) &&
-        linger_arm_locked(nm, dm_now_ns())) {
+    long long now = dm_now_ns();
+    if (batch_open_locked(nm) && now - nm->busy_ns < mcfg->batch_hold_us * 1000LL &&
+        !torn_down && !hold_lost_locked(nm) && linger_arm_locked(nm, now)) {
         __atomic_store_n(&nm->hold.idle, 1, __ATOMIC_SEQ_CST);
         pthread_cond_broadcast(&nm->cv);
         pthread_mutex_unlock(&nm->mu);

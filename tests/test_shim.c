@@ -844,19 +844,21 @@ static void test_signals_during_the_connect_never_make_a_local_hold(void **state
 #define BATCH_TOKEN0    1000    /* the token counter's start (not 0: INCR to 1 seeds it) */
 #define CHURN_MS        1500    /* how long two processes churn on one lock */
 
-/* Two lockprog `churn` processes (the first in `mode0`) on held_lock under
- * lock name `name` with `cfg` for CHURN_MS; returns the lock calls they
- * made and sets *grants to the grants the server made meanwhile (the
- * fencing tokens drawn). The second must end (it exits); the first is
- * left running when mode0 is churn-idle. */
+/* Two lockprog churn processes (the first in `mode0`, the second in
+ * `mode1`: churn or churn-hold) on held_lock under lock name `name` with
+ * `cfg` for CHURN_MS; returns the lock calls they made and sets *grants to
+ * the grants the server made meanwhile (the fencing tokens drawn). The
+ * second must end (it exits); the first is left running when mode0 is
+ * churn-idle. */
 static long long churn_two(const char *cfg, const char *name, const char *mode0,
-                           long long *grants, pid_t *first, char **first_out)
+                           const char *mode1, long long *grants, pid_t *first,
+                           char **first_out)
 {
     const char *tok = th_key(name, DM_KEY_TOKEN);
     assert_int_equal(th_cmd_int(rc, "INCRBY %s %d", tok, BATCH_TOKEN0), BATCH_TOKEN0);
     char *out0 = th_out_file(), *out1 = th_out_file(), *stop = th_go_file();
     pid_t p0 = lockprog(cfg, rs.port, out0, mode0, stop);
-    pid_t p1 = lockprog(cfg, rs.port, out1, "churn", stop);
+    pid_t p1 = lockprog(cfg, rs.port, out1, mode1, stop);
     usleep(CHURN_MS * 1000);
     th_touch(stop);
     char *t1 = finish(p1, out1, 0);
@@ -885,7 +887,8 @@ static void test_contended_processes_lock_in_batches_not_one_grant_per_call(void
 {
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_batch\"; }");
-    long long grants, calls = churn_two(cfg, "q_batch", "churn", &grants, NULL, NULL);
+    long long grants, calls = churn_two(cfg, "q_batch", "churn", "churn", &grants, NULL,
+                                        NULL);
     print_message("batches: %lld lock calls, %lld grants\n", calls, grants);
     assert_true(grants >= 2);           /* the lock went from one process to the other */
     assert_true(grants * 2 < calls);
@@ -898,8 +901,40 @@ static void test_batch_ms_0_makes_every_lock_call_a_grant(void **state)
     char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
                                            "mutexes = ( { symbol = \"held_lock\"; "
                                            "name = \"q_nobatch\"; } );\n", LONG_LEASE_MS));
-    long long grants, calls = churn_two(cfg, "q_nobatch", "churn", &grants, NULL, NULL);
+    long long grants, calls = churn_two(cfg, "q_nobatch", "churn", "churn", &grants, NULL,
+                                        NULL);
     assert_int_equal(grants, calls);
+}
+
+/* Critical sections of 3 ms (lockprog churn-hold), longer than
+ * batch_hold_us (1000 by default): a batch does not go on after one, so
+ * every lock call is a grant of its own, as with batch_ms = 0, and the
+ * process that waited gets the lock at the next unlock (before, such a
+ * batch kept it for 2 sections: about half as many grants as calls). */
+static void test_a_batch_does_not_go_on_after_a_long_critical_section(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_long\"; }");
+    long long grants, calls = churn_two(cfg, "q_long", "churn-hold", "churn-hold", &grants,
+                                        NULL, NULL);
+    print_message("3 ms sections: %lld lock calls, %lld grants\n", calls, grants);
+    assert_int_equal(grants, calls);
+}
+
+/* batch_hold_us above the sections' 3 ms: the batch serves them again
+ * (the second section of a 5 ms batch joins it). */
+static void test_batch_hold_us_lets_a_batch_serve_longer_sections(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_hold_us = 10000;\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; "
+                                           "name = \"q_longbatch\"; } );\n", LONG_LEASE_MS));
+    long long grants, calls = churn_two(cfg, "q_longbatch", "churn-hold", "churn-hold",
+                                        &grants, NULL, NULL);
+    print_message("3 ms sections, batch_hold_us = 10000: %lld lock calls, %lld grants\n",
+                  calls, grants);
+    assert_true(grants >= 2);
+    assert_true(grants * 4 < calls * 3);
 }
 
 /* A process whose last unlock came while the other queued, and which then
@@ -912,7 +947,7 @@ static void test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in(void 
     pid_t idle;
     char *idle_out;
     long long grants;
-    churn_two(cfg, "q_linger", "churn-idle", &grants, &idle, &idle_out);
+    churn_two(cfg, "q_linger", "churn-idle", "churn", &grants, &idle, &idle_out);
     free(idle_out);
     /* The churner exited (finish); the idle one holds nothing: a third
      * process locks at once, with the idle one still alive. */
@@ -1183,6 +1218,8 @@ int main(void)
         T(test_signals_during_the_connect_never_make_a_local_hold),
         T(test_contended_processes_lock_in_batches_not_one_grant_per_call),
         T(test_batch_ms_0_makes_every_lock_call_a_grant),
+        T(test_a_batch_does_not_go_on_after_a_long_critical_section),
+        T(test_batch_hold_us_lets_a_batch_serve_longer_sections),
         T(test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in),
         T(test_a_churning_process_cannot_starve_another),
         T(test_exit_right_after_a_batch_unlock_gives_the_lock_back),

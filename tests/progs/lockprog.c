@@ -38,6 +38,8 @@
  *                    unlock held_lock until FILE exists: "churn N FAILED FIRST"
  *                    (cycles, lock calls that did not return 0, the first such
  *                    result)
+ *   churn-hold FILE  as churn, each critical section CHURN_HOLD_US long (a
+ *                    section longer than a batch goes on after, batch_hold_us)
  *   churn-idle FILE  as churn, then sleeps until killed (a process that stops
  *                    locking but lives on): "churn N FAILED FIRST", "idle"
  *   churn-_exit FILE as churn, then one more lock and unlock, and _exit(0) at once
@@ -70,6 +72,7 @@ pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t robust_lock;        /* made robust by main */
 
 #define STORM_US 200                /* storm-hold: a SIGALRM this often */
+#define CHURN_HOLD_US 3000          /* churn-hold: each critical section */
 static volatile sig_atomic_t storm_signals;
 
 static void on_storm(int sig)
@@ -97,7 +100,7 @@ static int usage(void)
                     " handover-lock FILE |"
                     " lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
-                    " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
+                    " destroy-held normal|robust | unmapped N | churn FILE | churn-hold FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
     return 2;
 }
 
@@ -238,16 +241,21 @@ int main(int argc, char **argv)
         say("unmapped %s", ename(first));
         return 0;
     }
-    if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-idle") == 0 ||
+    if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-hold") == 0 ||
+         strcmp(mode, "churn-idle") == 0 ||
          strcmp(mode, "churn-_exit") == 0 || strcmp(mode, "churn-exec") == 0 ||
          strcmp(mode, "churn-stop") == 0) && arg) {
         /* A program that never heard of SIGPIPE: a write of the shim's to a
          * socket the server closed must not kill it. */
         signal(SIGPIPE, SIG_DFL);
         long n = 0, failed = 0;
-        int first = 0;
+        int first = 0, hold = strcmp(mode, "churn-hold") == 0;
         while (access(arg, F_OK) != 0) {
             if ((rc = pthread_mutex_lock(&held_lock)) == 0) {
+                if (hold) {
+                    struct timespec ts = { 0, CHURN_HOLD_US * 1000L };
+                    nanosleep(&ts, NULL);
+                }
                 pthread_mutex_unlock(&held_lock);
             } else {
                 failed++;
