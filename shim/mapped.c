@@ -448,6 +448,40 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
     return 0;
 }
 
+/* nm->mu held, the name FREE, a lock call about to take it: this process
+ * just gave back a hold others queued or asked for (a batch's, even an
+ * empty one with batch_ms = 0, or a wanted one): its release most likely
+ * handed the lock over. A request sent at once would reach the server with
+ * that release, whose handover notice then leaves only after this
+ * request's script has run too, and with wants on (cache mode, several
+ * mutexes) its want notice would wake the new holder's subscriber thread
+ * beside the waiter. So it waits until DM_HANDED_GRACE_NS after the
+ * release (docs/design.md, "Asking again right after a handover"). It
+ * would have waited for the new holder's critical section anyway. Not a
+ * trylock, nor a timed lock whose deadline comes first: that one asks at
+ * once, as without the grace, since the release may not have handed the
+ * lock over (nobody queued any more) and POSIX lets no timed lock time out
+ * on a mutex it could have taken. The wait leaves the name FREE (mu let go
+ * meanwhile): another thread's trylock or timed lock of a mutex of the
+ * name takes it meanwhile rather than find it busy (ACQUIRING) or wait
+ * for this one's grace. Returns 1 when it waited: the caller looks at the
+ * name again. */
+static int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode,
+                             const struct timespec *deadline)
+{
+    long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
+    int due_first = deadline &&
+                    deadline->tv_sec * 1000000000LL + deadline->tv_nsec < until;   /* monotonic */
+    if (mode == DM_TRYLOCK || due_first || nm->handed_ns == 0 || now >= until)
+        return 0;
+    pthread_mutex_unlock(&nm->mu);
+    struct timespec ts = { (time_t)((until - now) / 1000000000LL),
+                           (long)((until - now) % 1000000000LL) };
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&nm->mu);
+    return 1;
+}
+
 /* Takes the cluster lock for the process; the caller has moved the name to
  * ACQUIRING, so the hold's fields are its own until it publishes HELD. A
  * hold that cannot be watched is not granted: nothing would renew it and
@@ -460,28 +494,6 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
-    /* This process just gave back a hold others queued or asked for (a
-     * batch's, or a wanted one): its release most likely handed the lock
-     * over. A request sent at once would reach the server with that
-     * release, whose handover notice then leaves only after this
-     * request's script has run too, and with wants on (cache mode, several
-     * mutexes) its want notice would wake the new holder's subscriber
-     * thread beside the waiter. So it waits until DM_HANDED_GRACE_NS
-     * after the release (docs/design.md, "Asking again right after a
-     * handover"). It would have waited for the new holder's critical
-     * section anyway. Not a trylock, nor a timed lock whose deadline
-     * comes first: that one asks at once, as without the grace, since the
-     * release may not have handed the lock over (nobody queued any more)
-     * and POSIX lets no timed lock time out on a mutex it could have
-     * taken. */
-    long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
-    int due_first = deadline &&
-                    deadline->tv_sec * 1000000000LL + deadline->tv_nsec < until;   /* monotonic */
-    if (mode != DM_TRYLOCK && !due_first && nm->handed_ns != 0 && now < until) {
-        struct timespec ts = { (time_t)((until - now) / 1000000000LL),
-                               (long)((until - now) % 1000000000LL) };
-        nanosleep(&ts, NULL);
-    }
     h->read = nm->rw && !nm->write;
     __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);
     int r = dm_cluster_acquire(nm->cl, h->owner, deadline,
@@ -703,8 +715,11 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
             tl_note(nm, 1);
             return 0;
         }
-        if (nm->state == NAME_FREE)
+        if (nm->state == NAME_FREE) {
+            if (grace_wait_locked(nm, mode, deadline))
+                continue;
             return name_take(nm, me, mode, deadline, dead);
+        }
         /* Another thread has a round trip in flight for the name. */
         tl_contended = 1;
         if (mode == DM_TRYLOCK) {
@@ -1335,6 +1350,8 @@ static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock
             continue;
         }
         if (nm->state == NAME_FREE) {
+            if (grace_wait_locked(nm, mode, deadline))
+                continue;
             int dead;
             nm->write = write;
             return name_take(nm, me, mode, deadline, &dead);

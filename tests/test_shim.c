@@ -1181,6 +1181,30 @@ static void test_with_batch_ms_0_a_handover_still_delays_the_next_request(void *
     th_wait_end(p, RUN_MS, NULL, NULL);
 }
 
+/* Another thread's lock call waiting out the grace after a handover (here
+ * widened to SIB_GRACE_MS) must not make a sibling mutex of the name busy:
+ * nobody holds the name in Redis (the release left it free), nobody holds
+ * sib_lock, so a trylock of it succeeds and so does a timed lock due long
+ * before the grace's end. (The grace used to be slept with the name
+ * ACQUIRING: the trylock got EBUSY and the timed lock ETIMEDOUT.) */
+#define SIB_GRACE_MS 3000
+static void test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; name = \"g_sib\"; },"
+                                           " { symbol = \"sib_lock\"; name = \"g_sib\"; } );\n",
+                                           LONG_LEASE_MS));
+    char *out = th_out_file(), *go = th_go_file();
+    pid_t p = handover_prog(cfg, "g_sib", out, "handover-sibling", go, "1000", SIB_GRACE_MS);
+    th_touch(go);
+    char *text = finish(p, out, 0);
+    th_assert_has(text, "sibling-try 0");
+    th_assert_has(text, "sibling-timed 0");
+    th_assert_has(text, "relocked 0");
+    free(text);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -1228,6 +1252,7 @@ int main(void)
         T(test_right_after_a_handover_trylock_and_an_earlier_deadline_do_not_wait),
         T(test_right_after_a_batch_a_timed_lock_takes_the_lock_it_left_free),
         T(test_with_batch_ms_0_a_handover_still_delays_the_next_request),
+        T(test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -21,6 +21,11 @@
  *                    long each call took)
  *   handover-lock FILE lock, "locked RC", wait until FILE exists, unlock,
  *                    then at once lock again: "relocked RC MS", unlock
+ *   handover-sibling FILE MS  as handover-lock, while another thread,
+ *                    SIBLING_DELAY_MS after the unlock, trylocks sib_lock
+ *                    (mapped to held_lock's name by the test), "sibling-try
+ *                    RC MS", and timedlocks it with a deadline MS away,
+ *                    "sibling-timed RC MS"
  *   lock             lock, "locked RC MS" (MS: how long lock took), unlock
  *   trylock          trylock, "trylock RC MS", unlock if it succeeded
  *   timedlock MS     timedlock with a deadline MS from now, "timedlock RC MS"
@@ -70,9 +75,32 @@ pthread_mutex_t rec_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
 pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t robust_lock;        /* made robust by main */
+pthread_mutex_t sib_lock = PTHREAD_MUTEX_INITIALIZER;   /* handover-sibling */
 
 #define STORM_US 200                /* storm-hold: a SIGALRM this often */
 #define CHURN_HOLD_US 3000          /* churn-hold: each critical section */
+#define SIBLING_DELAY_MS 200        /* handover-sibling: the other thread's calls */
+static long sibling_ms;
+
+/* handover-sibling's other thread. */
+static void *sibling(void *unused)
+{
+    (void)unused;
+    struct timespec d = { 0, SIBLING_DELAY_MS * 1000000L };
+    nanosleep(&d, NULL);
+    long long t = now_ms();
+    int rc = pthread_mutex_trylock(&sib_lock);
+    say("sibling-try %s %lld", ename(rc), now_ms() - t);
+    if (rc == 0)
+        pthread_mutex_unlock(&sib_lock);
+    t = now_ms();
+    struct timespec dl = deadline_in(CLOCK_REALTIME, sibling_ms);
+    rc = pthread_mutex_timedlock(&sib_lock, &dl);
+    say("sibling-timed %s %lld", ename(rc), now_ms() - t);
+    if (rc == 0)
+        pthread_mutex_unlock(&sib_lock);
+    return NULL;
+}
 static volatile sig_atomic_t storm_signals;
 
 static void on_storm(int sig)
@@ -97,7 +125,7 @@ static void storm(int on)
 static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | handover FILE MS |"
-                    " handover-lock FILE |"
+                    " handover-lock FILE | handover-sibling FILE MS |"
                     " lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
                     " destroy-held normal|robust | unmapped N | churn FILE | churn-hold FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
@@ -169,6 +197,23 @@ int main(int argc, char **argv)
         say("relocked %s %lld", ename(rc), now_ms() - t);
         if (rc == 0)
             pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "handover-sibling") == 0 && argc > 3) {
+        sibling_ms = atol(argv[3]);
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        wait_file(arg);
+        pthread_mutex_unlock(&held_lock);
+        pthread_t th;
+        if (pthread_create(&th, NULL, sibling, NULL) != 0)
+            return 1;
+        long long t = now_ms();
+        rc = pthread_mutex_lock(&held_lock);
+        say("relocked %s %lld", ename(rc), now_ms() - t);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        pthread_join(th, NULL);
         return 0;
     }
     if (strcmp(mode, "hold-forever") == 0) {
