@@ -880,8 +880,9 @@ def targets(res):
                  "subscriber)",
                  measured(f),
                  "<= x1.5", verdict(f["ratio"], 1.5, False),
-                 "the waiter sleeps %.1f ms before its handover (through the holder's batch: "
-                 "the lock moved in %.0f%% of the acquisitions), the floor's subscriber 2 ms; "
+                 "the waiter sleeps %.1f ms before its handover (the lock moved in %.0f%% of "
+                 "the acquisitions: a batch does not go on after a 2 ms section, "
+                 "batch_hold_us), the floor's subscriber 2 ms; "
                  "the holder's unlock (release.lua, %.1f us in the server: SLOWLOG mean) "
                  "returns %.0f us after its call (p50); per acquisition %.2f PUBLISH (a "
                  "script's included) and %.2f requests (%s); the waiter reads its handover on "

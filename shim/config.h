@@ -112,6 +112,7 @@ struct dm_config {
     enum dm_on_lease_lost on_lease_lost;    /* default abort */
     enum dm_on_redis_down on_redis_down;    /* default block */
     long batch_ms;              /* a contended grant serves this process so long (0: one lock) */
+    long batch_hold_us;         /* ... after critical sections shorter than this only */
     int min_replicas;           /* a grant counts once this many replicas have it (WAIT) */
     long replica_timeout_ms;    /* how long WAIT waits for them */
     struct dm_metrics_config metrics;

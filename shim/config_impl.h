@@ -26,6 +26,8 @@
 #define DM_LOCK_DELAY_MAX_MS    600000L
 #define DM_BATCH_DEFAULT_MS     5L
 #define DM_BATCH_MAX_MS         1000L
+#define DM_BATCH_HOLD_DEFAULT_US 1000L
+#define DM_BATCH_HOLD_MAX_US    1000000L
 #define DM_RENEW_DIVISOR        3           /* renew_ms default: lease / 3 */
 #define DM_MARGIN_DIVISOR       10          /* lease_margin_ms default: lease / 10 */
 #define DM_REDIS_DB_MAX         1000000L

@@ -69,6 +69,11 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
                "it again without a round trip for this long after the grant (a batch), before "
                "it goes to the next process in line; 0: every lock call queues anew. For fair "
                "mutexes (not `fair = false`, `cache` or rwlocks)" },
+    [DM_K_BATCH_HOLD] = { "batch_hold_us", TOP(batch_hold_us), .type = DM_KEY_LONG,
+        .lo = 0, .hi = DM_BATCH_HOLD_MAX_US, .dflt = DM_BATCH_HOLD_DEFAULT_US,
+        .doc = "a batch goes on after an unlock only when the critical section it ended (from "
+               "the lock that found nobody of the process inside) was shorter than this; a "
+               "longer one's unlock hands the lock on at once, as with `batch_ms = 0`" },
     [DM_K_MUTEXES] = { "mutexes", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
         .doc_type = "list of groups", .doc_default = "`()`", .doc_range = "",
         .doc = "the mutexes to make cluster-wide" },

@@ -86,8 +86,11 @@ struct dm_name {
     enum name_state state;              /* among the ints: no padding (docs/design.md,
                                            "The cost of a name") */
     unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
-    long long batch_end_ns;             /* HELD: the grant's batch ends (0: none) */
+    long long batch_end_ns;             /* HELD: a contended grant's batch ends (0: no
+                                           batch; batch_ms = 0: at the grant) */
     long long left_ns;                  /* a lingering hold: its last unlock */
+    long long busy_ns;                  /* HELD: its users last went from 0 to 1 (the
+                                           grant; a join, while a batch runs) */
     long long handed_ns;                /* its last hold, batched or wanted, was given back */
     struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
@@ -355,14 +358,22 @@ static int hold_lost_locked(struct dm_name *nm);
  * A contended grant (it came after a wait, or others queue behind it)
  * serves this process's lock calls until batch_ms after it: the last
  * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
- * locks again, and notify's thread gives it back when none did. Fair
+ * locks again, and notify's thread gives it back when none did. Only
+ * after a critical section shorter than batch_hold_us (busy_ns: since a
+ * lock found nobody of the process inside): a batch saves one handoff
+ * per section it serves, little next to a long one, and the processes
+ * in line wait for all of it (docs/design.md has the measurements). Fair
  * mutexes only: not notices (fair = false), cache mode (which keeps a
  * hold until asked, and gives it up when asked), rwlocks, or robust
  * mutexes (a process killed while its batch's hold lingers would pass for
- * one killed inside its critical section: the next holder's EOWNERDEAD). */
+ * one killed inside its critical section: the next holder's EOWNERDEAD).
+ * With batch_ms = 0 the batch is empty (it ends at the grant): no lock call
+ * joins without a round trip, but the release after a section at least as
+ * long as the grace still counts as the handover it most likely is
+ * (hold_release notes handed_ns: the grace). */
 static int batching(const struct dm_name *nm)
 {
-    return mcfg->batch_ms > 0 && nm->fair && !nm->cache && !nm->rw &&
+    return nm->fair && !nm->cache && !nm->rw &&
            !__atomic_load_n(&nm->robust, __ATOMIC_RELAXED);
 }
 
@@ -438,6 +449,40 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
     return 0;
 }
 
+/* nm->mu held, the name FREE, a lock call about to take it: this process
+ * just gave back a hold others queued or asked for (a batch's, even an
+ * empty one with batch_ms = 0, or a wanted one): its release most likely
+ * handed the lock over. A request sent at once would reach the server with
+ * that release, whose handover notice then leaves only after this
+ * request's script has run too, and with wants on (cache mode, several
+ * mutexes) its want notice would wake the new holder's subscriber thread
+ * beside the waiter. So it waits until DM_HANDED_GRACE_NS after the
+ * release (docs/design.md, "Asking again right after a handover"). It
+ * would have waited for the new holder's critical section anyway. Not a
+ * trylock, nor a timed lock whose deadline comes first: that one asks at
+ * once, as without the grace, since the release may not have handed the
+ * lock over (nobody queued any more) and POSIX lets no timed lock time out
+ * on a mutex it could have taken. The wait leaves the name FREE (mu let go
+ * meanwhile): another thread's trylock or timed lock of a mutex of the
+ * name takes it meanwhile rather than find it busy (ACQUIRING) or wait
+ * for this one's grace. Returns 1 when it waited: the caller looks at the
+ * name again. */
+static int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode,
+                             const struct timespec *deadline)
+{
+    long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
+    int due_first = deadline &&
+                    deadline->tv_sec * 1000000000LL + deadline->tv_nsec < until;   /* monotonic */
+    if (mode == DM_TRYLOCK || due_first || nm->handed_ns == 0 || now >= until)
+        return 0;
+    pthread_mutex_unlock(&nm->mu);
+    struct timespec ts = { (time_t)((until - now) / 1000000000LL),
+                           (long)((until - now) % 1000000000LL) };
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&nm->mu);
+    return 1;
+}
+
 /* Takes the cluster lock for the process; the caller has moved the name to
  * ACQUIRING, so the hold's fields are its own until it publishes HELD. A
  * hold that cannot be watched is not granted: nothing would renew it and
@@ -450,28 +495,6 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
     dm_cluster_owner(h->owner, me);
     struct dm_grant g;
-    /* This process just gave back a hold others queued or asked for (a
-     * batch's, or a wanted one): its release most likely handed the lock
-     * over. A request sent at once would reach the server with that
-     * release, whose handover notice then leaves only after this
-     * request's script has run too, and with wants on (cache mode, several
-     * mutexes) its want notice would wake the new holder's subscriber
-     * thread beside the waiter. So it waits until DM_HANDED_GRACE_NS
-     * after the release (docs/design.md, "Asking again right after a
-     * handover"). It would have waited for the new holder's critical
-     * section anyway. Not a trylock, nor a timed lock whose deadline
-     * comes first: that one asks at once, as without the grace, since the
-     * release may not have handed the lock over (nobody queued any more)
-     * and POSIX lets no timed lock time out on a mutex it could have
-     * taken. */
-    long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
-    int due_first = deadline &&
-                    deadline->tv_sec * 1000000000LL + deadline->tv_nsec < until;   /* monotonic */
-    if (mode != DM_TRYLOCK && !due_first && nm->handed_ns != 0 && now < until) {
-        struct timespec ts = { (time_t)((until - now) / 1000000000LL),
-                               (long)((until - now) % 1000000000LL) };
-        nanosleep(&ts, NULL);
-    }
     h->read = nm->rw && !nm->write;
     __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);
     int r = dm_cluster_acquire(nm->cl, h->owner, deadline,
@@ -553,8 +576,16 @@ static int hold_release(struct dm_name *nm)
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
     pthread_mutex_lock(&nm->mu);
-    if (nm->want || nm->batch_end_ns != 0)
-        nm->handed_ns = dm_now_ns();    /* read by the next hold_acquire (ACQUIRING) */
+    /* Most likely a handover: the next lock call waits for the grace
+     * (grace_wait_locked). Without a batch (batch_ms = 0) only after a
+     * critical section at least as long as the grace: the new holder's
+     * would then outlast it too, while after short ones both processes
+     * could sit in a grace with the lock free (K = 2, empty sections:
+     * 5.8-7.7 k acquisitions/s without the grace, 4.7-6.1 k with it). */
+    long long now = dm_now_ns();
+    if (nm->want || (nm->batch_end_ns != 0 &&
+                     (mcfg->batch_ms > 0 || now - nm->busy_ns >= handed_grace_ns)))
+        nm->handed_ns = now;
     nm->held = 0;
     nm->want = 0;
     nm->yield_logged = 0;
@@ -593,8 +624,8 @@ static int name_join_fast(struct dm_name *nm)
     pthread_mutex_lock(&nm->mu);
     int ok = nm->state == NAME_HELD && (!nm->want || batch_open_locked(nm)) &&
              !hold_lost_locked(nm) && hold_use_locked(nm);
-    if (ok)
-        nm->users++;
+    if (ok && nm->users++ == 0 && nm->batch_end_ns != 0)
+        nm->busy_ns = dm_now_ns();
     pthread_mutex_unlock(&nm->mu);
     if (ok)
         tl_note(nm, 1);
@@ -616,8 +647,9 @@ static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
         nm->state = NAME_HELD;
         nm->held = held;
         nm->users = 1;
+        nm->busy_ns = dm_now_ns();
         nm->batch_end_ns = held && contended && batching(nm)
-                           ? dm_now_ns() + mcfg->batch_ms * 1000000LL : 0;
+                           ? nm->busy_ns + mcfg->batch_ms * 1000000LL : 0;
         if (!held) {
             /* A local-only hold (on_redis_down = "local", no connection)
              * is for the outage: new threads step aside so that it drains
@@ -686,13 +718,17 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
             }
             if (!hold_use_locked(nm))
                 continue;               /* found lost while kept: go round */
-            nm->users++;
+            if (nm->users++ == 0 && nm->batch_end_ns != 0)
+                nm->busy_ns = dm_now_ns();
             pthread_mutex_unlock(&nm->mu);
             tl_note(nm, 1);
             return 0;
         }
-        if (nm->state == NAME_FREE)
+        if (nm->state == NAME_FREE) {
+            if (grace_wait_locked(nm, mode, deadline))
+                continue;
             return name_take(nm, me, mode, deadline, dead);
+        }
         /* Another thread has a round trip in flight for the name. */
         tl_contended = 1;
         if (mode == DM_TRYLOCK) {
@@ -769,8 +805,9 @@ static int name_leave(struct dm_name *nm)
         pthread_mutex_unlock(&nm->mu);
         return 0;                       /* cached: kept until another process asks */
     }
-    if (batch_open_locked(nm) && !torn_down && !hold_lost_locked(nm) &&
-        linger_arm_locked(nm, dm_now_ns())) {
+    long long now = dm_now_ns();
+    if (batch_open_locked(nm) && now - nm->busy_ns < mcfg->batch_hold_us * 1000LL &&
+        !torn_down && !hold_lost_locked(nm) && linger_arm_locked(nm, now)) {
         __atomic_store_n(&nm->hold.idle, 1, __ATOMIC_SEQ_CST);
         pthread_cond_broadcast(&nm->cv);
         pthread_mutex_unlock(&nm->mu);
@@ -1322,6 +1359,8 @@ static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock
             continue;
         }
         if (nm->state == NAME_FREE) {
+            if (grace_wait_locked(nm, mode, deadline))
+                continue;
             int dead;
             nm->write = write;
             return name_take(nm, me, mode, deadline, &dead);

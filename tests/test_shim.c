@@ -844,19 +844,21 @@ static void test_signals_during_the_connect_never_make_a_local_hold(void **state
 #define BATCH_TOKEN0    1000    /* the token counter's start (not 0: INCR to 1 seeds it) */
 #define CHURN_MS        1500    /* how long two processes churn on one lock */
 
-/* Two lockprog `churn` processes (the first in `mode0`) on held_lock under
- * lock name `name` with `cfg` for CHURN_MS; returns the lock calls they
- * made and sets *grants to the grants the server made meanwhile (the
- * fencing tokens drawn). The second must end (it exits); the first is
- * left running when mode0 is churn-idle. */
+/* Two lockprog churn processes (the first in `mode0`, the second in
+ * `mode1`: churn or churn-hold) on held_lock under lock name `name` with
+ * `cfg` for CHURN_MS; returns the lock calls they made and sets *grants to
+ * the grants the server made meanwhile (the fencing tokens drawn). The
+ * second must end (it exits); the first is left running when mode0 is
+ * churn-idle. */
 static long long churn_two(const char *cfg, const char *name, const char *mode0,
-                           long long *grants, pid_t *first, char **first_out)
+                           const char *mode1, long long *grants, pid_t *first,
+                           char **first_out)
 {
     const char *tok = th_key(name, DM_KEY_TOKEN);
     assert_int_equal(th_cmd_int(rc, "INCRBY %s %d", tok, BATCH_TOKEN0), BATCH_TOKEN0);
     char *out0 = th_out_file(), *out1 = th_out_file(), *stop = th_go_file();
     pid_t p0 = lockprog(cfg, rs.port, out0, mode0, stop);
-    pid_t p1 = lockprog(cfg, rs.port, out1, "churn", stop);
+    pid_t p1 = lockprog(cfg, rs.port, out1, mode1, stop);
     usleep(CHURN_MS * 1000);
     th_touch(stop);
     char *t1 = finish(p1, out1, 0);
@@ -885,7 +887,8 @@ static void test_contended_processes_lock_in_batches_not_one_grant_per_call(void
 {
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_batch\"; }");
-    long long grants, calls = churn_two(cfg, "q_batch", "churn", &grants, NULL, NULL);
+    long long grants, calls = churn_two(cfg, "q_batch", "churn", "churn", &grants, NULL,
+                                        NULL);
     print_message("batches: %lld lock calls, %lld grants\n", calls, grants);
     assert_true(grants >= 2);           /* the lock went from one process to the other */
     assert_true(grants * 2 < calls);
@@ -898,8 +901,40 @@ static void test_batch_ms_0_makes_every_lock_call_a_grant(void **state)
     char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
                                            "mutexes = ( { symbol = \"held_lock\"; "
                                            "name = \"q_nobatch\"; } );\n", LONG_LEASE_MS));
-    long long grants, calls = churn_two(cfg, "q_nobatch", "churn", &grants, NULL, NULL);
+    long long grants, calls = churn_two(cfg, "q_nobatch", "churn", "churn", &grants, NULL,
+                                        NULL);
     assert_int_equal(grants, calls);
+}
+
+/* Critical sections of 3 ms (lockprog churn-hold), longer than
+ * batch_hold_us (1000 by default): a batch does not go on after one, so
+ * every lock call is a grant of its own, as with batch_ms = 0, and the
+ * process that waited gets the lock at the next unlock (before, such a
+ * batch kept it for 2 sections: about half as many grants as calls). */
+static void test_a_batch_does_not_go_on_after_a_long_critical_section(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"q_long\"; }");
+    long long grants, calls = churn_two(cfg, "q_long", "churn-hold", "churn-hold", &grants,
+                                        NULL, NULL);
+    print_message("3 ms sections: %lld lock calls, %lld grants\n", calls, grants);
+    assert_int_equal(grants, calls);
+}
+
+/* batch_hold_us above the sections' 3 ms: the batch serves them again
+ * (the second section of a 5 ms batch joins it). */
+static void test_batch_hold_us_lets_a_batch_serve_longer_sections(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_hold_us = 10000;\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; "
+                                           "name = \"q_longbatch\"; } );\n", LONG_LEASE_MS));
+    long long grants, calls = churn_two(cfg, "q_longbatch", "churn-hold", "churn-hold",
+                                        &grants, NULL, NULL);
+    print_message("3 ms sections, batch_hold_us = 10000: %lld lock calls, %lld grants\n",
+                  calls, grants);
+    assert_true(grants >= 2);
+    assert_true(grants * 4 < calls * 3);
 }
 
 /* A process whose last unlock came while the other queued, and which then
@@ -912,7 +947,7 @@ static void test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in(void 
     pid_t idle;
     char *idle_out;
     long long grants;
-    churn_two(cfg, "q_linger", "churn-idle", &grants, &idle, &idle_out);
+    churn_two(cfg, "q_linger", "churn-idle", "churn", &grants, &idle, &idle_out);
     free(idle_out);
     /* The churner exited (finish); the idle one holds nothing: a third
      * process locks at once, with the idle one still alive. */
@@ -1035,21 +1070,21 @@ static void queue_waiter(const char *name, const char *member, long long until)
 
 #define GRACE_MS 20000  /* DMUTEX_TEST_HANDED_GRACE_MS: far past any call here */
 
-/* lockprog handover GO MS under the shim with the grace after a handover
- * widened to GRACE_MS; returns its pid once it holds held_lock after a
- * contended grant: a waiter queued by hand before it, alive for a second,
- * made it wait (a batch). */
-static pid_t handover_prog(const char *cfg, const char *name, const char *out, const char *go,
-                           const char *ms)
+/* lockprog MODE GO [MS] (handover, handover-lock) under the shim with the
+ * grace after a handover widened to grace_ms; returns its pid once it
+ * holds held_lock after a contended grant: a waiter queued by hand before
+ * it, alive for a second, made it wait (a batch). */
+static pid_t handover_prog(const char *cfg, const char *name, const char *out, const char *mode,
+                           const char *go, const char *ms, long grace_ms)
 {
     queue_waiter(name, "other:1|1", server_ms() + 1000);
     static struct th_shim_env e;
     static char grace[64];
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
-    snprintf(grace, sizeof grace, "DMUTEX_TEST_HANDED_GRACE_MS=%d", GRACE_MS);
+    snprintf(grace, sizeof grace, "DMUTEX_TEST_HANDED_GRACE_MS=%ld", grace_ms);
     const char *extra[] = { grace, NULL };
-    char *argv[] = { LOCKPROG, "handover", (char *)go, (char *)ms, NULL };
+    char *argv[] = { LOCKPROG, (char *)mode, (char *)go, (char *)ms, NULL };
     pid_t p = th_child(argv, th_shim_env_extra(&e, cfg, url, NULL, extra), out);
     th_wait_for(out, "locked 0", RUN_MS);
     usleep(20 * 1000);          /* past the 5 ms batch: its unlock gives the hold back */
@@ -1070,7 +1105,7 @@ static void test_right_after_a_handover_trylock_and_an_earlier_deadline_do_not_w
     char dl[16];
     snprintf(dl, sizeof dl, "%ld", wait);
     char *out = th_out_file(), *go = th_go_file();
-    pid_t p = handover_prog(cfg, "g_grace", out, go, dl);
+    pid_t p = handover_prog(cfg, "g_grace", out, "handover", go, dl, GRACE_MS);
     queue_waiter("g_grace", "other:2|1", server_ms() + 10L * RUN_MS);
     th_touch(go);
     char *text = finish(p, out, 0);
@@ -1094,11 +1129,102 @@ static void test_right_after_a_batch_a_timed_lock_takes_the_lock_it_left_free(vo
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_free\"; }");
     char *out = th_out_file(), *go = th_go_file();
-    pid_t p = handover_prog(cfg, "g_free", out, go, "300");
+    pid_t p = handover_prog(cfg, "g_free", out, "handover", go, "300", GRACE_MS);
     th_touch(go);
     char *text = finish(p, out, 0);
     th_assert_has(text, "handover-try 0");
     th_assert_has(text, "handover-timed 0");
+    free(text);
+}
+
+/* batch_ms = 0: lockprog handover-lock gets a contended grant (a waiter
+ * queued by hand before it), holds it `section_ms`, unlocks, which hands
+ * the lock to a second waiter queued by hand meanwhile, and locks again
+ * at once. Returns how long after the handover that lock call's request
+ * was in the queue; the grace is widened to FIFO_GRACE_MS (so is the
+ * section the grace needs, hold_release). */
+#define FIFO_GRACE_MS 2000
+static long long fifo_relock_after(const char *name, long section_ms)
+{
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; "
+                                           "name = \"%s\"; } );\n", LONG_LEASE_MS, name));
+    char *out = th_out_file(), *go = th_go_file();
+    pid_t p = handover_prog(cfg, name, out, "handover-lock", go, NULL, FIFO_GRACE_MS);
+    queue_waiter(name, "other:2|1", server_ms() + 10L * RUN_MS);
+    usleep(section_ms * 1000);
+    const char *lock = th_key(name, DM_KEY_LOCK), *qtime = th_key(name, DM_KEY_QTIME);
+    th_touch(go);
+    long long until = th_now_ms() + RUN_MS;
+    while (th_cmd_int(rc, "HEXISTS %s other:2", lock) != 1) {   /* the handover */
+        if (th_now_ms() > until)
+            fail_msg("the unlock never handed the lock to the waiter queued by hand");
+        usleep(1000);
+    }
+    long long handed = th_now_ms();
+    until = handed + FIFO_GRACE_MS + RUN_MS;
+    while (th_cmd_int(rc, "ZCARD %s", qtime) != 1) {            /* the next lock asked */
+        if (th_now_ms() > until)
+            fail_msg("the next lock call never asked");
+        usleep(5000);
+    }
+    long long after = th_now_ms() - handed;
+    kill(p, SIGKILL);           /* it waits for other:2, which never comes */
+    th_wait_end(p, RUN_MS, NULL, NULL);
+    return after;
+}
+
+/* batch_ms = 0: no batch, but the unlock of a contended grant's section
+ * at least as long as the grace is still the handover it most likely is,
+ * so the process's next lock call waits for the grace before its request:
+ * sent at once, it reached the server with the release, whose handover
+ * notice then left only after this request's script had run too
+ * (handoffs at K = 2 with 2 ms holds: 130-170 us before, 95-125 us with
+ * the grace, in interleaved runs on the dev VM). */
+static void test_with_batch_ms_0_a_handover_still_delays_the_next_request(void **state)
+{
+    (void)state;
+    long long after = fifo_relock_after("g_fifo", FIFO_GRACE_MS + 500);
+    print_message("asked %lld ms after the handover\n", after);
+    if (after < FIFO_GRACE_MS / 2)
+        fail_msg("the next lock call asked %lld ms after the handover, inside the grace", after);
+}
+
+/* The same after a short section: no grace (the new holder's section
+ * would not outlast it either, and both processes could sit in one with
+ * the lock free: K = 2 with empty sections lost a fifth of its
+ * throughput to it, the review found). */
+static void test_with_batch_ms_0_a_short_section_starts_no_grace(void **state)
+{
+    (void)state;
+    long long after = fifo_relock_after("g_fifo_short", 0);
+    print_message("asked %lld ms after the handover\n", after);
+    if (after >= FIFO_GRACE_MS / 2)
+        fail_msg("the next lock call waited %lld ms after a short section's handover", after);
+}
+
+
+/* Another thread's lock call waiting out the grace after a handover (here
+ * widened to SIB_GRACE_MS) must not make a sibling mutex of the name busy:
+ * nobody holds the name in Redis (the release left it free), nobody holds
+ * sib_lock, so a trylock of it succeeds and so does a timed lock due long
+ * before the grace's end. (The grace used to be slept with the name
+ * ACQUIRING: the trylock got EBUSY and the timed lock ETIMEDOUT.) */
+#define SIB_GRACE_MS 3000
+static void test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
+                                           "mutexes = ( { symbol = \"held_lock\"; name = \"g_sib\"; },"
+                                           " { symbol = \"sib_lock\"; name = \"g_sib\"; } );\n",
+                                           LONG_LEASE_MS));
+    char *out = th_out_file(), *go = th_go_file();
+    pid_t p = handover_prog(cfg, "g_sib", out, "handover-sibling", go, "1000", SIB_GRACE_MS);
+    th_touch(go);
+    char *text = finish(p, out, 0);
+    th_assert_has(text, "sibling-try 0");
+    th_assert_has(text, "sibling-timed 0");
+    th_assert_has(text, "relocked 0");
     free(text);
 }
 
@@ -1139,6 +1265,8 @@ int main(void)
         T(test_signals_during_the_connect_never_make_a_local_hold),
         T(test_contended_processes_lock_in_batches_not_one_grant_per_call),
         T(test_batch_ms_0_makes_every_lock_call_a_grant),
+        T(test_a_batch_does_not_go_on_after_a_long_critical_section),
+        T(test_batch_hold_us_lets_a_batch_serve_longer_sections),
         T(test_a_process_that_stops_locking_mid_batch_lets_the_waiter_in),
         T(test_a_churning_process_cannot_starve_another),
         T(test_exit_right_after_a_batch_unlock_gives_the_lock_back),
@@ -1146,6 +1274,9 @@ int main(void)
         T(test_a_process_stopped_while_its_batch_lingers_goes_on_when_continued),
         T(test_right_after_a_handover_trylock_and_an_earlier_deadline_do_not_wait),
         T(test_right_after_a_batch_a_timed_lock_takes_the_lock_it_left_free),
+        T(test_with_batch_ms_0_a_handover_still_delays_the_next_request),
+        T(test_with_batch_ms_0_a_short_section_starts_no_grace),
+        T(test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -19,6 +19,13 @@
  *                    once a trylock, "handover-try RC MS", and a timedlock with
  *                    a deadline MS from then, "handover-timed RC MS" (MS: how
  *                    long each call took)
+ *   handover-lock FILE lock, "locked RC", wait until FILE exists, unlock,
+ *                    then at once lock again: "relocked RC MS", unlock
+ *   handover-sibling FILE MS  as handover-lock, while another thread,
+ *                    SIBLING_DELAY_MS after the unlock, trylocks sib_lock
+ *                    (mapped to held_lock's name by the test), "sibling-try
+ *                    RC MS", and timedlocks it with a deadline MS away,
+ *                    "sibling-timed RC MS"
  *   lock             lock, "locked RC MS" (MS: how long lock took), unlock
  *   trylock          trylock, "trylock RC MS", unlock if it succeeded
  *   timedlock MS     timedlock with a deadline MS from now, "timedlock RC MS"
@@ -36,6 +43,8 @@
  *                    unlock held_lock until FILE exists: "churn N FAILED FIRST"
  *                    (cycles, lock calls that did not return 0, the first such
  *                    result)
+ *   churn-hold FILE  as churn, each critical section CHURN_HOLD_US long (a
+ *                    section longer than a batch goes on after, batch_hold_us)
  *   churn-idle FILE  as churn, then sleeps until killed (a process that stops
  *                    locking but lives on): "churn N FAILED FIRST", "idle"
  *   churn-_exit FILE as churn, then one more lock and unlock, and _exit(0) at once
@@ -66,8 +75,32 @@ pthread_mutex_t rec_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 pthread_mutex_t err_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
 pthread_mutex_t plain_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t robust_lock;        /* made robust by main */
+pthread_mutex_t sib_lock = PTHREAD_MUTEX_INITIALIZER;   /* handover-sibling */
 
 #define STORM_US 200                /* storm-hold: a SIGALRM this often */
+#define CHURN_HOLD_US 3000          /* churn-hold: each critical section */
+#define SIBLING_DELAY_MS 200        /* handover-sibling: the other thread's calls */
+static long sibling_ms;
+
+/* handover-sibling's other thread. */
+static void *sibling(void *unused)
+{
+    (void)unused;
+    struct timespec d = { 0, SIBLING_DELAY_MS * 1000000L };
+    nanosleep(&d, NULL);
+    long long t = now_ms();
+    int rc = pthread_mutex_trylock(&sib_lock);
+    say("sibling-try %s %lld", ename(rc), now_ms() - t);
+    if (rc == 0)
+        pthread_mutex_unlock(&sib_lock);
+    t = now_ms();
+    struct timespec dl = deadline_in(CLOCK_REALTIME, sibling_ms);
+    rc = pthread_mutex_timedlock(&sib_lock, &dl);
+    say("sibling-timed %s %lld", ename(rc), now_ms() - t);
+    if (rc == 0)
+        pthread_mutex_unlock(&sib_lock);
+    return NULL;
+}
 static volatile sig_atomic_t storm_signals;
 
 static void on_storm(int sig)
@@ -92,9 +125,10 @@ static void storm(int on)
 static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | handover FILE MS |"
+                    " handover-lock FILE | handover-sibling FILE MS |"
                     " lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
-                    " destroy-held normal|robust | unmapped N | churn FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
+                    " destroy-held normal|robust | unmapped N | churn FILE | churn-hold FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
     return 2;
 }
 
@@ -151,6 +185,35 @@ int main(int argc, char **argv)
         say("handover-timed %s %lld", ename(rc), now_ms() - t);
         if (rc == 0)
             pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "handover-lock") == 0 && arg) {
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        wait_file(arg);
+        pthread_mutex_unlock(&held_lock);
+        long long t = now_ms();
+        rc = pthread_mutex_lock(&held_lock);
+        say("relocked %s %lld", ename(rc), now_ms() - t);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "handover-sibling") == 0 && argc > 3) {
+        sibling_ms = atol(argv[3]);
+        rc = pthread_mutex_lock(&held_lock);
+        say("locked %s", ename(rc));
+        wait_file(arg);
+        pthread_mutex_unlock(&held_lock);
+        pthread_t th;
+        if (pthread_create(&th, NULL, sibling, NULL) != 0)
+            return 1;
+        long long t = now_ms();
+        rc = pthread_mutex_lock(&held_lock);
+        say("relocked %s %lld", ename(rc), now_ms() - t);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        pthread_join(th, NULL);
         return 0;
     }
     if (strcmp(mode, "hold-forever") == 0) {
@@ -223,16 +286,21 @@ int main(int argc, char **argv)
         say("unmapped %s", ename(first));
         return 0;
     }
-    if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-idle") == 0 ||
+    if ((strcmp(mode, "churn") == 0 || strcmp(mode, "churn-hold") == 0 ||
+         strcmp(mode, "churn-idle") == 0 ||
          strcmp(mode, "churn-_exit") == 0 || strcmp(mode, "churn-exec") == 0 ||
          strcmp(mode, "churn-stop") == 0) && arg) {
         /* A program that never heard of SIGPIPE: a write of the shim's to a
          * socket the server closed must not kill it. */
         signal(SIGPIPE, SIG_DFL);
         long n = 0, failed = 0;
-        int first = 0;
+        int first = 0, hold = strcmp(mode, "churn-hold") == 0;
         while (access(arg, F_OK) != 0) {
             if ((rc = pthread_mutex_lock(&held_lock)) == 0) {
+                if (hold) {
+                    struct timespec ts = { 0, CHURN_HOLD_US * 1000L };
+                    nanosleep(&ts, NULL);
+                }
                 pthread_mutex_unlock(&held_lock);
             } else {
                 failed++;
