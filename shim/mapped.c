@@ -805,9 +805,10 @@ static int name_leave(struct dm_name *nm)
         pthread_mutex_unlock(&nm->mu);
         return 0;                       /* cached: kept until another process asks */
     }
-    long long now = dm_now_ns();
-    if (batch_open_locked(nm) && now - nm->busy_ns < mcfg->batch_hold_us * 1000LL &&
-        !torn_down && !hold_lost_locked(nm) && linger_arm_locked(nm, now)) {
+    long long now;                      /* batch_open_locked's test, with its one clock read */
+    if (nm->batch_end_ns != 0 && (now = dm_now_ns()) < nm->batch_end_ns &&
+        now - nm->busy_ns < mcfg->batch_hold_us * 1000LL && !torn_down &&
+        !hold_lost_locked(nm) && linger_arm_locked(nm, now)) {
         __atomic_store_n(&nm->hold.idle, 1, __ATOMIC_SEQ_CST);
         pthread_cond_broadcast(&nm->cv);
         pthread_mutex_unlock(&nm->mu);
