@@ -903,8 +903,13 @@ const char *th_key(const char *name, enum dm_key k)
 
 char *th_config(long lease_ms, const char *mutexes)
 {
-    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = (\n%s\n);\n",
-                                      lease_ms, mutexes));
+    return th_config_top(lease_ms, "", mutexes);
+}
+
+char *th_config_top(long lease_ms, const char *top, const char *mutexes)
+{
+    return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\n%smutexes = (\n%s\n);\n",
+                                      lease_ms, top, mutexes));
 }
 
 struct dm_cluster_lock *th_lock_get(const char *name)

@@ -210,6 +210,8 @@ int th_test_teardown(void **state);
 /* A config file (remembered, removed by th_test_cleanup) with `lease_ms`
  * and the entries of `mutexes = ( ... );`. */
 char *th_config(long lease_ms, const char *mutexes);
+/* The same with more top-level settings, `top` ("batch_ms = 0;\n"), first. */
+char *th_config_top(long lease_ms, const char *top, const char *mutexes);
 
 /* For groups that drive the cluster layer in process (no LD_PRELOAD): the
  * config's defaults, pointed at `server`, with this command timeout and

@@ -520,6 +520,25 @@ static void demote_to(const struct th_redis *old, const struct th_redis *neu)
     redisFree(o);
 }
 
+/* The failover as the resend tests make it: `old` demoted to a replica of
+ * `neu` and the (fake) sentinel naming `neu`; then a trylock and unlock of
+ * `via` by `owner` finds the new primary (READONLY from old) and calls the
+ * hooks. Returns when the switch was made (ms), once the resender's round
+ * has run. */
+static long long fail_over_by_a_lock_call(const struct th_redis *old, const struct th_redis *neu,
+                                          struct dm_cluster_lock *via, const char *owner)
+{
+    demote_to(old, neu);
+    unsigned long r0 = dm_cluster_resend_rounds();
+    fake_sentinel_names(neu);
+    long long t0 = th_now_ms();
+    struct dm_grant g;
+    assert_int_equal(dm_cluster_acquire(via, owner, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_cluster_release(via, owner, g.token), 0);
+    wait_resend_round(r0);
+    return t0;
+}
+
 /* `neu` is cut off from `old` (REPLICAOF NO ONE) while it has A's grant;
  * A's release is then answered by `old` only; `old` is made a replica of
  * `neu` and the (fake) sentinel names `neu`, with no +switch-master notice:
@@ -614,20 +633,13 @@ static void test_every_kept_release_is_sent_again_the_server_decides(void **s)
     dm_cluster_owner(a, 1);
     dm_cluster_owner(b, 2);
     dm_cluster_owner(c, 3);
-    struct dm_grant ga, gb, gc;
+    struct dm_grant ga, gb;
     assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &ga), 0);
     redisContext *n = cut_off_holding(neu, key, a);
     assert_int_equal(dm_cluster_release_hold(l, a, ga.token, ga.wait_id), 0);
     assert_int_equal(dm_cluster_acquire(l, b, NULL, 0, &gb), 0);
     assert_int_equal(dm_cluster_release_hold(l, b, gb.token, gb.wait_id), 0);
-    demote_to(old, neu);
-    unsigned long r0 = dm_cluster_resend_rounds();
-    fake_sentinel_names(neu);
-    long long t0 = th_now_ms();
-    /* Any lock call finds the new primary (READONLY) and calls the hooks. */
-    assert_int_equal(dm_cluster_acquire(y, c, NULL, DM_ACQ_TRY, &gc), 0);
-    assert_int_equal(dm_cluster_release(y, c, gc.token), 0);
-    wait_resend_round(r0);
+    long long t0 = fail_over_by_a_lock_call(old, neu, y, c);   /* any lock call does */
     long long held = th_cmd_int(n, "HEXISTS %s %s", key, a);
     long long pttl = th_cmd_int(n, "PTTL %s", key);
     measured("after the resender's round (%lld ms after the switch) the new primary %s A's "
@@ -666,12 +678,7 @@ static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
         assert_int_equal(dm_cluster_release_hold(h, a, g.token, g.wait_id), 0);
     }
     long long hot_ms = th_now_ms() - h0;
-    demote_to(old, neu);
-    unsigned long r0 = dm_cluster_resend_rounds();
-    fake_sentinel_names(neu);
-    assert_int_equal(dm_cluster_acquire(h, a, NULL, DM_ACQ_TRY, &g), 0);
-    assert_int_equal(dm_cluster_release(h, a, g.token), 0);
-    wait_resend_round(r0);
+    fail_over_by_a_lock_call(old, neu, h, a);
     long long held = th_cmd_int(n, "HEXISTS %s %s", key, a);
     long long pttl = th_cmd_int(n, "PTTL %s", key);
     measured("256 hot releases in %lld ms; after the resender's round the new primary %s the cold "

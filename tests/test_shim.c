@@ -898,9 +898,8 @@ static void test_contended_processes_lock_in_batches_not_one_grant_per_call(void
 static void test_batch_ms_0_makes_every_lock_call_a_grant(void **state)
 {
     (void)state;
-    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
-                                           "mutexes = ( { symbol = \"held_lock\"; "
-                                           "name = \"q_nobatch\"; } );\n", LONG_LEASE_MS));
+    char *cfg = th_config_top(LONG_LEASE_MS, "batch_ms = 0;\n",
+                              "{ symbol = \"held_lock\"; name = \"q_nobatch\"; }");
     long long grants, calls = churn_two(cfg, "q_nobatch", "churn", "churn", &grants, NULL,
                                         NULL);
     assert_int_equal(grants, calls);
@@ -926,9 +925,8 @@ static void test_a_batch_does_not_go_on_after_a_long_critical_section(void **sta
 static void test_batch_hold_us_lets_a_batch_serve_longer_sections(void **state)
 {
     (void)state;
-    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_hold_us = 10000;\n"
-                                           "mutexes = ( { symbol = \"held_lock\"; "
-                                           "name = \"q_longbatch\"; } );\n", LONG_LEASE_MS));
+    char *cfg = th_config_top(LONG_LEASE_MS, "batch_hold_us = 10000;\n",
+                              "{ symbol = \"held_lock\"; name = \"q_longbatch\"; }");
     long long grants, calls = churn_two(cfg, "q_longbatch", "churn-hold", "churn-hold",
                                         &grants, NULL, NULL);
     print_message("3 ms sections, batch_hold_us = 10000: %lld lock calls, %lld grants\n",
@@ -1146,9 +1144,9 @@ static void test_right_after_a_batch_a_timed_lock_takes_the_lock_it_left_free(vo
 #define FIFO_GRACE_MS 2000
 static long long fifo_relock_after(const char *name, long section_ms)
 {
-    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
-                                           "mutexes = ( { symbol = \"held_lock\"; "
-                                           "name = \"%s\"; } );\n", LONG_LEASE_MS, name));
+    char entry[96];
+    snprintf(entry, sizeof entry, "{ symbol = \"held_lock\"; name = \"%s\"; }", name);
+    char *cfg = th_config_top(LONG_LEASE_MS, "batch_ms = 0;\n", entry);
     char *out = th_out_file(), *go = th_go_file();
     pid_t p = handover_prog(cfg, name, out, "handover-lock", go, NULL, FIFO_GRACE_MS);
     queue_waiter(name, "other:2|1", server_ms() + 10L * RUN_MS);
@@ -1214,10 +1212,9 @@ static void test_with_batch_ms_0_a_short_section_starts_no_grace(void **state)
 static void test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free(void **state)
 {
     (void)state;
-    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
-                                           "mutexes = ( { symbol = \"held_lock\"; name = \"g_sib\"; },"
-                                           " { symbol = \"sib_lock\"; name = \"g_sib\"; } );\n",
-                                           LONG_LEASE_MS));
+    char *cfg = th_config_top(LONG_LEASE_MS, "batch_ms = 0;\n",
+                              "{ symbol = \"held_lock\"; name = \"g_sib\"; },"
+                              " { symbol = \"sib_lock\"; name = \"g_sib\"; }");
     char *out = th_out_file(), *go = th_go_file();
     pid_t p = handover_prog(cfg, "g_sib", out, "handover-sibling", go, "1000", SIB_GRACE_MS);
     th_touch(go);

@@ -82,6 +82,16 @@ pthread_mutex_t sib_lock = PTHREAD_MUTEX_INITIALIZER;   /* handover-sibling */
 #define SIBLING_DELAY_MS 200        /* handover-sibling: the other thread's calls */
 static long sibling_ms;
 
+/* The handover modes' start: lock held_lock, "locked RC", wait until FILE
+ * exists, unlock (a handover when another process waits). */
+static void hold_until(const char *file)
+{
+    int rc = pthread_mutex_lock(&held_lock);
+    say("locked %s", ename(rc));
+    wait_file(file);
+    pthread_mutex_unlock(&held_lock);
+}
+
 /* handover-sibling's other thread. */
 static void *sibling(void *unused)
 {
@@ -170,10 +180,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(mode, "handover") == 0 && argc > 3) {
-        rc = pthread_mutex_lock(&held_lock);
-        say("locked %s", ename(rc));
-        wait_file(arg);
-        pthread_mutex_unlock(&held_lock);
+        hold_until(arg);
         long long t = now_ms();
         rc = pthread_mutex_trylock(&held_lock);
         say("handover-try %s %lld", ename(rc), now_ms() - t);
@@ -187,33 +194,21 @@ int main(int argc, char **argv)
             pthread_mutex_unlock(&held_lock);
         return 0;
     }
-    if (strcmp(mode, "handover-lock") == 0 && arg) {
-        rc = pthread_mutex_lock(&held_lock);
-        say("locked %s", ename(rc));
-        wait_file(arg);
-        pthread_mutex_unlock(&held_lock);
-        long long t = now_ms();
-        rc = pthread_mutex_lock(&held_lock);
-        say("relocked %s %lld", ename(rc), now_ms() - t);
-        if (rc == 0)
-            pthread_mutex_unlock(&held_lock);
-        return 0;
-    }
-    if (strcmp(mode, "handover-sibling") == 0 && argc > 3) {
-        sibling_ms = atol(argv[3]);
-        rc = pthread_mutex_lock(&held_lock);
-        say("locked %s", ename(rc));
-        wait_file(arg);
-        pthread_mutex_unlock(&held_lock);
+    int sib = strcmp(mode, "handover-sibling") == 0 && argc > 3;
+    if ((strcmp(mode, "handover-lock") == 0 && arg) || sib) {
+        if (sib)
+            sibling_ms = atol(argv[3]);
+        hold_until(arg);
         pthread_t th;
-        if (pthread_create(&th, NULL, sibling, NULL) != 0)
+        if (sib && pthread_create(&th, NULL, sibling, NULL) != 0)
             return 1;
         long long t = now_ms();
         rc = pthread_mutex_lock(&held_lock);
         say("relocked %s %lld", ename(rc), now_ms() - t);
         if (rc == 0)
             pthread_mutex_unlock(&held_lock);
-        pthread_join(th, NULL);
+        if (sib)
+            pthread_join(th, NULL);
         return 0;
     }
     if (strcmp(mode, "hold-forever") == 0) {
