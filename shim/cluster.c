@@ -409,10 +409,20 @@ static int refused_by_server(enum dm_redis_err e)
 
 #define DM_VOID_LEASES 1        /* an abandoned request is void this many leases */
 
-/* A new request id "<owner>|<wait id>" for one acquire call of `owner`. */
-static void new_member(struct dm_cluster_lock *l, const char *owner, char *member, size_t len)
+/* The request id "<owner>|<wait id>" into member (DM_MEMBER_MAX bytes). */
+#define DM_MEMBER_MAX (DM_OWNER_MAX + 24)
+static void member_of(char *member, const char *owner, unsigned long wait_id)
 {
-    snprintf(member, len, "%s|%lu", owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
+    size_t n = strnlen(owner, DM_OWNER_MAX - 1);
+    memcpy(member, owner, n);
+    member[n] = '|';
+    dm_fmt_u64(member + n + 1, wait_id);
+}
+
+/* A new request id for one acquire call of `owner`. */
+static void new_member(struct dm_cluster_lock *l, const char *owner, char *member)
+{
+    member_of(member, owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
 }
 
 /* The wait id of request "<owner>|<wait id>". */
@@ -594,10 +604,10 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                             int queue, int read, long ack_ms, struct dm_grant *g, long *pttl,
                             struct dm_redis_error *why)
 {
-    char lease[24], delay[24], qttl[24];
-    snprintf(lease, sizeof lease, "%ld", ccfg->lease_ms);
-    snprintf(delay, sizeof delay, "%ld", ccfg->lock_delay_ms);
-    snprintf(qttl, sizeof qttl, "%d", DM_QUEUE_TTL_MS);
+    char lease[DM_FMT_U64_MAX + 1], delay[DM_FMT_U64_MAX + 1], qttl[DM_FMT_U64_MAX + 1];
+    dm_fmt_long(lease, ccfg->lease_ms);
+    dm_fmt_long(delay, ccfg->lock_delay_ms);
+    dm_fmt_long(qttl, DM_QUEUE_TTL_MS);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_ACQUIRE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_ACQUIRE, kb, sizeof kb);
@@ -949,8 +959,8 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
     /* The channel is made when a wait first needs it (NULL until then, and
      * out of memory: the wait then polls). */
     struct dm_notify_chan *ch = __atomic_load_n(fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
-    char member[DM_OWNER_MAX + 24];
-    new_member(l, owner, member, sizeof member);
+    char member[DM_MEMBER_MAX];
+    new_member(l, owner, member);
     /* A fair mutex waiter's own subscribed connection (see direct_wait). */
     int direct = fair && direct_wait(l);
     if (direct) {
@@ -977,7 +987,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 unanswered = 0;
                 queued = 0;
                 refused = 0;
-                new_member(l, owner, member, sizeof member);
+                new_member(l, owner, member);
                 continue;
             }
         } else {
@@ -1185,8 +1195,8 @@ int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64
 {
     if (l->rw)
         return dm_cluster_release(l, owner, token);
-    char member[DM_OWNER_MAX + 24];
-    snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
+    char member[DM_MEMBER_MAX];
+    member_of(member, owner, wait_id);
     int done = 0;
     unsigned long gen = dm_redis_primary_gen();
     int r = release_waited(l, owner, token, member, 0, &done);
@@ -1217,11 +1227,10 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
                           const char *request, long long until_ms, int *done)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
-    char tok[24], keep[24];
-    snprintf(tok, sizeof tok, "%" PRIu64, token);
-    snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
-    char claim[24];
-    snprintf(claim, sizeof claim, "%ld", claim_ms());
+    char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1], claim[DM_FMT_U64_MAX + 1];
+    dm_fmt_u64(tok, token);
+    dm_fmt_long(keep, ccfg->lease_ms);
+    dm_fmt_long(claim, claim_ms());
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
@@ -1330,7 +1339,7 @@ struct dm_kept_release {
     uint64_t token;
     long long until_ms;                 /* 0: a free slot */
     char owner[DM_OWNER_MAX];
-    char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>" */
+    char request[DM_MEMBER_MAX];        /* "<owner>|<wait id>" */
 };
 struct dm_kept {                        /* l->kept */
     unsigned next;
@@ -1473,7 +1482,7 @@ struct late_release {
     dm_cluster_lost_fn lost;
     struct late_release *prev, *next;   /* late_list, under locks_mu */
     char owner[DM_OWNER_MAX];
-    char request[DM_OWNER_MAX + 24];    /* "<owner>|<wait id>": ARGV[8], every retry too */
+    char request[DM_MEMBER_MAX];        /* "<owner>|<wait id>": ARGV[8], every retry too */
 };
 static struct late_release *late_list;
 
@@ -1651,10 +1660,10 @@ DM_KEYS_FRAME
 static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                         const char *member, struct late_release *lr)
 {
-    char tok[24], keep[24], claim[24];
-    snprintf(tok, sizeof tok, "%" PRIu64, token);
-    snprintf(keep, sizeof keep, "%ld", ccfg->lease_ms);
-    snprintf(claim, sizeof claim, "%ld", claim_ms());
+    char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1], claim[DM_FMT_U64_MAX + 1];
+    dm_fmt_u64(tok, token);
+    dm_fmt_long(keep, ccfg->lease_ms);
+    dm_fmt_long(claim, claim_ms());
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
@@ -1698,13 +1707,15 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
             lost(l, owner, token);
         return r;
     }
-    char member[DM_OWNER_MAX + 24];
-    snprintf(member, sizeof member, "%s|%lu", owner, wait_id);
     lr->l = l;
     lr->token = token;
     lr->lost = lost;
-    snprintf(lr->owner, sizeof lr->owner, "%s", owner);
-    snprintf(lr->request, sizeof lr->request, "%s", member);
+    size_t on = strnlen(owner, sizeof lr->owner - 1);
+    memcpy(lr->owner, owner, on);
+    lr->owner[on] = 0;
+    char member[DM_MEMBER_MAX];     /* the caller's: lr may be freed below */
+    member_of(member, owner, wait_id);
+    memcpy(lr->request, member, sizeof member);
     pthread_mutex_lock(&locks_mu);
     l->refs++;
     lr->prev = NULL;

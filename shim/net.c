@@ -1161,11 +1161,47 @@ int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply)
     return REDIS_OK;
 }
 
+/* "<c><n>\r\n" at p; returns the end. */
+static char *resp_header(char *p, char c, size_t n)
+{
+    *p++ = c;
+    p += dm_fmt_u64(p, n);
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+int dm_net_append_argv(redisContext *c, int argc, const char **argv, const size_t *lens)
+{
+    size_t len[argc > 0 ? argc : 1];
+    size_t total = 1 + DM_FMT_U64_MAX + 2;
+    for (int i = 0; i < argc; i++) {
+        len[i] = lens ? lens[i] : strlen(argv[i]);
+        total += 1 + DM_FMT_U64_MAX + 2 + len[i] + 2;
+    }
+    sds ob = sdsMakeRoomFor(c->obuf, total);
+    if (!ob) {
+        set_ctx_err(c, REDIS_ERR_OOM, "Out of memory");
+        return REDIS_ERR;
+    }
+    c->obuf = ob;
+    char *start = ob + sdslen(ob), *p = resp_header(start, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        p = resp_header(p, '$', len[i]);
+        memcpy(p, argv[i], len[i]);
+        p += len[i];
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    sdsIncrLen(ob, (int)(p - start));
+    return REDIS_OK;
+}
+
 void *dm_net_command_argv(redisContext *c, struct dm_net *t, int argc, const char **argv,
                           const size_t *lens)
 {
     void *r = NULL;
-    if (ctx_ok(c) != REDIS_OK || redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
+    if (ctx_ok(c) != REDIS_OK || dm_net_append_argv(c, argc, argv, lens) != REDIS_OK)
         return NULL;
     return dm_net_get_reply(c, t, &r) == REDIS_OK ? r : NULL;
 }

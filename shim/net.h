@@ -64,6 +64,13 @@ void dm_net_set_timeout(redisContext *c, struct dm_net *t, long ms);
  * byte goes through a failed connection, here and in every call below. */
 int dm_net_get_reply(redisContext *c, struct dm_net *t, void **reply);
 
+/* As redisAppendCommandArgv: the command `argv` (lens NULL: each a C
+ * string) in the protocol, appended to c->obuf to go out with the next
+ * write. Formatted straight into the buffer (hiredis formats a copy
+ * first, with a printf of its own per argument). REDIS_OK, or REDIS_ERR
+ * with c->err set (out of memory). */
+int dm_net_append_argv(redisContext *c, int argc, const char **argv, const size_t *lens);
+
 /* As redisCommandArgv / redisvCommand: append, then dm_net_get_reply.
  * NULL on error (c->errstr says why). */
 void *dm_net_command_argv(redisContext *c, struct dm_net *t, int argc, const char **argv,

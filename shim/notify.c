@@ -279,7 +279,7 @@ static void do_work_locked(void)
             if ((ch->state == CHAN_SENT || ch->state == CHAN_SUBSCRIBED) && c) {
                 const char *argv[2] = { sub_cmd(1), ch->name };
                 size_t lens[2] = { strlen(argv[0]), ch->len };
-                redisAppendCommandArgv(c, 2, argv, lens);
+                dm_net_append_argv(c, 2, argv, lens);
                 ch->state = CHAN_UNSUBSCRIBING;
             } else if (ch->state != CHAN_UNSUBSCRIBING) {
                 unlink_locked(ch);
@@ -293,7 +293,7 @@ static void do_work_locked(void)
         if (node >= 0 && subs[node].conn.c && !(cluster && now < resend_ms)) {
             const char *argv[2] = { sub_cmd(0), ch->name };
             size_t lens[2] = { strlen(argv[0]), ch->len };
-            redisAppendCommandArgv(subs[node].conn.c, 2, argv, lens);
+            dm_net_append_argv(subs[node].conn.c, 2, argv, lens);
             ch->sub_node = node;
             ch->state = CHAN_SENT;
             continue;

@@ -900,7 +900,7 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
     if (conn->nlate > 0) {
         /* Replies are due (an unlock's release): this request goes out
          * first, then they are read, then its own: one round trip. */
-        if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
+        if (dm_net_append_argv(conn->c, argc, argv, NULL) != REDIS_OK ||
             late_drain(conn) != 0 || dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK)
             r = NULL;
     } else {
@@ -927,7 +927,7 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
          * tick later (cluster's release reader) or at the connection's
          * next use: a retry and that much time saved. */
         redisReply *q = NULL;
-        if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK ||
+        if (dm_net_append_argv(conn->c, argc, argv, NULL) != REDIS_OK ||
             redisAppendCommand(conn->c, "SCRIPT LOAD %s", script_body[DM_SCRIPT_RELEASE]) != REDIS_OK ||
             dm_net_get_reply(conn->c, conn->tls, (void **)&r) != REDIS_OK ||
             dm_net_get_reply(conn->c, conn->tls, (void **)&q) != REDIS_OK) {
@@ -970,7 +970,7 @@ int dm_redis_append_script(struct dm_conn *conn, enum dm_script s, int nkeys, in
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    return redisAppendCommandArgv(conn->c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
+    return dm_net_append_argv(conn->c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
 }
 
 /* Whether conn has something to read: replies due, or, with none due,
@@ -1006,7 +1006,7 @@ int dm_redis_script_nowait(struct dm_conn *conn, enum dm_script s, int nkeys, in
     const char *argv[DM_SCRIPT_ARGS_MAX + 3];
     char nk[12];
     int argc = build_argv(argv, s, !script_sha[s][0], nkeys, nargs, args, nk);
-    if (redisAppendCommandArgv(conn->c, argc, argv, NULL) != REDIS_OK) {
+    if (dm_net_append_argv(conn->c, argc, argv, NULL) != REDIS_OK) {
         set_err(conn, DM_REDIS_IO, "redis at %s: out of memory", dm_redis_conn_addr(conn));
         return -1;
     }

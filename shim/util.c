@@ -118,6 +118,28 @@ void dm_jitter_seed(uint64_t seed)
     __atomic_store_n(&jitter_base, seed | 1, __ATOMIC_RELAXED);
 }
 
+size_t dm_fmt_u64(char *buf, uint64_t v)
+{
+    char tmp[DM_FMT_U64_MAX];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    buf[n] = 0;
+    return n;
+}
+
+size_t dm_fmt_long(char *buf, long v)
+{
+    if (v >= 0)
+        return dm_fmt_u64(buf, (uint64_t)v);
+    buf[0] = '-';
+    return 1 + dm_fmt_u64(buf + 1, -(uint64_t)v);
+}
+
 long dm_jitter(long n)
 {
     if (jitter_state == 0) {

@@ -59,6 +59,13 @@ int dm_cond_init_monotonic(pthread_cond_t *cv);
 long dm_jitter(long n);
 void dm_jitter_seed(uint64_t seed);
 
+/* v in decimal into buf (at least DM_FMT_U64_MAX bytes), NUL-terminated;
+ * returns its length. snprintf's "%" PRIu64 / "%ld" without the format
+ * parsing: the arguments of every script call are built with these. */
+#define DM_FMT_U64_MAX 21
+size_t dm_fmt_u64(char *buf, uint64_t v);
+size_t dm_fmt_long(char *buf, long v);
+
 /* Capped exponential backoff: each dm_backoff_next returns a delay in
  * [cur/2, cur] (jittered) and doubles cur up to max; dm_backoff_grow only
  * doubles; dm_backoff_reset goes back to min after a success. */

@@ -9,6 +9,7 @@
  * one the server no longer has. Runs its own redis-server (harness). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -24,12 +25,14 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <hiredis/sds.h>
 
 #include "cluster.h"
 #include "config.h"
 #include "harness.h"
 #include "net.h"
 #include "redis.h"
+#include "util.h"
 #include "watchdog.h"
 
 #define CMD_TIMEOUT_MS  300L    /* the layer's command timeout in this group */
@@ -448,6 +451,78 @@ static void test_a_failed_context_does_no_io(void **state)
     dm_redis_put(p);                /* closed, not pooled */
 }
 
+/* Every command the layer sends is formatted by dm_net_append_argv (the
+ * scripts' calls among them): the bytes hiredis would have written,
+ * whatever the arguments hold (CR, LF, NUL, nothing, more than the
+ * buffer's room), and the server reads them back unchanged. */
+static void test_commands_go_out_in_the_protocol_byte_for_byte(void **state)
+{
+    (void)state;
+    static char big[70000];
+    memset(big, 'x', sizeof big);
+    const char *argv[] = { "SET", "rt:bin", "a\r\nb\0c", "", big };
+    const size_t lens[] = { 3, 6, 6, 0, sizeof big };
+    for (int argc = 0; argc <= 5; argc++) {
+        struct dm_conn conn;
+        assert_int_equal(dm_redis_connect(&conn), 0);
+        char *want = NULL;
+        long long n = redisFormatCommandArgv(&want, argc, argv, lens);
+        assert_true(n > 0);
+        assert_int_equal(dm_net_append_argv(conn.c, argc, argv, lens), REDIS_OK);
+        assert_int_equal(sdslen(conn.c->obuf), (size_t)n);
+        assert_memory_equal(conn.c->obuf, want, (size_t)n);
+        free(want);
+        dm_redis_close(&conn);
+    }
+    /* C strings (lens NULL), after bytes already waiting in the buffer */
+    struct dm_conn conn;
+    assert_int_equal(dm_redis_connect(&conn), 0);
+    const char *ping[] = { "PING" };
+    assert_int_equal(dm_net_append_argv(conn.c, 1, ping, NULL), REDIS_OK);
+    assert_int_equal(dm_net_append_argv(conn.c, 3, argv, NULL), REDIS_OK);
+    static const char both[] = "*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$6\r\nrt:bin\r\n$4\r\na\r\nb\r\n";
+    assert_int_equal(sdslen(conn.c->obuf), sizeof both - 1);
+    assert_memory_equal(conn.c->obuf, both, sizeof both - 1);
+    sdsclear(conn.c->obuf);
+    redisReply *r = dm_net_command_argv(conn.c, conn.tls, 5, argv, lens);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);   /* SET k v "" big: a syntax error */
+    freeReplyObject(r);
+    r = dm_net_command_argv(conn.c, conn.tls, 3, argv, lens);
+    assert_non_null(r);
+    assert_string_equal(r->str, "OK");
+    freeReplyObject(r);
+    dm_redis_close(&conn);
+    r = th_cmd(rc, "GET rt:bin");
+    assert_int_equal(r->len, 6);
+    assert_memory_equal(r->str, "a\r\nb\0c", 6);
+    freeReplyObject(r);
+}
+
+/* The script calls' numbers (tokens, leases, request ids) are written by
+ * dm_fmt_u64 and dm_fmt_long: what "%" PRIu64 and "%ld" write. */
+static void test_numbers_are_written_as_printf_writes_them(void **state)
+{
+    (void)state;
+    const uint64_t u[] = { 0, 1, 9, 10, 99, 100, 4294967295u, 4294967296u, 1732400000123456u,
+                           UINT64_MAX - 1, UINT64_MAX };
+    for (size_t i = 0; i < sizeof u / sizeof *u; i++) {
+        char got[DM_FMT_U64_MAX], want[32];
+        size_t n = dm_fmt_u64(got, u[i]);
+        snprintf(want, sizeof want, "%" PRIu64, u[i]);
+        assert_string_equal(got, want);
+        assert_int_equal(n, strlen(want));
+    }
+    const long l[] = { 0, -1, 1, 30000, -30000, LONG_MAX, LONG_MIN, LONG_MIN + 1 };
+    for (size_t i = 0; i < sizeof l / sizeof *l; i++) {
+        char got[DM_FMT_U64_MAX + 1], want[32];
+        size_t n = dm_fmt_long(got, l[i]);
+        snprintf(want, sizeof want, "%ld", l[i]);
+        assert_string_equal(got, want);
+        assert_int_equal(n, strlen(want));
+    }
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 int main(void)
 {
@@ -462,6 +537,8 @@ int main(void)
         T(test_a_trickling_reply_ends_at_the_command_timeout),
         T(test_signals_during_a_round_trip_do_not_stretch_the_command_timeout),
         T(test_a_failed_context_does_no_io),
+        T(test_commands_go_out_in_the_protocol_byte_for_byte),
+        T(test_numbers_are_written_as_printf_writes_them),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }
