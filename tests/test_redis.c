@@ -196,6 +196,34 @@ static void test_error_reply_is_reply_error_with_the_servers_words(void **state)
     dm_redis_put(p);
 }
 
+/* release.lua on a lock name whose key is not a lock (the user's own
+ * key, of any type): refused with the key and its type named, and the key
+ * is left as it was. */
+static void test_a_release_refuses_a_lock_key_of_another_type(void **state)
+{
+    (void)state;
+    const char *types[][2] = { { "SET", "a string" }, { "RPUSH", "a list" }, { "SADD", "a set" } };
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        freeReplyObject(th_cmd(rc, "DEL rt:{t}"));
+        freeReplyObject(th_cmd(rc, "%s rt:{t} x", types[i][0]));
+        struct dm_conn *p = dm_redis_get();
+        assert_non_null(p->c);
+        const char *args[] = { "rt:{t}", "rt:{t}:holder", "rt:{t}:token", "rt:{t}:queue",
+                               "rt:{t}:qtime", "rt:{t}:lost",
+                               "me:1", "7", "rt:{t}:released", "1000", "rt:{t}:wait:", "500" };
+        assert_null(dm_redis_script(p, DM_SCRIPT_RELEASE, 6, 12, args));
+        assert_int_equal(p->err, DM_REDIS_REPLY_ERROR);
+        char want[64];
+        snprintf(want, sizeof want, "WRONGTYPE rt:{t} holds %s, not a dmutex lock", types[i][1]);
+        assert_has(p->errstr, want);
+        dm_redis_put(p);
+        assert_int_equal(th_cmd_int(rc, "EXISTS rt:{t}"), 1);
+    }
+    redisReply *r = th_cmd(rc, "TYPE rt:{t}");
+    assert_string_equal(r->str, "set");
+    freeReplyObject(r);
+}
+
 static void test_flushed_script_falls_back_to_eval(void **state)
 {
     (void)state;
@@ -530,6 +558,7 @@ int main(void)
         T(test_connect_without_a_server_is_noconn_naming_the_address),
         T(test_auth_refused_is_a_reply_error_with_the_servers_words),
         T(test_error_reply_is_reply_error_with_the_servers_words),
+        T(test_a_release_refuses_a_lock_key_of_another_type),
         T(test_flushed_script_falls_back_to_eval),
         T(test_stopped_server_is_io_after_the_command_timeout),
         T(test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost),

@@ -96,9 +96,17 @@ local LOST_KEEP = tonumber(ARGV[8])
 local readers, rgrant = KEYS[8], KEYS[9]
 local read = ARGV[4] == 'r'
 
--- The uncontended path: no request was ever given up here and nobody
--- queues, which one call tells (then neither key is read again).
-local quiet = redis.call('exists', void, queue) == 0
+-- The uncontended path: no request was ever given up here, nobody
+-- queues and the lock is free, which one call tells (then none of the
+-- three keys is read again). Otherwise the lock's type says which of
+-- them exist (nothing below writes KEYS[1] before it is used).
+local kind = 'none'
+local quiet = true
+local present = redis.call('exists', void, queue, lock)
+if present > 0 then
+    kind = redis.call('type', lock)['ok']
+    quiet = present == (kind == 'none' and 0 or 1)
+end
 
 if not quiet and redis.call('zscore', void, member) then
     return {0, qttl}        -- abandoned: a late copy of a request nobody waits for
@@ -219,7 +227,6 @@ if read then
     end
 end
 
-local kind = redis.call('type', lock)['ok']
 if kind == 'none' then
     if head and (read or head ~= member) then
         return not_granted(0)     -- someone is first in line: its turn

@@ -88,48 +88,55 @@ if request and mowner == owner and mtok == token and
     return 1        -- re-granted to a later request of the owner: not ours to end
 end
 
-local kind = redis.call('type', lock)['ok']
-if kind == 'hash' and not (mowner == owner and mtok ~= token) then
-    local n = tonumber(redis.call('hget', lock, owner))
-    if n and n > 1 then
+-- The owner's count: nil when the lock is free or another owner's. A key
+-- of another type is refused (HGET's WRONGTYPE, caught: one call instead
+-- of a TYPE before every release); any other error (NOPERM...) is
+-- returned as the server gave it.
+local n = redis.pcall('hget', lock, owner)
+if type(n) == 'table' and n.err then
+    if string.sub(n.err, 1, 9) ~= 'WRONGTYPE' then
+        return n
+    end
+    return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. redis.call('type', lock)['ok']
+                             .. ', not a dmutex lock')
+end
+n = tonumber(n)
+if n and not (mowner == owner and mtok ~= token) then
+    if n > 1 then
         redis.call('hset', lock, owner, n - 1)
         return 2
     end
-    if n then
-        redis.call('del', lock)
-        local head = redis.call('lpop', queue)
-        local now
-        if head then
-            local t = redis.call('time')
-            now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        while head do
-            local d = tonumber(redis.call('zscore', qtime, head))
-            redis.call('zrem', qtime, head)
-            if d and d >= now then
-                break
-            end
-            head = redis.call('lpop', queue)
-        end
-        if head then
-            local next_owner = string.match(head, '^[^|]+')
-            redis.call('hset', lock, next_owner, 1)
-            redis.call('pexpire', lock, claim)
-            local granted = redis.call('incr', tokenkey)    -- exists: the releaser's grant made it
-            redis.call('set', holder, head .. ' #' .. string.format('%d', granted))
-            -- " +": more waiters queue behind it (a caching holder then
-            -- gives the lock up after its critical section, not when asked).
-            local more = redis.call('llen', queue) > 0 and ' +' or ''
-            local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
-            publish(wchannel, head .. ' ' .. string.format('%d', granted) .. more)
-        else
-            redis.call('set', holder, '=' .. token, 'px', keep)
-            publish(channel, token)
-        end
-        return 1
+    redis.call('del', lock)
+    local head = redis.call('lpop', queue)
+    local now
+    if head then
+        local t = redis.call('time')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
-elseif kind ~= 'none' and kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a dmutex lock')
+    while head do
+        local d = tonumber(redis.call('zscore', qtime, head))
+        redis.call('zrem', qtime, head)
+        if d and d >= now then
+            break
+        end
+        head = redis.call('lpop', queue)
+    end
+    if head then
+        local next_owner = string.match(head, '^[^|]+')
+        redis.call('hset', lock, next_owner, 1)
+        redis.call('pexpire', lock, claim)
+        local granted = redis.call('incr', tokenkey)    -- exists: the releaser's grant made it
+        redis.call('set', holder, head .. ' #' .. string.format('%d', granted))
+        -- " +": more waiters queue behind it (a caching holder then
+        -- gives the lock up after its critical section, not when asked).
+        local more = redis.call('llen', queue) > 0 and ' +' or ''
+        local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
+        publish(wchannel, head .. ' ' .. string.format('%d', granted) .. more)
+    else
+        redis.call('set', holder, '=' .. token, 'px', keep)
+        publish(channel, token)
+    end
+    return 1
 end
 -- Not held by this owner: a retry, a late copy, or a lost hold.
 -- (An rwlock's read grant leaves no marker: no marker is not "lost" there.)
