@@ -81,6 +81,7 @@ STATS_POLL_S = 0.02
 RTT_N = 2000
 CONDWAKE_N = 200 if QUICK else 500      # signal -> wait returned, between two processes
 HANDOFF_ROUNDS = 2 if QUICK else 3
+HOLD_ROUNDS = 3                     # runs of the default mode at each K for the 2 ms-hold target
 HANDOFF_FLOOR_N = 300 if QUICK else 1000  # notices per floor (2 ms apart)
 GAP_US = 2000                       # as the 2 ms hold: a waiter sleeps that long
 WINDOWS = 4                         # throughput: median over this many slices of a run
@@ -792,6 +793,19 @@ class Bench:
                                                if r["handoffs"] else "",
                                                "  %d starved" % r["starved"] if r["starved"] else ""))
         self.res["sweep"] = runs
+        # The 2 ms-hold target takes the median of HOLD_ROUNDS runs of the
+        # default mode at each K (the sweep's and these), as the handoff
+        # targets take the median of their rounds: one 2 s run can land on
+        # a slow moment of a shared machine, and the worst K picks it.
+        extra = []
+        for rep in range(HOLD_ROUNDS - 1):
+            for k in KS[1:]:
+                r = self.run_cycle(DEFAULT_SYSTEM, k, GAP_US, RUN_S)
+                extra.append(r)
+                log("  hold %4d us K=%2d %-13s %8.0f acq/s  handoff %.0f us  (round %d of the "
+                    "2 ms-hold target)" % (GAP_US, k, DEFAULT_SYSTEM, r["throughput"],
+                                           r["handoff_p50_us"], rep + 2))
+        self.res["hold_rounds"] = extra
 
 
 # ---- report -------------------------------------------------------------------
@@ -935,17 +949,24 @@ def targets(res):
                  "at K=%d, hold %d ms, per acquisition: %s"
                  % (w["k"], w["hold_us"] // 1000, per_acq_commands(w))))
 
+    # Per K: each run's throughput against its own limit (its measured
+    # hold), the median of the rounds; the run shown is the median one.
     worst = None
     for k in KS[1:]:
-        r = find(runs, d, k, GAP_US)
-        if not r:
+        rs = [x for x in [find(runs, d, k, GAP_US)] + res.get("hold_rounds", [])
+              if x and x["system"] == d and x["k"] == k and x["hold_us"] == GAP_US]
+        if not rs:
             continue
-        limit = 1e6 / (r["hold_us_measured"] + rtt)
-        if worst is None or r["throughput"] / limit < worst[0]:
-            worst = (r["throughput"] / limit, k, r, limit)
-    frac, wk, r, limit = worst
+        fr = sorted((x["throughput"] * (x["hold_us_measured"] + rtt) / 1e6, i)
+                    for i, x in enumerate(rs))
+        frac, i = fr[len(fr) // 2]
+        if worst is None or frac < worst[0]:
+            worst = (frac, k, rs[i], 1e6 / (rs[i]["hold_us_measured"] + rtt), [f for f, _ in fr])
+    frac, wk, r, limit, all_fr = worst
     rows.append(("2 ms hold, worst K: throughput / 1/(hold + RTT) limit (%s)" % d,
-                 "K=%d: %.0f / %.0f acq/s = %.0f%%" % (wk, r["throughput"], limit, 100 * frac),
+                 "K=%d: %.0f / %.0f acq/s = %.0f%%, the median of %d runs (%s)"
+                 % (wk, r["throughput"], limit, 100 * frac, len(all_fr),
+                    ", ".join("%.0f%%" % (100 * f) for f in all_fr)),
                  ">= 95%", verdict(100 * frac, 95, True, 0),
                  "at K=%d an acquisition costs the hold, %.0f us, and %.0f%% of them move the "
                  "lock to another process (the rest join a batch), each such move a handoff "
