@@ -87,16 +87,9 @@ static pid_t prog(const char *ns, const char *out, const char *const *extra, con
         cfg = th_write_file(".cfg", "%s", cfg_text);    /* the group's: removed at its end */
     static struct th_shim_env e;
     static char *plain[] = { NULL };
-    char **base = no_shim ? plain
-                          : th_shim_env(&e, cfg_path ? cfg_path : cfg,
-                                        redis_url ? redis_url : ls.url, "info");
-    static char *env[16];
-    int n = 0;
-    for (; base[n]; n++)
-        env[n] = base[n];
-    for (int i = 0; extra && extra[i] && n < 15; i++)
-        env[n++] = (char *)extra[i];
-    env[n] = NULL;
+    char **env = no_shim ? (extra ? (char **)extra : plain)
+                         : th_shim_env_extra(&e, cfg_path ? cfg_path : cfg,
+                                             redis_url ? redis_url : ls.url, "info", extra);
     const char *args[16] = { mode, ds.addr, ds.port_text, prefix };
     int k = 4;
     va_list ap;

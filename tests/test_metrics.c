@@ -217,16 +217,10 @@ static pid_t start(const char *cfg, const char *log, const char *env_metrics, ch
 {
     static struct th_shim_env e;
     static char metrics_var[PATH_MAX + 32];
-    char **base = th_shim_env(&e, cfg, redis_url ? redis_url : rs.url, log);
-    static char *env[8];
-    int n = 0;
-    while (base[n])
-        env[n] = base[n], n++;
-    if (env_metrics) {
+    const char *extra[] = { env_metrics ? metrics_var : NULL, NULL };
+    if (env_metrics)
         snprintf(metrics_var, sizeof metrics_var, "DMUTEX_METRICS=%s", env_metrics);
-        env[n++] = metrics_var;
-    }
-    env[n] = NULL;
+    char **env = th_shim_env_extra(&e, cfg, redis_url ? redis_url : rs.url, log, extra);
     char *argv[8] = { prog_path };
     for (int i = 0; args[i] && i < 6; i++)
         argv[i + 1] = args[i];

@@ -295,14 +295,7 @@ static long long run_counters(const char *cfgfile, const char *key, char *const 
     static const struct th_counters counters = { CNT_PROCS, CNT_THREADS, CNT_ITERS, CNT_HOLD_US,
                                                  RUN_MS };
     struct th_shim_env e;
-    char **base = th_shim_env(&e, cfgfile, NULL, NULL);
-    char *env[16];
-    int n = 0;
-    for (int i = 0; base[i]; i++)
-        env[n++] = base[i];
-    for (int i = 0; more_env && more_env[i] && n < 15; i++)
-        env[n++] = more_env[i];
-    env[n] = NULL;
+    char **env = th_shim_env_extra(&e, cfgfile, NULL, NULL, (const char *const *)more_env);
     return th_run_counters(rc, &data, key, env, &counters, NULL);
 }
 
