@@ -1853,8 +1853,9 @@ void dm_mapped_atfork(enum dm_fork_phase phase)
     cond_atfork(phase);
     if (phase != DM_FORK_CHILD)
         return;
-    /* The parent's holds are the parent's: the child holds nothing, and a
-     * name's mutex may have been held by a thread that is not here. */
+    /* The parent's holds are the parent's: the child holds nothing (no
+     * batch, no grace after a handover of its own), and a name's mutex
+     * may have been held by a thread that is not here. */
     for (size_t i = 0; i < names.n; i++)
         for (struct dm_name *nm = (struct dm_name *)names.b[i]; nm;
              nm = (struct dm_name *)nm->node.next) {
@@ -1866,6 +1867,9 @@ void dm_mapped_atfork(enum dm_fork_phase phase)
             nm->want_subscribed = 0;
             nm->yield_logged = 0;
             nm->wwait = 0;
+            nm->batch_end_ns = 0;
+            nm->handed_ns = 0;      /* the parent's handover: the child's lock calls
+                                       owe nobody a grace */
         }
     memset(tl_names, 0, sizeof tl_names);
     tl_overflow = 0;

@@ -1225,6 +1225,49 @@ static void test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free(void *
     free(text);
 }
 
+/* A child forked while its parent waits out the grace after a handover
+ * (widened to GRACE_MS) did not hand anything over: its first lock of the
+ * name, free in Redis, is granted at once. (The child inherited the
+ * parent's grace and slept through it.) */
+static void test_a_child_forked_in_the_grace_locks_without_waiting_for_it(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_fork\"; }");
+    char *out = th_out_file(), *go = th_go_file(), *go2 = th_go_file();
+    pid_t p = handover_prog(cfg, "g_fork", out, "handover-fork", go, go2, GRACE_MS);
+    th_touch(go);
+    th_wait_for(out, "handed", RUN_MS);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("g_fork", DM_KEY_LOCK)), 0);   /* free */
+    th_touch(go2);
+    char *text = finish(p, out, 0);
+    long long took = th_field_after(text, "child-locked 0 ");
+    if (took < 0 || took > SLACK_MS)
+        fail_msg("the child's lock took %lld ms (the parent's grace: %d ms):\n%s", took,
+                 GRACE_MS, text);
+    free(text);
+}
+
+/* pthread_mutex_lock is no cancellation point: a thread cancelled while
+ * its lock waits out the grace (widened to CANCEL_GRACE_MS) gets the lock,
+ * returns, and is cancelled at its next cancellation point; the name is
+ * left as it should be, and the next lock call takes it. */
+#define CANCEL_GRACE_MS 1500
+static void test_a_lock_cancelled_in_the_grace_returns_and_leaves_the_name_usable(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_cancel\"; }");
+    char *out = th_out_file(), *go = th_go_file();
+    pid_t p = handover_prog(cfg, "g_cancel", out, "handover-cancel", go, NULL, CANCEL_GRACE_MS);
+    th_touch(go);
+    char *text = finish(p, out, 0);
+    th_assert_has(text, "thread-locked 0");
+    th_assert_has(text, "cancelled YES");
+    th_assert_has(text, "relocked 0");
+    assert_true(th_field_after(text, "relocked 0 ") < SLACK_MS);
+    free(text);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("g_cancel", DM_KEY_LOCK)), 0);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -1274,6 +1317,8 @@ int main(void)
         T(test_with_batch_ms_0_a_handover_still_delays_the_next_request),
         T(test_with_batch_ms_0_a_short_section_starts_no_grace),
         T(test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free),
+        T(test_a_child_forked_in_the_grace_locks_without_waiting_for_it),
+        T(test_a_lock_cancelled_in_the_grace_returns_and_leaves_the_name_usable),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

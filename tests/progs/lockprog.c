@@ -26,6 +26,13 @@
  *                    (mapped to held_lock's name by the test), "sibling-try
  *                    RC MS", and timedlocks it with a deadline MS away,
  *                    "sibling-timed RC MS"
+ *   handover-fork FILE FILE2  the handover, "handed", wait until FILE2 exists,
+ *                    fork; the child locks: "child-locked RC MS", unlocks
+ *   handover-cancel FILE  the handover, then another thread locks (waiting
+ *                    out the grace); main cancels it CANCEL_AFTER_MS in: the
+ *                    thread's lock returns ("thread-locked RC"), it unlocks,
+ *                    and is cancelled at pthread_testcancel; main joins it,
+ *                    "cancelled YES|NO", then locks: "relocked RC MS"
  *   lock             lock, "locked RC MS" (MS: how long lock took), unlock
  *   trylock          trylock, "trylock RC MS", unlock if it succeeded
  *   timedlock MS     timedlock with a deadline MS from now, "timedlock RC MS"
@@ -65,6 +72,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +88,7 @@ pthread_mutex_t sib_lock = PTHREAD_MUTEX_INITIALIZER;   /* handover-sibling */
 #define STORM_US 200                /* storm-hold: a SIGALRM this often */
 #define CHURN_HOLD_US 3000          /* churn-hold: each critical section */
 #define SIBLING_DELAY_MS 200        /* handover-sibling: the other thread's calls */
+#define CANCEL_AFTER_MS 200         /* handover-cancel: the cancel, after the thread starts */
 static long sibling_ms;
 
 /* The handover modes' start: lock held_lock, "locked RC", wait until FILE
@@ -111,6 +120,20 @@ static void *sibling(void *unused)
         pthread_mutex_unlock(&sib_lock);
     return NULL;
 }
+/* handover-cancel's thread: pthread_mutex_lock is no cancellation point
+ * (POSIX), so a cancel that comes while it waits is acted on later. */
+static void *cancelled_locker(void *unused)
+{
+    (void)unused;
+    int rc = pthread_mutex_lock(&held_lock);
+    say("thread-locked %s", ename(rc));
+    if (rc == 0)
+        pthread_mutex_unlock(&held_lock);
+    pthread_testcancel();
+    say("not cancelled");
+    return NULL;
+}
+
 static volatile sig_atomic_t storm_signals;
 
 static void on_storm(int sig)
@@ -136,6 +159,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: lockprog hold FILE | hold-exit FILE | hold-forever | handover FILE MS |"
                     " handover-lock FILE | handover-sibling FILE MS |"
+                    " handover-fork FILE FILE2 | handover-cancel FILE |"
                     " lock | trylock |"
                     " timedlock MS | recursive N FILE | errcheck relock|foreign |"
                     " destroy-held normal|robust | unmapped N | churn FILE | churn-hold FILE | churn-idle FILE | churn-_exit FILE | churn-exec FILE | churn-stop FILE | storm-hold FILE\n");
@@ -190,6 +214,40 @@ int main(int argc, char **argv)
         struct timespec dl = deadline_in(CLOCK_REALTIME, atol(argv[3]));
         rc = pthread_mutex_timedlock(&held_lock, &dl);
         say("handover-timed %s %lld", ename(rc), now_ms() - t);
+        if (rc == 0)
+            pthread_mutex_unlock(&held_lock);
+        return 0;
+    }
+    if (strcmp(mode, "handover-fork") == 0 && argc > 3) {
+        hold_until(arg);
+        say("handed");
+        wait_file(argv[3]);
+        pid_t child = fork();
+        if (child == 0) {
+            long long t = now_ms();
+            rc = pthread_mutex_lock(&held_lock);
+            say("child-locked %s %lld", ename(rc), now_ms() - t);
+            if (rc == 0)
+                pthread_mutex_unlock(&held_lock);
+            _exit(0);
+        }
+        int st;
+        return child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) ? 0 : 1;
+    }
+    if (strcmp(mode, "handover-cancel") == 0 && arg) {
+        hold_until(arg);
+        pthread_t th;
+        if (pthread_create(&th, NULL, cancelled_locker, NULL) != 0)
+            return 1;
+        struct timespec d = { 0, CANCEL_AFTER_MS * 1000000L };
+        nanosleep(&d, NULL);
+        pthread_cancel(th);
+        void *res;
+        pthread_join(th, &res);
+        say("cancelled %s", res == PTHREAD_CANCELED ? "YES" : "NO");
+        long long t = now_ms();
+        rc = pthread_mutex_lock(&held_lock);
+        say("relocked %s %lld", ename(rc), now_ms() - t);
         if (rc == 0)
             pthread_mutex_unlock(&held_lock);
         return 0;
