@@ -1715,7 +1715,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     lr->owner[on] = 0;
     char member[DM_MEMBER_MAX];     /* the caller's: lr may be freed below */
     member_of(member, owner, wait_id);
-    memcpy(lr->request, member, sizeof member);
+    memcpy(lr->request, member, strlen(member) + 1);
     pthread_mutex_lock(&locks_mu);
     l->refs++;
     lr->prev = NULL;
