@@ -639,12 +639,11 @@ static void cgroup_remove(void)
     cgroup_dir[0] = 0;
 }
 
-/* pids.max = the process's own thread count: the first mapped lock that
- * needs the watchdog thread cannot start it. It must fail (EAGAIN), say
- * why, and leave no hold behind - not run on with a lease nobody renews. */
-static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(void **s)
+/* `lifeprog once -g GO [-G GO2]` in a cgroup of its own whose pids.max
+ * is `tasks` (the wrapper moves itself in and execs lifeprog: one task);
+ * skips the test where cgroups cannot be written. */
+static pid_t once_in_cgroup(int tasks, const char *out, const char *go, const char *go2)
 {
-    (void)s;
     if (geteuid() != 0 || access(CGROUP_PIDS "/cgroup.procs", W_OK) != 0) {
         printf("test_lifecycle: no writable %s: skipped\n", CGROUP_PIDS);
         skip();
@@ -655,17 +654,25 @@ static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(vo
     snprintf(cgroup_dir, sizeof cgroup_dir, CGROUP_PIDS "/dmutex-life-%d", (int)getpid());
     if (mkdir(cgroup_dir, 0755) != 0 && errno != EEXIST)
         fail_msg("mkdir %s: %s", cgroup_dir, strerror(errno));
-    /* The wrapper moves itself into the cgroup and execs lifeprog: one
-     * task, and pids.max 1 leaves no room for a thread. */
-    assert_int_equal(th_sh("echo 1 > %s/pids.max", cgroup_dir), 0);
-    char *cfg = config("", LEASE_MS), *out = th_out_file(), *go = th_go_file();
-    char script[PATH_MAX * 3];
-    snprintf(script, sizeof script, "echo $$ > %s/cgroup.procs && exec %s once -g %s",
-             cgroup_dir, life_path, go);
+    assert_int_equal(th_sh("echo %d > %s/pids.max", tasks, cgroup_dir), 0);
+    char *cfg = config("", LEASE_MS);
+    char script[PATH_MAX * 4];
+    snprintf(script, sizeof script, "echo $$ > %s/cgroup.procs && exec %s once -g %s%s%s",
+             cgroup_dir, life_path, go, go2 ? " -G " : "", go2 ? go2 : "");
     static struct th_shim_env e;
     char **env = th_shim_env(&e, cfg, rs.url, NULL);
     char *argv[] = { "/bin/sh", "-c", script, NULL };
-    pid_t a = th_child(argv, env, out);
+    return th_child(argv, env, out);
+}
+
+/* pids.max = the process's own thread count: the first mapped lock that
+ * needs the watchdog thread cannot start it. It must fail (EAGAIN), say
+ * why, and leave no hold behind - not run on with a lease nobody renews. */
+static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(void **s)
+{
+    (void)s;
+    char *out = th_out_file(), *go = th_go_file();
+    pid_t a = once_in_cgroup(1, out, go, NULL);
     th_wait_for(out, "\nlock ", RUN_MS);     /* lifeprog's line, not the shim's "lock NAME:" */
     long long held = owners(name);
     char *text = th_read_output(out);
@@ -681,6 +688,37 @@ static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(vo
     th_assert_has(text, strerror(EAGAIN));
     free(text);
     assert_no_leftover_keys(name, th_now_ms() - LEASE_MS);
+}
+
+/* Room for the watchdog's two threads but not the next: the unlock's release
+ * reader cannot start. The unlock then waits for its release (said once,
+ * with the cause): here the server lost its scripts just before, and a
+ * release written without waiting would sit answered NOSCRIPT with nobody
+ * to read it while the process idles, the lock held for its lease. Waited
+ * for, it is sent again as EVAL, and the lock is free when unlock returns,
+ * the process still alive; the program sees nothing else. */
+static void test_unlock_waits_for_its_release_when_the_reader_thread_cannot_start(void **s)
+{
+    (void)s;
+    char *out = th_out_file(), *go = th_go_file(), *go2 = th_go_file();
+    pid_t a = once_in_cgroup(3, out, go, go2);     /* main, watchdog, lease deadline */
+    th_wait_for(out, "\nlock ", RUN_MS);
+    freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
+    th_touch(go);
+    th_wait_for(out, "\nunlock ", RUN_MS);
+    long long held = owners(name);
+    char *text = th_read_output(out);
+    th_touch(go2);
+    expect_end(a, out, "lifeprog once", 0, 0);
+    cgroup_remove();
+    th_assert_has(text, "lock 0");
+    th_assert_has(text, "unlock 0");
+    th_assert_has(text, "cannot start the release reader thread");
+    th_assert_has(text, strerror(EAGAIN));
+    if (held != 0)
+        fail_msg("lock %s still held in Redis after unlock returned (release not waited for):\n%s",
+                 name, text);
+    free(text);
 }
 
 /* ---- fixtures ------------------------------------------------------------------ */
@@ -782,6 +820,7 @@ int main(void)
         T(test_dlclose_of_a_plugin_opened_twice_keeps_its_mutex_mapped_while_held),
         T(test_dlclose_then_dlopen_again_maps_the_plugin_mutex_again),
         T(test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start),
+        T(test_unlock_waits_for_its_release_when_the_reader_thread_cannot_start),
     };
     const char *only = getenv("DM_LIFE_FILTER");    /* a cmocka glob on the names */
     if (only && *only)

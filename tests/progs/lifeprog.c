@@ -36,9 +36,10 @@
  *     dlopen, one section, dlclose (unloaded: "unloaded"), dlopen again
  *     ("reloaded"), wait for GO, lock plug_lock again ("inside again"),
  *     stay inside until GO2, unlock.
- *   lifeprog once -g GO
+ *   lifeprog once -g GO [-G GO2]
  *     main locks life_lock once: "lock RC"; waits for GO; unlocks if it
- *     had it. For a process that cannot start threads.
+ *     had it ("unlock RC"), then waits for GO2 if given. For a process
+ *     that cannot start threads.
  *   lifeprog noop
  *     the image exec'ed by EVENT exec: prints "exec'd" and exits 0.
  *
@@ -524,6 +525,8 @@ static int once(void)
     wait_file(gofile);
     if (rc == 0)
         say("unlock %s", ename(pthread_mutex_unlock(&life_lock)));
+    if (gofile2)
+        wait_file(gofile2);
     return 0;
 }
 
