@@ -1225,10 +1225,10 @@ static void test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free(void *
     free(text);
 }
 
-/* A child forked while its parent waits out the grace after a handover
- * (widened to GRACE_MS) did not hand anything over: its first lock of the
- * name, free in Redis, is granted at once. (The child inherited the
- * parent's grace and slept through it.) */
+/* A child forked right after its parent's handover, inside the grace
+ * that follows it (widened to GRACE_MS), handed nothing over: its first
+ * lock of the name, free in Redis, is granted at once. (The child
+ * inherited the parent's grace and slept through it.) */
 static void test_a_child_forked_in_the_grace_locks_without_waiting_for_it(void **state)
 {
     (void)state;

@@ -120,6 +120,7 @@ static void *sibling(void *unused)
         pthread_mutex_unlock(&sib_lock);
     return NULL;
 }
+
 /* handover-cancel's thread: pthread_mutex_lock is no cancellation point
  * (POSIX), so a cancel that comes while it waits is acted on later. */
 static void *cancelled_locker(void *unused)
