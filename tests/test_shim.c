@@ -1089,6 +1089,17 @@ static pid_t handover_prog(const char *cfg, const char *name, const char *out, c
     return p;
 }
 
+/* handover_prog's whole run when nothing happens between the handover
+ * and the end: go at once, then its output (caller frees). */
+static char *handover_output(const char *cfg, const char *name, const char *mode, const char *ms,
+                             long grace_ms)
+{
+    char *out = th_out_file(), *go = th_go_file();
+    pid_t p = handover_prog(cfg, name, out, mode, go, ms, grace_ms);
+    th_touch(go);
+    return finish(p, out, 0);
+}
+
 /* Right after its batch's unlock handed the lock to the next process in
  * line, a process waits a moment before it asks again (hold_acquire's
  * grace after a handover; widened here): a trylock meanwhile does not
@@ -1126,10 +1137,7 @@ static void test_right_after_a_batch_a_timed_lock_takes_the_lock_it_left_free(vo
 {
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_free\"; }");
-    char *out = th_out_file(), *go = th_go_file();
-    pid_t p = handover_prog(cfg, "g_free", out, "handover", go, "300", GRACE_MS);
-    th_touch(go);
-    char *text = finish(p, out, 0);
+    char *text = handover_output(cfg, "g_free", "handover", "300", GRACE_MS);
     th_assert_has(text, "handover-try 0");
     th_assert_has(text, "handover-timed 0");
     free(text);
@@ -1215,10 +1223,7 @@ static void test_a_lock_waiting_out_the_grace_leaves_a_sibling_mutex_free(void *
     char *cfg = th_config_top(LONG_LEASE_MS, "batch_ms = 0;\n",
                               "{ symbol = \"held_lock\"; name = \"g_sib\"; },"
                               " { symbol = \"sib_lock\"; name = \"g_sib\"; }");
-    char *out = th_out_file(), *go = th_go_file();
-    pid_t p = handover_prog(cfg, "g_sib", out, "handover-sibling", go, "1000", SIB_GRACE_MS);
-    th_touch(go);
-    char *text = finish(p, out, 0);
+    char *text = handover_output(cfg, "g_sib", "handover-sibling", "1000", SIB_GRACE_MS);
     th_assert_has(text, "sibling-try 0");
     th_assert_has(text, "sibling-timed 0");
     th_assert_has(text, "relocked 0");
@@ -1256,10 +1261,7 @@ static void test_a_lock_cancelled_in_the_grace_returns_and_leaves_the_name_usabl
 {
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"held_lock\"; name = \"g_cancel\"; }");
-    char *out = th_out_file(), *go = th_go_file();
-    pid_t p = handover_prog(cfg, "g_cancel", out, "handover-cancel", go, NULL, CANCEL_GRACE_MS);
-    th_touch(go);
-    char *text = finish(p, out, 0);
+    char *text = handover_output(cfg, "g_cancel", "handover-cancel", NULL, CANCEL_GRACE_MS);
     th_assert_has(text, "thread-locked 0");
     th_assert_has(text, "cancelled YES");
     th_assert_has(text, "relocked 0");
