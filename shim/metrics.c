@@ -103,6 +103,7 @@ struct snapshot {
     size_t n, cap;
     char *names;
     size_t names_len, names_cap;
+    size_t live;                /* rows of names with a record now (dmutex_names) */
     int short_of_memory;
 };
 
@@ -144,6 +145,7 @@ static void snapshot_take(struct snapshot *s)
             break;
         }
         struct row *r = &s->rows[s->n++];
+        s->live += __atomic_load_n(&c->live, __ATOMIC_RELAXED) != 0;
         r->st = st;
         r->is_lock = __atomic_load_n(&c->is_lock, __ATOMIC_RELAXED);
         r->is_cond = __atomic_load_n(&c->is_cond, __ATOMIC_RELAXED);
@@ -333,6 +335,13 @@ static void format(struct out *o, const struct snapshot *s, const char *pid)
     if (pid)
         put(o, "pid=\"%s\",", pid);
     put(o, "version=\"%s\"} 1\n", DMUTEX_VERSION);
+    put_family(o, "dmutex_names", "gauge",
+               "Lock and condition variable names this process has a record of: the mapped "
+               "ones, and per-object names whose objects are not destroyed yet.");
+    put(o, "dmutex_names");
+    if (pid)
+        put(o, "{pid=\"%s\"}", pid);
+    put(o, " %zu\n", s->live);
     for (size_t k = 0; k < sizeof scalars / sizeof scalars[0]; k++) {
         put_family(o, scalars[k].metric, scalars[k].type, scalars[k].help);
         for (size_t i = 0; i < s->n && !o->err; i++) {

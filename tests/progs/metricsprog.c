@@ -28,6 +28,13 @@
  *       N heap mutexes named c0 .. c(N-1) with dmutex_name, one after the
  *       other: the even ones locked and unlocked once, each destroyed
  *       and freed: "churned N", return from main
+ *   metricsprog turns SHMFILE a|b N
+ *       two processes take turns on N heap mutexes named t0 .. t(N-1)
+ *       (dmutex_name), in step through the file SHMFILE: a locks object
+ *       i, holds it 1 ms, unlocks, destroys it; b waits for it (its grant
+ *       comes after a wait: a batch), unlocks (the hold lingers) and
+ *       destroys it 150 to 270 us later, about when the linger ends and
+ *       notify's thread gives the hold back. "turns N", return from main
  *   metricsprog fork-until PATH GO
  *       wait until GO exists, lock and unlock lock_a once, then fork (a
  *       child that _exits at once) and wait for the child, again and
@@ -38,11 +45,13 @@
  *       environment) and wait for it: "child exited RC"; wait until GO2
  *       exists, return from main */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,6 +101,50 @@ static void *busy(void *arg)
         pthread_mutex_unlock(&lock_a);
     }
     return NULL;
+}
+
+/* The "turns" mode (see the top). */
+static int turns(const char *shmfile, int b, long n)
+{
+    struct turns { long a_holds, b_done; } *sh;
+    int fd = open(shmfile, O_RDWR | O_CREAT, 0600);
+    if (fd < 0 || ftruncate(fd, sizeof *sh) != 0 ||
+        (sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        say("%s: %s", shmfile, ename(errno));
+        return 1;
+    }
+    for (long i = 0; i < n; i++) {
+        pthread_mutex_t *m = malloc(sizeof *m);
+        char name[32];
+        snprintf(name, sizeof name, "t%ld", i);
+        pthread_mutex_init(m, NULL);
+        int r = dmutex_name(m, name);
+        if (r != 0) {
+            say("dmutex_name %s: %s", name, ename(r));
+            return 1;
+        }
+        if (!b) {
+            pthread_mutex_lock(m);
+            __atomic_store_n(&sh->a_holds, i + 1, __ATOMIC_SEQ_CST);
+            usleep(1000);
+            pthread_mutex_unlock(m);
+        } else {
+            while (__atomic_load_n(&sh->a_holds, __ATOMIC_SEQ_CST) < i + 1)
+                usleep(20);
+            pthread_mutex_lock(m);
+            pthread_mutex_unlock(m);
+            usleep((useconds_t)(150 + (i * 7) % 120));
+        }
+        pthread_mutex_destroy(m);
+        free(m);
+        if (b)
+            __atomic_store_n(&sh->b_done, i + 1, __ATOMIC_SEQ_CST);
+        else
+            while (__atomic_load_n(&sh->b_done, __ATOMIC_SEQ_CST) < i + 1)
+                usleep(50);
+    }
+    say("turns %ld", n);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -206,6 +259,8 @@ int main(int argc, char **argv)
         say("churned %ld", n);
         return 0;
     }
+    if (argc == 5 && strcmp(argv[1], "turns") == 0 && dmutex_name)
+        return turns(argv[2], strcmp(argv[3], "b") == 0, atol(argv[4]));
     if (argc == 4 && strcmp(argv[1], "fork-until") == 0) {
         wait_file(argv[3]);
         lock_n(1);
@@ -243,7 +298,7 @@ int main(int argc, char **argv)
         return 0;
     }
     fprintf(stderr, "usage: metricsprog work N M [SLEEP_MS] | fork N K GO | hold GO | "
-                    "lock-once | exit-busy N | names N | recreate K | churn N | fork-until PATH GO | "
-                    "exec N K GO1 GO2\n");
+                    "lock-once | exit-busy N | names N | recreate K | churn N | turns SHMFILE a|b N | "
+                    "fork-until PATH GO | exec N K GO1 GO2\n");
     return 2;
 }
