@@ -287,22 +287,36 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
 static void wconn_close(struct dm_conn *wc);
 static struct dm_conn *wconn_take(struct dm_cluster_lock *l);
 
+/* locks_mu held: drops a reference; 1 when it was the last (the record is
+ * out of the table then: lock_free it, without locks_mu). */
+static int lock_unref_locked(struct dm_cluster_lock *l)
+{
+    if (--l->refs > 0)
+        return 0;
+    dm_htab_del(&locks, &l->node);
+    /* Its counters stay (if it counted anything), for the file and for a
+     * record of the name made again. */
+    counters_drop(l->counters);
+    return 1;
+}
+
+static void lock_free(struct dm_cluster_lock *l);
+
 void dm_cluster_lock_put(struct dm_cluster_lock *l)
 {
     if (!l)
         return;
     pthread_mutex_lock(&locks_mu);
-    if (--l->refs > 0) {
-        pthread_mutex_unlock(&locks_mu);
-        return;
-    }
-    dm_htab_del(&locks, &l->node);
-    /* Its counters stay (if it counted anything), for the file and for a
-     * record of the name made again. */
-    counters_drop(l->counters);
+    int last = lock_unref_locked(l);
     pthread_mutex_unlock(&locks_mu);
-    /* Out of the table: no one else can reach it. notify may wait for a
-     * handler here, so locks_mu is not held. */
+    if (last)
+        lock_free(l);
+}
+
+/* A record out of the table: no one else can reach it. notify may wait for
+ * a handler here, so locks_mu is not held. */
+static void lock_free(struct dm_cluster_lock *l)
+{
     wconn_close(wconn_take(l));
     dm_notify_chan_put(l->chan);
     dm_notify_chan_put(l->wchan);
@@ -1363,6 +1377,11 @@ struct resend_job {
     struct dm_cluster_lock *l;          /* a reference */
     struct dm_kept_release r;
 };
+/* The round being sent (locks_mu): a fork child, which has no resender,
+ * gives back the references of the jobs not done (the one being sent
+ * included) and frees the list. */
+static struct resend_job *round_jobs;
+static size_t round_n, round_done;
 
 /* locks_mu held: every release kept and still in its lease, with a
  * reference to its record each (*n of them, malloc'd; NULL: none or no
@@ -1414,14 +1433,28 @@ static void *resend_main(void *arg)
         size_t n;
         pthread_mutex_lock(&locks_mu);
         struct resend_job *jobs = resend_jobs_locked(&n, dm_now_ms());
+        round_jobs = jobs;
+        round_n = n;
+        round_done = 0;
         pthread_mutex_unlock(&locks_mu);
         size_t failed = 0;
         for (size_t i = 0; i < n; i++) {
             struct resend_job *j = &jobs[i];
             failed += release_waited(j->l, j->r.owner, j->r.token, j->r.request,
                                      j->r.until_ms, NULL) == EIO;
-            dm_cluster_lock_put(j->l);
+            /* Done and the reference given back in one step as a fork
+             * sees them (locks_mu). */
+            pthread_mutex_lock(&locks_mu);
+            round_done = i + 1;
+            int last = lock_unref_locked(j->l);
+            pthread_mutex_unlock(&locks_mu);
+            if (last)
+                lock_free(j->l);
         }
+        pthread_mutex_lock(&locks_mu);
+        round_jobs = NULL;
+        round_n = round_done = 0;
+        pthread_mutex_unlock(&locks_mu);
         free(jobs);
         if (n > 0)
             dm_warn("redis: the primary moved: %zu release(s) of the last lease sent again to "
@@ -1833,6 +1866,15 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
         dm_cluster_lock_put(lr->l);
         free(lr);
     }
+    /* A round the parent's resender was sending: the references of what
+     * it had not done are the child's to give back. */
+    struct resend_job *jobs = round_jobs;
+    size_t from = round_done, to = round_n;
+    round_jobs = NULL;
+    round_n = round_done = 0;
+    for (size_t i = from; jobs && i < to; i++)
+        dm_cluster_lock_put(jobs[i].l);
+    free(jobs);
 }
 
 #define DM_COND_PUBLISH_TRIES 3 /* a signal sent again after a MOVED (Redis Cluster) */

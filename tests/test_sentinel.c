@@ -788,6 +788,116 @@ static void test_kept_releases_keep_no_record_alive(void **s)
     assert_int_equal(after, before);
 }
 
+/* A fork while the resender's round is sending. The round holds a
+ * reference to each record it sends a release of; the child has no
+ * resender, so those references are the child's to give back (before:
+ * each such record stayed in the child for good, a name destroyed
+ * meanwhile included). Here the new primary is paused (CLIENT PAUSE
+ * WRITE), so the round blocks on its first release; the records' own
+ * references are put, the round's alone keep them; then the fork. */
+#define FORK_ROUND_NAMES 3
+
+struct try_lock {
+    struct dm_cluster_lock *l;
+    const char *owner;
+    struct dm_grant g;
+    int rc;
+};
+
+static void *try_lock_main(void *arg)
+{
+    struct try_lock *t = arg;
+    t->rc = dm_cluster_acquire(t->l, t->owner, NULL, DM_ACQ_TRY, &t->g);
+    return NULL;
+}
+
+static size_t child_records;
+
+static int child_counts_records(void)
+{
+    return dm_cluster_lock_stats().count == child_records ? 0
+        : 10 + (int)(dm_cluster_lock_stats().count - child_records);
+}
+
+static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_references(void **s)
+{
+    (void)s;
+    struct topo *t = &cur;
+    topo_start(t, 1, 0);
+    fake_sentinel_cluster(t, 20000);
+    struct th_redis *old = &t->primary, *neu = &t->replica[0];
+    size_t base = dm_cluster_lock_stats().count;
+    char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    dm_cluster_owner(c, 2);
+    struct dm_cluster_lock *ls[FORK_ROUND_NAMES];
+    for (int i = 0; i < FORK_ROUND_NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "fround_%d", i);
+        ls[i] = dm_cluster_lock_get(name);
+        struct dm_grant g;
+        assert_int_equal(dm_cluster_acquire(ls[i], a, NULL, 0, &g), 0);
+        assert_int_equal(dm_cluster_release_hold(ls[i], a, g.token, g.wait_id), 0);
+    }
+    /* The failover, the new primary paused: the lock call that finds it
+     * (a thread of its own: it waits for the pause too) starts the round. */
+    redisContext *n = th_redis_connect(neu);
+    freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
+    demote_to(old, neu);
+    freeReplyObject(th_cmd(n, "CLIENT PAUSE 60000 WRITE"));
+    unsigned long r0 = dm_cluster_resend_rounds();
+    fake_sentinel_names(neu);
+    struct try_lock tl = { dm_cluster_lock_get("fround_via"), c, { 0 }, -1 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, try_lock_main, &tl), 0);
+    long long end = th_now_ms() + RUN_MS;
+    for (int i = 0; i < FORK_ROUND_NAMES; i++)
+        while (__atomic_load_n(&ls[i]->refs, __ATOMIC_ACQUIRE) < 2) {
+            if (th_now_ms() > end)
+                fail_msg("the resender's round never took up record %d", i);
+            usleep(1000);
+        }
+    for (int i = 0; i < FORK_ROUND_NAMES; i++)
+        dm_cluster_lock_put(ls[i]);             /* the round's references keep them */
+    assert_int_equal(dm_cluster_lock_stats().count, base + FORK_ROUND_NAMES + 1);
+    child_records = base + 1;                   /* fround_via's, the test's own */
+    dm_cluster_atfork(DM_FORK_PREPARE);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_atfork(DM_FORK_CHILD);
+        _exit(child_counts_records());
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    dm_cluster_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    freeReplyObject(th_cmd(n, "CLIENT UNPAUSE"));
+    redisFree(n);
+    pthread_join(th, NULL);
+    if (tl.rc == 0)
+        assert_int_equal(dm_cluster_release(tl.l, c, tl.g.token), 0);
+    wait_resend_round(r0);
+    measured("a fork while the resender's round waited for a paused new primary: the child "
+             "kept %d of the round's %d records (exit status %d)",
+             WIFEXITED(st) && WEXITSTATUS(st) >= 10 ? WEXITSTATUS(st) - 10 : 0,
+             FORK_ROUND_NAMES, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    /* In the parent, the round ends and gives its references back. */
+    end = th_now_ms() + RUN_MS;
+    while (dm_cluster_lock_stats().count != base + 1) {
+        if (th_now_ms() > end)
+            fail_msg("%zu records after the round, expected %zu",
+                     dm_cluster_lock_stats().count, base + 1);
+        usleep(1000);
+    }
+    dm_cluster_lock_put(tl.l);
+    assert_int_equal(dm_cluster_lock_stats().count, base);
+}
+
 /* How many clients of r are blocked in a WAIT now (CLIENT LIST: flags
  * with b, cmd=wait; cmd= alone is the last command, done or not). */
 static long long blocked_clients(const struct th_redis *r)
@@ -1589,6 +1699,7 @@ int main(void)
         T(test_every_kept_release_is_sent_again_the_server_decides),
         T(test_a_busy_lock_does_not_push_another_locks_release_out),
         T(test_kept_releases_keep_no_record_alive),
+        T(test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_references),
         T(test_a_release_answered_by_the_old_primary_after_the_round_is_sent_again),
         T(test_failover_with_min_replicas_1_keeps_exclusion_counter_and_tokens),
         T(test_failover_with_min_replicas_0_is_measured),
