@@ -1199,6 +1199,13 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
                         const char *request);
 static void resend_switch(void);
 
+/* Releases are kept for a failover with Sentinel and with Redis Cluster:
+ * a replica promoted may lack them. */
+static int resend_wanted(void)
+{
+    return ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0;
+}
+
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
     return release_waited(l, owner, token, NULL, 0, NULL);
@@ -1220,7 +1227,7 @@ int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64
          * have answered it after the resender's round (a live failover, a
          * partition), and nothing would send it again before the next
          * move. One more round (found by the review). */
-        if (dm_redis_primary_gen() != gen && ccfg->redis.nsentinels > 0)
+        if (dm_redis_primary_gen() != gen && resend_wanted())
             resend_switch();
     }
     return r;
@@ -1322,7 +1329,7 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
     return EIO;
 }
 
-/* ---- releases a failover may undo (Sentinel) -----------------------------
+/* ---- releases a failover may undo (Sentinel, Redis Cluster) --------------
  * The primary answers a release before its replicas have it (replication
  * is asynchronous; min_replicas WAITs for grants, not for releases), and
  * a failover then promotes a replica on which the hold is still there:
@@ -1347,7 +1354,12 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
  * with the record, so that a name destroyed takes its own with it (its
  * hold then stands on a new primary that lacks the release until its
  * lease ends, as before). Not an rwlock's (a read release ignores the
- * request). A process that exits takes its kept releases with it. */
+ * request). A process that exits takes its kept releases with it.
+ * With Redis Cluster the same, for each slot's primary: a round follows
+ * every change of the slot map the process sees (dm_redis_on_switch: a
+ * call that met MOVED or a node gone, notify's refresh), each release
+ * sent to the node that owns its slot now. A resharding makes such a
+ * round too; its releases are answered as done. */
 #define DM_KEPT_PER_LOCK 2
 struct dm_kept_release {
     uint64_t token;
@@ -1383,6 +1395,12 @@ struct resend_job {
 static struct resend_job *round_jobs;
 static size_t round_n, round_done;
 
+/* What made a resend round, for its log lines. */
+static const char *moved_what(void)
+{
+    return ccfg->redis.ncluster > 0 ? "the cluster's slot map changed" : "the primary moved";
+}
+
 /* locks_mu held: every release kept and still in its lease, with a
  * reference to its record each (*n of them, malloc'd; NULL: none or no
  * memory); the expired ones dropped. */
@@ -1402,9 +1420,9 @@ static struct resend_job *resend_jobs_locked(size_t *n, long long now)
     struct resend_job *jobs = count ? malloc(count * sizeof *jobs) : NULL;
     if (!jobs) {
         if (count)
-            dm_error("redis: the primary moved, and there is no memory to send its %zu kept "
-                     "release(s) again: a hold the new primary kept stands until its lease "
-                     "ends", count);
+            dm_error("redis: %s, and there is no memory to send its %zu kept release(s) "
+                     "again: a hold the new primary kept stands until its lease ends",
+                     moved_what(), count);
         return NULL;
     }
     for (size_t b = 0; b < locks.n; b++)
@@ -1457,8 +1475,8 @@ static void *resend_main(void *arg)
         pthread_mutex_unlock(&locks_mu);
         free(jobs);
         if (n > 0)
-            dm_warn("redis: the primary moved: %zu release(s) of the last lease sent again to "
-                    "it, in case it lacks them (%zu failed)", n, failed);
+            dm_warn("redis: %s: %zu release(s) of the last lease sent again, in case a new "
+                    "primary lacks them (%zu failed)", moved_what(), n, failed);
         __atomic_add_fetch(&resend_rounds, 1, __ATOMIC_RELEASE);
         pthread_mutex_lock(&resend_mu);
     }
@@ -1473,7 +1491,7 @@ unsigned long dm_cluster_resend_rounds(void)
 static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                         const char *request)
 {
-    if (ccfg->redis.nsentinels == 0)
+    if (!resend_wanted())
         return;
     pthread_mutex_lock(&resend_mu);
     if (resend_state == 0) {

@@ -467,12 +467,13 @@ int dm_redis_conn_stale(const struct dm_conn *conn)
 
 void dm_redis_on_switch(void (*fn)(void))
 {
-    dm_sentinel_on_switch(fn);
+    if (dm_sentinel_on_switch(fn) != 0 || dm_slots_on_change(fn) != 0)
+        dm_error("redis: more than %d callers asked to hear of a new primary", DM_HOOKS_MAX);
 }
 
 unsigned long dm_redis_primary_gen(void)
 {
-    return dm_sentinel_enabled() ? dm_sentinel_gen() : 0;
+    return dm_sentinel_enabled() ? dm_sentinel_gen() : dm_slots_enabled() ? dm_slots_gen() : 0;
 }
 
 /* What dm_redis_get hands out when it cannot even allocate a connection:

@@ -143,12 +143,16 @@ redisReply *dm_redis_pipeline_next(struct dm_conn *conn);
  * table of nodes reuses indexes)? Always 0 otherwise. */
 int dm_redis_conn_stale(const struct dm_conn *conn);
 
-/* Sentinel: fn() is called (from another thread, no lock held) when the
- * primary's address changes; see dm_sentinel_on_switch. */
+/* fn() is called (from another thread, no lock held) when a primary may
+ * have moved. Sentinel: the primary's address changes (see
+ * dm_sentinel_on_switch). Redis Cluster: the slot map changes (a
+ * failover, a resharding; see dm_slots_on_change), as the process finds
+ * out: at a call that meets MOVED or a node gone, or notify's refresh. */
 void dm_redis_on_switch(void (*fn)(void));
 
-/* Sentinel: the primary's generation, bumped each time its address
- * changes (0 without Sentinel). No lock, no I/O. */
+/* Bumped each time a primary may have moved (the Sentinel primary's
+ * generation, Redis Cluster's slot map generation; 0 with one server).
+ * No lock, no I/O. */
 unsigned long dm_redis_primary_gen(void);
 
 /* Sentinel: is conn's node still the primary (ROLE)? A script that only

@@ -50,8 +50,7 @@ static int known_ok;                    /* 0: unknown or stale, ask again */
 static size_t next_sentinel;            /* who to ask first: the last that answered,
                                            or the one after it once its answer failed */
 static unsigned long gen_now;           /* known.gen, readable without smu */
-#define DM_SWITCH_HOOKS 2       /* notify's thread, cluster's release resender */
-static void (*switch_hooks[DM_SWITCH_HOOKS])(void);    /* under smu */
+static struct dm_hooks switch_hooks;   /* notify's thread, cluster's release resender */
 static int watch_running;
 static redisContext *watch_ctx;         /* the thread's, for the fork child */
 
@@ -107,29 +106,9 @@ unsigned long dm_sentinel_gen(void)
     return __atomic_load_n(&gen_now, __ATOMIC_ACQUIRE);
 }
 
-void dm_sentinel_on_switch(void (*fn)(void))
+int dm_sentinel_on_switch(void (*fn)(void))
 {
-    pthread_mutex_lock(&smu);
-    int i = 0;
-    while (i < DM_SWITCH_HOOKS && switch_hooks[i] && switch_hooks[i] != fn)
-        i++;
-    if (i < DM_SWITCH_HOOKS)
-        switch_hooks[i] = fn;
-    pthread_mutex_unlock(&smu);
-    if (i == DM_SWITCH_HOOKS)
-        dm_error("redis: more than %d callers asked to hear of a new primary", DM_SWITCH_HOOKS);
-}
-
-/* smu not held: tells each hook the primary moved. */
-static void call_hooks(void)
-{
-    void (*hooks[DM_SWITCH_HOOKS])(void);
-    pthread_mutex_lock(&smu);
-    memcpy(hooks, switch_hooks, sizeof hooks);
-    pthread_mutex_unlock(&smu);
-    for (int i = 0; i < DM_SWITCH_HOOKS; i++)
-        if (hooks[i])
-            hooks[i]();
+    return dm_hooks_add(&switch_hooks, fn);
 }
 
 /* A connection to sentinel i, authenticated when the config says so, over
@@ -242,7 +221,7 @@ static void switched(const struct dm_primary *p, const char *how)
     else
         dm_warn("redis: the primary of %s moved from %s to %s:%d (%s); connections follow it",
                 scfg->master, old, p->host, p->port, how);
-    call_hooks();
+    dm_hooks_call(&switch_hooks);
 }
 
 /* ---- the +switch-master thread ---------------------------------------- */
@@ -412,7 +391,7 @@ int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *a
             pthread_mutex_unlock(&smu);
             pthread_mutex_unlock(&ask_mu);
             if (moved)
-                call_hooks();   /* found here before the +switch-master notice came */
+                dm_hooks_call(&switch_hooks);   /* found here before the +switch-master notice came */
             return 0;
         }
         if (o < errlen)

@@ -61,10 +61,11 @@ unsigned long dm_sentinel_gen(void);
  * primary's address changes, from the +switch-master thread or from the
  * thread whose connect found the new primary first: a thread with a
  * long-lived connection wakes up to drop it (notify), releases the new
- * primary may lack are sent again (cluster). Up to two hooks; adding one
- * twice adds it once. The +switch-master thread calls them on its first
- * answer too; a connect's first answer is no move and calls none. */
-void dm_sentinel_on_switch(void (*fn)(void));
+ * primary may lack are sent again (cluster). Up to two hooks (0; -1 when
+ * both are taken); adding one twice adds it once. The +switch-master
+ * thread calls them on its first answer too; a connect's first answer is
+ * no move and calls none. */
+int dm_sentinel_on_switch(void (*fn)(void));
 
 /* "HOST:PORT (primary of NAME)", or "primary of NAME (sentinels H:P,...)"
  * before the first answer: for messages. */

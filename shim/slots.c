@@ -28,6 +28,7 @@ static unsigned short map[DM_SLOTS_COUNT];
 static int want_refresh = 1;
 static long long refreshed_ms;
 static unsigned long gen;
+static struct dm_hooks change_hooks;   /* notify's thread, cluster's release resender */
 
 void dm_slots_setup(const struct dm_redis_config *cfg)
 {
@@ -210,19 +211,27 @@ int dm_slots_update(const redisReply *r)
         for (long long s = lo; s <= hi; s++)
             next[s] = (unsigned short)(n + 1);
     }
-    if (memcmp(next, map, sizeof map) != 0) {
+    int changed = memcmp(next, map, sizeof map) != 0;
+    if (changed) {
         memcpy(map, next, sizeof map);
         gen++;
     }
     want_refresh = 0;
     refreshed_ms = dm_now_ms();
     pthread_mutex_unlock(&smu);
+    if (changed)
+        dm_hooks_call(&change_hooks);
     return 0;
 }
 
 unsigned long dm_slots_gen(void)
 {
     return __atomic_load_n(&gen, __ATOMIC_ACQUIRE);
+}
+
+int dm_slots_on_change(void (*fn)(void))
+{
+    return dm_hooks_add(&change_hooks, fn);
 }
 
 /* "MOVED 3999 127.0.0.1:6381" / "ASK 3999 [::1]:6381" (host may be empty:
@@ -288,13 +297,16 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node)
     *node = unknown_host(h, hl) ? -1 : node_index_locked(h, hl, port, NULL);
     if (*node < 0)
         want_refresh = 1;
-    if (!*ask && *node >= 0 && map[*slot] != *node + 1) {
+    int changed = !*ask && *node >= 0 && map[*slot] != *node + 1;
+    if (changed) {
         map[*slot] = (unsigned short)(*node + 1);
         gen++;
     }
     if (!*ask)
         want_refresh = 1;   /* other slots may have moved with it */
     pthread_mutex_unlock(&smu);
+    if (changed)
+        dm_hooks_call(&change_hooks);
     return 1;
 }
 

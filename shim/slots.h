@@ -56,6 +56,12 @@ int dm_slots_update(const redisReply *r);
  * compares it to re-check what it subscribed where. */
 unsigned long dm_slots_gen(void);
 
+/* Adds `fn` to the hooks called (with no lock held, from the thread that
+ * changed it) each time the slot map changes: a failover, a resharding, a
+ * node's new address. Up to two (0; -1 when both are taken); adding one
+ * twice adds it once. */
+int dm_slots_on_change(void (*fn)(void));
+
 /* A redirection error reply: "MOVED <slot> <host>:<port>" or "ASK <slot>
  * <host>:<port>". Returns 1 and fills *ask (1 for ASK), *slot and *node
  * (the node's index, added to the table if new; -1 when the table is

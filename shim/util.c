@@ -245,6 +245,26 @@ struct dm_htab_stats dm_htab_stats(const struct dm_htab *t, pthread_mutex_t *mu)
     return st;
 }
 
+int dm_hooks_add(struct dm_hooks *h, void (*fn)(void))
+{
+    for (int i = 0; i < DM_HOOKS_MAX; i++) {
+        void (*none)(void) = NULL;
+        if (__atomic_compare_exchange_n(&h->fn[i], &none, fn, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE) || none == fn)
+            return 0;
+    }
+    return -1;
+}
+
+void dm_hooks_call(struct dm_hooks *h)
+{
+    for (int i = 0; i < DM_HOOKS_MAX; i++) {
+        void (*fn)(void) = __atomic_load_n(&h->fn[i], __ATOMIC_ACQUIRE);
+        if (fn)
+            fn();
+    }
+}
+
 void dm_fork_mutex(pthread_mutex_t *mu, enum dm_fork_phase phase)
 {
     if (phase == DM_FORK_PREPARE) {

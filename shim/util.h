@@ -87,6 +87,19 @@ enum dm_fork_phase { DM_FORK_PREPARE, DM_FORK_PARENT, DM_FORK_CHILD };
  * but a fresh mutex needs no owner). */
 void dm_fork_mutex(pthread_mutex_t *mu, enum dm_fork_phase phase);
 
+/* A few callbacks a module calls when something it knows moved (sentinel:
+ * the primary's address; slots: the slot map), from whichever thread
+ * found out, with no lock held. Each added once (a slot taken with an
+ * atomic exchange: no mutex, so a hook may be added from anywhere),
+ * never removed. */
+#define DM_HOOKS_MAX 2
+struct dm_hooks {
+    void (*fn[DM_HOOKS_MAX])(void);
+};
+/* 0 (also when fn is in already), or -1 when every slot is taken. */
+int dm_hooks_add(struct dm_hooks *h, void (*fn)(void));
+void dm_hooks_call(struct dm_hooks *h);
+
 /* An intrusive chained hash table, for the records a process keeps by name
  * (cluster's locks, notify's channels, mapped's names). A record embeds a
  * struct dm_hnode as its FIRST member (so a node is the record); the

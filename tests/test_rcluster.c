@@ -16,7 +16,10 @@
  * - the same while a replica takes over its primary (CLUSTER FAILOVER),
  *   with min_replicas = 1;
  * - the same when a primary is SIGKILLed (its replica promoted after the
- *   node timeout): its names go on before it comes back.
+ *   node timeout): its names go on before it comes back;
+ * - a release the promoted replica lacks (its primary answered it and
+ *   died) is sent again once the process finds the slot map changed.
+ * DM_RCLUSTER_FILTER=PATTERN runs the tests whose names match.
  * Bounds are one-sided and generous (a slow, noisy 2-core machine). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +27,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +35,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -943,6 +948,100 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
         fail_msg("the cluster is not ok after the restart");
 }
 
+/* A release its primary answered but never passed on: the replica was
+ * stopped and cut off (CLIENT KILL TYPE replica) before it, the primary
+ * SIGKILLed after, and the replica promoted still has the hold. The
+ * process keeps its unlocks' releases for a lease, as with Sentinel, and
+ * sends them again when it finds its slot map changed: here at its next
+ * lock call, another owner's trylock of the name, which meets the dead
+ * node, asks the map again and finds the promoted replica. The lock must
+ * be free then, not held for the rest of the lease (20 s here; before,
+ * the trylock was EBUSY and the hold stood). */
+static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
+{
+    (void)s;
+    static struct dm_config cfg;
+    char err[256];
+    dm_config_defaults(&cfg);
+    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    cfg.lease_ms = 20000;
+    cfg.renew_ms = cfg.lease_ms / 3;
+    cfg.on_lease_lost = DM_LOST_WARN;
+    dm_cluster_init(&cfg);
+    const char *key = "dmutex:{rsend}";
+    int slot = (int)dm_slots_keyslot(key, strlen(key));
+    int p = th_rcluster_owner(&rc, slot);
+    int q = replica_of(p);
+    assert_true(p >= 0 && q >= 0);
+    char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    dm_cluster_owner(c, 2);
+    struct dm_cluster_lock *l = th_lock_get("rsend");
+    struct dm_grant g;
+    th_grant(l, a, &g);
+    /* the grant on the replica, then the replica stopped and cut off */
+    redisContext *qc = th_redis_connect(&rc.node[q]);
+    freeReplyObject(th_cmd(qc, "READONLY"));
+    long long end = th_now_ms() + OK_MS;
+    while (th_cmd_int(qc, "HEXISTS %s %s", key, a) != 1) {
+        if (th_now_ms() > end)
+            fail_msg("the grant never reached the replica");
+        usleep(2000);
+    }
+    kill(rc.node[q].pid, SIGSTOP);
+    redisContext *pc = th_redis_connect(&rc.node[p]);
+    th_cmd_int(pc, "CLIENT KILL TYPE replica");
+    assert_int_equal(dm_cluster_release_hold(l, a, g.token, g.wait_id), 0);
+    assert_int_equal(th_cmd_int(pc, "EXISTS %s", key), 0);
+    redisFree(pc);
+    unsigned long r0 = dm_cluster_resend_rounds();
+    th_redis_kill(&rc.node[p]);
+    kill(rc.node[q].pid, SIGCONT);
+    while (th_rcluster_owner(&rc, slot) != q) {
+        if (th_now_ms() > end)
+            fail_msg("the replica %s never took over", rc.node[q].url);
+        usleep(100000);
+    }
+    redisFree(qc);
+    qc = th_redis_connect(&rc.node[q]);
+    if (th_cmd_int(qc, "HEXISTS %s %s", key, a) != 1)
+        fail_msg("the promoted replica does not have the hold: the release reached it "
+                 "(the test's premise failed)");
+    /* Trylocks of the name by another owner: the first meets the dead
+     * node (the map is then asked again), a later one the promoted
+     * replica. Within 15 s, well inside the 20 s lease. */
+    long long t0 = th_now_ms(), until = t0 + 15000;
+    int tries = 0, got = EBUSY;
+    while (dm_cluster_resend_rounds() == r0 && th_now_ms() < until) {
+        tries++;
+        if ((got = dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g)) == 0)
+            break;
+        usleep(100000);
+    }
+    while (dm_cluster_resend_rounds() == r0 && th_now_ms() < until)
+        usleep(10000);
+    long long pttl = th_cmd_int(qc, "PTTL %s", key);
+    print_message("%d trylock(s) after the failover, the last %s; a resend round %s after "
+                  "%lld ms; the lock's PTTL on the promoted replica %lld ms\n", tries,
+                  got == 0 ? "granted" : strerror(got),
+                  dm_cluster_resend_rounds() != r0 ? "ran" : "NEVER ran", th_now_ms() - t0, pttl);
+    if (got == 0)
+        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+    assert_true(dm_cluster_resend_rounds() != r0);
+    assert_int_equal(th_cmd_int(qc, "HEXISTS %s %s", key, a), 0);
+    assert_int_equal(dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+    redisFree(qc);
+    dm_cluster_lock_put(l);
+    /* back, as a replica of the new primary, for the tests after this one */
+    const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-node-timeout", "1000", NULL };
+    th_redis_restart(&rc.node[p], extra);
+    if (th_rcluster_wait_ok(&rc, OK_MS) != 0)
+        fail_msg("the cluster is not ok after the restart");
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -962,6 +1061,10 @@ int main(void)
         T(test_live_resharding_keeps_every_counter_exact),
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
         T(test_killed_primary_its_names_go_on_on_the_promoted_replica),
+        T(test_a_release_the_promoted_replica_lacks_is_sent_again),
     };
+    const char *only = getenv("DM_RCLUSTER_FILTER");
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
