@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <semaphore.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -287,6 +288,8 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
 static void wconn_close(struct dm_conn *wc);
 static struct dm_conn *wconn_take(struct dm_cluster_lock *l);
 
+static size_t kept_lists;       /* records with a failover's kept list (l->kept; locks_mu) */
+
 /* locks_mu held: drops a reference; 1 when it was the last (the record is
  * out of the table then: lock_free it, without locks_mu). */
 static int lock_unref_locked(struct dm_cluster_lock *l)
@@ -294,6 +297,8 @@ static int lock_unref_locked(struct dm_cluster_lock *l)
     if (--l->refs > 0)
         return 0;
     dm_htab_del(&locks, &l->node);
+    if (l->kept)
+        kept_lists--;           /* freed with the record (lock_free) */
     /* Its counters stay (if it counted anything), for the file and for a
      * record of the name made again. */
     counters_drop(l->counters);
@@ -1364,6 +1369,9 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
 struct dm_kept_release {
     uint64_t token;
     long long until_ms;                 /* 0: a free slot */
+    int node;                           /* Redis Cluster: the node its slot was on when it was
+                                           kept or last sent again (-1: Sentinel: every move) */
+    unsigned long epoch;                /* that node index's epoch (a new address: moved) */
     char owner[DM_OWNER_MAX];
     char request[DM_MEMBER_MAX];        /* "<owner>|<wait id>" */
 };
@@ -1371,18 +1379,21 @@ struct dm_kept {                        /* l->kept */
     unsigned next;
     struct dm_kept_release r[DM_KEPT_PER_LOCK];
 };
-static pthread_mutex_t resend_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t resend_cv = PTHREAD_COND_INITIALIZER;
-static unsigned long resend_asked, resend_done;  /* primary moves: seen, handled */
-static unsigned long resend_rounds;     /* rounds finished (atomic): for tests */
+static pthread_mutex_t resend_mu = PTHREAD_MUTEX_INITIALIZER;  /* resend_state */
 static int resend_state;            /* 0 no thread yet, 1 running, -1 cannot start */
+/* A move: resend_asked goes up and the semaphore wakes the thread. No
+ * lock: the hook is called from threads that may hold their own (notify's
+ * thread holds its mutex when a MOVED answers a subscription), and a
+ * fork's prepare handlers take resend_mu before those. */
+static unsigned long resend_asked;      /* moves seen (atomic) */
+static unsigned long resend_done;       /* moves handled (the thread's) */
+static sem_t resend_sem;
+static unsigned long resend_rounds;     /* rounds finished (atomic): for tests */
 
 static void resend_switch(void)
 {
-    pthread_mutex_lock(&resend_mu);
-    resend_asked++;
-    pthread_cond_signal(&resend_cv);
-    pthread_mutex_unlock(&resend_mu);
+    __atomic_add_fetch(&resend_asked, 1, __ATOMIC_SEQ_CST);
+    sem_post(&resend_sem);
 }
 
 struct resend_job {
@@ -1401,21 +1412,66 @@ static const char *moved_what(void)
     return ccfg->redis.ncluster > 0 ? "the cluster's slot map changed" : "the primary moved";
 }
 
-/* locks_mu held: every release kept and still in its lease, with a
- * reference to its record each (*n of them, malloc'd; NULL: none or no
- * memory); the expired ones dropped. */
+/* Redis Cluster: the node that owns l's slot in the map now, and that
+ * index's epoch; -1 without a cluster (Sentinel: one primary). */
+static int slot_node(const struct dm_cluster_lock *l, unsigned long *epoch)
+{
+    *epoch = 0;
+    if (ccfg->redis.ncluster == 0)
+        return -1;
+    int node = dm_redis_node_cached(l->slot);
+    if (node >= 0)
+        *epoch = dm_redis_node_epoch(node);
+    return node;
+}
+
+/* A kept release to send again: still in its lease, and (Redis Cluster)
+ * its slot on another node than when it was kept or last sent. */
+static int kept_due(const struct dm_cluster_lock *l, const struct dm_kept_release *k)
+{
+    if (k->until_ms == 0)
+        return 0;
+    if (k->node < 0)
+        return 1;
+    unsigned long epoch;
+    return slot_node(l, &epoch) != k->node || epoch != k->epoch;
+}
+
+/* locks_mu held: frees the kept lists whose releases are all past their
+ * lease (the record stays: a name used once keeps no list for good). */
+static void kept_sweep_locked(long long now)
+{
+    for (size_t b = 0; b < locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+             l = (struct dm_cluster_lock *)l->node.next) {
+            if (!l->kept)
+                continue;
+            int live = 0;
+            for (int i = 0; i < DM_KEPT_PER_LOCK; i++) {
+                struct dm_kept_release *k = &l->kept->r[i];
+                if (k->until_ms != 0 && k->until_ms <= now)
+                    k->until_ms = 0;
+                live |= k->until_ms != 0;
+            }
+            if (!live) {
+                free(l->kept);
+                l->kept = NULL;
+                kept_lists--;
+            }
+        }
+}
+
+/* locks_mu held: every kept release due (kept_due), with a reference to
+ * its record each (*n of them, malloc'd; NULL: none or no memory). */
 static struct resend_job *resend_jobs_locked(size_t *n, long long now)
 {
+    kept_sweep_locked(now);
     size_t count = 0;
     for (size_t b = 0; b < locks.n; b++)
         for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
              l = (struct dm_cluster_lock *)l->node.next)
-            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++) {
-                struct dm_kept_release *k = &l->kept->r[i];
-                if (k->until_ms != 0 && k->until_ms <= now)
-                    k->until_ms = 0;
-                count += k->until_ms != 0;
-            }
+            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++)
+                count += kept_due(l, &l->kept->r[i]);
     *n = 0;
     struct resend_job *jobs = count ? malloc(count * sizeof *jobs) : NULL;
     if (!jobs) {
@@ -1428,9 +1484,9 @@ static struct resend_job *resend_jobs_locked(size_t *n, long long now)
     for (size_t b = 0; b < locks.n; b++)
         for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
              l = (struct dm_cluster_lock *)l->node.next)
-            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++) {
+            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK && *n < count; i++) {
                 struct dm_kept_release *k = &l->kept->r[i];
-                if (k->until_ms == 0)
+                if (!kept_due(l, k))
                     continue;
                 l->refs++;
                 jobs[*n].l = l;
@@ -1439,15 +1495,49 @@ static struct resend_job *resend_jobs_locked(size_t *n, long long now)
     return jobs;
 }
 
+/* locks_mu held: the kept release `r` of l (if it is still kept) was sent
+ * again: its slot's node now is where it went. */
+static void kept_sent_locked(struct dm_cluster_lock *l, const struct dm_kept_release *r)
+{
+    for (int i = 0; r->node >= 0 && l->kept && i < DM_KEPT_PER_LOCK; i++) {
+        struct dm_kept_release *k = &l->kept->r[i];
+        if (k->until_ms != 0 && k->token == r->token && strcmp(k->request, r->request) == 0)
+            k->node = slot_node(l, &k->epoch);
+    }
+}
+
+/* Sleeps until a move is asked for; while releases are kept, at most a
+ * lease, so that their lists are freed once past it. */
+static void resend_sleep(void)
+{
+    pthread_mutex_lock(&locks_mu);
+    int any = kept_lists > 0;
+    pthread_mutex_unlock(&locks_mu);
+    int r;
+    if (any) {
+        struct timespec until;
+        dm_deadline_in(&until, ccfg->lease_ms);
+        while ((r = sem_clockwait(&resend_sem, CLOCK_MONOTONIC, &until)) != 0 && errno == EINTR)
+            ;
+    } else {
+        while ((r = sem_wait(&resend_sem)) != 0 && errno == EINTR)
+            ;
+    }
+}
+
 static void *resend_main(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&resend_mu);
     for (;;) {
-        while (resend_done == resend_asked)
-            pthread_cond_wait(&resend_cv, &resend_mu);
-        resend_done = resend_asked;
-        pthread_mutex_unlock(&resend_mu);
+        unsigned long asked = __atomic_load_n(&resend_asked, __ATOMIC_SEQ_CST);
+        if (asked == resend_done) {
+            resend_sleep();
+            pthread_mutex_lock(&locks_mu);
+            kept_sweep_locked(dm_now_ms());
+            pthread_mutex_unlock(&locks_mu);
+            continue;
+        }
+        resend_done = asked;
         size_t n;
         pthread_mutex_lock(&locks_mu);
         struct resend_job *jobs = resend_jobs_locked(&n, dm_now_ms());
@@ -1463,6 +1553,7 @@ static void *resend_main(void *arg)
             /* Done and the reference given back in one step as a fork
              * sees them (locks_mu). */
             pthread_mutex_lock(&locks_mu);
+            kept_sent_locked(j->l, &j->r);
             round_done = i + 1;
             int last = lock_unref_locked(j->l);
             pthread_mutex_unlock(&locks_mu);
@@ -1472,13 +1563,12 @@ static void *resend_main(void *arg)
         pthread_mutex_lock(&locks_mu);
         round_jobs = NULL;
         round_n = round_done = 0;
-        pthread_mutex_unlock(&locks_mu);
         free(jobs);
+        pthread_mutex_unlock(&locks_mu);
         if (n > 0)
             dm_warn("redis: %s: %zu release(s) of the last lease sent again, in case a new "
                     "primary lacks them (%zu failed)", moved_what(), n, failed);
         __atomic_add_fetch(&resend_rounds, 1, __ATOMIC_RELEASE);
-        pthread_mutex_lock(&resend_mu);
     }
     return NULL;
 }
@@ -1488,6 +1578,14 @@ unsigned long dm_cluster_resend_rounds(void)
     return __atomic_load_n(&resend_rounds, __ATOMIC_ACQUIRE);
 }
 
+size_t dm_cluster_kept_lists(void)
+{
+    pthread_mutex_lock(&locks_mu);
+    size_t n = kept_lists;
+    pthread_mutex_unlock(&locks_mu);
+    return n;
+}
+
 static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                         const char *request)
 {
@@ -1495,7 +1593,8 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
         return;
     pthread_mutex_lock(&resend_mu);
     if (resend_state == 0) {
-        int rc = dm_thread_start(NULL, resend_main, NULL);
+        int rc = sem_init(&resend_sem, 0, 0) != 0 ? errno
+                                                   : dm_thread_start(NULL, resend_main, NULL);
         resend_state = rc == 0 ? 1 : -1;
         if (rc != 0)
             dm_warn("cannot start the thread that sends releases again after a failover "
@@ -1508,17 +1607,28 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
     pthread_mutex_unlock(&resend_mu);
     if (!running)
         return;
+    unsigned long epoch;
+    int node = slot_node(l, &epoch);
+    static int no_memory_said;          /* locks_mu */
     pthread_mutex_lock(&locks_mu);
-    if (!l->kept)
-        l->kept = calloc(1, sizeof *l->kept);
+    /* The first list wakes the thread: it sleeps at most a lease while
+     * lists are kept, to free them once past it. */
+    if (!l->kept && (l->kept = calloc(1, sizeof *l->kept)) != NULL && kept_lists++ == 0)
+        sem_post(&resend_sem);
     struct dm_kept *kept = l->kept;
     if (kept) {
         struct dm_kept_release *k = &kept->r[kept->next];
         kept->next = (kept->next + 1) % DM_KEPT_PER_LOCK;
         k->token = token;
         k->until_ms = dm_now_ms() + ccfg->lease_ms;
+        k->node = node;
+        k->epoch = epoch;
         snprintf(k->owner, sizeof k->owner, "%s", owner);
         snprintf(k->request, sizeof k->request, "%s", request);
+    } else if (!no_memory_said) {
+        no_memory_said = 1;
+        dm_warn("lock %s: no memory to keep its release for a failover (said once): a "
+                "release a new primary lacks holds a lock until its lease runs out", l->name);
     }
     pthread_mutex_unlock(&locks_mu);
 }
@@ -1826,9 +1936,9 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
      * its own owner ids; freed below, with the records' other parent
      * state), and so is the thread that sends them again: the child starts
      * its own at its own first release. */
-    resend_state = 0;
+    resend_state = 0;       /* its semaphore made anew with the child's thread */
     resend_asked = resend_done = 0;
-    pthread_cond_init(&resend_cv, NULL);    /* the parent's thread may have been waiting on it */
+    kept_lists = 0;         /* freed below */
     /* The reader thread and its eventfd are the parent's (a write to it
      * would wake the parent's thread): the child starts its own. */
     if (reader_efd >= 0)

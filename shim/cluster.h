@@ -175,9 +175,13 @@ void dm_cluster_stats_end(void);
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);
 
-/* Sentinel: the rounds the release resender has finished, each after a
- * move of the primary (its releases sent again): for tests. */
+/* Sentinel, Redis Cluster: the rounds the release resender has finished,
+ * each after a move of the primary or a change of the slot map (its
+ * releases sent again), and the records that keep releases for a
+ * failover now (each list freed a lease or two after its last release):
+ * for tests. */
 unsigned long dm_cluster_resend_rounds(void);
+size_t dm_cluster_kept_lists(void);
 
 /* Fair mode (queue, FIFO handover), lock caching, and want notices (cache
  * mode, or a name several mutexes share) for a name; any entry asking for

@@ -672,6 +672,11 @@ int dm_redis_node_cached(int slot)
     return dm_slots_node_of((unsigned)slot);
 }
 
+unsigned long dm_redis_node_epoch(int node)
+{
+    return dm_slots_enabled() && node >= 0 ? dm_slots_node_epoch(node) : 0;
+}
+
 int dm_redis_redirected(const char *msg)
 {
     int ask, node;

@@ -215,6 +215,9 @@ void dm_redis_refresh_if_wanted(void);
  * asking the nodes for the map; how many, or -1 with err set. */
 int dm_redis_primaries(int *out, int max, char *err, size_t errlen);
 int dm_redis_node_cached(int slot);
+/* The epoch of node index `node` (moves when the index is given another
+ * address; 0 without a cluster): a node is its index and epoch. */
+unsigned long dm_redis_node_epoch(int node);
 int dm_redis_redirected(const char *msg);
 void dm_redis_slots_stale(void);
 unsigned long dm_redis_slots_gen(void);

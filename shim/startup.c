@@ -582,6 +582,10 @@ static void map_entries(struct dm_config *cfg)
  * net's ctx_mu (the TLS context, made once) and sentinel's ask_mu (held
  * while the sentinels are asked, taking nothing else); the child makes
  * them anew (dm_mapped_atfork, dm_net_atfork, dm_sentinel_atfork).
+ * The callbacks sentinel and slots call when a primary may have moved
+ * (util's dm_hooks: notify's wake-up, cluster's resender) take no lock at
+ * all: notify's thread reaches slots's with nmu held (a MOVED answering a
+ * subscription), and cluster's prepare takes its own mutexes before nmu.
  *
  * The child lets go in the reverse order, so that each module's child
  * handler, which may take the locks to its right (cluster's registers

@@ -89,9 +89,12 @@ void dm_fork_mutex(pthread_mutex_t *mu, enum dm_fork_phase phase);
 
 /* A few callbacks a module calls when something it knows moved (sentinel:
  * the primary's address; slots: the slot map), from whichever thread
- * found out, with no lock held. Each added once (a slot taken with an
- * atomic exchange: no mutex, so a hook may be added from anywhere),
- * never removed. */
+ * found out, with none of the module's own locks held. A callback must
+ * take no lock at all (an atomic, a write to an eventfd, sem_post): its
+ * caller may hold others (notify's thread holds its mutex when a MOVED
+ * answers a subscription). Each added once (a slot taken with an atomic
+ * exchange: no mutex, so a hook may be added from anywhere), never
+ * removed. */
 #define DM_HOOKS_MAX 2
 struct dm_hooks {
     void (*fn[DM_HOOKS_MAX])(void);

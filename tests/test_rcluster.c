@@ -29,6 +29,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@
 
 #include "checker.h"
 #include "harness.h"
+#include "notify.h"
 #include "slots.h"
 
 #define WORKER        TH_BUILD "/tests/progs/faultworker"
@@ -965,8 +967,7 @@ static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
     dm_config_defaults(&cfg);
     if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
-    cfg.lease_ms = 20000;
-    cfg.renew_ms = cfg.lease_ms / 3;
+    th_cluster_lease(&cfg, 20000);
     cfg.on_lease_lost = DM_LOST_WARN;
     dm_cluster_init(&cfg);
     const char *key = "dmutex:{rsend}";
@@ -1042,6 +1043,245 @@ static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
         fail_msg("the cluster is not ok after the restart");
 }
 
+/* The in-process client every test below starts with: the group's
+ * cluster, `lease` ms. */
+static void cluster_client(long lease)
+{
+    static struct dm_config cfg;
+    char err[256];
+    dm_config_defaults(&cfg);
+    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    th_cluster_lease(&cfg, lease);
+    dm_cluster_init(&cfg);
+}
+
+/* A lock and unlock of `l` by `owner`: its release kept for a failover. */
+static void lock_unlock_kept(struct dm_cluster_lock *l, const char *owner)
+{
+    struct dm_grant g;
+    th_grant(l, owner, &g);
+    assert_int_equal(dm_cluster_release_hold(l, owner, g.token, g.wait_id), 0);
+}
+
+/* A move of a slot no kept release is in sends none of them again: the
+ * round looks at each release's slot and sends those whose node changed
+ * (found by review: every slot map change sent every kept release of
+ * every shard again, 4000 requests per move of an unrelated slot with
+ * 2000 names, and a warning each time). Here 200 names unlocked twice,
+ * then an empty slot moved 3 times, each move met by a trylock. */
+#define MOVE_KEPT_NAMES 200
+#define MOVE_ROUNDS     3
+
+static void test_a_slot_moved_sends_again_only_the_releases_of_that_slot(void **s)
+{
+    (void)s;
+    cluster_client(60000);
+    char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    dm_cluster_owner(c, 2);
+    static struct dm_cluster_lock *ls[MOVE_KEPT_NAMES];
+    for (int i = 0; i < MOVE_KEPT_NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mk%d", i);
+        ls[i] = th_lock_get(name);
+        lock_unlock_kept(ls[i], a);
+        lock_unlock_kept(ls[i], a);
+    }
+    long long sent = 0;
+    unsigned long rounds = 0;
+    for (int m = 0; m < MOVE_ROUNDS; m++) {
+        char name[32], key[64];
+        snprintf(name, sizeof name, "mkmove%d", m);
+        snprintf(key, sizeof key, "dmutex:{%s}", name);
+        int slot = (int)dm_slots_keyslot(key, strlen(key));
+        for (int i = 0; i < MOVE_KEPT_NAMES; i++)
+            assert_int_not_equal(ls[i]->slot, slot);
+        int from = th_rcluster_owner(&rc, slot);
+        int to = th_rcluster_owner(&rc, (slot + 5461) % 16384);
+        if (to == from)
+            to = th_rcluster_owner(&rc, (slot + 10922) % 16384);
+        assert_true(from >= 0 && to >= 0 && to != from);
+        struct dm_cluster_lock *l = th_lock_get(name);
+        struct dm_grant g;
+        assert_int_equal(dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);    /* the map knows it */
+        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+        migrate_slot(slot, from, to);
+        unsigned long r0 = dm_cluster_resend_rounds();
+        long long e0 = calls("evalsha");
+        assert_int_equal(dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);    /* meets MOVED */
+        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+        long long end = th_now_ms() + OK_MS;
+        while (dm_cluster_resend_rounds() == r0) {
+            if (th_now_ms() > end)
+                fail_msg("no resend round after the slot map changed");
+            usleep(1000);
+        }
+        rounds += dm_cluster_resend_rounds() - r0;
+        sent += calls("evalsha") - e0 - 3;      /* the trylock (and its MOVED), the release */
+        dm_cluster_lock_put(l);
+    }
+    print_message("%d moves of a slot no kept release is in: %lu round(s), %lld EVALSHA beyond "
+                  "the test's own (%d names unlocked twice each)\n", MOVE_ROUNDS, rounds, sent,
+                  MOVE_KEPT_NAMES);
+    assert_true(sent <= 0);
+    for (int i = 0; i < MOVE_KEPT_NAMES; i++)
+        dm_cluster_lock_put(ls[i]);
+}
+
+/* A record keeps its releases for a failover for a lease, then not: a
+ * name unlocked once must not keep the list (about 350 bytes) for good
+ * (found by review: +352 bytes per name with Redis Cluster). */
+#define KEPT_NAMES      300
+#define KEPT_LEASE_MS   1500L
+
+static void test_kept_releases_are_freed_a_lease_after_the_last(void **s)
+{
+    (void)s;
+    cluster_client(KEPT_LEASE_MS);
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    size_t before = dm_cluster_kept_lists();
+    static struct dm_cluster_lock *ls[KEPT_NAMES];
+    for (int i = 0; i < KEPT_NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "kf%d", i);
+        ls[i] = th_lock_get(name);
+        lock_unlock_kept(ls[i], a);
+    }
+    size_t during = dm_cluster_kept_lists();
+    assert_true(during >= before + KEPT_NAMES);
+    long long t0 = th_now_ms();
+    while (dm_cluster_kept_lists() > 0) {
+        if (th_now_ms() - t0 > 4 * KEPT_LEASE_MS + 10000)
+            fail_msg("%zu records still keep releases %lld ms after the last (lease %ld ms)",
+                     dm_cluster_kept_lists(), th_now_ms() - t0, KEPT_LEASE_MS);
+        usleep(20000);
+    }
+    print_message("%zu kept lists, none %lld ms after the last release (lease %ld ms)\n", during,
+                  th_now_ms() - t0, KEPT_LEASE_MS);
+    for (int i = 0; i < KEPT_NAMES; i++)
+        dm_cluster_lock_put(ls[i]);
+}
+
+/* Notify's thread meets MOVED for its subscriptions while holding its
+ * mutex (sub_read -> on_reply -> refused_locked), and the slot map's
+ * hooks run from there; a fork's prepare handlers take cluster's mutexes
+ * before notify's. The resender's hook once took cluster's resend_mu: a
+ * fork then deadlocked with notify's thread after 2-4 forks (found by
+ * review). Here 600 channels are subscribed, the map is made wrong every
+ * 150 ms (a CLUSTER SLOTS reply with its primaries rotated: every
+ * SSUBSCRIBE goes to the wrong node and is answered MOVED), and another
+ * thread forks through the handlers in startup's order for 8 s. */
+#define FM_CHANS 600
+
+struct fork_moved {
+    int stop;
+    unsigned long forks, maps;
+};
+
+static void *fm_forker(void *arg)
+{
+    struct fork_moved *fm = arg;
+    while (!__atomic_load_n(&fm->stop, __ATOMIC_ACQUIRE)) {
+        dm_cluster_atfork(DM_FORK_PREPARE);
+        dm_notify_atfork(DM_FORK_PREPARE);
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(0);
+        dm_notify_atfork(DM_FORK_PARENT);
+        dm_cluster_atfork(DM_FORK_PARENT);
+        if (pid > 0)
+            waitpid(pid, NULL, 0);
+        __atomic_add_fetch(&fm->forks, 1, __ATOMIC_RELEASE);
+        usleep(500);
+    }
+    return NULL;
+}
+
+/* The primaries of r's ranges moved one range on (or back): every slot
+ * on a wrong node. */
+static void rotate_primaries(redisReply *r, int back)
+{
+    size_t n = r->elements;
+    if (!back) {
+        redisReply *first = r->element[0]->element[2];
+        for (size_t i = 0; i + 1 < n; i++)
+            r->element[i]->element[2] = r->element[i + 1]->element[2];
+        r->element[n - 1]->element[2] = first;
+    } else {
+        redisReply *last = r->element[n - 1]->element[2];
+        for (size_t i = n - 1; i > 0; i--)
+            r->element[i]->element[2] = r->element[i - 1]->element[2];
+        r->element[0]->element[2] = last;
+    }
+}
+
+static void *fm_mover(void *arg)
+{
+    struct fork_moved *fm = arg;
+    redisContext *c = th_redis_connect(&rc.node[0]);
+    while (!__atomic_load_n(&fm->stop, __ATOMIC_ACQUIRE)) {
+        redisReply *r = th_cmd(c, "CLUSTER SLOTS");
+        rotate_primaries(r, 0);
+        dm_slots_update(r);
+        rotate_primaries(r, 1);     /* as hiredis made it, to be freed */
+        freeReplyObject(r);
+        __atomic_add_fetch(&fm->maps, 1, __ATOMIC_RELEASE);
+        usleep(150 * 1000);
+    }
+    redisFree(c);
+    return NULL;
+}
+
+static void test_a_fork_while_notify_meets_moved_does_not_deadlock(void **s)
+{
+    (void)s;
+    cluster_client(30000);
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    struct dm_cluster_lock *l = th_lock_get("fmlock");
+    lock_unlock_kept(l, a);             /* the resender runs: its hook is the map's */
+    static struct dm_notify_chan *ch[FM_CHANS];
+    for (int i = 0; i < FM_CHANS; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "fmchan:{fm%d}", i);
+        ch[i] = dm_notify_chan(name);
+        assert_non_null(ch[i]);
+        assert_int_equal(dm_notify_subscribe(ch[i], 5000), 0);
+    }
+    static struct fork_moved fm;
+    memset(&fm, 0, sizeof fm);
+    pthread_t tf, tm;
+    assert_int_equal(pthread_create(&tf, NULL, fm_forker, &fm), 0);
+    assert_int_equal(pthread_create(&tm, NULL, fm_mover, &fm), 0);
+    long long end = th_now_ms() + 8000, still = th_now_ms();
+    unsigned long lastf = 0, lastm = 0;
+    while (th_now_ms() < end) {
+        usleep(100 * 1000);
+        unsigned long f = __atomic_load_n(&fm.forks, __ATOMIC_ACQUIRE);
+        unsigned long m = __atomic_load_n(&fm.maps, __ATOMIC_ACQUIRE);
+        if (f != lastf || m != lastm) {
+            lastf = f;
+            lastm = m;
+            still = th_now_ms();
+        } else if (th_now_ms() - still > 5000) {
+            /* the threads are stuck: no join, the test process ends with the failure */
+            fail_msg("deadlock: no fork and no map change for 5 s after %lu forks and %lu "
+                     "wrong maps", f, m);
+        }
+    }
+    __atomic_store_n(&fm.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tf, NULL);
+    pthread_join(tm, NULL);
+    print_message("%lu forks while notify met MOVED for %d channels (%lu wrong maps)\n", lastf,
+                  FM_CHANS, lastm);
+    assert_true(lastf > 0 && lastm > 0);
+    for (int i = 0; i < FM_CHANS; i++)
+        dm_notify_chan_put(ch[i]);
+    dm_cluster_lock_put(l);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1062,6 +1302,9 @@ int main(void)
         T(test_manual_failover_with_min_replicas_keeps_every_counter_exact),
         T(test_killed_primary_its_names_go_on_on_the_promoted_replica),
         T(test_a_release_the_promoted_replica_lacks_is_sent_again),
+        T(test_a_slot_moved_sends_again_only_the_releases_of_that_slot),
+        T(test_kept_releases_are_freed_a_lease_after_the_last),
+        T(test_a_fork_while_notify_meets_moved_does_not_deadlock),   /* last: a deadlock keeps mutexes */
     };
     const char *only = getenv("DM_RCLUSTER_FILTER");
     if (only && *only)
