@@ -1548,12 +1548,15 @@ static void *resend_main(void *arg)
         size_t failed = 0;
         for (size_t i = 0; i < n; i++) {
             struct resend_job *j = &jobs[i];
-            failed += release_waited(j->l, j->r.owner, j->r.token, j->r.request,
-                                     j->r.until_ms, NULL) == EIO;
+            int lost = release_waited(j->l, j->r.owner, j->r.token, j->r.request,
+                                      j->r.until_ms, NULL) == EIO;
+            failed += lost;
             /* Done and the reference given back in one step as a fork
-             * sees them (locks_mu). */
+             * sees them (locks_mu). One that did not get through is sent
+             * again at the next change of the map. */
             pthread_mutex_lock(&locks_mu);
-            kept_sent_locked(j->l, &j->r);
+            if (!lost)
+                kept_sent_locked(j->l, &j->r);
             round_done = i + 1;
             int last = lock_unref_locked(j->l);
             pthread_mutex_unlock(&locks_mu);

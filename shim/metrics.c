@@ -337,7 +337,8 @@ static void format(struct out *o, const struct snapshot *s, const char *pid)
     put(o, "version=\"%s\"} 1\n", DMUTEX_VERSION);
     put_family(o, "dmutex_names", "gauge",
                "Lock and condition variable names this process has a record of: the mapped "
-               "ones, and per-object names whose objects are not destroyed yet.");
+               "ones, and per-object names whose objects are not destroyed yet (or were "
+               "destroyed right after an unlock whose release reply is not read yet).");
     put(o, "dmutex_names");
     if (pid)
         put(o, "{pid=\"%s\"}", pid);

@@ -104,6 +104,22 @@ static void *busy(void *arg)
 }
 
 /* The "turns" mode (see the top). */
+#define TURNS_PEER_S 20         /* no turn of the peer for so long: it is gone */
+
+/* Waits until *at reaches `want`; 0, or -1 (said) after TURNS_PEER_S. */
+static int turn_wait(const long *at, long want, const char *peer)
+{
+    long long end = now_ms() + TURNS_PEER_S * 1000LL;
+    while (__atomic_load_n(at, __ATOMIC_SEQ_CST) < want) {
+        if (now_ms() > end) {
+            say("turns: no turn from %s for %d s at %ld", peer, TURNS_PEER_S, want - 1);
+            return -1;
+        }
+        usleep(50);
+    }
+    return 0;
+}
+
 static int turns(const char *shmfile, int b, long n)
 {
     struct turns { long a_holds, b_done; } *sh;
@@ -129,8 +145,8 @@ static int turns(const char *shmfile, int b, long n)
             usleep(1000);
             pthread_mutex_unlock(m);
         } else {
-            while (__atomic_load_n(&sh->a_holds, __ATOMIC_SEQ_CST) < i + 1)
-                usleep(20);
+            if (turn_wait(&sh->a_holds, i + 1, "a") != 0)
+                return 1;
             pthread_mutex_lock(m);
             pthread_mutex_unlock(m);
             usleep((useconds_t)(150 + (i * 7) % 120));
@@ -139,9 +155,8 @@ static int turns(const char *shmfile, int b, long n)
         free(m);
         if (b)
             __atomic_store_n(&sh->b_done, i + 1, __ATOMIC_SEQ_CST);
-        else
-            while (__atomic_load_n(&sh->b_done, __ATOMIC_SEQ_CST) < i + 1)
-                usleep(50);
+        else if (turn_wait(&sh->b_done, i + 1, "b") != 0)
+            return 1;
     }
     say("turns %ld", n);
     return 0;
