@@ -1518,6 +1518,8 @@ struct dm_cond_name {
     struct dm_cluster_lock *cl;         /* the name's keys: the channel's name */
     struct dm_notify_chan *ch;
     unsigned long refs;                 /* conds_mu */
+    unsigned long waiting;              /* conds_mu: of refs, those of waits in progress
+                                           (a fork child has none of them) */
 };
 
 static pthread_mutex_t conds_mu = PTHREAD_MUTEX_INITIALIZER;   /* cond_names, refs, free list */
@@ -1554,13 +1556,24 @@ static struct dm_cond_name *cond_name_get(const char *name)
     return cn;
 }
 
-/* One more reference to a record the caller knows is alive (a waiter's,
- * for the length of its wait). */
-static void cond_name_ref(struct dm_cond_name *cn)
+/* A waiter's reference to a record the caller knows is alive, for the
+ * length of its wait (cond_wait_end drops it). */
+static void cond_wait_start(struct dm_cond_name *cn)
 {
     pthread_mutex_lock(&conds_mu);
     cn->refs++;
+    cn->waiting++;
     pthread_mutex_unlock(&conds_mu);
+}
+
+static void cond_name_put(struct dm_cond_name *cn);
+
+static void cond_wait_end(struct dm_cond_name *cn)
+{
+    pthread_mutex_lock(&conds_mu);
+    cn->waiting--;
+    pthread_mutex_unlock(&conds_mu);
+    cond_name_put(cn);
 }
 
 /* Drops a reference; the last one unsubscribes the channel and frees. */
@@ -1682,7 +1695,7 @@ static void cond_cluster_retake(struct cond_cluster_wait *cw)
     if (cw->mapped && !cw->relock_err)
         cond_rejoin(&cw->w);
     if (cw->cn) {
-        cond_name_put(cw->cn);
+        cond_wait_end(cw->cn);
         cw->cn = NULL;
     }
 }
@@ -1740,7 +1753,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     in_shim++;
     struct dm_cond_name *cn = ce->cn;
-    cond_name_ref(cn);
+    cond_wait_start(cn);
     cw.cn = cn;
     /* Subscribed and counted before anything is let go: from here on no
      * signal of any process can be missed. While Redis failed a moment
@@ -1772,7 +1785,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         /* Not this thread's to let go of (EPERM): glibc's answer, nothing waited. */
         if (cw.mapped)
             cond_rejoin(&cw.w);
-        cond_name_put(cn);
+        cond_wait_end(cn);
         in_shim--;
         pthread_setcancelstate(cs, NULL);
         return ur;
@@ -1822,10 +1835,27 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
 /* Fork: prepare takes conds_mu (after names_mu, before cluster's and
  * notify's locks); the child's subscriptions are gone with notify's, and
  * the first wait there subscribes again. The parent's waiters are not in
- * the child. */
+ * the child: their references are given back, and a record only they
+ * kept goes (cluster's and notify's child handlers ran already). */
 static void cond_atfork(enum dm_fork_phase phase)
 {
     dm_fork_mutex(&conds_mu, phase);
+    if (phase != DM_FORK_CHILD)
+        return;
+    struct dm_cond_name **p = &cond_names;
+    while (*p) {
+        struct dm_cond_name *cn = *p;
+        cn->refs -= cn->waiting;
+        cn->waiting = 0;
+        if (cn->refs > 0) {
+            p = &cn->next;
+            continue;
+        }
+        *p = cn->next;
+        dm_notify_chan_put(cn->ch);
+        dm_cluster_lock_put(cn->cl);
+        free(cn);
+    }
 }
 
 /* ---- fork and exit ---------------------------------------------------------- */

@@ -15,7 +15,8 @@
  * at the temporary path neither followed nor in the way; counters that go
  * on across a name's destruction and re-creation; names with a record
  * counted (dmutex_names), none left by per-object names destroyed as
- * their batch's hold lingers out; a fork+exec child
+ * their batch's hold lingers out, nor by a cond a fork child destroys
+ * that its parent's thread waited on; a fork+exec child
  * (preloaded with the same config) that leaves its parent's file alone;
  * file names too long for the file system refused at config load.
  *
@@ -863,6 +864,47 @@ static void test_names_destroyed_as_their_hold_lingers_out_leave_no_record(void 
     free(path);
 }
 
+/* A fork child has none of its parent's waiting threads: the references
+ * they held to a listed condition variable's name are given back, so a
+ * heap cond the child destroys leaves no record there (found by review:
+ * it stayed for the child's life, counted by dmutex_names). */
+static void test_a_fork_child_keeps_no_record_of_a_cond_its_parent_waited_on(void **state)
+{
+    (void)state;
+    char *tmpl = path_in_dir("app-%p.prom");
+    char extra[PATH_MAX + 128];
+    snprintf(extra, sizeof extra, "%s\nconds = ( { init_site = \"cond_new\"; name = \"C\"; } );",
+             metrics_group(tmpl, LONG_INTERVAL));
+    char *cfg = config(LEASE_MS, extra);
+    char *out = th_out_file();
+    char *args[] = { "forkcond", NULL };
+    pid_t p = start(cfg, NULL, NULL, args, out);
+    char *text = th_finish(p, out, 0, RUN_MS);
+    th_assert_has(text, "forkcond done");
+    int child = 0;
+    const char *at = strstr(text, "child ");
+    if (!at || sscanf(at, "child %d destroyed 0", &child) != 1)
+        fail_msg("the child did not destroy the cond:\n%s", text);
+    free(text);
+    char name[64];
+    snprintf(name, sizeof name, "app-%d.prom", child);
+    char *path = path_in_dir(name);
+    char *t = read_prom(path);
+    double live = metric(t, "dmutex_names{pid=\"%d\"}", child);
+    if (live != 2)
+        fail_msg("%.0f names with a record at the child's exit, expected 2 (A and B):\n%s",
+                 live, t);
+    free(t);
+    free(path);
+    snprintf(name, sizeof name, "app-%d.prom", (int)p);
+    path = path_in_dir(name);
+    t = read_prom(path);
+    assert_true(metric(t, "dmutex_names{pid=\"%d\"}", (int)p) == 2);   /* the parent's too */
+    free(t);
+    free(path);
+    free(tmpl);
+}
+
 /* The lock file beside the metrics file holds the pid of the process that
  * writes it; wait until it names `pid`. */
 static void wait_for_owner(const char *lock, pid_t pid)
@@ -1070,6 +1112,7 @@ int main(void)
         T(test_counters_of_a_name_destroyed_and_made_again_go_on),
         T(test_names_gone_keep_their_counters_within_a_bound),
         T(test_names_destroyed_as_their_hold_lingers_out_leave_no_record),
+        T(test_a_fork_child_keeps_no_record_of_a_cond_its_parent_waited_on),
         T(test_an_exec_child_does_not_replace_the_parents_file),
         T(test_an_exec_child_that_never_locks_says_nothing),
         T(test_file_names_too_long_to_write_are_refused_at_load),

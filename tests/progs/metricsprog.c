@@ -35,6 +35,12 @@
  *       comes after a wait: a batch), unlocks (the hold lingers) and
  *       destroys it 150 to 270 us later, about when the linger ends and
  *       notify's thread gives the hold back. "turns N", return from main
+ *   metricsprog forkcond
+ *       a heap condition variable made by cond_new (a config lists it by
+ *       init_site), a thread waiting on it; then fork: the child destroys
+ *       and frees the cond and returns from main ("child PID destroyed
+ *       RC"); the parent waits for it, wakes its waiter, destroys the cond
+ *       and returns from main ("forkcond done")
  *   metricsprog fork-until PATH GO
  *       wait until GO exists, lock and unlock lock_a once, then fork (a
  *       child that _exits at once) and wait for the child, again and
@@ -101,6 +107,65 @@ static void *busy(void *arg)
         pthread_mutex_unlock(&lock_a);
     }
     return NULL;
+}
+
+/* The "forkcond" mode (see the top). */
+__attribute__((noinline)) pthread_cond_t *cond_new(void)
+{
+    pthread_cond_t *c = malloc(sizeof *c);
+    if (c)
+        pthread_cond_init(c, NULL);
+    return c;
+}
+
+static pthread_mutex_t fc_mu = PTHREAD_MUTEX_INITIALIZER;     /* unmapped */
+static pthread_cond_t *fc_cond;
+static int fc_go, fc_waiting;
+
+static void *fc_waiter(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&fc_mu);
+    fc_waiting = 1;
+    while (!fc_go)
+        pthread_cond_wait(fc_cond, &fc_mu);
+    pthread_mutex_unlock(&fc_mu);
+    return NULL;
+}
+
+static int forkcond(void)
+{
+    if (!(fc_cond = cond_new()))
+        return 1;
+    pthread_t t;
+    if (pthread_create(&t, NULL, fc_waiter, NULL) != 0)
+        return 1;
+    for (int waiting = 0; !waiting; usleep(PROG_POLL_US)) {
+        pthread_mutex_lock(&fc_mu);     /* the waiter let go of it: it waits */
+        waiting = fc_waiting;
+        pthread_mutex_unlock(&fc_mu);
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int r = pthread_cond_destroy(fc_cond);
+        free(fc_cond);
+        say("child %d destroyed %s", (int)getpid(), ename(r));
+        return 0;
+    }
+    if (pid < 0) {
+        say("fork: %s", ename(errno));
+        return 1;
+    }
+    waitpid(pid, NULL, 0);
+    pthread_mutex_lock(&fc_mu);
+    fc_go = 1;
+    pthread_cond_broadcast(fc_cond);
+    pthread_mutex_unlock(&fc_mu);
+    pthread_join(t, NULL);
+    pthread_cond_destroy(fc_cond);
+    free(fc_cond);
+    say("forkcond done");
+    return 0;
 }
 
 /* The "turns" mode (see the top). */
@@ -274,6 +339,8 @@ int main(int argc, char **argv)
         say("churned %ld", n);
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "forkcond") == 0)
+        return forkcond();
     if (argc == 5 && strcmp(argv[1], "turns") == 0 && dmutex_name)
         return turns(argv[2], strcmp(argv[3], "b") == 0, atol(argv[4]));
     if (argc == 4 && strcmp(argv[1], "fork-until") == 0) {
@@ -314,6 +381,6 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "usage: metricsprog work N M [SLEEP_MS] | fork N K GO | hold GO | "
                     "lock-once | exit-busy N | names N | recreate K | churn N | turns SHMFILE a|b N | "
-                    "fork-until PATH GO | exec N K GO1 GO2\n");
+                    "forkcond | fork-until PATH GO | exec N K GO1 GO2\n");
     return 2;
 }
