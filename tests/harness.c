@@ -3,6 +3,7 @@
  * cannot build its world must not pass. */
 #include "harness.h"
 #include "config.h"
+#include "redis.h"
 #include "progs/clock.h"
 
 #include <setjmp.h>
@@ -910,6 +911,24 @@ char *th_config_top(long lease_ms, const char *top, const char *mutexes)
 {
     return th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\n%smutexes = (\n%s\n);\n",
                                       lease_ms, top, mutexes));
+}
+
+int th_fork_with_handlers(int (*fn)(void *), void *arg)
+{
+    dm_cluster_atfork(DM_FORK_PREPARE);
+    dm_redis_atfork(DM_FORK_PREPARE);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dm_redis_atfork(DM_FORK_CHILD);
+        dm_cluster_atfork(DM_FORK_CHILD);
+        _exit(fn(arg));
+    }
+    dm_redis_atfork(DM_FORK_PARENT);
+    dm_cluster_atfork(DM_FORK_PARENT);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return st;
 }
 
 struct dm_cluster_lock *th_lock_get(const char *name)

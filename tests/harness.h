@@ -231,6 +231,13 @@ void th_cluster_lease(struct dm_config *cfg, long lease_ms);
 struct dm_cluster_lock *th_lock_get(const char *name);
 uint64_t th_grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g);
 
+/* fork() between cluster's and redis's handlers, in startup's order
+ * (cluster, then redis; the other way after), for tests that link the
+ * modules without startup. The child runs fn(arg) once its handlers ran
+ * and exits with what it returns; the parent's handlers run, and the
+ * child's wait status is returned. */
+int th_fork_with_handlers(int (*fn)(void *), void *arg);
+
 /* What most protocol tests start from: lock `name` and two owners a and b
  * (as two threads of this process are); th_hold_by_a also grants it to a
  * (th_grant). */

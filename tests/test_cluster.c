@@ -838,28 +838,6 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     nowait_freed(&h);
 }
 
-/* fork() between cluster's and redis's handlers, in startup's order
- * (cluster, then redis; the other way after). The child runs fn(arg)
- * once its handlers ran and exits with what it returns; the parent's
- * handlers run, and the child's wait status is returned. */
-static int fork_with_handlers(int (*fn)(void *), void *arg)
-{
-    dm_cluster_atfork(DM_FORK_PREPARE);
-    dm_redis_atfork(DM_FORK_PREPARE);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dm_redis_atfork(DM_FORK_CHILD);
-        dm_cluster_atfork(DM_FORK_CHILD);
-        _exit(fn(arg));
-    }
-    dm_redis_atfork(DM_FORK_PARENT);
-    dm_cluster_atfork(DM_FORK_PARENT);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    return st;
-}
-
 struct refs_check {
     struct dm_cluster_lock *l;
     unsigned refs;
@@ -885,7 +863,7 @@ static void test_fork_child_frees_what_the_parents_unread_releases_hold(void **s
     assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
     assert_int_equal(h.l->refs, refs + 1);
     struct refs_check c = { h.l, refs };
-    int st = fork_with_handlers(child_freed_releases, &c);
+    int st = th_fork_with_handlers(child_freed_releases, &c);
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -1000,7 +978,7 @@ static int sockets_to_server_arg(void *arg)
  * closed by these two). */
 static int child_sockets(void)
 {
-    int st = fork_with_handlers(sockets_to_server_arg, NULL);
+    int st = th_fork_with_handlers(sockets_to_server_arg, NULL);
     assert_true(WIFEXITED(st));
     return WEXITSTATUS(st);
 }

@@ -811,12 +811,11 @@ static void *try_lock_main(void *arg)
     return NULL;
 }
 
-static size_t child_records;
-
-static int child_counts_records(void)
+/* In the child: 0 when it has *want records, else 10 + how many more. */
+static int child_counts_records(void *want)
 {
-    return dm_cluster_lock_stats().count == child_records ? 0
-        : 10 + (int)(dm_cluster_lock_stats().count - child_records);
+    size_t n = dm_cluster_lock_stats().count, w = *(size_t *)want;
+    return n == w ? 0 : 10 + (int)(n - w);
 }
 
 static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_references(void **s)
@@ -860,20 +859,8 @@ static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_refer
     for (int i = 0; i < FORK_ROUND_NAMES; i++)
         dm_cluster_lock_put(ls[i]);             /* the round's references keep them */
     assert_int_equal(dm_cluster_lock_stats().count, base + FORK_ROUND_NAMES + 1);
-    child_records = base + 1;                   /* fround_via's, the test's own */
-    dm_cluster_atfork(DM_FORK_PREPARE);
-    dm_redis_atfork(DM_FORK_PREPARE);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dm_redis_atfork(DM_FORK_CHILD);
-        dm_cluster_atfork(DM_FORK_CHILD);
-        _exit(child_counts_records());
-    }
-    dm_redis_atfork(DM_FORK_PARENT);
-    dm_cluster_atfork(DM_FORK_PARENT);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    size_t want = base + 1;                     /* fround_via's, the test's own */
+    int st = th_fork_with_handlers(child_counts_records, &want);
     freeReplyObject(th_cmd(n, "CLIENT UNPAUSE"));
     redisFree(n);
     pthread_join(th, NULL);

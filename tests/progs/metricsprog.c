@@ -109,6 +109,26 @@ static void *busy(void *arg)
     return NULL;
 }
 
+/* A heap mutex named `prefix` and i with dmutex_name; NULL (said) when
+ * that fails. */
+static pthread_mutex_t *named_new(const char *prefix, long i)
+{
+    pthread_mutex_t *m = malloc(sizeof *m);
+    char name[32];
+    snprintf(name, sizeof name, "%s%ld", prefix, i);
+    if (!m) {
+        say("%s: out of memory", name);
+        return NULL;
+    }
+    pthread_mutex_init(m, NULL);
+    int r = dmutex_name(m, name);
+    if (r != 0) {
+        say("dmutex_name %s: %s", name, ename(r));
+        return NULL;
+    }
+    return m;
+}
+
 /* The "forkcond" mode (see the top). */
 __attribute__((noinline)) pthread_cond_t *cond_new(void)
 {
@@ -195,15 +215,9 @@ static int turns(const char *shmfile, int b, long n)
         return 1;
     }
     for (long i = 0; i < n; i++) {
-        pthread_mutex_t *m = malloc(sizeof *m);
-        char name[32];
-        snprintf(name, sizeof name, "t%ld", i);
-        pthread_mutex_init(m, NULL);
-        int r = dmutex_name(m, name);
-        if (r != 0) {
-            say("dmutex_name %s: %s", name, ename(r));
+        pthread_mutex_t *m = named_new("t", i);
+        if (!m)
             return 1;
-        }
         if (!b) {
             pthread_mutex_lock(m);
             __atomic_store_n(&sh->a_holds, i + 1, __ATOMIC_SEQ_CST);
@@ -282,15 +296,9 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "names") == 0 && dmutex_name) {
         long n = atol(argv[2]);
         for (long i = 0; i < n; i++) {
-            pthread_mutex_t *m = malloc(sizeof *m);
-            char name[32];
-            snprintf(name, sizeof name, "h%ld", i);
-            pthread_mutex_init(m, NULL);
-            int r = dmutex_name(m, name);
-            if (r != 0) {
-                say("dmutex_name %s: %s", name, ename(r));
+            pthread_mutex_t *m = named_new("h", i);
+            if (!m)
                 return 1;
-            }
             if (i == 0) {
                 pthread_mutex_lock(m);
                 pthread_mutex_unlock(m);
@@ -320,15 +328,9 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "churn") == 0 && dmutex_name) {
         long n = atol(argv[2]);
         for (long i = 0; i < n; i++) {
-            pthread_mutex_t *m = malloc(sizeof *m);
-            char name[32];
-            snprintf(name, sizeof name, "c%ld", i);
-            pthread_mutex_init(m, NULL);
-            int r = dmutex_name(m, name);
-            if (r != 0) {
-                say("dmutex_name %s: %s", name, ename(r));
+            pthread_mutex_t *m = named_new("c", i);
+            if (!m)
                 return 1;
-            }
             if (i % 2 == 0) {
                 pthread_mutex_lock(m);
                 pthread_mutex_unlock(m);
