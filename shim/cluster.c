@@ -1201,8 +1201,9 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
 static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                           const char *request, long long until_ms, int *done);
 static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                        const char *request);
+                        const char *request, int node, unsigned long epoch);
 static void resend_switch(void);
+static int slot_node(const struct dm_cluster_lock *l, unsigned long *epoch);
 
 /* Releases are kept for a failover with Sentinel and with Redis Cluster:
  * a replica promoted may lack them. */
@@ -1225,9 +1226,11 @@ int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64
     member_of(member, owner, wait_id);
     int done = 0;
     unsigned long gen = dm_redis_primary_gen();
+    unsigned long epoch;
+    int node = slot_node(l, &epoch);    /* where it goes: a move meanwhile makes it due */
     int r = release_waited(l, owner, token, member, 0, &done);
     if (done) {
-        resend_keep(l, owner, token, member);   /* out of release_waited's frame of keys */
+        resend_keep(l, owner, token, member, node, epoch);   /* out of release_waited's frame of keys */
         /* The primary moved while this release was out: the old one may
          * have answered it after the resender's round (a live failover, a
          * partition), and nothing would send it again before the next
@@ -1490,19 +1493,24 @@ static struct resend_job *resend_jobs_locked(size_t *n, long long now)
                     continue;
                 l->refs++;
                 jobs[*n].l = l;
-                jobs[(*n)++].r = *k;
+                jobs[*n].r = *k;
+                /* where it goes now (-1: Sentinel): a move meanwhile makes it due */
+                jobs[*n].r.node = slot_node(l, &jobs[*n].r.epoch);
+                (*n)++;
             }
     return jobs;
 }
 
 /* locks_mu held: the kept release `r` of l (if it is still kept) was sent
- * again: its slot's node now is where it went. */
+ * again to r's node (the slot's owner when the round took it up). */
 static void kept_sent_locked(struct dm_cluster_lock *l, const struct dm_kept_release *r)
 {
     for (int i = 0; r->node >= 0 && l->kept && i < DM_KEPT_PER_LOCK; i++) {
         struct dm_kept_release *k = &l->kept->r[i];
-        if (k->until_ms != 0 && k->token == r->token && strcmp(k->request, r->request) == 0)
-            k->node = slot_node(l, &k->epoch);
+        if (k->until_ms != 0 && k->token == r->token && strcmp(k->request, r->request) == 0) {
+            k->node = r->node;
+            k->epoch = r->epoch;
+        }
     }
 }
 
@@ -1590,7 +1598,7 @@ size_t dm_cluster_kept_lists(void)
 }
 
 static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                        const char *request)
+                        const char *request, int node, unsigned long epoch)
 {
     if (!resend_wanted())
         return;
@@ -1610,8 +1618,6 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
     pthread_mutex_unlock(&resend_mu);
     if (!running)
         return;
-    unsigned long epoch;
-    int node = slot_node(l, &epoch);
     static int no_memory_said;          /* locks_mu */
     pthread_mutex_lock(&locks_mu);
     /* The first list wakes the thread: it sleeps at most a lease while

@@ -43,6 +43,7 @@
 #include "checker.h"
 #include "harness.h"
 #include "notify.h"
+#include "redis.h"
 #include "slots.h"
 
 #define WORKER        TH_BUILD "/tests/progs/faultworker"
@@ -1282,6 +1283,105 @@ static void test_a_fork_while_notify_meets_moved_does_not_deadlock(void **s)
     dm_cluster_lock_put(l);
 }
 
+/* A release answered by the old primary while the process's map already
+ * names the new one (a takeover while the release was out): the round the
+ * move asks for (release_hold's generation check) must send it to the new
+ * one. Found by review: the kept entry was labelled with the slot's node
+ * after the reply (the new primary), so the round skipped it and the hold
+ * stood on the new primary (EBUSY, PTTL 19.5 of 20 s). */
+struct rel_arg {
+    struct dm_cluster_lock *l;
+    const char *owner;
+    uint64_t token;
+    unsigned long wait_id;
+    int r;
+};
+
+static void *release_thread(void *p)
+{
+    struct rel_arg *a = p;
+    a->r = dm_cluster_release_hold(a->l, a->owner, a->token, a->wait_id);
+    return NULL;
+}
+
+static void test_a_release_answered_across_a_takeover_is_sent_again(void **s)
+{
+    (void)s;
+    static struct dm_config cfg;
+    char err[256];
+    dm_config_defaults(&cfg);
+    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    th_cluster_lease(&cfg, 20000);
+    cfg.redis.command_timeout_ms = 4000;
+    cfg.on_lease_lost = DM_LOST_WARN;
+    dm_cluster_init(&cfg);
+    const char *key = "dmutex:{racross}";
+    int slot = (int)dm_slots_keyslot(key, strlen(key));
+    int p = th_rcluster_owner(&rc, slot);
+    int q = replica_of(p);
+    assert_true(p >= 0 && q >= 0);
+    char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    dm_cluster_owner(c, 2);
+    struct dm_cluster_lock *l = th_lock_get("racross");
+    struct dm_grant g;
+    th_grant(l, a, &g);
+    redisContext *qc = th_redis_connect(&rc.node[q]);
+    freeReplyObject(th_cmd(qc, "READONLY"));
+    long long end = th_now_ms() + OK_MS;
+    while (th_cmd_int(qc, "HEXISTS %s %s", key, a) != 1) {
+        if (th_now_ms() > end)
+            fail_msg("the grant never reached the replica");
+        usleep(2000);
+    }
+    kill(rc.node[p].pid, SIGSTOP);
+    struct rel_arg ra = { l, a, g.token, g.wait_id, -1 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, release_thread, &ra), 0);
+    usleep(200000);             /* the release is out, to the stopped primary */
+    redisReply *fr = th_cmd(qc, "CLUSTER FAILOVER TAKEOVER");
+    print_message("takeover: %s\n", fr->type == REDIS_REPLY_ERROR ? fr->str : "OK");
+    freeReplyObject(fr);
+    for (;;) {
+        redisReply *r = th_cmd(qc, "ROLE");
+        int master = r->type == REDIS_REPLY_ARRAY && strcmp(r->element[0]->str, "master") == 0;
+        freeReplyObject(r);
+        if (master)
+            break;
+        if (th_now_ms() > end) {
+            kill(rc.node[p].pid, SIGCONT);
+            fail_msg("the replica %s never took over", rc.node[q].url);
+        }
+        usleep(5000);
+    }
+    /* another thread of the process meets MOVED from the new primary */
+    char moved[128];
+    snprintf(moved, sizeof moved, "MOVED %d %s:%d", slot, rc.node[q].addr, rc.node[q].port);
+    assert_int_equal(dm_redis_redirected(moved), 1);
+    usleep(100000);
+    unsigned long r0 = dm_cluster_resend_rounds();
+    kill(rc.node[p].pid, SIGCONT);
+    pthread_join(t, NULL);
+    long long t1 = th_now_ms();
+    while (dm_cluster_resend_rounds() == r0 && th_now_ms() < t1 + 3000)
+        usleep(5000);
+    usleep(200000);
+    long long held = th_cmd_int(qc, "HEXISTS %s %s", key, a);
+    int got = dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g);
+    print_message("release_hold: %d; rounds after it: %lu; the hold on the new primary: %lld; "
+                  "another owner's trylock: %s; PTTL %lld ms\n", ra.r,
+                  dm_cluster_resend_rounds() - r0, held, got == 0 ? "granted" : strerror(got),
+                  th_cmd_int(qc, "PTTL %s", key));
+    if (got == 0)
+        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+    redisFree(qc);
+    dm_cluster_lock_put(l);
+    th_rcluster_wait_ok(&rc, OK_MS);
+    assert_int_equal(held, 0);
+    assert_int_equal(got, 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1304,6 +1404,7 @@ int main(void)
         T(test_a_release_the_promoted_replica_lacks_is_sent_again),
         T(test_a_slot_moved_sends_again_only_the_releases_of_that_slot),
         T(test_kept_releases_are_freed_a_lease_after_the_last),
+        T(test_a_release_answered_across_a_takeover_is_sent_again),
         T(test_a_fork_while_notify_meets_moved_does_not_deadlock),   /* last: a deadlock keeps mutexes */
     };
     const char *only = getenv("DM_RCLUSTER_FILTER");
