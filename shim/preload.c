@@ -25,10 +25,17 @@
 #include "startup.h"
 
 #define DM_EXPORT __attribute__((visibility("default")))
+/* The passthrough of the hottest entry points (about 30 bytes: the filter
+ * probe and the jump to glibc) starts a 64-byte cache line, so that it
+ * never straddles two, whatever the layout of the rest of the library
+ * (a build where pthread_mutex_lock's fell across a line measured 0.5 ns
+ * more per unmapped lock+unlock: x1.21 against x1.13 for an interposer
+ * that checks nothing). */
+#define DM_HOT __attribute__((aligned(64)))
 
 /* ---- the exported entry points ---------------------------------------- */
 
-DM_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
+DM_EXPORT DM_HOT int pthread_mutex_lock(pthread_mutex_t *m)
 {
     struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
@@ -36,7 +43,7 @@ DM_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
     return dm_mapped_lock(e, m, DM_LOCK, CLOCK_REALTIME, NULL);
 }
 
-DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
+DM_EXPORT DM_HOT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
     struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
@@ -44,7 +51,7 @@ DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
     return dm_mapped_unlock(e, m);
 }
 
-DM_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
+DM_EXPORT DM_HOT int pthread_mutex_trylock(pthread_mutex_t *m)
 {
     struct dm_entry *e = dm_mapped_find(m);
     if (__builtin_expect(e == NULL, 1))
