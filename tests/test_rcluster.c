@@ -960,37 +960,63 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
  * node, asks the map again and finds the promoted replica. The lock must
  * be free then, not held for the rest of the lease (20 s here; before,
  * the trylock was EBUSY and the hold stood). */
-static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
+/* The start both failover resend tests share: the in-process client
+ * (20 s lease, on_lease_lost = "warn", command_timeout_ms when > 0),
+ * the name's slot, its primary p and that one's replica q, owners a and
+ * c, a's grant of the name; returns a READONLY connection to q once q has
+ * that grant. */
+struct resend_case {
+    char key[64];
+    int slot, p, q;
+    char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
+    struct dm_cluster_lock *l;
+    struct dm_grant g;
+};
+
+static redisContext *granted_on_replica(struct resend_case *k, const char *name,
+                                        long command_timeout_ms)
 {
-    (void)s;
     static struct dm_config cfg;
     char err[256];
     dm_config_defaults(&cfg);
     if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
     th_cluster_lease(&cfg, 20000);
+    if (command_timeout_ms > 0)
+        cfg.redis.command_timeout_ms = command_timeout_ms;
     cfg.on_lease_lost = DM_LOST_WARN;
     dm_cluster_init(&cfg);
-    const char *key = "dmutex:{rsend}";
-    int slot = (int)dm_slots_keyslot(key, strlen(key));
-    int p = th_rcluster_owner(&rc, slot);
-    int q = replica_of(p);
-    assert_true(p >= 0 && q >= 0);
-    char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(c, 2);
-    struct dm_cluster_lock *l = th_lock_get("rsend");
-    struct dm_grant g;
-    th_grant(l, a, &g);
-    /* the grant on the replica, then the replica stopped and cut off */
-    redisContext *qc = th_redis_connect(&rc.node[q]);
+    snprintf(k->key, sizeof k->key, "dmutex:{%s}", name);
+    k->slot = (int)dm_slots_keyslot(k->key, strlen(k->key));
+    k->p = th_rcluster_owner(&rc, k->slot);
+    k->q = replica_of(k->p);
+    assert_true(k->p >= 0 && k->q >= 0);
+    dm_cluster_owner(k->a, 1);
+    dm_cluster_owner(k->c, 2);
+    k->l = th_lock_get(name);
+    th_grant(k->l, k->a, &k->g);
+    redisContext *qc = th_redis_connect(&rc.node[k->q]);
     freeReplyObject(th_cmd(qc, "READONLY"));
     long long end = th_now_ms() + OK_MS;
-    while (th_cmd_int(qc, "HEXISTS %s %s", key, a) != 1) {
+    while (th_cmd_int(qc, "HEXISTS %s %s", k->key, k->a) != 1) {
         if (th_now_ms() > end)
             fail_msg("the grant never reached the replica");
         usleep(2000);
     }
+    return qc;
+}
+
+static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
+{
+    (void)s;
+    struct resend_case k;
+    redisContext *qc = granted_on_replica(&k, "rsend", 0);
+    const char *key = k.key, *a = k.a, *c = k.c;
+    int slot = k.slot, p = k.p, q = k.q;
+    struct dm_cluster_lock *l = k.l;
+    struct dm_grant g = k.g;
+    long long end = th_now_ms() + OK_MS;
+    /* the replica stopped and cut off */
     kill(rc.node[q].pid, SIGSTOP);
     redisContext *pc = th_redis_connect(&rc.node[p]);
     th_cmd_int(pc, "CLIENT KILL TYPE replica");
@@ -1307,34 +1333,13 @@ static void *release_thread(void *p)
 static void test_a_release_answered_across_a_takeover_is_sent_again(void **s)
 {
     (void)s;
-    static struct dm_config cfg;
-    char err[256];
-    dm_config_defaults(&cfg);
-    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
-        fail_msg("%s", err);
-    th_cluster_lease(&cfg, 20000);
-    cfg.redis.command_timeout_ms = 4000;
-    cfg.on_lease_lost = DM_LOST_WARN;
-    dm_cluster_init(&cfg);
-    const char *key = "dmutex:{racross}";
-    int slot = (int)dm_slots_keyslot(key, strlen(key));
-    int p = th_rcluster_owner(&rc, slot);
-    int q = replica_of(p);
-    assert_true(p >= 0 && q >= 0);
-    char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(c, 2);
-    struct dm_cluster_lock *l = th_lock_get("racross");
-    struct dm_grant g;
-    th_grant(l, a, &g);
-    redisContext *qc = th_redis_connect(&rc.node[q]);
-    freeReplyObject(th_cmd(qc, "READONLY"));
+    struct resend_case k;
+    redisContext *qc = granted_on_replica(&k, "racross", 4000);
+    const char *key = k.key, *a = k.a, *c = k.c;
+    int slot = k.slot, p = k.p, q = k.q;
+    struct dm_cluster_lock *l = k.l;
+    struct dm_grant g = k.g;
     long long end = th_now_ms() + OK_MS;
-    while (th_cmd_int(qc, "HEXISTS %s %s", key, a) != 1) {
-        if (th_now_ms() > end)
-            fail_msg("the grant never reached the replica");
-        usleep(2000);
-    }
     kill(rc.node[p].pid, SIGSTOP);
     struct rel_arg ra = { l, a, g.token, g.wait_id, -1 };
     pthread_t t;
