@@ -527,7 +527,8 @@ static enum cls classify(const struct section *a, const struct section *b, long 
     }
     const struct fault *f = loss_near(a->want - lease * MS, win);
     if (f) {
-        snprintf(why, n, "%s #%d at +%.3fs lost the holds", f->kind, f->id, rel(f->begin));
+        snprintf(why, n, "%s #%d at +%.3fs lost the holds (issue 25.3)", f->kind, f->id,
+                 rel(f->begin));
         return C_KNOWN;
     }
     long d = stop_of(a->pid, a->want - tol_ms * MS, win, renew - tol_ms);
