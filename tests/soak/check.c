@@ -84,6 +84,7 @@ struct proc {
     char host[32];
     long long start, death, last;
     int died, sig, code, hang, killed, done;
+    char log[4096];           /* its worker log; the shim's words are in .err beside it */
 };
 struct section {
     int lock, pid, tid, op;   /* op: 0 lock, 1 timed, 2 try */
@@ -91,6 +92,7 @@ struct section {
     unsigned long long token;
     int rc;                   /* the unlock's */
     int cls;                  /* worst class of an overlap it is in: 0 none, 1 doc, 2 known, 3 defect */
+    int beside;               /* defect overlaps found with it as the earlier section */
 };
 struct fail { int lock, pid, tid, op, rc; long long want, at; };
 struct write { int rej, lock, pid, tid; unsigned long long token, highest; long long at, sent; };
@@ -315,6 +317,7 @@ static int read_worker(const char *path)
         if (ns > last_record)
             last_record = ns;
         if (strcmp(kind, "start") == 0) {
+            snprintf(pr->log, sizeof pr->log, "%s", path);
             char *host = field(&p);
             if (host && !pr->host[0])
                 snprintf(pr->host, sizeof pr->host, "%s", host);
@@ -585,7 +588,9 @@ static void check_overlaps(void)
             sec_mark(a, c);
             sec_mark(b, c);
             long long w_end = a->end < b->end ? a->end : b->end;
-            if (c == C_KNOWN || c == C_DEFECT)
+            if ((c == C_KNOWN || c == C_DEFECT) && a->beside++ > 0)
+                c == C_KNOWN ? known++ : defects++;     /* listed once per earlier section */
+            else if (c == C_KNOWN || c == C_DEFECT)
                 defect(c == C_KNOWN, "overlap on %s: pid %d (%s) token %llu inside +%.3fs..+%.3fs, "
                        "pid %d (%s) token %llu entered +%.3fs (%.1f ms together): %s",
                        lock_names[b->lock], a->pid, host_of(a->pid), a->token, rel(a->enter),
@@ -598,6 +603,11 @@ static void check_overlaps(void)
         PUSH(active, (long)i);
     }
     free(active.v);
+    for (size_t i = 0; i < secs.n; i++)
+        if (secs.v[i].beside > 1)
+            printf("    (pid %d's section on %s at +%.3fs: %d sections in all entered beside it)\n",
+                   secs.v[i].pid, lock_names[secs.v[i].lock], rel(secs.v[i].enter),
+                   secs.v[i].beside);
 }
 
 static int by_end(const void *x, const void *y)
@@ -727,6 +737,45 @@ static const struct section *inside_at_death(int pid)
     return found;
 }
 
+/* The hold the shim's abort message names (its lock and fencing token, in
+ * the worker's .err file): the section of pid that had it, or NULL. */
+static const struct section *aborted_for(const struct proc *p)
+{
+    char path[4200], line[1024], name[64] = "";
+    unsigned long long token = 0;
+    size_t n = strlen(p->log);
+    if (n < 4)
+        return NULL;
+    snprintf(path, sizeof path, "%.*s.err", (int)(n - 4), p->log);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    while (fgets(line, sizeof line, f)) {
+        char *ab = strstr(line, "aborting"), *own = strstr(line, " (owner "),
+             *tok = strstr(line, "fencing token ");
+        if (!ab || !own || !tok)
+            continue;
+        char *l = own;
+        while (l > line && strncmp(l, "lock ", 5) != 0)
+            l--;
+        if (strncmp(l, "lock ", 5) != 0)
+            continue;
+        snprintf(name, sizeof name, "%.*s", (int)(own - l - 5), l + 5);
+        token = strtoull(tok + 14, NULL, 10);
+    }
+    fclose(f);
+    if (!name[0])
+        return NULL;
+    const struct section *found = NULL;
+    for (size_t i = 0; i < secs.n; i++) {
+        const struct section *s = &secs.v[i];
+        if (s->pid == p->pid && s->token == token && strcmp(lock_names[s->lock], name) == 0 &&
+            s->enter <= p->death && (!found || s->enter > found->enter))
+            found = s;
+    }
+    return found;
+}
+
 static long n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
 static long n_unlock_err, n_unlock_exp;
 
@@ -775,7 +824,14 @@ static void check_processes(void)
             continue;
         }
         if (p->sig == SIGABRT_) {
-            const struct section *s = inside_at_death(p->pid);
+            /* the section of the hold the abort was for, when the message
+             * names it; else any section the process was in */
+            const struct section *s = aborted_for(p);
+            const struct section *was = s;
+            if (s && s->unlocked >= 0 && s->unlocked < p->death)
+                s = NULL;     /* that hold's section was over */
+            else if (!s)
+                s = inside_at_death(p->pid);
             char why[300];
             if (s && lease_loser(p->pid, s->want - lease * MS, p->death, why, sizeof why)) {
                 n_abort_exp++;
@@ -792,9 +848,13 @@ static void check_processes(void)
                        faults_near(s->want - lease * MS, p->death));
             } else {
                 n_abort_outside++;
-                defect(0, "unexpected abort of pid %d (%s) at +%.3fs, outside its section "
+                char held[160] = "";
+                if (was)
+                    snprintf(held, sizeof held, " for its hold of %s (token %llu) whose section "
+                             "ended +%.3fs", lock_names[was->lock], was->token, rel(was->end));
+                defect(0, "unexpected abort of pid %d (%s) at +%.3fs, outside its section%s "
                        "(last record +%.3fs); faults around: %s", p->pid, p->host, rel(p->death),
-                       rel(p->last), faults_near(p->death - 2 * lease * MS, p->death));
+                       held, rel(p->last), faults_near(p->death - 2 * lease * MS, p->death));
             }
             continue;
         }

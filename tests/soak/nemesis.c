@@ -70,6 +70,7 @@ static unsigned long long seed = 1;
 static long run_s = 60, procs_per = 2, threads_per = 2, concurrency = 2;
 static long lease = 2000, renew = 666, margin = 200;
 static int sentinel_mode, base_port;
+static long stall_max;                /* -M: cap on a server stall, ms (0: none) */
 
 struct machine { char ns[64], veth[64], host[32]; int cut; };
 static struct machine machines[MAX_MACHINES];
@@ -572,6 +573,14 @@ static long stop_dur(int handover)
     return uni(lease + 100, 2 * lease);
 }
 
+/* A server stall's length: up to `hi`, or -M's cap. */
+static long stall_dur(long lo, long hi)
+{
+    if (stall_max && hi > stall_max)
+        hi = stall_max;
+    return uni(lo, hi);
+}
+
 static struct fault *fault_new(enum fkind k)
 {
     if (nfaults == MAX_FAULTS)
@@ -657,7 +666,7 @@ static void fault_start(enum fkind k)
         return;
     }
     case F_PAUSE: {
-        f->dur = uni(100, lease * 3 / 2);
+        f->dur = stall_dur(100, lease * 3 / 2);
         const char *how = rnd() % 2 ? "WRITE" : "ALL";
         f->helper = helper_redis(sn, 2000, "CLIENT PAUSE %ld %s", f->dur, how);
         f->phase = P_ON;
@@ -677,7 +686,7 @@ static void fault_start(enum fkind k)
         return fault_end(f);
     case F_SLEEP:
     case F_REPLICA_STALL: {
-        f->dur = uni(100, k == F_SLEEP ? lease * 3 / 2 : lease);
+        f->dur = stall_dur(100, k == F_SLEEP ? lease * 3 / 2 : lease);
         f->node = sn;
         if (k == F_REPLICA_STALL) {
             int cand[NNODES_MAX], n = 0;
@@ -706,7 +715,7 @@ static void fault_start(enum fkind k)
     case F_REDIS_STOP:
         if (!nodes[sn].alive || nodes[sn].stopped)
             return fault_skip(f, "the server is down");
-        f->dur = uni(100, lease * 3 / 2);
+        f->dur = stall_dur(100, lease * 3 / 2);
         f->node = sn;
         kill(nodes[sn].pid, SIGSTOP);
         nodes[sn].stopped = 1;
@@ -970,7 +979,7 @@ static void parse_faults(void)
             fenabled[k] = 0;
 }
 
-static void wait_ready(void)
+static void wait_ready(int with_sentinels)
 {
     long long until = now_ns() + READY_WAIT_MS * MS;
     for (int i = 0; i < nnodes; i++)
@@ -979,7 +988,7 @@ static void wait_ready(void)
                 die("redis node %d did not answer (see %s)", i, nodes[i].log);
             usleep(20000);
         }
-    if (!sentinel_mode)
+    if (!with_sentinels)
         return;
     while (online_replicas(0) < nnodes - 1 || !sentinels_ready()) {
         if (now_ns() > until)
@@ -994,7 +1003,7 @@ static int usage(void)
             "usage: soaknemesis -d DIR -n NS:VETH:HOST,... -S SRV_NS -A SRV_IP -P BASE_PORT\n"
             "         -w WORKER -L SHIM -C CONFIG [-s SEED] [-T SECONDS] [-m MODE] [-k]\n"
             "         [-p PROCS_PER_MACHINE] [-t THREADS] [-l LEASE -r RENEW -g MARGIN]\n"
-            "         [-D ON_REDIS_DOWN] [-F FAULTS] [-c CONCURRENT] [-X 'KEY=VALUE...']\n");
+            "         [-D ON_REDIS_DOWN] [-F FAULTS] [-c CONCURRENT] [-X 'KEY=VALUE...'] [-M STALL_MAX_MS]\n");
     return 2;
 }
 
@@ -1002,7 +1011,7 @@ int main(int argc, char **argv)
 {
     int ch;
     char *machines_arg = NULL;
-    while ((ch = getopt(argc, argv, "d:n:S:A:P:w:L:C:s:T:m:kp:t:l:r:g:D:F:c:X:")) != -1) {
+    while ((ch = getopt(argc, argv, "d:n:S:A:P:w:L:C:s:T:m:kp:t:l:r:g:D:F:c:X:M:")) != -1) {
         switch (ch) {
         case 'd': dir = optarg; break;
         case 'n': machines_arg = optarg; break;
@@ -1025,6 +1034,7 @@ int main(int argc, char **argv)
         case 'F': faults_arg = optarg; break;
         case 'c': concurrency = atol(optarg); break;
         case 'X': extra = optarg; break;
+        case 'M': stall_max = atol(optarg); break;
         default: return usage();
         }
     }
@@ -1071,11 +1081,12 @@ int main(int argc, char **argv)
         mkdir(n->ddir, 0755);
         node_start(i, 1);
     }
-    wait_ready();
-    if (sentinel_mode)
+    wait_ready(0);
+    if (sentinel_mode) {
         for (int j = 0; j < NSENTINELS; j++)
             sentinel_start(j);
-    wait_ready();
+        wait_ready(1);
+    }
     for (int t = 0; t < 100 && access(fsock, F_OK) != 0; t++)
         usleep(20000);
 
@@ -1090,8 +1101,8 @@ int main(int argc, char **argv)
                      flist[0] ? "," : "", fnames[k]);
     say("config mode=%s seed=%llu run_s=%ld lease_ms=%ld renew_ms=%ld margin_ms=%ld "
         "on_redis_down=%s sentinel=%d machines=%d procs=%ld threads=%ld t0=%lld end=%lld "
-        "faults=%s %s", mode, seed, run_s, lease, renew, margin, down, sentinel_mode, nmachines,
-        procs_per, threads_per, t0_ns, end_ns, flist[0] ? flist : "none", extra);
+        "stall_max_ms=%ld faults=%s %s", mode, seed, run_s, lease, renew, margin, down, sentinel_mode, nmachines,
+        procs_per, threads_per, t0_ns, end_ns, stall_max, flist[0] ? flist : "none", extra);
     if (sentinel_mode)
         say("primary 0 %d", nodes[0].port);
     for (int m = 0; m < nmachines; m++)

@@ -6,7 +6,7 @@
 # the faults, from the seed) and the checker (tests/soak/check.c) over what
 # they logged, and ends with a table of every mode.
 #
-#   tests/soak/soak.sh [-s SECONDS] [-S SEED] [-m MODES] [-F FAULTS] [-o DIR]
+#   tests/soak/soak.sh [-s SECONDS] [-S SEED] [-m MODES] [-F FAULTS] [-M MS] [-o DIR]
 #
 #   -s  length of the whole soak (default 1800), shared by the modes
 #   -S  the seed (default 1)
@@ -14,6 +14,8 @@
 #       local warn sentinel
 #   -F  the faults (default all), a comma list of names; -NAME takes one out
 #       (the names: tests/soak/nemesis.c, fnames[])
+#   -M  no server stall (pause, sleep, redis-stop, replica-stall) longer
+#       than this many ms (default: up to 1.5 leases)
 #   -o  where the logs and reports go (default build/soak; emptied first)
 #
 # Exit status: 0 no mode had a defect, 1 one had (or something failed), 2 bad
@@ -28,15 +30,16 @@ SOAK_MODE_MIN_S=20               # no mode runs shorter than this
 SOAK_SUBNET_PREFIX=10.214        # machines live in 10.214.X.0/24, X free
 SOAK_MACHINES=3
 
-total_s=1800 seed=1 modes=all faults=all out=$B/soak
-while getopts :s:S:m:F:o:h opt; do
+total_s=1800 seed=1 modes=all faults=all out=$B/soak stall_max=0
+while getopts :s:S:m:F:M:o:h opt; do
     case $opt in
     s) total_s=$OPTARG ;;
     S) seed=$OPTARG ;;
     m) modes=$OPTARG ;;
     F) faults=$OPTARG ;;
+    M) stall_max=$OPTARG ;;
     o) out=$OPTARG ;;
-    h) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak: bad option (see tests/soak/soak.sh -h)" >&2; exit 2 ;;
     esac
 done
@@ -189,7 +192,7 @@ for m in $modes; do
     "$B/tests/soak/soaknemesis" -d "$dir" -n "$machines_arg" -S "dmsoak$$-s" -A "$srv_ip" \
         -P "$port" -w "$B/tests/soak/soakworker" -L "$B/libdmutex.so" -C "$dir/soak.cfg" \
         -s "$seed" -T "$per_mode" -m "$m" -l "$lease" -r "$renew" -g "$margin" -D "$down" \
-        -F "$faults" -X "on_lease_lost=$lost fair=$fair" $sflag 2>"$dir/nemesis.err" &
+        -F "$faults" -X "on_lease_lost=$lost fair=$fair" -M "$stall_max" $sflag 2>"$dir/nemesis.err" &
     nemesis_pid=$!
     wait "$nemesis_pid"
     rc=$?
