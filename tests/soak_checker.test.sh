@@ -97,8 +97,15 @@ run overlap_claim_stop
 proc 101 m1; proc 102 m2
 sec 101 soak_a 5 100 110 1400; sec 102 soak_a 6 150 900 1500
 fault 1 stop-handover 115 1115 target=101 host=m1 dur=1000 state=handed-over
-expect "an overlap after a stop shorter than the lease is a defect (issue 25.1)" 1 \
-    "DEFECT: overlap" "issue 25.1" "overlaps_defect=1"
+expect "an overlap after a handover and a stop shorter than the lease is known (issue 25.1)" 1 \
+    "KNOWN DEFECT: overlap" "issue 25.1" "overlaps_known=1"
+
+run overlap_short_stop
+proc 101 m1; proc 102 m2
+sec 101 soak_a 5 100 101 1400; sec 102 soak_a 6 150 900 1500
+fault 1 stop-holder 300 1300 target=101 host=m1 dur=1000 state=inside
+expect "an overlap after a stop shorter than the lease, not after a handover, is a defect" 1 \
+    "DEFECT: overlap" "shorter than the lease" "overlaps_defect=1"
 
 run overlap_died
 proc 101 m1; proc 102 m2
@@ -150,6 +157,21 @@ sec 101 soak_a 5 100 110; died 101 900 signal 6
 fault 1 pause 200 500 node=0 dur=300 how=ALL stall=all
 expect "an abort inside after a short stall is a defect" 1 \
     "DEFECT: abort of pid 101 (m1) at +0.900s inside its section" "pause#1"
+
+run abort_release_after_stall
+proc 101 m1
+sec 101 soak_a 5 100 110 200; died 101 1300 signal 6
+fault 1 sleep 190 1100 node=0 dur=900 stall=all
+echo "dmutex[101]: error: lock soak_a (owner x:1, fencing token 5): the hold was lost before unlock: its lease expired, another process may have entered; aborting (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "an abort for a release answered 'not held' after a short stall is known (issue 25.2)" 1 \
+    "KNOWN DEFECT: abort of pid 101" "issue 25.2" "aborts_known=1" "defects=0 known=1"
+
+run abort_claim
+proc 101 m1
+sec 101 soak_a 5 100 110; died 101 800 signal 6
+echo "dmutex[101]: error: lost the lease of lock soak_a (owner x:1, fencing token 5): no renewal succeeded in time (redis unreachable or stuck); last renewal succeeded 618 ms ago (lease 2000 ms); lost leases in this process: 1; aborting before another process can enter" >"$D/w-101.err"
+expect "an abort inside a hold that lost its claim's lease is known (issue 25.1)" 1 \
+    "KNOWN DEFECT: abort of pid 101" "claim" "issue 25.1"
 
 run abort_in_unlock
 proc 101 m1

@@ -490,7 +490,26 @@ static const struct fault *loss_near(long long from, long long to)
 enum cls { C_NONE, C_STOP, C_LOCAL, C_WARN, C_KNOWN, C_DEFECT };
 static const char *const cls_name[] = { "", "documented (stop past the lease)",
     "documented (on_redis_down = local, Redis unreachable)",
-    "documented (on_lease_lost = warn, cut off or stalled)", "known defect: issue 25.3", "defect" };
+    "documented (on_lease_lost = warn, cut off or stalled)", "known defect (issue 25.1, 25.3)",
+    "defect" };
+
+/* A process handed the lock (its lock call waited) and stopped right after
+ * it entered: its hold had only a claim (renew_ms) then, issue 25.1. */
+static int handed_then_stopped(const struct section *x, long long win, long *dur)
+{
+    for (size_t i = 0; i < faults.n; i++) {
+        const struct fault *f = &faults.v[i];
+        if (!is_stop(f) || f->target != x->pid || f->begin < x->enter || f->begin > win ||
+            f->begin - x->enter > 10 * MS || x->enter - x->want < 1 * MS)
+            continue;
+        long d = fdur_ms(f);
+        if (d >= renew - tol_ms) {
+            *dur = d;
+            return 1;
+        }
+    }
+    return 0;
+}
 
 /* Why sections a (entered first) and b overlap, or how a token of b that
  * should be above a's is not; win: the overlap's start. */
@@ -534,12 +553,19 @@ static enum cls classify(const struct section *a, const struct section *b, long 
                  rel(f->begin));
         return C_KNOWN;
     }
-    long d = stop_of(a->pid, a->want - tol_ms * MS, win, renew - tol_ms);
+    long d;
+    for (int i = 0; i < 2; i++)
+        if (handed_then_stopped(ab[i], win, &d)) {
+            snprintf(why, n, "pid %d was handed the lock and stopped %ld ms right after: longer "
+                     "than its claim (renew_ms %ld), shorter than the lease (issue 25.1)",
+                     ab[i]->pid, d, renew);
+            return C_KNOWN;
+        }
+    d = stop_of(a->pid, a->want - tol_ms * MS, win, renew - tol_ms);
     long e = stop_of(b->pid, b->want - tol_ms * MS, win, renew - tol_ms);
     if (d >= 0 || e >= 0)
         snprintf(why, n, "pid %d stopped %ld ms: longer than a claim (renew_ms %ld), shorter "
-                 "than the lease (issue 25.1 if it had just been handed the lock)",
-                 d >= 0 ? a->pid : b->pid, d >= 0 ? d : e, renew);
+                 "than the lease", d >= 0 ? a->pid : b->pid, d >= 0 ? d : e, renew);
     else
         snprintf(why, n, "faults around: %s", faults_near(win - lease * MS, win + 100 * MS));
     return C_DEFECT;
@@ -739,9 +765,13 @@ static const struct section *inside_at_death(int pid)
 
 /* The hold the shim's abort message names (its lock and fencing token, in
  * the worker's .err file): the section of pid that had it, or NULL. */
+static int abort_at_release;    /* the last abort_for's message: "lost before unlock" */
+static long abort_renewed_ms;   /* its "last renewal succeeded N ms ago", or -1 */
 static const struct section *aborted_for(const struct proc *p)
 {
     char path[4200], line[1024], name[64] = "";
+    abort_at_release = 0;
+    abort_renewed_ms = -1;
     unsigned long long token = 0;
     size_t n = strlen(p->log);
     if (n < 4)
@@ -762,6 +792,9 @@ static const struct section *aborted_for(const struct proc *p)
             continue;
         snprintf(name, sizeof name, "%.*s", (int)(own - l - 5), l + 5);
         token = strtoull(tok + 14, NULL, 10);
+        abort_at_release = strstr(line, "lost before unlock") != NULL;
+        char *ago = strstr(line, "last renewal succeeded ");
+        abort_renewed_ms = ago ? atol(ago + 23) : -1;
     }
     fclose(f);
     if (!name[0])
@@ -776,7 +809,7 @@ static const struct section *aborted_for(const struct proc *p)
     return found;
 }
 
-static long n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
+static long n_abort_known, n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
 static long n_unlock_err, n_unlock_exp;
 
 /* A fault that can make this process lose a hold during [from, to]. */
@@ -837,6 +870,33 @@ static void check_processes(void)
                 n_abort_exp++;
                 if (verbose)
                     printf("  abort of pid %d at +%.3fs inside: %s\n", p->pid, rel(p->death), why);
+                continue;
+            }
+            if (s && abort_renewed_ms >= 0 && abort_renewed_ms < lease - margin - tol_ms) {
+                n_abort_known++;
+                defect(1, "abort of pid %d (%s) at +%.3fs inside its section on %s (entered "
+                       "+%.3fs), %ld ms after its last renewal: the hold had a claim's lease "
+                       "(renew_ms), not a lease (issue 25.1); faults around: %s", p->pid,
+                       p->host, rel(p->death), lock_names[s->lock], rel(s->enter),
+                       abort_renewed_ms, faults_near(s->want - lease * MS, p->death));
+                continue;
+            }
+            const struct fault *stall = was ? cut_or_stall(p->host, was->end - lease * MS,
+                                                           p->death, 0, 1) : NULL;
+            for (size_t j = 0; was && !stall && j < faults.n; j++) {
+                const struct fault *f = &faults.v[j];
+                if ((strcmp(f->kind, "client-kill") == 0 || strncmp(f->kind, "restart", 7) == 0) &&
+                    f->begin <= p->death && fend(f) + lease * MS >= was->end)
+                    stall = f;
+            }
+            if (!s && abort_at_release && stall) {
+                n_abort_known++;
+                defect(1, "abort of pid %d (%s) at +%.3fs, outside its section: its release of "
+                       "%s (token %llu, section ended +%.3fs) was answered 'not held' after "
+                       "%s #%d (%ld ms) (issue 25.2); faults around: %s", p->pid, p->host,
+                       rel(p->death), lock_names[was->lock], was->token, rel(was->end),
+                       stall->kind, stall->id, fdur_ms(stall),
+                       faults_near(was->end - lease * MS, p->death));
                 continue;
             }
             if (s) {
@@ -1065,7 +1125,7 @@ int main(int argc, char **argv)
     printf("lock calls that failed: EBUSY %ld, ETIMEDOUT %ld, EAGAIN %ld, other %ld\n",
            n_fail_rc[0], n_fail_rc[1], n_fail_rc[2], n_fail_rc[3]);
     long ov_doc = n_overlap[C_STOP] + n_overlap[C_LOCAL] + n_overlap[C_WARN];
-    printf("overlaps: %ld documented (stop %ld, local %ld, warn %ld), %ld known defect (25.3), "
+    printf("overlaps: %ld documented (stop %ld, local %ld, warn %ld), %ld known defect (25.1, 25.3), "
            "%ld defect\n", ov_doc, n_overlap[C_STOP], n_overlap[C_LOCAL], n_overlap[C_WARN],
            n_overlap[C_KNOWN], n_overlap[C_DEFECT]);
     long tk_doc = n_token[C_STOP] + n_token[C_LOCAL] + n_token[C_WARN];
@@ -1077,10 +1137,11 @@ int main(int argc, char **argv)
     printf("fence: %ld writes accepted, %ld rejected (%ld documented, %ld known defect, %ld "
            "defect)\n", nw, n_rej_doc + n_rej_known + n_rej_defect, n_rej_doc, n_rej_known,
            n_rej_defect);
-    printf("aborts: %ld expected (inside, after a fault that loses a lease), %ld unexpected "
-           "(%ld outside the section, %ld inside with no such fault); killed by the nemesis %ld; "
-           "crashes %ld; hung %ld\n", n_abort_exp, n_abort_outside + n_abort_inside,
-           n_abort_outside, n_abort_inside, n_killed, n_crash, n_hang);
+    printf("aborts: %ld expected (inside, after a fault that loses a lease), %ld known defect "
+           "(issue 25.1, 25.2), %ld unexpected (%ld outside the section, %ld inside with no such "
+           "fault); killed by the nemesis %ld; crashes %ld; hung %ld\n", n_abort_exp,
+           n_abort_known, n_abort_outside + n_abort_inside, n_abort_outside, n_abort_inside,
+           n_killed, n_crash, n_hang);
     printf("unlock errors: %ld after a fault that loses a lease, %ld otherwise\n", n_unlock_exp,
            n_unlock_err);
     printf("longest wait: %.3f s", (double)longest_wait / 1e9);
@@ -1093,9 +1154,10 @@ int main(int argc, char **argv)
     printf("verdict: %s (%ld defects, %ld known defects)\n",
            defects + known ? "FAIL" : "PASS", defects, known);
     printf("summary mode=%s sections=%zu overlaps_documented=%ld overlaps_known=%ld "
-           "overlaps_defect=%ld aborts_expected=%ld aborts_unexpected=%ld token_defects=%ld "
+           "overlaps_defect=%ld aborts_expected=%ld aborts_known=%ld aborts_unexpected=%ld "
+           "token_defects=%ld "
            "rejections=%ld longest_wait_ms=%lld starved=%ld defects=%ld known=%ld\n",
-           mode, secs.n, ov_doc, n_overlap[C_KNOWN], n_overlap[C_DEFECT], n_abort_exp,
+           mode, secs.n, ov_doc, n_overlap[C_KNOWN], n_overlap[C_DEFECT], n_abort_exp, n_abort_known,
            n_abort_outside + n_abort_inside, n_token[C_KNOWN] + n_token[C_DEFECT],
            n_rej_doc + n_rej_known + n_rej_defect, longest_wait / MS, n_starved, defects, known);
     return defects + known ? 1 : 0;
