@@ -21,7 +21,8 @@ if [ "$(id -u)" != 0 ]; then
     echo "0 passed, 0 failed, 1 skipped"
     exit 0
 fi
-for f in build/libdmutex.so build/tests/soak/soaknemesis build/tests/soak/soakcheck; do
+for f in build/libdmutex.so build/tests/soak/soakworker build/tests/soak/soakfence \
+         build/tests/soak/soaknemesis build/tests/soak/soakcheck; do
     [ -e "$f" ] || fail_setup "soak: $f is missing: make all test-build"
 done
 SOAK_TEST_S=${SOAK_TEST_S:-66}

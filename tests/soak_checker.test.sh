@@ -6,7 +6,7 @@
 # ("The soak") says. A checker that cannot fail is worthless.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
-CHECK=build/tests/soak/soakcheck
+CHECK=${SOAK_CHECK:-build/tests/soak/soakcheck}
 [ -x "$CHECK" ] || fail_setup "soak_checker: $CHECK is missing: make test-build"
 T=$(mktemp -d "${TMPDIR:-/tmp}/dmutex-soakcheck.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
@@ -244,6 +244,13 @@ run crash
 proc 101 m1
 sec 101 soak_a 5 100 110 200; died 101 300 signal 11
 expect "a worker killed by SIGSEGV is a defect" 1 "DEFECT: pid 101 (m1) ended at +0.300s with signal 11"
+
+run glibc_abort
+proc 101 m1
+sec 101 soak_a 5 100 110 200; died 101 300 signal 6
+echo "free(): double free detected in tcache 2" >"$D/w-101.err"
+expect "an abort with glibc's words is a crash, not a lost lease" 1 \
+    "DEFECT: crash: pid 101 (m1) aborted at +0.300s saying \"free(): double free" "crashes 1"
 
 run foreign_kill
 proc 101 m1

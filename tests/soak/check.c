@@ -766,12 +766,14 @@ static const struct section *inside_at_death(int pid)
 /* The hold the shim's abort message names (its lock and fencing token, in
  * the worker's .err file): the section of pid that had it, or NULL. */
 static int abort_at_release;    /* the last abort_for's message: "lost before unlock" */
+static char abort_other[200];   /* the last line of .err that is not the shim's: glibc's words */
 static long abort_renewed_ms;   /* its "last renewal succeeded N ms ago", or -1 */
 static const struct section *aborted_for(const struct proc *p)
 {
     char path[4200], line[1024], name[64] = "";
     abort_at_release = 0;
     abort_renewed_ms = -1;
+    abort_other[0] = '\0';
     unsigned long long token = 0;
     size_t n = strlen(p->log);
     if (n < 4)
@@ -781,6 +783,10 @@ static const struct section *aborted_for(const struct proc *p)
     if (!f)
         return NULL;
     while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "dmutex[", 7) != 0) {
+            snprintf(abort_other, sizeof abort_other, "%.*s", (int)strcspn(line, "\n"), line);
+            continue;
+        }
         char *ab = strstr(line, "aborting"), *own = strstr(line, " (owner "),
              *tok = strstr(line, "fencing token ");
         if (!ab || !own || !tok)
@@ -861,6 +867,15 @@ static void check_processes(void)
              * names it; else any section the process was in */
             const struct section *s = aborted_for(p);
             const struct section *was = s;
+            if (!s && abort_other[0]) {
+                /* not the shim's lost-lease abort: glibc's (a double free...) */
+                n_crash++;
+                defect(0, "crash: pid %d (%s) aborted at +%.3fs saying \"%s\" (not the shim's "
+                       "lost-lease abort); last record +%.3fs; faults around: %s", p->pid,
+                       p->host, rel(p->death), abort_other, rel(p->last),
+                       faults_near(p->death - 2 * lease * MS, p->death));
+                continue;
+            }
             if (s && s->unlocked >= 0 && s->unlocked < p->death)
                 s = NULL;     /* that hold's section was over */
             else if (!s)

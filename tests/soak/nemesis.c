@@ -248,7 +248,7 @@ static void node_start(int i, int keep_data)
 
 static void sentinel_start(int j)
 {
-    char conf[300], sdir[256], slog[300], cmd[1200];
+    char conf[300], sdir[256], slog[300];
     snprintf(sdir, sizeof sdir, "%s/sentinel%d", dir, j);
     mkdir(sdir, 0755);
     snprintf(conf, sizeof conf, "%s/sentinel.conf", sdir);
@@ -264,7 +264,6 @@ static void sentinel_start(int j)
             base_port + 10 + j, srv_ip, sdir, MASTER, srv_ip, nodes[0].port,
             MASTER, SENTINEL_DOWN_AFTER_MS, MASTER, SENTINEL_FAILOVER_TIMEOUT_MS, MASTER);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s", conf);
     char *argv[] = { "redis-server", conf, "--sentinel", NULL };
     sentinel_pids[j] = spawn(srv_ns, slog, argv, NULL);
     child_add(sentinel_pids[j], C_SENTINEL, j);
@@ -1101,8 +1100,9 @@ int main(int argc, char **argv)
                      flist[0] ? "," : "", fnames[k]);
     say("config mode=%s seed=%llu run_s=%ld lease_ms=%ld renew_ms=%ld margin_ms=%ld "
         "on_redis_down=%s sentinel=%d machines=%d procs=%ld threads=%ld t0=%lld end=%lld "
-        "stall_max_ms=%ld faults=%s %s", mode, seed, run_s, lease, renew, margin, down, sentinel_mode, nmachines,
-        procs_per, threads_per, t0_ns, end_ns, stall_max, flist[0] ? flist : "none", extra);
+        "stall_max_ms=%ld faults=%s %s", mode, seed, run_s, lease, renew, margin, down,
+        sentinel_mode, nmachines, procs_per, threads_per, t0_ns, end_ns, stall_max,
+        flist[0] ? flist : "none", extra);
     if (sentinel_mode)
         say("primary 0 %d", nodes[0].port);
     for (int m = 0; m < nmachines; m++)
