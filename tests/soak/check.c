@@ -55,7 +55,7 @@
 
 #define MS 1000000LL
 #define MAX_LOCKS 16
-#define MAX_LISTED 40     /* defects printed in full */
+#define MAX_LISTED 40     /* known defects printed in full (every defect is) */
 #define EPERM_ 1
 #define EAGAIN_ 11
 #define EBUSY_ 16
@@ -399,7 +399,7 @@ static void defect(int is_known, const char *fmt, ...)
         known++;
     else
         defects++;
-    if (listed++ >= MAX_LISTED && !verbose)
+    if (is_known && listed++ >= MAX_LISTED && !verbose)
         return;
     va_list ap;
     va_start(ap, fmt);
@@ -565,7 +565,8 @@ static enum cls classify(const struct section *a, const struct section *b, long 
     long e = stop_of(b->pid, b->want - tol_ms * MS, win, renew - tol_ms);
     if (d >= 0 || e >= 0)
         snprintf(why, n, "pid %d stopped %ld ms: longer than a claim (renew_ms %ld), shorter "
-                 "than the lease", d >= 0 ? a->pid : b->pid, d >= 0 ? d : e, renew);
+                 "than the lease; faults around: %s", d >= 0 ? a->pid : b->pid, d >= 0 ? d : e,
+                 renew, faults_near(win - lease * MS, win + 100 * MS));
     else
         snprintf(why, n, "faults around: %s", faults_near(win - lease * MS, win + 100 * MS));
     return C_DEFECT;
@@ -1104,7 +1105,7 @@ int main(int argc, char **argv)
     if (!defects && !known)
         printf("  none\n");
     else if (listed > MAX_LISTED && !verbose)
-        printf("  ... %d more (soakcheck -v lists them all)\n", listed - MAX_LISTED);
+        printf("  ... %d more known defects (soakcheck -v lists them all)\n", listed - MAX_LISTED);
 
     printf("faults: %zu:", faults.n);
     {
