@@ -769,6 +769,7 @@ static const struct section *inside_at_death(int pid)
 static int abort_at_release;    /* the last abort_for's message: "lost before unlock" */
 static char abort_other[200];   /* the last line of .err that is not the shim's: glibc's words */
 static long abort_renewed_ms;   /* its "last renewal succeeded N ms ago", or -1 */
+static long long abort_granted; /* the first section of that hold (a cached one serves many) */
 static const struct section *aborted_for(const struct proc *p)
 {
     char path[4200], line[1024], name[64] = "";
@@ -807,11 +808,16 @@ static const struct section *aborted_for(const struct proc *p)
     if (!name[0])
         return NULL;
     const struct section *found = NULL;
+    abort_granted = -1;
     for (size_t i = 0; i < secs.n; i++) {
         const struct section *s = &secs.v[i];
-        if (s->pid == p->pid && s->token == token && strcmp(lock_names[s->lock], name) == 0 &&
-            s->enter <= p->death && (!found || s->enter > found->enter))
+        if (s->pid != p->pid || s->token != token || strcmp(lock_names[s->lock], name) != 0 ||
+            s->enter > p->death)
+            continue;
+        if (!found || s->enter > found->enter)
             found = s;
+        if (abort_granted < 0 || s->want < abort_granted)
+            abort_granted = s->want;
     }
     return found;
 }
@@ -897,12 +903,15 @@ static void check_processes(void)
                        abort_renewed_ms, faults_near(s->want - lease * MS, p->death));
                 continue;
             }
-            const struct fault *stall = was ? cut_or_stall(p->host, was->end - lease * MS,
-                                                           p->death, 0, 1) : NULL;
+            long long since = was ? (abort_granted < was->end - lease * MS ? abort_granted
+                                                                          : was->end - lease * MS) : 0;
+            const struct fault *stall = was ? cut_or_stall(p->host, since, p->death, 0, 1) : NULL;
+            if (was && !stall)
+                stall = loss_near(since, p->death);
             for (size_t j = 0; was && !stall && j < faults.n; j++) {
                 const struct fault *f = &faults.v[j];
                 if ((strcmp(f->kind, "client-kill") == 0 || strncmp(f->kind, "restart", 7) == 0) &&
-                    f->begin <= p->death && fend(f) + lease * MS >= was->end)
+                    f->begin <= p->death && fend(f) >= since)
                     stall = f;
             }
             if (!s && abort_at_release && stall) {
