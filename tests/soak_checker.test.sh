@@ -245,6 +245,20 @@ proc 101 m1
 sec 101 soak_a 5 100 110 200; died 101 300 signal 11
 expect "a worker killed by SIGSEGV is a defect" 1 "DEFECT: pid 101 (m1) ended at +0.300s with signal 11"
 
+run pid_reused
+echo "0 spawn 101 m1 $D/w00-m1.log" >>"$D/nemesis.log"
+printf '1 start 101 m1\n%s want 101 0 soak_a lock\n%s enter 101 0 soak_a 5\n' "$(ns 100)" "$(ns 110)" >"$D/w00-m1.log"
+fault 1 kill-holder 300 300 target=101 host=m1 state=inside
+died 101 301 signal 9
+echo "$(ns 400) spawn 101 m2 $D/w01-m2.log" >>"$D/nemesis.log"
+printf '%s start 101 m2\n' "$(ns 401)" >"$D/w01-m2.log"
+w=$D/w01-m2.log
+echo "$(ns 500) want 101 0 soak_a lock" >>"$w"; echo "$(ns 510) enter 101 0 soak_a 6" >>"$w"
+echo "$(ns 520) exit 101 0 soak_a 6" >>"$w"; echo "$(ns 521) unlocked 101 0 soak_a 0" >>"$w"
+died 101 900 exit 0
+expect "a pid given out again is another process" 0 "processes: 2" "killed by the nemesis 1" \
+    "PID + 10000000"
+
 run glibc_abort
 proc 101 m1
 sec 101 soak_a 5 100 110 200; died 101 300 signal 6

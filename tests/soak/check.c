@@ -145,6 +145,54 @@ static struct proc *proc_of(int pid, int make)
     return &procs.v[procs.n - 1];
 }
 
+/* A pid the system gave out again (a long run starts hundreds of workers)
+ * names another process: each one after the first is told apart as
+ * PID + UID_STEP * N, and that is the pid printed for it. */
+#define UID_STEP 10000000
+static int pid_reused;
+
+static int uid_now(int pid)
+{
+    int uid = pid;
+    while (proc_of(uid + UID_STEP, 0))
+        uid += UID_STEP;
+    return uid;
+}
+
+static struct proc *proc_spawned(int pid)
+{
+    int uid = pid;
+    if (proc_of(pid, 0)) {
+        uid = uid_now(pid) + UID_STEP;
+        pid_reused = 1;
+    }
+    return proc_of(uid, 1);
+}
+
+/* The process a worker log belongs to: the one the nemesis spawned with it. */
+static struct proc *proc_of_log(const char *path, int pid)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    for (size_t i = 0; i < procs.n; i++) {
+        const char *b = strrchr(procs.v[i].log, '/') ? strrchr(procs.v[i].log, '/') + 1
+                                                    : procs.v[i].log;
+        if (procs.v[i].log[0] && strcmp(b, base) == 0 && procs.v[i].pid % UID_STEP == pid)
+            return &procs.v[i];
+    }
+    return proc_of(uid_now(pid), 1);
+}
+
+/* The process with this pid that ran at time ns. */
+static int uid_at(int pid, long long ns)
+{
+    for (int uid = pid; proc_of(uid, 0); uid += UID_STEP) {
+        const struct proc *p = proc_of(uid, 0);
+        if (p->start <= ns && (p->death < 0 || ns <= p->death))
+            return uid;
+    }
+    return uid_now(pid);
+}
+
 /* (pid, tid) -> the section in progress, or -1 */
 #define THASH 262144
 static struct { int pid, tid; long cur; long long want; int op, lock; } thash[THASH];
@@ -234,16 +282,18 @@ static int read_nemesis(const char *dir)
                 kv(tok, "end", v, sizeof v); if (v[0]) { t_end = atoll(v); v[0] = 0; }
             }
         } else if (strcmp(what, "spawn") == 0) {
-            char *pid = field(&p), *host = field(&p);
+            char *pid = field(&p), *host = field(&p), *log = field(&p);
             if (pid && host) {
-                struct proc *pr = proc_of(atoi(pid), 1);
+                struct proc *pr = proc_spawned(atoi(pid));
                 snprintf(pr->host, sizeof pr->host, "%s", host);
+                if (log)
+                    snprintf(pr->log, sizeof pr->log, "%s", log);
                 pr->start = ns;
             }
         } else if (strcmp(what, "died") == 0) {
             char *pid = field(&p), *how = field(&p), *n = field(&p);
             if (pid && how && n) {
-                struct proc *pr = proc_of(atoi(pid), 1);
+                struct proc *pr = proc_of(uid_now(atoi(pid)), 1);
                 pr->died = 1;
                 pr->death = ns;
                 if (strcmp(how, "signal") == 0)
@@ -254,7 +304,7 @@ static int read_nemesis(const char *dir)
         } else if (strcmp(what, "hang") == 0) {
             char *pid = field(&p);
             if (pid)
-                proc_of(atoi(pid), 1)->hang = 1;
+                proc_of(uid_now(atoi(pid)), 1)->hang = 1;
         } else if (strcmp(what, "fault") == 0) {
             char *id = field(&p), *phase = field(&p), *kind = field(&p);
             if (!id || !phase || !kind)
@@ -267,7 +317,7 @@ static int read_nemesis(const char *dir)
                     v[0] = '\0';
                     kv(tok, "host", fl.host, sizeof fl.host);
                     kv(tok, "cut", fl.cut, sizeof fl.cut);
-                    kv(tok, "target", v, sizeof v); if (v[0]) { fl.target = atoi(v); v[0] = 0; }
+                    kv(tok, "target", v, sizeof v); if (v[0]) { fl.target = uid_now(atoi(v)); v[0] = 0; }
                     kv(tok, "dur", v, sizeof v); if (v[0]) { fl.dur = atol(v); v[0] = 0; }
                     kv(tok, "stall", v, sizeof v); if (v[0]) { fl.stall = 1; v[0] = 0; }
                     kv(tok, "loss", v, sizeof v); if (v[0]) { fl.loss = 1; v[0] = 0; }
@@ -310,14 +360,15 @@ static int read_worker(const char *path)
         if (!t || !kind || !pid_s)
             continue;
         long long ns = atoll(t);
-        int pid = atoi(pid_s);
-        struct proc *pr = proc_of(pid, 1);
+        struct proc *pr = proc_of_log(path, atoi(pid_s));
+        int pid = pr->pid;
+        if (strcmp(pr->log, path) != 0)
+            snprintf(pr->log, sizeof pr->log, "%s", path);   /* where it is now */
         if (ns > pr->last)
             pr->last = ns;
         if (ns > last_record)
             last_record = ns;
         if (strcmp(kind, "start") == 0) {
-            snprintf(pr->log, sizeof pr->log, "%s", path);
             char *host = field(&p);
             if (host && !pr->host[0])
                 snprintf(pr->host, sizeof pr->host, "%s", host);
@@ -379,7 +430,8 @@ static int read_fence(const char *dir)
             continue;
         struct write w = { .rej = strcmp(kind, "rej") == 0, .lock = lock_id(lock),
                            .token = strtoull(tok, NULL, 10), .highest = strtoull(hi, NULL, 10),
-                           .pid = atoi(pid), .tid = atoi(tid), .at = atoll(t), .sent = atoll(sent) };
+                           .pid = uid_at(atoi(pid), atoll(t)), .tid = atoi(tid), .at = atoll(t),
+                           .sent = atoll(sent) };
         PUSH(writes, w);
     }
     fclose(f);
@@ -1104,6 +1156,8 @@ int main(int argc, char **argv)
     printf("mode %s, seed %llu, %ld s, lease %ld ms (renew %ld, margin %ld), on_redis_down %s, "
            "on_lease_lost %s%s\n", mode, seed, run_s, lease, renew, margin, down, lost,
            sentinel ? ", Sentinel" : "");
+    if (pid_reused)
+        printf("(a pid the system gave out again is printed as PID + %d per reuse)\n", UID_STEP);
     printf("findings:\n");
     check_overlaps();
     check_tokens();
