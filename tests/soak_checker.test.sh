@@ -100,6 +100,33 @@ fault 1 stop-handover 115 1115 target=101 host=m1 dur=1000 state=handed-over
 expect "an overlap after a handover and a stop shorter than the lease is known (issue 25.1)" 1 \
     "KNOWN DEFECT: overlap" "issue 25.1" "overlaps_known=1"
 
+run overlap_waiter_stopped
+proc 101 m1; proc 102 m2
+sec 102 soak_a 6 100 110 200
+sec 101 soak_a 5 50 1100 1200
+sec 102 soak_a 7 1000 1010 1150
+fault 1 stop-waiter 60 1060 target=101 host=m1 dur=1000 state=waiting
+expect "a waiter handed the lock while stopped past its claim is known (issue 25.1)" 1 \
+    "KNOWN DEFECT: overlap" "while it waited" "overlaps_defect=0"
+
+LOST=warn; run eperm_claim; LOST=
+proc 101 m1
+echo "$(ns 100) want 101 0 soak_a lock" >>"$D/w-101.log"
+echo "$(ns 110) enter 101 0 soak_a 5" >>"$D/w-101.log"
+echo "$(ns 1200) exit 101 0 soak_a 5" >>"$D/w-101.log"
+echo "$(ns 1210) unlocked 101 0 soak_a 1" >>"$D/w-101.log"
+fault 1 stop-handover 112 1012 target=101 host=m1 dur=900 state=handed-over
+expect "warn mode: EPERM after a stop past a handover's claim is known (issue 25.1)" 1 \
+    "KNOWN DEFECT: unlock of soak_a by pid 101" "issue 25.1" "defects=0 known=1"
+
+LOST=warn; run eperm_alone; LOST=
+proc 101 m1
+echo "$(ns 100) want 101 0 soak_a lock" >>"$D/w-101.log"
+echo "$(ns 110) enter 101 0 soak_a 5" >>"$D/w-101.log"
+echo "$(ns 1200) exit 101 0 soak_a 5" >>"$D/w-101.log"
+echo "$(ns 1210) unlocked 101 0 soak_a 1" >>"$D/w-101.log"
+expect "warn mode: EPERM with no fault around is a defect" 1 "DEFECT: unlock of soak_a by pid 101"
+
 run overlap_short_stop
 proc 101 m1; proc 102 m2
 sec 101 soak_a 5 100 101 1400; sec 102 soak_a 6 150 900 1500

@@ -546,13 +546,16 @@ static const char *const cls_name[] = { "", "documented (stop past the lease)",
     "defect" };
 
 /* A process handed the lock (its lock call waited) and stopped right after
- * it entered: its hold had only a claim (renew_ms) then, issue 25.1. */
+ * it entered, or while it waited (the handover came during the stop): its
+ * hold had only a claim (renew_ms) then, issue 25.1. */
 static int handed_then_stopped(const struct section *x, long long win, long *dur)
 {
+    if (x->enter - x->want < 1 * MS)
+        return 0;    /* it did not wait: no handover */
     for (size_t i = 0; i < faults.n; i++) {
         const struct fault *f = &faults.v[i];
-        if (!is_stop(f) || f->target != x->pid || f->begin < x->enter || f->begin > win ||
-            f->begin - x->enter > 10 * MS || x->enter - x->want < 1 * MS)
+        if (!is_stop(f) || f->target != x->pid || f->begin > win || f->begin < x->want ||
+            f->begin - x->enter > 10 * MS)
             continue;
         long d = fdur_ms(f);
         if (d >= renew - tol_ms) {
@@ -563,8 +566,6 @@ static int handed_then_stopped(const struct section *x, long long win, long *dur
     return 0;
 }
 
-/* Why sections a (entered first) and b overlap, or how a token of b that
- * should be above a's is not; win: the overlap's start. */
 static enum cls classify(const struct section *a, const struct section *b, long long win,
                          char *why, size_t n)
 {
@@ -608,8 +609,9 @@ static enum cls classify(const struct section *a, const struct section *b, long 
     long d;
     for (int i = 0; i < 2; i++)
         if (handed_then_stopped(ab[i], win, &d)) {
-            snprintf(why, n, "pid %d was handed the lock and stopped %ld ms right after: longer "
-                     "than its claim (renew_ms %ld), shorter than the lease (issue 25.1)",
+            snprintf(why, n, "pid %d was handed the lock and stopped %ld ms while it waited or "
+                     "right after: longer than its claim (renew_ms %ld), shorter than the lease "
+                     "(issue 25.1)",
                      ab[i]->pid, d, renew);
             return C_KNOWN;
         }
@@ -875,7 +877,7 @@ static const struct section *aborted_for(const struct proc *p)
 }
 
 static long n_abort_known, n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
-static long n_unlock_err, n_unlock_exp;
+static long n_unlock_err, n_unlock_exp, n_unlock_known;
 
 /* A fault that can make this process lose a hold during [from, to]. */
 static int lease_loser(int pid, long long from, long long to, char *why, size_t n)
@@ -1009,6 +1011,27 @@ static void check_processes(void)
         if (s->rc == EPERM_ && (s->cls == 1 || lease_loser(s->pid, s->want - lease * MS,
                                                            s->unlocked, why, sizeof why))) {
             n_unlock_exp++;
+            continue;
+        }
+        /* warn mode's EPERM is abort mode's abort: the same known causes */
+        long d;
+        const struct fault *f = NULL;
+        if (s->rc == EPERM_ && !handed_then_stopped(s, s->unlocked, &d)) {
+            /* the fault met the release: on while the unlock ran, or a moment before */
+            long long from = (s->exit >= 0 ? s->exit : s->enter) - 1000 * MS;
+            f = cut_or_stall(host_of(s->pid), from, s->unlocked, 0, 1);
+            for (size_t j = 0; !f && j < faults.n; j++)
+                if ((strcmp(faults.v[j].kind, "client-kill") == 0 ||
+                     strncmp(faults.v[j].kind, "restart", 7) == 0) &&
+                    faults.v[j].begin <= s->unlocked && fend(&faults.v[j]) >= from)
+                    f = &faults.v[j];
+        }
+        if (s->rc == EPERM_ && (handed_then_stopped(s, s->unlocked, &d) || f)) {
+            n_unlock_known++;
+            defect(1, "unlock of %s by pid %d (%s) at +%.3fs returned EPERM: %s", lock_names[s->lock],
+                   s->pid, host_of(s->pid), rel(s->unlocked),
+                   f ? "a release answered 'not held' after a short stall (issue 25.2)"
+                     : "its hold was handed over and it was stopped past the claim (issue 25.1)");
             continue;
         }
         n_unlock_err++;
@@ -1221,8 +1244,8 @@ int main(int argc, char **argv)
            "fault); killed by the nemesis %ld; crashes %ld; hung %ld\n", n_abort_exp,
            n_abort_known, n_abort_outside + n_abort_inside, n_abort_outside, n_abort_inside,
            n_killed, n_crash, n_hang);
-    printf("unlock errors: %ld after a fault that loses a lease, %ld otherwise\n", n_unlock_exp,
-           n_unlock_err);
+    printf("unlock errors: %ld after a fault that loses a lease, %ld known defect (issue 25.1, "
+           "25.2), %ld otherwise\n", n_unlock_exp, n_unlock_known, n_unlock_err);
     printf("longest wait: %.3f s", (double)longest_wait / 1e9);
     if (longest_sec)
         printf(" (pid %d on %s, +%.3fs)", longest_sec->pid, host_of(longest_sec->pid),
