@@ -379,7 +379,12 @@ static void worker_spawn(int machine)
     char e_pre[300], e_cfg[300];
     snprintf(e_pre, sizeof e_pre, "LD_PRELOAD=%s", shim);
     snprintf(e_cfg, sizeof e_cfg, "DMUTEX_CONFIG=%s", config_path);
-    char *envp[] = { e_pre, e_cfg, "DMUTEX_LOG=warn", "PATH=/usr/bin:/bin", NULL };
+    /* ASAN_OPTIONS: a soak of an AddressSanitizer build (soak.sh's SOAK_PRELOAD) */
+    char e_asan[600];
+    const char *asan = getenv("ASAN_OPTIONS");
+    snprintf(e_asan, sizeof e_asan, "ASAN_OPTIONS=%s", asan ? asan : "");
+    char *envp[] = { e_pre, e_cfg, "DMUTEX_LOG=warn", "PATH=/usr/bin:/bin", asan ? e_asan : NULL,
+                     NULL };
     w->pid = spawn(machines[machine].ns, err, argv, envp);
     child_add(w->pid, C_WORKER, nworkers);
     say("spawn %d %s %s", w->pid, machines[machine].host, w->log);

@@ -18,6 +18,10 @@
 #       than this many ms (default: up to 1.5 leases)
 #   -o  where the logs and reports go (default build/soak; emptied first)
 #
+# SOAK_PRELOAD replaces build/libdmutex.so as the workers' LD_PRELOAD (a
+# colon list: an AddressSanitizer build needs its runtime first; the
+# nemesis passes ASAN_OPTIONS on).
+#
 # Exit status: 0 no mode had a defect, 1 one had (or something failed), 2 bad
 # usage. Needs root (ip netns). Leaves no namespace, link or process behind,
 # also on Ctrl-C; the logs stay in the output directory.
@@ -39,7 +43,7 @@ while getopts :s:S:m:F:M:o:h opt; do
     F) faults=$OPTARG ;;
     M) stall_max=$OPTARG ;;
     o) out=$OPTARG ;;
-    h) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak: bad option (see tests/soak/soak.sh -h)" >&2; exit 2 ;;
     esac
 done
@@ -191,7 +195,7 @@ for m in $modes; do
     [ "$m" = sentinel ] && sflag=-k
     echo "soak: mode $m ($per_mode s) ..."
     "$B/tests/soak/soaknemesis" -d "$dir" -n "$machines_arg" -S "dmsoak$$-s" -A "$srv_ip" \
-        -P "$port" -w "$B/tests/soak/soakworker" -L "$B/libdmutex.so" -C "$dir/soak.cfg" \
+        -P "$port" -w "$B/tests/soak/soakworker" -L "${SOAK_PRELOAD:-$B/libdmutex.so}" -C "$dir/soak.cfg" \
         -s "$seed" -T "$per_mode" -m "$m" -l "$lease" -r "$renew" -g "$margin" -D "$down" \
         -F "$faults" -X "on_lease_lost=$lost fair=$fair" -M "$stall_max" $sflag 2>"$dir/nemesis.err" &
     nemesis_pid=$!
