@@ -545,6 +545,13 @@ static const char *const cls_name[] = { "", "documented (stop past the lease)",
     "documented (on_lease_lost = warn, cut off or stalled)", "known defect (issue 25.1, 25.3)",
     "defect" };
 
+/* Whether x's grant can be the stale one of the two: not a newer token
+ * than y's (0, a local hold, says nothing). */
+static int stale(const struct section *x, const struct section *y)
+{
+    return x->token == 0 || y->token == 0 || x->token <= y->token;
+}
+
 /* A process handed the lock (its lock call waited) and stopped right after
  * it entered, or while it waited (the handover came during the stop): its
  * hold had only a claim (renew_ms) then, issue 25.1. */
@@ -573,6 +580,8 @@ static enum cls classify(const struct section *a, const struct section *b, long 
     const struct section *ab[2] = { a, b };
     for (int i = 0; i < 2; i++) {
         const struct section *x = ab[i];
+        if (!stale(x, ab[1 - i]))
+            continue;    /* a stop explains the older grant only */
         long d = stop_of(x->pid, x->want - tol_ms * MS, win, need);
         if (d >= 0) {
             snprintf(why, n, "pid %d was stopped %ld ms (>= lease - renew = %ld ms)", x->pid, d,
@@ -608,7 +617,7 @@ static enum cls classify(const struct section *a, const struct section *b, long 
     }
     long d;
     for (int i = 0; i < 2; i++)
-        if (handed_then_stopped(ab[i], win, &d)) {
+        if (stale(ab[i], ab[1 - i]) && handed_then_stopped(ab[i], win, &d)) {
             snprintf(why, n, "pid %d was handed the lock and stopped %ld ms while it waited or "
                      "right after: longer than its claim (renew_ms %ld), shorter than the lease "
                      "(issue 25.1)",
