@@ -193,6 +193,17 @@ echo "dmutex[101]: error: lock soak_a (owner x:1, fencing token 5): the hold was
 expect "an abort for a release answered 'not held' after a short stall is known (issue 25.2)" 1 \
     "KNOWN DEFECT: abort of pid 101" "issue 25.2" "aborts_known=1" "defects=0 known=1"
 
+run abort_release_in_unlock
+proc 101 m1
+echo "$(ns 100) want 101 0 soak_a lock" >>"$D/w-101.log"
+echo "$(ns 110) enter 101 0 soak_a 5" >>"$D/w-101.log"
+echo "$(ns 200) exit 101 0 soak_a 5" >>"$D/w-101.log"
+died 101 900 signal 6
+fault 1 restart-aof 201 700 node=0 down=100 cut=all
+echo "dmutex[101]: error: lock soak_a (owner x:1, fencing token 5): the hold was lost before unlock: its lease expired, another process may have entered; aborting (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "an abort in the unlock, its release judged lost after a restart, is known (issue 25.2)" 1 \
+    "KNOWN DEFECT: abort of pid 101" "issue 25.2" "defects=0 known=1"
+
 run abort_claim
 proc 101 m1
 sec 101 soak_a 5 100 110; died 101 800 signal 6

@@ -977,7 +977,10 @@ static void check_processes(void)
                     f->begin <= p->death && fend(f) >= since)
                     stall = f;
             }
-            if (!s && abort_at_release && stall) {
+            /* its section over (exit written), the unlock's release judged it lost:
+             * whether the unlock had returned or waited for that verdict */
+            int over = was && (!s || (s == was && was->exit >= 0 && was->exit <= p->death));
+            if (over && abort_at_release && stall) {
                 n_abort_known++;
                 defect(1, "abort of pid %d (%s) at +%.3fs, outside its section: its release of "
                        "%s (token %llu, section ended +%.3fs) was answered 'not held' after "
