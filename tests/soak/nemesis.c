@@ -46,9 +46,9 @@
 #include <unistd.h>
 
 #define MAX_MACHINES 8
-#define MAX_WORKERS 64
+#define MAX_WORKERS 64          /* slots; a dead worker's slot is used again */
 #define MAX_THREADS 16
-#define MAX_FAULTS 4096
+#define MAX_FAULTS 65536        /* about 0.7 a second: a day of one mode */
 #define MAX_HELPERS 64
 #define NNODES_MAX 3
 #define NSENTINELS 3
@@ -355,24 +355,33 @@ static struct worker workers[MAX_WORKERS];
 static int nworkers;
 static long long end_ns, t0_ns;
 
+static int nspawned;    /* workers started so far: their logs' numbers */
+
 static void worker_spawn(int machine)
 {
-    if (nworkers == MAX_WORKERS) {
+    int slot = -1;
+    for (int i = 0; i < nworkers && slot < 0; i++)
+        if (workers[i].dead && !workers[i].respawn_at)
+            slot = i;    /* dead and replaced (or not to be): its log is complete */
+    if (slot < 0 && nworkers == MAX_WORKERS) {
         say("note: no room for another worker");
         return;
     }
-    struct worker *w = &workers[nworkers];
-    *w = (struct worker){ .machine = machine, .seq = nworkers, .tail_fd = -1 };
-    snprintf(w->log, sizeof w->log, "%s/w%02d-%s.log", dir, nworkers, machines[machine].host);
+    if (slot < 0)
+        slot = nworkers++;
+    int seq = nspawned++;
+    struct worker *w = &workers[slot];
+    *w = (struct worker){ .machine = machine, .seq = seq, .tail_fd = -1 };
+    snprintf(w->log, sizeof w->log, "%s/w%02d-%s.log", dir, seq, machines[machine].host);
     int fd = open(w->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0)
         close(fd);
     w->tail_fd = open(w->log, O_RDONLY | O_CLOEXEC);
     char err[300], endarg[32], th[16], sd[32], fence[300];
-    snprintf(err, sizeof err, "%s/w%02d-%s.err", dir, nworkers, machines[machine].host);
+    snprintf(err, sizeof err, "%s/w%02d-%s.err", dir, seq, machines[machine].host);
     snprintf(endarg, sizeof endarg, "%lld", end_ns);
     snprintf(th, sizeof th, "%ld", threads_per);
-    snprintf(sd, sizeof sd, "%llu", (seed * 1000003ULL + (unsigned long long)nworkers) % 4000000000ULL);
+    snprintf(sd, sizeof sd, "%llu", (seed * 1000003ULL + (unsigned long long)seq) % 4000000000ULL);
     snprintf(fence, sizeof fence, "%s/fence.sock", dir);
     char *argv[] = { (char *)worker_bin, "-o", w->log, "-H", machines[machine].host, "-e", endarg,
                      "-f", fence, "-t", th, "-s", sd, NULL };
@@ -386,9 +395,8 @@ static void worker_spawn(int machine)
     char *envp[] = { e_pre, e_cfg, "DMUTEX_LOG=warn", "PATH=/usr/bin:/bin", asan ? e_asan : NULL,
                      NULL };
     w->pid = spawn(machines[machine].ns, err, argv, envp);
-    child_add(w->pid, C_WORKER, nworkers);
+    child_add(w->pid, C_WORKER, slot);
     say("spawn %d %s %s", w->pid, machines[machine].host, w->log);
-    nworkers++;
 }
 
 static void worker_line(struct worker *w, char *line)
@@ -528,9 +536,9 @@ static int active_faults(int life_only)
     return n;
 }
 
-/* A helper child: connects to node (or, -1, to nothing: argv is a command)
- * and runs one Redis command, exit 0 when it got an answer that is not an
- * error. Never blocks the nemesis. */
+/* A helper child: connects to node's unix socket and runs one Redis
+ * command (formatted here: no % is left in it), exit 0 when it got an
+ * answer that is not an error. Never blocks the nemesis. */
 static pid_t helper_redis(int node, int timeout_ms, const char *fmt, ...)
 {
     char cmd[256];
@@ -926,6 +934,9 @@ static void reap(long long now)
                     say("died %d exit %d", pid, WEXITSTATUS(status));
                 w->dead = 1;
                 w->stopped = 0;
+                if (w->tail_fd >= 0)
+                    close(w->tail_fd);
+                w->tail_fd = -1;
                 if (now < end_ns - 2000 * MS)
                     w->respawn_at = now + uni(0, lease) * MS;
             } else if (kind == C_NODE) {
