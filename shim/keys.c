@@ -72,6 +72,12 @@ size_t dm_keys_len(const char *ns, const char *name, enum dm_key k)
     return strlen(ns) + strlen(name) + strlen(":{}") + strlen(dm_keys_suffix(k));
 }
 
+size_t dm_keys_intact(char *buf, size_t len, const char *ns)
+{
+    int n = snprintf(buf, len, "%s" DM_KEYS_INTACT_SUFFIX, ns);
+    return n < 0 ? 0 : (size_t)n;
+}
+
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
                             const char *process_id)
 {
@@ -120,6 +126,12 @@ int dm_keys_holder_decode(const char *marker, struct dm_holder *h)
         return 0;
     case '!':
         h->state = DM_HOLDER_EXPIRY_SEEN;
+        if (whole_number(marker + 1, &v) != 0)
+            return -1;
+        h->seen_ms = (long long)v;
+        return 0;
+    case '?':
+        h->state = DM_HOLDER_KEPT_OFF;
         if (whole_number(marker + 1, &v) != 0)
             return -1;
         h->seen_ms = (long long)v;

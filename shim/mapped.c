@@ -535,44 +535,72 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     return 0;
 }
 
-/* A release found the hold gone: the server let it expire before the
- * watchdog saw it (the process was stopped, or the clock jumped). Called
- * by the releasing thread, or, for a release sent without waiting, by the
- * thread that read its reply. */
-static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+/* A release found the hold gone although the unlock came before the
+ * hold's deadline (dm_watchdog_remove had not found it lost). `expired`
+ * (the reply came after the lease could have run out by itself): the
+ * server let it expire after the critical section had ended, the release
+ * being late (a server stall or pause, a restart, a stopped process):
+ * nothing ran unprotected, the lock was free meanwhile: a warning, and
+ * the process goes on. Otherwise the lease cannot have run out: the
+ * server lost the hold some other way (deleted, evicted, lost by a
+ * restart or failover), perhaps while a thread was inside: a lost hold,
+ * on_lease_lost applying. Called by the releasing thread, or, for a
+ * release sent without waiting, by the thread that read its reply.
+ * Returns 1 for a hold lost while held. */
+static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                              int expired)
 {
+    if (expired) {
+        dm_stats_add(&dm_cluster_lock_counts(l)->expired_after_unlock, 1);
+        dm_warn("lock %s (owner %s, fencing token %llu): the hold expired after unlock: its "
+                "release reached the server late (a stall, a pause or a restart) and found "
+                "the lease over; the critical section had ended before the hold's deadline, "
+                "so nothing ran unprotected; the lock was free from the lease's end", l->name,
+                owner, (unsigned long long)token);
+        return 0;
+    }
     dm_watchdog_note_lost();
     dm_stats_add(&dm_cluster_lock_counts(l)->leases_lost, 1);
-    dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
-             "unlock: its lease expired, another process may have entered%s",
-             l->name, owner, (unsigned long long)token,
+    dm_error("lock %s (owner %s, fencing token %llu): the hold was lost while held: at "
+             "unlock the server no longer had it, before its lease could have run out "
+             "(deleted, evicted, or lost by a restart or failover); another process may have "
+             "entered%s", l->name, owner, (unsigned long long)token,
              mcfg->on_lease_lost == DM_LOST_ABORT ? "; aborting (on_lease_lost = \"abort\")" : "");
     if (mcfg->on_lease_lost == DM_LOST_ABORT)
         abort();
+    return 1;
+}
+
+static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                               int expired)
+{
+    release_found_gone(l, owner, token, expired);
 }
 
 /* Gives the cluster hold back. The caller moved the name to RELEASING (it
  * alone touches the hold now); it is FREE on return. EPERM if the hold had
- * been lost.
+ * been lost while held.
  *
  * With on_lease_lost = "abort" (the default) the release is written and
  * not waited for (dm_cluster_release_nowait): the hold ends no earlier
  * than before, only its reply is read later, and a hold the reply finds
- * lost aborts the process from the thread that reads it, as the watchdog
- * would. "warn" waits, since unlock then returns EPERM for a lost hold. */
+ * lost while held aborts the process from the thread that reads it, as
+ * the watchdog would (release_found_gone; one that expired after the
+ * unlock is a warning). "warn" waits, since unlock then returns EPERM for
+ * a hold lost while held. */
 static int hold_release(struct dm_name *nm)
 {
     int lost = 0;
     if (nm->held) {
         struct dm_hold *h = &nm->hold;
         lost = dm_watchdog_remove(h);
-        if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT) {
-            dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, release_found_lost);
-        } else if (dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id) == EPERM &&
-                   !lost) {
-            lost = 1;
-            release_found_lost(nm->cl, h->owner, h->token);
-        }
+        long long end = dm_watchdog_lease_end(h);
+        if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT)
+            dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, end,
+                                      release_found_lost);
+        else if (dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id) == EPERM &&
+                 !lost)
+            lost = release_found_gone(nm->cl, h->owner, h->token, dm_now_ms() >= end);
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
     pthread_mutex_lock(&nm->mu);

@@ -281,8 +281,13 @@ static const struct {
     { "dmutex_lease_renewals_total", "counter", "Lease renewals that succeeded.",
       offsetof(struct dm_stats, renewals) },
     { "dmutex_leases_lost_total", "counter",
-      "Holds found lost (no renewal in time, or the server no longer had them).",
+      "Holds found lost while held (no renewal in time, or the server no longer had them).",
       offsetof(struct dm_stats, leases_lost) },
+    { "dmutex_leases_expired_after_unlock_total", "counter",
+      "Releases that found the hold already expired on the server although the unlock came "
+      "before the hold's deadline (the release was late: a server stall, pause or restart; "
+      "no critical section ran unprotected, the lock was free meanwhile).",
+      offsetof(struct dm_stats, expired_after_unlock) },
     { "dmutex_redis_errors_total", "counter",
       "Redis calls for the lock that failed (no connection, no reply, an error reply): acquire "
       "attempts, releases, renewals.", offsetof(struct dm_stats, redis_errors) },

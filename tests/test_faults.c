@@ -201,8 +201,11 @@ static long long inside_field(const char *text, int field)
 
 /* ---- the checker and the lock server ----------------------------------------- */
 
+static long long rs_started_ms;          /* when lock_server started rs */
+
 static void lock_server(const char *bind, const char *const *extra)
 {
+    rs_started_ms = th_now_ms();
     th_redis_start(&rs, bind, extra);
     rc = th_redis_connect(&rs);
 }
@@ -1112,7 +1115,7 @@ static long long finish_loop(int np, char **out, pid_t *p, int *lost)
         char *text = finish(p[i], out[i]);
         /* The watchdog's word for it, or the release's when the server
          * lost the hold before the next renewal could tell. */
-        *lost += count_of(text, "lost the lease") + count_of(text, "was lost before unlock");
+        *lost += count_of(text, "lost the lease") + count_of(text, "was lost while held");
         total += after(text, "done ");
         free(text);
     }
@@ -1550,6 +1553,205 @@ static void test_rss_stays_flat_over_uncached_cycles(void **s)
               "20000", "no caching (two round trips each)");
 }
 
+/* ==== 9. every grant protected for its whole lease (issue 25) ============ */
+
+/* The fair queue's length on `name` reaches n. */
+static void wait_queued(const char *name, long long n)
+{
+    long long end = th_now_ms() + RUN_MS;
+    while (th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE)) < n) {
+        if (th_now_ms() > end)
+            fail_msg("%lld waiters expected in the queue of %s", n, name);
+        usleep(POLL_US);
+    }
+}
+
+/* A lock handed over by a release is the new holder's for a whole lease
+ * from the handover: stopped (a GC or VM pause) the moment it entered, for
+ * more than a renewal period but less than lease - margin, it keeps the
+ * lock, nobody else enters, and it is not declared lost when resumed.
+ * `*s`: the mapping's options (fair handover; lock caching's). */
+static void handover_stop_scenario(void **s)
+{
+    const char *opts = *s;
+    lock_server(NULL, NULL);
+    const long lease = 6000, stop_ms = 3500;    /* renew 2000, margin 600 */
+    char text_cfg[512];
+    snprintf(text_cfg, sizeof text_cfg, "lease_ms = %ld;\nmutexes = ( { symbol = \"fault_lock\"; "
+             "name = \"h_stop\"; %s } );\n", lease, opts);
+    char *cfg = config_raw(text_cfg);
+    char *aout = th_out_file(), *bout = th_out_file(), *cout = th_out_file();
+    char *goa = th_go_file(), *gob = th_go_file();
+    struct run ar = { .cfg = cfg, .out = aout }, br = { .cfg = cfg, .out = bout },
+               cr = { .cfg = cfg, .out = cout };
+    pid_t a = holder(&ar, goa);
+    pid_t b = worker(&br, "once", "lock", "-g", gob, NULL);
+    wait_queued("h_stop", 1);
+    pid_t c = worker(&cr, "once", "lock", "-u", "0", NULL);
+    wait_queued("h_stop", 2);
+    th_touch(goa);                          /* A's unlock hands the lock to B */
+    th_wait_for(bout, "inside ", RUN_MS);
+    kill(b, SIGSTOP);
+    long long stopped = th_now_ms();
+    long long pttl = th_cmd_int(rc, "PTTL %s", th_key("h_stop", DM_KEY_LOCK));
+    usleep(stop_ms * 1000);
+    char *ct = th_read_output(cout);
+    int c_in = strstr(ct, "inside ") != NULL;
+    free(ct);
+    kill(b, SIGCONT);
+    long long resumed = th_now_ms();
+    free(finish(a, aout));
+    th_touch(gob);
+    char *bt = finish(b, bout);
+    char *ct2 = finish(c, cout);
+    measured("lock handed over (%s), new holder SIGSTOPped for %lld ms at once: server lease "
+             "left %lld ms at the stop (lease %ld); the next waiter %s during the stop",
+             *opts ? opts : "fair", resumed - stopped, pttl, lease, c_in ? "ENTERED" : "waited");
+    if (c_in)
+        fail_msg("the waiter behind entered while the handed-over holder was stopped for "
+                 "%lld ms (lease %ld ms)", resumed - stopped, lease);
+    assert_lacks(bt, "lost the lease");
+    th_assert_has(bt, "fenced ok");
+    th_assert_has(bt, "unlocked 0");
+    th_assert_has(ct2, "fenced ok");
+    assert_true(pttl > lease - stop_ms);    /* the server's lease is the whole one */
+    free(bt);
+    free(ct2);
+    th_checker_assert_no_overlap(&chk, 0);
+}
+
+/* The server stalls right after a holder's unlock, longer than what was
+ * left of the hold's lease but inside the no-loss bound: the release
+ * (written without waiting, on_lease_lost = "abort") then finds the hold
+ * expired. The critical section had ended before the hold's deadline, so
+ * the process goes on: a warning that says so, no abort, and it counts. */
+static void test_release_finding_its_hold_expired_after_the_unlock_does_not_abort(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    const long lease = 3000, pause_ms = 2500;   /* renew 1000, margin 300 */
+    char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "x_late");
+    for (int round = 0;; round++) {
+        char *out = th_out_file(), *go = th_go_file();
+        struct run r = { .cfg = cfg, .out = out };
+        pid_t h = holder(&r, go);
+        const char *key = th_key("x_late", DM_KEY_LOCK);
+        /* Just after a renewal the lease outlasts the pause: wait until
+         * less than the pause is left, then pause the server at once, with
+         * the lease left read in the same transaction. */
+        long long end = th_now_ms() + RUN_MS;
+        while (th_cmd_int(rc, "PTTL %s", key) > lease - 500) {
+            if (th_now_ms() > end)
+                fail_msg("the hold of x_late is never below %ld ms", lease - 500);
+            usleep(POLL_US);
+        }
+        freeReplyObject(th_cmd(rc, "MULTI"));
+        freeReplyObject(th_cmd(rc, "PTTL %s", key));
+        freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld ALL", pause_ms));
+        redisReply *x = th_cmd(rc, "EXEC");
+        long long left = x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                         x->element[0]->type == REDIS_REPLY_INTEGER ? x->element[0]->integer : -1;
+        freeReplyObject(x);
+        long long t0 = th_now_ms();
+        th_touch(go);                           /* unlocks while the server is paused */
+        int st = th_wait_end(h, RUN_MS, NULL, NULL);
+        char *text = th_read_output(out);
+        if (left >= pause_ms && round < 5) {    /* a renewal came first: the lease outlasted it */
+            free(text);
+            continue;
+        }
+        measured("server paused %ld ms (CLIENT PAUSE ALL) with %lld ms of the hold's lease "
+                 "left, the holder unlocked at once: release answered %lld ms later; exit "
+                 "status 0x%x", pause_ms, left, th_now_ms() - t0, st);
+        if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("a holder that had left its section ended with status 0x%x:\n%s", st, text);
+        assert_true(left < pause_ms);
+        th_assert_has(text, "unlocked 0");
+        th_assert_has(text, "expired after unlock");
+        assert_lacks(text, "lost the lease");
+        assert_lacks(text, "lost while held");
+        free(text);
+        break;
+    }
+}
+
+/* A restart without persistence forgets the hold of a holder that is
+ * inside: nobody may enter until that holder has stopped. The server,
+ * up for less than a lease and lacking the lock's data, grants nothing
+ * until a lease after its start; the holder's next renewal (within a
+ * renewal period) finds the hold gone and aborts first. */
+static void test_restart_without_persistence_lets_nobody_in_before_the_old_holder_stops(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    const long lease = 3000;
+    char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "q_mem");
+    char *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
+    struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
+    pid_t h = holder(&hr, go);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    th_wait_listeners(rc, "q_mem", 1, RUN_MS);
+    lock_server_kill();
+    lock_server_restart(NULL);
+    long long up = th_now_ms();
+    long long died;
+    int st = th_wait_end(h, RUN_MS, &died, NULL);
+    char *ht = th_read_output(hout);
+    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the holder of the lost hold did not abort (status 0x%x):\n%s", st, ht);
+    th_assert_has(ht, "server no longer has the hold");
+    char *wt = finish(w, wout);
+    long long w_in = inside_field(wt, 1);
+    measured("redis-server restarted without persistence under a holder (lease %ld ms): the "
+             "holder aborted %lld ms after the restart, the waiter entered %lld ms after it "
+             "(%lld ms after the restart); tokens %lld then %lld", lease, died - up, w_in - died,
+             w_in - up, inside_field(ht, 0), inside_field(wt, 0));
+    if (w_in <= died)
+        fail_msg("the waiter entered %lld ms before the holder of the lost hold stopped",
+                 died - w_in);
+    th_assert_has(wt, "started less than a lease ago");
+    th_assert_has(wt, "fenced ok");
+    assert_true(inside_field(wt, 0) > inside_field(ht, 0));
+    free(ht);
+    free(wt);
+}
+
+/* A lock new to a server up for less than a lease waits for the rest of
+ * that lease (the server cannot tell a new server from one that lost its
+ * data), saying so; after `dmutex fresh` a new lock is granted at once. */
+static void test_new_server_keeps_new_locks_for_a_lease_unless_declared_fresh(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    freeReplyObject(th_cmd(rc, "DEL %s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX));
+    char *cfg = config("lease_ms = 4000;", "q_new");
+    char *out = th_out_file();
+    struct run r = { .cfg = cfg, .out = out };
+    long long t0 = th_now_ms();
+    pid_t p = worker(&r, "once", "lock", "-u", "0", NULL);
+    char *text = finish(p, out);
+    long long waited = inside_field(text, 1) - t0;
+    th_assert_has(text, "started less than a lease ago");
+    measured("a lock new to a server started %lld ms before the lock call waited %lld ms "
+             "(lease 4000 ms)", t0 - rs_started_ms, waited);
+    assert_true(inside_field(text, 1) - rs_started_ms >= 4000 - 1000);
+    free(text);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
+    char *const fargv[] = { DMUTEX_CLI, "fresh", "-r", url, NULL };
+    char *fout = th_out_file();
+    char *ft = th_finish(th_spawn(fargv, NULL, fout), fout, 0, RUN_MS);
+    th_assert_has(ft, "declared to have lost no lock data");
+    free(ft);
+    char *cfg2 = config("lease_ms = 4000;", "q_new2");
+    char *out2 = th_out_file();
+    struct run r2 = { .cfg = cfg2, .out = out2 };
+    pid_t p2 = worker(&r2, "once", "lock", "-u", "0", NULL);
+    char *t2 = finish(p2, out2);
+    assert_lacks(t2, "started less than a lease ago");
+    free(t2);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_machines_test_setup, teardown)
 
 int main(void)
@@ -1598,6 +1800,14 @@ int main(void)
         /* 8. memory */
         T(test_rss_stays_flat_over_a_million_cached_cycles),
         T(test_rss_stays_flat_over_uncached_cycles),
+        /* 9. every grant protected for its whole lease */
+        TH_CASE(test_stop_just_after_a_fair_handover_shorter_than_the_lease_lets_nobody_in,
+                handover_stop_scenario, "", th_machines_test_setup, teardown),
+        TH_CASE(test_stop_just_after_a_cached_handover_shorter_than_the_lease_lets_nobody_in,
+                handover_stop_scenario, "cache = true;", th_machines_test_setup, teardown),
+        T(test_release_finding_its_hold_expired_after_the_unlock_does_not_abort),
+        T(test_restart_without_persistence_lets_nobody_in_before_the_old_holder_stops),
+        T(test_new_server_keeps_new_locks_for_a_lease_unless_declared_fresh),
     };
     const char *only = getenv("DM_FAULTS_FILTER");     /* e.g. "*restart*" while debugging */
     if (only && *only)

@@ -5,7 +5,7 @@
 -- Acquiring a lock the owner already holds grants it again without
 -- counting: the shim counts nested holds in the process and asks Redis only
 -- for the outermost, so a second acquire by the same owner is a retry whose
--- reply was lost, or the claim of a lock a release handed over.
+-- reply was lost, or the confirmation of a lock a release handed over.
 --
 -- Every call carries a request id, "<owner>|<wait id>" (ARGV[5]), new for
 -- each lock call of a thread. A request the caller gave up (cancel.lua, on
@@ -34,6 +34,9 @@
 --                    "~<tok> <who>"     released by `dmutex unlock --force`
 --                                       (force.lua), which drew token <tok>;
 --                                       taken next as after an expiry
+--                    "?<ms>"            no grant before server time ms: the lock's
+--                                       data was missing on a server up for less
+--                                       than a lease (see "Restarts" below)
 -- KEYS[4] queue    ns:{NAME}:queue    fair waiters, "<owner>|<wait id>", oldest first
 -- KEYS[5] qtime    ns:{NAME}:qtime    zset waiter -> deadline (server ms); a waiter
 --                                     past its deadline is dead and skipped
@@ -57,8 +60,22 @@
 --         caller wants the lock (lock caching), or ""
 -- ARGV[8] LOST_KEEP: how many lost tokens KEYS[6] keeps (DM_KEYS_LOST_KEEP
 --         in shim/keys.h; force.lua is given the same)
--- ARGV[9] (optional) "spublish": Redis Cluster's sharded pub/sub (the
---         notice goes to the shard of the lock's slot); absent: PUBLISH
+-- ARGV[9] "spublish": Redis Cluster's sharded pub/sub (the notice goes to
+--         the shard of the lock's slot); "": PUBLISH
+-- ARGV[10] (optional) the namespace's intact marker "NS:intact", or ""
+--         (Redis Cluster: it is in another slot): see "Restarts"
+--
+-- Restarts. A server that restarts without its data (no AOF, or an AOF
+-- that lost the last writes) forgets every hold; a holder of the old data
+-- goes on until its next renewal finds the hold gone, up to a renewal
+-- period later. So a lock whose fencing counter is missing (its first
+-- use, or its data lost) on a server up for less than a lease (INFO's
+-- uptime) is granted to nobody until a lease has passed since the server
+-- started: by then every holder of the lost data has been refused a
+-- renewal, or its lease has run out, and has stopped. The marker "?<ms>"
+-- keeps the waiters off until then. A new server that is known to have
+-- lost nothing (just created) is declared so by setting ARGV[10] to its
+-- run_id (`dmutex fresh`): a restart gives it another run_id.
 --
 -- Why a retried release can trust KEYS[6] (release.lua): a grant that
 -- expires leaves the marker "<req> #<tok>" with KEYS[1] gone. The marker is
@@ -83,7 +100,11 @@
 --
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
 -- lease expired instead of being released (robust mutexes: EOWNERDEAD).
--- Returns {0, pttl}: not granted; retry within pttl ms (or on a notice).
+-- Returns {0, pttl, now[, 'restarted']}: not granted ('restarted': kept off
+-- after a restart, see "Restarts"); retry within pttl ms (or on a
+-- notice); now is the server's clock (ms) when it ran: a handover notice
+-- that follows names its own grant's time on that clock, and the waiter
+-- places the grant on its own clock from the pair (cluster.c, handed_over).
 --
 -- By hand: redis-cli --eval acquire.lua 'dmutex:{x}' 'dmutex:{x}:token' \
 --   'dmutex:{x}:holder' 'dmutex:{x}:queue' 'dmutex:{x}:qtime' 'dmutex:{x}:lost' \
@@ -93,6 +114,7 @@ local lostkey, void = KEYS[6], KEYS[7]
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local LOST_KEEP = tonumber(ARGV[8])
+local intact = ARGV[10] or ''
 local readers, rgrant = KEYS[8], KEYS[9]
 local read = ARGV[4] == 'r'
 
@@ -179,15 +201,16 @@ local function leave_queue()
     end
 end
 
--- The next fencing token.
+-- The next fencing token; true second when the counter was missing.
 local function next_token()
     local tok = redis.call('incr', tokenkey)
     if tok == 1 then
         local t = redis.call('time')
         tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
         redis.call('set', tokenkey, tok)
+        return tok, true
     end
-    return tok
+    return tok, false
 end
 
 local function not_granted(pttl)
@@ -212,7 +235,50 @@ local function not_granted(pttl)
     if pttl <= 0 or pttl > qttl then
         pttl = qttl
     end
-    return {0, pttl}
+    return {0, pttl, clock()}
+end
+
+-- The lock's fencing counter was missing (next_token): its data may have
+-- been lost (see "Restarts"). ms to wait, 0, or an error reply.
+local function restarted()
+    local info = redis.pcall('info', 'server')
+    if type(info) == 'table' and info.err then
+        return redis.error_reply(info.err .. ' (dmutex: INFO server tells a restart that lost '
+                                 .. 'the lock data; grant +info, see `dmutex acl`)')
+    end
+    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    if not up or up * 1000 >= lease then
+        return 0
+    end
+    if intact ~= '' and redis.call('get', intact) == string.match(info, 'run_id:(%x+)') then
+        return 0
+    end
+    return lease - up * 1000    -- to start + lease: it started no later than up s ago
+end
+
+-- Not granted: the lock is kept off until server time `untl` ("?<ms>").
+local function kept_off(untl)
+    local r = not_granted(untl - clock())
+    r[2] = untl - clock()       -- the whole wait (not_granted caps it), for the log
+    r[4] = 'restarted'
+    return r
+end
+
+-- A grant whose token's counter was missing if `new` may go ahead: nil;
+-- else the reply that refuses it (and keeps waiters off, "?<ms>").
+local function quarantined(new)
+    if not new then
+        return nil
+    end
+    local wait = restarted()
+    if type(wait) == 'table' then
+        return wait         -- the error reply
+    end
+    if wait <= 0 then
+        return nil
+    end
+    redis.call('set', holder, '?' .. string.format('%d', clock() + wait))
+    return kept_off(clock() + wait)
 end
 
 -- A reader that holds already: a retry whose reply was lost. The hold is
@@ -233,6 +299,13 @@ if kind == 'none' then
     end
     local dead = 0
     local last = redis.call('get', holder)
+    local quarantine = last and tonumber(string.match(last, '^%?(%d+)$'))
+    if quarantine then
+        if clock() < quarantine then
+            return kept_off(quarantine)
+        end
+        last = nil          -- over: the first grant of the new data, no owner died
+    end
     if last and string.sub(last, 1, 1) ~= '=' then
         local lost = string.match(last, ' #(%d+)$')
         if lost then
@@ -251,11 +324,15 @@ if kind == 'none' then
         end
     end
     if read then
-        local tok = next_token()
+        local tok, new = next_token()
+        local refused = quarantined(new)
+        if refused then
+            return refused
+        end
         redis.call('zadd', readers, clock() + lease, owner)
         keep_readers()
         redis.call('hset', rgrant, owner, member .. ' #' .. string.format('%d', tok))
-        if last and string.sub(last, 1, 1) ~= '=' then
+        if quarantine or (last and string.sub(last, 1, 1) ~= '=') then
             redis.call('set', holder, '=' .. string.format('%d', tok), 'px', lease)
         end
         return {1, tok, 0}
@@ -272,10 +349,14 @@ if kind == 'none' then
         end
         return not_granted(left)
     end
+    local tok, new = next_token()
+    local refused = quarantined(new)
+    if refused then
+        return refused
+    end
     if head then
         leave_queue()
     end
-    local tok = next_token()
     redis.call('set', holder, member .. ' #' .. string.format('%d', tok))
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, lease)
