@@ -631,11 +631,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                              k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID] };
     int nkeys = rw_keys(l, k, args, 7);
     /* Redis Cluster: the notices on the lock's shard (sharded pub/sub,
-     * ARGV[9]), otherwise PUBLISH, which Redis < 7 has; and no intact
-     * marker (ARGV[10]), which is in another slot. */
+     * ARGV[9]), otherwise PUBLISH, which Redis < 7 has; and no restart
+     * check (ARGV[10] "-": the intact marker is in another slot). */
     const char *argv[] = { owner, lease, delay, read ? "r" : queue ? "1" : "0", member,
                            qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP,
-                           l->slot >= 0 ? "spublish" : "", l->slot >= 0 ? "" : intact_key };
+                           l->slot >= 0 ? "spublish" : "", l->slot >= 0 ? "-" : intact_key };
     memcpy(args + nkeys, argv, sizeof argv);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
     redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, nkeys, nkeys + 10, args);

@@ -25,7 +25,8 @@ static const char fresh_usage[] =
     "server's run_id in NS:intact, and locks new to that server are granted\n"
     "at once. A restart gives the server a new run_id, which voids the\n"
     "declaration. Only run it on a server no dmutex process has used yet.\n"
-    "Not for Redis Cluster (each lock's wait is kept there).\n"
+    "Redis Cluster makes no such check (a node that restarts without its data\n"
+    "is not detected: docs/failures.md), so there is nothing to declare there.\n"
     "\n"
     "  -c, --config FILE     the server and namespace (default: the defaults)\n"
     "  -r, --redis URL       the server (default: the config's)\n"
@@ -71,8 +72,8 @@ int dm_cli_fresh(int argc, char **argv)
         return r;
     ns = dm_locks_ns(lc);
     if (dm_redis_cluster()) {
-        fprintf(stderr, "dmutex fresh: %s is a Redis Cluster: the declaration would sit in one "
-                "slot, and every lock keeps its wait after a node's start\n", dm_redis_addr());
+        fprintf(stderr, "dmutex fresh: %s is a Redis Cluster, where no restart check is made "
+                "(docs/failures.md): nothing to declare\n", dm_redis_addr());
         dm_locks_disconnect(lc);
         return 1;
     }

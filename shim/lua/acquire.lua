@@ -62,8 +62,10 @@
 --         in shim/keys.h; force.lua is given the same)
 -- ARGV[9] "spublish": Redis Cluster's sharded pub/sub (the notice goes to
 --         the shard of the lock's slot); "": PUBLISH
--- ARGV[10] (optional) the namespace's intact marker "NS:intact", or ""
---         (Redis Cluster: it is in another slot): see "Restarts"
+-- ARGV[10] (optional) the namespace's intact marker "NS:intact" (see
+--         "Restarts"); "-": no restart check (Redis Cluster, where the
+--         marker would be in another slot: docs/failures.md says what
+--         that leaves)
 --
 -- Restarts. A server that restarts without its data (no AOF, or an AOF
 -- that lost the last writes) forgets every hold; a holder of the old data
@@ -267,7 +269,7 @@ end
 -- A grant whose token's counter was missing if `new` may go ahead: nil;
 -- else the reply that refuses it (and keeps waiters off, "?<ms>").
 local function quarantined(new)
-    if not new then
+    if not new or intact == '-' then
         return nil
     end
     local wait = restarted()
