@@ -545,7 +545,8 @@ static long ack_wait_ms(const struct timespec *deadline, int flags)
 #define DM_CALL_ACQUIRE (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_TOKEN) | \
                          DM_CALL_KEY(DM_KEY_HOLDER) | DM_CALL_KEY(DM_KEY_QUEUE) | \
                          DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_LOST) | \
-                         DM_CALL_KEY(DM_KEY_VOID) | DM_CALL_KEY(DM_KEY_WANT))
+                         DM_CALL_KEY(DM_KEY_VOID) | DM_CALL_KEY(DM_KEY_WANT) | \
+                         DM_CALL_KEY(DM_KEY_EPOCH))
 #define DM_CALL_CANCEL (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_QUEUE) | \
                         DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_TOKEN) | \
                         DM_CALL_KEY(DM_KEY_HOLDER) | DM_CALL_KEY(DM_KEY_VOID))
@@ -627,18 +628,20 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_ACQUIRE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_ACQUIRE, kb, sizeof kb);
-    const char *args[19] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
+    const char *args[21] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                              k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID] };
     int nkeys = rw_keys(l, k, args, 7);
+    struct dm_conn *conn = dm_redis_get_slot(l->slot);
     /* Redis Cluster: the notices on the lock's shard (sharded pub/sub,
-     * ARGV[9]), otherwise PUBLISH, which Redis < 7 has; and no restart
-     * check (ARGV[10] "-": the intact marker is in another slot). */
+     * ARGV[9]), otherwise PUBLISH, which Redis < 7 has; no intact marker
+     * there (ARGV[10]: it is in another slot). ARGV[11]: the server run
+     * the connection reached, for the restart check ("Restarts"). */
     const char *argv[] = { owner, lease, delay, read ? "r" : queue ? "1" : "0", member,
                            qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP,
-                           l->slot >= 0 ? "spublish" : "", l->slot >= 0 ? "-" : intact_key };
+                           l->slot >= 0 ? "spublish" : "", l->slot >= 0 ? "" : intact_key,
+                           conn->run_id, k[DM_KEY_EPOCH] };
     memcpy(args + nkeys, argv, sizeof argv);
-    struct dm_conn *conn = dm_redis_get_slot(l->slot);
-    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, nkeys, nkeys + 10, args);
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, nkeys, nkeys + 12, args);
     if (!r) {
         dm_redis_error_keep(why, conn);
         dm_redis_put(conn);
@@ -768,11 +771,13 @@ static int fresh(const struct dm_grant *g)
     return dm_now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
 }
 
-/* Is `msg` the handover of this wait ("<member> <token>[ +][ !] @<ms>":
+/* Is `msg` the handover of this wait ("<member> <token>[ +][ !] @<ms>:<lease>":
  * " +" others queue behind, " !" a forced release (dmutex unlock --force)
  * handed it over: its holder is dead, as after an expiry; ms the server's
- * clock at the handover)? The handover gives the whole lease, from its own
- * moment on the server. `sent` is when our last attempt was sent and
+ * clock at the handover, lease what it set: the releaser's whole lease)?
+ * The hold's lease is that one, or ours if shorter, from the handover's
+ * own moment on the server (a shorter one than ours is renewed early:
+ * watchdog's due_ms). `sent` is when our last attempt was sent and
  * `srv_ms` the server's clock when it ran (0: not known): the handover
  * came srv_ms..ms later on the server's clock, so on ours no earlier than
  * sent + (ms - srv_ms), and no later than now; the hold's deadline is
@@ -793,16 +798,19 @@ static int handed_over(const char *msg, const char *member, long long sent, long
     int dead = strncmp(end, " !", 2) == 0;
     if (dead)
         end += 2;
-    long long at = 0;
-    if (strncmp(end, " @", 2) == 0)
+    long long at = 0, set = 0;
+    if (strncmp(end, " @", 2) == 0) {
         at = strtoll(end + 2, &end, 10);
-    if (*end != 0 || tok == 0)
+        if (*end == ':')
+            set = strtoll(end + 1, &end, 10);
+    }
+    if (*end != 0 || tok == 0 || set <= 0)
         return 0;
     memset(g, 0, sizeof *g);
     g->token = tok;
     g->more_waiters = more;
     g->owner_dead = dead;
-    g->lease_ms = ccfg->lease_ms;
+    g->lease_ms = set < ccfg->lease_ms ? (long)set : ccfg->lease_ms;
     long long now = dm_now_ms(), later = srv_ms > 0 && at > srv_ms ? at - srv_ms : 0;
     g->sent_ms = sent + later < now ? sent + later : now;
     return 1;

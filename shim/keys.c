@@ -24,6 +24,7 @@ static const char *const suffixes[DM_KEY_COUNT] = {
     [DM_KEY_READERS] = ":readers",
     [DM_KEY_RGRANT] = ":rgrant",
     [DM_KEY_WAIT] = ":w:",
+    [DM_KEY_EPOCH] = ":epoch",
 };
 
 const char *dm_keys_suffix(enum dm_key k)
@@ -36,7 +37,7 @@ static const char *const kinds[DM_KEY_COUNT] = {
     [DM_KEY_LOST] = "lost", [DM_KEY_VOID] = "void", [DM_KEY_RELEASED] = "released",
     [DM_KEY_QUEUE] = "queue", [DM_KEY_QTIME] = "qtime", [DM_KEY_WANT] = "want",
     [DM_KEY_FORCED] = "forced", [DM_KEY_COND] = "cond", [DM_KEY_READERS] = "readers",
-    [DM_KEY_RGRANT] = "rgrant", [DM_KEY_WAIT] = "w",
+    [DM_KEY_RGRANT] = "rgrant", [DM_KEY_WAIT] = "w", [DM_KEY_EPOCH] = "epoch",
 };
 
 const char *dm_keys_kind(enum dm_key k)

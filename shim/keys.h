@@ -33,6 +33,9 @@ enum dm_key {
                            request and token of its read grant */
     DM_KEY_WAIT,        /* NS:{NAME}:w:        channel prefix: + process id, a fair
                            handover to that process (dm_keys_wait_channel) */
+    DM_KEY_EPOCH,       /* NS:{NAME}:epoch     the run_id of the server run on which
+                           the lock's data was last found continuous (acquire.lua,
+                           "Restarts") */
     DM_KEY_COUNT
 };
 

@@ -540,8 +540,10 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
  * (the reply came after the lease could have run out by itself): the
  * server let it expire after the critical section had ended, the release
  * being late (a server stall or pause, a restart, a stopped process):
- * nothing ran unprotected, the lock was free meanwhile: a warning, and
- * the process goes on. Otherwise the lease cannot have run out: the
+ * the lease covered the section, the lock was free meanwhile: a warning,
+ * and the process goes on. (A hold the server lost earlier some other way
+ * — a DEL, an eviction, a failover — whose release is also late looks the
+ * same from here: the message says so.) Otherwise the lease cannot have run out: the
  * server lost the hold some other way (deleted, evicted, lost by a
  * restart or failover), perhaps while a thread was inside: a lost hold,
  * on_lease_lost applying. Called by the releasing thread, or, for a
@@ -555,8 +557,10 @@ static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint
         dm_warn("lock %s (owner %s, fencing token %llu): the hold expired after unlock: its "
                 "release reached the server late (a stall, a pause or a restart) and found "
                 "the lease over; the critical section had ended before the hold's deadline, "
-                "so nothing ran unprotected; the lock was free from the lease's end", l->name,
-                owner, (unsigned long long)token);
+                "so its lease covered it (unless the server had lost the hold earlier some "
+                "other way, a DEL, an eviction or a failover, which a late reply cannot tell "
+                "apart); the lock was free from the lease's end", l->name, owner,
+                (unsigned long long)token);
         return 0;
     }
     dm_watchdog_note_lost();

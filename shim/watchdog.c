@@ -163,11 +163,13 @@ static void *deadline_main(void *arg)
     return NULL;
 }
 
-/* When `h` should be renewed: a renewal period after the last good one
- * (every grant, a handover's too, has the whole lease). */
+/* When `h` should be renewed: a renewal period after the last good one;
+ * a hold with a shorter lease than ours (handed over by a process with a
+ * shorter lease_ms) at a third of that lease. */
 static long long due_ms(const struct dm_hold *h, const struct dm_config *cfg)
 {
-    return h->renewed_ms + cfg->renew_ms;
+    long period = h->lease_ms < cfg->lease_ms ? h->lease_ms / 3 : cfg->renew_ms;
+    return h->renewed_ms + period;
 }
 
 /* Sentinel: "the hold is gone" counts only from the primary. A demoted

@@ -41,7 +41,8 @@ struct dm_hold {
 /* Starts watching `h` (lock, owner, token filled in). `asked_ms` is the
  * monotonic time its lease runs from (no later than the server's: when the
  * acquire that got it was sent, or a handover's moment, dm_grant), `lease_ms`
- * the lease the server gave it. Starts the thread on first
+ * the lease the server gave it; one shorter than the config's (handed
+ * over by a process with a shorter lease_ms) is renewed at a third of it. Starts the thread on first
  * use. Returns 0, or an errno from pthread_create when either thread
  * cannot start: then `h` is not watched, and must not be held. */
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);

@@ -62,22 +62,29 @@
 --         in shim/keys.h; force.lua is given the same)
 -- ARGV[9] "spublish": Redis Cluster's sharded pub/sub (the notice goes to
 --         the shard of the lock's slot); "": PUBLISH
--- ARGV[10] (optional) the namespace's intact marker "NS:intact" (see
---         "Restarts"); "-": no restart check (Redis Cluster, where the
---         marker would be in another slot: docs/failures.md says what
---         that leaves)
+-- ARGV[10] the namespace's intact marker "NS:intact" (see "Restarts"); ""
+--          on Redis Cluster (another slot): no wait after a node's start there
+-- ARGV[11] the run_id of the server this connection reached (INFO server at
+--          connect, redis.c); "": unknown (INFO refused): no restart check
+-- ARGV[12] the lock's epoch key "NS:{NAME}:epoch": the run_id of the server
+--          run on which the lock's data was last found continuous
 --
--- Restarts. A server that restarts without its data (no AOF, or an AOF
--- that lost the last writes) forgets every hold; a holder of the old data
--- goes on until its next renewal finds the hold gone, up to a renewal
--- period later. So a lock whose fencing counter is missing (its first
--- use, or its data lost) on a server up for less than a lease (INFO's
--- uptime) is granted to nobody until a lease has passed since the server
--- started: by then every holder of the lost data has been refused a
--- renewal, or its lease has run out, and has stopped. The marker "?<ms>"
--- keeps the waiters off until then. A new server that is known to have
--- lost nothing (just created) is declared so by setting ARGV[10] to its
--- run_id (`dmutex fresh`): a restart gives it another run_id.
+-- Restarts. A server that restarts loses what it had not persisted: every
+-- hold (no persistence), or the last writes (an RDB snapshot, AOF everysec
+-- after an OS crash), counter included. A holder of the lost data goes on
+-- until its next renewal finds the hold gone, up to a renewal period
+-- later. So a grant first checks that the lock's epoch names this server
+-- run (one GET); when it does not (the lock's first grant here, a restart,
+-- a failover), the counter is raised to the server's clock in
+-- microseconds (above every token handed out before: a restored counter
+-- may lag), and a server up for less than a lease (INFO's uptime) grants
+-- the lock to nobody until a lease after its start, unless it was
+-- promoted from a replica (INFO replication's master_replid2: its data
+-- came by replication, not from a restart) or declared new with
+-- `dmutex fresh` (ARGV[10] holds its run_id; a restart gives another).
+-- By then every holder of the lost data has been refused a renewal, or
+-- its lease has run out, and has stopped. The marker "?<ms>" keeps the
+-- waiters off until then.
 --
 -- Why a retried release can trust KEYS[6] (release.lua): a grant that
 -- expires leaves the marker "<req> #<tok>" with KEYS[1] gone. The marker is
@@ -116,7 +123,7 @@ local lostkey, void = KEYS[6], KEYS[7]
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local LOST_KEEP = tonumber(ARGV[8])
-local intact = ARGV[10] or ''
+local intact, runid, epochkey = ARGV[10] or '', ARGV[11] or '', ARGV[12]
 local readers, rgrant = KEYS[8], KEYS[9]
 local read = ARGV[4] == 'r'
 
@@ -203,16 +210,15 @@ local function leave_queue()
     end
 end
 
--- The next fencing token; true second when the counter was missing.
+-- The next fencing token.
 local function next_token()
     local tok = redis.call('incr', tokenkey)
     if tok == 1 then
         local t = redis.call('time')
         tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
         redis.call('set', tokenkey, tok)
-        return tok, true
     end
-    return tok, false
+    return tok
 end
 
 local function not_granted(pttl)
@@ -240,24 +246,6 @@ local function not_granted(pttl)
     return {0, pttl, clock()}
 end
 
--- The lock's fencing counter was missing (next_token): its data may have
--- been lost (see "Restarts"). ms to wait, 0, or an error reply.
-local function restarted()
-    local info = redis.pcall('info', 'server')
-    if type(info) == 'table' and info.err then
-        return redis.error_reply(info.err .. ' (dmutex: INFO server tells a restart that lost '
-                                 .. 'the lock data; grant +info, see `dmutex acl`)')
-    end
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if not up or up * 1000 >= lease then
-        return 0
-    end
-    if intact ~= '' and redis.call('get', intact) == string.match(info, 'run_id:(%x+)') then
-        return 0
-    end
-    return lease - up * 1000    -- to start + lease: it started no later than up s ago
-end
-
 -- Not granted: the lock is kept off until server time `untl` ("?<ms>").
 local function kept_off(untl)
     local r = not_granted(untl - clock())
@@ -266,21 +254,26 @@ local function kept_off(untl)
     return r
 end
 
--- A grant whose token's counter was missing if `new` may go ahead: nil;
--- else the reply that refuses it (and keeps waiters off, "?<ms>").
-local function quarantined(new)
-    if not new or intact == '-' then
+-- Before a grant: is the lock's data known continuous on this server run
+-- (see "Restarts")? nil: the grant may go ahead; else the refusal.
+local function restart_check()
+    if runid == '' or redis.call('get', epochkey) == runid then
         return nil
     end
-    local wait = restarted()
-    if type(wait) == 'table' then
-        return wait         -- the error reply
+    local up = tonumber(string.match(redis.call('info', 'server'), 'uptime_in_seconds:(%d+)')) or 0
+    local t = redis.call('time')
+    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if (tonumber(redis.call('get', tokenkey)) or 0) < us then
+        redis.call('set', tokenkey, us)
     end
-    if wait <= 0 then
-        return nil
+    if up * 1000 < lease and intact ~= '' and redis.call('get', intact) ~= runid and
+            string.match(redis.call('info', 'replication'), 'master_replid2:0+%s') then
+        local untl = clock() - up * 1000 + lease    -- it started no later than up s ago
+        redis.call('set', holder, '?' .. string.format('%d', untl))
+        return kept_off(untl)
     end
-    redis.call('set', holder, '?' .. string.format('%d', clock() + wait))
-    return kept_off(clock() + wait)
+    redis.call('set', epochkey, runid)
+    return nil
 end
 
 -- A reader that holds already: a retry whose reply was lost. The hold is
@@ -307,6 +300,9 @@ if kind == 'none' then
             return kept_off(quarantine)
         end
         last = nil          -- over: the first grant of the new data, no owner died
+        if runid ~= '' then
+            redis.call('set', epochkey, runid)
+        end
     end
     if last and string.sub(last, 1, 1) ~= '=' then
         local lost = string.match(last, ' #(%d+)$')
@@ -326,11 +322,11 @@ if kind == 'none' then
         end
     end
     if read then
-        local tok, new = next_token()
-        local refused = quarantined(new)
+        local refused = restart_check()
         if refused then
             return refused
         end
+        local tok = next_token()
         redis.call('zadd', readers, clock() + lease, owner)
         keep_readers()
         redis.call('hset', rgrant, owner, member .. ' #' .. string.format('%d', tok))
@@ -351,11 +347,11 @@ if kind == 'none' then
         end
         return not_granted(left)
     end
-    local tok, new = next_token()
-    local refused = quarantined(new)
+    local refused = restart_check()
     if refused then
         return refused
     end
+    local tok = next_token()
     if head then
         leave_queue()
     end

@@ -92,7 +92,7 @@ if head then
     -- as after an expiry (EOWNERDEAD for a robust mutex), as the next
     -- locker of a lock forced free with nobody waiting does
     local msg = head .. ' ' .. string.format('%d', granted) .. more .. ' ! @' ..
-                string.format('%d', now)
+                string.format('%d', now) .. ':' .. string.format('%d', handlease)
     if sharded then
         redis.call('spublish', wchannel, msg)
     else

@@ -15,9 +15,10 @@
 -- ARGV[5] waiter channel prefix: a waiter "<pid>:<seq>|<id>" is told on
 --         ARGV[5] .. "<pid>" with the message "<pid>:<seq>|<id> <token>",
 --         followed by " +" when more waiters queue behind it, then
---         " @<ms>": the server's clock at the handover (the lease runs
---         from then; the waiter places it on its own clock)
--- ARGV[6] lease of a handed-over lock, ms: the whole lease, as any grant's
+--         " @<ms>:<lease>": the server's clock at the handover and the
+--         lease set, ms (it runs from then; the waiter places it on its
+--         own clock, and renews early when it is shorter than its own)
+-- ARGV[6] lease of a handed-over lock, ms: the releaser's whole lease
 -- ARGV[7] (optional) "spublish": Redis Cluster's sharded pub/sub (the
 --         notices go to the shard of the lock's slot); absent or "": PUBLISH
 -- ARGV[8] (optional) "<owner>|<wait id>": the request whose grant this
@@ -134,7 +135,7 @@ if n and not (mowner == owner and mtok ~= token) then
         local more = redis.call('llen', queue) > 0 and ' +' or ''
         local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
         publish(wchannel, head .. ' ' .. string.format('%d', granted) .. more ..
-                ' @' .. string.format('%d', now))
+                ' @' .. string.format('%d', now) .. ':' .. string.format('%d', handlease))
     else
         redis.call('set', holder, '=' .. token, 'px', keep)
         publish(channel, token)
