@@ -696,6 +696,68 @@ static void test_exit_with_another_thread_inside_keeps_the_hold_until_the_proces
     finish_ok(waiter, out);
 }
 
+/* A thread ends holding the mutex (it returns from its start routine
+ * after a timed condition wait, or calls pthread_exit), and the process
+ * then exits: nobody is inside any more, so the exit releases the hold as
+ * it does the exiting thread's. The key is gone once the process is, and
+ * another process's trylock gets the lock (the lease is 30 s). */
+static void ended_holder_scenario(const char *how, const char *name)
+{
+    char entry[128];
+    snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
+    char *cfg = th_config(LONG_LEASE_MS, entry);
+    char *out = th_out_file();
+    char *text = finish(PP(cfg, out, "x", "ended-hold", "norm", (char *)how), out, 0);
+    th_assert_has(text, "thread locked 0\n");
+    if (strcmp(how, "return") == 0)
+        th_assert_has(text, "thread timedwait ETIMEDOUT\n");
+    th_assert_has(text, "thread gone\n");
+    free(text);
+    if (lock_exists(name))
+        fail_msg("%s: lock %s is still held after its process exited (pttl %lld ms): the "
+                 "hold of a thread that had ended was kept as if it were inside", how, name,
+                 th_cmd_int(rc, "PTTL %s", th_key(name, DM_KEY_LOCK)));
+    out = th_out_file();
+    text = finish(PP(cfg, out, "x", "trylock", "norm"), out, 0);
+    th_assert_has(text, "trylock 0\n");
+    free(text);
+}
+
+static void test_exit_after_the_holder_returned_holding_releases_the_hold(void **state)
+{
+    (void)state;
+    ended_holder_scenario("return", "t17_ended_ret");
+}
+
+static void test_exit_after_the_holder_called_pthread_exit_releases_the_hold(void **state)
+{
+    (void)state;
+    ended_holder_scenario("pthread_exit", "t17_ended_pexit");
+}
+
+/* The same, with a second mutex of the name held (recursively, twice) by
+ * a thread that is still inside when main returns: the hold stays until
+ * the process is gone and its lease ends it. */
+static void test_exit_after_a_holder_ended_keeps_the_hold_of_a_thread_still_inside(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS,
+                          "{ symbol = \"norm_lock\"; name = \"t17_ended_in\"; },\n"
+                          "{ symbol = \"rec_lock\"; name = \"t17_ended_in\"; }");
+    char *out = th_out_file();
+    char *text = finish(PP(cfg, out, "x", "ended-hold", "norm", "inside"), out, 0);
+    th_assert_has(text, "inside 0 0\n");
+    th_assert_has(text, "thread locked 0\n");
+    th_assert_has(text, "thread gone\n");
+    free(text);
+    if (!lock_exists("t17_ended_in"))
+        fail_msg("lock t17_ended_in was released at exit while a thread was inside rec_lock");
+    out = th_out_file();
+    text = finish(PP(cfg, out, "x", "trylock", "norm"), out, 0);
+    th_assert_has(text, "trylock EBUSY\n");
+    free(text);
+}
+
 /* ==== 6. naming ============================================================ */
 
 static char **host_count_argv(const char *key, const char *which)
@@ -1188,6 +1250,9 @@ int main(void)
         T(test_forked_child_gets_new_id_and_renews_its_own_hold),
         T(test_exit_releases_waiter_wakes_before_lease),
         T(test_exit_with_another_thread_inside_keeps_the_hold_until_the_process_is_gone),
+        T(test_exit_after_the_holder_returned_holding_releases_the_hold),
+        T(test_exit_after_the_holder_called_pthread_exit_releases_the_hold),
+        T(test_exit_after_a_holder_ended_keeps_the_hold_of_a_thread_still_inside),
         T(test_library_global_and_static_exclude),
         T(test_dlopened_plugin_static_mutex_excludes),
         T(test_dlclose_unmaps),
