@@ -809,6 +809,29 @@ static void test_dlclose_unmaps(void **state)
     assert_int_equal(th_script_calls(rc), 4);
 }
 
+/* The start-up line (DMUTEX_LOG=info) counts a config's entries of each
+ * kind as they stand at start: mapped now, by init_site (their mutexes
+ * are mapped as they are made), when dlopen loads their object, skipped
+ * (required = false). Before, it said "1 mutexes mapped" for all four. */
+static void test_startup_line_counts_entries_mapped_now_and_by_init_site(void **state)
+{
+    (void)state;
+    char *cfg = th_config_top(SHORT_LEASE_MS,
+                              "conds = ( { symbol = \"cv\"; name = \"t_su_cv\"; } );\n",
+                              "{ symbol = \"norm_lock\"; name = \"t_su\"; },\n"
+                              "{ init_site = \"account_new\"; name = \"t_su_heap\"; },\n"
+                              "{ symbol = \"no_such_lock\"; name = \"t_su_x\"; required = false; },\n"
+                              "{ symbol = \"plug_lock\"; object = \"libt_su_later.so\"; name = \"t_su_p\"; }");
+    char *out = th_out_file();
+    char *text = finish(run(shim_env_log(cfg, "info"), out, POSIXPROG, rs.port_text, "x",
+                            "trylock", "norm", NULL), out, 0);
+    th_assert_has(text, "trylock 0\n");
+    th_assert_has(text, ": mutexes: 4 entries, 1 mapped now, 1 by init_site, 1 when dlopen "
+                        "loads their object, 1 skipped (required = false); conds: 1 entry, "
+                        "1 mapped now, 0 by init_site; redis at ");
+    free(text);
+}
+
 static void test_heap_mutex_by_init_site_excludes(void **state)
 {
     (void)state;
@@ -1256,6 +1279,7 @@ int main(void)
         T(test_library_global_and_static_exclude),
         T(test_dlopened_plugin_static_mutex_excludes),
         T(test_dlclose_unmaps),
+        T(test_startup_line_counts_entries_mapped_now_and_by_init_site),
         T(test_heap_mutex_by_init_site_excludes),
         T(test_init_site_nested_holds_are_reentrant),
         T(test_heap_mutex_reused_by_another_init_is_unmapped),
