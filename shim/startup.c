@@ -186,6 +186,17 @@ static unsigned long objects_gen;       /* syncs started; under objects_mu */
 static size_t conds_mapped;     /* of the registry's entries, conds (for the summaries) */
 static size_t rwlocks_mapped;   /* and rwlocks */
 
+/* For the start-up line: of each kind's entries (mutexes, conds,
+ * rwlocks), those mapped when dlopen loads their object, and those
+ * skipped (required = false, not found). */
+enum { KIND_MUTEX, KIND_COND, KIND_RWLOCK, KINDS };
+static size_t later_at_start[KINDS], skipped_at_start[KINDS];
+
+static int kind_of(const struct dm_mutex_config *mc)
+{
+    return mc->cond ? KIND_COND : mc->rw ? KIND_RWLOCK : KIND_MUTEX;
+}
+
 /* How messages name what a data entry maps: its symbol, or for an
  * address entry the address, marked as the weak name it is. */
 struct entry_what { char s[96]; };
@@ -494,6 +505,7 @@ static void map_entries(struct dm_config *cfg)
                 if (!mc->required) {
                     dm_info("%s:%d: %s (required = false: skipped)", cfg->path, mc->line, err);
                     check_print(mc, site, "not found: skipped (required = false)");
+                    skipped_at_start[kind_of(mc)]++;
                     continue;
                 }
                 char where[DM_ERR_MAX];
@@ -526,6 +538,7 @@ static void map_entries(struct dm_config *cfg)
         if (mc->object && !dm_symbols_bias(mc->object, &bias)) {
             /* A plugin, perhaps: mapped when it is loaded. */
             add_object_entry(cfg, mc, 0, 0);
+            later_at_start[kind_of(mc)]++;
             struct entry_what w;
             check_print(mc, entry_what(mc, &w), "not loaded at start: mapped when dlopen loads it");
             dm_info("%s:%d: %s is not loaded yet: %s is mapped when it is", cfg->path,
@@ -533,7 +546,12 @@ static void map_entries(struct dm_config *cfg)
             continue;
         }
         uintptr_t addr;
-        if (resolve_symbol(cfg, mc, &addr, 1) != 0 || map_address(cfg, mc, addr, 1) != 0)
+        if (resolve_symbol(cfg, mc, &addr, 1) != 0) {
+            if (!mc->required)
+                skipped_at_start[kind_of(mc)]++;
+            continue;
+        }
+        if (map_address(cfg, mc, addr, 1) != 0)
             continue;
         if (mc->object)
             add_object_entry(cfg, mc, addr, bias);
@@ -677,6 +695,39 @@ static const char *conds_summary(void)
     return buf;
 }
 
+/* The start-up line's account of the entries: for each kind the config
+ * lists, "KIND: N entries, M mapped now, K by init_site" (init_site
+ * entries map their mutexes as they are made), then those that dlopen
+ * maps and those skipped, when there are some; "; " between kinds. */
+static const char *entries_summary(void)
+{
+    static const char *const kinds[KINDS] = { "mutexes", "conds", "rwlocks" };
+    size_t entries[KINDS] = { config.nmutexes, config.nconds, config.nrwlocks };
+    size_t now[KINDS] = { dm_registry_count() - conds_mapped - rwlocks_mapped, conds_mapped,
+                          rwlocks_mapped };
+    size_t sites[KINDS] = { dm_startup_ninit_sites, dm_startup_ncond_sites,
+                            dm_startup_nrw_sites };
+    static char buf[3 * 192];
+    size_t n = 0;
+    buf[0] = 0;
+    for (int k = 0; k < KINDS; k++) {
+        if (entries[k] == 0)
+            continue;
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s: %zu entr%s, %zu mapped now, %zu by "
+                              "init_site", n ? "; " : "", kinds[k], entries[k],
+                              entries[k] == 1 ? "y" : "ies", now[k], sites[k]);
+        if (later_at_start[k] && n < sizeof buf)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, ", %zu when dlopen loads their "
+                                  "object", later_at_start[k]);
+        if (skipped_at_start[k] && n < sizeof buf)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, ", %zu skipped (required = false)",
+                                  skipped_at_start[k]);
+        if (n >= sizeof buf)
+            break;
+    }
+    return buf;
+}
+
 /* The end of a check, before main: its verdict as the exit status. No
  * destructor runs (nothing is held: no lock was taken, no thread made). */
 static void check_exit(int summary)
@@ -756,8 +807,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
         dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
                 config.path, dm_redis_addr());
     else
-        dm_info("libdmutex %s: %zu mutexes mapped%s, redis at %s, namespace %s", DMUTEX_VERSION,
-                dm_registry_count() - conds_mapped - rwlocks_mapped, conds_summary(), dm_redis_addr(), config.ns);
+        dm_info("libdmutex %s: %s; redis at %s, namespace %s", DMUTEX_VERSION,
+                entries_summary(), dm_redis_addr(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

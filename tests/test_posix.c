@@ -696,6 +696,68 @@ static void test_exit_with_another_thread_inside_keeps_the_hold_until_the_proces
     finish_ok(waiter, out);
 }
 
+/* A thread ends holding the mutex (it returns from its start routine
+ * after a timed condition wait, or calls pthread_exit), and the process
+ * then exits: nobody is inside any more, so the exit releases the hold as
+ * it does the exiting thread's. The key is gone once the process is, and
+ * another process's trylock gets the lock (the lease is 30 s). */
+static void ended_holder_scenario(const char *how, const char *name)
+{
+    char entry[128];
+    snprintf(entry, sizeof entry, "{ symbol = \"norm_lock\"; name = \"%s\"; }", name);
+    char *cfg = th_config(LONG_LEASE_MS, entry);
+    char *out = th_out_file();
+    char *text = finish(PP(cfg, out, "x", "ended-hold", "norm", (char *)how), out, 0);
+    th_assert_has(text, "thread locked 0\n");
+    if (strcmp(how, "return") == 0)
+        th_assert_has(text, "thread timedwait ETIMEDOUT\n");
+    th_assert_has(text, "thread gone\n");
+    free(text);
+    if (lock_exists(name))
+        fail_msg("%s: lock %s is still held after its process exited (pttl %lld ms): the "
+                 "hold of a thread that had ended was kept as if it were inside", how, name,
+                 th_cmd_int(rc, "PTTL %s", th_key(name, DM_KEY_LOCK)));
+    out = th_out_file();
+    text = finish(PP(cfg, out, "x", "trylock", "norm"), out, 0);
+    th_assert_has(text, "trylock 0\n");
+    free(text);
+}
+
+static void test_exit_after_the_holder_returned_holding_releases_the_hold(void **state)
+{
+    (void)state;
+    ended_holder_scenario("return", "t17_ended_ret");
+}
+
+static void test_exit_after_the_holder_called_pthread_exit_releases_the_hold(void **state)
+{
+    (void)state;
+    ended_holder_scenario("pthread_exit", "t17_ended_pexit");
+}
+
+/* The same, with a second mutex of the name held (recursively, twice) by
+ * a thread that is still inside when main returns: the hold stays until
+ * the process is gone and its lease ends it. */
+static void test_exit_after_a_holder_ended_keeps_the_hold_of_a_thread_still_inside(void **state)
+{
+    (void)state;
+    char *cfg = th_config(LONG_LEASE_MS,
+                          "{ symbol = \"norm_lock\"; name = \"t17_ended_in\"; },\n"
+                          "{ symbol = \"rec_lock\"; name = \"t17_ended_in\"; }");
+    char *out = th_out_file();
+    char *text = finish(PP(cfg, out, "x", "ended-hold", "norm", "inside"), out, 0);
+    th_assert_has(text, "inside 0 0\n");
+    th_assert_has(text, "thread locked 0\n");
+    th_assert_has(text, "thread gone\n");
+    free(text);
+    if (!lock_exists("t17_ended_in"))
+        fail_msg("lock t17_ended_in was released at exit while a thread was inside rec_lock");
+    out = th_out_file();
+    text = finish(PP(cfg, out, "x", "trylock", "norm"), out, 0);
+    th_assert_has(text, "trylock EBUSY\n");
+    free(text);
+}
+
 /* ==== 6. naming ============================================================ */
 
 static char **host_count_argv(const char *key, const char *which)
@@ -745,6 +807,29 @@ static void test_dlclose_unmaps(void **state)
     /* one section per load: 2 x (acquire + release); the 20 locks between
      * made no traffic */
     assert_int_equal(th_script_calls(rc), 4);
+}
+
+/* The start-up line (DMUTEX_LOG=info) counts a config's entries of each
+ * kind as they stand at start: mapped now, by init_site (their mutexes
+ * are mapped as they are made), when dlopen loads their object, skipped
+ * (required = false). Before, it said "1 mutexes mapped" for all four. */
+static void test_startup_line_counts_entries_mapped_now_and_by_init_site(void **state)
+{
+    (void)state;
+    char *cfg = th_config_top(SHORT_LEASE_MS,
+                              "conds = ( { symbol = \"cv\"; name = \"t_su_cv\"; } );\n",
+                              "{ symbol = \"norm_lock\"; name = \"t_su\"; },\n"
+                              "{ init_site = \"account_new\"; name = \"t_su_heap\"; },\n"
+                              "{ symbol = \"no_such_lock\"; name = \"t_su_x\"; required = false; },\n"
+                              "{ symbol = \"plug_lock\"; object = \"libt_su_later.so\"; name = \"t_su_p\"; }");
+    char *out = th_out_file();
+    char *text = finish(run(shim_env_log(cfg, "info"), out, POSIXPROG, rs.port_text, "x",
+                            "trylock", "norm", NULL), out, 0);
+    th_assert_has(text, "trylock 0\n");
+    th_assert_has(text, ": mutexes: 4 entries, 1 mapped now, 1 by init_site, 1 when dlopen "
+                        "loads their object, 1 skipped (required = false); conds: 1 entry, "
+                        "1 mapped now, 0 by init_site; redis at ");
+    free(text);
 }
 
 static void test_heap_mutex_by_init_site_excludes(void **state)
@@ -1188,9 +1273,13 @@ int main(void)
         T(test_forked_child_gets_new_id_and_renews_its_own_hold),
         T(test_exit_releases_waiter_wakes_before_lease),
         T(test_exit_with_another_thread_inside_keeps_the_hold_until_the_process_is_gone),
+        T(test_exit_after_the_holder_returned_holding_releases_the_hold),
+        T(test_exit_after_the_holder_called_pthread_exit_releases_the_hold),
+        T(test_exit_after_a_holder_ended_keeps_the_hold_of_a_thread_still_inside),
         T(test_library_global_and_static_exclude),
         T(test_dlopened_plugin_static_mutex_excludes),
         T(test_dlclose_unmaps),
+        T(test_startup_line_counts_entries_mapped_now_and_by_init_site),
         T(test_heap_mutex_by_init_site_excludes),
         T(test_init_site_nested_holds_are_reentrant),
         T(test_heap_mutex_reused_by_another_init_is_unmapped),

@@ -325,6 +325,27 @@ else
         "$(ls "$T")"
 fi
 
+if [ -n "$child" ] && grep -q "^dmutex trace: pid $child (trace_misc), exit report: .*; a fork child of [0-9]*: its counts start at the fork" "$T/fork.err" &&
+   grep -q '"fork_child_of": ' "$T/fork.$child.json" && ! grep -q fork_child_of "$T/fork.json"; then
+    ok "fork: the child's report and JSON say whose fork child it is, the program's do not"
+else bad "fork: the child's report and JSON say whose fork child it is, the program's do not" \
+    "$(cat "$T/fork.err")"; fi
+# A fork child that locks nothing reports that, in one line and in its
+# JSON: it was dropped silently, which read the same as a child the
+# preload never reached.
+"$DMUTEX" trace -o "$T/fi.json" -- "$PR/trace_misc" forkidle >"$T/fi.out" 2>"$T/fi.err"
+fi_child=$(sed -n 's/^child \([0-9]*\)$/\1/p' "$T/fi.out")
+fi_parent=$(sed -n 's/^dmutex trace: pid \([0-9]*\) (trace_misc), exit report: 1 mutexes.*/\1/p' "$T/fi.err")
+has "dmutex trace: pid $fi_child (trace_misc), exit report: no mutex, rwlock or condition variable used since the fork (a fork child of $fi_parent)" \
+    "$T/fi.err" "fork: a child that locks nothing says so in one line"
+if [ -n "$fi_child" ] && [ -f "$T/fi.$fi_child.json" ] &&
+   grep -q "\"fork_child_of\": $fi_parent," "$T/fi.$fi_child.json" &&
+   grep -q '"mutexes_locked": 0,' "$T/fi.$fi_child.json"; then
+    ok "fork: a child that locks nothing writes its JSON (0 mutexes, its parent)"
+    json_ok "$T/fi.$fi_child.json" "fork: that JSON parses"
+else bad "fork: a child that locks nothing writes its JSON (0 mutexes, its parent)" \
+    "child '$fi_child'" "$(ls "$T")" "$(cat "$T/fi.err")"; fi
+
 # A fork while the reporter thread writes a report: the child must not
 # inherit the report's lock held (its exit report would wait forever).
 "$DMUTEX" trace -i 1 -- "$PR/trace_misc" forkloop 3000 >"$T/fl.out" 2>"$T/fl.err"
@@ -642,6 +663,13 @@ else bad "a helper that locks nothing adds no report to the output the program r
     "$(cat "$T/po.out")"; fi
 has "pid $(sed -n 's/^dmutex trace: pid \([0-9]*\) .*/\1/p' "$T/po.err" | head -n 1) (trace_misc), exit report" \
     "$T/po.err" "popen: the traced program itself still reports"
+# Nor does a fork child of such a helper: only the traced program's own
+# fork children say that they locked nothing.
+"$DMUTEX" trace -- "$PR/trace_misc" popen forkquiet >"$T/pf.out" 2>"$T/pf.err"
+if grep -qxF "captured [forkquiet|]" "$T/pf.out"; then
+    ok "a fork child of a helper that locks nothing adds no report to the output the program reads"
+else bad "a fork child of a helper that locks nothing adds no report to the output the program reads" \
+    "$(cat "$T/pf.out")"; fi
 
 # The library reads its environment as the shim does: not in a process
 # with AT_SECURE, where the environment is the caller's, not the owner's.

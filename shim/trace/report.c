@@ -111,6 +111,10 @@ static uint64_t ticks_to_ns(uint64_t t)
 }
 
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t forking_pid;               /* who forked last (fork's prepare, under report_mu) */
+static pid_t child_of;                  /* a fork child: its parent's pid; 0: not one */
+static int program_image;               /* this image is the traced program's (DMUTEX_TRACE_ROOT
+                                           at start): its fork children too, not a helper's */
 
 /* Rows of mutexes whose object was dlclosed, identified before it went
  * (under report_mu); the same for conds and rwlocks. */
@@ -157,6 +161,13 @@ static int err_known;
 static dev_t err_dev;
 static ino_t err_ino;
 
+/* Is this process the one `dmutex trace` ran (DMUTEX_TRACE_ROOT)? */
+static int is_root(void)
+{
+    const char *root = secure_getenv("DMUTEX_TRACE_ROOT");
+    return root && atol(root) == (long)getpid();
+}
+
 void dm_trace_report_start(void)
 {
     struct stat st;
@@ -166,6 +177,7 @@ void dm_trace_report_start(void)
         err_ino = st.st_ino;
     }
     dl_iterate_phdr(note_start_segs, NULL);
+    program_image = is_root();
 }
 
 /* Is fd 2 still the file the program started with? A program that
@@ -181,6 +193,7 @@ static int stderr_is_ours(void)
 void dm_trace_report_prepare(void)
 {
     dm_real.mutex_lock(&report_mu);
+    forking_pid = getpid();
 }
 
 void dm_trace_report_release(void)
@@ -190,6 +203,7 @@ void dm_trace_report_release(void)
 
 void dm_trace_report_child(void)
 {
+    child_of = forking_pid;
     free(gone);
     gone = NULL;
     ngone = gone_cap = 0;
@@ -449,6 +463,8 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
     if (untracked)
         fprintf(f, "; %" PRIu64 " acquisitions not tracked (the table of %u mutexes is full)",
                 untracked, DM_TRACE_SLOTS);
+    if (child_of)
+        fprintf(f, "; a fork child of %d: its counts start at the fork", (int)child_of);
     fprintf(f, "\n%3s  %-9s %10s %10s %10s %10s %10s %10s %7s  %s\n", "#", "certainty",
             "locks", "contended", "wait", "wait max", "hold max", "hold p99", "threads",
             "identification");
@@ -616,7 +632,10 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
                        size_t nmutex, uint64_t untracked, long top, long min_locks,
                        const struct objs *objs, size_t nobjs)
 {
-    fprintf(f, "{\n  \"pid\": %d,\n  \"program\": ", (int)getpid());
+    fprintf(f, "{\n  \"pid\": %d,\n", (int)getpid());
+    if (child_of)
+        fprintf(f, "  \"fork_child_of\": %d,\n", (int)child_of);
+    fprintf(f, "  \"program\": ");
     json_str(f, prog);
     fprintf(f, ",\n  \"reason\": ");
     json_str(f, why);
@@ -664,13 +683,6 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
     for (size_t i = 0; i < nobjs; i++)
         write_objs_json(f, &objs[i], top, min_locks);
     fprintf(f, "\n}\n");
-}
-
-/* Is this process the one `dmutex trace` ran (DMUTEX_TRACE_ROOT)? */
-static int is_root(void)
-{
-    const char *root = secure_getenv("DMUTEX_TRACE_ROOT");
-    return root && atol(root) == (long)getpid();
 }
 
 /* FILE for the traced program itself, FILE.<pid>.json (FILE's ".json"
@@ -1088,19 +1100,30 @@ void dm_trace_report(const char *why)
                  atomic_load(&dm_trace_untracked_rwlocks), prog);
     /* A program the traced one ran (a shell, a helper) that locked
      * nothing (no mutex, cond or rwlock) says nothing at its exit: its
-     * stderr may be read by the program that ran it. */
-    int say = n || untracked || strcmp(why, "exit") != 0 || is_root();
+     * stderr may be read by the program that ran it. A fork child of the
+     * traced program's image says it in one line (and its JSON): it is
+     * the program itself, and silence read the same as a child the
+     * tracer never reached. */
+    int used = n || untracked;
     for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
-        say = say || objs[i].n || objs[i].untracked;
+        used = used || objs[i].n || objs[i].untracked;
+    int forked = child_of && program_image;
+    int say = used || strcmp(why, "exit") != 0 || is_root() || forked;
     /* One write of the whole text, so that reports of several processes
      * sharing stderr do not interleave line by line. */
     char *text = NULL;
     size_t len = 0;
     FILE *m = say && stderr_is_ours() ? open_memstream(&text, &len) : NULL;
-    if (m) {
+    if (m && !used && forked) {
+        fprintf(m, "\ndmutex trace: pid %d (%s), %s report: no mutex, rwlock or condition "
+                "variable used since the fork (a fork child of %d)\n", (int)getpid(), prog, why,
+                (int)child_of);
+    } else if (m) {
         write_text(m, why, prog, rows, n, nmutex, untracked, top, min_locks);
         for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
             write_objs_text(m, &objs[i], prog, top, min_locks);
+    }
+    if (m) {
         if (fclose(m) == 0) {
             for (size_t off = 0; off < len;) {
                 ssize_t w = write(STDERR_FILENO, text + off, len - off);
