@@ -691,12 +691,13 @@ static void summary(const struct snapshot *s)
         median_words(&st->wait, p50, sizeof p50);
         dm_log(DM_LOG_INFO, "exit: lock %s: %llu lock calls, %llu cluster acquisitions "
                "(%llu handed over), %llu contended, wait p50 %s max %.3fms, hold max %.3fms, "
-               "%llu renewals, %llu leases lost, %llu redis errors", s->rows[i].name,
+               "%llu renewals, %llu leases lost, %llu expired after unlock, %llu redis errors",
+               s->rows[i].name,
                (unsigned long long)dm_stats_count(&st->wait), (unsigned long long)st->acquisitions,
                (unsigned long long)st->handoffs, (unsigned long long)st->contended, p50,
                (double)st->wait.max_ns / 1e6, (double)st->hold.max_ns / 1e6,
                (unsigned long long)st->renewals, (unsigned long long)st->leases_lost,
-               (unsigned long long)st->redis_errors);
+               (unsigned long long)st->expired_after_unlock, (unsigned long long)st->redis_errors);
     }
 }
 

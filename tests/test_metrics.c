@@ -339,7 +339,7 @@ static void test_summary_at_exit_has_one_line_per_name_with_log_info(void **stat
         fail_msg("expected one summary line each for A (300 calls) and B (200), got %d and %d:\n%s",
                  a, b, out);
     th_assert_has(out, "wait p50 ");
-    th_assert_has(out, " leases lost, 0 redis errors");
+    th_assert_has(out, " leases lost, 0 expired after unlock, 0 redis errors");
     free(out);
     /* Without info, no summary. */
     free(run_work(path, NULL, &out));
