@@ -1119,12 +1119,13 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
         case ATT_HELD:
             if (kept_off && !kept_logged) {
                 kept_logged = 1;
-                dm_warn("lock %s: redis at %s started less than a lease ago and lacks the "
-                        "lock's data (a restart without persistence, or a new server): no "
-                        "grant for %ld ms more, until a lease (%ld ms) after its start, so "
-                        "that a holder of data it lost stops first (`dmutex fresh` declares "
-                        "a new server that lost nothing)", l->name, dm_redis_addr(), pttl,
-                        ccfg->lease_ms);
+                dm_warn("lock %s: redis at %s started less than a lease ago, and nothing "
+                        "says it kept the lock's data (a restart may have lost a hold: no or "
+                        "partial persistence; or it is new): no grant for %ld ms more, until "
+                        "a lease (%ld ms) after its start, so that a holder of lost data "
+                        "stops first (`dmutex fresh` declares a new server, `dmutex fresh "
+                        "--durable` one with appendfsync always)", l->name, dm_redis_addr(),
+                        pttl, ccfg->lease_ms);
             }
             queued = fair;
             rediscovered = 0;

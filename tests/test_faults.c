@@ -1772,6 +1772,47 @@ static void test_restart_from_an_older_snapshot_lets_nobody_in_and_tokens_grow(v
     free(wt);
 }
 
+/* dmutex fresh on `url` with `opt` (NULL: none): its output, checked
+ * against the exit status `want`. */
+static char *fresh_verb(const char *opt, int want)
+{
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
+    char *const argv[] = { DMUTEX_CLI, "fresh", "-r", url, (char *)opt, NULL };
+    char *out = th_out_file();
+    return th_finish(th_spawn(argv, NULL, out), out, want, RUN_MS);
+}
+
+/* A server whose restarts lose nothing (appendfsync always) is declared
+ * so once (dmutex fresh --durable, refused on a server that is not set
+ * up so): after a restart its free locks are granted at once. */
+static void test_restart_of_a_server_declared_durable_keeps_no_lock_waiting(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *no = fresh_verb("--durable", 1);
+    th_assert_has(no, "appendonly is not yes");
+    free(no);
+    th_redis_drop(&rs, &rc);
+    const char *aof[] = { "--appendonly", "yes", "--appendfsync", "always", NULL };
+    lock_server(NULL, aof);
+    free(fresh_verb("--durable", 0));
+    char *cfg = config("lease_ms = 30000;", "q_durable");
+    char *out = th_out_file();
+    struct run r = { .cfg = cfg, .out = out };
+    free(finish(worker(&r, "once", "lock", "-u", "0", NULL), out));
+    lock_server_kill();
+    lock_server_restart(aof);
+    long long t0 = th_now_ms();
+    char *out2 = th_out_file();
+    struct run r2 = { .cfg = cfg, .out = out2 };
+    char *text = finish(worker(&r2, "once", "lock", "-u", "0", NULL), out2);
+    measured("a free lock of a server declared durable, restarted (appendfsync always, lease "
+             "30000 ms): granted %lld ms after the restart", inside_field(text, 1) - t0);
+    assert_lacks(text, "started less than a lease ago");
+    free(text);
+}
+
 /* A process with a shorter lease hands the lock to one with a longer
  * lease: the server has the releaser's lease on it, so the new holder
  * counts its deadline and renews by that one, and a waiter behind never
@@ -1904,6 +1945,7 @@ int main(void)
         T(test_new_server_keeps_new_locks_for_a_lease_unless_declared_fresh),
         T(test_restart_from_an_older_snapshot_lets_nobody_in_and_tokens_grow),
         T(test_handover_from_a_shorter_lease_is_renewed_in_time),
+        T(test_restart_of_a_server_declared_durable_keeps_no_lock_waiting),
     };
     const char *only = getenv("DM_FAULTS_FILTER");     /* e.g. "*restart*" while debugging */
     if (only && *only)

@@ -34,8 +34,9 @@ static const char *const shim_commands[] = {
     /* (an rwlock's read holders) */
     "zcard", "zcount", "zrange", "zrangebyscore",
     "publish",
-    /* (acquire.lua: INFO server, only for a lock new to a server up for
-     * less than a lease: did a restart lose its data?) */
+    /* (redis.c: INFO server at connect, the server's run_id; acquire.lua:
+     * INFO server, replication and persistence for a lock's first grant on
+     * a server run: may a restart have lost its data?) */
     "info",
     NULL,
 };

@@ -81,7 +81,10 @@
 -- the lock to nobody until a lease after its start, unless it was
 -- promoted from a replica (INFO replication's master_replid2: its data
 -- came by replication, not from a restart) or declared new with
--- `dmutex fresh` (ARGV[10] holds its run_id; a restart gives another).
+-- `dmutex fresh` (ARGV[10] holds its run_id; a restart gives another),
+-- or declared durable (`dmutex fresh --durable`: ARGV[10] holds
+-- "durable", for a server with appendfsync always, whose restarts lose
+-- no acknowledged write; void while the server writes no AOF).
 -- By then every holder of the lost data has been refused a renewal, or
 -- its lease has run out, and has stopped. The marker "?<ms>" keeps the
 -- waiters off until then.
@@ -254,6 +257,14 @@ local function kept_off(untl)
     return r
 end
 
+-- Does the intact marker's value v vouch for this server run: its run_id
+-- (`dmutex fresh`), or "durable" (`dmutex fresh --durable`: appendfsync
+-- always, checked then) while the server still writes an AOF?
+local function declared(v)
+    return v == runid or (v == 'durable' and
+                          string.match(redis.call('info', 'persistence'), 'aof_enabled:1') ~= nil)
+end
+
 -- Before a grant: is the lock's data known continuous on this server run
 -- (see "Restarts")? nil: the grant may go ahead; else the refusal.
 local function restart_check()
@@ -266,7 +277,7 @@ local function restart_check()
     if (tonumber(redis.call('get', tokenkey)) or 0) < us then
         redis.call('set', tokenkey, us)
     end
-    if up * 1000 < lease and intact ~= '' and redis.call('get', intact) ~= runid and
+    if up * 1000 < lease and intact ~= '' and not declared(redis.call('get', intact)) and
             string.match(redis.call('info', 'replication'), 'master_replid2:0+%s') then
         local untl = clock() - up * 1000 + lease    -- it started no later than up s ago
         redis.call('set', holder, '?' .. string.format('%d', untl))
