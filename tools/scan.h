@@ -91,11 +91,35 @@ struct hit {
     enum kind kind;
 };
 
+/* A lock of a kind the shim does not interpose (dm_scan_foreign_types),
+ * found inside a variable's type: not a row. */
+struct foreign_hit {
+    long offset;
+    char path[PATH_LEN];
+    const struct foreign_type *t;
+};
+
 struct hits {
     struct hit v[MAX_PER_VAR];
     size_t n;                   /* kept */
     long total;                 /* found, kept or not */
+    struct foreign_hit foreign; /* the first lock of another kind, when nforeign > 0 */
+    long nforeign;              /* locks of other kinds found */
 };
+
+/* The lock types debug info may show that the shim does not interpose:
+ * a variable of one (or a member of one) is never a row of `dmutex scan`,
+ * which says why in a note, and `dmutex check` refuses an entry that
+ * names one. The shim interposes the pthread calls (std:: locks are
+ * pthread ones underneath) and C11's mtx_* and cnd_*; GLib locks its own
+ * types with futexes of its own, or through a pthread lock it allocates
+ * (no symbol names it), and a spin lock through pthread_spin_*. */
+struct foreign_type {
+    const char *name;           /* the typedef, or the struct or union tag */
+    const char *type;           /* as messages name it */
+    const char *why;            /* why mapping it would exclude nothing */
+};
+extern const struct foreign_type dm_scan_foreign_types[];
 
 /* Allocation that cannot fail: prints "out of memory" and exits. */
 void *dm_scan_xmalloc(size_t n);
