@@ -220,35 +220,64 @@ static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
     return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, out, err, errlen);
 }
 
+/* What a symbol too small for its list's type (dm_symbols_find's ERANGE)
+ * is, most likely: a lock of another kind, locked through calls the shim
+ * does not interpose (GLib's GMutex is a futex of GLib's own, 8 bytes; its
+ * GRecMutex, GRWLock and GCond 16; a spin lock 4), which mapped would
+ * exclude nothing. The cause and the fix, said after the sizes. */
+static const char *kind_hint(const struct dm_mutex_config *mc)
+{
+    if (mc->cond)
+        return "so it is no pthread_cond_t, cnd_t or std::condition_variable. A condition "
+               "variable of another kind (GLib's GCond, 16 bytes) waits and wakes through "
+               "calls the shim does not interpose: listed, it would wake no other process. "
+               "Wait on a pthread_cond_t, cnd_t or std::condition_variable and list that one";
+    if (mc->rw)
+        return "so it is no pthread_rwlock_t or std::shared_mutex. A read-write lock of "
+               "another kind (GLib's GRWLock, 16 bytes) locks through calls the shim does not "
+               "interpose: listed, it would exclude nothing. Lock the data with a "
+               "pthread_rwlock_t or std::shared_mutex and list that one";
+    return "so it is no pthread_mutex_t, mtx_t or std::mutex. A lock of another kind (GLib's "
+           "GMutex, 8 bytes, a futex of GLib's own; GRecMutex, 16; a pthread_spinlock_t, 4) "
+           "locks through calls the shim does not interpose: mapped, it would exclude "
+           "nothing. Lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one";
+}
+
 static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_config *mc,
-                          const char *err, int fatal)
+                          int rc, const char *err, int fatal)
 {
     char where[DM_ERR_MAX];
     struct entry_what w;
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
+    /* Only a symbol too small as a whole is another kind of lock, likely;
+     * past an offset or an index, the numbers say what is wrong. */
+    int hint = rc == ERANGE && mc->offset == 0 && mc->index <= 0;
+    char why[DM_ERR_MAX + 512];
+    snprintf(why, sizeof why, "%s%s%s", err, hint ? ", " : "", hint ? kind_hint(mc) : "");
     if (!mc->required) {
-        dm_info("%s: %s (required = false: skipped)", where, err);
+        dm_info("%s: %s (required = false: skipped)", where, why);
         check_print(mc, entry_what(mc, &w), "not found: skipped (required = false)");
         return;
     }
     if (fatal) {
-        char more[DM_ERR_MAX + 160];
-        snprintf(more, sizeof more, "%s%s", err, cfg->nprograms ? "" :
+        char more[DM_ERR_MAX + 672];
+        snprintf(more, sizeof more, "%s%s", why, cfg->nprograms || hint ? "" :
                  " (if this process is not the program the config is for, list that "
                  "program in `programs`)");
         entry_fail("%s: %s", where, more);
         return;
     }
-    dm_error("%s: %s: this mutex is NOT cluster-wide", where, err);
+    dm_error("%s: %s: this mutex is NOT cluster-wide", where, why);
 }
 
 static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_config *mc,
                           uintptr_t *out, int fatal)
 {
     char err[DM_ERR_MAX];
-    if (lookup_symbol(mc, out, err, sizeof err) == 0)
+    int rc = lookup_symbol(mc, out, err, sizeof err);
+    if (rc == 0)
         return 0;
-    lookup_failed(cfg, mc, err, fatal);
+    lookup_failed(cfg, mc, rc, err, fatal);
     return -1;
 }
 
@@ -331,12 +360,13 @@ static void sync_objects(void)
                  * what is true now. */
                 char err[DM_ERR_MAX];
                 uintptr_t again = 0;
-                if (lookup_symbol(oe->mc, &addr, err, sizeof err) == 0) {
+                int rc = lookup_symbol(oe->mc, &addr, err, sizeof err);
+                if (rc == 0) {
                     resolved = 1;
                 } else {
                     failed = 1;
                     if (dm_symbols_bias(oe->mc->object, &again) && again == bias)
-                        lookup_failed(&config, oe->mc, err, 0);
+                        lookup_failed(&config, oe->mc, rc, err, 0);
                 }
                 continue;
             }
