@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
@@ -54,6 +55,19 @@ static int configured;
 enum { CHECK_OFF, CHECK_PRINT, CHECK_QUIET };
 static int check_mode;
 static int check_errors;
+
+/* DMUTEX_CHECK_FD (set by `dmutex check` and `dmutex run` with
+ * DMUTEX_CHECK): a descriptor the command reads, so that it can hold what
+ * each entry resolved to against the program's debug info, which the shim
+ * never reads (a GLib GStaticMutex is big enough for a mutex, so only its
+ * type tells it is none). "C<TAB>CONFIG" (its path, as errors name it),
+ * then per data entry mapped at start
+ * "E<TAB>LINE<TAB>LIST<TAB>FILE<TAB>VADDR<TAB>WHAT<TAB>NAME", then the
+ * verdict: "S<TAB>SUMMARY" (the summary line, which the command prints
+ * once the debug info agrees) or "N<TAB>ERRORS" (the count of errors
+ * already printed, which the command adds its own to); a line each. -1:
+ * none, the shim prints the summary and the count itself. */
+static int check_fd = -1;
 
 /* init_site functions: [start, end) of each, filled by the constructor,
  * read without a lock (they never change afterwards). */
@@ -498,9 +512,26 @@ static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config
     nobject_entries++;
 }
 
+/* Checking with DMUTEX_CHECK_FD: entry mc, mapped at addr, for the
+ * command to hold against the debug info of the file that holds addr. A
+ * tab or newline in a field would break the line: such an entry is not
+ * sent (and so not checked against debug info). */
+static void check_record(const struct dm_mutex_config *mc, const char *what, uintptr_t addr)
+{
+    struct dm_symbols_where w;
+    if (check_fd < 0 || dm_symbols_where(addr, 0, &w) != 0 ||
+        strpbrk(w.path, "\t\n") || strpbrk(what, "\t\n") || strpbrk(mc->name, "\t\n"))
+        return;
+    dprintf(check_fd, "E\t%d\t%s\t%s\t%#lx\t%s\t%s\n", mc->line,
+            mc->cond ? "conds" : mc->rw ? "rwlocks" : "mutexes", w.path,
+            (unsigned long)w.vaddr, what, mc->name);
+}
+
 static void map_entries(struct dm_config *cfg)
 {
     char err[DM_ERR_MAX];
+    if (check_fd >= 0 && !strpbrk(cfg->path, "\t\n"))
+        dprintf(check_fd, "C\t%s\n", cfg->path);
     for (size_t i = 0; i < cfg->nmutexes + cfg->nconds + cfg->nrwlocks; i++) {
         struct dm_mutex_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
             : i < cfg->nmutexes + cfg->nconds ? &cfg->conds[i - cfg->nmutexes]
@@ -577,6 +608,7 @@ static void map_entries(struct dm_config *cfg)
                 snprintf(what + n, sizeof what - n, "[%ld]", mc->index);
             check_where(addr, where, sizeof where);
             check_print(mc, what, where);
+            check_record(mc, what, addr);
         }
     }
     dm_symbols_flush();
@@ -711,12 +743,20 @@ static const char *conds_summary(void)
  * destructor runs (nothing is held: no lock was taken, no thread made). */
 static void check_exit(int summary)
 {
-    if (summary && check_mode == CHECK_PRINT && check_errors == 0)
-        printf("%s: %zu mutexes would be mapped (%zu init_site functions)%s, redis at %s, "
-               "namespace %s\n", config.path ? config.path : "config",
-               dm_registry_count() - conds_mapped - rwlocks_mapped, dm_startup_ninit_sites,
-               conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
-    if (check_errors)
+    char line[PATH_MAX + 512];
+    if (summary && check_errors == 0) {
+        snprintf(line, sizeof line, "%s: %zu mutexes would be mapped (%zu init_site "
+                 "functions)%s, redis at %s, namespace %s", config.path ? config.path : "config",
+                 dm_registry_count() - conds_mapped - rwlocks_mapped, dm_startup_ninit_sites,
+                 conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
+        if (check_fd >= 0)
+            dprintf(check_fd, "S\t%s\n", line);
+        else if (check_mode == CHECK_PRINT)
+            printf("%s\n", line);
+    }
+    if (check_errors && check_fd >= 0)
+        dprintf(check_fd, "N\t%d\n", check_errors);
+    else if (check_errors)
         dm_error("%d error%s: the program would not start", check_errors,
                  check_errors == 1 ? "" : "s");
     fflush(stdout);
@@ -731,8 +771,14 @@ __attribute__((constructor)) static void dm_startup_start(void)
      * the environment belongs to whoever started it and is ignored. */
     const char *path = secure_getenv("DMUTEX_CONFIG");
     const char *check = secure_getenv("DMUTEX_CHECK");
-    if (check && *check)
+    if (check && *check) {
         check_mode = strcmp(check, "quiet") == 0 ? CHECK_QUIET : CHECK_PRINT;
+        const char *fd = secure_getenv("DMUTEX_CHECK_FD");
+        char *end;
+        long v = fd && *fd ? strtol(fd, &end, 10) : -1;
+        if (v >= 0 && v <= INT_MAX && *end == '\0' && fcntl((int)v, F_GETFD) >= 0)
+            check_fd = (int)v;
+    }
     if ((!path || !*path) && getauxval(AT_SECURE) && getenv("DMUTEX_CONFIG"))
         config_fail("this is a set-user-ID or set-group-ID process (AT_SECURE): DMUTEX_CONFIG "
                     "and every other DMUTEX_* variable of the environment are ignored%s%s, so "

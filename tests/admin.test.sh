@@ -7,8 +7,9 @@
 #           FILE:LINE line a real start prints, every error at once; dmutex
 #           run stops on it before main; an entry naming a lock of a kind
 #           the shim does not interpose (GLib's GMutex, GCond, a spin lock:
-#           by size) is refused with 78 and the cause and the fix, by
-#           check and the real start, never mapped
+#           by size; a GStaticMutex: by debug info) or a cnd_t in mutexes
+#           is refused with 78 and the cause and the fix, by check, run
+#           and the real start (where the size tells), never mapped
 #   unlock  refuses a live holder and a killed one whose lease lives;
 #           --force hands the lock to the waiting process with a bigger
 #           token, the old holder logs its lost lease, its release and
@@ -143,9 +144,11 @@ else bad "run: main ran exactly once" "$(cat "$T/out")"; fi
 
 # ---- locks of kinds the shim does not interpose ------------------------------
 # tests/progs/glibprog: GLib's GMutex and GCond (declared with GLib's own
-# layouts) and a spin lock, beside a pthread_mutex_t and an mtx_t. An
-# entry naming a lock the shim cannot honour is refused with 78 and a
-# message naming the cause and the fix; never "would be mapped".
+# layouts), a spin lock, the deprecated GStaticMutex (48 bytes: a mutex
+# fits, only debug info tells it is none), beside a pthread_mutex_t and an
+# mtx_t. An entry naming a lock the shim cannot honour is refused with 78
+# and a message naming the cause and the fix, by check, by run and by the
+# real start where the size tells; never "would be mapped".
 G=build/tests/progs/glibprog
 cat >"$T/glib.cfg" <<'CFG'
 mutexes = ( { symbol = "cache_lock"; }, { symbol = "stats_lock"; } );
@@ -172,6 +175,35 @@ if [ "$rrc" -eq 78 ] && ! grep -q "main ran" "$T/rout" &&
     ok "the real start with a GMutex entry: 78 before main, the same error"
 else bad "the real start with a GMutex entry: 78 before main, the same error" "exit $rrc" \
     "$(cat "$T/rout" "$T/rerr")"; fi
+cat >"$T/static.cfg" <<'CFG'
+mutexes = (
+  { symbol = "plain_lock"; },
+  { symbol = "legacy_lock"; offset = 8; name = "legacy"; },
+  { symbol = "registry"; offset = 16; name = "registry"; },
+  { symbol = "c11_lock"; }
+);
+CFG
+"$DMUTEX" check -c "$T/static.cfg" -- "$G" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] && ! grep -q "would be mapped" "$T/out"; then
+    ok "check: GStaticMutex entries (a mutex would fit): 78 from the debug info"
+else bad "check: GStaticMutex entries (a mutex would fit): 78 from the debug info" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
+has "dmutex check: error: $T/static.cfg:3: legacy_lock+8 in glibprog is a GStaticMutex (debug info: legacy_lock), not a pthread_mutex_t, mtx_t or std::mutex: a deprecated GLib lock" \
+    "$T/err" "check: a GStaticMutex's unused pthread_mutex_t: refused, the cause named"
+has "$T/static.cfg:4: registry+16 in glibprog is a GStaticMutex (debug info: registry.lock)" \
+    "$T/err" "check: a GStaticMutex struct member: refused by its member path"
+has "Mapped, it would exclude nothing: lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one" \
+    "$T/err" "check: a GStaticMutex entry: the fix named"
+has "dmutex check: error: 2 errors: the program would not start" "$T/err" \
+    "check: the debug info's errors counted"
+"$DMUTEX" run -c "$T/static.cfg" -r "$URL" -- "$G" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] && ! grep -q "main ran" "$T/out" &&
+   grep -qF "$T/static.cfg:3: legacy_lock+8 in glibprog is a GStaticMutex" "$T/err"; then
+    ok "run: GStaticMutex entries: 78 before main, the same error"
+else bad "run: GStaticMutex entries: 78 before main, the same error" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
 printf 'mutexes = ( { symbol = "plain_lock"; }, { symbol = "c11_lock"; } );\n' >"$T/ok.cfg"
 "$DMUTEX" check -c "$T/ok.cfg" -- "$G" >"$T/out" 2>"$T/err"
 rc=$?
@@ -183,6 +215,17 @@ else bad "check: its pthread_mutex_t and mtx_t would be mapped" "exit $rc" \
 rc=$?
 if [ "$rc" -eq 0 ] && grep -q "^locked" "$T/out"; then ok "run: they are, and the program runs"
 else bad "run: they are, and the program runs" "exit $rc" "$(cat "$T/out" "$T/err")"; fi
+# A cond named as a mutex resolves as well as one (48 bytes): the debug
+# info says it is a cnd_t, and which list it belongs to.
+printf 'mutexes = ( { symbol = "ready"; } );\n' >"$T/kind.cfg"
+"$DMUTEX" check -c "$T/kind.cfg" -- build/tests/progs/c11prog >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] &&
+   grep -qF "$T/kind.cfg:1: ready in c11prog is a cnd_t (debug info: ready), not a pthread_mutex_t, mtx_t or std::mutex" "$T/err" &&
+   grep -qF "List it in conds" "$T/err"; then
+    ok "check: a cnd_t in mutexes: 78, the list it belongs to named"
+else bad "check: a cnd_t in mutexes: 78, the list it belongs to named" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
 
 # ---- unlock --------------------------------------------------------------
 # Short lease: a forced holder hears of it within a renewal period (1 s).

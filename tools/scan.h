@@ -154,6 +154,24 @@ void dm_scan_add_hits(struct scan *sc, const struct file *f, enum how how,
  * f->known, the addresses it described. */
 void dm_scan_dwarf(struct scan *sc, struct file *f);
 
+/* What debug info says is at an address of a file, for `dmutex check`:
+ * the variable with a static address that covers it, and inside it the
+ * innermost lock whose bytes cover it. */
+struct dwarf_at {
+    GElf_Addr vaddr;            /* asked: an address of the file (load bias removed) */
+    int found;                  /* a variable covers it */
+    char var[PATH_LEN];         /* its name, then the member path down to the lock */
+    const char *type;           /* that lock's type ("pthread_mutex_t", "std::mutex",
+                                 * "GMutex"); NULL: no lock covers vaddr */
+    enum kind kind;             /* of an interposed type */
+    const struct foreign_type *foreign;     /* else what it is */
+    long into;                  /* vaddr minus the lock's first byte */
+};
+
+/* Fills at[i] for each at[i].vaddr (i < n) in one walk of f's debug info
+ * (f->dw: the caller checks there is some). */
+void dm_scan_dwarf_at(struct file *f, struct dwarf_at *at, size_t n);
+
 /* Rows guessed from the symbol table for the data objects debug info did
  * not describe (with sc->all, the weak ones too). */
 void dm_scan_guesses(struct scan *sc, struct file *f);

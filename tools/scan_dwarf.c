@@ -420,3 +420,159 @@ void dm_scan_dwarf(struct scan *sc, struct file *f)
     qsort(f->known, f->nknown, sizeof *f->known, dm_scan_cmp_addr);
 }
 
+
+/* ---- what is at an address (dmutex check) ---------------------------------- */
+
+static void found_lock(struct dwarf_at *a, const char *path, const char *type, enum kind kind,
+                       const struct foreign_type *foreign, long into)
+{
+    snprintf(a->var, sizeof a->var, "%s", path);
+    a->type = type;
+    a->kind = kind;
+    a->foreign = foreign;
+    a->into = into;
+}
+
+/* The innermost lock of a value of type `type` whose bytes cover `off`
+ * into it, into *a (path: the value's name so far). 1 when one does. */
+static int lock_at(Dwarf_Die *type, long off, const char *path, struct dwarf_at *a, int depth)
+{
+    Dwarf_Die die = *type, next, child;
+    char p[PATH_LEN];
+    snprintf(p, sizeof p, "%s", path);
+    for (int hops = 0; depth < MAX_DEPTH && hops < MAX_DEPTH; hops++) {
+        const char *name = dwarf_diename(&die);
+        const char *std;
+        enum kind kind = KIND_MUTEX;
+        switch (dwarf_tag(&die)) {
+        case DW_TAG_typedef:
+            for (size_t i = 0; name && i < sizeof pthread_types / sizeof pthread_types[0]; i++)
+                if (strcmp(name, pthread_types[i].name) == 0) {
+                    found_lock(a, p, pthread_types[i].name, pthread_types[i].kind, NULL, off);
+                    return 1;
+                }
+            if (foreign_type(name)) {
+                found_lock(a, p, foreign_type(name)->type, KIND_MUTEX, foreign_type(name), off);
+                return 1;
+            }
+            /* fall through */
+        case DW_TAG_const_type:
+        case DW_TAG_volatile_type:
+        case DW_TAG_atomic_type:
+            if (type_of(&die, &next) != 0)
+                return 0;
+            die = next;
+            continue;
+        case DW_TAG_array_type: {
+            Dwarf_Word elem_size;
+            if (type_of(&die, &next) != 0 || dwarf_aggregate_size(&next, &elem_size) != 0 ||
+                elem_size == 0)
+                return 0;
+            long i = off / (long)elem_size;
+            size_t len = strlen(p);
+            snprintf(p + len, sizeof p - len, "[%ld]", i);
+            off -= i * (long)elem_size;
+            die = next;
+            depth++;
+            continue;
+        }
+        case DW_TAG_structure_type:
+        case DW_TAG_class_type:
+        case DW_TAG_union_type:
+            if ((std = std_mutex(&die, &kind)) != NULL) {
+                found_lock(a, p, std, kind, NULL, off);
+                return 1;
+            }
+            if (foreign_type(name)) {
+                found_lock(a, p, foreign_type(name)->type, KIND_MUTEX, foreign_type(name), off);
+                return 1;
+            }
+            if (dwarf_child(&die, &child) != 0)
+                return 0;
+            do {
+                int tag = dwarf_tag(&child);
+                if ((tag != DW_TAG_member && tag != DW_TAG_inheritance) ||
+                    dwarf_hasattr(&child, DW_AT_declaration))
+                    continue;
+                long mo = member_offset(&child);
+                Dwarf_Word msize;
+                if (mo < 0 || mo > off || type_of(&child, &next) != 0 ||
+                    dwarf_aggregate_size(&next, &msize) != 0 || off >= mo + (long)msize)
+                    continue;
+                char q[PATH_LEN];
+                const char *mname = dwarf_diename(&child);
+                if (tag == DW_TAG_member && mname)
+                    snprintf(q, sizeof q, "%s.%s", p, mname);
+                else
+                    snprintf(q, sizeof q, "%s", p);
+                if (lock_at(&next, off - mo, q, a, depth + 1))
+                    return 1;   /* a union's members overlap: the first that has one */
+            } while (dwarf_siblingof(&child, &child) == 0);
+            return 0;
+        default:
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static void at_variable(Dwarf_Die *var, struct dwarf_at *at, size_t n)
+{
+    GElf_Addr addr;
+    Dwarf_Die type;
+    Dwarf_Word size;
+    if (static_address(var, &addr) != 0 || type_of(var, &type) != 0 ||
+        dwarf_aggregate_size(&type, &size) != 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (at[i].found || at[i].vaddr < addr || at[i].vaddr >= addr + size)
+            continue;
+        at[i].found = 1;
+        char *q = qualified_name(var);
+        lock_at(&type, (long)(at[i].vaddr - addr), q ? q : "?", &at[i], 0);
+        if (!at[i].type)
+            snprintf(at[i].var, sizeof at[i].var, "%s", q ? q : "?");
+        free(q);
+    }
+}
+
+static void at_walk(Dwarf_Die *die, struct dwarf_at *at, size_t n, int depth)
+{
+    Dwarf_Die child;
+    if (depth > MAX_DEPTH || dwarf_child(die, &child) != 0)
+        return;
+    do {
+        switch (dwarf_tag(&child)) {
+        case DW_TAG_variable:
+            at_variable(&child, at, n);
+            break;
+        case DW_TAG_subprogram:
+        case DW_TAG_lexical_block:
+        case DW_TAG_namespace:
+        case DW_TAG_module:
+            at_walk(&child, at, n, depth + 1);
+            break;
+        default:
+            break;
+        }
+    } while (dwarf_siblingof(&child, &child) == 0);
+}
+
+void dm_scan_dwarf_at(struct file *f, struct dwarf_at *at, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        at[i].found = 0;
+        at[i].type = NULL;
+        at[i].foreign = NULL;
+        at[i].var[0] = 0;
+        at[i].into = 0;
+    }
+    Dwarf_Off off = 0, next;
+    size_t hsize;
+    while (dwarf_nextcu(f->dw, off, &next, &hsize, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cu;
+        if (dwarf_offdie(f->dw, off + hsize, &cu))
+            at_walk(&cu, at, n, 0);
+        off = next;
+    }
+}
