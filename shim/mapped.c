@@ -1231,12 +1231,17 @@ int dm_mapped_destroy(struct dm_entry *e, pthread_mutex_t *m)
     return r;
 }
 
-int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_mutexattr_t *a)
+void dm_mapped_reinit(struct dm_entry *e)
 {
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     e->robust_state = DM_ROBUST_OK;
     e->dead_pending = 0;
+}
+
+int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    dm_mapped_reinit(e);
     return dm_real.mutex_init(m, a);
 }
 

@@ -55,6 +55,7 @@ PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_condprog = $(shell pkg-config --libs hiredis)
 PROG_LIBS_rwprog = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl
+PROG_LIBS_c11prog = $(shell pkg-config --libs hiredis)
 # sslprog is a program with an OpenSSL of its own (test_tls).
 PROG_LIBS_sslprog = $(shell pkg-config --libs libssl libcrypto)
 # api_weak includes include/dmutex.h, the public header, as a user would.

@@ -81,22 +81,25 @@ struct obj_kind {
     const char *list;               /* its config list */
     size_t size;                    /* of its pthread type: offset -> index */
     const char *init;               /* its init function */
+    const char *c11_init;           /* C11's (<threads.h>), the same to the shim; NULL: none */
+    const char *inits;              /* all of them, for those never given to one */
     const char *types;              /* said of a symbol of exactly that size */
     const char *never;              /* said of the unknown row of those never given to init */
     int nuses;                      /* n[0 .. nuses-1] are uses (what --min-locks counts) */
 };
 
 static const struct obj_kind kind_mutex = {
-    "mutexes", MUTEX_SIZE, "pthread_mutex_init", " (std::mutex / pthread_mutex_t)",
+    "mutexes", MUTEX_SIZE, "pthread_mutex_init", "mtx_init", "pthread_mutex_init or mtx_init",
+    " (std::mutex / pthread_mutex_t / mtx_t)",
     "a std::mutex, or PTHREAD_MUTEX_INITIALIZER outside a variable", 0,
 };
 static const struct obj_kind kind_cond = {
-    "conds", sizeof(pthread_cond_t), "pthread_cond_init",
-    " (std::condition_variable / pthread_cond_t)",
+    "conds", sizeof(pthread_cond_t), "pthread_cond_init", "cnd_init",
+    "pthread_cond_init or cnd_init", " (std::condition_variable / pthread_cond_t / cnd_t)",
     "a std::condition_variable, or PTHREAD_COND_INITIALIZER outside a variable", 3,
 };
 static const struct obj_kind kind_rwlock = {
-    "rwlocks", sizeof(pthread_rwlock_t), "pthread_rwlock_init",
+    "rwlocks", sizeof(pthread_rwlock_t), "pthread_rwlock_init", NULL, "pthread_rwlock_init",
     " (std::shared_mutex / pthread_rwlock_t)",
     "a std::shared_mutex, or PTHREAD_RWLOCK_INITIALIZER outside a variable", 2,
 };
@@ -265,8 +268,10 @@ static void object_clause(const struct dm_symbols_where *w, char *out, size_t le
 
 /* Names the mutex (cond, rwlock: k) of slot s (address m) as a config
  * entry would. */
-static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, struct row *r)
+static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, int c11,
+                        struct row *r)
 {
+    const char *init = c11 && k->c11_init ? k->c11_init : k->init;
     struct dm_symbols_where w;
     char obj[300], shown[600];
     if (dm_symbols_where(m, 0, &w) == 0) {
@@ -327,7 +332,7 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
             lock_name(shown, r->name);
             r->c = C_INIT_SITE;
             snprintf(r->what, sizeof r->what, "heap, %s in %s (%s+%#" PRIxPTR ")",
-                     k->init, shown, base_name(w.path), w.vaddr);
+                     init, shown, base_name(w.path), w.vaddr);
             snprintf(r->key, sizeof r->key, "{ init_site = \"%s\";%s", w.symbol, obj);
             return;
         }
@@ -336,7 +341,7 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
         lock_name(nm, r->name);
         r->c = C_ADDRESS;
         snprintf(r->what, sizeof r->what, "heap, %s called from %s+%#" PRIxPTR
-                 " (%s)", k->init, base_name(w.path), w.vaddr,
+                 " (%s)", init, base_name(w.path), w.vaddr,
                  w.symbol[0] ? "a file-static function: init_site names globals only"
                              : "no symbol covers the call");
         snprintf(r->key, sizeof r->key, "{ init_site_address = %#" PRIxPTR ";%s%s%s%s",
@@ -354,14 +359,14 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
                  "heap or stack, initialised from outside any loaded object");
     else
         snprintf(r->what, sizeof r->what,
-                 "heap or stack, never initialised by %s (%s): no entry names it", k->init,
+                 "heap or stack, never initialised by %s (%s): no entry names it", k->inits,
                  k->never);
     snprintf(r->key, sizeof r->key, "unknown %d", site != 0);
 }
 
-static void identify(uintptr_t m, uintptr_t site, struct row *r)
+static void identify(uintptr_t m, uintptr_t site, int c11, struct row *r)
 {
-    identify_as(&kind_mutex, m, site, r);
+    identify_as(&kind_mutex, m, site, c11, r);
 }
 
 static int by_key(const void *a, const void *b)
@@ -730,7 +735,8 @@ static int row_of_slot(struct dm_trace_slot *s, struct row *t)
         return -1;
     memset(t, 0, sizeof *t);
     int retired = DM_TRACE_IS_RETIRED(key);
-    identify(retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    identify(retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site),
+             (int)atomic_load(&s->c11), t);
     t->mutexes = retired ? atomic_load(&s->folded) : 1;
     t->locks = locks;
     t->contended = atomic_load(&s->contended);
@@ -757,7 +763,8 @@ static int row_of_obj(const struct obj_kind *k, struct dm_trace_obj *s, struct r
         return -1;
     memset(t, 0, sizeof *t);
     int retired = DM_TRACE_IS_RETIRED(key);
-    identify_as(k, retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    identify_as(k, retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site),
+                (int)atomic_load(&s->c11), t);
     t->mutexes = retired ? atomic_load(&s->folded) : 1;
     t->locks = uses;
     memcpy(t->n, n, sizeof n);
