@@ -55,6 +55,9 @@ make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 cc -std=gnu11 -Wall -Wextra -Werror -pthread -Iinclude tests/install/apiprog.c -o "$T/apiprog" \
     >"$T/cc.log" 2>&1 || fail_setup "$(cat "$T/cc.log")"
 redis_tmp_start || fail_setup "no redis-server"
+# the namespaces of this script, declared new too (redis-tmp declares dmutex)
+redis_tmp_fresh admintest
+redis_tmp_fresh toptest
 URL=redis://127.0.0.1:$REDIS_TMP_PORT
 CLI="redis-cli -p $REDIS_TMP_PORT"
 

@@ -150,8 +150,9 @@ static long long owners(const char *lname)
     return th_cmd_int(rc, "HLEN %s", th_key(lname, DM_KEY_LOCK));
 }
 
-/* One lease after the end, only the fencing counter may be left (and a
- * :holder marker that has a TTL). */
+/* One lease after the end, only the fencing counter and the epoch may be
+ * left (both kept for good, acquire.lua) and a :holder marker that has a
+ * TTL. */
 static void assert_no_leftover_keys(const char *lname, long long ended)
 {
     long long wait = ended + LEASE_MS + KEY_MARGIN_MS - th_now_ms();
@@ -160,9 +161,10 @@ static void assert_no_leftover_keys(const char *lname, long long ended)
     redisReply *r = th_cmd(rc, "KEYS %s*", th_key(lname, DM_KEY_LOCK));
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     const char *token = th_key(lname, DM_KEY_TOKEN), *holder = th_key(lname, DM_KEY_HOLDER);
+    const char *epoch = th_key(lname, DM_KEY_EPOCH);
     for (size_t i = 0; i < r->elements; i++) {
         const char *k = r->element[i]->str;
-        if (strcmp(k, token) == 0)
+        if (strcmp(k, token) == 0 || strcmp(k, epoch) == 0)
             continue;
         if (strcmp(k, holder) == 0 && th_cmd_int(rc, "PTTL %s", k) > 0)
             continue;
