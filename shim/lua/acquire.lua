@@ -79,7 +79,7 @@
 -- microseconds (above every token handed out before: a restored counter
 -- may lag), and a server up for less than a lease (INFO's uptime) grants
 -- the lock to nobody until a lease after its start, unless it was
--- promoted from a replica (INFO replication's master_replid2: its data
+-- promoted from a replica that synced (INFO replication second_repl_offset: its data
 -- came by replication, not from a restart) or declared new with
 -- `dmutex fresh` (ARGV[10] holds its run_id; a restart gives another),
 -- or declared durable (`dmutex fresh --durable`: ARGV[10] holds
@@ -265,6 +265,15 @@ local function declared(v)
                           string.match(redis.call('info', 'persistence'), 'aof_enabled:1') ~= nil)
 end
 
+-- Was this server promoted from a replica that had synced in this run
+-- (its data came by replication, not from a restart)? A replica promoted
+-- before any sync shows a second_repl_offset of 1, a server never
+-- promoted -1.
+local function synced_replica()
+    local so = string.match(redis.call('info', 'replication'), 'second_repl_offset:(%-?%d+)')
+    return (tonumber(so) or -1) > 1
+end
+
 -- Before a grant: is the lock's data known continuous on this server run
 -- (see "Restarts")? nil: the grant may go ahead; else the refusal.
 local function restart_check()
@@ -278,7 +287,7 @@ local function restart_check()
         redis.call('set', tokenkey, us)
     end
     if up * 1000 < lease and intact ~= '' and not declared(redis.call('get', intact)) and
-            string.match(redis.call('info', 'replication'), 'master_replid2:0+%s') then
+            not synced_replica() then
         local untl = clock() - up * 1000 + lease    -- it started no later than up s ago
         redis.call('set', holder, '?' .. string.format('%d', untl))
         return kept_off(untl)
@@ -307,13 +316,13 @@ if kind == 'none' then
     local last = redis.call('get', holder)
     local quarantine = last and tonumber(string.match(last, '^%?(%d+)$'))
     if quarantine then
-        if clock() < quarantine then
+        -- (a declaration made meanwhile, `dmutex fresh`, lifts it)
+        if clock() < quarantine and not (intact ~= '' and runid ~= '' and
+                                         declared(redis.call('get', intact))) then
             return kept_off(quarantine)
         end
-        last = nil          -- over: the first grant of the new data, no owner died
-        if runid ~= '' then
-            redis.call('set', epochkey, runid)
-        end
+        last = nil          -- over: no owner died; restart_check decides (the marker may
+                            -- be an older run's, restored from a snapshot)
     end
     if last and string.sub(last, 1, 1) ~= '=' then
         local lost = string.match(last, ' #(%d+)$')
