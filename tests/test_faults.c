@@ -1579,6 +1579,27 @@ static void wait_queued(const char *name, long long n)
     }
 }
 
+/* A holds lock `name`, B (holding until *gob) and C (in and out) queue
+ * behind it in that order, then A unlocks, handing the lock to B: returns
+ * once B is inside, with the three pids and outputs. */
+struct handover { pid_t a, b, c; char *aout, *bout, *cout, *gob; };
+static struct handover handover_to_b(const char *name, const char *acfg, const char *bcfg)
+{
+    struct handover h = { .aout = th_out_file(), .bout = th_out_file(), .cout = th_out_file(),
+                          .gob = th_go_file() };
+    char *goa = th_go_file();
+    struct run ar = { .cfg = acfg, .out = h.aout }, br = { .cfg = bcfg, .out = h.bout },
+               cr = { .cfg = bcfg, .out = h.cout };
+    h.a = holder(&ar, goa);
+    h.b = worker(&br, "once", "lock", "-g", h.gob, NULL);
+    wait_queued(name, 1);
+    h.c = worker(&cr, "once", "lock", "-u", "0", NULL);
+    wait_queued(name, 2);
+    th_touch(goa);                          /* A's unlock hands the lock to B */
+    th_wait_for(h.bout, "inside ", RUN_MS);
+    return h;
+}
+
 /* A lock handed over by a release is the new holder's for a whole lease
  * from the handover: stopped (a GC or VM pause) the moment it entered, for
  * more than a renewal period but less than lease - margin, it keeps the
@@ -1593,17 +1614,9 @@ static void handover_stop_scenario(void **s)
     snprintf(text_cfg, sizeof text_cfg, "lease_ms = %ld;\nmutexes = ( { symbol = \"fault_lock\"; "
              "name = \"h_stop\"; %s } );\n", lease, opts);
     char *cfg = config_raw(text_cfg);
-    char *aout = th_out_file(), *bout = th_out_file(), *cout = th_out_file();
-    char *goa = th_go_file(), *gob = th_go_file();
-    struct run ar = { .cfg = cfg, .out = aout }, br = { .cfg = cfg, .out = bout },
-               cr = { .cfg = cfg, .out = cout };
-    pid_t a = holder(&ar, goa);
-    pid_t b = worker(&br, "once", "lock", "-g", gob, NULL);
-    wait_queued("h_stop", 1);
-    pid_t c = worker(&cr, "once", "lock", "-u", "0", NULL);
-    wait_queued("h_stop", 2);
-    th_touch(goa);                          /* A's unlock hands the lock to B */
-    th_wait_for(bout, "inside ", RUN_MS);
+    struct handover h = handover_to_b("h_stop", cfg, cfg);
+    pid_t a = h.a, b = h.b, c = h.c;
+    char *aout = h.aout, *bout = h.bout, *cout = h.cout, *gob = h.gob;
     kill(b, SIGSTOP);
     long long stopped = th_now_ms();
     long long pttl = th_cmd_int(rc, "PTTL %s", th_key("h_stop", DM_KEY_LOCK));
@@ -1688,6 +1701,17 @@ static void test_release_finding_its_hold_expired_after_the_unlock_does_not_abor
     }
 }
 
+/* Waits for holder h to abort (SIGABRT) after its hold was lost; sets
+ * *died (CLOCK_MONOTONIC ms) and returns its output. */
+static char *holder_aborts(pid_t h, const char *hout, long long *died)
+{
+    int st = th_wait_end(h, RUN_MS, died, NULL);
+    char *ht = th_read_output(hout);
+    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the holder of the lost hold did not abort (status 0x%x):\n%s", st, ht);
+    return ht;
+}
+
 /* A restart without persistence forgets the hold of a holder that is
  * inside: nobody may enter until that holder has stopped. The server,
  * up for less than a lease and lacking the lock's data, grants nothing
@@ -1708,10 +1732,7 @@ static void test_restart_without_persistence_lets_nobody_in_before_the_old_holde
     lock_server_restart(NULL);
     long long up = th_now_ms();
     long long died;
-    int st = th_wait_end(h, RUN_MS, &died, NULL);
-    char *ht = th_read_output(hout);
-    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
-        fail_msg("the holder of the lost hold did not abort (status 0x%x):\n%s", st, ht);
+    char *ht = holder_aborts(h, hout, &died);
     th_assert_has(ht, "server no longer has the hold");
     char *wt = finish(w, wout);
     long long w_in = inside_field(wt, 1);
@@ -1754,10 +1775,7 @@ static void test_restart_from_an_older_snapshot_lets_nobody_in_and_tokens_grow(v
     lock_server_restart(NULL);              /* loads the snapshot: the counter, no hold */
     long long up = th_now_ms();
     long long died;
-    int st = th_wait_end(h, RUN_MS, &died, NULL);
-    char *ht = th_read_output(hout);
-    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
-        fail_msg("the holder of the lost hold did not abort (status 0x%x):\n%s", st, ht);
+    char *ht = holder_aborts(h, hout, &died);
     char *wt = finish(w, wout);
     long long w_in = inside_field(wt, 1);
     measured("redis-server restarted from a snapshot older than the hold (lease 3000 ms): the "
@@ -1823,17 +1841,9 @@ static void test_handover_from_a_shorter_lease_is_renewed_in_time(void **s)
     lock_server(NULL, NULL);
     char *short_cfg = config("lease_ms = 2000;", "h_mixed");
     char *long_cfg = config("lease_ms = 9000;", "h_mixed");
-    char *aout = th_out_file(), *bout = th_out_file(), *cout = th_out_file();
-    char *goa = th_go_file(), *gob = th_go_file();
-    struct run ar = { .cfg = short_cfg, .out = aout }, br = { .cfg = long_cfg, .out = bout },
-               cr = { .cfg = long_cfg, .out = cout };
-    pid_t a = holder(&ar, goa);
-    pid_t b = worker(&br, "once", "lock", "-g", gob, NULL);
-    wait_queued("h_mixed", 1);
-    pid_t c = worker(&cr, "once", "lock", "-u", "0", NULL);
-    wait_queued("h_mixed", 2);
-    th_touch(goa);
-    th_wait_for(bout, "inside ", RUN_MS);
+    struct handover h = handover_to_b("h_mixed", short_cfg, long_cfg);
+    pid_t a = h.a, b = h.b, c = h.c;
+    char *aout = h.aout, *bout = h.bout, *cout = h.cout, *gob = h.gob;
     usleep(4000 * 1000);                    /* two of the releaser's leases */
     char *ct = th_read_output(cout);
     int c_in = strstr(ct, "inside ") != NULL;
