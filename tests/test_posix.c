@@ -1100,13 +1100,25 @@ static void test_an_idle_name_costs_the_shim_less_than_768_bytes_of_heap(void **
 /* glibc lets another thread unlock a normal mutex. That thread ends the
  * holder's share before the real unlock: a third thread that takes the
  * mutex at once must not lose its own share (the process would keep the
- * cluster lock for ever). */
+ * cluster lock for ever).
+ *
+ * The work is bounded, not the time: XUNLOCK_ITERS hand-offs between two
+ * threads cost two wake-ups each, which a CPU hog beside the run delays by
+ * a scheduler slice or more (20,000 took 5 s on a quiet 2-core machine and
+ * more than 30 s beside `stress-ng --cpu 2`). With the unlock ending the
+ * share after the real unlock (the defect), 200 iterations left the lock
+ * held in 2 of 3 runs and 2,000 in 7 of 7, quiet or loaded; 5,000 take a
+ * few seconds beside the hog. XUNLOCK_GUARD_MS only ends a hang. */
+#define XUNLOCK_ITERS    "5000"
+#define XUNLOCK_GUARD_MS 240000L
+
 static void test_unlock_by_another_thread_racing_a_third_locker_leaves_the_lock_free(void **state)
 {
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t46_xu\"; }");
     char *out = th_out_file();
-    char *text = finish(PP(cfg, out, th_key("t46_xu", DM_KEY_LOCK), "xunlock", "norm", "20000"), out, 0);
+    pid_t pid = PP(cfg, out, th_key("t46_xu", DM_KEY_LOCK), "xunlock", "norm", XUNLOCK_ITERS);
+    char *text = th_finish(pid, out, 0, XUNLOCK_GUARD_MS);
     th_assert_has(text, "xunlock exists=0");
     free(text);
 }
