@@ -771,6 +771,28 @@ static int fresh(const struct dm_grant *g)
     return dm_now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
 }
 
+/* A grant too late to trust is asked for again, but what it found stands:
+ * a previous holder it found dead is the next grant's news too, as long as
+ * no other grant came between. Tokens count every grant of a lock (and a
+ * forced release), so that is the same token (the retry renewed the late
+ * grant) or the next (the late grant expired and nobody else had it). */
+struct late_grant {
+    uint64_t token;             /* 0: none */
+    int owner_dead;
+};
+
+static void late_grant_keep(struct late_grant *lg, const struct dm_grant *g)
+{
+    int after = lg->token && (g->token == lg->token || g->token == lg->token + 1);
+    lg->owner_dead = g->owner_dead || (after && lg->owner_dead);
+    lg->token = g->token;
+}
+
+static int late_grant_dead(const struct late_grant *lg, const struct dm_grant *g)
+{
+    return lg->token && lg->owner_dead && (g->token == lg->token || g->token == lg->token + 1);
+}
+
 /* Is `msg` the handover of this wait ("<member> <token>[ +][ !] @<ms>:<lease>":
  * " +" others queue behind, " !" a forced release (dmutex unlock --force)
  * handed it over: its holder is dead, as after an expiry; ms the server's
@@ -986,6 +1008,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
     int handed = 0;         /* a handover is being confirmed */
     int waited = 0;         /* another holder had it: contended */
     int kept_logged = 0;    /* the server's restart keeping grants off was logged */
+    struct late_grant late = { 0, 0 };  /* the last grant too late to trust */
     long long down_since = 0;
     /* Fair and caching waiters queue (an rwlock's writers too: their
      * place in line keeps new readers out); a trylock never does, nor a
@@ -1036,8 +1059,10 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             if (!fresh(g)) {
                 dm_warn("lock %s: the grant came back too late to trust (%lld ms); asking again",
                         l->name, dm_now_ms() - sent);
+                late_grant_keep(&late, g);
                 continue;       /* acquire is idempotent: the retry renews or re-queues */
             }
+            g->owner_dead |= late_grant_dead(&late, g);
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);

@@ -49,6 +49,16 @@ static void die(const char *fmt, ...)
     abort();
 }
 
+/* DM_TEST_FILTER=PATTERN (cmocka's * and ? wildcards) runs only the
+ * tests of a group whose names match: one test again and again, e.g.
+ * beside a CPU hog. Set before main, so every group has it. */
+__attribute__((constructor)) static void th_filter_from_env(void)
+{
+    const char *only = getenv("DM_TEST_FILTER");
+    if (only && *only)
+        cmocka_set_test_filter(only);
+}
+
 long long th_now_ms(void)
 {
     return now_ms();

@@ -459,6 +459,53 @@ static void test_other_process_acquires_while_waiter_in_cond_clockwait(void **st
     cond_scenario("clockwait", "t10_clock");
 }
 
+/* The timed wait of `wait` ms runs out while another process holds the
+ * mutex: it must end with ETIMEDOUT only after that one unlocks, holding
+ * the mutex again. The holder must lock before the deadline, which a busy
+ * machine can miss (the wait then ends first, and the holder locks after
+ * it): such a run shows nothing, and 0 asks for one with a longer wait. */
+#define HELD_WAIT_MAX_MS 16000L
+
+static int cond_timeout_while_held(long wait)
+{
+    char warg[24];
+    snprintf(warg, sizeof warg, "%ld", wait);
+    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t11_held\"; }");
+    char *shared = th_out_file(), *go = th_go_file();
+    pid_t a = PP(cfg, shared, th_key("t11_held", DM_KEY_LOCK), "cond-timeout", "norm", "timedwait", warg);
+    th_wait_for(shared, "waiting", RUN_MS);
+    long long t0 = th_now_ms();
+    pid_t c = PP(cfg, shared, "x", "hold", "norm", go);
+    th_wait_for(shared, "locked 0", RUN_MS);
+    char *text = th_read_file(shared);
+    const char *to = strstr(text, "timeout"), *locked = strstr(text, "locked 0");
+    if (to && to < locked) {
+        print_message("the holder locked after the %ld ms wait had ended: once more\n", wait);
+        free(text);
+        th_touch(go);
+        finish_ok(c, shared);
+        free(finish(a, shared, 0));
+        return 0;
+    }
+    free(text);
+    long long left = t0 + wait + QUIET_MS - th_now_ms();
+    if (left > 0)
+        usleep((useconds_t)left * 1000);
+    if (file_has(shared, "timeout"))
+        fail_msg("the timed wait returned while another process held the mutex:\n%s",
+                 th_read_file(shared));
+    th_touch(go);
+    finish_ok(c, shared);
+    text = finish(a, shared, 0);
+    const char *unlocking = strstr(text, "unlocking");
+    to = strstr(text, "timeout ETIMEDOUT");
+    if (!unlocking || !to || to < unlocking)
+        fail_msg("expected ETIMEDOUT after the holder's \"unlocking\":\n%s", text);
+    th_assert_has(text, "exists=1");
+    free(text);
+    return 1;
+}
+
 static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
 {
     (void)state;
@@ -490,27 +537,12 @@ static void test_cond_timedwait_keeps_deadline_and_etimedout(void **state)
 
     /* Another process holds the mutex when the deadline passes: the wait
      * still ends with ETIMEDOUT, after re-acquiring. */
-    char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t11_held\"; }");
-    char *shared = th_out_file(), *go = th_go_file();
-    pid_t a = PP(cfg, shared, th_key("t11_held", DM_KEY_LOCK), "cond-timeout", "norm", "timedwait", warg);
-    th_wait_for(shared, "waiting", RUN_MS);
-    long long t0 = th_now_ms();
-    pid_t c = PP(cfg, shared, "x", "hold", "norm", go);
-    th_wait_for(shared, "locked 0", RUN_MS);
-    long long left = t0 + wait + QUIET_MS - th_now_ms();
-    if (left > 0)
-        usleep((useconds_t)left * 1000);
-    if (file_has(shared, "timeout"))
-        fail_msg("the timed wait returned while another process held the mutex:\n%s",
-                 th_read_file(shared));
-    th_touch(go);
-    finish_ok(c, shared);
-    char *text = finish(a, shared, 0);
-    const char *unlocking = strstr(text, "unlocking"), *to = strstr(text, "timeout ETIMEDOUT");
-    if (!unlocking || !to || to < unlocking)
-        fail_msg("expected ETIMEDOUT after the holder's \"unlocking\":\n%s", text);
-    th_assert_has(text, "exists=1");
-    free(text);
+    for (long held_wait = wait;; held_wait *= 2) {
+        if (cond_timeout_while_held(held_wait))
+            break;
+        if (held_wait >= HELD_WAIT_MAX_MS)
+            fail_msg("the holder never locked before a %ld ms wait ran out", held_wait);
+    }
 }
 
 static void test_cond_on_unmapped_mutex_passes_through(void **state)
@@ -1185,13 +1217,25 @@ static void test_an_idle_name_costs_the_shim_less_than_768_bytes_of_heap(void **
 /* glibc lets another thread unlock a normal mutex. That thread ends the
  * holder's share before the real unlock: a third thread that takes the
  * mutex at once must not lose its own share (the process would keep the
- * cluster lock for ever). */
+ * cluster lock for ever).
+ *
+ * The work is bounded, not the time: XUNLOCK_ITERS hand-offs between two
+ * threads cost two wake-ups each, which a CPU hog beside the run delays by
+ * a scheduler slice or more (20,000 took 5 s on a quiet 2-core machine and
+ * more than 30 s beside `stress-ng --cpu 2`). With the unlock ending the
+ * share after the real unlock (the defect), 200 iterations left the lock
+ * held in 2 of 3 runs and 2,000 in 7 of 7, quiet or loaded; 5,000 take a
+ * few seconds beside the hog. XUNLOCK_GUARD_MS only ends a hang. */
+#define XUNLOCK_ITERS    "5000"
+#define XUNLOCK_GUARD_MS 240000L
+
 static void test_unlock_by_another_thread_racing_a_third_locker_leaves_the_lock_free(void **state)
 {
     (void)state;
     char *cfg = th_config(LONG_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t46_xu\"; }");
     char *out = th_out_file();
-    char *text = finish(PP(cfg, out, th_key("t46_xu", DM_KEY_LOCK), "xunlock", "norm", "20000"), out, 0);
+    pid_t pid = PP(cfg, out, th_key("t46_xu", DM_KEY_LOCK), "xunlock", "norm", XUNLOCK_ITERS);
+    char *text = th_finish(pid, out, 0, XUNLOCK_GUARD_MS);
     th_assert_has(text, "xunlock exists=0");
     free(text);
 }
