@@ -392,7 +392,7 @@ class Bench:
                    % (i, i) for i in range(100)]
         # required = false: under valgrind the shim is also preloaded into
         # valgrind's own launcher, which has no `mapped`; the timed runs
-        # check the log for "100 mutexes mapped".
+        # check the log for "100 mapped now".
         cfg = self.config("passthrough", None, entries)
         # The three kinds run in turn, each round in another order, so that
         # a slow spell of the machine falls on all of them alike. (Pinning
@@ -407,7 +407,7 @@ class Bench:
                 for kind, env in kinds[rep % 3:] + kinds[:rep % 3]:
                     p = subprocess.run([PASSTHROUGH, str(t), str(PASS_N)], capture_output=True,
                                        text=True, check=True, env=env)
-                    if kind == "shim" and "100 mutexes mapped" not in p.stderr:
+                    if kind == "shim" and "100 mapped now" not in p.stderr:
                         raise RuntimeError("passthrough: the shim did not map the 100 mutexes:\n"
                                            + p.stderr)
                     ns[kind].append(json.loads(p.stdout)["ns_per_pair"])

@@ -138,6 +138,10 @@ redis_tmp_start 127.0.0.1 || exit 1         # the stock's own server, never kill
 data=$REDIS_TMP_PORT
 node primary
 pport=$port primary_pid=$last_pid
+# A new server lost no lock data (`dmutex fresh`): the sellers need not wait
+# a lease after its start before the first grant.
+"$ROOT/build/dmutex" fresh -r "redis://127.0.0.1:$pport" >/dev/null ||
+    { echo "demo: dmutex fresh failed on the primary" >&2; exit 1; }
 node replica1 --replicaof 127.0.0.1 "$pport"
 node replica2 --replicaof 127.0.0.1 "$pport"
 wait_for "$DEMO_READY_WAIT_TENTHS" replicas_online "$pport" ||

@@ -28,6 +28,8 @@
 
 
 static const struct dm_config *ccfg;
+/* The namespace's intact marker (dm_keys_intact): acquire.lua's ARGV[10]. */
+static char intact_key[DM_NAME_MAX + sizeof DM_KEYS_INTACT_SUFFIX];
 /* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dm_htab locks;
@@ -70,6 +72,7 @@ static void new_process_id(void)
 void dm_cluster_init(const struct dm_config *cfg)
 {
     ccfg = cfg;
+    dm_keys_intact(intact_key, sizeof intact_key, cfg->ns);
     dm_redis_setup(&cfg->redis);
     new_process_id();
 }
@@ -391,12 +394,6 @@ void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wa
         l->cache = 1;
 }
 
-/* The lease a handed-over lock has until its new owner renews it. */
-static long claim_ms(void)
-{
-    return ccfg->renew_ms < ccfg->lease_ms ? ccfg->renew_ms : ccfg->lease_ms;
-}
-
 /* What became of one script call. ATT_FAILED leaves the cause in a
  * struct dm_redis_error: only DM_REDIS_NOCONN says for sure that nothing
  * reached the server; an error reply (DM_REDIS_REPLY_ERROR, or a reply of
@@ -548,7 +545,8 @@ static long ack_wait_ms(const struct timespec *deadline, int flags)
 #define DM_CALL_ACQUIRE (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_TOKEN) | \
                          DM_CALL_KEY(DM_KEY_HOLDER) | DM_CALL_KEY(DM_KEY_QUEUE) | \
                          DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_LOST) | \
-                         DM_CALL_KEY(DM_KEY_VOID) | DM_CALL_KEY(DM_KEY_WANT))
+                         DM_CALL_KEY(DM_KEY_VOID) | DM_CALL_KEY(DM_KEY_WANT) | \
+                         DM_CALL_KEY(DM_KEY_EPOCH))
 #define DM_CALL_CANCEL (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_QUEUE) | \
                         DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_TOKEN) | \
                         DM_CALL_KEY(DM_KEY_HOLDER) | DM_CALL_KEY(DM_KEY_VOID))
@@ -621,7 +619,7 @@ static int rw_keys(const struct dm_cluster_lock *l, const char *const *k, const 
 DM_KEYS_FRAME
 static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
                             int queue, int read, long ack_ms, struct dm_grant *g, long *pttl,
-                            struct dm_redis_error *why)
+                            long long *srv_ms, int *kept_off, struct dm_redis_error *why)
 {
     char lease[DM_FMT_U64_MAX + 1], delay[DM_FMT_U64_MAX + 1], qttl[DM_FMT_U64_MAX + 1];
     dm_fmt_long(lease, ccfg->lease_ms);
@@ -630,23 +628,27 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_ACQUIRE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_ACQUIRE, kb, sizeof kb);
-    const char *args[18] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
+    const char *args[21] = { k[DM_KEY_LOCK], k[DM_KEY_TOKEN], k[DM_KEY_HOLDER], k[DM_KEY_QUEUE],
                              k[DM_KEY_QTIME], k[DM_KEY_LOST], k[DM_KEY_VOID] };
     int nkeys = rw_keys(l, k, args, 7);
-    const char *argv[] = { owner, lease, delay, read ? "r" : queue ? "1" : "0", member,
-                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP, "spublish" };
-    memcpy(args + nkeys, argv, sizeof argv);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
-    /* Redis Cluster: the notices on the lock's shard (sharded pub/sub, the
-     * last argument); otherwise PUBLISH, which Redis < 7 has. */
-    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, nkeys, nkeys + (l->slot >= 0 ? 9 : 8),
-                                    args);
+    /* Redis Cluster: the notices on the lock's shard (sharded pub/sub,
+     * ARGV[9]), otherwise PUBLISH, which Redis < 7 has; no intact marker
+     * there (ARGV[10]: it is in another slot). ARGV[11]: the server run
+     * the connection reached, for the restart check ("Restarts"). */
+    const char *argv[] = { owner, lease, delay, read ? "r" : queue ? "1" : "0", member,
+                           qttl, k[DM_KEY_WANT], DM_KEYS_LOST_KEEP,
+                           l->slot >= 0 ? "spublish" : "", l->slot >= 0 ? "" : intact_key,
+                           conn->run_id, k[DM_KEY_EPOCH] };
+    memcpy(args + nkeys, argv, sizeof argv);
+    redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, nkeys, nkeys + 12, args);
     if (!r) {
         dm_redis_error_keep(why, conn);
         dm_redis_put(conn);
         return ATT_FAILED;
     }
     enum attempt res = ATT_FAILED;
+    *kept_off = 0;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         if (r->element[0]->integer == ACQUIRE_GRANTED && r->elements >= 3) {
@@ -657,6 +659,9 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
             res = ATT_GRANTED;
         } else if (r->element[0]->integer == ACQUIRE_NOT_GRANTED) {
             *pttl = (long)r->element[1]->integer;
+            *srv_ms = r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER
+                          ? r->element[2]->integer : 0;
+            *kept_off = r->elements >= 4 && r->element[3]->type == REDIS_REPLY_STRING;
             res = ATT_HELD;
         }
     }
@@ -754,7 +759,7 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
         return;
     if (unanswered)
         warn_unwithdrawn(l, why.errstr);
-    else    /* the queue entry dies by its deadline, a handover by its claim lease */
+    else    /* the queue entry dies by its deadline, a handover by its lease */
         dm_debug("lock %s: could not leave the wait queue (%s)", l->name, why.errstr);
 }
 
@@ -766,21 +771,43 @@ static int fresh(const struct dm_grant *g)
     return dm_now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
 }
 
-/* A handover's claim lease is short and counted from our last attempt: one
- * noticed late in it would leave the watchdog no time for the renewal it
- * makes at once, and the deadline thread would declare a healthy hold lost.
- * So it is taken only with half of its safe part left; later, one more
- * attempt confirms it (the owner holds it: the attempt renews it to a full
- * lease). */
-static int fresh_handover(const struct dm_grant *g)
+/* A grant too late to trust is asked for again, but what it found stands:
+ * a previous holder it found dead is the next grant's news too, as long as
+ * no other grant came between. Tokens count every grant of a lock (and a
+ * forced release), so that is the same token (the retry renewed the late
+ * grant) or the next (the late grant expired and nobody else had it). */
+struct late_grant {
+    uint64_t token;             /* 0: none */
+    int owner_dead;
+};
+
+static void late_grant_keep(struct late_grant *lg, const struct dm_grant *g)
 {
-    return dm_now_ms() - g->sent_ms < (g->lease_ms - ccfg->lease_margin_ms) / 2;
+    int after = lg->token && (g->token == lg->token || g->token == lg->token + 1);
+    lg->owner_dead = g->owner_dead || (after && lg->owner_dead);
+    lg->token = g->token;
 }
 
-/* Is `msg` the handover of this wait ("<member> <token>[ +][ !]": " +"
- * others queue behind, " !" a forced release (dmutex unlock --force)
- * handed it over: its holder is dead, as after an expiry)? */
-static int handed_over(const char *msg, const char *member, struct dm_grant *g)
+static int late_grant_dead(const struct late_grant *lg, const struct dm_grant *g)
+{
+    return lg->token && lg->owner_dead && (g->token == lg->token || g->token == lg->token + 1);
+}
+
+/* Is `msg` the handover of this wait ("<member> <token>[ +][ !] @<ms>:<lease>":
+ * " +" others queue behind, " !" a forced release (dmutex unlock --force)
+ * handed it over: its holder is dead, as after an expiry; ms the server's
+ * clock at the handover, lease what it set: the releaser's whole lease)?
+ * The hold's lease is that one, or ours if shorter, from the handover's
+ * own moment on the server (a shorter one than ours is renewed early:
+ * watchdog's due_ms). `sent` is when our last attempt was sent and
+ * `srv_ms` the server's clock when it ran (0: not known): the handover
+ * came srv_ms..ms later on the server's clock, so on ours no earlier than
+ * sent + (ms - srv_ms), and no later than now; the hold's deadline is
+ * counted from that, never later than the server's own lease (the
+ * attempt ran after it was sent; only the two clocks' rates may differ,
+ * which the margin covers, and the server's must not step). */
+static int handed_over(const char *msg, const char *member, long long sent, long long srv_ms,
+                       struct dm_grant *g)
 {
     size_t n = strlen(member);
     if (strncmp(msg, member, n) != 0 || msg[n] != ' ')
@@ -790,14 +817,24 @@ static int handed_over(const char *msg, const char *member, struct dm_grant *g)
     int more = strncmp(end, " +", 2) == 0;
     if (more)
         end += 2;
-    int dead = strcmp(end, " !") == 0;
-    if ((*end != 0 && !dead) || tok == 0)
+    int dead = strncmp(end, " !", 2) == 0;
+    if (dead)
+        end += 2;
+    long long at = 0, set = 0;
+    if (strncmp(end, " @", 2) == 0) {
+        at = strtoll(end + 2, &end, 10);
+        if (*end == ':')
+            set = strtoll(end + 1, &end, 10);
+    }
+    if (*end != 0 || tok == 0 || set <= 0)
         return 0;
     memset(g, 0, sizeof *g);
     g->token = tok;
     g->more_waiters = more;
     g->owner_dead = dead;
-    g->lease_ms = claim_ms();
+    g->lease_ms = set < ccfg->lease_ms ? (long)set : ccfg->lease_ms;
+    long long now = dm_now_ms(), later = srv_ms > 0 && at > srv_ms ? at - srv_ms : 0;
+    g->sent_ms = sent + later < now ? sent + later : now;
     return 1;
 }
 
@@ -970,6 +1007,8 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
     int handover_dead = 0;  /* ... or that a forced release handed it over */
     int handed = 0;         /* a handover is being confirmed */
     int waited = 0;         /* another holder had it: contended */
+    int kept_logged = 0;    /* the server's restart keeping grants off was logged */
+    struct late_grant late = { 0, 0 };  /* the last grant too late to trust */
     long long down_since = 0;
     /* Fair and caching waiters queue (an rwlock's writers too: their
      * place in line keeps new readers out); a trylock never does, nor a
@@ -996,7 +1035,8 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
     for (;;) {
         unsigned long seen = subscribed && ch ? dm_notify_seq(ch) : 0;
         long pttl = 0;
-        long long sent = dm_now_ms();
+        long long sent = dm_now_ms(), srv_ms = 0;
+        int kept_off = 0;
         enum attempt res;
         int from_abandon = unanswered;
         if (unanswered) {
@@ -1011,7 +1051,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             }
         } else {
             res = attempt(l, owner, member, fair, (flags & DM_ACQ_READ) != 0,
-                          ack_wait_ms(deadline, flags), g, &pttl, &why);
+                          ack_wait_ms(deadline, flags), g, &pttl, &srv_ms, &kept_off, &why);
         }
         switch (res) {
         case ATT_GRANTED:
@@ -1019,8 +1059,10 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             if (!fresh(g)) {
                 dm_warn("lock %s: the grant came back too late to trust (%lld ms); asking again",
                         l->name, dm_now_ms() - sent);
+                late_grant_keep(&late, g);
                 continue;       /* acquire is idempotent: the retry renews or re-queues */
             }
+            g->owner_dead |= late_grant_dead(&late, g);
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
@@ -1100,6 +1142,16 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             continue;
 
         case ATT_HELD:
+            if (kept_off && !kept_logged) {
+                kept_logged = 1;
+                dm_warn("lock %s: redis at %s started less than a lease ago, and nothing "
+                        "says it kept the lock's data (a restart may have lost a hold: no or "
+                        "partial persistence; or it is new): no grant for %ld ms more, until "
+                        "a lease (%ld ms) after its start, so that a holder of lost data "
+                        "stops first (`dmutex fresh` declares a new server, `dmutex fresh "
+                        "--durable` one with appendfsync always)", l->name, dm_redis_addr(),
+                        pttl, ccfg->lease_ms);
+            }
             queued = fair;
             rediscovered = 0;
             handover_more = 0;  /* a handover being confirmed is not ours after all */
@@ -1162,16 +1214,16 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 dm_notify_last(ch, msg, sizeof msg);
         }
         if (got == 1 && fair) {
-            /* The handover happened after our last attempt was sent, so its
-             * claim lease runs at most from then. A late notice (a stalled
-             * process) is checked by one more attempt instead. */
-            if (handed_over(msg, member, g)) {
-                g->sent_ms = sent;
+            /* The handover happened after our last attempt ran; its lease
+             * runs from the handover (handed_over places it on our clock).
+             * A late notice (a stalled process) is checked by one more
+             * attempt instead. */
+            if (handed_over(msg, member, sent, srv_ms, g)) {
                 /* With min_replicas the handover counts once replicas have
                  * it: WAIT counts only our own writes, so one more attempt
                  * (we hold it: a renewal to a full lease) is our write
                  * after the handover, and its WAIT covers both. */
-                if (fresh_handover(g) && ccfg->min_replicas == 0) {
+                if (fresh(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
                     g->wait_id = member_id(member);
                     dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
@@ -1185,7 +1237,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
         }
     }
     /* Out of time. A queued waiter may have been handed the lock already:
-     * give it back rather than guess how much of its claim lease is left. */
+     * give it back rather than guess how much of its lease is left. */
     give_up(l, owner, member, queued, 0);
     return ETIMEDOUT;
 }
@@ -1256,10 +1308,9 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
                           const char *request, long long until_ms, int *done)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
-    char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1], claim[DM_FMT_U64_MAX + 1];
+    char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1];
     dm_fmt_u64(tok, token);
     dm_fmt_long(keep, ccfg->lease_ms);
-    dm_fmt_long(claim, claim_ms());
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
@@ -1268,7 +1319,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
         args[i] = k[dm_keys_release[i]];
     int nkeys = rw_keys(l, k, args, DM_KEYS_RELEASE_N);
     /* ARGV[7]: Redis Cluster's sharded pub/sub (see attempt); ARGV[8]: the request */
-    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim,
+    /* ARGV[6], a handover's lease: the whole one, as every grant's */
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], keep,
                            l->slot >= 0 ? "spublish" : "", request };
     memcpy(args + nkeys, argv, sizeof argv);
     int nargs = nkeys + (request ? 8 : l->slot >= 0 ? 7 : 6);
@@ -1650,6 +1702,7 @@ struct late_release {
     struct dm_cluster_lock *l;
     uint64_t token;
     dm_cluster_lost_fn lost;
+    long long lease_end_ms;             /* the hold's lease could end by itself from then */
     struct late_release *prev, *next;   /* late_list, under locks_mu */
     char owner[DM_OWNER_MAX];
     char request[DM_MEMBER_MAX];        /* "<owner>|<wait id>": ARGV[8], every retry too */
@@ -1812,7 +1865,7 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
                 ? RELEASE_NOT_HELD : RELEASE_DONE;
     }
     if (v == RELEASE_NOT_HELD && lr->lost)
-        lr->lost(lr->l, lr->owner, lr->token);
+        lr->lost(lr->l, lr->owner, lr->token, dm_now_ms() >= lr->lease_end_ms);
     __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&locks_mu);
     late_unlink(lr);
@@ -1830,17 +1883,16 @@ DM_KEYS_FRAME
 static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                         const char *member, struct late_release *lr)
 {
-    char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1], claim[DM_FMT_U64_MAX + 1];
+    char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1];
     dm_fmt_u64(tok, token);
     dm_fmt_long(keep, ccfg->lease_ms);
-    dm_fmt_long(claim, claim_ms());
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
     const char *args[DM_KEYS_RELEASE_N + 8];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
-    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], claim, "",
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], keep, "",
                            member };
     memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
@@ -1864,7 +1916,8 @@ static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t t
 }
 
 int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                              unsigned long wait_id, dm_cluster_lost_fn lost)
+                              unsigned long wait_id, long long lease_end_ms,
+                              dm_cluster_lost_fn lost)
 {
     /* Sentinel trusts "not held" only after ROLE on the same connection,
      * a cluster follows MOVED with the script again, and an rwlock's read
@@ -1874,12 +1927,13 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
         (lr = malloc(sizeof *lr)) == NULL) {
         int r = dm_cluster_release_hold(l, owner, token, wait_id);
         if (r == EPERM && lost)
-            lost(l, owner, token);
+            lost(l, owner, token, dm_now_ms() >= lease_end_ms);
         return r;
     }
     lr->l = l;
     lr->token = token;
     lr->lost = lost;
+    lr->lease_end_ms = lease_end_ms;
     size_t on = strnlen(owner, sizeof lr->owner - 1);
     memcpy(lr->owner, owner, on);
     lr->owner[on] = 0;
@@ -1905,7 +1959,7 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     free(lr);
     int r = release_waited(l, owner, token, member, 0, NULL);
     if (r == EPERM && lost)
-        lost(l, owner, token);
+        lost(l, owner, token, dm_now_ms() >= lease_end_ms);
     return r;
 }
 

@@ -120,11 +120,11 @@ struct dm_grant {
     uint64_t token;     /* fencing token of this hold */
     int owner_dead;     /* the previous holder's lease expired unreleased */
     int local_only;     /* on_redis_down = "local" and Redis was down: no cluster hold */
-    long lease_ms;      /* lease the server set: the config's, or the short claim
-                           lease of a lock handed over by a release */
+    long lease_ms;      /* lease the server set (the config's, for every grant) */
     int more_waiters;   /* handed over with other waiters queued behind */
-    long long sent_ms;  /* CLOCK_MONOTONIC ms when the request behind the grant was
-                           sent: the lease surely runs no longer than from then */
+    long long sent_ms;  /* CLOCK_MONOTONIC ms the lease runs from, no later than the
+                           server's: when the request behind the grant was sent, or
+                           for a handover its moment placed on our clock */
     int waited;         /* another holder had it first: the call waited (contended) */
     unsigned long wait_id;  /* the request the grant answered is "<owner>|<wait_id>":
                                dm_cluster_release_nowait names it */
@@ -237,9 +237,14 @@ int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64
                             unsigned long wait_id);
 
 /* The end of a hold that a release found lost (release.lua: not held),
- * told by the thread that read the reply: the caller's report, as for a
- * lost lease. */
-typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner, uint64_t token);
+ * told by the thread that read the reply: the caller's report.
+ * `expired`: the reply came at or after the hold's lease end (the
+ * lease_end_ms given to dm_cluster_release_nowait), so the lease may have
+ * run out by itself; 0: it cannot have, the server lost the hold some
+ * other way (deleted, evicted, a restart or failover), at a moment not
+ * known. */
+typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                                   int expired);
 
 /* dm_cluster_release without waiting for the reply: the release of the
  * hold `owner` got with `token` through request `wait_id` (dm_grant) is
@@ -249,7 +254,7 @@ typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner,
  * when it cannot start, the release is waited for), or at
  * dm_cluster_flush or dm_cluster_flush_bounded (redis.h). What the
  * reply says is acted on then, by the thread that reads it: not held ->
- * lost(l, owner, token); no reply, an error reply or NOSCRIPT ->
+ * lost(l, owner, token, expired); no reply, an error reply or NOSCRIPT ->
  * dm_cluster_release, retried as usual in that thread. The release names
  * its request, so a grant of the same owner sent after it (on another
  * connection, which may overtake it) is not released by it. Returns at
@@ -257,7 +262,8 @@ typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner,
  * first (Sentinel: ROLE; Redis Cluster: MOVED; an rwlock), or when the
  * request cannot be written. */
 int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                              unsigned long wait_id, dm_cluster_lost_fn lost);
+                              unsigned long wait_id, long long lease_end_ms,
+                              dm_cluster_lost_fn lost);
 
 /* Reads every release reply still due (dm_cluster_release_nowait) and acts
  * on it: at exit, so that each has run, or been retried, before the

@@ -80,7 +80,7 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_CONDS] = { "conds", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
         .doc_type = "list of groups", .doc_default = "`()`", .doc_range = "",
         .doc = "the condition variables to make cluster-wide: entries with the keys of a "
-               "mutex entry but `fair` and `cache`, naming `pthread_cond_t`s" },
+               "mutex entry but `fair` and `cache`, naming `pthread_cond_t`s (or C11 `cnd_t`s)" },
     [DM_K_RWLOCKS] = { "rwlocks", NO_FIELD(DM_GROUP_TOP), .type = DM_KEY_HAND,
         .doc_type = "list of groups", .doc_default = "`()`", .doc_range = "",
         .doc = "the read-write locks to make cluster-wide: entries with the keys of a "
@@ -161,8 +161,8 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     /* ---- a mutex entry ---- */
     [DM_K_SYMBOL] = { "symbol", MUTEX(symbol), .type = DM_KEY_HAND,
         .doc_type = "string", .doc_default = "", .doc_range = "see below",
-        .doc = "a global or file-static variable: a `pthread_mutex_t`, or a struct or array "
-               "holding one" },
+        .doc = "a global or file-static variable: a `pthread_mutex_t` (a C11 `mtx_t`, a "
+               "`std::mutex`), or a struct or array holding one" },
     [DM_K_OBJECT] = { "object", MUTEX(object), .type = DM_KEY_HAND,
         .doc_type = "string", .doc_default = "the executable", .doc_range = "see below",
         .doc = "file name or full path of the executable or library that holds it, e.g. "
@@ -178,8 +178,8 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc = "element of an array of mutexes (symbol entries only; not with `offset`)" },
     [DM_K_INIT_SITE] = { "init_site", MUTEX(init_site), .type = DM_KEY_HAND,
         .doc_type = "string", .doc_default = "", .doc_range = "see below",
-        .doc = "a function: every mutex `pthread_mutex_init` is called on from inside it "
-               "(heap mutexes)" },
+        .doc = "a function: every mutex `pthread_mutex_init` (or C11's `mtx_init`) is called on "
+               "from inside it (heap mutexes)" },
     [DM_K_REQUIRED] = { "required", MUTEX(required), .type = DM_KEY_BOOL, .dflt = 1,
         .doc = "a symbol or function that is not found stops the program; `false`: skip it" },
     [DM_K_FAIR] = { "fair", MUTEX(fair), .type = DM_KEY_BOOL, .dflt = DM_FAIR_DEFAULT,
@@ -197,7 +197,7 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
                "build only (give `build_id`); needs `name`" },
     [DM_K_INIT_SITE_ADDRESS] = { "init_site_address", MUTEX(init_site_address), .type = DM_KEY_LONG,
         .lo = 0, .hi = DM_ADDRESS_MAX, .dflt = -1, .doc_default = "none",
-        .doc = "heap mutexes initialised by the `pthread_mutex_init` call that returns to this "
+        .doc = "heap mutexes initialised by the `pthread_mutex_init` (or `mtx_init`) call that returns to this "
                "address in `object` (as `dmutex trace` prints it), for a stripped function: weak, "
                "one build only (give `build_id`); needs `name`" },
     [DM_K_BUILD_ID] = { "build_id", MUTEX(build_id), .type = DM_KEY_HAND,

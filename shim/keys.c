@@ -24,6 +24,7 @@ static const char *const suffixes[DM_KEY_COUNT] = {
     [DM_KEY_READERS] = ":readers",
     [DM_KEY_RGRANT] = ":rgrant",
     [DM_KEY_WAIT] = ":w:",
+    [DM_KEY_EPOCH] = ":epoch",
 };
 
 const char *dm_keys_suffix(enum dm_key k)
@@ -36,7 +37,7 @@ static const char *const kinds[DM_KEY_COUNT] = {
     [DM_KEY_LOST] = "lost", [DM_KEY_VOID] = "void", [DM_KEY_RELEASED] = "released",
     [DM_KEY_QUEUE] = "queue", [DM_KEY_QTIME] = "qtime", [DM_KEY_WANT] = "want",
     [DM_KEY_FORCED] = "forced", [DM_KEY_COND] = "cond", [DM_KEY_READERS] = "readers",
-    [DM_KEY_RGRANT] = "rgrant", [DM_KEY_WAIT] = "w",
+    [DM_KEY_RGRANT] = "rgrant", [DM_KEY_WAIT] = "w", [DM_KEY_EPOCH] = "epoch",
 };
 
 const char *dm_keys_kind(enum dm_key k)
@@ -70,6 +71,12 @@ size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, en
 size_t dm_keys_len(const char *ns, const char *name, enum dm_key k)
 {
     return strlen(ns) + strlen(name) + strlen(":{}") + strlen(dm_keys_suffix(k));
+}
+
+size_t dm_keys_intact(char *buf, size_t len, const char *ns)
+{
+    int n = snprintf(buf, len, "%s" DM_KEYS_INTACT_SUFFIX, ns);
+    return n < 0 ? 0 : (size_t)n;
 }
 
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
@@ -120,6 +127,12 @@ int dm_keys_holder_decode(const char *marker, struct dm_holder *h)
         return 0;
     case '!':
         h->state = DM_HOLDER_EXPIRY_SEEN;
+        if (whole_number(marker + 1, &v) != 0)
+            return -1;
+        h->seen_ms = (long long)v;
+        return 0;
+    case '?':
+        h->state = DM_HOLDER_KEPT_OFF;
         if (whole_number(marker + 1, &v) != 0)
             return -1;
         h->seen_ms = (long long)v;

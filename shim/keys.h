@@ -33,6 +33,9 @@ enum dm_key {
                            request and token of its read grant */
     DM_KEY_WAIT,        /* NS:{NAME}:w:        channel prefix: + process id, a fair
                            handover to that process (dm_keys_wait_channel) */
+    DM_KEY_EPOCH,       /* NS:{NAME}:epoch     the run_id of the server run on which
+                           the lock's data was last found continuous (acquire.lua,
+                           "Restarts") */
     DM_KEY_COUNT
 };
 
@@ -66,6 +69,13 @@ size_t dm_keys_build(char *buf, size_t len, const char *ns, const char *name, en
  * key `k`, for a caller that sizes many keys at once. */
 size_t dm_keys_len(const char *ns, const char *name, enum dm_key k);
 
+/* The namespace's intact marker "NS:intact": set to a server's run_id
+ * (`dmutex fresh`), it says that server lost no lock data since it
+ * started, so a lock new to it is granted at once (acquire.lua,
+ * "Restarts"). Same conventions as dm_keys_build. */
+size_t dm_keys_intact(char *buf, size_t len, const char *ns);
+#define DM_KEYS_INTACT_SUFFIX ":intact"
+
 /* The handover channel of process `process_id` for lock `name`: the
  * DM_KEY_WAIT prefix followed by the id. Same conventions. */
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
@@ -88,6 +98,9 @@ enum dm_holder_state {
     DM_HOLDER_EXPIRY_SEEN,  /* "!<ms>": an expiry seen at server time <ms> (lock delay) */
     DM_HOLDER_FORCED,       /* "~<tok> <who>": released by `dmutex unlock --force`,
                                which drew token <tok>; taken next as after an expiry */
+    DM_HOLDER_KEPT_OFF,     /* "?<ms>": no grant before server time <ms> (seen_ms): the
+                               lock's data was missing on a server up for less than a
+                               lease (acquire.lua, "Restarts") */
 };
 
 struct dm_holder {
@@ -96,7 +109,7 @@ struct dm_holder {
     size_t request_len;
     size_t owner_len;       /* GRANTED: the owner, the request up to '|' */
     uint64_t token;         /* GRANTED, RELEASED and FORCED */
-    long long seen_ms;      /* EXPIRY_SEEN */
+    long long seen_ms;      /* EXPIRY_SEEN; KEPT_OFF: until then */
     const char *by;         /* FORCED: who forced it, inside the marker */
 };
 

@@ -39,6 +39,7 @@
 #include "mapped.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,8 +78,10 @@ struct dm_name {
     int want_subscribed;
     int yield_logged;
     unsigned long refs;                 /* entries mapped to the name */
-    unsigned long exiting;              /* at exit: users that are the exiting thread's */
-    int exit_released;                  /* at exit: released on the exiting thread's behalf */
+    unsigned long exiting;              /* users nobody is inside: an rwlock's shares of
+                                           threads that ended; at exit also the
+                                           exiting thread's and ended holders' mutexes */
+    int exit_released;                  /* at exit: released on their behalf */
     unsigned char fair, cache;          /* what the entries asked for */
     unsigned char robust;               /* a robust mutex of the name was locked (atomic) */
     unsigned char rw;                   /* an rwlock's name (its entries are dm_rw_entry) */
@@ -147,6 +150,17 @@ static int tl_holds(struct dm_name *nm)
         return 1;
     for (int i = 0; i < DM_TL_NAMES; i++)
         if (tl_names[i].nm == nm && tl_names[i].n > 0)
+            return 1;
+    return 0;
+}
+
+/* Does this thread hold anything of any name? */
+static int tl_holds_any(void)
+{
+    if (tl_overflow)
+        return 1;
+    for (int i = 0; i < DM_TL_NAMES; i++)
+        if (tl_names[i].n > 0)
             return 1;
     return 0;
 }
@@ -535,44 +549,76 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     return 0;
 }
 
-/* A release found the hold gone: the server let it expire before the
- * watchdog saw it (the process was stopped, or the clock jumped). Called
- * by the releasing thread, or, for a release sent without waiting, by the
- * thread that read its reply. */
-static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+/* A release found the hold gone although the unlock came before the
+ * hold's deadline (dm_watchdog_remove had not found it lost). `expired`
+ * (the reply came after the lease could have run out by itself): the
+ * server let it expire after the critical section had ended, the release
+ * being late (a server stall or pause, a restart, a stopped process):
+ * the lease covered the section, the lock was free meanwhile: a warning,
+ * and the process goes on. (A hold the server lost earlier some other way
+ * — a DEL, an eviction, a failover — whose release is also late looks the
+ * same from here: the message says so.) Otherwise the lease cannot have run out: the
+ * server lost the hold some other way (deleted, evicted, lost by a
+ * restart or failover), perhaps while a thread was inside: a lost hold,
+ * on_lease_lost applying. Called by the releasing thread, or, for a
+ * release sent without waiting, by the thread that read its reply.
+ * Returns 1 for a hold lost while held. */
+static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                              int expired)
 {
+    if (expired) {
+        dm_stats_add(&dm_cluster_lock_counts(l)->expired_after_unlock, 1);
+        dm_warn("lock %s (owner %s, fencing token %llu): the hold expired after unlock: its "
+                "release reached the server late (a stall, a pause or a restart) and found "
+                "the lease over; the critical section had ended before the hold's deadline, "
+                "so its lease covered it (unless the server had lost the hold earlier some "
+                "other way, a DEL, an eviction or a failover, which a late reply cannot tell "
+                "apart); the lock was free from the lease's end", l->name, owner,
+                (unsigned long long)token);
+        return 0;
+    }
     dm_watchdog_note_lost();
     dm_stats_add(&dm_cluster_lock_counts(l)->leases_lost, 1);
-    dm_error("lock %s (owner %s, fencing token %llu): the hold was lost before "
-             "unlock: its lease expired, another process may have entered%s",
-             l->name, owner, (unsigned long long)token,
+    dm_error("lock %s (owner %s, fencing token %llu): the hold was lost while held: at "
+             "unlock the server no longer had it, before its lease could have run out "
+             "(deleted, evicted, or lost by a restart or failover); another process may have "
+             "entered%s", l->name, owner, (unsigned long long)token,
              mcfg->on_lease_lost == DM_LOST_ABORT ? "; aborting (on_lease_lost = \"abort\")" : "");
     if (mcfg->on_lease_lost == DM_LOST_ABORT)
         abort();
+    return 1;
+}
+
+static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                               int expired)
+{
+    release_found_gone(l, owner, token, expired);
 }
 
 /* Gives the cluster hold back. The caller moved the name to RELEASING (it
  * alone touches the hold now); it is FREE on return. EPERM if the hold had
- * been lost.
+ * been lost while held.
  *
  * With on_lease_lost = "abort" (the default) the release is written and
  * not waited for (dm_cluster_release_nowait): the hold ends no earlier
  * than before, only its reply is read later, and a hold the reply finds
- * lost aborts the process from the thread that reads it, as the watchdog
- * would. "warn" waits, since unlock then returns EPERM for a lost hold. */
+ * lost while held aborts the process from the thread that reads it, as
+ * the watchdog would (release_found_gone; one that expired after the
+ * unlock is a warning). "warn" waits, since unlock then returns EPERM for
+ * a hold lost while held. */
 static int hold_release(struct dm_name *nm)
 {
     int lost = 0;
     if (nm->held) {
         struct dm_hold *h = &nm->hold;
         lost = dm_watchdog_remove(h);
-        if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT) {
-            dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, release_found_lost);
-        } else if (dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id) == EPERM &&
-                   !lost) {
-            lost = 1;
-            release_found_lost(nm->cl, h->owner, h->token);
-        }
+        long long end = dm_watchdog_lease_end(h);
+        if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT)
+            dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, end,
+                                      release_found_lost);
+        else if (dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id) == EPERM &&
+                 !lost)
+            lost = release_found_gone(nm->cl, h->owner, h->token, dm_now_ms() >= end);
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
     pthread_mutex_lock(&nm->mu);
@@ -897,24 +943,32 @@ static int clock_ok(clockid_t clk)
     return clk == CLOCK_REALTIME || clk == CLOCK_MONOTONIC;
 }
 
-/* A thread that ends holding a robust mutex: glibc gives the next locker
- * EOWNERDEAD. Here its share of the name's hold would stay counted (the
- * process would keep the cluster lock for ever). So the end of a thread
- * that locked robust mapped mutexes hands back what it still holds of
- * them: its share to the process and, if it was the last user, the
- * cluster hold to its lease, unreleased, so that the next locker anywhere
- * gets EOWNERDEAD once the lease has run out, as after a process that
- * died. */
-static pthread_key_t robust_key;
-static pthread_once_t robust_once = PTHREAD_ONCE_INIT;
+/* A thread that ends (pthread_exit, a return from its start routine, a
+ * cancel) holding mapped mutexes: a key's destructor, set for every
+ * thread that locked one, looks at what it still holds.
+ *
+ * A robust mutex: glibc gives the next locker EOWNERDEAD. Here its share
+ * of the name's hold would stay counted (the process would keep the
+ * cluster lock for ever). So its share goes back to the process and, if
+ * it was the last user, the cluster hold to its lease, unreleased, so
+ * that the next locker anywhere gets EOWNERDEAD once the lease has run
+ * out, as after a process that died.
+ *
+ * Any other mutex stays locked, as glibc leaves it, and the process keeps
+ * the hold; its holder becomes DM_HOLDER_ENDED, so that the exit tells it
+ * from a thread still inside and releases a hold nobody is inside any
+ * more (dm_mapped_release_all). An unlock by another thread (a normal
+ * mutex) ends it as it ends a live holder's. An rwlock's shares, which
+ * only their own thread gives back, are counted into the name's
+ * `exiting` at once. */
+#define DM_HOLDER_ENDED ULONG_MAX       /* no thread seq: they count up from 1 */
 
-static void drop_dead_hold(const void *addr, void *value, void *arg)
+static pthread_key_t end_key;
+static pthread_once_t end_once = PTHREAD_ONCE_INIT;
+static __thread int tl_watched;         /* end_key is set for this thread */
+
+static void drop_dead_hold(struct dm_entry *e)
 {
-    struct dm_entry *e = value;
-    unsigned long me = *(const unsigned long *)arg;
-    if (e->kind != DM_ENTRY_MUTEX || __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != me ||
-        !is_robust(addr))
-        return;
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     struct dm_name *nm = e->nm;
@@ -931,26 +985,57 @@ static void drop_dead_hold(const void *addr, void *value, void *arg)
     pthread_mutex_unlock(&nm->mu);
 }
 
-static void robust_thread_end(void *arg)
+static void holder_ends(const void *addr, void *value, void *arg)
+{
+    struct dm_entry *e = value;
+    unsigned long me = *(const unsigned long *)arg;
+    if (e->kind != DM_ENTRY_MUTEX || __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != me)
+        return;
+    if (is_robust(addr)) {
+        drop_dead_hold(e);
+        return;
+    }
+    /* Not if another thread's unlock took it meanwhile. */
+    __atomic_compare_exchange_n(&e->holder, &me, DM_HOLDER_ENDED, 0, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
+}
+
+static void thread_end(void *arg)
 {
     (void)arg;
+    tl_watched = 0;             /* a later destructor's lock sets the key again */
+    if (!tl_holds_any())
+        return;
     unsigned long me = self_seq();
     in_shim++;
-    dm_registry_foreach(drop_dead_hold, &me);
+    for (int i = 0; i < DM_TL_NAMES; i++) {
+        struct dm_name *nm = tl_names[i].nm;
+        if (tl_names[i].n > 0 && nm->rw) {
+            pthread_mutex_lock(&nm->mu);
+            nm->exiting += tl_names[i].n;
+            pthread_mutex_unlock(&nm->mu);
+            tl_names[i].n = 0;  /* counted: not again by this thread's exit */
+        }
+    }
+    dm_registry_foreach(holder_ends, &me);
     in_shim--;
 }
 
-static void robust_key_create(void)
+static void end_key_create(void)
 {
-    if (pthread_key_create(&robust_key, robust_thread_end) != 0)
-        dm_error("no thread-exit hook for robust mutexes: a thread that ends holding "
-                 "one leaves it locked");
+    if (pthread_key_create(&end_key, thread_end) != 0)
+        dm_error("no thread-exit hook: a thread that ends holding a robust mapped mutex "
+                 "leaves it locked, and the exit keeps a hold whose threads all ended "
+                 "until its lease ends it");
 }
 
 static void watch_thread_end(void)
 {
-    pthread_once(&robust_once, robust_key_create);
-    pthread_setspecific(robust_key, (void *)1);
+    if (__builtin_expect(tl_watched, 1))
+        return;
+    tl_watched = 1;
+    pthread_once(&end_once, end_key_create);
+    pthread_setspecific(end_key, (void *)1);
 }
 
 /* Real mutex, then the name; a thread asked to step aside gives the real
@@ -1056,8 +1141,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
     __atomic_store_n(&e->since_ns, t1, __ATOMIC_RELAXED);
-    if (is_robust(m))
-        watch_thread_end();
+    watch_thread_end();
     if (r == 0 && (dead || e->dead_pending) && is_robust(m)) {
         e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
@@ -1147,12 +1231,17 @@ int dm_mapped_destroy(struct dm_entry *e, pthread_mutex_t *m)
     return r;
 }
 
-int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_mutexattr_t *a)
+void dm_mapped_reinit(struct dm_entry *e)
 {
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     e->robust_state = DM_ROBUST_OK;
     e->dead_pending = 0;
+}
+
+int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    dm_mapped_reinit(e);
     return dm_real.mutex_init(m, a);
 }
 
@@ -1430,6 +1519,7 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
         __atomic_store_n(&e->writer, me, __ATOMIC_RELAXED);
     else
         __atomic_add_fetch(&e->readers, 1, __ATOMIC_RELAXED);
+    watch_thread_end();
     struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
@@ -1897,6 +1987,7 @@ void dm_mapped_atfork(enum dm_fork_phase phase)
             nm->want_subscribed = 0;
             nm->yield_logged = 0;
             nm->wwait = 0;
+            nm->exiting = 0;        /* shares of the parent's threads that ended */
             nm->batch_end_ns = 0;
             nm->handed_ns = 0;      /* the parent's handover: the child's lock calls
                                        owe nobody a grace */
@@ -1906,22 +1997,31 @@ void dm_mapped_atfork(enum dm_fork_phase phase)
     dm_registry_foreach(entry_forget, NULL);
 }
 
-/* Counts, per name, the mutexes the exiting thread holds. */
+/* Is e held by the exiting thread `me`, or by a thread that ended? Nobody
+ * is inside it any more. */
+static int held_by_nobody_inside(const struct dm_entry *e, unsigned long me)
+{
+    unsigned long h = __atomic_load_n(&e->holder, __ATOMIC_RELAXED);
+    return h == me || h == DM_HOLDER_ENDED;
+}
+
+/* Counts, per name, the mutexes nobody is inside any more: the exiting
+ * thread's, and those of threads that ended holding them. */
 static void count_exiting(const void *addr, void *value, void *arg)
 {
     (void)addr;
     struct dm_entry *e = value;
-    if (e->kind != DM_ENTRY_MUTEX ||
-        __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg)
+    if (e->kind != DM_ENTRY_MUTEX || !held_by_nobody_inside(e, *(const unsigned long *)arg))
         return;
     pthread_mutex_lock(&e->nm->mu);
     e->nm->exiting++;
     pthread_mutex_unlock(&e->nm->mu);
 }
 
-/* The exiting thread's mutexes of a name exit released: its share is gone,
- * so a later unlock (a library destructor that runs after the shim's) goes
- * straight to glibc instead of ending another thread's new hold. */
+/* The mutexes of a name exit released (the exiting thread's, and those
+ * of threads that ended): their shares are gone, so a later unlock (a
+ * library destructor that runs after the shim's) goes straight to glibc
+ * instead of ending another thread's new hold. */
 static void forget_exiting(const void *addr, void *value, void *arg)
 {
     (void)addr;
@@ -1933,8 +2033,7 @@ static void forget_exiting(const void *addr, void *value, void *arg)
             __atomic_store_n(&re->writer, 0, __ATOMIC_RELAXED);
         return;
     }
-    if (e->kind != DM_ENTRY_MUTEX ||
-        __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != *(const unsigned long *)arg ||
+    if (e->kind != DM_ENTRY_MUTEX || !held_by_nobody_inside(e, *(const unsigned long *)arg) ||
         !__atomic_load_n(&e->nm->exit_released, __ATOMIC_RELAXED))
         return;
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
@@ -1985,11 +2084,13 @@ void dm_mapped_image_ends(void)
 }
 
 /* Process exit: give back the holds that no thread is inside any more:
- * those kept by lock caching, and those of the thread that is running
- * exit() itself (it runs no more critical sections). A hold with another
- * thread still inside stays: that thread may go on writing until the
- * process is really gone, and releasing it would let another machine in
- * beside it. Its lease ends it once the process (and its watchdog) is gone. */
+ * those kept by lock caching, those of the thread that is running exit()
+ * itself (it runs no more critical sections), and those of threads that
+ * ended holding their mutexes (DM_HOLDER_ENDED: they run none either). A
+ * hold with another thread still inside stays: that thread may go on
+ * writing until the process is really gone, and releasing it would let
+ * another machine in beside it. Its lease ends it once the process (and
+ * its watchdog) is gone. */
 void dm_mapped_release_all(void)
 {
     in_shim++;
@@ -2039,7 +2140,7 @@ void dm_mapped_release_all(void)
         nm->exiting = 0;
         if (release) {
             nm->state = NAME_RELEASING;
-            nm->users = 0;      /* the exiting thread's holds end here */
+            nm->users = 0;      /* the holds nobody is inside end here */
             __atomic_store_n(&nm->exit_released, 1, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&nm->mu);
             hold_release(nm);

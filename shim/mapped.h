@@ -132,6 +132,10 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m);
 int dm_mapped_consistent(struct dm_entry *e, pthread_mutex_t *m);
 int dm_mapped_destroy(struct dm_entry *e, pthread_mutex_t *m);
 int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_mutexattr_t *a);
+/* What dm_mapped_init_mutex does before glibc's init: the entry's holder,
+ * depth and robust state start afresh. mtx_init of a mapped mtx_t calls it,
+ * then glibc's mtx_init (which picks the pthread type from the C11 one). */
+void dm_mapped_reinit(struct dm_entry *e);
 
 /* cond_wait family: `abstime` NULL for pthread_cond_wait. */
 int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *m,

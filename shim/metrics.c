@@ -76,6 +76,8 @@ static int claim_fd = -1;               /* the lock file (no %p) */
 static int claimed;                     /* this process holds it (or locks do not work there) */
 static int claim_warned;                /* "written by another process" said */
 static int out_fd = -1;                 /* the temporary file being written */
+static pid_t forking_pid;               /* who forked last (fork's prepare, under mu) */
+static pid_t child_of;                  /* a fork child: its parent's pid (the summary) */
 static char obuf[DM_METRICS_BUF + DM_METRICS_LINE_MAX];
 
 void dm_metrics_init(const struct dm_config *cfg)
@@ -281,8 +283,13 @@ static const struct {
     { "dmutex_lease_renewals_total", "counter", "Lease renewals that succeeded.",
       offsetof(struct dm_stats, renewals) },
     { "dmutex_leases_lost_total", "counter",
-      "Holds found lost (no renewal in time, or the server no longer had them).",
+      "Holds found lost while held (no renewal in time, or the server no longer had them).",
       offsetof(struct dm_stats, leases_lost) },
+    { "dmutex_leases_expired_after_unlock_total", "counter",
+      "Releases that found the hold already expired on the server although the unlock came "
+      "before the hold's deadline (the release was late: a server stall, pause or restart; "
+      "no critical section ran unprotected, the lock was free meanwhile).",
+      offsetof(struct dm_stats, expired_after_unlock) },
     { "dmutex_redis_errors_total", "counter",
       "Redis calls for the lock that failed (no connection, no reply, an error reply): acquire "
       "attempts, releases, renewals.", offsetof(struct dm_stats, redis_errors) },
@@ -650,26 +657,47 @@ static void median_words(const struct dm_hist *h, char *out, size_t len)
     }
 }
 
+/* Each process's summary is its own: a fork child's counts start at the
+ * fork (stats are zeroed there), and it says so first. A name listed
+ * with nothing to count (mapped, but no lock call of this process
+ * returned holding it, whether the program never locked it or its calls
+ * never reached the shim) is said to be that, not a row of zeros. */
 static void summary(const struct snapshot *s)
 {
+    if (child_of && s->n)
+        dm_log(DM_LOG_INFO, "exit: this process is a fork child of %d: its counts start at "
+               "the fork", (int)child_of);
     for (size_t i = 0; i < s->n; i++) {
         const struct dm_stats *st = &s->rows[i].st;
-        if (s->rows[i].is_cond)
+        if (s->rows[i].is_cond && st->cond_signals == 0 && st->cond_waits == 0)
+            dm_log(DM_LOG_INFO, "exit: cond %s: never signalled nor waited on by this process",
+                   s->rows[i].name);
+        else if (s->rows[i].is_cond)
             dm_log(DM_LOG_INFO, "exit: cond %s: %llu signals (%llu reached no other process), "
                    "%llu waits", s->rows[i].name, (unsigned long long)st->cond_signals,
                    (unsigned long long)st->cond_lost, (unsigned long long)st->cond_waits);
         if (!s->rows[i].is_lock)
             continue;
+        if (dm_stats_count(&st->wait) == 0) {
+            char errors[48] = "";
+            if (st->redis_errors)
+                snprintf(errors, sizeof errors, " (%llu redis errors)",
+                         (unsigned long long)st->redis_errors);
+            dm_log(DM_LOG_INFO, "exit: lock %s: never locked by this process%s", s->rows[i].name,
+                   errors);
+            continue;
+        }
         char p50[32];
         median_words(&st->wait, p50, sizeof p50);
         dm_log(DM_LOG_INFO, "exit: lock %s: %llu lock calls, %llu cluster acquisitions "
                "(%llu handed over), %llu contended, wait p50 %s max %.3fms, hold max %.3fms, "
-               "%llu renewals, %llu leases lost, %llu redis errors", s->rows[i].name,
+               "%llu renewals, %llu leases lost, %llu expired after unlock, %llu redis errors",
+               s->rows[i].name,
                (unsigned long long)dm_stats_count(&st->wait), (unsigned long long)st->acquisitions,
                (unsigned long long)st->handoffs, (unsigned long long)st->contended, p50,
                (double)st->wait.max_ns / 1e6, (double)st->hold.max_ns / 1e6,
                (unsigned long long)st->renewals, (unsigned long long)st->leases_lost,
-               (unsigned long long)st->redis_errors);
+               (unsigned long long)st->expired_after_unlock, (unsigned long long)st->redis_errors);
     }
 }
 
@@ -720,8 +748,11 @@ void dm_metrics_exit(void)
 void dm_metrics_atfork(enum dm_fork_phase phase)
 {
     dm_fork_mutex(&mu, phase);
+    if (phase == DM_FORK_PREPARE)
+        forking_pid = getpid();
     if (phase != DM_FORK_CHILD)
         return;
+    child_of = forking_pid;
     /* The writer thread, its write in progress and the lock file are the
      * parent's (the parent's lock stays the parent's: closing this copy
      * does not let go of it). The child starts its own writer (at its

@@ -1,5 +1,6 @@
 /* preload: the exported symbols and nothing else. Each pthread_* entry
- * point is a few lines: probe the registry; on a miss (every unmapped
+ * point (and each C11 mtx_* and cnd_* one, the same over glibc's mtx_t
+ * and cnd_t) is a few lines: probe the registry; on a miss (every unmapped
  * mutex, every unlisted condition variable) tail-call glibc through the
  * table in real.c; on a hit hand off to mapped. pthread_mutex_init and
  * pthread_cond_init also ask startup whether their caller is an init_site
@@ -14,6 +15,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -91,32 +93,46 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
     return dm_mapped_destroy(e, m);
 }
 
-DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+/* What an init of a mutex finds at its address: a static entry (a config
+ * symbol or address), initialised again: returned. Or a heap mutex's (or
+ * a heap cond's or rwlock's) that memory freed without its destroy left
+ * behind: removed, for the mutex made here is a new one, mapped only if
+ * its own init site says so (NULL). */
+static struct dm_entry *init_entry(void *m)
 {
     struct dm_entry *e = dm_registry_lookup(m);
-    if (e && e->kind != DM_ENTRY_MUTEX) {
-        if (dm_mapped_entry_heap(e))
-            dm_mapped_remove(m);    /* a freed heap cond's or rwlock's memory, now a mutex */
-        e = NULL;
-    }
-    if (e) {
-        if (!e->heap)
-            return dm_mapped_init_mutex(e, m, a);
-        /* A heap mutex freed without pthread_mutex_destroy left its
-         * mapping behind: the mutex made here is a new one, mapped only if
-         * its own init site says so. */
+    if (__builtin_expect(e == NULL, 1))
+        return NULL;
+    if (e->kind == DM_ENTRY_MUTEX && !e->heap)
+        return e;
+    if (dm_mapped_entry_heap(e))
         dm_mapped_remove(m);
+    return NULL;
+}
+
+/* A mutex pthread_mutex_init or mtx_init just made at m, called from
+ * `caller`: mapped when the caller is an init_site function. */
+static void init_site_map(void *m, uintptr_t caller)
+{
+    const struct dm_init_site *site = dm_startup_init_site(caller);
+    if (site) {
+        int rc = dm_mapped_add(m, site->name, site->flags);
+        if (rc != 0)
+            dm_error("mutex %p from %s() not mapped: %s", m, site->name, strerror(rc));
     }
+}
+
+DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    struct dm_entry *e = init_entry(m);
+    if (e)
+        return dm_mapped_init_mutex(e, m, a);
     if (__builtin_expect(dm_startup_ninit_sites == 0, 1))
         return dm_real.mutex_init(m, a);
     uintptr_t caller = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.mutex_init(m, a);
-    const struct dm_init_site *site = r == 0 ? dm_startup_init_site(caller) : NULL;
-    if (site) {
-        int rc = dm_mapped_add(m, site->name, site->flags);
-        if (rc != 0)
-            dm_error("mutex %p from %s() not mapped: %s", (void *)m, site->name, strerror(rc));
-    }
+    if (r == 0)
+        init_site_map(m, caller);
     return r;
 }
 
@@ -179,22 +195,177 @@ DM_EXPORT int pthread_cond_destroy(pthread_cond_t *c)
     return dm_mapped_cond_destroy(ce, c);
 }
 
-DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+/* What an init of a cond finds at its address: a heap one's entry (or a
+ * heap mutex's or rwlock's) that memory freed without its destroy left
+ * behind is removed, the init decides afresh by its caller; a static
+ * one's stays (glibc's init is all it needs). */
+static void cond_init_entry(void *c)
 {
     struct dm_entry *e = dm_registry_lookup(c);
     if (__builtin_expect(e != NULL, 0) && dm_mapped_entry_heap(e))
-        dm_mapped_remove(c);    /* a heap one freed without destroy: decided afresh below */
+        dm_mapped_remove(c);
+}
+
+/* A cond pthread_cond_init or cnd_init just made at c, called from
+ * `caller`: listed when the caller is a conds init_site function. */
+static void cond_site_map(void *c, uintptr_t caller)
+{
+    const struct dm_init_site *site = dm_startup_cond_site(caller);
+    if (site) {
+        int rc = dm_mapped_add_cond(c, site->name, DM_MAP_HEAP);
+        if (rc != 0)
+            dm_error("condition variable %p from %s() not mapped: %s", c, site->name,
+                     strerror(rc));
+    }
+}
+
+DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+    cond_init_entry(c);
     if (__builtin_expect(dm_startup_ncond_sites == 0, 1))
         return dm_real.cond_init(c, a);
     uintptr_t caller = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.cond_init(c, a);
-    const struct dm_init_site *site = r == 0 ? dm_startup_cond_site(caller) : NULL;
-    if (site) {
-        int rc = dm_mapped_add_cond(c, site->name, DM_MAP_HEAP);
-        if (rc != 0)
-            dm_error("condition variable %p from %s() not mapped: %s", (void *)c, site->name,
-                     strerror(rc));
+    if (r == 0)
+        cond_site_map(c, caller);
+    return r;
+}
+
+/* ---- C11 <threads.h> -----------------------------------------------------
+ * glibc's mtx_t is a pthread_mutex_t and its cnd_t a pthread_cond_t (the
+ * same size and alignment, real.h asserts it): each mtx_* and cnd_* call
+ * glibc's internal pthread function of the same name, which the entry
+ * points above never see. So they are interposed here as what they are:
+ * a mapped mtx_t is a mapped mutex, a listed cnd_t a listed cond, with
+ * the pthread call's result turned into the C11 one as glibc turns it
+ * (dm_real_thrd). The passthrough is the pthread one's: the filter probe,
+ * then glibc's own C11 function. mtx_init's and cnd_init's caller is the
+ * init_site of what they make, as pthread_mutex_init's is. */
+
+DM_EXPORT DM_HOT int mtx_lock(mtx_t *m)
+{
+    struct dm_entry *e = dm_mapped_find(m);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.mtx_lock(m);
+    return dm_real_thrd(dm_mapped_lock(e, (pthread_mutex_t *)m, DM_LOCK, CLOCK_REALTIME, NULL));
+}
+
+DM_EXPORT DM_HOT int mtx_unlock(mtx_t *m)
+{
+    struct dm_entry *e = dm_mapped_find(m);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.mtx_unlock(m);
+    return dm_real_thrd(dm_mapped_unlock(e, (pthread_mutex_t *)m));
+}
+
+DM_EXPORT DM_HOT int mtx_trylock(mtx_t *m)
+{
+    struct dm_entry *e = dm_mapped_find(m);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.mtx_trylock(m);
+    return dm_real_thrd(dm_mapped_lock(e, (pthread_mutex_t *)m, DM_TRYLOCK, CLOCK_REALTIME, NULL));
+}
+
+DM_EXPORT int mtx_timedlock(mtx_t *restrict m, const struct timespec *restrict t)
+{
+    struct dm_entry *e = dm_mapped_find(m);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.mtx_timedlock(m, t);
+    return dm_real_thrd(dm_mapped_lock(e, (pthread_mutex_t *)m, DM_TIMEDLOCK, CLOCK_REALTIME, t));
+}
+
+DM_EXPORT void mtx_destroy(mtx_t *m)
+{
+    struct dm_entry *e = dm_mapped_find(m);
+    if (__builtin_expect(e == NULL, 1)) {
+        dm_real.mtx_destroy(m);
+        return;
     }
+    (void)dm_mapped_destroy(e, (pthread_mutex_t *)m);  /* glibc's ignores the result too */
+}
+
+DM_EXPORT int mtx_init(mtx_t *m, int type)
+{
+    struct dm_entry *e = init_entry(m);
+    if (e) {
+        dm_mapped_reinit(e);
+        return dm_real.mtx_init(m, type);
+    }
+    if (__builtin_expect(dm_startup_ninit_sites == 0, 1))
+        return dm_real.mtx_init(m, type);
+    uintptr_t caller = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.mtx_init(m, type);
+    if (r == thrd_success)
+        init_site_map(m, caller);
+    return r;
+}
+
+DM_EXPORT int cnd_wait(cnd_t *c, mtx_t *m)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce != NULL, 0))
+        return dm_real_thrd(dm_mapped_cond_cluster_wait(ce, (pthread_cond_t *)c,
+                                                        (pthread_mutex_t *)m, 0, CLOCK_REALTIME,
+                                                        NULL));
+    struct dm_entry *e = dm_mapped_find(m);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.cnd_wait(c, m);
+    return dm_real_thrd(dm_mapped_cond_wait(e, (pthread_cond_t *)c, (pthread_mutex_t *)m, 0,
+                                            CLOCK_REALTIME, NULL));
+}
+
+/* A cnd_t's deadline is on CLOCK_REALTIME (cnd_init gives it no condattr):
+ * the cond's own clock, as pthread_cond_timedwait reads it. */
+DM_EXPORT int cnd_timedwait(cnd_t *restrict c, mtx_t *restrict m,
+                            const struct timespec *restrict t)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce != NULL, 0))
+        return dm_real_thrd(dm_mapped_cond_cluster_wait(ce, (pthread_cond_t *)c,
+                                                        (pthread_mutex_t *)m, 1,
+                                                        DM_COND_CLOCK_OF_COND, t));
+    struct dm_entry *e = dm_mapped_find(m);
+    if (__builtin_expect(e == NULL, 1))
+        return dm_real.cnd_timedwait(c, m, t);
+    return dm_real_thrd(dm_mapped_cond_wait(e, (pthread_cond_t *)c, (pthread_mutex_t *)m, 1,
+                                            CLOCK_REALTIME, t));
+}
+
+DM_EXPORT int cnd_signal(cnd_t *c)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce == NULL, 1))
+        return dm_real.cnd_signal(c);
+    return dm_real_thrd(dm_mapped_cond_signal(ce, (pthread_cond_t *)c, 0));
+}
+
+DM_EXPORT int cnd_broadcast(cnd_t *c)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce == NULL, 1))
+        return dm_real.cnd_broadcast(c);
+    return dm_real_thrd(dm_mapped_cond_signal(ce, (pthread_cond_t *)c, 1));
+}
+
+DM_EXPORT void cnd_destroy(cnd_t *c)
+{
+    struct dm_cond_entry *ce = dm_mapped_find_cond(c);
+    if (__builtin_expect(ce == NULL, 1)) {
+        dm_real.cnd_destroy(c);
+        return;
+    }
+    (void)dm_mapped_cond_destroy(ce, (pthread_cond_t *)c);
+}
+
+DM_EXPORT int cnd_init(cnd_t *c)
+{
+    cond_init_entry(c);
+    if (__builtin_expect(dm_startup_ncond_sites == 0, 1))
+        return dm_real.cnd_init(c);
+    uintptr_t caller = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.cnd_init(c);
+    if (r == thrd_success)
+        cond_site_map(c, caller);
     return r;
 }
 

@@ -67,6 +67,30 @@ static int first_rwlock_destroy(pthread_rwlock_t *l)
 { dm_real_resolve(); return dm_real.rwlock_destroy(l); }
 static int first_rwlock_unlock(pthread_rwlock_t *l)
 { dm_real_resolve(); return dm_real.rwlock_unlock(l); }
+static int first_mtx_init(mtx_t *m, int type)
+{ dm_real_resolve(); return dm_real.mtx_init(m, type); }
+static int first_mtx_lock(mtx_t *m)
+{ dm_real_resolve(); return dm_real.mtx_lock(m); }
+static int first_mtx_trylock(mtx_t *m)
+{ dm_real_resolve(); return dm_real.mtx_trylock(m); }
+static int first_mtx_timedlock(mtx_t *m, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.mtx_timedlock(m, t); }
+static int first_mtx_unlock(mtx_t *m)
+{ dm_real_resolve(); return dm_real.mtx_unlock(m); }
+static void first_mtx_destroy(mtx_t *m)
+{ dm_real_resolve(); dm_real.mtx_destroy(m); }
+static int first_cnd_init(cnd_t *c)
+{ dm_real_resolve(); return dm_real.cnd_init(c); }
+static int first_cnd_signal(cnd_t *c)
+{ dm_real_resolve(); return dm_real.cnd_signal(c); }
+static int first_cnd_broadcast(cnd_t *c)
+{ dm_real_resolve(); return dm_real.cnd_broadcast(c); }
+static int first_cnd_wait(cnd_t *c, mtx_t *m)
+{ dm_real_resolve(); return dm_real.cnd_wait(c, m); }
+static int first_cnd_timedwait(cnd_t *c, mtx_t *m, const struct timespec *t)
+{ dm_real_resolve(); return dm_real.cnd_timedwait(c, m, t); }
+static void first_cnd_destroy(cnd_t *c)
+{ dm_real_resolve(); dm_real.cnd_destroy(c); }
 static int first_execve(const char *f, char *const a[], char *const e[])
 { dm_real_resolve(); return dm_real.execve(f, a, e); }
 static int first_execvpe(const char *f, char *const a[], char *const e[])
@@ -86,6 +110,9 @@ struct dm_real dm_real = {
     first_rwlock_clockrdlock, first_rwlock_wrlock, first_rwlock_trywrlock,
     first_rwlock_timedwrlock, first_rwlock_clockwrlock,
     first_rwlock_destroy, first_rwlock_unlock,
+    first_mtx_init, first_mtx_lock, first_mtx_trylock, first_mtx_timedlock, first_mtx_unlock,
+    first_mtx_destroy, first_cnd_init, first_cnd_signal, first_cnd_broadcast, first_cnd_wait,
+    first_cnd_timedwait, first_cnd_destroy,
     first_execve, first_execvpe, first_fexecve, first_exit_now,
 };
 
@@ -136,6 +163,21 @@ void dm_real_resolve(void)
     *(void **)&r.rwlock_clockwrlock = must_sym("pthread_rwlock_clockwrlock", NULL);
     *(void **)&r.rwlock_destroy = must_sym("pthread_rwlock_destroy", NULL);
     *(void **)&r.rwlock_unlock = must_sym("pthread_rwlock_unlock", NULL);
+    /* glibc 2.34 moved them from libpthread (GLIBC_2.28) into libc
+     * (GLIBC_2.34, the same code under both): the default version is the
+     * one a program linked today calls. */
+    *(void **)&r.mtx_init = must_sym("mtx_init", NULL);
+    *(void **)&r.mtx_lock = must_sym("mtx_lock", NULL);
+    *(void **)&r.mtx_trylock = must_sym("mtx_trylock", NULL);
+    *(void **)&r.mtx_timedlock = must_sym("mtx_timedlock", NULL);
+    *(void **)&r.mtx_unlock = must_sym("mtx_unlock", NULL);
+    *(void **)&r.mtx_destroy = must_sym("mtx_destroy", NULL);
+    *(void **)&r.cnd_init = must_sym("cnd_init", NULL);
+    *(void **)&r.cnd_signal = must_sym("cnd_signal", NULL);
+    *(void **)&r.cnd_broadcast = must_sym("cnd_broadcast", NULL);
+    *(void **)&r.cnd_wait = must_sym("cnd_wait", NULL);
+    *(void **)&r.cnd_timedwait = must_sym("cnd_timedwait", NULL);
+    *(void **)&r.cnd_destroy = must_sym("cnd_destroy", NULL);
     *(void **)&r.execve = must_sym("execve", NULL);
     *(void **)&r.execvpe = must_sym("execvpe", NULL);
     *(void **)&r.fexecve = must_sym("fexecve", NULL);

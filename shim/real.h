@@ -6,7 +6,9 @@
 #ifndef DM_REAL_H
 #define DM_REAL_H
 
+#include <errno.h>
 #include <pthread.h>
+#include <threads.h>
 #include <time.h>
 
 struct dm_real {
@@ -39,6 +41,21 @@ struct dm_real {
     int (*rwlock_clockwrlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
     int (*rwlock_destroy)(pthread_rwlock_t *);
     int (*rwlock_unlock)(pthread_rwlock_t *);
+    /* C11 <threads.h>: glibc's mtx_* and cnd_* call its internal pthread
+     * functions, never the exported ones, so they are interposed too
+     * (preload hands unmapped ones to these; libdmutex-trace.so records them) */
+    int (*mtx_init)(mtx_t *, int);
+    int (*mtx_lock)(mtx_t *);
+    int (*mtx_trylock)(mtx_t *);
+    int (*mtx_timedlock)(mtx_t *, const struct timespec *);
+    int (*mtx_unlock)(mtx_t *);
+    void (*mtx_destroy)(mtx_t *);
+    int (*cnd_init)(cnd_t *);
+    int (*cnd_signal)(cnd_t *);
+    int (*cnd_broadcast)(cnd_t *);
+    int (*cnd_wait)(cnd_t *, mtx_t *);
+    int (*cnd_timedwait)(cnd_t *, mtx_t *, const struct timespec *);
+    void (*cnd_destroy)(cnd_t *);
     /* the calls that end the process image (preload reads the releases
      * still unread first; the exec family's other members are built on these) */
     int (*execve)(const char *, char *const[], char *const[]);
@@ -59,6 +76,35 @@ extern struct dm_real dm_real __attribute__((visibility("hidden")));
  * same values). A function glibc does not have ends the process with
  * DM_REAL_EX_MISSING before anything could run unprotected. */
 void dm_real_resolve(void);
+
+/* A pthread-level result (0 or an errno value) as a C11 <threads.h> call
+ * returns it, the way glibc's own mtx_* and cnd_* turn the result of the
+ * pthread function each one calls into theirs (thrd_err_map in glibc's
+ * sysdeps/pthread/thrd_priv.h): EBUSY is thrd_busy, ETIMEDOUT
+ * thrd_timedout, ENOMEM thrd_nomem, anything else (EAGAIN of
+ * on_redis_down = "error", EPERM, EOWNERDEAD) thrd_error. */
+static inline int dm_real_thrd(int err)
+{
+    switch (err) {
+    case 0:
+        return thrd_success;
+    case EBUSY:
+        return thrd_busy;
+    case ETIMEDOUT:
+        return thrd_timedout;
+    case ENOMEM:
+        return thrd_nomem;
+    default:
+        return thrd_error;
+    }
+}
+
+_Static_assert(sizeof(mtx_t) == sizeof(pthread_mutex_t) &&
+               _Alignof(mtx_t) == _Alignof(pthread_mutex_t),
+               "glibc's mtx_t is a pthread_mutex_t: the shim maps one as the other");
+_Static_assert(sizeof(cnd_t) == sizeof(pthread_cond_t) &&
+               _Alignof(cnd_t) == _Alignof(pthread_cond_t),
+               "glibc's cnd_t is a pthread_cond_t: the shim lists one as the other");
 
 /* The exit status of a process whose glibc lacks one of the functions:
  * the same as a config error (config.h's DM_EX_CONFIG, sysexits.h

@@ -125,6 +125,41 @@ static enum dm_redis_err check_role(redisContext *c, struct dm_net *t, char *err
     return rc;
 }
 
+/* The server's run_id into conn->run_id (INFO server): acquire.lua tells
+ * by it whether a lock's data is continuous on this server run
+ * ("Restarts"). A server that refuses INFO (an ACL without +info) or
+ * answers without a run_id leaves it empty, which turns that check off:
+ * said once per process, with the window it leaves. Only no reply fails
+ * the set-up. */
+static enum dm_redis_err read_run_id(struct dm_conn *conn, redisContext *c, struct dm_net *t,
+                                     char *err, size_t errlen)
+{
+    static int warned;
+    conn->run_id[0] = 0;
+    const char *argv[2] = { "INFO", "server" };
+    redisReply *r = dm_net_command_argv(c, t, 2, argv, NULL);
+    if (!r) {
+        snprintf(err, errlen, "INFO server: %s", c->errstr);
+        return DM_REDIS_IO;
+    }
+    const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
+    if (p) {
+        p += 7;
+        size_t n = strspn(p, "0123456789abcdef");
+        if (n > 0 && n < sizeof conn->run_id) {
+            memcpy(conn->run_id, p, n);
+            conn->run_id[n] = 0;
+        }
+    }
+    if (!conn->run_id[0] && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        dm_warn("redis at %s: INFO server %s: a restart that loses the lock data is not "
+                "detected, so a waiter may enter beside the holder of the lost data until "
+                "that holder's next renewal; grant +info (`dmutex acl`)", dm_redis_conn_addr(conn),
+                r->type == REDIS_REPLY_ERROR ? r->str : "gave no run_id");
+    freeReplyObject(r);
+    return DM_REDIS_OK;
+}
+
 /* Loads the scripts (one pipelined round trip) the first time any
  * connection of this process is made. */
 /* The connection's set-up steps answer with one of these: the server
@@ -370,6 +405,8 @@ static int session_setup(struct dm_conn *conn, redisContext *c, struct dm_net *t
         rc = check_role(c, t, why, sizeof why);
     if (rc == DM_REDIS_OK)
         rc = load_scripts(c, t, why, sizeof why);
+    if (rc == DM_REDIS_OK)
+        rc = read_run_id(conn, c, t, why, sizeof why);
     if (rc == DM_REDIS_REPLY_ERROR && strstr(why, ": ") && wrong_node_reply(strstr(why, ": ") + 2))
         rc = DM_REDIS_WRONG_NODE;       /* "AUTH: LOADING ...", "SCRIPT LOAD x.lua: ..." */
     if (rc == DM_REDIS_OK) {
@@ -726,7 +763,7 @@ void dm_redis_put(struct dm_conn *conn)
     }
 }
 
-#define DM_SCRIPT_ARGS_MAX 18    /* acquire.lua of an rwlock: 9 keys, 9 arguments */
+#define DM_SCRIPT_ARGS_MAX 21    /* acquire.lua of an rwlock: 9 keys, 12 arguments */
 
 static int build_argv(const char **argv, enum dm_script s, int use_body, int nkeys,
                       int nargs, const char *const *args, char *nk)

@@ -77,6 +77,9 @@ struct dm_conn {
     unsigned long gen;              /* Sentinel: the primary's generation at connect;
                                      * Redis Cluster: the node index's epoch (slots.h) */
     int node;                       /* Redis Cluster: the node's index (slots.h); 0 otherwise */
+    char run_id[48];                /* the server's run_id (INFO server at connect); "":
+                                     * not known (INFO refused): acquire.lua then makes
+                                     * no restart check */
     int nlate;                      /* requests sent whose replies nobody read yet, */
     struct dm_redis_late late[DM_REDIS_LATE_MAX];   /* oldest first (dm_redis_script_nowait) */
     unsigned long late_done;        /* replies due that were read or dropped, ever */

@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
@@ -54,6 +55,19 @@ static int configured;
 enum { CHECK_OFF, CHECK_PRINT, CHECK_QUIET };
 static int check_mode;
 static int check_errors;
+
+/* DMUTEX_CHECK_FD (set by `dmutex check` and `dmutex run` with
+ * DMUTEX_CHECK): a descriptor the command reads, so that it can hold what
+ * each entry resolved to against the program's debug info, which the shim
+ * never reads (a GLib GStaticMutex is big enough for a mutex, so only its
+ * type tells it is none). "C<TAB>CONFIG" (its path, as errors name it),
+ * then per data entry mapped at start
+ * "E<TAB>LINE<TAB>LIST<TAB>FILE<TAB>VADDR<TAB>WHAT<TAB>NAME", then the
+ * verdict: "S<TAB>SUMMARY" (the summary line, which the command prints
+ * once the debug info agrees) or "N<TAB>ERRORS" (the count of errors
+ * already printed, which the command adds its own to); a line each. -1:
+ * none, the shim prints the summary and the count itself. */
+static int check_fd = -1;
 
 /* init_site functions: [start, end) of each, filled by the constructor,
  * read without a lock (they never change afterwards). */
@@ -186,6 +200,17 @@ static unsigned long objects_gen;       /* syncs started; under objects_mu */
 static size_t conds_mapped;     /* of the registry's entries, conds (for the summaries) */
 static size_t rwlocks_mapped;   /* and rwlocks */
 
+/* For the start-up line: of each kind's entries (mutexes, conds,
+ * rwlocks), those mapped when dlopen loads their object, and those
+ * skipped (required = false, not found). */
+enum { KIND_MUTEX, KIND_COND, KIND_RWLOCK, KINDS };
+static size_t later_at_start[KINDS], skipped_at_start[KINDS];
+
+static int kind_of(const struct dm_mutex_config *mc)
+{
+    return mc->cond ? KIND_COND : mc->rw ? KIND_RWLOCK : KIND_MUTEX;
+}
+
 /* How messages name what a data entry maps: its symbol, or for an
  * address entry the address, marked as the weak name it is. */
 struct entry_what { char s[96]; };
@@ -220,35 +245,64 @@ static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
     return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, out, err, errlen);
 }
 
+/* What a symbol too small for its list's type (dm_symbols_find's ERANGE)
+ * is, most likely: a lock of another kind, locked through calls the shim
+ * does not interpose (GLib's GMutex is a futex of GLib's own, 8 bytes; its
+ * GRecMutex, GRWLock and GCond 16; a spin lock 4), which mapped would
+ * exclude nothing. The cause and the fix, said after the sizes. */
+static const char *kind_hint(const struct dm_mutex_config *mc)
+{
+    if (mc->cond)
+        return "so it is no pthread_cond_t, cnd_t or std::condition_variable. A condition "
+               "variable of another kind (GLib's GCond, 16 bytes) waits and wakes through "
+               "calls the shim does not interpose: listed, it would wake no other process. "
+               "Wait on a pthread_cond_t, cnd_t or std::condition_variable and list that one";
+    if (mc->rw)
+        return "so it is no pthread_rwlock_t or std::shared_mutex. A read-write lock of "
+               "another kind (GLib's GRWLock, 16 bytes) locks through calls the shim does not "
+               "interpose: listed, it would exclude nothing. Lock the data with a "
+               "pthread_rwlock_t or std::shared_mutex and list that one";
+    return "so it is no pthread_mutex_t, mtx_t or std::mutex. A lock of another kind (GLib's "
+           "GMutex, 8 bytes, a futex of GLib's own; GRecMutex, 16; a pthread_spinlock_t, 4) "
+           "locks through calls the shim does not interpose: mapped, it would exclude "
+           "nothing. Lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one";
+}
+
 static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_config *mc,
-                          const char *err, int fatal)
+                          int rc, const char *err, int fatal)
 {
     char where[DM_ERR_MAX];
     struct entry_what w;
     snprintf(where, sizeof where, "%s:%d", cfg->path, mc->line);
+    /* Only a symbol too small as a whole is another kind of lock, likely;
+     * past an offset or an index, the numbers say what is wrong. */
+    int hint = rc == ERANGE && mc->offset == 0 && mc->index <= 0;
+    char why[DM_ERR_MAX + 512];
+    snprintf(why, sizeof why, "%s%s%s", err, hint ? ", " : "", hint ? kind_hint(mc) : "");
     if (!mc->required) {
-        dm_info("%s: %s (required = false: skipped)", where, err);
+        dm_info("%s: %s (required = false: skipped)", where, why);
         check_print(mc, entry_what(mc, &w), "not found: skipped (required = false)");
         return;
     }
     if (fatal) {
-        char more[DM_ERR_MAX + 160];
-        snprintf(more, sizeof more, "%s%s", err, cfg->nprograms ? "" :
+        char more[DM_ERR_MAX + 672];
+        snprintf(more, sizeof more, "%s%s", why, cfg->nprograms || hint ? "" :
                  " (if this process is not the program the config is for, list that "
                  "program in `programs`)");
         entry_fail("%s: %s", where, more);
         return;
     }
-    dm_error("%s: %s: this mutex is NOT cluster-wide", where, err);
+    dm_error("%s: %s: this mutex is NOT cluster-wide", where, why);
 }
 
 static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_config *mc,
                           uintptr_t *out, int fatal)
 {
     char err[DM_ERR_MAX];
-    if (lookup_symbol(mc, out, err, sizeof err) == 0)
+    int rc = lookup_symbol(mc, out, err, sizeof err);
+    if (rc == 0)
         return 0;
-    lookup_failed(cfg, mc, err, fatal);
+    lookup_failed(cfg, mc, rc, err, fatal);
     return -1;
 }
 
@@ -331,12 +385,13 @@ static void sync_objects(void)
                  * what is true now. */
                 char err[DM_ERR_MAX];
                 uintptr_t again = 0;
-                if (lookup_symbol(oe->mc, &addr, err, sizeof err) == 0) {
+                int rc = lookup_symbol(oe->mc, &addr, err, sizeof err);
+                if (rc == 0) {
                     resolved = 1;
                 } else {
                     failed = 1;
                     if (dm_symbols_bias(oe->mc->object, &again) && again == bias)
-                        lookup_failed(&config, oe->mc, err, 0);
+                        lookup_failed(&config, oe->mc, rc, err, 0);
                 }
                 continue;
             }
@@ -468,9 +523,26 @@ static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config
     nobject_entries++;
 }
 
+/* Checking with DMUTEX_CHECK_FD: entry mc, mapped at addr, for the
+ * command to hold against the debug info of the file that holds addr. A
+ * tab or newline in a field would break the line: such an entry is not
+ * sent (and so not checked against debug info). */
+static void check_record(const struct dm_mutex_config *mc, const char *what, uintptr_t addr)
+{
+    struct dm_symbols_where w;
+    if (check_fd < 0 || dm_symbols_where(addr, 0, &w) != 0 ||
+        strpbrk(w.path, "\t\n") || strpbrk(what, "\t\n") || strpbrk(mc->name, "\t\n"))
+        return;
+    dprintf(check_fd, "E\t%d\t%s\t%s\t%#lx\t%s\t%s\n", mc->line,
+            mc->cond ? "conds" : mc->rw ? "rwlocks" : "mutexes", w.path,
+            (unsigned long)w.vaddr, what, mc->name);
+}
+
 static void map_entries(struct dm_config *cfg)
 {
     char err[DM_ERR_MAX];
+    if (check_fd >= 0 && !strpbrk(cfg->path, "\t\n"))
+        dprintf(check_fd, "C\t%s\n", cfg->path);
     for (size_t i = 0; i < cfg->nmutexes + cfg->nconds + cfg->nrwlocks; i++) {
         struct dm_mutex_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
             : i < cfg->nmutexes + cfg->nconds ? &cfg->conds[i - cfg->nmutexes]
@@ -494,6 +566,7 @@ static void map_entries(struct dm_config *cfg)
                 if (!mc->required) {
                     dm_info("%s:%d: %s (required = false: skipped)", cfg->path, mc->line, err);
                     check_print(mc, site, "not found: skipped (required = false)");
+                    skipped_at_start[kind_of(mc)]++;
                     continue;
                 }
                 char where[DM_ERR_MAX];
@@ -526,6 +599,7 @@ static void map_entries(struct dm_config *cfg)
         if (mc->object && !dm_symbols_bias(mc->object, &bias)) {
             /* A plugin, perhaps: mapped when it is loaded. */
             add_object_entry(cfg, mc, 0, 0);
+            later_at_start[kind_of(mc)]++;
             struct entry_what w;
             check_print(mc, entry_what(mc, &w), "not loaded at start: mapped when dlopen loads it");
             dm_info("%s:%d: %s is not loaded yet: %s is mapped when it is", cfg->path,
@@ -533,7 +607,12 @@ static void map_entries(struct dm_config *cfg)
             continue;
         }
         uintptr_t addr;
-        if (resolve_symbol(cfg, mc, &addr, 1) != 0 || map_address(cfg, mc, addr, 1) != 0)
+        if (resolve_symbol(cfg, mc, &addr, 1) != 0) {
+            if (!mc->required)
+                skipped_at_start[kind_of(mc)]++;
+            continue;
+        }
+        if (map_address(cfg, mc, addr, 1) != 0)
             continue;
         if (mc->object)
             add_object_entry(cfg, mc, addr, bias);
@@ -547,6 +626,7 @@ static void map_entries(struct dm_config *cfg)
                 snprintf(what + n, sizeof what - n, "[%ld]", mc->index);
             check_where(addr, where, sizeof where);
             check_print(mc, what, where);
+            check_record(mc, what, addr);
         }
     }
     dm_symbols_flush();
@@ -677,16 +757,57 @@ static const char *conds_summary(void)
     return buf;
 }
 
+/* The start-up line's account of the entries: for each kind the config
+ * lists, "KIND: N entries, M mapped now, K by init_site" (init_site
+ * entries map their mutexes as they are made), then those that dlopen
+ * maps and those skipped, when there are some; "; " between kinds. */
+static const char *entries_summary(void)
+{
+    static const char *const kinds[KINDS] = { "mutexes", "conds", "rwlocks" };
+    size_t entries[KINDS] = { config.nmutexes, config.nconds, config.nrwlocks };
+    size_t now[KINDS] = { dm_registry_count() - conds_mapped - rwlocks_mapped, conds_mapped,
+                          rwlocks_mapped };
+    size_t sites[KINDS] = { dm_startup_ninit_sites, dm_startup_ncond_sites,
+                            dm_startup_nrw_sites };
+    static char buf[3 * 192];
+    size_t n = 0;
+    buf[0] = 0;
+    for (int k = 0; k < KINDS; k++) {
+        if (entries[k] == 0)
+            continue;
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s: %zu entr%s, %zu mapped now, %zu by "
+                              "init_site", n ? "; " : "", kinds[k], entries[k],
+                              entries[k] == 1 ? "y" : "ies", now[k], sites[k]);
+        if (later_at_start[k] && n < sizeof buf)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, ", %zu when dlopen loads their "
+                                  "object", later_at_start[k]);
+        if (skipped_at_start[k] && n < sizeof buf)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, ", %zu skipped (required = false)",
+                                  skipped_at_start[k]);
+        if (n >= sizeof buf)
+            break;
+    }
+    return buf;
+}
+
 /* The end of a check, before main: its verdict as the exit status. No
  * destructor runs (nothing is held: no lock was taken, no thread made). */
 static void check_exit(int summary)
 {
-    if (summary && check_mode == CHECK_PRINT && check_errors == 0)
-        printf("%s: %zu mutexes would be mapped (%zu init_site functions)%s, redis at %s, "
-               "namespace %s\n", config.path ? config.path : "config",
-               dm_registry_count() - conds_mapped - rwlocks_mapped, dm_startup_ninit_sites,
-               conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
-    if (check_errors)
+    char line[PATH_MAX + 512];
+    if (summary && check_errors == 0) {
+        snprintf(line, sizeof line, "%s: %zu mutexes would be mapped (%zu init_site "
+                 "functions)%s, redis at %s, namespace %s", config.path ? config.path : "config",
+                 dm_registry_count() - conds_mapped - rwlocks_mapped, dm_startup_ninit_sites,
+                 conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
+        if (check_fd >= 0)
+            dprintf(check_fd, "S\t%s\n", line);
+        else if (check_mode == CHECK_PRINT)
+            printf("%s\n", line);
+    }
+    if (check_errors && check_fd >= 0)
+        dprintf(check_fd, "N\t%d\n", check_errors);
+    else if (check_errors)
         dm_error("%d error%s: the program would not start", check_errors,
                  check_errors == 1 ? "" : "s");
     fflush(stdout);
@@ -701,8 +822,14 @@ __attribute__((constructor)) static void dm_startup_start(void)
      * the environment belongs to whoever started it and is ignored. */
     const char *path = secure_getenv("DMUTEX_CONFIG");
     const char *check = secure_getenv("DMUTEX_CHECK");
-    if (check && *check)
+    if (check && *check) {
         check_mode = strcmp(check, "quiet") == 0 ? CHECK_QUIET : CHECK_PRINT;
+        const char *fd = secure_getenv("DMUTEX_CHECK_FD");
+        char *end;
+        long v = fd && *fd ? strtol(fd, &end, 10) : -1;
+        if (v >= 0 && v <= INT_MAX && *end == '\0' && fcntl((int)v, F_GETFD) >= 0)
+            check_fd = (int)v;
+    }
     if ((!path || !*path) && getauxval(AT_SECURE) && getenv("DMUTEX_CONFIG"))
         config_fail("this is a set-user-ID or set-group-ID process (AT_SECURE): DMUTEX_CONFIG "
                     "and every other DMUTEX_* variable of the environment are ignored%s%s, so "
@@ -756,8 +883,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
         dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
                 config.path, dm_redis_addr());
     else
-        dm_info("libdmutex %s: %zu mutexes mapped%s, redis at %s, namespace %s", DMUTEX_VERSION,
-                dm_registry_count() - conds_mapped - rwlocks_mapped, conds_summary(), dm_redis_addr(), config.ns);
+        dm_info("libdmutex %s: %s; redis at %s, namespace %s", DMUTEX_VERSION,
+                entries_summary(), dm_redis_addr(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

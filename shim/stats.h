@@ -48,7 +48,10 @@ struct dm_stats {
     uint64_t handoffs;          /* cluster: of those, fair handovers from a releasing holder */
     uint64_t redis_errors;      /* cluster, watchdog: Redis calls that failed for the name */
     uint64_t renewals;          /* watchdog: lease renewals that succeeded */
-    uint64_t leases_lost;       /* watchdog, mapped: holds found lost */
+    uint64_t leases_lost;       /* watchdog, mapped: holds found lost while held */
+    uint64_t expired_after_unlock;  /* mapped: releases that found the hold expired
+                                       after the unlock (a late release: nothing ran
+                                       unprotected) */
     uint64_t held;              /* mapped: 1 while the process holds the cluster lock */
     struct dm_hist wait;        /* mapped: lock call -> holding the mutex; its count is
                                    the lock calls that returned holding it (one add less

@@ -757,7 +757,8 @@ int dm_symbols_find(const char *object, const char *symbol, long offset,
         seterr(err, errlen, "offset %ld into %s in %s is negative", offset, symbol,
                base_name(o->label));
     } else if ((GElf_Xword)offset > s.size || need > s.size - (GElf_Xword)offset) {
-        seterr(err, errlen, "%s in %s is %llu bytes, a mutex needs %zu at offset %ld",
+        rc = ERANGE;
+        seterr(err, errlen, "%s in %s is %llu bytes: %zu bytes at offset %ld do not fit in it",
                symbol, base_name(o->label), (unsigned long long)s.size, need, offset);
     } else {
         *addr = live_copy(o, symbol, &s, a) + (uintptr_t)offset;

@@ -14,7 +14,10 @@
  * `need` bytes starting `offset` bytes into the symbol must lie inside it.
  *
  * Returns 0 and sets *addr; ENOENT when the object is not loaded or has no
- * such symbol; EINVAL when the symbol is too small or not a data object;
+ * such symbol; ERANGE when `need` bytes at `offset` do not fit in it (so
+ * it holds no object of that size there: a lock of another, smaller kind,
+ * say); EINVAL when it is not a data object (thread-local, sizeless) or
+ * the offset is negative;
  * ENOTUNIQ when several file-statics match (err lists them as file.c:sym).
  * On any error, err holds a sentence naming symbol and object.
  * `object` matches a loaded file's full path or file name, "libfoo.so" also "libfoo.so.1.2"; two files: ENOTUNIQ.

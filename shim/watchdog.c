@@ -97,7 +97,7 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
                 (unsigned long long)h->token, why);
         return;
     }
-    dm_error("lost the lease of lock %s (owner %s, fencing token %llu): %s; "
+    dm_error("lost the lease of lock %s (owner %s, fencing token %llu) while held: %s; "
              "last renewal succeeded %lld ms ago (lease %ld ms); "
              "lost leases in this process: %lu%s",
              h->lock->name, h->owner, (unsigned long long)h->token, why,
@@ -164,9 +164,8 @@ static void *deadline_main(void *arg)
 }
 
 /* When `h` should be renewed: a renewal period after the last good one;
- * a hold with a short lease (a lock handed over by a release, whose claim
- * lease is one renewal period) at a third of that lease, so that a hold
- * released sooner never costs a renewal at all. */
+ * a hold with a shorter lease than ours (handed over by a process with a
+ * shorter lease_ms) at a third of that lease. */
 static long long due_ms(const struct dm_hold *h, const struct dm_config *cfg)
 {
     long period = h->lease_ms < cfg->lease_ms ? h->lease_ms / 3 : cfg->renew_ms;
@@ -568,6 +567,12 @@ int dm_watchdog_remove(struct dm_hold *h)
     unlink_locked(h);
     pthread_mutex_unlock(&wmu);
     return lost;
+}
+
+long long dm_watchdog_lease_end(struct dm_hold *h)
+{
+    long long renewed = __atomic_load_n(&h->renewed_ms, __ATOMIC_ACQUIRE);
+    return renewed + __atomic_load_n(&h->lease_ms, __ATOMIC_RELAXED);
 }
 
 /* Without wmu: asked on every lock and unlock of a held name (cache mode),

@@ -39,9 +39,10 @@ struct dm_hold {
 };
 
 /* Starts watching `h` (lock, owner, token filled in). `asked_ms` is the
- * monotonic time the acquire that got it was sent (no later), `lease_ms`
- * the lease the server gave it; a lease shorter than the config's (a lock
- * handed over by a release) is renewed at once. Starts the thread on first
+ * monotonic time its lease runs from (no later than the server's: when the
+ * acquire that got it was sent, or a handover's moment, dm_grant), `lease_ms`
+ * the lease the server gave it; one shorter than the config's (handed
+ * over by a process with a shorter lease_ms) is renewed at a third of it. Starts the thread on first
  * use. Returns 0, or an errno from pthread_create when either thread
  * cannot start: then `h` is not watched, and must not be held. */
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);
@@ -54,6 +55,11 @@ void dm_watchdog_forget(struct dm_hold *h);
 /* Stops watching `h`; returns 1 if it had been found lost (warn mode) or is
  * past its loss deadline (then declared lost here, on_lease_lost applying). */
 int dm_watchdog_remove(struct dm_hold *h);
+
+/* When the lease of `h` as last renewed could first run out by itself, on
+ * our clock: no earlier than this the server can have let it expire (it
+ * set the lease after the request was sent). */
+long long dm_watchdog_lease_end(struct dm_hold *h);
 
 /* Has the watchdog found `h` lost (warn mode), or is it past its loss
  * deadline (a process stopped past its lease: before the deadline thread

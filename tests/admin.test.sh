@@ -5,7 +5,11 @@
 #           running main: each entry printed (a library's symbol found, a
 #           plugin's deferred), a missing symbol exits 78 with the very
 #           FILE:LINE line a real start prints, every error at once; dmutex
-#           run stops on it before main
+#           run stops on it before main; an entry naming a lock of a kind
+#           the shim does not interpose (GLib's GMutex, GCond, a spin lock:
+#           by size; a GStaticMutex: by debug info) or a cnd_t in mutexes
+#           is refused with 78 and the cause and the fix, by check, run
+#           and the real start (where the size tells), never mapped
 #   unlock  refuses a live holder and a killed one whose lease lives;
 #           --force hands the lock to the waiting process with a bigger
 #           token, the old holder logs its lost lease, its release and
@@ -45,11 +49,15 @@ wait_for() {
 
 P=build/tests/posix
 NEED="$DMUTEX build/libdmutex.so $P/psx_host $P/libpsxlib.so $P/plugins/libpsxplug.so
-      build/tests/progs/lockprog build/tests/progs/counter build/tests/progs/posixprog"
+      build/tests/progs/lockprog build/tests/progs/counter build/tests/progs/posixprog
+      build/tests/progs/glibprog build/tests/progs/c11prog"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 cc -std=gnu11 -Wall -Wextra -Werror -pthread -Iinclude tests/install/apiprog.c -o "$T/apiprog" \
     >"$T/cc.log" 2>&1 || fail_setup "$(cat "$T/cc.log")"
 redis_tmp_start || fail_setup "no redis-server"
+# the namespaces of this script, declared new too (redis-tmp declares dmutex)
+redis_tmp_fresh admintest
+redis_tmp_fresh toptest
 URL=redis://127.0.0.1:$REDIS_TMP_PORT
 CLI="redis-cli -p $REDIS_TMP_PORT"
 
@@ -136,6 +144,91 @@ else bad "run: a good config runs the program once, under the shim" "exit $rc" \
     "$(cat "$T/out" "$T/err")"; fi
 if [ "$(grep -c '^main' "$T/out")" -eq 1 ]; then ok "run: main ran exactly once"
 else bad "run: main ran exactly once" "$(cat "$T/out")"; fi
+
+# ---- locks of kinds the shim does not interpose ------------------------------
+# tests/progs/glibprog: GLib's GMutex and GCond (declared with GLib's own
+# layouts), a spin lock, the deprecated GStaticMutex (48 bytes: a mutex
+# fits, only debug info tells it is none), beside a pthread_mutex_t and an
+# mtx_t. An entry naming a lock the shim cannot honour is refused with 78
+# and a message naming the cause and the fix, by check, by run and by the
+# real start where the size tells; never "would be mapped".
+G=build/tests/progs/glibprog
+cat >"$T/glib.cfg" <<'CFG'
+mutexes = ( { symbol = "cache_lock"; }, { symbol = "stats_lock"; } );
+conds = ( { symbol = "cache_cond"; } );
+CFG
+"$DMUTEX" check -c "$T/glib.cfg" -- "$G" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] && ! grep -q "would be mapped" "$T/out"; then
+    ok "check: GLib's GMutex, GCond and a spin lock: 78, nothing would be mapped"
+else bad "check: GLib's GMutex, GCond and a spin lock: 78, nothing would be mapped" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
+has "$T/glib.cfg:1: cache_lock in glibprog is 8 bytes: 40 bytes at offset 0 do not fit in it, so it is no pthread_mutex_t, mtx_t or std::mutex. A lock of another kind (GLib's GMutex, 8 bytes, a futex of GLib's own" \
+    "$T/err" "check: a GMutex entry: the cause named"
+has "Lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one" "$T/err" \
+    "check: a GMutex entry: the fix named"
+has "$T/glib.cfg:1: stats_lock in glibprog is 4 bytes" "$T/err" "check: a spin lock entry refused"
+has "$T/glib.cfg:2: cache_cond in glibprog is 16 bytes: 48 bytes at offset 0 do not fit in it, so it is no pthread_cond_t, cnd_t or std::condition_variable" \
+    "$T/err" "check: a GCond entry refused, with the cause"
+has "3 errors: the program would not start" "$T/err" "check: every refused entry counted"
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/glib.cfg "$G" >"$T/rout" 2>"$T/rerr"
+rrc=$?
+if [ "$rrc" -eq 78 ] && ! grep -q "main ran" "$T/rout" &&
+   grep -qF "$T/glib.cfg:1: cache_lock in glibprog is 8 bytes" "$T/rerr"; then
+    ok "the real start with a GMutex entry: 78 before main, the same error"
+else bad "the real start with a GMutex entry: 78 before main, the same error" "exit $rrc" \
+    "$(cat "$T/rout" "$T/rerr")"; fi
+cat >"$T/static.cfg" <<'CFG'
+mutexes = (
+  { symbol = "plain_lock"; },
+  { symbol = "legacy_lock"; offset = 8; name = "legacy"; },
+  { symbol = "registry"; offset = 16; name = "registry"; },
+  { symbol = "c11_lock"; }
+);
+CFG
+"$DMUTEX" check -c "$T/static.cfg" -- "$G" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] && ! grep -q "would be mapped" "$T/out"; then
+    ok "check: GStaticMutex entries (a mutex would fit): 78 from the debug info"
+else bad "check: GStaticMutex entries (a mutex would fit): 78 from the debug info" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
+has "dmutex check: error: $T/static.cfg:3: legacy_lock+8 in glibprog is a GStaticMutex (debug info: legacy_lock), not a pthread_mutex_t, mtx_t or std::mutex: a deprecated GLib lock" \
+    "$T/err" "check: a GStaticMutex's unused pthread_mutex_t: refused, the cause named"
+has "$T/static.cfg:4: registry+16 in glibprog is a GStaticMutex (debug info: registry.lock)" \
+    "$T/err" "check: a GStaticMutex struct member: refused by its member path"
+has "Mapped, it would exclude nothing: lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one" \
+    "$T/err" "check: a GStaticMutex entry: the fix named"
+has "dmutex check: error: 2 errors: the program would not start" "$T/err" \
+    "check: the debug info's errors counted"
+"$DMUTEX" run -c "$T/static.cfg" -r "$URL" -- "$G" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] && ! grep -q "main ran" "$T/out" &&
+   grep -qF "$T/static.cfg:3: legacy_lock+8 in glibprog is a GStaticMutex" "$T/err"; then
+    ok "run: GStaticMutex entries: 78 before main, the same error"
+else bad "run: GStaticMutex entries: 78 before main, the same error" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
+printf 'mutexes = ( { symbol = "plain_lock"; }, { symbol = "c11_lock"; } );\n' >"$T/ok.cfg"
+"$DMUTEX" check -c "$T/ok.cfg" -- "$G" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qF "2 mutexes would be mapped" "$T/out"; then
+    ok "check: its pthread_mutex_t and mtx_t would be mapped"
+else bad "check: its pthread_mutex_t and mtx_t would be mapped" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
+"$DMUTEX" run -c "$T/ok.cfg" -r "$URL" -- "$G" >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^locked" "$T/out"; then ok "run: they are, and the program runs"
+else bad "run: they are, and the program runs" "exit $rc" "$(cat "$T/out" "$T/err")"; fi
+# A cond named as a mutex resolves as well as one (48 bytes): the debug
+# info says it is a cnd_t, and which list it belongs to.
+printf 'mutexes = ( { symbol = "ready"; } );\n' >"$T/kind.cfg"
+"$DMUTEX" check -c "$T/kind.cfg" -- build/tests/progs/c11prog >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] &&
+   grep -qF "$T/kind.cfg:1: ready in c11prog is a cnd_t (debug info: ready), not a pthread_mutex_t, mtx_t or std::mutex" "$T/err" &&
+   grep -qF "List it in conds" "$T/err"; then
+    ok "check: a cnd_t in mutexes: 78, the list it belongs to named"
+else bad "check: a cnd_t in mutexes: 78, the list it belongs to named" "exit $rc" \
+    "$(cat "$T/out" "$T/err")"; fi
 
 # ---- unlock --------------------------------------------------------------
 # Short lease: a forced holder hears of it within a renewal period (1 s).

@@ -49,6 +49,16 @@ static void die(const char *fmt, ...)
     abort();
 }
 
+/* DM_TEST_FILTER=PATTERN (cmocka's * and ? wildcards) runs only the
+ * tests of a group whose names match: one test again and again, e.g.
+ * beside a CPU hog. Set before main, so every group has it. */
+__attribute__((constructor)) static void th_filter_from_env(void)
+{
+    const char *only = getenv("DM_TEST_FILTER");
+    if (only && *only)
+        cmocka_set_test_filter(only);
+}
+
 long long th_now_ms(void)
 {
     return now_ms();
@@ -262,13 +272,35 @@ static void start(struct th_redis *r, const char *bind_addr, const char *const *
             snprintf(r->url, sizeof r->url, "%s://%s:%d", tls ? "rediss" : "redis", r->addr,
                      r->port);
         snprintf(r->port_text, sizeof r->port_text, "%d", r->port);
-        if (try_spawn(r, extra, sen) == 0)
+        if (try_spawn(r, extra, sen) == 0) {
+            if (!sen && !tls)
+                th_redis_declare_fresh(r, DM_NAMESPACE_DEFAULT);
             return;
+        }
     }
     if (sen)
         die("redis-server --sentinel did not start on %s (is redis-sentinel installed? see "
             "%s/redis.log)", r->addr, r->dir);
     die("redis-server did not start on %s (see %s/redis.log)", r->addr, r->dir);
+}
+
+void th_redis_declare_fresh(const struct th_redis *r, const char *ns)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout(r->addr, r->port, tv);
+    if (c && !c->err) {
+        redisSetTimeout(c, tv);
+        /* as `dmutex fresh` does it (tools/fresh.c); a server that wants
+         * a password is left undeclared: its new locks wait a lease */
+        redisReply *rep = redisCommand(c, "EVAL %s 1 %s%s",
+                                       "local id = string.match(redis.call('info', 'server'), "
+                                       "'run_id:(%x+)') redis.call('set', KEYS[1], id) return id",
+                                       ns, DM_KEYS_INTACT_SUFFIX);
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (c)
+        redisFree(c);
 }
 
 void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra)

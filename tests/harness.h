@@ -34,6 +34,13 @@ struct th_redis {
  * waits until it answers PING. Aborts the test program if it cannot. */
 void th_redis_start(struct th_redis *r, const char *bind_addr, const char *const *extra);
 
+/* Declares the server new, with no lock data lost, for namespace `ns`
+ * (`dmutex fresh`): locks new to it are granted at once, not a lease after
+ * its start. Every start (not a restart, th_redis_restart) of a plain
+ * server does it for the default namespace. Best effort: a server that
+ * wants a password is left as it is. */
+void th_redis_declare_fresh(const struct th_redis *r, const char *ns);
+
 /* Same, with TLS only: `port` is --tls-port (plain --port 0); `extra`
  * brings the certificate options (--tls-cert-file ...). It is up once its
  * TLS port accepts connections (the harness speaks no TLS). */

@@ -27,6 +27,7 @@ make -s "$DMUTEX" build/libdmutex.so >"$T/make.log" 2>&1 || fail_setup "$(cat "$
 cc -std=gnu11 -Wall -Wextra -Werror -pthread -Iinclude tests/install/apiprog.c -o "$T/apiprog" \
     >"$T/cc.log" 2>&1 || fail_setup "$(cat "$T/cc.log")"
 redis_tmp_start || fail_setup "no redis-server"
+redis_tmp_fresh lstest
 URL=redis://127.0.0.1:$REDIS_TMP_PORT
 printf 'namespace = "lstest";\nmutexes = ();\n' >"$T/app.cfg"
 

@@ -4,7 +4,9 @@
 # its member offset or array index; without it, lock-named 40-byte objects
 # are guesses; a stripped file shows only exported symbols. Condition
 # variables and rwlocks (sym_sync.c, sym_sync_cxx.cc) are listed the same
-# way and printed as conds = ( ... ); and rwlocks = ( ... ); blocks. The
+# way and printed as conds = ( ... ); and rwlocks = ( ... ); blocks; C11
+# mtx_t and cnd_t too, and locks of kinds the shim does not interpose
+# (GLib's, a spin lock) are left out with a note. The
 # config it prints must load with the shim's config module and resolve,
 # with the shim's symbols module, to the very variables (sym_resolve
 # checks mutexes, conds and rwlocks; dmutex check resolves them in the
@@ -23,7 +25,8 @@ trap 'rm -rf "$T"' EXIT
 # Builds what the tests read (a no-op after `make test-build`). When the
 # build fails but an earlier one left every file, test those and say so.
 NEED="$DMUTEX $D/sym_prog $D/sym_prog_nodebug $D/sym_prog_stripped $D/sym_resolve
-      $D/sym_resolve_nodebug $D/libsymlib.so $D/sym_cxx.o"
+      $D/sym_resolve_nodebug $D/libsymlib.so $D/sym_cxx.o build/tests/progs/c11prog
+      build/tests/progs/glibprog"
 if ! make -s $NEED >"$T/make.log" 2>&1; then
     for f in $NEED; do
         if [ ! -e "$f" ]; then
@@ -253,6 +256,41 @@ fi
 if scan 0 $D/sym_prog_stripped; then
     has "is stripped (no .symtab)" "$T/err" "a stripped file is pointed out"
     has "no mutex variables found" "$T/err" "nothing exported, nothing found, still success"
+fi
+
+# ---- C11, and locks of kinds the shim does not interpose ------------------
+# A C11 mtx_t and cnd_t are a pthread_mutex_t and a pthread_cond_t, and the
+# shim interposes mtx_* and cnd_*: listed (before, not found at all). GLib's
+# GMutex, GRecMutex, GCond, the deprecated GStaticMutex and a spin lock are
+# not listed, with a note each; a GStaticMutex's unused pthread_mutex_t
+# member is no mutex (before, it was listed as a sure one, at offset 8, and
+# that entry would have been mapped and never locked).
+P=build/tests/progs
+if scan 0 $P/c11prog; then
+    row "C11 mtx_t global" c11_lock c11_lock 0 40 c11prog - mtx_t dwarf
+    row "C11 mtx_t global, recursive" rec_lock rec_lock 0 40 c11prog - mtx_t dwarf
+    row "C11 cnd_t global" ready ready 0 48 c11prog - cnd_t dwarf
+    block conds
+    has '  { symbol = "ready"; }' "$T/conds" "conds block: a cnd_t"
+fi
+if scan 0 $P/glibprog; then
+    row "a pthread_mutex_t beside GLib's locks is listed" \
+        plain_lock plain_lock 0 40 glibprog - pthread_mutex_t dwarf
+    row "and an mtx_t" c11_lock c11_lock 0 40 glibprog - mtx_t dwarf
+    for v in cache_lock tree_lock cache_cond legacy_lock registry stats_lock; do
+        lacks "$v" "$T/out" "$v (a lock of another kind, or holding one) is not listed"
+    done
+    has "note: cache_lock in glibprog is a GMutex, not listed: GLib locks it with a futex of its own" \
+        "$T/err" "a GMutex is pointed out, with why"
+    has "note: tree_lock in glibprog is a GRecMutex, not listed" "$T/err" \
+        "a GRecMutex is pointed out"
+    has "note: cache_cond in glibprog is a GCond, not listed" "$T/err" "a GCond is pointed out"
+    has "note: legacy_lock in glibprog is a GStaticMutex, not listed" "$T/err" \
+        "a GStaticMutex is pointed out"
+    has "note: registry.lock in glibprog is a GStaticMutex, not listed" "$T/err" \
+        "a GStaticMutex struct member is pointed out by its member path"
+    has "note: stats_lock in glibprog is a pthread_spinlock_t, not listed" "$T/err" \
+        "a spin lock is pointed out"
 fi
 
 # ---- errors and usage -----------------------------------------------------

@@ -381,8 +381,7 @@ static void test_grant_after_a_clean_release_reports_no_owner_dead(void **state)
  * named `name`: 1 when it ran and forced it. */
 static int force_release(struct dm_cluster_lock *l)
 {
-    char claim[24], keep[24];
-    snprintf(claim, sizeof claim, "%ld", cfg.renew_ms);
+    char keep[24];
     snprintf(keep, sizeof keep, "%ld", cfg.lease_ms);
     static const enum dm_key kk[] = { DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN, DM_KEY_QUEUE,
                                       DM_KEY_QTIME, DM_KEY_LOST, DM_KEY_FORCED,
@@ -391,7 +390,7 @@ static int force_release(struct dm_cluster_lock *l)
     for (size_t i = 0; i < sizeof kk / sizeof kk[0]; i++)
         snprintf(k[i], sizeof k[i], "%s", th_key(l->name, kk[i]));
     const char *argv[] = { "EVAL", dm_lua_force, "7", k[0], k[1], k[2], k[3], k[4], k[5], k[6],
-                           "1", "test_cluster", k[7], keep, k[8], claim, DM_KEYS_LOST_KEEP };
+                           "1", "test_cluster", k[7], keep, k[8], keep, DM_KEYS_LOST_KEEP };
     redisReply *r = redisCommandArgv(rc, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
     assert_non_null(r);
     int forced = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->integer == 1;
@@ -540,12 +539,13 @@ static void test_script_flush_between_calls_is_survived(void **state)
 
 /* ---- release without waiting (dm_cluster_release_nowait) ------------------ */
 
-static int lost_calls;
+static int lost_calls, lost_expired;
 
-static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token, int expired)
 {
     (void)l, (void)owner, (void)token;
     lost_calls++;
+    lost_expired = expired;
 }
 
 /* A hold of `name` by "a" under a long lease, for a release sent without
@@ -573,7 +573,7 @@ static void test_release_nowait_returns_while_the_server_is_paused_and_runs_late
     (void)state;
     struct th_hold h = nowait_hold("nowait_pause");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
     long long held = th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK));
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     assert_int_equal(r, 0);
@@ -591,7 +591,7 @@ static void test_release_nowait_reply_is_read_before_the_next_command(void **sta
     lost_calls = 0;
     struct th_hold h = th_hold_by_a("nowait_next");
     for (int i = 0; i < 50; i++) {
-        assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+        assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
         assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
         assert_int_equal(h.g.token, h.t + 1);
         assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
@@ -619,7 +619,7 @@ static void test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it(
     assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);   /* ran first */
     assert_int_equal(g2.token, h.t);
     assert_true(g2.wait_id != first);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, 0, count_lost), 0);
     dm_cluster_flush();
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
@@ -658,7 +658,7 @@ static void test_release_nowait_after_script_flush_is_sent_again(void **state)
     (void)state;
     struct th_hold h = nowait_hold("nowait_flush");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     dm_cluster_flush();
     nowait_freed(&h);
 }
@@ -678,7 +678,7 @@ static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_gr
     /* acquire.lua known again (by hand: the shim's own NOSCRIPT would load
      * release.lua too); release.lua stays unknown */
     freeReplyObject(th_cmd(rc, "SCRIPT LOAD %s", dm_lua_acquire));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, 0, count_lost), 0);
     struct timespec dl;
     dm_deadline_in(&dl, SLACK_MS);          /* a lock: a trylock reads the release first */
     assert_int_equal(dm_cluster_acquire(h.l, h.a, &dl, 0, &g2), 0);
@@ -705,7 +705,7 @@ static void test_noscript_of_an_acquire_loads_the_release_script_too(void **stat
     struct dm_grant g2;
     assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     th_reset_stats(rc);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     /* ran, without anyone reading its reply: the lock is gone */
     long long end = th_now_ms() + SLACK_MS;
     while (th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)) == 1 && th_now_ms() < end)
@@ -724,7 +724,7 @@ static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **sta
     (void)state;
     struct th_hold h = nowait_hold("nowait_dropped");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     assert_int_equal(r, 0);
@@ -748,7 +748,7 @@ static void test_release_nowait_on_a_connection_the_server_closed_waits_for_it(v
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
     int saved;
     char *path = capture_stderr(&saved);
-    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost);
+    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
     free(end_capture(saved, path));
     assert_int_equal(r, 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
@@ -783,7 +783,7 @@ static void test_trylock_after_a_release_without_waiting_finds_the_lock_free(voi
     c1->late[c1->nlate].arg = NULL;
     c1->nlate++;
     dm_redis_put(c1);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 1);   /* not run */
     int saved;
     char *path = capture_stderr(&saved);
@@ -804,9 +804,26 @@ static void test_release_nowait_of_an_expired_hold_reports_it_lost(void **state)
     lost_calls = 0;
     struct th_hold h = th_hold_by_a("nowait_lost");
     wait_expired(h.l);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     dm_cluster_flush();
     assert_int_equal(lost_calls, 1);
+    assert_int_equal(lost_expired, 1);      /* the reply came after the lease's end */
+    dm_cluster_lock_put(h.l);
+}
+
+/* A hold the server no longer has before its lease could have ended
+ * (deleted: a DEL, an eviction, a restart that lost it) is told apart
+ * from one that expired after the unlock: the caller hears "not expired". */
+static void test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired(void **state)
+{
+    (void)state;
+    struct th_hold h = nowait_hold("nowait_gone");
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key(h.l->name, DM_KEY_LOCK)));
+    long long end = th_now_ms() + LONG_LEASE_MS;
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, end, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 1);
+    assert_int_equal(lost_expired, 0);
     dm_cluster_lock_put(h.l);
 }
 
@@ -817,7 +834,7 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     (void)state;
     struct th_hold h = nowait_hold("nowait_fork");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     dm_redis_atfork(DM_FORK_PREPARE);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -860,7 +877,7 @@ static void test_fork_child_frees_what_the_parents_unread_releases_hold(void **s
     struct th_hold h = nowait_hold("nowait_fork_refs");
     unsigned refs = h.l->refs;
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, count_lost), 0);
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     assert_int_equal(h.l->refs, refs + 1);
     struct refs_check c = { h.l, refs };
     int st = th_fork_with_handlers(child_freed_releases, &c);
@@ -941,7 +958,7 @@ static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(vo
     dm_notify_chan_put(stall);
     assert_int_equal(w.r, 0);
     assert_int_equal(w.g.token, h.t + 1);
-    assert_int_equal(w.g.lease_ms, cfg.renew_ms);       /* the handover's claim lease */
+    assert_int_equal(w.g.lease_ms, cfg.lease_ms);       /* a handover has the whole lease */
     assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
     dm_cluster_lock_put(h.l);
 }
@@ -1081,7 +1098,7 @@ static void test_fair_waiter_without_a_connection_of_its_own_takes_the_handover(
     dm_notify_chan_put(other);
     assert_int_equal(w.r, 0);
     assert_int_equal(w.g.token, h.t + 1);
-    assert_int_equal(w.g.lease_ms, cfg.renew_ms);       /* the handover's claim lease */
+    assert_int_equal(w.g.lease_ms, cfg.lease_ms);       /* a handover has the whole lease */
     assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
     dm_cluster_lock_put(h.l);
 }
@@ -1747,6 +1764,8 @@ int main(void)
         cmocka_unit_test_setup(test_trylock_after_a_release_without_waiting_finds_the_lock_free,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
+        cmocka_unit_test_setup(test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired,
+                               reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
         cmocka_unit_test_setup(test_fork_child_frees_what_the_parents_unread_releases_hold,
                                reset_policy),

@@ -201,8 +201,11 @@ static long long inside_field(const char *text, int field)
 
 /* ---- the checker and the lock server ----------------------------------------- */
 
+static long long rs_started_ms;          /* when lock_server started rs */
+
 static void lock_server(const char *bind, const char *const *extra)
 {
+    rs_started_ms = th_now_ms();
     th_redis_start(&rs, bind, extra);
     rc = th_redis_connect(&rs);
 }
@@ -1112,7 +1115,7 @@ static long long finish_loop(int np, char **out, pid_t *p, int *lost)
         char *text = finish(p[i], out[i]);
         /* The watchdog's word for it, or the release's when the server
          * lost the hold before the next renewal could tell. */
-        *lost += count_of(text, "lost the lease") + count_of(text, "was lost before unlock");
+        *lost += count_of(text, "lost the lease") + count_of(text, "was lost while held");
         total += after(text, "done ");
         free(text);
     }
@@ -1474,9 +1477,12 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
     int nk;
     const char *left = all_keys(&nk);
     printf("keys right after the run (%d):\n%s", nk, left);
-    /* What may stay: the fencing counters, forever by design. What may stay
-     * a while: release markers (:holder "=token", a lease long) and fair
-     * queues (3 * DM_WAIT_CAP_MS x 2). Nothing else, and nothing for long. */
+    /* What may stay: the fencing counters and epochs, forever by design,
+     * and the harness's declaration of the new server (NS:intact,
+     * th_redis_start).
+     * What may stay a while: release markers (:holder "=token", a lease
+     * long) and fair queues (3 * DM_WAIT_CAP_MS x 2). Nothing else, and
+     * nothing for long. */
     long long settle_end = th_now_ms() + 5000 + 6000 + SLACK_MS;
     for (;;) {
         left = all_keys(&nk);
@@ -1487,7 +1493,17 @@ static void test_stress_16x4_on_three_locks_then_nothing_is_left_behind(void **s
                      th_key(i == 0 ? "x_plain" : i == 1 ? "x_fair" : "x_cache", DM_KEY_TOKEN));
             counters += strstr(left, want) != NULL;
         }
-        if (nk == 3 && counters == 3)
+        char intact[64];
+        snprintf(intact, sizeof intact, "%s%s (pttl -1)", DM_NAMESPACE_DEFAULT,
+                 DM_KEYS_INTACT_SUFFIX);
+        int epochs = 0;
+        for (int i = 0; i < 3; i++) {
+            char want[128];
+            snprintf(want, sizeof want, "%s (pttl -1)",
+                     th_key(i == 0 ? "x_plain" : i == 1 ? "x_fair" : "x_cache", DM_KEY_EPOCH));
+            epochs += strstr(left, want) != NULL;
+        }
+        if (nk == 7 && counters == 3 && epochs == 3 && strstr(left, intact))
             break;
         if (th_now_ms() > settle_end)
             fail_msg("keys left %lld ms after the run:\n%s", th_now_ms() - ended, left);
@@ -1550,6 +1566,337 @@ static void test_rss_stays_flat_over_uncached_cycles(void **s)
               "20000", "no caching (two round trips each)");
 }
 
+/* ==== 9. every grant protected for its whole lease (issue 25) ============ */
+
+/* The fair queue's length on `name` reaches n. */
+static void wait_queued(const char *name, long long n)
+{
+    long long end = th_now_ms() + RUN_MS;
+    while (th_cmd_int(rc, "LLEN %s", th_key(name, DM_KEY_QUEUE)) < n) {
+        if (th_now_ms() > end)
+            fail_msg("%lld waiters expected in the queue of %s", n, name);
+        usleep(POLL_US);
+    }
+}
+
+/* A holds lock `name`, B (holding until *gob) and C (in and out) queue
+ * behind it in that order, then A unlocks, handing the lock to B: returns
+ * once B is inside, with the three pids and outputs. */
+struct handover { pid_t a, b, c; char *aout, *bout, *cout, *gob; };
+static struct handover handover_to_b(const char *name, const char *acfg, const char *bcfg)
+{
+    struct handover h = { .aout = th_out_file(), .bout = th_out_file(), .cout = th_out_file(),
+                          .gob = th_go_file() };
+    char *goa = th_go_file();
+    struct run ar = { .cfg = acfg, .out = h.aout }, br = { .cfg = bcfg, .out = h.bout },
+               cr = { .cfg = bcfg, .out = h.cout };
+    h.a = holder(&ar, goa);
+    h.b = worker(&br, "once", "lock", "-g", h.gob, NULL);
+    wait_queued(name, 1);
+    h.c = worker(&cr, "once", "lock", "-u", "0", NULL);
+    wait_queued(name, 2);
+    th_touch(goa);                          /* A's unlock hands the lock to B */
+    th_wait_for(h.bout, "inside ", RUN_MS);
+    return h;
+}
+
+/* A lock handed over by a release is the new holder's for a whole lease
+ * from the handover: stopped (a GC or VM pause) the moment it entered, for
+ * more than a renewal period but less than lease - margin, it keeps the
+ * lock, nobody else enters, and it is not declared lost when resumed.
+ * `*s`: the mapping's options (fair handover; lock caching's). */
+static void handover_stop_scenario(void **s)
+{
+    const char *opts = *s;
+    lock_server(NULL, NULL);
+    const long lease = 6000, stop_ms = 3500;    /* renew 2000, margin 600 */
+    char text_cfg[512];
+    snprintf(text_cfg, sizeof text_cfg, "lease_ms = %ld;\nmutexes = ( { symbol = \"fault_lock\"; "
+             "name = \"h_stop\"; %s } );\n", lease, opts);
+    char *cfg = config_raw(text_cfg);
+    struct handover h = handover_to_b("h_stop", cfg, cfg);
+    pid_t a = h.a, b = h.b, c = h.c;
+    char *aout = h.aout, *bout = h.bout, *cout = h.cout, *gob = h.gob;
+    kill(b, SIGSTOP);
+    long long stopped = th_now_ms();
+    long long pttl = th_cmd_int(rc, "PTTL %s", th_key("h_stop", DM_KEY_LOCK));
+    usleep(stop_ms * 1000);
+    char *ct = th_read_output(cout);
+    int c_in = strstr(ct, "inside ") != NULL;
+    free(ct);
+    kill(b, SIGCONT);
+    long long resumed = th_now_ms();
+    free(finish(a, aout));
+    th_touch(gob);
+    char *bt = finish(b, bout);
+    char *ct2 = finish(c, cout);
+    measured("lock handed over (%s), new holder SIGSTOPped for %lld ms at once: server lease "
+             "left %lld ms at the stop (lease %ld); the next waiter %s during the stop",
+             *opts ? opts : "fair", resumed - stopped, pttl, lease, c_in ? "ENTERED" : "waited");
+    if (c_in)
+        fail_msg("the waiter behind entered while the handed-over holder was stopped for "
+                 "%lld ms (lease %ld ms)", resumed - stopped, lease);
+    assert_lacks(bt, "lost the lease");
+    th_assert_has(bt, "fenced ok");
+    th_assert_has(bt, "unlocked 0");
+    th_assert_has(ct2, "fenced ok");
+    assert_true(pttl > lease - stop_ms);    /* the server's lease is the whole one */
+    free(bt);
+    free(ct2);
+    th_checker_assert_no_overlap(&chk, 0);
+}
+
+/* The server stalls right after a holder's unlock, longer than what was
+ * left of the hold's lease but inside the no-loss bound: the release
+ * (written without waiting, on_lease_lost = "abort") then finds the hold
+ * expired. The critical section had ended before the hold's deadline, so
+ * the process goes on: a warning that says so, no abort, and it counts. */
+static void test_release_finding_its_hold_expired_after_the_unlock_does_not_abort(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    const long lease = 3000, pause_ms = 2500;   /* renew 1000, margin 300 */
+    char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "x_late");
+    for (int round = 0;; round++) {
+        char *out = th_out_file(), *go = th_go_file();
+        struct run r = { .cfg = cfg, .out = out };
+        pid_t h = holder(&r, go);
+        const char *key = th_key("x_late", DM_KEY_LOCK);
+        /* Just after a renewal the lease outlasts the pause: wait until
+         * less than the pause is left, then pause the server at once, with
+         * the lease left read in the same transaction. */
+        long long end = th_now_ms() + RUN_MS;
+        while (th_cmd_int(rc, "PTTL %s", key) > lease - 500) {
+            if (th_now_ms() > end)
+                fail_msg("the hold of x_late is never below %ld ms", lease - 500);
+            usleep(POLL_US);
+        }
+        freeReplyObject(th_cmd(rc, "MULTI"));
+        freeReplyObject(th_cmd(rc, "PTTL %s", key));
+        freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld ALL", pause_ms));
+        redisReply *x = th_cmd(rc, "EXEC");
+        long long left = x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                         x->element[0]->type == REDIS_REPLY_INTEGER ? x->element[0]->integer : -1;
+        freeReplyObject(x);
+        long long t0 = th_now_ms();
+        th_touch(go);                           /* unlocks while the server is paused */
+        int st = th_wait_end(h, RUN_MS, NULL, NULL);
+        char *text = th_read_output(out);
+        if (left >= pause_ms && round < 5) {    /* a renewal came first: the lease outlasted it */
+            free(text);
+            continue;
+        }
+        measured("server paused %ld ms (CLIENT PAUSE ALL) with %lld ms of the hold's lease "
+                 "left, the holder unlocked at once: release answered %lld ms later; exit "
+                 "status 0x%x", pause_ms, left, th_now_ms() - t0, st);
+        if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("a holder that had left its section ended with status 0x%x:\n%s", st, text);
+        assert_true(left < pause_ms);
+        th_assert_has(text, "unlocked 0");
+        th_assert_has(text, "expired after unlock");
+        assert_lacks(text, "lost the lease");
+        assert_lacks(text, "lost while held");
+        free(text);
+        break;
+    }
+}
+
+/* Waits for holder h to abort (SIGABRT) after its hold was lost; sets
+ * *died (CLOCK_MONOTONIC ms) and returns its output. */
+static char *holder_aborts(pid_t h, const char *hout, long long *died)
+{
+    int st = th_wait_end(h, RUN_MS, died, NULL);
+    char *ht = th_read_output(hout);
+    if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the holder of the lost hold did not abort (status 0x%x):\n%s", st, ht);
+    return ht;
+}
+
+/* A restart without persistence forgets the hold of a holder that is
+ * inside: nobody may enter until that holder has stopped. The server,
+ * up for less than a lease and lacking the lock's data, grants nothing
+ * until a lease after its start; the holder's next renewal (within a
+ * renewal period) finds the hold gone and aborts first. */
+static void test_restart_without_persistence_lets_nobody_in_before_the_old_holder_stops(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    const long lease = 3000;
+    char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "q_mem");
+    char *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
+    struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
+    pid_t h = holder(&hr, go);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    th_wait_listeners(rc, "q_mem", 1, RUN_MS);
+    lock_server_kill();
+    lock_server_restart(NULL);
+    long long up = th_now_ms();
+    long long died;
+    char *ht = holder_aborts(h, hout, &died);
+    th_assert_has(ht, "server no longer has the hold");
+    char *wt = finish(w, wout);
+    long long w_in = inside_field(wt, 1);
+    measured("redis-server restarted without persistence under a holder (lease %ld ms): the "
+             "holder aborted %lld ms after the restart, the waiter entered %lld ms after it "
+             "(%lld ms after the restart); tokens %lld then %lld", lease, died - up, w_in - died,
+             w_in - up, inside_field(ht, 0), inside_field(wt, 0));
+    if (w_in <= died)
+        fail_msg("the waiter entered %lld ms before the holder of the lost hold stopped",
+                 died - w_in);
+    th_assert_has(wt, "started less than a lease ago");
+    th_assert_has(wt, "fenced ok");
+    assert_true(inside_field(wt, 0) > inside_field(ht, 0));
+    free(ht);
+    free(wt);
+}
+
+/* A restart that loses only the last writes (here: an RDB snapshot taken
+ * before the hold, loaded at the restart; AOF everysec after an OS crash
+ * is the same) keeps the fencing counter, at an old value, and forgets
+ * the hold: nobody may enter before the holder has stopped, and the next
+ * token is above the holder's, never the same. */
+static void test_restart_from_an_older_snapshot_lets_nobody_in_and_tokens_grow(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "q_rdb");
+    char *pout = th_out_file();
+    struct run pr = { .cfg = cfg, .out = pout };
+    free(finish(worker(&pr, "once", "lock", "-u", "0", NULL), pout));     /* the counter */
+    redisReply *sv = th_cmd(rc, "SAVE");
+    assert_int_equal(sv->type, REDIS_REPLY_STATUS);
+    freeReplyObject(sv);
+    char *hout = th_out_file(), *wout = th_out_file(), *go = th_go_file();
+    struct run hr = { .cfg = cfg, .out = hout }, wr = { .cfg = cfg, .out = wout };
+    pid_t h = holder(&hr, go);
+    pid_t w = worker(&wr, "once", "lock", "-u", "0", NULL);
+    th_wait_listeners(rc, "q_rdb", 1, RUN_MS);
+    lock_server_kill();
+    lock_server_restart(NULL);              /* loads the snapshot: the counter, no hold */
+    long long up = th_now_ms();
+    long long died;
+    char *ht = holder_aborts(h, hout, &died);
+    char *wt = finish(w, wout);
+    long long w_in = inside_field(wt, 1);
+    measured("redis-server restarted from a snapshot older than the hold (lease 3000 ms): the "
+             "holder aborted %lld ms after the restart, the waiter entered %lld ms after it; "
+             "tokens %lld then %lld", died - up, w_in - died, inside_field(ht, 0),
+             inside_field(wt, 0));
+    if (w_in <= died)
+        fail_msg("the waiter entered %lld ms before the holder of the lost hold stopped",
+                 died - w_in);
+    assert_true(inside_field(wt, 0) > inside_field(ht, 0));
+    free(ht);
+    free(wt);
+}
+
+/* dmutex fresh on `url` with `opt` (NULL: none): its output, checked
+ * against the exit status `want`. */
+static char *fresh_verb(const char *opt, int want)
+{
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
+    char *const argv[] = { DMUTEX_CLI, "fresh", "-r", url, (char *)opt, NULL };
+    char *out = th_out_file();
+    return th_finish(th_spawn(argv, NULL, out), out, want, RUN_MS);
+}
+
+/* A server whose restarts lose nothing (appendfsync always) is declared
+ * so once (dmutex fresh --durable, refused on a server that is not set
+ * up so): after a restart its free locks are granted at once. */
+static void test_restart_of_a_server_declared_durable_keeps_no_lock_waiting(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *no = fresh_verb("--durable", 1);
+    th_assert_has(no, "appendonly is not yes");
+    free(no);
+    th_redis_drop(&rs, &rc);
+    const char *aof[] = { "--appendonly", "yes", "--appendfsync", "always", NULL };
+    lock_server(NULL, aof);
+    free(fresh_verb("--durable", 0));
+    char *cfg = config("lease_ms = 30000;", "q_durable");
+    char *out = th_out_file();
+    struct run r = { .cfg = cfg, .out = out };
+    free(finish(worker(&r, "once", "lock", "-u", "0", NULL), out));
+    lock_server_kill();
+    lock_server_restart(aof);
+    long long t0 = th_now_ms();
+    char *out2 = th_out_file();
+    struct run r2 = { .cfg = cfg, .out = out2 };
+    char *text = finish(worker(&r2, "once", "lock", "-u", "0", NULL), out2);
+    measured("a free lock of a server declared durable, restarted (appendfsync always, lease "
+             "30000 ms): granted %lld ms after the restart", inside_field(text, 1) - t0);
+    assert_lacks(text, "started less than a lease ago");
+    free(text);
+}
+
+/* A process with a shorter lease hands the lock to one with a longer
+ * lease: the server has the releaser's lease on it, so the new holder
+ * counts its deadline and renews by that one, and a waiter behind never
+ * enters while it is inside. */
+static void test_handover_from_a_shorter_lease_is_renewed_in_time(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    char *short_cfg = config("lease_ms = 2000;", "h_mixed");
+    char *long_cfg = config("lease_ms = 9000;", "h_mixed");
+    struct handover h = handover_to_b("h_mixed", short_cfg, long_cfg);
+    pid_t a = h.a, b = h.b, c = h.c;
+    char *aout = h.aout, *bout = h.bout, *cout = h.cout, *gob = h.gob;
+    usleep(4000 * 1000);                    /* two of the releaser's leases */
+    char *ct = th_read_output(cout);
+    int c_in = strstr(ct, "inside ") != NULL;
+    free(ct);
+    free(finish(a, aout));
+    th_touch(gob);
+    char *bt = finish(b, bout);
+    free(finish(c, cout));
+    if (c_in)
+        fail_msg("the waiter entered while the holder handed the lock with a shorter lease "
+                 "was inside");
+    assert_lacks(bt, "lost the lease");
+    th_assert_has(bt, "unlocked 0");
+    free(bt);
+    th_checker_assert_no_overlap(&chk, 0);
+}
+
+/* A lock new to a server up for less than a lease waits for the rest of
+ * that lease (the server cannot tell a new server from one that lost its
+ * data), saying so; after `dmutex fresh` a new lock is granted at once. */
+static void test_new_server_keeps_new_locks_for_a_lease_unless_declared_fresh(void **s)
+{
+    (void)s;
+    lock_server(NULL, NULL);
+    freeReplyObject(th_cmd(rc, "DEL %s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX));
+    char *cfg = config("lease_ms = 4000;", "q_new");
+    char *out = th_out_file();
+    struct run r = { .cfg = cfg, .out = out };
+    long long t0 = th_now_ms();
+    pid_t p = worker(&r, "once", "lock", "-u", "0", NULL);
+    char *text = finish(p, out);
+    long long waited = inside_field(text, 1) - t0;
+    th_assert_has(text, "started less than a lease ago");
+    measured("a lock new to a server started %lld ms before the lock call waited %lld ms "
+             "(lease 4000 ms)", t0 - rs_started_ms, waited);
+    assert_true(inside_field(text, 1) - rs_started_ms >= 4000 - 1000);
+    free(text);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", rs.port);
+    char *const fargv[] = { DMUTEX_CLI, "fresh", "-r", url, NULL };
+    char *fout = th_out_file();
+    char *ft = th_finish(th_spawn(fargv, NULL, fout), fout, 0, RUN_MS);
+    th_assert_has(ft, "declared to have lost no lock data");
+    free(ft);
+    char *cfg2 = config("lease_ms = 4000;", "q_new2");
+    char *out2 = th_out_file();
+    struct run r2 = { .cfg = cfg2, .out = out2 };
+    pid_t p2 = worker(&r2, "once", "lock", "-u", "0", NULL);
+    char *t2 = finish(p2, out2);
+    assert_lacks(t2, "started less than a lease ago");
+    free(t2);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_machines_test_setup, teardown)
 
 int main(void)
@@ -1598,6 +1945,17 @@ int main(void)
         /* 8. memory */
         T(test_rss_stays_flat_over_a_million_cached_cycles),
         T(test_rss_stays_flat_over_uncached_cycles),
+        /* 9. every grant protected for its whole lease */
+        TH_CASE(test_stop_just_after_a_fair_handover_shorter_than_the_lease_lets_nobody_in,
+                handover_stop_scenario, "", th_machines_test_setup, teardown),
+        TH_CASE(test_stop_just_after_a_cached_handover_shorter_than_the_lease_lets_nobody_in,
+                handover_stop_scenario, "cache = true;", th_machines_test_setup, teardown),
+        T(test_release_finding_its_hold_expired_after_the_unlock_does_not_abort),
+        T(test_restart_without_persistence_lets_nobody_in_before_the_old_holder_stops),
+        T(test_new_server_keeps_new_locks_for_a_lease_unless_declared_fresh),
+        T(test_restart_from_an_older_snapshot_lets_nobody_in_and_tokens_grow),
+        T(test_handover_from_a_shorter_lease_is_renewed_in_time),
+        T(test_restart_of_a_server_declared_durable_keeps_no_lock_waiting),
     };
     const char *only = getenv("DM_FAULTS_FILTER");     /* e.g. "*restart*" while debugging */
     if (only && *only)

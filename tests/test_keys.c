@@ -32,6 +32,7 @@ static void test_every_key_of_a_lock_carries_the_name_as_hash_tag(void **s)
         [DM_KEY_READERS] = "ns:{a b}:readers",
         [DM_KEY_RGRANT] = "ns:{a b}:rgrant",
         [DM_KEY_WAIT] = "ns:{a b}:w:",
+        [DM_KEY_EPOCH] = "ns:{a b}:epoch",
     };
     char buf[64];
     for (int k = 0; k < DM_KEY_COUNT; k++) {

@@ -339,13 +339,51 @@ static void test_summary_at_exit_has_one_line_per_name_with_log_info(void **stat
         fail_msg("expected one summary line each for A (300 calls) and B (200), got %d and %d:\n%s",
                  a, b, out);
     th_assert_has(out, "wait p50 ");
-    th_assert_has(out, " leases lost, 0 redis errors");
+    th_assert_has(out, " leases lost, 0 expired after unlock, 0 redis errors");
     free(out);
     /* Without info, no summary. */
     free(run_work(path, NULL, &out));
     if (strstr(out, "exit: lock "))
         fail_msg("a summary line at the default log level:\n%s", out);
     free(out);
+    free(path);
+}
+
+/* The summary of each process is its own: a fork child says it is one
+ * (its counts start at the fork), and a mapped name a process never
+ * locked is said to be that, not "0 lock calls", which read the same for
+ * a child that left its parent's lock alone and for a mutex whose calls
+ * never reached the shim. Here the parent locks A 5 times, the child not
+ * at all, and neither locks B. */
+static void test_summary_says_a_fork_child_and_a_name_never_locked_plainly(void **state)
+{
+    (void)state;
+    char *path = path_in_dir("app.prom");
+    char *cfg = config(LEASE_MS, metrics_group(path, LONG_INTERVAL));
+    char *out = th_out_file(), *go = th_go_file();
+    char *args[] = { "fork", "5", "0", go, NULL };
+    pid_t pid = start(cfg, "info", NULL, args, out);
+    th_wait_for(out, "parent waits", RUN_MS);
+    th_touch(go);
+    char *text = th_finish(pid, out, 0, RUN_MS);
+    long long child = th_field_after(text, "child done ");
+    char want[6][160];
+    snprintf(want[0], sizeof want[0], "dmutex[%lld]: exit: this process is a fork child of %d: "
+             "its counts start at the fork\n", child, (int)pid);
+    snprintf(want[1], sizeof want[1], "dmutex[%lld]: exit: lock A: never locked by this "
+             "process\n", child);
+    snprintf(want[2], sizeof want[2], "dmutex[%lld]: exit: lock B: never locked by this "
+             "process\n", child);
+    snprintf(want[3], sizeof want[3], "dmutex[%d]: exit: lock A: 5 lock calls, 5 cluster "
+             "acquisitions", (int)pid);
+    snprintf(want[4], sizeof want[4], "dmutex[%d]: exit: lock B: never locked by this "
+             "process\n", (int)pid);
+    for (int i = 0; i < 5; i++)
+        th_assert_has(text, want[i]);
+    snprintf(want[5], sizeof want[5], "dmutex[%d]: exit: this process is a fork child", (int)pid);
+    if (strstr(text, want[5]) || strstr(text, " 0 lock calls"))
+        fail_msg("the parent called a fork child, or a summary of 0 lock calls:\n%s", text);
+    free(text);
     free(path);
 }
 
@@ -1097,6 +1135,7 @@ int main(void)
         T(test_label_values_are_escaped),
         T(test_file_counts_a_known_workload_exactly),
         T(test_summary_at_exit_has_one_line_per_name_with_log_info),
+        T(test_summary_says_a_fork_child_and_a_name_never_locked_plainly),
         T(test_file_is_replaced_whole_at_every_interval),
         T(test_exit_with_a_thread_still_locking_writes_the_file),
         T(test_fork_child_does_not_write_the_parents_file),

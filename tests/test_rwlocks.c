@@ -618,6 +618,31 @@ static void test_exit_with_a_read_hold_releases_it(void **s)
     assert_int_equal(th_cmd_int(lc, "ZCARD %s", key), 0);
 }
 
+/* A thread that ends holding the rwlock (it returns from its start
+ * routine), for reading or for writing, in a process that then exits:
+ * nobody is inside any more, so the exit gives the hold back at once; a
+ * writer of another process gets it with a trylock. */
+static void test_exit_after_a_holding_thread_ended_releases_its_hold(void **s)
+{
+    (void)s;
+    const char *kinds[] = { "rd", "wr" };
+    for (int i = 0; i < 2; i++) {
+        char *o = th_out_file();
+        char *text = finish(prog(machine(0), o, "ended", kinds[i], NULL), o);
+        th_assert_has(text, "thread 0\nthread gone\n");
+        free(text);
+        long long readers = th_cmd_int(lc, "ZCARD %s", th_key("routes_lock", DM_KEY_READERS));
+        long long writer = th_cmd_int(lc, "EXISTS %s", th_key("routes_lock", DM_KEY_LOCK));
+        if (readers || writer)
+            fail_msg("%s: %lld readers, %lld writer left of a process whose holding thread "
+                     "had ended, after it exited", kinds[i], readers, writer);
+        o = th_out_file();
+        text = finish(prog(machine(1), o, "try", "wr", NULL), o);
+        th_assert_has(text, "rc 0");
+        free(text);
+    }
+}
+
 /* pthread_rwlock_rdlock/wrlock are no cancellation points: a thread
  * cancelled while it waits for another process gets the lock, and its
  * cancellation acts at its next cancellation point, after its unlock; the
@@ -890,6 +915,8 @@ int main(void)
                                         th_test_teardown),
         cmocka_unit_test_setup_teardown(test_exit_with_a_read_hold_releases_it, test_setup,
                                         th_test_teardown),
+        cmocka_unit_test_setup_teardown(test_exit_after_a_holding_thread_ended_releases_its_hold,
+                                        test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_cancel_during_a_cluster_wait_acts_after_the_lock,
                                         test_setup, th_test_teardown),
         cmocka_unit_test_setup_teardown(test_read_hold_is_renewed_past_its_lease, test_setup,

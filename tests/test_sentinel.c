@@ -1594,7 +1594,7 @@ static void failover_run(int min_replicas, struct run_result *res)
         const char *d = strstr(text, "done ");
         if (d)
             res->done += strtoll(d + 5, NULL, 10);
-        res->lost += count_of(text, "lost the lease") + count_of(text, "was lost before unlock");
+        res->lost += count_of(text, "lost the lease") + count_of(text, "was lost while held");
         res->not_acked += count_of(text, "replicas acknowledged the grant");
         free(text);
     }

@@ -173,12 +173,12 @@ static void test_array_element_at_index_times_size(void **state)
                          (uintptr_t)&sym_slots[i]);
 }
 
-static void test_offset_past_the_end_is_einval(void **state)
+static void test_offset_past_the_end_is_erange(void **state)
 {
     (void)state;
-    assert_int_equal(find_rc(NULL, "sym_slots", 4 * (long)MUTEX_SIZE), EINVAL);
+    assert_int_equal(find_rc(NULL, "sym_slots", 4 * (long)MUTEX_SIZE), ERANGE);
     assert_err_has("160 bytes");
-    assert_int_equal(find_rc(NULL, "sym_inventory", (long)sizeof sym_inventory - 8), EINVAL);
+    assert_int_equal(find_rc(NULL, "sym_inventory", (long)sizeof sym_inventory - 8), ERANGE);
 }
 
 static void test_negative_offset_is_einval(void **state)
@@ -188,13 +188,13 @@ static void test_negative_offset_is_einval(void **state)
     assert_err_has("negative");
 }
 
-static void test_too_small_object_is_einval_and_gives_both_sizes(void **state)
+static void test_too_small_object_is_erange_and_gives_both_sizes(void **state)
 {
     (void)state;
     char want[128];
-    assert_int_equal(find_rc(NULL, "sym_small_lock", 0), EINVAL);
-    snprintf(want, sizeof want, "sym_small_lock in %s is 4 bytes, a mutex needs %zu at offset 0",
-             exe_base(), MUTEX_SIZE);
+    assert_int_equal(find_rc(NULL, "sym_small_lock", 0), ERANGE);
+    snprintf(want, sizeof want, "sym_small_lock in %s is 4 bytes: %zu bytes at offset 0 do not "
+             "fit in it", exe_base(), MUTEX_SIZE);
     assert_err_has(want);
 }
 
@@ -607,9 +607,9 @@ int main(void)
         cmocka_unit_test_teardown(test_static_of_another_file_is_enoent, teardown),
         cmocka_unit_test_teardown(test_struct_member_at_offset, teardown),
         cmocka_unit_test_teardown(test_array_element_at_index_times_size, teardown),
-        cmocka_unit_test_teardown(test_offset_past_the_end_is_einval, teardown),
+        cmocka_unit_test_teardown(test_offset_past_the_end_is_erange, teardown),
         cmocka_unit_test_teardown(test_negative_offset_is_einval, teardown),
-        cmocka_unit_test_teardown(test_too_small_object_is_einval_and_gives_both_sizes, teardown),
+        cmocka_unit_test_teardown(test_too_small_object_is_erange_and_gives_both_sizes, teardown),
         cmocka_unit_test_teardown(test_sizeless_symbol_is_einval, teardown),
         cmocka_unit_test_teardown(test_missing_symbol_is_enoent_and_names_the_object, teardown),
         cmocka_unit_test_teardown(test_unloaded_object_is_enoent, teardown),

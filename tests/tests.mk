@@ -10,11 +10,17 @@ PROG_SRCS  := $(sort $(wildcard tests/progs/*.c))
 PROG_BINS  := $(patsubst tests/progs/%.c,$(B)/tests/progs/%,$(PROG_SRCS))
 TEST_CFLAGS = $(DM_CFLAGS) -Ishim -Itests $(shell pkg-config --cflags cmocka)
 
-.PHONY: test test-build
+.PHONY: test test-build test-loaded
 test:
 	@tools/deps.sh
 	@$(MAKE) --no-print-directory all test-build
 	@tests/run.sh
+
+# The same run beside a CPU hog (docs/testing.md, "On a loaded machine").
+test-loaded:
+	@tools/deps.sh loaded
+	@$(MAKE) --no-print-directory all test-build
+	@tests/loaded.sh
 
 test-build: $(TEST_BINS) $(PROG_BINS) $(TEST_EXTRA)
 
@@ -55,6 +61,7 @@ PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_condprog = $(shell pkg-config --libs hiredis)
 PROG_LIBS_rwprog = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl
+PROG_LIBS_c11prog = $(shell pkg-config --libs hiredis)
 # sslprog is a program with an OpenSSL of its own (test_tls).
 PROG_LIBS_sslprog = $(shell pkg-config --libs libssl libcrypto)
 # api_weak includes include/dmutex.h, the public header, as a user would.

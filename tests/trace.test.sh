@@ -19,6 +19,10 @@
 #                  processes wake each other (without the conds block the
 #                  consumer's wait times out); the three blocks pass
 #                  dmutex check.
+#   c11prog        C11 <threads.h>: a heap mtx_t (init_site box_new, its
+#                  mtx_init call), a global mtx_t and cnd_t by their
+#                  symbols, every call counted; the printed block makes
+#                  the counter exact across PROCS processes.
 #   trace_routes   a global rwlock of no lock-like name (g_routes): its
 #                  rwlocks entry, pasted into a config, keeps two keys of
 #                  a redis-server equal for readers in PROCS processes
@@ -61,7 +65,7 @@ PR=build/tests/progs
 NEED="$DMUTEX build/libdmutex.so build/libdmutex-trace.so $PR/trace_books $PR/trace_factory
       $PR/trace_factory_stripped $PR/trace_array $PR/trace_misc $PR/trace_conds
       $PR/libtracegone.so $PR/trace_malloc $PR/libtracegone2.so $PR/trace_early
-      $PR/trace_routes"
+      $PR/trace_routes $PR/c11prog"
 make -s $NEED >"$T/make.log" 2>&1 || fail_setup "$(cat "$T/make.log")"
 redis_tmp_start || fail_setup "no redis-server"
 CLI="redis-cli -p $REDIS_TMP_PORT"
@@ -263,6 +267,50 @@ if [ "$crc" -eq 3 ] && grep -q "^timeout on q_ready" "$T/local.consume"; then
 else bad "without the conds block the consumer's wait is never ended by the other process" \
     "consumer exit $crc" "$(cat "$T/local.consume")"; fi
 
+# ---- C11 <threads.h>: mtx_t and cnd_t -----------------------------------------
+# glibc's mtx_* and cnd_* never call the exported pthread functions, so the
+# trace library records them as the pthread calls they are (before, a C11
+# program's report had no row of them, and its config nothing to map).
+C11=$PR/c11prog
+"$DMUTEX" trace -- "$C11" count-heap 127.0.0.1 "$REDIS_TMP_PORT" tr.c11h "$THREADS" "$ITERS" \
+    "$HOLD_US" >"$T/c11h.out" 2>"$T/c11h.err"
+has "heap, mtx_init in box_new" "$T/c11h.err" "c11: a heap mtx_t is named by its mtx_init call"
+has '{ init_site = "box_new"; name = "box_new"; }' "$T/c11h.err" \
+    "c11: the heap mtx_t's entry is init_site box_new"
+top=$(awk '$1 == "1" { print $2, $3; exit }' "$T/c11h.err")
+if [ "$top" = "init_site $((THREADS * ITERS))" ]; then
+    ok "c11: every mtx_lock of the heap mtx_t counted ($((THREADS * ITERS)))"
+else bad "c11: every mtx_lock of the heap mtx_t counted" "got: $top" "$(cat "$T/c11h.err")"; fi
+"$DMUTEX" trace -- "$C11" timedwait 127.0.0.1 "$REDIS_TMP_PORT" tr.c11w 50 \
+    >"$T/c11w.out" 2>"$T/c11w.err"
+has "c11_lock in c11prog (.symtab) (std::mutex / pthread_mutex_t / mtx_t)" "$T/c11w.err" \
+    "c11: a global mtx_t is named by its symbol"
+n=$(grep -F "c11_lock in c11prog" "$T/c11w.err" | awk '{ print $3 }')
+if [ "$n" = 2 ]; then ok "c11: mtx_lock and the cnd_timedwait's re-acquisition counted (2 locks)"
+else bad "c11: mtx_lock and the cnd_timedwait's re-acquisition counted (2 locks)" "got '$n'" \
+    "$(cat "$T/c11w.err")"; fi
+has '{ symbol = "ready"; name = "ready"; }' "$T/c11w.err" "c11: a global cnd_t is in the conds block"
+n=$(grep -F "ready in c11prog (.symtab) (std::condition_variable / pthread_cond_t / cnd_t)" \
+    "$T/c11w.err" | awk '{ print $3 }')
+if [ "$n" = 1 ]; then ok "c11: the cnd_timedwait counted (1 wait)"
+else bad "c11: the cnd_timedwait counted (1 wait)" "got '$n'" "$(cat "$T/c11w.err")"; fi
+{ echo "redis = { host = \"127.0.0.1\"; port = $REDIS_TMP_PORT; };"
+  sed -n '/^mutexes = (/,/^);/p' "$T/c11h.err"; } >"$T/c11.cfg"
+$CLI del dm.c11:n >/dev/null
+cpids=""
+for i in $(seq "$PROCS"); do
+    "$DMUTEX" run -c "$T/c11.cfg" -- "$C11" count-heap 127.0.0.1 "$REDIS_TMP_PORT" dm.c11 \
+        "$THREADS" "$ITERS" "$HOLD_US" >"$T/c11run.$i.out" 2>&1 &
+    cpids="$cpids $!"
+done
+pids="$pids $cpids"
+for p in $cpids; do wait "$p"; done
+got=$($CLI get dm.c11:n) want=$((PROCS * THREADS * ITERS))
+if [ "$got" = "$want" ]; then
+    ok "c11: with the printed config the heap mtx_t's counter is exact across $PROCS processes ($want)"
+else bad "c11: with the printed config the heap mtx_t's counter is exact" "got $got, want $want" \
+    "$(cat "$T/c11.cfg")" "$(cat "$T"/c11run.*.out)"; fi
+
 # ---- an rwlock of no lock-like name, end to end ----------------------------
 TR=$PR/trace_routes
 RW_WRITES=15 RW_READERS=3 RW_READS=15
@@ -324,6 +372,27 @@ else
     bad "fork: the child writes FILE.<pid>.json, the program FILE" "child pid '$child'" \
         "$(ls "$T")"
 fi
+
+if [ -n "$child" ] && grep -q "^dmutex trace: pid $child (trace_misc), exit report: .*; a fork child of [0-9]*: its counts start at the fork" "$T/fork.err" &&
+   grep -q '"fork_child_of": ' "$T/fork.$child.json" && ! grep -q fork_child_of "$T/fork.json"; then
+    ok "fork: the child's report and JSON say whose fork child it is, the program's do not"
+else bad "fork: the child's report and JSON say whose fork child it is, the program's do not" \
+    "$(cat "$T/fork.err")"; fi
+# A fork child that locks nothing reports that, in one line and in its
+# JSON: it was dropped silently, which read the same as a child the
+# preload never reached.
+"$DMUTEX" trace -o "$T/fi.json" -- "$PR/trace_misc" forkidle >"$T/fi.out" 2>"$T/fi.err"
+fi_child=$(sed -n 's/^child \([0-9]*\)$/\1/p' "$T/fi.out")
+fi_parent=$(sed -n 's/^dmutex trace: pid \([0-9]*\) (trace_misc), exit report: 1 mutexes.*/\1/p' "$T/fi.err")
+has "dmutex trace: pid $fi_child (trace_misc), exit report: no mutex, rwlock or condition variable used since the fork (a fork child of $fi_parent)" \
+    "$T/fi.err" "fork: a child that locks nothing says so in one line"
+if [ -n "$fi_child" ] && [ -f "$T/fi.$fi_child.json" ] &&
+   grep -q "\"fork_child_of\": $fi_parent," "$T/fi.$fi_child.json" &&
+   grep -q '"mutexes_locked": 0,' "$T/fi.$fi_child.json"; then
+    ok "fork: a child that locks nothing writes its JSON (0 mutexes, its parent)"
+    json_ok "$T/fi.$fi_child.json" "fork: that JSON parses"
+else bad "fork: a child that locks nothing writes its JSON (0 mutexes, its parent)" \
+    "child '$fi_child'" "$(ls "$T")" "$(cat "$T/fi.err")"; fi
 
 # A fork while the reporter thread writes a report: the child must not
 # inherit the report's lock held (its exit report would wait forever).
@@ -510,7 +579,7 @@ else bad "dlclose: the printed block passes dmutex check" "$(cat "$T/gone.cfg")"
 # variable is one mutex, the heap mutexes of gone_new 200.
 "$DMUTEX" trace -- "$PR/trace_misc" dlclose "$PWD/$PR/libtracegone.so" 200 >"$T/gone2.out" \
     2>"$T/gone2.err"
-row "plug_lock in libtracegone.so (.symtab) (std::mutex / pthread_mutex_t)" symbol 1400 \
+row "plug_lock in libtracegone.so (.symtab) (std::mutex / pthread_mutex_t / mtx_t)" symbol 1400 \
     "$T/gone2.err" "dlclose x200: the plugin's variable, one row, every lock"
 has "pthread_mutex_init in gone_new (libtracegone.so+" "$T/gone2.err" \
     "dlclose x200: the heap row"
@@ -642,6 +711,13 @@ else bad "a helper that locks nothing adds no report to the output the program r
     "$(cat "$T/po.out")"; fi
 has "pid $(sed -n 's/^dmutex trace: pid \([0-9]*\) .*/\1/p' "$T/po.err" | head -n 1) (trace_misc), exit report" \
     "$T/po.err" "popen: the traced program itself still reports"
+# Nor does a fork child of such a helper: only the traced program's own
+# fork children say that they locked nothing.
+"$DMUTEX" trace -- "$PR/trace_misc" popen forkquiet >"$T/pf.out" 2>"$T/pf.err"
+if grep -qxF "captured [forkquiet|]" "$T/pf.out"; then
+    ok "a fork child of a helper that locks nothing adds no report to the output the program reads"
+else bad "a fork child of a helper that locks nothing adds no report to the output the program reads" \
+    "$(cat "$T/pf.out")"; fi
 
 # The library reads its environment as the shim does: not in a process
 # with AT_SECURE, where the environment is the caller's, not the owner's.

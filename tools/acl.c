@@ -34,6 +34,10 @@ static const char *const shim_commands[] = {
     /* (an rwlock's read holders) */
     "zcard", "zcount", "zrange", "zrangebyscore",
     "publish",
+    /* (redis.c: INFO server at connect, the server's run_id; acquire.lua:
+     * INFO server, replication and persistence for a lock's first grant on
+     * a server run: may a restart have lost its data?) */
+    "info",
     NULL,
 };
 

@@ -21,6 +21,7 @@ int dm_cli_check(int argc, char **argv);   /* tools/check.c */
 int dm_cli_unlock(int argc, char **argv);  /* tools/unlock.c */
 int dm_cli_top(int argc, char **argv);     /* tools/top.c */
 int dm_cli_trace(int argc, char **argv);   /* tools/trace.c */
+int dm_cli_fresh(int argc, char **argv);   /* tools/fresh.c */
 
 /* tools/dmutex.c: the shim to preload (0, or -1 with a message). */
 int dm_cli_find_shim(char *out, size_t len);

@@ -5,6 +5,7 @@
 #
 #   tools/deps.sh          build + test + demo packages
 #   tools/deps.sh bench    also the peers' runtimes for `make bench`
+#   tools/deps.sh loaded   also stress-ng for `make test-loaded`
 set -e
 
 # g++ (in build-essential too): tests/trace.test.sh's C++ program.
@@ -12,6 +13,7 @@ pkgs="build-essential g++ pkg-config libhiredis-dev libconfig-dev libcmocka-dev
       libelf-dev libdw-dev redis-server redis-tools redis-sentinel iproute2 procps
       clang libclang-rt-14-dev man-db groff-base libssl-dev openssl"
 [ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"
+[ "$1" = loaded ] && pkgs="$pkgs stress-ng"
 
 missing=""
 for p in $pkgs; do

@@ -38,6 +38,8 @@ static const char usage_text[] =
     "        live view of the locks: holder, waiters, lease, token, acquisitions/s\n"
     "  unlock -c CONFIG [-r REDIS_URL] [--force] NAME\n"
     "        release a lock whose holder is dead; --force: even while its lease lives\n"
+    "  fresh [-c CONFIG | -r REDIS_URL] [-n NAMESPACE]\n"
+    "        declare a new server that lost no lock data: no wait of a lease after its start\n"
     "  scan PROGRAM [LIBRARY...]\n"
     "        list the mutex, cond and rwlock variables of a binary, with config entries\n"
     "  trace [-o FILE.json] [-i SECONDS] [--top N] [--min-locks N] [--] PROGRAM [ARGS...]\n"
@@ -276,6 +278,8 @@ int main(int argc, char **argv)
         return dm_cli_trace(argc - 1, argv + 1);
     if (strcmp(cmd, "acl") == 0)
         return dm_cli_acl(argc - 1, argv + 1);
+    if (strcmp(cmd, "fresh") == 0)
+        return dm_cli_fresh(argc - 1, argv + 1);
     if (strcmp(cmd, "config-keys") == 0)
         return config_keys(argc - 1, argv + 1);
     if (strcmp(cmd, "keys") == 0)

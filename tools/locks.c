@@ -200,7 +200,7 @@ static int read_row(struct dm_conn *conn, const char *ns, char *nm, struct dm_lo
             /* the marker says how the last grant ended */
             struct dm_holder m;
             dm_keys_holder_decode(marker->str, &m);
-            if (m.state == DM_HOLDER_EXPIRY_SEEN)
+            if (m.state == DM_HOLDER_EXPIRY_SEEN || m.state == DM_HOLDER_KEPT_OFF)
                 row->state = "delayed";
             else if (m.state == DM_HOLDER_GRANTED)
                 row->state = "expired";

@@ -33,6 +33,15 @@
 #   One server per shell at a time; to run several, save the four variables
 #   after each start and restore them before each redis_tmp_stop.
 #
+#   The new server is declared to have lost no lock data (redis_tmp_fresh)
+#   for namespace ${REDIS_TMP_FRESH_NS:-dmutex}: locks new to it are granted
+#   at once, not a lease after its start.
+#
+# redis_tmp_fresh [NAMESPACE]
+#   What `dmutex fresh` does, for the server started (default namespace
+#   dmutex): its run_id in NAMESPACE:intact. Best effort (a server that
+#   wants a password is left as it is).
+#
 # redis_tmp_stop
 #   SIGTERM, waits up to 2 s, then SIGKILL; reaps the process and removes the
 #   dir. Safe to call twice or when nothing was started.
@@ -131,6 +140,7 @@ redis_tmp_start() {
                     _redis_tmp_alive "$REDIS_TMP_PID"; then
                 REDIS_TMP_PORT=$_rt_port
                 export REDIS_TMP_PORT
+                redis_tmp_fresh "${REDIS_TMP_FRESH_NS:-dmutex}"
                 return 0
             fi
             sleep 0.1
@@ -150,6 +160,10 @@ redis_tmp_start() {
     echo "redis-tmp: no free port found after $REDIS_TMP_PORT_TRIES tries" >&2
     redis_tmp_stop
     return 1
+}
+
+redis_tmp_fresh() {
+    redis-cli -s "$REDIS_TMP_SOCK" EVAL "local id = string.match(redis.call('info', 'server'), 'run_id:(%x+)') redis.call('set', KEYS[1], id) return id" 1 "${1:-dmutex}:intact" >/dev/null 2>&1 || :
 }
 
 redis_tmp_stop() {

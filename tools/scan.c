@@ -4,9 +4,10 @@
  * same way and printed as `conds` and `rwlocks` entries.
  *
  * Debug info (libdw) is the sure source: a variable whose type is, or
- * contains, pthread_mutex_t or a std:: mutex (pthread_cond_t,
- * std::condition_variable; pthread_rwlock_t, std::shared_mutex) is listed
- * with the offset of every one inside it. Without debug info the symbol
+ * contains, pthread_mutex_t, C11's mtx_t or a std:: mutex (pthread_cond_t,
+ * cnd_t, std::condition_variable; pthread_rwlock_t, std::shared_mutex) is
+ * listed with the offset of every one inside it; a lock of a kind the shim
+ * does not interpose (GLib's, a spin lock) is left out with a note. Without debug info the symbol
  * table (libelf) still has names and sizes, and a data object of
  * sizeof(pthread_mutex_t) bytes (or a multiple) with a lock-like name is a
  * good guess (sizeof(pthread_cond_t) with a cond-like name,
@@ -42,7 +43,10 @@ static void usage(FILE *out)
 "read from disk, not run; give each library whose mutexes you want to see.\n"
 "Condition variables (pthread_cond_t, std::condition_variable) and rwlocks\n"
 "(pthread_rwlock_t, std::shared_mutex) are listed too, as conds and rwlocks\n"
-"entries.\n"
+"entries, and C11 <threads.h> mtx_t and cnd_t as mutexes and conds.\n"
+"Locks of kinds the shim does not interpose (GLib's GMutex, GRecMutex, GCond,\n"
+"GRWLock and the deprecated GStatic ones; pthread_spinlock_t) are not\n"
+"listed: a note on stderr names each and says why.\n"
 "\n"
 "Found are global and file-static variables, function-scope statics, mutexes\n"
 "inside global structs (each member, with its offset) and arrays (each\n"
@@ -54,9 +58,9 @@ static void usage(FILE *out)
 "type, and how sure the scan is:\n"
 "\n"
 "  dwarf   debug info says the variable is, or contains, a pthread_mutex_t,\n"
-"          std::mutex, std::recursive_mutex or std::timed_mutex (a\n"
-"          pthread_cond_t or std::condition_variable; a pthread_rwlock_t,\n"
-"          std::shared_mutex or std::shared_timed_mutex).\n"
+"          mtx_t, std::mutex, std::recursive_mutex or std::timed_mutex (a\n"
+"          pthread_cond_t, cnd_t or std::condition_variable; a\n"
+"          pthread_rwlock_t, std::shared_mutex or std::shared_timed_mutex).\n"
 "  guess   no debug info for it, but it is a data object of exactly %zu bytes\n"
 "          (sizeof(pthread_mutex_t)), or an array of them, with a lock-like\n"
 "          name: it contains \"mutex\", \"mtx\" or \"lock\" (not as in block or\n"

@@ -91,11 +91,35 @@ struct hit {
     enum kind kind;
 };
 
+/* A lock of a kind the shim does not interpose (dm_scan_foreign_types),
+ * found inside a variable's type: not a row. */
+struct foreign_hit {
+    long offset;
+    char path[PATH_LEN];
+    const struct foreign_type *t;
+};
+
 struct hits {
     struct hit v[MAX_PER_VAR];
     size_t n;                   /* kept */
     long total;                 /* found, kept or not */
+    struct foreign_hit foreign; /* the first lock of another kind, when nforeign > 0 */
+    long nforeign;              /* locks of other kinds found */
 };
+
+/* The lock types debug info may show that the shim does not interpose:
+ * a variable of one (or a member of one) is never a row of `dmutex scan`,
+ * which says why in a note, and `dmutex check` refuses an entry that
+ * names one. The shim interposes the pthread calls (std:: locks are
+ * pthread ones underneath) and C11's mtx_* and cnd_*; GLib locks its own
+ * types with futexes of its own, or through a pthread lock it allocates
+ * (no symbol names it), and a spin lock through pthread_spin_*. */
+struct foreign_type {
+    const char *name;           /* the typedef, or the struct or union tag */
+    const char *type;           /* as messages name it */
+    const char *why;            /* why mapping it would exclude nothing */
+};
+extern const struct foreign_type dm_scan_foreign_types[];
 
 /* Allocation that cannot fail: prints "out of memory" and exits. */
 void *dm_scan_xmalloc(size_t n);
@@ -129,6 +153,24 @@ void dm_scan_add_hits(struct scan *sc, const struct file *f, enum how how,
 /* Rows for the variables of `f` debug info describes (scan_dwarf.c); sorts
  * f->known, the addresses it described. */
 void dm_scan_dwarf(struct scan *sc, struct file *f);
+
+/* What debug info says is at an address of a file, for `dmutex check`:
+ * the variable with a static address that covers it, and inside it the
+ * innermost lock whose bytes cover it. */
+struct dwarf_at {
+    GElf_Addr vaddr;            /* asked: an address of the file (load bias removed) */
+    int found;                  /* a variable covers it */
+    char var[PATH_LEN];         /* its name, then the member path down to the lock */
+    const char *type;           /* that lock's type ("pthread_mutex_t", "std::mutex",
+                                 * "GMutex"); NULL: no lock covers vaddr */
+    enum kind kind;             /* of an interposed type */
+    const struct foreign_type *foreign;     /* else what it is */
+    long into;                  /* vaddr minus the lock's first byte */
+};
+
+/* Fills at[i] for each at[i].vaddr (i < n) in one walk of f's debug info
+ * (f->dw: the caller checks there is some). */
+void dm_scan_dwarf_at(struct file *f, struct dwarf_at *at, size_t n);
 
 /* Rows guessed from the symbol table for the data objects debug info did
  * not describe (with sc->all, the weak ones too). */

@@ -1,10 +1,14 @@
 /* scan_dwarf: the debug-info walk of `dmutex scan` (libdw). Every
  * variable with a static address whose type is, or contains, a
- * pthread_mutex_t or a std:: mutex (a pthread_cond_t or
- * std::condition_variable; a pthread_rwlock_t or std::shared_mutex)
+ * pthread_mutex_t, a C11 mtx_t or a std:: mutex (a pthread_cond_t, cnd_t
+ * or std::condition_variable; a pthread_rwlock_t or std::shared_mutex)
  * becomes rows (dm_scan_add_hits), one per object with its kind, offset
  * and member path; the addresses it saw go to f->known so the
- * symbol-table guesses skip them. Prints nothing. */
+ * symbol-table guesses skip them. A lock of a kind the shim does not
+ * interpose (dm_scan_foreign_types: GLib's, a spin lock) is no row, and
+ * nothing inside it is looked at (a GStaticMutex's unused
+ * pthread_mutex_t); a note on stderr says why, the only thing printed.
+ * dm_scan_dwarf_at answers `dmutex check`: which lock is at an address. */
 #include "scan.h"
 
 #include <dwarf.h>
@@ -18,12 +22,65 @@ static int type_of(Dwarf_Die *die, Dwarf_Die *type)
     return dwarf_attr_integrate(die, DW_AT_type, &attr) && dwarf_formref_die(&attr, type) ? 0 : -1;
 }
 
-/* The pthread types by their typedef names. */
+/* The pthread types by their typedef names, and C11's (glibc's mtx_t is
+ * a pthread_mutex_t and its cnd_t a pthread_cond_t, and the shim
+ * interposes mtx_* and cnd_*). */
 static const struct { const char *name; enum kind kind; } pthread_types[] = {
     { "pthread_mutex_t", KIND_MUTEX },
     { "pthread_cond_t", KIND_COND },
     { "pthread_rwlock_t", KIND_RWLOCK },
+    { "mtx_t", KIND_MUTEX },
+    { "cnd_t", KIND_COND },
 };
+
+#define GLIB_FUTEX_MUTEX "GLib locks it with a futex of its own (g_mutex_lock), never " \
+                         "through pthread_mutex_lock or mtx_lock"
+#define GLIB_FUTEX_COND  "GLib waits and wakes on it with a futex of its own (g_cond_wait, " \
+                         "g_cond_signal), never through pthread_cond_* or cnd_*"
+#define GLIB_HEAP_MUTEX  "GLib locks a pthread_mutex_t it allocates on the heap, which the " \
+                         "variable only points to: no symbol names that mutex"
+#define GLIB_HEAP_RWLOCK "GLib locks a pthread_rwlock_t it allocates on the heap, which the " \
+                         "variable only points to: no symbol names that rwlock"
+#define GLIB_STATIC      "a deprecated GLib lock: GLib locks the GMutex it points to, with a " \
+                         "futex of its own; its pthread_mutex_t member is unused (kept for " \
+                         "ABI compatibility)"
+
+const struct foreign_type dm_scan_foreign_types[] = {
+    { "GMutex", "GMutex", GLIB_FUTEX_MUTEX },
+    { "_GMutex", "GMutex", GLIB_FUTEX_MUTEX },
+    { "GCond", "GCond", GLIB_FUTEX_COND },
+    { "_GCond", "GCond", GLIB_FUTEX_COND },
+    { "GRecMutex", "GRecMutex", GLIB_HEAP_MUTEX },
+    { "_GRecMutex", "GRecMutex", GLIB_HEAP_MUTEX },
+    { "GRWLock", "GRWLock", GLIB_HEAP_RWLOCK },
+    { "_GRWLock", "GRWLock", GLIB_HEAP_RWLOCK },
+    { "GStaticMutex", "GStaticMutex", GLIB_STATIC },
+    { "GStaticRecMutex", "GStaticRecMutex", GLIB_STATIC },
+    { "_GStaticRecMutex", "GStaticRecMutex", GLIB_STATIC },
+    { "GStaticRWLock", "GStaticRWLock", GLIB_STATIC },
+    { "_GStaticRWLock", "GStaticRWLock", GLIB_STATIC },
+    { "pthread_spinlock_t", "pthread_spinlock_t",
+      "a spin lock: pthread_spin_lock and pthread_spin_unlock are not interposed" },
+    { NULL, NULL, NULL },
+};
+
+static const struct foreign_type *foreign_type(const char *name)
+{
+    for (const struct foreign_type *t = dm_scan_foreign_types; name && t->name; t++)
+        if (strcmp(name, t->name) == 0)
+            return t;
+    return NULL;
+}
+
+static void foreign_hit(struct hits *h, long offset, const char *path,
+                        const struct foreign_type *t)
+{
+    if (h->nforeign++ == 0) {
+        h->foreign.offset = offset;
+        snprintf(h->foreign.path, sizeof h->foreign.path, "%s", path);
+        h->foreign.t = t;
+    }
+}
 
 /* The std:: classes that are one of them, at offset 0 (libstdc++: a
  * std::condition_variable holds a pthread_cond_t, std::shared_mutex and
@@ -117,7 +174,17 @@ static void find_in_array(Dwarf_Die *array, long base, const char *path, struct 
     struct hits *inner = dm_scan_xmalloc(sizeof *inner);
     inner->n = 0;
     inner->total = 0;
+    inner->nforeign = 0;
     find_mutexes(&elem, 0, "", inner, depth + 1);
+    if (inner->nforeign > 0) {
+        char p[PATH_LEN];
+        char idx[8 * 4 + 1] = "";
+        for (int d = 0; d < ndims && d < 8; d++)
+            strcat(idx, "[0]");
+        snprintf(p, sizeof p, "%s%s%s", path, idx, inner->foreign.path);
+        foreign_hit(h, base + inner->foreign.offset, p, inner->foreign.t);
+        h->nforeign += inner->nforeign * count - 1;
+    }
     for (long i = 0; i < count && inner->total > 0; i++) {
         char idx[PATH_LEN] = "";
         long rest = i;
@@ -158,6 +225,10 @@ static void find_mutexes(Dwarf_Die *type, long base, const char *path, struct hi
                     dm_scan_hit(h, base, path, pthread_types[i].name, pthread_types[i].kind);
                     return;
                 }
+            if (foreign_type(name)) {
+                foreign_hit(h, base, path, foreign_type(name));
+                return;
+            }
             /* fall through */
         case DW_TAG_const_type:
         case DW_TAG_volatile_type:
@@ -174,6 +245,10 @@ static void find_mutexes(Dwarf_Die *type, long base, const char *path, struct hi
         case DW_TAG_union_type:
             if ((std = std_mutex(&die, &kind)) != NULL) {
                 dm_scan_hit(h, base, path, std, kind);
+                return;
+            }
+            if (foreign_type(name)) {
+                foreign_hit(h, base, path, foreign_type(name));
                 return;
             }
             if (dwarf_child(&die, &child) != 0)
@@ -280,7 +355,21 @@ static void variable(struct scan *sc, struct file *f, Dwarf_Die *var)
     struct hits *h = dm_scan_xmalloc(sizeof *h);
     h->n = 0;
     h->total = 0;
+    h->nforeign = 0;
     find_mutexes(&type, 0, "", h, 0);
+    if (h->nforeign > 0) {
+        const struct esym *s = dm_scan_symbol_at(f, addr);
+        char *qname = qualified_name(var);
+        const char *var_name = qname ? qname : s ? s->name : "?";
+        char more[64] = "";
+        if (h->nforeign > 1)
+            snprintf(more, sizeof more, " (and %ld more locks of other kinds in it)",
+                     h->nforeign - 1);
+        fprintf(stderr, "dmutex scan: note: %s%s in %s is a %s%s, not listed: %s, so no "
+                "entry can make it cluster-wide\n", var_name, h->foreign.path, f->label,
+                h->foreign.t->type, more, h->foreign.t->why);
+        free(qname);
+    }
     if (h->total > 0) {
         const struct esym *s = dm_scan_symbol_at(f, addr);
         char *qname = qualified_name(var);
@@ -331,3 +420,159 @@ void dm_scan_dwarf(struct scan *sc, struct file *f)
     qsort(f->known, f->nknown, sizeof *f->known, dm_scan_cmp_addr);
 }
 
+
+/* ---- what is at an address (dmutex check) ---------------------------------- */
+
+static void found_lock(struct dwarf_at *a, const char *path, const char *type, enum kind kind,
+                       const struct foreign_type *foreign, long into)
+{
+    snprintf(a->var, sizeof a->var, "%s", path);
+    a->type = type;
+    a->kind = kind;
+    a->foreign = foreign;
+    a->into = into;
+}
+
+/* The innermost lock of a value of type `type` whose bytes cover `off`
+ * into it, into *a (path: the value's name so far). 1 when one does. */
+static int lock_at(Dwarf_Die *type, long off, const char *path, struct dwarf_at *a, int depth)
+{
+    Dwarf_Die die = *type, next, child;
+    char p[PATH_LEN];
+    snprintf(p, sizeof p, "%s", path);
+    for (int hops = 0; depth < MAX_DEPTH && hops < MAX_DEPTH; hops++) {
+        const char *name = dwarf_diename(&die);
+        const char *std;
+        enum kind kind = KIND_MUTEX;
+        switch (dwarf_tag(&die)) {
+        case DW_TAG_typedef:
+            for (size_t i = 0; name && i < sizeof pthread_types / sizeof pthread_types[0]; i++)
+                if (strcmp(name, pthread_types[i].name) == 0) {
+                    found_lock(a, p, pthread_types[i].name, pthread_types[i].kind, NULL, off);
+                    return 1;
+                }
+            if (foreign_type(name)) {
+                found_lock(a, p, foreign_type(name)->type, KIND_MUTEX, foreign_type(name), off);
+                return 1;
+            }
+            /* fall through */
+        case DW_TAG_const_type:
+        case DW_TAG_volatile_type:
+        case DW_TAG_atomic_type:
+            if (type_of(&die, &next) != 0)
+                return 0;
+            die = next;
+            continue;
+        case DW_TAG_array_type: {
+            Dwarf_Word elem_size;
+            if (type_of(&die, &next) != 0 || dwarf_aggregate_size(&next, &elem_size) != 0 ||
+                elem_size == 0)
+                return 0;
+            long i = off / (long)elem_size;
+            size_t len = strlen(p);
+            snprintf(p + len, sizeof p - len, "[%ld]", i);
+            off -= i * (long)elem_size;
+            die = next;
+            depth++;
+            continue;
+        }
+        case DW_TAG_structure_type:
+        case DW_TAG_class_type:
+        case DW_TAG_union_type:
+            if ((std = std_mutex(&die, &kind)) != NULL) {
+                found_lock(a, p, std, kind, NULL, off);
+                return 1;
+            }
+            if (foreign_type(name)) {
+                found_lock(a, p, foreign_type(name)->type, KIND_MUTEX, foreign_type(name), off);
+                return 1;
+            }
+            if (dwarf_child(&die, &child) != 0)
+                return 0;
+            do {
+                int tag = dwarf_tag(&child);
+                if ((tag != DW_TAG_member && tag != DW_TAG_inheritance) ||
+                    dwarf_hasattr(&child, DW_AT_declaration))
+                    continue;
+                long mo = member_offset(&child);
+                Dwarf_Word msize;
+                if (mo < 0 || mo > off || type_of(&child, &next) != 0 ||
+                    dwarf_aggregate_size(&next, &msize) != 0 || off >= mo + (long)msize)
+                    continue;
+                char q[PATH_LEN];
+                const char *mname = dwarf_diename(&child);
+                if (tag == DW_TAG_member && mname)
+                    snprintf(q, sizeof q, "%s.%s", p, mname);
+                else
+                    snprintf(q, sizeof q, "%s", p);
+                if (lock_at(&next, off - mo, q, a, depth + 1))
+                    return 1;   /* a union's members overlap: the first that has one */
+            } while (dwarf_siblingof(&child, &child) == 0);
+            return 0;
+        default:
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static void at_variable(Dwarf_Die *var, struct dwarf_at *at, size_t n)
+{
+    GElf_Addr addr;
+    Dwarf_Die type;
+    Dwarf_Word size;
+    if (static_address(var, &addr) != 0 || type_of(var, &type) != 0 ||
+        dwarf_aggregate_size(&type, &size) != 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (at[i].found || at[i].vaddr < addr || at[i].vaddr >= addr + size)
+            continue;
+        at[i].found = 1;
+        char *q = qualified_name(var);
+        lock_at(&type, (long)(at[i].vaddr - addr), q ? q : "?", &at[i], 0);
+        if (!at[i].type)
+            snprintf(at[i].var, sizeof at[i].var, "%s", q ? q : "?");
+        free(q);
+    }
+}
+
+static void at_walk(Dwarf_Die *die, struct dwarf_at *at, size_t n, int depth)
+{
+    Dwarf_Die child;
+    if (depth > MAX_DEPTH || dwarf_child(die, &child) != 0)
+        return;
+    do {
+        switch (dwarf_tag(&child)) {
+        case DW_TAG_variable:
+            at_variable(&child, at, n);
+            break;
+        case DW_TAG_subprogram:
+        case DW_TAG_lexical_block:
+        case DW_TAG_namespace:
+        case DW_TAG_module:
+            at_walk(&child, at, n, depth + 1);
+            break;
+        default:
+            break;
+        }
+    } while (dwarf_siblingof(&child, &child) == 0);
+}
+
+void dm_scan_dwarf_at(struct file *f, struct dwarf_at *at, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        at[i].found = 0;
+        at[i].type = NULL;
+        at[i].foreign = NULL;
+        at[i].var[0] = 0;
+        at[i].into = 0;
+    }
+    Dwarf_Off off = 0, next;
+    size_t hsize;
+    while (dwarf_nextcu(f->dw, off, &next, &hsize, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cu;
+        if (dwarf_offdie(f->dw, off + hsize, &cu))
+            at_walk(&cu, at, n, 0);
+        off = next;
+    }
+}

@@ -485,6 +485,7 @@ void dm_scan_guesses(struct scan *sc, struct file *f)
         struct hits *h = dm_scan_xmalloc(sizeof *h);
         h->n = 0;
         h->total = 0;
+        h->nforeign = 0;
         /* A guess lists every element; a weak candidate, one row. */
         long n = g.elem ? (long)(s->size / g.elem) : 1;
         if (g.how == HOW_WEAK)

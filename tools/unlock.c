@@ -117,12 +117,10 @@ int dm_cli_unlock(int argc, char **argv)
         oom |= !(keys[i] = dm_locks_key(ns, name, kk[i]));
     oom |= !(keys[NK] = dm_locks_key(ns, name, DM_KEY_RELEASED));
     oom |= !(keys[NK + 1] = dm_locks_key(ns, name, DM_KEY_WAIT));
-    char who[512], keep[24], claim[24], nkeys[8];
+    char who[512], keep[24], nkeys[8];
     who_am_i(who, sizeof who);
+    /* also the lease of a handover: the whole lease, as the shim's release gives it */
     snprintf(keep, sizeof keep, "%ld", cfg->lease_ms);
-    /* the claim lease of a handover, as the shim's release gives it */
-    snprintf(claim, sizeof claim, "%ld", cfg->renew_ms < cfg->lease_ms ? cfg->renew_ms
-                                                                        : cfg->lease_ms);
     snprintf(nkeys, sizeof nkeys, "%d", NK);
     redisReply *rep = NULL;
     if (!oom) {
@@ -130,7 +128,7 @@ int dm_cli_unlock(int argc, char **argv)
         for (int i = 0; i < NK; i++)
             args[3 + i] = keys[i];
         /* the last: a cluster's waiters hear sharded notices only */
-        const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], claim,
+        const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], keep,
                              DM_KEYS_LOST_KEEP, "spublish" };
         memcpy(args + 3 + NK, av, sizeof av);
         struct dm_conn *conn = dm_locks_conn(lc);
@@ -180,6 +178,9 @@ int dm_cli_unlock(int argc, char **argv)
                 how = "its last holder's lease ran out: the next locker takes it";
             else if (m.state == DM_HOLDER_EXPIRY_SEEN)
                 how = "an expired lease was seen: the next locker takes it after lock_delay_ms";
+            else if (m.state == DM_HOLDER_KEPT_OFF)
+                how = "kept off after a server restart that lost its data, for a lease after "
+                      "the server's start";
             else if (m.state == DM_HOLDER_FORCED)
                 how = "it was forced free";
         }

@@ -5,7 +5,7 @@
 -- Acquiring a lock the owner already holds grants it again without
 -- counting: the shim counts nested holds in the process and asks Redis only
 -- for the outermost, so a second acquire by the same owner is a retry whose
--- reply was lost, or the claim of a lock a release handed over.
+-- reply was lost, or the confirmation of a lock a release handed over.
 --
 -- Every call carries a request id, "<owner>|<wait id>" (ARGV[5]), new for
 -- each lock call of a thread. A request the caller gave up (cancel.lua, on
@@ -34,6 +34,9 @@
 --                    "~<tok> <who>"     released by `dmutex unlock --force`
 --                                       (force.lua), which drew token <tok>;
 --                                       taken next as after an expiry
+--                    "?<ms>"            no grant before server time ms: the lock's
+--                                       data was missing on a server up for less
+--                                       than a lease (see "Restarts" below)
 -- KEYS[4] queue    ns:{NAME}:queue    fair waiters, "<owner>|<wait id>", oldest first
 -- KEYS[5] qtime    ns:{NAME}:qtime    zset waiter -> deadline (server ms); a waiter
 --                                     past its deadline is dead and skipped
@@ -57,8 +60,34 @@
 --         caller wants the lock (lock caching), or ""
 -- ARGV[8] LOST_KEEP: how many lost tokens KEYS[6] keeps (DM_KEYS_LOST_KEEP
 --         in shim/keys.h; force.lua is given the same)
--- ARGV[9] (optional) "spublish": Redis Cluster's sharded pub/sub (the
---         notice goes to the shard of the lock's slot); absent: PUBLISH
+-- ARGV[9] "spublish": Redis Cluster's sharded pub/sub (the notice goes to
+--         the shard of the lock's slot); "": PUBLISH
+-- ARGV[10] the namespace's intact marker "NS:intact" (see "Restarts"); ""
+--          on Redis Cluster (another slot): no wait after a node's start there
+-- ARGV[11] the run_id of the server this connection reached (INFO server at
+--          connect, redis.c); "": unknown (INFO refused): no restart check
+-- ARGV[12] the lock's epoch key "NS:{NAME}:epoch": the run_id of the server
+--          run on which the lock's data was last found continuous
+--
+-- Restarts. A server that restarts loses what it had not persisted: every
+-- hold (no persistence), or the last writes (an RDB snapshot, AOF everysec
+-- after an OS crash), counter included. A holder of the lost data goes on
+-- until its next renewal finds the hold gone, up to a renewal period
+-- later. So a grant first checks that the lock's epoch names this server
+-- run (one GET); when it does not (the lock's first grant here, a restart,
+-- a failover), the counter is raised to the server's clock in
+-- microseconds (above every token handed out before: a restored counter
+-- may lag), and a server up for less than a lease (INFO's uptime) grants
+-- the lock to nobody until a lease after its start, unless it was
+-- promoted from a replica that synced (INFO replication second_repl_offset: its data
+-- came by replication, not from a restart) or declared new with
+-- `dmutex fresh` (ARGV[10] holds its run_id; a restart gives another),
+-- or declared durable (`dmutex fresh --durable`: ARGV[10] holds
+-- "durable", for a server with appendfsync always, whose restarts lose
+-- no acknowledged write; void while the server writes no AOF).
+-- By then every holder of the lost data has been refused a renewal, or
+-- its lease has run out, and has stopped. The marker "?<ms>" keeps the
+-- waiters off until then.
 --
 -- Why a retried release can trust KEYS[6] (release.lua): a grant that
 -- expires leaves the marker "<req> #<tok>" with KEYS[1] gone. The marker is
@@ -83,7 +112,11 @@
 --
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
 -- lease expired instead of being released (robust mutexes: EOWNERDEAD).
--- Returns {0, pttl}: not granted; retry within pttl ms (or on a notice).
+-- Returns {0, pttl, now[, 'restarted']}: not granted ('restarted': kept off
+-- after a restart, see "Restarts"); retry within pttl ms (or on a
+-- notice); now is the server's clock (ms) when it ran: a handover notice
+-- that follows names its own grant's time on that clock, and the waiter
+-- places the grant on its own clock from the pair (cluster.c, handed_over).
 --
 -- By hand: redis-cli --eval acquire.lua 'dmutex:{x}' 'dmutex:{x}:token' \
 --   'dmutex:{x}:holder' 'dmutex:{x}:queue' 'dmutex:{x}:qtime' 'dmutex:{x}:lost' \
@@ -93,6 +126,7 @@ local lostkey, void = KEYS[6], KEYS[7]
 local owner, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, member, qttl, want = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local LOST_KEEP = tonumber(ARGV[8])
+local intact, runid, epochkey = ARGV[10] or '', ARGV[11] or '', ARGV[12]
 local readers, rgrant = KEYS[8], KEYS[9]
 local read = ARGV[4] == 'r'
 
@@ -212,7 +246,54 @@ local function not_granted(pttl)
     if pttl <= 0 or pttl > qttl then
         pttl = qttl
     end
-    return {0, pttl}
+    return {0, pttl, clock()}
+end
+
+-- Not granted: the lock is kept off until server time `untl` ("?<ms>").
+local function kept_off(untl)
+    local r = not_granted(untl - clock())
+    r[2] = untl - clock()       -- the whole wait (not_granted caps it), for the log
+    r[4] = 'restarted'
+    return r
+end
+
+-- Does the intact marker's value v vouch for this server run: its run_id
+-- (`dmutex fresh`), or "durable" (`dmutex fresh --durable`: appendfsync
+-- always, checked then) while the server still writes an AOF?
+local function declared(v)
+    return v == runid or (v == 'durable' and
+                          string.match(redis.call('info', 'persistence'), 'aof_enabled:1') ~= nil)
+end
+
+-- Was this server promoted from a replica that had synced in this run
+-- (its data came by replication, not from a restart)? A replica promoted
+-- before any sync shows a second_repl_offset of 1, a server never
+-- promoted -1.
+local function synced_replica()
+    local so = string.match(redis.call('info', 'replication'), 'second_repl_offset:(%-?%d+)')
+    return (tonumber(so) or -1) > 1
+end
+
+-- Before a grant: is the lock's data known continuous on this server run
+-- (see "Restarts")? nil: the grant may go ahead; else the refusal.
+local function restart_check()
+    if runid == '' or redis.call('get', epochkey) == runid then
+        return nil
+    end
+    local up = tonumber(string.match(redis.call('info', 'server'), 'uptime_in_seconds:(%d+)')) or 0
+    local t = redis.call('time')
+    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if (tonumber(redis.call('get', tokenkey)) or 0) < us then
+        redis.call('set', tokenkey, us)
+    end
+    if up * 1000 < lease and intact ~= '' and not declared(redis.call('get', intact)) and
+            not synced_replica() then
+        local untl = clock() - up * 1000 + lease    -- it started no later than up s ago
+        redis.call('set', holder, '?' .. string.format('%d', untl))
+        return kept_off(untl)
+    end
+    redis.call('set', epochkey, runid)
+    return nil
 end
 
 -- A reader that holds already: a retry whose reply was lost. The hold is
@@ -233,6 +314,16 @@ if kind == 'none' then
     end
     local dead = 0
     local last = redis.call('get', holder)
+    local quarantine = last and tonumber(string.match(last, '^%?(%d+)$'))
+    if quarantine then
+        -- (a declaration made meanwhile, `dmutex fresh`, lifts it)
+        if clock() < quarantine and not (intact ~= '' and runid ~= '' and
+                                         declared(redis.call('get', intact))) then
+            return kept_off(quarantine)
+        end
+        last = nil          -- over: no owner died; restart_check decides (the marker may
+                            -- be an older run's, restored from a snapshot)
+    end
     if last and string.sub(last, 1, 1) ~= '=' then
         local lost = string.match(last, ' #(%d+)$')
         if lost then
@@ -251,11 +342,15 @@ if kind == 'none' then
         end
     end
     if read then
+        local refused = restart_check()
+        if refused then
+            return refused
+        end
         local tok = next_token()
         redis.call('zadd', readers, clock() + lease, owner)
         keep_readers()
         redis.call('hset', rgrant, owner, member .. ' #' .. string.format('%d', tok))
-        if last and string.sub(last, 1, 1) ~= '=' then
+        if quarantine or (last and string.sub(last, 1, 1) ~= '=') then
             redis.call('set', holder, '=' .. string.format('%d', tok), 'px', lease)
         end
         return {1, tok, 0}
@@ -272,10 +367,14 @@ if kind == 'none' then
         end
         return not_granted(left)
     end
+    local refused = restart_check()
+    if refused then
+        return refused
+    end
+    local tok = next_token()
     if head then
         leave_queue()
     end
-    local tok = next_token()
     redis.call('set', holder, member .. ' #' .. string.format('%d', tok))
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, lease)

@@ -22,8 +22,8 @@
 -- KEYS[6] lost  KEYS[7] forced  (see acquire.lua; names built by shim/keys.c)
 -- ARGV[1] '1': force  ARGV[2] who (operator, host, pid: for the log)
 -- ARGV[3] release channel  ARGV[4] how long to keep the lost token, ms
--- ARGV[5] waiter channel prefix  ARGV[6] lease of a handed-over lock until
---         its new owner renews it, ms (as release.lua)
+-- ARGV[5] waiter channel prefix  ARGV[6] lease of a handed-over lock, ms
+--         (as release.lua: the whole lease)
 -- ARGV[7] LOST_KEEP: how many lost tokens KEYS[6] keeps (as acquire.lua's
 --         ARGV[8], DM_KEYS_LOST_KEEP in shim/keys.h)
 -- ARGV[8] (optional) "spublish": Redis Cluster's sharded pub/sub, as
@@ -39,7 +39,7 @@
 local lock, holder, tokenkey, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lostkey, forcedkey = KEYS[6], KEYS[7]
 local force, who, channel, keep = ARGV[1] == '1', ARGV[2], ARGV[3], tonumber(ARGV[4])
-local wprefix, claim = ARGV[5], tonumber(ARGV[6])
+local wprefix, handlease = ARGV[5], tonumber(ARGV[6])
 local LOST_KEEP = tonumber(ARGV[7])
 local sharded = ARGV[8] == 'spublish'
 
@@ -83,7 +83,7 @@ local granted = 0
 if head then
     local next_owner = string.match(head, '^[^|]+')
     redis.call('hset', lock, next_owner, 1)
-    redis.call('pexpire', lock, claim)
+    redis.call('pexpire', lock, handlease)
     granted = redis.call('incr', tokenkey)
     redis.call('set', holder, head .. ' #' .. string.format('%d', granted))
     local more = redis.call('llen', queue) > 0 and ' +' or ''
@@ -91,7 +91,8 @@ if head then
     -- " !": the holder is dead (the operator says so): the waiter hears it
     -- as after an expiry (EOWNERDEAD for a robust mutex), as the next
     -- locker of a lock forced free with nobody waiting does
-    local msg = head .. ' ' .. string.format('%d', granted) .. more .. ' !'
+    local msg = head .. ' ' .. string.format('%d', granted) .. more .. ' ! @' ..
+                string.format('%d', now) .. ':' .. string.format('%d', handlease)
     if sharded then
         redis.call('spublish', wchannel, msg)
     else

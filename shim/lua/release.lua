@@ -14,8 +14,11 @@
 -- ARGV[4] how long to remember the release, ms (the lease)
 -- ARGV[5] waiter channel prefix: a waiter "<pid>:<seq>|<id>" is told on
 --         ARGV[5] .. "<pid>" with the message "<pid>:<seq>|<id> <token>",
---         followed by " +" when more waiters queue behind it
--- ARGV[6] lease of a handed-over lock until its new owner renews it, ms
+--         followed by " +" when more waiters queue behind it, then
+--         " @<ms>:<lease>": the server's clock at the handover and the
+--         lease set, ms (it runs from then; the waiter places it on its
+--         own clock, and renews early when it is shorter than its own)
+-- ARGV[6] lease of a handed-over lock, ms: the releaser's whole lease
 -- ARGV[7] (optional) "spublish": Redis Cluster's sharded pub/sub (the
 --         notices go to the shard of the lock's slot); absent or "": PUBLISH
 -- ARGV[8] (optional) "<owner>|<wait id>": the request whose grant this
@@ -41,7 +44,7 @@
 local lock, holder, tokenkey, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lostkey = KEYS[6]
 local owner, token, channel, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local wprefix, claim = ARGV[5], tonumber(ARGV[6])
+local wprefix, handlease = ARGV[5], tonumber(ARGV[6])
 local sharded = ARGV[7] == 'spublish'
 local request = ARGV[8]
 local readers, rgrant = KEYS[7], KEYS[8]
@@ -124,14 +127,15 @@ if n and not (mowner == owner and mtok ~= token) then
     if head then
         local next_owner = string.match(head, '^[^|]+')
         redis.call('hset', lock, next_owner, 1)
-        redis.call('pexpire', lock, claim)
+        redis.call('pexpire', lock, handlease)
         local granted = redis.call('incr', tokenkey)    -- exists: the releaser's grant made it
         redis.call('set', holder, head .. ' #' .. string.format('%d', granted))
         -- " +": more waiters queue behind it (a caching holder then
         -- gives the lock up after its critical section, not when asked).
         local more = redis.call('llen', queue) > 0 and ' +' or ''
         local wchannel = wprefix .. string.match(next_owner, '^[^:]+')
-        publish(wchannel, head .. ' ' .. string.format('%d', granted) .. more)
+        publish(wchannel, head .. ' ' .. string.format('%d', granted) .. more ..
+                ' @' .. string.format('%d', now) .. ':' .. string.format('%d', handlease))
     else
         redis.call('set', holder, '=' .. token, 'px', keep)
         publish(channel, token)

@@ -24,7 +24,8 @@
  * it: a try first) are noted in tables of their own, with the
  * pthread_cond_init / pthread_rwlock_init call site (the latest, old
  * counts retired as a mutex's), for the report's `conds` and `rwlocks`
- * blocks. */
+ * blocks. C11's mtx_* and cnd_* are recorded as the pthread calls they are
+ * (glibc's never reach the exported pthread ones). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -260,6 +262,7 @@ static void retire(struct dm_trace_slot *s, uintptr_t m)
         uintptr_t none = 0;
         atomic_compare_exchange_strong(&to->first, &none, m);
         STORE(to->init_site, LOAD(s->init_site));
+        STORE(to->c11, LOAD(s->c11));
         atomic_fetch_add_explicit(&to->folded, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&to->contended, LOAD(s->contended), memory_order_relaxed);
         atomic_fetch_add_explicit(&to->wait_ticks, LOAD(s->wait_ticks), memory_order_relaxed);
@@ -301,22 +304,20 @@ static void retire(struct dm_trace_slot *s, uintptr_t m)
         return r_;                                                            \
     } while (0)
 
-DM_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
+/* The bodies the pthread entry points and their C11 twins (below) share:
+ * a C11 mtx_t is a pthread_mutex_t, and glibc's mtx_* are its pthread
+ * functions with their result turned into a thrd_* one. */
+static int traced_lock(pthread_mutex_t *m)
 {
     TRACED_LOCK(m, dm_real.mutex_lock(m));
 }
 
-DM_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
+static int traced_timedlock(pthread_mutex_t *m, const struct timespec *t)
 {
     TRACED_LOCK(m, dm_real.mutex_timedlock(m, t));
 }
 
-DM_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
-{
-    TRACED_LOCK(m, dm_real.mutex_clocklock(m, c, t));
-}
-
-DM_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
+static int traced_trylock(pthread_mutex_t *m)
 {
     int r = dm_real.mutex_trylock(m);
     if (!quiet && (r == 0 || r == EOWNERDEAD)) {
@@ -327,7 +328,7 @@ DM_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
     return r;
 }
 
-DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
+static int traced_unlock(pthread_mutex_t *m)
 {
     if (!quiet) {
         struct dm_trace_slot *s = find_slot(m);
@@ -345,24 +346,56 @@ DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
     return r;
 }
 
+/* A mutex pthread_mutex_init or (c11) mtx_init made at m, called from
+ * `site`. */
+static void initialised(void *m, uintptr_t site, int c11)
+{
+    struct dm_trace_slot *s = find_slot(m);
+    if (s) {
+        uintptr_t old = LOAD(s->init_site);
+        if (old != site) {
+            /* Another function's mutex at this address now: the
+             * counts so far are the old one's. */
+            if (old && LOAD(s->locks))
+                retire(s, (uintptr_t)m);
+            STORE(s->init_site, site);
+        }
+        STORE(s->c11, (uint32_t)c11);
+        STORE(s->depth, 0);     /* a new mutex at an old address is not held */
+    }
+}
+
+DM_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
+{
+    return traced_lock(m);
+}
+
+DM_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
+{
+    return traced_timedlock(m, t);
+}
+
+DM_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
+{
+    TRACED_LOCK(m, dm_real.mutex_clocklock(m, c, t));
+}
+
+DM_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
+{
+    return traced_trylock(m);
+}
+
+DM_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
+{
+    return traced_unlock(m);
+}
+
 DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
 {
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.mutex_init(m, a);
-    if (r == 0 && !quiet) {
-        struct dm_trace_slot *s = find_slot(m);
-        if (s) {
-            uintptr_t old = LOAD(s->init_site);
-            if (old != site) {
-                /* Another function's mutex at this address now: the
-                 * counts so far are the old one's. */
-                if (old && LOAD(s->locks))
-                    retire(s, (uintptr_t)m);
-                STORE(s->init_site, site);
-            }
-            STORE(s->depth, 0);     /* a new mutex at an old address is not held */
-        }
-    }
+    if (r == 0 && !quiet)
+        initialised(m, site, 0);
     return r;
 }
 
@@ -454,6 +487,7 @@ static void obj_retire(struct dm_trace_obj *table, struct dm_trace_obj *s, uintp
         uintptr_t none = 0;
         atomic_compare_exchange_strong(&to->first, &none, o);
         STORE(to->init_site, LOAD(s->init_site));
+        STORE(to->c11, LOAD(s->c11));
         ADD(to->folded, 1);
         ADD(to->wait_ticks, LOAD(s->wait_ticks));
         max_into(&to->wait_max_ticks, LOAD(s->wait_max_ticks));
@@ -468,17 +502,18 @@ static void obj_retire(struct dm_trace_obj *table, struct dm_trace_obj *s, uintp
 /* The init call site of the object at o: the latest, as a mutex's (an
  * address initialised from another function holds another object, and
  * the old one's counts are retired to its site). */
-static void obj_init(struct dm_trace_obj *table, const void *o, uintptr_t site)
+static void obj_init(struct dm_trace_obj *table, const void *o, uintptr_t site, int c11)
 {
     struct dm_trace_obj *s = obj_slot(table, (uintptr_t)o, NULL);
     if (!s)
         return;
     uintptr_t old = LOAD(s->init_site);
-    if (old == site)
-        return;
-    if (old && (LOAD(s->n[0]) || LOAD(s->n[1]) || LOAD(s->n[2])))
-        obj_retire(table, s, (uintptr_t)o);
-    STORE(s->init_site, site);
+    if (old != site) {
+        if (old && (LOAD(s->n[0]) || LOAD(s->n[1]) || LOAD(s->n[2])))
+            obj_retire(table, s, (uintptr_t)o);
+        STORE(s->init_site, site);
+    }
+    STORE(s->c11, (uint32_t)c11);
 }
 
 /* A cond wait is counted when it begins and timed until it returns (the
@@ -537,7 +572,7 @@ DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.cond_init(c, a);
     if (r == 0 && !quiet)
-        obj_init(dm_trace_conds, c, site);
+        obj_init(dm_trace_conds, c, site, 0);
     return r;
 }
 
@@ -645,7 +680,7 @@ DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.rwlock_init(l, a);
     if (r == 0 && !quiet)
-        obj_init(dm_trace_rwlocks, l, site);
+        obj_init(dm_trace_rwlocks, l, site, 0);
     return r;
 }
 
@@ -684,17 +719,28 @@ DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_
         return r_;                                                            \
     } while (0)
 
-DM_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+/* Shared with cnd_wait and cnd_timedwait (below). */
+static int traced_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
     struct cond_wait w = cond_wait_begin(c);
     TRACED_WAIT(m, cond_wait_end(&w, dm_real.cond_wait(c, m)));
 }
 
-DM_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
-                                     const struct timespec *t)
+static int traced_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
 {
     struct cond_wait w = cond_wait_begin(c);
     TRACED_WAIT(m, cond_wait_end(&w, dm_real.cond_timedwait(c, m, t)));
+}
+
+DM_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+    return traced_wait(c, m);
+}
+
+DM_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+                                     const struct timespec *t)
+{
+    return traced_timedwait(c, m, t);
 }
 
 DM_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
@@ -702,6 +748,73 @@ DM_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, cloc
 {
     struct cond_wait w = cond_wait_begin(c);
     TRACED_WAIT(m, cond_wait_end(&w, dm_real.cond_clockwait(c, m, k, t)));
+}
+
+/* ---- C11 <threads.h> ------------------------------------------------------
+ * glibc's mtx_* and cnd_* never call the exported pthread functions above,
+ * so they are recorded here, as the pthread calls they are (the shim
+ * interposes them the same way): a mtx_t is a mutex, a cnd_t a cond, and
+ * mtx_init's or cnd_init's caller their init site. */
+
+DM_EXPORT int mtx_lock(mtx_t *m)
+{
+    return dm_real_thrd(traced_lock((pthread_mutex_t *)m));
+}
+
+DM_EXPORT int mtx_timedlock(mtx_t *restrict m, const struct timespec *restrict t)
+{
+    return dm_real_thrd(traced_timedlock((pthread_mutex_t *)m, t));
+}
+
+DM_EXPORT int mtx_trylock(mtx_t *m)
+{
+    return dm_real_thrd(traced_trylock((pthread_mutex_t *)m));
+}
+
+DM_EXPORT int mtx_unlock(mtx_t *m)
+{
+    return dm_real_thrd(traced_unlock((pthread_mutex_t *)m));
+}
+
+DM_EXPORT int mtx_init(mtx_t *m, int type)
+{
+    uintptr_t site = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.mtx_init(m, type);
+    if (r == thrd_success && !quiet)
+        initialised(m, site, 1);
+    return r;
+}
+
+DM_EXPORT int cnd_wait(cnd_t *c, mtx_t *m)
+{
+    return dm_real_thrd(traced_wait((pthread_cond_t *)c, (pthread_mutex_t *)m));
+}
+
+DM_EXPORT int cnd_timedwait(cnd_t *restrict c, mtx_t *restrict m,
+                            const struct timespec *restrict t)
+{
+    return dm_real_thrd(traced_timedwait((pthread_cond_t *)c, (pthread_mutex_t *)m, t));
+}
+
+DM_EXPORT int cnd_signal(cnd_t *c)
+{
+    cond_used((pthread_cond_t *)c, DM_TRACE_COND_SIGNALS);
+    return dm_real.cnd_signal(c);
+}
+
+DM_EXPORT int cnd_broadcast(cnd_t *c)
+{
+    cond_used((pthread_cond_t *)c, DM_TRACE_COND_BROADCASTS);
+    return dm_real.cnd_broadcast(c);
+}
+
+DM_EXPORT int cnd_init(cnd_t *c)
+{
+    uintptr_t site = (uintptr_t)__builtin_return_address(0);
+    int r = dm_real.cnd_init(c);
+    if (r == thrd_success && !quiet)
+        obj_init(dm_trace_conds, c, site, 1);
+    return r;
 }
 
 /* ---- when to report ---------------------------------------------------- */

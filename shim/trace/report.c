@@ -81,22 +81,25 @@ struct obj_kind {
     const char *list;               /* its config list */
     size_t size;                    /* of its pthread type: offset -> index */
     const char *init;               /* its init function */
+    const char *c11_init;           /* C11's (<threads.h>), the same to the shim; NULL: none */
+    const char *inits;              /* all of them, for those never given to one */
     const char *types;              /* said of a symbol of exactly that size */
     const char *never;              /* said of the unknown row of those never given to init */
     int nuses;                      /* n[0 .. nuses-1] are uses (what --min-locks counts) */
 };
 
 static const struct obj_kind kind_mutex = {
-    "mutexes", MUTEX_SIZE, "pthread_mutex_init", " (std::mutex / pthread_mutex_t)",
+    "mutexes", MUTEX_SIZE, "pthread_mutex_init", "mtx_init", "pthread_mutex_init or mtx_init",
+    " (std::mutex / pthread_mutex_t / mtx_t)",
     "a std::mutex, or PTHREAD_MUTEX_INITIALIZER outside a variable", 0,
 };
 static const struct obj_kind kind_cond = {
-    "conds", sizeof(pthread_cond_t), "pthread_cond_init",
-    " (std::condition_variable / pthread_cond_t)",
+    "conds", sizeof(pthread_cond_t), "pthread_cond_init", "cnd_init",
+    "pthread_cond_init or cnd_init", " (std::condition_variable / pthread_cond_t / cnd_t)",
     "a std::condition_variable, or PTHREAD_COND_INITIALIZER outside a variable", 3,
 };
 static const struct obj_kind kind_rwlock = {
-    "rwlocks", sizeof(pthread_rwlock_t), "pthread_rwlock_init",
+    "rwlocks", sizeof(pthread_rwlock_t), "pthread_rwlock_init", NULL, "pthread_rwlock_init",
     " (std::shared_mutex / pthread_rwlock_t)",
     "a std::shared_mutex, or PTHREAD_RWLOCK_INITIALIZER outside a variable", 2,
 };
@@ -111,6 +114,10 @@ static uint64_t ticks_to_ns(uint64_t t)
 }
 
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t forking_pid;               /* who forked last (fork's prepare, under report_mu) */
+static pid_t child_of;                  /* a fork child: its parent's pid; 0: not one */
+static int program_image;               /* this image is the traced program's (DMUTEX_TRACE_ROOT
+                                           at start): its fork children too, not a helper's */
 
 /* Rows of mutexes whose object was dlclosed, identified before it went
  * (under report_mu); the same for conds and rwlocks. */
@@ -157,6 +164,13 @@ static int err_known;
 static dev_t err_dev;
 static ino_t err_ino;
 
+/* Is this process the one `dmutex trace` ran (DMUTEX_TRACE_ROOT)? */
+static int is_root(void)
+{
+    const char *root = secure_getenv("DMUTEX_TRACE_ROOT");
+    return root && atol(root) == (long)getpid();
+}
+
 void dm_trace_report_start(void)
 {
     struct stat st;
@@ -166,6 +180,7 @@ void dm_trace_report_start(void)
         err_ino = st.st_ino;
     }
     dl_iterate_phdr(note_start_segs, NULL);
+    program_image = is_root();
 }
 
 /* Is fd 2 still the file the program started with? A program that
@@ -181,6 +196,7 @@ static int stderr_is_ours(void)
 void dm_trace_report_prepare(void)
 {
     dm_real.mutex_lock(&report_mu);
+    forking_pid = getpid();
 }
 
 void dm_trace_report_release(void)
@@ -190,6 +206,7 @@ void dm_trace_report_release(void)
 
 void dm_trace_report_child(void)
 {
+    child_of = forking_pid;
     free(gone);
     gone = NULL;
     ngone = gone_cap = 0;
@@ -251,8 +268,10 @@ static void object_clause(const struct dm_symbols_where *w, char *out, size_t le
 
 /* Names the mutex (cond, rwlock: k) of slot s (address m) as a config
  * entry would. */
-static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, struct row *r)
+static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, int c11,
+                        struct row *r)
 {
+    const char *init = c11 && k->c11_init ? k->c11_init : k->init;
     struct dm_symbols_where w;
     char obj[300], shown[600];
     if (dm_symbols_where(m, 0, &w) == 0) {
@@ -313,7 +332,7 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
             lock_name(shown, r->name);
             r->c = C_INIT_SITE;
             snprintf(r->what, sizeof r->what, "heap, %s in %s (%s+%#" PRIxPTR ")",
-                     k->init, shown, base_name(w.path), w.vaddr);
+                     init, shown, base_name(w.path), w.vaddr);
             snprintf(r->key, sizeof r->key, "{ init_site = \"%s\";%s", w.symbol, obj);
             return;
         }
@@ -322,7 +341,7 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
         lock_name(nm, r->name);
         r->c = C_ADDRESS;
         snprintf(r->what, sizeof r->what, "heap, %s called from %s+%#" PRIxPTR
-                 " (%s)", k->init, base_name(w.path), w.vaddr,
+                 " (%s)", init, base_name(w.path), w.vaddr,
                  w.symbol[0] ? "a file-static function: init_site names globals only"
                              : "no symbol covers the call");
         snprintf(r->key, sizeof r->key, "{ init_site_address = %#" PRIxPTR ";%s%s%s%s",
@@ -340,14 +359,14 @@ static void identify_as(const struct obj_kind *k, uintptr_t m, uintptr_t site, s
                  "heap or stack, initialised from outside any loaded object");
     else
         snprintf(r->what, sizeof r->what,
-                 "heap or stack, never initialised by %s (%s): no entry names it", k->init,
+                 "heap or stack, never initialised by %s (%s): no entry names it", k->inits,
                  k->never);
     snprintf(r->key, sizeof r->key, "unknown %d", site != 0);
 }
 
-static void identify(uintptr_t m, uintptr_t site, struct row *r)
+static void identify(uintptr_t m, uintptr_t site, int c11, struct row *r)
 {
-    identify_as(&kind_mutex, m, site, r);
+    identify_as(&kind_mutex, m, site, c11, r);
 }
 
 static int by_key(const void *a, const void *b)
@@ -449,6 +468,8 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
     if (untracked)
         fprintf(f, "; %" PRIu64 " acquisitions not tracked (the table of %u mutexes is full)",
                 untracked, DM_TRACE_SLOTS);
+    if (child_of)
+        fprintf(f, "; a fork child of %d: its counts start at the fork", (int)child_of);
     fprintf(f, "\n%3s  %-9s %10s %10s %10s %10s %10s %10s %7s  %s\n", "#", "certainty",
             "locks", "contended", "wait", "wait max", "hold max", "hold p99", "threads",
             "identification");
@@ -616,7 +637,10 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
                        size_t nmutex, uint64_t untracked, long top, long min_locks,
                        const struct objs *objs, size_t nobjs)
 {
-    fprintf(f, "{\n  \"pid\": %d,\n  \"program\": ", (int)getpid());
+    fprintf(f, "{\n  \"pid\": %d,\n", (int)getpid());
+    if (child_of)
+        fprintf(f, "  \"fork_child_of\": %d,\n", (int)child_of);
+    fprintf(f, "  \"program\": ");
     json_str(f, prog);
     fprintf(f, ",\n  \"reason\": ");
     json_str(f, why);
@@ -666,13 +690,6 @@ static void write_json(FILE *f, const char *why, const char *prog, struct row *r
     fprintf(f, "\n}\n");
 }
 
-/* Is this process the one `dmutex trace` ran (DMUTEX_TRACE_ROOT)? */
-static int is_root(void)
-{
-    const char *root = secure_getenv("DMUTEX_TRACE_ROOT");
-    return root && atol(root) == (long)getpid();
-}
-
 /* FILE for the traced program itself, FILE.<pid>.json (FILE's ".json"
  * replaced) for every other process: fork children, programs it runs. */
 static void json_path(const char *file, char *out, size_t len)
@@ -718,7 +735,8 @@ static int row_of_slot(struct dm_trace_slot *s, struct row *t)
         return -1;
     memset(t, 0, sizeof *t);
     int retired = DM_TRACE_IS_RETIRED(key);
-    identify(retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    identify(retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site),
+             (int)atomic_load(&s->c11), t);
     t->mutexes = retired ? atomic_load(&s->folded) : 1;
     t->locks = locks;
     t->contended = atomic_load(&s->contended);
@@ -745,7 +763,8 @@ static int row_of_obj(const struct obj_kind *k, struct dm_trace_obj *s, struct r
         return -1;
     memset(t, 0, sizeof *t);
     int retired = DM_TRACE_IS_RETIRED(key);
-    identify_as(k, retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site), t);
+    identify_as(k, retired ? atomic_load(&s->first) : key, atomic_load(&s->init_site),
+                (int)atomic_load(&s->c11), t);
     t->mutexes = retired ? atomic_load(&s->folded) : 1;
     t->locks = uses;
     memcpy(t->n, n, sizeof n);
@@ -1088,19 +1107,30 @@ void dm_trace_report(const char *why)
                  atomic_load(&dm_trace_untracked_rwlocks), prog);
     /* A program the traced one ran (a shell, a helper) that locked
      * nothing (no mutex, cond or rwlock) says nothing at its exit: its
-     * stderr may be read by the program that ran it. */
-    int say = n || untracked || strcmp(why, "exit") != 0 || is_root();
+     * stderr may be read by the program that ran it. A fork child of the
+     * traced program's image says it in one line (and its JSON): it is
+     * the program itself, and silence read the same as a child the
+     * tracer never reached. */
+    int used = n || untracked;
     for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
-        say = say || objs[i].n || objs[i].untracked;
+        used = used || objs[i].n || objs[i].untracked;
+    int forked = child_of && program_image;
+    int say = used || strcmp(why, "exit") != 0 || is_root() || forked;
     /* One write of the whole text, so that reports of several processes
      * sharing stderr do not interleave line by line. */
     char *text = NULL;
     size_t len = 0;
     FILE *m = say && stderr_is_ours() ? open_memstream(&text, &len) : NULL;
-    if (m) {
+    if (m && !used && forked) {
+        fprintf(m, "\ndmutex trace: pid %d (%s), %s report: no mutex, rwlock or condition "
+                "variable used since the fork (a fork child of %d)\n", (int)getpid(), prog, why,
+                (int)child_of);
+    } else if (m) {
         write_text(m, why, prog, rows, n, nmutex, untracked, top, min_locks);
         for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
             write_objs_text(m, &objs[i], prog, top, min_locks);
+    }
+    if (m) {
         if (fclose(m) == 0) {
             for (size_t off = 0; off < len;) {
                 ssize_t w = write(STDERR_FILENO, text + off, len - off);

@@ -1,5 +1,6 @@
 /* trace: what libdmutex-trace.so records for `dmutex trace`, shared by its
- * two files: record.c (the interposed pthread_* entry points and the table
+ * two files: record.c (the interposed pthread_* entry points, C11's mtx_*
+ * and cnd_* beside them, and the table
  * they fill) and report.c (the report: rows identified as config entries
  * would name them, text and JSON). Not part of libdmutex.so: the trace
  * library is preloaded instead of the shim, maps nothing, talks to no
@@ -37,7 +38,8 @@
 
 struct dm_trace_slot {
     _Atomic uintptr_t key;              /* the mutex's address, 0: free; odd: retired counts */
-    _Atomic uintptr_t init_site;        /* return address of its pthread_mutex_init, 0: none */
+    _Atomic uintptr_t init_site;        /* return address of its pthread_mutex_init (or
+                                         * mtx_init), 0: none */
     _Atomic uintptr_t first;            /* retired: the address of the first mutex retired into it */
     _Atomic uint64_t folded;            /* retired: how many mutexes' counts it holds */
     _Atomic uint64_t locks;             /* acquisitions (cond-wait re-acquisitions included) */
@@ -47,6 +49,7 @@ struct dm_trace_slot {
     _Atomic uint64_t threads;           /* bit (thread number % 64) of each thread that locked it */
     _Atomic uint64_t hold_start;        /* the holder's, in ticks; meaningful while depth > 0 */
     _Atomic uint32_t depth;             /* recursive holds of the holder */
+    _Atomic uint32_t c11;               /* the init was C11's mtx_init (a mtx_t) */
     _Atomic uint32_t hist[DM_TRACE_HIST];
 };
 
@@ -81,6 +84,7 @@ struct dm_trace_obj {
     _Atomic uint64_t wait_ticks, wait_max_ticks;    /* cond: time in its waits; rwlock: contended
                                                      * waits; in ticks: dm_trace_ns_per_tick */
     _Atomic uint64_t threads;           /* bit (thread number % 64) of each thread that used it */
+    _Atomic uint32_t c11;               /* the init was C11's cnd_init (a cnd_t) */
 };
 
 extern struct dm_trace_obj dm_trace_conds[DM_TRACE_OBJ_SLOTS];

@@ -32,7 +32,8 @@
  *       progress (Linux sends the SYN again after 1 s, 3 s, ...) until the
  *       queue has room. Says "accepting" when it opens the queue.
  *   faultserver trickle PORTFILE MS
- *       answers SCRIPT LOAD with a made-up SHA1 at once, and every other
+ *       answers SCRIPT LOAD with a made-up SHA1 and INFO (the connection's
+ *       set-up) with a made-up run_id at once, and every other
  *       request with a long bulk string, one byte every MS ms: a reply
  *       that keeps coming, too slowly to ever end within a timeout.
  * Prints one line per event ("half-reply EVALSHA", "dropped release reply",
@@ -213,6 +214,12 @@ static void serve_trickle(int ls, long ms)
                 have -= (size_t)used;
                 if (strcasecmp(a0, "SCRIPT") == 0) {
                     fd_write_all(c, sha, sizeof sha - 1);
+                    continue;
+                }
+                if (strcasecmp(a0, "INFO") == 0) {
+                    static const char info[] =
+                        "$59\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\nuptime:1\r\n\r\n";
+                    fd_write_all(c, info, sizeof info - 1);
                     continue;
                 }
                 say("trickle %s", a0);

@@ -60,6 +60,13 @@
  *   exit-hold M HOW FILE              hold M, at FILE end the process holding it:
  *                                     HOW = exit (exit(0)), return (from main), or
  *                                     thread (another thread holds it; main returns)
+ *   ended-hold M HOW                  a thread locks M and ends holding it, then main
+ *                                     returns: HOW = return (from its start routine,
+ *                                     after a 1 ms pthread_cond_timedwait nobody
+ *                                     signals: "thread timedwait RC"), pthread_exit, or
+ *                                     inside (return, while a second thread holds
+ *                                     rec_lock twice and stays inside: "inside RC RC");
+ *                                     "thread gone" once joined
  *   shared-cond M                     a thread locks other, then M, and waits on a condvar
  *                                     with M; main locks M, signals, unlocks (config maps
  *                                     other and M under one name): "shared-cond LOCK WAIT"
@@ -965,6 +972,49 @@ static int mode_exit_hold(const char *how, const char *file)
     return 0;
 }
 
+#define ENDED_WAIT_MS 1       /* ended-hold's timed wait: over at once */
+
+static void *lock_and_end(void *arg)
+{
+    const char *how = arg;
+    int r = pthread_mutex_lock(m);
+    say("thread locked %s", ename(r));
+    if (strcmp(how, "pthread_exit") == 0)
+        pthread_exit(NULL);
+    struct timespec rt = deadline_in(CLOCK_REALTIME, ENDED_WAIT_MS);
+    say("thread timedwait %s", ename(pthread_cond_timedwait(&cv, m, &rt)));
+    return NULL;        /* holding m */
+}
+
+static sem_t inside_sem;
+
+static void *rec_inside(void *arg)
+{
+    (void)arg;
+    int a = pthread_mutex_lock(&rec_lock), b = pthread_mutex_lock(&rec_lock);
+    say("inside %s %s", ename(a), ename(b));
+    sem_post(&inside_sem);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static int mode_ended_hold(const char *how)
+{
+    int inside = strcmp(how, "inside") == 0;
+    pthread_t t, u;
+    if (inside) {
+        sem_init(&inside_sem, 0, 0);
+        pthread_create(&u, NULL, rec_inside, NULL);
+        while (sem_wait(&inside_sem) != 0)
+            ;
+    }
+    pthread_create(&t, NULL, lock_and_end, (void *)(inside ? "return" : how));
+    pthread_join(t, NULL);
+    say("thread gone");
+    return 0;
+}
+
 static int mode_heap_reuse(int n)
 {
     struct account *a = account_new();
@@ -1098,6 +1148,8 @@ int main(int argc, char **argv)
         say("nested %s %s %s %s", s[0], s[1], s[2], ename(d));
         return 0;
     }
+    if (strcmp(mode, "ended-hold") == 0 && nargs >= 1)
+        return mode_ended_hold(args[0]);
     if (strcmp(mode, "heap-reuse") == 0 && nargs >= 1)
         return mode_heap_reuse(atoi(args[0]));
     return usage();

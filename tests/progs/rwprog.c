@@ -42,6 +42,8 @@
  *                     once the parent unlocked, its wrlock: "child wr RC";
  *                     the parent: "parent unlock RC", "child STATUS"
  *   exitrd            rdlock, "held", exit without unlocking
+ *   ended rd|wr       a thread takes the lock and returns holding it ("thread
+ *                     RC"); main joins it ("thread gone") and returns
  *   token             dmutex_rwlock_token (weak: "no api" without the shim)
  *                     before any lock, in a write hold, after its unlock, in
  *                     a second write hold, in a read hold, and of the
@@ -460,6 +462,14 @@ static void fork_scenario(redisContext *c)
     pthread_rwlock_unlock(&routes_lock);
 }
 
+static void *lock_and_return(void *arg)
+{
+    int write = strcmp(arg, "wr") == 0;
+    say("thread %s", ename(write ? pthread_rwlock_wrlock(&routes_lock)
+                                 : pthread_rwlock_rdlock(&routes_lock)));
+    return NULL;        /* holding it */
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -523,6 +533,11 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "exitrd") == 0) {
         say("held %s", ename(pthread_rwlock_rdlock(&routes_lock)));
         exit(0);
+    } else if (strcmp(mode, "ended") == 0 && argc > 5) {
+        pthread_t t;
+        pthread_create(&t, NULL, lock_and_return, argv[5]);
+        pthread_join(t, NULL);
+        say("thread gone");
     } else if (strcmp(mode, "cancel") == 0 && argc > 6) {
         cancel_scenario(argv[5], argv[6]);
     } else if (strcmp(mode, "plain") == 0 && argc > 5) {

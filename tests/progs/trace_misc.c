@@ -2,6 +2,8 @@
  *
  *   trace_misc fork         locks parent_lock, forks; the child locks
  *                           child_lock 3 times and exits 0; prints "forked"
+ *   trace_misc forkidle     locks parent_lock, forks; the child locks nothing
+ *                           and exits 0: prints "child PID", then "forked"
  *   trace_misc wait FILE    locks wait_lock 5 times, prints "ready", then
  *                           waits until FILE exists (prog.h wait_file)
  *   trace_misc rwwait FILE  as wait, with the rwlock wait_rwlock (read and
@@ -56,10 +58,12 @@
  *   trace_misc hold MS      holds hold_lock for MS ms (a sleep); prints
  *                           "held NS", the hold as this program timed it
  *                           (CLOCK_MONOTONIC, just inside lock and unlock)
- *   trace_misc popen        reads, through popen, what `trace_misc threads`
- *                           writes on stdout and stderr (a helper that locks
- *                           nothing and ends by exit()); prints
- *                           "captured [TEXT]", newlines as '|' */
+ *   trace_misc forkquiet    locks nothing, forks a child that locks nothing
+ *                           and exits 0; prints "forkquiet"
+ *   trace_misc popen [MODE] reads, through popen, what `trace_misc MODE`
+ *                           (default threads) writes on stdout and stderr (a
+ *                           helper that locks nothing and ends by exit());
+ *                           prints "captured [TEXT]", newlines as '|' */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -182,6 +186,21 @@ int main(int argc, char **argv)
         int st;
         if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
             return 1;
+        say("forked");
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "forkidle") == 0) {
+        pthread_mutex_lock(&parent_lock);
+        pthread_mutex_unlock(&parent_lock);
+        pid_t pid = fork();
+        if (pid < 0)
+            return 1;
+        if (pid == 0)
+            exit(0);
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 1;
+        say("child %d", (int)pid);
         say("forked");
         return 0;
     }
@@ -398,13 +417,25 @@ int main(int argc, char **argv)
         say("held %lld", (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "forkquiet") == 0) {
+        pid_t pid = fork();
+        if (pid < 0)
+            return 1;
+        if (pid == 0)
+            exit(0);
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 1;
+        say("forkquiet");
+        return 0;
+    }
     if (argc >= 2 && strcmp(argv[1], "popen") == 0) {
         char self[PATH_MAX], cmd[PATH_MAX + 64];
         ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
         if (len <= 0)
             return 1;
         self[len] = 0;
-        snprintf(cmd, sizeof cmd, "exec 2>&1; exec '%s' threads", self);
+        snprintf(cmd, sizeof cmd, "exec 2>&1; exec '%s' %s", self, argc >= 3 ? argv[2] : "threads");
         FILE *p = popen(cmd, "r");
         if (!p)
             return 1;
