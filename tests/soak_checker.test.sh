@@ -1,6 +1,6 @@
 #!/bin/sh
 # soak_checker: the soak's checker (build/tests/soak/soakcheck) on made-up
-# logs with a known overlap, token regression, repeated token, rejection,
+# logs with an overlap, token regression, repeated token, rejection,
 # abort, hang, crash or starvation, and on the same logs with the fault that
 # explains each: it must report every one and class it as docs/testing.md
 # ("The soak") says. A checker that cannot fail is worthless.
@@ -97,8 +97,8 @@ run overlap_claim_stop
 proc 101 m1; proc 102 m2
 sec 101 soak_a 5 100 110 1400; sec 102 soak_a 6 150 900 1500
 fault 1 stop-handover 115 1115 target=101 host=m1 dur=1000 state=handed-over
-expect "an overlap after a handover and a stop shorter than the lease is known (issue 25.1)" 1 \
-    "KNOWN DEFECT: overlap" "issue 25.1" "overlaps_known=1"
+expect "an overlap after a handover and a stop shorter than the lease is a defect" 1 \
+    "DEFECT: overlap on soak_a: pid 101" "overlaps_defect=1"
 
 run overlap_waiter_stopped
 proc 101 m1; proc 102 m2
@@ -106,8 +106,8 @@ sec 102 soak_a 6 100 110 200
 sec 101 soak_a 5 50 1100 1200
 sec 102 soak_a 7 1000 1010 1150
 fault 1 stop-waiter 60 1060 target=101 host=m1 dur=1000 state=waiting
-expect "a waiter handed the lock while stopped past its claim is known (issue 25.1)" 1 \
-    "KNOWN DEFECT: overlap" "while it waited" "overlaps_defect=0"
+expect "a waiter handed the lock while stopped, shorter than the lease, is a defect" 1 \
+    "DEFECT: overlap on soak_a" "overlaps_defect=1"
 
 LOST=warn; run eperm_claim; LOST=
 proc 101 m1
@@ -116,8 +116,8 @@ echo "$(ns 110) enter 101 0 soak_a 5" >>"$D/w-101.log"
 echo "$(ns 1200) exit 101 0 soak_a 5" >>"$D/w-101.log"
 echo "$(ns 1210) unlocked 101 0 soak_a 1" >>"$D/w-101.log"
 fault 1 stop-handover 112 1012 target=101 host=m1 dur=900 state=handed-over
-expect "warn mode: EPERM after a stop past a handover's claim is known (issue 25.1)" 1 \
-    "KNOWN DEFECT: unlock of soak_a by pid 101" "issue 25.1" "defects=0 known=1"
+expect "warn mode: EPERM after a stop shorter than the lease right after a handover is a defect" 1 \
+    "DEFECT: unlock of soak_a by pid 101" "defects=1"
 
 LOST=warn; run eperm_alone; LOST=
 proc 101 m1
@@ -131,8 +131,8 @@ run overlap_short_stop
 proc 101 m1; proc 102 m2
 sec 101 soak_a 5 100 101 1400; sec 102 soak_a 6 150 900 1500
 fault 1 stop-holder 300 1300 target=101 host=m1 dur=1000 state=inside
-expect "an overlap after a stop shorter than the lease, not after a handover, is a defect" 1 \
-    "DEFECT: overlap" "shorter than the lease" "overlaps_defect=1"
+expect "an overlap after a stop shorter than lease - renew is a defect" 1 \
+    "DEFECT: overlap" "shorter than lease - renew" "overlaps_defect=1"
 
 run overlap_died
 proc 101 m1; proc 102 m2
@@ -189,9 +189,10 @@ run abort_release_after_stall
 proc 101 m1
 sec 101 soak_a 5 100 110 200; died 101 1300 signal 6
 fault 1 sleep 190 1100 node=0 dur=900 stall=all
-echo "dmutex[101]: error: lock soak_a (owner x:1, fencing token 5): the hold was lost before unlock: its lease expired, another process may have entered; aborting (on_lease_lost = \"abort\")" >"$D/w-101.err"
-expect "an abort for a release answered 'not held' after a short stall is known (issue 25.2)" 1 \
-    "KNOWN DEFECT: abort of pid 101" "issue 25.2" "aborts_known=1" "defects=0 known=1"
+echo "dmutex[101]: error: lock soak_a (owner x:1, fencing token 5): the hold was lost while held: at unlock the server no longer had it, before its lease could have run out (deleted, evicted, or lost by a restart or failover); another process may have entered; aborting (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "an abort for a release answered 'not held' after a short stall is unexpected" 1 \
+    "DEFECT: unexpected abort of pid 101" "its release answered 'not held' after sleep" \
+    "aborts_unexpected=1"
 
 run abort_release_in_unlock
 proc 101 m1
@@ -200,16 +201,17 @@ echo "$(ns 110) enter 101 0 soak_a 5" >>"$D/w-101.log"
 echo "$(ns 200) exit 101 0 soak_a 5" >>"$D/w-101.log"
 died 101 900 signal 6
 fault 1 restart-aof 201 700 node=0 down=100 cut=all
-echo "dmutex[101]: error: lock soak_a (owner x:1, fencing token 5): the hold was lost before unlock: its lease expired, another process may have entered; aborting (on_lease_lost = \"abort\")" >"$D/w-101.err"
-expect "an abort in the unlock, its release judged lost after a restart, is known (issue 25.2)" 1 \
-    "KNOWN DEFECT: abort of pid 101" "issue 25.2" "defects=0 known=1"
+echo "dmutex[101]: error: lock soak_a (owner x:1, fencing token 5): the hold was lost while held: at unlock the server no longer had it, before its lease could have run out (deleted, evicted, or lost by a restart or failover); another process may have entered; aborting (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "an abort in the unlock, its release judged lost after a restart with its data, is a defect" 1 \
+    "DEFECT: abort of pid 101 (m1) at +0.900s inside its section" "in its unlock" \
+    "aborts_unexpected=1"
 
 run abort_claim
 proc 101 m1
 sec 101 soak_a 5 100 110; died 101 800 signal 6
 echo "dmutex[101]: error: lost the lease of lock soak_a (owner x:1, fencing token 5): no renewal succeeded in time (redis unreachable or stuck); last renewal succeeded 618 ms ago (lease 2000 ms); lost leases in this process: 1; aborting before another process can enter" >"$D/w-101.err"
-expect "an abort inside a hold that lost its claim's lease is known (issue 25.1)" 1 \
-    "KNOWN DEFECT: abort of pid 101" "claim" "issue 25.1"
+expect "an abort inside a hold renewed 618 ms before, no fault around, is a defect" 1 \
+    "DEFECT: abort of pid 101 (m1) at +0.800s inside its section" "last renewal 618 ms before"
 
 run abort_in_unlock
 proc 101 m1
@@ -241,12 +243,27 @@ fault 1 partition 200 2500 host=m1 dur=2300 cut=m1
 expect "on_lease_lost = warn: an overlap after the holder was cut off is documented" 0 \
     "warn 1)"
 
-run known
+run restart_loss
 proc 101 m1; proc 102 m2
 sec 101 soak_a 5 100 110 800; sec 102 soak_a 1700000000000 350 400 900
 fault 1 restart-noaof 150 300 node=0 down=20 cut=all loss=1
-expect "an overlap after a restart without persistence is a known defect" 1 \
-    "KNOWN DEFECT: overlap" "issue 25.3" "overlaps_known=1" "known=1"
+expect "an overlap after a restart without persistence is a defect (no grant for a lease)" 1 \
+    "DEFECT: overlap on soak_a" "lost the data" "overlaps_defect=1"
+
+run restart_loss_abort
+proc 101 m1
+sec 101 soak_a 5 100 110; died 101 1900 signal 6
+fault 1 restart-noaof 150 300 node=0 down=20 cut=all loss=1
+expect "an abort inside after a restart that lost the data is expected" 0 "aborts_expected=1"
+
+run expired_after_unlock
+proc 101 m1
+sec 101 soak_a 5 100 110 200
+fault 1 sleep 190 2600 node=0 dur=2410 stall=all
+echo "dmutex[101]: warning: lock soak_a (owner x:1, fencing token 5): the hold expired after unlock: its release reached the server late (a stall, a pause or a restart) and found the lease over" >"$D/w-101.err"
+done_ 101; died 101 9999 exit 0
+expect "a release found expired after its unlock is counted, no defect" 0 \
+    "expired after the unlock (warned, not aborted): 1" "expired_after_unlock=1"
 
 run rejection
 proc 101 m1; proc 102 m2

@@ -21,9 +21,9 @@
  *             warn   on_lease_lost = "warn" and the earlier holder's
  *                    machine was cut off, or the server stalled, for at
  *                    least lease_ms - margin - renew during its section
- *           known defect (issue 25.3): a restart without persistence lost
- *           the earlier hold (a lease before the overlap at most);
- *           otherwise a defect. Both count as defects in the exit status.
+ *           otherwise a defect: a restart that lost the data, a stop
+ *           right after a handover shorter than the lease, a short stall
+ *           explain nothing (issue 25 made each of them safe).
  * tokens    by enter time, a section whose token is below one of a section
  *           that had already exited (a regression), or equal to another
  *           process's (a repeated grant); classed as overlaps are.
@@ -55,7 +55,6 @@
 
 #define MS 1000000LL
 #define MAX_LOCKS 16
-#define MAX_LISTED 40     /* known defects printed in full (every defect is) */
 #define EPERM_ 1
 #define EAGAIN_ 11
 #define EBUSY_ 16
@@ -91,7 +90,7 @@ struct section {
     long long want, enter, exit, unlocked, end;
     unsigned long long token;
     int rc;                   /* the unlock's */
-    int cls;                  /* worst class of an overlap it is in: 0 none, 1 doc, 2 known, 3 defect */
+    int cls;                  /* worst class of an overlap it is in: 0 none, 1 doc, 2 defect */
     int beside;               /* defect overlaps found with it as the earlier section */
 };
 struct fail { int lock, pid, tid, op, rc; long long want, at; };
@@ -442,20 +441,14 @@ static int read_fence(const char *dir)
 
 static double rel(long long ns) { return (double)(ns - t0) / 1e9; }
 
-static long defects, known;
-static int listed;
-static void defect(int is_known, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void defect(int is_known, const char *fmt, ...)
+static long defects;
+static void defect(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void defect(const char *fmt, ...)
 {
-    if (is_known)
-        known++;
-    else
-        defects++;
-    if (is_known && listed++ >= MAX_LISTED && !verbose)
-        return;
+    defects++;
     va_list ap;
     va_start(ap, fmt);
-    printf("  %s: ", is_known ? "KNOWN DEFECT" : "DEFECT");
+    printf("  DEFECT: ");
     vprintf(fmt, ap);
     va_end(ap);
     printf("\n");
@@ -539,38 +532,16 @@ static const struct fault *loss_near(long long from, long long to)
 
 /* ---- classification -------------------------------------------------------- */
 
-enum cls { C_NONE, C_STOP, C_LOCAL, C_WARN, C_KNOWN, C_DEFECT };
+enum cls { C_NONE, C_STOP, C_LOCAL, C_WARN, C_DEFECT };
 static const char *const cls_name[] = { "", "documented (stop past the lease)",
     "documented (on_redis_down = local, Redis unreachable)",
-    "documented (on_lease_lost = warn, cut off or stalled)", "known defect (issue 25.1, 25.3)",
-    "defect" };
+    "documented (on_lease_lost = warn, cut off or stalled)", "defect" };
 
 /* Whether x's grant can be the stale one of the two: not a newer token
  * than y's (0, a local hold, says nothing). */
 static int stale(const struct section *x, const struct section *y)
 {
     return x->token == 0 || y->token == 0 || x->token <= y->token;
-}
-
-/* A process handed the lock (its lock call waited) and stopped right after
- * it entered, or while it waited (the handover came during the stop): its
- * hold had only a claim (renew_ms) then, issue 25.1. */
-static int handed_then_stopped(const struct section *x, long long win, long *dur)
-{
-    if (x->enter - x->want < 1 * MS)
-        return 0;    /* it did not wait: no handover */
-    for (size_t i = 0; i < faults.n; i++) {
-        const struct fault *f = &faults.v[i];
-        if (!is_stop(f) || f->target != x->pid || f->begin > win || f->begin < x->want ||
-            f->begin - x->enter > 10 * MS)
-            continue;
-        long d = fdur_ms(f);
-        if (d >= renew - tol_ms) {
-            *dur = d;
-            return 1;
-        }
-    }
-    return 0;
 }
 
 static enum cls classify(const struct section *a, const struct section *b, long long win,
@@ -611,24 +582,16 @@ static enum cls classify(const struct section *a, const struct section *b, long 
     }
     const struct fault *f = loss_near(a->want - lease * MS, win);
     if (f) {
-        snprintf(why, n, "%s #%d at +%.3fs lost the holds (issue 25.3)", f->kind, f->id,
-                 rel(f->begin));
-        return C_KNOWN;
+        snprintf(why, n, "%s #%d at +%.3fs lost the data: no grant may follow within a lease; "
+                 "faults around: %s", f->kind, f->id, rel(f->begin),
+                 faults_near(win - lease * MS, win + 100 * MS));
+        return C_DEFECT;
     }
-    long d;
-    for (int i = 0; i < 2; i++)
-        if (stale(ab[i], ab[1 - i]) && handed_then_stopped(ab[i], win, &d)) {
-            snprintf(why, n, "pid %d was handed the lock and stopped %ld ms while it waited or "
-                     "right after: longer than its claim (renew_ms %ld), shorter than the lease "
-                     "(issue 25.1)",
-                     ab[i]->pid, d, renew);
-            return C_KNOWN;
-        }
-    d = stop_of(a->pid, a->want - tol_ms * MS, win, renew - tol_ms);
+    long d = stop_of(a->pid, a->want - tol_ms * MS, win, renew - tol_ms);
     long e = stop_of(b->pid, b->want - tol_ms * MS, win, renew - tol_ms);
     if (d >= 0 || e >= 0)
-        snprintf(why, n, "pid %d stopped %ld ms: longer than a claim (renew_ms %ld), shorter "
-                 "than the lease; faults around: %s", d >= 0 ? a->pid : b->pid, d >= 0 ? d : e,
+        snprintf(why, n, "pid %d stopped %ld ms: longer than renew_ms (%ld), shorter than "
+                 "lease - renew; faults around: %s", d >= 0 ? a->pid : b->pid, d >= 0 ? d : e,
                  renew, faults_near(win - lease * MS, win + 100 * MS));
     else
         snprintf(why, n, "faults around: %s", faults_near(win - lease * MS, win + 100 * MS));
@@ -637,7 +600,7 @@ static enum cls classify(const struct section *a, const struct section *b, long 
 
 static void sec_mark(struct section *s, enum cls c)
 {
-    int v = c == C_NONE ? 0 : c == C_KNOWN ? 2 : c == C_DEFECT ? 3 : 1;
+    int v = c == C_NONE ? 0 : c == C_DEFECT ? 2 : 1;
     if (v > s->cls)
         s->cls = v;
 }
@@ -645,7 +608,7 @@ static void sec_mark(struct section *s, enum cls c)
 /* ---- the checks ------------------------------------------------------------ */
 
 static long n_overlap[6], n_token[6], n_tokenless;
-static long n_rej_doc, n_rej_known, n_rej_defect;
+static long n_rej_doc, n_rej_defect;
 
 static int by_lock_enter(const void *x, const void *y)
 {
@@ -678,10 +641,10 @@ static void check_overlaps(void)
             sec_mark(a, c);
             sec_mark(b, c);
             long long w_end = a->end < b->end ? a->end : b->end;
-            if ((c == C_KNOWN || c == C_DEFECT) && a->beside++ > 0)
-                c == C_KNOWN ? known++ : defects++;     /* listed once per earlier section */
-            else if (c == C_KNOWN || c == C_DEFECT)
-                defect(c == C_KNOWN, "overlap on %s: pid %d (%s) token %llu inside +%.3fs..+%.3fs, "
+            if (c == C_DEFECT && a->beside++ > 0)
+                defects++;      /* listed once per earlier section */
+            else if (c == C_DEFECT)
+                defect("overlap on %s: pid %d (%s) token %llu inside +%.3fs..+%.3fs, "
                        "pid %d (%s) token %llu entered +%.3fs (%.1f ms together): %s",
                        lock_names[b->lock], a->pid, host_of(a->pid), a->token, rel(a->enter),
                        rel(a->end), b->pid, host_of(b->pid), b->token, rel(b->enter),
@@ -718,7 +681,7 @@ static void check_tokens(void)
         if (secs.v[i].token == 0) {
             n_tokenless++;
             if (strcmp(down, "local") != 0)
-                defect(0, "section without a token: pid %d (%s) on %s at +%.3fs",
+                defect("section without a token: pid %d (%s) on %s at +%.3fs",
                        secs.v[i].pid, host_of(secs.v[i].pid), lock_names[secs.v[i].lock],
                        rel(secs.v[i].enter));
             continue;
@@ -752,8 +715,8 @@ static void check_tokens(void)
         enum cls c = classify(top, b, b->enter, why, sizeof why);
         n_token[c]++;
         sec_mark(b, c);
-        if (c == C_KNOWN || c == C_DEFECT)
-            defect(c == C_KNOWN, "%s on %s: pid %d (%s) entered +%.3fs with token %llu, after pid "
+        if (c == C_DEFECT)
+            defect("%s on %s: pid %d (%s) entered +%.3fs with token %llu, after pid "
                    "%d (%s) left +%.3fs with token %llu: %s",
                    regress ? "token regression" : "repeated token", lock_names[lock], b->pid,
                    host_of(b->pid), rel(b->enter), b->token, top->pid, host_of(top->pid),
@@ -797,17 +760,15 @@ static void check_fence(void)
         const struct section *s = lo ? by[lo - 1] : NULL;
         if (s && (s->pid != w->pid || s->tid != w->tid))
             s = NULL;
-        int c = s ? s->cls : 3;
+        int c = s ? s->cls : 2;
         if (s && c == 0 && s->token == 0 && strcmp(down, "local") == 0)
             c = 1;
         if (c == 1)
             n_rej_doc++;
-        else if (c == 2)
-            n_rej_known++;
         else
             n_rej_defect++;
-        if (c == 0 || (c == 3 && !s))
-            defect(0, "the fence rejected pid %d (%s) on %s at +%.3fs: token %llu < %llu, in no "
+        if (c == 0 || (c == 2 && !s))
+            defect("the fence rejected pid %d (%s) on %s at +%.3fs: token %llu < %llu, in no "
                    "overlap the logs show", w->pid, host_of(w->pid), lock_names[w->lock],
                    rel(w->at), w->token, w->highest);
     }
@@ -829,7 +790,7 @@ static const struct section *inside_at_death(int pid)
 
 /* The hold the shim's abort message names (its lock and fencing token, in
  * the worker's .err file): the section of pid that had it, or NULL. */
-static int abort_at_release;    /* the last abort_for's message: "lost before unlock" */
+static int abort_at_release;    /* the last abort_for's message: "lost while held: at unlock" */
 static char abort_other[200];   /* the last line of .err that is not the shim's: glibc's words */
 static long abort_renewed_ms;   /* its "last renewal succeeded N ms ago", or -1 */
 static long long abort_granted; /* the first section of that hold (a cached one serves many) */
@@ -863,7 +824,7 @@ static const struct section *aborted_for(const struct proc *p)
             continue;
         snprintf(name, sizeof name, "%.*s", (int)(own - l - 5), l + 5);
         token = strtoull(tok + 14, NULL, 10);
-        abort_at_release = strstr(line, "lost before unlock") != NULL;
+        abort_at_release = strstr(line, "lost while held: at unlock") != NULL;
         char *ago = strstr(line, "last renewal succeeded ");
         abort_renewed_ms = ago ? atol(ago + 23) : -1;
     }
@@ -885,8 +846,8 @@ static const struct section *aborted_for(const struct proc *p)
     return found;
 }
 
-static long n_abort_known, n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
-static long n_unlock_err, n_unlock_exp, n_unlock_known;
+static long n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
+static long n_unlock_err, n_unlock_exp;
 
 /* A fault that can make this process lose a hold during [from, to]. */
 static int lease_loser(int pid, long long from, long long to, char *why, size_t n)
@@ -909,13 +870,36 @@ static int lease_loser(int pid, long long from, long long to, char *why, size_t 
     return 0;
 }
 
+/* Releases the shim found expired after their unlock (a warning, no
+ * abort: the section had ended inside the lease), counted from every
+ * worker's .err file. */
+static long n_expired_after;
+static void count_expired_after(void)
+{
+    char path[4200], line[1024];
+    for (size_t i = 0; i < procs.n; i++) {
+        size_t n = strlen(procs.v[i].log);
+        if (n < 4)
+            continue;
+        snprintf(path, sizeof path, "%.*s.err", (int)(n - 4), procs.v[i].log);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof line, f))
+            n_expired_after += strncmp(line, "dmutex[", 7) == 0 &&
+                               strstr(line, "the hold expired after unlock") != NULL;
+        fclose(f);
+    }
+}
+
 static void check_processes(void)
 {
+    count_expired_after();
     for (size_t i = 0; i < procs.n; i++) {
         struct proc *p = &procs.v[i];
         if (p->hang) {
             n_hang++;
-            defect(0, "pid %d (%s) still ran %.1f s after the end and was killed (hung): last "
+            defect("pid %d (%s) still ran %.1f s after the end and was killed (hung): last "
                    "record +%.3fs", p->pid, p->host, (double)(p->death - t_end) / 1e9, rel(p->last));
             continue;
         }
@@ -928,7 +912,7 @@ static void check_processes(void)
                 if (faults.v[j].target == p->pid && strncmp(faults.v[j].kind, "kill-", 5) == 0)
                     by_nemesis = 1;
             if (!by_nemesis)
-                defect(0, "pid %d (%s) was killed (SIGKILL) at +%.3fs, not by the nemesis",
+                defect("pid %d (%s) was killed (SIGKILL) at +%.3fs, not by the nemesis",
                        p->pid, p->host, rel(p->death));
             continue;
         }
@@ -940,7 +924,7 @@ static void check_processes(void)
             if (!s && abort_other[0]) {
                 /* not the shim's lost-lease abort: glibc's (a double free...) */
                 n_crash++;
-                defect(0, "crash: pid %d (%s) aborted at +%.3fs saying \"%s\" (not the shim's "
+                defect("crash: pid %d (%s) aborted at +%.3fs saying \"%s\" (not the shim's "
                        "lost-lease abort); last record +%.3fs; faults around: %s", p->pid,
                        p->host, rel(p->death), abort_other, rel(p->last),
                        faults_near(p->death - 2 * lease * MS, p->death));
@@ -957,15 +941,8 @@ static void check_processes(void)
                     printf("  abort of pid %d at +%.3fs inside: %s\n", p->pid, rel(p->death), why);
                 continue;
             }
-            if (s && abort_renewed_ms >= 0 && abort_renewed_ms < lease - margin - tol_ms) {
-                n_abort_known++;
-                defect(1, "abort of pid %d (%s) at +%.3fs inside its section on %s (entered "
-                       "+%.3fs), %ld ms after its last renewal: the hold had a claim's lease "
-                       "(renew_ms), not a lease (issue 25.1); faults around: %s", p->pid,
-                       p->host, rel(p->death), lock_names[s->lock], rel(s->enter),
-                       abort_renewed_ms, faults_near(s->want - lease * MS, p->death));
-                continue;
-            }
+            /* what met its release, for the message: a stall, cut, restart or
+             * data loss since the hold was granted */
             long long since = was ? (abort_granted < was->end - lease * MS ? abort_granted
                                                                           : was->end - lease * MS) : 0;
             const struct fault *stall = was ? cut_or_stall(p->host, since, p->death, 0, 1) : NULL;
@@ -977,33 +954,23 @@ static void check_processes(void)
                     f->begin <= p->death && fend(f) >= since)
                     stall = f;
             }
-            /* its section over (exit written), the unlock's release judged it lost:
-             * whether the unlock had returned or waited for that verdict */
-            int over = was && (!s || (s == was && was->exit >= 0 && was->exit <= p->death));
-            if (over && abort_at_release && stall) {
-                n_abort_known++;
-                defect(1, "abort of pid %d (%s) at +%.3fs, outside its section: its release of "
-                       "%s (token %llu, section ended +%.3fs) was answered 'not held' after "
-                       "%s #%d (%ld ms) (issue 25.2); faults around: %s", p->pid, p->host,
-                       rel(p->death), lock_names[was->lock], was->token, rel(was->end),
-                       stall->kind, stall->id, fdur_ms(stall),
-                       faults_near(was->end - lease * MS, p->death));
-                continue;
-            }
             if (s) {
                 n_abort_inside++;
-                defect(0, "abort of pid %d (%s) at +%.3fs inside its section on %s (entered "
-                       "+%.3fs, %s) with no fault that loses a lease; faults around: %s",
+                defect("abort of pid %d (%s) at +%.3fs inside its section on %s (entered "
+                       "+%.3fs, %s; last renewal %ld ms before) with no fault that loses a "
+                       "lease; faults around: %s",
                        p->pid, p->host, rel(p->death), lock_names[s->lock], rel(s->enter),
-                       s->exit >= 0 ? "in its unlock" : "before its exit",
+                       s->exit >= 0 ? "in its unlock" : "before its exit", abort_renewed_ms,
                        faults_near(s->want - lease * MS, p->death));
             } else {
                 n_abort_outside++;
-                char held[160] = "";
+                char held[400] = "";
                 if (was)
                     snprintf(held, sizeof held, " for its hold of %s (token %llu) whose section "
-                             "ended +%.3fs", lock_names[was->lock], was->token, rel(was->end));
-                defect(0, "unexpected abort of pid %d (%s) at +%.3fs, outside its section%s "
+                             "ended +%.3fs%s%s%s", lock_names[was->lock], was->token,
+                             rel(was->end), abort_at_release ? ", its release answered 'not held'" : "",
+                             stall ? " after " : "", stall ? stall->kind : "");
+                defect("unexpected abort of pid %d (%s) at +%.3fs, outside its section%s "
                        "(last record +%.3fs); faults around: %s", p->pid, p->host, rel(p->death),
                        held, rel(p->last), faults_near(p->death - 2 * lease * MS, p->death));
             }
@@ -1011,7 +978,7 @@ static void check_processes(void)
         }
         if (p->sig || p->code) {
             n_crash++;
-            defect(0, "pid %d (%s) ended at +%.3fs with %s %d", p->pid, p->host, rel(p->death),
+            defect("pid %d (%s) ended at +%.3fs with %s %d", p->pid, p->host, rel(p->death),
                    p->sig ? "signal" : "exit status", p->sig ? p->sig : p->code);
         }
     }
@@ -1025,29 +992,8 @@ static void check_processes(void)
             n_unlock_exp++;
             continue;
         }
-        /* warn mode's EPERM is abort mode's abort: the same known causes */
-        long d;
-        const struct fault *f = NULL;
-        if (s->rc == EPERM_ && !handed_then_stopped(s, s->unlocked, &d)) {
-            /* the fault met the release: on while the unlock ran, or a moment before */
-            long long from = (s->exit >= 0 ? s->exit : s->enter) - 1000 * MS;
-            f = cut_or_stall(host_of(s->pid), from, s->unlocked, 0, 1);
-            for (size_t j = 0; !f && j < faults.n; j++)
-                if ((strcmp(faults.v[j].kind, "client-kill") == 0 ||
-                     strncmp(faults.v[j].kind, "restart", 7) == 0) &&
-                    faults.v[j].begin <= s->unlocked && fend(&faults.v[j]) >= from)
-                    f = &faults.v[j];
-        }
-        if (s->rc == EPERM_ && (handed_then_stopped(s, s->unlocked, &d) || f)) {
-            n_unlock_known++;
-            defect(1, "unlock of %s by pid %d (%s) at +%.3fs returned EPERM: %s", lock_names[s->lock],
-                   s->pid, host_of(s->pid), rel(s->unlocked),
-                   f ? "a release answered 'not held' after a short stall (issue 25.2)"
-                     : "its hold was handed over and it was stopped past the claim (issue 25.1)");
-            continue;
-        }
         n_unlock_err++;
-        defect(0, "unlock of %s by pid %d (%s) at +%.3fs returned %d; faults around: %s",
+        defect("unlock of %s by pid %d (%s) at +%.3fs returned %d; faults around: %s",
                lock_names[s->lock], s->pid, host_of(s->pid), rel(s->unlocked), s->rc,
                faults_near(s->want - lease * MS, s->unlocked));
     }
@@ -1063,7 +1009,7 @@ static void check_fails(void)
         int ok = (f->rc == EBUSY_ && f->op == 2) || (f->rc == ETIMEDOUT_ && f->op == 1) ||
                  (f->rc == EAGAIN_ && strcmp(down, "error") == 0);
         if (!ok)
-            defect(0, "%s of %s by pid %d (%s) at +%.3fs returned %d, which this mode never "
+            defect("%s of %s by pid %d (%s) at +%.3fs returned %d, which this mode never "
                    "returns", f->op == 0 ? "lock" : f->op == 1 ? "timedlock" : "trylock",
                    lock_names[f->lock], f->pid, host_of(f->pid), rel(f->at), f->rc);
     }
@@ -1117,7 +1063,7 @@ static void check_waits(void)
             longest_unexpl = u;
         if (u >= starve_ms * MS && fair) {
             n_starved++;
-            defect(0, "starvation: pid %d (%s) waited %.1f s for %s (+%.3fs..+%.3fs), %.1f s "
+            defect("starvation: pid %d (%s) waited %.1f s for %s (+%.3fs..+%.3fs), %.1f s "
                    "of it with no fault to explain it", s->pid, host_of(s->pid), (double)w / 1e9,
                    lock_names[s->lock], rel(s->want), rel(s->enter), (double)u / 1e9);
         }
@@ -1200,10 +1146,8 @@ int main(int argc, char **argv)
     check_processes();
     check_fails();
     check_waits();
-    if (!defects && !known)
+    if (!defects)
         printf("  none\n");
-    else if (listed > MAX_LISTED && !verbose)
-        printf("  ... %d more known defects (soakcheck -v lists them all)\n", listed - MAX_LISTED);
 
     printf("faults: %zu:", faults.n);
     {
@@ -1239,25 +1183,24 @@ int main(int argc, char **argv)
     printf("lock calls that failed: EBUSY %ld, ETIMEDOUT %ld, EAGAIN %ld, other %ld\n",
            n_fail_rc[0], n_fail_rc[1], n_fail_rc[2], n_fail_rc[3]);
     long ov_doc = n_overlap[C_STOP] + n_overlap[C_LOCAL] + n_overlap[C_WARN];
-    printf("overlaps: %ld documented (stop %ld, local %ld, warn %ld), %ld known defect (25.1, 25.3), "
-           "%ld defect\n", ov_doc, n_overlap[C_STOP], n_overlap[C_LOCAL], n_overlap[C_WARN],
-           n_overlap[C_KNOWN], n_overlap[C_DEFECT]);
+    printf("overlaps: %ld documented (stop %ld, local %ld, warn %ld), %ld defect\n", ov_doc,
+           n_overlap[C_STOP], n_overlap[C_LOCAL], n_overlap[C_WARN], n_overlap[C_DEFECT]);
     long tk_doc = n_token[C_STOP] + n_token[C_LOCAL] + n_token[C_WARN];
-    printf("tokens: %ld out of order documented, %ld known defect, %ld defect; %ld sections "
-           "without a token\n", tk_doc, n_token[C_KNOWN], n_token[C_DEFECT], n_tokenless);
+    printf("tokens: %ld out of order documented, %ld defect; %ld sections without a token\n",
+           tk_doc, n_token[C_DEFECT], n_tokenless);
     long nw = 0;
     for (size_t k = 0; k < writes.n; k++)
         nw += !writes.v[k].rej;
-    printf("fence: %ld writes accepted, %ld rejected (%ld documented, %ld known defect, %ld "
-           "defect)\n", nw, n_rej_doc + n_rej_known + n_rej_defect, n_rej_doc, n_rej_known,
-           n_rej_defect);
-    printf("aborts: %ld expected (inside, after a fault that loses a lease), %ld known defect "
-           "(issue 25.1, 25.2), %ld unexpected (%ld outside the section, %ld inside with no such "
-           "fault); killed by the nemesis %ld; crashes %ld; hung %ld\n", n_abort_exp,
-           n_abort_known, n_abort_outside + n_abort_inside, n_abort_outside, n_abort_inside,
-           n_killed, n_crash, n_hang);
-    printf("unlock errors: %ld after a fault that loses a lease, %ld known defect (issue 25.1, "
-           "25.2), %ld otherwise\n", n_unlock_exp, n_unlock_known, n_unlock_err);
+    printf("fence: %ld writes accepted, %ld rejected (%ld documented, %ld defect)\n", nw,
+           n_rej_doc + n_rej_defect, n_rej_doc, n_rej_defect);
+    printf("aborts: %ld expected (inside, after a fault that loses a lease), %ld unexpected "
+           "(%ld outside the section, %ld inside with no such fault); killed by the nemesis %ld; "
+           "crashes %ld; hung %ld\n", n_abort_exp, n_abort_outside + n_abort_inside,
+           n_abort_outside, n_abort_inside, n_killed, n_crash, n_hang);
+    printf("unlock errors: %ld after a fault that loses a lease, %ld otherwise\n", n_unlock_exp,
+           n_unlock_err);
+    printf("releases that found their hold expired after the unlock (warned, not aborted): %ld\n",
+           n_expired_after);
     printf("longest wait: %.3f s", (double)longest_wait / 1e9);
     if (longest_sec)
         printf(" (pid %d on %s, +%.3fs)", longest_sec->pid, host_of(longest_sec->pid),
@@ -1265,14 +1208,12 @@ int main(int argc, char **argv)
     printf("; longest wait no fault explains: %.3f s (a defect from %ld ms%s): %ld\n",
            (double)longest_unexpl / 1e9, starve_ms, fair ? "" : ", not in this mode: not fair",
            n_starved);
-    printf("verdict: %s (%ld defects, %ld known defects)\n",
-           defects + known ? "FAIL" : "PASS", defects, known);
-    printf("summary mode=%s sections=%zu overlaps_documented=%ld overlaps_known=%ld "
-           "overlaps_defect=%ld aborts_expected=%ld aborts_known=%ld aborts_unexpected=%ld "
-           "token_defects=%ld "
-           "rejections=%ld longest_wait_ms=%lld starved=%ld defects=%ld known=%ld\n",
-           mode, secs.n, ov_doc, n_overlap[C_KNOWN], n_overlap[C_DEFECT], n_abort_exp, n_abort_known,
-           n_abort_outside + n_abort_inside, n_token[C_KNOWN] + n_token[C_DEFECT],
-           n_rej_doc + n_rej_known + n_rej_defect, longest_wait / MS, n_starved, defects, known);
-    return defects + known ? 1 : 0;
+    printf("verdict: %s (%ld defects)\n", defects ? "FAIL" : "PASS", defects);
+    printf("summary mode=%s sections=%zu overlaps_documented=%ld overlaps_defect=%ld "
+           "aborts_expected=%ld aborts_unexpected=%ld token_defects=%ld rejections=%ld "
+           "expired_after_unlock=%ld longest_wait_ms=%lld starved=%ld defects=%ld\n",
+           mode, secs.n, ov_doc, n_overlap[C_DEFECT], n_abort_exp, n_abort_outside + n_abort_inside,
+           n_token[C_DEFECT], n_rej_doc + n_rej_defect, n_expired_after, longest_wait / MS,
+           n_starved, defects);
+    return defects ? 1 : 0;
 }

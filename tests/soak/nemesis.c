@@ -578,7 +578,7 @@ static void link_set(int m, int up)
 static long stop_dur(int handover)
 {
     long r = uni(0, 99);
-    if (handover ? r < 70 : r < 30)   /* between a claim and a lease: issue 25.1 */
+    if (handover ? r < 70 : r < 30)   /* past renew_ms, short of the lease: must not lose it */
         return uni(renew + 50, lease - renew - 100);
     if (!handover && r < 70)
         return uni(20, renew - 50);

@@ -219,8 +219,8 @@ echo
 echo "soak: every mode (seed $seed, $per_mode s each; reports under $out)"
 awk '{
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-    printf "  %-9s sections %7s  overlaps documented %5s known %4s defect %4s  aborts expected %3s known %3s unexpected %3s  token defects %3s  rejections %5s  longest wait %6s ms  defects %s known %s\n",
-        v["mode"], v["sections"], v["overlaps_documented"], v["overlaps_known"], v["overlaps_defect"],
-        v["aborts_expected"], v["aborts_known"], v["aborts_unexpected"], v["token_defects"], v["rejections"], v["longest_wait_ms"], v["defects"], v["known"]
+    printf "  %-9s sections %7s  overlaps documented %5s defect %4s  aborts expected %3s unexpected %3s  token defects %3s  rejections %5s  expired after unlock %4s  longest wait %6s ms  defects %s\n",
+        v["mode"], v["sections"], v["overlaps_documented"], v["overlaps_defect"],
+        v["aborts_expected"], v["aborts_unexpected"], v["token_defects"], v["rejections"], v["expired_after_unlock"], v["longest_wait_ms"], v["defects"]
 }' "$summary"
 exit $worst
