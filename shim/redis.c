@@ -951,6 +951,7 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
     }
     if (is_noscript(r)) {
         freeReplyObject(r);
+        r = NULL;       /* a failed resend below frees what it got, not this */
         if (asking) {
             const char *a[1] = { "ASKING" };
             redisReply *q = dm_net_command_argv(conn->c, conn->tls, 1, a, NULL);

@@ -385,6 +385,32 @@ static void test_signals_during_a_connect_are_no_outage(void **state)
     dm_cluster_lock_put(l);
 }
 
+/* The server lost its scripts and the connection broke before they were
+ * sent again: the NOSCRIPT reply was freed, then freed a second time when
+ * the pipelined EVAL + SCRIPT LOAD found the connection gone (glibc:
+ * "free(): double free detected in tcache 2"; the soak's workers died of
+ * it after a SCRIPT FLUSH or a restart, then a stall). Now: an I/O error,
+ * nothing freed twice. */
+static void test_noscript_then_a_broken_connection_is_io_not_a_double_free(void **state)
+{
+    (void)state;
+    char *out;
+    point_at(fault_server(&out, "noscript", NULL));
+    struct dm_conn *p = dm_redis_get();
+    if (!p->c)
+        fail_msg("no connection to the fake server: %s", p->errstr);
+    const char *args[] = { "k", "o", "1000" };
+    redisReply *r = dm_redis_script(p, DM_SCRIPT_RENEW, 1, 3, args);
+    if (r)
+        freeReplyObject(r);
+    assert_null(r);
+    assert_int_equal(p->err, DM_REDIS_IO);
+    char *text = th_read_file(out);
+    th_assert_has(text, "noscript EVALSHA");    /* the EVALSHA did meet NOSCRIPT */
+    free(text);
+    dm_redis_put(p);
+}
+
 /* A reply that trickles in, a byte every TRICKLE_MS: each byte used to
  * restart the socket's timeout (SO_RCVTIMEO bounds one recv, not the
  * request), so a 300 ms command took as long as the server kept sending
@@ -567,6 +593,7 @@ int main(void)
         T(test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost),
         T(test_signals_during_a_connect_are_no_outage),
         T(test_a_trickling_reply_ends_at_the_command_timeout),
+        T(test_noscript_then_a_broken_connection_is_io_not_a_double_free),
         T(test_signals_during_a_round_trip_do_not_stretch_the_command_timeout),
         T(test_a_failed_context_does_no_io),
         T(test_commands_go_out_in_the_protocol_byte_for_byte),

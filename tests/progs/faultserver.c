@@ -31,6 +31,11 @@
  *       client's SYN is dropped meanwhile and its connect(2) stays in
  *       progress (Linux sends the SYN again after 1 s, 3 s, ...) until the
  *       queue has room. Says "accepting" when it opens the queue.
+ *   faultserver noscript PORTFILE
+ *       answers SCRIPT LOAD with a made-up SHA1, INFO with a made-up run_id,
+ *       anything else but EVALSHA with +OK; to EVALSHA it writes NOSCRIPT
+ *       and closes the connection: the server lost its scripts, and the
+ *       connection breaks before the script is sent again.
  *   faultserver trickle PORTFILE MS
  *       answers SCRIPT LOAD with a made-up SHA1 and INFO (the connection's
  *       set-up) with a made-up run_id at once, and every other
@@ -173,6 +178,53 @@ static void serve_fake(int ls, int eval_only)
                 }
                 if (strcasecmp(a0, "SCRIPT") == 0)
                     fd_write_all(c, sha, sizeof sha - 1);
+                else
+                    fd_write_all(c, "+OK\r\n", 5);
+            }
+        }
+        close(c);
+    }
+}
+
+/* noscript: one client at a time; see the usage above. */
+static void serve_noscript(int ls)
+{
+    static const char sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+    static const char info[] =
+        "$59\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\nuptime:1\r\n\r\n";
+    static const char noscript[] = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+    for (;;) {
+        int c = accept(ls, NULL, NULL);
+        if (c < 0)
+            continue;
+        char buf[BUF_MAX];
+        size_t have = 0;
+        int open = 1;
+        while (open) {
+            ssize_t r = read(c, buf + have, sizeof buf - have);
+            if (r <= 0)
+                break;
+            have += (size_t)r;
+            for (;;) {
+                char a0[32], a1[32];
+                long used = parse_request(buf, have, a0, a1, sizeof a0);
+                if (used <= 0) {
+                    if (used < 0)
+                        open = 0;
+                    break;
+                }
+                memmove(buf, buf + used, have - (size_t)used);
+                have -= (size_t)used;
+                if (strcasecmp(a0, "EVALSHA") == 0) {
+                    fd_write_all(c, noscript, sizeof noscript - 1);
+                    say("noscript EVALSHA");
+                    open = 0;
+                    break;
+                }
+                if (strcasecmp(a0, "SCRIPT") == 0)
+                    fd_write_all(c, sha, sizeof sha - 1);
+                else if (strcasecmp(a0, "INFO") == 0)
+                    fd_write_all(c, info, sizeof info - 1);
                 else
                     fd_write_all(c, "+OK\r\n", 5);
             }
@@ -554,10 +606,12 @@ int main(int argc, char **argv)
         serve_slow_accept(argv[2], argv[3], atoi(argv[4]), atol(argv[5]));
     else if (argc >= 4 && strcmp(argv[1], "trickle") == 0)
         serve_trickle(listen_any(argv[2]), atol(argv[3]));
+    else if (argc >= 3 && strcmp(argv[1], "noscript") == 0)
+        serve_noscript(listen_any(argv[2]));
     fprintf(stderr, "usage: faultserver half-load|half-eval PORTFILE | "
                     "drop-release PORTFILE HOST PORT | "
                     "reply PORTFILE HOST PORT acquire|release|renew|cancel "
                     "drop|delay:MS|error:TEXT [N] | slow-accept PORTFILE HOST PORT MS | "
-                    "trickle PORTFILE MS\n");
+                    "trickle PORTFILE MS | noscript PORTFILE\n");
     return 2;
 }
