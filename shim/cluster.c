@@ -805,7 +805,13 @@ static int late_grant_dead(const struct late_grant *lg, const struct dm_grant *g
  * sent + (ms - srv_ms), and no later than now; the hold's deadline is
  * counted from that, never later than the server's own lease (the
  * attempt ran after it was sent; only the two clocks' rates may differ,
- * which the margin covers, and the server's must not step). */
+ * which the margin covers, and the server's must not step).
+ * Returns 0: not ours; 1: ours, made after our last attempt ran; 2: ours
+ * by its words, but made no later than that attempt ran, or when that is
+ * not known: a late copy (a notice held up by a cut link, retransmitted
+ * when it came back), since an attempt that ran after a handover still
+ * ours would have been granted it, not told the lock is held. Only
+ * another attempt can say whether it is still ours. */
 static int handed_over(const char *msg, const char *member, long long sent, long long srv_ms,
                        struct dm_grant *g)
 {
@@ -833,7 +839,9 @@ static int handed_over(const char *msg, const char *member, long long sent, long
     g->more_waiters = more;
     g->owner_dead = dead;
     g->lease_ms = set < ccfg->lease_ms ? (long)set : ccfg->lease_ms;
-    long long now = dm_now_ms(), later = srv_ms > 0 && at > srv_ms ? at - srv_ms : 0;
+    if (srv_ms <= 0 || at <= srv_ms)
+        return 2;
+    long long now = dm_now_ms(), later = at - srv_ms;
     g->sent_ms = sent + later < now ? sent + later : now;
     return 1;
 }
@@ -1006,6 +1014,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
     int handover_more = 0;  /* a handover being confirmed said others queue */
     int handover_dead = 0;  /* ... or that a forced release handed it over */
     int handed = 0;         /* a handover is being confirmed */
+    uint64_t handed_tok = 0;    /* ... its token: the confirming grant's, if it was ours */
     int waited = 0;         /* another holder had it: contended */
     int kept_logged = 0;    /* the server's restart keeping grants off was logged */
     struct late_grant late = { 0, 0 };  /* the last grant too late to trust */
@@ -1066,13 +1075,15 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
-            g->more_waiters |= handover_more;
-            g->owner_dead |= handover_dead;
+            if (handed && g->token == handed_tok) {
+                /* the handover was ours: this attempt renewed it */
+                g->more_waiters |= handover_more;
+                g->owner_dead |= handover_dead;
+                dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
+            }
             g->waited = waited;
             g->wait_id = member_id(member);
             dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
-            if (handed)
-                dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
             return 0;
 
         case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
@@ -1218,12 +1229,13 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
              * runs from the handover (handed_over places it on our clock).
              * A late notice (a stalled process) is checked by one more
              * attempt instead. */
-            if (handed_over(msg, member, sent, srv_ms, g)) {
+            int ho = handed_over(msg, member, sent, srv_ms, g);
+            if (ho) {
                 /* With min_replicas the handover counts once replicas have
                  * it: WAIT counts only our own writes, so one more attempt
                  * (we hold it: a renewal to a full lease) is our write
                  * after the handover, and its WAIT covers both. */
-                if (fresh(g) && ccfg->min_replicas == 0) {
+                if (ho == 1 && fresh(g) && ccfg->min_replicas == 0) {
                     g->waited = 1;
                     g->wait_id = member_id(member);
                     dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
@@ -1233,6 +1245,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 handover_more = g->more_waiters;
                 handover_dead = g->owner_dead;
                 handed = 1;
+                handed_tok = g->token;
             }
         }
     }

@@ -963,6 +963,58 @@ static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(vo
     dm_cluster_lock_put(h.l);
 }
 
+/* A handover notice that comes late, after the waiter's next attempt was
+ * answered "held by another" (the soak: a machine cut off just as the
+ * lock was handed to its waiter; the notice, retransmitted by TCP when
+ * the link came back 3 s later, reached the waiter after its attempt
+ * found the hold expired and taken by another; the waiter entered with
+ * the old token beside the new holder). A copy of it is published here
+ * while A holds: its server time is before the waiter's last attempt ran,
+ * so it is no handover of this wait, and the waiter must go on waiting
+ * until A's release hands it the lock. */
+static void test_a_handover_notice_older_than_the_last_attempt_is_not_taken(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("stalenotice");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    /* subscribed, and its attempt after subscribing answered */
+    long long end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    assert_int_equal(th_numsub(rc, wait_channel_of(h.l)), 1);
+    redisReply *q = th_cmd(rc, "LINDEX %s 0", th_key(h.l->name, DM_KEY_QUEUE));
+    assert_int_equal(q->type, REDIS_REPLY_STRING);
+    redisReply *t = th_cmd(rc, "TIME");
+    long long srv = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    /* as release.lua words it: "<member> <token> @<server ms>:<lease>",
+     * from a second before now: before the waiter's last attempt ran */
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s %llu @%lld:%ld", q->str, (unsigned long long)h.t + 7,
+             srv - 1000, cfg.lease_ms);
+    freeReplyObject(th_cmd(rc, "PUBLISH %s %s", wait_channel_of(h.l), msg));
+    freeReplyObject(q);
+    usleep(SLACK_MS * 1000);
+    int r = __atomic_load_n(&w.r, __ATOMIC_ACQUIRE);
+    if (r != -1)
+        fail_msg("the waiter returned %d with token %llu while A holds token %llu: it took a "
+                 "handover notice older than its last attempt", r,
+                 (unsigned long long)w.g.token, (unsigned long long)h.t);
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(w.r, 0);
+    assert_int_equal(w.g.token, h.t + 1);       /* A's real handover */
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
+    dm_cluster_lock_put(h.l);
+}
+
 /* This process's TCP sockets connected to the test server, the test's own
  * inspection connection (rc) left out. */
 static int sockets_to_server(void)
@@ -1768,6 +1820,8 @@ int main(void)
                                reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),
         cmocka_unit_test_setup(test_fork_child_frees_what_the_parents_unread_releases_hold,
+                               reset_policy),
+        cmocka_unit_test_setup(test_a_handover_notice_older_than_the_last_attempt_is_not_taken,
                                reset_policy),
         cmocka_unit_test_setup(test_fair_waiter_reads_its_handover_without_the_subscriber_thread,
                                reset_policy),
