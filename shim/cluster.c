@@ -407,7 +407,9 @@ enum attempt { ATT_GRANTED, ATT_HELD,
 /* What release.lua answers. */
 enum release_reply { RELEASE_NOT_HELD = 0,      /* the hold was lost (lease expired) */
                      RELEASE_DONE = 1,          /* released, or already by this hold */
-                     RELEASE_STILL_HELD = 2 };  /* a nested count of another client */
+                     RELEASE_STILL_HELD = 2,    /* a nested count of another client */
+                     RELEASE_GONE_WITH_DATA = 3 };  /* not held: lost with the server's
+                                                 * data, granted to nobody since */
 /* acquire.lua's first element: {1, token, owner_dead} or {0, pttl}. */
 enum acquire_reply { ACQUIRE_NOT_GRANTED = 0,   /* {0, ms to wait}: held, or not our turn */
                      ACQUIRE_GRANTED = 1 };     /* {1, fencing token, 1 if the last
@@ -553,7 +555,8 @@ static long ack_wait_ms(const struct timespec *deadline, int flags)
 #define DM_CALL_RELEASE (DM_CALL_KEY(DM_KEY_LOCK) | DM_CALL_KEY(DM_KEY_HOLDER) | \
                          DM_CALL_KEY(DM_KEY_TOKEN) | DM_CALL_KEY(DM_KEY_QUEUE) | \
                          DM_CALL_KEY(DM_KEY_QTIME) | DM_CALL_KEY(DM_KEY_LOST) | \
-                         DM_CALL_KEY(DM_KEY_RELEASED) | DM_CALL_KEY(DM_KEY_WAIT))
+                         DM_CALL_KEY(DM_KEY_RELEASED) | DM_CALL_KEY(DM_KEY_WAIT) | \
+                         DM_CALL_KEY(DM_KEY_EPOCH))
 #define DM_KEYS_FRAME __attribute__((noinline))
 
 struct call_keys {
@@ -1327,16 +1330,19 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
-    const char *args[DM_KEYS_RELEASE_N + 2 + 8];
+    const char *args[DM_KEYS_RELEASE_N + 2 + 10];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
     int nkeys = rw_keys(l, k, args, DM_KEYS_RELEASE_N);
-    /* ARGV[7]: Redis Cluster's sharded pub/sub (see attempt); ARGV[8]: the request */
-    /* ARGV[6], a handover's lease: the whole one, as every grant's */
+    /* ARGV[6], a handover's lease: the whole one, as every grant's; ARGV[7]:
+     * Redis Cluster's sharded pub/sub (see attempt); ARGV[8]: the request
+     * (""; none); ARGV[9]: the run the connection reached (set per try),
+     * ARGV[10]: the epoch key, for "lost with the server's data" */
     const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], keep,
-                           l->slot >= 0 ? "spublish" : "", request };
+                           l->slot >= 0 ? "spublish" : "", request ? request : "", "",
+                           k[DM_KEY_EPOCH] };
     memcpy(args + nkeys, argv, sizeof argv);
-    int nargs = nkeys + (request ? 8 : l->slot >= 0 ? 7 : 6);
+    int nargs = nkeys + 10;
     long long start = dm_now_ms();
     long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
     long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
@@ -1355,10 +1361,12 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
         if (i > 0 && left <= 0)
             break;
         struct dm_conn *conn = dm_redis_get_slot(l->slot);
+        args[nkeys + 8] = conn->run_id;
         redisReply *r = dm_redis_script(conn, DM_SCRIPT_RELEASE, nkeys, nargs, args);
         /* Sentinel: "not held" only from the primary (a demoted one may
          * have lost its data to a resync); no round trip otherwise. */
-        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == RELEASE_NOT_HELD &&
+        if (r && r->type == REDIS_REPLY_INTEGER &&
+            (r->integer == RELEASE_NOT_HELD || r->integer == RELEASE_GONE_WITH_DATA) &&
             dm_redis_is_primary(conn) != DM_PRIMARY_YES) {
             freeReplyObject(r);
             r = NULL;
@@ -1387,6 +1395,8 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
             return 0;
         if (v == RELEASE_NOT_HELD)
             return EPERM;
+        if (v == RELEASE_GONE_WITH_DATA)
+            return ESTALE;
         why.err = DM_REDIS_BAD_REPLY;
         snprintf(why.errstr, sizeof why.errstr, "redis at %s: release.lua on %s: unexpected reply",
                  dm_redis_addr(), k[DM_KEY_LOCK]);
@@ -1868,17 +1878,20 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
 {
     struct late_release *lr = arg;
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    if (v != RELEASE_DONE && v != RELEASE_STILL_HELD && v != RELEASE_NOT_HELD) {
+    if (v != RELEASE_DONE && v != RELEASE_STILL_HELD && v != RELEASE_NOT_HELD &&
+        v != RELEASE_GONE_WITH_DATA) {
         dm_debug("lock %s: the release sent at unlock got %s; sending it again", lr->l->name,
                  !r ? (why ? why->errstr : "no reply") : r->type == REDIS_REPLY_ERROR ? r->str
                                                                  : "an unexpected reply");
         if (!r)
             dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
-        v = release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL) == EPERM
-                ? RELEASE_NOT_HELD : RELEASE_DONE;
+        int rr = release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL);
+        v = rr == EPERM ? RELEASE_NOT_HELD : rr == ESTALE ? RELEASE_GONE_WITH_DATA : RELEASE_DONE;
     }
-    if (v == RELEASE_NOT_HELD && lr->lost)
-        lr->lost(lr->l, lr->owner, lr->token, dm_now_ms() >= lr->lease_end_ms);
+    if ((v == RELEASE_NOT_HELD || v == RELEASE_GONE_WITH_DATA) && lr->lost)
+        lr->lost(lr->l, lr->owner, lr->token,
+                 v == RELEASE_GONE_WITH_DATA ? DM_GONE_WITH_DATA
+                 : dm_now_ms() >= lr->lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST);
     __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&locks_mu);
     late_unlink(lr);
@@ -1902,17 +1915,18 @@ static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t t
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
-    const char *args[DM_KEYS_RELEASE_N + 8];
+    const char *args[DM_KEYS_RELEASE_N + 10];
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
-    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], keep, "",
-                           member };
-    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
+    /* as release_waited's */
+    const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], keep, "",
+                           member, conn->run_id, k[DM_KEY_EPOCH] };
+    memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
     __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(&releases_pending, 1, __ATOMIC_SEQ_CST);
     int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
-                                    DM_KEYS_RELEASE_N + 8, args, late_release_done, lr);
+                                    DM_KEYS_RELEASE_N + 10, args, late_release_done, lr);
     dm_redis_put(conn);
     if (rc == 0) {
         __atomic_add_fetch(&releases_written, 1, __ATOMIC_RELAXED);
@@ -1928,6 +1942,12 @@ static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t t
     return rc;
 }
 
+enum dm_gone dm_cluster_gone_how(int released, long long lease_end_ms)
+{
+    return released == ESTALE ? DM_GONE_WITH_DATA
+         : dm_now_ms() >= lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST;
+}
+
 int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                               unsigned long wait_id, long long lease_end_ms,
                               dm_cluster_lost_fn lost)
@@ -1939,8 +1959,8 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || !reader_ready() ||
         (lr = malloc(sizeof *lr)) == NULL) {
         int r = dm_cluster_release_hold(l, owner, token, wait_id);
-        if (r == EPERM && lost)
-            lost(l, owner, token, dm_now_ms() >= lease_end_ms);
+        if ((r == EPERM || r == ESTALE) && lost)
+            lost(l, owner, token, dm_cluster_gone_how(r, lease_end_ms));
         return r;
     }
     lr->l = l;
@@ -1971,8 +1991,8 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     dm_cluster_lock_put(l);
     free(lr);
     int r = release_waited(l, owner, token, member, 0, NULL);
-    if (r == EPERM && lost)
-        lost(l, owner, token, dm_now_ms() >= lease_end_ms);
+    if ((r == EPERM || r == ESTALE) && lost)
+        lost(l, owner, token, dm_cluster_gone_how(r, lease_end_ms));
     return r;
 }
 

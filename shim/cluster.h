@@ -223,9 +223,12 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
 /* Ends the hold `owner` got with fencing token `token`. Safe to retry: a
  * release whose reply was lost is recognised, even after the lock has
  * passed to others since (release.lua). Returns 0, EPERM when the
- * hold was no longer there (its lease expired: it was lost), or EIO when
- * Redis could not be reached within a few command timeouts (the lease will
- * run out on its own). */
+ * hold was no longer there (its lease expired: it was lost), ESTALE when
+ * it was not there because the server lost the lock's data after the
+ * grant (a restart without persistence, an older snapshot, a failover:
+ * the lock's epoch names another server run) and has granted the lock to
+ * nobody since, or EIO when Redis could not be reached within a few
+ * command timeouts (the lease will run out on its own). */
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
 
 /* dm_cluster_release of the hold `owner` got through request `wait_id`
@@ -236,15 +239,27 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
 int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
                             unsigned long wait_id);
 
-/* The end of a hold that a release found lost (release.lua: not held),
- * told by the thread that read the reply: the caller's report.
- * `expired`: the reply came at or after the hold's lease end (the
- * lease_end_ms given to dm_cluster_release_nowait), so the lease may have
- * run out by itself; 0: it cannot have, the server lost the hold some
- * other way (deleted, evicted, a restart or failover), at a moment not
- * known. */
+/* How a release found its hold gone (release.lua: not held). */
+enum dm_gone {
+    DM_GONE_LOST,       /* its lease cannot have run out: the server lost the
+                         * hold some other way (deleted, evicted, a failover
+                         * or restart after which the lock was granted
+                         * again), at a moment not known */
+    DM_GONE_EXPIRED,    /* the reply came at or after the hold's lease end:
+                         * the lease may have run out by itself */
+    DM_GONE_WITH_DATA   /* lost with the server's data after the grant, and
+                         * nobody granted the lock since (ESTALE) */
+};
+
+/* Which of those a release's result `released` (EPERM or ESTALE) read at
+ * this moment is, for a hold whose lease ends at lease_end_ms. */
+enum dm_gone dm_cluster_gone_how(int released, long long lease_end_ms);
+
+/* The end of a hold that a release found lost, told by the thread that
+ * read the reply: the caller's report. `how`: see enum dm_gone (the lease
+ * end is the lease_end_ms given to dm_cluster_release_nowait). */
 typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                                   int expired);
+                                   enum dm_gone how);
 
 /* dm_cluster_release without waiting for the reply: the release of the
  * hold `owner` got with `token` through request `wait_id` (dm_grant) is
@@ -254,7 +269,7 @@ typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner,
  * when it cannot start, the release is waited for), or at
  * dm_cluster_flush or dm_cluster_flush_bounded (redis.h). What the
  * reply says is acted on then, by the thread that reads it: not held ->
- * lost(l, owner, token, expired); no reply, an error reply or NOSCRIPT ->
+ * lost(l, owner, token, how); no reply, an error reply or NOSCRIPT ->
  * dm_cluster_release, retried as usual in that thread. The release names
  * its request, so a grant of the same owner sent after it (on another
  * connection, which may overtake it) is not released by it. Returns at

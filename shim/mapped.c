@@ -550,23 +550,28 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
 }
 
 /* A release found the hold gone although the unlock came before the
- * hold's deadline (dm_watchdog_remove had not found it lost). `expired`
- * (the reply came after the lease could have run out by itself): the
- * server let it expire after the critical section had ended, the release
- * being late (a server stall or pause, a restart, a stopped process):
- * the lease covered the section, the lock was free meanwhile: a warning,
- * and the process goes on. (A hold the server lost earlier some other way
- * — a DEL, an eviction, a failover — whose release is also late looks the
- * same from here: the message says so.) Otherwise the lease cannot have run out: the
- * server lost the hold some other way (deleted, evicted, lost by a
- * restart or failover), perhaps while a thread was inside: a lost hold,
+ * hold's deadline (dm_watchdog_remove had not found it lost). `how`:
+ * DM_GONE_EXPIRED (the reply came after the lease could have run out by
+ * itself): the server let it expire after the critical section had ended,
+ * the release being late (a server stall or pause, a restart, a stopped
+ * process): the lease covered the section, the lock was free meanwhile.
+ * DM_GONE_WITH_DATA: the server lost the lock's data after the grant (a
+ * restart without persistence, an older snapshot, a failover) and has
+ * granted the lock to nobody since: nobody entered beside the section.
+ * Either is a warning, and the process goes on. (A hold the server lost
+ * earlier some other way, a DEL or an eviction, whose release is also
+ * late, or one lost that way before such a restart, looks the same from
+ * here: the message says so.) DM_GONE_LOST: the lease cannot have run
+ * out and the lock may have been granted since: the server lost the hold
+ * some other way (deleted, evicted, a restart or failover after which it
+ * was granted again), perhaps while a thread was inside: a lost hold,
  * on_lease_lost applying. Called by the releasing thread, or, for a
  * release sent without waiting, by the thread that read its reply.
  * Returns 1 for a hold lost while held. */
 static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                              int expired)
+                              enum dm_gone how)
 {
-    if (expired) {
+    if (how == DM_GONE_EXPIRED) {
         dm_stats_add(&dm_cluster_lock_counts(l)->expired_after_unlock, 1);
         dm_warn("lock %s (owner %s, fencing token %llu): the hold expired after unlock: its "
                 "release reached the server late (a stall, a pause or a restart) and found "
@@ -574,6 +579,17 @@ static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint
                 "so its lease covered it (unless the server had lost the hold earlier some "
                 "other way, a DEL, an eviction or a failover, which a late reply cannot tell "
                 "apart); the lock was free from the lease's end", l->name, owner,
+                (unsigned long long)token);
+        return 0;
+    }
+    if (how == DM_GONE_WITH_DATA) {
+        dm_stats_add(&dm_cluster_lock_counts(l)->expired_after_unlock, 1);
+        dm_warn("lock %s (owner %s, fencing token %llu): the hold was lost with the server's "
+                "data (a restart without persistence, an older snapshot or a failover, after "
+                "the grant), and the server has granted the lock to nobody since: the "
+                "critical section had ended before the hold's deadline, so nobody entered "
+                "beside it (unless the server had lost the hold earlier some other way, a "
+                "DEL or an eviction, which this release cannot tell apart)", l->name, owner,
                 (unsigned long long)token);
         return 0;
     }
@@ -590,9 +606,9 @@ static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint
 }
 
 static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                               int expired)
+                               enum dm_gone how)
 {
-    release_found_gone(l, owner, token, expired);
+    release_found_gone(l, owner, token, how);
 }
 
 /* Gives the cluster hold back. The caller moved the name to RELEASING (it
@@ -616,9 +632,11 @@ static int hold_release(struct dm_name *nm)
         if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT)
             dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, end,
                                       release_found_lost);
-        else if (dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id) == EPERM &&
-                 !lost)
-            lost = release_found_gone(nm->cl, h->owner, h->token, dm_now_ms() >= end);
+        else {
+            int r = dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id);
+            if ((r == EPERM || r == ESTALE) && !lost)
+                lost = release_found_gone(nm->cl, h->owner, h->token, dm_cluster_gone_how(r, end));
+        }
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
     pthread_mutex_lock(&nm->mu);

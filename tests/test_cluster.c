@@ -541,11 +541,12 @@ static void test_script_flush_between_calls_is_survived(void **state)
 
 static int lost_calls, lost_expired;
 
-static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token, int expired)
+static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                       enum dm_gone how)
 {
     (void)l, (void)owner, (void)token;
     lost_calls++;
-    lost_expired = expired;
+    lost_expired = (int)how;
 }
 
 /* A hold of `name` by "a" under a long lease, for a release sent without
@@ -825,6 +826,38 @@ static void test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired(vo
     assert_int_equal(lost_calls, 1);
     assert_int_equal(lost_expired, 0);
     dm_cluster_lock_put(h.l);
+}
+
+/* A hold lost with the server's data (here: the lock's keys and its epoch
+ * gone, as after a restart without persistence, the counter kept as an
+ * older snapshot keeps it), the lock granted to nobody since: the release
+ * says so (ESTALE; to the caller's function DM_GONE_WITH_DATA), apart
+ * from a hold deleted while the server kept its data (EPERM, above). Once
+ * the server granted the lock again in its run, the epoch names that run
+ * and the same loss is no longer told apart. */
+static void test_release_of_a_hold_lost_with_the_servers_data_says_so(void **state)
+{
+    (void)state;
+    struct th_hold h = nowait_hold("gone_data");
+    freeReplyObject(th_cmd(rc, "DEL %s %s %s", th_key(h.l->name, DM_KEY_LOCK),
+                           th_key(h.l->name, DM_KEY_HOLDER), th_key(h.l->name, DM_KEY_EPOCH)));
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), ESTALE);
+    struct th_hold g = nowait_hold("gone_data2");
+    freeReplyObject(th_cmd(rc, "DEL %s %s %s", th_key(g.l->name, DM_KEY_LOCK),
+                           th_key(g.l->name, DM_KEY_HOLDER), th_key(g.l->name, DM_KEY_EPOCH)));
+    long long end = th_now_ms() + LONG_LEASE_MS;
+    assert_int_equal(dm_cluster_release_nowait(g.l, g.a, g.t, g.g.wait_id, end, count_lost), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 1);
+    assert_int_equal(lost_expired, DM_GONE_WITH_DATA);
+    /* the epoch of this run, as any grant of the run sets it: a lost hold */
+    struct th_hold k = nowait_hold("gone_data3");
+    freeReplyObject(th_cmd(rc, "DEL %s %s", th_key(k.l->name, DM_KEY_LOCK),
+                           th_key(k.l->name, DM_KEY_HOLDER)));
+    assert_int_equal(dm_cluster_release(k.l, k.a, k.t), EPERM);
+    dm_cluster_lock_put(h.l);
+    dm_cluster_lock_put(g.l);
+    dm_cluster_lock_put(k.l);
 }
 
 /* A fork child never reads its parent's reply (nor blocks for it): the
@@ -1816,6 +1849,8 @@ int main(void)
         cmocka_unit_test_setup(test_trylock_after_a_release_without_waiting_finds_the_lock_free,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
+        cmocka_unit_test_setup(test_release_of_a_hold_lost_with_the_servers_data_says_so,
+                               reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired,
                                reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),

@@ -28,6 +28,15 @@
 --         owner, it grants it again under the same token (acquire.lua)
 --         and names its own request in the holder marker. This release
 --         is then older than that grant and leaves it alone (returns 1).
+--         "": no request named (as when absent).
+-- ARGV[9], ARGV[10] (optional): the server run the caller's connection
+--         reached (INFO's run_id; "": not known) and the lock's epoch key
+--         (acquire.lua's restart check: the first grant of a server run
+--         sets it to that run's id). A hold not found, while the epoch
+--         names another run (or none), was lost with the server's data
+--         (a restart without persistence, an older snapshot, a failover
+--         to a replica that lacked it) after it was granted, and nobody
+--         has been granted the lock in this run: returns 3, not 0.
 --
 -- A release is retried when its reply is lost or late, and meanwhile the
 -- lock may have passed to others. So a release of token T by an owner that
@@ -40,14 +49,26 @@
 --
 -- Returns 1: released (or already released by this same hold: a retry
 -- whose first reply was lost); 2: still held (a nested count from another
--- client); 0: not held by this owner (its lease expired: the hold was lost).
+-- client); 0: not held by this owner (its lease expired: the hold was lost);
+-- 3: not held, lost with the server's data, nobody granted it since
+-- (ARGV[9], ARGV[10]).
 local lock, holder, tokenkey, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lostkey = KEYS[6]
 local owner, token, channel, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wprefix, handlease = ARGV[5], tonumber(ARGV[6])
 local sharded = ARGV[7] == 'spublish'
-local request = ARGV[8]
+local request = ARGV[8] ~= '' and ARGV[8] or nil
+local runid, epochkey = ARGV[9] or '', ARGV[10] or ''
 local readers, rgrant = KEYS[7], KEYS[8]
+
+-- "not held": 3 when the server lost the lock's data since the grant and
+-- granted it to nobody since (ARGV[9], ARGV[10]), else 0.
+local function not_held()
+    if runid ~= '' and epochkey ~= '' and redis.call('get', epochkey) ~= runid then
+        return 3
+    end
+    return 0
+end
 
 local function publish(ch, msg)
     if sharded then
@@ -145,15 +166,15 @@ end
 -- Not held by this owner: a retry, a late copy, or a lost hold.
 -- (An rwlock's read grant leaves no marker: no marker is not "lost" there.)
 if (not last and not readers) or mtok == token or string.match(last or '', ' #(%d+)$') == token then
-    return 0
+    return not_held()
 end
 for _, t in ipairs(redis.call('lrange', lostkey, 0, -1)) do
     if t == token then
-        return 0
+        return not_held()
     end
 end
 local counter = tonumber(redis.call('get', tokenkey))
 if counter and tonumber(token) and tonumber(token) <= counter then
     return 1
 end
-return 0
+return not_held()
