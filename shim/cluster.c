@@ -474,8 +474,23 @@ static enum attempt run_script(const struct dm_cluster_lock *l, enum dm_script s
  * the grant may have reached them or not: ambiguous, as a lost reply (the
  * caller withdraws the request, which hands back a grant it got). The WAIT
  * lasts wait_ms (ack_wait_ms: never past the caller's deadline). */
+static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                          const char *request, long long until_ms, int *done);
+
+/* Releases the grant `token` that request `member` got and its caller
+ * gives back (not acknowledged, withdrawn): named, so that a copy of this
+ * release that reaches the server late (after a partition) leaves alone
+ * the owner's next grant of the same hold, which has the same token
+ * (release.lua's ARGV[8]); an rwlock's is not told apart by its request. */
+static void release_request_grant(struct dm_cluster_lock *l, const char *owner,
+                                  const char *member, uint64_t token)
+{
+    release_waited(l, owner, token, l->rw ? NULL : member, 0, NULL);
+}
+
 static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
-                                 struct dm_conn *conn, const struct dm_grant *g, long wait_ms,
+                                 const char *member, struct dm_conn *conn,
+                                 const struct dm_grant *g, long wait_ms,
                                  struct dm_redis_error *why)
 {
     long acks = dm_redis_wait(conn, ccfg->min_replicas, wait_ms);
@@ -491,7 +506,7 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
         snprintf(why->errstr, sizeof why->errstr, "redis at %s: the primary changed while "
                  "replicas acknowledged the grant (token %" PRIu64 "); released it",
                  dm_redis_addr(), g->token);
-        dm_cluster_release(l, owner, g->token);
+        release_request_grant(l, owner, member, g->token);
         return ATT_FAILED;
     }
     if (acks >= ccfg->min_replicas)
@@ -504,7 +519,7 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
     snprintf(why->errstr, sizeof why->errstr, "redis at %s: only %ld of min_replicas = %d "
              "replicas acknowledged the grant (token %" PRIu64 ") within %ld ms; released it",
              dm_redis_addr(), acks, ccfg->min_replicas, g->token, wait_ms);
-    dm_cluster_release(l, owner, g->token);
+    release_request_grant(l, owner, member, g->token);
     return ATT_FAILED;
 }
 
@@ -675,7 +690,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
     }
     freeReplyObject(r);
     if (res == ATT_GRANTED && ccfg->min_replicas > 0)
-        res = acknowledged(l, owner, conn, g, ack_ms, why);
+        res = acknowledged(l, owner, member, conn, g, ack_ms, why);
     dm_redis_put(conn);
     return res;
 }
@@ -736,7 +751,7 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
     if (res == ATT_REPLIED && tok) {
         dm_debug("lock %s: request %s had been granted (token %" PRIu64 "); handing it on",
                  l->name, member, tok);
-        dm_cluster_release(l, owner, tok);
+        release_request_grant(l, owner, member, tok);
     }
     return res;
 }

@@ -531,7 +531,7 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         dm_error("lock %s: the lease watchdog cannot run (%s); giving the lock back and "
                  "returning EAGAIN: nothing would renew the lease, and it would expire "
                  "under the critical section", nm->cl->name, strerror(rc));
-        dm_cluster_release(nm->cl, h->owner, h->token);
+        dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id);
         return EAGAIN;
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 1);

@@ -72,6 +72,26 @@ static void direct(void)
     cfg.redis.port = rs.port;
 }
 
+/* Starts a proxy to port `to` acting on call `nth` ("N", or "N+": that one
+ * and every later one) of `script`; returns its port. */
+static int proxy_to(int to, const char *script, const char *action, const char *nth,
+                    char **outp)
+{
+    char *portfile = th_keep_file(th_write_file(".port", "%s", ""));
+    unlink(portfile);
+    char port[16];
+    snprintf(port, sizeof port, "%d", to);
+    *outp = th_out_file();
+    char *argv[] = { FSERVER, "reply", portfile, rs.addr, port, (char *)script,
+                     (char *)action, (char *)nth, NULL };
+    th_child(argv, NULL, *outp);
+    th_wait_for(portfile, "\n", SLACK_MS);
+    char *pt = th_read_file(portfile);
+    int p = atoi(pt);
+    free(pt);
+    return p;
+}
+
 /* Starts the proxy acting on the nth call of `script`; the shim talks to it. */
 static void proxy(const char *script, const char *action, int nth, char **outp)
 {
@@ -388,6 +408,64 @@ static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
     assert_true(ttl > 0 && ttl <= LEASE_MS);
 }
 
+/* An acquire ran but its reply was lost; its withdrawal found the grant
+ * and released it, and that release (with its retries) reached the server
+ * late, after the owner's next request had been granted the same hold
+ * again (same owner, same token: the lock was still its own). The late
+ * copies name the withdrawn request, so they leave the new grant alone;
+ * naming none, they deleted it, and another process could enter while
+ * the owner was inside (found by review with a proxy that delivered a
+ * partition's bytes late). */
+static void test_late_release_of_a_withdrawn_grant_leaves_the_next_grant_alone(void **state)
+{
+    (void)state;
+    /* a lease that outlasts the late copies: nothing renews it here */
+    th_cluster_lease(&cfg, 8 * LATE_MS);
+    struct dm_cluster_lock *l = th_lock_get("withdrawn_rel");
+    char *rout, *aout;
+    char act[32];
+    snprintf(act, sizeof act, "delay:%ld", 2 * LATE_MS);
+    int late = proxy_to(rs.port, "release", act, "1+", &rout);    /* every release late */
+    int drop = proxy_to(late, "acquire", "drop", "1", &aout);     /* the first reply lost */
+    dm_redis_atfork(DM_FORK_CHILD);
+    cfg.redis.port = drop;
+    char a[DM_OWNER_MAX];
+    dm_cluster_owner(a, 1);
+    struct dm_grant g;
+    long long t0 = th_now_ms();
+    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
+    long long took = th_now_ms() - t0;
+    /* every late copy has reached the server */
+    long long end = th_now_ms() + 2 * LATE_MS + 3 * SLACK_MS;
+    for (;;) {
+        char *text = th_read_output(rout);
+        int sent = 0;
+        for (const char *p = text; (p = strstr(p, "reply: delay sent")) != NULL; p++)
+            sent++;
+        int held = 0;
+        for (const char *p = text; (p = strstr(p, "reply: delay held")) != NULL; p++)
+            held++;
+        free(text);
+        if (held > 0 && sent == held)
+            break;
+        if (th_now_ms() > end)
+            fail_msg("the proxy's late releases were not all sent (%d of %d)", sent, held);
+        usleep(20000);
+    }
+    usleep(200000);
+    direct();
+    print_message("measured: acquire's reply dropped, its withdrawal's release and retries "
+                  "delivered %ld ms late: the lock call returned after %lld ms with token "
+                  "%llu\n", 2 * LATE_MS, took, (unsigned long long)g.token);
+    if (th_cmd_int(rc, "HGET %s %s", th_key(l->name, DM_KEY_LOCK), a) != 1)
+        fail_msg("the late copy of the withdrawn grant's release ended the owner's next "
+                 "hold (token %llu): the lock is free while the owner is inside",
+                 (unsigned long long)g.token);
+    assert_int_equal(dm_cluster_release(l, a, g.token), 0);
+    assert_free_and_clean(l);
+    th_cluster_lease(&cfg, LEASE_MS);
+}
+
 static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant(void **state)
 {
     (void)state;
@@ -660,6 +738,7 @@ int main(void)
         T(test_fair_timedlock_during_client_pause_leaves_the_lock_free),
         T(test_late_copy_of_an_abandoned_acquire_grants_nothing),
         T(test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant),
+        T(test_late_release_of_a_withdrawn_grant_leaves_the_next_grant_alone),
         T(test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue),
         T(test_acquire_drop_under_contention),
         T(test_acquire_delay_under_contention),

@@ -18,7 +18,8 @@
  *   faultserver reply PORTFILE HOST PORT SCRIPT ACTION [N]
  *       a proxy to HOST:PORT that passes everything through except the Nth
  *       (default 1st) call of SCRIPT (acquire, release, renew or cancel, told
- *       apart by their key arguments), to which it does ACTION:
+ *       apart by their key arguments; "N+": the Nth and every later one),
+ *       to which it does ACTION:
  *         drop       the call runs; its reply is swallowed and the client's
  *                    connection closed
  *         delay:MS   the call reaches the server MS ms late, even if the
@@ -387,6 +388,7 @@ struct pair {
 
 static const char *f_script, *f_action;
 static long f_nth = 1, f_seen;
+static int f_on;                /* "N+": the Nth call and every one after it */
 
 /* Which script a request calls, from its arguments (EVALSHA SHA NKEYS K1
  * K2...): renew has one key; the others are told apart by their second key,
@@ -442,7 +444,8 @@ static void from_client(struct pair *p)
         if (used <= 0)
             break;
         const char *sc = script_of(p->in, (size_t)used);
-        int act = sc && strcmp(sc, f_script) == 0 && ++f_seen == f_nth;
+        int act = sc && strcmp(sc, f_script) == 0 &&
+                  (++f_seen == f_nth || (f_on && f_seen > f_nth));
         if (p->due) {
             memcpy(p->held + p->nheld, p->in, (size_t)used);    /* keep the order */
             p->nheld += (size_t)used;
@@ -600,6 +603,7 @@ int main(int argc, char **argv)
         f_script = argv[5];
         f_action = argv[6];
         f_nth = argc >= 8 ? atol(argv[7]) : 1;
+        f_on = argc >= 8 && argv[7][strlen(argv[7]) - 1] == '+';
         serve_reply(listen_any(argv[2]), argv[3], atoi(argv[4]));
     }
     else if (argc >= 6 && strcmp(argv[1], "slow-accept") == 0)
