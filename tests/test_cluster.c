@@ -1048,6 +1048,42 @@ static void test_a_handover_notice_older_than_the_last_attempt_is_not_taken(void
     dm_cluster_lock_put(h.l);
 }
 
+/* A handover is a grant that makes no restart check: on a lock whose
+ * epoch names another run (restored from older data) it marks the epoch
+ * "-", so that a hold the new holder then loses is no longer taken for
+ * one lost with the data and granted to nobody since (EPERM, not ESTALE;
+ * found by review: a handover or a re-grant left the old epoch, and a
+ * release beside it only warned). */
+static void test_a_handover_on_an_epoch_of_another_run_marks_it_unknown(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    struct th_hold h = th_owners("epochdash");
+    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    h.t = th_grant(h.l, h.a, &h.g);
+    struct direct_waiter w = { .h = &h, .r = -1 };
+    pthread_t th;
+    th_reset_stats(rc);
+    assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
+    long long end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+    const char *epoch = th_key(h.l->name, DM_KEY_EPOCH);
+    freeReplyObject(th_cmd(rc, "SET %s oldrun", epoch));
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);      /* hands it to b */
+    pthread_join(th, NULL);
+    assert_int_equal(w.r, 0);
+    redisReply *e = th_cmd(rc, "GET %s", epoch);
+    assert_int_equal(e->type, REDIS_REPLY_STRING);
+    assert_string_equal(e->str, "-");
+    freeReplyObject(e);
+    freeReplyObject(th_cmd(rc, "DEL %s %s", th_key(h.l->name, DM_KEY_LOCK),
+                           th_key(h.l->name, DM_KEY_HOLDER)));
+    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), EPERM);
+    dm_cluster_lock_put(h.l);
+}
+
 /* This process's TCP sockets connected to the test server, the test's own
  * inspection connection (rc) left out. */
 static int sockets_to_server(void)
@@ -1857,6 +1893,8 @@ int main(void)
         cmocka_unit_test_setup(test_fork_child_frees_what_the_parents_unread_releases_hold,
                                reset_policy),
         cmocka_unit_test_setup(test_a_handover_notice_older_than_the_last_attempt_is_not_taken,
+                               reset_policy),
+        cmocka_unit_test_setup(test_a_handover_on_an_epoch_of_another_run_marks_it_unknown,
                                reset_policy),
         cmocka_unit_test_setup(test_fair_waiter_reads_its_handover_without_the_subscriber_thread,
                                reset_policy),

@@ -109,7 +109,7 @@ int dm_cli_unlock(int argc, char **argv)
     const struct dm_config *cfg = dm_locks_config(lc);
 
     static const enum dm_key kk[] = { DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN, DM_KEY_QUEUE,
-                                      DM_KEY_QTIME, DM_KEY_LOST, DM_KEY_FORCED };
+                                      DM_KEY_QTIME, DM_KEY_LOST, DM_KEY_FORCED, DM_KEY_EPOCH };
     enum { NK = sizeof kk / sizeof kk[0] };
     char *keys[NK + 2] = { 0 };
     int oom = 0;

@@ -274,10 +274,19 @@ local function synced_replica()
     return (tonumber(so) or -1) > 1
 end
 
--- Before a grant: is the lock's data known continuous on this server run
--- (see "Restarts")? nil: the grant may go ahead; else the refusal.
+-- Before a grant, every one (a re-grant to the same owner too): is the
+-- lock's data known continuous on this server run (see "Restarts")? nil:
+-- the grant may go ahead; else the refusal. A grant whose run is not known
+-- (INFO refused: runid "") marks the epoch "-", so that release.lua never
+-- takes an epoch of another run for "granted to nobody in this one".
 local function restart_check()
-    if runid == '' or redis.call('get', epochkey) == runid then
+    if runid == '' then
+        if epochkey and redis.call('get', epochkey) ~= '-' then
+            redis.call('set', epochkey, '-')
+        end
+        return nil
+    end
+    if redis.call('get', epochkey) == runid then
         return nil
     end
     local up = tonumber(string.match(redis.call('info', 'server'), 'uptime_in_seconds:(%d+)')) or 0
@@ -301,6 +310,10 @@ end
 if read then
     local tok = string.match(redis.call('hget', rgrant, owner) or '', ' #(%d+)$')
     if tok and redis.call('zscore', readers, owner) then
+        local refused = restart_check()     -- a share restored from older data too
+        if refused then
+            return refused
+        end
         redis.call('zadd', readers, clock() + lease, owner)
         keep_readers()
         redis.call('hset', rgrant, owner, member .. ' #' .. tok)
@@ -384,6 +397,13 @@ elseif kind ~= 'hash' then
 end
 
 if not read and redis.call('hexists', lock, owner) == 1 then
+    -- A hold restored from older data (a snapshot from before this owner
+    -- released it) is no retry's: the restart check decides, as for a free
+    -- lock, and a raised counter gives the grant a token of this run.
+    local refused = restart_check()
+    if refused then
+        return refused
+    end
     leave_queue()
     redis.call('pexpire', lock, lease)
     local tok = tonumber(redis.call('get', tokenkey)) or 0

@@ -20,6 +20,7 @@
 --
 -- KEYS[1] lock  KEYS[2] holder  KEYS[3] token  KEYS[4] queue  KEYS[5] qtime
 -- KEYS[6] lost  KEYS[7] forced  (see acquire.lua; names built by shim/keys.c)
+-- KEYS[8] (optional) epoch: a handover marks it "-" (release.lua)
 -- ARGV[1] '1': force  ARGV[2] who (operator, host, pid: for the log)
 -- ARGV[3] release channel  ARGV[4] how long to keep the lost token, ms
 -- ARGV[5] waiter channel prefix  ARGV[6] lease of a handed-over lock, ms
@@ -81,6 +82,10 @@ while head do
 end
 local granted = 0
 if head then
+    -- a grant with no restart check (release.lua's handover_marks_epoch)
+    if KEYS[8] then
+        redis.call('set', KEYS[8], '-')
+    end
     local next_owner = string.match(head, '^[^|]+')
     redis.call('hset', lock, next_owner, 1)
     redis.call('pexpire', lock, handlease)

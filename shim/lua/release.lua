@@ -51,7 +51,8 @@
 -- whose first reply was lost); 2: still held (a nested count from another
 -- client); 0: not held by this owner (its lease expired: the hold was lost);
 -- 3: not held, lost with the server's data, nobody granted it since
--- (ARGV[9], ARGV[10]).
+-- (ARGV[9], ARGV[10]; a grant whose run was not known, or a handover,
+-- marks the epoch "-": then 0).
 local lock, holder, tokenkey, queue, qtime = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lostkey = KEYS[6]
 local owner, token, channel, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -64,10 +65,23 @@ local readers, rgrant = KEYS[7], KEYS[8]
 -- "not held": 3 when the server lost the lock's data since the grant and
 -- granted it to nobody since (ARGV[9], ARGV[10]), else 0.
 local function not_held()
-    if runid ~= '' and epochkey ~= '' and redis.call('get', epochkey) ~= runid then
-        return 3
+    if runid ~= '' and epochkey ~= '' then
+        local e = redis.call('get', epochkey)
+        if e ~= runid and e ~= '-' then
+            return 3
+        end
     end
     return 0
+end
+
+-- A handover is a grant that makes no restart check: unless the epoch
+-- names this run, it says "-" (a grant of a run not known), so that a
+-- release of a hold lost with older data is not taken for one nobody was
+-- granted since (not_held), while the next free grant still checks.
+local function handover_marks_epoch()
+    if epochkey ~= '' and (runid == '' or redis.call('get', epochkey) ~= runid) then
+        redis.call('set', epochkey, '-')
+    end
 end
 
 local function publish(ch, msg)
@@ -146,6 +160,7 @@ if n and not (mowner == owner and mtok ~= token) then
         head = redis.call('lpop', queue)
     end
     if head then
+        handover_marks_epoch()
         local next_owner = string.match(head, '^[^|]+')
         redis.call('hset', lock, next_owner, 1)
         redis.call('pexpire', lock, handlease)

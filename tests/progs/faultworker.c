@@ -24,6 +24,8 @@
  *     -d MS     run time (loop)         -u US      time inside each section
  *     -g FILE   (once) stay inside until FILE exists
  *     -G FILE   (once) after the unlock, stay (and print "stayed") until FILE exists
+ *     -A        (once) then lock again: a second section ("again OP RC MS",
+ *               "inside ...", "fenced ...", "unlocked RC" once more)
  *     -a N      (loop) use named_lock[0..N) instead, picked at random (N <= 256)
  *     -l N      use the first N locks of fault_lock, fair_lock, cache_lock,
  *               picked at random per section (loop; default 1)
@@ -77,6 +79,7 @@ static pthread_mutex_t *lock_of(int i)
 }
 
 static const char *sock_path, *prefix = "chk", *gofile, *stayfile;
+static int again;
 static int nthreads = 1, nlocks = 1, robust, count;
 static long per_thread, run_ms, hold_us = 1000;
 static long long stop_at;
@@ -204,7 +207,7 @@ static long rss_kb(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: faultworker loop|once OP|cycles N|idle [-s SOCK] [-k PREFIX] [-t N]"
-                    " [-n N] [-d MS] [-u US] [-g FILE] [-G FILE] [-l N] [-a N] [-r] [-c]\n");
+                    " [-n N] [-d MS] [-u US] [-g FILE] [-G FILE] [-A] [-l N] [-a N] [-r] [-c]\n");
     return 2;
 }
 
@@ -222,7 +225,7 @@ int main(int argc, char **argv)
     }
     optind = first;
     int ch;
-    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:G:l:a:rc")) != -1) {
+    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:G:Al:a:rc")) != -1) {
         switch (ch) {
         case 's': sock_path = optarg; break;
         case 'k': prefix = optarg; break;
@@ -232,6 +235,7 @@ int main(int argc, char **argv)
         case 'u': hold_us = atol(optarg); break;
         case 'g': gofile = optarg; break;
         case 'G': stayfile = optarg; break;
+        case 'A': again = 1; break;
         case 'l': nlocks = atoi(optarg); break;
         case 'a': nnamed = atoi(optarg); break;
         case 'r': robust = 1; break;
@@ -288,6 +292,15 @@ int main(int argc, char **argv)
         if (stayfile) {
             wait_file(stayfile);
             say("stayed");
+        }
+        if (again) {
+            c = checker();
+            t0 = clock_ms(CLOCK_MONOTONIC);
+            rc = take(&fault_lock, marg);
+            say("again %s %s %lld", marg, ename(rc), clock_ms(CLOCK_MONOTONIC) - t0);
+            if (usable(&fault_lock, rc, 1))
+                section(c, 0, id, 1);
+            redisFree(c);
         }
         return 0;
     }
