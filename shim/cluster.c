@@ -673,6 +673,8 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
             memset(g, 0, sizeof *g);
             g->token = (uint64_t)r->element[1]->integer;
             g->owner_dead = r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 1;
+            g->regranted = r->elements >= 4 && r->element[3]->type == REDIS_REPLY_INTEGER &&
+                           r->element[3]->integer == 1;
             g->lease_ms = ccfg->lease_ms;
             res = ATT_GRANTED;
         } else if (r->element[0]->integer == ACQUIRE_NOT_GRANTED) {
@@ -1093,8 +1095,9 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             if (was_down)
                 dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                         l->name, dm_redis_addr(), dm_now_ms() - down_since);
-            if (handed && g->token == handed_tok) {
-                /* the handover was ours: this attempt renewed it */
+            if (handed && (g->token == handed_tok || g->regranted)) {
+                /* the handover was ours: this attempt renewed it (under a
+                 * token of this run if the restart check raised the counter) */
                 g->more_waiters |= handover_more;
                 g->owner_dead |= handover_dead;
                 dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);

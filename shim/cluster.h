@@ -128,6 +128,8 @@ struct dm_grant {
     int waited;         /* another holder had it first: the call waited (contended) */
     unsigned long wait_id;  /* the request the grant answered is "<owner>|<wait_id>":
                                dm_cluster_release_nowait names it */
+    int regranted;      /* the owner held it already (acquire.lua's {1, t, 0, 1}): a
+                           retry, or the confirmation of a handover */
 };
 
 /* Keeps the config (it must outlive every lock). No I/O. */

@@ -860,6 +860,138 @@ static void test_release_of_a_hold_lost_with_the_servers_data_says_so(void **sta
     dm_cluster_lock_put(k.l);
 }
 
+/* The server's run_id, as INFO server says it (a connection reads it so). */
+static void server_run_id(char *buf, size_t len)
+{
+    redisReply *r = th_cmd(rc, "INFO server");
+    const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
+    assert_non_null(p);
+    snprintf(buf, len, "%.40s", p + 7);
+    freeReplyObject(r);
+}
+
+/* Older data came back (the lock's epoch names another run) and the hold
+ * of a, granted since, is gone; b is then granted the lock anew (the
+ * server is up for more than the lease and not declared: no wait), which
+ * raises the counter. a's release must say "lost", not "released" (as
+ * "my token is not above the counter" used to say: the raised counter is
+ * above every token of older runs; found by review). */
+static void test_release_of_a_hold_lost_before_a_raised_counter_is_lost(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LEASE_MS);
+    struct th_hold h = th_owners("floor");
+    h.t = th_grant(h.l, h.a, &h.g);
+    char intact[TH_KEY_MAX];
+    snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
+    redisReply *iv = th_cmd(rc, "GET %s", intact);
+    char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
+    freeReplyObject(iv);
+    freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    freeReplyObject(th_cmd(rc, "SET %s oldrun", th_key(h.l->name, DM_KEY_EPOCH)));
+    freeReplyObject(th_cmd(rc, "DEL %s %s", th_key(h.l->name, DM_KEY_LOCK),
+                           th_key(h.l->name, DM_KEY_HOLDER)));
+    struct dm_grant gb;
+    uint64_t tb = th_grant(h.l, h.b, &gb);
+    int r = dm_cluster_release(h.l, h.a, h.t);
+    if (kept)
+        freeReplyObject(th_cmd(rc, "SET %s %s", intact, kept));
+    free(kept);
+    assert_true(tb > h.t);
+    assert_int_equal(r, EPERM);
+    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* force.lua's handover leaves an epoch that names the run it ran on as it
+ * is (a confirming re-grant keeps the handover's token) and marks any
+ * other "-" (release.lua's handover_marks_epoch). */
+static void test_a_forced_handover_leaves_this_runs_epoch_alone(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LONG_LEASE_MS);
+    char run[48];
+    server_run_id(run, sizeof run);
+    for (int known = 1; known >= 0; known--) {
+        struct th_hold h = th_owners(known ? "fepoch1" : "fepoch0");
+        h.t = th_grant(h.l, h.a, &h.g);
+        char epoch[TH_KEY_MAX];
+        snprintf(epoch, sizeof epoch, "%s", th_key(h.l->name, DM_KEY_EPOCH));
+        redisReply *e = th_cmd(rc, "GET %s", epoch);
+        assert_int_equal(e->type, REDIS_REPLY_STRING);
+        assert_string_equal(e->str, run);       /* the grant's check set it */
+        freeReplyObject(e);
+        /* a queued waiter for the force to hand to, by hand */
+        freeReplyObject(th_cmd(rc, "RPUSH %s %s|9", th_key(h.l->name, DM_KEY_QUEUE), h.b));
+        freeReplyObject(th_cmd(rc, "ZADD %s %lld %s|9", th_key(h.l->name, DM_KEY_QTIME),
+                               (long long)time(NULL) * 1000 + 60000, h.b));
+        char keep[24];
+        snprintf(keep, sizeof keep, "%ld", cfg.lease_ms);
+        static const enum dm_key kk[] = { DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN,
+                                          DM_KEY_QUEUE, DM_KEY_QTIME, DM_KEY_LOST,
+                                          DM_KEY_FORCED, DM_KEY_EPOCH, DM_KEY_RELEASED,
+                                          DM_KEY_WAIT };
+        char k[sizeof kk / sizeof kk[0]][TH_KEY_MAX];
+        for (size_t i = 0; i < sizeof kk / sizeof kk[0]; i++)
+            snprintf(k[i], sizeof k[i], "%s", th_key(h.l->name, kk[i]));
+        const char *argv[] = { "EVAL", dm_lua_force, "8", k[0], k[1], k[2], k[3], k[4], k[5],
+                               k[6], k[7], "1", "test_cluster", k[8], keep, k[9], keep,
+                               DM_KEYS_LOST_KEEP, "", known ? run : "" };
+        redisReply *r = redisCommandArgv(rc, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->element[0]->integer, 1);
+        freeReplyObject(r);
+        e = th_cmd(rc, "GET %s", epoch);
+        assert_int_equal(e->type, REDIS_REPLY_STRING);
+        assert_string_equal(e->str, known ? run : "-");
+        freeReplyObject(e);
+        freeReplyObject(th_cmd(rc, "DEL %s %s %s %s", k[0], k[1], k[3], k[4]));
+        dm_cluster_lock_put(h.l);
+    }
+}
+
+/* A re-grant the restart check refuses (the hold came by a handover that
+ * marked the epoch "-", the server up for less than a lease) leaves the
+ * holder marker naming the caller's hold, so that its withdrawal gives it
+ * back at once; writing "?<ms>" over it stranded the hold for a lease
+ * (found by review). */
+#define YOUNGER_THAN_LEASE_MS 600000L     /* a lease this group's server is younger than */
+static void test_a_refused_regrant_leaves_the_holds_marker(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, YOUNGER_THAN_LEASE_MS);
+    struct th_hold h = th_owners("regrant_kept");
+    h.t = th_grant(h.l, h.a, &h.g);
+    char intact[TH_KEY_MAX];
+    snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
+    redisReply *iv = th_cmd(rc, "GET %s", intact);
+    char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
+    freeReplyObject(iv);
+    freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    freeReplyObject(th_cmd(rc, "SET %s -", th_key(h.l->name, DM_KEY_EPOCH)));
+    redisReply *m0 = th_cmd(rc, "GET %s", th_key(h.l->name, DM_KEY_HOLDER));
+    char *marker = m0->type == REDIS_REPLY_STRING ? strdup(m0->str) : NULL;
+    freeReplyObject(m0);
+    /* the same owner asks again (a retry): refused, this server being
+     * younger than the lease; the marker must stay its hold's */
+    struct dm_grant g;
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 300);
+    int r = dm_cluster_acquire(h.l, h.a, &dl, 0, &g);
+    assert_int_equal(r, ETIMEDOUT);
+    redisReply *m1 = th_cmd(rc, "GET %s", th_key(h.l->name, DM_KEY_HOLDER));
+    int question = m1->type == REDIS_REPLY_STRING && m1->str[0] == '?';
+    freeReplyObject(m1);
+    if (kept)
+        freeReplyObject(th_cmd(rc, "SET %s %s", intact, kept));
+    free(kept);
+    free(marker);
+    if (question)
+        fail_msg("the refused re-grant wrote a \"?\" marker over the hold's");
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    th_cluster_lease(&cfg, LEASE_MS);
+    dm_cluster_lock_put(h.l);
+}
+
 /* A fork child never reads its parent's reply (nor blocks for it): the
  * parent's connections are forgotten, and the parent reads it. */
 static void test_fork_child_never_reads_the_parents_release_reply(void **state)
@@ -1069,7 +1201,8 @@ static void test_a_handover_on_an_epoch_of_another_run_marks_it_unknown(void **s
     while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
            th_now_ms() < end)
         usleep(1000);
-    const char *epoch = th_key(h.l->name, DM_KEY_EPOCH);
+    char epoch[TH_KEY_MAX];
+    snprintf(epoch, sizeof epoch, "%s", th_key(h.l->name, DM_KEY_EPOCH));
     freeReplyObject(th_cmd(rc, "SET %s oldrun", epoch));
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);      /* hands it to b */
     pthread_join(th, NULL);
@@ -1887,6 +2020,11 @@ int main(void)
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
         cmocka_unit_test_setup(test_release_of_a_hold_lost_with_the_servers_data_says_so,
                                reset_policy),
+        cmocka_unit_test_setup(test_release_of_a_hold_lost_before_a_raised_counter_is_lost,
+                               reset_policy),
+        cmocka_unit_test_setup(test_a_forced_handover_leaves_this_runs_epoch_alone,
+                               reset_policy),
+        cmocka_unit_test_setup(test_a_refused_regrant_leaves_the_holds_marker, reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired,
                                reset_policy),
         cmocka_unit_test_setup(test_fork_child_never_reads_the_parents_release_reply, reset_policy),

@@ -124,15 +124,18 @@ int dm_cli_unlock(int argc, char **argv)
     snprintf(nkeys, sizeof nkeys, "%d", NK);
     redisReply *rep = NULL;
     if (!oom) {
-        const char *args[3 + NK + 8] = { "EVAL", dm_lua_force, nkeys };
+        const char *args[3 + NK + 9] = { "EVAL", dm_lua_force, nkeys };
         for (int i = 0; i < NK; i++)
             args[3 + i] = keys[i];
-        /* the last: a cluster's waiters hear sharded notices only */
+        /* ARGV[8]: a cluster's waiters hear sharded notices only; ARGV[9]:
+         * the run the connection reached (set before each call), so that a
+         * handover leaves an epoch of this run as it is */
         const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], keep,
-                             DM_KEYS_LOST_KEEP, "spublish" };
+                             DM_KEYS_LOST_KEEP, dm_redis_cluster() ? "spublish" : "", "" };
         memcpy(args + 3 + NK, av, sizeof av);
+        enum { RUNID_ARG = 3 + NK + 8 };
         struct dm_conn *conn = dm_locks_conn(lc);
-        int argn = (int)(sizeof args / sizeof args[0]) - (dm_redis_cluster() ? 0 : 1);
+        int argn = (int)(sizeof args / sizeof args[0]);
         if (dm_redis_cluster()) {
             /* Redis Cluster: the script runs on the primary of the lock's slot. */
             int node = dm_redis_node_of(dm_redis_slot(keys[0]));
@@ -144,14 +147,17 @@ int dm_cli_unlock(int argc, char **argv)
                 argn = 0;
             }
         }
+        args[RUNID_ARG] = conn->run_id;
         rep = argn ? dm_redis_command_argv(conn, "force.lua", argn, args) : NULL;
         if (!rep && argn && conn->err == DM_REDIS_WRONG_NODE && !dm_redis_cluster()) {
             /* Sentinel: the node is no longer the primary and nothing ran.
              * Closing it makes the next connect ask the sentinels again:
              * one more try on the primary they name now. */
             dm_redis_close(conn);
-            if (dm_redis_connect(conn) == 0)
+            if (dm_redis_connect(conn) == 0) {
+                args[RUNID_ARG] = conn->run_id;
                 rep = dm_redis_command_argv(conn, "force.lua", argn, args);
+            }
         }
     }
     int rc = 1;

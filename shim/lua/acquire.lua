@@ -111,7 +111,10 @@
 -- their tokens recorded in KEYS[6] like an expired write grant's.
 --
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
--- lease expired instead of being released (robust mutexes: EOWNERDEAD).
+-- lease expired instead of being released (robust mutexes: EOWNERDEAD);
+-- {1, token, 0, 1}: granted, the caller held it already (a retry, or the
+-- confirmation of a handover: its token is the handover's, or, when the
+-- restart check raised the counter, one of this run).
 -- Returns {0, pttl, now[, 'restarted']}: not granted ('restarted': kept off
 -- after a restart, see "Restarts"); retry within pttl ms (or on a
 -- notice); now is the server's clock (ms) when it ran: a handover notice
@@ -276,10 +279,17 @@ end
 
 -- Before a grant, every one (a re-grant to the same owner too): is the
 -- lock's data known continuous on this server run (see "Restarts")? nil:
--- the grant may go ahead; else the refusal. A grant whose run is not known
--- (INFO refused: runid "") marks the epoch "-", so that release.lua never
--- takes an epoch of another run for "granted to nobody in this one".
-local function restart_check()
+-- the grant may go ahead (and true when the check ran: the epoch named
+-- another run); else the refusal. A grant whose run is not known (INFO
+-- refused: runid "") marks the epoch "-", so that release.lua never takes
+-- an epoch of another run for "granted to nobody in this one". Raising
+-- the counter also leaves "<counter" in the lost list: a release of a
+-- token below it that nothing else names was lost with older data, not
+-- released (release.lua), unless the server is declared durable. A
+-- re-grant (`regrant`: the lock hash has the caller) that is refused
+-- leaves the holder marker alone: it names the caller's hold, which a
+-- withdrawal (cancel.lua) must still find.
+local function restart_check(regrant)
     if runid == '' then
         if epochkey and redis.call('get', epochkey) ~= '-' then
             redis.call('set', epochkey, '-')
@@ -292,17 +302,22 @@ local function restart_check()
     local up = tonumber(string.match(redis.call('info', 'server'), 'uptime_in_seconds:(%d+)')) or 0
     local t = redis.call('time')
     local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local trusted = intact ~= '' and declared(redis.call('get', intact))
     if (tonumber(redis.call('get', tokenkey)) or 0) < us then
         redis.call('set', tokenkey, us)
+        if not trusted then
+            record_lost('<' .. string.format('%d', us))
+        end
     end
-    if up * 1000 < lease and intact ~= '' and not declared(redis.call('get', intact)) and
-            not synced_replica() then
+    if up * 1000 < lease and intact ~= '' and not trusted and not synced_replica() then
         local untl = clock() - up * 1000 + lease    -- it started no later than up s ago
-        redis.call('set', holder, '?' .. string.format('%d', untl))
+        if not regrant then
+            redis.call('set', holder, '?' .. string.format('%d', untl))
+        end
         return kept_off(untl)
     end
     redis.call('set', epochkey, runid)
-    return nil
+    return nil, true
 end
 
 -- A reader that holds already: a retry whose reply was lost. The hold is
@@ -310,9 +325,12 @@ end
 if read then
     local tok = string.match(redis.call('hget', rgrant, owner) or '', ' #(%d+)$')
     if tok and redis.call('zscore', readers, owner) then
-        local refused = restart_check()     -- a share restored from older data too
+        local refused, checked = restart_check(true)   -- a share restored from older data too
         if refused then
             return refused
+        end
+        if checked then
+            tok = string.format('%d', next_token())     -- a token of this run
         end
         redis.call('zadd', readers, clock() + lease, owner)
         keep_readers()
@@ -400,7 +418,7 @@ if not read and redis.call('hexists', lock, owner) == 1 then
     -- A hold restored from older data (a snapshot from before this owner
     -- released it) is no retry's: the restart check decides, as for a free
     -- lock, and a raised counter gives the grant a token of this run.
-    local refused = restart_check()
+    local refused = restart_check(true)
     if refused then
         return refused
     end
@@ -410,7 +428,7 @@ if not read and redis.call('hexists', lock, owner) == 1 then
     -- The hold is this request's now: an abandon of an older request of
     -- the same owner, run late, must not release it.
     redis.call('set', holder, member .. ' #' .. string.format('%d', tok))
-    return {1, tok, 0}
+    return {1, tok, 0, 1}   -- 1: the caller held it already (a handover being confirmed)
 end
 -- PTTL is 0 in the last millisecond of a lease: a waiter that slept until
 -- the lease's end arrives just then, and must retry at once, not after

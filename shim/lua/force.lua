@@ -27,6 +27,8 @@
 --         (as release.lua: the whole lease)
 -- ARGV[7] LOST_KEEP: how many lost tokens KEYS[6] keeps (as acquire.lua's
 --         ARGV[8], DM_KEYS_LOST_KEEP in shim/keys.h)
+-- ARGV[9] (optional) the run_id the caller's connection read (INFO
+--         server; "": not known): a handover leaves an epoch naming it
 -- ARGV[8] (optional) "spublish": Redis Cluster's sharded pub/sub, as
 --         release.lua's ARGV[7]; absent: PUBLISH
 --
@@ -43,6 +45,7 @@ local force, who, channel, keep = ARGV[1] == '1', ARGV[2], ARGV[3], tonumber(ARG
 local wprefix, handlease = ARGV[5], tonumber(ARGV[6])
 local LOST_KEEP = tonumber(ARGV[7])
 local sharded = ARGV[8] == 'spublish'
+local runid = ARGV[9] or ''
 
 local kind = redis.call('type', lock)['ok']
 if kind == 'none' then
@@ -83,7 +86,7 @@ end
 local granted = 0
 if head then
     -- a grant with no restart check (release.lua's handover_marks_epoch)
-    if KEYS[8] then
+    if KEYS[8] and (runid == '' or redis.call('get', KEYS[8]) ~= runid) then
         redis.call('set', KEYS[8], '-')
     end
     local next_owner = string.match(head, '^[^|]+')
