@@ -888,7 +888,10 @@ static void test_release_of_a_hold_lost_before_a_raised_counter_is_lost(void **s
     char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
     freeReplyObject(iv);
     freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    /* what came back predates a's grant: an older epoch and counter, no hold */
     freeReplyObject(th_cmd(rc, "SET %s oldrun", th_key(h.l->name, DM_KEY_EPOCH)));
+    freeReplyObject(th_cmd(rc, "SET %s %llu", th_key(h.l->name, DM_KEY_TOKEN),
+                           (unsigned long long)h.t - 1));
     freeReplyObject(th_cmd(rc, "DEL %s %s", th_key(h.l->name, DM_KEY_LOCK),
                            th_key(h.l->name, DM_KEY_HOLDER)));
     struct dm_grant gb;
@@ -899,6 +902,37 @@ static void test_release_of_a_hold_lost_before_a_raised_counter_is_lost(void **s
     free(kept);
     assert_true(tb > h.t);
     assert_int_equal(r, EPERM);
+    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+    dm_cluster_lock_put(h.l);
+}
+
+/* The other side: a release whose first copy ran (its reply lost), sent
+ * again after a failover that kept the data (the epoch names another run)
+ * and a grant to another process that raised the counter: its token is in
+ * the data that came through, so it is "released" still, never "lost"
+ * (an abort of a process outside its section; found by review). */
+static void test_a_retried_release_across_a_failover_that_kept_it_is_released(void **state)
+{
+    (void)state;
+    th_cluster_lease(&cfg, LEASE_MS);
+    struct th_hold h = th_owners("floor_kept");
+    h.t = th_grant(h.l, h.a, &h.g);
+    char intact[TH_KEY_MAX];
+    snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
+    redisReply *iv = th_cmd(rc, "GET %s", intact);
+    char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
+    freeReplyObject(iv);
+    freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);     /* ran; say its reply was lost */
+    freeReplyObject(th_cmd(rc, "SET %s oldrun", th_key(h.l->name, DM_KEY_EPOCH)));
+    struct dm_grant gb;
+    uint64_t tb = th_grant(h.l, h.b, &gb);                      /* raises the counter */
+    int r = dm_cluster_release(h.l, h.a, h.t);                  /* the retry */
+    if (kept)
+        freeReplyObject(th_cmd(rc, "SET %s %s", intact, kept));
+    free(kept);
+    assert_true(tb > h.t + 1);      /* the counter was raised */
+    assert_int_equal(r, 0);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
     dm_cluster_lock_put(h.l);
 }
@@ -2022,6 +2056,8 @@ int main(void)
         cmocka_unit_test_setup(test_release_of_a_hold_lost_with_the_servers_data_says_so,
                                reset_policy),
         cmocka_unit_test_setup(test_release_of_a_hold_lost_before_a_raised_counter_is_lost,
+                               reset_policy),
+        cmocka_unit_test_setup(test_a_retried_release_across_a_failover_that_kept_it_is_released,
                                reset_policy),
         cmocka_unit_test_setup(test_a_forced_handover_leaves_this_runs_epoch_alone,
                                reset_policy),

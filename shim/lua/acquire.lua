@@ -283,9 +283,10 @@ end
 -- another run); else the refusal. A grant whose run is not known (INFO
 -- refused: runid "") marks the epoch "-", so that release.lua never takes
 -- an epoch of another run for "granted to nobody in this one". Raising
--- the counter also leaves "<counter" in the lost list: a release of a
--- token below it that nothing else names was lost with older data, not
--- released (release.lua), unless the server is declared durable. A
+-- the counter from C to N also leaves "<C:N" in the lost list: a token
+-- above C and below N was granted after the data that came back and is
+-- lost with it, never "released" (release.lua; one at or below C is in
+-- that data, judged as before), unless the server is declared durable. A
 -- re-grant (`regrant`: the lock hash has the caller) that is refused
 -- leaves the holder marker alone: it names the caller's hold, which a
 -- withdrawal (cancel.lua) must still find.
@@ -303,10 +304,16 @@ local function restart_check(regrant)
     local t = redis.call('time')
     local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local trusted = intact ~= '' and declared(redis.call('get', intact))
-    if (tonumber(redis.call('get', tokenkey)) or 0) < us then
+    local was = tonumber(redis.call('get', tokenkey)) or 0
+    if was < us then
         redis.call('set', tokenkey, us)
         if not trusted then
-            record_lost('<' .. string.format('%d', us))
+            record_lost('<' .. string.format('%d', was) .. ':' .. string.format('%d', us))
+            -- past a wait of a lease after the start, and a lease more:
+            -- the lost holds' releases come no later
+            if redis.call('pttl', lostkey) < 2 * lease then
+                redis.call('pexpire', lostkey, 2 * lease)
+            end
         end
     end
     if up * 1000 < lease and intact ~= '' and not trusted and not synced_replica() then

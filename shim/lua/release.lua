@@ -29,9 +29,9 @@
 --         and names its own request in the holder marker. This release
 --         is then older than that grant and leaves it alone (returns 1).
 --         "": no request named (as when absent).
--- (The lost list KEYS[6] may hold "<N" too: every token below N that
--- nothing else here names was lost with the server's data, acquire.lua's
--- restart check.)
+-- (The lost list KEYS[6] may hold "<C:N" too: a token above C and below
+-- N that nothing else here names was lost with the server's data,
+-- acquire.lua's restart check.)
 -- ARGV[9], ARGV[10] (optional): the server run the caller's connection
 --         reached (INFO's run_id; "": not known) and the lock's epoch key
 --         (acquire.lua's restart check: the first grant of a server run
@@ -187,10 +187,12 @@ if (not last and not readers) or mtok == token or string.match(last or '', ' #(%
     return not_held()
 end
 for _, t in ipairs(redis.call('lrange', lostkey, 0, -1)) do
-    -- "<N": the restart check raised the counter to N (acquire.lua): a
-    -- token below it was granted before older data came back or none did
-    local floor = tonumber(string.match(t, '^<(%d+)$'))
-    if t == token or (floor and tonumber(token) and tonumber(token) < floor) then
+    -- "<C:N": the restart check raised the counter from C to N
+    -- (acquire.lua): a token between them was granted after the data that
+    -- came back, and lost with what did not
+    local lo, hi = string.match(t, '^<(%d+):(%d+)$')
+    local tn = tonumber(token)
+    if t == token or (lo and tn and tn > tonumber(lo) and tn < tonumber(hi)) then
         return not_held()
     end
 end
