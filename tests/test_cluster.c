@@ -870,6 +870,30 @@ static void server_run_id(char *buf, size_t len)
     freeReplyObject(r);
 }
 
+/* The test server no longer declared `dmutex fresh` (NS:intact gone), so
+ * the restart check treats it as any server; returns what redeclare puts
+ * back. */
+static char *undeclare(void)
+{
+    char intact[TH_KEY_MAX];
+    snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
+    redisReply *iv = th_cmd(rc, "GET %s", intact);
+    char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
+    freeReplyObject(iv);
+    freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    return kept;
+}
+
+static void redeclare(char *kept)
+{
+    if (kept) {
+        char intact[TH_KEY_MAX];
+        snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
+        freeReplyObject(th_cmd(rc, "SET %s %s", intact, kept));
+    }
+    free(kept);
+}
+
 /* Older data came back (the lock's epoch names another run) and the hold
  * of a, granted since, is gone; b is then granted the lock anew (the
  * server is up for more than the lease and not declared: no wait), which
@@ -882,12 +906,7 @@ static void test_release_of_a_hold_lost_before_a_raised_counter_is_lost(void **s
     th_cluster_lease(&cfg, LEASE_MS);
     struct th_hold h = th_owners("floor");
     h.t = th_grant(h.l, h.a, &h.g);
-    char intact[TH_KEY_MAX];
-    snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
-    redisReply *iv = th_cmd(rc, "GET %s", intact);
-    char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
-    freeReplyObject(iv);
-    freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    char *kept = undeclare();
     /* what came back predates a's grant: an older epoch and counter, no hold */
     freeReplyObject(th_cmd(rc, "SET %s oldrun", th_key(h.l->name, DM_KEY_EPOCH)));
     freeReplyObject(th_cmd(rc, "SET %s %llu", th_key(h.l->name, DM_KEY_TOKEN),
@@ -897,9 +916,7 @@ static void test_release_of_a_hold_lost_before_a_raised_counter_is_lost(void **s
     struct dm_grant gb;
     uint64_t tb = th_grant(h.l, h.b, &gb);
     int r = dm_cluster_release(h.l, h.a, h.t);
-    if (kept)
-        freeReplyObject(th_cmd(rc, "SET %s %s", intact, kept));
-    free(kept);
+    redeclare(kept);
     assert_true(tb > h.t);
     assert_int_equal(r, EPERM);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
@@ -917,20 +934,13 @@ static void test_a_retried_release_across_a_failover_that_kept_it_is_released(vo
     th_cluster_lease(&cfg, LEASE_MS);
     struct th_hold h = th_owners("floor_kept");
     h.t = th_grant(h.l, h.a, &h.g);
-    char intact[TH_KEY_MAX];
-    snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
-    redisReply *iv = th_cmd(rc, "GET %s", intact);
-    char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
-    freeReplyObject(iv);
-    freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    char *kept = undeclare();
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);     /* ran; say its reply was lost */
     freeReplyObject(th_cmd(rc, "SET %s oldrun", th_key(h.l->name, DM_KEY_EPOCH)));
     struct dm_grant gb;
     uint64_t tb = th_grant(h.l, h.b, &gb);                      /* raises the counter */
     int r = dm_cluster_release(h.l, h.a, h.t);                  /* the retry */
-    if (kept)
-        freeReplyObject(th_cmd(rc, "SET %s %s", intact, kept));
-    free(kept);
+    redeclare(kept);
     assert_true(tb > h.t + 1);      /* the counter was raised */
     assert_int_equal(r, 0);
     assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
@@ -996,12 +1006,7 @@ static void test_a_refused_regrant_leaves_the_holds_marker(void **state)
     th_cluster_lease(&cfg, YOUNGER_THAN_LEASE_MS);
     struct th_hold h = th_owners("regrant_kept");
     h.t = th_grant(h.l, h.a, &h.g);
-    char intact[TH_KEY_MAX];
-    snprintf(intact, sizeof intact, "%s%s", DM_NAMESPACE_DEFAULT, DM_KEYS_INTACT_SUFFIX);
-    redisReply *iv = th_cmd(rc, "GET %s", intact);
-    char *kept = iv->type == REDIS_REPLY_STRING ? strdup(iv->str) : NULL;
-    freeReplyObject(iv);
-    freeReplyObject(th_cmd(rc, "DEL %s", intact));
+    char *kept = undeclare();
     freeReplyObject(th_cmd(rc, "SET %s -", th_key(h.l->name, DM_KEY_EPOCH)));
     redisReply *m0 = th_cmd(rc, "GET %s", th_key(h.l->name, DM_KEY_HOLDER));
     char *marker = m0->type == REDIS_REPLY_STRING ? strdup(m0->str) : NULL;
@@ -1015,9 +1020,7 @@ static void test_a_refused_regrant_leaves_the_holds_marker(void **state)
     redisReply *m1 = th_cmd(rc, "GET %s", th_key(h.l->name, DM_KEY_HOLDER));
     int question = m1->type == REDIS_REPLY_STRING && m1->str[0] == '?';
     freeReplyObject(m1);
-    if (kept)
-        freeReplyObject(th_cmd(rc, "SET %s %s", intact, kept));
-    free(kept);
+    redeclare(kept);
     free(marker);
     if (question)
         fail_msg("the refused re-grant wrote a \"?\" marker over the hold's");
@@ -1102,6 +1105,17 @@ static void stall_handler(void *arg, const char *msg, size_t len)
     sem_wait(&stall_go);
 }
 
+/* Waits (bounded) until a fair waiter of l is subscribed to its own wait
+ * channel and its attempt after subscribing has run (th_reset_stats
+ * before it started): only a message can tell it now. */
+static void wait_direct_waiter(const struct dm_cluster_lock *l)
+{
+    long long end = th_now_ms() + SLACK_MS * 5;
+    while ((th_numsub(rc, wait_channel_of(l)) < 1 || th_script_calls(rc) < 2) &&
+           th_now_ms() < end)
+        usleep(1000);
+}
+
 struct direct_waiter {
     struct th_hold *h;
     int r;
@@ -1183,10 +1197,7 @@ static void test_a_handover_notice_older_than_the_last_attempt_is_not_taken(void
     th_reset_stats(rc);
     assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
     /* subscribed, and its attempt after subscribing answered */
-    long long end = th_now_ms() + SLACK_MS * 5;
-    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
-           th_now_ms() < end)
-        usleep(1000);
+    wait_direct_waiter(h.l);
     assert_int_equal(th_numsub(rc, wait_channel_of(h.l)), 1);
     redisReply *q = th_cmd(rc, "LINDEX %s 0", th_key(h.l->name, DM_KEY_QUEUE));
     assert_int_equal(q->type, REDIS_REPLY_STRING);
@@ -1231,10 +1242,7 @@ static void test_a_handover_on_an_epoch_of_another_run_marks_it_unknown(void **s
     pthread_t th;
     th_reset_stats(rc);
     assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
-    long long end = th_now_ms() + SLACK_MS * 5;
-    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
-           th_now_ms() < end)
-        usleep(1000);
+    wait_direct_waiter(h.l);
     char epoch[TH_KEY_MAX];
     snprintf(epoch, sizeof epoch, "%s", th_key(h.l->name, DM_KEY_EPOCH));
     freeReplyObject(th_cmd(rc, "SET %s oldrun", epoch));
@@ -1304,10 +1312,7 @@ static void test_fork_child_closes_a_fair_waiters_own_connection(void **state)
     pthread_t th;
     th_reset_stats(rc);
     assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
-    long long end = th_now_ms() + SLACK_MS * 5;
-    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
-           th_now_ms() < end)
-        usleep(1000);
+    wait_direct_waiter(h.l);
     assert_int_equal(th_numsub(rc, wait_channel_of(h.l)), 1);
     int during = child_sockets();
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
@@ -1376,10 +1381,7 @@ static void test_fair_waiter_without_a_connection_of_its_own_takes_the_handover(
     pthread_t th;
     th_reset_stats(rc);
     assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
-    long long end = th_now_ms() + SLACK_MS * 5;
-    while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
-           th_now_ms() < end)
-        usleep(1000);
+    wait_direct_waiter(h.l);
     assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
     pthread_join(th, NULL);
     freeReplyObject(th_cmd(rc, "CONFIG SET maxclients 10000"));
