@@ -37,6 +37,7 @@
  * is still inside its critical section keeps the hold until the process is
  * gone (the lease then ends it). */
 #include "mapped.h"
+#include "mapped_impl.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -63,41 +64,6 @@
 #define DM_LINGER_NS         200000LL   /* a batch's hold waits so long for the next lock */
 #define DM_HANDED_GRACE_NS   250000LL   /* a process that handed a name over asks again
                                            no sooner (see hold_acquire) */
-
-enum name_state { NAME_FREE, NAME_ACQUIRING, NAME_HELD, NAME_RELEASING };
-
-struct dm_name {
-    struct dm_hnode node;               /* first: the table of names (util.h) */
-    struct dm_cluster_lock *cl;
-    pthread_mutex_t mu;                 /* guards what follows; never held across I/O */
-    pthread_cond_t cv;                  /* every state change (CLOCK_MONOTONIC) */
-    unsigned long users;                /* mutexes of the name held through the shim */
-    int held;                           /* HELD with a cluster hold (not on_redis_down = "local") */
-    int want;                           /* another process waits: release when users reach 0 */
-    long long want_ms;                  /* since when (CLOCK_MONOTONIC ms) */
-    int want_subscribed;
-    int yield_logged;
-    unsigned long refs;                 /* entries mapped to the name */
-    unsigned long exiting;              /* users nobody is inside: an rwlock's shares of
-                                           threads that ended; at exit also the
-                                           exiting thread's and ended holders' mutexes */
-    int exit_released;                  /* at exit: released on their behalf */
-    unsigned char fair, cache;          /* what the entries asked for */
-    unsigned char robust;               /* a robust mutex of the name was locked (atomic) */
-    unsigned char rw;                   /* an rwlock's name (its entries are dm_rw_entry) */
-    int write;                          /* rw: the hold (ACQUIRING, HELD) is for writing */
-    enum name_state state;              /* among the ints: no padding (docs/design.md,
-                                           "The cost of a name") */
-    unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
-    long long batch_end_ns;             /* HELD: a contended grant's batch ends (0: no
-                                           batch; batch_ms = 0: at the grant) */
-    long long left_ns;                  /* a lingering hold: its last unlock */
-    long long busy_ns;                  /* HELD: its users last went from 0 to 1 (the
-                                           grant; a join, while a batch runs) */
-    long long handed_ns;                /* its last hold, batched or wanted, was given back */
-    struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
-    struct dm_hold hold;                /* the process's hold, while HELD */
-};
 
 static const struct dm_config *mcfg;
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
