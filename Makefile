@@ -57,12 +57,17 @@ $(B)/libdmcore.a: $(CORE_OBJS)
 # `dmutex trace`'s recording library: preloaded instead of the shim, so
 # libdmutex.so's passthrough path stays as it is. It links the core for
 # real (glibc's functions), symbols (identification) and config's name rules.
+# Built from objects like the shim's, so that tests/internal_locks.test.sh
+# can read what each calls.
 TRACE_SRCS := $(wildcard shim/trace/*.c)
-$(B)/libdmutex-trace.so: $(TRACE_SRCS) shim/trace/trace.h $(B)/libdmcore.a
+TRACE_OBJS := $(patsubst shim/trace/%.c,$(B)/shim/trace/%.o,$(TRACE_SRCS))
+$(B)/shim/trace/%.o: shim/trace/%.c shim/trace/trace.h $(wildcard shim/*.h include/*.h) | $(B)/shim/trace
 	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/trace \
-	    -Iinclude -shared -Wl,-z,now -o $@ $(TRACE_SRCS) $(B)/libdmcore.a $(SHIM_LIBS)
+	    -Iinclude -c $< -o $@
+$(B)/libdmutex-trace.so: $(TRACE_OBJS) $(B)/libdmcore.a
+	$(CC) -shared -Wl,-z,now -o $@ $(TRACE_OBJS) $(B)/libdmcore.a $(SHIM_LIBS)
 
-$(B)/shim:
+$(B)/shim $(B)/shim/trace:
 	mkdir -p $@
 
 clean:
