@@ -21,6 +21,7 @@
 #include "keys.h"
 #include "log.h"
 #include "notify.h"
+#include "real.h"
 #include "redis.h"
 #include "util.h"
 
@@ -255,7 +256,7 @@ static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 static struct dm_cluster_lock *record_get(const char *name, int cond)
 {
     size_t h = dm_hash_bytes(name, strlen(name));
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     struct dm_cluster_lock *l = NULL;
     for (struct dm_hnode *x = dm_htab_chain(&locks, h); x; x = x->next) {
         locks.probes++;
@@ -274,7 +275,7 @@ static struct dm_cluster_lock *record_get(const char *name, int cond)
     if (l)
         __atomic_store_n(cond ? &l->counters->is_cond : &l->counters->is_lock, 1,
                          __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
     return l;
 }
 
@@ -314,9 +315,9 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
 {
     if (!l)
         return;
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     int last = lock_unref_locked(l);
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
     if (last)
         lock_free(l);
 }
@@ -1611,9 +1612,9 @@ static void kept_sent_locked(struct dm_cluster_lock *l, const struct dm_kept_rel
  * lease, so that their lists are freed once past it. */
 static void resend_sleep(void)
 {
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     int any = kept_lists > 0;
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
     int r;
     if (any) {
         struct timespec until;
@@ -1633,19 +1634,19 @@ static void *resend_main(void *arg)
         unsigned long asked = __atomic_load_n(&resend_asked, __ATOMIC_SEQ_CST);
         if (asked == resend_done) {
             resend_sleep();
-            pthread_mutex_lock(&locks_mu);
+            dm_lock(&locks_mu);
             kept_sweep_locked(dm_now_ms());
-            pthread_mutex_unlock(&locks_mu);
+            dm_unlock(&locks_mu);
             continue;
         }
         resend_done = asked;
         size_t n;
-        pthread_mutex_lock(&locks_mu);
+        dm_lock(&locks_mu);
         struct resend_job *jobs = resend_jobs_locked(&n, dm_now_ms());
         round_jobs = jobs;
         round_n = n;
         round_done = 0;
-        pthread_mutex_unlock(&locks_mu);
+        dm_unlock(&locks_mu);
         size_t failed = 0;
         for (size_t i = 0; i < n; i++) {
             struct resend_job *j = &jobs[i];
@@ -1655,20 +1656,20 @@ static void *resend_main(void *arg)
             /* Done and the reference given back in one step as a fork
              * sees them (locks_mu). One that did not get through is sent
              * again at the next change of the map. */
-            pthread_mutex_lock(&locks_mu);
+            dm_lock(&locks_mu);
             if (!lost)
                 kept_sent_locked(j->l, &j->r);
             round_done = i + 1;
             int last = lock_unref_locked(j->l);
-            pthread_mutex_unlock(&locks_mu);
+            dm_unlock(&locks_mu);
             if (last)
                 lock_free(j->l);
         }
-        pthread_mutex_lock(&locks_mu);
+        dm_lock(&locks_mu);
         round_jobs = NULL;
         round_n = round_done = 0;
         free(jobs);
-        pthread_mutex_unlock(&locks_mu);
+        dm_unlock(&locks_mu);
         if (n > 0)
             dm_warn("redis: %s: %zu release(s) of the last lease sent again, in case a new "
                     "primary lacks them (%zu failed)", moved_what(), n, failed);
@@ -1684,9 +1685,9 @@ unsigned long dm_cluster_resend_rounds(void)
 
 size_t dm_cluster_kept_lists(void)
 {
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     size_t n = kept_lists;
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
     return n;
 }
 
@@ -1695,7 +1696,7 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
 {
     if (!resend_wanted())
         return;
-    pthread_mutex_lock(&resend_mu);
+    dm_lock(&resend_mu);
     if (resend_state == 0) {
         int rc = sem_init(&resend_sem, 0, 0) != 0 ? errno
                                                    : dm_thread_start(NULL, resend_main, NULL);
@@ -1708,11 +1709,11 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
             dm_redis_on_switch(resend_switch);
     }
     int running = resend_state > 0;
-    pthread_mutex_unlock(&resend_mu);
+    dm_unlock(&resend_mu);
     if (!running)
         return;
     static int no_memory_said;          /* locks_mu */
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     /* The first list wakes the thread: it sleeps at most a lease while
      * lists are kept, to free them once past it. */
     if (!l->kept && (l->kept = calloc(1, sizeof *l->kept)) != NULL && kept_lists++ == 0)
@@ -1732,7 +1733,7 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
         dm_warn("lock %s: no memory to keep its release for a failover (said once): a "
                 "release a new primary lacks holds a lock until its lease runs out", l->name);
     }
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
 }
 
 /* A release sent without waiting, until its reply is read. It holds a
@@ -1830,7 +1831,7 @@ static int reader_ready(void)
     int st = __atomic_load_n(&reader_state, __ATOMIC_ACQUIRE);
     if (st != 0)
         return st > 0;
-    pthread_mutex_lock(&reader_mu);
+    dm_lock(&reader_mu);
     if ((st = reader_state) == 0) {
         int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         __atomic_store_n(&reader_efd, fd, __ATOMIC_RELEASE);   /* before the thread reads it */
@@ -1847,7 +1848,7 @@ static int reader_ready(void)
         }
         __atomic_store_n(&reader_state, st, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&reader_mu);
+    dm_unlock(&reader_mu);
     return st > 0;
 }
 
@@ -1911,9 +1912,9 @@ static void late_release_done(void *arg, redisReply *r, const struct dm_redis_er
                  v == RELEASE_GONE_WITH_DATA ? DM_GONE_WITH_DATA
                  : dm_now_ms() >= lr->lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST);
     __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     late_unlink(lr);
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
     __atomic_sub_fetch(&releases_pending, 1, __ATOMIC_ACQ_REL);
     dm_cluster_lock_put(lr->l);
     free(lr);
@@ -1991,21 +1992,21 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     char member[DM_MEMBER_MAX];     /* the caller's: lr may be freed below */
     member_of(member, owner, wait_id);
     memcpy(lr->request, member, strlen(member) + 1);
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     l->refs++;
     lr->prev = NULL;
     lr->next = late_list;
     if (late_list)
         late_list->prev = lr;
     late_list = lr;
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
     if (release_send(l, owner, token, member, lr) == 0)
         return 0;
     /* Not written, or written in part (it may have gone out whole all the
      * same): waited for now, named as any retry is. */
-    pthread_mutex_lock(&locks_mu);
+    dm_lock(&locks_mu);
     late_unlink(lr);
-    pthread_mutex_unlock(&locks_mu);
+    dm_unlock(&locks_mu);
     dm_cluster_lock_put(l);
     free(lr);
     int r = release_waited(l, owner, token, member, 0, NULL);

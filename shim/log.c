@@ -1,15 +1,15 @@
 /* log: formats into a stack buffer and writes it with one write(2). No
  * malloc, no stdio locks, no pthread calls: safe inside the shim's own
- * interposed functions and in a fork child. Knows nothing of Redis. */
+ * interposed functions and in a fork child. Knows nothing of Redis. The
+ * bottom of the shim: includes no other module (real and util log). */
 #include "log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
-
-#include "util.h"
 
 #define DM_LOG_LINE_MAX 1024
 
@@ -61,12 +61,19 @@ void dm_log(enum dm_log_level level, const char *fmt, ...)
     va_end(ap);
 }
 
+static long now_ms(void)      /* CLOCK_MONOTONIC, as util's dm_now_ms */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)(ts.tv_sec * 1000LL + ts.tv_nsec / 1000000L);
+}
+
 int dm_log_every(long *last_ms, long every_ms, enum dm_log_level level,
                  const char *fmt, ...)
 {
     if ((int)level > dm_log_level)
         return 0;
-    long now = (long)dm_now_ms();
+    long now = now_ms();
     long last = __atomic_load_n(last_ms, __ATOMIC_RELAXED);
     if (last != 0 && now - last < every_ms)
         return 0;

@@ -161,7 +161,7 @@ void dm_mapped_init(const struct dm_config *cfg)
 static struct dm_name *name_get(const char *name)
 {
     size_t h = dm_hash_bytes(name, strlen(name));
-    pthread_mutex_lock(&names_mu);
+    dm_lock(&names_mu);
     struct dm_name *nm = NULL;
     for (struct dm_hnode *x = dm_htab_chain(&names, h); x; x = x->next)
         if (x->hash == h && strcmp(((struct dm_name *)x)->cl->name, name) == 0) {
@@ -181,7 +181,7 @@ static struct dm_name *name_get(const char *name)
     }
     if (nm)
         nm->refs++;
-    pthread_mutex_unlock(&names_mu);
+    dm_unlock(&names_mu);
     return nm;
 }
 
@@ -202,26 +202,26 @@ static int hold_release(struct dm_name *nm);
 static void name_put(struct dm_name *nm)
 {
     int idle = 0;
-    pthread_mutex_lock(&names_mu);
+    dm_lock(&names_mu);
     while (--nm->refs == 0) {
-        pthread_mutex_lock(&nm->mu);
+        dm_lock(&nm->mu);
         /* Another thread gives the hold back (notify's: a batch's linger
          * ended, a want came): its outcome decides. */
         while (nm->state == NAME_RELEASING)
-            pthread_cond_wait(&nm->cv, &nm->mu);
+            dm_cv_wait(&nm->cv, &nm->mu);
         int kept = nm->state == NAME_HELD && nm->users == 0;
         idle = nm->state == NAME_FREE && nm->users == 0;
         if (kept)
             nm->state = NAME_RELEASING;
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
         if (!kept)
             break;
         nm->refs++;                     /* the pin, dropped by the loop */
-        pthread_mutex_unlock(&names_mu);
+        dm_unlock(&names_mu);
         in_shim++;
         hold_release(nm);
         in_shim--;
-        pthread_mutex_lock(&names_mu);
+        dm_lock(&names_mu);
     }
     if (nm->refs == 0 && idle) {
         dm_htab_del(&names, &nm->node);
@@ -230,11 +230,11 @@ static void name_put(struct dm_name *nm)
         dm_notify_timer_cancel(&nm->linger);    /* likewise */
         dm_watchdog_forget(&nm->hold);  /* a renewal round may still read it */
         dm_cluster_lock_put(nm->cl);
-        pthread_mutex_destroy(&nm->mu);
-        pthread_cond_destroy(&nm->cv);
+        dm_mutex_destroy(&nm->mu);
+        dm_cv_destroy(&nm->cv);
         free(nm);
     }
-    pthread_mutex_unlock(&names_mu);
+    dm_unlock(&names_mu);
 }
 
 /* The entry of a lock name, a mutex's or an rwlock's: both start with
@@ -257,9 +257,9 @@ static int named_add(const void *addr, const char *name, int flags, int kind)
     if (!nm)
         return ENOMEM;
     int rw = kind == DM_ENTRY_RWLOCK;
-    pthread_mutex_lock(&names_mu);
+    dm_lock(&names_mu);
     if (nm->rw != rw && (nm->rw || nm->refs > 1)) {
-        pthread_mutex_unlock(&names_mu);
+        dm_unlock(&names_mu);
         name_put(nm);
         return EEXIST;          /* the other kind's name */
     }
@@ -277,7 +277,7 @@ static int named_add(const void *addr, const char *name, int flags, int kind)
     union named_entry *e = free_named;
     if (e)
         free_named = (union named_entry *)e->m.next_free;
-    pthread_mutex_unlock(&names_mu);
+    dm_unlock(&names_mu);
     if (!e && !(e = malloc(sizeof *e))) {
         name_put(nm);
         return ENOMEM;
@@ -322,10 +322,10 @@ void dm_mapped_remove(const void *addr)
     struct dm_name *nm = e->m.nm;
     /* A reader that looked it up just now may still read it: recycle the
      * memory for another entry rather than give it back to malloc. */
-    pthread_mutex_lock(&names_mu);
+    dm_lock(&names_mu);
     e->m.next_free = (struct dm_entry *)free_named;
     free_named = e;
-    pthread_mutex_unlock(&names_mu);
+    dm_unlock(&names_mu);
     name_put(nm);
 }
 
@@ -383,9 +383,9 @@ static void linger_end(void *arg)
 {
     struct dm_name *nm = arg;
     in_shim++;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     if (nm->state != NAME_HELD || nm->users != 0) {
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
         in_shim--;
         return;
     }
@@ -395,12 +395,12 @@ static void linger_end(void *arg)
         at = nm->batch_end_ns;
     if (at > now && !torn_down && !hold_lost_locked(nm) &&
         dm_notify_timer_arm(&nm->linger, at, linger_end, nm) == 0) {
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
         in_shim--;
         return;
     }
     nm->state = NAME_RELEASING;
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     hold_release(nm);
     in_shim--;
 }
@@ -455,11 +455,11 @@ static int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode,
                     deadline->tv_sec * 1000000000LL + deadline->tv_nsec < until;   /* monotonic */
     if (mode == DM_TRYLOCK || due_first || nm->handed_ns == 0 || now >= until)
         return 0;
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     struct timespec ts = { (time_t)((until - now) / 1000000000LL),
                            (long)((until - now) % 1000000000LL) };
     nanosleep(&ts, NULL);
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     return 1;
 }
 
@@ -506,9 +506,9 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
          * (cache mode), and to let them in while threads keep it busy. */
         dm_notify_set_handler(nm->cl->wantchan, on_want, nm);
         int ok = dm_notify_subscribe(nm->cl->wantchan, mcfg->redis.command_timeout_ms) == 0;
-        pthread_mutex_lock(&nm->mu);
+        dm_lock(&nm->mu);
         nm->want_subscribed = ok;
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
     }
     if (g.owner_dead)
         dm_info("lock %s: the previous holder's lease expired without a release", nm->cl->name);
@@ -605,7 +605,7 @@ static int hold_release(struct dm_name *nm)
         }
     }
     dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     /* Most likely a handover: the next lock call waits for the grace
      * (grace_wait_locked). Without a batch (batch_ms = 0) only after a
      * critical section at least as long as the grace: the new holder's
@@ -620,8 +620,8 @@ static int hold_release(struct dm_name *nm)
     nm->want = 0;
     nm->yield_logged = 0;
     nm->state = NAME_FREE;
-    pthread_cond_broadcast(&nm->cv);
-    pthread_mutex_unlock(&nm->mu);
+    dm_cv_broadcast(&nm->cv);
+    dm_unlock(&nm->mu);
     return lost ? EPERM : 0;
 }
 
@@ -651,12 +651,12 @@ static int hold_lost_locked(struct dm_name *nm)
  * call were a quarter of a cached lock+unlock). Returns 1 when joined. */
 static int name_join_fast(struct dm_name *nm)
 {
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     int ok = nm->state == NAME_HELD && (!nm->want || batch_open_locked(nm)) &&
              !hold_lost_locked(nm) && hold_use_locked(nm);
     if (ok && nm->users++ == 0 && nm->batch_end_ns != 0)
         nm->busy_ns = dm_now_ns();
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     if (ok)
         tl_note(nm, 1);
     return ok;
@@ -669,10 +669,10 @@ static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                      const struct timespec *deadline, int *dead)
 {
     nm->state = NAME_ACQUIRING;
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     int more = 0, held = 0, contended = 0;
     int r = hold_acquire(nm, me, mode, deadline, dead, &more, &held, &contended);
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     if (r == 0) {
         nm->state = NAME_HELD;
         nm->held = held;
@@ -695,8 +695,8 @@ static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
     } else {
         nm->state = NAME_FREE;
     }
-    pthread_cond_broadcast(&nm->cv);
-    pthread_mutex_unlock(&nm->mu);
+    dm_cv_broadcast(&nm->cv);
+    dm_unlock(&nm->mu);
     if (r == 0)
         tl_note(nm, 1);
     return r;
@@ -712,7 +712,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                      const struct timespec *deadline, int *dead, int no_yield)
 {
     *dead = 0;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     for (;;) {
         if (nm->state == NAME_HELD) {
             int lost = hold_lost_locked(nm);
@@ -721,9 +721,9 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                 /* Kept after its last unlock (cache mode), but another
                  * process asked, or it was lost: go round. */
                 nm->state = NAME_RELEASING;
-                pthread_mutex_unlock(&nm->mu);
+                dm_unlock(&nm->mu);
                 hold_release(nm);
-                pthread_mutex_lock(&nm->mu);
+                dm_lock(&nm->mu);
                 continue;
             }
             if ((wanted || lost) && !no_yield && !tl_holds(nm)) {
@@ -734,7 +734,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                 /* A lost hold excludes nobody: no new thread joins it,
                  * however long its users take to drain. */
                 if (lost || dm_now_ms() - nm->want_ms < DM_YIELD_MAX_MS) {
-                    pthread_mutex_unlock(&nm->mu);
+                    dm_unlock(&nm->mu);
                     tl_contended = 1;
                     return mode == DM_TRYLOCK ? EBUSY : DM_YIELD;
                 }
@@ -750,7 +750,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
                 continue;               /* found lost while kept: go round */
             if (nm->users++ == 0 && nm->batch_end_ns != 0)
                 nm->busy_ns = dm_now_ns();
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
             tl_note(nm, 1);
             return 0;
         }
@@ -762,17 +762,17 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
         /* Another thread has a round trip in flight for the name. */
         tl_contended = 1;
         if (mode == DM_TRYLOCK) {
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
             return EBUSY;
         }
         if (deadline) {
-            if (pthread_cond_timedwait(&nm->cv, &nm->mu, deadline) == ETIMEDOUT &&
+            if (dm_cv_timedwait(&nm->cv, &nm->mu, deadline) == ETIMEDOUT &&
                 (nm->state == NAME_ACQUIRING || nm->state == NAME_RELEASING)) {
-                pthread_mutex_unlock(&nm->mu);
+                dm_unlock(&nm->mu);
                 return ETIMEDOUT;
             }
         } else {
-            pthread_cond_wait(&nm->cv, &nm->mu);
+            dm_cv_wait(&nm->cv, &nm->mu);
         }
     }
 }
@@ -782,7 +782,7 @@ static int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mod
 static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
 {
     int r = 0;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     for (;;) {
         if (nm->state != NAME_HELD || nm->users == 0)
             break;
@@ -799,9 +799,9 @@ static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
         dm_deadline_at(&ts, lost ? dm_now_ms() + DM_YIELD_MAX_MS : nm->want_ms + DM_YIELD_MAX_MS);
         if (deadline && dm_ts_before(deadline, &ts))
             ts = *deadline;
-        pthread_cond_timedwait(&nm->cv, &nm->mu, &ts);
+        dm_cv_timedwait(&nm->cv, &nm->mu, &ts);
     }
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     return r;
 }
 
@@ -810,29 +810,29 @@ static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
  * had been lost meanwhile. */
 static int name_leave(struct dm_name *nm)
 {
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     if (nm->state != NAME_HELD || nm->users == 0) {
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
         return 0;
     }
     tl_note(nm, -1);
     if (--nm->users > 0) {
         int lost = hold_lost_locked(nm);
-        pthread_cond_broadcast(&nm->cv);
-        pthread_mutex_unlock(&nm->mu);
+        dm_cv_broadcast(&nm->cv);
+        dm_unlock(&nm->mu);
         return lost ? EPERM : 0;
     }
     if (!nm->held) {
         nm->state = NAME_FREE;          /* a local-only hold (on_redis_down = "local") */
-        pthread_cond_broadcast(&nm->cv);
-        pthread_mutex_unlock(&nm->mu);
+        dm_cv_broadcast(&nm->cv);
+        dm_unlock(&nm->mu);
         return 0;
     }
     if (nm->cl->cache && nm->want_subscribed && !nm->want && !torn_down &&
         !hold_lost_locked(nm)) {
         __atomic_store_n(&nm->hold.idle, 1, __ATOMIC_SEQ_CST);
-        pthread_cond_broadcast(&nm->cv);
-        pthread_mutex_unlock(&nm->mu);
+        dm_cv_broadcast(&nm->cv);
+        dm_unlock(&nm->mu);
         return 0;                       /* cached: kept until another process asks */
     }
     long long now;                      /* batch_open_locked's test, with its one clock read */
@@ -840,12 +840,12 @@ static int name_leave(struct dm_name *nm)
         now - nm->busy_ns < mcfg->batch_hold_us * 1000LL && !torn_down &&
         !hold_lost_locked(nm) && linger_arm_locked(nm, now)) {
         __atomic_store_n(&nm->hold.idle, 1, __ATOMIC_SEQ_CST);
-        pthread_cond_broadcast(&nm->cv);
-        pthread_mutex_unlock(&nm->mu);
+        dm_cv_broadcast(&nm->cv);
+        dm_unlock(&nm->mu);
         return 0;                       /* lingering: the batch may go on */
     }
     nm->state = NAME_RELEASING;
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     /* The round trip: its I/O must not be a cancellation point (the
      * branches above reach none). */
     int cs;
@@ -866,19 +866,19 @@ static void on_want(void *arg, const char *msg, size_t len)
     if (len > n && memcmp(msg, pid, n) == 0 && msg[n] == ':')
         return;                         /* our own want */
     in_shim++;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     if (nm->state == NAME_HELD && nm->users == 0) {
         nm->state = NAME_RELEASING;
         nm->want = 1;                   /* a handover: hold_release notes it */
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
         hold_release(nm);
     } else {
         if (nm->state != NAME_FREE && !nm->want) {
             nm->want = 1;
             nm->want_ms = dm_now_ms();
-            pthread_cond_broadcast(&nm->cv);
+            dm_cv_broadcast(&nm->cv);
         }
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
     }
     in_shim--;
 }
@@ -956,7 +956,7 @@ static void drop_dead_hold(struct dm_entry *e)
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
     struct dm_name *nm = e->nm;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
         if (nm->held)
             dm_watchdog_remove(&nm->hold);
@@ -964,9 +964,9 @@ static void drop_dead_hold(struct dm_entry *e)
         nm->held = 0;
         nm->want = 0;
         nm->state = NAME_FREE;
-        pthread_cond_broadcast(&nm->cv);
+        dm_cv_broadcast(&nm->cv);
     }
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
 }
 
 static void holder_ends(const void *addr, void *value, void *arg)
@@ -995,9 +995,9 @@ static void thread_end(void *arg)
     for (int i = 0; i < DM_TL_NAMES; i++) {
         struct dm_name *nm = tl_names[i].nm;
         if (tl_names[i].n > 0 && nm->rw) {
-            pthread_mutex_lock(&nm->mu);
+            dm_lock(&nm->mu);
             nm->exiting += tl_names[i].n;
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
             tl_names[i].n = 0;  /* counted: not again by this thread's exit */
         }
     }
@@ -1339,9 +1339,9 @@ uint64_t dm_mapped_token(struct dm_entry *e)
     struct dm_name *nm = e->nm;
     if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != self_seq())
         return 0;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     uint64_t t = nm->state == NAME_HELD && nm->held ? nm->hold.token : 0;
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     return t;
 }
 
@@ -1369,10 +1369,10 @@ static int rw_wait(struct dm_name *nm, const struct timespec *deadline)
 {
     tl_contended = 1;
     if (!deadline) {
-        pthread_cond_wait(&nm->cv, &nm->mu);
+        dm_cv_wait(&nm->cv, &nm->mu);
         return 0;
     }
-    if (pthread_cond_timedwait(&nm->cv, &nm->mu, deadline) == ETIMEDOUT && dm_ts_passed(deadline))
+    if (dm_cv_timedwait(&nm->cv, &nm->mu, deadline) == ETIMEDOUT && dm_ts_passed(deadline))
         return ETIMEDOUT;
     return 0;
 }
@@ -1384,16 +1384,16 @@ static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock
                    const struct timespec *deadline)
 {
     int r = 0;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     for (;;) {
         if (nm->state == NAME_HELD) {
             int lost = hold_lost_locked(nm);
             if (nm->users == 0) {
                 /* Asked for (on_want) or lost with nobody inside: go round. */
                 nm->state = NAME_RELEASING;
-                pthread_mutex_unlock(&nm->mu);
+                dm_unlock(&nm->mu);
                 hold_release(nm);
-                pthread_mutex_lock(&nm->mu);
+                dm_lock(&nm->mu);
                 continue;
             }
             int mine = tl_holds(nm);
@@ -1416,7 +1416,7 @@ static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock
             }
             if (mine || !(nm->want || lost || (!nm->write && nm->wwait))) {
                 nm->users++;
-                pthread_mutex_unlock(&nm->mu);
+                dm_unlock(&nm->mu);
                 tl_note(nm, 1);
                 return 0;
             }
@@ -1447,7 +1447,7 @@ static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock
         if ((r = rw_wait(nm, deadline)) != 0)
             break;
     }
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     return r;
 }
 
@@ -1542,9 +1542,9 @@ uint64_t dm_mapped_rwtoken(struct dm_rw_entry *e)
     int write = __atomic_load_n(&e->writer, __ATOMIC_RELAXED) == self_seq();
     if (!write && !tl_holds(nm))
         return 0;
-    pthread_mutex_lock(&nm->mu);
+    dm_lock(&nm->mu);
     uint64_t t = nm->state == NAME_HELD && nm->held && nm->write == write ? nm->hold.token : 0;
-    pthread_mutex_unlock(&nm->mu);
+    dm_unlock(&nm->mu);
     return t;
 }
 
@@ -1605,7 +1605,7 @@ static struct dm_cond_entry *free_conds;
  * fork order: mapped, then cluster, then notify). */
 static struct dm_cond_name *cond_name_get(const char *name)
 {
-    pthread_mutex_lock(&conds_mu);
+    dm_lock(&conds_mu);
     struct dm_cond_name *cn = cond_names;
     while (cn && strcmp(cn->cl->name, name) != 0)
         cn = cn->next;
@@ -1626,7 +1626,7 @@ static struct dm_cond_name *cond_name_get(const char *name)
     }
     if (cn)
         cn->refs++;
-    pthread_mutex_unlock(&conds_mu);
+    dm_unlock(&conds_mu);
     return cn;
 }
 
@@ -1634,26 +1634,26 @@ static struct dm_cond_name *cond_name_get(const char *name)
  * length of its wait (cond_wait_end drops it). */
 static void cond_wait_start(struct dm_cond_name *cn)
 {
-    pthread_mutex_lock(&conds_mu);
+    dm_lock(&conds_mu);
     cn->refs++;
     cn->waiting++;
-    pthread_mutex_unlock(&conds_mu);
+    dm_unlock(&conds_mu);
 }
 
 static void cond_name_put(struct dm_cond_name *cn);
 
 static void cond_wait_end(struct dm_cond_name *cn)
 {
-    pthread_mutex_lock(&conds_mu);
+    dm_lock(&conds_mu);
     cn->waiting--;
-    pthread_mutex_unlock(&conds_mu);
+    dm_unlock(&conds_mu);
     cond_name_put(cn);
 }
 
 /* Drops a reference; the last one unsubscribes the channel and frees. */
 static void cond_name_put(struct dm_cond_name *cn)
 {
-    pthread_mutex_lock(&conds_mu);
+    dm_lock(&conds_mu);
     int last = --cn->refs == 0;
     if (last) {
         struct dm_cond_name **p = &cond_names;
@@ -1661,7 +1661,7 @@ static void cond_name_put(struct dm_cond_name *cn)
             p = &(*p)->next;
         *p = cn->next;
     }
-    pthread_mutex_unlock(&conds_mu);
+    dm_unlock(&conds_mu);
     if (!last)
         return;
     dm_notify_chan_put(cn->ch);
@@ -1677,11 +1677,11 @@ int dm_mapped_add_cond(const void *addr, const char *name, int flags)
     struct dm_cond_name *cn = cond_name_get(name);
     if (!cn)
         return ENOMEM;
-    pthread_mutex_lock(&conds_mu);
+    dm_lock(&conds_mu);
     struct dm_cond_entry *ce = free_conds;
     if (ce)
         free_conds = ce->next_free;
-    pthread_mutex_unlock(&conds_mu);
+    dm_unlock(&conds_mu);
     if (!ce && !(ce = malloc(sizeof *ce))) {
         cond_name_put(cn);
         return ENOMEM;
@@ -1704,10 +1704,10 @@ int dm_mapped_add_cond(const void *addr, const char *name, int flags)
 static void cond_remove(struct dm_cond_entry *ce)
 {
     struct dm_cond_name *cn = ce->cn;
-    pthread_mutex_lock(&conds_mu);
+    dm_lock(&conds_mu);
     ce->next_free = free_conds;
     free_conds = ce;
-    pthread_mutex_unlock(&conds_mu);
+    dm_unlock(&conds_mu);
     cond_name_put(cn);
 }
 
@@ -1997,9 +1997,9 @@ static void count_exiting(const void *addr, void *value, void *arg)
     struct dm_entry *e = value;
     if (e->kind != DM_ENTRY_MUTEX || !held_by_nobody_inside(e, *(const unsigned long *)arg))
         return;
-    pthread_mutex_lock(&e->nm->mu);
+    dm_lock(&e->nm->mu);
     e->nm->exiting++;
-    pthread_mutex_unlock(&e->nm->mu);
+    dm_unlock(&e->nm->mu);
 }
 
 /* The mutexes of a name exit released (the exiting thread's, and those
@@ -2034,26 +2034,26 @@ static void let_go(void)
     in_shim++;
     struct dm_name **idle = NULL;
     size_t n = 0;
-    pthread_mutex_lock(&names_mu);
+    dm_lock(&names_mu);
     idle = calloc(names.count ? names.count : 1, sizeof *idle);
     for (size_t i = 0; idle && i < names.n; i++)
         for (struct dm_name *nm = (struct dm_name *)names.b[i]; nm;
              nm = (struct dm_name *)nm->node.next) {
-            pthread_mutex_lock(&nm->mu);
+            dm_lock(&nm->mu);
             if (nm->state == NAME_HELD && nm->held && nm->users == 0) {
                 nm->refs++;             /* the pin, dropped by name_put below */
                 idle[n++] = nm;
             }
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
         }
-    pthread_mutex_unlock(&names_mu);
+    dm_unlock(&names_mu);
     for (size_t i = 0; i < n; i++) {
         struct dm_name *nm = idle[i];
-        pthread_mutex_lock(&nm->mu);
+        dm_lock(&nm->mu);
         int release = nm->state == NAME_HELD && nm->held && nm->users == 0;
         if (release)
             nm->state = NAME_RELEASING;
-        pthread_mutex_unlock(&nm->mu);
+        dm_unlock(&nm->mu);
         if (release)
             hold_release(nm);
         name_put(nm);
@@ -2085,22 +2085,22 @@ void dm_mapped_release_all(void)
     for (int i = 0; i < DM_TL_NAMES; i++) {
         struct dm_name *nm = tl_names[i].nm;
         if (tl_names[i].n > 0 && nm->rw) {
-            pthread_mutex_lock(&nm->mu);
+            dm_lock(&nm->mu);
             nm->exiting += tl_names[i].n;
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
         }
     }
     /* Pin the holds to give back (a reference each) and release them
      * outside names_mu: a release is a round trip. */
     struct dm_name **gone = NULL;
     size_t ngone = 0;
-    pthread_mutex_lock(&names_mu);
+    dm_lock(&names_mu);
     torn_down = 1;
     gone = calloc(names.count ? names.count : 1, sizeof *gone);
     for (size_t i = 0; gone && i < names.n; i++)
         for (struct dm_name *nm = (struct dm_name *)names.b[i]; nm;
              nm = (struct dm_name *)nm->node.next) {
-            pthread_mutex_lock(&nm->mu);
+            dm_lock(&nm->mu);
             if (nm->state == NAME_HELD && nm->held && nm->users <= nm->exiting) {
                 nm->refs++;
                 gone[ngone++] = nm;     /* its `exiting` is read again below */
@@ -2110,14 +2110,14 @@ void dm_mapped_release_all(void)
                             "thread(s) still inside", nm->cl->name, nm->users - nm->exiting);
                 nm->exiting = 0;
             }
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
         }
-    pthread_mutex_unlock(&names_mu);
+    dm_unlock(&names_mu);
     if (!gone)
         dm_warn("out of memory at exit: held locks end with their lease");
     for (size_t i = 0; i < ngone; i++) {
         struct dm_name *nm = gone[i];
-        pthread_mutex_lock(&nm->mu);
+        dm_lock(&nm->mu);
         /* Again: a thread may have joined a kept hold meanwhile (no round
          * trip needed), and is inside now. */
         int release = nm->state == NAME_HELD && nm->held && nm->users <= nm->exiting;
@@ -2126,10 +2126,10 @@ void dm_mapped_release_all(void)
             nm->state = NAME_RELEASING;
             nm->users = 0;      /* the holds nobody is inside end here */
             __atomic_store_n(&nm->exit_released, 1, __ATOMIC_RELAXED);
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
             hold_release(nm);
         } else {
-            pthread_mutex_unlock(&nm->mu);
+            dm_unlock(&nm->mu);
         }
     }
     dm_registry_foreach(forget_exiting, &me);

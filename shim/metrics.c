@@ -52,6 +52,7 @@
 #include "cluster.h"
 #include "dmutex.h"
 #include "log.h"
+#include "real.h"
 #include "stats.h"
 
 #define DM_METRICS_BUF      (64 * 1024)  /* the text is written in pieces of about this */
@@ -577,20 +578,20 @@ static void write_now(void)
 static void begin_write(void)
 {
     writing = 1;
-    pthread_mutex_unlock(&mu);
+    dm_unlock(&mu);
 }
 
 static void end_write(void)
 {
-    pthread_mutex_lock(&mu);
+    dm_lock(&mu);
     writing = 0;
-    pthread_cond_broadcast(&cv);
+    dm_cv_broadcast(&cv);
 }
 
 static void *writer_main(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&mu);
+    dm_lock(&mu);
     if (!stopping && !per_process) {
         /* Claim a shared file now: the process that locks first has it,
          * not the one that writes first. */
@@ -603,14 +604,14 @@ static void *writer_main(void *arg)
         struct timespec next;
         dm_deadline_in(&next, interval_ms);
         while (!stopping && !dm_ts_passed(&next))
-            pthread_cond_timedwait(&cv, &mu, &next);
+            dm_cv_timedwait(&cv, &mu, &next);
         if (stopping)
             break;
         begin_write();
         write_now();
         end_write();
     }
-    pthread_mutex_unlock(&mu);
+    dm_unlock(&mu);
     return NULL;
 }
 
@@ -618,7 +619,7 @@ void dm_metrics_start(void)
 {
     if (__atomic_load_n(&started, __ATOMIC_ACQUIRE))
         return;
-    pthread_mutex_lock(&mu);
+    dm_lock(&mu);
     if (!started && may_write && !stopping) {
         if (!cv_ready) {
             dm_cond_init_monotonic(&cv);
@@ -630,7 +631,7 @@ void dm_metrics_start(void)
                      strerror(r), path_tmpl);
     }
     __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&mu);
+    dm_unlock(&mu);
 }
 
 /* ---- exit ------------------------------------------------------------------ */
@@ -714,19 +715,19 @@ void dm_metrics_exit(void)
     dm_deadline_in(&dl, DM_METRICS_EXIT_WAIT_MS);
     int cs;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);    /* write(2) is a cancellation point */
-    int r = pthread_mutex_clocklock(&mu, CLOCK_MONOTONIC, &dl);
+    int r = dm_lock_clock(&mu, CLOCK_MONOTONIC, &dl);
     int mine = 0;
     if (r == 0) {
         stopping = 1;
         if (cv_ready)
-            pthread_cond_broadcast(&cv);
+            dm_cv_broadcast(&cv);
         while (writing && r == 0)
-            r = cv_ready ? pthread_cond_timedwait(&cv, &mu, &dl) : ETIMEDOUT;
+            r = cv_ready ? dm_cv_timedwait(&cv, &mu, &dl) : ETIMEDOUT;
         if (!writing) {
             writing = 1;        /* for good: nothing is written after this one */
             mine = 1;
         }
-        pthread_mutex_unlock(&mu);
+        dm_unlock(&mu);
     }
     if (!mine && may_write)
         dm_warn("metrics: exit: the writer did not let go within %d ms (%s): no last write "

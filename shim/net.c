@@ -179,7 +179,7 @@ static void ssl_rw_init(void)
     pthread_rwlockattr_t a;
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&ssl_rw, &a);
+    dm_rw_init(&ssl_rw, &a);
     pthread_rwlockattr_destroy(&a);
 }
 
@@ -212,7 +212,7 @@ static int ossl_usable(void)
 static void ssl_enter(struct ossl_errs *oe)
 {
     pthread_once(&ssl_rw_once, ssl_rw_init);
-    pthread_rwlock_rdlock(&ssl_rw);
+    dm_rw_rdlock(&ssl_rw);
     oe->n = 0;
     oe->e = NULL;
     if (!ossl_usable() || !ERR_peek_error())
@@ -250,7 +250,7 @@ static void ssl_leave(struct ossl_errs *oe)
     }
     free(oe->e);
     oe->e = NULL;
-    pthread_rwlock_unlock(&ssl_rw);
+    dm_rw_unlock(&ssl_rw);
 }
 
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -342,12 +342,12 @@ void dm_net_setup(const struct dm_tls_config *tls)
      * before the shim's destructor releases holds over TLS. */
     if (tls && tls->enabled)
         pthread_once(&ssl_once, ssl_init);
-    pthread_mutex_lock(&ctx_mu);
+    dm_lock(&ctx_mu);
     tcfg = tls && tls->enabled ? tls : NULL;
     if (ctx && !__atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE))
         SSL_CTX_free(ctx);      /* sessions hold their own reference */
     ctx = NULL;
-    pthread_mutex_unlock(&ctx_mu);
+    dm_unlock(&ctx_mu);
     ssl_leave(&oe);
 }
 
@@ -420,7 +420,7 @@ fail:
 /* The context for a new session, with a reference of its own. */
 static SSL_CTX *ctx_get(char *why, size_t len)
 {
-    pthread_mutex_lock(&ctx_mu);
+    dm_lock(&ctx_mu);
     SSL_CTX *x = NULL;
     if (!tcfg)
         snprintf(why, len, "TLS is not configured");
@@ -428,7 +428,7 @@ static SSL_CTX *ctx_get(char *why, size_t len)
         ctx = ctx_make(tcfg, why, len);
     if (ctx && SSL_CTX_up_ref(ctx) == 1)
         x = ctx;
-    pthread_mutex_unlock(&ctx_mu);
+    dm_unlock(&ctx_mu);
     return x;
 }
 
@@ -1293,9 +1293,9 @@ void dm_net_atfork(enum dm_fork_phase phase)
 {
     if (phase == DM_FORK_PREPARE) {
         pthread_once(&ssl_rw_once, ssl_rw_init);
-        pthread_rwlock_wrlock(&ssl_rw);
+        dm_rw_wrlock(&ssl_rw);
     } else if (phase == DM_FORK_PARENT) {
-        pthread_rwlock_unlock(&ssl_rw);
+        dm_rw_unlock(&ssl_rw);
     } else {
         ssl_rw_init();
         dm_fork_mutex(&ctx_mu, phase);

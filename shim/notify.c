@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "real.h"
 #include "redis.h"
 #include "util.h"
 
@@ -112,7 +113,7 @@ struct dm_notify_chan *dm_notify_chan(const char *channel)
 {
     size_t len = strlen(channel);
     size_t h = dm_hash_bytes(channel, len);
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     cv_init_locked();
     struct dm_notify_chan *ch = find_locked(channel, len, h);
     if (ch) {
@@ -128,7 +129,7 @@ struct dm_notify_chan *dm_notify_chan(const char *channel)
             ch = NULL;
         }
     }
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return ch;
 }
 
@@ -165,14 +166,14 @@ static void wake_thread(void)
 static void handler_quiesce_locked(struct dm_notify_chan *ch)
 {
     while (calling == ch && !(thread_running && pthread_equal(pthread_self(), sub_thread)))
-        pthread_cond_wait(&ncv, &nmu);
+        dm_cv_wait(&ncv, &nmu);
 }
 
 void dm_notify_chan_put(struct dm_notify_chan *ch)
 {
     if (!ch)
         return;
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     if (ch->refs == 1) {
         /* Ours is the last reference: it keeps the record alive while a
          * call of the handler in progress ends. */
@@ -181,7 +182,7 @@ void dm_notify_chan_put(struct dm_notify_chan *ch)
         handler_quiesce_locked(ch);
     }
     if (--ch->refs > 0) {
-        pthread_mutex_unlock(&nmu);
+        dm_unlock(&nmu);
         return;
     }
     ch->dead = 1;
@@ -195,7 +196,7 @@ void dm_notify_chan_put(struct dm_notify_chan *ch)
         unlink_locked(ch);
         chan_free(ch);
     }
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
 }
 
 /* The connection is gone, and every subscription with it: a dead record
@@ -383,7 +384,7 @@ static void on_reply(redisReply *r, int node)
     int cluster = dm_redis_cluster();
     if (r->type == REDIS_REPLY_ERROR && cluster) {
         refused_locked(node, r->str);
-        pthread_cond_broadcast(&ncv);
+        dm_cv_broadcast(&ncv);
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
@@ -420,10 +421,10 @@ static void on_reply(redisReply *r, int node)
             dm_notify_fn fn = ch->fn;
             void *arg = ch->fn_arg;
             calling = ch;
-            pthread_cond_broadcast(&ncv);
-            pthread_mutex_unlock(&nmu);
+            dm_cv_broadcast(&ncv);
+            dm_unlock(&nmu);
             fn(arg, m->str, m->len);
-            pthread_mutex_lock(&nmu);
+            dm_lock(&nmu);
             calling = NULL;
         }
     } else if (ch->sub_node != node) {
@@ -464,7 +465,7 @@ static void on_reply(redisReply *r, int node)
             resubscribe_locked(ch);
         }
     }
-    pthread_cond_broadcast(&ncv);
+    dm_cv_broadcast(&ncv);
 }
 
 /* The connection of `node` is gone, and every subscription on it: its
@@ -488,13 +489,13 @@ static void sub_lost(int node)
     dm_log_every(&log_last, DM_NOTIFY_LOG_EVERY_MS, DM_LOG_WARN,
                  "subscriber connection to redis at %s lost (%s); reconnecting",
                  dm_redis_conn_addr(&s->conn), s->conn.errstr);
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     sub_ctx[node] = NULL;
     dm_redis_close(&s->conn);
     reset_node = node;
     for_each_chan(chan_reset_node);     /* wake everyone: a notice may be lost */
-    pthread_cond_broadcast(&ncv);
-    pthread_mutex_unlock(&nmu);
+    dm_cv_broadcast(&ncv);
+    dm_unlock(&nmu);
 }
 
 /* Connects node's connection, unless its backoff says wait. 0 or -1. */
@@ -511,20 +512,20 @@ static int sub_connect(int node)
                      "release notices unavailable (%s); waiters retry on their own",
                      s->conn.errstr);
         s->retry_ms = dm_now_ms() + dm_backoff_next(&s->backoff);
-        pthread_mutex_lock(&nmu);
+        dm_lock(&nmu);
         link_down[node] = 1;            /* a subscription waits for nothing meanwhile */
-        pthread_cond_broadcast(&ncv);
-        pthread_mutex_unlock(&nmu);
+        dm_cv_broadcast(&ncv);
+        dm_unlock(&nmu);
         return -1;
     }
     dm_backoff_reset(&s->backoff);
     s->last_rx = dm_now_ms();
     s->ping_out = 0;
     s->wanted = 0;
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     sub_ctx[node] = s->conn.c;
     link_down[node] = 0;
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return 0;
 }
 
@@ -564,12 +565,12 @@ static int sub_read(int node)
     s->last_rx = dm_now_ms();
     s->ping_out = 0;
     redisReply *r;
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     while (redisGetReplyFromReader(c, (void **)&r) == REDIS_OK && r) {
         on_reply(r, node);
         freeReplyObject(r);
     }
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return c->err ? -1 : 0;
 }
 
@@ -585,14 +586,14 @@ static int keep_one(void)
 static struct timespec sleep_for_locked_timers(int timeout_ms)
 {
     long long now = dm_now_ns(), until = now + (long long)timeout_ms * 1000000LL;
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     for (struct dm_notify_timer *t = timers; t; t = t->next)
         if (t->at_ns < until)
             until = t->at_ns;
     if (until < now)
         until = now;
     sleeps_until = until;
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     long long d = until - now;
     return (struct timespec){ (time_t)(d / 1000000000LL), (long)(d % 1000000000LL) };
 }
@@ -633,7 +634,7 @@ void dm_notify_image_ends(long max_ms)
 /* Calls the timers that are due, one at a time, without nmu. */
 static void timers_run(void)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     sleeps_until = 0;
     for (;;) {
         long long now = dm_now_ns();
@@ -646,13 +647,13 @@ static void timers_run(void)
         *pp = due->next;
         due->armed = 0;
         timer_running = due;
-        pthread_mutex_unlock(&nmu);
+        dm_unlock(&nmu);
         due->fn(due->arg);
-        pthread_mutex_lock(&nmu);
+        dm_lock(&nmu);
         timer_running = NULL;
-        pthread_cond_broadcast(&ncv);
+        dm_cv_broadcast(&ncv);
     }
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
 }
 
 static void *notify_main(void *arg)
@@ -674,10 +675,10 @@ static void *notify_main(void *arg)
             unsigned long g = dm_redis_slots_gen();
             if (g != map_gen) {
                 map_gen = g;
-                pthread_mutex_lock(&nmu);
+                dm_lock(&nmu);
                 follow_map_locked();
-                pthread_cond_broadcast(&ncv);
-                pthread_mutex_unlock(&nmu);
+                dm_cv_broadcast(&ncv);
+                dm_unlock(&nmu);
             }
         }
         for (int i = 0; cluster && i < DM_REDIS_NODES_MAX; i++)
@@ -696,10 +697,10 @@ static void *notify_main(void *arg)
             sub_lost(0);
             continue;
         }
-        pthread_mutex_lock(&nmu);
+        dm_lock(&nmu);
         do_work_locked();
         int pending = work != NULL;
-        pthread_mutex_unlock(&nmu);
+        dm_unlock(&nmu);
 
         struct pollfd p[DM_REDIS_NODES_MAX + 1];
         int who[DM_REDIS_NODES_MAX + 1], np = 0, buffered = 0;
@@ -783,7 +784,7 @@ int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
                         void (*fn)(void *arg), void *arg)
 {
     int wake = 0;
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     cv_init_locked();
     int rc = start_thread_locked();
     if (rc == 0) {
@@ -801,7 +802,7 @@ int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
          * at the timers before it sleeps again). */
         wake = sleeps_until != 0 && t->at_ns < sleeps_until;
     }
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     if (wake)
         wake_thread();
     return rc;
@@ -809,7 +810,7 @@ int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
 
 void dm_notify_timer_cancel(struct dm_notify_timer *t)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     if (t->armed) {
         struct dm_notify_timer **pp = &timers;
         while (*pp != t)
@@ -818,20 +819,20 @@ void dm_notify_timer_cancel(struct dm_notify_timer *t)
         t->armed = 0;
     }
     while (timer_running == t && !(thread_running && pthread_equal(pthread_self(), sub_thread)))
-        pthread_cond_wait(&ncv, &nmu);
-    pthread_mutex_unlock(&nmu);
+        dm_cv_wait(&ncv, &nmu);
+    dm_unlock(&nmu);
 }
 
 int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     if (ch->state == CHAN_SUBSCRIBED) {
-        pthread_mutex_unlock(&nmu);
+        dm_unlock(&nmu);
         return 0;
     }
     int rc = start_thread_locked();
     if (rc != 0) {
-        pthread_mutex_unlock(&nmu);
+        dm_unlock(&nmu);
         dm_warn("cannot start the subscriber thread: %s", strerror(rc));
         return rc;
     }
@@ -848,27 +849,27 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
     /* The connection that would carry it failed to connect last time:
      * nothing to wait for (the thread keeps trying on its own). */
     while (ch->state != CHAN_SUBSCRIBED && !link_down[chan_node_locked(ch)]) {
-        if (pthread_cond_timedwait(&ncv, &nmu, &dl) == ETIMEDOUT)
+        if (dm_cv_timedwait(&ncv, &nmu, &dl) == ETIMEDOUT)
             break;
     }
     rc = ch->state == CHAN_SUBSCRIBED ? 0 : link_down[chan_node_locked(ch)] ? EAGAIN : ETIMEDOUT;
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return rc;
 }
 
 int dm_notify_is_subscribed(struct dm_notify_chan *ch)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     int yes = ch->state == CHAN_SUBSCRIBED;
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return yes;
 }
 
 unsigned long dm_notify_seq(struct dm_notify_chan *ch)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     unsigned long s = ch->seq;
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return s;
 }
 
@@ -877,43 +878,43 @@ int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_m
     struct timespec dl;
     dm_deadline_in(&dl, timeout_ms);
     int rc = 0;
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     while (ch->seq == seen) {
-        if (pthread_cond_timedwait(&ncv, &nmu, &dl) == ETIMEDOUT) {
+        if (dm_cv_timedwait(&ncv, &nmu, &dl) == ETIMEDOUT) {
             rc = ch->seq == seen ? ETIMEDOUT : 0;
             break;
         }
     }
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return rc;
 }
 
 void dm_notify_bump(struct dm_notify_chan *ch)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     ch->seq++;
     cv_init_locked();
-    pthread_cond_broadcast(&ncv);
-    pthread_mutex_unlock(&nmu);
+    dm_cv_broadcast(&ncv);
+    dm_unlock(&nmu);
 }
 
 static void wait_cancelled(void *arg)
 {
     (void)arg;
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
 }
 
 int dm_notify_wait_until(struct dm_notify_chan *ch, unsigned long seen,
                          const struct timespec *deadline)
 {
     volatile int rc = 0;        /* set between the cleanup's setjmp and its pop */
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     cv_init_locked();
     pthread_cleanup_push(wait_cancelled, NULL);
     while (ch->seq == seen) {
         if (!deadline) {
-            pthread_cond_wait(&ncv, &nmu);
-        } else if (pthread_cond_timedwait(&ncv, &nmu, deadline) == ETIMEDOUT) {
+            dm_cv_wait(&ncv, &nmu);
+        } else if (dm_cv_timedwait(&ncv, &nmu, deadline) == ETIMEDOUT) {
             rc = ch->seq == seen ? ETIMEDOUT : 0;
             break;
         }
@@ -924,7 +925,7 @@ int dm_notify_wait_until(struct dm_notify_chan *ch, unsigned long seen,
 
 size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     size_t n = ch->last ? ch->last_len : 0;
     if (len > 0) {
         size_t c = n < len - 1 ? n : len - 1;
@@ -934,17 +935,17 @@ size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len)
             memcpy(buf, ch->last, c);
         buf[c] = 0;
     }
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
     return n;
 }
 
 void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg)
 {
-    pthread_mutex_lock(&nmu);
+    dm_lock(&nmu);
     ch->fn = fn;
     ch->fn_arg = arg;
     handler_quiesce_locked(ch);
-    pthread_mutex_unlock(&nmu);
+    dm_unlock(&nmu);
 }
 
 unsigned long dm_notify_received(void)

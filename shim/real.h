@@ -1,8 +1,9 @@
 /* real: the table of glibc's own functions behind the interposed ones, and
- * their resolution. The bottom of the shim: it includes nothing of the shim
- * but log.h, and every module that must call glibc underneath the exported
- * symbols (preload's passthrough, mapped's real locks, startup's loader
- * calls, net's dlopen of libssl) goes through dm_real. */
+ * their resolution. Next to the bottom of the shim: it includes nothing of
+ * the shim but log.h (log includes nothing). Every module that must call
+ * glibc underneath the exported symbols goes through dm_real: preload's
+ * passthrough, mapped's real locks, startup's loader calls, net's dlopen of
+ * libssl, and every module's own locks (dm_lock and friends, below). */
 #ifndef DM_REAL_H
 #define DM_REAL_H
 
@@ -76,6 +77,33 @@ extern struct dm_real dm_real __attribute__((visibility("hidden")));
  * same values). A function glibc does not have ends the process with
  * DM_REAL_EX_MISSING before anything could run unprotected. */
 void dm_real_resolve(void);
+
+/* The shim's own mutexes, conds and rwlocks. Every module but the
+ * interposers (preload, trace/record) locks its own state through these,
+ * never through the pthread names: those bind, at run time, to the shim's
+ * own exported wrappers, which would look each internal lock up among the
+ * program's mapped mutexes (a stale mapped address, a heap mutex freed
+ * without destroy, would make an internal mutex a cluster lock) and run
+ * the shim inside itself. tests/internal_locks.test.sh holds every object
+ * of shim/ to it. */
+static inline int dm_lock(pthread_mutex_t *m) { return dm_real.mutex_lock(m); }
+static inline int dm_unlock(pthread_mutex_t *m) { return dm_real.mutex_unlock(m); }
+static inline int dm_lock_clock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
+{ return dm_real.mutex_clocklock(m, c, t); }
+static inline int dm_mutex_destroy(pthread_mutex_t *m) { return dm_real.mutex_destroy(m); }
+static inline int dm_cv_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{ return dm_real.cond_init(c, a); }
+static inline int dm_cv_destroy(pthread_cond_t *c) { return dm_real.cond_destroy(c); }
+static inline int dm_cv_wait(pthread_cond_t *c, pthread_mutex_t *m) { return dm_real.cond_wait(c, m); }
+static inline int dm_cv_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
+{ return dm_real.cond_timedwait(c, m, t); }
+static inline int dm_cv_signal(pthread_cond_t *c) { return dm_real.cond_signal(c); }
+static inline int dm_cv_broadcast(pthread_cond_t *c) { return dm_real.cond_broadcast(c); }
+static inline int dm_rw_init(pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
+{ return dm_real.rwlock_init(l, a); }
+static inline int dm_rw_rdlock(pthread_rwlock_t *l) { return dm_real.rwlock_rdlock(l); }
+static inline int dm_rw_wrlock(pthread_rwlock_t *l) { return dm_real.rwlock_wrlock(l); }
+static inline int dm_rw_unlock(pthread_rwlock_t *l) { return dm_real.rwlock_unlock(l); }
 
 /* A pthread-level result (0 or an errno value) as a C11 <threads.h> call
  * returns it, the way glibc's own mtx_* and cnd_* turn the result of the

@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "lua_scripts.h"
+#include "real.h"
 #include "sentinel.h"
 #include "slots.h"
 #include "util.h"
@@ -528,13 +529,13 @@ static struct dm_conn *pool_get(int node, int any, int fresh)
     struct dm_conn *conn = NULL;
     struct pool *pl = &pools[node >= 0 && node < DM_SLOTS_NODES_MAX ? node : 0];
     while (!fresh) {
-        pthread_mutex_lock(&pool_mu);
+        dm_lock(&pool_mu);
         conn = pl->idle;
         if (conn) {
             pl->idle = conn->next;
             pl->nidle--;
         }
-        pthread_mutex_unlock(&pool_mu);
+        dm_unlock(&pool_mu);
         if (!conn || !dm_redis_conn_stale(conn))
             break;
         dm_redis_close(conn);   /* to a node that is no longer the primary */
@@ -748,14 +749,14 @@ void dm_redis_put(struct dm_conn *conn)
         return;
     if (conn->c && conn->err != DM_REDIS_IO && conn->err != DM_REDIS_WRONG_NODE) {
         struct pool *pl = &pools[conn->node >= 0 && conn->node < DM_SLOTS_NODES_MAX ? conn->node : 0];
-        pthread_mutex_lock(&pool_mu);
+        dm_lock(&pool_mu);
         if (pl->nidle < DM_POOL_IDLE_MAX) {
             conn->next = pl->idle;
             pl->idle = conn;
             pl->nidle++;
             conn = NULL;
         }
-        pthread_mutex_unlock(&pool_mu);
+        dm_unlock(&pool_mu);
     }
     if (conn) {
         dm_redis_close(conn);
@@ -1069,7 +1070,7 @@ int dm_redis_script_nowait(struct dm_conn *conn, enum dm_script s, int nkeys, in
 static struct dm_conn *pool_take_late(void)
 {
     struct dm_conn *found = NULL;
-    pthread_mutex_lock(&pool_mu);
+    dm_lock(&pool_mu);
     for (int i = 0; i < DM_SLOTS_NODES_MAX && !found; i++)
         for (struct dm_conn **pp = &pools[i].idle; *pp; pp = &(*pp)->next)
             if ((*pp)->nlate > 0) {
@@ -1078,7 +1079,7 @@ static struct dm_conn *pool_take_late(void)
                 pools[i].nidle--;
                 break;
             }
-    pthread_mutex_unlock(&pool_mu);
+    dm_unlock(&pool_mu);
     return found;
 }
 
@@ -1086,7 +1087,7 @@ int dm_redis_flush_older(void)
 {
     struct dm_conn *take[DM_REDIS_LATE_MAX];
     int n = 0, left = 0;
-    pthread_mutex_lock(&pool_mu);
+    dm_lock(&pool_mu);
     for (int i = 0; i < DM_SLOTS_NODES_MAX; i++)
         for (struct dm_conn **pp = &pools[i].idle; *pp;) {
             struct dm_conn *c = *pp;
@@ -1102,7 +1103,7 @@ int dm_redis_flush_older(void)
             left += c->nlate > 0;
             pp = &c->next;
         }
-    pthread_mutex_unlock(&pool_mu);
+    dm_unlock(&pool_mu);
     for (int i = 0; i < n; i++) {
         take[i]->late_seen = 0;
         late_drain(take[i]);

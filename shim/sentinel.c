@@ -33,6 +33,7 @@
 
 #include "log.h"
 #include "net.h"
+#include "real.h"
 #include "util.h"
 
 #define DM_SENTINEL_PING_MS       2000  /* idle time before a PING checks the link */
@@ -209,11 +210,11 @@ static int set_known_locked(const struct dm_primary *p)
  * the thread's own question): log it and wake the hook's owner. */
 static void switched(const struct dm_primary *p, const char *how)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     char old[DM_SENTINEL_HOST_MAX + 16];
     snprintf(old, sizeof old, "%s:%d", known.host, known.port);
     int changed = set_known_locked(p);
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     if (!changed)
         return;
     if (strcmp(old, ":0") == 0)     /* the first answer: nothing moved */
@@ -347,24 +348,24 @@ static void start_watch_locked(void)
 int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *answered)
 {
     *answered = 0;
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     start_watch_locked();
     if (known_ok) {
         *out = known;
-        pthread_mutex_unlock(&smu);
+        dm_unlock(&smu);
         return 0;
     }
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
 
-    pthread_mutex_lock(&ask_mu);
-    pthread_mutex_lock(&smu);
+    dm_lock(&ask_mu);
+    dm_lock(&smu);
     int ok = known_ok;      /* another thread's round may have answered meanwhile */
     if (ok)
         *out = known;
     size_t first = next_sentinel;
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     if (ok) {
-        pthread_mutex_unlock(&ask_mu);
+        dm_unlock(&ask_mu);
         return 0;
     }
     size_t o = (size_t)snprintf(err, errlen, "no sentinel named the primary of \"%s\":",
@@ -383,13 +384,13 @@ int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *a
         }
         *answered |= said;
         if (rc == 0) {
-            pthread_mutex_lock(&smu);
+            dm_lock(&smu);
             int first = known.port == 0;
             int moved = set_known_locked(&p) && !first;
             next_sentinel = i;
             *out = known;
-            pthread_mutex_unlock(&smu);
-            pthread_mutex_unlock(&ask_mu);
+            dm_unlock(&smu);
+            dm_unlock(&ask_mu);
             if (moved)
                 dm_hooks_call(&switch_hooks);   /* found here before the +switch-master notice came */
             return 0;
@@ -398,7 +399,7 @@ int dm_sentinel_primary(struct dm_primary *out, char *err, size_t errlen, int *a
             o += (size_t)snprintf(err + o, errlen - o, "%s sentinel %s:%d: %s", k ? ";" : "",
                                   e->host, e->port, why);
     }
-    pthread_mutex_unlock(&ask_mu);
+    dm_unlock(&ask_mu);
     return -1;
 }
 
@@ -406,7 +407,7 @@ void dm_sentinel_stale(unsigned long gen)
 {
     if (!dm_sentinel_enabled())
         return;
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     if (gen == known.gen && known_ok) {
         known_ok = 0;
         /* The next round starts at the next sentinel: the one that named
@@ -414,18 +415,18 @@ void dm_sentinel_stale(unsigned long gen)
          * primary, or a replica) and would name it again, forever. */
         next_sentinel = (next_sentinel + 1) % scfg->nsentinels;
     }
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
 }
 
 void dm_sentinel_describe(char *buf, size_t len)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     if (known.port > 0) {
         snprintf(buf, len, "%s:%d (primary of %s)", known.host, known.port, scfg->master);
-        pthread_mutex_unlock(&smu);
+        dm_unlock(&smu);
         return;
     }
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     size_t o = (size_t)snprintf(buf, len, "primary of %s (sentinels", scfg->master);
     for (size_t i = 0; i < scfg->nsentinels && o < len; i++)
         o += (size_t)snprintf(buf + o, len - o, "%s%s:%d", i ? "," : " ",

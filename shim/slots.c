@@ -6,6 +6,8 @@
  * (node + 1, 0: unknown). */
 #include "slots.h"
 
+#include "real.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +34,7 @@ static struct dm_hooks change_hooks;   /* notify's thread, cluster's release res
 
 void dm_slots_setup(const struct dm_redis_config *cfg)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     enabled = cfg->ncluster > 0;
     nnodes = 0;
     for (size_t i = 0; i < cfg->ncluster && nnodes < DM_SLOTS_NODES_MAX; i++) {
@@ -43,7 +45,7 @@ void dm_slots_setup(const struct dm_redis_config *cfg)
     nseeds = nnodes;
     memset(map, 0, sizeof map);
     want_refresh = 1;
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
 }
 
 int dm_slots_enabled(void)
@@ -140,28 +142,28 @@ unsigned long dm_slots_node_epoch(int node)
 
 int dm_slots_node_of(unsigned slot)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     int n = map[slot & (DM_SLOTS_COUNT - 1)] - 1;
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     return n;
 }
 
 int dm_slots_want_refresh(void)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     long long now = dm_now_ms();
     int yes = want_refresh && now - refreshed_ms >= DM_SLOTS_REFRESH_MIN_MS;
     if (yes)
         refreshed_ms = now;     /* one thread asks; the others go on with the map */
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     return yes;
 }
 
 void dm_slots_stale(void)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     want_refresh = 1;
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
 }
 
 /* The address of a node entry of CLUSTER SLOTS ({endpoint, port, id,
@@ -191,7 +193,7 @@ int dm_slots_update(const redisReply *r)
     if (!r || r->type != REDIS_REPLY_ARRAY)
         return -1;
     static unsigned short next[DM_SLOTS_COUNT];
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     memset(next, 0, sizeof next);
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
@@ -218,7 +220,7 @@ int dm_slots_update(const redisReply *r)
     }
     want_refresh = 0;
     refreshed_ms = dm_now_ms();
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     if (changed)
         dm_hooks_call(&change_hooks);
     return 0;
@@ -292,7 +294,7 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node)
     int port;
     if (!parse(msg, ask, slot, &h, &hl, &port))
         return 0;
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     /* "?": the node is not named; the map (which has its IP) is asked again */
     *node = unknown_host(h, hl) ? -1 : node_index_locked(h, hl, port, NULL);
     if (*node < 0)
@@ -304,7 +306,7 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node)
     }
     if (!*ask)
         want_refresh = 1;   /* other slots may have moved with it */
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     if (changed)
         dm_hooks_call(&change_hooks);
     return 1;
@@ -312,21 +314,21 @@ int dm_slots_redirect(const char *msg, int *ask, unsigned *slot, int *node)
 
 int dm_slots_node_addr(int node, char *host, size_t hostlen, int *port)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     int ok = node >= 0 && node < nnodes;
     if (ok) {
         snprintf(host, hostlen, "%s", nodes[node].host);
         *port = nodes[node].port;
     }
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     return ok ? 0 : -1;
 }
 
 int dm_slots_nnodes(void)
 {
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     int n = nnodes;
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     return n;
 }
 
@@ -334,7 +336,7 @@ int dm_slots_primaries(int *out, int max)
 {
     unsigned char seen[DM_SLOTS_NODES_MAX] = { 0 };
     int k = 0;
-    pthread_mutex_lock(&smu);
+    dm_lock(&smu);
     for (int s = 0; s < DM_SLOTS_COUNT; s++) {
         int n = map[s] - 1;
         if (n >= 0 && !seen[n] && k < max) {
@@ -342,7 +344,7 @@ int dm_slots_primaries(int *out, int max)
             out[k++] = n;
         }
     }
-    pthread_mutex_unlock(&smu);
+    dm_unlock(&smu);
     return k;
 }
 

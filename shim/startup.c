@@ -130,7 +130,7 @@ static void config_fail(const char *fmt, const char *a, const char *b)
     char line[DM_ERR_MAX * 2];
     snprintf(line, sizeof line, fmt, a, b);
     dm_error("%s", line);
-    _exit(DM_EX_CONFIG);
+    dm_real.exit_now(DM_EX_CONFIG);
 }
 
 /* An error of one entry at start: the end of the program, or, checking,
@@ -361,9 +361,9 @@ static int map_address(const struct dm_config *cfg, const struct dm_mutex_config
  * view taken after that dlopen. */
 static void sync_objects(void)
 {
-    pthread_mutex_lock(&objects_mu);
+    dm_lock(&objects_mu);
     unsigned long gen = ++objects_gen;
-    pthread_mutex_unlock(&objects_mu);
+    dm_unlock(&objects_mu);
     int changed = 0;
     for (size_t i = 0; i < nobject_entries; i++) {
         struct object_entry *oe = &object_entries[i];
@@ -371,14 +371,14 @@ static void sync_objects(void)
         int loaded = dm_symbols_bias(oe->mc->object, &bias);
         int resolved = 0, failed = 0;
         for (;;) {
-            pthread_mutex_lock(&objects_mu);
+            dm_lock(&objects_mu);
             if (oe->gen >= gen) {
-                pthread_mutex_unlock(&objects_mu);
+                dm_unlock(&objects_mu);
                 break;          /* a later sync has applied a newer view */
             }
             int need = loaded && !(oe->addr && oe->bias == bias) && !resolved && !failed;
             if (need) {
-                pthread_mutex_unlock(&objects_mu);
+                dm_unlock(&objects_mu);
                 /* A failed lookup is not retried. It is only reported
                  * when the object is still there as observed: else it
                  * was unloaded meanwhile, and that dlclose's sync says
@@ -409,7 +409,7 @@ static void sync_objects(void)
                 changed = 1;
             }
             oe->gen = gen;
-            pthread_mutex_unlock(&objects_mu);
+            dm_unlock(&objects_mu);
             break;
         }
     }
@@ -700,7 +700,7 @@ static void (*const fork_order[])(enum dm_fork_phase) = {
 
 static void atfork_prepare(void)
 {
-    pthread_mutex_lock(&objects_mu);
+    dm_lock(&objects_mu);
     for (size_t i = 0; i < FORK_MODULES; i++)
         fork_order[i](DM_FORK_PREPARE);
 }
@@ -711,7 +711,7 @@ static void atfork_after(enum dm_fork_phase phase)
         fork_order[i](phase);
     /* A normal mutex: in the child, unlocked by the thread that is now the
      * child's. */
-    pthread_mutex_unlock(&objects_mu);
+    dm_unlock(&objects_mu);
 }
 
 static void atfork_parent(void)
@@ -811,7 +811,7 @@ static void check_exit(int summary)
         dm_error("%d error%s: the program would not start", check_errors,
                  check_errors == 1 ? "" : "s");
     fflush(stdout);
-    _exit(check_errors ? DM_EX_CONFIG : 0);
+    dm_real.exit_now(check_errors ? DM_EX_CONFIG : 0);
 }
 
 __attribute__((constructor)) static void dm_startup_start(void)

@@ -12,6 +12,7 @@
 #include "symbols.h"
 
 #include "elfsyms.h"
+#include "real.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -118,8 +119,8 @@ static const char *base_name(const char *path)
  * child with cache_lock held by a thread that does not exist there:
  * startup's fork handlers (the one place fork handling is registered, in
  * the one lock order) call these. */
-void dm_symbols_atfork_prepare(void) { pthread_mutex_lock(&cache_lock); }
-void dm_symbols_atfork_release(void) { pthread_mutex_unlock(&cache_lock); }
+void dm_symbols_atfork_prepare(void) { dm_lock(&cache_lock); }
+void dm_symbols_atfork_release(void) { dm_unlock(&cache_lock); }
 
 static void init(void)
 {
@@ -137,10 +138,10 @@ static void free_table(struct table *t)
 void dm_symbols_flush(void)
 {
     pthread_once(&init_once, init);
-    pthread_mutex_lock(&cache_lock);
+    dm_lock(&cache_lock);
     struct table *t = cache;
     cache = NULL;
-    pthread_mutex_unlock(&cache_lock);
+    dm_unlock(&cache_lock);
     while (t) {
         struct table *next = t->next;
         free_table(t);
@@ -640,14 +641,14 @@ static GElf_Xword exe_size_at(const char *name, uintptr_t p)
         return 0;
     GElf_Xword size = 0;
     struct table *t;
-    pthread_mutex_lock(&cache_lock);
+    dm_lock(&cache_lock);
     if (get_table(&exe, &t, NULL, 0) == 0) {
         for (size_t i = lower_bound(t, name, strlen(name) + 1);
              i < t->nsyms && strcmp(t->syms[i].name, name) == 0; i++)
             if (!t->syms[i].absolute && t->bias + t->syms[i].value == p)
                 size = t->syms[i].size;
     }
-    pthread_mutex_unlock(&cache_lock);
+    dm_unlock(&cache_lock);
     return size;
 }
 
@@ -686,7 +687,7 @@ static int resolve(const char *object, const char *symbol, enum want want,
     if (rc != 0)
         return rc;
 
-    pthread_mutex_lock(&cache_lock);
+    dm_lock(&cache_lock);
     struct table *t = NULL;
     const struct sym *s = NULL;
     rc = get_table(o, &t, err, errlen);
@@ -696,7 +697,7 @@ static int resolve(const char *object, const char *symbol, enum want want,
         *out = *s;              /* a copy, without pointers into a table */
         out->name = out->file = NULL;   /* that a flush may free */
     }
-    pthread_mutex_unlock(&cache_lock);
+    dm_unlock(&cache_lock);
     if (rc != 0)
         return rc;
 
@@ -917,7 +918,7 @@ int dm_symbols_where(uintptr_t addr, int code, struct dm_symbols_where *w)
     w->vaddr = addr - o->bias;
     snprintf(w->build_id, sizeof w->build_id, "%s", o->build_id);
 
-    pthread_mutex_lock(&cache_lock);
+    dm_lock(&cache_lock);
     struct table *t = NULL;
     char err[8];
     if (get_table(o, &t, err, sizeof err) == 0) {
@@ -932,7 +933,7 @@ int dm_symbols_where(uintptr_t addr, int code, struct dm_symbols_where *w)
             w->sym_local = is_local(s);
         }
     }
-    pthread_mutex_unlock(&cache_lock);
+    dm_unlock(&cache_lock);
     free(o);
     return 0;
 }

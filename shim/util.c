@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "real.h"       /* the one shim header below util: its own locks go to glibc */
+
 #define DM_NS_PER_S  1000000000L
 #define DM_NS_PER_MS 1000000L
 
@@ -105,7 +107,7 @@ int dm_cond_init_monotonic(pthread_cond_t *cv)
     if (rc != 0)
         return rc;
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(cv, &a);
+    rc = dm_cv_init(cv, &a);
     pthread_condattr_destroy(&a);
     return rc;
 }
@@ -239,9 +241,9 @@ void dm_htab_clear(struct dm_htab *t)
 
 struct dm_htab_stats dm_htab_stats(const struct dm_htab *t, pthread_mutex_t *mu)
 {
-    pthread_mutex_lock(mu);
+    dm_lock(mu);
     struct dm_htab_stats st = { t->count, t->probes };
-    pthread_mutex_unlock(mu);
+    dm_unlock(mu);
     return st;
 }
 
@@ -268,9 +270,9 @@ void dm_hooks_call(struct dm_hooks *h)
 void dm_fork_mutex(pthread_mutex_t *mu, enum dm_fork_phase phase)
 {
     if (phase == DM_FORK_PREPARE) {
-        pthread_mutex_lock(mu);
+        dm_lock(mu);
     } else if (phase == DM_FORK_PARENT) {
-        pthread_mutex_unlock(mu);
+        dm_unlock(mu);
     } else {
         pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
         memcpy(mu, &fresh, sizeof fresh);

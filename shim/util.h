@@ -2,8 +2,9 @@
  * monotonic time in milliseconds, deadlines on CLOCK_MONOTONIC, sleeping,
  * capped exponential backoff with jitter, condition variables that wait on
  * CLOCK_MONOTONIC, a module mutex's fork handling, the start of the shim's
- * own threads, and the intrusive hash table of named records. The bottom
- * layer: includes no shim header, does no I/O, never logs; it allocates
+ * own threads, and the intrusive hash table of named records. Just above
+ * the bottom (log, then real: util.c locks through real.h): this header
+ * includes no shim header; util does no I/O, never logs, and allocates
  * only the hash table's buckets (and the stacks of the threads it starts). */
 #ifndef DM_UTIL_H
 #define DM_UTIL_H

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "real.h"
 #include "redis.h"
 #include "util.h"
 
@@ -144,7 +145,7 @@ static void *deadline_main(void *arg)
 {
     (void)arg;
     const struct dm_config *cfg = dm_cluster_config();
-    pthread_mutex_lock(&wmu);
+    dm_lock(&wmu);
     for (;;) {
         long long now = dm_now_ms();
         check_deadlines_locked(now);
@@ -158,7 +159,7 @@ static void *deadline_main(void *arg)
         long long d = wake > now ? wake - now : 1;
         dm_deadline_in(&ts, (long)d);
         deadline_wake_ms = now + d;
-        pthread_cond_timedwait(&dcv, &wmu, &ts);
+        dm_cv_timedwait(&dcv, &wmu, &ts);
     }
     return NULL;
 }
@@ -402,7 +403,7 @@ static void *watchdog_main(void *arg)
     long min_gap = cfg->renew_ms / 4 > 0 ? cfg->renew_ms / 4 : 1;
     long long last_round = 0;
 
-    pthread_mutex_lock(&wmu);
+    dm_lock(&wmu);
     for (;;) {
         /* Sleep until the first hold is due (one round renews them all). */
         for (;;) {
@@ -420,7 +421,7 @@ static void *watchdog_main(void *arg)
             long long d = wake - now < cfg->renew_ms ? wake - now : cfg->renew_ms;
             struct timespec ts;
             dm_deadline_in(&ts, (long)d);
-            pthread_cond_timedwait(&wcv, &wmu, &ts);
+            dm_cv_timedwait(&wcv, &wmu, &ts);
         }
         wd_wake_ms = LLONG_MAX;
         last_round = dm_now_ms();
@@ -447,7 +448,7 @@ static void *watchdog_main(void *arg)
             memcpy(snaps[n].owner, h->owner, sizeof h->owner);
             n++;
         }
-        pthread_mutex_unlock(&wmu);
+        dm_unlock(&wmu);
 
         if (conn.c && dm_redis_conn_stale(&conn)) {
             /* Sentinel: the primary moved; renew on the new one. */
@@ -472,7 +473,7 @@ static void *watchdog_main(void *arg)
         else if (n > 0 && conn.c && (res = calloc(n, sizeof *res)) != NULL)
             got = renew_pipeline(&conn, snaps, n, res, lease, io_ms, &log_last);
 
-        pthread_mutex_lock(&wmu);
+        dm_lock(&wmu);
         for (size_t i = 0; res && i < got; i++)
             apply(&snaps[i], res[i], sent);
         /* The holds the round could not renew at all (no connection, or
@@ -481,7 +482,7 @@ static void *watchdog_main(void *arg)
             apply(&snaps[i], RENEW_UNKNOWN, sent);
         free(res);
         rounds_done = round;
-        pthread_cond_broadcast(&round_cv);
+        dm_cv_broadcast(&round_cv);
     }
     return NULL;
 }
@@ -504,7 +505,7 @@ static void unlink_locked(struct dm_hold *h)
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
 {
     int rc = 0;
-    pthread_mutex_lock(&wmu);
+    dm_lock(&wmu);
     cv_init_locked();
     __atomic_store_n(&h->lease_ms, lease_ms, __ATOMIC_RELAXED);
     __atomic_store_n(&h->renewed_ms, asked_ms, __ATOMIC_RELEASE);
@@ -512,9 +513,9 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
      * anyway: a lock/unlock cycle must not cost two context switches. */
     const struct dm_config *cfg = dm_cluster_config();
     if (due_ms(h, cfg) < wd_wake_ms)
-        pthread_cond_signal(&wcv);
+        dm_cv_signal(&wcv);
     if (asked_ms + lease_ms - cfg->lease_margin_ms < deadline_wake_ms)
-        pthread_cond_signal(&dcv);
+        dm_cv_signal(&dcv);
     h->gen++;
     __atomic_store_n(&h->lost, 0, __ATOMIC_RELEASE);
     h->registered = 1;
@@ -539,22 +540,22 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
                      strerror(rc));
         }
     }
-    pthread_mutex_unlock(&wmu);
+    dm_unlock(&wmu);
     return rc;
 }
 
 void dm_watchdog_forget(struct dm_hold *h)
 {
-    pthread_mutex_lock(&wmu);
+    dm_lock(&wmu);
     cv_init_locked();
     while (h->snap_round > rounds_done)
-        pthread_cond_wait(&round_cv, &wmu);
-    pthread_mutex_unlock(&wmu);
+        dm_cv_wait(&round_cv, &wmu);
+    dm_unlock(&wmu);
 }
 
 int dm_watchdog_remove(struct dm_hold *h)
 {
-    pthread_mutex_lock(&wmu);
+    dm_lock(&wmu);
     /* Past its loss deadline, not declared yet (the process was stopped
      * and the deadline thread has not run since): declared here, as that
      * thread would, before the release, whose answer can no longer be
@@ -565,7 +566,7 @@ int dm_watchdog_remove(struct dm_hold *h)
         declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
     int lost = h->lost;
     unlink_locked(h);
-    pthread_mutex_unlock(&wmu);
+    dm_unlock(&wmu);
     return lost;
 }
 
@@ -605,9 +606,9 @@ unsigned long dm_watchdog_lost_count(void)
 
 void dm_watchdog_foreach(void (*fn)(struct dm_hold *h))
 {
-    pthread_mutex_lock(&wmu);
+    dm_lock(&wmu);
     struct dm_hold *h = holds;
-    pthread_mutex_unlock(&wmu);
+    dm_unlock(&wmu);
     /* Called at exit: the list is walked without the mutex so a stuck
      * watchdog round cannot hold the exit up. */
     for (; h; h = h->next)

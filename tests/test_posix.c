@@ -36,6 +36,7 @@
 
 #define POSIXPROG       TH_BUILD "/tests/progs/posixprog"
 #define API_WEAK        TH_BUILD "/tests/progs/api_weak"
+#define STALEPROG       TH_BUILD "/tests/progs/staleprog"
 #define PSX_HOST        TH_BUILD "/tests/posix/psx_host"
 #define PSX_CXX         TH_BUILD "/tests/posix/psx_cxx"
 #define EX_CONFIG       78
@@ -906,6 +907,29 @@ static void test_heap_mutex_reused_by_another_init_is_unmapped(void **state)
     assert_int_equal(th_script_calls(rc), 2);        /* the account's one section only */
 }
 
+/* The stale address the other way round: a program frees a mapped heap
+ * mutex without pthread_mutex_destroy, and the shim's next record of a name
+ * lands in that memory (staleprog's calloc makes sure it does, with the
+ * record's own mutex at the stale address). The shim locking its own
+ * mutex there (dmutex_token does) must not take the cluster lock of the
+ * stale name: the shim's internal locks go to glibc, not through the
+ * exported pthread_mutex_lock (tests/internal_locks.test.sh). Before they
+ * did, this run cost six script calls, the stale name taken and given
+ * back once more. */
+static void test_a_stale_mapped_address_never_captures_the_shims_own_mutex(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg", "mutexes = ();\n"));
+    char *out = th_out_file();
+    th_reset_stats(rc);
+    char *text = finish(run(shim_env(cfg), out, STALEPROG, "t23b_", NULL), out, 0);
+    th_assert_has(text, "stale trap=1 ");
+    if (strstr(text, "token=0\n"))
+        fail_msg("the fresh name's holder read no token:\n%s", text);
+    free(text);
+    assert_int_equal(th_script_calls(rc), 4);        /* two sections, acquire and release each */
+}
+
 static void test_std_mutex_global_excludes(void **state)
 {
     (void)state;
@@ -1327,6 +1351,7 @@ int main(void)
         T(test_heap_mutex_by_init_site_excludes),
         T(test_init_site_nested_holds_are_reentrant),
         T(test_heap_mutex_reused_by_another_init_is_unmapped),
+        T(test_a_stale_mapped_address_never_captures_the_shims_own_mutex),
         T(test_std_mutex_global_excludes),
         T(test_struct_offset_and_array_index),
         T(test_ambiguous_static_is_an_error_listing_candidates),

@@ -62,6 +62,10 @@ PROG_LIBS_condprog = $(shell pkg-config --libs hiredis)
 PROG_LIBS_rwprog = $(shell pkg-config --libs hiredis)
 PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl
 PROG_LIBS_c11prog = $(shell pkg-config --libs hiredis)
+# staleprog places a mutex where the shim's next name record's own mutex
+# goes (shim/mapped_impl.h), and its calloc is the shim's (-rdynamic).
+PROG_LIBS_staleprog = -Ishim $(shell pkg-config --cflags hiredis libconfig) -rdynamic -ldl
+$(B)/tests/progs/staleprog: shim/mapped_impl.h
 # sslprog is a program with an OpenSSL of its own (test_tls).
 PROG_LIBS_sslprog = $(shell pkg-config --libs libssl libcrypto)
 # api_weak includes include/dmutex.h, the public header, as a user would.
