@@ -12,57 +12,96 @@
 #include <threads.h>
 #include <time.h>
 
+/* The list, written once: the struct, its first resolvers and the lookup
+ * (real.c) are generated from it. Each entry: how it returns (R: a value,
+ * V: nothing, N: never), the type, the member, glibc's symbol, the symbol
+ * version to ask for (NULL: the default), the parameters, the arguments. */
+#define DM_REAL_FUNCS(X)                                                                           \
+    X(R, int, mutex_init, "pthread_mutex_init", NULL,                                              \
+      (pthread_mutex_t *m, const pthread_mutexattr_t *a), (m, a))                                  \
+    X(R, int, mutex_destroy, "pthread_mutex_destroy", NULL, (pthread_mutex_t *m), (m))             \
+    X(R, int, mutex_lock, "pthread_mutex_lock", NULL, (pthread_mutex_t *m), (m))                   \
+    X(R, int, mutex_trylock, "pthread_mutex_trylock", NULL, (pthread_mutex_t *m), (m))             \
+    X(R, int, mutex_timedlock, "pthread_mutex_timedlock", NULL,                                    \
+      (pthread_mutex_t *m, const struct timespec *t), (m, t))                                      \
+    X(R, int, mutex_clocklock, "pthread_mutex_clocklock", NULL,                                    \
+      (pthread_mutex_t *m, clockid_t c, const struct timespec *t), (m, c, t))                      \
+    X(R, int, mutex_unlock, "pthread_mutex_unlock", NULL, (pthread_mutex_t *m), (m))               \
+    X(R, int, mutex_consistent, "pthread_mutex_consistent", NULL, (pthread_mutex_t *m), (m))       \
+    /* The condvar functions exist in two ABIs on x86_64; a plain dlsym may                     \
+     * hand back the old GLIBC_2.2.5 one, which uses another layout. */                           \
+    X(R, int, cond_wait, "pthread_cond_wait", "GLIBC_2.3.2",                                       \
+      (pthread_cond_t *c, pthread_mutex_t *m), (c, m))                                             \
+    X(R, int, cond_timedwait, "pthread_cond_timedwait", "GLIBC_2.3.2",                             \
+      (pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t), (c, m, t))                \
+    X(R, int, cond_clockwait, "pthread_cond_clockwait", NULL,                                      \
+      (pthread_cond_t *c, pthread_mutex_t *m, clockid_t k, const struct timespec *t),              \
+      (c, m, k, t))                                                                                \
+    X(R, int, cond_signal, "pthread_cond_signal", "GLIBC_2.3.2", (pthread_cond_t *c), (c))         \
+    X(R, int, cond_broadcast, "pthread_cond_broadcast", "GLIBC_2.3.2", (pthread_cond_t *c), (c))   \
+    X(R, int, cond_init, "pthread_cond_init", "GLIBC_2.3.2",                                       \
+      (pthread_cond_t *c, const pthread_condattr_t *a), (c, a))                                    \
+    X(R, int, cond_destroy, "pthread_cond_destroy", "GLIBC_2.3.2", (pthread_cond_t *c), (c))       \
+    X(R, void *, dlopen, "dlopen", NULL, (const char *file, int flags), (file, flags))             \
+    X(R, int, dlclose, "dlclose", NULL, (void *handle), (handle))                                  \
+    /* the rwlock calls (preload hands unlisted rwlocks to them;                                  \
+     * libdmutex-trace.so records them) */                                                        \
+    X(R, int, rwlock_init, "pthread_rwlock_init", NULL,                                            \
+      (pthread_rwlock_t *l, const pthread_rwlockattr_t *a), (l, a))                                \
+    X(R, int, rwlock_rdlock, "pthread_rwlock_rdlock", NULL, (pthread_rwlock_t *l), (l))            \
+    X(R, int, rwlock_tryrdlock, "pthread_rwlock_tryrdlock", NULL, (pthread_rwlock_t *l), (l))      \
+    X(R, int, rwlock_timedrdlock, "pthread_rwlock_timedrdlock", NULL,                              \
+      (pthread_rwlock_t *l, const struct timespec *t), (l, t))                                     \
+    X(R, int, rwlock_clockrdlock, "pthread_rwlock_clockrdlock", NULL,                              \
+      (pthread_rwlock_t *l, clockid_t c, const struct timespec *t), (l, c, t))                     \
+    X(R, int, rwlock_wrlock, "pthread_rwlock_wrlock", NULL, (pthread_rwlock_t *l), (l))            \
+    X(R, int, rwlock_trywrlock, "pthread_rwlock_trywrlock", NULL, (pthread_rwlock_t *l), (l))      \
+    X(R, int, rwlock_timedwrlock, "pthread_rwlock_timedwrlock", NULL,                              \
+      (pthread_rwlock_t *l, const struct timespec *t), (l, t))                                     \
+    X(R, int, rwlock_clockwrlock, "pthread_rwlock_clockwrlock", NULL,                              \
+      (pthread_rwlock_t *l, clockid_t c, const struct timespec *t), (l, c, t))                     \
+    X(R, int, rwlock_destroy, "pthread_rwlock_destroy", NULL, (pthread_rwlock_t *l), (l))          \
+    X(R, int, rwlock_unlock, "pthread_rwlock_unlock", NULL, (pthread_rwlock_t *l), (l))            \
+    /* C11 <threads.h>: glibc's mtx_* and cnd_* call its internal pthread                         \
+     * functions, never the exported ones, so they are interposed too (preload                    \
+     * hands unmapped ones to these; libdmutex-trace.so records them). glibc                      \
+     * 2.34 moved them from libpthread (GLIBC_2.28) into libc (GLIBC_2.34,                        \
+     * the same code under both): the default version is the one a program                        \
+     * linked today calls. */                                                                     \
+    X(R, int, mtx_init, "mtx_init", NULL, (mtx_t *m, int type), (m, type))                         \
+    X(R, int, mtx_lock, "mtx_lock", NULL, (mtx_t *m), (m))                                         \
+    X(R, int, mtx_trylock, "mtx_trylock", NULL, (mtx_t *m), (m))                                   \
+    X(R, int, mtx_timedlock, "mtx_timedlock", NULL, (mtx_t *m, const struct timespec *t), (m, t))  \
+    X(R, int, mtx_unlock, "mtx_unlock", NULL, (mtx_t *m), (m))                                     \
+    X(V, void, mtx_destroy, "mtx_destroy", NULL, (mtx_t *m), (m))                                  \
+    X(R, int, cnd_init, "cnd_init", NULL, (cnd_t *c), (c))                                         \
+    X(R, int, cnd_signal, "cnd_signal", NULL, (cnd_t *c), (c))                                     \
+    X(R, int, cnd_broadcast, "cnd_broadcast", NULL, (cnd_t *c), (c))                               \
+    X(R, int, cnd_wait, "cnd_wait", NULL, (cnd_t *c, mtx_t *m), (c, m))                            \
+    X(R, int, cnd_timedwait, "cnd_timedwait", NULL,                                                \
+      (cnd_t *c, mtx_t *m, const struct timespec *t), (c, m, t))                                   \
+    X(V, void, cnd_destroy, "cnd_destroy", NULL, (cnd_t *c), (c))                                  \
+    /* the calls that end the process image (preload reads the releases                           \
+     * still unread first; the exec family's other members are built on                          \
+     * these) */                                                                                  \
+    X(R, int, execve, "execve", NULL, (const char *f, char *const a[], char *const e[]), (f, a, e)) \
+    X(R, int, execvpe, "execvpe", NULL, (const char *f, char *const a[], char *const e[]),         \
+      (f, a, e))                                                                                   \
+    X(R, int, fexecve, "fexecve", NULL, (int fd, char *const a[], char *const e[]), (fd, a, e))    \
+    X(N, void, exit_now, "_exit", NULL, (int status), (status))
+
+/* How an entry's kind shows in a declaration and in a call's statement. */
+#define DM_REAL_ATTR_R
+#define DM_REAL_ATTR_V
+#define DM_REAL_ATTR_N __attribute__((noreturn))
+#define DM_REAL_RET_R  return
+#define DM_REAL_RET_V
+#define DM_REAL_RET_N
+
+#define DM_REAL_MEMBER(kind, type, member, sym, ver, params, args) \
+    type (*member) params DM_REAL_ATTR_##kind;
 struct dm_real {
-    int (*mutex_init)(pthread_mutex_t *, const pthread_mutexattr_t *);
-    int (*mutex_destroy)(pthread_mutex_t *);
-    int (*mutex_lock)(pthread_mutex_t *);
-    int (*mutex_trylock)(pthread_mutex_t *);
-    int (*mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
-    int (*mutex_clocklock)(pthread_mutex_t *, clockid_t, const struct timespec *);
-    int (*mutex_unlock)(pthread_mutex_t *);
-    int (*mutex_consistent)(pthread_mutex_t *);
-    int (*cond_wait)(pthread_cond_t *, pthread_mutex_t *);
-    int (*cond_timedwait)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
-    int (*cond_clockwait)(pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *);
-    int (*cond_signal)(pthread_cond_t *);
-    int (*cond_broadcast)(pthread_cond_t *);
-    int (*cond_init)(pthread_cond_t *, const pthread_condattr_t *);
-    int (*cond_destroy)(pthread_cond_t *);
-    void *(*dlopen)(const char *, int);
-    int (*dlclose)(void *);
-    /* the rwlock calls (preload hands unlisted rwlocks to them; libdmutex-trace.so records them) */
-    int (*rwlock_init)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
-    int (*rwlock_rdlock)(pthread_rwlock_t *);
-    int (*rwlock_tryrdlock)(pthread_rwlock_t *);
-    int (*rwlock_timedrdlock)(pthread_rwlock_t *, const struct timespec *);
-    int (*rwlock_clockrdlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
-    int (*rwlock_wrlock)(pthread_rwlock_t *);
-    int (*rwlock_trywrlock)(pthread_rwlock_t *);
-    int (*rwlock_timedwrlock)(pthread_rwlock_t *, const struct timespec *);
-    int (*rwlock_clockwrlock)(pthread_rwlock_t *, clockid_t, const struct timespec *);
-    int (*rwlock_destroy)(pthread_rwlock_t *);
-    int (*rwlock_unlock)(pthread_rwlock_t *);
-    /* C11 <threads.h>: glibc's mtx_* and cnd_* call its internal pthread
-     * functions, never the exported ones, so they are interposed too
-     * (preload hands unmapped ones to these; libdmutex-trace.so records them) */
-    int (*mtx_init)(mtx_t *, int);
-    int (*mtx_lock)(mtx_t *);
-    int (*mtx_trylock)(mtx_t *);
-    int (*mtx_timedlock)(mtx_t *, const struct timespec *);
-    int (*mtx_unlock)(mtx_t *);
-    void (*mtx_destroy)(mtx_t *);
-    int (*cnd_init)(cnd_t *);
-    int (*cnd_signal)(cnd_t *);
-    int (*cnd_broadcast)(cnd_t *);
-    int (*cnd_wait)(cnd_t *, mtx_t *);
-    int (*cnd_timedwait)(cnd_t *, mtx_t *, const struct timespec *);
-    void (*cnd_destroy)(cnd_t *);
-    /* the calls that end the process image (preload reads the releases
-     * still unread first; the exec family's other members are built on these) */
-    int (*execve)(const char *, char *const[], char *const[]);
-    int (*execvpe)(const char *, char *const[], char *const[]);
-    int (*fexecve)(int, char *const[], char *const[]);
-    void (*exit_now)(int) __attribute__((noreturn));     /* _exit */
+    DM_REAL_FUNCS(DM_REAL_MEMBER)
 };
 
 /* Each member starts as a resolver that fills the whole table with
