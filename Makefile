@@ -36,8 +36,12 @@ all: $(B)/libdmutex.so $(B)/libdmcore.a $(B)/libdmutex-trace.so
 deps:
 	@tools/deps.sh
 
-$(B)/shim/%.o: shim/%.c $(wildcard shim/*.h include/*.h) | $(B)/shim
-	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Iinclude -I$(B)/shim -c $< -o $@
+# Each object's header dependencies are what the compiler saw (-MMD -MP,
+# read back at the end of this file).
+DM_DEPFLAGS = -MMD -MP
+
+$(B)/shim/%.o: shim/%.c | $(B)/shim
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Iinclude -I$(B)/shim -c $< -o $@
 
 $(B)/shim/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim
 	tools/embed-lua.sh $(LUA_SRCS) > $@
@@ -61,8 +65,8 @@ $(B)/libdmcore.a: $(CORE_OBJS)
 # can read what each calls.
 TRACE_SRCS := $(wildcard shim/trace/*.c)
 TRACE_OBJS := $(patsubst shim/trace/%.c,$(B)/shim/trace/%.o,$(TRACE_SRCS))
-$(B)/shim/trace/%.o: shim/trace/%.c shim/trace/trace.h $(wildcard shim/*.h include/*.h) | $(B)/shim/trace
-	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/trace \
+$(B)/shim/trace/%.o: shim/trace/%.c | $(B)/shim/trace
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/trace \
 	    -Iinclude -c $< -o $@
 $(B)/libdmutex-trace.so: $(TRACE_OBJS) $(B)/libdmcore.a
 	$(CC) -shared -Wl,-z,now -o $@ $(TRACE_OBJS) $(B)/libdmcore.a $(SHIM_LIBS)
@@ -75,3 +79,5 @@ clean:
 
 # Each part of the tree brings its own rules.
 include $(wildcard tools/*.mk demo/*.mk tests/*.mk bench/*.mk)
+
+-include $(wildcard $(B)/shim/*.d $(B)/shim/trace/*.d $(B)/tests/*.d)

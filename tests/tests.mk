@@ -29,15 +29,16 @@ test-build: $(TEST_BINS) $(PROG_BINS) $(TEST_EXTRA)
 TEST_HELPERS := $(B)/tests/harness.o $(B)/tests/checker.o
 
 # Both include shim headers (struct dm_grant travels inside struct
-# th_hold): a changed layout must rebuild them, as it rebuilds the tests.
-$(B)/tests/harness.o: tests/harness.c tests/harness.h tests/progs/clock.h $(wildcard shim/*.h) | $(B)/tests/progs
-	$(CC) $(TEST_CFLAGS) -c $< -o $@
+# th_hold): a changed layout rebuilds them, as it rebuilds the tests
+# (-MMD -MP: the headers each one includes, read back by the Makefile).
+$(B)/tests/harness.o: tests/harness.c | $(B)/tests/progs
+	$(CC) $(TEST_CFLAGS) $(DM_DEPFLAGS) -c $< -o $@
 
-$(B)/tests/checker.o: tests/checker.c tests/checker.h tests/harness.h $(wildcard shim/*.h) | $(B)/tests/progs
-	$(CC) $(TEST_CFLAGS) -c $< -o $@
+$(B)/tests/checker.o: tests/checker.c | $(B)/tests/progs
+	$(CC) $(TEST_CFLAGS) $(DM_DEPFLAGS) -c $< -o $@
 
-$(B)/tests/test_%: tests/test_%.c tests/harness.h tests/checker.h tests/progs/fdio.h $(TEST_HELPERS) $(B)/libdmcore.a | $(B)/tests/progs
-	$(CC) $(TEST_CFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
+$(B)/tests/test_%: tests/test_%.c $(TEST_HELPERS) $(B)/libdmcore.a | $(B)/tests/progs
+	$(CC) $(TEST_CFLAGS) $(DM_DEPFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
 
 # Test programs are ordinary programs: no shim headers, no shim objects
 # (tests/progs/prog.h, clock.h, checkclient.h and fdio.h are the test
