@@ -37,10 +37,11 @@ deps:
 	@tools/deps.sh
 
 # Each object's header dependencies are what the compiler saw (-MMD -MP,
-# read back at the end of this file).
+# read back at the end of this file); a changed Makefile (its flags, an
+# object built before it wrote .d files) rebuilds them all.
 DM_DEPFLAGS = -MMD -MP
 
-$(B)/shim/%.o: shim/%.c | $(B)/shim
+$(B)/shim/%.o: shim/%.c Makefile | $(B)/shim
 	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Iinclude -I$(B)/shim -c $< -o $@
 
 $(B)/shim/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim
@@ -65,7 +66,7 @@ $(B)/libdmcore.a: $(CORE_OBJS)
 # can read what each calls.
 TRACE_SRCS := $(wildcard shim/trace/*.c)
 TRACE_OBJS := $(patsubst shim/trace/%.c,$(B)/shim/trace/%.o,$(TRACE_SRCS))
-$(B)/shim/trace/%.o: shim/trace/%.c | $(B)/shim/trace
+$(B)/shim/trace/%.o: shim/trace/%.c Makefile | $(B)/shim/trace
 	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/trace \
 	    -Iinclude -c $< -o $@
 $(B)/libdmutex-trace.so: $(TRACE_OBJS) $(B)/libdmcore.a

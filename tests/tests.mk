@@ -31,13 +31,13 @@ TEST_HELPERS := $(B)/tests/harness.o $(B)/tests/checker.o
 # Both include shim headers (struct dm_grant travels inside struct
 # th_hold): a changed layout rebuilds them, as it rebuilds the tests
 # (-MMD -MP: the headers each one includes, read back by the Makefile).
-$(B)/tests/harness.o: tests/harness.c | $(B)/tests/progs
+$(B)/tests/harness.o: tests/harness.c Makefile | $(B)/tests/progs
 	$(CC) $(TEST_CFLAGS) $(DM_DEPFLAGS) -c $< -o $@
 
-$(B)/tests/checker.o: tests/checker.c | $(B)/tests/progs
+$(B)/tests/checker.o: tests/checker.c Makefile | $(B)/tests/progs
 	$(CC) $(TEST_CFLAGS) $(DM_DEPFLAGS) -c $< -o $@
 
-$(B)/tests/test_%: tests/test_%.c $(TEST_HELPERS) $(B)/libdmcore.a | $(B)/tests/progs
+$(B)/tests/test_%: tests/test_%.c $(TEST_HELPERS) $(B)/libdmcore.a Makefile | $(B)/tests/progs
 	$(CC) $(TEST_CFLAGS) $(DM_DEPFLAGS) $< $(TEST_HELPERS) -o $@ $(B)/libdmcore.a $(SHIM_LIBS) $(CMOCKA_LIBS)
 
 # Test programs are ordinary programs: no shim headers, no shim objects
