@@ -34,16 +34,6 @@ static char intact_key[DM_NAME_MAX + sizeof DM_KEYS_INTACT_SUFFIX];
 /* The interned records: a hash table that grows and shrinks with them. */
 static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dm_htab locks;
-/* Every name's counters (struct dm_cluster_stats), under locks_mu: a
- * table by name; the list readers walk without the lock (the head is
- * atomic); the names gone that keep theirs, oldest first; those unlinked,
- * freed once no walk is on (`walkers`, atomic). */
-static struct dm_htab counters;
-static struct dm_cluster_stats *counters_list;
-static struct dm_cluster_stats *kept_first, *kept_last;
-static size_t kept_n;
-static struct dm_cluster_stats *unlinked;
-static unsigned long walkers;
 static char process_id[33];
 
 static void new_process_id(void)
@@ -100,134 +90,6 @@ size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char 
     return dm_keys_build(buf, len, ccfg->ns, l->name, k);
 }
 
-/* What a count goes to when its counters could not be allocated. */
-static struct dm_stats counts_sink;
-
-struct dm_stats *dm_cluster_counts_make(struct dm_cluster_lock *l)
-{
-    struct dm_cluster_stats *c = l->counters;
-    struct dm_stats *st = calloc(1, sizeof *st), *none = NULL;
-    if (!st) {
-        static int logged;
-        if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
-            dm_error("lock %s: out of memory for its counters; its counts are lost until "
-                     "there is memory", l->name);
-        return &counts_sink;
-    }
-    if (__atomic_compare_exchange_n(&c->st, &none, st, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return st;
-    free(st);           /* another thread's first count was first */
-    return none;
-}
-
-static void kept_remove(struct dm_cluster_stats *c)
-{
-    *(c->kept_prev ? &c->kept_prev->kept_next : &kept_first) = c->kept_next;
-    *(c->kept_next ? &c->kept_next->kept_prev : &kept_last) = c->kept_prev;
-    c->kept_next = c->kept_prev = NULL;
-    kept_n--;
-}
-
-/* Frees what was unlinked once no walk may see it. A walker counts itself
- * (seq_cst) before it reads the head; here the unlinking stores come
- * before the count is read: with the fences between, a walk the count
- * misses started after them and cannot reach what they unlinked. */
-static void counters_reap(void)
-{
-    if (!unlinked)
-        return;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&walkers, __ATOMIC_RELAXED) != 0)
-        return;         /* the next put or get frees them */
-    while (unlinked) {
-        struct dm_cluster_stats *c = unlinked;
-        unlinked = c->kept_next;
-        free(c->st);
-        free(c);
-    }
-}
-
-/* Out of the table and the list (a walk on it goes on to the next); freed
- * by counters_reap. */
-static void counters_unlink(struct dm_cluster_stats *c)
-{
-    dm_htab_del(&counters, &c->node);
-    __atomic_store_n(c->prev ? &c->prev->next : &counters_list, c->next, __ATOMIC_RELEASE);
-    if (c->next)
-        c->next->prev = c->prev;
-    c->kept_next = unlinked;
-    unlinked = c;
-}
-
-/* The name's last record is gone: its counters stay if it counted
- * anything (the oldest kept ones go past DM_CLUSTER_KEPT_MAX). */
-static void counters_drop(struct dm_cluster_stats *c)
-{
-    __atomic_store_n(&c->live, 0, __ATOMIC_RELAXED);
-    const struct dm_stats *st = __atomic_load_n(&c->st, __ATOMIC_ACQUIRE);
-    if (!st || !dm_stats_any(st)) {
-        counters_unlink(c);
-    } else {
-        c->kept_prev = kept_last;
-        *(kept_last ? &kept_last->kept_next : &kept_first) = c;
-        kept_last = c;
-        if (++kept_n > DM_CLUSTER_KEPT_MAX) {
-            struct dm_cluster_stats *old = kept_first;
-            kept_remove(old);
-            counters_unlink(old);
-        }
-    }
-    counters_reap();
-}
-
-/* The counters of `name` (hash h): those it kept, or new ones (filled
- * before the list's readers can see them). NULL out of memory. */
-static struct dm_cluster_stats *counters_get(const char *name, size_t h)
-{
-    counters_reap();
-    for (struct dm_hnode *x = dm_htab_chain(&counters, h); x; x = x->next) {
-        struct dm_cluster_stats *c = (struct dm_cluster_stats *)x;
-        if (x->hash == h && strcmp(c->name, name) == 0) {
-            if (c == kept_first || c->kept_prev)
-                kept_remove(c);
-            __atomic_store_n(&c->live, 1, __ATOMIC_RELAXED);
-            return c;
-        }
-    }
-    size_t nl = strlen(name);
-    struct dm_cluster_stats *c = calloc(1, offsetof(struct dm_cluster_stats, name) + nl + 1);
-    if (!c)
-        return NULL;
-    memcpy(c->name, name, nl + 1);
-    if (dm_htab_add(&counters, &c->node, h) != 0) {
-        free(c);
-        return NULL;
-    }
-    c->live = 1;
-    c->next = counters_list;
-    if (counters_list)
-        counters_list->prev = c;
-    __atomic_store_n(&counters_list, c, __ATOMIC_RELEASE);
-    return c;
-}
-
-const struct dm_cluster_stats *dm_cluster_stats_begin(void)
-{
-    __atomic_fetch_add(&walkers, 1, __ATOMIC_SEQ_CST);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    return __atomic_load_n(&counters_list, __ATOMIC_ACQUIRE);
-}
-
-const struct dm_cluster_stats *dm_cluster_stats_next(const struct dm_cluster_stats *c)
-{
-    return __atomic_load_n(&c->next, __ATOMIC_ACQUIRE);
-}
-
-void dm_cluster_stats_end(void)
-{
-    __atomic_fetch_sub(&walkers, 1, __ATOMIC_RELEASE);
-}
-
 /* The record and its name in one allocation: no key strings (built per
  * call from the name) and no counters until the name counts something
  * (docs/design.md, "The cost of a name"). Under locks_mu (its counters). */
@@ -236,12 +98,12 @@ static struct dm_cluster_lock *lock_new(const char *name, size_t h)
     size_t nl = strlen(name);
     if (nl > DM_NAME_MAX)
         return NULL;    /* config and dmutex_name refuse it first: keys are sized for it */
-    struct dm_cluster_stats *c = counters_get(name, h);
+    struct dm_name_stats *c = dm_name_stats_get(name, h);
     if (!c)
         return NULL;
     struct dm_cluster_lock *l = calloc(1, offsetof(struct dm_cluster_lock, name) + nl + 1);
     if (!l) {
-        counters_drop(c);
+        dm_name_stats_drop(c);
         return NULL;
     }
     memcpy(l->name, name, nl + 1);
@@ -268,7 +130,7 @@ static struct dm_cluster_lock *record_get(const char *name, int cond)
     if (l) {
         l->refs++;
     } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&locks, &l->node, h) != 0) {
-        counters_drop(l->counters);
+        dm_name_stats_drop(l->counters);
         free(l);
         l = NULL;
     }
@@ -305,7 +167,7 @@ static int lock_unref_locked(struct dm_cluster_lock *l)
         kept_lists--;           /* freed with the record (lock_free) */
     /* Its counters stay (if it counted anything), for the file and for a
      * record of the name made again. */
-    counters_drop(l->counters);
+    dm_name_stats_drop(l->counters);
     return 1;
 }
 
@@ -2091,18 +1953,7 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
         wconns[i] = NULL;
     }
     __atomic_store_n(&wconns_kept, 0, __ATOMIC_RELAXED);
-    /* The child counts from zero: the names gone keep nothing, and no
-     * walk is on (the writer thread is the parent's). */
-    __atomic_store_n(&walkers, 0, __ATOMIC_RELAXED);
-    for (struct dm_cluster_stats *c = counters_list; c; c = c->next)
-        if (c->st)
-            dm_stats_reset(c->st);
-    while (kept_first) {
-        struct dm_cluster_stats *c = kept_first;
-        kept_remove(c);
-        counters_unlink(c);
-    }
-    counters_reap();
+    dm_name_stats_fork_child();
     while (dead) {
         struct late_release *lr = dead;
         dead = lr->next;

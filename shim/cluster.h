@@ -23,37 +23,6 @@
 #define DM_DOWN_LOG_EVERY_MS 5000
 #define DM_QUEUE_TTL_MS  (3 * DM_WAIT_CAP_MS)   /* a fair waiter silent this long is dead */
 
-/* The counters of one lock name (stats.h): made with the name's first
- * record and kept when its last record is freed, so that a name made
- * again counts on from where it stood (a _total never goes down while the
- * process runs). The counters themselves (struct dm_stats, about 400
- * bytes) are allocated when the name first counts something
- * (dm_cluster_lock_counts): a name that is only mapped costs this head
- * and its name. Of the names gone, those that counted something keep
- * theirs (about 500 bytes and the name each), the DM_CLUSTER_KEPT_MAX
- * that went last; the others' go with their record. A reader walks them
- * without a lock (dm_cluster_stats_begin): one unlinked meanwhile is freed
- * only after every walk that may see it ended. Zeroed in a fork child
- * (it counts from zero), where the names gone are dropped. */
-#define DM_CLUSTER_KEPT_MAX 4096
-
-struct dm_cluster_stats {
-    struct dm_hnode node;           /* first: cluster's table of them, by name */
-    struct dm_cluster_stats *next;  /* the list readers walk, newest first (atomic) */
-    struct dm_cluster_stats *prev;  /* the rest is cluster's, under its table mutex */
-    struct dm_cluster_stats *kept_next, *kept_prev; /* names gone that keep their
-                                       counters, oldest first; once unlinked: the
-                                       list to free */
-    struct dm_stats *st;            /* NULL until the name first counts something; then
-                                       set once (atomic) and freed with this */
-    unsigned char live;             /* a record of the name exists (relaxed atomic) */
-    unsigned char is_lock;  /* got as a lock (dm_cluster_lock_get): metrics show its lock
-                               counters (set once under the table mutex, read relaxed) */
-    unsigned char is_cond;  /* got for a condition variable (dm_cluster_cond_get): its cond
-                               counters (a name used for both is shown as both) */
-    char name[];
-};
-
 /* One lock name, interned: every caller naming "x" gets the same record
  * while anyone holds a reference to it (dm_cluster_lock_get/put). It keeps
  * no key strings: each is built from the name when a call needs it
@@ -64,7 +33,7 @@ struct dm_cluster_lock {
     struct dm_notify_chan *chan;        /* release notices: dm_cluster_lock_chan */
     struct dm_notify_chan *wchan;       /* handovers to this process: dm_cluster_lock_wchan */
     struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
-    struct dm_cluster_stats *counters;  /* the name's counters: they outlive the record */
+    struct dm_name_stats *counters;  /* the name's counters: they outlive the record */
     struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to its
                                    wait channel, kept between waits (cluster.c) */
     struct dm_kept *kept;       /* Sentinel: its last unlocks' releases, kept for a
@@ -96,24 +65,10 @@ size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char 
 /* The counters of l's name, to count into: made on the first call (a
  * name that never counts anything has none); out of memory, a sink whose
  * counts nobody reads (logged once), and the next call tries again. */
-struct dm_stats *dm_cluster_counts_make(struct dm_cluster_lock *l);
 static inline struct dm_stats *dm_cluster_lock_counts(struct dm_cluster_lock *l)
 {
     struct dm_stats *st = __atomic_load_n(&l->counters->st, __ATOMIC_ACQUIRE);
-    return __builtin_expect(st != NULL, 1) ? st : dm_cluster_counts_make(l);
-}
-
-/* A reader's copy of c's counters (zero while it has none); returns
- * whether any is non-zero. */
-static inline int dm_cluster_stats_copy(const struct dm_cluster_stats *c, struct dm_stats *out)
-{
-    const struct dm_stats *st = __atomic_load_n(&c->st, __ATOMIC_ACQUIRE);
-    if (!st) {
-        memset(out, 0, sizeof *out);
-        return 0;
-    }
-    dm_stats_copy(out, st);
-    return dm_stats_any(out);
+    return __builtin_expect(st != NULL, 1) ? st : dm_name_stats_make(l->counters);
 }
 
 struct dm_grant {
@@ -146,7 +101,7 @@ struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
 struct dm_cluster_lock *dm_cluster_cond_get(const char *name);
 
 /* Drops a reference. The last one frees the record (not its counters:
- * see struct dm_cluster_stats) and drops its notify channels
+ * see struct dm_name_stats) and drops its notify channels
  * (unsubscribed by the subscriber thread). The caller must be the
  * last user: no acquire or release of `l` in progress or to come, no hold
  * of it with the watchdog, and no handler of its channels that uses memory
@@ -162,17 +117,6 @@ struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l);
 
-/* A walk of the counters of every name with a record, and of the names
- * gone that keep theirs (since the process's start, or its fork): the
- * metrics file and the exit summary. begin returns the first (newest),
- * next the one after; every one reached stays readable (never freed, its
- * name unchanged) until end. Takes no lock: names made meanwhile may be
- * missed, names dropped meanwhile may still be seen (live 0). Read the
- * counters with dm_stats_copy and `live` with a relaxed load. A walk holds
- * back the memory of names dropped during it: copy, end, then do I/O. */
-const struct dm_cluster_stats *dm_cluster_stats_begin(void);
-const struct dm_cluster_stats *dm_cluster_stats_next(const struct dm_cluster_stats *c);
-void dm_cluster_stats_end(void);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);

@@ -1,9 +1,9 @@
 /* metrics: the metrics file and the exit summary (see metrics.h).
  *
  * The counters are kept where the facts are (stats.h), per name in
- * cluster's list of them (struct dm_cluster_stats, which a name gone keeps
+ * cluster's list of them (struct dm_name_stats, which a name gone keeps
  * if it counted anything), and this module copies them during a walk that
- * takes no lock (dm_cluster_stats_begin): no shim lock is taken for a
+ * takes no lock (dm_name_stats_begin): no shim lock is taken for a
  * snapshot, however many names there are. A write lists the names that
  * have a record now or counted anything (a name destroyed keeps its
  * counters in the file: a _total never goes down), sorted; formats them
@@ -135,10 +135,10 @@ static int by_name(const void *a, const void *b)
 static void snapshot_take(struct snapshot *s)
 {
     memset(s, 0, sizeof *s);
-    for (const struct dm_cluster_stats *c = dm_cluster_stats_begin(); c;
-         c = dm_cluster_stats_next(c)) {
+    for (const struct dm_name_stats *c = dm_name_stats_begin(); c;
+         c = dm_name_stats_next(c)) {
         struct dm_stats st;
-        int any = dm_cluster_stats_copy(c, &st);
+        int any = dm_name_stats_copy(c, &st);
         if (!__atomic_load_n(&c->live, __ATOMIC_RELAXED) && !any)
             continue;           /* gone meanwhile with nothing counted */
         size_t nl = strlen(c->name) + 1;
@@ -156,7 +156,7 @@ static void snapshot_take(struct snapshot *s)
         memcpy(s->names + s->names_len, c->name, nl);
         s->names_len += nl;
     }
-    dm_cluster_stats_end();
+    dm_name_stats_end();
     for (size_t i = 0; i < s->n; i++)
         s->rows[i].name = s->names + s->rows[i].name_off;
     if (s->n > 1)

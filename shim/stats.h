@@ -1,25 +1,29 @@
 /* stats: the counters of one lock name in this process, as the metrics
  * file (shim/metrics.c) and the exit summary show them. One struct
- * dm_stats per name, allocated by cluster when the name first counts
- * something (dm_cluster_lock_counts) and held by its struct
- * dm_cluster_stats, which outlives the name's record (the record points at
- * it; a name destroyed and made again counts on, cluster.h says for how
- * long); each fact is counted by the module that
- * knows it (mapped: lock calls, waits, holds, contention, the held gauge;
- * cluster: grants, handovers, failed Redis calls; watchdog: renewals,
- * losses; for a condition variable's name, mapped: signals and waits,
- * cluster: signals lost). Every update is one relaxed atomic add (or a rarely taken
- * compare-and-swap for a maximum): no lock and, after a name's first count, no
- * allocation, so that the
- * mapped path stays within its budget. A reader sees each counter whole,
- * not all of them at one instant. The bottom layer, beside util: includes
- * no shim header, does no I/O. docs/deploying.md ("Metrics") says what
+ * dm_stats per name, allocated when the name first counts something
+ * (cluster.h's dm_cluster_lock_counts) and held by its struct
+ * dm_name_stats, which outlives the name's record (the record points at
+ * it; a name destroyed and made again counts on, for as long as the struct
+ * says); each fact is counted by the module that knows it (mapped: lock
+ * calls, waits, holds, contention, the held gauge; cluster: grants,
+ * handovers, failed Redis calls; watchdog: renewals, losses; for a
+ * condition variable's name, mapped: signals and waits, cluster: signals
+ * lost). Every update is one relaxed atomic add (or a rarely taken
+ * compare-and-swap for a maximum): no lock and, after a name's first
+ * count, no allocation, so that the mapped path stays within its budget.
+ * A reader sees each counter whole, not all of them at one instant.
+ * stats.c keeps the table of every name's counters (struct dm_name_stats,
+ * below). Near the bottom: the header includes util alone (stats.c log
+ * too), and nothing here does I/O. docs/deploying.md ("Metrics") says what
  * each one counts. */
 #ifndef DM_STATS_H
 #define DM_STATS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "util.h"
 
 /* Upper bounds of the histogram buckets of waits and holds, in ns: 100 us
  * to 10 s, 1-2.5-5 per decade; a last bucket (+Inf) takes the rest. */
@@ -126,5 +130,75 @@ static inline void dm_stats_reset(struct dm_stats *s)
 {
     memset(s, 0, sizeof *s);
 }
+
+/* The counters of one lock name: made with the name's first
+ * record and kept when its last record is freed, so that a name made
+ * again counts on from where it stood (a _total never goes down while the
+ * process runs). The counters themselves (struct dm_stats, about 400
+ * bytes) are allocated when the name first counts something
+ * (dm_cluster_lock_counts): a name that is only mapped costs this head
+ * and its name. Of the names gone, those that counted something keep
+ * theirs (about 500 bytes and the name each), the DM_NAME_STATS_KEPT_MAX
+ * that went last; the others' go with their record. A reader walks them
+ * without a lock (dm_name_stats_begin): one unlinked meanwhile is freed
+ * only after every walk that may see it ended. Zeroed in a fork child
+ * (it counts from zero), where the names gone are dropped. */
+#define DM_NAME_STATS_KEPT_MAX 4096
+
+struct dm_name_stats {
+    struct dm_hnode node;           /* first: stats.c's table of them, by name */
+    struct dm_name_stats *next;     /* the list readers walk, newest first (atomic) */
+    struct dm_name_stats *prev;     /* the rest is stats.c's, under the records' table mutex */
+    struct dm_name_stats *kept_next, *kept_prev; /* names gone that keep their
+                                       counters, oldest first; once unlinked: the
+                                       list to free */
+    struct dm_stats *st;            /* NULL until the name first counts something; then
+                                       set once (atomic) and freed with this */
+    unsigned char live;             /* a record of the name exists (relaxed atomic) */
+    unsigned char is_lock;  /* got as a lock (dm_cluster_lock_get): metrics show its lock
+                               counters (set once under the table mutex, read relaxed) */
+    unsigned char is_cond;  /* got for a condition variable (dm_cluster_cond_get): its cond
+                               counters (a name used for both is shown as both) */
+    char name[];
+};
+
+/* The table (stats.c), called with the records' table mutex held. The
+ * counters of `name` (hash h): those it kept, or new ones; NULL out of
+ * memory. */
+struct dm_name_stats *dm_name_stats_get(const char *name, size_t h);
+/* The name's last record is gone: its counters stay if it counted
+ * anything (the oldest kept ones go past DM_NAME_STATS_KEPT_MAX). */
+void dm_name_stats_drop(struct dm_name_stats *c);
+/* c's struct dm_stats, made on the first count (lock-free; any thread);
+ * out of memory, a sink whose counts nobody reads (logged once). */
+struct dm_stats *dm_name_stats_make(struct dm_name_stats *c);
+/* A fork child's (the records' table mutex made anew): counts from zero,
+ * the names gone dropped. */
+void dm_name_stats_fork_child(void);
+
+/* A reader's copy of c's counters (zero while it has none); returns
+ * whether any is non-zero. */
+static inline int dm_name_stats_copy(const struct dm_name_stats *c, struct dm_stats *out)
+{
+    const struct dm_stats *st = __atomic_load_n(&c->st, __ATOMIC_ACQUIRE);
+    if (!st) {
+        memset(out, 0, sizeof *out);
+        return 0;
+    }
+    dm_stats_copy(out, st);
+    return dm_stats_any(out);
+}
+
+/* A walk of the counters of every name with a record, and of the names
+ * gone that keep theirs (since the process's start, or its fork): the
+ * metrics file and the exit summary. begin returns the first (newest),
+ * next the one after; every one reached stays readable (never freed, its
+ * name unchanged) until end. Takes no lock: names made meanwhile may be
+ * missed, names dropped meanwhile may still be seen (live 0). Read the
+ * counters with dm_stats_copy and `live` with a relaxed load. A walk holds
+ * back the memory of names dropped during it: copy, end, then do I/O. */
+const struct dm_name_stats *dm_name_stats_begin(void);
+const struct dm_name_stats *dm_name_stats_next(const struct dm_name_stats *c);
+void dm_name_stats_end(void);
 
 #endif

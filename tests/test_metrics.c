@@ -811,12 +811,12 @@ static void test_counters_of_a_name_destroyed_and_made_again_go_on(void **state)
 }
 
 /* Names gone keep their counters only if they counted anything, and only
- * the DM_CLUSTER_KEPT_MAX that went last: a program that names a mutex
+ * the DM_NAME_STATS_KEPT_MAX that went last: a program that names a mutex
  * per object does not grow without end. Here every other name is locked
  * once; the four oldest of those fall out. The writer writes every 20 ms
  * meanwhile: its walks meet counters being dropped and freed (under
  * `make test-asan`, a read of freed memory fails the run). */
-#define CHURN_KEPT      DM_CLUSTER_KEPT_MAX
+#define CHURN_KEPT      DM_NAME_STATS_KEPT_MAX
 #define CHURN_N         (2 * (CHURN_KEPT + 4))
 
 static void test_names_gone_keep_their_counters_within_a_bound(void **state)
