@@ -49,7 +49,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cluster.h"
 #include "dmutex.h"
 #include "log.h"
 #include "real.h"
