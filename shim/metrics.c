@@ -1,7 +1,7 @@
 /* metrics: the metrics file and the exit summary (see metrics.h).
  *
  * The counters are kept where the facts are (stats.h), per name in
- * cluster's list of them (struct dm_name_stats, which a name gone keeps
+ * stats.c's list of them (struct dm_name_stats, which a name gone keeps
  * if it counted anything), and this module copies them during a walk that
  * takes no lock (dm_name_stats_begin): no shim lock is taken for a
  * snapshot, however many names there are. A write lists the names that
