@@ -2,19 +2,21 @@
  * notify, failures through the on_redis_down policy. A waiter subscribes
  * before its second attempt, so a release between a failed attempt and the
  * subscription cannot be missed; after that it sleeps until a notice or the
- * holder's remaining lease (capped), never on a fixed poll. */
+ * holder's remaining lease (capped), never on a fixed poll. The lock
+ * records live here; what the protocol's other files share with this one is
+ * cluster_impl.h (release.c: releases not waited for; resend.c: releases
+ * kept for a failover). */
 #include "cluster.h"
+#include "cluster_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stddef.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <semaphore.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -25,15 +27,14 @@
 #include "redis.h"
 #include "util.h"
 
-#define DM_RELEASE_TIMEOUTS 3  /* a release keeps trying for this many command timeouts */
 
 
-static const struct dm_config *ccfg;
+const struct dm_config *cl_cfg;
 /* The namespace's intact marker (dm_keys_intact): acquire.lua's ARGV[10]. */
 static char intact_key[DM_NAME_MAX + sizeof DM_KEYS_INTACT_SUFFIX];
 /* The interned records: a hash table that grows and shrinks with them. */
-static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct dm_htab locks;
+pthread_mutex_t cl_locks_mu = PTHREAD_MUTEX_INITIALIZER;
+struct dm_htab cl_locks;
 static char process_id[33];
 
 static void new_process_id(void)
@@ -62,7 +63,7 @@ static void new_process_id(void)
 
 void dm_cluster_init(const struct dm_config *cfg)
 {
-    ccfg = cfg;
+    cl_cfg = cfg;
     dm_keys_intact(intact_key, sizeof intact_key, cfg->ns);
     dm_redis_setup(&cfg->redis);
     new_process_id();
@@ -70,7 +71,7 @@ void dm_cluster_init(const struct dm_config *cfg)
 
 const struct dm_config *dm_cluster_config(void)
 {
-    return ccfg;
+    return cl_cfg;
 }
 
 const char *dm_cluster_process_id(void)
@@ -86,13 +87,13 @@ void dm_cluster_owner(char *buf, unsigned long seq)
 size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char *buf, size_t len)
 {
     if (k == DM_KEY_WAIT)
-        return dm_keys_wait_channel(buf, len, ccfg->ns, l->name, process_id);
-    return dm_keys_build(buf, len, ccfg->ns, l->name, k);
+        return dm_keys_wait_channel(buf, len, cl_cfg->ns, l->name, process_id);
+    return dm_keys_build(buf, len, cl_cfg->ns, l->name, k);
 }
 
 /* The record and its name in one allocation: no key strings (built per
  * call from the name) and no counters until the name counts something
- * (docs/design.md, "The cost of a name"). Under locks_mu (its counters). */
+ * (docs/design.md, "The cost of a name"). Under cl_locks_mu (its counters). */
 static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 {
     size_t nl = strlen(name);
@@ -118,10 +119,10 @@ static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 static struct dm_cluster_lock *record_get(const char *name, int cond)
 {
     size_t h = dm_hash_bytes(name, strlen(name));
-    dm_lock(&locks_mu);
+    dm_lock(&cl_locks_mu);
     struct dm_cluster_lock *l = NULL;
-    for (struct dm_hnode *x = dm_htab_chain(&locks, h); x; x = x->next) {
-        locks.probes++;
+    for (struct dm_hnode *x = dm_htab_chain(&cl_locks, h); x; x = x->next) {
+        cl_locks.probes++;
         if (x->hash == h && strcmp(((struct dm_cluster_lock *)x)->name, name) == 0) {
             l = (struct dm_cluster_lock *)x;
             break;
@@ -129,7 +130,7 @@ static struct dm_cluster_lock *record_get(const char *name, int cond)
     }
     if (l) {
         l->refs++;
-    } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&locks, &l->node, h) != 0) {
+    } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&cl_locks, &l->node, h) != 0) {
         dm_name_stats_drop(l->counters);
         free(l);
         l = NULL;
@@ -137,7 +138,7 @@ static struct dm_cluster_lock *record_get(const char *name, int cond)
     if (l)
         __atomic_store_n(cond ? &l->counters->is_cond : &l->counters->is_lock, 1,
                          __ATOMIC_RELAXED);
-    dm_unlock(&locks_mu);
+    dm_unlock(&cl_locks_mu);
     return l;
 }
 
@@ -154,39 +155,38 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
 static void wconn_close(struct dm_conn *wc);
 static struct dm_conn *wconn_take(struct dm_cluster_lock *l);
 
-static size_t kept_lists;       /* records with a failover's kept list (l->kept; locks_mu) */
+size_t cl_kept_lists;       /* records with a failover's kept list (l->kept; cl_locks_mu) */
 
-/* locks_mu held: drops a reference; 1 when it was the last (the record is
- * out of the table then: lock_free it, without locks_mu). */
-static int lock_unref_locked(struct dm_cluster_lock *l)
+/* cl_locks_mu held: drops a reference; 1 when it was the last (the record is
+ * out of the table then: cl_lock_free it, without cl_locks_mu). */
+int cl_lock_unref_locked(struct dm_cluster_lock *l)
 {
     if (--l->refs > 0)
         return 0;
-    dm_htab_del(&locks, &l->node);
+    dm_htab_del(&cl_locks, &l->node);
     if (l->kept)
-        kept_lists--;           /* freed with the record (lock_free) */
+        cl_kept_lists--;           /* freed with the record (cl_lock_free) */
     /* Its counters stay (if it counted anything), for the file and for a
      * record of the name made again. */
     dm_name_stats_drop(l->counters);
     return 1;
 }
 
-static void lock_free(struct dm_cluster_lock *l);
 
 void dm_cluster_lock_put(struct dm_cluster_lock *l)
 {
     if (!l)
         return;
-    dm_lock(&locks_mu);
-    int last = lock_unref_locked(l);
-    dm_unlock(&locks_mu);
+    dm_lock(&cl_locks_mu);
+    int last = cl_lock_unref_locked(l);
+    dm_unlock(&cl_locks_mu);
     if (last)
-        lock_free(l);
+        cl_lock_free(l);
 }
 
 /* A record out of the table: no one else can reach it. notify may wait for
- * a handler here, so locks_mu is not held. */
-static void lock_free(struct dm_cluster_lock *l)
+ * a handler here, so cl_locks_mu is not held. */
+void cl_lock_free(struct dm_cluster_lock *l)
 {
     wconn_close(wconn_take(l));
     dm_notify_chan_put(l->chan);
@@ -198,7 +198,7 @@ static void lock_free(struct dm_cluster_lock *l)
 
 struct dm_htab_stats dm_cluster_lock_stats(void)
 {
-    return dm_htab_stats(&locks, &locks_mu);
+    return dm_htab_stats(&cl_locks, &cl_locks_mu);
 }
 
 /* *slot, made from l's channel `k` on first need. Two threads racing make
@@ -267,12 +267,6 @@ enum attempt { ATT_GRANTED, ATT_HELD,
                ATT_REPLIED,     /* a reply came (run_script, abandon) */
                ATT_FAILED };
 
-/* What release.lua answers. */
-enum release_reply { RELEASE_NOT_HELD = 0,      /* the hold was lost (lease expired) */
-                     RELEASE_DONE = 1,          /* released, or already by this hold */
-                     RELEASE_STILL_HELD = 2,    /* a nested count of another client */
-                     RELEASE_GONE_WITH_DATA = 3 };  /* not held: lost with the server's
-                                                 * data, granted to nobody since */
 /* acquire.lua's first element: {1, token, owner_dead} or {0, pttl}. */
 enum acquire_reply { ACQUIRE_NOT_GRANTED = 0,   /* {0, ms to wait}: held, or not our turn */
                      ACQUIRE_GRANTED = 1 };     /* {1, fencing token, 1 if the last
@@ -290,9 +284,7 @@ static int refused_by_server(enum dm_redis_err e)
 
 #define DM_VOID_LEASES 1        /* an abandoned request is void this many leases */
 
-/* The request id "<owner>|<wait id>" into member (DM_MEMBER_MAX bytes). */
-#define DM_MEMBER_MAX (DM_OWNER_MAX + 24)
-static void member_of(char *member, const char *owner, unsigned long wait_id)
+void cl_member_of(char *member, const char *owner, unsigned long wait_id)
 {
     size_t n = strnlen(owner, DM_OWNER_MAX - 1);
     memcpy(member, owner, n);
@@ -303,7 +295,7 @@ static void member_of(char *member, const char *owner, unsigned long wait_id)
 /* A new request id for one acquire call of `owner`. */
 static void new_member(struct dm_cluster_lock *l, const char *owner, char *member)
 {
-    member_of(member, owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
+    cl_member_of(member, owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
 }
 
 /* The wait id of request "<owner>|<wait id>". */
@@ -337,8 +329,6 @@ static enum attempt run_script(const struct dm_cluster_lock *l, enum dm_script s
  * the grant may have reached them or not: ambiguous, as a lost reply (the
  * caller withdraws the request, which hands back a grant it got). The WAIT
  * lasts wait_ms (ack_wait_ms: never past the caller's deadline). */
-static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request, long long until_ms, int *done);
 
 /* Releases the grant `token` that request `member` got and its caller
  * gives back (not acknowledged, withdrawn): named, so that a copy of this
@@ -348,7 +338,7 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
 static void release_request_grant(struct dm_cluster_lock *l, const char *owner,
                                   const char *member, uint64_t token)
 {
-    release_waited(l, owner, token, l->rw ? NULL : member, 0, NULL);
+    cl_release_waited(l, owner, token, l->rw ? NULL : member, 0, NULL);
 }
 
 static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
@@ -356,8 +346,8 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
                                  const struct dm_grant *g, long wait_ms,
                                  struct dm_redis_error *why)
 {
-    long acks = dm_redis_wait(conn, ccfg->min_replicas, wait_ms);
-    if (acks >= ccfg->min_replicas && dm_redis_conn_stale(conn)) {
+    long acks = dm_redis_wait(conn, cl_cfg->min_replicas, wait_ms);
+    if (acks >= cl_cfg->min_replicas && dm_redis_conn_stale(conn)) {
         /* The sentinels moved the primary while the WAIT was pending: the
          * acks may come from a replica still attached to the old primary
          * (cut off from the sentinels), and the new primary may not have
@@ -372,7 +362,7 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
         release_request_grant(l, owner, member, g->token);
         return ATT_FAILED;
     }
-    if (acks >= ccfg->min_replicas)
+    if (acks >= cl_cfg->min_replicas)
         return ATT_GRANTED;
     if (acks < 0) {
         dm_redis_error_keep(why, conn);
@@ -381,7 +371,7 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
     why->err = DM_REDIS_REPLY_ERROR;
     snprintf(why->errstr, sizeof why->errstr, "redis at %s: only %ld of min_replicas = %d "
              "replicas acknowledged the grant (token %" PRIu64 ") within %ld ms; released it",
-             dm_redis_addr(), acks, ccfg->min_replicas, g->token, wait_ms);
+             dm_redis_addr(), acks, cl_cfg->min_replicas, g->token, wait_ms);
     release_request_grant(l, owner, member, g->token);
     return ATT_FAILED;
 }
@@ -396,9 +386,9 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
  * released as any grant not acknowledged in time. */
 static long ack_wait_ms(const struct timespec *deadline, int flags)
 {
-    long t = ccfg->replica_timeout_ms;
-    if ((flags & DM_ACQ_TRY) && ccfg->redis.command_timeout_ms < t)
-        t = ccfg->redis.command_timeout_ms;
+    long t = cl_cfg->replica_timeout_ms;
+    if ((flags & DM_ACQ_TRY) && cl_cfg->redis.command_timeout_ms < t)
+        t = cl_cfg->redis.command_timeout_ms;
     long left = dm_remaining_ms(deadline);
     if (left >= 0 && left < t)
         t = left;
@@ -453,7 +443,7 @@ static unsigned call_mask(const struct dm_cluster_lock *l, unsigned mask)
 static size_t call_keys_len(const struct dm_cluster_lock *l, unsigned mask)
 {
     mask = call_mask(l, mask);
-    size_t n = dm_keys_len(ccfg->ns, l->name, DM_KEY_LOCK), len = 0;
+    size_t n = dm_keys_len(cl_cfg->ns, l->name, DM_KEY_LOCK), len = 0;
     for (int k = 0; k < DM_KEY_COUNT; k++)
         if (mask & DM_CALL_KEY(k))
             len += n + strlen(dm_keys_suffix((enum dm_key)k)) + 1;
@@ -468,7 +458,7 @@ static const char *const *call_keys(const struct dm_cluster_lock *l, struct call
     /* "NS:{NAME}" (the lock's key) once, then each key is it and its
      * suffix: two copies a key, no formatting. */
     char *p = buf;
-    size_t n = dm_keys_build(p, len, ccfg->ns, l->name, DM_KEY_LOCK);
+    size_t n = dm_keys_build(p, len, cl_cfg->ns, l->name, DM_KEY_LOCK);
     const char *lock = p;
     for (int k = 0; k < DM_KEY_COUNT; k++) {
         ks->k[k] = NULL;
@@ -503,8 +493,8 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                             long long *srv_ms, int *kept_off, struct dm_redis_error *why)
 {
     char lease[DM_FMT_U64_MAX + 1], delay[DM_FMT_U64_MAX + 1], qttl[DM_FMT_U64_MAX + 1];
-    dm_fmt_long(lease, ccfg->lease_ms);
-    dm_fmt_long(delay, ccfg->lock_delay_ms);
+    dm_fmt_long(lease, cl_cfg->lease_ms);
+    dm_fmt_long(delay, cl_cfg->lock_delay_ms);
     dm_fmt_long(qttl, DM_QUEUE_TTL_MS);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_ACQUIRE)];
@@ -538,7 +528,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
             g->owner_dead = r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 1;
             g->regranted = r->elements >= 4 && r->element[3]->type == REDIS_REPLY_INTEGER &&
                            r->element[3]->integer == 1;
-            g->lease_ms = ccfg->lease_ms;
+            g->lease_ms = cl_cfg->lease_ms;
             res = ATT_GRANTED;
         } else if (r->element[0]->integer == ACQUIRE_NOT_GRANTED) {
             *pttl = (long)r->element[1]->integer;
@@ -554,7 +544,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                  dm_redis_addr(), k[DM_KEY_LOCK]);
     }
     freeReplyObject(r);
-    if (res == ATT_GRANTED && ccfg->min_replicas > 0)
+    if (res == ATT_GRANTED && cl_cfg->min_replicas > 0)
         res = acknowledged(l, owner, member, conn, g, ack_ms, why);
     dm_redis_put(conn);
     return res;
@@ -568,7 +558,7 @@ static enum attempt cancel_calls(struct dm_cluster_lock *l, const char *owner, c
                                  int void_it, uint64_t *tok, struct dm_redis_error *why)
 {
     char ttl[24];
-    snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * ccfg->lease_ms : 0L);
+    snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * cl_cfg->lease_ms : 0L);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_CANCEL)];
     const char *const *k = call_keys(l, &ks, DM_CALL_CANCEL, kb, sizeof kb);
@@ -582,7 +572,7 @@ static enum attempt cancel_calls(struct dm_cluster_lock *l, const char *owner, c
     enum attempt res = ATT_FAILED;
     *tok = 0;
     for (int i = 0; i < 3; i++) {
-        if (i > 0 && dm_now_ms() - start >= ccfg->redis.command_timeout_ms)
+        if (i > 0 && dm_now_ms() - start >= cl_cfg->redis.command_timeout_ms)
             break;
         redisReply *r;
         res = run_script(l, DM_SCRIPT_CANCEL, nkeys, nkeys + 3, args, &r, why);
@@ -625,7 +615,7 @@ static void warn_unwithdrawn(struct dm_cluster_lock *l, const char *err)
 {
     dm_warn("lock %s: could not withdraw an unanswered request (%s); if the server "
             "still runs it, the lock stays held by nobody for up to its lease (%ld ms)",
-            l->name, err, ccfg->lease_ms);
+            l->name, err, cl_cfg->lease_ms);
 }
 
 /* Leaves before a grant: gives `member` up if it may have had an effect
@@ -651,7 +641,7 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
  * taken for a hold: another process may get the lock any moment. */
 static int fresh(const struct dm_grant *g)
 {
-    return dm_now_ms() - g->sent_ms < g->lease_ms - ccfg->lease_margin_ms;
+    return dm_now_ms() - g->sent_ms < g->lease_ms - cl_cfg->lease_margin_ms;
 }
 
 /* A grant too late to trust is asked for again, but what it found stands:
@@ -721,7 +711,7 @@ static int handed_over(const char *msg, const char *member, long long sent, long
     g->token = tok;
     g->more_waiters = more;
     g->owner_dead = dead;
-    g->lease_ms = set < ccfg->lease_ms ? (long)set : ccfg->lease_ms;
+    g->lease_ms = set < cl_cfg->lease_ms ? (long)set : cl_cfg->lease_ms;
     if (srv_ms <= 0 || at <= srv_ms)
         return 2;
     long long now = dm_now_ms(), later = at - srv_ms;
@@ -731,8 +721,8 @@ static int handed_over(const char *msg, const char *member, long long sent, long
 
 static const char *down_policy(void)
 {
-    return ccfg->on_redis_down == DM_DOWN_ERROR ? "error"
-         : ccfg->on_redis_down == DM_DOWN_LOCAL ? "local" : "block";
+    return cl_cfg->on_redis_down == DM_DOWN_ERROR ? "error"
+         : cl_cfg->on_redis_down == DM_DOWN_LOCAL ? "local" : "block";
 }
 
 /* Failures, by what is known of them. No connection could be made:
@@ -769,7 +759,7 @@ static struct dm_conn *wconns[DM_WCONNS_MAX];   /* atomic slots: NULL, WCONN_BUS
 
 static int direct_wait(const struct dm_cluster_lock *l)
 {
-    return !l->rw && ccfg->redis.nsentinels == 0 && ccfg->redis.ncluster == 0;
+    return !l->rw && cl_cfg->redis.nsentinels == 0 && cl_cfg->redis.ncluster == 0;
 }
 
 static void wconn_close(struct dm_conn *wc)
@@ -862,7 +852,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * own reply), waited for up to a command timeout. */
 static void releases_read(struct dm_cluster_lock *l)
 {
-    long long end = dm_now_ms() + ccfg->redis.command_timeout_ms;
+    long long end = dm_now_ms() + cl_cfg->redis.command_timeout_ms;
     while (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) > 0) {
         dm_redis_flush();
         if (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) == 0 || dm_now_ms() >= end)
@@ -991,13 +981,13 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                 give_up(l, owner, member, queued || refused, unanswered);
                 return EBUSY;
             }
-            if (ccfg->on_redis_down == DM_DOWN_ERROR) {
+            if (cl_cfg->on_redis_down == DM_DOWN_ERROR) {
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; returning EAGAIN (on_redis_down = \"error\")", l->name, err);
                 give_up(l, owner, member, queued || refused, unanswered);
                 return EAGAIN;
             }
-            if (ccfg->on_redis_down == DM_DOWN_LOCAL && why.err == DM_REDIS_NOCONN) {
+            if (cl_cfg->on_redis_down == DM_DOWN_LOCAL && why.err == DM_REDIS_NOCONN) {
                 dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
                              "lock %s: %s; locking this process only (on_redis_down = \"local\")",
                              l->name, err);
@@ -1045,7 +1035,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                         "a lease (%ld ms) after its start, so that a holder of lost data "
                         "stops first (`dmutex fresh` declares a new server, `dmutex fresh "
                         "--durable` one with appendfsync always)", l->name, dm_redis_addr(),
-                        pttl, ccfg->lease_ms);
+                        pttl, cl_cfg->lease_ms);
             }
             queued = fair;
             rediscovered = 0;
@@ -1070,7 +1060,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
             direct = 0;         /* none to be had: notify's channel, as any other wait */
         }
         if (!subscribed) {
-            long to = ccfg->redis.command_timeout_ms;
+            long to = cl_cfg->redis.command_timeout_ms;
             if (left >= 0 && left < to)
                 to = left;
             if (!ch)
@@ -1119,7 +1109,7 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                  * it: WAIT counts only our own writes, so one more attempt
                  * (we hold it: a renewal to a full lease) is our write
                  * after the handover, and its WAIT covers both. */
-                if (ho == 1 && fresh(g) && ccfg->min_replicas == 0) {
+                if (ho == 1 && fresh(g) && cl_cfg->min_replicas == 0) {
                     g->waited = 1;
                     g->wait_id = member_id(member);
                     dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
@@ -1147,47 +1137,9 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * never for longer than the hold surely has left of its lease when it is
  * released (its last renewal was at most a round ago), so that a release
  * that gets through does not find its own hold expired. */
-static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request, long long until_ms, int *done);
-static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                        const char *request, int node, unsigned long epoch);
-static void resend_switch(void);
-static int slot_node(const struct dm_cluster_lock *l, unsigned long *epoch);
-
-/* Releases are kept for a failover with Sentinel and with Redis Cluster:
- * a replica promoted may lack them. */
-static int resend_wanted(void)
-{
-    return ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0;
-}
-
 int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
 {
-    return release_waited(l, owner, token, NULL, 0, NULL);
-}
-
-int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                            unsigned long wait_id)
-{
-    if (l->rw)
-        return dm_cluster_release(l, owner, token);
-    char member[DM_MEMBER_MAX];
-    member_of(member, owner, wait_id);
-    int done = 0;
-    unsigned long gen = dm_redis_primary_gen();
-    unsigned long epoch;
-    int node = slot_node(l, &epoch);    /* where it goes: a move meanwhile makes it due */
-    int r = release_waited(l, owner, token, member, 0, &done);
-    if (done) {
-        resend_keep(l, owner, token, member, node, epoch);   /* out of release_waited's frame of keys */
-        /* The primary moved while this release was out: the old one may
-         * have answered it after the resender's round (a live failover, a
-         * partition), and nothing would send it again before the next
-         * move. One more round (found by the review). */
-        if (dm_redis_primary_gen() != gen && resend_wanted())
-            resend_switch();
-    }
-    return r;
+    return cl_release_waited(l, owner, token, NULL, 0, NULL);
 }
 
 /* dm_cluster_release, naming the request whose grant it ends when
@@ -1201,13 +1153,13 @@ int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64
  * an error, no reply, a dropped connection, the exit flush): the owner's
  * next acquire may have run on the server before the retry does. */
 DM_KEYS_FRAME
-static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                          const char *request, long long until_ms, int *done)
+int cl_release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                      const char *request, long long until_ms, int *done)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1];
     dm_fmt_u64(tok, token);
-    dm_fmt_long(keep, ccfg->lease_ms);
+    dm_fmt_long(keep, cl_cfg->lease_ms);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
@@ -1225,13 +1177,13 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
     memcpy(args + nkeys, argv, sizeof argv);
     int nargs = nkeys + 10;
     long long start = dm_now_ms();
-    long budget = DM_RELEASE_TIMEOUTS * ccfg->redis.command_timeout_ms;
-    long safe = ccfg->lease_ms - ccfg->lease_margin_ms - ccfg->renew_ms;
+    long budget = DM_RELEASE_TIMEOUTS * cl_cfg->redis.command_timeout_ms;
+    long safe = cl_cfg->lease_ms - cl_cfg->lease_margin_ms - cl_cfg->renew_ms;
     /* A Sentinel failover takes the sentinels' down-after time and an
      * election, seconds rather than command timeouts: a release given up
      * meanwhile would keep the lock from everyone for the rest of its lease
      * on the new primary. */
-    if (ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || budget > safe)
+    if (cl_cfg->redis.nsentinels > 0 || cl_cfg->redis.ncluster > 0 || budget > safe)
         budget = safe;
     if (until_ms != 0)
         budget = (long)(until_ms - start);
@@ -1289,510 +1241,28 @@ static int release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t
         return EIO;
     }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
-             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, ccfg->lease_ms);
+             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, cl_cfg->lease_ms);
     return EIO;
 }
 
-/* ---- releases a failover may undo (Sentinel, Redis Cluster) --------------
- * The primary answers a release before its replicas have it (replication
- * is asynchronous; min_replicas WAITs for grants, not for releases), and
- * a failover then promotes a replica on which the hold is still there:
- * everyone waits for the rest of its lease (9.3 s of a 10 s lease in 8 of
- * 14 failover runs here). So a record keeps the releases of its last
- * DM_KEPT_PER_LOCK unlocks (dm_cluster_release_hold: each names the lock
- * call it ends) for a lease, and when the primary moves, a thread of its
- * own (started at the first one kept) sends every one still in its lease
- * again to the new primary. The server decides: release.lua answers a
- * release it already ran as done and changes nothing, and one whose hold
- * the same thread was granted again since (same owner, same token: a
- * later lock call) leaves that grant alone, since it names its own call.
- * Entries stay until their lease is over, so a second failover sends them
- * again too. Why the last 2 are enough with min_replicas = the number of
- * replicas (deploying.md's safe setting): every grant is acknowledged by
- * all of them before its holder enters, and replication is one ordered
- * stream, so a release followed by any acknowledged grant of the lock
- * reached every replica; only the process's last release of each lock
- * can be missing. With fewer (or 0) a lock released more often than that
- * within the replication lag may stand for its lease, as before. Per
- * record, so that a busy lock cannot push another's out;
- * with the record, so that a name destroyed takes its own with it (its
- * hold then stands on a new primary that lacks the release until its
- * lease ends, as before). Not an rwlock's (a read release ignores the
- * request). A process that exits takes its kept releases with it.
- * With Redis Cluster the same, for each slot's primary: a round follows
- * every change of the slot map the process sees (dm_redis_on_switch: a
- * call that met MOVED or a node gone, notify's refresh), each release
- * sent to the node that owns its slot now. A resharding makes such a
- * round too; its releases are answered as done. */
-#define DM_KEPT_PER_LOCK 2
-struct dm_kept_release {
-    uint64_t token;
-    long long until_ms;                 /* 0: a free slot */
-    int node;                           /* Redis Cluster: the node its slot was on when it was
-                                           kept or last sent again (-1: Sentinel: every move) */
-    unsigned long epoch;                /* that node index's epoch (a new address: moved) */
-    char owner[DM_OWNER_MAX];
-    char request[DM_MEMBER_MAX];        /* "<owner>|<wait id>" */
-};
-struct dm_kept {                        /* l->kept */
-    unsigned next;
-    struct dm_kept_release r[DM_KEPT_PER_LOCK];
-};
-static pthread_mutex_t resend_mu = PTHREAD_MUTEX_INITIALIZER;  /* resend_state */
-static int resend_state;            /* 0 no thread yet, 1 running, -1 cannot start */
-/* A move: resend_asked goes up and the semaphore wakes the thread. No
- * lock: the hook is called from threads that may hold their own (notify's
- * thread holds its mutex when a MOVED answers a subscription), and a
- * fork's prepare handlers take resend_mu before those. */
-static unsigned long resend_asked;      /* moves seen (atomic) */
-static unsigned long resend_done;       /* moves handled (the thread's) */
-static sem_t resend_sem;
-static unsigned long resend_rounds;     /* rounds finished (atomic): for tests */
-
-static void resend_switch(void)
+/* A reply to cl_release_write, in whatever thread read it: handed to the
+ * caller's function as release.lua's answer, or -1 and why not. */
+static void late_reply(void *arg, redisReply *r, const struct dm_redis_error *why)
 {
-    __atomic_add_fetch(&resend_asked, 1, __ATOMIC_SEQ_CST);
-    sem_post(&resend_sem);
+    struct cl_late *x = arg;
+    long v = r && r->type == REDIS_REPLY_INTEGER ? (long)r->integer : -1;
+    const char *text = !r ? (why ? why->errstr : "no reply")
+                     : r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected reply";
+    x->done(x, v, text, r == NULL);
 }
 
-struct resend_job {
-    struct dm_cluster_lock *l;          /* a reference */
-    struct dm_kept_release r;
-};
-/* The round being sent (locks_mu): a fork child, which has no resender,
- * gives back the references of the jobs not done (the one being sent
- * included) and frees the list. */
-static struct resend_job *round_jobs;
-static size_t round_n, round_done;
-
-/* What made a resend round, for its log lines. */
-static const char *moved_what(void)
-{
-    return ccfg->redis.ncluster > 0 ? "the cluster's slot map changed" : "the primary moved";
-}
-
-/* Redis Cluster: the node that owns l's slot in the map now, and that
- * index's epoch; -1 without a cluster (Sentinel: one primary). */
-static int slot_node(const struct dm_cluster_lock *l, unsigned long *epoch)
-{
-    *epoch = 0;
-    if (ccfg->redis.ncluster == 0)
-        return -1;
-    int node = dm_redis_node_cached(l->slot);
-    if (node >= 0)
-        *epoch = dm_redis_node_epoch(node);
-    return node;
-}
-
-/* A kept release to send again: still in its lease, and (Redis Cluster)
- * its slot on another node than when it was kept or last sent. */
-static int kept_due(const struct dm_cluster_lock *l, const struct dm_kept_release *k)
-{
-    if (k->until_ms == 0)
-        return 0;
-    if (k->node < 0)
-        return 1;
-    unsigned long epoch;
-    return slot_node(l, &epoch) != k->node || epoch != k->epoch;
-}
-
-/* locks_mu held: frees the kept lists whose releases are all past their
- * lease (the record stays: a name used once keeps no list for good). */
-static void kept_sweep_locked(long long now)
-{
-    for (size_t b = 0; b < locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next) {
-            if (!l->kept)
-                continue;
-            int live = 0;
-            for (int i = 0; i < DM_KEPT_PER_LOCK; i++) {
-                struct dm_kept_release *k = &l->kept->r[i];
-                if (k->until_ms != 0 && k->until_ms <= now)
-                    k->until_ms = 0;
-                live |= k->until_ms != 0;
-            }
-            if (!live) {
-                free(l->kept);
-                l->kept = NULL;
-                kept_lists--;
-            }
-        }
-}
-
-/* locks_mu held: every kept release due (kept_due), with a reference to
- * its record each (*n of them, malloc'd; NULL: none or no memory). */
-static struct resend_job *resend_jobs_locked(size_t *n, long long now)
-{
-    kept_sweep_locked(now);
-    size_t count = 0;
-    for (size_t b = 0; b < locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next)
-            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++)
-                count += kept_due(l, &l->kept->r[i]);
-    *n = 0;
-    struct resend_job *jobs = count ? malloc(count * sizeof *jobs) : NULL;
-    if (!jobs) {
-        if (count)
-            dm_error("redis: %s, and there is no memory to send its %zu kept release(s) "
-                     "again: a hold the new primary kept stands until its lease ends",
-                     moved_what(), count);
-        return NULL;
-    }
-    for (size_t b = 0; b < locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next)
-            for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK && *n < count; i++) {
-                struct dm_kept_release *k = &l->kept->r[i];
-                if (!kept_due(l, k))
-                    continue;
-                l->refs++;
-                jobs[*n].l = l;
-                jobs[*n].r = *k;
-                /* where it goes now (-1: Sentinel): a move meanwhile makes it due */
-                jobs[*n].r.node = slot_node(l, &jobs[*n].r.epoch);
-                (*n)++;
-            }
-    return jobs;
-}
-
-/* locks_mu held: the kept release `r` of l (if it is still kept) was sent
- * again to r's node (the slot's owner when the round took it up). */
-static void kept_sent_locked(struct dm_cluster_lock *l, const struct dm_kept_release *r)
-{
-    for (int i = 0; r->node >= 0 && l->kept && i < DM_KEPT_PER_LOCK; i++) {
-        struct dm_kept_release *k = &l->kept->r[i];
-        if (k->until_ms != 0 && k->token == r->token && strcmp(k->request, r->request) == 0) {
-            k->node = r->node;
-            k->epoch = r->epoch;
-        }
-    }
-}
-
-/* Sleeps until a move is asked for; while releases are kept, at most a
- * lease, so that their lists are freed once past it. */
-static void resend_sleep(void)
-{
-    dm_lock(&locks_mu);
-    int any = kept_lists > 0;
-    dm_unlock(&locks_mu);
-    int r;
-    if (any) {
-        struct timespec until;
-        dm_deadline_in(&until, ccfg->lease_ms);
-        while ((r = sem_clockwait(&resend_sem, CLOCK_MONOTONIC, &until)) != 0 && errno == EINTR)
-            ;
-    } else {
-        while ((r = sem_wait(&resend_sem)) != 0 && errno == EINTR)
-            ;
-    }
-}
-
-static void *resend_main(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        unsigned long asked = __atomic_load_n(&resend_asked, __ATOMIC_SEQ_CST);
-        if (asked == resend_done) {
-            resend_sleep();
-            dm_lock(&locks_mu);
-            kept_sweep_locked(dm_now_ms());
-            dm_unlock(&locks_mu);
-            continue;
-        }
-        resend_done = asked;
-        size_t n;
-        dm_lock(&locks_mu);
-        struct resend_job *jobs = resend_jobs_locked(&n, dm_now_ms());
-        round_jobs = jobs;
-        round_n = n;
-        round_done = 0;
-        dm_unlock(&locks_mu);
-        size_t failed = 0;
-        for (size_t i = 0; i < n; i++) {
-            struct resend_job *j = &jobs[i];
-            int lost = release_waited(j->l, j->r.owner, j->r.token, j->r.request,
-                                      j->r.until_ms, NULL) == EIO;
-            failed += lost;
-            /* Done and the reference given back in one step as a fork
-             * sees them (locks_mu). One that did not get through is sent
-             * again at the next change of the map. */
-            dm_lock(&locks_mu);
-            if (!lost)
-                kept_sent_locked(j->l, &j->r);
-            round_done = i + 1;
-            int last = lock_unref_locked(j->l);
-            dm_unlock(&locks_mu);
-            if (last)
-                lock_free(j->l);
-        }
-        dm_lock(&locks_mu);
-        round_jobs = NULL;
-        round_n = round_done = 0;
-        free(jobs);
-        dm_unlock(&locks_mu);
-        if (n > 0)
-            dm_warn("redis: %s: %zu release(s) of the last lease sent again, in case a new "
-                    "primary lacks them (%zu failed)", moved_what(), n, failed);
-        __atomic_add_fetch(&resend_rounds, 1, __ATOMIC_RELEASE);
-    }
-    return NULL;
-}
-
-unsigned long dm_cluster_resend_rounds(void)
-{
-    return __atomic_load_n(&resend_rounds, __ATOMIC_ACQUIRE);
-}
-
-size_t dm_cluster_kept_lists(void)
-{
-    dm_lock(&locks_mu);
-    size_t n = kept_lists;
-    dm_unlock(&locks_mu);
-    return n;
-}
-
-static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                        const char *request, int node, unsigned long epoch)
-{
-    if (!resend_wanted())
-        return;
-    dm_lock(&resend_mu);
-    if (resend_state == 0) {
-        int rc = sem_init(&resend_sem, 0, 0) != 0 ? errno
-                                                   : dm_thread_start(NULL, resend_main, NULL);
-        resend_state = rc == 0 ? 1 : -1;
-        if (rc != 0)
-            dm_warn("cannot start the thread that sends releases again after a failover "
-                    "(%s): a release the new primary lacks holds the lock until its lease "
-                    "runs out", strerror(rc));
-        else
-            dm_redis_on_switch(resend_switch);
-    }
-    int running = resend_state > 0;
-    dm_unlock(&resend_mu);
-    if (!running)
-        return;
-    static int no_memory_said;          /* locks_mu */
-    dm_lock(&locks_mu);
-    /* The first list wakes the thread: it sleeps at most a lease while
-     * lists are kept, to free them once past it. */
-    if (!l->kept && (l->kept = calloc(1, sizeof *l->kept)) != NULL && kept_lists++ == 0)
-        sem_post(&resend_sem);
-    struct dm_kept *kept = l->kept;
-    if (kept) {
-        struct dm_kept_release *k = &kept->r[kept->next];
-        kept->next = (kept->next + 1) % DM_KEPT_PER_LOCK;
-        k->token = token;
-        k->until_ms = dm_now_ms() + ccfg->lease_ms;
-        k->node = node;
-        k->epoch = epoch;
-        snprintf(k->owner, sizeof k->owner, "%s", owner);
-        snprintf(k->request, sizeof k->request, "%s", request);
-    } else if (!no_memory_said) {
-        no_memory_said = 1;
-        dm_warn("lock %s: no memory to keep its release for a failover (said once): a "
-                "release a new primary lacks holds a lock until its lease runs out", l->name);
-    }
-    dm_unlock(&locks_mu);
-}
-
-/* A release sent without waiting, until its reply is read. It holds a
- * reference to the record, so a name destroyed meanwhile stays until
- * then. Listed (under locks_mu) so that a fork child, which never reads
- * the parent's replies, gives those references back and frees them. */
-struct late_release {
-    struct dm_cluster_lock *l;
-    uint64_t token;
-    dm_cluster_lost_fn lost;
-    long long lease_end_ms;             /* the hold's lease could end by itself from then */
-    struct late_release *prev, *next;   /* late_list, under locks_mu */
-    char owner[DM_OWNER_MAX];
-    char request[DM_MEMBER_MAX];        /* "<owner>|<wait id>": ARGV[8], every retry too */
-};
-static struct late_release *late_list;
-
-/* ---- the release reader ----------------------------------------------------
- * A release written without waiting must not stay unread for long: the
- * server may have answered NOSCRIPT (its scripts flushed) or closed the
- * connection without running it, and a process that idles after its
- * unlock makes no next call on that connection. This thread reads the
- * replies that stay unread on an idle pooled connection for one to two
- * ticks (DM_RELEASE_READ_MS), and every reply at once when the process
- * image is about to end (exec, _exit: dm_cluster_flush_bounded); what it
- * reads is acted on as any reader acts (late_release_done: a retry waited
- * for, a lost hold reported). It ticks while releases are unread or were
- * written in the last DM_RELEASE_QUIET_TICKS ticks, then sleeps until the
- * next release wakes it (an eventfd write, the one system call an unlock
- * may add, only after such a quiet spell). Started by the first release
- * written without waiting; a release is waited for when it cannot start. */
-#define DM_RELEASE_READ_MS 20       /* a tick of the reader */
-#define DM_RELEASE_QUIET_TICKS 50   /* ticks without a release before it sleeps for good */
-#define DM_FLUSH_STEP_MS 1          /* a flush waiting for other threads' readers looks again */
-static pthread_mutex_t reader_mu = PTHREAD_MUTEX_INITIALIZER;  /* its start, its fds */
-static int reader_state;            /* 0 not started, 1 running, -1 cannot start (atomic) */
-static int reader_efd = -1;         /* eventfd: wakes the reader */
-static int reader_asleep;           /* sleeping with no timeout: wake it (atomic) */
-static long releases_pending;       /* written, reply not read yet (atomic) */
-static unsigned long releases_written;      /* ever (atomic): the reader's activity */
-static unsigned long flush_asked, flush_done;  /* dm_cluster_flush_bounded (atomic) */
-
-static void reader_wake(void)
-{
-    uint64_t one = 1;
-    ssize_t w = write(__atomic_load_n(&reader_efd, __ATOMIC_ACQUIRE), &one, sizeof one);
-    (void)w;    /* EAGAIN: the counter is full, it wakes anyway */
-}
-
-static __thread int in_reader;      /* the calling thread is the reader */
-
-static void *reader_main(void *arg)
-{
-    (void)arg;
-    in_reader = 1;
-    unsigned long seen = 0;
-    int quiet = 0;
-    for (;;) {
-        int timeout = DM_RELEASE_READ_MS;
-        if (quiet >= DM_RELEASE_QUIET_TICKS) {
-            /* Dekker with the writer: it counts its release pending, then
-             * looks at reader_asleep; here the other way round. */
-            __atomic_store_n(&reader_asleep, 1, __ATOMIC_SEQ_CST);
-            if (__atomic_load_n(&releases_pending, __ATOMIC_SEQ_CST) == 0 &&
-                __atomic_load_n(&flush_asked, __ATOMIC_SEQ_CST) ==
-                    __atomic_load_n(&flush_done, __ATOMIC_SEQ_CST))
-                timeout = -1;
-        }
-        struct pollfd p = { reader_efd, POLLIN, 0 };
-        int woken = poll(&p, 1, timeout) > 0;
-        __atomic_store_n(&reader_asleep, 0, __ATOMIC_SEQ_CST);
-        uint64_t v;
-        if (woken && read(reader_efd, &v, sizeof v) < 0)
-            v = 0;      /* EAGAIN: another read took it */
-        unsigned long asked = __atomic_load_n(&flush_asked, __ATOMIC_ACQUIRE);
-        if (asked != __atomic_load_n(&flush_done, __ATOMIC_RELAXED)) {
-            dm_redis_flush();
-            __atomic_store_n(&flush_done, asked, __ATOMIC_RELEASE);
-        } else {
-            dm_redis_flush_older();
-        }
-        unsigned long w = __atomic_load_n(&releases_written, __ATOMIC_RELAXED);
-        if (w != seen || __atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) > 0)
-            quiet = 0;
-        else if (quiet < DM_RELEASE_QUIET_TICKS)
-            quiet++;
-        seen = w;
-    }
-    return NULL;
-}
-
-/* 1 once the reader runs (started here the first time), 0 when it cannot. */
-static int reader_ready(void)
-{
-    int st = __atomic_load_n(&reader_state, __ATOMIC_ACQUIRE);
-    if (st != 0)
-        return st > 0;
-    dm_lock(&reader_mu);
-    if ((st = reader_state) == 0) {
-        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        __atomic_store_n(&reader_efd, fd, __ATOMIC_RELEASE);   /* before the thread reads it */
-        int rc = fd < 0 ? errno : dm_thread_start(NULL, reader_main, NULL);
-        if (rc == 0) {
-            st = 1;
-        } else {
-            __atomic_store_n(&reader_efd, -1, __ATOMIC_RELEASE);
-            if (fd >= 0)
-                close(fd);
-            dm_warn("cannot start the release reader thread (%s): every release is waited "
-                    "for", strerror(rc));
-            st = -1;
-        }
-        __atomic_store_n(&reader_state, st, __ATOMIC_RELEASE);
-    }
-    dm_unlock(&reader_mu);
-    return st > 0;
-}
-
-void dm_cluster_flush_bounded(void)
-{
-    /* The reader itself (a lost hold's abort, whose SIGABRT handler
-     * _exits) would wait for itself. */
-    if (__atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) <= 0 ||
-        __atomic_load_n(&reader_state, __ATOMIC_ACQUIRE) <= 0 || in_reader)
-        return;
-    long max_ms = (DM_RELEASE_TIMEOUTS + 1) * ccfg->redis.command_timeout_ms;
-    unsigned long want = __atomic_add_fetch(&flush_asked, 1, __ATOMIC_SEQ_CST);
-    reader_wake();
-    long long end = dm_now_ms() + max_ms;
-    /* The reader's flush, then those on connections other threads use
-     * (read before their own replies) and any retry in progress. */
-    while ((long)(__atomic_load_n(&flush_done, __ATOMIC_ACQUIRE) - want) < 0 ||
-           __atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) > 0) {
-        if (dm_now_ms() >= end) {
-            dm_warn("%ld release(s) written without waiting still unconfirmed after %ld ms; "
-                    "a lock they did not free frees itself when its lease (%ld ms) runs out",
-                    __atomic_load_n(&releases_pending, __ATOMIC_RELAXED), max_ms,
-                    ccfg->lease_ms);
-            return;
-        }
-        struct timespec ts = { 0, DM_FLUSH_STEP_MS * 1000000L };
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* locks_mu held. */
-static void late_unlink(struct late_release *lr)
-{
-    if (lr->prev)
-        lr->prev->next = lr->next;
-    else
-        late_list = lr->next;
-    if (lr->next)
-        lr->next->prev = lr->prev;
-}
-
-/* The reply of a release sent by dm_cluster_release_nowait, in the thread
- * that read it. Anything but a verdict is retried as a release always is
- * (it recognises its own retry); "not held" is a lost hold. */
-static void late_release_done(void *arg, redisReply *r, const struct dm_redis_error *why)
-{
-    struct late_release *lr = arg;
-    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    if (v != RELEASE_DONE && v != RELEASE_STILL_HELD && v != RELEASE_NOT_HELD &&
-        v != RELEASE_GONE_WITH_DATA) {
-        dm_debug("lock %s: the release sent at unlock got %s; sending it again", lr->l->name,
-                 !r ? (why ? why->errstr : "no reply") : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                 : "an unexpected reply");
-        if (!r)
-            dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
-        int rr = release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL);
-        v = rr == EPERM ? RELEASE_NOT_HELD : rr == ESTALE ? RELEASE_GONE_WITH_DATA : RELEASE_DONE;
-    }
-    if ((v == RELEASE_NOT_HELD || v == RELEASE_GONE_WITH_DATA) && lr->lost)
-        lr->lost(lr->l, lr->owner, lr->token,
-                 v == RELEASE_GONE_WITH_DATA ? DM_GONE_WITH_DATA
-                 : dm_now_ms() >= lr->lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST);
-    __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
-    dm_lock(&locks_mu);
-    late_unlink(lr);
-    dm_unlock(&locks_mu);
-    __atomic_sub_fetch(&releases_pending, 1, __ATOMIC_ACQ_REL);
-    dm_cluster_lock_put(lr->l);
-    free(lr);
-}
-
-/* dm_cluster_release_nowait's script, written without waiting for its
- * reply (lr: what the reply's reader needs, the record's reference
- * taken). 0 when written; else what dm_redis_script_nowait said, and lr
- * is the caller's again. */
 DM_KEYS_FRAME
-static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                        const char *member, struct late_release *lr)
+int cl_release_write(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                     const char *member, struct cl_late *x)
 {
     char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1];
     dm_fmt_u64(tok, token);
-    dm_fmt_long(keep, ccfg->lease_ms);
+    dm_fmt_long(keep, cl_cfg->lease_ms);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
@@ -1800,138 +1270,32 @@ static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t t
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
-    /* as release_waited's */
+    /* as cl_release_waited's */
     const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], keep, "",
                            member, conn->run_id, k[DM_KEY_EPOCH] };
     memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
-    __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
-    __atomic_add_fetch(&releases_pending, 1, __ATOMIC_SEQ_CST);
     int rc = dm_redis_script_nowait(conn, DM_SCRIPT_RELEASE, DM_KEYS_RELEASE_N,
-                                    DM_KEYS_RELEASE_N + 10, args, late_release_done, lr);
+                                    DM_KEYS_RELEASE_N + 10, args, late_reply, x);
     dm_redis_put(conn);
-    if (rc == 0) {
-        __atomic_add_fetch(&releases_written, 1, __ATOMIC_RELAXED);
-        /* The reader sleeps for good only after a quiet spell: then, and
-         * only then, this release wakes it. */
-        if (__atomic_load_n(&reader_asleep, __ATOMIC_SEQ_CST) &&
-            __atomic_exchange_n(&reader_asleep, 0, __ATOMIC_SEQ_CST))
-            reader_wake();
-        return 0;
-    }
-    __atomic_sub_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
-    __atomic_sub_fetch(&releases_pending, 1, __ATOMIC_ACQ_REL);
     return rc;
 }
 
-enum dm_gone dm_cluster_gone_how(int released, long long lease_end_ms)
-{
-    return released == ESTALE ? DM_GONE_WITH_DATA
-         : dm_now_ms() >= lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST;
-}
-
-int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                              unsigned long wait_id, long long lease_end_ms,
-                              dm_cluster_lost_fn lost)
-{
-    /* Sentinel trusts "not held" only after ROLE on the same connection,
-     * a cluster follows MOVED with the script again, and an rwlock's read
-     * release is not told apart by its request: the reply first. */
-    struct late_release *lr;
-    if (l->rw || ccfg->redis.nsentinels > 0 || ccfg->redis.ncluster > 0 || !reader_ready() ||
-        (lr = malloc(sizeof *lr)) == NULL) {
-        int r = dm_cluster_release_hold(l, owner, token, wait_id);
-        if ((r == EPERM || r == ESTALE) && lost)
-            lost(l, owner, token, dm_cluster_gone_how(r, lease_end_ms));
-        return r;
-    }
-    lr->l = l;
-    lr->token = token;
-    lr->lost = lost;
-    lr->lease_end_ms = lease_end_ms;
-    size_t on = strnlen(owner, sizeof lr->owner - 1);
-    memcpy(lr->owner, owner, on);
-    lr->owner[on] = 0;
-    char member[DM_MEMBER_MAX];     /* the caller's: lr may be freed below */
-    member_of(member, owner, wait_id);
-    memcpy(lr->request, member, strlen(member) + 1);
-    dm_lock(&locks_mu);
-    l->refs++;
-    lr->prev = NULL;
-    lr->next = late_list;
-    if (late_list)
-        late_list->prev = lr;
-    late_list = lr;
-    dm_unlock(&locks_mu);
-    if (release_send(l, owner, token, member, lr) == 0)
-        return 0;
-    /* Not written, or written in part (it may have gone out whole all the
-     * same): waited for now, named as any retry is. */
-    dm_lock(&locks_mu);
-    late_unlink(lr);
-    dm_unlock(&locks_mu);
-    dm_cluster_lock_put(l);
-    free(lr);
-    int r = release_waited(l, owner, token, member, 0, NULL);
-    if ((r == EPERM || r == ESTALE) && lost)
-        lost(l, owner, token, dm_cluster_gone_how(r, lease_end_ms));
-    return r;
-}
-
-/* The idle pool's replies here; then those another thread reads (the
- * release reader may hold a connection, or be retrying a release it
- * read), waited for as long as a retried release may take. */
-void dm_cluster_flush(void)
-{
-    long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * ccfg->redis.command_timeout_ms;
-    for (;;) {
-        dm_redis_flush();
-        if (__atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) <= 0 || dm_now_ms() >= end)
-            break;
-        dm_sleep_ms(DM_FLUSH_STEP_MS);
-    }
-}
-
-/* Fork: locks_mu is held across fork() (see the lock order in startup.c).
+/* Fork: cl_locks_mu is held across fork() (see the lock order in startup.c).
  * The child has a new process id, so a new wait channel (built from it
  * when needed): the old one's notify record dropped (notify's own fork handling ran
  * first: nothing is subscribed) and made again when a waiter needs it. */
 void dm_cluster_atfork(enum dm_fork_phase phase)
 {
-    if (phase == DM_FORK_PREPARE) {
-        dm_fork_mutex(&locks_mu, phase);
-        dm_fork_mutex(&reader_mu, phase);
-        dm_fork_mutex(&resend_mu, phase);
-        return;
-    }
-    dm_fork_mutex(&resend_mu, phase);
-    dm_fork_mutex(&reader_mu, phase);
-    dm_fork_mutex(&locks_mu, phase);
+    dm_fork_mutex(&cl_locks_mu, phase);
     if (phase != DM_FORK_CHILD)
         return;
     new_process_id();
     /* The releases kept for a failover are the parent's (the child has
-     * its own owner ids; freed below, with the records' other parent
-     * state), and so is the thread that sends them again: the child starts
-     * its own at its own first release. */
-    resend_state = 0;       /* its semaphore made anew with the child's thread */
-    resend_asked = resend_done = 0;
-    kept_lists = 0;         /* freed below */
-    /* The reader thread and its eventfd are the parent's (a write to it
-     * would wake the parent's thread): the child starts its own. */
-    if (reader_efd >= 0)
-        close(reader_efd);
-    reader_efd = -1;
-    reader_state = 0;
-    reader_asleep = 0;
-    releases_pending = 0;
-    flush_done = flush_asked;
-    /* The releases the parent wrote without waiting are the parent's to
-     * read (redis dropped them from the child's pool unread): their
-     * references to the records are given back, their memory freed. */
-    struct late_release *dead = late_list;
-    late_list = NULL;
-    for (size_t b = 0; b < locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)locks.b[b]; l;
+     * its own owner ids): freed with the records' other parent state
+     * (resend.c's child handler, after this one, forgets its thread). */
+    cl_kept_lists = 0;
+    for (size_t b = 0; b < cl_locks.n; b++)
+        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)cl_locks.b[b]; l;
              l = (struct dm_cluster_lock *)l->node.next) {
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
@@ -1954,21 +1318,6 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
     }
     __atomic_store_n(&wconns_kept, 0, __ATOMIC_RELAXED);
     dm_name_stats_fork_child();
-    while (dead) {
-        struct late_release *lr = dead;
-        dead = lr->next;
-        dm_cluster_lock_put(lr->l);
-        free(lr);
-    }
-    /* A round the parent's resender was sending: the references of what
-     * it had not done are the child's to give back. */
-    struct resend_job *jobs = round_jobs;
-    size_t from = round_done, to = round_n;
-    round_jobs = NULL;
-    round_n = round_done = 0;
-    for (size_t i = from; jobs && i < to; i++)
-        dm_cluster_lock_put(jobs[i].l);
-    free(jobs);
 }
 
 #define DM_COND_PUBLISH_TRIES 3 /* a signal sent again after a MOVED (Redis Cluster) */
@@ -2071,8 +1420,8 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     long n = -1;
     long long start = dm_now_ms();
-    long fast = ccfg->redis.connect_timeout_ms < ccfg->redis.command_timeout_ms
-                    ? ccfg->redis.connect_timeout_ms / 2 : ccfg->redis.command_timeout_ms / 2;
+    long fast = cl_cfg->redis.connect_timeout_ms < cl_cfg->redis.command_timeout_ms
+                    ? cl_cfg->redis.connect_timeout_ms / 2 : cl_cfg->redis.command_timeout_ms / 2;
     int fresh = 0;
     for (int attempt = 0; attempt < DM_COND_PUBLISH_TRIES; attempt++) {
         struct dm_conn *conn = fresh ? dm_redis_get_slot_new(l->slot) : dm_redis_get_slot(l->slot);

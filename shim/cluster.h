@@ -272,5 +272,13 @@ int dm_cluster_cond_down(const struct dm_cluster_lock *l);
  * half rebuilt; parent gives it back. The child handler runs after
  * notify's: it gives each record this process's new wait channel. */
 void dm_cluster_atfork(enum dm_fork_phase phase);
+/* The same for release.c (the release reader's mutex; the child starts
+ * its own reader and gives back the references of the parent's releases
+ * unread) and resend.c (the resender's mutex; the child starts its own
+ * resender and gives back those of a round in progress). Both come before
+ * dm_cluster_atfork in startup's order: their child handlers run after
+ * cluster's, which has made the table's mutex anew. */
+void dm_release_atfork(enum dm_fork_phase phase);
+void dm_resend_atfork(enum dm_fork_phase phase);
 
 #endif

@@ -642,8 +642,9 @@ static void map_entries(struct dm_config *cfg)
  * registered, and this is the one order of the internal locks:
  *
  *   startup objects_mu -> symbols cache_lock -> mapped names_mu -> mapped conds_mu
- *     -> registry writer lock -> metrics mu -> cluster locks_mu -> notify nmu
- *     -> redis pool_mu -> sentinel smu -> slots smu -> net ssl_rw (write side) -> watchdog wmu
+ *     -> registry writer lock -> metrics mu -> release reader_mu -> resend resend_mu
+ *     -> cluster locks_mu -> notify nmu -> redis pool_mu -> sentinel smu -> slots smu
+ *     -> net ssl_rw (write side) -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
  * registry) under objects_mu; mapped's name_get makes the cluster lock
@@ -651,7 +652,9 @@ static void map_entries(struct dm_config *cfg)
  * locks_mu; a cond name's record (conds_mu) takes the cluster record and a
  * channel the same way; mapped walks the registry (dm_registry_foreach holds its writer
  * lock) to count or drop holds, taking a name's mutex and, through the
- * watchdog, wmu; cache_lock, pool_mu, slots's smu (the slot map) and wmu hold nothing else (the
+ * watchdog, wmu; release's reader_mu (the reader's start) and resend's
+ * resend_mu (the resender's) are held alone, never with locks_mu;
+ * cache_lock, pool_mu, slots's smu (the slot map) and wmu hold nothing else (the
  * watchdog and notify threads let go of theirs before any I/O); metrics's
  * mu guards its flags only: never held across I/O (a write of the metrics
  * file runs outside it and takes no lock), it takes nothing else; ssl_rw's
@@ -692,8 +695,8 @@ static void registry_atfork(enum dm_fork_phase phase)
 /* The lock order above, after objects_mu: prepare walks it forward,
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
-    symbols_atfork, dm_mapped_atfork, registry_atfork, dm_metrics_atfork, dm_cluster_atfork,
-    dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_slots_atfork, dm_net_atfork,
+    symbols_atfork, dm_mapped_atfork, registry_atfork, dm_metrics_atfork, dm_release_atfork,
+    dm_resend_atfork, dm_cluster_atfork, dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_slots_atfork, dm_net_atfork,
     dm_watchdog_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])

@@ -945,19 +945,32 @@ char *th_config_top(long lease_ms, const char *top, const char *mutexes)
                                       lease_ms, top, mutexes));
 }
 
+void th_cluster_atfork(enum dm_fork_phase phase)
+{
+    if (phase == DM_FORK_PREPARE) {
+        dm_release_atfork(phase);
+        dm_resend_atfork(phase);
+        dm_cluster_atfork(phase);
+    } else {
+        dm_cluster_atfork(phase);
+        dm_resend_atfork(phase);
+        dm_release_atfork(phase);
+    }
+}
+
 int th_fork_with_handlers(int (*fn)(void *), void *arg)
 {
-    dm_cluster_atfork(DM_FORK_PREPARE);
+    th_cluster_atfork(DM_FORK_PREPARE);
     dm_redis_atfork(DM_FORK_PREPARE);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         dm_redis_atfork(DM_FORK_CHILD);
-        dm_cluster_atfork(DM_FORK_CHILD);
+        th_cluster_atfork(DM_FORK_CHILD);
         _exit(fn(arg));
     }
     dm_redis_atfork(DM_FORK_PARENT);
-    dm_cluster_atfork(DM_FORK_PARENT);
+    th_cluster_atfork(DM_FORK_PARENT);
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     return st;

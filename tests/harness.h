@@ -244,6 +244,10 @@ uint64_t th_grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g
  * and exits with what it returns; the parent's handlers run, and the
  * child's wait status is returned. */
 int th_fork_with_handlers(int (*fn)(void *), void *arg);
+/* The lock protocol's fork handlers (release.c's, resend.c's, cluster.c's)
+ * in startup's order, for a test that forks without the shim's
+ * pthread_atfork. */
+void th_cluster_atfork(enum dm_fork_phase phase);
 
 /* What most protocol tests start from: lock `name` and two owners a and b
  * (as two threads of this process are); th_hold_by_a also grants it to a

@@ -1807,7 +1807,7 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
     if (pid == 0) {
         dm_redis_atfork(DM_FORK_CHILD);
         dm_notify_atfork(DM_FORK_CHILD);
-        dm_cluster_atfork(DM_FORK_CHILD);
+        th_cluster_atfork(DM_FORK_CHILD);
         int bad = 0;
         char wait_channel[DM_CLUSTER_KEY_MAX];
         dm_cluster_lock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
@@ -1890,13 +1890,13 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
     int failed = 0;
     for (int r = 0; r < FORK_ROUNDS && !failed; r++) {
         usleep(1000 + (r % 7) * 300);
-        dm_cluster_atfork(DM_FORK_PREPARE);
+        th_cluster_atfork(DM_FORK_PREPARE);
         dm_notify_atfork(DM_FORK_PREPARE);
         pid_t pid = fork();
         if (pid == 0) {
             dm_redis_atfork(DM_FORK_CHILD);
             dm_notify_atfork(DM_FORK_CHILD);
-            dm_cluster_atfork(DM_FORK_CHILD);
+            th_cluster_atfork(DM_FORK_CHILD);
             int bad = 0;
             for (int i = 0; i < FORK_LIVE; i++) {
                 snprintf(name, sizeof name, "flive%d", i);
@@ -1911,7 +1911,7 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
             _exit(bad);
         }
         dm_notify_atfork(DM_FORK_PARENT);
-        dm_cluster_atfork(DM_FORK_PARENT);
+        th_cluster_atfork(DM_FORK_PARENT);
         assert_true(pid > 0);
         int st;
         assert_int_equal(waitpid(pid, &st, 0), pid);
