@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -33,10 +34,19 @@ struct late_release {
     dm_cluster_lost_fn lost;
     long long lease_end_ms;             /* the hold's lease could end by itself from then */
     struct late_release *prev, *next;   /* late_list, under cl_locks_mu */
+    /* Its reply's verdict, recorded by whichever thread read it, acted on
+     * by the reader (verdicts_settle). */
+    struct late_release *vnext;         /* `verdicts` */
+    long verdict;                       /* release.lua's answer, or -1 */
+    int noreply;
+    char why[128];                      /* -1: what came instead (the debug line) */
     char owner[DM_OWNER_MAX];
     char request[DM_MEMBER_MAX];        /* "<owner>|<wait id>": ARGV[8], every retry too */
 };
 static struct late_release *late_list;
+/* Replies read by a thread other than the reader: a stack (atomic head),
+ * taken whole by the reader. A fork child drops it with late_list. */
+static struct late_release *verdicts;
 
 /* ---- the release reader ----------------------------------------------------
  * A release written without waiting must not stay unread for long: the
@@ -45,9 +55,13 @@ static struct late_release *late_list;
  * unlock makes no next call on that connection. This thread reads the
  * replies that stay unread on an idle pooled connection for one to two
  * ticks (DM_RELEASE_READ_MS), and every reply at once when the process
- * image is about to end (exec, _exit: dm_cluster_flush_bounded); what it
- * reads is acted on as any reader acts (late_release_done: a retry waited
- * for, a lost hold reported). It ticks while releases are unread or were
+ * image is about to end (exec, _exit: dm_cluster_flush_bounded). A reply
+ * is acted on here whoever read it (a pooled connection's next user reads
+ * what is pending on it first): the reading thread only records the
+ * verdict (late_release_done) and wakes this one, which settles it
+ * (verdicts_settle: a retry waited for, a lost hold reported, which in
+ * abort mode ends the process), so that one name's late reply never
+ * lengthens or aborts another name's lock call. It ticks while releases are unread or were
  * written in the last DM_RELEASE_QUIET_TICKS ticks, then sleeps until the
  * next release wakes it (an eventfd write, the one system call an unlock
  * may add, only after such a quiet spell). Started by the first release
@@ -71,6 +85,7 @@ static void reader_wake(void)
 }
 
 static __thread int in_reader;      /* the calling thread is the reader */
+static void verdicts_settle(void);
 
 static void *reader_main(void *arg)
 {
@@ -95,6 +110,7 @@ static void *reader_main(void *arg)
         uint64_t v;
         if (woken && read(reader_efd, &v, sizeof v) < 0)
             v = 0;      /* EAGAIN: another read took it */
+        verdicts_settle();
         unsigned long asked = __atomic_load_n(&flush_asked, __ATOMIC_ACQUIRE);
         if (asked != __atomic_load_n(&flush_done, __ATOMIC_RELAXED)) {
             dm_redis_flush();
@@ -102,6 +118,7 @@ static void *reader_main(void *arg)
         } else {
             dm_redis_flush_older();
         }
+        verdicts_settle();
         unsigned long w = __atomic_load_n(&releases_written, __ATOMIC_RELAXED);
         if (w != seen || __atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) > 0)
             quiet = 0;
@@ -177,17 +194,17 @@ static void late_unlink(struct late_release *lr)
         lr->next->prev = lr->prev;
 }
 
-/* The reply of a release sent by dm_cluster_release_nowait, in the thread
- * that read it. Anything but a verdict is retried as a release always is
- * (it recognises its own retry); "not held" is a lost hold. */
-static void late_release_done(struct cl_late *x, long v, const char *why, int noreply)
+/* The verdict on a release sent by dm_cluster_release_nowait, in the
+ * reader. Anything but a verdict is retried as a release always is (it
+ * recognises its own retry); "not held" is a lost hold. */
+static void settle(struct late_release *lr)
 {
-    struct late_release *lr = (struct late_release *)x;
+    long v = lr->verdict;
     if (v != RELEASE_DONE && v != RELEASE_STILL_HELD && v != RELEASE_NOT_HELD &&
         v != RELEASE_GONE_WITH_DATA) {
         dm_debug("lock %s: the release sent at unlock got %s; sending it again", lr->l->name,
-                 why);
-        if (noreply)
+                 lr->why);
+        if (lr->noreply)
             dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
         int rr = cl_release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL);
         v = rr == EPERM ? RELEASE_NOT_HELD : rr == ESTALE ? RELEASE_GONE_WITH_DATA : RELEASE_DONE;
@@ -203,6 +220,50 @@ static void late_release_done(struct cl_late *x, long v, const char *why, int no
     __atomic_sub_fetch(&releases_pending, 1, __ATOMIC_ACQ_REL);
     dm_cluster_lock_put(lr->l);
     free(lr);
+}
+
+static __thread int settling;       /* the reader is inside verdicts_settle */
+
+/* The reader: every verdict recorded so far, oldest first. A reply read
+ * during one of them (a retry's call reads what is pending first) waits
+ * for the next round rather than nesting. */
+static void verdicts_settle(void)
+{
+    struct late_release *got = __atomic_exchange_n(&verdicts, NULL, __ATOMIC_ACQUIRE), *fifo = NULL;
+    while (got) {
+        struct late_release *lr = got;
+        got = lr->vnext;
+        lr->vnext = fifo;
+        fifo = lr;
+    }
+    settling = 1;
+    while (fifo) {
+        struct late_release *lr = fifo;
+        fifo = lr->vnext;
+        settle(lr);
+    }
+    settling = 0;
+}
+
+/* The reply of a release sent by dm_cluster_release_nowait, in the thread
+ * that read it: recorded for the reader (settled at once when that is the
+ * reader, outside a settle of its own). */
+static void late_release_done(struct cl_late *x, long v, const char *why, int noreply)
+{
+    struct late_release *lr = (struct late_release *)x;
+    lr->verdict = v;
+    lr->noreply = noreply;
+    snprintf(lr->why, sizeof lr->why, "%s", why ? why : "");
+    if (in_reader && !settling) {
+        settle(lr);
+        return;
+    }
+    lr->vnext = __atomic_load_n(&verdicts, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&verdicts, &lr->vnext, lr, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+        ;
+    if (!in_reader)
+        reader_wake();
 }
 
 /* dm_cluster_release_nowait's script, written without waiting for its
@@ -317,6 +378,7 @@ void dm_release_atfork(enum dm_fork_phase phase)
      * references to the records are given back, their memory freed. */
     struct late_release *dead = late_list;
     late_list = NULL;
+    verdicts = NULL;        /* each of them on late_list too */
     while (dead) {
         struct late_release *lr = dead;
         dead = lr->next;

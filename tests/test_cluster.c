@@ -828,6 +828,41 @@ static void test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired(vo
     dm_cluster_lock_put(h.l);
 }
 
+/* A late reply's verdict is acted on by the release reader, never inside
+ * an unrelated call: the next user of the pooled connection (here another
+ * name's trylock, in this thread) reads the pending "not held" first, and
+ * the lost hold's report (which ends the process in abort mode) and any
+ * retry must not run inside that trylock. Before, they ran in whichever
+ * thread read the reply. */
+static pthread_t lost_in;
+
+static void note_lost_thread(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+                             enum dm_gone how)
+{
+    lost_in = pthread_self();
+    count_lost(l, owner, token, how);
+}
+
+static void test_a_late_verdict_is_acted_on_by_the_reader_not_the_next_call(void **state)
+{
+    (void)state;
+    struct th_hold h = nowait_hold("verdict_lost");
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key(h.l->name, DM_KEY_LOCK)));
+    long long end = th_now_ms() + LONG_LEASE_MS;
+    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, end, note_lost_thread),
+                     0);
+    struct dm_cluster_lock *other = th_lock_get("verdict_other");
+    struct dm_grant g;
+    assert_int_equal(dm_cluster_acquire(other, h.b, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_cluster_release(other, h.b, g.token), 0);
+    dm_cluster_flush();
+    assert_int_equal(lost_calls, 1);
+    if (pthread_equal(lost_in, pthread_self()))
+        fail_msg("the lost hold was reported inside another name's lock call");
+    dm_cluster_lock_put(other);
+    dm_cluster_lock_put(h.l);
+}
+
 /* A hold lost with the server's data (here: the lock's keys and its epoch
  * gone, as after a restart without persistence, the counter kept as an
  * older snapshot keeps it), the lock granted to nobody since: the release
@@ -2055,6 +2090,8 @@ int main(void)
         cmocka_unit_test_setup(test_trylock_after_a_release_without_waiting_finds_the_lock_free,
                                reset_policy),
         cmocka_unit_test_setup(test_release_nowait_of_an_expired_hold_reports_it_lost, reset_policy),
+        cmocka_unit_test_setup(test_a_late_verdict_is_acted_on_by_the_reader_not_the_next_call,
+                               reset_policy),
         cmocka_unit_test_setup(test_release_of_a_hold_lost_with_the_servers_data_says_so,
                                reset_policy),
         cmocka_unit_test_setup(test_release_of_a_hold_lost_before_a_raised_counter_is_lost,
