@@ -23,9 +23,11 @@
 #include "keys.h"
 #include "log.h"
 #include "notify.h"
+#include "policy.h"
 #include "real.h"
 #include "redis.h"
 #include "util.h"
+#include "wconn.h"
 
 
 
@@ -152,8 +154,6 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
     return record_get(name, 1);
 }
 
-static void wconn_close(struct dm_conn *wc);
-static struct dm_conn *wconn_take(struct dm_cluster_lock *l);
 
 size_t cl_kept_lists;       /* records with a failover's kept list (l->kept; cl_locks_mu) */
 
@@ -188,7 +188,7 @@ void dm_cluster_lock_put(struct dm_cluster_lock *l)
  * a handler here, so cl_locks_mu is not held. */
 void cl_lock_free(struct dm_cluster_lock *l)
 {
-    wconn_close(wconn_take(l));
+    dm_wconn_close(dm_wconn_take(&l->wconn));
     dm_notify_chan_put(l->chan);
     dm_notify_chan_put(l->wchan);
     dm_notify_chan_put(l->wantchan);
@@ -734,109 +734,13 @@ static const char *down_policy(void)
  * another connection), so the request is given up (abandon: left, voided,
  * and a grant it got handed on) before a new one is sent or the call
  * returns. A trylock returns EBUSY on any failure, as it always has. */
-/* A fair mutex waiter reads its handover on a connection of its own,
- * subscribed to its wait channel (dm_redis_subscribe): the message wakes
- * the waiting thread itself, where the subscriber thread's would take two
- * wake-ups (that thread, then the waiter). Without Sentinel and Redis
- * Cluster only (their subscriptions follow the primary and the slots in
- * notify), and not for an rwlock's writer (its wake-ups are not all
- * handovers). Between two waits the connection stays subscribed in the
- * record (l->wconn), at most DM_WCONNS_KEPT of them per process, so a
- * name waited on again costs no SUBSCRIBE; one that breaks is dropped
- * and the wait makes a new one after its next attempt.
- *
- * Each is a client of the server (maxclients) and a descriptor of the
- * process, so a process has at most DM_WCONNS_MAX of them, waiting or
- * kept: a wait beyond that, or one whose connection cannot be made
- * (maxclients, EMFILE, out of memory), waits on notify's channel instead
- * (one wake-up more), never fails. They are listed in `wconns` so that a
- * fork child closes every one, those of waits in progress included. */
-#define DM_WCONNS_MAX 4
-#define DM_WCONNS_KEPT 2
-static int wconns_kept;         /* records holding one (atomic) */
-static struct dm_conn *wconns[DM_WCONNS_MAX];   /* atomic slots: NULL, WCONN_BUSY, or one */
-#define WCONN_BUSY ((struct dm_conn *)&wconns)   /* a slot taken, its connection not made yet */
-
+/* A fair mutex waiter reads its handover on a connection of its own
+ * (wconn.h), without Sentinel and Redis Cluster only (their subscriptions
+ * follow the primary and the slots in notify), and not for an rwlock's
+ * writer (its wake-ups are not all handovers). */
 static int direct_wait(const struct dm_cluster_lock *l)
 {
     return !l->rw && cl_cfg->redis.nsentinels == 0 && cl_cfg->redis.ncluster == 0;
-}
-
-static void wconn_close(struct dm_conn *wc)
-{
-    if (!wc)
-        return;
-    /* Off the list first: a fork child must not free it a second time. */
-    for (int i = 0; i < DM_WCONNS_MAX; i++) {
-        struct dm_conn *x = wc;
-        if (__atomic_compare_exchange_n(&wconns[i], &x, NULL, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_RELAXED))
-            break;
-    }
-    dm_redis_close(wc);
-    free(wc);
-}
-
-/* The record's subscribed connection, taken for one wait; NULL: none. */
-static struct dm_conn *wconn_take(struct dm_cluster_lock *l)
-{
-    struct dm_conn *wc = __atomic_exchange_n(&l->wconn, NULL, __ATOMIC_ACQ_REL);
-    if (wc)
-        __atomic_sub_fetch(&wconns_kept, 1, __ATOMIC_RELAXED);
-    return wc;
-}
-
-/* Keeps a wait's connection (still subscribed) for the next wait of the
- * name, or closes it (broken, one kept already, or enough kept). */
-static void wconn_keep(struct dm_cluster_lock *l, struct dm_conn *wc)
-{
-    if (!wc)
-        return;
-    struct dm_conn *none = NULL;
-    if (wc->c && wc->err == DM_REDIS_OK &&
-        __atomic_add_fetch(&wconns_kept, 1, __ATOMIC_RELAXED) <= DM_WCONNS_KEPT) {
-        if (__atomic_compare_exchange_n(&l->wconn, &none, wc, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-            return;
-    } else if (wc->c && wc->err == DM_REDIS_OK) {
-        /* counted above, not kept */
-    } else {
-        wconn_close(wc);
-        return;
-    }
-    __atomic_sub_fetch(&wconns_kept, 1, __ATOMIC_RELAXED);
-    wconn_close(wc);
-}
-
-/* A new connection subscribed to this process's wait channel of l; NULL
- * when DM_WCONNS_MAX are open already or it cannot be made. */
-static struct dm_conn *wconn_new(struct dm_cluster_lock *l)
-{
-    int slot = -1;
-    for (int i = 0; i < DM_WCONNS_MAX && slot < 0; i++) {
-        struct dm_conn *x = NULL;
-        if (__atomic_compare_exchange_n(&wconns[i], &x, WCONN_BUSY, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_RELAXED))
-            slot = i;
-    }
-    if (slot < 0)
-        return NULL;
-    struct dm_conn *wc = calloc(1, sizeof *wc);
-    if (!wc) {
-        __atomic_store_n(&wconns[slot], NULL, __ATOMIC_RELEASE);
-        return NULL;
-    }
-    /* Listed before it connects: a fork child closes what it finds. */
-    __atomic_store_n(&wconns[slot], wc, __ATOMIC_RELEASE);
-    char wch[DM_CLUSTER_KEY_MAX];
-    dm_cluster_lock_key(l, DM_KEY_WAIT, wch, sizeof wch);
-    if (dm_redis_connect(wc) != 0 || dm_redis_subscribe(wc, wch) != 0) {
-        dm_debug("lock %s: %s; waiting on the process's subscriber instead", l->name,
-                 wc->errstr);
-        wconn_close(wc);
-        return NULL;
-    }
-    return wc;
 }
 
 static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
@@ -847,12 +751,13 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * not find the lock still held by that unlock's release, written without
  * waiting, on a connection the trylock's attempt does not use (it may
  * overtake it; a lock or a timed lock would just wait for its notice).
- * So the replies of those releases are read first: the pool's, here, and
- * those on connections in use, by the threads using them (before their
- * own reply), waited for up to a command timeout. */
+ * So the replies of those releases are read first (the pool's, here, and
+ * those on connections in use, by the threads using them, before their
+ * own reply) and settled by the release reader (a retry, when the reply
+ * was none), waited for up to what a retried release may take. */
 static void releases_read(struct dm_cluster_lock *l)
 {
-    long long end = dm_now_ms() + cl_cfg->redis.command_timeout_ms;
+    long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * cl_cfg->redis.command_timeout_ms;
     while (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) > 0) {
         dm_redis_flush();
         if (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) == 0 || dm_now_ms() >= end)
@@ -868,265 +773,342 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
         releases_read(l);
     struct dm_conn *wc = NULL;
     int r = acquire_loop(l, owner, deadline, flags, g, &wc);
-    wconn_keep(l, wc);
+    dm_wconn_keep(&l->wconn, wc);
     return r;
 }
 
+/* One lock call's state between its attempts (acquire_loop). */
+struct acquire {
+    struct dm_cluster_lock *l;
+    const char *owner;
+    const struct timespec *deadline;
+    int flags;
+    struct dm_grant *g;
+    struct dm_conn **wcp;       /* a fair waiter's own connection (direct_wait) */
+    struct dm_notify_chan *ch;  /* made when a wait first needs it (NULL until then, and
+                                   out of memory: the wait then polls) */
+    int fair;           /* queued: handed over on release */
+    int direct;         /* waits on *wcp, not on notify's channel */
+    int subscribed;     /* a notice or handover after the next attempt cannot be missed */
+    int queued;         /* the request is in the queue */
+    int unanswered;     /* a request of `member` got no reply: it may still run */
+    int refused;        /* one got an error reply: it may have run in part */
+    int rediscovered;   /* a wrong node (Sentinel) was retried at once */
+    int handover_more;  /* a handover being confirmed said others queue */
+    int handover_dead;  /* ... or that a forced release handed it over */
+    int handed;         /* a handover is being confirmed */
+    uint64_t handed_tok;        /* ... its token: the confirming grant's, if it was ours */
+    int waited;         /* another holder had it: contended */
+    int kept_logged;    /* the server's restart keeping grants off was logged */
+    int was_down;       /* a failure since the call began */
+    long long down_since;
+    struct late_grant late;     /* the last grant too late to trust */
+    struct dm_backoff backoff;
+    char member[DM_MEMBER_MAX];
+};
+
+#define ACQ_ON (-1)     /* a step's "attempt again" (any other value: the call's result) */
+
+static void acq_start(struct acquire *a, struct dm_cluster_lock *l, const char *owner,
+                      const struct timespec *deadline, int flags, struct dm_grant *g,
+                      struct dm_conn **wcp)
+{
+    memset(a, 0, sizeof *a);
+    a->l = l;
+    a->owner = owner;
+    a->deadline = deadline;
+    a->flags = flags;
+    a->g = g;
+    a->wcp = wcp;
+    a->backoff = (struct dm_backoff)DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
+    /* Fair and caching waiters queue (an rwlock's writers too: their
+     * place in line keeps new readers out); a trylock never does, nor a
+     * reader (it waits for release notices). */
+    a->fair = (l->fair || l->cache) && !(flags & (DM_ACQ_TRY | DM_ACQ_READ));
+    a->ch = __atomic_load_n(a->fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
+    new_member(l, owner, a->member);
+    a->direct = a->fair && direct_wait(l);
+    if (a->direct) {
+        a->ch = NULL;
+        *wcp = dm_wconn_take(&l->wconn);
+    }
+    /* Already subscribed (from an earlier wait): a notice sent after the
+     * first attempt cannot be missed, so that attempt is enough. */
+    if (!(flags & DM_ACQ_TRY) && a->ch)
+        a->subscribed = dm_notify_is_subscribed(a->ch);
+    if (a->direct && *wcp)
+        a->subscribed = 1;
+}
+
+/* A grant: 0 (the lock is ours), or ACQ_ON when it came too late to trust. */
+static int acq_granted(struct acquire *a, long long sent)
+{
+    struct dm_grant *g = a->g;
+    g->sent_ms = sent;
+    if (!fresh(g)) {
+        dm_warn("lock %s: the grant came back too late to trust (%lld ms); asking again",
+                a->l->name, dm_now_ms() - sent);
+        late_grant_keep(&a->late, g);
+        return ACQ_ON;          /* acquire is idempotent: the retry renews or re-queues */
+    }
+    g->owner_dead |= late_grant_dead(&a->late, g);
+    if (a->was_down)
+        dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
+                a->l->name, dm_redis_addr(), dm_now_ms() - a->down_since);
+    if (a->handed && (g->token == a->handed_tok || g->regranted)) {
+        /* the handover was ours: this attempt renewed it (under a
+         * token of this run if the restart check raised the counter) */
+        g->more_waiters |= a->handover_more;
+        g->owner_dead |= a->handover_dead;
+        dm_stats_add(&dm_cluster_lock_counts(a->l)->handoffs, 1);
+    }
+    g->waited = a->waited;
+    g->wait_id = member_id(a->member);
+    dm_stats_add(&dm_cluster_lock_counts(a->l)->acquisitions, 1);
+    return 0;
+}
+
+static enum dm_fail fail_of(enum dm_redis_err e)
+{
+    switch (e) {
+    case DM_REDIS_NOCONN:
+        return DM_FAIL_NOCONN;
+    case DM_REDIS_IO:
+        return DM_FAIL_NOREPLY;
+    case DM_REDIS_WRONG_NODE:
+        return DM_FAIL_WRONG_NODE;
+    default:
+        return refused_by_server(e) ? DM_FAIL_REFUSED : DM_FAIL_OTHER;
+    }
+}
+
+/* A failed call (attempt's, or abandon's when `withdrawing`): what
+ * policy.c decides, done. ACQ_ON, or the call's result. */
+static int acq_failed(struct acquire *a, const struct dm_redis_error *why, int withdrawing)
+{
+    static long down_logged;
+    struct dm_cluster_lock *l = a->l;
+    const char *err = why->errstr;
+    dm_stats_add(&dm_cluster_lock_counts(l)->redis_errors, 1);
+    if (why->err == DM_REDIS_IO)
+        a->unanswered = 1;
+    if (refused_by_server(why->err) && !withdrawing)
+        a->refused = 1;
+    long left = dm_remaining_ms(a->deadline);
+    struct dm_failure f = { fail_of(why->err), (a->flags & DM_ACQ_TRY) != 0, cl_cfg->on_redis_down,
+                            withdrawing, a->rediscovered, left };
+    enum dm_step step = dm_policy_on_failure(&f);
+    int gave_up = a->queued || a->refused;
+    switch (step) {
+    case DM_STEP_REDISCOVER:
+        /* Not the primary (any more): nothing ran; the next connection
+         * asks the sentinels, so try again at once. */
+        a->rediscovered = 1;
+        return ACQ_ON;
+    case DM_STEP_EBUSY:
+        dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                     "lock %s: %s; trylock returns EBUSY", l->name, err);
+        give_up(l, a->owner, a->member, gave_up, a->unanswered);
+        return EBUSY;
+    case DM_STEP_EAGAIN:
+        dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                     "lock %s: %s; returning EAGAIN (on_redis_down = \"error\")", l->name, err);
+        give_up(l, a->owner, a->member, gave_up, a->unanswered);
+        return EAGAIN;
+    case DM_STEP_LOCAL:
+        dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                     "lock %s: %s; locking this process only (on_redis_down = \"local\")",
+                     l->name, err);
+        give_up(l, a->owner, a->member, gave_up, a->unanswered);
+        memset(a->g, 0, sizeof *a->g);
+        a->g->local_only = 1;
+        return 0;
+    default:
+        break;
+    }
+    if (!a->was_down) {
+        a->was_down = 1;
+        a->down_since = dm_now_ms();
+    }
+    dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
+                 "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
+                 refused_by_server(why->err) ? "the server refuses, retrying"
+                 : why->err == DM_REDIS_IO ? "no reply, withdrawing the request and retrying"
+                 : why->err == DM_REDIS_WRONG_NODE && l->slot >= 0 ? "not the slot's node (yet), retrying"
+                 : why->err == DM_REDIS_WRONG_NODE ? "not the primary, asking the sentinels again"
+                                                   : "waiting for redis",
+                 dm_now_ms() - a->down_since, down_policy());
+    if (step == DM_STEP_ETIMEDOUT) {
+        /* A withdrawal that just failed is not tried again: the deadline
+         * is already past. */
+        if (withdrawing)
+            warn_unwithdrawn(l, err);
+        else
+            give_up(l, a->owner, a->member, gave_up, a->unanswered);
+        return ETIMEDOUT;
+    }
+    if (step == DM_STEP_BACKOFF) {
+        long d = dm_backoff_next(&a->backoff);
+        dm_sleep_ms(left >= 0 && left < d ? left : d);
+    }
+    return ACQ_ON;
+}
+
+/* Another holder has it (or it is not our turn): noted. */
+static void acq_held(struct acquire *a, int kept_off, long pttl)
+{
+    if (kept_off && !a->kept_logged) {
+        a->kept_logged = 1;
+        dm_warn("lock %s: redis at %s started less than a lease ago, and nothing "
+                "says it kept the lock's data (a restart may have lost a hold: no or "
+                "partial persistence; or it is new): no grant for %ld ms more, until "
+                "a lease (%ld ms) after its start, so that a holder of lost data "
+                "stops first (`dmutex fresh` declares a new server, `dmutex fresh "
+                "--durable` one with appendfsync always)", a->l->name, dm_redis_addr(),
+                pttl, cl_cfg->lease_ms);
+    }
+    a->queued = a->fair;
+    a->rediscovered = 0;
+    a->handover_more = 0;       /* a handover being confirmed is not ours after all */
+    a->handover_dead = 0;
+    a->handed = 0;
+    a->waited = 1;
+}
+
+/* Until a notice, a handover (ours: taken, or confirmed by one more
+ * attempt), the holder's remaining lease (pttl, capped) or the deadline.
+ * The first wait subscribes instead, and attempts again at once. `sent`,
+ * `srv_ms`: the last attempt's, `seen`: the channel's count before it.
+ * ACQ_ON, or the call's result. */
+static int acq_wait(struct acquire *a, long pttl, long long sent, long long srv_ms,
+                    unsigned long seen)
+{
+    struct dm_cluster_lock *l = a->l;
+    struct dm_grant *g = a->g;
+    dm_backoff_reset(&a->backoff);
+    if (a->flags & DM_ACQ_TRY)
+        return EBUSY;
+    long left = dm_remaining_ms(a->deadline);
+    if (left == 0) {
+        /* Out of time. A queued waiter may have been handed the lock
+         * already: give it back rather than guess how much of its lease
+         * is left. */
+        give_up(l, a->owner, a->member, a->queued, 0);
+        return ETIMEDOUT;
+    }
+    if (!a->subscribed && a->direct) {
+        char wch[DM_CLUSTER_KEY_MAX];
+        dm_cluster_lock_key(l, DM_KEY_WAIT, wch, sizeof wch);
+        if ((*a->wcp = dm_wconn_new(wch, l->name)) != NULL) {
+            a->subscribed = 1;
+            return ACQ_ON;      /* the second attempt, now that no handover can be missed */
+        }
+        a->direct = 0;          /* none to be had: notify's channel, as any other wait */
+    }
+    if (!a->subscribed) {
+        long to = cl_cfg->redis.command_timeout_ms;
+        if (left >= 0 && left < to)
+            to = left;
+        if (!a->ch)
+            a->ch = a->fair ? dm_cluster_lock_wchan(l) : dm_cluster_lock_chan(l);
+        if (a->ch && dm_notify_subscribe(a->ch, to) == 0) {
+            a->subscribed = 1;
+            return ACQ_ON;      /* the second attempt, now that no notice can be missed */
+        }
+    }
+    long wait = pttl > 0 && pttl < DM_WAIT_CAP_MS ? pttl : DM_WAIT_CAP_MS;
+    if (left >= 0 && left < wait)
+        wait = left;
+    if (!a->subscribed) {
+        dm_sleep_ms(wait);
+        return ACQ_ON;
+    }
+    char msg[DM_OWNER_MAX + 48];
+    int got;
+    if (a->direct) {
+        /* Every message on our channel, until ours or the wait's end;
+         * a broken connection may have lost one: attempt again first. */
+        size_t ml = strlen(a->member);
+        long long until = dm_now_ms() + wait;
+        do
+            got = dm_redis_next_message(*a->wcp, until - dm_now_ms(), msg, sizeof msg);
+        while (got == 1 && !(strncmp(msg, a->member, ml) == 0 && msg[ml] == ' '));
+        if (got < 0) {
+            dm_debug("lock %s: %s; subscribing again", l->name, (*a->wcp)->errstr);
+            dm_wconn_close(*a->wcp);
+            *a->wcp = NULL;
+            a->subscribed = 0;
+        }
+    } else {
+        got = dm_notify_wait(a->ch, seen, wait) == 0;
+        if (got && a->fair)
+            dm_notify_last(a->ch, msg, sizeof msg);
+    }
+    if (got != 1 || !a->fair)
+        return ACQ_ON;
+    /* The handover happened after our last attempt ran; its lease runs
+     * from the handover (handed_over places it on our clock). A late
+     * notice (a stalled process) is checked by one more attempt instead. */
+    int ho = handed_over(msg, a->member, sent, srv_ms, g);
+    if (!ho)
+        return ACQ_ON;
+    /* With min_replicas the handover counts once replicas have it: WAIT
+     * counts only our own writes, so one more attempt (we hold it: a
+     * renewal to a full lease) is our write after the handover, and its
+     * WAIT covers both. */
+    if (ho == 1 && fresh(g) && cl_cfg->min_replicas == 0) {
+        g->waited = 1;
+        g->wait_id = member_id(a->member);
+        dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
+        dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
+        return 0;
+    }
+    a->handover_more = g->more_waiters;
+    a->handover_dead = g->owner_dead;
+    a->handed = 1;
+    a->handed_tok = g->token;
+    return ACQ_ON;
+}
+
+/* The lock call: attempts (or, while a request may still run
+ * unanswered, its withdrawal) until one step ends the call. */
 static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
                         const struct timespec *deadline, int flags, struct dm_grant *g,
                         struct dm_conn **wcp)
 {
-    static long down_logged;
-    struct dm_redis_error why;
-    const char *err = why.errstr;
-    struct dm_backoff backoff = DM_BACKOFF_INIT(DM_BACKOFF_MIN_MS, DM_BACKOFF_MAX_MS);
-    int subscribed = 0, was_down = 0, queued = 0;
-    int unanswered = 0;     /* a request of `member` got no reply: it may still run */
-    int refused = 0;        /* one got an error reply: it may have run in part */
-    int rediscovered = 0;   /* a wrong node (Sentinel) was retried at once */
-    int handover_more = 0;  /* a handover being confirmed said others queue */
-    int handover_dead = 0;  /* ... or that a forced release handed it over */
-    int handed = 0;         /* a handover is being confirmed */
-    uint64_t handed_tok = 0;    /* ... its token: the confirming grant's, if it was ours */
-    int waited = 0;         /* another holder had it: contended */
-    int kept_logged = 0;    /* the server's restart keeping grants off was logged */
-    struct late_grant late = { 0, 0 };  /* the last grant too late to trust */
-    long long down_since = 0;
-    /* Fair and caching waiters queue (an rwlock's writers too: their
-     * place in line keeps new readers out); a trylock never does, nor a
-     * reader (it waits for release notices). */
-    int fair = (l->fair || l->cache) && !(flags & (DM_ACQ_TRY | DM_ACQ_READ));
-    /* The channel is made when a wait first needs it (NULL until then, and
-     * out of memory: the wait then polls). */
-    struct dm_notify_chan *ch = __atomic_load_n(fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
-    char member[DM_MEMBER_MAX];
-    new_member(l, owner, member);
-    /* A fair mutex waiter's own subscribed connection (see direct_wait). */
-    int direct = fair && direct_wait(l);
-    if (direct) {
-        ch = NULL;
-        *wcp = wconn_take(l);
-    }
-    /* Already subscribed (from an earlier wait): a notice sent after the
-     * first attempt cannot be missed, so that attempt is enough. */
-    if (!(flags & DM_ACQ_TRY) && ch)
-        subscribed = dm_notify_is_subscribed(ch);
-    if (direct && *wcp)
-        subscribed = 1;
-
-    for (;;) {
-        unsigned long seen = subscribed && ch ? dm_notify_seq(ch) : 0;
+    struct acquire a;
+    acq_start(&a, l, owner, deadline, flags, g, wcp);
+    for (int r = ACQ_ON;; r = ACQ_ON) {
+        unsigned long seen = a.subscribed && a.ch ? dm_notify_seq(a.ch) : 0;
         long pttl = 0;
         long long sent = dm_now_ms(), srv_ms = 0;
         int kept_off = 0;
+        struct dm_redis_error why;
         enum attempt res;
-        int from_abandon = unanswered;
-        if (unanswered) {
+        int withdrawing = a.unanswered;
+        if (withdrawing) {
             /* No new request while an unanswered one could still run. */
-            res = abandon(l, owner, member, 1, &why);
+            res = abandon(l, owner, a.member, 1, &why);
             if (res == ATT_REPLIED) {
-                unanswered = 0;
-                queued = 0;
-                refused = 0;
-                new_member(l, owner, member);
+                a.unanswered = a.queued = a.refused = 0;
+                new_member(l, owner, a.member);
                 continue;
             }
         } else {
-            res = attempt(l, owner, member, fair, (flags & DM_ACQ_READ) != 0,
+            res = attempt(l, owner, a.member, a.fair, (flags & DM_ACQ_READ) != 0,
                           ack_wait_ms(deadline, flags), g, &pttl, &srv_ms, &kept_off, &why);
         }
-        switch (res) {
-        case ATT_GRANTED:
-            g->sent_ms = sent;
-            if (!fresh(g)) {
-                dm_warn("lock %s: the grant came back too late to trust (%lld ms); asking again",
-                        l->name, dm_now_ms() - sent);
-                late_grant_keep(&late, g);
-                continue;       /* acquire is idempotent: the retry renews or re-queues */
-            }
-            g->owner_dead |= late_grant_dead(&late, g);
-            if (was_down)
-                dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
-                        l->name, dm_redis_addr(), dm_now_ms() - down_since);
-            if (handed && (g->token == handed_tok || g->regranted)) {
-                /* the handover was ours: this attempt renewed it (under a
-                 * token of this run if the restart check raised the counter) */
-                g->more_waiters |= handover_more;
-                g->owner_dead |= handover_dead;
-                dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
-            }
-            g->waited = waited;
-            g->wait_id = member_id(member);
-            dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
-            return 0;
-
-        case ATT_REPLIED:       /* not from attempt(); abandon's is handled above */
-        case ATT_FAILED:
-            dm_stats_add(&dm_cluster_lock_counts(l)->redis_errors, 1);
-            if (why.err == DM_REDIS_IO)
-                unanswered = 1;
-            if (refused_by_server(why.err) && !from_abandon)
-                refused = 1;
-            if (why.err == DM_REDIS_WRONG_NODE && !rediscovered) {
-                /* Not the primary (any more): nothing ran; the next
-                 * connection asks the sentinels, so try again at once. */
-                rediscovered = 1;
-                continue;
-            }
-            if (flags & DM_ACQ_TRY) {
-                /* EBUSY alone would pass a refusing server (NOPERM, READONLY,
-                 * WRONGTYPE...) off as a busy lock, forever. */
-                dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
-                             "lock %s: %s; trylock returns EBUSY", l->name, err);
-                give_up(l, owner, member, queued || refused, unanswered);
-                return EBUSY;
-            }
-            if (cl_cfg->on_redis_down == DM_DOWN_ERROR) {
-                dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
-                             "lock %s: %s; returning EAGAIN (on_redis_down = \"error\")", l->name, err);
-                give_up(l, owner, member, queued || refused, unanswered);
-                return EAGAIN;
-            }
-            if (cl_cfg->on_redis_down == DM_DOWN_LOCAL && why.err == DM_REDIS_NOCONN) {
-                dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
-                             "lock %s: %s; locking this process only (on_redis_down = \"local\")",
-                             l->name, err);
-                give_up(l, owner, member, queued || refused, unanswered);
-                memset(g, 0, sizeof *g);
-                g->local_only = 1;
-                return 0;
-            }
-            if (!was_down) {
-                was_down = 1;
-                down_since = dm_now_ms();
-            }
-            dm_log_every(&down_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_ERROR,
-                         "lock %s: %s; %s (for %lld ms, on_redis_down = \"%s\")", l->name, err,
-                         refused_by_server(why.err) ? "the server refuses, retrying"
-                         : why.err == DM_REDIS_IO ? "no reply, withdrawing the request and retrying"
-                         : why.err == DM_REDIS_WRONG_NODE && l->slot >= 0 ? "not the slot's node (yet), retrying"
-                         : why.err == DM_REDIS_WRONG_NODE ? "not the primary, asking the sentinels again"
-                                            : "waiting for redis",
-                         dm_now_ms() - down_since, down_policy());
-            {
-                long left = dm_remaining_ms(deadline);
-                if (left == 0) {
-                    /* A withdrawal that just failed is not tried again:
-                     * the deadline is already past. */
-                    if (from_abandon)
-                        warn_unwithdrawn(l, err);
-                    else
-                        give_up(l, owner, member, queued || refused, unanswered);
-                    return ETIMEDOUT;
-                }
-                if (why.err == DM_REDIS_IO && !from_abandon)
-                    continue;   /* withdraw it at once: a stale connection fails fast */
-                long d = dm_backoff_next(&backoff);
-                dm_sleep_ms(left >= 0 && left < d ? left : d);
-            }
-            continue;
-
-        case ATT_HELD:
-            if (kept_off && !kept_logged) {
-                kept_logged = 1;
-                dm_warn("lock %s: redis at %s started less than a lease ago, and nothing "
-                        "says it kept the lock's data (a restart may have lost a hold: no or "
-                        "partial persistence; or it is new): no grant for %ld ms more, until "
-                        "a lease (%ld ms) after its start, so that a holder of lost data "
-                        "stops first (`dmutex fresh` declares a new server, `dmutex fresh "
-                        "--durable` one with appendfsync always)", l->name, dm_redis_addr(),
-                        pttl, cl_cfg->lease_ms);
-            }
-            queued = fair;
-            rediscovered = 0;
-            handover_more = 0;  /* a handover being confirmed is not ours after all */
-            handover_dead = 0;
-            handed = 0;
-            waited = 1;
-            break;
-        }
-
-        dm_backoff_reset(&backoff);
-        if (flags & DM_ACQ_TRY)
-            return EBUSY;
-        long left = dm_remaining_ms(deadline);
-        if (left == 0)
-            break;
-        if (!subscribed && direct) {
-            if ((*wcp = wconn_new(l)) != NULL) {
-                subscribed = 1;
-                continue;       /* the second attempt, now that no handover can be missed */
-            }
-            direct = 0;         /* none to be had: notify's channel, as any other wait */
-        }
-        if (!subscribed) {
-            long to = cl_cfg->redis.command_timeout_ms;
-            if (left >= 0 && left < to)
-                to = left;
-            if (!ch)
-                ch = fair ? dm_cluster_lock_wchan(l) : dm_cluster_lock_chan(l);
-            if (ch && dm_notify_subscribe(ch, to) == 0) {
-                subscribed = 1;
-                continue;       /* the second attempt, now that no notice can be missed */
-            }
-        }
-        long wait = pttl > 0 && pttl < DM_WAIT_CAP_MS ? pttl : DM_WAIT_CAP_MS;
-        if (left >= 0 && left < wait)
-            wait = left;
-        if (!subscribed) {
-            dm_sleep_ms(wait);
-            continue;
-        }
-        char msg[DM_OWNER_MAX + 48];
-        int got;
-        if (direct) {
-            /* Every message on our channel, until ours or the wait's end;
-             * a broken connection may have lost one: attempt again first. */
-            long long until = dm_now_ms() + wait;
-            do
-                got = dm_redis_next_message(*wcp, until - dm_now_ms(), msg, sizeof msg);
-            while (got == 1 && !(strncmp(msg, member, strlen(member)) == 0 &&
-                                 msg[strlen(member)] == ' '));
-            if (got < 0) {
-                dm_debug("lock %s: %s; subscribing again", l->name, (*wcp)->errstr);
-                wconn_close(*wcp);
-                *wcp = NULL;
-                subscribed = 0;
-            }
+        if (res == ATT_GRANTED) {
+            r = acq_granted(&a, sent);
+        } else if (res == ATT_HELD) {
+            acq_held(&a, kept_off, pttl);
+            r = acq_wait(&a, pttl, sent, srv_ms, seen);
         } else {
-            got = dm_notify_wait(ch, seen, wait) == 0;
-            if (got && fair)
-                dm_notify_last(ch, msg, sizeof msg);
+            r = acq_failed(&a, &why, withdrawing);
         }
-        if (got == 1 && fair) {
-            /* The handover happened after our last attempt ran; its lease
-             * runs from the handover (handed_over places it on our clock).
-             * A late notice (a stalled process) is checked by one more
-             * attempt instead. */
-            int ho = handed_over(msg, member, sent, srv_ms, g);
-            if (ho) {
-                /* With min_replicas the handover counts once replicas have
-                 * it: WAIT counts only our own writes, so one more attempt
-                 * (we hold it: a renewal to a full lease) is our write
-                 * after the handover, and its WAIT covers both. */
-                if (ho == 1 && fresh(g) && cl_cfg->min_replicas == 0) {
-                    g->waited = 1;
-                    g->wait_id = member_id(member);
-                    dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
-                    dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
-                    return 0;
-                }
-                handover_more = g->more_waiters;
-                handover_dead = g->owner_dead;
-                handed = 1;
-                handed_tok = g->token;
-            }
-        }
+        if (r != ACQ_ON)
+            return r;
     }
-    /* Out of time. A queued waiter may have been handed the lock already:
-     * give it back rather than guess how much of its lease is left. */
-    give_up(l, owner, member, queued, 0);
-    return ETIMEDOUT;
 }
 
 /* A release is retried, with backoff, for DM_RELEASE_TIMEOUTS command
@@ -1304,150 +1286,6 @@ void dm_cluster_atfork(enum dm_fork_phase phase)
             free(l->kept);
             l->kept = NULL;
         }
-    for (int i = 0; i < DM_WCONNS_MAX; i++) {
-        /* Subscribed to the parent's channel, on the parent's socket (the
-         * waiting thread is the parent's): closed unread and unsent to (no
-         * TLS goodbye). */
-        struct dm_conn *wc = wconns[i];
-        if (wc && wc != WCONN_BUSY) {
-            if (wc->c)
-                redisFree(wc->c);
-            free(wc);
-        }
-        wconns[i] = NULL;
-    }
-    __atomic_store_n(&wconns_kept, 0, __ATOMIC_RELAXED);
+    dm_wconn_fork_child();     /* those of waits in progress included */
     dm_name_stats_fork_child();
-}
-
-#define DM_COND_PUBLISH_TRIES 3 /* a signal sent again after a MOVED (Redis Cluster) */
-
-/* Condition variables while Redis does not answer: after a failed publish
- * or subscription, their Redis calls are not tried again for a backoff
- * (doubling from DM_BACKOFF_MIN_MS, at least twice what the failure took,
- * at most DM_COND_DOWN_MAX_MS), so that a program signalling and waiting
- * under its own mutex does not pay a connect or command timeout per call.
- * Per node (the one without a cluster; with one, the node of the cond's
- * slot: a node down does not silence the conds of the others), lock-free
- * (two atomics each: a race between two failures only picks one of their
- * periods). */
-static long long cond_down_until[DM_REDIS_NODES_MAX];  /* CLOCK_MONOTONIC ms; 0: up */
-static long cond_down_ms[DM_REDIS_NODES_MAX];          /* the last period; 0 after a success */
-
-static int cond_node(const struct dm_cluster_lock *l)
-{
-    int node = dm_redis_node_cached(l->slot);
-    return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
-}
-
-int dm_cluster_cond_down(const struct dm_cluster_lock *l)
-{
-    long long until = __atomic_load_n(&cond_down_until[cond_node(l)], __ATOMIC_RELAXED);
-    return until != 0 && dm_now_ms() < until;
-}
-
-void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms)
-{
-    int node = cond_node(l);
-    if (ok) {
-        if (__atomic_load_n(&cond_down_until[node], __ATOMIC_RELAXED) != 0) {
-            __atomic_store_n(&cond_down_ms[node], 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&cond_down_until[node], 0, __ATOMIC_RELAXED);
-        }
-        return;
-    }
-    long d = __atomic_load_n(&cond_down_ms[node], __ATOMIC_RELAXED);
-    d = d > 0 ? 2 * d : DM_BACKOFF_MIN_MS;
-    if (d < 2 * took_ms)
-        d = 2 * took_ms;
-    if (d > DM_COND_DOWN_MAX_MS)
-        d = DM_COND_DOWN_MAX_MS;
-    __atomic_store_n(&cond_down_ms[node], d, __ATOMIC_RELAXED);
-    __atomic_store_n(&cond_down_until[node], dm_now_ms() + d - dm_jitter(d / 4),
-                     __ATOMIC_RELAXED);
-}
-
-/* One (S)PUBLISH on a connection; its subscriber count, or -1 with the
- * cause in *why. `again`: Redis Cluster redirected it (sent again there). */
-static long cond_publish_on(struct dm_conn *conn, const struct dm_cluster_lock *l,
-                            const char *msg, struct dm_redis_error *why, int *again)
-{
-    int cluster = l->slot >= 0;
-    char channel[DM_CLUSTER_KEY_MAX];
-    dm_cluster_lock_key(l, DM_KEY_COND, channel, sizeof channel);
-    redisReply *r = cluster ? dm_redis_command(conn, "SPUBLISH %s %s", channel, msg)
-                            : dm_redis_command(conn, "PUBLISH %s %s", channel, msg);
-    long n = -1;
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-        n = (long)r->integer;
-    } else if (r) {
-        why->err = DM_REDIS_BAD_REPLY;
-        snprintf(why->errstr, sizeof why->errstr, "redis at %s: PUBLISH: unexpected reply",
-                 dm_redis_conn_addr(conn));
-    } else {
-        dm_redis_error_keep(why, conn);
-    }
-    *again = !r && cluster && conn->err == DM_REDIS_WRONG_NODE;
-    if (r)
-        freeReplyObject(r);
-    return n;
-}
-
-long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
-{
-    static long publish_logged;
-    const char *what = broadcast ? "broadcast" : "signal";
-    char msg[sizeof process_id + 16];
-    snprintf(msg, sizeof msg, "%s %s", process_id, what);
-    if (dm_cluster_cond_down(l)) {
-        dm_stats_add(&dm_cluster_lock_counts(l)->cond_lost, 1);
-        dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                     "condition variable %s: the %s reached no other process (redis at %s "
-                     "did not answer a moment ago; not tried again yet); their waiters wake "
-                     "at their deadline or after their reconnect", l->name, what,
-                     dm_redis_addr());
-        return -1;
-    }
-    /* With Redis Cluster the waiters listen on the shard of the channel's
-     * slot (SSUBSCRIBE): the signal is a SPUBLISH on the slot's primary. A
-     * MOVED (the slot moved; redis updated the map) is sent again there.
-     * A failure that came back faster than any timeout (a pooled
-     * connection the server closed, idle or by a restart: no reply at
-     * once; a connect refused) is followed by one more try on a new
-     * connection: PUBLISH is safe to repeat (at worst a spurious
-     * wake-up), and a signal must reach the others or be reported. A
-     * server that does not answer is not asked twice. */
-    struct dm_redis_error why = { DM_REDIS_OK, "" };
-    long n = -1;
-    long long start = dm_now_ms();
-    long fast = cl_cfg->redis.connect_timeout_ms < cl_cfg->redis.command_timeout_ms
-                    ? cl_cfg->redis.connect_timeout_ms / 2 : cl_cfg->redis.command_timeout_ms / 2;
-    int fresh = 0;
-    for (int attempt = 0; attempt < DM_COND_PUBLISH_TRIES; attempt++) {
-        struct dm_conn *conn = fresh ? dm_redis_get_slot_new(l->slot) : dm_redis_get_slot(l->slot);
-        int again = 0;
-        n = cond_publish_on(conn, l, msg, &why, &again);
-        dm_redis_put(conn);
-        if (n >= 0)
-            break;
-        if (!again && !fresh && (why.err == DM_REDIS_IO || why.err == DM_REDIS_NOCONN) &&
-            dm_now_ms() - start < fast) {
-            fresh = 1;          /* a dead pooled connection: once more on a new one */
-            continue;
-        }
-        if (!again)
-            break;
-    }
-    int outage = n < 0 && (why.err == DM_REDIS_NOCONN || why.err == DM_REDIS_IO ||
-                           why.err == DM_REDIS_TLS || why.err == DM_REDIS_WRONG_NODE);
-    if (n >= 0 || outage)
-        dm_cluster_cond_outcome(l, n >= 0, (long)(dm_now_ms() - start));
-    if (n < 0) {
-        dm_stats_add(&dm_cluster_lock_counts(l)->cond_lost, 1);
-        dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
-                     "condition variable %s: the %s reached no other process (%s); their "
-                     "waiters wake at their deadline or after their reconnect",
-                     l->name, what, why.errstr);
-    }
-    return n;
 }
