@@ -1,5 +1,5 @@
-/* The dmutex command: one binary, a few verbs (dmutex run | check | ls |
- * top | unlock | scan | trace | acl).
+/* The dmutex command: one binary, a few verbs (tools/dmutex.c's table:
+ * run | check | ls | top | unlock | fresh | scan | trace | acl).
  * Each verb is a function taking the arguments after the verb name
  * (argv[0] is the verb) and returning the process exit status. */
 #ifndef DM_CLI_H
@@ -7,7 +7,14 @@
 
 #include <stddef.h>
 
-int dm_cli_run(int argc, char **argv);     /* tools/dmutex.c */
+/* Where `make install` puts the libraries, from the directory it puts
+ * dmutex in (tools/install.mk builds the installed dmutex with its
+ * LIBDIR): run's usage text, launch's and trace's search. */
+#ifndef DM_LIBDIR_FROM_BINDIR
+#define DM_LIBDIR_FROM_BINDIR "../lib"
+#endif
+
+int dm_cli_run(int argc, char **argv);     /* tools/run.c */
 int dm_cli_ls(int argc, char **argv);      /* tools/ls.c */
 int dm_cli_scan(int argc, char **argv);    /* tools/scan.c */
 int dm_cli_acl(int argc, char **argv);     /* tools/acl.c */
@@ -23,10 +30,10 @@ int dm_cli_top(int argc, char **argv);     /* tools/top.c */
 int dm_cli_trace(int argc, char **argv);   /* tools/trace.c */
 int dm_cli_fresh(int argc, char **argv);   /* tools/fresh.c */
 
-/* tools/dmutex.c: the shim to preload (0, or -1 with a message). */
+/* tools/launch.c: the shim to preload (0, or -1 with a message). */
 int dm_cli_find_shim(char *out, size_t len);
 
-/* tools/dmutex.c: checks CONFIG (syntax, keys, values, -r URL) and sets
+/* tools/launch.c: checks CONFIG (syntax, keys, values, -r URL) and sets
  * the environment a program under the shim needs (LD_PRELOAD,
  * DMUTEX_CONFIG, DMUTEX_REDIS, DMUTEX_LOG; NULL: left alone). 0, or the
  * exit status with a message printed; `cmd` names the command in it. */

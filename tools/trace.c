@@ -21,10 +21,6 @@
 #include "cli.h"
 #include "dmutex.h"
 
-#ifndef DM_LIBDIR_FROM_BINDIR
-#define DM_LIBDIR_FROM_BINDIR "../lib"
-#endif
-
 #define TRACE_LIB "libdmutex-trace.so"
 #define TRACE_INTERVAL_MAX 86400
 #define TRACE_TOP_DEFAULT 10
