@@ -30,10 +30,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <x86intrin.h>
-#endif
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,15 +42,10 @@
 #include "util.h"
 
 #define DM_EXPORT __attribute__((visibility("default")))
-#define NS_PER_S 1000000000ull
 #define INTERVAL_MAX_S 86400        /* -i: at most a day */
-
-struct dm_trace_slot dm_trace_table[DM_TRACE_SLOTS];
-_Atomic uint64_t dm_trace_untracked;
 
 static _Atomic unsigned thread_seq;
 static __thread unsigned my_bit;        /* 1 + thread number, 0: not yet numbered */
-static __thread int quiet;              /* this thread's calls are the tracer's own */
 static __thread unsigned holding;       /* traced acquisitions this thread has not released */
 static __thread unsigned rw_holding;    /* rwlock acquisitions it has not released (rwlocks
                                            keep no holder: a count for the reporter's start) */
@@ -66,75 +57,6 @@ static _Atomic int reporter_started;    /* this process's reporter was started *
 static long interval_s;                 /* DMUTEX_TRACE_INTERVAL, 0: none */
 
 static void start_reporter(void);
-
-int dm_trace_self_quiet(int on)
-{
-    int was = quiet;
-    quiet = on;
-    return was;
-}
-
-static inline uint64_t clock_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * NS_PER_S + (uint64_t)t.tv_nsec;
-}
-
-/* The clock of the hot path. rdtsc from the start where there is one (a
- * lock before the constructor is timed in the same unit); the constructor
- * turns it off where the TSC is not invariant. */
-#if defined(__x86_64__)
-static int use_tsc = 1;
-#else
-static int use_tsc = 0;
-#endif
-static uint64_t calib_ticks, calib_ns;  /* the constructor's reading of both clocks */
-
-static inline uint64_t now_ticks(void)
-{
-#if defined(__x86_64__)
-    if (use_tsc)
-        return __rdtsc();
-#endif
-    return clock_ns();
-}
-
-/* Time from `from` to `to`, 0 if the clock went back (a TSC read on
- * another core, or a unit change at the constructor). */
-static inline uint64_t since(uint64_t from, uint64_t to)
-{
-    return to > from ? to - from : 0;
-}
-
-static int tsc_invariant(void)
-{
-#if defined(__x86_64__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
-        return 0;
-    __get_cpuid(0x80000007u, &a, &b, &c, &d);
-    return (d >> 8) & 1;
-#else
-    return 0;
-#endif
-}
-
-#define CALIBRATION_NS 2000000ull   /* at least this long between the two readings */
-
-double dm_trace_ns_per_tick(void)
-{
-    if (!use_tsc)
-        return 1.0;
-    uint64_t n;
-    while ((n = clock_ns()) - calib_ns < CALIBRATION_NS) {
-        /* a young process: wait for a ratio worth the name */
-    }
-    uint64_t t = now_ticks();
-    if (t <= calib_ticks)
-        return 1.0;
-    return (double)(n - calib_ns) / (double)(t - calib_ticks);
-}
 
 #define LOAD(x)     atomic_load_explicit(&(x), memory_order_relaxed)
 #define STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
@@ -230,19 +152,6 @@ static void releasing(struct dm_trace_slot *s)
         hold_ended(s, since(LOAD(s->hold_start), now_ticks()));
 }
 
-void dm_trace_slot_zero(struct dm_trace_slot *s)
-{
-    STORE(s->locks, 0);
-    STORE(s->contended, 0);
-    STORE(s->wait_ticks, 0);
-    STORE(s->wait_max_ticks, 0);
-    STORE(s->hold_max_ticks, 0);
-    STORE(s->threads, 0);
-    STORE(s->folded, 0);
-    for (int b = 0; b < DM_TRACE_HIST; b++)
-        STORE(s->hist[b], 0);
-}
-
 static void max_into(_Atomic uint64_t *to, uint64_t v)
 {
     uint64_t cur = atomic_load_explicit(to, memory_order_relaxed);
@@ -281,7 +190,7 @@ static void retire(struct dm_trace_slot *s, uintptr_t m)
  * mutex held, the blocking call, timed. */
 #define TRACED_LOCK(m, blocking_call)                                         \
     do {                                                                      \
-        if (quiet)                                                            \
+        if (dm_trace_quiet)                                                   \
             return blocking_call;                                             \
         int r_ = dm_real.mutex_trylock(m);                                    \
         if (r_ != EBUSY) {                                                    \
@@ -320,7 +229,7 @@ static int traced_timedlock(pthread_mutex_t *m, const struct timespec *t)
 static int traced_trylock(pthread_mutex_t *m)
 {
     int r = dm_real.mutex_trylock(m);
-    if (!quiet && (r == 0 || r == EOWNERDEAD)) {
+    if (!dm_trace_quiet && (r == 0 || r == EOWNERDEAD)) {
         struct dm_trace_slot *s = slot_of(m);
         if (s)
             acquired(s, 0, 0);
@@ -330,7 +239,7 @@ static int traced_trylock(pthread_mutex_t *m)
 
 static int traced_unlock(pthread_mutex_t *m)
 {
-    if (!quiet) {
+    if (!dm_trace_quiet) {
         struct dm_trace_slot *s = find_slot(m);
         if (s)
             releasing(s);
@@ -394,7 +303,7 @@ DM_EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *
 {
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.mutex_init(m, a);
-    if (r == 0 && !quiet)
+    if (r == 0 && !dm_trace_quiet)
         initialised(m, site, 0);
     return r;
 }
@@ -411,7 +320,7 @@ DM_EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
  * it (report.c). */
 DM_EXPORT int dlclose(void *handle)
 {
-    if (quiet || !handle)
+    if (dm_trace_quiet || !handle)
         return dm_real.dlclose(handle);
     dm_trace_report_unloading(handle);
     int r = dm_real.dlclose(handle);
@@ -420,10 +329,6 @@ DM_EXPORT int dlclose(void *handle)
 }
 
 /* ---- condition variables and rwlocks ------------------------------------ */
-
-struct dm_trace_obj dm_trace_conds[DM_TRACE_OBJ_SLOTS];
-struct dm_trace_obj dm_trace_rwlocks[DM_TRACE_OBJ_SLOTS];
-_Atomic uint64_t dm_trace_untracked_conds, dm_trace_untracked_rwlocks;
 
 #define ADD(x, v) atomic_fetch_add_explicit(&(x), (v), memory_order_relaxed)
 
@@ -465,16 +370,6 @@ static void obj_waited(struct dm_trace_obj *s, uint64_t ticks)
 {
     ADD(s->wait_ticks, ticks);
     max_into(&s->wait_max_ticks, ticks);
-}
-
-void dm_trace_obj_zero(struct dm_trace_obj *o)
-{
-    for (int k = 0; k < 3; k++)
-        STORE(o->n[k], 0);
-    STORE(o->wait_ticks, 0);
-    STORE(o->wait_max_ticks, 0);
-    STORE(o->threads, 0);
-    STORE(o->folded, 0);
 }
 
 /* The counts of s (the object at address o, about to be initialised from
@@ -527,7 +422,7 @@ struct cond_wait {
 static struct cond_wait cond_wait_begin(pthread_cond_t *c)
 {
     struct cond_wait w = { NULL, 0 };
-    if (!quiet)
+    if (!dm_trace_quiet)
         w.s = obj_slot(dm_trace_conds, (uintptr_t)c, &dm_trace_untracked_conds);
     if (w.s) {
         obj_used(w.s, DM_TRACE_COND_WAITS);
@@ -549,7 +444,7 @@ static int cond_wait_end(const struct cond_wait *w, int r)
 
 static void cond_used(pthread_cond_t *c, int which)
 {
-    struct dm_trace_obj *s = quiet ? NULL
+    struct dm_trace_obj *s = dm_trace_quiet ? NULL
         : obj_slot(dm_trace_conds, (uintptr_t)c, &dm_trace_untracked_conds);
     if (s)
         obj_used(s, which);
@@ -571,7 +466,7 @@ DM_EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
 {
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.cond_init(c, a);
-    if (r == 0 && !quiet)
+    if (r == 0 && !dm_trace_quiet)
         obj_init(dm_trace_conds, c, site, 0);
     return r;
 }
@@ -594,7 +489,7 @@ static void rwlock_acquired(pthread_rwlock_t *l, int which, int contended, uint6
  * answer of the try (too many readers, ...) is left to the blocking call. */
 #define TRACED_RWLOCK(l, which, try_call, blocking_call)                      \
     do {                                                                      \
-        if (quiet)                                                            \
+        if (dm_trace_quiet)                                                   \
             return blocking_call;                                             \
         int r_ = try_call;                                                    \
         if (r_ == 0) {                                                        \
@@ -647,7 +542,7 @@ DM_EXPORT int pthread_rwlock_clockwrlock(pthread_rwlock_t *l, clockid_t c, const
 DM_EXPORT int pthread_rwlock_tryrdlock(pthread_rwlock_t *l)
 {
     int r = dm_real.rwlock_tryrdlock(l);
-    if (r == 0 && !quiet)
+    if (r == 0 && !dm_trace_quiet)
         rwlock_acquired(l, DM_TRACE_RW_READS, 0, 0);
     return r;
 }
@@ -655,7 +550,7 @@ DM_EXPORT int pthread_rwlock_tryrdlock(pthread_rwlock_t *l)
 DM_EXPORT int pthread_rwlock_trywrlock(pthread_rwlock_t *l)
 {
     int r = dm_real.rwlock_trywrlock(l);
-    if (r == 0 && !quiet)
+    if (r == 0 && !dm_trace_quiet)
         rwlock_acquired(l, DM_TRACE_RW_WRITES, 0, 0);
     return r;
 }
@@ -679,7 +574,7 @@ DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_
 {
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.rwlock_init(l, a);
-    if (r == 0 && !quiet)
+    if (r == 0 && !dm_trace_quiet)
         obj_init(dm_trace_rwlocks, l, site, 0);
     return r;
 }
@@ -691,7 +586,7 @@ DM_EXPORT int pthread_rwlock_init(pthread_rwlock_t *l, const pthread_rwlockattr_
  * m: then nothing changed. */
 #define TRACED_WAIT(m, wait_call)                                             \
     do {                                                                      \
-        struct dm_trace_slot *s_ = quiet ? NULL : slot_of(m);                 \
+        struct dm_trace_slot *s_ = dm_trace_quiet ? NULL : slot_of(m);        \
         uint32_t depth_ = 0;                                                  \
         uint64_t start_ = 0, end_ = 0;                                        \
         if (s_) {                                                             \
@@ -780,7 +675,7 @@ DM_EXPORT int mtx_init(mtx_t *m, int type)
 {
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.mtx_init(m, type);
-    if (r == thrd_success && !quiet)
+    if (r == thrd_success && !dm_trace_quiet)
         initialised(m, site, 1);
     return r;
 }
@@ -812,7 +707,7 @@ DM_EXPORT int cnd_init(cnd_t *c)
 {
     uintptr_t site = (uintptr_t)__builtin_return_address(0);
     int r = dm_real.cnd_init(c);
-    if (r == thrd_success && !quiet)
+    if (r == thrd_success && !dm_trace_quiet)
         obj_init(dm_trace_conds, c, site, 1);
     return r;
 }
@@ -906,10 +801,7 @@ static void atfork_child(void)
 __attribute__((constructor)) static void dm_trace_start(void)
 {
     dm_real_resolve();
-    if (!tsc_invariant())
-        use_tsc = 0;
-    calib_ticks = now_ticks();
-    calib_ns = clock_ns();
+    dm_trace_clock_start();
     dm_trace_report_start();
     sem_init(&wake, 0, 0);
     const char *iv = secure_getenv("DMUTEX_TRACE_INTERVAL");

@@ -11,6 +11,10 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 /* The table: fixed size, open addressed by mutex address, never freed, no
  * allocation. A full table is counted (dm_trace_untracked), not fatal. */
@@ -92,7 +96,41 @@ extern struct dm_trace_obj dm_trace_rwlocks[DM_TRACE_OBJ_SLOTS];
 extern _Atomic uint64_t dm_trace_untracked_conds;      /* calls on conds with no slot */
 extern _Atomic uint64_t dm_trace_untracked_rwlocks;    /* acquisitions of rwlocks with no slot */
 
-/* record.c: what a tick of the times above is in ns. The times are read
+/* table.c: the thread's traced calls are the tracer's own (set by
+ * dm_trace_self_quiet): they pass straight through. */
+extern __thread int dm_trace_quiet;
+extern int dm_trace_use_tsc;            /* table.c: now_ticks reads the TSC */
+
+static inline uint64_t dm_trace_clock_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* The clock of the hot path: TSC ticks (dm_trace_use_tsc), else ns of
+ * CLOCK_MONOTONIC. */
+static inline uint64_t now_ticks(void)
+{
+#if defined(__x86_64__)
+    if (dm_trace_use_tsc)
+        return __rdtsc();
+#endif
+    return dm_trace_clock_ns();
+}
+
+/* Time from `from` to `to`, 0 if the clock went back (a TSC read on
+ * another core, or a unit change at the constructor). */
+static inline uint64_t since(uint64_t from, uint64_t to)
+{
+    return to > from ? to - from : 0;
+}
+
+/* table.c: the constructor's reading of both clocks (and the TSC turned
+ * off where it is not invariant). */
+void dm_trace_clock_start(void);
+
+/* table.c: what a tick of the times above is in ns. The times are read
  * with rdtsc where the CPU says its TSC is invariant (x86-64: a third of
  * the cost of clock_gettime on the hot path), else they are ns of
  * CLOCK_MONOTONIC and this is 1. Calibrated against CLOCK_MONOTONIC since
@@ -100,11 +138,11 @@ extern _Atomic uint64_t dm_trace_untracked_rwlocks;    /* acquisitions of rwlock
  * for a precise ratio). */
 double dm_trace_ns_per_tick(void);
 
-/* record.c: zeroes s's counts (a fork child's start, or counts the
+/* table.c: zeroes s's counts (a fork child's start, or counts the
  * report took away); its key and init site stay. */
 void dm_trace_slot_zero(struct dm_trace_slot *s);
 
-/* record.c: zeroes o's counts (a fork child's start, or counts the report
+/* table.c: zeroes o's counts (a fork child's start, or counts the report
  * took away at a dlclose); its key and init site stay. */
 void dm_trace_obj_zero(struct dm_trace_obj *o);
 
@@ -140,7 +178,7 @@ void dm_trace_report_prepare(void);
 void dm_trace_report_release(void);
 void dm_trace_report_child(void);      /* the child's: also forgets the parent's unloaded rows */
 
-/* record.c: the calling thread's traced calls pass straight through while
+/* table.c: the calling thread's traced calls pass straight through while
  * set (the report's own locking is not the program's). Returns the
  * previous setting. */
 int dm_trace_self_quiet(int on);
