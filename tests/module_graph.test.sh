@@ -1,0 +1,106 @@
+#!/bin/sh
+# module_graph.test.sh: the shim's objects call each other without a
+# circle, and its headers include each other without one
+# (docs/design.md, "Layers"): every arrow runs down. An arrow from A to B
+# is a function or variable A uses that B defines (read from the built
+# objects: `nm`), or a header of A's that includes one of B's. A circle is
+# printed with the symbols or includes that make it. The files of one
+# module that share an _impl.h (cluster with release and resend, mapped
+# with its rwlocks and conds, config with its parts) may call each other
+# one way only, like any others. Prints "N passed, N failed".
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+command -v python3 >/dev/null || fail_setup "python3 is missing (tools/deps.sh installs it)"
+make -s build/libdmutex.so build/libdmutex-trace.so >/dev/null 2>&1 ||
+    fail_setup "cannot build build/libdmutex.so and build/libdmutex-trace.so"
+
+out=$(python3 - <<'PY'
+import glob, os, re, subprocess, sys
+
+def nm(obj, flags):
+    r = subprocess.run(["nm", flags, obj], capture_output=True, text=True, check=True)
+    return r.stdout.split("\n")
+
+objs = sorted(glob.glob("build/shim/*.o") + glob.glob("build/shim/trace/*.o"))
+name = lambda o: o[len("build/shim/"):-2]
+defs, uses = {}, {}
+for o in objs:
+    uses[o] = set()
+    for line in nm(o, "-g"):
+        f = line.split()
+        if len(f) == 3 and f[1] in "TDBRCV":
+            defs.setdefault(f[2], set()).add(o)
+        elif len(f) == 2 and f[0] == "U":
+            uses[o].add(f[1])
+calls = {o: {} for o in objs}
+for o in objs:
+    for s in uses[o]:
+        for d in defs.get(s, ()):
+            if d != o:
+                calls[o].setdefault(d, []).append(s)
+
+def sccs(graph):
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+    def visit(v):
+        index[v] = low[v] = n[0]; n[0] += 1
+        stack.append(v); on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w); low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            c = []
+            while True:
+                w = stack.pop(); on.discard(w); c.append(w)
+                if w == v: break
+            if len(c) > 1: out.append(sorted(c))
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index: visit(v)
+    return out
+
+bad = 0
+for c in sccs(calls):
+    bad += 1
+    print("CALLS " + " <-> ".join(name(o) for o in c))
+    for a in c:
+        for b in c:
+            if b in calls[a]:
+                print("    %s -> %s: %s" % (name(a), name(b), " ".join(sorted(calls[a][b])[:6])))
+print("ok calls %d" % len(objs))
+
+hdrs = sorted(glob.glob("shim/*.h") + glob.glob("shim/trace/*.h"))
+inc = {}
+for h in hdrs:
+    inc[h] = {}
+    d = os.path.dirname(h)
+    for i, line in enumerate(open(h), 1):
+        m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+        if m:
+            for cand in (os.path.join(d, m.group(1)), os.path.join("shim", m.group(1))):
+                if cand in inc or os.path.exists(cand) and cand.endswith(".h"):
+                    if cand in hdrs:
+                        inc[h][cand] = i
+                    break
+for c in sccs({h: list(inc[h]) for h in hdrs}):
+    bad += 1
+    print("INCLUDES " + " <-> ".join(c))
+print("ok includes %d" % len(hdrs))
+sys.exit(1 if bad else 0)
+PY
+)
+rc=$?
+echo "$out" | grep -q "^ok calls [1-9]" || fail_setup "the graph script failed: $out"
+if echo "$out" | grep -q "^CALLS"; then
+    bad objects_call_without_a_circle "$(echo "$out" | sed -n '/^CALLS/,/^ok/p' | grep -v '^ok')"
+else
+    ok objects_call_without_a_circle
+fi
+if echo "$out" | grep -q "^INCLUDES"; then
+    bad headers_include_without_a_circle "$(echo "$out" | grep '^INCLUDES')"
+else
+    ok headers_include_without_a_circle
+fi
+[ $rc -eq 0 ] || [ $failed -gt 0 ] || bad graph_script_exit "exit $rc: $out"
+echo "$passed passed, $failed failed"
