@@ -230,11 +230,6 @@ struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l)
     return lazy_chan(l, &l->wchan, DM_KEY_WAIT);
 }
 
-struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l)
-{
-    return l->wants ? lazy_chan(l, &l->wantchan, DM_KEY_WANT) : NULL;
-}
-
 void dm_cluster_lock_rwlock(struct dm_cluster_lock *l)
 {
     l->rw = 1;

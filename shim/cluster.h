@@ -1,8 +1,14 @@
-/* cluster: the lock protocol (docs/design.md, "One lock call"), over Redis: acquire (reentrant
- * hash with a lease, fencing token, owner-dead detection), waiting on
- * release notices, release, and the owner identity of this process.
- * Independent of pthread_mutex_t: a test drives it with a real Redis and no
- * LD_PRELOAD. Blocking calls; any thread may call them. */
+/* cluster: the lock protocol (docs/design.md, "One lock call"), over
+ * Redis: the interned lock records; acquire (reentrant hash with a lease,
+ * fencing token, owner-dead detection), waiting on release notices and
+ * handovers (a fair waiter on its own connection: wconn.h), release; the
+ * owner identity of this process. Its other files: release.c (releases
+ * not waited for, and their reader thread), resend.c (releases kept for a
+ * failover, and the resender thread), cond_publish.c (a cond's signal and
+ * the conds' outage backoff), policy.h (what a failure means for a lock
+ * call); the counters are stats.h's. Independent of pthread_mutex_t: a
+ * test drives it with a real Redis and no LD_PRELOAD. Blocking calls; any
+ * thread may call them. */
 #ifndef DM_CLUSTER_H
 #define DM_CLUSTER_H
 
@@ -35,14 +41,15 @@ struct dm_cluster_lock {
     struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
     struct dm_name_stats *counters;  /* the name's counters: they outlive the record */
     struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to its
-                                   wait channel, kept between waits (cluster.c) */
-    struct dm_kept *kept;       /* Sentinel: its last unlocks' releases, kept for a
-                                   failover (cluster.c; under its table's mutex) */
+                                   wait channel, kept between waits (wconn.h) */
+    struct dm_kept *kept;       /* Sentinel or Redis Cluster: its last unlocks'
+                                   releases, kept for a failover (resend.c; under
+                                   the table's mutex) */
     unsigned long wait_ids;
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
     int releases_unread;        /* releases written without waiting whose reply is
-                                   not read yet (atomic; cluster.c) */
+                                   not settled yet (atomic; release.c) */
     unsigned char fair;     /* queue waiters, hand over on release */
     unsigned char cache;    /* the holder keeps the lock until asked */
     unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes
@@ -111,12 +118,11 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name);
 void dm_cluster_lock_put(struct dm_cluster_lock *l);
 
 /* The lock's notify channels, made (and held until the last put) on first
- * call; NULL out of memory (waits then poll). The want channel exists once
- * dm_cluster_lock_mode turned wants on. */
+ * call; NULL out of memory (waits then poll). The want channel has no
+ * accessor: dm_cluster_lock_mode makes it when it turns wants on, and
+ * l->wantchan is read directly from then on. */
 struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l);
 struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
-struct dm_notify_chan *dm_cluster_lock_wantchan(struct dm_cluster_lock *l);
-
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_cluster_lock_stats(void);

@@ -1,9 +1,11 @@
 /* notify: the one subscriber thread of a process and its connection (with
- * Redis Cluster, one per node: sharded pub/sub). A waiter
- * subscribes to its lock's release channel (once per name per process; the
- * subscription is kept while the channel has references), then sleeps until
- * the channel's notice count moves or its timeout passes. Knows nothing of
- * the scripts or of what a notice means. */
+ * Redis Cluster, one per node: sharded pub/sub). A waiter subscribes to
+ * its lock's release channel (once per name per process; the subscription
+ * is kept while the channel has references), then sleeps until the
+ * channel's notice count moves or its timeout passes. The same thread
+ * runs one-shot timers (dm_notify_timer_arm) and the image-end function
+ * (dm_notify_on_image_end). Knows nothing of the scripts or of what a
+ * notice means. */
 #ifndef DM_NOTIFY_H
 #define DM_NOTIFY_H
 

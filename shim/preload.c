@@ -2,12 +2,15 @@
  * point (and each C11 mtx_* and cnd_* one, the same over glibc's mtx_t
  * and cnd_t) is a few lines: probe the registry; on a miss (every unmapped
  * mutex, every unlisted condition variable) tail-call glibc through the
- * table in real.c; on a hit hand off to mapped. pthread_mutex_init and
- * pthread_cond_init also ask startup whether their caller is an init_site
- * function (one load when there are none). A cond wait probes the cond
- * first (a listed one is cluster-wide, whatever its mutex), then the
- * mutex. dlopen/dlclose and the explicit API (dmutex_name, dmutex_token,
- * dmutex_rwlock_token) are thin exports over startup and mapped. Nothing includes this module: it has no header. Does no I/O
+ * table in real.c; on a hit hand off to mapped. pthread_mutex_init,
+ * pthread_cond_init and pthread_rwlock_init also ask startup whether their
+ * caller is an init_site function (one load when there are none). A cond
+ * wait probes the cond first (a listed one is cluster-wide, whatever its
+ * mutex), then the mutex. dlopen/dlclose and the explicit API
+ * (dmutex_name, dmutex_token, dmutex_rwlock_token) are thin exports over
+ * startup and mapped. Nothing includes this module: it has no header, and
+ * no other module calls the symbols it exports (the shim's own locks go to
+ * glibc through real.h: tests/internal_locks.test.sh). Does no I/O
  * and knows nothing of Redis, of the program's symbols or of the config
  * (but whether a lock name is valid, for dmutex_name): those are startup's
  * and the modules under it. */

@@ -573,8 +573,10 @@ struct dm_conn *dm_redis_get_node(int node)
  * (refused, or a connect timeout away) is not tried first every time. */
 static int refresh_from;
 
-/* dm_redis_refresh_slots; *noconn: 1 when no node could be connected
- * to at all (the cluster is out of reach: "no connection"). */
+/* Redis Cluster: asks the nodes for the slot map now (CLUSTER SLOTS), one
+ * after the other until one answers. 0, or -1 with err saying why and
+ * *noconn 1 when no node could be connected to at all (the cluster is out
+ * of reach: "no connection"). */
 static int refresh_slots(char *err, size_t errlen, int *noconn)
 {
     int n = dm_slots_nnodes();
@@ -602,7 +604,8 @@ static int refresh_slots(char *err, size_t errlen, int *noconn)
     return -1;
 }
 
-int dm_redis_refresh_slots(char *err, size_t errlen)
+/* refresh_slots, when whether a node answered at all does not matter. */
+static int slots_refresh(char *err, size_t errlen)
 {
     int noconn;
     return refresh_slots(err, errlen, &noconn);
@@ -613,7 +616,7 @@ static struct dm_conn *get_slot(int slot, int fresh)
     if (!dm_slots_enabled() || slot < 0)
         return pool_get(0, 1, fresh);
     char why[DM_ERR_MAX];
-    if (dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
+    if (dm_slots_want_refresh() && slots_refresh(why, sizeof why) != 0)
         dm_debug("redis cluster: slot map not refreshed: %s", why);
     int node = dm_slots_node_of((unsigned)slot);
     if (node < 0) {
@@ -642,7 +645,7 @@ static struct dm_conn *get_slot(int slot, int fresh)
      * failover this process has not heard of, a node removed), and the
      * slot live on another node; only when the map asked again still
      * names it (or no node answers) is it no connection. */
-    if (dm_redis_refresh_slots(why, sizeof why) != 0)
+    if (slots_refresh(why, sizeof why) != 0)
         return conn;
     int now = dm_slots_node_of((unsigned)slot);
     if (now < 0 || now == node)
@@ -673,9 +676,9 @@ int dm_redis_node_of(int slot)
         return 0;
     char why[DM_ERR_MAX];
     if (dm_slots_want_refresh())
-        dm_redis_refresh_slots(why, sizeof why);
+        slots_refresh(why, sizeof why);
     int node = dm_slots_node_of((unsigned)slot);
-    if (node < 0 && dm_redis_refresh_slots(why, sizeof why) == 0)
+    if (node < 0 && slots_refresh(why, sizeof why) == 0)
         node = dm_slots_node_of((unsigned)slot);
     return node;
 }
@@ -692,13 +695,13 @@ int dm_redis_connect_node(struct dm_conn *conn, int node)
 void dm_redis_refresh_if_wanted(void)
 {
     char why[DM_ERR_MAX];
-    if (dm_slots_enabled() && dm_slots_want_refresh() && dm_redis_refresh_slots(why, sizeof why) != 0)
+    if (dm_slots_enabled() && dm_slots_want_refresh() && slots_refresh(why, sizeof why) != 0)
         dm_debug("redis cluster: slot map not refreshed: %s", why);
 }
 
 int dm_redis_primaries(int *out, int max, char *err, size_t errlen)
 {
-    if (dm_redis_refresh_slots(err, errlen) != 0)
+    if (slots_refresh(err, errlen) != 0)
         return -1;
     return dm_slots_primaries(out, max);
 }

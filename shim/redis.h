@@ -1,9 +1,9 @@
 /* redis: connections to the server (hiredis; with Sentinel, to the primary
  * sentinel.c names; with Redis Cluster, a pool per node and each lock's
- * calls on the primary of its slot, MOVED/ASK followed: slots.c), AUTH and SELECT, timeouts, the scripts (SCRIPT LOAD
- * once, EVALSHA, EVAL on NOSCRIPT), and turning
- * replies into errors with words. Knows nothing of pthread_mutex_t or of
- * what the scripts mean. */
+ * calls on the primary of its slot, MOVED/ASK followed: slots.c), AUTH
+ * and SELECT, timeouts, the scripts (SCRIPT LOAD once, EVALSHA, EVAL on
+ * NOSCRIPT), and turning replies into errors with words. Knows nothing of
+ * pthread_mutex_t or of what the scripts mean. */
 #ifndef DM_REDIS_H
 #define DM_REDIS_H
 
@@ -207,28 +207,29 @@ int dm_redis_node_of(int slot);
 /* Is this a cluster config? */
 int dm_redis_cluster(void);
 /* Redis Cluster, for a long-lived connection per node (notify): connects
- * conn to node `node` itself (dm_redis_connect's conventions); the node
- * that owns `slot` in the map as it is (no I/O; -1: unknown, 0 without a
- * cluster); is `msg` (an error reply) a MOVED or ASK (a MOVED moves the
- * slot in the map)?; a node was lost (the map is asked for again); the
- * map's generation (moves when a slot changes owner). */
+ * conn to node `node` itself (dm_redis_connect's conventions). */
 int dm_redis_connect_node(struct dm_conn *conn, int node);
+/* Redis Cluster: asks the nodes for the slot map when slots.c wants it
+ * asked for again (a node lost, a MOVED). */
 void dm_redis_refresh_if_wanted(void);
 /* Redis Cluster: the nodes the map names as primaries (out[0..max)), after
  * asking the nodes for the map; how many, or -1 with err set. */
 int dm_redis_primaries(int *out, int max, char *err, size_t errlen);
+/* The node that owns `slot` in the map as it is (no I/O; -1: unknown, 0
+ * without a cluster). */
 int dm_redis_node_cached(int slot);
 /* The epoch of node index `node` (moves when the index is given another
  * address; 0 without a cluster): a node is its index and epoch. */
 unsigned long dm_redis_node_epoch(int node);
+/* Is `msg` (an error reply) a MOVED or ASK? A MOVED moves the slot in the
+ * map. */
 int dm_redis_redirected(const char *msg);
+/* A node was lost: the map is asked for again. */
 void dm_redis_slots_stale(void);
+/* The map's generation: moves when a slot changes owner. */
 unsigned long dm_redis_slots_gen(void);
 /* The slot of a key (dm_slots_keyslot), or -1 without a cluster. */
 int dm_redis_slot(const char *key);
-/* Redis Cluster: asks the nodes for the slot map now (CLUSTER SLOTS), one
- * after the other until one answers. 0, or -1 with err saying why. */
-int dm_redis_refresh_slots(char *err, size_t errlen);
 /* "host:port" of conn's node (the configured server without a cluster),
  * for messages; the buffer is the calling thread's. */
 const char *dm_redis_conn_addr(const struct dm_conn *conn);

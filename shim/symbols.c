@@ -705,12 +705,6 @@ static int resolve(const char *object, const char *symbol, enum want want,
     return 0;
 }
 
-int dm_symbols_loaded(const char *object)
-{
-    uintptr_t bias;
-    return dm_symbols_bias(object, &bias);
-}
-
 int dm_symbols_bias(const char *object, uintptr_t *bias)
 {
     struct object *o = malloc(sizeof *o);

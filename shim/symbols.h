@@ -31,11 +31,9 @@ int dm_symbols_function(const char *object, const char *func,
                         uintptr_t *start, uintptr_t *end, char *err, size_t errlen);
 
 /* Is an object matching `object` (the rules of dm_symbols_find) loaded
- * now? 1 or 0; an ambiguous name counts as loaded. NULL: the executable. */
-int dm_symbols_loaded(const char *object);
-
-/* The same, and when it is loaded, its load bias (0 when ambiguous): a
- * changed bias means it was unloaded and loaded again elsewhere. */
+ * now? 1 or 0; an ambiguous name counts as loaded. NULL: the executable.
+ * When it is loaded, *bias is its load bias (0 when ambiguous): a changed
+ * bias means it was unloaded and loaded again elsewhere. */
 int dm_symbols_bias(const char *object, uintptr_t *bias);
 
 /* Hex of a GNU build-id (up to 64 bytes) and its NUL. */

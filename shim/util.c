@@ -232,13 +232,6 @@ void dm_htab_del(struct dm_htab *t, struct dm_hnode *x)
         htab_resize(t, t->n / 2);
 }
 
-void dm_htab_clear(struct dm_htab *t)
-{
-    free(t->b);
-    t->b = NULL;
-    t->n = t->count = 0;
-}
-
 struct dm_htab_stats dm_htab_stats(const struct dm_htab *t, pthread_mutex_t *mu)
 {
     dm_lock(mu);

@@ -134,8 +134,6 @@ struct dm_hnode *dm_htab_chain(const struct dm_htab *t, size_t hash);
 int dm_htab_add(struct dm_htab *t, struct dm_hnode *x, size_t hash);
 /* Unlinks x (it must be in the table). */
 void dm_htab_del(struct dm_htab *t, struct dm_hnode *x);
-/* Forgets every record without freeing them (a fork child that rebuilds). */
-void dm_htab_clear(struct dm_htab *t);
 /* A table's record count and lookup steps so far, read under its mutex
  * (tests check that records are freed and chains stay short). */
 struct dm_htab_stats {

@@ -604,17 +604,6 @@ unsigned long dm_watchdog_lost_count(void)
     return __atomic_load_n(&lost_count, __ATOMIC_RELAXED);
 }
 
-void dm_watchdog_foreach(void (*fn)(struct dm_hold *h))
-{
-    dm_lock(&wmu);
-    struct dm_hold *h = holds;
-    dm_unlock(&wmu);
-    /* Called at exit: the list is walked without the mutex so a stuck
-     * watchdog round cannot hold the exit up. */
-    for (; h; h = h->next)
-        fn(h);
-}
-
 /* Fork: startup's prepare handler holds wmu across fork() (see the lock
  * order in startup.c); the parent lets go, the child makes it anew. */
 void dm_watchdog_atfork(enum dm_fork_phase phase)

@@ -72,9 +72,6 @@ void dm_watchdog_note_lost(void);
 /* Holds found lost since the process started. */
 unsigned long dm_watchdog_lost_count(void);
 
-/* Calls fn on every watched hold (at exit, to release them). */
-void dm_watchdog_foreach(void (*fn)(struct dm_hold *h));
-
 /* Fork: wmu is held across fork(); the child watches nothing (the holds
  * and both threads are the parent's). */
 void dm_watchdog_atfork(enum dm_fork_phase phase);
