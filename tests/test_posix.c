@@ -214,6 +214,15 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 static int group_setup(void **state)
 {
     (void)state;
+    /* Under make test-asan (DM_TEST_PRELOAD) the ASan runtime's dlopen
+     * comes first and calls the shim's from libasan: the caller ld.so and
+     * the shim take the RUNPATH of is libasan's, not psx_host's, and a
+     * plugin psx_host finds through $ORIGIN/plugins is not found (nor is
+     * it with libasan preloaded alone, without the shim). There the
+     * plugin's directory is given as LD_LIBRARY_PATH instead. */
+    char plugins[PATH_MAX];
+    if (getenv("DM_TEST_PRELOAD") && realpath(TH_BUILD "/tests/posix/plugins", plugins))
+        setenv("LD_LIBRARY_PATH", plugins, 1);
     return th_shim_group_start(&rs, &rc, SUITE_ALARM_S, shim_path);
 }
 
