@@ -226,6 +226,19 @@ static int group_setup(void **state)
     return th_shim_group_start(&rs, &rc, SUITE_ALARM_S, shim_path);
 }
 
+/* Under make test-asan (DM_TEST_PRELOAD) a fork child that goes on can
+ * hang in ASan's allocator: gcc 12's runtime does not take its allocator
+ * locks across fork() as glibc's malloc does, so a child forked while a
+ * thread of the parent (one of the shim's) was refilling its cache waits
+ * for ever (seen: both children of fork-count hung in calloc). That is no
+ * finding about the shim: as test_shim's fork test, such a test does not
+ * run there. A child that execs at once (test_exec_child_...) does. */
+static void skip_fork_under_asan(void)
+{
+    if (getenv("DM_TEST_PRELOAD"))
+        skip();
+}
+
 /* ==== 1. mutex types ======================================================== */
 
 static void test_normal_mutex_by_static_initializer_and_by_init_excludes(void **state)
@@ -572,6 +585,7 @@ static void test_cond_on_unmapped_mutex_passes_through(void **state)
 static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_fork\"; }");
     /* one parent, two children: 3 processes of 3 threads */
     char *argv[] = { POSIXPROG, rs.port_text, "c13:fork", "fork-count", "norm", "2", THREADS, ITERS,
@@ -587,6 +601,7 @@ static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
 static void test_atfork_handlers_fork_while_threads_hold_the_mutex(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_atfork\"; }");
     char *argv[] = { POSIXPROG, rs.port_text, "c13:atfork", "atfork-count", "norm", "2", THREADS,
                      ITERS, HOLD_US, NULL };
@@ -611,6 +626,7 @@ static void test_exec_child_with_shim_excludes_like_any_process(void **state)
 static void test_child_never_touches_parent_hold(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg_a = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_a\"; },\n"
                                          "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
     char *cfg_b = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_b\"; },\n"
@@ -656,6 +672,7 @@ static void test_child_never_touches_parent_hold(void **state)
 static void test_forked_child_gets_new_id_and_renews_its_own_hold(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t16_parent\"; },\n"
                                        "{ symbol = \"other_lock\"; name = \"t16_child\"; }");
     char *out = th_out_file(), hold[16];
