@@ -1245,6 +1245,14 @@ static void test_an_idle_name_costs_the_shim_less_than_768_bytes_of_heap(void **
     const char *at = strstr(text, "name-heap ");
     if (!at)
         fail_msg("no figure:\n%s", text);
+    if (getenv("DM_TEST_PRELOAD")) {
+        /* make test-asan: the heap is ASan's, whose mallinfo2 is all
+         * zeros (and whose chunks carry redzones); the names were made
+         * and freed under ASan all the same. */
+        print_message("not measured with %s preloaded\n", getenv("DM_TEST_PRELOAD"));
+        free(text);
+        return;
+    }
     long b = atol(at + strlen("name-heap "));
     print_message("measured: %ld bytes of heap per idle name\n", b);
     if (b <= 0 || b > NAME_HEAP_MAX_B)
