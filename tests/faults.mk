@@ -23,7 +23,7 @@ FAULTS_STRESS_MS ?= 60000
 ASAN_B     := $(B)/asan
 ASAN_FLAGS := -fsanitize=address -fno-omit-frame-pointer
 # The groups that run real processes against a real server.
-ASAN_GROUPS ?= cluster shim faults posix conds
+ASAN_GROUPS ?= cluster shim faults posix conds rwlocks c11
 
 PROG_LIBS_faultworker = $(shell pkg-config --libs hiredis)
 
