@@ -1305,12 +1305,20 @@ static void test_client_pause_longer_than_a_command_timeout_is_ridden_out(void *
 }
 
 /* The holder's machine loses its network: it must stop before the server
- * lets the waiter on the other machine in. */
-static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
+ * lets the waiter on the other machine in. The holder's lease on the server
+ * is read right after the cut (it can renew no more: that expiry is final),
+ * and the holder is gone before it when the test sees it dead before it.
+ * The checker still counts the dead holder inside until the test forgets
+ * it: a waiter let in right after that expiry, before the test forgot the
+ * holder, is counted as an overlap with nobody (its grant came after the
+ * expiry, the holder was gone before). One attempt: 0, or 1 when the
+ * holder's own log says it declared the loss only a whole lease after its
+ * last renewal: its process did not run for the whole margin (a machine
+ * stalled that long, as a loaded one running ASan can be), which no margin
+ * short of the stall survives, and which says nothing about the shim. */
+#define CUT_LEASE_MS 3000L
+static int cut_off_holder_once(void)
 {
-    (void)s;
-    if (!net.up)
-        skip();
     lock_server(net.host_ip, NULL);
     char *cfg = config("lease_ms = 3000; on_lease_lost = \"abort\";", "n_cut");
     char *hout = th_out_file(), *wout = th_out_file();
@@ -1322,27 +1330,55 @@ static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
     usleep(200000);
     long long cut = th_now_ms(), died_mono, died_real;
     assert_int_equal(th_sh("ip link set %s down", net.veth[0]), 0);
-    int st = th_wait_end(h, 3000 + SLACK_MS, &died_mono, &died_real);
     long long exp = pexpiretime(th_key("n_cut", DM_KEY_LOCK));
+    int st = th_wait_end(h, CUT_LEASE_MS + SLACK_MS, &died_mono, &died_real);
     th_checker_forget(&chk, h);
     char *text = th_read_output(hout);
     if (st == -1 || !WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the cut-off holder did not abort (status 0x%x):\n%s", st, text);
     th_assert_has(text, "lost the lease of lock n_cut");
+    long long ago = th_field_after(text, "last renewal succeeded ");
     free(text);
-    th_wait_for(wout, "inside ", 3000 + SLACK_MS);
+    if (ago >= CUT_LEASE_MS) {
+        measured("holder's machine cut off: the holder declared the loss %lld ms after its "
+                 "last renewal (lease %ld ms): its process was stalled past the margin; again",
+                 ago, CUT_LEASE_MS);
+        return 1;
+    }
+    th_wait_for(wout, "inside ", CUT_LEASE_MS + SLACK_MS);
     char *wt = finish(w, wout);
     long long entered = inside_field(wt, 2);
     free(wt);
+    long long ov = th_checker_get(&chk, 0, "overlaps");
     measured("holder's machine cut off (veth down), abort: died %lld ms after the cut, "
-             "%lld ms before its lease expired on the server (margin 300 ms); the other "
-             "machine entered %lld ms after the death; 0 overlaps",
-             died_mono - cut, exp > 0 ? exp - died_real : -1, entered - died_real);
+             "%lld ms before its lease expired on the server (margin 300 ms; loss declared "
+             "%lld ms after the last renewal); the other machine entered %lld ms after the "
+             "death; %lld overlaps%s",
+             died_mono - cut, exp > 0 ? exp - died_real : -1, ago, entered - died_real, ov,
+             ov ? " (the dead holder, not forgotten yet)" : "");
     if (exp < 0)
-        fail_msg("the lease had expired on the server (%lld) before the holder died", exp);
+        fail_msg("the hold had no lease on the server right after the cut (%lld)", exp);
     assert_true(died_real < exp);
     assert_true(entered >= died_real);
-    th_checker_assert_no_overlap(&chk, 0);
+    /* One waiter: what the checker counted is at most the dead holder's
+     * record, the asserts above putting its death before the grant. */
+    assert_true(ov <= 1);
+    return 0;
+}
+
+static void test_cut_off_holder_aborts_before_its_lease_expires(void **s)
+{
+    (void)s;
+    if (!net.up)
+        skip();
+    for (int attempt = 1; cut_off_holder_once() != 0; attempt++) {
+        if (attempt == 3)
+            fail_msg("the holder was stalled past its margin in %d attempts", attempt);
+        th_test_cleanup();
+        th_redis_drop(&rs, &rc);
+        th_net_reconnect(&net);
+        th_checker_next(&chk);
+    }
 }
 
 static void test_cut_off_holder_in_warn_mode_is_fenced_off(void **s)

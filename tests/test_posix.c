@@ -215,7 +215,29 @@ static char **pp_count_argv(int slot, const char *key, const char *m)
 static int group_setup(void **state)
 {
     (void)state;
+    /* Under make test-asan (DM_TEST_PRELOAD) the ASan runtime's dlopen
+     * comes first and calls the shim's from libasan: the caller ld.so and
+     * the shim take the RUNPATH of is libasan's, not psx_host's, and a
+     * plugin psx_host finds through $ORIGIN/plugins is not found (nor is
+     * it with libasan preloaded alone, without the shim). There the
+     * plugin's directory is given as LD_LIBRARY_PATH instead. */
+    char plugins[PATH_MAX];
+    if (getenv("DM_TEST_PRELOAD") && realpath(TH_BUILD "/tests/posix/plugins", plugins))
+        setenv("LD_LIBRARY_PATH", plugins, 1);
     return th_shim_group_start(&rs, &rc, SUITE_ALARM_S, shim_path);
+}
+
+/* Under make test-asan (DM_TEST_PRELOAD) a fork child that goes on can
+ * hang in ASan's allocator: gcc 12's runtime does not take its allocator
+ * locks across fork() as glibc's malloc does, so a child forked while a
+ * thread of the parent (one of the shim's) was refilling its cache waits
+ * for ever (seen: both children of fork-count hung in calloc). That is no
+ * finding about the shim: as test_shim's fork test, such a test does not
+ * run there. A child that execs at once (test_exec_child_...) does. */
+static void skip_fork_under_asan(void)
+{
+    if (getenv("DM_TEST_PRELOAD"))
+        skip();
 }
 
 /* ==== 1. mutex types ======================================================== */
@@ -564,6 +586,7 @@ static void test_cond_on_unmapped_mutex_passes_through(void **state)
 static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_fork\"; }");
     /* one parent, two children: 3 processes of 3 threads */
     char *argv[] = { POSIXPROG, rs.port_text, "c13:fork", "fork-count", "norm", "2", THREADS, ITERS,
@@ -579,6 +602,7 @@ static void test_forked_child_and_parent_exclude_on_shared_counter(void **state)
 static void test_atfork_handlers_fork_while_threads_hold_the_mutex(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t13_atfork\"; }");
     char *argv[] = { POSIXPROG, rs.port_text, "c13:atfork", "atfork-count", "norm", "2", THREADS,
                      ITERS, HOLD_US, NULL };
@@ -603,6 +627,7 @@ static void test_exec_child_with_shim_excludes_like_any_process(void **state)
 static void test_child_never_touches_parent_hold(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg_a = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_a\"; },\n"
                                          "{ symbol = \"other_lock\"; name = \"t15_other\"; }");
     char *cfg_b = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t15_b\"; },\n"
@@ -648,6 +673,7 @@ static void test_child_never_touches_parent_hold(void **state)
 static void test_forked_child_gets_new_id_and_renews_its_own_hold(void **state)
 {
     (void)state;
+    skip_fork_under_asan();
     char *cfg = th_config(SHORT_LEASE_MS, "{ symbol = \"norm_lock\"; name = \"t16_parent\"; },\n"
                                        "{ symbol = \"other_lock\"; name = \"t16_child\"; }");
     char *out = th_out_file(), hold[16];
@@ -900,8 +926,20 @@ static void test_heap_mutex_reused_by_another_init_is_unmapped(void **state)
     (void)state;
     char *cfg = th_config(SHORT_LEASE_MS, "{ init_site = \"account_new\"; name = \"t23_acct\"; }");
     char *out = th_out_file();
+    /* make test-asan: ASan keeps freed memory in quarantine, so that
+     * malloc never hands it out again; without one it does, as glibc. */
+    static char asan[1024];
+    const char *extra[] = { NULL, NULL };
+    if (getenv("DM_TEST_PRELOAD")) {
+        const char *o = getenv("ASAN_OPTIONS");
+        snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%squarantine_size_mb=0:"
+                 "thread_local_quarantine_size_kb=0", o ? o : "", o && *o ? ":" : "");
+        extra[0] = asan;
+    }
+    static struct th_shim_env e;
     th_reset_stats(rc);
-    char *text = finish(PP(cfg, out, "x", "heap-reuse", "heap", "10"), out, 0);
+    char *text = finish(run(th_shim_env_extra(&e, cfg, rs.url, NULL, extra), out, POSIXPROG,
+                            rs.port_text, "x", "heap-reuse", "heap", "10", NULL), out, 0);
     th_assert_has(text, "reuse same=1 0");
     free(text);
     assert_int_equal(th_script_calls(rc), 2);        /* the account's one section only */
@@ -1231,6 +1269,14 @@ static void test_an_idle_name_costs_the_shim_less_than_768_bytes_of_heap(void **
     const char *at = strstr(text, "name-heap ");
     if (!at)
         fail_msg("no figure:\n%s", text);
+    if (getenv("DM_TEST_PRELOAD")) {
+        /* make test-asan: the heap is ASan's, whose mallinfo2 is all
+         * zeros (and whose chunks carry redzones); the names were made
+         * and freed under ASan all the same. */
+        print_message("not measured with %s preloaded\n", getenv("DM_TEST_PRELOAD"));
+        free(text);
+        return;
+    }
     long b = atol(at + strlen("name-heap "));
     print_message("measured: %ld bytes of heap per idle name\n", b);
     if (b <= 0 || b > NAME_HEAP_MAX_B)

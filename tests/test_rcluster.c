@@ -283,7 +283,7 @@ static char *names_config(int min_replicas, const char *on_lease_lost)
         n += (size_t)snprintf(text + n, cap - n, "  { symbol = \"named_lock\"; index = %d; "
                               "name = \"rc%d\"; }%s\n", i, i, i + 1 < NAMES ? "," : "");
     snprintf(text + n, cap - n, ");\n");
-    char *path = th_write_file(".cfg", "%s", text);
+    char *path = th_keep_file(th_write_file(".cfg", "%s", text));
     free(text);
     return path;
 }
@@ -964,7 +964,9 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
  * (20 s lease, on_lease_lost = "warn", command_timeout_ms when > 0),
  * the name's slot, its primary p and that one's replica q, owners a and
  * c, a's grant of the name; returns a READONLY connection to q once q has
- * that grant. */
+ * that grant. The client's config is cfg, the caller's static: the
+ * cluster layer keeps a pointer to it, so each test has its own, never
+ * reset (its allocations lost) under the threads still reading it. */
 struct resend_case {
     char key[64];
     int slot, p, q;
@@ -973,19 +975,18 @@ struct resend_case {
     struct dm_grant g;
 };
 
-static redisContext *granted_on_replica(struct resend_case *k, const char *name,
-                                        long command_timeout_ms)
+static redisContext *granted_on_replica(struct dm_config *cfg, struct resend_case *k,
+                                        const char *name, long command_timeout_ms)
 {
-    static struct dm_config cfg;
     char err[256];
-    dm_config_defaults(&cfg);
-    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
+    dm_config_defaults(cfg);
+    if (dm_config_set_redis_url(cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
-    th_cluster_lease(&cfg, 20000);
+    th_cluster_lease(cfg, 20000);
     if (command_timeout_ms > 0)
-        cfg.redis.command_timeout_ms = command_timeout_ms;
-    cfg.on_lease_lost = DM_LOST_WARN;
-    dm_cluster_init(&cfg);
+        cfg->redis.command_timeout_ms = command_timeout_ms;
+    cfg->on_lease_lost = DM_LOST_WARN;
+    dm_cluster_init(cfg);
     snprintf(k->key, sizeof k->key, "dmutex:{%s}", name);
     k->slot = (int)dm_slots_keyslot(k->key, strlen(k->key));
     k->p = th_rcluster_owner(&rc, k->slot);
@@ -1009,8 +1010,9 @@ static redisContext *granted_on_replica(struct resend_case *k, const char *name,
 static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
 {
     (void)s;
+    static struct dm_config cfg;
     struct resend_case k;
-    redisContext *qc = granted_on_replica(&k, "rsend", 0);
+    redisContext *qc = granted_on_replica(&cfg, &k, "rsend", 0);
     const char *key = k.key, *a = k.a, *c = k.c;
     int slot = k.slot, p = k.p, q = k.q;
     struct dm_cluster_lock *l = k.l;
@@ -1071,16 +1073,15 @@ static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
 }
 
 /* The in-process client every test below starts with: the group's
- * cluster, `lease` ms. */
-static void cluster_client(long lease)
+ * cluster, `lease` ms, in cfg (the test's static, as granted_on_replica's). */
+static void cluster_client(struct dm_config *cfg, long lease)
 {
-    static struct dm_config cfg;
     char err[256];
-    dm_config_defaults(&cfg);
-    if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
+    dm_config_defaults(cfg);
+    if (dm_config_set_redis_url(cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
-    th_cluster_lease(&cfg, lease);
-    dm_cluster_init(&cfg);
+    th_cluster_lease(cfg, lease);
+    dm_cluster_init(cfg);
 }
 
 /* A lock and unlock of `l` by `owner`: its release kept for a failover. */
@@ -1103,7 +1104,8 @@ static void lock_unlock_kept(struct dm_cluster_lock *l, const char *owner)
 static void test_a_slot_moved_sends_again_only_the_releases_of_that_slot(void **s)
 {
     (void)s;
-    cluster_client(60000);
+    static struct dm_config cfg;
+    cluster_client(&cfg, 60000);
     char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
     dm_cluster_owner(a, 1);
     dm_cluster_owner(c, 2);
@@ -1165,7 +1167,8 @@ static void test_a_slot_moved_sends_again_only_the_releases_of_that_slot(void **
 static void test_kept_releases_are_freed_a_lease_after_the_last(void **s)
 {
     (void)s;
-    cluster_client(KEPT_LEASE_MS);
+    static struct dm_config cfg;
+    cluster_client(&cfg, KEPT_LEASE_MS);
     char a[DM_OWNER_MAX];
     dm_cluster_owner(a, 1);
     size_t before = dm_cluster_kept_lists();
@@ -1264,7 +1267,8 @@ static void *fm_mover(void *arg)
 static void test_a_fork_while_notify_meets_moved_does_not_deadlock(void **s)
 {
     (void)s;
-    cluster_client(30000);
+    static struct dm_config cfg;
+    cluster_client(&cfg, 30000);
     char a[DM_OWNER_MAX];
     dm_cluster_owner(a, 1);
     struct dm_cluster_lock *l = th_lock_get("fmlock");
@@ -1333,8 +1337,9 @@ static void *release_thread(void *p)
 static void test_a_release_answered_across_a_takeover_is_sent_again(void **s)
 {
     (void)s;
+    static struct dm_config cfg;
     struct resend_case k;
-    redisContext *qc = granted_on_replica(&k, "racross", 4000);
+    redisContext *qc = granted_on_replica(&cfg, &k, "racross", 4000);
     const char *key = k.key, *a = k.a, *c = k.c;
     int slot = k.slot, p = k.p, q = k.q;
     struct dm_cluster_lock *l = k.l;

@@ -530,7 +530,8 @@ static void test_lost_read_hold_aborts_or_is_reported_at_unlock(void **s)
     (void)s;
     const char *policy[2] = { "abort", "warn" };
     for (int i = 0; i < 2; i++) {
-        char *cfgf = th_write_file(".cfg", "on_lease_lost = \"%s\";\n%s", policy[i], cfg_text);
+        char *cfgf = th_keep_file(th_write_file(".cfg", "on_lease_lost = \"%s\";\n%s", policy[i],
+                                                 cfg_text));
         struct th_shim_env e;
         char **env = th_shim_env(&e, cfgf, ls.url, "info");
         char *go = th_go_file(), *hout = th_out_file();
@@ -725,7 +726,8 @@ static void test_on_redis_down_applies_to_rwlocks(void **s)
         { "local", { "timed", "wr", "5000", "realtime" }, "rc 0" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *cfgf = th_write_file(".cfg", "on_redis_down = \"%s\";\n%s", cases[i].mode, cfg_text);
+        char *cfgf = th_keep_file(th_write_file(".cfg", "on_redis_down = \"%s\";\n%s",
+                                                 cases[i].mode, cfg_text));
         struct th_shim_env e;
         char **env = th_shim_env(&e, cfgf, "redis://127.0.0.1:1", "error");
         char *argv[12] = { prog_path, (char *)cases[i].args[0], ds.addr, ds.port_text, prefix };
@@ -788,8 +790,8 @@ static void test_a_short_lease_reader_keeps_the_longer_leased_readers(void **s)
 {
     (void)s;
     const char *rw = "rwlocks = ( { symbol = \"routes_lock\"; } );\n";
-    char *longf = th_write_file(".cfg", "lease_ms = 10000;\n%s", rw);
-    char *shortf = th_write_file(".cfg", "lease_ms = 1000;\n%s", rw);
+    char *longf = th_keep_file(th_write_file(".cfg", "lease_ms = 10000;\n%s", rw));
+    char *shortf = th_keep_file(th_write_file(".cfg", "lease_ms = 1000;\n%s", rw));
     struct th_shim_env el, es;
     char **envl = th_shim_env(&el, longf, ls.url, "info");
     char **envs = th_shim_env(&es, shortf, ls.url, "info");
@@ -822,7 +824,7 @@ static void test_a_short_lease_reader_keeps_the_longer_leased_readers(void **s)
 static void test_a_hold_past_its_lease_is_not_joined_after_a_stop(void **s)
 {
     (void)s;
-    char *cfgf = th_write_file(".cfg", "on_lease_lost = \"warn\";\n%s", cfg_text);
+    char *cfgf = th_keep_file(th_write_file(".cfg", "on_lease_lost = \"warn\";\n%s", cfg_text));
     struct th_shim_env e;
     char **env = th_shim_env(&e, cfgf, ls.url, "info");
     char *go = th_go_file(), *hout = th_out_file();

@@ -1024,10 +1024,12 @@ static int mode_heap_reuse(int n)
     void *old = a;
     free(a);        /* without pthread_mutex_destroy, as many programs do */
     /* Allocate until malloc hands that memory out again (other chunks of
-     * the size may come first); the others are kept. */
-    struct account *b = NULL;
-    for (int i = 0; i < 256 && (void *)b != old; i++)
-        b = other_new();
+     * the size may come first); the others are kept until the end, so
+     * that malloc does not hand them out again meanwhile. */
+    struct account *made[256], *b = NULL;
+    int nmade = 0;
+    while (nmade < 256 && (void *)b != old)
+        b = made[nmade++] = other_new();
     int first = r;
     for (int i = 0; i < n; i++) {
         if ((r = pthread_mutex_lock(&b->lock)) != 0 && !first)
@@ -1035,6 +1037,10 @@ static int mode_heap_reuse(int n)
         pthread_mutex_unlock(&b->lock);
     }
     say("reuse same=%d %s", (void *)b == old, ename(first));
+    for (int i = 0; i < nmade; i++) {
+        pthread_mutex_destroy(&made[i]->lock);
+        free(made[i]);
+    }
     return 0;
 }
 
