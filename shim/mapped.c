@@ -73,7 +73,7 @@ static long long handed_grace_ns = DM_HANDED_GRACE_NS;  /* DMUTEX_TEST_HANDED_GR
 static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
 static __thread unsigned long tseq;
-static __thread int in_shim;            /* the re-entrancy guard */
+__thread int in_shim;                   /* the re-entrancy guard (mapped_impl.h) */
 static __thread int tl_contended;       /* this lock call found the mutex or the lock taken */
 
 /* The names this thread holds mutexes of, to tell a thread that keeps the
@@ -927,6 +927,24 @@ static int clock_ok(clockid_t clk)
     return clk == CLOCK_REALTIME || clk == CLOCK_MONOTONIC;
 }
 
+/* The prologue of a timed lock or wait: *dlp is `dl`, abstime as a
+ * CLOCK_MONOTONIC deadline, or NULL (not `timed`, or a deadline too far
+ * ahead to compute with). EINVAL for a clock glibc refuses or a bad
+ * abstime, as glibc answers. */
+int mapped_deadline_of(int timed, clockid_t clk, const struct timespec *abstime,
+                       struct timespec *dl, struct timespec **dlp)
+{
+    int none;
+    *dlp = NULL;
+    if (!timed)
+        return 0;
+    if (!clock_ok(clk) || to_monotonic(clk, abstime, dl, &none) != 0)
+        return EINVAL;
+    if (!none)
+        *dlp = dl;
+    return 0;
+}
+
 /* A thread that ends (pthread_exit, a return from its start routine, a
  * cancel) holding mapped mutexes: a key's destructor, set for every
  * thread that locked one, looks at what it still holds.
@@ -1072,17 +1090,13 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return r;
     }
     if (mode == DM_TIMEDLOCK && !clock_ok(clk))
-        return EINVAL;
+        return EINVAL;          /* before ENOTRECOVERABLE, as glibc */
     if (e->robust_state == DM_ROBUST_NOTRECOVERABLE)
         return ENOTRECOVERABLE;
-    struct timespec dl, *dlp = NULL;
-    if (mode == DM_TIMEDLOCK) {
-        int none, r = to_monotonic(clk, abstime, &dl, &none);
-        if (r != 0)
-            return r;
-        if (!none)
-            dlp = &dl;
-    }
+    struct timespec dl, *dlp;
+    int dr = mapped_deadline_of(mode == DM_TIMEDLOCK, clk, abstime, &dl, &dlp);
+    if (dr != 0)
+        return dr;
     in_shim++;
     /* Neither the real lock nor a join of a hold the process has is a
      * cancellation point; the rest (waits, round trips) runs with
@@ -1268,11 +1282,9 @@ static int unlisted_logged;             /* the info line of a mapped mutex's unl
 static void cond_cancelled(void *arg)
 {
     int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     cond_rejoin(arg);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
 }
 
 int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *m,
@@ -1318,12 +1330,10 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
         return ENOTRECOVERABLE;
     }
     int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     w.real_dead = r == EOWNERDEAD;
     cond_rejoin(&w);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
     if (w.real_dead)
         return EOWNERDEAD;
     if ((w.dead || e->dead_pending) && is_robust(m)) {
@@ -1472,16 +1482,10 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
 {
     if (in_shim)
         return real_rw_lock(l, write, mode, clk, abstime);
-    if (mode == DM_TIMEDLOCK && !clock_ok(clk))
-        return EINVAL;
-    struct timespec dl, *dlp = NULL;
-    if (mode == DM_TIMEDLOCK) {
-        int none, r = to_monotonic(clk, abstime, &dl, &none);
-        if (r != 0)
-            return r;
-        if (!none)
-            dlp = &dl;
-    }
+    struct timespec dl, *dlp;
+    int dr = mapped_deadline_of(mode == DM_TIMEDLOCK, clk, abstime, &dl, &dlp);
+    if (dr != 0)
+        return dr;
     unsigned long me = self_seq();
     in_shim++;
     tl_contended = 0;
@@ -1729,11 +1733,9 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
     dm_stats_add(&dm_cluster_lock_counts(ce->cn->cl)->cond_signals, 1);
     dm_notify_bump(ce->cn->ch);
     int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     dm_cluster_cond_publish(ce->cn->cl, broadcast);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
     return r;
 }
 
@@ -1777,11 +1779,9 @@ static void cond_cluster_retake(struct cond_cluster_wait *cw)
 static void cond_cluster_cancelled(void *arg)
 {
     int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     cond_cluster_retake(arg);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
 }
 
 /* The clock of a timedwait: the cond's condattr clock, which glibc keeps
@@ -1803,16 +1803,9 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
             return dm_real.cond_wait(c, m);
         return dm_real.cond_clockwait(c, m, clk, abstime);
     }
-    if (timed && (!clock_ok(clk) || abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
+    struct timespec dl, *dlp;
+    if (mapped_deadline_of(timed, clk, abstime, &dl, &dlp) != 0)
         return EINVAL;
-    struct timespec dl, *dlp = NULL;
-    if (timed) {
-        int none;
-        if (to_monotonic(clk, abstime, &dl, &none) != 0)
-            return EINVAL;
-        if (!none)
-            dlp = &dl;
-    }
     unsigned long me = self_seq();
     struct dm_entry *e = dm_mapped_find(m);
     struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0, 0, NULL };
@@ -1824,8 +1817,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         return EPERM;
 
     int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     struct dm_cond_name *cn = ce->cn;
     cond_wait_start(cn);
     cw.cn = cn;
@@ -1860,15 +1852,13 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         if (cw.mapped)
             cond_rejoin(&cw.w);
         cond_wait_end(cn);
-        in_shim--;
-        pthread_setcancelstate(cs, NULL);
+        shim_leave(cs);
         return ur;
     }
     dm_stats_add(&dm_cluster_lock_counts(cn->cl)->cond_waits, 1);
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
 
     /* Not subscribed (Redis unreachable): a remote signal could not reach
      * us, so the sleep is cut short and the caller re-checks (a spurious
@@ -1889,11 +1879,9 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     if (capped && r == ETIMEDOUT)
         r = 0;
 
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     cond_cluster_retake(&cw);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
     if (cw.relock_err)
         return cw.relock_err;
     if (cw.w.real_dead)

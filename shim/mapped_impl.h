@@ -8,6 +8,7 @@
 #define DM_MAPPED_IMPL_H
 
 #include <pthread.h>
+#include <time.h>
 
 #include "cluster.h"
 #include "notify.h"
@@ -48,5 +49,27 @@ struct dm_name {
     struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
+
+/* The re-entrancy guard: set while the shim works, so that the locks and
+ * waits of its own (and of the libraries it calls) go to glibc. */
+extern __thread int in_shim __attribute__((visibility("hidden")));
+
+/* The shim's own work, cancellation off: pthread_mutex_lock is no
+ * cancellation point, and a thread cancelled inside the shim's bookkeeping
+ * would leave a name or a connection locked. */
+static inline void shim_enter(int *cs)
+{
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cs);
+    in_shim++;
+}
+
+static inline void shim_leave(int cs)
+{
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
+}
+
+int mapped_deadline_of(int timed, clockid_t clk, const struct timespec *abstime,
+                       struct timespec *dl, struct timespec **dlp);
 
 #endif
