@@ -447,8 +447,7 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
  * name takes it meanwhile rather than find it busy (ACQUIRING) or wait
  * for this one's grace. Returns 1 when it waited: the caller looks at the
  * name again. */
-int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode,
-                      const struct timespec *deadline)
+int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode, const struct timespec *deadline)
 {
     long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
     int due_first = deadline &&
@@ -1300,7 +1299,8 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
     hold_observe(e);
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
-    mapped_leave_quietly(e->nm);   /* a hold lost meanwhile was reported; cond_wait has no EPERM */
+    /* A hold lost meanwhile was reported; cond_wait has no EPERM. */
+    mapped_leave_quietly(e->nm);
 
     int r;
     pthread_cleanup_push(cond_cancelled, &w);

@@ -95,8 +95,7 @@ void mapped_watch_thread_end(void);
 
 int hold_lost_locked(struct dm_name *nm);
 int hold_release(struct dm_name *nm);
-int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode,
-                      const struct timespec *deadline);
+int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode, const struct timespec *deadline);
 int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
               const struct timespec *deadline, int *dead);
 int name_leave(struct dm_name *nm);
