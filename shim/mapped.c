@@ -35,7 +35,16 @@
  *
  * At exit only holds that no thread is inside are released: a thread that
  * is still inside its critical section keeps the hold until the process is
- * gone (the lease then ends it). */
+ * gone (the lease then ends it).
+ *
+ * This file owns the name table and the entries of lock names (a mutex's
+ * or an rwlock's: union named_entry), the process's hold of a name
+ * (batches included), the mutex entry points, a mapped mutex's waits on a
+ * condition variable that is not listed, thread end, fork and exit. The
+ * rwlock entry points are mapped_rw.c's, listed conds mapped_cond.c's;
+ * what they use of this file is declared in mapped_impl.h. It does not
+ * know a listed cond's name records or channels: it calls
+ * mapped_cond_init, cond_remove and cond_atfork. */
 #include "mapped.h"
 #include "mapped_impl.h"
 
@@ -68,13 +77,12 @@
 static const struct dm_config *mcfg;
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;   /* table, refs, free list */
 static struct dm_htab names;
-static long cond_gap_ms;                /* DMUTEX_TEST_COND_GAP_MS (see dm_mapped_init) */
 static long long handed_grace_ns = DM_HANDED_GRACE_NS;  /* DMUTEX_TEST_HANDED_GRACE_MS */
 static int torn_down;                   /* the exit path ran: no more caching */
 static unsigned long tseq_next;
 static __thread unsigned long tseq;
-static __thread int in_shim;            /* the re-entrancy guard */
-static __thread int tl_contended;       /* this lock call found the mutex or the lock taken */
+__thread int in_shim;                   /* the re-entrancy guard (mapped_impl.h) */
+__thread int tl_contended;              /* this lock call found the mutex or the lock taken */
 
 /* The names this thread holds mutexes of, to tell a thread that keeps the
  * hold anyway from one that may step aside. Past DM_TL_NAMES the thread
@@ -82,14 +90,14 @@ static __thread int tl_contended;       /* this lock call found the mutex or the
 static __thread struct { struct dm_name *nm; unsigned long n; } tl_names[DM_TL_NAMES];
 static __thread unsigned long tl_overflow;
 
-static unsigned long self_seq(void)
+unsigned long mapped_self_seq(void)
 {
     if (__builtin_expect(tseq == 0, 0))
         tseq = __atomic_add_fetch(&tseq_next, 1, __ATOMIC_RELAXED);
     return tseq;
 }
 
-static void tl_note(struct dm_name *nm, int delta)
+void tl_note(struct dm_name *nm, int delta)
 {
     int free_slot = -1;
     for (int i = 0; i < DM_TL_NAMES; i++) {
@@ -110,7 +118,7 @@ static void tl_note(struct dm_name *nm, int delta)
     }
 }
 
-static int tl_holds(struct dm_name *nm)
+int tl_holds(struct dm_name *nm)
 {
     if (tl_overflow)
         return 1;
@@ -144,10 +152,7 @@ void dm_mapped_init(const struct dm_config *cfg)
 {
     mcfg = cfg;
     dm_notify_on_image_end(let_go);
-    /* Tests only: a cluster cond waiter pauses this long between letting
-     * go of its mutex and its sleep, so that a signal lands in that gap. */
-    const char *gap = secure_getenv("DMUTEX_TEST_COND_GAP_MS");
-    cond_gap_ms = gap ? atol(gap) : 0;
+    mapped_cond_init(cfg);
     /* Tests only: the grace after a handover (hold_acquire), made long
      * enough for a test to act inside it. */
     const char *grace = secure_getenv("DMUTEX_TEST_HANDED_GRACE_MS");
@@ -184,8 +189,6 @@ static struct dm_name *name_get(const char *name)
     dm_unlock(&names_mu);
     return nm;
 }
-
-static int hold_release(struct dm_name *nm);
 
 /* Drops a reference; the last one (the name's last mutex destroyed, or its
  * library unloaded) gives back a hold kept by caching and frees the name's
@@ -308,8 +311,6 @@ int dm_mapped_add_rwlock(const void *addr, const char *name, int flags)
     return named_add(addr, name, flags & DM_MAP_HEAP, DM_ENTRY_RWLOCK);
 }
 
-static void cond_remove(struct dm_cond_entry *ce);
-
 void dm_mapped_remove(const void *addr)
 {
     union named_entry *e = dm_registry_remove(addr);
@@ -332,7 +333,6 @@ void dm_mapped_remove(const void *addr)
 /* ---- the process's hold of a name -------------------------------------- */
 
 static void on_want(void *arg, const char *msg, size_t len);
-static int hold_lost_locked(struct dm_name *nm);
 
 /* ---- batches (docs/design.md, "Batches") ----------------------------------
  * A contended grant (it came after a wait, or others queue behind it)
@@ -447,8 +447,7 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
  * name takes it meanwhile rather than find it busy (ACQUIRING) or wait
  * for this one's grace. Returns 1 when it waited: the caller looks at the
  * name again. */
-static int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode,
-                             const struct timespec *deadline)
+int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode, const struct timespec *deadline)
 {
     long long now = dm_now_ns(), until = nm->handed_ns + handed_grace_ns;
     int due_first = deadline &&
@@ -588,7 +587,7 @@ static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uin
  * the watchdog would (release_found_gone; one that expired after the
  * unlock is a warning). "warn" waits, since unlock then returns EPERM for
  * a hold lost while held. */
-static int hold_release(struct dm_name *nm)
+int hold_release(struct dm_name *nm)
 {
     int lost = 0;
     if (nm->held) {
@@ -639,7 +638,7 @@ static int hold_use_locked(struct dm_name *nm)
 
 /* nm->mu held, state HELD: has the watchdog found the hold lost (warn
  * mode)? Nobody may join a lost hold: it excludes nobody. */
-static int hold_lost_locked(struct dm_name *nm)
+int hold_lost_locked(struct dm_name *nm)
 {
     return nm->held && dm_watchdog_is_lost(&nm->hold);
 }
@@ -665,8 +664,8 @@ static int name_join_fast(struct dm_name *nm)
 /* The name is FREE, nm->mu held (let go on return): this thread takes the
  * cluster hold for the process (ACQUIRING, then HELD with it as the one
  * user, or FREE again on failure). Returns hold_acquire's result. */
-static int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
-                     const struct timespec *deadline, int *dead)
+int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
+              const struct timespec *deadline, int *dead)
 {
     nm->state = NAME_ACQUIRING;
     dm_unlock(&nm->mu);
@@ -808,7 +807,7 @@ static int name_wait_turn(struct dm_name *nm, const struct timespec *deadline)
 /* Ends one thread's hold of one mutex of the name; the last user releases
  * the cluster lock (or, caching, keeps it). Returns EPERM when the hold
  * had been lost meanwhile. */
-static int name_leave(struct dm_name *nm)
+int name_leave(struct dm_name *nm)
 {
     dm_lock(&nm->mu);
     if (nm->state != NAME_HELD || nm->users == 0) {
@@ -899,7 +898,7 @@ static int real_lock_mode(pthread_mutex_t *m, enum dm_lock_mode mode, clockid_t 
     }
 }
 
-static int is_robust(const pthread_mutex_t *m)
+int mapped_is_robust(const pthread_mutex_t *m)
 {
     return (m->__data.__kind & DM_GLIBC_KIND_ROBUST) != 0;
 }
@@ -913,7 +912,7 @@ static int is_robust(const pthread_mutex_t *m)
 #define DM_GLIBC_KIND_PI        32
 #define DM_GLIBC_KIND_PP        64
 
-static int foreign_unlock_ok(const pthread_mutex_t *m)
+int mapped_foreign_unlock_ok(const pthread_mutex_t *m)
 {
     int kind = m->__data.__kind;
     int type = kind & DM_GLIBC_KIND_TYPE_MASK;
@@ -925,6 +924,24 @@ static int foreign_unlock_ok(const pthread_mutex_t *m)
 static int clock_ok(clockid_t clk)
 {
     return clk == CLOCK_REALTIME || clk == CLOCK_MONOTONIC;
+}
+
+/* The prologue of a timed lock or wait: *dlp is `dl`, abstime as a
+ * CLOCK_MONOTONIC deadline, or NULL (not `timed`, or a deadline too far
+ * ahead to compute with). EINVAL for a clock glibc refuses or a bad
+ * abstime, as glibc answers. */
+int mapped_deadline_of(int timed, clockid_t clk, const struct timespec *abstime,
+                       struct timespec *dl, struct timespec **dlp)
+{
+    int none;
+    *dlp = NULL;
+    if (!timed)
+        return 0;
+    if (!clock_ok(clk) || to_monotonic(clk, abstime, dl, &none) != 0)
+        return EINVAL;
+    if (!none)
+        *dlp = dl;
+    return 0;
 }
 
 /* A thread that ends (pthread_exit, a return from its start routine, a
@@ -975,7 +992,7 @@ static void holder_ends(const void *addr, void *value, void *arg)
     unsigned long me = *(const unsigned long *)arg;
     if (e->kind != DM_ENTRY_MUTEX || __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != me)
         return;
-    if (is_robust(addr)) {
+    if (mapped_is_robust(addr)) {
         drop_dead_hold(e);
         return;
     }
@@ -990,7 +1007,7 @@ static void thread_end(void *arg)
     tl_watched = 0;             /* a later destructor's lock sets the key again */
     if (!tl_holds_any())
         return;
-    unsigned long me = self_seq();
+    unsigned long me = mapped_self_seq();
     in_shim++;
     for (int i = 0; i < DM_TL_NAMES; i++) {
         struct dm_name *nm = tl_names[i].nm;
@@ -1013,7 +1030,7 @@ static void end_key_create(void)
                  "until its lease ends it");
 }
 
-static void watch_thread_end(void)
+void mapped_watch_thread_end(void)
 {
     if (__builtin_expect(tl_watched, 1))
         return;
@@ -1064,7 +1081,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
 {
     if (in_shim)
         return real_lock_mode(m, mode, clk, abstime);
-    unsigned long me = self_seq();
+    unsigned long me = mapped_self_seq();
     if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) == me) {
         int r = real_lock_mode(m, mode, clk, abstime);
         if (r == 0)
@@ -1072,17 +1089,13 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         return r;
     }
     if (mode == DM_TIMEDLOCK && !clock_ok(clk))
-        return EINVAL;
+        return EINVAL;          /* before ENOTRECOVERABLE, as glibc */
     if (e->robust_state == DM_ROBUST_NOTRECOVERABLE)
         return ENOTRECOVERABLE;
-    struct timespec dl, *dlp = NULL;
-    if (mode == DM_TIMEDLOCK) {
-        int none, r = to_monotonic(clk, abstime, &dl, &none);
-        if (r != 0)
-            return r;
-        if (!none)
-            dlp = &dl;
-    }
+    struct timespec dl, *dlp;
+    int dr = mapped_deadline_of(mode == DM_TIMEDLOCK, clk, abstime, &dl, &dlp);
+    if (dr != 0)
+        return dr;
     in_shim++;
     /* Neither the real lock nor a join of a hold the process has is a
      * cancellation point; the rest (waits, round trips) runs with
@@ -1107,7 +1120,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     if (r != 0 || e->robust_state == DM_ROBUST_NOTRECOVERABLE || !name_join_fast(e->nm)) {
         if (t0 == 0)
             t0 = (uint64_t)dm_now_ns();
-        if (is_robust(m) && !__atomic_load_n(&e->nm->robust, __ATOMIC_RELAXED))
+        if (mapped_is_robust(m) && !__atomic_load_n(&e->nm->robust, __ATOMIC_RELAXED))
             __atomic_store_n(&e->nm->robust, 1, __ATOMIC_RELAXED);     /* no batches */
         int cs;
         pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
@@ -1125,8 +1138,8 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
     __atomic_store_n(&e->since_ns, t1, __ATOMIC_RELAXED);
-    watch_thread_end();
-    if (r == 0 && (dead || e->dead_pending) && is_robust(m)) {
+    mapped_watch_thread_end();
+    if (r == 0 && (dead || e->dead_pending) && mapped_is_robust(m)) {
         e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
@@ -1136,7 +1149,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
 
 /* The end of a hold of e (outermost unlock, or a condition wait): its
  * time into the name's hold histogram. */
-static void hold_observe(struct dm_entry *e)
+void hold_observe(struct dm_entry *e)
 {
     dm_stats_observe(&dm_cluster_lock_counts(e->nm->cl)->hold,
                      (uint64_t)dm_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
@@ -1144,7 +1157,7 @@ static void hold_observe(struct dm_entry *e)
 
 /* Ends the calling thread's share of the name (name_leave turns
  * cancellation off for its round trip). */
-static int leave_quietly(struct dm_name *nm)
+int mapped_leave_quietly(struct dm_name *nm)
 {
     in_shim++;
     int r = name_leave(nm);
@@ -1156,7 +1169,7 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
 {
     if (in_shim)
         return dm_real.mutex_unlock(m);
-    unsigned long me = self_seq();
+    unsigned long me = mapped_self_seq();
     unsigned long h = __atomic_load_n(&e->holder, __ATOMIC_RELAXED);
     if (h == 0)
         return dm_real.mutex_unlock(m);     /* not held through the shim: glibc's answer */
@@ -1172,12 +1185,12 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
          * unlocking thread ends the holder's share on its behalf, before
          * the real unlock, as the holder would (once the real mutex is
          * free, a third thread may lock it and become the holder). */
-        if (!foreign_unlock_ok(m))
+        if (!mapped_foreign_unlock_ok(m))
             return dm_real.mutex_unlock(m);
         hold_observe(e);
         __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
         e->depth = 0;
-        int lost = leave_quietly(e->nm);
+        int lost = mapped_leave_quietly(e->nm);
         int r = dm_real.mutex_unlock(m);
         return r ? r : lost;
     }
@@ -1186,7 +1199,7 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
     hold_observe(e);
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
-    int lost = leave_quietly(e->nm);
+    int lost = mapped_leave_quietly(e->nm);
     int r = dm_real.mutex_unlock(m);
     return r ? r : lost;
 }
@@ -1194,7 +1207,7 @@ int dm_mapped_unlock(struct dm_entry *e, pthread_mutex_t *m)
 int dm_mapped_consistent(struct dm_entry *e, pthread_mutex_t *m)
 {
     if (e->robust_state == DM_ROBUST_INCONSISTENT &&
-        __atomic_load_n(&e->holder, __ATOMIC_RELAXED) == self_seq()) {
+        __atomic_load_n(&e->holder, __ATOMIC_RELAXED) == mapped_self_seq()) {
         e->robust_state = DM_ROBUST_OK;
         return 0;
     }
@@ -1231,19 +1244,11 @@ int dm_mapped_init_mutex(struct dm_entry *e, pthread_mutex_t *m, const pthread_m
 
 /* ---- condition variables ------------------------------------------------- */
 
-struct cond_wait {
-    struct dm_entry *e;
-    pthread_mutex_t *m;
-    unsigned long me, depth;
-    int dead;                   /* the cluster grant found its last holder dead */
-    int real_dead;              /* the real mutex came back EOWNERDEAD */
-};
-
 /* Back into the name with the real mutex held (after the real wait, or in
  * the cancellation cleanup, where glibc has re-taken the mutex). A condition
  * wait has no way to return without its mutex: failures (on_redis_down =
  * "error") are retried. Cancellation is off and in_shim set by the caller. */
-static void cond_rejoin(struct cond_wait *w)
+void cond_rejoin(struct cond_wait *w)
 {
     for (;;) {
         int j = name_join(w->e->nm, w->me, DM_LOCK, NULL, &w->dead, w->real_dead);
@@ -1268,17 +1273,15 @@ static int unlisted_logged;             /* the info line of a mapped mutex's unl
 static void cond_cancelled(void *arg)
 {
     int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     cond_rejoin(arg);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
 }
 
 int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *m,
                         int timed, clockid_t clk, const struct timespec *abstime)
 {
-    unsigned long me = self_seq();
+    unsigned long me = mapped_self_seq();
     if (in_shim || __atomic_load_n(&e->holder, __ATOMIC_RELAXED) != me) {
         if (!timed)
             return dm_real.cond_wait(c, m);
@@ -1296,7 +1299,8 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
     hold_observe(e);
     __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
     e->depth = 0;
-    leave_quietly(e->nm);   /* a hold lost meanwhile was reported; cond_wait has no EPERM */
+    /* A hold lost meanwhile was reported; cond_wait has no EPERM. */
+    mapped_leave_quietly(e->nm);
 
     int r;
     pthread_cleanup_push(cond_cancelled, &w);
@@ -1318,15 +1322,13 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
         return ENOTRECOVERABLE;
     }
     int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
+    shim_enter(&cs);
     w.real_dead = r == EOWNERDEAD;
     cond_rejoin(&w);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
+    shim_leave(cs);
     if (w.real_dead)
         return EOWNERDEAD;
-    if ((w.dead || e->dead_pending) && is_robust(m)) {
+    if ((w.dead || e->dead_pending) && mapped_is_robust(m)) {
         e->dead_pending = 0;
         e->robust_state = DM_ROBUST_INCONSISTENT;
         return EOWNERDEAD;
@@ -1337,599 +1339,12 @@ int dm_mapped_cond_wait(struct dm_entry *e, pthread_cond_t *c, pthread_mutex_t *
 uint64_t dm_mapped_token(struct dm_entry *e)
 {
     struct dm_name *nm = e->nm;
-    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != self_seq())
+    if (__atomic_load_n(&e->holder, __ATOMIC_RELAXED) != mapped_self_seq())
         return 0;
     dm_lock(&nm->mu);
     uint64_t t = nm->state == NAME_HELD && nm->held ? nm->hold.token : 0;
     dm_unlock(&nm->mu);
     return t;
-}
-
-/* ---- cluster-wide read-write locks ---------------------------------------
- * An rwlock's name is a struct dm_name like a mutex's (the same hold, the
- * same watchdog, want, lost-lease, fork and exit handling), with a mode:
- * the process holds the name for reading (shared by every local reader:
- * `users` counts their rdlocks, the first takes the cluster read hold,
- * the last gives it back) or for writing. The real rwlock comes first, so
- * its kind (reader or writer preference) and glibc's recursion and
- * EDEADLK rules hold locally; the name only adds the other processes.
- *
- * A waiting writer anywhere keeps new readers out: its acquire.lua
- * refusals are want notices, and a process whose readers keep the read
- * hold busy lets no new reader join once it heard one (a thread that
- * already holds a share of the name, a recursive rdlock, still joins:
- * anything else would deadlock it). Unlike a mutex's step-aside, this has
- * no time bound: a writer must not starve under a stream of readers. A
- * local writer of another rwlock of the same name (init_site families)
- * waits for the process's read hold to drain (new local readers wait with
- * it); one that itself holds a read share of the name gets EDEADLK. */
-
-/* nm->mu held: waits for a change of the name, to the deadline. */
-static int rw_wait(struct dm_name *nm, const struct timespec *deadline)
-{
-    tl_contended = 1;
-    if (!deadline) {
-        dm_cv_wait(&nm->cv, &nm->mu);
-        return 0;
-    }
-    if (dm_cv_timedwait(&nm->cv, &nm->mu, deadline) == ETIMEDOUT && dm_ts_passed(deadline))
-        return ETIMEDOUT;
-    return 0;
-}
-
-/* Joins the process's hold of an rwlock's name, for reading or writing,
- * for a thread that holds the real rwlock so. Returns 0, EBUSY (trylock),
- * ETIMEDOUT, EAGAIN (on_redis_down = "error") or EDEADLK. */
-static int rw_join(struct dm_name *nm, unsigned long me, int write, enum dm_lock_mode mode,
-                   const struct timespec *deadline)
-{
-    int r = 0;
-    dm_lock(&nm->mu);
-    for (;;) {
-        if (nm->state == NAME_HELD) {
-            int lost = hold_lost_locked(nm);
-            if (nm->users == 0) {
-                /* Asked for (on_want) or lost with nobody inside: go round. */
-                nm->state = NAME_RELEASING;
-                dm_unlock(&nm->mu);
-                hold_release(nm);
-                dm_lock(&nm->mu);
-                continue;
-            }
-            int mine = tl_holds(nm);
-            if (write && !nm->write) {
-                /* The process reads: wait for its readers to drain. */
-                if (mine) {
-                    r = EDEADLK;
-                    break;
-                }
-                if (mode == DM_TRYLOCK) {
-                    r = EBUSY;
-                    break;
-                }
-                nm->wwait++;
-                r = rw_wait(nm, deadline);
-                nm->wwait--;
-                if (r != 0)
-                    break;
-                continue;
-            }
-            if (mine || !(nm->want || lost || (!nm->write && nm->wwait))) {
-                nm->users++;
-                dm_unlock(&nm->mu);
-                tl_note(nm, 1);
-                return 0;
-            }
-            if (lost && !nm->want) {
-                nm->want = 1;           /* drain the users, then take it anew */
-                nm->want_ms = dm_now_ms();
-            }
-            if (mode == DM_TRYLOCK) {
-                r = EBUSY;
-                break;
-            }
-            if ((r = rw_wait(nm, deadline)) != 0)
-                break;
-            continue;
-        }
-        if (nm->state == NAME_FREE) {
-            if (grace_wait_locked(nm, mode, deadline))
-                continue;
-            int dead;
-            nm->write = write;
-            return name_take(nm, me, mode, deadline, &dead);
-        }
-        /* Another thread has a round trip in flight for the name. */
-        if (mode == DM_TRYLOCK) {
-            r = EBUSY;
-            break;
-        }
-        if ((r = rw_wait(nm, deadline)) != 0)
-            break;
-    }
-    dm_unlock(&nm->mu);
-    return r;
-}
-
-static int real_rw_lock(pthread_rwlock_t *l, int write, enum dm_lock_mode mode, clockid_t clk,
-                        const struct timespec *abstime)
-{
-    switch (mode) {
-    case DM_TRYLOCK:
-        return write ? dm_real.rwlock_trywrlock(l) : dm_real.rwlock_tryrdlock(l);
-    case DM_TIMEDLOCK:
-        if (clk == CLOCK_REALTIME)
-            return write ? dm_real.rwlock_timedwrlock(l, abstime) : dm_real.rwlock_timedrdlock(l, abstime);
-        return write ? dm_real.rwlock_clockwrlock(l, clk, abstime)
-                     : dm_real.rwlock_clockrdlock(l, clk, abstime);
-    default:
-        return write ? dm_real.rwlock_wrlock(l) : dm_real.rwlock_rdlock(l);
-    }
-}
-
-int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
-                     enum dm_lock_mode mode, clockid_t clk, const struct timespec *abstime)
-{
-    if (in_shim)
-        return real_rw_lock(l, write, mode, clk, abstime);
-    if (mode == DM_TIMEDLOCK && !clock_ok(clk))
-        return EINVAL;
-    struct timespec dl, *dlp = NULL;
-    if (mode == DM_TIMEDLOCK) {
-        int none, r = to_monotonic(clk, abstime, &dl, &none);
-        if (r != 0)
-            return r;
-        if (!none)
-            dlp = &dl;
-    }
-    unsigned long me = self_seq();
-    in_shim++;
-    tl_contended = 0;
-    uint64_t t0 = (uint64_t)dm_now_ns();
-    /* glibc decides first: EDEADLK for its writer, EBUSY, ETIMEDOUT. */
-    int r = real_rw_lock(l, write, mode, clk, abstime);
-    if (r == 0) {
-        int cs;
-        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-        r = rw_join(e->nm, me, write, mode, dlp);
-        pthread_setcancelstate(cs, NULL);
-        if (r != 0)
-            dm_real.rwlock_unlock(l);
-    }
-    in_shim--;
-    if (r != 0)
-        return r;
-    if (write)
-        __atomic_store_n(&e->writer, me, __ATOMIC_RELAXED);
-    else
-        __atomic_add_fetch(&e->readers, 1, __ATOMIC_RELAXED);
-    watch_thread_end();
-    struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
-    if (tl_contended)
-        dm_stats_add(&st->contended, 1);
-    dm_stats_observe(&st->wait, (uint64_t)dm_now_ns() - t0);
-    return 0;
-}
-
-int dm_mapped_rwunlock(struct dm_rw_entry *e, pthread_rwlock_t *l)
-{
-    if (in_shim)
-        return dm_real.rwlock_unlock(l);
-    unsigned long me = self_seq();
-    int write = __atomic_load_n(&e->writer, __ATOMIC_RELAXED) == me;
-    /* Not held through the shim by this thread (locked before the shim
-     * mapped it, or in a fork child): glibc's answer alone. */
-    if (!write && !tl_holds(e->nm))
-        return dm_real.rwlock_unlock(l);
-    if (write) {
-        __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
-    } else {
-        /* Never below 0: a family member's unlock by a thread that read
-         * another rwlock of the name is the program's error, not a count. */
-        unsigned long n = __atomic_load_n(&e->readers, __ATOMIC_RELAXED);
-        while (n > 0 && !__atomic_compare_exchange_n(&e->readers, &n, n - 1, 0, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED))
-            ;
-    }
-    int lost = leave_quietly(e->nm);
-    int r = dm_real.rwlock_unlock(l);
-    return r ? r : lost;
-}
-
-uint64_t dm_mapped_rwtoken(struct dm_rw_entry *e)
-{
-    struct dm_name *nm = e->nm;
-    int write = __atomic_load_n(&e->writer, __ATOMIC_RELAXED) == self_seq();
-    if (!write && !tl_holds(nm))
-        return 0;
-    dm_lock(&nm->mu);
-    uint64_t t = nm->state == NAME_HELD && nm->held && nm->write == write ? nm->hold.token : 0;
-    dm_unlock(&nm->mu);
-    return t;
-}
-
-/* EBUSY while held through the shim, for reading too: glibc's destroy
- * answers 0 there, but a heap rwlock unmapped under its readers leaves
- * their cluster read hold with no unlock to end it (the unlock goes to
- * glibc alone), renewed while the process lives: every writer anywhere
- * would wait for the process's exit. */
-int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
-{
-    if (__atomic_load_n(&e->writer, __ATOMIC_RELAXED) != 0 ||
-        __atomic_load_n(&e->readers, __ATOMIC_RELAXED) != 0)
-        return EBUSY;
-    int r = dm_real.rwlock_destroy(l);
-    if (r == 0 && e->heap)
-        dm_mapped_remove(l);
-    return r;
-}
-
-int dm_mapped_rwinit(struct dm_rw_entry *e, pthread_rwlock_t *l, const pthread_rwlockattr_t *a)
-{
-    __atomic_store_n(&e->writer, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->readers, 0, __ATOMIC_RELAXED);
-    return dm_real.rwlock_init(l, a);
-}
-
-/* ---- cluster-wide condition variables ------------------------------------
- * A listed cond (conds) has a name and a channel, NS:{NAME}:cond. Its
- * waiters do not sleep on the program's pthread_cond_t: they sleep on the
- * channel's count in notify, which moves on every message, on every local
- * signal (dm_notify_bump) and when the subscriber connection is remade.
- * A waiter subscribes and reads the count *before* it lets go of anything,
- * so a signal from anywhere after that moment moves the count it compares
- * against: none falls into the gap between the cluster release and the
- * sleep (a broadcast of the program's cond from the subscriber thread,
- * without the mutex, would). Every wake-up wakes every waiter of the name
- * in the process: a signal may wake more than one (POSIX allows it), a
- * broadcast wakes all. */
-
-#define DM_COND_UNSUBSCRIBED_MS 1000    /* longest sleep while the channel is not subscribed */
-#define DM_GLIBC_COND_CLOCK_MONOTONIC 2 /* __wrefs bit: condattr clock (nptl's pthread_cond_init) */
-
-struct dm_cond_name {
-    struct dm_cond_name *next;          /* conds_mu */
-    struct dm_cluster_lock *cl;         /* the name's keys: the channel's name */
-    struct dm_notify_chan *ch;
-    unsigned long refs;                 /* conds_mu */
-    unsigned long waiting;              /* conds_mu: of refs, those of waits in progress
-                                           (a fork child has none of them) */
-};
-
-static pthread_mutex_t conds_mu = PTHREAD_MUTEX_INITIALIZER;   /* cond_names, refs, free list */
-static struct dm_cond_name *cond_names;
-static struct dm_cond_entry *free_conds;
-
-/* The record of cond name `name`, one more reference; NULL on ENOMEM. The
- * calls into cluster and notify take their own locks after conds_mu (the
- * fork order: mapped, then cluster, then notify). */
-static struct dm_cond_name *cond_name_get(const char *name)
-{
-    dm_lock(&conds_mu);
-    struct dm_cond_name *cn = cond_names;
-    while (cn && strcmp(cn->cl->name, name) != 0)
-        cn = cn->next;
-    if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
-        cn->cl = dm_cluster_cond_get(name);
-        char channel[DM_CLUSTER_KEY_MAX];
-        if (cn->cl)
-            dm_cluster_lock_key(cn->cl, DM_KEY_COND, channel, sizeof channel);
-        cn->ch = cn->cl ? dm_notify_chan(channel) : NULL;
-        if (!cn->ch) {
-            dm_cluster_lock_put(cn->cl);
-            free(cn);
-            cn = NULL;
-        } else {
-            cn->next = cond_names;
-            cond_names = cn;
-        }
-    }
-    if (cn)
-        cn->refs++;
-    dm_unlock(&conds_mu);
-    return cn;
-}
-
-/* A waiter's reference to a record the caller knows is alive, for the
- * length of its wait (cond_wait_end drops it). */
-static void cond_wait_start(struct dm_cond_name *cn)
-{
-    dm_lock(&conds_mu);
-    cn->refs++;
-    cn->waiting++;
-    dm_unlock(&conds_mu);
-}
-
-static void cond_name_put(struct dm_cond_name *cn);
-
-static void cond_wait_end(struct dm_cond_name *cn)
-{
-    dm_lock(&conds_mu);
-    cn->waiting--;
-    dm_unlock(&conds_mu);
-    cond_name_put(cn);
-}
-
-/* Drops a reference; the last one unsubscribes the channel and frees. */
-static void cond_name_put(struct dm_cond_name *cn)
-{
-    dm_lock(&conds_mu);
-    int last = --cn->refs == 0;
-    if (last) {
-        struct dm_cond_name **p = &cond_names;
-        while (*p != cn)
-            p = &(*p)->next;
-        *p = cn->next;
-    }
-    dm_unlock(&conds_mu);
-    if (!last)
-        return;
-    dm_notify_chan_put(cn->ch);
-    dm_cluster_lock_put(cn->cl);
-    free(cn);
-}
-
-int dm_mapped_add_cond(const void *addr, const char *name, int flags)
-{
-    struct dm_cond_entry *old = dm_registry_lookup(addr);
-    if (old)
-        return old->kind == DM_ENTRY_COND && strcmp(old->cn->cl->name, name) == 0 ? 0 : EEXIST;
-    struct dm_cond_name *cn = cond_name_get(name);
-    if (!cn)
-        return ENOMEM;
-    dm_lock(&conds_mu);
-    struct dm_cond_entry *ce = free_conds;
-    if (ce)
-        free_conds = ce->next_free;
-    dm_unlock(&conds_mu);
-    if (!ce && !(ce = malloc(sizeof *ce))) {
-        cond_name_put(cn);
-        return ENOMEM;
-    }
-    memset(ce, 0, sizeof *ce);
-    ce->kind = DM_ENTRY_COND;
-    ce->addr = addr;
-    ce->cn = cn;
-    ce->heap = (flags & DM_MAP_HEAP) != 0;
-    int rc = dm_registry_add(addr, ce);
-    if (rc != 0) {
-        free(ce);
-        cond_name_put(cn);
-    }
-    return rc;
-}
-
-/* An entry already out of the registry: its memory is recycled (a reader
- * may still be looking at it), its name dropped. */
-static void cond_remove(struct dm_cond_entry *ce)
-{
-    struct dm_cond_name *cn = ce->cn;
-    dm_lock(&conds_mu);
-    ce->next_free = free_conds;
-    free_conds = ce;
-    dm_unlock(&conds_mu);
-    cond_name_put(cn);
-}
-
-int dm_mapped_cond_destroy(struct dm_cond_entry *ce, pthread_cond_t *c)
-{
-    int r = dm_real.cond_destroy(c);
-    if (r == 0 && ce->heap)
-        dm_mapped_remove(c);
-    return r;
-}
-
-int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broadcast)
-{
-    /* Waiters that went through glibc (a wait from inside the shim) wait
-     * on c itself; ours on the channel's count. */
-    int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
-    if (in_shim)
-        return r;
-    dm_stats_add(&dm_cluster_lock_counts(ce->cn->cl)->cond_signals, 1);
-    dm_notify_bump(ce->cn->ch);
-    int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
-    dm_cluster_cond_publish(ce->cn->cl, broadcast);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
-    return r;
-}
-
-/* The mutex's way back, in the cancellation cleanup of a cluster cond
- * wait: glibc's cancelled waiter owns its mutex when the program's
- * handlers run, so this one does too, cluster hold included. */
-struct cond_cluster_wait {
-    struct cond_wait w;
-    int mapped;                 /* w.e is a mapped mutex whose hold was given back */
-    int relock_err;             /* the mutex could not be taken back: ENOTRECOVERABLE */
-    struct dm_cond_name *cn;    /* referenced for the wait (see below) */
-};
-
-/* The mutex back, as glibc's wait takes it: EOWNERDEAD (held, its owner
- * died) is passed on; ENOTRECOVERABLE (not held) too, and then nothing is
- * joined; a mapped robust mutex the shim made unrecoverable meanwhile (its
- * locker unlocked it inconsistent) is given back, ENOTRECOVERABLE, as
- * lock_both does. Then the waiter's reference to the cond's name goes: a
- * cond may be destroyed as soon as its waiters are woken (POSIX lets a
- * program destroy it right after its broadcast), and the channel this
- * waiter slept on must outlive the waiter's last look at it. */
-static void cond_cluster_retake(struct cond_cluster_wait *cw)
-{
-    int r = dm_real.mutex_lock(cw->w.m);
-    if (r == EOWNERDEAD) {
-        cw->w.real_dead = 1;
-    } else if (r != 0) {
-        cw->relock_err = r;
-    } else if (cw->mapped && cw->w.e->robust_state == DM_ROBUST_NOTRECOVERABLE) {
-        dm_real.mutex_unlock(cw->w.m);
-        cw->relock_err = ENOTRECOVERABLE;
-    }
-    if (cw->mapped && !cw->relock_err)
-        cond_rejoin(&cw->w);
-    if (cw->cn) {
-        cond_wait_end(cw->cn);
-        cw->cn = NULL;
-    }
-}
-
-static void cond_cluster_cancelled(void *arg)
-{
-    int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
-    cond_cluster_retake(arg);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
-}
-
-/* The clock of a timedwait: the cond's condattr clock, which glibc keeps
- * in the cond itself (so a cond made before the shim's constructor, or
- * statically, is read right too). */
-static clockid_t cond_clock(const pthread_cond_t *c)
-{
-    unsigned int wrefs = __atomic_load_n(&c->__data.__wrefs, __ATOMIC_RELAXED);
-    return (wrefs & DM_GLIBC_COND_CLOCK_MONOTONIC) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-}
-
-int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pthread_mutex_t *m,
-                                int timed, clockid_t clk, const struct timespec *abstime)
-{
-    if (timed && clk == DM_COND_CLOCK_OF_COND)
-        clk = cond_clock(c);
-    if (in_shim) {
-        if (!timed)
-            return dm_real.cond_wait(c, m);
-        return dm_real.cond_clockwait(c, m, clk, abstime);
-    }
-    if (timed && (!clock_ok(clk) || abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
-        return EINVAL;
-    struct timespec dl, *dlp = NULL;
-    if (timed) {
-        int none;
-        if (to_monotonic(clk, abstime, &dl, &none) != 0)
-            return EINVAL;
-        if (!none)
-            dlp = &dl;
-    }
-    unsigned long me = self_seq();
-    struct dm_entry *e = dm_mapped_find(m);
-    struct cond_cluster_wait cw = { { e, m, me, 0, 0, 0 }, 0, 0, NULL };
-    cw.mapped = e && __atomic_load_n(&e->holder, __ATOMIC_RELAXED) == me;
-    /* glibc refuses a wait on an error-checking, recursive or robust
-     * mutex the thread does not own (EPERM), before it waits; a mapped
-     * one's owner is known here, an unmapped one's unlock below says. */
-    if (e && !cw.mapped && !foreign_unlock_ok(m))
-        return EPERM;
-
-    int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
-    struct dm_cond_name *cn = ce->cn;
-    cond_wait_start(cn);
-    cw.cn = cn;
-    /* Subscribed and counted before anything is let go: from here on no
-     * signal of any process can be missed. While Redis failed a moment
-     * ago (dm_cluster_cond_down) nothing is waited for: the mutex is not
-     * held for a timeout per call; the subscription is made in the
-     * background, and the sleep is cut short below. */
-    struct dm_notify_chan *ch = cn->ch;
-    long sub_ms = mcfg->redis.command_timeout_ms;   /* cut to the deadline: a timed wait */
-    long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
-    if (left >= 0 && left < sub_ms)
-        sub_ms = left;
-    if (dm_cluster_cond_down(cn->cl))
-        sub_ms = 0;
-    long long sub_t0 = dm_now_ms();
-    int sr = dm_notify_subscribe(ch, sub_ms);
-    int subscribed = sr == 0;
-    if (subscribed || sr == EAGAIN || (sr != 0 && sub_ms == mcfg->redis.command_timeout_ms))
-        dm_cluster_cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
-    unsigned long seen = dm_notify_seq(ch);
-    if (cw.mapped) {
-        hold_observe(e);
-        cw.w.depth = e->depth;
-        __atomic_store_n(&e->holder, 0, __ATOMIC_RELAXED);
-        e->depth = 0;
-        name_leave(e->nm);      /* a hold lost meanwhile was reported; no EPERM here */
-    }
-    int ur = dm_real.mutex_unlock(m);
-    if (ur != 0) {
-        /* Not this thread's to let go of (EPERM): glibc's answer, nothing waited. */
-        if (cw.mapped)
-            cond_rejoin(&cw.w);
-        cond_wait_end(cn);
-        in_shim--;
-        pthread_setcancelstate(cs, NULL);
-        return ur;
-    }
-    dm_stats_add(&dm_cluster_lock_counts(cn->cl)->cond_waits, 1);
-    if (cond_gap_ms > 0)
-        dm_sleep_ms(cond_gap_ms);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
-
-    /* Not subscribed (Redis unreachable): a remote signal could not reach
-     * us, so the sleep is cut short and the caller re-checks (a spurious
-     * wake-up) rather than sleep past it. */
-    struct timespec cap;
-    int capped = 0;
-    if (!subscribed) {
-        dm_deadline_in(&cap, DM_COND_UNSUBSCRIBED_MS);
-        if (!dlp || dm_ts_before(&cap, dlp)) {
-            dlp = &cap;
-            capped = 1;
-        }
-    }
-    int r;
-    pthread_cleanup_push(cond_cluster_cancelled, &cw);
-    r = dm_notify_wait_until(ch, seen, dlp);
-    pthread_cleanup_pop(0);
-    if (capped && r == ETIMEDOUT)
-        r = 0;
-
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    in_shim++;
-    cond_cluster_retake(&cw);
-    in_shim--;
-    pthread_setcancelstate(cs, NULL);
-    if (cw.relock_err)
-        return cw.relock_err;
-    if (cw.w.real_dead)
-        return EOWNERDEAD;
-    if (cw.mapped && (cw.w.dead || e->dead_pending) && is_robust(m)) {
-        e->dead_pending = 0;
-        e->robust_state = DM_ROBUST_INCONSISTENT;
-        return EOWNERDEAD;
-    }
-    return r;
-}
-
-/* Fork: prepare takes conds_mu (after names_mu, before cluster's and
- * notify's locks); the child's subscriptions are gone with notify's, and
- * the first wait there subscribes again. The parent's waiters are not in
- * the child: their references are given back, and a record only they
- * kept goes (cluster's and notify's child handlers ran already). */
-static void cond_atfork(enum dm_fork_phase phase)
-{
-    dm_fork_mutex(&conds_mu, phase);
-    if (phase != DM_FORK_CHILD)
-        return;
-    struct dm_cond_name **p = &cond_names;
-    while (*p) {
-        struct dm_cond_name *cn = *p;
-        cn->refs -= cn->waiting;
-        cn->waiting = 0;
-        if (cn->refs > 0) {
-            p = &cn->next;
-            continue;
-        }
-        *p = cn->next;
-        dm_notify_chan_put(cn->ch);
-        dm_cluster_lock_put(cn->cl);
-        free(cn);
-    }
 }
 
 /* ---- fork and exit ---------------------------------------------------------- */
@@ -2078,7 +1493,7 @@ void dm_mapped_image_ends(void)
 void dm_mapped_release_all(void)
 {
     in_shim++;
-    unsigned long me = self_seq();
+    unsigned long me = mapped_self_seq();
     dm_registry_foreach(count_exiting, &me);
     /* An rwlock's shares (readers are many threads) are the thread's own
      * notes of the names it holds. */

@@ -3,7 +3,9 @@
  * process's shared hold of each lock name (one cluster lock per name and
  * process, whatever number of its threads hold mutexes of the name), the
  * order of the two levels, recursion, error checks, robust owners,
- * condition variables, cancellation, fork and exit. */
+ * condition variables, cancellation, fork and exit. Its files: mapped.c
+ * (names, holds, mutexes), mapped_rw.c (rwlocks), mapped_cond.c (listed
+ * conds), sharing mapped_impl.h. */
 #ifndef DM_MAPPED_H
 #define DM_MAPPED_H
 

@@ -1,15 +1,25 @@
 /* mapped_impl: what the files of the mapped layer share (mapped.c: the
- * names, holds and mutexes). Not for other modules: they see mapped.h.
+ * names, holds, mutexes, thread end, fork and exit; mapped_rw.c: listed
+ * rwlocks; mapped_cond.c: listed conds). Not for other modules: they see
+ * mapped.h.
  *
  * A lock name's record. tests/progs/staleprog.c includes it too, to place
  * a program's stale mapped mutex where the shim's next record's `mu` will
- * be (tests/test_posix.c, "stale address"). */
+ * be (tests/test_posix.c, "stale address").
+ *
+ * The functions below are the files' own (the shim builds with
+ * -fvisibility=hidden: none is exported): those named after what they
+ * work on (name_, hold_, tl_, cond_) keep the names they had as statics,
+ * the others take mapped_. */
 #ifndef DM_MAPPED_IMPL_H
 #define DM_MAPPED_IMPL_H
 
 #include <pthread.h>
+#include <time.h>
 
 #include "cluster.h"
+#include "config.h"
+#include "mapped.h"
 #include "notify.h"
 #include "util.h"
 #include "watchdog.h"
@@ -48,5 +58,75 @@ struct dm_name {
     struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
+
+/* ---- mapped.c: the thread ---------------------------------------------- */
+
+/* The re-entrancy guard: set while the shim works, so that the locks and
+ * waits of its own (and of the libraries it calls) go to glibc. */
+extern __thread int in_shim __attribute__((visibility("hidden")));
+/* This lock call found the mutex, rwlock or name taken (stats). */
+extern __thread int tl_contended __attribute__((visibility("hidden")));
+
+/* The shim's own work, cancellation off: pthread_mutex_lock is no
+ * cancellation point, and a thread cancelled inside the shim's bookkeeping
+ * would leave a name or a connection locked. */
+static inline void shim_enter(int *cs)
+{
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cs);
+    in_shim++;
+}
+
+static inline void shim_leave(int cs)
+{
+    in_shim--;
+    pthread_setcancelstate(cs, NULL);
+}
+
+/* The calling thread's seq (from 1): what entries' holder fields hold. */
+unsigned long mapped_self_seq(void);
+/* The names this thread holds a share of: +1/-1 for one share. */
+void tl_note(struct dm_name *nm, int delta);
+/* Does this thread hold a share of nm (past the thread's table: any)? */
+int tl_holds(struct dm_name *nm);
+/* A thread that locked a mapped mutex or rwlock: its end is looked at. */
+void mapped_watch_thread_end(void);
+
+/* ---- mapped.c: the process's hold of a name ------------------------------ */
+
+int hold_lost_locked(struct dm_name *nm);
+int hold_release(struct dm_name *nm);
+int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode, const struct timespec *deadline);
+int name_take(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
+              const struct timespec *deadline, int *dead);
+int name_leave(struct dm_name *nm);
+/* name_leave under in_shim. */
+int mapped_leave_quietly(struct dm_name *nm);
+
+/* ---- mapped.c: mutexes and their waits ----------------------------------- */
+
+int mapped_deadline_of(int timed, clockid_t clk, const struct timespec *abstime,
+                       struct timespec *dl, struct timespec **dlp);
+int mapped_is_robust(const pthread_mutex_t *m);
+int mapped_foreign_unlock_ok(const pthread_mutex_t *m);
+void hold_observe(struct dm_entry *e);
+
+/* A mapped mutex's condition wait: what takes its share of the name back. */
+struct cond_wait {
+    struct dm_entry *e;
+    pthread_mutex_t *m;
+    unsigned long me, depth;
+    int dead;                   /* the cluster grant found its last holder dead */
+    int real_dead;              /* the real mutex came back EOWNERDEAD */
+};
+void cond_rejoin(struct cond_wait *w);
+
+/* ---- mapped_cond.c, for mapped.c ------------------------------------------ */
+
+/* From dm_mapped_init. */
+void mapped_cond_init(const struct dm_config *cfg);
+/* dm_mapped_remove of a cond entry, already out of the registry. */
+void cond_remove(struct dm_cond_entry *ce);
+/* From dm_mapped_atfork, after names_mu. */
+void cond_atfork(enum dm_fork_phase phase);
 
 #endif
