@@ -43,8 +43,9 @@
  * condition variable that is not listed, thread end, fork and exit. The
  * rwlock entry points are mapped_rw.c's, listed conds mapped_cond.c's;
  * what they use of this file is declared in mapped_impl.h. It does not
- * know a listed cond's name records or channels: it calls
- * mapped_cond_init, cond_remove and cond_atfork. */
+ * know a listed cond's name records or channels, and calls neither
+ * mapped_rw.c nor mapped_cond.c: the layer's init, fork handler and
+ * removal of an entry of any kind are mapped_cond.c's, the top of it. */
 #include "mapped.h"
 #include "mapped_impl.h"
 
@@ -148,11 +149,10 @@ static void name_sync_init(struct dm_name *nm)
 
 static void let_go(void);
 
-void dm_mapped_init(const struct dm_config *cfg)
+void mapped_names_init(const struct dm_config *cfg)
 {
     mcfg = cfg;
     dm_notify_on_image_end(let_go);
-    mapped_cond_init(cfg);
     /* Tests only: the grace after a handover (hold_acquire), made long
      * enough for a test to act inside it. */
     const char *grace = secure_getenv("DMUTEX_TEST_HANDED_GRACE_MS");
@@ -311,15 +311,9 @@ int dm_mapped_add_rwlock(const void *addr, const char *name, int flags)
     return named_add(addr, name, flags & DM_MAP_HEAP, DM_ENTRY_RWLOCK);
 }
 
-void dm_mapped_remove(const void *addr)
+void mapped_named_remove(void *entry)
 {
-    union named_entry *e = dm_registry_remove(addr);
-    if (!e)
-        return;
-    if (e->m.kind == DM_ENTRY_COND) {
-        cond_remove((struct dm_cond_entry *)(void *)e);
-        return;
-    }
+    union named_entry *e = entry;
     struct dm_name *nm = e->m.nm;
     /* A reader that looked it up just now may still read it: recycle the
      * memory for another entry rather than give it back to malloc. */
@@ -1222,8 +1216,9 @@ int dm_mapped_destroy(struct dm_entry *e, pthread_mutex_t *m)
     if (r == 0) {
         e->robust_state = DM_ROBUST_OK;
         e->dead_pending = 0;
-        if (e->heap)
-            dm_mapped_remove(m);
+        void *x;
+        if (e->heap && (x = dm_registry_remove(m)) != NULL)
+            mapped_named_remove(x);     /* a mutex's entry: dm_mapped_remove's other half */
     }
     return r;
 }
@@ -1366,12 +1361,13 @@ static void entry_forget(const void *addr, void *value, void *arg)
 
 /* Fork: startup's prepare handler holds names_mu across fork() (see the lock
  * order in startup.c); the parent lets go, the child makes it anew. */
-void dm_mapped_atfork(enum dm_fork_phase phase)
+void mapped_names_fork_mutex(enum dm_fork_phase phase)
 {
     dm_fork_mutex(&names_mu, phase);
-    cond_atfork(phase);
-    if (phase != DM_FORK_CHILD)
-        return;
+}
+
+void mapped_names_fork_child(void)
+{
     /* The parent's holds are the parent's: the child holds nothing (no
      * batch, no grace after a handover of its own), and a name's mutex
      * may have been held by a thread that is not here. */

@@ -16,7 +16,8 @@
  * This file owns the cond names' records (one per cond name: its cluster
  * record for the channel's name, its notify channel, reference counted,
  * conds_mu), the cond entries, the cluster wait, signal and destroy, and
- * their fork child state. A mapped mutex's share of its name goes back
+ * their fork child state; and the layer's init, fork handler and removal
+ * of an entry of any kind (the end of this file). A mapped mutex's share of its name goes back
  * and comes in again through mapped.c (name_leave, cond_rejoin:
  * mapped_impl.h); this file does not know the hold's states, batches or
  * the name table, nor rwlocks. */
@@ -50,7 +51,7 @@ static pthread_mutex_t conds_mu = PTHREAD_MUTEX_INITIALIZER;   /* cond_names, re
 static struct dm_cond_name *cond_names;
 static struct dm_cond_entry *free_conds;
 
-void mapped_cond_init(const struct dm_config *cfg)
+static void mapped_cond_init(const struct dm_config *cfg)
 {
     mcfg = cfg;
     /* Tests only: a cluster cond waiter pauses this long between letting
@@ -160,7 +161,7 @@ int dm_mapped_add_cond(const void *addr, const char *name, int flags)
 
 /* An entry already out of the registry: its memory is recycled (a reader
  * may still be looking at it), its name dropped. */
-void cond_remove(struct dm_cond_entry *ce)
+static void cond_remove(struct dm_cond_entry *ce)
 {
     struct dm_cond_name *cn = ce->cn;
     dm_lock(&conds_mu);
@@ -357,7 +358,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
  * the first wait there subscribes again. The parent's waiters are not in
  * the child: their references are given back, and a record only they
  * kept goes (cluster's and notify's child handlers ran already). */
-void cond_atfork(enum dm_fork_phase phase)
+static void cond_atfork(enum dm_fork_phase phase)
 {
     dm_fork_mutex(&conds_mu, phase);
     if (phase != DM_FORK_CHILD)
@@ -376,4 +377,36 @@ void cond_atfork(enum dm_fork_phase phase)
         dm_cluster_lock_put(cn->cl);
         free(cn);
     }
+}
+
+/* ---- the layer's own: init, fork, removal of any entry -------------------
+ * Here, at the top of mapped, so that mapped.c (mutexes, holds) calls no
+ * file above it. */
+
+void dm_mapped_init(const struct dm_config *cfg)
+{
+    mapped_names_init(cfg);
+    mapped_cond_init(cfg);
+}
+
+void dm_mapped_remove(const void *addr)
+{
+    /* every entry starts with its kind (mapped.h) */
+    struct dm_entry *e = dm_registry_remove(addr);
+    if (!e)
+        return;
+    if (e->kind == DM_ENTRY_COND)
+        cond_remove((struct dm_cond_entry *)(void *)e);
+    else
+        mapped_named_remove(e);
+}
+
+/* names_mu, then conds_mu (startup's lock order); the child's names are
+ * made anew after the conds' (as before the split). */
+void dm_mapped_atfork(enum dm_fork_phase phase)
+{
+    mapped_names_fork_mutex(phase);
+    cond_atfork(phase);
+    if (phase == DM_FORK_CHILD)
+        mapped_names_fork_child();
 }

@@ -120,13 +120,16 @@ struct cond_wait {
 };
 void cond_rejoin(struct cond_wait *w);
 
-/* ---- mapped_cond.c, for mapped.c ------------------------------------------ */
+/* ---- mapped.c's parts of the layer's init, fork and removal -------------
+ * (mapped_cond.c's dm_mapped_init, dm_mapped_atfork, dm_mapped_remove) */
 
-/* From dm_mapped_init. */
-void mapped_cond_init(const struct dm_config *cfg);
-/* dm_mapped_remove of a cond entry, already out of the registry. */
-void cond_remove(struct dm_cond_entry *ce);
-/* From dm_mapped_atfork, after names_mu. */
-void cond_atfork(enum dm_fork_phase phase);
+void mapped_names_init(const struct dm_config *cfg);
+/* dm_mapped_remove of a mutex's or an rwlock's entry (union named_entry),
+ * already out of the registry. */
+void mapped_named_remove(void *entry);
+/* names_mu around fork; the child's names, entries and thread state made
+ * anew (after the conds'). */
+void mapped_names_fork_mutex(enum dm_fork_phase phase);
+void mapped_names_fork_child(void);
 
 #endif

@@ -223,8 +223,9 @@ int dm_mapped_rwdestroy(struct dm_rw_entry *e, pthread_rwlock_t *l)
         __atomic_load_n(&e->readers, __ATOMIC_RELAXED) != 0)
         return EBUSY;
     int r = dm_real.rwlock_destroy(l);
-    if (r == 0 && e->heap)
-        dm_mapped_remove(l);
+    void *x;
+    if (r == 0 && e->heap && (x = dm_registry_remove(l)) != NULL)
+        mapped_named_remove(x);
     return r;
 }
 
