@@ -330,7 +330,7 @@ static const char *qualifier(enum dm_key_group group)
            group == DM_GROUP_METRICS ? "metrics." : "";
 }
 
-/* Reads every key of `group` the table parses (all but DM_KEY_HAND), in
+/* Reads every key of `group` the table parses (all but DM_CFG_HAND), in
  * table order, into the struct at `base`: type, bounds, the value's own
  * rules. Keys with cross bounds are only read here; their bounds are
  * checked by hand once every key is known. lines[id] gets the line of each
@@ -341,7 +341,7 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
     const char *qual = qualifier(group);
     for (int id = 0; id < DM_NKEYS; id++) {
         const struct dm_config_key *k = &dm_config_keys[id];
-        if (k->group != group || k->type == DM_KEY_HAND)
+        if (k->group != group || k->type == DM_CFG_HAND)
             continue;
         const config_setting_t *s = config_setting_get_member(grp, k->name);
         if (!s)
@@ -353,21 +353,21 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
         struct shown sv;
         long n = 0;
         switch (k->type) {
-        case DM_KEY_INT:
-        case DM_KEY_LONG:
+        case DM_CFG_INT:
+        case DM_CFG_LONG:
             if (get_int(p, grp, qual, k->name, k->cross ? LONG_MIN : k->lo,
                         k->cross ? LONG_MAX : k->hi, &n, NULL) < 0)
                 return -1;
-            if (k->type == DM_KEY_INT)
+            if (k->type == DM_CFG_INT)
                 *(int *)field = (int)n;
             else
                 *(long *)field = n;
             break;
-        case DM_KEY_BOOL:
+        case DM_CFG_BOOL:
             if (get_bool(p, grp, qual, k->name, (int *)field) < 0)
                 return -1;
             break;
-        case DM_KEY_ENUM: {
+        case DM_CFG_ENUM: {
             if (get_string(p, grp, qual, k->name, &v, &line) < 0)
                 return -1;
             int i = 0;
@@ -385,7 +385,7 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
             *(int *)field = i;
             break;
         }
-        case DM_KEY_NAME: {
+        case DM_CFG_NAME: {
             char why[160];
             if (get_string(p, grp, qual, k->name, &v, &line) < 0)
                 return -1;
@@ -395,7 +395,7 @@ static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_k
                 return -1;
             break;
         }
-        case DM_KEY_HAND:
+        case DM_CFG_HAND:
             break;
         }
         const config_setting_t *other = k->not_with ? config_setting_get_member(grp, k->not_with)
@@ -951,7 +951,7 @@ static int parse_top(struct parse *p, const config_setting_t *root, struct dm_co
     return check_timing(p, cfg, lines);
 }
 
-static void mutex_free(struct dm_mutex_config *m)
+static void mutex_free(struct dm_object_config *m)
 {
     free(m->symbol);
     free(m->object);
@@ -976,7 +976,7 @@ static int build_id_ok(const char *v, char *why, size_t n)
 /* One entry of `mutexes`, of `conds` (m->cond set by the caller) or of
  * `rwlocks` (m->rw): the same keys, but a condition variable has no lock
  * mode (fair, cache), and an rwlock's is fixed (its writers queue). */
-static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_mutex_config *m)
+static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_object_config *m)
 {
     int cond = m->cond, rw = m->rw;
     const char *what = cond ? "cond entry" : rw ? "rwlock entry" : "mutex entry";
@@ -1096,8 +1096,8 @@ static int strcmp_null(const char *a, const char *b)
  * by side with the earlier one first. */
 static int mutex_cmp(const void *pa, const void *pb)
 {
-    const struct dm_mutex_config *a = *(const struct dm_mutex_config *const *)pa;
-    const struct dm_mutex_config *b = *(const struct dm_mutex_config *const *)pb;
+    const struct dm_object_config *a = *(const struct dm_object_config *const *)pa;
+    const struct dm_object_config *b = *(const struct dm_object_config *const *)pb;
     int c;
     if ((c = (a->symbol != NULL) - (b->symbol != NULL)) != 0
         || (c = strcmp_null(a->object, b->object)) != 0
@@ -1112,7 +1112,7 @@ static int mutex_cmp(const void *pa, const void *pb)
     return (a->line > b->line) - (a->line < b->line);
 }
 
-static int same_target(const struct dm_mutex_config *a, const struct dm_mutex_config *b)
+static int same_target(const struct dm_object_config *a, const struct dm_object_config *b)
 {
     return strcmp_null(a->object, b->object) == 0 && strcmp_null(a->symbol, b->symbol) == 0
         && strcmp_null(a->init_site, b->init_site) == 0
@@ -1122,17 +1122,17 @@ static int same_target(const struct dm_mutex_config *a, const struct dm_mutex_co
 
 /* Two entries mapping the same mutex would register it twice; reports the
  * first repeat in file order, naming both lines. */
-static int check_duplicates(struct parse *p, struct dm_mutex_config *ms, size_t n)
+static int check_duplicates(struct parse *p, struct dm_object_config *ms, size_t n)
 {
     if (n < 2)
         return 0;
-    struct dm_mutex_config **v = malloc(n * sizeof *v);
+    struct dm_object_config **v = malloc(n * sizeof *v);
     if (!v)
         return fail(p, 0, "out of memory");
     for (size_t i = 0; i < n; i++)
         v[i] = &ms[i];
     qsort(v, n, sizeof *v, mutex_cmp);
-    const struct dm_mutex_config *first = NULL, *again = NULL;
+    const struct dm_object_config *first = NULL, *again = NULL;
     for (size_t i = 1; i < n; i++) {
         if (same_target(v[i - 1], v[i]) && (!again || v[i]->line < again->line)) {
             size_t j = i - 1;
@@ -1204,7 +1204,7 @@ static int parse_mutexes(struct parse *p, const config_setting_t *root, struct d
     if (n <= 0)
         return n;
     for (int i = 0; i < n; i++) {
-        struct dm_mutex_config *m = &cfg->mutexes[cfg->nmutexes];
+        struct dm_object_config *m = &cfg->mutexes[cfg->nmutexes];
         int rc = parse_mutex(p, config_setting_get_elem(l, (unsigned)i), m);
         if (rc < 0) {
             mutex_free(m);
@@ -1226,7 +1226,7 @@ static int parse_conds(struct parse *p, const config_setting_t *root, struct dm_
     if (n <= 0)
         return n;
     for (int i = 0; i < n; i++) {
-        struct dm_mutex_config *m = &cfg->conds[cfg->nconds];
+        struct dm_object_config *m = &cfg->conds[cfg->nconds];
         m->cond = 1;
         int rc = parse_mutex(p, config_setting_get_elem(l, (unsigned)i), m);
         if (rc < 0) {
@@ -1239,7 +1239,7 @@ static int parse_conds(struct parse *p, const config_setting_t *root, struct dm_
         return -1;
     for (size_t i = 0; i < cfg->nconds; i++)
         for (size_t j = 0; j < cfg->nmutexes; j++) {
-            const struct dm_mutex_config *c = &cfg->conds[i], *m = &cfg->mutexes[j];
+            const struct dm_object_config *c = &cfg->conds[i], *m = &cfg->mutexes[j];
             if (same_target(c, m) && !c->init_site) {
                 struct shown sv;
                 return fail(p, (unsigned)c->line, "cond entry names the mutex of the mutex "
@@ -1262,7 +1262,7 @@ static int parse_rwlocks(struct parse *p, const config_setting_t *root, struct d
     if (n <= 0)
         return n;
     for (int i = 0; i < n; i++) {
-        struct dm_mutex_config *m = &cfg->rwlocks[cfg->nrwlocks];
+        struct dm_object_config *m = &cfg->rwlocks[cfg->nrwlocks];
         m->rw = 1;
         int rc = parse_mutex(p, config_setting_get_elem(l, (unsigned)i), m);
         if (rc < 0) {
@@ -1275,8 +1275,8 @@ static int parse_rwlocks(struct parse *p, const config_setting_t *root, struct d
         return -1;
     for (size_t i = 0; i < cfg->nrwlocks; i++)
         for (size_t j = 0; j < cfg->nmutexes + cfg->nconds; j++) {
-            const struct dm_mutex_config *r = &cfg->rwlocks[i];
-            const struct dm_mutex_config *m = j < cfg->nmutexes ? &cfg->mutexes[j]
+            const struct dm_object_config *r = &cfg->rwlocks[i];
+            const struct dm_object_config *m = j < cfg->nmutexes ? &cfg->mutexes[j]
                                                                 : &cfg->conds[j - cfg->nmutexes];
             struct shown sv;
             if (same_target(r, m) && !r->init_site)

@@ -83,7 +83,9 @@ struct dm_metrics_config {
     long interval_ms;           /* rewritten this often, and at exit */
 };
 
-struct dm_mutex_config {
+/* One entry of `mutexes`, `conds` or `rwlocks`: the object it names and
+ * the lock name it maps it to. */
+struct dm_object_config {
     char *symbol;               /* "sym" or "file.c:sym"; NULL for init_site entries */
     char *object;               /* file name of the executable or library; NULL: the executable */
     char *init_site;            /* function name; NULL for symbol entries */
@@ -116,11 +118,11 @@ struct dm_config {
     int min_replicas;           /* a grant counts once this many replicas have it (WAIT) */
     long replica_timeout_ms;    /* how long WAIT waits for them */
     struct dm_metrics_config metrics;
-    struct dm_mutex_config *mutexes;
+    struct dm_object_config *mutexes;
     size_t nmutexes;
-    struct dm_mutex_config *conds;  /* cluster-wide condition variables: the same keys */
+    struct dm_object_config *conds;  /* cluster-wide condition variables: the same keys */
     size_t nconds;                  /* as a mutex entry but fair and cache */
-    struct dm_mutex_config *rwlocks;    /* cluster-wide read-write locks: the same keys */
+    struct dm_object_config *rwlocks;    /* cluster-wide read-write locks: the same keys */
     size_t nrwlocks;                    /* as a mutex entry but fair and cache */
     char **programs;            /* executables (file names) the config is for; */
     size_t nprograms;           /* none: every process that loads the shim */

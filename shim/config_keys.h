@@ -14,28 +14,28 @@
  * every scalar key (type, bounds, the "must be between" and "must be
  * \"a\" or \"b\"" messages, the target field) and the reference tables
  * (`dmutex config-keys`, checked against config/REFERENCE.md). Keys of type
- * DM_KEY_HAND are only named and documented here; config.c reads them by
+ * DM_CFG_HAND are only named and documented here; config.c reads them by
  * hand because their rules involve other keys or more than a value. */
 enum dm_key_group { DM_GROUP_TOP, DM_GROUP_REDIS, DM_GROUP_MUTEX,
                     DM_GROUP_TLS,       /* redis.tls: struct dm_tls_config */
                     DM_GROUP_METRICS }; /* metrics: struct dm_metrics_config */
 
-enum dm_key_type {
-    DM_KEY_INT,         /* int field, lo..hi */
-    DM_KEY_LONG,        /* long field, lo..hi (milliseconds, bytes) */
-    DM_KEY_BOOL,        /* int field, true or false */
-    DM_KEY_ENUM,        /* enum field: the index of the string in values[] */
-    DM_KEY_NAME,        /* char * field: a lock name (dm_config_name_ok) */
-    DM_KEY_HAND,        /* read by hand in config.c */
+enum dm_cfg_type {
+    DM_CFG_INT,         /* int field, lo..hi */
+    DM_CFG_LONG,        /* long field, lo..hi (milliseconds, bytes) */
+    DM_CFG_BOOL,        /* int field, true or false */
+    DM_CFG_ENUM,        /* enum field: the index of the string in values[] */
+    DM_CFG_NAME,        /* char * field: a lock name (dm_config_name_ok) */
+    DM_CFG_HAND,        /* read by hand in config.c */
 };
 
 /* The target field's offset when a key has none (groups, lists). */
-#define DM_KEY_NO_FIELD ((size_t)-1)
+#define DM_CFG_NO_FIELD ((size_t)-1)
 
 struct dm_config_key {
     const char *name;
     enum dm_key_group group;        /* whose struct `offset` is into: dm_config, */
-    enum dm_key_type type;          /* dm_redis_config or dm_mutex_config */
+    enum dm_cfg_type type;          /* dm_redis_config or dm_object_config */
     size_t offset;
     long lo, hi;                    /* INT, LONG: the bounds */
     int cross;                      /* 1: the bounds depend on other keys and are

@@ -164,7 +164,7 @@ static void check_where(uintptr_t addr, char *out, size_t len)
 /* Checking: one line per entry on stdout, "NAME<TAB>OBJECT<TAB>WHAT<TAB>
  * WHERE" (OBJECT "-" for the executable; WHERE the address and its offset
  * in the object, or why nothing is there yet). */
-static void check_print(const struct dm_mutex_config *mc, const char *what, const char *where)
+static void check_print(const struct dm_object_config *mc, const char *what, const char *where)
 {
     if (check_mode != CHECK_PRINT)
         return;
@@ -187,7 +187,7 @@ static const char *exe_name(char *buf, size_t len)
  * it away. Their state is guarded by objects_mu; the dlopen hook only looks
  * when there are such entries at all (the list is fixed at start). */
 struct object_entry {
-    struct dm_mutex_config *mc;
+    struct dm_object_config *mc;
     uintptr_t addr;             /* 0 while its object is not loaded */
     uintptr_t bias;             /* load bias of the object `addr` was found in */
     unsigned long gen;          /* the sync whose view was applied last */
@@ -206,7 +206,7 @@ static size_t rwlocks_mapped;   /* and rwlocks */
 enum { KIND_MUTEX, KIND_COND, KIND_RWLOCK, KINDS };
 static size_t later_at_start[KINDS], skipped_at_start[KINDS];
 
-static int kind_of(const struct dm_mutex_config *mc)
+static int kind_of(const struct dm_object_config *mc)
 {
     return mc->cond ? KIND_COND : mc->rw ? KIND_RWLOCK : KIND_MUTEX;
 }
@@ -215,7 +215,7 @@ static int kind_of(const struct dm_mutex_config *mc)
  * address entry the address, marked as the weak name it is. */
 struct entry_what { char s[96]; };
 
-static const char *entry_what(const struct dm_mutex_config *mc, struct entry_what *w)
+static const char *entry_what(const struct dm_object_config *mc, struct entry_what *w)
 {
     if (mc->symbol)
         return mc->symbol;
@@ -224,7 +224,7 @@ static const char *entry_what(const struct dm_mutex_config *mc, struct entry_wha
     return w->s;
 }
 
-static int entry_flags(const struct dm_mutex_config *mc)
+static int entry_flags(const struct dm_object_config *mc)
 {
     return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
 }
@@ -233,7 +233,7 @@ static int entry_flags(const struct dm_mutex_config *mc)
  * shim held). At start (`fatal`) every error that is not excused by
  * required = false ends the program; after a dlopen the program is
  * running, so errors are logged and the entry stays unmapped. */
-static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
+static int lookup_symbol(const struct dm_object_config *mc, uintptr_t *out,
                          char *err, size_t errlen)
 {
     long size = mc->cond ? (long)sizeof(pthread_cond_t)
@@ -250,7 +250,7 @@ static int lookup_symbol(const struct dm_mutex_config *mc, uintptr_t *out,
  * does not interpose (GLib's GMutex is a futex of GLib's own, 8 bytes; its
  * GRecMutex, GRWLock and GCond 16; a spin lock 4), which mapped would
  * exclude nothing. The cause and the fix, said after the sizes. */
-static const char *kind_hint(const struct dm_mutex_config *mc)
+static const char *kind_hint(const struct dm_object_config *mc)
 {
     if (mc->cond)
         return "so it is no pthread_cond_t, cnd_t or std::condition_variable. A condition "
@@ -268,7 +268,7 @@ static const char *kind_hint(const struct dm_mutex_config *mc)
            "nothing. Lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one";
 }
 
-static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+static void lookup_failed(const struct dm_config *cfg, const struct dm_object_config *mc,
                           int rc, const char *err, int fatal)
 {
     char where[DM_ERR_MAX];
@@ -295,7 +295,7 @@ static void lookup_failed(const struct dm_config *cfg, const struct dm_mutex_con
     dm_error("%s: %s: this mutex is NOT cluster-wide", where, why);
 }
 
-static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+static int resolve_symbol(const struct dm_config *cfg, const struct dm_object_config *mc,
                           uintptr_t *out, int fatal)
 {
     char err[DM_ERR_MAX];
@@ -308,7 +308,7 @@ static int resolve_symbol(const struct dm_config *cfg, const struct dm_mutex_con
 
 /* Maps an entry resolved to `addr`. No loader calls: may run under
  * objects_mu. */
-static int map_address(const struct dm_config *cfg, const struct dm_mutex_config *mc,
+static int map_address(const struct dm_config *cfg, const struct dm_object_config *mc,
                        uintptr_t addr, int fatal)
 {
     char where[DM_ERR_MAX];
@@ -509,7 +509,7 @@ int dm_startup_dlclose(void *handle)
     return r;
 }
 
-static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config *mc,
+static void add_object_entry(const struct dm_config *cfg, struct dm_object_config *mc,
                              uintptr_t addr, uintptr_t bias)
 {
     struct object_entry *n = realloc(object_entries, (nobject_entries + 1) * sizeof *n);
@@ -527,7 +527,7 @@ static void add_object_entry(const struct dm_config *cfg, struct dm_mutex_config
  * command to hold against the debug info of the file that holds addr. A
  * tab or newline in a field would break the line: such an entry is not
  * sent (and so not checked against debug info). */
-static void check_record(const struct dm_mutex_config *mc, const char *what, uintptr_t addr)
+static void check_record(const struct dm_object_config *mc, const char *what, uintptr_t addr)
 {
     struct dm_symbols_where w;
     if (check_fd < 0 || dm_symbols_where(addr, 0, &w) != 0 ||
@@ -544,7 +544,7 @@ static void map_entries(struct dm_config *cfg)
     if (check_fd >= 0 && !strpbrk(cfg->path, "\t\n"))
         dprintf(check_fd, "C\t%s\n", cfg->path);
     for (size_t i = 0; i < cfg->nmutexes + cfg->nconds + cfg->nrwlocks; i++) {
-        struct dm_mutex_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
+        struct dm_object_config *mc = i < cfg->nmutexes ? &cfg->mutexes[i]
             : i < cfg->nmutexes + cfg->nconds ? &cfg->conds[i - cfg->nmutexes]
                                               : &cfg->rwlocks[i - cfg->nmutexes - cfg->nconds];
         if (mc->init_site || mc->init_site_address >= 0) {

@@ -102,7 +102,7 @@ static void assert_defaults(const struct dm_config *c)
     assert_int_equal(c->on_redis_down, DM_DOWN_BLOCK);
 }
 
-static void assert_mutex(const struct dm_mutex_config *m, const char *symbol, const char *object,
+static void assert_mutex(const struct dm_object_config *m, const char *symbol, const char *object,
                          const char *init_site, const char *name, long offset, long index,
                          int required, int fair, int cache, int line)
 {
@@ -481,7 +481,7 @@ static void test_example_cfg_names_every_key_of_the_table_at_its_default(void **
     assert_int_equal(dm_config_load("config/example.cfg", &cfg, err, sizeof err), 0);
     for (int id = 0; id < DM_NKEYS; id++) {
         const struct dm_config_key *k = &dm_config_keys[id];
-        if (k->group == DM_GROUP_MUTEX || k->offset == DM_KEY_NO_FIELD)
+        if (k->group == DM_GROUP_MUTEX || k->offset == DM_CFG_NO_FIELD)
             continue;
         const char *got = k->group == DM_GROUP_TOP ? (const char *)&cfg
                         : k->group == DM_GROUP_TLS ? (const char *)&cfg.redis.tls
@@ -494,22 +494,22 @@ static void test_example_cfg_names_every_key_of_the_table_at_its_default(void **
         got += k->offset;
         want += k->offset;
         switch (k->type) {
-        case DM_KEY_INT:
-        case DM_KEY_BOOL:
-        case DM_KEY_ENUM:
+        case DM_CFG_INT:
+        case DM_CFG_BOOL:
+        case DM_CFG_ENUM:
             if (*(const int *)got != *(const int *)want)
                 print_error("config/example.cfg: %s = %d, the default is %d\n", k->name,
                             *(const int *)got, *(const int *)want);
             assert_int_equal(*(const int *)got, *(const int *)want);
             break;
-        case DM_KEY_LONG:
+        case DM_CFG_LONG:
             if (*(const long *)got != *(const long *)want)
                 print_error("config/example.cfg: %s = %ld, the default is %ld\n", k->name,
                             *(const long *)got, *(const long *)want);
             assert_int_equal(*(const long *)got, *(const long *)want);
             break;
-        case DM_KEY_NAME:
-        case DM_KEY_HAND:
+        case DM_CFG_NAME:
+        case DM_CFG_HAND:
             if (k->dflt_str)
                 assert_string_equal(*(char *const *)got, k->dflt_str);
             break;

@@ -71,7 +71,7 @@ static void check_loaded(const struct dm_config *c)
         check(c->programs[i] && *c->programs[i] && !strchr(c->programs[i], '/'),
               "programs are file names");
     for (size_t i = 0; i < c->nmutexes; i++) {
-        const struct dm_mutex_config *m = &c->mutexes[i];
+        const struct dm_object_config *m = &c->mutexes[i];
         check((m->symbol == NULL) != (m->init_site == NULL), "symbol xor init_site");
         check(m->name && name_ok(m->name), "lock name characters");
         check(!m->object || (*m->object && *(strrchr(m->object, '/') ? strrchr(m->object, '/') + 1
@@ -84,7 +84,7 @@ static void check_loaded(const struct dm_config *c)
         check(m->symbol || (m->offset == 0 && m->index == -1), "offset/index only with symbol");
         check(m->line >= 1, "entry has a line");
         for (size_t j = 0; j < i; j++) {
-            const struct dm_mutex_config *o = &c->mutexes[j];
+            const struct dm_object_config *o = &c->mutexes[j];
             int same = ((!m->object && !o->object) || (m->object && o->object && !strcmp(m->object, o->object)))
                        && ((!m->symbol && !o->symbol) || (m->symbol && o->symbol && !strcmp(m->symbol, o->symbol)))
                        && ((!m->init_site && !o->init_site)

@@ -26,12 +26,12 @@ struct known {
 
 /* Resolves the n entries of one list (objects of `size` bytes) and checks
  * those of a known variable; counts into *ok and *checked. */
-static void resolve_list(const struct dm_mutex_config *entries, size_t n, long size,
+static void resolve_list(const struct dm_object_config *entries, size_t n, long size,
                          const struct known *known, size_t nknown, size_t *ok, size_t *checked)
 {
     char err[DM_ERR_MAX];
     for (size_t i = 0; i < n; i++) {
-        const struct dm_mutex_config *c = &entries[i];
+        const struct dm_object_config *c = &entries[i];
         long off = c->index >= 0 ? c->index * size : c->offset;
         uintptr_t addr;
         if (!c->symbol)
