@@ -437,7 +437,7 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
  * request's script has run too, and with wants on (cache mode, several
  * mutexes) its want notice would wake the new holder's subscriber thread
  * beside the waiter. So it waits until DM_HANDED_GRACE_NS after the
- * release (docs/decisions.md, "The grace after a handover"). It
+ * release (docs/decisions.md, "the grace after a handover"). It
  * would have waited for the new holder's critical section anyway. Not a
  * trylock, nor a timed lock whose deadline comes first: that one asks at
  * once, as without the grace, since the release may not have handed the
