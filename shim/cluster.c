@@ -95,7 +95,7 @@ size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char 
 
 /* The record and its name in one allocation: no key strings (built per
  * call from the name) and no counters until the name counts something
- * (docs/design.md, "The cost of a name"). Under cl_locks_mu (its counters). */
+ * (docs/decisions.md, "an idle name costs under 1 KB"). Under cl_locks_mu (its counters). */
 static struct dm_cluster_lock *lock_new(const char *name, size_t h)
 {
     size_t nl = strlen(name);

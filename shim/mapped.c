@@ -328,7 +328,7 @@ void mapped_named_remove(void *entry)
 
 static void on_want(void *arg, const char *msg, size_t len);
 
-/* ---- batches (docs/design.md, "Batches") ----------------------------------
+/* ---- batches (docs/decisions.md, "Batches and handovers") ----------------
  * A contended grant (it came after a wait, or others queue behind it)
  * serves this process's lock calls until batch_ms after it: the last
  * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
@@ -336,7 +336,7 @@ static void on_want(void *arg, const char *msg, size_t len);
  * after a critical section shorter than batch_hold_us (busy_ns: since a
  * lock found nobody of the process inside): a batch saves one handoff
  * per section it serves, little next to a long one, and the processes
- * in line wait for all of it (docs/design.md has the measurements). Fair
+ * in line wait for all of it (docs/decisions.md has the measurements). Fair
  * mutexes only: not notices (fair = false), cache mode (which keeps a
  * hold until asked, and gives it up when asked), rwlocks, or robust
  * mutexes (a process killed while its batch's hold lingers would pass for
@@ -431,7 +431,7 @@ static int to_monotonic(clockid_t clk, const struct timespec *abs, struct timesp
  * request's script has run too, and with wants on (cache mode, several
  * mutexes) its want notice would wake the new holder's subscriber thread
  * beside the waiter. So it waits until DM_HANDED_GRACE_NS after the
- * release (docs/design.md, "Asking again right after a handover"). It
+ * release (docs/decisions.md, "the grace after a handover"). It
  * would have waited for the new holder's critical section anyway. Not a
  * trylock, nor a timed lock whose deadline comes first: that one asks at
  * once, as without the grace, since the release may not have handed the

@@ -46,8 +46,8 @@ struct dm_name {
     unsigned char robust;               /* a robust mutex of the name was locked (atomic) */
     unsigned char rw;                   /* an rwlock's name (its entries are dm_rw_entry) */
     int write;                          /* rw: the hold (ACQUIRING, HELD) is for writing */
-    enum name_state state;              /* among the ints: no padding (docs/design.md,
-                                           "The cost of a name") */
+    enum name_state state;              /* among the ints: no padding (docs/decisions.md,
+                                           "an idle name costs under 1 KB") */
     unsigned long wwait;                /* rw: local writers waiting for the read hold to drain */
     long long batch_end_ns;             /* HELD: a contended grant's batch ends (0: no
                                            batch; batch_ms = 0: at the grant) */

@@ -77,7 +77,7 @@ typedef void (*dm_notify_fn)(void *arg, const char *msg, size_t len);
 void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg);
 
 /* A one-shot call the subscriber thread makes at a CLOCK_MONOTONIC time
- * (mapped's lingering holds, docs/design.md "Batches"). The caller owns
+ * (mapped's lingering holds, docs/decisions.md "Batches and handovers"). The caller owns
  * the record and keeps it zeroed until its first arm; the fields are
  * notify's. */
 struct dm_notify_timer {

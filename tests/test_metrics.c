@@ -852,7 +852,7 @@ static void test_names_gone_keep_their_counters_within_a_bound(void **state)
 }
 
 /* Per-object names must cost nothing once their objects are gone
- * (docs/design.md, "The cost of a name"), also when an object is
+ * (docs/decisions.md, "an idle name costs under 1 KB"), also when an object is
  * destroyed just as its batch's hold lingers out (notify's thread is
  * giving the hold back). name_put once left such a record in the table
  * for good: 105 of 1000 names, found by review. Two processes take turns
