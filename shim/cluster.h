@@ -1,4 +1,4 @@
-/* cluster: the lock protocol (docs/design.md, "One lock call"), over
+/* cluster: the lock protocol (docs/modules.md, "One lock call"), over
  * Redis: the interned lock records; acquire (reentrant hash with a lease,
  * fencing token, owner-dead detection), waiting on release notices and
  * handovers (a fair waiter on its own connection: wconn.h), release; the
