@@ -56,12 +56,13 @@ static struct late_release *verdicts;
  * replies that stay unread on an idle pooled connection for one to two
  * ticks (DM_RELEASE_READ_MS), and every reply at once when the process
  * image is about to end (exec, _exit: dm_cluster_flush_bounded). A reply
- * is acted on here whoever read it (a pooled connection's next user reads
- * what is pending on it first): the reading thread only records the
- * verdict (late_release_done) and wakes this one, which settles it
- * (verdicts_settle: a retry waited for, a lost hold reported, which in
- * abort mode ends the process), so that one name's late reply never
- * lengthens or aborts another name's lock call. It ticks while releases are unread or were
+ * that needs more than counting (a retry, a lost hold's report, which in
+ * abort mode ends the process) is acted on here whoever read it (a pooled
+ * connection's next user reads what is pending on it first): the reading
+ * thread only records the verdict (late_release_done) and wakes this one,
+ * which settles it (verdicts_settle), so that one name's late reply never
+ * lengthens or aborts another name's lock call; a "released" is settled
+ * by the thread that read it. It ticks while releases are unread or were
  * written in the last DM_RELEASE_QUIET_TICKS ticks, then sleeps until the
  * next release wakes it (an eventfd write, the one system call an unlock
  * may add, only after such a quiet spell). Started by the first release
@@ -222,7 +223,7 @@ static void settle(struct late_release *lr)
     free(lr);
 }
 
-static __thread int settling;       /* the reader is inside verdicts_settle */
+static __thread int settling;       /* the reader is settling a verdict */
 
 /* The reader: every verdict recorded so far, oldest first. A reply read
  * during one of them (a retry's call reads what is pending first) waits
@@ -246,16 +247,25 @@ static void verdicts_settle(void)
 }
 
 /* The reply of a release sent by dm_cluster_release_nowait, in the thread
- * that read it: recorded for the reader (settled at once when that is the
- * reader, outside a settle of its own). */
+ * that read it. "Released" (or a nested count) is settled here: nothing
+ * but counts and a reference, so a trylock of the name that read it goes
+ * on at once. Anything else (a retry, a lost hold's report) is recorded
+ * for the reader, settled at once when that is the reader, outside a
+ * settle of its own. */
 static void late_release_done(struct cl_late *x, long v, const char *why, int noreply)
 {
     struct late_release *lr = (struct late_release *)x;
     lr->verdict = v;
     lr->noreply = noreply;
     snprintf(lr->why, sizeof lr->why, "%s", why ? why : "");
-    if (in_reader && !settling) {
+    if (v == RELEASE_DONE || v == RELEASE_STILL_HELD) {
         settle(lr);
+        return;
+    }
+    if (in_reader && !settling) {
+        settling = 1;           /* a reply read by its retry waits for the next round */
+        settle(lr);
+        settling = 0;
         return;
     }
     lr->vnext = __atomic_load_n(&verdicts, __ATOMIC_RELAXED);
@@ -350,6 +360,12 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
  * read), waited for as long as a retried release may take. */
 void dm_cluster_flush(void)
 {
+    /* The reader itself (an exit from a lost hold's abort handler) would
+     * wait for the release it is settling: what is idle, once. */
+    if (in_reader) {
+        dm_redis_flush();
+        return;
+    }
     long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * cl_cfg->redis.command_timeout_ms;
     for (;;) {
         dm_redis_flush();
