@@ -196,8 +196,9 @@ static void late_unlink(struct late_release *lr)
 }
 
 /* The verdict on a release sent by dm_cluster_release_nowait, in the
- * reader. Anything but a verdict is retried as a release always is (it
- * recognises its own retry); "not held" is a lost hold. */
+ * reader (a "released": in the thread that read it). Anything but a
+ * verdict is retried as a release always is (it recognises its own
+ * retry); "not held" is a lost hold. */
 static void settle(struct late_release *lr)
 {
     long v = lr->verdict;
