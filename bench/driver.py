@@ -1281,7 +1281,8 @@ def report(res, out_dir, tmp):
         "[bench/README.md](bench/README.md)."
         % (" with BENCH_QUICK=1" if QUICK else "", m["date"], m["nproc"], m["redis"],
            res["shim_commit"], len(rows) - len(miss), len(rows)),
-        "", table([r[:3] for r in rows], ["figure", "measured", "target"])]))
+        "", "| figure | measured | target |", "|---|---|---|"]
+        + ["| %s | %s | %s |" % tuple(r[:3]) for r in rows]))
     for hold in HOLDS_US:
         md += ["## K processes, %s" % ("no hold" if hold == 0 else "%d ms hold" % (hold // 1000)),
                "", "Each cell: throughput (acquisitions/s) / p99 wait / longest wait / client "
