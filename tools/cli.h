@@ -30,6 +30,12 @@ int dm_cli_top(int argc, char **argv);     /* tools/top.c */
 int dm_cli_trace(int argc, char **argv);   /* tools/trace.c */
 int dm_cli_fresh(int argc, char **argv);   /* tools/fresh.c */
 
+/* tools/launch.c: a library of dmutex's: $env_name if set, else `file`
+ * beside this executable, else `installed_file` where `make install` put
+ * it (DM_LIBDIR_FROM_BINDIR from the executable). 0, or -1 with a message
+ * naming `cmd` and, as the fix, "set ENV_NAME to <hint>". */
+int dm_cli_find_lib(const char *cmd, const char *env_name, const char *file,
+                    const char *installed_file, const char *hint, char *out, size_t len);
 /* tools/launch.c: the shim to preload (0, or -1 with a message). */
 int dm_cli_find_shim(char *out, size_t len);
 

@@ -12,16 +12,13 @@
 #include "config.h"
 #include "dmutex.h"
 
-/* Where `make install` puts the shim, from the directory it puts dmutex
- * in (tools/install.mk builds the installed dmutex with its LIBDIR). */
-/* The shim beside this executable (build/dmutex -> build/libdmutex.so),
- * else where `make install` put it relative to the executable. */
-int dm_cli_find_shim(char *out, size_t len)
+int dm_cli_find_lib(const char *cmd, const char *env_name, const char *file,
+                    const char *installed_file, const char *hint, char *out, size_t len)
 {
-    const char *env = getenv("DMUTEX_LIB");
+    const char *env = getenv(env_name);
     if (env && *env) {
         if (!realpath(env, out)) {
-            fprintf(stderr, "dmutex run: DMUTEX_LIB=%s: %s\n", env, strerror(errno));
+            fprintf(stderr, "dmutex %s: %s=%s: %s\n", cmd, env_name, env, strerror(errno));
             return -1;
         }
         return 0;
@@ -29,29 +26,36 @@ int dm_cli_find_shim(char *out, size_t len)
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n < 0) {
-        fprintf(stderr, "dmutex run: /proc/self/exe: %s\n", strerror(errno));
+        fprintf(stderr, "dmutex %s: /proc/self/exe: %s\n", cmd, strerror(errno));
         return -1;
     }
     self[n] = 0;
     const char *dir = dirname(self);
-    snprintf(out, len, "%s/libdmutex.so", dir);
+    snprintf(out, len, "%s/%s", dir, file);
     if (access(out, R_OK) == 0)
         return 0;
     int beside_errno = errno;
-    /* Installed (make install): BINDIR/dmutex -> LIBDIR/SONAME. The soname
-     * link, not the file it points to: a child that inherits LD_PRELOAD
-     * after an upgrade must find the new library, not a removed file (ld.so
-     * would run it without the shim, only warning). */
     char installed[PATH_MAX];
-    snprintf(installed, sizeof installed, "%s/%s/libdmutex.so.%d", dir, DM_LIBDIR_FROM_BINDIR,
-             DMUTEX_VERSION_MAJOR);
+    snprintf(installed, sizeof installed, "%s/%s/%s", dir, DM_LIBDIR_FROM_BINDIR, installed_file);
     if (access(installed, R_OK) == 0) {
         snprintf(out, len, "%s", installed);
         return 0;
     }
-    fprintf(stderr, "dmutex run: %s: %s, nor %s (set DMUTEX_LIB to the shim's path)\n", out,
-            strerror(beside_errno), installed);
+    fprintf(stderr, "dmutex %s: %s: %s, nor %s (set %s to %s)\n", cmd, out,
+            strerror(beside_errno), installed, env_name, hint);
     return -1;
+}
+
+/* Installed (make install): BINDIR/dmutex -> LIBDIR/SONAME. The soname
+ * link, not the file it points to: a child that inherits LD_PRELOAD after
+ * an upgrade must find the new library, not a removed file (ld.so would
+ * run it without the shim, only warning). */
+int dm_cli_find_shim(char *out, size_t len)
+{
+    char soname[64];
+    snprintf(soname, sizeof soname, "libdmutex.so.%d", DMUTEX_VERSION_MAJOR);
+    return dm_cli_find_lib("run", "DMUTEX_LIB", "libdmutex.so", soname, "the shim's path", out,
+                           len);
 }
 
 int dm_cli_preload_env(const char *cmd, const char *cfg_path, const char *redis,

@@ -85,41 +85,6 @@ static const char trace_usage[] =
     "cannot be traced (statically linked, 32-bit, set-user-ID, set-group-ID or\n"
     "with file capabilities: the loader would not preload the library).\n";
 
-/* The trace library beside this executable, else where `make install`
- * put it (DMUTEX_TRACE_LIB overrides both). */
-static int find_trace_lib(char *out, size_t len)
-{
-    const char *env = getenv("DMUTEX_TRACE_LIB");
-    if (env && *env) {
-        if (!realpath(env, out)) {
-            fprintf(stderr, "dmutex trace: DMUTEX_TRACE_LIB=%s: %s\n", env, strerror(errno));
-            return -1;
-        }
-        return 0;
-    }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n < 0) {
-        fprintf(stderr, "dmutex trace: /proc/self/exe: %s\n", strerror(errno));
-        return -1;
-    }
-    self[n] = 0;
-    const char *dir = dirname(self);
-    snprintf(out, len, "%s/" TRACE_LIB, dir);
-    if (access(out, R_OK) == 0)
-        return 0;
-    int beside_errno = errno;
-    char installed[PATH_MAX];
-    snprintf(installed, sizeof installed, "%s/%s/" TRACE_LIB, dir, DM_LIBDIR_FROM_BINDIR);
-    if (access(installed, R_OK) == 0) {
-        snprintf(out, len, "%s", installed);
-        return 0;
-    }
-    fprintf(stderr, "dmutex trace: %s: %s, nor %s (set DMUTEX_TRACE_LIB to its path)\n", out,
-            strerror(beside_errno), installed);
-    return -1;
-}
-
 /* -o FILE: its directory must take a new file (the library writes
  * FILE.tmpPID there and renames it), and FILE must not be a directory:
  * said now, not at the program's exit. 0, or -1 with a message. */
@@ -195,7 +160,9 @@ int dm_cli_trace(int argc, char **argv)
         return 2;
     }
     char lib[PATH_MAX], why[PATH_MAX + 200];
-    if (find_trace_lib(lib, sizeof lib) != 0)
+    /* beside this executable, else where `make install` put it */
+    if (dm_cli_find_lib("trace", "DMUTEX_TRACE_LIB", TRACE_LIB, TRACE_LIB, "its path", lib,
+                        sizeof lib) != 0)
         return 127;
     /* A program the preload does not reach would run untraced and report
      * nothing: say why instead. */
