@@ -20,9 +20,11 @@ DM_MAJOR   := $(call dm_version_part,MAJOR)
 DM_VERSION := $(DM_MAJOR).$(call dm_version_part,MINOR).$(call dm_version_part,PATCH)
 DM_SONAME  := libdmutex.so.$(DM_MAJOR)
 
-SHIM_SRCS := $(wildcard shim/*.c)
-LUA_SRCS  := $(sort $(wildcard shim/lua/*.lua))
-SHIM_OBJS := $(patsubst shim/%.c,$(B)/shim/%.o,$(SHIM_SRCS)) $(B)/shim/lua_scripts.o
+# shim/redis/ is the Redis store (docs/design.md, "The store interface"):
+# only its files see its headers (-Ishim/redis) and hiredis's.
+SHIM_SRCS := $(wildcard shim/*.c shim/redis/*.c)
+LUA_SRCS  := $(sort $(wildcard shim/redis/lua/*.lua))
+SHIM_OBJS := $(patsubst shim/%.c,$(B)/shim/%.o,$(SHIM_SRCS)) $(B)/shim/redis/lua_scripts.o
 # Everything but the exported entry points (preload) and the process's
 # start-up (startup: a constructor that would configure whatever links it):
 # what tests and tools link against to drive config, symbols, cluster and
@@ -42,13 +44,16 @@ deps:
 DM_DEPFLAGS = -MMD -MP
 
 $(B)/shim/%.o: shim/%.c Makefile | $(B)/shim
-	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Iinclude -I$(B)/shim -c $< -o $@
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/redis -Iinclude -I$(B)/shim -c $< -o $@
 
-$(B)/shim/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim
+$(B)/shim/redis/%.o: shim/redis/%.c Makefile | $(B)/shim/redis
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim/redis -Ishim -Iinclude -I$(B)/shim -c $< -o $@
+
+$(B)/shim/redis/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim/redis
 	tools/embed-lua.sh $(LUA_SRCS) > $@
 
-$(B)/shim/lua_scripts.o: $(B)/shim/lua_scripts.c
-	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -Ishim -c $< -o $@
+$(B)/shim/redis/lua_scripts.o: $(B)/shim/redis/lua_scripts.c
+	$(CC) $(DM_CFLAGS) -fPIC -fvisibility=hidden -Ishim/redis -Ishim -c $< -o $@
 
 # build/libdmutex.so keeps its plain name (tests, the demo and LD_PRELOAD
 # lines use it); `make install` gives it the versioned file name its soname
@@ -67,12 +72,12 @@ $(B)/libdmcore.a: $(CORE_OBJS)
 TRACE_SRCS := $(wildcard shim/trace/*.c)
 TRACE_OBJS := $(patsubst shim/trace/%.c,$(B)/shim/trace/%.o,$(TRACE_SRCS))
 $(B)/shim/trace/%.o: shim/trace/%.c Makefile | $(B)/shim/trace
-	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/trace \
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/redis -Ishim/trace \
 	    -Iinclude -c $< -o $@
 $(B)/libdmutex-trace.so: $(TRACE_OBJS) $(B)/libdmcore.a
 	$(CC) -shared -Wl,-z,now -o $@ $(TRACE_OBJS) $(B)/libdmcore.a $(SHIM_LIBS)
 
-$(B)/shim $(B)/shim/trace:
+$(B)/shim $(B)/shim/trace $(B)/shim/redis:
 	mkdir -p $@
 
 clean:
@@ -81,4 +86,4 @@ clean:
 # Each part of the tree brings its own rules.
 include $(wildcard tools/*.mk demo/*.mk tests/*.mk bench/*.mk)
 
--include $(wildcard $(B)/shim/*.d $(B)/shim/trace/*.d $(B)/tests/*.d)
+-include $(wildcard $(B)/shim/*.d $(B)/shim/redis/*.d $(B)/shim/trace/*.d $(B)/tests/*.d)

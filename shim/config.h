@@ -63,14 +63,14 @@ struct dm_redis_config {
     long connect_timeout_ms;
     long command_timeout_ms;
     struct dm_tls_config tls;
-    /* Sentinel (shim/sentinel.c): with sentinels, host/port/unix are unused
+    /* Sentinel (shim/redis/sentinel.c): with sentinels, host/port/unix are unused
      * and the primary of `master` is asked of the sentinels. */
     struct dm_endpoint *sentinels;
     size_t nsentinels;          /* 0: no Sentinel, host/port or unix as given */
     char *master;               /* the name the sentinels monitor */
     char *sentinel_username;    /* NULL: AUTH the sentinels with the password only */
     char *sentinel_password;    /* NULL: no AUTH to the sentinels */
-    /* Redis Cluster (shim/slots.c): with seeds, host/port/unix are unused;
+    /* Redis Cluster (shim/redis/slots.c): with seeds, host/port/unix are unused;
      * the slot map is asked of the seeds and every node it names gets the
      * same credentials and TLS settings; db is 0. */
     struct dm_endpoint *cluster;

@@ -54,7 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
@@ -174,9 +174,9 @@ static struct dm_name *name_get(const char *name)
             break;
         }
     if (!nm && (nm = calloc(1, sizeof *nm)) != NULL) {
-        nm->cl = dm_cluster_lock_get(name);
+        nm->cl = dm_rlock_get(name);
         if (!nm->cl || dm_htab_add(&names, &nm->node, h) != 0) {
-            dm_cluster_lock_put(nm->cl);
+            dm_rlock_put(nm->cl);
             free(nm);
             nm = NULL;
         } else {
@@ -232,7 +232,7 @@ static void name_put(struct dm_name *nm)
             dm_notify_set_handler(nm->cl->wantchan, NULL, NULL);   /* waits for a call in progress */
         dm_notify_timer_cancel(&nm->linger);    /* likewise */
         dm_watchdog_forget(&nm->hold);  /* a renewal round may still read it */
-        dm_cluster_lock_put(nm->cl);
+        dm_rlock_put(nm->cl);
         dm_mutex_destroy(&nm->mu);
         dm_cv_destroy(&nm->cv);
         free(nm);
@@ -268,14 +268,14 @@ static int named_add(const void *addr, const char *name, int flags, int kind)
     }
     if (rw && !nm->rw) {
         nm->rw = 1;
-        dm_cluster_lock_rwlock(nm->cl);
+        dm_rlock_rwlock(nm->cl);
     } else if (!rw) {
         nm->fair |= (flags & DM_MAP_FAIR) != 0;
         nm->cache |= (flags & DM_MAP_CACHE) != 0;
         /* Several mutexes share the name: its holder listens for other
          * processes' wants, so that threads keeping the shared hold busy
          * let them in. */
-        dm_cluster_lock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
+        dm_rlock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
     }
     union named_entry *e = free_named;
     if (e)
@@ -466,11 +466,11 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
 {
     struct dm_hold *h = &nm->hold;
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
-    dm_cluster_owner(h->owner, me);
+    dm_rlock_owner(h->owner, me);
     struct dm_grant g;
     h->read = nm->rw && !nm->write;
     __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);
-    int r = dm_cluster_acquire(nm->cl, h->owner, deadline,
+    int r = dm_rlock_acquire(nm->cl, h->owner, deadline,
                                (mode == DM_TRYLOCK ? DM_ACQ_TRY : 0) | (h->read ? DM_ACQ_READ : 0),
                                &g);
     if (r != 0)
@@ -490,10 +490,10 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         dm_error("lock %s: the lease watchdog cannot run (%s); giving the lock back and "
                  "returning EAGAIN: nothing would renew the lease, and it would expire "
                  "under the critical section", nm->cl->name, strerror(rc));
-        dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id);
+        dm_rlock_release_hold(nm->cl, h->owner, h->token, h->wait_id);
         return EAGAIN;
     }
-    dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 1);
+    dm_stats_set(&dm_rlock_counts(nm->cl)->held, 1);
     if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
         /* Hear other processes' wants: before keeping the lock at unlock
          * (cache mode), and to let them in while threads keep it busy. */
@@ -527,11 +527,11 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
  * on_lease_lost applying. Called by the releasing thread, or, for a
  * release sent without waiting, by the thread that read its reply.
  * Returns 1 for a hold lost while held. */
-static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+static int release_found_gone(struct dm_rlock *l, const char *owner, uint64_t token,
                               enum dm_gone how)
 {
     if (how == DM_GONE_EXPIRED) {
-        dm_stats_add(&dm_cluster_lock_counts(l)->expired_after_unlock, 1);
+        dm_stats_add(&dm_rlock_counts(l)->expired_after_unlock, 1);
         dm_warn("lock %s (owner %s, fencing token %llu): the hold expired after unlock: its "
                 "release reached the server late (a stall, a pause or a restart) and found "
                 "the lease over; the critical section had ended before the hold's deadline, "
@@ -542,7 +542,7 @@ static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint
         return 0;
     }
     if (how == DM_GONE_WITH_DATA) {
-        dm_stats_add(&dm_cluster_lock_counts(l)->expired_after_unlock, 1);
+        dm_stats_add(&dm_rlock_counts(l)->expired_after_unlock, 1);
         dm_warn("lock %s (owner %s, fencing token %llu): the hold was lost with the server's "
                 "data (a restart without persistence, an older snapshot or a failover, after "
                 "the grant), and the server has granted the lock to nobody since: the "
@@ -553,7 +553,7 @@ static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint
         return 0;
     }
     dm_watchdog_note_lost();
-    dm_stats_add(&dm_cluster_lock_counts(l)->leases_lost, 1);
+    dm_stats_add(&dm_rlock_counts(l)->leases_lost, 1);
     dm_error("lock %s (owner %s, fencing token %llu): the hold was lost while held: at "
              "unlock the server no longer had it, before its lease could have run out "
              "(deleted, evicted, or lost by a restart or failover); another process may have "
@@ -564,7 +564,7 @@ static int release_found_gone(struct dm_cluster_lock *l, const char *owner, uint
     return 1;
 }
 
-static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+static void release_found_lost(struct dm_rlock *l, const char *owner, uint64_t token,
                                enum dm_gone how)
 {
     release_found_gone(l, owner, token, how);
@@ -575,7 +575,7 @@ static void release_found_lost(struct dm_cluster_lock *l, const char *owner, uin
  * been lost while held.
  *
  * With on_lease_lost = "abort" (the default) the release is written and
- * not waited for (dm_cluster_release_nowait): the hold ends no earlier
+ * not waited for (dm_rlock_release_nowait): the hold ends no earlier
  * than before, only its reply is read later, and a hold the reply finds
  * lost while held aborts the process from the thread that reads it, as
  * the watchdog would (release_found_gone; one that expired after the
@@ -589,15 +589,15 @@ int hold_release(struct dm_name *nm)
         lost = dm_watchdog_remove(h);
         long long end = dm_watchdog_lease_end(h);
         if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT)
-            dm_cluster_release_nowait(nm->cl, h->owner, h->token, h->wait_id, end,
+            dm_rlock_release_nowait(nm->cl, h->owner, h->token, h->wait_id, end,
                                       release_found_lost);
         else {
-            int r = dm_cluster_release_hold(nm->cl, h->owner, h->token, h->wait_id);
+            int r = dm_rlock_release_hold(nm->cl, h->owner, h->token, h->wait_id);
             if ((r == EPERM || r == ESTALE) && !lost)
-                lost = release_found_gone(nm->cl, h->owner, h->token, dm_cluster_gone_how(r, end));
+                lost = release_found_gone(nm->cl, h->owner, h->token, dm_rlock_gone_how(r, end));
         }
     }
-    dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
+    dm_stats_set(&dm_rlock_counts(nm->cl)->held, 0);
     dm_lock(&nm->mu);
     /* Most likely a handover: the next lock call waits for the grace
      * (grace_wait_locked). Without a batch (batch_ms = 0) only after a
@@ -854,7 +854,7 @@ int name_leave(struct dm_name *nm)
 static void on_want(void *arg, const char *msg, size_t len)
 {
     struct dm_name *nm = arg;
-    const char *pid = dm_cluster_process_id();
+    const char *pid = dm_rlock_process_id();
     size_t n = strlen(pid);
     if (len > n && memcmp(msg, pid, n) == 0 && msg[n] == ':')
         return;                         /* our own want */
@@ -971,7 +971,7 @@ static void drop_dead_hold(struct dm_entry *e)
     if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
         if (nm->held)
             dm_watchdog_remove(&nm->hold);
-        dm_stats_set(&dm_cluster_lock_counts(nm->cl)->held, 0);
+        dm_stats_set(&dm_rlock_counts(nm->cl)->held, 0);
         nm->held = 0;
         nm->want = 0;
         nm->state = NAME_FREE;
@@ -1127,7 +1127,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
     uint64_t t1 = (uint64_t)dm_now_ns();
-    struct dm_stats *st = dm_cluster_lock_counts(e->nm->cl);
+    struct dm_stats *st = dm_rlock_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
@@ -1145,7 +1145,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
  * time into the name's hold histogram. */
 void hold_observe(struct dm_entry *e)
 {
-    dm_stats_observe(&dm_cluster_lock_counts(e->nm->cl)->hold,
+    dm_stats_observe(&dm_rlock_counts(e->nm->cl)->hold,
                      (uint64_t)dm_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
 }
 
@@ -1554,6 +1554,6 @@ void dm_mapped_release_all(void)
     /* Every release written without waiting (these, and the unlocks
      * before): their replies read, a failed one sent again, before the
      * process ends. */
-    dm_cluster_flush();
+    dm_rlock_flush();
     in_shim--;
 }

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "notify.h"
 #include "real.h"
 #include "util.h"
@@ -38,7 +38,7 @@
 
 struct dm_cond_name {
     struct dm_cond_name *next;          /* conds_mu */
-    struct dm_cluster_lock *cl;         /* the name's keys: the channel's name */
+    struct dm_rlock *cl;         /* the name's keys: the channel's name */
     struct dm_notify_chan *ch;
     unsigned long refs;                 /* conds_mu */
     unsigned long waiting;              /* conds_mu: of refs, those of waits in progress
@@ -70,13 +70,13 @@ static struct dm_cond_name *cond_name_get(const char *name)
     while (cn && strcmp(cn->cl->name, name) != 0)
         cn = cn->next;
     if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
-        cn->cl = dm_cluster_cond_get(name);
-        char channel[DM_CLUSTER_KEY_MAX];
+        cn->cl = dm_rlock_cond_get(name);
+        char channel[DM_RLOCK_KEY_MAX];
         if (cn->cl)
-            dm_cluster_lock_key(cn->cl, DM_KEY_COND, channel, sizeof channel);
+            dm_rlock_key(cn->cl, DM_KEY_COND, channel, sizeof channel);
         cn->ch = cn->cl ? dm_notify_chan(channel) : NULL;
         if (!cn->ch) {
-            dm_cluster_lock_put(cn->cl);
+            dm_rlock_put(cn->cl);
             free(cn);
             cn = NULL;
         } else {
@@ -125,7 +125,7 @@ static void cond_name_put(struct dm_cond_name *cn)
     if (!last)
         return;
     dm_notify_chan_put(cn->ch);
-    dm_cluster_lock_put(cn->cl);
+    dm_rlock_put(cn->cl);
     free(cn);
 }
 
@@ -186,11 +186,11 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
     int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
     if (in_shim)
         return r;
-    dm_stats_add(&dm_cluster_lock_counts(ce->cn->cl)->cond_signals, 1);
+    dm_stats_add(&dm_rlock_counts(ce->cn->cl)->cond_signals, 1);
     dm_notify_bump(ce->cn->ch);
     int cs;
     shim_enter(&cs);
-    dm_cluster_cond_publish(ce->cn->cl, broadcast);
+    dm_rlock_cond_publish(ce->cn->cl, broadcast);
     shim_leave(cs);
     return r;
 }
@@ -282,7 +282,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     cw.cn = cn;
     /* Subscribed and counted before anything is let go: from here on no
      * signal of any process can be missed. While Redis failed a moment
-     * ago (dm_cluster_cond_down) nothing is waited for: the mutex is not
+     * ago (dm_rlock_cond_down) nothing is waited for: the mutex is not
      * held for a timeout per call; the subscription is made in the
      * background, and the sleep is cut short below. */
     struct dm_notify_chan *ch = cn->ch;
@@ -290,13 +290,13 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
     if (left >= 0 && left < sub_ms)
         sub_ms = left;
-    if (dm_cluster_cond_down(cn->cl))
+    if (dm_rlock_cond_down(cn->cl))
         sub_ms = 0;
     long long sub_t0 = dm_now_ms();
     int sr = dm_notify_subscribe(ch, sub_ms);
     int subscribed = sr == 0;
     if (subscribed || sr == EAGAIN || (sr != 0 && sub_ms == mcfg->redis.command_timeout_ms))
-        dm_cluster_cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
+        dm_rlock_cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
     unsigned long seen = dm_notify_seq(ch);
     if (cw.mapped) {
         hold_observe(e);
@@ -314,7 +314,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         shim_leave(cs);
         return ur;
     }
-    dm_stats_add(&dm_cluster_lock_counts(cn->cl)->cond_waits, 1);
+    dm_stats_add(&dm_rlock_counts(cn->cl)->cond_waits, 1);
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
     shim_leave(cs);
@@ -374,7 +374,7 @@ static void cond_atfork(enum dm_fork_phase phase)
         }
         *p = cn->next;
         dm_notify_chan_put(cn->ch);
-        dm_cluster_lock_put(cn->cl);
+        dm_rlock_put(cn->cl);
         free(cn);
     }
 }

@@ -17,7 +17,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "mapped.h"
 #include "notify.h"
@@ -28,7 +28,7 @@ enum name_state { NAME_FREE, NAME_ACQUIRING, NAME_HELD, NAME_RELEASING };
 
 struct dm_name {
     struct dm_hnode node;               /* first: the table of names (util.h) */
-    struct dm_cluster_lock *cl;
+    struct dm_rlock *cl;
     pthread_mutex_t mu;                 /* guards what follows; never held across I/O */
     pthread_cond_t cv;                  /* every state change (CLOCK_MONOTONIC) */
     unsigned long users;                /* mutexes of the name held through the shim */

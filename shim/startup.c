@@ -25,7 +25,7 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "dmutex.h"
 #include "log.h"
@@ -122,7 +122,7 @@ void dm_startup_image_ends(void)
         getpid() != __atomic_load_n(&own_pid, __ATOMIC_RELAXED))
         return;
     dm_mapped_image_ends();     /* its releases are among those flushed next */
-    dm_cluster_flush_bounded();
+    dm_rlock_flush_bounded();
 }
 
 static void config_fail(const char *fmt, const char *a, const char *b)
@@ -696,7 +696,7 @@ static void registry_atfork(enum dm_fork_phase phase)
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
     symbols_atfork, dm_mapped_atfork, registry_atfork, dm_metrics_atfork, dm_release_atfork,
-    dm_resend_atfork, dm_cluster_atfork, dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_slots_atfork, dm_net_atfork,
+    dm_resend_atfork, dm_rlock_atfork, dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_slots_atfork, dm_net_atfork,
     dm_watchdog_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
@@ -870,7 +870,7 @@ __attribute__((constructor)) static void dm_startup_start(void)
     const char *metrics = secure_getenv("DMUTEX_METRICS");
     if (metrics && *metrics && dm_config_set_metrics_file(&config, metrics, err, sizeof err) != 0)
         config_fail("DMUTEX_METRICS=%s: %s", metrics, err);
-    dm_cluster_init(&config);
+    dm_rlock_init(&config);
     dm_metrics_init(&config);
     dm_mapped_init(&config);
     map_entries(&config);

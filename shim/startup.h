@@ -49,7 +49,7 @@ int dm_startup_dlclose(void *handle);
 
 /* The process image is about to end without exit(3) (an exec, _exit,
  * _Exit): the releases that unlocks wrote without waiting are read first
- * (dm_cluster_flush_bounded), so that each one has run or been retried.
+ * (dm_rlock_flush_bounded), so that each one has run or been retried.
  * Nothing in a vfork child (it shares the parent's memory and
  * connections) or in a process the config is not for. */
 void dm_startup_image_ends(void);

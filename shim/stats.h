@@ -1,7 +1,7 @@
 /* stats: the counters of one lock name in this process, as the metrics
  * file (shim/metrics.c) and the exit summary show them. One struct
  * dm_stats per name, allocated when the name first counts something
- * (cluster.h's dm_cluster_lock_counts) and held by its struct
+ * (cluster.h's dm_rlock_counts) and held by its struct
  * dm_name_stats, which outlives the name's record (the record points at
  * it; a name destroyed and made again counts on, for as long as the struct
  * says); each fact is counted by the module that knows it (mapped: lock
@@ -136,7 +136,7 @@ static inline void dm_stats_reset(struct dm_stats *s)
  * again counts on from where it stood (a _total never goes down while the
  * process runs). The counters themselves (struct dm_stats, about 400
  * bytes) are allocated when the name first counts something
- * (dm_cluster_lock_counts): a name that is only mapped costs this head
+ * (dm_rlock_counts): a name that is only mapped costs this head
  * and its name. Of the names gone, those that counted something keep
  * theirs (about 500 bytes and the name each), the DM_NAME_STATS_KEPT_MAX
  * that went last; the others' go with their record. A reader walks them
@@ -155,9 +155,9 @@ struct dm_name_stats {
     struct dm_stats *st;            /* NULL until the name first counts something; then
                                        set once (atomic) and freed with this */
     unsigned char live;             /* a record of the name exists (relaxed atomic) */
-    unsigned char is_lock;  /* got as a lock (dm_cluster_lock_get): metrics show its lock
+    unsigned char is_lock;  /* got as a lock (dm_rlock_get): metrics show its lock
                                counters (set once under the table mutex, read relaxed) */
-    unsigned char is_cond;  /* got for a condition variable (dm_cluster_cond_get): its cond
+    unsigned char is_cond;  /* got for a condition variable (dm_rlock_cond_get): its cond
                                counters (a name used for both is shown as both) */
     char name[];
 };

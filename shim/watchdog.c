@@ -56,7 +56,7 @@ struct snap {
     struct dm_hold *h;
     int node;           /* Redis Cluster: the node that owns the key's slot */
     unsigned gen;
-    char key[DM_CLUSTER_KEY_MAX];
+    char key[DM_RLOCK_KEY_MAX];
     char owner[DM_OWNER_MAX];
     int read;           /* an rwlock's read hold: key is its readers set */
 };
@@ -85,10 +85,10 @@ static void cv_init_locked(void)
 /* wmu held. */
 static void declare_lost(struct dm_hold *h, const char *why, long long now)
 {
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     __atomic_store_n(&h->lost, 1, __ATOMIC_SEQ_CST);   /* read without wmu: is_lost */
     __atomic_add_fetch(&lost_count, 1, __ATOMIC_RELAXED);
-    dm_stats_add(&dm_cluster_lock_counts(h->lock)->leases_lost, 1);
+    dm_stats_add(&dm_rlock_counts(h->lock)->leases_lost, 1);
     if (__atomic_load_n(&h->idle, __ATOMIC_SEQ_CST)) {
         /* Kept with nobody inside (the process was stopped, or Redis
          * unreachable): nothing ran under it. The next lock takes it anew. */
@@ -112,7 +112,7 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
 
 static void check_deadlines_locked(long long now)
 {
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     for (struct dm_hold *h = holds; h; h = h->next)
         if (!h->lost && now - h->renewed_ms > h->lease_ms - cfg->lease_margin_ms)
             declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
@@ -124,13 +124,13 @@ static void apply(struct snap *s, enum renewal res, long long sent)
     if (!h->registered || h->gen != s->gen || h->lost)
         return;
     if (res != RENEW_OK && res != RENEW_LOST) {
-        dm_stats_add(&dm_cluster_lock_counts(h->lock)->redis_errors, 1);
+        dm_stats_add(&dm_rlock_counts(h->lock)->redis_errors, 1);
         return;     /* not a verdict on the hold */
     }
     if (res == RENEW_OK) {
-        dm_stats_add(&dm_cluster_lock_counts(h->lock)->renewals, 1);
+        dm_stats_add(&dm_rlock_counts(h->lock)->renewals, 1);
         /* The lease first: is_lost reads renewed_ms, then lease_ms. */
-        __atomic_store_n(&h->lease_ms, dm_cluster_config()->lease_ms, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->lease_ms, dm_rlock_config()->lease_ms, __ATOMIC_RELAXED);
         __atomic_store_n(&h->renewed_ms, sent, __ATOMIC_RELEASE);
     }
     else
@@ -144,7 +144,7 @@ static void apply(struct snap *s, enum renewal res, long long sent)
 static void *deadline_main(void *arg)
 {
     (void)arg;
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     dm_lock(&wmu);
     for (;;) {
         long long now = dm_now_ms();
@@ -207,7 +207,7 @@ static void confirm_losses(struct dm_conn *conn, enum renewal *res, size_t got)
 static void acknowledge_round(struct dm_conn *conn, enum renewal *res, size_t got, long io_ms,
                               long *log_last)
 {
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     size_t ok = 0;
     for (size_t i = 0; i < got; i++)
         ok += res[i] == RENEW_OK;
@@ -246,7 +246,7 @@ static void acknowledge_round(struct dm_conn *conn, enum renewal *res, size_t go
 static size_t renew_pipeline(struct dm_conn *conn, struct snap *snaps, size_t n,
                              enum renewal *res, const char *lease, long io_ms, long *log_last_p)
 {
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     size_t got = 0;
     long *log_last = log_last_p;
     if (!conn->c)
@@ -333,7 +333,7 @@ static int snap_by_node(const void *a, const void *b)
 static size_t renew_cluster(struct snap *snaps, size_t n, enum renewal *res, const char *lease,
                             long io_ms, long *log_last)
 {
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     for (size_t i = 0; i < n; i++)
         snaps[i].node = dm_redis_node_of(dm_redis_slot(snaps[i].key));
     qsort(snaps, n, sizeof *snaps, snap_by_node);
@@ -386,7 +386,7 @@ static size_t renew_cluster(struct snap *snaps, size_t n, enum renewal *res, con
 static void *watchdog_main(void *arg)
 {
     (void)arg;
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     struct dm_conn conn = { 0 };    /* the thread's own, never pooled */
     struct snap *snaps = NULL;
     size_t cap = 0;
@@ -443,7 +443,7 @@ static void *watchdog_main(void *arg)
             snaps[n].h = h;
             snaps[n].gen = h->gen;
             snaps[n].read = h->read;
-            dm_cluster_lock_key(h->lock, h->read ? DM_KEY_READERS : DM_KEY_LOCK,
+            dm_rlock_key(h->lock, h->read ? DM_KEY_READERS : DM_KEY_LOCK,
                                 snaps[n].key, sizeof snaps[n].key);
             memcpy(snaps[n].owner, h->owner, sizeof h->owner);
             n++;
@@ -511,7 +511,7 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     __atomic_store_n(&h->renewed_ms, asked_ms, __ATOMIC_RELEASE);
     /* Wake a thread only when this hold needs it sooner than it will look
      * anyway: a lock/unlock cycle must not cost two context switches. */
-    const struct dm_config *cfg = dm_cluster_config();
+    const struct dm_config *cfg = dm_rlock_config();
     if (due_ms(h, cfg) < wd_wake_ms)
         dm_cv_signal(&wcv);
     if (asked_ms + lease_ms - cfg->lease_margin_ms < deadline_wake_ms)
@@ -562,7 +562,7 @@ int dm_watchdog_remove(struct dm_hold *h)
      * trusted to say "lost" (the server's record of the loss lasts a lease). */
     long long now = dm_now_ms();
     if (h->registered && !h->lost &&
-        now - h->renewed_ms > h->lease_ms - dm_cluster_config()->lease_margin_ms)
+        now - h->renewed_ms > h->lease_ms - dm_rlock_config()->lease_margin_ms)
         declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
     int lost = h->lost;
     unlink_locked(h);
@@ -591,7 +591,7 @@ int dm_watchdog_is_lost(struct dm_hold *h)
         return 1;
     long long renewed = __atomic_load_n(&h->renewed_ms, __ATOMIC_ACQUIRE);
     long lease = __atomic_load_n(&h->lease_ms, __ATOMIC_RELAXED);
-    return dm_now_ms() - renewed > lease - dm_cluster_config()->lease_margin_ms;
+    return dm_now_ms() - renewed > lease - dm_rlock_config()->lease_margin_ms;
 }
 
 void dm_watchdog_note_lost(void)

@@ -12,12 +12,12 @@
 
 #include <stdint.h>
 
-#include "cluster.h"
+#include "lock.h"
 
 /* A held cluster lock. The caller owns the memory, which must stay valid
  * for the life of the process (holds are reused, never freed). */
 struct dm_hold {
-    struct dm_cluster_lock *lock;
+    struct dm_rlock *lock;
     char owner[DM_OWNER_MAX];
     uint64_t token;
     unsigned long wait_id;      /* the grant's request: "<owner>|<wait_id>" (dm_grant) */

@@ -1,7 +1,7 @@
 #!/bin/sh
 # acl_commands.test.sh: every command the scripts call (redis.call and
-# redis.pcall in shim/lua/*.lua) and every command the shim's C code sends
-# (shim/*.c)
+# redis.pcall in shim/redis/lua/*.lua) and every command the shim's C code sends
+# (shim/*.c, shim/redis/*.c)
 # is in `dmutex acl --commands` (tools/acl.c), so the least-privilege user
 # it prints is never refused one of them. Redis 7 checks a script's
 # commands against the calling user's ACL. Prints "N passed, N failed".
@@ -25,13 +25,13 @@ check() {   # test name, commands (lower case, one per line)
 
 # force.lua is `dmutex unlock --force`'s, an operator's command run with the
 # operator's own user: the application's user needs none of its rights.
-scripts=$(ls shim/lua/*.lua | grep -v '/force\.lua$' | xargs grep -ohE "redis\.p?call\(['\"][A-Za-z]+['\"]" |
+scripts=$(ls shim/redis/lua/*.lua | grep -v '/force\.lua$' | xargs grep -ohE "redis\.p?call\(['\"][A-Za-z]+['\"]" |
           sed -E "s/.*\(['\"]//; s/['\"]$//" | tr 'A-Z' 'a-z' | sort -u)
-[ -n "$scripts" ] || bad scripts_commands_are_listed "found no redis.call in shim/lua/*.lua"
+[ -n "$scripts" ] || bad scripts_commands_are_listed "found no redis.call in shim/redis/lua/*.lua"
 check scripts_commands_are_listed "$scripts"
 
 # A script that builds a command name at run time could not be checked.
-dyn=$(grep -nE "redis\.p?call\([^'\"]" shim/lua/*.lua)
+dyn=$(grep -nE "redis\.p?call\([^'\"]" shim/redis/lua/*.lua)
 if [ -z "$dyn" ]; then ok scripts_name_every_command_literally; else
     bad scripts_name_every_command_literally "$dyn"; fi
 
@@ -42,7 +42,7 @@ if [ -z "$dyn" ]; then ok scripts_name_every_command_literally; else
 not_commands='GNU|ADDR|NOSCRIPT|NOPERM|OOM|TLS|TCP|ACL|LOADING|READONLY|MOVED|ASK|WRONGPASS|NOAUTH|ERR|MASTERDOWN|BUSY|TRYAGAIN|CLUSTERDOWN'
 # sentinel.c talks to the sentinels, which have users of their own
 # (redis.sentinel_username), not to the data nodes this ACL is for.
-c_side=$(ls shim/*.c | grep -v '^shim/sentinel\.c$' | xargs grep -ohE '"[A-Z]{3,}( [A-Z]{3,})?["| %]' |
+c_side=$(ls shim/*.c shim/redis/*.c | grep -v '^shim/redis/sentinel\.c$' | xargs grep -ohE '"[A-Z]{3,}( [A-Z]{3,})?["| %]' |
          sed -E 's/^"//; s/["| %]$//' | grep -vxE "$not_commands" |
          sed -E 's/^([A-Z]+) ([A-Z]+)$/\1|\2/' | tr 'A-Z' 'a-z' | sort -u)
 check shim_commands_are_listed "$c_side"

@@ -35,7 +35,7 @@ trap cleanup EXIT
 trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 141' PIPE
 
 # has TEXT FILE NAME: the file has a line containing TEXT (fixed string).
-# key NS NAME KIND...: lock NAME's keys as shim/keys.c builds them.
+# key NS NAME KIND...: lock NAME's keys as shim/redis/keys.c builds them.
 key() { "$DMUTEX" keys "$@"; }
 has() {
     if grep -qF -- "$1" "$2"; then ok "$3"; else bad "$3" "no line with: $1" "in:" "$(cat "$2")"; fi
@@ -289,9 +289,9 @@ else bad "unlock --force: the live holder logs its lost lease (on_lease_lost = w
 K=$(key admintest u.live lock)
 # release.lua's KEYS in the order the shim passes them (no name has a space)
 # shellcheck disable=SC2046
-rel=$($CLI --eval shim/lua/release.lua $(key --release admintest u.live) , \
+rel=$($CLI --eval shim/redis/lua/release.lua $(key --release admintest u.live) , \
       "$owner1" "$tok1" "$(key admintest u.live released)" 3000 "$(key admintest u.live w)" 1000)
-ren=$($CLI --eval shim/lua/renew.lua "$K" , "$owner1" 3000)
+ren=$($CLI --eval shim/redis/lua/renew.lua "$K" , "$owner1" 3000)
 if [ "$rel" = 0 ] && [ "$ren" = 0 ]; then ok "unlock --force: the old holder's release and renewal answer lost"
 else bad "unlock --force: the old holder's release and renewal answer lost" "release $rel renew $ren"; fi
 F=$(key admintest u.live forced)

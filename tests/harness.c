@@ -950,9 +950,9 @@ void th_cluster_atfork(enum dm_fork_phase phase)
     if (phase == DM_FORK_PREPARE) {
         dm_release_atfork(phase);
         dm_resend_atfork(phase);
-        dm_cluster_atfork(phase);
+        dm_rlock_atfork(phase);
     } else {
-        dm_cluster_atfork(phase);
+        dm_rlock_atfork(phase);
         dm_resend_atfork(phase);
         dm_release_atfork(phase);
     }
@@ -976,17 +976,17 @@ int th_fork_with_handlers(int (*fn)(void *), void *arg)
     return st;
 }
 
-struct dm_cluster_lock *th_lock_get(const char *name)
+struct dm_rlock *th_lock_get(const char *name)
 {
-    struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+    struct dm_rlock *l = dm_rlock_get(name);
     assert_non_null(l);
     return l;
 }
 
-uint64_t th_grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g)
+uint64_t th_grant(struct dm_rlock *l, const char *who, struct dm_grant *g)
 {
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, TH_GRANT_MS);
-    int r = dm_cluster_acquire(l, who, &dl, 0, g);
+    int r = dm_rlock_acquire(l, who, &dl, 0, g);
     if (r != 0)
         fail_msg("acquire of %s by %s = %d (%s), expected 0", l->name, who, r, strerror(r));
     return g->token;
@@ -995,8 +995,8 @@ uint64_t th_grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g
 struct th_hold th_owners(const char *name)
 {
     struct th_hold h = { .l = th_lock_get(name) };
-    dm_cluster_owner(h.a, 1);
-    dm_cluster_owner(h.b, 2);
+    dm_rlock_owner(h.a, 1);
+    dm_rlock_owner(h.b, 2);
     return h;
 }
 

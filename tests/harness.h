@@ -10,7 +10,7 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "keys.h"
 
 #define TH_BUILD "build"
@@ -223,7 +223,7 @@ char *th_config_top(long lease_ms, const char *top, const char *mutexes);
 /* For groups that drive the cluster layer in process (no LD_PRELOAD): the
  * config's defaults, pointed at `server`, with this command timeout and
  * lease (renewal lease/3, margin lease/10). The caller then
- * dm_cluster_init()s it. */
+ * dm_rlock_init()s it. */
 struct dm_config;
 void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
                        long command_timeout_ms, long lease_ms);
@@ -235,8 +235,8 @@ void th_cluster_lease(struct dm_config *cfg, long lease_ms);
  * when there is none); and a grant to `who` within TH_GRANT_MS, failing
  * the test otherwise, returning its token. */
 #define TH_GRANT_MS 5000L
-struct dm_cluster_lock *th_lock_get(const char *name);
-uint64_t th_grant(struct dm_cluster_lock *l, const char *who, struct dm_grant *g);
+struct dm_rlock *th_lock_get(const char *name);
+uint64_t th_grant(struct dm_rlock *l, const char *who, struct dm_grant *g);
 
 /* fork() between cluster's and redis's handlers, in startup's order
  * (cluster, then redis; the other way after), for tests that link the
@@ -253,7 +253,7 @@ void th_cluster_atfork(enum dm_fork_phase phase);
  * (as two threads of this process are); th_hold_by_a also grants it to a
  * (th_grant). */
 struct th_hold {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     char a[DM_OWNER_MAX], b[DM_OWNER_MAX];
     struct dm_grant g;          /* a's grant (th_hold_by_a), or scratch */
     uint64_t t;                 /* its token */
@@ -342,7 +342,7 @@ char *th_read_file(const char *path);
 char *th_read_output(const char *path);
 
 /* Key or channel `k` of lock `name` in the default namespace ("dmutex"),
- * as shim/keys.c builds it: th_key("x", DM_KEY_TOKEN) is "dmutex:{x}:token".
+ * as shim/redis/keys.c builds it: th_key("x", DM_KEY_TOKEN) is "dmutex:{x}:token".
  * The string lives in one of TH_KEY_SLOTS buffers of the calling thread,
  * reused round robin, so one call may use that many; aborts if it does not
  * fit TH_KEY_MAX. */

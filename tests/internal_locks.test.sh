@@ -36,7 +36,7 @@ list=$(mktemp) || fail_setup "mktemp"
 trap 'rm -f "$list"' EXIT
 echo "$exported" > "$list"
 
-objs=$(ls build/shim/*.o build/shim/trace/*.o 2>/dev/null |
+objs=$(ls build/shim/*.o build/shim/redis/*.o build/shim/trace/*.o 2>/dev/null |
        grep -vE '^build/shim/(preload|real|trace/record)\.o$')
 [ -n "$objs" ] || fail_setup "no objects under build/shim"
 [ -f build/shim/trace/report.o ] || fail_setup "no build/shim/trace/report.o: the trace library is not built from objects"

@@ -21,7 +21,7 @@ def nm(obj, flags):
     r = subprocess.run(["nm", flags, obj], capture_output=True, text=True, check=True)
     return r.stdout.split("\n")
 
-objs = sorted(glob.glob("build/shim/*.o") + glob.glob("build/shim/trace/*.o"))
+objs = sorted(glob.glob("build/shim/*.o") + glob.glob("build/shim/redis/*.o") + glob.glob("build/shim/trace/*.o"))
 name = lambda o: o[len("build/shim/"):-2]
 defs, uses = {}, {}
 for o in objs:
@@ -70,7 +70,7 @@ for c in sccs(calls):
                 print("    %s -> %s: %s" % (name(a), name(b), " ".join(sorted(calls[a][b])[:6])))
 print("ok calls %d" % len(objs))
 
-hdrs = sorted(glob.glob("shim/*.h") + glob.glob("shim/trace/*.h"))
+hdrs = sorted(glob.glob("shim/*.h") + glob.glob("shim/redis/*.h") + glob.glob("shim/trace/*.h"))
 inc = {}
 for h in hdrs:
     inc[h] = {}

@@ -64,7 +64,7 @@ $(SYM_D)/sym_prog_stripped: $(SYM_D)/sym_prog
 # shim's own config and symbols modules, to that program's variables?
 $(SYM_D)/sym_resolve: tests/symdata/sym_resolve.c $(SYM_C) $(SYM_H) $(SYM_D)/sym_cxx.o \
 		$(SYM_SYNC) tests/symdata/sym_sync.h $(SYM_D)/libsymlib.so $(B)/libdmcore.a
-	$(CC) $(DM_CFLAGS) -Ishim -Itests/symdata $< $(SYM_C) $(SYM_D)/sym_cxx.o $(SYM_SYNC) -o $@ \
+	$(CC) $(DM_CFLAGS) -Ishim -Ishim/redis -Itests/symdata $< $(SYM_C) $(SYM_D)/sym_cxx.o $(SYM_SYNC) -o $@ \
 	    -L$(SYM_D) -lsymlib -Wl,-rpath,'$$ORIGIN' $(B)/libdmcore.a $(SHIM_LIBS) -lstdc++
 
 # The same with debug info and file names gone (strip -g): only guesses.

@@ -1,8 +1,8 @@
-/* test_cluster: the lock protocol of shim/cluster.h against a real
+/* test_cluster: the lock protocol of shim/redis/lock.h against a real
  * redis-server, with no LD_PRELOAD: grants and fencing tokens, waiting on
  * release notices, reentrancy, idempotent and refused releases, owner-dead
  * detection, deadlines, lock delay, script cache loss, wrong key types and
- * an unreachable server. Owners are made with dm_cluster_owner and distinct
+ * an unreachable server. Owners are made with dm_rlock_owner and distinct
  * sequence numbers, as the shim does for distinct threads; every test uses
  * its own lock name, so one test's leftovers cannot decide another's.
  *
@@ -31,7 +31,7 @@
 
 #include <cmocka.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "harness.h"
 #include "keys.h"
@@ -49,12 +49,12 @@
 
 static struct th_redis rs;
 static redisContext *rc;        /* the test's own connection, for inspection */
-static struct dm_config cfg;    /* dm_cluster_init keeps a pointer: tests adjust fields */
+static struct dm_config cfg;    /* dm_rlock_init keeps a pointer: tests adjust fields */
 
 /* ---- helpers -------------------------------------------------------------- */
 
 /* Waits until the lock's hash is gone from the server (its lease ran out). */
-static void wait_expired(struct dm_cluster_lock *l)
+static void wait_expired(struct dm_rlock *l)
 {
     long long end = th_now_ms() + EXPIRE_WAIT_MS;
     while (th_cmd_int(rc, "EXISTS %s", th_key(l->name, DM_KEY_LOCK)) != 0) {
@@ -71,7 +71,7 @@ static const char *cli_eval(const char *script, const char *keys, const char *ar
 {
     static char out[512];
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "redis-cli -h %s -p %d --eval shim/lua/%s.lua %s , %s",
+    snprintf(cmd, sizeof cmd, "redis-cli -h %s -p %d --eval shim/redis/lua/%s.lua %s , %s",
              rs.addr, rs.port, script, keys, args);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
@@ -121,18 +121,18 @@ static int acquire_quietly(struct th_hold *h, const struct timespec *dl, int fla
 {
     int saved;
     char *path = capture_stderr(&saved);
-    int r = dm_cluster_acquire(h->l, h->a, dl, flags, &h->g);
+    int r = dm_rlock_acquire(h->l, h->a, dl, flags, &h->g);
     free(end_capture(saved, path));
     return r;
 }
 
 /* This process's handover channel of l (records keep no key strings). */
-static const char *wait_channel_of(const struct dm_cluster_lock *l)
+static const char *wait_channel_of(const struct dm_rlock *l)
 {
-    static _Thread_local char buf[4][DM_CLUSTER_KEY_MAX];
+    static _Thread_local char buf[4][DM_RLOCK_KEY_MAX];
     static _Thread_local unsigned next;
     char *p = buf[next++ % 4];
-    dm_cluster_lock_key(l, DM_KEY_WAIT, p, DM_CLUSTER_KEY_MAX);
+    dm_rlock_key(l, DM_KEY_WAIT, p, DM_RLOCK_KEY_MAX);
     return p;
 }
 
@@ -143,7 +143,7 @@ static int group_setup(void **state)
     (void)state;
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_cluster_config(&cfg, &rs, DM_COMMAND_TIMEOUT_MS, LEASE_MS);
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
     return 0;
 }
 
@@ -184,13 +184,13 @@ static void test_grant_gives_a_token_and_each_grant_increments_it(void **state)
     assert_int_equal(h.g.owner_dead, 0);
     assert_int_equal(h.g.local_only, 0);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     uint64_t t2 = th_grant(h.l, h.b, &h.g);
     assert_int_equal(t2, h.t + 1);
-    assert_int_equal(dm_cluster_release(h.l, h.b, t2), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, t2), 0);
     uint64_t t3 = th_grant(h.l, h.a, &h.g);
     assert_int_equal(t3, t2 + 1);
-    assert_int_equal(dm_cluster_release(h.l, h.a, t3), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, t3), 0);
 }
 
 /* A restart without persistence loses the counter: the next token must
@@ -199,7 +199,7 @@ static void test_token_counter_lost_restarts_from_server_time(void **state)
 {
     (void)state;
     struct th_hold h = th_hold_by_a("tokenlost");
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     redisReply *r = th_cmd(rc, "TIME");
     uint64_t now_us = (uint64_t)strtoull(r->element[0]->str, NULL, 10) * 1000000 +
                       strtoull(r->element[1]->str, NULL, 10);
@@ -211,7 +211,7 @@ static void test_token_counter_lost_restarts_from_server_time(void **state)
     uint64_t t2 = th_grant(h.l, h.a, &h.g);
     assert_true(t2 > h.t);
     assert_int_equal(th_cmd_int(rc, "GET %s", th_key(h.l->name, DM_KEY_TOKEN)), (long long)t2);
-    assert_int_equal(dm_cluster_release(h.l, h.a, t2), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, t2), 0);
 }
 
 static void test_try_by_another_owner_is_ebusy_while_held(void **state)
@@ -220,16 +220,16 @@ static void test_try_by_another_owner_is_ebusy_while_held(void **state)
     struct dm_grant g2;
     struct th_hold h = th_hold_by_a("try");
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_true(th_now_ms() - t0 < SLACK_MS);      /* one attempt, no waiting */
     assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
-    assert_int_equal(dm_cluster_release(h.l, h.b, g2.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, g2.token), 0);
 }
 
 struct waiter {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     char owner[DM_OWNER_MAX];
     int rc;
     struct dm_grant g;
@@ -240,7 +240,7 @@ static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, LONG_LEASE_MS);
-    w->rc = dm_cluster_acquire(w->l, w->owner, &dl, 0, &w->g);
+    w->rc = dm_rlock_acquire(w->l, w->owner, &dl, 0, &w->g);
     w->done_ms = th_now_ms();
     return NULL;
 }
@@ -255,7 +255,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
     struct th_hold h = th_hold_by_a("notice");
 
     struct waiter w = { .l = h.l, .rc = -1 };
-    dm_cluster_owner(w.owner, 2);
+    dm_rlock_owner(w.owner, 2);
     long long base = th_script_calls(rc);
     unsigned long notices = dm_notify_received();
     pthread_t th;
@@ -275,7 +275,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
     assert_int_equal(w.rc, -1);                     /* still waiting */
 
     long long released = th_now_ms();
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     struct timespec jd = th_deadline_in(CLOCK_REALTIME, LONG_LEASE_MS + SLACK_MS);
     if (pthread_timedjoin_np(th, NULL, &jd) != 0)
         fail_msg("the waiter did not return");
@@ -286,7 +286,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
         fail_msg("the waiter got the lock %lld ms after the release (a notice wakes it at once; "
                  "its sleep was %d ms)", lat, DM_WAIT_CAP_MS);
     assert_true(dm_notify_received() > notices);
-    assert_int_equal(dm_cluster_release(h.l, w.owner, w.g.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, w.owner, w.g.token), 0);
 }
 
 /* The shim counts nested holds in the process and asks Redis only for the
@@ -302,11 +302,11 @@ static void test_reentrant_grant_keeps_the_token_and_one_release_frees_it(void *
     assert_int_equal(t2, h.t);
     assert_int_equal(g2.owner_dead, 0);
     assert_int_equal(th_cmd_int(rc, "INCRBY %s 0", th_key(h.l->name, DM_KEY_TOKEN)), h.t);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), 0);
     assert_int_equal(g2.token, h.t + 1);
-    assert_int_equal(dm_cluster_release(h.l, h.b, g2.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, g2.token), 0);
 }
 
 /* ---- release ------------------------------------------------------------ */
@@ -315,16 +315,16 @@ static void test_retried_release_of_the_same_hold_returns_0(void **state)
 {
     (void)state;
     struct th_hold h = th_hold_by_a("retry");
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);   /* its first reply was "lost" */
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);   /* its first reply was "lost" */
     /* ...and the retry freed nothing that was not its own: a later hold
      * survives a late retry, which still knows its own release (it was not
      * a lost hold: test_replies covers the cases). */
     uint64_t tb = th_grant(h.l, h.b, &h.g);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 1);
-    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
 }
 
 static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state)
@@ -332,11 +332,11 @@ static void test_release_by_a_non_owner_is_eperm_and_keeps_the_lock(void **state
     (void)state;
     struct dm_grant g2;
     struct th_hold h = th_hold_by_a("nonowner");
-    assert_int_equal(dm_cluster_release(h.l, h.b, h.t), EPERM);
+    assert_int_equal(dm_rlock_release(h.l, h.b, h.t), EPERM);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
     assert_true(th_cmd_int(rc, "PTTL %s", th_key(h.l->name, DM_KEY_LOCK)) > 0);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
 }
 
 static void test_release_after_the_lease_expired_is_eperm(void **state)
@@ -344,7 +344,7 @@ static void test_release_after_the_lease_expired_is_eperm(void **state)
     (void)state;
     struct th_hold h = th_hold_by_a("lost");
     wait_expired(h.l);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), EPERM);
 }
 
 /* ---- owner dead ---------------------------------------------------------- */
@@ -357,29 +357,29 @@ static void test_grant_after_a_lease_expired_reports_owner_dead(void **state)
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(h.g.owner_dead, 1);
     assert_int_equal(tb, h.t + 1);
-    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
 }
 
 static void test_grant_after_a_clean_release_reports_no_owner_dead(void **state)
 {
     (void)state;
     struct th_hold h = th_hold_by_a("clean");
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     h.g.owner_dead = -1;
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(h.g.owner_dead, 0);
-    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
     /* Also once the memory of that release (kept a lease long) is gone. */
     usleep((LEASE_MS + 200) * 1000);
     h.g.owner_dead = -1;
     tb = th_grant(h.l, h.a, &h.g);
     assert_int_equal(h.g.owner_dead, 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, tb), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, tb), 0);
 }
 
 /* dmutex unlock --force (force.lua, as tools/unlock.c runs it) of a hold
  * named `name`: 1 when it ran and forced it. */
-static int force_release(struct dm_cluster_lock *l)
+static int force_release(struct dm_rlock *l)
 {
     char keep[24];
     snprintf(keep, sizeof keep, "%ld", cfg.lease_ms);
@@ -407,10 +407,10 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
     (void)state;
     th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_hold_by_a("forced");
-    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    dm_rlock_mode(h.l, 1, 0, 0);
 
     struct waiter w = { .l = h.l, .rc = -1 };
-    dm_cluster_owner(w.owner, 2);
+    dm_rlock_owner(w.owner, 2);
     long long base = th_script_calls(rc);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
@@ -432,7 +432,7 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
     assert_int_equal(w.rc, 0);
     assert_true(w.g.token > h.t + 1);               /* past the force's own token */
     assert_int_equal(w.g.owner_dead, 1);            /* handed over by a force */
-    assert_int_equal(dm_cluster_release(h.l, w.owner, w.g.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, w.owner, w.g.token), 0);
 
     /* With nobody waiting: freed, and the next grant says so too. */
     h.g.owner_dead = -1;
@@ -442,7 +442,7 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(h.g.owner_dead, 1);
     assert_true(tb > ta + 1);
-    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
 }
 
 /* ---- deadlines and delays ------------------------------------------------ */
@@ -457,12 +457,12 @@ static void test_acquire_with_a_deadline_times_out_not_before_it(void **state)
     const long wait = 700;
     long long t0 = th_now_ms();
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, wait);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, &dl, 0, &g2), ETIMEDOUT);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, &dl, 0, &g2), ETIMEDOUT);
     long long took = th_now_ms() - t0;
     if (took < wait || took > wait + SLACK_MS)
         fail_msg("ETIMEDOUT after %lld ms, deadline was %ld ms", took, wait);
     assert_int_equal(th_cmd_int(rc, "HEXISTS %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
 }
 
 static void test_lock_delay_holds_off_a_grant_after_an_expiry(void **state)
@@ -474,15 +474,15 @@ static void test_lock_delay_holds_off_a_grant_after_an_expiry(void **state)
     wait_expired(h.l);
     /* The first attempt after the expiry starts the delay... */
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     /* ...and nobody gets the lock until it has passed. */
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, delay + SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, &dl, 0, &h.g), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, &dl, 0, &h.g), 0);
     long long took = th_now_ms() - t0;
     if (took < delay - 50 || took > delay + SLACK_MS)
         fail_msg("granted %lld ms after the expiry was noticed; lock_delay_ms = %ld", took, delay);
     assert_int_equal(h.g.owner_dead, 1);
-    assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, h.g.token), 0);
 }
 
 static void test_lock_delay_does_not_apply_after_a_clean_release(void **state)
@@ -490,9 +490,9 @@ static void test_lock_delay_does_not_apply_after_a_clean_release(void **state)
     (void)state;
     cfg.lock_delay_ms = 1500;
     struct th_hold h = th_hold_by_a("nodelay");
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
-    assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, h.g.token), 0);
 }
 
 /* ---- the server's side ---------------------------------------------------- */
@@ -501,15 +501,15 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
 {
     (void)state;
     cfg.on_redis_down = DM_DOWN_ERROR;
-    struct dm_cluster_lock *l = th_lock_get("wrongtype");
+    struct dm_rlock *l = th_lock_get("wrongtype");
     freeReplyObject(th_cmd(rc, "SET %s not-a-lock", th_key(l->name, DM_KEY_LOCK)));
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
     int saved;
     char *path = capture_stderr(&saved);
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 5000);
-    int r = dm_cluster_acquire(l, a, &dl, 0, &g);
+    int r = dm_rlock_acquire(l, a, &dl, 0, &g);
     char *log = end_capture(saved, path);
     assert_int_equal(r, EAGAIN);
     if (!strstr(log, th_key(l->name, DM_KEY_LOCK)) || !strstr(log, "WRONGTYPE") || !strstr(log, "wrongtype"))
@@ -527,21 +527,21 @@ static void test_script_flush_between_calls_is_survived(void **state)
     (void)state;
     struct th_hold h = th_hold_by_a("flush");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(tb, h.t + 1);
-    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
 }
 
-/* ---- release without waiting (dm_cluster_release_nowait) ------------------ */
+/* ---- release without waiting (dm_rlock_release_nowait) ------------------ */
 
 static int lost_calls, lost_expired;
 
-static void count_lost(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+static void count_lost(struct dm_rlock *l, const char *owner, uint64_t token,
                        enum dm_gone how)
 {
     (void)l, (void)owner, (void)token;
@@ -564,7 +564,7 @@ static void nowait_freed(struct th_hold *h)
 {
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h->l->name, DM_KEY_LOCK)), 0);
     assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h->l);
+    dm_rlock_put(h->l);
 }
 
 /* The release is written and the call returns: it does not wait for the
@@ -574,12 +574,12 @@ static void test_release_nowait_returns_while_the_server_is_paused_and_runs_late
     (void)state;
     struct th_hold h = nowait_hold("nowait_pause");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
+    int r = dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
     long long held = th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK));
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     assert_int_equal(r, 0);
     assert_int_equal(held, 1);      /* not run yet: the call did not wait for it */
-    dm_cluster_flush();
+    dm_rlock_flush();
     nowait_freed(&h);
 }
 
@@ -592,18 +592,18 @@ static void test_release_nowait_reply_is_read_before_the_next_command(void **sta
     lost_calls = 0;
     struct th_hold h = th_hold_by_a("nowait_next");
     for (int i = 0; i < 50; i++) {
-        assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
-        assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
+        assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
+        assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), 0);
         assert_int_equal(h.g.token, h.t + 1);
-        assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
-        assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), 0);
+        assert_int_equal(dm_rlock_release(h.l, h.b, h.g.token), 0);
+        assert_int_equal(dm_rlock_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), 0);
         assert_int_equal(h.g.token, h.t + 2);
         h.t = h.g.token;
     }
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* An unlock's release may be overtaken by the same owner's next acquire
@@ -617,17 +617,17 @@ static void test_release_nowait_overtaken_by_a_new_grant_of_the_owner_leaves_it(
     struct th_hold h = th_hold_by_a("nowait_overtaken");
     unsigned long first = h.g.wait_id;
     struct dm_grant g2;
-    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);   /* ran first */
+    assert_int_equal(dm_rlock_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);   /* ran first */
     assert_int_equal(g2.token, h.t);
     assert_true(g2.wait_id != first);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, 0, count_lost), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, first, 0, count_lost), 0);
+    dm_rlock_flush();
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     assert_int_equal(lost_calls, 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* An unlock's waited release names its lock call too (Sentinel keeps it,
@@ -640,16 +640,16 @@ static void test_release_hold_names_its_request_and_leaves_a_later_grant(void **
     struct th_hold h = th_hold_by_a("hold_request");
     unsigned long first = h.g.wait_id;
     struct dm_grant g2;
-    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &g2), 0);
     assert_int_equal(g2.token, h.t);
     unsigned long second = g2.wait_id;
     assert_true(second != first);
-    assert_int_equal(dm_cluster_release_hold(h.l, h.a, h.t, first), 0);
+    assert_int_equal(dm_rlock_release_hold(h.l, h.a, h.t, first), 0);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
-    assert_int_equal(dm_cluster_release_hold(h.l, h.a, h.t, second), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_rlock_release_hold(h.l, h.a, h.t, second), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* NOSCRIPT to a release nobody waited for: it did not run, and is sent
@@ -659,8 +659,8 @@ static void test_release_nowait_after_script_flush_is_sent_again(void **state)
     (void)state;
     struct th_hold h = nowait_hold("nowait_flush");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
+    dm_rlock_flush();
     nowait_freed(&h);
 }
 
@@ -679,18 +679,18 @@ static void test_release_nowait_retried_after_noscript_leaves_the_owners_next_gr
     /* acquire.lua known again (by hand: the shim's own NOSCRIPT would load
      * release.lua too); release.lua stays unknown */
     freeReplyObject(th_cmd(rc, "SCRIPT LOAD %s", dm_lua_acquire));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, first, 0, count_lost), 0);
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, first, 0, count_lost), 0);
     struct timespec dl;
     dm_deadline_in(&dl, SLACK_MS);          /* a lock: a trylock reads the release first */
-    assert_int_equal(dm_cluster_acquire(h.l, h.a, &dl, 0, &g2), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.a, &dl, 0, &g2), 0);
     assert_int_equal(g2.token, h.t);        /* granted again: the release had not run */
-    dm_cluster_flush();
+    dm_rlock_flush();
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     assert_int_equal(lost_calls, 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* After the server lost its scripts, the first acquire's NOSCRIPT loads
@@ -704,17 +704,17 @@ static void test_noscript_of_an_acquire_loads_the_release_script_too(void **stat
     struct th_hold h = nowait_hold("noscript_loads_release");
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     struct dm_grant g2;
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &g2), EBUSY);
     th_reset_stats(rc);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     /* ran, without anyone reading its reply: the lock is gone */
     long long end = th_now_ms() + SLACK_MS;
     while (th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)) == 1 && th_now_ms() < end)
         usleep(1000);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    dm_cluster_flush();
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* A connection dropped with a release written and its reply unread: the
@@ -725,13 +725,13 @@ static void test_release_nowait_on_a_dropped_connection_is_sent_again(void **sta
     (void)state;
     struct th_hold h = nowait_hold("nowait_dropped");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
+    int r = dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     assert_int_equal(r, 0);
     int saved;
     char *path = capture_stderr(&saved);
-    dm_cluster_flush();
+    dm_rlock_flush();
     free(end_capture(saved, path));
     nowait_freed(&h);
 }
@@ -749,13 +749,13 @@ static void test_release_nowait_on_a_connection_the_server_closed_waits_for_it(v
     freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
     int saved;
     char *path = capture_stderr(&saved);
-    int r = dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
+    int r = dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost);
     free(end_capture(saved, path));
     assert_int_equal(r, 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
-    dm_cluster_flush();
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 static void reply_ignored(void *arg, redisReply *r, const struct dm_redis_error *why)
@@ -784,17 +784,17 @@ static void test_trylock_after_a_release_without_waiting_finds_the_lock_free(voi
     c1->late[c1->nlate].arg = NULL;
     c1->nlate++;
     dm_redis_put(c1);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 1);   /* not run */
     int saved;
     char *path = capture_stderr(&saved);
-    int r = dm_cluster_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g);
+    int r = dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g);
     free(end_capture(saved, path));
     assert_int_equal(r, 0);
-    assert_int_equal(dm_cluster_release(h.l, h.b, h.g.token), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_release(h.l, h.b, h.g.token), 0);
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* A reply that says the hold was gone (its lease ran out) is a lost hold,
@@ -805,11 +805,11 @@ static void test_release_nowait_of_an_expired_hold_reports_it_lost(void **state)
     lost_calls = 0;
     struct th_hold h = th_hold_by_a("nowait_lost");
     wait_expired(h.l);
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 1);
     assert_int_equal(lost_expired, 1);      /* the reply came after the lease's end */
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* A hold the server no longer has before its lease could have ended
@@ -821,11 +821,11 @@ static void test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired(vo
     struct th_hold h = nowait_hold("nowait_gone");
     freeReplyObject(th_cmd(rc, "DEL %s", th_key(h.l->name, DM_KEY_LOCK)));
     long long end = th_now_ms() + LONG_LEASE_MS;
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, end, count_lost), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, end, count_lost), 0);
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 1);
     assert_int_equal(lost_expired, 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* A late reply's verdict is acted on by the release reader, never inside
@@ -836,7 +836,7 @@ static void test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired(vo
  * thread read the reply. */
 static pthread_t lost_in;
 
-static void note_lost_thread(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+static void note_lost_thread(struct dm_rlock *l, const char *owner, uint64_t token,
                              enum dm_gone how)
 {
     lost_in = pthread_self();
@@ -849,18 +849,18 @@ static void test_a_late_verdict_is_acted_on_by_the_reader_not_the_next_call(void
     struct th_hold h = nowait_hold("verdict_lost");
     freeReplyObject(th_cmd(rc, "DEL %s", th_key(h.l->name, DM_KEY_LOCK)));
     long long end = th_now_ms() + LONG_LEASE_MS;
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, end, note_lost_thread),
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, end, note_lost_thread),
                      0);
-    struct dm_cluster_lock *other = th_lock_get("verdict_other");
+    struct dm_rlock *other = th_lock_get("verdict_other");
     struct dm_grant g;
-    assert_int_equal(dm_cluster_acquire(other, h.b, NULL, DM_ACQ_TRY, &g), 0);
-    assert_int_equal(dm_cluster_release(other, h.b, g.token), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_acquire(other, h.b, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_rlock_release(other, h.b, g.token), 0);
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 1);
     if (pthread_equal(lost_in, pthread_self()))
         fail_msg("the lost hold was reported inside another name's lock call");
-    dm_cluster_lock_put(other);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(other);
+    dm_rlock_put(h.l);
 }
 
 /* A hold lost with the server's data (here: the lock's keys and its epoch
@@ -876,23 +876,23 @@ static void test_release_of_a_hold_lost_with_the_servers_data_says_so(void **sta
     struct th_hold h = nowait_hold("gone_data");
     freeReplyObject(th_cmd(rc, "DEL %s %s %s", th_key(h.l->name, DM_KEY_LOCK),
                            th_key(h.l->name, DM_KEY_HOLDER), th_key(h.l->name, DM_KEY_EPOCH)));
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), ESTALE);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), ESTALE);
     struct th_hold g = nowait_hold("gone_data2");
     freeReplyObject(th_cmd(rc, "DEL %s %s %s", th_key(g.l->name, DM_KEY_LOCK),
                            th_key(g.l->name, DM_KEY_HOLDER), th_key(g.l->name, DM_KEY_EPOCH)));
     long long end = th_now_ms() + LONG_LEASE_MS;
-    assert_int_equal(dm_cluster_release_nowait(g.l, g.a, g.t, g.g.wait_id, end, count_lost), 0);
-    dm_cluster_flush();
+    assert_int_equal(dm_rlock_release_nowait(g.l, g.a, g.t, g.g.wait_id, end, count_lost), 0);
+    dm_rlock_flush();
     assert_int_equal(lost_calls, 1);
     assert_int_equal(lost_expired, DM_GONE_WITH_DATA);
     /* the epoch of this run, as any grant of the run sets it: a lost hold */
     struct th_hold k = nowait_hold("gone_data3");
     freeReplyObject(th_cmd(rc, "DEL %s %s", th_key(k.l->name, DM_KEY_LOCK),
                            th_key(k.l->name, DM_KEY_HOLDER)));
-    assert_int_equal(dm_cluster_release(k.l, k.a, k.t), EPERM);
-    dm_cluster_lock_put(h.l);
-    dm_cluster_lock_put(g.l);
-    dm_cluster_lock_put(k.l);
+    assert_int_equal(dm_rlock_release(k.l, k.a, k.t), EPERM);
+    dm_rlock_put(h.l);
+    dm_rlock_put(g.l);
+    dm_rlock_put(k.l);
 }
 
 /* The server's run_id, as INFO server says it (a connection reads it so). */
@@ -950,12 +950,12 @@ static void test_release_of_a_hold_lost_before_a_raised_counter_is_lost(void **s
                            th_key(h.l->name, DM_KEY_HOLDER)));
     struct dm_grant gb;
     uint64_t tb = th_grant(h.l, h.b, &gb);
-    int r = dm_cluster_release(h.l, h.a, h.t);
+    int r = dm_rlock_release(h.l, h.a, h.t);
     redeclare(kept);
     assert_true(tb > h.t);
     assert_int_equal(r, EPERM);
-    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
-    dm_cluster_lock_put(h.l);
+    assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
+    dm_rlock_put(h.l);
 }
 
 /* The other side: a release whose first copy ran (its reply lost), sent
@@ -970,16 +970,16 @@ static void test_a_retried_release_across_a_failover_that_kept_it_is_released(vo
     struct th_hold h = th_owners("floor_kept");
     h.t = th_grant(h.l, h.a, &h.g);
     char *kept = undeclare();
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);     /* ran; say its reply was lost */
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);     /* ran; say its reply was lost */
     freeReplyObject(th_cmd(rc, "SET %s oldrun", th_key(h.l->name, DM_KEY_EPOCH)));
     struct dm_grant gb;
     uint64_t tb = th_grant(h.l, h.b, &gb);                      /* raises the counter */
-    int r = dm_cluster_release(h.l, h.a, h.t);                  /* the retry */
+    int r = dm_rlock_release(h.l, h.a, h.t);                  /* the retry */
     redeclare(kept);
     assert_true(tb > h.t + 1);      /* the counter was raised */
     assert_int_equal(r, 0);
-    assert_int_equal(dm_cluster_release(h.l, h.b, tb), 0);
-    dm_cluster_lock_put(h.l);
+    assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
+    dm_rlock_put(h.l);
 }
 
 /* force.lua's handover leaves an epoch that names the run it ran on as it
@@ -1025,7 +1025,7 @@ static void test_a_forced_handover_leaves_this_runs_epoch_alone(void **state)
         assert_string_equal(e->str, known ? run : "-");
         freeReplyObject(e);
         freeReplyObject(th_cmd(rc, "DEL %s %s %s %s", k[0], k[1], k[3], k[4]));
-        dm_cluster_lock_put(h.l);
+        dm_rlock_put(h.l);
     }
 }
 
@@ -1050,7 +1050,7 @@ static void test_a_refused_regrant_leaves_the_holds_marker(void **state)
      * younger than the lease; the marker must stay its hold's */
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 300);
-    int r = dm_cluster_acquire(h.l, h.a, &dl, 0, &g);
+    int r = dm_rlock_acquire(h.l, h.a, &dl, 0, &g);
     assert_int_equal(r, ETIMEDOUT);
     redisReply *m1 = th_cmd(rc, "GET %s", th_key(h.l->name, DM_KEY_HOLDER));
     int question = m1->type == REDIS_REPLY_STRING && m1->str[0] == '?';
@@ -1059,9 +1059,9 @@ static void test_a_refused_regrant_leaves_the_holds_marker(void **state)
     free(marker);
     if (question)
         fail_msg("the refused re-grant wrote a \"?\" marker over the hold's");
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     th_cluster_lease(&cfg, LEASE_MS);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* A fork child never reads its parent's reply (nor blocks for it): the
@@ -1071,13 +1071,13 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     (void)state;
     struct th_hold h = nowait_hold("nowait_fork");
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     dm_redis_atfork(DM_FORK_PREPARE);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         dm_redis_atfork(DM_FORK_CHILD);
-        dm_cluster_flush();     /* nothing due here: returns at once, server paused */
+        dm_rlock_flush();     /* nothing due here: returns at once, server paused */
         _exit(lost_calls);
     }
     dm_redis_atfork(DM_FORK_PARENT);
@@ -1088,12 +1088,12 @@ static void test_fork_child_never_reads_the_parents_release_reply(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     assert_int_equal(held, 1);
-    dm_cluster_flush();
+    dm_rlock_flush();
     nowait_freed(&h);
 }
 
 struct refs_check {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     unsigned refs;
 };
 
@@ -1114,18 +1114,18 @@ static void test_fork_child_frees_what_the_parents_unread_releases_hold(void **s
     struct th_hold h = nowait_hold("nowait_fork_refs");
     unsigned refs = h.l->refs;
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE 60000 WRITE"));
-    assert_int_equal(dm_cluster_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
+    assert_int_equal(dm_rlock_release_nowait(h.l, h.a, h.t, h.g.wait_id, 0, count_lost), 0);
     assert_int_equal(h.l->refs, refs + 1);
     struct refs_check c = { h.l, refs };
     int st = th_fork_with_handlers(child_freed_releases, &c);
     freeReplyObject(th_cmd(rc, "CLIENT UNPAUSE"));
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
-    dm_cluster_flush();
+    dm_rlock_flush();
     assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key(h.l->name, DM_KEY_LOCK)), 0);
     assert_int_equal(h.l->refs, refs);
     assert_int_equal(lost_calls, 0);
-    dm_cluster_lock_put(h.l);
+    dm_rlock_put(h.l);
 }
 
 /* ---- a fair waiter reads its own handover --------------------------------- */
@@ -1143,7 +1143,7 @@ static void stall_handler(void *arg, const char *msg, size_t len)
 /* Waits (bounded) until a fair waiter of l is subscribed to its own wait
  * channel and its attempt after subscribing has run (th_reset_stats
  * before it started): only a message can tell it now. */
-static void wait_direct_waiter(const struct dm_cluster_lock *l)
+static void wait_direct_waiter(const struct dm_rlock *l)
 {
     long long end = th_now_ms() + SLACK_MS * 5;
     while ((th_numsub(rc, wait_channel_of(l)) < 1 || th_script_calls(rc) < 2) &&
@@ -1167,7 +1167,7 @@ static void *direct_waiter_main(void *arg)
     struct direct_waiter *w = arg;
     struct timespec dl;
     dm_deadline_in(&dl, 20000);
-    w->r = dm_cluster_acquire(w->h->l, w->h->b, &dl, 0, &w->g);
+    w->r = dm_rlock_acquire(w->h->l, w->h->b, &dl, 0, &w->g);
     return NULL;
 }
 
@@ -1180,7 +1180,7 @@ static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(vo
     (void)state;
     th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_owners("direct");
-    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    dm_rlock_mode(h.l, 1, 0, 0);
     h.t = th_grant(h.l, h.a, &h.g);
     sem_init(&stall_go, 0, 0);
     __atomic_store_n(&stall_entered, 0, __ATOMIC_RELAXED);
@@ -1204,7 +1204,7 @@ static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(vo
     while ((th_numsub(rc, wait_channel_of(h.l)) < 1 || th_script_calls(rc) < 2) &&
            th_now_ms() < end)
         usleep(1000);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     pthread_join(th, NULL);
     sem_post(&stall_go);
     dm_notify_set_handler(stall, NULL, NULL);
@@ -1212,8 +1212,8 @@ static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(vo
     assert_int_equal(w.r, 0);
     assert_int_equal(w.g.token, h.t + 1);
     assert_int_equal(w.g.lease_ms, cfg.lease_ms);       /* a handover has the whole lease */
-    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
-    dm_cluster_lock_put(h.l);
+    assert_int_equal(dm_rlock_release(h.l, h.b, w.g.token), 0);
+    dm_rlock_put(h.l);
 }
 
 /* A handover notice that comes late, after the waiter's next attempt was
@@ -1230,7 +1230,7 @@ static void test_a_handover_notice_older_than_the_last_attempt_is_not_taken(void
     (void)state;
     th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_owners("stalenotice");
-    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    dm_rlock_mode(h.l, 1, 0, 0);
     h.t = th_grant(h.l, h.a, &h.g);
     struct direct_waiter w = { .h = &h, .r = -1 };
     pthread_t th;
@@ -1257,12 +1257,12 @@ static void test_a_handover_notice_older_than_the_last_attempt_is_not_taken(void
         fail_msg("the waiter returned %d with token %llu while A holds token %llu: it took a "
                  "handover notice older than its last attempt", r,
                  (unsigned long long)w.g.token, (unsigned long long)h.t);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     pthread_join(th, NULL);
     assert_int_equal(w.r, 0);
     assert_int_equal(w.g.token, h.t + 1);       /* A's real handover */
-    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
-    dm_cluster_lock_put(h.l);
+    assert_int_equal(dm_rlock_release(h.l, h.b, w.g.token), 0);
+    dm_rlock_put(h.l);
 }
 
 /* A handover is a grant that makes no restart check: on a lock whose
@@ -1276,7 +1276,7 @@ static void test_a_handover_on_an_epoch_of_another_run_marks_it_unknown(void **s
     (void)state;
     th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_owners("epochdash");
-    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    dm_rlock_mode(h.l, 1, 0, 0);
     h.t = th_grant(h.l, h.a, &h.g);
     struct direct_waiter w = { .h = &h, .r = -1 };
     pthread_t th;
@@ -1286,7 +1286,7 @@ static void test_a_handover_on_an_epoch_of_another_run_marks_it_unknown(void **s
     char epoch[TH_KEY_MAX];
     snprintf(epoch, sizeof epoch, "%s", th_key(h.l->name, DM_KEY_EPOCH));
     freeReplyObject(th_cmd(rc, "SET %s oldrun", epoch));
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);      /* hands it to b */
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);      /* hands it to b */
     pthread_join(th, NULL);
     assert_int_equal(w.r, 0);
     redisReply *e = th_cmd(rc, "GET %s", epoch);
@@ -1295,8 +1295,8 @@ static void test_a_handover_on_an_epoch_of_another_run_marks_it_unknown(void **s
     freeReplyObject(e);
     freeReplyObject(th_cmd(rc, "DEL %s %s", th_key(h.l->name, DM_KEY_LOCK),
                            th_key(h.l->name, DM_KEY_HOLDER)));
-    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), EPERM);
-    dm_cluster_lock_put(h.l);
+    assert_int_equal(dm_rlock_release(h.l, h.b, w.g.token), EPERM);
+    dm_rlock_put(h.l);
 }
 
 /* This process's TCP sockets connected to the test server, the test's own
@@ -1345,7 +1345,7 @@ static void test_fork_child_closes_a_fair_waiters_own_connection(void **state)
     (void)state;
     th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_owners("wconn_fork");
-    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    dm_rlock_mode(h.l, 1, 0, 0);
     h.t = th_grant(h.l, h.a, &h.g);
     int before = child_sockets();
     struct direct_waiter w = { .h = &h, .r = -1 };
@@ -1355,12 +1355,12 @@ static void test_fork_child_closes_a_fair_waiters_own_connection(void **state)
     wait_direct_waiter(h.l);
     assert_int_equal(th_numsub(rc, wait_channel_of(h.l)), 1);
     int during = child_sockets();
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     pthread_join(th, NULL);
     assert_int_equal(w.r, 0);
     assert_int_equal(during, before);
-    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
-    dm_cluster_lock_put(h.l);
+    assert_int_equal(dm_rlock_release(h.l, h.b, w.g.token), 0);
+    dm_rlock_put(h.l);
 }
 
 #define MANY_WAITS 10
@@ -1377,7 +1377,7 @@ static void test_fair_waits_on_many_names_keep_few_connections(void **state)
         char name[32];
         snprintf(name, sizeof name, "wconn_many%d", i);
         h[i] = th_owners(name);
-        dm_cluster_lock_mode(h[i].l, 1, 0, 0);
+        dm_rlock_mode(h[i].l, 1, 0, 0);
         h[i].t = th_grant(h[i].l, h[i].a, &h[i].g);
     }
     /* Each wait ends by its handover, once the waiter is on its own
@@ -1389,10 +1389,10 @@ static void test_fair_waits_on_many_names_keep_few_connections(void **state)
         th_reset_stats(rc);
         assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
         wait_direct_waiter(h[i].l);
-        assert_int_equal(dm_cluster_release(h[i].l, h[i].a, h[i].t), 0);
+        assert_int_equal(dm_rlock_release(h[i].l, h[i].a, h[i].t), 0);
         pthread_join(th, NULL);
         assert_int_equal(w.r, 0);
-        assert_int_equal(dm_cluster_release(h[i].l, h[i].b, w.g.token), 0);
+        assert_int_equal(dm_rlock_release(h[i].l, h[i].b, w.g.token), 0);
     }
     int kept = 0;
     for (int i = 0; i < MANY_WAITS; i++)
@@ -1400,7 +1400,7 @@ static void test_fair_waits_on_many_names_keep_few_connections(void **state)
     assert_true(kept >= 1);     /* the last name's, at least: kept for its next wait */
     assert_true(kept <= 2);
     for (int i = 0; i < MANY_WAITS; i++)
-        dm_cluster_lock_put(h[i].l);
+        dm_rlock_put(h[i].l);
 }
 
 /* A fair waiter that cannot connect a connection of its own (the server
@@ -1412,7 +1412,7 @@ static void test_fair_waiter_without_a_connection_of_its_own_takes_the_handover(
     (void)state;
     th_cluster_lease(&cfg, LONG_LEASE_MS);
     struct th_hold h = th_owners("wconn_none");
-    dm_cluster_lock_mode(h.l, 1, 0, 0);
+    dm_rlock_mode(h.l, 1, 0, 0);
     h.t = th_grant(h.l, h.a, &h.g);
     /* notify's connection made now, while the server takes clients */
     struct dm_notify_chan *other = dm_notify_chan("dmutex:{wconn_none}:other");
@@ -1429,15 +1429,15 @@ static void test_fair_waiter_without_a_connection_of_its_own_takes_the_handover(
     th_reset_stats(rc);
     assert_int_equal(pthread_create(&th, NULL, direct_waiter_main, &w), 0);
     wait_direct_waiter(h.l);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     pthread_join(th, NULL);
     freeReplyObject(th_cmd(rc, "CONFIG SET maxclients 10000"));
     dm_notify_chan_put(other);
     assert_int_equal(w.r, 0);
     assert_int_equal(w.g.token, h.t + 1);
     assert_int_equal(w.g.lease_ms, cfg.lease_ms);       /* a handover has the whole lease */
-    assert_int_equal(dm_cluster_release(h.l, h.b, w.g.token), 0);
-    dm_cluster_lock_put(h.l);
+    assert_int_equal(dm_rlock_release(h.l, h.b, w.g.token), 0);
+    dm_rlock_put(h.l);
 }
 
 /* The scripts answer as their header comments say, run the way those
@@ -1533,8 +1533,8 @@ static void test_try_is_ebusy_when_redis_is_unreachable(void **state)
     (void)state;
     struct th_hold h = th_owners("down_try");
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
-    assert_int_equal(dm_cluster_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    assert_int_equal(dm_rlock_acquire(h.l, h.a, NULL, DM_ACQ_TRY, &h.g), EBUSY);
     assert_true(th_now_ms() - t0 < SLACK_MS);
 }
 
@@ -1602,7 +1602,7 @@ static void wait_no_channels(const char *pattern)
 /* Names PREFIX0..PREFIX<n-1>: a lock record each (ls) and a channel
  * "dmutex:{PREFIXi}:x" each (cs), as many live names; names_put drops one
  * reference of each. */
-static void names_get(const char *prefix, int n, struct dm_cluster_lock **ls,
+static void names_get(const char *prefix, int n, struct dm_rlock **ls,
                       struct dm_notify_chan **cs)
 {
     char name[48];
@@ -1614,10 +1614,10 @@ static void names_get(const char *prefix, int n, struct dm_cluster_lock **ls,
     }
 }
 
-static void names_put(int n, struct dm_cluster_lock **ls, struct dm_notify_chan **cs)
+static void names_put(int n, struct dm_rlock **ls, struct dm_notify_chan **cs)
 {
     for (int i = 0; i < n; i++) {
-        dm_cluster_lock_put(ls[i]);
+        dm_rlock_put(ls[i]);
         dm_notify_chan_put(cs[i]);
     }
 }
@@ -1628,16 +1628,16 @@ static void churn_one(int i)
 {
     char name[32];
     snprintf(name, sizeof name, "churn%d", i);
-    struct dm_cluster_lock *l = th_lock_get(name);
+    struct dm_rlock *l = th_lock_get(name);
     if (i % CHURN_SUB_EVERY == 0) {
-        struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
+        struct dm_notify_chan *ch = dm_rlock_chan(l);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
-        ch = dm_cluster_lock_wchan(l);
+        ch = dm_rlock_wchan(l);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
     }
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
 }
 
 /* A program that names each object's mutex (dmutex_name, heap mutexes)
@@ -1646,7 +1646,7 @@ static void churn_one(int i)
 static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_flat(void **state)
 {
     (void)state;
-    size_t locks0 = dm_cluster_lock_stats().count, chans0 = dm_notify_stats().count;
+    size_t locks0 = dm_rlock_stats().count, chans0 = dm_notify_stats().count;
     for (int i = 0; i < CHURN_SUB_EVERY * 10; i++)        /* tables and pools warmed */
         churn_one(i);
     size_t before = heap_in_use();
@@ -1656,7 +1656,7 @@ static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_
     if (after > before + CHURN_SLACK_B)
         fail_msg("the heap grew by %zu bytes over %d names made and dropped",
                  after - before, MANY_NAMES);
-    assert_int_equal(dm_cluster_lock_stats().count, locks0);
+    assert_int_equal(dm_rlock_stats().count, locks0);
     char pat[128];
     snprintf(pat, sizeof pat, "%s*", th_key("churn*", DM_KEY_LOCK));
     wait_no_channels(pat);
@@ -1674,30 +1674,30 @@ static void test_get_put_of_many_distinct_names_leaves_memory_and_subscriptions_
 static void test_get_of_many_live_names_takes_constant_probe_steps(void **state)
 {
     (void)state;
-    struct dm_cluster_lock **ls = calloc(MANY_NAMES, sizeof *ls);
+    struct dm_rlock **ls = calloc(MANY_NAMES, sizeof *ls);
     struct dm_notify_chan **cs = calloc(MANY_NAMES, sizeof *cs);
     assert_non_null(ls);
     assert_non_null(cs);
     names_get("live", MANY_NAMES, ls, cs);
     char name[40];
-    unsigned long lp = dm_cluster_lock_stats().probes, np = dm_notify_stats().probes;
+    unsigned long lp = dm_rlock_stats().probes, np = dm_notify_stats().probes;
     for (int i = 0; i < MANY_NAMES; i++) {
         snprintf(name, sizeof name, "live%d", i);
-        assert_ptr_equal(dm_cluster_lock_get(name), ls[i]);
+        assert_ptr_equal(dm_rlock_get(name), ls[i]);
         snprintf(name, sizeof name, "dmutex:{live%d}:x", i);
         assert_ptr_equal(dm_notify_chan(name), cs[i]);
     }
-    unsigned long lsteps = dm_cluster_lock_stats().probes - lp, nsteps = dm_notify_stats().probes - np;
+    unsigned long lsteps = dm_rlock_stats().probes - lp, nsteps = dm_notify_stats().probes - np;
     if (lsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES ||
         nsteps > (unsigned long)MAX_AVG_PROBES * MANY_NAMES)
         fail_msg("%d lookups among %d live names took %lu (locks) and %lu (channels) chain "
                  "steps; expected at most %d each on average",
                  MANY_NAMES, MANY_NAMES, lsteps, nsteps, MAX_AVG_PROBES);
-    size_t locks = dm_cluster_lock_stats().count;
+    size_t locks = dm_rlock_stats().count;
     names_put(MANY_NAMES, ls, cs);                      /* one of two references */
-    assert_int_equal(dm_cluster_lock_stats().count, locks);   /* still referenced */
+    assert_int_equal(dm_rlock_stats().count, locks);   /* still referenced */
     names_put(MANY_NAMES, ls, cs);
-    assert_int_equal(dm_cluster_lock_stats().count, locks - MANY_NAMES);
+    assert_int_equal(dm_rlock_stats().count, locks - MANY_NAMES);
     free(ls);
     free(cs);
 }
@@ -1708,14 +1708,14 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
 {
     (void)state;
     for (int i = 0; i < 50; i++) {
-        struct dm_cluster_lock *l = th_lock_get("again");
-        struct dm_notify_chan *ch = dm_cluster_lock_chan(l);
+        struct dm_rlock *l = th_lock_get("again");
+        struct dm_notify_chan *ch = dm_rlock_chan(l);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
-        dm_cluster_lock_put(l);
+        dm_rlock_put(l);
     }
-    struct dm_cluster_lock *l = th_lock_get("again");
-    assert_int_equal(dm_notify_subscribe(dm_cluster_lock_chan(l), SLACK_MS), 0);
+    struct dm_rlock *l = th_lock_get("again");
+    assert_int_equal(dm_notify_subscribe(dm_rlock_chan(l), SLACK_MS), 0);
     /* Replies come in order: a PING answered after the subscription means
      * every earlier UNSUBSCRIBE of it has been applied by the server. */
     usleep(100 * 1000);
@@ -1723,7 +1723,7 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
     unsigned long seq = dm_notify_seq(l->chan);
     freeReplyObject(th_cmd(rc, "PUBLISH %s hello", th_key(l->name, DM_KEY_RELEASED)));
     assert_int_equal(dm_notify_wait(l->chan, seq, SLACK_MS), 0);
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
     char pat[128];
     snprintf(pat, sizeof pat, "%s*", th_key("again", DM_KEY_LOCK));
     wait_no_channels(pat);
@@ -1847,8 +1847,8 @@ static void test_handler_may_put_its_own_channel(void **state)
 static void test_fork_child_waits_on_its_own_channel(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = th_lock_get("forked");
-    assert_int_equal(dm_notify_subscribe(dm_cluster_lock_wchan(l), SLACK_MS), 0);
+    struct dm_rlock *l = th_lock_get("forked");
+    assert_int_equal(dm_notify_subscribe(dm_rlock_wchan(l), SLACK_MS), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -1856,21 +1856,21 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
         dm_notify_atfork(DM_FORK_CHILD);
         th_cluster_atfork(DM_FORK_CHILD);
         int bad = 0;
-        char wait_channel[DM_CLUSTER_KEY_MAX];
-        dm_cluster_lock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
-        if (!strstr(wait_channel, dm_cluster_process_id()))
+        char wait_channel[DM_RLOCK_KEY_MAX];
+        dm_rlock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
+        if (!strstr(wait_channel, dm_rlock_process_id()))
             bad |= 1;
-        struct dm_notify_chan *w = dm_cluster_lock_wchan(l);
+        struct dm_notify_chan *w = dm_rlock_wchan(l);
         redisContext *c = redisConnect(rs.addr, rs.port);
         redisReply *r = NULL;
         if (!w || dm_notify_subscribe(w, SLACK_MS) != 0 || !c || c->err ||
             !(r = redisCommand(c, "PUBSUB NUMSUB %s", wait_channel)) ||
             r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->integer != 1)
             bad |= 2;
-        struct dm_cluster_lock *o = dm_cluster_lock_get("forked-child");
-        if (!o || dm_notify_subscribe(dm_cluster_lock_chan(o), SLACK_MS) != 0)
+        struct dm_rlock *o = dm_rlock_get("forked-child");
+        if (!o || dm_notify_subscribe(dm_rlock_chan(o), SLACK_MS) != 0)
             bad |= 4;
-        dm_cluster_lock_put(o);
+        dm_rlock_put(o);
         _exit(bad);
     }
     int st;
@@ -1880,10 +1880,10 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
         fail_msg("fork child: %s%s%s", WEXITSTATUS(st) & 1 ? "the wait channel was not remade " : "",
                  WEXITSTATUS(st) & 2 ? "its own wait channel is not subscribed " : "",
                  WEXITSTATUS(st) & 4 ? "a new name did not subscribe" : "");
-    char wait_channel[DM_CLUSTER_KEY_MAX];
-    dm_cluster_lock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
+    char wait_channel[DM_RLOCK_KEY_MAX];
+    dm_rlock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
     assert_int_equal(th_numsub(rc, wait_channel), 1);           /* the parent's is untouched */
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
     char pat[128];
     snprintf(pat, sizeof pat, "%s*", th_key("forked", DM_KEY_LOCK));
     wait_no_channels(pat);
@@ -1901,18 +1901,18 @@ struct fork_churn {
 static void *fork_churn_main(void *arg)
 {
     struct fork_churn *fc = arg;
-    static struct dm_cluster_lock *ls[FORK_CHURN];
+    static struct dm_rlock *ls[FORK_CHURN];
     static struct dm_notify_chan *cs[FORK_CHURN];
     char name[48];
     while (!__atomic_load_n(&fc->stop, __ATOMIC_ACQUIRE)) {
         for (int i = 0; i < FORK_CHURN; i++) {
             snprintf(name, sizeof name, "fchurn%d", i);
-            ls[i] = dm_cluster_lock_get(name);
+            ls[i] = dm_rlock_get(name);
             snprintf(name, sizeof name, "dmutex:{fchurn%d}:x", i);
             cs[i] = dm_notify_chan(name);
         }
         for (int i = 0; i < FORK_CHURN; i++) {
-            dm_cluster_lock_put(ls[i]);
+            dm_rlock_put(ls[i]);
             dm_notify_chan_put(cs[i]);
         }
         __atomic_add_fetch(&fc->cycles, 1, __ATOMIC_RELEASE);
@@ -1927,7 +1927,7 @@ static void *fork_churn_main(void *arg)
 static void test_fork_during_table_resizes_leaves_the_child_consistent(void **state)
 {
     (void)state;
-    static struct dm_cluster_lock *live[FORK_LIVE];
+    static struct dm_rlock *live[FORK_LIVE];
     static struct dm_notify_chan *chans[FORK_LIVE];
     names_get("flive", FORK_LIVE, live, chans);
     char name[48];
@@ -1947,9 +1947,9 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
             int bad = 0;
             for (int i = 0; i < FORK_LIVE; i++) {
                 snprintf(name, sizeof name, "flive%d", i);
-                struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+                struct dm_rlock *l = dm_rlock_get(name);
                 bad |= l != live[i];
-                dm_cluster_lock_put(l);
+                dm_rlock_put(l);
                 snprintf(name, sizeof name, "dmutex:{flive%d}:x", i);
                 struct dm_notify_chan *c = dm_notify_chan(name);
                 bad |= c != chans[i];

@@ -1,4 +1,4 @@
-/* test_keys: the key layout of shim/keys.h, the one place it is built.
+/* test_keys: the key layout of shim/redis/keys.h, the one place it is built.
  * Each key and channel of a lock is checked against the layout the
  * scripts' headers and docs/design.md's key table document, and the holder
  * marker against the three forms acquire.lua and release.lua write. No

@@ -40,7 +40,7 @@
 
 #include <cmocka.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "dmutex.h"
 #include "harness.h"

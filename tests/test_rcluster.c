@@ -898,19 +898,19 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
     if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
     cfg.on_redis_down = DM_DOWN_LOCAL;
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
     int other = 0;
     while (th_rcluster_owner(&rc, slot_of_name(other)) == p)
         other++;
     char owner[DM_OWNER_MAX];
-    dm_cluster_owner(owner, 1);
+    dm_rlock_owner(owner, 1);
     struct dm_grant g;
     char oname[16];
     snprintf(oname, sizeof oname, "rc%d", other);
-    struct dm_cluster_lock *lo = th_lock_get(oname);
+    struct dm_rlock *lo = th_lock_get(oname);
     th_grant(lo, owner, &g);
     assert_int_equal(g.local_only, 0);
-    assert_int_equal(dm_cluster_release(lo, owner, g.token), 0);
+    assert_int_equal(dm_rlock_release(lo, owner, g.token), 0);
     long long killed = th_now_ms();
     th_redis_kill(&rc.node[p]);
     long long end = th_now_ms() + OK_MS;
@@ -934,14 +934,14 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
      * cluster down; the map asked again names the promoted replica. A
      * grant "this process only" now would overlap the workers' holds of
      * rc1 on the replica. */
-    struct dm_cluster_lock *l1 = th_lock_get("rc1");
+    struct dm_rlock *l1 = th_lock_get("rc1");
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, FINISH_MS);
-    int rc1 = dm_cluster_acquire(l1, owner, &dl, 0, &g);
+    int rc1 = dm_rlock_acquire(l1, owner, &dl, 0, &g);
     if (rc1 == 0 && g.local_only)
         fail_msg("rc1 was locked in this process only while %s is its primary",
                  rc.node[q].url);
     assert_int_equal(rc1, 0);
-    assert_int_equal(dm_cluster_release(l1, owner, g.token), 0);
+    assert_int_equal(dm_rlock_release(l1, owner, g.token), 0);
     run_check_lost(&r, "killed primary (min_replicas = 0)", 1);
     /* back, as a replica of the new primary, for the tests after this one */
     const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -971,7 +971,7 @@ struct resend_case {
     char key[64];
     int slot, p, q;
     char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     struct dm_grant g;
 };
 
@@ -986,14 +986,14 @@ static redisContext *granted_on_replica(struct dm_config *cfg, struct resend_cas
     if (command_timeout_ms > 0)
         cfg->redis.command_timeout_ms = command_timeout_ms;
     cfg->on_lease_lost = DM_LOST_WARN;
-    dm_cluster_init(cfg);
+    dm_rlock_init(cfg);
     snprintf(k->key, sizeof k->key, "dmutex:{%s}", name);
     k->slot = (int)dm_slots_keyslot(k->key, strlen(k->key));
     k->p = th_rcluster_owner(&rc, k->slot);
     k->q = replica_of(k->p);
     assert_true(k->p >= 0 && k->q >= 0);
-    dm_cluster_owner(k->a, 1);
-    dm_cluster_owner(k->c, 2);
+    dm_rlock_owner(k->a, 1);
+    dm_rlock_owner(k->c, 2);
     k->l = th_lock_get(name);
     th_grant(k->l, k->a, &k->g);
     redisContext *qc = th_redis_connect(&rc.node[k->q]);
@@ -1015,17 +1015,17 @@ static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
     redisContext *qc = granted_on_replica(&cfg, &k, "rsend", 0);
     const char *key = k.key, *a = k.a, *c = k.c;
     int slot = k.slot, p = k.p, q = k.q;
-    struct dm_cluster_lock *l = k.l;
+    struct dm_rlock *l = k.l;
     struct dm_grant g = k.g;
     long long end = th_now_ms() + OK_MS;
     /* the replica stopped and cut off */
     kill(rc.node[q].pid, SIGSTOP);
     redisContext *pc = th_redis_connect(&rc.node[p]);
     th_cmd_int(pc, "CLIENT KILL TYPE replica");
-    assert_int_equal(dm_cluster_release_hold(l, a, g.token, g.wait_id), 0);
+    assert_int_equal(dm_rlock_release_hold(l, a, g.token, g.wait_id), 0);
     assert_int_equal(th_cmd_int(pc, "EXISTS %s", key), 0);
     redisFree(pc);
-    unsigned long r0 = dm_cluster_resend_rounds();
+    unsigned long r0 = dm_rlock_resend_rounds();
     th_redis_kill(&rc.node[p]);
     kill(rc.node[q].pid, SIGCONT);
     while (th_rcluster_owner(&rc, slot) != q) {
@@ -1043,27 +1043,27 @@ static void test_a_release_the_promoted_replica_lacks_is_sent_again(void **s)
      * replica. Within 15 s, well inside the 20 s lease. */
     long long t0 = th_now_ms(), until = t0 + 15000;
     int tries = 0, got = EBUSY;
-    while (dm_cluster_resend_rounds() == r0 && th_now_ms() < until) {
+    while (dm_rlock_resend_rounds() == r0 && th_now_ms() < until) {
         tries++;
-        if ((got = dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g)) == 0)
+        if ((got = dm_rlock_acquire(l, c, NULL, DM_ACQ_TRY, &g)) == 0)
             break;
         usleep(100000);
     }
-    while (dm_cluster_resend_rounds() == r0 && th_now_ms() < until)
+    while (dm_rlock_resend_rounds() == r0 && th_now_ms() < until)
         usleep(10000);
     long long pttl = th_cmd_int(qc, "PTTL %s", key);
     print_message("%d trylock(s) after the failover, the last %s; a resend round %s after "
                   "%lld ms; the lock's PTTL on the promoted replica %lld ms\n", tries,
                   got == 0 ? "granted" : strerror(got),
-                  dm_cluster_resend_rounds() != r0 ? "ran" : "NEVER ran", th_now_ms() - t0, pttl);
+                  dm_rlock_resend_rounds() != r0 ? "ran" : "NEVER ran", th_now_ms() - t0, pttl);
     if (got == 0)
-        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
-    assert_true(dm_cluster_resend_rounds() != r0);
+        assert_int_equal(dm_rlock_release(l, c, g.token), 0);
+    assert_true(dm_rlock_resend_rounds() != r0);
     assert_int_equal(th_cmd_int(qc, "HEXISTS %s %s", key, a), 0);
-    assert_int_equal(dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);
-    assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+    assert_int_equal(dm_rlock_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_rlock_release(l, c, g.token), 0);
     redisFree(qc);
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
     /* back, as a replica of the new primary, for the tests after this one */
     const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                             "--cluster-node-timeout", "1000", NULL };
@@ -1081,15 +1081,15 @@ static void cluster_client(struct dm_config *cfg, long lease)
     if (dm_config_set_redis_url(cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
     th_cluster_lease(cfg, lease);
-    dm_cluster_init(cfg);
+    dm_rlock_init(cfg);
 }
 
 /* A lock and unlock of `l` by `owner`: its release kept for a failover. */
-static void lock_unlock_kept(struct dm_cluster_lock *l, const char *owner)
+static void lock_unlock_kept(struct dm_rlock *l, const char *owner)
 {
     struct dm_grant g;
     th_grant(l, owner, &g);
-    assert_int_equal(dm_cluster_release_hold(l, owner, g.token, g.wait_id), 0);
+    assert_int_equal(dm_rlock_release_hold(l, owner, g.token, g.wait_id), 0);
 }
 
 /* A move of a slot no kept release is in sends none of them again: the
@@ -1107,9 +1107,9 @@ static void test_a_slot_moved_sends_again_only_the_releases_of_that_slot(void **
     static struct dm_config cfg;
     cluster_client(&cfg, 60000);
     char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(c, 2);
-    static struct dm_cluster_lock *ls[MOVE_KEPT_NAMES];
+    dm_rlock_owner(a, 1);
+    dm_rlock_owner(c, 2);
+    static struct dm_rlock *ls[MOVE_KEPT_NAMES];
     for (int i = 0; i < MOVE_KEPT_NAMES; i++) {
         char name[32];
         snprintf(name, sizeof name, "mk%d", i);
@@ -1131,31 +1131,31 @@ static void test_a_slot_moved_sends_again_only_the_releases_of_that_slot(void **
         if (to == from)
             to = th_rcluster_owner(&rc, (slot + 10922) % 16384);
         assert_true(from >= 0 && to >= 0 && to != from);
-        struct dm_cluster_lock *l = th_lock_get(name);
+        struct dm_rlock *l = th_lock_get(name);
         struct dm_grant g;
-        assert_int_equal(dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);    /* the map knows it */
-        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+        assert_int_equal(dm_rlock_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);    /* the map knows it */
+        assert_int_equal(dm_rlock_release(l, c, g.token), 0);
         migrate_slot(slot, from, to);
-        unsigned long r0 = dm_cluster_resend_rounds();
+        unsigned long r0 = dm_rlock_resend_rounds();
         long long e0 = calls("evalsha");
-        assert_int_equal(dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);    /* meets MOVED */
-        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+        assert_int_equal(dm_rlock_acquire(l, c, NULL, DM_ACQ_TRY, &g), 0);    /* meets MOVED */
+        assert_int_equal(dm_rlock_release(l, c, g.token), 0);
         long long end = th_now_ms() + OK_MS;
-        while (dm_cluster_resend_rounds() == r0) {
+        while (dm_rlock_resend_rounds() == r0) {
             if (th_now_ms() > end)
                 fail_msg("no resend round after the slot map changed");
             usleep(1000);
         }
-        rounds += dm_cluster_resend_rounds() - r0;
+        rounds += dm_rlock_resend_rounds() - r0;
         sent += calls("evalsha") - e0 - 3;      /* the trylock (and its MOVED), the release */
-        dm_cluster_lock_put(l);
+        dm_rlock_put(l);
     }
     print_message("%d moves of a slot no kept release is in: %lu round(s), %lld EVALSHA beyond "
                   "the test's own (%d names unlocked twice each)\n", MOVE_ROUNDS, rounds, sent,
                   MOVE_KEPT_NAMES);
     assert_true(sent <= 0);
     for (int i = 0; i < MOVE_KEPT_NAMES; i++)
-        dm_cluster_lock_put(ls[i]);
+        dm_rlock_put(ls[i]);
 }
 
 /* A record keeps its releases for a failover for a lease, then not: a
@@ -1170,28 +1170,28 @@ static void test_kept_releases_are_freed_a_lease_after_the_last(void **s)
     static struct dm_config cfg;
     cluster_client(&cfg, KEPT_LEASE_MS);
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    size_t before = dm_cluster_kept_lists();
-    static struct dm_cluster_lock *ls[KEPT_NAMES];
+    dm_rlock_owner(a, 1);
+    size_t before = dm_rlock_kept_lists();
+    static struct dm_rlock *ls[KEPT_NAMES];
     for (int i = 0; i < KEPT_NAMES; i++) {
         char name[32];
         snprintf(name, sizeof name, "kf%d", i);
         ls[i] = th_lock_get(name);
         lock_unlock_kept(ls[i], a);
     }
-    size_t during = dm_cluster_kept_lists();
+    size_t during = dm_rlock_kept_lists();
     assert_true(during >= before + KEPT_NAMES);
     long long t0 = th_now_ms();
-    while (dm_cluster_kept_lists() > 0) {
+    while (dm_rlock_kept_lists() > 0) {
         if (th_now_ms() - t0 > 4 * KEPT_LEASE_MS + 10000)
             fail_msg("%zu records still keep releases %lld ms after the last (lease %ld ms)",
-                     dm_cluster_kept_lists(), th_now_ms() - t0, KEPT_LEASE_MS);
+                     dm_rlock_kept_lists(), th_now_ms() - t0, KEPT_LEASE_MS);
         usleep(20000);
     }
     print_message("%zu kept lists, none %lld ms after the last release (lease %ld ms)\n", during,
                   th_now_ms() - t0, KEPT_LEASE_MS);
     for (int i = 0; i < KEPT_NAMES; i++)
-        dm_cluster_lock_put(ls[i]);
+        dm_rlock_put(ls[i]);
 }
 
 /* Notify's thread meets MOVED for its subscriptions while holding its
@@ -1214,13 +1214,13 @@ static void *fm_forker(void *arg)
 {
     struct fork_moved *fm = arg;
     while (!__atomic_load_n(&fm->stop, __ATOMIC_ACQUIRE)) {
-        dm_cluster_atfork(DM_FORK_PREPARE);
+        dm_rlock_atfork(DM_FORK_PREPARE);
         dm_notify_atfork(DM_FORK_PREPARE);
         pid_t pid = fork();
         if (pid == 0)
             _exit(0);
         dm_notify_atfork(DM_FORK_PARENT);
-        dm_cluster_atfork(DM_FORK_PARENT);
+        dm_rlock_atfork(DM_FORK_PARENT);
         if (pid > 0)
             waitpid(pid, NULL, 0);
         __atomic_add_fetch(&fm->forks, 1, __ATOMIC_RELEASE);
@@ -1270,8 +1270,8 @@ static void test_a_fork_while_notify_meets_moved_does_not_deadlock(void **s)
     static struct dm_config cfg;
     cluster_client(&cfg, 30000);
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    struct dm_cluster_lock *l = th_lock_get("fmlock");
+    dm_rlock_owner(a, 1);
+    struct dm_rlock *l = th_lock_get("fmlock");
     lock_unlock_kept(l, a);             /* the resender runs: its hook is the map's */
     static struct dm_notify_chan *ch[FM_CHANS];
     for (int i = 0; i < FM_CHANS; i++) {
@@ -1310,7 +1310,7 @@ static void test_a_fork_while_notify_meets_moved_does_not_deadlock(void **s)
     assert_true(lastf > 0 && lastm > 0);
     for (int i = 0; i < FM_CHANS; i++)
         dm_notify_chan_put(ch[i]);
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
 }
 
 /* A release answered by the old primary while the process's map already
@@ -1320,7 +1320,7 @@ static void test_a_fork_while_notify_meets_moved_does_not_deadlock(void **s)
  * after the reply (the new primary), so the round skipped it and the hold
  * stood on the new primary (EBUSY, PTTL 19.5 of 20 s). */
 struct rel_arg {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     const char *owner;
     uint64_t token;
     unsigned long wait_id;
@@ -1330,7 +1330,7 @@ struct rel_arg {
 static void *release_thread(void *p)
 {
     struct rel_arg *a = p;
-    a->r = dm_cluster_release_hold(a->l, a->owner, a->token, a->wait_id);
+    a->r = dm_rlock_release_hold(a->l, a->owner, a->token, a->wait_id);
     return NULL;
 }
 
@@ -1342,7 +1342,7 @@ static void test_a_release_answered_across_a_takeover_is_sent_again(void **s)
     redisContext *qc = granted_on_replica(&cfg, &k, "racross", 4000);
     const char *key = k.key, *a = k.a, *c = k.c;
     int slot = k.slot, p = k.p, q = k.q;
-    struct dm_cluster_lock *l = k.l;
+    struct dm_rlock *l = k.l;
     struct dm_grant g = k.g;
     long long end = th_now_ms() + OK_MS;
     kill(rc.node[p].pid, SIGSTOP);
@@ -1370,23 +1370,23 @@ static void test_a_release_answered_across_a_takeover_is_sent_again(void **s)
     snprintf(moved, sizeof moved, "MOVED %d %s:%d", slot, rc.node[q].addr, rc.node[q].port);
     assert_int_equal(dm_redis_redirected(moved), 1);
     usleep(100000);
-    unsigned long r0 = dm_cluster_resend_rounds();
+    unsigned long r0 = dm_rlock_resend_rounds();
     kill(rc.node[p].pid, SIGCONT);
     pthread_join(t, NULL);
     long long t1 = th_now_ms();
-    while (dm_cluster_resend_rounds() == r0 && th_now_ms() < t1 + 3000)
+    while (dm_rlock_resend_rounds() == r0 && th_now_ms() < t1 + 3000)
         usleep(5000);
     usleep(200000);
     long long held = th_cmd_int(qc, "HEXISTS %s %s", key, a);
-    int got = dm_cluster_acquire(l, c, NULL, DM_ACQ_TRY, &g);
+    int got = dm_rlock_acquire(l, c, NULL, DM_ACQ_TRY, &g);
     print_message("release_hold: %d; rounds after it: %lu; the hold on the new primary: %lld; "
                   "another owner's trylock: %s; PTTL %lld ms\n", ra.r,
-                  dm_cluster_resend_rounds() - r0, held, got == 0 ? "granted" : strerror(got),
+                  dm_rlock_resend_rounds() - r0, held, got == 0 ? "granted" : strerror(got),
                   th_cmd_int(qc, "PTTL %s", key));
     if (got == 0)
-        assert_int_equal(dm_cluster_release(l, c, g.token), 0);
+        assert_int_equal(dm_rlock_release(l, c, g.token), 0);
     redisFree(qc);
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
     th_rcluster_wait_ok(&rc, OK_MS);
     assert_int_equal(held, 0);
     assert_int_equal(got, 0);

@@ -1,4 +1,4 @@
-/* test_redis: the Redis layer (shim/redis.h) on its own, and the
+/* test_redis: the Redis layer (shim/redis/redis.h) on its own, and the
  * watchdog's renewal rounds over it. Every call returns its reply or NULL
  * and leaves the cause on the connection, as hiredis does: no server ->
  * DM_REDIS_NOCONN naming the address; an error reply -> DM_REDIS_REPLY_ERROR
@@ -27,7 +27,7 @@
 #include <cmocka.h>
 #include <hiredis/sds.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "harness.h"
 #include "net.h"
@@ -111,7 +111,7 @@ static int group_setup(void **state)
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
     cfg.on_lease_lost = DM_LOST_WARN;
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
     return 0;
 }
 
@@ -293,18 +293,18 @@ static void test_stopped_server_is_io_after_the_command_timeout(void **state)
 static void test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l[NHOLDS];
+    struct dm_rlock *l[NHOLDS];
     struct dm_hold h[NHOLDS];
     memset(h, 0, sizeof h);
     for (int i = 0; i < NHOLDS; i++) {
         char name[32];
         snprintf(name, sizeof name, "rt-hold-%d", i);
-        l[i] = dm_cluster_lock_get(name);
+        l[i] = dm_rlock_get(name);
         assert_non_null(l[i]);
-        dm_cluster_owner(h[i].owner, 700 + (unsigned long)i);
+        dm_rlock_owner(h[i].owner, 700 + (unsigned long)i);
         struct dm_grant g;
         long long asked = th_now_ms();
-        assert_int_equal(dm_cluster_acquire(l[i], h[i].owner, NULL, DM_ACQ_TRY, &g), 0);
+        assert_int_equal(dm_rlock_acquire(l[i], h[i].owner, NULL, DM_ACQ_TRY, &g), 0);
         h[i].lock = l[i];
         h[i].token = g.token;
         assert_int_equal(dm_watchdog_add(&h[i], asked, g.lease_ms), 0);
@@ -331,8 +331,8 @@ static void test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost(void
 
     for (int i = 0; i < NHOLDS; i++) {
         dm_watchdog_remove(&h[i]);
-        dm_cluster_release(l[i], h[i].owner, h[i].token);
-        dm_cluster_lock_put(l[i]);
+        dm_rlock_release(l[i], h[i].owner, h[i].token);
+        dm_rlock_put(l[i]);
     }
 }
 
@@ -357,15 +357,15 @@ static void test_signals_during_a_connect_are_no_outage(void **state)
     cfg.redis.connect_timeout_ms = LONG_CONNECT_MS;
     cfg.on_redis_down = DM_DOWN_LOCAL;
     point_at(proxy);
-    struct dm_cluster_lock *l = dm_cluster_lock_get("rt-storm-connect");
+    struct dm_rlock *l = dm_rlock_get("rt-storm-connect");
     assert_non_null(l);
     char who[DM_OWNER_MAX];
-    dm_cluster_owner(who, 801);
+    dm_rlock_owner(who, 801);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, LONG_CONNECT_MS);
     long long t0 = th_now_ms();
     th_storm_start(STORM_US);
-    int r = dm_cluster_acquire(l, who, &dl, 0, &g);
+    int r = dm_rlock_acquire(l, who, &dl, 0, &g);
     long hits = th_storm_stop();
     long long took = th_now_ms() - t0;
     cfg.redis.connect_timeout_ms = saved_cto;
@@ -381,8 +381,8 @@ static void test_signals_during_a_connect_are_no_outage(void **state)
     th_assert_has(text, "accepting");       /* the connect did wait for the queue */
     free(text);
     assert_true(hits > 0);
-    assert_int_equal(dm_cluster_release(l, who, g.token), 0);
-    dm_cluster_lock_put(l);
+    assert_int_equal(dm_rlock_release(l, who, g.token), 0);
+    dm_rlock_put(l);
 }
 
 /* The server lost its scripts and the connection broke before they were

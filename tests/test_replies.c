@@ -1,4 +1,4 @@
-/* test_replies: the lock protocol of shim/cluster.h when a reply is lost,
+/* test_replies: the lock protocol of shim/redis/lock.h when a reply is lost,
  * late or an error. A reply that never came says nothing about whether the
  * request ran (or will: a paused server runs it when the pause ends), and
  * an error reply is a refusal, not an outage. Checked: an error reply never
@@ -39,7 +39,7 @@
 #include <sys/wait.h>
 
 #include "checker.h"
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "harness.h"
 #include "lua_scripts.h"
@@ -114,17 +114,17 @@ static void proxy(const char *script, const char *action, int nth, char **outp)
 
 /* One lock call of owner 1 under on_redis_down = "error", which must end
  * in EAGAIN (deadline NULL: no limit). */
-static void assert_eagain(struct dm_cluster_lock *l, const struct timespec *deadline)
+static void assert_eagain(struct dm_rlock *l, const struct timespec *deadline)
 {
     cfg.on_redis_down = DM_DOWN_ERROR;
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
-    assert_int_equal(dm_cluster_acquire(l, a, deadline, 0, &g), EAGAIN);
+    assert_int_equal(dm_rlock_acquire(l, a, deadline, 0, &g), EAGAIN);
 }
 
 /* The lock is free on the server, and a new locker sees no dead owner. */
-static void assert_free_and_clean(struct dm_cluster_lock *l)
+static void assert_free_and_clean(struct dm_rlock *l)
 {
     if (th_cmd_int(rc, "EXISTS %s", th_key(l->name, DM_KEY_LOCK)) != 0) {
         redisReply *r = th_cmd(rc, "GET %s", th_key(l->name, DM_KEY_HOLDER));
@@ -132,16 +132,16 @@ static void assert_free_and_clean(struct dm_cluster_lock *l)
                  r->type == REDIS_REPLY_STRING ? r->str : "none");
     }
     char b[DM_OWNER_MAX];
-    dm_cluster_owner(b, 900);
+    dm_rlock_owner(b, 900);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, b, &dl, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_rlock_acquire(l, b, &dl, DM_ACQ_TRY, &g), 0);
     assert_int_equal(g.owner_dead, 0);
-    assert_int_equal(dm_cluster_release(l, b, g.token), 0);
+    assert_int_equal(dm_rlock_release(l, b, g.token), 0);
 }
 
 /* A hold by another process, made by hand. */
-static void held_elsewhere(struct dm_cluster_lock *l, long ms)
+static void held_elsewhere(struct dm_rlock *l, long ms)
 {
     freeReplyObject(th_cmd(rc, "HSET %s elsewhere:1 1", th_key(l->name, DM_KEY_LOCK)));
     freeReplyObject(th_cmd(rc, "PEXPIRE %s %ld", th_key(l->name, DM_KEY_LOCK), ms));
@@ -157,7 +157,7 @@ static int group_setup(void **state)
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_checker_start(&chk);
     th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
     return 0;
 }
 
@@ -194,17 +194,17 @@ static int teardown(void **state)
 static void test_error_reply_never_locks_locally_next_to_the_holder(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = th_lock_get("err_local");
+    struct dm_rlock *l = th_lock_get("err_local");
     held_elsewhere(l, 10 * LEASE_MS);
     char *out;
     proxy("acquire", "error:OOM command not allowed when used memory > 'maxmemory'.", 1, &out);
     cfg.on_redis_down = DM_DOWN_LOCAL;
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 800);
     long long t0 = th_now_ms();
-    int r = dm_cluster_acquire(l, a, &dl, 0, &g);
+    int r = dm_rlock_acquire(l, a, &dl, 0, &g);
     print_message("measured: error reply, on_redis_down = \"local\", timed lock (800 ms) "
                   "while held elsewhere: %s after %lld ms\n", strerror(r), th_now_ms() - t0);
     if (r == 0)
@@ -219,7 +219,7 @@ static void test_error_reply_never_locks_locally_next_to_the_holder(void **state
 static void test_error_reply_gives_eagain_under_on_redis_down_error(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = th_lock_get("err_eagain");
+    struct dm_rlock *l = th_lock_get("err_eagain");
     char *out;
     proxy("acquire", "error:NOPERM this user has no permissions to run the 'evalsha' command", 1,
           &out);
@@ -234,7 +234,7 @@ static void test_error_reply_gives_eagain_under_on_redis_down_error(void **state
 
 /* Runs release.lua by hand, as the first try of a release whose reply the
  * shim never saw. */
-static long long release_by_hand(struct dm_cluster_lock *l, const char *who, uint64_t tok)
+static long long release_by_hand(struct dm_rlock *l, const char *who, uint64_t tok)
 {
     char t[24];
     snprintf(t, sizeof t, "%llu", (unsigned long long)tok);
@@ -264,13 +264,13 @@ static void test_retried_release_after_the_next_grant_is_not_a_lost_hold(void **
     struct dm_grant gb;
     assert_int_equal(release_by_hand(h.l, h.a, h.t), 1);         /* ran; reply lost */
     th_grant(h.l, h.b, &gb);                                     /* the next owner */
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);      /* the retry */
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);      /* the retry */
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.b), 1);   /* b's hold intact */
-    assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, gb.token), 0);
     /* ...and after a third grant, and its release, still. */
     th_grant(h.l, h.b, &gb);
-    assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, gb.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
 }
 
 static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(void **state)
@@ -281,9 +281,9 @@ static void test_release_of_an_expired_hold_is_lost_even_after_the_next_grant(vo
     freeReplyObject(th_cmd(rc, "DEL %s", th_key(h.l->name, DM_KEY_LOCK)));     /* its lease ran out */
     th_grant(h.l, h.b, &gb);
     assert_int_equal(gb.owner_dead, 1);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
-    assert_int_equal(dm_cluster_release(h.l, h.b, gb.token), 0);
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), EPERM);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), EPERM);
+    assert_int_equal(dm_rlock_release(h.l, h.b, gb.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), EPERM);
     /* Bounded: the lost list keeps a few dozen tokens for a lease. */
     long long n = th_cmd_int(rc, "LLEN %s", th_key(h.l->name, DM_KEY_LOST));
     assert_true(n >= 1 && n <= 48);
@@ -310,7 +310,7 @@ static void test_a_grant_too_late_to_trust_keeps_its_dead_holder(void **state)
     proxy("acquire", act, 1, &out);
     struct dm_grant g;
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(h.l, h.b, NULL, 0, &g), 0);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, 0, &g), 0);
     long long took = th_now_ms() - t0;
     char *text = th_read_file(out);
     th_assert_has(text, "reply: delay sent");
@@ -319,7 +319,7 @@ static void test_a_grant_too_late_to_trust_keeps_its_dead_holder(void **state)
         fail_msg("granted after %lld ms: the late grant was not the one kept", took);
     if (!g.owner_dead)
         fail_msg("the grant after a late one (%lld ms) forgot that its holder died", took);
-    assert_int_equal(dm_cluster_release(h.l, h.b, g.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.b, g.token), 0);
 }
 
 /* A late copy of an old release (its connection was stalled) must not end
@@ -329,24 +329,24 @@ static void test_late_copy_of_an_old_release_leaves_a_newer_hold_alone(void **st
     (void)state;
     struct th_hold h = th_hold_by_a("rel_late");
     struct dm_grant g2;
-    assert_int_equal(dm_cluster_release(h.l, h.a, h.t), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, h.t), 0);
     th_grant(h.l, h.a, &g2);
     assert_int_equal(release_by_hand(h.l, h.a, h.t), 1);
     assert_int_equal(th_cmd_int(rc, "HGET %s %s", th_key(h.l->name, DM_KEY_LOCK), h.a), 1);
-    assert_int_equal(dm_cluster_release(h.l, h.a, g2.token), 0);
+    assert_int_equal(dm_rlock_release(h.l, h.a, g2.token), 0);
 }
 
 /* ---- an abandoned acquire leaves no grant ---------------------------------- */
 
-static void pause_then(struct dm_cluster_lock *l, int flags, long deadline_ms, int expect)
+static void pause_then(struct dm_rlock *l, int flags, long deadline_ms, int expect)
 {
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
     long long t0 = th_now_ms();
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", PAUSE_MS));
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, deadline_ms);
-    int r = dm_cluster_acquire(l, a, &dl, flags, &g);
+    int r = dm_rlock_acquire(l, a, &dl, flags, &g);
     long long took = th_now_ms() - t0;
     assert_int_equal(r, expect);
     print_message("measured: CLIENT PAUSE %ld WRITE, %s (deadline %ld ms, command timeout "
@@ -375,8 +375,8 @@ static void test_timedlock_during_client_pause_leaves_the_lock_free(void **state
 static void test_fair_timedlock_during_client_pause_leaves_the_lock_free(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = th_lock_get("pause_fair");
-    dm_cluster_lock_mode(l, 1, 0, 0);
+    struct dm_rlock *l = th_lock_get("pause_fair");
+    dm_rlock_mode(l, 1, 0, 0);
     pause_then(l, 0, 500, ETIMEDOUT);
 }
 
@@ -385,16 +385,16 @@ static void test_fair_timedlock_during_client_pause_leaves_the_lock_free(void **
 static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = th_lock_get("late_acq");
+    struct dm_rlock *l = th_lock_get("late_acq");
     char *out;
     char act[32];
     snprintf(act, sizeof act, "delay:%ld", LATE_MS);
     proxy("acquire", act, 1, &out);
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
+    assert_int_equal(dm_rlock_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
     print_message("measured: trylock whose acquire reached the server %ld ms late: EBUSY "
                   "after %lld ms\n", LATE_MS, th_now_ms() - t0);
     th_wait_for(out, "reply: delay sent", LATE_MS + SLACK_MS);
@@ -421,7 +421,7 @@ static void test_late_release_of_a_withdrawn_grant_leaves_the_next_grant_alone(v
     (void)state;
     /* a lease that outlasts the late copies: nothing renews it here */
     th_cluster_lease(&cfg, 8 * LATE_MS);
-    struct dm_cluster_lock *l = th_lock_get("withdrawn_rel");
+    struct dm_rlock *l = th_lock_get("withdrawn_rel");
     char *rout, *aout;
     char act[32];
     snprintf(act, sizeof act, "delay:%ld", 2 * LATE_MS);
@@ -430,10 +430,10 @@ static void test_late_release_of_a_withdrawn_grant_leaves_the_next_grant_alone(v
     dm_redis_atfork(DM_FORK_CHILD);
     cfg.redis.port = drop;
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
     long long t0 = th_now_ms();
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
+    assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &g), 0);
     long long took = th_now_ms() - t0;
     /* every late copy has reached the server */
     long long end = th_now_ms() + 2 * LATE_MS + 3 * SLACK_MS;
@@ -461,7 +461,7 @@ static void test_late_release_of_a_withdrawn_grant_leaves_the_next_grant_alone(v
         fail_msg("the late copy of the withdrawn grant's release ended the owner's next "
                  "hold (token %llu): the lock is free while the owner is inside",
                  (unsigned long long)g.token);
-    assert_int_equal(dm_cluster_release(l, a, g.token), 0);
+    assert_int_equal(dm_rlock_release(l, a, g.token), 0);
     assert_free_and_clean(l);
     th_cluster_lease(&cfg, LEASE_MS);
 }
@@ -469,7 +469,7 @@ static void test_late_release_of_a_withdrawn_grant_leaves_the_next_grant_alone(v
 static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = th_lock_get("drop_eagain");
+    struct dm_rlock *l = th_lock_get("drop_eagain");
     char *out;
     proxy("acquire", "drop", 1, &out);
     assert_eagain(l, NULL);
@@ -483,8 +483,8 @@ static void test_dropped_acquire_reply_under_on_redis_down_error_leaves_no_grant
 static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void **state)
 {
     (void)state;
-    struct dm_cluster_lock *l = th_lock_get("fair_eagain");
-    dm_cluster_lock_mode(l, 1, 0, 0);
+    struct dm_rlock *l = th_lock_get("fair_eagain");
+    dm_rlock_mode(l, 1, 0, 0);
     held_elsewhere(l, 10 * LEASE_MS);
     char *out;
     proxy("acquire", "drop", 2, &out);      /* the 1st queues it, the 2nd is lost */
@@ -501,7 +501,7 @@ static void test_queued_fair_waiter_giving_up_with_eagain_leaves_the_queue(void 
 /* ---- the matrix: each script's reply dropped, late, or an error ------------ */
 
 struct runner {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     unsigned long seq;
     long wait_ms;               /* deadline of each lock call */
     int sections, timeouts, lost, errors;
@@ -513,11 +513,11 @@ static void *run(void *arg)
 {
     struct runner *r = arg;
     char who[DM_OWNER_MAX];
-    dm_cluster_owner(who, r->seq);
+    dm_rlock_owner(who, r->seq);
     for (int i = 0; i < ROUNDS; i++) {
         struct dm_grant g;
         struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, r->wait_ms);
-        int rc2 = dm_cluster_acquire(r->l, who, &dl, 0, &g);
+        int rc2 = dm_rlock_acquire(r->l, who, &dl, 0, &g);
         if (rc2 == ETIMEDOUT) {
             r->timeouts++;
             continue;
@@ -531,7 +531,7 @@ static void *run(void *arg)
         r->sections++;
         usleep(HOLD_US);
         __atomic_sub_fetch(&inside, 1, __ATOMIC_SEQ_CST);
-        int rr = dm_cluster_release(r->l, who, g.token);
+        int rr = dm_rlock_release(r->l, who, g.token);
         if (rr == EPERM)
             r->lost++;
         else if (rr != 0)
@@ -544,8 +544,8 @@ static void matrix(const char *script, const char *action, int fair)
 {
     char name[64];
     snprintf(name, sizeof name, "mx_%s_%.5s_%d", script, action, fair);
-    struct dm_cluster_lock *l = th_lock_get(name);
-    dm_cluster_lock_mode(l, fair, 0, 0);
+    struct dm_rlock *l = th_lock_get(name);
+    dm_rlock_mode(l, fair, 0, 0);
     char *out;
     /* The 3rd call of a script both threads send: after both have started
      * contending. A cancel is rarer (a fair waiter timing out): the first. */
@@ -596,24 +596,24 @@ static void renew_matrix(void **s)
     const char *action = *s;         /* the setting main gives (TH_CASE) */
     char name[64];
     snprintf(name, sizeof name, "mx_renew_%.5s", action);
-    struct dm_cluster_lock *l = th_lock_get(name);
+    struct dm_rlock *l = th_lock_get(name);
     char *out;
     proxy("renew", action, 1, &out);
     cfg.on_lease_lost = DM_LOST_WARN;
     static struct dm_hold h;
     memset(&h, 0, sizeof h);
     h.lock = l;
-    dm_cluster_owner(h.owner, 1);
+    dm_rlock_owner(h.owner, 1);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
-    assert_int_equal(dm_cluster_acquire(l, h.owner, &dl, 0, &g), 0);
+    assert_int_equal(dm_rlock_acquire(l, h.owner, &dl, 0, &g), 0);
     h.token = g.token;
     assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
     char b[DM_OWNER_MAX];
-    dm_cluster_owner(b, 2);
+    dm_rlock_owner(b, 2);
     struct dm_grant gb;
     dl = th_deadline_in(CLOCK_MONOTONIC, LEASE_MS + LEASE_MS / 2);    /* past the lease the hold started with */
-    int r = dm_cluster_acquire(l, b, &dl, 0, &gb);
+    int r = dm_rlock_acquire(l, b, &dl, 0, &gb);
     if (r == 0)
         fail_msg("a waiter got the lock while its holder renewed it (token %llu)",
                  (unsigned long long)gb.token);
@@ -622,7 +622,7 @@ static void renew_matrix(void **s)
     th_assert_has(text, "reply: ");
     free(text);
     assert_int_equal(dm_watchdog_remove(&h), 0);    /* not lost */
-    assert_int_equal(dm_cluster_release(l, h.owner, h.token), 0);
+    assert_int_equal(dm_rlock_release(l, h.owner, h.token), 0);
     direct();
     assert_free_and_clean(l);
 }

@@ -1,6 +1,6 @@
 /* test_rwlocks: cluster-wide read-write locks (rwlocks entries).
  *
- * First the protocol in process (shim/cluster.h with DM_ACQ_READ, no
+ * First the protocol in process (shim/redis/lock.h with DM_ACQ_READ, no
  * LD_PRELOAD): readers share, a writer waits for them and, queued, keeps
  * new readers out; releases are idempotent and an expired read hold is
  * lost. Then real processes under the shim (tests/progs/rwprog, its header
@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "checker.h"
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "harness.h"
 
@@ -55,7 +55,7 @@ static struct th_checker chk;
 static struct th_net net;
 static struct th_redis ls, ds;          /* the lock server, the data server */
 static redisContext *lc, *dc;
-static struct dm_config cfg;            /* the in-process tests' (dm_cluster_init keeps it) */
+static struct dm_config cfg;            /* the in-process tests' (dm_rlock_init keeps it) */
 static char shim_path[PATH_MAX], prog_path[PATH_MAX];
 static char prefix[32];
 static int tseq;
@@ -137,22 +137,22 @@ static long long data_int(const char *what)
 
 /* ---- the protocol, in process --------------------------------------------- */
 
-static struct dm_cluster_lock *rw_lock_get(const char *name)
+static struct dm_rlock *rw_lock_get(const char *name)
 {
-    struct dm_cluster_lock *l = th_lock_get(name);
-    dm_cluster_lock_rwlock(l);
+    struct dm_rlock *l = th_lock_get(name);
+    dm_rlock_rwlock(l);
     return l;
 }
 
-static int acquire(struct dm_cluster_lock *l, const char *who, int flags, long ms,
+static int acquire(struct dm_rlock *l, const char *who, int flags, long ms,
                    struct dm_grant *g)
 {
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, ms);
-    return dm_cluster_acquire(l, who, &dl, flags, g);
+    return dm_rlock_acquire(l, who, &dl, flags, g);
 }
 
 struct writer_arg {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     char who[DM_OWNER_MAX];
     struct dm_grant g;
     int rc;
@@ -167,7 +167,7 @@ static void *writer_thread(void *p)
 }
 
 /* Waits until `member` (an owner) heads the write queue of `l`. */
-static void wait_queued(struct dm_cluster_lock *l, const char *owner)
+static void wait_queued(struct dm_rlock *l, const char *owner)
 {
     long long end = th_now_ms() + SLACK_MS;
     for (;;) {
@@ -185,43 +185,43 @@ static void wait_queued(struct dm_cluster_lock *l, const char *owner)
 static void test_readers_share_and_a_queued_writer_keeps_new_readers_out(void **s)
 {
     (void)s;
-    struct dm_cluster_lock *l = rw_lock_get("rw_share");
+    struct dm_rlock *l = rw_lock_get("rw_share");
     char a[DM_OWNER_MAX], b[DM_OWNER_MAX], d[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(b, 2);
-    dm_cluster_owner(d, 4);
+    dm_rlock_owner(a, 1);
+    dm_rlock_owner(b, 2);
+    dm_rlock_owner(d, 4);
     struct dm_grant ga, gb, gd;
     assert_int_equal(acquire(l, a, DM_ACQ_READ, TH_GRANT_MS, &ga), 0);
     assert_int_equal(acquire(l, b, DM_ACQ_READ | DM_ACQ_TRY, TH_GRANT_MS, &gb), 0);
     assert_true(gb.token > ga.token);                   /* every grant a token of its own */
     assert_int_equal(th_cmd_int(lc, "ZCARD %s", th_key(l->name, DM_KEY_READERS)), 2);
     char c[DM_OWNER_MAX];
-    dm_cluster_owner(c, 3);
+    dm_rlock_owner(c, 3);
     assert_int_equal(acquire(l, c, DM_ACQ_TRY, TH_GRANT_MS, &gd), EBUSY);
 
     /* static: a failed assertion leaves the thread running on it */
     static struct writer_arg w;
     w = (struct writer_arg){ .l = l };
-    dm_cluster_owner(w.who, 3);
+    dm_rlock_owner(w.who, 3);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, writer_thread, &w), 0);
     wait_queued(l, w.who);
     /* A writer waits: a new reader is refused though readers hold. */
     assert_int_equal(acquire(l, d, DM_ACQ_READ | DM_ACQ_TRY, TH_GRANT_MS, &gd), EBUSY);
-    assert_int_equal(dm_cluster_release(l, a, ga.token), 0);
-    assert_int_equal(dm_cluster_release(l, b, gb.token), 0);
+    assert_int_equal(dm_rlock_release(l, a, ga.token), 0);
+    assert_int_equal(dm_rlock_release(l, b, gb.token), 0);
     pthread_join(t, NULL);
     assert_int_equal(w.rc, 0);
     assert_true(w.g.token > gb.token);
     assert_int_equal(acquire(l, d, DM_ACQ_READ | DM_ACQ_TRY, TH_GRANT_MS, &gd), EBUSY);
-    assert_int_equal(dm_cluster_release(l, w.who, w.g.token), 0);
+    assert_int_equal(dm_rlock_release(l, w.who, w.g.token), 0);
     assert_int_equal(acquire(l, d, DM_ACQ_READ | DM_ACQ_TRY, TH_GRANT_MS, &gd), 0);
-    assert_int_equal(dm_cluster_release(l, d, gd.token), 0);
-    dm_cluster_lock_put(l);
+    assert_int_equal(dm_rlock_release(l, d, gd.token), 0);
+    dm_rlock_put(l);
 }
 
 /* Waits until the write queue of `l` has `n` waiters. */
-static void wait_queue_len(struct dm_cluster_lock *l, long long n)
+static void wait_queue_len(struct dm_rlock *l, long long n)
 {
     long long end = th_now_ms() + SLACK_MS;
     while (th_cmd_int(lc, "LLEN %s", th_key(l->name, DM_KEY_QUEUE)) < n) {
@@ -241,7 +241,7 @@ static void *fifo_writer(void *p)
     w->rc = acquire(w->l, w->who, 0, 30000, &w->g);
     if (w->rc == 0) {
         fifo_order[__atomic_fetch_add(&fifo_n, 1, __ATOMIC_RELAXED)] = w->idx;
-        dm_cluster_release(w->l, w->who, w->g.token);
+        dm_rlock_release(w->l, w->who, w->g.token);
     }
     return NULL;
 }
@@ -251,9 +251,9 @@ static void *fifo_writer(void *p)
 static void test_writers_queued_behind_a_reader_get_it_in_order(void **s)
 {
     (void)s;
-    struct dm_cluster_lock *l = rw_lock_get("rw_fifo");
+    struct dm_rlock *l = rw_lock_get("rw_fifo");
     char r[DM_OWNER_MAX];
-    dm_cluster_owner(r, 1);
+    dm_rlock_owner(r, 1);
     struct dm_grant gr;
     assert_int_equal(acquire(l, r, DM_ACQ_READ, TH_GRANT_MS, &gr), 0);
     static struct writer_arg w[FIFO_WRITERS];  /* static: see above */
@@ -261,11 +261,11 @@ static void test_writers_queued_behind_a_reader_get_it_in_order(void **s)
     fifo_n = 0;
     for (int i = 0; i < FIFO_WRITERS; i++) {
         w[i] = (struct writer_arg){ .l = l, .idx = i };
-        dm_cluster_owner(w[i].who, 10 + i);
+        dm_rlock_owner(w[i].who, 10 + i);
         assert_int_equal(pthread_create(&t[i], NULL, fifo_writer, &w[i]), 0);
         wait_queue_len(l, i + 1);
     }
-    assert_int_equal(dm_cluster_release(l, r, gr.token), 0);
+    assert_int_equal(dm_rlock_release(l, r, gr.token), 0);
     for (int i = 0; i < FIFO_WRITERS; i++)
         pthread_join(t[i], NULL);
     for (int i = 0; i < FIFO_WRITERS; i++) {
@@ -274,30 +274,30 @@ static void test_writers_queued_behind_a_reader_get_it_in_order(void **s)
         if (i > 0)
             assert_true(w[i].g.token > w[i - 1].g.token);
     }
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
 }
 
 static void test_read_release_is_idempotent_and_an_expired_read_hold_is_lost(void **s)
 {
     (void)s;
-    struct dm_cluster_lock *l = rw_lock_get("rw_release");
+    struct dm_rlock *l = rw_lock_get("rw_release");
     char a[DM_OWNER_MAX], b[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(b, 2);
-    dm_cluster_owner(c, 3);
+    dm_rlock_owner(a, 1);
+    dm_rlock_owner(b, 2);
+    dm_rlock_owner(c, 3);
     struct dm_grant ga, gb, gc;
     assert_int_equal(acquire(l, a, DM_ACQ_READ, TH_GRANT_MS, &ga), 0);
-    assert_int_equal(dm_cluster_release(l, a, ga.token), 0);
-    assert_int_equal(dm_cluster_release(l, a, ga.token), 0);   /* a retry: released */
+    assert_int_equal(dm_rlock_release(l, a, ga.token), 0);
+    assert_int_equal(dm_rlock_release(l, a, ga.token), 0);   /* a retry: released */
     /* b's read hold is never renewed: it expires, and a writer gets in. */
     assert_int_equal(acquire(l, b, DM_ACQ_READ, TH_GRANT_MS, &gb), 0);
     long long t0 = th_now_ms();
     assert_int_equal(acquire(l, c, 0, LEASE_MS + SLACK_MS, &gc), 0);
     assert_true(th_now_ms() - t0 >= LEASE_MS / 2);
-    assert_int_equal(dm_cluster_release(l, b, gb.token), EPERM);
-    assert_int_equal(dm_cluster_release(l, b, gb.token), EPERM);
-    assert_int_equal(dm_cluster_release(l, c, gc.token), 0);
-    dm_cluster_lock_put(l);
+    assert_int_equal(dm_rlock_release(l, b, gb.token), EPERM);
+    assert_int_equal(dm_rlock_release(l, b, gb.token), EPERM);
+    assert_int_equal(dm_rlock_release(l, c, gc.token), 0);
+    dm_rlock_put(l);
 }
 
 /* ---- processes under the shim ---------------------------------------------- */
@@ -865,7 +865,7 @@ static int group_setup(void **state)
     lc = th_redis_connect(&ls);
     dc = th_redis_connect(&ds);
     th_cluster_config(&cfg, &ls, DM_COMMAND_TIMEOUT_MS, LEASE_MS);
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
     return 0;
 }
 

@@ -59,7 +59,7 @@
 #include <cmocka.h>
 
 #include "checker.h"
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "harness.h"
 #include "progs/fdio.h"
@@ -365,7 +365,7 @@ static void fake_sentinel_names(const struct th_redis *r)
 
 /* ==== in process: READONLY from a demoted primary ============================ */
 
-static struct dm_config cfg;     /* dm_cluster_init keeps a pointer to it */
+static struct dm_config cfg;     /* dm_rlock_init keeps a pointer to it */
 static struct dm_endpoint one_sentinel;
 
 /* `from` is demoted to a replica of `to`, which is promoted, behind the
@@ -402,34 +402,34 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
     cfg.redis.nsentinels = 1;
     cfg.redis.master = (char *)MASTER;
     cfg.on_lease_lost = DM_LOST_WARN;
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
 
     /* 1. A lock call: a pooled connection to the primary, then the switch. */
-    struct dm_cluster_lock *l1 = dm_cluster_lock_get("ro_held"), *l2 = dm_cluster_lock_get("ro_new");
+    struct dm_rlock *l1 = dm_rlock_get("ro_held"), *l2 = dm_rlock_get("ro_new");
     struct dm_grant g;
     char owner2[DM_OWNER_MAX];
-    dm_cluster_owner(owner2, 2);
-    assert_int_equal(dm_cluster_acquire(l2, owner2, NULL, DM_ACQ_TRY, &g), 0);
-    assert_int_equal(dm_cluster_release(l2, owner2, g.token), 0);
+    dm_rlock_owner(owner2, 2);
+    assert_int_equal(dm_rlock_acquire(l2, owner2, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_rlock_release(l2, owner2, g.token), 0);
     switch_behind_the_back(&t->primary, &t->replica[0]);
     long long t0 = th_now_ms();
     struct timespec dl;
     dm_deadline_in(&dl, 5000);
-    int rc = dm_cluster_acquire(l2, owner2, &dl, 0, &g);
+    int rc = dm_rlock_acquire(l2, owner2, &dl, 0, &g);
     long long took = th_now_ms() - t0;
     if (rc != 0)
         fail_msg("the lock call after the demotion returned %d (%s) after %lld ms: READONLY "
                  "was not taken for a wrong node", rc, strerror(rc), took);
     redisContext *neu = th_redis_connect(&t->replica[0]);
     assert_int_equal(th_cmd_int(neu, "HEXISTS %s %s", th_key("ro_new", DM_KEY_LOCK), owner2), 1);
-    assert_int_equal(dm_cluster_release(l2, owner2, g.token), 0);
+    assert_int_equal(dm_rlock_release(l2, owner2, g.token), 0);
 
     /* 2. A hold on the new primary, which is demoted in turn. */
     wait_replicas(&t->replica[0], 1);
     static struct dm_hold h;
     h.lock = l1;
-    dm_cluster_owner(h.owner, 1);
-    assert_int_equal(dm_cluster_acquire(l1, h.owner, NULL, 0, &g), 0);
+    dm_rlock_owner(h.owner, 1);
+    assert_int_equal(dm_rlock_acquire(l1, h.owner, NULL, 0, &g), 0);
     h.token = g.token;
     assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
     /* The hold reaches the replica (the old primary, now replicating the
@@ -455,9 +455,9 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
     assert_true(pttl > lease / 3);
     dm_watchdog_remove(&h);
     dm_watchdog_forget(&h);
-    assert_int_equal(dm_cluster_release(l1, h.owner, h.token), 0);
-    dm_cluster_lock_put(l1);
-    dm_cluster_lock_put(l2);
+    assert_int_equal(dm_rlock_release(l1, h.owner, h.token), 0);
+    dm_rlock_put(l1);
+    dm_rlock_put(l2);
     redisFree(old);
     redisFree(neu);
     topo_stop(t);
@@ -471,7 +471,7 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
 static void wait_resend_round(unsigned long before)
 {
     long long end = th_now_ms() + RUN_MS;
-    while (dm_cluster_resend_rounds() == before) {
+    while (dm_rlock_resend_rounds() == before) {
         if (th_now_ms() > end)
             fail_msg("the release resender never ran after the primary moved");
         usleep(POLL_US);
@@ -491,7 +491,7 @@ static void fake_sentinel_cluster(const struct topo *t, long lease)
     cfg.redis.nsentinels = 1;
     cfg.redis.master = (char *)MASTER;
     cfg.on_lease_lost = DM_LOST_WARN;
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
 }
 
 /* Waits until the replica `neu` has `owner`'s hold of `key`, then cuts it
@@ -526,15 +526,15 @@ static void demote_to(const struct th_redis *old, const struct th_redis *neu)
  * hooks. Returns when the switch was made (ms), once the resender's round
  * has run. */
 static long long fail_over_by_a_lock_call(const struct th_redis *old, const struct th_redis *neu,
-                                          struct dm_cluster_lock *via, const char *owner)
+                                          struct dm_rlock *via, const char *owner)
 {
     demote_to(old, neu);
-    unsigned long r0 = dm_cluster_resend_rounds();
+    unsigned long r0 = dm_rlock_resend_rounds();
     fake_sentinel_names(neu);
     long long t0 = th_now_ms();
     struct dm_grant g;
-    assert_int_equal(dm_cluster_acquire(via, owner, NULL, DM_ACQ_TRY, &g), 0);
-    assert_int_equal(dm_cluster_release(via, owner, g.token), 0);
+    assert_int_equal(dm_rlock_acquire(via, owner, NULL, DM_ACQ_TRY, &g), 0);
+    assert_int_equal(dm_rlock_release(via, owner, g.token), 0);
     wait_resend_round(r0);
     return t0;
 }
@@ -563,25 +563,25 @@ static void test_a_release_sent_again_leaves_the_same_threads_new_grant(void **s
         char name[32];
         snprintf(name, sizeof name, "rev_rg_%d", round);
         const char *key = th_key(name, DM_KEY_LOCK);
-        struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+        struct dm_rlock *l = dm_rlock_get(name);
         char owner[DM_OWNER_MAX];
-        dm_cluster_owner(owner, 1);
+        dm_rlock_owner(owner, 1);
         struct dm_grant g;
         wait_replicas(old, 1);
-        assert_int_equal(dm_cluster_acquire(l, owner, NULL, 0, &g), 0);
+        assert_int_equal(dm_rlock_acquire(l, owner, NULL, 0, &g), 0);
         uint64_t t1 = g.token;
         redisContext *n = cut_off_holding(neu, key, owner);     /* neu keeps the hold */
-        assert_int_equal(dm_cluster_release_hold(l, owner, t1, g.wait_id), 0);   /* answered by old only */
+        assert_int_equal(dm_rlock_release_hold(l, owner, t1, g.wait_id), 0);   /* answered by old only */
         redisContext *o = th_redis_connect(old);
         assert_int_equal(th_cmd_int(o, "EXISTS %s", key), 0);
         redisFree(o);
         demote_to(old, neu);
-        unsigned long r0 = dm_cluster_resend_rounds();
+        unsigned long r0 = dm_rlock_resend_rounds();
         fake_sentinel_names(neu);
         /* A locks again at once: READONLY from old, the sentinel names neu. */
         struct timespec dl;
         dm_deadline_in(&dl, 5000);
-        assert_int_equal(dm_cluster_acquire(l, owner, &dl, 0, &g), 0);
+        assert_int_equal(dm_rlock_acquire(l, owner, &dl, 0, &g), 0);
         uint64_t t2 = g.token;
         wait_resend_round(r0);
         long long held = th_cmd_int(n, "HEXISTS %s %s", key, owner);
@@ -592,18 +592,18 @@ static void test_a_release_sent_again_leaves_the_same_threads_new_grant(void **s
         if (!held) {
             freed++;
             char other[DM_OWNER_MAX];
-            dm_cluster_owner(other, 99);      /* another process's thread, as the server sees it */
+            dm_rlock_owner(other, 99);      /* another process's thread, as the server sees it */
             struct dm_grant g2;
-            int rc2 = dm_cluster_acquire(l, other, NULL, DM_ACQ_TRY, &g2);
+            int rc2 = dm_rlock_acquire(l, other, NULL, DM_ACQ_TRY, &g2);
             printf("round %d: while A is inside (token %llu), another owner's trylock returns %d "
                    "(token %llu)\n", round, (unsigned long long)t2, rc2,
                    rc2 == 0 ? (unsigned long long)g2.token : 0ULL);
             if (rc2 == 0)
-                dm_cluster_release(l, other, g2.token);
+                dm_rlock_release(l, other, g2.token);
         }
         if (held)
-            assert_int_equal(dm_cluster_release(l, owner, t2), 0);
-        dm_cluster_lock_put(l);
+            assert_int_equal(dm_rlock_release(l, owner, t2), 0);
+        dm_rlock_put(l);
         redisFree(n);
         cur_p = 1 - cur_p;
     }
@@ -628,17 +628,17 @@ static void test_every_kept_release_is_sent_again_the_server_decides(void **s)
     fake_sentinel_cluster(t, lease);
     struct th_redis *old = &t->primary, *neu = &t->replica[0];
     const char *key = th_key("rev_sk", DM_KEY_LOCK);
-    struct dm_cluster_lock *l = dm_cluster_lock_get("rev_sk"), *y = dm_cluster_lock_get("rev_sk_y");
+    struct dm_rlock *l = dm_rlock_get("rev_sk"), *y = dm_rlock_get("rev_sk_y");
     char a[DM_OWNER_MAX], b[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(b, 2);
-    dm_cluster_owner(c, 3);
+    dm_rlock_owner(a, 1);
+    dm_rlock_owner(b, 2);
+    dm_rlock_owner(c, 3);
     struct dm_grant ga, gb;
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &ga), 0);
+    assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &ga), 0);
     redisContext *n = cut_off_holding(neu, key, a);
-    assert_int_equal(dm_cluster_release_hold(l, a, ga.token, ga.wait_id), 0);
-    assert_int_equal(dm_cluster_acquire(l, b, NULL, 0, &gb), 0);
-    assert_int_equal(dm_cluster_release_hold(l, b, gb.token, gb.wait_id), 0);
+    assert_int_equal(dm_rlock_release_hold(l, a, ga.token, ga.wait_id), 0);
+    assert_int_equal(dm_rlock_acquire(l, b, NULL, 0, &gb), 0);
+    assert_int_equal(dm_rlock_release_hold(l, b, gb.token, gb.wait_id), 0);
     long long t0 = fail_over_by_a_lock_call(old, neu, y, c);   /* any lock call does */
     long long held = th_cmd_int(n, "HEXISTS %s %s", key, a);
     long long pttl = th_cmd_int(n, "PTTL %s", key);
@@ -646,8 +646,8 @@ static void test_every_kept_release_is_sent_again_the_server_decides(void **s)
              "hold (PTTL %lld of %ld)",
              th_now_ms() - t0, held ? "STILL HAS" : "no longer has", pttl, lease);
     redisFree(n);
-    dm_cluster_lock_put(l);
-    dm_cluster_lock_put(y);
+    dm_rlock_put(l);
+    dm_rlock_put(y);
     assert_int_equal(held, 0);
 }
 
@@ -665,17 +665,17 @@ static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
     fake_sentinel_cluster(t, lease);
     struct th_redis *old = &t->primary, *neu = &t->replica[0];
     const char *key = th_key("rev_cold", DM_KEY_LOCK);
-    struct dm_cluster_lock *l = dm_cluster_lock_get("rev_cold"), *h = dm_cluster_lock_get("rev_hot");
+    struct dm_rlock *l = dm_rlock_get("rev_cold"), *h = dm_rlock_get("rev_hot");
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
+    assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &g), 0);
     redisContext *n = cut_off_holding(neu, key, a);
-    assert_int_equal(dm_cluster_release_hold(l, a, g.token, g.wait_id), 0);
+    assert_int_equal(dm_rlock_release_hold(l, a, g.token, g.wait_id), 0);
     long long h0 = th_now_ms();
     for (int i = 0; i < 256; i++) {
-        assert_int_equal(dm_cluster_acquire(h, a, NULL, 0, &g), 0);
-        assert_int_equal(dm_cluster_release_hold(h, a, g.token, g.wait_id), 0);
+        assert_int_equal(dm_rlock_acquire(h, a, NULL, 0, &g), 0);
+        assert_int_equal(dm_rlock_release_hold(h, a, g.token, g.wait_id), 0);
     }
     long long hot_ms = th_now_ms() - h0;
     fail_over_by_a_lock_call(old, neu, h, a);
@@ -685,14 +685,14 @@ static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
              "lock's hold (PTTL %lld of %ld)", hot_ms, held ? "STILL HAS" : "no longer has", pttl,
              lease);
     redisFree(n);
-    dm_cluster_lock_put(l);
-    dm_cluster_lock_put(h);
+    dm_rlock_put(l);
+    dm_rlock_put(h);
     assert_int_equal(held, 0);
 }
 
 
 struct release_call {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     const char *owner;
     uint64_t token;
     unsigned long wait_id;
@@ -702,7 +702,7 @@ struct release_call {
 static void *release_call_main(void *arg)
 {
     struct release_call *r = arg;
-    r->rc = dm_cluster_release_hold(r->l, r->owner, r->token, r->wait_id);
+    r->rc = dm_rlock_release_hold(r->l, r->owner, r->token, r->wait_id);
     return NULL;
 }
 
@@ -723,14 +723,14 @@ static void test_a_release_answered_by_the_old_primary_after_the_round_is_sent_a
     cfg.redis.command_timeout_ms = 5000;    /* the release waits out the pause on the old one */
     struct th_redis *old = &t->primary, *neu = &t->replica[0];
     const char *key = th_key("fly", DM_KEY_LOCK);
-    struct dm_cluster_lock *l = dm_cluster_lock_get("fly"), *w = dm_cluster_lock_get("fly_warm");
+    struct dm_rlock *l = dm_rlock_get("fly"), *w = dm_rlock_get("fly_warm");
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     struct dm_grant g;
     /* the resender thread and its hook, as after any earlier unlock */
-    assert_int_equal(dm_cluster_acquire(w, a, NULL, 0, &g), 0);
-    assert_int_equal(dm_cluster_release_hold(w, a, g.token, g.wait_id), 0);
-    assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
+    assert_int_equal(dm_rlock_acquire(w, a, NULL, 0, &g), 0);
+    assert_int_equal(dm_rlock_release_hold(w, a, g.token, g.wait_id), 0);
+    assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &g), 0);
     redisContext *n = cut_off_holding(neu, key, a);
     redisContext *o = th_redis_connect(old);
     freeReplyObject(th_cmd(o, "CLIENT PAUSE 2000 WRITE"));
@@ -738,7 +738,7 @@ static void test_a_release_answered_by_the_old_primary_after_the_round_is_sent_a
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, release_call_main, &rel), 0);
     usleep(150000);     /* the release is written, waiting on the paused old primary */
-    unsigned long r0 = dm_cluster_resend_rounds();
+    unsigned long r0 = dm_rlock_resend_rounds();
     fake_sentinel_names(neu);
     dm_sentinel_stale(dm_sentinel_gen());
     struct dm_primary p;
@@ -746,7 +746,7 @@ static void test_a_release_answered_by_the_old_primary_after_the_round_is_sent_a
     int answered;
     assert_int_equal(dm_sentinel_primary(&p, err, sizeof err, &answered), 0);  /* the hooks */
     wait_resend_round(r0);
-    unsigned long r1 = dm_cluster_resend_rounds();
+    unsigned long r1 = dm_rlock_resend_rounds();
     pthread_join(th, NULL);
     assert_int_equal(rel.rc, 0);
     assert_int_equal(th_cmd_int(o, "EXISTS %s", key), 0);   /* the old primary ran it */
@@ -756,8 +756,8 @@ static void test_a_release_answered_by_the_old_primary_after_the_round_is_sent_a
              "the hold after the round it asked for", held ? "STILL HAS" : "no longer has");
     redisFree(o);
     redisFree(n);
-    dm_cluster_lock_put(l);
-    dm_cluster_lock_put(w);
+    dm_rlock_put(l);
+    dm_rlock_put(w);
     assert_int_equal(held, 0);
 }
 
@@ -770,19 +770,19 @@ static void test_kept_releases_keep_no_record_alive(void **s)
     struct topo *t = &cur;
     topo_start(t, 0, 0);
     fake_sentinel_cluster(t, 2000);
-    size_t before = dm_cluster_lock_stats().count;
+    size_t before = dm_rlock_stats().count;
     char a[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
+    dm_rlock_owner(a, 1);
     for (int i = 0; i < 300; i++) {
         char name[32];
         snprintf(name, sizeof name, "rev_obj_%d", i);
-        struct dm_cluster_lock *l = dm_cluster_lock_get(name);
+        struct dm_rlock *l = dm_rlock_get(name);
         struct dm_grant g;
-        assert_int_equal(dm_cluster_acquire(l, a, NULL, 0, &g), 0);
-        assert_int_equal(dm_cluster_release_hold(l, a, g.token, g.wait_id), 0);
-        dm_cluster_lock_put(l);
+        assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &g), 0);
+        assert_int_equal(dm_rlock_release_hold(l, a, g.token, g.wait_id), 0);
+        dm_rlock_put(l);
     }
-    size_t after = dm_cluster_lock_stats().count;
+    size_t after = dm_rlock_stats().count;
     measured("records before %zu, after 300 names were made, used once, released (kept for a "
              "failover) and put: %zu", before, after);
     assert_int_equal(after, before);
@@ -798,7 +798,7 @@ static void test_kept_releases_keep_no_record_alive(void **s)
 #define FORK_ROUND_NAMES 3
 
 struct try_lock {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     const char *owner;
     struct dm_grant g;
     int rc;
@@ -807,14 +807,14 @@ struct try_lock {
 static void *try_lock_main(void *arg)
 {
     struct try_lock *t = arg;
-    t->rc = dm_cluster_acquire(t->l, t->owner, NULL, DM_ACQ_TRY, &t->g);
+    t->rc = dm_rlock_acquire(t->l, t->owner, NULL, DM_ACQ_TRY, &t->g);
     return NULL;
 }
 
 /* In the child: 0 when it has *want records, else 10 + how many more. */
 static int child_counts_records(void *want)
 {
-    size_t n = dm_cluster_lock_stats().count, w = *(size_t *)want;
+    size_t n = dm_rlock_stats().count, w = *(size_t *)want;
     return n == w ? 0 : 10 + (int)(n - w);
 }
 
@@ -825,18 +825,18 @@ static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_refer
     topo_start(t, 1, 0);
     fake_sentinel_cluster(t, 20000);
     struct th_redis *old = &t->primary, *neu = &t->replica[0];
-    size_t base = dm_cluster_lock_stats().count;
+    size_t base = dm_rlock_stats().count;
     char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_cluster_owner(a, 1);
-    dm_cluster_owner(c, 2);
-    struct dm_cluster_lock *ls[FORK_ROUND_NAMES];
+    dm_rlock_owner(a, 1);
+    dm_rlock_owner(c, 2);
+    struct dm_rlock *ls[FORK_ROUND_NAMES];
     for (int i = 0; i < FORK_ROUND_NAMES; i++) {
         char name[32];
         snprintf(name, sizeof name, "fround_%d", i);
-        ls[i] = dm_cluster_lock_get(name);
+        ls[i] = dm_rlock_get(name);
         struct dm_grant g;
-        assert_int_equal(dm_cluster_acquire(ls[i], a, NULL, 0, &g), 0);
-        assert_int_equal(dm_cluster_release_hold(ls[i], a, g.token, g.wait_id), 0);
+        assert_int_equal(dm_rlock_acquire(ls[i], a, NULL, 0, &g), 0);
+        assert_int_equal(dm_rlock_release_hold(ls[i], a, g.token, g.wait_id), 0);
     }
     /* The failover, the new primary paused: the lock call that finds it
      * (a thread of its own: it waits for the pause too) starts the round. */
@@ -844,9 +844,9 @@ static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_refer
     freeReplyObject(th_cmd(n, "REPLICAOF NO ONE"));
     demote_to(old, neu);
     freeReplyObject(th_cmd(n, "CLIENT PAUSE 60000 WRITE"));
-    unsigned long r0 = dm_cluster_resend_rounds();
+    unsigned long r0 = dm_rlock_resend_rounds();
     fake_sentinel_names(neu);
-    struct try_lock tl = { dm_cluster_lock_get("fround_via"), c, { 0 }, -1 };
+    struct try_lock tl = { dm_rlock_get("fround_via"), c, { 0 }, -1 };
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, try_lock_main, &tl), 0);
     long long end = th_now_ms() + RUN_MS;
@@ -857,15 +857,15 @@ static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_refer
             usleep(1000);
         }
     for (int i = 0; i < FORK_ROUND_NAMES; i++)
-        dm_cluster_lock_put(ls[i]);             /* the round's references keep them */
-    assert_int_equal(dm_cluster_lock_stats().count, base + FORK_ROUND_NAMES + 1);
+        dm_rlock_put(ls[i]);             /* the round's references keep them */
+    assert_int_equal(dm_rlock_stats().count, base + FORK_ROUND_NAMES + 1);
     size_t want = base + 1;                     /* fround_via's, the test's own */
     int st = th_fork_with_handlers(child_counts_records, &want);
     freeReplyObject(th_cmd(n, "CLIENT UNPAUSE"));
     redisFree(n);
     pthread_join(th, NULL);
     if (tl.rc == 0)
-        assert_int_equal(dm_cluster_release(tl.l, c, tl.g.token), 0);
+        assert_int_equal(dm_rlock_release(tl.l, c, tl.g.token), 0);
     wait_resend_round(r0);
     measured("a fork while the resender's round waited for a paused new primary: the child "
              "kept %d of the round's %d records (exit status %d)",
@@ -875,14 +875,14 @@ static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_refer
     assert_int_equal(WEXITSTATUS(st), 0);
     /* In the parent, the round ends and gives its references back. */
     end = th_now_ms() + RUN_MS;
-    while (dm_cluster_lock_stats().count != base + 1) {
+    while (dm_rlock_stats().count != base + 1) {
         if (th_now_ms() > end)
             fail_msg("%zu records after the round, expected %zu",
-                     dm_cluster_lock_stats().count, base + 1);
+                     dm_rlock_stats().count, base + 1);
         usleep(1000);
     }
-    dm_cluster_lock_put(tl.l);
-    assert_int_equal(dm_cluster_lock_stats().count, base);
+    dm_rlock_put(tl.l);
+    assert_int_equal(dm_rlock_stats().count, base);
 }
 
 /* How many clients of r are blocked in a WAIT now (CLIENT LIST: flags
@@ -930,14 +930,14 @@ static void test_a_renewal_wait_answered_after_the_primary_moved_does_not_count(
     cfg.on_lease_lost = DM_LOST_WARN;
     cfg.min_replicas = 1;
     cfg.replica_timeout_ms = RENEW_ACK_MS;
-    dm_cluster_init(&cfg);
+    dm_rlock_init(&cfg);
 
     static struct dm_hold h;
-    struct dm_cluster_lock *l = dm_cluster_lock_get("rw_held");
+    struct dm_rlock *l = dm_rlock_get("rw_held");
     struct dm_grant g;
     h.lock = l;
-    dm_cluster_owner(h.owner, 1);
-    assert_int_equal(dm_cluster_acquire(l, h.owner, NULL, 0, &g), 0);
+    dm_rlock_owner(h.owner, 1);
+    assert_int_equal(dm_rlock_acquire(l, h.owner, NULL, 0, &g), 0);
     h.token = g.token;
     kill(t->replica[0].pid, SIGSTOP);
     assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
@@ -972,7 +972,7 @@ static void test_a_renewal_wait_answered_after_the_primary_moved_does_not_count(
                  "renewal moved from %lld to %lld", before, after);
     dm_watchdog_remove(&h);
     dm_watchdog_forget(&h);
-    dm_cluster_lock_put(l);
+    dm_rlock_put(l);
     topo_stop(t);
 }
 

@@ -1,4 +1,4 @@
-/* test_tls: dmutex over TLS (shim/net.c) against redis-servers started
+/* test_tls: dmutex over TLS (shim/redis/net.c) against redis-servers started
  * with --tls-port only, using certificates the group makes with the
  * openssl command (tests/tls-certs.sh): mutual TLS keeps a counter exact
  * across processes (locks, notices and renewals all over TLS); every way a

@@ -8,7 +8,7 @@ TEST_SRCS  := $(sort $(wildcard tests/test_*.c))
 TEST_BINS  := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRCS))
 PROG_SRCS  := $(sort $(wildcard tests/progs/*.c))
 PROG_BINS  := $(patsubst tests/progs/%.c,$(B)/tests/progs/%,$(PROG_SRCS))
-TEST_CFLAGS = $(DM_CFLAGS) -Ishim -Itests $(shell pkg-config --cflags cmocka)
+TEST_CFLAGS = $(DM_CFLAGS) -Ishim -Ishim/redis -Itests $(shell pkg-config --cflags cmocka)
 
 .PHONY: test test-build test-loaded
 test:
@@ -53,10 +53,10 @@ $(B)/tests/progs:
 	mkdir -p $@
 
 # faultserver tells the scripts apart by their keys: the layout comes from
-# the keys module (shim/keys.c, no state, no I/O) in the core archive.
+# the keys module (shim/redis/keys.c, no state, no I/O) in the core archive.
 # Under `make test-asan` the archive is instrumented: link the runtime too.
-PROG_LIBS_faultserver = -Ishim $(B)/libdmcore.a $(filter -fsanitize=%,$(SHIM_LIBS))
-$(B)/tests/progs/faultserver: $(B)/libdmcore.a shim/keys.h
+PROG_LIBS_faultserver = -Ishim -Ishim/redis $(B)/libdmcore.a $(filter -fsanitize=%,$(SHIM_LIBS))
+$(B)/tests/progs/faultserver: $(B)/libdmcore.a shim/redis/keys.h
 
 PROG_LIBS_counter = $(shell pkg-config --libs hiredis)
 PROG_LIBS_condprog = $(shell pkg-config --libs hiredis)
@@ -65,7 +65,7 @@ PROG_LIBS_posixprog = $(shell pkg-config --libs hiredis) -ldl
 PROG_LIBS_c11prog = $(shell pkg-config --libs hiredis)
 # staleprog places a mutex where the shim's next name record's own mutex
 # goes (shim/mapped_impl.h), and its calloc is the shim's (-rdynamic).
-PROG_LIBS_staleprog = -Ishim $(shell pkg-config --cflags hiredis libconfig) -rdynamic -ldl
+PROG_LIBS_staleprog = -Ishim -Ishim/redis $(shell pkg-config --cflags hiredis libconfig) -rdynamic -ldl
 $(B)/tests/progs/staleprog: shim/mapped_impl.h
 # sslprog is a program with an OpenSSL of its own (test_tls).
 PROG_LIBS_sslprog = $(shell pkg-config --libs libssl libcrypto)

@@ -3,7 +3,7 @@
  * channels of the config's namespace. Redis 7 checks the commands a script
  * runs (EVAL, EVALSHA) against the calling user too, so the scripts'
  * redis.call()s are part of the list (tests/acl_commands.test.sh holds
- * this table to shim/lua/ scripts). */
+ * this table to shim/redis/lua/ scripts). */
 #include <getopt.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -26,7 +26,7 @@ static const char *const shim_commands[] = {
     "role", "wait",
     /* notify.c: the subscriber connection (and its PING) */
     "subscribe", "unsubscribe",
-    /* shim/lua/: what the scripts call */
+    /* shim/redis/lua/: what the scripts call */
     "del", "get", "set", "incr", "type", "time", "pttl", "pexpire", "exists",
     "hexists", "hget", "hset", "hdel", "hkeys",
     "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "ltrim", "rpush",

@@ -33,7 +33,7 @@ static int config_keys(int argc, char **argv)
 /* `dmutex keys NS NAME KIND...` and `dmutex keys --release NS NAME` (not
  * in the usage text): lock NAME's keys of those kinds (lock, token,
  * holder...), or release.lua's KEYS in its order, one per line, built by
- * shim/keys.c, so that the shell tests spell no key by hand. */
+ * shim/redis/keys.c, so that the shell tests spell no key by hand. */
 static int keys_verb(int argc, char **argv)
 {
     int release = argc >= 2 && strcmp(argv[1], "--release") == 0;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Turns shim/lua/*.lua into C string constants (build/shim/lua_scripts.c), so
+# Turns shim/redis/lua/*.lua into C string constants (build/shim/redis/lua_scripts.c), so
 # the scripts stay plain files runnable with `redis-cli --eval` while the
 # shim carries them inside the library.
 set -e

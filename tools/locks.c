@@ -1,5 +1,5 @@
 /* locks: the server's view of a namespace's locks, for ls and top (see
- * locks.h). Every key name comes from shim/keys.c. */
+ * locks.h). Every key name comes from shim/redis/keys.c. */
 #include "locks.h"
 
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* dmutex unlock: end a lock's hold from outside, for an operator whose
  * holder is gone. The decision and the release are one script
- * (shim/lua/force.lua) on the server, so the refusal cannot race a
+ * (shim/redis/lua/force.lua) on the server, so the refusal cannot race a
  * holder's renewal, and a forced release is the protocol's own handover. */
 #include <getopt.h>
 #include <pwd.h>

@@ -393,7 +393,7 @@ static int f_on;                /* "N+": the Nth call and every one after it */
 /* Which script a request calls, from its arguments (EVALSHA SHA NKEYS K1
  * K2...): renew has one key; the others are told apart by their second key,
  * which every version of the scripts has kept (the key names come from
- * shim/keys.c, the one source of the layout). */
+ * shim/redis/keys.c, the one source of the layout). */
 static const char *script_of(const char *buf, size_t len)
 {
     char a[6][128];

@@ -11,7 +11,7 @@
 -- names the request each hold came through.
 --
 -- KEYS[1] lock  KEYS[2] queue  KEYS[3] qtime  KEYS[4] token (unused)  KEYS[5] holder
--- KEYS[6] void  (see acquire.lua; names built by shim/keys.c)
+-- KEYS[6] void  (see acquire.lua; names built by shim/redis/keys.c)
 -- KEYS[7] readers  KEYS[8] rgrant: an rwlock's; a read grant that came
 --         through the request counts as one through the lock
 -- ARGV[1] owner  ARGV[2] "<owner>|<wait id>"  ARGV[3] void for ms, 0: do not

@@ -1,5 +1,5 @@
 -- renew: extend the lease of owner ARGV[1] on KEYS[1] (the lock hash
--- ns:{NAME}, built by shim/keys.c) to ARGV[2] ms. With ARGV[3] = 'r', a
+-- ns:{NAME}, built by shim/redis/keys.c) to ARGV[2] ms. With ARGV[3] = 'r', a
 -- read hold of an rwlock: KEYS[1] is its readers set ns:{NAME}:readers
 -- (acquire.lua), and only a reader whose own deadline has not passed is
 -- renewed (an expired one waits to be dropped by the next acquire).

@@ -2,7 +2,7 @@
  * channel of lock NAME in namespace NS is built here from (NS, NAME), and
  * the holder marker the scripts leave in NS:{NAME}:holder is decoded here.
  * The shim (cluster.c), `dmutex ls` and the tests use it; the scripts
- * (shim/lua/) document their KEYS[] against it and docs/design.md maps it.
+ * (shim/redis/lua/) document their KEYS[] against it and docs/design.md maps it.
  * No I/O, no allocation, no state: any thread, any time, also in a fork
  * child. */
 #ifndef DM_KEYS_H

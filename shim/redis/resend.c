@@ -1,11 +1,11 @@
 /* resend: releases a failover may undo. With Sentinel or Redis Cluster a
  * record keeps its last unlocks' releases for a lease
- * (dm_cluster_release_hold), and a thread of their own sends them again
+ * (dm_rlock_release_hold), and a thread of their own sends them again
  * when the primary moves. Knows the lock protocol through cluster_impl.h
- * (the records' table, cl_release_waited), and of Redis where the primary
+ * (the records' table, rl_release_waited), and of Redis where the primary
  * is (its generation, a slot's node and epoch, the switch hook). */
-#include "cluster.h"
-#include "cluster_impl.h"
+#include "lock.h"
+#include "lock_impl.h"
 
 #include <errno.h>
 #include <semaphore.h>
@@ -26,7 +26,7 @@
  * a failover then promotes a replica on which the hold is still there:
  * everyone waits for the rest of its lease (9.3 s of a 10 s lease in 8 of
  * 14 failover runs here). So a record keeps the releases of its last
- * DM_KEPT_PER_LOCK unlocks (dm_cluster_release_hold: each names the lock
+ * DM_KEPT_PER_LOCK unlocks (dm_rlock_release_hold: each names the lock
  * call it ends) for a lease, and when the primary moves, a thread of its
  * own (started at the first one kept) sends every one still in its lease
  * again to the new primary. The server decides: release.lua answers a
@@ -83,10 +83,10 @@ static void resend_switch(void)
 }
 
 struct resend_job {
-    struct dm_cluster_lock *l;          /* a reference */
+    struct dm_rlock *l;          /* a reference */
     struct dm_kept_release r;
 };
-/* The round being sent (cl_locks_mu): a fork child, which has no resender,
+/* The round being sent (rl_locks_mu): a fork child, which has no resender,
  * gives back the references of the jobs not done (the one being sent
  * included) and frees the list. */
 static struct resend_job *round_jobs;
@@ -95,15 +95,15 @@ static size_t round_n, round_done;
 /* What made a resend round, for its log lines. */
 static const char *moved_what(void)
 {
-    return cl_cfg->redis.ncluster > 0 ? "the cluster's slot map changed" : "the primary moved";
+    return rl_cfg->redis.ncluster > 0 ? "the cluster's slot map changed" : "the primary moved";
 }
 
 /* Redis Cluster: the node that owns l's slot in the map now, and that
  * index's epoch; -1 without a cluster (Sentinel: one primary). */
-static int slot_node(const struct dm_cluster_lock *l, unsigned long *epoch)
+static int slot_node(const struct dm_rlock *l, unsigned long *epoch)
 {
     *epoch = 0;
-    if (cl_cfg->redis.ncluster == 0)
+    if (rl_cfg->redis.ncluster == 0)
         return -1;
     int node = dm_redis_node_cached(l->slot);
     if (node >= 0)
@@ -113,7 +113,7 @@ static int slot_node(const struct dm_cluster_lock *l, unsigned long *epoch)
 
 /* A kept release to send again: still in its lease, and (Redis Cluster)
  * its slot on another node than when it was kept or last sent. */
-static int kept_due(const struct dm_cluster_lock *l, const struct dm_kept_release *k)
+static int kept_due(const struct dm_rlock *l, const struct dm_kept_release *k)
 {
     if (k->until_ms == 0)
         return 0;
@@ -123,13 +123,13 @@ static int kept_due(const struct dm_cluster_lock *l, const struct dm_kept_releas
     return slot_node(l, &epoch) != k->node || epoch != k->epoch;
 }
 
-/* cl_locks_mu held: frees the kept lists whose releases are all past their
+/* rl_locks_mu held: frees the kept lists whose releases are all past their
  * lease (the record stays: a name used once keeps no list for good). */
 static void kept_sweep_locked(long long now)
 {
-    for (size_t b = 0; b < cl_locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)cl_locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next) {
+    for (size_t b = 0; b < rl_locks.n; b++)
+        for (struct dm_rlock *l = (struct dm_rlock *)rl_locks.b[b]; l;
+             l = (struct dm_rlock *)l->node.next) {
             if (!l->kept)
                 continue;
             int live = 0;
@@ -142,20 +142,20 @@ static void kept_sweep_locked(long long now)
             if (!live) {
                 free(l->kept);
                 l->kept = NULL;
-                cl_kept_lists--;
+                rl_kept_lists--;
             }
         }
 }
 
-/* cl_locks_mu held: every kept release due (kept_due), with a reference to
+/* rl_locks_mu held: every kept release due (kept_due), with a reference to
  * its record each (*n of them, malloc'd; NULL: none or no memory). */
 static struct resend_job *resend_jobs_locked(size_t *n, long long now)
 {
     kept_sweep_locked(now);
     size_t count = 0;
-    for (size_t b = 0; b < cl_locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)cl_locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next)
+    for (size_t b = 0; b < rl_locks.n; b++)
+        for (struct dm_rlock *l = (struct dm_rlock *)rl_locks.b[b]; l;
+             l = (struct dm_rlock *)l->node.next)
             for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK; i++)
                 count += kept_due(l, &l->kept->r[i]);
     *n = 0;
@@ -167,9 +167,9 @@ static struct resend_job *resend_jobs_locked(size_t *n, long long now)
                      moved_what(), count);
         return NULL;
     }
-    for (size_t b = 0; b < cl_locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)cl_locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next)
+    for (size_t b = 0; b < rl_locks.n; b++)
+        for (struct dm_rlock *l = (struct dm_rlock *)rl_locks.b[b]; l;
+             l = (struct dm_rlock *)l->node.next)
             for (int i = 0; l->kept && i < DM_KEPT_PER_LOCK && *n < count; i++) {
                 struct dm_kept_release *k = &l->kept->r[i];
                 if (!kept_due(l, k))
@@ -184,9 +184,9 @@ static struct resend_job *resend_jobs_locked(size_t *n, long long now)
     return jobs;
 }
 
-/* cl_locks_mu held: the kept release `r` of l (if it is still kept) was sent
+/* rl_locks_mu held: the kept release `r` of l (if it is still kept) was sent
  * again to r's node (the slot's owner when the round took it up). */
-static void kept_sent_locked(struct dm_cluster_lock *l, const struct dm_kept_release *r)
+static void kept_sent_locked(struct dm_rlock *l, const struct dm_kept_release *r)
 {
     for (int i = 0; r->node >= 0 && l->kept && i < DM_KEPT_PER_LOCK; i++) {
         struct dm_kept_release *k = &l->kept->r[i];
@@ -201,13 +201,13 @@ static void kept_sent_locked(struct dm_cluster_lock *l, const struct dm_kept_rel
  * lease, so that their lists are freed once past it. */
 static void resend_sleep(void)
 {
-    dm_lock(&cl_locks_mu);
-    int any = cl_kept_lists > 0;
-    dm_unlock(&cl_locks_mu);
+    dm_lock(&rl_locks_mu);
+    int any = rl_kept_lists > 0;
+    dm_unlock(&rl_locks_mu);
     int r;
     if (any) {
         struct timespec until;
-        dm_deadline_in(&until, cl_cfg->lease_ms);
+        dm_deadline_in(&until, rl_cfg->lease_ms);
         while ((r = sem_clockwait(&resend_sem, CLOCK_MONOTONIC, &until)) != 0 && errno == EINTR)
             ;
     } else {
@@ -223,42 +223,42 @@ static void *resend_main(void *arg)
         unsigned long asked = __atomic_load_n(&resend_asked, __ATOMIC_SEQ_CST);
         if (asked == resend_done) {
             resend_sleep();
-            dm_lock(&cl_locks_mu);
+            dm_lock(&rl_locks_mu);
             kept_sweep_locked(dm_now_ms());
-            dm_unlock(&cl_locks_mu);
+            dm_unlock(&rl_locks_mu);
             continue;
         }
         resend_done = asked;
         size_t n;
-        dm_lock(&cl_locks_mu);
+        dm_lock(&rl_locks_mu);
         struct resend_job *jobs = resend_jobs_locked(&n, dm_now_ms());
         round_jobs = jobs;
         round_n = n;
         round_done = 0;
-        dm_unlock(&cl_locks_mu);
+        dm_unlock(&rl_locks_mu);
         size_t failed = 0;
         for (size_t i = 0; i < n; i++) {
             struct resend_job *j = &jobs[i];
-            int lost = cl_release_waited(j->l, j->r.owner, j->r.token, j->r.request,
+            int lost = rl_release_waited(j->l, j->r.owner, j->r.token, j->r.request,
                                       j->r.until_ms, NULL) == EIO;
             failed += lost;
             /* Done and the reference given back in one step as a fork
-             * sees them (cl_locks_mu). One that did not get through is sent
+             * sees them (rl_locks_mu). One that did not get through is sent
              * again at the next change of the map. */
-            dm_lock(&cl_locks_mu);
+            dm_lock(&rl_locks_mu);
             if (!lost)
                 kept_sent_locked(j->l, &j->r);
             round_done = i + 1;
-            int last = cl_lock_unref_locked(j->l);
-            dm_unlock(&cl_locks_mu);
+            int last = rl_lock_unref_locked(j->l);
+            dm_unlock(&rl_locks_mu);
             if (last)
-                cl_lock_free(j->l);
+                rl_lock_free(j->l);
         }
-        dm_lock(&cl_locks_mu);
+        dm_lock(&rl_locks_mu);
         round_jobs = NULL;
         round_n = round_done = 0;
         free(jobs);
-        dm_unlock(&cl_locks_mu);
+        dm_unlock(&rl_locks_mu);
         if (n > 0)
             dm_warn("redis: %s: %zu release(s) of the last lease sent again, in case a new "
                     "primary lacks them (%zu failed)", moved_what(), n, failed);
@@ -267,16 +267,16 @@ static void *resend_main(void *arg)
     return NULL;
 }
 
-unsigned long dm_cluster_resend_rounds(void)
+unsigned long dm_rlock_resend_rounds(void)
 {
     return __atomic_load_n(&resend_rounds, __ATOMIC_ACQUIRE);
 }
 
-size_t dm_cluster_kept_lists(void)
+size_t dm_rlock_kept_lists(void)
 {
-    dm_lock(&cl_locks_mu);
-    size_t n = cl_kept_lists;
-    dm_unlock(&cl_locks_mu);
+    dm_lock(&rl_locks_mu);
+    size_t n = rl_kept_lists;
+    dm_unlock(&rl_locks_mu);
     return n;
 }
 
@@ -284,10 +284,10 @@ size_t dm_cluster_kept_lists(void)
  * a replica promoted may lack them. */
 static int resend_wanted(void)
 {
-    return cl_cfg->redis.nsentinels > 0 || cl_cfg->redis.ncluster > 0;
+    return rl_cfg->redis.nsentinels > 0 || rl_cfg->redis.ncluster > 0;
 }
 
-static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+static void resend_keep(struct dm_rlock *l, const char *owner, uint64_t token,
                         const char *request, int node, unsigned long epoch)
 {
     if (!resend_wanted())
@@ -308,18 +308,18 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
     dm_unlock(&resend_mu);
     if (!running)
         return;
-    static int no_memory_said;          /* cl_locks_mu */
-    dm_lock(&cl_locks_mu);
+    static int no_memory_said;          /* rl_locks_mu */
+    dm_lock(&rl_locks_mu);
     /* The first list wakes the thread: it sleeps at most a lease while
      * lists are kept, to free them once past it. */
-    if (!l->kept && (l->kept = calloc(1, sizeof *l->kept)) != NULL && cl_kept_lists++ == 0)
+    if (!l->kept && (l->kept = calloc(1, sizeof *l->kept)) != NULL && rl_kept_lists++ == 0)
         sem_post(&resend_sem);
     struct dm_kept *kept = l->kept;
     if (kept) {
         struct dm_kept_release *k = &kept->r[kept->next];
         kept->next = (kept->next + 1) % DM_KEPT_PER_LOCK;
         k->token = token;
-        k->until_ms = dm_now_ms() + cl_cfg->lease_ms;
+        k->until_ms = dm_now_ms() + rl_cfg->lease_ms;
         k->node = node;
         k->epoch = epoch;
         snprintf(k->owner, sizeof k->owner, "%s", owner);
@@ -329,23 +329,23 @@ static void resend_keep(struct dm_cluster_lock *l, const char *owner, uint64_t t
         dm_warn("lock %s: no memory to keep its release for a failover (said once): a "
                 "release a new primary lacks holds a lock until its lease runs out", l->name);
     }
-    dm_unlock(&cl_locks_mu);
+    dm_unlock(&rl_locks_mu);
 }
 
-int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+int dm_rlock_release_hold(struct dm_rlock *l, const char *owner, uint64_t token,
                             unsigned long wait_id)
 {
     if (l->rw)
-        return dm_cluster_release(l, owner, token);
+        return dm_rlock_release(l, owner, token);
     char member[DM_MEMBER_MAX];
-    cl_member_of(member, owner, wait_id);
+    rl_member_of(member, owner, wait_id);
     int done = 0;
     unsigned long gen = dm_redis_primary_gen();
     unsigned long epoch;
     int node = slot_node(l, &epoch);    /* where it goes: a move meanwhile makes it due */
-    int r = cl_release_waited(l, owner, token, member, 0, &done);
+    int r = rl_release_waited(l, owner, token, member, 0, &done);
     if (done) {
-        resend_keep(l, owner, token, member, node, epoch);   /* out of cl_release_waited's frame of keys */
+        resend_keep(l, owner, token, member, node, epoch);   /* out of rl_release_waited's frame of keys */
         /* The primary moved while this release was out: the old one may
          * have answered it after the resender's round (a live failover, a
          * partition), and nothing would send it again before the next
@@ -373,6 +373,6 @@ void dm_resend_atfork(enum dm_fork_phase phase)
     round_jobs = NULL;
     round_n = round_done = 0;
     for (size_t i = from; jobs && i < to; i++)
-        dm_cluster_lock_put(jobs[i].l);
+        dm_rlock_put(jobs[i].l);
     free(jobs);
 }

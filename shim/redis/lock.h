@@ -9,8 +9,8 @@
  * call); the counters are stats.h's. Independent of pthread_mutex_t: a
  * test drives it with a real Redis and no LD_PRELOAD. Blocking calls; any
  * thread may call them. */
-#ifndef DM_CLUSTER_H
-#define DM_CLUSTER_H
+#ifndef DM_RLOCK_H
+#define DM_RLOCK_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,15 +30,15 @@
 #define DM_QUEUE_TTL_MS  (3 * DM_WAIT_CAP_MS)   /* a fair waiter silent this long is dead */
 
 /* One lock name, interned: every caller naming "x" gets the same record
- * while anyone holds a reference to it (dm_cluster_lock_get/put). It keeps
+ * while anyone holds a reference to it (dm_rlock_get/put). It keeps
  * no key strings: each is built from the name when a call needs it
- * (dm_cluster_lock_key; keys.h has the layout). The notify channels are
+ * (dm_rlock_key; keys.h has the layout). The notify channels are
  * made when first needed, through the accessors below (NULL until then). */
-struct dm_cluster_lock {
+struct dm_rlock {
     struct dm_hnode node;       /* first: the table of records (util.h) */
-    struct dm_notify_chan *chan;        /* release notices: dm_cluster_lock_chan */
-    struct dm_notify_chan *wchan;       /* handovers to this process: dm_cluster_lock_wchan */
-    struct dm_notify_chan *wantchan;    /* want notices: made by dm_cluster_lock_mode */
+    struct dm_notify_chan *chan;        /* release notices: dm_rlock_chan */
+    struct dm_notify_chan *wchan;       /* handovers to this process: dm_rlock_wchan */
+    struct dm_notify_chan *wantchan;    /* want notices: made by dm_rlock_mode */
     struct dm_name_stats *counters;  /* the name's counters: they outlive the record */
     struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to its
                                    wait channel, kept between waits (wconn.h) */
@@ -61,18 +61,18 @@ struct dm_cluster_lock {
 /* The longest key or channel of a name (keys.h), with its NUL: a
  * namespace and a name of DM_NAME_MAX bytes each, the hash tag, the
  * longest suffix, and for the handover channel a process id. */
-#define DM_CLUSTER_KEY_MAX (2 * DM_NAME_MAX + 48)
+#define DM_RLOCK_KEY_MAX (2 * DM_NAME_MAX + 48)
 
 /* Writes key `k` of l (dm_keys_build with the config's namespace) into
  * buf, snprintf-style; DM_KEY_WAIT gives this process's own handover
  * channel (the prefix and its process id). Returns the key's length. No
  * I/O, no allocation. */
-size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char *buf, size_t len);
+size_t dm_rlock_key(const struct dm_rlock *l, enum dm_key k, char *buf, size_t len);
 
 /* The counters of l's name, to count into: made on the first call (a
  * name that never counts anything has none); out of memory, a sink whose
  * counts nobody reads (logged once), and the next call tries again. */
-static inline struct dm_stats *dm_cluster_lock_counts(struct dm_cluster_lock *l)
+static inline struct dm_stats *dm_rlock_counts(struct dm_rlock *l)
 {
     struct dm_stats *st = __atomic_load_n(&l->counters->st, __ATOMIC_ACQUIRE);
     return __builtin_expect(st != NULL, 1) ? st : dm_name_stats_make(l->counters);
@@ -89,23 +89,23 @@ struct dm_grant {
                            for a handover its moment placed on our clock */
     int waited;         /* another holder had it first: the call waited (contended) */
     unsigned long wait_id;  /* the request the grant answered is "<owner>|<wait_id>":
-                               dm_cluster_release_nowait names it */
+                               dm_rlock_release_nowait names it */
     int regranted;      /* the owner held it already (acquire.lua's {1, t, 0, 1}): a
                            retry, or the confirmation of a handover */
 };
 
 /* Keeps the config (it must outlive every lock). No I/O. */
-void dm_cluster_init(const struct dm_config *cfg);
-const struct dm_config *dm_cluster_config(void);
+void dm_rlock_init(const struct dm_config *cfg);
+const struct dm_config *dm_rlock_config(void);
 
 /* The interned record for `name`, with one more reference (O(1), no I/O);
  * NULL on ENOMEM. */
-struct dm_cluster_lock *dm_cluster_lock_get(const char *name);
+struct dm_rlock *dm_rlock_get(const char *name);
 
 /* The same record for a listed condition variable's name (conds): its
  * keys give the cond's channel, and the metrics show it as a cond, not as a
  * lock (a name used for both is shown as both). */
-struct dm_cluster_lock *dm_cluster_cond_get(const char *name);
+struct dm_rlock *dm_rlock_cond_get(const char *name);
 
 /* Drops a reference. The last one frees the record (not its counters:
  * see struct dm_name_stats) and drops its notify channels
@@ -115,48 +115,48 @@ struct dm_cluster_lock *dm_cluster_cond_get(const char *name);
  * about to go (dm_notify_set_handler(ch, NULL, NULL) first: it waits for a
  * call in progress). Must not be called holding a lock a handler takes.
  * NULL is ignored. */
-void dm_cluster_lock_put(struct dm_cluster_lock *l);
+void dm_rlock_put(struct dm_rlock *l);
 
 /* The lock's notify channels, made (and held until the last put) on first
  * call; NULL out of memory (waits then poll). The want channel has no
- * accessor: dm_cluster_lock_mode makes it when it turns wants on, and
+ * accessor: dm_rlock_mode makes it when it turns wants on, and
  * l->wantchan is read directly from then on. */
-struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l);
-struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l);
+struct dm_notify_chan *dm_rlock_chan(struct dm_rlock *l);
+struct dm_notify_chan *dm_rlock_wchan(struct dm_rlock *l);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
-struct dm_htab_stats dm_cluster_lock_stats(void);
+struct dm_htab_stats dm_rlock_stats(void);
 
 /* Sentinel, Redis Cluster: the rounds the release resender has finished,
  * each after a move of the primary or a change of the slot map (its
  * releases sent again), and the records that keep releases for a
  * failover now (each list freed a lease or two after its last release):
  * for tests. */
-unsigned long dm_cluster_resend_rounds(void);
-size_t dm_cluster_kept_lists(void);
+unsigned long dm_rlock_resend_rounds(void);
+size_t dm_rlock_kept_lists(void);
 
 /* Fair mode (queue, FIFO handover), lock caching, and want notices (cache
  * mode, or a name several mutexes share) for a name; any entry asking for
  * one turns it on for the process, for as long as the record lives.
  * Caching implies wants; turning wants on makes the want channel now; out
  * of memory both stay off (logged). */
-void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants);
+void dm_rlock_mode(struct dm_rlock *l, int fair, int cache, int wants);
 
 /* Makes `l` an rwlock's (rwlocks entries): read holds beside the write
  * hold in every script, writers queue (fair) and waiters announce wants,
  * so a process whose threads keep a hold busy lets a waiting writer in.
  * A name is a mutex's or an rwlock's, never both (config refuses it). */
-void dm_cluster_lock_rwlock(struct dm_cluster_lock *l);
+void dm_rlock_rwlock(struct dm_rlock *l);
 
 /* This process's random id (32 hex digits), new in every fork child. */
-const char *dm_cluster_process_id(void);
+const char *dm_rlock_process_id(void);
 
 /* Writes "<process id>:<seq>" into buf (DM_OWNER_MAX bytes). */
-void dm_cluster_owner(char *buf, unsigned long seq);
+void dm_rlock_owner(char *buf, unsigned long seq);
 
 #define DM_ACQ_TRY 1    /* one attempt only */
 #define DM_ACQ_READ 2   /* an rwlock's read hold (l->rw): shared with other readers;
-                           released by dm_cluster_release like a write hold */
+                           released by dm_rlock_release like a write hold */
 
 /* Acquires `l` for `owner`, waiting for releases (notices, or at most
  * DM_WAIT_CAP_MS / the holder's remaining lease between attempts) until
@@ -169,7 +169,7 @@ void dm_cluster_owner(char *buf, unsigned long seq);
  * returns, so no failed call leaves a grant behind.
  * Returns 0 (g filled), EBUSY (DM_ACQ_TRY and held elsewhere, or any Redis
  * failure), ETIMEDOUT, or EAGAIN (Redis failed and on_redis_down = "error"). */
-int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
+int dm_rlock_acquire(struct dm_rlock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g);
 
 /* Ends the hold `owner` got with fencing token `token`. Safe to retry: a
@@ -181,14 +181,14 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
  * the lock's epoch names another server run) and has granted the lock to
  * nobody since, or EIO when Redis could not be reached within a few
  * command timeouts (the lease will run out on its own). */
-int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token);
+int dm_rlock_release(struct dm_rlock *l, const char *owner, uint64_t token);
 
-/* dm_cluster_release of the hold `owner` got through request `wait_id`
+/* dm_rlock_release of the hold `owner` got through request `wait_id`
  * (dm_grant), naming that request (not for an rwlock, whose read release
  * is not told apart by it): a later grant of the same owner under the same
  * token is left alone, so that with Sentinel the release can be kept and
  * sent again after a failover (cluster.c). An unlock's release. */
-int dm_cluster_release_hold(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+int dm_rlock_release_hold(struct dm_rlock *l, const char *owner, uint64_t token,
                             unsigned long wait_id);
 
 /* How a release found its hold gone (release.lua: not held). */
@@ -205,39 +205,39 @@ enum dm_gone {
 
 /* Which of those a release's result `released` (EPERM or ESTALE) read at
  * this moment is, for a hold whose lease ends at lease_end_ms. */
-enum dm_gone dm_cluster_gone_how(int released, long long lease_end_ms);
+enum dm_gone dm_rlock_gone_how(int released, long long lease_end_ms);
 
 /* The end of a hold that a release found lost, told by the thread that
  * read the reply: the caller's report. `how`: see enum dm_gone (the lease
- * end is the lease_end_ms given to dm_cluster_release_nowait). */
-typedef void (*dm_cluster_lost_fn)(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+ * end is the lease_end_ms given to dm_rlock_release_nowait). */
+typedef void (*dm_rlock_lost_fn)(struct dm_rlock *l, const char *owner, uint64_t token,
                                    enum dm_gone how);
 
-/* dm_cluster_release without waiting for the reply: the release of the
+/* dm_rlock_release without waiting for the reply: the release of the
  * hold `owner` got with `token` through request `wait_id` (dm_grant) is
  * written and the call returns; the reply is read before that
  * connection's next command, by the release reader thread once it sat
  * unread on an idle connection for a tick (started by the first call;
  * when it cannot start, the release is waited for), or at
- * dm_cluster_flush or dm_cluster_flush_bounded (redis.h). What the
+ * dm_rlock_flush or dm_rlock_flush_bounded (redis.h). What the
  * reply says is acted on then, by the thread that reads it: not held ->
  * lost(l, owner, token, how); no reply, an error reply or NOSCRIPT ->
- * dm_cluster_release, retried as usual in that thread. The release names
+ * dm_rlock_release, retried as usual in that thread. The release names
  * its request, so a grant of the same owner sent after it (on another
  * connection, which may overtake it) is not released by it. Returns at
- * once with dm_cluster_release's result where a verdict needs the reply
+ * once with dm_rlock_release's result where a verdict needs the reply
  * first (Sentinel: ROLE; Redis Cluster: MOVED; an rwlock), or when the
  * request cannot be written. */
-int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+int dm_rlock_release_nowait(struct dm_rlock *l, const char *owner, uint64_t token,
                               unsigned long wait_id, long long lease_end_ms,
-                              dm_cluster_lost_fn lost);
+                              dm_rlock_lost_fn lost);
 
-/* Reads every release reply still due (dm_cluster_release_nowait) and acts
+/* Reads every release reply still due (dm_rlock_release_nowait) and acts
  * on it: at exit, so that each has run, or been retried, before the
  * process ends. */
-void dm_cluster_flush(void);
+void dm_rlock_flush(void);
 
-/* dm_cluster_flush before the process image ends (exec, _exit), done by
+/* dm_rlock_flush before the process image ends (exec, _exit), done by
  * cluster's release reader thread and waited for at most a release's
  * retry budget plus one command timeout (4 s by default): the caller may
  * be a signal handler that interrupted this very thread inside the shim
@@ -248,7 +248,7 @@ void dm_cluster_flush(void);
  * logged (the locks it did not free free themselves at their lease's
  * end). Not in a vfork child (it shares the parent's memory): the
  * caller's to tell. */
-void dm_cluster_flush_bounded(void);
+void dm_rlock_flush_bounded(void);
 
 /* A condition variable's signal (broadcast = 0) or broadcast to every
  * process: one PUBLISH of "<process id> signal" or "<process id>
@@ -257,11 +257,11 @@ void dm_cluster_flush_bounded(void);
  * (a dead pooled connection, a refused connect) is tried once more on a new
  * connection. Returns how many subscribers got it (>= 0), or -1 when it
  * reached nobody: Redis could not be reached or refused, or did not answer
- * a moment ago (dm_cluster_cond_down: not tried); logged at warning every
+ * a moment ago (dm_rlock_cond_down: not tried); logged at warning every
  * few seconds with the name, the address and the cause, and counted
  * (cond_lost). Remote waiters then wake at their deadline or their
  * subscriber's reconnect. */
-long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast);
+long dm_rlock_cond_publish(struct dm_rlock *l, int broadcast);
 
 /* Condition variables while Redis is down: the outcome of a Redis call for
  * cond name l (a publish, a waiter's subscription; `took_ms` what it cost)
@@ -270,19 +270,19 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast);
  * again for a backoff (DM_BACKOFF_MIN_MS doubling, at least twice took_ms,
  * at most DM_COND_DOWN_MAX_MS); a success ends it. Lock-free, no I/O. */
 #define DM_COND_DOWN_MAX_MS 5000
-void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms);
-int dm_cluster_cond_down(const struct dm_cluster_lock *l);
+void dm_rlock_cond_outcome(const struct dm_rlock *l, int ok, long took_ms);
+int dm_rlock_cond_down(const struct dm_rlock *l);
 
 /* Around fork (startup's one pthread_atfork, in its lock order): prepare
  * takes the lock table's mutex, so that the child never sees the table
  * half rebuilt; parent gives it back. The child handler runs after
  * notify's: it gives each record this process's new wait channel. */
-void dm_cluster_atfork(enum dm_fork_phase phase);
+void dm_rlock_atfork(enum dm_fork_phase phase);
 /* The same for release.c (the release reader's mutex; the child starts
  * its own reader and gives back the references of the parent's releases
  * unread) and resend.c (the resender's mutex; the child starts its own
  * resender and gives back those of a round in progress). Both come before
- * dm_cluster_atfork in startup's order: their child handlers run after
+ * dm_rlock_atfork in startup's order: their child handlers run after
  * cluster's, which has made the table's mutex anew. */
 void dm_release_atfork(enum dm_fork_phase phase);
 void dm_resend_atfork(enum dm_fork_phase phase);

@@ -15,7 +15,7 @@
  * fork child closes every one, those of waits in progress included.
  *
  * The records keep theirs in a slot of their own (cluster.h's struct
- * dm_cluster_lock, wconn); a slot is only ever changed through these. */
+ * dm_rlock, wconn); a slot is only ever changed through these. */
 #ifndef DM_WCONN_H
 #define DM_WCONN_H
 

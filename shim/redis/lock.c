@@ -1,4 +1,4 @@
-/* cluster: acquire and release as Lua scripts (shim/lua/), waiting through
+/* cluster: acquire and release as Lua scripts (shim/redis/lua/), waiting through
  * notify, failures through the on_redis_down policy. A waiter subscribes
  * before its second attempt, so a release between a failed attempt and the
  * subscription cannot be missed; after that it sleeps until a notice or the
@@ -6,8 +6,8 @@
  * records live here; what the protocol's other files share with this one is
  * cluster_impl.h (release.c: releases not waited for; resend.c: releases
  * kept for a failover). */
-#include "cluster.h"
-#include "cluster_impl.h"
+#include "lock.h"
+#include "lock_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,12 +31,12 @@
 
 
 
-const struct dm_config *cl_cfg;
+const struct dm_config *rl_cfg;
 /* The namespace's intact marker (dm_keys_intact): acquire.lua's ARGV[10]. */
 static char intact_key[DM_NAME_MAX + sizeof DM_KEYS_INTACT_SUFFIX];
 /* The interned records: a hash table that grows and shrinks with them. */
-pthread_mutex_t cl_locks_mu = PTHREAD_MUTEX_INITIALIZER;
-struct dm_htab cl_locks;
+pthread_mutex_t rl_locks_mu = PTHREAD_MUTEX_INITIALIZER;
+struct dm_htab rl_locks;
 static char process_id[33];
 
 static void new_process_id(void)
@@ -63,40 +63,40 @@ static void new_process_id(void)
     dm_jitter_seed(strtoull(process_id + 16, NULL, 16));
 }
 
-void dm_cluster_init(const struct dm_config *cfg)
+void dm_rlock_init(const struct dm_config *cfg)
 {
-    cl_cfg = cfg;
+    rl_cfg = cfg;
     dm_keys_intact(intact_key, sizeof intact_key, cfg->ns);
     dm_redis_setup(&cfg->redis);
     new_process_id();
 }
 
-const struct dm_config *dm_cluster_config(void)
+const struct dm_config *dm_rlock_config(void)
 {
-    return cl_cfg;
+    return rl_cfg;
 }
 
-const char *dm_cluster_process_id(void)
+const char *dm_rlock_process_id(void)
 {
     return process_id;
 }
 
-void dm_cluster_owner(char *buf, unsigned long seq)
+void dm_rlock_owner(char *buf, unsigned long seq)
 {
     snprintf(buf, DM_OWNER_MAX, "%s:%lu", process_id, seq);
 }
 
-size_t dm_cluster_lock_key(const struct dm_cluster_lock *l, enum dm_key k, char *buf, size_t len)
+size_t dm_rlock_key(const struct dm_rlock *l, enum dm_key k, char *buf, size_t len)
 {
     if (k == DM_KEY_WAIT)
-        return dm_keys_wait_channel(buf, len, cl_cfg->ns, l->name, process_id);
-    return dm_keys_build(buf, len, cl_cfg->ns, l->name, k);
+        return dm_keys_wait_channel(buf, len, rl_cfg->ns, l->name, process_id);
+    return dm_keys_build(buf, len, rl_cfg->ns, l->name, k);
 }
 
 /* The record and its name in one allocation: no key strings (built per
  * call from the name) and no counters until the name counts something
- * (docs/decisions.md, "an idle name costs under 1 KB"). Under cl_locks_mu (its counters). */
-static struct dm_cluster_lock *lock_new(const char *name, size_t h)
+ * (docs/decisions.md, "an idle name costs under 1 KB"). Under rl_locks_mu (its counters). */
+static struct dm_rlock *lock_new(const char *name, size_t h)
 {
     size_t nl = strlen(name);
     if (nl > DM_NAME_MAX)
@@ -104,35 +104,35 @@ static struct dm_cluster_lock *lock_new(const char *name, size_t h)
     struct dm_name_stats *c = dm_name_stats_get(name, h);
     if (!c)
         return NULL;
-    struct dm_cluster_lock *l = calloc(1, offsetof(struct dm_cluster_lock, name) + nl + 1);
+    struct dm_rlock *l = calloc(1, offsetof(struct dm_rlock, name) + nl + 1);
     if (!l) {
         dm_name_stats_drop(c);
         return NULL;
     }
     memcpy(l->name, name, nl + 1);
-    char key[DM_CLUSTER_KEY_MAX];
-    dm_cluster_lock_key(l, DM_KEY_LOCK, key, sizeof key);
+    char key[DM_RLOCK_KEY_MAX];
+    dm_rlock_key(l, DM_KEY_LOCK, key, sizeof key);
     l->slot = dm_redis_slot(key);
     l->refs = 1;
     l->counters = c;
     return l;
 }
 
-static struct dm_cluster_lock *record_get(const char *name, int cond)
+static struct dm_rlock *record_get(const char *name, int cond)
 {
     size_t h = dm_hash_bytes(name, strlen(name));
-    dm_lock(&cl_locks_mu);
-    struct dm_cluster_lock *l = NULL;
-    for (struct dm_hnode *x = dm_htab_chain(&cl_locks, h); x; x = x->next) {
-        cl_locks.probes++;
-        if (x->hash == h && strcmp(((struct dm_cluster_lock *)x)->name, name) == 0) {
-            l = (struct dm_cluster_lock *)x;
+    dm_lock(&rl_locks_mu);
+    struct dm_rlock *l = NULL;
+    for (struct dm_hnode *x = dm_htab_chain(&rl_locks, h); x; x = x->next) {
+        rl_locks.probes++;
+        if (x->hash == h && strcmp(((struct dm_rlock *)x)->name, name) == 0) {
+            l = (struct dm_rlock *)x;
             break;
         }
     }
     if (l) {
         l->refs++;
-    } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&cl_locks, &l->node, h) != 0) {
+    } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&rl_locks, &l->node, h) != 0) {
         dm_name_stats_drop(l->counters);
         free(l);
         l = NULL;
@@ -140,32 +140,32 @@ static struct dm_cluster_lock *record_get(const char *name, int cond)
     if (l)
         __atomic_store_n(cond ? &l->counters->is_cond : &l->counters->is_lock, 1,
                          __ATOMIC_RELAXED);
-    dm_unlock(&cl_locks_mu);
+    dm_unlock(&rl_locks_mu);
     return l;
 }
 
-struct dm_cluster_lock *dm_cluster_lock_get(const char *name)
+struct dm_rlock *dm_rlock_get(const char *name)
 {
     return record_get(name, 0);
 }
 
-struct dm_cluster_lock *dm_cluster_cond_get(const char *name)
+struct dm_rlock *dm_rlock_cond_get(const char *name)
 {
     return record_get(name, 1);
 }
 
 
-size_t cl_kept_lists;       /* records with a failover's kept list (l->kept; cl_locks_mu) */
+size_t rl_kept_lists;       /* records with a failover's kept list (l->kept; rl_locks_mu) */
 
-/* cl_locks_mu held: drops a reference; 1 when it was the last (the record is
- * out of the table then: cl_lock_free it, without cl_locks_mu). */
-int cl_lock_unref_locked(struct dm_cluster_lock *l)
+/* rl_locks_mu held: drops a reference; 1 when it was the last (the record is
+ * out of the table then: rl_lock_free it, without rl_locks_mu). */
+int rl_lock_unref_locked(struct dm_rlock *l)
 {
     if (--l->refs > 0)
         return 0;
-    dm_htab_del(&cl_locks, &l->node);
+    dm_htab_del(&rl_locks, &l->node);
     if (l->kept)
-        cl_kept_lists--;           /* freed with the record (cl_lock_free) */
+        rl_kept_lists--;           /* freed with the record (rl_lock_free) */
     /* Its counters stay (if it counted anything), for the file and for a
      * record of the name made again. */
     dm_name_stats_drop(l->counters);
@@ -173,20 +173,20 @@ int cl_lock_unref_locked(struct dm_cluster_lock *l)
 }
 
 
-void dm_cluster_lock_put(struct dm_cluster_lock *l)
+void dm_rlock_put(struct dm_rlock *l)
 {
     if (!l)
         return;
-    dm_lock(&cl_locks_mu);
-    int last = cl_lock_unref_locked(l);
-    dm_unlock(&cl_locks_mu);
+    dm_lock(&rl_locks_mu);
+    int last = rl_lock_unref_locked(l);
+    dm_unlock(&rl_locks_mu);
     if (last)
-        cl_lock_free(l);
+        rl_lock_free(l);
 }
 
 /* A record out of the table: no one else can reach it. notify may wait for
- * a handler here, so cl_locks_mu is not held. */
-void cl_lock_free(struct dm_cluster_lock *l)
+ * a handler here, so rl_locks_mu is not held. */
+void rl_lock_free(struct dm_rlock *l)
 {
     dm_wconn_close(dm_wconn_take(&l->wconn));
     dm_notify_chan_put(l->chan);
@@ -196,21 +196,21 @@ void cl_lock_free(struct dm_cluster_lock *l)
     free(l);
 }
 
-struct dm_htab_stats dm_cluster_lock_stats(void)
+struct dm_htab_stats dm_rlock_stats(void)
 {
-    return dm_htab_stats(&cl_locks, &cl_locks_mu);
+    return dm_htab_stats(&rl_locks, &rl_locks_mu);
 }
 
 /* *slot, made from l's channel `k` on first need. Two threads racing make
  * one each; the loser drops its reference. */
-static struct dm_notify_chan *lazy_chan(const struct dm_cluster_lock *l,
+static struct dm_notify_chan *lazy_chan(const struct dm_rlock *l,
                                         struct dm_notify_chan **slot, enum dm_key k)
 {
     struct dm_notify_chan *ch = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (ch)
         return ch;
-    char channel[DM_CLUSTER_KEY_MAX];
-    dm_cluster_lock_key(l, k, channel, sizeof channel);
+    char channel[DM_RLOCK_KEY_MAX];
+    dm_rlock_key(l, k, channel, sizeof channel);
     struct dm_notify_chan *mine = dm_notify_chan(channel);
     if (!mine)
         return NULL;
@@ -220,23 +220,23 @@ static struct dm_notify_chan *lazy_chan(const struct dm_cluster_lock *l,
     return ch;
 }
 
-struct dm_notify_chan *dm_cluster_lock_chan(struct dm_cluster_lock *l)
+struct dm_notify_chan *dm_rlock_chan(struct dm_rlock *l)
 {
     return lazy_chan(l, &l->chan, DM_KEY_RELEASED);
 }
 
-struct dm_notify_chan *dm_cluster_lock_wchan(struct dm_cluster_lock *l)
+struct dm_notify_chan *dm_rlock_wchan(struct dm_rlock *l)
 {
     return lazy_chan(l, &l->wchan, DM_KEY_WAIT);
 }
 
-void dm_cluster_lock_rwlock(struct dm_cluster_lock *l)
+void dm_rlock_rwlock(struct dm_rlock *l)
 {
     l->rw = 1;
-    dm_cluster_lock_mode(l, 1, 0, 1);
+    dm_rlock_mode(l, 1, 0, 1);
 }
 
-void dm_cluster_lock_mode(struct dm_cluster_lock *l, int fair, int cache, int wants)
+void dm_rlock_mode(struct dm_rlock *l, int fair, int cache, int wants)
 {
     if (fair)
         l->fair = 1;
@@ -279,7 +279,7 @@ static int refused_by_server(enum dm_redis_err e)
 
 #define DM_VOID_LEASES 1        /* an abandoned request is void this many leases */
 
-void cl_member_of(char *member, const char *owner, unsigned long wait_id)
+void rl_member_of(char *member, const char *owner, unsigned long wait_id)
 {
     size_t n = strnlen(owner, DM_OWNER_MAX - 1);
     memcpy(member, owner, n);
@@ -288,9 +288,9 @@ void cl_member_of(char *member, const char *owner, unsigned long wait_id)
 }
 
 /* A new request id for one acquire call of `owner`. */
-static void new_member(struct dm_cluster_lock *l, const char *owner, char *member)
+static void new_member(struct dm_rlock *l, const char *owner, char *member)
 {
-    cl_member_of(member, owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
+    rl_member_of(member, owner, __atomic_add_fetch(&l->wait_ids, 1, __ATOMIC_RELAXED));
 }
 
 /* The wait id of request "<owner>|<wait id>". */
@@ -302,7 +302,7 @@ static unsigned long member_id(const char *member)
 
 /* Runs one script on a pooled connection: ATT_REPLIED with *out, or
  * ATT_FAILED with the connection's error kept in *why. */
-static enum attempt run_script(const struct dm_cluster_lock *l, enum dm_script s, int nkeys,
+static enum attempt run_script(const struct dm_rlock *l, enum dm_script s, int nkeys,
                                int nargs, const char *const *args, redisReply **out,
                                struct dm_redis_error *why)
 {
@@ -330,19 +330,19 @@ static enum attempt run_script(const struct dm_cluster_lock *l, enum dm_script s
  * release that reaches the server late (after a partition) leaves alone
  * the owner's next grant of the same hold, which has the same token
  * (release.lua's ARGV[8]); an rwlock's is not told apart by its request. */
-static void release_request_grant(struct dm_cluster_lock *l, const char *owner,
+static void release_request_grant(struct dm_rlock *l, const char *owner,
                                   const char *member, uint64_t token)
 {
-    cl_release_waited(l, owner, token, l->rw ? NULL : member, 0, NULL);
+    rl_release_waited(l, owner, token, l->rw ? NULL : member, 0, NULL);
 }
 
-static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
+static enum attempt acknowledged(struct dm_rlock *l, const char *owner,
                                  const char *member, struct dm_conn *conn,
                                  const struct dm_grant *g, long wait_ms,
                                  struct dm_redis_error *why)
 {
-    long acks = dm_redis_wait(conn, cl_cfg->min_replicas, wait_ms);
-    if (acks >= cl_cfg->min_replicas && dm_redis_conn_stale(conn)) {
+    long acks = dm_redis_wait(conn, rl_cfg->min_replicas, wait_ms);
+    if (acks >= rl_cfg->min_replicas && dm_redis_conn_stale(conn)) {
         /* The sentinels moved the primary while the WAIT was pending: the
          * acks may come from a replica still attached to the old primary
          * (cut off from the sentinels), and the new primary may not have
@@ -357,7 +357,7 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
         release_request_grant(l, owner, member, g->token);
         return ATT_FAILED;
     }
-    if (acks >= cl_cfg->min_replicas)
+    if (acks >= rl_cfg->min_replicas)
         return ATT_GRANTED;
     if (acks < 0) {
         dm_redis_error_keep(why, conn);
@@ -366,7 +366,7 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
     why->err = DM_REDIS_REPLY_ERROR;
     snprintf(why->errstr, sizeof why->errstr, "redis at %s: only %ld of min_replicas = %d "
              "replicas acknowledged the grant (token %" PRIu64 ") within %ld ms; released it",
-             dm_redis_addr(), acks, cl_cfg->min_replicas, g->token, wait_ms);
+             dm_redis_addr(), acks, rl_cfg->min_replicas, g->token, wait_ms);
     release_request_grant(l, owner, member, g->token);
     return ATT_FAILED;
 }
@@ -381,9 +381,9 @@ static enum attempt acknowledged(struct dm_cluster_lock *l, const char *owner,
  * released as any grant not acknowledged in time. */
 static long ack_wait_ms(const struct timespec *deadline, int flags)
 {
-    long t = cl_cfg->replica_timeout_ms;
-    if ((flags & DM_ACQ_TRY) && cl_cfg->redis.command_timeout_ms < t)
-        t = cl_cfg->redis.command_timeout_ms;
+    long t = rl_cfg->replica_timeout_ms;
+    if ((flags & DM_ACQ_TRY) && rl_cfg->redis.command_timeout_ms < t)
+        t = rl_cfg->redis.command_timeout_ms;
     long left = dm_remaining_ms(deadline);
     if (left >= 0 && left < t)
         t = left;
@@ -426,7 +426,7 @@ struct call_keys {
     const char *k[DM_KEY_COUNT];
 };
 
-static unsigned call_mask(const struct dm_cluster_lock *l, unsigned mask)
+static unsigned call_mask(const struct dm_rlock *l, unsigned mask)
 {
     return l->rw ? mask | DM_CALL_KEY(DM_KEY_READERS) | DM_CALL_KEY(DM_KEY_RGRANT) : mask;
 }
@@ -435,10 +435,10 @@ static unsigned call_mask(const struct dm_cluster_lock *l, unsigned mask)
  * its suffix (keys.h; DM_KEY_WAIT is the prefix here, no process id) and
  * its NUL. lock_new refused a name longer than DM_NAME_MAX, config a
  * longer namespace. */
-static size_t call_keys_len(const struct dm_cluster_lock *l, unsigned mask)
+static size_t call_keys_len(const struct dm_rlock *l, unsigned mask)
 {
     mask = call_mask(l, mask);
-    size_t n = dm_keys_len(cl_cfg->ns, l->name, DM_KEY_LOCK), len = 0;
+    size_t n = dm_keys_len(rl_cfg->ns, l->name, DM_KEY_LOCK), len = 0;
     for (int k = 0; k < DM_KEY_COUNT; k++)
         if (mask & DM_CALL_KEY(k))
             len += n + strlen(dm_keys_suffix((enum dm_key)k)) + 1;
@@ -446,14 +446,14 @@ static size_t call_keys_len(const struct dm_cluster_lock *l, unsigned mask)
 }
 
 /* Builds them into buf (call_keys_len bytes). */
-static const char *const *call_keys(const struct dm_cluster_lock *l, struct call_keys *ks,
+static const char *const *call_keys(const struct dm_rlock *l, struct call_keys *ks,
                                     unsigned mask, char *buf, size_t len)
 {
     mask = call_mask(l, mask);
     /* "NS:{NAME}" (the lock's key) once, then each key is it and its
      * suffix: two copies a key, no formatting. */
     char *p = buf;
-    size_t n = dm_keys_build(p, len, cl_cfg->ns, l->name, DM_KEY_LOCK);
+    size_t n = dm_keys_build(p, len, rl_cfg->ns, l->name, DM_KEY_LOCK);
     const char *lock = p;
     for (int k = 0; k < DM_KEY_COUNT; k++) {
         ks->k[k] = NULL;
@@ -473,7 +473,7 @@ static const char *const *call_keys(const struct dm_cluster_lock *l, struct call
 /* An rwlock's scripts take its read keys after the mutex's (acquire.lua):
  * appends them (from k, call_keys's) to args at n when l is one; returns
  * the new n. */
-static int rw_keys(const struct dm_cluster_lock *l, const char *const *k, const char **args, int n)
+static int rw_keys(const struct dm_rlock *l, const char *const *k, const char **args, int n)
 {
     if (l->rw) {
         args[n++] = k[DM_KEY_READERS];
@@ -483,13 +483,13 @@ static int rw_keys(const struct dm_cluster_lock *l, const char *const *k, const 
 }
 
 DM_KEYS_FRAME
-static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const char *member,
+static enum attempt attempt(struct dm_rlock *l, const char *owner, const char *member,
                             int queue, int read, long ack_ms, struct dm_grant *g, long *pttl,
                             long long *srv_ms, int *kept_off, struct dm_redis_error *why)
 {
     char lease[DM_FMT_U64_MAX + 1], delay[DM_FMT_U64_MAX + 1], qttl[DM_FMT_U64_MAX + 1];
-    dm_fmt_long(lease, cl_cfg->lease_ms);
-    dm_fmt_long(delay, cl_cfg->lock_delay_ms);
+    dm_fmt_long(lease, rl_cfg->lease_ms);
+    dm_fmt_long(delay, rl_cfg->lock_delay_ms);
     dm_fmt_long(qttl, DM_QUEUE_TTL_MS);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_ACQUIRE)];
@@ -523,7 +523,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
             g->owner_dead = r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 1;
             g->regranted = r->elements >= 4 && r->element[3]->type == REDIS_REPLY_INTEGER &&
                            r->element[3]->integer == 1;
-            g->lease_ms = cl_cfg->lease_ms;
+            g->lease_ms = rl_cfg->lease_ms;
             res = ATT_GRANTED;
         } else if (r->element[0]->integer == ACQUIRE_NOT_GRANTED) {
             *pttl = (long)r->element[1]->integer;
@@ -539,7 +539,7 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
                  dm_redis_addr(), k[DM_KEY_LOCK]);
     }
     freeReplyObject(r);
-    if (res == ATT_GRANTED && cl_cfg->min_replicas > 0)
+    if (res == ATT_GRANTED && rl_cfg->min_replicas > 0)
         res = acknowledged(l, owner, member, conn, g, ack_ms, why);
     dm_redis_put(conn);
     return res;
@@ -549,11 +549,11 @@ static enum attempt attempt(struct dm_cluster_lock *l, const char *owner, const 
  * (0: none), for the caller to release once this frame and its keys are
  * gone. */
 DM_KEYS_FRAME
-static enum attempt cancel_calls(struct dm_cluster_lock *l, const char *owner, const char *member,
+static enum attempt cancel_calls(struct dm_rlock *l, const char *owner, const char *member,
                                  int void_it, uint64_t *tok, struct dm_redis_error *why)
 {
     char ttl[24];
-    snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * cl_cfg->lease_ms : 0L);
+    snprintf(ttl, sizeof ttl, "%ld", void_it ? DM_VOID_LEASES * rl_cfg->lease_ms : 0L);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_CANCEL)];
     const char *const *k = call_keys(l, &ks, DM_CALL_CANCEL, kb, sizeof kb);
@@ -567,7 +567,7 @@ static enum attempt cancel_calls(struct dm_cluster_lock *l, const char *owner, c
     enum attempt res = ATT_FAILED;
     *tok = 0;
     for (int i = 0; i < 3; i++) {
-        if (i > 0 && dm_now_ms() - start >= cl_cfg->redis.command_timeout_ms)
+        if (i > 0 && dm_now_ms() - start >= rl_cfg->redis.command_timeout_ms)
             break;
         redisReply *r;
         res = run_script(l, DM_SCRIPT_CANCEL, nkeys, nkeys + 3, args, &r, why);
@@ -593,7 +593,7 @@ static enum attempt cancel_calls(struct dm_cluster_lock *l, const char *owner, c
  * (a stale pooled connection fails at once, so a second connection is
  * tried). Returns ATT_REPLIED when the server confirmed it, else
  * ATT_FAILED with what went wrong in *why. */
-static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const char *member,
+static enum attempt abandon(struct dm_rlock *l, const char *owner, const char *member,
                             int void_it, struct dm_redis_error *why)
 {
     uint64_t tok;
@@ -606,18 +606,18 @@ static enum attempt abandon(struct dm_cluster_lock *l, const char *owner, const 
     return res;
 }
 
-static void warn_unwithdrawn(struct dm_cluster_lock *l, const char *err)
+static void warn_unwithdrawn(struct dm_rlock *l, const char *err)
 {
     dm_warn("lock %s: could not withdraw an unanswered request (%s); if the server "
             "still runs it, the lock stays held by nobody for up to its lease (%ld ms)",
-            l->name, err, cl_cfg->lease_ms);
+            l->name, err, rl_cfg->lease_ms);
 }
 
 /* Leaves before a grant: gives `member` up if it may have had an effect
  * (queued, or refused with an error reply, which a script can return after
  * some of its writes), voided if it may still run (unanswered), logging the
  * window left when even that could not get through. */
-static void give_up(struct dm_cluster_lock *l, const char *owner, const char *member,
+static void give_up(struct dm_rlock *l, const char *owner, const char *member,
                     int queued, int unanswered)
 {
     if (!queued && !unanswered)
@@ -636,7 +636,7 @@ static void give_up(struct dm_cluster_lock *l, const char *owner, const char *me
  * taken for a hold: another process may get the lock any moment. */
 static int fresh(const struct dm_grant *g)
 {
-    return dm_now_ms() - g->sent_ms < g->lease_ms - cl_cfg->lease_margin_ms;
+    return dm_now_ms() - g->sent_ms < g->lease_ms - rl_cfg->lease_margin_ms;
 }
 
 /* A grant too late to trust is asked for again, but what it found stands:
@@ -706,7 +706,7 @@ static int handed_over(const char *msg, const char *member, long long sent, long
     g->token = tok;
     g->more_waiters = more;
     g->owner_dead = dead;
-    g->lease_ms = set < cl_cfg->lease_ms ? (long)set : cl_cfg->lease_ms;
+    g->lease_ms = set < rl_cfg->lease_ms ? (long)set : rl_cfg->lease_ms;
     if (srv_ms <= 0 || at <= srv_ms)
         return 2;
     long long now = dm_now_ms(), later = at - srv_ms;
@@ -716,8 +716,8 @@ static int handed_over(const char *msg, const char *member, long long sent, long
 
 static const char *down_policy(void)
 {
-    return cl_cfg->on_redis_down == DM_DOWN_ERROR ? "error"
-         : cl_cfg->on_redis_down == DM_DOWN_LOCAL ? "local" : "block";
+    return rl_cfg->on_redis_down == DM_DOWN_ERROR ? "error"
+         : rl_cfg->on_redis_down == DM_DOWN_LOCAL ? "local" : "block";
 }
 
 /* Failures, by what is known of them. No connection could be made:
@@ -733,12 +733,12 @@ static const char *down_policy(void)
  * (wconn.h), without Sentinel and Redis Cluster only (their subscriptions
  * follow the primary and the slots in notify), and not for an rwlock's
  * writer (its wake-ups are not all handovers). */
-static int direct_wait(const struct dm_cluster_lock *l)
+static int direct_wait(const struct dm_rlock *l)
 {
-    return !l->rw && cl_cfg->redis.nsentinels == 0 && cl_cfg->redis.ncluster == 0;
+    return !l->rw && rl_cfg->redis.nsentinels == 0 && rl_cfg->redis.ncluster == 0;
 }
 
-static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
+static int acquire_loop(struct dm_rlock *l, const char *owner,
                         const struct timespec *deadline, int flags, struct dm_grant *g,
                         struct dm_conn **wcp);
 
@@ -750,9 +750,9 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * those on connections in use, by the threads using them, before their
  * own reply) and settled by the release reader (a retry, when the reply
  * was none), waited for up to what a retried release may take. */
-static void releases_read(struct dm_cluster_lock *l)
+static void releases_read(struct dm_rlock *l)
 {
-    long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * cl_cfg->redis.command_timeout_ms;
+    long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * rl_cfg->redis.command_timeout_ms;
     while (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) > 0) {
         dm_redis_flush();
         if (__atomic_load_n(&l->releases_unread, __ATOMIC_ACQUIRE) == 0 || dm_now_ms() >= end)
@@ -761,7 +761,7 @@ static void releases_read(struct dm_cluster_lock *l)
     }
 }
 
-int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
+int dm_rlock_acquire(struct dm_rlock *l, const char *owner,
                        const struct timespec *deadline, int flags, struct dm_grant *g)
 {
     if (flags & DM_ACQ_TRY)
@@ -774,7 +774,7 @@ int dm_cluster_acquire(struct dm_cluster_lock *l, const char *owner,
 
 /* One lock call's state between its attempts (acquire_loop). */
 struct acquire {
-    struct dm_cluster_lock *l;
+    struct dm_rlock *l;
     const char *owner;
     const struct timespec *deadline;
     int flags;
@@ -804,7 +804,7 @@ struct acquire {
 
 #define ACQ_ON (-1)     /* a step's "attempt again" (any other value: the call's result) */
 
-static void acq_start(struct acquire *a, struct dm_cluster_lock *l, const char *owner,
+static void acq_start(struct acquire *a, struct dm_rlock *l, const char *owner,
                       const struct timespec *deadline, int flags, struct dm_grant *g,
                       struct dm_conn **wcp)
 {
@@ -855,11 +855,11 @@ static int acq_granted(struct acquire *a, long long sent)
          * token of this run if the restart check raised the counter) */
         g->more_waiters |= a->handover_more;
         g->owner_dead |= a->handover_dead;
-        dm_stats_add(&dm_cluster_lock_counts(a->l)->handoffs, 1);
+        dm_stats_add(&dm_rlock_counts(a->l)->handoffs, 1);
     }
     g->waited = a->waited;
     g->wait_id = member_id(a->member);
-    dm_stats_add(&dm_cluster_lock_counts(a->l)->acquisitions, 1);
+    dm_stats_add(&dm_rlock_counts(a->l)->acquisitions, 1);
     return 0;
 }
 
@@ -882,15 +882,15 @@ static enum dm_fail fail_of(enum dm_redis_err e)
 static int acq_failed(struct acquire *a, const struct dm_redis_error *why, int withdrawing)
 {
     static long down_logged;
-    struct dm_cluster_lock *l = a->l;
+    struct dm_rlock *l = a->l;
     const char *err = why->errstr;
-    dm_stats_add(&dm_cluster_lock_counts(l)->redis_errors, 1);
+    dm_stats_add(&dm_rlock_counts(l)->redis_errors, 1);
     if (why->err == DM_REDIS_IO)
         a->unanswered = 1;
     if (refused_by_server(why->err) && !withdrawing)
         a->refused = 1;
     long left = dm_remaining_ms(a->deadline);
-    struct dm_failure f = { fail_of(why->err), (a->flags & DM_ACQ_TRY) != 0, cl_cfg->on_redis_down,
+    struct dm_failure f = { fail_of(why->err), (a->flags & DM_ACQ_TRY) != 0, rl_cfg->on_redis_down,
                             withdrawing, a->rediscovered, left };
     enum dm_step step = dm_policy_on_failure(&f);
     int gave_up = a->queued || a->refused;
@@ -960,7 +960,7 @@ static void acq_held(struct acquire *a, int kept_off, long pttl)
                 "a lease (%ld ms) after its start, so that a holder of lost data "
                 "stops first (`dmutex fresh` declares a new server, `dmutex fresh "
                 "--durable` one with appendfsync always)", a->l->name, dm_redis_addr(),
-                pttl, cl_cfg->lease_ms);
+                pttl, rl_cfg->lease_ms);
     }
     a->queued = a->fair;
     a->rediscovered = 0;
@@ -978,7 +978,7 @@ static void acq_held(struct acquire *a, int kept_off, long pttl)
 static int acq_wait(struct acquire *a, long pttl, long long sent, long long srv_ms,
                     unsigned long seen)
 {
-    struct dm_cluster_lock *l = a->l;
+    struct dm_rlock *l = a->l;
     struct dm_grant *g = a->g;
     dm_backoff_reset(&a->backoff);
     if (a->flags & DM_ACQ_TRY)
@@ -992,8 +992,8 @@ static int acq_wait(struct acquire *a, long pttl, long long sent, long long srv_
         return ETIMEDOUT;
     }
     if (!a->subscribed && a->direct) {
-        char wch[DM_CLUSTER_KEY_MAX];
-        dm_cluster_lock_key(l, DM_KEY_WAIT, wch, sizeof wch);
+        char wch[DM_RLOCK_KEY_MAX];
+        dm_rlock_key(l, DM_KEY_WAIT, wch, sizeof wch);
         if ((*a->wcp = dm_wconn_new(wch, l->name)) != NULL) {
             a->subscribed = 1;
             return ACQ_ON;      /* the second attempt, now that no handover can be missed */
@@ -1001,11 +1001,11 @@ static int acq_wait(struct acquire *a, long pttl, long long sent, long long srv_
         a->direct = 0;          /* none to be had: notify's channel, as any other wait */
     }
     if (!a->subscribed) {
-        long to = cl_cfg->redis.command_timeout_ms;
+        long to = rl_cfg->redis.command_timeout_ms;
         if (left >= 0 && left < to)
             to = left;
         if (!a->ch)
-            a->ch = a->fair ? dm_cluster_lock_wchan(l) : dm_cluster_lock_chan(l);
+            a->ch = a->fair ? dm_rlock_wchan(l) : dm_rlock_chan(l);
         if (a->ch && dm_notify_subscribe(a->ch, to) == 0) {
             a->subscribed = 1;
             return ACQ_ON;      /* the second attempt, now that no notice can be missed */
@@ -1051,11 +1051,11 @@ static int acq_wait(struct acquire *a, long pttl, long long sent, long long srv_
      * counts only our own writes, so one more attempt (we hold it: a
      * renewal to a full lease) is our write after the handover, and its
      * WAIT covers both. */
-    if (ho == 1 && fresh(g) && cl_cfg->min_replicas == 0) {
+    if (ho == 1 && fresh(g) && rl_cfg->min_replicas == 0) {
         g->waited = 1;
         g->wait_id = member_id(a->member);
-        dm_stats_add(&dm_cluster_lock_counts(l)->acquisitions, 1);
-        dm_stats_add(&dm_cluster_lock_counts(l)->handoffs, 1);
+        dm_stats_add(&dm_rlock_counts(l)->acquisitions, 1);
+        dm_stats_add(&dm_rlock_counts(l)->handoffs, 1);
         return 0;
     }
     a->handover_more = g->more_waiters;
@@ -1067,7 +1067,7 @@ static int acq_wait(struct acquire *a, long pttl, long long sent, long long srv_
 
 /* The lock call: attempts (or, while a request may still run
  * unanswered, its withdrawal) until one step ends the call. */
-static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
+static int acquire_loop(struct dm_rlock *l, const char *owner,
                         const struct timespec *deadline, int flags, struct dm_grant *g,
                         struct dm_conn **wcp)
 {
@@ -1114,12 +1114,12 @@ static int acquire_loop(struct dm_cluster_lock *l, const char *owner,
  * never for longer than the hold surely has left of its lease when it is
  * released (its last renewal was at most a round ago), so that a release
  * that gets through does not find its own hold expired. */
-int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t token)
+int dm_rlock_release(struct dm_rlock *l, const char *owner, uint64_t token)
 {
-    return cl_release_waited(l, owner, token, NULL, 0, NULL);
+    return rl_release_waited(l, owner, token, NULL, 0, NULL);
 }
 
-/* dm_cluster_release, naming the request whose grant it ends when
+/* dm_rlock_release, naming the request whose grant it ends when
  * `request` ("<owner>|<wait id>") is not NULL (release.lua's ARGV[8]): a
  * later grant of the same owner under the same token is then left alone.
  * *done (if not NULL) is set when the server released the hold (not a
@@ -1130,13 +1130,13 @@ int dm_cluster_release(struct dm_cluster_lock *l, const char *owner, uint64_t to
  * an error, no reply, a dropped connection, the exit flush): the owner's
  * next acquire may have run on the server before the retry does. */
 DM_KEYS_FRAME
-int cl_release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+int rl_release_waited(struct dm_rlock *l, const char *owner, uint64_t token,
                       const char *request, long long until_ms, int *done)
 {
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1];
     dm_fmt_u64(tok, token);
-    dm_fmt_long(keep, cl_cfg->lease_ms);
+    dm_fmt_long(keep, rl_cfg->lease_ms);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
@@ -1154,13 +1154,13 @@ int cl_release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t tok
     memcpy(args + nkeys, argv, sizeof argv);
     int nargs = nkeys + 10;
     long long start = dm_now_ms();
-    long budget = DM_RELEASE_TIMEOUTS * cl_cfg->redis.command_timeout_ms;
-    long safe = cl_cfg->lease_ms - cl_cfg->lease_margin_ms - cl_cfg->renew_ms;
+    long budget = DM_RELEASE_TIMEOUTS * rl_cfg->redis.command_timeout_ms;
+    long safe = rl_cfg->lease_ms - rl_cfg->lease_margin_ms - rl_cfg->renew_ms;
     /* A Sentinel failover takes the sentinels' down-after time and an
      * election, seconds rather than command timeouts: a release given up
      * meanwhile would keep the lock from everyone for the rest of its lease
      * on the new primary. */
-    if (cl_cfg->redis.nsentinels > 0 || cl_cfg->redis.ncluster > 0 || budget > safe)
+    if (rl_cfg->redis.nsentinels > 0 || rl_cfg->redis.ncluster > 0 || budget > safe)
         budget = safe;
     if (until_ms != 0)
         budget = (long)(until_ms - start);
@@ -1183,7 +1183,7 @@ int cl_release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t tok
         }
         if (!r) {
             dm_redis_error_keep(&why, conn);
-            dm_stats_add(&dm_cluster_lock_counts(l)->redis_errors, 1);
+            dm_stats_add(&dm_rlock_counts(l)->redis_errors, 1);
         }
         dm_redis_put(conn);
         if (!r) {
@@ -1218,15 +1218,15 @@ int cl_release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t tok
         return EIO;
     }
     dm_error("lock %s: release failed for %lld ms (%s); the lock frees itself when its "
-             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, cl_cfg->lease_ms);
+             "lease (%ld ms) runs out", l->name, dm_now_ms() - start, why.errstr, rl_cfg->lease_ms);
     return EIO;
 }
 
-/* A reply to cl_release_write, in whatever thread read it: handed to the
+/* A reply to rl_release_write, in whatever thread read it: handed to the
  * caller's function as release.lua's answer, or -1 and why not. */
 static void late_reply(void *arg, redisReply *r, const struct dm_redis_error *why)
 {
-    struct cl_late *x = arg;
+    struct rl_late *x = arg;
     long v = r && r->type == REDIS_REPLY_INTEGER ? (long)r->integer : -1;
     const char *text = !r ? (why ? why->errstr : "no reply")
                      : r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected reply";
@@ -1234,12 +1234,12 @@ static void late_reply(void *arg, redisReply *r, const struct dm_redis_error *wh
 }
 
 DM_KEYS_FRAME
-int cl_release_write(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                     const char *member, struct cl_late *x)
+int rl_release_write(struct dm_rlock *l, const char *owner, uint64_t token,
+                     const char *member, struct rl_late *x)
 {
     char tok[DM_FMT_U64_MAX], keep[DM_FMT_U64_MAX + 1];
     dm_fmt_u64(tok, token);
-    dm_fmt_long(keep, cl_cfg->lease_ms);
+    dm_fmt_long(keep, rl_cfg->lease_ms);
     struct call_keys ks;
     char kb[call_keys_len(l, DM_CALL_RELEASE)];
     const char *const *k = call_keys(l, &ks, DM_CALL_RELEASE, kb, sizeof kb);
@@ -1247,7 +1247,7 @@ int cl_release_write(struct dm_cluster_lock *l, const char *owner, uint64_t toke
     for (int i = 0; i < DM_KEYS_RELEASE_N; i++)
         args[i] = k[dm_keys_release[i]];
     struct dm_conn *conn = dm_redis_get_slot(l->slot);
-    /* as cl_release_waited's */
+    /* as rl_release_waited's */
     const char *argv[] = { owner, tok, k[DM_KEY_RELEASED], keep, k[DM_KEY_WAIT], keep, "",
                            member, conn->run_id, k[DM_KEY_EPOCH] };
     memcpy(args + DM_KEYS_RELEASE_N, argv, sizeof argv);
@@ -1257,23 +1257,23 @@ int cl_release_write(struct dm_cluster_lock *l, const char *owner, uint64_t toke
     return rc;
 }
 
-/* Fork: cl_locks_mu is held across fork() (see the lock order in startup.c).
+/* Fork: rl_locks_mu is held across fork() (see the lock order in startup.c).
  * The child has a new process id, so a new wait channel (built from it
  * when needed): the old one's notify record dropped (notify's own fork handling ran
  * first: nothing is subscribed) and made again when a waiter needs it. */
-void dm_cluster_atfork(enum dm_fork_phase phase)
+void dm_rlock_atfork(enum dm_fork_phase phase)
 {
-    dm_fork_mutex(&cl_locks_mu, phase);
+    dm_fork_mutex(&rl_locks_mu, phase);
     if (phase != DM_FORK_CHILD)
         return;
     new_process_id();
     /* The releases kept for a failover are the parent's (the child has
      * its own owner ids): freed with the records' other parent state
      * (resend.c's child handler, after this one, forgets its thread). */
-    cl_kept_lists = 0;
-    for (size_t b = 0; b < cl_locks.n; b++)
-        for (struct dm_cluster_lock *l = (struct dm_cluster_lock *)cl_locks.b[b]; l;
-             l = (struct dm_cluster_lock *)l->node.next) {
+    rl_kept_lists = 0;
+    for (size_t b = 0; b < rl_locks.n; b++)
+        for (struct dm_rlock *l = (struct dm_rlock *)rl_locks.b[b]; l;
+             l = (struct dm_rlock *)l->node.next) {
             dm_notify_chan_put(l->wchan);
             l->wchan = NULL;
             l->wconn = NULL;    /* closed below, with those of waits in progress */

@@ -13,8 +13,8 @@
 -- server, e.g. behind a CLIENT PAUSE, and run after the abandon) is in
 -- KEYS[7] and does nothing here.
 --
--- The key and channel names are built by shim/keys.c (enum dm_key in
--- shim/keys.h), the one source of the layout; docs/design.md maps them. This
+-- The key and channel names are built by shim/redis/keys.c (enum dm_key in
+-- shim/redis/keys.h), the one source of the layout; docs/design.md maps them. This
 -- header documents what the script does with each.
 --
 -- KEYS[1] lock     ns:{NAME}          hash owner -> hold count, PEXPIRE = lease
@@ -59,7 +59,7 @@
 -- ARGV[6] queue deadline, ms from now  ARGV[7] channel to announce that the
 --         caller wants the lock (lock caching), or ""
 -- ARGV[8] LOST_KEEP: how many lost tokens KEYS[6] keeps (DM_KEYS_LOST_KEEP
---         in shim/keys.h; force.lua is given the same)
+--         in shim/redis/keys.h; force.lua is given the same)
 -- ARGV[9] "spublish": Redis Cluster's sharded pub/sub (the notice goes to
 --         the shard of the lock's slot); "": PUBLISH
 -- ARGV[10] the namespace's intact marker "NS:intact" (see "Restarts"); ""

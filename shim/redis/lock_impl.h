@@ -6,21 +6,21 @@
  *
  * Calls run one way: release.c uses resend.c and cluster.c, resend.c uses
  * cluster.c, cluster.c neither (a reply written without waiting comes back
- * through struct cl_late's function, which release.c sets). */
-#ifndef DM_CLUSTER_IMPL_H
-#define DM_CLUSTER_IMPL_H
+ * through struct rl_late's function, which release.c sets). */
+#ifndef DM_RLOCK_IMPL_H
+#define DM_RLOCK_IMPL_H
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cluster.h"
+#include "lock.h"
 #include "config.h"
 #include "util.h"
 
 #define DM_RELEASE_TIMEOUTS 3   /* a release keeps trying for this many command timeouts */
 
-/* The request id "<owner>|<wait id>" (cl_member_of), with its NUL. */
+/* The request id "<owner>|<wait id>" (rl_member_of), with its NUL. */
 #define DM_MEMBER_MAX (DM_OWNER_MAX + 24)
 
 /* What release.lua answers. */
@@ -30,22 +30,22 @@ enum release_reply { RELEASE_NOT_HELD = 0,      /* the hold was lost (lease expi
                      RELEASE_GONE_WITH_DATA = 3 };  /* not held: lost with the server's
                                                  * data, granted to nobody since */
 
-extern const struct dm_config *cl_cfg;  /* dm_cluster_init's */
+extern const struct dm_config *rl_cfg;  /* dm_rlock_init's */
 /* The interned records, and the mutex of the table, the records' refs,
  * their kept lists (l->kept) and release.c's list of releases unread. */
-extern pthread_mutex_t cl_locks_mu;
-extern struct dm_htab cl_locks;
-extern size_t cl_kept_lists;            /* records with a kept list (cl_locks_mu) */
+extern pthread_mutex_t rl_locks_mu;
+extern struct dm_htab rl_locks;
+extern size_t rl_kept_lists;            /* records with a kept list (rl_locks_mu) */
 
-/* cl_locks_mu held: drops a reference; 1 when it was the last (the record
- * is out of the table then: cl_lock_free it, without cl_locks_mu). */
-int cl_lock_unref_locked(struct dm_cluster_lock *l);
+/* rl_locks_mu held: drops a reference; 1 when it was the last (the record
+ * is out of the table then: rl_lock_free it, without rl_locks_mu). */
+int rl_lock_unref_locked(struct dm_rlock *l);
 /* A record out of the table: no one else can reach it (not under
- * cl_locks_mu: notify may wait for a handler). */
-void cl_lock_free(struct dm_cluster_lock *l);
+ * rl_locks_mu: notify may wait for a handler). */
+void rl_lock_free(struct dm_rlock *l);
 
 /* The request id "<owner>|<wait id>" into member (DM_MEMBER_MAX bytes). */
-void cl_member_of(char *member, const char *owner, unsigned long wait_id);
+void rl_member_of(char *member, const char *owner, unsigned long wait_id);
 
 /* release.lua for l's hold `token`, waited for and retried (cluster.c says
  * for how long). `request` ("<owner>|<wait id>", or NULL) names the lock
@@ -54,23 +54,23 @@ void cl_member_of(char *member, const char *owner, unsigned long wait_id);
  * until_ms (not 0): a release sent again after a failover, tried until
  * then only, its failure a warning. 0, EPERM (not held), ESTALE (lost with
  * the server's data) or EIO (given up, logged). */
-int cl_release_waited(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+int rl_release_waited(struct dm_rlock *l, const char *owner, uint64_t token,
                       const char *request, long long until_ms, int *done);
 
 /* A release written without waiting: `done` is called once, in the thread
  * that read the reply (any thread of the process), with release.lua's
  * answer (enum release_reply) or -1 when there is none (no reply, an error
  * reply: `why` says which; `noreply` when nothing came back). */
-struct cl_late {
-    void (*done)(struct cl_late *x, long v, const char *why, int noreply);
+struct rl_late {
+    void (*done)(struct rl_late *x, long v, const char *why, int noreply);
 };
 /* Writes release.lua for request `member` without waiting: 0 when
  * written (x->done follows), else what dm_redis_script_nowait said (x is
  * the caller's again; the release may have gone out whole all the same). */
-int cl_release_write(struct dm_cluster_lock *l, const char *owner, uint64_t token,
-                     const char *member, struct cl_late *x);
+int rl_release_write(struct dm_rlock *l, const char *owner, uint64_t token,
+                     const char *member, struct rl_late *x);
 
-/* resend.c, for release.c and cluster.h's dm_cluster_release_hold:
+/* resend.c, for release.c and cluster.h's dm_rlock_release_hold:
  * nothing else. */
 
 #endif

@@ -1,9 +1,9 @@
 /* cond_publish: a cluster-wide condition variable's signal (PUBLISH, or
  * SPUBLISH on the slot's primary with Redis Cluster), and the conds'
- * outage backoff per node (cluster.h: dm_cluster_cond_down/_outcome).
+ * outage backoff per node (cluster.h: dm_rlock_cond_down/_outcome).
  * Over cluster.c's records; the listed conds themselves are mapped's. */
-#include "cluster.h"
-#include "cluster_impl.h"
+#include "lock.h"
+#include "lock_impl.h"
 
 #include <stdio.h>
 
@@ -25,19 +25,19 @@
 static long long cond_down_until[DM_REDIS_NODES_MAX];  /* CLOCK_MONOTONIC ms; 0: up */
 static long cond_down_ms[DM_REDIS_NODES_MAX];          /* the last period; 0 after a success */
 
-static int cond_node(const struct dm_cluster_lock *l)
+static int cond_node(const struct dm_rlock *l)
 {
     int node = dm_redis_node_cached(l->slot);
     return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
 }
 
-int dm_cluster_cond_down(const struct dm_cluster_lock *l)
+int dm_rlock_cond_down(const struct dm_rlock *l)
 {
     long long until = __atomic_load_n(&cond_down_until[cond_node(l)], __ATOMIC_RELAXED);
     return until != 0 && dm_now_ms() < until;
 }
 
-void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_ms)
+void dm_rlock_cond_outcome(const struct dm_rlock *l, int ok, long took_ms)
 {
     int node = cond_node(l);
     if (ok) {
@@ -60,12 +60,12 @@ void dm_cluster_cond_outcome(const struct dm_cluster_lock *l, int ok, long took_
 
 /* One (S)PUBLISH on a connection; its subscriber count, or -1 with the
  * cause in *why. `again`: Redis Cluster redirected it (sent again there). */
-static long cond_publish_on(struct dm_conn *conn, const struct dm_cluster_lock *l,
+static long cond_publish_on(struct dm_conn *conn, const struct dm_rlock *l,
                             const char *msg, struct dm_redis_error *why, int *again)
 {
     int cluster = l->slot >= 0;
-    char channel[DM_CLUSTER_KEY_MAX];
-    dm_cluster_lock_key(l, DM_KEY_COND, channel, sizeof channel);
+    char channel[DM_RLOCK_KEY_MAX];
+    dm_rlock_key(l, DM_KEY_COND, channel, sizeof channel);
     redisReply *r = cluster ? dm_redis_command(conn, "SPUBLISH %s %s", channel, msg)
                             : dm_redis_command(conn, "PUBLISH %s %s", channel, msg);
     long n = -1;
@@ -84,14 +84,14 @@ static long cond_publish_on(struct dm_conn *conn, const struct dm_cluster_lock *
     return n;
 }
 
-long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
+long dm_rlock_cond_publish(struct dm_rlock *l, int broadcast)
 {
     static long publish_logged;
     const char *what = broadcast ? "broadcast" : "signal";
     char msg[48];
-    snprintf(msg, sizeof msg, "%s %s", dm_cluster_process_id(), what);
-    if (dm_cluster_cond_down(l)) {
-        dm_stats_add(&dm_cluster_lock_counts(l)->cond_lost, 1);
+    snprintf(msg, sizeof msg, "%s %s", dm_rlock_process_id(), what);
+    if (dm_rlock_cond_down(l)) {
+        dm_stats_add(&dm_rlock_counts(l)->cond_lost, 1);
         dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                      "condition variable %s: the %s reached no other process (redis at %s "
                      "did not answer a moment ago; not tried again yet); their waiters wake "
@@ -111,8 +111,8 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
     struct dm_redis_error why = { DM_REDIS_OK, "" };
     long n = -1;
     long long start = dm_now_ms();
-    long fast = cl_cfg->redis.connect_timeout_ms < cl_cfg->redis.command_timeout_ms
-                    ? cl_cfg->redis.connect_timeout_ms / 2 : cl_cfg->redis.command_timeout_ms / 2;
+    long fast = rl_cfg->redis.connect_timeout_ms < rl_cfg->redis.command_timeout_ms
+                    ? rl_cfg->redis.connect_timeout_ms / 2 : rl_cfg->redis.command_timeout_ms / 2;
     int fresh = 0;
     for (int attempt = 0; attempt < DM_COND_PUBLISH_TRIES; attempt++) {
         struct dm_conn *conn = fresh ? dm_redis_get_slot_new(l->slot) : dm_redis_get_slot(l->slot);
@@ -132,9 +132,9 @@ long dm_cluster_cond_publish(struct dm_cluster_lock *l, int broadcast)
     int outage = n < 0 && (why.err == DM_REDIS_NOCONN || why.err == DM_REDIS_IO ||
                            why.err == DM_REDIS_TLS || why.err == DM_REDIS_WRONG_NODE);
     if (n >= 0 || outage)
-        dm_cluster_cond_outcome(l, n >= 0, (long)(dm_now_ms() - start));
+        dm_rlock_cond_outcome(l, n >= 0, (long)(dm_now_ms() - start));
     if (n < 0) {
-        dm_stats_add(&dm_cluster_lock_counts(l)->cond_lost, 1);
+        dm_stats_add(&dm_rlock_counts(l)->cond_lost, 1);
         dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                      "condition variable %s: the %s reached no other process (%s); their "
                      "waiters wake at their deadline or after their reconnect",

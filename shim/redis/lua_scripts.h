@@ -1,4 +1,4 @@
-/* The Lua scripts of shim/lua/, embedded at build time by
+/* The Lua scripts of shim/redis/lua/, embedded at build time by
  * tools/embed-lua.sh. One constant per file, named dm_lua_<file>. */
 #ifndef DM_LUA_SCRIPTS_H
 #define DM_LUA_SCRIPTS_H

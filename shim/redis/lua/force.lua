@@ -19,14 +19,14 @@
 -- token>[, handed to <request> #<token>]"), until the next force.
 --
 -- KEYS[1] lock  KEYS[2] holder  KEYS[3] token  KEYS[4] queue  KEYS[5] qtime
--- KEYS[6] lost  KEYS[7] forced  (see acquire.lua; names built by shim/keys.c)
+-- KEYS[6] lost  KEYS[7] forced  (see acquire.lua; names built by shim/redis/keys.c)
 -- KEYS[8] (optional) epoch: a handover marks it "-" (release.lua)
 -- ARGV[1] '1': force  ARGV[2] who (operator, host, pid: for the log)
 -- ARGV[3] release channel  ARGV[4] how long to keep the lost token, ms
 -- ARGV[5] waiter channel prefix  ARGV[6] lease of a handed-over lock, ms
 --         (as release.lua: the whole lease)
 -- ARGV[7] LOST_KEEP: how many lost tokens KEYS[6] keeps (as acquire.lua's
---         ARGV[8], DM_KEYS_LOST_KEEP in shim/keys.h)
+--         ARGV[8], DM_KEYS_LOST_KEEP in shim/redis/keys.h)
 -- ARGV[9] (optional) the run_id the caller's connection read (INFO
 --         server; "": not known): a handover leaves an epoch naming it
 -- ARGV[8] (optional) "spublish": Redis Cluster's sharded pub/sub, as

@@ -2,11 +2,11 @@
  * of a name nobody waits for returns after one write) and the thread that
  * reads the replies left unread: a verdict acted on, anything else retried
  * as a release always is; the flush at exec and exit. Knows the lock
- * protocol through cluster_impl.h (cl_release_write, cl_release_waited)
+ * protocol through cluster_impl.h (rl_release_write, rl_release_waited)
  * and of Redis only the pool's flush (dm_redis_flush*): no reply, no key,
  * no script. */
-#include "cluster.h"
-#include "cluster_impl.h"
+#include "lock.h"
+#include "lock_impl.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -25,15 +25,15 @@
 
 /* A release sent without waiting, until its reply is read. It holds a
  * reference to the record, so a name destroyed meanwhile stays until
- * then. Listed (under cl_locks_mu) so that a fork child, which never reads
+ * then. Listed (under rl_locks_mu) so that a fork child, which never reads
  * the parent's replies, gives those references back and frees them. */
 struct late_release {
-    struct cl_late late;                /* first: the reply comes back through it */
-    struct dm_cluster_lock *l;
+    struct rl_late late;                /* first: the reply comes back through it */
+    struct dm_rlock *l;
     uint64_t token;
-    dm_cluster_lost_fn lost;
+    dm_rlock_lost_fn lost;
     long long lease_end_ms;             /* the hold's lease could end by itself from then */
-    struct late_release *prev, *next;   /* late_list, under cl_locks_mu */
+    struct late_release *prev, *next;   /* late_list, under rl_locks_mu */
     /* Its reply's verdict, recorded by whichever thread read it, acted on
      * by the reader (verdicts_settle). */
     struct late_release *vnext;         /* `verdicts` */
@@ -55,7 +55,7 @@ static struct late_release *verdicts;
  * unlock makes no next call on that connection. This thread reads the
  * replies that stay unread on an idle pooled connection for one to two
  * ticks (DM_RELEASE_READ_MS), and every reply at once when the process
- * image is about to end (exec, _exit: dm_cluster_flush_bounded). A reply
+ * image is about to end (exec, _exit: dm_rlock_flush_bounded). A reply
  * that needs more than counting (a retry, a lost hold's report, which in
  * abort mode ends the process) is acted on here whoever read it (a pooled
  * connection's next user reads what is pending on it first): the reading
@@ -76,7 +76,7 @@ static int reader_efd = -1;         /* eventfd: wakes the reader */
 static int reader_asleep;           /* sleeping with no timeout: wake it (atomic) */
 static long releases_pending;       /* written, reply not read yet (atomic) */
 static unsigned long releases_written;      /* ever (atomic): the reader's activity */
-static unsigned long flush_asked, flush_done;  /* dm_cluster_flush_bounded (atomic) */
+static unsigned long flush_asked, flush_done;  /* dm_rlock_flush_bounded (atomic) */
 
 static void reader_wake(void)
 {
@@ -157,14 +157,14 @@ static int reader_ready(void)
     return st > 0;
 }
 
-void dm_cluster_flush_bounded(void)
+void dm_rlock_flush_bounded(void)
 {
     /* The reader itself (a lost hold's abort, whose SIGABRT handler
      * _exits) would wait for itself. */
     if (__atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) <= 0 ||
         __atomic_load_n(&reader_state, __ATOMIC_ACQUIRE) <= 0 || in_reader)
         return;
-    long max_ms = (DM_RELEASE_TIMEOUTS + 1) * cl_cfg->redis.command_timeout_ms;
+    long max_ms = (DM_RELEASE_TIMEOUTS + 1) * rl_cfg->redis.command_timeout_ms;
     unsigned long want = __atomic_add_fetch(&flush_asked, 1, __ATOMIC_SEQ_CST);
     reader_wake();
     long long end = dm_now_ms() + max_ms;
@@ -176,7 +176,7 @@ void dm_cluster_flush_bounded(void)
             dm_warn("%ld release(s) written without waiting still unconfirmed after %ld ms; "
                     "a lock they did not free frees itself when its lease (%ld ms) runs out",
                     __atomic_load_n(&releases_pending, __ATOMIC_RELAXED), max_ms,
-                    cl_cfg->lease_ms);
+                    rl_cfg->lease_ms);
             return;
         }
         struct timespec ts = { 0, DM_FLUSH_STEP_MS * 1000000L };
@@ -184,7 +184,7 @@ void dm_cluster_flush_bounded(void)
     }
 }
 
-/* cl_locks_mu held. */
+/* rl_locks_mu held. */
 static void late_unlink(struct late_release *lr)
 {
     if (lr->prev)
@@ -195,7 +195,7 @@ static void late_unlink(struct late_release *lr)
         lr->next->prev = lr->prev;
 }
 
-/* The verdict on a release sent by dm_cluster_release_nowait, in the
+/* The verdict on a release sent by dm_rlock_release_nowait, in the
  * reader (a "released": in the thread that read it). Anything but a
  * verdict is retried as a release always is (it recognises its own
  * retry); "not held" is a lost hold. */
@@ -207,8 +207,8 @@ static void settle(struct late_release *lr)
         dm_debug("lock %s: the release sent at unlock got %s; sending it again", lr->l->name,
                  lr->why);
         if (lr->noreply)
-            dm_stats_add(&dm_cluster_lock_counts(lr->l)->redis_errors, 1);
-        int rr = cl_release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL);
+            dm_stats_add(&dm_rlock_counts(lr->l)->redis_errors, 1);
+        int rr = rl_release_waited(lr->l, lr->owner, lr->token, lr->request, 0, NULL);
         v = rr == EPERM ? RELEASE_NOT_HELD : rr == ESTALE ? RELEASE_GONE_WITH_DATA : RELEASE_DONE;
     }
     if ((v == RELEASE_NOT_HELD || v == RELEASE_GONE_WITH_DATA) && lr->lost)
@@ -216,11 +216,11 @@ static void settle(struct late_release *lr)
                  v == RELEASE_GONE_WITH_DATA ? DM_GONE_WITH_DATA
                  : dm_now_ms() >= lr->lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST);
     __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
-    dm_lock(&cl_locks_mu);
+    dm_lock(&rl_locks_mu);
     late_unlink(lr);
-    dm_unlock(&cl_locks_mu);
+    dm_unlock(&rl_locks_mu);
     __atomic_sub_fetch(&releases_pending, 1, __ATOMIC_ACQ_REL);
-    dm_cluster_lock_put(lr->l);
+    dm_rlock_put(lr->l);
     free(lr);
 }
 
@@ -247,13 +247,13 @@ static void verdicts_settle(void)
     settling = 0;
 }
 
-/* The reply of a release sent by dm_cluster_release_nowait, in the thread
+/* The reply of a release sent by dm_rlock_release_nowait, in the thread
  * that read it. "Released" (or a nested count) is settled here: nothing
  * but counts and a reference, so a trylock of the name that read it goes
  * on at once. Anything else (a retry, a lost hold's report) is recorded
  * for the reader, settled at once when that is the reader, outside a
  * settle of its own. */
-static void late_release_done(struct cl_late *x, long v, const char *why, int noreply)
+static void late_release_done(struct rl_late *x, long v, const char *why, int noreply)
 {
     struct late_release *lr = (struct late_release *)x;
     lr->verdict = v;
@@ -277,16 +277,16 @@ static void late_release_done(struct cl_late *x, long v, const char *why, int no
         reader_wake();
 }
 
-/* dm_cluster_release_nowait's script, written without waiting for its
+/* dm_rlock_release_nowait's script, written without waiting for its
  * reply (lr: what the reply's reader needs, the record's reference
- * taken). 0 when written; else what cl_release_write said, and lr is the
+ * taken). 0 when written; else what rl_release_write said, and lr is the
  * caller's again. */
-static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+static int release_send(struct dm_rlock *l, const char *owner, uint64_t token,
                         const char *member, struct late_release *lr)
 {
     __atomic_add_fetch(&l->releases_unread, 1, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(&releases_pending, 1, __ATOMIC_SEQ_CST);
-    int rc = cl_release_write(l, owner, token, member, &lr->late);
+    int rc = rl_release_write(l, owner, token, member, &lr->late);
     if (rc == 0) {
         __atomic_add_fetch(&releases_written, 1, __ATOMIC_RELAXED);
         /* The reader sleeps for good only after a quiet spell: then, and
@@ -301,25 +301,25 @@ static int release_send(struct dm_cluster_lock *l, const char *owner, uint64_t t
     return rc;
 }
 
-enum dm_gone dm_cluster_gone_how(int released, long long lease_end_ms)
+enum dm_gone dm_rlock_gone_how(int released, long long lease_end_ms)
 {
     return released == ESTALE ? DM_GONE_WITH_DATA
          : dm_now_ms() >= lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST;
 }
 
-int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint64_t token,
+int dm_rlock_release_nowait(struct dm_rlock *l, const char *owner, uint64_t token,
                               unsigned long wait_id, long long lease_end_ms,
-                              dm_cluster_lost_fn lost)
+                              dm_rlock_lost_fn lost)
 {
     /* Sentinel trusts "not held" only after ROLE on the same connection,
      * a cluster follows MOVED with the script again, and an rwlock's read
      * release is not told apart by its request: the reply first. */
     struct late_release *lr;
-    if (l->rw || cl_cfg->redis.nsentinels > 0 || cl_cfg->redis.ncluster > 0 || !reader_ready() ||
+    if (l->rw || rl_cfg->redis.nsentinels > 0 || rl_cfg->redis.ncluster > 0 || !reader_ready() ||
         (lr = malloc(sizeof *lr)) == NULL) {
-        int r = dm_cluster_release_hold(l, owner, token, wait_id);
+        int r = dm_rlock_release_hold(l, owner, token, wait_id);
         if ((r == EPERM || r == ESTALE) && lost)
-            lost(l, owner, token, dm_cluster_gone_how(r, lease_end_ms));
+            lost(l, owner, token, dm_rlock_gone_how(r, lease_end_ms));
         return r;
     }
     lr->late.done = late_release_done;
@@ -331,35 +331,35 @@ int dm_cluster_release_nowait(struct dm_cluster_lock *l, const char *owner, uint
     memcpy(lr->owner, owner, on);
     lr->owner[on] = 0;
     char member[DM_MEMBER_MAX];     /* the caller's: lr may be freed below */
-    cl_member_of(member, owner, wait_id);
+    rl_member_of(member, owner, wait_id);
     memcpy(lr->request, member, strlen(member) + 1);
-    dm_lock(&cl_locks_mu);
+    dm_lock(&rl_locks_mu);
     l->refs++;
     lr->prev = NULL;
     lr->next = late_list;
     if (late_list)
         late_list->prev = lr;
     late_list = lr;
-    dm_unlock(&cl_locks_mu);
+    dm_unlock(&rl_locks_mu);
     if (release_send(l, owner, token, member, lr) == 0)
         return 0;
     /* Not written, or written in part (it may have gone out whole all the
      * same): waited for now, named as any retry is. */
-    dm_lock(&cl_locks_mu);
+    dm_lock(&rl_locks_mu);
     late_unlink(lr);
-    dm_unlock(&cl_locks_mu);
-    dm_cluster_lock_put(l);
+    dm_unlock(&rl_locks_mu);
+    dm_rlock_put(l);
     free(lr);
-    int r = cl_release_waited(l, owner, token, member, 0, NULL);
+    int r = rl_release_waited(l, owner, token, member, 0, NULL);
     if ((r == EPERM || r == ESTALE) && lost)
-        lost(l, owner, token, dm_cluster_gone_how(r, lease_end_ms));
+        lost(l, owner, token, dm_rlock_gone_how(r, lease_end_ms));
     return r;
 }
 
 /* The idle pool's replies here; then those another thread reads (the
  * release reader may hold a connection, or be retrying a release it
  * read), waited for as long as a retried release may take. */
-void dm_cluster_flush(void)
+void dm_rlock_flush(void)
 {
     /* The reader itself (an exit from a lost hold's abort handler) would
      * wait for the release it is settling: what is idle, once. */
@@ -367,7 +367,7 @@ void dm_cluster_flush(void)
         dm_redis_flush();
         return;
     }
-    long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * cl_cfg->redis.command_timeout_ms;
+    long long end = dm_now_ms() + (DM_RELEASE_TIMEOUTS + 1) * rl_cfg->redis.command_timeout_ms;
     for (;;) {
         dm_redis_flush();
         if (__atomic_load_n(&releases_pending, __ATOMIC_ACQUIRE) <= 0 || dm_now_ms() >= end)
@@ -399,7 +399,7 @@ void dm_release_atfork(enum dm_fork_phase phase)
     while (dead) {
         struct late_release *lr = dead;
         dead = lr->next;
-        dm_cluster_lock_put(lr->l);
+        dm_rlock_put(lr->l);
         free(lr);
     }
 }

@@ -5,7 +5,7 @@
 -- published to everyone waiting.
 --
 -- KEYS[1] lock  KEYS[2] holder  KEYS[3] token  KEYS[4] queue  KEYS[5] qtime
--- KEYS[6] lost  (see acquire.lua; names built by shim/keys.c)
+-- KEYS[6] lost  (see acquire.lua; names built by shim/redis/keys.c)
 -- KEYS[7] readers  KEYS[8] rgrant: an rwlock's (acquire.lua); a token the
 --         owner's read grant has is a read release: the last live reader
 --         wakes the first queued writer (a message on its channel that is
