@@ -36,8 +36,11 @@ list=$(mktemp) || fail_setup "mktemp"
 trap 'rm -f "$list"' EXIT
 echo "$exported" > "$list"
 
-objs=$(ls build/shim/*.o build/shim/redis/*.o build/shim/trace/*.o 2>/dev/null |
+# The objects of today's sources (a build directory may keep the objects of
+# files since moved or removed).
+objs=$(ls shim/*.c shim/redis/*.c shim/trace/*.c | sed 's|^|build/|; s|\.c$|.o|' |
        grep -vE '^build/shim/(preload|real|trace/record)\.o$')
+for o in $objs; do [ -f "$o" ] || fail_setup "$o is not built"; done
 [ -n "$objs" ] || fail_setup "no objects under build/shim"
 [ -f build/shim/trace/report.o ] || fail_setup "no build/shim/trace/report.o: the trace library is not built from objects"
 for o in $objs; do
