@@ -44,7 +44,7 @@ deps:
 DM_DEPFLAGS = -MMD -MP
 
 $(B)/shim/%.o: shim/%.c Makefile | $(B)/shim
-	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/redis -Iinclude -I$(B)/shim -c $< -o $@
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Iinclude -I$(B)/shim -c $< -o $@
 
 $(B)/shim/redis/%.o: shim/redis/%.c Makefile | $(B)/shim/redis
 	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim/redis -Ishim -Iinclude -I$(B)/shim -c $< -o $@
@@ -72,7 +72,7 @@ $(B)/libdmcore.a: $(CORE_OBJS)
 TRACE_SRCS := $(wildcard shim/trace/*.c)
 TRACE_OBJS := $(patsubst shim/trace/%.c,$(B)/shim/trace/%.o,$(TRACE_SRCS))
 $(B)/shim/trace/%.o: shim/trace/%.c Makefile | $(B)/shim/trace
-	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/redis -Ishim/trace \
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim -Ishim/trace \
 	    -Iinclude -c $< -o $@
 $(B)/libdmutex-trace.so: $(TRACE_OBJS) $(B)/libdmcore.a
 	$(CC) -shared -Wl,-z,now -o $@ $(TRACE_OBJS) $(B)/libdmcore.a $(SHIM_LIBS)

@@ -54,10 +54,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lock.h"
 #include "log.h"
 #include "metrics.h"
-#include "notify.h"
+#include "store.h"
 #include "real.h"
 #include "registry.h"
 #include "util.h"
@@ -152,7 +151,7 @@ static void let_go(void);
 void mapped_names_init(const struct dm_config *cfg)
 {
     mcfg = cfg;
-    dm_notify_on_image_end(let_go);
+    dm_store->on_image_end(let_go);
     /* Tests only: the grace after a handover (hold_acquire), made long
      * enough for a test to act inside it. */
     const char *grace = secure_getenv("DMUTEX_TEST_HANDED_GRACE_MS");
@@ -174,9 +173,9 @@ static struct dm_name *name_get(const char *name)
             break;
         }
     if (!nm && (nm = calloc(1, sizeof *nm)) != NULL) {
-        nm->cl = dm_rlock_get(name);
+        nm->cl = dm_store->lock_get(name);
         if (!nm->cl || dm_htab_add(&names, &nm->node, h) != 0) {
-            dm_rlock_put(nm->cl);
+            dm_store->lock_put(nm->cl);
             free(nm);
             nm = NULL;
         } else {
@@ -228,11 +227,10 @@ static void name_put(struct dm_name *nm)
     }
     if (nm->refs == 0 && idle) {
         dm_htab_del(&names, &nm->node);
-        if (nm->cl->wantchan)
-            dm_notify_set_handler(nm->cl->wantchan, NULL, NULL);   /* waits for a call in progress */
-        dm_notify_timer_cancel(&nm->linger);    /* likewise */
+        dm_store->want_unwatch(nm->cl);        /* waits for a call in progress */
+        dm_store->timer_cancel(&nm->linger);    /* likewise */
         dm_watchdog_forget(&nm->hold);  /* a renewal round may still read it */
-        dm_rlock_put(nm->cl);
+        dm_store->lock_put(nm->cl);
         dm_mutex_destroy(&nm->mu);
         dm_cv_destroy(&nm->cv);
         free(nm);
@@ -268,14 +266,14 @@ static int named_add(const void *addr, const char *name, int flags, int kind)
     }
     if (rw && !nm->rw) {
         nm->rw = 1;
-        dm_rlock_rwlock(nm->cl);
+        dm_store->lock_rwlock(nm->cl);
     } else if (!rw) {
         nm->fair |= (flags & DM_MAP_FAIR) != 0;
         nm->cache |= (flags & DM_MAP_CACHE) != 0;
         /* Several mutexes share the name: its holder listens for other
          * processes' wants, so that threads keeping the shared hold busy
          * let them in. */
-        dm_rlock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
+        dm_store->lock_mode(nm->cl, nm->fair, nm->cache, nm->refs > 1);
     }
     union named_entry *e = free_named;
     if (e)
@@ -326,7 +324,7 @@ void mapped_named_remove(void *entry)
 
 /* ---- the process's hold of a name -------------------------------------- */
 
-static void on_want(void *arg, const char *msg, size_t len);
+static void on_want(void *arg);
 
 /* ---- batches (docs/decisions.md, "Batches and handovers") ----------------
  * A contended grant (it came after a wait, or others queue behind it)
@@ -368,7 +366,7 @@ static int linger_arm_locked(struct dm_name *nm, long long now)
     long long at = now + DM_LINGER_NS;
     if (at > nm->batch_end_ns)
         at = nm->batch_end_ns;
-    return dm_notify_timer_arm(&nm->linger, at, linger_end, nm) == 0;
+    return dm_store->timer_arm(&nm->linger, at, linger_end, nm) == 0;
 }
 
 /* notify's thread, at a lingering hold's end: gives it back unless a
@@ -388,7 +386,7 @@ static void linger_end(void *arg)
     if (at > nm->batch_end_ns)
         at = nm->batch_end_ns;
     if (at > now && !torn_down && !hold_lost_locked(nm) &&
-        dm_notify_timer_arm(&nm->linger, at, linger_end, nm) == 0) {
+        dm_store->timer_arm(&nm->linger, at, linger_end, nm) == 0) {
         dm_unlock(&nm->mu);
         in_shim--;
         return;
@@ -466,11 +464,11 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
 {
     struct dm_hold *h = &nm->hold;
     dm_metrics_start();     /* the writer thread, at the first round trip (not in the constructor) */
-    dm_rlock_owner(h->owner, me);
+    dm_store_owner(h->owner, me);
     struct dm_grant g;
     h->read = nm->rw && !nm->write;
     __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);
-    int r = dm_rlock_acquire(nm->cl, h->owner, deadline,
+    int r = dm_store->acquire(nm->cl, h->owner, deadline,
                                (mode == DM_TRYLOCK ? DM_ACQ_TRY : 0) | (h->read ? DM_ACQ_READ : 0),
                                &g);
     if (r != 0)
@@ -490,15 +488,14 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         dm_error("lock %s: the lease watchdog cannot run (%s); giving the lock back and "
                  "returning EAGAIN: nothing would renew the lease, and it would expire "
                  "under the critical section", nm->cl->name, strerror(rc));
-        dm_rlock_release_hold(nm->cl, h->owner, h->token, h->wait_id);
+        dm_store->release_hold(nm->cl, h->owner, h->token, h->wait_id);
         return EAGAIN;
     }
-    dm_stats_set(&dm_rlock_counts(nm->cl)->held, 1);
+    dm_stats_set(&dm_store_counts(nm->cl)->held, 1);
     if (nm->cl->wants && !__atomic_load_n(&nm->want_subscribed, __ATOMIC_RELAXED)) {
         /* Hear other processes' wants: before keeping the lock at unlock
          * (cache mode), and to let them in while threads keep it busy. */
-        dm_notify_set_handler(nm->cl->wantchan, on_want, nm);
-        int ok = dm_notify_subscribe(nm->cl->wantchan, mcfg->redis.command_timeout_ms) == 0;
+        int ok = dm_store->want_watch(nm->cl, on_want, nm, mcfg->redis.command_timeout_ms) == 0;
         dm_lock(&nm->mu);
         nm->want_subscribed = ok;
         dm_unlock(&nm->mu);
@@ -527,11 +524,11 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
  * on_lease_lost applying. Called by the releasing thread, or, for a
  * release sent without waiting, by the thread that read its reply.
  * Returns 1 for a hold lost while held. */
-static int release_found_gone(struct dm_rlock *l, const char *owner, uint64_t token,
+static int release_found_gone(struct dm_store_lock *l, const char *owner, uint64_t token,
                               enum dm_gone how)
 {
     if (how == DM_GONE_EXPIRED) {
-        dm_stats_add(&dm_rlock_counts(l)->expired_after_unlock, 1);
+        dm_stats_add(&dm_store_counts(l)->expired_after_unlock, 1);
         dm_warn("lock %s (owner %s, fencing token %llu): the hold expired after unlock: its "
                 "release reached the server late (a stall, a pause or a restart) and found "
                 "the lease over; the critical section had ended before the hold's deadline, "
@@ -542,7 +539,7 @@ static int release_found_gone(struct dm_rlock *l, const char *owner, uint64_t to
         return 0;
     }
     if (how == DM_GONE_WITH_DATA) {
-        dm_stats_add(&dm_rlock_counts(l)->expired_after_unlock, 1);
+        dm_stats_add(&dm_store_counts(l)->expired_after_unlock, 1);
         dm_warn("lock %s (owner %s, fencing token %llu): the hold was lost with the server's "
                 "data (a restart without persistence, an older snapshot or a failover, after "
                 "the grant), and the server has granted the lock to nobody since: the "
@@ -553,7 +550,7 @@ static int release_found_gone(struct dm_rlock *l, const char *owner, uint64_t to
         return 0;
     }
     dm_watchdog_note_lost();
-    dm_stats_add(&dm_rlock_counts(l)->leases_lost, 1);
+    dm_stats_add(&dm_store_counts(l)->leases_lost, 1);
     dm_error("lock %s (owner %s, fencing token %llu): the hold was lost while held: at "
              "unlock the server no longer had it, before its lease could have run out "
              "(deleted, evicted, or lost by a restart or failover); another process may have "
@@ -564,7 +561,7 @@ static int release_found_gone(struct dm_rlock *l, const char *owner, uint64_t to
     return 1;
 }
 
-static void release_found_lost(struct dm_rlock *l, const char *owner, uint64_t token,
+static void release_found_lost(struct dm_store_lock *l, const char *owner, uint64_t token,
                                enum dm_gone how)
 {
     release_found_gone(l, owner, token, how);
@@ -575,7 +572,7 @@ static void release_found_lost(struct dm_rlock *l, const char *owner, uint64_t t
  * been lost while held.
  *
  * With on_lease_lost = "abort" (the default) the release is written and
- * not waited for (dm_rlock_release_nowait): the hold ends no earlier
+ * not waited for (the store's release_nowait): the hold ends no earlier
  * than before, only its reply is read later, and a hold the reply finds
  * lost while held aborts the process from the thread that reads it, as
  * the watchdog would (release_found_gone; one that expired after the
@@ -589,15 +586,15 @@ int hold_release(struct dm_name *nm)
         lost = dm_watchdog_remove(h);
         long long end = dm_watchdog_lease_end(h);
         if (!lost && mcfg->on_lease_lost == DM_LOST_ABORT)
-            dm_rlock_release_nowait(nm->cl, h->owner, h->token, h->wait_id, end,
+            dm_store->release_nowait(nm->cl, h->owner, h->token, h->wait_id, end,
                                       release_found_lost);
         else {
-            int r = dm_rlock_release_hold(nm->cl, h->owner, h->token, h->wait_id);
+            int r = dm_store->release_hold(nm->cl, h->owner, h->token, h->wait_id);
             if ((r == EPERM || r == ESTALE) && !lost)
-                lost = release_found_gone(nm->cl, h->owner, h->token, dm_rlock_gone_how(r, end));
+                lost = release_found_gone(nm->cl, h->owner, h->token, dm_store_gone_how(r, end));
         }
     }
-    dm_stats_set(&dm_rlock_counts(nm->cl)->held, 0);
+    dm_stats_set(&dm_store_counts(nm->cl)->held, 0);
     dm_lock(&nm->mu);
     /* Most likely a handover: the next lock call waits for the grace
      * (grace_wait_locked). Without a batch (batch_ms = 0) only after a
@@ -849,15 +846,11 @@ int name_leave(struct dm_name *nm)
 }
 
 /* Another process wants a lock this process holds or keeps (a want
- * notice, in the subscriber thread). A kept hold nobody is inside is given
+ * notice, in the store's event thread). A kept hold nobody is inside is given
  * up now; otherwise when its last user leaves. */
-static void on_want(void *arg, const char *msg, size_t len)
+static void on_want(void *arg)
 {
     struct dm_name *nm = arg;
-    const char *pid = dm_rlock_process_id();
-    size_t n = strlen(pid);
-    if (len > n && memcmp(msg, pid, n) == 0 && msg[n] == ':')
-        return;                         /* our own want */
     in_shim++;
     dm_lock(&nm->mu);
     if (nm->state == NAME_HELD && nm->users == 0) {
@@ -971,7 +964,7 @@ static void drop_dead_hold(struct dm_entry *e)
     if (nm->state == NAME_HELD && nm->users > 0 && --nm->users == 0) {
         if (nm->held)
             dm_watchdog_remove(&nm->hold);
-        dm_stats_set(&dm_rlock_counts(nm->cl)->held, 0);
+        dm_stats_set(&dm_store_counts(nm->cl)->held, 0);
         nm->held = 0;
         nm->want = 0;
         nm->state = NAME_FREE;
@@ -1127,7 +1120,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
     __atomic_store_n(&e->holder, me, __ATOMIC_RELAXED);
     e->depth = 1;
     uint64_t t1 = (uint64_t)dm_now_ns();
-    struct dm_stats *st = dm_rlock_counts(e->nm->cl);
+    struct dm_stats *st = dm_store_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, t0 ? t1 - t0 : 0);     /* its count is the lock calls */
@@ -1145,7 +1138,7 @@ int dm_mapped_lock(struct dm_entry *e, pthread_mutex_t *m, enum dm_lock_mode mod
  * time into the name's hold histogram. */
 void hold_observe(struct dm_entry *e)
 {
-    dm_stats_observe(&dm_rlock_counts(e->nm->cl)->hold,
+    dm_stats_observe(&dm_store_counts(e->nm->cl)->hold,
                      (uint64_t)dm_now_ns() - __atomic_load_n(&e->since_ns, __ATOMIC_RELAXED));
 }
 
@@ -1475,7 +1468,7 @@ static void let_go(void)
 
 void dm_mapped_image_ends(void)
 {
-    dm_notify_image_ends(2 * mcfg->redis.command_timeout_ms);
+    dm_store->image_ends(2 * mcfg->redis.command_timeout_ms);
 }
 
 /* Process exit: give back the holds that no thread is inside any more:
@@ -1554,6 +1547,6 @@ void dm_mapped_release_all(void)
     /* Every release written without waiting (these, and the unlocks
      * before): their replies read, a failed one sent again, before the
      * process ends. */
-    dm_rlock_flush();
+    dm_store->flush();
     in_shim--;
 }

@@ -28,8 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lock.h"
-#include "notify.h"
+#include "store.h"
 #include "real.h"
 #include "util.h"
 
@@ -38,8 +37,8 @@
 
 struct dm_cond_name {
     struct dm_cond_name *next;          /* conds_mu */
-    struct dm_rlock *cl;         /* the name's keys: the channel's name */
-    struct dm_notify_chan *ch;
+    struct dm_store_lock *cl;         /* the name's keys: the channel's name */
+    struct dm_chan *ch;
     unsigned long refs;                 /* conds_mu */
     unsigned long waiting;              /* conds_mu: of refs, those of waits in progress
                                            (a fork child has none of them) */
@@ -70,13 +69,10 @@ static struct dm_cond_name *cond_name_get(const char *name)
     while (cn && strcmp(cn->cl->name, name) != 0)
         cn = cn->next;
     if (!cn && (cn = calloc(1, sizeof *cn)) != NULL) {
-        cn->cl = dm_rlock_cond_get(name);
-        char channel[DM_RLOCK_KEY_MAX];
-        if (cn->cl)
-            dm_rlock_key(cn->cl, DM_KEY_COND, channel, sizeof channel);
-        cn->ch = cn->cl ? dm_notify_chan(channel) : NULL;
+        cn->cl = dm_store->cond_get(name);
+        cn->ch = cn->cl ? dm_store->cond_chan(cn->cl) : NULL;
         if (!cn->ch) {
-            dm_rlock_put(cn->cl);
+            dm_store->lock_put(cn->cl);
             free(cn);
             cn = NULL;
         } else {
@@ -124,8 +120,8 @@ static void cond_name_put(struct dm_cond_name *cn)
     dm_unlock(&conds_mu);
     if (!last)
         return;
-    dm_notify_chan_put(cn->ch);
-    dm_rlock_put(cn->cl);
+    dm_store->chan_put(cn->ch);
+    dm_store->lock_put(cn->cl);
     free(cn);
 }
 
@@ -186,11 +182,11 @@ int dm_mapped_cond_signal(struct dm_cond_entry *ce, pthread_cond_t *c, int broad
     int r = broadcast ? dm_real.cond_broadcast(c) : dm_real.cond_signal(c);
     if (in_shim)
         return r;
-    dm_stats_add(&dm_rlock_counts(ce->cn->cl)->cond_signals, 1);
-    dm_notify_bump(ce->cn->ch);
+    dm_stats_add(&dm_store_counts(ce->cn->cl)->cond_signals, 1);
+    dm_store->chan_bump(ce->cn->ch);
     int cs;
     shim_enter(&cs);
-    dm_rlock_cond_publish(ce->cn->cl, broadcast);
+    dm_store->cond_publish(ce->cn->cl, broadcast);
     shim_leave(cs);
     return r;
 }
@@ -282,22 +278,22 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     cw.cn = cn;
     /* Subscribed and counted before anything is let go: from here on no
      * signal of any process can be missed. While Redis failed a moment
-     * ago (dm_rlock_cond_down) nothing is waited for: the mutex is not
+     * ago (the store's cond_down) nothing is waited for: the mutex is not
      * held for a timeout per call; the subscription is made in the
      * background, and the sleep is cut short below. */
-    struct dm_notify_chan *ch = cn->ch;
+    struct dm_chan *ch = cn->ch;
     long sub_ms = mcfg->redis.command_timeout_ms;   /* cut to the deadline: a timed wait */
     long left = dm_remaining_ms(dlp);               /* returns by it, Redis or not */
     if (left >= 0 && left < sub_ms)
         sub_ms = left;
-    if (dm_rlock_cond_down(cn->cl))
+    if (dm_store->cond_down(cn->cl))
         sub_ms = 0;
     long long sub_t0 = dm_now_ms();
-    int sr = dm_notify_subscribe(ch, sub_ms);
+    int sr = dm_store->chan_subscribe(ch, sub_ms);
     int subscribed = sr == 0;
     if (subscribed || sr == EAGAIN || (sr != 0 && sub_ms == mcfg->redis.command_timeout_ms))
-        dm_rlock_cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
-    unsigned long seen = dm_notify_seq(ch);
+        dm_store->cond_outcome(cn->cl, subscribed, (long)(dm_now_ms() - sub_t0));
+    unsigned long seen = dm_store->chan_seq(ch);
     if (cw.mapped) {
         hold_observe(e);
         cw.w.depth = e->depth;
@@ -314,7 +310,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
         shim_leave(cs);
         return ur;
     }
-    dm_stats_add(&dm_rlock_counts(cn->cl)->cond_waits, 1);
+    dm_stats_add(&dm_store_counts(cn->cl)->cond_waits, 1);
     if (cond_gap_ms > 0)
         dm_sleep_ms(cond_gap_ms);
     shim_leave(cs);
@@ -333,7 +329,7 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     }
     int r;
     pthread_cleanup_push(cond_cluster_cancelled, &cw);
-    r = dm_notify_wait_until(ch, seen, dlp);
+    r = dm_store->chan_wait_until(ch, seen, dlp);
     pthread_cleanup_pop(0);
     if (capped && r == ETIMEDOUT)
         r = 0;
@@ -373,8 +369,8 @@ static void cond_atfork(enum dm_fork_phase phase)
             continue;
         }
         *p = cn->next;
-        dm_notify_chan_put(cn->ch);
-        dm_rlock_put(cn->cl);
+        dm_store->chan_put(cn->ch);
+        dm_store->lock_put(cn->cl);
         free(cn);
     }
 }

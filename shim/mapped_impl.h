@@ -17,10 +17,9 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "lock.h"
 #include "config.h"
 #include "mapped.h"
-#include "notify.h"
+#include "store.h"
 #include "util.h"
 #include "watchdog.h"
 
@@ -28,7 +27,7 @@ enum name_state { NAME_FREE, NAME_ACQUIRING, NAME_HELD, NAME_RELEASING };
 
 struct dm_name {
     struct dm_hnode node;               /* first: the table of names (util.h) */
-    struct dm_rlock *cl;
+    struct dm_store_lock *cl;
     pthread_mutex_t mu;                 /* guards what follows; never held across I/O */
     pthread_cond_t cv;                  /* every state change (CLOCK_MONOTONIC) */
     unsigned long users;                /* mutexes of the name held through the shim */
@@ -55,7 +54,7 @@ struct dm_name {
     long long busy_ns;                  /* HELD: its users last went from 0 to 1 (the
                                            grant; a join, while a batch runs) */
     long long handed_ns;                /* its last hold, batched or wanted, was given back */
-    struct dm_notify_timer linger;      /* gives a lingering hold back (notify's thread) */
+    struct dm_timer linger;      /* gives a lingering hold back (notify's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
 

@@ -30,7 +30,7 @@
 
 #include <errno.h>
 
-#include "lock.h"
+#include "store.h"
 #include "real.h"
 #include "util.h"
 
@@ -168,7 +168,7 @@ int dm_mapped_rwlock(struct dm_rw_entry *e, pthread_rwlock_t *l, int write,
     else
         __atomic_add_fetch(&e->readers, 1, __ATOMIC_RELAXED);
     mapped_watch_thread_end();
-    struct dm_stats *st = dm_rlock_counts(e->nm->cl);
+    struct dm_stats *st = dm_store_counts(e->nm->cl);
     if (tl_contended)
         dm_stats_add(&st->contended, 1);
     dm_stats_observe(&st->wait, (uint64_t)dm_now_ns() - t0);

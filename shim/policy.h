@@ -1,6 +1,6 @@
 /* policy: what a failed store call means for a lock call, decided without
  * I/O, so that on_redis_down's rules can be held to by a test without a
- * server (tests/test_policy.c). The lock protocol (cluster.c) turns the
+ * server (tests/test_policy.c). The lock protocol (lock.c) turns the
  * store's error into a struct dm_failure, asks, and acts: logs, withdraws
  * what may still run, sleeps, returns. Knows the config's on_redis_down,
  * nothing of Redis. */

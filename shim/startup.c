@@ -25,19 +25,14 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
-#include "lock.h"
 #include "config.h"
 #include "dmutex.h"
 #include "log.h"
 #include "mapped.h"
 #include "metrics.h"
-#include "net.h"
-#include "notify.h"
 #include "real.h"
-#include "redis.h"
 #include "registry.h"
-#include "sentinel.h"
-#include "slots.h"
+#include "store.h"
 #include "symbols.h"
 #include "watchdog.h"
 
@@ -122,7 +117,7 @@ void dm_startup_image_ends(void)
         getpid() != __atomic_load_n(&own_pid, __ATOMIC_RELAXED))
         return;
     dm_mapped_image_ends();     /* its releases are among those flushed next */
-    dm_rlock_flush_bounded();
+    dm_store->flush_bounded();
 }
 
 static void config_fail(const char *fmt, const char *a, const char *b)
@@ -642,9 +637,10 @@ static void map_entries(struct dm_config *cfg)
  * registered, and this is the one order of the internal locks:
  *
  *   startup objects_mu -> symbols cache_lock -> mapped names_mu -> mapped conds_mu
- *     -> registry writer lock -> metrics mu -> release reader_mu -> resend resend_mu
- *     -> cluster locks_mu -> notify nmu -> redis pool_mu -> sentinel smu -> slots smu
- *     -> net ssl_rw (write side) -> watchdog wmu
+ *     -> registry writer lock -> metrics mu
+ *     -> [the store's: release reader_mu -> resend resend_mu -> rlock locks_mu
+ *         -> notify nmu -> redis pool_mu -> sentinel smu -> slots smu
+ *         -> net ssl_rw (write side)] -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
  * registry) under objects_mu; mapped's name_get makes the cluster lock
@@ -695,8 +691,8 @@ static void registry_atfork(enum dm_fork_phase phase)
 /* The lock order above, after objects_mu: prepare walks it forward,
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
-    symbols_atfork, dm_mapped_atfork, registry_atfork, dm_metrics_atfork, dm_release_atfork,
-    dm_resend_atfork, dm_rlock_atfork, dm_notify_atfork, dm_redis_atfork, dm_sentinel_atfork, dm_slots_atfork, dm_net_atfork,
+    symbols_atfork, dm_mapped_atfork, registry_atfork, dm_metrics_atfork,
+    dm_store_atfork,    /* the Redis store: release reader_mu ... net ssl_rw, in order */
     dm_watchdog_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
@@ -802,7 +798,7 @@ static void check_exit(int summary)
         snprintf(line, sizeof line, "%s: %zu mutexes would be mapped (%zu init_site "
                  "functions)%s, redis at %s, namespace %s", config.path ? config.path : "config",
                  dm_registry_count() - conds_mapped - rwlocks_mapped, dm_startup_ninit_sites,
-                 conds_summary(), dm_redis_addr(), config.ns ? config.ns : "-");
+                 conds_summary(), dm_store->where(), config.ns ? config.ns : "-");
         if (check_fd >= 0)
             dprintf(check_fd, "S\t%s\n", line);
         else if (check_mode == CHECK_PRINT)
@@ -870,7 +866,7 @@ __attribute__((constructor)) static void dm_startup_start(void)
     const char *metrics = secure_getenv("DMUTEX_METRICS");
     if (metrics && *metrics && dm_config_set_metrics_file(&config, metrics, err, sizeof err) != 0)
         config_fail("DMUTEX_METRICS=%s: %s", metrics, err);
-    dm_rlock_init(&config);
+    dm_store_init(&config, &dm_redis_store);
     dm_metrics_init(&config);
     dm_mapped_init(&config);
     map_entries(&config);
@@ -884,10 +880,10 @@ __attribute__((constructor)) static void dm_startup_start(void)
     __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
     if (config.nmutexes == 0 && config.nconds == 0 && config.nrwlocks == 0)
         dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
-                config.path, dm_redis_addr());
+                config.path, dm_store->where());
     else
         dm_info("libdmutex %s: %s; redis at %s, namespace %s", DMUTEX_VERSION,
-                entries_summary(), dm_redis_addr(), config.ns);
+                entries_summary(), dm_store->where(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

@@ -1,7 +1,7 @@
 /* stats: the counters of one lock name in this process, as the metrics
  * file (shim/metrics.c) and the exit summary show them. One struct
  * dm_stats per name, allocated when the name first counts something
- * (cluster.h's dm_rlock_counts) and held by its struct
+ * (store.h's dm_store_counts) and held by its struct
  * dm_name_stats, which outlives the name's record (the record points at
  * it; a name destroyed and made again counts on, for as long as the struct
  * says); each fact is counted by the module that knows it (mapped: lock

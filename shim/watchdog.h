@@ -1,23 +1,23 @@
 /* watchdog: two threads per process. The renewal thread keeps the leases
- * of held cluster locks alive: when a hold is due (renew_ms after its last
- * renewal) it renews every due hold in one pipelined round. The deadline
+ * of held store locks alive: when a hold is due (renew_ms after its last
+ * renewal) it renews every due hold in one round (store.h: renew). The deadline
  * thread (no I/O) decides, on CLOCK_MONOTONIC, when a hold is lost: the server
  * says it is gone, or no renewal has succeeded for lease - margin. A lost
  * hold is logged with name, owner and fencing token, counted, and then
  * on_lease_lost applies: abort (the process ends before the server-side
  * lease can run out and another machine enter) or warn (the holder's unlock
- * returns EPERM). Knows nothing of pthread_mutex_t. */
+ * returns EPERM). Knows nothing of pthread_mutex_t, nor of Redis. */
 #ifndef DM_WATCHDOG_H
 #define DM_WATCHDOG_H
 
 #include <stdint.h>
 
-#include "lock.h"
+#include "store.h"
 
 /* A held cluster lock. The caller owns the memory, which must stay valid
  * for the life of the process (holds are reused, never freed). */
 struct dm_hold {
-    struct dm_rlock *lock;
+    struct dm_store_lock *lock;
     char owner[DM_OWNER_MAX];
     uint64_t token;
     unsigned long wait_id;      /* the grant's request: "<owner>|<wait_id>" (dm_grant) */

@@ -945,32 +945,16 @@ char *th_config_top(long lease_ms, const char *top, const char *mutexes)
                                       lease_ms, top, mutexes));
 }
 
-void th_cluster_atfork(enum dm_fork_phase phase)
-{
-    if (phase == DM_FORK_PREPARE) {
-        dm_release_atfork(phase);
-        dm_resend_atfork(phase);
-        dm_rlock_atfork(phase);
-    } else {
-        dm_rlock_atfork(phase);
-        dm_resend_atfork(phase);
-        dm_release_atfork(phase);
-    }
-}
-
 int th_fork_with_handlers(int (*fn)(void *), void *arg)
 {
-    th_cluster_atfork(DM_FORK_PREPARE);
-    dm_redis_atfork(DM_FORK_PREPARE);
+    dm_store_atfork(DM_FORK_PREPARE);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        dm_redis_atfork(DM_FORK_CHILD);
-        th_cluster_atfork(DM_FORK_CHILD);
+        dm_store_atfork(DM_FORK_CHILD);
         _exit(fn(arg));
     }
-    dm_redis_atfork(DM_FORK_PARENT);
-    th_cluster_atfork(DM_FORK_PARENT);
+    dm_store_atfork(DM_FORK_PARENT);
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     return st;
@@ -995,8 +979,8 @@ uint64_t th_grant(struct dm_rlock *l, const char *who, struct dm_grant *g)
 struct th_hold th_owners(const char *name)
 {
     struct th_hold h = { .l = th_lock_get(name) };
-    dm_rlock_owner(h.a, 1);
-    dm_rlock_owner(h.b, 2);
+    dm_store_owner(h.a, 1);
+    dm_store_owner(h.b, 2);
     return h;
 }
 

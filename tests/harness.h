@@ -223,7 +223,7 @@ char *th_config_top(long lease_ms, const char *top, const char *mutexes);
 /* For groups that drive the cluster layer in process (no LD_PRELOAD): the
  * config's defaults, pointed at `server`, with this command timeout and
  * lease (renewal lease/3, margin lease/10). The caller then
- * dm_rlock_init()s it. */
+ * dm_store_init()s it. */
 struct dm_config;
 void th_cluster_config(struct dm_config *cfg, const struct th_redis *server,
                        long command_timeout_ms, long lease_ms);
@@ -238,16 +238,12 @@ void th_cluster_lease(struct dm_config *cfg, long lease_ms);
 struct dm_rlock *th_lock_get(const char *name);
 uint64_t th_grant(struct dm_rlock *l, const char *who, struct dm_grant *g);
 
-/* fork() between cluster's and redis's handlers, in startup's order
- * (cluster, then redis; the other way after), for tests that link the
- * modules without startup. The child runs fn(arg) once its handlers ran
- * and exits with what it returns; the parent's handlers run, and the
- * child's wait status is returned. */
+/* fork() inside the store's fork handlers (dm_store_atfork: the Redis
+ * store's, in startup's order), for tests that link the modules without
+ * startup. The child runs fn(arg) once its handlers ran and exits with
+ * what it returns; the parent's handlers run, and the child's wait status
+ * is returned. */
 int th_fork_with_handlers(int (*fn)(void *), void *arg);
-/* The lock protocol's fork handlers (release.c's, resend.c's, cluster.c's)
- * in startup's order, for a test that forks without the shim's
- * pthread_atfork. */
-void th_cluster_atfork(enum dm_fork_phase phase);
 
 /* What most protocol tests start from: lock `name` and two owners a and b
  * (as two threads of this process are); th_hold_by_a also grants it to a

@@ -5,9 +5,12 @@
 # is a function or variable A uses that B defines (read from the built
 # objects: `nm`), or a header of A's that includes one of B's. A circle is
 # printed with the symbols or includes that make it. The files of one
-# module that share an _impl.h (cluster with release and resend, mapped
+# module that share an _impl.h (rlock with release and resend, mapped
 # with its rwlocks and conds, config with its parts) may call each other
-# one way only, like any others. Prints "N passed, N failed".
+# one way only, like any others. The store seam holds: nothing above
+# shim/redis/ calls into it but through the table of store.h (startup
+# names dm_redis_store), includes hiredis or one of its headers, and the
+# Redis store calls nothing above it. Prints "N passed, N failed".
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 command -v python3 >/dev/null || fail_setup "python3 is missing (tools/deps.sh installs it)"
@@ -21,7 +24,14 @@ def nm(obj, flags):
     r = subprocess.run(["nm", flags, obj], capture_output=True, text=True, check=True)
     return r.stdout.split("\n")
 
-objs = sorted(glob.glob("build/shim/*.o") + glob.glob("build/shim/redis/*.o") + glob.glob("build/shim/trace/*.o"))
+# The objects of today's sources (a build directory may keep the objects
+# of files since moved or removed).
+srcs_c = glob.glob("shim/*.c") + glob.glob("shim/redis/*.c") + glob.glob("shim/trace/*.c")
+objs = sorted("build/" + c[:-2] + ".o" for c in srcs_c)
+missing = [o for o in objs if not os.path.exists(o)]
+if missing:
+    print("not built: " + " ".join(missing))
+    sys.exit(2)
 name = lambda o: o[len("build/shim/"):-2]
 defs, uses = {}, {}
 for o in objs:
@@ -87,6 +97,44 @@ for c in sccs({h: list(inc[h]) for h in hdrs}):
     bad += 1
     print("INCLUDES " + " <-> ".join(c))
 print("ok includes %d" % len(hdrs))
+
+# The store seam (docs/design.md, "The store interface"): above it
+# nothing calls into shim/redis/ but through struct dm_store_ops (startup
+# names the table, dm_redis_store), nothing includes hiredis or a header
+# of shim/redis/; below it the Redis store calls nothing of the layers
+# above (mapped, watchdog, startup, preload, registry, symbols, metrics).
+store_bad = 0
+redis_objs = [o for o in objs if o.startswith("build/shim/redis/")]
+upper_objs = [o for o in objs if o not in redis_objs]
+for o in upper_objs:
+    for d, syms in calls[o].items():
+        if d not in redis_objs:
+            continue
+        syms = [x for x in syms if not (x == "dm_redis_store" and name(o) == "startup")]
+        if syms:
+            store_bad += 1
+            print("STORE %s calls into %s past the store interface: %s" % (name(o), name(d), " ".join(sorted(syms)[:6])))
+above = ("mapped", "mapped_rw", "mapped_cond", "watchdog", "startup", "preload", "registry", "symbols", "metrics")
+for o in redis_objs:
+    for d, syms in calls[o].items():
+        if name(d) in above:
+            store_bad += 1
+            print("STORE %s calls up into %s: %s" % (name(o), name(d), " ".join(sorted(syms)[:6])))
+srcs = sorted(glob.glob("shim/*.[ch]") + glob.glob("shim/trace/*.[ch]") + glob.glob("tools/*.[ch]"))
+redis_hdrs = set(os.path.basename(h) for h in glob.glob("shim/redis/*.h"))
+for f in srcs:
+    for i, line in enumerate(open(f), 1):
+        m = re.match(r'\s*#\s*include\s+[<"]([^">]+)[">]', line)
+        if m and (m.group(1).startswith("hiredis") or m.group(1).startswith("redis/") or
+                  m.group(1) in redis_hdrs):
+            store_bad += 1
+            print("STORE %s:%d includes %s: only shim/redis/ may" % (f, i, m.group(1)))
+if not redis_objs:
+    store_bad += 1
+    print("STORE no objects under build/shim/redis/: is the Redis store built there?")
+bad += store_bad
+if not store_bad:
+    print("ok store %d %d" % (len(upper_objs), len(redis_objs)))
 sys.exit(1 if bad else 0)
 PY
 )
@@ -101,6 +149,13 @@ if echo "$out" | grep -q "^INCLUDES"; then
     bad headers_include_without_a_circle "$(echo "$out" | grep '^INCLUDES')"
 else
     ok headers_include_without_a_circle
+fi
+if echo "$out" | grep -q "^STORE"; then
+    bad store_seam_holds "$(echo "$out" | grep '^STORE')"
+elif echo "$out" | grep -q "^ok store"; then
+    ok store_seam_holds
+else
+    bad store_seam_holds "no verdict: $out"
 fi
 [ $rc -eq 0 ] || [ $failed -gt 0 ] || bad graph_script_exit "exit $rc: $out"
 echo "$passed passed, $failed failed"

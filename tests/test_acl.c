@@ -184,7 +184,7 @@ static void test_user_from_the_acl_line_keeps_the_counter_exact(void **state)
     struct dm_config c;
     char err[DM_ERR_MAX];
     assert_int_equal(dm_config_load(cfg, &c, err, sizeof err), 0);
-    dm_rlock_init(&c);
+    dm_store_init(&c, &dm_redis_store);
     struct dm_conn *conn = dm_redis_get();
     if (!conn->c)
         fail_msg("%s", conn->errstr);

@@ -49,7 +49,7 @@
 
 static struct th_redis rs;
 static redisContext *rc;        /* the test's own connection, for inspection */
-static struct dm_config cfg;    /* dm_rlock_init keeps a pointer: tests adjust fields */
+static struct dm_config cfg;    /* dm_store_init keeps a pointer: tests adjust fields */
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -143,7 +143,7 @@ static int group_setup(void **state)
     (void)state;
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_cluster_config(&cfg, &rs, DM_COMMAND_TIMEOUT_MS, LEASE_MS);
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
     return 0;
 }
 
@@ -255,7 +255,7 @@ static void test_waiter_is_woken_by_the_release_notice(void **state)
     struct th_hold h = th_hold_by_a("notice");
 
     struct waiter w = { .l = h.l, .rc = -1 };
-    dm_rlock_owner(w.owner, 2);
+    dm_store_owner(w.owner, 2);
     long long base = th_script_calls(rc);
     unsigned long notices = dm_notify_received();
     pthread_t th;
@@ -410,7 +410,7 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
     dm_rlock_mode(h.l, 1, 0, 0);
 
     struct waiter w = { .l = h.l, .rc = -1 };
-    dm_rlock_owner(w.owner, 2);
+    dm_store_owner(w.owner, 2);
     long long base = th_script_calls(rc);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
@@ -504,7 +504,7 @@ static void test_wrong_key_type_fails_with_a_message_naming_the_key(void **state
     struct dm_rlock *l = th_lock_get("wrongtype");
     freeReplyObject(th_cmd(rc, "SET %s not-a-lock", th_key(l->name, DM_KEY_LOCK)));
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     int saved;
     char *path = capture_stderr(&saved);
@@ -541,7 +541,7 @@ static void test_script_flush_between_calls_is_survived(void **state)
 
 static int lost_calls, lost_expired;
 
-static void count_lost(struct dm_rlock *l, const char *owner, uint64_t token,
+static void count_lost(struct dm_store_lock *l, const char *owner, uint64_t token,
                        enum dm_gone how)
 {
     (void)l, (void)owner, (void)token;
@@ -836,7 +836,7 @@ static void test_release_nowait_of_a_deleted_hold_reports_it_lost_not_expired(vo
  * thread read the reply. */
 static pthread_t lost_in;
 
-static void note_lost_thread(struct dm_rlock *l, const char *owner, uint64_t token,
+static void note_lost_thread(struct dm_store_lock *l, const char *owner, uint64_t token,
                              enum dm_gone how)
 {
     lost_in = pthread_self();
@@ -1184,7 +1184,7 @@ static void test_fair_waiter_reads_its_handover_without_the_subscriber_thread(vo
     h.t = th_grant(h.l, h.a, &h.g);
     sem_init(&stall_go, 0, 0);
     __atomic_store_n(&stall_entered, 0, __ATOMIC_RELAXED);
-    struct dm_notify_chan *stall = dm_notify_chan("dmutex:{direct}:stall");
+    struct dm_chan *stall = dm_notify_chan("dmutex:{direct}:stall");
     assert_non_null(stall);
     dm_notify_set_handler(stall, stall_handler, NULL);
     assert_int_equal(dm_notify_subscribe(stall, SLACK_MS), 0);
@@ -1415,7 +1415,7 @@ static void test_fair_waiter_without_a_connection_of_its_own_takes_the_handover(
     dm_rlock_mode(h.l, 1, 0, 0);
     h.t = th_grant(h.l, h.a, &h.g);
     /* notify's connection made now, while the server takes clients */
-    struct dm_notify_chan *other = dm_notify_chan("dmutex:{wconn_none}:other");
+    struct dm_chan *other = dm_notify_chan("dmutex:{wconn_none}:other");
     assert_non_null(other);
     assert_int_equal(dm_notify_subscribe(other, SLACK_MS), 0);
     redisReply *r = th_cmd(rc, "INFO clients");
@@ -1603,7 +1603,7 @@ static void wait_no_channels(const char *pattern)
  * "dmutex:{PREFIXi}:x" each (cs), as many live names; names_put drops one
  * reference of each. */
 static void names_get(const char *prefix, int n, struct dm_rlock **ls,
-                      struct dm_notify_chan **cs)
+                      struct dm_chan **cs)
 {
     char name[48];
     for (int i = 0; i < n; i++) {
@@ -1614,7 +1614,7 @@ static void names_get(const char *prefix, int n, struct dm_rlock **ls,
     }
 }
 
-static void names_put(int n, struct dm_rlock **ls, struct dm_notify_chan **cs)
+static void names_put(int n, struct dm_rlock **ls, struct dm_chan **cs)
 {
     for (int i = 0; i < n; i++) {
         dm_rlock_put(ls[i]);
@@ -1630,7 +1630,7 @@ static void churn_one(int i)
     snprintf(name, sizeof name, "churn%d", i);
     struct dm_rlock *l = th_lock_get(name);
     if (i % CHURN_SUB_EVERY == 0) {
-        struct dm_notify_chan *ch = dm_rlock_chan(l);
+        struct dm_chan *ch = dm_rlock_chan(l);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
         ch = dm_rlock_wchan(l);
@@ -1675,7 +1675,7 @@ static void test_get_of_many_live_names_takes_constant_probe_steps(void **state)
 {
     (void)state;
     struct dm_rlock **ls = calloc(MANY_NAMES, sizeof *ls);
-    struct dm_notify_chan **cs = calloc(MANY_NAMES, sizeof *cs);
+    struct dm_chan **cs = calloc(MANY_NAMES, sizeof *cs);
     assert_non_null(ls);
     assert_non_null(cs);
     names_get("live", MANY_NAMES, ls, cs);
@@ -1709,7 +1709,7 @@ static void test_name_made_again_after_put_stays_subscribed(void **state)
     (void)state;
     for (int i = 0; i < 50; i++) {
         struct dm_rlock *l = th_lock_get("again");
-        struct dm_notify_chan *ch = dm_rlock_chan(l);
+        struct dm_chan *ch = dm_rlock_chan(l);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
         dm_rlock_put(l);
@@ -1782,7 +1782,7 @@ static void test_handler_is_never_called_after_put_returns(void **state)
     static struct hstate st[HANDLER_ROUNDS];
     int total = 0;
     for (int i = 0; i < HANDLER_ROUNDS; i++) {
-        struct dm_notify_chan *ch = dm_notify_chan(pub.channel);
+        struct dm_chan *ch = dm_notify_chan(pub.channel);
         assert_non_null(ch);
         dm_notify_set_handler(ch, stress_handler, &st[i]);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
@@ -1811,7 +1811,7 @@ static void test_handler_is_never_called_after_put_returns(void **state)
     wait_no_channels("dmutex:{hstress}*");
 }
 
-static struct dm_notify_chan *self_ch;
+static struct dm_chan *self_ch;
 static int self_puts;
 
 static void self_put_handler(void *arg, const char *msg, size_t len)
@@ -1837,7 +1837,7 @@ static void test_handler_may_put_its_own_channel(void **state)
     wait_no_channels("dmutex:{selfput}*");
     assert_int_equal(__atomic_load_n(&self_puts, __ATOMIC_ACQUIRE), 1);
     /* The subscriber thread still serves others. */
-    struct dm_notify_chan *ch = dm_notify_chan("dmutex:{selfput2}:x");
+    struct dm_chan *ch = dm_notify_chan("dmutex:{selfput2}:x");
     assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
     dm_notify_chan_put(ch);
 }
@@ -1849,18 +1849,19 @@ static void test_fork_child_waits_on_its_own_channel(void **state)
     (void)state;
     struct dm_rlock *l = th_lock_get("forked");
     assert_int_equal(dm_notify_subscribe(dm_rlock_wchan(l), SLACK_MS), 0);
+    char parent_id[64];
+    snprintf(parent_id, sizeof parent_id, "%s", dm_store_process_id());
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        dm_redis_atfork(DM_FORK_CHILD);
-        dm_notify_atfork(DM_FORK_CHILD);
-        th_cluster_atfork(DM_FORK_CHILD);
+        dm_store_atfork(DM_FORK_CHILD);
         int bad = 0;
         char wait_channel[DM_RLOCK_KEY_MAX];
         dm_rlock_key(l, DM_KEY_WAIT, wait_channel, sizeof wait_channel);
-        if (!strstr(wait_channel, dm_rlock_process_id()))
+        if (strcmp(parent_id, dm_store_process_id()) == 0 ||
+            !strstr(wait_channel, dm_store_process_id()))
             bad |= 1;
-        struct dm_notify_chan *w = dm_rlock_wchan(l);
+        struct dm_chan *w = dm_rlock_wchan(l);
         redisContext *c = redisConnect(rs.addr, rs.port);
         redisReply *r = NULL;
         if (!w || dm_notify_subscribe(w, SLACK_MS) != 0 || !c || c->err ||
@@ -1902,7 +1903,7 @@ static void *fork_churn_main(void *arg)
 {
     struct fork_churn *fc = arg;
     static struct dm_rlock *ls[FORK_CHURN];
-    static struct dm_notify_chan *cs[FORK_CHURN];
+    static struct dm_chan *cs[FORK_CHURN];
     char name[48];
     while (!__atomic_load_n(&fc->stop, __ATOMIC_ACQUIRE)) {
         for (int i = 0; i < FORK_CHURN; i++) {
@@ -1928,7 +1929,7 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
 {
     (void)state;
     static struct dm_rlock *live[FORK_LIVE];
-    static struct dm_notify_chan *chans[FORK_LIVE];
+    static struct dm_chan *chans[FORK_LIVE];
     names_get("flive", FORK_LIVE, live, chans);
     char name[48];
     struct fork_churn fc = { 0, 0 };
@@ -1937,13 +1938,10 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
     int failed = 0;
     for (int r = 0; r < FORK_ROUNDS && !failed; r++) {
         usleep(1000 + (r % 7) * 300);
-        th_cluster_atfork(DM_FORK_PREPARE);
-        dm_notify_atfork(DM_FORK_PREPARE);
+        dm_store_atfork(DM_FORK_PREPARE);
         pid_t pid = fork();
         if (pid == 0) {
-            dm_redis_atfork(DM_FORK_CHILD);
-            dm_notify_atfork(DM_FORK_CHILD);
-            th_cluster_atfork(DM_FORK_CHILD);
+            dm_store_atfork(DM_FORK_CHILD);
             int bad = 0;
             for (int i = 0; i < FORK_LIVE; i++) {
                 snprintf(name, sizeof name, "flive%d", i);
@@ -1951,14 +1949,13 @@ static void test_fork_during_table_resizes_leaves_the_child_consistent(void **st
                 bad |= l != live[i];
                 dm_rlock_put(l);
                 snprintf(name, sizeof name, "dmutex:{flive%d}:x", i);
-                struct dm_notify_chan *c = dm_notify_chan(name);
+                struct dm_chan *c = dm_notify_chan(name);
                 bad |= c != chans[i];
                 dm_notify_chan_put(c);
             }
             _exit(bad);
         }
-        dm_notify_atfork(DM_FORK_PARENT);
-        th_cluster_atfork(DM_FORK_PARENT);
+        dm_store_atfork(DM_FORK_PARENT);
         assert_true(pid > 0);
         int st;
         assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -1986,7 +1983,7 @@ static void test_count_read_before_the_resubscription_moves_when_it_is_confirmed
 {
     (void)state;
     const char *name = "dmutex:{regap}:cond";
-    struct dm_notify_chan *ch = dm_notify_chan(name);
+    struct dm_chan *ch = dm_notify_chan(name);
     assert_non_null(ch);
     assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
     unsigned long before = dm_notify_seq(ch);
@@ -2029,20 +2026,20 @@ static void test_connection_lost_while_dropping_channels_frees_them_and_resubscr
 {
     (void)state;
     size_t base = dm_notify_stats().count;
-    struct dm_notify_chan *keep = dm_notify_chan("dmutex:{rc}:keep");
+    struct dm_chan *keep = dm_notify_chan("dmutex:{rc}:keep");
     assert_non_null(keep);
     assert_int_equal(dm_notify_subscribe(keep, SLACK_MS), 0);
     unsigned long seq = dm_notify_seq(keep);
     char name[48];
     for (int i = 0; i < RC_DROPPED; i++) {
         snprintf(name, sizeof name, "dmutex:{rc}:drop%d", i);
-        struct dm_notify_chan *ch = dm_notify_chan(name);
+        struct dm_chan *ch = dm_notify_chan(name);
         assert_non_null(ch);
         assert_int_equal(dm_notify_subscribe(ch, SLACK_MS), 0);
     }
     for (int i = 0; i < RC_DROPPED; i++) {
         snprintf(name, sizeof name, "dmutex:{rc}:drop%d", i);
-        struct dm_notify_chan *ch = dm_notify_chan(name);     /* a second reference... */
+        struct dm_chan *ch = dm_notify_chan(name);     /* a second reference... */
         dm_notify_chan_put(ch);
         dm_notify_chan_put(ch);                               /* ...and the last */
     }

@@ -898,12 +898,12 @@ static void test_killed_primary_its_names_go_on_on_the_promoted_replica(void **s
     if (dm_config_set_redis_url(&cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
     cfg.on_redis_down = DM_DOWN_LOCAL;
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
     int other = 0;
     while (th_rcluster_owner(&rc, slot_of_name(other)) == p)
         other++;
     char owner[DM_OWNER_MAX];
-    dm_rlock_owner(owner, 1);
+    dm_store_owner(owner, 1);
     struct dm_grant g;
     char oname[16];
     snprintf(oname, sizeof oname, "rc%d", other);
@@ -986,14 +986,14 @@ static redisContext *granted_on_replica(struct dm_config *cfg, struct resend_cas
     if (command_timeout_ms > 0)
         cfg->redis.command_timeout_ms = command_timeout_ms;
     cfg->on_lease_lost = DM_LOST_WARN;
-    dm_rlock_init(cfg);
+    dm_store_init(cfg, &dm_redis_store);
     snprintf(k->key, sizeof k->key, "dmutex:{%s}", name);
     k->slot = (int)dm_slots_keyslot(k->key, strlen(k->key));
     k->p = th_rcluster_owner(&rc, k->slot);
     k->q = replica_of(k->p);
     assert_true(k->p >= 0 && k->q >= 0);
-    dm_rlock_owner(k->a, 1);
-    dm_rlock_owner(k->c, 2);
+    dm_store_owner(k->a, 1);
+    dm_store_owner(k->c, 2);
     k->l = th_lock_get(name);
     th_grant(k->l, k->a, &k->g);
     redisContext *qc = th_redis_connect(&rc.node[k->q]);
@@ -1081,7 +1081,7 @@ static void cluster_client(struct dm_config *cfg, long lease)
     if (dm_config_set_redis_url(cfg, rc.url, err, sizeof err) != 0)
         fail_msg("%s", err);
     th_cluster_lease(cfg, lease);
-    dm_rlock_init(cfg);
+    dm_store_init(cfg, &dm_redis_store);
 }
 
 /* A lock and unlock of `l` by `owner`: its release kept for a failover. */
@@ -1107,8 +1107,8 @@ static void test_a_slot_moved_sends_again_only_the_releases_of_that_slot(void **
     static struct dm_config cfg;
     cluster_client(&cfg, 60000);
     char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
-    dm_rlock_owner(c, 2);
+    dm_store_owner(a, 1);
+    dm_store_owner(c, 2);
     static struct dm_rlock *ls[MOVE_KEPT_NAMES];
     for (int i = 0; i < MOVE_KEPT_NAMES; i++) {
         char name[32];
@@ -1170,7 +1170,7 @@ static void test_kept_releases_are_freed_a_lease_after_the_last(void **s)
     static struct dm_config cfg;
     cluster_client(&cfg, KEPT_LEASE_MS);
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     size_t before = dm_rlock_kept_lists();
     static struct dm_rlock *ls[KEPT_NAMES];
     for (int i = 0; i < KEPT_NAMES; i++) {
@@ -1214,13 +1214,11 @@ static void *fm_forker(void *arg)
 {
     struct fork_moved *fm = arg;
     while (!__atomic_load_n(&fm->stop, __ATOMIC_ACQUIRE)) {
-        dm_rlock_atfork(DM_FORK_PREPARE);
-        dm_notify_atfork(DM_FORK_PREPARE);
+        dm_store_atfork(DM_FORK_PREPARE);
         pid_t pid = fork();
         if (pid == 0)
             _exit(0);
-        dm_notify_atfork(DM_FORK_PARENT);
-        dm_rlock_atfork(DM_FORK_PARENT);
+        dm_store_atfork(DM_FORK_PARENT);
         if (pid > 0)
             waitpid(pid, NULL, 0);
         __atomic_add_fetch(&fm->forks, 1, __ATOMIC_RELEASE);
@@ -1270,10 +1268,10 @@ static void test_a_fork_while_notify_meets_moved_does_not_deadlock(void **s)
     static struct dm_config cfg;
     cluster_client(&cfg, 30000);
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_rlock *l = th_lock_get("fmlock");
     lock_unlock_kept(l, a);             /* the resender runs: its hook is the map's */
-    static struct dm_notify_chan *ch[FM_CHANS];
+    static struct dm_chan *ch[FM_CHANS];
     for (int i = 0; i < FM_CHANS; i++) {
         char name[64];
         snprintf(name, sizeof name, "fmchan:{fm%d}", i);

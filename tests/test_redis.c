@@ -111,7 +111,7 @@ static int group_setup(void **state)
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
     cfg.on_lease_lost = DM_LOST_WARN;
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
     return 0;
 }
 
@@ -301,11 +301,11 @@ static void test_watchdog_renews_every_hold_and_declares_a_deleted_one_lost(void
         snprintf(name, sizeof name, "rt-hold-%d", i);
         l[i] = dm_rlock_get(name);
         assert_non_null(l[i]);
-        dm_rlock_owner(h[i].owner, 700 + (unsigned long)i);
+        dm_store_owner(h[i].owner, 700 + (unsigned long)i);
         struct dm_grant g;
         long long asked = th_now_ms();
         assert_int_equal(dm_rlock_acquire(l[i], h[i].owner, NULL, DM_ACQ_TRY, &g), 0);
-        h[i].lock = l[i];
+        h[i].lock = &l[i]->pub;
         h[i].token = g.token;
         assert_int_equal(dm_watchdog_add(&h[i], asked, g.lease_ms), 0);
     }
@@ -360,7 +360,7 @@ static void test_signals_during_a_connect_are_no_outage(void **state)
     struct dm_rlock *l = dm_rlock_get("rt-storm-connect");
     assert_non_null(l);
     char who[DM_OWNER_MAX];
-    dm_rlock_owner(who, 801);
+    dm_store_owner(who, 801);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, LONG_CONNECT_MS);
     long long t0 = th_now_ms();

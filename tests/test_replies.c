@@ -118,7 +118,7 @@ static void assert_eagain(struct dm_rlock *l, const struct timespec *deadline)
 {
     cfg.on_redis_down = DM_DOWN_ERROR;
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     assert_int_equal(dm_rlock_acquire(l, a, deadline, 0, &g), EAGAIN);
 }
@@ -132,7 +132,7 @@ static void assert_free_and_clean(struct dm_rlock *l)
                  r->type == REDIS_REPLY_STRING ? r->str : "none");
     }
     char b[DM_OWNER_MAX];
-    dm_rlock_owner(b, 900);
+    dm_store_owner(b, 900);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_rlock_acquire(l, b, &dl, DM_ACQ_TRY, &g), 0);
@@ -157,7 +157,7 @@ static int group_setup(void **state)
     th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
     th_checker_start(&chk);
     th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
     return 0;
 }
 
@@ -200,7 +200,7 @@ static void test_error_reply_never_locks_locally_next_to_the_holder(void **state
     proxy("acquire", "error:OOM command not allowed when used memory > 'maxmemory'.", 1, &out);
     cfg.on_redis_down = DM_DOWN_LOCAL;
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, 800);
     long long t0 = th_now_ms();
@@ -341,7 +341,7 @@ static void test_late_copy_of_an_old_release_leaves_a_newer_hold_alone(void **st
 static void pause_then(struct dm_rlock *l, int flags, long deadline_ms, int expect)
 {
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     long long t0 = th_now_ms();
     freeReplyObject(th_cmd(rc, "CLIENT PAUSE %ld WRITE", PAUSE_MS));
@@ -391,7 +391,7 @@ static void test_late_copy_of_an_abandoned_acquire_grants_nothing(void **state)
     snprintf(act, sizeof act, "delay:%ld", LATE_MS);
     proxy("acquire", act, 1, &out);
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     long long t0 = th_now_ms();
     assert_int_equal(dm_rlock_acquire(l, a, NULL, DM_ACQ_TRY, &g), EBUSY);
@@ -430,7 +430,7 @@ static void test_late_release_of_a_withdrawn_grant_leaves_the_next_grant_alone(v
     dm_redis_atfork(DM_FORK_CHILD);
     cfg.redis.port = drop;
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     long long t0 = th_now_ms();
     assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &g), 0);
@@ -513,7 +513,7 @@ static void *run(void *arg)
 {
     struct runner *r = arg;
     char who[DM_OWNER_MAX];
-    dm_rlock_owner(who, r->seq);
+    dm_store_owner(who, r->seq);
     for (int i = 0; i < ROUNDS; i++) {
         struct dm_grant g;
         struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, r->wait_ms);
@@ -602,15 +602,15 @@ static void renew_matrix(void **s)
     cfg.on_lease_lost = DM_LOST_WARN;
     static struct dm_hold h;
     memset(&h, 0, sizeof h);
-    h.lock = l;
-    dm_rlock_owner(h.owner, 1);
+    h.lock = &l->pub;
+    dm_store_owner(h.owner, 1);
     struct dm_grant g;
     struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, SLACK_MS);
     assert_int_equal(dm_rlock_acquire(l, h.owner, &dl, 0, &g), 0);
     h.token = g.token;
     assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
     char b[DM_OWNER_MAX];
-    dm_rlock_owner(b, 2);
+    dm_store_owner(b, 2);
     struct dm_grant gb;
     dl = th_deadline_in(CLOCK_MONOTONIC, LEASE_MS + LEASE_MS / 2);    /* past the lease the hold started with */
     int r = dm_rlock_acquire(l, b, &dl, 0, &gb);

@@ -55,7 +55,7 @@ static struct th_checker chk;
 static struct th_net net;
 static struct th_redis ls, ds;          /* the lock server, the data server */
 static redisContext *lc, *dc;
-static struct dm_config cfg;            /* the in-process tests' (dm_rlock_init keeps it) */
+static struct dm_config cfg;            /* the in-process tests' (dm_store_init keeps it) */
 static char shim_path[PATH_MAX], prog_path[PATH_MAX];
 static char prefix[32];
 static int tseq;
@@ -187,22 +187,22 @@ static void test_readers_share_and_a_queued_writer_keeps_new_readers_out(void **
     (void)s;
     struct dm_rlock *l = rw_lock_get("rw_share");
     char a[DM_OWNER_MAX], b[DM_OWNER_MAX], d[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
-    dm_rlock_owner(b, 2);
-    dm_rlock_owner(d, 4);
+    dm_store_owner(a, 1);
+    dm_store_owner(b, 2);
+    dm_store_owner(d, 4);
     struct dm_grant ga, gb, gd;
     assert_int_equal(acquire(l, a, DM_ACQ_READ, TH_GRANT_MS, &ga), 0);
     assert_int_equal(acquire(l, b, DM_ACQ_READ | DM_ACQ_TRY, TH_GRANT_MS, &gb), 0);
     assert_true(gb.token > ga.token);                   /* every grant a token of its own */
     assert_int_equal(th_cmd_int(lc, "ZCARD %s", th_key(l->name, DM_KEY_READERS)), 2);
     char c[DM_OWNER_MAX];
-    dm_rlock_owner(c, 3);
+    dm_store_owner(c, 3);
     assert_int_equal(acquire(l, c, DM_ACQ_TRY, TH_GRANT_MS, &gd), EBUSY);
 
     /* static: a failed assertion leaves the thread running on it */
     static struct writer_arg w;
     w = (struct writer_arg){ .l = l };
-    dm_rlock_owner(w.who, 3);
+    dm_store_owner(w.who, 3);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, writer_thread, &w), 0);
     wait_queued(l, w.who);
@@ -253,7 +253,7 @@ static void test_writers_queued_behind_a_reader_get_it_in_order(void **s)
     (void)s;
     struct dm_rlock *l = rw_lock_get("rw_fifo");
     char r[DM_OWNER_MAX];
-    dm_rlock_owner(r, 1);
+    dm_store_owner(r, 1);
     struct dm_grant gr;
     assert_int_equal(acquire(l, r, DM_ACQ_READ, TH_GRANT_MS, &gr), 0);
     static struct writer_arg w[FIFO_WRITERS];  /* static: see above */
@@ -261,7 +261,7 @@ static void test_writers_queued_behind_a_reader_get_it_in_order(void **s)
     fifo_n = 0;
     for (int i = 0; i < FIFO_WRITERS; i++) {
         w[i] = (struct writer_arg){ .l = l, .idx = i };
-        dm_rlock_owner(w[i].who, 10 + i);
+        dm_store_owner(w[i].who, 10 + i);
         assert_int_equal(pthread_create(&t[i], NULL, fifo_writer, &w[i]), 0);
         wait_queue_len(l, i + 1);
     }
@@ -282,9 +282,9 @@ static void test_read_release_is_idempotent_and_an_expired_read_hold_is_lost(voi
     (void)s;
     struct dm_rlock *l = rw_lock_get("rw_release");
     char a[DM_OWNER_MAX], b[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
-    dm_rlock_owner(b, 2);
-    dm_rlock_owner(c, 3);
+    dm_store_owner(a, 1);
+    dm_store_owner(b, 2);
+    dm_store_owner(c, 3);
     struct dm_grant ga, gb, gc;
     assert_int_equal(acquire(l, a, DM_ACQ_READ, TH_GRANT_MS, &ga), 0);
     assert_int_equal(dm_rlock_release(l, a, ga.token), 0);
@@ -865,7 +865,7 @@ static int group_setup(void **state)
     lc = th_redis_connect(&ls);
     dc = th_redis_connect(&ds);
     th_cluster_config(&cfg, &ls, DM_COMMAND_TIMEOUT_MS, LEASE_MS);
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
     return 0;
 }
 

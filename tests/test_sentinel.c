@@ -365,7 +365,7 @@ static void fake_sentinel_names(const struct th_redis *r)
 
 /* ==== in process: READONLY from a demoted primary ============================ */
 
-static struct dm_config cfg;     /* dm_rlock_init keeps a pointer to it */
+static struct dm_config cfg;     /* dm_store_init keeps a pointer to it */
 static struct dm_endpoint one_sentinel;
 
 /* `from` is demoted to a replica of `to`, which is promoted, behind the
@@ -402,13 +402,13 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
     cfg.redis.nsentinels = 1;
     cfg.redis.master = (char *)MASTER;
     cfg.on_lease_lost = DM_LOST_WARN;
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
 
     /* 1. A lock call: a pooled connection to the primary, then the switch. */
     struct dm_rlock *l1 = dm_rlock_get("ro_held"), *l2 = dm_rlock_get("ro_new");
     struct dm_grant g;
     char owner2[DM_OWNER_MAX];
-    dm_rlock_owner(owner2, 2);
+    dm_store_owner(owner2, 2);
     assert_int_equal(dm_rlock_acquire(l2, owner2, NULL, DM_ACQ_TRY, &g), 0);
     assert_int_equal(dm_rlock_release(l2, owner2, g.token), 0);
     switch_behind_the_back(&t->primary, &t->replica[0]);
@@ -427,8 +427,8 @@ static void test_readonly_from_a_demoted_primary_rediscovers_and_grants_on_the_n
     /* 2. A hold on the new primary, which is demoted in turn. */
     wait_replicas(&t->replica[0], 1);
     static struct dm_hold h;
-    h.lock = l1;
-    dm_rlock_owner(h.owner, 1);
+    h.lock = &l1->pub;
+    dm_store_owner(h.owner, 1);
     assert_int_equal(dm_rlock_acquire(l1, h.owner, NULL, 0, &g), 0);
     h.token = g.token;
     assert_int_equal(dm_watchdog_add(&h, g.sent_ms, g.lease_ms), 0);
@@ -491,7 +491,7 @@ static void fake_sentinel_cluster(const struct topo *t, long lease)
     cfg.redis.nsentinels = 1;
     cfg.redis.master = (char *)MASTER;
     cfg.on_lease_lost = DM_LOST_WARN;
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
 }
 
 /* Waits until the replica `neu` has `owner`'s hold of `key`, then cuts it
@@ -565,7 +565,7 @@ static void test_a_release_sent_again_leaves_the_same_threads_new_grant(void **s
         const char *key = th_key(name, DM_KEY_LOCK);
         struct dm_rlock *l = dm_rlock_get(name);
         char owner[DM_OWNER_MAX];
-        dm_rlock_owner(owner, 1);
+        dm_store_owner(owner, 1);
         struct dm_grant g;
         wait_replicas(old, 1);
         assert_int_equal(dm_rlock_acquire(l, owner, NULL, 0, &g), 0);
@@ -592,7 +592,7 @@ static void test_a_release_sent_again_leaves_the_same_threads_new_grant(void **s
         if (!held) {
             freed++;
             char other[DM_OWNER_MAX];
-            dm_rlock_owner(other, 99);      /* another process's thread, as the server sees it */
+            dm_store_owner(other, 99);      /* another process's thread, as the server sees it */
             struct dm_grant g2;
             int rc2 = dm_rlock_acquire(l, other, NULL, DM_ACQ_TRY, &g2);
             printf("round %d: while A is inside (token %llu), another owner's trylock returns %d "
@@ -630,9 +630,9 @@ static void test_every_kept_release_is_sent_again_the_server_decides(void **s)
     const char *key = th_key("rev_sk", DM_KEY_LOCK);
     struct dm_rlock *l = dm_rlock_get("rev_sk"), *y = dm_rlock_get("rev_sk_y");
     char a[DM_OWNER_MAX], b[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
-    dm_rlock_owner(b, 2);
-    dm_rlock_owner(c, 3);
+    dm_store_owner(a, 1);
+    dm_store_owner(b, 2);
+    dm_store_owner(c, 3);
     struct dm_grant ga, gb;
     assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &ga), 0);
     redisContext *n = cut_off_holding(neu, key, a);
@@ -667,7 +667,7 @@ static void test_a_busy_lock_does_not_push_another_locks_release_out(void **s)
     const char *key = th_key("rev_cold", DM_KEY_LOCK);
     struct dm_rlock *l = dm_rlock_get("rev_cold"), *h = dm_rlock_get("rev_hot");
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     assert_int_equal(dm_rlock_acquire(l, a, NULL, 0, &g), 0);
     redisContext *n = cut_off_holding(neu, key, a);
@@ -725,7 +725,7 @@ static void test_a_release_answered_by_the_old_primary_after_the_round_is_sent_a
     const char *key = th_key("fly", DM_KEY_LOCK);
     struct dm_rlock *l = dm_rlock_get("fly"), *w = dm_rlock_get("fly_warm");
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     struct dm_grant g;
     /* the resender thread and its hook, as after any earlier unlock */
     assert_int_equal(dm_rlock_acquire(w, a, NULL, 0, &g), 0);
@@ -772,7 +772,7 @@ static void test_kept_releases_keep_no_record_alive(void **s)
     fake_sentinel_cluster(t, 2000);
     size_t before = dm_rlock_stats().count;
     char a[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
+    dm_store_owner(a, 1);
     for (int i = 0; i < 300; i++) {
         char name[32];
         snprintf(name, sizeof name, "rev_obj_%d", i);
@@ -827,8 +827,8 @@ static void test_a_fork_during_a_resend_round_leaves_the_child_none_of_its_refer
     struct th_redis *old = &t->primary, *neu = &t->replica[0];
     size_t base = dm_rlock_stats().count;
     char a[DM_OWNER_MAX], c[DM_OWNER_MAX];
-    dm_rlock_owner(a, 1);
-    dm_rlock_owner(c, 2);
+    dm_store_owner(a, 1);
+    dm_store_owner(c, 2);
     struct dm_rlock *ls[FORK_ROUND_NAMES];
     for (int i = 0; i < FORK_ROUND_NAMES; i++) {
         char name[32];
@@ -904,7 +904,7 @@ static long long blocked_clients(const struct th_redis *r)
 
 /* The watchdog's round WAITs once for its renewals (min_replicas). A WAIT
  * that the old primary's replica answers after the sentinels moved the
- * primary must not count, as for a grant (cluster.c): the new primary may
+ * primary must not count, as for a grant (lock.c): the new primary may
  * not have the renewal, and the holder's loss deadline must not run from
  * it. Here the replica is stopped while the first round's WAIT is pending,
  * the sentinel then names the replica (the process learns of the move:
@@ -930,13 +930,13 @@ static void test_a_renewal_wait_answered_after_the_primary_moved_does_not_count(
     cfg.on_lease_lost = DM_LOST_WARN;
     cfg.min_replicas = 1;
     cfg.replica_timeout_ms = RENEW_ACK_MS;
-    dm_rlock_init(&cfg);
+    dm_store_init(&cfg, &dm_redis_store);
 
     static struct dm_hold h;
     struct dm_rlock *l = dm_rlock_get("rw_held");
     struct dm_grant g;
-    h.lock = l;
-    dm_rlock_owner(h.owner, 1);
+    h.lock = &l->pub;
+    dm_store_owner(h.owner, 1);
     assert_int_equal(dm_rlock_acquire(l, h.owner, NULL, 0, &g), 0);
     h.token = g.token;
     kill(t->replica[0].pid, SIGSTOP);

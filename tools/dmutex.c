@@ -8,7 +8,7 @@
 #include "cli.h"
 #include "config_keys.h"
 #include "dmutex.h"
-#include "keys.h"
+#include "store.h"
 
 /* `dmutex config-keys top|redis|mutex|tls|metrics` (not in the usage text): the key
  * table of config/REFERENCE.md for that group, printed from the table the
@@ -30,37 +30,13 @@ static int config_keys(int argc, char **argv)
     return 2;
 }
 
-/* `dmutex keys NS NAME KIND...` and `dmutex keys --release NS NAME` (not
- * in the usage text): lock NAME's keys of those kinds (lock, token,
- * holder...), or release.lua's KEYS in its order, one per line, built by
- * shim/redis/keys.c, so that the shell tests spell no key by hand. */
+/* `dmutex keys ...` (not in the usage text): the store's names of a
+ * lock's keys, so that the shell tests spell no key by hand (the Redis
+ * store's: `dmutex keys NS NAME KIND...`, `dmutex keys --release NS NAME`,
+ * shim/redis/admin.c). No config, no connection. */
 static int keys_verb(int argc, char **argv)
 {
-    int release = argc >= 2 && strcmp(argv[1], "--release") == 0;
-    argc -= release;
-    argv += release;
-    int n = release ? DM_KEYS_RELEASE_N : argc - 3;
-    if (argc < 3 || (release ? argc != 3 : n < 1)) {
-        fputs("usage: dmutex keys NS NAME KIND... | dmutex keys --release NS NAME\n", stderr);
-        return 2;
-    }
-    for (int i = 0; i < n; i++) {
-        enum dm_key k = release ? dm_keys_release[i] : DM_KEY_LOCK;
-        if (!release && dm_keys_kind_parse(argv[3 + i], &k) != 0) {
-            fprintf(stderr, "dmutex keys: no key kind '%s'\n", argv[3 + i]);
-            return 2;
-        }
-        size_t len = dm_keys_build(NULL, 0, argv[1], argv[2], k) + 1;
-        char *key = malloc(len);
-        if (!key) {
-            fputs("dmutex keys: out of memory\n", stderr);
-            return 1;
-        }
-        dm_keys_build(key, len, argv[1], argv[2], k);
-        puts(key);
-        free(key);
-    }
-    return fflush(stdout) == 0 ? 0 : 1;
+    return dm_redis_store.admin_keys(argc, argv);
 }
 
 /* The verbs, in the order `dmutex help` lists them: one table for the

@@ -10,7 +10,6 @@
 #include "cli.h"
 #include "config.h"
 #include "locks.h"
-#include "redis.h"
 
 static const char ls_usage[] =
     "usage: dmutex ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [--json]\n"
@@ -134,7 +133,7 @@ int dm_cli_ls(int argc, char **argv)
     struct dm_lock_row *rows;
     size_t n;
     char err[DM_ERR_MAX];
-    if (dm_locks_read(dm_locks_conn(lc), ns, &rows, &n, err, sizeof err) != 0) {
+    if (dm_locks_read(lc, &rows, &n, err, sizeof err) != 0) {
         fprintf(stderr, "dmutex ls: %s\n", err);
         dm_locks_disconnect(lc);
         return 1;
@@ -144,11 +143,11 @@ int dm_cli_ls(int argc, char **argv)
         fputs("{\"namespace\": ", stdout);
         json_str(stdout, ns);
         fputs(", \"redis\": ", stdout);
-        json_str(stdout, dm_redis_addr());
+        json_str(stdout, dm_store->where());
         fputs(", \"locks\": [", stdout);
     } else {
         printf("%-24s %-8s %-44s %9s %16s %7s %9s%s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
-               "TOKEN", "WAITERS", "LISTENING", dm_redis_cluster() ? "  NODE" : "");
+               "TOKEN", "WAITERS", "LISTENING", n > 0 && rows[0].node ? "  NODE" : "");
     }
     for (size_t i = 0; i < n; i++) {
         const struct dm_lock_row *l = &rows[i];
@@ -191,8 +190,8 @@ int dm_cli_ls(int argc, char **argv)
     if (json)
         fputs(n ? "\n]}\n" : "]}\n", stdout);
     else if (n == 0)
-        printf("(no locks in namespace %s at %s)\n", ns, dm_redis_addr());
-    dm_locks_free(rows, n);
+        printf("(no locks in namespace %s at %s)\n", ns, dm_store->where());
+    dm_store_rows_free(rows, n);
     dm_locks_disconnect(lc);
     return fflush(stdout) == 0 ? 0 : 1;
 }

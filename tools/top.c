@@ -13,7 +13,6 @@
 #include "cli.h"
 #include "config.h"
 #include "locks.h"
-#include "redis.h"
 #include "util.h"
 
 #define TOP_DEFAULT_DELAY_S 2.0
@@ -93,7 +92,7 @@ static void draw(FILE *out, const char *ns, const struct dm_lock_row *rows, size
         waiting += (size_t)rows[i].waiters;
     }
     fprintf(out, "dmutex top - %s - namespace %s at %s - %zu locks, %zu held, %zu waiting - "
-            "every %.2gs\n\n", when, ns, dm_redis_addr(), n, held, waiting, delay);
+            "every %.2gs\n\n", when, ns, dm_store->where(), n, held, waiting, delay);
     fprintf(out, "%-24s %-8s %-40s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
             "TOKEN", "WAITERS", "ACQ/S");
     for (size_t i = 0; i < n; i++) {
@@ -176,7 +175,7 @@ int dm_cli_top(int argc, char **argv)
         size_t n;
         char err[DM_ERR_MAX];
         double t = (double)dm_now_ms() / 1000;
-        if (dm_locks_read(dm_locks_conn(lc), ns, &rows, &n, err, sizeof err) != 0) {
+        if (dm_locks_read(lc, &rows, &n, err, sizeof err) != 0) {
             fprintf(stderr, "dmutex top: %s\n", err);
             rc = 1;
             break;
@@ -187,19 +186,19 @@ int dm_cli_top(int argc, char **argv)
             putchar('\n');
         draw(stdout, ns, rows, n, prev, nprev, have_prev, t - prev_t, delay);
         if (fflush(stdout) != 0) {
-            dm_locks_free(rows, n);
+            dm_store_rows_free(rows, n);
             rc = 1;
             break;
         }
         if (have_prev)
-            dm_locks_free(prev, nprev);
+            dm_store_rows_free(prev, nprev);
         prev = rows;
         nprev = n;
         prev_t = t;
         have_prev = 1;
     }
     if (have_prev)
-        dm_locks_free(prev, nprev);
+        dm_store_rows_free(prev, nprev);
     dm_locks_disconnect(lc);
     return rc;
 }

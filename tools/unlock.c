@@ -1,7 +1,8 @@
 /* dmutex unlock: end a lock's hold from outside, for an operator whose
- * holder is gone. The decision and the release are one script
- * (shim/redis/lua/force.lua) on the server, so the refusal cannot race a
- * holder's renewal, and a forced release is the protocol's own handover. */
+ * holder is gone. The decision and the release are one step on the store
+ * (its admin_force; Redis: shim/redis/lua/force.lua), so the refusal
+ * cannot race a holder's renewal, and a forced release is the protocol's
+ * own handover. */
 #include <getopt.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -11,10 +12,7 @@
 
 #include "cli.h"
 #include "config.h"
-#include "keys.h"
 #include "locks.h"
-#include "lua_scripts.h"
-#include "redis.h"
 
 static const char unlock_usage[] =
     "usage: dmutex unlock -c CONFIG [-r REDIS_URL] [-n NAMESPACE] [--force] NAME\n"
@@ -47,11 +45,6 @@ static const char unlock_usage[] =
     "\n"
     "Exit status: 0 released, or not held; 1 refused (held, no --force) or the\n"
     "server cannot be reached; 2 usage; 78 bad config.\n";
-
-/* force.lua's first element. */
-enum force_reply { FORCE_REFUSED = 0,   /* {0, owner, pttl, token}: the lease is alive */
-                   FORCE_RELEASED = 1,  /* {1, owner, old token, new token, next waiter, its token} */
-                   FORCE_NOT_HELD = 2   /* {2, holder marker} */ };
 
 /* "user@host pid N": who forced, for the server's log. No '#' and no
  * newline (the marker and the record are parsed). */
@@ -106,110 +99,39 @@ int dm_cli_unlock(int argc, char **argv)
     if (r != 0)
         return r;
     ns = dm_locks_ns(lc);
-    const struct dm_config *cfg = dm_locks_config(lc);
-
-    static const enum dm_key kk[] = { DM_KEY_LOCK, DM_KEY_HOLDER, DM_KEY_TOKEN, DM_KEY_QUEUE,
-                                      DM_KEY_QTIME, DM_KEY_LOST, DM_KEY_FORCED, DM_KEY_EPOCH };
-    enum { NK = sizeof kk / sizeof kk[0] };
-    char *keys[NK + 2] = { 0 };
-    int oom = 0;
-    for (int i = 0; i < NK; i++)
-        oom |= !(keys[i] = dm_locks_key(ns, name, kk[i]));
-    oom |= !(keys[NK] = dm_locks_key(ns, name, DM_KEY_RELEASED));
-    oom |= !(keys[NK + 1] = dm_locks_key(ns, name, DM_KEY_WAIT));
-    char who[512], keep[24], nkeys[8];
+    char who[512], err[DM_ERR_MAX + 256];
     who_am_i(who, sizeof who);
-    /* also the lease of a handover: the whole lease, as the shim's release gives it */
-    snprintf(keep, sizeof keep, "%ld", cfg->lease_ms);
-    snprintf(nkeys, sizeof nkeys, "%d", NK);
-    redisReply *rep = NULL;
-    if (!oom) {
-        const char *args[3 + NK + 9] = { "EVAL", dm_lua_force, nkeys };
-        for (int i = 0; i < NK; i++)
-            args[3 + i] = keys[i];
-        /* ARGV[8]: a cluster's waiters hear sharded notices only; ARGV[9]:
-         * the run the connection reached (set before each call), so that a
-         * handover leaves an epoch of this run as it is */
-        const char *av[] = { force ? "1" : "0", who, keys[NK], keep, keys[NK + 1], keep,
-                             DM_KEYS_LOST_KEEP, dm_redis_cluster() ? "spublish" : "", "" };
-        memcpy(args + 3 + NK, av, sizeof av);
-        enum { RUNID_ARG = 3 + NK + 8 };
-        struct dm_conn *conn = dm_locks_conn(lc);
-        int argn = (int)(sizeof args / sizeof args[0]);
-        if (dm_redis_cluster()) {
-            /* Redis Cluster: the script runs on the primary of the lock's slot. */
-            int node = dm_redis_node_of(dm_redis_slot(keys[0]));
-            dm_redis_close(conn);
-            if (node < 0 || dm_redis_connect_node(conn, node) != 0) {
-                if (node < 0)
-                    snprintf(conn->errstr, sizeof conn->errstr, "redis cluster: no node owns "
-                             "the slot of %s", keys[0]);
-                argn = 0;
-            }
-        }
-        args[RUNID_ARG] = conn->run_id;
-        rep = argn ? dm_redis_command_argv(conn, "force.lua", argn, args) : NULL;
-        if (!rep && argn && conn->err == DM_REDIS_WRONG_NODE && !dm_redis_cluster()) {
-            /* Sentinel: the node is no longer the primary and nothing ran.
-             * Closing it makes the next connect ask the sentinels again:
-             * one more try on the primary they name now. */
-            dm_redis_close(conn);
-            if (dm_redis_connect(conn) == 0) {
-                args[RUNID_ARG] = conn->run_id;
-                rep = dm_redis_command_argv(conn, "force.lua", argn, args);
-            }
-        }
-    }
+    struct dm_force f;
     int rc = 1;
-    if (oom) {
-        fprintf(stderr, "dmutex unlock: out of memory\n");
-    } else if (!rep) {
-        fprintf(stderr, "dmutex unlock: lock %s: %s\n", name, dm_locks_conn(lc)->errstr);
-    } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
-        fprintf(stderr, "dmutex unlock: lock %s at %s: unexpected reply from force.lua\n", name,
-                dm_redis_addr());
-    } else if (rep->element[0]->integer == FORCE_REFUSED && rep->elements == 4) {
+    if (dm_store->admin_force(ns, name, force, who, &f, err, sizeof err) != 0) {
+        fprintf(stderr, "dmutex unlock: %s\n", err);
+    } else if (f.verdict == DM_FORCE_REFUSED) {
         fprintf(stderr, "dmutex unlock: lock %s (namespace %s at %s) is held by %s, fencing "
                 "token %s, its lease alive for %lld ms more: a live holder renews it, so it "
                 "is not released; a dead holder's lease runs out by itself (then the next "
                 "locker takes it). --force releases it now.\n", name, ns,
-                dm_redis_addr(), rep->element[1]->str, rep->element[3]->str,
-                rep->element[2]->integer);
-    } else if (rep->element[0]->integer == FORCE_NOT_HELD) {
-        struct dm_holder m;
-        const char *marker = rep->element[1]->str;
-        const char *how = "never granted, or its last holder released it";
-        if (*marker && (dm_keys_holder_decode(marker, &m), 1)) {
-            if (m.state == DM_HOLDER_GRANTED)
-                how = "its last holder's lease ran out: the next locker takes it";
-            else if (m.state == DM_HOLDER_EXPIRY_SEEN)
-                how = "an expired lease was seen: the next locker takes it after lock_delay_ms";
-            else if (m.state == DM_HOLDER_KEPT_OFF)
-                how = "kept off after a server restart that lost its data, for a lease after "
-                      "the server's start";
-            else if (m.state == DM_HOLDER_FORCED)
-                how = "it was forced free";
-        }
-        printf("lock %s is not held (%s): nothing to release\n", name, how);
+                dm_store->where(), f.owner, f.token, f.lease_left_ms);
+    } else if (f.verdict == DM_FORCE_NOT_HELD) {
+        static const char *const how[] = {
+            [DM_LAST_NONE] = "never granted, or its last holder released it",
+            [DM_LAST_EXPIRED] = "its last holder's lease ran out: the next locker takes it",
+            [DM_LAST_EXPIRY_SEEN] = "an expired lease was seen: the next locker takes it after "
+                                    "lock_delay_ms",
+            [DM_LAST_KEPT_OFF] = "kept off after a server restart that lost its data, for a "
+                                 "lease after the server's start",
+            [DM_LAST_FORCED] = "it was forced free",
+        };
+        printf("lock %s is not held (%s): nothing to release\n", name, how[f.last]);
         rc = 0;
-    } else if (rep->element[0]->integer == FORCE_RELEASED && rep->elements == 6) {
+    } else {
         printf("lock %s: forced release of %s's hold (fencing token %s); token now %lld; ", name,
-               rep->element[1]->str, *rep->element[2]->str ? rep->element[2]->str : "?",
-               rep->element[3]->integer);
-        if (*rep->element[4]->str)
-            printf("handed to the next waiter %s (token %lld)\n", rep->element[4]->str,
-                   rep->element[5]->integer);
+               f.owner, *f.token ? f.token : "?", f.new_token);
+        if (*f.next)
+            printf("handed to the next waiter %s (token %lld)\n", f.next, f.next_token);
         else
             printf("free, nobody was waiting\n");
         rc = 0;
-    } else {
-        fprintf(stderr, "dmutex unlock: lock %s at %s: unexpected reply from force.lua\n", name,
-                dm_redis_addr());
     }
-    if (rep)
-        freeReplyObject(rep);
-    for (int i = 0; i < NK + 2; i++)
-        free(keys[i]);
     dm_locks_disconnect(lc);
     return rc;
 }

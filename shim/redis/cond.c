@@ -1,7 +1,7 @@
 /* cond_publish: a cluster-wide condition variable's signal (PUBLISH, or
  * SPUBLISH on the slot's primary with Redis Cluster), and the conds'
- * outage backoff per node (cluster.h: dm_rlock_cond_down/_outcome).
- * Over cluster.c's records; the listed conds themselves are mapped's. */
+ * outage backoff per node (lock.h: dm_rlock_cond_down/_outcome).
+ * Over lock.c's records; the listed conds themselves are mapped's. */
 #include "lock.h"
 #include "lock_impl.h"
 
@@ -89,7 +89,7 @@ long dm_rlock_cond_publish(struct dm_rlock *l, int broadcast)
     static long publish_logged;
     const char *what = broadcast ? "broadcast" : "signal";
     char msg[48];
-    snprintf(msg, sizeof msg, "%s %s", dm_rlock_process_id(), what);
+    snprintf(msg, sizeof msg, "%s %s", dm_store_process_id(), what);
     if (dm_rlock_cond_down(l)) {
         dm_stats_add(&dm_rlock_counts(l)->cond_lost, 1);
         dm_log_every(&publish_logged, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,

@@ -1,7 +1,7 @@
 /* keys: the one source of the Redis key layout of a lock. Every key and
  * channel of lock NAME in namespace NS is built here from (NS, NAME), and
  * the holder marker the scripts leave in NS:{NAME}:holder is decoded here.
- * The shim (cluster.c), `dmutex ls` and the tests use it; the scripts
+ * The shim (lock.c), `dmutex ls` and the tests use it; the scripts
  * (shim/redis/lua/) document their KEYS[] against it and docs/design.md maps it.
  * No I/O, no allocation, no state: any thread, any time, also in a fork
  * child. */
@@ -53,7 +53,7 @@ const char *dm_keys_suffix(enum dm_key k);
 const char *dm_keys_kind(enum dm_key k);
 int dm_keys_kind_parse(const char *s, enum dm_key *k);
 
-/* release.lua's KEYS[1..6], in its order: cluster.c passes them so, and
+/* release.lua's KEYS[1..6], in its order: lock.c passes them so, and
  * `dmutex keys --release` prints them so for the shell tests. An rwlock's
  * release (and acquire, cancel) adds DM_KEY_READERS and DM_KEY_RGRANT
  * after the mutex's keys (acquire.lua's header). */

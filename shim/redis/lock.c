@@ -1,10 +1,10 @@
-/* cluster: acquire and release as Lua scripts (shim/redis/lua/), waiting through
+/* rlock: acquire and release as Lua scripts (shim/redis/lua/), waiting through
  * notify, failures through the on_redis_down policy. A waiter subscribes
  * before its second attempt, so a release between a failed attempt and the
  * subscription cannot be missed; after that it sleeps until a notice or the
  * holder's remaining lease (capped), never on a fixed poll. The lock
  * records live here; what the protocol's other files share with this one is
- * cluster_impl.h (release.c: releases not waited for; resend.c: releases
+ * lock_impl.h (release.c: releases not waited for; resend.c: releases
  * kept for a failover). */
 #include "lock.h"
 #include "lock_impl.h"
@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "keys.h"
@@ -29,67 +28,24 @@
 #include "util.h"
 #include "wconn.h"
 
-
-
 const struct dm_config *rl_cfg;
 /* The namespace's intact marker (dm_keys_intact): acquire.lua's ARGV[10]. */
 static char intact_key[DM_NAME_MAX + sizeof DM_KEYS_INTACT_SUFFIX];
 /* The interned records: a hash table that grows and shrinks with them. */
 pthread_mutex_t rl_locks_mu = PTHREAD_MUTEX_INITIALIZER;
 struct dm_htab rl_locks;
-static char process_id[33];
-
-static void new_process_id(void)
-{
-    unsigned char r[16];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t n = getrandom(r + got, sizeof r - got, 0);
-        if (n <= 0) {
-            /* getrandom cannot fail on Linux >= 3.17 with a seeded pool;
-             * if it does, mix what identifies this process uniquely. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid() << 40;
-            for (size_t i = got; i < sizeof r; i++, x = x * 6364136223846793005ULL + 1)
-                r[i] = (unsigned char)(x >> 56);
-            break;
-        }
-        got += (size_t)n;
-    }
-    for (size_t i = 0; i < sizeof r; i++)
-        snprintf(process_id + 2 * i, 3, "%02x", r[i]);
-    /* Processes retrying together spread out by their own ids. */
-    dm_jitter_seed(strtoull(process_id + 16, NULL, 16));
-}
 
 void dm_rlock_init(const struct dm_config *cfg)
 {
     rl_cfg = cfg;
     dm_keys_intact(intact_key, sizeof intact_key, cfg->ns);
     dm_redis_setup(&cfg->redis);
-    new_process_id();
-}
-
-const struct dm_config *dm_rlock_config(void)
-{
-    return rl_cfg;
-}
-
-const char *dm_rlock_process_id(void)
-{
-    return process_id;
-}
-
-void dm_rlock_owner(char *buf, unsigned long seq)
-{
-    snprintf(buf, DM_OWNER_MAX, "%s:%lu", process_id, seq);
 }
 
 size_t dm_rlock_key(const struct dm_rlock *l, enum dm_key k, char *buf, size_t len)
 {
     if (k == DM_KEY_WAIT)
-        return dm_keys_wait_channel(buf, len, rl_cfg->ns, l->name, process_id);
+        return dm_keys_wait_channel(buf, len, rl_cfg->ns, l->name, dm_store_process_id());
     return dm_keys_build(buf, len, rl_cfg->ns, l->name, k);
 }
 
@@ -110,11 +66,12 @@ static struct dm_rlock *lock_new(const char *name, size_t h)
         return NULL;
     }
     memcpy(l->name, name, nl + 1);
+    l->pub.name = l->name;
     char key[DM_RLOCK_KEY_MAX];
     dm_rlock_key(l, DM_KEY_LOCK, key, sizeof key);
     l->slot = dm_redis_slot(key);
     l->refs = 1;
-    l->counters = c;
+    l->pub.counters = c;
     return l;
 }
 
@@ -133,12 +90,12 @@ static struct dm_rlock *record_get(const char *name, int cond)
     if (l) {
         l->refs++;
     } else if ((l = lock_new(name, h)) != NULL && dm_htab_add(&rl_locks, &l->node, h) != 0) {
-        dm_name_stats_drop(l->counters);
+        dm_name_stats_drop(l->pub.counters);
         free(l);
         l = NULL;
     }
     if (l)
-        __atomic_store_n(cond ? &l->counters->is_cond : &l->counters->is_lock, 1,
+        __atomic_store_n(cond ? &l->pub.counters->is_cond : &l->pub.counters->is_lock, 1,
                          __ATOMIC_RELAXED);
     dm_unlock(&rl_locks_mu);
     return l;
@@ -168,7 +125,7 @@ int rl_lock_unref_locked(struct dm_rlock *l)
         rl_kept_lists--;           /* freed with the record (rl_lock_free) */
     /* Its counters stay (if it counted anything), for the file and for a
      * record of the name made again. */
-    dm_name_stats_drop(l->counters);
+    dm_name_stats_drop(l->pub.counters);
     return 1;
 }
 
@@ -203,15 +160,15 @@ struct dm_htab_stats dm_rlock_stats(void)
 
 /* *slot, made from l's channel `k` on first need. Two threads racing make
  * one each; the loser drops its reference. */
-static struct dm_notify_chan *lazy_chan(const struct dm_rlock *l,
-                                        struct dm_notify_chan **slot, enum dm_key k)
+static struct dm_chan *lazy_chan(const struct dm_rlock *l,
+                                        struct dm_chan **slot, enum dm_key k)
 {
-    struct dm_notify_chan *ch = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    struct dm_chan *ch = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (ch)
         return ch;
     char channel[DM_RLOCK_KEY_MAX];
     dm_rlock_key(l, k, channel, sizeof channel);
-    struct dm_notify_chan *mine = dm_notify_chan(channel);
+    struct dm_chan *mine = dm_notify_chan(channel);
     if (!mine)
         return NULL;
     if (__atomic_compare_exchange_n(slot, &ch, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -220,36 +177,36 @@ static struct dm_notify_chan *lazy_chan(const struct dm_rlock *l,
     return ch;
 }
 
-struct dm_notify_chan *dm_rlock_chan(struct dm_rlock *l)
+struct dm_chan *dm_rlock_chan(struct dm_rlock *l)
 {
     return lazy_chan(l, &l->chan, DM_KEY_RELEASED);
 }
 
-struct dm_notify_chan *dm_rlock_wchan(struct dm_rlock *l)
+struct dm_chan *dm_rlock_wchan(struct dm_rlock *l)
 {
     return lazy_chan(l, &l->wchan, DM_KEY_WAIT);
 }
 
 void dm_rlock_rwlock(struct dm_rlock *l)
 {
-    l->rw = 1;
+    l->pub.rw = 1;
     dm_rlock_mode(l, 1, 0, 1);
 }
 
 void dm_rlock_mode(struct dm_rlock *l, int fair, int cache, int wants)
 {
     if (fair)
-        l->fair = 1;
-    if ((cache || wants) && !l->wants) {
+        l->pub.fair = 1;
+    if ((cache || wants) && !l->pub.wants) {
         /* Made now: mapped.c uses l->wantchan directly once wants are on. */
         if (lazy_chan(l, &l->wantchan, DM_KEY_WANT))
-            l->wants = 1;
+            l->pub.wants = 1;
         else
             dm_error("lock %s: out of memory for its want channel; lock caching and "
                      "want notices stay off", l->name);
     }
-    if (cache && l->wants)
-        l->cache = 1;
+    if (cache && l->pub.wants)
+        l->pub.cache = 1;
 }
 
 /* What became of one script call. ATT_FAILED leaves the cause in a
@@ -333,7 +290,7 @@ static enum attempt run_script(const struct dm_rlock *l, enum dm_script s, int n
 static void release_request_grant(struct dm_rlock *l, const char *owner,
                                   const char *member, uint64_t token)
 {
-    rl_release_waited(l, owner, token, l->rw ? NULL : member, 0, NULL);
+    rl_release_waited(l, owner, token, l->pub.rw ? NULL : member, 0, NULL);
 }
 
 static enum attempt acknowledged(struct dm_rlock *l, const char *owner,
@@ -428,7 +385,7 @@ struct call_keys {
 
 static unsigned call_mask(const struct dm_rlock *l, unsigned mask)
 {
-    return l->rw ? mask | DM_CALL_KEY(DM_KEY_READERS) | DM_CALL_KEY(DM_KEY_RGRANT) : mask;
+    return l->pub.rw ? mask | DM_CALL_KEY(DM_KEY_READERS) | DM_CALL_KEY(DM_KEY_RGRANT) : mask;
 }
 
 /* The bytes call_keys(l, .., mask, ..) writes: each key "NS:{NAME}" and
@@ -475,7 +432,7 @@ static const char *const *call_keys(const struct dm_rlock *l, struct call_keys *
  * the new n. */
 static int rw_keys(const struct dm_rlock *l, const char *const *k, const char **args, int n)
 {
-    if (l->rw) {
+    if (l->pub.rw) {
         args[n++] = k[DM_KEY_READERS];
         args[n++] = k[DM_KEY_RGRANT];
     }
@@ -735,7 +692,7 @@ static const char *down_policy(void)
  * writer (its wake-ups are not all handovers). */
 static int direct_wait(const struct dm_rlock *l)
 {
-    return !l->rw && rl_cfg->redis.nsentinels == 0 && rl_cfg->redis.ncluster == 0;
+    return !l->pub.rw && rl_cfg->redis.nsentinels == 0 && rl_cfg->redis.ncluster == 0;
 }
 
 static int acquire_loop(struct dm_rlock *l, const char *owner,
@@ -780,7 +737,7 @@ struct acquire {
     int flags;
     struct dm_grant *g;
     struct dm_conn **wcp;       /* a fair waiter's own connection (direct_wait) */
-    struct dm_notify_chan *ch;  /* made when a wait first needs it (NULL until then, and
+    struct dm_chan *ch;  /* made when a wait first needs it (NULL until then, and
                                    out of memory: the wait then polls) */
     int fair;           /* queued: handed over on release */
     int direct;         /* waits on *wcp, not on notify's channel */
@@ -819,7 +776,7 @@ static void acq_start(struct acquire *a, struct dm_rlock *l, const char *owner,
     /* Fair and caching waiters queue (an rwlock's writers too: their
      * place in line keeps new readers out); a trylock never does, nor a
      * reader (it waits for release notices). */
-    a->fair = (l->fair || l->cache) && !(flags & (DM_ACQ_TRY | DM_ACQ_READ));
+    a->fair = (l->pub.fair || l->pub.cache) && !(flags & (DM_ACQ_TRY | DM_ACQ_READ));
     a->ch = __atomic_load_n(a->fair ? &l->wchan : &l->chan, __ATOMIC_ACQUIRE);
     new_member(l, owner, a->member);
     a->direct = a->fair && direct_wait(l);
@@ -1266,7 +1223,6 @@ void dm_rlock_atfork(enum dm_fork_phase phase)
     dm_fork_mutex(&rl_locks_mu, phase);
     if (phase != DM_FORK_CHILD)
         return;
-    new_process_id();
     /* The releases kept for a failover are the parent's (the child has
      * its own owner ids): freed with the records' other parent state
      * (resend.c's child handler, after this one, forgets its thread). */

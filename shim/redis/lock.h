@@ -1,5 +1,5 @@
-/* cluster: the lock protocol (docs/modules.md, "One lock call"), over
- * Redis: the interned lock records; acquire (reentrant hash with a lease,
+/* rlock: the lock protocol over Redis (docs/modules.md, "One lock call"),
+ * the Redis store's half of store.h: the interned lock records; acquire (reentrant hash with a lease,
  * fencing token, owner-dead detection), waiting on release notices and
  * handovers (a fair waiter on its own connection: wconn.h), release; the
  * owner identity of this process. Its other files: release.c (releases
@@ -20,9 +20,9 @@
 #include "config.h"
 #include "keys.h"
 #include "stats.h"
+#include "store.h"
 #include "util.h"
 
-#define DM_OWNER_MAX     64
 #define DM_WAIT_CAP_MS   1000   /* longest sleep between attempts without a notice */
 #define DM_BACKOFF_MIN_MS 50    /* first retry after Redis failed us */
 #define DM_BACKOFF_MAX_MS 2000
@@ -36,10 +36,10 @@
  * made when first needed, through the accessors below (NULL until then). */
 struct dm_rlock {
     struct dm_hnode node;       /* first: the table of records (util.h) */
-    struct dm_notify_chan *chan;        /* release notices: dm_rlock_chan */
-    struct dm_notify_chan *wchan;       /* handovers to this process: dm_rlock_wchan */
-    struct dm_notify_chan *wantchan;    /* want notices: made by dm_rlock_mode */
-    struct dm_name_stats *counters;  /* the name's counters: they outlive the record */
+    struct dm_store_lock pub;   /* what store.h shows: name, counters, modes */
+    struct dm_chan *chan;        /* release notices: dm_rlock_chan */
+    struct dm_chan *wchan;       /* handovers to this process: dm_rlock_wchan */
+    struct dm_chan *wantchan;    /* want notices: made by dm_rlock_mode */
     struct dm_conn *wconn;      /* a fair waiter's own connection subscribed to its
                                    wait channel, kept between waits (wconn.h) */
     struct dm_kept *kept;       /* Sentinel or Redis Cluster: its last unlocks'
@@ -50,11 +50,8 @@ struct dm_rlock {
     unsigned refs;      /* under the table's mutex */
     int releases_unread;        /* releases written without waiting whose reply is
                                    not settled yet (atomic; release.c) */
-    unsigned char fair;     /* queue waiters, hand over on release */
-    unsigned char cache;    /* the holder keeps the lock until asked */
-    unsigned char wants;    /* waiters announce wants (cache mode, or several mutexes
-                               share the name and the holder's threads may keep it busy) */
-    unsigned char rw;       /* an rwlock's: read holds too (DM_KEY_READERS, DM_KEY_RGRANT) */
+    void (*want_fn)(void *arg); /* want_watch's (set before the want channel's handler) */
+    void *want_arg;
     char name[];
 };
 
@@ -69,34 +66,22 @@ struct dm_rlock {
  * I/O, no allocation. */
 size_t dm_rlock_key(const struct dm_rlock *l, enum dm_key k, char *buf, size_t len);
 
-/* The counters of l's name, to count into: made on the first call (a
- * name that never counts anything has none); out of memory, a sink whose
- * counts nobody reads (logged once), and the next call tries again. */
-static inline struct dm_stats *dm_rlock_counts(struct dm_rlock *l)
+/* The Redis record of a store.h record. */
+static inline struct dm_rlock *dm_rlock_of(struct dm_store_lock *l)
 {
-    struct dm_stats *st = __atomic_load_n(&l->counters->st, __ATOMIC_ACQUIRE);
-    return __builtin_expect(st != NULL, 1) ? st : dm_name_stats_make(l->counters);
+    return (struct dm_rlock *)((char *)l - offsetof(struct dm_rlock, pub));
 }
 
-struct dm_grant {
-    uint64_t token;     /* fencing token of this hold */
-    int owner_dead;     /* the previous holder's lease expired unreleased */
-    int local_only;     /* on_redis_down = "local" and Redis was down: no cluster hold */
-    long lease_ms;      /* lease the server set (the config's, for every grant) */
-    int more_waiters;   /* handed over with other waiters queued behind */
-    long long sent_ms;  /* CLOCK_MONOTONIC ms the lease runs from, no later than the
-                           server's: when the request behind the grant was sent, or
-                           for a handover its moment placed on our clock */
-    int waited;         /* another holder had it first: the call waited (contended) */
-    unsigned long wait_id;  /* the request the grant answered is "<owner>|<wait_id>":
-                               dm_rlock_release_nowait names it */
-    int regranted;      /* the owner held it already (acquire.lua's {1, t, 0, 1}): a
-                           retry, or the confirmation of a handover */
-};
+/* The counters of l's name (dm_store_counts). */
+static inline struct dm_stats *dm_rlock_counts(struct dm_rlock *l)
+{
+    return dm_store_counts(&l->pub);
+}
 
-/* Keeps the config (it must outlive every lock). No I/O. */
+
+/* The Redis store's init (dm_store_init calls it): keeps the config,
+ * sets up the connections' addresses. No I/O. */
 void dm_rlock_init(const struct dm_config *cfg);
-const struct dm_config *dm_rlock_config(void);
 
 /* The interned record for `name`, with one more reference (O(1), no I/O);
  * NULL on ENOMEM. */
@@ -121,8 +106,8 @@ void dm_rlock_put(struct dm_rlock *l);
  * call; NULL out of memory (waits then poll). The want channel has no
  * accessor: dm_rlock_mode makes it when it turns wants on, and
  * l->wantchan is read directly from then on. */
-struct dm_notify_chan *dm_rlock_chan(struct dm_rlock *l);
-struct dm_notify_chan *dm_rlock_wchan(struct dm_rlock *l);
+struct dm_chan *dm_rlock_chan(struct dm_rlock *l);
+struct dm_chan *dm_rlock_wchan(struct dm_rlock *l);
 
 /* Records alive, and the chain steps all lookups took so far: for tests. */
 struct dm_htab_stats dm_rlock_stats(void);
@@ -148,15 +133,7 @@ void dm_rlock_mode(struct dm_rlock *l, int fair, int cache, int wants);
  * A name is a mutex's or an rwlock's, never both (config refuses it). */
 void dm_rlock_rwlock(struct dm_rlock *l);
 
-/* This process's random id (32 hex digits), new in every fork child. */
-const char *dm_rlock_process_id(void);
 
-/* Writes "<process id>:<seq>" into buf (DM_OWNER_MAX bytes). */
-void dm_rlock_owner(char *buf, unsigned long seq);
-
-#define DM_ACQ_TRY 1    /* one attempt only */
-#define DM_ACQ_READ 2   /* an rwlock's read hold (l->rw): shared with other readers;
-                           released by dm_rlock_release like a write hold */
 
 /* Acquires `l` for `owner`, waiting for releases (notices, or at most
  * DM_WAIT_CAP_MS / the holder's remaining lease between attempts) until
@@ -187,31 +164,10 @@ int dm_rlock_release(struct dm_rlock *l, const char *owner, uint64_t token);
  * (dm_grant), naming that request (not for an rwlock, whose read release
  * is not told apart by it): a later grant of the same owner under the same
  * token is left alone, so that with Sentinel the release can be kept and
- * sent again after a failover (cluster.c). An unlock's release. */
+ * sent again after a failover (lock.c). An unlock's release. */
 int dm_rlock_release_hold(struct dm_rlock *l, const char *owner, uint64_t token,
                             unsigned long wait_id);
 
-/* How a release found its hold gone (release.lua: not held). */
-enum dm_gone {
-    DM_GONE_LOST,       /* its lease cannot have run out: the server lost the
-                         * hold some other way (deleted, evicted, a failover
-                         * or restart after which the lock was granted
-                         * again), at a moment not known */
-    DM_GONE_EXPIRED,    /* the reply came at or after the hold's lease end:
-                         * the lease may have run out by itself */
-    DM_GONE_WITH_DATA   /* lost with the server's data after the grant, and
-                         * nobody granted the lock since (ESTALE) */
-};
-
-/* Which of those a release's result `released` (EPERM or ESTALE) read at
- * this moment is, for a hold whose lease ends at lease_end_ms. */
-enum dm_gone dm_rlock_gone_how(int released, long long lease_end_ms);
-
-/* The end of a hold that a release found lost, told by the thread that
- * read the reply: the caller's report. `how`: see enum dm_gone (the lease
- * end is the lease_end_ms given to dm_rlock_release_nowait). */
-typedef void (*dm_rlock_lost_fn)(struct dm_rlock *l, const char *owner, uint64_t token,
-                                   enum dm_gone how);
 
 /* dm_rlock_release without waiting for the reply: the release of the
  * hold `owner` got with `token` through request `wait_id` (dm_grant) is
@@ -230,7 +186,7 @@ typedef void (*dm_rlock_lost_fn)(struct dm_rlock *l, const char *owner, uint64_t
  * request cannot be written. */
 int dm_rlock_release_nowait(struct dm_rlock *l, const char *owner, uint64_t token,
                               unsigned long wait_id, long long lease_end_ms,
-                              dm_rlock_lost_fn lost);
+                              dm_store_lost_fn lost);
 
 /* Reads every release reply still due (dm_rlock_release_nowait) and acts
  * on it: at exit, so that each has run, or been retried, before the
@@ -286,5 +242,15 @@ void dm_rlock_atfork(enum dm_fork_phase phase);
  * cluster's, which has made the table's mutex anew. */
 void dm_release_atfork(enum dm_fork_phase phase);
 void dm_resend_atfork(enum dm_fork_phase phase);
+
+/* store.h's renew for Redis (renew.c): renew.lua for each hold, in one
+ * pipeline on the renewal thread's own connection (Redis Cluster: one per
+ * node); with Sentinel ROLE before a loss counts, with min_replicas one
+ * WAIT before a renewal counts. Called by the watchdog's renewal thread
+ * only. */
+void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res);
+/* The fork child closes the renewal connection's socket (the thread is
+ * the parent's). */
+void dm_renew_atfork(enum dm_fork_phase phase);
 
 #endif

@@ -1,11 +1,11 @@
-/* cluster_impl: what the files of the lock protocol share (cluster.c: the
+/* lock_impl: what the files of the lock protocol over Redis share (lock.c: the
  * records and the scripts; resend.c: releases kept for a failover and the
  * thread that sends them again; release.c: releases written without
  * waiting and the thread that reads their replies). Not for other modules:
- * they see cluster.h.
+ * they see lock.h.
  *
- * Calls run one way: release.c uses resend.c and cluster.c, resend.c uses
- * cluster.c, cluster.c neither (a reply written without waiting comes back
+ * Calls run one way: release.c uses resend.c and lock.c, resend.c uses
+ * lock.c, lock.c neither (a reply written without waiting comes back
  * through struct rl_late's function, which release.c sets). */
 #ifndef DM_RLOCK_IMPL_H
 #define DM_RLOCK_IMPL_H
@@ -47,7 +47,7 @@ void rl_lock_free(struct dm_rlock *l);
 /* The request id "<owner>|<wait id>" into member (DM_MEMBER_MAX bytes). */
 void rl_member_of(char *member, const char *owner, unsigned long wait_id);
 
-/* release.lua for l's hold `token`, waited for and retried (cluster.c says
+/* release.lua for l's hold `token`, waited for and retried (lock.c says
  * for how long). `request` ("<owner>|<wait id>", or NULL) names the lock
  * call whose grant it ends (a later grant of the same owner and token is
  * left alone); *done (not NULL) is set when the server released the hold;
@@ -70,7 +70,7 @@ struct rl_late {
 int rl_release_write(struct dm_rlock *l, const char *owner, uint64_t token,
                      const char *member, struct rl_late *x);
 
-/* resend.c, for release.c and cluster.h's dm_rlock_release_hold:
+/* resend.c, for release.c and lock.h's dm_rlock_release_hold:
  * nothing else. */
 
 #endif

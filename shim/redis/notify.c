@@ -47,9 +47,9 @@ enum chan_state { CHAN_IDLE, CHAN_WANTED, CHAN_SENT, CHAN_SUBSCRIBED, CHAN_UNSUB
  * than one record of a name, and replies to a dropped record's commands
  * cannot be taken for a new one's; a dm_notify_chan of the name meanwhile
  * takes the dead record back. */
-struct dm_notify_chan {
+struct dm_chan {
     struct dm_hnode node;               /* first: the table of channels (util.h) */
-    struct dm_notify_chan *work_next;   /* the work list, when on_work */
+    struct dm_chan *work_next;   /* the work list, when on_work */
     char *last;                         /* made at the first message */
     size_t last_len;
     unsigned long seq;
@@ -72,16 +72,16 @@ static pthread_mutex_t nmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ncv;
 static int ncv_ready;
 static struct dm_htab chans;
-static struct dm_notify_chan *work, **work_tail = &work;
-static struct dm_notify_chan *calling;  /* whose handler the thread is running */
+static struct dm_chan *work, **work_tail = &work;
+static struct dm_chan *calling;  /* whose handler the thread is running */
 static pthread_t sub_thread;
 static int thread_running;
 static int wake_fd = -1;
 static unsigned long received;
 static redisContext *sub_ctx[DM_REDIS_NODES_MAX];  /* the thread's, for the fork child */
 static unsigned char link_down[DM_REDIS_NODES_MAX]; /* nmu: the node's last connect failed */
-static struct dm_notify_timer *timers;          /* armed ones, unordered (few: one per lingering hold) */
-static struct dm_notify_timer *timer_running;   /* whose fn the thread is calling */
+static struct dm_timer *timers;          /* armed ones, unordered (few: one per lingering hold) */
+static struct dm_timer *timer_running;   /* whose fn the thread is calling */
 static long long sleeps_until;  /* the thread's next wake (ns) while it sleeps in poll; 0: awake */
 /* A channel was subscribed (atomic): without a cluster, the one connection
  * is made then and kept. Timers alone (a thread started for them) need none. */
@@ -98,10 +98,10 @@ static void cv_init_locked(void)
     ncv_ready = 1;
 }
 
-static struct dm_notify_chan *find_locked(const char *s, size_t len, size_t h)
+static struct dm_chan *find_locked(const char *s, size_t len, size_t h)
 {
     for (struct dm_hnode *x = dm_htab_chain(&chans, h); x; x = x->next) {
-        struct dm_notify_chan *ch = (struct dm_notify_chan *)x;
+        struct dm_chan *ch = (struct dm_chan *)x;
         chans.probes++;
         if (x->hash == h && ch->len == len && memcmp(ch->name, s, len) == 0)
             return ch;
@@ -109,13 +109,13 @@ static struct dm_notify_chan *find_locked(const char *s, size_t len, size_t h)
     return NULL;
 }
 
-struct dm_notify_chan *dm_notify_chan(const char *channel)
+struct dm_chan *dm_notify_chan(const char *channel)
 {
     size_t len = strlen(channel);
     size_t h = dm_hash_bytes(channel, len);
     dm_lock(&nmu);
     cv_init_locked();
-    struct dm_notify_chan *ch = find_locked(channel, len, h);
+    struct dm_chan *ch = find_locked(channel, len, h);
     if (ch) {
         ch->refs++;
         ch->dead = 0;
@@ -133,18 +133,18 @@ struct dm_notify_chan *dm_notify_chan(const char *channel)
     return ch;
 }
 
-static void unlink_locked(struct dm_notify_chan *ch)
+static void unlink_locked(struct dm_chan *ch)
 {
     dm_htab_del(&chans, &ch->node);
 }
 
-static void chan_free(struct dm_notify_chan *ch)
+static void chan_free(struct dm_chan *ch)
 {
     free(ch->last);
     free(ch);
 }
 
-static void work_push_locked(struct dm_notify_chan *ch)
+static void work_push_locked(struct dm_chan *ch)
 {
     if (ch->on_work)
         return;
@@ -163,13 +163,13 @@ static void wake_thread(void)
 
 /* Waits until the subscriber thread is not inside ch's handler, unless the
  * caller is that very thread (a handler dropping its own channel). */
-static void handler_quiesce_locked(struct dm_notify_chan *ch)
+static void handler_quiesce_locked(struct dm_chan *ch)
 {
     while (calling == ch && !(thread_running && pthread_equal(pthread_self(), sub_thread)))
         dm_cv_wait(&ncv, &nmu);
 }
 
-void dm_notify_chan_put(struct dm_notify_chan *ch)
+void dm_notify_chan_put(struct dm_chan *ch)
 {
     if (!ch)
         return;
@@ -202,7 +202,7 @@ void dm_notify_chan_put(struct dm_notify_chan *ch)
 /* The connection is gone, and every subscription with it: a dead record
  * needs no UNSUBSCRIBE any more, a live one is subscribed again if it was
  * or is wanted. nmu held; frees dead records off the work list. */
-static void chan_reset(struct dm_notify_chan *ch)
+static void chan_reset(struct dm_chan *ch)
 {
     ch->seq++;
     if (ch->dead) {
@@ -225,13 +225,13 @@ static void chan_reset(struct dm_notify_chan *ch)
 
 /* fn on every record; fn may unlink and free the one it is given (the
  * table keeps its size meanwhile). nmu held. */
-static void for_each_chan(void (*fn)(struct dm_notify_chan *))
+static void for_each_chan(void (*fn)(struct dm_chan *))
 {
     chans.no_shrink = 1;
     for (size_t b = 0; b < chans.n; b++)
         for (struct dm_hnode *x = chans.b[b], *nx; x; x = nx) {
             nx = x->next;
-            fn((struct dm_notify_chan *)x);
+            fn((struct dm_chan *)x);
         }
     chans.no_shrink = 0;
 }
@@ -267,7 +267,7 @@ static const char *sub_cmd(int dead)
  * yet) stays on the list, its node marked wanted. */
 static void do_work_locked(void)
 {
-    struct dm_notify_chan *ch, *later = NULL, **later_tail = &later;
+    struct dm_chan *ch, *later = NULL, **later_tail = &later;
     int cluster = dm_redis_cluster();
     long long now = dm_now_ms();
     while ((ch = work) != NULL) {
@@ -320,7 +320,7 @@ static void do_work_locked(void)
  * asked for): those channels are subscribed again where the map says,
  * after a short while, and their waiters woken (a notice may have gone to
  * the new owner meanwhile). nmu held. */
-static void resubscribe_locked(struct dm_notify_chan *ch)
+static void resubscribe_locked(struct dm_chan *ch)
 {
     ch->seq++;
     ch->again = 1;
@@ -337,7 +337,7 @@ static void refused_locked(int node, const char *msg)
     chans.no_shrink = 1;
     for (size_t b = 0; b < chans.n; b++)
         for (struct dm_hnode *x = chans.b[b]; x; x = x->next) {
-            struct dm_notify_chan *ch = (struct dm_notify_chan *)x;
+            struct dm_chan *ch = (struct dm_chan *)x;
             if (!ch->dead && ch->sub_node == node && ch->state == CHAN_SENT)
                 resubscribe_locked(ch);
         }
@@ -354,7 +354,7 @@ static void follow_map_locked(void)
     for (size_t b = 0; b < chans.n; b++)
         for (struct dm_hnode *x = chans.b[b], *nx; x; x = nx) {
             nx = x->next;
-            struct dm_notify_chan *ch = (struct dm_notify_chan *)x;
+            struct dm_chan *ch = (struct dm_chan *)x;
             if (ch->state != CHAN_SENT && ch->state != CHAN_SUBSCRIBED &&
                 ch->state != CHAN_UNSUBSCRIBING)
                 continue;
@@ -396,7 +396,7 @@ static void on_reply(redisReply *r, int node)
     redisReply *chname = r->element[1];
     if (chname->type != REDIS_REPLY_STRING)
         return;
-    struct dm_notify_chan *ch = find_locked(chname->str, chname->len,
+    struct dm_chan *ch = find_locked(chname->str, chname->len,
                                             dm_hash_bytes(chname->str, chname->len));
     if (!ch)
         return;
@@ -471,7 +471,7 @@ static void on_reply(redisReply *r, int node)
 /* The connection of `node` is gone, and every subscription on it: its
  * channels are reset (chan_reset), the others stay. nmu held. */
 static int reset_node;
-static void chan_reset_node(struct dm_notify_chan *ch)
+static void chan_reset_node(struct dm_chan *ch)
 {
     if (ch->sub_node == reset_node)
         chan_reset(ch);
@@ -587,7 +587,7 @@ static struct timespec sleep_for_locked_timers(int timeout_ms)
 {
     long long now = dm_now_ns(), until = now + (long long)timeout_ms * 1000000LL;
     dm_lock(&nmu);
-    for (struct dm_notify_timer *t = timers; t; t = t->next)
+    for (struct dm_timer *t = timers; t; t = t->next)
         if (t->at_ns < until)
             until = t->at_ns;
     if (until < now)
@@ -638,10 +638,10 @@ static void timers_run(void)
     sleeps_until = 0;
     for (;;) {
         long long now = dm_now_ns();
-        struct dm_notify_timer **pp = &timers;
+        struct dm_timer **pp = &timers;
         while (*pp && (*pp)->at_ns > now)
             pp = &(*pp)->next;
-        struct dm_notify_timer *due = *pp;
+        struct dm_timer *due = *pp;
         if (!due)
             break;
         *pp = due->next;
@@ -774,13 +774,13 @@ static int start_thread_locked(void)
 
 /* The node whose connection carries ch's subscription (0 without a
  * cluster, or when no node is known for its slot yet). nmu held. */
-static int chan_node_locked(const struct dm_notify_chan *ch)
+static int chan_node_locked(const struct dm_chan *ch)
 {
     int node = dm_redis_cluster() ? dm_redis_node_cached(ch->slot) : 0;
     return node >= 0 && node < DM_REDIS_NODES_MAX ? node : 0;
 }
 
-int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
+int dm_notify_timer_arm(struct dm_timer *t, long long at_ns,
                         void (*fn)(void *arg), void *arg)
 {
     int wake = 0;
@@ -808,11 +808,11 @@ int dm_notify_timer_arm(struct dm_notify_timer *t, long long at_ns,
     return rc;
 }
 
-void dm_notify_timer_cancel(struct dm_notify_timer *t)
+void dm_notify_timer_cancel(struct dm_timer *t)
 {
     dm_lock(&nmu);
     if (t->armed) {
-        struct dm_notify_timer **pp = &timers;
+        struct dm_timer **pp = &timers;
         while (*pp != t)
             pp = &(*pp)->next;
         *pp = t->next;
@@ -823,7 +823,7 @@ void dm_notify_timer_cancel(struct dm_notify_timer *t)
     dm_unlock(&nmu);
 }
 
-int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
+int dm_notify_subscribe(struct dm_chan *ch, long timeout_ms)
 {
     dm_lock(&nmu);
     if (ch->state == CHAN_SUBSCRIBED) {
@@ -857,7 +857,7 @@ int dm_notify_subscribe(struct dm_notify_chan *ch, long timeout_ms)
     return rc;
 }
 
-int dm_notify_is_subscribed(struct dm_notify_chan *ch)
+int dm_notify_is_subscribed(struct dm_chan *ch)
 {
     dm_lock(&nmu);
     int yes = ch->state == CHAN_SUBSCRIBED;
@@ -865,7 +865,7 @@ int dm_notify_is_subscribed(struct dm_notify_chan *ch)
     return yes;
 }
 
-unsigned long dm_notify_seq(struct dm_notify_chan *ch)
+unsigned long dm_notify_seq(struct dm_chan *ch)
 {
     dm_lock(&nmu);
     unsigned long s = ch->seq;
@@ -873,7 +873,7 @@ unsigned long dm_notify_seq(struct dm_notify_chan *ch)
     return s;
 }
 
-int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_ms)
+int dm_notify_wait(struct dm_chan *ch, unsigned long seen, long timeout_ms)
 {
     struct timespec dl;
     dm_deadline_in(&dl, timeout_ms);
@@ -889,7 +889,7 @@ int dm_notify_wait(struct dm_notify_chan *ch, unsigned long seen, long timeout_m
     return rc;
 }
 
-void dm_notify_bump(struct dm_notify_chan *ch)
+void dm_notify_bump(struct dm_chan *ch)
 {
     dm_lock(&nmu);
     ch->seq++;
@@ -904,7 +904,7 @@ static void wait_cancelled(void *arg)
     dm_unlock(&nmu);
 }
 
-int dm_notify_wait_until(struct dm_notify_chan *ch, unsigned long seen,
+int dm_notify_wait_until(struct dm_chan *ch, unsigned long seen,
                          const struct timespec *deadline)
 {
     volatile int rc = 0;        /* set between the cleanup's setjmp and its pop */
@@ -923,7 +923,7 @@ int dm_notify_wait_until(struct dm_notify_chan *ch, unsigned long seen,
     return rc;
 }
 
-size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len)
+size_t dm_notify_last(struct dm_chan *ch, char *buf, size_t len)
 {
     dm_lock(&nmu);
     size_t n = ch->last ? ch->last_len : 0;
@@ -939,7 +939,7 @@ size_t dm_notify_last(struct dm_notify_chan *ch, char *buf, size_t len)
     return n;
 }
 
-void dm_notify_set_handler(struct dm_notify_chan *ch, dm_notify_fn fn, void *arg)
+void dm_notify_set_handler(struct dm_chan *ch, dm_notify_fn fn, void *arg)
 {
     dm_lock(&nmu);
     ch->fn = fn;
@@ -958,7 +958,7 @@ struct dm_htab_stats dm_notify_stats(void)
     return dm_htab_stats(&chans, &nmu);
 }
 
-static void chan_forget(struct dm_notify_chan *ch)
+static void chan_forget(struct dm_chan *ch)
 {
     ch->on_work = 0;
     ch->resubscribe = 0;
@@ -980,7 +980,7 @@ void dm_notify_atfork(enum dm_fork_phase phase)
     cv_init_locked();
     thread_running = 0;
     calling = NULL;     /* the thread that ran it is not in the child */
-    for (struct dm_notify_timer *t = timers; t; t = t->next)
+    for (struct dm_timer *t = timers; t; t = t->next)
         t->armed = 0;   /* the records are mapped's: it forgets its holds too */
     timers = NULL;
     timer_running = NULL;

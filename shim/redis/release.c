@@ -2,7 +2,7 @@
  * of a name nobody waits for returns after one write) and the thread that
  * reads the replies left unread: a verdict acted on, anything else retried
  * as a release always is; the flush at exec and exit. Knows the lock
- * protocol through cluster_impl.h (rl_release_write, rl_release_waited)
+ * protocol through lock_impl.h (rl_release_write, rl_release_waited)
  * and of Redis only the pool's flush (dm_redis_flush*): no reply, no key,
  * no script. */
 #include "lock.h"
@@ -31,7 +31,7 @@ struct late_release {
     struct rl_late late;                /* first: the reply comes back through it */
     struct dm_rlock *l;
     uint64_t token;
-    dm_rlock_lost_fn lost;
+    dm_store_lost_fn lost;
     long long lease_end_ms;             /* the hold's lease could end by itself from then */
     struct late_release *prev, *next;   /* late_list, under rl_locks_mu */
     /* Its reply's verdict, recorded by whichever thread read it, acted on
@@ -212,7 +212,7 @@ static void settle(struct late_release *lr)
         v = rr == EPERM ? RELEASE_NOT_HELD : rr == ESTALE ? RELEASE_GONE_WITH_DATA : RELEASE_DONE;
     }
     if ((v == RELEASE_NOT_HELD || v == RELEASE_GONE_WITH_DATA) && lr->lost)
-        lr->lost(lr->l, lr->owner, lr->token,
+        lr->lost(&lr->l->pub, lr->owner, lr->token,
                  v == RELEASE_GONE_WITH_DATA ? DM_GONE_WITH_DATA
                  : dm_now_ms() >= lr->lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST);
     __atomic_sub_fetch(&lr->l->releases_unread, 1, __ATOMIC_ACQ_REL);
@@ -301,25 +301,19 @@ static int release_send(struct dm_rlock *l, const char *owner, uint64_t token,
     return rc;
 }
 
-enum dm_gone dm_rlock_gone_how(int released, long long lease_end_ms)
-{
-    return released == ESTALE ? DM_GONE_WITH_DATA
-         : dm_now_ms() >= lease_end_ms ? DM_GONE_EXPIRED : DM_GONE_LOST;
-}
-
 int dm_rlock_release_nowait(struct dm_rlock *l, const char *owner, uint64_t token,
                               unsigned long wait_id, long long lease_end_ms,
-                              dm_rlock_lost_fn lost)
+                              dm_store_lost_fn lost)
 {
     /* Sentinel trusts "not held" only after ROLE on the same connection,
      * a cluster follows MOVED with the script again, and an rwlock's read
      * release is not told apart by its request: the reply first. */
     struct late_release *lr;
-    if (l->rw || rl_cfg->redis.nsentinels > 0 || rl_cfg->redis.ncluster > 0 || !reader_ready() ||
+    if (l->pub.rw || rl_cfg->redis.nsentinels > 0 || rl_cfg->redis.ncluster > 0 || !reader_ready() ||
         (lr = malloc(sizeof *lr)) == NULL) {
         int r = dm_rlock_release_hold(l, owner, token, wait_id);
         if ((r == EPERM || r == ESTALE) && lost)
-            lost(l, owner, token, dm_rlock_gone_how(r, lease_end_ms));
+            lost(&l->pub, owner, token, dm_store_gone_how(r, lease_end_ms));
         return r;
     }
     lr->late.done = late_release_done;
@@ -352,7 +346,7 @@ int dm_rlock_release_nowait(struct dm_rlock *l, const char *owner, uint64_t toke
     free(lr);
     int r = rl_release_waited(l, owner, token, member, 0, NULL);
     if ((r == EPERM || r == ESTALE) && lost)
-        lost(l, owner, token, dm_rlock_gone_how(r, lease_end_ms));
+        lost(&l->pub, owner, token, dm_store_gone_how(r, lease_end_ms));
     return r;
 }
 

@@ -1,7 +1,7 @@
 /* resend: releases a failover may undo. With Sentinel or Redis Cluster a
  * record keeps its last unlocks' releases for a lease
  * (dm_rlock_release_hold), and a thread of their own sends them again
- * when the primary moves. Knows the lock protocol through cluster_impl.h
+ * when the primary moves. Knows the lock protocol through lock_impl.h
  * (the records' table, rl_release_waited), and of Redis where the primary
  * is (its generation, a slot's node and epoch, the switch hook). */
 #include "lock.h"
@@ -335,7 +335,7 @@ static void resend_keep(struct dm_rlock *l, const char *owner, uint64_t token,
 int dm_rlock_release_hold(struct dm_rlock *l, const char *owner, uint64_t token,
                             unsigned long wait_id)
 {
-    if (l->rw)
+    if (l->pub.rw)
         return dm_rlock_release(l, owner, token);
     char member[DM_MEMBER_MAX];
     rl_member_of(member, owner, wait_id);

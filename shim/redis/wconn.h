@@ -1,7 +1,7 @@
 /* wconn: a fair mutex waiter reads its handover on a connection of its own,
  * subscribed to its wait channel (dm_redis_subscribe): the message wakes
  * the waiting thread itself, where the subscriber thread's would take two
- * wake-ups (that thread, then the waiter); cluster.c says which waits
+ * wake-ups (that thread, then the waiter); lock.c says which waits
  * (direct_wait). Between two waits the connection stays subscribed in the
  * record (l->wconn), at most DM_WCONNS_KEPT of them per process, so a
  * name waited on again costs no SUBSCRIBE; one that breaks is dropped
@@ -14,7 +14,7 @@
  * (one wake-up more), never fails. They are listed in `wconns` so that a
  * fork child closes every one, those of waits in progress included.
  *
- * The records keep theirs in a slot of their own (cluster.h's struct
+ * The records keep theirs in a slot of their own (lock.h's struct
  * dm_rlock, wconn); a slot is only ever changed through these. */
 #ifndef DM_WCONN_H
 #define DM_WCONN_H
