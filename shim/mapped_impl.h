@@ -1,6 +1,7 @@
 /* mapped_impl: what the files of the mapped layer share (mapped.c: the
- * names, holds, mutexes, thread end, fork and exit; mapped_rw.c: listed
- * rwlocks; mapped_cond.c: listed conds). Not for other modules: they see
+ * names, mutexes, thread end, fork and exit; mapped_hold.c: the process's
+ * hold of a name; mapped_rw.c: listed rwlocks; mapped_cond.c: listed
+ * conds). Not for other modules: they see
  * mapped.h.
  *
  * A lock name's record. tests/progs/staleprog.c includes it too, to place
@@ -58,7 +59,7 @@ struct dm_name {
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
 
-/* ---- mapped.c: the thread ---------------------------------------------- */
+/* ---- mapped_hold.c: the thread ------------------------------------------ */
 
 /* The re-entrancy guard: set while the shim works, so that the locks and
  * waits of its own (and of the libraries it calls) go to glibc. */
@@ -87,11 +88,39 @@ unsigned long mapped_self_seq(void);
 void tl_note(struct dm_name *nm, int delta);
 /* Does this thread hold a share of nm (past the thread's table: any)? */
 int tl_holds(struct dm_name *nm);
-/* A thread that locked a mapped mutex or rwlock: its end is looked at. */
+/* A thread that locked a mapped mutex or rwlock: its end is looked at
+ * (mapped.c). */
 void mapped_watch_thread_end(void);
 
-/* ---- mapped.c: the process's hold of a name ------------------------------ */
+/* The config (dm_mapped_init's), and whether the exit path ran (no more
+ * caching). */
+extern const struct dm_config *mapped_cfg __attribute__((visibility("hidden")));
+extern int mapped_torn_down __attribute__((visibility("hidden")));
+/* Does this thread hold anything of any name? */
+int tl_holds_any(void);
+/* The names this thread holds mutexes of, to tell a thread that keeps the
+ * hold anyway from one that may step aside. Past DM_TL_NAMES the thread
+ * counts as holding every name (it never steps aside: safe, if less fair).
+ * Thread end, fork and exit (mapped.c) walk it. */
+#define DM_TL_NAMES 8
+struct tl_name { struct dm_name *nm; unsigned long n; };
+extern __thread struct tl_name tl_names[DM_TL_NAMES] __attribute__((visibility("hidden")));
+extern __thread unsigned long tl_overflow __attribute__((visibility("hidden")));
 
+/* ---- mapped_hold.c: the process's hold of a name ------------------------- */
+
+#define DM_YIELD             (-1)       /* name_join: step aside (internal) */
+
+/* At start (mapped_names_init): the test hooks' environment. */
+void mapped_hold_init(void);
+/* clk's absolute time -> a CLOCK_MONOTONIC deadline (*none: too far
+ * ahead to compute with; glibc waits for those). */
+int mapped_to_monotonic(clockid_t clk, const struct timespec *abs, struct timespec *out, int *none);
+/* Joins the process's hold of nm for this thread (see mapped_hold.c). */
+int name_join_fast(struct dm_name *nm);
+int name_join(struct dm_name *nm, unsigned long me, enum dm_lock_mode mode,
+              const struct timespec *deadline, int *dead, int no_yield);
+int name_wait_turn(struct dm_name *nm, const struct timespec *deadline);
 int hold_lost_locked(struct dm_name *nm);
 int hold_release(struct dm_name *nm);
 int grace_wait_locked(struct dm_name *nm, enum dm_lock_mode mode, const struct timespec *deadline);
