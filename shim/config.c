@@ -8,7 +8,8 @@
  * (config_scan.c: NUL bytes, @include, integers libconfig 1.5 would
  * silently truncate, unclosed strings and comments), parsed by libconfig,
  * then walked key by key into a private struct that is only copied to the
- * caller's on success. DMUTEX_REDIS URLs are config_url.c's. Default strings point at static
+ * caller's on success. DMUTEX_REDIS URLs are config_url.c's, the values'
+ * syntax and typed access config_value.c's. Default strings point at static
  * storage, so a struct holding only defaults needs no freeing. */
 #include "config_impl.h"
 
@@ -25,419 +26,18 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* ---- typed access to settings ----------------------------------------- */
-
-static unsigned line_of(const config_setting_t *s)
-{
-    return config_setting_source_line(s);
-}
-
-static const char *type_name(const config_setting_t *s)
-{
-    switch (config_setting_type(s)) {
-    case CONFIG_TYPE_GROUP:  return "a group { ... }";
-    case CONFIG_TYPE_INT:
-    case CONFIG_TYPE_INT64:  return "an integer";
-    case CONFIG_TYPE_FLOAT:  return "a floating-point number";
-    case CONFIG_TYPE_STRING: return "a string";
-    case CONFIG_TYPE_BOOL:   return "a boolean";
-    case CONFIG_TYPE_ARRAY:  return "an array [ ... ]";
-    case CONFIG_TYPE_LIST:   return "a list ( ... )";
-    default:                 return "nothing";
-    }
-}
-
-/* The member `key` of `grp` as an integer in [lo, hi]. Returns 1 and sets
- * *out (and *line), 0 when absent, -1 on error. `qual` prefixes the key in
- * messages ("redis." for the redis group). */
-static int get_int(struct parse *p, const config_setting_t *grp, const char *qual,
-                   const char *key, long lo, long hi, long *out, unsigned *line)
-{
-    config_setting_t *s = config_setting_get_member(grp, key);
-    if (!s)
-        return 0;
-    long long v;
-    if (config_setting_type(s) == CONFIG_TYPE_INT)
-        v = config_setting_get_int(s);
-    else if (config_setting_type(s) == CONFIG_TYPE_INT64)
-        v = config_setting_get_int64(s);
-    else
-        return fail(p, line_of(s), "%s%s must be an integer, not %s", qual, key, type_name(s));
-    if (v < lo || v > hi)
-        return fail(p, line_of(s), "%s%s = %lld: must be between %ld and %ld", qual, key, v, lo, hi);
-    *out = (long)v;
-    if (line)
-        *line = line_of(s);
-    return 1;
-}
-
-static int get_bool(struct parse *p, const config_setting_t *grp, const char *qual,
-                    const char *key, int *out)
-{
-    config_setting_t *s = config_setting_get_member(grp, key);
-    if (!s)
-        return 0;
-    if (config_setting_type(s) != CONFIG_TYPE_BOOL)
-        return fail(p, line_of(s), "%s%s must be true or false, not %s", qual, key, type_name(s));
-    *out = config_setting_get_bool(s);
-    return 1;
-}
-
-static int get_string(struct parse *p, const config_setting_t *grp, const char *qual,
-                      const char *key, const char **out, unsigned *line)
-{
-    config_setting_t *s = config_setting_get_member(grp, key);
-    if (!s)
-        return 0;
-    if (config_setting_type(s) != CONFIG_TYPE_STRING)
-        return fail(p, line_of(s), "%s%s must be a string, not %s", qual, key, type_name(s));
-    *out = config_setting_get_string(s);
-    *line = line_of(s);
-    return 1;
-}
-
-/* Levenshtein distance of two short strings, for "did you mean". */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b), row[64];
-    if (la >= 63 || lb >= 63)
-        return SIZE_MAX;
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-/* Refuses any member of `grp` that is not a key of `group` in the table.
- * `where` says which group, for the message. */
-static int check_keys(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
-                      const char *where)
-{
-    char list[256];
-    size_t o = 0;
-    for (int id = 0; id < DM_NKEYS && o < sizeof list; id++)
-        if (dm_config_keys[id].group == group)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
-                                  dm_config_keys[id].name);
-    int n = config_setting_length(grp);
-    for (int i = 0; i < n; i++) {
-        config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
-        const char *name = config_setting_name(s);
-        if (!name)
-            continue;
-        const char *guess = NULL;
-        size_t best = 3;
-        int known = 0;
-        for (int id = 0; id < DM_NKEYS && !known; id++) {
-            const char *k = dm_config_keys[id].name;
-            if (dm_config_keys[id].group != group)
-                continue;
-            known = strcmp(name, k) == 0;
-            size_t d = edit_distance(name, k);
-            if (d < best) {
-                best = d;
-                guess = k;
-            }
-        }
-        if (known)
-            continue;
-        struct shown sn;
-        if (guess)
-            return fail(p, line_of(s), "unknown key %s %s (did you mean %s?); valid "
-                        "keys: %s", show(&sn, name), where, guess, list);
-        return fail(p, line_of(s), "unknown key %s %s; valid keys: %s",
-                    show(&sn, name), where, list);
-    }
-    return 0;
-}
-
-/* ---- value syntax ----------------------------------------------------- */
-
-/* 1..max bytes: 1, else 0 with the reason in `why`. */
-static int length_ok(const char *v, size_t max, char *why, size_t n)
-{
-    size_t len = strlen(v);
-    if (len == 0)
-        return snprintf(why, n, "must not be empty"), 0;
-    if (len > max)
-        return snprintf(why, n, "is %zu bytes, the limit is %zu", len, max), 0;
-    return 1;
-}
-
-/* Every byte c at position i of v passes ok(c, i): 1, else 0 with the
- * first one that does not in `why`, "... is not allowed<what>". */
-static int bytes_ok(const char *v, int (*ok)(unsigned char c, size_t i), const char *what,
-                    char *why, size_t n)
-{
-    for (size_t i = 0; v[i]; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (!ok(c, i)) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed%s", show_byte(&b, c), i + 1, what);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static int name_char_ok(unsigned char c)
-{
-    return az_alnum(c) || (c && strchr("_.:/@-", c));
-}
-
-static int name_byte_ok(unsigned char c, size_t i)
-{
-    (void)i;
-    return name_char_ok(c);
-}
-
-/* Checks a lock name or namespace: 1..DM_NAME_MAX bytes of
- * [A-Za-z0-9_.:/@-]. Braces would break the {name} hash tag, spaces and
- * newlines the keys and the logs. On error writes the reason to `why`. */
-static int name_ok(const char *v, char *why, size_t n)
-{
-    return length_ok(v, DM_NAME_MAX, why, n)
-        && bytes_ok(v, name_byte_ok, " (use letters, digits and _ . : / @ -)", why, n);
-}
-
-int dm_config_name_ok(const char *name, char *why, size_t len)
-{
-    return name_ok(name, why, len);
-}
-
-static int ident_start(unsigned char c) { return az_alpha(c) || c == '_' || c == '$'; }
-static int ident_char(unsigned char c) { return az_alnum(c) || c == '_' || c == '$' || c == '.'; }
-static int qualifier_char(unsigned char c) { return az_alnum(c) || (c && strchr("_.+/-", c)); }
-
-/* A C identifier or mangled C++ name ([A-Za-z_$][A-Za-z0-9_$.]*) starting
- * at v[from]. Positions in `why` count from the start of the whole value. */
-static int ident_ok(const char *v, size_t from, char *why, size_t n)
-{
-    const char *id = v + from;
-    if (!*id)
-        return snprintf(why, n, "has no identifier%s", from ? " after the file qualifier" : ""), 0;
-    for (size_t i = 0; id[i]; i++) {
-        unsigned char c = (unsigned char)id[i];
-        if (i == 0 ? !ident_start(c) : !ident_char(c)) {
-            struct shown_byte b;
-            snprintf(why, n, "%s at byte %zu is not allowed in a C or mangled C++ name%s",
-                     show_byte(&b, c), from + i + 1,
-                     i == 0 ? " (it must start with a letter, _ or $)" : "");
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* "sym" or "file.c:sym"; returns the offset of the identifier, or -1. */
-static long symbol_ok(const char *v, char *why, size_t n)
-{
-    if (!length_ok(v, DM_SYMBOL_MAX, why, n))
-        return -1;
-    const char *colon = strchr(v, ':');
-    size_t from = 0;
-    if (colon) {
-        if (colon == v)
-            return snprintf(why, n, "has an empty file qualifier before ':'"), -1;
-        for (const char *q = v; q < colon; q++) {
-            if (!qualifier_char((unsigned char)*q)) {
-                struct shown_byte b;
-                snprintf(why, n, "%s at byte %zu is not allowed in the file qualifier "
-                         "(use letters, digits and _ . + / -)",
-                         show_byte(&b, (unsigned char)*q), (size_t)(q - v) + 1);
-                return -1;
-            }
-        }
-        from = (size_t)(colon - v) + 1;
-    }
-    return ident_ok(v, from, why, n) ? (long)from : -1;
-}
-
-static int file_byte_ok(unsigned char c, size_t i)
-{
-    (void)i;
-    return c > 0x20 && c != 0x7f;
-}
-
-static int object_ok(const char *v, char *why, size_t n)
-{
-    if (!length_ok(v, strchr(v, '/') ? DM_PATH_MAX : DM_FILE_NAME_MAX, why, n))
-        return 0;
-    const char *base = strrchr(v, '/') ? strrchr(v, '/') + 1 : v;
-    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
-        return snprintf(why, n, "is not a file name or path to a file"), 0;
-    return bytes_ok(v, file_byte_ok, " in a file name", why, n);
-}
-
-static int token_byte_ok(unsigned char c, size_t i)
-{
-    (void)i;
-    return c >= 0x20 && c != 0x7f && c != ' ';
-}
-
-static int spaced_token_byte_ok(unsigned char c, size_t i)
-{
-    (void)i;
-    return c >= 0x20 && c != 0x7f;
-}
-
-/* No whitespace or control bytes, 1..max bytes (host names, user names). */
-static int token_ok(const char *v, int max, int allow_space, char *why, size_t n)
-{
-    return length_ok(v, (size_t)max, why, n)
-        && bytes_ok(v, allow_space ? spaced_token_byte_ok : token_byte_ok, "", why, n);
-}
-
-static int env_byte_ok(unsigned char c, size_t i)
-{
-    return az_alpha(c) || c == '_' || (i > 0 && az_digit(c));
-}
-
-static int env_name_ok(const char *v, char *why, size_t n)
-{
-    return length_ok(v, DM_ENV_NAME_MAX, why, n)
-        && bytes_ok(v, env_byte_ok, " in an environment variable name", why, n);
-}
-
-static int dup_into(struct parse *p, unsigned line, char **dst, const char *v)
-{
-    char *c = strdup(v);
-    if (!c)
-        return fail(p, line, "out of memory");
-    *dst = c;
-    return 0;
-}
-
-/* ---- the sections ----------------------------------------------------- */
-
-/* What `qual` prefixes a key with in messages. */
-static const char *qualifier(enum dm_key_group group)
-{
-    return group == DM_GROUP_REDIS ? "redis." : group == DM_GROUP_TLS ? "redis.tls." :
-           group == DM_GROUP_METRICS ? "metrics." : "";
-}
-
-/* Reads every key of `group` the table parses (all but DM_CFG_HAND), in
- * table order, into the struct at `base`: type, bounds, the value's own
- * rules. Keys with cross bounds are only read here; their bounds are
- * checked by hand once every key is known. lines[id] gets the line of each
- * key present (0: absent). */
-static int parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
-                         void *base, unsigned lines[DM_NKEYS])
-{
-    const char *qual = qualifier(group);
-    for (int id = 0; id < DM_NKEYS; id++) {
-        const struct dm_config_key *k = &dm_config_keys[id];
-        if (k->group != group || k->type == DM_CFG_HAND)
-            continue;
-        const config_setting_t *s = config_setting_get_member(grp, k->name);
-        if (!s)
-            continue;
-        lines[id] = line_of(s);
-        char *field = (char *)base + k->offset;
-        const char *v;
-        unsigned line;
-        struct shown sv;
-        long n = 0;
-        switch (k->type) {
-        case DM_CFG_INT:
-        case DM_CFG_LONG:
-            if (get_int(p, grp, qual, k->name, k->cross ? LONG_MIN : k->lo,
-                        k->cross ? LONG_MAX : k->hi, &n, NULL) < 0)
-                return -1;
-            if (k->type == DM_CFG_INT)
-                *(int *)field = (int)n;
-            else
-                *(long *)field = n;
-            break;
-        case DM_CFG_BOOL:
-            if (get_bool(p, grp, qual, k->name, (int *)field) < 0)
-                return -1;
-            break;
-        case DM_CFG_ENUM: {
-            if (get_string(p, grp, qual, k->name, &v, &line) < 0)
-                return -1;
-            int i = 0;
-            while (k->values[i] && strcmp(v, k->values[i]) != 0)
-                i++;
-            if (!k->values[i]) {
-                char list[128];
-                size_t o = 0;
-                for (int j = 0; k->values[j] && o < sizeof list; j++)
-                    o += (size_t)snprintf(list + o, sizeof list - o, "%s\"%s\"",
-                                          j == 0 ? "" : k->values[j + 1] ? ", " : " or ",
-                                          k->values[j]);
-                return fail(p, line, "%s%s = %s: must be %s", qual, k->name, show(&sv, v), list);
-            }
-            *(int *)field = i;
-            break;
-        }
-        case DM_CFG_NAME: {
-            char why[160];
-            if (get_string(p, grp, qual, k->name, &v, &line) < 0)
-                return -1;
-            if (!name_ok(v, why, sizeof why))
-                return fail(p, line, "%s%s = %s: %s", qual, k->name, show(&sv, v), why);
-            if (dup_into(p, line, (char **)field, v) < 0)
-                return -1;
-            break;
-        }
-        case DM_CFG_HAND:
-            break;
-        }
-        const config_setting_t *other = k->not_with ? config_setting_get_member(grp, k->not_with)
-                                                    : NULL;
-        if (other)
-            return fail(p, lines[id], "%s%s has no meaning with %s%s (line %u)", qual, k->name,
-                        qual, k->not_with, line_of(other));
-    }
-    return 0;
-}
-
-/* The group `key` of `parent` (qual: the parent's name for messages,
- * "redis." or ""), its keys checked against `group`: 1 and *g when it is
- * there, 0 when it is absent, -1 after saying that it must be a group
- * `shape` or which key does not belong. */
-static int config_group(struct parse *p, const config_setting_t *parent, const char *qual,
-                        const char *key, const char *shape, enum dm_key_group group,
-                        config_setting_t **g)
-{
-    *g = config_setting_get_member(parent, key);
-    if (!*g)
-        return 0;
-    if (!config_setting_is_group(*g))
-        return fail(p, line_of(*g), "%s%s must be a group %s, not %s", qual, key, shape,
-                    type_name(*g));
-    char where[64];
-    snprintf(where, sizeof where, "in the %s%s group", qual, key);
-    return check_keys(p, *g, group, where) < 0 ? -1 : 1;
-}
-
 /* redis.tls = { ca; cert; key; server_name; verify; }: present (even
  * empty) means TLS. Paths are only checked for form here; the files are
  * read at the first connection, whose error names them. */
 static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_redis_config *r)
 {
     config_setting_t *g;
-    int has = config_group(p, redis, "redis.", "tls", "{ ca = ...; cert = ...; }", DM_GROUP_TLS,
+    int has = cfg_group(p, redis, "redis.", "tls", "{ ca = ...; cert = ...; }", DM_GROUP_TLS,
                            &g);
     if (has <= 0)
         return has;
     if (r->unix_path)
-        return fail(p, line_of(g), "redis.tls has no meaning with redis.unix: TLS is for TCP");
+        return fail(p, cfg_line_of(g), "redis.tls has no meaning with redis.unix: TLS is for TCP");
     struct { int id; int max; int space; char **dst; } s[] = {
         { DM_K_TLS_CA, DM_PATH_MAX, 1, &r->tls.ca },
         { DM_K_TLS_CERT, DM_PATH_MAX, 1, &r->tls.cert },
@@ -450,22 +50,22 @@ static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_r
     struct shown sv;
     for (int i = 0; i < 4; i++) {
         const char *name = dm_config_keys[s[i].id].name;
-        if (get_string(p, g, "redis.tls.", name, &v[i], &line[i]) < 0)
+        if (cfg_get_string(p, g, "redis.tls.", name, &v[i], &line[i]) < 0)
             return -1;
-        if (v[i] && !token_ok(v[i], s[i].max, s[i].space, why, sizeof why))
+        if (v[i] && !cfg_token_ok(v[i], s[i].max, s[i].space, why, sizeof why))
             return fail(p, line[i], "redis.tls.%s = %s: %s", name, show(&sv, v[i]), why);
     }
     if (v[2] && !v[1])
         return fail(p, line[2], "redis.tls.key needs redis.tls.cert (the certificate it is "
                     "the key of)");
     unsigned lines[DM_NKEYS] = { 0 };
-    if (parse_scalars(p, g, DM_GROUP_TLS, &r->tls, lines) < 0)
+    if (cfg_parse_scalars(p, g, DM_GROUP_TLS, &r->tls, lines) < 0)
         return -1;
     for (int i = 0; i < 4; i++)
-        if (v[i] && dup_into(p, line[i], s[i].dst, v[i]) < 0)
+        if (v[i] && cfg_dup_into(p, line[i], s[i].dst, v[i]) < 0)
             return -1;
     r->tls.enabled = 1;
-    r->tls.line = (int)line_of(g);
+    r->tls.line = (int)cfg_line_of(g);
     return 0;
 }
 
@@ -478,7 +78,7 @@ static int env_secret(struct parse *p, const char *key, const char *name, unsign
 {
     char why[160];
     struct shown sv;
-    if (!env_name_ok(name, why, sizeof why))
+    if (!cfg_env_name_ok(name, why, sizeof why))
         return fail(p, line, "redis.%s = %s: %s", key, show(&sv, name), why);
     const char *val = secure_getenv(name);
     if (!val && getenv(name))
@@ -576,13 +176,13 @@ static int list_member(struct parse *p, const config_setting_t *g, const char *q
     if (!*l)
         return 0;
     if (!config_setting_is_list(*l) && !config_setting_is_array(*l))
-        return fail(p, line_of(*l), "%s%s must be %s, not %s", qual, key, shape, type_name(*l));
+        return fail(p, cfg_line_of(*l), "%s%s must be %s, not %s", qual, key, shape, cfg_type_name(*l));
     int n = config_setting_length(*l);
     if (n <= 0)
         return 0;
     *items = calloc((size_t)n, item_size);
     if (!*items)
-        return fail(p, line_of(*l), "out of memory");
+        return fail(p, cfg_line_of(*l), "out of memory");
     return n;
 }
 
@@ -597,10 +197,10 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
     char why[160];
     struct shown sv;
     config_setting_t *l = config_setting_get_member(g, "sentinels");
-    if (get_string(p, g, "redis.", "master", &master, &master_line) < 0
-        || get_string(p, g, "redis.", "sentinel_username", &user, &user_line) < 0
-        || get_string(p, g, "redis.", "sentinel_password", &pass, &pass_line) < 0
-        || get_string(p, g, "redis.", "sentinel_password_env", &pass_env, &env_line) < 0)
+    if (cfg_get_string(p, g, "redis.", "master", &master, &master_line) < 0
+        || cfg_get_string(p, g, "redis.", "sentinel_username", &user, &user_line) < 0
+        || cfg_get_string(p, g, "redis.", "sentinel_password", &pass, &pass_line) < 0
+        || cfg_get_string(p, g, "redis.", "sentinel_password_env", &pass_env, &env_line) < 0)
         return -1;
     if (!l) {
         unsigned line = master_line ? master_line : user_line ? user_line
@@ -611,7 +211,7 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
             return fail(p, line, "redis.%s has no meaning without redis.sentinels", key);
         return 0;
     }
-    unsigned line = line_of(l);
+    unsigned line = cfg_line_of(l);
     config_setting_t *other = config_setting_get_member(g, "host");
     if (!other)
         other = config_setting_get_member(g, "unix");
@@ -619,7 +219,7 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
         return fail(p, line, "redis.sentinels and redis.%s (line %u) exclude each other: with "
                     "Sentinel the primary's address is the sentinels' answer",
                     other ? config_setting_name(other) : "port",
-                    other ? line_of(other) : lines[DM_K_PORT]);
+                    other ? cfg_line_of(other) : lines[DM_K_PORT]);
     int n = list_member(p, g, "redis.", "sentinels", "a list ( \"host:port\", ... )",
                         sizeof *r->sentinels, (void **)&r->sentinels, &l);
     if (n < 0)
@@ -630,9 +230,9 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
     if (!master)
         return fail(p, line, "redis.sentinels needs redis.master, the name the sentinels "
                     "monitor (sentinel monitor NAME ...)");
-    if (!token_ok(master, DM_HOST_MAX, 0, why, sizeof why))
+    if (!cfg_token_ok(master, DM_HOST_MAX, 0, why, sizeof why))
         return fail(p, master_line, "redis.master = %s: %s", show(&sv, master), why);
-    if (user && !token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
+    if (user && !cfg_token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
         return fail(p, user_line, "redis.sentinel_username = %s: %s", show(&sv, user), why);
     if (pass && pass_env)
         return fail(p, pass_line > env_line ? pass_line : env_line, "redis.sentinel_password "
@@ -650,16 +250,16 @@ static int parse_sentinel_keys(struct parse *p, const config_setting_t *g, struc
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         const char *v = config_setting_get_string(e);
         if (!v)
-            return fail(p, line_of(e), "redis.sentinels[%d] must be a string \"host:port\", "
-                        "not %s", i, type_name(e));
+            return fail(p, cfg_line_of(e), "redis.sentinels[%d] must be a string \"host:port\", "
+                        "not %s", i, cfg_type_name(e));
         if (dm_config_endpoint(v, strlen(v), DM_SENTINEL_PORT_DEFAULT, &r->sentinels[i], why,
                                sizeof why) < 0)
-            return fail(p, line_of(e), "redis.sentinels[%d] = %s: %s", i, show(&sv, v), why);
+            return fail(p, cfg_line_of(e), "redis.sentinels[%d] = %s: %s", i, show(&sv, v), why);
         r->nsentinels++;
     }
-    if (dup_into(p, master_line, &r->master, master) < 0
-        || (user && dup_into(p, user_line, &r->sentinel_username, user) < 0)
-        || (pass && dup_into(p, pass_line ? pass_line : env_line, &r->sentinel_password, pass) < 0))
+    if (cfg_dup_into(p, master_line, &r->master, master) < 0
+        || (user && cfg_dup_into(p, user_line, &r->sentinel_username, user) < 0)
+        || (pass && cfg_dup_into(p, pass_line ? pass_line : env_line, &r->sentinel_password, pass) < 0))
         return -1;
     return 0;
 }
@@ -676,13 +276,13 @@ static int parse_cluster_keys(struct parse *p, const config_setting_t *g, struct
     config_setting_t *l = config_setting_get_member(g, "cluster");
     if (!l)
         return 0;
-    unsigned line = line_of(l);
+    unsigned line = cfg_line_of(l);
     static const char *const others[] = { "host", "unix", "sentinels", "master" };
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         config_setting_t *o = config_setting_get_member(g, others[i]);
         if (o)
             return fail(p, line, "redis.cluster and redis.%s (line %u) exclude each other: in "
-                        "a cluster the nodes' addresses are the slot map's", others[i], line_of(o));
+                        "a cluster the nodes' addresses are the slot map's", others[i], cfg_line_of(o));
     }
     if (lines[DM_K_PORT])
         return fail(p, line, "redis.cluster and redis.port (line %u) exclude each other: give "
@@ -701,11 +301,11 @@ static int parse_cluster_keys(struct parse *p, const config_setting_t *g, struct
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         const char *v = config_setting_get_string(e);
         if (!v)
-            return fail(p, line_of(e), "redis.cluster[%d] must be a string \"host:port\", "
-                        "not %s", i, type_name(e));
+            return fail(p, cfg_line_of(e), "redis.cluster[%d] must be a string \"host:port\", "
+                        "not %s", i, cfg_type_name(e));
         if (dm_config_endpoint(v, strlen(v), DM_REDIS_PORT_DEFAULT, &r->cluster[i], why,
                                sizeof why) < 0)
-            return fail(p, line_of(e), "redis.cluster[%d] = %s: %s", i, show(&sv, v), why);
+            return fail(p, cfg_line_of(e), "redis.cluster[%d] = %s: %s", i, show(&sv, v), why);
         r->ncluster++;
     }
     return 0;
@@ -714,7 +314,7 @@ static int parse_cluster_keys(struct parse *p, const config_setting_t *g, struct
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
 {
     config_setting_t *g;
-    int has = config_group(p, root, "", "redis", "{ host = ...; port = ...; }", DM_GROUP_REDIS,
+    int has = cfg_group(p, root, "", "redis", "{ host = ...; port = ...; }", DM_GROUP_REDIS,
                            &g);
     if (has <= 0)
         return has;
@@ -724,11 +324,11 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     char why[160];
     struct shown sv;
 
-    if (get_string(p, g, "redis.", "host", &host, &host_line) < 0
-        || get_string(p, g, "redis.", "unix", &unix_path, &unix_line) < 0
-        || get_string(p, g, "redis.", "username", &user, &user_line) < 0
-        || get_string(p, g, "redis.", "password", &pass, &pass_line) < 0
-        || get_string(p, g, "redis.", "password_env", &pass_env, &env_line) < 0)
+    if (cfg_get_string(p, g, "redis.", "host", &host, &host_line) < 0
+        || cfg_get_string(p, g, "redis.", "unix", &unix_path, &unix_line) < 0
+        || cfg_get_string(p, g, "redis.", "username", &user, &user_line) < 0
+        || cfg_get_string(p, g, "redis.", "password", &pass, &pass_line) < 0
+        || cfg_get_string(p, g, "redis.", "password_env", &pass_env, &env_line) < 0)
         return -1;
 
     if (host && unix_path)
@@ -740,7 +340,7 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
                     "redis.password (line %u) and redis.password_env (line %u) exclude each other",
                     pass_line, env_line);
 
-    if (host && !token_ok(host, DM_HOST_MAX, 0, why, sizeof why))
+    if (host && !cfg_token_ok(host, DM_HOST_MAX, 0, why, sizeof why))
         return fail(p, host_line, "redis.host = %s: %s", show(&sv, host), why);
     if (host && strchr(host, '/'))
         return fail(p, host_line, "redis.host = %s: a host name has no '/'; for a socket use redis.unix",
@@ -748,14 +348,14 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (host && strpbrk(host, "[]"))
         return fail(p, host_line, "redis.host = %s: write an IPv6 address without brackets, "
                     "as in \"::1\"", show(&sv, host));
-    if (unix_path && !token_ok(unix_path, DM_UNIX_PATH_MAX, 1, why, sizeof why))
+    if (unix_path && !cfg_token_ok(unix_path, DM_UNIX_PATH_MAX, 1, why, sizeof why))
         return fail(p, unix_line, "redis.unix = %s: %s", show(&sv, unix_path), why);
-    if (user && !token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
+    if (user && !cfg_token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
         return fail(p, user_line, "redis.username = %s: %s", show(&sv, user), why);
     if (pass && !*pass)
         return fail(p, pass_line, "redis.password must not be empty (leave it out for no AUTH)");
     if (pass_env) {
-        if (!env_name_ok(pass_env, why, sizeof why))
+        if (!cfg_env_name_ok(pass_env, why, sizeof why))
             return fail(p, env_line, "redis.password_env = %s: %s", show(&sv, pass_env), why);
         /* secure_getenv: a set-user-ID process takes no secret from the
          * environment of whoever started it. */
@@ -777,19 +377,19 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
         return fail(p, user_line, "redis.username needs redis.password or redis.password_env");
 
     unsigned lines[DM_NKEYS] = { 0 };
-    if (parse_scalars(p, g, DM_GROUP_REDIS, r, lines) < 0)
+    if (cfg_parse_scalars(p, g, DM_GROUP_REDIS, r, lines) < 0)
         return -1;
 
-    if (host && dup_into(p, host_line, &r->host, host) < 0)
+    if (host && cfg_dup_into(p, host_line, &r->host, host) < 0)
         return -1;
     if (unix_path) {
-        if (dup_into(p, unix_line, &r->unix_path, unix_path) < 0)
+        if (cfg_dup_into(p, unix_line, &r->unix_path, unix_path) < 0)
             return -1;
         r->host = NULL;          /* still the static default: nothing to free */
     }
-    if (user && dup_into(p, user_line, &r->username, user) < 0)
+    if (user && cfg_dup_into(p, user_line, &r->username, user) < 0)
         return -1;
-    if (pass && dup_into(p, pass_line, &r->password, pass) < 0)
+    if (pass && cfg_dup_into(p, pass_line, &r->password, pass) < 0)
         return -1;
     if (parse_tls(p, g, r) < 0)
         return -1;
@@ -867,7 +467,7 @@ static int check_timing(struct parse *p, struct dm_config *cfg, const unsigned l
  * with `why`. */
 static int metrics_path_ok(const char *v, char *why, size_t n)
 {
-    if (!token_ok(v, DM_PATH_MAX, 1, why, n))
+    if (!cfg_token_ok(v, DM_PATH_MAX, 1, why, n))
         return 0;
     if (v[0] != '/')
         return snprintf(why, n, "must be an absolute path"), 0;
@@ -901,7 +501,7 @@ static int metrics_path_ok(const char *v, char *why, size_t n)
 static int parse_metrics(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     config_setting_t *g;
-    int has = config_group(p, root, "", "metrics",
+    int has = cfg_group(p, root, "", "metrics",
                            "{ file = \"/run/app/dmutex.prom\"; interval_ms = 10000; }",
                            DM_GROUP_METRICS, &g);
     if (has <= 0)
@@ -910,17 +510,17 @@ static int parse_metrics(struct parse *p, const config_setting_t *root, struct d
     unsigned line = 0;
     char why[256];
     struct shown sv;
-    if (get_string(p, g, "metrics.", "file", &file, &line) < 0)
+    if (cfg_get_string(p, g, "metrics.", "file", &file, &line) < 0)
         return -1;
     if (!file)
-        return fail(p, line_of(g), "metrics needs file = \"/path/name.prom\" (the file "
+        return fail(p, cfg_line_of(g), "metrics needs file = \"/path/name.prom\" (the file "
                     "written)");
     if (!metrics_path_ok(file, why, sizeof why))
         return fail(p, line, "metrics.file = %s: %s", show(&sv, file), why);
     unsigned lines[DM_NKEYS] = { 0 };
-    if (parse_scalars(p, g, DM_GROUP_METRICS, &cfg->metrics, lines) < 0)
+    if (cfg_parse_scalars(p, g, DM_GROUP_METRICS, &cfg->metrics, lines) < 0)
         return -1;
-    return dup_into(p, line, &cfg->metrics.file, file);
+    return cfg_dup_into(p, line, &cfg->metrics.file, file);
 }
 
 int dm_config_set_metrics_file(struct dm_config *cfg, const char *path, char *err, size_t errlen)
@@ -944,7 +544,7 @@ int dm_config_set_metrics_file(struct dm_config *cfg, const char *path, char *er
 static int parse_top(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     unsigned lines[DM_NKEYS] = { 0 };
-    if (parse_scalars(p, root, DM_GROUP_TOP, cfg, lines) < 0)
+    if (cfg_parse_scalars(p, root, DM_GROUP_TOP, cfg, lines) < 0)
         return -1;
     if (parse_metrics(p, root, cfg) < 0)
         return -1;
@@ -975,12 +575,14 @@ static int build_id_ok(const char *v, char *why, size_t n)
 
 /* One entry of `mutexes`, of `conds` (m->cond set by the caller) or of
  * `rwlocks` (m->rw): the same keys, but a condition variable has no lock
- * mode (fair, cache), and an rwlock's is fixed (its writers queue). */
+ * mode (fair, cache), and an rwlock's is fixed (its writers queue). A
+ * little over 100 lines: one pass over the entry's keys, each check a few
+ * lines next to the key it checks, in the order REFERENCE.md lists them. */
 static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_object_config *m)
 {
     int cond = m->cond, rw = m->rw;
     const char *what = cond ? "cond entry" : rw ? "rwlock entry" : "mutex entry";
-    unsigned line = line_of(e);
+    unsigned line = cfg_line_of(e);
     const char *sym = NULL, *obj = NULL, *site = NULL, *name = NULL, *bid = NULL;
     unsigned sym_line = 0, obj_line = 0, site_line = 0, name_line = 0, bid_line = 0;
     char why[200];
@@ -993,25 +595,25 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_obj
     m->rw = rw;
     if (!config_setting_is_group(e))
         return fail(p, line, "each entry of %s must be a group { symbol = \"...\"; }, not %s",
-                    cond ? "conds" : rw ? "rwlocks" : "mutexes", type_name(e));
+                    cond ? "conds" : rw ? "rwlocks" : "mutexes", cfg_type_name(e));
     char in[32];
     snprintf(in, sizeof in, "in a%s %s", cond ? "" : rw ? "n" : "", what);
-    if (check_keys(p, e, DM_GROUP_MUTEX, in) < 0)
+    if (cfg_check_keys(p, e, DM_GROUP_MUTEX, in) < 0)
         return -1;
     for (int id = DM_K_FAIR; (cond || rw) && id <= DM_K_CACHE; id++) {
         const config_setting_t *s = config_setting_get_member(e, dm_config_keys[id].name);
         if (s)
-            return fail(p, line_of(s), "%s only applies to mutex entries: %s", dm_config_keys[id].name,
+            return fail(p, cfg_line_of(s), "%s only applies to mutex entries: %s", dm_config_keys[id].name,
                         cond ? "a condition variable has no lock mode (its mutex's entry has)"
                              : "an rwlock's writers always queue in order, and it is never "
                                "kept past its unlock");
     }
-    if (get_string(p, e, "", "symbol", &sym, &sym_line) < 0
-        || get_string(p, e, "", "init_site", &site, &site_line) < 0
-        || get_string(p, e, "", "object", &obj, &obj_line) < 0
-        || get_string(p, e, "", "name", &name, &name_line) < 0
-        || get_string(p, e, "", "build_id", &bid, &bid_line) < 0
-        || parse_scalars(p, e, DM_GROUP_MUTEX, m, lines) < 0)
+    if (cfg_get_string(p, e, "", "symbol", &sym, &sym_line) < 0
+        || cfg_get_string(p, e, "", "init_site", &site, &site_line) < 0
+        || cfg_get_string(p, e, "", "object", &obj, &obj_line) < 0
+        || cfg_get_string(p, e, "", "name", &name, &name_line) < 0
+        || cfg_get_string(p, e, "", "build_id", &bid, &bid_line) < 0
+        || cfg_parse_scalars(p, e, DM_GROUP_MUTEX, m, lines) < 0)
         return -1;
     unsigned off_line = lines[DM_K_OFFSET], idx_line = lines[DM_K_INDEX];
     int has_off = off_line != 0, has_idx = idx_line != 0;
@@ -1055,7 +657,7 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_obj
     if (by_address) {
         /* the name is given */
     } else if (sym) {
-        long from = symbol_ok(sym, why, sizeof why);
+        long from = cfg_symbol_ok(sym, why, sizeof why);
         if (from < 0)
             return fail(p, sym_line, "symbol = %s: %s", show(&sv, sym), why);
         dflt_name = sym + from;
@@ -1063,24 +665,24 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_obj
         if (strlen(site) > DM_SYMBOL_MAX)
             return fail(p, site_line, "init_site = %s: is %zu bytes, the limit is %d",
                         show(&sv, site), strlen(site), DM_SYMBOL_MAX);
-        if (!ident_ok(site, 0, why, sizeof why))
+        if (!cfg_ident_ok(site, 0, why, sizeof why))
             return fail(p, site_line, "init_site = %s: %s", show(&sv, site), why);
         dflt_name = site;
     }
-    if (obj && !object_ok(obj, why, sizeof why))
+    if (obj && !cfg_object_ok(obj, why, sizeof why))
         return fail(p, obj_line, "object = %s: %s", show(&sv, obj), why);
-    if (name && !name_ok(name, why, sizeof why))
+    if (name && !cfg_name_ok(name, why, sizeof why))
         return fail(p, name_line, "name = %s: %s", show(&sv, name), why);
-    if (!name && dflt_name && !name_ok(dflt_name, why, sizeof why))
+    if (!name && dflt_name && !cfg_name_ok(dflt_name, why, sizeof why))
         return fail(p, sym ? sym_line : site_line, "%s = %s: the lock name defaults to %s, which is "
                     "not a valid name: %s; set name = \"...\"", sym ? "symbol" : "init_site",
                     show(&sv, sym ? sym : site), show(&sv2, dflt_name), why);
 
-    if ((sym && dup_into(p, sym_line, &m->symbol, sym) < 0)
-        || (site && dup_into(p, site_line, &m->init_site, site) < 0)
-        || (obj && dup_into(p, obj_line, &m->object, obj) < 0)
-        || (bid && dup_into(p, bid_line, &m->build_id, bid) < 0)
-        || dup_into(p, name ? name_line : line, &m->name, name ? name : dflt_name) < 0)
+    if ((sym && cfg_dup_into(p, sym_line, &m->symbol, sym) < 0)
+        || (site && cfg_dup_into(p, site_line, &m->init_site, site) < 0)
+        || (obj && cfg_dup_into(p, obj_line, &m->object, obj) < 0)
+        || (bid && cfg_dup_into(p, bid_line, &m->build_id, bid) < 0)
+        || cfg_dup_into(p, name ? name_line : line, &m->name, name ? name : dflt_name) < 0)
         return -1;
     return 0;
 }
@@ -1175,7 +777,7 @@ static int parse_programs(struct parse *p, const config_setting_t *root, struct 
     if (!l)
         return 0;
     if (n == 0)
-        return fail(p, line_of(l), "programs is empty: the config would apply to no process "
+        return fail(p, cfg_line_of(l), "programs is empty: the config would apply to no process "
                     "(leave programs out to apply it to every process)");
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
@@ -1183,13 +785,13 @@ static int parse_programs(struct parse *p, const config_setting_t *root, struct 
         char why[200];
         struct shown sv;
         if (!v)
-            return fail(p, line_of(e), "programs[%d] must be a string, not %s", i, type_name(e));
+            return fail(p, cfg_line_of(e), "programs[%d] must be a string, not %s", i, cfg_type_name(e));
         if (strchr(v, '/'))
-            return fail(p, line_of(e), "programs[%d] = %s: must be a file name like \"app\", "
+            return fail(p, cfg_line_of(e), "programs[%d] = %s: must be a file name like \"app\", "
                         "without '/'", i, show(&sv, v));
-        if (!object_ok(v, why, sizeof why))
-            return fail(p, line_of(e), "programs[%d] = %s: %s", i, show(&sv, v), why);
-        if (dup_into(p, line_of(e), &cfg->programs[cfg->nprograms], v) < 0)
+        if (!cfg_object_ok(v, why, sizeof why))
+            return fail(p, cfg_line_of(e), "programs[%d] = %s: %s", i, show(&sv, v), why);
+        if (cfg_dup_into(p, cfg_line_of(e), &cfg->programs[cfg->nprograms], v) < 0)
             return -1;
         cfg->nprograms++;
     }
@@ -1349,10 +951,10 @@ static int load_text(const char *text, const char *label, const char *program,
     config_setting_t *root = config_root_setting(&lc);
     /* `programs` first: a process the config is not for must not be
      * stopped by anything else in it (see dm_config_load_for). */
-    if (parse_programs(&p, root, &cfg) == 0 && dup_into(&p, 0, &cfg.path, p.label) == 0) {
+    if (parse_programs(&p, root, &cfg) == 0 && cfg_dup_into(&p, 0, &cfg.path, p.label) == 0) {
         if (!program_listed(&cfg, program)) {
             rc = DM_CONFIG_NOT_FOR;
-        } else if (check_keys(&p, root, DM_GROUP_TOP, "at the top level") == 0
+        } else if (cfg_check_keys(&p, root, DM_GROUP_TOP, "at the top level") == 0
                    && parse_redis(&p, root, &cfg.redis) == 0
                    && parse_top(&p, root, &cfg) == 0
                    && parse_mutexes(&p, root, &cfg) == 0
@@ -1360,7 +962,7 @@ static int load_text(const char *text, const char *label, const char *program,
                    && parse_rwlocks(&p, root, &cfg) == 0) {
             cfg.settings = config_setting_length(root);
             cfg.mutexes_line = config_setting_get_member(root, "mutexes") ?
-                (int)line_of(config_setting_get_member(root, "mutexes")) : 0;
+                (int)cfg_line_of(config_setting_get_member(root, "mutexes")) : 0;
             rc = 0;
         }
     }

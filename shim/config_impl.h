@@ -15,6 +15,8 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include <libconfig.h>
+
 #include "config_keys.h"
 
 #define DM_CONFIG_FILE_MAX      (4L << 20)  /* bytes; a config is a few kB */
@@ -146,6 +148,46 @@ struct dm_redis_config;
 void dm_config_free_sentinels(struct dm_redis_config *r);
 /* Frees the cluster seeds of r, leaving none. */
 void dm_config_free_cluster(struct dm_redis_config *r);
+
+
+/* ---- config_value.c: the values (config.c's sections call these) ---- */
+
+unsigned cfg_line_of(const config_setting_t *s);
+const char *cfg_type_name(const config_setting_t *s);
+int cfg_get_string(struct parse *p, const config_setting_t *grp, const char *qual,
+               const char *key, const char **out, unsigned *line);
+/* Refuses any member of `grp` that is not a key of `group` in the table.
+ * `where` says which group, for the message. */
+int cfg_check_keys(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
+               const char *where);
+/* Checks a lock name or namespace: 1..DM_NAME_MAX bytes of
+ * [A-Za-z0-9_.:/@-]. Braces would break the {name} hash tag, spaces and
+ * newlines the keys and the logs. On error writes the reason to `why`. */
+int cfg_name_ok(const char *v, char *why, size_t n);
+/* A C identifier or mangled C++ name ([A-Za-z_$][A-Za-z0-9_$.]*) starting
+ * at v[from]. Positions in `why` count from the start of the whole value. */
+int cfg_ident_ok(const char *v, size_t from, char *why, size_t n);
+/* "sym" or "file.c:sym"; returns the offset of the identifier, or -1. */
+long cfg_symbol_ok(const char *v, char *why, size_t n);
+int cfg_object_ok(const char *v, char *why, size_t n);
+/* No whitespace or control bytes, 1..max bytes (host names, user names). */
+int cfg_token_ok(const char *v, int max, int allow_space, char *why, size_t n);
+int cfg_env_name_ok(const char *v, char *why, size_t n);
+int cfg_dup_into(struct parse *p, unsigned line, char **dst, const char *v);
+/* Reads every key of `group` the table parses (all but DM_CFG_HAND), in
+ * table order, into the struct at `base`: type, bounds, the value's own
+ * rules. Keys with cross bounds are only read here; their bounds are
+ * checked by hand once every key is known. lines[id] gets the line of each
+ * key present (0: absent). */
+int cfg_parse_scalars(struct parse *p, const config_setting_t *grp, enum dm_key_group group,
+                  void *base, unsigned lines[DM_NKEYS]);
+/* The group `key` of `parent` (qual: the parent's name for messages,
+ * "redis." or ""), its keys checked against `group`: 1 and *g when it is
+ * there, 0 when it is absent, -1 after saying that it must be a group
+ * `shape` or which key does not belong. */
+int cfg_group(struct parse *p, const config_setting_t *parent, const char *qual,
+                 const char *key, const char *shape, enum dm_key_group group,
+                 config_setting_t **g);
 
 /* Is `s` one of the static default strings (never freed)? */
 int dm_config_is_default(const char *s);
