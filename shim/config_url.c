@@ -332,30 +332,19 @@ fail:
 /* The URL names the whole endpoint: host and port, or the socket, and the
  * db. Credentials are replaced only when the URL carries them, so a
  * password can stay in password_env instead of a URL in the environment. */
-int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen)
+/* A config that asks for TLS is not turned to plain text by a URL in the
+ * environment (dmutex run -r, a unit file): the two disagree, and the user
+ * decides which is right. 0, or -1 with the message (FILE:LINE of the
+ * redis.tls group first, as every config error: the user must find what
+ * contradicts the URL). */
+static int plain_refused(const struct dm_config *cfg, const char *url, const char *shown,
+                         char *err, size_t errlen)
 {
-    char *host = NULL, *unix_path = NULL, *user = NULL, *pass = NULL;
-    long port = DM_REDIS_PORT_DEFAULT, db = 0;
-    int has_cred = 0;
-    struct shown su, sv;
-
-    if (err && errlen)
-        err[0] = '\0';
-    if (!url || !*url)
-        return fail_plain(err, errlen, "redis URL is empty (use redis://host:port/db or unix:///path)");
-    char redacted[DM_SHOW_MAX * 2 + 8];
-    dm_config_redact_url(url, redacted, sizeof redacted);
-    show(&su, redacted);
-    /* A config that asks for TLS is not turned to plain text by a URL in
-     * the environment (dmutex run -r, a unit file): the two disagree, and
-     * the user decides which is right. */
     static const struct { const char *scheme, *instead; } plain[] = {
         { "redis://", "rediss://" },
         { "redis-sentinel://", "rediss-sentinel://" },
         { "unix://", "a rediss:// URL (a unix socket carries no TLS)" },
     };
-    /* FILE:LINE of the redis.tls group first, as every config error: the
-     * user must find what contradicts the URL. */
     char where[300] = "";
     if (cfg->path && cfg->redis.tls.line > 0)
         snprintf(where, sizeof where, "%.256s:%d: ", cfg->path, cfg->redis.tls.line);
@@ -365,97 +354,173 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         if (cfg->redis.tls.enabled && strncasecmp(url, plain[i].scheme, strlen(plain[i].scheme)) == 0)
             return fail_plain(err, errlen, "%sredis URL %s is plain text, but the config asks "
                               "for TLS (its redis.tls group): use %s, or take redis.tls out of "
-                              "the config; dmutex never falls back to plain text", where, su.s,
+                              "the config; dmutex never falls back to plain text", where, shown,
                               plain[i].instead);
+    return 0;
+}
+
+/* What a URL naming one node (redis://, rediss://, unix://) says. */
+struct node_url {
+    char *host, *unix_path, *user, *pass;
+    long port, db;
+    int has_cred, tls;
+};
+
+static void node_url_free(struct node_url *u)
+{
+    free(u->host);
+    free(u->unix_path);
+    free(u->user);
+    free(u->pass);
+}
+
+/* unix:///path[?db=N] (path: after "unix://") into u. 0 or -1. */
+static int parse_unix_url(const char *path, const char *shown, struct node_url *u, char *err,
+                          size_t errlen)
+{
+    size_t plen = strcspn(path, "?");
+    if (plen == 0 || path[0] != '/')
+        return fail_plain(err, errlen, "redis URL %s: needs an absolute socket path, as in "
+                          "unix:///run/redis.sock", shown);
+    if (path[plen] == '?') {
+        const char *q = path + plen + 1;
+        if (strncmp(q, "db=", 3) != 0 || parse_url_number(q + 3, strlen(q + 3), 0,
+                                                          DM_REDIS_DB_MAX, &u->db) < 0)
+            return fail_plain(err, errlen, "redis URL %s: the only query is ?db=N with N "
+                              "from 0 to %ld", shown, DM_REDIS_DB_MAX);
+    }
+    if (plen > (size_t)DM_UNIX_PATH_MAX)
+        return fail_plain(err, errlen, "redis URL %s: the socket path is %zu bytes, the "
+                          "limit is %d", shown, plen, DM_UNIX_PATH_MAX);
+    for (size_t i = 0; i < plen; i++)
+        if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
+            return fail_plain(err, errlen, "redis URL %s: control character in the socket path",
+                              shown);
+    if (!(u->unix_path = strndup(path, plen)))
+        return fail_plain(err, errlen, "redis URL: out of memory");
+    u->port = 0;
+    return 0;
+}
+
+/* The host part "host[:port]" or "[v6][:port]" (hlen bytes at hp): *h and
+ * *host_len, *port_s (NULL: none). 0, or -1: a bad host. */
+static int split_host(const char *hp, size_t hlen, const char **h, size_t *host_len,
+                      const char **port_s)
+{
+    *h = hp;
+    *port_s = NULL;
+    if (hlen > 0 && hp[0] == '[') {     /* [IPv6]:port */
+        const char *close = memchr(hp, ']', hlen);
+        if (!close)
+            return -1;
+        *h = hp + 1;
+        *host_len = (size_t)(close - *h);
+        if (close + 1 < hp + hlen) {
+            if (close[1] != ':')
+                return -1;
+            *port_s = close + 2;
+        }
+    } else {
+        const char *colon = memchr(hp, ':', hlen);
+        *host_len = colon ? (size_t)(colon - hp) : hlen;
+        if (colon)
+            *port_s = colon + 1;
+    }
+    if (*host_len == 0 || *host_len > DM_HOST_MAX)
+        return -1;
+    for (size_t i = 0; i < *host_len; i++)
+        if ((unsigned char)(*h)[i] <= 0x20 || (*h)[i] == 0x7f)
+            return -1;
+    return 0;
+}
+
+/* redis[s]://[user:password@]host[:port][/db] (a: after the scheme) into
+ * u. 0, or -1 (u's strings freed by the caller). */
+static int parse_tcp_url(const char *a, const char *shown, struct node_url *u, char *err,
+                         size_t errlen)
+{
+    size_t alen = strcspn(a, "/?#");
+    const char *hp, *h, *port_s;
+    struct shown sv;
+    if ((u->has_cred = parse_userinfo(a, alen, &u->user, &u->pass, &hp, err, errlen)) < 0)
+        return -1;
+    size_t host_len;
+    if (split_host(hp, (size_t)(a + alen - hp), &h, &host_len, &port_s) != 0)
+        return fail_plain(err, errlen, "redis URL %s: bad or missing host "
+                          "(redis://[user:password@]host[:port][/db])", shown);
+    if (port_s && parse_url_number(port_s, (size_t)(a + alen - port_s), 1, DM_PORT_MAX,
+                                   &u->port) < 0)
+        return fail_plain(err, errlen, "redis URL %s: the port must be a number from 1 to %ld",
+                          shown, DM_PORT_MAX);
+    const char *rest = a + alen;
+    if (*rest == '/' && rest[1]) {
+        if (parse_url_number(rest + 1, strlen(rest + 1), 0, DM_REDIS_DB_MAX, &u->db) < 0)
+            return fail_plain(err, errlen, "redis URL %s: the path must be a database number "
+                              "from 0 to %ld", shown, DM_REDIS_DB_MAX);
+    } else if (*rest && strcmp(rest, "/") != 0) {
+        return fail_plain(err, errlen, "redis URL %s: unexpected %s after the host "
+                          "(redis://[user:password@]host[:port][/db])", shown, show(&sv, rest));
+    }
+    if (!(u->host = strndup(h, host_len)))
+        return fail_plain(err, errlen, "redis URL: out of memory");
+    return 0;
+}
+
+/* u (and the TLS files of DMUTEX_TLS_*, tls_files) into cfg, which then
+ * names that node alone; u's strings are cfg's from here. */
+static void set_node(struct dm_config *cfg, struct node_url *u, char *tls_files[3])
+{
+    if (!dm_config_is_default(cfg->redis.host))
+        free(cfg->redis.host);
+    free(cfg->redis.unix_path);
+    dm_config_free_sentinels(&cfg->redis);     /* the URL names the node itself */
+    dm_config_free_cluster(&cfg->redis);
+    cfg->redis.host = u->host;
+    cfg->redis.unix_path = u->unix_path;
+    cfg->redis.port = (int)u->port;
+    cfg->redis.db = (int)u->db;
+    /* The scheme says whether TLS is on; the files come from DMUTEX_TLS_*
+     * or else stay the config's. */
+    cfg->redis.tls.enabled = u->tls;
+    char **slot[3] = { &cfg->redis.tls.ca, &cfg->redis.tls.cert, &cfg->redis.tls.key };
+    for (int i = 0; i < 3; i++)
+        if (tls_files[i]) {
+            free(*slot[i]);
+            *slot[i] = tls_files[i];
+        }
+    if (u->has_cred) {
+        take_credentials(&cfg->redis, u->user, u->pass);
+    } else {
+        free(u->user);
+        free(u->pass);
+    }
+}
+
+int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen)
+{
+    struct shown su;
+    if (err && errlen)
+        err[0] = '\0';
+    if (!url || !*url)
+        return fail_plain(err, errlen, "redis URL is empty (use redis://host:port/db or unix:///path)");
+    char redacted[DM_SHOW_MAX * 2 + 8];
+    dm_config_redact_url(url, redacted, sizeof redacted);
+    show(&su, redacted);
+    if (plain_refused(cfg, url, su.s, err, errlen) != 0)
+        return -1;
     if (strncasecmp(url, "redis-sentinel://", 17) == 0)
         return set_sentinel_url(cfg, url, 0, su.s, err, errlen);
     if (strncasecmp(url, "rediss-sentinel://", 18) == 0)
         return set_sentinel_url(cfg, url, 1, su.s, err, errlen);
     if (strncasecmp(url, "redis-cluster://", 16) == 0)
         return set_cluster_url(cfg, url, su.s, err, errlen);
-    int tls = strncasecmp(url, "rediss://", 9) == 0;
-
+    struct node_url u = { .port = DM_REDIS_PORT_DEFAULT };
+    u.tls = strncasecmp(url, "rediss://", 9) == 0;
+    int r;
     if (strncasecmp(url, "unix://", 7) == 0) {
-        const char *path = url + 7;
-        size_t plen = strcspn(path, "?");
-        if (plen == 0 || path[0] != '/')
-            return fail_plain(err, errlen, "redis URL %s: needs an absolute socket path, as in "
-                              "unix:///run/redis.sock", su.s);
-        if (path[plen] == '?') {
-            const char *q = path + plen + 1;
-            if (strncmp(q, "db=", 3) != 0 || parse_url_number(q + 3, strlen(q + 3), 0,
-                                                              DM_REDIS_DB_MAX, &db) < 0)
-                return fail_plain(err, errlen, "redis URL %s: the only query is ?db=N with N "
-                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
-        }
-        if (plen > (size_t)DM_UNIX_PATH_MAX)
-            return fail_plain(err, errlen, "redis URL %s: the socket path is %zu bytes, the "
-                              "limit is %d", su.s, plen, DM_UNIX_PATH_MAX);
-        for (size_t i = 0; i < plen; i++)
-            if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
-                return fail_plain(err, errlen, "redis URL %s: control character in the socket path",
-                                  su.s);
-        unix_path = strndup(path, plen);
-        if (!unix_path)
-            return fail_plain(err, errlen, "redis URL: out of memory");
-        port = 0;
-    } else if (tls || strncasecmp(url, "redis://", 8) == 0) {
-        const char *a = url + (tls ? 9 : 8);
-        size_t alen = strcspn(a, "/?#");
-        const char *hp;
-        if ((has_cred = parse_userinfo(a, alen, &user, &pass, &hp, err, errlen)) < 0)
-            return -1;
-        size_t hlen = (size_t)(a + alen - hp);
-        const char *h = hp, *port_s = NULL;
-        size_t host_len;
-        if (hlen > 0 && hp[0] == '[') {     /* [IPv6]:port */
-            const char *close = memchr(hp, ']', hlen);
-            if (!close)
-                goto bad_host;
-            h = hp + 1;
-            host_len = (size_t)(close - h);
-            if (close + 1 < hp + hlen) {
-                if (close[1] != ':')
-                    goto bad_host;
-                port_s = close + 2;
-            }
-        } else {
-            const char *colon = memchr(hp, ':', hlen);
-            host_len = colon ? (size_t)(colon - hp) : hlen;
-            if (colon)
-                port_s = colon + 1;
-        }
-        if (host_len == 0 || host_len > DM_HOST_MAX)
-            goto bad_host;
-        for (size_t i = 0; i < host_len; i++)
-            if ((unsigned char)h[i] <= 0x20 || h[i] == 0x7f)
-                goto bad_host;
-        if (port_s && parse_url_number(port_s, (size_t)(a + alen - port_s), 1, DM_PORT_MAX, &port) < 0) {
-            free(user);
-            free(pass);
-            return fail_plain(err, errlen, "redis URL %s: the port must be a number from 1 to %ld",
-                              su.s, DM_PORT_MAX);
-        }
-        const char *rest = a + alen;
-        if (*rest == '/' && rest[1]) {
-            if (parse_url_number(rest + 1, strlen(rest + 1), 0, DM_REDIS_DB_MAX, &db) < 0) {
-                free(user);
-                free(pass);
-                return fail_plain(err, errlen, "redis URL %s: the path must be a database number "
-                                  "from 0 to %ld", su.s, DM_REDIS_DB_MAX);
-            }
-        } else if (*rest && strcmp(rest, "/") != 0) {
-            free(user);
-            free(pass);
-            return fail_plain(err, errlen, "redis URL %s: unexpected %s after the host "
-                              "(redis://[user:password@]host[:port][/db])", su.s, show(&sv, rest));
-        }
-        host = strndup(h, host_len);
-        if (!host) {
-            free(user);
-            free(pass);
-            return fail_plain(err, errlen, "redis URL: out of memory");
-        }
+        r = parse_unix_url(url + 7, su.s, &u, err, errlen);
+    } else if (u.tls || strncasecmp(url, "redis://", 8) == 0) {
+        r = parse_tcp_url(url + (u.tls ? 9 : 8), su.s, &u, err, errlen);
     } else {
         size_t slen = strcspn(url, ":");
         if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
@@ -466,39 +531,10 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
                           "unix://, redis-sentinel://, rediss-sentinel:// or redis-cluster://", su.s);
     }
     char *tls_files[3] = { NULL, NULL, NULL };
-    if (tls && tls_env(tls_files, err, errlen) < 0) {
-        free(host);
-        free(unix_path);
-        free(user);
-        free(pass);
+    if (r != 0 || (u.tls && tls_env(tls_files, err, errlen) < 0)) {
+        node_url_free(&u);
         return -1;
     }
-
-    if (!dm_config_is_default(cfg->redis.host))
-        free(cfg->redis.host);
-    free(cfg->redis.unix_path);
-    dm_config_free_sentinels(&cfg->redis);     /* the URL names the node itself */
-    dm_config_free_cluster(&cfg->redis);
-    cfg->redis.host = host;
-    cfg->redis.unix_path = unix_path;
-    cfg->redis.port = (int)port;
-    cfg->redis.db = (int)db;
-    /* The scheme says whether TLS is on; the files come from DMUTEX_TLS_*
-     * or else stay the config's. */
-    cfg->redis.tls.enabled = tls;
-    char **slot[3] = { &cfg->redis.tls.ca, &cfg->redis.tls.cert, &cfg->redis.tls.key };
-    for (int i = 0; i < 3; i++)
-        if (tls_files[i]) {
-            free(*slot[i]);
-            *slot[i] = tls_files[i];
-        }
-    if (has_cred)
-        take_credentials(&cfg->redis, user, pass);
+    set_node(cfg, &u, tls_files);
     return 0;
-
-bad_host:
-    free(user);
-    free(pass);
-    return fail_plain(err, errlen, "redis URL %s: bad or missing host "
-                      "(redis://[user:password@]host[:port][/db])", su.s);
 }
