@@ -1035,21 +1035,12 @@ static int objs_used(struct dm_trace_obj *table)
     return 0;
 }
 
-void dm_trace_report(const char *why)
+/* One row per mutex (and per retired slot, and per row of an unloaded
+ * object), then rows of one config entry merged: sorted by key, so a
+ * report of many mutexes stays n log n. *n rows (NULL: none, or out of
+ * memory before the first), *nmutex the mutexes they count. report_mu held. */
+static struct row *collect_rows(size_t *nout, size_t *nmutex_out)
 {
-    int was_quiet = dm_trace_self_quiet(1);
-    dm_real.mutex_lock(&report_mu);
-    /* The ratio may wait up to 2 ms in a young process: only when there
-     * is a time to convert (a helper that locked nothing ends at once). */
-    int any = ngone > 0;
-    for (unsigned i = 0; i < DM_TRACE_SLOTS && !any; i++)
-        any = atomic_load(&dm_trace_table[i].locks) != 0;
-    any = any || gone_objs[GONE_CONDS].n || gone_objs[GONE_RWLOCKS].n
-        || objs_used(dm_trace_conds) || objs_used(dm_trace_rwlocks);
-    tick_ns = any ? dm_trace_ns_per_tick() : 1.0;
-    /* One row per mutex (and per retired slot, and per row of an unloaded
-     * object), then rows of one config entry merged: sorted by key, so a
-     * report of many mutexes stays n log n. */
     struct row *rows = NULL;
     size_t n = 0, cap = 0, nmutex = 0;
     for (unsigned i = 0; i < DM_TRACE_SLOTS; i++) {
@@ -1085,7 +1076,37 @@ void dm_trace_report(const char *why)
         nmutex += rows[i].mutexes;
         rows[i].threads = (uint64_t)__builtin_popcountll(rows[i].threads);
     }
+    *nout = n;
+    *nmutex_out = nmutex;
+    return rows;
+}
 
+/* text, one write(2) at a time until it is all out (or stderr fails). */
+static void write_stderr(const char *text, size_t len)
+{
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(STDERR_FILENO, text + off, len - off);
+        if (w <= 0 && errno != EINTR)
+            break;
+        if (w > 0)
+            off += (size_t)w;
+    }
+}
+
+void dm_trace_report(const char *why)
+{
+    int was_quiet = dm_trace_self_quiet(1);
+    dm_real.mutex_lock(&report_mu);
+    /* The ratio may wait up to 2 ms in a young process: only when there
+     * is a time to convert (a helper that locked nothing ends at once). */
+    int any = ngone > 0;
+    for (unsigned i = 0; i < DM_TRACE_SLOTS && !any; i++)
+        any = atomic_load(&dm_trace_table[i].locks) != 0;
+    any = any || gone_objs[GONE_CONDS].n || gone_objs[GONE_RWLOCKS].n
+        || objs_used(dm_trace_conds) || objs_used(dm_trace_rwlocks);
+    tick_ns = any ? dm_trace_ns_per_tick() : 1.0;
+    size_t n, nmutex;
+    struct row *rows = collect_rows(&n, &nmutex);
     char prog[256];
     program_name(prog, sizeof prog);
     unique_names(rows, n, prog);
@@ -1131,15 +1152,8 @@ void dm_trace_report(const char *why)
             write_objs_text(m, &objs[i], prog, top, min_locks);
     }
     if (m) {
-        if (fclose(m) == 0) {
-            for (size_t off = 0; off < len;) {
-                ssize_t w = write(STDERR_FILENO, text + off, len - off);
-                if (w <= 0 && errno != EINTR)
-                    break;
-                if (w > 0)
-                    off += (size_t)w;
-            }
-        }
+        if (fclose(m) == 0)
+            write_stderr(text, len);
         free(text);
     }
     if (say)
