@@ -324,11 +324,11 @@ void dm_renew_atfork(enum dm_fork_phase phase)
         return;
     if (wd_ctx) {
         close(wd_ctx->fd);
-        if (wd_conn.c == wd_ctx)
-            wd_conn.c = NULL;
         wd_ctx = NULL;
     }
-    if (wd_conn.c)
-        close(wd_conn.c->fd);
+    /* Only wd_ctx names a socket to close: it is cleared before a close
+     * and set after a connect, so it never names an fd the parent has
+     * already given back (a number another of its threads may have been
+     * given since). The context's memory is the parent's. */
     memset(&wd_conn, 0, sizeof wd_conn);
 }

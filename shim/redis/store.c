@@ -79,7 +79,8 @@ static void want_msg(void *arg, const char *msg, size_t len)
     size_t n = strlen(pid);
     if (len > n && memcmp(msg, pid, n) == 0 && msg[n] == ':')
         return;
-    l->want_fn(l->want_arg);
+    void (*fn)(void *) = __atomic_load_n(&l->want_fn, __ATOMIC_ACQUIRE);
+    fn(__atomic_load_n(&l->want_arg, __ATOMIC_ACQUIRE));
 }
 
 static int r_want_watch(struct dm_store_lock *pl, void (*fn)(void *arg), void *arg,
@@ -88,9 +89,10 @@ static int r_want_watch(struct dm_store_lock *pl, void (*fn)(void *arg), void *a
     struct dm_rlock *l = dm_rlock_of(pl);
     if (!l->wantchan)
         return ENOMEM;      /* dm_rlock_mode could not make it (logged there) */
-    /* Set before the handler: notify's lock publishes them to its thread. */
-    l->want_fn = fn;
-    l->want_arg = arg;
+    /* Set before the handler (a call after a failed subscription sets the
+     * same again while the handler may run: atomics). */
+    __atomic_store_n(&l->want_arg, arg, __ATOMIC_RELEASE);
+    __atomic_store_n(&l->want_fn, fn, __ATOMIC_RELEASE);
     dm_notify_set_handler(l->wantchan, want_msg, l);
     return dm_notify_subscribe(l->wantchan, timeout_ms);
 }
