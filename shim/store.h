@@ -143,16 +143,22 @@ enum dm_last_end { DM_LAST_NONE,        /* never granted, or released */
                    DM_LAST_KEPT_OFF,    /* kept off after a restart that lost its data */
                    DM_LAST_FORCED };    /* forced free (admin_force) */
 
+/* The room a tools' call's message (said, err) needs: an address (a host
+ * name up to 255 bytes), a key (a namespace and a name, DM_NAME_MAX each)
+ * and the words around them. */
+#define DM_STORE_MSG_MAX 2048
+
 /* What admin_force did. */
 struct dm_force {
     enum { DM_FORCE_REFUSED,    /* the lease is alive and force was 0 */
            DM_FORCE_RELEASED,   /* the hold ended: handed on or freed */
            DM_FORCE_NOT_HELD } verdict;
-    char owner[DM_OWNER_MAX + 32];  /* refused, released: the holder */
+    char owner[256];                /* refused, released: the holder (another client's
+                                       owner may be longer than ours) */
     char token[24];                 /* refused: its token; released: the old one ("" unknown) */
     long long lease_left_ms;        /* refused */
     long long new_token;            /* released: the fencing counter now */
-    char next[DM_OWNER_MAX + 32];   /* released: the waiter it went to ("" nobody) */
+    char next[256];                 /* released: the waiter it went to ("" nobody) */
     long long next_token;
     enum dm_last_end last;          /* not held */
 };
@@ -217,11 +223,14 @@ struct dm_store_ops {
     void (*flush_bounded)(void);
 
     /* One renewal round of n holds, each for the config's lease_ms: fills
-     * res[0..n) (zeroed by the caller: DM_RENEW_UNKNOWN). DM_RENEW_LOST only
-     * when the store that grants the lock (the primary, acknowledged by
+     * res[0..n) (zeroed by the caller: DM_RENEW_UNKNOWN) and *sent_ms, the
+     * CLOCK_MONOTONIC ms the round went out (after any connect: a lease it
+     * renews runs from no earlier on the store). DM_RENEW_LOST only when
+     * the store that grants the lock (the primary, acknowledged by
      * min_replicas) says the hold is gone. Called by the renewal thread
      * only; may block for a connect plus a few command timeouts. */
-    void (*renew)(const struct dm_renew *holds, size_t n, enum dm_renewal *res);
+    void (*renew)(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
+                  long long *sent_ms);
 
     /* Calls fn(arg) in the store's event thread when another process wants
      * l (l->wants; its own wants are not told); returns 0 once the store
@@ -281,7 +290,8 @@ struct dm_store_ops {
      * as forced by `who`. 0 with *out, or -1 with err. fresh: declares
      * the store's lock data continuous (durable: every restart loses
      * nothing, checked now), so a lock first granted on this server run
-     * waits no lease; 0 with what was declared in `said`, -1 with err.
+     * waits no lease; 0 with what was declared in `said`, -2 with err when
+     * the durability check refused (durable), -1 with err otherwise.
      * keys: the hidden `dmutex keys ...` verb (argv[0] "keys"), the store's
      * names of a lock's keys for the shell tests; an exit status. */
     int (*admin_connect)(char *err, size_t errlen);
@@ -293,6 +303,9 @@ struct dm_store_ops {
     int (*admin_fresh)(const char *ns, int durable, char *said, size_t saidlen, char *err,
                        size_t errlen);
     int (*admin_keys)(int argc, char **argv);
+    /* Does the store spread locks over nodes (Redis Cluster), so that a
+     * row names its node (struct dm_lock_row's node)? No I/O. */
+    int (*admin_sharded)(void);
 };
 
 /* The backends. */

@@ -216,7 +216,7 @@ static void *watchdog_main(void *arg)
         long long sent = dm_now_ms();
         enum dm_renewal *res = n > 0 ? calloc(n, sizeof *res) : NULL;
         if (res)
-            dm_store->renew(reqs, n, res);
+            dm_store->renew(reqs, n, res, &sent);
 
         dm_lock(&wmu);
         /* Without memory for the verdicts, a failed store call each. */

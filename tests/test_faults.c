@@ -1928,6 +1928,7 @@ static void test_restart_of_a_server_declared_durable_keeps_no_lock_waiting(void
     (void)s;
     lock_server(NULL, NULL);
     char *no = fresh_verb("--durable", 1);
+    th_assert_has(no, "dmutex fresh --durable: redis at ");
     th_assert_has(no, "appendonly is not yes");
     free(no);
     th_redis_drop(&rs, &rc);

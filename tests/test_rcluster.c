@@ -446,6 +446,22 @@ static void test_run_ls_and_acl_work_against_the_cluster(void **s)
         th_assert_has(text, nm);
     }
     free(text);
+    /* a namespace with no lock: the table's header still has its NODE
+     * column (the store is a cluster, whatever it holds) */
+    char *eargv[] = { DMUTEX_CLI, "ls", "-r", rc.url, "-n", "rc_empty_ns", NULL };
+    char *eout = th_out_file();
+    text = th_finish(th_child(eargv, NULL, eout), eout, 0, FINISH_MS);
+    th_assert_has(text, "LISTENING  NODE\n");
+    th_assert_has(text, "(no locks in namespace rc_empty_ns");
+    free(text);
+    /* fresh has nothing to declare on a cluster: said without the
+     * --durable prefix, which is for the durability check's refusal */
+    char *fargv[] = { DMUTEX_CLI, "fresh", "--durable", "-r", rc.url, NULL };
+    char *fout = th_out_file();
+    text = th_finish(th_child(fargv, NULL, fout), fout, 1, FINISH_MS);
+    th_assert_has(text, "dmutex fresh: ");
+    th_assert_has(text, "is a Redis Cluster, where locks do not wait");
+    free(text);
     char *jargv[] = { DMUTEX_CLI, "ls", "--json", "-r", rc.url, NULL };
     char *jout = th_out_file();
     text = th_finish(th_child(jargv, NULL, jout), jout, 0, FINISH_MS);

@@ -78,12 +78,12 @@ int dm_cli_fresh(int argc, char **argv)
     int r = dm_locks_connect("fresh", cfg_path, url, ns, &lc);
     if (r != 0)
         return r;
-    char said[512], err[DM_ERR_MAX + 256];
+    char said[DM_STORE_MSG_MAX], err[DM_STORE_MSG_MAX];
     int rc = dm_store->admin_fresh(dm_locks_ns(lc), durable, said, sizeof said, err, sizeof err);
     if (rc == 0)
         printf("%s\n", said);
     else
-        fprintf(stderr, "dmutex fresh%s: %s\n", durable ? " --durable" : "", err);
+        fprintf(stderr, "dmutex fresh%s: %s\n", rc == -2 ? " --durable" : "", err);
     dm_locks_disconnect(lc);
     return rc == 0 ? 0 : 1;
 }

@@ -147,7 +147,7 @@ int dm_cli_ls(int argc, char **argv)
         fputs(", \"locks\": [", stdout);
     } else {
         printf("%-24s %-8s %-44s %9s %16s %7s %9s%s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
-               "TOKEN", "WAITERS", "LISTENING", n > 0 && rows[0].node ? "  NODE" : "");
+               "TOKEN", "WAITERS", "LISTENING", dm_store->admin_sharded() ? "  NODE" : "");
     }
     for (size_t i = 0; i < n; i++) {
         const struct dm_lock_row *l = &rows[i];

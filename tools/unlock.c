@@ -99,7 +99,7 @@ int dm_cli_unlock(int argc, char **argv)
     if (r != 0)
         return r;
     ns = dm_locks_ns(lc);
-    char who[512], err[DM_ERR_MAX + 256];
+    char who[512], err[DM_STORE_MSG_MAX];
     who_am_i(who, sizeof who);
     struct dm_force f;
     int rc = 1;

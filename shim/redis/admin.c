@@ -467,7 +467,7 @@ int dm_admin_fresh(const char *ns, int durable, char *said, size_t saidlen, char
         return -1;
     }
     if (durable && durable_checked(&tool_conn, err, errlen) != 0)
-        return -1;
+        return -2;
     size_t len = dm_keys_intact(NULL, 0, ns) + 1;
     char *key = malloc(len);
     redisReply *rep = NULL;

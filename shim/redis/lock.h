@@ -248,7 +248,8 @@ void dm_resend_atfork(enum dm_fork_phase phase);
  * node); with Sentinel ROLE before a loss counts, with min_replicas one
  * WAIT before a renewal counts. Called by the watchdog's renewal thread
  * only. */
-void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res);
+void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
+                    long long *sent_ms);
 /* The fork child closes the renewal connection's socket (the thread is
  * the parent's). */
 void dm_renew_atfork(enum dm_fork_phase phase);

@@ -263,7 +263,8 @@ static size_t renew_cluster(struct snap *snaps, size_t n, enum renewal *res, con
     return n;
 }
 
-void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *out)
+void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *out,
+                    long long *sent_ms)
 {
     const struct dm_config *cfg = rl_cfg;
     static long log_last;
@@ -276,6 +277,7 @@ void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *out
         io_ms = cfg->renew_ms;
     struct snap *snaps = calloc(n, sizeof *snaps);
     enum renewal *res = calloc(n, sizeof *res);
+    *sent_ms = dm_now_ms();
     if (!snaps || !res) {
         free(snaps);
         free(res);
@@ -303,6 +305,9 @@ void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *out
             dm_log_every(&log_last, DM_DOWN_LOG_EVERY_MS, DM_LOG_WARN,
                          "lease renewal: %s; retrying", conn->errstr);
     }
+    /* The lease of a renewal runs from when it was sent: after the connect
+     * (Redis Cluster: each node's pooled connection is got in the round). */
+    *sent_ms = dm_now_ms();
     size_t got = 0;
     if (dm_redis_cluster())
         got = renew_cluster(snaps, n, res, lease, io_ms, &log_last);

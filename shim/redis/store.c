@@ -182,4 +182,5 @@ const struct dm_store_ops dm_redis_store = {
     .admin_force = dm_admin_force,
     .admin_fresh = dm_admin_fresh,
     .admin_keys = dm_admin_keys,
+    .admin_sharded = dm_redis_cluster,
 };
