@@ -1226,6 +1226,26 @@ def names_table(res):
                         "pair CPU (p50)", "RSS per name", "naming them all"])
 
 
+# README's short names of the figures (the full ones are results.md's), by
+# how each full name starts.
+README_NAMES = (("uncontended", "uncontended lock+unlock / PING RTT"),
+                ("fair handoff", "fair handoff / notice floor"),
+                ("cache mode", "cache-mode handoff / notice floor"),
+                ("lock+INCR+unlock", "throughput vs the best peer, K = 4..32"),
+                ("requests per acquisition", "requests per acquisition"),
+                ("2 ms hold", "2 ms hold: throughput / 1/(hold + RTT)"),
+                ("lock+unlock cost", "100,000 live names / 10; RSS per idle name"),
+                ("unmapped", "unmapped lock+unlock, shim / none"))
+
+
+def readme_row(r):
+    """A target's row as README shows it: the short name, the figure
+    without the rounds or the other K, the target."""
+    name = next((short for start, short in README_NAMES if r[0].startswith(start)), r[0])
+    measured = r[1].split(", the median")[0].split("; K=")[0]
+    return (name, measured, r[2])
+
+
 def update_readme(section):
     """README.md's Performance section is this run's: the text between its
     markers is replaced (the section is added before "## Where things are"
@@ -1282,7 +1302,7 @@ def report(res, out_dir, tmp):
         % (" with BENCH_QUICK=1" if QUICK else "", m["date"], m["nproc"], m["redis"],
            res["shim_commit"], len(rows) - len(miss), len(rows)),
         "", "| figure | measured | target |", "|---|---|---|"]
-        + ["| %s | %s | %s |" % tuple(r[:3]) for r in rows]))
+        + ["| %s | %s | %s |" % readme_row(r) for r in rows]))
     for hold in HOLDS_US:
         md += ["## K processes, %s" % ("no hold" if hold == 0 else "%d ms hold" % (hold // 1000)),
                "", "Each cell: throughput (acquisitions/s) / p99 wait / longest wait / client "
