@@ -349,11 +349,11 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     return r;
 }
 
-/* Fork: prepare takes conds_mu (after names_mu, before cluster's and
+/* Fork: prepare takes conds_mu (after names_mu, before the store's and
  * notify's locks); the child's subscriptions are gone with notify's, and
  * the first wait there subscribes again. The parent's waiters are not in
  * the child: their references are given back, and a record only they
- * kept goes (cluster's and notify's child handlers ran already). */
+ * kept goes (the store's child handlers ran already). */
 static void cond_atfork(enum dm_fork_phase phase)
 {
     dm_fork_mutex(&conds_mu, phase);

@@ -91,7 +91,7 @@ void dm_metrics_init(const struct dm_config *cfg)
 /* ---- the snapshot -------------------------------------------------------- */
 
 /* A copy of the counters of the names a write lists, sorted: made during
- * a walk of cluster's list (no lock, no I/O), which ends before any I/O,
+ * a walk of stats's list (no lock, no I/O), which ends before any I/O,
  * so a slow write holds back no memory of names dropped meanwhile. */
 struct row {
     struct dm_stats st;

@@ -480,7 +480,7 @@ DM_EXPORT int dlclose(void *handle)
 
 /* ---- the end of the process image ---------------------------------------
  * The exec family, _exit and _Exit: the releases unlocks wrote without
- * waiting are read first (startup: by cluster's reader thread, bounded),
+ * waiting are read first (startup: by the store's reader thread, bounded),
  * so that a lock the process unlocked is free when the new image or the
  * parent looks, whatever the server answered. exit(3) reads them in the
  * destructor. glibc's own members call its internal execve, so each entry

@@ -662,12 +662,12 @@ static void map_entries(struct dm_config *cfg)
  * while the sentinels are asked, taking nothing else); the child makes
  * them anew (dm_mapped_atfork, dm_net_atfork, dm_sentinel_atfork).
  * The callbacks sentinel and slots call when a primary may have moved
- * (util's dm_hooks: notify's wake-up, cluster's resender) take no lock at
+ * (util's dm_hooks: notify's wake-up, rlock's resender) take no lock at
  * all: notify's thread reaches slots's with nmu held (a MOVED answering a
- * subscription), and cluster's prepare takes its own mutexes before nmu.
+ * subscription), and rlock's prepare takes its own mutexes before nmu.
  *
  * The child lets go in the reverse order, so that each module's child
- * handler, which may take the locks to its right (cluster's registers
+ * handler, which may take the locks to its right (rlock's registers
  * channels, nmu; mapped's walks the registry), finds them free. Handlers
  * that make a mutex anew in the child instead of unlocking it are
  * equivalent: the prepare handler held it, so nothing it guards is half

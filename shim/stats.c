@@ -1,7 +1,7 @@
 /* stats: the table of every lock name's counters (struct dm_name_stats,
  * stats.h), which outlive the name's record, and the walk of them that
  * metrics makes without a lock. Called with the records' table mutex held
- * (cluster's locks_mu): the walk is the only access from outside it. Knows
+ * (rlock's locks_mu): the walk is the only access from outside it. Knows
  * nothing of Redis or of the records that point at the counters. */
 #include "stats.h"
 

@@ -105,7 +105,7 @@ int dm_hooks_add(struct dm_hooks *h, void (*fn)(void));
 void dm_hooks_call(struct dm_hooks *h);
 
 /* An intrusive chained hash table, for the records a process keeps by name
- * (cluster's locks, notify's channels, mapped's names). A record embeds a
+ * (rlock's records, notify's channels, mapped's names). A record embeds a
  * struct dm_hnode as its FIRST member (so a node is the record); the
  * caller locks, walks a chain to compare its own keys, and frees. The
  * table grows by doubling when it is full and halves below 1/8 full, never

@@ -1212,7 +1212,7 @@ static void test_kept_releases_are_freed_a_lease_after_the_last(void **s)
 
 /* Notify's thread meets MOVED for its subscriptions while holding its
  * mutex (sub_read -> on_reply -> refused_locked), and the slot map's
- * hooks run from there; a fork's prepare handlers take cluster's mutexes
+ * hooks run from there; a fork's prepare handlers take rlock's mutexes
  * before notify's. The resender's hook once took cluster's resend_mu: a
  * fork then deadlocked with notify's thread after 2-4 forks (found by
  * review). Here 600 channels are subscribed, the map is made wrong every

@@ -194,7 +194,7 @@ int dm_rlock_release_nowait(struct dm_rlock *l, const char *owner, uint64_t toke
 void dm_rlock_flush(void);
 
 /* dm_rlock_flush before the process image ends (exec, _exit), done by
- * cluster's release reader thread and waited for at most a release's
+ * rlock's release reader thread and waited for at most a release's
  * retry budget plus one command timeout (4 s by default): the caller may
  * be a signal handler that interrupted this very thread inside the shim
  * or malloc, where reading the replies itself could deadlock. Only
@@ -238,8 +238,8 @@ void dm_rlock_atfork(enum dm_fork_phase phase);
  * its own reader and gives back the references of the parent's releases
  * unread) and resend.c (the resender's mutex; the child starts its own
  * resender and gives back those of a round in progress). Both come before
- * dm_rlock_atfork in startup's order: their child handlers run after
- * cluster's, which has made the table's mutex anew. */
+ * dm_rlock_atfork in the Redis store's order (store.c): their child handlers run after
+ * rlock's, which has made the table's mutex anew. */
 void dm_release_atfork(enum dm_fork_phase phase);
 void dm_resend_atfork(enum dm_fork_phase phase);
 

@@ -972,7 +972,7 @@ static redisReply *script_once(struct dm_conn *conn, enum dm_script s, int nkeys
          * the keys). release.lua is loaded again in the same round trip:
          * an unlock sends it without waiting (dm_redis_script_nowait), and
          * a NOSCRIPT to that is only read, and the release sent again, a
-         * tick later (cluster's release reader) or at the connection's
+         * tick later (rlock's release reader) or at the connection's
          * next use: a retry and that much time saved. */
         redisReply *q = NULL;
         if (dm_net_append_argv(conn->c, argc, argv, NULL) != REDIS_OK ||

@@ -285,7 +285,7 @@ void dm_redis_flush(void);
  * connection whose oldest reply due was already due at the previous call
  * (no reply of it read since); the others are noted for the next
  * call. A reply due on an idle connection is so read within two calls
- * (cluster's release reader calls it periodically). Returns how many
+ * (rlock's release reader calls it periodically). Returns how many
  * idle connections still have replies due. */
 int dm_redis_flush_older(void);
 

@@ -362,7 +362,7 @@ void dm_resend_atfork(enum dm_fork_phase phase)
     if (phase != DM_FORK_CHILD)
         return;
     /* The thread that sends kept releases again is the parent's (the kept
-     * lists went with cluster's child handler, before this one): the child
+     * lists went with rlock's child handler, before this one): the child
      * starts its own at its own first release. */
     resend_state = 0;       /* its semaphore made anew with the child's thread */
     resend_asked = resend_done = 0;

@@ -51,7 +51,7 @@ static int known_ok;                    /* 0: unknown or stale, ask again */
 static size_t next_sentinel;            /* who to ask first: the last that answered,
                                            or the one after it once its answer failed */
 static unsigned long gen_now;           /* known.gen, readable without smu */
-static struct dm_hooks switch_hooks;   /* notify's thread, cluster's release resender */
+static struct dm_hooks switch_hooks;   /* notify's thread, rlock's release resender */
 static int watch_running;
 static redisContext *watch_ctx;         /* the thread's, for the fork child */
 

@@ -30,7 +30,7 @@ static unsigned short map[DM_SLOTS_COUNT];
 static int want_refresh = 1;
 static long long refreshed_ms;
 static unsigned long gen;
-static struct dm_hooks change_hooks;   /* notify's thread, cluster's release resender */
+static struct dm_hooks change_hooks;   /* notify's thread, rlock's release resender */
 
 void dm_slots_setup(const struct dm_redis_config *cfg)
 {
