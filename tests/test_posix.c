@@ -957,6 +957,13 @@ static void test_heap_mutex_reused_by_another_init_is_unmapped(void **state)
 static void test_a_stale_mapped_address_never_captures_the_shims_own_mutex(void **state)
 {
     (void)state;
+    if (getenv("DM_TEST_PRELOAD")) {
+        /* staleprog's calloc hands out glibc's memory (__libc_calloc), on
+         * purpose: under make test-asan, ASan's free then finds a pointer
+         * it never gave (a bad-free in libconfig's first free). */
+        print_message("stale address: not run with %s preloaded\n", getenv("DM_TEST_PRELOAD"));
+        skip();
+    }
     char *cfg = th_keep_file(th_write_file(".cfg", "mutexes = ();\n"));
     char *out = th_out_file();
     th_reset_stats(rc);
