@@ -292,12 +292,16 @@ open_gate() {
     rcli rpush demo:go $(seq "$machines" | sed 's/.*/go/') >/dev/null
 }
 
-# seed N: a clean Redis with a stock of N items.
+# seed N: a clean Redis with a stock of N items. FLUSHALL also drops
+# dmutex:intact, the declaration that this new server lost no lock data
+# (redis_tmp_fresh): made again, or the first run's lock would wait a lease
+# after the server's start, as after a restart that may have lost a hold.
 seed() {
     if ! rcli flushall >/dev/null || ! rcli set demo:stock "$1" >/dev/null; then
         echo "demo: cannot seed the stock in redis at 127.0.0.1:$port" >&2
         return 1
     fi
+    redis_tmp_fresh dmutex
 }
 
 # sellers_said: under a table, what each seller that failed or wrote to
