@@ -118,7 +118,7 @@ static struct dm_name *name_get(const char *name)
 
 /* Drops a reference; the last one (the name's last mutex destroyed, or its
  * library unloaded) gives back a hold kept by caching and frees the name's
- * record, its cluster record and its notify channels, so per-object names
+ * record and its store record (with its channels), so per-object names
  * cost nothing once their objects are gone.
  *
  * Everything is decided under names_mu, where name_get revives a record:
@@ -134,7 +134,7 @@ static void name_put(struct dm_name *nm)
     dm_lock(&names_mu);
     while (--nm->refs == 0) {
         dm_lock(&nm->mu);
-        /* Another thread gives the hold back (notify's: a batch's linger
+        /* Another thread gives the hold back (the store's: a batch's linger
          * ended, a want came): its outcome decides. */
         while (nm->state == NAME_RELEASING)
             dm_cv_wait(&nm->cv, &nm->mu);
@@ -808,7 +808,7 @@ static void forget_exiting(const void *addr, void *value, void *arg)
     e->depth = 0;
 }
 
-/* notify's thread, when the image ends (exec, _exit): gives back the holds
+/* The store's thread, when the image ends (exec, _exit): gives back the holds
  * nobody is inside, kept by lock caching or lingering in a batch, which
  * would otherwise keep the lock for the rest of their lease once the
  * process's watchdog is gone. Holds a thread is inside stay (a failed

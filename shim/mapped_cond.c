@@ -1,10 +1,11 @@
 /* mapped_cond: cluster-wide condition variables (conds), the part of
  * mapped (mapped.h) that the cond entry points reach for a listed cond.
  *
- * A listed cond (conds) has a name and a channel, NS:{NAME}:cond. Its
- * waiters do not sleep on the program's pthread_cond_t: they sleep on the
- * channel's count in notify, which moves on every message, on every local
- * signal (dm_notify_bump) and when the subscriber connection is remade.
+ * A listed cond (conds) has a name and a store channel (struct dm_chan;
+ * Redis: NS:{NAME}:cond). Its waiters do not sleep on the program's
+ * pthread_cond_t: they sleep on the channel's count, which moves on every
+ * signal from anywhere, on every local one (chan_bump) and when the
+ * store's delivery was interrupted.
  * A waiter subscribes and reads the count *before* it lets go of anything,
  * so a signal from anywhere after that moment moves the count it compares
  * against: none falls into the gap between the cluster release and the
@@ -13,8 +14,8 @@
  * in the process: a signal may wake more than one (POSIX allows it), a
  * broadcast wakes all.
  *
- * This file owns the cond names' records (one per cond name: its cluster
- * record for the channel's name, its notify channel, reference counted,
+ * This file owns the cond names' records (one per cond name: its store
+ * record and channel, reference counted,
  * conds_mu), the cond entries, the cluster wait, signal and destroy, and
  * their fork child state; and the layer's init, fork handler and removal
  * of an entry of any kind (the end of this file). A mapped mutex's share of its name goes back
@@ -60,8 +61,8 @@ static void mapped_cond_init(const struct dm_config *cfg)
 }
 
 /* The record of cond name `name`, one more reference; NULL on ENOMEM. The
- * calls into cluster and notify take their own locks after conds_mu (the
- * fork order: mapped, then cluster, then notify). */
+ * calls into the store take its own locks after conds_mu (the fork order:
+ * mapped, then the store). */
 static struct dm_cond_name *cond_name_get(const char *name)
 {
     dm_lock(&conds_mu);
@@ -349,8 +350,8 @@ int dm_mapped_cond_cluster_wait(struct dm_cond_entry *ce, pthread_cond_t *c, pth
     return r;
 }
 
-/* Fork: prepare takes conds_mu (after names_mu, before the store's and
- * notify's locks); the child's subscriptions are gone with notify's, and
+/* Fork: prepare takes conds_mu (after names_mu, before the store's
+ * locks); the child's subscriptions are gone with the store's, and
  * the first wait there subscribes again. The parent's waiters are not in
  * the child: their references are given back, and a record only they
  * kept goes (the store's child handlers ran already). */

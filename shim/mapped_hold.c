@@ -103,7 +103,7 @@ static void on_want(void *arg);
  * A contended grant (it came after a wait, or others queue behind it)
  * serves this process's lock calls until batch_ms after it: the last
  * unlock keeps the hold for DM_LINGER_NS (lingering) in case a thread
- * locks again, and notify's thread gives it back when none did. Only
+ * locks again, and the store's thread gives it back when none did. Only
  * after a critical section shorter than batch_hold_us (busy_ns: since a
  * lock found nobody of the process inside): a batch saves one handoff
  * per section it serves, little next to a long one, and the processes
@@ -131,7 +131,7 @@ static int batch_open_locked(const struct dm_name *nm)
 static void linger_end(void *arg);
 
 /* nm->mu held, the last user just left at `now`: keeps the hold until
- * the linger's end (or the batch's, if sooner). 0: it cannot (no notify
+ * the linger's end (or the batch's, if sooner). 0: it cannot (no store
  * thread), the caller releases now. */
 static int linger_arm_locked(struct dm_name *nm, long long now)
 {
@@ -142,7 +142,7 @@ static int linger_arm_locked(struct dm_name *nm, long long now)
     return dm_store->timer_arm(&nm->linger, at, linger_end, nm) == 0;
 }
 
-/* notify's thread, at a lingering hold's end: gives it back unless a
+/* The store's thread, at a lingering hold's end: gives it back unless a
  * thread joined (its last unlock decides then) or left again lately. */
 static void linger_end(void *arg)
 {

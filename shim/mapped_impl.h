@@ -55,7 +55,7 @@ struct dm_name {
     long long busy_ns;                  /* HELD: its users last went from 0 to 1 (the
                                            grant; a join, while a batch runs) */
     long long handed_ns;                /* its last hold, batched or wanted, was given back */
-    struct dm_timer linger;      /* gives a lingering hold back (notify's thread) */
+    struct dm_timer linger;      /* gives a lingering hold back (the store's thread) */
     struct dm_hold hold;                /* the process's hold, while HELD */
 };
 
