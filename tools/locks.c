@@ -50,7 +50,6 @@ int dm_locks_connect(const char *cmd, const char *cfg_path, const char *url, con
 }
 
 const char *dm_locks_ns(struct dm_locks_conn *lc) { return lc->ns; }
-const struct dm_config *dm_locks_config(struct dm_locks_conn *lc) { return &lc->cfg; }
 
 int dm_locks_read(struct dm_locks_conn *lc, struct dm_lock_row **rows, size_t *n, char *err,
                   size_t errlen)

@@ -19,7 +19,6 @@ struct dm_locks_conn;
 int dm_locks_connect(const char *cmd, const char *cfg_path, const char *url, const char *ns,
                      struct dm_locks_conn **out);
 const char *dm_locks_ns(struct dm_locks_conn *lc);
-const struct dm_config *dm_locks_config(struct dm_locks_conn *lc);
 void dm_locks_disconnect(struct dm_locks_conn *lc);
 
 /* Every lock of the session's namespace, sorted by name (the store's
