@@ -22,7 +22,7 @@ DM_SONAME  := libdmutex.so.$(DM_MAJOR)
 
 # shim/redis/ is the Redis store (docs/design.md, "The store interface"):
 # only its files see its headers (-Ishim/redis) and hiredis's.
-SHIM_SRCS := $(wildcard shim/*.c shim/redis/*.c)
+SHIM_SRCS := $(wildcard shim/*.c shim/redis/*.c shim/etcd/*.c)
 LUA_SRCS  := $(sort $(wildcard shim/redis/lua/*.lua))
 SHIM_OBJS := $(patsubst shim/%.c,$(B)/shim/%.o,$(SHIM_SRCS)) $(B)/shim/redis/lua_scripts.o
 # Everything but the exported entry points (preload) and the process's
@@ -48,6 +48,10 @@ $(B)/shim/%.o: shim/%.c Makefile | $(B)/shim
 
 $(B)/shim/redis/%.o: shim/redis/%.c Makefile | $(B)/shim/redis
 	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim/redis -Ishim -Iinclude -I$(B)/shim -c $< -o $@
+
+# shim/etcd/ is the etcd store: the same rule for its headers.
+$(B)/shim/etcd/%.o: shim/etcd/%.c Makefile | $(B)/shim/etcd
+	$(CC) $(DM_CFLAGS) $(DM_DEPFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -Ishim/etcd -Ishim -Iinclude -I$(B)/shim -c $< -o $@
 
 $(B)/shim/redis/lua_scripts.c: $(LUA_SRCS) tools/embed-lua.sh | $(B)/shim/redis
 	tools/embed-lua.sh $(LUA_SRCS) > $@
@@ -77,7 +81,7 @@ $(B)/shim/trace/%.o: shim/trace/%.c Makefile | $(B)/shim/trace
 $(B)/libdmutex-trace.so: $(TRACE_OBJS) $(B)/libdmcore.a
 	$(CC) -shared -Wl,-z,now -o $@ $(TRACE_OBJS) $(B)/libdmcore.a $(SHIM_LIBS)
 
-$(B)/shim $(B)/shim/trace $(B)/shim/redis:
+$(B)/shim $(B)/shim/trace $(B)/shim/redis $(B)/shim/etcd:
 	mkdir -p $@
 
 clean:
@@ -86,4 +90,4 @@ clean:
 # Each part of the tree brings its own rules.
 include $(wildcard tools/*.mk demo/*.mk tests/*.mk bench/*.mk)
 
--include $(wildcard $(B)/shim/*.d $(B)/shim/redis/*.d $(B)/shim/trace/*.d $(B)/tests/*.d)
+-include $(wildcard $(B)/shim/*.d $(B)/shim/redis/*.d $(B)/shim/etcd/*.d $(B)/shim/trace/*.d $(B)/tests/*.d)

@@ -163,6 +163,30 @@ void dm_config_free_cluster(struct dm_redis_config *r)
     r->ncluster = 0;
 }
 
+void dm_config_free_etcd(struct dm_config *cfg)
+{
+    for (size_t i = 0; i < cfg->etcd.nendpoints; i++)
+        free(cfg->etcd.endpoints[i].host);
+    free(cfg->etcd.endpoints);
+    cfg->etcd.endpoints = NULL;
+    cfg->etcd.nendpoints = 0;
+}
+
+int dm_config_etcd_endpoint(const char *v, struct dm_endpoint *e, char *why, size_t len)
+{
+    if (strncmp(v, "https://", 8) == 0)
+        return snprintf(why, len, "TLS to etcd (https://) is not supported yet: use http:// on "
+                        "a network you trust, or a local TLS proxy"), -1;
+    if (strncmp(v, "http://", 7) == 0)
+        v += 7;
+    else if (strstr(v, "://"))
+        return snprintf(why, len, "an etcd member's client URL starts with http://"), -1;
+    size_t n = strlen(v);
+    if (n > 0 && v[n - 1] == '/')
+        n--;
+    return dm_config_endpoint(v, n, DM_ETCD_PORT_DEFAULT, e, why, len);
+}
+
 /* The list (or array) `key` of group g (qual: its name for messages,
  * "redis." or ""), with an array of its length allocated in *items:
  * returns its length (0 and *l NULL when it is absent; nothing allocated
@@ -396,6 +420,47 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (parse_sentinel_keys(p, g, r, lines) < 0)
         return -1;
     return parse_cluster_keys(p, g, r, lines);
+}
+
+/* etcd = { endpoints = ( "http://host:port", ... ); connect_timeout_ms;
+ * command_timeout_ms; }: present means the store is etcd. */
+static int parse_etcd(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
+{
+    config_setting_t *g;
+    int has = cfg_group(p, root, "", "etcd", "{ endpoints = ( \"http://127.0.0.1:2379\" ); }",
+                        DM_GROUP_ETCD, &g);
+    if (has <= 0)
+        return has;
+    const config_setting_t *redis = config_setting_get_member(root, "redis");
+    if (redis)
+        return fail(p, cfg_line_of(g), "etcd (line %u) and redis (line %u) exclude each other: a "
+                    "program's locks live in one store; keep the one its other processes use",
+                    cfg_line_of(g), cfg_line_of(redis));
+    unsigned lines[DM_NKEYS] = { 0 };
+    if (cfg_parse_scalars(p, g, DM_GROUP_ETCD, &cfg->redis, lines) < 0)
+        return -1;
+    config_setting_t *l;
+    int n = list_member(p, g, "etcd.", "endpoints", "a list ( \"http://host:port\", ... )",
+                        sizeof *cfg->etcd.endpoints, (void **)&cfg->etcd.endpoints, &l);
+    if (n < 0)
+        return -1;
+    if (n == 0 || n > DM_ETCD_ENDPOINTS_MAX)
+        return fail(p, l ? cfg_line_of(l) : cfg_line_of(g), "etcd.endpoints must name 1 to %d "
+                    "members (their client URLs, \"http://host:2379\"), not %d",
+                    DM_ETCD_ENDPOINTS_MAX, n);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const char *v = config_setting_get_string(e);
+        char why[200];
+        struct shown sv;
+        if (!v)
+            return fail(p, cfg_line_of(e), "etcd.endpoints[%d] must be a string "
+                        "\"http://host:port\", not %s", i, cfg_type_name(e));
+        if (dm_config_etcd_endpoint(v, &cfg->etcd.endpoints[i], why, sizeof why) < 0)
+            return fail(p, cfg_line_of(e), "etcd.endpoints[%d] = %s: %s", i, show(&sv, v), why);
+        cfg->etcd.nendpoints++;
+    }
+    return 0;
 }
 
 /* The rules between the lease keys, once parse_scalars has read them all
@@ -956,6 +1021,7 @@ static int load_text(const char *text, const char *label, const char *program,
             rc = DM_CONFIG_NOT_FOR;
         } else if (cfg_check_keys(&p, root, DM_GROUP_TOP, "at the top level") == 0
                    && parse_redis(&p, root, &cfg.redis) == 0
+                   && parse_etcd(&p, root, &cfg) == 0
                    && parse_top(&p, root, &cfg) == 0
                    && parse_mutexes(&p, root, &cfg) == 0
                    && parse_conds(&p, root, &cfg) == 0
@@ -1113,6 +1179,7 @@ void dm_config_free(struct dm_config *cfg)
     free(cfg->metrics.file);
     dm_config_free_sentinels(&cfg->redis);
     dm_config_free_cluster(&cfg->redis);
+    dm_config_free_etcd(cfg);
     if (!dm_config_is_default(cfg->ns))
         free(cfg->ns);
     for (size_t i = 0; i < cfg->nmutexes; i++)

@@ -77,6 +77,17 @@ struct dm_redis_config {
     size_t ncluster;            /* 0: not a cluster */
 };
 
+/* etcd = { endpoints = ( "http://host:port", ... ); } (shim/etcd/): with
+ * endpoints, the store is etcd, not Redis; the redis group's timeouts
+ * (connect_timeout_ms, command_timeout_ms) are the store's, written in the
+ * etcd group. */
+#define DM_ETCD_ENDPOINTS_MAX     16
+#define DM_ETCD_PORT_DEFAULT      2379
+struct dm_etcd_config {
+    struct dm_endpoint *endpoints;
+    size_t nendpoints;          /* 0: the store is Redis */
+};
+
 /* metrics = { file; interval_ms; } (shim/metrics.c). */
 struct dm_metrics_config {
     char *file;                 /* the .prom file; "%p" is the pid; NULL: no metrics file */
@@ -106,6 +117,7 @@ struct dm_object_config {
 struct dm_config {
     char *path;                 /* the file read, for messages */
     struct dm_redis_config redis;
+    struct dm_etcd_config etcd;
     char *ns;                   /* key namespace, default "dmutex" */
     long lease_ms;              /* default DM_LEASE_DEFAULT_MS */
     long renew_ms;              /* default lease_ms / 3 */

@@ -148,6 +148,10 @@ struct dm_redis_config;
 void dm_config_free_sentinels(struct dm_redis_config *r);
 /* Frees the cluster seeds of r, leaving none. */
 void dm_config_free_cluster(struct dm_redis_config *r);
+void dm_config_free_etcd(struct dm_config *cfg);
+/* "http://host:port" (or "host:port") of an etcd member into e: 0, or -1
+ * with why. */
+int dm_config_etcd_endpoint(const char *v, struct dm_endpoint *e, char *why, size_t len);
 
 
 /* ---- config_value.c: the values (config.c's sections call these) ---- */

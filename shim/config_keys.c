@@ -33,6 +33,7 @@ static_assert(DM_DOWN_BLOCK == 0 && DM_DOWN_ERROR == 1 && DM_DOWN_LOCAL == 2,
 #define MUTEX(f)    DM_GROUP_MUTEX, .offset = offsetof(struct dm_object_config, f)
 #define TLS(f)      DM_GROUP_TLS, .offset = offsetof(struct dm_tls_config, f)
 #define METRICS(f)  DM_GROUP_METRICS, .offset = offsetof(struct dm_metrics_config, f)
+#define ETCD(f)     DM_GROUP_ETCD, .offset = offsetof(struct dm_redis_config, f)
 #define NO_FIELD(g) g, .offset = DM_CFG_NO_FIELD
 
 const struct dm_config_key dm_config_keys[DM_NKEYS] = {
@@ -40,6 +41,9 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_REDIS] = { "redis", NO_FIELD(DM_GROUP_TOP), .type = DM_CFG_HAND,
         .doc_type = "group", .doc_default = "see below", .doc_range = "",
         .doc = "the Redis server" },
+    [DM_K_ETCD] = { "etcd", NO_FIELD(DM_GROUP_TOP), .type = DM_CFG_HAND,
+        .doc_type = "group", .doc_default = "none: Redis", .doc_range = "",
+        .doc = "the etcd cluster, instead of Redis (excludes `redis`)" },
     [DM_K_NAMESPACE] = { "namespace", TOP(ns), .type = DM_CFG_NAME, .dflt_str = default_ns,
         .doc = "first part of every Redis key" },
     [DM_K_LEASE] = { "lease_ms", TOP(lease_ms), .type = DM_CFG_LONG,
@@ -239,6 +243,19 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .lo = DM_METRICS_INTERVAL_MIN_MS, .hi = DM_METRICS_INTERVAL_MAX_MS,
         .dflt = DM_METRICS_INTERVAL_MS,
         .doc = "how often the file is rewritten (and once more at exit)" },
+
+    /* ---- the etcd group ---- */
+    [DM_K_ETCD_ENDPOINTS] = { "endpoints", NO_FIELD(DM_GROUP_ETCD), .type = DM_CFG_HAND,
+        .doc_type = "list of strings", .doc_default = "required",
+        .doc_range = "1..16 of `\"http://host:port\"` (port default 2379; IPv6 as `\"http://[::1]:2379\"`)",
+        .doc = "the members of the etcd cluster (their client URLs); a call goes to the one "
+               "that answered last, then to each other in turn" },
+    [DM_K_ETCD_CONNECT_TIMEOUT] = { "connect_timeout_ms", ETCD(connect_timeout_ms), .type = DM_CFG_LONG,
+        .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_CONNECT_TIMEOUT_MS,
+        .doc = "time allowed to connect to a member" },
+    [DM_K_ETCD_COMMAND_TIMEOUT] = { "command_timeout_ms", ETCD(command_timeout_ms), .type = DM_CFG_LONG,
+        .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_COMMAND_TIMEOUT_MS,
+        .doc = "time allowed for one member's answer, before the next member is asked" },
 };
 _Static_assert(DM_METRICS_NAME_MAX == 239, "metrics.file's doc_range says 239 bytes");
 

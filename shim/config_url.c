@@ -496,6 +496,56 @@ static void set_node(struct dm_config *cfg, struct node_url *u, char *tls_files[
     }
 }
 
+/* etcd://host[:port][,host[:port]...]: the store is etcd, at these
+ * members (the config's etcd group, or its redis group, replaced). */
+static int set_etcd_url(struct dm_config *cfg, const char *url, const char *shown, char *err,
+                        size_t errlen)
+{
+    struct dm_endpoint eps[DM_ETCD_ENDPOINTS_MAX];
+    size_t n = 0;
+    char why[200];
+    const char *p = url + 7;
+    int rc = 0;
+    while (*p && rc == 0) {
+        size_t len = strcspn(p, ",/");
+        if (n == DM_ETCD_ENDPOINTS_MAX) {
+            rc = fail_plain(err, errlen, "etcd URL %s: at most %d members", shown,
+                            DM_ETCD_ENDPOINTS_MAX);
+            break;
+        }
+        if (len == 0 || dm_config_endpoint(p, len, DM_ETCD_PORT_DEFAULT, &eps[n], why, sizeof why) < 0) {
+            rc = fail_plain(err, errlen, "etcd URL %s: %s", shown,
+                            len == 0 ? "a member's host:port is empty" : why);
+            break;
+        }
+        n++;
+        p += len;
+        if (*p == ',')
+            p++;
+        else if (*p == '/' && p[1])
+            rc = fail_plain(err, errlen, "etcd URL %s: has a path; write etcd://host:port[,host:port...]",
+                            shown);
+        else if (*p == '/')
+            break;
+    }
+    if (rc == 0 && n == 0)
+        rc = fail_plain(err, errlen, "etcd URL %s: names no member (etcd://host:port[,host:port...])",
+                        shown);
+    struct dm_endpoint *copy = rc == 0 ? malloc(n * sizeof *copy) : NULL;
+    if (rc == 0 && !copy)
+        rc = fail_plain(err, errlen, "out of memory");
+    if (rc != 0) {
+        for (size_t i = 0; i < n; i++)
+            free(eps[i].host);
+        return rc;
+    }
+    memcpy(copy, eps, n * sizeof *copy);
+    dm_config_free_etcd(cfg);
+    cfg->etcd.endpoints = copy;
+    cfg->etcd.nendpoints = n;
+    return 0;
+}
+
 int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen)
 {
     struct shown su;
@@ -506,8 +556,14 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     char redacted[DM_SHOW_MAX * 2 + 8];
     dm_config_redact_url(url, redacted, sizeof redacted);
     show(&su, redacted);
+    if (strncasecmp(url, "etcd://", 7) == 0)
+        return set_etcd_url(cfg, url, su.s, err, errlen);
+    if (strncasecmp(url, "etcds://", 8) == 0)
+        return fail_plain(err, errlen, "etcd URL %s: TLS to etcd (etcds://) is not supported yet: "
+                          "use etcd:// on a network you trust, or a local TLS proxy", su.s);
     if (plain_refused(cfg, url, su.s, err, errlen) != 0)
         return -1;
+    dm_config_free_etcd(cfg);   /* a Redis URL: the store is Redis */
     if (strncasecmp(url, "redis-sentinel://", 17) == 0)
         return set_sentinel_url(cfg, url, 0, su.s, err, errlen);
     if (strncasecmp(url, "rediss-sentinel://", 18) == 0)
@@ -525,10 +581,10 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
         size_t slen = strcspn(url, ":");
         if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
             return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis://, "
-                              "rediss://, unix://, redis-sentinel://, rediss-sentinel:// or "
-                              "redis-cluster://)", su.s, (int)slen, url);
+                              "rediss://, unix://, redis-sentinel://, rediss-sentinel://, "
+                              "redis-cluster:// or etcd://)", su.s, (int)slen, url);
         return fail_plain(err, errlen, "redis URL %s: must start with redis://, rediss://, "
-                          "unix://, redis-sentinel://, rediss-sentinel:// or redis-cluster://", su.s);
+                          "unix://, redis-sentinel://, rediss-sentinel://, redis-cluster:// or etcd://", su.s);
     }
     char *tls_files[3] = { NULL, NULL, NULL };
     if (r != 0 || (u.tls && tls_env(tls_files, err, errlen) < 0)) {

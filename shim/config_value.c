@@ -321,7 +321,7 @@ int cfg_dup_into(struct parse *p, unsigned line, char **dst, const char *v)
 static const char *qualifier(enum dm_key_group group)
 {
     return group == DM_GROUP_REDIS ? "redis." : group == DM_GROUP_TLS ? "redis.tls." :
-           group == DM_GROUP_METRICS ? "metrics." : "";
+           group == DM_GROUP_METRICS ? "metrics." : group == DM_GROUP_ETCD ? "etcd." : "";
 }
 
 /* Reads every key of `group` the table parses (all but DM_CFG_HAND), in

@@ -863,10 +863,20 @@ __attribute__((constructor)) static void dm_startup_start(void)
         dm_config_redact_url(url, shown, sizeof shown);
         config_fail("DMUTEX_REDIS=%s: %s", shown, err);
     }
+    const char *etcd = secure_getenv("DMUTEX_ETCD");
+    if (etcd && *etcd) {
+        char u[4096];
+        snprintf(u, sizeof u, "%s%s", strstr(etcd, "://") ? "" : "etcd://", etcd);
+        if (strncmp(u, "etcd://", 7) != 0 && strncmp(u, "etcds://", 8) != 0)
+            config_fail("DMUTEX_ETCD=%s: %s", etcd, "must be etcd://host:port[,host:port...] "
+                        "(or the host:port list alone)");
+        if (dm_config_set_redis_url(&config, u, err, sizeof err) != 0)
+            config_fail("DMUTEX_ETCD=%s: %s", etcd, err);
+    }
     const char *metrics = secure_getenv("DMUTEX_METRICS");
     if (metrics && *metrics && dm_config_set_metrics_file(&config, metrics, err, sizeof err) != 0)
         config_fail("DMUTEX_METRICS=%s: %s", metrics, err);
-    dm_store_init(&config, &dm_redis_store);
+    dm_store_init(&config, DM_STORE_OF(&config));
     dm_metrics_init(&config);
     dm_mapped_init(&config);
     map_entries(&config);

@@ -310,9 +310,13 @@ struct dm_store_ops {
 
 /* The backends. */
 extern const struct dm_store_ops dm_redis_store;
+extern const struct dm_store_ops dm_etcd_store;
 
 /* The store in use (dm_store_init's); NULL before. */
 extern const struct dm_store_ops *dm_store;
+
+/* The store cfg names: etcd with etcd endpoints, else Redis. No I/O. */
+#define DM_STORE_OF(cfg) ((cfg)->etcd.nendpoints ? &dm_etcd_store : &dm_redis_store)
 
 /* Picks `ops`, makes this process's id and calls ops->init(cfg). Once, at
  * start (tests: once per process). No I/O. */

@@ -22,7 +22,7 @@ if ! make -s "$DMUTEX" >"$T/make.log" 2>&1 && [ ! -x "$DMUTEX" ]; then
     exit 1
 fi
 
-for g in top redis mutex tls metrics; do
+for g in top redis mutex tls metrics etcd; do
     name="reference_${g}_keys_match_the_key_table"
     # The lines between "<!-- config-keys GROUP: ..." and "<!-- end config-keys -->".
     awk -v g="$g" '

@@ -7,10 +7,11 @@
 # printed with the symbols or includes that make it. The files of one
 # module that share an _impl.h (rlock with release and resend, mapped
 # with its rwlocks and conds, config with its parts) may call each other
-# one way only, like any others. The store seam holds: nothing above
-# shim/redis/ calls into it but through the table of store.h (startup
-# names dm_redis_store), includes hiredis or one of its headers, and the
-# Redis store calls nothing above it. Prints "N passed, N failed".
+# one way only, like any others. The store seam holds for each store
+# folder (shim/redis/, shim/etcd/): nothing above calls into it but
+# through the table of store.h (startup names dm_redis_store and
+# dm_etcd_store), includes one of its headers (or hiredis), and a store
+# calls nothing above it nor the other store. Prints "N passed, N failed".
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 command -v python3 >/dev/null || fail_setup "python3 is missing (tools/deps.sh installs it)"
@@ -26,7 +27,8 @@ def nm(obj, flags):
 
 # The objects of today's sources (a build directory may keep the objects
 # of files since moved or removed).
-srcs_c = glob.glob("shim/*.c") + glob.glob("shim/redis/*.c") + glob.glob("shim/trace/*.c")
+srcs_c = (glob.glob("shim/*.c") + glob.glob("shim/redis/*.c") + glob.glob("shim/etcd/*.c") +
+          glob.glob("shim/trace/*.c"))
 objs = sorted("build/" + c[:-2] + ".o" for c in srcs_c)
 missing = [o for o in objs if not os.path.exists(o)]
 if missing:
@@ -80,7 +82,8 @@ for c in sccs(calls):
                 print("    %s -> %s: %s" % (name(a), name(b), " ".join(sorted(calls[a][b])[:6])))
 print("ok calls %d" % len(objs))
 
-hdrs = sorted(glob.glob("shim/*.h") + glob.glob("shim/redis/*.h") + glob.glob("shim/trace/*.h"))
+hdrs = sorted(glob.glob("shim/*.h") + glob.glob("shim/redis/*.h") + glob.glob("shim/etcd/*.h") +
+              glob.glob("shim/trace/*.h"))
 inc = {}
 for h in hdrs:
     inc[h] = {}
@@ -98,43 +101,54 @@ for c in sccs({h: list(inc[h]) for h in hdrs}):
     print("INCLUDES " + " <-> ".join(c))
 print("ok includes %d" % len(hdrs))
 
-# The store seam (docs/design.md, "The store interface"): above it
-# nothing calls into shim/redis/ but through struct dm_store_ops (startup
-# names the table, dm_redis_store), nothing includes hiredis or a header
-# of shim/redis/; below it the Redis store calls nothing of the layers
-# above (mapped, watchdog, startup, preload, registry, symbols, metrics).
+# The store seam (docs/design.md, "The store interface"), for each store
+# folder: above it nothing calls into the folder but through struct
+# dm_store_ops (startup names the tables, dm_<store>_store), nothing
+# includes a header of the folder (nor hiredis, for Redis); below it the
+# store calls nothing of the layers above (mapped, watchdog, startup,
+# preload, registry, symbols, metrics) nor the other store.
 store_bad = 0
-redis_objs = [o for o in objs if o.startswith("build/shim/redis/")]
-upper_objs = [o for o in objs if o not in redis_objs]
-for o in upper_objs:
-    for d, syms in calls[o].items():
-        if d not in redis_objs:
-            continue
-        syms = [x for x in syms if not (x == "dm_redis_store" and name(o) == "startup")]
-        if syms:
-            store_bad += 1
-            print("STORE %s calls into %s past the store interface: %s" % (name(o), name(d), " ".join(sorted(syms)[:6])))
 above = ("mapped", "mapped_rw", "mapped_cond", "watchdog", "startup", "preload", "registry", "symbols", "metrics")
-for o in redis_objs:
-    for d, syms in calls[o].items():
-        if name(d) in above:
-            store_bad += 1
-            print("STORE %s calls up into %s: %s" % (name(o), name(d), " ".join(sorted(syms)[:6])))
+store_objs = {}
+for st in ("redis", "etcd"):
+    store_objs[st] = [o for o in objs if o.startswith("build/shim/%s/" % st)]
+    if not store_objs[st]:
+        store_bad += 1
+        print("STORE no objects under build/shim/%s/: is the %s store built there?" % (st, st))
+all_store = set(o for v in store_objs.values() for o in v)
+upper_objs = [o for o in objs if o not in all_store]
 srcs = sorted(glob.glob("shim/*.[ch]") + glob.glob("shim/trace/*.[ch]") + glob.glob("tools/*.[ch]"))
-redis_hdrs = set(os.path.basename(h) for h in glob.glob("shim/redis/*.h"))
-for f in srcs:
-    for i, line in enumerate(open(f), 1):
-        m = re.match(r'\s*#\s*include\s+[<"]([^">]+)[">]', line)
-        if m and (m.group(1).startswith("hiredis") or m.group(1).startswith("redis/") or
-                  m.group(1) in redis_hdrs):
-            store_bad += 1
-            print("STORE %s:%d includes %s: only shim/redis/ may" % (f, i, m.group(1)))
-if not redis_objs:
-    store_bad += 1
-    print("STORE no objects under build/shim/redis/: is the Redis store built there?")
+for st, sobjs in store_objs.items():
+    table = "dm_%s_store" % st
+    for o in upper_objs:
+        for d, syms in calls[o].items():
+            if d not in sobjs:
+                continue
+            syms = [x for x in syms if not (x == table and name(o) == "startup")]
+            if syms:
+                store_bad += 1
+                print("STORE %s calls into %s past the store interface: %s" % (name(o), name(d), " ".join(sorted(syms)[:6])))
+    for o in sobjs:
+        for d, syms in calls[o].items():
+            if name(d) in above or (d in all_store and d not in sobjs):
+                store_bad += 1
+                print("STORE %s calls up or across into %s: %s" % (name(o), name(d), " ".join(sorted(syms)[:6])))
+    st_hdrs = set(os.path.basename(h) for h in glob.glob("shim/%s/*.h" % st))
+    others = [f for f in glob.glob("shim/*/*.[ch]") if not f.startswith("shim/%s/" % st)
+              and not f.startswith("shim/trace/")]
+    for f in sorted(set(srcs + others)):
+        for i, line in enumerate(open(f), 1):
+            m = re.match(r'\s*#\s*include\s+[<"]([^">]+)[">]', line)
+            if not m:
+                continue
+            h = m.group(1)
+            if (h.startswith(st + "/") or h in st_hdrs or (st == "redis" and h.startswith("hiredis"))) \
+               and not (os.path.exists(os.path.join(os.path.dirname(f), h)) and not f.startswith("shim/%s" % st) and os.path.dirname(f) != "shim"):
+                store_bad += 1
+                print("STORE %s:%d includes %s: only shim/%s/ may" % (f, i, h, st))
 bad += store_bad
 if not store_bad:
-    print("ok store %d %d" % (len(upper_objs), len(redis_objs)))
+    print("ok store %d %s" % (len(upper_objs), " ".join("%s=%d" % (k, len(v)) for k, v in store_objs.items())))
 sys.exit(1 if bad else 0)
 PY
 )

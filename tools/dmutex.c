@@ -10,7 +10,7 @@
 #include "dmutex.h"
 #include "store.h"
 
-/* `dmutex config-keys top|redis|mutex|tls|metrics` (not in the usage text): the key
+/* `dmutex config-keys top|redis|mutex|tls|metrics|etcd` (not in the usage text): the key
  * table of config/REFERENCE.md for that group, printed from the table the
  * loader itself uses, so that tests/config_reference.test.sh can hold the
  * reference to it. */
@@ -18,7 +18,7 @@ static int config_keys(int argc, char **argv)
 {
     static const char *const groups[] = {
         [DM_GROUP_TOP] = "top", [DM_GROUP_REDIS] = "redis", [DM_GROUP_MUTEX] = "mutex",
-        [DM_GROUP_TLS] = "tls", [DM_GROUP_METRICS] = "metrics",
+        [DM_GROUP_TLS] = "tls", [DM_GROUP_METRICS] = "metrics", [DM_GROUP_ETCD] = "etcd",
     };
     for (size_t g = 0; argc == 2 && g < sizeof groups / sizeof groups[0]; g++) {
         if (strcmp(argv[1], groups[g]) == 0) {
@@ -26,7 +26,7 @@ static int config_keys(int argc, char **argv)
             return fflush(stdout) == 0 ? 0 : 1;
         }
     }
-    fputs("usage: dmutex config-keys top|redis|mutex|tls|metrics\n", stderr);
+    fputs("usage: dmutex config-keys top|redis|mutex|tls|metrics|etcd\n", stderr);
     return 2;
 }
 

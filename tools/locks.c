@@ -37,7 +37,7 @@ int dm_locks_connect(const char *cmd, const char *cfg_path, const char *url, con
         return 2;
     }
     lc->ns = ns ? ns : lc->cfg.ns;
-    dm_store_init(&lc->cfg, &dm_redis_store);
+    dm_store_init(&lc->cfg, DM_STORE_OF(&lc->cfg));
     char err[DM_ERR_MAX];
     if (dm_store->admin_connect(err, sizeof err) != 0) {
         fprintf(stderr, "dmutex %s: %s\n", cmd, err);

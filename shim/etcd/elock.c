@@ -1,0 +1,662 @@
+/* elock: the lock protocol over etcd (docs/design.md, "The etcd store"):
+ * a process's place in a lock's queue is one key under its lease, the
+ * oldest key holds the lock and its create_revision is the fencing token;
+ * a waiter watches only the key before it, so a release wakes one process.
+ * Every step is one Txn whose compares say, on the leader, whether the
+ * step still holds: the queue empty (an uncontended grant in one write),
+ * our key still ours and no older key left (a grant after a wait: the
+ * read-back etcd 3.4's own lock service lacks), our key still at our
+ * token (a release, never a newer hold's). Records are interned by name,
+ * as store.h asks. */
+#include "elock.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd.h"
+#include "http.h"
+#include "log.h"
+#include "real.h"
+#include "stats.h"
+#include "util.h"
+#include "watch.h"
+
+static pthread_mutex_t locks_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dm_htab locks;
+
+struct dm_elock *dm_elock_of(struct dm_store_lock *l)
+{
+    return l ? (struct dm_elock *)((char *)l - offsetof(struct dm_elock, pub)) : NULL;
+}
+
+static struct dm_elock *record_get(const char *name, int cond)
+{
+    size_t nl = strlen(name);
+    if (nl > DM_NAME_MAX)
+        return NULL;
+    size_t h = dm_hash_bytes(name, nl);
+    dm_lock(&locks_mu);
+    struct dm_elock *l = NULL;
+    for (struct dm_hnode *x = dm_htab_chain(&locks, h); x; x = x->next) {
+        locks.probes++;
+        if (x->hash == h && strcmp(((struct dm_elock *)x)->name, name) == 0) {
+            l = (struct dm_elock *)x;
+            break;
+        }
+    }
+    if (l) {
+        l->refs++;
+    } else {
+        struct dm_name_stats *c = dm_name_stats_get(name, h);
+        l = c ? calloc(1, offsetof(struct dm_elock, name) + nl + 1) : NULL;
+        if (l) {
+            memcpy(l->name, name, nl + 1);
+            l->pub.name = l->name;
+            l->pub.counters = c;
+            l->refs = 1;
+            if (dm_htab_add(&locks, &l->node, h) != 0) {
+                free(l);
+                l = NULL;
+            }
+        }
+        if (!l && c)
+            dm_name_stats_drop(c);
+    }
+    if (l)
+        __atomic_store_n(cond ? &l->pub.counters->is_cond : &l->pub.counters->is_lock, 1,
+                         __ATOMIC_RELAXED);
+    dm_unlock(&locks_mu);
+    return l;
+}
+
+struct dm_store_lock *dm_elock_get(const char *name)
+{
+    struct dm_elock *l = record_get(name, 0);
+    return l ? &l->pub : NULL;
+}
+
+struct dm_store_lock *dm_elock_cond_get(const char *name)
+{
+    struct dm_elock *l = record_get(name, 1);
+    return l ? &l->pub : NULL;
+}
+
+void dm_elock_put(struct dm_store_lock *pl)
+{
+    struct dm_elock *l = dm_elock_of(pl);
+    if (!l)
+        return;
+    dm_lock(&locks_mu);
+    int last = --l->refs == 0;
+    if (last) {
+        dm_htab_del(&locks, &l->node);
+        dm_name_stats_drop(l->pub.counters);
+    }
+    dm_unlock(&locks_mu);
+    if (last) {
+        dm_watch_free(l->want);
+        free(l);
+    }
+}
+
+void dm_elock_mode(struct dm_store_lock *pl, int fair, int cache, int wants)
+{
+    /* etcd's queue is always FIFO: fair or not, a release wakes the next */
+    if (fair)
+        pl->fair = 1;
+    if (cache)
+        pl->cache = 1;
+    if (cache || wants)
+        pl->wants = 1;
+}
+
+void dm_elock_rwlock(struct dm_store_lock *pl)
+{
+    pl->rw = 1;
+    pl->fair = 1;
+    pl->wants = 1;
+}
+
+/* ---- Txn bodies ---- */
+
+#define BODY_MAX 8192
+
+/* "...": a base64 key (b64 of key) into the body, without quotes. */
+struct keys {
+    char queue[DM_ETCD_KEY_MAX], mine[DM_ETCD_KEY_MAX], marker[DM_ETCD_KEY_MAX];
+    char queue64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], end64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+    char mine64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], marker64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+};
+
+static void keys_make(struct keys *k, const char *name, long long lease)
+{
+    dm_etcd_queue_prefix(k->queue, sizeof k->queue, name);
+    dm_etcd_queue_key(k->mine, sizeof k->mine, name, lease);
+    dm_etcd_marker_key(k->marker, sizeof k->marker, name);
+    dm_etcd_b64(k->queue, k->queue64);
+    dm_etcd_prefix_end_b64(k->queue, k->end64);
+    dm_etcd_b64(k->mine, k->mine64);
+    dm_etcd_b64(k->marker, k->marker64);
+}
+
+static void b64s(const char *s, char *out)
+{
+    dm_b64_encode(s, strlen(s), out);
+}
+
+/* The kv of responses[i].response_range.kvs[0], or -1. */
+static int range_kv(const struct dm_json *j, int i)
+{
+    int rs = dm_json_at(j, dm_json_get(j, 0, "responses"), i);
+    return dm_json_at(j, dm_json_path(j, rs, "response_range.kvs"), 0);
+}
+
+static long long range_count(const struct dm_json *j, int i)
+{
+    int rs = dm_json_at(j, dm_json_get(j, 0, "responses"), i);
+    return dm_json_int(j, dm_json_path(j, rs, "response_range.count"), 0);
+}
+
+/* Was the marker (kv) the grant of a holder that never released it: a
+ * holder's lease ran out, or it was forced, rather than a release? Not
+ * when it is our own grant's (a retried request). */
+static int marker_dead(const struct dm_json *j, int kv, const char *owner)
+{
+    char v[DM_OWNER_MAX + 300];
+    if (kv < 0 || dm_json_b64(j, dm_json_get(j, kv, "value"), v, sizeof v) < 0)
+        return 0;
+    if (strncmp(v, "held ", 5) == 0)
+        return strcmp(v + 5, owner) != 0;
+    return strncmp(v, "forced ", 7) == 0;
+}
+
+static long long now_deadline(void)
+{
+    return dm_now_ms() + dm_etcd_cfg()->redis.command_timeout_ms;
+}
+
+/* Deletes our queue key (and our grant's marker, if the key held the
+ * lock): a wait given up, a grant undone. Best effort; the lease takes
+ * the key away if this cannot. */
+static void withdraw(struct dm_elock *l, const struct keys *k, const char *owner)
+{
+    char held[DM_OWNER_MAX + 8], held64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
+    char freed[DM_OWNER_MAX + 8], freed64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
+    snprintf(held, sizeof held, "held %s", owner);
+    snprintf(freed, sizeof freed, "free %s", owner);
+    b64s(held, held64);
+    b64s(freed, freed64);
+    char body[BODY_MAX];
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"VALUE\",\"result\":\"EQUAL\",\"value\":\"%s\"}],"
+             "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}},"
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}],"
+             "\"failure\":[{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+             k->marker64, held64, k->mine64, k->marker64, freed64, k->mine64);
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    char why[400];
+    if (dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why) == 0)
+        dm_etcd_reply_free(&r);
+    else
+        dm_warn("lock %s: withdrawing this process's place in the queue failed (%s); its "
+                "lease takes it away", l->name, why);
+}
+
+/* The failure policy for a failed call of acquire: the step's result, or
+ * -1 to go on (after a backoff). */
+static int on_failure(struct dm_elock *l, enum dm_fail how, const char *why, int flags,
+                      const struct timespec *deadline, struct dm_backoff *bo, struct dm_grant *g)
+{
+    static long logged;
+    dm_stats_add(&dm_store_counts(&l->pub)->redis_errors, 1);
+    struct dm_failure f = { how, (flags & DM_ACQ_TRY) != 0, dm_etcd_cfg()->on_redis_down, 0, 0,
+                            dm_remaining_ms(deadline) };
+    switch (dm_policy_on_failure(&f)) {
+    case DM_STEP_EBUSY:
+        dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; trylock returns EBUSY", l->name, why);
+        return EBUSY;
+    case DM_STEP_EAGAIN:
+        dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; returning EAGAIN "
+                     "(on_redis_down = \"error\")", l->name, why);
+        return EAGAIN;
+    case DM_STEP_LOCAL:
+        dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; locking this process only "
+                     "(on_redis_down = \"local\")", l->name, why);
+        memset(g, 0, sizeof *g);
+        g->local_only = 1;
+        return 0;
+    case DM_STEP_ETIMEDOUT:
+        return ETIMEDOUT;
+    default:
+        break;
+    }
+    dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; retrying (on_redis_down = \"block\")",
+                 l->name, why);
+    long d = dm_backoff_next(bo);
+    long left = dm_remaining_ms(deadline);
+    dm_sleep_ms(left >= 0 && left < d ? left : d);
+    return -1;
+}
+
+/* Txn 1: the queue empty -> our key and the marker, the lock is ours; else
+ * our key in the queue (a trylock: only a look at the queue's head). */
+static int txn_enqueue(const struct keys *k, const char *owner, long long lease, int try,
+                       struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t wl)
+{
+    char owner64[DM_B64_LEN(DM_OWNER_MAX) + 1], held[DM_OWNER_MAX + 8];
+    char held64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
+    b64s(owner, owner64);
+    snprintf(held, sizeof held, "held %s", owner);
+    b64s(held, held64);
+    char body[BODY_MAX], fail[2048];
+    if (try)
+        snprintf(fail, sizeof fail,
+                 "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_order\":\"ASCEND\","
+                 "\"sort_target\":\"CREATE\",\"limit\":1}}", k->queue64, k->end64);
+    else
+        snprintf(fail, sizeof fail,
+                 "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}},"
+                 "{\"request_range\":{\"key\":\"%s\"}}", k->mine64, owner64, lease, k->mine64);
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"range_end\":\"%s\",\"target\":\"CREATE\","
+             "\"result\":\"EQUAL\",\"create_revision\":\"0\"}],"
+             "\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}},"
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}],"
+             "\"failure\":[%s]}",
+             k->queue64, k->end64, k->marker64, k->mine64, owner64, lease, k->marker64, held64, fail);
+    return dm_etcd_call("/v3/kv/txn", body, now_deadline(), r, how, why, wl);
+}
+
+/* Txn 2: our key still at rev and no older key in the queue -> the
+ * marker, the lock is ours; else our key and the one just before it. */
+static int txn_confirm(const struct keys *k, const char *owner, long long rev,
+                       struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t wl)
+{
+    char held[DM_OWNER_MAX + 8], held64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
+    snprintf(held, sizeof held, "held %s", owner);
+    b64s(held, held64);
+    char body[BODY_MAX];
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+                            "\"create_revision\":\"%lld\"},"
+                           "{\"key\":\"%s\",\"range_end\":\"%s\",\"target\":\"CREATE\","
+                            "\"result\":\"GREATER\",\"create_revision\":\"%lld\"}],"
+             "\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}},"
+                          "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}}],"
+             "\"failure\":[{\"request_range\":{\"key\":\"%s\"}},"
+                          "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_order\":\"DESCEND\","
+                           "\"sort_target\":\"CREATE\",\"limit\":1,\"max_create_revision\":\"%lld\","
+                           "\"keys_only\":true}}]}",
+             k->mine64, rev, k->queue64, k->end64, rev - 1, k->marker64, k->marker64, held64,
+             k->queue64, k->end64, k->mine64, k->queue64, k->end64, rev - 1);
+    return dm_etcd_call("/v3/kv/txn", body, now_deadline(), r, how, why, wl);
+}
+
+static void granted(struct dm_elock *l, struct dm_grant *g, long long lease, long long rev,
+                    long long sent_ms, int waited, int dead, int more, const char *owner)
+{
+    memset(g, 0, sizeof *g);
+    g->token = (uint64_t)rev;
+    g->owner_dead = dead;
+    g->lease_ms = dm_etcd_cfg()->lease_ms;
+    g->sent_ms = sent_ms;
+    g->waited = waited;
+    g->more_waiters = more;
+    g->wait_id = (unsigned long)rev;
+    dm_lock(&locks_mu);
+    l->lease = lease;
+    l->rev = rev;
+    snprintf(l->owner, sizeof l->owner, "%s", owner);
+    dm_unlock(&locks_mu);
+    dm_stats_add(&dm_store_counts(&l->pub)->acquisitions, 1);
+    if (waited)
+        dm_stats_add(&dm_store_counts(&l->pub)->handoffs, 1);
+}
+
+/* Waits until the key `pred` (base64) is deleted, from revision `from`
+ * on, or the deadline: 0 deleted (or the watch cannot tell: look again),
+ * ETIMEDOUT. A watch is re-checked every few seconds: a member cut off
+ * from the others may never say (the caller looks again). */
+static int wait_deleted(const char *pred64, long long made, long long from,
+                        const struct timespec *deadline)
+{
+    long left = dm_remaining_ms(deadline);
+    long slice = 5 * dm_etcd_cfg()->redis.command_timeout_ms;
+    if (left == 0)
+        return ETIMEDOUT;
+    if (left < 0 || left > slice)
+        left = slice;
+    int r = dm_watch_deleted(pred64, made, from, dm_now_ms() + left);
+    if (r == ETIMEDOUT && dm_remaining_ms(deadline) == 0)
+        return ETIMEDOUT;
+    return 0;
+}
+
+int dm_elock_acquire(struct dm_store_lock *pl, const char *owner, const struct timespec *deadline,
+                     int flags, struct dm_grant *g)
+{
+    struct dm_elock *l = dm_elock_of(pl);
+    int try = (flags & DM_ACQ_TRY) != 0;
+    struct dm_backoff bo = DM_BACKOFF_INIT(20, 1000);
+    struct keys k;
+    char why[400];
+    enum dm_fail how;
+    struct dm_etcd_reply r;
+    int rc;
+
+again:;
+    long long sent_ms = 0;
+    int lerr = 0;
+    long long lease = dm_etcd_lease_get(&sent_ms, &lerr, now_deadline());
+    if (!lease) {
+        snprintf(why, sizeof why, "etcd %s: no lease could be granted (%s)", dm_etcd_where(),
+                 strerror(lerr));
+        if ((rc = on_failure(l, lerr == ECONNREFUSED ? DM_FAIL_NOCONN : DM_FAIL_NOREPLY, why,
+                             flags, deadline, &bo, g)) >= 0)
+            return rc;
+        goto again;
+    }
+    keys_make(&k, l->name, lease);
+    dm_etcd_lease_use();
+    if (txn_enqueue(&k, owner, lease, try, &r, &how, why, sizeof why) != 0) {
+        dm_etcd_lease_unuse();
+        if (how == DM_FAIL_NOREPLY && !try)
+            withdraw(l, &k, owner);     /* it may have run: nothing of it stays */
+        if ((rc = on_failure(l, how, why, flags, deadline, &bo, g)) >= 0)
+            return rc;
+        goto again;
+    }
+    if (dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"))) {
+        long long rev = dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0);
+        int dead = marker_dead(&r.j, range_kv(&r.j, 0), owner);
+        dm_etcd_reply_free(&r);
+        granted(l, g, lease, rev, sent_ms, 0, dead, 0, owner);
+        return 0;
+    }
+    long long rev;
+    if (try) {
+        /* The queue's head: ours only if a key of ours is left there. */
+        int kv = range_kv(&r.j, 0);
+        char head[DM_ETCD_KEY_MAX];
+        long got = dm_json_b64(&r.j, dm_json_get(&r.j, kv, "key"), head, sizeof head);
+        rev = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
+        dm_etcd_reply_free(&r);
+        if (got < 0 || strcmp(head, k.mine) != 0) {
+            dm_etcd_lease_unuse();
+            return EBUSY;
+        }
+    } else {
+        rev = dm_json_int(&r.j, dm_json_get(&r.j, range_kv(&r.j, 1), "create_revision"), 0);
+        dm_etcd_reply_free(&r);
+        if (!rev) {     /* the lease ended between the put and the range */
+            dm_etcd_lease_unuse();
+            goto again;
+        }
+    }
+
+    for (;;) {
+        if (txn_confirm(&k, owner, rev, &r, &how, why, sizeof why) != 0) {
+            if ((rc = on_failure(l, how, why, flags, deadline, &bo, g)) >= 0) {
+                if (rc != 0 || !g->local_only)
+                    withdraw(l, &k, owner);
+                dm_etcd_lease_unuse();
+                return rc;
+            }
+            continue;
+        }
+        dm_backoff_reset(&bo);
+        if (dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"))) {
+            int dead = marker_dead(&r.j, range_kv(&r.j, 0), owner);
+            int more = range_count(&r.j, 2) > 1;
+            dm_etcd_reply_free(&r);
+            if (!dm_etcd_lease_live(lease)) {
+                /* granted under a lease this process found gone meanwhile:
+                 * nothing would renew it */
+                withdraw(l, &k, owner);
+                dm_etcd_lease_unuse();
+                goto again;
+            }
+            granted(l, g, lease, rev, sent_ms, 1, dead, more, owner);
+            return 0;
+        }
+        int mine = range_kv(&r.j, 0);
+        if (dm_json_int(&r.j, dm_json_get(&r.j, mine, "create_revision"), 0) != rev) {
+            /* our key is gone: the lease ran out while we waited (never
+             * granted: etcd 3.4's lock service would say granted here) */
+            dm_etcd_reply_free(&r);
+            dm_etcd_lease_unuse();
+            dm_warn("lock %s: this process's place in the queue was lost with its lease "
+                    "(a pause, or etcd out of reach for longer than lease_ms); queueing again",
+                    l->name);
+            goto again;
+        }
+        int pred = range_kv(&r.j, 1);
+        long long from = dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0) + 1;
+        char pred64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+        long pn = dm_json_str(&r.j, dm_json_get(&r.j, pred, "key"), pred64, sizeof pred64);
+        long long made = dm_json_int(&r.j, dm_json_get(&r.j, pred, "create_revision"), 0);
+        dm_etcd_reply_free(&r);
+        if (try) {
+            withdraw(l, &k, owner);
+            dm_etcd_lease_unuse();
+            return EBUSY;
+        }
+        if (pn <= 0)
+            continue;       /* deleted between the compares and the range: look again */
+        if (wait_deleted(pred64, made, from, deadline) == ETIMEDOUT) {
+            /* a grant that races the timeout is undone by the delete */
+            withdraw(l, &k, owner);
+            dm_etcd_lease_unuse();
+            return ETIMEDOUT;
+        }
+    }
+}
+
+/* Txn: our key still at token -> deleted, the marker "free"; else the
+ * marker, to tell a retry from a loss. */
+static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, long long lease,
+                       int retry)
+{
+    struct keys k;
+    keys_make(&k, l->name, lease);
+    char freed[DM_OWNER_MAX + 8], freed64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
+    snprintf(freed, sizeof freed, "free %s", owner);
+    b64s(freed, freed64);
+    char body[BODY_MAX];
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+             "\"create_revision\":\"%llu\"}],"
+             "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}},"
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}],"
+             "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+             k.mine64, (unsigned long long)token, k.mine64, k.marker64, freed64, k.marker64);
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    char why[400];
+    int e = dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why);
+    if (e) {
+        if (how == DM_FAIL_NOREPLY && !retry)
+            return release_txn(l, owner, token, lease, 1) == 0 ? 0 : EIO;
+        dm_stats_add(&dm_store_counts(&l->pub)->redis_errors, 1);
+        dm_warn("lock %s: release: %s; the lease ends the hold", l->name, why);
+        return EIO;
+    }
+    int ok = dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"));
+    if (!ok) {
+        char v[DM_OWNER_MAX + 300];
+        int kv = range_kv(&r.j, 0);
+        if (dm_json_b64(&r.j, dm_json_get(&r.j, kv, "value"), v, sizeof v) >= 0 && strcmp(v, freed) == 0)
+            ok = 1;     /* a retry: the first one did it */
+        else if (retry && dm_etcd_lease_live(lease) && strncmp(v, "forced ", 7) != 0)
+            ok = 1;     /* the first try's reply was lost, and only it could have
+                           deleted the key of a live lease (the marker moved on since) */
+    }
+    dm_etcd_reply_free(&r);
+    return ok ? 0 : EPERM;
+}
+
+static void hold_ends(struct dm_elock *l, uint64_t token)
+{
+    dm_lock(&locks_mu);
+    if ((uint64_t)l->rev == token) {
+        l->rev = 0;
+        dm_unlock(&locks_mu);
+        dm_etcd_lease_unuse();
+        return;
+    }
+    dm_unlock(&locks_mu);
+}
+
+int dm_elock_release(struct dm_store_lock *pl, const char *owner, uint64_t token)
+{
+    struct dm_elock *l = dm_elock_of(pl);
+    dm_lock(&locks_mu);
+    long long lease = (uint64_t)l->rev == token ? l->lease : 0;
+    dm_unlock(&locks_mu);
+    if (!lease)
+        return EPERM;
+    int r = release_txn(l, owner, token, lease, 0);
+    hold_ends(l, token);
+    return r;
+}
+
+void dm_elock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
+                    long long *sent_ms)
+{
+    *sent_ms = dm_now_ms();
+    if (n == 0)
+        return;
+    long long lease = 0;
+    dm_lock(&locks_mu);
+    for (size_t i = 0; i < n && !lease; i++)
+        lease = dm_elock_of(holds[i].lock)->lease;
+    dm_unlock(&locks_mu);
+    if (!lease)
+        return;
+    long long sent;
+    int lr = dm_etcd_lease_renew(lease, &sent);
+    *sent_ms = sent;
+    if (lr < 0)
+        return;
+    /* The keys, read in one Txn (at most 128 operations each). */
+    for (size_t at = 0; at < n; at += 100) {
+        size_t m = n - at < 100 ? n - at : 100;
+        char *body = malloc(m * (DM_B64_LEN(DM_ETCD_KEY_MAX) + 64) + 64);
+        if (!body)
+            return;
+        size_t o = (size_t)sprintf(body, "{\"success\":[");
+        long long leases[100];
+        for (size_t i = 0; i < m; i++) {
+            struct dm_elock *l = dm_elock_of(holds[at + i].lock);
+            dm_lock(&locks_mu);
+            leases[i] = l->lease;
+            dm_unlock(&locks_mu);
+            char key[DM_ETCD_KEY_MAX], key64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+            dm_etcd_queue_key(key, sizeof key, l->name, leases[i]);
+            dm_etcd_b64(key, key64);
+            o += (size_t)sprintf(body + o, "%s{\"request_range\":{\"key\":\"%s\"}}", i ? "," : "", key64);
+        }
+        sprintf(body + o, "]}");
+        struct dm_etcd_reply r;
+        enum dm_fail how;
+        char why[400];
+        int e = dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why);
+        free(body);
+        if (e)
+            return;
+        for (size_t i = 0; i < m; i++) {
+            if (!lr || leases[i] != lease) {
+                res[at + i] = DM_RENEW_LOST;
+                continue;
+            }
+            char v[DM_OWNER_MAX + 8];
+            int kv = range_kv(&r.j, (int)i);
+            res[at + i] = kv >= 0 && dm_json_b64(&r.j, dm_json_get(&r.j, kv, "value"), v, sizeof v) >= 0
+                          && strcmp(v, holds[at + i].owner) == 0 ? DM_RENEW_OK : DM_RENEW_LOST;
+        }
+        dm_etcd_reply_free(&r);
+    }
+}
+
+/* ---- want notices: another process's key appearing in the queue ---- */
+
+static void want_event(void *arg, const struct dm_json *j, int ev)
+{
+    struct dm_elock *l = arg;
+    if (dm_json_get(j, ev, "type") >= 0)
+        return;         /* a DELETE: only puts are wants */
+    int kv = dm_json_get(j, ev, "kv");
+    if (dm_json_int(j, dm_json_get(j, kv, "version"), 0) != 1)
+        return;         /* not a new key */
+    char key[DM_ETCD_KEY_MAX];
+    if (dm_json_b64(j, dm_json_get(j, kv, "key"), key, sizeof key) < 0)
+        return;
+    dm_lock(&locks_mu);
+    char mine[DM_ETCD_KEY_MAX];
+    dm_etcd_queue_key(mine, sizeof mine, l->name, l->lease);
+    int own = l->lease && strcmp(key, mine) == 0;
+    void (*fn)(void *) = l->want_fn;
+    void *fa = l->want_arg;
+    dm_unlock(&locks_mu);
+    if (!own && fn)
+        fn(fa);
+}
+
+int dm_elock_want_watch(struct dm_store_lock *pl, void (*fn)(void *arg), void *arg, long timeout_ms)
+{
+    struct dm_elock *l = dm_elock_of(pl);
+    dm_lock(&locks_mu);
+    l->want_fn = fn;
+    l->want_arg = arg;
+    struct dm_watch *w = l->want;
+    dm_unlock(&locks_mu);
+    if (!w) {
+        char prefix[DM_ETCD_KEY_MAX];
+        dm_etcd_queue_prefix(prefix, sizeof prefix, l->name);
+        w = dm_watch_new(prefix, 1, want_event, l);
+        if (!w)
+            return ENOMEM;
+        dm_lock(&locks_mu);
+        if (l->want) {
+            dm_unlock(&locks_mu);
+            dm_watch_free(w);
+            w = l->want;
+        } else {
+            l->want = w;
+            dm_unlock(&locks_mu);
+        }
+    }
+    return dm_watch_start(w, timeout_ms);
+}
+
+void dm_elock_want_unwatch(struct dm_store_lock *pl)
+{
+    struct dm_elock *l = dm_elock_of(pl);
+    dm_lock(&locks_mu);
+    struct dm_watch *w = l->want;
+    l->want = NULL;
+    l->want_fn = NULL;
+    dm_unlock(&locks_mu);
+    dm_watch_free(w);       /* waits for a call in progress */
+}
+
+void dm_elock_atfork(enum dm_fork_phase phase)
+{
+    dm_fork_mutex(&locks_mu, phase);
+    if (phase == DM_FORK_CHILD) {
+        /* The parent's holds and watches are not the child's. */
+        for (size_t b = 0; b < locks.n; b++)
+            for (struct dm_hnode *x = locks.b[b]; x; x = x->next) {
+                struct dm_elock *l = (struct dm_elock *)x;
+                l->lease = l->rev = 0;
+                l->want = NULL;     /* its thread is the parent's: leaked, never run */
+                l->want_fn = NULL;
+            }
+        dm_name_stats_fork_child();
+    }
+}

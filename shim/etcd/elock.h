@@ -1,0 +1,41 @@
+/* elock: the etcd store's lock protocol (elock.c) and records. */
+#ifndef DM_ETCD_ELOCK_H
+#define DM_ETCD_ELOCK_H
+
+#include "store.h"
+#include "util.h"
+
+struct dm_watch;
+
+/* A lock name's record: store.h's part, and this process's key in the
+ * lock's queue while it waits or holds (one request per name per process,
+ * as mapped makes them). */
+struct dm_elock {
+    struct dm_hnode node;           /* first: the records' table */
+    struct dm_store_lock pub;
+    int refs;
+    long long lease;                /* the hold's lease (its key's name); locks_mu */
+    long long rev;                  /* the hold's token, 0: none; locks_mu */
+    char owner[DM_OWNER_MAX];
+    struct dm_watch *want;          /* the queue's new keys, for want_watch */
+    void (*want_fn)(void *arg);
+    void *want_arg;
+    char name[];
+};
+
+struct dm_elock *dm_elock_of(struct dm_store_lock *l);
+struct dm_store_lock *dm_elock_get(const char *name);
+struct dm_store_lock *dm_elock_cond_get(const char *name);
+void dm_elock_put(struct dm_store_lock *l);
+void dm_elock_mode(struct dm_store_lock *l, int fair, int cache, int wants);
+void dm_elock_rwlock(struct dm_store_lock *l);
+int dm_elock_acquire(struct dm_store_lock *l, const char *owner, const struct timespec *deadline,
+                     int flags, struct dm_grant *g);
+int dm_elock_release(struct dm_store_lock *l, const char *owner, uint64_t token);
+void dm_elock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
+                    long long *sent_ms);
+int dm_elock_want_watch(struct dm_store_lock *l, void (*fn)(void *arg), void *arg, long timeout_ms);
+void dm_elock_want_unwatch(struct dm_store_lock *l);
+void dm_elock_atfork(enum dm_fork_phase phase);
+
+#endif

@@ -1,0 +1,557 @@
+/* etcd: the cluster's members and the calls to them, the process lease,
+ * and the store's thread (timers, the image's end, keep-alives between
+ * the watchdog's rounds). Knows what a call, a member and a lease are;
+ * what a lock is belongs to elock.c.
+ *
+ * Connections: a call takes an idle connection to the current member from
+ * a small pool (or makes one) and gives it back after a whole answer, so
+ * a thread never waits for another's round trip. */
+#include "etcd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "log.h"
+#include "real.h"
+#include "util.h"
+
+static const struct dm_config *cfg;
+static pthread_mutex_t emu = PTHREAD_MUTEX_INITIALIZER;    /* members, pool, lease, timers */
+static size_t cur;                  /* the member that answered last */
+static char where[300] = "etcd";
+
+#define POOL_MAX 8
+static struct dm_http *pool[POOL_MAX];
+static size_t npool;
+
+void dm_etcd_setup(const struct dm_config *c)
+{
+    cfg = c;
+    if (c->etcd.nendpoints)
+        snprintf(where, sizeof where, "%s:%d", c->etcd.endpoints[0].host, c->etcd.endpoints[0].port);
+}
+
+const struct dm_config *dm_etcd_cfg(void)
+{
+    return cfg;
+}
+
+const char *dm_etcd_where(void)
+{
+    return where;
+}
+
+void dm_etcd_reply_free(struct dm_etcd_reply *r)
+{
+    dm_json_free(&r->j);
+    free(r->text);
+    r->text = NULL;
+}
+
+void dm_etcd_b64(const char *key, char *out)
+{
+    dm_b64_encode(key, strlen(key), out);
+}
+
+void dm_etcd_prefix_end_b64(const char *prefix, char *out)
+{
+    char end[DM_ETCD_KEY_MAX];
+    size_t n = strlen(prefix);
+    memcpy(end, prefix, n);
+    end[n - 1]++;           /* no key byte here is 0xff: names are ASCII */
+    dm_b64_encode(end, n, out);
+}
+
+static const char *ns(void)
+{
+    return cfg->ns;
+}
+
+void dm_etcd_queue_prefix(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s#%s#q#", ns(), name);
+}
+
+void dm_etcd_queue_key(char *buf, size_t len, const char *name, long long lease)
+{
+    snprintf(buf, len, "%s#%s#q#%llx", ns(), name, (unsigned long long)lease);
+}
+
+void dm_etcd_marker_key(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s#%s#m", ns(), name);
+}
+
+void dm_etcd_cond_key(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s#%s#c", ns(), name);
+}
+
+/* ---- members and calls ---- */
+
+static size_t member_now(void)
+{
+    return __atomic_load_n(&cur, __ATOMIC_ACQUIRE) % cfg->etcd.nendpoints;
+}
+
+void dm_etcd_member(struct dm_http *h)
+{
+    const struct dm_endpoint *e = &cfg->etcd.endpoints[member_now()];
+    dm_http_init(h, e->host, e->port);
+}
+
+void dm_etcd_member_next(void)
+{
+    __atomic_add_fetch(&cur, 1, __ATOMIC_ACQ_REL);
+}
+
+static struct dm_http *conn_take(size_t m)
+{
+    dm_lock(&emu);
+    for (size_t i = 0; i < npool; i++) {
+        const struct dm_endpoint *e = &cfg->etcd.endpoints[m];
+        if (pool[i]->port == e->port && strcmp(pool[i]->host, e->host) == 0) {
+            struct dm_http *h = pool[i];
+            pool[i] = pool[--npool];
+            dm_unlock(&emu);
+            return h;
+        }
+    }
+    dm_unlock(&emu);
+    struct dm_http *h = malloc(sizeof *h);
+    if (h)
+        dm_http_init(h, cfg->etcd.endpoints[m].host, cfg->etcd.endpoints[m].port);
+    return h;
+}
+
+static void conn_give(struct dm_http *h)
+{
+    if (h->fd >= 0) {
+        dm_lock(&emu);
+        if (npool < POOL_MAX) {
+            pool[npool++] = h;
+            h = NULL;
+        }
+        dm_unlock(&emu);
+    }
+    if (h) {
+        dm_http_close(h);
+        free(h);
+    }
+}
+
+/* An error answer that another member may not give: no leader, a leader
+ * change, the member stopping or out of reach of the others. */
+static int member_trouble(const struct dm_etcd_reply *r)
+{
+    int code = (int)dm_json_int(&r->j, dm_json_get(&r->j, 0, "code"), 0);
+    char msg[200];
+    if (dm_json_str(&r->j, dm_json_get(&r->j, 0, "message"), msg, sizeof msg) < 0)
+        msg[0] = '\0';
+    return code == 14 || code == 4 || r->status == 503 || strstr(msg, "leader") ||
+           strstr(msg, "stopped") || strstr(msg, "timed out");
+}
+
+int dm_etcd_call(const char *path, const char *body, long long deadline_ms,
+                 struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t why_len)
+{
+    size_t n = cfg->etcd.nendpoints;
+    int reached = 0, e = ETIMEDOUT;
+    memset(r, 0, sizeof *r);
+    snprintf(why, why_len, "no etcd member answered in time");
+    for (size_t tries = 0; ; tries++) {
+        size_t m = member_now();
+        const struct dm_endpoint *ep = &cfg->etcd.endpoints[m];
+        struct dm_http *h = conn_take(m);
+        if (!h) {
+            *how = DM_FAIL_OTHER;
+            snprintf(why, why_len, "out of memory");
+            return ENOMEM;
+        }
+        long left = (long)(deadline_ms - dm_now_ms());
+        long step = left < cfg->redis.command_timeout_ms ? left : cfg->redis.command_timeout_ms;
+        if (step <= 0)
+            step = 1;
+        int sent_before = h->fd >= 0 || dm_http_connect(h, step < cfg->redis.connect_timeout_ms
+                                                             ? step : cfg->redis.connect_timeout_ms) == 0;
+        size_t outlen = 0;
+        e = sent_before ? dm_http_post(h, path, body, strlen(body), NULL, dm_now_ms() + step,
+                                       &r->status, &r->text, &outlen)
+                        : (h->err[0] ? ECONNREFUSED : ETIMEDOUT);
+        if (e == 0) {
+            reached = 1;
+            if (dm_json_parse(&r->j, r->text, outlen) < 0) {
+                snprintf(why, why_len, "etcd %s:%d answered what is not JSON (HTTP %d)",
+                         ep->host, ep->port, r->status);
+                dm_etcd_reply_free(r);
+                conn_give(h);
+                e = EPROTO;
+            } else if (r->status == 200) {
+                conn_give(h);
+                if (m != 0 || strncmp(where, ep->host, strlen(ep->host)) != 0)
+                    snprintf(where, sizeof where, "%s:%d", ep->host, ep->port);
+                return 0;
+            } else {
+                char msg[200];
+                if (dm_json_str(&r->j, dm_json_get(&r->j, 0, "message"), msg, sizeof msg) < 0)
+                    snprintf(msg, sizeof msg, "HTTP %d", r->status);
+                snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port, msg);
+                int trouble = member_trouble(r);
+                conn_give(h);
+                if (!trouble) {
+                    *how = DM_FAIL_REFUSED;
+                    return EPROTO;
+                }
+                dm_etcd_reply_free(r);
+                e = EAGAIN;
+            }
+        } else {
+            snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port,
+                     h->err[0] ? h->err : strerror(e));
+            if (sent_before)
+                reached = reached || h->fd >= 0;
+            dm_http_close(h);
+            free(h);
+        }
+        /* This member cannot answer now: the next one. */
+        dm_etcd_member_next();
+        if (dm_now_ms() >= deadline_ms)
+            break;
+        if ((tries + 1) % n == 0) {
+            long pause = (long)(deadline_ms - dm_now_ms());
+            dm_sleep_ms(pause < 50 ? pause : 50);   /* every member failed: a breath */
+        }
+    }
+    *how = reached ? DM_FAIL_NOREPLY : DM_FAIL_NOCONN;
+    return e;
+}
+
+/* ---- the process lease ---- */
+
+static struct {
+    long long id;           /* 0: none */
+    long long sent_ms;      /* the last renewal (or the grant) that etcd confirmed was sent then */
+    int users;              /* keys under it */
+    long ttl_s;
+} lease;
+
+static void thread_wake(void);
+static int thread_start_locked(void);
+
+static long ttl_s(void)
+{
+    /* etcd's TTLs are whole seconds: never shorter than lease_ms */
+    return (cfg->lease_ms + 999) / 1000;
+}
+
+long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
+{
+    dm_lock(&emu);
+    long long id = lease.id;
+    *sent_ms = lease.sent_ms;
+    dm_unlock(&emu);
+    if (id)
+        return id;
+    char body[64];
+    snprintf(body, sizeof body, "{\"TTL\":%ld}", ttl_s());
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    char why[400];
+    long long sent = dm_now_ms();
+    int e = dm_etcd_call("/v3/lease/grant", body, deadline_ms, &r, &how, why, sizeof why);
+    if (e) {
+        dm_debug("lease grant: %s", why);
+        *err = how == DM_FAIL_NOCONN ? ECONNREFUSED : e;
+        return 0;
+    }
+    id = dm_json_int(&r.j, dm_json_get(&r.j, 0, "ID"), 0);
+    long ttl = (long)dm_json_int(&r.j, dm_json_get(&r.j, 0, "TTL"), 0);
+    dm_etcd_reply_free(&r);
+    if (!id || ttl <= 0) {
+        *err = EPROTO;
+        return 0;
+    }
+    dm_lock(&emu);
+    if (lease.id) {             /* another thread's grant came first: keep one lease */
+        long long keep = lease.id;
+        *sent_ms = lease.sent_ms;
+        dm_unlock(&emu);
+        char rb[64];
+        snprintf(rb, sizeof rb, "{\"ID\":\"%lld\"}", id);
+        if (dm_etcd_call("/v3/lease/revoke", rb, dm_now_ms() + cfg->redis.command_timeout_ms,
+                         &r, &how, why, sizeof why) == 0)
+            dm_etcd_reply_free(&r);
+        return keep;
+    }
+    lease.id = id;
+    lease.sent_ms = sent;
+    lease.ttl_s = ttl;
+    *sent_ms = sent;
+    dm_unlock(&emu);
+    dm_debug("etcd lease %llx granted, TTL %ld s", (unsigned long long)id, ttl);
+    return id;
+}
+
+int dm_etcd_lease_live(long long id)
+{
+    dm_lock(&emu);
+    int live = id != 0 && lease.id == id;
+    dm_unlock(&emu);
+    return live;
+}
+
+void dm_etcd_lease_use(void)
+{
+    dm_lock(&emu);
+    lease.users++;
+    int rc = thread_start_locked();
+    dm_unlock(&emu);
+    if (rc) {
+        static long said;
+        dm_log_every(&said, 60000, DM_LOG_WARN, "etcd: the store's thread cannot start "
+                     "(%s): only the watchdog's rounds keep the lease", strerror(rc));
+    }
+    thread_wake();
+}
+
+void dm_etcd_lease_unuse(void)
+{
+    dm_lock(&emu);
+    if (lease.users > 0)
+        lease.users--;
+    dm_unlock(&emu);
+}
+
+int dm_etcd_lease_renew(long long id, long long *sent_ms)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", id);
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    char why[400];
+    long long sent = dm_now_ms();
+    *sent_ms = sent;
+    int e = dm_etcd_call("/v3/lease/keepalive", body, sent + cfg->redis.command_timeout_ms, &r,
+                         &how, why, sizeof why);
+    if (e) {
+        dm_debug("lease keep-alive: %s", why);
+        return -1;
+    }
+    /* One {"result":{...}} line per request; a gone lease has no TTL
+     * (zero values are left out), at HTTP 200. */
+    int res = dm_json_get(&r.j, 0, "result");
+    long ttl = (long)dm_json_int(&r.j, dm_json_get(&r.j, res, "TTL"), 0);
+    int err = dm_json_get(&r.j, 0, "error") >= 0;
+    dm_etcd_reply_free(&r);
+    if (err || res < 0)
+        return -1;
+    dm_lock(&emu);
+    if (ttl <= 0) {
+        if (lease.id == id) {
+            lease.id = 0;
+            lease.users = 0;
+        }
+        dm_unlock(&emu);
+        dm_warn("etcd lease %llx is gone (expired or revoked): every hold under it is lost",
+                (unsigned long long)id);
+        return 0;
+    }
+    if (lease.id == id && sent > lease.sent_ms)
+        lease.sent_ms = sent;
+    dm_unlock(&emu);
+    return 1;
+}
+
+/* ---- the store's thread ---- */
+
+static int wake_fd = -1;
+static int thread_on;               /* started (emu) */
+static pthread_t ev_thread;
+static struct dm_timer *timers;     /* emu */
+static void (*image_fn)(void);
+static unsigned long image_asked, image_done;
+
+static void thread_wake(void)
+{
+    int fd = __atomic_load_n(&wake_fd, __ATOMIC_ACQUIRE);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(fd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+static void timers_run(void)
+{
+    dm_lock(&emu);
+    for (;;) {
+        long long now = dm_now_ns();
+        struct dm_timer **pp = &timers;
+        while (*pp && (*pp)->at_ns > now)
+            pp = &(*pp)->next;
+        struct dm_timer *t = *pp;
+        if (!t)
+            break;
+        *pp = t->next;
+        t->armed = 2;           /* running: cancel waits */
+        dm_unlock(&emu);
+        t->fn(t->arg);
+        dm_lock(&emu);
+        if (t->armed == 2)
+            t->armed = 0;
+    }
+    dm_unlock(&emu);
+}
+
+static void *ev_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        if (__atomic_load_n(&image_asked, __ATOMIC_ACQUIRE) != image_done) {
+            unsigned long asked = __atomic_load_n(&image_asked, __ATOMIC_ACQUIRE);
+            if (image_fn)
+                image_fn();
+            __atomic_store_n(&image_done, asked, __ATOMIC_RELEASE);
+        }
+        timers_run();
+        dm_lock(&emu);
+        long long now = dm_now_ms(), next = now + 1000;
+        for (struct dm_timer *t = timers; t; t = t->next)
+            if (t->at_ns / 1000000 < next)
+                next = t->at_ns / 1000000;
+        long long id = lease.users > 0 ? lease.id : 0;
+        long long due = lease.sent_ms + cfg->renew_ms;
+        dm_unlock(&emu);
+        if (id && due <= now) {
+            long long sent;
+            if (dm_etcd_lease_renew(id, &sent) >= 0)
+                continue;
+            next = dm_now_ms() + 100;   /* no verdict: again shortly */
+        } else if (id && due < next)
+            next = due;
+        long wait = next > now ? (long)(next - now) : 0;
+        struct pollfd p = { wake_fd, POLLIN, 0 };
+        if (poll(&p, 1, (int)wait) > 0) {
+            uint64_t v;
+            ssize_t r = read(wake_fd, &v, sizeof v);
+            (void)r;
+        }
+    }
+    return NULL;
+}
+
+/* emu held. */
+static int thread_start_locked(void)
+{
+    if (thread_on)
+        return 0;
+    if (wake_fd < 0) {
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd < 0)
+            return errno;
+        __atomic_store_n(&wake_fd, fd, __ATOMIC_RELEASE);
+    }
+    int rc = dm_thread_start(&ev_thread, ev_main, NULL);
+    if (rc == 0)
+        thread_on = 1;
+    return rc;
+}
+
+int dm_etcd_timer_arm(struct dm_timer *t, long long at_ns, void (*fn)(void *arg), void *arg)
+{
+    dm_lock(&emu);
+    int rc = thread_start_locked();
+    if (rc == 0) {
+        if (t->armed == 1) {
+            struct dm_timer **pp = &timers;
+            while (*pp && *pp != t)
+                pp = &(*pp)->next;
+            if (*pp)
+                *pp = t->next;
+        }
+        t->at_ns = at_ns;
+        t->fn = fn;
+        t->arg = arg;
+        t->armed = 1;
+        t->next = timers;
+        timers = t;
+    }
+    dm_unlock(&emu);
+    if (rc == 0)
+        thread_wake();
+    return rc;
+}
+
+void dm_etcd_timer_cancel(struct dm_timer *t)
+{
+    dm_lock(&emu);
+    if (t->armed == 1) {
+        struct dm_timer **pp = &timers;
+        while (*pp && *pp != t)
+            pp = &(*pp)->next;
+        if (*pp)
+            *pp = t->next;
+        t->armed = 0;
+    }
+    while (t->armed == 2 && !pthread_equal(pthread_self(), ev_thread)) {
+        dm_unlock(&emu);
+        dm_sleep_ms(1);
+        dm_lock(&emu);
+    }
+    dm_unlock(&emu);
+}
+
+void dm_etcd_on_image_end(void (*fn)(void))
+{
+    image_fn = fn;
+}
+
+void dm_etcd_image_ends(long max_ms)
+{
+    if (!image_fn || !__atomic_load_n(&thread_on, __ATOMIC_ACQUIRE) ||
+        pthread_equal(pthread_self(), ev_thread))
+        return;
+    unsigned long want = __atomic_add_fetch(&image_asked, 1, __ATOMIC_ACQ_REL);
+    thread_wake();
+    for (long waited = 0; waited < max_ms; waited++) {
+        if ((long)(__atomic_load_n(&image_done, __ATOMIC_ACQUIRE) - want) >= 0)
+            return;
+        struct timespec ts = { 0, 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
+void dm_etcd_atfork(enum dm_fork_phase phase)
+{
+    if (phase == DM_FORK_PREPARE) {
+        dm_lock(&emu);
+        return;
+    }
+    if (phase == DM_FORK_PARENT) {
+        dm_unlock(&emu);
+        return;
+    }
+    /* The child: no thread, no connection of its own, no lease (its
+     * parent's keys are the parent's), no timer. */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    emu = fresh;
+    for (size_t i = 0; i < npool; i++) {
+        dm_http_close(pool[i]);
+        free(pool[i]);
+    }
+    npool = 0;
+    memset(&lease, 0, sizeof lease);
+    thread_on = 0;
+    timers = NULL;
+    image_asked = image_done = 0;
+    if (wake_fd >= 0)
+        close(wake_fd);
+    wake_fd = -1;
+}
