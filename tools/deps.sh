@@ -12,7 +12,8 @@ set -e
 # python3: the shell tests that read JSON and tests/module_graph.test.sh.
 pkgs="build-essential g++ pkg-config libhiredis-dev libconfig-dev libcmocka-dev
       libelf-dev libdw-dev redis-server redis-tools redis-sentinel iproute2 procps
-      clang libclang-rt-14-dev man-db groff-base libssl-dev openssl python3"
+      clang libclang-rt-14-dev man-db groff-base libssl-dev openssl python3
+      etcd-server etcd-client curl"
 [ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"
 [ "$1" = loaded ] && pkgs="$pkgs stress-ng"
 
@@ -48,4 +49,5 @@ apt-get install -y -qq --no-install-recommends $missing >/dev/null
 if command -v service >/dev/null 2>&1; then
     service redis-server stop >/dev/null 2>&1 || true
     service redis-sentinel stop >/dev/null 2>&1 || true
+    service etcd stop >/dev/null 2>&1 || true     # tests/test_etcd.c starts its own cluster
 fi

@@ -301,6 +301,11 @@ static void granted(struct dm_elock *l, struct dm_grant *g, long long lease, lon
                     long long sent_ms, int waited, int dead, int more, const char *owner)
 {
     memset(g, 0, sizeof *g);
+    /* The lease runs from its last renewal, which may be after the call
+     * began (a wait is kept alive by the store's thread). */
+    long long now_sent = dm_etcd_lease_sent(lease);
+    if (now_sent > sent_ms)
+        sent_ms = now_sent;
     g->token = (uint64_t)rev;
     g->owner_dead = dead;
     g->lease_ms = dm_etcd_cfg()->lease_ms;

@@ -299,6 +299,14 @@ long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
     return id;
 }
 
+long long dm_etcd_lease_sent(long long id)
+{
+    dm_lock(&emu);
+    long long sent = lease.id == id ? lease.sent_ms : 0;
+    dm_unlock(&emu);
+    return sent;
+}
+
 int dm_etcd_lease_live(long long id)
 {
     dm_lock(&emu);

@@ -81,6 +81,9 @@ void dm_etcd_lease_unuse(void);
 int dm_etcd_lease_renew(long long id, long long *sent_ms);
 /* Is id the process's live lease? No I/O. */
 int dm_etcd_lease_live(long long id);
+/* When lease id was last renewed (sent), 0 when it is not the live one.
+ * No I/O. */
+long long dm_etcd_lease_sent(long long id);
 /* The store's thread: timers, the image's end, the lease between rounds. */
 int dm_etcd_timer_arm(struct dm_timer *t, long long at_ns, void (*fn)(void *arg), void *arg);
 void dm_etcd_timer_cancel(struct dm_timer *t);

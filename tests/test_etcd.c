@@ -1,0 +1,377 @@
+/* test_etcd: the etcd store (shim/etcd/) against a real 3-member etcd
+ * cluster (Debian's etcd-server, started here on free ports with temp data
+ * dirs and fast heartbeat/election settings, stopped by pid), with the
+ * exclusion checker (tests/checker.h) and, when the machine allows it, the
+ * two network-namespace "machines": faultworker processes on both run
+ * sections of one mapped mutex. What must hold: no two sections overlap,
+ * the counter they increment is exact, every fenced write is accepted
+ * (tokens only grow), through a leader killed mid-run and a restart of
+ * the whole cluster; a holder cut off from every member is stopped by
+ * on_lease_lost before another process enters. */
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <cmocka.h>
+
+#include "checker.h"
+#include "harness.h"
+
+#define WORKER   TH_BUILD "/tests/progs/faultworker"
+#define MEMBERS  3
+#define LEASE_MS 2000L
+#define RUN_MS   30000L
+
+static struct th_checker chk;
+static struct th_net net;
+static char shim_path[PATH_MAX], worker_path[PATH_MAX];
+
+struct member {
+    pid_t pid;
+    int cport, pport;
+};
+static struct member m[MEMBERS];
+static char data_root[64];
+static char addr[24] = "127.0.0.1";
+static char url[256];           /* etcd://a:p,b:p,c:p */
+static int have_etcd;
+static char etcd_path[PATH_MAX] = "/usr/bin/etcd";
+
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    inet_pton(AF_INET, addr, &a.sin_addr);
+    socklen_t l = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(s, (struct sockaddr *)&a, &l) != 0)
+        return -1;
+    int p = ntohs(a.sin_port);
+    close(s);
+    return p;
+}
+
+static void member_start(int i, int fresh)
+{
+    char name[8], dir[128], curl[64], purl[64], cluster[512] = "", logf[160];
+    snprintf(name, sizeof name, "m%d", i);
+    snprintf(dir, sizeof dir, "%s/%s", data_root, name);
+    snprintf(curl, sizeof curl, "http://%s:%d", addr, m[i].cport);
+    snprintf(purl, sizeof purl, "http://%s:%d", addr, m[i].pport);
+    snprintf(logf, sizeof logf, "%s/%s.log", data_root, name);
+    for (int k = 0; k < MEMBERS; k++) {
+        char one[96];
+        snprintf(one, sizeof one, "%sm%d=http://%s:%d", k ? "," : "", k, addr, m[k].pport);
+        strcat(cluster, one);
+    }
+    char *argv[] = { etcd_path, "--name", name, "--data-dir", dir, "--listen-client-urls", curl,
+                     "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+                     "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+                     "--initial-cluster-token", "dmx-test", "--initial-cluster-state",
+                     fresh ? "new" : "existing", "--heartbeat-interval", "50",
+                     "--election-timeout", "500", "--logger", "zap", "--log-outputs", logf, NULL };
+    /* Not th_child: a test's teardown kills its children, and the
+     * cluster outlives the tests (the group's teardown and atexit stop it). */
+    m[i].pid = th_spawn(argv, NULL, "/dev/null");
+}
+
+static void member_kill(int i)
+{
+    if (m[i].pid > 0) {
+        kill(m[i].pid, SIGKILL);
+        waitpid(m[i].pid, NULL, 0);     /* its ports and data dir free again */
+        m[i].pid = 0;
+    }
+}
+
+/* The member that is the leader now (by its own status), or -1. */
+static int leader(void)
+{
+    for (int i = 0; i < MEMBERS; i++) {
+        if (m[i].pid <= 0)
+            continue;
+        char cmd[256], buf[1024] = "";
+        snprintf(cmd, sizeof cmd, "curl -s -m 1 http://%s:%d/v3/maintenance/status -d '{}'",
+                 addr, m[i].cport);
+        FILE *f = popen(cmd, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        pclose(f);
+        char *mid = strstr(buf, "\"member_id\":\""), *ld = strstr(buf, "\"leader\":\"");
+        if (mid && ld && strncmp(mid + 13, ld + 10, strcspn(ld + 10, "\"")) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static int wait_leader(long ms)
+{
+    long long end = th_now_ms() + ms;
+    while (th_now_ms() < end) {
+        int l = leader();
+        if (l >= 0)
+            return l;
+        usleep(50000);
+    }
+    return -1;
+}
+
+static void cluster_start(int fresh)
+{
+    for (int i = 0; i < MEMBERS; i++)
+        member_start(i, fresh);
+    if (wait_leader(20000) < 0)
+        fail_msg("the etcd cluster elected no leader in 20 s (logs in %s)", data_root);
+}
+
+static void cluster_stop(void)
+{
+    for (int i = 0; i < MEMBERS; i++)
+        member_kill(i);
+}
+
+static void cluster_stop_at_exit(void)
+{
+    for (int i = 0; i < MEMBERS; i++)
+        if (m[i].pid > 0)
+            kill(m[i].pid, SIGKILL);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    th_machines_group_start(&chk, &net, 600, "test_etcd",
+                            "the processes run on this machine, the cut-off test is skipped");
+    FILE *f = popen("command -v etcd", "r");
+    if (f) {
+        if (!fgets(etcd_path, sizeof etcd_path, f))
+            etcd_path[0] = '\0';
+        etcd_path[strcspn(etcd_path, "\n")] = '\0';
+        pclose(f);
+    }
+    if (!etcd_path[0]) {
+        printf("test_etcd: etcd is not installed (tools/deps.sh installs etcd-server)\n");
+        return 0;
+    }
+    have_etcd = 1;
+    if (net.up)
+        snprintf(addr, sizeof addr, "%s", net.host_ip);
+    snprintf(data_root, sizeof data_root, "/tmp/dmutex-etcd-%d", (int)getpid());
+    mkdir(data_root, 0700);
+    size_t o = (size_t)snprintf(url, sizeof url, "etcd://");
+    for (int i = 0; i < MEMBERS; i++) {
+        m[i].cport = free_port();
+        m[i].pport = free_port();
+        o += (size_t)snprintf(url + o, sizeof url - o, "%s%s:%d", i ? "," : "", addr, m[i].cport);
+    }
+    th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, NULL);
+    atexit(cluster_stop_at_exit);
+    cluster_start(1);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    cluster_stop();
+    if (data_root[0])
+        th_sh("rm -rf %s", data_root);
+    return th_machines_group_teardown(state);
+}
+
+static int test_setup(void **state)
+{
+    if (!have_etcd)
+        skip();
+    if (wait_leader(20000) < 0)
+        fail_msg("no etcd leader before the test");
+    return th_machines_test_setup(state);
+}
+
+static char *config(const char *name)
+{
+    return th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nbatch_ms = 0;\nmutexes = ( { symbol = \"fault_lock\"; name = \"%s\"; } );\n",
+        LEASE_MS, name));
+}
+
+/* faultworker ARGS... (NULL-terminated) on machine ns (NULL: here). */
+static pid_t worker(const char *cfg, const char *ns, const char *out, ...)
+{
+    static struct th_shim_env e;
+    char **env = cfg ? th_shim_env(&e, cfg, url, NULL) : NULL;
+    va_list ap;
+    va_start(ap, out);
+    pid_t pid = th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, worker_path, out, ap);
+    va_end(ap);
+    return pid;
+}
+
+/* np loop workers, alternating machines, for ms. */
+static void start_loop(const char *cfg, int np, const char *ms, char **out, pid_t *p)
+{
+    for (int i = 0; i < np; i++) {
+        out[i] = th_out_file();
+        p[i] = worker(cfg, net.ns[i % 2], out[i], "loop", "-t", "2", "-d", ms, "-u", "200", "-c", NULL);
+    }
+}
+
+static long long finish_loop(int np, char **out, pid_t *p)
+{
+    long long sections = 0;
+    for (int i = 0; i < np; i++) {
+        char *text = th_finish(p[i], out[i], 0, RUN_MS);
+        sections += th_field_after(text, "done ");
+        free(text);
+    }
+    return sections;
+}
+
+static void assert_exclusion(long long sections)
+{
+    th_checker_assert_no_overlap(&chk, 0);
+    long long seen = th_checker_get(&chk, 0, "sections");
+    long long count = th_checker_get(&chk, 0, "counter");
+    long long rejects = th_checker_get(&chk, 0, "rejects");
+    if (sections <= 0 || seen != sections)
+        fail_msg("the workers said %lld sections, the checker saw %lld", sections, seen);
+    if (count != sections)
+        fail_msg("the counter is %lld after %lld sections: an update was lost", count, sections);
+    if (rejects != 0)
+        fail_msg("%lld fenced writes were rejected: a token did not grow", rejects);
+    printf("measured: %lld sections, counter exact, 0 overlaps, 0 rejected writes\n", sections);
+}
+
+static void test_counter_is_exact_and_tokens_grow_across_machines(void **s)
+{
+    (void)s;
+    char *out[4];
+    pid_t p[4];
+    start_loop(config("etcd_counter"), 4, "3000", out, p);
+    assert_exclusion(finish_loop(4, out, p));
+}
+
+static void test_leader_killed_mid_run_keeps_exclusion_and_every_process_finishes(void **s)
+{
+    (void)s;
+    char *out[4];
+    pid_t p[4];
+    start_loop(config("etcd_leader"), 4, "6000", out, p);
+    usleep(2000000);
+    int l = leader();
+    if (l < 0)
+        fail_msg("no leader to kill");
+    long long t0 = th_now_ms();
+    member_kill(l);
+    int nl = wait_leader(10000);
+    printf("measured: member m%d (the leader) killed; m%d leads after %lld ms\n", l, nl,
+           th_now_ms() - t0);
+    assert_exclusion(finish_loop(4, out, p));
+    member_start(l, 0);         /* back, for the next tests */
+}
+
+static void test_minority_member_cut_off_keeps_exclusion(void **s)
+{
+    (void)s;
+    /* One member stopped (SIGSTOP: it keeps its connections, answers
+     * nothing), then let go: the minority that cannot answer. */
+    char *out[4];
+    pid_t p[4];
+    start_loop(config("etcd_minority"), 4, "5000", out, p);
+    usleep(1500000);
+    int l = leader();
+    int victim = (l + 1) % MEMBERS;
+    kill(m[victim].pid, SIGSTOP);
+    usleep(2000000);
+    kill(m[victim].pid, SIGCONT);
+    assert_exclusion(finish_loop(4, out, p));
+}
+
+/* The token of the first "inside TOKEN" line of a once run. */
+static unsigned long long once_token(const char *cfg)
+{
+    char *out = th_out_file();
+    pid_t w = worker(cfg, net.ns[0], out, "once", "lock", NULL);
+    char *text = th_finish(w, out, 0, RUN_MS);
+    unsigned long long t = (unsigned long long)th_field_after(text, "inside ");
+    if (!t)
+        fail_msg("no token in:\n%s", text);
+    free(text);
+    return t;
+}
+
+static void test_restart_of_the_whole_cluster_keeps_tokens_growing(void **s)
+{
+    (void)s;
+    char *cfg = config("etcd_restart");
+    unsigned long long before = once_token(cfg);
+    cluster_stop();
+    cluster_start(0);
+    unsigned long long after = once_token(cfg);
+    printf("measured: token %llu before the restart, %llu after\n", before, after);
+    if (after <= before)
+        fail_msg("token %llu after the restart is not above %llu before it", after, before);
+}
+
+/* The holder's death and the waiter's entry on one clock (the machines
+ * share CLOCK_MONOTONIC): the checker's own overlap count would also see
+ * the dead holder's section, which never says it left. */
+static void test_holder_cut_off_from_every_member_stops_before_another_enters(void **s)
+{
+    (void)s;
+    if (!net.up)
+        skip();
+    char *cfg = config("etcd_cutoff");
+    char *hout = th_out_file(), *go = th_go_file(), *wout = th_out_file();
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    th_sh("ip link set %s down", net.veth[0]);
+    long long cut = th_now_ms();
+    pid_t w = worker(cfg, net.ns[1], wout, "once", "lock", NULL);
+    long long died = 0;
+    int st = th_wait_end(h, RUN_MS, &died, NULL);
+    char *wtext = th_finish(w, wout, 0, RUN_MS);
+    th_net_reconnect(&net);
+    th_touch(go);
+    if (!(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT))
+        fail_msg("the cut-off holder did not abort (status %d)", st);
+    const char *in = strstr(wtext, "inside ");
+    long long entered = 0;
+    unsigned long long tok;
+    if (!in || sscanf(in, "inside %llu %lld", &tok, &entered) != 2)
+        fail_msg("the waiter never said it entered:\n%s", wtext);
+    if (entered <= died)
+        fail_msg("the waiter entered at %lld, before the cut-off holder died at %lld", entered, died);
+    printf("measured: the cut-off holder aborted %lld ms after the cut (lease %ld ms); the "
+           "waiter entered %lld ms after that\n", died - cut, LEASE_MS, entered - died);
+    free(wtext);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_counter_is_exact_and_tokens_grow_across_machines),
+        T(test_leader_killed_mid_run_keeps_exclusion_and_every_process_finishes),
+        T(test_minority_member_cut_off_keeps_exclusion),
+        T(test_restart_of_the_whole_cluster_keeps_tokens_growing),
+        T(test_holder_cut_off_from_every_member_stops_before_another_enters),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
