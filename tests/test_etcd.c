@@ -362,6 +362,71 @@ static void test_holder_cut_off_from_every_member_stops_before_another_enters(vo
     free(wtext);
 }
 
+/* `dmutex ls --json -r URL`'s object of lock `name` (its line), or "" */
+static void ls_row(const char *name, char *row, size_t len)
+{
+    char cmd[512], want[300];
+    snprintf(cmd, sizeof cmd, TH_BUILD "/dmutex ls --json -r '%s' 2>&1", url);
+    snprintf(want, sizeof want, "{\"name\": \"%s\",", name);
+    FILE *f = popen(cmd, "r");
+    row[0] = '\0';
+    char line[1024];
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, want))
+            snprintf(row, len, "%s", line);
+    if (f)
+        pclose(f);
+}
+
+static void test_trylock_and_timedlock_on_a_held_lock_fail_and_leave_no_key(void **s)
+{
+    (void)s;
+    char *cfg = config("etcd_try");
+    char *hout = th_out_file(), *go = th_go_file();
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    char *tout = th_out_file(), *dout = th_out_file();
+    char *tt = th_finish(worker(cfg, net.ns[1], tout, "once", "try", NULL), tout, 0, RUN_MS);
+    th_assert_has(tt, "try EBUSY");
+    char *dt = th_finish(worker(cfg, net.ns[1], dout, "once", "timed:400", NULL), dout, 0, RUN_MS);
+    th_assert_has(dt, "timed:400 ETIMEDOUT");
+    char row[1024];
+    ls_row("etcd_try", row, sizeof row);
+    /* held, with no waiter left behind by the two that gave up */
+    printf("measured: dmutex ls --json while held: %s", row);
+    if (!strstr(row, "\"state\": \"held\"") || !strstr(row, "\"waiters\": 0,"))
+        fail_msg("dmutex ls after a trylock and a timedlock gave up: \"%s\"", row);
+    th_touch(go);
+    free(th_finish(h, hout, 0, RUN_MS));
+    ls_row("etcd_try", row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\""))
+        fail_msg("dmutex ls after the holder's unlock: \"%s\"", row);
+    free(tt);
+    free(dt);
+}
+
+static void test_killed_holder_of_a_robust_mutex_gives_the_next_eownerdead(void **s)
+{
+    (void)s;
+    char *cfg = config("etcd_robust");
+    char *hout = th_out_file(), *go = th_go_file(), *wout = th_out_file();
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-r", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    long long t0 = th_now_ms();
+    kill(h, SIGKILL);
+    th_wait_end(h, RUN_MS, NULL, NULL);
+    th_checker_forget(&chk, h);
+    char *wt = th_finish(worker(cfg, net.ns[1], wout, "once", "lock", "-r", NULL), wout, 0, RUN_MS);
+    th_assert_has(wt, "ownerdead");
+    long long took = th_now_ms() - t0;
+    printf("measured: the next holder got EOWNERDEAD %lld ms after the kill (lease %ld ms)\n",
+           took, LEASE_MS);
+    if (took > 3 * LEASE_MS + 5000)
+        fail_msg("the dead holder's lock freed only after %lld ms", took);
+    free(wt);
+    th_touch(go);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
 
 int main(void)
@@ -372,6 +437,8 @@ int main(void)
         T(test_minority_member_cut_off_keeps_exclusion),
         T(test_restart_of_the_whole_cluster_keeps_tokens_growing),
         T(test_holder_cut_off_from_every_member_stops_before_another_enters),
+        T(test_trylock_and_timedlock_on_a_held_lock_fail_and_leave_no_key),
+        T(test_killed_holder_of_a_robust_mutex_gives_the_next_eownerdead),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
