@@ -1365,11 +1365,59 @@ static void test_url_cluster_bad_ones_say_what_is_wrong(void **state)
     url_bad("redis-cluster://u:@h", "empty password");
 }
 
+static void test_etcd_group_selects_etcd_with_its_members_and_timeouts(void **state)
+{
+    (void)state;
+    load_ok("etcd = { endpoints = ( \"http://10.0.0.1:2379\", \"10.0.0.2\", \"http://[::1]:32379/\" );\n"
+            "  command_timeout_ms = 700; };\nmutexes = ();\n");
+    assert_int_equal(cfg.etcd.nendpoints, 3);
+    assert_string_equal(cfg.etcd.endpoints[0].host, "10.0.0.1");
+    assert_int_equal(cfg.etcd.endpoints[0].port, 2379);
+    assert_string_equal(cfg.etcd.endpoints[1].host, "10.0.0.2");
+    assert_int_equal(cfg.etcd.endpoints[1].port, 2379);
+    assert_string_equal(cfg.etcd.endpoints[2].host, "::1");
+    assert_int_equal(cfg.etcd.endpoints[2].port, 32379);
+    assert_int_equal(cfg.redis.command_timeout_ms, 700);
+}
+
+static void test_etcd_group_errors_name_the_cause(void **state)
+{
+    (void)state;
+    expect_error("redis = { host = \"h\"; };\netcd = { endpoints = ( \"http://a:1\" ); };\n",
+                 "t.cfg:2: ", "etcd (line 2) and redis (line 1) exclude each other");
+    expect_error("etcd = { };\n", "t.cfg:1: ", "etcd.endpoints must name 1 to 16 members");
+    expect_error("etcd = { endpoints = ( \"https://a:1\" ); };\n", "t.cfg:1: ",
+                 "etcd.endpoints[0]", "TLS to etcd", "not supported yet");
+    expect_error("etcd = { endpoints = ( \"redis://a:1\" ); };\n", "t.cfg:1: ",
+                 "starts with http://");
+    expect_error("etcd = { endpoints = ( 5 ); };\n", "t.cfg:1: ", "must be a string");
+    expect_error("etcd = { endpoints = ( \"a:1\" ); port = 3; };\n", "t.cfg:1: ",
+                 "unknown key", "port");
+}
+
+static void test_etcd_url_names_the_members_and_a_redis_url_goes_back(void **state)
+{
+    (void)state;
+    dm_config_defaults(&cfg);
+    assert_int_equal(dm_config_set_redis_url(&cfg, "etcd://a:1,b,[::1]:3", err, sizeof err), 0);
+    assert_int_equal(cfg.etcd.nendpoints, 3);
+    assert_string_equal(cfg.etcd.endpoints[1].host, "b");
+    assert_int_equal(cfg.etcd.endpoints[1].port, 2379);
+    assert_string_equal(cfg.etcd.endpoints[2].host, "::1");
+    assert_int_equal(dm_config_set_redis_url(&cfg, "redis://h:7", err, sizeof err), 0);
+    assert_int_equal(cfg.etcd.nendpoints, 0);
+    assert_int_equal(cfg.redis.port, 7);
+    url_bad("etcd://", "names no member");
+    url_bad("etcd://a:1/x", "has a path");
+    url_bad("etcds://a:1", "not supported yet");
+    url_bad("etcd://a:99999", "etcd URL");
+}
+
 static void test_url_bad_ones_say_what_is_wrong(void **state)
 {
     (void)state;
     url_bad("", "empty");
-    url_bad("127.0.0.1:6379", "must start with redis://, rediss://, unix://, redis-sentinel://, rediss-sentinel:// or redis-cluster://");
+    url_bad("127.0.0.1:6379", "must start with redis://, rediss://, unix://, redis-sentinel://, rediss-sentinel://, redis-cluster:// or etcd://");
     url_bad("http://h", "unknown scheme \"http\"");
     url_bad("redis://", "host");
     url_bad("redis://:6379", "host");
@@ -2010,6 +2058,9 @@ int main(void)
         T(test_plain_url_over_a_tls_config_is_an_error_naming_both),
         T(test_url_rediss_sentinel_turns_tls_on_for_sentinels_and_nodes),
         T(test_url_bad_ones_say_what_is_wrong),
+        T(test_etcd_group_selects_etcd_with_its_members_and_timeouts),
+        T(test_etcd_group_errors_name_the_cause),
+        T(test_etcd_url_names_the_members_and_a_redis_url_goes_back),
         T(test_sentinel_keys_load_with_default_port_and_credentials),
         T(test_min_replicas_defaults_to_0_and_its_timeout_to_at_most_renew_ms),
         T(test_sentinel_config_errors_name_the_key_and_line),
