@@ -32,13 +32,15 @@
 #include "harness.h"
 
 #define WORKER   TH_BUILD "/tests/progs/faultworker"
+#define RWPROG   TH_BUILD "/tests/progs/rwprog"
 #define MEMBERS  3
 #define LEASE_MS 2000L
 #define RUN_MS   30000L
 
 static struct th_checker chk;
 static struct th_net net;
-static char shim_path[PATH_MAX], worker_path[PATH_MAX];
+static char shim_path[PATH_MAX], worker_path[PATH_MAX], rw_path[PATH_MAX];
+static struct th_redis ds;      /* the data server of rwprog */
 
 struct member {
     pid_t pid;
@@ -180,7 +182,8 @@ static int group_setup(void **state)
         m[i].pport = free_port();
         o += (size_t)snprintf(url + o, sizeof url - o, "%s%s:%d", i ? "," : "", addr, m[i].cport);
     }
-    th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, NULL);
+    th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, RWPROG, rw_path, NULL);
+    th_redis_start(&ds, addr, NULL);
     atexit(cluster_stop_at_exit);
     cluster_start(1);
     return 0;
@@ -189,6 +192,8 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     cluster_stop();
+    if (ds.pid > 0)
+        th_redis_stop(&ds);
     if (data_root[0])
         th_sh("rm -rf %s", data_root);
     return th_machines_group_teardown(state);
@@ -427,6 +432,77 @@ static void test_killed_holder_of_a_robust_mutex_gives_the_next_eownerdead(void 
     th_touch(go);
 }
 
+/* rwprog MODE ARGS... (NULL-terminated) on machine ns (NULL: here), its
+ * rwlock routes_lock mapped as etcd_rw, state under the test's prefix. */
+static pid_t rw(const char *ns, const char *out, const char *mode, ...)
+{
+    /* a test's files go with it: one config per call */
+    char *cfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nmutexes = ();\n"
+                                           "rwlocks = ( { symbol = \"routes_lock\"; name = \"etcd_rw\"; } );\n",
+                                           LEASE_MS));
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfg, url, NULL);
+    const char *args[12] = { mode, ds.addr, ds.port_text, chk.prefix };
+    int k = 4;
+    va_list ap;
+    va_start(ap, mode);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL && k < 11;)
+        args[k++] = a;
+    va_end(ap);
+    args[k] = NULL;
+    if (ns && net.up)
+        return th_checker_prog(&chk, NULL, &net, ns, env, rw_path, args, out);
+    char *argv[14] = { rw_path };
+    for (int i = 0; i <= k; i++)
+        argv[i + 1] = (char *)args[i];
+    return th_child(argv, env, out);
+}
+
+static void test_rwlock_readers_on_two_machines_share_and_a_writer_waits_for_both(void **s)
+{
+    (void)s;
+    char *a = th_out_file(), *b = th_out_file(), *ga = th_go_file(), *gb = th_go_file();
+    pid_t ra = rw(net.ns[0], a, "hold", "rd", ga, NULL);
+    th_wait_for(a, "held", RUN_MS);
+    pid_t rb = rw(net.ns[1], b, "hold", "rd", gb, NULL);
+    th_wait_for(b, "held", RUN_MS);     /* both inside at once: shared */
+    char *t = th_out_file();
+    char *tt = th_finish(rw(NULL, t, "try", "wr", NULL), t, 0, RUN_MS);
+    th_assert_has(tt, "rc EBUSY");
+    char *w = th_out_file();
+    pid_t wp = rw(NULL, w, "write1", NULL);
+    usleep(300000);
+    th_touch(ga);
+    free(th_finish(ra, a, 0, RUN_MS));
+    usleep(300000);
+    th_touch(gb);
+    free(th_finish(rb, b, 0, RUN_MS));
+    char *wtext = th_finish(wp, w, 0, RUN_MS);
+    long long waited = th_field_after(wtext, "waited ");
+    if (waited < 500)
+        fail_msg("the writer waited %lld ms: it got in while a reader held the lock\n%s", waited, wtext);
+    printf("measured: the writer waited %lld ms for two readers on two machines\n", waited);
+    free(tt);
+    free(wtext);
+}
+
+static void test_rwlock_mix_on_two_machines_has_no_torn_read(void **s)
+{
+    (void)s;
+    char *o[2];
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        o[i] = th_out_file();
+        p[i] = rw(net.ns[i], o[i], "mix", "20", "2", "20", "500", NULL);
+    }
+    for (int i = 0; i < 2; i++) {
+        char *text = th_finish(p[i], o[i], 0, RUN_MS);
+        th_assert_has(text, "torn 0 inwrite 0");
+        printf("measured: %s", strstr(text, "torn"));
+        free(text);
+    }
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
 
 int main(void)
@@ -439,6 +515,8 @@ int main(void)
         T(test_holder_cut_off_from_every_member_stops_before_another_enters),
         T(test_trylock_and_timedlock_on_a_held_lock_fail_and_leave_no_key),
         T(test_killed_holder_of_a_robust_mutex_gives_the_next_eownerdead),
+        T(test_rwlock_readers_on_two_machines_share_and_a_writer_waits_for_both),
+        T(test_rwlock_mix_on_two_machines_has_no_torn_read),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

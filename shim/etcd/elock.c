@@ -125,20 +125,33 @@ void dm_elock_rwlock(struct dm_store_lock *pl)
 
 /* "...": a base64 key (b64 of key) into the body, without quotes. */
 struct keys {
+    int read;           /* a reader's: it waits only for older writers */
     char queue[DM_ETCD_KEY_MAX], mine[DM_ETCD_KEY_MAX], marker[DM_ETCD_KEY_MAX];
     char queue64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], end64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
     char mine64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], marker64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+    /* the keys this one waits for: every key (a writer), the writers' (a reader) */
+    char before64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], bend64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
 };
 
-static void keys_make(struct keys *k, const char *name, long long lease)
+static void keys_make(struct keys *k, const char *name, long long lease, int read)
 {
+    k->read = read;
     dm_etcd_queue_prefix(k->queue, sizeof k->queue, name);
-    dm_etcd_queue_key(k->mine, sizeof k->mine, name, lease);
+    dm_etcd_queue_key(k->mine, sizeof k->mine, name, lease, read);
     dm_etcd_marker_key(k->marker, sizeof k->marker, name);
     dm_etcd_b64(k->queue, k->queue64);
     dm_etcd_prefix_end_b64(k->queue, k->end64);
     dm_etcd_b64(k->mine, k->mine64);
     dm_etcd_b64(k->marker, k->marker64);
+    if (read) {
+        char w[DM_ETCD_KEY_MAX];
+        dm_etcd_writers_prefix(w, sizeof w, name);
+        dm_etcd_b64(w, k->before64);
+        dm_etcd_prefix_end_b64(w, k->bend64);
+    } else {
+        memcpy(k->before64, k->queue64, sizeof k->before64);
+        memcpy(k->bend64, k->end64, sizeof k->bend64);
+    }
 }
 
 static void b64s(const char *s, char *out)
@@ -251,23 +264,25 @@ static int txn_enqueue(const struct keys *k, const char *owner, long long lease,
     b64s(owner, owner64);
     snprintf(held, sizeof held, "held %s", owner);
     b64s(held, held64);
-    char body[BODY_MAX], fail[2048];
+    char body[BODY_MAX], fail[2048], mark[1024] = "";
     if (try)
         snprintf(fail, sizeof fail,
                  "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_order\":\"ASCEND\","
-                 "\"sort_target\":\"CREATE\",\"limit\":1}}", k->queue64, k->end64);
+                 "\"sort_target\":\"CREATE\",\"limit\":1}}", k->before64, k->bend64);
     else
         snprintf(fail, sizeof fail,
                  "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}},"
                  "{\"request_range\":{\"key\":\"%s\"}}", k->mine64, owner64, lease, k->mine64);
+    if (!k->read)       /* a writer's grant is recorded; readers' are not (robust: writers) */
+        snprintf(mark, sizeof mark, ",{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}",
+                 k->marker64, held64);
     snprintf(body, sizeof body,
              "{\"compare\":[{\"key\":\"%s\",\"range_end\":\"%s\",\"target\":\"CREATE\","
              "\"result\":\"EQUAL\",\"create_revision\":\"0\"}],"
              "\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
-                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}},"
-                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}],"
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}}%s],"
              "\"failure\":[%s]}",
-             k->queue64, k->end64, k->marker64, k->mine64, owner64, lease, k->marker64, held64, fail);
+             k->before64, k->bend64, k->marker64, k->mine64, owner64, lease, mark, fail);
     return dm_etcd_call("/v3/kv/txn", body, now_deadline(), r, how, why, wl);
 }
 
@@ -279,26 +294,45 @@ static int txn_confirm(const struct keys *k, const char *owner, long long rev,
     char held[DM_OWNER_MAX + 8], held64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
     snprintf(held, sizeof held, "held %s", owner);
     b64s(held, held64);
-    char body[BODY_MAX];
+    char body[BODY_MAX], mark[1024];
+    if (k->read) {
+        /* A reader writes nothing: a look, on the leader, at its key and
+         * at the newest writer older than it (none: it holds, since no
+         * older writer can come later). A compare cannot say "no key in
+         * a range is older", when the range may be empty. */
+        snprintf(body, sizeof body,
+                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+                                "\"create_revision\":\"%lld\"}],"
+                 "\"success\":[{\"request_range\":{\"key\":\"%s\",\"count_only\":true}},"
+                              "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_order\":\"DESCEND\","
+                               "\"sort_target\":\"CREATE\",\"limit\":1,\"max_create_revision\":\"%lld\","
+                               "\"keys_only\":true}},"
+                              "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}}],"
+                 "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+                 k->mine64, rev, k->marker64, k->before64, k->bend64, rev - 1, k->queue64, k->end64,
+                 k->mine64);
+        return dm_etcd_call("/v3/kv/txn", body, now_deadline(), r, how, why, wl);
+    }
+    snprintf(mark, sizeof mark, "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}",
+             k->marker64, held64);
     snprintf(body, sizeof body,
              "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
                             "\"create_revision\":\"%lld\"},"
                            "{\"key\":\"%s\",\"range_end\":\"%s\",\"target\":\"CREATE\","
                             "\"result\":\"GREATER\",\"create_revision\":\"%lld\"}],"
-             "\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
-                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}},"
+             "\"success\":[{\"request_range\":{\"key\":\"%s\"}},%s,"
                           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}}],"
              "\"failure\":[{\"request_range\":{\"key\":\"%s\"}},"
                           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_order\":\"DESCEND\","
                            "\"sort_target\":\"CREATE\",\"limit\":1,\"max_create_revision\":\"%lld\","
                            "\"keys_only\":true}}]}",
-             k->mine64, rev, k->queue64, k->end64, rev - 1, k->marker64, k->marker64, held64,
-             k->queue64, k->end64, k->mine64, k->queue64, k->end64, rev - 1);
+             k->mine64, rev, k->before64, k->bend64, rev - 1, k->marker64, mark,
+             k->queue64, k->end64, k->mine64, k->before64, k->bend64, rev - 1);
     return dm_etcd_call("/v3/kv/txn", body, now_deadline(), r, how, why, wl);
 }
 
 static void granted(struct dm_elock *l, struct dm_grant *g, long long lease, long long rev,
-                    long long sent_ms, int waited, int dead, int more, const char *owner)
+                    long long sent_ms, int waited, int dead, int more, const char *owner, int read)
 {
     memset(g, 0, sizeof *g);
     /* The lease runs from its last renewal, which may be after the call
@@ -316,6 +350,7 @@ static void granted(struct dm_elock *l, struct dm_grant *g, long long lease, lon
     dm_lock(&locks_mu);
     l->lease = lease;
     l->rev = rev;
+    l->read = read;
     snprintf(l->owner, sizeof l->owner, "%s", owner);
     dm_unlock(&locks_mu);
     dm_stats_add(&dm_store_counts(&l->pub)->acquisitions, 1);
@@ -347,6 +382,7 @@ int dm_elock_acquire(struct dm_store_lock *pl, const char *owner, const struct t
 {
     struct dm_elock *l = dm_elock_of(pl);
     int try = (flags & DM_ACQ_TRY) != 0;
+    int read = (flags & DM_ACQ_READ) != 0 && pl->rw;
     struct dm_backoff bo = DM_BACKOFF_INIT(20, 1000);
     struct keys k;
     char why[400];
@@ -366,7 +402,7 @@ again:;
             return rc;
         goto again;
     }
-    keys_make(&k, l->name, lease);
+    keys_make(&k, l->name, lease, read);
     dm_etcd_lease_use();
     if (txn_enqueue(&k, owner, lease, try, &r, &how, why, sizeof why) != 0) {
         dm_etcd_lease_unuse();
@@ -378,9 +414,9 @@ again:;
     }
     if (dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"))) {
         long long rev = dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0);
-        int dead = marker_dead(&r.j, range_kv(&r.j, 0), owner);
+        int dead = !read && marker_dead(&r.j, range_kv(&r.j, 0), owner);
         dm_etcd_reply_free(&r);
-        granted(l, g, lease, rev, sent_ms, 0, dead, 0, owner);
+        granted(l, g, lease, rev, sent_ms, 0, dead, 0, owner, read);
         return 0;
     }
     long long rev;
@@ -415,8 +451,14 @@ again:;
             continue;
         }
         dm_backoff_reset(&bo);
-        if (dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"))) {
-            int dead = marker_dead(&r.j, range_kv(&r.j, 0), owner);
+        /* writer: succeeded = granted, else our key and the one before it;
+         * reader: succeeded = our key is there, and the writer before it
+         * (none: granted); else our key is gone */
+        int ok = dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"));
+        if (read && ok && range_kv(&r.j, 1) >= 0)
+            ok = 0;
+        if (ok) {
+            int dead = !read && marker_dead(&r.j, range_kv(&r.j, 0), owner);
             int more = range_count(&r.j, 2) > 1;
             dm_etcd_reply_free(&r);
             if (!dm_etcd_lease_live(lease)) {
@@ -426,11 +468,12 @@ again:;
                 dm_etcd_lease_unuse();
                 goto again;
             }
-            granted(l, g, lease, rev, sent_ms, 1, dead, more, owner);
+            granted(l, g, lease, rev, sent_ms, 1, dead, more, owner, read);
             return 0;
         }
         int mine = range_kv(&r.j, 0);
-        if (dm_json_int(&r.j, dm_json_get(&r.j, mine, "create_revision"), 0) != rev) {
+        if (read ? !dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"))
+                 : dm_json_int(&r.j, dm_json_get(&r.j, mine, "create_revision"), 0) != rev) {
             /* our key is gone: the lease ran out while we waited (never
              * granted: etcd 3.4's lock service would say granted here) */
             dm_etcd_reply_free(&r);
@@ -451,8 +494,16 @@ again:;
             dm_etcd_lease_unuse();
             return EBUSY;
         }
-        if (pn <= 0)
-            continue;       /* deleted between the compares and the range: look again */
+        if (pn <= 0) {
+            /* one Txn sees one revision: a failed compare with our key
+             * there has an older key in the range; an answer without it
+             * is one we cannot read. Again, not in a tight loop. */
+            static long said;
+            dm_log_every(&said, 10000, DM_LOG_WARN, "lock %s: etcd's answer named no key before "
+                         "ours; looking again", l->name);
+            dm_sleep_ms(dm_backoff_next(&bo));
+            continue;
+        }
         if (wait_deleted(pred64, made, from, deadline) == ETIMEDOUT) {
             /* a grant that races the timeout is undone by the delete */
             withdraw(l, &k, owner);
@@ -465,10 +516,10 @@ again:;
 /* Txn: our key still at token -> deleted, the marker "free"; else the
  * marker, to tell a retry from a loss. */
 static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, long long lease,
-                       int retry)
+                       int read, int retry)
 {
     struct keys k;
-    keys_make(&k, l->name, lease);
+    keys_make(&k, l->name, lease, read);
     char freed[DM_OWNER_MAX + 8], freed64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
     snprintf(freed, sizeof freed, "free %s", owner);
     b64s(freed, freed64);
@@ -486,7 +537,7 @@ static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, lo
     int e = dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why);
     if (e) {
         if (how == DM_FAIL_NOREPLY && !retry)
-            return release_txn(l, owner, token, lease, 1) == 0 ? 0 : EIO;
+            return release_txn(l, owner, token, lease, read, 1) == 0 ? 0 : EIO;
         dm_stats_add(&dm_store_counts(&l->pub)->redis_errors, 1);
         dm_warn("lock %s: release: %s; the lease ends the hold", l->name, why);
         return EIO;
@@ -522,10 +573,11 @@ int dm_elock_release(struct dm_store_lock *pl, const char *owner, uint64_t token
     struct dm_elock *l = dm_elock_of(pl);
     dm_lock(&locks_mu);
     long long lease = (uint64_t)l->rev == token ? l->lease : 0;
+    int read = l->read;
     dm_unlock(&locks_mu);
     if (!lease)
         return EPERM;
-    int r = release_txn(l, owner, token, lease, 0);
+    int r = release_txn(l, owner, token, lease, read, 0);
     hold_ends(l, token);
     return r;
 }
@@ -562,7 +614,7 @@ void dm_elock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res
             leases[i] = l->lease;
             dm_unlock(&locks_mu);
             char key[DM_ETCD_KEY_MAX], key64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
-            dm_etcd_queue_key(key, sizeof key, l->name, leases[i]);
+            dm_etcd_queue_key(key, sizeof key, l->name, leases[i], holds[at + i].read);
             dm_etcd_b64(key, key64);
             o += (size_t)sprintf(body + o, "%s{\"request_range\":{\"key\":\"%s\"}}", i ? "," : "", key64);
         }
@@ -603,7 +655,7 @@ static void want_event(void *arg, const struct dm_json *j, int ev)
         return;
     dm_lock(&locks_mu);
     char mine[DM_ETCD_KEY_MAX];
-    dm_etcd_queue_key(mine, sizeof mine, l->name, l->lease);
+    dm_etcd_queue_key(mine, sizeof mine, l->name, l->lease, l->read);
     int own = l->lease && strcmp(key, mine) == 0;
     void (*fn)(void *) = l->want_fn;
     void *fa = l->want_arg;

@@ -16,6 +16,7 @@ struct dm_elock {
     int refs;
     long long lease;                /* the hold's lease (its key's name); locks_mu */
     long long rev;                  /* the hold's token, 0: none; locks_mu */
+    int read;                       /* the hold is an rwlock's read hold; locks_mu */
     char owner[DM_OWNER_MAX];
     struct dm_watch *want;          /* the queue's new keys, for want_watch */
     void (*want_fn)(void *arg);

@@ -79,9 +79,14 @@ void dm_etcd_queue_prefix(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s#%s#q#", ns(), name);
 }
 
-void dm_etcd_queue_key(char *buf, size_t len, const char *name, long long lease)
+void dm_etcd_queue_key(char *buf, size_t len, const char *name, long long lease, int read)
 {
-    snprintf(buf, len, "%s#%s#q#%llx", ns(), name, (unsigned long long)lease);
+    snprintf(buf, len, "%s#%s#q#%c%llx", ns(), name, read ? 'r' : 'w', (unsigned long long)lease);
+}
+
+void dm_etcd_writers_prefix(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s#%s#q#w", ns(), name);
 }
 
 void dm_etcd_marker_key(char *buf, size_t len, const char *name)

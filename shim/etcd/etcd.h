@@ -7,9 +7,11 @@
  *
  * The layout of a lock's keys (namespace NS, lock NAME; neither can hold
  * '#'):
- *   NS#NAME#q#<lease hex>  a process's place in the queue, under its lease;
+ *   NS#NAME#q#w<lease hex> a process's place in the queue, under its lease;
  *                          the oldest (create_revision) holds the lock, and
  *                          that revision is the fencing token. Value: the owner.
+ *   NS#NAME#q#r<lease hex> an rwlock's reader: it holds once no writer's key
+ *                          (q#w) is older than it; readers share.
  *   NS#NAME#m              how the last grant ended: "held <owner>",
  *                          "free <owner>", "forced <owner> by <who>"; no lease.
  *   NS#NAME#c              a listed cond's signals: each put is one
@@ -64,7 +66,8 @@ void dm_etcd_prefix_end_b64(const char *prefix, char *out);
 
 /* A lock's keys (the layout above). */
 void dm_etcd_queue_prefix(char *buf, size_t len, const char *name);
-void dm_etcd_queue_key(char *buf, size_t len, const char *name, long long lease);
+void dm_etcd_queue_key(char *buf, size_t len, const char *name, long long lease, int read);
+void dm_etcd_writers_prefix(char *buf, size_t len, const char *name);
 void dm_etcd_marker_key(char *buf, size_t len, const char *name);
 void dm_etcd_cond_key(char *buf, size_t len, const char *name);
 

@@ -278,9 +278,12 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
     size_t cap = 0;
     int kvs = dm_json_get(&r.j, 0, "kvs");
     int nk = dm_json_len(&r.j, kvs);
-    /* The queue's oldest key of each name holds it. */
+    /* The queue's oldest key of each name holds it; an rwlock's readers
+     * (q#r) older than its oldest writer (q#w) hold it together. */
     long long *best = calloc((size_t)nk + 1, sizeof *best);
-    for (int i = 0; i < nk && best; i++) {
+    long long *minw = calloc((size_t)nk + 1, sizeof *minw);
+    for (int pass = 0; pass < 2 && best && minw; pass++)
+    for (int i = 0; i < nk; i++) {
         int kv = dm_json_at(&r.j, kvs, i);
         char key[DM_ETCD_KEY_MAX], val[DM_OWNER_MAX + 300];
         if (dm_json_b64(&r.j, dm_json_get(&r.j, kv, "key"), key, sizeof key) < 0)
@@ -296,13 +299,31 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
         if (!row)
             break;
         size_t at = (size_t)(row - *rows);
+        long long cr = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
+        int reader = kind[0] == 'q' && kind[1] == '#' && kind[2] == 'r';
+        if (pass == 1) {
+            if (reader && (!minw[at] || cr < minw[at])) {
+                row->readers++;
+                row->waiters--;
+                if (cr == best[at]) {       /* readers hold it */
+                    row->state = "read";
+                    free(row->owner);
+                    free(row->holds);
+                    row->owner = row->holds = NULL;
+                    row->waiters++;         /* the holder was not counted */
+                }
+            }
+            continue;
+        }
         if (kind[0] == 'q') {
-            long long cr = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
+            if (!reader && (!minw[at] || cr < minw[at]))
+                minw[at] = cr;
             if (!row->owner || cr < best[at]) {
                 if (row->owner)
                     row->waiters++;
                 free(row->owner);
                 free(row->token);
+                free(row->holds);
                 row->owner = strdup(val);
                 char t[32];
                 snprintf(t, sizeof t, "%lld", cr);
@@ -317,6 +338,7 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
                          ? "expired" : "free";
         }
     }
+    free(minw);
     free(best);
     dm_etcd_reply_free(&r);
     qsort(*rows, *n, sizeof **rows, row_cmp);
