@@ -33,13 +33,14 @@
 
 #define WORKER   TH_BUILD "/tests/progs/faultworker"
 #define RWPROG   TH_BUILD "/tests/progs/rwprog"
+#define CONDPROG TH_BUILD "/tests/progs/condprog"
 #define MEMBERS  3
 #define LEASE_MS 2000L
 #define RUN_MS   30000L
 
 static struct th_checker chk;
 static struct th_net net;
-static char shim_path[PATH_MAX], worker_path[PATH_MAX], rw_path[PATH_MAX];
+static char shim_path[PATH_MAX], worker_path[PATH_MAX], rw_path[PATH_MAX], cond_path[PATH_MAX];
 static struct th_redis ds;      /* the data server of rwprog */
 
 struct member {
@@ -182,7 +183,8 @@ static int group_setup(void **state)
         m[i].pport = free_port();
         o += (size_t)snprintf(url + o, sizeof url - o, "%s%s:%d", i ? "," : "", addr, m[i].cport);
     }
-    th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, RWPROG, rw_path, NULL);
+    th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, RWPROG, rw_path, CONDPROG, cond_path,
+                   NULL);
     th_redis_start(&ds, addr, NULL);
     atexit(cluster_stop_at_exit);
     cluster_start(1);
@@ -432,6 +434,71 @@ static void test_killed_holder_of_a_robust_mutex_gives_the_next_eownerdead(void 
     th_touch(go);
 }
 
+/* prog (rwprog, condprog) MODE ARGS... (NULL-terminated) on machine ns
+ * (NULL: here) with config text cfg_text, state under the test's prefix. */
+static pid_t data_prog(const char *path, const char *cfg_text, const char *ns, const char *out,
+                       const char *mode, va_list ap)
+{
+    char *cfg = th_keep_file(th_write_file(".cfg", "%s", cfg_text));
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfg, url, NULL);
+    const char *args[12] = { mode, ds.addr, ds.port_text, chk.prefix };
+    int k = 4;
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL && k < 11;)
+        args[k++] = a;
+    args[k] = NULL;
+    if (ns && net.up)
+        return th_checker_prog(&chk, NULL, &net, ns, env, path, args, out);
+    char *argv[14] = { (char *)path };
+    for (int i = 0; i <= k; i++)
+        argv[i + 1] = (char *)args[i];
+    return th_child(argv, env, out);
+}
+
+static pid_t cond(const char *ns, const char *out, const char *mode, ...)
+{
+    va_list ap;
+    va_start(ap, mode);
+    pid_t p = data_prog(cond_path, "lease_ms = 2000;\n"
+                        "mutexes = ( { symbol = \"q_lock\"; name = \"etcd_q\"; } );\n"
+                        "conds = ( { symbol = \"not_empty\"; name = \"etcd_ne\"; },\n"
+                        "          { symbol = \"not_full\"; name = \"etcd_nf\"; } );\n",
+                        ns, out, mode, ap);
+    va_end(ap);
+    return p;
+}
+
+/* Two producers and two consumers, one of each per machine, on listed
+ * conds through etcd watches: every item taken once, nobody waits out
+ * condprog's 30 s timeout (it would exit 3). */
+static void test_listed_conds_queue_on_two_machines_takes_every_item_once(void **s)
+{
+    (void)s;
+    char *out[4];
+    pid_t p[4];
+    long long t0 = th_now_ms();
+    for (int i = 0; i < 2; i++) {
+        out[i] = th_out_file();
+        p[i] = cond(net.ns[i], out[i], "consume", "60", "1500", NULL);
+    }
+    for (int i = 0; i < 2; i++) {
+        out[2 + i] = th_out_file();
+        p[2 + i] = cond(net.ns[i], out[2 + i], "produce", "30", "3", "1500", NULL);
+    }
+    long consumed = 0;
+    for (int i = 0; i < 4; i++) {
+        char *text = th_finish(p[i], out[i], 0, RUN_MS);
+        if (strstr(text, "dup "))
+            fail_msg("an item was taken twice:\n%s", text);
+        if (i < 2)
+            consumed += (long)th_field_after(text, "consumed ");
+        free(text);
+    }
+    assert_int_equal(consumed, 60);
+    printf("measured: 60 items through a queue of 3 on listed conds, 2 producers and 2 "
+           "consumers on two machines: %lld ms\n", th_now_ms() - t0);
+}
+
 /* rwprog MODE ARGS... (NULL-terminated) on machine ns (NULL: here), its
  * rwlock routes_lock mapped as etcd_rw, state under the test's prefix. */
 static pid_t rw(const char *ns, const char *out, const char *mode, ...)
@@ -517,6 +584,7 @@ int main(void)
         T(test_killed_holder_of_a_robust_mutex_gives_the_next_eownerdead),
         T(test_rwlock_readers_on_two_machines_share_and_a_writer_waits_for_both),
         T(test_rwlock_mix_on_two_machines_has_no_torn_read),
+        T(test_listed_conds_queue_on_two_machines_takes_every_item_once),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
