@@ -611,6 +611,12 @@ static int parse_top(struct parse *p, const config_setting_t *root, struct dm_co
     unsigned lines[DM_NKEYS] = { 0 };
     if (cfg_parse_scalars(p, root, DM_GROUP_TOP, cfg, lines) < 0)
         return -1;
+    if (lines[DM_K_ON_STORE_DOWN] && lines[DM_K_ON_REDIS_DOWN])
+        return fail(p, lines[DM_K_ON_STORE_DOWN] > lines[DM_K_ON_REDIS_DOWN] ?
+                    lines[DM_K_ON_STORE_DOWN] : lines[DM_K_ON_REDIS_DOWN],
+                    "on_store_down (line %u) and on_redis_down (line %u) are one setting: "
+                    "on_redis_down is its old name; keep on_store_down",
+                    lines[DM_K_ON_STORE_DOWN], lines[DM_K_ON_REDIS_DOWN]);
     if (parse_metrics(p, root, cfg) < 0)
         return -1;
     return check_timing(p, cfg, lines);

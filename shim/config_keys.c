@@ -64,9 +64,12 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_ON_LEASE_LOST] = { "on_lease_lost", TOP(on_lease_lost), .type = DM_CFG_ENUM,
         .values = lease_lost_values, .dflt = DM_LOST_ABORT,
         .doc = "what a holder does when its lease may be lost" },
+    [DM_K_ON_STORE_DOWN] = { "on_store_down", TOP(on_redis_down), .type = DM_CFG_ENUM,
+        .values = redis_down_values, .dflt = DM_DOWN_BLOCK,
+        .doc = "what lock does while the store (Redis or etcd) is unreachable" },
     [DM_K_ON_REDIS_DOWN] = { "on_redis_down", TOP(on_redis_down), .type = DM_CFG_ENUM,
         .values = redis_down_values, .dflt = DM_DOWN_BLOCK,
-        .doc = "what lock does while Redis is unreachable" },
+        .doc = "the old name of `on_store_down` (either, not both)" },
     [DM_K_BATCH] = { "batch_ms", TOP(batch_ms), .type = DM_CFG_LONG,
         .lo = 0, .hi = DM_BATCH_MAX_MS, .dflt = DM_BATCH_DEFAULT_MS,
         .doc = "while other processes queue for a mutex this process holds, its threads may lock "

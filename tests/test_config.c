@@ -1365,6 +1365,19 @@ static void test_url_cluster_bad_ones_say_what_is_wrong(void **state)
     url_bad("redis-cluster://u:@h", "empty password");
 }
 
+static void test_on_store_down_is_on_redis_down_under_its_store_neutral_name(void **state)
+{
+    (void)state;
+    load_ok("on_store_down = \"error\";\nmutexes = ();\n");
+    assert_int_equal(cfg.on_redis_down, DM_DOWN_ERROR);
+    dm_config_free(&cfg);
+    load_ok("on_redis_down = \"local\";\nmutexes = ();\n");
+    assert_int_equal(cfg.on_redis_down, DM_DOWN_LOCAL);
+    dm_config_free(&cfg);
+    expect_error("on_redis_down = \"error\";\non_store_down = \"block\";\n", "t.cfg:2: ",
+                 "on_store_down (line 2) and on_redis_down (line 1) are one setting");
+}
+
 static void test_etcd_group_selects_etcd_with_its_members_and_timeouts(void **state)
 {
     (void)state;
@@ -2059,6 +2072,7 @@ int main(void)
         T(test_url_rediss_sentinel_turns_tls_on_for_sentinels_and_nodes),
         T(test_url_bad_ones_say_what_is_wrong),
         T(test_etcd_group_selects_etcd_with_its_members_and_timeouts),
+        T(test_on_store_down_is_on_redis_down_under_its_store_neutral_name),
         T(test_etcd_group_errors_name_the_cause),
         T(test_etcd_url_names_the_members_and_a_redis_url_goes_back),
         T(test_sentinel_keys_load_with_default_port_and_credentials),
