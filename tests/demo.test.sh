@@ -23,5 +23,12 @@ if grep -q "=> CORRECT: exactly" "$out"; then ok with_the_shim_exactly_the_stock
 said=$(sed -n '/^2\./,$p' "$out" | grep -A3 ' said:')
 if [ -z "$said" ]; then ok sellers_under_the_shim_say_nothing; else
     bad sellers_under_the_shim_say_nothing "$said"; fi
+# `make demo DEMO_BACKEND=etcd`: the lock in a 3-member etcd cluster whose
+# leader is killed mid-sale.
+demo/etcd.sh -n 1500 >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "=> CORRECT: exactly 1500 sold across the leader's loss" "$out" &&
+   grep -q "^killed the etcd leader" "$out"; then ok etcd_demo_sells_exactly_the_stock_across_the_leaders_loss
+else bad etcd_demo_sells_exactly_the_stock_across_the_leaders_loss "exit $rc: $(tail -n 8 "$out")"; fi
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

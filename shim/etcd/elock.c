@@ -233,11 +233,11 @@ static int on_failure(struct dm_elock *l, enum dm_fail how, const char *why, int
         return EBUSY;
     case DM_STEP_EAGAIN:
         dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; returning EAGAIN "
-                     "(on_redis_down = \"error\")", l->name, why);
+                     "(on_store_down = \"error\")", l->name, why);
         return EAGAIN;
     case DM_STEP_LOCAL:
         dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; locking this process only "
-                     "(on_redis_down = \"local\")", l->name, why);
+                     "(on_store_down = \"local\")", l->name, why);
         memset(g, 0, sizeof *g);
         g->local_only = 1;
         return 0;
@@ -246,7 +246,7 @@ static int on_failure(struct dm_elock *l, enum dm_fail how, const char *why, int
     default:
         break;
     }
-    dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; retrying (on_redis_down = \"block\")",
+    dm_log_every(&logged, 10000, DM_LOG_ERROR, "lock %s: %s; retrying (on_store_down = \"block\")",
                  l->name, why);
     long d = dm_backoff_next(bo);
     long left = dm_remaining_ms(deadline);
