@@ -210,11 +210,16 @@ static int test_setup(void **state)
     return th_machines_test_setup(state);
 }
 
-static char *config(const char *name)
+static char *config_lease(const char *name, long lease_ms)
 {
     return th_keep_file(th_write_file(".cfg",
         "lease_ms = %ld;\nbatch_ms = 0;\nmutexes = ( { symbol = \"fault_lock\"; name = \"%s\"; } );\n",
-        LEASE_MS, name));
+        lease_ms, name));
+}
+
+static char *config(const char *name)
+{
+    return config_lease(name, LEASE_MS);
 }
 
 /* faultworker ARGS... (NULL-terminated) on machine ns (NULL: here). */
@@ -570,6 +575,40 @@ static void test_rwlock_mix_on_two_machines_has_no_torn_read(void **s)
     }
 }
 
+/* A release that cannot reach etcd (every member stopped) is retried by
+ * the holder's store thread once they answer again: the next process gets
+ * in then, not a lease later. */
+static void test_release_while_etcd_is_stopped_is_retried_not_left_to_the_lease(void **s)
+{
+    (void)s;
+    const long lease = 20000;
+    char *cfg = config_lease("etcd_stopped_release", lease);
+    char *hout = th_out_file(), *go = th_go_file(), *stay = th_go_file(), *wout = th_out_file();
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, "-G", stay, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(cfg, net.ns[1], wout, "once", "lock", NULL);
+    usleep(500000);                     /* queued behind the holder */
+    for (int i = 0; i < MEMBERS; i++)
+        kill(m[i].pid, SIGSTOP);
+    th_touch(go);                       /* the unlock's release finds nobody */
+    th_wait_for(hout, "unlocked", RUN_MS);
+    usleep(1500000);
+    for (int i = 0; i < MEMBERS; i++)
+        kill(m[i].pid, SIGCONT);
+    long long cont = th_now_ms();
+    char *wt = th_finish(w, wout, 0, RUN_MS);
+    long long entered = th_now_ms();
+    th_touch(stay);
+    char *ht = th_finish(h, hout, 0, RUN_MS);
+    printf("measured: the waiter entered %lld ms after etcd answered again (lease %ld ms)\n",
+           entered - cont, lease);
+    if (entered - cont > lease / 2)
+        fail_msg("the waiter entered %lld ms after etcd came back: the release was left to "
+                 "the lease\nholder:\n%s", entered - cont, ht);
+    free(wt);
+    free(ht);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
 
 int main(void)
@@ -585,6 +624,7 @@ int main(void)
         T(test_rwlock_readers_on_two_machines_share_and_a_writer_waits_for_both),
         T(test_rwlock_mix_on_two_machines_has_no_torn_read),
         T(test_listed_conds_queue_on_two_machines_takes_every_item_once),
+        T(test_release_while_etcd_is_stopped_is_retried_not_left_to_the_lease),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -377,6 +377,8 @@ static int wait_deleted(const char *pred64, long long made, long long from,
     return 0;
 }
 
+static int pending_settle(struct dm_elock *l);
+
 int dm_elock_acquire(struct dm_store_lock *pl, const char *owner, const struct timespec *deadline,
                      int flags, struct dm_grant *g)
 {
@@ -390,7 +392,14 @@ int dm_elock_acquire(struct dm_store_lock *pl, const char *owner, const struct t
     struct dm_etcd_reply r;
     int rc;
 
-again:;
+again:
+    if (pending_settle(l) != 0) {
+        snprintf(why, sizeof why, "etcd %s: this process's last release of the lock is still "
+                 "on its way", dm_etcd_where());
+        if ((rc = on_failure(l, DM_FAIL_NOREPLY, why, flags, deadline, &bo, g)) >= 0)
+            return rc;
+        goto again;
+    }
     long long sent_ms = 0;
     int lerr = 0;
     long long lease = dm_etcd_lease_get(&sent_ms, &lerr, now_deadline());
@@ -539,7 +548,7 @@ static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, lo
         if (how == DM_FAIL_NOREPLY && !retry)
             return release_txn(l, owner, token, lease, read, 1) == 0 ? 0 : EIO;
         dm_stats_add(&dm_store_counts(&l->pub)->redis_errors, 1);
-        dm_warn("lock %s: release: %s; the lease ends the hold", l->name, why);
+        dm_debug("lock %s: release: %s", l->name, why);    /* the caller says what follows */
         return EIO;
     }
     int ok = dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"));
@@ -570,16 +579,157 @@ static void hold_ends(struct dm_elock *l, uint64_t token)
 
 int dm_elock_release(struct dm_store_lock *pl, const char *owner, uint64_t token)
 {
+    return dm_elock_release_queued(pl, owner, token, dm_now_ms(), NULL);
+}
+
+static void pending_fire(void *arg);
+
+/* Tries l's queued release once: 1 settled (done, or lost and told, or
+ * past its lease: etcd let it go), 0 still queued. The caller set busy. */
+static int pending_try(struct dm_elock *l)
+{
+    dm_lock(&locks_mu);
+    uint64_t token = l->pend.token;
+    long long lease = l->pend.lease, end = l->pend.end_ms;
+    int read = l->pend.read;
+    char owner[DM_OWNER_MAX];
+    memcpy(owner, l->pend.owner, sizeof owner);
+    dm_store_lost_fn lost = l->pend.lost;
+    dm_unlock(&locks_mu);
+    int r = release_txn(l, owner, token, lease, read, 0);
+    if (r == EIO && dm_now_ms() < end + dm_etcd_cfg()->lease_margin_ms)
+        return 0;
+    if (r == EPERM && lost)
+        lost(&l->pub, owner, token, dm_store_gone_how(r, end));
+    if (r == 0)
+        dm_info("lock %s: the release queued while etcd was out of reach is done", l->name);
+    dm_lock(&locks_mu);
+    l->pend.on = 0;
+    dm_unlock(&locks_mu);
+    dm_etcd_lease_unuse();
+    return 1;
+}
+
+/* The store's thread: the queued release again; with the timer's
+ * reference on the record. */
+static void pending_fire(void *arg)
+{
+    struct dm_elock *l = arg;
+    dm_lock(&locks_mu);
+    int mine = l->pend.on && !l->pend.busy;
+    if (mine)
+        l->pend.busy = 1;
+    dm_unlock(&locks_mu);
+    if (mine && !pending_try(l)) {
+        dm_lock(&locks_mu);
+        l->pend.busy = 0;
+        long d = l->pend.delay_ms = l->pend.delay_ms < 500 ? l->pend.delay_ms * 2 : 1000;
+        dm_unlock(&locks_mu);
+        if (dm_etcd_timer_arm(&l->pend.timer, dm_now_ns() + d * 1000000LL, pending_fire, l) == 0)
+            return;     /* the reference goes with the timer */
+    } else if (mine) {
+        dm_lock(&locks_mu);
+        l->pend.busy = 0;
+        dm_unlock(&locks_mu);
+    }
+    dm_elock_put(&l->pub);
+}
+
+/* Before a new grant: a queued release of this record done first (its
+ * key is the one a new hold of the same lease would have). 0 settled, or
+ * EIO still queued (etcd out of reach). */
+static int pending_settle(struct dm_elock *l)
+{
+    for (;;) {
+        dm_lock(&locks_mu);
+        if (!l->pend.on) {
+            dm_unlock(&locks_mu);
+            return 0;
+        }
+        int busy = l->pend.busy;
+        if (!busy)
+            l->pend.busy = 1;
+        dm_unlock(&locks_mu);
+        if (busy) {
+            dm_sleep_ms(1);
+            continue;
+        }
+        int done = pending_try(l);
+        dm_lock(&locks_mu);
+        l->pend.busy = 0;
+        dm_unlock(&locks_mu);
+        return done ? 0 : EIO;
+    }
+}
+
+int dm_elock_release_queued(struct dm_store_lock *pl, const char *owner, uint64_t token,
+                            long long lease_end_ms, dm_store_lost_fn lost)
+{
     struct dm_elock *l = dm_elock_of(pl);
     dm_lock(&locks_mu);
     long long lease = (uint64_t)l->rev == token ? l->lease : 0;
     int read = l->read;
     dm_unlock(&locks_mu);
     if (!lease)
-        return EPERM;
+        return lost ? 0 : EPERM;
     int r = release_txn(l, owner, token, lease, read, 0);
-    hold_ends(l, token);
-    return r;
+    if (r != EIO) {
+        hold_ends(l, token);
+        if (r == EPERM && lost)
+            lost(pl, owner, token, dm_store_gone_how(r, lease_end_ms));
+        return lost ? 0 : r;
+    }
+    /* Queued: the key stays ours (its lease kept) until the retry. */
+    dm_lock(&locks_mu);
+    l->rev = 0;
+    l->refs++;                  /* the timer's */
+    l->pend.on = 1;
+    l->pend.token = token;
+    l->pend.lease = lease;
+    l->pend.end_ms = lease_end_ms;
+    l->pend.read = read;
+    l->pend.delay_ms = 50;
+    l->pend.lost = lost;
+    snprintf(l->pend.owner, sizeof l->pend.owner, "%s", owner);
+    dm_unlock(&locks_mu);
+    static long said;
+    dm_log_every(&said, 10000, DM_LOG_WARN, "lock %s: the release could not reach etcd at %s; "
+                 "the store's thread retries it until the hold's lease ends (the lock stays "
+                 "held meanwhile)", l->name, dm_etcd_where());
+    if (dm_etcd_timer_arm(&l->pend.timer, dm_now_ns() + 50000000LL, pending_fire, l) != 0) {
+        dm_lock(&locks_mu);
+        l->pend.on = 0;
+        l->refs--;              /* nothing retries it: the lease ends it */
+        dm_unlock(&locks_mu);
+        dm_etcd_lease_unuse();
+    }
+    return lost ? 0 : EIO;
+}
+
+void dm_elock_flush(void)
+{
+    for (;;) {
+        struct dm_elock *l = NULL;
+        dm_lock(&locks_mu);
+        for (size_t b = 0; b < locks.n && !l; b++)
+            for (struct dm_hnode *x = locks.b[b]; x && !l; x = x->next)
+                if (((struct dm_elock *)x)->pend.on && !((struct dm_elock *)x)->pend.busy)
+                    l = (struct dm_elock *)x;
+        if (l)
+            l->pend.busy = 1;
+        dm_unlock(&locks_mu);
+        if (!l)
+            return;
+        if (!pending_try(l)) {      /* once: at exit the lease ends it anyway */
+            dm_lock(&locks_mu);
+            l->pend.on = 0;
+            dm_unlock(&locks_mu);
+            dm_etcd_lease_unuse();
+        }
+        dm_lock(&locks_mu);
+        l->pend.busy = 0;
+        dm_unlock(&locks_mu);
+    }
 }
 
 void dm_elock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res,

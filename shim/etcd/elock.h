@@ -18,6 +18,19 @@ struct dm_elock {
     long long rev;                  /* the hold's token, 0: none; locks_mu */
     int read;                       /* the hold is an rwlock's read hold; locks_mu */
     char owner[DM_OWNER_MAX];
+    /* A release that could not reach etcd, retried by the store's thread
+     * (and by the next acquire first: a hold of the same lease has the
+     * same key, which a late release would delete). locks_mu. */
+    struct {
+        int on, busy;
+        uint64_t token;
+        long long lease, end_ms;    /* the hold's lease end: etcd lets it go then */
+        int read;
+        long delay_ms;
+        char owner[DM_OWNER_MAX];
+        dm_store_lost_fn lost;      /* NULL: nobody to tell (release_hold's) */
+        struct dm_timer timer;
+    } pend;
     struct dm_watch *want;          /* the queue's new keys, for want_watch */
     void (*want_fn)(void *arg);
     void *want_arg;
@@ -33,6 +46,12 @@ void dm_elock_rwlock(struct dm_store_lock *l);
 int dm_elock_acquire(struct dm_store_lock *l, const char *owner, const struct timespec *deadline,
                      int flags, struct dm_grant *g);
 int dm_elock_release(struct dm_store_lock *l, const char *owner, uint64_t token);
+/* release, what its failure leaves retried by the store's thread: 0 (also
+ * when lost, told to lost), or EIO queued. lost NULL: EPERM returned. */
+int dm_elock_release_queued(struct dm_store_lock *l, const char *owner, uint64_t token,
+                            long long lease_end_ms, dm_store_lost_fn lost);
+/* Every queued release, tried once more now (exit). */
+void dm_elock_flush(void);
 void dm_elock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
                     long long *sent_ms);
 int dm_elock_want_watch(struct dm_store_lock *l, void (*fn)(void *arg), void *arg, long timeout_ms);

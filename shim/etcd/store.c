@@ -32,14 +32,13 @@ static int e_release_nowait(struct dm_store_lock *l, const char *owner, uint64_t
                             unsigned long wait_id, long long lease_end_ms, dm_store_lost_fn lost)
 {
     (void)wait_id;
-    int r = dm_elock_release(l, owner, token);
-    if (r == EPERM)
-        lost(l, owner, token, dm_store_gone_how(r, lease_end_ms));
-    return r == EPERM ? 0 : r;
+    return dm_elock_release_queued(l, owner, token, lease_end_ms, lost);
 }
 
-static void e_flush(void)
+static void e_flush_bounded(void)
 {
+    /* exec, _exit, a signal handler: nothing but atomics; a queued
+     * release ends with its lease */
 }
 
 /* ---- a listed cond's signals ---- */
@@ -467,8 +466,8 @@ const struct dm_store_ops dm_etcd_store = {
     .release = dm_elock_release,
     .release_hold = e_release_hold,
     .release_nowait = e_release_nowait,
-    .flush = e_flush,
-    .flush_bounded = e_flush,
+    .flush = dm_elock_flush,
+    .flush_bounded = e_flush_bounded,
     .renew = dm_elock_renew,
     .want_watch = dm_elock_want_watch,
     .want_unwatch = dm_elock_want_unwatch,
