@@ -171,8 +171,8 @@ else bad "dmutex.conf(5) names installed paths, not the repository's" "$(cat "$T
 D3=$U/share/man/man3/libdmutex.3
 missing=""
 for w in dmutex_name dmutex_token dmutex_rwlock_token DMUTEX_VERSION LD_PRELOAD 78 password_env \
-        $( (grep -ohE '(secure_)?getenv\("[A-Za-z_]+"\)' shim/*.c shim/redis/*.c | sed 's/.*("\(.*\)")/\1/';
-            grep -ohE '"DMUTEX_[A-Z_]+"' shim/*.c shim/redis/*.c | tr -d '"') | sort -u); do
+        $( (grep -ohE '(secure_)?getenv\("[A-Za-z_]+"\)' shim/*.c shim/redis/*.c shim/etcd/*.c | sed 's/.*("\(.*\)")/\1/';
+            grep -ohE '"DMUTEX_[A-Z_]+"' shim/*.c shim/redis/*.c shim/etcd/*.c | tr -d '"') | sort -u); do
     grep -qF "$w" "$D3" || missing="$missing $w"
 done
 if [ -z "$missing" ]; then ok "libdmutex(3) has the API, exit status 78 and every variable the shim reads"
