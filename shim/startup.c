@@ -245,7 +245,9 @@ static int lookup_symbol(const struct dm_object_config *mc, uintptr_t *out,
         return dm_symbols_at(mc->object, (uintptr_t)mc->address, (size_t)size, 0, mc->build_id,
                              out, err, errlen);
     long offset = mc->offset + (mc->index > 0 ? mc->index * size : 0);
-    return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, out, err, errlen);
+    const char *what = mc->cond ? "a pthread_cond_t" : mc->rw ? "a pthread_rwlock_t"
+                                                               : "a pthread_mutex_t";
+    return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, what, out, err, errlen);
 }
 
 /* What a symbol too small for its list's type (dm_symbols_find's ERANGE)

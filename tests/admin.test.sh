@@ -163,12 +163,12 @@ if [ "$rc" -eq 78 ] && ! grep -q "would be mapped" "$T/out"; then
     ok "check: GLib's GMutex, GCond and a spin lock: 78, nothing would be mapped"
 else bad "check: GLib's GMutex, GCond and a spin lock: 78, nothing would be mapped" "exit $rc" \
     "$(cat "$T/out" "$T/err")"; fi
-has "$T/glib.cfg:1: cache_lock in glibprog is 8 bytes: 40 bytes at offset 0 do not fit in it, so it is no pthread_mutex_t, mtx_t or std::mutex. A lock of another kind (GLib's GMutex, 8 bytes, a futex of GLib's own" \
+has "$T/glib.cfg:1: cache_lock in glibprog is 8 bytes: a pthread_mutex_t (40 bytes) at offset 0 does not fit in it, so it is no pthread_mutex_t, mtx_t or std::mutex. A lock of another kind (GLib's GMutex, 8 bytes, a futex of GLib's own" \
     "$T/err" "check: a GMutex entry: the cause named"
 has "Lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one" "$T/err" \
     "check: a GMutex entry: the fix named"
 has "$T/glib.cfg:1: stats_lock in glibprog is 4 bytes" "$T/err" "check: a spin lock entry refused"
-has "$T/glib.cfg:2: cache_cond in glibprog is 16 bytes: 48 bytes at offset 0 do not fit in it, so it is no pthread_cond_t, cnd_t or std::condition_variable" \
+has "$T/glib.cfg:2: cache_cond in glibprog is 16 bytes: a pthread_cond_t (48 bytes) at offset 0 does not fit in it, so it is no pthread_cond_t, cnd_t or std::condition_variable" \
     "$T/err" "check: a GCond entry refused, with the cause"
 has "3 errors: the program would not start" "$T/err" "check: every refused entry counted"
 LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/glib.cfg "$G" >"$T/rout" 2>"$T/rerr"
@@ -229,6 +229,19 @@ if [ "$rc" -eq 78 ] &&
     ok "check: a cnd_t in mutexes: 78, the list it belongs to named"
 else bad "check: a cnd_t in mutexes: 78, the list it belongs to named" "exit $rc" \
     "$(cat "$T/out" "$T/err")"; fi
+
+# A cond or rwlock entry past the end of its symbol: the message names the
+# list's type and its size, never a mutex's.
+printf 'conds = ( { symbol = "ready"; offset = 8; } );\nrwlocks = ( { symbol = "ready"; index = 1; name = "rw"; } );\n' \
+    >"$T/fit.cfg"
+"$DMUTEX" check -c "$T/fit.cfg" -- build/tests/progs/c11prog >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] && ! grep -qw mutex "$T/err" &&
+   grep -qF "$T/fit.cfg:1: ready in c11prog is 48 bytes: a pthread_cond_t (48 bytes) at offset 8 does not fit in it" "$T/err" &&
+   grep -qF "$T/fit.cfg:2: ready in c11prog is 48 bytes: a pthread_rwlock_t (56 bytes) at offset 56 does not fit in it" "$T/err"; then
+    ok "check: a cond or rwlock entry that does not fit: its own type and size named, no mutex"
+else bad "check: a cond or rwlock entry that does not fit: its own type and size named, no mutex" \
+    "exit $rc" "$(cat "$T/out" "$T/err")"; fi
 
 # ---- unlock --------------------------------------------------------------
 # Short lease: a forced holder hears of it within a renewal period (1 s).
