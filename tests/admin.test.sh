@@ -377,11 +377,11 @@ counter=$!
 pids="$pids $counter"
 n=0
 while [ -z "$($CLI GET "$(key toptest top.busy token)")" ] && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
-"$DMUTEX" top -c "$T/top.cfg" -r "$URL" -n 2 -d 0.5 >"$T/top" 2>"$T/err"
+"$DMUTEX" top -c "$T/top.cfg" -r "$URL" -N 2 -d 0.5 >"$T/top" 2>"$T/err"
 rc=$?
 kill -9 "$counter"; wait "$counter" 2>/dev/null
-if [ "$rc" -eq 0 ] && [ "$(grep -c '^dmutex top - ' "$T/top")" -eq 2 ]; then ok "top -n 2: two snapshots"
-else bad "top -n 2: two snapshots" "exit $rc" "$(cat "$T/top" "$T/err")"; fi
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^dmutex top - ' "$T/top")" -eq 2 ]; then ok "top -N 2: two snapshots"
+else bad "top -N 2: two snapshots" "exit $rc" "$(cat "$T/top" "$T/err")"; fi
 busy=$(grep '^top\.busy ' "$T/top" | tail -n 1 | awk '{print $NF}')
 if echo "$busy" | awk '/^[0-9.]+\/s$/ { exit !($0 + 0 > 0) } { exit 1 }'; then
     ok "top: the busy lock has a nonzero rate ($busy)"

@@ -52,8 +52,11 @@ static const char check_usage[] =
     "error too (the shim alone tells only a variable too small for its list).\n"
     "\n"
     "  -c, --config FILE     the config file (required)\n"
-    "  -r, --redis URL       check this server URL instead of the config's\n"
+    "  -r, --redis URL       check this server URL, a REDIS_URL (below), instead\n"
+    "                        of the config's\n"
     "  -h, --help            this text\n"
+    "\n"
+    DM_URL_HELP
     "\n"
     "Exit status: 0 if PROGRAM would start with every entry mapped; 78 if a\n"
     "real start would stop (config or entry errors); 2 usage; 127 if PROGRAM\n"
