@@ -13,7 +13,9 @@
 #   unlock  refuses a live holder and a killed one whose lease lives;
 #           --force hands the lock to the waiting process with a bigger
 #           token, the old holder logs its lost lease, its release and
-#           renewal answer lost, the server logs who did it
+#           renewal answer lost, the server logs who did it; the process
+#           handed the lock, and the next locker of one forced free, log
+#           that the previous hold was forced (not that its lease expired)
 #   top     with a workload locking in a loop, a nonzero rate for its lock
 #           and 0/s for an idle one
 # Prints one closing line "N passed, N failed".
@@ -252,9 +254,10 @@ on_lease_lost = "warn";
 mutexes = ();
 CFG
 # start_api NAME HELD FREE: apiprog under the shim, stdin from fifo $T/NAME.in
+# (its log at info: what it is told of the previous holder)
 start_api() {
     mkfifo "$T/$1.in"
-    LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/u.cfg DMUTEX_REDIS=$URL \
+    LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/u.cfg DMUTEX_REDIS=$URL DMUTEX_LOG=info \
         "$T/apiprog" "$2" "$3" <"$T/$1.in" >"$T/$1.out" 2>"$T/$1.err" &
     last_pid=$!
     pids="$pids $last_pid"
@@ -293,6 +296,11 @@ else bad "unlock --force: released, handed to the waiter" "exit $rc" "$(cat "$T/
 if wait_for "held " "$T/waiter.out"; then ok "unlock --force: the waiting process got the lock"
 else bad "unlock --force: the waiting process got the lock" "$(cat "$T/waiter.out" "$T/waiter.err")"; fi
 tok2=$(sed -n 's/^held //p' "$T/waiter.out")
+FORCED_LOG="lock u.live: the previous holder's hold was ended by \`dmutex unlock --force\`, not released"
+if grep -qF "$FORCED_LOG" "$T/waiter.err" && ! grep -qF "lease expired" "$T/waiter.err"; then
+    ok "unlock --force: the waiter handed the lock logs a forced release, not an expiry"
+else bad "unlock --force: the waiter handed the lock logs a forced release, not an expiry" \
+    "$(cat "$T/waiter.err")"; fi
 if [ -n "$tok2" ] && [ "$tok2" -gt "$tok1" ]; then ok "unlock --force: the token grew ($tok1 -> $tok2)"
 else bad "unlock --force: the token grew" "old $tok1 new $tok2"; fi
 if wait_for "lost the lease of lock u.live" "$T/holder.err"; then
@@ -346,6 +354,10 @@ exec 3>"$T/next.in"
 if wait_for "held " "$T/next.out" && [ "$(sed -n 's/^held //p' "$T/next.out")" -gt "$((tok3 + 1))" ]; then
     ok "unlock --force: the next locker gets it with a token past the forced one"
 else bad "unlock --force: the next locker gets it with a token past the forced one" "$(cat "$T/next.out" "$T/next.err")"; fi
+if grep -qF "lock u.dead: the previous holder's hold was ended by \`dmutex unlock --force\`, not released" \
+       "$T/next.err" && ! grep -qF "lease expired" "$T/next.err"; then
+    ok "unlock --force: the next locker logs a forced release, not an expiry"
+else bad "unlock --force: the next locker logs a forced release, not an expiry" "$(cat "$T/next.err")"; fi
 exec 3>&-
 
 # ---- errors of the tools' own commands ------------------------------------
