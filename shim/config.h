@@ -176,9 +176,31 @@ void dm_config_redact_url(const char *url, char *out, size_t len);
 int dm_config_load_string(const char *text, const char *label,
                           struct dm_config *cfg, char *err, size_t errlen);
 
-/* Applies DMUTEX_REDIS-style URL: redis://[user:pass@]host[:port][/db],
- * unix:///path[?db=N], redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master[/db]
- * or redis-cluster://[user:pass@]host[:port][,host[:port]...].
+/* Every URL dm_config_set_redis_url takes, written once: X(scheme, what
+ * follows it). Every text that lists them is made from this list: the
+ * usage texts of the dmutex command (DM_URL_HELP), the man pages (through
+ * `dmutex url-forms`) and config_url.c's messages (DM_URL_SCHEMES); a new
+ * scheme is one line here. A form has no run of two spaces (the man
+ * pages' usage2man.awk would read it as a list item). */
+#define DM_URL_LIST(X) \
+    X("redis://", "[user:pass@]host[:port][/db]") \
+    X("rediss://", "[user:pass@]host[:port][/db] (TLS: DMUTEX_TLS_CA/CERT/KEY)") \
+    X("unix://", "/path[?db=N]") \
+    X("redis-sentinel://", "[user:pass@]host[:port][,host[:port]...]/master[/db]") \
+    X("rediss-sentinel://", "[user:pass@]host[:port][,host[:port]...]/master[/db] (TLS)") \
+    X("redis-cluster://", "[user:pass@]host[:port][,host[:port]...]") \
+    X("etcd://", "host[:port][,host[:port]...] (the locks in etcd)")
+#define DM_URL_FORM_(scheme, rest) scheme rest "\n"
+#define DM_URL_HELP_FORM_(scheme, rest) "  " scheme rest "\n"
+#define DM_URL_SCHEME_(scheme, rest) " " scheme
+/* One form a line, as written above. */
+#define DM_URL_FORMS DM_URL_LIST(DM_URL_FORM_)
+/* The paragraph each usage text that takes a REDIS_URL ends with. */
+#define DM_URL_HELP "A REDIS_URL (-r, or $DMUTEX_REDIS) is one of:\n" DM_URL_LIST(DM_URL_HELP_FORM_)
+/* " redis:// rediss:// ...": the schemes alone, for messages. */
+#define DM_URL_SCHEMES DM_URL_LIST(DM_URL_SCHEME_)
+
+/* Applies a DMUTEX_REDIS-style URL: one of DM_URL_LIST's forms.
  * Returns 0, or -1 with `err` naming what is wrong. */
 int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, size_t errlen);
 

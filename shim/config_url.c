@@ -580,11 +580,10 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     } else {
         size_t slen = strcspn(url, ":");
         if (strncmp(url + slen, "://", 3) == 0 && slen < 32)
-            return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use redis://, "
-                              "rediss://, unix://, redis-sentinel://, rediss-sentinel://, "
-                              "redis-cluster:// or etcd://)", su.s, (int)slen, url);
-        return fail_plain(err, errlen, "redis URL %s: must start with redis://, rediss://, "
-                          "unix://, redis-sentinel://, rediss-sentinel://, redis-cluster:// or etcd://", su.s);
+            return fail_plain(err, errlen, "redis URL %s: unknown scheme \"%.*s\" (use one of"
+                              DM_URL_SCHEMES ")", su.s, (int)slen, url);
+        return fail_plain(err, errlen, "redis URL %s: must start with one of" DM_URL_SCHEMES,
+                          su.s);
     }
     char *tls_files[3] = { NULL, NULL, NULL };
     if (r != 0 || (u.tls && tls_env(tls_files, err, errlen) < 0)) {

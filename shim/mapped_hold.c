@@ -273,7 +273,11 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
         nm->want_subscribed = ok;
         dm_unlock(&nm->mu);
     }
-    if (g.owner_dead)
+    if (g.forced)
+        dm_info("lock %s: the previous holder's hold was ended by `dmutex unlock --force`, "
+                "not released: if that holder is alive, it loses the lock at its next renewal "
+                "and may still be inside its critical section", nm->cl->name);
+    else if (g.owner_dead)
         dm_info("lock %s: the previous holder's lease expired without a release", nm->cl->name);
     return 0;
 }

@@ -200,6 +200,14 @@ static size_t rwlocks_mapped;   /* and rwlocks */
  * skipped (required = false, not found). */
 enum { KIND_MUTEX, KIND_COND, KIND_RWLOCK, KINDS };
 static size_t later_at_start[KINDS], skipped_at_start[KINDS];
+/* Of each kind's init sites (dm_startup_n*_sites), the init_site_address
+ * entries: one init call's return address each, not a function. */
+static size_t site_calls[KINDS];
+
+/* The init calls an init site of a kind catches, as messages name them. */
+static const char *const init_calls[KINDS] = {
+    "pthread_mutex_init or mtx_init", "pthread_cond_init or cnd_init", "pthread_rwlock_init",
+};
 
 static int kind_of(const struct dm_object_config *mc)
 {
@@ -237,7 +245,9 @@ static int lookup_symbol(const struct dm_object_config *mc, uintptr_t *out,
         return dm_symbols_at(mc->object, (uintptr_t)mc->address, (size_t)size, 0, mc->build_id,
                              out, err, errlen);
     long offset = mc->offset + (mc->index > 0 ? mc->index * size : 0);
-    return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, out, err, errlen);
+    const char *what = mc->cond ? "a pthread_cond_t" : mc->rw ? "a pthread_rwlock_t"
+                                                               : "a pthread_mutex_t";
+    return dm_symbols_find(mc->object, mc->symbol, offset, (size_t)size, what, out, err, errlen);
 }
 
 /* What a symbol too small for its list's type (dm_symbols_find's ERANGE)
@@ -573,7 +583,12 @@ static void map_entries(struct dm_config *cfg)
                 char what[DM_ERR_MAX], where[PATH_MAX + 128], at[PATH_MAX + 64];
                 snprintf(what, sizeof what, "%s%s", mc->init_site ? "init_site " : "", site);
                 check_where(start, at, sizeof at);
-                snprintf(where, sizeof where, "%s, %lu bytes", at, (unsigned long)(end - start));
+                if (mc->init_site)
+                    snprintf(where, sizeof where, "%s, %lu byte%s", at,
+                             (unsigned long)(end - start), end - start == 1 ? "" : "s");
+                else
+                    snprintf(where, sizeof where, "%s, the return address of one %s call", at,
+                             init_calls[kind_of(mc)]);
                 check_print(mc, what, where);
             }
             struct dm_init_site **sites = mc->cond ? &cond_sites : mc->rw ? &rw_sites : &init_sites;
@@ -588,6 +603,8 @@ static void map_entries(struct dm_config *cfg)
             n[*nsites].flags = DM_MAP_HEAP | entry_flags(mc);
             *sites = n;
             (*nsites)++;
+            if (!mc->init_site)
+                site_calls[kind_of(mc)]++;
             continue;
         }
         uintptr_t bias = 0;
@@ -741,18 +758,32 @@ static const char *absolute_config(const char *path, char *buf, size_t len)
     return buf;
 }
 
-/* ", N conds (M init_site functions)" when the config lists conds. */
+/* "N init_site functions[, M init_site_address calls]": a kind's init
+ * sites, each counted as what it is. */
+static const char *sites_summary(int kind, size_t nsites, char *buf, size_t len)
+{
+    size_t calls = site_calls[kind], funcs = nsites - calls;
+    int n = snprintf(buf, len, "%zu init_site function%s", funcs, funcs == 1 ? "" : "s");
+    if (calls && n >= 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", %zu init_site_address call%s", calls,
+                 calls == 1 ? "" : "s");
+    return buf;
+}
+
+/* ", N conds (M init_site functions...)" when the config lists conds,
+ * and the same for rwlocks. */
 static const char *conds_summary(void)
 {
-    static char buf[96];
+    static char buf[256];
+    char sites[96];
     buf[0] = 0;
     size_t n = 0;
     if (config.nconds)
-        n = (size_t)snprintf(buf, sizeof buf, ", %zu conds (%zu init_site functions)",
-                             conds_mapped, dm_startup_ncond_sites);
+        n = (size_t)snprintf(buf, sizeof buf, ", %zu conds (%s)", conds_mapped,
+                             sites_summary(KIND_COND, dm_startup_ncond_sites, sites, sizeof sites));
     if (config.nrwlocks && n < sizeof buf)
-        snprintf(buf + n, sizeof buf - n, ", %zu rwlocks (%zu init_site functions)",
-                 rwlocks_mapped, dm_startup_nrw_sites);
+        snprintf(buf + n, sizeof buf - n, ", %zu rwlocks (%s)", rwlocks_mapped,
+                 sites_summary(KIND_RWLOCK, dm_startup_nrw_sites, sites, sizeof sites));
     return buf;
 }
 
@@ -795,9 +826,11 @@ static void check_exit(int summary)
 {
     char line[PATH_MAX + 512];
     if (summary && check_errors == 0) {
-        snprintf(line, sizeof line, "%s: %zu mutexes would be mapped (%zu init_site "
-                 "functions)%s, redis at %s, namespace %s", config.path ? config.path : "config",
-                 dm_registry_count() - conds_mapped - rwlocks_mapped, dm_startup_ninit_sites,
+        char sites[96];
+        snprintf(line, sizeof line, "%s: %zu mutexes would be mapped (%s)%s, redis at %s, "
+                 "namespace %s", config.path ? config.path : "config",
+                 dm_registry_count() - conds_mapped - rwlocks_mapped,
+                 sites_summary(KIND_MUTEX, dm_startup_ninit_sites, sites, sizeof sites),
                  conds_summary(), dm_store->where(), config.ns ? config.ns : "-");
         if (check_fd >= 0)
             dprintf(check_fd, "S\t%s\n", line);

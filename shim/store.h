@@ -49,7 +49,9 @@ static inline struct dm_stats *dm_store_counts(struct dm_store_lock *l)
 
 struct dm_grant {
     uint64_t token;     /* fencing token of this hold */
-    int owner_dead;     /* the previous holder's lease expired unreleased */
+    int owner_dead;     /* the previous holder's lease expired unreleased, or (forced)
+                           `dmutex unlock --force` ended its hold */
+    int forced;         /* owner_dead by a forced release: the store recorded it so */
     int local_only;     /* on_redis_down = "local" and the store was down: no store hold */
     long lease_ms;      /* lease the store set (the config's, for every grant) */
     int more_waiters;   /* handed over with other waiters queued behind */

@@ -732,11 +732,16 @@ static int resolve_new(const char *object, const char *symbol, enum want want,
 }
 
 int dm_symbols_find(const char *object, const char *symbol, long offset,
-                    size_t need, uintptr_t *addr, char *err, size_t errlen)
+                    size_t need, const char *what, uintptr_t *addr, char *err, size_t errlen)
 {
     struct object *o;
     struct sym s;
     uintptr_t a;
+    char needed[96];            /* "a pthread_cond_t (48 bytes)", or "48 bytes" */
+    if (what)
+        snprintf(needed, sizeof needed, "%s (%zu bytes)", what, need);
+    else
+        snprintf(needed, sizeof needed, "%zu bytes", need);
     int rc = resolve_new(object, symbol, WANT_DATA, &o, &s, &a, err, errlen);
     if (rc != 0)
         goto out;
@@ -746,15 +751,16 @@ int dm_symbols_find(const char *object, const char *symbol, long offset,
                "own copy, so it has no single address to map", symbol, o->label);
     } else if (s.size == 0) {
         seterr(err, errlen, "%s in %s has size 0 in %s (defined without a size, as in "
-               "assembly), so a mutex cannot be checked to fit in it", symbol,
-               o->label, base_name(o->label));
+               "assembly), so %s cannot be checked to fit in it", symbol,
+               o->label, base_name(o->label), needed);
     } else if (offset < 0) {
         seterr(err, errlen, "offset %ld into %s in %s is negative", offset, symbol,
                base_name(o->label));
     } else if ((GElf_Xword)offset > s.size || need > s.size - (GElf_Xword)offset) {
         rc = ERANGE;
-        seterr(err, errlen, "%s in %s is %llu bytes: %zu bytes at offset %ld do not fit in it",
-               symbol, base_name(o->label), (unsigned long long)s.size, need, offset);
+        seterr(err, errlen, "%s in %s is %llu bytes: %s at offset %ld do%s not fit in it",
+               symbol, base_name(o->label), (unsigned long long)s.size, needed, offset,
+               what ? "es" : "");
     } else {
         *addr = live_copy(o, symbol, &s, a) + (uintptr_t)offset;
         rc = 0;
@@ -814,7 +820,7 @@ int dm_symbols_at(const char *object, uintptr_t vaddr, size_t need, int code,
                    (unsigned long)vaddr, obj, build_id, obj);
         else
             seterr(err, errlen, "address 0x%lx in %s: the entry is for build-id %s, but the "
-                   "loaded %s is build-id %s: an address names a mutex in one build only "
+                   "loaded %s is build-id %s: an address holds for one build only "
                    "(trace this build again, or name it by symbol or init_site)",
                    (unsigned long)vaddr, obj, build_id, obj, o->build_id);
         goto out;

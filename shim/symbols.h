@@ -11,7 +11,9 @@
 /* Finds the data object `symbol` ("sym", or "file.c:sym" to pick the
  * file-static of one translation unit) in the loaded object whose file name
  * (basename) is `object`, or in the main executable when `object` is NULL.
- * `need` bytes starting `offset` bytes into the symbol must lie inside it.
+ * `need` bytes starting `offset` bytes into the symbol must lie inside it;
+ * `what` names them for messages ("a pthread_cond_t": the caller's words,
+ * said with the size; NULL: the size alone).
  *
  * Returns 0 and sets *addr; ENOENT when the object is not loaded or has no
  * such symbol; ERANGE when `need` bytes at `offset` do not fit in it (so
@@ -23,7 +25,7 @@
  * `object` matches a loaded file's full path or file name, "libfoo.so" also "libfoo.so.1.2"; two files: ENOTUNIQ.
  * Unqualified "sym": the one global, else the one file-static (or gcc's function-static "sym.N"). */
 int dm_symbols_find(const char *object, const char *symbol, long offset,
-                    size_t need, uintptr_t *addr, char *err, size_t errlen);
+                    size_t need, const char *what, uintptr_t *addr, char *err, size_t errlen);
 
 /* The [start, end) address range of function `func` in `object` (NULL: the
  * executable), for init_site mapping. Same errors as dm_symbols_find. */

@@ -13,7 +13,9 @@
 #   unlock  refuses a live holder and a killed one whose lease lives;
 #           --force hands the lock to the waiting process with a bigger
 #           token, the old holder logs its lost lease, its release and
-#           renewal answer lost, the server logs who did it
+#           renewal answer lost, the server logs who did it; the process
+#           handed the lock, and the next locker of one forced free, log
+#           that the previous hold was forced (not that its lease expired)
 #   top     with a workload locking in a loop, a nonzero rate for its lock
 #           and 0/s for an idle one
 # Prints one closing line "N passed, N failed".
@@ -163,12 +165,12 @@ if [ "$rc" -eq 78 ] && ! grep -q "would be mapped" "$T/out"; then
     ok "check: GLib's GMutex, GCond and a spin lock: 78, nothing would be mapped"
 else bad "check: GLib's GMutex, GCond and a spin lock: 78, nothing would be mapped" "exit $rc" \
     "$(cat "$T/out" "$T/err")"; fi
-has "$T/glib.cfg:1: cache_lock in glibprog is 8 bytes: 40 bytes at offset 0 do not fit in it, so it is no pthread_mutex_t, mtx_t or std::mutex. A lock of another kind (GLib's GMutex, 8 bytes, a futex of GLib's own" \
+has "$T/glib.cfg:1: cache_lock in glibprog is 8 bytes: a pthread_mutex_t (40 bytes) at offset 0 does not fit in it, so it is no pthread_mutex_t, mtx_t or std::mutex. A lock of another kind (GLib's GMutex, 8 bytes, a futex of GLib's own" \
     "$T/err" "check: a GMutex entry: the cause named"
 has "Lock the data with a pthread_mutex_t, mtx_t or std::mutex and map that one" "$T/err" \
     "check: a GMutex entry: the fix named"
 has "$T/glib.cfg:1: stats_lock in glibprog is 4 bytes" "$T/err" "check: a spin lock entry refused"
-has "$T/glib.cfg:2: cache_cond in glibprog is 16 bytes: 48 bytes at offset 0 do not fit in it, so it is no pthread_cond_t, cnd_t or std::condition_variable" \
+has "$T/glib.cfg:2: cache_cond in glibprog is 16 bytes: a pthread_cond_t (48 bytes) at offset 0 does not fit in it, so it is no pthread_cond_t, cnd_t or std::condition_variable" \
     "$T/err" "check: a GCond entry refused, with the cause"
 has "3 errors: the program would not start" "$T/err" "check: every refused entry counted"
 LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/glib.cfg "$G" >"$T/rout" 2>"$T/rerr"
@@ -230,6 +232,19 @@ if [ "$rc" -eq 78 ] &&
 else bad "check: a cnd_t in mutexes: 78, the list it belongs to named" "exit $rc" \
     "$(cat "$T/out" "$T/err")"; fi
 
+# A cond or rwlock entry past the end of its symbol: the message names the
+# list's type and its size, never a mutex's.
+printf 'conds = ( { symbol = "ready"; offset = 8; } );\nrwlocks = ( { symbol = "ready"; index = 1; name = "rw"; } );\n' \
+    >"$T/fit.cfg"
+"$DMUTEX" check -c "$T/fit.cfg" -- build/tests/progs/c11prog >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 78 ] && ! grep -qw mutex "$T/err" &&
+   grep -qF "$T/fit.cfg:1: ready in c11prog is 48 bytes: a pthread_cond_t (48 bytes) at offset 8 does not fit in it" "$T/err" &&
+   grep -qF "$T/fit.cfg:2: ready in c11prog is 48 bytes: a pthread_rwlock_t (56 bytes) at offset 56 does not fit in it" "$T/err"; then
+    ok "check: a cond or rwlock entry that does not fit: its own type and size named, no mutex"
+else bad "check: a cond or rwlock entry that does not fit: its own type and size named, no mutex" \
+    "exit $rc" "$(cat "$T/out" "$T/err")"; fi
+
 # ---- unlock --------------------------------------------------------------
 # Short lease: a forced holder hears of it within a renewal period (1 s).
 cat >"$T/u.cfg" <<'CFG'
@@ -239,9 +254,10 @@ on_lease_lost = "warn";
 mutexes = ();
 CFG
 # start_api NAME HELD FREE: apiprog under the shim, stdin from fifo $T/NAME.in
+# (its log at info: what it is told of the previous holder)
 start_api() {
     mkfifo "$T/$1.in"
-    LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/u.cfg DMUTEX_REDIS=$URL \
+    LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/u.cfg DMUTEX_REDIS=$URL DMUTEX_LOG=info \
         "$T/apiprog" "$2" "$3" <"$T/$1.in" >"$T/$1.out" 2>"$T/$1.err" &
     last_pid=$!
     pids="$pids $last_pid"
@@ -280,6 +296,11 @@ else bad "unlock --force: released, handed to the waiter" "exit $rc" "$(cat "$T/
 if wait_for "held " "$T/waiter.out"; then ok "unlock --force: the waiting process got the lock"
 else bad "unlock --force: the waiting process got the lock" "$(cat "$T/waiter.out" "$T/waiter.err")"; fi
 tok2=$(sed -n 's/^held //p' "$T/waiter.out")
+FORCED_LOG="lock u.live: the previous holder's hold was ended by \`dmutex unlock --force\`, not released"
+if grep -qF "$FORCED_LOG" "$T/waiter.err" && ! grep -qF "lease expired" "$T/waiter.err"; then
+    ok "unlock --force: the waiter handed the lock logs a forced release, not an expiry"
+else bad "unlock --force: the waiter handed the lock logs a forced release, not an expiry" \
+    "$(cat "$T/waiter.err")"; fi
 if [ -n "$tok2" ] && [ "$tok2" -gt "$tok1" ]; then ok "unlock --force: the token grew ($tok1 -> $tok2)"
 else bad "unlock --force: the token grew" "old $tok1 new $tok2"; fi
 if wait_for "lost the lease of lock u.live" "$T/holder.err"; then
@@ -333,6 +354,10 @@ exec 3>"$T/next.in"
 if wait_for "held " "$T/next.out" && [ "$(sed -n 's/^held //p' "$T/next.out")" -gt "$((tok3 + 1))" ]; then
     ok "unlock --force: the next locker gets it with a token past the forced one"
 else bad "unlock --force: the next locker gets it with a token past the forced one" "$(cat "$T/next.out" "$T/next.err")"; fi
+if grep -qF "lock u.dead: the previous holder's hold was ended by \`dmutex unlock --force\`, not released" \
+       "$T/next.err" && ! grep -qF "lease expired" "$T/next.err"; then
+    ok "unlock --force: the next locker logs a forced release, not an expiry"
+else bad "unlock --force: the next locker logs a forced release, not an expiry" "$(cat "$T/next.err")"; fi
 exec 3>&-
 
 # ---- errors of the tools' own commands ------------------------------------
@@ -364,11 +389,11 @@ counter=$!
 pids="$pids $counter"
 n=0
 while [ -z "$($CLI GET "$(key toptest top.busy token)")" ] && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
-"$DMUTEX" top -c "$T/top.cfg" -r "$URL" -n 2 -d 0.5 >"$T/top" 2>"$T/err"
+"$DMUTEX" top -c "$T/top.cfg" -r "$URL" -N 2 -d 0.5 >"$T/top" 2>"$T/err"
 rc=$?
 kill -9 "$counter"; wait "$counter" 2>/dev/null
-if [ "$rc" -eq 0 ] && [ "$(grep -c '^dmutex top - ' "$T/top")" -eq 2 ]; then ok "top -n 2: two snapshots"
-else bad "top -n 2: two snapshots" "exit $rc" "$(cat "$T/top" "$T/err")"; fi
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^dmutex top - ' "$T/top")" -eq 2 ]; then ok "top -N 2: two snapshots"
+else bad "top -N 2: two snapshots" "exit $rc" "$(cat "$T/top" "$T/err")"; fi
 busy=$(grep '^top\.busy ' "$T/top" | tail -n 1 | awk '{print $NF}')
 if echo "$busy" | awk '/^[0-9.]+\/s$/ { exit !($0 + 0 > 0) } { exit 1 }'; then
     ok "top: the busy lock has a nonzero rate ($busy)"

@@ -356,6 +356,7 @@ static void test_grant_after_a_lease_expired_reports_owner_dead(void **state)
     wait_expired(h.l);
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(h.g.owner_dead, 1);
+    assert_int_equal(h.g.forced, 0);                /* expired, not forced */
     assert_int_equal(tb, h.t + 1);
     assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
 }
@@ -400,8 +401,8 @@ static int force_release(struct dm_rlock *l)
 
 /* A forced release says the holder is dead (the operator knows it): the
  * next holder hears it as after an expiry (EOWNERDEAD for a robust
- * mutex), whether the lock was handed to a queued fair waiter or freed
- * with nobody waiting. */
+ * mutex), but told as forced, not expired (its log says so), whether the
+ * lock was handed to a queued fair waiter or freed with nobody waiting. */
 static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **state)
 {
     (void)state;
@@ -432,6 +433,7 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
     assert_int_equal(w.rc, 0);
     assert_true(w.g.token > h.t + 1);               /* past the force's own token */
     assert_int_equal(w.g.owner_dead, 1);            /* handed over by a force */
+    assert_int_equal(w.g.forced, 1);
     assert_int_equal(dm_rlock_release(h.l, w.owner, w.g.token), 0);
 
     /* With nobody waiting: freed, and the next grant says so too. */
@@ -441,8 +443,29 @@ static void test_a_forced_release_reports_owner_dead_to_the_next_holder(void **s
     assert_int_equal(force_release(h.l), 1);
     uint64_t tb = th_grant(h.l, h.b, &h.g);
     assert_int_equal(h.g.owner_dead, 1);
+    assert_int_equal(h.g.forced, 1);
     assert_true(tb > ta + 1);
     assert_int_equal(dm_rlock_release(h.l, h.b, tb), 0);
+}
+
+/* lock_delay_ms applies after a forced release as after an expiry, and
+ * the grant after the delay still says forced. */
+static void test_lock_delay_after_a_forced_release_still_reports_it_forced(void **state)
+{
+    (void)state;
+    const long delay = 600;
+    cfg.lock_delay_ms = delay;
+    struct th_hold h = th_hold_by_a("forcedelay");
+    assert_int_equal(force_release(h.l), 1);
+    long long t0 = th_now_ms();
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, NULL, DM_ACQ_TRY, &h.g), EBUSY);
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, delay + SLACK_MS);
+    assert_int_equal(dm_rlock_acquire(h.l, h.b, &dl, 0, &h.g), 0);
+    if (th_now_ms() - t0 < delay - 50)
+        fail_msg("granted %lld ms after the force; lock_delay_ms = %ld", th_now_ms() - t0, delay);
+    assert_int_equal(h.g.owner_dead, 1);
+    assert_int_equal(h.g.forced, 1);
+    assert_int_equal(dm_rlock_release(h.l, h.b, h.g.token), 0);
 }
 
 /* ---- deadlines and delays ------------------------------------------------ */
@@ -2078,6 +2101,8 @@ int main(void)
         cmocka_unit_test_setup(test_acquire_with_a_deadline_times_out_not_before_it, reset_policy),
         cmocka_unit_test_setup(test_lock_delay_holds_off_a_grant_after_an_expiry, reset_policy),
         cmocka_unit_test_setup(test_lock_delay_does_not_apply_after_a_clean_release, reset_policy),
+        cmocka_unit_test_setup(test_lock_delay_after_a_forced_release_still_reports_it_forced,
+                               reset_policy),
         cmocka_unit_test_setup(test_wrong_key_type_fails_with_a_message_naming_the_key, reset_policy),
         cmocka_unit_test_setup(test_script_flush_between_calls_is_survived, reset_policy),
         cmocka_unit_test_setup(test_release_nowait_returns_while_the_server_is_paused_and_runs_later,

@@ -1430,7 +1430,8 @@ static void test_url_bad_ones_say_what_is_wrong(void **state)
 {
     (void)state;
     url_bad("", "empty");
-    url_bad("127.0.0.1:6379", "must start with redis://, rediss://, unix://, redis-sentinel://, rediss-sentinel://, redis-cluster:// or etcd://");
+    url_bad("127.0.0.1:6379", "must start with one of redis:// rediss:// unix:// redis-sentinel:// "
+                              "rediss-sentinel:// redis-cluster:// etcd://");
     url_bad("http://h", "unknown scheme \"http\"");
     url_bad("redis://", "host");
     url_bad("redis://:6379", "host");

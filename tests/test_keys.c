@@ -129,6 +129,22 @@ static void test_holder_marker_of_a_forced_release_names_token_and_who(void **s)
     assert_int_equal(h.state, DM_HOLDER_FORCED);
 }
 
+/* lock_delay_ms after a forced release: the delay's marker keeps that the
+ * end was forced, so the grant after it can say so. */
+static void test_holder_marker_of_a_delay_after_a_force_says_forced(void **s)
+{
+    (void)s;
+    struct dm_holder h;
+    assert_int_equal(dm_keys_holder_decode("!1700000000123 forced", &h), 0);
+    assert_int_equal(h.state, DM_HOLDER_EXPIRY_SEEN);
+    assert_true(h.seen_ms == 1700000000123LL);
+    assert_int_equal(h.forced, 1);
+    assert_int_equal(dm_keys_holder_decode("!1700000000123", &h), 0);
+    assert_int_equal(h.forced, 0);
+    assert_int_equal(dm_keys_holder_decode("!1700000000123 other", &h), -1);
+    assert_int_equal(h.state, DM_HOLDER_EXPIRY_SEEN);
+}
+
 static void test_malformed_markers_keep_the_state_of_their_first_character(void **s)
 {
     (void)s;
@@ -185,6 +201,7 @@ int main(void)
         T(test_name_is_read_back_from_a_key_of_its_namespace_only),
         T(test_holder_marker_of_a_grant_names_request_owner_and_token),
         T(test_holder_marker_of_a_forced_release_names_token_and_who),
+        T(test_holder_marker_of_a_delay_after_a_force_says_forced),
         T(test_holder_marker_of_a_release_and_of_a_seen_expiry),
         T(test_malformed_markers_keep_the_state_of_their_first_character),
         T(test_every_kind_has_a_name_that_reads_back),

@@ -37,7 +37,8 @@ static uintptr_t find_ok(const char *object, const char *symbol, long offset)
 {
     uintptr_t addr = 0;
     err[0] = '\0';
-    int rc = dm_symbols_find(object, symbol, offset, MUTEX_SIZE, &addr, err, sizeof err);
+    int rc = dm_symbols_find(object, symbol, offset, MUTEX_SIZE, "a pthread_mutex_t", &addr, err,
+                             sizeof err);
     if (rc != 0)
         fail_msg("dm_symbols_find(%s, %s, %ld) = %d: %s", object ? object : "NULL",
                  symbol, offset, rc, err);
@@ -48,7 +49,8 @@ static int find_rc(const char *object, const char *symbol, long offset)
 {
     uintptr_t addr = 0;
     err[0] = '\0';
-    int rc = dm_symbols_find(object, symbol, offset, MUTEX_SIZE, &addr, err, sizeof err);
+    int rc = dm_symbols_find(object, symbol, offset, MUTEX_SIZE, "a pthread_mutex_t", &addr, err,
+                             sizeof err);
     if (rc != 0 && err[0] == '\0')
         fail_msg("dm_symbols_find(%s) = %d with no message", symbol, rc);
     return rc;
@@ -193,9 +195,38 @@ static void test_too_small_object_is_erange_and_gives_both_sizes(void **state)
     (void)state;
     char want[128];
     assert_int_equal(find_rc(NULL, "sym_small_lock", 0), ERANGE);
-    snprintf(want, sizeof want, "sym_small_lock in %s is 4 bytes: %zu bytes at offset 0 do not "
-             "fit in it", exe_base(), MUTEX_SIZE);
+    snprintf(want, sizeof want, "sym_small_lock in %s is 4 bytes: a pthread_mutex_t (%zu bytes) "
+             "at offset 0 does not fit in it", exe_base(), MUTEX_SIZE);
     assert_err_has(want);
+}
+
+/* The messages name what the caller needs there, not a mutex: a cond
+ * entry's error is about a pthread_cond_t, an rwlock entry's about a
+ * pthread_rwlock_t; without words for it, the bytes. */
+static void test_what_does_not_fit_is_named_as_the_caller_says(void **state)
+{
+    (void)state;
+    char want[160];
+    uintptr_t addr;
+    long past = 4 * (long)MUTEX_SIZE;
+    assert_int_equal(dm_symbols_find(NULL, "sym_slots", past, sizeof(pthread_cond_t),
+                                     "a pthread_cond_t", &addr, err, sizeof err), ERANGE);
+    snprintf(want, sizeof want, "sym_slots in %s is %zu bytes: a pthread_cond_t (%zu bytes) at "
+             "offset %ld does not fit in it", exe_base(), sizeof sym_slots,
+             sizeof(pthread_cond_t), past);
+    assert_err_has(want);
+    assert_int_equal(dm_symbols_find(NULL, "sym_small_lock", 0, sizeof(pthread_rwlock_t), NULL,
+                                     &addr, err, sizeof err), ERANGE);
+    snprintf(want, sizeof want, "is 4 bytes: %zu bytes at offset 0 do not fit in it",
+             sizeof(pthread_rwlock_t));
+    assert_err_has(want);
+    assert_int_equal(dm_symbols_find(NULL, "sym_sizeless", 0, sizeof(pthread_cond_t),
+                                     "a pthread_cond_t", &addr, err, sizeof err), EINVAL);
+    snprintf(want, sizeof want, "so a pthread_cond_t (%zu bytes) cannot be checked to fit in it",
+             sizeof(pthread_cond_t));
+    assert_err_has(want);
+    if (strstr(err, "mutex"))
+        fail_msg("a cond's error speaks of a mutex: %s", err);
 }
 
 static void test_sizeless_symbol_is_einval(void **state)
@@ -248,10 +279,10 @@ static void test_error_is_truncated_to_the_buffer(void **state)
     char small[16];
     uintptr_t addr;
     memset(small, 'x', sizeof small);
-    assert_int_equal(dm_symbols_find(NULL, "no_such_lock", 0, MUTEX_SIZE, &addr,
+    assert_int_equal(dm_symbols_find(NULL, "no_such_lock", 0, MUTEX_SIZE, NULL, &addr,
                                      small, sizeof small), ENOENT);
     assert_int_equal(strlen(small), sizeof small - 1);
-    assert_int_equal(dm_symbols_find(NULL, "no_such_lock", 0, MUTEX_SIZE, &addr, NULL, 0),
+    assert_int_equal(dm_symbols_find(NULL, "no_such_lock", 0, MUTEX_SIZE, NULL, &addr, NULL, 0),
                      ENOENT);
 }
 
@@ -569,8 +600,8 @@ static void *lookup_many(void *arg)
     char e[ERR_LEN];
     for (int i = 0; i < N_LOOKUPS; i++) {
         uintptr_t a = 0, b = 0;
-        if (dm_symbols_find(NULL, "sym_b.c:cache_lock", 0, MUTEX_SIZE, &a, e, sizeof e) ||
-            dm_symbols_find("libsymlib.so", "symlib_lock", 0, MUTEX_SIZE, &b, e, sizeof e))
+        if (dm_symbols_find(NULL, "sym_b.c:cache_lock", 0, MUTEX_SIZE, NULL, &a, e, sizeof e) ||
+            dm_symbols_find("libsymlib.so", "symlib_lock", 0, MUTEX_SIZE, NULL, &b, e, sizeof e))
             return (void *)1;
         if (a != (uintptr_t)sym_b_cache_lock() || b != (uintptr_t)symlib_lock_addr())
             return (void *)1;
@@ -611,6 +642,7 @@ int main(void)
         cmocka_unit_test_teardown(test_negative_offset_is_einval, teardown),
         cmocka_unit_test_teardown(test_too_small_object_is_erange_and_gives_both_sizes, teardown),
         cmocka_unit_test_teardown(test_sizeless_symbol_is_einval, teardown),
+        cmocka_unit_test_teardown(test_what_does_not_fit_is_named_as_the_caller_says, teardown),
         cmocka_unit_test_teardown(test_missing_symbol_is_enoent_and_names_the_object, teardown),
         cmocka_unit_test_teardown(test_unloaded_object_is_enoent, teardown),
         cmocka_unit_test_teardown(test_thread_local_is_einval, teardown),

@@ -162,6 +162,12 @@ has "the entry is for build-id 00112233, but the loaded trace_books is build-id"
 trace_case "$PR/trace_factory" "heap, pthread_mutex_init in account_new" init_site 2
 has '{ init_site = "account_new"; name = "account_new"; }' "$T/trace_factory.err" \
     "trace_factory: the entry is init_site account_new"
+if grep -qE "	init_site account_new	0x[0-9a-f]+ \(trace_factory\+0x[0-9a-f]+\), [0-9]+ bytes$" \
+       "$T/trace_factory.check" &&
+   grep -qF "0 mutexes would be mapped (1 init_site function)," "$T/trace_factory.check"; then
+    ok "trace_factory: dmutex check gives the function's size and counts 1 init_site function"
+else bad "trace_factory: dmutex check gives the function's size and counts 1 init_site function" \
+    "$(cat "$T/trace_factory.check")"; fi
 has "[2 mutexes]" "$T/trace_factory.err" "trace_factory: both accounts are one row"
 
 trace_case "$PR/trace_factory_stripped" "heap, pthread_mutex_init called from trace_factory_stripped+" \
@@ -170,6 +176,15 @@ has "{ init_site_address = 0x" "$T/trace_factory_stripped.err" \
     "trace_factory_stripped: the entry is the init call's address, with the build-id"
 has "weak: address of this build only" "$T/trace_factory_stripped.check" \
     "trace_factory_stripped: dmutex check marks the init_site_address entry weak"
+# An address entry names one call, not a function: no size, and counted
+# as what it is.
+if grep -qE "	init_site_address 0x[0-9a-f]+ \(weak: address of this build only\)	0x[0-9a-f]+ \(trace_factory_stripped\+0x[0-9a-f]+\), the return address of one pthread_mutex_init or mtx_init call$" \
+       "$T/trace_factory_stripped.check" &&
+   grep -qF "0 mutexes would be mapped (0 init_site functions, 1 init_site_address call)," \
+       "$T/trace_factory_stripped.check"; then
+    ok "trace_factory_stripped: dmutex check names the call (no size) and counts 1 init_site_address call"
+else bad "trace_factory_stripped: dmutex check names the call (no size) and counts 1 init_site_address call" \
+    "$(cat "$T/trace_factory_stripped.check")"; fi
 
 trace_case "$PR/trace_array" "g_slots+120 in trace_array (.symtab)" symbol 1
 has '{ symbol = "g_slots"; offset = 120; name = "g_slots.at120"; }' "$T/trace_array.err" \
@@ -232,7 +247,7 @@ else bad "trace_conds: the printed mutexes and conds blocks pass dmutex check" \
     "$(cat "$T/tc.cfg")" "$(cat "$T/tc.check")"; fi
 { cat "$T/tc.cfg"; cat "$T/tc.rwlocks"; } >"$T/tc-all.cfg"
 if "$DMUTEX" check -c "$T/tc-all.cfg" -- "$TC" >"$T/tc-all.check" 2>&1 &&
-   grep -qF ", 2 rwlocks (1 init_site functions)," "$T/tc-all.check"; then
+   grep -qF ", 2 rwlocks (1 init_site function)," "$T/tc-all.check"; then
     ok "trace_conds: with the rwlocks block too, dmutex check maps both rwlocks and the init_site"
 else bad "trace_conds: with the rwlocks block too, dmutex check maps both rwlocks and the init_site" \
     "$(cat "$T/tc-all.cfg")" "$(cat "$T/tc-all.check")"; fi

@@ -13,6 +13,11 @@
 #ifndef DM_LIBDIR_FROM_BINDIR
 #define DM_LIBDIR_FROM_BINDIR "../lib"
 #endif
+/* And `dmutex trace`'s library (PKGLIBDIR: LIBDIR itself by default, a
+ * directory of dmutex's own in the Debian packages). */
+#ifndef DM_TRACEDIR_FROM_BINDIR
+#define DM_TRACEDIR_FROM_BINDIR DM_LIBDIR_FROM_BINDIR
+#endif
 
 int dm_cli_run(int argc, char **argv);     /* tools/run.c */
 int dm_cli_ls(int argc, char **argv);      /* tools/ls.c */
@@ -31,11 +36,12 @@ int dm_cli_trace(int argc, char **argv);   /* tools/trace.c */
 int dm_cli_fresh(int argc, char **argv);   /* tools/fresh.c */
 
 /* tools/launch.c: a library of dmutex's: $env_name if set, else `file`
- * beside this executable, else `installed_file` where `make install` put
- * it (DM_LIBDIR_FROM_BINDIR from the executable). 0, or -1 with a message
- * naming `cmd` and, as the fix, "set ENV_NAME to <hint>". */
+ * beside this executable, else `installed_from_bin` where `make install` put it (a
+ * path from the executable's directory: DM_LIBDIR_FROM_BINDIR "/" ...).
+ * 0, or -1 with a message naming `cmd` and, as the fix, "set ENV_NAME to
+ * <hint>". */
 int dm_cli_find_lib(const char *cmd, const char *env_name, const char *file,
-                    const char *installed_file, const char *hint, char *out, size_t len);
+                    const char *installed_from_bin, const char *hint, char *out, size_t len);
 /* tools/launch.c: the shim to preload (0, or -1 with a message). */
 int dm_cli_find_shim(char *out, size_t len);
 

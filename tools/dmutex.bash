@@ -20,6 +20,7 @@ _dmutex() {
         -l|--log) COMPREPLY=($(compgen -W "error warn info debug" -- "$cur")); return ;;
         -r|--redis|-n|--namespace) return ;;
         -i|--interval|--top|--min-locks) return ;;     # numbers (trace)
+        -d|--delay|-N|--iterations) return ;;          # numbers (top)
     esac
     if [[ "$cur" == -* ]]; then
         words=$("${COMP_WORDS[0]}" "$cmd" -h 2>/dev/null |

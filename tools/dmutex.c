@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "config_keys.h"
 #include "dmutex.h"
 #include "store.h"
@@ -39,9 +40,23 @@ static int keys_verb(int argc, char **argv)
     return dm_redis_store.admin_keys(argc, argv);
 }
 
+/* `dmutex url-forms` (not in the usage text): every URL form a REDIS_URL
+ * may take, one a line (DM_URL_LIST), for the man pages (tools/mkman.sh),
+ * so that they list what the parser takes. */
+static int url_forms(int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 1) {
+        fputs("usage: dmutex url-forms\n", stderr);
+        return 2;
+    }
+    fputs(DM_URL_FORMS, stdout);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 /* The verbs, in the order `dmutex help` lists them: one table for the
  * dispatch and the usage text. A verb without a summary is not listed
- * (config-keys, keys: for the tests). */
+ * (config-keys, keys: for the tests; url-forms: for the man pages). */
 static const struct verb {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -54,11 +69,11 @@ static const struct verb {
       "resolve CONFIG against PROGRAM and its libraries without running it" },
     { "ls", dm_cli_ls, "[-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [--json]",
       "list the locks on the server: holder, remaining lease, fencing token" },
-    { "top", dm_cli_top, "[-c CONFIG | -r REDIS_URL] [--namespace NS] [-d SECONDS] [-n ITERATIONS]",
+    { "top", dm_cli_top, "[-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [-d SECONDS] [-N ITERATIONS]",
       "live view of the locks: holder, waiters, lease, token, acquisitions/s" },
-    { "unlock", dm_cli_unlock, "-c CONFIG [-r REDIS_URL] [--force] NAME",
+    { "unlock", dm_cli_unlock, "-c CONFIG [-r REDIS_URL] [-n NAMESPACE] [--force] NAME",
       "release a lock whose holder is dead; --force: even while its lease lives" },
-    { "fresh", dm_cli_fresh, "[-c CONFIG | -r REDIS_URL] [-n NAMESPACE]",
+    { "fresh", dm_cli_fresh, "[-c CONFIG] [-r REDIS_URL] [-n NAMESPACE] [--durable]",
       "declare a new server that lost no lock data: no wait of a lease after its start" },
     { "scan", dm_cli_scan, "PROGRAM [LIBRARY...]",
       "list the mutex, cond and rwlock variables of a binary, with config entries" },
@@ -68,6 +83,7 @@ static const struct verb {
       "print the ACL SETUSER line of the least-privilege Redis user CONFIG needs" },
     { "config-keys", config_keys, NULL, NULL },
     { "keys", keys_verb, NULL, NULL },
+    { "url-forms", url_forms, NULL, NULL },
 };
 
 static void usage(FILE *out)
@@ -86,10 +102,10 @@ static void usage(FILE *out)
           "        print the version of dmutex\n"
           "\n"
           "`dmutex COMMAND -h` describes a command. Environment: DMUTEX_CONFIG,\n"
-          "DMUTEX_REDIS (redis://[user:pass@]host:port/db, rediss://... for TLS,\n"
-          "unix:///path or redis-sentinel://[user:pass@]host:port[,host:port...]/master[/db],\n"
-          "rediss-sentinel://... for TLS), DMUTEX_TLS_CA/CERT/KEY (with rediss://), DMUTEX_LOG\n"
-          "(error|warn|info|debug). See README.md and config/REFERENCE.md.\n", out);
+          "DMUTEX_REDIS (a REDIS_URL), DMUTEX_TLS_CA/CERT/KEY (with rediss://), DMUTEX_LOG\n"
+          "(error|warn|info|debug). See README.md and config/REFERENCE.md.\n"
+          "\n"
+          DM_URL_HELP, out);
 }
 
 int main(int argc, char **argv)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "locks.h"
 
 static const char fresh_usage[] =
@@ -39,10 +40,12 @@ static const char fresh_usage[] =
     "wait (docs/failures.md), so there is nothing to declare there.\n"
     "\n"
     "  -c, --config FILE     the server and namespace (default: the defaults)\n"
-    "  -r, --redis URL       the server (default: the config's)\n"
+    "  -r, --redis URL       the server, a REDIS_URL (below; default: the config's)\n"
     "  -n, --namespace NS    key namespace (default: the config's)\n"
-    "  -d, --durable         declare every restart lossless (see above)\n"
+    "      --durable         declare every restart lossless (see above)\n"
     "  -h, --help            this text\n"
+    "\n"
+    DM_URL_HELP
     "\n"
     "Exit status: 0 declared; 1 the server cannot be reached, refused, or\n"
     "(--durable) is not set up so; 2 usage; 78 bad config.\n";
@@ -60,6 +63,9 @@ int dm_cli_fresh(int argc, char **argv)
     const char *cfg_path = NULL, *url = getenv("DMUTEX_REDIS"), *ns = NULL;
     int ch, durable = 0;
     optind = 1;
+    /* -d: the old spelling of --durable, still taken (fresh has no other
+     * -d) but no longer shown, so that the texts give -d one meaning, top's
+     * delay. */
     while ((ch = getopt_long(argc, argv, "c:r:n:dh", opts, NULL)) != -1) {
         switch (ch) {
         case 'c': cfg_path = optarg; break;

@@ -13,7 +13,7 @@
 #include "dmutex.h"
 
 int dm_cli_find_lib(const char *cmd, const char *env_name, const char *file,
-                    const char *installed_file, const char *hint, char *out, size_t len)
+                    const char *installed_from_bin, const char *hint, char *out, size_t len)
 {
     const char *env = getenv(env_name);
     if (env && *env) {
@@ -36,7 +36,7 @@ int dm_cli_find_lib(const char *cmd, const char *env_name, const char *file,
         return 0;
     int beside_errno = errno;
     char installed[PATH_MAX];
-    snprintf(installed, sizeof installed, "%s/%s/%s", dir, DM_LIBDIR_FROM_BINDIR, installed_file);
+    snprintf(installed, sizeof installed, "%s/%s", dir, installed_from_bin);
     if (access(installed, R_OK) == 0) {
         snprintf(out, len, "%s", installed);
         return 0;
@@ -52,8 +52,9 @@ int dm_cli_find_lib(const char *cmd, const char *env_name, const char *file,
  * run it without the shim, only warning). */
 int dm_cli_find_shim(char *out, size_t len)
 {
-    char soname[64];
-    snprintf(soname, sizeof soname, "libdmutex.so.%d", DMUTEX_VERSION_MAJOR);
+    char soname[PATH_MAX];
+    snprintf(soname, sizeof soname, "%s/libdmutex.so.%d", DM_LIBDIR_FROM_BINDIR,
+             DMUTEX_VERSION_MAJOR);
     return dm_cli_find_lib("run", "DMUTEX_LIB", "libdmutex.so", soname, "the shim's path", out,
                            len);
 }

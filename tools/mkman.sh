@@ -11,6 +11,8 @@
 #   @REFERENCE@  REFERENCE (config/REFERENCE.md) from SYNOPSIS to before
 #                FILES (md2man.awk), with its key tables from
 #                `DMUTEX config-keys GROUP` for each GROUP REFERENCE.md has, not from the file
+#   @URL_FORMS@  every form of a server URL, one a line (`DMUTEX url-forms`:
+#                the parser's own list, DM_URL_LIST in shim/config.h)
 # The commands are those that `DMUTEX help` lists under "commands:".
 # Repository paths in the reference are rewritten to installed ones
 # (config/X.cfg -> DOCDIR/examples/X.cfg, docs/X.md -> DOCDIR/X.md).
@@ -49,6 +51,11 @@ while read -r cmd; do
     awk -f "$here/usage2man.awk" "$T/usage" >>"$T/commands.man"
 done <"$T/commands"
 
+"$dmutex" url-forms | awk 'BEGIN { print ".nf" }
+    { gsub(/\\/, "\\e"); gsub(/-/, "\\-"); print }
+    END { print ".fi" }' >"$T/urls"
+[ "$(wc -l <"$T/urls")" -gt 3 ] || { echo "mkman.sh: $dmutex url-forms lists no URL" >&2; exit 1; }
+
 mkdir "$T/keys"
 # Every group REFERENCE.md has a table for (top, redis, tls, mutex, ...).
 for g in $(sed -n 's/^<!-- config-keys \([a-z]*\):.*/\1/p' "$ref"); do
@@ -62,6 +69,7 @@ sed "$subst" "$tmpl" | awk -v d="$T" '
     $0 == "@SYNOPSIS@" { f = d "/synopsis" }
     $0 == "@COMMANDS@" { f = d "/commands.man" }
     $0 == "@REFERENCE@" { f = d "/reference" }
+    $0 == "@URL_FORMS@" { f = d "/urls" }
     f != "" { while ((getline l < f) > 0) print l; close(f); f = ""; next }
     { print }' >"$T/page"
 if grep -n '@[A-Z_][A-Z_]*@' "$T/page" >&2; then

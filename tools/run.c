@@ -24,9 +24,12 @@ static const char run_usage[] =
     "everything else passes straight through to glibc.\n"
     "\n"
     "  -c, --config FILE     the config file (required)\n"
-    "  -r, --redis URL       override the server (sets DMUTEX_REDIS)\n"
+    "  -r, --redis URL       override the server, a REDIS_URL (below; sets\n"
+    "                        DMUTEX_REDIS)\n"
     "  -l, --log LEVEL       error, warn (default), info or debug (DMUTEX_LOG)\n"
     "  -h, --help            this text\n"
+    "\n"
+    DM_URL_HELP
     "\n"
     "Exit status: PROGRAM's; 78 if CONFIG is wrong (the message names\n"
     "FILE:LINE); 2 for a usage error; 127 if PROGRAM cannot be run.\n";

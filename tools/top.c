@@ -23,12 +23,12 @@
 #define TOP_MAX_RATE 1e6
 
 static const char top_usage[] =
-    "usage: dmutex top [-c CONFIG | -r REDIS_URL] [--namespace NS] [-d SECONDS]\n"
-    "                  [-n ITERATIONS]\n"
+    "usage: dmutex top [-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [-d SECONDS]\n"
+    "                  [-N ITERATIONS]\n"
     "\n"
     "A live view of the locks of NAMESPACE on the server, redrawn every -d\n"
     "seconds like top(1) (clear screen, redraw) while stdout is a terminal and\n"
-    "no -n is given; else each refresh is printed as a plain snapshot:\n"
+    "no -N is given; else each refresh is printed as a plain snapshot:\n"
     "  NAME, STATE, HOLDER and LEASE_MS, TOKEN, WAITERS as in dmutex ls, and\n"
     "  ACQ/S      acquisitions per second since the previous refresh: the\n"
     "             growth of the lock's fencing counter (one per grant from the\n"
@@ -37,12 +37,14 @@ static const char top_usage[] =
     "             \"reset\" when the counter restarted.\n"
     "\n"
     "  -c, --config FILE     take the server and namespace from FILE\n"
-    "  -r, --redis URL       redis://[user:pass@]host[:port][/db] or unix:///path\n"
-    "                        (default: $DMUTEX_REDIS, else the config's)\n"
-    "      --namespace NS    key namespace\n"
+    "  -r, --redis URL       the server, a REDIS_URL (below; default: $DMUTEX_REDIS,\n"
+    "                        else the config's)\n"
+    "  -n, --namespace NS    key namespace (default: the config's, or \"dmutex\")\n"
     "  -d, --delay SECONDS   time between refreshes (default 2, fractions allowed)\n"
-    "  -n, --iterations N    stop after N refreshes (default: until interrupted)\n"
+    "  -N, --iterations N    stop after N refreshes (default: until interrupted)\n"
     "  -h, --help            this text\n"
+    "\n"
+    DM_URL_HELP
     "\n"
     "Exit status 0; 1 if the server cannot be reached; 2 usage; 78 bad config.\n";
 
@@ -112,12 +114,13 @@ static void draw(FILE *out, const char *ns, const struct dm_lock_row *rows, size
 
 int dm_cli_top(int argc, char **argv)
 {
+    enum { OPT_NAMESPACE = 256 };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "redis", required_argument, NULL, 'r' },
-        { "namespace", required_argument, NULL, 'N' },
+        { "namespace", required_argument, NULL, OPT_NAMESPACE },
         { "delay", required_argument, NULL, 'd' },
-        { "iterations", required_argument, NULL, 'n' },
+        { "iterations", required_argument, NULL, 'N' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -127,11 +130,24 @@ int dm_cli_top(int argc, char **argv)
     char *end;
     int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:r:d:n:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:r:n:d:N:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'c': cfg_path = optarg; break;
         case 'r': url = optarg; break;
-        case 'N': ns = optarg; break;
+        case 'n':
+            /* -n was top's iteration count: a bare number is an old
+             * command line more likely than a namespace named so, and
+             * taking it for either would be a silent guess. */
+            if (*optarg && optarg[strspn(optarg, "0123456789")] == 0) {
+                fprintf(stderr, "dmutex top: -n %s: -n is the namespace, as in every command; "
+                        "for %s refreshes write -N %s (-n counted refreshes before; a "
+                        "namespace named %s: --namespace %s)\n", optarg, optarg, optarg,
+                        optarg, optarg);
+                return 2;
+            }
+            ns = optarg;
+            break;
+        case OPT_NAMESPACE: ns = optarg; break;
         case 'd':
             errno = 0;
             delay = strtod(optarg, &end);
@@ -141,11 +157,11 @@ int dm_cli_top(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'n':
+        case 'N':
             errno = 0;
             iterations = strtol(optarg, &end, 10);
             if (errno || end == optarg || *end || iterations < 1) {
-                fprintf(stderr, "dmutex top: -n %s: not a positive count\n", optarg);
+                fprintf(stderr, "dmutex top: -N %s: not a positive count\n", optarg);
                 return 2;
             }
             break;

@@ -161,8 +161,8 @@ int dm_cli_trace(int argc, char **argv)
     }
     char lib[PATH_MAX], why[PATH_MAX + 200];
     /* beside this executable, else where `make install` put it */
-    if (dm_cli_find_lib("trace", "DMUTEX_TRACE_LIB", TRACE_LIB, TRACE_LIB, "its path", lib,
-                        sizeof lib) != 0)
+    if (dm_cli_find_lib("trace", "DMUTEX_TRACE_LIB", TRACE_LIB,
+                        DM_TRACEDIR_FROM_BINDIR "/" TRACE_LIB, "its path", lib, sizeof lib) != 0)
         return 127;
     /* A program the preload does not reach would run untraced and report
      * nothing: say why instead. */

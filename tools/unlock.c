@@ -38,10 +38,12 @@ static const char unlock_usage[] =
     "holder keeps running its critical section while another enters it.\n"
     "\n"
     "  -c, --config FILE     the server, namespace and lease (required)\n"
-    "  -r, --redis URL       override the server\n"
+    "  -r, --redis URL       override the server, a REDIS_URL (below)\n"
     "  -n, --namespace NS    key namespace (default: the config's)\n"
     "  -f, --force           release even while the lease is alive\n"
     "  -h, --help            this text\n"
+    "\n"
+    DM_URL_HELP
     "\n"
     "Exit status: 0 released, or not held; 1 refused (held, no --force) or the\n"
     "server cannot be reached; 2 usage; 78 bad config.\n";

@@ -172,9 +172,9 @@ static long long range_count(const struct dm_json *j, int i)
     return dm_json_int(j, dm_json_path(j, rs, "response_range.count"), 0);
 }
 
-/* Was the marker (kv) the grant of a holder that never released it: a
- * holder's lease ran out, or it was forced, rather than a release? Not
- * when it is our own grant's (a retried request). */
+/* Was the marker (kv) the grant of a holder that never released it: 1 a
+ * holder's lease ran out, 2 it was forced (dmutex unlock --force), 0 a
+ * release, or our own grant's (a retried request). */
 static int marker_dead(const struct dm_json *j, int kv, const char *owner)
 {
     char v[DM_OWNER_MAX + 300];
@@ -182,7 +182,7 @@ static int marker_dead(const struct dm_json *j, int kv, const char *owner)
         return 0;
     if (strncmp(v, "held ", 5) == 0)
         return strcmp(v + 5, owner) != 0;
-    return strncmp(v, "forced ", 7) == 0;
+    return strncmp(v, "forced ", 7) == 0 ? 2 : 0;
 }
 
 static long long now_deadline(void)
@@ -341,7 +341,8 @@ static void granted(struct dm_elock *l, struct dm_grant *g, long long lease, lon
     if (now_sent > sent_ms)
         sent_ms = now_sent;
     g->token = (uint64_t)rev;
-    g->owner_dead = dead;
+    g->owner_dead = dead != 0;
+    g->forced = dead == 2;
     g->lease_ms = dm_etcd_cfg()->lease_ms;
     g->sent_ms = sent_ms;
     g->waited = waited;

@@ -125,12 +125,22 @@ int dm_keys_holder_decode(const char *marker, struct dm_holder *h)
             return -1;
         h->token = v;
         return 0;
-    case '!':
+    case '!': {
         h->state = DM_HOLDER_EXPIRY_SEEN;
-        if (whole_number(marker + 1, &v) != 0)
+        char num[24];
+        size_t len = strcspn(marker + 1, " ");
+        if (len >= sizeof num)
+            return -1;
+        memcpy(num, marker + 1, len);
+        num[len] = 0;
+        if (whole_number(num, &v) != 0)
             return -1;
         h->seen_ms = (long long)v;
-        return 0;
+        if (marker[1 + len] == 0)
+            return 0;
+        h->forced = strcmp(marker + 1 + len, " forced") == 0;
+        return h->forced ? 0 : -1;
+    }
     case '?':
         h->state = DM_HOLDER_KEPT_OFF;
         if (whole_number(marker + 1, &v) != 0)

@@ -95,7 +95,8 @@ enum dm_holder_state {
     DM_HOLDER_GRANTED,      /* "<req> #<tok>": granted to request <req>, not released;
                                with the lock hash gone its lease expired */
     DM_HOLDER_RELEASED,     /* "=<tok>": released cleanly */
-    DM_HOLDER_EXPIRY_SEEN,  /* "!<ms>": an expiry seen at server time <ms> (lock delay) */
+    DM_HOLDER_EXPIRY_SEEN,  /* "!<ms>": an expiry seen at server time <ms> (lock delay);
+                               "!<ms> forced": after a forced release (forced = 1) */
     DM_HOLDER_FORCED,       /* "~<tok> <who>": released by `dmutex unlock --force`,
                                which drew token <tok>; taken next as after an expiry */
     DM_HOLDER_KEPT_OFF,     /* "?<ms>": no grant before server time <ms> (seen_ms): the
@@ -111,6 +112,7 @@ struct dm_holder {
     uint64_t token;         /* GRANTED, RELEASED and FORCED */
     long long seen_ms;      /* EXPIRY_SEEN; KEPT_OFF: until then */
     const char *by;         /* FORCED: who forced it, inside the marker */
+    int forced;             /* EXPIRY_SEEN: the end it delays was a forced release */
 };
 
 /* Decodes `marker` (NUL-terminated) into *h, which points into it. The

@@ -221,8 +221,9 @@ enum attempt { ATT_GRANTED, ATT_HELD,
 
 /* acquire.lua's first element: {1, token, owner_dead} or {0, pttl}. */
 enum acquire_reply { ACQUIRE_NOT_GRANTED = 0,   /* {0, ms to wait}: held, or not our turn */
-                     ACQUIRE_GRANTED = 1 };     /* {1, fencing token, 1 if the last
-                                                 * holder's lease ran out} */
+                     ACQUIRE_GRANTED = 1 };     /* {1, fencing token, DEAD_*} */
+/* Its third: how the last holder's hold ended, if not by a release. */
+enum acquire_dead { DEAD_NO = 0, DEAD_EXPIRED = 1, DEAD_FORCED = 2 };
 /* cancel.lua: {1, token} when the request had been granted (the hold is
  * handed on), {0, 0} when not. */
 enum cancel_reply { CANCEL_NOT_GRANTED = 0, CANCEL_WAS_GRANTED = 1 };
@@ -477,7 +478,10 @@ static enum attempt attempt(struct dm_rlock *l, const char *owner, const char *m
         if (r->element[0]->integer == ACQUIRE_GRANTED && r->elements >= 3) {
             memset(g, 0, sizeof *g);
             g->token = (uint64_t)r->element[1]->integer;
-            g->owner_dead = r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 1;
+            long long dead = r->element[2]->type == REDIS_REPLY_INTEGER ? r->element[2]->integer
+                                                                        : DEAD_NO;
+            g->owner_dead = dead == DEAD_EXPIRED || dead == DEAD_FORCED;
+            g->forced = dead == DEAD_FORCED;
             g->regranted = r->elements >= 4 && r->element[3]->type == REDIS_REPLY_INTEGER &&
                            r->element[3]->integer == 1;
             g->lease_ms = rl_cfg->lease_ms;
@@ -604,18 +608,29 @@ static int fresh(const struct dm_grant *g)
 struct late_grant {
     uint64_t token;             /* 0: none */
     int owner_dead;
+    int forced;                 /* ... by a forced release */
 };
 
 static void late_grant_keep(struct late_grant *lg, const struct dm_grant *g)
 {
     int after = lg->token && (g->token == lg->token || g->token == lg->token + 1);
-    lg->owner_dead = g->owner_dead || (after && lg->owner_dead);
+    if (g->owner_dead) {
+        lg->owner_dead = 1;
+        lg->forced = g->forced;
+    } else if (!(after && lg->owner_dead)) {
+        lg->owner_dead = 0;
+        lg->forced = 0;
+    }
     lg->token = g->token;
 }
 
-static int late_grant_dead(const struct late_grant *lg, const struct dm_grant *g)
+/* What the late grant found, for the grant g that followed it. */
+static void late_grant_tell(const struct late_grant *lg, struct dm_grant *g)
 {
-    return lg->token && lg->owner_dead && (g->token == lg->token || g->token == lg->token + 1);
+    if (lg->token && lg->owner_dead && (g->token == lg->token || g->token == lg->token + 1)) {
+        g->owner_dead = 1;
+        g->forced |= lg->forced;
+    }
 }
 
 /* Is `msg` the handover of this wait ("<member> <token>[ +][ !] @<ms>:<lease>":
@@ -663,6 +678,7 @@ static int handed_over(const char *msg, const char *member, long long sent, long
     g->token = tok;
     g->more_waiters = more;
     g->owner_dead = dead;
+    g->forced = dead;           /* only force.lua's handover says " !" */
     g->lease_ms = set < rl_cfg->lease_ms ? (long)set : rl_cfg->lease_ms;
     if (srv_ms <= 0 || at <= srv_ms)
         return 2;
@@ -747,7 +763,8 @@ struct acquire {
     int refused;        /* one got an error reply: it may have run in part */
     int rediscovered;   /* a wrong node (Sentinel) was retried at once */
     int handover_more;  /* a handover being confirmed said others queue */
-    int handover_dead;  /* ... or that a forced release handed it over */
+    int handover_dead;  /* ... or that a forced release handed it over (" !": only
+                           force.lua's handovers say it, so dead is forced) */
     int handed;         /* a handover is being confirmed */
     uint64_t handed_tok;        /* ... its token: the confirming grant's, if it was ours */
     int waited;         /* another holder had it: contended */
@@ -803,7 +820,7 @@ static int acq_granted(struct acquire *a, long long sent)
         late_grant_keep(&a->late, g);
         return ACQ_ON;          /* acquire is idempotent: the retry renews or re-queues */
     }
-    g->owner_dead |= late_grant_dead(&a->late, g);
+    late_grant_tell(&a->late, g);
     if (a->was_down)
         dm_info("lock %s: redis at %s answers again; acquired after %lld ms",
                 a->l->name, dm_redis_addr(), dm_now_ms() - a->down_since);
@@ -812,6 +829,7 @@ static int acq_granted(struct acquire *a, long long sent)
          * token of this run if the restart check raised the counter) */
         g->more_waiters |= a->handover_more;
         g->owner_dead |= a->handover_dead;
+        g->forced |= a->handover_dead;
         dm_stats_add(&dm_rlock_counts(a->l)->handoffs, 1);
     }
     g->waited = a->waited;

@@ -36,7 +36,8 @@ static void resolve_list(const struct dm_object_config *entries, size_t n, long 
         uintptr_t addr;
         if (!c->symbol)
             continue;
-        if (dm_symbols_find(c->object, c->symbol, off, (size_t)size, &addr, err, sizeof err)) {
+        if (dm_symbols_find(c->object, c->symbol, off, (size_t)size, NULL, &addr, err,
+                            sizeof err)) {
             printf("FAILED %s: %s\n", c->name, err);
             continue;
         }

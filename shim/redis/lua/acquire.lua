@@ -31,9 +31,11 @@
 --                                       a retried release recognises itself)
 --                    "!<ms>"            expiry seen at server time ms; no grant
 --                                       until lock_delay has passed
+--                    "!<ms> forced"     the same after a forced release (below)
 --                    "~<tok> <who>"     released by `dmutex unlock --force`
 --                                       (force.lua), which drew token <tok>;
---                                       taken next as after an expiry
+--                                       taken next as after an expiry, but
+--                                       reported as forced (dead = 2)
 --                    "?<ms>"            no grant before server time ms: the lock's
 --                                       data was missing on a server up for less
 --                                       than a lease (see "Restarts" below)
@@ -111,7 +113,8 @@
 -- their tokens recorded in KEYS[6] like an expired write grant's.
 --
 -- Returns {1, token, dead}: granted; dead = 1 when the previous holder's
--- lease expired instead of being released (robust mutexes: EOWNERDEAD);
+-- lease expired instead of being released (robust mutexes: EOWNERDEAD),
+-- 2 when `dmutex unlock --force` ended it (EOWNERDEAD too);
 -- {1, token, 0, 1}: granted, the caller held it already (a retry, or the
 -- confirmation of a handover: its token is the handover's, or, when the
 -- restart check raised the counter, one of this run).
@@ -368,10 +371,14 @@ if kind == 'none' then
             record_lost(lost)     -- then overwritten
         end
         dead = string.match(last, '^[^ |]+') ~= owner and 1 or 0
-        if dead == 1 and delay > 0 then
-            local since = tonumber(string.match(last, '^!(%d+)$'))
+        local forced = string.sub(last, 1, 1) == '~' or string.match(last, '^!%d+ forced$')
+        if dead == 1 and forced then
+            dead = 2
+        end
+        if dead > 0 and delay > 0 then
+            local since = tonumber(string.match(last, '^!(%d+)'))
             if not since then
-                redis.call('set', holder, '!' .. clock())
+                redis.call('set', holder, '!' .. clock() .. (forced and ' forced' or ''))
                 return not_granted(delay)
             end
             if clock() - since < delay then
