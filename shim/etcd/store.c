@@ -214,6 +214,23 @@ static void e_atfork(enum dm_fork_phase phase)
 
 /* ---- the tools' calls ---- */
 
+/* ms left on lease id (etcd's timetolive: whole seconds), -1 unknown or gone. */
+static long long lease_left_ms(long long id)
+{
+    if (!id)
+        return -1;
+    char body[64], why[300];
+    snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", id);
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    if (dm_etcd_call("/v3/lease/timetolive", body,
+                     dm_now_ms() + dm_etcd_cfg()->redis.command_timeout_ms, &r, &how, why, sizeof why) != 0)
+        return -1;
+    long long ttl = dm_json_int(&r.j, dm_json_get(&r.j, 0, "TTL"), -1);
+    dm_etcd_reply_free(&r);
+    return ttl < 0 ? -1 : ttl * 1000;
+}
+
 static int e_admin_connect(char *err, size_t errlen)
 {
     struct dm_etcd_reply r;
@@ -281,6 +298,7 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
      * (q#r) older than its oldest writer (q#w) hold it together. */
     long long *best = calloc((size_t)nk + 1, sizeof *best);
     long long *minw = calloc((size_t)nk + 1, sizeof *minw);
+    long long *lid = calloc((size_t)nk + 1, sizeof *lid);
     for (int pass = 0; pass < 2 && best && minw; pass++)
     for (int i = 0; i < nk; i++) {
         int kv = dm_json_at(&r.j, kvs, i);
@@ -330,6 +348,8 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
                 row->holds = strdup("1");
                 row->state = "held";
                 best[at] = cr;
+                if (lid)
+                    lid[at] = dm_json_int(&r.j, dm_json_get(&r.j, kv, "lease"), 0);
             } else
                 row->waiters++;
         } else if (kind[0] == 'm' && !row->owner) {
@@ -338,6 +358,10 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
         }
     }
     free(minw);
+    for (size_t i = 0; lid && i < *n; i++)
+        if (best && best[i] && (*rows)[i].owner)
+            (*rows)[i].lease_ms = lease_left_ms(lid[i]);
+    free(lid);
     free(best);
     dm_etcd_reply_free(&r);
     qsort(*rows, *n, sizeof **rows, row_cmp);
@@ -373,12 +397,13 @@ static int e_admin_force(const char *ns, const char *name, int force, const char
     dm_json_str(&r.j, dm_json_get(&r.j, kv, "key"), key64, sizeof key64);
     dm_json_b64(&r.j, dm_json_get(&r.j, kv, "value"), out->owner, sizeof out->owner);
     long long cr = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
+    long long lease_id = dm_json_int(&r.j, dm_json_get(&r.j, kv, "lease"), 0);
     snprintf(out->token, sizeof out->token, "%lld", cr);
     dm_etcd_reply_free(&r);
     if (!force) {
         /* Its lease is alive for as long as the key exists: refused. */
         out->verdict = DM_FORCE_REFUSED;
-        out->lease_left_ms = -1;
+        out->lease_left_ms = lease_left_ms(lease_id);
         return 0;
     }
     char m[DM_ETCD_KEY_MAX], m64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], v[600], v64[DM_B64_LEN(600) + 1];
