@@ -170,6 +170,9 @@ void dm_config_free_etcd(struct dm_config *cfg)
     free(cfg->etcd.endpoints);
     cfg->etcd.endpoints = NULL;
     cfg->etcd.nendpoints = 0;
+    free(cfg->etcd.username);
+    free(cfg->etcd.password);
+    cfg->etcd.username = cfg->etcd.password = NULL;
 }
 
 int dm_config_etcd_endpoint(const char *v, struct dm_endpoint *e, char *why, size_t len)
@@ -422,6 +425,49 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     return parse_cluster_keys(p, g, r, lines);
 }
 
+/* etcd.username, password, password_env: as the redis group's. */
+static int parse_etcd_user(struct parse *p, config_setting_t *g, struct dm_etcd_config *e)
+{
+    const char *user = NULL, *pass = NULL, *pass_env = NULL;
+    unsigned user_line = 0, pass_line = 0, env_line = 0;
+    char why[160];
+    struct shown sv;
+    if (cfg_get_string(p, g, "etcd.", "username", &user, &user_line) < 0
+        || cfg_get_string(p, g, "etcd.", "password", &pass, &pass_line) < 0
+        || cfg_get_string(p, g, "etcd.", "password_env", &pass_env, &env_line) < 0)
+        return -1;
+    if (pass && pass_env)
+        return fail(p, pass_line > env_line ? pass_line : env_line,
+                    "etcd.password (line %u) and etcd.password_env (line %u) exclude each other",
+                    pass_line, env_line);
+    if (user && !cfg_token_ok(user, DM_HOST_MAX, 0, why, sizeof why))
+        return fail(p, user_line, "etcd.username = %s: %s", show(&sv, user), why);
+    if (pass && !*pass)
+        return fail(p, pass_line, "etcd.password must not be empty");
+    if (pass_env) {
+        if (!cfg_env_name_ok(pass_env, why, sizeof why))
+            return fail(p, env_line, "etcd.password_env = %s: %s", show(&sv, pass_env), why);
+        const char *val = secure_getenv(pass_env);
+        if (!val && getenv(pass_env))
+            return fail(p, env_line, "etcd.password_env = %s: environment variable %s is "
+                        "ignored in a set-user-ID or set-group-ID process (AT_SECURE)",
+                        show(&sv, pass_env), pass_env);
+        if (!val || !*val)
+            return fail(p, env_line, "etcd.password_env = %s: environment variable %s is %s",
+                        show(&sv, pass_env), pass_env, val ? "empty" : "not set");
+        pass = val;
+        pass_line = env_line;
+    }
+    if (user && !pass)
+        return fail(p, user_line, "etcd.username needs etcd.password or etcd.password_env");
+    if (pass && !user)
+        return fail(p, pass_line, "etcd.password needs etcd.username (etcd authenticates a user)");
+    if (user && (cfg_dup_into(p, user_line, &e->username, user) < 0 ||
+                 cfg_dup_into(p, pass_line, &e->password, pass) < 0))
+        return -1;
+    return 0;
+}
+
 /* etcd = { endpoints = ( "http://host:port", ... ); connect_timeout_ms;
  * command_timeout_ms; }: present means the store is etcd. */
 static int parse_etcd(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
@@ -438,6 +484,8 @@ static int parse_etcd(struct parse *p, const config_setting_t *root, struct dm_c
                     cfg_line_of(g), cfg_line_of(redis));
     unsigned lines[DM_NKEYS] = { 0 };
     if (cfg_parse_scalars(p, g, DM_GROUP_ETCD, &cfg->redis, lines) < 0)
+        return -1;
+    if (parse_etcd_user(p, g, &cfg->etcd) < 0)
         return -1;
     config_setting_t *l;
     int n = list_member(p, g, "etcd.", "endpoints", "a list ( \"http://host:port\", ... )",

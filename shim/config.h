@@ -86,6 +86,8 @@ struct dm_redis_config {
 struct dm_etcd_config {
     struct dm_endpoint *endpoints;
     size_t nendpoints;          /* 0: the store is Redis */
+    char *username;             /* NULL: no authentication */
+    char *password;             /* with username (password_env resolved here) */
 };
 
 /* metrics = { file; interval_ms; } (shim/metrics.c). */

@@ -253,6 +253,17 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc_range = "1..16 of `\"http://host:port\"` (port default 2379; IPv6 as `\"http://[::1]:2379\"`)",
         .doc = "the members of the etcd cluster (their client URLs); a call goes to the one "
                "that answered last, then to each other in turn" },
+    [DM_K_ETCD_USERNAME] = { "username", NO_FIELD(DM_GROUP_ETCD), .type = DM_CFG_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "1..255 bytes, no whitespace",
+        .doc = "etcd user (etcd's authentication on: `etcdctl auth enable`); `dmutex acl` prints "
+               "the role a least-privilege user needs" },
+    [DM_K_ETCD_PASSWORD] = { "password", NO_FIELD(DM_GROUP_ETCD), .type = DM_CFG_HAND,
+        .doc_type = "string", .doc_default = "none", .doc_range = "not empty",
+        .doc = "its password" },
+    [DM_K_ETCD_PASSWORD_ENV] = { "password_env", NO_FIELD(DM_GROUP_ETCD), .type = DM_CFG_HAND,
+        .doc_type = "string", .doc_default = "none",
+        .doc_range = "an environment variable name `[A-Za-z_][A-Za-z0-9_]*`",
+        .doc = "read the password from this variable" },
     [DM_K_ETCD_CONNECT_TIMEOUT] = { "connect_timeout_ms", ETCD(connect_timeout_ms), .type = DM_CFG_LONG,
         .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_CONNECT_TIMEOUT_MS,
         .doc = "time allowed to connect to a member" },

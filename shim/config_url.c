@@ -540,7 +540,9 @@ static int set_etcd_url(struct dm_config *cfg, const char *url, const char *show
         return rc;
     }
     memcpy(copy, eps, n * sizeof *copy);
-    dm_config_free_etcd(cfg);
+    for (size_t i = 0; i < cfg->etcd.nendpoints; i++)   /* the members only: a user stays */
+        free(cfg->etcd.endpoints[i].host);
+    free(cfg->etcd.endpoints);
     cfg->etcd.endpoints = copy;
     cfg->etcd.nendpoints = n;
     return 0;

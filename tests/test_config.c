@@ -1406,6 +1406,16 @@ static void test_etcd_group_errors_name_the_cause(void **state)
     expect_error("etcd = { endpoints = ( 5 ); };\n", "t.cfg:1: ", "must be a string");
     expect_error("etcd = { endpoints = ( \"a:1\" ); port = 3; };\n", "t.cfg:1: ",
                  "unknown key", "port");
+    expect_error("etcd = { endpoints = ( \"a:1\" ); username = \"u\"; };\n", "t.cfg:1: ",
+                 "etcd.username needs etcd.password or etcd.password_env");
+    expect_error("etcd = { endpoints = ( \"a:1\" ); password = \"p\"; };\n", "t.cfg:1: ",
+                 "etcd.password needs etcd.username");
+    expect_error("etcd = { endpoints = ( \"a:1\" ); username = \"u\"; password_env = \"DM_NOT_SET_X\"; };\n",
+                 "t.cfg:1: ", "environment variable DM_NOT_SET_X is not set");
+    load_ok("etcd = { endpoints = ( \"a:1\" ); username = \"u\"; password = \"p\"; };\nmutexes = ();\n");
+    assert_string_equal(cfg.etcd.username, "u");
+    assert_string_equal(cfg.etcd.password, "p");
+    dm_config_free(&cfg);
 }
 
 static void test_etcd_url_names_the_members_and_a_redis_url_goes_back(void **state)

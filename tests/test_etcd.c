@@ -609,6 +609,71 @@ static void test_release_while_etcd_is_stopped_is_retried_not_left_to_the_lease(
     free(ht);
 }
 
+/* Runs a shell command, its output (stdout and stderr) into out (len
+ * bytes); returns its exit status. */
+static int sh_out(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int sh_out(char *out, size_t len, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, len - 1, f) : 0;
+    out[n] = '\0';
+    int st = f ? pclose(f) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* etcd with authentication on (a member of its own on a free port): the
+ * lines `dmutex acl` prints make a user that can lock and list, and
+ * nothing more is needed; a wrong password is named as such. */
+static void test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_password_is_named(void **s)
+{
+    (void)s;
+    int cp = free_port(), pp = free_port();
+    char dir[128], curl[64], purl[64], cluster[96], out[8192];
+    snprintf(dir, sizeof dir, "%s/auth", data_root);
+    snprintf(curl, sizeof curl, "http://%s:%d", addr, cp);
+    snprintf(purl, sizeof purl, "http://%s:%d", addr, pp);
+    snprintf(cluster, sizeof cluster, "a=%s", purl);
+    char *argv[] = { etcd_path, "--name", "a", "--data-dir", dir, "--listen-client-urls", curl,
+                     "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+                     "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+                     "--logger", "zap", "--log-outputs", "/dev/null", NULL };
+    pid_t e = th_spawn(argv, NULL, "/dev/null");
+    char ep[64];
+    snprintf(ep, sizeof ep, "%s:%d", addr, cp);
+    int up = 0;
+    for (int i = 0; i < 100 && !up; i++, usleep(100000))
+        up = sh_out(out, sizeof out, "etcdctl --endpoints=%s endpoint health 2>&1", ep) == 0;
+    if (!up || sh_out(out, sizeof out, "etcdctl --endpoints=%s user add root "
+                      "--new-user-password=rootpw 2>&1 && etcdctl --endpoints=%s auth enable 2>&1",
+                      ep, ep) != 0) {
+        kill(e, SIGKILL);
+        waitpid(e, NULL, 0);
+        fail_msg("the etcd with authentication did not start: %s", out);
+    }
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "etcd = { endpoints = ( \"http://%s\" ); username = \"dmapp\"; password_env = \"DM_ETCD_PW\"; };\n"
+        "lease_ms = 2000;\nmutexes = ( { symbol = \"fault_lock\"; name = \"etcd_auth\"; } );\n", ep));
+    int acl = sh_out(out, sizeof out, "DM_ETCD_PW=s3cret " TH_BUILD "/dmutex acl -c %s --plain-password "
+                     "| sed 's|^etcdctl |etcdctl --endpoints=%s --user root:rootpw |' | sh 2>&1", cfg, ep);
+    char lock[8192], bad[8192];
+    int lr = sh_out(lock, sizeof lock, "DM_ETCD_PW=s3cret " TH_BUILD "/dmutex run -c %s -- %s once lock "
+                    "-s %s -k %s 2>&1", cfg, worker_path, chk.sock, chk.prefix);
+    int br = sh_out(bad, sizeof bad, "DM_ETCD_PW=wrong " TH_BUILD "/dmutex ls -c %s 2>&1", cfg);
+    kill(e, SIGKILL);
+    waitpid(e, NULL, 0);
+    if (acl != 0)
+        fail_msg("the lines of dmutex acl did not run: %s", out);
+    if (lr != 0 || !strstr(lock, "inside ") || !strstr(lock, "fenced ok"))
+        fail_msg("the user of dmutex acl's lines could not lock (exit %d):\n%s", lr, lock);
+    if (br != 1 || !strstr(bad, "authentication failed") || !strstr(bad, "etcd.username"))
+        fail_msg("a wrong password (exit %d) was not named:\n%s", br, bad);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
 
 int main(void)
@@ -625,6 +690,7 @@ int main(void)
         T(test_rwlock_mix_on_two_machines_has_no_torn_read),
         T(test_listed_conds_queue_on_two_machines_takes_every_item_once),
         T(test_release_while_etcd_is_stopped_is_retried_not_left_to_the_lease),
+        T(test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_password_is_named),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

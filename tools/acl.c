@@ -62,6 +62,9 @@ static const char usage_text[] =
     "Prints the ACL SETUSER line of the Redis user that CONFIG's processes need:\n"
     "the commands dmutex sends and nothing else, keys ~NS:* and channels &NS:*\n"
     "of the config's namespace NS. Run it on the server (redis-cli, as an admin).\n"
+    "With an etcd config: the etcdctl lines of a role that may read and write\n"
+    "the keys NS#... and nothing else, and of a user with it (etcd.username);\n"
+    "run them as etcd's root user (etcdctl --user root ...).\n"
     "\n"
     "  -c, --config FILE     the application's config (namespace, user, password)\n"
     "  -u, --user NAME       the user's name (default: the config's redis.username)\n"
@@ -85,6 +88,38 @@ static int sha256_hex(const char *s, char out[65])
     for (unsigned i = 0; i < n; i++)
         snprintf(out + 2 * i, 3, "%02x", md[i]);
     return 0;
+}
+
+/* With an etcd config: the etcdctl lines that make the user and a role
+ * that may read and write the namespace's keys (NS#...) and nothing else;
+ * leases need no permission. Run them as etcd's root user. */
+static int etcd_lines(const struct dm_config *cfg, const char *cfg_path, const char *user,
+                      const char *ns, int plain)
+{
+    char why[160];
+    if (!user) {
+        fprintf(stderr, "dmutex acl: %s sets no etcd.username: name the user with --user "
+                "(and give the config that username and its password)\n", cfg_path);
+        return 2;
+    }
+    if (!dm_config_name_ok(user, why, sizeof why)) {
+        fprintf(stderr, "dmutex acl: user name \"%s\": use letters, digits and _ . : / @ -\n", user);
+        return 2;
+    }
+    const char *pass = cfg->etcd.password;
+    if (plain && pass && strpbrk(pass, " \t\r\n\"'\\")) {
+        fprintf(stderr, "dmutex acl: the password holds a space, quote or backslash: leave "
+                "out --plain-password (etcdctl user add then asks for it)\n");
+        return 2;
+    }
+    printf("etcdctl role add 'dmutex-%s'\n", ns);
+    printf("etcdctl role grant-permission 'dmutex-%s' --prefix=true readwrite '%s#'\n", ns, ns);
+    if (plain && pass)
+        printf("etcdctl user add '%s' --new-user-password='%s'\n", user, pass);
+    else
+        printf("etcdctl user add '%s'\n", user);
+    printf("etcdctl user grant-role '%s' 'dmutex-%s'\n", user, ns);
+    return fflush(stdout) == 0 ? 0 : 1;
 }
 
 int dm_cli_acl(int argc, char **argv)
@@ -146,6 +181,11 @@ int dm_cli_acl(int argc, char **argv)
     }
     if (!ns)
         ns = cfg.ns;
+    if (cfg.etcd.nendpoints) {
+        int rc = etcd_lines(&cfg, cfg_path, user ? user : cfg.etcd.username, ns, plain);
+        dm_config_free(&cfg);
+        return rc;
+    }
     if (!user)
         user = cfg.redis.username;
     if (!user) {

@@ -164,8 +164,109 @@ static int member_trouble(const struct dm_etcd_reply *r)
            strstr(msg, "stopped") || strstr(msg, "timed out");
 }
 
+/* ---- authentication: a token from /v3/auth/authenticate, sent as the
+ * Authorization header; made again when etcd says it is no longer valid
+ * (a simple token lives 5 minutes by default, and dies with a restart) */
+
+static pthread_mutex_t tok_mu = PTHREAD_MUTEX_INITIALIZER;
+static char token[512];
+static unsigned long token_gen;     /* tok_mu: a new token for every authentication */
+
+static int member_call(const char *path, const char *body, long long deadline_ms,
+                     struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t why_len,
+                     const char *auth);
+
+/* The token to send (copied into buf), authenticating if there is none:
+ * 1 with a token, 0 no authentication configured, -1 failed (why). */
+static int auth_token(char *buf, size_t len, unsigned long *gen, long long deadline_ms,
+                      enum dm_fail *how, char *why, size_t why_len)
+{
+    if (!cfg->etcd.username)
+        return 0;
+    dm_lock(&tok_mu);
+    if (token[0]) {
+        snprintf(buf, len, "%s", token);
+        *gen = token_gen;
+        dm_unlock(&tok_mu);
+        return 1;
+    }
+    dm_unlock(&tok_mu);
+    char user[600], pass[600], body[1300];
+    dm_json_escape(cfg->etcd.username, user, sizeof user);
+    dm_json_escape(cfg->etcd.password, pass, sizeof pass);
+    snprintf(body, sizeof body, "{\"name\":\"%s\",\"password\":\"%s\"}", user, pass);
+    struct dm_etcd_reply r;
+    if (member_call("/v3/auth/authenticate", body, deadline_ms, &r, how, why, why_len, NULL) != 0) {
+        if (*how == DM_FAIL_REFUSED) {
+            size_t n = strlen(why);
+            snprintf(why + n, why_len - n, " (authenticating as etcd user %s: check "
+                     "etcd.username and its password)", cfg->etcd.username);
+        }
+        return -1;
+    }
+    char t[sizeof token];
+    long got = dm_json_str(&r.j, dm_json_get(&r.j, 0, "token"), t, sizeof t);
+    dm_etcd_reply_free(&r);
+    if (got <= 0 || (size_t)got >= sizeof t) {
+        *how = DM_FAIL_REFUSED;
+        snprintf(why, why_len, "etcd answered the authentication of user %s without a token "
+                 "(is authentication enabled: etcdctl auth enable?)", cfg->etcd.username);
+        return -1;
+    }
+    dm_lock(&tok_mu);
+    snprintf(token, sizeof token, "%s", t);
+    *gen = ++token_gen;
+    snprintf(buf, len, "%s", token);
+    dm_unlock(&tok_mu);
+    return 1;
+}
+
+/* The token of generation gen is no longer valid: the next call makes one. */
+static void auth_drop(unsigned long gen)
+{
+    dm_lock(&tok_mu);
+    if (gen == token_gen)
+        token[0] = '\0';
+    dm_unlock(&tok_mu);
+}
+
+int dm_etcd_auth(char *buf, size_t len)
+{
+    enum dm_fail how;
+    char why[300];
+    unsigned long gen;
+    buf[0] = '\0';
+    return auth_token(buf, len, &gen, dm_now_ms() + cfg->redis.command_timeout_ms, &how, why,
+                      sizeof why) < 0 ? -1 : 0;
+}
+
+static int token_refused(const struct dm_etcd_reply *r)
+{
+    char msg[200];
+    if (dm_json_str(&r->j, dm_json_get(&r->j, 0, "message"), msg, sizeof msg) < 0)
+        return 0;
+    return strstr(msg, "invalid auth token") != NULL || strstr(msg, "user name is empty") != NULL;
+}
+
 int dm_etcd_call(const char *path, const char *body, long long deadline_ms,
                  struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t why_len)
+{
+    for (int tries = 0;; tries++) {
+        char tok[sizeof token];
+        unsigned long gen = 0;
+        int a = auth_token(tok, sizeof tok, &gen, deadline_ms, how, why, why_len);
+        if (a < 0)
+            return *how == DM_FAIL_REFUSED ? EACCES : ETIMEDOUT;
+        int e = member_call(path, body, deadline_ms, r, how, why, why_len, a ? tok : NULL);
+        if (e != EACCES || !a || tries > 0)
+            return e;
+        auth_drop(gen);         /* its token expired: authenticate once more */
+    }
+}
+
+static int member_call(const char *path, const char *body, long long deadline_ms,
+                     struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t why_len,
+                     const char *auth)
 {
     size_t n = cfg->etcd.nendpoints;
     int reached = 0, e = ETIMEDOUT;
@@ -187,7 +288,7 @@ int dm_etcd_call(const char *path, const char *body, long long deadline_ms,
         int sent_before = h->fd >= 0 || dm_http_connect(h, step < cfg->redis.connect_timeout_ms
                                                              ? step : cfg->redis.connect_timeout_ms) == 0;
         size_t outlen = 0;
-        e = sent_before ? dm_http_post(h, path, body, strlen(body), NULL, dm_now_ms() + step,
+        e = sent_before ? dm_http_post(h, path, body, strlen(body), auth, dm_now_ms() + step,
                                        &r->status, &r->text, &outlen)
                         : (h->err[0] ? ECONNREFUSED : ETIMEDOUT);
         if (e == 0) {
@@ -208,11 +309,12 @@ int dm_etcd_call(const char *path, const char *body, long long deadline_ms,
                 if (dm_json_str(&r->j, dm_json_get(&r->j, 0, "message"), msg, sizeof msg) < 0)
                     snprintf(msg, sizeof msg, "HTTP %d", r->status);
                 snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port, msg);
-                int trouble = member_trouble(r);
+                int trouble = member_trouble(r), stale = auth && token_refused(r);
                 conn_give(h);
                 if (!trouble) {
                     *how = DM_FAIL_REFUSED;
-                    return EPROTO;
+                    dm_etcd_reply_free(r);
+                    return stale ? EACCES : EPROTO;
                 }
                 dm_etcd_reply_free(r);
                 e = EAGAIN;
@@ -561,6 +663,8 @@ void dm_etcd_atfork(enum dm_fork_phase phase)
     }
     npool = 0;
     memset(&lease, 0, sizeof lease);
+    pthread_mutex_t fresh_tok = PTHREAD_MUTEX_INITIALIZER;
+    tok_mu = fresh_tok;         /* the token stays good: the same user */
     thread_on = 0;
     timers = NULL;
     image_asked = image_done = 0;

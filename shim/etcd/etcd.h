@@ -49,6 +49,10 @@ const struct dm_config *dm_etcd_cfg(void);
 int dm_etcd_call(const char *path, const char *body, long long deadline_ms,
                  struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t why_len);
 
+/* The Authorization header's value for a stream (watch.c) into buf (""
+ * without authentication): 0, or -1 when authentication failed. */
+int dm_etcd_auth(char *buf, size_t len);
+
 /* The member a call went to last ("127.0.0.1:2379"), for log lines. */
 const char *dm_etcd_where(void);
 

@@ -129,7 +129,9 @@ static void *watch_main(void *arg)
         char body[1024];
         create_body(body, sizeof body, w->key64, w->end64, w->next_rev);
         int status = 0;
-        int e = dm_http_stream(&w->h, "/v3/watch", body, strlen(body), NULL,
+        char tok[512];
+        dm_etcd_auth(tok, sizeof tok);
+        int e = dm_http_stream(&w->h, "/v3/watch", body, strlen(body), tok[0] ? tok : NULL,
                                dm_now_ms() + cfg->redis.command_timeout_ms, &status);
         if (e == 0 && status == 200) {
             for (;;) {
@@ -263,7 +265,9 @@ int dm_watch_deleted(const char *key64, long long made, long long from, long lon
     create_body(body, sizeof body, key64, NULL, 0);
     int status = 0, del = 0;
     long long cdl = dm_now_ms() + cfg->redis.command_timeout_ms;
-    int e = dm_http_stream(&h, "/v3/watch", body, strlen(body), NULL,
+    char tok[512];
+    dm_etcd_auth(tok, sizeof tok);
+    int e = dm_http_stream(&h, "/v3/watch", body, strlen(body), tok[0] ? tok : NULL,
                            cdl < deadline_ms ? cdl : deadline_ms, &status);
     if (e || status != 200) {
         dm_http_close(&h);
