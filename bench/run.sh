@@ -39,3 +39,10 @@ redis_tmp_start || exit 1
 echo "bench: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on port $REDIS_TMP_PORT" >&2
 # Not exec: the EXIT trap must stop the server afterwards.
 /usr/bin/python3 bench/driver.py
+# The etcd store against etcd's own costs and its lock service, on a
+# 3-member cluster of its own (bench/etcd-results.md).
+if command -v etcd >/dev/null 2>&1; then
+    REDIS_TMP_PORT=$REDIS_TMP_PORT /usr/bin/python3 bench/etcd.py >&2
+else
+    echo "bench: etcd is missing (tools/deps.sh installs etcd-server): no etcd figures" >&2
+fi
