@@ -862,8 +862,9 @@ void dm_elock_atfork(enum dm_fork_phase phase)
             for (struct dm_hnode *x = locks.b[b]; x; x = x->next) {
                 struct dm_elock *l = (struct dm_elock *)x;
                 l->lease = l->rev = 0;
-                l->want = NULL;     /* its thread is the parent's: leaked, never run */
-                l->want_fn = NULL;
+                l->pend.on = l->pend.busy = 0;  /* the parent's key: its release is the parent's */
+                memset(&l->pend.timer, 0, sizeof l->pend.timer);
+                /* its want watch starts again at the next want_watch */
             }
         dm_name_stats_fork_child();
     }

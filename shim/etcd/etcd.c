@@ -323,7 +323,7 @@ static int member_call(const char *path, const char *body, long long deadline_ms
             snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port,
                      h->err[0] ? h->err : strerror(e));
             if (sent_before)
-                reached = reached || h->fd >= 0;
+                reached = 1;    /* connected: the request may have gone out and run */
             dm_http_close(h);
             free(h);
         }

@@ -199,10 +199,12 @@ static void e_atfork(enum dm_fork_phase phase)
     if (phase == DM_FORK_PREPARE) {
         dm_elock_atfork(phase);
         dm_lock(&cmu);
+        dm_watch_atfork(phase);
         dm_etcd_atfork(phase);
         return;
     }
     dm_etcd_atfork(phase);
+    dm_watch_atfork(phase);
     if (phase == DM_FORK_CHILD) {
         pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
         cmu = fresh;

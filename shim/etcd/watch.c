@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "etcd.h"
 #include "http.h"
@@ -19,6 +20,7 @@
 #include "util.h"
 
 struct dm_watch {
+    struct dm_watch *next, *prev;   /* every watch of the process (all_mu) */
     char *key64, *end64;            /* base64; end64 NULL: the key alone */
     dm_watch_fn fn;
     void *arg;
@@ -28,6 +30,9 @@ struct dm_watch {
     struct dm_http h;               /* the thread's connection */
     long long next_rev;             /* the revision to go on from, 0: now */
 };
+
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dm_watch *all;
 
 struct dm_watch *dm_watch_new(const char *key, int prefix, dm_watch_fn fn, void *arg)
 {
@@ -51,7 +56,39 @@ struct dm_watch *dm_watch_new(const char *key, int prefix, dm_watch_fn fn, void 
     dm_real.mutex_init(&w->mu, NULL);
     dm_cond_init_monotonic(&w->cv);
     w->h.fd = -1;
+    dm_lock(&all_mu);
+    w->next = all;
+    if (all)
+        all->prev = w;
+    all = w;
+    dm_unlock(&all_mu);
     return w;
+}
+
+void dm_watch_atfork(enum dm_fork_phase phase)
+{
+    if (phase == DM_FORK_PREPARE) {
+        dm_lock(&all_mu);
+        return;
+    }
+    if (phase == DM_FORK_PARENT) {
+        dm_unlock(&all_mu);
+        return;
+    }
+    /* The child has none of the watches' threads: each starts again at its
+     * next dm_watch_start (a cond waited on, a want watched). */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    all_mu = fresh;
+    for (struct dm_watch *w = all; w; w = w->next) {
+        if (w->h.fd >= 0)
+            close(w->h.fd);
+        w->h.fd = -1;
+        w->h.in = w->h.body = NULL;     /* the parent's buffers: left, not freed */
+        w->h.inlen = w->h.incap = w->h.bodylen = w->h.bodycap = 0;
+        w->started = w->created = w->stop = w->done = 0;
+        dm_real.mutex_init(&w->mu, NULL);
+        dm_cond_init_monotonic(&w->cv);
+    }
 }
 
 /* The create_request for a stream from revision `from` (0: now). */
@@ -215,6 +252,14 @@ void dm_watch_free(struct dm_watch *w)
             dm_cv_wait(&w->cv, &w->mu);
     }
     dm_unlock(&w->mu);
+    dm_lock(&all_mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        all = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    dm_unlock(&all_mu);
     dm_mutex_destroy(&w->mu);
     dm_cv_destroy(&w->cv);
     free(w->key64);

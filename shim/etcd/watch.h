@@ -6,6 +6,7 @@
 #define DM_ETCD_WATCH_H
 
 #include "json.h"
+#include "util.h"
 
 /* Called in the watch's thread for each event (ev: the event's node in
  * j), and with ev = -1 after the stream was interrupted (events may have
@@ -23,6 +24,9 @@ int dm_watch_start(struct dm_watch *w, long timeout_ms);
 /* Stops the watch: on return no call of fn is in progress or to come. Not
  * from fn. NULL is ignored. */
 void dm_watch_free(struct dm_watch *w);
+/* Around fork: the child's watches have no thread; each starts again. */
+void dm_watch_atfork(enum dm_fork_phase phase);
+
 /* Waits until the key (base64) made at revision `made`, which existed at
  * revision from - 1, is deleted: 0 deleted, ETIMEDOUT at deadline_ms, EIO
  * the stream failed (look again). */
