@@ -827,11 +827,11 @@ static void check_exit(int summary)
     char line[PATH_MAX + 512];
     if (summary && check_errors == 0) {
         char sites[96];
-        snprintf(line, sizeof line, "%s: %zu mutexes would be mapped (%s)%s, redis at %s, "
+        snprintf(line, sizeof line, "%s: %zu mutexes would be mapped (%s)%s, %s at %s, "
                  "namespace %s", config.path ? config.path : "config",
                  dm_registry_count() - conds_mapped - rwlocks_mapped,
                  sites_summary(KIND_MUTEX, dm_startup_ninit_sites, sites, sizeof sites),
-                 conds_summary(), dm_store->where(), config.ns ? config.ns : "-");
+                 conds_summary(), dm_store->name, dm_store->where(), config.ns ? config.ns : "-");
         if (check_fd >= 0)
             dprintf(check_fd, "S\t%s\n", line);
         else if (check_mode == CHECK_PRINT)
@@ -922,11 +922,11 @@ __attribute__((constructor)) static void dm_startup_start(void)
     __atomic_store_n(&own_pid, getpid(), __ATOMIC_RELAXED);
     __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
     if (config.nmutexes == 0 && config.nconds == 0 && config.nrwlocks == 0)
-        dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, redis at %s", DMUTEX_VERSION,
-                config.path, dm_store->where());
+        dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, %s at %s", DMUTEX_VERSION,
+                config.path, dm_store->name, dm_store->where());
     else
-        dm_info("libdmutex %s: %s; redis at %s, namespace %s", DMUTEX_VERSION,
-                entries_summary(), dm_store->where(), config.ns);
+        dm_info("libdmutex %s: %s; %s at %s, namespace %s", DMUTEX_VERSION,
+                entries_summary(), dm_store->name, dm_store->where(), config.ns);
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

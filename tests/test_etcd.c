@@ -675,6 +675,21 @@ static void test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_passwor
         fail_msg("a wrong password (exit %d) was not named:\n%s", br, bad);
 }
 
+/* dmutex check and the start line name the store: etcd, at its member. */
+static void test_check_and_the_start_line_name_etcd_not_redis(void **s)
+{
+    (void)s;
+    char *cfg = config("etcd_check"), out[4096];
+    int rc = sh_out(out, sizeof out, "DMUTEX_REDIS='%s' " TH_BUILD "/dmutex check -c %s %s 2>&1",
+                    url, cfg, worker_path);
+    if (rc != 0 || !strstr(out, ", etcd at ") || strstr(out, "redis at"))
+        fail_msg("dmutex check (exit %d) does not name etcd:\n%s", rc, out);
+    rc = sh_out(out, sizeof out, "DMUTEX_LOG=info DMUTEX_REDIS='%s' DMUTEX_CONFIG=%s "
+                "LD_PRELOAD=%s %s idle 2>&1", url, cfg, shim_path, worker_path);
+    if (!strstr(out, "; etcd at "))
+        fail_msg("the start line does not name etcd:\n%s", out);
+}
+
 /* Forks while threads lock mapped heap mutexes through etcd: every child
  * (no store thread, no connection, no lease of its own yet) locks a mapped
  * mutex through etcd and exits; none hangs. */
@@ -712,6 +727,7 @@ int main(void)
         T(test_release_while_etcd_is_stopped_is_retried_not_left_to_the_lease),
         T(test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_password_is_named),
         T(test_fork_children_lock_through_etcd_and_never_hang),
+        T(test_check_and_the_start_line_name_etcd_not_redis),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
