@@ -35,6 +35,7 @@
 #define RWPROG   TH_BUILD "/tests/progs/rwprog"
 #define CONDPROG TH_BUILD "/tests/progs/condprog"
 #define FORKPROG TH_BUILD "/tests/progs/forkprog"
+#define LIFEPROG TH_BUILD "/tests/progs/lifeprog"
 #define MEMBERS  3
 #define LEASE_MS 2000L
 #define RUN_MS   30000L
@@ -675,6 +676,44 @@ static void test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_passwor
         fail_msg("a wrong password (exit %d) was not named:\n%s", br, bad);
 }
 
+/* A process that exits while a thread waits in lock takes its place in
+ * the queue with it (its lease revoked at exit): the next process gets the
+ * lock when the holder lets go, not a lease later. */
+static void test_exit_while_a_thread_waits_in_lock_leaves_no_key_in_the_queue(void **s)
+{
+    (void)s;
+    const long lease = 20000;
+    char *fcfg = config_lease("etcd_exit_wait", lease);
+    char *lcfg = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\nbatch_ms = 0;\n"
+        "mutexes = ( { symbol = \"life_lock\"; name = \"etcd_exit_wait\"; } );\n", lease));
+    char *hout = th_out_file(), *go = th_go_file(), *aout = th_out_file(), *goa = th_go_file();
+    char *cout = th_out_file();
+    pid_t h = worker(fcfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, lcfg, url, NULL);
+    const char *args[] = { "life", "-S", "lock", "-E", "exit", "-g", goa, NULL };
+    pid_t a = th_checker_prog(&chk, NULL, &net, net.up ? net.ns[1] : NULL, env, LIFEPROG, args, aout);
+    th_wait_for(aout, "locking", RUN_MS);
+    usleep(500000);                     /* queued behind the holder */
+    th_touch(goa);
+    if (th_wait_end(a, RUN_MS, NULL, NULL) == -1)
+        fail_msg("the process that exited while waiting hung");
+    pid_t c = worker(fcfg, net.ns[1], cout, "once", "lock", NULL);
+    usleep(300000);                     /* queued behind the holder too */
+    long long t0 = th_now_ms();
+    th_touch(go);
+    char *ct = th_finish(c, cout, 0, RUN_MS);
+    long long took = th_now_ms() - t0;
+    free(th_finish(h, hout, 0, RUN_MS));
+    printf("measured: the next process entered %lld ms after the holder let go (lease %ld ms)\n",
+           took, lease);
+    if (took > lease / 2)
+        fail_msg("the next process waited %lld ms: the exited waiter's key held the queue\n%s",
+                 took, ct);
+    free(ct);
+}
+
 /* dmutex check and the start line name the store: etcd, at its member. */
 static void test_check_and_the_start_line_name_etcd_not_redis(void **s)
 {
@@ -728,6 +767,7 @@ int main(void)
         T(test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_password_is_named),
         T(test_fork_children_lock_through_etcd_and_never_hang),
         T(test_check_and_the_start_line_name_etcd_not_redis),
+        T(test_exit_while_a_thread_waits_in_lock_leaves_no_key_in_the_queue),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -404,6 +404,16 @@ again:
     long long sent_ms = 0;
     int lerr = 0;
     long long lease = dm_etcd_lease_get(&sent_ms, &lerr, now_deadline());
+    if (!lease && lerr == ECANCELED) {
+        /* exit has revoked the lease: this wait ends with the process */
+        long left = dm_remaining_ms(deadline);
+        if (left >= 0) {
+            dm_sleep_ms(left);
+            return try ? EBUSY : ETIMEDOUT;
+        }
+        for (;;)
+            dm_sleep_ms(1000);
+    }
     if (!lease) {
         snprintf(why, sizeof why, "etcd %s: no lease could be granted (%s)", dm_etcd_where(),
                  strerror(lerr));
@@ -708,6 +718,23 @@ int dm_elock_release_queued(struct dm_store_lock *pl, const char *owner, uint64_
 }
 
 void dm_elock_flush(void)
+{
+    dm_elock_flush_queued();
+    /* At exit with nothing held (a thread still inside keeps its hold
+     * until the process is gone), the lease goes: the keys of threads
+     * still waiting go with it at once, not a lease later at the head of
+     * the queue. */
+    int held = 0;
+    dm_lock(&locks_mu);
+    for (size_t b = 0; b < locks.n && !held; b++)
+        for (struct dm_hnode *x = locks.b[b]; x && !held; x = x->next)
+            held = ((struct dm_elock *)x)->rev != 0 || ((struct dm_elock *)x)->pend.on;
+    dm_unlock(&locks_mu);
+    if (!held)
+        dm_etcd_lease_revoke();
+}
+
+void dm_elock_flush_queued(void)
 {
     for (;;) {
         struct dm_elock *l = NULL;

@@ -50,8 +50,10 @@ int dm_elock_release(struct dm_store_lock *l, const char *owner, uint64_t token)
  * when lost, told to lost), or EIO queued. lost NULL: EPERM returned. */
 int dm_elock_release_queued(struct dm_store_lock *l, const char *owner, uint64_t token,
                             long long lease_end_ms, dm_store_lost_fn lost);
-/* Every queued release, tried once more now (exit). */
+/* At exit: every queued release tried once more, then, with nothing
+ * held, the process lease revoked (waiting keys go with it). */
 void dm_elock_flush(void);
+void dm_elock_flush_queued(void);
 void dm_elock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
                     long long *sent_ms);
 int dm_elock_want_watch(struct dm_store_lock *l, void (*fn)(void *arg), void *arg, long timeout_ms);

@@ -351,6 +351,7 @@ static struct {
 
 static void thread_wake(void);
 static int thread_start_locked(void);
+static int closing;     /* the lease was revoked at exit: no new one (emu) */
 
 static long ttl_s(void)
 {
@@ -363,9 +364,14 @@ long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
     dm_lock(&emu);
     long long id = lease.id;
     *sent_ms = lease.sent_ms;
+    int ending = closing;
     dm_unlock(&emu);
     if (id)
         return id;
+    if (ending) {
+        *err = ECANCELED;   /* the process is ending: nothing would keep a new lease */
+        return 0;
+    }
     char body[64];
     snprintf(body, sizeof body, "{\"TTL\":%ld}", ttl_s());
     struct dm_etcd_reply r;
@@ -412,6 +418,27 @@ long long dm_etcd_lease_sent(long long id)
     long long sent = lease.id == id ? lease.sent_ms : 0;
     dm_unlock(&emu);
     return sent;
+}
+
+void dm_etcd_lease_revoke(void)
+{
+    dm_lock(&emu);
+    closing = 1;
+    long long id = lease.id;
+    lease.id = 0;
+    lease.users = 0;
+    dm_unlock(&emu);
+    if (!id)
+        return;
+    char body[64], why[300];
+    snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", id);
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    if (dm_etcd_call("/v3/lease/revoke", body, dm_now_ms() + cfg->redis.command_timeout_ms, &r,
+                     &how, why, sizeof why) == 0)
+        dm_etcd_reply_free(&r);
+    else
+        dm_debug("lease revoke at exit: %s (it expires by itself)", why);
 }
 
 int dm_etcd_lease_live(long long id)
@@ -663,6 +690,7 @@ void dm_etcd_atfork(enum dm_fork_phase phase)
     }
     npool = 0;
     memset(&lease, 0, sizeof lease);
+    closing = 0;
     pthread_mutex_t fresh_tok = PTHREAD_MUTEX_INITIALIZER;
     tok_mu = fresh_tok;         /* the token stays good: the same user */
     thread_on = 0;

@@ -86,6 +86,8 @@ long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
 void dm_etcd_lease_use(void);
 void dm_etcd_lease_unuse(void);
 int dm_etcd_lease_renew(long long id, long long *sent_ms);
+/* Revokes the process lease (at exit, nothing held): its keys go now. */
+void dm_etcd_lease_revoke(void);
 /* Is id the process's live lease? No I/O. */
 int dm_etcd_lease_live(long long id);
 /* When lease id was last renewed (sent), 0 when it is not the live one.
