@@ -190,11 +190,28 @@ static long long now_deadline(void)
     return dm_now_ms() + dm_etcd_cfg()->redis.command_timeout_ms;
 }
 
-/* Deletes our queue key (and our grant's marker, if the key held the
- * lock): a wait given up, a grant undone. Best effort; the lease takes
- * the key away if this cannot. */
-static void withdraw(struct dm_elock *l, const struct keys *k, const char *owner)
+/* Deletes our queue key made at revision rev (and the marker of its
+ * grant): a wait given up, a grant undone. Guarded by the key's
+ * create_revision, so that a late copy of it (held up in a member that
+ * was stopped) never deletes a later attempt's key, which has the same
+ * name (the name and the process's lease). rev 0 (the request that made
+ * it went unanswered): a look first. 0 done, EIO etcd out of reach. */
+static int withdraw_txn(struct dm_elock *l, const struct keys *k, const char *owner, long long rev)
 {
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    char why[400];
+    if (rev == 0) {
+        char body[DM_B64_LEN(DM_ETCD_KEY_MAX) + 64];
+        snprintf(body, sizeof body, "{\"key\":\"%s\"}", k->mine64);
+        if (dm_etcd_call("/v3/kv/range", body, now_deadline(), &r, &how, why, sizeof why) != 0)
+            return EIO;
+        int kv = dm_json_at(&r.j, dm_json_get(&r.j, 0, "kvs"), 0);
+        rev = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
+        dm_etcd_reply_free(&r);
+        if (rev == 0)
+            return 0;       /* nothing of it is there (now) */
+    }
     char held[DM_OWNER_MAX + 8], held64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
     char freed[DM_OWNER_MAX + 8], freed64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
     snprintf(held, sizeof held, "held %s", owner);
@@ -203,19 +220,43 @@ static void withdraw(struct dm_elock *l, const struct keys *k, const char *owner
     b64s(freed, freed64);
     char body[BODY_MAX];
     snprintf(body, sizeof body,
-             "{\"compare\":[{\"key\":\"%s\",\"target\":\"VALUE\",\"result\":\"EQUAL\",\"value\":\"%s\"}],"
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+             "\"create_revision\":\"%lld\"}],"
              "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}},"
-                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}],"
-             "\"failure\":[{\"request_delete_range\":{\"key\":\"%s\"}}]}",
-             k->marker64, held64, k->mine64, k->marker64, freed64, k->mine64);
-    struct dm_etcd_reply r;
-    enum dm_fail how;
-    char why[400];
-    if (dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why) == 0)
-        dm_etcd_reply_free(&r);
-    else
-        dm_warn("lock %s: withdrawing this process's place in the queue failed (%s); its "
-                "lease takes it away", l->name, why);
+                          "{\"request_txn\":{\"compare\":[{\"key\":\"%s\",\"target\":\"VALUE\","
+                           "\"result\":\"EQUAL\",\"value\":\"%s\"}],"
+                           "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}]}}]}",
+             k->mine64, rev, k->mine64, k->marker64, held64, k->marker64, freed64);
+    (void)l;
+    if (dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why) != 0)
+        return EIO;
+    dm_etcd_reply_free(&r);
+    return 0;
+}
+
+static void pending_queue(struct dm_elock *l, int withdraw, uint64_t token, long long lease,
+                          int read, long long end_ms, const char *owner, dm_store_lost_fn lost);
+
+/* Gives up this attempt's place (rev: its key's revision, 0 unknown) and
+ * its use of the lease; one etcd cannot take now is retried by the
+ * store's thread, holding the use until then. */
+static void withdraw(struct dm_elock *l, const struct keys *k, const char *owner, long long rev,
+                     long long lease)
+{
+    if (withdraw_txn(l, k, owner, rev) == 0) {
+        if (rev == 0)   /* a late copy of the unanswered request may still make it */
+            pending_queue(l, 1, 0, lease, k->read, dm_now_ms() + 2 * dm_etcd_cfg()->lease_ms,
+                          owner, NULL);
+        else
+            dm_etcd_lease_unuse();
+        return;
+    }
+    static long said;
+    dm_log_every(&said, 10000, DM_LOG_WARN, "lock %s: withdrawing this process's place in the "
+                 "queue could not reach etcd at %s; the store's thread retries it", l->name,
+                 dm_etcd_where());
+    pending_queue(l, 1, (uint64_t)rev, lease, k->read, dm_now_ms() + 2 * dm_etcd_cfg()->lease_ms,
+                  owner, NULL);
 }
 
 /* The failure policy for a failed call of acquire: the step's result, or
@@ -380,6 +421,17 @@ static int wait_deleted(const char *pred64, long long made, long long from,
 
 static int pending_settle(struct dm_elock *l);
 
+/* Did etcd refuse the request because our lease is gone (it lapsed)? Then
+ * the process forgets it: the next lease_get grants a new one. */
+static int lease_gone_answer(struct dm_etcd_reply *r, enum dm_fail how, long long lease)
+{
+    (void)r;
+    if (how != DM_FAIL_REFUSED || !dm_etcd_last_lease_unknown())
+        return 0;
+    dm_etcd_lease_forget(lease);
+    return 1;
+}
+
 int dm_elock_acquire(struct dm_store_lock *pl, const char *owner, const struct timespec *deadline,
                      int flags, struct dm_grant *g)
 {
@@ -425,9 +477,14 @@ again:
     keys_make(&k, l->name, lease, read);
     dm_etcd_lease_use();
     if (txn_enqueue(&k, owner, lease, try, &r, &how, why, sizeof why) != 0) {
-        dm_etcd_lease_unuse();
+        if (lease_gone_answer(&r, how, lease)) {
+            dm_etcd_lease_unuse();
+            goto again;     /* the lease lapsed: a new one */
+        }
         if (how == DM_FAIL_NOREPLY && !try)
-            withdraw(l, &k, owner);     /* it may have run: nothing of it stays */
+            withdraw(l, &k, owner, 0, lease);   /* it may have run: nothing of it stays */
+        else
+            dm_etcd_lease_unuse();
         if ((rc = on_failure(l, how, why, flags, deadline, &bo, g)) >= 0)
             return rc;
         goto again;
@@ -463,9 +520,7 @@ again:
     for (;;) {
         if (txn_confirm(&k, owner, rev, &r, &how, why, sizeof why) != 0) {
             if ((rc = on_failure(l, how, why, flags, deadline, &bo, g)) >= 0) {
-                if (rc != 0 || !g->local_only)
-                    withdraw(l, &k, owner);
-                dm_etcd_lease_unuse();
+                withdraw(l, &k, owner, rev, lease);
                 return rc;
             }
             continue;
@@ -484,8 +539,7 @@ again:
             if (!dm_etcd_lease_live(lease)) {
                 /* granted under a lease this process found gone meanwhile:
                  * nothing would renew it */
-                withdraw(l, &k, owner);
-                dm_etcd_lease_unuse();
+                withdraw(l, &k, owner, rev, lease);
                 goto again;
             }
             granted(l, g, lease, rev, sent_ms, 1, dead, more, owner, read);
@@ -510,8 +564,7 @@ again:
         long long made = dm_json_int(&r.j, dm_json_get(&r.j, pred, "create_revision"), 0);
         dm_etcd_reply_free(&r);
         if (try) {
-            withdraw(l, &k, owner);
-            dm_etcd_lease_unuse();
+            withdraw(l, &k, owner, rev, lease);
             return EBUSY;
         }
         if (pn <= 0) {
@@ -526,8 +579,7 @@ again:
         }
         if (wait_deleted(pred64, made, from, deadline) == ETIMEDOUT) {
             /* a grant that races the timeout is undone by the delete */
-            withdraw(l, &k, owner);
-            dm_etcd_lease_unuse();
+            withdraw(l, &k, owner, rev, lease);
             return ETIMEDOUT;
         }
     }
@@ -602,18 +654,31 @@ static int pending_try(struct dm_elock *l)
     dm_lock(&locks_mu);
     uint64_t token = l->pend.token;
     long long lease = l->pend.lease, end = l->pend.end_ms;
-    int read = l->pend.read;
+    int read = l->pend.read, wd = l->pend.withdraw;
     char owner[DM_OWNER_MAX];
     memcpy(owner, l->pend.owner, sizeof owner);
     dm_store_lost_fn lost = l->pend.lost;
     dm_unlock(&locks_mu);
-    int r = release_txn(l, owner, token, lease, read, 0);
-    if (r == EIO && dm_now_ms() < end + dm_etcd_cfg()->lease_margin_ms)
-        return 0;
-    if (r == EPERM && lost)
-        lost(&l->pub, owner, token, dm_store_gone_how(r, end));
-    if (r == 0)
-        dm_info("lock %s: the release queued while etcd was out of reach is done", l->name);
+    int r;
+    if (wd) {
+        /* Until the lease is gone (its keys with it), or for a look (token
+         * 0) until end: a late copy of an unanswered request may come. */
+        struct keys k;
+        keys_make(&k, l->name, lease, read);
+        r = dm_etcd_lease_live(lease) ? withdraw_txn(l, &k, owner, (long long)token) : 0;
+        if (r == EIO || (r == 0 && token == 0 && dm_now_ms() < end && dm_etcd_lease_live(lease)))
+            return 0;
+    } else {
+        r = release_txn(l, owner, token, lease, read, 0);
+        /* the key lives while the process's lease does (its other holds
+         * keep it): retried for as long */
+        if (r == EIO && dm_etcd_lease_live(lease))
+            return 0;
+        if (r == EPERM && lost)
+            lost(&l->pub, owner, token, dm_store_gone_how(r, end));
+        if (r == 0)
+            dm_info("lock %s: the release queued while etcd was out of reach is done", l->name);
+    }
     dm_lock(&locks_mu);
     l->pend.on = 0;
     dm_unlock(&locks_mu);
@@ -668,6 +733,12 @@ static int pending_settle(struct dm_elock *l)
         int done = pending_try(l);
         dm_lock(&locks_mu);
         l->pend.busy = 0;
+        if (!done && l->pend.withdraw && l->pend.token == 0 &&
+            dm_now_ms() < l->pend.end_ms) {
+            /* a look that found nothing: this acquire's own Txn takes a late
+             * copy's key as its place (same name); the timer stops looking */
+            done = 1;
+        }
         dm_unlock(&locks_mu);
         return done ? 0 : EIO;
     }
@@ -693,28 +764,44 @@ int dm_elock_release_queued(struct dm_store_lock *pl, const char *owner, uint64_
     /* Queued: the key stays ours (its lease kept) until the retry. */
     dm_lock(&locks_mu);
     l->rev = 0;
+    dm_unlock(&locks_mu);
+    static long said;
+    dm_log_every(&said, 10000, DM_LOG_WARN, "lock %s: the release could not reach etcd at %s; "
+                 "the store's thread retries it (the lock stays held meanwhile)", l->name,
+                 dm_etcd_where());
+    pending_queue(l, 0, token, lease, read, lease_end_ms, owner, lost);
+    return lost ? 0 : EIO;
+}
+
+/* Queues l's release (withdraw 0) or withdraw (1) for the store's
+ * thread, with the use of the lease the caller had. */
+static void pending_queue(struct dm_elock *l, int withdraw, uint64_t token, long long lease,
+                          int read, long long end_ms, const char *owner, dm_store_lost_fn lost)
+{
+    dm_lock(&locks_mu);
+    if (l->pend.on) {           /* one at a time: this one is left to the lease */
+        dm_unlock(&locks_mu);
+        dm_etcd_lease_unuse();
+        return;
+    }
     l->refs++;                  /* the timer's */
     l->pend.on = 1;
+    l->pend.withdraw = withdraw;
     l->pend.token = token;
     l->pend.lease = lease;
-    l->pend.end_ms = lease_end_ms;
+    l->pend.end_ms = end_ms;
     l->pend.read = read;
     l->pend.delay_ms = 50;
     l->pend.lost = lost;
     snprintf(l->pend.owner, sizeof l->pend.owner, "%s", owner);
     dm_unlock(&locks_mu);
-    static long said;
-    dm_log_every(&said, 10000, DM_LOG_WARN, "lock %s: the release could not reach etcd at %s; "
-                 "the store's thread retries it until the hold's lease ends (the lock stays "
-                 "held meanwhile)", l->name, dm_etcd_where());
     if (dm_etcd_timer_arm(&l->pend.timer, dm_now_ns() + 50000000LL, pending_fire, l) != 0) {
         dm_lock(&locks_mu);
         l->pend.on = 0;
-        l->refs--;              /* nothing retries it: the lease ends it */
+        l->refs--;              /* nothing retries it */
         dm_unlock(&locks_mu);
         dm_etcd_lease_unuse();
     }
-    return lost ? 0 : EIO;
 }
 
 void dm_elock_flush(void)

@@ -23,6 +23,8 @@ struct dm_elock {
      * same key, which a late release would delete). locks_mu. */
     struct {
         int on, busy;
+        int withdraw;               /* a place given up (token: its key's revision, 0
+                                       unknown: a look, then a guarded delete) */
         uint64_t token;
         long long lease, end_ms;    /* the hold's lease end: etcd lets it go then */
         int read;

@@ -240,6 +240,13 @@ int dm_etcd_auth(char *buf, size_t len)
                       sizeof why) < 0 ? -1 : 0;
 }
 
+static __thread int last_lease_unknown;    /* this thread's last refusal: "lease not found" */
+
+int dm_etcd_last_lease_unknown(void)
+{
+    return last_lease_unknown;
+}
+
 static int token_refused(const struct dm_etcd_reply *r)
 {
     char msg[200];
@@ -310,6 +317,7 @@ static int member_call(const char *path, const char *body, long long deadline_ms
                     snprintf(msg, sizeof msg, "HTTP %d", r->status);
                 snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port, msg);
                 int trouble = member_trouble(r), stale = auth && token_refused(r);
+                last_lease_unknown = strstr(why, "lease not found") != NULL;
                 conn_give(h);
                 if (!trouble) {
                     *how = DM_FAIL_REFUSED;
@@ -366,8 +374,22 @@ long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
     *sent_ms = lease.sent_ms;
     int ending = closing;
     dm_unlock(&emu);
-    if (id)
+    if (id && dm_now_ms() - *sent_ms < (long long)lease.ttl_s * 1000 - cfg->lease_margin_ms)
         return id;
+    if (id) {
+        /* not renewed for a TTL: it may have lapsed; ask before using it */
+        long long sent;
+        int lr = dm_etcd_lease_renew(id, &sent);
+        if (lr > 0) {
+            *sent_ms = sent;
+            return id;
+        }
+        if (lr < 0) {
+            *err = ETIMEDOUT;
+            return 0;
+        }
+        /* gone (lease_renew forgot it): a new one */
+    }
     if (ending) {
         *err = ECANCELED;   /* the process is ending: nothing would keep a new lease */
         return 0;
@@ -418,6 +440,16 @@ long long dm_etcd_lease_sent(long long id)
     long long sent = lease.id == id ? lease.sent_ms : 0;
     dm_unlock(&emu);
     return sent;
+}
+
+void dm_etcd_lease_forget(long long id)
+{
+    dm_lock(&emu);
+    if (lease.id == id) {
+        lease.id = 0;
+        lease.users = 0;
+    }
+    dm_unlock(&emu);
 }
 
 void dm_etcd_lease_revoke(void)
@@ -568,7 +600,7 @@ static void *ev_main(void *arg)
         for (struct dm_timer *t = timers; t; t = t->next)
             if (t->at_ns / 1000000 < next)
                 next = t->at_ns / 1000000;
-        long long id = lease.users > 0 ? lease.id : 0;
+        long long id = lease.id;     /* kept while it exists: a lapsed lease would fail the next lock */
         long long due = lease.sent_ms + cfg->renew_ms;
         dm_unlock(&emu);
         if (id && due <= now) {

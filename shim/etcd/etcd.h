@@ -86,6 +86,10 @@ long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
 void dm_etcd_lease_use(void);
 void dm_etcd_lease_unuse(void);
 int dm_etcd_lease_renew(long long id, long long *sent_ms);
+/* Was this thread's last refused call refused for an unknown lease? And
+ * forgetting lease id (it lapsed: the next lease_get grants another). */
+int dm_etcd_last_lease_unknown(void);
+void dm_etcd_lease_forget(long long id);
 /* Revokes the process lease (at exit, nothing held): its keys go now. */
 void dm_etcd_lease_revoke(void);
 /* Is id the process's live lease? No I/O. */
