@@ -723,6 +723,15 @@ static int pending_settle(struct dm_elock *l)
             return 0;
         }
         int busy = l->pend.busy;
+        if (!busy && l->pend.withdraw && l->pend.token == 0) {
+            /* A look for a late copy of an unanswered enqueue: this acquire
+             * takes such a key as its own place (same name), so the look
+             * ends here; it must not delete this attempt's key later. */
+            l->pend.on = 0;
+            dm_unlock(&locks_mu);
+            dm_etcd_lease_unuse();
+            return 0;
+        }
         if (!busy)
             l->pend.busy = 1;
         dm_unlock(&locks_mu);
@@ -733,12 +742,6 @@ static int pending_settle(struct dm_elock *l)
         int done = pending_try(l);
         dm_lock(&locks_mu);
         l->pend.busy = 0;
-        if (!done && l->pend.withdraw && l->pend.token == 0 &&
-            dm_now_ms() < l->pend.end_ms) {
-            /* a look that found nothing: this acquire's own Txn takes a late
-             * copy's key as its place (same name); the timer stops looking */
-            done = 1;
-        }
         dm_unlock(&locks_mu);
         return done ? 0 : EIO;
     }
