@@ -101,9 +101,27 @@ void dm_etcd_cond_key(char *buf, size_t len, const char *name)
 
 /* ---- members and calls ---- */
 
+/* A member that failed a call is skipped for a while (CLOCK_MONOTONIC ms,
+ * relaxed atomics): the threads of a process move on together instead of
+ * each losing a command_timeout to the same stopped member. */
+#define MEMBER_BAD_MS 3000
+static long long bad_until[DM_ETCD_ENDPOINTS_MAX];
+
 static size_t member_now(void)
 {
-    return __atomic_load_n(&cur, __ATOMIC_ACQUIRE) % cfg->etcd.nendpoints;
+    size_t n = cfg->etcd.nendpoints, c = __atomic_load_n(&cur, __ATOMIC_ACQUIRE);
+    long long now = dm_now_ms();
+    for (size_t i = 0; i < n; i++) {
+        size_t m = (c + i) % n;
+        if (__atomic_load_n(&bad_until[m], __ATOMIC_RELAXED) <= now)
+            return m;
+    }
+    return c % n;       /* every one failed lately: the next in turn */
+}
+
+static void member_bad(size_t m)
+{
+    __atomic_store_n(&bad_until[m], dm_now_ms() + MEMBER_BAD_MS, __ATOMIC_RELAXED);
 }
 
 void dm_etcd_member(struct dm_http *h)
@@ -114,6 +132,7 @@ void dm_etcd_member(struct dm_http *h)
 
 void dm_etcd_member_next(void)
 {
+    member_bad(member_now());
     __atomic_add_fetch(&cur, 1, __ATOMIC_ACQ_REL);
 }
 
@@ -290,6 +309,9 @@ static int member_call(const char *path, const char *body, long long deadline_ms
         }
         long left = (long)(deadline_ms - dm_now_ms());
         long step = left < cfg->redis.command_timeout_ms ? left : cfg->redis.command_timeout_ms;
+        size_t untried = n - tries % n;
+        if (untried > 1 && step > left / (long)untried && left / (long)untried >= 100)
+            step = left / (long)untried;    /* room for the others in this call */
         if (step <= 0)
             step = 1;
         int sent_before = h->fd >= 0 || dm_http_connect(h, step < cfg->redis.connect_timeout_ms
@@ -307,6 +329,7 @@ static int member_call(const char *path, const char *body, long long deadline_ms
                 conn_give(h);
                 e = EPROTO;
             } else if (r->status == 200) {
+                __atomic_store_n(&bad_until[m], 0, __ATOMIC_RELAXED);
                 conn_give(h);
                 if (m != 0 || strncmp(where, ep->host, strlen(ep->host)) != 0)
                     snprintf(where, sizeof where, "%s:%d", ep->host, ep->port);
