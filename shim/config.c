@@ -338,6 +338,28 @@ static int parse_cluster_keys(struct parse *p, const config_setting_t *g, struct
     return 0;
 }
 
+/* qual + "password_env = NAME": the password from environment variable
+ * NAME into *pass (not copied), or -1 with the message. secure_getenv: a
+ * set-user-ID process takes no secret from the environment of whoever
+ * started it. */
+static int password_from_env(struct parse *p, const char *qual, const char *name, unsigned line,
+                             const char **pass)
+{
+    char why[160];
+    struct shown sv;
+    if (!cfg_env_name_ok(name, why, sizeof why))
+        return fail(p, line, "%spassword_env = %s: %s", qual, show(&sv, name), why);
+    const char *val = secure_getenv(name);
+    if (!val && getenv(name))
+        return fail(p, line, "%spassword_env = %s: environment variable %s is ignored in a "
+                    "set-user-ID or set-group-ID process (AT_SECURE)", qual, show(&sv, name), name);
+    if (!val || !*val)
+        return fail(p, line, "%spassword_env = %s: environment variable %s is %s", qual,
+                    show(&sv, name), name, val ? "empty" : "not set");
+    *pass = val;
+    return 0;
+}
+
 static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_redis_config *r)
 {
     config_setting_t *g;
@@ -382,22 +404,8 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
     if (pass && !*pass)
         return fail(p, pass_line, "redis.password must not be empty (leave it out for no AUTH)");
     if (pass_env) {
-        if (!cfg_env_name_ok(pass_env, why, sizeof why))
-            return fail(p, env_line, "redis.password_env = %s: %s", show(&sv, pass_env), why);
-        /* secure_getenv: a set-user-ID process takes no secret from the
-         * environment of whoever started it. */
-        const char *val = secure_getenv(pass_env);
-        if (!val && getenv(pass_env))
-            return fail(p, env_line, "redis.password_env = %s: environment variable %s is "
-                        "ignored in a set-user-ID or set-group-ID process (AT_SECURE)",
-                        show(&sv, pass_env), pass_env);
-        if (!val)
-            return fail(p, env_line, "redis.password_env = %s: environment variable %s is not set",
-                        show(&sv, pass_env), pass_env);
-        if (!*val)
-            return fail(p, env_line, "redis.password_env = %s: environment variable %s is empty",
-                        show(&sv, pass_env), pass_env);
-        pass = val;
+        if (password_from_env(p, "redis.", pass_env, env_line, &pass) < 0)
+            return -1;
         pass_line = env_line;
     }
     if (user && !pass)
@@ -445,17 +453,8 @@ static int parse_etcd_user(struct parse *p, config_setting_t *g, struct dm_etcd_
     if (pass && !*pass)
         return fail(p, pass_line, "etcd.password must not be empty");
     if (pass_env) {
-        if (!cfg_env_name_ok(pass_env, why, sizeof why))
-            return fail(p, env_line, "etcd.password_env = %s: %s", show(&sv, pass_env), why);
-        const char *val = secure_getenv(pass_env);
-        if (!val && getenv(pass_env))
-            return fail(p, env_line, "etcd.password_env = %s: environment variable %s is "
-                        "ignored in a set-user-ID or set-group-ID process (AT_SECURE)",
-                        show(&sv, pass_env), pass_env);
-        if (!val || !*val)
-            return fail(p, env_line, "etcd.password_env = %s: environment variable %s is %s",
-                        show(&sv, pass_env), pass_env, val ? "empty" : "not set");
-        pass = val;
+        if (password_from_env(p, "etcd.", pass_env, env_line, &pass) < 0)
+            return -1;
         pass_line = env_line;
     }
     if (user && !pass)
