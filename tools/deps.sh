@@ -11,10 +11,11 @@ set -e
 # g++ (in build-essential too): tests/trace.test.sh's C++ program.
 # python3: the shell tests that read JSON and tests/module_graph.test.sh.
 # dpkg-dev, debhelper, fakeroot, lintian: `make deb` (tests/deb.test.sh).
+# iptables: the network cuts inside test namespaces (test_etcd, the soak).
 pkgs="build-essential g++ pkg-config libhiredis-dev libconfig-dev libcmocka-dev
       libelf-dev libdw-dev redis-server redis-tools redis-sentinel iproute2 procps
       clang libclang-rt-14-dev man-db groff-base libssl-dev openssl python3
-      etcd-server etcd-client curl dpkg-dev debhelper fakeroot lintian"
+      etcd-server etcd-client curl dpkg-dev debhelper fakeroot lintian iptables"
 [ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"
 [ "$1" = loaded ] && pkgs="$pkgs stress-ng"
 
