@@ -669,7 +669,10 @@ static int pending_try(struct dm_elock *l)
         if (r == EIO || (r == 0 && token == 0 && dm_now_ms() < end && dm_etcd_lease_live(lease)))
             return 0;
     } else {
-        r = release_txn(l, owner, token, lease, read, 0);
+        /* A retry: the try that queued it may have landed unanswered
+         * (a member that lost its leader forwards a write the new leader
+         * commits), and a next holder's grant moved the marker since. */
+        r = release_txn(l, owner, token, lease, read, 1);
         /* the key lives while the process's lease does (its other holds
          * keep it): retried for as long */
         if (r == EIO && dm_etcd_lease_live(lease))
