@@ -66,8 +66,8 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
          * unreachable): nothing ran under it. The next lock takes it anew. */
         dm_warn("lock %s (owner %s, fencing token %llu): the lease of a hold nobody was "
                 "inside (kept by lock caching or a batch) ran out: %s; given up, the next "
-                "lock asks Redis again", h->lock->name, h->owner,
-                (unsigned long long)h->token, why);
+                "lock asks %s again", h->lock->name, h->owner,
+                (unsigned long long)h->token, why, dm_store->name);
         return;
     }
     dm_error("lost the lease of lock %s (owner %s, fencing token %llu) while held: %s; "
@@ -82,12 +82,20 @@ static void declare_lost(struct dm_hold *h, const char *why, long long now)
         abort();
 }
 
+/* "no renewal succeeded in time (etcd unreachable or stuck)", in buf */
+static const char *no_renewal_words(char *buf, size_t len)
+{
+    snprintf(buf, len, "no renewal succeeded in time (%s unreachable or stuck)", dm_store->name);
+    return buf;
+}
+
 static void check_deadlines_locked(long long now)
 {
     const struct dm_config *cfg = dm_store_config();
+    char why[96];
     for (struct dm_hold *h = holds; h; h = h->next)
         if (!h->lost && now - h->renewed_ms > h->lease_ms - cfg->lease_margin_ms)
-            declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
+            declare_lost(h, no_renewal_words(why, sizeof why), now);
 }
 
 static void apply(struct snap *s, enum dm_renewal res, long long sent)
@@ -303,9 +311,10 @@ int dm_watchdog_remove(struct dm_hold *h)
      * thread would, before the release, whose answer can no longer be
      * trusted to say "lost" (the server's record of the loss lasts a lease). */
     long long now = dm_now_ms();
+    char why[96];
     if (h->registered && !h->lost &&
         now - h->renewed_ms > h->lease_ms - dm_store_config()->lease_margin_ms)
-        declare_lost(h, "no renewal succeeded in time (redis unreachable or stuck)", now);
+        declare_lost(h, no_renewal_words(why, sizeof why), now);
     int lost = h->lost;
     unlink_locked(h);
     dm_unlock(&wmu);
