@@ -5,9 +5,12 @@
  * two network-namespace "machines": faultworker processes on both run
  * sections of one mapped mutex. What must hold: no two sections overlap,
  * the counter they increment is exact, every fenced write is accepted
- * (tokens only grow), through a leader killed mid-run and a restart of
- * the whole cluster; a holder cut off from every member is stopped by
- * on_lease_lost before another process enters. */
+ * (tokens only grow), through a leader killed mid-run, a member (a
+ * follower, then the leader) cut off from its peers while the processes
+ * still reach it, and a restart of the whole cluster; a holder cut off
+ * from every member is stopped by on_lease_lost before another process
+ * enters. The third member lives on machine 1 (its cut is iptables
+ * there). */
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -48,6 +51,8 @@ static struct th_redis ds;      /* the data server of rwprog */
 struct member {
     pid_t pid;
     int cport, pport;
+    char ip[24];            /* its address: this machine's, or machine 1's */
+    const char *ns;         /* its namespace (NULL: this machine's) */
 };
 static struct member m[MEMBERS];
 static char data_root[64];
@@ -75,15 +80,15 @@ static void member_start(int i, int fresh)
     char name[8], dir[128], curl[64], purl[64], cluster[512] = "", logf[160];
     snprintf(name, sizeof name, "m%d", i);
     snprintf(dir, sizeof dir, "%s/%s", data_root, name);
-    snprintf(curl, sizeof curl, "http://%s:%d", addr, m[i].cport);
-    snprintf(purl, sizeof purl, "http://%s:%d", addr, m[i].pport);
+    snprintf(curl, sizeof curl, "http://%s:%d", m[i].ip, m[i].cport);
+    snprintf(purl, sizeof purl, "http://%s:%d", m[i].ip, m[i].pport);
     snprintf(logf, sizeof logf, "%s/%s.log", data_root, name);
     for (int k = 0; k < MEMBERS; k++) {
         char one[96];
-        snprintf(one, sizeof one, "%sm%d=http://%s:%d", k ? "," : "", k, addr, m[k].pport);
+        snprintf(one, sizeof one, "%sm%d=http://%s:%d", k ? "," : "", k, m[k].ip, m[k].pport);
         strcat(cluster, one);
     }
-    char *argv[] = { etcd_path, "--name", name, "--data-dir", dir, "--listen-client-urls", curl,
+    char *argv[] = { net.ip_cmd, "netns", "exec", (char *)m[i].ns, etcd_path, "--name", name, "--data-dir", dir, "--listen-client-urls", curl,
                      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
                      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
                      "--initial-cluster-token", "dmx-test", "--initial-cluster-state",
@@ -91,7 +96,7 @@ static void member_start(int i, int fresh)
                      "--election-timeout", "500", "--logger", "zap", "--log-outputs", logf, NULL };
     /* Not th_child: a test's teardown kills its children, and the
      * cluster outlives the tests (the group's teardown and atexit stop it). */
-    m[i].pid = th_spawn(argv, NULL, "/dev/null");
+    m[i].pid = th_spawn(m[i].ns ? argv : argv + 4, NULL, "/dev/null");  /* ip netns exec execs etcd */
 }
 
 static void member_kill(int i)
@@ -103,25 +108,39 @@ static void member_kill(int i)
     }
 }
 
+/* Member i's own status: its id and the leader's id as it sees them
+ * (decimal strings), 0; -1 when it did not answer within 1 s. */
+static int member_status(int i, char *id, char *lead, size_t len)
+{
+    char cmd[256], buf[1024] = "";
+    if (m[i].pid <= 0)
+        return -1;
+    snprintf(cmd, sizeof cmd, "curl -s -m 1 http://%s:%d/v3/maintenance/status -d '{}'",
+             m[i].ip, m[i].cport);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    pclose(f);
+    char *mid = strstr(buf, "\"member_id\":\""), *ld = strstr(buf, "\"leader\":\"");
+    if (!mid)
+        return -1;
+    snprintf(id, len, "%.*s", (int)strcspn(mid + 13, "\""), mid + 13);
+    if (ld)     /* left out when 0: no leader */
+        snprintf(lead, len, "%.*s", (int)strcspn(ld + 10, "\""), ld + 10);
+    else
+        snprintf(lead, len, "0");
+    return 0;
+}
+
 /* The member that is the leader now (by its own status), or -1. */
 static int leader(void)
 {
-    for (int i = 0; i < MEMBERS; i++) {
-        if (m[i].pid <= 0)
-            continue;
-        char cmd[256], buf[1024] = "";
-        snprintf(cmd, sizeof cmd, "curl -s -m 1 http://%s:%d/v3/maintenance/status -d '{}'",
-                 addr, m[i].cport);
-        FILE *f = popen(cmd, "r");
-        if (!f)
-            continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = '\0';
-        pclose(f);
-        char *mid = strstr(buf, "\"member_id\":\""), *ld = strstr(buf, "\"leader\":\"");
-        if (mid && ld && strncmp(mid + 13, ld + 10, strcspn(ld + 10, "\"")) == 0)
+    char id[32], lead[32];
+    for (int i = 0; i < MEMBERS; i++)
+        if (member_status(i, id, lead, sizeof id) == 0 && strcmp(id, lead) == 0)
             return i;
-    }
     return -1;
 }
 
@@ -180,10 +199,17 @@ static int group_setup(void **state)
     snprintf(data_root, sizeof data_root, "/tmp/dmutex-etcd-%d", (int)getpid());
     mkdir(data_root, 0700);
     size_t o = (size_t)snprintf(url, sizeof url, "etcd://");
+    /* The last member lives on machine 1 when there are machines, so
+     * that it can be cut off from its peers (iptables there) while the
+     * processes still reach it: a minority member that answers. */
     for (int i = 0; i < MEMBERS; i++) {
+        int away = net.up && i == MEMBERS - 1;
+        snprintf(m[i].ip, sizeof m[i].ip, "%s", away ? net.ip[1] : addr);
+        m[i].ns = away ? net.ns[1] : NULL;
         m[i].cport = free_port();
         m[i].pport = free_port();
-        o += (size_t)snprintf(url + o, sizeof url - o, "%s%s:%d", i ? "," : "", addr, m[i].cport);
+        o += (size_t)snprintf(url + o, sizeof url - o, "%s%s:%d", i ? "," : "", m[i].ip,
+                              m[i].cport);
     }
     th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, RWPROG, rw_path, CONDPROG, cond_path,
                    NULL);
@@ -224,11 +250,13 @@ static char *config(const char *name)
     return config_lease(name, LEASE_MS);
 }
 
-/* faultworker ARGS... (NULL-terminated) on machine ns (NULL: here). */
+/* faultworker ARGS... (NULL-terminated) on machine ns (NULL: here);
+ * DM_TEST_WLOG=debug gives the workers that DMUTEX_LOG (a failing
+ * worker's output is printed). */
 static pid_t worker(const char *cfg, const char *ns, const char *out, ...)
 {
     static struct th_shim_env e;
-    char **env = cfg ? th_shim_env(&e, cfg, url, NULL) : NULL;
+    char **env = cfg ? th_shim_env(&e, cfg, url, getenv("DM_TEST_WLOG")) : NULL;
     va_list ap;
     va_start(ap, out);
     pid_t pid = th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, worker_path, out, ap);
@@ -299,7 +327,7 @@ static void test_leader_killed_mid_run_keeps_exclusion_and_every_process_finishe
     member_start(l, 0);         /* back, for the next tests */
 }
 
-static void test_minority_member_cut_off_keeps_exclusion(void **s)
+static void test_minority_member_stopped_keeps_exclusion(void **s)
 {
     (void)s;
     /* One member stopped (SIGSTOP: it keeps its connections, answers
@@ -314,6 +342,110 @@ static void test_minority_member_cut_off_keeps_exclusion(void **s)
     usleep(2000000);
     kill(m[victim].pid, SIGCONT);
     assert_exclusion(finish_loop(4, out, p));
+}
+
+/* Makes member `to` the leader (the leader's MoveLeader), within 10 s. */
+static void move_leader(int to)
+{
+    char id[32], lead[32], target[32];
+    long long end = th_now_ms() + 10000;
+    if (member_status(to, target, lead, sizeof target) != 0)
+        fail_msg("member m%d does not answer", to);
+    while (th_now_ms() < end) {
+        int l = leader();
+        if (l == to)
+            return;
+        if (l >= 0 && member_status(l, id, lead, sizeof id) == 0)
+            th_sh("curl -s -m 2 http://%s:%d/v3/maintenance/transfer-leadership "
+                  "-d '{\"targetID\":\"%s\"}' >/dev/null", m[l].ip, m[l].cport, target);
+        usleep(200000);
+    }
+    fail_msg("member m%d did not become the leader in 10 s", to);
+}
+
+/* Cuts member i (on machine 1) off from its peers, or mends the cut:
+ * iptables in its namespace drops the Raft traffic (its peer port, and
+ * its connections to the others' peer ports), while the processes keep
+ * reaching its client port. The rules go with the namespace too. */
+static void peer_cut(int i, int on)
+{
+    const char *op = on ? "-A" : "-D";
+    int bad = th_sh("ip netns exec %s iptables -w %s INPUT -p tcp --dport %d -j DROP", m[i].ns,
+                    op, m[i].pport) |
+              th_sh("ip netns exec %s iptables -w %s OUTPUT -p tcp --sport %d -j DROP", m[i].ns,
+                    op, m[i].pport);
+    for (int k = 0; k < MEMBERS; k++)
+        if (k != i)
+            bad |= th_sh("ip netns exec %s iptables -w %s OUTPUT -p tcp -d %s --dport %d -j DROP",
+                         m[i].ns, op, m[k].ip, m[k].pport) |
+                   th_sh("ip netns exec %s iptables -w %s INPUT -p tcp -s %s --sport %d -j DROP",
+                         m[i].ns, op, m[k].ip, m[k].pport);
+    if (bad)
+        fail_msg("iptables in %s failed (tools/deps.sh installs iptables)", m[i].ns);
+}
+
+/* Member m2 (a follower, or the leader) cut off from its peers for
+ * CUT_MS while every process still reaches it: the two others go on as
+ * the majority; m2 knows no leader after an election timeout, so its
+ * watches are cancelled (Grpc-Metadata-hasleader) and its calls fail,
+ * and a process asking it turns to another member. Sections go on during
+ * the cut; none overlap; every process finishes. */
+#define CUT_MS 4000L
+static void cut_run(const char *name, int cut_the_leader)
+{
+    if (!net.up)
+        skip();
+    int v = MEMBERS - 1;
+    move_leader(cut_the_leader ? v : 0);
+    char *out[4];
+    pid_t p[4];
+    /* A lease with room for an election after the cut: the last renewal
+     * may be renew_ms old when it comes, and the renewals asked of the
+     * majority wait for the new leader (docs/etcd.md, "Leases and the
+     * election"). */
+    start_loop(config_lease(name, 4000), 4, "7000", out, p);
+    usleep(1500000);
+    long long before = th_checker_get(&chk, 0, "sections");
+    peer_cut(v, 1);
+    long long t0 = th_now_ms(), elected = -1;
+    char id[32], lead[32];
+    while (th_now_ms() < t0 + CUT_MS) {
+        if (elected < 0 && cut_the_leader) {
+            int l = leader();
+            if (l >= 0 && l != v)
+                elected = th_now_ms() - t0;
+        }
+        usleep(100000);
+    }
+    int alone = member_status(v, id, lead, sizeof id) == 0 && strcmp(lead, "0") == 0;
+    long long during = th_checker_get(&chk, 0, "sections") - before;
+    peer_cut(v, 0);
+    long long sections = finish_loop(4, out, p);
+    printf("measured: m%d (%s) cut off from its peers for %ld ms: %s; %lld sections during "
+           "the cut\n", v, cut_the_leader ? "the leader" : "a follower", CUT_MS,
+           cut_the_leader ? (elected < 0 ? "no new leader seen" : "a new leader") :
+           "the majority kept its leader", during);
+    if (cut_the_leader)
+        printf("measured: the majority elected a new leader %lld ms after the cut\n", elected);
+    if (!alone)
+        fail_msg("the cut-off member m%d still saw a leader (%s) at the end of the cut: the cut "
+                 "did not take", v, lead);
+    if (during <= 0)
+        fail_msg("no section ran in the %ld ms m%d was cut off: the processes did not turn to the "
+                 "majority", CUT_MS, v);
+    assert_exclusion(sections);
+}
+
+static void test_minority_member_cut_off_from_its_peers_keeps_exclusion_and_progress(void **s)
+{
+    (void)s;
+    cut_run("etcd_cut_follower", 0);
+}
+
+static void test_leader_cut_off_from_its_peers_keeps_exclusion_and_progress(void **s)
+{
+    (void)s;
+    cut_run("etcd_cut_leader", 1);
 }
 
 /* The token of the first "inside TOKEN" line of a once run. */
@@ -755,7 +887,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_counter_is_exact_and_tokens_grow_across_machines),
         T(test_leader_killed_mid_run_keeps_exclusion_and_every_process_finishes),
-        T(test_minority_member_cut_off_keeps_exclusion),
+        T(test_minority_member_stopped_keeps_exclusion),
+        T(test_minority_member_cut_off_from_its_peers_keeps_exclusion_and_progress),
+        T(test_leader_cut_off_from_its_peers_keeps_exclusion_and_progress),
         T(test_restart_of_the_whole_cluster_keeps_tokens_growing),
         T(test_holder_cut_off_from_every_member_stops_before_another_enters),
         T(test_trylock_and_timedlock_on_a_held_lock_fail_and_leave_no_key),
