@@ -508,6 +508,44 @@ static void test_holder_cut_off_from_every_member_stops_before_another_enters(vo
     free(wtext);
 }
 
+/* A holder SIGSTOPped past its lease (on_lease_lost = "warn"): etcd's
+ * lease runs out, the waiter on the other machine enters with a higher
+ * token; the resumed holder is told of the loss, its late write is
+ * refused by the fencing token, its unlock says EPERM. No lease can stop
+ * a stopped process from running on: the overlap is the checker's one,
+ * and it is fenced off. */
+static void test_holder_stopped_past_its_lease_is_told_and_fenced_off(void **s)
+{
+    (void)s;
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nbatch_ms = 0;\non_lease_lost = \"warn\";\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"etcd_stopped\"; } );\n", LEASE_MS));
+    char *hout = th_out_file(), *go = th_go_file(), *wout = th_out_file();
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(cfg, net.ns[1], wout, "once", "lock", "-u", "0", NULL);
+    usleep(300000);                 /* the waiter queued */
+    long long stopped = th_now_ms();
+    kill(h, SIGSTOP);
+    long long at = th_wait_for(wout, "inside ", RUN_MS);
+    char *wt = th_finish(w, wout, 0, RUN_MS);
+    th_assert_has(wt, "fenced ok");
+    th_touch(go);
+    kill(h, SIGCONT);
+    char *text = th_finish(h, hout, 0, RUN_MS);
+    th_assert_has(text, "lost the lease of lock etcd_stopped");
+    th_assert_has(text, "fenced rejected");
+    th_assert_has(text, "unlocked EPERM");
+    long long ov = th_checker_get(&chk, 0, "overlaps"), rej = th_checker_get(&chk, 0, "rejects");
+    printf("measured: holder SIGSTOPped past its lease: the waiter entered %lld ms after the stop "
+           "(lease %ld ms, etcd TTL %ld s); %lld overlap, %lld stale write rejected\n",
+           at - stopped, LEASE_MS, (LEASE_MS + 999) / 1000, ov, rej);
+    assert_int_equal(ov, 1);
+    assert_int_equal(rej, 1);
+    free(wt);
+    free(text);
+}
+
 /* `dmutex ls --json -r URL`'s object of lock `name` (its line), or "" */
 static void ls_row(const char *name, char *row, size_t len)
 {
@@ -892,6 +930,7 @@ int main(void)
         T(test_leader_cut_off_from_its_peers_keeps_exclusion_and_progress),
         T(test_restart_of_the_whole_cluster_keeps_tokens_growing),
         T(test_holder_cut_off_from_every_member_stops_before_another_enters),
+        T(test_holder_stopped_past_its_lease_is_told_and_fenced_off),
         T(test_trylock_and_timedlock_on_a_held_lock_fail_and_leave_no_key),
         T(test_killed_holder_of_a_robust_mutex_gives_the_next_eownerdead),
         T(test_rwlock_readers_on_two_machines_share_and_a_writer_waits_for_both),
