@@ -380,7 +380,7 @@ static int e_admin_force(const char *ns, const char *name, int force, const char
     dm_etcd_queue_prefix(q, sizeof q, name);
     dm_etcd_b64(q, q64);
     dm_etcd_prefix_end_b64(q, e64);
-    char body[DM_B64_LEN(DM_ETCD_KEY_MAX) * 4 + 600];
+    char body[DM_B64_LEN(DM_ETCD_KEY_MAX) * 6 + DM_B64_LEN(600) + 600];
     snprintf(body, sizeof body, "{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_order\":\"ASCEND\","
              "\"sort_target\":\"CREATE\",\"limit\":1}", q64, e64);
     struct dm_etcd_reply r;
@@ -417,19 +417,31 @@ static int e_admin_force(const char *ns, const char *name, int force, const char
              "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
              "\"create_revision\":\"%lld\"}],"
              "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}},"
-                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}]}",
-             key64, cr, key64, m64, v64);
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}},"
+                          "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+                          "\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\",\"limit\":1}}]}",
+             key64, cr, key64, m64, v64, q64, e64);
     if (dm_etcd_call("/v3/kv/txn", body, dl, &r, &how, err, errlen) != 0)
         return -1;
     int ok = dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"));
     long long rev = dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0);
+    /* The queue's new head, if any, is the next holder: its token is
+     * its key's create_revision (it confirms the grant itself); else the
+     * next locker's token is above the revision now. */
+    int rs = dm_json_at(&r.j, dm_json_get(&r.j, 0, "responses"), 2);
+    int nkv = dm_json_at(&r.j, dm_json_path(&r.j, rs, "response_range.kvs"), 0);
+    if (ok && nkv >= 0) {
+        if (dm_json_b64(&r.j, dm_json_get(&r.j, nkv, "value"), out->next, sizeof out->next) < 0)
+            snprintf(out->next, sizeof out->next, "?");
+        out->next_token = dm_json_int(&r.j, dm_json_get(&r.j, nkv, "create_revision"), 0);
+    }
     dm_etcd_reply_free(&r);
     if (!ok) {
         snprintf(err, errlen, "lock %s changed hands while it was being forced: run it again", name);
         return -1;
     }
     out->verdict = DM_FORCE_RELEASED;
-    out->new_token = rev;
+    out->new_token = out->next[0] ? out->next_token : rev;
     return 0;
 }
 
