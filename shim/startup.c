@@ -904,8 +904,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
         char u[4096];
         snprintf(u, sizeof u, "%s%s", strstr(etcd, "://") ? "" : "etcd://", etcd);
         if (strncmp(u, "etcd://", 7) != 0 && strncmp(u, "etcds://", 8) != 0)
-            config_fail("DMUTEX_ETCD=%s: %s", etcd, "must be etcd://host:port[,host:port...] "
-                        "(or the host:port list alone)");
+            config_fail("DMUTEX_ETCD=%s: %s", etcd, "must be etcd://host:port[,host:port...], "
+                        "etcds://... (TLS) or the host:port list alone");
         if (dm_config_set_redis_url(&config, u, err, sizeof err) != 0)
             config_fail("DMUTEX_ETCD=%s: %s", etcd, err);
     }
