@@ -434,7 +434,7 @@ static void set_err(struct dm_tls *t, enum dm_tls_err e, const char *what)
 /* The hint after "does not speak TLS on this port": what else is there. */
 static const char *plain_server(void)
 {
-    return strcmp(grp, "etcd") == 0 ? "an etcd member without --cert-file, an http:// one?"
+    return strcmp(grp, "etcd") == 0 ? "an http:// etcd member (no --cert-file)?"
                                     : "a plain-TCP Redis?";
 }
 
@@ -498,6 +498,9 @@ static void tls_fail(struct dm_tls *t, const char *during)
                  "(%s.tls.cert = %s%s%s): %s", grp, tc && tc->cert ? "\"" : "",
                  tc && tc->cert ? tc->cert : "none given", tc && tc->cert ? "\"" : "",
                  ssl_words(w, sizeof w));
+    } else if (reason == SSL_R_UNEXPECTED_EOF_WHILE_READING && strcmp(during, "handshake") == 0) {
+        snprintf(detail, sizeof detail, "the server closed the connection during the handshake "
+                 "(not a TLS port: %s or it refused this client)", plain_server());
     } else if (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
                reason == SSL_R_UNKNOWN_PROTOCOL) {
         snprintf(detail, sizeof detail, "the server does not speak TLS on this port "
