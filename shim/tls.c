@@ -413,6 +413,12 @@ void dm_tls_setup(const struct dm_tls_config *tls, const char *store)
     ssl_leave(&oe);
 }
 
+const char *dm_tls_client_cert(void)
+{
+    const struct dm_tls_config *tc = tcfg;
+    return tc ? tc->cert : NULL;
+}
+
 int dm_tls_gone(void)
 {
     return __atomic_load_n(&ssl_gone, __ATOMIC_ACQUIRE);

@@ -75,6 +75,10 @@ const char *dm_tls_errstr(const struct dm_tls *t);
 int dm_tls_errno(const struct dm_tls *t);
 const char *dm_tls_why(const struct dm_tls *t);
 
+/* The client certificate of the settings (NULL: none given), for the
+ * words of a session the server ended right after its handshake. */
+const char *dm_tls_client_cert(void);
+
 /* 1 once OpenSSL's cleanup has run (the program is exiting): no session
  * can be used or made any more. */
 int dm_tls_gone(void);

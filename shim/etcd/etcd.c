@@ -299,7 +299,7 @@ static int member_call(const char *path, const char *body, long long deadline_ms
                      const char *auth)
 {
     size_t n = cfg->etcd.nendpoints;
-    int reached = 0, tls_refused = 0, e = ETIMEDOUT;
+    int reached = 0, tls_refused = 0, said = 0, e = ETIMEDOUT;
     char tls_why[sizeof ((struct dm_http *)0)->err] = "";  /* a TLS refusal's words outlive a later timeout */
     memset(r, 0, sizeof *r);
     snprintf(why, why_len, "no etcd member answered in time");
@@ -368,8 +368,12 @@ static int member_call(const char *path, const char *body, long long deadline_ms
             dm_http_close(h);
             free(h);
         } else {
-            snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port,
-                     h->err[0] ? h->err : strerror(e));
+            /* A step cut short by the call's deadline says less than an
+             * earlier member's own failure: that one's words stay. */
+            if (e != ETIMEDOUT || !said)
+                snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port,
+                         h->err[0] ? h->err : strerror(e));
+            said |= e != ETIMEDOUT;
             if (sent_before)
                 reached = 1;    /* connected: the request may have gone out and run */
             dm_http_close(h);

@@ -56,7 +56,7 @@ void dm_http_abort(struct dm_http *h)
 
 static int fail(struct dm_http *h, int e, const char *what)
 {
-    snprintf(h->err, sizeof h->err, "%s", what);
+    snprintf(h->err, sizeof h->err, "%.*s", (int)sizeof h->err - 1, what);
     dm_http_close(h);
     return e;
 }
@@ -96,6 +96,7 @@ static int tls_start(struct dm_http *h, int fd, long long deadline)
         return h->tls_failed ? EPROTO : ETIMEDOUT;
     }
     h->s = s;
+    h->tls_fresh = 1;
     connected(h, fd);
     return 0;
 }
@@ -152,6 +153,25 @@ int dm_http_connect(struct dm_http *h, long timeout_ms)
 static int tls_io_fail(struct dm_http *h)
 {
     enum dm_tls_err k = dm_tls_error(h->s);
+    if (h->tls_fresh && (k == DM_TLS_CLOSED || k == DM_TLS_SYS)) {
+        /* The server ended a session with no answer on it yet: TLS 1.3
+         * checks the client's certificate after the client's handshake,
+         * so a refusal shows here, as an alert to read (a write failed
+         * first: its alert may be waiting) or as a closed connection. */
+        char b[64];
+        short ev;
+        if (k == DM_TLS_SYS && dm_tls_read(h->s, b, sizeof b, &ev) < 0 &&
+            dm_tls_error(h->s) == DM_TLS_FAILED)
+            return tls_io_fail(h);
+        const char *crt = dm_tls_client_cert();
+        char words[sizeof h->err + 200];   /* fail() keeps what fits */
+        snprintf(words, sizeof words, "TLS session with etcd at %.80s ended by the server right "
+                 "after the handshake: did it refuse the client certificate (etcd.tls.cert = "
+                 "%s%.150s%s)? %.60s", h->addr, crt ? "\"" : "", crt ? crt : "none given",
+                 crt ? "\"" : "", dm_tls_errstr(h->s));
+        h->tls_failed = 1;
+        return fail(h, EPROTO, words);
+    }
     int e = k == DM_TLS_CLOSED ? ECONNRESET : k == DM_TLS_SYS ? dm_tls_errno(h->s)
           : k == DM_TLS_GONE ? ESHUTDOWN : EPROTO;
     char words[sizeof h->err];
@@ -243,10 +263,10 @@ static int read_more(struct dm_http *h, long long deadline)
             h->in[h->inlen] = '\0';
             return 0;
         }
+        if (r == -2 || (r == -3 && h->s && h->tls_fresh))
+            return tls_io_fail(h);
         if (r == -3)
             return fail(h, ECONNRESET, "the server closed the connection");
-        if (r == -2)
-            return tls_io_fail(h);
         if (r < 0)
             return fail(h, errno, strerror(errno));
         int e = wait_fd(h->fd, ev, deadline);
@@ -307,6 +327,7 @@ static int read_head(struct dm_http *h, long long deadline, int *status, long lo
             return e;
     }
     *end = '\0';
+    h->tls_fresh = 0;           /* answered: the session was accepted */
     int maj = 0, min = 0;
     if (sscanf(h->in, "HTTP/%d.%d %d", &maj, &min, status) != 3)
         return fail(h, EPROTO, "not an HTTP answer");

@@ -19,6 +19,7 @@ struct dm_http {
     int port;
     int tls;                /* connect with TLS (shim/tls.h's settings) */
     struct dm_tls *s;       /* the TLS session while connected, or NULL */
+    int tls_fresh;          /* a TLS session with no answer on it yet */
     int tls_failed;         /* the last failure was a TLS one (a certificate, an alert):
                                err names it with the address; nothing was sent */
     char addr[300];         /* "host:port", for the TLS session's words */
