@@ -26,46 +26,47 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* redis.tls = { ca; cert; key; server_name; verify; }: present (even
+/* redis.tls or etcd.tls = { ca; cert; key; server_name; verify; }
+ * (`qual`: "redis." or "etcd.", the group `parent` is): present (even
  * empty) means TLS. Paths are only checked for form here; the files are
  * read at the first connection, whose error names them. */
-static int parse_tls(struct parse *p, const config_setting_t *redis, struct dm_redis_config *r)
+static int parse_tls(struct parse *p, const config_setting_t *parent, const char *qual,
+                     int unix_set, struct dm_tls_config *tls)
 {
     config_setting_t *g;
-    int has = cfg_group(p, redis, "redis.", "tls", "{ ca = ...; cert = ...; }", DM_GROUP_TLS,
-                           &g);
+    int has = cfg_group(p, parent, qual, "tls", "{ ca = ...; cert = ...; }", DM_GROUP_TLS, &g);
     if (has <= 0)
         return has;
-    if (r->unix_path)
+    if (unix_set)
         return fail(p, cfg_line_of(g), "redis.tls has no meaning with redis.unix: TLS is for TCP");
     struct { int id; int max; int space; char **dst; } s[] = {
-        { DM_K_TLS_CA, DM_PATH_MAX, 1, &r->tls.ca },
-        { DM_K_TLS_CERT, DM_PATH_MAX, 1, &r->tls.cert },
-        { DM_K_TLS_KEY, DM_PATH_MAX, 1, &r->tls.key },
-        { DM_K_TLS_SERVER_NAME, DM_HOST_MAX, 0, &r->tls.server_name },
+        { DM_K_TLS_CA, DM_PATH_MAX, 1, &tls->ca },
+        { DM_K_TLS_CERT, DM_PATH_MAX, 1, &tls->cert },
+        { DM_K_TLS_KEY, DM_PATH_MAX, 1, &tls->key },
+        { DM_K_TLS_SERVER_NAME, DM_HOST_MAX, 0, &tls->server_name },
     };
     const char *v[4] = { NULL };
     unsigned line[4] = { 0 };
-    char why[160];
+    char why[160], q[16];
     struct shown sv;
+    snprintf(q, sizeof q, "%stls.", qual);
     for (int i = 0; i < 4; i++) {
         const char *name = dm_config_keys[s[i].id].name;
-        if (cfg_get_string(p, g, "redis.tls.", name, &v[i], &line[i]) < 0)
+        if (cfg_get_string(p, g, q, name, &v[i], &line[i]) < 0)
             return -1;
         if (v[i] && !cfg_token_ok(v[i], s[i].max, s[i].space, why, sizeof why))
-            return fail(p, line[i], "redis.tls.%s = %s: %s", name, show(&sv, v[i]), why);
+            return fail(p, line[i], "%s%s = %s: %s", q, name, show(&sv, v[i]), why);
     }
     if (v[2] && !v[1])
-        return fail(p, line[2], "redis.tls.key needs redis.tls.cert (the certificate it is "
-                    "the key of)");
+        return fail(p, line[2], "%skey needs %scert (the certificate it is the key of)", q, q);
     unsigned lines[DM_NKEYS] = { 0 };
-    if (cfg_parse_scalars(p, g, DM_GROUP_TLS, &r->tls, lines) < 0)
+    if (cfg_parse_scalars(p, g, DM_GROUP_TLS, tls, lines) < 0)
         return -1;
     for (int i = 0; i < 4; i++)
         if (v[i] && cfg_dup_into(p, line[i], s[i].dst, v[i]) < 0)
             return -1;
-    r->tls.enabled = 1;
-    r->tls.line = (int)cfg_line_of(g);
+    tls->enabled = 1;
+    tls->line = (int)cfg_line_of(g);
     return 0;
 }
 
@@ -173,17 +174,33 @@ void dm_config_free_etcd(struct dm_config *cfg)
     free(cfg->etcd.username);
     free(cfg->etcd.password);
     cfg->etcd.username = cfg->etcd.password = NULL;
+    dm_config_free_tls(&cfg->etcd.tls);
 }
 
-int dm_config_etcd_endpoint(const char *v, struct dm_endpoint *e, char *why, size_t len)
+void dm_config_free_tls(struct dm_tls_config *tls)
 {
-    if (strncmp(v, "https://", 8) == 0)
-        return snprintf(why, len, "TLS to etcd (https://) is not supported yet: use http:// on "
-                        "a network you trust, or a local TLS proxy"), -1;
-    if (strncmp(v, "http://", 7) == 0)
+    free(tls->ca);
+    free(tls->cert);
+    free(tls->key);
+    free(tls->server_name);
+    memset(tls, 0, sizeof *tls);
+    dm_config_keys_defaults(DM_GROUP_TLS, tls, NULL);
+}
+
+int dm_config_etcd_endpoint(const char *v, struct dm_endpoint *e, int *scheme, char *why,
+                            size_t len)
+{
+    *scheme = DM_ETCD_BARE;
+    if (strncmp(v, "https://", 8) == 0) {
+        v += 8;
+        *scheme = DM_ETCD_HTTPS;
+    } else if (strncmp(v, "http://", 7) == 0) {
         v += 7;
-    else if (strstr(v, "://"))
-        return snprintf(why, len, "an etcd member's client URL starts with http://"), -1;
+        *scheme = DM_ETCD_HTTP;
+    } else if (strstr(v, "://")) {
+        return snprintf(why, len, "an etcd member's client URL starts with http:// or "
+                        "https://"), -1;
+    }
     size_t n = strlen(v);
     if (n > 0 && v[n - 1] == '/')
         n--;
@@ -426,7 +443,7 @@ static int parse_redis(struct parse *p, const config_setting_t *root, struct dm_
         return -1;
     if (pass && cfg_dup_into(p, pass_line, &r->password, pass) < 0)
         return -1;
-    if (parse_tls(p, g, r) < 0)
+    if (parse_tls(p, g, "redis.", r->unix_path != NULL, &r->tls) < 0)
         return -1;
     if (parse_sentinel_keys(p, g, r, lines) < 0)
         return -1;
@@ -486,6 +503,8 @@ static int parse_etcd(struct parse *p, const config_setting_t *root, struct dm_c
         return -1;
     if (parse_etcd_user(p, g, &cfg->etcd) < 0)
         return -1;
+    if (parse_tls(p, g, "etcd.", 0, &cfg->etcd.tls) < 0)
+        return -1;
     config_setting_t *l;
     int n = list_member(p, g, "etcd.", "endpoints", "a list ( \"http://host:port\", ... )",
                         sizeof *cfg->etcd.endpoints, (void **)&cfg->etcd.endpoints, &l);
@@ -495,18 +514,39 @@ static int parse_etcd(struct parse *p, const config_setting_t *root, struct dm_c
         return fail(p, l ? cfg_line_of(l) : cfg_line_of(g), "etcd.endpoints must name 1 to %d "
                     "members (their client URLs, \"http://host:2379\"), not %d",
                     DM_ETCD_ENDPOINTS_MAX, n);
+    int first = -1, first_scheme = DM_ETCD_BARE;     /* the first with a scheme */
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         const char *v = config_setting_get_string(e);
         char why[200];
         struct shown sv;
+        int scheme;
         if (!v)
             return fail(p, cfg_line_of(e), "etcd.endpoints[%d] must be a string "
                         "\"http://host:port\", not %s", i, cfg_type_name(e));
-        if (dm_config_etcd_endpoint(v, &cfg->etcd.endpoints[i], why, sizeof why) < 0)
+        if (dm_config_etcd_endpoint(v, &cfg->etcd.endpoints[i], &scheme, why, sizeof why) < 0)
             return fail(p, cfg_line_of(e), "etcd.endpoints[%d] = %s: %s", i, show(&sv, v), why);
         cfg->etcd.nendpoints++;
+        if (scheme != DM_ETCD_BARE && first < 0) {
+            first = i;
+            first_scheme = scheme;
+        } else if (scheme != DM_ETCD_BARE && scheme != first_scheme) {
+            return fail(p, cfg_line_of(e), "etcd.endpoints[%d] = %s is %s, but etcd.endpoints[%d] "
+                        "is %s: every member is reached the same way; write https:// for all of "
+                        "them (TLS) or http:// for all", i, show(&sv, v),
+                        scheme == DM_ETCD_HTTPS ? "TLS (https://)" : "plain (http://)", first,
+                        first_scheme == DM_ETCD_HTTPS ? "https://" : "http://");
+        }
     }
+    /* https:// means TLS: with the tls group's settings, or the system's
+     * CAs (tls = {}) without one. A tls group over http:// members is a
+     * contradiction the user must settle: dmutex never picks plain text. */
+    if (first_scheme == DM_ETCD_HTTP && cfg->etcd.tls.enabled)
+        return fail(p, cfg->etcd.tls.line, "etcd.tls asks for TLS, but etcd.endpoints[%d] is "
+                    "http:// (plain text): write its members as https://host:port, or take "
+                    "etcd.tls out", first);
+    if (first_scheme == DM_ETCD_HTTPS)
+        cfg->etcd.tls.enabled = 1;
     return 0;
 }
 
@@ -1103,6 +1143,7 @@ void dm_config_defaults(struct dm_config *cfg)
     dm_config_keys_defaults(DM_GROUP_TOP, cfg, cfg);
     dm_config_keys_defaults(DM_GROUP_REDIS, &cfg->redis, cfg);
     dm_config_keys_defaults(DM_GROUP_TLS, &cfg->redis.tls, cfg);
+    dm_config_keys_defaults(DM_GROUP_TLS, &cfg->etcd.tls, cfg);
     dm_config_keys_defaults(DM_GROUP_METRICS, &cfg->metrics, cfg);
 }
 

@@ -35,7 +35,8 @@
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
 
-/* TLS to the server (redis.tls, or a rediss:// URL). */
+/* TLS to the server (redis.tls, or a rediss:// URL; etcd.tls, https://
+ * endpoints or an etcds:// URL). */
 struct dm_tls_config {
     int enabled;                /* 0: plain TCP */
     char *ca;                   /* CA file or directory (PEM); NULL: the system's CAs */
@@ -43,8 +44,9 @@ struct dm_tls_config {
     char *key;                  /* its private key (PEM); NULL: in the cert file */
     char *server_name;          /* the name checked and sent (SNI); NULL: the host */
     int verify;                 /* check the server's certificate and name, default 1 */
-    int line;                   /* line of the redis.tls group in the file (path of
-                                   struct dm_config); 0: TLS came from a rediss:// URL */
+    int line;                   /* line of the tls group in the file (path of struct
+                                   dm_config); 0: TLS came from a rediss:// or etcds://
+                                   URL, or from https:// endpoints alone */
 };
 
 /* One sentinel's address. */
@@ -80,7 +82,8 @@ struct dm_redis_config {
 /* etcd = { endpoints = ( "http://host:port", ... ); } (shim/etcd/): with
  * endpoints, the store is etcd, not Redis; the redis group's timeouts
  * (connect_timeout_ms, command_timeout_ms) are the store's, written in the
- * etcd group. */
+ * etcd group. https:// endpoints (every one, or none) mean TLS: with the
+ * etcd.tls group's settings, or the system's CAs without one. */
 #define DM_ETCD_ENDPOINTS_MAX     16
 #define DM_ETCD_PORT_DEFAULT      2379
 struct dm_etcd_config {
@@ -88,6 +91,7 @@ struct dm_etcd_config {
     size_t nendpoints;          /* 0: the store is Redis */
     char *username;             /* NULL: no authentication */
     char *password;             /* with username (password_env resolved here) */
+    struct dm_tls_config tls;   /* enabled: every member over TLS */
 };
 
 /* metrics = { file; interval_ms; } (shim/metrics.c). */
@@ -191,7 +195,8 @@ int dm_config_load_string(const char *text, const char *label,
     X("redis-sentinel://", "[user:pass@]host[:port][,host[:port]...]/master[/db]") \
     X("rediss-sentinel://", "[user:pass@]host[:port][,host[:port]...]/master[/db] (TLS)") \
     X("redis-cluster://", "[user:pass@]host[:port][,host[:port]...]") \
-    X("etcd://", "host[:port][,host[:port]...] (the locks in etcd)")
+    X("etcd://", "host[:port][,host[:port]...] (the locks in etcd)") \
+    X("etcds://", "host[:port][,host[:port]...] (etcd over TLS: DMUTEX_TLS_CA/CERT/KEY)")
 #define DM_URL_FORM_(scheme, rest) scheme rest "\n"
 #define DM_URL_HELP_FORM_(scheme, rest) "  " scheme rest "\n"
 #define DM_URL_SCHEME_(scheme, rest) " " scheme

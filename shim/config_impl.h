@@ -148,10 +148,16 @@ struct dm_redis_config;
 void dm_config_free_sentinels(struct dm_redis_config *r);
 /* Frees the cluster seeds of r, leaving none. */
 void dm_config_free_cluster(struct dm_redis_config *r);
+/* Frees the etcd group's members, user and TLS settings, leaving none. */
 void dm_config_free_etcd(struct dm_config *cfg);
-/* "http://host:port" (or "host:port") of an etcd member into e: 0, or -1
- * with why. */
-int dm_config_etcd_endpoint(const char *v, struct dm_endpoint *e, char *why, size_t len);
+/* Frees a tls group's strings, leaving its defaults (TLS off). */
+struct dm_tls_config;
+void dm_config_free_tls(struct dm_tls_config *tls);
+/* "http://host:port", "https://host:port" or "host:port" of an etcd member
+ * into e, *scheme saying which: 0, or -1 with why. */
+enum { DM_ETCD_BARE, DM_ETCD_HTTP, DM_ETCD_HTTPS };
+int dm_config_etcd_endpoint(const char *v, struct dm_endpoint *e, int *scheme, char *why,
+                            size_t len);
 
 
 /* ---- config_value.c: the values (config.c's sections call these) ---- */

@@ -212,7 +212,7 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc = "with `address` or `init_site_address`: the GNU build-id `object` must have "
                "(else the program stops: the address would name something else)" },
 
-    /* ---- TLS: redis.tls, a group of the redis group ---- */
+    /* ---- TLS: redis.tls and etcd.tls, a group of the redis or the etcd group ---- */
     [DM_K_TLS] = { "tls", NO_FIELD(DM_GROUP_REDIS), .type = DM_CFG_HAND,
         .doc_type = "group", .doc_default = "none: plain TCP", .doc_range = "see below",
         .doc = "connect with TLS (OpenSSL); `tls = {};` trusts the system's CAs" },
@@ -221,12 +221,14 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc = "CA certificates (PEM) the server's certificate must be signed by" },
     [DM_K_TLS_CERT] = { "cert", TLS(cert), .type = DM_CFG_HAND,
         .doc_type = "string", .doc_default = "none", .doc_range = "a file path",
-        .doc = "client certificate chain (PEM), for servers with `tls-auth-clients yes`" },
+        .doc = "client certificate chain (PEM), for servers that ask for one (Redis's "
+               "`tls-auth-clients yes`, etcd's `--client-cert-auth`)" },
     [DM_K_TLS_KEY] = { "key", TLS(key), .type = DM_CFG_HAND,
         .doc_type = "string", .doc_default = "the `cert` file", .doc_range = "a file path; needs `cert`",
         .doc = "the client certificate's private key (PEM, not encrypted)" },
     [DM_K_TLS_SERVER_NAME] = { "server_name", TLS(server_name), .type = DM_CFG_HAND,
-        .doc_type = "string", .doc_default = "`redis.host`", .doc_range = "1..255 bytes, no whitespace",
+        .doc_type = "string", .doc_default = "the host (`redis.host`, each endpoint's)",
+        .doc_range = "1..255 bytes, no whitespace",
         .doc = "the name (or IP address) the server's certificate must be for; also sent as SNI" },
     [DM_K_TLS_VERIFY] = { "verify", TLS(verify), .type = DM_CFG_BOOL, .dflt = 1,
         .doc = "check the server's certificate and name; `false` encrypts without knowing "
@@ -250,7 +252,8 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     /* ---- the etcd group ---- */
     [DM_K_ETCD_ENDPOINTS] = { "endpoints", NO_FIELD(DM_GROUP_ETCD), .type = DM_CFG_HAND,
         .doc_type = "list of strings", .doc_default = "required",
-        .doc_range = "1..16 of `\"http://host:port\"` (port default 2379; IPv6 as `\"http://[::1]:2379\"`)",
+        .doc_range = "1..16 of `\"http://host:port\"`, or all `\"https://host:port\"` (TLS) (port default "
+                     "2379; IPv6 as `\"http://[::1]:2379\"`)",
         .doc = "the members of the etcd cluster (their client URLs); a call goes to the one "
                "that answered last, then to each other in turn" },
     [DM_K_ETCD_USERNAME] = { "username", NO_FIELD(DM_GROUP_ETCD), .type = DM_CFG_HAND,
@@ -270,6 +273,10 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
     [DM_K_ETCD_COMMAND_TIMEOUT] = { "command_timeout_ms", ETCD(command_timeout_ms), .type = DM_CFG_LONG,
         .lo = DM_TIMEOUT_MIN_MS, .hi = DM_TIMEOUT_MAX_MS, .dflt = DM_COMMAND_TIMEOUT_MS,
         .doc = "time allowed for one member's answer, before the next member is asked" },
+    [DM_K_ETCD_TLS] = { "tls", NO_FIELD(DM_GROUP_ETCD), .type = DM_CFG_HAND,
+        .doc_type = "group", .doc_default = "none: as the endpoints say", .doc_range = "see below",
+        .doc = "TLS to every member (OpenSSL), with the keys of `redis.tls`; not with `http://` "
+               "endpoints (`https://` ones without it mean `tls = {};`: the system's CAs)" },
 };
 _Static_assert(DM_METRICS_NAME_MAX == 239, "metrics.file's doc_range says 239 bytes");
 

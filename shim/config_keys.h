@@ -17,7 +17,7 @@
  * DM_CFG_HAND are only named and documented here; config.c reads them by
  * hand because their rules involve other keys or more than a value. */
 enum dm_key_group { DM_GROUP_TOP, DM_GROUP_REDIS, DM_GROUP_MUTEX,
-                    DM_GROUP_TLS,       /* redis.tls: struct dm_tls_config */
+                    DM_GROUP_TLS,       /* redis.tls, etcd.tls: struct dm_tls_config */
                     DM_GROUP_METRICS,   /* metrics: struct dm_metrics_config */
                     DM_GROUP_ETCD };    /* etcd: its timeouts are struct dm_redis_config's
                                            (the store's), its endpoints by hand */
@@ -67,7 +67,7 @@ enum dm_key_id {
     DM_K_TLS, DM_K_TLS_CA, DM_K_TLS_CERT, DM_K_TLS_KEY, DM_K_TLS_SERVER_NAME, DM_K_TLS_VERIFY,
     DM_K_METRICS_FILE, DM_K_METRICS_INTERVAL,
     DM_K_ETCD, DM_K_ETCD_ENDPOINTS, DM_K_ETCD_USERNAME, DM_K_ETCD_PASSWORD, DM_K_ETCD_PASSWORD_ENV,
-    DM_K_ETCD_CONNECT_TIMEOUT, DM_K_ETCD_COMMAND_TIMEOUT,
+    DM_K_ETCD_CONNECT_TIMEOUT, DM_K_ETCD_COMMAND_TIMEOUT, DM_K_ETCD_TLS,
     DM_NKEYS
 };
 

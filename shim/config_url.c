@@ -1,7 +1,8 @@
 /* config_url: DMUTEX_REDIS URLs (redis://[user:pass@]host[:port][/db],
  * unix:///path[?db=N], redis-sentinel://[user:pass@]host:port,.../master[/db],
- * rediss:// and rediss-sentinel:// for TLS, redis-cluster://[user:pass@]host:port,...)
- * into the redis part of a struct dm_config, and the
+ * rediss:// and rediss-sentinel:// for TLS, redis-cluster://[user:pass@]host:port,...,
+ * etcd:// and etcds://host:port,...) into the redis or etcd part of a
+ * struct dm_config, and the
  * redaction every message showing such a URL goes through. A URL's bytes
  * are shown only redacted and quoted (dm_config_show). */
 #include "config_impl.h"
@@ -496,16 +497,39 @@ static void set_node(struct dm_config *cfg, struct node_url *u, char *tls_files[
     }
 }
 
-/* etcd://host[:port][,host[:port]...]: the store is etcd, at these
- * members (the config's etcd group, or its redis group, replaced). */
-static int set_etcd_url(struct dm_config *cfg, const char *url, const char *shown, char *err,
-                        size_t errlen)
+/* An etcd:// URL over a config whose etcd members are reached with TLS
+ * (its etcd.tls group, or https:// endpoints): refused as plain_refused
+ * refuses a redis:// one. 0, or -1 with the message. */
+static int etcd_plain_refused(const struct dm_config *cfg, const char *shown, char *err,
+                              size_t errlen)
+{
+    if (!cfg->etcd.nendpoints || !cfg->etcd.tls.enabled)
+        return 0;
+    char where[300] = "";
+    if (cfg->path && cfg->etcd.tls.line > 0)
+        snprintf(where, sizeof where, "%.256s:%d: ", cfg->path, cfg->etcd.tls.line);
+    else if (cfg->path)
+        snprintf(where, sizeof where, "%.256s: ", cfg->path);
+    return fail_plain(err, errlen, "%setcd URL %s is plain text, but the config asks for TLS "
+                      "(%s): use etcds://, or take TLS out of the config; dmutex never falls "
+                      "back to plain text", where, shown,
+                      cfg->etcd.tls.line > 0 ? "its etcd.tls group" : "its https:// endpoints");
+}
+
+/* etcd://host[:port][,host[:port]...] (etcds://: over TLS): the store is
+ * etcd, at these members (the config's etcd group, or its redis group,
+ * replaced). etcds:// keeps the etcd.tls group's settings but for the
+ * files DMUTEX_TLS_CA/CERT/KEY name, as rediss:// does. */
+static int set_etcd_url(struct dm_config *cfg, const char *url, int tls, const char *shown,
+                        char *err, size_t errlen)
 {
     struct dm_endpoint eps[DM_ETCD_ENDPOINTS_MAX];
     size_t n = 0;
     char why[200];
-    const char *p = url + 7;
+    const char *p = url + (tls ? 8 : 7);
     int rc = 0;
+    if (!tls && etcd_plain_refused(cfg, shown, err, errlen) != 0)
+        return -1;
     while (*p && rc == 0) {
         size_t len = strcspn(p, ",/");
         if (n == DM_ETCD_ENDPOINTS_MAX) {
@@ -529,14 +553,19 @@ static int set_etcd_url(struct dm_config *cfg, const char *url, const char *show
             break;
     }
     if (rc == 0 && n == 0)
-        rc = fail_plain(err, errlen, "etcd URL %s: names no member (etcd://host:port[,host:port...])",
-                        shown);
+        rc = fail_plain(err, errlen, "etcd URL %s: names no member (%s://host:port[,host:port...])",
+                        shown, tls ? "etcds" : "etcd");
+    char *tls_files[3] = { NULL, NULL, NULL };
+    if (rc == 0 && tls && tls_env(tls_files, err, errlen) < 0)
+        rc = -1;
     struct dm_endpoint *copy = rc == 0 ? malloc(n * sizeof *copy) : NULL;
     if (rc == 0 && !copy)
         rc = fail_plain(err, errlen, "out of memory");
     if (rc != 0) {
         for (size_t i = 0; i < n; i++)
             free(eps[i].host);
+        for (int i = 0; i < 3; i++)
+            free(tls_files[i]);
         return rc;
     }
     memcpy(copy, eps, n * sizeof *copy);
@@ -545,6 +574,15 @@ static int set_etcd_url(struct dm_config *cfg, const char *url, const char *show
     free(cfg->etcd.endpoints);
     cfg->etcd.endpoints = copy;
     cfg->etcd.nendpoints = n;
+    if (tls) {
+        cfg->etcd.tls.enabled = 1;
+        char **slot[3] = { &cfg->etcd.tls.ca, &cfg->etcd.tls.cert, &cfg->etcd.tls.key };
+        for (int i = 0; i < 3; i++)
+            if (tls_files[i]) {
+                free(*slot[i]);
+                *slot[i] = tls_files[i];
+            }
+    }
     return 0;
 }
 
@@ -559,10 +597,9 @@ int dm_config_set_redis_url(struct dm_config *cfg, const char *url, char *err, s
     dm_config_redact_url(url, redacted, sizeof redacted);
     show(&su, redacted);
     if (strncasecmp(url, "etcd://", 7) == 0)
-        return set_etcd_url(cfg, url, su.s, err, errlen);
+        return set_etcd_url(cfg, url, 0, su.s, err, errlen);
     if (strncasecmp(url, "etcds://", 8) == 0)
-        return fail_plain(err, errlen, "etcd URL %s: TLS to etcd (etcds://) is not supported yet: "
-                          "use etcd:// on a network you trust, or a local TLS proxy", su.s);
+        return set_etcd_url(cfg, url, 1, su.s, err, errlen);
     if (plain_refused(cfg, url, su.s, err, errlen) != 0)
         return -1;
     dm_config_free_etcd(cfg);   /* a Redis URL: the store is Redis */

@@ -34,6 +34,7 @@
 #include "registry.h"
 #include "store.h"
 #include "symbols.h"
+#include "tls.h"
 #include "watchdog.h"
 
 _Static_assert(DM_REAL_EX_MISSING == DM_EX_CONFIG,
@@ -656,8 +657,9 @@ static void map_entries(struct dm_config *cfg)
  *   startup objects_mu -> symbols cache_lock -> mapped names_mu -> mapped conds_mu
  *     -> registry writer lock -> metrics mu
  *     -> [the store's: release reader_mu -> resend resend_mu -> rlock locks_mu
- *         -> notify nmu -> redis pool_mu -> sentinel smu -> slots smu
- *         -> net ssl_rw (write side)] -> watchdog wmu
+ *         -> notify nmu -> redis pool_mu -> sentinel smu -> slots smu; or etcd's:
+ *         elock, cmu, watch all_mu, etcd emu] -> tls ssl_rw (write side)
+ *     -> watchdog wmu
  *
  * It is the order the code nests them: sync_objects maps (names_mu, the
  * registry) under objects_mu; mapped's name_get makes the cluster lock
@@ -675,9 +677,9 @@ static void map_entries(struct dm_config *cfg)
  * only be taken while holding locks to its left. Logging takes no lock.
  * Not included: the per-name mutexes of mapped (never held across I/O,
  * taken under names_mu and the registry lock, and taking wmu themselves),
- * net's ctx_mu (the TLS context, made once) and sentinel's ask_mu (held
+ * tls's ctx_mu (the TLS context, made once) and sentinel's ask_mu (held
  * while the sentinels are asked, taking nothing else); the child makes
- * them anew (dm_mapped_atfork, dm_net_atfork, dm_sentinel_atfork).
+ * them anew (dm_mapped_atfork, dm_tls_atfork, dm_sentinel_atfork).
  * The callbacks sentinel and slots call when a primary may have moved
  * (util's dm_hooks: notify's wake-up, rlock's resender) take no lock at
  * all: notify's thread reaches slots's with nmu held (a MOVED answering a
@@ -709,7 +711,8 @@ static void registry_atfork(enum dm_fork_phase phase)
  * parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
     symbols_atfork, dm_mapped_atfork, registry_atfork, dm_metrics_atfork,
-    dm_store_atfork,    /* the Redis store: release reader_mu ... net ssl_rw, in order */
+    dm_store_atfork,    /* the store's own: Redis's release reader_mu ... slots smu */
+    dm_tls_atfork,      /* ssl_rw, below either store (shim/tls.c) */
     dm_watchdog_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
@@ -901,8 +904,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
         char u[4096];
         snprintf(u, sizeof u, "%s%s", strstr(etcd, "://") ? "" : "etcd://", etcd);
         if (strncmp(u, "etcd://", 7) != 0 && strncmp(u, "etcds://", 8) != 0)
-            config_fail("DMUTEX_ETCD=%s: %s", etcd, "must be etcd://host:port[,host:port...] "
-                        "(or the host:port list alone)");
+            config_fail("DMUTEX_ETCD=%s: %s", etcd, "must be etcd://host:port[,host:port...], "
+                        "etcds://... (TLS) or the host:port list alone");
         if (dm_config_set_redis_url(&config, u, err, sizeof err) != 0)
             config_fail("DMUTEX_ETCD=%s: %s", etcd, err);
     }

@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,21 @@ void dm_sleep_ms(long ms)
     struct timespec ts = { ms / 1000, (ms % 1000) * DM_NS_PER_MS };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+int dm_wait_fd(int fd, short events, long long deadline_ms)
+{
+    for (;;) {
+        long long left = deadline_ms - dm_now_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd p = { fd, events, 0 };
+        int n = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
 }
 
 int dm_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)

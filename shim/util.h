@@ -43,6 +43,11 @@ struct timeval dm_ms_timeval(long ms);
  * short. ms <= 0 returns at once. */
 void dm_sleep_ms(long ms);
 
+/* Waits with poll(2) for `events` on fd until deadline_ms (dm_now_ms's
+ * clock), a signal restarting the wait for the time left. 1 ready, 0 timed
+ * out, -1 a poll error (errno). */
+int dm_wait_fd(int fd, short events, long long deadline_ms);
+
 /* Starts fn(arg) on a detached thread with every signal blocked in it
  * (signals are the program's: they must reach its own threads, never
  * the shim's), the caller's mask left as it was; *t (NULL: not wanted)

@@ -11,7 +11,10 @@
 # folder (shim/redis/, shim/etcd/): nothing above calls into it but
 # through the table of store.h (startup names dm_redis_store and
 # dm_etcd_store), includes one of its headers (or hiredis), and a store
-# calls nothing above it nor the other store. Prints "N passed, N failed".
+# calls nothing above it nor the other store. Shared modules below both
+# stores (tls: shim/tls.c, the TLS sessions of either) count as "above"
+# for the first rule, so they cannot call into a store either. Prints
+# "N passed, N failed".
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 command -v python3 >/dev/null || fail_setup "python3 is missing (tools/deps.sh installs it)"

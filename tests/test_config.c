@@ -1399,8 +1399,6 @@ static void test_etcd_group_errors_name_the_cause(void **state)
     expect_error("redis = { host = \"h\"; };\netcd = { endpoints = ( \"http://a:1\" ); };\n",
                  "t.cfg:2: ", "etcd (line 2) and redis (line 1) exclude each other");
     expect_error("etcd = { };\n", "t.cfg:1: ", "etcd.endpoints must name 1 to 16 members");
-    expect_error("etcd = { endpoints = ( \"https://a:1\" ); };\n", "t.cfg:1: ",
-                 "etcd.endpoints[0]", "TLS to etcd", "not supported yet");
     expect_error("etcd = { endpoints = ( \"redis://a:1\" ); };\n", "t.cfg:1: ",
                  "starts with http://");
     expect_error("etcd = { endpoints = ( 5 ); };\n", "t.cfg:1: ", "must be a string");
@@ -1418,6 +1416,65 @@ static void test_etcd_group_errors_name_the_cause(void **state)
     dm_config_free(&cfg);
 }
 
+/* ---- etcd over TLS (etcd.tls, https:// endpoints, etcds://) ---- */
+
+static void test_etcd_tls_https_endpoints_and_etcds_urls_and_their_errors(void **state)
+{
+    (void)state;
+    /* https:// alone: TLS with the system's CAs, verified */
+    load_ok("etcd = { endpoints = ( \"https://a:1\", \"https://b\" ); };\nmutexes = ();\n");
+    assert_int_equal(cfg.etcd.tls.enabled, 1);
+    assert_null(cfg.etcd.tls.ca);
+    assert_int_equal(cfg.etcd.tls.verify, 1);
+    assert_int_equal(cfg.etcd.endpoints[1].port, 2379);
+    dm_config_free(&cfg);
+    /* a tls group: its keys, as redis.tls's; bare host:port follows it */
+    load_ok("etcd = { endpoints = ( \"a:1\" );\n tls = { ca = \"/c/ca.pem\"; cert = \"/c/c.pem\"; "
+            "key = \"/c/k.pem\"; server_name = \"etcd.example\"; }; };\nmutexes = ();\n");
+    assert_int_equal(cfg.etcd.tls.enabled, 1);
+    assert_int_equal(cfg.etcd.tls.line, 2);
+    assert_string_equal(cfg.etcd.tls.ca, "/c/ca.pem");
+    assert_string_equal(cfg.etcd.tls.server_name, "etcd.example");
+    assert_int_equal(cfg.redis.tls.enabled, 0);
+    dm_config_free(&cfg);
+    load_ok("etcd = { endpoints = ( \"http://a:1\" ); };\nmutexes = ();\n");
+    assert_int_equal(cfg.etcd.tls.enabled, 0);
+    dm_config_free(&cfg);
+    expect_error("etcd = { endpoints = ( \"https://a:1\",\n \"http://b:2\" ); };\n", "t.cfg:2: ",
+                 "etcd.endpoints[1]", "plain (http://)", "etcd.endpoints[0] is https://",
+                 "https:// for all");
+    expect_error("etcd = { endpoints = ( \"http://a:1\" );\n tls = { ca = \"/c/ca.pem\"; }; };\n",
+                 "t.cfg:2: ", "etcd.tls asks for TLS", "etcd.endpoints[0] is http://",
+                 "https://host:port");
+    expect_error("etcd = { endpoints = ( \"a:1\" );\n tls = { key = \"/k\"; }; };\n", "t.cfg:2: ",
+                 "etcd.tls.key needs etcd.tls.cert");
+    expect_error("etcd = { endpoints = ( \"a:1\" );\n tls = { cafile = \"/k\"; }; };\n",
+                 "t.cfg:2: ", "in the etcd.tls group", "ca");
+    expect_error("etcd = { endpoints = ( \"a:1\" ); tls = 1; };\n", "t.cfg:1: ",
+                 "etcd.tls must be a group");
+    /* etcds://: TLS, the files from DMUTEX_TLS_*; etcd:// over a TLS
+     * config is refused, naming the tls group's line */
+    dm_config_defaults(&cfg);
+    setenv("DMUTEX_TLS_CA", "/env/ca.pem", 1);
+    assert_int_equal(dm_config_set_redis_url(&cfg, "etcds://a:1,b:2", err, sizeof err), 0);
+    unsetenv("DMUTEX_TLS_CA");
+    assert_int_equal(cfg.etcd.nendpoints, 2);
+    assert_int_equal(cfg.etcd.tls.enabled, 1);
+    assert_string_equal(cfg.etcd.tls.ca, "/env/ca.pem");
+    dm_config_free(&cfg);
+    url_bad("etcds://", "names no member (etcds://");
+    load_ok("etcd = { endpoints = ( \"a:1\" );\n tls = { ca = \"/c/ca.pem\"; }; };\nmutexes = ();\n");
+    err[0] = '\0';
+    assert_int_equal(dm_config_set_redis_url(&cfg, "etcd://a:1", err, sizeof err), -1);
+    assert_non_null(strstr(err, "t.cfg:2: "));
+    assert_non_null(strstr(err, "is plain text, but the config asks for TLS"));
+    assert_non_null(strstr(err, "use etcds://"));
+    assert_int_equal(dm_config_set_redis_url(&cfg, "etcds://c:3", err, sizeof err), 0);
+    assert_string_equal(cfg.etcd.tls.ca, "/c/ca.pem");     /* the group's, kept */
+    assert_string_equal(cfg.etcd.endpoints[0].host, "c");
+    dm_config_free(&cfg);
+}
+
 static void test_etcd_url_names_the_members_and_a_redis_url_goes_back(void **state)
 {
     (void)state;
@@ -1432,7 +1489,6 @@ static void test_etcd_url_names_the_members_and_a_redis_url_goes_back(void **sta
     assert_int_equal(cfg.redis.port, 7);
     url_bad("etcd://", "names no member");
     url_bad("etcd://a:1/x", "has a path");
-    url_bad("etcds://a:1", "not supported yet");
     url_bad("etcd://a:99999", "etcd URL");
 }
 
@@ -2086,6 +2142,7 @@ int main(void)
         T(test_on_store_down_is_on_redis_down_under_its_store_neutral_name),
         T(test_etcd_group_errors_name_the_cause),
         T(test_etcd_url_names_the_members_and_a_redis_url_goes_back),
+        T(test_etcd_tls_https_endpoints_and_etcds_urls_and_their_errors),
         T(test_sentinel_keys_load_with_default_port_and_credentials),
         T(test_min_replicas_defaults_to_0_and_its_timeout_to_at_most_renew_ms),
         T(test_sentinel_config_errors_name_the_key_and_line),

@@ -4,6 +4,9 @@
 #   ca.crt           the CA the servers' and the client's certificates come from
 #   ca2.crt          another CA (a client trusting it only: "wrong CA")
 #   server.crt/.key  for 127.0.0.1 and localhost, from ca
+#   both.crt/.key    the same for server and client use: etcd 3.4 with
+#                    --client-cert-auth dials its own gRPC with its server
+#                    certificate (etcd #9785)
 #   other.crt/.key   for other.example only, from ca ("wrong name")
 #   expired.crt/.key for 127.0.0.1, from ca, valid in January 2020 only
 #   client.crt/.key  a client certificate from ca (mutual TLS)
@@ -64,6 +67,7 @@ ca ca2 "dmutex other CA"
 signer ca
 signer ca2
 leaf server ca 127.0.0.1 "IP:127.0.0.1,DNS:localhost" "$now" "$later"
+leaf both ca 127.0.0.1 "IP:127.0.0.1,DNS:localhost" "$now" "$later" "serverAuth,clientAuth"
 leaf other ca other.example "DNS:other.example" "$now" "$later"
 leaf expired ca 127.0.0.1 "IP:127.0.0.1,DNS:localhost" 20200101000000Z 20200201000000Z
 leaf client ca dmutex-client "DNS:dmutex-client" "$now" "$later" clientAuth

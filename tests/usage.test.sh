@@ -35,7 +35,7 @@ URL=redis://127.0.0.1:$REDIS_TMP_PORT
 
 # Every scheme the parser takes (shim/config_url.c); a new one goes here
 # and in DM_URL_LIST, and this test then holds every text to it.
-SCHEMES="redis:// rediss:// unix:// redis-sentinel:// rediss-sentinel:// redis-cluster:// etcd://"
+SCHEMES="redis:// rediss:// unix:// redis-sentinel:// rediss-sentinel:// redis-cluster:// etcd:// etcds://"
 COMMANDS=$("$DMUTEX" help | awk '/^commands:/ { on = 1; next } on && /^$/ { exit }
     on && /^  [a-z]/ { if ($1 != "help") print $1 }')
 [ -n "$COMMANDS" ] || fail_setup "dmutex help lists no commands"

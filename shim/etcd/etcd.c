@@ -20,6 +20,7 @@
 #include "http.h"
 #include "log.h"
 #include "real.h"
+#include "tls.h"
 #include "util.h"
 
 static const struct dm_config *cfg;
@@ -34,8 +35,10 @@ static size_t npool;
 void dm_etcd_setup(const struct dm_config *c)
 {
     cfg = c;
-    if (c->etcd.nendpoints)
+    if (c->etcd.nendpoints) {
         snprintf(where, sizeof where, "%s:%d", c->etcd.endpoints[0].host, c->etcd.endpoints[0].port);
+        dm_tls_setup(&c->etcd.tls, "etcd");     /* OpenSSL now, with etcd.tls: tls.h says why */
+    }
 }
 
 const struct dm_config *dm_etcd_cfg(void)
@@ -127,7 +130,7 @@ static void member_bad(size_t m)
 void dm_etcd_member(struct dm_http *h)
 {
     const struct dm_endpoint *e = &cfg->etcd.endpoints[member_now()];
-    dm_http_init(h, e->host, e->port);
+    dm_http_init(h, e->host, e->port, cfg->etcd.tls.enabled);
 }
 
 void dm_etcd_member_next(void)
@@ -151,7 +154,8 @@ static struct dm_http *conn_take(size_t m)
     dm_unlock(&emu);
     struct dm_http *h = malloc(sizeof *h);
     if (h)
-        dm_http_init(h, cfg->etcd.endpoints[m].host, cfg->etcd.endpoints[m].port);
+        dm_http_init(h, cfg->etcd.endpoints[m].host, cfg->etcd.endpoints[m].port,
+                     cfg->etcd.tls.enabled);
     return h;
 }
 
@@ -295,7 +299,8 @@ static int member_call(const char *path, const char *body, long long deadline_ms
                      const char *auth)
 {
     size_t n = cfg->etcd.nendpoints;
-    int reached = 0, e = ETIMEDOUT;
+    int reached = 0, tls_refused = 0, said = 0, e = ETIMEDOUT;
+    char tls_why[sizeof ((struct dm_http *)0)->err] = "";  /* a TLS refusal's words outlive a later timeout */
     memset(r, 0, sizeof *r);
     snprintf(why, why_len, "no etcd member answered in time");
     for (size_t tries = 0; ; tries++) {
@@ -314,12 +319,13 @@ static int member_call(const char *path, const char *body, long long deadline_ms
             step = left / (long)untried;    /* room for the others in this call */
         if (step <= 0)
             step = 1;
-        int sent_before = h->fd >= 0 || dm_http_connect(h, step < cfg->redis.connect_timeout_ms
-                                                             ? step : cfg->redis.connect_timeout_ms) == 0;
+        int pooled = h->fd >= 0;
+        int sent_before = pooled || dm_http_connect(h, step < cfg->redis.connect_timeout_ms
+                                                       ? step : cfg->redis.connect_timeout_ms) == 0;
         size_t outlen = 0;
         e = sent_before ? dm_http_post(h, path, body, strlen(body), auth, dm_now_ms() + step,
                                        &r->status, &r->text, &outlen)
-                        : (h->err[0] ? ECONNREFUSED : ETIMEDOUT);
+                        : h->tls_failed ? EPROTO : (h->err[0] ? ECONNREFUSED : ETIMEDOUT);
         if (e == 0) {
             reached = 1;
             if (dm_json_parse(&r->j, r->text, outlen) < 0) {
@@ -350,9 +356,24 @@ static int member_call(const char *path, const char *body, long long deadline_ms
                 dm_etcd_reply_free(r);
                 e = EAGAIN;
             }
+        } else if (h->tls_failed && !pooled) {
+            /* A certificate, or the server's alert on the session this call
+             * made (TLS 1.3 refuses a client certificate after the
+             * client's handshake, at the first read): etcd ran nothing.
+             * The words name the member. */
+            snprintf(why, why_len, "%s", h->err);
+            snprintf(tls_why, sizeof tls_why, "%s", h->err);
+            tls_refused = 1;
+            e = EPROTO;
+            dm_http_close(h);
+            free(h);
         } else {
-            snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port,
-                     h->err[0] ? h->err : strerror(e));
+            /* A step cut short by the call's deadline says less than an
+             * earlier member's own failure: that one's words stay. */
+            if (e != ETIMEDOUT || !said)
+                snprintf(why, why_len, "etcd %s:%d: %s", ep->host, ep->port,
+                         h->err[0] ? h->err : strerror(e));
+            said |= e != ETIMEDOUT;
             if (sent_before)
                 reached = 1;    /* connected: the request may have gone out and run */
             dm_http_close(h);
@@ -367,7 +388,13 @@ static int member_call(const char *path, const char *body, long long deadline_ms
             dm_sleep_ms(pause < 50 ? pause : 50);   /* every member failed: a breath */
         }
     }
-    *how = reached ? DM_FAIL_NOREPLY : DM_FAIL_NOCONN;
+    /* A member that refused TLS was there: never "no connection" (with
+     * on_store_down = "local" a process must not lock alone for it). */
+    *how = reached ? DM_FAIL_NOREPLY : tls_refused ? DM_FAIL_OTHER : DM_FAIL_NOCONN;
+    if (tls_refused && !reached) {
+        snprintf(why, why_len, "%s", tls_why);
+        e = EPROTO;
+    }
     return e;
 }
 
@@ -425,7 +452,11 @@ long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
     long long sent = dm_now_ms();
     int e = dm_etcd_call("/v3/lease/grant", body, deadline_ms, &r, &how, why, sizeof why);
     if (e) {
-        dm_debug("lease grant: %s", why);
+        static long logged;
+        if (how == DM_FAIL_OTHER)   /* a TLS refusal: the fix is the user's, say it */
+            dm_log_every(&logged, 10000, DM_LOG_ERROR, "lease grant: %s", why);
+        else
+            dm_debug("lease grant: %s", why);
         *err = how == DM_FAIL_NOCONN ? ECONNREFUSED : e;
         return 0;
     }

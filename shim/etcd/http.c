@@ -1,7 +1,11 @@
 /* http: one HTTP/1.1 connection at a time, written for etcd's gateway
  * (grpc-gateway): requests are POSTs of JSON; unary answers come with a
  * Content-Length or chunked, streams (watch, keep-alive) as chunks of one
- * JSON object per line. Non-blocking socket, poll for every deadline. */
+ * JSON object per line. Non-blocking socket, poll for every deadline. An
+ * https:// member's bytes go through a TLS session (shim/tls.h) on the
+ * same socket: sock_send and sock_recv are the one place that tells the
+ * two apart; a TLS read that needs a write (or a write a read) waits for
+ * what the session asks. */
 #include "http.h"
 
 #include <errno.h>
@@ -17,18 +21,23 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tls.h"
 #include "util.h"
 
-void dm_http_init(struct dm_http *h, const char *host, int port)
+void dm_http_init(struct dm_http *h, const char *host, int port, int tls)
 {
     memset(h, 0, sizeof *h);
     h->fd = -1;
     snprintf(h->host, sizeof h->host, "%s", host);
     h->port = port;
+    h->tls = tls;
+    snprintf(h->addr, sizeof h->addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
 }
 
 void dm_http_close(struct dm_http *h)
 {
+    dm_tls_free(h->s);
+    h->s = NULL;
     if (h->fd >= 0)
         close(h->fd);
     h->fd = -1;
@@ -47,7 +56,7 @@ void dm_http_abort(struct dm_http *h)
 
 static int fail(struct dm_http *h, int e, const char *what)
 {
-    snprintf(h->err, sizeof h->err, "%s", what);
+    snprintf(h->err, sizeof h->err, "%.*s", (int)sizeof h->err - 1, what);
     dm_http_close(h);
     return e;
 }
@@ -67,10 +76,36 @@ static int wait_fd(int fd, short ev, long long deadline_ms)
     }
 }
 
+static void connected(struct dm_http *h, int fd)
+{
+    h->tls_failed = 0;
+    __atomic_store_n(&h->fd, fd, __ATOMIC_RELEASE);
+}
+
+/* The handshake on fd, just connected, by the connect's deadline. Its
+ * failure is the connect's (fd closed): a certificate or an alert is
+ * EPROTO with tls_failed, the words naming the member. */
+static int tls_start(struct dm_http *h, int fd, long long deadline)
+{
+    char why[DM_TLS_WHY_MAX];
+    struct dm_tls *s = dm_tls_start(fd, h->host, h->addr, deadline, why, sizeof why);
+    if (!s) {
+        close(fd);
+        snprintf(h->err, sizeof h->err, "%s", why);
+        h->tls_failed = strstr(why, "no answer within") == NULL;
+        return h->tls_failed ? EPROTO : ETIMEDOUT;
+    }
+    h->s = s;
+    h->tls_fresh = 1;
+    connected(h, fd);
+    return 0;
+}
+
 int dm_http_connect(struct dm_http *h, long timeout_ms)
 {
     if (h->fd >= 0)
         return 0;
+    h->tls_failed = 0;
     long long deadline = dm_now_ms() + timeout_ms;
     char port[16];
     snprintf(port, sizeof port, "%d", h->port);
@@ -104,8 +139,7 @@ int dm_http_connect(struct dm_http *h, long timeout_ms)
         }
         if (e == 0) {
             freeaddrinfo(ai);
-            __atomic_store_n(&h->fd, fd, __ATOMIC_RELEASE);
-            return 0;
+            return h->tls ? tls_start(h, fd, deadline) : (connected(h, fd), 0);
         }
         close(fd);
     }
@@ -114,23 +148,88 @@ int dm_http_connect(struct dm_http *h, long timeout_ms)
     return e;
 }
 
+/* A TLS session's failure as an errno, its words in h->err (the
+ * connection then closed). */
+static int tls_io_fail(struct dm_http *h)
+{
+    enum dm_tls_err k = dm_tls_error(h->s);
+    if (h->tls_fresh && (k == DM_TLS_CLOSED || k == DM_TLS_SYS)) {
+        /* The server ended a session with no answer on it yet: TLS 1.3
+         * checks the client's certificate after the client's handshake,
+         * so a refusal shows here, as an alert to read (a write failed
+         * first: its alert may be waiting) or as a closed connection. */
+        char b[64];
+        short ev;
+        if (k == DM_TLS_SYS && dm_tls_read(h->s, b, sizeof b, &ev) < 0 &&
+            dm_tls_error(h->s) == DM_TLS_FAILED)
+            return tls_io_fail(h);
+        const char *crt = dm_tls_client_cert();
+        char words[sizeof h->err + 200];   /* fail() keeps what fits */
+        snprintf(words, sizeof words, "TLS session with etcd at %.80s ended by the server right "
+                 "after the handshake: did it refuse the client certificate (etcd.tls.cert = "
+                 "%s%.150s%s)? %.60s", h->addr, crt ? "\"" : "", crt ? crt : "none given",
+                 crt ? "\"" : "", dm_tls_errstr(h->s));
+        h->tls_failed = 1;
+        return fail(h, EPROTO, words);
+    }
+    int e = k == DM_TLS_CLOSED ? ECONNRESET : k == DM_TLS_SYS ? dm_tls_errno(h->s)
+          : k == DM_TLS_GONE ? ESHUTDOWN : EPROTO;
+    char words[sizeof h->err];
+    snprintf(words, sizeof words, "%s", k == DM_TLS_FAILED ? dm_tls_why(h->s)
+             : k == DM_TLS_CLOSED ? "the server closed the connection" : dm_tls_errstr(h->s));
+    h->tls_failed = k == DM_TLS_FAILED;
+    return fail(h, e ? e : EIO, words);
+}
+
+/* One send or recv: > 0 bytes; 0 after which the socket must be ready
+ * for *ev (plain: EAGAIN; TLS: what the session asks); -1 with errno, or
+ * -2 for a TLS failure (tls_io_fail); recv's 0 (the peer closed) is -3. */
+static ssize_t sock_send(struct dm_http *h, const char *p, size_t n, short *ev)
+{
+    *ev = POLLOUT;
+    if (h->s) {
+        int w = dm_tls_write(h->s, p, n, ev);
+        return w < 0 ? -2 : w;
+    }
+    ssize_t w = send(h->fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    return w;
+}
+
+static ssize_t sock_recv(struct dm_http *h, char *p, size_t n, short *ev)
+{
+    *ev = POLLIN;
+    if (h->s) {
+        int r = dm_tls_read(h->s, p, n, ev);
+        return r < 0 ? (dm_tls_error(h->s) == DM_TLS_CLOSED ? -3 : -2) : r;
+    }
+    ssize_t r = recv(h->fd, p, n, 0);
+    if (r == 0)
+        return -3;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    return r;
+}
+
 static int send_all(struct dm_http *h, const char *p, size_t n, long long deadline)
 {
     while (n > 0) {
-        ssize_t w = send(h->fd, p, n, MSG_NOSIGNAL);
+        short ev;
+        ssize_t w = sock_send(h, p, n, &ev);
         if (w > 0) {
             p += w;
             n -= (size_t)w;
             continue;
         }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int e = wait_fd(h->fd, POLLOUT, deadline);
+        if (w == 0) {
+            int e = wait_fd(h->fd, ev, deadline);
             if (e)
                 return fail(h, e, e == ETIMEDOUT ? "timed out sending" : "send");
             continue;
         }
+        if (w == -2)
+            return tls_io_fail(h);
         return fail(h, errno ? errno : EIO, "send");
     }
     return 0;
@@ -157,19 +256,20 @@ static int read_more(struct dm_http *h, long long deadline)
     if (grow(&h->in, &h->incap, h->inlen + 4096 + 1) < 0)
         return fail(h, ENOMEM, "out of memory");
     for (;;) {
-        ssize_t r = recv(h->fd, h->in + h->inlen, h->incap - h->inlen - 1, 0);
+        short ev;
+        ssize_t r = sock_recv(h, h->in + h->inlen, h->incap - h->inlen - 1, &ev);
         if (r > 0) {
             h->inlen += (size_t)r;
             h->in[h->inlen] = '\0';
             return 0;
         }
-        if (r == 0)
+        if (r == -2 || (r == -3 && h->s && h->tls_fresh))
+            return tls_io_fail(h);
+        if (r == -3)
             return fail(h, ECONNRESET, "the server closed the connection");
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
+        if (r < 0)
             return fail(h, errno, strerror(errno));
-        int e = wait_fd(h->fd, POLLIN, deadline);
+        int e = wait_fd(h->fd, ev, deadline);
         if (e == ETIMEDOUT)
             return ETIMEDOUT;       /* the caller decides: the connection is still good */
         if (e)
@@ -216,13 +316,18 @@ static int read_head(struct dm_http *h, long long deadline, int *status, long lo
     while (!(end = h->in ? strstr(h->in, "\r\n\r\n") : NULL)) {
         if (h->inlen > 65536)
             return fail(h, EPROTO, "answer head too long");
+        size_t had = h->inlen;
         int e = read_more(h, deadline);
         if (e == ETIMEDOUT)
             return fail(h, e, "timed out waiting for the answer");
+        if (e == ECONNRESET && had == 0 && !h->tls)
+            snprintf(h->err, sizeof h->err, "the server closed the connection without an answer "
+                     "(an https:// member? then write https:// endpoints, or etcds://)");
         if (e)
             return e;
     }
     *end = '\0';
+    h->tls_fresh = 0;           /* answered: the session was accepted */
     int maj = 0, min = 0;
     if (sscanf(h->in, "HTTP/%d.%d %d", &maj, &min, status) != 3)
         return fail(h, EPROTO, "not an HTTP answer");

@@ -15,16 +15,7 @@
  * hiredis's; a TLS failure (an alert, a certificate) also in t->why, long
  * enough to name the cause, the file and the address.
  *
- * OpenSSL is initialised once, when a config with TLS is set up (at the
- * process's start; a process without TLS never initialises it), without
- * an atexit handler: the shim's destructor runs after atexit handlers and
- * may still release holds over TLS. The first initialisation of a process
- * decides that for everyone, so a program that uses the same libssl
- * itself then gets no cleanup at exit either (memory a leak checker
- * reports as still reachable, nothing else). Had the program initialised
- * OpenSSL before the shim (in a constructor of its own), its cleanup may
- * run first: OPENSSL_atexit tells us, and from then on a TLS call fails
- * with words instead of touching freed state. */
+ * OpenSSL, its initialisation and its exit: shim/tls.c. */
 #include "net.h"
 #include "net_impl.h"
 
@@ -66,7 +57,7 @@
 /* Waits for a non-blocking TCP connect started on fd. 0, or -1 with why. */
 static int tcp_connect_wait(int fd, long long deadline_ms, char *why, size_t len)
 {
-    int w = net_wait_fd(fd, POLLOUT, deadline_ms);
+    int w = dm_wait_fd(fd, POLLOUT, deadline_ms);
     if (w == 0) {
         snprintf(why, len, "no connection within the connect timeout (connect_timeout_ms)");
         return -1;
@@ -284,7 +275,7 @@ static void plain_fail(redisContext *c, struct plain_req *q, const char *what)
 static int plain_wait(redisContext *c, struct plain_req *q, short events, const char *what)
 {
     q->polled = 1;
-    int w = net_wait_fd(c->fd, events, plain_deadline(c, q));
+    int w = dm_wait_fd(c->fd, events, plain_deadline(c, q));
     if (w > 0)
         return REDIS_OK;
     if (w == 0)
@@ -536,10 +527,4 @@ int dm_net_read(redisContext *c, struct dm_net *t)
         k = tls_read_once(c, t, &ev);
     while (k > 0 && dm_net_buffered(t));
     return k < 0 ? REDIS_ERR : REDIS_OK;
-}
-
-/* Fork: TLS's state (tls.c) is all there is to fork. */
-void dm_net_atfork(enum dm_fork_phase phase)
-{
-    dm_tls_atfork(phase);
 }

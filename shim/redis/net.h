@@ -97,13 +97,4 @@ const char *dm_net_tls_why(const struct dm_net *t);
  * close_notify is sent). Either may be NULL. */
 void dm_net_close(redisContext *c, struct dm_net *t);
 
-/* Fork (startup's fork_order, after redis): prepare waits until no thread of
- * the shim is inside OpenSSL and keeps it so across fork(), so the child
- * inherits none of OpenSSL's internal locks held. In the child, a session
- * belongs to the parent, which still uses the socket: the child never
- * writes to it or shuts it down; the socket is closed by the caller, the
- * session's memory is left alone. The TLS settings are read anew at the
- * child's first session. */
-void dm_net_atfork(enum dm_fork_phase phase);
-
 #endif

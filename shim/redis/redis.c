@@ -1254,7 +1254,7 @@ void dm_redis_atfork(enum dm_fork_phase phase)
         while (pl->idle) {
             struct dm_conn *next = pl->idle->next;
             /* close(2) only: nothing is sent. A TLS session's memory is
-             * left alone (dm_net_atfork_child). */
+             * left alone (dm_tls_atfork). */
             redisFree(pl->idle->c);
             free(pl->idle);
             pl->idle = next;

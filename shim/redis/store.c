@@ -130,7 +130,7 @@ static int r_cond_down(const struct dm_store_lock *l)
  * and their order"): prepare walks it forward, parent and child backward. */
 static void (*const fork_order[])(enum dm_fork_phase) = {
     dm_release_atfork, dm_resend_atfork, dm_rlock_atfork, dm_notify_atfork, dm_redis_atfork,
-    dm_sentinel_atfork, dm_slots_atfork, dm_net_atfork, dm_renew_atfork,
+    dm_sentinel_atfork, dm_slots_atfork, dm_renew_atfork,
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
 
