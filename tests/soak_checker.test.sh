@@ -344,6 +344,29 @@ sec 101 soak_a 5 100 110 200
 printf '%s want 101 0 so' "$(ns 300)" >>"$D/w-101.log"
 expect "a record cut short by a kill is skipped" 0 "sections: 1"
 
+# etcd: the nemesis marks stall=all only on a fault of the leader, of a
+# member while another is out (the majority lost) or of the whole cluster
+run etcd_abort_follower_stop
+proc 101 m1
+sec 101 soak_a 5 100 110; died 101 2000 signal 6
+fault 1 member-stop 200 1700 member=2 leader=0 dur=1500
+expect "etcd: an abort inside while a follower is stopped is a defect" 1 \
+    "DEFECT: abort of pid 101 (m1) at +2.000s inside its section" "member-stop#1"
+
+run etcd_abort_leader_stop
+proc 101 m1
+sec 101 soak_a 5 100 110; died 101 2000 signal 6
+fault 1 member-stop 200 1700 member=0 leader=1 dur=1500 stall=all
+expect "etcd: an abort inside while the leader is stopped past lease - margin - renew is expected" 0 \
+    "aborts_expected=1"
+
+run etcd_overlap_cluster_restart
+proc 101 m1; proc 102 m2
+sec 101 soak_a 5 100 110 1500; sec 102 soak_a 6 150 900 1600
+fault 1 cluster-restart 300 800 down=200 cut=all stall=all
+expect "etcd: an overlap after a restart of the whole cluster is a defect (it keeps its data)" 1 \
+    "DEFECT: overlap on soak_a: pid 101" "cluster-restart#1"
+
 mkdir -p "$T/empty"
 "$CHECK" "$T/empty" >"$T/empty/out" 2>&1
 [ $? = 2 ] && ok "a directory without a nemesis log is an error (exit 2)" ||

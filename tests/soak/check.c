@@ -17,7 +17,7 @@
  *                    renew_ms (a stop that long outlasts the lease after
  *                    the last renewal before it: nothing can renew then)
  *             local  on_redis_down = "local" and one of the two lock calls
- *                    ran while its machine could not reach Redis
+ *                    ran while its machine could not reach the store
  *             warn   on_lease_lost = "warn" and the earlier holder's
  *                    machine was cut off, or the server stalled, for at
  *                    least lease_ms - margin - renew during its section
@@ -33,7 +33,11 @@
  *           its section (last record enter, or exit before its unlock
  *           returned) and after a fault that can lose a lease (its own
  *           stop of lease - renew, its machine cut off or the server
- *           stalled for lease - margin - renew, data lost): expected.
+ *           stalled for lease - margin - renew, data lost): expected. A
+ *           "stall" is what the nemesis marks stall=all: with Redis the
+ *           server paused, asleep, stopped or restarting; with etcd a
+ *           fault of the leader, or of a member while another is out
+ *           (the majority lost), or a restart of the whole cluster.
  *           Inside without such a fault, or outside its section: a defect
  *           (an unexpected abort).
  * waits     the longest lock call; the part of it no fault explains (a
@@ -105,7 +109,7 @@ static char lock_names[MAX_LOCKS][32];
 static int nlocks;
 
 /* the run's settings (the nemesis's config line) */
-static char mode[32] = "?", down[16] = "block", lost[16] = "abort";
+static char mode[32] = "?", down[16] = "block", lost[16] = "abort", store[16] = "redis";
 static long lease = 2000, renew = 666, margin = 200, run_s, fair = 1, sentinel;
 static long long t0, t_end, last_record;
 static unsigned long long seed;
@@ -270,6 +274,7 @@ static int read_nemesis(const char *dir)
                 kv(tok, "mode", mode, sizeof mode);
                 kv(tok, "on_redis_down", down, sizeof down);
                 kv(tok, "on_lease_lost", lost, sizeof lost);
+                kv(tok, "store", store, sizeof store);
                 kv(tok, "lease_ms", v, sizeof v); if (v[0]) { lease = atol(v); v[0] = 0; }
                 kv(tok, "renew_ms", v, sizeof v); if (v[0]) { renew = atol(v); v[0] = 0; }
                 kv(tok, "margin_ms", v, sizeof v); if (v[0]) { margin = atol(v); v[0] = 0; }
@@ -505,7 +510,7 @@ static long stop_of(int pid, long long from, long long to, long min_ms)
     return best;
 }
 
-/* A fault that cut host off from Redis (or all) or stalled the server,
+/* A fault that cut host off from the store (or all) or stalled it,
  * overlapping [from, to], lasting at least min_ms. */
 static const struct fault *cut_or_stall(const char *host, long long from, long long to,
                                         long min_ms, int stall_too)
@@ -534,7 +539,7 @@ static const struct fault *loss_near(long long from, long long to)
 
 enum cls { C_NONE, C_STOP, C_LOCAL, C_WARN, C_DEFECT };
 static const char *const cls_name[] = { "", "documented (stop past the lease)",
-    "documented (on_redis_down = local, Redis unreachable)",
+    "documented (on_redis_down = local, the store unreachable)",
     "documented (on_lease_lost = warn, cut off or stalled)", "defect" };
 
 /* Whether x's grant can be the stale one of the two: not a newer token
@@ -950,7 +955,8 @@ static void check_processes(void)
                 stall = loss_near(since, p->death);
             for (size_t j = 0; was && !stall && j < faults.n; j++) {
                 const struct fault *f = &faults.v[j];
-                if ((strcmp(f->kind, "client-kill") == 0 || strncmp(f->kind, "restart", 7) == 0) &&
+                if ((strcmp(f->kind, "client-kill") == 0 || strstr(f->kind, "restart") ||
+                     strstr(f->kind, "-kill")) &&
                     f->begin <= p->death && fend(f) >= since)
                     stall = f;
             }
@@ -1134,9 +1140,9 @@ int main(int argc, char **argv)
     qsort(secs.v, secs.n, sizeof *secs.v, by_lock_enter);
 
     printf("soak check of %s\n", dir);
-    printf("mode %s, seed %llu, %ld s, lease %ld ms (renew %ld, margin %ld), on_redis_down %s, "
-           "on_lease_lost %s%s\n", mode, seed, run_s, lease, renew, margin, down, lost,
-           sentinel ? ", Sentinel" : "");
+    printf("mode %s, seed %llu, %ld s, store %s, lease %ld ms (renew %ld, margin %ld), "
+           "on_redis_down %s, on_lease_lost %s\n", mode, seed, run_s, sentinel ? "Sentinel" : store,
+           lease, renew, margin, down, lost);
     if (pid_reused)
         printf("(a pid the system gave out again is printed as PID + %d per reuse)\n", UID_STEP);
     printf("findings:\n");
