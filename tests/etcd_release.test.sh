@@ -13,6 +13,13 @@
 # fails too, so it is queued). B (lockprog lock, straight to etcd) takes
 # the lock and gives it back. Then the proxy lets A through again: A's
 # queued release must settle as done, not abort A.
+#
+# Then the same within one call (seed 1 of the 120 s run: a member killed
+# under a release): A2's endpoints are a second proxy, then etcd itself;
+# the proxy passes A2's release to etcd and keeps the connection
+# unanswered while B takes and gives back the lock; A2's call gives up on
+# that member and sends the release to the next, which finds the key gone
+# and the marker moved on: that must be the release done, not a hold lost.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 ETCD=$(command -v etcd) || { echo "etcd_release: skipped: etcd is not installed"; echo "0 passed, 0 failed, 1 skipped"; exit 0; }
@@ -50,34 +57,41 @@ wait_text() {
 }
 
 set -- $(python3 -c 'import socket
-s = [socket.socket() for _ in range(3)]
+s = [socket.socket() for _ in range(4)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
-cport=$1 pport=$2 proxy=$3
+cport=$1 pport=$2 proxy=$3 proxy2=$4
 "$ETCD" --name t --data-dir "$T/data" --listen-client-urls "http://127.0.0.1:$cport" \
     --advertise-client-urls "http://127.0.0.1:$cport" --listen-peer-urls "http://127.0.0.1:$pport" \
     --initial-advertise-peer-urls "http://127.0.0.1:$pport" --initial-cluster "t=http://127.0.0.1:$pport" \
     --heartbeat-interval 50 --election-timeout 500 --logger zap >"$T/etcd.log" 2>&1 &
 pids="$pids $!"
-mkdir "$T/ctl"
+mkdir "$T/ctl" "$T/ctl2"
 python3 tests/progs/etcdproxy.py "$proxy" "$cport" "$T/ctl" 2>"$T/proxy.err" &
+pids="$pids $!"
+python3 tests/progs/etcdproxy.py "$proxy2" "$cport" "$T/ctl2" 2>"$T/proxy2.err" &
 pids="$pids $!"
 n=0
 until curl -s -m 1 "http://127.0.0.1:$cport/v3/maintenance/status" -d '{}' | grep -q '"leader"'; do
     [ $n -ge 100 ] && fail_setup "etcd_release: etcd did not start (see $T/etcd.log)"
     sleep 0.1; n=$((n + 1))
 done
-wait_file "$T/ctl/ready" 5000 || fail_setup "etcd_release: the proxy did not start: $(cat "$T/proxy.err")"
+wait_file "$T/ctl/ready" 5000 && wait_file "$T/ctl2/ready" 5000 ||
+    fail_setup "etcd_release: a proxy did not start: $(cat "$T/proxy.err" "$T/proxy2.err")"
 
-cfg() {
-    cat >"$T/$1.cfg" <<EOF
+cfg() {     # cfg NAME COMMAND_TIMEOUT_MS ENDPOINT...
+    name=$1 ms=$2 eps=""
+    shift 2
+    for p in "$@"; do eps="$eps${eps:+, }\"http://127.0.0.1:$p\""; done
+    cat >"$T/$name.cfg" <<EOF
 lease_ms = 5000;
-etcd = { endpoints = ( "http://127.0.0.1:$2" ); connect_timeout_ms = 500; command_timeout_ms = 500; };
+etcd = { endpoints = ( $eps ); connect_timeout_ms = 500; command_timeout_ms = $ms; };
 mutexes = ( { symbol = "held_lock"; } );
 EOF
 }
-cfg a "$proxy"
-cfg b "$cport"
+cfg a 500 "$proxy"
+cfg a2 4000 "$proxy2" "$cport"
+cfg b 500 "$cport"
 run() {     # run NAME CFG ARGS...: lockprog under the shim, in the background
     name=$1 c=$2
     shift 2
@@ -114,6 +128,34 @@ else
     else
         bad "A's queued release, retried, is done, not a hold lost (A lives)" \
             "no word of the retry in 8 s:" "$(cat "$T/a.err")"
+    fi
+fi
+
+run a2 a2 churn-idle "$T/ctl2/dropped"
+a2pid=$last
+wait_text "$T/a2.out" main 5000 || fail_setup "etcd_release: A2 did not start: $(cat "$T/a2.err")"
+sleep 0.3
+touch "$T/ctl2/hold" "$T/ctl2/arm"
+if ! wait_file "$T/ctl2/dropped" 5000; then
+    bad "A2's release ran, its answer held back" "$(cat "$T/a2.out" "$T/a2.err" "$T/proxy2.err")"
+else
+    run b2 b lock
+    if wait_text "$T/b2.out" "^locked 0" 5000 && ! grep -q idle "$T/a2.out"; then
+        ok "B took the lock while A2's release waited for its answer"
+    else
+        bad "B took the lock while A2's release waited for its answer" \
+            "$(cat "$T/b2.out" "$T/b2.err" "$T/a2.out")"
+    fi
+    wait_text "$T/a2.out" idle 8000
+    sleep 0.5
+    if grep -q "lost while held" "$T/a2.err" || ! kill -0 "$a2pid" 2>/dev/null; then
+        bad "A2's release, answered by the next member, is done, not a hold lost (A2 lives)" \
+            "$(cat "$T/a2.err")"
+    elif grep -q idle "$T/a2.out"; then
+        ok "A2's release, answered by the next member, is done, not a hold lost (A2 lives)"
+    else
+        bad "A2's release, answered by the next member, is done, not a hold lost (A2 lives)" \
+            "A2's unlock did not return in 8 s:" "$(cat "$T/a2.out" "$T/a2.err")"
     fi
 fi
 echo "$passed passed, $failed failed"

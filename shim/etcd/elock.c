@@ -625,9 +625,10 @@ static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, lo
         int kv = range_kv(&r.j, 0);
         if (dm_json_b64(&r.j, dm_json_get(&r.j, kv, "value"), v, sizeof v) >= 0 && strcmp(v, freed) == 0)
             ok = 1;     /* a retry: the first one did it */
-        else if (retry && dm_etcd_lease_live(lease) && strncmp(v, "forced ", 7) != 0)
-            ok = 1;     /* the first try's reply was lost, and only it could have
-                           deleted the key of a live lease (the marker moved on since) */
+        else if ((retry || r.resent) && dm_etcd_lease_live(lease) && strncmp(v, "forced ", 7) != 0)
+            ok = 1;     /* the first try's reply was lost (on this call's member
+                           before, too), and only it could have deleted the key
+                           of a live lease (the marker moved on since) */
     }
     dm_etcd_reply_free(&r);
     return ok ? 0 : EPERM;

@@ -8,9 +8,10 @@ Each request the shim sends is passed to etcd on a connection of its own
 (Connection: close) and etcd's answer passed back, until CONTROL_DIR/arm
 exists: then the next /v3/kv/txn that deletes a key (a release) is passed
 to etcd, so it runs, but its answer is thrown away and the shim's
-connection closed; the proxy writes CONTROL_DIR/dropped and from then on
-closes every connection it accepts, unanswered, until CONTROL_DIR/open
-exists. Writes its port's readiness as CONTROL_DIR/ready."""
+connection closed (with CONTROL_DIR/hold: left open, unanswered, until
+the shim gives up on it); the proxy writes CONTROL_DIR/dropped and from
+then on closes every connection it accepts, unanswered, until
+CONTROL_DIR/open exists. Writes CONTROL_DIR/ready once it listens."""
 import os
 import socket
 import sys
@@ -77,8 +78,12 @@ def serve(conn):
                 if drop:
                     state["dropped"] = True
                     open(os.path.join(ctl, "dropped"), "w").close()
-            if drop:
-                return      # etcd ran it; the shim never hears so
+            if drop:        # etcd ran it; the shim never hears so
+                if has("hold"):
+                    conn.settimeout(30)
+                    while conn.recv(4096):
+                        pass
+                return
             conn.sendall(answer)
             return          # Connection: close, as etcd answered
     except OSError:
