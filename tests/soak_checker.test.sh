@@ -367,6 +367,22 @@ fault 1 cluster-restart 300 800 down=200 cut=all stall=all
 expect "etcd: an overlap after a restart of the whole cluster is a defect (it keeps its data)" 1 \
     "DEFECT: overlap on soak_a: pid 101" "cluster-restart#1"
 
+run etcd_abort_back_to_back
+proc 101 m1
+sec 101 soak_a 5 100 1900; died 101 1905 signal 6
+fault 1 member-stop 300 1050 member=1 leader=1 dur=750 stall=all
+fault 2 stop-waiter 1000 1380 target=101 host=m1 dur=380 state=waiting
+expect "an abort after a leader's stall and its own stop back to back (1080 ms) is expected" 0 \
+    "aborts_expected=1"
+
+run etcd_abort_apart
+proc 101 m1
+sec 101 soak_a 5 100 1900; died 101 1905 signal 6
+fault 1 member-stop 300 1050 member=1 leader=1 dur=750 stall=all
+fault 2 stop-waiter 1400 1780 target=101 host=m1 dur=380 state=waiting
+expect "the same two faults 350 ms apart explain no abort" 1 \
+    "DEFECT: abort of pid 101 (m1) at +1.905s inside its section"
+
 mkdir -p "$T/empty"
 "$CHECK" "$T/empty" >"$T/empty/out" 2>&1
 [ $? = 2 ] && ok "a directory without a nemesis log is an error (exit 2)" ||

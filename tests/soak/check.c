@@ -33,7 +33,8 @@
  *           its section (last record enter, or exit before its unlock
  *           returned) and after a fault that can lose a lease (its own
  *           stop of lease - renew, its machine cut off or the server
- *           stalled for lease - margin - renew, data lost): expected. A
+ *           stalled for lease - margin - renew, or such faults back to
+ *           back as long, data lost): expected. A
  *           "stall" is what the nemesis marks stall=all: with Redis the
  *           server paused, asleep, stopped or restarting; with etcd a
  *           fault of the leader, or of a member while another is out
@@ -854,6 +855,43 @@ static const struct section *aborted_for(const struct proc *p)
 static long n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
 static long n_unlock_err, n_unlock_exp;
 
+/* The longest time within [from, to] when pid could not renew: its own
+ * stops, its host cut off and the store's stalls, merged where they touch
+ * (a stall that ends as the process is stopped is one outage to it), in
+ * ms; first the ids of the first and last fault of that run. */
+static long outage_ms(int pid, const char *host, long long from, long long to, int *first,
+                      int *last)
+{
+    long best = 0;
+    for (size_t i = 0; i < faults.n; i++) {
+        const struct fault *f = &faults.v[i];
+        if (!(f->stall || cuts(f, host) || (is_stop(f) && f->target == pid)) ||
+            f->begin > to || fend(f) < from)
+            continue;
+        /* the run that starts with f: extend it while another touches it */
+        long long b = f->begin, e = fend(f);
+        int lastid = f->id;
+        for (int grew = 1; grew;) {
+            grew = 0;
+            for (size_t j = 0; j < faults.n; j++) {
+                const struct fault *g = &faults.v[j];
+                if ((g->stall || cuts(g, host) || (is_stop(g) && g->target == pid)) &&
+                    g->begin >= b && g->begin <= e && fend(g) > e) {
+                    e = fend(g);
+                    lastid = g->id;
+                    grew = 1;
+                }
+            }
+        }
+        if ((e - b) / MS > best) {
+            best = (long)((e - b) / MS);
+            *first = f->id;
+            *last = lastid;
+        }
+    }
+    return best;
+}
+
 /* A fault that can make this process lose a hold during [from, to]. */
 static int lease_loser(int pid, long long from, long long to, char *why, size_t n)
 {
@@ -870,6 +908,12 @@ static int lease_loser(int pid, long long from, long long to, char *why, size_t 
     f = loss_near(from, to);
     if (f) {
         snprintf(why, n, "%s #%d lost the data", f->kind, f->id);
+        return 1;
+    }
+    int a = 0, b = 0;
+    long u = outage_ms(pid, host_of(pid), from, to, &a, &b);
+    if (u >= lease - margin - renew - tol_ms) {
+        snprintf(why, n, "faults #%d..#%d back to back (%ld ms)", a, b, u);
         return 1;
     }
     return 0;
