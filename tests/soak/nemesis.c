@@ -24,7 +24,9 @@
  *   NS fault ID begin KIND KEY=VALUE...   target=PID host= dur= cut=HOST|all
  *                                    stall=all loss=1 (what the fault does;
  *                                    etcd: member=I leader=0|1, and stall=all
- *                                    when it hits the leader or a majority)
+ *                                    when it hits the leader or a majority;
+ *                                    member-rejoin, stall=all, follows a cut:
+ *                                    back, the member deposes the leader)
  *   NS fault ID end KIND
  *   NS fault ID skip KIND WHY        nothing to aim at, or a command failed
  *   NS primary NODE PORT             (Sentinel) the primary the sentinels name
@@ -73,6 +75,7 @@
 #define ETCD_HEARTBEAT_MS "50"   /* as tests/test_etcd.c: elections within a second */
 #define ETCD_ELECTION_MS "500"
 #define ETCD_STATUS_MS 300       /* one member's status answer */
+#define ETCD_REJOIN_MS 1000      /* a cut member back: the election it may cause */
 
 /* ---- settings ---------------------------------------------------------- */
 
@@ -624,6 +627,7 @@ enum fkind {
     F_RESTART_AOF, F_RESTART_NOAOF,
     F_PRIMARY_KILL, F_PRIMARY_RESTART_NOAOF, F_FAILOVER, F_REPLICA_STALL,
     F_LEADER_KILL, F_MEMBER_KILL, F_MEMBER_STOP, F_MEMBER_CUT, F_CLUSTER_RESTART,
+    F_MEMBER_REJOIN,          /* what follows a member-cut: never drawn */
     F_NKINDS
 };
 static const char *const fnames[F_NKINDS] = {
@@ -632,6 +636,7 @@ static const char *const fnames[F_NKINDS] = {
     "restart-aof", "restart-noaof",
     "primary-kill", "primary-restart-noaof", "failover", "replica-stall",
     "leader-kill", "member-kill", "member-stop", "member-cut", "cluster-restart",
+    "member-rejoin",
 };
 /* the stores a fault applies to: one Redis node, Sentinel, etcd */
 #define W_R 1
@@ -641,10 +646,10 @@ static const char *const fnames[F_NKINDS] = {
 static const int fwhere[F_NKINDS] = {
     W_ALL, W_ALL, W_ALL, W_ALL, W_ALL, W_ALL,                   /* the workers' faults */
     W_R | W_S, W_R | W_S, W_R | W_S, W_R | W_S, W_R | W_S, W_R | W_S,  /* pause..redis-stop */
-    W_R, W_R, W_S, W_S, W_S, W_S, W_E, W_E, W_E, W_E, W_E };
+    W_R, W_R, W_S, W_S, W_S, W_S, W_E, W_E, W_E, W_E, W_E, W_E };
 /* a restart, a kill of the primary or a member, a failover: one at a time */
 static const int flife[F_NKINDS] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0,
-                                     1, 1, 0, 0, 1 };
+                                     1, 1, 0, 0, 1, 0 };
 static int fenabled[F_NKINDS];
 
 enum fphase { P_OFF, P_ARMED, P_ON, P_DOWN, P_WAITUP, P_WAITMOVE };
@@ -705,10 +710,10 @@ static pid_t helper_cmd(char *const argv[])
     return pid;
 }
 
-/* A helper child that waits, at most ms, for every member up (alive, not
- * stopped) to answer and one of them to be the leader: exit 10 + the
- * leader's index, or 1 (none in time). */
-static pid_t helper_wait_leader(long ms)
+/* A helper child that sleeps settle_ms, then waits, at most ms, for every
+ * member up (alive, not stopped) to answer and one of them to be the
+ * leader: exit 10 + the leader's index, or 1 (none in time). */
+static pid_t helper_wait_leader(long settle_ms, long ms)
 {
     fflush(nlog);
     pid_t pid = fork();
@@ -718,6 +723,7 @@ static pid_t helper_wait_leader(long ms)
         child_add(pid, C_HELPER, 0);
         return pid;
     }
+    usleep((useconds_t)settle_ms * 1000);
     long long until = now_ns() + ms * MS;
     do {
         char id[32], lead[32];
@@ -979,6 +985,7 @@ static void fault_start(enum fkind k)
         say("fault %d begin %s down=%ld cut=all stall=all", f->id, fnames[k], f->dur);
         return;
     case F_FAILOVER:      /* failover_start */
+    case F_MEMBER_REJOIN: /* a member-cut's end */
     case F_NKINDS:
         break;
     }
@@ -1050,9 +1057,22 @@ static void fault_step(struct fault *f, long long now)
                 kill(members[f->node].pid, SIGCONT);
             members[f->node].stopped = 0;
             break;
-        case F_MEMBER_CUT:
+        case F_MEMBER_CUT: {
+            /* Back with its peers, the member deposes the leader (etcd 3.4
+             * runs without pre-vote: its term grew while it was alone): a
+             * stall of its own, until a leader answers a second later. */
             member_cut_set(f->node, 0);
-            break;
+            fault_end(f);
+            struct fault *g = fault_new(F_MEMBER_REJOIN);
+            if (!g)
+                return;
+            g->node = f->node;
+            g->helper = helper_wait_leader(ETCD_REJOIN_MS, READY_WAIT_MS);
+            g->phase = P_WAITUP;
+            g->due = now + (ETCD_REJOIN_MS + READY_WAIT_MS + 2000) * MS;
+            say("fault %d begin %s member=%d stall=all", g->id, fnames[g->kind], g->node);
+            return;
+        }
         default:
             break;
         }
@@ -1067,7 +1087,7 @@ static void fault_step(struct fault *f, long long now)
             for (int i = 0; i < nmembers; i++)
                 if (f->node < 0 || f->node == i)
                     member_start(i);    /* from its data dir */
-            f->helper = helper_wait_leader(READY_WAIT_MS);
+            f->helper = helper_wait_leader(0, READY_WAIT_MS);
             f->phase = P_WAITUP;
             f->due = now + (READY_WAIT_MS + 2000) * MS;
             return;
@@ -1273,6 +1293,7 @@ static void parse_faults(void)
     for (int k = 0; k < F_NKINDS; k++)
         if (!(fwhere[k] & here))
             fenabled[k] = 0;
+    fenabled[F_MEMBER_REJOIN] = 0;
 }
 
 static void wait_ready(int with_sentinels)
