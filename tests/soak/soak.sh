@@ -252,7 +252,7 @@ echo
 echo "soak: every mode (seed $seed, $per_mode s each; reports under $out)"
 awk '{
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-    printf "  %-9s sections %7s  overlaps documented %5s defect %4s  aborts expected %3s unexpected %3s  token defects %3s  rejections %5s  expired after unlock %4s  longest wait %6s ms  defects %s\n",
+    printf "  %-10s sections %7s  overlaps documented %5s defect %4s  aborts expected %3s unexpected %3s  token defects %3s  rejections %5s  expired after unlock %4s  longest wait %6s ms  defects %s\n",
         v["mode"], v["sections"], v["overlaps_documented"], v["overlaps_defect"],
         v["aborts_expected"], v["aborts_unexpected"], v["token_defects"], v["rejections"], v["expired_after_unlock"], v["longest_wait_ms"], v["defects"]
 }' "$summary"
