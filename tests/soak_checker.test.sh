@@ -383,6 +383,26 @@ fault 2 stop-waiter 1400 1780 target=101 host=m1 dur=380 state=waiting
 expect "the same two faults 350 ms apart explain no abort" 1 \
     "DEFECT: abort of pid 101 (m1) at +1.905s inside its section"
 
+# a hold granted while its thread is still in the lock call (etcd: the
+# process lease's age counts, so a grant right after an outage can be lost
+# at once): no section names its token
+run abort_in_lock_call
+proc 101 m1
+echo "$(ns 100) want 101 0 soak_a lock" >>"$D/w-101.log"
+died 101 1900 signal 6
+fault 1 cluster-restart 300 1600 down=200 cut=all stall=all
+echo "dmutex[101]: error: lost the lease of lock soak_a (owner x:1, fencing token 9) while held: no renewal succeeded in time; last renewal succeeded 1850 ms ago (lease 2000 ms); lost leases in this process: 1; aborting before another process can enter (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "an abort for a hold granted in the lock call, after a long stall, is expected" 0 \
+    "aborts_expected=1"
+
+run abort_in_lock_call_no_fault
+proc 101 m1
+echo "$(ns 100) want 101 0 soak_a lock" >>"$D/w-101.log"
+died 101 1900 signal 6
+echo "dmutex[101]: error: lost the lease of lock soak_a (owner x:1, fencing token 9) while held: no renewal succeeded in time; last renewal succeeded 1850 ms ago (lease 2000 ms); lost leases in this process: 1; aborting before another process can enter (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "the same abort with no fault around is a defect" 1 \
+    "DEFECT: abort of pid 101 (m1) at +1.900s for a hold of soak_a granted to its lock call"
+
 mkdir -p "$T/empty"
 "$CHECK" "$T/empty" >"$T/empty/out" 2>&1
 [ $? = 2 ] && ok "a directory without a nemesis log is an error (exit 2)" ||

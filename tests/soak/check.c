@@ -797,6 +797,7 @@ static const struct section *inside_at_death(int pid)
 /* The hold the shim's abort message names (its lock and fencing token, in
  * the worker's .err file): the section of pid that had it, or NULL. */
 static int abort_at_release;    /* the last abort_for's message: "lost while held: at unlock" */
+static char abort_name[64];     /* the lock it names, "" none */
 static char abort_other[200];   /* the last line of .err that is not the shim's: glibc's words */
 static long abort_renewed_ms;   /* its "last renewal succeeded N ms ago", or -1 */
 static long long abort_granted; /* the first section of that hold (a cached one serves many) */
@@ -804,6 +805,7 @@ static const struct section *aborted_for(const struct proc *p)
 {
     char path[4200], line[1024], name[64] = "";
     abort_at_release = 0;
+    abort_name[0] = '\0';
     abort_renewed_ms = -1;
     abort_other[0] = '\0';
     unsigned long long token = 0;
@@ -835,6 +837,7 @@ static const struct section *aborted_for(const struct proc *p)
         abort_renewed_ms = ago ? atol(ago + 23) : -1;
     }
     fclose(f);
+    snprintf(abort_name, sizeof abort_name, "%s", name);
     if (!name[0])
         return NULL;
     const struct section *found = NULL;
@@ -853,11 +856,25 @@ static const struct section *aborted_for(const struct proc *p)
 }
 
 static long n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
+
+/* When pid's lock call on the lock named began, if one was still in
+ * progress at its end (a want with no enter or fail after it), or -1:
+ * a hold granted to a thread that had not returned from its lock call. */
+static long long pending_want(int pid, const char *lock)
+{
+    long long first = -1;
+    for (size_t h = 0; h < THASH; h++)
+        if (thash_used[h] && thash[h].pid == pid && thash[h].want >= 0 &&
+            strcmp(lock_names[thash[h].lock], lock) == 0 &&
+            (first < 0 || thash[h].want < first))
+            first = thash[h].want;
+    return first;
+}
 static long n_unlock_err, n_unlock_exp;
 
 /* The longest time within [from, to] when pid could not renew: its own
  * stops, its host cut off and the store's stalls, merged where they touch
- * (a stall that ends as the process is stopped is one outage to it), in
+ * within tol_ms (a stall that ends as the process is stopped is one outage to it), in
  * ms; first the ids of the first and last fault of that run. */
 static long outage_ms(int pid, const char *host, long long from, long long to, int *first,
                       int *last)
@@ -876,7 +893,7 @@ static long outage_ms(int pid, const char *host, long long from, long long to, i
             for (size_t j = 0; j < faults.n; j++) {
                 const struct fault *g = &faults.v[j];
                 if ((g->stall || cuts(g, host) || (is_stop(g) && g->target == pid)) &&
-                    g->begin >= b && g->begin <= e && fend(g) > e) {
+                    g->begin >= b && g->begin <= e + tol_ms * MS && fend(g) > e) {
                     e = fend(g);
                     lastid = g->id;
                     grew = 1;
@@ -984,6 +1001,25 @@ static void check_processes(void)
             else if (!s)
                 s = inside_at_death(p->pid);
             char why[300];
+            long long in_lock = !s && !was && abort_name[0] ? pending_want(p->pid, abort_name) : -1;
+            if (in_lock >= 0) {
+                /* granted, its thread not back from the lock call yet: the
+                 * hold was the process's, judged as one inside */
+                if (lease_loser(p->pid, in_lock - lease * MS, p->death, why, sizeof why)) {
+                    n_abort_exp++;
+                    if (verbose)
+                        printf("  abort of pid %d at +%.3fs in its lock call: %s\n", p->pid,
+                               rel(p->death), why);
+                    continue;
+                }
+                n_abort_inside++;
+                defect("abort of pid %d (%s) at +%.3fs for a hold of %s granted to its lock call "
+                       "(since +%.3fs) with no fault that loses a lease; last renewal %ld ms "
+                       "before; faults around: %s", p->pid, p->host, rel(p->death), abort_name,
+                       rel(in_lock), abort_renewed_ms,
+                       faults_near(in_lock - lease * MS, p->death));
+                continue;
+            }
             if (s && lease_loser(p->pid, s->want - lease * MS, p->death, why, sizeof why)) {
                 n_abort_exp++;
                 if (verbose)
