@@ -1,8 +1,8 @@
 #!/bin/sh
 # soak: the short fixed-seed run of the randomized soak (tests/soak/soak.sh,
 # docs/testing.md "The soak") inside `make test`: SOAK_TEST_S seconds in all
-# (default 66: 22 s for each of fair, cache and local, plus about 3 s of
-# set-up each), every fault, server stalls up to SOAK_TEST_STALL_MAX_MS
+# (default 88: 22 s for each of fair, cache, local and etcd; etcd's set-up
+# adds about 2.5 s), every fault, server stalls up to SOAK_TEST_STALL_MAX_MS
 # (default 1200; longer ones run in `make soak`), one check per mode, which
 # passes when the checker found no defect. SOAK_TEST_MODES, _SEED and
 # _FAULTS choose others.
@@ -17,9 +17,9 @@ for f in build/libdmutex.so build/tests/soak/soakworker build/tests/soak/soakfen
          build/tests/soak/soaknemesis build/tests/soak/soakcheck; do
     [ -e "$f" ] || fail_setup "soak: $f is missing: make all test-build"
 done
-SOAK_TEST_S=${SOAK_TEST_S:-66}
+SOAK_TEST_S=${SOAK_TEST_S:-88}
 SOAK_TEST_SEED=${SOAK_TEST_SEED:-25}
-SOAK_TEST_MODES=${SOAK_TEST_MODES:-fair,cache,local}
+SOAK_TEST_MODES=${SOAK_TEST_MODES:-fair,cache,local,etcd}
 SOAK_TEST_FAULTS=${SOAK_TEST_FAULTS:-all}
 SOAK_TEST_STALL_MAX_MS=${SOAK_TEST_STALL_MAX_MS:-1200}
 out=build/soak-test

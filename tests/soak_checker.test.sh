@@ -344,6 +344,65 @@ sec 101 soak_a 5 100 110 200
 printf '%s want 101 0 so' "$(ns 300)" >>"$D/w-101.log"
 expect "a record cut short by a kill is skipped" 0 "sections: 1"
 
+# etcd: the nemesis marks stall=all only on a fault of the leader, of a
+# member while another is out (the majority lost) or of the whole cluster
+run etcd_abort_follower_stop
+proc 101 m1
+sec 101 soak_a 5 100 110; died 101 2000 signal 6
+fault 1 member-stop 200 1700 member=2 leader=0 dur=1500
+expect "etcd: an abort inside while a follower is stopped is a defect" 1 \
+    "DEFECT: abort of pid 101 (m1) at +2.000s inside its section" "member-stop#1"
+
+run etcd_abort_leader_stop
+proc 101 m1
+sec 101 soak_a 5 100 110; died 101 2000 signal 6
+fault 1 member-stop 200 1700 member=0 leader=1 dur=1500 stall=all
+expect "etcd: an abort inside while the leader is stopped past lease - margin - renew is expected" 0 \
+    "aborts_expected=1"
+
+run etcd_overlap_cluster_restart
+proc 101 m1; proc 102 m2
+sec 101 soak_a 5 100 110 1500; sec 102 soak_a 6 150 900 1600
+fault 1 cluster-restart 300 800 down=200 cut=all stall=all
+expect "etcd: an overlap after a restart of the whole cluster is a defect (it keeps its data)" 1 \
+    "DEFECT: overlap on soak_a: pid 101" "cluster-restart#1"
+
+run etcd_abort_back_to_back
+proc 101 m1
+sec 101 soak_a 5 100 1900; died 101 1905 signal 6
+fault 1 member-stop 300 1050 member=1 leader=1 dur=750 stall=all
+fault 2 stop-waiter 1000 1380 target=101 host=m1 dur=380 state=waiting
+expect "an abort after a leader's stall and its own stop back to back (1080 ms) is expected" 0 \
+    "aborts_expected=1"
+
+run etcd_abort_apart
+proc 101 m1
+sec 101 soak_a 5 100 1900; died 101 1905 signal 6
+fault 1 member-stop 300 1050 member=1 leader=1 dur=750 stall=all
+fault 2 stop-waiter 1400 1780 target=101 host=m1 dur=380 state=waiting
+expect "the same two faults 350 ms apart explain no abort" 1 \
+    "DEFECT: abort of pid 101 (m1) at +1.905s inside its section"
+
+# a hold granted while its thread is still in the lock call (etcd: the
+# process lease's age counts, so a grant right after an outage can be lost
+# at once): no section names its token
+run abort_in_lock_call
+proc 101 m1
+echo "$(ns 100) want 101 0 soak_a lock" >>"$D/w-101.log"
+died 101 1900 signal 6
+fault 1 cluster-restart 300 1600 down=200 cut=all stall=all
+echo "dmutex[101]: error: lost the lease of lock soak_a (owner x:1, fencing token 9) while held: no renewal succeeded in time; last renewal succeeded 1850 ms ago (lease 2000 ms); lost leases in this process: 1; aborting before another process can enter (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "an abort for a hold granted in the lock call, after a long stall, is expected" 0 \
+    "aborts_expected=1"
+
+run abort_in_lock_call_no_fault
+proc 101 m1
+echo "$(ns 100) want 101 0 soak_a lock" >>"$D/w-101.log"
+died 101 1900 signal 6
+echo "dmutex[101]: error: lost the lease of lock soak_a (owner x:1, fencing token 9) while held: no renewal succeeded in time; last renewal succeeded 1850 ms ago (lease 2000 ms); lost leases in this process: 1; aborting before another process can enter (on_lease_lost = \"abort\")" >"$D/w-101.err"
+expect "the same abort with no fault around is a defect" 1 \
+    "DEFECT: abort of pid 101 (m1) at +1.900s for a hold of soak_a granted to its lock call"
+
 mkdir -p "$T/empty"
 "$CHECK" "$T/empty" >"$T/empty/out" 2>&1
 [ $? = 2 ] && ok "a directory without a nemesis log is an error (exit 2)" ||

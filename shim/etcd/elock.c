@@ -235,7 +235,8 @@ static int withdraw_txn(struct dm_elock *l, const struct keys *k, const char *ow
 }
 
 static void pending_queue(struct dm_elock *l, int withdraw, uint64_t token, long long lease,
-                          int read, long long end_ms, const char *owner, dm_store_lost_fn lost);
+                          int read, long long end_ms, const char *owner, dm_store_lost_fn lost,
+                          int ran);
 
 /* Gives up this attempt's place (rev: its key's revision, 0 unknown) and
  * its use of the lease; one etcd cannot take now is retried by the
@@ -246,7 +247,7 @@ static void withdraw(struct dm_elock *l, const struct keys *k, const char *owner
     if (withdraw_txn(l, k, owner, rev) == 0) {
         if (rev == 0)   /* a late copy of the unanswered request may still make it */
             pending_queue(l, 1, 0, lease, k->read, dm_now_ms() + 2 * dm_etcd_cfg()->lease_ms,
-                          owner, NULL);
+                          owner, NULL, 0);
         else
             dm_etcd_lease_unuse();
         return;
@@ -256,7 +257,7 @@ static void withdraw(struct dm_elock *l, const struct keys *k, const char *owner
                  "queue could not reach etcd at %s; the store's thread retries it", l->name,
                  dm_etcd_where());
     pending_queue(l, 1, (uint64_t)rev, lease, k->read, dm_now_ms() + 2 * dm_etcd_cfg()->lease_ms,
-                  owner, NULL);
+                  owner, NULL, 0);
 }
 
 /* The failure policy for a failed call of acquire: the step's result, or
@@ -586,9 +587,11 @@ again:
 }
 
 /* Txn: our key still at token -> deleted, the marker "free"; else the
- * marker, to tell a retry from a loss. */
+ * marker, to tell a retry from a loss. retry: an earlier try of this
+ * release may have run (its answer was lost); *ran is set when this
+ * call's may have, for the queue's later tries. */
 static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, long long lease,
-                       int read, int retry)
+                       int read, int retry, int *ran)
 {
     struct keys k;
     keys_make(&k, l->name, lease, read);
@@ -608,8 +611,10 @@ static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, lo
     char why[400];
     int e = dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why);
     if (e) {
+        if (how == DM_FAIL_NOREPLY)
+            *ran = 1;
         if (how == DM_FAIL_NOREPLY && !retry)
-            return release_txn(l, owner, token, lease, read, 1) == 0 ? 0 : EIO;
+            return release_txn(l, owner, token, lease, read, 1, ran) == 0 ? 0 : EIO;
         dm_stats_add(&dm_store_counts(&l->pub)->redis_errors, 1);
         dm_debug("lock %s: release: %s", l->name, why);    /* the caller says what follows */
         return EIO;
@@ -620,9 +625,10 @@ static int release_txn(struct dm_elock *l, const char *owner, uint64_t token, lo
         int kv = range_kv(&r.j, 0);
         if (dm_json_b64(&r.j, dm_json_get(&r.j, kv, "value"), v, sizeof v) >= 0 && strcmp(v, freed) == 0)
             ok = 1;     /* a retry: the first one did it */
-        else if (retry && dm_etcd_lease_live(lease) && strncmp(v, "forced ", 7) != 0)
-            ok = 1;     /* the first try's reply was lost, and only it could have
-                           deleted the key of a live lease (the marker moved on since) */
+        else if ((retry || r.resent) && dm_etcd_lease_live(lease) && strncmp(v, "forced ", 7) != 0)
+            ok = 1;     /* the first try's reply was lost (on this call's member
+                           before, too), and only it could have deleted the key
+                           of a live lease (the marker moved on since) */
     }
     dm_etcd_reply_free(&r);
     return ok ? 0 : EPERM;
@@ -654,7 +660,7 @@ static int pending_try(struct dm_elock *l)
     dm_lock(&locks_mu);
     uint64_t token = l->pend.token;
     long long lease = l->pend.lease, end = l->pend.end_ms;
-    int read = l->pend.read, wd = l->pend.withdraw;
+    int read = l->pend.read, wd = l->pend.withdraw, ran = l->pend.ran;
     char owner[DM_OWNER_MAX];
     memcpy(owner, l->pend.owner, sizeof owner);
     dm_store_lost_fn lost = l->pend.lost;
@@ -669,14 +675,16 @@ static int pending_try(struct dm_elock *l)
         if (r == EIO || (r == 0 && token == 0 && dm_now_ms() < end && dm_etcd_lease_live(lease)))
             return 0;
     } else {
-        /* A retry: the try that queued it may have landed unanswered
-         * (a member that lost its leader forwards a write the new leader
-         * commits), and a next holder's grant moved the marker since. */
-        r = release_txn(l, owner, token, lease, read, 1);
+        int now_ran = 0;
+        r = release_txn(l, owner, token, lease, read, ran, &now_ran);
         /* the key lives while the process's lease does (its other holds
          * keep it): retried for as long */
-        if (r == EIO && dm_etcd_lease_live(lease))
+        if (r == EIO && dm_etcd_lease_live(lease)) {
+            dm_lock(&locks_mu);
+            l->pend.ran |= now_ran;
+            dm_unlock(&locks_mu);
             return 0;
+        }
         if (r == EPERM && lost)
             lost(&l->pub, owner, token, dm_store_gone_how(r, end));
         if (r == 0)
@@ -760,7 +768,8 @@ int dm_elock_release_queued(struct dm_store_lock *pl, const char *owner, uint64_
     dm_unlock(&locks_mu);
     if (!lease)
         return lost ? 0 : EPERM;
-    int r = release_txn(l, owner, token, lease, read, 0);
+    int ran = 0;
+    int r = release_txn(l, owner, token, lease, read, 0, &ran);
     if (r != EIO) {
         hold_ends(l, token);
         if (r == EPERM && lost)
@@ -775,14 +784,16 @@ int dm_elock_release_queued(struct dm_store_lock *pl, const char *owner, uint64_
     dm_log_every(&said, 10000, DM_LOG_WARN, "lock %s: the release could not reach etcd at %s; "
                  "the store's thread retries it (the lock stays held meanwhile)", l->name,
                  dm_etcd_where());
-    pending_queue(l, 0, token, lease, read, lease_end_ms, owner, lost);
+    pending_queue(l, 0, token, lease, read, lease_end_ms, owner, lost, ran);
     return lost ? 0 : EIO;
 }
 
 /* Queues l's release (withdraw 0) or withdraw (1) for the store's
- * thread, with the use of the lease the caller had. */
+ * thread, with the use of the lease the caller had; ran: a release's try
+ * may have run already (its answer lost). */
 static void pending_queue(struct dm_elock *l, int withdraw, uint64_t token, long long lease,
-                          int read, long long end_ms, const char *owner, dm_store_lost_fn lost)
+                          int read, long long end_ms, const char *owner, dm_store_lost_fn lost,
+                          int ran)
 {
     dm_lock(&locks_mu);
     if (l->pend.on) {           /* one at a time: this one is left to the lease */
@@ -797,6 +808,7 @@ static void pending_queue(struct dm_elock *l, int withdraw, uint64_t token, long
     l->pend.lease = lease;
     l->pend.end_ms = end_ms;
     l->pend.read = read;
+    l->pend.ran = ran;          /* its later tries know an earlier one may have run */
     l->pend.delay_ms = 50;
     l->pend.lost = lost;
     snprintf(l->pend.owner, sizeof l->pend.owner, "%s", owner);

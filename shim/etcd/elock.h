@@ -28,6 +28,7 @@ struct dm_elock {
         uint64_t token;
         long long lease, end_ms;    /* the hold's lease end: etcd lets it go then */
         int read;
+        int ran;                    /* a release's try may have run: its answer was lost */
         long delay_ms;
         char owner[DM_OWNER_MAX];
         dm_store_lost_fn lost;      /* NULL: nobody to tell (release_hold's) */

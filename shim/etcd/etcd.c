@@ -327,6 +327,7 @@ static int member_call(const char *path, const char *body, long long deadline_ms
                                        &r->status, &r->text, &outlen)
                         : h->tls_failed ? EPROTO : (h->err[0] ? ECONNREFUSED : ETIMEDOUT);
         if (e == 0) {
+            int before = reached;
             reached = 1;
             if (dm_json_parse(&r->j, r->text, outlen) < 0) {
                 snprintf(why, why_len, "etcd %s:%d answered what is not JSON (HTTP %d)",
@@ -335,6 +336,7 @@ static int member_call(const char *path, const char *body, long long deadline_ms
                 conn_give(h);
                 e = EPROTO;
             } else if (r->status == 200) {
+                r->resent = before;
                 __atomic_store_n(&bad_until[m], 0, __ATOMIC_RELAXED);
                 conn_give(h);
                 if (m != 0 || strncmp(where, ep->host, strlen(ep->host)) != 0)

@@ -35,6 +35,8 @@ struct dm_etcd_reply {
     char *text;
     struct dm_json j;
     int status;             /* HTTP status */
+    int resent;             /* an earlier member may have run the request: the
+                               answer is to its copy sent again */
 };
 void dm_etcd_reply_free(struct dm_etcd_reply *r);
 

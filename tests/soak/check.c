@@ -17,7 +17,7 @@
  *                    renew_ms (a stop that long outlasts the lease after
  *                    the last renewal before it: nothing can renew then)
  *             local  on_redis_down = "local" and one of the two lock calls
- *                    ran while its machine could not reach Redis
+ *                    ran while its machine could not reach the store
  *             warn   on_lease_lost = "warn" and the earlier holder's
  *                    machine was cut off, or the server stalled, for at
  *                    least lease_ms - margin - renew during its section
@@ -33,7 +33,12 @@
  *           its section (last record enter, or exit before its unlock
  *           returned) and after a fault that can lose a lease (its own
  *           stop of lease - renew, its machine cut off or the server
- *           stalled for lease - margin - renew, data lost): expected.
+ *           stalled for lease - margin - renew, or such faults back to
+ *           back as long, data lost): expected. A
+ *           "stall" is what the nemesis marks stall=all: with Redis the
+ *           server paused, asleep, stopped or restarting; with etcd a
+ *           fault of the leader, or of a member while another is out
+ *           (the majority lost), or a restart of the whole cluster.
  *           Inside without such a fault, or outside its section: a defect
  *           (an unexpected abort).
  * waits     the longest lock call; the part of it no fault explains (a
@@ -105,7 +110,7 @@ static char lock_names[MAX_LOCKS][32];
 static int nlocks;
 
 /* the run's settings (the nemesis's config line) */
-static char mode[32] = "?", down[16] = "block", lost[16] = "abort";
+static char mode[32] = "?", down[16] = "block", lost[16] = "abort", store[16] = "redis";
 static long lease = 2000, renew = 666, margin = 200, run_s, fair = 1, sentinel;
 static long long t0, t_end, last_record;
 static unsigned long long seed;
@@ -270,6 +275,7 @@ static int read_nemesis(const char *dir)
                 kv(tok, "mode", mode, sizeof mode);
                 kv(tok, "on_redis_down", down, sizeof down);
                 kv(tok, "on_lease_lost", lost, sizeof lost);
+                kv(tok, "store", store, sizeof store);
                 kv(tok, "lease_ms", v, sizeof v); if (v[0]) { lease = atol(v); v[0] = 0; }
                 kv(tok, "renew_ms", v, sizeof v); if (v[0]) { renew = atol(v); v[0] = 0; }
                 kv(tok, "margin_ms", v, sizeof v); if (v[0]) { margin = atol(v); v[0] = 0; }
@@ -505,7 +511,7 @@ static long stop_of(int pid, long long from, long long to, long min_ms)
     return best;
 }
 
-/* A fault that cut host off from Redis (or all) or stalled the server,
+/* A fault that cut host off from the store (or all) or stalled it,
  * overlapping [from, to], lasting at least min_ms. */
 static const struct fault *cut_or_stall(const char *host, long long from, long long to,
                                         long min_ms, int stall_too)
@@ -534,7 +540,7 @@ static const struct fault *loss_near(long long from, long long to)
 
 enum cls { C_NONE, C_STOP, C_LOCAL, C_WARN, C_DEFECT };
 static const char *const cls_name[] = { "", "documented (stop past the lease)",
-    "documented (on_redis_down = local, Redis unreachable)",
+    "documented (on_redis_down = local, the store unreachable)",
     "documented (on_lease_lost = warn, cut off or stalled)", "defect" };
 
 /* Whether x's grant can be the stale one of the two: not a newer token
@@ -791,6 +797,7 @@ static const struct section *inside_at_death(int pid)
 /* The hold the shim's abort message names (its lock and fencing token, in
  * the worker's .err file): the section of pid that had it, or NULL. */
 static int abort_at_release;    /* the last abort_for's message: "lost while held: at unlock" */
+static char abort_name[64];     /* the lock it names, "" none */
 static char abort_other[200];   /* the last line of .err that is not the shim's: glibc's words */
 static long abort_renewed_ms;   /* its "last renewal succeeded N ms ago", or -1 */
 static long long abort_granted; /* the first section of that hold (a cached one serves many) */
@@ -798,6 +805,7 @@ static const struct section *aborted_for(const struct proc *p)
 {
     char path[4200], line[1024], name[64] = "";
     abort_at_release = 0;
+    abort_name[0] = '\0';
     abort_renewed_ms = -1;
     abort_other[0] = '\0';
     unsigned long long token = 0;
@@ -829,6 +837,7 @@ static const struct section *aborted_for(const struct proc *p)
         abort_renewed_ms = ago ? atol(ago + 23) : -1;
     }
     fclose(f);
+    snprintf(abort_name, sizeof abort_name, "%s", name);
     if (!name[0])
         return NULL;
     const struct section *found = NULL;
@@ -847,7 +856,58 @@ static const struct section *aborted_for(const struct proc *p)
 }
 
 static long n_abort_exp, n_abort_inside, n_abort_outside, n_killed, n_crash, n_hang;
+
+/* When pid's lock call on the lock named began, if one was still in
+ * progress at its end (a want with no enter or fail after it), or -1:
+ * a hold granted to a thread that had not returned from its lock call. */
+static long long pending_want(int pid, const char *lock)
+{
+    long long first = -1;
+    for (size_t h = 0; h < THASH; h++)
+        if (thash_used[h] && thash[h].pid == pid && thash[h].want >= 0 &&
+            strcmp(lock_names[thash[h].lock], lock) == 0 &&
+            (first < 0 || thash[h].want < first))
+            first = thash[h].want;
+    return first;
+}
 static long n_unlock_err, n_unlock_exp;
+
+/* The longest time within [from, to] when pid could not renew: its own
+ * stops, its host cut off and the store's stalls, merged where they touch
+ * within tol_ms (a stall that ends as the process is stopped is one outage to it), in
+ * ms; first the ids of the first and last fault of that run. */
+static long outage_ms(int pid, const char *host, long long from, long long to, int *first,
+                      int *last)
+{
+    long best = 0;
+    for (size_t i = 0; i < faults.n; i++) {
+        const struct fault *f = &faults.v[i];
+        if (!(f->stall || cuts(f, host) || (is_stop(f) && f->target == pid)) ||
+            f->begin > to || fend(f) < from)
+            continue;
+        /* the run that starts with f: extend it while another touches it */
+        long long b = f->begin, e = fend(f);
+        int lastid = f->id;
+        for (int grew = 1; grew;) {
+            grew = 0;
+            for (size_t j = 0; j < faults.n; j++) {
+                const struct fault *g = &faults.v[j];
+                if ((g->stall || cuts(g, host) || (is_stop(g) && g->target == pid)) &&
+                    g->begin >= b && g->begin <= e + tol_ms * MS && fend(g) > e) {
+                    e = fend(g);
+                    lastid = g->id;
+                    grew = 1;
+                }
+            }
+        }
+        if ((e - b) / MS > best) {
+            best = (long)((e - b) / MS);
+            *first = f->id;
+            *last = lastid;
+        }
+    }
+    return best;
+}
 
 /* A fault that can make this process lose a hold during [from, to]. */
 static int lease_loser(int pid, long long from, long long to, char *why, size_t n)
@@ -865,6 +925,12 @@ static int lease_loser(int pid, long long from, long long to, char *why, size_t 
     f = loss_near(from, to);
     if (f) {
         snprintf(why, n, "%s #%d lost the data", f->kind, f->id);
+        return 1;
+    }
+    int a = 0, b = 0;
+    long u = outage_ms(pid, host_of(pid), from, to, &a, &b);
+    if (u >= lease - margin - renew - tol_ms) {
+        snprintf(why, n, "faults #%d..#%d back to back (%ld ms)", a, b, u);
         return 1;
     }
     return 0;
@@ -935,6 +1001,25 @@ static void check_processes(void)
             else if (!s)
                 s = inside_at_death(p->pid);
             char why[300];
+            long long in_lock = !s && !was && abort_name[0] ? pending_want(p->pid, abort_name) : -1;
+            if (in_lock >= 0) {
+                /* granted, its thread not back from the lock call yet: the
+                 * hold was the process's, judged as one inside */
+                if (lease_loser(p->pid, in_lock - lease * MS, p->death, why, sizeof why)) {
+                    n_abort_exp++;
+                    if (verbose)
+                        printf("  abort of pid %d at +%.3fs in its lock call: %s\n", p->pid,
+                               rel(p->death), why);
+                    continue;
+                }
+                n_abort_inside++;
+                defect("abort of pid %d (%s) at +%.3fs for a hold of %s granted to its lock call "
+                       "(since +%.3fs) with no fault that loses a lease; last renewal %ld ms "
+                       "before; faults around: %s", p->pid, p->host, rel(p->death), abort_name,
+                       rel(in_lock), abort_renewed_ms,
+                       faults_near(in_lock - lease * MS, p->death));
+                continue;
+            }
             if (s && lease_loser(p->pid, s->want - lease * MS, p->death, why, sizeof why)) {
                 n_abort_exp++;
                 if (verbose)
@@ -950,7 +1035,8 @@ static void check_processes(void)
                 stall = loss_near(since, p->death);
             for (size_t j = 0; was && !stall && j < faults.n; j++) {
                 const struct fault *f = &faults.v[j];
-                if ((strcmp(f->kind, "client-kill") == 0 || strncmp(f->kind, "restart", 7) == 0) &&
+                if ((strcmp(f->kind, "client-kill") == 0 || strstr(f->kind, "restart") ||
+                     strstr(f->kind, "-kill")) &&
                     f->begin <= p->death && fend(f) >= since)
                     stall = f;
             }
@@ -1134,9 +1220,9 @@ int main(int argc, char **argv)
     qsort(secs.v, secs.n, sizeof *secs.v, by_lock_enter);
 
     printf("soak check of %s\n", dir);
-    printf("mode %s, seed %llu, %ld s, lease %ld ms (renew %ld, margin %ld), on_redis_down %s, "
-           "on_lease_lost %s%s\n", mode, seed, run_s, lease, renew, margin, down, lost,
-           sentinel ? ", Sentinel" : "");
+    printf("mode %s, seed %llu, %ld s, store %s, lease %ld ms (renew %ld, margin %ld), "
+           "on_redis_down %s, on_lease_lost %s\n", mode, seed, run_s, sentinel ? "Sentinel" : store,
+           lease, renew, margin, down, lost);
     if (pid_reused)
         printf("(a pid the system gave out again is printed as PID + %d per reuse)\n", UID_STEP);
     printf("findings:\n");

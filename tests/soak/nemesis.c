@@ -1,10 +1,11 @@
 /* soaknemesis: the fault driver of `make soak` (tests/soak/soak.sh makes
  * the network namespaces and the config, then runs this). It starts and
  * owns every process of one run: the fenced resource (soakfence), the
- * Redis nodes (one, or with -k a primary, two replicas and three
- * sentinels) inside the server namespace, and the workers (soakworker
- * under LD_PRELOAD) inside the machine namespaces, each started again
- * when it dies. While the run lasts it picks faults from a seeded PRNG
+ * store (one Redis node, or with -k a primary, two replicas and three
+ * sentinels, inside the server namespace; or with -E three etcd members,
+ * each in a namespace of its own so that one can be cut off from its
+ * peers), and the workers (soakworker under LD_PRELOAD) inside the
+ * machine namespaces, each started again when it dies. While the run lasts it picks faults from a seeded PRNG
  * (which fault, whom, how long, when) and writes every one to
  * DIR/nemesis.log with its CLOCK_MONOTONIC begin and end, the clock the
  * workers' records use, so that tests/soak/check.c can tell an overlap a
@@ -21,18 +22,26 @@
  *   NS died PID exit CODE | PID signal SIG
  *   NS hang PID                      still running END + grace: killed
  *   NS fault ID begin KIND KEY=VALUE...   target=PID host= dur= cut=HOST|all
- *                                    stall=all loss=1 (what the fault does)
+ *                                    stall=all loss=1 (what the fault does;
+ *                                    etcd: member=I leader=0|1, and stall=all
+ *                                    when it hits the leader or a majority;
+ *                                    member-rejoin, stall=all, follows a cut:
+ *                                    back, the member deposes the leader)
  *   NS fault ID end KIND
  *   NS fault ID skip KIND WHY        nothing to aim at, or a command failed
  *   NS primary NODE PORT             (Sentinel) the primary the sentinels name
+ *   NS leader MEMBER                 (etcd) the leader, when a fault ends
+ *   NS member I exited (signal N)    (etcd) a member's process ended
  *   NS end
  *
  * Stops on SIGINT/SIGTERM: every stopped process continued, every link
  * up, every child killed. The namespaces are the shell's to remove. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -40,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -61,6 +71,11 @@
 #define HANDOVER_WAITED_NS (1 * MS)  /* a lock call that took this long waited */
 #define SENTINEL_DOWN_AFTER_MS 1000
 #define SENTINEL_FAILOVER_TIMEOUT_MS 4000
+#define NMEMBERS 3               /* etcd members */
+#define ETCD_HEARTBEAT_MS "50"   /* as tests/test_etcd.c: elections within a second */
+#define ETCD_ELECTION_MS "500"
+#define ETCD_STATUS_MS 300       /* one member's status answer */
+#define ETCD_REJOIN_MS 1000      /* a cut member back: the election it may cause */
 
 /* ---- settings ---------------------------------------------------------- */
 
@@ -69,7 +84,7 @@ static const char *faults_arg = "all", *down = "block", *extra = "";
 static unsigned long long seed = 1;
 static long run_s = 60, procs_per = 2, threads_per = 2, concurrency = 2;
 static long lease = 2000, renew = 666, margin = 200;
-static int sentinel_mode, base_port;
+static int sentinel_mode, etcd_mode, base_port;
 static long stall_max;                /* -M: cap on a server stall, ms (0: none) */
 
 struct machine { char ns[64], veth[64], host[32]; int cut; };
@@ -112,7 +127,7 @@ static long uni(long lo, long hi) { return hi <= lo ? lo : lo + (long)(rnd() % (
 
 /* ---- children ---------------------------------------------------------- */
 
-enum ckind { C_NONE, C_WORKER, C_NODE, C_SENTINEL, C_FENCE, C_HELPER };
+enum ckind { C_NONE, C_WORKER, C_NODE, C_SENTINEL, C_FENCE, C_HELPER, C_MEMBER };
 struct child { pid_t pid; enum ckind kind; int idx; };
 static struct child children[MAX_WORKERS + MAX_HELPERS + 16];
 static int nchildren;
@@ -339,6 +354,120 @@ static int sentinels_ready(void)
     return 1;
 }
 
+/* ---- etcd members -------------------------------------------------------- */
+
+/* Each member in a namespace of its own (-E NS:IP,...), its data in
+ * DIR/memberI (kept across its restarts: a restart is from its data dir),
+ * its log in DIR/memberI.log. The nemesis reaches every member's client
+ * port from its own namespace, over the bridge. */
+struct member { char ns[64], ip[32]; int cport, pport, pid, alive, stopped, cut, started, killed;
+                char ddir[256], log[256]; };
+static struct member members[NMEMBERS];
+static int nmembers;
+
+static void member_start(int i)
+{
+    struct member *mb = &members[i];
+    char name[8], curl[64], purl[64], cluster[512] = "";
+    snprintf(name, sizeof name, "m%d", i);
+    snprintf(curl, sizeof curl, "http://%s:%d", mb->ip, mb->cport);
+    snprintf(purl, sizeof purl, "http://%s:%d", mb->ip, mb->pport);
+    for (int k = 0; k < nmembers; k++)
+        snprintf(cluster + strlen(cluster), sizeof cluster - strlen(cluster), "%sm%d=http://%s:%d",
+                 k ? "," : "", k, members[k].ip, members[k].pport);
+    char *argv[] = { "etcd", "--name", name, "--data-dir", mb->ddir,
+                     "--listen-client-urls", curl, "--advertise-client-urls", curl,
+                     "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+                     "--initial-cluster", cluster, "--initial-cluster-token", "dmsoak",
+                     "--initial-cluster-state", mb->started ? "existing" : "new",
+                     "--heartbeat-interval", ETCD_HEARTBEAT_MS,
+                     "--election-timeout", ETCD_ELECTION_MS, "--logger", "zap", NULL };
+    mb->pid = spawn(mb->ns, mb->log, argv, NULL);
+    mb->alive = 1;
+    mb->stopped = 0;
+    mb->killed = 0;
+    mb->started = 1;
+    child_add(mb->pid, C_MEMBER, i);
+}
+
+/* Member i's own status (POST /v3/maintenance/status, as tests/test_etcd.c's
+ * leader()): its id and the leader's as it sees them; 0, or -1 when it did
+ * not answer within ms. */
+static int member_status(int i, int ms, char *id, char *lead, size_t n)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)members[i].cport) };
+    inet_pton(AF_INET, members[i].ip, &a.sin_addr);
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);   /* connect(2) too */
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    static const char req[] = "POST /v3/maintenance/status HTTP/1.0\r\nHost: etcd\r\n"
+                              "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    char buf[2048];
+    size_t got = 0;
+    long long until = now_ns() + ms * MS;
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 ||
+        send(s, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1)) {
+        close(s);
+        return -1;
+    }
+    for (;;) {      /* HTTP/1.0: the member closes after its answer */
+        ssize_t r = recv(s, buf + got, sizeof buf - 1 - got, 0);
+        if (r <= 0 || (got += (size_t)r) == sizeof buf - 1 || now_ns() > until)
+            break;
+    }
+    close(s);
+    buf[got] = '\0';
+    char *mid = strstr(buf, "\"member_id\":\""), *ld = strstr(buf, "\"leader\":\"");
+    if (!mid)
+        return -1;
+    snprintf(id, n, "%.*s", (int)strcspn(mid + 13, "\""), mid + 13);
+    snprintf(lead, n, "%.*s", ld ? (int)strcspn(ld + 10, "\"") : 1, ld ? ld + 10 : "0");
+    return 0;
+}
+
+/* The member that is the leader by its own status, asking the members
+ * that are up (a cut-off one last: it may not know yet that it lost), or -1. */
+static int etcd_leader(int ms)
+{
+    char id[32], lead[32];
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nmembers; i++)
+            if (members[i].alive && !members[i].stopped && members[i].cut == pass &&
+                member_status(i, ms, id, lead, sizeof id) == 0 && strcmp(id, lead) == 0)
+                return i;
+    return -1;
+}
+
+/* Members out of the cluster's reach (dead, stopped, cut off), with i too. */
+static int members_down_with(int i)
+{
+    int n = 0;
+    for (int k = 0; k < nmembers; k++)
+        n += k == i || !members[k].alive || members[k].stopped || members[k].cut;
+    return n;
+}
+
+/* iptables inside member i's namespace: its peers' packets dropped both
+ * ways (cut), or every rule flushed (the namespace is the run's own). */
+static char *const *member_cut_argv(int i, int cut)
+{
+    static char script[1024];
+    static char *argv[] = { "sh", "-c", script, NULL };
+    size_t o = (size_t)snprintf(script, sizeof script, "PATH=/usr/sbin:/sbin:$PATH; true");
+    if (!cut)
+        snprintf(script + o, sizeof script - o, " && iptables -w -F INPUT && iptables -w -F OUTPUT");
+    for (int k = 0; cut && k < nmembers; k++)
+        if (k != i)
+            o += (size_t)snprintf(script + o, sizeof script - o,
+                                  " && iptables -w -A INPUT -s %s -j DROP"
+                                  " && iptables -w -A OUTPUT -d %s -j DROP",
+                                  members[k].ip, members[k].ip);
+    return argv;
+}
+
 /* ---- workers and what their logs say ----------------------------------- */
 
 enum tstate { T_IDLE, T_WAIT, T_IN };
@@ -497,6 +626,8 @@ enum fkind {
     F_PARTITION, F_PAUSE, F_CLIENT_KILL, F_SCRIPT_FLUSH, F_SLEEP, F_OOM, F_REDIS_STOP,
     F_RESTART_AOF, F_RESTART_NOAOF,
     F_PRIMARY_KILL, F_PRIMARY_RESTART_NOAOF, F_FAILOVER, F_REPLICA_STALL,
+    F_LEADER_KILL, F_MEMBER_KILL, F_MEMBER_STOP, F_MEMBER_CUT, F_CLUSTER_RESTART,
+    F_MEMBER_REJOIN,          /* what follows a member-cut: never drawn */
     F_NKINDS
 };
 static const char *const fnames[F_NKINDS] = {
@@ -504,11 +635,21 @@ static const char *const fnames[F_NKINDS] = {
     "partition", "pause", "client-kill", "script-flush", "sleep", "oom", "redis-stop",
     "restart-aof", "restart-noaof",
     "primary-kill", "primary-restart-noaof", "failover", "replica-stall",
+    "leader-kill", "member-kill", "member-stop", "member-cut", "cluster-restart",
+    "member-rejoin",
 };
-/* 1: only without Sentinel, 2: only with it, 0: both */
-static const int fwhere[F_NKINDS] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2 };
-/* a restart, a kill of the primary or a failover: one at a time */
-static const int flife[F_NKINDS] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0 };
+/* the stores a fault applies to: one Redis node, Sentinel, etcd */
+#define W_R 1
+#define W_S 2
+#define W_E 4
+#define W_ALL (W_R | W_S | W_E)
+static const int fwhere[F_NKINDS] = {
+    W_ALL, W_ALL, W_ALL, W_ALL, W_ALL, W_ALL,                   /* the workers' faults */
+    W_R | W_S, W_R | W_S, W_R | W_S, W_R | W_S, W_R | W_S, W_R | W_S,  /* pause..redis-stop */
+    W_R, W_R, W_S, W_S, W_S, W_S, W_E, W_E, W_E, W_E, W_E, W_E };
+/* a restart, a kill of the primary or a member, a failover: one at a time */
+static const int flife[F_NKINDS] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0,
+                                     1, 1, 0, 0, 1, 0 };
 static int fenabled[F_NKINDS];
 
 enum fphase { P_OFF, P_ARMED, P_ON, P_DOWN, P_WAITUP, P_WAITMOVE };
@@ -523,6 +664,7 @@ struct fault {
     int helper;               /* a helper child's pid, or 0 */
     int keep;                 /* restart: keep the data */
     int moved;                /* primary-kill: the sentinels named another */
+    int helper_rc;            /* the helper's exit status, once it ended */
 };
 static struct fault faults[MAX_FAULTS];
 static int nfaults;
@@ -565,6 +707,44 @@ static pid_t helper_cmd(char *const argv[])
 {
     pid_t pid = spawn(NULL, NULL, argv, NULL);
     child_add(pid, C_HELPER, 0);
+    return pid;
+}
+
+/* A helper child that sleeps settle_ms, then waits, at most ms, for every
+ * member up (alive, not stopped) to answer and one of them to be the
+ * leader: exit 10 + the leader's index, or 1 (none in time). */
+static pid_t helper_wait_leader(long settle_ms, long ms)
+{
+    fflush(nlog);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid > 0) {
+        child_add(pid, C_HELPER, 0);
+        return pid;
+    }
+    usleep((useconds_t)settle_ms * 1000);
+    long long until = now_ns() + ms * MS;
+    do {
+        char id[32], lead[32];
+        int all = 1;
+        for (int i = 0; i < nmembers; i++)
+            if (members[i].alive && !members[i].stopped &&
+                member_status(i, ETCD_STATUS_MS, id, lead, sizeof id) != 0)
+                all = 0;
+        int l = all ? etcd_leader(ETCD_STATUS_MS) : -1;
+        if (l >= 0)
+            _exit(10 + l);
+        usleep(50000);
+    } while (now_ns() < until);
+    _exit(1);
+}
+
+static pid_t member_cut_set(int i, int cut)
+{
+    pid_t pid = spawn(members[i].ns, NULL, member_cut_argv(i, cut), NULL);
+    child_add(pid, C_HELPER, 0);
+    members[i].cut = cut;
     return pid;
 }
 
@@ -751,7 +931,61 @@ static void fault_start(enum fkind k)
         say("fault %d begin %s node=%d down=%ld cut=all%s", f->id, fnames[k], sn, f->dur,
             f->keep ? "" : " loss=1");
         return;
+    case F_LEADER_KILL:
+    case F_MEMBER_KILL:
+    case F_MEMBER_STOP:
+    case F_MEMBER_CUT: {
+        /* every draw made whatever the cluster's state: the seed fixes them */
+        int at_leader = k == F_LEADER_KILL || (k != F_MEMBER_KILL && rnd() % 2);
+        uint64_t pick = rnd();
+        f->dur = k == F_MEMBER_STOP ? stall_dur(100, lease * 3 / 2)
+               : k == F_MEMBER_CUT ? uni(100, 2 * lease) : uni(0, lease);
+        int l = etcd_leader(ETCD_STATUS_MS), i = l;
+        if (!at_leader) {
+            int cand[NMEMBERS], n = 0;
+            for (int j = 0; j < nmembers; j++)
+                if (members[j].alive && !members[j].stopped && !members[j].cut)
+                    cand[n++] = j;
+            i = n ? cand[pick % (uint64_t)n] : -1;
+        }
+        if (i < 0 || members[i].cut)
+            return fault_skip(f, at_leader ? "no leader" : "no member up");
+        /* the cluster stalls when it loses its leader or its majority */
+        int stall = i == l || members_down_with(i) > nmembers / 2;
+        f->node = i;
+        if (k == F_MEMBER_STOP) {
+            kill(members[i].pid, SIGSTOP);
+            members[i].stopped = 1;
+            f->phase = P_ON;
+        } else if (k == F_MEMBER_CUT) {
+            f->helper = member_cut_set(i, 1);
+            f->phase = P_ON;
+        } else {
+            kill(members[i].pid, SIGKILL);
+            members[i].killed = 1;
+            f->phase = P_DOWN;
+        }
+        f->due = now + f->dur * MS;
+        say("fault %d begin %s member=%d leader=%d %s=%ld%s", f->id, fnames[k], i, i == l,
+            f->phase == P_DOWN ? "down" : "dur", f->dur, stall ? " stall=all" : "");
+        return;
+    }
+    case F_CLUSTER_RESTART:
+        f->dur = uni(0, lease / 2);
+        for (int i = 0; i < nmembers; i++)
+            if (!members[i].alive)
+                return fault_skip(f, "a member is down");
+        for (int i = 0; i < nmembers; i++) {
+            kill(members[i].pid, SIGKILL);
+            members[i].killed = 1;
+        }
+        f->node = -1;
+        f->phase = P_DOWN;
+        f->due = now + f->dur * MS;
+        say("fault %d begin %s down=%ld cut=all stall=all", f->id, fnames[k], f->dur);
+        return;
     case F_FAILOVER:      /* failover_start */
+    case F_MEMBER_REJOIN: /* a member-cut's end */
     case F_NKINDS:
         break;
     }
@@ -818,11 +1052,46 @@ static void fault_step(struct fault *f, long long now)
                 kill(nodes[f->node].pid, SIGCONT);
             nodes[f->node].stopped = 0;
             break;
+        case F_MEMBER_STOP:
+            if (members[f->node].alive && members[f->node].stopped)
+                kill(members[f->node].pid, SIGCONT);
+            members[f->node].stopped = 0;
+            break;
+        case F_MEMBER_CUT: {
+            /* Back with its peers, the member deposes the leader (etcd 3.4
+             * runs without pre-vote: its term grew while it was alone): a
+             * stall of its own, until a leader answers a second later. */
+            member_cut_set(f->node, 0);
+            fault_end(f);
+            struct fault *g = fault_new(F_MEMBER_REJOIN);
+            if (!g)
+                return;
+            g->node = f->node;
+            g->helper = helper_wait_leader(ETCD_REJOIN_MS, READY_WAIT_MS);
+            g->phase = P_WAITUP;
+            g->due = now + (ETCD_REJOIN_MS + READY_WAIT_MS + 2000) * MS;
+            say("fault %d begin %s member=%d stall=all", g->id, fnames[g->kind], g->node);
+            return;
+        }
         default:
             break;
         }
         return fault_end(f);
     case P_DOWN:
+        if (fwhere[f->kind] == W_E) {
+            for (int i = 0; i < nmembers; i++)
+                if ((f->node < 0 || f->node == i) && members[i].alive)
+                    return;     /* not reaped yet */
+            if (now < f->due)
+                return;
+            for (int i = 0; i < nmembers; i++)
+                if (f->node < 0 || f->node == i)
+                    member_start(i);    /* from its data dir */
+            f->helper = helper_wait_leader(0, READY_WAIT_MS);
+            f->phase = P_WAITUP;
+            f->due = now + (READY_WAIT_MS + 2000) * MS;
+            return;
+        }
         if (nodes[f->node].alive || now < f->due)
             return;     /* not reaped yet */
         if (f->kind == F_PRIMARY_KILL && !f->moved) {
@@ -835,6 +1104,16 @@ static void fault_step(struct fault *f, long long now)
         f->due = now + READY_WAIT_MS * MS;
         return;
     case P_WAITUP:
+        if (fwhere[f->kind] == W_E) {
+            if (f->helper && now <= f->due)
+                return;
+            if (f->helper_rc >= 10)
+                say("leader %d", f->helper_rc - 10);
+            else
+                say("fault %d note %s: no leader within %d ms", f->id, fnames[f->kind],
+                    READY_WAIT_MS);
+            return fault_end(f);
+        }
         if (node_pong(f->node) || now > f->due)
             return fault_end(f);
         return;
@@ -882,6 +1161,16 @@ static void heal_all(void)
             kill(nodes[i].pid, SIGCONT);
             nodes[i].stopped = 0;
         }
+    for (int i = 0; i < nmembers; i++) {
+        if (members[i].alive && members[i].stopped)
+            kill(members[i].pid, SIGCONT);
+        members[i].stopped = 0;
+        if (members[i].cut) {
+            pid_t p = spawn(members[i].ns, NULL, member_cut_argv(i, 0), NULL);
+            waitpid(p, NULL, 0);
+            members[i].cut = 0;
+        }
+    }
 }
 
 /* ---- the run ------------------------------------------------------------- */
@@ -944,12 +1233,23 @@ static void reap(long long now)
                     node_died(idx);
                 say("node %d exited (%s %d)", idx, WIFSIGNALED(status) ? "signal" : "exit",
                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            } else if (kind == C_MEMBER) {
+                int own = members[idx].pid == pid;
+                if (own) {
+                    members[idx].alive = 0;
+                    members[idx].stopped = 0;
+                }
+                say("member %d exited (%s %d)%s", idx, WIFSIGNALED(status) ? "signal" : "exit",
+                    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                    own && !members[idx].killed ? "; note: by itself, not by a fault (see its log)"
+                                                : "");
             } else if (kind == C_HELPER) {
                 for (int j = 0; j < nfaults; j++)
                     if (faults[j].helper == pid) {
                         faults[j].helper = 0;
+                        faults[j].helper_rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
                         if (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
-                            faults[j].phase != P_OFF)
+                            faults[j].phase != P_OFF && faults[j].phase != P_WAITUP)
                             say("fault %d note %s: its command failed", faults[j].id,
                                 fnames[faults[j].kind]);
                     }
@@ -989,9 +1289,11 @@ static void parse_faults(void)
         if (!found)
             die("unknown fault %s", name);
     }
+    int here = etcd_mode ? W_E : sentinel_mode ? W_S : W_R;
     for (int k = 0; k < F_NKINDS; k++)
-        if ((fwhere[k] == 1 && sentinel_mode) || (fwhere[k] == 2 && !sentinel_mode))
+        if (!(fwhere[k] & here))
             fenabled[k] = 0;
+    fenabled[F_MEMBER_REJOIN] = 0;
 }
 
 static void wait_ready(int with_sentinels)
@@ -1012,11 +1314,50 @@ static void wait_ready(int with_sentinels)
     }
 }
 
+/* -E NS:IP,NS:IP,NS:IP: the etcd members' namespaces and addresses. */
+static void parse_members(char *arg)
+{
+    for (char *tok = strtok(arg, ","); tok; tok = strtok(NULL, ",")) {
+        if (nmembers == NMEMBERS)
+            die("-E wants %d members", NMEMBERS);
+        struct member *mb = &members[nmembers];
+        if (sscanf(tok, "%63[^:]:%31s", mb->ns, mb->ip) != 2)
+            die("-E wants NS:IP,..., not %s", tok);
+        mb->cport = base_port + 20 + nmembers;
+        mb->pport = base_port + 30 + nmembers;
+        snprintf(mb->ddir, sizeof mb->ddir, "%s/member%d", dir, nmembers);
+        snprintf(mb->log, sizeof mb->log, "%s/member%d.log", dir, nmembers);
+        nmembers++;
+    }
+    if (nmembers != NMEMBERS)
+        die("-E wants %d members", NMEMBERS);
+}
+
+static void etcd_ready(void)
+{
+    long long until = now_ns() + READY_WAIT_MS * MS;
+    char id[32], lead[32];
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < nmembers; i++)
+            all &= member_status(i, ETCD_STATUS_MS, id, lead, sizeof id) == 0;
+        int l = all ? etcd_leader(ETCD_STATUS_MS) : -1;
+        if (l >= 0) {
+            say("leader %d", l);
+            return;
+        }
+        if (now_ns() > until)
+            die("the etcd members elected no leader (see %s/member*.log)", dir);
+        usleep(50000);
+    }
+}
+
 static int usage(void)
 {
     fprintf(stderr,
             "usage: soaknemesis -d DIR -n NS:VETH:HOST,... -S SRV_NS -A SRV_IP -P BASE_PORT\n"
-            "         -w WORKER -L SHIM -C CONFIG [-s SEED] [-T SECONDS] [-m MODE] [-k]\n"
+            "         -w WORKER -L SHIM -C CONFIG [-s SEED] [-T SECONDS] [-m MODE]\n"
+            "         [-k | -E ETCD_NS:IP,ETCD_NS:IP,ETCD_NS:IP]\n"
             "         [-p PROCS_PER_MACHINE] [-t THREADS] [-l LEASE -r RENEW -g MARGIN]\n"
             "         [-D ON_REDIS_DOWN] [-F FAULTS] [-c CONCURRENT] [-X 'KEY=VALUE...'] [-M STALL_MAX_MS]\n");
     return 2;
@@ -1025,8 +1366,8 @@ static int usage(void)
 int main(int argc, char **argv)
 {
     int ch;
-    char *machines_arg = NULL;
-    while ((ch = getopt(argc, argv, "d:n:S:A:P:w:L:C:s:T:m:kp:t:l:r:g:D:F:c:X:M:")) != -1) {
+    char *machines_arg = NULL, *members_arg = NULL;
+    while ((ch = getopt(argc, argv, "d:n:S:A:P:w:L:C:s:T:m:kE:p:t:l:r:g:D:F:c:X:M:")) != -1) {
         switch (ch) {
         case 'd': dir = optarg; break;
         case 'n': machines_arg = optarg; break;
@@ -1040,6 +1381,7 @@ int main(int argc, char **argv)
         case 'T': run_s = atol(optarg); break;
         case 'm': mode = optarg; break;
         case 'k': sentinel_mode = 1; break;
+        case 'E': members_arg = optarg; etcd_mode = 1; break;
         case 'p': procs_per = atol(optarg); break;
         case 't': threads_per = atol(optarg); break;
         case 'l': lease = atol(optarg); break;
@@ -1054,7 +1396,8 @@ int main(int argc, char **argv)
         }
     }
     if (!dir || !machines_arg || !srv_ns || !srv_ip || !base_port || !worker_bin || !shim ||
-        !config_path || run_s < 5 || threads_per < 1 || threads_per > MAX_THREADS)
+        !config_path || run_s < 5 || threads_per < 1 || threads_per > MAX_THREADS ||
+        (sentinel_mode && etcd_mode))
         return usage();
     char path[512];
     snprintf(path, sizeof path, "%s/nemesis.log", dir);
@@ -1064,6 +1407,8 @@ int main(int argc, char **argv)
         return 1;
     }
     parse_machines(machines_arg);
+    if (members_arg)
+        parse_members(members_arg);
     parse_faults();
     rng_state = seed;
 
@@ -1085,7 +1430,7 @@ int main(int argc, char **argv)
     fargv[0] = fence_bin;
     child_add(spawn(NULL, NULL, fargv, NULL), C_FENCE, 0);
 
-    nnodes = sentinel_mode ? 3 : 1;
+    nnodes = etcd_mode ? 0 : sentinel_mode ? 3 : 1;
     for (int i = 0; i < nnodes; i++) {
         struct node *n = &nodes[i];
         n->port = base_port + i;
@@ -1102,6 +1447,13 @@ int main(int argc, char **argv)
             sentinel_start(j);
         wait_ready(1);
     }
+    if (etcd_mode) {
+        for (int i = 0; i < nmembers; i++) {
+            mkdir(members[i].ddir, 0700);   /* etcd wants its data dir private */
+            member_start(i);
+        }
+        etcd_ready();
+    }
     for (int t = 0; t < 100 && access(fsock, F_OK) != 0; t++)
         usleep(20000);
 
@@ -1115,9 +1467,9 @@ int main(int argc, char **argv)
             snprintf(flist + strlen(flist), sizeof flist - strlen(flist), "%s%s",
                      flist[0] ? "," : "", fnames[k]);
     say("config mode=%s seed=%llu run_s=%ld lease_ms=%ld renew_ms=%ld margin_ms=%ld "
-        "on_redis_down=%s sentinel=%d machines=%d procs=%ld threads=%ld t0=%lld end=%lld "
-        "stall_max_ms=%ld faults=%s %s", mode, seed, run_s, lease, renew, margin, down,
-        sentinel_mode, nmachines, procs_per, threads_per, t0_ns, end_ns, stall_max,
+        "on_redis_down=%s store=%s sentinel=%d machines=%d procs=%ld threads=%ld t0=%lld "
+        "end=%lld stall_max_ms=%ld faults=%s %s", mode, seed, run_s, lease, renew, margin, down,
+        etcd_mode ? "etcd" : sentinel_mode ? "sentinel" : "redis", sentinel_mode, nmachines, procs_per, threads_per, t0_ns, end_ns, stall_max,
         flist[0] ? flist : "none", extra);
     if (sentinel_mode)
         say("primary 0 %d", nodes[0].port);

@@ -1,21 +1,23 @@
 #!/bin/sh
 # tests/soak/soak.sh: the randomized soak, run by `make soak` (docs/testing.md,
-# "The soak"). Makes 3 machines (network namespaces on a private bridge) and a
-# server namespace, then for each mode writes the mode's config, runs the
-# nemesis (tests/soak/nemesis.c: Redis, the fenced resource, the workers and
-# the faults, from the seed) and the checker (tests/soak/check.c) over what
-# they logged, and ends with a table of every mode.
+# "The soak"). Makes 3 machines (network namespaces on a private bridge), a
+# server namespace and, for the etcd modes, one namespace per etcd member,
+# then for each mode writes the mode's config, runs the nemesis
+# (tests/soak/nemesis.c: the store, the fenced resource, the workers and the
+# faults, from the seed) and the checker (tests/soak/check.c) over what they
+# logged, and ends with a table of every mode.
 #
 #   tests/soak/soak.sh [-s SECONDS] [-S SEED] [-m MODES] [-F FAULTS] [-M MS] [-o DIR]
 #
 #   -s  length of the whole soak (default 1800), shared by the modes
 #   -S  the seed (default 1)
 #   -m  all (default) or a comma list of: fair cache notices batch0 error
-#       local warn sentinel
+#       local warn sentinel etcd etcd-cache (the last two: a 3-member etcd
+#       cluster, defaults / cache = true)
 #   -F  the faults (default all), a comma list of names; -NAME takes one out
 #       (the names: tests/soak/nemesis.c, fnames[])
-#   -M  no server stall (pause, sleep, redis-stop, replica-stall) longer
-#       than this many ms (default: up to 1.5 leases)
+#   -M  no server stall (pause, sleep, redis-stop, replica-stall, member-stop)
+#       longer than this many ms (default: up to 1.5 leases)
 #   -o  where the logs and reports go (default build/soak; emptied first)
 #
 # SOAK_PRELOAD replaces build/libdmutex.so as the workers' LD_PRELOAD (a
@@ -23,16 +25,18 @@
 # nemesis passes ASAN_OPTIONS on).
 #
 # Exit status: 0 no mode had a defect, 1 one had (or something failed), 2 bad
-# usage. Needs root (ip netns). Leaves no namespace, link or process behind,
-# also on Ctrl-C; the logs stay in the output directory.
+# usage. Needs root (ip netns; iptables for the etcd modes). Leaves no
+# namespace, link, rule or process behind, also on Ctrl-C; the logs stay in
+# the output directory.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
 B=$ROOT/build
-ALL_MODES="fair cache notices batch0 error local warn sentinel"
+ALL_MODES="fair cache notices batch0 error local warn sentinel etcd etcd-cache"
 SOAK_MODE_MIN_S=20               # no mode runs shorter than this
 SOAK_SUBNET_PREFIX=10.214        # machines live in 10.214.X.0/24, X free
 SOAK_MACHINES=3
+SOAK_MEMBERS=3                   # etcd members, one namespace each
 
 total_s=1800 seed=1 modes=all faults=all out=$B/soak stall_max=0
 while getopts :s:S:m:F:M:o:h opt; do
@@ -43,7 +47,7 @@ while getopts :s:S:m:F:M:o:h opt; do
     F) faults=$OPTARG ;;
     M) stall_max=$OPTARG ;;
     o) out=$OPTARG ;;
-    h) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak: bad option (see tests/soak/soak.sh -h)" >&2; exit 2 ;;
     esac
 done
@@ -64,8 +68,12 @@ for f in libdmutex.so tests/soak/soakworker tests/soak/soakfence tests/soak/soak
          tests/soak/soakcheck; do
     [ -x "$B/$f" ] || [ -f "$B/$f" ] || { echo "soak: $B/$f is missing: make test-build" >&2; exit 1; }
 done
-for c in ip redis-server redis-cli; do
-    command -v $c >/dev/null 2>&1 || { echo "soak: $c is missing (tools/deps.sh)" >&2; exit 1; }
+need="ip"
+case " $modes " in *" etcd"*) need="$need etcd iptables" ;; esac
+for m in $modes; do case $m in etcd*) ;; *) need="$need redis-server redis-cli"; break ;; esac; done
+for c in $need; do
+    command -v $c >/dev/null 2>&1 || PATH=$PATH:/usr/sbin:/sbin command -v $c >/dev/null 2>&1 ||
+        { echo "soak: $c is missing (tools/deps.sh)" >&2; exit 1; }
 done
 
 # ---- clean-up: everything made here is named here -------------------------
@@ -137,6 +145,19 @@ while [ $i -le $SOAK_MACHINES ]; do
     machines_arg="$machines_arg${machines_arg:+,}dmsoak$$-$i:dmsk$$$i:m$i"
     i=$((i + 1))
 done
+# the etcd members (the etcd modes only): each in a namespace of its own, so
+# that iptables there can cut one off from its peers
+members_arg="" member_ips=""
+case " $modes " in *" etcd"*)
+    i=1
+    while [ $i -le $SOAK_MEMBERS ]; do
+        ip_=$net.$((SOAK_MACHINES + 2 + i))
+        addns e$i "$ip_" || { echo "soak: cannot make etcd member $i's namespace" >&2; exit 1; }
+        members_arg="$members_arg${members_arg:+,}dmsoak$$-e$i:$ip_"
+        member_ips="$member_ips $ip_"
+        i=$((i + 1))
+    done ;;
+esac
 
 # ---- one mode ---------------------------------------------------------------
 
@@ -145,6 +166,7 @@ done
 write_config() {
     m=$1 port=$2
     lease=2000 down=block lost=abort entry="" top="" redis="host = \"$srv_ip\"; port = $port;"
+    store=redis
     case $m in
     fair) ;;
     cache) entry="cache = true;" ;;
@@ -158,6 +180,16 @@ write_config() {
         top="min_replicas = 2;"
         redis="sentinels = [\"$srv_ip:$((port + 10))\", \"$srv_ip:$((port + 11))\", \"$srv_ip:$((port + 12))\"]; master = \"soak\";"
         ;;
+    etcd|etcd-cache)
+        # the nemesis's member k listens for clients on port + 20 + k
+        store=etcd redis="" k=0
+        for a in $member_ips; do
+            redis="$redis${redis:+, }\"http://$a:$((port + 20 + k))\""
+            k=$((k + 1))
+        done
+        redis="endpoints = ( $redis );"
+        [ "$m" = etcd-cache ] && entry="cache = true;"
+        ;;
     esac
     cat >"$dir/soak.cfg" <<EOF
 # make soak, mode $m (written by tests/soak/soak.sh)
@@ -165,7 +197,7 @@ lease_ms = $lease;
 on_redis_down = "$down";
 on_lease_lost = "$lost";
 $top
-redis = { $redis connect_timeout_ms = 500; command_timeout_ms = 500; };
+$store = { $redis connect_timeout_ms = 500; command_timeout_ms = 500; };
 mutexes = (
   { symbol = "soak_a"; $entry },
   { symbol = "soak_b"; $entry }
@@ -183,7 +215,7 @@ out=$(cd "$out" && pwd)     # the servers chdir to their own dirs
 summary=$out/summary.txt
 : >"$summary"
 echo "soak: seed $seed, $per_mode s per mode: $modes; faults: $faults"
-echo "soak: machines $net.3-$net.$((SOAK_MACHINES + 2)) (namespaces dmsoak$$-1..$SOAK_MACHINES), servers at $srv_ip"
+echo "soak: machines $net.3-$net.$((SOAK_MACHINES + 2)) (namespaces dmsoak$$-1..$SOAK_MACHINES), servers at $srv_ip${member_ips:+, etcd members at$member_ips}"
 worst=0
 for m in $modes; do
     dir=$out/$m
@@ -193,6 +225,7 @@ for m in $modes; do
     lease=$1 renew=$2 margin=$3 down=$4 lost=$5 fair=$6
     sflag=""
     [ "$m" = sentinel ] && sflag=-k
+    case $m in etcd*) sflag="-E $members_arg" ;; esac
     echo "soak: mode $m ($per_mode s) ..."
     "$B/tests/soak/soaknemesis" -d "$dir" -n "$machines_arg" -S "dmsoak$$-s" -A "$srv_ip" \
         -P "$port" -w "$B/tests/soak/soakworker" -L "${SOAK_PRELOAD:-$B/libdmutex.so}" -C "$dir/soak.cfg" \
@@ -219,7 +252,7 @@ echo
 echo "soak: every mode (seed $seed, $per_mode s each; reports under $out)"
 awk '{
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-    printf "  %-9s sections %7s  overlaps documented %5s defect %4s  aborts expected %3s unexpected %3s  token defects %3s  rejections %5s  expired after unlock %4s  longest wait %6s ms  defects %s\n",
+    printf "  %-10s sections %7s  overlaps documented %5s defect %4s  aborts expected %3s unexpected %3s  token defects %3s  rejections %5s  expired after unlock %4s  longest wait %6s ms  defects %s\n",
         v["mode"], v["sections"], v["overlaps_documented"], v["overlaps_defect"],
         v["aborts_expected"], v["aborts_unexpected"], v["token_defects"], v["rejections"], v["expired_after_unlock"], v["longest_wait_ms"], v["defects"]
 }' "$summary"
