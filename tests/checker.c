@@ -27,6 +27,20 @@ int th_sh(const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+int th_sh_out(char *out, size_t len, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, len - 1, f) : 0;
+    out[n] = '\0';
+    int st = f ? pclose(f) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 /* ---- the checker --------------------------------------------------------- */
 
 /* A checker server left by an earlier run that was killed outright (its

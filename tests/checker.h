@@ -86,6 +86,10 @@ struct th_net {
 /* Runs a shell command (printf format); returns its exit status, -1 if it
  * did not exit. */
 int th_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Runs a shell command with its output (what it prints on stdout; add
+ * 2>&1 for stderr) into out (len bytes, NUL-terminated); returns its exit
+ * status, -1 if it did not exit. */
+int th_sh_out(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Creates the bridge (host address host_ip) and two namespaces ns[0..1]
  * with addresses ip[0..1], each behind veth[i] ("ip link set veth[i] down"

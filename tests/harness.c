@@ -69,7 +69,7 @@ struct timespec th_deadline_in(clockid_t clk, long ms)
     return deadline_in(clk, ms);
 }
 
-static int free_port(const char *addr)
+int th_free_port(const char *addr)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = { .sin_family = AF_INET };
@@ -113,7 +113,7 @@ static int bus_port_of(const struct th_redis *r)
     if (i == sizeof bus_ports / sizeof bus_ports[0])
         die("more than %zu cluster nodes", i);
     bus_ports[i].port = r->port;
-    bus_ports[i].bus = free_port(r->addr);
+    bus_ports[i].bus = th_free_port(r->addr);
     return bus_ports[i].bus;
 }
 
@@ -265,7 +265,7 @@ static void start(struct th_redis *r, const char *bind_addr, const char *const *
     if (!mkdtemp(r->dir))
         die("mkdtemp: %s", strerror(errno));
     for (int tries = 0; tries < TH_PORT_TRIES; tries++) {
-        r->port = free_port(r->addr);
+        r->port = th_free_port(r->addr);
         if (sen)    /* as redis.sentinels lists it */
             snprintf(r->url, sizeof r->url, "%s:%d", r->addr, r->port);
         else

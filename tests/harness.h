@@ -330,6 +330,9 @@ long th_storm_stop(void);
 /* Milliseconds on CLOCK_MONOTONIC. */
 long long th_now_ms(void);
 /* An absolute time `ms` from now on `clk` (for timed waits). */
+/* A TCP port free on IPv4 address addr now (bound and let go; dies if
+ * none can be had). */
+int th_free_port(const char *addr);
 struct timespec th_deadline_in(clockid_t clk, long ms);
 
 /* Reads a whole file into a malloc'ed NUL-terminated string (NULL if none). */

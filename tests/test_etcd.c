@@ -61,20 +61,6 @@ static char url[256];           /* etcd://a:p,b:p,c:p */
 static int have_etcd;
 static char etcd_path[PATH_MAX] = "/usr/bin/etcd";
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    inet_pton(AF_INET, addr, &a.sin_addr);
-    socklen_t l = sizeof a;
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(s, (struct sockaddr *)&a, &l) != 0)
-        return -1;
-    int p = ntohs(a.sin_port);
-    close(s);
-    return p;
-}
-
 static void member_start(int i, int fresh)
 {
     char name[8], dir[128], curl[64], purl[64], cluster[512] = "", logf[160];
@@ -206,8 +192,8 @@ static int group_setup(void **state)
         int away = net.up && i == MEMBERS - 1;
         snprintf(m[i].ip, sizeof m[i].ip, "%s", away ? net.ip[1] : addr);
         m[i].ns = away ? net.ns[1] : NULL;
-        m[i].cport = free_port();
-        m[i].pport = free_port();
+        m[i].cport = th_free_port(addr);
+        m[i].pport = th_free_port(addr);
         o += (size_t)snprintf(url + o, sizeof url - o, "%s%s:%d", i ? "," : "", m[i].ip,
                               m[i].cport);
     }
@@ -783,28 +769,13 @@ static void test_release_while_etcd_is_stopped_is_retried_not_left_to_the_lease(
 
 /* Runs a shell command, its output (stdout and stderr) into out (len
  * bytes); returns its exit status. */
-static int sh_out(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int sh_out(char *out, size_t len, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *f = popen(cmd, "r");
-    size_t n = f ? fread(out, 1, len - 1, f) : 0;
-    out[n] = '\0';
-    int st = f ? pclose(f) : -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* etcd with authentication on (a member of its own on a free port): the
  * lines `dmutex acl` prints make a user that can lock and list, and
  * nothing more is needed; a wrong password is named as such. */
 static void test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_password_is_named(void **s)
 {
     (void)s;
-    int cp = free_port(), pp = free_port();
+    int cp = th_free_port(addr), pp = th_free_port(addr);
     char dir[128], curl[64], purl[64], cluster[96], out[8192];
     snprintf(dir, sizeof dir, "%s/auth", data_root);
     snprintf(curl, sizeof curl, "http://%s:%d", addr, cp);
@@ -819,8 +790,8 @@ static void test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_passwor
     snprintf(ep, sizeof ep, "%s:%d", addr, cp);
     int up = 0;
     for (int i = 0; i < 100 && !up; i++, usleep(100000))
-        up = sh_out(out, sizeof out, "etcdctl --endpoints=%s endpoint health 2>&1", ep) == 0;
-    if (!up || sh_out(out, sizeof out, "etcdctl --endpoints=%s user add root "
+        up = th_sh_out(out, sizeof out, "etcdctl --endpoints=%s endpoint health 2>&1", ep) == 0;
+    if (!up || th_sh_out(out, sizeof out, "etcdctl --endpoints=%s user add root "
                       "--new-user-password=rootpw 2>&1 && etcdctl --endpoints=%s auth enable 2>&1",
                       ep, ep) != 0) {
         kill(e, SIGKILL);
@@ -830,12 +801,12 @@ static void test_authenticated_user_made_from_dmutex_acl_locks_and_a_bad_passwor
     char *cfg = th_keep_file(th_write_file(".cfg",
         "etcd = { endpoints = ( \"http://%s\" ); username = \"dmapp\"; password_env = \"DM_ETCD_PW\"; };\n"
         "lease_ms = 2000;\nmutexes = ( { symbol = \"fault_lock\"; name = \"etcd_auth\"; } );\n", ep));
-    int acl = sh_out(out, sizeof out, "DM_ETCD_PW=s3cret " TH_BUILD "/dmutex acl -c %s --plain-password "
+    int acl = th_sh_out(out, sizeof out, "DM_ETCD_PW=s3cret " TH_BUILD "/dmutex acl -c %s --plain-password "
                      "| sed 's|^etcdctl |etcdctl --endpoints=%s --user root:rootpw |' | sh 2>&1", cfg, ep);
     char lock[8192], bad[8192];
-    int lr = sh_out(lock, sizeof lock, "DM_ETCD_PW=s3cret " TH_BUILD "/dmutex run -c %s -- %s once lock "
+    int lr = th_sh_out(lock, sizeof lock, "DM_ETCD_PW=s3cret " TH_BUILD "/dmutex run -c %s -- %s once lock "
                     "-s %s -k %s 2>&1", cfg, worker_path, chk.sock, chk.prefix);
-    int br = sh_out(bad, sizeof bad, "DM_ETCD_PW=wrong " TH_BUILD "/dmutex ls -c %s 2>&1", cfg);
+    int br = th_sh_out(bad, sizeof bad, "DM_ETCD_PW=wrong " TH_BUILD "/dmutex ls -c %s 2>&1", cfg);
     kill(e, SIGKILL);
     waitpid(e, NULL, 0);
     if (acl != 0)
@@ -889,11 +860,11 @@ static void test_check_and_the_start_line_name_etcd_not_redis(void **s)
 {
     (void)s;
     char *cfg = config("etcd_check"), out[4096];
-    int rc = sh_out(out, sizeof out, "DMUTEX_REDIS='%s' " TH_BUILD "/dmutex check -c %s %s 2>&1",
+    int rc = th_sh_out(out, sizeof out, "DMUTEX_REDIS='%s' " TH_BUILD "/dmutex check -c %s %s 2>&1",
                     url, cfg, worker_path);
     if (rc != 0 || !strstr(out, ", etcd at ") || strstr(out, "redis at"))
         fail_msg("dmutex check (exit %d) does not name etcd:\n%s", rc, out);
-    rc = sh_out(out, sizeof out, "DMUTEX_LOG=info DMUTEX_REDIS='%s' DMUTEX_CONFIG=%s "
+    rc = th_sh_out(out, sizeof out, "DMUTEX_LOG=info DMUTEX_REDIS='%s' DMUTEX_CONFIG=%s "
                 "LD_PRELOAD=%s %s idle 2>&1", url, cfg, shim_path, worker_path);
     if (!strstr(out, "; etcd at "))
         fail_msg("the start line does not name etcd:\n%s", out);

@@ -54,19 +54,6 @@ struct member {
 };
 static struct member open_m, mtls_m;
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t l = sizeof a;
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(s, (struct sockaddr *)&a, &l) != 0)
-        return -1;
-    int p = ntohs(a.sin_port);
-    close(s);
-    return p;
-}
-
 static const char *cert(const char *file)
 {
     static char path[8][128];
@@ -76,21 +63,6 @@ static const char *cert(const char *file)
     return p;
 }
 
-static int sh_out(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int sh_out(char *out, size_t len, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *f = popen(cmd, "r");
-    size_t n = f ? fread(out, 1, len - 1, f) : 0;
-    out[n] = '\0';
-    int st = f ? pclose(f) : -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* One etcd member of its own cluster: https:// on `hosts` (a
  * comma-separated list of addresses) at m->cport, with `crt`/`key`;
  * client certificates from ca.crt required when `mtls`. */
@@ -98,8 +70,8 @@ static void member_start(struct member *m, const char *name, const char *hosts, 
                          const char *key, int mtls)
 {
     char dir[128], curl[256] = "", adv[64], purl[64], cluster[96], logf[128];
-    m->cport = free_port();
-    m->pport = free_port();
+    m->cport = th_free_port("127.0.0.1");
+    m->pport = th_free_port("127.0.0.1");
     snprintf(dir, sizeof dir, "%s/%s", data_root, name);
     snprintf(logf, sizeof logf, "%s/%s.log", data_root, name);
     char hs[64];
@@ -128,7 +100,7 @@ static void member_start(struct member *m, const char *name, const char *hosts, 
     char out[512];
     long long end = th_now_ms() + UP_MS;
     while (th_now_ms() < end) {
-        if (sh_out(out, sizeof out, "curl -s -m 1 --cacert %s --cert %s --key %s "
+        if (th_sh_out(out, sizeof out, "curl -s -m 1 --cacert %s --cert %s --key %s "
                    "https://127.0.0.1:%d/health", cert("ca.crt"), cert("client.crt"),
                    cert("client.key"), m->cport) == 0 && strstr(out, "\"health\":\"true\""))
             return;
@@ -268,7 +240,7 @@ static void assert_exclusion(long long sections)
 /* dmutex ls -c cfg: its exit status, its output in out. */
 static int ls_with(const char *cfg, char *out, size_t len)
 {
-    return sh_out(out, len, DMUTEX " ls -c %s 2>&1", cfg);
+    return th_sh_out(out, len, DMUTEX " ls -c %s 2>&1", cfg);
 }
 
 static void assert_refused(const char *cfg, const char *const *words)
@@ -384,7 +356,7 @@ static void test_etcds_url_works_for_dmutex_ls_and_run(void **s)
     pid_t h = worker(cfg, hout, "once", "lock", "-g", go, NULL);
     th_wait_for(hout, "inside ", RUN_MS);
     char out[8192];
-    int rc = sh_out(out, sizeof out, "DMUTEX_TLS_CA=%s " DMUTEX " ls --json -r etcds://127.0.0.1:%d "
+    int rc = th_sh_out(out, sizeof out, "DMUTEX_TLS_CA=%s " DMUTEX " ls --json -r etcds://127.0.0.1:%d "
                     "2>&1", cert("ca.crt"), open_m.cport);
     th_touch(go);
     free(th_finish(h, hout, 0, RUN_MS));
@@ -392,12 +364,12 @@ static void test_etcds_url_works_for_dmutex_ls_and_run(void **s)
         fail_msg("dmutex ls -r etcds:// (exit %d) does not show the hold:\n%s", rc, out);
     char *plain = th_keep_file(th_write_file(".cfg", "lease_ms = %ld;\n"
         "mutexes = ( { symbol = \"fault_lock\"; name = \"etls_run\"; } );\n", LEASE_MS));
-    rc = sh_out(out, sizeof out, "DMUTEX_TLS_CA=%s " DMUTEX " run -r etcds://127.0.0.1:%d -c %s -- "
+    rc = th_sh_out(out, sizeof out, "DMUTEX_TLS_CA=%s " DMUTEX " run -r etcds://127.0.0.1:%d -c %s -- "
                 "%s once lock -s %s -k %s 2>&1", cert("ca.crt"), open_m.cport, plain, worker_path,
                 chk.sock, chk.prefix);
     if (rc != 0 || !strstr(out, "inside ") || !strstr(out, "fenced ok"))
         fail_msg("dmutex run -r etcds:// (exit %d) did not lock:\n%s", rc, out);
-    rc = sh_out(out, sizeof out, DMUTEX " ls -r etcd://127.0.0.1:%d 2>&1", open_m.cport);
+    rc = th_sh_out(out, sizeof out, DMUTEX " ls -r etcd://127.0.0.1:%d 2>&1", open_m.cport);
     if (rc != 1 || !strstr(out, "an https:// member?"))
         fail_msg("a plain etcd:// URL to a TLS port (exit %d) does not say so:\n%s", rc, out);
 }
