@@ -61,6 +61,7 @@
 #include "registry.h"
 #include "util.h"
 #include "watchdog.h"
+#include "who.h"
 
 /* glibc's mutex kind bit for robust mutexes (PTHREAD_MUTEX_ROBUST_NORMAL_NP
  * in nptl's internal headers); __kind is part of the public struct. */
@@ -924,6 +925,8 @@ void dm_mapped_release_all(void)
     for (size_t i = 0; i < ngone; i++)
         name_put(gone[i]);
     free(gone);
+    /* The process's record goes first: it says what is held. */
+    dm_who_exit();
     /* Every release written without waiting (these, and the unlocks
      * before): their replies read, a failed one sent again, before the
      * process ends. */

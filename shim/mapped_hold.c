@@ -17,6 +17,7 @@
 #include "store.h"
 #include "util.h"
 #include "watchdog.h"
+#include "who.h"
 
 #define DM_YIELD_MAX_MS      1000       /* longest a thread steps aside for another process */
 #define DM_FAR_FUTURE_S      (1LL << 31) /* a deadline this far ahead is no deadline */
@@ -241,11 +242,18 @@ static int hold_acquire(struct dm_name *nm, unsigned long me, enum dm_lock_mode 
     struct dm_grant g;
     h->read = nm->rw && !nm->write;
     __atomic_store_n(&h->idle, 0, __ATOMIC_SEQ_CST);
+    /* The process's record (who.h) lists the call while it waits. */
+    struct dm_who_wait ww;
+    dm_who_wait_begin(&ww, nm->cl->name, me);
     int r = dm_store->acquire(nm->cl, h->owner, deadline,
                                (mode == DM_TRYLOCK ? DM_ACQ_TRY : 0) | (h->read ? DM_ACQ_READ : 0),
                                &g);
+    dm_who_wait_end(&ww);
     if (r != 0)
         return r;
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    h->since_real_ms = (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000;
     if (g.waited)
         tl_contended = 1;
     h->token = g.token;

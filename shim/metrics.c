@@ -53,6 +53,7 @@
 #include "log.h"
 #include "real.h"
 #include "stats.h"
+#include "store.h"
 
 #define DM_METRICS_BUF      (64 * 1024)  /* the text is written in pieces of about this */
 #define DM_METRICS_LINE_MAX 1024         /* the longest line the file has (a name is 200 bytes) */
@@ -664,6 +665,14 @@ static void median_words(const struct dm_hist *h, char *out, size_t len)
  * never reached the shim) is said to be that, not a row of zeros. */
 static void summary(const struct snapshot *s)
 {
+    if (s->n) {
+        char host[256] = "?";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = 0;
+        dm_log(DM_LOG_INFO, "exit: %s:%ld %s, process id %s (owner ids %s:<thread>)", host,
+               (long)getpid(), program_invocation_short_name, dm_store_process_id(),
+               dm_store_process_id());
+    }
     if (child_of && s->n)
         dm_log(DM_LOG_INFO, "exit: this process is a fork child of %d: its counts start at "
                "the fork", (int)child_of);

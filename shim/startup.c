@@ -36,6 +36,7 @@
 #include "symbols.h"
 #include "tls.h"
 #include "watchdog.h"
+#include "who.h"
 
 _Static_assert(DM_REAL_EX_MISSING == DM_EX_CONFIG,
                "a missing glibc function stops the program as a config error does");
@@ -714,6 +715,7 @@ static void (*const fork_order[])(enum dm_fork_phase) = {
     dm_store_atfork,    /* the store's own: Redis's release reader_mu ... slots smu */
     dm_tls_atfork,      /* ssl_rw, below either store (shim/tls.c) */
     dm_watchdog_atfork,
+    dm_who_atfork,      /* who's mutex: after wmu (the renewal thread asks who under it) */
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
 
@@ -924,12 +926,22 @@ __attribute__((constructor)) static void dm_startup_start(void)
                     "held lock of the shim)", strerror(fr), "");
     __atomic_store_n(&own_pid, getpid(), __ATOMIC_RELAXED);
     __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
+    /* Who this process is to the tools: `dmutex ls` shows its holds as
+     * host:pid program (its record, who.h), and its owner ids start with
+     * the process id. */
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
     if (config.nmutexes == 0 && config.nconds == 0 && config.nrwlocks == 0)
-        dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, %s at %s", DMUTEX_VERSION,
-                config.path, dm_store->name, dm_store->where());
+        dm_info("libdmutex %s: %s: mutexes = (): nothing mapped, %s at %s; this process is "
+                "%s:%ld %s, process id %s", DMUTEX_VERSION, config.path, dm_store->name,
+                dm_store->where(), host, (long)getpid(), program_invocation_short_name,
+                dm_store_process_id());
     else
-        dm_info("libdmutex %s: %s; %s at %s, namespace %s", DMUTEX_VERSION,
-                entries_summary(), dm_store->name, dm_store->where(), config.ns);
+        dm_info("libdmutex %s: %s; %s at %s, namespace %s; this process is %s:%ld %s, process "
+                "id %s", DMUTEX_VERSION, entries_summary(), dm_store->name, dm_store->where(),
+                config.ns, host, (long)getpid(), program_invocation_short_name,
+                dm_store_process_id());
 }
 
 __attribute__((destructor)) static void dm_startup_stop(void)

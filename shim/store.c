@@ -86,6 +86,12 @@ void dm_store_rows_free(struct dm_lock_row *rows, size_t n)
         free(rows[i].holds);
         free(rows[i].token);
         free(rows[i].node);
+        free(rows[i].who);
+        for (size_t j = 0; j < rows[i].nwaiting; j++) {
+            free(rows[i].waiting[j].owner);
+            free(rows[i].waiting[j].who);
+        }
+        free(rows[i].waiting);
     }
     free(rows);
 }

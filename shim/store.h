@@ -133,6 +133,24 @@ struct dm_lock_row {
                                expired one counts until the next acquire drops it) */
     char *node;             /* a store that spreads locks over nodes (Redis Cluster):
                                "host:port" of the node that keeps it; NULL otherwise */
+    long long lease_granted_ms; /* the backend's: the holder's lease as granted (etcd:
+                               its process lease's TTL); 0 unknown (the holder's
+                               record then says: Redis) */
+    /* dm_who_join's (who.h), from the processes' records; NULL, -1, 0 when
+     * none says: */
+    char *who;              /* the holder, "host:pid program (thread)" */
+    long long since_ms;     /* CLOCK_REALTIME ms its hold began */
+    long long renewed_ago_ms; /* ms since its lease was last renewed */
+    long renew_ms;          /* its renewal interval */
+    struct dm_lock_waiter *waiting; /* processes waiting for it, oldest first */
+    size_t nwaiting;
+};
+
+/* A process waiting for a lock, as its record says (dm_who_join). */
+struct dm_lock_waiter {
+    char *owner;            /* "<process id>:<seq>" */
+    char *who;              /* "host:pid program (thread)" */
+    long long since_ms;     /* CLOCK_REALTIME ms its wait began */
 };
 
 /* Frees admin_list's rows (every backend's: malloc'ed strings). */
@@ -164,6 +182,9 @@ struct dm_force {
     long long next_token;
     enum dm_last_end last;          /* not held */
 };
+
+/* What describe does with the process's record. */
+enum dm_describe { DM_DESCRIBE_WRITE, DM_DESCRIBE_IDLE, DM_DESCRIBE_DELETE };
 
 /* A backend. Every entry is required. */
 struct dm_store_ops {
@@ -233,6 +254,17 @@ struct dm_store_ops {
      * only; may block for a connect plus a few command timeouts. */
     void (*renew)(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
                   long long *sent_ms);
+    /* The process's record for the tools (who.h), under its process id in
+     * the config's namespace. DM_DESCRIBE_WRITE: text replaces the last
+     * one, expiring a lease after this write unless written again (a store
+     * whose process lease keeps it ties it to that lease, kept alive while
+     * anything is held); DM_DESCRIBE_IDLE: nothing more is held nor waited
+     * for: no I/O, and nothing keeps it alive on its account any more (it
+     * expires a lease after the last write); DM_DESCRIBE_DELETE: gone now
+     * (the exit). The renewal thread calls it, and the exit path; a command
+     * timeout at most. 0, or -1 (logged at debug; the next write tries
+     * again). */
+    int (*describe)(const char *text, enum dm_describe how);
 
     /* Calls fn(arg) in the store's event thread when another process wants
      * l (l->wants; its own wants are not told); returns 0 once the store
@@ -300,6 +332,9 @@ struct dm_store_ops {
     void (*admin_disconnect)(void);
     int (*admin_list)(const char *ns, struct dm_lock_row **rows, size_t *n, char *err,
                       size_t errlen);
+    /* Every process record (describe's) of namespace ns: *texts[0..*n),
+     * malloc'ed, the array too. 0, or -1 with err. */
+    int (*admin_who)(const char *ns, char ***texts, size_t *n, char *err, size_t errlen);
     int (*admin_force)(const char *ns, const char *name, int force, const char *who,
                        struct dm_force *out, char *err, size_t errlen);
     int (*admin_fresh)(const char *ns, int durable, char *said, size_t saidlen, char *err,

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "real.h"
 #include "util.h"
+#include "who.h"
 
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcv;              /* the renewal thread waits here */
@@ -170,7 +171,9 @@ static void *watchdog_main(void *arg)
 
     dm_lock(&wmu);
     for (;;) {
-        /* Sleep until the first hold is due (one round renews them all). */
+        /* Sleep until the first hold is due (one round renews them all),
+         * or the process's record (who.h) is. */
+        int renew_due, who_due;
         for (;;) {
             long long now = dm_now_ms();
             check_deadlines_locked(now);
@@ -180,8 +183,13 @@ static void *watchdog_main(void *arg)
                     wake = due_ms(h, cfg);
             if (wake != LLONG_MAX && wake < last_round + min_gap)
                 wake = last_round + min_gap;
-            if (now >= wake)
+            long long wwake = dm_who_due(now, nholds);
+            renew_due = now >= wake;
+            who_due = now >= wwake;
+            if (renew_due || who_due)
                 break;
+            if (wwake < wake)
+                wake = wwake;
             wd_wake_ms = wake;
             long long d = wake - now < cfg->renew_ms ? wake - now : cfg->renew_ms;
             struct timespec ts;
@@ -189,8 +197,8 @@ static void *watchdog_main(void *arg)
             dm_cv_timedwait(&wcv, &wmu, &ts);
         }
         wd_wake_ms = LLONG_MAX;
-        last_round = dm_now_ms();
-
+        if (renew_due)
+            last_round = dm_now_ms();
         if (nholds > cap) {
             size_t ncap = nholds * 2;
             struct snap *ns = realloc(snaps, ncap * sizeof *ns);
@@ -203,9 +211,28 @@ static void *watchdog_main(void *arg)
                 continue;
             cap = ncap;
         }
+        /* The record's copy of the holds: taken with the snapshot, written
+         * after the round (a hold's memory is only the round's). */
+        struct dm_who_hold *wh = who_due ? calloc(nholds ? nholds : 1, sizeof *wh) : NULL;
+        size_t nwh = 0;
+        if (who_due && !wh) {
+            dm_who_postpone();  /* no memory for the copy: the record waits */
+            who_due = 0;
+        }
+        for (struct dm_hold *h = holds; h && wh; h = h->next) {
+            if (h->lost || !(wh[nwh].name = strdup(h->lock->name)))
+                continue;
+            if (!(wh[nwh].owner = strdup(h->owner))) {
+                free((char *)wh[nwh].name);
+                continue;
+            }
+            wh[nwh].since_ms = h->since_real_ms;
+            wh[nwh].read = h->read;
+            nwh++;
+        }
         size_t n = 0;
         unsigned long round = ++rounds_started;
-        for (struct dm_hold *h = holds; h; h = h->next) {
+        for (struct dm_hold *h = holds; h && renew_due; h = h->next) {
             if (h->lost)
                 continue;
             h->snap_round = round;  /* its memory must outlive this round */
@@ -233,6 +260,16 @@ static void *watchdog_main(void *arg)
         free(res);
         rounds_done = round;
         dm_cv_broadcast(&round_cv);
+        if (who_due) {
+            dm_unlock(&wmu);
+            dm_who_write(wh, nwh);
+            for (size_t i = 0; i < nwh; i++) {
+                free((char *)wh[i].name);
+                free((char *)wh[i].owner);
+            }
+            free(wh);
+            dm_lock(&wmu);
+        }
     }
     return NULL;
 }
@@ -292,6 +329,22 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     }
     dm_unlock(&wmu);
     return rc;
+}
+
+void dm_watchdog_kick(void)
+{
+    dm_lock(&wmu);
+    cv_init_locked();
+    if (!running) {
+        int rc = dm_thread_start(NULL, watchdog_main, NULL);
+        if (rc == 0)
+            running = 1;
+        else
+            dm_debug("cannot start the renewal thread for the process's record: %s",
+                     strerror(rc));
+    }
+    dm_cv_signal(&wcv);
+    dm_unlock(&wmu);
 }
 
 void dm_watchdog_forget(struct dm_hold *h)

@@ -28,6 +28,8 @@ struct dm_hold {
                                    puts nothing at risk and aborts nothing. The holder
                                    clears it before it looks at `lost` to let a thread
                                    in; declare_lost sets `lost` before it reads it */
+    long long since_real_ms;    /* CLOCK_REALTIME ms of the grant (the record, who.h);
+                                   set before dm_watchdog_add */
     /* watchdog's, under its mutex: */
     unsigned gen;               /* bumped by every add, so a late reply for an old hold is ignored */
     long long renewed_ms;       /* monotonic ms at which the last good renewal was sent */
@@ -46,6 +48,10 @@ struct dm_hold {
  * use. Returns 0, or an errno from pthread_create when either thread
  * cannot start: then `h` is not watched, and must not be held. */
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);
+
+/* Wakes the renewal thread (starting it if it is not running) to write
+ * the process's record (who.h's kick). */
+void dm_watchdog_kick(void);
 
 /* Waits until no renewal round in flight still reads `h` (a round works on
  * a snapshot of the holds, outside the mutex): call it, after

@@ -272,9 +272,13 @@ print([l for l in json.load(sys.stdin)['locks'] if l['name'] == 'u.live'][0]['ho
 
 "$DMUTEX" unlock -c "$T/u.cfg" -r "$URL" u.live >"$T/out" 2>"$T/err"
 rc=$?
-if [ "$rc" -eq 1 ] && grep -qF "held by $owner1, fencing token $tok1, its lease alive for" "$T/err"; then
-    ok "unlock: a live holder is refused (exit 1), naming holder, token and lease left"
-else bad "unlock: a live holder is refused (exit 1), naming holder, token and lease left" \
+# The holder as host:pid program (thread), from its record, its owner id,
+# and whether it renews.
+if [ "$rc" -eq 1 ] &&
+   grep -qF "held by $(hostname):$holder apiprog (apiprog) (owner $owner1), fencing token $tok1, its lease alive for" "$T/err" &&
+   grep -qF "(it renews every 1.0 s): alive as far as the server can tell" "$T/err"; then
+    ok "unlock: a live holder is refused (exit 1), naming holder, token, lease left and liveness"
+else bad "unlock: a live holder is refused (exit 1), naming holder, token, lease left and liveness" \
     "exit $rc" "$(cat "$T/out" "$T/err")"; fi
 if [ "$($CLI HEXISTS "$(key admintest u.live lock)" "$owner1")" = 1 ]; then ok "unlock: refused, the hold stays"
 else bad "unlock: refused, the hold stays"; fi

@@ -12,10 +12,11 @@ DMUTEX=${DMUTEX:-build/dmutex}
 T=$(mktemp -d /tmp/ls.test.XXXXXX) || exit 1
 . tests/lib.sh
 . tools/redis-tmp.sh
-holder=""
+holder="" waiter=""
 cleanup() {
-    exec 3>&-
-    [ -n "$holder" ] && kill "$holder" 2>/dev/null && wait "$holder" 2>/dev/null
+    exec 3>&- 4>&-
+    [ -n "$holder" ] && kill -CONT "$holder" 2>/dev/null && kill "$holder" 2>/dev/null && wait "$holder" 2>/dev/null
+    [ -n "$waiter" ] && kill "$waiter" 2>/dev/null && wait "$waiter" 2>/dev/null
     redis_tmp_stop
     rm -rf "$T"
 }
@@ -29,7 +30,9 @@ cc -std=gnu11 -Wall -Wextra -Werror -pthread -Iinclude tests/install/apiprog.c -
 redis_tmp_start || fail_setup "no redis-server"
 redis_tmp_fresh lstest
 URL=redis://127.0.0.1:$REDIS_TMP_PORT
-printf 'namespace = "lstest";\nmutexes = ();\n' >"$T/app.cfg"
+# A short renewal interval: a stopped holder shows as not renewing after
+# 1 s + DM_WHO_ALIVE_SLACK_MS (1.5 s), with 7 s of its lease left.
+printf 'namespace = "lstest";\nlease_ms = 10000;\nrenew_ms = 1000;\non_lease_lost = "warn";\nmutexes = ();\n' >"$T/app.cfg"
 
 # The holder: takes and releases json.free, then holds json.held until its
 # stdin (the fifo) closes.
@@ -63,7 +66,7 @@ check_json() {
 d = json.load(open(sys.argv[1]))
 token = int(sys.argv[2]); port = sys.argv[3]
 locks = {l['name']: l for l in d['locks']}
-$code" "$T/json" "$token" "$REDIS_TMP_PORT" >"$T/py" 2>&1; then ok "$name"
+$code" "$T/json" "$token" "$REDIS_TMP_PORT" "$holder" >"$T/py" 2>&1; then ok "$name"
     else bad "$name" "$(tail -n 3 "$T/py")" "$(cat "$T/json")"; fi
 }
 check_json "namespace, server and the three names" "
@@ -88,10 +91,83 @@ assert isinstance(f['token'], int) and f['token'] > 0, f"
 "$DMUTEX" ls -r "$URL" -n lstest >"$T/table"
 held_row=$(grep '^json.held ' "$T/table")
 holder_id=$(python3 -c "import json,sys; print([l for l in json.load(open(sys.argv[1]))['locks'] if l['name']=='json.held'][0]['holder'])" "$T/json")
+host=$(hostname)
 case "$holder_id:$held_row" in
-    ?*:*" held "*" $holder_id x1 "*" $token "*) ok "the table shows the same holder and token" ;;
-    *) bad "the table shows the same holder and token" "$held_row" "json holder: $holder_id" ;;
+    ?*:*" held "*" $host:$holder apiprog (apiprog) x1 "*" yes "*" $token "*) ok "the table shows the holder as host:pid program (thread), alive, and its token" ;;
+    *) bad "the table shows the holder as host:pid program (thread), alive, and its token" "$held_row" "json holder: $holder_id" ;;
 esac
+if grep -qF "    holder $holder_id: lease renewed " "$T/table"; then ok "the line below names its owner id and its last renewal"
+else bad "the line below names its owner id and its last renewal" "$(cat "$T/table")"; fi
+check_json "json: who, since, alive, the renewal interval" "
+h = locks['json.held']
+import os, time
+assert h['who'] == '%s:%s apiprog (apiprog)' % (os.uname().nodename, sys.argv[4]), h
+assert h['alive'] is True and h['renew_ms'] == 1000, h
+assert 0 <= h['renewed_ms_ago'] <= 10000, h
+assert time.time() * 1000 - 120000 < h['since_ms'] <= time.time() * 1000 + 1000, h
+assert h['waiting'] == [], h"
+
+# ls_poll PYTHON-CONDITION: reads ls --json until the condition on `locks`
+# holds (10 s at most: records are written by the renewal thread, soon
+# after a lock call, not by it); 0 when it did.
+ls_poll() {
+    i=0
+    while [ "$i" -lt 100 ]; do
+        "$DMUTEX" ls -r "$URL" -n lstest --json >"$T/json" 2>/dev/null &&
+            python3 -c "import json, sys
+locks = {l['name']: l for l in json.load(open(sys.argv[1]))['locks']}
+sys.exit(0 if ($1) else 1)" "$T/json" "$holder" "$waiter" 2>/dev/null && return 0
+        sleep 0.1; i=$((i + 1))
+    done
+    return 1
+}
+
+# A second process waits for json.held: listed under it, as who, since when.
+mkfifo "$T/win"
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/app.cfg DMUTEX_REDIS=$URL \
+    "$T/apiprog" json.held json.free2 <"$T/win" >"$T/wout" 2>"$T/werr" 3>&- &
+waiter=$!
+exec 4>"$T/win"
+if ls_poll "[w['who'] for w in locks['json.held']['waiting']] == ['%s:%s apiprog (apiprog)' % (__import__('os').uname().nodename, sys.argv[3])]"; then
+    ok "a waiting process is listed under the lock as host:pid program (thread)"
+else bad "a waiting process is listed under the lock as host:pid program (thread)" "$(cat "$T/json")" "$(cat "$T/werr")"; fi
+check_json "json: the waiter's owner id and since" "
+w = locks['json.held']['waiting'][0]
+import time
+assert w['owner'].count(':') == 1 and len(w['owner'].split(':')[0]) == 32, w
+assert time.time() * 1000 - 60000 < w['since_ms'] <= time.time() * 1000 + 1000, w"
+"$DMUTEX" ls -r "$URL" -n lstest >"$T/table"
+if grep -qE "^    waiting $host:$waiter apiprog \(apiprog\) for [0-9]+s \([0-9a-f]{32}:1\)$" "$T/table"; then
+    ok "the table lists the waiter below the lock"
+else bad "the table lists the waiter below the lock" "$(cat "$T/table")"; fi
+
+# The holder stopped: its lease is not renewed; ls, top and unlock say so
+# while the lease still runs.
+kill -STOP "$holder"
+if ls_poll "locks['json.held']['alive'] is False and locks['json.held']['lease_ms'] > 0"; then
+    ok "a stopped holder shows as not renewing (alive false) while its lease runs"
+else bad "a stopped holder shows as not renewing (alive false) while its lease runs" "$(cat "$T/json")"; fi
+"$DMUTEX" ls -r "$URL" -n lstest >"$T/table"
+if grep -E '^json.held ' "$T/table" | grep -qF " apiprog (apiprog) x1 " &&
+   grep -E '^json.held ' "$T/table" | grep -qE ' NO +[0-9]+ '; then ok "the table says NO under ALIVE"
+else bad "the table says NO under ALIVE" "$(cat "$T/table")"; fi
+"$DMUTEX" top -r "$URL" -n lstest -N 1 >"$T/top"
+if grep -E '^json.held ' "$T/top" | grep -qF "$host:$holder apiprog (apiprog) x1" &&
+   grep -E '^json.held ' "$T/top" | grep -qE ' NO +[0-9]+ '; then ok "top shows the holder and NO under ALIVE"
+else bad "top shows the holder and NO under ALIVE" "$(cat "$T/top")"; fi
+"$DMUTEX" unlock -c "$T/app.cfg" -r "$URL" -n lstest json.held >"$T/uout" 2>"$T/uerr"
+if grep -qF "held by $host:$holder apiprog (apiprog) (owner $holder_id)" "$T/uerr" &&
+   grep -qF "NOT renewing: stopped, cut off from the server, or dead" "$T/uerr"; then
+    ok "unlock without --force names the stopped holder and says it does not renew"
+else bad "unlock without --force names the stopped holder and says it does not renew" "$(cat "$T/uerr")"; fi
+kill -CONT "$holder"
+if ls_poll "locks['json.held']['alive'] is True"; then ok "resumed, it renews again (alive true)"
+else bad "resumed, it renews again (alive true)" "$(cat "$T/json")"; fi
+key=$(redis-cli -p "$REDIS_TMP_PORT" --scan --pattern 'lstest:who:*' | head -n 1)
+pttl=$(redis-cli -p "$REDIS_TMP_PORT" PTTL "$key")
+if [ -n "$key" ] && [ "$pttl" -gt 0 ] && [ "$pttl" -le 10000 ]; then
+    ok "a process's record expires with its lease (PTTL $pttl ms of 10000)"
+else bad "a process's record expires with its lease" "key '$key' pttl '$pttl'"; fi
 
 if "$DMUTEX" ls -r "$URL" -n nothing.here --json >"$T/json" 2>"$T/jerr"; then
     check_json "an empty namespace is an empty list" "
@@ -105,6 +181,39 @@ wait "$holder"
 holder=""
 if grep -qx done "$T/out"; then ok "the holder released and exited"
 else bad "the holder released and exited" "$(cat "$T/out" "$T/err")"; fi
+n=0
+while ! grep -q '^held' "$T/wout" && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+exec 4>&-
+wait "$waiter"
+waiter=""
+if grep -qx done "$T/wout"; then ok "the waiter got the lock, released it and exited"
+else bad "the waiter got the lock, released it and exited" "$(cat "$T/wout" "$T/werr")"; fi
+left=$(redis-cli -p "$REDIS_TMP_PORT" --scan --pattern 'lstest:who:*')
+if [ -z "$left" ]; then ok "both processes' records are gone with them"
+else bad "both processes' records are gone with them" "$left"; fi
+
+# A named thread's hold shows that thread's name; a fork child's hold is
+# its own process's (a new process id), shown with the child's pid.
+mkfifo "$T/tin"
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/app.cfg DMUTEX_REDIS=$URL \
+    build/tests/progs/whoprog who.a who.b <"$T/tin" >"$T/tout" 2>"$T/terr" &
+holder=$!
+exec 3>"$T/tin"
+n=0
+while ! grep -q '^child .* held B' "$T/tout" && [ "$n" -lt 300 ] && kill -0 "$holder" 2>/dev/null; do
+    sleep 0.1; n=$((n + 1))
+done
+child=$(sed -n 's/^child \([0-9]*\) held B/\1/p' "$T/tout")
+waiter=$child      # ls_poll's argv[3]
+if [ -n "$child" ] && ls_poll "locks['who.a']['who'] == '%s:%s whoprog (seller-3)' % (__import__('os').uname().nodename, sys.argv[2]) and locks['who.b']['who'] == '%s:%s whoprog (whoprog)' % (__import__('os').uname().nodename, sys.argv[3]) and locks['who.a']['holder'].split(':')[0] != locks['who.b']['holder'].split(':')[0]"; then
+    ok "a named thread's hold shows its name; a fork child's shows the child, under its own id"
+else bad "a named thread's hold shows its name; a fork child's shows the child, under its own id" \
+    "$(cat "$T/json")" "$(cat "$T/tout" "$T/terr")"; fi
+exec 3>&-
+wait "$holder"
+holder="" waiter=""
+if grep -qx done "$T/tout" && grep -qx "child done" "$T/tout"; then ok "the thread and the child released and exited"
+else bad "the thread and the child released and exited" "$(cat "$T/tout" "$T/terr")"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

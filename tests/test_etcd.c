@@ -566,6 +566,13 @@ static void test_trylock_and_timedlock_on_a_held_lock_fail_and_leave_no_key(void
     printf("measured: dmutex ls --json while held: %s", row);
     if (!strstr(row, "\"state\": \"held\"") || !strstr(row, "\"waiters\": 0,"))
         fail_msg("dmutex ls after a trylock and a timedlock gave up: \"%s\"", row);
+    /* the holder as host:pid program, from its record under the process
+     * lease, renewing (etcd's TTLs are whole seconds: within the slack) */
+    char host[256] = "", who[300];
+    gethostname(host, sizeof host - 1);
+    snprintf(who, sizeof who, "\"who\": \"%s:%ld ", host, (long)h);
+    if (!strstr(row, who) || !strstr(row, "\"alive\": true"))
+        fail_msg("dmutex ls on etcd: no %s...\" or not alive: \"%s\"", who, row);
     th_touch(go);
     free(th_finish(h, hout, 0, RUN_MS));
     ls_row("etcd_try", row, sizeof row);

@@ -71,6 +71,7 @@ $(B)/tests/progs/staleprog: shim/mapped_impl.h
 PROG_LIBS_sslprog = $(shell pkg-config --libs libssl libcrypto)
 # api_weak includes include/dmutex.h, the public header, as a user would.
 PROG_LIBS_api_weak = -Iinclude $(shell pkg-config --libs hiredis)
+PROG_LIBS_whoprog = -Iinclude
 
 # test_lifecycle: lifeprog and the plugin it dlopens (not a program, so
 # outside tests/progs/*.c).

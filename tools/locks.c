@@ -3,10 +3,12 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cli.h"
 #include "config.h"
 #include "store.h"
+#include "who.h"
 
 struct dm_locks_conn {
     struct dm_config cfg;
@@ -51,10 +53,73 @@ int dm_locks_connect(const char *cmd, const char *cfg_path, const char *url, con
 
 const char *dm_locks_ns(struct dm_locks_conn *lc) { return lc->ns; }
 
+static long long real_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void texts_free(char **t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(t[i]);
+    free(t);
+}
+
 int dm_locks_read(struct dm_locks_conn *lc, struct dm_lock_row **rows, size_t *n, char *err,
                   size_t errlen)
 {
-    return dm_store->admin_list(lc->ns, rows, n, err, errlen);
+    if (dm_store->admin_list(lc->ns, rows, n, err, errlen) != 0)
+        return -1;
+    char **texts = NULL;
+    size_t nt = 0;
+    if (dm_store->admin_who(lc->ns, &texts, &nt, err, errlen) != 0) {
+        dm_store_rows_free(*rows, *n);
+        return -1;
+    }
+    dm_who_join(*rows, *n, texts, nt, real_ms());
+    texts_free(texts, nt);
+    return 0;
+}
+
+void dm_locks_who(struct dm_locks_conn *lc, const char *owner, char *buf, size_t len)
+{
+    char **texts = NULL;
+    size_t nt = 0;
+    char err[DM_ERR_MAX];
+    buf[0] = 0;
+    if (dm_store->admin_who(lc->ns, &texts, &nt, err, sizeof err) != 0)
+        return;
+    dm_who_describe_owner(buf, len, owner, texts, nt);
+    texts_free(texts, nt);
+}
+
+int dm_locks_alive(const struct dm_lock_row *l)
+{
+    if (!l->who || l->renewed_ago_ms < 0 || l->renew_ms <= 0)
+        return -1;
+    return l->renewed_ago_ms <= l->renew_ms + DM_WHO_ALIVE_SLACK_MS(l->renew_ms);
+}
+
+const char *dm_locks_ago(long long since_ms, char *buf, size_t len)
+{
+    if (since_ms < 0) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    long long s = (real_ms() - since_ms) / 1000;
+    if (s < 0)
+        s = 0;      /* the holder's clock is ahead of ours */
+    if (s < 60)
+        snprintf(buf, len, "%llds", s);
+    else if (s < 3600)
+        snprintf(buf, len, "%lldm%02llds", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(buf, len, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+    else
+        snprintf(buf, len, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+    return buf;
 }
 
 void dm_locks_disconnect(struct dm_locks_conn *lc)

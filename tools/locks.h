@@ -22,9 +22,23 @@ const char *dm_locks_ns(struct dm_locks_conn *lc);
 void dm_locks_disconnect(struct dm_locks_conn *lc);
 
 /* Every lock of the session's namespace, sorted by name (the store's
- * admin_list): 0 with *rows (free with dm_store_rows_free) and *n, or -1
- * with err set. */
+ * admin_list), with what the processes' records say of their holders and
+ * waiters (admin_who, dm_who_join): 0 with *rows (free with
+ * dm_store_rows_free) and *n, or -1 with err set. */
 int dm_locks_read(struct dm_locks_conn *lc, struct dm_lock_row **rows, size_t *n, char *err,
                   size_t errlen);
+
+/* "host:pid program (thread)" of owner id `owner` as its process's record
+ * says, into buf; "" when there is none (or the read failed). */
+void dm_locks_who(struct dm_locks_conn *lc, const char *owner, char *buf, size_t len);
+
+/* Is a holder alive as far as the store can tell: 1 its lease was renewed
+ * within its renewal interval (and a slack, DM_WHO_ALIVE_SLACK_MS), 0 not,
+ * -1 unknown (no record). */
+int dm_locks_alive(const struct dm_lock_row *l);
+
+/* "12s", "3m04s", "2h05m", "3d04h": how long ago CLOCK_REALTIME ms `since`
+ * was, into buf ("-" for -1). */
+const char *dm_locks_ago(long long since_ms, char *buf, size_t len);
 
 #endif

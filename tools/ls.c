@@ -20,8 +20,16 @@ static const char ls_usage[] =
     "             delayed (lock_delay_ms after an expiry, or a lease after a\n"
     "             restart that lost the data), forced (dmutex\n"
     "             unlock --force freed it), or read (an rwlock held by readers)\n"
-    "  HOLDER     owner id <process id>:<thread seq> and its hold count; for\n"
-    "             read, the number of reader processes (\"N readers\")\n"
+    "  HOLDER     the holding process as host:pid program (thread), and its\n"
+    "             hold count; its owner id <process id>:<thread seq> when the\n"
+    "             holder wrote no record (an older dmutex, or a record that\n"
+    "             expired: it renews nothing); for read, the number of reader\n"
+    "             processes (\"N readers\")\n"
+    "  SINCE      how long it has held it\n"
+    "  ALIVE      yes: its lease was renewed within its renewal interval (plus\n"
+    "             half of it and a second), as a live holder's is; NO: it was not\n"
+    "             (stopped, cut off from the server, or dead: its lease runs out\n"
+    "             in LEASE_MS); ?: unknown (no record)\n"
     "  LEASE_MS   milliseconds left on the holder's lease (read: the latest\n"
     "             reader's)\n"
     "  TOKEN      fencing token of the latest grant\n"
@@ -30,6 +38,11 @@ static const char ls_usage[] =
     "             waiting now, or having waited before)\n"
     "  NODE       Redis Cluster only: the node that holds its keys (the primary\n"
     "             of its slot; --json: \"node\")\n"
+    "Below a lock, indented: the holder's owner id and when its lease was last\n"
+    "renewed, and the processes waiting for it (host:pid program (thread) for\n"
+    "how long), as their records say. Records are written by each process's\n"
+    "renewal thread, not by its lock calls: a wait shows from its first\n"
+    "renewal interval on, or sooner.\n"
     "\n"
     "  -c, --config FILE   take the server and namespace from FILE\n"
     "  -r, --redis URL     the server, a REDIS_URL (below; default: $DMUTEX_REDIS,\n"
@@ -39,8 +52,11 @@ static const char ls_usage[] =
     "  -n, --namespace NS  key namespace\n"
     "      --json          print one JSON document instead of the table:\n"
     "                      {\"namespace\", \"redis\", \"locks\": [{\"name\", \"state\",\n"
-    "                      \"holder\", \"holds\", \"lease_ms\", \"token\", \"waiters\",\n"
-    "                      \"listening\", \"readers\"}]}, null where the table shows -\n"
+    "                      \"holder\" (the owner id), \"who\", \"since_ms\" (Unix ms),\n"
+    "                      \"renewed_ms_ago\", \"renew_ms\", \"alive\" (true, false, null),\n"
+    "                      \"holds\", \"lease_ms\", \"token\", \"waiters\", \"listening\",\n"
+    "                      \"readers\", \"waiting\": [{\"owner\", \"who\", \"since_ms\"}]}]},\n"
+    "                      null where the table shows - or ?\n"
     "  -h, --help          this text\n"
     "\n"
     DM_URL_HELP
@@ -145,8 +161,9 @@ int dm_cli_ls(int argc, char **argv)
         json_str(stdout, dm_store->where());
         fputs(", \"locks\": [", stdout);
     } else {
-        printf("%-24s %-8s %-44s %9s %16s %7s %9s%s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
-               "TOKEN", "WAITERS", "LISTENING", dm_store->admin_sharded() ? "  NODE" : "");
+        printf("%-24s %-8s %-44s %6s %5s %9s %16s %7s %9s%s\n", "NAME", "STATE", "HOLDER",
+               "SINCE", "ALIVE", "LEASE_MS", "TOKEN", "WAITERS", "LISTENING",
+               dm_store->admin_sharded() ? "  NODE" : "");
     }
     for (size_t i = 0; i < n; i++) {
         const struct dm_lock_row *l = &rows[i];
@@ -161,6 +178,25 @@ int dm_cli_ls(int argc, char **argv)
                 json_str(stdout, l->owner);
             else
                 fputs("null", stdout);
+            fputs(", \"who\": ", stdout);
+            if (l->who)
+                json_str(stdout, l->who);
+            else
+                fputs("null", stdout);
+            if (l->since_ms >= 0)
+                printf(", \"since_ms\": %lld", l->since_ms);
+            else
+                fputs(", \"since_ms\": null", stdout);
+            if (l->renewed_ago_ms >= 0)
+                printf(", \"renewed_ms_ago\": %lld", l->renewed_ago_ms);
+            else
+                fputs(", \"renewed_ms_ago\": null", stdout);
+            if (l->renew_ms > 0)
+                printf(", \"renew_ms\": %ld", l->renew_ms);
+            else
+                fputs(", \"renew_ms\": null", stdout);
+            int alive = dm_locks_alive(l);
+            printf(", \"alive\": %s", alive < 0 ? "null" : alive ? "true" : "false");
             fputs(", \"holds\": ", stdout);
             json_int_or_null(stdout, l->holds);
             fputs(", \"lease_ms\": ", stdout);
@@ -169,21 +205,42 @@ int dm_cli_ls(int argc, char **argv)
             json_int_or_null(stdout, l->token);
             printf(", \"waiters\": %lld, \"listening\": %lld, \"readers\": %lld", l->waiters,
                    l->listening, l->readers);
+            fputs(", \"waiting\": [", stdout);
+            for (size_t k = 0; k < l->nwaiting; k++) {
+                fputs(k ? ", {\"owner\": " : "{\"owner\": ", stdout);
+                json_str(stdout, l->waiting[k].owner);
+                fputs(", \"who\": ", stdout);
+                json_str(stdout, l->waiting[k].who);
+                printf(", \"since_ms\": %lld}", l->waiting[k].since_ms);
+            }
+            fputs("]", stdout);
             if (l->node) {      /* Redis Cluster: the node of the lock's slot */
                 fputs(", \"node\": ", stdout);
                 json_str(stdout, l->node);
             }
             fputs("}", stdout);
         } else {
-            char holder[128] = "-";
+            char holder[640] = "-", since[24] = "-";
+            int alive = dm_locks_alive(l);
             if (l->owner)
-                snprintf(holder, sizeof holder, "%s x%s", l->owner, l->holds);
+                snprintf(holder, sizeof holder, "%s x%s", l->who ? l->who : l->owner, l->holds);
             else if (l->readers > 0)
                 snprintf(holder, sizeof holder, "%lld reader%s", l->readers,
                          l->readers == 1 ? "" : "s");
-            printf("%-24s %-8s %-44s %9s %16s %7lld %9lld%s%s\n", l->name, l->state, holder, lease,
+            if (l->owner)
+                dm_locks_ago(l->since_ms, since, sizeof since);
+            printf("%-24s %-8s %-44s %6s %5s %9s %16s %7lld %9lld%s%s\n", l->name, l->state,
+                   holder, since, !l->owner ? "-" : alive < 0 ? "?" : alive ? "yes" : "NO", lease,
                    l->token ? l->token : "-", l->waiters, l->listening, l->node ? "  " : "",
                    l->node ? l->node : "");
+            if (l->owner && l->who && l->renewed_ago_ms >= 0)
+                printf("    holder %s: lease renewed %.1fs ago (renews every %.1fs)\n", l->owner,
+                       (double)l->renewed_ago_ms / 1000, (double)l->renew_ms / 1000);
+            for (size_t k = 0; k < l->nwaiting; k++) {
+                char ago[24];
+                printf("    waiting %s for %s (%s)\n", l->waiting[k].who,
+                       dm_locks_ago(l->waiting[k].since_ms, ago, sizeof ago), l->waiting[k].owner);
+            }
         }
     }
     if (json)

@@ -29,7 +29,9 @@ static const char top_usage[] =
     "A live view of the locks of NAMESPACE on the server, redrawn every -d\n"
     "seconds like top(1) (clear screen, redraw) while stdout is a terminal and\n"
     "no -N is given; else each refresh is printed as a plain snapshot:\n"
-    "  NAME, STATE, HOLDER and LEASE_MS, TOKEN, WAITERS as in dmutex ls, and\n"
+    "  NAME, STATE, HOLDER (host:pid program (thread) and its hold count, as\n"
+    "  the holder's record says), SINCE, ALIVE, LEASE_MS, TOKEN, WAITERS as in\n"
+    "  dmutex ls (see dmutex ls -h), and\n"
     "  ACQ/S      acquisitions per second since the previous refresh: the\n"
     "             growth of the lock's fencing counter (one per grant from the\n"
     "             server; a process's cached re-locks never reach it). \"-\" on\n"
@@ -95,17 +97,21 @@ static void draw(FILE *out, const char *ns, const struct dm_lock_row *rows, size
     }
     fprintf(out, "dmutex top - %s - namespace %s at %s - %zu locks, %zu held, %zu waiting - "
             "every %.2gs\n\n", when, ns, dm_store->where(), n, held, waiting, delay);
-    fprintf(out, "%-24s %-8s %-40s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER", "LEASE_MS",
-            "TOKEN", "WAITERS", "ACQ/S");
+    fprintf(out, "%-24s %-8s %-40s %6s %5s %9s %16s %7s %9s\n", "NAME", "STATE", "HOLDER",
+            "SINCE", "ALIVE", "LEASE_MS", "TOKEN", "WAITERS", "ACQ/S");
     for (size_t i = 0; i < n; i++) {
         const struct dm_lock_row *l = &rows[i];
-        char holder[128] = "-", lease[24] = "-", r[24];
-        if (l->owner)
-            snprintf(holder, sizeof holder, "%s x%s", l->owner, l->holds);
+        char holder[640] = "-", lease[24] = "-", r[24], since[24] = "-";
+        int alive = dm_locks_alive(l);
+        if (l->owner) {
+            snprintf(holder, sizeof holder, "%s x%s", l->who ? l->who : l->owner, l->holds);
+            dm_locks_ago(l->since_ms, since, sizeof since);
+        }
         if (l->lease_ms >= 0)
             snprintf(lease, sizeof lease, "%lld", l->lease_ms);
         rate(l, have_prev ? find(prev, nprev, l->name) : NULL, dt, r, sizeof r);
-        fprintf(out, "%-24s %-8s %-40s %9s %16s %7lld %9s\n", l->name, l->state, holder, lease,
+        fprintf(out, "%-24s %-8s %-40s %6s %5s %9s %16s %7lld %9s\n", l->name, l->state, holder,
+                since, !l->owner ? "-" : alive < 0 ? "?" : alive ? "yes" : "NO", lease,
                 l->token ? l->token : "-", l->waiters, r);
     }
     if (n == 0)

@@ -108,11 +108,35 @@ int dm_cli_unlock(int argc, char **argv)
     if (dm_store->admin_force(ns, name, force, who, &f, err, sizeof err) != 0) {
         fprintf(stderr, "dmutex unlock: %s\n", err);
     } else if (f.verdict == DM_FORCE_REFUSED) {
-        fprintf(stderr, "dmutex unlock: lock %s (namespace %s at %s) is held by %s, fencing "
-                "token %s, its lease alive for %lld ms more: a live holder renews it, so it "
-                "is not released; a dead holder's lease runs out by itself (then the next "
-                "locker takes it). --force releases it now.\n", name, ns,
-                dm_store->where(), f.owner, f.token, f.lease_left_ms);
+        /* Who it is, and whether it renews, as the holder's record and
+         * the locks say (a second read: the refusal itself is the store's
+         * one step). */
+        char desc[600] = "", alive[160] = "";
+        dm_locks_who(lc, f.owner, desc, sizeof desc);
+        struct dm_lock_row *rows;
+        size_t n;
+        char rerr[DM_ERR_MAX];
+        if (dm_locks_read(lc, &rows, &n, rerr, sizeof rerr) == 0) {
+            for (size_t i = 0; i < n; i++) {
+                const struct dm_lock_row *l = &rows[i];
+                if (strcmp(l->name, name) != 0 || !l->owner || strcmp(l->owner, f.owner) != 0)
+                    continue;
+                int a = dm_locks_alive(l);
+                if (a >= 0)
+                    snprintf(alive, sizeof alive, "; its lease was renewed %.1f s ago (it renews "
+                             "every %.1f s): %s", (double)l->renewed_ago_ms / 1000,
+                             (double)l->renew_ms / 1000,
+                             a ? "alive as far as the server can tell"
+                               : "NOT renewing: stopped, cut off from the server, or dead");
+            }
+            dm_store_rows_free(rows, n);
+        }
+        fprintf(stderr, "dmutex unlock: lock %s (namespace %s at %s) is held by %s%s%s%s, "
+                "fencing token %s, its lease alive for %lld ms more%s: a live holder renews "
+                "it, so it is not released; a dead holder's lease runs out by itself (then the "
+                "next locker takes it). --force releases it now.\n", name, ns,
+                dm_store->where(), desc[0] ? desc : f.owner, desc[0] ? " (owner " : "",
+                desc[0] ? f.owner : "", desc[0] ? ")" : "", f.token, f.lease_left_ms, alive);
     } else if (f.verdict == DM_FORCE_NOT_HELD) {
         static const char *const how[] = {
             [DM_LAST_NONE] = "never granted, or its last holder released it",

@@ -102,6 +102,11 @@ void dm_etcd_cond_key(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s#%s#c", ns(), name);
 }
 
+void dm_etcd_who_key(char *buf, size_t len, const char *ns_, const char *process_id)
+{
+    snprintf(buf, len, "%s##who#%s", ns_ ? ns_ : ns(), process_id);
+}
+
 /* ---- members and calls ---- */
 
 /* A member that failed a call is skipped for a while (CLOCK_MONOTONIC ms,

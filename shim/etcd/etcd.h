@@ -76,6 +76,10 @@ void dm_etcd_queue_key(char *buf, size_t len, const char *name, long long lease,
 void dm_etcd_writers_prefix(char *buf, size_t len, const char *name);
 void dm_etcd_marker_key(char *buf, size_t len, const char *name);
 void dm_etcd_cond_key(char *buf, size_t len, const char *name);
+/* The process's record for the tools (who.h): "NS##who#<process id>"
+ * (an empty lock name: no lock's key), in namespace ns (NULL: the
+ * config's); id "" makes the prefix of every process's. */
+void dm_etcd_who_key(char *buf, size_t len, const char *ns, const char *process_id);
 
 /* The process lease: its id (granting one first if there is none; 0 with
  * errno in *err when that failed) and when it was last renewed (sent_ms,

@@ -192,6 +192,75 @@ static int e_cond_down(const struct dm_store_lock *l)
     return dm_now_ms() < __atomic_load_n(&cond_down_until, __ATOMIC_RELAXED);
 }
 
+/* ---- the process's record (who.h) ---- */
+
+/* The record holds a use of the process lease while it exists: the
+ * store's thread keeps a used lease alive between the watchdog's rounds,
+ * and the record goes with the lease when the process dies. */
+static pthread_mutex_t dmu = PTHREAD_MUTEX_INITIALIZER;
+static int described;
+
+static int e_describe(const char *text, enum dm_describe what)
+{
+    if (what == DM_DESCRIBE_IDLE) {
+        /* No more keep-alives on its account: it goes with the lease. */
+        dm_lock(&dmu);
+        if (described) {
+            described = 0;
+            dm_etcd_lease_unuse();
+        }
+        dm_unlock(&dmu);
+        return 0;
+    }
+    char key[DM_ETCD_KEY_MAX], key64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+    dm_etcd_who_key(key, sizeof key, NULL, dm_store_process_id());
+    dm_etcd_b64(key, key64);
+    long long deadline = dm_now_ms() + dm_etcd_cfg()->redis.command_timeout_ms;
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    char why[400];
+    dm_lock(&dmu);
+    int rc = -1;
+    if (what == DM_DESCRIBE_DELETE) {
+        char body[sizeof key64 + 32];
+        snprintf(body, sizeof body, "{\"key\":\"%s\"}", key64);
+        rc = dm_etcd_call("/v3/kv/deleterange", body, deadline, &r, &how, why, sizeof why);
+        if (rc == 0)
+            dm_etcd_reply_free(&r);
+        if (described) {
+            described = 0;
+            dm_etcd_lease_unuse();
+        }
+    } else {
+        long long sent;
+        int err = 0;
+        long long id = dm_etcd_lease_get(&sent, &err, deadline);
+        size_t tl = strlen(text);
+        char *body = id ? malloc(sizeof key64 + DM_B64_LEN(tl) + 100) : NULL;
+        if (body) {
+            int n = sprintf(body, "{\"key\":\"%s\",\"value\":\"", key64);
+            n += (int)dm_b64_encode(text, tl, body + n);
+            sprintf(body + n, "\",\"lease\":\"%lld\"}", id);
+            rc = dm_etcd_call("/v3/kv/put", body, deadline, &r, &how, why, sizeof why);
+            free(body);
+            if (rc == 0) {
+                dm_etcd_reply_free(&r);
+                if (!described) {
+                    described = 1;
+                    dm_etcd_lease_use();
+                }
+            }
+        } else {
+            snprintf(why, sizeof why, "%s", id ? "out of memory" : "no process lease");
+            rc = -1;
+        }
+    }
+    dm_unlock(&dmu);
+    if (rc != 0)
+        dm_debug("the process's record %s: %s", key, why);
+    return rc == 0 ? 0 : -1;
+}
+
 /* ---- fork ---- */
 
 static void e_atfork(enum dm_fork_phase phase)
@@ -208,6 +277,8 @@ static void e_atfork(enum dm_fork_phase phase)
     if (phase == DM_FORK_CHILD) {
         pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
         cmu = fresh;
+        dmu = fresh;        /* only the renewal thread and the exit path write */
+        described = 0;      /* the record and its lease are the parent's */
         ccv_ready = 0;
     } else
         dm_unlock(&cmu);
@@ -216,9 +287,18 @@ static void e_atfork(enum dm_fork_phase phase)
 
 /* ---- the tools' calls ---- */
 
-/* ms left on lease id (etcd's timetolive: whole seconds), -1 unknown or gone. */
+/* ms left on lease id (etcd's timetolive: whole seconds), -1 unknown or
+ * gone; *granted_ms (when not NULL): the TTL it was granted, 0 unknown. */
+static long long lease_left_ms_of(long long id, long long *granted_ms);
 static long long lease_left_ms(long long id)
 {
+    return lease_left_ms_of(id, NULL);
+}
+
+static long long lease_left_ms_of(long long id, long long *granted_ms)
+{
+    if (granted_ms)
+        *granted_ms = 0;
     if (!id)
         return -1;
     char body[64], why[300];
@@ -229,6 +309,8 @@ static long long lease_left_ms(long long id)
                      dm_now_ms() + dm_etcd_cfg()->redis.command_timeout_ms, &r, &how, why, sizeof why) != 0)
         return -1;
     long long ttl = dm_json_int(&r.j, dm_json_get(&r.j, 0, "TTL"), -1);
+    if (granted_ms && ttl >= 0)
+        *granted_ms = dm_json_int(&r.j, dm_json_get(&r.j, 0, "grantedTTL"), 0) * 1000;
     dm_etcd_reply_free(&r);
     return ttl < 0 ? -1 : ttl * 1000;
 }
@@ -311,8 +393,8 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
             val[0] = '\0';
         char *name = key + strlen(pfx);
         char *kind = strchr(name, '#');
-        if (!kind)
-            continue;
+        if (!kind || kind == name)
+            continue;       /* an empty name: a process's record (NS##who#...) */
         *kind++ = '\0';
         struct dm_lock_row *row = row_of(rows, n, &cap, name);
         if (!row)
@@ -362,11 +444,49 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
     free(minw);
     for (size_t i = 0; lid && i < *n; i++)
         if (best && best[i] && (*rows)[i].owner)
-            (*rows)[i].lease_ms = lease_left_ms(lid[i]);
+            (*rows)[i].lease_ms = lease_left_ms_of(lid[i], &(*rows)[i].lease_granted_ms);
     free(lid);
     free(best);
     dm_etcd_reply_free(&r);
     qsort(*rows, *n, sizeof **rows, row_cmp);
+    return 0;
+}
+
+static int e_admin_who(const char *ns, char ***texts, size_t *n, char *err, size_t errlen)
+{
+    char pfx[DM_ETCD_KEY_MAX], p64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+    char e64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+    dm_etcd_who_key(pfx, sizeof pfx, ns, "");
+    dm_etcd_b64(pfx, p64);
+    dm_etcd_prefix_end_b64(pfx, e64);
+    char body[sizeof p64 * 2 + 64];
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"range_end\":\"%s\"}", p64, e64);
+    struct dm_etcd_reply r;
+    enum dm_fail how;
+    if (dm_etcd_call("/v3/kv/range", body, dm_now_ms() + 10 * dm_etcd_cfg()->redis.command_timeout_ms,
+                     &r, &how, err, errlen) != 0)
+        return -1;
+    int kvs = dm_json_get(&r.j, 0, "kvs");
+    int nk = dm_json_len(&r.j, kvs);
+    char **out = calloc(nk > 0 ? (size_t)nk : 1, sizeof *out);
+    size_t no = 0;
+    for (int i = 0; out && i < nk; i++) {
+        int v = dm_json_get(&r.j, dm_json_at(&r.j, kvs, i), "value");
+        char probe;
+        long len = dm_json_b64(&r.j, v, &probe, 1);     /* its length */
+        char *t = len >= 0 ? malloc((size_t)len + 1) : NULL;
+        if (t && dm_json_b64(&r.j, v, t, (size_t)len + 1) >= 0)
+            out[no++] = t;
+        else
+            free(t);
+    }
+    dm_etcd_reply_free(&r);
+    if (!out) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    *texts = out;
+    *n = no;
     return 0;
 }
 
@@ -508,6 +628,7 @@ const struct dm_store_ops dm_etcd_store = {
     .flush = dm_elock_flush,
     .flush_bounded = e_flush_bounded,
     .renew = dm_elock_renew,
+    .describe = e_describe,
     .want_watch = dm_elock_want_watch,
     .want_unwatch = dm_elock_want_unwatch,
     .cond_chan = e_cond_chan,
@@ -527,6 +648,7 @@ const struct dm_store_ops dm_etcd_store = {
     .admin_connect = e_admin_connect,
     .admin_disconnect = e_admin_disconnect,
     .admin_list = e_admin_list,
+    .admin_who = e_admin_who,
     .admin_force = e_admin_force,
     .admin_fresh = e_admin_fresh,
     .admin_keys = e_admin_keys,

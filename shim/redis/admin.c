@@ -303,6 +303,103 @@ int dm_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, char *er
     return 0;
 }
 
+/* Appends s (malloc'ed) to *v; -1 out of memory (s freed). */
+static int push(char ***v, size_t *n, size_t *cap, char *s)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 16;
+        char **nv = realloc(*v, c * sizeof *nv);
+        if (!nv) {
+            free(s);
+            return -1;
+        }
+        *v = nv;
+        *cap = c;
+    }
+    (*v)[(*n)++] = s;
+    return 0;
+}
+
+/* The record keys on conn's node: SCAN MATCH NS:who:{*}. */
+static int scan_who(struct dm_conn *conn, const char *match, char ***keys, size_t *n, size_t *cap,
+                    char *err, size_t errlen)
+{
+    char cursor[32] = "0";
+    do {
+        redisReply *r = dm_redis_command(conn, "SCAN %s MATCH %s COUNT 1000", cursor, match);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            snprintf(err, errlen, "%s", r ? "SCAN: unexpected reply" : conn->errstr);
+            if (r)
+                freeReplyObject(r);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            char *k = strdup(r->element[1]->element[i]->str);
+            if (!k || push(keys, n, cap, k) != 0) {
+                snprintf(err, errlen, "out of memory");
+                freeReplyObject(r);
+                return -1;
+            }
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+int dm_admin_who(const char *ns, char ***texts, size_t *n, char *err, size_t errlen)
+{
+    char match[DM_NAME_MAX + 16];
+    dm_keys_who(match, sizeof match, ns, "*");
+    char **keys = NULL, **out = NULL;
+    size_t nk = 0, capk = 0, no = 0, capo = 0;
+    int rc = 0;
+    if (dm_redis_cluster()) {
+        int nodes[DM_REDIS_NODES_MAX];
+        int np = dm_redis_primaries(nodes, DM_REDIS_NODES_MAX, err, errlen);
+        rc = np < 0 ? -1 : 0;
+        for (int i = 0; i < np && rc == 0; i++) {
+            struct dm_conn *conn = dm_redis_get_node(nodes[i]);
+            rc = conn->c ? scan_who(conn, match, &keys, &nk, &capk, err, errlen) : -1;
+            if (!conn->c)
+                snprintf(err, errlen, "%s", conn->errstr);
+            dm_redis_put(conn);
+        }
+    } else {
+        rc = scan_who(&tool_conn, match, &keys, &nk, &capk, err, errlen);
+    }
+    for (size_t i = 0; i < nk && rc == 0; i++) {
+        struct dm_conn *conn = dm_redis_cluster() ? dm_redis_get_key(keys[i]) : &tool_conn;
+        redisReply *r = conn->c ? dm_redis_command(conn, "GET %s", keys[i]) : NULL;
+        if (!r && conn->err != DM_REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "%s", conn->errstr);
+            rc = -1;
+        } else if (r && r->type == REDIS_REPLY_STRING) {
+            /* expired since the SCAN: nil; another type: not ours, skipped */
+            char *t = strdup(r->str);
+            if (!t || push(&out, &no, &capo, t) != 0) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+            }
+        }
+        if (r)
+            freeReplyObject(r);
+        if (dm_redis_cluster())
+            dm_redis_put(conn);
+    }
+    for (size_t i = 0; i < nk; i++)
+        free(keys[i]);
+    free(keys);
+    if (rc != 0) {
+        for (size_t i = 0; i < no; i++)
+            free(out[i]);
+        free(out);
+        return -1;
+    }
+    *texts = out;
+    *n = no;
+    return 0;
+}
 
 /* force.lua's first element. */
 enum force_reply { FORCE_REFUSED = 0,   /* {0, owner, pttl, token}: the lease is alive */

@@ -76,6 +76,11 @@ size_t dm_keys_len(const char *ns, const char *name, enum dm_key k);
 size_t dm_keys_intact(char *buf, size_t len, const char *ns);
 #define DM_KEYS_INTACT_SUFFIX ":intact"
 
+/* The record of process `process_id` for the tools (who.h):
+ * "NS:who:{<process id>}", a string with the lease as its expiry; id "*"
+ * makes the glob of every process's. Same conventions as dm_keys_build. */
+size_t dm_keys_who(char *buf, size_t len, const char *ns, const char *process_id);
+
 /* The handover channel of process `process_id` for lock `name`: the
  * DM_KEY_WAIT prefix followed by the id. Same conventions. */
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,

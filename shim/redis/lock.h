@@ -250,6 +250,8 @@ void dm_resend_atfork(enum dm_fork_phase phase);
  * only. */
 void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *res,
                     long long *sent_ms);
+/* store.h's describe: the process's record at NS:who:{<process id>}. */
+int dm_rlock_describe(const char *text, enum dm_describe how);
 /* The fork child closes the renewal connection's socket (the thread is
  * the parent's). */
 void dm_renew_atfork(enum dm_fork_phase phase);

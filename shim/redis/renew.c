@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "log.h"
 #include "redis.h"
 #include "util.h"
@@ -336,4 +337,28 @@ void dm_renew_atfork(enum dm_fork_phase phase)
      * already given back (a number another of its threads may have been
      * given since). The context's memory is the parent's. */
     memset(&wd_conn, 0, sizeof wd_conn);
+}
+
+/* The process's record (store.h: describe), on a pooled connection to
+ * the node of its key: the exit path writes too, beside this thread.
+ * Idle: nothing to do, the key's expiry is the lease. */
+int dm_rlock_describe(const char *text, enum dm_describe how)
+{
+    if (how == DM_DESCRIBE_IDLE)
+        return 0;
+    char key[DM_NAME_MAX + 64];
+    dm_keys_who(key, sizeof key, rl_cfg->ns, dm_store_process_id());
+    struct dm_conn *conn = dm_redis_get_key(key);
+    redisReply *r = NULL;
+    if (conn->c)
+        r = how == DM_DESCRIBE_WRITE
+            ? dm_redis_command(conn, "SET %s %s PX %ld", key, text, rl_cfg->lease_ms)
+            : dm_redis_command(conn, "DEL %s", key);
+    int ok = r && r->type != REDIS_REPLY_ERROR;
+    if (!ok)
+        dm_debug("the process's record %s: %s", key, r ? r->str : conn->errstr);
+    if (r)
+        freeReplyObject(r);
+    dm_redis_put(conn);
+    return ok ? 0 : -1;
 }
