@@ -37,7 +37,7 @@ printf 'namespace = "lstest";\nlease_ms = 10000;\nrenew_ms = 1000;\non_lease_los
 # The holder: takes and releases json.free, then holds json.held until its
 # stdin (the fifo) closes.
 mkfifo "$T/in"
-LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/app.cfg DMUTEX_REDIS=$URL \
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/app.cfg DMUTEX_REDIS=$URL DMUTEX_LOG=info \
     "$T/apiprog" json.held json.free <"$T/in" >"$T/out" 2>"$T/err" &
 holder=$!
 exec 3>"$T/in"
@@ -181,6 +181,16 @@ wait "$holder"
 holder=""
 if grep -qx done "$T/out"; then ok "the holder released and exited"
 else bad "the holder released and exited" "$(cat "$T/out" "$T/err")"; fi
+# DMUTEX_LOG=info: the start line and the exit summary name the process as
+# the tools show it, with the id its owner ids start with.
+pid_of_id=${holder_id%%:*}
+if grep -qF "; this process is $host:" "$T/err" &&
+   grep -qE "this process is $host:[0-9]+ apiprog, process id $pid_of_id\$" "$T/err"; then
+    ok "DMUTEX_LOG=info: the start line names the process and its id"
+else bad "DMUTEX_LOG=info: the start line names the process and its id" "$(cat "$T/err")"; fi
+if grep -qE "exit: $host:[0-9]+ apiprog, process id $pid_of_id \(owner ids $pid_of_id:<thread>\)" "$T/err"; then
+    ok "the exit summary names the process and its id"
+else bad "the exit summary names the process and its id" "$(cat "$T/err")"; fi
 n=0
 while ! grep -q '^held' "$T/wout" && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
 exec 4>&-

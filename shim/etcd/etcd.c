@@ -495,6 +495,14 @@ long long dm_etcd_lease_get(long long *sent_ms, int *err, long long deadline_ms)
     return id;
 }
 
+long long dm_etcd_lease_current(void)
+{
+    dm_lock(&emu);
+    long long id = lease.id;
+    dm_unlock(&emu);
+    return id;
+}
+
 long long dm_etcd_lease_sent(long long id)
 {
     dm_lock(&emu);

@@ -100,6 +100,8 @@ void dm_etcd_lease_forget(long long id);
 void dm_etcd_lease_revoke(void);
 /* Is id the process's live lease? No I/O. */
 int dm_etcd_lease_live(long long id);
+/* The process lease's id now, 0 none; grants nothing. No I/O. */
+long long dm_etcd_lease_current(void);
 /* When lease id was last renewed (sent), 0 when it is not the live one.
  * No I/O. */
 long long dm_etcd_lease_sent(long long id);

@@ -194,21 +194,29 @@ static int e_cond_down(const struct dm_store_lock *l)
 
 /* ---- the process's record (who.h) ---- */
 
-/* The record holds a use of the process lease while it exists: the
- * store's thread keeps a used lease alive between the watchdog's rounds,
- * and the record goes with the lease when the process dies. */
+/* The record holds a use of the process lease while the process holds or
+ * waits (the store's thread keeps a used lease alive between the
+ * watchdog's rounds), and goes with the lease when the process dies. It
+ * never grants the lease: the first lock does (a second grant racing it
+ * would cost that lock a revoke); till then the write waits. used_on: the
+ * lease the use was taken on, 0 none (a lease that lapsed dropped its
+ * uses with it). */
 static pthread_mutex_t dmu = PTHREAD_MUTEX_INITIALIZER;
-static int described;
+static long long used_on;
+
+/* dmu held. */
+static void drop_use_locked(void)
+{
+    if (used_on && dm_etcd_lease_live(used_on))
+        dm_etcd_lease_unuse();
+    used_on = 0;
+}
 
 static int e_describe(const char *text, enum dm_describe what)
 {
+    dm_lock(&dmu);
     if (what == DM_DESCRIBE_IDLE) {
-        /* No more keep-alives on its account: it goes with the lease. */
-        dm_lock(&dmu);
-        if (described) {
-            described = 0;
-            dm_etcd_lease_unuse();
-        }
+        drop_use_locked();  /* no keep-alive on its account: it goes with the lease */
         dm_unlock(&dmu);
         return 0;
     }
@@ -218,8 +226,7 @@ static int e_describe(const char *text, enum dm_describe what)
     long long deadline = dm_now_ms() + dm_etcd_cfg()->redis.command_timeout_ms;
     struct dm_etcd_reply r;
     enum dm_fail how;
-    char why[400];
-    dm_lock(&dmu);
+    char why[400] = "";
     int rc = -1;
     if (what == DM_DESCRIBE_DELETE) {
         char body[sizeof key64 + 32];
@@ -227,14 +234,9 @@ static int e_describe(const char *text, enum dm_describe what)
         rc = dm_etcd_call("/v3/kv/deleterange", body, deadline, &r, &how, why, sizeof why);
         if (rc == 0)
             dm_etcd_reply_free(&r);
-        if (described) {
-            described = 0;
-            dm_etcd_lease_unuse();
-        }
+        drop_use_locked();
     } else {
-        long long sent;
-        int err = 0;
-        long long id = dm_etcd_lease_get(&sent, &err, deadline);
+        long long id = dm_etcd_lease_current();
         size_t tl = strlen(text);
         char *body = id ? malloc(sizeof key64 + DM_B64_LEN(tl) + 100) : NULL;
         if (body) {
@@ -245,14 +247,14 @@ static int e_describe(const char *text, enum dm_describe what)
             free(body);
             if (rc == 0) {
                 dm_etcd_reply_free(&r);
-                if (!described) {
-                    described = 1;
+                if (used_on != id) {
+                    drop_use_locked();
+                    used_on = id;
                     dm_etcd_lease_use();
                 }
             }
         } else {
-            snprintf(why, sizeof why, "%s", id ? "out of memory" : "no process lease");
-            rc = -1;
+            snprintf(why, sizeof why, "%s", id ? "out of memory" : "no process lease yet");
         }
     }
     dm_unlock(&dmu);
@@ -278,7 +280,7 @@ static void e_atfork(enum dm_fork_phase phase)
         pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
         cmu = fresh;
         dmu = fresh;        /* only the renewal thread and the exit path write */
-        described = 0;      /* the record and its lease are the parent's */
+        used_on = 0;        /* the record and its lease are the parent's */
         ccv_ready = 0;
     } else
         dm_unlock(&cmu);
