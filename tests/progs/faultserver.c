@@ -1,6 +1,7 @@
 /* faultserver: a misbehaving "Redis" for the fault-injection suite. It
  * listens on a free loopback port, writes that port to PORTFILE once it
- * listens, and serves one connection at a time until killed.
+ * listens, and serves each connection in a child of its own until killed
+ * (a shim opens several: its lock calls' and its renewal thread's).
  *
  *   faultserver half-load PORTFILE
  *       reads a request, writes the first half of a SCRIPT LOAD reply,
@@ -49,6 +50,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,15 +145,42 @@ static long parse_request(const char *buf, size_t len, char *a0, char *a1, size_
     return p - buf;
 }
 
-/* half-load and half-eval: one client at a time. */
+/* The next connection, served by a child of its own: the child returns
+ * with it (and ends in client_done), the parent goes on accepting. */
+static int in_child;
+
+static int accept_client(int ls)
+{
+    signal(SIGCHLD, SIG_IGN);   /* no zombies */
+    for (;;) {
+        int c = accept(ls, NULL, NULL);
+        if (c < 0)
+            continue;
+        pid_t p = fork();
+        if (p == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);   /* stopped by pid: its children with it */
+            close(ls);
+            in_child = 1;
+            return c;
+        }
+        close(c);
+    }
+}
+
+static void client_done(int c)
+{
+    close(c);
+    if (in_child)
+        _exit(0);
+}
+
+/* half-load and half-eval: each client in a child of its own. */
 static void serve_fake(int ls, int eval_only)
 {
     static const char sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
     static const char grant[] = "*3\r\n:1\r\n:7\r\n:0\r\n";
     for (;;) {
-        int c = accept(ls, NULL, NULL);
-        if (c < 0)
-            continue;
+        int c = accept_client(ls);
         char buf[BUF_MAX];
         size_t have = 0;
         int open = 1;
@@ -183,11 +213,11 @@ static void serve_fake(int ls, int eval_only)
                     fd_write_all(c, "+OK\r\n", 5);
             }
         }
-        close(c);
+        client_done(c);
     }
 }
 
-/* noscript: one client at a time; see the usage above. */
+/* noscript: each client in a child of its own; see the usage above. */
 static void serve_noscript(int ls)
 {
     static const char sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
@@ -195,9 +225,7 @@ static void serve_noscript(int ls)
         "$59\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\nuptime:1\r\n\r\n";
     static const char noscript[] = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
     for (;;) {
-        int c = accept(ls, NULL, NULL);
-        if (c < 0)
-            continue;
+        int c = accept_client(ls);
         char buf[BUF_MAX];
         size_t have = 0;
         int open = 1;
@@ -230,11 +258,11 @@ static void serve_noscript(int ls)
                     fd_write_all(c, "+OK\r\n", 5);
             }
         }
-        close(c);
+        client_done(c);
     }
 }
 
-/* trickle: one client at a time; see the usage above. */
+/* trickle: each client in a child of its own; see the usage above. */
 static void serve_trickle(int ls, long ms)
 {
     static const char sha[] = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
@@ -244,9 +272,7 @@ static void serve_trickle(int ls, long ms)
     memcpy(reply + n + TRICKLE_LEN, "\r\n", 2);
     n += TRICKLE_LEN + 2;
     for (;;) {
-        int c = accept(ls, NULL, NULL);
-        if (c < 0)
-            continue;
+        int c = accept_client(ls);
         char buf[BUF_MAX];
         size_t have = 0;
         int open = 1;
@@ -286,7 +312,7 @@ static void serve_trickle(int ls, long ms)
                 break;
             }
         }
-        close(c);
+        client_done(c);
     }
 }
 
