@@ -766,6 +766,19 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_obj
                              : "an rwlock's writers always queue in order, and it is never "
                                "kept past its unlock");
     }
+    const config_setting_t *ps = config_setting_get_member(e, dm_config_keys[DM_K_PROTOCOL].name);
+    if (ps && (cond || rw))
+        return fail(p, cfg_line_of(ps), "protocol only applies to mutex entries: %s",
+                    cond ? "a condition variable's signals are dmutex's own channel (its "
+                           "mutex's entry says the lock's protocol)"
+                         : "an rwlock's read holds have no form in another client's lock; "
+                           "it is always protocol \"dmutex\"");
+    const char *pv = ps ? config_setting_get_string(ps) : NULL;
+    if (pv && strcmp(pv, "redisson") == 0)
+        return fail(p, cfg_line_of(ps), "protocol = \"redisson\" is not supported yet "
+                    "(issue 28): a Redisson RLock and this mutex would not exclude each other; "
+                    "use protocol = \"dmutex\" (the default), or \"setnx\" for a SET NX "
+                    "lock (docs/interop.md)");
     if (cfg_get_string(p, e, "", "symbol", &sym, &sym_line) < 0
         || cfg_get_string(p, e, "", "init_site", &site, &site_line) < 0
         || cfg_get_string(p, e, "", "object", &obj, &obj_line) < 0
@@ -773,6 +786,22 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_obj
         || cfg_get_string(p, e, "", "build_id", &bid, &bid_line) < 0
         || cfg_parse_scalars(p, e, DM_GROUP_MUTEX, m, lines) < 0)
         return -1;
+    if (m->protocol == DM_PROTOCOL_SETNX) {
+        /* A SET NX lock has no queue and no want notices: fair is off
+         * (its default is on), and a config that asks for either says
+         * what it would not get. */
+        if (lines[DM_K_FAIR] && m->fair)
+            return fail(p, lines[DM_K_FAIR], "fair = true with protocol = \"setnx\" (line %u): "
+                        "a SET NX lock has no queue, its waiters retry in no order; remove "
+                        "fair (a setnx entry is fair = false) or use protocol = \"dmutex\"",
+                        lines[DM_K_PROTOCOL]);
+        if (m->cache)
+            return fail(p, lines[DM_K_CACHE], "cache = true with protocol = \"setnx\" (line %u): "
+                        "nobody tells a SET NX lock's holder that another process wants it, so "
+                        "a cached hold would never be given up; remove cache or use "
+                        "protocol = \"dmutex\"", lines[DM_K_PROTOCOL]);
+        m->fair = 0;
+    }
     unsigned off_line = lines[DM_K_OFFSET], idx_line = lines[DM_K_INDEX];
     int has_off = off_line != 0, has_idx = idx_line != 0;
     unsigned addr_line = lines[DM_K_ADDRESS], isa_line = lines[DM_K_INIT_SITE_ADDRESS];
@@ -956,6 +985,49 @@ static int parse_programs(struct parse *p, const config_setting_t *root, struct 
     return 0;
 }
 
+static const char *protocol_word(int protocol)
+{
+    return dm_config_keys[DM_K_PROTOCOL].values[protocol];
+}
+
+/* One lock name is one lock on the wire: entries that share a name share
+ * its protocol (dmutex's keys NS:{NAME} and a SET NX string at NAME would
+ * not exclude each other). Reports the later entry, naming the earlier. */
+static int check_protocol_names(struct parse *p, const struct dm_object_config *ms, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = 0; j < i; j++) {
+            if (ms[i].protocol == ms[j].protocol || strcmp(ms[i].name, ms[j].name) != 0)
+                continue;
+            const struct dm_object_config *a = ms[i].line < ms[j].line ? &ms[i] : &ms[j];
+            const struct dm_object_config *b = a == &ms[i] ? &ms[j] : &ms[i];
+            struct shown sv;
+            return fail(p, (unsigned)b->line, "mutex entry has protocol = \"%s\" and the lock "
+                        "name %s of the mutex entry at line %d, which has protocol = \"%s\": "
+                        "one name is one lock on the wire, give both the same protocol",
+                        protocol_word(b->protocol), show(&sv, b->name), a->line,
+                        protocol_word(a->protocol));
+        }
+    return 0;
+}
+
+int dm_config_check_protocols(const struct dm_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->etcd.nendpoints == 0)
+        return 0;
+    for (size_t i = 0; i < cfg->nmutexes; i++) {
+        const struct dm_object_config *m = &cfg->mutexes[i];
+        if (m->protocol == DM_PROTOCOL_DMUTEX)
+            continue;
+        struct parse p = { .label = cfg->path ? cfg->path : "config", .err = err, .errlen = errlen };
+        struct shown sv;
+        return fail(&p, (unsigned)m->line, "protocol = \"%s\" is a Redis lock (a string at the "
+                    "key %s) and the store is etcd: use protocol = \"dmutex\" (the default) "
+                    "with etcd, or a Redis store", protocol_word(m->protocol), show(&sv, m->name));
+    }
+    return 0;
+}
+
 static int parse_mutexes(struct parse *p, const config_setting_t *root, struct dm_config *cfg)
 {
     config_setting_t *l;
@@ -972,7 +1044,9 @@ static int parse_mutexes(struct parse *p, const config_setting_t *root, struct d
         }
         cfg->nmutexes++;
     }
-    return check_duplicates(p, cfg->mutexes, cfg->nmutexes);
+    if (check_duplicates(p, cfg->mutexes, cfg->nmutexes) < 0)
+        return -1;
+    return check_protocol_names(p, cfg->mutexes, cfg->nmutexes);
 }
 
 /* conds = ( { symbol = "not_empty"; name = "queue"; }, ... ): the entries

@@ -33,6 +33,10 @@
 #define DM_METRICS_PATH_MAX       (4095 - DM_METRICS_TMP_EXTRA)         /* the whole path */
 
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
+/* A mutex entry's lock on the wire (protocol = "..."; docs/interop.md):
+ * dmutex's own keys, or the SET NX string lock other languages' clients
+ * take at the bare name. */
+enum dm_protocol { DM_PROTOCOL_DMUTEX, DM_PROTOCOL_SETNX };
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
 
 /* TLS to the server (redis.tls, or a rediss:// URL; etcd.tls, https://
@@ -115,6 +119,7 @@ struct dm_object_config {
     int required;               /* default 1: not found is an error */
     int fair;                   /* FIFO handover, default DM_FAIR_DEFAULT (on) */
     int cache;                  /* keep the cluster lock across local cycles, default 0 */
+    int protocol;               /* enum dm_protocol, default DM_PROTOCOL_DMUTEX (mutexes only) */
     int line;                   /* line of the entry in the file */
     int cond;                   /* an entry of `conds`: a pthread_cond_t (no fair, cache) */
     int rw;                     /* an entry of `rwlocks`: a pthread_rwlock_t (no fair, cache) */
@@ -173,6 +178,12 @@ int dm_config_load_for(const char *path, const char *program, struct dm_config *
  * `err` saying that an empty file or one without `mutexes` is taken for a
  * truncated or wrong one, and how to map nothing on purpose. */
 int dm_config_check_mutexes(const struct dm_config *cfg, char *err, size_t errlen);
+
+/* 0 when every entry's protocol can be spoken by the store cfg names
+ * now (after DMUTEX_REDIS and DMUTEX_ETCD: the setnx protocol is a Redis
+ * lock, not etcd's); else -1, `err` holding "FILE:LINE: ..." of the first
+ * entry that cannot, and the fix. No I/O. */
+int dm_config_check_protocols(const struct dm_config *cfg, char *err, size_t errlen);
 
 /* `url` for a message: the password of user:password@ replaced by ***.
  * Every message that shows a redis URL shows it through this. */

@@ -192,6 +192,20 @@ static int named_add(const void *addr, const char *name, int flags, int kind)
         name_put(nm);
         return EEXIST;          /* the other kind's name */
     }
+    int proto = (flags & DM_MAP_SETNX) ? DM_PROTOCOL_SETNX : DM_PROTOCOL_DMUTEX;
+    if (nm->cl->protocol != proto && (nm->refs > 1 || rw)) {
+        dm_unlock(&names_mu);
+        name_put(nm);
+        return EEXIST;          /* the name's lock is the other protocol's */
+    }
+    if (nm->cl->protocol != proto) {
+        int pr = dm_store->lock_protocol(nm->cl, proto);
+        if (pr != 0) {
+            dm_unlock(&names_mu);
+            name_put(nm);
+            return pr;
+        }
+    }
     if (rw && !nm->rw) {
         nm->rw = 1;
         dm_store->lock_rwlock(nm->cl);

@@ -231,7 +231,8 @@ static const char *entry_what(const struct dm_object_config *mc, struct entry_wh
 
 static int entry_flags(const struct dm_object_config *mc)
 {
-    return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0);
+    return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0) |
+           (mc->protocol == DM_PROTOCOL_SETNX ? DM_MAP_SETNX : 0);
 }
 
 /* Resolves one symbol entry (calls the loader: never with a lock of the
@@ -914,6 +915,8 @@ __attribute__((constructor)) static void dm_startup_start(void)
     const char *metrics = secure_getenv("DMUTEX_METRICS");
     if (metrics && *metrics && dm_config_set_metrics_file(&config, metrics, err, sizeof err) != 0)
         config_fail("DMUTEX_METRICS=%s: %s", metrics, err);
+    if (dm_config_check_protocols(&config, err, sizeof err) != 0)
+        config_fail("%s%s", err, etcd && *etcd ? " (DMUTEX_ETCD)" : "");
     dm_store_init(&config, DM_STORE_OF(&config));
     dm_metrics_init(&config);
     dm_mapped_init(&config);

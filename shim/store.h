@@ -36,6 +36,8 @@ struct dm_store_lock {
     unsigned char cache;    /* the holder keeps the lock until another process wants it */
     unsigned char wants;    /* other processes' wants reach want_watch's function */
     unsigned char rw;       /* an rwlock's: read holds beside the write hold */
+    unsigned char protocol; /* enum dm_protocol (lock_protocol): dmutex's own layout, or
+                               the setnx lock of other clients at the bare name */
 };
 
 /* The counters of l's name, to count into: made on the first call (a
@@ -211,6 +213,17 @@ struct dm_store_ops {
      * wants). No I/O. */
     void (*lock_mode)(struct dm_store_lock *l, int fair, int cache, int wants);
     void (*lock_rwlock)(struct dm_store_lock *l);
+    /* The protocol l speaks on the wire (enum dm_protocol), set before any
+     * acquire of l. DM_PROTOCOL_SETNX (docs/interop.md): the lock is a
+     * string at the bare name holding the holder's token (SET NX PX,
+     * compare-and-PEXPIRE, compare-and-DEL), shared with other clients;
+     * it has no fair mode, caching or want notices (lock_mode leaves them
+     * off), its grants carry token 0 (no fencing token), its waits retry
+     * on a bounded jittered interval (the partner publishes nothing) and
+     * its releases are all waited for. 0, or ENOTSUP when the backend
+     * does not speak it (etcd). The caller (mapped, under the name
+     * table's mutex) sets it while nothing else uses l's lock. No I/O. */
+    int (*lock_protocol)(struct dm_store_lock *l, int protocol);
 
     /* Acquires l for `owner` ("<process id>:<seq>", dm_store_owner) until
      * `deadline` (CLOCK_MONOTONIC, NULL: none), waiting for notices or

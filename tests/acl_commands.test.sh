@@ -39,7 +39,7 @@ if [ -z "$dyn" ]; then ok scripts_name_every_command_literally; else
 # shim's C code ("PING", "SCRIPT LOAD %s", argv[0] of a command) is taken
 # for a command, but for the words of error replies and prose listed here
 # (and GNU, the owner of an ELF build-id note).
-not_commands='GNU|ADDR|NOSCRIPT|NOPERM|OOM|TLS|TCP|ACL|LOADING|READONLY|MOVED|ASK|WRONGPASS|NOAUTH|ERR|MASTERDOWN|BUSY|TRYAGAIN|CLUSTERDOWN'
+not_commands='GNU|ADDR|NOSCRIPT|NOPERM|OOM|TLS|TCP|ACL|LOADING|READONLY|MOVED|ASK|WRONGPASS|NOAUTH|ERR|MASTERDOWN|BUSY|TRYAGAIN|CLUSTERDOWN|WRONGTYPE'
 # sentinel.c talks to the sentinels, which have users of their own
 # (redis.sentinel_username), not to the data nodes this ACL is for;
 # admin.c is the tools' (dmutex ls, unlock, fresh: an operator's user).

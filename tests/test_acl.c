@@ -270,6 +270,24 @@ static void test_user_without_the_key_pattern_gets_noperm_and_no_lock(void **sta
     refused_with(NULL, "~" NS ":*", "~other:*", words);
 }
 
+/* A setnx entry's lock is its bare name (docs/interop.md): the line lets
+ * the user have that key too, and the counter under it stays exact. */
+static void test_acl_line_has_each_setnx_entrys_bare_name(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; username = \"%s\"; password = \"%s\"; db = %s; };\n"
+        "namespace = \"%s\";\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"counter_lock\"; name = \"acl_sx\"; protocol = \"setnx\"; },\n"
+        "            { symbol = \"held_lock\"; name = \"acl_sx\"; protocol = \"setnx\"; "
+        "required = false; } );\n", rs.addr, rs.port, USER, PASSWORD, DB, NS, LEASE_MS));
+    char *line = acl_line(cfg, NULL);
+    th_assert_has(line, " ~" NS ":* &" NS ":* ~acl_sx -@all ");
+    run_acl_line(line, NULL, NULL, NULL);
+    free(line);
+    assert_int_equal(run_counters(cfg, "acl_sx_count"), CNT_PROCS * CNT_THREADS * CNT_ITERS);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -281,6 +299,7 @@ int main(void)
         T(test_user_without_evalsha_gets_noperm_and_no_lock),
         T(test_user_without_the_key_pattern_gets_noperm_and_no_lock),
         T(test_user_without_a_scripts_command_is_told_it_is_an_acl_refusal),
+        T(test_acl_line_has_each_setnx_entrys_bare_name),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

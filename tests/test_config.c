@@ -300,6 +300,41 @@ static void test_colon_assignment_and_no_final_semicolon_are_libconfig_syntax(vo
     assert_string_equal(cfg.ns, "x");
 }
 
+static void test_protocol_defaults_to_dmutex_and_setnx_is_unfair(void **state)
+{
+    (void)state;
+    load_ok("mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\"; name = \"audit\"; "
+            "protocol = \"setnx\"; },\n { symbol = \"c\"; name = \"audit\"; protocol = \"setnx\"; "
+            "fair = false; },\n { symbol = \"d\"; protocol = \"dmutex\"; }\n);\n");
+    assert_int_equal(cfg.mutexes[0].protocol, DM_PROTOCOL_DMUTEX);
+    assert_int_equal(cfg.mutexes[0].fair, 1);
+    assert_int_equal(cfg.mutexes[1].protocol, DM_PROTOCOL_SETNX);
+    assert_int_equal(cfg.mutexes[1].fair, 0);       /* a SET NX lock has no queue */
+    assert_int_equal(cfg.mutexes[2].protocol, DM_PROTOCOL_SETNX);
+    assert_int_equal(cfg.mutexes[3].protocol, DM_PROTOCOL_DMUTEX);
+    assert_int_equal(dm_config_check_protocols(&cfg, err, sizeof err), 0);
+}
+
+static void test_setnx_protocol_is_refused_with_etcd(void **state)
+{
+    (void)state;
+    load_ok("etcd = { endpoints = ( \"http://127.0.0.1:2379\" ); };\n"
+            "mutexes = (\n { symbol = \"a\"; },\n { symbol = \"b\"; name = \"audit\";\n"
+            "   protocol = \"setnx\"; }\n);\n");
+    assert_int_equal(dm_config_check_protocols(&cfg, err, sizeof err), -1);
+    const char *words[] = { "t.cfg:4: ", "protocol = \"setnx\" is a Redis lock", "key \"audit\"",
+                            "the store is etcd", "use protocol = \"dmutex\"" };
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strstr(err, words[i]))
+            fail_msg("expected \"%s\" in \"%s\"", words[i], err);
+    dm_config_free(&cfg);
+    load_ok("mutexes = ( { symbol = \"b\"; protocol = \"setnx\"; } );\n");
+    assert_int_equal(dm_config_check_protocols(&cfg, err, sizeof err), 0);
+    assert_int_equal(dm_config_set_redis_url(&cfg, "etcd://127.0.0.1:2379", err, sizeof err), 0);
+    assert_int_equal(dm_config_check_protocols(&cfg, err, sizeof err), -1);   /* DMUTEX_ETCD */
+    assert_non_null(strstr(err, "t.cfg:1: "));
+}
+
 static void test_name_defaults_to_symbol_without_file_qualifier(void **state)
 {
     (void)state;
@@ -1597,7 +1632,7 @@ static const struct refusal refusals[] = {
       { "unknown key \"nmae\"",
         "mutex entry",
         "did you mean name",
-        "symbol, object, name, offset, index, init_site, required, fair, cache" } },
+        "symbol, object, name, offset, index, init_site, required, fair, cache, protocol" } },
     { "test_redis_must_be_a_group",
       "redis = \"127.0.0.1:6379\";", "t.cfg:1: ",
       { "redis must be a group", "string" } },
@@ -1924,6 +1959,32 @@ static const struct refusal refusals[] = {
                  " { symbol = \"a\"; },\n { symbol = \"a\"; }\n);", "t.cfg:4: ",
       { "line 2", "\"z\"" } },
 
+    /* protocol (docs/interop.md) */
+    { "test_protocol_is_dmutex_or_setnx",
+      "mutexes = (\n { symbol = \"a\";\n   protocol = \"setx\"; }\n);", "t.cfg:3: ",
+      { "protocol = \"setx\"", "must be \"dmutex\" or \"setnx\"" } },
+    { "test_protocol_redisson_is_refused_as_not_supported_yet",
+      "mutexes = (\n { symbol = \"a\"; name = \"stock\";\n   protocol = \"redisson\"; }\n);",
+      "t.cfg:3: ", { "protocol = \"redisson\" is not supported yet", "would not exclude",
+                     "\"setnx\"" } },
+    { "test_setnx_entry_refuses_fair_true",
+      "mutexes = (\n { symbol = \"a\"; protocol = \"setnx\";\n   fair = true; }\n);", "t.cfg:3: ",
+      { "fair = true with protocol = \"setnx\" (line 2)", "no queue", "remove fair" } },
+    { "test_setnx_entry_refuses_cache",
+      "mutexes = (\n { symbol = \"a\"; protocol = \"setnx\";\n   cache = true; }\n);", "t.cfg:3: ",
+      { "cache = true with protocol = \"setnx\" (line 2)", "never be given up", "remove cache" } },
+    { "test_one_name_has_one_protocol",
+      "mutexes = (\n { symbol = \"a\"; name = \"n\"; protocol = \"setnx\"; },\n"
+      " { symbol = \"b\"; name = \"n\"; }\n);", "t.cfg:3: ",
+      { "protocol = \"dmutex\"", "lock name \"n\"", "line 2, which has protocol = \"setnx\"",
+        "the same protocol" } },
+    { "test_protocol_only_applies_to_mutex_entries",
+      "conds = (\n { symbol = \"c\";\n   protocol = \"setnx\"; }\n);", "t.cfg:3: ",
+      { "protocol only applies to mutex entries", "condition variable" } },
+    { "test_protocol_only_applies_to_mutex_entries",
+      "rwlocks = (\n { symbol = \"r\";\n   protocol = \"dmutex\"; }\n);", "t.cfg:3: ",
+      { "protocol only applies to mutex entries", "rwlock" } },
+
     /* conds */
     { "test_cond_entry_refuses_fair_and_cache",
       "conds = (\n { symbol = \"c\";\n   fair = true; }\n);", "t.cfg:3: ",
@@ -2010,6 +2071,14 @@ int main(void)
         T(test_full_config_reads_every_key),
         T(test_conds_read_symbol_and_init_site_entries),
         T(test_rwlocks_read_symbol_and_init_site_entries),
+        T(test_protocol_defaults_to_dmutex_and_setnx_is_unfair),
+        T(test_setnx_protocol_is_refused_with_etcd),
+        R(test_protocol_is_dmutex_or_setnx),
+        R(test_protocol_redisson_is_refused_as_not_supported_yet),
+        R(test_setnx_entry_refuses_fair_true),
+        R(test_setnx_entry_refuses_cache),
+        R(test_one_name_has_one_protocol),
+        R(test_protocol_only_applies_to_mutex_entries),
         R(test_cond_entry_refuses_fair_and_cache),
         R(test_cond_entry_refuses_unknown_keys),
         R(test_cond_entry_needs_symbol_or_init_site),

@@ -61,7 +61,8 @@ static const char usage_text[] =
     "\n"
     "Prints the ACL SETUSER line of the Redis user that CONFIG's processes need:\n"
     "the commands dmutex sends and nothing else, keys ~NS:* and channels &NS:*\n"
-    "of the config's namespace NS. Run it on the server (redis-cli, as an admin).\n"
+    "of the config's namespace NS, and the key ~NAME of each protocol = \"setnx\"\n"
+    "entry. Run it on the server (redis-cli, as an admin).\n"
     "With an etcd config: the etcdctl lines of a role that may read and write\n"
     "the keys NS#... and nothing else, and of a user with it (etcd.username);\n"
     "run them as etcd's root user (etcdctl --user root ...).\n"
@@ -224,7 +225,19 @@ int dm_cli_acl(int argc, char **argv)
     printf("ACL SETUSER %s reset on", user);
     if (pass)
         printf(plain ? " >%s" : " %s", plain ? pass : pw);
-    printf(" ~%s:* &%s:* -@all", ns, ns);
+    printf(" ~%s:* &%s:*", ns, ns);
+    /* A setnx entry's lock is the bare name, outside the namespace
+     * (docs/interop.md); a name has only [A-Za-z0-9_.:/@-], no pattern
+     * character. Each once. */
+    for (size_t i = 0; i < cfg.nmutexes; i++) {
+        int seen = cfg.mutexes[i].protocol != DM_PROTOCOL_SETNX;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = cfg.mutexes[j].protocol == DM_PROTOCOL_SETNX &&
+                   strcmp(cfg.mutexes[j].name, cfg.mutexes[i].name) == 0;
+        if (!seen)
+            printf(" ~%s", cfg.mutexes[i].name);
+    }
+    printf(" -@all");
     for (int i = 0; shim_commands[i]; i++)
         if (cfg.redis.db != 0 || strcmp(shim_commands[i], "select") != 0)
             printf(" +%s", shim_commands[i]);       /* SELECT is sent for db != 0 only */

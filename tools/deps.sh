@@ -12,11 +12,14 @@ set -e
 # python3: the shell tests that read JSON and tests/module_graph.test.sh.
 # dpkg-dev, debhelper, fakeroot, lintian: `make deb` (tests/deb.test.sh).
 # iptables: the network cuts inside test namespaces (test_etcd, the soak).
+# python3-redis, node and npm: test_interop's partners (redis-py's Lock;
+# redlock, which it installs into bench/node_modules as `make bench` does).
 pkgs="build-essential g++ pkg-config libhiredis-dev libconfig-dev libcmocka-dev
       libelf-dev libdw-dev redis-server redis-tools redis-sentinel iproute2 procps
       clang libclang-rt-14-dev man-db groff-base libssl-dev openssl python3
-      etcd-server etcd-client curl dpkg-dev debhelper fakeroot lintian iptables"
-[ "$1" = bench ] && pkgs="$pkgs gnuplot-nox python3-redis valgrind"
+      etcd-server etcd-client curl dpkg-dev debhelper fakeroot lintian iptables
+      python3-redis"
+[ "$1" = bench ] && pkgs="$pkgs gnuplot-nox valgrind"
 [ "$1" = loaded ] && pkgs="$pkgs stress-ng"
 
 missing=""
@@ -27,10 +30,8 @@ for p in $pkgs; do
 done
 # node and npm by command, not by package: a nodejs from another source
 # (nodesource's bundles npm) is as good, and Debian's npm conflicts with it.
-if [ "$1" = bench ]; then
-    command -v node >/dev/null 2>&1 || missing="$missing nodejs"
-    command -v npm >/dev/null 2>&1 || missing="$missing npm"
-fi
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -614,6 +614,14 @@ static int e_admin_sharded(void)
     return 0;
 }
 
+/* etcd speaks dmutex's protocol only: the setnx lock is a Redis string
+ * (config refuses it with etcd: dm_config_check_protocols). */
+static int e_lock_protocol(struct dm_store_lock *l, int protocol)
+{
+    (void)l;
+    return protocol == DM_PROTOCOL_DMUTEX ? 0 : ENOTSUP;
+}
+
 const struct dm_store_ops dm_etcd_store = {
     .name = "etcd",
     .init = e_init,
@@ -623,6 +631,7 @@ const struct dm_store_ops dm_etcd_store = {
     .lock_put = dm_elock_put,
     .lock_mode = dm_elock_mode,
     .lock_rwlock = dm_elock_rwlock,
+    .lock_protocol = e_lock_protocol,
     .acquire = dm_elock_acquire,
     .release = dm_elock_release,
     .release_hold = e_release_hold,

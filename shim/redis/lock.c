@@ -440,6 +440,23 @@ static int rw_keys(const struct dm_rlock *l, const char *const *k, const char **
     return n;
 }
 
+/* An acquire refused with WRONGTYPE: acquire.lua found the lock's key of
+ * another type ("WRONGTYPE NS:{NAME} holds a string, ..."). Not a passing
+ * refusal but another client's lock under the key (a SET NX string at
+ * NS:{NAME}): the server's words, then the cause naming both protocols,
+ * as the setnx protocol says of a hash at its name (setnx.c). No grant
+ * comes of it: on_redis_down decides, as for any refusal. */
+static void wrongtype_words(struct dm_redis_error *why)
+{
+    if (why->err != DM_REDIS_REPLY_ERROR || !strstr(why->errstr, "WRONGTYPE"))
+        return;
+    size_t n = strlen(why->errstr);
+    snprintf(why->errstr + n, sizeof why->errstr - n, ": another protocol's lock has the key "
+             "(a string is a SET NX lock, protocol \"setnx\"), and this entry has protocol = "
+             "\"dmutex\"; not taken while it is there; give every client of the name one "
+             "protocol (docs/interop.md)");
+}
+
 DM_KEYS_FRAME
 static enum attempt attempt(struct dm_rlock *l, const char *owner, const char *member,
                             int queue, int read, long ack_ms, struct dm_grant *g, long *pttl,
@@ -468,6 +485,7 @@ static enum attempt attempt(struct dm_rlock *l, const char *owner, const char *m
     redisReply *r = dm_redis_script(conn, DM_SCRIPT_ACQUIRE, nkeys, nkeys + 12, args);
     if (!r) {
         dm_redis_error_keep(why, conn);
+        wrongtype_words(why);
         dm_redis_put(conn);
         return ATT_FAILED;
     }

@@ -8,5 +8,8 @@ extern const char dm_lua_cancel[];
 extern const char dm_lua_force[];     /* dmutex unlock (tools/unlock.c), not the shim */
 extern const char dm_lua_release[];
 extern const char dm_lua_renew[];
+extern const char dm_lua_setnx_acquire[];
+extern const char dm_lua_setnx_release[];
+extern const char dm_lua_setnx_renew[];
 
 #endif

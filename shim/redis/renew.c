@@ -40,15 +40,18 @@ struct snap {
     int node;           /* Redis Cluster: the node that owns the key's slot */
     const char *owner;
     int read;           /* an rwlock's read hold: key is its readers set */
+    enum dm_script script;      /* renew.lua, or setnx_renew.lua (the setnx protocol:
+                                   key is the bare name, owner the hold's token) */
     char key[DM_RLOCK_KEY_MAX];
+    char token[DM_MEMBER_MAX];
 };
 
-/* renew.lua's KEYS and ARGV for one snapshot (`args` has room for 4);
+/* renew.lua's (or setnx_renew.lua's) KEYS and ARGV for one snapshot (`args` has room for 4);
  * returns how many ARGV follow the one key. */
 static int renew_args(const struct snap *s, const char *lease, const char **args)
 {
     args[0] = s->key;
-    args[1] = s->owner;
+    args[1] = s->script == DM_SCRIPT_SETNX_RENEW ? s->token : s->owner;
     args[2] = lease;
     args[3] = "r";
     return s->read ? 3 : 2;
@@ -135,11 +138,11 @@ static size_t renew_pipeline(struct dm_conn *conn, struct snap *snaps, size_t n,
     for (size_t i = 0; i < n; i++) {
         const char *args[4];
         int nargs = renew_args(&snaps[i], lease, args);
-        dm_redis_append_script(conn, DM_SCRIPT_RENEW, 1, 1 + nargs, args);
+        dm_redis_append_script(conn, snaps[i].script, 1, 1 + nargs, args);
     }
     int broken = 0, wrong_node = 0;
     for (got = 0; got < n && !broken; got++) {
-        redisReply *r = dm_redis_pipeline_reply(conn, DM_SCRIPT_RENEW);
+        redisReply *r = dm_redis_pipeline_reply(conn, snaps[got].script);
         if (r) {
             res[got] = r->type == REDIS_REPLY_INTEGER && r->integer == RENEW_REPLY_RENEWED ? RENEW_OK
                                                                         : RENEW_LOST;
@@ -184,7 +187,7 @@ static size_t renew_pipeline(struct dm_conn *conn, struct snap *snaps, size_t n,
         }
         const char *args[4];
         int nargs = renew_args(&snaps[i], lease, args);
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 1 + nargs, args);
+        redisReply *r = dm_redis_script(conn, snaps[i].script, 1, 1 + nargs, args);
         res[i] = !r || r->type != REDIS_REPLY_INTEGER ? RENEW_UNKNOWN
                : r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
         if (r)
@@ -248,7 +251,7 @@ static size_t renew_cluster(struct snap *snaps, size_t n, enum renewal *res, con
         struct dm_conn *conn = dm_redis_get_key(snaps[i].key);
         const char *args[4];
         int nargs = renew_args(&snaps[i], lease, args);
-        redisReply *r = dm_redis_script(conn, DM_SCRIPT_RENEW, 1, 1 + nargs, args);
+        redisReply *r = dm_redis_script(conn, snaps[i].script, 1, 1 + nargs, args);
         if (r && r->type == REDIS_REPLY_INTEGER)
             res[i] = r->integer == RENEW_REPLY_RENEWED ? RENEW_OK : RENEW_LOST;
         if (r)
@@ -288,7 +291,16 @@ void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *out
         snaps[i].i = i;
         snaps[i].owner = holds[i].owner;
         snaps[i].read = holds[i].read;
-        dm_rlock_key(dm_rlock_of(holds[i].lock), holds[i].read ? DM_KEY_READERS : DM_KEY_LOCK,
+        snaps[i].script = DM_SCRIPT_RENEW;
+        struct dm_rlock *l = dm_rlock_of(holds[i].lock);
+        if (l->pub.protocol == DM_PROTOCOL_SETNX) {
+            /* The bare name holding the hold's token (setnx.c). */
+            snaps[i].script = DM_SCRIPT_SETNX_RENEW;
+            snprintf(snaps[i].key, sizeof snaps[i].key, "%s", l->name);
+            rl_member_of(snaps[i].token, holds[i].owner, __atomic_load_n(&l->sx_id, __ATOMIC_ACQUIRE));
+            continue;
+        }
+        dm_rlock_key(l, holds[i].read ? DM_KEY_READERS : DM_KEY_LOCK,
                      snaps[i].key, sizeof snaps[i].key);
     }
     struct dm_conn *conn = &wd_conn;

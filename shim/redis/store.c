@@ -39,7 +39,22 @@ static void r_lock_put(struct dm_store_lock *l)
 
 static void r_lock_mode(struct dm_store_lock *l, int fair, int cache, int wants)
 {
-    dm_rlock_mode(dm_rlock_of(l), fair, cache, wants);
+    /* A setnx lock has no queue and no want notices (store.h). */
+    if (l->protocol != DM_PROTOCOL_SETNX)
+        dm_rlock_mode(dm_rlock_of(l), fair, cache, wants);
+}
+
+static int r_lock_protocol(struct dm_store_lock *l, int protocol)
+{
+    if (protocol != DM_PROTOCOL_DMUTEX && protocol != DM_PROTOCOL_SETNX)
+        return ENOTSUP;
+    l->protocol = (unsigned char)protocol;
+    return 0;
+}
+
+static int setnx(const struct dm_store_lock *l)
+{
+    return l->protocol == DM_PROTOCOL_SETNX;
 }
 
 static void r_lock_rwlock(struct dm_store_lock *l)
@@ -50,23 +65,37 @@ static void r_lock_rwlock(struct dm_store_lock *l)
 static int r_acquire(struct dm_store_lock *l, const char *owner, const struct timespec *deadline,
                      int flags, struct dm_grant *g)
 {
+    if (setnx(l))
+        return dm_setnx_acquire(dm_rlock_of(l), owner, deadline, flags, g);
     return dm_rlock_acquire(dm_rlock_of(l), owner, deadline, flags, g);
 }
 
 static int r_release(struct dm_store_lock *l, const char *owner, uint64_t token)
 {
+    if (setnx(l))
+        return dm_setnx_release(dm_rlock_of(l), owner, 0);
     return dm_rlock_release(dm_rlock_of(l), owner, token);
 }
 
 static int r_release_hold(struct dm_store_lock *l, const char *owner, uint64_t token,
                           unsigned long wait_id)
 {
+    if (setnx(l))
+        return dm_setnx_release(dm_rlock_of(l), owner, wait_id);
     return dm_rlock_release_hold(dm_rlock_of(l), owner, token, wait_id);
 }
 
 static int r_release_nowait(struct dm_store_lock *l, const char *owner, uint64_t token,
                             unsigned long wait_id, long long lease_end_ms, dm_store_lost_fn lost)
 {
+    if (setnx(l)) {
+        /* Every setnx release is waited for: its verdict, told as a late
+         * one would be. */
+        int r = dm_setnx_release(dm_rlock_of(l), owner, wait_id);
+        if (r == EPERM && lost)
+            lost(l, owner, token, dm_store_gone_how(r, lease_end_ms));
+        return r;
+    }
     return dm_rlock_release_nowait(dm_rlock_of(l), owner, token, wait_id, lease_end_ms, lost);
 }
 
@@ -153,6 +182,7 @@ const struct dm_store_ops dm_redis_store = {
     .lock_put = r_lock_put,
     .lock_mode = r_lock_mode,
     .lock_rwlock = r_lock_rwlock,
+    .lock_protocol = r_lock_protocol,
     .acquire = r_acquire,
     .release = r_release,
     .release_hold = r_release_hold,

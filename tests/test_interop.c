@@ -1,0 +1,456 @@
+/* test_interop: the setnx protocol (docs/interop.md) against the real
+ * partner clients, started here: redis-py's Lock (Debian's python3-redis,
+ * tests/progs/setnx_partner.py) and redlock 5 with one server (npm, in
+ * bench/node_modules as `make bench` installs it; tests/progs/
+ * setnx_partner.js), sharing one lock name with dmutex-mapped C programs
+ * (tests/progs/counter, tests/progs/interprog) on the group's own
+ * redis-server. The store's half is driven in process too: the key a grant
+ * writes, a release or renewal that finds the key gone or another's, a
+ * key of another type at either protocol's name. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "harness.h"
+#include "lock.h"
+#include "store.h"
+
+#define CMD_TIMEOUT_MS  500L
+#define LEASE_MS        600L    /* the programs' lease: a section of 2 s outlives 3 of them */
+#define SLACK_MS        1500L   /* how late an event may be on a loaded machine */
+#define RUN_MS          30000L  /* a partner or counter process ends within this */
+#define SUITE_ALARM_S   120
+#define PARTNER_PY      "tests/progs/setnx_partner.py"
+#define PARTNER_JS      "tests/progs/setnx_partner.js"
+#define INTERPROG       TH_BUILD "/tests/progs/interprog"
+#define PYTHON          "/usr/bin/python3"     /* Debian's, with python3-redis */
+#define LATENCY_ROUNDS  5
+
+static struct th_redis rs;
+static redisContext *rc;
+static struct dm_config cfg;
+static char shim[4096], interprog[4096], counter[4096];
+static char node[4096];
+
+/* `prog` on PATH, into out; 0, or -1. */
+static int on_path(const char *prog, char *out, size_t len)
+{
+    const char *path = getenv("PATH");
+    for (const char *p = path; p && *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(out, len, "%.*s/%s", (int)n, p, prog);
+        if (access(out, X_OK) == 0)
+            return 0;
+        p += n + (p[n] == ':');
+    }
+    return -1;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (th_built_paths(TH_SHIM, shim, INTERPROG, interprog, TH_COUNTER, counter, (char *)NULL) < 0)
+        return -1;
+    if (system(PYTHON " -c 'import redis' 2>/dev/null") != 0) {
+        fprintf(stderr, "test_interop: %s cannot import redis: run tools/deps.sh "
+                "(Debian's python3-redis)\n", PYTHON);
+        return -1;
+    }
+    if (on_path("node", node, sizeof node) < 0) {
+        fprintf(stderr, "test_interop: no node on PATH: run tools/deps.sh\n");
+        return -1;
+    }
+    /* redlock as `make bench` installs it (bench/run.sh): the pinned
+     * bench/package-lock.json, npm's own client. */
+    struct stat st;
+    if (stat("bench/node_modules/redlock/package.json", &st) != 0 &&
+        system("npm ci --prefix bench --no-audit --no-fund --loglevel=error >&2") != 0) {
+        fprintf(stderr, "test_interop: npm ci --prefix bench failed: redlock is not there\n");
+        return -1;
+    }
+    th_group_start(&rs, &rc, SUITE_ALARM_S, NULL);
+    th_cluster_config(&cfg, &rs, CMD_TIMEOUT_MS, LEASE_MS);
+    cfg.on_lease_lost = DM_LOST_WARN;
+    dm_store_init(&cfg, &dm_redis_store);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cfg.on_redis_down = DM_DOWN_BLOCK;
+    th_test_cleanup();
+    return 0;
+}
+
+/* ---- in process: the store's half ------------------------------------------ */
+
+/* A record of `name` speaking the setnx protocol. */
+static struct dm_rlock *setnx_lock(const char *name)
+{
+    struct dm_rlock *l = th_lock_get(name);
+    assert_int_equal(dm_redis_store.lock_protocol(&l->pub, DM_PROTOCOL_SETNX), 0);
+    return l;
+}
+
+static int acquire(struct dm_rlock *l, const char *owner, int flags, struct dm_grant *g)
+{
+    struct timespec dl = th_deadline_in(CLOCK_MONOTONIC, TH_GRANT_MS);
+    return dm_redis_store.acquire(&l->pub, owner, &dl, flags, g);
+}
+
+static enum dm_renewal renew_one(struct dm_rlock *l, const char *owner)
+{
+    struct dm_renew h = { &l->pub, owner, 0 };
+    enum dm_renewal res = DM_RENEW_UNKNOWN;
+    long long sent;
+    dm_redis_store.renew(&h, 1, &res, &sent);
+    return res;
+}
+
+static void test_a_setnx_grant_is_the_bare_name_holding_its_token(void **state)
+{
+    (void)state;
+    struct dm_rlock *l = setnx_lock("sx_grant");
+    char owner[DM_OWNER_MAX], token[DM_OWNER_MAX + 24];
+    dm_store_owner(owner, 1);
+    struct dm_grant g;
+    assert_int_equal(acquire(l, owner, 0, &g), 0);
+    assert_int_equal(g.token, 0);           /* no fencing token on this protocol */
+    assert_int_equal(g.lease_ms, LEASE_MS);
+    snprintf(token, sizeof token, "%s|%lu", owner, g.wait_id);
+    redisReply *r = th_cmd(rc, "GET sx_grant");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, token);
+    freeReplyObject(r);
+    long long pttl = th_cmd_int(rc, "PTTL sx_grant");
+    assert_true(pttl > 0 && pttl <= LEASE_MS);
+    assert_int_equal(th_cmd_int(rc, "EXISTS %s", th_key("sx_grant", DM_KEY_LOCK)), 0);
+    /* Another owner (another process's hold) is refused; the holder's
+     * renewal keeps it. */
+    char other[DM_OWNER_MAX];
+    dm_store_owner(other, 2);
+    struct dm_grant g2;
+    assert_int_equal(acquire(l, other, DM_ACQ_TRY, &g2), EBUSY);
+    assert_int_equal(renew_one(l, owner), DM_RENEW_OK);
+    assert_int_equal(dm_redis_store.release_hold(&l->pub, owner, g.token, g.wait_id), 0);
+    assert_int_equal(th_cmd_int(rc, "EXISTS sx_grant"), 0);
+    dm_redis_store.lock_put(&l->pub);
+}
+
+static void test_a_setnx_renewal_finding_the_key_gone_or_anothers_is_lost(void **state)
+{
+    (void)state;
+    struct dm_rlock *l = setnx_lock("sx_lost");
+    char owner[DM_OWNER_MAX];
+    dm_store_owner(owner, 1);
+    struct dm_grant g;
+    assert_int_equal(acquire(l, owner, 0, &g), 0);
+    freeReplyObject(th_cmd(rc, "SET sx_lost someone-else PX 10000"));  /* taken over */
+    assert_int_equal(renew_one(l, owner), DM_RENEW_LOST);
+    assert_int_equal(dm_redis_store.release_hold(&l->pub, owner, g.token, g.wait_id), EPERM);
+    redisReply *r = th_cmd(rc, "GET sx_lost");
+    assert_string_equal(r->str, "someone-else");     /* never deleted by us */
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(rc, "DEL sx_lost"));
+    assert_int_equal(acquire(l, owner, 0, &g), 0);
+    freeReplyObject(th_cmd(rc, "DEL sx_lost"));       /* expired, evicted */
+    assert_int_equal(renew_one(l, owner), DM_RENEW_LOST);
+    assert_int_equal(dm_redis_store.release_hold(&l->pub, owner, g.token, g.wait_id), EPERM);
+    dm_redis_store.lock_put(&l->pub);
+}
+
+static void test_a_hash_at_a_setnx_name_is_never_granted(void **state)
+{
+    (void)state;
+    struct dm_rlock *l = setnx_lock("sx_hash");
+    char owner[DM_OWNER_MAX];
+    dm_store_owner(owner, 1);
+    freeReplyObject(th_cmd(rc, "HSET sx_hash 8f3c:1 1"));   /* a Redisson RLock's layout */
+    struct dm_grant g;
+    assert_int_equal(acquire(l, owner, DM_ACQ_TRY, &g), EBUSY);
+    cfg.on_redis_down = DM_DOWN_ERROR;
+    assert_int_equal(acquire(l, owner, 0, &g), EAGAIN);
+    assert_int_equal(th_cmd_int(rc, "HGET sx_hash 8f3c:1"), 1);    /* left as it was */
+    freeReplyObject(th_cmd(rc, "DEL sx_hash"));
+    dm_redis_store.lock_put(&l->pub);
+}
+
+/* ---- processes: the partners and dmutex-mapped programs ------------------------ */
+
+static char *setnx_config(const char *symbol, const char *name, const char *top)
+{
+    char entry[256];
+    snprintf(entry, sizeof entry, "  { symbol = \"%s\"; name = \"%s\"; protocol = \"setnx\"; }",
+             symbol, name);
+    return th_config_top(LEASE_MS, top, entry);
+}
+
+static pid_t partner_py(const char *out, const char *name, const char *mode, const char *a,
+                        const char *b, const char *c)
+{
+    char *argv[] = { PYTHON, PARTNER_PY, rs.port_text, (char *)name, (char *)mode, (char *)a,
+                     (char *)b, (char *)c, NULL };
+    return th_child(argv, NULL, out);
+}
+
+static pid_t partner_js(const char *out, const char *name, const char *mode, const char *a,
+                        const char *b, const char *c)
+{
+    char *argv[] = { node, PARTNER_JS, rs.port_text, (char *)name, (char *)mode, (char *)a,
+                     (char *)b, (char *)c, NULL };
+    return th_child(argv, NULL, out);
+}
+
+static pid_t interprog_run(const char *out, const char *cfgfile, const char *mode, const char *arg,
+                           const char *log)
+{
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfgfile, rs.url, log);
+    char *argv[] = { interprog, (char *)mode, (char *)arg, NULL };
+    return th_child(argv, env, out);
+}
+
+static void assert_lacks(const char *text, const char *needle)
+{
+    if (strstr(text, needle))
+        fail_msg("output says \"%s\":\n%s", needle, text);
+}
+
+/* Two dmutex-mapped counter processes (two threads each), a redis-py and
+ * a redlock process, one non-atomic counter under one lock name: exact. */
+static void test_counter_is_exact_with_redis_py_redlock_and_dmutex_on_one_name(void **state)
+{
+    (void)state;
+    const int procs = 2, threads = 2, iters = 40, partner_iters = 40;
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, setnx_config("counter_lock", "interop_ctr", ""), rs.url, "warn");
+    char t[16], n[16], pn[16];
+    snprintf(t, sizeof t, "%d", threads);
+    snprintf(n, sizeof n, "%d", iters);
+    snprintf(pn, sizeof pn, "%d", partner_iters);
+    freeReplyObject(th_cmd(rc, "DEL interop_ctr interop_n"));
+    char *cargv[] = { counter, rs.addr, rs.port_text, "interop_n", t, n, "200", NULL };
+    pid_t pid[4];
+    char *out[4];
+    for (int i = 0; i < 4; i++)
+        out[i] = th_out_file();
+    for (int i = 0; i < procs; i++)
+        pid[i] = th_child(cargv, env, out[i]);
+    pid[2] = partner_py(out[2], "interop_ctr", "count", "interop_n", pn, "200");
+    pid[3] = partner_js(out[3], "interop_ctr", "count", "interop_n", pn, "200");
+    for (int i = 0; i < 4; i++) {
+        char *text = th_finish(pid[i], out[i], 0, RUN_MS);
+        char done[32];
+        snprintf(done, sizeof done, "done %d", i < procs ? threads * iters : partner_iters);
+        th_assert_has(text, done);
+        assert_lacks(text, "WRONGTYPE");
+        assert_lacks(text, "redis error");
+        assert_lacks(text, "error:");
+        free(text);
+    }
+    assert_int_equal(th_cmd_int(rc, "GET interop_n"), procs * threads * iters + 2 * partner_iters);
+    assert_int_equal(th_cmd_int(rc, "EXISTS interop_ctr"), 0);
+}
+
+/* A partner holder killed with its lock: dmutex gets in once its TTL
+ * has run out on the server, not before. */
+static void test_a_killed_partner_holders_lock_is_taken_after_its_ttl(void **state)
+{
+    (void)state;
+    const long ttl = 1500;
+    char ttl_s[16];
+    snprintf(ttl_s, sizeof ttl_s, "%ld", ttl);
+    char *pout = th_out_file(), *out = th_out_file();
+    pid_t p = partner_py(pout, "interop_ttl", "hold", ttl_s, NULL, NULL);
+    th_wait_for(pout, "held ", SLACK_MS * 4);
+    char *text = th_read_output(pout);
+    long long held = th_field_after(text, "held ");
+    free(text);
+    kill(p, SIGKILL);
+    th_wait(p, SLACK_MS);
+    th_forget(p);
+    assert_true(th_cmd_int(rc, "PTTL interop_ttl") > 0);   /* still the dead partner's */
+    pid_t c = interprog_run(out, setnx_config("shared_lock", "interop_ttl", ""), "lock", NULL,
+                            "warn");
+    text = th_finish(c, out, 0, RUN_MS);
+    long long locked = th_field_after(text, "locked 0 ");
+    print_message("partner's TTL %ld ms; dmutex got the lock %lld ms after the partner's grant\n",
+                  ttl, locked - held);
+    /* The key's expiry runs from the SET, which was before "held". */
+    assert_true(locked - held >= ttl - 50);
+    assert_true(locked - held <= ttl + SLACK_MS);
+    free(text);
+}
+
+/* A section 3 leases long: dmutex's renewal keeps the key, and polling
+ * partners (redis-py and redlock, an attempt every 2 ms) get it only
+ * after the unlock. */
+static void test_renewal_keeps_a_long_section_from_polling_partners(void **state)
+{
+    (void)state;
+    char *out = th_out_file(), *py = th_out_file(), *js = th_out_file();
+    pid_t c = interprog_run(out, setnx_config("shared_lock", "interop_long", ""), "hold", "2000",
+                            "warn");
+    th_wait_for(out, "locked 0 ", SLACK_MS * 4);
+    pid_t p1 = partner_py(py, "interop_long", "poll", "5000", "6000", NULL);
+    pid_t p2 = partner_js(js, "interop_long", "poll", "5000", "6000", NULL);
+    char *text = th_finish(c, out, 0, RUN_MS);
+    long long locked = th_field_after(text, "locked 0 ");
+    long long unlocked = th_field_after(text, "unlocked 0 ");
+    assert_true(unlocked - locked >= 3 * LEASE_MS);
+    assert_lacks(text, "lost");
+    char *t1 = th_finish(p1, py, 0, RUN_MS), *t2 = th_finish(p2, js, 0, RUN_MS);
+    long long g1 = th_field_after(t1, "got "), g2 = th_field_after(t2, "got ");
+    print_message("section %lld ms (lease %ld ms); redis-py got it %lld ms and redlock %lld ms "
+                  "after the unlock\n", unlocked - locked, LEASE_MS, g1 - unlocked, g2 - unlocked);
+    assert_true(g1 >= unlocked - 1);    /* the unlock's line is written after its DEL */
+    assert_true(g2 >= unlocked - 1);
+    free(text);
+    free(t1);
+    free(t2);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* How soon a dmutex waiter gets a lock a partner released (it retries:
+ * the partner publishes nothing), and one a dmutex process released (its
+ * release notice wakes the waiter). Printed; bounded by the retry cap. */
+static void test_a_dmutex_waiter_gets_a_released_lock_within_a_retry(void **state)
+{
+    (void)state;
+    char *cfgfile = setnx_config("shared_lock", "interop_wake", "");
+    long long from_partner[LATENCY_ROUNDS], from_dmutex[LATENCY_ROUNDS];
+    for (int i = 0; i < LATENCY_ROUNDS; i++) {
+        char *pout = th_out_file(), *out = th_out_file();
+        pid_t p = partner_py(pout, "interop_wake", "hold", "10000", "400", NULL);
+        th_wait_for(pout, "held ", SLACK_MS * 4);
+        pid_t c = interprog_run(out, cfgfile, "lock", NULL, "warn");
+        char *pt = th_finish(p, pout, 0, RUN_MS), *ct = th_finish(c, out, 0, RUN_MS);
+        from_partner[i] = th_field_after(ct, "locked 0 ") - th_field_after(pt, "released ");
+        free(pt);
+        free(ct);
+
+        char *hout = th_out_file(), *wout = th_out_file();
+        pid_t h = interprog_run(hout, cfgfile, "hold", "400", "warn");
+        th_wait_for(hout, "locked 0 ", SLACK_MS * 4);
+        pid_t w = interprog_run(wout, cfgfile, "lock", NULL, "warn");
+        char *ht = th_finish(h, hout, 0, RUN_MS), *wt = th_finish(w, wout, 0, RUN_MS);
+        from_dmutex[i] = th_field_after(wt, "locked 0 ") - th_field_after(ht, "unlocked 0 ");
+        free(ht);
+        free(wt);
+    }
+    qsort(from_partner, LATENCY_ROUNDS, sizeof from_partner[0], cmp_ll);
+    qsort(from_dmutex, LATENCY_ROUNDS, sizeof from_dmutex[0], cmp_ll);
+    print_message("release -> dmutex waiter's grant over %d rounds: after a redis-py release "
+                  "median %lld ms, max %lld ms; after a dmutex release median %lld ms, max "
+                  "%lld ms\n", LATENCY_ROUNDS, from_partner[LATENCY_ROUNDS / 2],
+                  from_partner[LATENCY_ROUNDS - 1], from_dmutex[LATENCY_ROUNDS / 2],
+                  from_dmutex[LATENCY_ROUNDS - 1]);
+    assert_true(from_partner[LATENCY_ROUNDS / 2] <= DM_SETNX_RETRY_MAX_MS + 25);
+    assert_true(from_dmutex[LATENCY_ROUNDS / 2] <= DM_SETNX_RETRY_MAX_MS + 25);
+    assert_true(from_partner[0] >= -1 && from_dmutex[0] >= -1);
+}
+
+/* A hash at a setnx entry's name (a dmutex- or Redisson-protocol lock):
+ * the error names the key and both protocols, and the lock is only had
+ * once the hash is gone. */
+static void test_a_hash_at_a_setnx_name_is_an_error_naming_both_protocols(void **state)
+{
+    (void)state;
+    freeReplyObject(th_cmd(rc, "HSET interop_hash 8f3c:1 1"));
+    freeReplyObject(th_cmd(rc, "PEXPIRE interop_hash 800"));
+    long long set = th_now_ms();
+    char *out = th_out_file();
+    pid_t c = interprog_run(out, setnx_config("shared_lock", "interop_hash", ""), "lock", NULL,
+                            "warn");
+    char *text = th_finish(c, out, 0, RUN_MS);
+    th_assert_has(text, "key interop_hash is a hash");
+    th_assert_has(text, "protocol = \"setnx\"");
+    th_assert_has(text, "dmutex's layout or Redisson's RLock");
+    assert_true(th_field_after(text, "locked 0 ") >= set + 800 - 50);
+    free(text);
+}
+
+/* A SET NX string at a dmutex entry's key: WRONGTYPE, named. */
+static void test_a_string_at_a_dmutex_key_is_an_error_naming_both_protocols(void **state)
+{
+    (void)state;
+    th_redis_declare_fresh(&rs, DM_NAMESPACE_DEFAULT);
+    freeReplyObject(th_cmd(rc, "SET %s partner-token PX 10000", th_key("interop_str", DM_KEY_LOCK)));
+    char *out = th_out_file();
+    char entry[] = "  { symbol = \"shared_lock\"; name = \"interop_str\"; }";
+    pid_t c = interprog_run(out, th_config(LEASE_MS, entry), "trylock", NULL, "warn");
+    char *text = th_finish(c, out, 0, RUN_MS);
+    th_assert_has(text, "trylock EBUSY");
+    th_assert_has(text, "WRONGTYPE dmutex:{interop_str} holds a string");
+    th_assert_has(text, "protocol \"setnx\"");
+    th_assert_has(text, "protocol = \"dmutex\"");
+    free(text);
+    freeReplyObject(th_cmd(rc, "DEL %s", th_key("interop_str", DM_KEY_LOCK)));
+}
+
+/* Another client takes the key over during a section (an operator's DEL
+ * and a partner's SET NX): the renewal finds it another's, the lease is
+ * lost (on_lease_lost = "warn": told, and unlock says EPERM; "abort": the
+ * process stops). */
+static void test_a_setnx_key_taken_over_is_a_lost_lease(void **state)
+{
+    (void)state;
+    for (int abort_on = 0; abort_on < 2; abort_on++) {
+        char name[32];
+        snprintf(name, sizeof name, "interop_lost%d", abort_on);
+        char *out = th_out_file();
+        pid_t c = interprog_run(out, setnx_config("shared_lock", name, abort_on ? ""
+                                : "on_lease_lost = \"warn\";\n"), "hold", "1500", "warn");
+        th_wait_for(out, "locked 0 ", SLACK_MS * 4);
+        freeReplyObject(th_cmd(rc, "SET %s partner-token PX 10000", name));
+        int st = th_wait_end(c, RUN_MS, NULL, NULL);
+        char *text = th_read_output(out);
+        th_assert_has(text, "lost the lease of lock");
+        if (abort_on) {
+            if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+                fail_msg("expected an abort; status %d:\n%s", st, text);
+        } else {
+            th_assert_has(text, "unlocked EPERM");
+        }
+        redisReply *r = th_cmd(rc, "GET %s", name);
+        assert_string_equal(r->str, "partner-token");    /* the release deleted nothing */
+        freeReplyObject(r);
+        free(text);
+    }
+}
+
+#define T(f) cmocka_unit_test_teardown(f, teardown)
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_a_setnx_grant_is_the_bare_name_holding_its_token),
+        T(test_a_setnx_renewal_finding_the_key_gone_or_anothers_is_lost),
+        T(test_a_hash_at_a_setnx_name_is_never_granted),
+        T(test_counter_is_exact_with_redis_py_redlock_and_dmutex_on_one_name),
+        T(test_a_killed_partner_holders_lock_is_taken_after_its_ttl),
+        T(test_renewal_keeps_a_long_section_from_polling_partners),
+        T(test_a_dmutex_waiter_gets_a_released_lock_within_a_retry),
+        T(test_a_hash_at_a_setnx_name_is_an_error_naming_both_protocols),
+        T(test_a_string_at_a_dmutex_key_is_an_error_naming_both_protocols),
+        T(test_a_setnx_key_taken_over_is_a_lost_lease),
+    };
+    return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
+}
