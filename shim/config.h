@@ -37,6 +37,8 @@ enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
  * dmutex's own keys, or the SET NX string lock other languages' clients
  * take at the bare name. */
 enum dm_protocol { DM_PROTOCOL_DMUTEX, DM_PROTOCOL_SETNX };
+/* Its name as the config writes it ("dmutex", "setnx"). No I/O. */
+const char *dm_config_protocol_name(int protocol);
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
 
 /* TLS to the server (redis.tls, or a rediss:// URL; etcd.tls, https://

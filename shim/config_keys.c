@@ -22,6 +22,12 @@ static const char *const lease_lost_values[] = { "abort", "warn", NULL };
 static const char *const redis_down_values[] = { "block", "error", "local", NULL };
 static const char *const protocol_values[] = { "dmutex", "setnx", NULL };
 
+const char *dm_config_protocol_name(int protocol)
+{
+    return protocol >= 0 && protocol < (int)(sizeof protocol_values / sizeof *protocol_values) - 1
+           ? protocol_values[protocol] : "?";
+}
+
 /* An ENUM key writes its value as an int. */
 static_assert(sizeof(enum dm_on_lease_lost) == sizeof(int), "enum is an int");
 static_assert(sizeof(enum dm_on_redis_down) == sizeof(int), "enum is an int");

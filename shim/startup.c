@@ -159,13 +159,15 @@ static void check_where(uintptr_t addr, char *out, size_t len)
 }
 
 /* Checking: one line per entry on stdout, "NAME<TAB>OBJECT<TAB>WHAT<TAB>
- * WHERE" (OBJECT "-" for the executable; WHERE the address and its offset
- * in the object, or why nothing is there yet). */
+ * WHERE<TAB>PROTOCOL" (OBJECT "-" for the executable; WHERE the address
+ * and its offset in the object, or why nothing is there yet; PROTOCOL the
+ * lock on the wire: dmutex, setnx). */
 static void check_print(const struct dm_object_config *mc, const char *what, const char *where)
 {
     if (check_mode != CHECK_PRINT)
         return;
-    printf("%s\t%s\t%s\t%s\n", mc->name, mc->object ? mc->object : "-", what, where);
+    printf("%s\t%s\t%s\t%s\t%s\n", mc->name, mc->object ? mc->object : "-", what, where,
+           dm_config_protocol_name(mc->protocol));
 }
 
 /* The executable's file name, or NULL when it cannot be told (then the

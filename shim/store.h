@@ -135,6 +135,8 @@ struct dm_lock_row {
                                expired one counts until the next acquire drops it) */
     char *node;             /* a store that spreads locks over nodes (Redis Cluster):
                                "host:port" of the node that keeps it; NULL otherwise */
+    const char *protocol;   /* admin_partner's: "setnx" (the lock on the wire, config
+                               protocol); NULL: dmutex's own */
     long long lease_granted_ms; /* the backend's: the holder's lease as granted (etcd:
                                its process lease's TTL); 0 unknown (the holder's
                                record then says: Redis) */
@@ -345,6 +347,13 @@ struct dm_store_ops {
     void (*admin_disconnect)(void);
     int (*admin_list)(const char *ns, struct dm_lock_row **rows, size_t *n, char *err,
                       size_t errlen);
+    /* A partner protocol's lock `name` (config protocol, DM_PROTOCOL_SETNX),
+     * which no scan finds (its key is the bare name): into *row (state
+     * "held" with owner the holder's token as written, "free", or "other":
+     * the key holds another type, not this protocol's lock), lease_ms its
+     * expiry. 0, or -1 with err (ENOTSUP-like: the store cannot speak it). */
+    int (*admin_partner)(const char *name, int protocol, struct dm_lock_row *row, char *err,
+                         size_t errlen);
     /* Every process record (describe's) of namespace ns: *texts[0..*n),
      * malloc'ed, the array too. 0, or -1 with err. */
     int (*admin_who)(const char *ns, char ***texts, size_t *n, char *err, size_t errlen);

@@ -67,7 +67,7 @@ CLI="redis-cli -p $REDIS_TMP_PORT"
 cat >"$T/good.cfg" <<'CFG'
 mutexes = (
   { symbol = "lib_lock"; object = "libpsxlib.so"; name = "c.lib"; },
-  { symbol = "twin_a.c:cache_lock"; name = "c.exe"; },
+  { symbol = "twin_a.c:cache_lock"; name = "c.exe"; protocol = "setnx"; },
   { symbol = "plug_lock"; object = "libpsxplug.so"; name = "c.plug"; }
 );
 CFG
@@ -75,12 +75,12 @@ CFG
 rc=$?
 if [ "$rc" -eq 0 ]; then ok "check: a good config exits 0"
 else bad "check: a good config exits 0" "exit $rc" "$(cat "$T/out" "$T/err")"; fi
-if grep -qE "^c\.lib	libpsxlib\.so	lib_lock	0x[0-9a-f]+ \(libpsxlib\.so\+0x[0-9a-f]+\)$" "$T/out"; then
+if grep -qE "^c\.lib	libpsxlib\.so	lib_lock	0x[0-9a-f]+ \(libpsxlib\.so\+0x[0-9a-f]+\)	dmutex$" "$T/out"; then
     ok "check: the library's symbol is found, with its address and offset"
 else bad "check: the library's symbol is found, with its address and offset" "$(cat "$T/out")"; fi
-if grep -qE "^c\.exe	-	twin_a\.c:cache_lock	0x[0-9a-f]+ \(psx_host\+0x[0-9a-f]+\)$" "$T/out"; then
-    ok "check: the executable's file-static is found"
-else bad "check: the executable's file-static is found" "$(cat "$T/out")"; fi
+if grep -qE "^c\.exe	-	twin_a\.c:cache_lock	0x[0-9a-f]+ \(psx_host\+0x[0-9a-f]+\)	setnx$" "$T/out"; then
+    ok "check: the executable's file-static is found, and its protocol printed (setnx)"
+else bad "check: the executable's file-static is found, and its protocol printed (setnx)" "$(cat "$T/out")"; fi
 has "c.plug	libpsxplug.so	plug_lock	not loaded at start" "$T/out" \
     "check: a plugin's entry is reported as mapped when dlopen loads it"
 has "2 mutexes would be mapped" "$T/out" "check: the summary counts the mapped entries"
@@ -92,7 +92,7 @@ mutexes = (
 CFG
 "$DMUTEX" check -c "$T/heap.cfg" build/tests/progs/posixprog >"$T/out" 2>"$T/err"
 rc=$?
-if [ "$rc" -eq 0 ] && grep -qE "^c\.heap	-	init_site account_new	0x[0-9a-f]+ \(posixprog\+0x[0-9a-f]+\), [0-9]+ bytes$" "$T/out"; then
+if [ "$rc" -eq 0 ] && grep -qE "^c\.heap	-	init_site account_new	0x[0-9a-f]+ \(posixprog\+0x[0-9a-f]+\), [0-9]+ bytes	dmutex$" "$T/out"; then
     ok "check: an init_site function is found, with its range"
 else bad "check: an init_site function is found, with its range" "exit $rc" "$(cat "$T/out" "$T/err")"; fi
 has "no_such_mutex	-	no_such_mutex	not found: skipped (required = false)" "$T/out" \

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "checker.h"
 #include "config.h"
 #include "harness.h"
 #include "lock.h"
@@ -437,6 +438,66 @@ static void test_a_setnx_key_taken_over_is_a_lost_lease(void **state)
     }
 }
 
+/* `dmutex ls -c CFG --json`'s object of lock `name` (its line), or "". */
+static void ls_row(const char *cfgfile, const char *name, char *row, size_t len)
+{
+    char out[16384], want[300];
+    th_sh_out(out, sizeof out, TH_BUILD "/dmutex ls -c %s -r %s --json 2>&1", cfgfile, rs.url);
+    snprintf(want, sizeof want, "{\"name\": \"%s\",", name);
+    const char *at = strstr(out, want);
+    snprintf(row, len, "%.*s", at ? (int)strcspn(at, "\n") : 0, at ? at : "");
+}
+
+/* dmutex ls lists the config's setnx locks (no scan finds a bare key): a
+ * partner's holder as the partner wrote it, a dmutex holder as its
+ * process, a key of another type as "other". */
+static void test_dmutex_ls_shows_setnx_locks_and_their_holders(void **state)
+{
+    (void)state;
+    char *cfgfile = setnx_config("shared_lock", "interop_ls", "");
+    char *pout = th_out_file(), row[4096];
+    pid_t p = partner_py(pout, "interop_ls", "hold", "20000", NULL, NULL);
+    th_wait_for(pout, "held ", SLACK_MS * 4);
+    redisReply *v = th_cmd(rc, "GET interop_ls");
+    assert_int_equal(v->type, REDIS_REPLY_STRING);
+    char want[512];
+    snprintf(want, sizeof want, "\"protocol\": \"setnx\", \"state\": \"held\", \"holder\": "
+             "\"%s\", \"who\": null", v->str);
+    freeReplyObject(v);
+    ls_row(cfgfile, "interop_ls", row, sizeof row);
+    if (!strstr(row, want))
+        fail_msg("dmutex ls: no %s in \"%s\"", want, row);
+    kill(p, SIGKILL);
+    th_wait(p, SLACK_MS);
+    th_forget(p);
+    freeReplyObject(th_cmd(rc, "DEL interop_ls"));
+
+    char *out = th_out_file();
+    pid_t c = interprog_run(out, cfgfile, "hold", "4000", "warn");
+    th_wait_for(out, "locked 0 ", SLACK_MS * 4);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(want, sizeof want, "\"who\": \"%s:%ld interprog (interprog)\"", host, (long)c);
+    /* the record is written by the holder's renewal thread, soon after */
+    for (int i = 0; i < 50; i++) {
+        ls_row(cfgfile, "interop_ls", row, sizeof row);
+        if (strstr(row, want))
+            break;
+        usleep(100000);
+    }
+    if (!strstr(row, want) || !strstr(row, "\"state\": \"held\""))
+        fail_msg("dmutex ls: no %s in \"%s\"", want, row);
+    free(th_finish(c, out, 0, RUN_MS));
+    ls_row(cfgfile, "interop_ls", row, sizeof row);
+    if (!strstr(row, "\"protocol\": \"setnx\", \"state\": \"free\""))
+        fail_msg("dmutex ls after the unlock: \"%s\"", row);
+    freeReplyObject(th_cmd(rc, "HSET interop_ls 8f3c:1 1"));
+    ls_row(cfgfile, "interop_ls", row, sizeof row);
+    if (!strstr(row, "\"state\": \"other\""))
+        fail_msg("dmutex ls with a hash at the setnx name: \"%s\"", row);
+    freeReplyObject(th_cmd(rc, "DEL interop_ls"));
+}
+
 #define T(f) cmocka_unit_test_teardown(f, teardown)
 int main(void)
 {
@@ -451,6 +512,7 @@ int main(void)
         T(test_a_hash_at_a_setnx_name_is_an_error_naming_both_protocols),
         T(test_a_string_at_a_dmutex_key_is_an_error_naming_both_protocols),
         T(test_a_setnx_key_taken_over_is_a_lost_lease),
+        T(test_dmutex_ls_shows_setnx_locks_and_their_holders),
     };
     return cmocka_run_group_tests(tests, group_setup, th_group_teardown);
 }

@@ -162,7 +162,7 @@ has "the entry is for build-id 00112233, but the loaded trace_books is build-id"
 trace_case "$PR/trace_factory" "heap, pthread_mutex_init in account_new" init_site 2
 has '{ init_site = "account_new"; name = "account_new"; }' "$T/trace_factory.err" \
     "trace_factory: the entry is init_site account_new"
-if grep -qE "	init_site account_new	0x[0-9a-f]+ \(trace_factory\+0x[0-9a-f]+\), [0-9]+ bytes$" \
+if grep -qE "	init_site account_new	0x[0-9a-f]+ \(trace_factory\+0x[0-9a-f]+\), [0-9]+ bytes	dmutex$" \
        "$T/trace_factory.check" &&
    grep -qF "0 mutexes would be mapped (1 init_site function)," "$T/trace_factory.check"; then
     ok "trace_factory: dmutex check gives the function's size and counts 1 init_site function"
@@ -178,7 +178,7 @@ has "weak: address of this build only" "$T/trace_factory_stripped.check" \
     "trace_factory_stripped: dmutex check marks the init_site_address entry weak"
 # An address entry names one call, not a function: no size, and counted
 # as what it is.
-if grep -qE "	init_site_address 0x[0-9a-f]+ \(weak: address of this build only\)	0x[0-9a-f]+ \(trace_factory_stripped\+0x[0-9a-f]+\), the return address of one pthread_mutex_init or mtx_init call$" \
+if grep -qE "	init_site_address 0x[0-9a-f]+ \(weak: address of this build only\)	0x[0-9a-f]+ \(trace_factory_stripped\+0x[0-9a-f]+\), the return address of one pthread_mutex_init or mtx_init call	dmutex$" \
        "$T/trace_factory_stripped.check" &&
    grep -qF "0 mutexes would be mapped (0 init_site functions, 1 init_site_address call)," \
        "$T/trace_factory_stripped.check"; then

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cli.h"
@@ -67,11 +68,55 @@ static void texts_free(char **t, size_t n)
     free(t);
 }
 
+static int row_by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct dm_lock_row *)a)->name, ((const struct dm_lock_row *)b)->name);
+}
+
+/* The config's partner-protocol locks (protocol = "setnx"): their keys are
+ * the bare names, which no scan of the namespace finds; each name once. */
+static int add_partners(struct dm_locks_conn *lc, struct dm_lock_row **rows, size_t *n,
+                        char *err, size_t errlen)
+{
+    const struct dm_config *cfg = &lc->cfg;
+    size_t extra = 0;
+    for (size_t i = 0; i < cfg->nmutexes; i++)
+        extra += cfg->mutexes[i].protocol != DM_PROTOCOL_DMUTEX;
+    if (extra == 0)
+        return 0;
+    struct dm_lock_row *grown = realloc(*rows, (*n + extra) * sizeof *grown);
+    if (!grown) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    *rows = grown;
+    for (size_t i = 0; i < cfg->nmutexes; i++) {
+        const struct dm_object_config *m = &cfg->mutexes[i];
+        if (m->protocol == DM_PROTOCOL_DMUTEX)
+            continue;
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = cfg->mutexes[j].protocol != DM_PROTOCOL_DMUTEX &&
+                   strcmp(cfg->mutexes[j].name, m->name) == 0;
+        if (seen)
+            continue;
+        if (dm_store->admin_partner(m->name, m->protocol, &(*rows)[*n], err, errlen) != 0)
+            return -1;
+        (*n)++;
+    }
+    qsort(*rows, *n, sizeof **rows, row_by_name);
+    return 0;
+}
+
 int dm_locks_read(struct dm_locks_conn *lc, struct dm_lock_row **rows, size_t *n, char *err,
                   size_t errlen)
 {
     if (dm_store->admin_list(lc->ns, rows, n, err, errlen) != 0)
         return -1;
+    if (add_partners(lc, rows, n, err, errlen) != 0) {
+        dm_store_rows_free(*rows, *n);
+        return -1;
+    }
     char **texts = NULL;
     size_t nt = 0;
     if (dm_store->admin_who(lc->ns, &texts, &nt, err, errlen) != 0) {

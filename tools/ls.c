@@ -15,8 +15,13 @@ static const char ls_usage[] =
     "usage: dmutex ls [-c CONFIG | -r REDIS_URL] [-n NAMESPACE] [--json]\n"
     "\n"
     "Lists the cluster locks of NAMESPACE (default: the config's, or \"dmutex\"):\n"
-    "  NAME       the lock name (config `name`, default the symbol)\n"
-    "  STATE      held, free, expired (last holder's lease ran out unreleased),\n"
+    "  NAME       the lock name (config `name`, default the symbol); a partner\n"
+    "             protocol's lock (config protocol = \"setnx\") is marked [setnx]\n"
+    "             and listed only with -c CONFIG naming it (its key is the bare\n"
+    "             name, which no scan of the namespace finds); its HOLDER is the\n"
+    "             token its client wrote, or the dmutex process holding it\n"
+    "  STATE      held, free, other (a partner protocol's key holding another\n"
+    "             type), expired (last holder's lease ran out unreleased),\n"
     "             delayed (lock_delay_ms after an expiry, or a lease after a\n"
     "             restart that lost the data), forced (dmutex\n"
     "             unlock --force freed it), or read (an rwlock held by readers)\n"
@@ -51,7 +56,8 @@ static const char ls_usage[] =
     "                      every primary is scanned\n"
     "  -n, --namespace NS  key namespace\n"
     "      --json          print one JSON document instead of the table:\n"
-    "                      {\"namespace\", \"redis\", \"locks\": [{\"name\", \"state\",\n"
+    "                      {\"namespace\", \"redis\", \"locks\": [{\"name\", \"protocol\",\n"
+    "                      \"state\",\n"
     "                      \"holder\" (the owner id), \"who\", \"since_ms\" (Unix ms),\n"
     "                      \"renewed_ms_ago\", \"renew_ms\", \"alive\" (true, false, null),\n"
     "                      \"holds\", \"lease_ms\", \"token\", \"waiters\", \"listening\",\n"
@@ -173,7 +179,8 @@ int dm_cli_ls(int argc, char **argv)
         if (json) {
             fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", stdout);
             json_str(stdout, l->name);
-            printf(", \"state\": \"%s\", \"holder\": ", l->state);
+            printf(", \"protocol\": \"%s\", \"state\": \"%s\", \"holder\": ",
+                   l->protocol ? l->protocol : "dmutex", l->state);
             if (l->owner)
                 json_str(stdout, l->owner);
             else
@@ -229,13 +236,22 @@ int dm_cli_ls(int argc, char **argv)
                          l->readers == 1 ? "" : "s");
             if (l->owner)
                 dm_locks_ago(l->since_ms, since, sizeof since);
-            printf("%-24s %-8s %-44s %6s %5s %9s %16s %7lld %9lld%s%s\n", l->name, l->state,
+            char name[DM_NAME_MAX + 16];
+            snprintf(name, sizeof name, l->protocol ? "%s [%s]" : "%s", l->name, l->protocol);
+            printf("%-24s %-8s %-44s %6s %5s %9s %16s %7lld %9lld%s%s\n", name, l->state,
                    holder, since, !l->owner ? "-" : alive < 0 ? "?" : alive ? "yes" : "NO", lease,
                    l->token ? l->token : "-", l->waiters, l->listening, l->node ? "  " : "",
                    l->node ? l->node : "");
             if (l->owner && l->who && l->renewed_ago_ms >= 0)
                 printf("    holder %s: lease renewed %.1fs ago (renews every %.1fs)\n", l->owner,
                        (double)l->renewed_ago_ms / 1000, (double)l->renew_ms / 1000);
+            if (l->protocol && strcmp(l->state, "other") == 0)
+                printf("    the key %s holds another type: not a %s lock (a dmutex or Redisson "
+                       "lock under this name?); dmutex's lock calls refuse it\n", l->name,
+                       l->protocol);
+            else if (l->protocol && l->owner && !l->who)
+                printf("    holder token %s, as its client wrote it (not a dmutex process)\n",
+                       l->owner);
             for (size_t k = 0; k < l->nwaiting; k++) {
                 char ago[24];
                 printf("    waiting %s for %s (%s)\n", l->waiting[k].who,

@@ -110,7 +110,9 @@ static void draw(FILE *out, const char *ns, const struct dm_lock_row *rows, size
         if (l->lease_ms >= 0)
             snprintf(lease, sizeof lease, "%lld", l->lease_ms);
         rate(l, have_prev ? find(prev, nprev, l->name) : NULL, dt, r, sizeof r);
-        fprintf(out, "%-24s %-8s %-40s %6s %5s %9s %16s %7lld %9s\n", l->name, l->state, holder,
+        char name[DM_NAME_MAX + 16];
+        snprintf(name, sizeof name, l->protocol ? "%s [%s]" : "%s", l->name, l->protocol);
+        fprintf(out, "%-24s %-8s %-40s %6s %5s %9s %16s %7lld %9s\n", name, l->state, holder,
                 since, !l->owner ? "-" : alive < 0 ? "?" : alive ? "yes" : "NO", lease,
                 l->token ? l->token : "-", l->waiters, r);
     }

@@ -492,6 +492,15 @@ static int e_admin_who(const char *ns, char ***texts, size_t *n, char *err, size
     return 0;
 }
 
+static int e_admin_partner(const char *name, int protocol, struct dm_lock_row *row, char *err,
+                           size_t errlen)
+{
+    (void)protocol;
+    memset(row, 0, sizeof *row);
+    snprintf(err, errlen, "lock %s: etcd speaks only dmutex's protocol", name);
+    return -1;
+}
+
 static int e_admin_force(const char *ns, const char *name, int force, const char *who,
                          struct dm_force *out, char *err, size_t errlen)
 {
@@ -660,6 +669,7 @@ const struct dm_store_ops dm_etcd_store = {
     .admin_disconnect = e_admin_disconnect,
     .admin_list = e_admin_list,
     .admin_who = e_admin_who,
+    .admin_partner = e_admin_partner,
     .admin_force = e_admin_force,
     .admin_fresh = e_admin_fresh,
     .admin_keys = e_admin_keys,

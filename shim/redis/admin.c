@@ -303,6 +303,66 @@ int dm_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, char *er
     return 0;
 }
 
+int dm_admin_partner(const char *name, int protocol, struct dm_lock_row *row, char *err,
+                     size_t errlen)
+{
+    memset(row, 0, sizeof *row);
+    row->lease_ms = -1;
+    if (protocol != DM_PROTOCOL_SETNX) {
+        snprintf(err, errlen, "lock %s: protocol %d is not one the tools read", name, protocol);
+        return -1;
+    }
+    struct dm_conn *conn = dm_redis_cluster() ? dm_redis_get_key(name) : &tool_conn;
+    redisReply *r[3] = { 0 };
+    int rc = conn->c ? 0 : -1;
+    if (rc == 0 && (dm_redis_append_command(conn, "TYPE %s", name) != 0 ||
+                    dm_redis_append_command(conn, "GET %s", name) != 0 ||
+                    dm_redis_append_command(conn, "PTTL %s", name) != 0))
+        rc = -1;
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (!(r[i] = dm_redis_pipeline_next(conn)) && conn->err != DM_REDIS_REPLY_ERROR)
+            rc = -1;
+    if (rc != 0) {
+        snprintf(err, errlen, "lock %s: %s", name, conn->errstr);
+    } else {
+        const char *type = r[0] && r[0]->type == REDIS_REPLY_STATUS ? r[0]->str : "?";
+        row->name = strdup(name);
+        row->protocol = "setnx";
+        row->state = strcmp(type, "none") == 0 ? "free" : strcmp(type, "string") == 0 ? "held"
+                   : "other";
+        if (row->state[0] == 'h' && r[1] && r[1]->type == REDIS_REPLY_STRING)
+            row->owner = strdup(r[1]->str);
+        if (row->state[0] == 'h' && r[2] && r[2]->type == REDIS_REPLY_INTEGER && r[2]->integer >= 0)
+            row->lease_ms = r[2]->integer;
+        if (!row->name || (row->state[0] == 'h' && r[1] && r[1]->type == REDIS_REPLY_STRING &&
+                           !row->owner)) {
+            free(row->name);
+            free(row->owner);
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+        if (rc == 0 && row->owner && !(row->holds = strdup("1"))) {
+            free(row->name);
+            free(row->owner);
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+        if (rc == 0 && dm_redis_cluster() && !(row->node = strdup(dm_redis_conn_addr(conn)))) {
+            free(row->name);
+            free(row->owner);
+            free(row->holds);
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        if (r[i])
+            freeReplyObject(r[i]);
+    if (dm_redis_cluster())
+        dm_redis_put(conn);
+    return rc;
+}
+
 /* Appends s (malloc'ed) to *v; -1 out of memory (s freed). */
 static int push(char ***v, size_t *n, size_t *cap, char *s)
 {

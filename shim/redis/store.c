@@ -211,6 +211,7 @@ const struct dm_store_ops dm_redis_store = {
     .admin_disconnect = dm_admin_disconnect,
     .admin_list = dm_admin_list,
     .admin_who = dm_admin_who,
+    .admin_partner = dm_admin_partner,
     .admin_force = dm_admin_force,
     .admin_fresh = dm_admin_fresh,
     .admin_keys = dm_admin_keys,

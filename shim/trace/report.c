@@ -489,7 +489,9 @@ static void write_text(FILE *f, const char *why, const char *prog, struct row *r
             fprintf(f, " (%s)", LATE_NOTE);
         fputc('\n', f);
     }
-    fprintf(f, "# config entries for pid %d (%s): the first %ld rows with >= %ld locks\n",
+    fprintf(f, "# config entries for pid %d (%s): the first %ld rows with >= %ld locks\n"
+            "# (protocol dmutex, each: add protocol = \"setnx\" to an entry whose lock other\n"
+            "# clients take as a SET NX lock under its name: docs/interop.md)\n",
             (int)getpid(), prog, top, min_locks);
     fprintf(f, "mutexes = (\n");
     size_t k = 0, last = 0;
