@@ -32,8 +32,6 @@
 #include "store.h"
 #include "real.h"
 #include "util.h"
-#include "watchdog.h"
-#include "who.h"
 
 #define DM_COND_UNSUBSCRIBED_MS 1000    /* longest sleep while the channel is not subscribed */
 #define DM_GLIBC_COND_CLOCK_MONOTONIC 2 /* __wrefs bit: condattr clock (nptl's pthread_cond_init) */
@@ -386,7 +384,6 @@ void dm_mapped_init(const struct dm_config *cfg)
 {
     mapped_names_init(cfg);
     mapped_cond_init(cfg);
-    dm_who_set_kick(dm_watchdog_kick);  /* the renewal thread writes the record */
 }
 
 void dm_mapped_remove(const void *addr)

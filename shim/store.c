@@ -92,6 +92,11 @@ void dm_store_rows_free(struct dm_lock_row *rows, size_t n)
             free(rows[i].waiting[j].who);
         }
         free(rows[i].waiting);
+        for (size_t j = 0; j < rows[i].nreading; j++) {
+            free(rows[i].reading[j].owner);
+            free(rows[i].reading[j].who);
+        }
+        free(rows[i].reading);
     }
     free(rows);
 }

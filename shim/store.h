@@ -146,8 +146,12 @@ struct dm_lock_row {
     long long since_ms;     /* CLOCK_REALTIME ms its hold began */
     long long renewed_ago_ms; /* ms since its lease was last renewed */
     long renew_ms;          /* its renewal interval */
-    struct dm_lock_waiter *waiting; /* processes waiting for it, oldest first */
+    struct dm_lock_waiter *waiting; /* processes waiting for it, oldest first by their
+                               clocks */
     size_t nwaiting;
+    struct dm_lock_waiter *reading; /* state "read": the read holders, as their records
+                               say */
+    size_t nreading;
 };
 
 /* A process waiting for a lock, as its record says (dm_who_join). */

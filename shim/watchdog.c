@@ -23,7 +23,6 @@
 #include "log.h"
 #include "real.h"
 #include "util.h"
-#include "who.h"
 
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcv;              /* the renewal thread waits here */
@@ -171,9 +170,7 @@ static void *watchdog_main(void *arg)
 
     dm_lock(&wmu);
     for (;;) {
-        /* Sleep until the first hold is due (one round renews them all),
-         * or the process's record (who.h) is. */
-        int renew_due, who_due;
+        /* Sleep until the first hold is due (one round renews them all). */
         for (;;) {
             long long now = dm_now_ms();
             check_deadlines_locked(now);
@@ -183,13 +180,8 @@ static void *watchdog_main(void *arg)
                     wake = due_ms(h, cfg);
             if (wake != LLONG_MAX && wake < last_round + min_gap)
                 wake = last_round + min_gap;
-            long long wwake = dm_who_due(now, nholds);
-            renew_due = now >= wake;
-            who_due = now >= wwake;
-            if (renew_due || who_due)
+            if (now >= wake)
                 break;
-            if (wwake < wake)
-                wake = wwake;
             wd_wake_ms = wake;
             long long d = wake - now < cfg->renew_ms ? wake - now : cfg->renew_ms;
             struct timespec ts;
@@ -197,8 +189,8 @@ static void *watchdog_main(void *arg)
             dm_cv_timedwait(&wcv, &wmu, &ts);
         }
         wd_wake_ms = LLONG_MAX;
-        if (renew_due)
-            last_round = dm_now_ms();
+        last_round = dm_now_ms();
+
         if (nholds > cap) {
             size_t ncap = nholds * 2;
             struct snap *ns = realloc(snaps, ncap * sizeof *ns);
@@ -211,28 +203,9 @@ static void *watchdog_main(void *arg)
                 continue;
             cap = ncap;
         }
-        /* The record's copy of the holds: taken with the snapshot, written
-         * after the round (a hold's memory is only the round's). */
-        struct dm_who_hold *wh = who_due ? calloc(nholds ? nholds : 1, sizeof *wh) : NULL;
-        size_t nwh = 0;
-        if (who_due && !wh) {
-            dm_who_postpone();  /* no memory for the copy: the record waits */
-            who_due = 0;
-        }
-        for (struct dm_hold *h = holds; h && wh; h = h->next) {
-            if (h->lost || !(wh[nwh].name = strdup(h->lock->name)))
-                continue;
-            if (!(wh[nwh].owner = strdup(h->owner))) {
-                free((char *)wh[nwh].name);
-                continue;
-            }
-            wh[nwh].since_ms = h->since_real_ms;
-            wh[nwh].read = h->read;
-            nwh++;
-        }
         size_t n = 0;
         unsigned long round = ++rounds_started;
-        for (struct dm_hold *h = holds; h && renew_due; h = h->next) {
+        for (struct dm_hold *h = holds; h; h = h->next) {
             if (h->lost)
                 continue;
             h->snap_round = round;  /* its memory must outlive this round */
@@ -260,16 +233,6 @@ static void *watchdog_main(void *arg)
         free(res);
         rounds_done = round;
         dm_cv_broadcast(&round_cv);
-        if (who_due) {
-            dm_unlock(&wmu);
-            dm_who_write(wh, nwh);
-            for (size_t i = 0; i < nwh; i++) {
-                free((char *)wh[i].name);
-                free((char *)wh[i].owner);
-            }
-            free(wh);
-            dm_lock(&wmu);
-        }
     }
     return NULL;
 }
@@ -286,7 +249,7 @@ static void unlink_locked(struct dm_hold *h)
     if (h->next)
         h->next->prev = h->prev;
     h->registered = 0;
-    nholds--;
+    __atomic_store_n(&nholds, nholds - 1, __ATOMIC_RELAXED);
 }
 
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
@@ -311,7 +274,7 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     if (holds)
         holds->prev = h;
     holds = h;
-    nholds++;
+    __atomic_store_n(&nholds, nholds + 1, __ATOMIC_RELAXED);
     if (!running || !deadline_running) {
         /* Both threads or no hold: without the renewal thread the lease
          * runs out under the critical section, and without the deadline
@@ -331,20 +294,45 @@ int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms)
     return rc;
 }
 
-void dm_watchdog_kick(void)
+size_t dm_watchdog_count(void)
+{
+    return __atomic_load_n(&nholds, __ATOMIC_RELAXED);
+}
+
+long dm_watchdog_infos(struct dm_hold_info **out)
 {
     dm_lock(&wmu);
-    cv_init_locked();
-    if (!running) {
-        int rc = dm_thread_start(NULL, watchdog_main, NULL);
-        if (rc == 0)
-            running = 1;
-        else
-            dm_debug("cannot start the renewal thread for the process's record: %s",
-                     strerror(rc));
+    size_t n = 0;
+    struct dm_hold_info *v = calloc(nholds ? nholds : 1, sizeof *v);
+    for (struct dm_hold *h = holds; v && h; h = h->next) {
+        if (h->lost)
+            continue;
+        struct dm_hold_info *i = &v[n];
+        i->name = strdup(h->lock->name);
+        i->owner = strdup(h->owner);
+        if (!i->name || !i->owner) {
+            free(i->name);
+            free(i->owner);
+            continue;   /* out of memory: this one is left out */
+        }
+        i->since_ms = h->since_real_ms;
+        i->token = h->token;
+        i->lease_ms = h->lease_ms;
+        i->read = h->read;
+        n++;
     }
-    dm_cv_signal(&wcv);
     dm_unlock(&wmu);
+    *out = v;
+    return v ? (long)n : -1;
+}
+
+void dm_watchdog_infos_free(struct dm_hold_info *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].name);
+        free(v[i].owner);
+    }
+    free(v);
 }
 
 void dm_watchdog_forget(struct dm_hold *h)

@@ -49,9 +49,22 @@ struct dm_hold {
  * cannot start: then `h` is not watched, and must not be held. */
 int dm_watchdog_add(struct dm_hold *h, long long asked_ms, long lease_ms);
 
-/* Wakes the renewal thread (starting it if it is not running) to write
- * the process's record (who.h's kick). */
-void dm_watchdog_kick(void);
+/* What the process's record (who.c) lists of a hold: copies. */
+struct dm_hold_info {
+    char *name;
+    char *owner;
+    long long since_ms;         /* CLOCK_REALTIME ms of its grant */
+    unsigned long long token;
+    long lease_ms;              /* the lease its grant or last renewal set */
+    int read;
+};
+
+/* The holds watched now (lost ones left out), copied into *out: their
+ * count, or -1 out of memory; free with dm_watchdog_infos_free. count:
+ * how many are watched (no lock, no I/O). */
+long dm_watchdog_infos(struct dm_hold_info **out);
+void dm_watchdog_infos_free(struct dm_hold_info *v, size_t n);
+size_t dm_watchdog_count(void);
 
 /* Waits until no renewal round in flight still reads `h` (a round works on
  * a snapshot of the holds, outside the mutex): call it, after

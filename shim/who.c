@@ -8,10 +8,12 @@
  *   start   <CLOCK_REALTIME ms of the record's first write>
  *   lease   <lease_ms> <renew_ms>
  *   thread  <seq> <tid> <thread name>
- *   hold    <seq> <since ms> <r: a read hold, w: else> <lock name>
+ *   hold    <seq> <since ms> <r: a read hold, w: else> <lock name> <token> <lease ms>
  *   wait    <seq> <since ms> <lock name>
  *
- * A reader skips a line it does not know, so the format can grow. */
+ * A reader skips a line it does not know, and fields after those it knows,
+ * so the format can grow. Host and program are cut to WHO_FIELD_MAX bytes,
+ * and control bytes become '?'. */
 #include "who.h"
 
 #include <errno.h>
@@ -30,11 +32,16 @@
 #include "log.h"
 #include "real.h"
 #include "util.h"
+#include "watchdog.h"
 
 /* The threads a record names: those that took a lock and still hold,
  * wait, or live. More than this many at once and the rest are shown by
  * their seq only. */
 #define WHO_THREADS_MAX 4096
+
+/* The longest host or program name a record keeps (setproctitle-style
+ * programs can make argv[0] kilobytes long). */
+#define WHO_FIELD_MAX 128
 
 struct who_thread {
     unsigned long seq;
@@ -56,7 +63,18 @@ static int pending;                     /* a write is asked for: no record yet, 
 static int dirty;                       /* a listed wait ended */
 static long long last_write_ms;         /* CLOCK_MONOTONIC: the last write tried */
 static long long start_ms;              /* CLOCK_REALTIME of the first write */
-static void (*kick_fn)(void);
+static unsigned fails;                  /* writes failed in a row: the next waits longer */
+/* who's own thread: a write never delays the renewal thread's rounds (a
+ * record's node may be down, or slow, while the locks' is fine). */
+static pthread_cond_t whocv;
+static int cv_ready, running, closing, writing;
+static int start_failed;                /* pthread_create refused: no records (logged once) */
+/* A wait is listed when it has lasted the gap, but its begin wakes nobody
+ * (a context switch per lock call): while lock calls come, the thread
+ * looks every gap; once none came for a renewal interval it sleeps till
+ * its next write, and the next begin wakes it (sleeping_long). */
+static long long last_activity_ms;
+static int sleeping_long;
 
 static long long real_ms(void)
 {
@@ -65,16 +83,27 @@ static long long real_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void dm_who_set_kick(void (*kick)(void))
-{
-    __atomic_store_n(&kick_fn, kick, __ATOMIC_RELEASE);
-}
+static void *who_main(void *arg);
 
-static void kick(void)
+/* whomu held: wakes who's thread, starting it the first time. */
+static void kick_locked(void)
 {
-    void (*fn)(void) = __atomic_load_n(&kick_fn, __ATOMIC_ACQUIRE);
-    if (fn)
-        fn();
+    if (!cv_ready) {
+        dm_cond_init_monotonic(&whocv);
+        cv_ready = 1;
+    }
+    if (!running && !closing && !start_failed) {
+        int rc = dm_thread_start(NULL, who_main, NULL);
+        if (rc == 0) {
+            running = 1;
+        } else {
+            start_failed = 1;
+            dm_warn("cannot start the thread that writes this process's record for dmutex "
+                    "ls (%s): its holds show as bare owner ids; locking is not affected",
+                    strerror(rc));
+        }
+    }
+    dm_cv_signal(&whocv);
 }
 
 /* whomu held. */
@@ -126,9 +155,12 @@ void dm_who_wait_begin(struct dm_who_wait *w, const char *name, unsigned long se
         waits->prev = w;
     waits = w;
     nwaits++;
+    last_activity_ms = w->since_mono_ms;
+    if (ask || sleeping_long || (!running && !start_failed)) {
+        sleeping_long = 0;
+        kick_locked();      /* the first lock starts the thread: it lists waits as they last */
+    }
     dm_unlock(&whomu);
-    if (ask)
-        kick();
 }
 
 void dm_who_wait_end(struct dm_who_wait *w)
@@ -144,49 +176,57 @@ void dm_who_wait_end(struct dm_who_wait *w)
     int ask = w->listed && !dirty;
     if (w->listed)
         dirty = 1;          /* the record says it waits: say it does not, soon */
-    dm_unlock(&whomu);
     if (ask)
-        kick();
-}
-
-void dm_who_postpone(void)
-{
-    dm_lock(&whomu);
-    last_write_ms = dm_now_ms();
+        kick_locked();
     dm_unlock(&whomu);
 }
 
-long long dm_who_due(long long now_ms, size_t nholds)
+
+/* whomu held: when the next write is due (CLOCK_MONOTONIC ms; LLONG_MAX:
+ * none), with nholds holds watched now. */
+static long long due_locked(long long now_ms, size_t nholds)
 {
     const struct dm_config *cfg = dm_store_config();
     long gap = DM_WHO_LIST_AFTER_MS(cfg->renew_ms);
-    dm_lock(&whomu);
+    /* After failures, longer: a server that refuses the record is not
+     * asked every gap. */
+    long retry = fails ? (fails < 8 ? gap << fails : cfg->renew_ms) : gap;
+    if (retry > cfg->renew_ms)
+        retry = cfg->renew_ms > gap ? cfg->renew_ms : gap;
     long long due = LLONG_MAX;
     int busy = nholds > 0 || nwaits > 0;
     if (pending || dirty)
-        due = last_write_ms + gap;
-    if (busy && written_until > now_ms && last_write_ms + cfg->renew_ms < due)
-        due = last_write_ms + cfg->renew_ms;        /* kept while in use */
+        due = last_write_ms + retry;
+    /* Kept while in use; written again soon when it expired meanwhile (the
+     * process was stopped, or a write failed). */
+    long long keep = written_until > now_ms ? last_write_ms + cfg->renew_ms : last_write_ms + retry;
+    if (busy && keep < due)
+        due = keep;
     /* The oldest wait not listed yet, once it is old enough. */
     for (struct dm_who_wait *w = waits; w; w = w->next)
         if (!w->listed) {
             long long at = w->since_mono_ms + gap;
-            if (at < last_write_ms + gap)
-                at = last_write_ms + gap;
+            if (at < last_write_ms + retry)
+                at = last_write_ms + retry;
             if (at < due)
                 due = at;
         }
-    if (!busy && written_until > now_ms && !idle_told && !dirty)
+    if (!busy && written_until > now_ms && !idle_told && !dirty && !pending)
         due = now_ms;                               /* say it is idle: no I/O */
-    dm_unlock(&whomu);
     return due;
 }
 
-/* `s` with tabs and newlines as '?': one field of one line. */
+/* `s` with control bytes (tabs, newlines, escapes) as '?', at most max
+ * bytes of it: one field of one line. */
+static void put_field_max(char **p, char *end, const char *s, size_t max)
+{
+    for (size_t i = 0; *s && *p < end - 1 && i < max; s++, (*p)++, i++)
+        **p = ((unsigned char)*s < 0x20 || *s == 0x7f) ? '?' : *s;
+}
+
 static void put_field(char **p, char *end, const char *s)
 {
-    for (; *s && *p < end - 1; s++, (*p)++)
-        **p = (*s == '\t' || *s == '\n' || *s == '\r') ? '?' : *s;
+    put_field_max(p, end, s, (size_t)-1);
 }
 
 static void put_fmt(char **p, char *end, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -227,10 +267,10 @@ static int seq_of_owner(const char *owner, unsigned long *seq)
 }
 
 /* whomu held: the record's text, malloc'ed; NULL out of memory. */
-static char *build_locked(const struct dm_who_hold *holds, size_t n)
+static char *build_locked(const struct dm_hold_info *holds, size_t n)
 {
     const struct dm_config *cfg = dm_store_config();
-    size_t room = 512 + (n + nwaits) * (DM_NAME_MAX + 64) + nthreads * 64;
+    size_t room = 1024 + (n + nwaits) * (DM_NAME_MAX + 64) + nthreads * 64;
     char *text = malloc(room), *p = text, *end = text + room;
     if (!text)
         return NULL;
@@ -240,9 +280,9 @@ static char *build_locked(const struct dm_who_hold *holds, size_t n)
     if (!start_ms)
         start_ms = real_ms();
     put_fmt(&p, end, "%s\nid\t%s\nwho\t", DM_WHO_MAGIC, dm_store_process_id());
-    put_field(&p, end, host);
+    put_field_max(&p, end, host, WHO_FIELD_MAX);
     put_fmt(&p, end, ":%ld ", (long)getpid());
-    put_field(&p, end, program_invocation_short_name);
+    put_field_max(&p, end, program_invocation_short_name, WHO_FIELD_MAX);
     put_fmt(&p, end, "\nstart\t%lld\nlease\t%ld\t%ld\n", start_ms, cfg->lease_ms, cfg->renew_ms);
     /* Threads: those named by a hold or a wait, and those still alive;
      * the table keeps only these. */
@@ -261,7 +301,7 @@ static char *build_locked(const struct dm_who_hold *holds, size_t n)
             continue;       /* ended, and named by nothing: forgotten */
         threads[kept++] = threads[i];
         put_fmt(&p, end, "thread\t%lu\t%ld\t", threads[i].seq, threads[i].tid);
-        put_field(&p, end, name[0] ? name : "(ended)");
+        put_field(&p, end, name[0] ? name : "-");     /* "-": the thread ended */
         put_fmt(&p, end, "\n");
     }
     nthreads = kept;
@@ -271,7 +311,7 @@ static char *build_locked(const struct dm_who_hold *holds, size_t n)
             continue;
         put_fmt(&p, end, "hold\t%lu\t%lld\t%c\t", s, holds[j].since_ms, holds[j].read ? 'r' : 'w');
         put_field(&p, end, holds[j].name);
-        put_fmt(&p, end, "\n");
+        put_fmt(&p, end, "\t%llu\t%ld\n", holds[j].token, holds[j].lease_ms);
     }
     long long now = dm_now_ms();
     for (struct dm_who_wait *w = waits; w; w = w->next) {
@@ -286,50 +326,98 @@ static char *build_locked(const struct dm_who_hold *holds, size_t n)
     return text;
 }
 
-void dm_who_write(const struct dm_who_hold *holds, size_t n)
+/* whomu held, a write due: makes it (dropping whomu for the store's I/O). */
+static void write_locked(size_t nholds)
 {
     const struct dm_config *cfg = dm_store_config();
     long long now = dm_now_ms();
-    dm_lock(&whomu);
-    int busy = n > 0 || nwaits > 0;
+    int busy = nholds > 0 || nwaits > 0;
     if (!busy && !dirty && !pending) {
         /* Idle: nothing to write; the record expires by itself. */
-        int tell = !idle_told && written_until > now;
         idle_told = 1;
         dm_unlock(&whomu);
-        if (tell)
-            dm_store->describe(NULL, DM_DESCRIBE_IDLE);
+        dm_store->describe(NULL, DM_DESCRIBE_IDLE);
+        dm_lock(&whomu);
         return;
     }
-    char *text = build_locked(holds, n);
+    dm_unlock(&whomu);
+    struct dm_hold_info *holds = NULL;
+    long n = dm_watchdog_infos(&holds);
+    dm_lock(&whomu);
+    char *text = n >= 0 ? build_locked(holds, (size_t)n) : NULL;
+    if (n >= 0)
+        dm_watchdog_infos_free(holds, (size_t)n);
     last_write_ms = now;
+    if (!text) {
+        fails++;            /* out of memory: again after the gap */
+        return;
+    }
     int was_pending = pending, was_dirty = dirty;
     pending = dirty = 0;
+    writing = 1;
     dm_unlock(&whomu);
-    if (!text) {
-        dm_lock(&whomu);    /* out of memory: again after the gap */
-        pending |= was_pending;
-        dirty |= was_dirty;
-        dm_unlock(&whomu);
-        return;
-    }
     int r = dm_store->describe(text, DM_DESCRIBE_WRITE);
     free(text);
     dm_lock(&whomu);
+    writing = 0;
+    dm_cv_broadcast(&whocv);
     if (r != 0) {
         pending |= was_pending || busy;
         dirty |= was_dirty;
+        fails++;
     } else {
         written_until = now + cfg->lease_ms - cfg->lease_margin_ms;
         idle_told = 0;
+        fails = 0;
     }
+}
+
+static void *who_main(void *arg)
+{
+    (void)arg;
+    dm_lock(&whomu);
+    while (!closing) {
+        long long now = dm_now_ms();
+        size_t nh = dm_watchdog_count();
+        long long due = due_locked(now, nh);
+        if (now >= due) {
+            write_locked(nh);
+            continue;
+        }
+        long long d = due - now;
+        long gap = DM_WHO_LIST_AFTER_MS(dm_store_config()->renew_ms);
+        if (d > gap && now - last_activity_ms < dm_store_config()->renew_ms)
+            d = gap;                /* lock calls come: a wait may need listing */
+        else if (d > gap)
+            sleeping_long = 1;      /* the next wait_begin wakes it */
+        if (d > 3600 * 1000LL)
+            d = 3600 * 1000LL;
+        struct timespec ts;
+        dm_deadline_in(&ts, (long)d);
+        dm_cv_timedwait(&whocv, &whomu, &ts);
+        sleeping_long = 0;
+    }
+    running = 0;
+    dm_cv_broadcast(&whocv);
     dm_unlock(&whomu);
+    return NULL;
 }
 
 void dm_who_exit(void)
 {
+    const struct dm_config *cfg = dm_store_config();
     dm_lock(&whomu);
-    int was = written_until != 0;
+    closing = 1;
+    int was = written_until != 0 || writing;
+    if (cv_ready) {
+        dm_cv_broadcast(&whocv);
+        /* A write in flight would land after the delete: let it end
+         * (bounded: the exit does not wait for a stuck server). */
+        struct timespec ts;
+        dm_deadline_in(&ts, cfg ? cfg->redis.command_timeout_ms : 1000);
+        while (writing && dm_cv_timedwait(&whocv, &whomu, &ts) == 0) {
+        }
+    }
     written_until = 0;
     pending = dirty = 0;
     idle_told = 1;
@@ -352,6 +440,12 @@ void dm_who_atfork(enum dm_fork_phase phase)
     idle_told = 0;
     pending = dirty = 0;
     last_write_ms = start_ms = 0;
+    fails = 0;
+    last_activity_ms = 0;
+    sleeping_long = 0;
+    running = writing = 0;      /* the thread is the parent's */
+    start_failed = 0;
+    cv_ready = 0;
     gen++;
 }
 
@@ -367,6 +461,8 @@ struct rec_item {
     long long since_ms;
     const char *lock;
     int read;
+    unsigned long long token;   /* holds: the grant's; 0 unknown */
+    long lease_ms;              /* holds: the lease it was set; 0 unknown */
 };
 
 /* One parsed record: pointers into a copy of its text. */
@@ -402,6 +498,14 @@ static void rec_free(struct rec *r)
     free(r->waits);
 }
 
+/* A number of ms a record gives, kept to a sane range (a record is text
+ * anyone with the namespace's rights can write). */
+static long ms_field(const char *s)
+{
+    long v = strtol(s, NULL, 10);
+    return v < 0 ? 0 : v > 86400000L * 365 ? 86400000L * 365 : v;
+}
+
 /* Parses text; 0, or -1 (not a record of ours, or out of memory). */
 static int rec_parse(const char *text, struct rec *r)
 {
@@ -417,6 +521,11 @@ static int rec_parse(const char *text, struct rec *r)
         rec_free(r);
         return -1;
     }
+    /* control bytes (an escape sequence in a thread's name) never reach a
+     * terminal: '?' */
+    for (char *p = r->buf; *p; p++)
+        if (((unsigned char)*p < 0x20 && *p != '\t' && *p != '\n') || *p == 0x7f)
+            *p = '?';
     char *save = NULL;
     char *l = strtok_r(r->buf, "\n", &save);
     if (!l || strcmp(l, DM_WHO_MAGIC) != 0) {
@@ -424,15 +533,15 @@ static int rec_parse(const char *text, struct rec *r)
         return -1;
     }
     while ((l = strtok_r(NULL, "\n", &save))) {
-        char *f[6];
-        int nf = fields(l, f, 6);
+        char *f[8];
+        int nf = fields(l, f, 8);
         if (strcmp(f[0], "id") == 0 && nf >= 2) {
             r->id = f[1];
         } else if (strcmp(f[0], "who") == 0 && nf >= 2) {
             r->who = f[1];
         } else if (strcmp(f[0], "lease") == 0 && nf >= 3) {
-            r->lease_ms = strtol(f[1], NULL, 10);
-            r->renew_ms = strtol(f[2], NULL, 10);
+            r->lease_ms = ms_field(f[1]);
+            r->renew_ms = ms_field(f[2]);
         } else if (strcmp(f[0], "thread") == 0 && nf >= 4) {
             r->th[r->nth].seq = strtoul(f[1], NULL, 10);
             r->th[r->nth++].name = f[3];
@@ -442,6 +551,8 @@ static int rec_parse(const char *text, struct rec *r)
             it->since_ms = strtoll(f[2], NULL, 10);
             it->read = f[3][0] == 'r';
             it->lock = f[4];
+            it->token = nf >= 6 ? strtoull(f[5], NULL, 10) : 0;
+            it->lease_ms = nf >= 7 ? ms_field(f[6]) : 0;
         } else if (strcmp(f[0], "wait") == 0 && nf >= 4) {
             struct rec_item *it = &r->waits[r->nwaits++];
             it->seq = strtoul(f[1], NULL, 10);
@@ -456,10 +567,12 @@ static int rec_parse(const char *text, struct rec *r)
     return 0;
 }
 
-/* The record whose process id starts owner ("<id>:<seq>"), and the seq. */
+/* The record whose process id starts owner ("<id>:<seq>", a setnx token
+ * "<id>:<seq>|<call>" too), and the seq. */
 static struct rec *rec_of(struct rec *recs, size_t n, const char *owner, unsigned long *seq)
 {
-    const char *c = strrchr(owner, ':');
+    size_t olen = strcspn(owner, "|");
+    const char *c = memrchr(owner, ':', olen);
     if (!c)
         return NULL;
     size_t idlen = (size_t)(c - owner);
@@ -475,19 +588,32 @@ static void describe(const struct rec *r, unsigned long seq, char *buf, size_t l
 {
     for (size_t i = 0; i < r->nth; i++)
         if (r->th[i].seq == seq) {
-            snprintf(buf, len, "%s (%s)", r->who, r->th[i].name);
+            if (strcmp(r->th[i].name, "-") == 0)
+                snprintf(buf, len, "%s (thread %lu, ended)", r->who, seq);
+            else
+                snprintf(buf, len, "%s (%s)", r->who, r->th[i].name);
             return;
         }
     snprintf(buf, len, "%s (thread %lu)", r->who, seq);
 }
 
+/* Every record that parses; one per process id (a second text claiming
+ * an id already seen is dropped: the store's key names the process). */
 static size_t parse_all(char *const *texts, size_t ntexts, struct rec **out)
 {
     struct rec *recs = calloc(ntexts ? ntexts : 1, sizeof *recs);
     size_t n = 0;
-    for (size_t i = 0; recs && i < ntexts; i++)
-        if (rec_parse(texts[i], &recs[n]) == 0)
+    for (size_t i = 0; recs && i < ntexts; i++) {
+        if (rec_parse(texts[i], &recs[n]) != 0)
+            continue;
+        int dup = 0;
+        for (size_t k = 0; k < n && !dup; k++)
+            dup = strcmp(recs[k].id, recs[n].id) == 0;
+        if (dup)
+            rec_free(&recs[n]);
+        else
             n++;
+    }
     *out = recs;
     return recs ? n : 0;
 }
@@ -503,6 +629,48 @@ static int by_since(const void *a, const void *b)
 {
     const struct dm_lock_waiter *x = a, *y = b;
     return (x->since_ms > y->since_ms) - (x->since_ms < y->since_ms);
+}
+
+/* The items of every record on lock `name` (waits, or read holds) into a
+ * new array of *n, oldest first by each process's clock. */
+static struct dm_lock_waiter *gather(struct rec *recs, size_t nrec, const char *name, int reads,
+                                     size_t *n)
+{
+    size_t cnt = 0;
+    for (size_t k = 0; k < nrec; k++) {
+        size_t m = reads ? recs[k].nholds : recs[k].nwaits;
+        const struct rec_item *its = reads ? recs[k].holds : recs[k].waits;
+        for (size_t j = 0; j < m; j++)
+            cnt += (!reads || its[j].read) && strcmp(its[j].lock, name) == 0;
+    }
+    *n = 0;
+    if (cnt == 0)
+        return NULL;
+    struct dm_lock_waiter *v = calloc(cnt, sizeof *v);
+    for (size_t k = 0; v && k < nrec; k++) {
+        size_t m = reads ? recs[k].nholds : recs[k].nwaits;
+        const struct rec_item *its = reads ? recs[k].holds : recs[k].waits;
+        for (size_t j = 0; j < m; j++) {
+            if ((reads && !its[j].read) || strcmp(its[j].lock, name) != 0)
+                continue;
+            char buf[512], own[DM_OWNER_MAX + 24];
+            describe(&recs[k], its[j].seq, buf, sizeof buf);
+            snprintf(own, sizeof own, "%s:%lu", recs[k].id, its[j].seq);
+            struct dm_lock_waiter *w = &v[*n];
+            w->who = strdup(buf);
+            w->owner = strdup(own);
+            w->since_ms = its[j].since_ms;
+            if (!w->who || !w->owner) {
+                free(w->who);
+                free(w->owner);
+                continue;
+            }
+            (*n)++;
+        }
+    }
+    if (v)
+        qsort(v, *n, sizeof *v, by_since);
+    return v;
 }
 
 void dm_who_join(struct dm_lock_row *rows, size_t n, char *const *texts, size_t ntexts,
@@ -521,50 +689,35 @@ void dm_who_join(struct dm_lock_row *rows, size_t n, char *const *texts, size_t 
             describe(r, seq, buf, sizeof buf);
             row->who = strdup(buf);
             row->renew_ms = r->renew_ms;
-            long long granted = row->lease_granted_ms > 0 ? row->lease_granted_ms : r->lease_ms;
-            if (row->lease_ms >= 0 && granted > 0) {
-                row->renewed_ago_ms = granted - row->lease_ms;
+            /* The record's line of this very grant (its token: a later
+             * grant of the name to the same thread is not it). */
+            const struct rec_item *it = NULL;
+            unsigned long long tok = row->token ? strtoull(row->token, NULL, 10) : 0;
+            for (size_t k = 0; k < r->nholds; k++)
+                if (r->holds[k].seq == seq && !r->holds[k].read &&
+                    strcmp(r->holds[k].lock, row->name) == 0 &&
+                    (row->protocol || (tok && r->holds[k].token == tok)))
+                    it = &r->holds[k];
+            /* The lease last set: the record's for its grant (a handover
+             * sets the releaser's), the store's when it knows (etcd), else,
+             * for a grant younger than the record, the holder's own unless
+             * the lease left is longer (handed over: not known). */
+            long long set = row->lease_granted_ms > 0 ? row->lease_granted_ms
+                          : it && it->lease_ms > 0 ? it->lease_ms
+                          : row->lease_ms >= 0 && row->lease_ms <= r->lease_ms ? r->lease_ms : 0;
+            if (row->lease_ms >= 0 && set > 0) {
+                row->renewed_ago_ms = set - row->lease_ms;
                 if (row->renewed_ago_ms < 0)
                     row->renewed_ago_ms = 0;
             }
-            for (size_t k = 0; k < r->nholds; k++)
-                if (r->holds[k].seq == seq && !r->holds[k].read &&
-                    strcmp(r->holds[k].lock, row->name) == 0)
-                    row->since_ms = r->holds[k].since_ms;
-            /* Younger than the record's last write: granted when its lease
-             * was last set, as no renewal round has run since. */
-            if (row->since_ms < 0 && row->renewed_ago_ms >= 0)
-                row->since_ms = now_ms - row->renewed_ago_ms;
+            if (it)
+                row->since_ms = it->since_ms;
+            else if (row->renewed_ago_ms >= 0)
+                row->since_ms = now_ms - row->renewed_ago_ms;   /* granted when the lease was set */
         }
-        size_t nw = 0;
-        for (size_t k = 0; k < nrec; k++)
-            for (size_t j = 0; j < recs[k].nwaits; j++)
-                nw += strcmp(recs[k].waits[j].lock, row->name) == 0;
-        if (nw == 0)
-            continue;
-        row->waiting = calloc(nw, sizeof *row->waiting);
-        if (!row->waiting)
-            continue;
-        for (size_t k = 0; k < nrec; k++)
-            for (size_t j = 0; j < recs[k].nwaits; j++) {
-                const struct rec_item *it = &recs[k].waits[j];
-                if (strcmp(it->lock, row->name) != 0)
-                    continue;
-                char buf[512], own[DM_OWNER_MAX + 24];
-                describe(&recs[k], it->seq, buf, sizeof buf);
-                snprintf(own, sizeof own, "%s:%lu", recs[k].id, it->seq);
-                struct dm_lock_waiter *w = &row->waiting[row->nwaiting];
-                w->who = strdup(buf);
-                w->owner = strdup(own);
-                w->since_ms = it->since_ms;
-                if (!w->who || !w->owner) {
-                    free(w->who);
-                    free(w->owner);
-                    continue;
-                }
-                row->nwaiting++;
-            }
-        qsort(row->waiting, row->nwaiting, sizeof *row->waiting, by_since);
+        row->waiting = gather(recs, nrec, row->name, 0, &row->nwaiting);
+        if (row->readers > 0 && !row->owner)
+            row->reading = gather(recs, nrec, row->name, 1, &row->nreading);
     }
     free_all(recs, nrec);
 }

@@ -9,14 +9,15 @@
  * No lock call writes it. A lock call only links its wait on a list
  * (around the store's acquire) and, when the process has no record (its
  * first lock, or the first after the last one expired) or a thread of it
- * takes a lock for the first time, asks the renewal thread for a write.
- * That thread (watchdog.c) writes the record when asked; lists a wait once
+ * takes a lock for the first time, asks for a write.
+ * who's own thread (never the renewal thread: a slow write must not delay
+ * a renewal) writes the record when asked; lists a wait once
  * it has lasted DM_WHO_LIST_AFTER_MS (an uncontended grant's round trip is
  * no wait worth a write); rewrites it soon after a listed wait ended, and
  * once per renewal interval while anything is held or waited on. An idle
  * process writes nothing: its record expires a lease after the last write
- * (as a dead process's does), and goes at once at exit. No I/O here: the
- * store's describe writes. */
+ * (as a dead process's does), and goes at once at exit. The store's
+ * describe does the I/O. */
 #ifndef DM_WHO_H
 #define DM_WHO_H
 
@@ -41,32 +42,6 @@ struct dm_who_wait {
  * lists asks for a rewrite. */
 void dm_who_wait_begin(struct dm_who_wait *w, const char *name, unsigned long seq);
 void dm_who_wait_end(struct dm_who_wait *w);
-
-/* ---- for the renewal thread ---- */
-
-/* One hold of the watchdog's, as the record lists it. */
-struct dm_who_hold {
-    const char *name;
-    const char *owner;          /* "<process id>:<seq>" */
-    long long since_ms;         /* CLOCK_REALTIME ms of its grant */
-    int read;                   /* an rwlock's read hold */
-};
-
-/* When the next write is due (CLOCK_MONOTONIC ms; LLONG_MAX: none), with
- * `nholds` holds watched now. Takes who's mutex (after the watchdog's). */
-long long dm_who_due(long long now_ms, size_t nholds);
-
-/* Writes (or deletes) the record through the store: the holds are the
- * watchdog's as of now. Blocks for the store's I/O; the renewal thread
- * only, holding no lock. */
-void dm_who_write(const struct dm_who_hold *holds, size_t n);
-
-/* The write due cannot be made now (no memory): again after a gap. */
-void dm_who_postpone(void);
-
-/* Set by the watchdog: wakes the renewal thread (starting it the first
- * time) so that a write asked for is made. */
-void dm_who_set_kick(void (*kick)(void));
 
 /* At exit, with nothing held: the record is deleted now (one store call,
  * bounded by its timeouts). */

@@ -225,5 +225,82 @@ holder="" waiter=""
 if grep -qx done "$T/tout" && grep -qx "child done" "$T/tout"; then ok "the thread and the child released and exited"
 else bad "the thread and the child released and exited" "$(cat "$T/tout" "$T/terr")"; fi
 
+# A hold released and taken again by the same thread: its SINCE is the new
+# grant's, not the record's line of the old one.
+mkfifo "$T/rin"
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/app.cfg DMUTEX_REDIS=$URL \
+    build/tests/progs/whoprog regrant who.re <"$T/rin" >"$T/rout" 2>"$T/rerr" &
+holder=$!
+exec 3>"$T/rin"
+n=0
+while ! grep -q '^relocked' "$T/rout" && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+relocked=$(sed -n 's/^relocked //p' "$T/rout")
+"$DMUTEX" ls -r "$URL" -n lstest --json >"$T/json"
+if [ -n "$relocked" ] && python3 -c "import json, sys
+l = [l for l in json.load(open(sys.argv[1]))['locks'] if l['name'] == 'who.re'][0]
+assert l['since_ms'] is not None and l['since_ms'] >= int(sys.argv[2]) - 1000, (l, sys.argv[2])" \
+    "$T/json" "$relocked" 2>"$T/py"; then ok "a hold taken again shows the new grant's since"
+else bad "a hold taken again shows the new grant's since" "$(cat "$T/py")" "$(cat "$T/rout" "$T/rerr")"; fi
+
+# A record under another process's key, claiming the holder's id, is not
+# believed; nor does a long program name cut the record short, nor an
+# escape sequence in a thread's name reach the terminal.
+pid_re=$(python3 -c "import json,sys; print([l for l in json.load(open(sys.argv[1]))['locks'] if l['name']=='who.re'][0]['holder'].split(':')[0])" "$T/json")
+redis-cli -p "$REDIS_TMP_PORT" SET 'lstest:who:{aaaa}' "$(printf 'dmutex-who 1\nid\t%s\nwho\tEVIL:1 forged\nlease\t10000\t1000\nthread\t1\t5\tforged\nwait\t9\t0\twho.re\n' "$pid_re")" >/dev/null
+"$DMUTEX" ls -r "$URL" -n lstest >"$T/table"
+if ! grep -q "EVIL\|forged" "$T/table" && grep -q "^who.re .* whoprog (whoprog) x1" "$T/table"; then
+    ok "a record whose key names another process is not believed"
+else bad "a record whose key names another process is not believed" "$(cat "$T/table")"; fi
+redis-cli -p "$REDIS_TMP_PORT" DEL 'lstest:who:{aaaa}' >/dev/null
+exec 3>&-
+wait "$holder"
+holder=""
+
+mkfifo "$T/lin"
+long=$(python3 -c "print('L' * 2000)")
+WHO_THREAD_NAME=$(printf 'e\033[31mX') LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/app.cfg \
+    DMUTEX_REDIS=$URL python3 -c "import os, sys; os.execv(sys.argv[1], [sys.argv[2], 'who.la', 'who.lb'])" \
+    build/tests/progs/whoprog "$long" <"$T/lin" >"$T/lout" 2>"$T/lerr" &
+holder=$!
+exec 3>"$T/lin"
+if ls_poll "locks['who.la']['alive'] is True and locks['who.la']['who'].startswith('%s:%s %s (e?[31mX)' % (__import__('os').uname().nodename, sys.argv[2], 'L' * 128)[:40]) and locks['who.la']['who'].endswith('(e?[31mX)')"; then
+    ok "a 2000-byte program name is cut, the record whole, the thread's escape byte a '?'"
+else bad "a 2000-byte program name is cut, the record whole, the thread's escape byte a '?'" "$(cat "$T/json")"; fi
+"$DMUTEX" ls -r "$URL" -n lstest >"$T/table"
+if ! grep -q "$(printf '\033')" "$T/table"; then ok "no control byte reaches the table"
+else bad "no control byte reaches the table" "$(cat -A "$T/table" | grep who.la)"; fi
+exec 3>&-
+wait "$holder"
+holder=""
+
+# A waiter stopped past its record's expiry is listed again once it runs:
+# it still waits.
+printf 'namespace = "lstest";\nlease_ms = 2000;\nrenew_ms = 666;\non_lease_lost = "warn";\nmutexes = ();\n' >"$T/short.cfg"
+mkfifo "$T/s1in" "$T/s2in"
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/short.cfg DMUTEX_REDIS=$URL \
+    "$T/apiprog" who.st who.sf1 <"$T/s1in" >"$T/s1out" 2>"$T/s1err" &
+holder=$!
+exec 3>"$T/s1in"
+n=0
+while ! grep -q '^held' "$T/s1out" && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/short.cfg DMUTEX_REDIS=$URL \
+    "$T/apiprog" who.st who.sf2 <"$T/s2in" >"$T/s2out" 2>"$T/s2err" 3>&- &
+waiter=$!
+exec 4>"$T/s2in"
+if ls_poll "len(locks['who.st']['waiting']) == 1"; then
+    kill -STOP "$waiter"; sleep 3; kill -CONT "$waiter"
+    if ls_poll "[w['who'] for w in locks['who.st']['waiting']] == ['%s:%s apiprog (apiprog)' % (__import__('os').uname().nodename, sys.argv[3])]"; then
+        ok "a waiter whose record expired while it was stopped is listed again once it runs"
+    else bad "a waiter whose record expired while it was stopped is listed again once it runs" "$(cat "$T/json")"; fi
+else bad "a waiter whose record expired while it was stopped is listed again once it runs" "never listed" "$(cat "$T/json")"; fi
+exec 3>&-
+wait "$holder"
+holder=""
+n=0
+while ! grep -q '^held' "$T/s2out" && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+exec 4>&-
+wait "$waiter"
+waiter=""
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

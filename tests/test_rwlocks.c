@@ -403,6 +403,21 @@ static void test_try_variants_are_ebusy_across_processes(void **s)
             pclose(f);
             th_assert_has(all, " read ");
             th_assert_has(all, " 1 reader ");
+            /* and names the reader, from its process's record (written by
+             * its own thread soon after the lock) */
+            char want[128], got[8192] = "";
+            snprintf(want, sizeof want, "    reading ");
+            char host[256] = "";
+            gethostname(host, sizeof host - 1);
+            char who[300];
+            snprintf(who, sizeof who, "%s:%ld ", host, (long)h);
+            for (int i = 0; i < 50 && !(strstr(got, want) && strstr(got, who)); i++) {
+                if (i)
+                    usleep(100000);
+                th_sh_out(got, sizeof got, TH_BUILD "/dmutex ls -r %s 2>&1", ls.url);
+            }
+            if (!strstr(got, want) || !strstr(got, who))
+                fail_msg("dmutex ls does not name the reader %s:\n%s", who, got);
         }
         free(rd);
         free(wr);

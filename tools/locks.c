@@ -175,3 +175,38 @@ void dm_locks_disconnect(struct dm_locks_conn *lc)
     dm_config_free(&lc->cfg);
     free(lc);
 }
+
+const char *dm_locks_safe(const char *s, char *buf, size_t len)
+{
+    size_t i = 0;
+    for (; s && s[i] && i + 1 < len; i++)
+        buf[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+    buf[i] = 0;
+    return buf;
+}
+
+void dm_locks_print_details(FILE *out, const struct dm_lock_row *l)
+{
+    char ago[24], safe[600];
+    if (l->owner && l->who && l->renewed_ago_ms >= 0)
+        fprintf(out, "    holder %s: lease renewed %.1fs ago (renews every %.1fs)\n",
+                dm_locks_safe(l->owner, safe, sizeof safe), (double)l->renewed_ago_ms / 1000,
+                (double)l->renew_ms / 1000);
+    else if (l->owner && l->who)
+        fprintf(out, "    holder %s: when its lease was last renewed is not known (handed over "
+                "with another process's lease, not renewed since)\n",
+                dm_locks_safe(l->owner, safe, sizeof safe));
+    if (l->protocol && strcmp(l->state, "other") == 0)
+        fprintf(out, "    the key %s holds another type: not a %s lock (a dmutex or Redisson lock "
+                "under this name?); dmutex's lock calls refuse it\n",
+                dm_locks_safe(l->name, safe, sizeof safe), l->protocol);
+    else if (l->protocol && l->owner && !l->who)
+        fprintf(out, "    holder token %s, as its client wrote it (not a dmutex process)\n",
+                dm_locks_safe(l->owner, safe, sizeof safe));
+    for (size_t k = 0; k < l->nreading; k++)
+        fprintf(out, "    reading %s for %s (%s)\n", l->reading[k].who,
+                dm_locks_ago(l->reading[k].since_ms, ago, sizeof ago), l->reading[k].owner);
+    for (size_t k = 0; k < l->nwaiting; k++)
+        fprintf(out, "    waiting %s for %s (%s)\n", l->waiting[k].who,
+                dm_locks_ago(l->waiting[k].since_ms, ago, sizeof ago), l->waiting[k].owner);
+}

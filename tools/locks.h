@@ -6,6 +6,7 @@
 #define DM_LOCKS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "config.h"
 #include "store.h"
@@ -36,6 +37,15 @@ void dm_locks_who(struct dm_locks_conn *lc, const char *owner, char *buf, size_t
  * within its renewal interval (and a slack, DM_WHO_ALIVE_SLACK_MS), 0 not,
  * -1 unknown (no record). */
 int dm_locks_alive(const struct dm_lock_row *l);
+
+/* The lines below a lock's row in `ls` and `top`: the holder's owner id
+ * and last renewal, a partner's token, the read holders and the waiting
+ * processes, indented. */
+void dm_locks_print_details(FILE *out, const struct dm_lock_row *l);
+
+/* s with control bytes as '?' (a name from the server on a terminal), into
+ * buf; returns buf. */
+const char *dm_locks_safe(const char *s, char *buf, size_t len);
 
 /* "12s", "3m04s", "2h05m", "3d04h": how long ago CLOCK_REALTIME ms `since`
  * was, into buf ("-" for -1). */

@@ -44,10 +44,11 @@ static const char ls_usage[] =
     "  NODE       Redis Cluster only: the node that holds its keys (the primary\n"
     "             of its slot; --json: \"node\")\n"
     "Below a lock, indented: the holder's owner id and when its lease was last\n"
-    "renewed, and the processes waiting for it (host:pid program (thread) for\n"
-    "how long), as their records say. Records are written by each process's\n"
-    "renewal thread, not by its lock calls: a wait shows from its first\n"
-    "renewal interval on, or sooner.\n"
+    "renewed; an rwlock's read holders (reading ...); the processes waiting\n"
+    "for it (waiting host:pid program (thread) for how long, oldest first by\n"
+    "their own clocks), as their records say. Each process writes its record\n"
+    "from a thread of its own, not from its lock calls: a wait shows once it\n"
+    "has lasted min(renew_ms/4, 1 s).\n"
     "\n"
     "  -c, --config FILE   take the server and namespace from FILE\n"
     "  -r, --redis URL     the server, a REDIS_URL (below; default: $DMUTEX_REDIS,\n"
@@ -220,6 +221,14 @@ int dm_cli_ls(int argc, char **argv)
                 json_str(stdout, l->waiting[k].who);
                 printf(", \"since_ms\": %lld}", l->waiting[k].since_ms);
             }
+            fputs("], \"reading\": [", stdout);
+            for (size_t k = 0; k < l->nreading; k++) {
+                fputs(k ? ", {\"owner\": " : "{\"owner\": ", stdout);
+                json_str(stdout, l->reading[k].owner);
+                fputs(", \"who\": ", stdout);
+                json_str(stdout, l->reading[k].who);
+                printf(", \"since_ms\": %lld}", l->reading[k].since_ms);
+            }
             fputs("]", stdout);
             if (l->node) {      /* Redis Cluster: the node of the lock's slot */
                 fputs(", \"node\": ", stdout);
@@ -227,36 +236,24 @@ int dm_cli_ls(int argc, char **argv)
             }
             fputs("}", stdout);
         } else {
-            char holder[640] = "-", since[24] = "-";
+            char holder[640] = "-", since[24] = "-", safe[DM_NAME_MAX + 1];
             int alive = dm_locks_alive(l);
             if (l->owner)
-                snprintf(holder, sizeof holder, "%s x%s", l->who ? l->who : l->owner, l->holds);
+                snprintf(holder, sizeof holder, "%s x%s", l->who ? l->who
+                         : dm_locks_safe(l->owner, safe, sizeof safe), l->holds);
             else if (l->readers > 0)
                 snprintf(holder, sizeof holder, "%lld reader%s", l->readers,
                          l->readers == 1 ? "" : "s");
             if (l->owner)
                 dm_locks_ago(l->since_ms, since, sizeof since);
             char name[DM_NAME_MAX + 16];
-            snprintf(name, sizeof name, l->protocol ? "%s [%s]" : "%s", l->name, l->protocol);
+            snprintf(name, sizeof name, l->protocol ? "%s [%s]" : "%s",
+                     dm_locks_safe(l->name, safe, sizeof safe), l->protocol);
             printf("%-24s %-8s %-44s %6s %5s %9s %16s %7lld %9lld%s%s\n", name, l->state,
                    holder, since, !l->owner ? "-" : alive < 0 ? "?" : alive ? "yes" : "NO", lease,
                    l->token ? l->token : "-", l->waiters, l->listening, l->node ? "  " : "",
                    l->node ? l->node : "");
-            if (l->owner && l->who && l->renewed_ago_ms >= 0)
-                printf("    holder %s: lease renewed %.1fs ago (renews every %.1fs)\n", l->owner,
-                       (double)l->renewed_ago_ms / 1000, (double)l->renew_ms / 1000);
-            if (l->protocol && strcmp(l->state, "other") == 0)
-                printf("    the key %s holds another type: not a %s lock (a dmutex or Redisson "
-                       "lock under this name?); dmutex's lock calls refuse it\n", l->name,
-                       l->protocol);
-            else if (l->protocol && l->owner && !l->who)
-                printf("    holder token %s, as its client wrote it (not a dmutex process)\n",
-                       l->owner);
-            for (size_t k = 0; k < l->nwaiting; k++) {
-                char ago[24];
-                printf("    waiting %s for %s (%s)\n", l->waiting[k].who,
-                       dm_locks_ago(l->waiting[k].since_ms, ago, sizeof ago), l->waiting[k].owner);
-            }
+            dm_locks_print_details(stdout, l);
         }
     }
     if (json)

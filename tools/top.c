@@ -31,7 +31,9 @@ static const char top_usage[] =
     "no -N is given; else each refresh is printed as a plain snapshot:\n"
     "  NAME, STATE, HOLDER (host:pid program (thread) and its hold count, as\n"
     "  the holder's record says), SINCE, ALIVE, LEASE_MS, TOKEN, WAITERS as in\n"
-    "  dmutex ls (see dmutex ls -h), and\n"
+    "  dmutex ls (see dmutex ls -h), with the same lines below a lock (its\n"
+    "  holder's owner id and last renewal, the read holders, the processes\n"
+    "  waiting), and\n"
     "  ACQ/S      acquisitions per second since the previous refresh: the\n"
     "             growth of the lock's fencing counter (one per grant from the\n"
     "             server; a process's cached re-locks never reach it). \"-\" on\n"
@@ -104,17 +106,21 @@ static void draw(FILE *out, const char *ns, const struct dm_lock_row *rows, size
         char holder[640] = "-", lease[24] = "-", r[24], since[24] = "-";
         int alive = dm_locks_alive(l);
         if (l->owner) {
-            snprintf(holder, sizeof holder, "%s x%s", l->who ? l->who : l->owner, l->holds);
+            char own[DM_OWNER_MAX * 4];
+            snprintf(holder, sizeof holder, "%s x%s", l->who ? l->who
+                     : dm_locks_safe(l->owner, own, sizeof own), l->holds);
             dm_locks_ago(l->since_ms, since, sizeof since);
         }
         if (l->lease_ms >= 0)
             snprintf(lease, sizeof lease, "%lld", l->lease_ms);
         rate(l, have_prev ? find(prev, nprev, l->name) : NULL, dt, r, sizeof r);
-        char name[DM_NAME_MAX + 16];
-        snprintf(name, sizeof name, l->protocol ? "%s [%s]" : "%s", l->name, l->protocol);
+        char name[DM_NAME_MAX + 16], safe[DM_NAME_MAX + 1];
+        snprintf(name, sizeof name, l->protocol ? "%s [%s]" : "%s",
+                 dm_locks_safe(l->name, safe, sizeof safe), l->protocol);
         fprintf(out, "%-24s %-8s %-40s %6s %5s %9s %16s %7lld %9s\n", name, l->state, holder,
                 since, !l->owner ? "-" : alive < 0 ? "?" : alive ? "yes" : "NO", lease,
                 l->token ? l->token : "-", l->waiters, r);
+        dm_locks_print_details(out, l);
     }
     if (n == 0)
         fprintf(out, "(no locks in namespace %s)\n", ns);

@@ -473,11 +473,17 @@ static int e_admin_who(const char *ns, char ***texts, size_t *n, char *err, size
     char **out = calloc(nk > 0 ? (size_t)nk : 1, sizeof *out);
     size_t no = 0;
     for (int i = 0; out && i < nk; i++) {
-        int v = dm_json_get(&r.j, dm_json_at(&r.j, kvs, i), "value");
-        char probe;
+        int kv = dm_json_at(&r.j, kvs, i);
+        int v = dm_json_get(&r.j, kv, "value");
+        char key[DM_ETCD_KEY_MAX], want[DM_ETCD_KEY_MAX + 8], probe;
+        if (dm_json_b64(&r.j, dm_json_get(&r.j, kv, "key"), key, sizeof key) < 0)
+            continue;
+        /* the text must name the process its key names: a record may not
+         * speak for another */
+        snprintf(want, sizeof want, "\nid\t%s\n", key + strlen(pfx));
         long len = dm_json_b64(&r.j, v, &probe, 1);     /* its length */
         char *t = len >= 0 ? malloc((size_t)len + 1) : NULL;
-        if (t && dm_json_b64(&r.j, v, t, (size_t)len + 1) >= 0)
+        if (t && dm_json_b64(&r.j, v, t, (size_t)len + 1) >= 0 && strstr(t, want))
             out[no++] = t;
         else
             free(t);

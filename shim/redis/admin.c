@@ -380,6 +380,20 @@ static int push(char ***v, size_t *n, size_t *cap, char *s)
     return 0;
 }
 
+/* Does record text name the process its key NS:who:{ID} names ("id\tID"
+ * line)? A record is text anyone with the namespace's rights can write:
+ * one may not speak for another process. */
+static int who_names_key(const char *text, const char *key)
+{
+    const char *o = strrchr(key, '{');
+    size_t klen = strlen(key);
+    if (!o || klen < 2 || key[klen - 1] != '}')
+        return 0;
+    char want[DM_OWNER_MAX + 8];
+    int n = snprintf(want, sizeof want, "\nid\t%.*s\n", (int)(key + klen - 1 - o - 1), o + 1);
+    return n > 0 && (size_t)n < sizeof want && strstr(text, want) != NULL;
+}
+
 /* The record keys on conn's node: SCAN MATCH NS:who:{*}. */
 static int scan_who(struct dm_conn *conn, const char *match, char ***keys, size_t *n, size_t *cap,
                     char *err, size_t errlen)
@@ -434,8 +448,9 @@ int dm_admin_who(const char *ns, char ***texts, size_t *n, char *err, size_t err
         if (!r && conn->err != DM_REDIS_REPLY_ERROR) {
             snprintf(err, errlen, "%s", conn->errstr);
             rc = -1;
-        } else if (r && r->type == REDIS_REPLY_STRING) {
-            /* expired since the SCAN: nil; another type: not ours, skipped */
+        } else if (r && r->type == REDIS_REPLY_STRING && who_names_key(r->str, keys[i])) {
+            /* expired since the SCAN: nil; another type, or a text naming
+             * another process than its key: not ours, skipped */
             char *t = strdup(r->str);
             if (!t || push(&out, &no, &capo, t) != 0) {
                 snprintf(err, errlen, "out of memory");

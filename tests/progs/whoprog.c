@@ -6,13 +6,20 @@
  *                 prints "thread held A"; then the process forks, and the
  *                 child takes B and prints "child PID held B"; both keep
  *                 their lock until stdin ends, then release it and print
- *                 "done" (the child "child done"). */
+ *                 "done" (the child "child done"). $WHO_THREAD_NAME names the
+ *                 thread instead (any bytes).
+ *   whoprog regrant A
+ *                 takes A, holds it 2.5 s, releases it, takes it again in
+ *                 the same thread and prints "relocked MS" (CLOCK_REALTIME
+ *                 ms), keeps it until stdin ends, releases it, "done". */
 #define _GNU_SOURCE
 #include <dmutex.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #pragma weak dmutex_name
@@ -32,7 +39,8 @@ static void until_stdin_ends(void)
 static void *seller(void *arg)
 {
     (void)arg;
-    pthread_setname_np(pthread_self(), "seller-3");
+    const char *tn = getenv("WHO_THREAD_NAME");
+    pthread_setname_np(pthread_self(), tn ? tn : "seller-3");
     pthread_mutex_lock(&a);
     printf("thread held A\n");
     fflush(stdout);
@@ -47,6 +55,22 @@ static void *seller(void *arg)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "regrant") == 0 && dmutex_name) {
+        if (dmutex_name(&a, argv[2]))
+            return 1;
+        pthread_mutex_lock(&a);
+        usleep(2500000);
+        pthread_mutex_unlock(&a);
+        pthread_mutex_lock(&a);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        printf("relocked %lld\n", (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        fflush(stdout);
+        until_stdin_ends();
+        pthread_mutex_unlock(&a);
+        printf("done\n");
+        return 0;
+    }
     if (argc != 3 || !dmutex_name)
         return 2;
     if (dmutex_name(&a, argv[1]) || dmutex_name(&b, argv[2]))
