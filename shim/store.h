@@ -37,7 +37,7 @@ struct dm_store_lock {
     unsigned char wants;    /* other processes' wants reach want_watch's function */
     unsigned char rw;       /* an rwlock's: read holds beside the write hold */
     unsigned char protocol; /* enum dm_protocol (lock_protocol): dmutex's own layout, or
-                               the setnx lock of other clients at the bare name */
+                               a partner's lock at the bare name (setnx, redisson) */
 };
 
 /* The counters of l's name, to count into: made on the first call (a
@@ -220,7 +220,12 @@ struct dm_store_ops {
      * it has no fair mode, caching or want notices (lock_mode leaves them
      * off), its grants carry token 0 (no fencing token), its waits retry
      * on a bounded jittered interval (the partner publishes nothing) and
-     * its releases are all waited for. 0, or ENOTSUP when the backend
+     * its releases are all waited for. DM_PROTOCOL_REDISSON: Redisson's
+     * RLock, a hash at the bare name with one field per holder (count 1
+     * for dmutex's hold), renewed while the field is there, released with
+     * a DEL and a publish on redisson_lock__channel:{NAME}, which its
+     * waiters wait for; otherwise as setnx (no fair mode, caching, want
+     * notices or fencing token; waited releases). 0, or ENOTSUP when the backend
      * does not speak it (etcd). The caller (mapped, under the name
      * table's mutex) sets it while nothing else uses l's lock. No I/O. */
     int (*lock_protocol)(struct dm_store_lock *l, int protocol);
