@@ -736,6 +736,11 @@ static int build_id_ok(const char *v, char *why, size_t n)
  * mode (fair, cache), and an rwlock's is fixed (its writers queue). A
  * little over 100 lines: one pass over the entry's keys, each check a few
  * lines next to the key it checks, in the order REFERENCE.md lists them. */
+static const char *protocol_word(int protocol)
+{
+    return dm_config_keys[DM_K_PROTOCOL].values[protocol];
+}
+
 static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_object_config *m)
 {
     int cond = m->cond, rw = m->rw;
@@ -773,12 +778,6 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_obj
                            "mutex's entry says the lock's protocol)"
                          : "an rwlock's read holds have no form in another client's lock; "
                            "it is always protocol \"dmutex\"");
-    const char *pv = ps ? config_setting_get_string(ps) : NULL;
-    if (pv && strcmp(pv, "redisson") == 0)
-        return fail(p, cfg_line_of(ps), "protocol = \"redisson\" is not supported yet "
-                    "(issue 28): a Redisson RLock and this mutex would not exclude each other; "
-                    "use protocol = \"dmutex\" (the default), or \"setnx\" for a SET NX "
-                    "lock (docs/interop.md)");
     if (cfg_get_string(p, e, "", "symbol", &sym, &sym_line) < 0
         || cfg_get_string(p, e, "", "init_site", &site, &site_line) < 0
         || cfg_get_string(p, e, "", "object", &obj, &obj_line) < 0
@@ -786,20 +785,23 @@ static int parse_mutex(struct parse *p, const config_setting_t *e, struct dm_obj
         || cfg_get_string(p, e, "", "build_id", &bid, &bid_line) < 0
         || cfg_parse_scalars(p, e, DM_GROUP_MUTEX, m, lines) < 0)
         return -1;
-    if (m->protocol == DM_PROTOCOL_SETNX) {
-        /* A SET NX lock has no queue and no want notices: fair is off
-         * (its default is on), and a config that asks for either says
-         * what it would not get. */
+    if (m->protocol != DM_PROTOCOL_DMUTEX) {
+        /* A partner's lock (a SET NX string, a Redisson RLock hash) has
+         * no queue dmutex can keep and no want notices: fair is off (its
+         * default is on), and a config that asks for either says what it
+         * would not get. */
+        const char *pw = protocol_word(m->protocol);
+        const char *lock = m->protocol == DM_PROTOCOL_SETNX ? "a SET NX lock" : "a Redisson RLock";
         if (lines[DM_K_FAIR] && m->fair)
-            return fail(p, lines[DM_K_FAIR], "fair = true with protocol = \"setnx\" (line %u): "
-                        "a SET NX lock has no queue, its waiters retry in no order; remove "
-                        "fair (a setnx entry is fair = false) or use protocol = \"dmutex\"",
-                        lines[DM_K_PROTOCOL]);
+            return fail(p, lines[DM_K_FAIR], "fair = true with protocol = \"%s\" (line %u): "
+                        "%s has no queue, its waiters retry in no order; remove fair (a %s "
+                        "entry is fair = false) or use protocol = \"dmutex\"", pw,
+                        lines[DM_K_PROTOCOL], lock, pw);
         if (m->cache)
-            return fail(p, lines[DM_K_CACHE], "cache = true with protocol = \"setnx\" (line %u): "
-                        "nobody tells a SET NX lock's holder that another process wants it, so "
-                        "a cached hold would never be given up; remove cache or use "
-                        "protocol = \"dmutex\"", lines[DM_K_PROTOCOL]);
+            return fail(p, lines[DM_K_CACHE], "cache = true with protocol = \"%s\" (line %u): "
+                        "nobody tells %s's holder that another process wants it, so a cached "
+                        "hold would never be given up; remove cache or use protocol = "
+                        "\"dmutex\"", pw, lines[DM_K_PROTOCOL], lock);
         m->fair = 0;
     }
     unsigned off_line = lines[DM_K_OFFSET], idx_line = lines[DM_K_INDEX];
@@ -985,11 +987,6 @@ static int parse_programs(struct parse *p, const config_setting_t *root, struct 
     return 0;
 }
 
-static const char *protocol_word(int protocol)
-{
-    return dm_config_keys[DM_K_PROTOCOL].values[protocol];
-}
-
 /* One lock name is one lock on the wire: entries that share a name share
  * its protocol (dmutex's keys NS:{NAME} and a SET NX string at NAME would
  * not exclude each other). Reports the later entry, naming the earlier. */
@@ -1021,9 +1018,10 @@ int dm_config_check_protocols(const struct dm_config *cfg, char *err, size_t err
             continue;
         struct parse p = { .label = cfg->path ? cfg->path : "config", .err = err, .errlen = errlen };
         struct shown sv;
-        return fail(&p, (unsigned)m->line, "protocol = \"%s\" is a Redis lock (a string at the "
+        return fail(&p, (unsigned)m->line, "protocol = \"%s\" is a Redis lock (a %s at the "
                     "key %s) and the store is etcd: use protocol = \"dmutex\" (the default) "
-                    "with etcd, or a Redis store", protocol_word(m->protocol), show(&sv, m->name));
+                    "with etcd, or a Redis store", protocol_word(m->protocol),
+                    m->protocol == DM_PROTOCOL_SETNX ? "string" : "hash", show(&sv, m->name));
     }
     return 0;
 }

@@ -34,10 +34,10 @@
 
 enum dm_on_lease_lost { DM_LOST_ABORT, DM_LOST_WARN };
 /* A mutex entry's lock on the wire (protocol = "..."; docs/interop.md):
- * dmutex's own keys, or the SET NX string lock other languages' clients
- * take at the bare name. */
-enum dm_protocol { DM_PROTOCOL_DMUTEX, DM_PROTOCOL_SETNX };
-/* Its name as the config writes it ("dmutex", "setnx"). No I/O. */
+ * dmutex's own keys, the SET NX string lock other languages' clients
+ * take at the bare name, or Redisson's RLock hash at the bare name. */
+enum dm_protocol { DM_PROTOCOL_DMUTEX, DM_PROTOCOL_SETNX, DM_PROTOCOL_REDISSON };
+/* Its name as the config writes it ("dmutex", "setnx", "redisson"). No I/O. */
 const char *dm_config_protocol_name(int protocol);
 enum dm_on_redis_down { DM_DOWN_BLOCK, DM_DOWN_ERROR, DM_DOWN_LOCAL };
 
@@ -182,9 +182,9 @@ int dm_config_load_for(const char *path, const char *program, struct dm_config *
 int dm_config_check_mutexes(const struct dm_config *cfg, char *err, size_t errlen);
 
 /* 0 when every entry's protocol can be spoken by the store cfg names
- * now (after DMUTEX_REDIS and DMUTEX_ETCD: the setnx protocol is a Redis
- * lock, not etcd's); else -1, `err` holding "FILE:LINE: ..." of the first
- * entry that cannot, and the fix. No I/O. */
+ * now (after DMUTEX_REDIS and DMUTEX_ETCD: the setnx and redisson
+ * protocols are Redis locks, not etcd's); else -1, `err` holding
+ * "FILE:LINE: ..." of the first entry that cannot, and the fix. No I/O. */
 int dm_config_check_protocols(const struct dm_config *cfg, char *err, size_t errlen);
 
 /* `url` for a message: the password of user:password@ replaced by ***.

@@ -20,7 +20,7 @@ static char default_ns[] = DM_NAMESPACE_DEFAULT;
 
 static const char *const lease_lost_values[] = { "abort", "warn", NULL };
 static const char *const redis_down_values[] = { "block", "error", "local", NULL };
-static const char *const protocol_values[] = { "dmutex", "setnx", NULL };
+static const char *const protocol_values[] = { "dmutex", "setnx", "redisson", NULL };
 
 const char *dm_config_protocol_name(int protocol)
 {
@@ -33,7 +33,8 @@ static_assert(sizeof(enum dm_on_lease_lost) == sizeof(int), "enum is an int");
 static_assert(sizeof(enum dm_on_redis_down) == sizeof(int), "enum is an int");
 static_assert(DM_LOST_ABORT == 0 && DM_LOST_WARN == 1, "lease_lost_values order");
 static_assert(sizeof(enum dm_protocol) == sizeof(int), "enum is an int");
-static_assert(DM_PROTOCOL_DMUTEX == 0 && DM_PROTOCOL_SETNX == 1, "protocol_values order");
+static_assert(DM_PROTOCOL_DMUTEX == 0 && DM_PROTOCOL_SETNX == 1 && DM_PROTOCOL_REDISSON == 2,
+              "protocol_values order");
 static_assert(DM_DOWN_BLOCK == 0 && DM_DOWN_ERROR == 1 && DM_DOWN_LOCAL == 2,
               "redis_down_values order");
 
@@ -211,8 +212,10 @@ const struct dm_config_key dm_config_keys[DM_NKEYS] = {
         .doc = "the lock on the wire: `\"dmutex\"`, dmutex's own keys (every feature); "
                "`\"setnx\"`, the lock other languages' clients take (redis-py `Lock`, redlock, "
                "redsync, Jedis `SET NX PX`): a string at the bare `name` holding the holder's "
-               "token, no namespace; not with `fair = true`, `cache` or etcd, and no fencing "
-               "token (docs/interop.md)" },
+               "token, no namespace; `\"redisson\"`, Redisson's `RLock` (Java Redisson, "
+               "node-redisson): a hash at the bare `name`, one field per holder, released with "
+               "a publish on `redisson_lock__channel:{name}`; neither with `fair = true`, "
+               "`cache` or etcd, and no fencing token (docs/interop.md)" },
     [DM_K_ADDRESS] = { "address", MUTEX(address), .type = DM_CFG_LONG, .lo = 0,
         .hi = DM_ADDRESS_MAX, .dflt = -1, .doc_default = "none",
         .doc = "a mutex by its address in `object` (from its load base, as `dmutex trace` prints "

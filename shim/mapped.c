@@ -192,7 +192,7 @@ static int named_add(const void *addr, const char *name, int flags, int kind)
         name_put(nm);
         return EEXIST;          /* the other kind's name */
     }
-    int proto = (flags & DM_MAP_SETNX) ? DM_PROTOCOL_SETNX : DM_PROTOCOL_DMUTEX;
+    int proto = DM_MAP_PROTOCOL_OF(flags);
     if (nm->cl->protocol != proto && (nm->refs > 1 || rw)) {
         dm_unlock(&names_mu);
         name_put(nm);

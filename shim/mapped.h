@@ -105,12 +105,15 @@ void dm_mapped_init(const struct dm_config *cfg);
 #define DM_MAP_HEAP  1      /* init_site or dmutex_name: destroy unmaps it */
 #define DM_MAP_FAIR  2      /* fair mode for its name */
 #define DM_MAP_CACHE 4      /* lock caching for its name */
-#define DM_MAP_SETNX 8      /* its name is the setnx protocol's lock (not fair, not cached) */
+/* Its name's lock on the wire, enum dm_protocol in two bits: a partner's
+ * (setnx, redisson) is not fair and not cached. */
+#define DM_MAP_PROTOCOL(p)     ((p) << 3)
+#define DM_MAP_PROTOCOL_OF(f)  (((f) >> 3) & 3)
 
 /* Maps `addr` under lock name `name` (DM_MAP_* flags) and adds it to the
  * registry. Returns 0, EEXIST (already mapped under another name, the
  * name is an rwlock's, or it is mapped already with the other protocol),
- * ENOTSUP (the store cannot speak DM_MAP_SETNX's protocol), or ENOMEM. */
+ * ENOTSUP (the store cannot speak DM_MAP_PROTOCOL's protocol), or ENOMEM. */
 int dm_mapped_add(const void *addr, const char *name, int flags);
 
 /* Maps condition variable `addr` under cond name `name` (DM_MAP_HEAP or

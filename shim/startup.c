@@ -234,7 +234,7 @@ static const char *entry_what(const struct dm_object_config *mc, struct entry_wh
 static int entry_flags(const struct dm_object_config *mc)
 {
     return (mc->fair ? DM_MAP_FAIR : 0) | (mc->cache ? DM_MAP_CACHE : 0) |
-           (mc->protocol == DM_PROTOCOL_SETNX ? DM_MAP_SETNX : 0);
+           DM_MAP_PROTOCOL(mc->protocol);
 }
 
 /* Resolves one symbol entry (calls the loader: never with a lock of the

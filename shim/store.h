@@ -37,7 +37,7 @@ struct dm_store_lock {
     unsigned char wants;    /* other processes' wants reach want_watch's function */
     unsigned char rw;       /* an rwlock's: read holds beside the write hold */
     unsigned char protocol; /* enum dm_protocol (lock_protocol): dmutex's own layout, or
-                               the setnx lock of other clients at the bare name */
+                               a partner's lock at the bare name (setnx, redisson) */
 };
 
 /* The counters of l's name, to count into: made on the first call (a
@@ -135,8 +135,8 @@ struct dm_lock_row {
                                expired one counts until the next acquire drops it) */
     char *node;             /* a store that spreads locks over nodes (Redis Cluster):
                                "host:port" of the node that keeps it; NULL otherwise */
-    const char *protocol;   /* admin_partner's: "setnx" (the lock on the wire, config
-                               protocol); NULL: dmutex's own */
+    const char *protocol;   /* admin_partner's: "setnx", "redisson" (the lock on the
+                               wire, config protocol); NULL: dmutex's own */
     long long lease_granted_ms; /* the backend's: the holder's lease as granted (etcd:
                                its process lease's TTL); 0 unknown (the holder's
                                record then says: Redis) */
@@ -226,7 +226,12 @@ struct dm_store_ops {
      * it has no fair mode, caching or want notices (lock_mode leaves them
      * off), its grants carry token 0 (no fencing token), its waits retry
      * on a bounded jittered interval (the partner publishes nothing) and
-     * its releases are all waited for. 0, or ENOTSUP when the backend
+     * its releases are all waited for. DM_PROTOCOL_REDISSON: Redisson's
+     * RLock, a hash at the bare name with one field per holder (count 1
+     * for dmutex's hold), renewed while the field is there, released with
+     * a DEL and a publish on redisson_lock__channel:{NAME}, which its
+     * waiters wait for; otherwise as setnx (no fair mode, caching, want
+     * notices or fencing token; waited releases). 0, or ENOTSUP when the backend
      * does not speak it (etcd). The caller (mapped, under the name
      * table's mutex) sets it while nothing else uses l's lock. No I/O. */
     int (*lock_protocol)(struct dm_store_lock *l, int protocol);
@@ -351,9 +356,10 @@ struct dm_store_ops {
     void (*admin_disconnect)(void);
     int (*admin_list)(const char *ns, struct dm_lock_row **rows, size_t *n, char *err,
                       size_t errlen);
-    /* A partner protocol's lock `name` (config protocol, DM_PROTOCOL_SETNX),
-     * which no scan finds (its key is the bare name): into *row (state
-     * "held" with owner the holder's token as written, "free", or "other":
+    /* A partner protocol's lock `name` (config protocol: DM_PROTOCOL_SETNX,
+     * _REDISSON), which no scan finds (its key is the bare name): into *row
+     * (state "held" with owner the holder's token or field as written, and
+     * its hold count, "free", or "other":
      * the key holds another type, not this protocol's lock), lease_ms its
      * expiry. 0, or -1 with err (ENOTSUP-like: the store cannot speak it). */
     int (*admin_partner)(const char *name, int protocol, struct dm_lock_row *row, char *err,

@@ -288,6 +288,24 @@ static void test_acl_line_has_each_setnx_entrys_bare_name(void **state)
     assert_int_equal(run_counters(cfg, "acl_sx_count"), CNT_PROCS * CNT_THREADS * CNT_ITERS);
 }
 
+/* A redisson entry's lock is its bare name and its release channel
+ * Redisson's (docs/interop.md): the line has both, and the counter under
+ * it stays exact. */
+static void test_acl_line_has_each_redisson_entrys_name_and_channel(void **state)
+{
+    (void)state;
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "redis = { host = \"%s\"; port = %d; username = \"%s\"; password = \"%s\"; db = %s; };\n"
+        "namespace = \"%s\";\nlease_ms = %ld;\n"
+        "mutexes = ( { symbol = \"counter_lock\"; name = \"acl_rs\"; protocol = \"redisson\"; } "
+        ");\n", rs.addr, rs.port, USER, PASSWORD, DB, NS, LEASE_MS));
+    char *line = acl_line(cfg, NULL);
+    th_assert_has(line, " ~" NS ":* &" NS ":* ~acl_rs &redisson_lock__channel:{acl_rs} -@all ");
+    run_acl_line(line, NULL, NULL, NULL);
+    free(line);
+    assert_int_equal(run_counters(cfg, "acl_rs_count"), CNT_PROCS * CNT_THREADS * CNT_ITERS);
+}
+
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
 
 int main(void)
@@ -300,6 +318,7 @@ int main(void)
         T(test_user_without_the_key_pattern_gets_noperm_and_no_lock),
         T(test_user_without_a_scripts_command_is_told_it_is_an_acl_refusal),
         T(test_acl_line_has_each_setnx_entrys_bare_name),
+        T(test_acl_line_has_each_redisson_entrys_name_and_channel),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -335,6 +335,24 @@ static void test_setnx_protocol_is_refused_with_etcd(void **state)
     assert_non_null(strstr(err, "t.cfg:1: "));
 }
 
+static void test_redisson_protocol_is_loaded_unfair_and_refused_with_etcd(void **state)
+{
+    (void)state;
+    load_ok("mutexes = (\n { symbol = \"a\"; name = \"stock\"; protocol = \"redisson\"; },\n"
+            " { symbol = \"b\"; name = \"stock\"; protocol = \"redisson\"; fair = false; }\n);\n");
+    assert_int_equal(cfg.mutexes[0].protocol, DM_PROTOCOL_REDISSON);
+    assert_int_equal(cfg.mutexes[0].fair, 0);       /* Redisson's RLock has no queue */
+    assert_int_equal(cfg.mutexes[1].protocol, DM_PROTOCOL_REDISSON);
+    assert_int_equal(dm_config_check_protocols(&cfg, err, sizeof err), 0);
+    assert_int_equal(dm_config_set_redis_url(&cfg, "etcd://127.0.0.1:2379", err, sizeof err), 0);
+    assert_int_equal(dm_config_check_protocols(&cfg, err, sizeof err), -1);
+    const char *words[] = { "t.cfg:2: ", "protocol = \"redisson\" is a Redis lock",
+                            "a hash at the key \"stock\"", "the store is etcd" };
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strstr(err, words[i]))
+            fail_msg("expected \"%s\" in \"%s\"", words[i], err);
+}
+
 static void test_name_defaults_to_symbol_without_file_qualifier(void **state)
 {
     (void)state;
@@ -1960,13 +1978,22 @@ static const struct refusal refusals[] = {
       { "line 2", "\"z\"" } },
 
     /* protocol (docs/interop.md) */
-    { "test_protocol_is_dmutex_or_setnx",
+    { "test_protocol_is_dmutex_setnx_or_redisson",
       "mutexes = (\n { symbol = \"a\";\n   protocol = \"setx\"; }\n);", "t.cfg:3: ",
-      { "protocol = \"setx\"", "must be \"dmutex\" or \"setnx\"" } },
-    { "test_protocol_redisson_is_refused_as_not_supported_yet",
-      "mutexes = (\n { symbol = \"a\"; name = \"stock\";\n   protocol = \"redisson\"; }\n);",
-      "t.cfg:3: ", { "protocol = \"redisson\" is not supported yet", "would not exclude",
-                     "\"setnx\"" } },
+      { "protocol = \"setx\"", "\"dmutex\", \"setnx\" or \"redisson\"" } },
+    { "test_redisson_entry_refuses_fair_true",
+      "mutexes = (\n { symbol = \"a\"; name = \"stock\"; protocol = \"redisson\";\n"
+      "   fair = true; }\n);", "t.cfg:3: ",
+      { "fair = true with protocol = \"redisson\" (line 2)", "a Redisson RLock has no queue",
+        "remove fair" } },
+    { "test_redisson_entry_refuses_cache",
+      "mutexes = (\n { symbol = \"a\"; protocol = \"redisson\";\n   cache = true; }\n);",
+      "t.cfg:3: ", { "cache = true with protocol = \"redisson\" (line 2)", "never be given up",
+                     "remove cache" } },
+    { "test_one_name_has_one_protocol_setnx_or_redisson",
+      "mutexes = (\n { symbol = \"a\"; name = \"n\"; protocol = \"redisson\"; },\n"
+      " { symbol = \"b\"; name = \"n\"; protocol = \"setnx\"; }\n);", "t.cfg:3: ",
+      { "protocol = \"setnx\"", "line 2", "protocol = \"redisson\"", "same protocol" } },
     { "test_setnx_entry_refuses_fair_true",
       "mutexes = (\n { symbol = \"a\"; protocol = \"setnx\";\n   fair = true; }\n);", "t.cfg:3: ",
       { "fair = true with protocol = \"setnx\" (line 2)", "no queue", "remove fair" } },
@@ -2073,8 +2100,11 @@ int main(void)
         T(test_rwlocks_read_symbol_and_init_site_entries),
         T(test_protocol_defaults_to_dmutex_and_setnx_is_unfair),
         T(test_setnx_protocol_is_refused_with_etcd),
-        R(test_protocol_is_dmutex_or_setnx),
-        R(test_protocol_redisson_is_refused_as_not_supported_yet),
+        T(test_redisson_protocol_is_loaded_unfair_and_refused_with_etcd),
+        R(test_protocol_is_dmutex_setnx_or_redisson),
+        R(test_redisson_entry_refuses_fair_true),
+        R(test_redisson_entry_refuses_cache),
+        R(test_one_name_has_one_protocol_setnx_or_redisson),
         R(test_setnx_entry_refuses_fair_true),
         R(test_setnx_entry_refuses_cache),
         R(test_one_name_has_one_protocol),

@@ -61,8 +61,9 @@ static const char usage_text[] =
     "\n"
     "Prints the ACL SETUSER line of the Redis user that CONFIG's processes need:\n"
     "the commands dmutex sends and nothing else, keys ~NS:* and channels &NS:*\n"
-    "of the config's namespace NS, and the key ~NAME of each protocol = \"setnx\"\n"
-    "entry. Run it on the server (redis-cli, as an admin).\n"
+    "of the config's namespace NS, the key ~NAME of each protocol = \"setnx\" or\n"
+    "\"redisson\" entry and the channel &redisson_lock__channel:{NAME} of each\n"
+    "redisson entry. Run it on the server (redis-cli, as an admin).\n"
     "With an etcd config: the etcdctl lines of a role that may read and write\n"
     "the keys NS#... and nothing else, and of a user with it (etcd.username);\n"
     "run them as etcd's root user (etcdctl --user root ...).\n"
@@ -226,16 +227,20 @@ int dm_cli_acl(int argc, char **argv)
     if (pass)
         printf(plain ? " >%s" : " %s", plain ? pass : pw);
     printf(" ~%s:* &%s:*", ns, ns);
-    /* A setnx entry's lock is the bare name, outside the namespace
+    /* A partner protocol's lock is the bare name, outside the namespace,
+     * and a redisson one's release channel is Redisson's
      * (docs/interop.md); a name has only [A-Za-z0-9_.:/@-], no pattern
-     * character. Each once. */
+     * character. Each once (one name has one protocol). */
     for (size_t i = 0; i < cfg.nmutexes; i++) {
-        int seen = cfg.mutexes[i].protocol != DM_PROTOCOL_SETNX;
+        const struct dm_object_config *m = &cfg.mutexes[i];
+        int seen = m->protocol == DM_PROTOCOL_DMUTEX;
         for (size_t j = 0; j < i && !seen; j++)
-            seen = cfg.mutexes[j].protocol == DM_PROTOCOL_SETNX &&
-                   strcmp(cfg.mutexes[j].name, cfg.mutexes[i].name) == 0;
-        if (!seen)
-            printf(" ~%s", cfg.mutexes[i].name);
+            seen = strcmp(cfg.mutexes[j].name, m->name) == 0;
+        if (seen)
+            continue;
+        printf(" ~%s", m->name);
+        if (m->protocol == DM_PROTOCOL_REDISSON)    /* dm_keys_redisson_channel's, for a */
+            printf(" &redisson_lock__channel:{%s}", m->name);   /* name without '{' */
     }
     printf(" -@all");
     for (int i = 0; shim_commands[i]; i++)

@@ -197,11 +197,12 @@ void dm_locks_print_details(FILE *out, const struct dm_lock_row *l)
                 "with another process's lease, not renewed since)\n",
                 dm_locks_safe(l->owner, safe, sizeof safe));
     if (l->protocol && strcmp(l->state, "other") == 0)
-        fprintf(out, "    the key %s holds another type: not a %s lock (a dmutex or Redisson lock "
+        fprintf(out, "    the key %s holds another type: not a %s lock (another protocol's "
                 "under this name?); dmutex's lock calls refuse it\n",
                 dm_locks_safe(l->name, safe, sizeof safe), l->protocol);
     else if (l->protocol && l->owner && !l->who)
-        fprintf(out, "    holder token %s, as its client wrote it (not a dmutex process)\n",
+        fprintf(out, "    holder %s %s, as its client wrote it (not a dmutex process)\n",
+                strcmp(l->protocol, "redisson") == 0 ? "field" : "token",
                 dm_locks_safe(l->owner, safe, sizeof safe));
     for (size_t k = 0; k < l->nreading; k++)
         fprintf(out, "    reading %s for %s (%s)\n", l->reading[k].who,

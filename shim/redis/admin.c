@@ -308,15 +308,20 @@ int dm_admin_partner(const char *name, int protocol, struct dm_lock_row *row, ch
 {
     memset(row, 0, sizeof *row);
     row->lease_ms = -1;
-    if (protocol != DM_PROTOCOL_SETNX) {
+    int redisson = protocol == DM_PROTOCOL_REDISSON;
+    if (protocol != DM_PROTOCOL_SETNX && !redisson) {
         snprintf(err, errlen, "lock %s: protocol %d is not one the tools read", name, protocol);
         return -1;
     }
+    /* setnx: a string holding the holder's token; redisson: a hash, the
+     * holder's field -> its hold count (Redisson's RLock). The read that
+     * is not the key's type answers WRONGTYPE: ignored. */
+    const char *want = redisson ? "hash" : "string";
     struct dm_conn *conn = dm_redis_cluster() ? dm_redis_get_key(name) : &tool_conn;
     redisReply *r[3] = { 0 };
     int rc = conn->c ? 0 : -1;
     if (rc == 0 && (dm_redis_append_command(conn, "TYPE %s", name) != 0 ||
-                    dm_redis_append_command(conn, "GET %s", name) != 0 ||
+                    dm_redis_append_command(conn, redisson ? "HGETALL %s" : "GET %s", name) != 0 ||
                     dm_redis_append_command(conn, "PTTL %s", name) != 0))
         rc = -1;
     for (int i = 0; i < 3 && rc == 0; i++)
@@ -327,21 +332,28 @@ int dm_admin_partner(const char *name, int protocol, struct dm_lock_row *row, ch
     } else {
         const char *type = r[0] && r[0]->type == REDIS_REPLY_STATUS ? r[0]->str : "?";
         row->name = strdup(name);
-        row->protocol = "setnx";
-        row->state = strcmp(type, "none") == 0 ? "free" : strcmp(type, "string") == 0 ? "held"
+        row->protocol = redisson ? "redisson" : "setnx";
+        row->state = strcmp(type, "none") == 0 ? "free" : strcmp(type, want) == 0 ? "held"
                    : "other";
+        const char *holder = NULL, *count = "1";
         if (row->state[0] == 'h' && r[1] && r[1]->type == REDIS_REPLY_STRING)
-            row->owner = strdup(r[1]->str);
+            holder = r[1]->str;
+        if (row->state[0] == 'h' && r[1] && r[1]->type == REDIS_REPLY_ARRAY &&
+            r[1]->elements >= 2) {
+            holder = r[1]->element[0]->str;     /* one holder: a reentrant hold is its count */
+            count = r[1]->element[1]->str;
+        }
+        if (holder)
+            row->owner = strdup(holder);
         if (row->state[0] == 'h' && r[2] && r[2]->type == REDIS_REPLY_INTEGER && r[2]->integer >= 0)
             row->lease_ms = r[2]->integer;
-        if (!row->name || (row->state[0] == 'h' && r[1] && r[1]->type == REDIS_REPLY_STRING &&
-                           !row->owner)) {
+        if (!row->name || (holder && !row->owner)) {
             free(row->name);
             free(row->owner);
             snprintf(err, errlen, "out of memory");
             rc = -1;
         }
-        if (rc == 0 && row->owner && !(row->holds = strdup("1"))) {
+        if (rc == 0 && row->owner && !(row->holds = strdup(count))) {
             free(row->name);
             free(row->owner);
             snprintf(err, errlen, "out of memory");

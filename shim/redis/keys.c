@@ -79,6 +79,13 @@ size_t dm_keys_intact(char *buf, size_t len, const char *ns)
     return n < 0 ? 0 : (size_t)n;
 }
 
+size_t dm_keys_redisson_channel(char *buf, size_t len, const char *name)
+{
+    int n = snprintf(buf, len, strchr(name, '{') ? DM_KEYS_REDISSON_CHANNEL ":%s"
+                                                 : DM_KEYS_REDISSON_CHANNEL ":{%s}", name);
+    return n < 0 ? 0 : (size_t)n;
+}
+
 size_t dm_keys_who(char *buf, size_t len, const char *ns, const char *process_id)
 {
     int n = snprintf(buf, len, "%s:who:{%s}", ns, process_id);

@@ -86,6 +86,14 @@ size_t dm_keys_who(char *buf, size_t len, const char *ns, const char *process_id
 size_t dm_keys_wait_channel(char *buf, size_t len, const char *ns, const char *name,
                             const char *process_id);
 
+/* The redisson protocol's (docs/interop.md): Redisson's RLock `name` is a
+ * hash at the bare name, released with a publish on this channel,
+ * "redisson_lock__channel:{NAME}" (a name holding a '{' is used as it is,
+ * as Redisson's prefixName does: its hash tag then picks the slot). Same
+ * conventions as dm_keys_build. */
+size_t dm_keys_redisson_channel(char *buf, size_t len, const char *name);
+#define DM_KEYS_REDISSON_CHANNEL "redisson_lock__channel"
+
 /* (The name "*" makes a glob of key `k` of every lock: "NS:{*}:token",
  * for SCAN MATCH, KEYS, PUBSUB CHANNELS.) */
 

@@ -149,6 +149,7 @@ void rl_lock_free(struct dm_rlock *l)
     dm_notify_chan_put(l->chan);
     dm_notify_chan_put(l->wchan);
     dm_notify_chan_put(l->wantchan);
+    dm_notify_chan_put(l->pchan);
     free(l->kept);
     free(l);
 }
@@ -444,7 +445,7 @@ static int rw_keys(const struct dm_rlock *l, const char *const *k, const char **
  * another type ("WRONGTYPE NS:{NAME} holds a string, ..."). Not a passing
  * refusal but another client's lock under the key (a SET NX string at
  * NS:{NAME}): the server's words, then the cause naming both protocols,
- * as the setnx protocol says of a hash at its name (setnx.c). No grant
+ * as the setnx protocol says of a hash at its name (partner.c). No grant
  * comes of it: on_redis_down decides, as for any refusal. */
 static void wrongtype_words(struct dm_redis_error *why)
 {

@@ -28,7 +28,7 @@
 #define DM_BACKOFF_MAX_MS 2000
 #define DM_DOWN_LOG_EVERY_MS 5000
 #define DM_QUEUE_TTL_MS  (3 * DM_WAIT_CAP_MS)   /* a fair waiter silent this long is dead */
-/* The setnx protocol's waits between attempts (setnx.c): the first
+/* The setnx protocol's waits between attempts (partner.c): the first
  * DM_SETNX_RETRY_MIN_MS, doubling to DM_SETNX_RETRY_MAX_MS, each drawn
  * in [half, all] of it; a dmutex release's notice starts it over. */
 #define DM_SETNX_RETRY_MIN_MS 2
@@ -51,8 +51,10 @@ struct dm_rlock {
                                    releases, kept for a failover (resend.c; under
                                    the table's mutex) */
     unsigned long wait_ids;
-    unsigned long sx_id;        /* the setnx protocol: the hold id of the process's hold
-                                   (its token "<owner>|<id>"; atomic; setnx.c) */
+    unsigned long partner_id;   /* a partner protocol: the hold id of the process's hold
+                                   (its token "<owner>|<id>"; atomic; partner.c) */
+    struct dm_chan *pchan;      /* the redisson protocol: Redisson's release channel
+                                   (made on first need; partner.c) */
     int slot;           /* Redis Cluster: the slot of every key of the name; -1 otherwise */
     unsigned refs;      /* under the table's mutex */
     int releases_unread;        /* releases written without waiting whose reply is
@@ -142,16 +144,17 @@ void dm_rlock_rwlock(struct dm_rlock *l);
 
 
 
-/* The setnx protocol (setnx.c; store.h's lock_protocol, docs/interop.md):
- * store.c's acquire and every release of a record that speaks it. The
- * acquire has dm_rlock_acquire's contract, but waits by retrying (see
- * DM_SETNX_RETRY_MIN_MS) and grants token 0. The release (waited for, and
- * retried as dm_rlock_release) ends the hold of lock call hold_id (the
- * grant's wait_id; 0: the record's current hold): 0, EPERM (the key was
- * gone or another client's), or EIO. */
-int dm_setnx_acquire(struct dm_rlock *l, const char *owner, const struct timespec *deadline,
-                     int flags, struct dm_grant *g);
-int dm_setnx_release(struct dm_rlock *l, const char *owner, unsigned long hold_id);
+/* The partner protocols, setnx and redisson (partner.c; store.h's
+ * lock_protocol, docs/interop.md): store.c's acquire and every release of
+ * a record that speaks one. The acquire has dm_rlock_acquire's contract,
+ * but grants token 0 and waits by retrying (setnx: see
+ * DM_SETNX_RETRY_MIN_MS) or for Redisson's release channel (redisson).
+ * The release (waited for, and retried as dm_rlock_release) ends the hold
+ * of lock call hold_id (the grant's wait_id; 0: the record's current
+ * hold): 0, EPERM (the key was gone or another client's), or EIO. */
+int dm_partner_acquire(struct dm_rlock *l, const char *owner, const struct timespec *deadline,
+                       int flags, struct dm_grant *g);
+int dm_partner_release(struct dm_rlock *l, const char *owner, unsigned long hold_id);
 
 /* Acquires `l` for `owner`, waiting for releases (notices, or at most
  * DM_WAIT_CAP_MS / the holder's remaining lease between attempts) until

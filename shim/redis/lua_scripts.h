@@ -6,6 +6,9 @@
 extern const char dm_lua_acquire[];
 extern const char dm_lua_cancel[];
 extern const char dm_lua_force[];     /* dmutex unlock (tools/unlock.c), not the shim */
+extern const char dm_lua_redisson_acquire[];
+extern const char dm_lua_redisson_release[];
+extern const char dm_lua_redisson_renew[];
 extern const char dm_lua_release[];
 extern const char dm_lua_renew[];
 extern const char dm_lua_setnx_acquire[];

@@ -37,9 +37,11 @@ static struct pool {
 static const char *const script_body[DM_SCRIPT_COUNT] = {
     dm_lua_acquire, dm_lua_release, dm_lua_renew, dm_lua_cancel,
     dm_lua_setnx_acquire, dm_lua_setnx_release, dm_lua_setnx_renew,
+    dm_lua_redisson_acquire, dm_lua_redisson_release, dm_lua_redisson_renew,
 };
 static const char *const script_name[DM_SCRIPT_COUNT] = {
     "acquire", "release", "renew", "cancel", "setnx_acquire", "setnx_release", "setnx_renew",
+    "redisson_acquire", "redisson_release", "redisson_renew",
 };
 /* SHA1 hex of each body as the server reported it; empty until loaded. */
 static char script_sha[DM_SCRIPT_COUNT][41];

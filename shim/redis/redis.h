@@ -17,8 +17,10 @@
 #define DM_REDIS_NODES_MAX 64    /* Redis Cluster: nodes a process keeps (slots.h) */
 
 enum dm_script { DM_SCRIPT_ACQUIRE, DM_SCRIPT_RELEASE, DM_SCRIPT_RENEW, DM_SCRIPT_CANCEL,
-                 /* the setnx protocol's (setnx.c, renew.c) */
+                 /* the setnx protocol's (partner.c, renew.c) */
                  DM_SCRIPT_SETNX_ACQUIRE, DM_SCRIPT_SETNX_RELEASE, DM_SCRIPT_SETNX_RENEW,
+                 /* the redisson protocol's (partner.c, renew.c) */
+                 DM_SCRIPT_REDISSON_ACQUIRE, DM_SCRIPT_REDISSON_RELEASE, DM_SCRIPT_REDISSON_RENEW,
                  DM_SCRIPT_COUNT };
 
 /* What became of the last call on a connection, as in hiredis's

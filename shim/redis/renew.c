@@ -40,18 +40,19 @@ struct snap {
     int node;           /* Redis Cluster: the node that owns the key's slot */
     const char *owner;
     int read;           /* an rwlock's read hold: key is its readers set */
-    enum dm_script script;      /* renew.lua, or setnx_renew.lua (the setnx protocol:
-                                   key is the bare name, owner the hold's token) */
+    enum dm_script script;      /* renew.lua, or setnx_renew.lua / redisson_renew.lua (a
+                                   partner protocol: key is the bare name, token the
+                                   hold's token or field) */
     char key[DM_RLOCK_KEY_MAX];
     char token[DM_MEMBER_MAX];
 };
 
-/* renew.lua's (or setnx_renew.lua's) KEYS and ARGV for one snapshot (`args` has room for 4);
+/* renew.lua's (or a partner renewal's) KEYS and ARGV for one snapshot (`args` has room for 4);
  * returns how many ARGV follow the one key. */
 static int renew_args(const struct snap *s, const char *lease, const char **args)
 {
     args[0] = s->key;
-    args[1] = s->script == DM_SCRIPT_SETNX_RENEW ? s->token : s->owner;
+    args[1] = s->script == DM_SCRIPT_RENEW ? s->owner : s->token;
     args[2] = lease;
     args[3] = "r";
     return s->read ? 3 : 2;
@@ -293,11 +294,14 @@ void dm_rlock_renew(const struct dm_renew *holds, size_t n, enum dm_renewal *out
         snaps[i].read = holds[i].read;
         snaps[i].script = DM_SCRIPT_RENEW;
         struct dm_rlock *l = dm_rlock_of(holds[i].lock);
-        if (l->pub.protocol == DM_PROTOCOL_SETNX) {
-            /* The bare name holding the hold's token (setnx.c). */
-            snaps[i].script = DM_SCRIPT_SETNX_RENEW;
+        if (l->pub.protocol != DM_PROTOCOL_DMUTEX) {
+            /* The bare name holding the hold's token (setnx) or field
+             * (redisson): partner.c. */
+            snaps[i].script = l->pub.protocol == DM_PROTOCOL_SETNX ? DM_SCRIPT_SETNX_RENEW
+                                                                   : DM_SCRIPT_REDISSON_RENEW;
             snprintf(snaps[i].key, sizeof snaps[i].key, "%s", l->name);
-            rl_member_of(snaps[i].token, holds[i].owner, __atomic_load_n(&l->sx_id, __ATOMIC_ACQUIRE));
+            rl_member_of(snaps[i].token, holds[i].owner,
+                         __atomic_load_n(&l->partner_id, __ATOMIC_ACQUIRE));
             continue;
         }
         dm_rlock_key(l, holds[i].read ? DM_KEY_READERS : DM_KEY_LOCK,

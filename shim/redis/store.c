@@ -39,22 +39,24 @@ static void r_lock_put(struct dm_store_lock *l)
 
 static void r_lock_mode(struct dm_store_lock *l, int fair, int cache, int wants)
 {
-    /* A setnx lock has no queue and no want notices (store.h). */
-    if (l->protocol != DM_PROTOCOL_SETNX)
+    /* A partner's lock has no queue and no want notices (store.h). */
+    if (l->protocol == DM_PROTOCOL_DMUTEX)
         dm_rlock_mode(dm_rlock_of(l), fair, cache, wants);
 }
 
 static int r_lock_protocol(struct dm_store_lock *l, int protocol)
 {
-    if (protocol != DM_PROTOCOL_DMUTEX && protocol != DM_PROTOCOL_SETNX)
+    if (protocol != DM_PROTOCOL_DMUTEX && protocol != DM_PROTOCOL_SETNX &&
+        protocol != DM_PROTOCOL_REDISSON)
         return ENOTSUP;
     l->protocol = (unsigned char)protocol;
     return 0;
 }
 
-static int setnx(const struct dm_store_lock *l)
+/* A partner protocol's record (setnx, redisson: partner.c). */
+static int partner(const struct dm_store_lock *l)
 {
-    return l->protocol == DM_PROTOCOL_SETNX;
+    return l->protocol != DM_PROTOCOL_DMUTEX;
 }
 
 static void r_lock_rwlock(struct dm_store_lock *l)
@@ -65,33 +67,33 @@ static void r_lock_rwlock(struct dm_store_lock *l)
 static int r_acquire(struct dm_store_lock *l, const char *owner, const struct timespec *deadline,
                      int flags, struct dm_grant *g)
 {
-    if (setnx(l))
-        return dm_setnx_acquire(dm_rlock_of(l), owner, deadline, flags, g);
+    if (partner(l))
+        return dm_partner_acquire(dm_rlock_of(l), owner, deadline, flags, g);
     return dm_rlock_acquire(dm_rlock_of(l), owner, deadline, flags, g);
 }
 
 static int r_release(struct dm_store_lock *l, const char *owner, uint64_t token)
 {
-    if (setnx(l))
-        return dm_setnx_release(dm_rlock_of(l), owner, 0);
+    if (partner(l))
+        return dm_partner_release(dm_rlock_of(l), owner, 0);
     return dm_rlock_release(dm_rlock_of(l), owner, token);
 }
 
 static int r_release_hold(struct dm_store_lock *l, const char *owner, uint64_t token,
                           unsigned long wait_id)
 {
-    if (setnx(l))
-        return dm_setnx_release(dm_rlock_of(l), owner, wait_id);
+    if (partner(l))
+        return dm_partner_release(dm_rlock_of(l), owner, wait_id);
     return dm_rlock_release_hold(dm_rlock_of(l), owner, token, wait_id);
 }
 
 static int r_release_nowait(struct dm_store_lock *l, const char *owner, uint64_t token,
                             unsigned long wait_id, long long lease_end_ms, dm_store_lost_fn lost)
 {
-    if (setnx(l)) {
-        /* Every setnx release is waited for: its verdict, told as a late
+    if (partner(l)) {
+        /* Every partner release is waited for: its verdict, told as a late
          * one would be. */
-        int r = dm_setnx_release(dm_rlock_of(l), owner, wait_id);
+        int r = dm_partner_release(dm_rlock_of(l), owner, wait_id);
         if (r == EPERM && lost)
             lost(l, owner, token, dm_store_gone_how(r, lease_end_ms));
         return r;
