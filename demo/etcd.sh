@@ -92,25 +92,51 @@ leader_port() {
 
 redis_tmp_start 127.0.0.1 || exit 1         # the stock's own server, never killed
 data=$REDIS_TMP_PORT
-cluster="" endpoints=""
-for i in 1 2 3; do
-    eval "cport$i=$(free_port) pport$i=$(free_port)"
-    eval "cluster=\"\$cluster\${cluster:+,}m$i=http://127.0.0.1:\$pport$i\""
-    eval "endpoints=\"\$endpoints\${endpoints:+,}127.0.0.1:\$cport$i\""
+# all_up: every member answers for itself (a member that lost its port to
+# another process between free_port and its bind has exited).
+all_up() {
+    for i in 1 2 3; do
+        eval "cp=\$cport$i"
+        status "$cp" | grep -q '"member_id"' || return 1
+    done
+    leader_port >/dev/null
+}
+# A port found free can be taken by another program before etcd binds it
+# (tests run beside the demo): then that member exits, and a cluster of
+# two would not survive the leader's kill. Up to three tries, new ports
+# each time.
+try=1
+while :; do
+    cluster="" endpoints="" member_pids=""
+    for i in 1 2 3; do
+        eval "cport$i=$(free_port) pport$i=$(free_port)"
+        eval "cluster=\"\$cluster\${cluster:+,}m$i=http://127.0.0.1:\$pport$i\""
+        eval "endpoints=\"\$endpoints\${endpoints:+,}127.0.0.1:\$cport$i\""
+    done
+    rm -rf "$tmp/m1" "$tmp/m2" "$tmp/m3"
+    for i in 1 2 3; do
+        eval "cp=\$cport$i pp=\$pport$i"
+        etcd --name "m$i" --data-dir "$tmp/m$i" \
+            --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
+            --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
+            --initial-cluster "$cluster" --initial-cluster-token dmutex-demo --initial-cluster-state new \
+            --heartbeat-interval 50 --election-timeout 500 --logger zap --log-outputs "$tmp/m$i.log" \
+            >/dev/null 2>&1 &
+        eval "pid$i=$!"
+        member_pids="$member_pids $!"
+    done
+    wait_for "$DEMO_READY_WAIT_TENTHS" all_up && break
+    # shellcheck disable=SC2086  # one word per pid
+    kill $member_pids 2>/dev/null
+    # shellcheck disable=SC2086
+    wait $member_pids 2>/dev/null
+    if [ "$try" -ge 3 ]; then
+        echo "demo: the 3 etcd members did not all come up with a leader in 3 tries (logs in" \
+             "$tmp/m*.log: $(grep -ho '"error":"[^"]*"' "$tmp"/m*.log | sort -u | head -n 3 | tr '\n' ' '))" >&2
+        exit 1
+    fi
+    try=$((try + 1))
 done
-for i in 1 2 3; do
-    eval "cp=\$cport$i pp=\$pport$i"
-    etcd --name "m$i" --data-dir "$tmp/m$i" \
-        --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
-        --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
-        --initial-cluster "$cluster" --initial-cluster-token dmutex-demo --initial-cluster-state new \
-        --heartbeat-interval 50 --election-timeout 500 --logger zap --log-outputs "$tmp/m$i.log" \
-        >/dev/null 2>&1 &
-    eval "pid$i=$!"
-    member_pids="$member_pids $!"
-done
-wait_for "$DEMO_READY_WAIT_TENTHS" leader_port ||
-    { echo "demo: the etcd members elected no leader (logs in $tmp/m*.log)" >&2; exit 1; }
 
 cat >"$tmp/demo.cfg" <<EOF
 # config/demo.cfg with the lock in etcd; DMUTEX_ETCD names the members.
@@ -153,7 +179,18 @@ if wait_for 300 leader_port; then
     set -- $(leader_port)
     echo "m$1 leads after $(awk -v a="$tk" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 else
-    echo "no new leader within 30 s"
+    # Sellers would wait for a leader for ever (on_store_down = "block"):
+    # say what the members say, stop them, and fail.
+    echo "no new leader within 30 s; the members say:"
+    for i in 1 2 3; do
+        eval "cp=\$cport$i"
+        echo "   m$i (client port $cp): $(status "$cp" | head -c 300)"
+        [ -f "$tmp/m$i.log" ] && tail -n 3 "$tmp/m$i.log" | cut -c1-300 | sed 's/^/      /'
+    done
+    # shellcheck disable=SC2086  # one word per pid
+    kill $seller_pids 2>/dev/null
+    echo "   => FAILED: the etcd cluster did not elect a leader (not a lock result)"
+    exit 1
 fi
 
 failed=0
