@@ -701,7 +701,8 @@ static void test_lock_fails_with_eagain_when_the_watchdog_thread_cannot_start(vo
     assert_no_leftover_keys(name, th_now_ms() - LEASE_MS);
 }
 
-/* Room for the watchdog's two threads but not the next: the unlock's release
+/* Room for the record's writer and the watchdog's two threads but not the
+ * next: the unlock's release
  * reader cannot start. The unlock then waits for its release (said once,
  * with the cause): here the server lost its scripts just before, and a
  * release written without waiting would sit answered NOSCRIPT with nobody
@@ -712,7 +713,9 @@ static void test_unlock_waits_for_its_release_when_the_reader_thread_cannot_star
 {
     (void)s;
     char *out = th_out_file(), *go = th_go_file(), *go2 = th_go_file();
-    pid_t a = once_in_cgroup(3, out, go, go2);     /* main, watchdog, lease deadline */
+    /* main, the record's writer (who.c, at the first lock), watchdog, lease
+     * deadline */
+    pid_t a = once_in_cgroup(4, out, go, go2);
     th_wait_for(out, "\nlock ", RUN_MS);
     freeReplyObject(th_cmd(rc, "SCRIPT FLUSH"));
     th_touch(go);
