@@ -467,7 +467,7 @@ static void test_run_ls_and_acl_work_against_the_cluster(void **s)
     text = th_finish(th_child(jargv, NULL, jout), jout, 0, FINISH_MS);
     char field[128];
     snprintf(field, sizeof field, "\"node\": \"%s\"", node);
-    th_assert_has(text, "{\"name\": \"rc_ls\", \"state\": \"held\"");
+    th_assert_has(text, "{\"name\": \"rc_ls\", \"protocol\": \"dmutex\", \"state\": \"held\"");
     th_assert_has(text, field);
     free(text);
 
