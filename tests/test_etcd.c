@@ -224,6 +224,21 @@ static int test_setup(void **state)
     return th_machines_test_setup(state);
 }
 
+static int cut_member = -1;     /* the member a test cut off from its peers (peer_cut) */
+
+/* A test's teardown: a member a test stopped (SIGSTOP) runs again and a
+ * cut one is mended, even after a failure; then the children and files go. */
+static void peer_cut(int i, int on);
+static int test_teardown(void **state)
+{
+    for (int i = 0; i < MEMBERS; i++)
+        if (m[i].pid > 0)
+            kill(m[i].pid, SIGCONT);
+    if (cut_member >= 0)
+        peer_cut(cut_member, 0);
+    return th_test_teardown(state);
+}
+
 static char *config_lease(const char *name, long lease_ms)
 {
     return th_keep_file(th_write_file(".cfg",
@@ -236,18 +251,44 @@ static char *config(const char *name)
     return config_lease(name, LEASE_MS);
 }
 
+static pid_t worker_v(const char *u, const char *cfg, const char *ns, const char *out, va_list ap)
+{
+    static struct th_shim_env e;
+    char **env = cfg ? th_shim_env(&e, cfg, u, getenv("DM_TEST_WLOG")) : NULL;
+    return th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, worker_path, out, ap);
+}
+
 /* faultworker ARGS... (NULL-terminated) on machine ns (NULL: here);
  * DM_TEST_WLOG=debug gives the workers that DMUTEX_LOG (a failing
  * worker's output is printed). */
 static pid_t worker(const char *cfg, const char *ns, const char *out, ...)
 {
-    static struct th_shim_env e;
-    char **env = cfg ? th_shim_env(&e, cfg, url, getenv("DM_TEST_WLOG")) : NULL;
     va_list ap;
     va_start(ap, out);
-    pid_t pid = th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, worker_path, out, ap);
+    pid_t pid = worker_v(url, cfg, ns, out, ap);
     va_end(ap);
     return pid;
+}
+
+/* The same, with the members in the order of url u (url_first's). */
+static pid_t worker_url(const char *u, const char *cfg, const char *ns, const char *out, ...)
+{
+    va_list ap;
+    va_start(ap, out);
+    pid_t pid = worker_v(u, cfg, ns, out, ap);
+    va_end(ap);
+    return pid;
+}
+
+/* An etcd:// URL of every member with member `first` first (buf: 256 bytes). */
+static char *url_first(int first, char *buf)
+{
+    size_t o = (size_t)snprintf(buf, 256, "etcd://");
+    for (int k = 0; k < MEMBERS; k++) {
+        int i = (first + k) % MEMBERS;
+        o += (size_t)snprintf(buf + o, 256 - o, "%s%s:%d", k ? "," : "", m[i].ip, m[i].cport);
+    }
+    return buf;
 }
 
 /* np loop workers, alternating machines, for ms. */
@@ -356,6 +397,7 @@ static void move_leader(int to)
 static void peer_cut(int i, int on)
 {
     const char *op = on ? "-A" : "-D";
+    cut_member = on ? i : -1;
     int bad = th_sh("ip netns exec %s iptables -w %s INPUT -p tcp --dport %d -j DROP", m[i].ns,
                     op, m[i].pport) |
               th_sh("ip netns exec %s iptables -w %s OUTPUT -p tcp --sport %d -j DROP", m[i].ns,
@@ -896,7 +938,157 @@ static void test_fork_children_lock_through_etcd_and_never_hang(void **s)
     free(text);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
+/* ---- the life of a process on etcd (issue 27) ----------------------------- */
+
+/* Waits until `dmutex ls` says lock `name` has n waiters (keys queued
+ * behind its holder); returns when (th_now_ms), or -1 after timeout_ms. */
+static long long wait_waiters(const char *name, int n, long timeout_ms)
+{
+    char want[32], row[1024];
+    snprintf(want, sizeof want, "\"waiters\": %d,", n);
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        ls_row(name, row, sizeof row);
+        if (strstr(row, want))
+            return th_now_ms();
+        if (th_now_ms() > end)
+            return -1;
+        usleep(20000);
+    }
+}
+
+/* Waits until the file out holds needle; returns when (th_now_ms), or -1
+ * after timeout_ms (the caller says what that means). */
+static long long seen_within(const char *out, const char *needle, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *t = th_read_output(out);
+        int got = strstr(t, needle) != NULL;
+        free(t);
+        if (got)
+            return th_now_ms();
+        if (th_now_ms() > end)
+            return -1;
+        usleep(5000);
+    }
+}
+
+/* A late withdraw. H holds; A's timed lock queues behind it, C's lock
+ * behind A. A's deadline passes while A's process is SIGSTOPped
+ * (member < 0), or while the member A talks to (a follower, first in A's
+ * endpoint list) is SIGSTOPped or, cut, cut off from its peers (the
+ * processes still reach it). A's timed lock must say ETIMEDOUT and take
+ * its key out of the queue: once H lets go, C gets in at once, not when
+ * A's lease ends (A lives on after the timeout, its lease kept: a key
+ * left behind would be granted to nobody for as long as A runs). */
+#define LATE_LEASE_MS 8000L     /* longer than any stop here: no lease ends */
+#define LATE_TIMED_MS "2500"
+#define LATE_STOP_MS  3500L     /* A stopped: past its deadline */
+static void late_withdraw(const char *name, int member, int cut)
+{
+    /* A stopped right after it queued cannot time out before C queues;
+     * a member is stopped (or cut) once C has queued behind A: room for C
+     * to start on a loaded machine before A's deadline. */
+    const char *op = member < 0 ? "timed:" LATE_TIMED_MS : "timed:4000";
+    if (cut && !net.up)
+        skip();
+    char *cfg = config_lease(name, LATE_LEASE_MS), aurl[256];
+    snprintf(aurl, sizeof aurl, "%s", url);
+    if (member >= 0) {
+        move_leader(0);         /* the others (and dmutex ls) start at m0, the leader */
+        url_first(member, aurl);
+    }
+    char *hout = th_out_file(), *go = th_go_file(), *aout = th_out_file(), *stay = th_go_file();
+    char *cout = th_out_file();
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t a = worker_url(aurl, cfg, net.ns[1], aout, "once", op, "-G", stay, NULL);
+    if (wait_waiters(name, 1, RUN_MS) < 0)
+        fail_msg("A's timed lock did not queue behind the holder");
+    long long t_stop = th_now_ms();
+    if (member < 0)
+        kill(a, SIGSTOP);
+    pid_t c = worker(cfg, net.ns[0], cout, "once", "lock", NULL);
+    if (wait_waiters(name, 2, RUN_MS) < 0)
+        fail_msg("C's lock did not queue behind A");
+    if (member >= 0) {
+        char *early = th_read_output(aout);
+        if (strstr(early, "timed:"))
+            fail_msg("A's timed lock returned before its member was %s (C took that long to "
+                     "queue):\n%s", cut ? "cut off" : "stopped", early);
+        free(early);
+        t_stop = th_now_ms();
+        if (cut)
+            peer_cut(member, 1);
+        else
+            kill(m[member].pid, SIGSTOP);
+    } else {
+        long long left = t_stop + LATE_STOP_MS - th_now_ms();
+        if (left > 0)
+            usleep((useconds_t)left * 1000);
+        char *early = th_read_output(aout);
+        if (strstr(early, "timed:"))
+            fail_msg("A's timed lock returned while A was stopped:\n%s", early);
+        free(early);
+        kill(a, SIGCONT);
+    }
+    char done[32];
+    snprintf(done, sizeof done, "%s ETIMEDOUT ", op);
+    long long t_out = th_wait_for(aout, done, RUN_MS);
+    char *at = th_read_output(aout);
+    long long took = th_field_after(at, done);
+    free(at);
+    long long gone = wait_waiters(name, 1, LATE_LEASE_MS / 2);
+    if (gone < 0) {
+        char row[1024];
+        ls_row(name, row, sizeof row);
+        fail_msg("A's timed lock said ETIMEDOUT, and %ld ms later its key is still queued: %s",
+                 LATE_LEASE_MS / 2, row);
+    }
+    th_touch(go);
+    long long let_go = th_wait_for(hout, "unlocked", RUN_MS);
+    long long in = seen_within(cout, "inside ", LATE_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("C was not in %ld ms after the holder let go: A's timed-out key held the "
+                 "queue (lease %ld ms)", LATE_LEASE_MS / 2, LATE_LEASE_MS);
+    if (cut)
+        peer_cut(member, 0);
+    else if (member >= 0)
+        kill(m[member].pid, SIGCONT);
+    th_touch(stay);
+    char *ct = th_finish(c, cout, 0, RUN_MS);
+    th_assert_has(ct, "fenced ok");
+    free(th_finish(a, aout, 0, RUN_MS));
+    free(th_finish(h, hout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: %s %s: A's %s lock returned ETIMEDOUT after %lld ms (%lld ms after "
+           "the fault); its key gone %lld ms after; C in %lld ms after the holder let go "
+           "(lease %ld ms)\n", member >= 0 ? "A's member (a follower, first in its list)" : "A",
+           cut ? "cut off from its peers" : "stopped", op, took, t_out - t_stop, gone - t_out,
+           in - let_go, LATE_LEASE_MS);
+    free(ct);
+}
+
+static void test_timedlock_past_its_deadline_while_stopped_takes_its_key_out_of_the_queue(void **s)
+{
+    (void)s;
+    late_withdraw("etcd_late_stop", -1, 0);
+}
+
+static void test_timedlock_past_its_deadline_while_its_member_is_stopped_takes_its_key_out(void **s)
+{
+    (void)s;
+    late_withdraw("etcd_late_member", 1, 0);
+}
+
+static void test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_its_key_out(void **s)
+{
+    (void)s;
+    late_withdraw("etcd_late_cut", MEMBERS - 1, 1);     /* the member on machine 1 */
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
 
 int main(void)
 {
@@ -919,6 +1111,9 @@ int main(void)
         T(test_fork_children_lock_through_etcd_and_never_hang),
         T(test_check_and_the_start_line_name_etcd_not_redis),
         T(test_exit_while_a_thread_waits_in_lock_leaves_no_key_in_the_queue),
+        T(test_timedlock_past_its_deadline_while_stopped_takes_its_key_out_of_the_queue),
+        T(test_timedlock_past_its_deadline_while_its_member_is_stopped_takes_its_key_out),
+        T(test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_its_key_out),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
