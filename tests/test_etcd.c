@@ -1088,6 +1088,68 @@ static void test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_i
     late_withdraw("etcd_late_cut", MEMBERS - 1, 1);     /* the member on machine 1 */
 }
 
+/* Fails the test when a shim line of `text` warns or errs (what: whose). */
+static void assert_no_shim_warning(const char *text, const char *what)
+{
+    for (const char *l = text; (l = strstr(l, "dmutex[")) != NULL; l++) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        const char *w = strstr(l, "]: warning: "), *x = strstr(l, "]: error: ");
+        if ((w && (size_t)(w - l) < n) || (x && (size_t)(x - l) < n))
+            fail_msg("%s logged \"%.*s\":\n%s", what, (int)n, l, text);
+    }
+}
+
+/* Idle past the lease: two processes lock and unlock once, then sit idle
+ * longer than lease_ms, one running (its store thread keeps the lease),
+ * one SIGSTOPped (etcd's lease lapses: nothing was held under it), while
+ * B takes the lock. Then both lock again behind B: each gets in after
+ * B, fenced, and neither logs a lost lease or any other warning. */
+static void test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_lease(void **s)
+{
+    (void)s;
+    char *cfg = config("etcd_idle");
+    char *o[2], *stay[2], *bout = th_out_file(), *gob = th_go_file();
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        o[i] = th_out_file();
+        stay[i] = th_go_file();
+        p[i] = worker(cfg, net.ns[i], o[i], "once", "lock", "-G", stay[i], "-A", NULL);
+    }
+    for (int i = 0; i < 2; i++)
+        th_wait_for(o[i], "unlocked", RUN_MS);
+    kill(p[1], SIGSTOP);
+    long long idle0 = th_now_ms();
+    pid_t b = worker(cfg, net.ns[0], bout, "once", "lock", "-g", gob, NULL);
+    th_wait_for(bout, "inside ", RUN_MS);
+    /* Past a lease, its TTL and etcd's expiry round (500 ms) */
+    long long left = idle0 + LEASE_MS + 1500 - th_now_ms();
+    if (left > 0)
+        usleep((useconds_t)left * 1000);
+    kill(p[1], SIGCONT);
+    for (int i = 0; i < 2; i++)
+        th_touch(stay[i]);
+    if (wait_waiters("etcd_idle", 2, RUN_MS) < 0)
+        fail_msg("the two idle processes did not queue behind B");
+    th_touch(gob);
+    long long out = th_wait_for(bout, "unlocked", RUN_MS);
+    for (int i = 0; i < 2; i++) {
+        char *t = th_finish(p[i], o[i], 0, RUN_MS);
+        th_assert_has(t, "again lock 0 ");
+        const char *again = strstr(t, "again lock 0 ");
+        if (!strstr(again, "fenced ok"))
+            fail_msg("the second section of %s was not fenced ok:\n%s", i ? "the stopped one" :
+                     "the idle one", t);
+        assert_no_shim_warning(t, i ? "the process stopped past its lease while idle" :
+                               "the process idle past its lease");
+        free(t);
+    }
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: idle %lld ms (lease %ld ms), one of them stopped; both locked again after B "
+           "let go, no warning\n", out - idle0, LEASE_MS);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
 
 int main(void)
@@ -1114,6 +1176,7 @@ int main(void)
         T(test_timedlock_past_its_deadline_while_stopped_takes_its_key_out_of_the_queue),
         T(test_timedlock_past_its_deadline_while_its_member_is_stopped_takes_its_key_out),
         T(test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_its_key_out),
+        T(test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_lease),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
