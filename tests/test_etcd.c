@@ -1088,6 +1088,132 @@ static void test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_i
     late_withdraw("etcd_late_cut", MEMBERS - 1, 1);     /* the member on machine 1 */
 }
 
+/* Late copies of enqueues. Each A locked and unlocked once through m1 (a
+ * follower, first in its endpoint list); then m1 is SIGSTOPped and each
+ * A's timed lock queues behind H: its request waits unread in stopped m1,
+ * and the next member runs it. Each A times out and withdraws. When m1
+ * runs again it serves the copies it kept (etcd runs such a request, or
+ * not, as its gateway sees the client gone first: about one in two here,
+ * hence three As): none may put an A's key back (the As live on, their
+ * leases kept: the key would reach the head and hold the lock for
+ * nobody). C, queued once m1 ran again, gets in as soon as H lets go,
+ * and the lock is free once C is done. */
+#define LATE_COPIES 3
+static void test_a_late_copy_of_a_timed_out_enqueue_puts_no_key_back_in_the_queue(void **s)
+{
+    (void)s;
+    const char *name = "etcd_late_copy";
+    /* renewals far apart: the store's thread leaves m1 alone meanwhile */
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nrenew_ms = 3600;\nbatch_ms = 0;\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"%s\"; } );\n", LATE_LEASE_MS, name));
+    char aurl[256];
+    move_leader(0);
+    url_first(1, aurl);
+    char *aout[LATE_COPIES], *stay[LATE_COPIES], *stay2 = th_go_file();
+    char *hout = th_out_file(), *go = th_go_file(), *cout = th_out_file();
+    pid_t a[LATE_COPIES];
+    for (int i = 0; i < LATE_COPIES; i++) {
+        aout[i] = th_out_file();
+        stay[i] = th_go_file();
+        a[i] = worker_url(aurl, cfg, net.ns[1], aout[i], "once", "timed:" LATE_TIMED_MS, "-G",
+                          stay[i], "-A", "-S", stay2, NULL);
+    }
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_wait_for(aout[i], "unlocked", RUN_MS);
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    kill(m[1].pid, SIGSTOP);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_touch(stay[i]);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_wait_for(aout[i], "again timed:" LATE_TIMED_MS " ETIMEDOUT", RUN_MS);
+    if (wait_waiters(name, 0, LATE_LEASE_MS / 2) < 0)
+        fail_msg("the As' timed locks said ETIMEDOUT, and a key of theirs is still queued");
+    kill(m[1].pid, SIGCONT);
+    long long cont = th_now_ms();
+    usleep(1000000);            /* m1 serves what it kept */
+    pid_t c = worker(cfg, net.ns[0], cout, "once", "lock", NULL);
+    th_wait_for(cout, "main", RUN_MS);
+    th_touch(go);
+    long long let_go = th_wait_for(hout, "unlocked", RUN_MS);
+    if (seen_within(cout, "inside ", LATE_LEASE_MS / 2) < 0) {
+        char row[1024];
+        ls_row(name, row, sizeof row);
+        fail_msg("C was not in %ld ms after H let go, the As still running: a late copy of a "
+                 "timed-out enqueue put an A's key back: %s", LATE_LEASE_MS / 2, row);
+    }
+    char *ct = th_finish(c, cout, 0, RUN_MS);
+    th_assert_has(ct, "fenced ok");
+    free(ct);
+    char row[1024] = "";
+    long long end = th_now_ms() + LATE_LEASE_MS / 2;
+    for (;;) {
+        ls_row(name, row, sizeof row);
+        if (strstr(row, "\"state\": \"free\"") && strstr(row, "\"waiters\": 0,"))
+            break;
+        if (th_now_ms() > end)
+            fail_msg("the lock is not free %ld ms after its last holder left, the As still "
+                     "running: a late copy of a timed-out enqueue put an A's key back: %s",
+                     LATE_LEASE_MS / 2, row);
+        usleep(20000);
+    }
+    th_touch(stay2);
+    for (int i = 0; i < LATE_COPIES; i++)
+        free(th_finish(a[i], aout[i], 0, RUN_MS));
+    free(th_finish(h, hout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: m1 ran again %lld ms before H let go; the lock free after C, no key of "
+           "the %d As\n", let_go - cont, LATE_COPIES);
+}
+
+/* Trylocks whose answers never came: every member SIGSTOPped, each A's
+ * trylock (of a free lock) goes unanswered and says EBUSY; its request
+ * waits unread in each member. When they run again they serve those
+ * copies, the first of which finds the queue empty: none may leave an A
+ * a hold (the As live on, their leases kept: nobody else would ever get
+ * the lock). B gets in at once. */
+static void test_an_unanswered_trylock_served_late_leaves_no_hold(void **s)
+{
+    (void)s;
+    const char *name = "etcd_late_try";
+    char *cfg = config_lease(name, LATE_LEASE_MS);
+    char *aout[LATE_COPIES], *stay[LATE_COPIES], *stay2 = th_go_file(), *bout = th_out_file();
+    pid_t a[LATE_COPIES];
+    for (int i = 0; i < LATE_COPIES; i++) {     /* one at a time: each one's first try gets it */
+        aout[i] = th_out_file();
+        stay[i] = th_go_file();
+        a[i] = worker(cfg, net.ns[1], aout[i], "once", "try", "-G", stay[i], "-A", "-S", stay2,
+                      NULL);
+        th_wait_for(aout[i], "unlocked", RUN_MS);
+    }
+    for (int i = 0; i < MEMBERS; i++)
+        kill(m[i].pid, SIGSTOP);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_touch(stay[i]);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_wait_for(aout[i], "again try EBUSY", RUN_MS);
+    for (int i = 0; i < MEMBERS; i++)
+        kill(m[i].pid, SIGCONT);
+    long long cont = th_now_ms();
+    usleep(1000000);            /* the members serve what they kept */
+    pid_t b = worker(cfg, net.ns[0], bout, "once", "lock", NULL);
+    long long in = seen_within(bout, "inside ", LATE_LEASE_MS / 2);
+    if (in < 0) {
+        char row[1024];
+        ls_row(name, row, sizeof row);
+        fail_msg("B was not in %ld ms: a late copy of an unanswered trylock left an A a hold "
+                 "(the As still running): %s", LATE_LEASE_MS / 2, row);
+    }
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_touch(stay2);
+    for (int i = 0; i < LATE_COPIES; i++)
+        free(th_finish(a[i], aout[i], 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: B entered %lld ms after etcd answered again; no hold left by %d "
+           "unanswered trylocks\n", in - cont, LATE_COPIES);
+}
+
 /* Fails the test when a shim line of `text` warns or errs (what: whose). */
 static void assert_no_shim_warning(const char *text, const char *what)
 {
@@ -1176,6 +1302,8 @@ int main(void)
         T(test_timedlock_past_its_deadline_while_stopped_takes_its_key_out_of_the_queue),
         T(test_timedlock_past_its_deadline_while_its_member_is_stopped_takes_its_key_out),
         T(test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_its_key_out),
+        T(test_a_late_copy_of_a_timed_out_enqueue_puts_no_key_back_in_the_queue),
+        T(test_an_unanswered_trylock_served_late_leaves_no_hold),
         T(test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_lease),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -97,6 +97,11 @@ void dm_etcd_marker_key(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s#%s#m", ns(), name);
 }
 
+void dm_etcd_guard_key(char *buf, size_t len, const char *name, long long lease)
+{
+    snprintf(buf, len, "%s#%s#a%llx", ns(), name, (unsigned long long)lease);
+}
+
 void dm_etcd_cond_key(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s#%s#c", ns(), name);
