@@ -46,6 +46,7 @@
 static struct th_checker chk;
 static struct th_net net;
 static char shim_path[PATH_MAX], worker_path[PATH_MAX], rw_path[PATH_MAX], cond_path[PATH_MAX];
+static char life_path[PATH_MAX];
 static struct th_redis ds;      /* the data server of rwprog */
 
 struct member {
@@ -198,7 +199,7 @@ static int group_setup(void **state)
                               m[i].cport);
     }
     th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, RWPROG, rw_path, CONDPROG, cond_path,
-                   NULL);
+                   LIFEPROG, life_path, NULL);
     th_redis_start(&ds, addr, NULL);
     atexit(cluster_stop_at_exit);
     cluster_start(1);
@@ -1276,6 +1277,90 @@ static void test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_leas
            "let go, no warning\n", out - idle0, LEASE_MS);
 }
 
+/* lifeprog ARGS... (NULL-terminated) with config cfg, on machine ns. */
+static pid_t life(const char *cfg, const char *ns, const char *out, ...)
+{
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfg, url, getenv("DM_TEST_WLOG"));
+    va_list ap;
+    va_start(ap, out);
+    pid_t pid = th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, life_path, out, ap);
+    va_end(ap);
+    return pid;
+}
+
+/* lifeprog's config: life_lock as `name`, the plugin's plug_lock as
+ * `pname` (checker lock 1), `extra` in life_lock's entry. */
+static char *life_config(const char *name, const char *pname, const char *extra, long lease_ms)
+{
+    return th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nbatch_ms = 0;\n"
+        "mutexes = ( { symbol = \"life_lock\"; name = \"%s\"; %s },\n"
+        "            { symbol = \"plug_lock\"; object = \"liblifeplug.so\"; name = \"%s\"; } );\n",
+        lease_ms, name, extra ? extra : "", pname));
+}
+
+/* exec with a thread inside (docs/semantics.md: a hold a thread is inside
+ * is not released at exec, the lease ends it; the new image holds
+ * nothing): B, queued, enters after the exec and once the old image's
+ * lease has run out, not before, and not much later. */
+static void test_exec_with_a_thread_inside_leaves_the_hold_to_its_lease_then_the_next_enters(void **s)
+{
+    (void)s;
+    char *cfg = life_config("etcd_exec_held", "etcd_exec_plug", "", LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file();
+    pid_t a = life(cfg, net.ns[0], aout, "life", "-S", "held", "-E", "exec", "-g", goa, NULL);
+    th_wait_for(aout, "inside ", RUN_MS);
+    pid_t b = life(cfg, net.ns[1], bout, "hold", NULL);
+    if (wait_waiters("etcd_exec_held", 1, RUN_MS) < 0)
+        fail_msg("B did not queue behind A");
+    th_touch(goa);
+    long long execd = th_wait_for(aout, "exec'd", RUN_MS);
+    th_checker_forget(&chk, a);         /* T's section ended with the image */
+    free(th_finish(a, aout, 0, RUN_MS));
+    long long in = seen_within(bout, "inside ", LEASE_MS + 5000);
+    if (in < 0)
+        fail_msg("B was not in %ld ms after A's exec (lease %ld ms): the old image's hold "
+                 "outlived its lease", LEASE_MS + 5000, LEASE_MS);
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: exec with a thread inside: B entered %lld ms after the new image ran "
+           "(lease %ld ms, etcd TTL %ld s)\n", in - execd, LEASE_MS, (LEASE_MS + 999) / 1000);
+}
+
+/* exec with a cached hold nobody is inside: the exec gives it back
+ * first (docs/semantics.md), so B, queued, enters right after, not a
+ * lease later (10 s: a hold left to its lease stands out). */
+#define EXEC_LONG_LEASE_MS 10000L
+static void test_exec_with_a_cached_hold_gives_it_back_before_the_new_image(void **s)
+{
+    (void)s;
+    char *cfg = life_config("etcd_exec_cached", "etcd_exec_plug", "cache = true;",
+                            EXEC_LONG_LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file();
+    pid_t a = life(cfg, net.ns[0], aout, "life", "-S", "cached", "-E", "exec", "-g", goa, NULL);
+    th_wait_for(aout, "cached", RUN_MS);
+    char row[1024];
+    ls_row("etcd_exec_cached", row, sizeof row);
+    if (!strstr(row, "\"state\": \"held\""))
+        fail_msg("A's cached hold is not held in etcd: %s", row);
+    th_touch(goa);
+    long long execd = th_wait_for(aout, "exec'd", RUN_MS);
+    ls_row("etcd_exec_cached", row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\""))
+        fail_msg("the new image runs, and the old one's cached hold is still in etcd: %s", row);
+    free(th_finish(a, aout, 0, RUN_MS));
+    pid_t b = life(cfg, net.ns[1], bout, "hold", NULL);
+    long long in = seen_within(bout, "inside ", EXEC_LONG_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("B was not in %ld ms after A's exec: the cached hold was left to its lease "
+                 "(%ld ms)", EXEC_LONG_LEASE_MS / 2, EXEC_LONG_LEASE_MS);
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: exec with a cached hold: B entered %lld ms after the new image ran "
+           "(lease %ld ms)\n", in - execd, EXEC_LONG_LEASE_MS);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
 
 int main(void)
@@ -1305,6 +1390,8 @@ int main(void)
         T(test_a_late_copy_of_a_timed_out_enqueue_puts_no_key_back_in_the_queue),
         T(test_an_unanswered_trylock_served_late_leaves_no_hold),
         T(test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_lease),
+        T(test_exec_with_a_thread_inside_leaves_the_hold_to_its_lease_then_the_next_enters),
+        T(test_exec_with_a_cached_hold_gives_it_back_before_the_new_image),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
