@@ -39,6 +39,7 @@
 #define CONDPROG TH_BUILD "/tests/progs/condprog"
 #define FORKPROG TH_BUILD "/tests/progs/forkprog"
 #define LIFEPROG TH_BUILD "/tests/progs/lifeprog"
+#define PLUGIN   TH_BUILD "/tests/progs/liblifeplug.so"
 #define MEMBERS  3
 #define LEASE_MS 2000L
 #define RUN_MS   30000L
@@ -46,7 +47,7 @@
 static struct th_checker chk;
 static struct th_net net;
 static char shim_path[PATH_MAX], worker_path[PATH_MAX], rw_path[PATH_MAX], cond_path[PATH_MAX];
-static char life_path[PATH_MAX];
+static char life_path[PATH_MAX], plugin_path[PATH_MAX];
 static struct th_redis ds;      /* the data server of rwprog */
 
 struct member {
@@ -199,7 +200,7 @@ static int group_setup(void **state)
                               m[i].cport);
     }
     th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, RWPROG, rw_path, CONDPROG, cond_path,
-                   LIFEPROG, life_path, NULL);
+                   LIFEPROG, life_path, PLUGIN, plugin_path, NULL);
     th_redis_start(&ds, addr, NULL);
     atexit(cluster_stop_at_exit);
     cluster_start(1);
@@ -1300,6 +1301,15 @@ static char *life_config(const char *name, const char *pname, const char *extra,
         lease_ms, name, extra ? extra : "", pname));
 }
 
+/* The number after `needle` in the file out (a line seen already). */
+static long long num_after(const char *out, const char *needle)
+{
+    char *t = th_read_output(out);
+    long long v = th_field_after(t, needle);
+    free(t);
+    return v;
+}
+
 /* exec with a thread inside (docs/semantics.md: a hold a thread is inside
  * is not released at exec, the lease ends it; the new image holds
  * nothing): B, queued, enters after the exec and once the old image's
@@ -1361,6 +1371,61 @@ static void test_exec_with_a_cached_hold_gives_it_back_before_the_new_image(void
            "(lease %ld ms)\n", in - execd, EXEC_LONG_LEASE_MS);
 }
 
+/* A mapped mutex of a dlopen'ed library (lifeprog dlagain): a section,
+ * dlclose while nothing is held (the library unloaded: no key of its lock
+ * left, the lock free), dlopen again: it is mapped again, locks through
+ * etcd, and excludes B, which gets in right after A's unlock. */
+static void test_dlopened_mutex_locks_through_etcd_and_dlclose_leaves_no_key(void **s)
+{
+    (void)s;
+    const char *pname = "etcd_dl_plug";
+    char *cfg = life_config("etcd_dl_life", pname, "", EXEC_LONG_LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file(), *go2 = th_go_file();
+    pid_t a = life(cfg, net.ns[0], aout, "dlagain", "-p", plugin_path, "-g", goa, "-G", go2,
+                   NULL);
+    th_wait_for(aout, "reloaded", RUN_MS);
+    char *text = th_read_output(aout);
+    th_assert_has(text, "unloaded 0 gone");
+    free(text);
+    char row[1024];
+    ls_row(pname, row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\"") || !strstr(row, "\"waiters\": 0,"))
+        fail_msg("after the section and the dlclose, lock %s is not free with no key queued: "
+                 "\"%s\"", pname, row);
+    th_touch(goa);
+    th_wait_for(aout, "inside again", RUN_MS);
+    ls_row(pname, row, sizeof row);
+    if (!strstr(row, "\"state\": \"held\""))
+        fail_msg("after a new dlopen, locking plug_lock took no etcd lock %s: \"%s\"", pname, row);
+    pid_t b = life(cfg, net.ns[1], bout, "hold", "-p", plugin_path, NULL);
+    if (wait_waiters(pname, 1, RUN_MS) < 0)
+        fail_msg("B did not queue behind A's plug_lock");
+    th_touch(go2);
+    long long out = 0;          /* the second section's unlock */
+    for (long long end = th_now_ms() + RUN_MS; !out; usleep(5000)) {
+        char *at = th_read_output(aout);
+        if (strstr(strstr(at, "inside again"), "unlocked 0 "))
+            out = th_field_after(strstr(at, "inside again"), "unlocked 0 ");
+        free(at);
+        if (!out && th_now_ms() > end)
+            fail_msg("A did not unlock the dlopen'ed mutex again");
+    }
+    long long in = seen_within(bout, "inside ", EXEC_LONG_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("B was not in %ld ms after A's unlock of the dlopen'ed mutex",
+                 EXEC_LONG_LEASE_MS / 2);
+    in = num_after(bout, "inside ");
+    if (in < out)
+        fail_msg("overlap: B entered lock %s %lld ms before A unlocked it", pname, out - in);
+    free(th_finish(a, aout, 0, RUN_MS));
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 1);
+    ls_row(pname, row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\"") || !strstr(row, "\"waiters\": 0,"))
+        fail_msg("lock %s at the end: \"%s\"", pname, row);
+    printf("measured: a dlopen'ed mutex on etcd: B entered %lld ms after A's unlock\n", in - out);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
 
 int main(void)
@@ -1392,6 +1457,7 @@ int main(void)
         T(test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_lease),
         T(test_exec_with_a_thread_inside_leaves_the_hold_to_its_lease_then_the_next_enters),
         T(test_exec_with_a_cached_hold_gives_it_back_before_the_new_image),
+        T(test_dlopened_mutex_locks_through_etcd_and_dlclose_leaves_no_key),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
