@@ -1426,6 +1426,93 @@ static void test_dlopened_mutex_locks_through_etcd_and_dlclose_leaves_no_key(voi
     printf("measured: a dlopen'ed mutex on etcd: B entered %lld ms after A's unlock\n", in - out);
 }
 
+/* pthread_cancel of T waiting in pthread_mutex_lock behind B, with C
+ * queued behind T (docs/design.md, "cancellation": the shim's wait runs
+ * with cancellation off, so T's lock completes when B lets go and T is
+ * cancelled at its next cancellation point, inside). unlocks: T's
+ * cleanup handler unlocks, and C gets in right after it, not a lease
+ * later; without (-n) the mutex stays locked in A as in glibc, and A's
+ * exit gives the hold back: C gets in right after A is gone. Either way
+ * nothing of A is left in the queue, and no section overlaps. */
+#define CANCEL_LEASE_MS 10000L
+static void cancel_waiter(const char *name, int unlocks)
+{
+    char *cfg = life_config(name, "etcd_cancel_plug", "", CANCEL_LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *cout = th_out_file();
+    char *goa = th_go_file(), *gob = th_go_file();
+    pid_t b = life(cfg, net.ns[1], bout, "hold", "-g", gob, NULL);
+    th_wait_for(bout, "inside ", RUN_MS);
+    pid_t a = unlocks ? life(cfg, net.ns[0], aout, "life", "-S", "lock", "-E", "cancel", "-g", goa, NULL)
+                      : life(cfg, net.ns[0], aout, "life", "-S", "lock", "-E", "cancel", "-n", "-g",
+                             goa, NULL);
+    if (wait_waiters(name, 1, RUN_MS) < 0)
+        fail_msg("A's T did not queue behind B");
+    pid_t c = life(cfg, net.ns[1], cout, "hold", NULL);
+    if (wait_waiters(name, 2, RUN_MS) < 0)
+        fail_msg("C did not queue behind A's T");
+    th_touch(goa);
+    th_wait_for(aout, "event cancel", RUN_MS);
+    usleep(300000);             /* time for a wrong shim to run ahead */
+    char *text = th_read_output(aout);
+    if (strstr(text, "lock returned"))
+        fail_msg("the cancelled lock call returned while B held the lock:\n%s", text);
+    free(text);
+    th_touch(gob);
+    th_wait_for(bout, "unlocked 0 ", RUN_MS);
+    long long since;
+    if (unlocks) {
+        th_wait_for(aout, "cleanup unlocked 0 ", RUN_MS);
+        since = num_after(aout, "cleanup unlocked 0 ");
+    } else {
+        th_wait_for(aout, "cleanup keeps the mutex locked", RUN_MS);
+        th_wait_end(a, RUN_MS, NULL, NULL);
+        since = th_now_ms();
+    }
+    long long in = seen_within(cout, "inside ", CANCEL_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("C was not in %ld ms after %s (lease %ld ms): the cancelled waiter's hold "
+                 "was left to its lease", CANCEL_LEASE_MS / 2,
+                 unlocks ? "T's cleanup unlocked" : "A was gone", CANCEL_LEASE_MS);
+    in = num_after(cout, "inside ");
+    free(th_finish(c, cout, 0, RUN_MS));
+    if (unlocks) {
+        char *at = th_finish(a, aout, 0, RUN_MS);
+        static const char *const steps[] = { "lock returned 0 ", "cleanup inside",
+                                             "cleanup unlocked 0 ", "joined", "relocked 0 ",
+                                             "reunlocked 0 " };
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+            th_assert_has(at, steps[i]);
+        free(at);
+    } else {
+        char *at = th_read_output(aout);
+        th_assert_has(at, "lock returned 0 ");
+        free(at);
+    }
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    char row[1024];
+    ls_row(name, row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\"") || !strstr(row, "\"waiters\": 0,"))
+        fail_msg("lock %s at the end: \"%s\"", name, row);
+    printf("measured: a waiter cancelled (%s): C entered %lld ms %s %s (lease %ld ms)\n",
+           unlocks ? "its cleanup unlocks" : "its cleanup keeps the mutex",
+           in >= since ? in - since : since - in, in >= since ? "after" : "before",
+           unlocks ? "the cleanup's unlock" : "A was seen gone (its exit gave the hold back)",
+           CANCEL_LEASE_MS);
+}
+
+static void test_cancel_of_a_waiter_completes_its_lock_and_its_cleanup_hands_the_lock_on(void **s)
+{
+    (void)s;
+    cancel_waiter("etcd_cancel", 1);
+}
+
+static void test_cancel_of_a_waiter_whose_cleanup_keeps_the_mutex_ends_the_hold_at_exit(void **s)
+{
+    (void)s;
+    cancel_waiter("etcd_cancel_keep", 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
 
 int main(void)
@@ -1458,6 +1545,8 @@ int main(void)
         T(test_exec_with_a_thread_inside_leaves_the_hold_to_its_lease_then_the_next_enters),
         T(test_exec_with_a_cached_hold_gives_it_back_before_the_new_image),
         T(test_dlopened_mutex_locks_through_etcd_and_dlclose_leaves_no_key),
+        T(test_cancel_of_a_waiter_completes_its_lock_and_its_cleanup_hands_the_lock_on),
+        T(test_cancel_of_a_waiter_whose_cleanup_keeps_the_mutex_ends_the_hold_at_exit),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
