@@ -1513,6 +1513,42 @@ static void test_cancel_of_a_waiter_whose_cleanup_keeps_the_mutex_ends_the_hold_
     cancel_waiter("etcd_cancel_keep", 0);
 }
 
+/* dmutex unlock --force of a held lock with a waiter: its line names the
+ * waiter the lock goes to and its token, the waiter's own; the waiter
+ * gets in; the forced holder (on_lease_lost = "warn") is told. */
+static void test_unlock_force_names_the_next_waiter_and_its_token(void **s)
+{
+    (void)s;
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nbatch_ms = 0;\non_lease_lost = \"warn\";\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"etcd_force\"; } );\n", LEASE_MS));
+    char *hout = th_out_file(), *go = th_go_file(), *wout = th_out_file(), out[4096];
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(cfg, net.ns[1], wout, "once", "lock", NULL);
+    if (wait_waiters("etcd_force", 1, RUN_MS) < 0)
+        fail_msg("the waiter did not queue");
+    int rc = th_sh_out(out, sizeof out, TH_BUILD "/dmutex unlock -c %s -r '%s' --force etcd_force 2>&1",
+                       cfg, url);
+    char *wt = th_finish(w, wout, 0, RUN_MS);
+    const char *next = strstr(out, "handed to the next waiter ");
+    unsigned long long next_tok = 0, in_tok = 0;
+    const char *tk = next ? strstr(next, "(token ") : NULL;
+    if (rc != 0 || !next || !tk || sscanf(tk, "(token %llu)", &next_tok) != 1)
+        fail_msg("dmutex unlock --force (exit %d) did not name the next waiter:\n%s", rc, out);
+    in_tok = (unsigned long long)th_field_after(wt, "inside ");
+    if (in_tok != next_tok)
+        fail_msg("unlock --force named token %llu, the waiter entered with %llu:\n%s\n%s",
+                 next_tok, in_tok, out, wt);
+    th_assert_has(wt, "fenced ok");
+    th_touch(go);
+    char *ht = th_finish(h, hout, 0, RUN_MS);
+    th_assert_has(ht, "unlocked EPERM");
+    printf("measured: %s", out);
+    free(wt);
+    free(ht);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
 
 int main(void)
@@ -1547,6 +1583,7 @@ int main(void)
         T(test_dlopened_mutex_locks_through_etcd_and_dlclose_leaves_no_key),
         T(test_cancel_of_a_waiter_completes_its_lock_and_its_cleanup_hands_the_lock_on),
         T(test_cancel_of_a_waiter_whose_cleanup_keeps_the_mutex_ends_the_hold_at_exit),
+        T(test_unlock_force_names_the_next_waiter_and_its_token),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
