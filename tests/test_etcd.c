@@ -10,7 +10,11 @@
  * still reach it, and a restart of the whole cluster; a holder cut off
  * from every member is stopped by on_lease_lost before another process
  * enters. The third member lives on machine 1 (its cut is iptables
- * there). */
+ * there). The life of a process on etcd (issue 27): a timed lock whose
+ * deadline passes while it, or its member, is stopped or cut off leaves no
+ * key behind, nor does a copy of an enqueue a stopped member serves late;
+ * an idle process's lease that lapsed is no lost hold; exec, dlopen and
+ * dlclose, pthread_cancel of a waiter; dmutex unlock --force's next waiter. */
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
