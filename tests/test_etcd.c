@@ -10,7 +10,11 @@
  * still reach it, and a restart of the whole cluster; a holder cut off
  * from every member is stopped by on_lease_lost before another process
  * enters. The third member lives on machine 1 (its cut is iptables
- * there). */
+ * there). The life of a process on etcd (issue 27): a timed lock whose
+ * deadline passes while it, or its member, is stopped or cut off leaves no
+ * key behind, nor does a copy of an enqueue a stopped member serves late;
+ * an idle process's lease that lapsed is no lost hold; exec, dlopen and
+ * dlclose, pthread_cancel of a waiter; dmutex unlock --force's next waiter. */
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -39,6 +43,7 @@
 #define CONDPROG TH_BUILD "/tests/progs/condprog"
 #define FORKPROG TH_BUILD "/tests/progs/forkprog"
 #define LIFEPROG TH_BUILD "/tests/progs/lifeprog"
+#define PLUGIN   TH_BUILD "/tests/progs/liblifeplug.so"
 #define MEMBERS  3
 #define LEASE_MS 2000L
 #define RUN_MS   30000L
@@ -46,6 +51,7 @@
 static struct th_checker chk;
 static struct th_net net;
 static char shim_path[PATH_MAX], worker_path[PATH_MAX], rw_path[PATH_MAX], cond_path[PATH_MAX];
+static char life_path[PATH_MAX], plugin_path[PATH_MAX];
 static struct th_redis ds;      /* the data server of rwprog */
 
 struct member {
@@ -198,7 +204,7 @@ static int group_setup(void **state)
                               m[i].cport);
     }
     th_built_paths(TH_SHIM, shim_path, WORKER, worker_path, RWPROG, rw_path, CONDPROG, cond_path,
-                   NULL);
+                   LIFEPROG, life_path, PLUGIN, plugin_path, NULL);
     th_redis_start(&ds, addr, NULL);
     atexit(cluster_stop_at_exit);
     cluster_start(1);
@@ -224,6 +230,25 @@ static int test_setup(void **state)
     return th_machines_test_setup(state);
 }
 
+static int cut_member = -1;     /* the member a test cut off from its peers (peer_cut) */
+
+/* A test's teardown: a member a test stopped (SIGSTOP) runs again, a cut
+ * one is mended and a killed one started again, even after a failure
+ * (the next test would signal pid 0: this process's group); then the
+ * children and files go. */
+static void peer_cut(int i, int on);
+static int test_teardown(void **state)
+{
+    for (int i = 0; i < MEMBERS; i++)
+        if (m[i].pid > 0)
+            kill(m[i].pid, SIGCONT);
+        else if (have_etcd)
+            member_start(i, 0);
+    if (cut_member >= 0)
+        peer_cut(cut_member, 0);
+    return th_test_teardown(state);
+}
+
 static char *config_lease(const char *name, long lease_ms)
 {
     return th_keep_file(th_write_file(".cfg",
@@ -236,18 +261,44 @@ static char *config(const char *name)
     return config_lease(name, LEASE_MS);
 }
 
+static pid_t worker_v(const char *u, const char *cfg, const char *ns, const char *out, va_list ap)
+{
+    static struct th_shim_env e;
+    char **env = cfg ? th_shim_env(&e, cfg, u, getenv("DM_TEST_WLOG")) : NULL;
+    return th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, worker_path, out, ap);
+}
+
 /* faultworker ARGS... (NULL-terminated) on machine ns (NULL: here);
  * DM_TEST_WLOG=debug gives the workers that DMUTEX_LOG (a failing
  * worker's output is printed). */
 static pid_t worker(const char *cfg, const char *ns, const char *out, ...)
 {
-    static struct th_shim_env e;
-    char **env = cfg ? th_shim_env(&e, cfg, url, getenv("DM_TEST_WLOG")) : NULL;
     va_list ap;
     va_start(ap, out);
-    pid_t pid = th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, worker_path, out, ap);
+    pid_t pid = worker_v(url, cfg, ns, out, ap);
     va_end(ap);
     return pid;
+}
+
+/* The same, with the members in the order of url u (url_first's). */
+static pid_t worker_url(const char *u, const char *cfg, const char *ns, const char *out, ...)
+{
+    va_list ap;
+    va_start(ap, out);
+    pid_t pid = worker_v(u, cfg, ns, out, ap);
+    va_end(ap);
+    return pid;
+}
+
+/* An etcd:// URL of every member with member `first` first (buf: 256 bytes). */
+static char *url_first(int first, char *buf)
+{
+    size_t o = (size_t)snprintf(buf, 256, "etcd://");
+    for (int k = 0; k < MEMBERS; k++) {
+        int i = (first + k) % MEMBERS;
+        o += (size_t)snprintf(buf + o, 256 - o, "%s%s:%d", k ? "," : "", m[i].ip, m[i].cport);
+    }
+    return buf;
 }
 
 /* np loop workers, alternating machines, for ms. */
@@ -299,7 +350,9 @@ static void test_leader_killed_mid_run_keeps_exclusion_and_every_process_finishe
     (void)s;
     char *out[4];
     pid_t p[4];
-    start_loop(config("etcd_leader"), 4, "6000", out, p);
+    /* a lease with room for the election (docs/etcd.md, "Leases and the
+     * election"): with 2 s a loaded machine lost a hold to it */
+    start_loop(config_lease("etcd_leader", 4000), 4, "6000", out, p);
     usleep(2000000);
     int l = leader();
     if (l < 0)
@@ -320,10 +373,13 @@ static void test_minority_member_stopped_keeps_exclusion(void **s)
      * nothing), then let go: the minority that cannot answer. */
     char *out[4];
     pid_t p[4];
-    start_loop(config("etcd_minority"), 4, "5000", out, p);
+    /* a lease with room for a renewal that tries the stopped member first */
+    start_loop(config_lease("etcd_minority", 4000), 4, "5000", out, p);
     usleep(1500000);
     int l = leader();
     int victim = (l + 1) % MEMBERS;
+    if (m[victim].pid <= 0)
+        fail_msg("member m%d is not running", victim);
     kill(m[victim].pid, SIGSTOP);
     usleep(2000000);
     kill(m[victim].pid, SIGCONT);
@@ -356,6 +412,7 @@ static void move_leader(int to)
 static void peer_cut(int i, int on)
 {
     const char *op = on ? "-A" : "-D";
+    cut_member = on ? i : -1;
     int bad = th_sh("ip netns exec %s iptables -w %s INPUT -p tcp --dport %d -j DROP", m[i].ns,
                     op, m[i].pport) |
               th_sh("ip netns exec %s iptables -w %s OUTPUT -p tcp --sport %d -j DROP", m[i].ns,
@@ -896,7 +953,616 @@ static void test_fork_children_lock_through_etcd_and_never_hang(void **s)
     free(text);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, test_setup, th_test_teardown)
+/* ---- the life of a process on etcd (issue 27) ----------------------------- */
+
+/* Waits until `dmutex ls` says lock `name` has n waiters (keys queued
+ * behind its holder); returns when (th_now_ms), or -1 after timeout_ms. */
+static long long wait_waiters(const char *name, int n, long timeout_ms)
+{
+    char want[32], row[1024];
+    snprintf(want, sizeof want, "\"waiters\": %d,", n);
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        ls_row(name, row, sizeof row);
+        if (strstr(row, want))
+            return th_now_ms();
+        if (th_now_ms() > end)
+            return -1;
+        usleep(20000);
+    }
+}
+
+/* Waits until the file out holds needle; returns when (th_now_ms), or -1
+ * after timeout_ms (the caller says what that means). */
+static long long seen_within(const char *out, const char *needle, long timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *t = th_read_output(out);
+        int got = strstr(t, needle) != NULL;
+        free(t);
+        if (got)
+            return th_now_ms();
+        if (th_now_ms() > end)
+            return -1;
+        usleep(5000);
+    }
+}
+
+/* A late withdraw. H holds; A's timed lock queues behind it, C's lock
+ * behind A. A's deadline passes while A's process is SIGSTOPped
+ * (member < 0), or while the member A talks to (a follower, first in A's
+ * endpoint list) is SIGSTOPped or, cut, cut off from its peers (the
+ * processes still reach it). A's timed lock must say ETIMEDOUT and take
+ * its key out of the queue: once H lets go, C gets in at once, not when
+ * A's lease ends (A lives on after the timeout, its lease kept: a key
+ * left behind would be granted to nobody for as long as A runs). */
+#define LATE_LEASE_MS 8000L     /* longer than any stop here: no lease ends */
+#define LATE_TIMED_MS "2500"
+#define LATE_STOP_MS  3500L     /* A stopped: past its deadline */
+static void late_withdraw(const char *name, int member, int cut)
+{
+    /* A stopped right after it queued cannot time out before C queues;
+     * a member is stopped (or cut) once C has queued behind A: room for C
+     * to start on a loaded machine before A's deadline. */
+    const char *op = member < 0 ? "timed:" LATE_TIMED_MS : "timed:4000";
+    if (cut && !net.up)
+        skip();
+    char *cfg = config_lease(name, LATE_LEASE_MS), aurl[256];
+    snprintf(aurl, sizeof aurl, "%s", url);
+    if (member >= 0) {
+        move_leader(0);         /* the others (and dmutex ls) start at m0, the leader */
+        url_first(member, aurl);
+    }
+    char *hout = th_out_file(), *go = th_go_file(), *aout = th_out_file(), *stay = th_go_file();
+    char *cout = th_out_file();
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t a = worker_url(aurl, cfg, net.ns[1], aout, "once", op, "-G", stay, NULL);
+    if (wait_waiters(name, 1, RUN_MS) < 0)
+        fail_msg("A's timed lock did not queue behind the holder");
+    long long t_stop = th_now_ms();
+    if (member < 0)
+        kill(a, SIGSTOP);
+    pid_t c = worker(cfg, net.ns[0], cout, "once", "lock", NULL);
+    if (wait_waiters(name, 2, RUN_MS) < 0)
+        fail_msg("C's lock did not queue behind A");
+    if (member >= 0) {
+        char *early = th_read_output(aout);
+        if (strstr(early, "timed:"))
+            fail_msg("A's timed lock returned before its member was %s (C took that long to "
+                     "queue):\n%s", cut ? "cut off" : "stopped", early);
+        free(early);
+        t_stop = th_now_ms();
+        if (cut)
+            peer_cut(member, 1);
+        else
+            kill(m[member].pid, SIGSTOP);
+    } else {
+        long long left = t_stop + LATE_STOP_MS - th_now_ms();
+        if (left > 0)
+            usleep((useconds_t)left * 1000);
+        char *early = th_read_output(aout);
+        if (strstr(early, "timed:"))
+            fail_msg("A's timed lock returned while A was stopped:\n%s", early);
+        free(early);
+        kill(a, SIGCONT);
+    }
+    char done[32];
+    snprintf(done, sizeof done, "%s ETIMEDOUT ", op);
+    long long t_out = th_wait_for(aout, done, RUN_MS);
+    char *at = th_read_output(aout);
+    long long took = th_field_after(at, done);
+    free(at);
+    long long gone = wait_waiters(name, 1, LATE_LEASE_MS / 2);
+    if (gone < 0) {
+        char row[1024];
+        ls_row(name, row, sizeof row);
+        fail_msg("A's timed lock said ETIMEDOUT, and %ld ms later its key is still queued: %s",
+                 LATE_LEASE_MS / 2, row);
+    }
+    th_touch(go);
+    long long let_go = th_wait_for(hout, "unlocked", RUN_MS);
+    long long in = seen_within(cout, "inside ", LATE_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("C was not in %ld ms after the holder let go: A's timed-out key held the "
+                 "queue (lease %ld ms)", LATE_LEASE_MS / 2, LATE_LEASE_MS);
+    if (cut)
+        peer_cut(member, 0);
+    else if (member >= 0)
+        kill(m[member].pid, SIGCONT);
+    th_touch(stay);
+    char *ct = th_finish(c, cout, 0, RUN_MS);
+    th_assert_has(ct, "fenced ok");
+    free(th_finish(a, aout, 0, RUN_MS));
+    free(th_finish(h, hout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: %s %s: A's %s lock returned ETIMEDOUT after %lld ms (%lld ms after "
+           "the fault); its key gone %lld ms after; C in %lld ms after the holder let go "
+           "(lease %ld ms)\n", member >= 0 ? "A's member (a follower, first in its list)" : "A",
+           cut ? "cut off from its peers" : "stopped", op, took, t_out - t_stop, gone - t_out,
+           in - let_go, LATE_LEASE_MS);
+    free(ct);
+}
+
+static void test_timedlock_past_its_deadline_while_stopped_takes_its_key_out_of_the_queue(void **s)
+{
+    (void)s;
+    late_withdraw("etcd_late_stop", -1, 0);
+}
+
+static void test_timedlock_past_its_deadline_while_its_member_is_stopped_takes_its_key_out(void **s)
+{
+    (void)s;
+    late_withdraw("etcd_late_member", 1, 0);
+}
+
+static void test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_its_key_out(void **s)
+{
+    (void)s;
+    late_withdraw("etcd_late_cut", MEMBERS - 1, 1);     /* the member on machine 1 */
+}
+
+/* Late copies of enqueues. Each A locked and unlocked once through m1 (a
+ * follower, first in its endpoint list); then m1 is SIGSTOPped and each
+ * A's timed lock queues behind H: its request waits unread in stopped m1,
+ * and the next member runs it. Each A times out and withdraws. When m1
+ * runs again it serves the copies it kept (etcd runs such a request, or
+ * not, as its gateway sees the client gone first: about one in two here,
+ * hence three As): none may put an A's key back (the As live on, their
+ * leases kept: the key would reach the head and hold the lock for
+ * nobody). C, queued once m1 ran again, gets in as soon as H lets go,
+ * and the lock is free once C is done. */
+#define LATE_COPIES 3
+static void test_a_late_copy_of_a_timed_out_enqueue_puts_no_key_back_in_the_queue(void **s)
+{
+    (void)s;
+    const char *name = "etcd_late_copy";
+    /* renewals far apart: the store's thread leaves m1 alone meanwhile */
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nrenew_ms = 3600;\nbatch_ms = 0;\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"%s\"; } );\n", LATE_LEASE_MS, name));
+    char aurl[256];
+    move_leader(0);
+    url_first(1, aurl);
+    char *aout[LATE_COPIES], *stay[LATE_COPIES], *stay2 = th_go_file();
+    char *hout = th_out_file(), *go = th_go_file(), *cout = th_out_file();
+    pid_t a[LATE_COPIES];
+    for (int i = 0; i < LATE_COPIES; i++) {
+        aout[i] = th_out_file();
+        stay[i] = th_go_file();
+        a[i] = worker_url(aurl, cfg, net.ns[1], aout[i], "once", "timed:" LATE_TIMED_MS, "-G",
+                          stay[i], "-A", "-S", stay2, NULL);
+    }
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_wait_for(aout[i], "unlocked", RUN_MS);
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    kill(m[1].pid, SIGSTOP);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_touch(stay[i]);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_wait_for(aout[i], "again timed:" LATE_TIMED_MS " ETIMEDOUT", RUN_MS);
+    if (wait_waiters(name, 0, LATE_LEASE_MS / 2) < 0)
+        fail_msg("the As' timed locks said ETIMEDOUT, and a key of theirs is still queued");
+    kill(m[1].pid, SIGCONT);
+    long long cont = th_now_ms();
+    usleep(1000000);            /* m1 serves what it kept */
+    pid_t c = worker(cfg, net.ns[0], cout, "once", "lock", NULL);
+    th_wait_for(cout, "main", RUN_MS);
+    th_touch(go);
+    long long let_go = th_wait_for(hout, "unlocked", RUN_MS);
+    if (seen_within(cout, "inside ", LATE_LEASE_MS / 2) < 0) {
+        char row[1024];
+        ls_row(name, row, sizeof row);
+        fail_msg("C was not in %ld ms after H let go, the As still running: a late copy of a "
+                 "timed-out enqueue put an A's key back: %s", LATE_LEASE_MS / 2, row);
+    }
+    char *ct = th_finish(c, cout, 0, RUN_MS);
+    th_assert_has(ct, "fenced ok");
+    free(ct);
+    char row[1024] = "";
+    long long end = th_now_ms() + LATE_LEASE_MS / 2;
+    for (;;) {
+        ls_row(name, row, sizeof row);
+        if (strstr(row, "\"state\": \"free\"") && strstr(row, "\"waiters\": 0,"))
+            break;
+        if (th_now_ms() > end)
+            fail_msg("the lock is not free %ld ms after its last holder left, the As still "
+                     "running: a late copy of a timed-out enqueue put an A's key back: %s",
+                     LATE_LEASE_MS / 2, row);
+        usleep(20000);
+    }
+    th_touch(stay2);
+    for (int i = 0; i < LATE_COPIES; i++)
+        free(th_finish(a[i], aout[i], 0, RUN_MS));
+    free(th_finish(h, hout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: m1 ran again %lld ms before H let go; the lock free after C, no key of "
+           "the %d As\n", let_go - cont, LATE_COPIES);
+}
+
+/* Trylocks whose answers never came: every member SIGSTOPped, each A's
+ * trylock (of a free lock) goes unanswered and says EBUSY; its request
+ * waits unread in each member. When they run again they serve those
+ * copies, the first of which finds the queue empty: none may leave an A
+ * a hold (the As live on, their leases kept: nobody else would ever get
+ * the lock). B gets in at once. */
+static void test_an_unanswered_trylock_served_late_leaves_no_hold(void **s)
+{
+    (void)s;
+    const char *name = "etcd_late_try";
+    char *cfg = config_lease(name, LATE_LEASE_MS);
+    char *aout[LATE_COPIES], *stay[LATE_COPIES], *stay2 = th_go_file(), *bout = th_out_file();
+    pid_t a[LATE_COPIES];
+    for (int i = 0; i < LATE_COPIES; i++) {     /* one at a time: each one's first try gets it */
+        aout[i] = th_out_file();
+        stay[i] = th_go_file();
+        a[i] = worker(cfg, net.ns[1], aout[i], "once", "try", "-G", stay[i], "-A", "-S", stay2,
+                      NULL);
+        th_wait_for(aout[i], "unlocked", RUN_MS);
+    }
+    for (int i = 0; i < MEMBERS; i++)
+        kill(m[i].pid, SIGSTOP);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_touch(stay[i]);
+    for (int i = 0; i < LATE_COPIES; i++)
+        th_wait_for(aout[i], "again try EBUSY", RUN_MS);
+    for (int i = 0; i < MEMBERS; i++)
+        kill(m[i].pid, SIGCONT);
+    long long cont = th_now_ms();
+    usleep(1000000);            /* the members serve what they kept */
+    pid_t b = worker(cfg, net.ns[0], bout, "once", "lock", NULL);
+    long long in = seen_within(bout, "inside ", LATE_LEASE_MS / 2);
+    if (in < 0) {
+        char row[1024];
+        ls_row(name, row, sizeof row);
+        fail_msg("B was not in %ld ms: a late copy of an unanswered trylock left an A a hold "
+                 "(the As still running): %s", LATE_LEASE_MS / 2, row);
+    }
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_touch(stay2);
+    for (int i = 0; i < LATE_COPIES; i++)
+        free(th_finish(a[i], aout[i], 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: B entered %lld ms after etcd answered again; no hold left by %d "
+           "unanswered trylocks\n", in - cont, LATE_COPIES);
+}
+
+/* Fails the test when a shim line of `text` warns or errs (what: whose). */
+static void assert_no_shim_warning(const char *text, const char *what)
+{
+    for (const char *l = text; (l = strstr(l, "dmutex[")) != NULL; l++) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        const char *w = strstr(l, "]: warning: "), *x = strstr(l, "]: error: ");
+        if ((w && (size_t)(w - l) < n) || (x && (size_t)(x - l) < n))
+            fail_msg("%s logged \"%.*s\":\n%s", what, (int)n, l, text);
+    }
+}
+
+/* Idle past the lease: two processes lock and unlock once, then sit idle
+ * longer than lease_ms, one running (its store thread keeps the lease),
+ * one SIGSTOPped (etcd's lease lapses: nothing was held under it), while
+ * B takes the lock. Then both lock again behind B: each gets in after
+ * B, fenced, and neither logs a lost lease or any other warning. */
+static void test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_lease(void **s)
+{
+    (void)s;
+    char *cfg = config("etcd_idle");
+    char *o[2], *stay[2], *bout = th_out_file(), *gob = th_go_file();
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        o[i] = th_out_file();
+        stay[i] = th_go_file();
+        p[i] = worker(cfg, net.ns[i], o[i], "once", "lock", "-G", stay[i], "-A", NULL);
+    }
+    for (int i = 0; i < 2; i++)
+        th_wait_for(o[i], "unlocked", RUN_MS);
+    kill(p[1], SIGSTOP);
+    long long idle0 = th_now_ms();
+    pid_t b = worker(cfg, net.ns[0], bout, "once", "lock", "-g", gob, NULL);
+    th_wait_for(bout, "inside ", RUN_MS);
+    /* Past a lease, its TTL and etcd's expiry round (500 ms) */
+    long long left = idle0 + LEASE_MS + 1500 - th_now_ms();
+    if (left > 0)
+        usleep((useconds_t)left * 1000);
+    kill(p[1], SIGCONT);
+    for (int i = 0; i < 2; i++)
+        th_touch(stay[i]);
+    if (wait_waiters("etcd_idle", 2, RUN_MS) < 0)
+        fail_msg("the two idle processes did not queue behind B");
+    th_touch(gob);
+    long long out = th_wait_for(bout, "unlocked", RUN_MS);
+    for (int i = 0; i < 2; i++) {
+        char *t = th_finish(p[i], o[i], 0, RUN_MS);
+        th_assert_has(t, "again lock 0 ");
+        const char *again = strstr(t, "again lock 0 ");
+        if (!strstr(again, "fenced ok"))
+            fail_msg("the second section of %s was not fenced ok:\n%s", i ? "the stopped one" :
+                     "the idle one", t);
+        assert_no_shim_warning(t, i ? "the process stopped past its lease while idle" :
+                               "the process idle past its lease");
+        free(t);
+    }
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: idle %lld ms (lease %ld ms), one of them stopped; both locked again after B "
+           "let go, no warning\n", out - idle0, LEASE_MS);
+}
+
+/* lifeprog ARGS... (NULL-terminated) with config cfg, on machine ns. */
+static pid_t life(const char *cfg, const char *ns, const char *out, ...)
+{
+    static struct th_shim_env e;
+    char **env = th_shim_env(&e, cfg, url, getenv("DM_TEST_WLOG"));
+    va_list ap;
+    va_start(ap, out);
+    pid_t pid = th_checker_progv(&chk, NULL, &net, net.up ? ns : NULL, env, life_path, out, ap);
+    va_end(ap);
+    return pid;
+}
+
+/* lifeprog's config: life_lock as `name`, the plugin's plug_lock as
+ * `pname` (checker lock 1), `extra` in life_lock's entry. */
+static char *life_config(const char *name, const char *pname, const char *extra, long lease_ms)
+{
+    return th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nbatch_ms = 0;\n"
+        "mutexes = ( { symbol = \"life_lock\"; name = \"%s\"; %s },\n"
+        "            { symbol = \"plug_lock\"; object = \"liblifeplug.so\"; name = \"%s\"; } );\n",
+        lease_ms, name, extra ? extra : "", pname));
+}
+
+/* The number after `needle` in the file out (a line seen already). */
+static long long num_after(const char *out, const char *needle)
+{
+    char *t = th_read_output(out);
+    long long v = th_field_after(t, needle);
+    free(t);
+    return v;
+}
+
+/* exec with a thread inside (docs/semantics.md: a hold a thread is inside
+ * is not released at exec, the lease ends it; the new image holds
+ * nothing): B, queued, enters after the exec and once the old image's
+ * lease has run out, not before, and not much later. */
+static void test_exec_with_a_thread_inside_leaves_the_hold_to_its_lease_then_the_next_enters(void **s)
+{
+    (void)s;
+    char *cfg = life_config("etcd_exec_held", "etcd_exec_plug", "", LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file();
+    pid_t a = life(cfg, net.ns[0], aout, "life", "-S", "held", "-E", "exec", "-g", goa, NULL);
+    th_wait_for(aout, "inside ", RUN_MS);
+    pid_t b = life(cfg, net.ns[1], bout, "hold", NULL);
+    if (wait_waiters("etcd_exec_held", 1, RUN_MS) < 0)
+        fail_msg("B did not queue behind A");
+    th_touch(goa);
+    long long execd = th_wait_for(aout, "exec'd", RUN_MS);
+    th_checker_forget(&chk, a);         /* T's section ended with the image */
+    free(th_finish(a, aout, 0, RUN_MS));
+    long long in = seen_within(bout, "inside ", LEASE_MS + 5000);
+    if (in < 0)
+        fail_msg("B was not in %ld ms after A's exec (lease %ld ms): the old image's hold "
+                 "outlived its lease", LEASE_MS + 5000, LEASE_MS);
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: exec with a thread inside: B entered %lld ms after the new image ran "
+           "(lease %ld ms, etcd TTL %ld s)\n", in - execd, LEASE_MS, (LEASE_MS + 999) / 1000);
+}
+
+/* exec with a cached hold nobody is inside: the exec gives it back
+ * first (docs/semantics.md), so B, queued, enters right after, not a
+ * lease later (10 s: a hold left to its lease stands out). */
+#define EXEC_LONG_LEASE_MS 10000L
+static void test_exec_with_a_cached_hold_gives_it_back_before_the_new_image(void **s)
+{
+    (void)s;
+    char *cfg = life_config("etcd_exec_cached", "etcd_exec_plug", "cache = true;",
+                            EXEC_LONG_LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file();
+    pid_t a = life(cfg, net.ns[0], aout, "life", "-S", "cached", "-E", "exec", "-g", goa, NULL);
+    th_wait_for(aout, "cached", RUN_MS);
+    char row[1024];
+    ls_row("etcd_exec_cached", row, sizeof row);
+    if (!strstr(row, "\"state\": \"held\""))
+        fail_msg("A's cached hold is not held in etcd: %s", row);
+    th_touch(goa);
+    long long execd = th_wait_for(aout, "exec'd", RUN_MS);
+    ls_row("etcd_exec_cached", row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\""))
+        fail_msg("the new image runs, and the old one's cached hold is still in etcd: %s", row);
+    free(th_finish(a, aout, 0, RUN_MS));
+    pid_t b = life(cfg, net.ns[1], bout, "hold", NULL);
+    long long in = seen_within(bout, "inside ", EXEC_LONG_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("B was not in %ld ms after A's exec: the cached hold was left to its lease "
+                 "(%ld ms)", EXEC_LONG_LEASE_MS / 2, EXEC_LONG_LEASE_MS);
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    printf("measured: exec with a cached hold: B entered %lld ms after the new image ran "
+           "(lease %ld ms)\n", in - execd, EXEC_LONG_LEASE_MS);
+}
+
+/* A mapped mutex of a dlopen'ed library (lifeprog dlagain): a section,
+ * dlclose while nothing is held (the library unloaded: no key of its lock
+ * left, the lock free), dlopen again: it is mapped again, locks through
+ * etcd, and excludes B, which gets in right after A's unlock. */
+static void test_dlopened_mutex_locks_through_etcd_and_dlclose_leaves_no_key(void **s)
+{
+    (void)s;
+    const char *pname = "etcd_dl_plug";
+    char *cfg = life_config("etcd_dl_life", pname, "", EXEC_LONG_LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *goa = th_go_file(), *go2 = th_go_file();
+    pid_t a = life(cfg, net.ns[0], aout, "dlagain", "-p", plugin_path, "-g", goa, "-G", go2,
+                   NULL);
+    th_wait_for(aout, "reloaded", RUN_MS);
+    char *text = th_read_output(aout);
+    th_assert_has(text, "unloaded 0 gone");
+    free(text);
+    char row[1024];
+    ls_row(pname, row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\"") || !strstr(row, "\"waiters\": 0,"))
+        fail_msg("after the section and the dlclose, lock %s is not free with no key queued: "
+                 "\"%s\"", pname, row);
+    th_touch(goa);
+    th_wait_for(aout, "inside again", RUN_MS);
+    ls_row(pname, row, sizeof row);
+    if (!strstr(row, "\"state\": \"held\""))
+        fail_msg("after a new dlopen, locking plug_lock took no etcd lock %s: \"%s\"", pname, row);
+    pid_t b = life(cfg, net.ns[1], bout, "hold", "-p", plugin_path, NULL);
+    if (wait_waiters(pname, 1, RUN_MS) < 0)
+        fail_msg("B did not queue behind A's plug_lock");
+    th_touch(go2);
+    long long out = 0;          /* the second section's unlock */
+    for (long long end = th_now_ms() + RUN_MS; !out; usleep(5000)) {
+        char *at = th_read_output(aout);
+        if (strstr(strstr(at, "inside again"), "unlocked 0 "))
+            out = th_field_after(strstr(at, "inside again"), "unlocked 0 ");
+        free(at);
+        if (!out && th_now_ms() > end)
+            fail_msg("A did not unlock the dlopen'ed mutex again");
+    }
+    long long in = seen_within(bout, "inside ", EXEC_LONG_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("B was not in %ld ms after A's unlock of the dlopen'ed mutex",
+                 EXEC_LONG_LEASE_MS / 2);
+    in = num_after(bout, "inside ");
+    if (in < out)
+        fail_msg("overlap: B entered lock %s %lld ms before A unlocked it", pname, out - in);
+    free(th_finish(a, aout, 0, RUN_MS));
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 1);
+    ls_row(pname, row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\"") || !strstr(row, "\"waiters\": 0,"))
+        fail_msg("lock %s at the end: \"%s\"", pname, row);
+    printf("measured: a dlopen'ed mutex on etcd: B entered %lld ms after A's unlock\n", in - out);
+}
+
+/* pthread_cancel of T waiting in pthread_mutex_lock behind B, with C
+ * queued behind T (docs/design.md, "cancellation": the shim's wait runs
+ * with cancellation off, so T's lock completes when B lets go and T is
+ * cancelled at its next cancellation point, inside). unlocks: T's
+ * cleanup handler unlocks, and C gets in right after it, not a lease
+ * later; without (-n) the mutex stays locked in A as in glibc, and A's
+ * exit gives the hold back: C gets in right after A is gone. Either way
+ * nothing of A is left in the queue, and no section overlaps. */
+#define CANCEL_LEASE_MS 10000L
+static void cancel_waiter(const char *name, int unlocks)
+{
+    char *cfg = life_config(name, "etcd_cancel_plug", "", CANCEL_LEASE_MS);
+    char *aout = th_out_file(), *bout = th_out_file(), *cout = th_out_file();
+    char *goa = th_go_file(), *gob = th_go_file();
+    pid_t b = life(cfg, net.ns[1], bout, "hold", "-g", gob, NULL);
+    th_wait_for(bout, "inside ", RUN_MS);
+    pid_t a = unlocks ? life(cfg, net.ns[0], aout, "life", "-S", "lock", "-E", "cancel", "-g", goa, NULL)
+                      : life(cfg, net.ns[0], aout, "life", "-S", "lock", "-E", "cancel", "-n", "-g",
+                             goa, NULL);
+    if (wait_waiters(name, 1, RUN_MS) < 0)
+        fail_msg("A's T did not queue behind B");
+    pid_t c = life(cfg, net.ns[1], cout, "hold", NULL);
+    if (wait_waiters(name, 2, RUN_MS) < 0)
+        fail_msg("C did not queue behind A's T");
+    th_touch(goa);
+    th_wait_for(aout, "event cancel", RUN_MS);
+    usleep(300000);             /* time for a wrong shim to run ahead */
+    char *text = th_read_output(aout);
+    if (strstr(text, "lock returned"))
+        fail_msg("the cancelled lock call returned while B held the lock:\n%s", text);
+    free(text);
+    th_touch(gob);
+    th_wait_for(bout, "unlocked 0 ", RUN_MS);
+    long long since;
+    if (unlocks) {
+        th_wait_for(aout, "cleanup unlocked 0 ", RUN_MS);
+        since = num_after(aout, "cleanup unlocked 0 ");
+    } else {
+        th_wait_for(aout, "cleanup keeps the mutex locked", RUN_MS);
+        th_wait_end(a, RUN_MS, NULL, NULL);
+        since = th_now_ms();
+    }
+    long long in = seen_within(cout, "inside ", CANCEL_LEASE_MS / 2);
+    if (in < 0)
+        fail_msg("C was not in %ld ms after %s (lease %ld ms): the cancelled waiter's hold "
+                 "was left to its lease", CANCEL_LEASE_MS / 2,
+                 unlocks ? "T's cleanup unlocked" : "A was gone", CANCEL_LEASE_MS);
+    in = num_after(cout, "inside ");
+    free(th_finish(c, cout, 0, RUN_MS));
+    if (unlocks) {
+        char *at = th_finish(a, aout, 0, RUN_MS);
+        static const char *const steps[] = { "lock returned 0 ", "cleanup inside",
+                                             "cleanup unlocked 0 ", "joined", "relocked 0 ",
+                                             "reunlocked 0 " };
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+            th_assert_has(at, steps[i]);
+        free(at);
+    } else {
+        char *at = th_read_output(aout);
+        th_assert_has(at, "lock returned 0 ");
+        free(at);
+    }
+    free(th_finish(b, bout, 0, RUN_MS));
+    th_checker_assert_no_overlap(&chk, 0);
+    char row[1024];
+    ls_row(name, row, sizeof row);
+    if (!strstr(row, "\"state\": \"free\"") || !strstr(row, "\"waiters\": 0,"))
+        fail_msg("lock %s at the end: \"%s\"", name, row);
+    printf("measured: a waiter cancelled (%s): C entered %lld ms %s %s (lease %ld ms)\n",
+           unlocks ? "its cleanup unlocks" : "its cleanup keeps the mutex",
+           in >= since ? in - since : since - in, in >= since ? "after" : "before",
+           unlocks ? "the cleanup's unlock" : "A was seen gone (its exit gave the hold back)",
+           CANCEL_LEASE_MS);
+}
+
+static void test_cancel_of_a_waiter_completes_its_lock_and_its_cleanup_hands_the_lock_on(void **s)
+{
+    (void)s;
+    cancel_waiter("etcd_cancel", 1);
+}
+
+static void test_cancel_of_a_waiter_whose_cleanup_keeps_the_mutex_ends_the_hold_at_exit(void **s)
+{
+    (void)s;
+    cancel_waiter("etcd_cancel_keep", 0);
+}
+
+/* dmutex unlock --force of a held lock with a waiter: its line names the
+ * waiter the lock goes to and its token, the waiter's own; the waiter
+ * gets in; the forced holder (on_lease_lost = "warn") is told. */
+static void test_unlock_force_names_the_next_waiter_and_its_token(void **s)
+{
+    (void)s;
+    char *cfg = th_keep_file(th_write_file(".cfg",
+        "lease_ms = %ld;\nbatch_ms = 0;\non_lease_lost = \"warn\";\n"
+        "mutexes = ( { symbol = \"fault_lock\"; name = \"etcd_force\"; } );\n", LEASE_MS));
+    char *hout = th_out_file(), *go = th_go_file(), *wout = th_out_file(), out[4096];
+    pid_t h = worker(cfg, net.ns[0], hout, "once", "lock", "-g", go, NULL);
+    th_wait_for(hout, "inside ", RUN_MS);
+    pid_t w = worker(cfg, net.ns[1], wout, "once", "lock", NULL);
+    if (wait_waiters("etcd_force", 1, RUN_MS) < 0)
+        fail_msg("the waiter did not queue");
+    int rc = th_sh_out(out, sizeof out, TH_BUILD "/dmutex unlock -c %s -r '%s' --force etcd_force 2>&1",
+                       cfg, url);
+    char *wt = th_finish(w, wout, 0, RUN_MS);
+    const char *next = strstr(out, "handed to the next waiter ");
+    unsigned long long next_tok = 0, in_tok = 0;
+    const char *tk = next ? strstr(next, "(token ") : NULL;
+    if (rc != 0 || !next || !tk || sscanf(tk, "(token %llu)", &next_tok) != 1)
+        fail_msg("dmutex unlock --force (exit %d) did not name the next waiter:\n%s", rc, out);
+    in_tok = (unsigned long long)th_field_after(wt, "inside ");
+    if (in_tok != next_tok)
+        fail_msg("unlock --force named token %llu, the waiter entered with %llu:\n%s\n%s",
+                 next_tok, in_tok, out, wt);
+    th_assert_has(wt, "fenced ok");
+    th_touch(go);
+    char *ht = th_finish(h, hout, 0, RUN_MS);
+    th_assert_has(ht, "unlocked EPERM");
+    printf("measured: %s", out);
+    free(wt);
+    free(ht);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
 
 int main(void)
 {
@@ -919,6 +1585,18 @@ int main(void)
         T(test_fork_children_lock_through_etcd_and_never_hang),
         T(test_check_and_the_start_line_name_etcd_not_redis),
         T(test_exit_while_a_thread_waits_in_lock_leaves_no_key_in_the_queue),
+        T(test_timedlock_past_its_deadline_while_stopped_takes_its_key_out_of_the_queue),
+        T(test_timedlock_past_its_deadline_while_its_member_is_stopped_takes_its_key_out),
+        T(test_timedlock_past_its_deadline_while_its_member_is_cut_off_takes_its_key_out),
+        T(test_a_late_copy_of_a_timed_out_enqueue_puts_no_key_back_in_the_queue),
+        T(test_an_unanswered_trylock_served_late_leaves_no_hold),
+        T(test_idle_past_the_lease_then_lock_again_works_and_logs_no_lost_lease),
+        T(test_exec_with_a_thread_inside_leaves_the_hold_to_its_lease_then_the_next_enters),
+        T(test_exec_with_a_cached_hold_gives_it_back_before_the_new_image),
+        T(test_dlopened_mutex_locks_through_etcd_and_dlclose_leaves_no_key),
+        T(test_cancel_of_a_waiter_completes_its_lock_and_its_cleanup_hands_the_lock_on),
+        T(test_cancel_of_a_waiter_whose_cleanup_keeps_the_mutex_ends_the_hold_at_exit),
+        T(test_unlock_force_names_the_next_waiter_and_its_token),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -6,8 +6,10 @@
  * step still holds: the queue empty (an uncontended grant in one write),
  * our key still ours and no older key left (a grant after a wait: the
  * read-back etcd 3.4's own lock service lacks), our key still at our
- * token (a release, never a newer hold's). Records are interned by name,
- * as store.h asks. */
+ * token (a release, never a newer hold's). An enqueue is guarded too
+ * (etcd.h's NS#NAME#a<lease>): a copy of it that a member kept while it
+ * did not answer, and serves later, runs at most once and never after
+ * its attempt ended. Records are interned by name, as store.h asks. */
 #include "elock.h"
 
 #include <errno.h>
@@ -127,8 +129,10 @@ void dm_elock_rwlock(struct dm_store_lock *pl)
 struct keys {
     int read;           /* a reader's: it waits only for older writers */
     char queue[DM_ETCD_KEY_MAX], mine[DM_ETCD_KEY_MAX], marker[DM_ETCD_KEY_MAX];
+    char guard[DM_ETCD_KEY_MAX];
     char queue64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], end64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
     char mine64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], marker64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
+    char guard64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
     /* the keys this one waits for: every key (a writer), the writers' (a reader) */
     char before64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1], bend64[DM_B64_LEN(DM_ETCD_KEY_MAX) + 1];
 };
@@ -139,6 +143,8 @@ static void keys_make(struct keys *k, const char *name, long long lease, int rea
     dm_etcd_queue_prefix(k->queue, sizeof k->queue, name);
     dm_etcd_queue_key(k->mine, sizeof k->mine, name, lease, read);
     dm_etcd_marker_key(k->marker, sizeof k->marker, name);
+    dm_etcd_guard_key(k->guard, sizeof k->guard, name, lease);
+    dm_etcd_b64(k->guard, k->guard64);
     dm_etcd_b64(k->queue, k->queue64);
     dm_etcd_prefix_end_b64(k->queue, k->end64);
     dm_etcd_b64(k->mine, k->mine64);
@@ -159,11 +165,34 @@ static void b64s(const char *s, char *out)
     dm_b64_encode(s, strlen(s), out);
 }
 
-/* The kv of responses[i].response_range.kvs[0], or -1. */
+/* The kv of responses[i].response_range.kvs[0] of the Txn answer at
+ * node txn (0: the whole answer), or -1. */
+static int range_kv_of(const struct dm_json *j, int txn, int i)
+{
+    int rs = dm_json_at(j, dm_json_get(j, txn, "responses"), i);
+    return dm_json_at(j, dm_json_path(j, rs, "response_range.kvs"), 0);
+}
+
 static int range_kv(const struct dm_json *j, int i)
 {
-    int rs = dm_json_at(j, dm_json_get(j, 0, "responses"), i);
-    return dm_json_at(j, dm_json_path(j, rs, "response_range.kvs"), 0);
+    return range_kv_of(j, 0, i);
+}
+
+/* The guard's mod_revision as this process last saw it under lease. */
+static long long guard_seen(struct dm_elock *l, long long lease)
+{
+    dm_lock(&locks_mu);
+    long long g = l->guard_lease == lease ? l->guard_rev : 0;
+    dm_unlock(&locks_mu);
+    return g;
+}
+
+static void guard_saw(struct dm_elock *l, long long lease, long long rev)
+{
+    dm_lock(&locks_mu);
+    l->guard_lease = lease;
+    l->guard_rev = rev;
+    dm_unlock(&locks_mu);
 }
 
 static long long range_count(const struct dm_json *j, int i)
@@ -195,22 +224,38 @@ static long long now_deadline(void)
  * create_revision, so that a late copy of it (held up in a member that
  * was stopped) never deletes a later attempt's key, which has the same
  * name (the name and the process's lease). rev 0 (the request that made
- * it went unanswered): a look first. 0 done, EIO etcd out of reach. */
-static int withdraw_txn(struct dm_elock *l, const struct keys *k, const char *owner, long long rev)
+ * it went unanswered, and may run yet): one Txn moves the enqueue guard
+ * on if no key of ours is there, so that no copy of the request can run
+ * later; else the key's revision, for the guarded delete. 0 done, EIO
+ * etcd out of reach. */
+static int withdraw_txn(struct dm_elock *l, const struct keys *k, const char *owner, long long rev,
+                        long long lease)
 {
     struct dm_etcd_reply r;
     enum dm_fail how;
     char why[400];
     if (rev == 0) {
-        char body[DM_B64_LEN(DM_ETCD_KEY_MAX) + 64];
-        snprintf(body, sizeof body, "{\"key\":\"%s\"}", k->mine64);
-        if (dm_etcd_call("/v3/kv/range", body, now_deadline(), &r, &how, why, sizeof why) != 0)
-            return EIO;
-        int kv = dm_json_at(&r.j, dm_json_get(&r.j, 0, "kvs"), 0);
-        rev = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
+        char owner64[DM_B64_LEN(DM_OWNER_MAX) + 1], body[4 * DM_B64_LEN(DM_ETCD_KEY_MAX) + 400];
+        b64s(owner, owner64);
+        snprintf(body, sizeof body,
+                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+                 "\"create_revision\":\"0\"}],"
+                 "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}}],"
+                 "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+                 k->mine64, k->guard64, owner64, lease, k->mine64);
+        if (dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why) != 0)
+            /* refused for its lease: gone, and its keys with it (a copy
+             * cannot put one under it either) */
+            return how == DM_FAIL_REFUSED && dm_etcd_last_lease_unknown() ? 0 : EIO;
+        if (dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"))) {
+            guard_saw(l, lease, dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0));
+            dm_etcd_reply_free(&r);
+            return 0;       /* nothing of it is there, and nothing of it can come */
+        }
+        rev = dm_json_int(&r.j, dm_json_get(&r.j, range_kv(&r.j, 0), "create_revision"), 0);
         dm_etcd_reply_free(&r);
         if (rev == 0)
-            return 0;       /* nothing of it is there (now) */
+            return EIO;     /* an answer we cannot read: again */
     }
     char held[DM_OWNER_MAX + 8], held64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
     char freed[DM_OWNER_MAX + 8], freed64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
@@ -227,7 +272,6 @@ static int withdraw_txn(struct dm_elock *l, const struct keys *k, const char *ow
                            "\"result\":\"EQUAL\",\"value\":\"%s\"}],"
                            "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}]}}]}",
              k->mine64, rev, k->mine64, k->marker64, held64, k->marker64, freed64);
-    (void)l;
     if (dm_etcd_call("/v3/kv/txn", body, now_deadline(), &r, &how, why, sizeof why) != 0)
         return EIO;
     dm_etcd_reply_free(&r);
@@ -244,12 +288,8 @@ static void pending_queue(struct dm_elock *l, int withdraw, uint64_t token, long
 static void withdraw(struct dm_elock *l, const struct keys *k, const char *owner, long long rev,
                      long long lease)
 {
-    if (withdraw_txn(l, k, owner, rev) == 0) {
-        if (rev == 0)   /* a late copy of the unanswered request may still make it */
-            pending_queue(l, 1, 0, lease, k->read, dm_now_ms() + 2 * dm_etcd_cfg()->lease_ms,
-                          owner, NULL, 0);
-        else
-            dm_etcd_lease_unuse();
+    if (withdraw_txn(l, k, owner, rev, lease) == 0) {
+        dm_etcd_lease_unuse();
         return;
     }
     static long said;
@@ -296,10 +336,14 @@ static int on_failure(struct dm_elock *l, enum dm_fail how, const char *why, int
     return -1;
 }
 
-/* Txn 1: the queue empty -> our key and the marker, the lock is ours; else
- * our key in the queue (a trylock: only a look at the queue's head). */
+/* Txn 1, if the enqueue guard is still at `seen` (else the guard and our
+ * key: a copy of this request ran already), moving the guard on: the
+ * queue empty -> our key and the marker, the lock is ours; else our key in
+ * the queue (a trylock: only a look at the queue's head). That answer is
+ * the inner Txn's, responses[0].response_txn. */
 static int txn_enqueue(const struct keys *k, const char *owner, long long lease, int try,
-                       struct dm_etcd_reply *r, enum dm_fail *how, char *why, size_t wl)
+                       long long seen, struct dm_etcd_reply *r, enum dm_fail *how, char *why,
+                       size_t wl)
 {
     char owner64[DM_B64_LEN(DM_OWNER_MAX) + 1], held[DM_OWNER_MAX + 8];
     char held64[DM_B64_LEN(DM_OWNER_MAX + 8) + 1];
@@ -325,7 +369,24 @@ static int txn_enqueue(const struct keys *k, const char *owner, long long lease,
                           "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}}%s],"
              "\"failure\":[%s]}",
              k->before64, k->bend64, k->marker64, k->mine64, owner64, lease, mark, fail);
-    return dm_etcd_call("/v3/kv/txn", body, now_deadline(), r, how, why, wl);
+    size_t cap = strlen(body) + 4 * sizeof k->guard64 + sizeof owner64 + 512;
+    char *outer = malloc(cap);
+    if (!outer) {
+        *how = DM_FAIL_OTHER;
+        snprintf(why, wl, "out of memory");
+        memset(r, 0, sizeof *r);
+        return ENOMEM;
+    }
+    snprintf(outer, cap,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"MOD\",\"result\":\"EQUAL\","
+             "\"mod_revision\":\"%lld\"}],"
+             "\"success\":[{\"request_txn\":%s},"
+                          "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}}],"
+             "\"failure\":[{\"request_range\":{\"key\":\"%s\"}},{\"request_range\":{\"key\":\"%s\"}}]}",
+             k->guard64, seen, body, k->guard64, owner64, lease, k->guard64, k->mine64);
+    int e = dm_etcd_call("/v3/kv/txn", outer, now_deadline(), r, how, why, wl);
+    free(outer);
+    return e;
 }
 
 /* Txn 2: our key still at rev and no older key in the queue -> the
@@ -477,44 +538,71 @@ again:
     }
     keys_make(&k, l->name, lease, read);
     dm_etcd_lease_use();
-    if (txn_enqueue(&k, owner, lease, try, &r, &how, why, sizeof why) != 0) {
-        if (lease_gone_answer(&r, how, lease)) {
-            dm_etcd_lease_unuse();
-            goto again;     /* the lease lapsed: a new one */
+    long long rev = 0;
+    for (int moved = 0;; moved++) {
+        if (txn_enqueue(&k, owner, lease, try, guard_seen(l, lease), &r, &how, why,
+                        sizeof why) != 0) {
+            if (lease_gone_answer(&r, how, lease)) {
+                dm_etcd_lease_unuse();
+                goto again;     /* the lease lapsed: a new one */
+            }
+            if (how == DM_FAIL_NOREPLY && try)
+                /* it may have run or run yet, and granted (the queue
+                 * empty): the store's thread undoes or fences it, the
+                 * trylock does not wait for that */
+                pending_queue(l, 1, 0, lease, read, 0, owner, NULL, 0);
+            else if (how == DM_FAIL_NOREPLY)
+                withdraw(l, &k, owner, 0, lease);   /* it may have run, or run yet: nothing of it stays */
+            else
+                dm_etcd_lease_unuse();
+            if ((rc = on_failure(l, how, why, flags, deadline, &bo, g)) >= 0)
+                return rc;
+            goto again;
         }
-        if (how == DM_FAIL_NOREPLY && !try)
-            withdraw(l, &k, owner, 0, lease);   /* it may have run: nothing of it stays */
-        else
-            dm_etcd_lease_unuse();
-        if ((rc = on_failure(l, how, why, flags, deadline, &bo, g)) >= 0)
-            return rc;
-        goto again;
-    }
-    if (dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded"))) {
-        long long rev = dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0);
-        int dead = !read && marker_dead(&r.j, range_kv(&r.j, 0), owner);
-        dm_etcd_reply_free(&r);
-        granted(l, g, lease, rev, sent_ms, 0, dead, 0, owner, read);
-        return 0;
-    }
-    long long rev;
-    if (try) {
-        /* The queue's head: ours only if a key of ours is left there. */
-        int kv = range_kv(&r.j, 0);
-        char head[DM_ETCD_KEY_MAX];
-        long got = dm_json_b64(&r.j, dm_json_get(&r.j, kv, "key"), head, sizeof head);
-        rev = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
-        dm_etcd_reply_free(&r);
-        if (got < 0 || strcmp(head, k.mine) != 0) {
-            dm_etcd_lease_unuse();
-            return EBUSY;
-        }
-    } else {
+        if (dm_json_true(&r.j, dm_json_get(&r.j, 0, "succeeded")))
+            break;
+        /* The guard moved on: a copy of this request, sent to a member
+         * that did not answer, ran (our key is there: our place, whatever
+         * that copy found), or this process does not know the guard's
+         * revision (a withdraw's answer lost, a fence made since). */
+        long long now = dm_json_int(&r.j, dm_json_get(&r.j, range_kv(&r.j, 0), "mod_revision"), 0);
         rev = dm_json_int(&r.j, dm_json_get(&r.j, range_kv(&r.j, 1), "create_revision"), 0);
         dm_etcd_reply_free(&r);
-        if (!rev) {     /* the lease ended between the put and the range */
-            dm_etcd_lease_unuse();
-            goto again;
+        guard_saw(l, lease, now);
+        if (rev)
+            break;
+        if (moved > 0)
+            dm_sleep_ms(dm_backoff_next(&bo));  /* moved again meanwhile: not in a tight loop */
+    }
+    if (!rev) {
+        guard_saw(l, lease, dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0));
+        int in = dm_json_path(&r.j, dm_json_at(&r.j, dm_json_get(&r.j, 0, "responses"), 0),
+                              "response_txn");
+        if (dm_json_true(&r.j, dm_json_get(&r.j, in, "succeeded"))) {
+            rev = dm_json_int(&r.j, dm_json_path(&r.j, 0, "header.revision"), 0);
+            int dead = !read && marker_dead(&r.j, range_kv_of(&r.j, in, 0), owner);
+            dm_etcd_reply_free(&r);
+            granted(l, g, lease, rev, sent_ms, 0, dead, 0, owner, read);
+            return 0;
+        }
+        if (try) {
+            /* The queue's head: ours only if a key of ours is left there. */
+            int kv = range_kv_of(&r.j, in, 0);
+            char head[DM_ETCD_KEY_MAX];
+            long got = dm_json_b64(&r.j, dm_json_get(&r.j, kv, "key"), head, sizeof head);
+            rev = dm_json_int(&r.j, dm_json_get(&r.j, kv, "create_revision"), 0);
+            dm_etcd_reply_free(&r);
+            if (got < 0 || strcmp(head, k.mine) != 0) {
+                dm_etcd_lease_unuse();
+                return EBUSY;
+            }
+        } else {
+            rev = dm_json_int(&r.j, dm_json_get(&r.j, range_kv_of(&r.j, in, 1), "create_revision"), 0);
+            dm_etcd_reply_free(&r);
+            if (!rev) {     /* the lease ended between the put and the range */
+                dm_etcd_lease_unuse();
+                goto again;
+            }
         }
     }
 
@@ -667,12 +755,13 @@ static int pending_try(struct dm_elock *l)
     dm_unlock(&locks_mu);
     int r;
     if (wd) {
-        /* Until the lease is gone (its keys with it), or for a look (token
-         * 0) until end: a late copy of an unanswered request may come. */
+        /* Until done, or the lease is gone (its keys with it); a token 0
+         * (an unanswered enqueue) is done once the guard moved on: no copy
+         * of it can run after that. */
         struct keys k;
         keys_make(&k, l->name, lease, read);
-        r = dm_etcd_lease_live(lease) ? withdraw_txn(l, &k, owner, (long long)token) : 0;
-        if (r == EIO || (r == 0 && token == 0 && dm_now_ms() < end && dm_etcd_lease_live(lease)))
+        r = dm_etcd_lease_live(lease) ? withdraw_txn(l, &k, owner, (long long)token, lease) : 0;
+        if (r == EIO)
             return 0;
     } else {
         int now_ran = 0;
@@ -735,9 +824,11 @@ static int pending_settle(struct dm_elock *l)
         }
         int busy = l->pend.busy;
         if (!busy && l->pend.withdraw && l->pend.token == 0) {
-            /* A look for a late copy of an unanswered enqueue: this acquire
-             * takes such a key as its own place (same name), so the look
-             * ends here; it must not delete this attempt's key later. */
+            /* The guard of an unanswered enqueue, still to be moved on:
+             * this acquire's own enqueue moves it (no copy of the old one
+             * can run after it), and takes a key such a copy put as its own
+             * place (same name), so the queued one ends here; it must not
+             * delete this attempt's key later. */
             l->pend.on = 0;
             dm_unlock(&locks_mu);
             dm_etcd_lease_unuse();
@@ -994,6 +1085,7 @@ void dm_elock_atfork(enum dm_fork_phase phase)
             for (struct dm_hnode *x = locks.b[b]; x; x = x->next) {
                 struct dm_elock *l = (struct dm_elock *)x;
                 l->lease = l->rev = 0;
+                l->guard_lease = l->guard_rev = 0;
                 l->pend.on = l->pend.busy = 0;  /* the parent's key: its release is the parent's */
                 memset(&l->pend.timer, 0, sizeof l->pend.timer);
                 /* its want watch starts again at the next want_watch */

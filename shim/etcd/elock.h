@@ -18,13 +18,17 @@ struct dm_elock {
     long long rev;                  /* the hold's token, 0: none; locks_mu */
     int read;                       /* the hold is an rwlock's read hold; locks_mu */
     char owner[DM_OWNER_MAX];
+    /* The enqueue guard (etcd.h's NS#NAME#a<lease>): its mod_revision as
+     * this process last saw it, under lease guard_lease (another lease:
+     * 0, no such key yet). locks_mu. */
+    long long guard_lease, guard_rev;
     /* A release that could not reach etcd, retried by the store's thread
      * (and by the next acquire first: a hold of the same lease has the
      * same key, which a late release would delete). locks_mu. */
     struct {
         int on, busy;
         int withdraw;               /* a place given up (token: its key's revision, 0
-                                       unknown: a look, then a guarded delete) */
+                                       unknown: the guard moved on, or a guarded delete) */
         uint64_t token;
         long long lease, end_ms;    /* the hold's lease end: etcd lets it go then */
         int read;

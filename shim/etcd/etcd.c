@@ -97,6 +97,11 @@ void dm_etcd_marker_key(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s#%s#m", ns(), name);
 }
 
+void dm_etcd_guard_key(char *buf, size_t len, const char *name, long long lease)
+{
+    snprintf(buf, len, "%s#%s#a%llx", ns(), name, (unsigned long long)lease);
+}
+
 void dm_etcd_cond_key(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s#%s#c", ns(), name);
@@ -597,13 +602,23 @@ int dm_etcd_lease_renew(long long id, long long *sent_ms)
         return -1;
     dm_lock(&emu);
     if (ttl <= 0) {
-        if (lease.id == id) {
+        /* Said once, by the call that forgets it; and a loss only when a
+         * key was under it: an idle process's lease (nothing held or
+         * queued) that lapsed in a pause costs nothing, the next lock
+         * grants a new one. */
+        int mine = lease.id == id, users = lease.users;
+        if (mine) {
             lease.id = 0;
             lease.users = 0;
         }
         dm_unlock(&emu);
-        dm_warn("etcd lease %llx is gone (expired or revoked): every hold under it is lost",
-                (unsigned long long)id);
+        if (mine && users > 0)
+            dm_warn("etcd lease %llx is gone (expired or revoked): every hold under it is lost",
+                    (unsigned long long)id);
+        else if (mine)
+            dm_info("etcd lease %llx lapsed while nothing was held or queued under it (the "
+                    "process was paused, or etcd out of reach, past its TTL): the next lock "
+                    "takes a new one", (unsigned long long)id);
         return 0;
     }
     if (lease.id == id && sent > lease.sent_ms)

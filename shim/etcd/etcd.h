@@ -14,6 +14,12 @@
  *                          (q#w) is older than it; readers share.
  *   NS#NAME#m              how the last grant ended: "held <owner>",
  *                          "free <owner>", "forced <owner> by <who>"; no lease.
+ *   NS#NAME#a<lease hex>   the guard of this process's enqueues of the lock,
+ *                          under its lease: an enqueue runs only while the
+ *                          key's mod_revision is the one the process saw
+ *                          last, and moves it on, so that a copy of it held
+ *                          up in a member runs at most once, and never after
+ *                          a withdraw moved it too. Value: the owner.
  *   NS#NAME#c              a listed cond's signals: each put is one
  *                          "<process id> signal|broadcast".
  */
@@ -75,6 +81,7 @@ void dm_etcd_queue_prefix(char *buf, size_t len, const char *name);
 void dm_etcd_queue_key(char *buf, size_t len, const char *name, long long lease, int read);
 void dm_etcd_writers_prefix(char *buf, size_t len, const char *name);
 void dm_etcd_marker_key(char *buf, size_t len, const char *name);
+void dm_etcd_guard_key(char *buf, size_t len, const char *name, long long lease);
 void dm_etcd_cond_key(char *buf, size_t len, const char *name);
 /* The process's record for the tools (who.h): "NS##who#<process id>"
  * (an empty lock name: no lock's key), in namespace ns (NULL: the

@@ -397,6 +397,8 @@ static int e_admin_list(const char *ns, struct dm_lock_row **rows, size_t *n, ch
         char *kind = strchr(name, '#');
         if (!kind || kind == name)
             continue;       /* an empty name: a process's record (NS##who#...) */
+        if (kind[1] == 'a')
+            continue;       /* an enqueue guard (NS#NAME#a<lease>) says nothing of the lock */
         *kind++ = '\0';
         struct dm_lock_row *row = row_of(rows, n, &cap, name);
         if (!row)

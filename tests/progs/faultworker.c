@@ -26,6 +26,8 @@
  *     -G FILE   (once) after the unlock, stay (and print "stayed") until FILE exists
  *     -A        (once) then lock again: a second section ("again OP RC MS",
  *               "inside ...", "fenced ...", "unlocked RC" once more)
+ *     -S FILE   (once -A) after the second lock call (and its section, if
+ *               any), stay (and print "stayed again") until FILE exists
  *     -a N      (loop) use named_lock[0..N) instead, picked at random (N <= 256)
  *     -l N      use the first N locks of fault_lock, fair_lock, cache_lock,
  *               picked at random per section (loop; default 1)
@@ -78,7 +80,7 @@ static pthread_mutex_t *lock_of(int i)
     return nnamed ? &named_lock[i] : locks[i];
 }
 
-static const char *sock_path, *prefix = "chk", *gofile, *stayfile;
+static const char *sock_path, *prefix = "chk", *gofile, *stayfile, *stay2file;
 static int again;
 static int nthreads = 1, nlocks = 1, robust, count;
 static long per_thread, run_ms, hold_us = 1000;
@@ -207,7 +209,7 @@ static long rss_kb(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: faultworker loop|once OP|cycles N|idle [-s SOCK] [-k PREFIX] [-t N]"
-                    " [-n N] [-d MS] [-u US] [-g FILE] [-G FILE] [-A] [-l N] [-a N] [-r] [-c]\n");
+                    " [-n N] [-d MS] [-u US] [-g FILE] [-G FILE] [-A] [-S FILE] [-l N] [-a N] [-r] [-c]\n");
     return 2;
 }
 
@@ -225,7 +227,7 @@ int main(int argc, char **argv)
     }
     optind = first;
     int ch;
-    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:G:Al:a:rc")) != -1) {
+    while ((ch = getopt(argc, argv, "s:k:t:n:d:u:g:G:AS:l:a:rc")) != -1) {
         switch (ch) {
         case 's': sock_path = optarg; break;
         case 'k': prefix = optarg; break;
@@ -236,6 +238,7 @@ int main(int argc, char **argv)
         case 'g': gofile = optarg; break;
         case 'G': stayfile = optarg; break;
         case 'A': again = 1; break;
+        case 'S': stay2file = optarg; break;
         case 'l': nlocks = atoi(optarg); break;
         case 'a': nnamed = atoi(optarg); break;
         case 'r': robust = 1; break;
@@ -301,6 +304,10 @@ int main(int argc, char **argv)
             if (usable(&fault_lock, rc, 1))
                 section(c, 0, id, 1);
             redisFree(c);
+            if (stay2file) {
+                wait_file(stay2file);
+                say("stayed again");
+            }
         }
         return 0;
     }
