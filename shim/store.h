@@ -193,6 +193,10 @@ struct dm_force {
 
 /* What describe does with the process's record. */
 enum dm_describe { DM_DESCRIBE_WRITE, DM_DESCRIBE_IDLE, DM_DESCRIBE_DELETE };
+/* The exit's delete waits no longer than this for its answer (the record
+ * expires a lease later anyway): a stalled store does not hold the exit
+ * up by a command timeout. */
+#define DM_DESCRIBE_DELETE_MS 200
 
 /* A backend. Every entry is required. */
 struct dm_store_ops {

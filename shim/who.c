@@ -46,6 +46,7 @@
 struct who_thread {
     unsigned long seq;
     long tid;
+    int fresh;          /* registered since the last write: listed in the next */
 };
 
 static pthread_mutex_t whomu = PTHREAD_MUTEX_INITIALIZER;
@@ -126,6 +127,7 @@ static void thread_add_locked(unsigned long seq, long tid)
     }
     threads[nthreads].seq = seq;
     threads[nthreads].tid = tid;
+    threads[nthreads].fresh = 1;
     nthreads++;
     pending = 1;
 }
@@ -266,45 +268,121 @@ static int seq_of_owner(const char *owner, unsigned long *seq)
     return 0;
 }
 
-/* whomu held: the record's text, malloc'ed; NULL out of memory. */
-static char *build_locked(const struct dm_hold_info *holds, size_t n)
+/* What a write lists, copied under whomu and formatted without it (the
+ * threads' names are read from /proc: no lock call waits for that). */
+struct snap_wait {
+    unsigned long seq;
+    long long since_ms;
+    char *name;
+};
+
+struct snapshot {
+    struct who_thread *named;   /* the threads a hold or a listed wait names */
+    size_t nnamed;
+    struct who_thread *others;  /* the rest of the table, to forget the ended */
+    size_t nothers;
+    struct snap_wait *waits;
+    size_t nwaits;
+    long long start_ms;
+};
+
+static void snapshot_free(struct snapshot *sn)
+{
+    for (size_t i = 0; i < sn->nwaits; i++)
+        free(sn->waits[i].name);
+    free(sn->waits);
+    free(sn->named);
+    free(sn->others);
+}
+
+static int holds_seq(const struct dm_hold_info *holds, size_t n, unsigned long seq)
+{
+    for (size_t j = 0; j < n; j++) {
+        unsigned long s;
+        if (seq_of_owner(holds[j].owner, &s) == 0 && s == seq)
+            return 1;
+    }
+    return 0;
+}
+
+/* whomu held: the snapshot of a write; -1 out of memory. Marks the waits
+ * it lists as listed. */
+static int snapshot_take_locked(const struct dm_hold_info *holds, size_t n, struct snapshot *sn)
 {
     const struct dm_config *cfg = dm_store_config();
-    size_t room = 1024 + (n + nwaits) * (DM_NAME_MAX + 64) + nthreads * 64;
+    memset(sn, 0, sizeof *sn);
+    if (!start_ms)
+        start_ms = real_ms();
+    sn->start_ms = start_ms;
+    sn->named = calloc(nthreads ? nthreads : 1, sizeof *sn->named);
+    sn->others = calloc(nthreads ? nthreads : 1, sizeof *sn->others);
+    sn->waits = calloc(nwaits ? nwaits : 1, sizeof *sn->waits);
+    if (!sn->named || !sn->others || !sn->waits) {
+        snapshot_free(sn);
+        return -1;
+    }
+    long long now = dm_now_ms();
+    for (struct dm_who_wait *w = waits; w; w = w->next) {
+        if (now - w->since_mono_ms < DM_WHO_LIST_AFTER_MS(cfg->renew_ms))
+            continue;       /* a round trip's, most likely: listed when it lasts */
+        struct snap_wait *sw = &sn->waits[sn->nwaits];
+        if (!(sw->name = strdup(w->name)))
+            continue;
+        sw->seq = w->seq;
+        sw->since_ms = w->since_ms;
+        w->listed = 1;
+        sn->nwaits++;
+    }
+    /* Named: by a hold, by any wait (a young one's thread is about to
+     * hold), or new since the last write (its first lock's grant may come
+     * between two writes). */
+    for (size_t i = 0; i < nthreads; i++) {
+        int used = threads[i].fresh || holds_seq(holds, n, threads[i].seq);
+        for (struct dm_who_wait *w = waits; w && !used; w = w->next)
+            used = w->seq == threads[i].seq;
+        threads[i].fresh = 0;
+        if (used)
+            sn->named[sn->nnamed++] = threads[i];
+        else
+            sn->others[sn->nothers++] = threads[i];
+    }
+    return 0;
+}
+
+/* The record's text from a snapshot, malloc'ed; NULL out of memory. No
+ * lock: reads the named threads' names; `ended` gets the table's threads
+ * that have ended and that nothing names (to forget), *nended of them. */
+static char *build(const struct dm_hold_info *holds, size_t n, const struct snapshot *sn,
+                   struct who_thread *ended, size_t *nended)
+{
+    const struct dm_config *cfg = dm_store_config();
+    size_t room = 1024 + (n + sn->nwaits) * (DM_NAME_MAX + 64) + sn->nnamed * 64;
     char *text = malloc(room), *p = text, *end = text + room;
+    *nended = 0;
     if (!text)
         return NULL;
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
-    if (!start_ms)
-        start_ms = real_ms();
     put_fmt(&p, end, "%s\nid\t%s\nwho\t", DM_WHO_MAGIC, dm_store_process_id());
     put_field_max(&p, end, host, WHO_FIELD_MAX);
     put_fmt(&p, end, ":%ld ", (long)getpid());
     put_field_max(&p, end, program_invocation_short_name, WHO_FIELD_MAX);
-    put_fmt(&p, end, "\nstart\t%lld\nlease\t%ld\t%ld\n", start_ms, cfg->lease_ms, cfg->renew_ms);
-    /* Threads: those named by a hold or a wait, and those still alive;
-     * the table keeps only these. */
-    size_t kept = 0;
-    for (size_t i = 0; i < nthreads; i++) {
+    put_fmt(&p, end, "\nstart\t%lld\nlease\t%ld\t%ld\n", sn->start_ms, cfg->lease_ms,
+            cfg->renew_ms);
+    /* Only the threads a hold or a wait names: the record stays as small
+     * as what the process holds and waits for. */
+    for (size_t i = 0; i < sn->nnamed; i++) {
         char name[64];
-        thread_name(threads[i].tid, name, sizeof name);
-        int used = !!name[0];
-        for (size_t j = 0; j < n && !used; j++) {
-            unsigned long s;
-            used = seq_of_owner(holds[j].owner, &s) == 0 && s == threads[i].seq;
-        }
-        for (struct dm_who_wait *w = waits; w && !used; w = w->next)
-            used = w->seq == threads[i].seq;
-        if (!used)
-            continue;       /* ended, and named by nothing: forgotten */
-        threads[kept++] = threads[i];
-        put_fmt(&p, end, "thread\t%lu\t%ld\t", threads[i].seq, threads[i].tid);
+        thread_name(sn->named[i].tid, name, sizeof name);
+        put_fmt(&p, end, "thread\t%lu\t%ld\t", sn->named[i].seq, sn->named[i].tid);
         put_field(&p, end, name[0] ? name : "-");     /* "-": the thread ended */
         put_fmt(&p, end, "\n");
     }
-    nthreads = kept;
+    /* The others are forgotten once they end (signal 0: no /proc read). */
+    for (size_t i = 0; i < sn->nothers; i++)
+        if (syscall(SYS_tgkill, (long)getpid(), sn->others[i].tid, 0) != 0 && errno == ESRCH)
+            ended[(*nended)++] = sn->others[i];
     for (size_t j = 0; j < n; j++) {
         unsigned long s;
         if (seq_of_owner(holds[j].owner, &s) != 0)
@@ -313,17 +391,27 @@ static char *build_locked(const struct dm_hold_info *holds, size_t n)
         put_field(&p, end, holds[j].name);
         put_fmt(&p, end, "\t%llu\t%ld\n", holds[j].token, holds[j].lease_ms);
     }
-    long long now = dm_now_ms();
-    for (struct dm_who_wait *w = waits; w; w = w->next) {
-        if (now - w->since_mono_ms < DM_WHO_LIST_AFTER_MS(cfg->renew_ms))
-            continue;       /* a round trip's, most likely: listed when it lasts */
-        w->listed = 1;
-        put_fmt(&p, end, "wait\t%lu\t%lld\t", w->seq, w->since_ms);
-        put_field(&p, end, w->name);
+    for (size_t k = 0; k < sn->nwaits; k++) {
+        put_fmt(&p, end, "wait\t%lu\t%lld\t", sn->waits[k].seq, sn->waits[k].since_ms);
+        put_field(&p, end, sn->waits[k].name);
         put_fmt(&p, end, "\n");
     }
     *p = 0;
     return text;
+}
+
+/* whomu held: forgets the threads that ended (unless registered again). */
+static void forget_locked(const struct who_thread *ended, size_t nended)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < nthreads; i++) {
+        int gone = 0;
+        for (size_t k = 0; k < nended && !gone; k++)
+            gone = ended[k].seq == threads[i].seq && ended[k].tid == threads[i].tid;
+        if (!gone)
+            threads[kept++] = threads[i];
+    }
+    nthreads = kept;
 }
 
 /* whomu held, a write due: makes it (dropping whomu for the store's I/O). */
@@ -344,11 +432,11 @@ static void write_locked(size_t nholds)
     struct dm_hold_info *holds = NULL;
     long n = dm_watchdog_infos(&holds);
     dm_lock(&whomu);
-    char *text = n >= 0 ? build_locked(holds, (size_t)n) : NULL;
-    if (n >= 0)
-        dm_watchdog_infos_free(holds, (size_t)n);
     last_write_ms = now;
-    if (!text) {
+    struct snapshot sn;
+    if (n < 0 || snapshot_take_locked(holds, (size_t)n, &sn) != 0) {
+        if (n >= 0)
+            dm_watchdog_infos_free(holds, (size_t)n);
         fails++;            /* out of memory: again after the gap */
         return;
     }
@@ -356,14 +444,25 @@ static void write_locked(size_t nholds)
     pending = dirty = 0;
     writing = 1;
     dm_unlock(&whomu);
-    int r = dm_store->describe(text, DM_DESCRIBE_WRITE);
+    struct who_thread *ended = calloc(sn.nothers ? sn.nothers : 1, sizeof *ended);
+    size_t nended = 0;
+    char *text = ended ? build(holds, (size_t)n, &sn, ended, &nended) : NULL;
+    dm_watchdog_infos_free(holds, (size_t)n);
+    snapshot_free(&sn);
+    int r = text ? dm_store->describe(text, DM_DESCRIBE_WRITE) : -1;
     free(text);
     dm_lock(&whomu);
+    forget_locked(ended, nended);
+    free(ended);
     writing = 0;
     dm_cv_broadcast(&whocv);
     if (r != 0) {
-        pending |= was_pending || busy;
-        dirty |= was_dirty;
+        /* Again after a longer gap while the process still holds or
+         * waits; an idle one stops asking (its record expires). */
+        if (busy) {
+            pending |= was_pending || !text;
+            dirty |= was_dirty;
+        }
         fails++;
     } else {
         written_until = now + cfg->lease_ms - cfg->lease_margin_ms;
@@ -405,7 +504,6 @@ static void *who_main(void *arg)
 
 void dm_who_exit(void)
 {
-    const struct dm_config *cfg = dm_store_config();
     dm_lock(&whomu);
     closing = 1;
     int was = written_until != 0 || writing;
@@ -414,7 +512,7 @@ void dm_who_exit(void)
         /* A write in flight would land after the delete: let it end
          * (bounded: the exit does not wait for a stuck server). */
         struct timespec ts;
-        dm_deadline_in(&ts, cfg ? cfg->redis.command_timeout_ms : 1000);
+        dm_deadline_in(&ts, DM_DESCRIBE_DELETE_MS);
         while (writing && dm_cv_timedwait(&whocv, &whomu, &ts) == 0) {
         }
     }

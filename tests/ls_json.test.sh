@@ -302,5 +302,45 @@ exec 4>&-
 wait "$waiter"
 waiter=""
 
+# A process whose record cannot be written (the server refuses writes:
+# out of memory) and that then holds nothing sends nothing more: an idle
+# process needs no record. And its exit's delete waits for no stalled
+# server.
+printf 'namespace = "lstest";\nlease_ms = 3000;\nrenew_ms = 500;\non_lease_lost = "warn";\nredis = { command_timeout_ms = 5000; };\nmutexes = ();\n' >"$T/idle.cfg"
+mkfifo "$T/iin"
+LD_PRELOAD=$PWD/build/libdmutex.so DMUTEX_CONFIG=$T/idle.cfg DMUTEX_REDIS=$URL \
+    build/tests/progs/whoprog idle who.idle <"$T/iin" >"$T/iout" 2>"$T/ierr" &
+holder=$!
+exec 3>"$T/iin"
+n=0
+while ! grep -q '^held' "$T/iout" && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+CLI="redis-cli -p $REDIS_TMP_PORT"
+$CLI CONFIG SET maxmemory-policy noeviction >/dev/null
+$CLI CONFIG SET maxmemory 1 >/dev/null
+sleep 1.5                                   # a refresh or two fail (renew_ms 500)
+echo >&3                                    # the release (a script: not deny-oom)
+n=0
+while ! grep -q '^released' "$T/iout" && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+sleep 0.5
+sets() { $CLI INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_set:calls=\([0-9]*\).*/\1/p'; }
+before=$(sets); sleep 3; after=$(sets)
+$CLI CONFIG SET maxmemory 0 >/dev/null
+if [ $(( ${after:-0} - ${before:-0} )) -le 1 ]; then
+    ok "an idle process whose record is refused stops writing it ($(( ${after:-0} - ${before:-0} )) SETs in 3 s)"
+else bad "an idle process whose record is refused stops writing it" "$(( after - before )) SETs in 3 s"; fi
+redis_pid=$($CLI INFO server | tr -d '\r' | sed -n 's/^process_id://p')
+kill -STOP "$redis_pid"
+t0=$(python3 -c 'import time; print(int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1000))')
+exec 3>&-
+wait "$holder"
+holder=""
+kill -CONT "$redis_pid"
+t1=$(python3 -c 'import time; print(int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1000))')
+# (command_timeout_ms is 5000: the delete's own bound is 200 ms, plus a
+# write in flight's 200 ms)
+if [ $((t1 - t0)) -lt 3000 ] && grep -q '^exiting' "$T/iout"; then
+    ok "the exit does not wait a command timeout for a stalled server ($((t1 - t0)) ms)"
+else bad "the exit does not wait a command timeout for a stalled server" "$((t1 - t0)) ms" "$(cat "$T/iout" "$T/ierr")"; fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -229,6 +229,8 @@ static int e_describe(const char *text, enum dm_describe what)
     char why[400] = "";
     int rc = -1;
     if (what == DM_DESCRIBE_DELETE) {
+        if (deadline > dm_now_ms() + DM_DESCRIBE_DELETE_MS)
+            deadline = dm_now_ms() + DM_DESCRIBE_DELETE_MS;    /* the exit's */
         char body[sizeof key64 + 32];
         snprintf(body, sizeof body, "{\"key\":\"%s\"}", key64);
         rc = dm_etcd_call("/v3/kv/deleterange", body, deadline, &r, &how, why, sizeof why);
@@ -251,6 +253,12 @@ static int e_describe(const char *text, enum dm_describe what)
                     drop_use_locked();
                     used_on = id;
                     dm_etcd_lease_use();
+                    /* A lease granted anew meanwhile took the use: give it
+                     * back (the record's lease is gone). */
+                    if (!dm_etcd_lease_live(id)) {
+                        dm_etcd_lease_unuse();
+                        used_on = 0;
+                    }
                 }
             }
         } else {

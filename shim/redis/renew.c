@@ -366,10 +366,15 @@ int dm_rlock_describe(const char *text, enum dm_describe how)
     dm_keys_who(key, sizeof key, rl_cfg->ns, dm_store_process_id());
     struct dm_conn *conn = dm_redis_get_key(key);
     redisReply *r = NULL;
+    long io = rl_cfg->redis.command_timeout_ms;
+    if (how == DM_DESCRIBE_DELETE && io > DM_DESCRIBE_DELETE_MS && conn->c)
+        dm_redis_set_timeout(conn, DM_DESCRIBE_DELETE_MS);     /* the exit's */
     if (conn->c)
         r = how == DM_DESCRIBE_WRITE
             ? dm_redis_command(conn, "SET %s %s PX %ld", key, text, rl_cfg->lease_ms)
             : dm_redis_command(conn, "DEL %s", key);
+    if (how == DM_DESCRIBE_DELETE && io > DM_DESCRIBE_DELETE_MS && conn->c)
+        dm_redis_set_timeout(conn, io);
     int ok = r && r->type != REDIS_REPLY_ERROR;
     if (!ok)
         dm_debug("the process's record %s: %s", key, r ? r->str : conn->errstr);

@@ -8,6 +8,10 @@
  *                 their lock until stdin ends, then release it and print
  *                 "done" (the child "child done"). $WHO_THREAD_NAME names the
  *                 thread instead (any bytes).
+ *   whoprog idle A
+ *                 takes A and prints "held"; at a line on stdin releases it
+ *                 and prints "released"; then idles until stdin ends and
+ *                 exits (timing its exit: "exiting MS", CLOCK_MONOTONIC ms).
  *   whoprog regrant A
  *                 takes A, holds it 2.5 s, releases it, takes it again in
  *                 the same thread and prints "relocked MS" (CLOCK_REALTIME
@@ -55,6 +59,25 @@ static void *seller(void *arg)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "idle") == 0 && dmutex_name) {
+        if (dmutex_name(&a, argv[2]))
+            return 1;
+        pthread_mutex_lock(&a);
+        printf("held\n");
+        fflush(stdout);
+        char c;
+        while (read(0, &c, 1) == 1 && c != '\n')
+            ;
+        pthread_mutex_unlock(&a);
+        printf("released\n");
+        fflush(stdout);
+        until_stdin_ends();
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        printf("exiting %lld\n", (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        fflush(stdout);
+        return 0;
+    }
     if (argc == 3 && strcmp(argv[1], "regrant") == 0 && dmutex_name) {
         if (dmutex_name(&a, argv[2]))
             return 1;
