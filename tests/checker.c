@@ -8,13 +8,19 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define NET_PREFIX "10.231"     /* our /24 is NET_PREFIX.K.0/24, K picked free */
+/* Held from the choice of K until the bridge has its address: groups that
+ * run at once (tests/run.sh), or test runs of other trees, never take the
+ * same /24. One file for the machine, as demo/run.sh has its own. */
+#define NET_LOCK   "/run/lock/dmutex-test-net.lock"
 
 int th_sh(const char *fmt, ...)
 {
@@ -203,6 +209,9 @@ int th_net_setup(struct th_net *n)
     net_sweep_stale();
     int pid = (int)getpid();
     snprintf(n->bridge, sizeof n->bridge, "dmfbr%d", pid);
+    int lock = open(NET_LOCK, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock >= 0)
+        flock(lock, LOCK_EX);   /* without the file: as before, unlocked */
     for (int k = 20 + pid % 200, tries = 0; tries < 200; tries++, k = 20 + (k - 19) % 200) {
         if (th_sh("ip -4 addr show | grep -q ' %s\\.%d\\.'", NET_PREFIX, k) != 0 &&
             th_sh("ip -4 route show | grep -q '^%s\\.%d\\.'", NET_PREFIX, k) != 0) {
@@ -210,15 +219,21 @@ int th_net_setup(struct th_net *n)
             break;
         }
     }
-    if (!n->k)
+    if (!n->k) {
+        if (lock >= 0)
+            close(lock);
         return -1;
+    }
     if (!at_exit_net) {
         at_exit_net = n;
         atexit(net_down_at_exit);
     }
     snprintf(n->host_ip, sizeof n->host_ip, "%s.%d.1", NET_PREFIX, n->k);
-    if (th_sh("ip link add %s type bridge && ip addr add %s/24 dev %s && ip link set %s up",
-              n->bridge, n->host_ip, n->bridge, n->bridge) != 0)
+    int made = th_sh("ip link add %s type bridge && ip addr add %s/24 dev %s && ip link set %s up",
+                     n->bridge, n->host_ip, n->bridge, n->bridge);
+    if (lock >= 0)
+        close(lock);
+    if (made != 0)
         goto fail;
     for (int i = 0; i < 2; i++) {
         char c = (char)('a' + i);

@@ -155,6 +155,54 @@ static pid_t spawn_redis(struct th_redis *r, const char *const *extra)
     return exec_server(argv);
 }
 
+/* 1 when process `pid` has a socket listening on TCP `port` (the LISTEN
+ * sockets of /proc/PID/net/tcp and tcp6 on that port, against the
+ * sockets among its fds), 0 when not; 1 too when /proc cannot tell. The
+ * port came from th_free_port and was free a moment before the server
+ * bound it, or is a restarted server's: another group running at the same
+ * time (tests/run.sh) may have been given it meanwhile, and its server
+ * answers there while ours fails to bind and exits. */
+static int listens_on(pid_t pid, int port)
+{
+    unsigned long inodes[16];
+    int n = 0, readable = 0;
+    for (int v6 = 0; v6 < 2; v6++) {
+        char path[64], line[512];
+        snprintf(path, sizeof path, "/proc/%d/net/tcp%s", (int)pid, v6 ? "6" : "");
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        readable = 1;
+        while (fgets(line, sizeof line, f) && n < 16) {
+            unsigned lport, st;
+            unsigned long ino;
+            /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+            if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu",
+                       &lport, &st, &ino) == 3 && lport == (unsigned)port && st == 0x0A)
+                inodes[n++] = ino;
+        }
+        fclose(f);
+    }
+    if (!readable)
+        return 1;
+    for (int i = 0; i < n; i++) {
+        char want[64], path[64], got[64];
+        snprintf(want, sizeof want, "socket:[%lu]", inodes[i]);
+        for (int fd = 0; fd < 1024; fd++) {
+            snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
+            ssize_t len = readlink(path, got, sizeof got - 1);
+            if (len <= 0)
+                continue;
+            got[len] = '\0';
+            if (strcmp(got, want) == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* 0 once r's own server (r->pid, not another that holds the port)
+ * answers; -1 when it exits first or does not answer in time. */
 static int wait_ping(struct th_redis *r)
 {
     long long end = th_now_ms() + TH_REDIS_START_MS;
@@ -164,20 +212,18 @@ static int wait_ping(struct th_redis *r)
             return -1;
         struct timeval tv = { 0, 200000 };
         redisContext *c = redisConnectWithTimeout(r->addr, r->port, tv);
+        int up = 0;
         if (c && !c->err && r->tls) {
-            redisFree(c);       /* it accepts: listening is the last step of its start */
-            return 0;
-        }
-        if (c && !c->err) {
+            up = 1;             /* it accepts: listening is the last step of its start */
+        } else if (c && !c->err) {
             redisReply *rep = redisCommand(c, "PING");
-            int ok = rep && rep->type == REDIS_REPLY_STATUS;
+            up = rep && rep->type == REDIS_REPLY_STATUS;
             if (rep) freeReplyObject(rep);
-            redisFree(c);
-            if (ok)
-                return 0;
-        } else if (c) {
-            redisFree(c);
         }
+        if (c)
+            redisFree(c);
+        if (up && listens_on(r->pid, r->port))
+            return 0;
         usleep(10000);
     }
     return -1;

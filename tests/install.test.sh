@@ -32,13 +32,17 @@ part() { sed -n "s/^#define DMUTEX_VERSION_$1 \([0-9][0-9]*\)$/\1/p" include/dmu
 MAJOR=$(part MAJOR) V="$(part MAJOR).$(part MINOR).$(part PATCH)"
 S=$T/stage
 U=$S/usr
+# The generated files (tools/install.mk's INST_B) of each PREFIX go here,
+# not to build/install/: they name the paths, and tests/usage.test.sh
+# reads build/install's (the defaults') while this group runs beside it.
+IB=$T/generated
 # Files of others, there before: uninstall must leave them.
 mkdir -p "$U/bin" "$U/lib" "$U/share/doc/other"
 echo other >"$U/bin/other"
 echo other >"$U/lib/libother.so.1"
 echo other >"$U/share/doc/other/README"
 
-if ! make -s install DESTDIR="$S" PREFIX=/usr >"$T/make.log" 2>&1; then
+if ! make -s install INST_B="$IB" DESTDIR="$S" PREFIX=/usr >"$T/make.log" 2>&1; then
     cat "$T/make.log"
     echo "0 passed, 1 failed"
     exit 1
@@ -261,7 +265,7 @@ if [ ! -e "$U/share/doc/dmutex" ]; then ok "uninstall removes dmutex's own doc d
 else bad "uninstall removes dmutex's own doc directory" "$(ls -R "$U/share/doc/dmutex")"; fi
 
 # The default prefix is /usr/local.
-make -s install DESTDIR="$T/local" >"$T/make.log" 2>&1
+make -s install INST_B="$IB" DESTDIR="$T/local" >"$T/make.log" 2>&1
 if [ -x "$T/local/usr/local/bin/dmutex" ] && [ -L "$T/local/usr/local/lib/libdmutex.so.$MAJOR" ] &&
    make -s uninstall DESTDIR="$T/local" >>"$T/make.log" 2>&1 &&
    [ -z "$(find "$T/local" \( -type f -o -type l \))" ]; then
@@ -272,7 +276,7 @@ fi
 
 # A LIBDIR of its own (Debian's multiarch one): the installed dmutex run
 # still finds the shim there.
-make -s install DESTDIR="$T/multi" PREFIX=/usr LIBDIR=/usr/lib/x86_64-linux-gnu >"$T/make.log" 2>&1
+make -s install INST_B="$IB" DESTDIR="$T/multi" PREFIX=/usr LIBDIR=/usr/lib/x86_64-linux-gnu >"$T/make.log" 2>&1
 out=$(env -u DMUTEX_LIB "$T/multi/usr/bin/dmutex" run -c "$T/app.cfg" -- "$T/apiprog" 2>&1)
 if [ "$out" = "version $V present" ] &&
    [ -L "$T/multi/usr/lib/x86_64-linux-gnu/libdmutex.so.$MAJOR" ] &&

@@ -128,7 +128,9 @@ addns() {
 }
 
 mkdir -p "$B"
-if command -v flock >/dev/null 2>&1 && { exec 9>"$B/.soak-subnet.lock"; } 2>/dev/null; then
+# Choosing the /24 and taking it is one step under a lock of the machine's
+# (a soak of another tree, or make test's, may start at the same moment).
+if command -v flock >/dev/null 2>&1 && { exec 9>/run/lock/dmutex-soak-net.lock; } 2>/dev/null; then
     flock 9
 fi
 net=$(pick_subnet) || { echo "soak: no free /24 under $SOAK_SUBNET_PREFIX" >&2; exit 1; }
