@@ -7,6 +7,7 @@
 #include "lock.h"
 #include "lock_impl.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include "keys.h"
 #include "log.h"
+#include "real.h"
 #include "redis.h"
 #include "util.h"
 
@@ -21,6 +23,10 @@
  * context for the fork child, which closes the parent's socket. */
 static struct dm_conn wd_conn;
 static redisContext *wd_ctx;
+/* The process's record's connection (dm_rlock_describe, below). */
+static pthread_mutex_t who_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dm_conn who_conn;
+static redisContext *who_ctx;   /* the fork child closes its socket */
 
 /* What a round learnt of one hold: store.h's verdicts, and two that are
  * the round's own business. */
@@ -353,18 +359,46 @@ void dm_renew_atfork(enum dm_fork_phase phase)
      * already given back (a number another of its threads may have been
      * given since). The context's memory is the parent's. */
     memset(&wd_conn, 0, sizeof wd_conn);
+    if (who_ctx) {
+        close(who_ctx->fd);
+        who_ctx = NULL;
+    }
+    memset(&who_conn, 0, sizeof who_conn);
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    who_mu = fresh;     /* who's thread is the parent's */
 }
 
-/* The process's record (store.h: describe), on a pooled connection to
- * the node of its key: the exit path writes too, beside this thread.
- * Idle: nothing to do, the key's expiry is the lease. */
+/* The process's record (store.h: describe), written by who's thread on a
+ * connection of its own: taken from the pool, a write in flight would
+ * leave a lock call none idle, and a connect then (a stalled server's
+ * INFO) would cost that call. Redis Cluster: the pooled connection of the
+ * key's node. The exit's delete uses it too, when who's thread is not in
+ * a write (who_mu, tried: a write stuck on a stalled server is left to
+ * its timeout, the record to its expiry). Idle: nothing to do, the key's
+ * expiry is the lease. */
+
 int dm_rlock_describe(const char *text, enum dm_describe how)
 {
     if (how == DM_DESCRIBE_IDLE)
         return 0;
     char key[DM_NAME_MAX + 64];
     dm_keys_who(key, sizeof key, rl_cfg->ns, dm_store_process_id());
-    struct dm_conn *conn = dm_redis_get_key(key);
+    int cluster = dm_redis_cluster();
+    if (!cluster && (how == DM_DESCRIBE_DELETE ? dm_real.mutex_trylock(&who_mu) : dm_lock(&who_mu)) != 0)
+        return -1;      /* the exit, while a write is stuck */
+    struct dm_conn *conn = &who_conn;
+    if (cluster) {
+        conn = dm_redis_get_key(key);
+    } else {
+        if (conn->c && dm_redis_conn_stale(conn)) {     /* Sentinel: the primary moved */
+            __atomic_store_n(&who_ctx, NULL, __ATOMIC_RELEASE);
+            dm_redis_close(conn);
+        }
+        if (!conn->c && how == DM_DESCRIBE_WRITE) {
+            dm_redis_connect(conn);
+            __atomic_store_n(&who_ctx, conn->c, __ATOMIC_RELEASE);
+        }
+    }
     redisReply *r = NULL;
     long io = rl_cfg->redis.command_timeout_ms;
     if (how == DM_DESCRIBE_DELETE && io > DM_DESCRIBE_DELETE_MS && conn->c)
@@ -377,9 +411,18 @@ int dm_rlock_describe(const char *text, enum dm_describe how)
         dm_redis_set_timeout(conn, io);
     int ok = r && r->type != REDIS_REPLY_ERROR;
     if (!ok)
-        dm_debug("the process's record %s: %s", key, r ? r->str : conn->errstr);
+        dm_debug("the process's record %s: %s", key, r ? r->str : conn->c || cluster ?
+                 conn->errstr : "not connected");
     if (r)
         freeReplyObject(r);
-    dm_redis_put(conn);
+    if (cluster) {
+        dm_redis_put(conn);
+    } else {
+        if (conn->c && !ok && conn->err == DM_REDIS_IO) {
+            __atomic_store_n(&who_ctx, NULL, __ATOMIC_RELEASE);
+            dm_redis_close(conn);
+        }
+        dm_unlock(&who_mu);
+    }
     return ok ? 0 : -1;
 }
