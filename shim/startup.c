@@ -161,7 +161,7 @@ static void check_where(uintptr_t addr, char *out, size_t len)
 /* Checking: one line per entry on stdout, "NAME<TAB>OBJECT<TAB>WHAT<TAB>
  * WHERE<TAB>PROTOCOL" (OBJECT "-" for the executable; WHERE the address
  * and its offset in the object, or why nothing is there yet; PROTOCOL the
- * lock on the wire: dmutex, setnx). */
+ * lock on the wire: dmutex, setnx, redisson). */
 static void check_print(const struct dm_object_config *mc, const char *what, const char *where)
 {
     if (check_mode != CHECK_PRINT)
@@ -718,7 +718,7 @@ static void (*const fork_order[])(enum dm_fork_phase) = {
     dm_store_atfork,    /* the store's own: Redis's release reader_mu ... slots smu */
     dm_tls_atfork,      /* ssl_rw, below either store (shim/tls.c) */
     dm_watchdog_atfork,
-    dm_who_atfork,      /* who's mutex: after wmu (the renewal thread asks who under it) */
+    dm_who_atfork,      /* who's mutex (who takes wmu only without it: any place works) */
 };
 #define FORK_MODULES (sizeof fork_order / sizeof fork_order[0])
 
