@@ -542,6 +542,24 @@ static void ls_row(const char *cfgfile, const char *name, char *row, size_t len)
     snprintf(row, len, "%.*s", at ? (int)strcspn(at, "\n") : 0, at ? at : "");
 }
 
+/* Waits (5 s at most: the record is written by the holder's own thread,
+ * soon after its lock) for ls's row of `name` to show the mapped process
+ * c as its holder; fails naming the row otherwise. */
+static void ls_until_held_by(const char *cfgfile, const char *name, pid_t c)
+{
+    char host[256] = "", want[600], row[4096];
+    gethostname(host, sizeof host - 1);
+    snprintf(want, sizeof want, "\"who\": \"%s:%ld interprog (interprog)\"", host, (long)c);
+    for (int i = 0; i < 50; i++) {
+        ls_row(cfgfile, name, row, sizeof row);
+        if (strstr(row, want))
+            break;
+        usleep(100000);
+    }
+    if (!strstr(row, want) || !strstr(row, "\"state\": \"held\""))
+        fail_msg("dmutex ls: no %s in \"%s\"", want, row);
+}
+
 /* dmutex ls lists the config's setnx locks (no scan finds a bare key): a
  * partner's holder as the partner wrote it, a dmutex holder as its
  * process, a key of another type as "other". */
@@ -569,18 +587,7 @@ static void test_dmutex_ls_shows_setnx_locks_and_their_holders(void **state)
     char *out = th_out_file();
     pid_t c = interprog_run(out, cfgfile, "hold", "4000", "warn");
     th_wait_for(out, "locked 0 ", SLACK_MS * 4);
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    snprintf(want, sizeof want, "\"who\": \"%s:%ld interprog (interprog)\"", host, (long)c);
-    /* the record is written by the holder's renewal thread, soon after */
-    for (int i = 0; i < 50; i++) {
-        ls_row(cfgfile, "interop_ls", row, sizeof row);
-        if (strstr(row, want))
-            break;
-        usleep(100000);
-    }
-    if (!strstr(row, want) || !strstr(row, "\"state\": \"held\""))
-        fail_msg("dmutex ls: no %s in \"%s\"", want, row);
+    ls_until_held_by(cfgfile, "interop_ls", c);
     free(th_finish(c, out, 0, RUN_MS));
     ls_row(cfgfile, "interop_ls", row, sizeof row);
     if (!strstr(row, "\"protocol\": \"setnx\", \"state\": \"free\""))
@@ -815,17 +822,7 @@ static void test_dmutex_ls_shows_redisson_locks_and_their_holders(void **state)
     char *out = th_out_file();
     pid_t c = interprog_run(out, cfgfile, "hold", "4000", "warn");
     th_wait_for(out, "locked 0 ", SLACK_MS * 4);
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    snprintf(want, sizeof want, "\"who\": \"%s:%ld interprog (interprog)\"", host, (long)c);
-    for (int i = 0; i < 50; i++) {
-        ls_row(cfgfile, "rs_ls", row, sizeof row);
-        if (strstr(row, want))
-            break;
-        usleep(100000);
-    }
-    if (!strstr(row, want) || !strstr(row, "\"state\": \"held\""))
-        fail_msg("dmutex ls: no %s in \"%s\"", want, row);
+    ls_until_held_by(cfgfile, "rs_ls", c);
     free(th_finish(c, out, 0, RUN_MS));
 }
 

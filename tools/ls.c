@@ -121,6 +121,20 @@ static void json_int_or_null(FILE *out, const char *s)
         fputs("null", out);
 }
 
+/* `, "key": [{"owner", "who", "since_ms"}, ...]` of the processes p[0..n). */
+static void json_people(FILE *out, const char *key, const struct dm_lock_waiter *p, size_t n)
+{
+    fprintf(out, ", \"%s\": [", key);
+    for (size_t k = 0; k < n; k++) {
+        fputs(k ? ", {\"owner\": " : "{\"owner\": ", out);
+        json_str(out, p[k].owner);
+        fputs(", \"who\": ", out);
+        json_str(out, p[k].who);
+        fprintf(out, ", \"since_ms\": %lld}", p[k].since_ms);
+    }
+    fputs("]", out);
+}
+
 int dm_cli_ls(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -214,23 +228,8 @@ int dm_cli_ls(int argc, char **argv)
             json_int_or_null(stdout, l->token);
             printf(", \"waiters\": %lld, \"listening\": %lld, \"readers\": %lld", l->waiters,
                    l->listening, l->readers);
-            fputs(", \"waiting\": [", stdout);
-            for (size_t k = 0; k < l->nwaiting; k++) {
-                fputs(k ? ", {\"owner\": " : "{\"owner\": ", stdout);
-                json_str(stdout, l->waiting[k].owner);
-                fputs(", \"who\": ", stdout);
-                json_str(stdout, l->waiting[k].who);
-                printf(", \"since_ms\": %lld}", l->waiting[k].since_ms);
-            }
-            fputs("], \"reading\": [", stdout);
-            for (size_t k = 0; k < l->nreading; k++) {
-                fputs(k ? ", {\"owner\": " : "{\"owner\": ", stdout);
-                json_str(stdout, l->reading[k].owner);
-                fputs(", \"who\": ", stdout);
-                json_str(stdout, l->reading[k].who);
-                printf(", \"since_ms\": %lld}", l->reading[k].since_ms);
-            }
-            fputs("]", stdout);
+            json_people(stdout, "waiting", l->waiting, l->nwaiting);
+            json_people(stdout, "reading", l->reading, l->nreading);
             if (l->node) {      /* Redis Cluster: the node of the lock's slot */
                 fputs(", \"node\": ", stdout);
                 json_str(stdout, l->node);

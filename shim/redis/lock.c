@@ -857,7 +857,7 @@ static int acq_granted(struct acquire *a, long long sent)
     return 0;
 }
 
-static enum dm_fail fail_of(enum dm_redis_err e)
+enum dm_fail rl_fail_of(enum dm_redis_err e)
 {
     switch (e) {
     case DM_REDIS_NOCONN:
@@ -884,7 +884,7 @@ static int acq_failed(struct acquire *a, const struct dm_redis_error *why, int w
     if (refused_by_server(why->err) && !withdrawing)
         a->refused = 1;
     long left = dm_remaining_ms(a->deadline);
-    struct dm_failure f = { fail_of(why->err), (a->flags & DM_ACQ_TRY) != 0, rl_cfg->on_redis_down,
+    struct dm_failure f = { rl_fail_of(why->err), (a->flags & DM_ACQ_TRY) != 0, rl_cfg->on_redis_down,
                             withdrawing, a->rediscovered, left };
     enum dm_step step = dm_policy_on_failure(&f);
     int gave_up = a->queued || a->refused;

@@ -16,6 +16,8 @@
 
 #include "lock.h"
 #include "config.h"
+#include "policy.h"
+#include "redis.h"
 #include "util.h"
 
 #define DM_RELEASE_TIMEOUTS 3   /* a release keeps trying for this many command timeouts */
@@ -46,6 +48,9 @@ void rl_lock_free(struct dm_rlock *l);
 
 /* The request id "<owner>|<wait id>" into member (DM_MEMBER_MAX bytes). */
 void rl_member_of(char *member, const char *owner, unsigned long wait_id);
+/* What a failed call's error is to policy.c: no connection, no reply, the
+ * wrong node, refused by the server, or other. */
+enum dm_fail rl_fail_of(enum dm_redis_err e);
 
 /* release.lua for l's hold `token`, waited for and retried (lock.c says
  * for how long). `request` ("<owner>|<wait id>", or NULL) names the lock

@@ -282,23 +282,6 @@ static long sx_next_wait(long *step, long pttl, long left)
     return w > 0 ? w : 1;
 }
 
-static enum dm_fail sx_fail_of(enum dm_redis_err e)
-{
-    switch (e) {
-    case DM_REDIS_NOCONN:
-        return DM_FAIL_NOCONN;
-    case DM_REDIS_IO:
-        return DM_FAIL_NOREPLY;
-    case DM_REDIS_WRONG_NODE:
-        return DM_FAIL_WRONG_NODE;
-    case DM_REDIS_REPLY_ERROR:
-    case DM_REDIS_BAD_REPLY:
-        return DM_FAIL_REFUSED;
-    default:
-        return DM_FAIL_OTHER;
-    }
-}
-
 /* Gives an unanswered request's token up: a compare-and-DEL of it, which
  * ends whatever hold it got if it ran, or will find nothing. 0 when the
  * server answered. */
@@ -410,7 +393,7 @@ int dm_partner_acquire(struct dm_rlock *l, const char *owner, const struct times
         int withdrawing = unanswered;
         if (why.err == DM_REDIS_IO)
             unanswered = 1;
-        struct dm_failure f = { sx_fail_of(why.err), (flags & DM_ACQ_TRY) != 0,
+        struct dm_failure f = { rl_fail_of(why.err), (flags & DM_ACQ_TRY) != 0,
                                 rl_cfg->on_redis_down, withdrawing, rediscovered, left };
         enum dm_step st = dm_policy_on_failure(&f);
         switch (st) {
