@@ -4,7 +4,8 @@
  * Knows nothing of dmutex. Times are CLOCK_MONOTONIC ms, which the
  * partner scripts (tests/progs/setnx_partner.py, .js) print too.
  *
- *   interprog hold MS     lock, "locked RC T", hold MS, unlock, "unlocked RC T"
+ *   interprog hold MS     lock, "locked RC T", hold MS, "unlocking T", unlock,
+ *                         "unlocked RC T"
  *   interprog lock        lock, "locked RC T", unlock, "unlocked RC T"
  *   interprog trylock     trylock, "trylock RC T", unlock if it succeeded
  *   interprog nested MS   nested_lock twice ("locked RC T" after the first,
@@ -34,6 +35,7 @@ static int nested(long hold)
         return 1;
     usleep((useconds_t)hold * 1000);
     pthread_mutex_unlock(&nested_lock);
+    say("unlocking %lld", now_ms());
     rc = pthread_mutex_unlock(&nested_lock);
     say("unlocked %s %lld", ename(rc), now_ms());
     return 0;
@@ -63,6 +65,7 @@ int main(int argc, char **argv)
         return 1;
     if (hold)
         usleep((useconds_t)hold * 1000);
+    say("unlocking %lld", now_ms());    /* no grant elsewhere can come before this */
     rc = pthread_mutex_unlock(&shared_lock);
     say("unlocked %s %lld", ename(rc), now_ms());
     return 0;

@@ -8,7 +8,7 @@ Times are CLOCK_MONOTONIC ms (time.monotonic_ns), as interprog prints.
         HOLD_US, SET KEY +1 (the counter of tests/progs/counter.c); "done N"
     python3 setnx_partner.py PORT NAME hold TTL_MS [HOLD_MS]
         acquire with a TTL of TTL_MS, "held T"; then sleep until killed, or
-        HOLD_MS and release: "released T"
+        HOLD_MS and release: "releasing T" (before), "released T"
     python3 setnx_partner.py PORT NAME poll TTL_MS FOR_MS
         a non-blocking acquire every 2 ms for FOR_MS: "got T" (then
         release) or "never T"
@@ -46,6 +46,7 @@ def main():
             print("held %d" % mono_ms(), flush=True)
             if len(sys.argv) > 5:
                 time.sleep(int(sys.argv[5]) / 1000)
+                print("releasing %d" % mono_ms(), flush=True)
                 lock.release()
                 print("released %d" % mono_ms(), flush=True)
             else:
